@@ -1,0 +1,369 @@
+"""One read-only pass over the module that finds what the transforms need.
+
+The transforms never re-derive these facts: they plan edits keyed by the very nodes this
+pass recorded, and one transformer applies them (see transforms/apply.py).
+"""
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Set
+
+import libcst as cst
+from libcst.metadata import (
+    MetadataWrapper,
+    ParentNodeProvider,
+    PositionProvider,
+    QualifiedNameProvider,
+)
+
+from ddpify import names
+
+Statement = cst.BaseStatement
+
+
+@dataclass
+class Loader:
+    """A `name = DataLoader(...)` assignment."""
+
+    name: str
+    call: cst.Call
+    statement: Statement
+    function: Optional[cst.FunctionDef]
+    dataset: Optional[cst.BaseExpression]
+    keywords: Dict[str, cst.Arg]
+
+    @property
+    def shuffles(self) -> bool:
+        shuffle = self.keywords.get("shuffle")
+        return shuffle is not None and not _is_false(shuffle.value)
+
+
+@dataclass
+class Model:
+    """A model whose `.parameters()` an optimizer trains."""
+
+    name: str
+    optimizer_statement: Statement
+    function: Optional[cst.FunctionDef]
+
+
+@dataclass
+class DeviceAssignment:
+    name: str
+    statement: Statement
+    function: Optional[cst.FunctionDef]
+
+
+@dataclass
+class Facts:
+    module: cst.Module
+    already_distributed: Optional[cst.CSTNode] = None
+    trains: bool = False
+    device_assignments: List[DeviceAssignment] = field(default_factory=list)
+    loaders: List[Loader] = field(default_factory=list)
+    # For statements whose iterable mentions a name (a loader, usually), by that name.
+    loops_over: Dict[str, List[cst.For]] = field(default_factory=dict)
+    models: List[Model] = field(default_factory=list)
+    # Statements that touch a name as a whole: `m = ...`, `m.to(...)`, `m.load_state_dict(...)`.
+    statements_touching: Dict[str, List[Statement]] = field(default_factory=dict)
+    fixed_device_moves: List[cst.Call] = field(default_factory=list)
+    fixed_device_values: List[cst.BaseExpression] = field(default_factory=list)
+    set_device_statements: List[Statement] = field(default_factory=list)
+    visible_devices_statements: List[Statement] = field(default_factory=list)
+    output_statements: List[Statement] = field(default_factory=list)
+    save_calls: List[cst.Call] = field(default_factory=list)
+    load_calls: List[cst.Call] = field(default_factory=list)
+    state_dict_calls: List[cst.Call] = field(default_factory=list)
+    main_guard: Optional[cst.If] = None
+    bound_names: Set[str] = field(default_factory=set)
+    positions: dict = field(default_factory=dict, repr=False)
+    parents: dict = field(default_factory=dict, repr=False)
+
+    def line_of(self, node: cst.CSTNode) -> int:
+        return self.positions[node].start.line
+
+    def column_of(self, node: cst.CSTNode) -> int:
+        return self.positions[node].start.column + 1
+
+    def function_of(self, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
+        """The innermost function around a node; None at module level."""
+        parent = self.parents.get(node)
+        while parent is not None and not isinstance(parent, cst.FunctionDef):
+            parent = self.parents.get(parent)
+        return parent
+
+    def statement_of(self, node: cst.CSTNode) -> Statement:
+        """The statement that holds a node (the node itself if it is one)."""
+        while not isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            node = self.parents[node]
+        return node
+
+    def ancestor_in(self, node: cst.CSTNode, block: cst.CSTNode) -> Optional[Statement]:
+        """The statement directly in `block` (a Module or IndentedBlock) that holds node."""
+        while node is not None:
+            parent = self.parents.get(node)
+            if parent is block:
+                return node
+            node = parent
+        return None
+
+    def block_of(self, statement: Statement) -> cst.CSTNode:
+        return self.parents[statement]
+
+    def enclosing_loops(self, node: cst.CSTNode) -> List[cst.For]:
+        """For loops whose body (not header) holds node, innermost first, up to the function."""
+        loops = []
+        child, parent = node, self.parents.get(node)
+        while parent is not None and not isinstance(parent, cst.FunctionDef):
+            if isinstance(parent, cst.For) and child is parent.body:
+                loops.append(parent)
+            child, parent = parent, self.parents.get(parent)
+        return loops
+
+
+def analyse(wrapper: MetadataWrapper) -> Facts:
+    collector = _Collector(Facts(module=wrapper.module))
+    wrapper.visit(collector)
+    facts = collector.facts
+    # Already computed for the visit: resolve() hands back the cached maps.
+    facts.positions = wrapper.resolve(PositionProvider)
+    facts.parents = wrapper.resolve(ParentNodeProvider)
+    return facts
+
+
+def dotted_name(node: cst.BaseExpression) -> Optional[str]:
+    """`self.model` -> "self.model"; None for anything but names and attribute chains."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = dotted_name(node.value)
+        return f"{base}.{node.attr.value}" if base else None
+    return None
+
+
+def string_value(node: cst.BaseExpression) -> Optional[str]:
+    if isinstance(node, cst.SimpleString):
+        return node.evaluated_value if isinstance(node.evaluated_value, str) else None
+    return None
+
+
+def is_fixed_gpu(node: cst.BaseExpression) -> bool:
+    """A literal that names one GPU for every process: "cuda", "cuda:0", or 0."""
+    text = string_value(node)
+    if text is not None:
+        return text == "cuda" or text.startswith("cuda:")
+    return isinstance(node, cst.Integer)
+
+
+def _is_false(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value in ("False", "None")
+
+
+def _keywords(call: cst.Call) -> Dict[str, cst.Arg]:
+    return {arg.keyword.value: arg for arg in call.args if arg.keyword is not None}
+
+
+def _positional(call: cst.Call) -> List[cst.BaseExpression]:
+    return [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+
+
+class _Collector(cst.CSTVisitor):
+    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider)
+
+    def __init__(self, facts: Facts) -> None:
+        super().__init__()
+        self.facts = facts
+        self._function_stack: List[cst.FunctionDef] = []
+
+    # --- helpers ---------------------------------------------------------------------------
+    def _qualified(self, node: cst.CSTNode) -> Set[str]:
+        # A call on a call (`model(x).sum`) resolves to misleading names: only trust plain
+        # names and attribute chains.
+        if dotted_name(node) is None:
+            return set()
+        return {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
+
+    def _calls(self, call: cst.Call, wanted) -> bool:
+        qualified = self._qualified(call.func)
+        if isinstance(wanted, str):
+            return wanted in qualified
+        return bool(qualified & wanted)
+
+    def _function(self) -> Optional[cst.FunctionDef]:
+        return self._function_stack[-1] if self._function_stack else None
+
+    def _statement(self, node: cst.CSTNode) -> Statement:
+        parent = node
+        while not isinstance(parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            parent = self.get_metadata(ParentNodeProvider, parent)
+        return parent
+
+    def _touch(self, name: str, node: cst.CSTNode) -> None:
+        self.facts.statements_touching.setdefault(name, []).append(self._statement(node))
+
+    # --- scopes ------------------------------------------------------------------------------
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._function_stack.append(node)
+        self.facts.bound_names.add(node.name.value)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._function_stack.pop()
+
+    def visit_If(self, node: cst.If) -> None:
+        test = node.test
+        if (
+            self._function() is None
+            and isinstance(test, cst.Comparison)
+            and isinstance(test.left, cst.Name)
+            and test.left.value == "__name__"
+        ):
+            self.facts.main_guard = node
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.facts.bound_names.add(node.value)
+
+    # --- assignments ---------------------------------------------------------------------------
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) != 1:
+            return
+        target = dotted_name(node.targets[0].target)
+        if target is None:
+            return
+        self._touch(target, node)
+        value = node.value
+        if isinstance(value, cst.Call) and self._calls(value, names.DATALOADER_ALIASES):
+            positional = _positional(value)
+            keywords = _keywords(value)
+            dataset = keywords["dataset"].value if "dataset" in keywords else (
+                positional[0] if positional else None
+            )
+            self.facts.loaders.append(
+                Loader(target, value, self._statement(node), self._function(), dataset, keywords)
+            )
+        elif self._is_device_value(value, target):
+            self.facts.device_assignments.append(
+                DeviceAssignment(target, self._statement(node), self._function())
+            )
+
+    def _is_device_value(self, value: cst.BaseExpression, target: str) -> bool:
+        if isinstance(value, cst.Call):
+            return self._calls(value, names.TORCH_DEVICE) or self._calls(
+                value, names.CURRENT_ACCELERATOR
+            )
+        if isinstance(value, cst.IfExp):
+            return self._is_device_value(value.body, target) or self._is_device_value(
+                value.orelse, target
+            )
+        text = string_value(value)
+        if text is not None:
+            return text in ("cuda", "cpu") or text.startswith("cuda:")
+        return isinstance(value, cst.Integer) and "device" in target.lower()
+
+    # --- calls ---------------------------------------------------------------------------------
+    def visit_Call(self, node: cst.Call) -> None:
+        facts = self.facts
+        if self._calls(node, names.INIT_PROCESS_GROUP) or self._calls(
+            node, names.DISTRIBUTED_DATA_PARALLEL
+        ):
+            facts.already_distributed = facts.already_distributed or node
+        func = node.func
+        if isinstance(func, cst.Name) and func.value == "print" and self._is_statement_call(node):
+            facts.output_statements.append(self._statement(node))
+        elif self._calls(node, names.TORCH_SAVE):
+            facts.save_calls.append(node)
+            if self._is_statement_call(node):
+                facts.output_statements.append(self._statement(node))
+        elif self._calls(node, names.TORCH_LOAD):
+            facts.load_calls.append(node)
+        elif self._calls(node, names.CUDA_SET_DEVICE) and self._is_statement_call(node):
+            facts.set_device_statements.append(self._statement(node))
+        elif self._calls(node, names.TORCH_DEVICE) and node.args and is_fixed_gpu(node.args[0].value):
+            facts.fixed_device_values.append(node)
+        elif self._is_optimizer(node):
+            self._record_optimizer(node)
+        if isinstance(func, cst.Attribute):
+            self._visit_method_call(node, func)
+
+    def _is_statement_call(self, node: cst.Call) -> bool:
+        parent = self.get_metadata(ParentNodeProvider, node)
+        return isinstance(parent, cst.Expr)
+
+    def _is_optimizer(self, node: cst.Call) -> bool:
+        qualified = self._qualified(node.func)
+        return any(
+            q.startswith(names.OPTIMIZER_PREFIX) and not q.startswith(names.LR_SCHEDULER_PREFIX)
+            and q[len(names.OPTIMIZER_PREFIX):][:1].isupper()
+            for q in qualified
+        )
+
+    def _record_optimizer(self, node: cst.Call) -> None:
+        self.facts.trains = True
+        positional = _positional(node)
+        params = _keywords(node).get("params")
+        first = params.value if params is not None else (positional[0] if positional else None)
+        # `Adam(model.parameters())` names the model; parameter groups and filters are
+        # searched for the same `X.parameters()` call inside them.
+        for call in _calls_within(first):
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value == "parameters":
+                model = dotted_name(call.func.value)
+                if model and all(m.name != model for m in self.facts.models):
+                    self.facts.models.append(
+                        Model(model, self._statement(node), self._function())
+                    )
+
+    def _visit_method_call(self, node: cst.Call, func: cst.Attribute) -> None:
+        method = func.attr.value
+        receiver = dotted_name(func.value)
+        if method == "backward" or (method == "step" and receiver and "optim" in receiver):
+            self.facts.trains = True
+        if method in ("state_dict", "load_state_dict") and receiver:
+            self.facts.state_dict_calls.append(node)
+        if receiver and self._is_statement_call(node):
+            self._touch(receiver, node)
+        if method == "cuda" or (
+            method == "to" and node.args and is_fixed_gpu(node.args[0].value)
+        ):
+            self.facts.fixed_device_moves.append(node)
+
+    # --- loops -----------------------------------------------------------------------------------
+    def visit_For(self, node: cst.For) -> None:
+        for name in _names_within(node.iter):
+            self.facts.loops_over.setdefault(name, []).append(node)
+
+    # --- environment ---------------------------------------------------------------------------
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        if dotted_name(node.value) != "os.environ" or len(node.slice) != 1:
+            return
+        index = node.slice[0].slice
+        if isinstance(index, cst.Index) and string_value(index.value) == "CUDA_VISIBLE_DEVICES":
+            parent = self.get_metadata(ParentNodeProvider, node)
+            if isinstance(parent, cst.AssignTarget):
+                self.facts.visible_devices_statements.append(self._statement(node))
+
+
+def _calls_within(node: Optional[cst.CSTNode]) -> List[cst.Call]:
+    found: List[cst.Call] = []
+    if node is None:
+        return found
+
+    class _Calls(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            found.append(call)
+
+    node.visit(_Calls())
+    return found
+
+
+def _names_within(node: cst.CSTNode) -> List[str]:
+    found: List[str] = []
+
+    class _Names(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            found.append(name.value)
+
+        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
+            dotted = dotted_name(attribute)
+            if dotted:
+                found.append(dotted)
+            return True
+
+    node.visit(_Names())
+    return found

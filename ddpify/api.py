@@ -1,0 +1,99 @@
+"""migrate_source: source text in, migrated text and diagnostics out. No I/O here."""
+from dataclasses import dataclass
+from typing import Tuple
+
+import libcst as cst
+from libcst.codemod import (
+    CodemodCommand,
+    CodemodContext,
+    SkipFile,
+    TransformFailure,
+    transform_module,
+)
+from libcst.codemod.visitors import AddImportsVisitor
+from libcst.metadata import MetadataWrapper
+
+from ddpify import names
+from ddpify.analysis import analyse
+from ddpify.diagnostics import Diagnostic, is_selected
+from ddpify.options import Options
+from ddpify.transforms import CONCERNS, setup
+from ddpify.transforms.edits import ApplyEdits, Edits
+
+
+@dataclass(frozen=True)
+class Result:
+    code: str
+    diagnostics: Tuple[Diagnostic, ...]
+
+    @property
+    def needs_a_person(self) -> bool:
+        return any(d.severity.value == "warning" for d in self.diagnostics)
+
+
+class MigrationError(Exception):
+    """The source cannot be migrated at all (a syntax error, or a bug in ddpify)."""
+
+    def __init__(self, message: str, line: int = 0, column: int = 0) -> None:
+        super().__init__(message)
+        self.message, self.line, self.column = message, line, column
+
+
+def migrate_source(code: str, options: Options = Options()) -> Result:
+    """Migrate one script. Raises MigrationError when the source does not parse."""
+    codemod = _MigrateCommand(CodemodContext(), options)
+    outcome = transform_module(codemod, code)
+    if isinstance(outcome, TransformFailure):
+        error = outcome.error
+        if isinstance(error, cst.ParserSyntaxError):
+            raise MigrationError(f"syntax error: {error.message}", error.raw_line, error.raw_column + 1)
+        raise MigrationError(f"internal error: {error!r}\n{outcome.traceback_str}")
+    new_code = getattr(outcome, "code", code)
+    kept = tuple(
+        diagnostic for diagnostic in codemod.diagnostics
+        if is_selected(diagnostic.code, options.select, options.ignore)
+    )
+    return Result(new_code, kept)
+
+
+class _MigrateCommand(CodemodCommand):
+    """analysis -> plan (one module per concern) -> one applying pass -> imports."""
+
+    DESCRIPTION = "Migrate a single-GPU PyTorch training script to DistributedDataParallel."
+
+    def __init__(self, context: CodemodContext, options: Options) -> None:
+        super().__init__(context)
+        self.options = options
+        self.diagnostics: list = []
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        if "torch" not in tree.code:
+            self._note_no_training()
+            raise SkipFile("no torch")
+        # The tree was parsed for us alone, so the wrapper may use it without a deep copy.
+        wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
+        facts = analyse(wrapper)
+        if facts.already_distributed is not None:
+            position = facts.positions[facts.already_distributed].start
+            self.diagnostics.append(Diagnostic("DDP900", position.line, position.column + 1,
+                                               "already distributed: left unchanged"))
+            raise SkipFile("already distributed")
+        if not facts.trains:
+            self._note_no_training()
+            raise SkipFile("no training code")
+        edits = Edits(facts, tree.config_for_parsing)
+        plan = setup.choose(facts)
+        for concern in CONCERNS:
+            concern.plan(facts, edits, plan)
+        setup.place(facts, edits, plan)
+        setup.add_guard_helper(edits, plan)
+        setup.teardown(facts, edits, plan)
+        self.diagnostics = sorted(edits.diagnostics, key=lambda d: (d.line, d.column, d.code))
+        new_tree = wrapper.module.visit(ApplyEdits(edits))
+        for key in sorted(edits.imports):
+            module, obj, asname = names.EMITTED_IMPORTS[key]
+            AddImportsVisitor.add_needed_import(self.context, module, obj, asname)
+        return new_tree
+
+    def _note_no_training(self) -> None:
+        self.diagnostics.append(Diagnostic("DDP901", 1, 1, "no training code found: left unchanged"))

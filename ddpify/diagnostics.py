@@ -1,0 +1,156 @@
+"""The rule registry and how diagnostics are filtered and printed.
+
+Codes are stable and never reused: DDP0xx setup and devices, DDP1xx model, DDP2xx data,
+DDP3xx rank-0 side effects, DDP4xx numerics and performance, DDP9xx needs a person or
+informs about the whole file.
+"""
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Severity(str, Enum):
+    # A rewrite ddpify made; listed in --format json, not printed by default.
+    EDIT = "edit"
+    # Worth knowing, nothing to do: does not change the exit code.
+    INFO = "info"
+    # Needs a person: ddpify could not migrate this safely; exit code 1.
+    WARNING = "warning"
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    severity: Severity
+    summary: str
+    why: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    code: str
+    line: int
+    column: int
+    message: str
+    end_line: int = 0
+
+    @property
+    def severity(self) -> Severity:
+        return RULES[self.code].severity
+
+    def format(self, path: str) -> str:
+        return f"{path}:{self.line}:{self.column}: {self.code} {self.message}"
+
+
+_RULE_LIST = [
+    Rule("DDP001", Severity.EDIT, "process-group setup inserted where the device is chosen",
+         "Each torchrun process must join the process group and pin itself to LOCAL_RANK "
+         "before it touches a GPU; under plain `python` nothing is initialised.",
+         "Nothing to do."),
+    Rule("DDP002", Severity.EDIT, "device move rewritten to this rank's device",
+         "`.cuda()`, `\"cuda:0\"` and integer devices all point at GPU 0, so every rank "
+         "would pile onto one GPU and a CPU-only machine would crash.",
+         "Nothing to do."),
+    Rule("DDP003", Severity.WARNING, "device chosen where the rank's device is not in scope",
+         "The code moves data to a fixed GPU in a place that cannot see the `device` the "
+         "setup block defines.",
+         "Pass `device` into this function and use `.to(device)`."),
+    Rule("DDP004", Severity.WARNING, "CUDA_VISIBLE_DEVICES set from inside the script",
+         "torchrun gives each process its LOCAL_RANK; hiding GPUs from inside the script "
+         "makes every rank see the same device.",
+         "Remove the assignment and choose GPUs with CUDA_VISIBLE_DEVICES on the command line."),
+    Rule("DDP005", Severity.EDIT, "process group torn down at exit",
+         "A process group left open can hang the launcher at exit and leaks NCCL resources.",
+         "Nothing to do."),
+    Rule("DDP101", Severity.EDIT, "model wrapped in DistributedDataParallel",
+         "DDP all-reduces gradients during backward so that every rank applies the same update.",
+         "Nothing to do."),
+    Rule("DDP102", Severity.EDIT, "nn.DataParallel replaced by DistributedDataParallel",
+         "DataParallel runs one process that scatters to all GPUs; under torchrun each "
+         "process owns one GPU, so DataParallel would replicate onto GPUs other ranks own.",
+         "Nothing to do."),
+    Rule("DDP103", Severity.EDIT, "raw model reached through `.module`",
+         "A DDP wrapper prefixes every state_dict key with `module.`; checkpoints must hold "
+         "the unwrapped model so that they load without DDP.",
+         "Nothing to do."),
+    Rule("DDP104", Severity.INFO, "BatchNorm statistics are per rank",
+         "Each rank normalises over its own shard of the batch; with small per-GPU batches "
+         "this hurts accuracy.",
+         "Run ddpify with --sync-batchnorm to convert to SyncBatchNorm before wrapping."),
+    Rule("DDP105", Severity.WARNING, "model has parameters unused in forward",
+         "DDP waits for a gradient for every parameter; one that never receives a gradient "
+         "makes backward hang or fail.",
+         "Pass find_unused_parameters=True to DDP, or remove the unused parameters."),
+    Rule("DDP201", Severity.EDIT, "DistributedSampler carries the loader's shuffle",
+         "Without a DistributedSampler every rank trains on the whole dataset, so an epoch "
+         "does N times the work and the ranks see the same batches.",
+         "Nothing to do."),
+    Rule("DDP202", Severity.EDIT, "sampler.set_epoch(epoch) at the top of the epoch loop",
+         "DistributedSampler seeds its shuffle with the epoch; without set_epoch every epoch "
+         "repeats the same order.",
+         "Nothing to do."),
+    Rule("DDP203", Severity.INFO, "evaluation loader left unsharded: every rank evaluates the full set",
+         "Sharding evaluation needs its sums reduced across ranks and DistributedSampler's "
+         "padding removed; leaving it whole keeps the printed figures exact.",
+         "Fine as is; shard it by hand if evaluation time matters."),
+    Rule("DDP204", Severity.WARNING, "batch_sampler= cannot be sharded automatically",
+         "A custom batch sampler decides which samples each batch holds; ddpify cannot "
+         "split it between ranks without changing its meaning.",
+         "Make the batch sampler rank-aware (take rank and world size) or use sampler=."),
+    Rule("DDP205", Severity.WARNING, "IterableDataset is not sharded by DistributedSampler",
+         "Samplers do not apply to iterable datasets; every rank would stream the same data.",
+         "Shard inside __iter__ with torch.distributed.get_rank() and get_world_size()."),
+    Rule("DDP206", Severity.INFO, "global batch size grows with the world size",
+         "Each rank draws batch_size samples, so one step consumes batch_size x world_size "
+         "samples; the learning rate may need scaling.",
+         "Scale the learning rate, or run ddpify with --keep-global-batch."),
+    Rule("DDP207", Severity.WARNING, "existing sampler= left as is",
+         "A custom sampler decides the order on every rank; ddpify cannot shard it safely.",
+         "Wrap the sampler's indices with DistributedSampler or make it rank-aware."),
+    Rule("DDP301", Severity.EDIT, "output only on rank 0",
+         "Every rank runs the same code, so each print, log line and progress bar would "
+         "appear once per process.",
+         "Nothing to do."),
+    Rule("DDP302", Severity.EDIT, "files written only on rank 0",
+         "Ranks writing the same file race and can leave a corrupt checkpoint.",
+         "Nothing to do."),
+    Rule("DDP303", Severity.EDIT, "torch.load maps tensors to this rank's device",
+         "A checkpoint saved from GPU 0 loads onto GPU 0 on every rank unless map_location "
+         "says otherwise.",
+         "Nothing to do."),
+    Rule("DDP401", Severity.EDIT, "gradient accumulation skips the all-reduce on micro-batches",
+         "Without no_sync() DDP all-reduces gradients on every micro-batch, not only before "
+         "the optimizer step.",
+         "Nothing to do."),
+    Rule("DDP900", Severity.INFO, "already distributed: left unchanged",
+         "The script already initialises a process group or wraps a model in DDP.",
+         "Nothing to do."),
+    Rule("DDP901", Severity.INFO, "no training code found: left unchanged",
+         "ddpify found no optimizer step, backward pass or DataLoader to migrate.",
+         "Nothing to do."),
+    Rule("DDP902", Severity.WARNING, "rank-divergent control flow may hang a collective",
+         "A break or return decided on a value only one rank has leaves the other ranks "
+         "waiting in the next all-reduce.",
+         "Decide on a value all ranks share (all-reduce it first), or decide on every rank."),
+    Rule("DDP903", Severity.WARNING, "could not find where the model reaches its device",
+         "DDP must wrap the model after it is on its device and before training; ddpify "
+         "could not tell where that is.",
+         "Wrap the model yourself: `model = DDP(model, device_ids=[local_rank])`."),
+]
+
+RULES = {rule.code: rule for rule in _RULE_LIST}
+
+
+def is_selected(code: str, select: tuple, ignore: tuple) -> bool:
+    """`--select` and `--ignore` take full codes or prefixes such as DDP2."""
+    if select and not any(code.startswith(prefix) for prefix in select):
+        return False
+    return not any(code.startswith(prefix) for prefix in ignore)
+
+
+def explain(code: str) -> str:
+    rule = RULES[code]
+    return (
+        f"{rule.code} ({rule.severity.value}): {rule.summary}\n\n"
+        f"Why: {rule.why}\n\nFix: {rule.fix}\n"
+    )

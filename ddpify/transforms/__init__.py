@@ -1,0 +1,8 @@
+"""The transforms, one module per concern, planned in a fixed order and applied in one pass.
+
+Order matters: setup.choose decides where the setup block goes and which names the others
+may use; setup.place runs last because the block must precede every statement that needs it.
+"""
+from ddpify.transforms import data, devices, model, setup, side_effects
+
+CONCERNS = (devices, model, data, side_effects)

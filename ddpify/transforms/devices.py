@@ -1,0 +1,48 @@
+"""Device moves: every fixed GPU becomes this rank's device (DDP002, DDP003, DDP004).
+
+`.cuda()`, `.to("cuda")`, `.to(0)` and `torch.device("cuda:0")` all name GPU 0 on every rank
+and fail on a CPU-only machine; the setup block's device names the rank's own GPU, or the CPU.
+"""
+import libcst as cst
+
+from ddpify.analysis import Facts
+from ddpify.transforms.edits import Edits
+from ddpify.transforms.setup import SetupPlan
+
+
+def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+    device = setup.device
+    for call in facts.fixed_device_moves:
+        if not setup.sees_setup(facts, call):
+            edits.report("DDP003", call, f"fixed GPU here cannot see `{device}`: pass it in and use .to({device})")
+            continue
+        edits.expressions[call] = _move_to(device)
+        edits.report("DDP002", call)
+    for value in facts.fixed_device_values:
+        if setup.device_assignment and facts.ancestor_in(value, setup.device_assignment.statement):
+            continue
+        if setup.sees_setup(facts, value):
+            edits.expressions[value] = lambda _node: cst.Name(device)
+            edits.report("DDP002", value)
+    for statement in facts.set_device_statements:
+        # The setup block pins the process to LOCAL_RANK; a fixed set_device would undo it.
+        edits.removed.add(statement)
+        edits.report("DDP002", statement)
+    for statement in facts.visible_devices_statements:
+        edits.report("DDP004", statement)
+
+
+def _move_to(device: str):
+    def rewrite(call: cst.Call) -> cst.Call:
+        keywords = [arg for arg in call.args if arg.keyword is not None]
+        positional = [arg for arg in call.args if arg.keyword is None]
+        if call.func.attr.value == "to":
+            # `.to("cuda", dtype)`: only the device changes.
+            args = [positional[0].with_changes(value=cst.Name(device))] + positional[1:] + keywords
+        else:
+            # `.cuda(1, non_blocking=True)`: the index goes, the keywords stay.
+            args = [cst.Arg(cst.Name(device))] + keywords
+        args = [arg.with_changes(comma=cst.MaybeSentinel.DEFAULT) for arg in args]
+        return call.with_changes(func=call.func.with_changes(attr=cst.Name("to")), args=args)
+
+    return rewrite

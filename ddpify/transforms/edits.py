@@ -1,0 +1,168 @@
+"""The plan every transform writes into, and the single pass that carries it out.
+
+Transforms never rewrite the tree themselves: they key edits by the original nodes that
+analysis recorded, and `ApplyEdits` visits the same tree once. One pass keeps node identity
+(libcst makes new nodes on every pass) and keeps the cost near one parse + one print.
+"""
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Set
+
+import libcst as cst
+
+from ddpify.analysis import Facts
+from ddpify.diagnostics import Diagnostic, RULES
+
+Statement = cst.BaseStatement
+
+
+@dataclass
+class Insertion:
+    statements: List[Statement]
+    # The inserted code takes over the anchor's leading comments and blank lines, so that a
+    # comment written above `loader = DataLoader(...)` stays above the code that builds it.
+    takes_comments: bool = False
+
+
+@dataclass
+class Edits:
+    facts: Facts
+    config: cst.PartialParserConfig
+    expressions: Dict[cst.CSTNode, Callable[[cst.CSTNode], cst.CSTNode]] = field(default_factory=dict)
+    before: Dict[Statement, List[Insertion]] = field(default_factory=dict)
+    after: Dict[Statement, List[Statement]] = field(default_factory=dict)
+    replaced: Dict[Statement, List[Statement]] = field(default_factory=dict)
+    removed: Set[Statement] = field(default_factory=set)
+    guarded: Dict[Statement, str] = field(default_factory=dict)
+    # Statements wrapped in try/finally, with the code for the finally block.
+    finally_bodies: Dict[Statement, List[Statement]] = field(default_factory=dict)
+    module_end: List[Statement] = field(default_factory=list)
+    module_prelude: List[Statement] = field(default_factory=list)
+    # Keys of names.EMITTED_IMPORTS the emitted code uses.
+    imports: Set[str] = field(default_factory=set)
+    diagnostics: List[Diagnostic] = field(default_factory=list)
+
+    def statement(self, code: str) -> Statement:
+        return cst.parse_statement(code, config=self.config)
+
+    def statements(self, code: str) -> List[Statement]:
+        return list(cst.parse_module(code, config=self.config).body)
+
+    def expression(self, code: str) -> cst.BaseExpression:
+        return cst.parse_expression(code, config=self.config)
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.facts.module.code_for_node(node)
+
+    def report(self, code: str, node: cst.CSTNode, message: Optional[str] = None) -> None:
+        """Record a diagnostic at a node of the original tree."""
+        position = self.facts.positions[node]
+        self.diagnostics.append(
+            Diagnostic(code, position.start.line, position.start.column + 1,
+                       message or RULES[code].summary, position.end.line)
+        )
+
+    @property
+    def changes_anything(self) -> bool:
+        return bool(
+            self.expressions or self.before or self.after or self.replaced or self.removed
+            or self.guarded or self.finally_bodies or self.module_end or self.module_prelude
+        )
+
+
+class ApplyEdits(cst.CSTTransformer):
+    def __init__(self, edits: Edits) -> None:
+        super().__init__()
+        self.edits = edits
+
+    def on_leave(self, original_node, updated_node):
+        rewrite = self.edits.expressions.get(original_node)
+        if rewrite is not None:
+            updated_node = rewrite(updated_node)
+        return super().on_leave(original_node, updated_node)
+
+    def leave_IndentedBlock(self, original_node, updated_node):
+        return updated_node.with_changes(body=self._rebuild(original_node.body, updated_node.body))
+
+    def leave_Module(self, original_node, updated_node):
+        body = self._rebuild(original_node.body, updated_node.body)
+        if self.edits.module_prelude:
+            body = _insert_after_imports(body, self.edits.module_prelude)
+        return updated_node.with_changes(body=body + list(self.edits.module_end))
+
+    def _rebuild(self, originals: Sequence[Statement], updated: Sequence[Statement]):
+        edits = self.edits
+        body: List[Statement] = []
+        group: List[Statement] = []
+        group_guard: Optional[str] = None
+
+        def flush() -> None:
+            nonlocal group, group_guard
+            if group:
+                body.append(_guard(group, group_guard, edits))
+            group, group_guard = [], None
+
+        for original, new in zip(originals, updated):
+            replacement = list(edits.replaced.get(original, [new]))
+            if original in edits.finally_bodies:
+                replacement = [_try_finally(new, edits.finally_bodies[original], edits)]
+            for insertion in edits.before.get(original, ()):
+                flush()
+                inserted = list(insertion.statements)
+                if insertion.takes_comments and replacement:
+                    inserted[0] = inserted[0].with_changes(leading_lines=replacement[0].leading_lines)
+                    replacement[0] = replacement[0].with_changes(leading_lines=())
+                body.extend(inserted)
+            if original in edits.removed:
+                continue
+            guard = edits.guarded.get(original)
+            if guard is not None:
+                if group and guard != group_guard:
+                    flush()
+                group.extend(replacement)
+                group_guard = guard
+            else:
+                flush()
+                body.extend(replacement)
+            if original in edits.after:
+                flush()
+                body.extend(edits.after[original])
+        flush()
+        return body
+
+
+def _guard(statements: List[Statement], guard: str, edits: Edits) -> cst.If:
+    """`if is_main:` around statements; the comments above the first move above the if."""
+    first = statements[0]
+    inner = [first.with_changes(leading_lines=())] + statements[1:]
+    return cst.If(
+        test=edits.expression(guard),
+        body=cst.IndentedBlock(body=inner),
+        leading_lines=first.leading_lines,
+    )
+
+
+def _try_finally(statement: Statement, cleanup: List[Statement], edits: Edits) -> cst.Try:
+    return cst.Try(
+        body=cst.IndentedBlock(body=[statement.with_changes(leading_lines=())]),
+        finalbody=cst.Finally(body=cst.IndentedBlock(body=cleanup)),
+        leading_lines=statement.leading_lines,
+    )
+
+
+def _insert_after_imports(body: List[Statement], prelude: List[Statement]) -> List[Statement]:
+    index = 0
+    for position, statement in enumerate(body):
+        if not _is_import_or_docstring(statement):
+            break
+        index = position + 1
+    return body[:index] + prelude + body[index:]
+
+
+def _is_import_or_docstring(statement: Statement) -> bool:
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    return all(
+        isinstance(small, (cst.Import, cst.ImportFrom))
+        or (isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString)))
+        for small in statement.body
+    )

@@ -1,0 +1,62 @@
+"""Where the fixtures live and how one is read: shared by the tests and the regenerator."""
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional
+
+from ddpify.diagnostics import Severity
+from ddpify.options import Options
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+
+
+@dataclass
+class Case:
+    directory: Path
+
+    @property
+    def name(self) -> str:
+        return self.directory.name
+
+    @property
+    def input(self) -> Path:
+        return self.directory / "input.py"
+
+    @property
+    def expected(self) -> Path:
+        return self.directory / "expected.py"
+
+    @property
+    def expected_diagnostics(self) -> Path:
+        return self.directory / "expected.txt"
+
+    @property
+    def options(self) -> Options:
+        """`options` holds CLI flags, e.g. `--sync-batchnorm`."""
+        path = self.directory / "options"
+        flags = shlex.split(path.read_text()) if path.exists() else []
+        return Options(
+            sync_batchnorm="--sync-batchnorm" in flags,
+            keep_global_batch="--keep-global-batch" in flags,
+        )
+
+    @property
+    def run_spec(self) -> Optional[dict]:
+        """`run.json` marks a fixture that runs on CPU: {"args": [...], "files": [...]}."""
+        path = self.directory / "run.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+
+def all_cases() -> List[Case]:
+    return [Case(path) for path in sorted(FIXTURES.iterdir()) if (path / "input.py").exists()]
+
+
+def format_diagnostics(diagnostics) -> str:
+    """The diagnostics a user sees (no plain edits), as `expected.txt` stores them."""
+    return "".join(
+        diagnostic.format("input.py") + "\n"
+        for diagnostic in diagnostics
+        if diagnostic.severity is not Severity.EDIT
+    )

@@ -1,0 +1,44 @@
+"""The fixtures are the spec: one generic test walks fixtures/ (DESIGN.md §7)."""
+import pytest
+
+from ddpify.api import migrate_source
+from fixture_cases import all_cases, format_diagnostics
+from script_runs import problems_distributed, problems_single_process, run_python, run_torchrun
+
+CASES = all_cases()
+RUNNABLE = [case for case in CASES if case.run_spec is not None]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_output_matches_expected(case):
+    result = migrate_source(case.input.read_text(), case.options)
+    assert result.code == case.expected.read_text()
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_diagnostics_match_expected(case):
+    result = migrate_source(case.input.read_text(), case.options)
+    assert format_diagnostics(result.diagnostics) == case.expected_diagnostics.read_text()
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_expected_compiles(case):
+    compile(case.expected.read_text(), str(case.expected), "exec")
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_migrating_expected_changes_nothing(case):
+    expected = case.expected.read_text()
+    assert migrate_source(expected, case.options).code == expected
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", RUNNABLE, ids=lambda case: case.name)
+def test_migrated_script_runs(case, tmp_path):
+    spec = case.run_spec
+    args = spec.get("args", [])
+    original = run_python(case.input, tmp_path / "original", args)
+    single = run_python(case.expected, tmp_path / "single", args)
+    assert problems_single_process(original, single) == []
+    distributed = run_torchrun(case.expected, tmp_path / "torchrun", args)
+    assert problems_distributed(original, distributed, spec.get("files", [])) == []
