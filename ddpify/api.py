@@ -10,7 +10,6 @@ from libcst.codemod import (
     TransformFailure,
     transform_module,
 )
-from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper
 
 from ddpify import names
@@ -19,6 +18,7 @@ from ddpify.diagnostics import Diagnostic, is_selected
 from ddpify.options import Options
 from ddpify.transforms import CONCERNS, setup
 from ddpify.transforms.edits import ApplyEdits, Edits
+from ddpify.transforms.imports import add_imports
 
 
 @dataclass(frozen=True)
@@ -90,10 +90,7 @@ class _MigrateCommand(CodemodCommand):
         setup.teardown(facts, edits, plan)
         self.diagnostics = sorted(edits.diagnostics, key=lambda d: (d.line, d.column, d.code))
         new_tree = wrapper.module.visit(ApplyEdits(edits))
-        for key in sorted(edits.imports):
-            module, obj, asname = names.EMITTED_IMPORTS[key]
-            AddImportsVisitor.add_needed_import(self.context, module, obj, asname)
-        return new_tree
+        return add_imports(new_tree, [names.EMITTED_IMPORTS[key] for key in sorted(edits.imports)])
 
     def _note_no_training(self) -> None:
         self.diagnostics.append(Diagnostic("DDP901", 1, 1, "no training code found: left unchanged"))
