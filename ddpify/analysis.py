@@ -29,6 +29,8 @@ class Loader:
     function: Optional[cst.FunctionDef]
     dataset: Optional[cst.BaseExpression]
     keywords: Dict[str, cst.Arg]
+    # `DataLoader(ds, **loader_kwargs)`: the dict's name; its keys are known only at run time.
+    kwargs_name: Optional[str] = None
 
     @property
     def shuffles(self) -> bool:
@@ -73,6 +75,19 @@ class Facts:
     load_calls: List[cst.Call] = field(default_factory=list)
     state_dict_calls: List[cst.Call] = field(default_factory=list)
     main_guard: Optional[cst.If] = None
+    # Data: DataLoader and IterableDataset subclasses defined here (a loader class maps to
+    # whether its constructor takes `sampler=`), what each name is assigned, loops whose
+    # body trains, statements that download a dataset, loops that slice batches by hand.
+    loader_classes: Dict[str, bool] = field(default_factory=dict)
+    iterable_dataset_classes: Set[str] = field(default_factory=set)
+    assigned_values: Dict[str, List[cst.BaseExpression]] = field(default_factory=dict)
+    random_sampler_calls: Set[cst.Call] = field(default_factory=set)
+    training_loops: Set[cst.For] = field(default_factory=set)
+    download_statements: List[Statement] = field(default_factory=list)
+    sliced_batch_loops: List[cst.For] = field(default_factory=list)
+    # Functions and methods by name, and calls of them by bare or `self.` name.
+    functions: Dict[str, cst.FunctionDef] = field(default_factory=dict)
+    calls_by_callee: Dict[str, List[cst.Call]] = field(default_factory=dict)
     bound_names: Set[str] = field(default_factory=set)
     positions: dict = field(default_factory=dict, repr=False)
     parents: dict = field(default_factory=dict, repr=False)
@@ -107,6 +122,58 @@ class Facts:
 
     def block_of(self, statement: Statement) -> cst.CSTNode:
         return self.parents[statement]
+
+    def epoch_loops(self, name: str, function: Optional[cst.FunctionDef], depth: int = 0):
+        """Loops around each pass over the loader held by `name` in `function`.
+
+        Follows the loader into the functions it is passed to (`train(model, loader)`), so the
+        epoch loop in main() is found when the batch loop lives in train(). Yields (loop, the
+        name the loader has inside that loop). An attribute (`self.loader`) is followed into
+        every method of its class.
+        """
+        found = []
+        for loop in self.loops_over.get(name, ()):
+            if name.startswith("self.") or self.function_of(loop) is function:
+                outer = self.enclosing_loops(loop)
+                if outer:
+                    found.append((outer[0], name))
+        if depth > 3:
+            return found
+        for callee, parameter, call in self._calls_passing(name, function):
+            outer = self.enclosing_loops(call)
+            if outer and self.epoch_loops(parameter, callee, depth + 1) == [] and self._iterates(
+                parameter, callee
+            ):
+                found.append((outer[0], name))
+            else:
+                found.extend(self.epoch_loops(parameter, callee, depth + 1))
+        return found
+
+    def _iterates(self, name: str, function: cst.FunctionDef) -> bool:
+        return any(self.function_of(loop) is function for loop in self.loops_over.get(name, ()))
+
+    def _calls_passing(self, name: str, function: Optional[cst.FunctionDef]):
+        """(callee, its parameter, call) for each call in `function` that passes `name`."""
+        for callee_name, calls in self.calls_by_callee.items():
+            callee = self.functions.get(callee_name)
+            if callee is None:
+                continue
+            parameters = [p.name.value for p in callee.params.params]
+            if parameters[:1] == ["self"] and callee_name.startswith("self."):
+                parameters = parameters[1:]
+            for call in calls:
+                if not (name.startswith("self.") or self.function_of(call) is function):
+                    continue
+                for index, arg in enumerate(call.args):
+                    if dotted_name(arg.value) != name or arg.star:
+                        continue
+                    if arg.keyword is not None:
+                        parameter = arg.keyword.value
+                    elif index < len(parameters):
+                        parameter = parameters[index]
+                    else:
+                        continue
+                    yield callee, parameter, call
 
     def enclosing_loops(self, node: cst.CSTNode) -> List[cst.For]:
         """For loops whose body (not header) holds node, innermost first, up to the function."""
@@ -203,6 +270,10 @@ class _Collector(cst.CSTVisitor):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._function_stack.append(node)
         self.facts.bound_names.add(node.name.value)
+        is_method = isinstance(self.get_metadata(ParentNodeProvider, node), cst.IndentedBlock) and any(
+            p.name.value == "self" for p in node.params.params[:1]
+        )
+        self.facts.functions.setdefault(("self." if is_method else "") + node.name.value, node)
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self._function_stack.pop()
@@ -229,19 +300,39 @@ class _Collector(cst.CSTVisitor):
             return
         self._touch(target, node)
         value = node.value
-        if isinstance(value, cst.Call) and self._calls(value, names.DATALOADER_ALIASES):
+        self.facts.assigned_values.setdefault(target, []).append(value)
+        if isinstance(value, cst.Call) and self._is_loader_class(value.func):
             positional = _positional(value)
             keywords = _keywords(value)
             dataset = keywords["dataset"].value if "dataset" in keywords else (
                 positional[0] if positional else None
             )
+            star = [arg.value for arg in value.args if arg.star == "**"]
             self.facts.loaders.append(
-                Loader(target, value, self._statement(node), self._function(), dataset, keywords)
+                Loader(target, value, self._statement(node), self._function(), dataset, keywords,
+                       dotted_name(star[0]) if len(star) == 1 else None)
             )
         elif self._is_device_value(value, target):
             self.facts.device_assignments.append(
                 DeviceAssignment(target, self._statement(node), self._function())
             )
+
+    def _is_loader_class(self, func: cst.BaseExpression) -> bool:
+        if isinstance(func, cst.Name) and func.value in self.facts.loader_classes:
+            return True
+        return bool(self._qualified(func) & names.DATALOADER_ALIASES)
+
+    # --- data classes ----------------------------------------------------------------------------
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        bases = [base.value for base in node.bases if base.keyword is None]
+        if any(self._is_loader_class(base) for base in bases):
+            self.facts.loader_classes[node.name.value] = _init_takes_sampler(node)
+        if any(
+            self._qualified(base) & names.ITERABLE_DATASET
+            or (isinstance(base, cst.Name) and base.value in self.facts.iterable_dataset_classes)
+            for base in bases
+        ):
+            self.facts.iterable_dataset_classes.add(node.name.value)
 
     def _is_device_value(self, value: cst.BaseExpression, target: str) -> bool:
         if isinstance(value, cst.Call):
@@ -281,6 +372,18 @@ class _Collector(cst.CSTVisitor):
             self._record_optimizer(node)
         if isinstance(func, cst.Attribute):
             self._visit_method_call(node, func)
+        if self._calls(node, names.RANDOM_SAMPLER):
+            facts.random_sampler_calls.add(node)
+        if any(
+            arg.keyword is not None and arg.keyword.value == "download" and not _is_false(arg.value)
+            for arg in node.args
+        ):
+            statement = self._statement(node)
+            if statement not in facts.download_statements:
+                facts.download_statements.append(statement)
+        callee = dotted_name(func)
+        if callee is not None:
+            self.facts.calls_by_callee.setdefault(callee, []).append(node)
 
     def _is_statement_call(self, node: cst.Call) -> bool:
         parent = self.get_metadata(ParentNodeProvider, node)
@@ -314,6 +417,7 @@ class _Collector(cst.CSTVisitor):
         receiver = dotted_name(func.value)
         if method == "backward" or (method == "step" and receiver and "optim" in receiver):
             self.facts.trains = True
+            self._mark_training_loops(node)
         if method in ("state_dict", "load_state_dict") and receiver:
             self.facts.state_dict_calls.append(node)
         if receiver and self._is_statement_call(node):
@@ -327,6 +431,16 @@ class _Collector(cst.CSTVisitor):
     def visit_For(self, node: cst.For) -> None:
         for name in _names_within(node.iter):
             self.facts.loops_over.setdefault(name, []).append(node)
+        if _slices_batches(node):
+            self.facts.sliced_batch_loops.append(node)
+
+    def _mark_training_loops(self, node: cst.CSTNode) -> None:
+        """Every For loop whose body (not header) holds this backward() or step()."""
+        child, parent = node, self.get_metadata(ParentNodeProvider, node, None)
+        while parent is not None and not isinstance(parent, cst.FunctionDef):
+            if isinstance(parent, cst.For) and child is parent.body:
+                self.facts.training_loops.add(parent)
+            child, parent = parent, self.get_metadata(ParentNodeProvider, parent, None)
 
     # --- environment ---------------------------------------------------------------------------
     def visit_Subscript(self, node: cst.Subscript) -> None:
@@ -337,6 +451,39 @@ class _Collector(cst.CSTVisitor):
             parent = self.get_metadata(ParentNodeProvider, node)
             if isinstance(parent, cst.AssignTarget):
                 self.facts.visible_devices_statements.append(self._statement(node))
+
+
+def _init_takes_sampler(node: cst.ClassDef) -> bool:
+    """A DataLoader subclass forwards `sampler=` unless its own __init__ drops it."""
+    for statement in node.body.body:
+        if isinstance(statement, cst.FunctionDef) and statement.name.value == "__init__":
+            params = statement.params
+            return isinstance(params.star_kwarg, cst.Param) or any(
+                param.name.value == "sampler" for param in params.params + params.kwonly_params
+            )
+    return True
+
+
+def _slices_batches(loop: cst.For) -> bool:
+    """`for i in range(0, n, batch_size): xb = x[i:i + batch_size]`: batches cut by hand."""
+    if not (
+        isinstance(loop.target, cst.Name)
+        and isinstance(loop.iter, cst.Call)
+        and isinstance(loop.iter.func, cst.Name)
+        and loop.iter.func.value == "range"
+        and len(loop.iter.args) == 3
+    ):
+        return False
+    index = loop.target.value
+    found = []
+
+    class _Slices(cst.CSTVisitor):
+        def visit_Slice(self, node: cst.Slice) -> None:
+            if isinstance(node.lower, cst.Name) and node.lower.value == index:
+                found.append(node)
+
+    loop.body.visit(_Slices())
+    return bool(found)
 
 
 def _calls_within(node: Optional[cst.CSTNode]) -> List[cst.Call]:

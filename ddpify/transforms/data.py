@@ -13,6 +13,9 @@ from ddpify.transforms.setup import SetupPlan
 
 SAMPLER_CODE = "{sampler} = DistributedSampler({dataset}, shuffle={shuffle}) if distributed else None\n"
 SET_EPOCH_CODE = "if {sampler} is not None:\n    {sampler}.set_epoch({epoch})\n"
+SET_EPOCH_VIA_LOADER_CODE = (
+    "if isinstance({loader}.sampler, DistributedSampler):\n    {loader}.sampler.set_epoch({epoch})\n"
+)
 LINE_LENGTH = 88
 
 
@@ -90,14 +93,18 @@ def _loader_statement(facts: Facts, edits: Edits, loader: Loader, sampler: str, 
 
 
 def _set_epoch(facts: Facts, edits: Edits, loader: Loader, sampler: str) -> None:
-    """At the top of the loop around the loop that iterates the loader."""
-    for batch_loop in facts.loops_over.get(loader.name, ()):
-        enclosing = facts.enclosing_loops(batch_loop)
-        if not enclosing or not isinstance(enclosing[0].target, cst.Name):
+    """At the top of the epoch loop: the loop around the pass over the loader, which may sit
+    in another function than the loader (`for epoch ...: train(model, train_loader)`)."""
+    for epoch_loop, name_there in facts.epoch_loops(loader.name, loader.function):
+        if not isinstance(epoch_loop.target, cst.Name):
             continue
-        epoch_loop = enclosing[0]
+        epoch = epoch_loop.target.value
+        if sampler.startswith("self.") or facts.function_of(epoch_loop) is loader.function:
+            code = SET_EPOCH_CODE.format(sampler=sampler, epoch=epoch)
+        else:
+            # The sampler variable is not in scope here; the loader still carries it.
+            code = SET_EPOCH_VIA_LOADER_CODE.format(loader=name_there, epoch=epoch)
         first = epoch_loop.body.body[0]
-        edits.before.setdefault(first, []).append(Insertion(edits.statements(
-            SET_EPOCH_CODE.format(sampler=sampler, epoch=epoch_loop.target.value))))
+        edits.before.setdefault(first, []).append(Insertion(edits.statements(code)))
         edits.report("DDP202", epoch_loop)
         return

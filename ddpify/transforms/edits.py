@@ -83,6 +83,31 @@ class ApplyEdits(cst.CSTTransformer):
     def leave_IndentedBlock(self, original_node, updated_node):
         return updated_node.with_changes(body=self._rebuild(original_node.body, updated_node.body))
 
+    def leave_If(self, original_node, updated_node):
+        """`if step % 10 == 0:` around guarded code only becomes `if step % 10 == 0 and is_main:`."""
+        guard = self._sole_guard(original_node)
+        if guard is None:
+            return updated_node
+        inner = updated_node.body.body[0]
+        body = list(inner.body.body)
+        body[0] = body[0].with_changes(leading_lines=inner.leading_lines)
+        test = updated_node.test
+        if isinstance(test, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr)) and not test.lpar:
+            test = test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        combined = cst.BooleanOperation(left=test, operator=cst.And(), right=self.edits.expression(guard))
+        return updated_node.with_changes(test=combined, body=updated_node.body.with_changes(body=body))
+
+    def _sole_guard(self, node: cst.If) -> Optional[str]:
+        if node.orelse is not None or not isinstance(node.body, cst.IndentedBlock):
+            return None
+        guards = {self.edits.guarded.get(statement) for statement in node.body.body}
+        if len(guards) != 1 or None in guards:
+            return None
+        if any(statement in self.edits.before or statement in self.edits.after
+               for statement in node.body.body):
+            return None
+        return guards.pop()
+
     def leave_Module(self, original_node, updated_node):
         body = self._rebuild(original_node.body, updated_node.body)
         if self.edits.module_prelude:

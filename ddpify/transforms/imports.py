@@ -108,15 +108,17 @@ def _insert_sorted(body, start, end, statement, key):
     index = next((i for i in range(start, end) if _key_of(body[i]) > key), end)
     previous_section = _key_of(body[index - 1])[0] if index > start else None
     next_section = _key_of(body[index])[0] if index < end else None
-    if index < end and next_section != key[0]:
-        # The new line opens a section above the next one: it takes the blank lines and
-        # comments that led into that section, and a blank line separates the two.
+    if previous_section == key[0]:
+        statement = statement.with_changes(leading_lines=())
+    elif index < len(body):
+        # First of its section: it takes the blank lines and comments that led into the
+        # next line, and a blank line separates it from a following section.
         statement = statement.with_changes(leading_lines=body[index].leading_lines)
-        body[index] = body[index].with_changes(leading_lines=[cst.EmptyLine()])
-    elif previous_section is not None and previous_section != key[0]:
-        statement = statement.with_changes(leading_lines=[cst.EmptyLine()])
-    elif start == end and start < len(body):
-        statement = statement.with_changes(leading_lines=body[start].leading_lines)
-        body[start] = body[start].with_changes(leading_lines=[cst.EmptyLine()])
+        if next_section != key[0]:
+            body[index] = body[index].with_changes(leading_lines=[cst.EmptyLine()])
+        else:
+            body[index] = body[index].with_changes(leading_lines=())
+        if previous_section is not None:
+            statement = statement.with_changes(leading_lines=[cst.EmptyLine()])
     body.insert(index, statement)
     return body, end + 1

@@ -137,11 +137,15 @@ def _is_import(statement: cst.BaseStatement) -> bool:
 
 def add_guard_helper(edits: Edits, plan: SetupPlan) -> None:
     if "is_main_process()" in plan.guards_used:
-        edits.module_prelude.extend(edits.statements(IS_MAIN_HELPER))
+        helper = edits.statements(IS_MAIN_HELPER)
+        # Two blank lines above a top-level def, as PEP 8 and black have it.
+        helper[0] = helper[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+        edits.module_prelude.extend(helper)
 
 
 def teardown(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
-    """Destroy the group at the end; around the call to main() so that it runs on errors too."""
+    """Destroy the group once, after training: around the call to main() when there is one,
+    so that it also runs when training raises, else at the end of the script."""
     if plan.function is None:
         statements = edits.statements(TEARDOWN_CODE)
         # A parsed module keeps a leading blank line in its header; put it back on the code.
@@ -154,10 +158,15 @@ def teardown(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
         edits.finally_bodies[call] = edits.statements(TEARDOWN_IF_INITIALIZED)
         edits.report("DDP005", call)
         return
-    edits.after.setdefault(plan.function.body.body[-1], []).extend(
-        edits.statements(TEARDOWN_CODE.lstrip("\n"))
-    )
-    edits.report("DDP005", plan.function)
+    cleanup = edits.statements(TEARDOWN_IF_INITIALIZED)
+    guard = facts.main_guard
+    if guard is not None and isinstance(guard.body, cst.IndentedBlock):
+        edits.after.setdefault(guard.body.body[-1], []).extend(cleanup)
+        edits.report("DDP005", guard)
+        return
+    cleanup[0] = cleanup[0].with_changes(leading_lines=[cst.EmptyLine()])
+    edits.module_end.extend(cleanup)
+    edits.report("DDP005", facts.module.body[-1])
 
 
 def _call_of_function_under_main(facts: Facts, function_name: str):
