@@ -132,13 +132,16 @@ class Facts:
         every method of its class.
         """
         found = []
+        if depth > 3:
+            return found
         for loop in self.loops_over.get(name, ()):
             if name.startswith("self.") or self.function_of(loop) is function:
                 outer = self.enclosing_loops(loop)
                 if outer:
                     found.append((outer[0], name))
-        if depth > 3:
-            return found
+                elif name.startswith("self."):
+                    # `for x in self.loader` in a method that fit() calls once per epoch.
+                    found.extend(self._loops_around_calls_of(self.function_of(loop), name))
         for callee, parameter, call in self._calls_passing(name, function):
             outer = self.enclosing_loops(call)
             if outer and self.epoch_loops(parameter, callee, depth + 1) == [] and self._iterates(
@@ -147,6 +150,19 @@ class Facts:
                 found.append((outer[0], name))
             else:
                 found.extend(self.epoch_loops(parameter, callee, depth + 1))
+        return found
+
+    def _loops_around_calls_of(self, function: Optional[cst.FunctionDef], name: str):
+        if function is None:
+            return []
+        found = []
+        for callee in (function.name.value, "self." + function.name.value):
+            if self.functions.get(callee) is not function:
+                continue
+            for call in self.calls_by_callee.get(callee, ()):
+                outer = self.enclosing_loops(call)
+                if outer:
+                    found.append((outer[0], name))
         return found
 
     def _iterates(self, name: str, function: cst.FunctionDef) -> bool:

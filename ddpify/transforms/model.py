@@ -16,6 +16,14 @@ WRAP_CODE = """\
 if distributed:
     {model} = DDP({model}, device_ids=[local_rank] if {device}.type == "cuda" else None)
 """
+# The same, split the way black splits a call that does not fit in 88 columns.
+WRAP_CODE_SPLIT = """\
+if distributed:
+    {model} = DDP(
+        {model}, device_ids=[local_rank] if {device}.type == "cuda" else None
+    )
+"""
+LINE_LENGTH = 88
 
 
 def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
@@ -26,11 +34,19 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
                          f"could not find where `{model.name}` reaches its device: wrap it in DDP by hand")
             continue
         edits.after.setdefault(anchor, []).extend(
-            edits.statements(WRAP_CODE.format(model=model.name, device=setup.device))
+            edits.statements(_wrap_code(facts, anchor, model.name, setup.device))
         )
         edits.imports.add("DDP")
         edits.report("DDP101", anchor)
         _unwrap_state_dicts(facts, edits, model, anchor)
+
+
+def _wrap_code(facts: Facts, anchor: cst.BaseStatement, model: str, device: str) -> str:
+    code = WRAP_CODE.format(model=model, device=device)
+    indent = facts.positions[anchor].start.column + 4
+    if indent + max(len(line) for line in code.splitlines()) - 4 > LINE_LENGTH:
+        code = WRAP_CODE_SPLIT.format(model=model, device=device)
+    return code
 
 
 def _wrap_anchor(facts: Facts, model: Model) -> Optional[cst.BaseStatement]:
