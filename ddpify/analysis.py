@@ -142,6 +142,8 @@ class Facts:
                 elif name.startswith("self."):
                     # `for x in self.loader` in a method that fit() calls once per epoch.
                     found.extend(self._loops_around_calls_of(self.function_of(loop), name))
+        for holder, caller in self._returned_to(name, function):
+            found.extend(self.epoch_loops(holder, caller, depth + 1))
         for callee, parameter, call in self._calls_passing(name, function):
             outer = self.enclosing_loops(call)
             if outer and self.epoch_loops(parameter, callee, depth + 1) == [] and self._iterates(
@@ -164,6 +166,39 @@ class Facts:
                 if outer:
                     found.append((outer[0], name))
         return found
+
+    def _returned_to(self, name: str, function: Optional[cst.FunctionDef]):
+        """(name, function) pairs that receive `name` when `function` returns it:
+        `return train_loader, val_loader` -> `train_loader, val_loader = make_loaders()`."""
+        if function is None:
+            return
+        for position in self._return_positions(name, function):
+            for call in self.calls_by_callee.get(function.name.value, ()):
+                assign = self.parents.get(call)
+                if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+                    continue
+                target = assign.targets[0].target
+                if position is not None and isinstance(target, (cst.Tuple, cst.List)):
+                    elements = target.elements
+                    target = elements[position].value if position < len(elements) else None
+                elif position is not None:
+                    continue
+                holder = dotted_name(target) if target is not None else None
+                if holder:
+                    yield holder, self.function_of(call)
+
+    def _return_positions(self, name: str, function: cst.FunctionDef):
+        """None when `return name`, k when name is the k-th element of a returned tuple."""
+        positions = set()
+        for statement in _walk_returns(function):
+            value = statement.value
+            if value is not None and dotted_name(value) == name:
+                positions.add(None)
+            elif isinstance(value, cst.Tuple):
+                for index, element in enumerate(value.elements):
+                    if dotted_name(element.value) == name:
+                        positions.add(index)
+        return positions
 
     def _iterates(self, name: str, function: cst.FunctionDef) -> bool:
         return any(self.function_of(loop) is function for loop in self.loops_over.get(name, ()))
@@ -500,6 +535,20 @@ def _slices_batches(loop: cst.For) -> bool:
 
     loop.body.visit(_Slices())
     return bool(found)
+
+
+def _walk_returns(function: cst.FunctionDef) -> List[cst.Return]:
+    found: List[cst.Return] = []
+
+    class _Returns(cst.CSTVisitor):
+        def visit_Return(self, node: cst.Return) -> None:
+            found.append(node)
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is function
+
+    function.visit(_Returns())
+    return found
 
 
 def _calls_within(node: Optional[cst.CSTNode]) -> List[cst.Call]:

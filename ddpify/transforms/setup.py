@@ -112,7 +112,7 @@ def _first_statement_needing_setup(facts: Facts, edits: Edits, plan: SetupPlan):
         list(edits.before) + list(edits.after) + list(edits.replaced)
         + list(edits.guarded) + list(edits.expressions)
     )
-    for node in touched:
+    for node in touched + _calls_of_functions_holding(facts, touched, plan):
         statement = facts.ancestor_in(node, plan.block)
         # Definitions run nothing: code inside them needs the setup only when called.
         if statement is not None and not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
@@ -120,6 +120,17 @@ def _first_statement_needing_setup(facts: Facts, edits: Edits, plan: SetupPlan):
     if not candidates:
         return _first_code_statement(body)
     return min(candidates, key=body.index)
+
+
+def _calls_of_functions_holding(facts: Facts, nodes, plan: SetupPlan) -> list:
+    """Calls of the functions that hold edited code: `make_loaders()` needs the process
+    group if the loader it builds now gets a DistributedSampler."""
+    calls = []
+    for function in {facts.function_of(node) for node in nodes} - {None, plan.function}:
+        for callee in (function.name.value, "self." + function.name.value):
+            if facts.functions.get(callee) is function:
+                calls.extend(facts.calls_by_callee.get(callee, ()))
+    return calls
 
 
 def _first_code_statement(body: List[cst.BaseStatement]) -> Optional[cst.BaseStatement]:
