@@ -52,6 +52,11 @@ class DeviceAssignment:
     name: str
     statement: Statement
     function: Optional[cst.FunctionDef]
+    # The script's own "use the GPU?" test (`use_cuda` in `"cuda" if use_cuda else "cpu"`,
+    # `torch.device(args.device).type == "cuda"`); None when it is torch.cuda.is_available().
+    gpu_condition: Optional[str] = None
+    # `torch.accelerator.current_accelerator()`: any accelerator, not only CUDA.
+    any_accelerator: bool = False
 
 
 @dataclass
@@ -75,6 +80,11 @@ class Facts:
     load_calls: List[cst.Call] = field(default_factory=list)
     state_dict_calls: List[cst.Call] = field(default_factory=list)
     main_guard: Optional[cst.If] = None
+    data_parallel_calls: List[cst.Call] = field(default_factory=list)
+    # Other mentions of DataParallel, such as isinstance(model, nn.DataParallel).
+    data_parallel_references: List[cst.BaseExpression] = field(default_factory=list)
+    # `model.module`, by the dotted name of the model.
+    module_accesses: Dict[str, List[cst.Attribute]] = field(default_factory=dict)
     # Data: DataLoader and IterableDataset subclasses defined here (a loader class maps to
     # whether its constructor takes `sampler=`), what each name is assigned, loops whose
     # body trains, statements that download a dataset, loops that slice batches by hand.
@@ -88,6 +98,8 @@ class Facts:
     # Functions and methods by name, and calls of them by bare or `self.` name.
     functions: Dict[str, cst.FunctionDef] = field(default_factory=dict)
     calls_by_callee: Dict[str, List[cst.Call]] = field(default_factory=dict)
+    # Every call by the qualified name of what it calls (`tqdm.tqdm`, `builtins.open`).
+    calls_named: Dict[str, List[cst.Call]] = field(default_factory=dict)
     bound_names: Set[str] = field(default_factory=set)
     positions: dict = field(default_factory=dict, repr=False)
     parents: dict = field(default_factory=dict, repr=False)
@@ -341,6 +353,25 @@ class _Collector(cst.CSTVisitor):
 
     def visit_Name(self, node: cst.Name) -> None:
         self.facts.bound_names.add(node.value)
+        self._note_data_parallel(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._note_data_parallel(node)
+        if node.attr.value == "module":
+            model = dotted_name(node.value)
+            if model:
+                self.facts.module_accesses.setdefault(model, []).append(node)
+
+    def _note_data_parallel(self, node: cst.BaseExpression) -> None:
+        parent = self.get_metadata(ParentNodeProvider, node)
+        if isinstance(parent, cst.Attribute) and parent.value is node:
+            return  # only the whole dotted name counts
+        if isinstance(parent, (cst.ImportAlias, cst.ImportFrom)) or not (self._qualified(node) & names.DATA_PARALLEL):
+            return
+        if isinstance(parent, cst.Call) and parent.func is node:
+            self.facts.data_parallel_calls.append(parent)
+        else:
+            self.facts.data_parallel_references.append(node)
 
     # --- assignments ---------------------------------------------------------------------------
     def visit_Assign(self, node: cst.Assign) -> None:
@@ -365,7 +396,8 @@ class _Collector(cst.CSTVisitor):
             )
         elif self._is_device_value(value, target):
             self.facts.device_assignments.append(
-                DeviceAssignment(target, self._statement(node), self._function())
+                DeviceAssignment(target, self._statement(node), self._function(),
+                                 self._gpu_condition(value), self._is_accelerator(value))
             )
 
     def _is_loader_class(self, func: cst.BaseExpression) -> bool:
@@ -384,6 +416,33 @@ class _Collector(cst.CSTVisitor):
             for base in bases
         ):
             self.facts.iterable_dataset_classes.add(node.name.value)
+
+    def _gpu_condition(self, value: cst.BaseExpression) -> Optional[str]:
+        if isinstance(value, cst.Call) and self._calls(value, names.TORCH_DEVICE):
+            arguments = _positional(value)
+            if len(value.args) != 1 or len(arguments) != 1:
+                return None
+            if dotted_name(arguments[0]) is not None:
+                # `torch.device(args.device)`: the user picks; `--device cpu` must still work.
+                return f'torch.device({self.facts.module.code_for_node(arguments[0])}).type == "cuda"'
+            return self._gpu_condition(arguments[0])
+        if not isinstance(value, cst.IfExp) or not self._names_gpu(value.body):
+            return None
+        test = value.test
+        if isinstance(test, cst.Call) and self._calls(test, names.CUDA_IS_AVAILABLE):
+            return None
+        return self.facts.module.code_for_node(test)
+
+    def _names_gpu(self, value: cst.BaseExpression) -> bool:
+        if isinstance(value, cst.Call) and self._calls(value, names.TORCH_DEVICE):
+            return bool(value.args) and self._names_gpu(value.args[0].value)
+        text = string_value(value)
+        return text is not None and (text == "cuda" or text.startswith("cuda:"))
+
+    def _is_accelerator(self, value: cst.BaseExpression) -> bool:
+        if isinstance(value, cst.IfExp):
+            return self._is_accelerator(value.body) or self._is_accelerator(value.orelse)
+        return isinstance(value, cst.Call) and self._calls(value, names.CURRENT_ACCELERATOR)
 
     def _is_device_value(self, value: cst.BaseExpression, target: str) -> bool:
         if isinstance(value, cst.Call):
@@ -435,6 +494,8 @@ class _Collector(cst.CSTVisitor):
         callee = dotted_name(func)
         if callee is not None:
             self.facts.calls_by_callee.setdefault(callee, []).append(node)
+        for qualified in self._qualified(func):
+            facts.calls_named.setdefault(qualified, []).append(node)
 
     def _is_statement_call(self, node: cst.Call) -> bool:
         parent = self.get_metadata(ParentNodeProvider, node)

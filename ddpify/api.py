@@ -10,6 +10,7 @@ from libcst.codemod import (
     TransformFailure,
     transform_module,
 )
+from libcst.codemod.visitors import RemoveImportsVisitor
 from libcst.metadata import MetadataWrapper
 
 from ddpify import names
@@ -90,7 +91,10 @@ class _MigrateCommand(CodemodCommand):
         setup.teardown(facts, edits, plan)
         self.diagnostics = sorted(edits.diagnostics, key=lambda d: (d.line, d.column, d.code))
         new_tree = wrapper.module.visit(ApplyEdits(edits))
-        return add_imports(new_tree, [names.EMITTED_IMPORTS[key] for key in sorted(edits.imports)])
+        new_tree = add_imports(new_tree, [names.EMITTED_IMPORTS[key] for key in sorted(edits.imports)])
+        for module, obj, alias in sorted(edits.unused_imports):
+            RemoveImportsVisitor.remove_unused_import(self.context, module, obj, alias)
+        return new_tree
 
     def _note_no_training(self) -> None:
         self.diagnostics.append(Diagnostic("DDP901", 1, 1, "no training code found: left unchanged"))

@@ -10,6 +10,9 @@ ITERABLE_DATASET = frozenset(
     {"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"}
 )
 DISTRIBUTED_SAMPLER = "torch.utils.data.distributed.DistributedSampler"
+RANDOM_SAMPLER = frozenset(
+    {"torch.utils.data.RandomSampler", "torch.utils.data.sampler.RandomSampler"}
+)
 
 TORCH_DEVICE = "torch.device"
 TORCH_SAVE = "torch.save"
@@ -22,6 +25,11 @@ CURRENT_ACCELERATOR = "torch.accelerator.current_accelerator"
 DATA_PARALLEL = frozenset(
     {"torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
      "torch.nn.parallel.data_parallel.DataParallel"}
+)
+# The imports that bring DataParallel in by name; removed once nothing uses them.
+DATA_PARALLEL_IMPORTS = (
+    ("torch.nn", "DataParallel", None),
+    ("torch.nn.parallel", "DataParallel", None),
 )
 DISTRIBUTED_DATA_PARALLEL = frozenset(
     {"torch.nn.parallel.DistributedDataParallel",
@@ -45,10 +53,32 @@ AUTOCAST = frozenset(
 )
 GRAD_SCALER = frozenset({"torch.cuda.amp.GradScaler", "torch.amp.GradScaler"})
 
+# Output and files that only rank 0 should produce (transforms/side_effects.py).
+PROGRESS_BARS = frozenset(
+    {f"tqdm.{module}{name}" for module in ("", "auto.", "autonotebook.", "notebook.", "std.", "rich.")
+     for name in ("tqdm", "trange")}
+)
+PROGRESS_WRITE = frozenset(f"{bar}.write" for bar in PROGRESS_BARS if bar.endswith("tqdm"))
+OPEN = frozenset({"builtins.open", "io.open"})
+MAKE_DIRECTORIES = frozenset({"os.makedirs", "os.mkdir"})
+DUMP_TO_FILE = frozenset(
+    {"json.dump", "pickle.dump", "yaml.dump", "yaml.safe_dump", "numpy.save", "numpy.savez",
+     "numpy.savetxt", "shutil.copy", "shutil.copyfile", "shutil.copytree", "shutil.rmtree"}
+)
+SUMMARY_WRITER = frozenset(
+    {"torch.utils.tensorboard.SummaryWriter", "torch.utils.tensorboard.writer.SummaryWriter",
+     "tensorboardX.SummaryWriter"}
+)
+WANDB_PREFIX = "wandb."
+WANDB_INIT = "wandb.init"
+LOGGING_BASIC_CONFIG = "logging.basicConfig"
+GET_LOGGER = "logging.getLogger"
+
 # Names the emitted script relies on; the module path is what AddImportsVisitor needs.
 EMITTED_IMPORTS = {
     "os": ("os", None, None),
     "dist": ("torch.distributed", None, "dist"),
     "DDP": ("torch.nn.parallel", "DistributedDataParallel", "DDP"),
     "DistributedSampler": ("torch.utils.data.distributed", "DistributedSampler", None),
+    "contextlib": ("contextlib", None, None),
 }

@@ -39,6 +39,8 @@ class Edits:
     module_prelude: List[Statement] = field(default_factory=list)
     # Keys of names.EMITTED_IMPORTS the emitted code uses.
     imports: Set[str] = field(default_factory=set)
+    # (module, name, alias) imports to drop if the migrated code no longer uses them.
+    unused_imports: Set[tuple] = field(default_factory=set)
     diagnostics: List[Diagnostic] = field(default_factory=list)
 
     def statement(self, code: str) -> Statement:

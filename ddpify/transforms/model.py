@@ -8,6 +8,7 @@ from typing import Optional
 
 import libcst as cst
 
+from ddpify import names
 from ddpify.analysis import Facts, Model, dotted_name
 from ddpify.transforms.edits import Edits
 from ddpify.transforms.setup import SetupPlan
@@ -27,6 +28,7 @@ LINE_LENGTH = 88
 
 
 def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+    _replace_data_parallel(facts, edits)
     for model in facts.models:
         anchor = _wrap_anchor(facts, model)
         if anchor is None or not setup.sees_setup(facts, anchor):
@@ -39,6 +41,7 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
         edits.imports.add("DDP")
         edits.report("DDP101", anchor)
         _unwrap_state_dicts(facts, edits, model, anchor)
+        _unwrap_module_accesses(facts, edits, model)
 
 
 def _wrap_code(facts: Facts, anchor: cst.BaseStatement, model: str, device: str) -> str:
@@ -64,7 +67,7 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[cst.BaseStatement]:
 def _unwrap_state_dicts(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
     """`model.state_dict()` after the wrap reads the raw module, whether wrapped or not."""
     for call in facts.state_dict_calls:
-        if dotted_name(call.func.value) != model.name:
+        if dotted_name(call.func.value) != model.name or _under_wrapper_check(facts, call, model.name):
             continue
         same_function = facts.function_of(call) is facts.function_of(wrap)
         if same_function and facts.line_of(call) <= facts.line_of(wrap):
@@ -75,3 +78,67 @@ def _unwrap_state_dicts(facts: Facts, edits: Edits, model: Model, wrap: cst.Base
 
 def _unwrapped(name: str, edits: Edits):
     return lambda _node: edits.expression(f'getattr({name}, "module", {name})')
+
+
+def _replace_data_parallel(facts: Facts, edits: Edits) -> None:
+    """One process per GPU replaces DataParallel: its wrap goes, the DDP wrap takes over, and
+    `isinstance(model, DataParallel)` asks about DDP instead."""
+    for call in facts.data_parallel_calls:
+        edits.report("DDP102", call)
+        wrapped = call.args[0].value if call.args else None
+        statement = facts.statement_of(call)
+        if _assigns_back(statement, wrapped):
+            edits.removed.add(_multi_gpu_branch(facts, statement) or statement)
+        elif wrapped is not None:
+            edits.expressions[call] = lambda _node, wrapped=wrapped: wrapped
+    for reference in facts.data_parallel_references:
+        edits.expressions[reference] = lambda _node: cst.Name("DDP")
+        edits.imports.add("DDP")
+    if facts.data_parallel_calls or facts.data_parallel_references:
+        edits.unused_imports.update(names.DATA_PARALLEL_IMPORTS)
+
+
+def _assigns_back(statement: cst.BaseStatement, wrapped) -> bool:
+    """`model = nn.DataParallel(model)`: without the wrap the statement does nothing."""
+    if wrapped is None or not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    small = statement.body[0]
+    return (
+        len(statement.body) == 1 and isinstance(small, cst.Assign) and len(small.targets) == 1
+        and dotted_name(small.targets[0].target) == dotted_name(wrapped) is not None
+    )
+
+
+def _multi_gpu_branch(facts: Facts, statement: cst.BaseStatement) -> Optional[cst.If]:
+    """`if torch.cuda.device_count() > 1:` holding only the wrap (and a print about it)."""
+    block = facts.block_of(statement)
+    branch = facts.parents.get(block)
+    if not isinstance(branch, cst.If) or branch.orelse is not None:
+        return None
+    if "device_count" not in facts.module.code_for_node(branch.test):
+        return None
+    others = [s for s in block.body if s is not statement]
+    if all(s in facts.output_statements for s in others):
+        return branch
+    return None
+
+
+def _unwrap_module_accesses(facts: Facts, edits: Edits, model: Model) -> None:
+    """`model.module` exists only when distributed; a check such as isinstance(model, DDP)
+    around it already makes it safe."""
+    for access in facts.module_accesses.get(model.name, ()):
+        if not _under_wrapper_check(facts, access, model.name):
+            edits.expressions[access] = _unwrapped(model.name, edits)
+            edits.report("DDP103", access)
+
+
+def _under_wrapper_check(facts: Facts, node: cst.CSTNode, model: str) -> bool:
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, (cst.SimpleStatementLine, cst.FunctionDef)):
+        test = getattr(parent, "test", None)
+        if isinstance(parent, (cst.IfExp, cst.If)) and test is not None:
+            code = facts.module.code_for_node(test)
+            if ("isinstance(" in code or "hasattr(" in code) and model in code:
+                return True
+        parent = facts.parents.get(parent)
+    return False
