@@ -1,27 +1,24 @@
 """The command line: options, files in and out, exit codes. No migration logic here.
 
-Exit codes: 0 all good; 1 changes pending (--check, --diff) or diagnostics that need a
-person; 2 usage, parse or internal error. Results go to stdout, messages to stderr.
+Exit codes: 0 all good; 1 changes pending (--check, --diff, --twin) or diagnostics that
+need a person; 2 usage, parse or internal error. Results go to stdout, messages to stderr.
 """
-import difflib
+import os
 import sys
-from dataclasses import dataclass
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import click
 
 from ddpify import __version__
-from ddpify.diagnostics import RULES, Severity, explain
-from ddpify.files import SourceError, check_writable, decode, encode, read_source, write_atomically
+from ddpify import jobs as job_modes
+from ddpify.config import Config, ConfigError, load as load_config
+from ddpify.diagnostics import RULES, explain
+from ddpify.files import TWIN_SUFFIX, source_of_twin, twin_of
+from ddpify.formats import FORMATS, printer, summary_line
+from ddpify.jobs import ERROR, OK, Job, Report
 from ddpify.options import Options
-
-OK, PENDING, ERROR = 0, 1, 2
-
-
-@dataclass
-class Outcome:
-    path: str
-    exit_code: int
+from ddpify.progress import Progress
+from ddpify.walk import Entry, expand
 
 
 class _MigrateByDefault(click.Group):
@@ -38,8 +35,10 @@ def main() -> None:
     """ddpify: migrate single-GPU PyTorch training scripts to DistributedDataParallel."""
 
 
-def _codes(ctx, param, value: str) -> tuple:
-    return tuple(code.strip().upper() for code in value.split(",") if code.strip()) if value else ()
+def _codes(ctx, param, value: Optional[str]) -> Optional[tuple]:
+    if value is None:
+        return None
+    return tuple(code.strip().upper() for code in value.split(",") if code.strip())
 
 
 @main.command("migrate")
@@ -49,27 +48,42 @@ def _codes(ctx, param, value: str) -> tuple:
 @click.option("-i", "--in-place", is_flag=True, help="Rewrite the input files.")
 @click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff; write nothing.")
 @click.option("--check", is_flag=True,
-              help="Write nothing; exit 1 if a file is not DDP-ready (or its -o twin is stale).")
-@click.option("--select", callback=_codes, default="", help="Report only these codes or prefixes (DDP2,DDP301).")
-@click.option("--ignore", callback=_codes, default="", help="Do not report these codes or prefixes.")
-@click.option("--sync-batchnorm", is_flag=True, help="Convert BatchNorm layers to SyncBatchNorm.")
-@click.option("--keep-global-batch", is_flag=True,
+              help="Write nothing; exit 1 if a file is not DDP-ready (or its -o/--twin twin is stale).")
+@click.option("--twin", is_flag=True,
+              help=f"Keep X{TWIN_SUFFIX} in sync with each X.py given (X{TWIN_SUFFIX} maps back to "
+                   "X.py); exit 1 if a twin was written.")
+@click.option("--select", callback=_codes, default=None, help="Report only these codes or prefixes (DDP2,DDP301).")
+@click.option("--ignore", callback=_codes, default=None, help="Do not report these codes or prefixes.")
+@click.option("--exclude", "excludes", multiple=True, metavar="GLOB",
+              help="Leave out paths matching GLOB (repeatable; added to [tool.ddpify] exclude).")
+@click.option("--sync-batchnorm/--no-sync-batchnorm", default=None,
+              help="Convert BatchNorm layers to SyncBatchNorm.")
+@click.option("--keep-global-batch/--no-keep-global-batch", default=None,
               help="Divide the per-process batch size by the world size.")
+@click.option("--format", "output_format", type=click.Choice(FORMATS), default="text",
+              show_default=True, help="How diagnostics are printed.")
+@click.option("-j", "--jobs", "workers", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Worker processes (0: one per CPU).")
+@click.option("-q", "--quiet", is_flag=True, help="Print only what needs a person and errors.")
 @click.option("-v", "--verbose", is_flag=True, help="Also list every rewrite made.")
 @click.option("--list-rules", is_flag=True, help="List every rule code and exit.")
 @click.option("--explain", "explain_code", metavar="CODE", help="Explain one rule code and exit.")
 @click.version_option(__version__, prog_name="ddpify")
 @click.help_option("-h", "--help")
-def migrate(paths, output, in_place, show_diff, check, select, ignore, sync_batchnorm,
-            keep_global_batch, verbose, list_rules, explain_code) -> None:
-    """Migrate PATHS (files, or - for stdin) to DistributedDataParallel.
+def migrate(paths, output, in_place, show_diff, check, twin, select, ignore, excludes,
+            sync_batchnorm, keep_global_batch, output_format, workers, quiet, verbose,
+            list_rules, explain_code) -> None:
+    """Migrate PATHS (files, directories, or - for stdin) to DistributedDataParallel.
 
     \b
     ddpify train.py -o train_ddp.py   write the migrated script
     ddpify train.py                   print it to stdout
     ddpify --diff train.py            show what would change
-    ddpify --check train.py           exit 1 unless train.py is DDP-ready
+    ddpify --check src/               exit 1 unless every training script is DDP-ready
+    ddpify --twin train.py            keep train_ddp.py in sync with train.py
     ddpify verify train.py            run both scripts and compare (see verify --help)
+
+    Defaults come from [tool.ddpify] in the nearest pyproject.toml; flags win.
     """
     if list_rules:
         for rule in RULES.values():
@@ -81,108 +95,124 @@ def migrate(paths, output, in_place, show_diff, check, select, ignore, sync_batc
             _fail(f"unknown rule code {explain_code}; see ddpify --list-rules")
         click.echo(explain(code))
         return
-    _check_usage(paths, output, in_place, show_diff, check)
-    options = Options(sync_batchnorm=sync_batchnorm, keep_global_batch=keep_global_batch,
-                      select=select, ignore=ignore)
-    mode = "check" if check else "diff" if show_diff else "in-place" if in_place else "write"
-    codes = [_process(path, output, mode, options, verbose).exit_code for path in paths]
-    sys.exit(max(codes, default=OK))
+    if not paths:
+        if not quiet:
+            click.echo("ddpify: no paths given: nothing to do", err=True)
+        sys.exit(OK)
+    mode = _mode(paths, output, in_place, show_diff, check, twin, output_format)
+    config = _config(paths[0])
+    options = Options(
+        sync_batchnorm=_first(sync_batchnorm, config.sync_batchnorm, False),
+        keep_global_batch=_first(keep_global_batch, config.keep_global_batch, False),
+        select=_first(select, config.select, ()),
+        ignore=_first(ignore, config.ignore, ()),
+    )
+    entries = expand(paths, (*config.exclude, *excludes))
+    planned = _jobs(entries, mode, output, options)
+    reports = _run(planned, workers, output_format, verbose, quiet)
+    sys.exit(max((report.exit_code for report in reports), default=OK))
 
 
-def _check_usage(paths, output, in_place, show_diff, check) -> None:
-    if sum([bool(in_place), bool(show_diff), bool(check and not output)]) > 1:
-        _fail("choose one of -i/--in-place, --diff and --check")
-    if output and (in_place or show_diff):
-        _fail("-o/--output cannot be combined with -i/--in-place or --diff")
+def _mode(paths, output, in_place, show_diff, check, twin, output_format) -> str:
+    """The one thing this run does with migrated code; usage errors exit 2 here."""
+    if sum([in_place, show_diff, check and not (output or twin), twin and not check]) > 1:
+        _fail("choose one of -i/--in-place, --diff, --check and --twin")
+    if output and (in_place or show_diff or twin):
+        _fail("-o/--output cannot be combined with -i/--in-place, --diff or --twin")
     if output and len(paths) != 1:
         _fail("-o/--output takes exactly one input path")
-    if len(paths) > 1 and not (in_place or show_diff or check):
-        _fail("several paths need -i/--in-place, --diff or --check (or one path with -o)")
-    if in_place and "-" in paths:
-        _fail("-i/--in-place cannot rewrite stdin")
+    if output and os.path.isdir(paths[0]):
+        _fail(f"-o/--output needs a file, not the directory {paths[0]}")
+    if check and output == "-":
+        _fail("--check compares with a file: -o - has nothing to compare")
+    if len(paths) > 1 and not (in_place or show_diff or check or twin):
+        _fail("several paths need -i/--in-place, --diff, --check or --twin (or one path with -o)")
+    if any(os.path.isdir(path) for path in paths) and not (in_place or show_diff or check or twin):
+        _fail("a directory needs -i/--in-place, --diff, --check or --twin")
+    if "-" in paths and (in_place or twin):
+        _fail("-i/--in-place and --twin cannot rewrite stdin")
+    if paths.count("-") > 1:
+        _fail("- (stdin) can be given once")
+    if check:
+        return job_modes.TWIN_CHECK if twin else job_modes.CHECK
+    if twin:
+        return job_modes.TWIN
+    if show_diff:
+        return job_modes.DIFF
+    if in_place:
+        return job_modes.IN_PLACE
+    if output_format != "text" and output in (None, "-"):
+        _fail(f"--format {output_format} prints reports on stdout: add -o, -i, --diff, --check "
+              "or --twin")
+    return job_modes.WRITE
+
+
+def _config(first_path: str) -> Config:
+    try:
+        config = load_config(first_path)
+    except ConfigError as error:
+        _fail(str(error))
+    for note in config.notes:
+        click.echo(f"ddpify: note: {note}", err=True)
+    return config
+
+
+def _first(*values):
+    return next(value for value in values if value is not None)
+
+
+def _jobs(entries: Sequence[Entry], mode: str, output: Optional[str], options: Options) -> List[Job]:
+    """One job per file; with --twin each X.py and X_ddp.py becomes one job for X.py."""
+    planned, seen = [], set()
+    for entry in entries:
+        if mode in (job_modes.TWIN, job_modes.TWIN_CHECK):
+            source = source_of_twin(entry.path)
+            if source != entry.path and not os.path.exists(source):
+                continue  # a *_ddp.py without its source is nobody's twin
+            if os.path.normpath(source) in seen:
+                continue
+            seen.add(os.path.normpath(source))
+            planned.append(Job(source, mode, options, output=twin_of(source),
+                               explicit=entry.explicit))
+            continue
+        data = sys.stdin.buffer.read() if entry.path == "-" else None
+        planned.append(Job(entry.path, mode, options, output=output, data=data,
+                           explicit=entry.explicit))
+    return planned
+
+
+def _run(planned: Sequence[Job], workers: int, output_format: str, verbose: bool,
+         quiet: bool) -> List[Report]:
+    progress = Progress(len(planned), sys.stderr)
+    show = printer(output_format, verbose=verbose, quiet=quiet, before_output=progress.clear)
+    reports = []
+    for report in _results(planned, workers):
+        show.report(report)
+        progress.advance(report.path)
+        reports.append(report)
+    progress.clear()
+    writes = planned[0].mode in (job_modes.WRITE, job_modes.IN_PLACE, job_modes.TWIN) if planned else True
+    show.finish(reports, summary_line(reports, writes))
+    return reports
+
+
+def _results(planned: Sequence[Job], workers: int):
+    """Reports in input order, from worker processes when there is work enough to share."""
+    workers = workers or os.cpu_count() or 1
+    if workers == 1 or len(planned) < 2:
+        yield from map(job_modes.run, planned)
+        return
+    from concurrent.futures import ProcessPoolExecutor
+
+    workers = min(workers, len(planned))
+    chunk = max(1, min(16, len(planned) // (workers * 4)))
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        yield from pool.map(job_modes.run, planned, chunksize=chunk)
 
 
 def _fail(message: str) -> None:
     click.echo(f"ddpify: error: {message}", err=True)
     sys.exit(ERROR)
-
-
-def _process(path: str, output: Optional[str], mode: str, options: Options, verbose: bool) -> Outcome:
-    from ddpify.api import MigrationError, migrate_source
-
-    shown = "<stdin>" if path == "-" else path
-    try:
-        source = decode(sys.stdin.buffer.read(), shown) if path == "-" else read_source(path)
-        if output and output != "-" and mode == "write":
-            check_writable(output)
-        result = migrate_source(source.text, options)
-    except SourceError as error:
-        return _error(path, str(error))
-    except MigrationError as error:
-        location = f"{shown}:{error.line}:{error.column}" if error.line else shown
-        return _error(path, f"{location}: {error.message}")
-
-    needs_person = False
-    for diagnostic in result.diagnostics:
-        if diagnostic.severity is Severity.EDIT and not verbose:
-            continue
-        needs_person |= diagnostic.severity is Severity.WARNING
-        click.echo(diagnostic.format(shown), err=True)
-    changed = result.code != source.text
-    exit_code = PENDING if needs_person else OK
-
-    if mode == "check":
-        if output:
-            stale = _read_or_none(output) != result.code
-            if stale:
-                click.echo(f"{output}: stale: not what ddpify writes for {shown}", err=True)
-            return Outcome(path, PENDING if stale or needs_person else OK)
-        if changed:
-            click.echo(f"{shown}: not DDP-ready", err=True)
-        return Outcome(path, PENDING if changed or needs_person else OK)
-    if mode == "diff":
-        if changed:
-            click.echo(_unified_diff(source.text, result.code, shown), nl=False)
-        return Outcome(path, PENDING if changed or needs_person else OK)
-    try:
-        if mode == "in-place":
-            if changed:
-                write_atomically(path, encode(result.code, source.encoding))
-                click.echo(f"{shown}: migrated in place", err=True)
-        elif output and output != "-":
-            write_atomically(output, encode(result.code, source.encoding))
-        else:
-            sys.stdout.buffer.write(encode(result.code, _stdout_encoding(source.encoding)))
-            sys.stdout.flush()
-    except (SourceError, OSError) as error:
-        return _error(path, str(error))
-    return Outcome(path, exit_code)
-
-
-def _stdout_encoding(encoding: str) -> str:
-    # A BOM in the middle of a pipeline helps nobody.
-    return "utf-8" if encoding == "utf-8-sig" else encoding
-
-
-def _read_or_none(path: str) -> Optional[str]:
-    try:
-        return read_source(path).text
-    except SourceError:
-        return None
-
-
-def _unified_diff(before: str, after: str, path: str) -> str:
-    lines = difflib.unified_diff(
-        before.splitlines(keepends=True), after.splitlines(keepends=True),
-        fromfile=f"a/{path}", tofile=f"b/{path}",
-    )
-    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
-                   for line in lines)
-
-
-def _error(path: str, message: str) -> Outcome:
-    click.echo(f"ddpify: error: {message}", err=True)
-    return Outcome(path, ERROR)
 
 
 def _register_subcommands() -> None:

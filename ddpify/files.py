@@ -39,16 +39,19 @@ def decode(data: bytes, path: str) -> Source:
 
 
 def read_source(path: str) -> Source:
+    return decode(read_bytes(path), path)
+
+
+def read_bytes(path: str) -> bytes:
     try:
         with open(path, "rb") as handle:
-            data = handle.read()
+            return handle.read()
     except FileNotFoundError:
         raise SourceError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise SourceError(f"{path}: is a directory") from None
     except OSError as error:
         raise SourceError(f"{path}: {error.strerror}") from None
-    return decode(data, path)
 
 
 def encode(text: str, encoding: str) -> bytes:
@@ -84,3 +87,16 @@ def _umask() -> int:
     current = os.umask(0)
     os.umask(current)
     return current
+
+
+TWIN_SUFFIX = "_ddp.py"
+
+
+def twin_of(path: str) -> str:
+    """`train.py` -> `train_ddp.py`: the generated script kept beside its source."""
+    return path[: -len(".py")] + TWIN_SUFFIX
+
+
+def source_of_twin(path: str) -> str:
+    """`train_ddp.py` -> `train.py`; a path that is no twin comes back as is."""
+    return path[: -len(TWIN_SUFFIX)] + ".py" if path.endswith(TWIN_SUFFIX) else path
