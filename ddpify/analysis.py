@@ -81,6 +81,9 @@ class Facts:
     state_dict_calls: List[cst.Call] = field(default_factory=list)
     main_guard: Optional[cst.If] = None
     data_parallel_calls: List[cst.Call] = field(default_factory=list)
+    batchnorm_calls: List[cst.Call] = field(default_factory=list)
+    # `m = torch.compile(m)` statements, by model name.
+    compile_statements: Dict[str, List[Statement]] = field(default_factory=dict)
     # Other mentions of DataParallel, such as isinstance(model, nn.DataParallel).
     data_parallel_references: List[cst.BaseExpression] = field(default_factory=list)
     # `model.module`, by the dotted name of the model.
@@ -491,6 +494,12 @@ class _Collector(cst.CSTVisitor):
             statement = self._statement(node)
             if statement not in facts.download_statements:
                 facts.download_statements.append(statement)
+        if self._calls(node, names.BATCHNORM):
+            facts.batchnorm_calls.append(node)
+        if self._calls(node, names.TORCH_COMPILE) and node.args:
+            compiled = dotted_name(node.args[0].value)
+            if compiled:
+                facts.compile_statements.setdefault(compiled, []).append(self._statement(node))
         callee = dotted_name(func)
         if callee is not None:
             self.facts.calls_by_callee.setdefault(callee, []).append(node)

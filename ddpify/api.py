@@ -82,7 +82,7 @@ class _MigrateCommand(CodemodCommand):
         if not facts.trains:
             self._note_no_training()
             raise SkipFile("no training code")
-        edits = Edits(facts, tree.config_for_parsing)
+        edits = Edits(facts, tree.config_for_parsing, self.options)
         plan = setup.choose(facts)
         for concern in CONCERNS:
             concern.plan(facts, edits, plan)

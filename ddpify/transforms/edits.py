@@ -11,6 +11,7 @@ import libcst as cst
 
 from ddpify.analysis import Facts
 from ddpify.diagnostics import Diagnostic, RULES
+from ddpify.options import Options
 
 Statement = cst.BaseStatement
 
@@ -27,6 +28,7 @@ class Insertion:
 class Edits:
     facts: Facts
     config: cst.PartialParserConfig
+    options: Options = Options()
     expressions: Dict[cst.CSTNode, Callable[[cst.CSTNode], cst.CSTNode]] = field(default_factory=dict)
     before: Dict[Statement, List[Insertion]] = field(default_factory=dict)
     after: Dict[Statement, List[Statement]] = field(default_factory=dict)
@@ -160,7 +162,14 @@ class ApplyEdits(cst.CSTTransformer):
 def _guard(statements: List[Statement], guard: str, edits: Edits) -> cst.If:
     """`if is_main:` around statements; the comments above the first move above the if."""
     first = statements[0]
-    inner = [first.with_changes(leading_lines=())] + statements[1:]
+    # A blank line moved into the new block must stay blank, not gain the block's indent.
+    inner = [first.with_changes(leading_lines=())] + [
+        statement.with_changes(leading_lines=[
+            line.with_changes(indent=False) if line.comment is None else line
+            for line in statement.leading_lines
+        ])
+        for statement in statements[1:]
+    ]
     return cst.If(
         test=edits.expression(guard),
         body=cst.IndentedBlock(body=inner),

@@ -17,6 +17,13 @@ WRAP_CODE = """\
 if distributed:
     {model} = DDP({model}, device_ids=[local_rank] if {device}.type == "cuda" else None)
 """
+# SyncBatchNorm runs on GPUs only, so on a CPU (Gloo) run the layers stay as they are.
+SYNC_BATCHNORM_CODE = """\
+if distributed:
+    if {device}.type == "cuda":
+        {model} = torch.nn.SyncBatchNorm.convert_sync_batchnorm({model})
+    {model} = DDP({model}, device_ids=[local_rank] if {device}.type == "cuda" else None)
+"""
 # The same, split the way black splits a call that does not fit in 88 columns.
 WRAP_CODE_SPLIT = """\
 if distributed:
@@ -29,6 +36,8 @@ LINE_LENGTH = 88
 
 def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
     _replace_data_parallel(facts, edits)
+    if facts.batchnorm_calls and not edits.options.sync_batchnorm:
+        edits.report("DDP104", facts.batchnorm_calls[0])
     for model in facts.models:
         anchor = _wrap_anchor(facts, model)
         if anchor is None or not setup.sees_setup(facts, anchor):
@@ -36,7 +45,8 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
                          f"could not find where `{model.name}` reaches its device: wrap it in DDP by hand")
             continue
         edits.after.setdefault(anchor, []).extend(
-            edits.statements(_wrap_code(facts, anchor, model.name, setup.device))
+            edits.statements(_wrap_code(facts, anchor, model.name, setup.device,
+                                        edits.options.sync_batchnorm and bool(facts.batchnorm_calls)))
         )
         edits.imports.add("DDP")
         edits.report("DDP101", anchor)
@@ -44,7 +54,10 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
         _unwrap_module_accesses(facts, edits, model)
 
 
-def _wrap_code(facts: Facts, anchor: cst.BaseStatement, model: str, device: str) -> str:
+def _wrap_code(facts: Facts, anchor: cst.BaseStatement, model: str, device: str,
+               sync_batchnorm: bool) -> str:
+    if sync_batchnorm:
+        return SYNC_BATCHNORM_CODE.format(model=model, device=device)
     code = WRAP_CODE.format(model=model, device=device)
     indent = facts.positions[anchor].start.column + 4
     if indent + max(len(line) for line in code.splitlines()) - 4 > LINE_LENGTH:
@@ -53,12 +66,19 @@ def _wrap_code(facts: Facts, anchor: cst.BaseStatement, model: str, device: str)
 
 
 def _wrap_anchor(facts: Facts, model: Model) -> Optional[cst.BaseStatement]:
-    """The last statement before the optimizer, in its block, that assigns or moves the model."""
+    """The last statement before the optimizer, in its block, that assigns or moves the model.
+
+    A `model = torch.compile(model)` comes after the wrap: compiling the DDP module lets
+    the compiler split graphs at DDP's gradient buckets.
+    """
     block = facts.block_of(model.optimizer_statement)
     body = list(block.body)
     limit = body.index(model.optimizer_statement)
+    compiles = facts.compile_statements.get(model.name, ())
     anchor = None
     for statement in facts.statements_touching.get(model.name, ()):
+        if statement in compiles:
+            continue
         if facts.block_of(statement) is block and body.index(statement) < limit:
             anchor = statement if anchor is None or body.index(statement) > body.index(anchor) else anchor
     return anchor
