@@ -64,7 +64,7 @@ def _codes(ctx, param, value: Optional[str]) -> Optional[tuple]:
               show_default=True, help="How diagnostics are printed.")
 @click.option("-j", "--jobs", "workers", type=click.IntRange(min=0), default=1, show_default=True,
               help="Worker processes (0: one per CPU).")
-@click.option("-q", "--quiet", is_flag=True, help="Print only what needs a person and errors.")
+@click.option("-q", "--quiet", is_flag=True, help="Leave out notes (info diagnostics) and the summary line.")
 @click.option("-v", "--verbose", is_flag=True, help="Also list every rewrite made.")
 @click.option("--list-rules", is_flag=True, help="List every rule code and exit.")
 @click.option("--explain", "explain_code", metavar="CODE", help="Explain one rule code and exit.")

@@ -54,8 +54,7 @@ class TextPrinter(Printer):
             messages.append(f"ddpify: error: {report.error}")
             if self.verbose and report.details:
                 messages.append(report.details.rstrip("\n"))
-        if not self.quiet:
-            messages.extend(report.notes)
+        messages.extend(report.notes)
         if messages or report.diff or report.stdout:
             self.before_output()
         for message in messages:
@@ -71,7 +70,7 @@ class GithubPrinter(Printer):
         if report.error:
             annotations.append(f"::error file={_property(report.path)},title=ddpify::"
                                f"{_data(report.error)}")
-        notes = [] if self.quiet else report.notes
+        notes = report.notes
         if annotations or notes or report.diff or report.stdout:
             self.before_output()
         for annotation in annotations:
