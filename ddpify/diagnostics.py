@@ -118,10 +118,46 @@ _RULE_LIST = [
          "A checkpoint saved from GPU 0 loads onto GPU 0 on every rank unless map_location "
          "says otherwise.",
          "Nothing to do."),
+    Rule("DDP304", Severity.EDIT, "logging below WARNING only on rank 0",
+         "Every rank logs the same INFO lines; lowering the level once on the other ranks "
+         "keeps their warnings and errors, which may be specific to one rank.",
+         "Nothing to do."),
+    Rule("DDP305", Severity.EDIT, "progress bar shown only on rank 0",
+         "Each rank would draw its own bar over the same terminal line.",
+         "Nothing to do."),
+    Rule("DDP306", Severity.EDIT, "experiment tracker created and used only on rank 0",
+         "A TensorBoard writer or wandb run per rank logs every figure N times into N runs.",
+         "Nothing to do."),
+    Rule("DDP307", Severity.WARNING, "rank-0-only writer used where its guard cannot follow",
+         "ddpify guards the statements that create and use a file, TensorBoard writer or wandb "
+         "run; this use is part of a larger statement (an argument to a function, say), so "
+         "guarding it would skip other work and leaving it would fail on ranks without the "
+         "object. The object is left on every rank.",
+         "Create it only on rank 0 (`writer = SummaryWriter() if is_main else None`) and "
+         "skip its uses when it is None."),
+    Rule("DDP308", Severity.WARNING, "the model runs inside output that only rank 0 prints",
+         "Guarding this print would run the model on rank 0 alone; a DDP model that "
+         "synchronises buffers (BatchNorm) in forward then waits forever for the other ranks. "
+         "The print is left on every rank.",
+         "Compute the value on every rank first (`acc = evaluate(model, loader)`), then print it "
+         "on rank 0."),
     Rule("DDP401", Severity.EDIT, "gradient accumulation skips the all-reduce on micro-batches",
          "Without no_sync() DDP all-reduces gradients on every micro-batch, not only before "
          "the optimizer step.",
          "Nothing to do."),
+    Rule("DDP402", Severity.EDIT, "epoch figures summed across ranks before they are used",
+         "Each rank trains on its own shard, so its running loss and counts cover 1/N of the "
+         "epoch; one all-reduce per epoch gives the figures the original printed.",
+         "Nothing to do."),
+    Rule("DDP403", Severity.EDIT, "per-process batch size divided by the world size",
+         "With --keep-global-batch each rank draws batch_size // world_size samples, so one "
+         "step still consumes the original batch (rounded down to a multiple of the world "
+         "size) and the learning rate needs no change.",
+         "Nothing to do; make batch_size a multiple of the world size to keep it exact."),
+    Rule("DDP404", Severity.WARNING, "gradient accumulation not wrapped in no_sync()",
+         "ddpify found an optimizer step under a condition but could not tell which forward "
+         "and backward passes belong to the micro-batches, so every micro-batch all-reduces.",
+         "Wrap forward and backward of the micro-batches that do not step in `model.no_sync()`."),
     Rule("DDP900", Severity.INFO, "already distributed: left unchanged",
          "The script already initialises a process group or wraps a model in DDP.",
          "Nothing to do."),

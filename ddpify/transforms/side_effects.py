@@ -1,29 +1,311 @@
-"""Rank-0 guards for output and files, and map_location on load (DDP301-DDP303).
+"""Rank-0 guards for output, files and experiment trackers; map_location on load (DDP301-DDP308).
 
-Every rank runs the same code: without a guard each print appears N times and N processes
-race to write the same checkpoint.
+Every rank runs the same code: without a guard each print appears N times, N processes race
+to write the same file and a tracker records N runs. The smallest guard that is correct wins:
+a keyword where the API has one (`tqdm(..., disable=not is_main)`, `wandb.init(mode=...)`),
+`if is_main:` around whole statements otherwise, and one guard around a `for`/`with` whose
+body is nothing but guarded statements.
 """
+from typing import Dict, List, Optional, Set
+
 import libcst as cst
 
-from ddpify.analysis import Facts
-from ddpify.transforms.edits import Edits
+from ddpify import names
+from ddpify.analysis import Facts, dotted_name, string_value
+from ddpify.transforms.edits import Edits, Insertion
 from ddpify.transforms.setup import SetupPlan
+
+LINE_LENGTH = 88
+LOWER_LOG_LEVEL_CODE = """\
+if not {guard}:  # rank 0 logs as before; the other ranks log errors only
+    logging.getLogger().setLevel(logging.ERROR)
+"""
 
 
 def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
-    for statement in facts.output_statements:
-        if not _is_single_call_line(statement):
-            continue
-        edits.guarded[statement] = setup.guard_for(facts, statement)
-        call = statement.body[0].value
-        code = "DDP302" if call in facts.save_calls else "DDP301"
-        edits.report(code, statement)
+    _guard_prints_and_saves(facts, edits, setup)
+    _progress_bars(facts, edits, setup)
+    _file_writes(facts, edits, setup)
+    _trackers(facts, edits, setup)
+    _lower_log_level(facts, edits, setup)
+    _guard_whole_loops_and_withs(facts, edits)
+    _drop_guards_inside_guards(facts, edits)
     for call in facts.load_calls:
         if any(arg.keyword is not None and arg.keyword.value == "map_location" for arg in call.args):
             continue
         location = setup.device if setup.sees_setup(facts, call) else '"cpu"'
-        edits.expressions[call] = _with_map_location(location, edits)
+        edits.expressions[call] = _with_keyword("map_location", location, edits)
         edits.report("DDP303", call)
+
+
+def _guard_prints_and_saves(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+    model_names = {model.name for model in facts.models}
+    for statement in facts.output_statements:
+        if not _is_single_call_line(statement):
+            continue
+        call = statement.body[0].value
+        if call not in facts.save_calls and _runs_model(call, model_names):
+            edits.report("DDP308", statement)
+            continue
+        edits.guarded[statement] = setup.guard_for(facts, statement)
+        edits.report("DDP302" if call in facts.save_calls else "DDP301", statement)
+
+
+def _runs_model(call: cst.Call, model_names: Set[str]) -> bool:
+    """A call inside the printed arguments that calls the model or is handed the model."""
+    for inner in _calls_within(call):
+        if inner is call:
+            continue
+        if dotted_name(inner.func) in model_names:
+            return True
+        if any(dotted_name(arg.value) in model_names for arg in inner.args):
+            return True
+    return False
+
+
+def _progress_bars(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+    for qualified in sorted(names.PROGRESS_BARS):
+        for call in facts.calls_named.get(qualified, ()):
+            if any(arg.keyword is not None and arg.keyword.value == "disable" for arg in call.args):
+                continue
+            guard = setup.guard_for(facts, call)
+            _add_keyword(facts, edits, call, "disable", f"not {guard}")
+            edits.report("DDP305", call)
+    for qualified in sorted(names.PROGRESS_WRITE):
+        for call in facts.calls_named.get(qualified, ()):
+            # tqdm.write prints whether or not a bar is disabled.
+            _guard_statement_call(facts, edits, setup, call, "DDP301")
+
+
+def _file_writes(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+    for qualified in sorted(names.MAKE_DIRECTORIES | names.DUMP_TO_FILE):
+        for call in facts.calls_named.get(qualified, ()):
+            _guard_statement_call(facts, edits, setup, call, "DDP302")
+    for qualified in sorted(names.OPEN):
+        for call in facts.calls_named.get(qualified, ()):
+            if not _opens_for_writing(call):
+                continue
+            parent = facts.parents.get(facts.parents.get(call))
+            if isinstance(parent, cst.With) and len(parent.items) == 1:
+                _guard(facts, edits, setup, parent, "DDP302")
+            elif not _guard_statement_call(facts, edits, setup, call, "DDP302"):
+                _guard_object(facts, edits, setup, call, "DDP302")
+
+
+def _trackers(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+    for qualified in sorted(names.SUMMARY_WRITER):
+        for call in facts.calls_named.get(qualified, ()):
+            _guard_object(facts, edits, setup, call, "DDP306")
+    for call in facts.calls_named.get(names.WANDB_INIT, ()):
+        # A disabled run accepts every call and records nothing: one keyword instead of a
+        # guard on each wandb.log, wandb.watch and run.finish.
+        keywords = {arg.keyword.value: arg for arg in call.args if arg.keyword is not None}
+        guard = setup.guard_for(facts, call)
+        mode = keywords.get("mode")
+        if mode is None:
+            _add_keyword(facts, edits, call, "mode", f'None if {guard} else "disabled"')
+        else:
+            value = edits.code(mode.value)
+            edits.expressions[mode.value] = lambda _node, value=value, guard=guard: edits.expression(
+                f'{value} if {guard} else "disabled"'
+            )
+        edits.report("DDP306", call)
+
+
+def _lower_log_level(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+    """Rank 0 logs as before; the other ranks keep only errors. Lowering the level once, after
+    the setup, leaves every logging call of the script as it was."""
+    configs = facts.calls_named.get(names.LOGGING_BASIC_CONFIG, [])
+    if not configs:
+        return
+    config_statements = [facts.ancestor_in(call, setup.block) for call in configs]
+    first_allowed = max(
+        (setup.block.body.index(statement) for statement in config_statements if statement is not None),
+        default=-1,
+    )
+    loggers = _logger_names(facts)
+    for index, statement in enumerate(setup.block.body):
+        if index <= first_allowed or isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        if _logs(statement, loggers):
+            guard = setup.guard_for(facts, statement)
+            code = LOWER_LOG_LEVEL_CODE.format(guard=guard)
+            edits.before.setdefault(statement, []).append(
+                Insertion(edits.statements(code), takes_comments=True)
+            )
+            edits.report("DDP304", configs[0])
+            return
+
+
+def _logger_names(facts: Facts) -> Set[str]:
+    loggers = {"logging"}
+    for call in facts.calls_named.get(names.GET_LOGGER, ()):
+        assign = facts.parents.get(call)
+        if isinstance(assign, cst.Assign) and len(assign.targets) == 1:
+            target = dotted_name(assign.targets[0].target)
+            if target:
+                loggers.add(target)
+    return loggers
+
+
+def _logs(statement: cst.CSTNode, loggers: Set[str]) -> bool:
+    levels = {"debug", "info", "warning", "error", "exception", "critical", "log"}
+    return any(
+        isinstance(call.func, cst.Attribute)
+        and call.func.attr.value in levels
+        and dotted_name(call.func.value) in loggers
+        for call in _calls_within(statement)
+    )
+
+
+def _guard_object(facts: Facts, edits: Edits, setup: SetupPlan, call: cst.Call, code: str) -> None:
+    """`writer = SummaryWriter(...)`: the assignment and every statement that uses `writer`
+    run on rank 0 only, unless a use is part of a larger statement (DDP307)."""
+    assign = facts.parents.get(call)
+    if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1
+            and isinstance(assign.targets[0].target, cst.Name)):
+        edits.report("DDP307", call)
+        return
+    name = assign.targets[0].target.value
+    creation = facts.statement_of(assign)
+    uses = []
+    for reference in _references(facts, name, facts.function_of(call)):
+        statement = facts.statement_of(reference)
+        if statement is creation:
+            continue
+        if not _only_uses(statement, name):
+            edits.report("DDP307", reference)
+            return
+        uses.append(statement)
+    for statement in [creation] + uses:
+        _guard(facts, edits, setup, statement, None)
+    edits.report(code, creation)
+
+
+def _references(facts: Facts, name: str, function: Optional[cst.FunctionDef]) -> List[cst.Name]:
+    found: List[cst.Name] = []
+    root = function if function is not None else facts.module
+
+    class _Names(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            parent = facts.parents.get(node)
+            if isinstance(parent, cst.Attribute) and parent.attr is node:
+                return
+            if isinstance(parent, cst.Arg) and parent.keyword is node:
+                return
+            if node.value == name and facts.function_of(node) is function:
+                found.append(node)
+
+    root.visit(_Names())
+    return found
+
+
+def _only_uses(statement: cst.BaseStatement, name: str) -> bool:
+    """`writer.add_scalar(...)`, `run.summary["x"] = y`, `f.close()`: the statement does nothing
+    but use the object, so skipping it on other ranks skips nothing else."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return False
+    small = statement.body[0]
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+        return _rooted_at(small.value.func, name) and not isinstance(small.value.func, cst.Name)
+    if isinstance(small, cst.Assign):
+        return all(_rooted_at(target.target, name) and not isinstance(target.target, cst.Name)
+                   for target in small.targets)
+    return False
+
+
+def _rooted_at(node: cst.BaseExpression, name: str) -> bool:
+    while isinstance(node, (cst.Attribute, cst.Subscript)):
+        node = node.value
+    return isinstance(node, cst.Name) and node.value == name
+
+
+def _guard_statement_call(facts: Facts, edits: Edits, setup: SetupPlan, call: cst.Call,
+                          code: str) -> bool:
+    parent = facts.parents.get(call)
+    if not isinstance(parent, cst.Expr):
+        return False
+    statement = facts.statement_of(parent)
+    if not _is_single_call_line(statement):
+        return False
+    _guard(facts, edits, setup, statement, code)
+    return True
+
+
+def _guard(facts: Facts, edits: Edits, setup: SetupPlan, statement: cst.BaseStatement,
+           code: Optional[str]) -> None:
+    if statement not in edits.guarded:
+        edits.guarded[statement] = setup.guard_for(facts, statement)
+        if code is not None:
+            edits.report(code, statement)
+
+
+def _guard_whole_loops_and_withs(facts: Facts, edits: Edits) -> None:
+    """`for name, p in model.named_parameters(): writer.add_histogram(...)` becomes one guard
+    around the loop rather than a guard inside it. Innermost first, so nesting folds up."""
+    changed = True
+    while changed:
+        changed = False
+        for statement in list(edits.guarded):
+            block = facts.parents.get(statement)
+            compound = facts.parents.get(block)
+            if not isinstance(compound, (cst.For, cst.With)) or compound.body is not block:
+                continue
+            if isinstance(compound, cst.For) and compound.orelse is not None:
+                continue
+            if compound in edits.guarded or compound in facts.training_loops:
+                continue
+            guards = {edits.guarded.get(inner) for inner in block.body}
+            if len(guards) != 1 or None in guards or any(
+                inner in edits.before or inner in edits.after or inner in edits.replaced
+                for inner in block.body
+            ):
+                continue
+            guard = guards.pop()
+            for inner in block.body:
+                del edits.guarded[inner]
+            edits.guarded[compound] = guard
+            changed = True
+
+
+def _add_keyword(facts: Facts, edits: Edits, call: cst.Call, keyword: str, value: str) -> None:
+    line = _source_line(facts, call)
+    too_long = len(line) + len(f", {keyword}={value}") > LINE_LENGTH
+    one_line = facts.positions[call].start.line == facts.positions[call].end.line
+    indent = len(line) - len(line.lstrip())
+    wrap_at = indent if too_long and one_line else None
+    edits.expressions[call] = _with_keyword(keyword, value, edits, wrap_at)
+
+
+def _new_line(indent: str) -> cst.ParenthesizedWhitespace:
+    return cst.ParenthesizedWhitespace(first_line=cst.TrailingWhitespace(), indent=False,
+                                       last_line=cst.SimpleWhitespace(indent))
+
+
+def _source_line(facts: Facts, node: cst.CSTNode) -> str:
+    return facts.module.code.splitlines()[facts.line_of(node) - 1]
+
+
+def _drop_guards_inside_guards(facts: Facts, edits: Edits) -> None:
+    for statement in list(edits.guarded):
+        parent = facts.parents.get(statement)
+        while parent is not None:
+            if parent in edits.guarded:
+                del edits.guarded[statement]
+                break
+            parent = facts.parents.get(parent)
+
+
+def _opens_for_writing(call: cst.Call) -> bool:
+    mode = None
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    if len(positional) >= 2:
+        mode = positional[1].value
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "mode":
+            mode = arg.value
+    text = string_value(mode) if mode is not None else None
+    return text is not None and any(letter in text for letter in "wax+")
 
 
 def _is_single_call_line(statement: cst.BaseStatement) -> bool:
@@ -34,14 +316,32 @@ def _is_single_call_line(statement: cst.BaseStatement) -> bool:
     )
 
 
-def _with_map_location(location: str, edits: Edits):
+def _calls_within(node: cst.CSTNode) -> List[cst.Call]:
+    found: List[cst.Call] = []
+
+    class _Calls(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            found.append(call)
+
+    node.visit(_Calls())
+    return found
+
+
+def _with_keyword(keyword: str, value: str, edits: Edits, wrap_at: Optional[int] = None):
+    """`keyword=value` appended to a call; with wrap_at (the line's indent), the arguments move
+    to a line of their own, as black writes a call that no longer fits."""
     def rewrite(call: cst.Call) -> cst.Call:
         args = list(call.args)
-        last = args[-1]
-        if last.comma is cst.MaybeSentinel.DEFAULT or last.comma is None:
-            args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        args.append(cst.Arg(keyword=cst.Name("map_location"), value=edits.expression(location),
+        if args:
+            last = args[-1]
+            if last.comma is cst.MaybeSentinel.DEFAULT or last.comma is None:
+                args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        args.append(cst.Arg(keyword=cst.Name(keyword), value=edits.expression(value),
                             equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
-        return call.with_changes(args=args)
+        if wrap_at is None:
+            return call.with_changes(args=args)
+        args[-1] = args[-1].with_changes(whitespace_after_arg=_new_line(" " * wrap_at))
+        return call.with_changes(args=args,
+                                 whitespace_before_args=_new_line(" " * (wrap_at + 4)))
 
     return rewrite
