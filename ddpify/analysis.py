@@ -82,6 +82,8 @@ class Facts:
     main_guard: Optional[cst.If] = None
     data_parallel_calls: List[cst.Call] = field(default_factory=list)
     batchnorm_calls: List[cst.Call] = field(default_factory=list)
+    # Submodules a module class creates in __init__ but no other method uses, by class name.
+    unused_submodules: Dict[str, List[cst.Assign]] = field(default_factory=dict)
     # `m = torch.compile(m)` statements, by model name.
     compile_statements: Dict[str, List[Statement]] = field(default_factory=dict)
     # Other mentions of DataParallel, such as isinstance(model, nn.DataParallel).
@@ -344,6 +346,26 @@ class _Collector(cst.CSTVisitor):
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self._function_stack.pop()
 
+    def _record_unused_submodules(self, node: cst.ClassDef) -> None:
+        created: Dict[str, cst.Assign] = {}
+        used: Set[str] = set()
+        for method in node.body.body:
+            if not isinstance(method, cst.FunctionDef):
+                continue
+            for attribute, assign in _self_attributes(method):
+                if method.name.value == "__init__" and assign is not None:
+                    if isinstance(assign.value, cst.Call) and any(
+                        q.startswith("torch.nn.") for q in self._qualified(assign.value.func)
+                    ):
+                        created[attribute] = assign
+                elif assign is None:
+                    used.add(attribute)
+        unused = [assign for attribute, assign in created.items() if attribute not in used]
+        has_forward = any(isinstance(m, cst.FunctionDef) and m.name.value == "forward"
+                          for m in node.body.body)
+        if unused and has_forward:
+            self.facts.unused_submodules[node.name.value] = unused
+
     def visit_If(self, node: cst.If) -> None:
         test = node.test
         if (
@@ -410,6 +432,7 @@ class _Collector(cst.CSTVisitor):
 
     # --- data classes ----------------------------------------------------------------------------
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._record_unused_submodules(node)
         bases = [base.value for base in node.bases if base.keyword is None]
         if any(self._is_loader_class(base) for base in bases):
             self.facts.loader_classes[node.name.value] = _init_takes_sampler(node)
@@ -605,6 +628,29 @@ def _slices_batches(loop: cst.For) -> bool:
 
     loop.body.visit(_Slices())
     return bool(found)
+
+
+def _self_attributes(method: cst.FunctionDef):
+    """(attribute, the Assign that sets it, or None for a read) for each `self.x` in a method."""
+    found = []
+
+    class _Attributes(cst.CSTVisitor):
+        def visit_Assign(self, node: cst.Assign) -> None:
+            for target in node.targets:
+                name = dotted_name(target.target)
+                if name and name.startswith("self.") and name.count(".") == 1:
+                    found.append((name[5:], node))
+            node.value.visit(self)
+
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
+            return False
+
+        def visit_Attribute(self, node: cst.Attribute) -> None:
+            if isinstance(node.value, cst.Name) and node.value.value == "self":
+                found.append((node.attr.value, None))
+
+    method.body.visit(_Attributes())
+    return found
 
 
 def _walk_returns(function: cst.FunctionDef) -> List[cst.Return]:

@@ -62,6 +62,11 @@ _RULE_LIST = [
     Rule("DDP005", Severity.EDIT, "process group torn down at exit",
          "A process group left open can hang the launcher at exit and leaks NCCL resources.",
          "Nothing to do."),
+    Rule("DDP006", Severity.WARNING, "torch.accelerator device choice became CUDA-or-CPU",
+         "The setup block pins each process to cuda:LOCAL_RANK with NCCL, or to the CPU with "
+         "Gloo; another accelerator (XPU, MPS, HPU) would now run on the CPU.",
+         "On a non-CUDA accelerator, set the device with torch.accelerator.set_device_index("
+         "local_rank) and init_process_group(dist.get_default_backend_for_device(device))."),
     Rule("DDP101", Severity.EDIT, "model wrapped in DistributedDataParallel",
          "DDP all-reduces gradients during backward so that every rank applies the same update.",
          "Nothing to do."),
@@ -77,10 +82,11 @@ _RULE_LIST = [
          "Each rank normalises over its own shard of the batch; with small per-GPU batches "
          "this hurts accuracy.",
          "Run ddpify with --sync-batchnorm to convert to SyncBatchNorm before wrapping."),
-    Rule("DDP105", Severity.WARNING, "model has parameters unused in forward",
+    Rule("DDP105", Severity.INFO, "submodule unused in forward: DDP told to expect unused parameters",
          "DDP waits for a gradient for every parameter; one that never receives a gradient "
-         "makes backward hang or fail.",
-         "Pass find_unused_parameters=True to DDP, or remove the unused parameters."),
+         "makes the next iteration fail, so the wrap passes find_unused_parameters=True, "
+         "which costs an extra pass over the autograd graph each step.",
+         "Remove the unused submodule, then drop find_unused_parameters=True."),
     Rule("DDP201", Severity.EDIT, "DistributedSampler carries the loader's shuffle",
          "Without a DistributedSampler every rank trains on the whole dataset, so an epoch "
          "does N times the work and the ranks see the same batches.",
@@ -107,6 +113,31 @@ _RULE_LIST = [
     Rule("DDP207", Severity.WARNING, "existing sampler= left as is",
          "A custom sampler decides the order on every rank; ddpify cannot shard it safely.",
          "Wrap the sampler's indices with DistributedSampler or make it rank-aware."),
+    Rule("DDP208", Severity.WARNING, "batches sliced by hand: every rank trains on the full data",
+         "The loop cuts batches out of tensors itself, so no sampler can shard it; each rank "
+         "would train on every sample and an epoch would do N times the work.",
+         "Use a DataLoader over a TensorDataset, or shard the tensors by rank so that every "
+         "rank runs the same number of batches (e.g. keep len(x) // world_size * world_size "
+         "samples, then x[rank::world_size])."),
+    Rule("DDP209", Severity.EDIT, "one process per machine downloads the dataset; the others wait",
+         "Every rank would download into the same directory at once and could read a "
+         "half-written file.",
+         "Nothing to do."),
+    Rule("DDP210", Severity.WARNING, "training loader not sharded: add a DistributedSampler by hand",
+         "ddpify could not rewrite this loader safely (its dataset, sampler or arguments are "
+         "built where the distributed setup is not in scope, or in a form it cannot read), so "
+         "every rank would train on the whole dataset.",
+         "Pass `sampler=DistributedSampler(dataset)` when distributed (and drop shuffle=), "
+         "and call sampler.set_epoch(epoch) at the top of each epoch."),
+    Rule("DDP211", Severity.WARNING, "no epoch loop found for set_epoch",
+         "DistributedSampler shuffles with a seed derived from the epoch; without "
+         "set_epoch(epoch) every epoch repeats the same order.",
+         "Call sampler.set_epoch(epoch) at the start of every epoch."),
+    Rule("DDP212", Severity.WARNING, "dataset download may race between ranks",
+         "Every rank downloads into the same directory at once; ddpify could not add the "
+         "barrier because the distributed setup is not in scope here.",
+         "Download on local rank 0 first: `if local_rank != 0: dist.barrier()` before, and "
+         "`if local_rank == 0: dist.barrier()` after."),
     Rule("DDP301", Severity.EDIT, "output only on rank 0",
          "Every rank runs the same code, so each print, log line and progress bar would "
          "appear once per process.",
@@ -118,10 +149,11 @@ _RULE_LIST = [
          "A checkpoint saved from GPU 0 loads onto GPU 0 on every rank unless map_location "
          "says otherwise.",
          "Nothing to do."),
-    Rule("DDP304", Severity.EDIT, "logging below WARNING only on rank 0",
-         "Every rank logs the same INFO lines; lowering the level once on the other ranks "
-         "keeps their warnings and errors, which may be specific to one rank.",
-         "Nothing to do."),
+    Rule("DDP304", Severity.EDIT, "other ranks log errors only",
+         "Every rank logs the same lines, warnings included; raising the level once on the "
+         "other ranks to ERROR keeps the errors, which may be specific to one rank, and leaves "
+         "every logging call as it was.",
+         "Nothing to do; lower ERROR to WARNING if your warnings differ per rank."),
     Rule("DDP305", Severity.EDIT, "progress bar shown only on rank 0",
          "Each rank would draw its own bar over the same terminal line.",
          "Nothing to do."),

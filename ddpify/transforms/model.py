@@ -15,20 +15,28 @@ from ddpify.transforms.setup import SetupPlan
 
 WRAP_CODE = """\
 if distributed:
-    {model} = DDP({model}, device_ids=[local_rank] if {device}.type == "cuda" else None)
+    {model} = DDP({model}, device_ids=[local_rank] if {device}.type == "cuda" else None{extra})
 """
 # SyncBatchNorm runs on GPUs only, so on a CPU (Gloo) run the layers stay as they are.
 SYNC_BATCHNORM_CODE = """\
 if distributed:
     if {device}.type == "cuda":
         {model} = torch.nn.SyncBatchNorm.convert_sync_batchnorm({model})
-    {model} = DDP({model}, device_ids=[local_rank] if {device}.type == "cuda" else None)
+    {model} = DDP({model}, device_ids=[local_rank] if {device}.type == "cuda" else None{extra})
 """
 # The same, split the way black splits a call that does not fit in 88 columns.
 WRAP_CODE_SPLIT = """\
 if distributed:
     {model} = DDP(
-        {model}, device_ids=[local_rank] if {device}.type == "cuda" else None
+        {model}, device_ids=[local_rank] if {device}.type == "cuda" else None{extra}
+    )
+"""
+# And one argument a line when even that does not fit.
+WRAP_CODE_EXPLODED = """\
+if distributed:
+    {model} = DDP(
+        {model},
+        device_ids=[local_rank] if {device}.type == "cuda" else None,{extra}
     )
 """
 LINE_LENGTH = 88
@@ -44,24 +52,44 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
             edits.report("DDP903", model.optimizer_statement,
                          f"could not find where `{model.name}` reaches its device: wrap it in DDP by hand")
             continue
-        edits.after.setdefault(anchor, []).extend(
-            edits.statements(_wrap_code(facts, anchor, model.name, setup.device,
-                                        edits.options.sync_batchnorm and bool(facts.batchnorm_calls)))
-        )
+        unused = _unused_submodules(facts, model, anchor)
+        for assign in unused:
+            edits.report("DDP105", assign)
+        # DDP waits for a gradient from every parameter unless told some may not come.
+        extra = ", find_unused_parameters=True" if unused else ""
+        code = _wrap_code(facts, anchor, model.name, setup.device,
+                          edits.options.sync_batchnorm and bool(facts.batchnorm_calls), extra)
+        edits.after.setdefault(anchor, []).extend(edits.statements(code))
         edits.imports.add("DDP")
         edits.report("DDP101", anchor)
         _unwrap_state_dicts(facts, edits, model, anchor)
         _unwrap_module_accesses(facts, edits, model)
 
 
+def _unused_submodules(facts: Facts, model: Model, anchor: cst.BaseStatement) -> list:
+    """Submodules that forward() never uses, in the classes the model is built from."""
+    unused = []
+    for statement in facts.statements_touching.get(model.name, ()):
+        if facts.line_of(statement) > facts.line_of(anchor):
+            continue
+        code = facts.module.code_for_node(statement)
+        for class_name, assigns in facts.unused_submodules.items():
+            if f"{class_name}(" in code:
+                unused.extend(assigns)
+    return unused
+
+
 def _wrap_code(facts: Facts, anchor: cst.BaseStatement, model: str, device: str,
-               sync_batchnorm: bool) -> str:
+               sync_batchnorm: bool, extra: str) -> str:
     if sync_batchnorm:
-        return SYNC_BATCHNORM_CODE.format(model=model, device=device)
-    code = WRAP_CODE.format(model=model, device=device)
+        return SYNC_BATCHNORM_CODE.format(model=model, device=device, extra=extra)
+    code = WRAP_CODE.format(model=model, device=device, extra=extra)
     indent = facts.positions[anchor].start.column + 4
     if indent + max(len(line) for line in code.splitlines()) - 4 > LINE_LENGTH:
-        code = WRAP_CODE_SPLIT.format(model=model, device=device)
+        code = WRAP_CODE_SPLIT.format(model=model, device=device, extra=extra)
+    if facts.positions[anchor].start.column + max(len(line) for line in code.splitlines()) > LINE_LENGTH:
+        exploded_extra = "".join(f"\n        {arg.strip()}," for arg in extra.split(",") if arg.strip())
+        code = WRAP_CODE_EXPLODED.format(model=model, device=device, extra=exploded_extra)
     return code
 
 
