@@ -1,4 +1,5 @@
 """Helpers shared by the command-line tests: a runner with stderr apart, and sample scripts."""
+import functools
 import inspect
 import os
 from pathlib import Path
@@ -72,10 +73,14 @@ def guide_text() -> str:
     return GUIDE.read_text()
 
 
-def migrated(text: str, **options) -> str:
-    from ddpify.options import Options
+@functools.lru_cache(maxsize=None)
+def _migrated(text: str, options: Options) -> str:
+    return migrate_source(text, options).code
 
-    return migrate_source(text, Options(**options)).code
+
+def migrated(text: str, **options) -> str:
+    """What the API writes: the CLI must write exactly this."""
+    return _migrated(text, Options(**options))
 
 
 def write(path: Path, text: str, newline: str = "\n", encoding: str = "utf-8") -> Path:

@@ -163,7 +163,7 @@ def test_no_newline_at_end(tmp_path):
 
 
 @pytest.mark.parametrize("helpers", [
-    300,
+    150,
     pytest.param(3000, marks=pytest.mark.slow),  # 12,000 lines: about 30 s
 ])
 def test_very_long_file(tmp_path, helpers):

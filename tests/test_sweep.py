@@ -1,0 +1,70 @@
+"""A fixed sample of the robustness sweep (benchmarks/sweep.py) over installed packages."""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import sweep  # noqa: E402
+
+_FILES = None
+
+
+def _installed_files():
+    global _FILES
+    if _FILES is None:
+        _FILES = sweep.python_files(sweep.site_packages())
+    return _FILES
+
+
+def _assert_no_findings(records):
+    findings = [record for record in records if record.outcome in sweep.FINDINGS]
+    assert not findings, "\n\n".join(f"{r.outcome}: {r.path}\n{r.details}" for r in findings)
+
+
+def test_small_torch_files():
+    """Fast: 20 small files that mention torch (they reach analysis and the transforms)."""
+    small = [path for path in _installed_files() if os.path.getsize(path) < 8000]
+    paths = sweep.select(small, torch_only=True, sample=20, seed=0)
+    assert len(paths) == 20
+    _assert_no_findings([sweep.check_file(path, limit_s=60) for path in paths])
+
+
+@pytest.mark.slow
+def test_sample_of_site_packages():
+    """150 files of any kind, fixed seed; about a minute."""
+    paths = sweep.select(_installed_files(), torch_only=False, sample=150, seed=0)
+    records = [sweep.check_file(path, limit_s=120) for path in paths]
+    _assert_no_findings(records)
+    assert sum(record.outcome == sweep.TIMEOUT for record in records) == 0
+
+
+def test_a_crash_is_caught(tmp_path, monkeypatch):
+    """The sweep's judgement can fail: a bug in a transform is a crash, not a syntax error."""
+    import ddpify.api
+
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nloss.backward()\noptimizer.step()\n")
+
+    def broken(code, options=None):
+        raise ddpify.api.MigrationError("internal error: KeyError('x')")
+
+    monkeypatch.setattr(ddpify.api, "migrate_source", broken)
+    assert sweep.check_file(str(script)).outcome == sweep.CRASH
+
+
+def test_an_unwanted_change_is_caught(tmp_path, monkeypatch):
+    import ddpify.api
+
+    library = tmp_path / "library.py"
+    library.write_text("import torch\n\n\ndef f():\n    return torch.ones(1)\n")
+    monkeypatch.setattr(ddpify.api, "migrate_source",
+                        lambda code, options=None: ddpify.api.Result(code + "# added\n", ()))
+    assert sweep.check_file(str(library)).outcome == sweep.UNWANTED_CHANGE
+
+
+def test_a_real_syntax_error_is_fine(tmp_path):
+    broken = tmp_path / "broken.py"
+    broken.write_text("import torch\nx = (\n")
+    assert sweep.check_file(str(broken)).outcome == sweep.SYNTAX_ERROR
