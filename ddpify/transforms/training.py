@@ -1,0 +1,255 @@
+"""The training loop: no_sync() on accumulation micro-batches, epoch figures summed across
+ranks (DDP401, DDP402, DDP404).
+
+Both keep the run as a group of one exactly as it was: no_sync() only when distributed, and
+the all-reduce only when distributed. Neither adds work per step: the all-reduce runs once per
+epoch on the sums the script already keeps.
+"""
+from typing import Dict, List, Optional, Set
+
+import libcst as cst
+
+from ddpify.analysis import Facts, dotted_name
+from ddpify.transforms.edits import Edits
+from ddpify.transforms.setup import SetupPlan
+
+LINE_LENGTH = 88
+NO_SYNC_COMMENT = "# DDP all-reduces gradients only on the micro-batch that steps the optimizer."
+NO_SYNC_CONTEXT = "contextlib.nullcontext() if {sync} or not distributed else {model}.no_sync()"
+REDUCE_COMMENT = "# Sum the epoch's figures over all ranks, once per epoch, before they are used."
+
+
+def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+    for loop in _batch_loops(facts):
+        _no_sync_on_micro_batches(facts, edits, setup, loop)
+        _reduce_epoch_figures(facts, edits, setup, loop)
+
+
+def _batch_loops(facts: Facts) -> List[cst.For]:
+    """Training loops with no training loop inside them, in source order."""
+    inner = [loop for loop in facts.training_loops
+             if not any(other is not loop and loop in facts.enclosing_loops(other)
+                        for other in facts.training_loops)]
+    return sorted(inner, key=facts.line_of)
+
+
+# --- gradient accumulation -----------------------------------------------------------------------
+
+def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: SetupPlan, loop: cst.For) -> None:
+    body = list(loop.body.body)
+    step_if = next((s for s in body if isinstance(s, cst.If) and _steps(s)), None)
+    if step_if is None:
+        return
+    if len(facts.models) != 1 or not setup.sees_setup(facts, loop):
+        edits.report("DDP404", step_if)
+        return
+    model = facts.models[0].name
+    end = body.index(step_if)
+    backward = [i for i in range(end) if _has_method_call(body[i], "backward")]
+    forward = [i for i in range(end) if _calls_name(body[i], model)]
+    if not backward or not forward or forward[0] > backward[-1]:
+        edits.report("DDP404", step_if)
+        return
+    start, stop = forward[0], backward[-1]
+    wrapped = body[start:stop + 1]
+    assigned = set().union(*(_assigned_names(s) for s in wrapped))
+    touched = set(edits.before) | set(edits.after) | edits.removed | set(edits.replaced) | set(edits.guarded)
+    if _names_in(step_if.test) & assigned or any(s in touched for s in body):
+        edits.report("DDP404", step_if)
+        return
+    sync = _free_name(facts, "sync")
+    indent = facts.column_of(body[start]) - 1
+    context = NO_SYNC_CONTEXT.format(sync=sync, model=model)
+    with_line = f"with {context}:" if indent + len(context) + 6 <= LINE_LENGTH else \
+        f"with (\n    {context}\n):"
+    prefix = [edits.statement(f"{sync} = {edits.code(step_if.test)}\n").with_changes(
+        leading_lines=[cst.EmptyLine(comment=cst.Comment(NO_SYNC_COMMENT))]
+    )]
+    template = edits.statement(f"{with_line}\n    pass\n")
+    edits.imports.add("contextlib")
+    edits.expressions[loop] = _wrap_range(start, stop, len(body), prefix, template)
+    edits.report("DDP401", step_if)
+
+
+def _wrap_range(start: int, stop: int, count: int, prefix: List[cst.BaseStatement],
+                template: cst.With):
+    def rewrite(updated: cst.For) -> cst.For:
+        body = list(updated.body.body)
+        if len(body) != count:
+            return updated
+        inner = [body[start].with_changes(leading_lines=())] + [
+            statement.with_changes(leading_lines=[
+                line.with_changes(indent=False) if line.comment is None else line
+                for line in statement.leading_lines
+            ])
+            for statement in body[start + 1:stop + 1]
+        ]
+        first = prefix[0]
+        lines = list(body[start].leading_lines) + list(first.leading_lines)
+        head = [first.with_changes(leading_lines=lines)] + prefix[1:]
+        wrapped = template.with_changes(body=template.body.with_changes(body=inner))
+        new_body = body[:start] + head + [wrapped] + body[stop + 1:]
+        return updated.with_changes(body=updated.body.with_changes(body=new_body))
+
+    return rewrite
+
+
+def _steps(statement: cst.If) -> bool:
+    return any(
+        isinstance(call.func, cst.Attribute) and call.func.attr.value == "step"
+        # `optimizer.step()` or `scaler.step(optimizer)`, not `scheduler.step()`.
+        and any("optim" in name for name in _names_in(call))
+        for call in _calls_within(statement.body)
+    )
+
+
+def _has_method_call(node: cst.CSTNode, method: str) -> bool:
+    return any(isinstance(c.func, cst.Attribute) and c.func.attr.value == method
+               for c in _calls_within(node))
+
+
+def _calls_name(node: cst.CSTNode, name: str) -> bool:
+    return any(dotted_name(c.func) == name for c in _calls_within(node))
+
+
+def _free_name(facts: Facts, name: str) -> str:
+    while name in facts.bound_names:
+        name += "_"
+    return name
+
+
+# --- epoch figures ---------------------------------------------------------------------------------
+
+def epoch_accumulators(facts: Facts, loop: cst.For) -> Dict[str, cst.BaseExpression]:
+    """`running_loss = 0.0` before the batch loop, `running_loss += ...` inside it, and used
+    after it: the name and its initial literal, in the order they were set."""
+    block = facts.parents.get(loop)
+    if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+        return {}
+    statements = list(block.body)
+    index = statements.index(loop)
+    initial: Dict[str, cst.BaseExpression] = {}
+    for statement in statements[:index]:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if (isinstance(small, cst.Assign) and len(small.targets) == 1
+                        and isinstance(small.targets[0].target, cst.Name)
+                        and isinstance(small.value, (cst.Integer, cst.Float))):
+                    initial[small.targets[0].target.value] = small.value
+    added = _augmented_names(loop.body)
+    used_after = set().union(set(), *(_names_in(s) for s in statements[index + 1:]))
+    return {name: value for name, value in initial.items() if name in added and name in used_after}
+
+
+def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: SetupPlan, loop: cst.For) -> None:
+    accumulators = epoch_accumulators(facts, loop)
+    if not accumulators or not setup.sees_setup(facts, loop):
+        return
+    block = facts.parents[loop]
+    after = list(block.body)[list(block.body).index(loop) + 1:]
+    per_batch = _divided_by_len(after)
+    names = list(accumulators)
+    indent = facts.column_of(loop) - 1
+    tensor = f"torch.tensor([{', '.join(names)}], dtype=torch.float64, device={setup.device})"
+    if indent + 4 + len("totals = ") + len(tensor) > LINE_LENGTH:
+        tensor = f"torch.tensor(\n        [{', '.join(names)}], dtype=torch.float64, device={setup.device}\n    )"
+    lines = ["if distributed:", f"    {REDUCE_COMMENT}", f"    totals = {tensor}", "    dist.all_reduce(totals)"]
+    for position, name in enumerate(names):
+        if isinstance(accumulators[name], cst.Integer):
+            value = f"int(totals[{position}])"
+        else:
+            value = f"totals[{position}].item()"
+        if name in per_batch:
+            lines.append(f"    # Each rank ran {per_batch[name]} batches: the mean of the ranks' sums.")
+            value += " / dist.get_world_size()"
+        lines.append(f"    {name} = {value}")
+    edits.after.setdefault(loop, []).extend(edits.statements("\n".join(lines) + "\n"))
+    edits.report("DDP402", loop)
+
+
+def _divided_by_len(statements) -> Dict[str, str]:
+    """`running_loss / len(train_loader)`: a sum over this rank's batches, by name."""
+    found: Dict[str, str] = {}
+
+    class _Divisions(cst.CSTVisitor):
+        def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+            right = node.right
+            if (isinstance(node.operator, cst.Divide) and isinstance(node.left, cst.Name)
+                    and isinstance(right, cst.Call) and dotted_name(right.func) == "len"
+                    and right.args and isinstance(right.args[0].value, cst.Name)):
+                found[node.left.value] = f"len({right.args[0].value.value})"
+
+    for statement in statements:
+        statement.visit(_Divisions())
+    return found
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+def _augmented_names(node: cst.CSTNode) -> Set[str]:
+    found: Set[str] = set()
+
+    class _Augmented(cst.CSTVisitor):
+        def visit_AugAssign(self, assign: cst.AugAssign) -> None:
+            if isinstance(assign.operator, cst.AddAssign) and isinstance(assign.target, cst.Name):
+                found.add(assign.target.value)
+
+    node.visit(_Augmented())
+    return found
+
+
+def assigned_names(node: cst.CSTNode) -> Set[str]:
+    return _assigned_names(node)
+
+
+def _assigned_names(node: cst.CSTNode) -> Set[str]:
+    found: Set[str] = set()
+
+    class _Targets(cst.CSTVisitor):
+        def visit_AssignTarget(self, target: cst.AssignTarget) -> None:
+            found.update(_names_in(target.target))
+
+        def visit_AugAssign(self, assign: cst.AugAssign) -> None:
+            found.update(_names_in(assign.target))
+
+        def visit_AnnAssign(self, assign: cst.AnnAssign) -> None:
+            found.update(_names_in(assign.target))
+
+        def visit_For(self, loop: cst.For) -> None:
+            found.update(_names_in(loop.target))
+
+        def visit_AsName(self, alias: cst.AsName) -> None:
+            found.update(_names_in(alias.name))
+
+    node.visit(_Targets())
+    return found
+
+
+def names_in(node: Optional[cst.CSTNode]) -> Set[str]:
+    return _names_in(node) if node is not None else set()
+
+
+def _names_in(node: cst.CSTNode) -> Set[str]:
+    found: Set[str] = set()
+
+    class _Names(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            found.add(name.value)
+
+        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
+            attribute.value.visit(self)
+            return False
+
+    node.visit(_Names())
+    return found
+
+
+def _calls_within(node: cst.CSTNode) -> List[cst.Call]:
+    found: List[cst.Call] = []
+
+    class _Calls(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            found.append(call)
+
+    node.visit(_Calls())
+    return found
