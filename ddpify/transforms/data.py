@@ -1,18 +1,32 @@
-"""DistributedSampler for training loaders and set_epoch in their epoch loop (DDP2xx).
+"""DistributedSampler for training loaders and set_epoch in their epoch loop (DDP201-DDP212).
 
 As a group of one the sampler is None and the loader shuffles exactly as before, so plain
 `python` reproduces the original's numbers; under torchrun the sampler shards and shuffles.
+A loader is a training loader when a loop over it trains (backward or optimizer step);
+evaluation loaders stay whole so that the figures rank 0 prints are the original's.
 """
-from typing import Optional
+from typing import List, Optional, Set
 
 import libcst as cst
 
-from ddpify.analysis import Facts, Loader, dotted_name
+from ddpify.analysis import Facts, Loader, dotted_name, string_value
 from ddpify.transforms.edits import Edits, Insertion
 from ddpify.transforms.setup import SetupPlan
 
 SAMPLER_CODE = "{sampler} = DistributedSampler({dataset}, shuffle={shuffle}) if distributed else None\n"
 SET_EPOCH_CODE = "if {sampler} is not None:\n    {sampler}.set_epoch({epoch})\n"
+# A RandomSampler kept for plain `python` has no set_epoch.
+SET_EPOCH_IF_DISTRIBUTED_CODE = "if distributed:\n    {sampler}.set_epoch({epoch})\n"
+DATASET_CODE = "{dataset} = {expression}\n"
+DOWNLOAD_BEFORE_CODE = """\
+if distributed and local_rank != 0:
+    dist.barrier()  # wait while local rank 0 downloads the data
+"""
+DOWNLOAD_AFTER_CODE = """\
+if distributed and local_rank == 0:
+    dist.barrier()  # the data is in place: release the other ranks
+"""
+EVALUATION_WORDS = ("val", "test", "eval", "dev")
 SET_EPOCH_VIA_LOADER_CODE = (
     "if isinstance({loader}.sampler, DistributedSampler):\n    {loader}.sampler.set_epoch({epoch})\n"
 )
@@ -21,61 +35,179 @@ LINE_LENGTH = 88
 
 def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
     for loader in facts.loaders:
-        if "batch_sampler" in loader.keywords:
-            edits.report("DDP204", loader.call)
-        elif "sampler" in loader.keywords:
+        _plan_loader(facts, edits, setup, loader)
+    for loop in facts.sliced_batch_loops:
+        if loop in facts.training_loops:
+            edits.report("DDP208", loop)
+    _download_on_one_process_first(facts, edits, setup)
+
+
+def _plan_loader(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader) -> None:
+    iterable = _iterable_dataset(facts, loader.dataset)
+    keys = _keyword_names(facts, loader)
+    if iterable is not None:
+        edits.report("DDP205", loader.call, f"IterableDataset `{iterable}` is not sharded by "
+                     "DistributedSampler: shard it by rank inside __iter__")
+    elif "batch_sampler" in keys:
+        edits.report("DDP204", loader.call)
+    elif "sampler" in keys:
+        if not _wrap_random_sampler(facts, edits, setup, loader):
             edits.report("DDP207", loader.call)
-        elif not loader.shuffles:
-            edits.report("DDP203", loader.call)
-        elif not setup.sees_setup(facts, loader.call) or not _simple(loader.dataset):
-            edits.report("DDP201", loader.call,
-                         "could not add a DistributedSampler here: shard this loader by hand")
-        else:
-            _add_sampler(facts, edits, loader)
+    elif not _is_training(facts, loader):
+        edits.report("DDP203", loader.call)
+    elif _can_add_sampler(facts, setup, loader):
+        _add_sampler(facts, edits, loader)
+    else:
+        edits.report("DDP210", loader.call)
 
 
-def _simple(dataset: Optional[cst.BaseExpression]) -> bool:
-    return dataset is not None and dotted_name(dataset) is not None
+def _iterable_dataset(facts: Facts, dataset: Optional[cst.BaseExpression]) -> Optional[str]:
+    """The IterableDataset class the loader reads, if the dataset is one defined here."""
+    values = [dataset] if dataset is not None else []
+    if dataset is not None and dotted_name(dataset) is not None:
+        values = facts.assigned_values.get(dotted_name(dataset), [])
+    for value in values:
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
+            if value.func.value in facts.iterable_dataset_classes:
+                return value.func.value
+    return None
 
 
-def sampler_name(loader: Loader, taken) -> str:
+def _keyword_names(facts: Facts, loader: Loader) -> Set[str]:
+    """The loader's keywords, with the literal keys of a `**kwargs` dict and its updates."""
+    keys = set(loader.keywords)
+    if loader.kwargs_name is None:
+        return keys
+    sources = [loader.kwargs_name]
+    for call in facts.calls_by_callee.get(f"{loader.kwargs_name}.update", ()):
+        for arg in call.args:
+            sources.append(dotted_name(arg.value))
+            keys.update(_dict_keys(arg.value))
+    for source in sources:
+        for value in facts.assigned_values.get(source, ()):
+            keys.update(_dict_keys(value))
+    return keys
+
+
+def _dict_keys(value: cst.BaseExpression) -> Set[str]:
+    if not isinstance(value, cst.Dict):
+        return set()
+    return {string_value(element.key) for element in value.elements
+            if isinstance(element, cst.DictElement)} - {None}
+
+
+def _is_training(facts: Facts, loader: Loader) -> bool:
+    """Does a loop over this loader train? If no loop is in sight, the name and shuffle tell."""
+    loops = facts.loops_over.get(loader.name, ())
+    if loops:
+        return any(loop in facts.training_loops for loop in loops)
+    name = loader.name.rsplit(".", 1)[-1].lower()
+    if "train" in name:
+        return True
+    if any(word in name for word in EVALUATION_WORDS):
+        return False
+    return loader.shuffles or loader.kwargs_name is not None
+
+
+def _can_add_sampler(facts: Facts, setup: SetupPlan, loader: Loader) -> bool:
+    if not setup.sees_setup(facts, loader.call) or loader.dataset is None:
+        return False
+    if not isinstance(loader.statement, cst.SimpleStatementLine):
+        return False
+    if isinstance(loader.call.func, cst.Name) and not facts.loader_classes.get(
+        loader.call.func.value, True
+    ):
+        return False
+    if loader.kwargs_name is not None:
+        # The sampler pops "shuffle" from the dict: no other loader may share it.
+        sharing = [other for other in facts.loaders if other.kwargs_name == loader.kwargs_name]
+        return "shuffle" not in loader.keywords and len(sharing) == 1
+    return not any(arg.star for arg in loader.call.args)
+
+
+def _add_sampler(facts: Facts, edits: Edits, loader: Loader) -> None:
+    taken = facts.bound_names
+    sampler = derived_name(loader, "sampler", taken)
+    inserted = []
+    dataset = edits.code(loader.dataset)
+    if dotted_name(loader.dataset) is None:
+        # `DataLoader(TensorDataset(x, y), ...)`: the sampler needs the dataset too.
+        dataset = derived_name(loader, "dataset", taken)
+        inserted.append(edits.statement(DATASET_CODE.format(
+            dataset=dataset, expression=edits.code(loader.dataset))))
+    shuffle_arg = loader.keywords.get("shuffle")
+    if shuffle_arg is not None:
+        shuffle = edits.code(shuffle_arg.value)
+    elif loader.kwargs_name is not None:
+        # DataLoader refuses shuffle=True beside a sampler: the sampler takes it over.
+        shuffle = f'{loader.kwargs_name}.pop("shuffle", False)'
+    else:
+        shuffle = "False"
+    inserted.append(edits.statement(_fit(SAMPLER_CODE.format(
+        sampler=sampler, dataset=dataset, shuffle=shuffle), facts, loader.statement)))
+    edits.before.setdefault(loader.statement, []).append(Insertion(inserted, takes_comments=True))
+    edits.imports.add("DistributedSampler")
+    args = _loader_args(edits, loader, sampler, dataset)
+    edits.replaced[loader.statement] = [_loader_statement(facts, edits, loader, args)]
+    edits.report("DDP201", loader.call)
+    edits.report("DDP206", loader.call)
+    if shuffle != "False":
+        _set_epoch(facts, edits, loader, sampler)
+
+
+def derived_name(loader: Loader, kind: str, taken) -> str:
+    """`train_loader` -> `train_sampler` / `train_dataset`; `loader` -> `sampler`."""
     base = loader.name.rsplit(".", 1)[-1]
     prefix = loader.name[: len(loader.name) - len(base)]
-    if base.endswith("loader"):
-        stem = base[: -len("loader")]
-        candidate = stem + "sampler" if stem in ("", ) or stem.endswith("_") else stem + "_sampler"
-    else:
-        candidate = base + "_sampler"
-    name = prefix + candidate
+    stem = base[: -len("loader")] if base.lower().endswith("loader") else base
+    if stem and not stem.endswith("_"):
+        stem += "_"
+    name = prefix + stem + kind
     while name in taken:
         name += "_"
     return name
 
 
-def _add_sampler(facts: Facts, edits: Edits, loader: Loader) -> None:
-    sampler = sampler_name(loader, facts.bound_names)
-    shuffle_value = edits.code(loader.keywords["shuffle"].value)
-    edits.before.setdefault(loader.statement, []).append(Insertion(
-        [edits.statement(SAMPLER_CODE.format(
-            sampler=sampler, dataset=edits.code(loader.dataset), shuffle=shuffle_value))],
-        takes_comments=True,
-    ))
-    edits.imports.add("DistributedSampler")
-    loader_shuffle = f"{sampler} is None" if shuffle_value == "True" else f"{shuffle_value} and {sampler} is None"
-    edits.replaced[loader.statement] = [_loader_statement(facts, edits, loader, sampler, loader_shuffle)]
-    edits.report("DDP201", loader.call)
-    edits.report("DDP206", loader.call)
-    _set_epoch(facts, edits, loader, sampler)
+def _fit(code: str, facts: Facts, anchor: cst.BaseStatement) -> str:
+    """`x = a if distributed else None` as black writes it when the line is too long."""
+    indent = facts.positions[anchor].start.column
+    if indent + len(code.rstrip("\n")) <= LINE_LENGTH:
+        return code
+    target, value = code.rstrip("\n").split(" = ", 1)
+    if indent + 4 + len(value) <= LINE_LENGTH:
+        return f"{target} = (\n    {value}\n)\n"
+    body, rest = value.rsplit(" if distributed else ", 1)
+    return f"{target} = (\n    {body}\n    if distributed\n    else {rest}\n)\n"
 
 
-def _loader_statement(facts: Facts, edits: Edits, loader: Loader, sampler: str, shuffle: str):
-    """The loader with `shuffle=` handed to the sampler and `sampler=` after it."""
+def _loader_args(edits: Edits, loader: Loader, sampler: str, dataset: str) -> List[str]:
+    """The loader's arguments with the dataset named, `shuffle=` kept only as a fallback
+    when there is no sampler, and `sampler=` after it (or last, or before `**kwargs`)."""
     args = []
+    placed = False
     for arg in loader.call.args:
-        args.append(edits.code(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip())
-        if arg.keyword is not None and arg.keyword.value == "shuffle":
-            args[-1] = f"shuffle={shuffle}"
+        text = edits.code(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip()
+        if arg.value is loader.dataset:
+            text = f"dataset={dataset}" if arg.keyword is not None else dataset
+        if arg.star == "**" and not placed:
             args.append(f"sampler={sampler}")
+            placed = True
+        args.append(text)
+        if arg.keyword is not None and arg.keyword.value == "shuffle":
+            shuffle = edits.code(arg.value)
+            if shuffle == "True":
+                args[-1] = f"shuffle={sampler} is None"
+            elif shuffle != "False":
+                args[-1] = f"shuffle={shuffle} and {sampler} is None"
+            args.append(f"sampler={sampler}")
+            placed = True
+    if not placed:
+        args.append(f"sampler={sampler}")
+    return args
+
+
+def _loader_statement(facts: Facts, edits: Edits, loader: Loader, args: List[str]):
+    """The loader call rebuilt from its arguments, wrapped as black would."""
     statement = loader.statement
     head = edits.code(statement.body[0].targets[0].target) + " = " + edits.code(loader.call.func)
     indent = " " * (facts.positions[statement].start.column)
@@ -92,7 +224,8 @@ def _loader_statement(facts: Facts, edits: Edits, loader: Loader, sampler: str, 
     )
 
 
-def _set_epoch(facts: Facts, edits: Edits, loader: Loader, sampler: str) -> None:
+def _set_epoch(facts: Facts, edits: Edits, loader: Loader, sampler: str,
+               template: str = SET_EPOCH_CODE) -> None:
     """At the top of the epoch loop: the loop around the pass over the loader, which may sit
     in another function than the loader (`for epoch ...: train(model, train_loader)`)."""
     for epoch_loop, name_there in facts.epoch_loops(loader.name, loader.function):
@@ -100,7 +233,7 @@ def _set_epoch(facts: Facts, edits: Edits, loader: Loader, sampler: str) -> None
             continue
         epoch = epoch_loop.target.value
         if sampler.startswith("self.") or facts.function_of(epoch_loop) is loader.function:
-            code = SET_EPOCH_CODE.format(sampler=sampler, epoch=epoch)
+            code = template.format(sampler=sampler, epoch=epoch)
         else:
             # The sampler variable is not in scope here; the loader still carries it.
             code = SET_EPOCH_VIA_LOADER_CODE.format(loader=name_there, epoch=epoch)
@@ -108,3 +241,78 @@ def _set_epoch(facts: Facts, edits: Edits, loader: Loader, sampler: str) -> None
         edits.before.setdefault(first, []).append(Insertion(edits.statements(code)))
         edits.report("DDP202", epoch_loop)
         return
+    edits.report("DDP211", loader.call)
+
+
+def _wrap_random_sampler(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader) -> bool:
+    """`sampler=RandomSampler(ds)` shuffles like DistributedSampler's default: use that when
+    distributed and keep the RandomSampler for plain `python`."""
+    arg = loader.keywords.get("sampler")
+    if arg is None:
+        return False
+    name = dotted_name(arg.value)
+    values = facts.assigned_values.get(name, []) if name is not None else [arg.value]
+    if len(values) != 1 or values[0] not in facts.random_sampler_calls:
+        return False
+    call = values[0]
+    if len(call.args) != 1 or call.args[0].star or not (
+        call.args[0].keyword is None or call.args[0].keyword.value == "data_source"
+    ):
+        # num_samples=, replacement= or generator= have no DistributedSampler twin.
+        return False
+    if not (setup.sees_setup(facts, call) and setup.sees_setup(facts, loader.call)):
+        return False
+    wrapped = f"DistributedSampler({edits.code(call.args[0].value)}) if distributed else {edits.code(call)}"
+    if name is None:
+        name = derived_name(loader, "sampler", facts.bound_names)
+        edits.before.setdefault(loader.statement, []).append(Insertion(
+            [edits.statement(_fit(f"{name} = {wrapped}\n", facts, loader.statement))],
+            takes_comments=True,
+        ))
+        edits.expressions[call] = lambda _node: cst.Name(name)
+    else:
+        edits.expressions[call] = lambda _node: edits.expression(wrapped)
+    edits.imports.add("DistributedSampler")
+    edits.report("DDP201", loader.call)
+    edits.report("DDP206", loader.call)
+    _set_epoch(facts, edits, loader, name, SET_EPOCH_IF_DISTRIBUTED_CODE)
+    return True
+
+
+def _download_on_one_process_first(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+    """Barriers around each run of statements that download a dataset (`download=True`)."""
+    for group in _consecutive_groups(facts, facts.download_statements):
+        first, last = group[0], group[-1]
+        if _inside_class(facts, first):
+            continue
+        if not setup.sees_setup(facts, first):
+            edits.report("DDP212", first)
+            continue
+        edits.before.setdefault(first, []).append(
+            Insertion(edits.statements(DOWNLOAD_BEFORE_CODE), takes_comments=True)
+        )
+        edits.after.setdefault(last, []).extend(edits.statements(DOWNLOAD_AFTER_CODE))
+        edits.imports.add("dist")
+        edits.report("DDP209", first)
+
+
+def _consecutive_groups(facts: Facts, statements) -> List[List[cst.BaseStatement]]:
+    groups: List[List[cst.BaseStatement]] = []
+    for statement in statements:
+        block = facts.block_of(statement)
+        if groups and facts.block_of(groups[-1][-1]) is block:
+            body = list(block.body)
+            if body.index(statement) == body.index(groups[-1][-1]) + 1:
+                groups[-1].append(statement)
+                continue
+        groups.append([statement])
+    return groups
+
+
+def _inside_class(facts: Facts, node: cst.CSTNode) -> bool:
+    parent = facts.parents.get(node)
+    while parent is not None:
+        if isinstance(parent, cst.ClassDef):
+            return True
+        parent = facts.parents.get(parent)
+    return False

@@ -5,13 +5,14 @@ and fail on a CPU-only machine; the setup block's device names the rank's own GP
 """
 import libcst as cst
 
-from ddpify.analysis import Facts
-from ddpify.transforms.edits import Edits
+from ddpify.analysis import Facts, dotted_name
+from ddpify.transforms.edits import Edits, Insertion
 from ddpify.transforms.setup import SetupPlan
 
 
 def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
     device = setup.device
+    _keep_device_choice(edits, setup)
     for call in facts.fixed_device_moves:
         if not setup.sees_setup(facts, call):
             edits.report("DDP003", call, f"fixed GPU here cannot see `{device}`: pass it in and use .to({device})")
@@ -46,3 +47,24 @@ def _move_to(device: str):
         return call.with_changes(func=call.func.with_changes(attr=cst.Name("to")), args=args)
 
     return rewrite
+
+
+def _keep_device_choice(edits: Edits, setup: SetupPlan) -> None:
+    """The setup block replaces the script's device choice: keep the choice's own test, so
+    that `--no-cuda` or `--device cpu` still selects the CPU."""
+    assignment = setup.device_assignment
+    if assignment is None:
+        return
+    condition = assignment.gpu_condition
+    if condition is not None and dotted_name(edits.expression(condition)) is None:
+        # The setup block tests it three times: name it once (`torch.device(args.device)...`).
+        name = "use_cuda"
+        while name in edits.facts.bound_names:
+            name += "_"
+        edits.before.setdefault(assignment.statement, []).append(Insertion(
+            [edits.statement(f"{name} = {condition}\n")], takes_comments=True))
+        condition = name
+    if condition is not None:
+        setup.use_gpu = condition
+    if assignment.any_accelerator:
+        edits.report("DDP006", assignment.statement)

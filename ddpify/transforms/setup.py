@@ -16,11 +16,11 @@ SETUP_COMMENT = "# Distributed setup: one process per device under torchrun; pla
 SETUP_CODE = """\
 distributed = "WORLD_SIZE" in os.environ
 local_rank = int(os.environ.get("LOCAL_RANK", 0))
-if torch.cuda.is_available():
+if {use_gpu}:
     torch.cuda.set_device(local_rank)
-{device} = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+{device} = torch.device("cuda", local_rank) if {use_gpu} else torch.device("cpu")
 if distributed:
-    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    dist.init_process_group("nccl" if {use_gpu} else "gloo")
 """
 
 IS_MAIN_CODE = "is_main = not distributed or dist.get_rank() == 0\n"
@@ -46,6 +46,9 @@ class SetupPlan:
     device: str
     device_assignment: Optional[DeviceAssignment]
     guards_used: Set[str] = field(default_factory=set)
+    # When the script uses the GPU: devices.py keeps the script's own condition (`use_cuda`
+    # from a --no-cuda flag) so that the migrated script still honours it.
+    use_gpu: str = "torch.cuda.is_available()"
 
     def sees_setup(self, facts: Facts, node: cst.CSTNode) -> bool:
         """Whether code at node can read the names the setup block defines."""
@@ -80,7 +83,7 @@ def _training_function(facts: Facts) -> Optional[cst.FunctionDef]:
 def place(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
     """Insert the setup block before the first statement of its block that needs it."""
     edits.imports.update({"os", "dist"})
-    code = SETUP_CODE.format(device=plan.device)
+    code = SETUP_CODE.format(device=plan.device, use_gpu=plan.use_gpu)
     if "is_main" in plan.guards_used:
         code += IS_MAIN_CODE
     setup = edits.statements(code)

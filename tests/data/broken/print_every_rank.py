@@ -60,6 +60,7 @@ for epoch in range(3):
         loss.backward()
         optimizer.step()
     print(f"epoch {epoch}: last batch loss {loss.item():.4f}")
+    if is_main:
         torch.save(getattr(model, "module", model).state_dict(), f"checkpoint_{epoch}.pth")
 
 if distributed:

@@ -1,0 +1,517 @@
+"""The verdicts: pure functions from recorded runs to pass / fail / n/a with evidence.
+
+Runs are named ORIGINAL (`python train.py`), SINGLE (`python train_ddp.py`, a group of
+one), TORCHRUN (`torchrun --standalone --nproc_per_node=N train_ddp.py`) and MULTINODE
+(two torchrun agents, one process each). A check whose runs are missing or failed is n/a:
+the failure is reported once, by the `runs` check.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Tuple
+
+from ddpify.verify.records import RunResult
+
+ORIGINAL, SINGLE, TORCHRUN, MULTINODE = "original", "single", "torchrun", "multinode"
+ALL_RUNS = (ORIGINAL, SINGLE, TORCHRUN, MULTINODE)
+RUN_TITLES = {
+    ORIGINAL: "original",
+    SINGLE: "group of one",
+    TORCHRUN: "torchrun",
+    MULTINODE: "two nodes",
+}
+PASS, FAIL, NA = "pass", "fail", "n/a"
+RELATIVE_TOLERANCE = 1e-6
+# Fewer samples than this in two epochs could repeat their order by chance.
+MIN_SAMPLES_TO_COMPARE_ORDER = 8
+MAX_EXAMPLES = 5
+NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|\b(?:nan|inf)\b")
+
+Runs = Mapping[str, RunResult]
+
+
+@dataclass
+class CheckResult:
+    id: str
+    title: str
+    status: str
+    summary: str
+    evidence: List[str] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
+
+
+# -- reading events --------------------------------------------------------------------
+
+
+def events_of(rank_events: List[dict], kind: str) -> List[dict]:
+    return [event for event in rank_events if event["ev"] == kind]
+
+
+def printed_lines(rank_events: List[dict]) -> List[str]:
+    return [event["line"] for event in events_of(rank_events, "print")]
+
+
+def line_shape(line: str) -> str:
+    """A printed line with its numbers replaced, so rank 0's figures match the original's."""
+    return NUMBER.sub("#", line.strip())
+
+
+def written_paths(rank_events: List[dict]) -> List[str]:
+    """Files a rank wrote where a user would look: its cwd or a non-temporary path."""
+    paths = []
+    for event in rank_events:
+        if event["ev"] in ("save", "write") and event.get("path") and event.get("scope") in ("cwd", "other"):
+            if event["path"] not in paths:
+                paths.append(event["path"])
+    return paths
+
+
+def examples(items: List[str]) -> str:
+    shown = ", ".join(items[:MAX_EXAMPLES])
+    return shown + (f" (+{len(items) - MAX_EXAMPLES} more)" if len(items) > MAX_EXAMPLES else "")
+
+
+def unusable(runs: Runs, *names: str) -> Optional[str]:
+    """Why a check cannot look at these runs, or None when all of them completed."""
+    for name in names:
+        if name not in runs:
+            return f"not checked: the {RUN_TITLES[name]} run was not requested"
+        if not runs[name].ok:
+            return f"not checked: the {RUN_TITLES[name]} run failed (see runs)"
+    return None
+
+
+def usable(runs: Runs, name: str) -> Optional[RunResult]:
+    run = runs.get(name)
+    return run if run is not None and run.ok else None
+
+
+def na(check_id: str, title: str, reason: str) -> CheckResult:
+    return CheckResult(check_id, title, NA, reason)
+
+
+# -- runs ------------------------------------------------------------------------------
+
+
+def summarize_stack(dump: str, script_name: str) -> str:
+    """Where a hung rank's main thread waits: the script's line and the call it is in."""
+    blocks = re.split(r"\n(?=(?:Current thread|Thread) 0x)", dump)
+    main = next((block for block in blocks if "run_path" in block or f'"{script_name}"' in block), dump)
+    frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)', main)
+    if not frames:
+        return "no stack recorded"
+    innermost_file, innermost_line, innermost_function = frames[0]
+    where = f"in {innermost_function} ({innermost_file.rsplit('/', 1)[-1]}:{innermost_line})"
+    own = [frame for frame in frames if frame[0].endswith(script_name)]
+    if own:
+        return f"{script_name}:{own[0][1]}, {where}"
+    return where
+
+
+def describe_failed_run(run: RunResult) -> List[str]:
+    title = RUN_TITLES.get(run.name, run.name)
+    if run.timed_out:
+        lines = [f"{title}: still running at its {run.limit:g} s limit, killed"]
+        for rank in run.unfinished_ranks():
+            if rank not in run.events:
+                lines.append(f"  rank {rank}: never started")
+            elif rank in run.stacks:
+                lines.append(f"  rank {rank} waits at {summarize_stack(run.stacks[rank], run.script_name)}")
+            else:
+                lines.append(f"  rank {rank}: still running, no stack dump")
+        return lines
+    lines = [f"{title}: exit status {', '.join(str(code) for code in run.returncodes)}"]
+    for rank, rank_events in sorted(run.events.items()):
+        for event in events_of(rank_events, "end"):
+            if event.get("status") not in (0, None):
+                lines.append(f"  rank {rank}: {event.get('error', 'exit status ' + str(event['status']))}")
+    tail = [line for line in run.output_tail.strip().splitlines() if line.strip()][-3:]
+    lines.extend("  | " + line for line in tail)
+    return lines
+
+
+def check_runs(runs: Runs) -> CheckResult:
+    title = "runs"
+    failed = [run for run in runs.values() if not run.ok]
+    timings = ", ".join(f"{RUN_TITLES.get(run.name, run.name)} {run.seconds:.1f} s" for run in runs.values())
+    if not runs:
+        return na("runs", title, "nothing was run")
+    if not failed:
+        return CheckResult("runs", title, PASS, f"{len(runs)} runs exited 0 ({timings})")
+    evidence = [line for run in failed for line in describe_failed_run(run)]
+    hung = [RUN_TITLES.get(run.name, run.name) for run in failed if run.timed_out]
+    summary = f"{len(failed)} of {len(runs)} runs failed" + (f"; hung: {', '.join(hung)}" if hung else "")
+    return CheckResult("runs", title, FAIL, summary, evidence)
+
+
+# -- same as original ------------------------------------------------------------------
+
+
+def close(first: float, second: float) -> bool:
+    return abs(first - second) <= RELATIVE_TOLERANCE * max(abs(first), abs(second), 1e-12)
+
+
+def trajectory_differences(original_steps: List[dict], single_steps: List[dict]) -> Tuple[List[str], bool]:
+    """What differs between two step sequences, and whether they are bit-identical."""
+    differences = []
+    if len(original_steps) != len(single_steps):
+        differences.append(
+            f"the original made {len(original_steps)} optimizer steps, the group of one {len(single_steps)}"
+        )
+    exact = True
+    for original, single in zip(original_steps, single_steps):
+        if original["digest"] == single["digest"]:
+            continue
+        exact = False
+        if not close(original["checksum"], single["checksum"]):
+            differences.append(
+                f"step {original['n']}: parameter sum {original['checksum']:.10g} (original) "
+                f"vs {single['checksum']:.10g} (group of one); loss {original.get('loss')} vs {single.get('loss')}"
+            )
+            break
+    return differences, exact
+
+
+def output_differences(original_lines: List[str], single_lines: List[str]) -> List[str]:
+    surplus_by_shape = Counter(map(line_shape, original_lines))
+    surplus_by_shape.subtract(Counter(map(line_shape, single_lines)))
+    return [
+        f"printed {abs(surplus)} more time(s) by {'the original' if surplus > 0 else 'the group of one'}: {shape!r}"
+        for shape, surplus in sorted(surplus_by_shape.items())
+        if surplus
+    ]
+
+
+def check_same_as_original(runs: Runs) -> CheckResult:
+    check_id, title = "same_as_original", "same as original"
+    reason = unusable(runs, ORIGINAL, SINGLE)
+    if reason:
+        return na(check_id, title, reason)
+    original_events, single_events = runs[ORIGINAL].events.get(0, []), runs[SINGLE].events.get(0, [])
+    original_steps, single_steps = events_of(original_events, "step"), events_of(single_events, "step")
+    steps_differ, exact = trajectory_differences(original_steps, single_steps)
+    original_lines, single_lines = printed_lines(original_events), printed_lines(single_events)
+    evidence = output_differences(original_lines, single_lines)
+    seeded = bool(events_of(original_events, "seed"))
+    if steps_differ and seeded:
+        seeds = [[event["value"] for event in events_of(events, "seed")] for events in (original_events, single_events)]
+        evidence = steps_differ + evidence + [f"torch.manual_seed calls: original {seeds[0]}, group of one {seeds[1]}"]
+    if evidence:
+        return CheckResult(check_id, title, FAIL, evidence[0], evidence)
+    if steps_differ:
+        return na(check_id, title, "not comparable: the original never calls torch.manual_seed, so no two runs agree")
+    if not original_steps:
+        return na(check_id, title, "no optimizer.step() observed")
+    stdout = "stdout identical" if original_lines == single_lines else "stdout has the same lines, numbers differ"
+    parameters = "bit-identical" if exact else f"equal within {RELATIVE_TOLERANCE:g} relative"
+    return CheckResult(check_id, title, PASS, f"{len(original_steps)} steps, parameters {parameters}; {stdout}")
+
+
+# -- ranks agree -----------------------------------------------------------------------
+
+
+def ranks_agree_on(runs: Runs, run: RunResult) -> CheckResult:
+    check_id, title = "ranks_agree", "ranks agree"
+    steps_per_rank = {rank: events_of(rank_events, "step") for rank, rank_events in sorted(run.events.items())}
+    if len(steps_per_rank) < 2:
+        return na(check_id, title, "fewer than two ranks recorded")
+    counts = {rank: len(steps) for rank, steps in steps_per_rank.items()}
+    if not any(counts.values()):
+        return na(check_id, title, "no optimizer.step() observed")
+    if len(set(counts.values())) > 1:
+        detail = ", ".join(f"rank {rank}: {count}" for rank, count in counts.items())
+        return CheckResult(check_id, title, FAIL, f"ranks made different numbers of steps ({detail})")
+    for step_events in zip(*steps_per_rank.values()):
+        if len({event["digest"] for event in step_events}) > 1:
+            detail = ", ".join(
+                f"rank {rank}: {event['checksum']:.10g}" for rank, event in zip(steps_per_rank, step_events)
+            )
+            return CheckResult(
+                check_id, title, FAIL,
+                f"parameters differ between ranks after step {step_events[0]['n']} (is the model wrapped in DDP?)",
+                [f"parameter sums after step {step_events[0]['n']}: {detail}"],
+            )
+    steps = next(iter(counts.values()))
+    return CheckResult(
+        check_id, title, PASS, f"parameters bit-identical on {len(counts)} ranks after each of {steps} steps"
+    )
+
+
+def check_ranks_agree(runs: Runs) -> CheckResult:
+    reason = unusable(runs, TORCHRUN)
+    return na("ranks_agree", "ranks agree", reason) if reason else ranks_agree_on(runs, runs[TORCHRUN])
+
+
+# -- data sharded ----------------------------------------------------------------------
+
+
+def training_loaders(run: RunResult) -> List[int]:
+    """Loaders that batches were drawn from right before optimizer steps."""
+    loaders = {
+        event["loader"]
+        for rank_events in run.events.values()
+        for event in events_of(rank_events, "step")
+        if event.get("loader") is not None
+    }
+    return sorted(loaders)
+
+
+def epoch_indices(rank_events: List[dict], loader: int) -> Dict[int, List]:
+    indices: Dict[int, List] = defaultdict(list)
+    for event in events_of(rank_events, "fetch"):
+        if event["loader"] == loader:
+            indices[event["epoch"]].extend(event["indices"])
+    return indices
+
+
+def loader_info(rank_events: List[dict], loader: int) -> dict:
+    return next((event for event in events_of(rank_events, "iter") if event["loader"] == loader), {})
+
+
+def exhausted_epochs(rank_events: List[dict], loader: int) -> set:
+    return {event["epoch"] for event in events_of(rank_events, "exhausted") if event["loader"] == loader}
+
+
+def original_shuffles(runs: Runs, migrated: RunResult, loader: int) -> Optional[bool]:
+    """Whether the original's loader shuffles; the migrated sampler's word if it was not run."""
+    original = usable(runs, ORIGINAL)
+    if original is not None:
+        info = loader_info(original.events.get(0, []), loader)
+        if info.get("shuffle") is not None:
+            return info["shuffle"]
+        epochs = epoch_indices(original.events.get(0, []), loader)
+        if 0 in epochs and 1 in epochs:
+            return epochs[0] != epochs[1][: len(epochs[0])]
+        return None
+    return loader_info(migrated.events.get(0, []), loader).get("shuffle")
+
+
+def sharding_problems(run: RunResult, loader: int, notes: List[str]) -> List[str]:
+    problems = []
+    world_size = len(run.events)
+    per_rank = {rank: epoch_indices(rank_events, loader) for rank, rank_events in run.events.items()}
+    info = loader_info(run.events.get(0, []), loader)
+    epochs = sorted({epoch for indices in per_rank.values() for epoch in indices})
+    for epoch in epochs:
+        counts = Counter(index for indices in per_rank.values() for index in indices.get(epoch, []))
+        repeated = sorted((index for index, count in counts.items() if count > 1), key=str)
+        extra = sum(count - 1 for count in counts.values())
+        if extra > world_size - 1:
+            problems.append(
+                f"loader {loader}, epoch {epoch}: {len(repeated)} samples fetched by more than one rank "
+                f"(e.g. {examples([str(index) for index in repeated])})"
+            )
+        elif extra:
+            notes.append(f"loader {loader}, epoch {epoch}: {extra} padding duplicate(s) from DistributedSampler")
+        complete = all(epoch in exhausted_epochs(rank_events, loader) for rank_events in run.events.values())
+        dataset_len = info.get("dataset_len")
+        if complete and dataset_len:
+            missing = dataset_len - len(counts)
+            if missing > 0 and info.get("drop_last"):
+                notes.append(f"loader {loader}, epoch {epoch}: {missing} samples dropped by drop_last")
+            elif missing > 0:
+                problems.append(f"loader {loader}, epoch {epoch}: {missing} of {dataset_len} samples never fetched")
+    return problems
+
+
+def shuffle_problem(runs: Runs, run: RunResult, loader: int, notes: List[str]) -> Optional[str]:
+    shuffles = original_shuffles(runs, run, loader)
+    if not shuffles:
+        notes.append(f"loader {loader}: order per epoch not compared (the original does not shuffle)")
+        return None
+    repeats, compared = [], 0
+    for rank, rank_events in sorted(run.events.items()):
+        indices = epoch_indices(rank_events, loader)
+        if not indices.get(0) or not indices.get(1):
+            notes.append(f"loader {loader}: order per epoch not compared (fewer than 2 epochs observed)")
+            return None
+        length = min(len(indices[0]), len(indices[1]))
+        compared += length
+        if indices[0][:length] == indices[1][:length]:
+            repeats.append(rank)
+    if compared < MIN_SAMPLES_TO_COMPARE_ORDER:
+        notes.append(f"loader {loader}: order per epoch not compared (too few samples)")
+        return None
+    if len(repeats) == len(run.events):
+        set_epoch_calls = sum(len(events_of(rank_events, "set_epoch")) for rank_events in run.events.values())
+        return (
+            f"loader {loader}: every rank fetched the same order in epoch 0 and epoch 1 "
+            f"(set_epoch was called {set_epoch_calls} time(s))"
+        )
+    return None
+
+
+def data_sharded_in(runs: Runs, run: RunResult) -> CheckResult:
+    check_id, title = "data_sharded", "data sharded"
+    loaders = training_loaders(run)
+    if not loaders:
+        return na(check_id, title, "no batches from a map-style DataLoader before optimizer steps")
+    problems: List[str] = []
+    notes: List[str] = []
+    for loader in loaders:
+        problems.extend(sharding_problems(run, loader, notes))
+        order = shuffle_problem(runs, run, loader, notes)
+        if order:
+            problems.append(order)
+    if problems:
+        return CheckResult(check_id, title, FAIL, problems[0], problems, notes)
+    epochs = len({epoch for rank_events in run.events.values()
+                  for epoch in epoch_indices(rank_events, loaders[0])})
+    summary = f"each sample fetched once per epoch across {len(run.events)} ranks ({epochs} epoch(s) observed)"
+    if not any("not compared" in note for note in notes):
+        summary += ", order changes between epochs"
+    return CheckResult(check_id, title, PASS, summary, notes=notes)
+
+
+def check_data_sharded(runs: Runs) -> CheckResult:
+    reason = unusable(runs, TORCHRUN)
+    return na("data_sharded", "data sharded", reason) if reason else data_sharded_in(runs, runs[TORCHRUN])
+
+
+# -- one writer ------------------------------------------------------------------------
+
+
+def one_writer_in(runs: Runs, run: RunResult) -> CheckResult:
+    check_id, title = "one_writer", "one writer"
+    problems = []
+    for rank, rank_events in sorted(run.events.items()):
+        paths = written_paths(rank_events)
+        if rank != 0 and paths:
+            problems.append(f"rank {rank} wrote {examples(paths)}")
+        for event in events_of(rank_events, "save"):
+            if event.get("path") and event.get("module_prefix"):
+                problems.append(
+                    f"rank {rank} saved {event['path']} with keys starting with 'module.' "
+                    "(save the unwrapped model's state_dict)"
+                )
+            if event.get("path") and event.get("wrapped"):
+                problems.append(f"rank {rank} saved the DDP wrapper itself to {event['path']}")
+    rank0_paths = written_paths(run.events.get(0, []))
+    original = usable(runs, ORIGINAL)
+    original_paths = written_paths(original.events.get(0, [])) if original else []
+    if original_paths and not rank0_paths:
+        problems.append(f"rank 0 wrote nothing; the original wrote {examples(original_paths)}")
+    evidence = problems + ([f"files left in the working directory: {examples(run.files_created)}"]
+                           if run.files_created else [])
+    if problems:
+        return CheckResult(check_id, title, FAIL, problems[0], evidence)
+    if not rank0_paths:
+        return na(check_id, title, "no files written")
+    return CheckResult(check_id, title, PASS, f"only rank 0 wrote files: {examples(rank0_paths)}")
+
+
+def check_one_writer(runs: Runs) -> CheckResult:
+    reason = unusable(runs, TORCHRUN)
+    return na("one_writer", "one writer", reason) if reason else one_writer_in(runs, runs[TORCHRUN])
+
+
+# -- one voice -------------------------------------------------------------------------
+
+
+def one_voice_in(runs: Runs, run: RunResult) -> CheckResult:
+    check_id, title = "one_voice", "one voice"
+    problems, notes = [], []
+    for rank, rank_events in sorted(run.events.items()):
+        lines = printed_lines(rank_events)
+        if rank != 0 and lines:
+            problems.append(f"rank {rank} printed {len(lines)} line(s), e.g. {lines[0]!r}")
+    total = Counter(line_shape(line) for rank_events in run.events.values() for line in printed_lines(rank_events))
+    original = usable(runs, ORIGINAL)
+    original_shapes = Counter(map(line_shape, printed_lines(original.events.get(0, [])))) if original else Counter()
+    for shape, count in sorted(original_shapes.items()):
+        if count == 1 and total[shape] > 1:
+            problems.append(f"printed {total[shape]} times in total, once by the original: {shape!r}")
+        elif count == 1 and total[shape] == 0:
+            notes.append(f"printed once by the original, never in the {RUN_TITLES[run.name]} run: {shape!r}")
+    if problems:
+        return CheckResult(check_id, title, FAIL, problems[0], problems, notes)
+    if not total and not original_shapes:
+        return na(check_id, title, "nothing printed")
+    return CheckResult(check_id, title, PASS, f"only rank 0 printed ({sum(total.values())} lines)", notes=notes)
+
+
+def check_one_voice(runs: Runs) -> CheckResult:
+    reason = unusable(runs, TORCHRUN)
+    return na("one_voice", "one voice", reason) if reason else one_voice_in(runs, runs[TORCHRUN])
+
+
+# -- multi-node ready ------------------------------------------------------------------
+
+
+def check_multinode_ready(runs: Runs) -> CheckResult:
+    """The two-agent run, judged only on what a one-machine run does not already show.
+
+    A guard on LOCAL_RANK passes on one machine and fails here; a script that writes on
+    every rank fails everywhere and is reported once, by one_writer, not twice.
+    """
+    check_id, title = "multinode_ready", "multi-node ready"
+    run = runs.get(MULTINODE)
+    one_machine = runs.get(TORCHRUN)
+    if run is None:
+        return na(check_id, title, "not checked: the two-node run was not requested")
+    if not run.ok:
+        if one_machine is not None and not one_machine.ok:
+            return na(check_id, title, "not judged: the one-machine torchrun run fails too (see runs)")
+        return CheckResult(check_id, title, FAIL, "the two-agent run failed (see runs)", describe_failed_run(run))
+    ranks = [
+        f"RANK={event['rank']} LOCAL_RANK={event['local_rank']}"
+        for rank_events in run.events.values()
+        for event in events_of(rank_events, "start")
+    ]
+    judges = (ranks_agree_on, one_writer_in, one_voice_in)
+    parts = [judge(runs, run) for judge in judges]
+    already = [judge(runs, one_machine).status == FAIL if usable(runs, TORCHRUN) else False for judge in judges]
+    new_failures = [part for part, known in zip(parts, already) if part.status == FAIL and not known]
+    known_failures = [part.title for part, known in zip(parts, already) if part.status == FAIL and known]
+    if new_failures:
+        evidence = [f"{part.title}: {line}" for part in new_failures for line in (part.evidence or [part.summary])]
+        return CheckResult(
+            check_id, title, FAIL, f"{new_failures[0].title}: {new_failures[0].summary}", evidence + ranks
+        )
+    if known_failures:
+        return na(check_id, title, f"not judged: {', '.join(known_failures)} already fail(s) on one machine")
+    return CheckResult(
+        check_id, title, PASS, f"two agents ({', '.join(sorted(ranks))}): ranks agree, one writer, one voice"
+    )
+
+
+# -- equivalent update -----------------------------------------------------------------
+
+
+def check_equivalent_update(runs: Runs) -> CheckResult:
+    """N ranks x batch B vs one process x batch N*B holds only without BatchNorm, dropout
+    or sum-reduced losses, which cannot be told from outside; not attempted."""
+    return na("equivalent_update", "equivalent update", "not checked (not implemented)")
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    title: str
+    needs: FrozenSet[str]
+    function: Callable[[Runs], CheckResult]
+
+
+CHECKS = (
+    Check("runs", "runs", frozenset(), check_runs),
+    Check("same_as_original", "same as original", frozenset({ORIGINAL, SINGLE}), check_same_as_original),
+    Check("ranks_agree", "ranks agree", frozenset({TORCHRUN}), check_ranks_agree),
+    Check("data_sharded", "data sharded", frozenset({TORCHRUN}), check_data_sharded),
+    Check("one_writer", "one writer", frozenset({TORCHRUN}), check_one_writer),
+    Check("one_voice", "one voice", frozenset({ORIGINAL, TORCHRUN}), check_one_voice),
+    Check("multinode_ready", "multi-node ready", frozenset({MULTINODE}), check_multinode_ready),
+    Check("equivalent_update", "equivalent update", frozenset(), check_equivalent_update),
+)
+CHECK_IDS = tuple(check.id for check in CHECKS)
+
+
+def runs_needed(check_ids: List[str]) -> List[str]:
+    """The runs the chosen checks look at, in launch order; all of them for `runs` alone."""
+    needed = set().union(*(check.needs for check in CHECKS if check.id in check_ids))
+    return [name for name in ALL_RUNS if name in needed] if needed else list(ALL_RUNS)
+
+
+def evaluate(runs: Runs, check_ids: List[str]) -> List[CheckResult]:
+    return [check.function(runs) for check in CHECKS if check.id in check_ids]

@@ -1,0 +1,85 @@
+"""What a run leaves behind: the probe's event files and the RunResult built from them.
+
+Events are one JSON object per line, one file per rank. The probe (writer) and the runner
+(reader) live in different processes; this module is the only place that knows the file
+layout, so the two cannot drift apart. The checks read RunResult and nothing else.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+EVENT_FILE = re.compile(r"^rank(\d+)\.jsonl$")
+STACK_FILE = re.compile(r"^stack_rank(\d+)\.txt$")
+
+
+def event_path(record_dir: str, rank: int) -> str:
+    return os.path.join(record_dir, f"rank{rank}.jsonl")
+
+
+def stack_path(record_dir: str, rank: int) -> str:
+    return os.path.join(record_dir, f"stack_rank{rank}.txt")
+
+
+def load_events(record_dir: str) -> Dict[int, List[dict]]:
+    """Events per rank; a line cut short by a killed process is dropped, not fatal."""
+    events: Dict[int, List[dict]] = {}
+    for name in sorted(os.listdir(record_dir)):
+        match = EVENT_FILE.match(name)
+        if not match:
+            continue
+        rank_events = []
+        with open(os.path.join(record_dir, name), encoding="utf-8") as lines:
+            for line in lines:
+                try:
+                    rank_events.append(json.loads(line))
+                except ValueError:
+                    continue
+        events[int(match.group(1))] = rank_events
+    return events
+
+
+def load_stacks(record_dir: str) -> Dict[int, str]:
+    """Stack dumps written by faulthandler in ranks that outlived their deadline."""
+    stacks = {}
+    for name in sorted(os.listdir(record_dir)):
+        match = STACK_FILE.match(name)
+        if match:
+            with open(os.path.join(record_dir, name), encoding="utf-8", errors="replace") as dump:
+                text = dump.read().strip()
+            if text:
+                stacks[int(match.group(1))] = text
+    return stacks
+
+
+@dataclass
+class RunResult:
+    """One run (possibly several processes): how it ended and what each rank recorded."""
+
+    name: str
+    commands: List[List[str]]
+    returncodes: List[Optional[int]]
+    timed_out: bool
+    seconds: float
+    world_size: int
+    limit: float = 0.0
+    events: Dict[int, List[dict]] = field(default_factory=dict)
+    stacks: Dict[int, str] = field(default_factory=dict)
+    files_created: List[str] = field(default_factory=list)
+    output_tail: str = ""
+    script_name: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.timed_out and all(code == 0 for code in self.returncodes)
+
+    def unfinished_ranks(self) -> List[int]:
+        """Ranks that never started or never reached the end of the script or a stop."""
+        return [
+            rank
+            for rank in range(self.world_size)
+            if not any(event["ev"] in ("end", "stop") for event in self.events.get(rank, []))
+        ]

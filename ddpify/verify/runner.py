@@ -1,0 +1,279 @@
+"""Launching the four runs: processes, temporary directories, environments and time limits.
+
+Every run gets fresh working directories (scripts write checkpoints into their cwd) holding
+a copy of the script, and goes through the probe so that it leaves event files behind.
+Nothing here judges the results; that is checks.py.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ddpify.verify import records
+from ddpify.verify.records import RunResult
+
+# Set by torchrun; a run that inherits them from a surrounding job would not be what it claims.
+DISTRIBUTED_ENV_VARS = (
+    "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
+)
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TERMINATE_GRACE_S = 5.0
+OUTPUT_TAIL_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    script_args: Tuple[str, ...] = ()
+    max_steps: int = 0
+    max_epochs: int = 2
+    timeout: float = 120.0
+    # Directory the runs' temporary directories are made in (None: the system's).
+    temp_parent: Optional[str] = None
+
+
+@dataclass
+class Launch:
+    argv: List[str]
+    cwd: str
+    env: Dict[str, str]
+
+
+def clean_environment(extra_paths: Sequence[str]) -> Dict[str, str]:
+    """The caller's environment minus torchrun's variables, with ddpify importable."""
+    env = {key: value for key, value in os.environ.items() if key not in DISTRIBUTED_ENV_VARS}
+    paths = [PACKAGE_ROOT, *extra_paths]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env.setdefault("PYTHONHASHSEED", "0")
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as probe_socket:
+        probe_socket.bind(("127.0.0.1", 0))
+        return probe_socket.getsockname()[1]
+
+
+def probe_argv(record_dir: str, script_name: str, settings: RunSettings, dump_at: float) -> List[str]:
+    return [
+        "-m", "ddpify.verify.probe",
+        "--record", record_dir,
+        "--max-steps", str(settings.max_steps),
+        "--max-epochs", str(settings.max_epochs),
+        "--dump-at", f"{dump_at:.3f}",
+        script_name,
+        *settings.script_args,
+    ]
+
+
+def stack_dump_margin(timeout: float) -> float:
+    """Seconds before the deadline at which hung ranks dump their stacks."""
+    return max(2.0, min(5.0, 0.2 * timeout))
+
+
+class Runner:
+    """Runs scripts under the probe inside one temporary directory, removed by close()."""
+
+    def __init__(self, settings: RunSettings, keep: bool = False):
+        import tempfile
+
+        self.settings = settings
+        self.keep = keep
+        self.root = tempfile.mkdtemp(prefix="ddpify-verify-", dir=settings.temp_parent)
+
+    def close(self) -> None:
+        if not self.keep:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    # -- the four runs ---------------------------------------------------------------
+
+    def run_plain(self, name: str, script: str) -> RunResult:
+        """`python script.py` through the probe: a single process, no distributed variables."""
+        env = self._environment(script)
+        return self._run(name, script, world_size=1, plan=lambda record, workdirs, dump_at: [
+            Launch([sys.executable, *probe_argv(record, os.path.basename(script), self.settings, dump_at)],
+                   workdirs[0], env)
+        ])
+
+    def run_torchrun(self, name: str, script: str, nproc: int, use_gpus: bool) -> RunResult:
+        """`torchrun --standalone --nproc_per_node=N` on one machine."""
+        env = self._environment(script, distributed=True)
+        if not use_gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        launcher = [
+            sys.executable, "-m", "torch.distributed.run",
+            "--standalone", "--nproc_per_node", str(nproc),
+        ]
+        return self._run(name, script, world_size=nproc, plan=lambda record, workdirs, dump_at: [
+            Launch([*launcher, *probe_argv(record, os.path.basename(script), self.settings, dump_at)],
+                   workdirs[0], env)
+        ])
+
+    def run_multinode(self, name: str, script: str, gpu_per_node: Optional[List[str]]) -> RunResult:
+        """Two torchrun agents with one process each, meeting through c10d rendezvous.
+
+        Each "node" has its own working directory, as separate machines would, and the
+        second one runs RANK=1 with LOCAL_RANK=0. gpu_per_node gives each agent its
+        CUDA_VISIBLE_DEVICES; None runs both on the CPU.
+        """
+        endpoint = f"127.0.0.1:{free_port()}"
+        launcher = [
+            sys.executable, "-m", "torch.distributed.run",
+            "--nnodes", "2", "--nproc_per_node", "1",
+            "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint,
+            "--rdzv_id", f"ddpify-verify-{uuid.uuid4().hex[:8]}",
+        ]
+
+        def plan(record, workdirs, dump_at):
+            launches = []
+            for node, workdir in enumerate(workdirs):
+                env = self._environment(script, distributed=True)
+                env["CUDA_VISIBLE_DEVICES"] = gpu_per_node[node] if gpu_per_node else ""
+                argv = [*launcher, *probe_argv(record, os.path.basename(script), self.settings, dump_at)]
+                launches.append(Launch(argv, workdir, env))
+            return launches
+
+        return self._run(name, script, world_size=2, plan=plan, nodes=2)
+
+    # -- machinery -------------------------------------------------------------------
+
+    def _environment(self, script: str, distributed: bool = False) -> Dict[str, str]:
+        env = clean_environment([os.path.dirname(os.path.abspath(script))])
+        if distributed:
+            # What torchrun would set anyway, minus the banner it prints about it.
+            env.setdefault("OMP_NUM_THREADS", "1")
+        return env
+
+    def _run(self, name, script, world_size, plan, nodes=1) -> RunResult:
+        run_dir = os.path.join(self.root, name)
+        record_dir = os.path.join(run_dir, "record")
+        os.makedirs(record_dir)
+        workdirs = []
+        for node in range(nodes):
+            workdir = os.path.join(run_dir, "work" if nodes == 1 else f"work-node{node}")
+            os.makedirs(workdir)
+            shutil.copy2(script, workdir)
+            workdirs.append(workdir)
+        started = time.time()
+        deadline = started + self.settings.timeout
+        launches = plan(record_dir, workdirs, deadline - stack_dump_margin(self.settings.timeout))
+        log_paths = [os.path.join(run_dir, f"output{index}.txt") for index in range(len(launches))]
+        returncodes, timed_out = launch_and_wait(launches, log_paths, deadline)
+        seconds = time.time() - started
+        events = records.load_events(record_dir)
+        if timed_out:
+            kill_leftover_ranks(events)
+        return RunResult(
+            name=name,
+            commands=[launch.argv for launch in launches],
+            returncodes=returncodes,
+            timed_out=timed_out,
+            seconds=seconds,
+            world_size=world_size,
+            limit=self.settings.timeout,
+            events=events,
+            stacks=records.load_stacks(record_dir),
+            files_created=created_files(workdirs, os.path.basename(script)),
+            output_tail=read_tail(log_paths),
+            script_name=os.path.basename(script),
+        )
+
+
+def launch_and_wait(launches: List[Launch], log_paths: List[str], deadline: float):
+    """Starts every launch in its own session and waits for all of them or the deadline."""
+    processes = []
+    for launch, log_path in zip(launches, log_paths):
+        with open(log_path, "wb") as log:
+            processes.append(subprocess.Popen(
+                launch.argv, cwd=launch.cwd, env=launch.env, stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            ))
+    timed_out = False
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            break
+    if timed_out:
+        terminate(processes)
+    return [process.returncode for process in processes], timed_out
+
+
+def terminate(processes: List[subprocess.Popen]) -> None:
+    """SIGTERM first (a torchrun agent then stops its workers), SIGKILL what is left."""
+    for process in processes:
+        signal_group(process, signal.SIGTERM)
+    grace_end = time.time() + TERMINATE_GRACE_S
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.0, grace_end - time.time()))
+        except subprocess.TimeoutExpired:
+            signal_group(process, signal.SIGKILL)
+            process.wait()
+
+
+def signal_group(process: subprocess.Popen, signum: int) -> None:
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, signum)
+        except ProcessLookupError:
+            pass
+
+
+def kill_leftover_ranks(events: Dict[int, List[dict]]) -> None:
+    """torchrun starts each rank in a session of its own, out of reach of killpg above."""
+    for rank_events in events.values():
+        pids = [event["pid"] for event in rank_events if event["ev"] == "start"]
+        for pid in pids:
+            if is_probe_process(pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+def is_probe_process(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return b"ddpify.verify.probe" in cmdline.read()
+    except OSError:
+        return False
+
+
+def created_files(workdirs: List[str], script_name: str) -> List[str]:
+    found = []
+    for node, workdir in enumerate(workdirs):
+        prefix = f"node{node}:" if len(workdirs) > 1 else ""
+        for directory, _, names in os.walk(workdir):
+            for name in names:
+                relative = os.path.relpath(os.path.join(directory, name), workdir)
+                if relative != script_name and not relative.startswith("__pycache__"):
+                    found.append(prefix + relative)
+    return sorted(found)
+
+
+def read_tail(log_paths: List[str]) -> str:
+    parts = []
+    for path in log_paths:
+        with open(path, encoding="utf-8", errors="replace") as log:
+            parts.append(log.read()[-OUTPUT_TAIL_CHARS:])
+    return "\n".join(part for part in parts if part)

@@ -1,0 +1,75 @@
+"""Edge cases of devices.py: every way to name one fixed GPU, and the script's own GPU test."""
+from ddpify.api import migrate_source
+
+TRAIN = """\
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(2):
+    loss = model(x).sum()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def migrate(code: str):
+    result = migrate_source("import torch\n" + code + TRAIN)
+    return result.code, {d.code for d in result.diagnostics}
+
+
+def test_cuda_with_index_and_keywords_becomes_to_device():
+    code, _ = migrate("model = torch.nn.Linear(2, 1).cuda(1)\nx = torch.ones(2).cuda(0, non_blocking=True)\n")
+    assert "torch.nn.Linear(2, 1).to(device)" in code
+    assert "torch.ones(2).to(device, non_blocking=True)" in code
+
+
+def test_integer_and_string_devices_become_the_rank_device():
+    code, _ = migrate('model = torch.nn.Linear(2, 1).to(0)\nx = torch.ones(2).to("cuda:0", torch.float64)\n')
+    assert "torch.nn.Linear(2, 1).to(device)" in code
+    assert "torch.ones(2).to(device, torch.float64)" in code
+
+
+def test_fixed_set_device_is_removed():
+    code, _ = migrate("torch.cuda.set_device(0)\nmodel = torch.nn.Linear(2, 1).cuda()\nx = torch.ones(2)\n")
+    assert "torch.cuda.set_device(0)" not in code
+    assert "torch.cuda.set_device(local_rank)" in code
+
+
+def test_visible_devices_assignment_is_reported():
+    _, codes = migrate('import os\nos.environ["CUDA_VISIBLE_DEVICES"] = "0"\n'
+                       "model = torch.nn.Linear(2, 1).cuda()\nx = torch.ones(2)\n")
+    assert "DDP004" in codes
+
+
+def test_use_cuda_flag_is_kept():
+    code, _ = migrate(
+        "use_cuda = not no_cuda and torch.cuda.is_available()\n"
+        'device = torch.device("cuda" if use_cuda else "cpu")\n'
+        "model = torch.nn.Linear(2, 1).to(device)\nx = torch.ones(2)\n"
+    )
+    assert 'device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")' in code
+    assert 'dist.init_process_group("nccl" if use_cuda else "gloo")' in code
+
+
+def test_device_from_a_flag_is_named_once():
+    code, _ = migrate(
+        "device = torch.device(args.device)\nmodel = torch.nn.Linear(2, 1).to(device)\nx = torch.ones(2)\n"
+    )
+    assert 'use_cuda = torch.device(args.device).type == "cuda"' in code
+    assert code.count("torch.device(args.device)") == 1
+
+
+def test_is_available_condition_is_unchanged():
+    code, _ = migrate(
+        'device = "cuda" if torch.cuda.is_available() else "cpu"\n'
+        "model = torch.nn.Linear(2, 1).to(device)\nx = torch.ones(2)\n"
+    )
+    assert "use_cuda" not in code
+    assert "if torch.cuda.is_available():\n    torch.cuda.set_device(local_rank)" in code
+
+
+def test_current_accelerator_is_reported():
+    _, codes = migrate(
+        "device = torch.accelerator.current_accelerator()\n"
+        "model = torch.nn.Linear(2, 1).to(device)\nx = torch.ones(2)\n"
+    )
+    assert "DDP006" in codes
