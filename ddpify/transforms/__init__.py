@@ -3,6 +3,6 @@
 Order matters: setup.choose decides where the setup block goes and which names the others
 may use; setup.place runs last because the block must precede every statement that needs it.
 """
-from ddpify.transforms import data, devices, model, setup, side_effects, training
+from ddpify.transforms import data, devices, model, report_only, setup, side_effects, training
 
-CONCERNS = (devices, model, data, side_effects, training)
+CONCERNS = (devices, model, data, side_effects, training, report_only)

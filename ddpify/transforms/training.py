@@ -20,12 +20,12 @@ REDUCE_COMMENT = "# Sum the epoch's figures over all ranks, once per epoch, befo
 
 
 def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
-    for loop in _batch_loops(facts):
+    for loop in batch_loops(facts):
         _no_sync_on_micro_batches(facts, edits, setup, loop)
         _reduce_epoch_figures(facts, edits, setup, loop)
 
 
-def _batch_loops(facts: Facts) -> List[cst.For]:
+def batch_loops(facts: Facts) -> List[cst.For]:
     """Training loops with no training loop inside them, in source order."""
     inner = [loop for loop in facts.training_loops
              if not any(other is not loop and loop in facts.enclosing_loops(other)
@@ -143,7 +143,7 @@ def epoch_accumulators(facts: Facts, loop: cst.For) -> Dict[str, cst.BaseExpress
 
 def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: SetupPlan, loop: cst.For) -> None:
     accumulators = epoch_accumulators(facts, loop)
-    if not accumulators or not setup.sees_setup(facts, loop):
+    if not accumulators or not setup.sees_setup(facts, loop) or not _sharded(facts, edits, loop):
         return
     block = facts.parents[loop]
     after = list(block.body)[list(block.body).index(loop) + 1:]
@@ -165,6 +165,12 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: SetupPlan, loop: cs
         lines.append(f"    {name} = {value}")
     edits.after.setdefault(loop, []).extend(edits.statements("\n".join(lines) + "\n"))
     edits.report("DDP402", loop)
+
+
+def _sharded(facts: Facts, edits: Edits, loop: cst.For) -> bool:
+    """The loop runs over a loader that data.py gave a DistributedSampler (it rebuilt it)."""
+    return any(loader.statement in edits.replaced and loop in facts.loops_over.get(loader.name, ())
+               for loader in facts.loaders)
 
 
 def _divided_by_len(statements) -> Dict[str, str]:

@@ -1,0 +1,66 @@
+"""Patterns ddpify reports and never rewrites (DDP902).
+
+A `break` decided on this rank's own batch loss stops one rank while the others wait in the
+next all-reduce. Making it safe would need an all-reduce of the decision on every step, which
+the original did not pay for; the person who owns the script chooses.
+"""
+from typing import List, Set
+
+import libcst as cst
+
+from ddpify.analysis import Facts
+from ddpify.transforms import training
+from ddpify.transforms.edits import Edits
+from ddpify.transforms.setup import SetupPlan
+
+
+def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+    reported: Set[cst.If] = set()
+    for loop in training.batch_loops(facts):
+        rank_local = training.assigned_names(loop.body)
+        if loop in edits.after:  # the epoch sums training.py all-reduces
+            rank_local -= set(training.epoch_accumulators(facts, loop))
+        candidates = _ifs_within(loop.body)
+        outer = facts.enclosing_loops(loop)
+        if outer:
+            statements = list(outer[0].body.body)
+            for statement in statements[statements.index(_child_of(facts, loop, outer[0])) + 1:]:
+                if isinstance(statement, cst.SimpleStatementLine):
+                    for small in statement.body:
+                        if isinstance(small, cst.Assign) and training.names_in(small.value) & rank_local:
+                            rank_local |= training.assigned_names(small)
+                candidates.extend(_ifs_within(statement))
+        for node in candidates:
+            local = sorted(training.names_in(node.test) & rank_local)
+            if node not in reported and _leaves_loop(node) and local:
+                reported.add(node)
+                edits.report("DDP902", node, "rank-divergent control flow may hang a collective: "
+                             f"`{', '.join(local)}` differs per rank")
+
+
+def _child_of(facts: Facts, node: cst.CSTNode, loop: cst.For) -> cst.CSTNode:
+    return facts.ancestor_in(node, loop.body)
+
+
+def _ifs_within(node: cst.CSTNode) -> List[cst.If]:
+    found: List[cst.If] = []
+
+    class _Ifs(cst.CSTVisitor):
+        def visit_If(self, statement: cst.If) -> None:
+            found.append(statement)
+
+        def visit_FunctionDef(self, function: cst.FunctionDef) -> bool:
+            return False
+
+    node.visit(_Ifs())
+    return found
+
+
+def _leaves_loop(statement: cst.If) -> bool:
+    """A break or return among the statements of the if's own body."""
+    for inner in statement.body.body:
+        if isinstance(inner, cst.SimpleStatementLine) and any(
+            isinstance(small, (cst.Break, cst.Return)) for small in inner.body
+        ):
+            return True
+    return False

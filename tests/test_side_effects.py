@@ -1,0 +1,42 @@
+"""Rank-0 side effects: the cases the fixtures do not show."""
+from ddpify.api import migrate_source
+
+HEAD = """import torch
+from torch.utils.data import DataLoader
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+loader = DataLoader(list(range(8)), batch_size=2, shuffle=True)
+model = torch.nn.Linear(1, 1).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+"""
+
+
+def codes(source):
+    return [d.code for d in migrate_source(source).diagnostics]
+
+
+def test_reading_a_file_is_not_guarded():
+    source = HEAD + 'with open("labels.txt") as f:\n    names = f.read().split()\n'
+    result = migrate_source(source)
+    assert 'if is_main:\n    with open("labels.txt")' not in result.code
+    assert "DDP302" not in codes(source)
+
+
+def test_writer_passed_to_a_function_is_left_on_every_rank():
+    source = HEAD + (
+        "from torch.utils.tensorboard import SummaryWriter\n"
+        "writer = SummaryWriter()\n"
+        "def log(writer, value):\n    writer.add_scalar('x', value)\n"
+        "for x in loader:\n    optimizer.step()\n    log(writer, 1.0)\n"
+    )
+    assert "DDP307" in codes(source)
+    assert "if is_main:\n    writer = SummaryWriter()" not in migrate_source(source).code
+
+
+def test_print_that_runs_the_model_is_reported_not_guarded():
+    source = HEAD + "for x in loader:\n    optimizer.step()\nprint(model(torch.ones(1)))\n"
+    assert "DDP308" in codes(source)
+
+
+def test_tqdm_with_disable_is_left_alone():
+    source = HEAD + "from tqdm import tqdm\nfor x in tqdm(loader, disable=True):\n    optimizer.step()\n"
+    assert "tqdm(loader, disable=True)" in migrate_source(source).code

@@ -1,0 +1,59 @@
+"""The training loop: accumulation and epoch figures, the cases the fixtures do not show."""
+from ddpify.api import migrate_source
+
+HEAD = """import torch
+from torch.utils.data import DataLoader
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+loader = DataLoader(list(range(8)), batch_size=2, shuffle=True)
+model = torch.nn.Linear(1, 1).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+"""
+
+
+def codes(source):
+    return [d.code for d in migrate_source(source).diagnostics]
+
+
+def test_step_condition_computed_from_the_loss_is_reported():
+    source = HEAD + (
+        "for i, x in enumerate(loader):\n"
+        "    loss = model(x).sum()\n"
+        "    loss.backward()\n"
+        "    if loss.item() < 1:\n"
+        "        optimizer.step()\n"
+    )
+    assert "DDP404" in codes(source)
+    assert "no_sync" not in migrate_source(source).code
+
+
+def test_unconditional_step_gets_no_no_sync():
+    source = HEAD + "for x in loader:\n    model(x).sum().backward()\n    optimizer.step()\n"
+    assert "no_sync" not in migrate_source(source).code
+
+
+def test_counts_not_used_after_the_loop_are_not_reduced():
+    source = HEAD + (
+        "for epoch in range(2):\n"
+        "    seen = 0\n"
+        "    for x in loader:\n"
+        "        model(x).sum().backward()\n"
+        "        optimizer.step()\n"
+        "        seen += 1\n"
+    )
+    assert "all_reduce" not in migrate_source(source).code
+
+
+def test_break_on_a_reduced_epoch_figure_is_not_reported():
+    source = HEAD + (
+        "for epoch in range(2):\n"
+        "    total = 0.0\n"
+        "    for x in loader:\n"
+        "        loss = model(x).sum()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        total += loss.item()\n"
+        "    if total / len(loader) < 0.1:\n"
+        "        break\n"
+    )
+    assert "DDP902" not in codes(source)
+    assert "dist.all_reduce(totals)" in migrate_source(source).code
