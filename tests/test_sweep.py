@@ -68,3 +68,26 @@ def test_a_real_syntax_error_is_fine(tmp_path):
     broken = tmp_path / "broken.py"
     broken.write_text("import torch\nx = (\n")
     assert sweep.check_file(str(broken)).outcome == sweep.SYNTAX_ERROR
+
+
+# -- the emitted code adds no per-step host synchronisation (benchmarks/bench_emitted.py) --
+
+import bench_emitted  # noqa: E402
+from fixture_cases import all_cases  # noqa: E402
+
+
+@pytest.mark.parametrize("case", [case for case in all_cases() if case.expected.exists()],
+                         ids=lambda case: case.name)
+def test_no_sync_added_to_training_steps(case):
+    added = bench_emitted.added_syncs(case.input.read_text(), case.expected.read_text())
+    assert not added, f"{case.name}: the migrated step loop gains {dict(added)}"
+
+
+def test_added_sync_is_caught():
+    before = ("for epoch in range(3):\n    for x in loader:\n        loss = f(x)\n"
+              "        loss.backward()\n    print(loss.item())\n")
+    after = ("for epoch in range(3):\n    for x in loader:\n        loss = f(x)\n"
+             "        loss.backward()\n        dist.all_reduce(loss)\n        total += loss.item()\n"
+             "    print(loss.item())\n")
+    assert bench_emitted.added_syncs(before, after) == {"all_reduce": 1, "item": 1}
+    assert not bench_emitted.added_syncs(before, before)
