@@ -1,4 +1,4 @@
-"""BROKEN (local_rank_guard): the rank-0 guard tests LOCAL_RANK, which is 0 once per node, not once per job."""
+"""BROKEN (local_rank_guard): the rank-0 guard tests LOCAL_RANK, which is 0 once per node."""
 import os
 
 import torch

@@ -1,4 +1,4 @@
-"""BROKEN (rank0_collective_hang): only rank 0 joins a collective, so it waits for the other ranks forever."""
+"""BROKEN (rank0_collective_hang): a barrier only rank 0 reaches, so it waits forever."""
 import os
 
 import torch

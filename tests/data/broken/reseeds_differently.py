@@ -1,4 +1,4 @@
-"""BROKEN (reseeds_differently): it reseeds after the setup, so plain `python` no longer reproduces the original."""
+"""BROKEN (reseeds_differently): it reseeds after the setup, so plain python differs."""
 import os
 
 import torch

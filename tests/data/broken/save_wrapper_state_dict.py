@@ -1,4 +1,4 @@
-"""BROKEN (save_wrapper_state_dict): the checkpoint is saved from the DDP wrapper, so its keys start with `module.`."""
+"""BROKEN (save_wrapper_state_dict): saved from the DDP wrapper, keys start with module."""
 import os
 
 import torch

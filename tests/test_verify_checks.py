@@ -1,0 +1,338 @@
+"""checks.py on synthetic event lists: every check passes on good data and fails on bad."""
+import random
+
+from ddpify.verify import checks
+from ddpify.verify.checks import FAIL, MULTINODE, NA, ORIGINAL, PASS, SINGLE, TORCHRUN
+from ddpify.verify.records import RunResult
+
+
+def make_run(name, events, ok=True, timed_out=False, stacks=None, files=(), world_size=None):
+    return RunResult(
+        name=name, commands=[], returncodes=[0 if ok else 1], timed_out=timed_out, seconds=1.0,
+        world_size=world_size or max(len(events), 1), limit=10.0, events=events, stacks=stacks or {},
+        files_created=list(files), script_name="train_ddp.py",
+    )
+
+
+def start(rank, local_rank=0):
+    return {"ev": "start", "rank": rank, "local_rank": local_rank, "world_size": 2, "pid": 1, "cuda_devices": 0}
+
+
+def step(n, digest, checksum=1.0, loader=0, loss=None):
+    return {"ev": "step", "n": n, "optimizer": 0, "loader": loader, "checksum": checksum,
+            "digest": digest, "loss": loss}
+
+
+def printed(line):
+    return {"ev": "print", "line": line}
+
+
+def saved(path, module_prefix=False, wrapped=False, scope="cwd"):
+    return {"ev": "save", "path": path, "scope": scope, "module_prefix": module_prefix, "wrapped": wrapped}
+
+
+def training(indices_per_epoch, dataset_len, batch=4, shuffle=True, drop_last=False, complete=True, loader=0):
+    """A rank's events for a loop that steps once per batch."""
+    events, n = [], 0
+    for epoch, indices in enumerate(indices_per_epoch):
+        events.append({"ev": "iter", "loader": loader, "epoch": epoch, "map_style": True,
+                       "dataset_len": dataset_len, "sampler": "X", "shuffle": shuffle,
+                       "batch_size": batch, "drop_last": drop_last, "num_workers": 0})
+        for first in range(0, len(indices), batch):
+            events.append({"ev": "fetch", "loader": loader, "epoch": epoch, "indices": indices[first:first + batch]})
+            n += 1
+            events.append(step(n, f"d{n}", loader=loader))
+        if complete:
+            events.append({"ev": "exhausted", "loader": loader, "epoch": epoch})
+    return events
+
+
+def sharded(dataset_len, world_size, epochs, reshuffle=True):
+    """What DistributedSampler hands each rank: a permutation (new per epoch), strided."""
+    per_rank = {rank: [] for rank in range(world_size)}
+    for epoch in range(epochs):
+        order = list(range(dataset_len))
+        random.Random(epoch if reshuffle else 0).shuffle(order)
+        padded = order + order[: (-dataset_len) % world_size]
+        for rank in range(world_size):
+            per_rank[rank].append(padded[rank::world_size])
+    return per_rank
+
+
+# -- runs ------------------------------------------------------------------------------
+
+STACK = """Timeout (0:00:08)!
+Thread 0x00007f3f053fe6c0 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 331 in wait
+
+Thread 0x00007f3f0708db80 (most recent call first):
+  File "/site-packages/torch/distributed/distributed_c10d.py", line 5356 in barrier
+  File "/site-packages/torch/distributed/c10d_logger.py", line 83 in wrapper
+  File "train_ddp.py", line 66 in <module>
+  File "<frozen runpy>", line 291 in run_path
+"""
+
+
+def test_runs_pass_when_every_run_exits_zero():
+    result = checks.check_runs({ORIGINAL: make_run(ORIGINAL, {0: []}), TORCHRUN: make_run(TORCHRUN, {0: [], 1: []})})
+    assert result.status == PASS
+
+
+def test_runs_name_the_hung_ranks_and_where_they_wait():
+    events = {0: [start(0)], 1: [start(1), {"ev": "stop", "reason": "max_steps", "steps": 1}]}
+    hung = make_run(TORCHRUN, events, ok=False, timed_out=True, stacks={0: STACK})
+    result = checks.check_runs({TORCHRUN: hung})
+    assert result.status == FAIL
+    assert "hung: torchrun" in result.summary
+    assert "rank 0 waits at train_ddp.py:66, in barrier (distributed_c10d.py:5356)" in "\n".join(result.evidence)
+    assert not any("rank 1" in line for line in result.evidence)
+
+
+def test_runs_report_a_crash_with_its_error():
+    events = {0: [start(0), {"ev": "end", "status": "error", "error": "RuntimeError('boom')"}]}
+    result = checks.check_runs({SINGLE: make_run(SINGLE, events, ok=False)})
+    assert result.status == FAIL
+    assert "RuntimeError('boom')" in "\n".join(result.evidence)
+
+
+def test_summarize_stack_without_script_frames_names_the_innermost_call():
+    assert checks.summarize_stack(STACK, "other.py") == "in barrier (distributed_c10d.py:5356)"
+
+
+# -- same as original ------------------------------------------------------------------
+
+SEED = {"ev": "seed", "value": 0}
+
+
+def pair(original_events, single_events):
+    return {ORIGINAL: make_run(ORIGINAL, {0: original_events}), SINGLE: make_run(SINGLE, {0: single_events})}
+
+
+def test_same_as_original_passes_bit_identical_and_within_tolerance():
+    identical = checks.check_same_as_original(pair([SEED, step(1, "a", 2.0)], [SEED, step(1, "a", 2.0)]))
+    assert identical.status == PASS and "bit-identical" in identical.summary
+    close = checks.check_same_as_original(pair([SEED, step(1, "a", 2.0)], [SEED, step(1, "b", 2.0 + 1e-7)]))
+    assert close.status == PASS and "within" in close.summary
+
+
+def test_same_as_original_fails_on_a_different_trajectory():
+    result = checks.check_same_as_original(pair([SEED, step(1, "a", 2.0)], [SEED, step(1, "b", 2.5)]))
+    assert result.status == FAIL and result.summary.startswith("step 1:")
+
+
+def test_same_as_original_fails_on_a_different_step_count():
+    result = checks.check_same_as_original(pair([SEED, step(1, "a"), step(2, "b")], [SEED, step(1, "a")]))
+    assert result.status == FAIL and "2 optimizer steps" in result.summary
+
+
+def test_same_as_original_fails_when_a_line_goes_missing():
+    result = checks.check_same_as_original(pair([SEED, printed("epoch 0: 1.5")], [SEED]))
+    assert result.status == FAIL and "'epoch #: #'" in result.summary
+
+
+def test_same_as_original_is_na_for_an_unseeded_original():
+    result = checks.check_same_as_original(pair([step(1, "a", 2.0)], [step(1, "b", 2.5)]))
+    assert result.status == NA and "manual_seed" in result.summary
+
+
+def test_same_as_original_is_na_when_a_run_failed():
+    runs = pair([SEED], [SEED])
+    runs[SINGLE].returncodes = [1]
+    assert checks.check_same_as_original(runs).status == NA
+
+
+# -- ranks agree -----------------------------------------------------------------------
+
+
+def test_ranks_agree_passes_on_identical_digests():
+    run = make_run(TORCHRUN, {0: [step(1, "a"), step(2, "b")], 1: [step(1, "a"), step(2, "b")]})
+    assert checks.check_ranks_agree({TORCHRUN: run}).status == PASS
+
+
+def test_ranks_agree_fails_when_parameters_diverge():
+    run = make_run(TORCHRUN, {0: [step(1, "a"), step(2, "b", 1.0)], 1: [step(1, "a"), step(2, "c", 1.5)]})
+    result = checks.check_ranks_agree({TORCHRUN: run})
+    assert result.status == FAIL and "after step 2" in result.summary
+
+
+def test_ranks_agree_fails_on_different_step_counts():
+    run = make_run(TORCHRUN, {0: [step(1, "a"), step(2, "b")], 1: [step(1, "a")]})
+    assert checks.check_ranks_agree({TORCHRUN: run}).status == FAIL
+
+
+def test_ranks_agree_is_na_without_steps():
+    assert checks.check_ranks_agree({TORCHRUN: make_run(TORCHRUN, {0: [], 1: []})}).status == NA
+
+
+# -- data sharded ----------------------------------------------------------------------
+
+
+def sharded_run(per_rank, dataset_len, **options):
+    return make_run(TORCHRUN, {rank: training(epochs, dataset_len, **options) for rank, epochs in per_rank.items()})
+
+
+def test_data_sharded_passes_with_distributed_sampler_and_notes_padding():
+    result = checks.check_data_sharded({TORCHRUN: sharded_run(sharded(31, 2, epochs=2), 31)})
+    assert result.status == PASS, result.evidence
+    assert "order changes" in result.summary
+    assert any("1 padding duplicate" in note for note in result.notes)
+
+
+def test_data_sharded_fails_when_every_rank_sees_everything():
+    everything = list(range(16))
+    result = checks.check_data_sharded({TORCHRUN: sharded_run({0: [everything], 1: [everything]}, 16)})
+    assert result.status == FAIL and "16 samples fetched by more than one rank" in result.summary
+
+
+def test_data_sharded_fails_on_samples_never_fetched():
+    result = checks.check_data_sharded({TORCHRUN: sharded_run({0: [[0, 2, 4, 6]], 1: [[1, 3, 5, 7]]}, 10)})
+    assert result.status == FAIL and "2 of 10 samples never fetched" in result.summary
+
+
+def test_data_sharded_accepts_samples_dropped_by_drop_last():
+    run = sharded_run({0: [[0, 2, 4, 6]], 1: [[1, 3, 5, 7]]}, 10, drop_last=True)
+    result = checks.check_data_sharded({TORCHRUN: run})
+    assert result.status == PASS and any("drop_last" in note for note in result.notes)
+
+
+def test_data_sharded_ignores_missing_samples_of_an_epoch_cut_short():
+    run = sharded_run({0: [[0, 2, 4, 6]], 1: [[1, 3, 5, 7]]}, 100, complete=False)
+    assert checks.check_data_sharded({TORCHRUN: run}).status == PASS
+
+
+def test_data_sharded_fails_when_every_epoch_repeats_the_order():
+    run = sharded_run(sharded(32, 2, epochs=2, reshuffle=False), 32)
+    result = checks.check_data_sharded({TORCHRUN: run})
+    assert result.status == FAIL and "set_epoch was called 0 time(s)" in result.summary
+
+
+def test_data_sharded_does_not_compare_orders_when_the_original_does_not_shuffle():
+    run = sharded_run(sharded(32, 2, epochs=2, reshuffle=False), 32)
+    original = make_run(ORIGINAL, {0: training([list(range(32))] * 2, 32, shuffle=False)})
+    result = checks.check_data_sharded({ORIGINAL: original, TORCHRUN: run})
+    assert result.status == PASS and any("does not shuffle" in note for note in result.notes)
+
+
+def test_data_sharded_needs_two_epochs_to_compare_orders():
+    result = checks.check_data_sharded({TORCHRUN: sharded_run(sharded(32, 2, epochs=1), 32)})
+    assert result.status == PASS and any("fewer than 2 epochs" in note for note in result.notes)
+
+
+def test_data_sharded_only_judges_training_loaders():
+    everything = list(range(8))
+    evaluation = [{"ev": "fetch", "loader": 1, "epoch": 0, "indices": everything}]
+    per_rank = sharded(32, 2, epochs=2)
+    run = make_run(TORCHRUN, {rank: training(epochs, 32) + evaluation for rank, epochs in per_rank.items()})
+    assert checks.check_data_sharded({TORCHRUN: run}).status == PASS
+
+
+def test_data_sharded_is_na_without_training_batches():
+    assert checks.check_data_sharded({TORCHRUN: make_run(TORCHRUN, {0: [], 1: []})}).status == NA
+
+
+# -- one writer ------------------------------------------------------------------------
+
+
+def test_one_writer_passes_when_only_rank_0_saves():
+    run = make_run(TORCHRUN, {0: [saved("ckpt.pth")], 1: []})
+    assert checks.check_one_writer({TORCHRUN: run}).status == PASS
+
+
+def test_one_writer_fails_when_another_rank_writes():
+    run = make_run(TORCHRUN, {0: [saved("ckpt.pth")], 1: [{"ev": "write", "path": "log.txt", "mode": "w", "scope": "cwd"}]})
+    result = checks.check_one_writer({TORCHRUN: run})
+    assert result.status == FAIL and result.summary == "rank 1 wrote log.txt"
+
+
+def test_one_writer_ignores_temporary_files():
+    run = make_run(TORCHRUN, {0: [saved("ckpt.pth")], 1: [{"ev": "write", "path": "/tmp/x", "mode": "w", "scope": "temp"}]})
+    assert checks.check_one_writer({TORCHRUN: run}).status == PASS
+
+
+def test_one_writer_fails_on_module_prefix_and_on_saving_the_wrapper():
+    prefixed = checks.check_one_writer({TORCHRUN: make_run(TORCHRUN, {0: [saved("a.pth", module_prefix=True)], 1: []})})
+    assert prefixed.status == FAIL and "'module.'" in prefixed.summary
+    wrapper = checks.check_one_writer({TORCHRUN: make_run(TORCHRUN, {0: [saved("m.pt", wrapped=True)], 1: []})})
+    assert wrapper.status == FAIL and "wrapper" in wrapper.summary
+
+
+def test_one_writer_fails_when_rank_0_drops_the_originals_files():
+    original = make_run(ORIGINAL, {0: [saved("ckpt.pth")]})
+    result = checks.check_one_writer({ORIGINAL: original, TORCHRUN: make_run(TORCHRUN, {0: [], 1: []})})
+    assert result.status == FAIL and "rank 0 wrote nothing" in result.summary
+
+
+def test_one_writer_is_na_when_nothing_is_written():
+    assert checks.check_one_writer({TORCHRUN: make_run(TORCHRUN, {0: [], 1: []})}).status == NA
+
+
+# -- one voice -------------------------------------------------------------------------
+
+
+def test_line_shape_hides_numbers():
+    assert checks.line_shape("epoch 3: loss 0.25, acc 9.5e-01 nan") == "epoch #: loss #, acc # #"
+
+
+def test_one_voice_passes_when_rank_0_prints_the_originals_lines():
+    original = make_run(ORIGINAL, {0: [printed("epoch 0: loss 2.0"), printed("done")]})
+    run = make_run(TORCHRUN, {0: [printed("epoch 0: loss 1.9"), printed("done")], 1: []})
+    assert checks.check_one_voice({ORIGINAL: original, TORCHRUN: run}).status == PASS
+
+
+def test_one_voice_fails_when_another_rank_prints():
+    run = make_run(TORCHRUN, {0: [printed("done")], 1: [printed("done")]})
+    result = checks.check_one_voice({TORCHRUN: run})
+    assert result.status == FAIL and result.summary == "rank 1 printed 1 line(s), e.g. 'done'"
+
+
+def test_one_voice_fails_when_a_once_line_repeats():
+    original = make_run(ORIGINAL, {0: [printed("done")]})
+    run = make_run(TORCHRUN, {0: [printed("done"), printed("done")], 1: []})
+    result = checks.check_one_voice({ORIGINAL: original, TORCHRUN: run})
+    assert result.status == FAIL and "printed 2 times in total" in result.summary
+
+
+def test_one_voice_notes_a_once_line_that_never_appears():
+    original = make_run(ORIGINAL, {0: [printed("step 100: loss 1.0")]})
+    result = checks.check_one_voice({ORIGINAL: original, TORCHRUN: make_run(TORCHRUN, {0: [], 1: []})})
+    assert result.status == PASS and result.notes
+
+
+# -- multi-node ready ------------------------------------------------------------------
+
+
+def test_multinode_ready_passes_on_a_clean_two_agent_run():
+    run = make_run(MULTINODE, {0: [start(0), saved("c.pth")], 1: [start(1)]})
+    assert checks.check_multinode_ready({MULTINODE: run}).status == PASS
+
+
+def test_multinode_ready_fails_on_what_only_two_nodes_show():
+    one_machine = make_run(TORCHRUN, {0: [saved("c.pth")], 1: []})
+    two_nodes = make_run(MULTINODE, {0: [start(0), saved("c.pth")], 1: [start(1), saved("c.pth")]})
+    result = checks.check_multinode_ready({TORCHRUN: one_machine, MULTINODE: two_nodes})
+    assert result.status == FAIL and result.summary == "one writer: rank 1 wrote c.pth"
+
+
+def test_multinode_ready_does_not_repeat_one_machine_failures():
+    both = {0: [saved("c.pth")], 1: [saved("c.pth")]}
+    runs = {TORCHRUN: make_run(TORCHRUN, both), MULTINODE: make_run(MULTINODE, both)}
+    result = checks.check_multinode_ready(runs)
+    assert result.status == NA and "one writer" in result.summary
+
+
+def test_multinode_ready_fails_when_only_the_two_agent_run_fails():
+    runs = {TORCHRUN: make_run(TORCHRUN, {0: [], 1: []}), MULTINODE: make_run(MULTINODE, {0: [], 1: []}, ok=False)}
+    assert checks.check_multinode_ready(runs).status == FAIL
+
+
+# -- plumbing --------------------------------------------------------------------------
+
+
+def test_runs_needed_launch_only_what_the_checks_read():
+    assert checks.runs_needed(["runs", "data_sharded"]) == [TORCHRUN]
+    assert checks.runs_needed(["runs", "same_as_original"]) == [ORIGINAL, SINGLE]
+    assert checks.runs_needed(["runs"]) == [ORIGINAL, SINGLE, TORCHRUN, MULTINODE]
+
+
+def test_equivalent_update_is_reported_as_not_checked():
+    assert checks.check_equivalent_update({}).status == NA

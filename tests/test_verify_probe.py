@@ -1,0 +1,76 @@
+"""The probe: its helpers in-process, and what it records from a real script."""
+import io
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from ddpify.verify import probe, records
+from ddpify.verify.runner import clean_environment
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "data", "verify_probe_script.py")
+
+
+def test_has_module_prefix_looks_into_nested_state_dicts():
+    assert probe.has_module_prefix({"module.fc.weight": 1})
+    assert probe.has_module_prefix({"model": {"module.fc.weight": 1}, "optimizer": {0: {}}})
+    assert not probe.has_module_prefix({"model": {"fc.weight": 1}, "epoch": 3})
+    assert not probe.has_module_prefix(["module.fc.weight"])
+
+
+def test_path_scope(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert probe.path_scope("ckpt.pth") == "cwd"
+    assert probe.path_scope("/dev/null") == "system"
+    assert probe.path_scope("/nonexistent-root-dir/ckpt.pth") == "other"
+
+
+def test_line_recorder_passes_through_and_records_whole_lines():
+    stream, lines = io.StringIO(), []
+    recorder = probe.LineRecorder(stream, lines.append)
+    recorder.write("epoch 0")
+    recorder.write(": ok\nnext\n")
+    recorder.write("tail")
+    recorder.flush_pending()
+    assert stream.getvalue() == "epoch 0: ok\nnext\ntail"
+    assert lines == ["epoch 0: ok", "next", "tail"]
+
+
+def run_probe(tmp_path, *options, workers="0"):
+    record = tmp_path / "record"
+    completed = subprocess.run(
+        [sys.executable, "-m", "ddpify.verify.probe", "--record", str(record), *options, SCRIPT, workers],
+        cwd=tmp_path, env=clean_environment([]), capture_output=True, text=True, timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    return completed.stdout, records.load_events(str(record))[0]
+
+
+@pytest.mark.slow
+def test_probe_records_epochs_steps_saves_writes_and_prints(tmp_path):
+    stdout, events = run_probe(tmp_path, "--max-epochs", "2")
+    kinds = Counter(event["ev"] for event in events)
+    lines = [event["line"] for event in events if event["ev"] == "print"]
+    assert stdout.splitlines() == lines and [line[:13] for line in lines] == ["epoch 0 loss ", "epoch 1 loss "]
+    assert kinds["step"] == 12 and kinds["stop"] == 1 and kinds["end"] == 0
+    train = [event for event in events if event["ev"] == "fetch" and event["loader"] == 0]
+    assert [sorted(i for e in train if e["epoch"] == epoch for i in e["indices"]) for epoch in (0, 1)] == [
+        list(range(24))
+    ] * 2
+    assert {event["loader"] for event in events if event["ev"] == "step"} == {0}
+    assert {(e["path"], e["scope"]) for e in events if e["ev"] == "write"} == {("log.txt", "cwd")}
+    assert all(e["module_prefix"] for e in events if e["ev"] == "save")
+    assert [e["value"] for e in events if e["ev"] == "seed"] == [0]
+    assert next(e for e in events if e["ev"] == "iter")["shuffle"] is True
+
+
+@pytest.mark.slow
+def test_probe_records_indices_with_worker_processes_and_stops_after_max_steps(tmp_path):
+    _, events = run_probe(tmp_path, "--max-steps", "3", workers="2")
+    steps = [event for event in events if event["ev"] == "step"]
+    fetched = [i for event in events if event["ev"] == "fetch" for i in event["indices"]]
+    assert len(steps) == 3 and events[-1] == {"ev": "stop", "reason": "max_steps", "steps": 3}
+    # Indices are recorded as they are sent to the workers, which prefetch ahead.
+    assert len(fetched) >= 12 and len(set(fetched)) == len(fetched)
