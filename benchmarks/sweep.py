@@ -1,4 +1,4 @@
-"""Robustness sweep: ddpify's API over every .py file of the installed site-packages.
+r"""Robustness sweep: ddpify's API over every .py file of the installed site-packages.
 
 For each file, in worker processes that are restarted if one dies:
   - a crash is any exception other than a MigrationError for a real syntax error, and any
@@ -12,7 +12,8 @@ crashes. Files are decoded as Python would (BOM, coding declaration); ones that 
 are counted apart.
 
     python benchmarks/sweep.py                       # everything: ~14k files, hours on 2 cores
-    python benchmarks/sweep.py --torch-only -j 2     # the files that mention torch
+    python benchmarks/sweep.py --torch-only -j 2     # the 2,000 files that mention torch
+    python benchmarks/sweep.py --torch-only --pattern '\.backward\(|\.step\(|DataLoader'
     python benchmarks/sweep.py --sample 150 --seed 0 --json sweep.json
 
 Exit status 1 when any crash, output that does not compile, or unwanted change is found.
@@ -71,9 +72,13 @@ def python_files(root: str) -> List[str]:
     return found
 
 
-def select(files: List[str], torch_only: bool, sample: Optional[int], seed: int) -> List[str]:
+def select(files: List[str], torch_only: bool, sample: Optional[int], seed: int,
+           pattern: Optional[str] = None) -> List[str]:
     if torch_only:
         files = [path for path in files if b"torch" in _read(path)]
+    if pattern:
+        matches = re.compile(pattern.encode()).search
+        files = [path for path in files if matches(_read(path))]
     if sample is not None and sample < len(files):
         files = sorted(random.Random(seed).sample(files, sample))
     return files
@@ -224,6 +229,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", default=site_packages(), help="directory to sweep (default: site-packages)")
     parser.add_argument("--torch-only", action="store_true", help="only files that mention torch")
+    parser.add_argument("--pattern", help="only files whose bytes match this regular expression")
     parser.add_argument("--sample", type=int, help="a random sample of this many files")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
@@ -234,7 +240,8 @@ def main(argv=None) -> int:
     if args.worker:
         _worker(args.limit_s)
         return 0
-    paths = select(python_files(args.root), args.torch_only, args.sample, args.seed)
+    paths = select(python_files(args.root), args.torch_only, args.sample, args.seed,
+                   args.pattern)
     started = time.perf_counter()
     records = sweep(paths, max(1, args.jobs), args.limit_s, progress=sys.stderr.isatty())
     print(summarise(records, args.root, time.perf_counter() - started))
