@@ -239,13 +239,15 @@ def test_one_writer_passes_when_only_rank_0_saves():
 
 
 def test_one_writer_fails_when_another_rank_writes():
-    run = make_run(TORCHRUN, {0: [saved("ckpt.pth")], 1: [{"ev": "write", "path": "log.txt", "mode": "w", "scope": "cwd"}]})
+    log = {"ev": "write", "path": "log.txt", "mode": "w", "scope": "cwd"}
+    run = make_run(TORCHRUN, {0: [saved("ckpt.pth")], 1: [log]})
     result = checks.check_one_writer({TORCHRUN: run})
     assert result.status == FAIL and result.summary == "rank 1 wrote log.txt"
 
 
 def test_one_writer_ignores_temporary_files():
-    run = make_run(TORCHRUN, {0: [saved("ckpt.pth")], 1: [{"ev": "write", "path": "/tmp/x", "mode": "w", "scope": "temp"}]})
+    scratch = {"ev": "write", "path": "/tmp/x", "mode": "w", "scope": "temp"}
+    run = make_run(TORCHRUN, {0: [saved("ckpt.pth")], 1: [scratch]})
     assert checks.check_one_writer({TORCHRUN: run}).status == PASS
 
 

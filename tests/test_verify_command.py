@@ -33,9 +33,10 @@ def test_missing_torch_says_how_to_install_it(tmp_path, monkeypatch):
     script = tmp_path / "train.py"
     script.write_text("import torch\n")
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(
-        command.importlib.util, "find_spec", lambda name, *rest: None if name == "torch" else real_find_spec(name, *rest)
-    )
+    def find_spec(name, *rest):
+        return None if name == "torch" else real_find_spec(name, *rest)
+
+    monkeypatch.setattr(command.importlib.util, "find_spec", find_spec)
     result = invoke(str(script))
     assert result.exit_code == 2 and "pip install ddpify[verify]" in result.output
 

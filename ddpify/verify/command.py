@@ -62,7 +62,8 @@ status: 0 every applicable check passes, 1 a check fails, 2 usage error.""",
     help="The migrated script: used as is when it exists, else SCRIPT is migrated into it. "
     "Without -o the migration goes to a temporary file.",
 )
-@click.option("--nproc", type=click.IntRange(min=2), help="Processes under torchrun [default: GPUs if >1, else 2 on CPU].")
+@click.option("--nproc", type=click.IntRange(min=2),
+              help="Processes under torchrun [default: GPUs if >1, else 2 on CPU].")
 @click.option("--max-steps", type=click.IntRange(min=0), default=0, show_default=True,
               help="Stop every run after K optimizer steps (0: no limit).")
 @click.option("--max-epochs", type=click.IntRange(min=0), default=2, show_default=True,

@@ -28,7 +28,8 @@ It stops the process with exit status 0 after ``--max-steps`` optimizer steps, o
 training loader is about to start epoch ``--max-epochs``: every rank reaches the same
 point, so all stop together without a collective. ``faulthandler`` dumps every thread's
 stack into ``DIR/stack_rank{RANK}.txt`` if the process is still running at ``--dump-at``
-(an absolute time, so the time torchrun takes to start the ranks does not shift it), which is how a hang names the line it is stuck on.
+(an absolute time, so the time torchrun takes to start the ranks does not shift it),
+which is how a hang names the line it is stuck on.
 """
 from __future__ import annotations
 

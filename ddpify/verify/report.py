@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from typing import List
 
 from ddpify.verify.checks import FAIL, RUN_TITLES
 from ddpify.verify.records import RunResult
@@ -94,6 +93,3 @@ def write_json(report: Report, path: str) -> None:
         json.dump(to_dict(report), output, indent=2)
         output.write("\n")
 
-
-def failed_checks(report: Report) -> List[str]:
-    return [check.id for check in report.checks if check.status == FAIL]
