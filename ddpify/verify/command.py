@@ -65,7 +65,7 @@ status: 0 every applicable check passes, 1 a check fails, 2 usage error.""",
 @click.option("--nproc", type=click.IntRange(min=2),
               help="Processes under torchrun [default: GPUs if >1, else 2 on CPU].")
 @click.option("--max-steps", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Stop every run after K optimizer steps (0: no limit).")
+              help="Stop every process after K optimizer steps of its own (0: no limit).")
 @click.option("--max-epochs", type=click.IntRange(min=0), default=2, show_default=True,
               help="Stop every run when its training loader starts epoch E (0: run to the end).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=120, show_default=True,
