@@ -4,8 +4,10 @@ For each file, in worker processes that are restarted if one dies:
   - a crash is any exception other than a MigrationError for a real syntax error, and any
     error at all on a file that `compile()` accepts (libcst must parse what Python parses);
   - the output must compile whenever the input did;
-  - a file that trains nothing (no `.backward(` and no `.step(` call) must come back
-    byte-identical;
+  - a file that trains nothing when run must come back byte-identical: one whose
+    `.backward()`/`.step()` calls are not reachable from its module-level code (through the
+    functions it calls and the classes it instantiates), such as a library module whose
+    methods call `.backward()`;
   - what ddpify changed, migrated again, must not change (idempotence).
 Each file runs under a time limit (`--limit-s`); files over it are listed, not counted as
 crashes. Files are decoded as Python would (BOM, coding declaration); ones that cannot be
@@ -39,7 +41,7 @@ CRASH, BAD_OUTPUT, UNWANTED_CHANGE, NOT_IDEMPOTENT = (
     "crash", "output-does-not-compile", "changed-without-training", "not-idempotent")
 FINDINGS = (CRASH, BAD_OUTPUT, UNWANTED_CHANGE, NOT_IDEMPOTENT)
 
-_TRAINS = re.compile(r"\.backward\(|\.step\(")
+_TRAINING_CALLS = {"backward", "step"}
 
 
 @dataclass
@@ -129,13 +131,39 @@ def check_file(path: str, limit_s: float = 60.0) -> Record:
     record.outcome = MIGRATED if changed else UNCHANGED
     if changed and compiles and not _compiles(result.code, path):
         record.outcome = BAD_OUTPUT
-    elif changed and not _TRAINS.search(source.text):
+    elif changed and not trains_when_run(source.text):
         record.outcome = UNWANTED_CHANGE
     elif again != result.code:
         record.outcome = NOT_IDEMPOTENT
     if record.outcome in FINDINGS and not record.details:
         record.details = _short_diff(source.text, result.code if record.outcome != NOT_IDEMPOTENT else again)
     return record
+
+
+def trains_when_run(source: str) -> bool:
+    """Does running this file call .backward() or .step()? Module-level code is reachable,
+    and so is every top-level function it calls and every method of a class it uses."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return True  # cannot tell: do not judge
+    definitions = {node.name: node for node in tree.body
+                   if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    pending = [node for node in tree.body if not isinstance(
+        node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    reached = set()
+    while pending:
+        node = pending.pop()
+        for child in ast.walk(node):
+            if isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) \
+                    and child.func.attr in _TRAINING_CALLS:
+                return True
+            if isinstance(child, ast.Name) and child.id in definitions and child.id not in reached:
+                reached.add(child.id)
+                pending.append(definitions[child.id])
+    return False
 
 
 def _compiles(text: str, path: str) -> bool:

@@ -7,6 +7,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import sweep  # noqa: E402
+from fixture_cases import all_cases  # noqa: E402
 
 _FILES = None
 
@@ -64,6 +65,26 @@ def test_an_unwanted_change_is_caught(tmp_path, monkeypatch):
     assert sweep.check_file(str(library)).outcome == sweep.UNWANTED_CHANGE
 
 
+@pytest.mark.parametrize("source, trains", [
+    ("class Scaler:\n    def step(self, optimizer):\n        optimizer.step()\n", False),
+    ("def closure(loss):\n    loss.backward()\n", False),
+    ("for x in data:\n    loss(x).backward()\n", True),
+    ("def main():\n    train()\n\n\ndef train():\n    optimizer.step()\n\n\n"
+     "if __name__ == '__main__':\n    main()\n", True),
+    ("class Trainer:\n    def fit(self):\n        self.opt.step()\n\n\nTrainer().fit()\n", True),
+])
+def test_what_trains_when_run(source, trains):
+    assert sweep.trains_when_run(source) is trains
+
+
+def test_the_sweep_would_accept_every_fixture():
+    """Each fixture that ddpify changes trains when run, by the sweep's own judgement."""
+    changed = [case for case in all_cases()
+               if case.expected.exists() and case.expected.read_text() != case.input.read_text()]
+    assert changed
+    assert [case.name for case in changed if not sweep.trains_when_run(case.input.read_text())] == []
+
+
 def test_a_real_syntax_error_is_fine(tmp_path):
     broken = tmp_path / "broken.py"
     broken.write_text("import torch\nx = (\n")
@@ -73,7 +94,6 @@ def test_a_real_syntax_error_is_fine(tmp_path):
 # -- the emitted code adds no per-step host synchronisation (benchmarks/bench_emitted.py) --
 
 import bench_emitted  # noqa: E402
-from fixture_cases import all_cases  # noqa: E402
 
 
 @pytest.mark.parametrize("case", [case for case in all_cases() if case.expected.exists()],
