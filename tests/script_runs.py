@@ -8,11 +8,13 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Sequence
 
+GLOO_TEARDOWN_ABORT = "terminate called without an active exception"
 TORCHRUN_ENV_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                      "MASTER_PORT", "GROUP_RANK", "TORCHELASTIC_RUN_ID")
 
@@ -44,7 +46,15 @@ def run_torchrun(script: Path, workdir: Path, args: Sequence[str] = (), nproc: i
                  timeout: int = 180) -> Run:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc_per_node={nproc}", script.name, *args]
-    return _run(command, script, workdir, timeout)
+    run = _run(command, script, workdir, timeout)
+    if run.returncode != 0 and GLOO_TEARDOWN_ABORT in run.stderr:
+        # Under heavy CPU contention Gloo's worker threads sometimes abort while the
+        # interpreter exits (pytorch/pytorch#179291), after the script has finished. It is
+        # not the script's doing; run it once more, in a clean directory, before judging.
+        warnings.warn(f"{script.name}: Gloo aborted at exit; retrying once")
+        shutil.rmtree(workdir)
+        run = _run(command, script, workdir, timeout)
+    return run
 
 
 def _run(command, script: Path, workdir: Path, timeout: int) -> Run:
