@@ -90,6 +90,8 @@ class Facts:
     data_parallel_references: List[cst.BaseExpression] = field(default_factory=list)
     # `model.module`, by the dotted name of the model.
     module_accesses: Dict[str, List[cst.Attribute]] = field(default_factory=dict)
+    # `x.attr` read (not assigned) on a dotted name, by that name.
+    attribute_reads: Dict[str, List[cst.Attribute]] = field(default_factory=dict)
     # Data: DataLoader and IterableDataset subclasses defined here (a loader class maps to
     # whether its constructor takes `sampler=`), what each name is assigned, loops whose
     # body trains, statements that download a dataset, loops that slice batches by hand.
@@ -382,10 +384,13 @@ class _Collector(cst.CSTVisitor):
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._note_data_parallel(node)
+        receiver = dotted_name(node.value)
+        if receiver is None:
+            return
         if node.attr.value == "module":
-            model = dotted_name(node.value)
-            if model:
-                self.facts.module_accesses.setdefault(model, []).append(node)
+            self.facts.module_accesses.setdefault(receiver, []).append(node)
+        elif not isinstance(self.get_metadata(ParentNodeProvider, node), cst.AssignTarget):
+            self.facts.attribute_reads.setdefault(receiver, []).append(node)
 
     def _note_data_parallel(self, node: cst.BaseExpression) -> None:
         parent = self.get_metadata(ParentNodeProvider, node)

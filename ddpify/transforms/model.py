@@ -62,7 +62,7 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
         edits.after.setdefault(anchor, []).extend(edits.statements(code))
         edits.imports.add("DDP")
         edits.report("DDP101", anchor)
-        _unwrap_state_dicts(facts, edits, model, anchor)
+        _unwrap_attributes(facts, edits, model, anchor)
         _unwrap_module_accesses(facts, edits, model)
 
 
@@ -112,20 +112,43 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[cst.BaseStatement]:
     return anchor
 
 
-def _unwrap_state_dicts(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
-    """`model.state_dict()` after the wrap reads the raw module, whether wrapped or not."""
-    for call in facts.state_dict_calls:
-        if dotted_name(call.func.value) != model.name or _under_wrapper_check(facts, call, model.name):
-            continue
-        same_function = facts.function_of(call) is facts.function_of(wrap)
-        if same_function and facts.line_of(call) <= facts.line_of(wrap):
-            continue
-        edits.expressions[call.func.value] = _unwrapped(model.name, edits)
-        edits.report("DDP103", call)
+# What a DDP wrapper answers the same way as the module inside it; everything else (the
+# state dict, named parameters, the model's own attributes and methods) lives on `.module`.
+WRAPPER_ATTRIBUTES = frozenset({
+    "train", "eval", "parameters", "to", "cuda", "cpu", "zero_grad", "modules", "children",
+    "buffers", "requires_grad_", "apply", "half", "float", "double", "bfloat16", "forward",
+    "no_sync", "module", "training", "type", "share_memory", "register_forward_hook",
+    "register_forward_pre_hook", "register_full_backward_hook",
+})
 
 
-def _unwrapped(name: str, edits: Edits):
-    return lambda _node: edits.expression(f'getattr({name}, "module", {name})')
+def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
+    """After the wrap, `model.state_dict()`, `model.hidden` and `model.generate()` read the
+    raw module, whether the model was wrapped (torchrun) or not (plain python)."""
+    for access in facts.attribute_reads.get(model.name, ()):
+        if access.attr.value in WRAPPER_ATTRIBUTES or _under_wrapper_check(facts, access, model.name):
+            continue
+        same_function = facts.function_of(access) is facts.function_of(wrap)
+        if same_function and facts.line_of(access) <= facts.line_of(wrap):
+            continue
+        edits.expressions[access.value] = _unwrapped(model.name, edits, _quote_for(facts, access))
+        edits.report("DDP103", access)
+
+
+def _unwrapped(name: str, edits: Edits, quote: str = '"'):
+    return lambda _node: edits.expression(f"getattr({name}, {quote}module{quote}, {name})")
+
+
+def _quote_for(facts: Facts, node: cst.CSTNode) -> str:
+    """Inside an f-string, the quote the f-string itself does not use (before Python 3.12
+    an f-string cannot contain its own quote)."""
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, cst.BaseStatement):
+        if isinstance(parent, cst.FormattedString):
+            return "'" if '"' in parent.start else '"'
+        parent = facts.parents.get(parent)
+    return '"'
+
 
 
 def _replace_data_parallel(facts: Facts, edits: Edits) -> None:
