@@ -13,7 +13,9 @@ from ddpify.analysis import Facts, Loader, dotted_name, string_value
 from ddpify.transforms.edits import Edits, Insertion
 from ddpify.transforms.setup import SetupPlan
 
-SAMPLER_CODE = "{sampler} = DistributedSampler({dataset}, shuffle={shuffle}) if distributed else None\n"
+SAMPLER_CODE = "{sampler} = DistributedSampler({dataset}, shuffle={shuffle}) if {condition} else None\n"
+# Where the setup's `distributed` is out of scope (a loader built in a helper function).
+OUT_OF_SETUP_CONDITION = "dist.is_initialized()"
 SET_EPOCH_CODE = "if {sampler} is not None:\n    {sampler}.set_epoch({epoch})\n"
 # A RandomSampler kept for plain `python` has no set_epoch.
 SET_EPOCH_IF_DISTRIBUTED_CODE = "if distributed:\n    {sampler}.set_epoch({epoch})\n"
@@ -56,7 +58,7 @@ def _plan_loader(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader) -
     elif not _is_training(facts, loader):
         edits.report("DDP203", loader.call)
     elif _can_add_sampler(facts, setup, loader):
-        _add_sampler(facts, edits, loader)
+        _add_sampler(facts, edits, loader, setup)
     else:
         edits.report("DDP210", loader.call)
 
@@ -110,7 +112,7 @@ def _is_training(facts: Facts, loader: Loader) -> bool:
 
 
 def _can_add_sampler(facts: Facts, setup: SetupPlan, loader: Loader) -> bool:
-    if not setup.sees_setup(facts, loader.call) or loader.dataset is None:
+    if loader.dataset is None:
         return False
     if not isinstance(loader.statement, cst.SimpleStatementLine):
         return False
@@ -125,8 +127,12 @@ def _can_add_sampler(facts: Facts, setup: SetupPlan, loader: Loader) -> bool:
     return not any(arg.star for arg in loader.call.args)
 
 
-def _add_sampler(facts: Facts, edits: Edits, loader: Loader) -> None:
+def _add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: SetupPlan) -> None:
     taken = facts.bound_names
+    condition = "distributed"
+    if not setup.sees_setup(facts, loader.call):
+        condition = OUT_OF_SETUP_CONDITION
+        edits.imports.add("dist")
     sampler = derived_name(loader, "sampler", taken)
     inserted = []
     dataset = edits.code(loader.dataset)
@@ -144,7 +150,8 @@ def _add_sampler(facts: Facts, edits: Edits, loader: Loader) -> None:
     else:
         shuffle = "False"
     inserted.append(edits.statement(_fit(SAMPLER_CODE.format(
-        sampler=sampler, dataset=dataset, shuffle=shuffle), facts, loader.statement)))
+        sampler=sampler, dataset=dataset, shuffle=shuffle, condition=condition),
+        facts, loader.statement, condition)))
     edits.before.setdefault(loader.statement, []).append(Insertion(inserted, takes_comments=True))
     edits.imports.add("DistributedSampler")
     args = _loader_args(edits, loader, sampler, dataset)
@@ -168,7 +175,7 @@ def derived_name(loader: Loader, kind: str, taken) -> str:
     return name
 
 
-def _fit(code: str, facts: Facts, anchor: cst.BaseStatement) -> str:
+def _fit(code: str, facts: Facts, anchor: cst.BaseStatement, condition: str = "distributed") -> str:
     """`x = a if distributed else None` as black writes it when the line is too long."""
     indent = facts.positions[anchor].start.column
     if indent + len(code.rstrip("\n")) <= LINE_LENGTH:
@@ -176,8 +183,8 @@ def _fit(code: str, facts: Facts, anchor: cst.BaseStatement) -> str:
     target, value = code.rstrip("\n").split(" = ", 1)
     if indent + 4 + len(value) <= LINE_LENGTH:
         return f"{target} = (\n    {value}\n)\n"
-    body, rest = value.rsplit(" if distributed else ", 1)
-    return f"{target} = (\n    {body}\n    if distributed\n    else {rest}\n)\n"
+    body, rest = value.rsplit(f" if {condition} else ", 1)
+    return f"{target} = (\n    {body}\n    if {condition}\n    else {rest}\n)\n"
 
 
 def _loader_args(edits: Edits, loader: Loader, sampler: str, dataset: str) -> List[str]:
