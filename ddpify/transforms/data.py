@@ -155,9 +155,12 @@ def _add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: SetupPlan) -
     edits.before.setdefault(loader.statement, []).append(Insertion(inserted, takes_comments=True))
     edits.imports.add("DistributedSampler")
     args = _loader_args(edits, loader, sampler, dataset)
+    if edits.options.keep_global_batch:
+        args = _divide_batch_size(facts, edits, setup, loader, args)
     edits.replaced[loader.statement] = [_loader_statement(facts, edits, loader, args)]
     edits.report("DDP201", loader.call)
-    edits.report("DDP206", loader.call)
+    if not edits.options.keep_global_batch:
+        edits.report("DDP206", loader.call)
     if shuffle != "False":
         _set_epoch(facts, edits, loader, sampler)
 
@@ -211,6 +214,35 @@ def _loader_args(edits: Edits, loader: Loader, sampler: str, dataset: str) -> Li
     if not placed:
         args.append(f"sampler={sampler}")
     return args
+
+
+def _divide_batch_size(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader,
+                       args: List[str]) -> List[str]:
+    """--keep-global-batch: each of N processes draws batch_size // N samples, so one step
+    still consumes the global batch the learning rate was tuned for."""
+    if setup.sees_setup(facts, loader.call):
+        world_size = "world_size"
+        setup.needs_world_size = True
+    else:
+        world_size = "(dist.get_world_size() if dist.is_initialized() else 1)"
+    positional = [arg for arg in loader.call.args if arg.keyword is None and not arg.star]
+    for index, arg in enumerate(args):
+        if arg.startswith("batch_size="):
+            value = arg[len("batch_size="):]
+            args[index] = f"batch_size={_floor_divided(value)} // {world_size}"
+            edits.report("DDP403", loader.keywords["batch_size"])
+            return args
+    if len(positional) >= 2:
+        index = args.index(edits.code(positional[1].with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip())
+        args[index] = f"{_floor_divided(args[index])} // {world_size}"
+        edits.report("DDP403", positional[1])
+    return args
+
+
+def _floor_divided(value: str) -> str:
+    """Parenthesise what `// world_size` would bind tighter than."""
+    simple = value.replace(".", "").replace("_", "").isalnum()
+    return value if simple else f"({value})"
 
 
 def _loader_statement(facts: Facts, edits: Edits, loader: Loader, args: List[str]):

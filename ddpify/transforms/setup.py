@@ -24,6 +24,7 @@ if distributed:
 """
 
 IS_MAIN_CODE = "is_main = not distributed or dist.get_rank() == 0\n"
+WORLD_SIZE_CODE = 'world_size = int(os.environ.get("WORLD_SIZE", 1))\n'
 
 IS_MAIN_HELPER = '''\
 
@@ -46,6 +47,8 @@ class SetupPlan:
     device: str
     device_assignment: Optional[DeviceAssignment]
     guards_used: Set[str] = field(default_factory=set)
+    # Set when --keep-global-batch divides a batch size by `world_size`.
+    needs_world_size: bool = False
     # When the script uses the GPU: devices.py keeps the script's own condition (`use_cuda`
     # from a --no-cuda flag) so that the migrated script still honours it.
     use_gpu: str = "torch.cuda.is_available()"
@@ -84,6 +87,9 @@ def place(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
     """Insert the setup block before the first statement of its block that needs it."""
     edits.imports.update({"os", "dist"})
     code = SETUP_CODE.format(device=plan.device, use_gpu=plan.use_gpu)
+    if plan.needs_world_size:
+        first_line, rest = code.split("\n", 1)
+        code = first_line + "\n" + WORLD_SIZE_CODE + rest
     if "is_main" in plan.guards_used:
         code += IS_MAIN_CODE
     setup = edits.statements(code)
