@@ -4,7 +4,9 @@ A job runs in the main process or in a worker process (`-j N`), so it takes and 
 plain picklable values and prints nothing: the command line prints every report in input
 order. Migration itself is `ddpify.api`'s business; this module is only files in and out.
 """
+import contextlib
 import difflib
+import gc
 import re
 import traceback
 from dataclasses import dataclass, field
@@ -89,7 +91,8 @@ def _run(job: Job) -> Report:
         source = decode(data, shown)
         if job.mode == WRITE and job.output not in (None, "-"):
             check_writable(job.output)
-        result = migrate_source(source.text, job.options)
+        with _collector_paused():
+            result = migrate_source(source.text, job.options)
     except SourceError as error:
         return Report(shown, FAILED, ERROR, error=str(error))
     except MigrationError as error:
@@ -105,6 +108,20 @@ def _run(job: Job) -> Report:
         report.status, report.exit_code = FAILED, ERROR
         report.error = str(error) if isinstance(error, SourceError) else f"{shown}: {error}"
     return report
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """libcst allocates millions of small objects and makes almost no reference cycles, so the
+    cyclic collector only rescans them: pausing it for one file saves about a third of the
+    time (benchmarks/bench_speed.py) at the same peak memory."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _deliver(job: Job, report: Report, before: str, after: str, encoding: str) -> None:
