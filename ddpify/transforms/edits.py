@@ -22,6 +22,9 @@ class Insertion:
     # The inserted code takes over the anchor's leading comments and blank lines, so that a
     # comment written above `loader = DataLoader(...)` stays above the code that builds it.
     takes_comments: bool = False
+    # The inserted code takes over only the blank lines above the anchor, leaving the
+    # anchor's own comments with it: a block inserted between two paragraphs.
+    takes_blank_lines: bool = False
 
 
 @dataclass
@@ -130,6 +133,7 @@ class ApplyEdits(cst.CSTTransformer):
                 body.append(_guard(group, group_guard, edits))
             group, group_guard = [], None
 
+        carried_blank_lines: List[cst.EmptyLine] = []
         for original, new in zip(originals, updated):
             replacement = list(edits.replaced.get(original, [new]))
             if original in edits.finally_bodies:
@@ -140,9 +144,23 @@ class ApplyEdits(cst.CSTTransformer):
                 if insertion.takes_comments and replacement:
                     inserted[0] = inserted[0].with_changes(leading_lines=replacement[0].leading_lines)
                     replacement[0] = replacement[0].with_changes(leading_lines=())
+                elif insertion.takes_blank_lines and replacement:
+                    blanks, rest = _split_blank_lines(replacement[0].leading_lines)
+                    inserted[0] = inserted[0].with_changes(
+                        leading_lines=blanks + list(inserted[0].leading_lines))
+                    replacement[0] = replacement[0].with_changes(
+                        leading_lines=([cst.EmptyLine()] if blanks and rest else []) + rest)
                 body.extend(inserted)
             if original in edits.removed:
+                # Keep the paragraph break that stood above the removed statement.
+                blanks, _ = _split_blank_lines(new.leading_lines)
+                if blanks and original is not originals[-1]:
+                    carried_blank_lines = blanks
                 continue
+            if carried_blank_lines and replacement and not _split_blank_lines(replacement[0].leading_lines)[0]:
+                replacement[0] = replacement[0].with_changes(
+                    leading_lines=carried_blank_lines + list(replacement[0].leading_lines))
+            carried_blank_lines = []
             guard = edits.guarded.get(original)
             if guard is not None:
                 if group and guard != group_guard:
@@ -157,6 +175,15 @@ class ApplyEdits(cst.CSTTransformer):
                 body.extend(edits.after[original])
         flush()
         return body
+
+
+def _split_blank_lines(lines):
+    """Leading lines -> (the blank lines before the first comment, the rest)."""
+    lines = list(lines)
+    count = 0
+    while count < len(lines) and lines[count].comment is None:
+        count += 1
+    return lines[:count], lines[count:]
 
 
 def _guard(statements: List[Statement], guard: str, edits: Edits) -> cst.If:

@@ -108,7 +108,7 @@ def place(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
     if anchor is None:
         edits.module_end.extend(setup)
         return
-    edits.before.setdefault(anchor, []).insert(0, Insertion(setup))
+    edits.before.setdefault(anchor, []).insert(0, Insertion(setup, takes_blank_lines=True))
     edits.report("DDP001", anchor)
 
 
