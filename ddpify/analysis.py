@@ -173,6 +173,37 @@ class Facts:
                 found.extend(self.epoch_loops(parameter, callee, depth + 1))
         return found
 
+    def loader_holders(self) -> Set[tuple]:
+        """(function, name) pairs that hold a DataLoader: where it is built, and every
+        parameter it is passed to and variable it is returned into."""
+        holders: Set[tuple] = set()
+        work = [(loader.function, loader.name) for loader in self.loaders]
+        while work:
+            function, name = work.pop()
+            if (function, name) in holders:
+                continue
+            holders.add((function, name))
+            work.extend((caller, holder) for holder, caller in self._returned_to(name, function))
+            work.extend((callee, parameter)
+                        for callee, parameter, _ in self._calls_passing(name, function))
+        return holders
+
+    def batch_loops_without_loader(self) -> List[cst.For]:
+        """Innermost training loops that iterate no DataLoader: batches built by hand."""
+        holders = self.loader_holders()
+        names_of: Dict[cst.For, List[str]] = {}
+        for name, loops in self.loops_over.items():
+            for loop in loops:
+                names_of.setdefault(loop, []).append(name)
+        outer = {enclosing for loop in self.training_loops for enclosing in self.enclosing_loops(loop)}
+        found = []
+        for loop in self.training_loops - outer:
+            function = self.function_of(loop)
+            if not any((function, name) in holders or (name.startswith("self.") and any(
+                    held == name for _, held in holders)) for name in names_of.get(loop, ())):
+                found.append(loop)
+        return sorted(found, key=self.line_of)
+
     def _loops_around_calls_of(self, function: Optional[cst.FunctionDef], name: str):
         if function is None:
             return []

@@ -41,6 +41,10 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
     for loop in facts.sliced_batch_loops:
         if loop in facts.training_loops:
             edits.report("DDP208", loop)
+    for loop in facts.batch_loops_without_loader():
+        if loop not in facts.sliced_batch_loops:
+            edits.report("DDP208", loop, "batches built by hand: every rank trains on the same "
+                         "data; shard it by rank (e.g. data[rank::world_size])")
     _download_on_one_process_first(facts, edits, setup)
 
 

@@ -124,15 +124,25 @@ WRAPPER_ATTRIBUTES = frozenset({
 
 def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
     """After the wrap, `model.state_dict()`, `model.hidden` and `model.generate()` read the
-    raw module, whether the model was wrapped (torchrun) or not (plain python)."""
+    raw module, whether the model was wrapped (torchrun) or not (plain python); so does
+    `torch.save(model, f)`, which would otherwise pickle the DDP wrapper."""
+    for call in facts.save_calls:
+        saved = call.args[0].value if call.args else None
+        if saved is not None and dotted_name(saved) == model.name and not _before_wrap(facts, call, wrap):
+            edits.expressions[saved] = _unwrapped(model.name, edits)
+            edits.report("DDP103", saved)
     for access in facts.attribute_reads.get(model.name, ()):
         if access.attr.value in WRAPPER_ATTRIBUTES or _under_wrapper_check(facts, access, model.name):
             continue
-        same_function = facts.function_of(access) is facts.function_of(wrap)
-        if same_function and facts.line_of(access) <= facts.line_of(wrap):
+        if _before_wrap(facts, access, wrap):
             continue
         edits.expressions[access.value] = _unwrapped(model.name, edits, _quote_for(facts, access))
         edits.report("DDP103", access)
+
+
+def _before_wrap(facts: Facts, node: cst.CSTNode, wrap: cst.BaseStatement) -> bool:
+    same_function = facts.function_of(node) is facts.function_of(wrap)
+    return same_function and facts.line_of(node) <= facts.line_of(wrap)
 
 
 def _unwrapped(name: str, edits: Edits, quote: str = '"'):
