@@ -183,10 +183,11 @@ def _short_diff(before: str, after: str) -> str:
 
 # -- workers -------------------------------------------------------------------------------
 
-def _worker(limit_s: float) -> None:
-    """Paths on stdin, one JSON record per line on stdout, in order."""
-    for line in sys.stdin:
-        path = line.rstrip("\n")
+def _worker(limit_s: float, list_path: str) -> None:
+    """Paths from a file, one a line; one JSON record per line on stdout, in order."""
+    with open(list_path) as handle:
+        paths = handle.read().splitlines()
+    for path in paths:
         record = check_file(path, limit_s)
         sys.stdout.write(json.dumps(asdict(record)) + "\n")
         sys.stdout.flush()
@@ -194,20 +195,27 @@ def _worker(limit_s: float) -> None:
 
 def _run_slice(paths: List[str], limit_s: float) -> Iterable[Record]:
     """One worker process over `paths`; if it dies, the file it was on is a crash."""
+    import tempfile
+
     remaining = list(paths)
     while remaining:
-        process = subprocess.Popen(
-            [sys.executable, __file__, "--worker", "--limit-s", str(limit_s)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        process.stdin.write("".join(path + "\n" for path in remaining))
-        process.stdin.close()
-        for line in process.stdout:
-            record = Record(**json.loads(line))
-            remaining.pop(0)
-            yield record
-        stderr = process.stderr.read()
-        code = process.wait()
+        # The list goes through a file: written to a pipe, a long one would fill it while
+        # the worker blocks writing records that nobody reads yet.
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as listing:
+            listing.write("".join(path + "\n" for path in remaining))
+        with tempfile.TemporaryFile("w+") as errors:
+            process = subprocess.Popen(
+                [sys.executable, __file__, "--worker", listing.name, "--limit-s", str(limit_s)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors, text=True,
+            )
+            for line in process.stdout:
+                record = Record(**json.loads(line))
+                remaining.pop(0)
+                yield record
+            code = process.wait()
+            errors.seek(0)
+            stderr = errors.read()
+        os.unlink(listing.name)
         if remaining:
             yield Record(remaining.pop(0), CRASH, details=f"worker died (exit {code}): {stderr[-2000:]}")
 
@@ -263,10 +271,10 @@ def main(argv=None) -> int:
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--limit-s", type=float, default=120.0, help="time limit per file")
     parser.add_argument("--json", help="write every record here")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--worker", metavar="LIST", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        _worker(args.limit_s)
+        _worker(args.limit_s, args.worker)
         return 0
     paths = select(python_files(args.root), args.torch_only, args.sample, args.seed,
                    args.pattern)
