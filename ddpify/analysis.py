@@ -82,6 +82,8 @@ class Facts:
     main_guard: Optional[cst.If] = None
     data_parallel_calls: List[cst.Call] = field(default_factory=list)
     batchnorm_calls: List[cst.Call] = field(default_factory=list)
+    # Map-style Dataset subclasses defined in the file.
+    dataset_classes: Set[str] = field(default_factory=set)
     # Submodules a module class creates in __init__ but no other method uses, by class name.
     unused_submodules: Dict[str, List[cst.Assign]] = field(default_factory=dict)
     # `m = torch.compile(m)` statements, by model name.
@@ -470,6 +472,10 @@ class _Collector(cst.CSTVisitor):
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self._record_unused_submodules(node)
         bases = [base.value for base in node.bases if base.keyword is None]
+        if any(self._qualified(base) & names.DATASET
+               or (isinstance(base, cst.Name) and base.value in self.facts.dataset_classes)
+               for base in bases):
+            self.facts.dataset_classes.add(node.name.value)
         if any(self._is_loader_class(base) for base in bases):
             self.facts.loader_classes[node.name.value] = _init_takes_sampler(node)
         if any(

@@ -6,6 +6,7 @@ Matching goes through libcst's QualifiedNameProvider, so `DL`, `data.DataLoader`
 
 DATALOADER = "torch.utils.data.DataLoader"
 DATALOADER_ALIASES = frozenset({DATALOADER, "torch.utils.data.dataloader.DataLoader"})
+DATASET = frozenset({"torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset"})
 ITERABLE_DATASET = frozenset(
     {"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"}
 )

@@ -310,9 +310,21 @@ def test_multinode_ready_passes_on_a_clean_two_agent_run():
 
 def test_multinode_ready_fails_on_what_only_two_nodes_show():
     one_machine = make_run(TORCHRUN, {0: [saved("c.pth")], 1: []})
-    two_nodes = make_run(MULTINODE, {0: [start(0), saved("c.pth")], 1: [start(1), saved("c.pth")]})
+    two_nodes = make_run(MULTINODE, {0: [start(0), step(1, "a"), saved("c.pth")],
+                                     1: [start(1), step(1, "a"), saved("c.pth")]})
     result = checks.check_multinode_ready({TORCHRUN: one_machine, MULTINODE: two_nodes})
     assert result.status == FAIL and result.summary == "one writer: rank 1 wrote c.pth"
+
+
+def test_each_machine_may_prepare_its_data_before_training():
+    """A dataset downloaded by the first process of each machine, before the first step."""
+    events = {0: [start(0), saved("data/train.pt"), step(1, "a"), saved("c.pth")],
+              1: [start(1), saved("data/train.pt"), step(1, "a")]}
+    result = checks.one_writer_in({}, make_run(MULTINODE, events))
+    assert result.status == PASS
+    assert any("prepared data before training" in line for line in result.notes)
+    late = {0: [start(0), step(1, "a")], 1: [start(1), step(1, "a"), saved("data/train.pt")]}
+    assert checks.one_writer_in({}, make_run(MULTINODE, late)).status == FAIL
 
 
 def test_multinode_ready_does_not_repeat_one_machine_failures():

@@ -30,6 +30,7 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
     _lower_log_level(facts, edits, setup)
     _guard_whole_loops_and_withs(facts, edits)
     _drop_guards_inside_guards(facts, edits)
+    _release_dataset_code(facts, edits)
     for call in facts.load_calls:
         if any(arg.keyword is not None and arg.keyword.value == "map_location" for arg in call.args):
             continue
@@ -294,6 +295,21 @@ def _drop_guards_inside_guards(facts: Facts, edits: Edits) -> None:
                 del edits.guarded[statement]
                 break
             parent = facts.parents.get(parent)
+
+
+def _release_dataset_code(facts: Facts, edits: Edits) -> None:
+    """A Dataset's own code (downloading, caching) runs wherever the dataset is built: one
+    process per machine downloads while the others wait at a barrier (data.py), and on a
+    second machine that process is not rank 0, so a rank-0 guard would leave it no files."""
+    for statement in list(edits.guarded):
+        parent = facts.parents.get(statement)
+        while parent is not None and not isinstance(parent, cst.ClassDef):
+            parent = facts.parents.get(parent)
+        if parent is not None and parent.name.value in facts.dataset_classes:
+            del edits.guarded[statement]
+            line = facts.line_of(statement)
+            edits.diagnostics[:] = [d for d in edits.diagnostics
+                                    if not (d.line == line and d.code in ("DDP301", "DDP302"))]
 
 
 def _opens_for_writing(call: cst.Call) -> bool:

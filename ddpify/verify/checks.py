@@ -68,6 +68,20 @@ def written_paths(rank_events: List[dict]) -> List[str]:
     return paths
 
 
+def per_machine_preparation(rank_events: List[dict]) -> List[str]:
+    """Files a machine's first process (LOCAL_RANK 0) wrote before the first optimizer step:
+    a dataset downloaded once per machine, as machines need not share a filesystem."""
+    starts = events_of(rank_events, "start")
+    if not starts or starts[0].get("local_rank") != 0:
+        return []
+    before_training = []
+    for event in rank_events:
+        if event["ev"] == "step":
+            break
+        before_training.append(event)
+    return written_paths(before_training)
+
+
 def examples(items: List[str]) -> str:
     shown = ", ".join(items[:MAX_EXAMPLES])
     return shown + (f" (+{len(items) - MAX_EXAMPLES} more)" if len(items) > MAX_EXAMPLES else "")
@@ -375,9 +389,14 @@ def check_data_sharded(runs: Runs) -> CheckResult:
 
 def one_writer_in(runs: Runs, run: RunResult) -> CheckResult:
     check_id, title = "one_writer", "one writer"
-    problems = []
+    problems, notes = [], []
     for rank, rank_events in sorted(run.events.items()):
         paths = written_paths(rank_events)
+        preparation = per_machine_preparation(rank_events) if rank != 0 else []
+        if preparation:
+            notes.append(f"rank {rank}, first on its machine, prepared data before training: "
+                         f"{examples(preparation)}")
+            paths = [path for path in paths if path not in preparation]
         if rank != 0 and paths:
             problems.append(f"rank {rank} wrote {examples(paths)}")
         for event in events_of(rank_events, "save"):
@@ -393,13 +412,15 @@ def one_writer_in(runs: Runs, run: RunResult) -> CheckResult:
     original_paths = written_paths(original.events.get(0, [])) if original else []
     if original_paths and not rank0_paths:
         problems.append(f"rank 0 wrote nothing; the original wrote {examples(original_paths)}")
-    evidence = problems + ([f"files left in the working directory: {examples(run.files_created)}"]
-                           if run.files_created else [])
+    evidence = problems + notes + (
+        [f"files left in the working directory: {examples(run.files_created)}"]
+        if run.files_created else [])
     if problems:
         return CheckResult(check_id, title, FAIL, problems[0], evidence)
     if not rank0_paths:
         return na(check_id, title, "no files written")
-    return CheckResult(check_id, title, PASS, f"only rank 0 wrote files: {examples(rank0_paths)}")
+    return CheckResult(check_id, title, PASS, f"only rank 0 wrote files: {examples(rank0_paths)}",
+                       notes=notes)
 
 
 def check_one_writer(runs: Runs) -> CheckResult:
