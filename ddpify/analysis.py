@@ -590,7 +590,7 @@ class _Collector(cst.CSTVisitor):
         first = params.value if params is not None else (positional[0] if positional else None)
         # `Adam(model.parameters())` names the model; parameter groups and filters are
         # searched for the same `X.parameters()` call inside them.
-        for call in _calls_within(first):
+        for call in calls_within(first):
             if isinstance(call.func, cst.Attribute) and call.func.attr.value == "parameters":
                 model = dotted_name(call.func.value)
                 if model and all(m.name != model for m in self.facts.models):
@@ -709,7 +709,8 @@ def _walk_returns(function: cst.FunctionDef) -> List[cst.Return]:
     return found
 
 
-def _calls_within(node: Optional[cst.CSTNode]) -> List[cst.Call]:
+def calls_within(node: Optional[cst.CSTNode]) -> List[cst.Call]:
+    """Every call inside a node, the node itself included."""
     found: List[cst.Call] = []
     if node is None:
         return found

@@ -1,17 +1,6 @@
 """The training loop: accumulation and epoch figures, the cases the fixtures do not show."""
 from ddpify.api import migrate_source
-
-HEAD = """import torch
-from torch.utils.data import DataLoader
-device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-loader = DataLoader(list(range(8)), batch_size=2, shuffle=True)
-model = torch.nn.Linear(1, 1).to(device)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-"""
-
-
-def codes(source):
-    return [d.code for d in migrate_source(source).diagnostics]
+from snippets import HEAD, codes
 
 
 def test_step_condition_computed_from_the_loss_is_reported():

@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Set
 import libcst as cst
 
 from ddpify import names
-from ddpify.analysis import Facts, dotted_name, string_value
+from ddpify.analysis import Facts, calls_within, dotted_name, string_value
 from ddpify.transforms.edits import Edits, Insertion
 from ddpify.transforms.setup import SetupPlan
 
@@ -54,7 +54,7 @@ def _guard_prints_and_saves(facts: Facts, edits: Edits, setup: SetupPlan) -> Non
 
 def _runs_model(call: cst.Call, model_names: Set[str]) -> bool:
     """A call inside the printed arguments that calls the model or is handed the model."""
-    for inner in _calls_within(call):
+    for inner in calls_within(call):
         if inner is call:
             continue
         if dotted_name(inner.func) in model_names:
@@ -155,7 +155,7 @@ def _logs(statement: cst.CSTNode, loggers: Set[str]) -> bool:
         isinstance(call.func, cst.Attribute)
         and call.func.attr.value in levels
         and dotted_name(call.func.value) in loggers
-        for call in _calls_within(statement)
+        for call in calls_within(statement)
     )
 
 
@@ -330,17 +330,6 @@ def _is_single_call_line(statement: cst.BaseStatement) -> bool:
         and len(statement.body) == 1
         and isinstance(statement.body[0], cst.Expr)
     )
-
-
-def _calls_within(node: cst.CSTNode) -> List[cst.Call]:
-    found: List[cst.Call] = []
-
-    class _Calls(cst.CSTVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            found.append(call)
-
-    node.visit(_Calls())
-    return found
 
 
 def _with_keyword(keyword: str, value: str, edits: Edits, wrap_at: Optional[int] = None):

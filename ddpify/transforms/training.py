@@ -9,7 +9,7 @@ from typing import Dict, List, Optional, Set
 
 import libcst as cst
 
-from ddpify.analysis import Facts, dotted_name
+from ddpify.analysis import Facts, calls_within, dotted_name
 from ddpify.transforms.edits import Edits
 from ddpify.transforms.setup import SetupPlan
 
@@ -99,17 +99,17 @@ def _steps(statement: cst.If) -> bool:
         isinstance(call.func, cst.Attribute) and call.func.attr.value == "step"
         # `optimizer.step()` or `scaler.step(optimizer)`, not `scheduler.step()`.
         and any("optim" in name for name in _names_in(call))
-        for call in _calls_within(statement.body)
+        for call in calls_within(statement.body)
     )
 
 
 def _has_method_call(node: cst.CSTNode, method: str) -> bool:
     return any(isinstance(c.func, cst.Attribute) and c.func.attr.value == method
-               for c in _calls_within(node))
+               for c in calls_within(node))
 
 
 def _calls_name(node: cst.CSTNode, name: str) -> bool:
-    return any(dotted_name(c.func) == name for c in _calls_within(node))
+    return any(dotted_name(c.func) == name for c in calls_within(node))
 
 
 def _free_name(facts: Facts, name: str) -> str:
@@ -247,15 +247,4 @@ def _names_in(node: cst.CSTNode) -> Set[str]:
             return False
 
     node.visit(_Names())
-    return found
-
-
-def _calls_within(node: cst.CSTNode) -> List[cst.Call]:
-    found: List[cst.Call] = []
-
-    class _Calls(cst.CSTVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            found.append(call)
-
-    node.visit(_Calls())
     return found
