@@ -163,6 +163,16 @@ class Runner:
         return env
 
     def _run(self, name, script, world_size, plan, nodes=1) -> RunResult:
+        result = self._run_once(name, script, world_size, plan, nodes)
+        if aborted_after_finishing(result):
+            # Gloo's worker threads can abort while the interpreter exits after the script
+            # has finished (pytorch/pytorch#179291, seen under CPU contention): not the
+            # script's doing. Run it once more before judging; a second abort is reported.
+            shutil.rmtree(os.path.join(self.root, name))
+            result = self._run_once(name, script, world_size, plan, nodes)
+        return result
+
+    def _run_once(self, name, script, world_size, plan, nodes=1) -> RunResult:
         run_dir = os.path.join(self.root, name)
         record_dir = os.path.join(run_dir, "record")
         os.makedirs(record_dir)
@@ -195,6 +205,17 @@ class Runner:
             output_tail=read_tail(log_paths),
             script_name=os.path.basename(script),
         )
+
+
+GLOO_TEARDOWN_ABORT = "terminate called without an active exception"
+
+
+def aborted_after_finishing(result: RunResult) -> bool:
+    """Every rank reached the end of the script, yet the run failed with Gloo's exit abort."""
+    return (
+        not result.ok and not result.timed_out and not result.unfinished_ranks()
+        and GLOO_TEARDOWN_ABORT in result.output_tail
+    )
 
 
 def launch_and_wait(launches: List[Launch], log_paths: List[str], deadline: float):
