@@ -9,7 +9,6 @@ from typing import Dict, List, Optional, Set
 import libcst as cst
 from libcst.metadata import (
     MetadataWrapper,
-    ParentNodeProvider,
     PositionProvider,
     QualifiedNameProvider,
 )
@@ -295,7 +294,8 @@ def analyse(wrapper: MetadataWrapper) -> Facts:
     facts = collector.facts
     # Already computed for the visit: resolve() hands back the cached maps.
     facts.positions = wrapper.resolve(PositionProvider)
-    facts.parents = wrapper.resolve(ParentNodeProvider)
+    facts.parents = collector.parents
+    facts.trains = bool(collector.training_tops & _reached_when_run(facts.module, collector.names_in_top))
     return facts
 
 
@@ -336,12 +336,36 @@ def _positional(call: cst.Call) -> List[cst.BaseExpression]:
 
 
 class _Collector(cst.CSTVisitor):
-    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider)
+    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
 
     def __init__(self, facts: Facts) -> None:
         super().__init__()
         self.facts = facts
         self._function_stack: List[cst.FunctionDef] = []
+        # Parents are recorded on the way down: cheaper than a ParentNodeProvider pass,
+        # and a node's ancestors are always known by the time it is visited.
+        self.parents: Dict[cst.CSTNode, cst.CSTNode] = {}
+        self._ancestors: List[cst.CSTNode] = []
+        # The top-level statement being visited, the names each one mentions, and those
+        # that hold training code: to tell whether running the file trains anything.
+        self._top: Optional[cst.CSTNode] = None
+        self.names_in_top: Dict[cst.CSTNode, Set[str]] = {}
+        self.training_tops: Set[cst.CSTNode] = set()
+
+    def _note_training(self) -> None:
+        self.training_tops.add(self._top)
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self._ancestors:
+            self.parents[node] = self._ancestors[-1]
+            if isinstance(self._ancestors[-1], cst.Module):
+                self._top = node
+        self._ancestors.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        super().on_leave(original_node)
+        self._ancestors.pop()
 
     # --- helpers ---------------------------------------------------------------------------
     def _qualified(self, node: cst.CSTNode) -> Set[str]:
@@ -363,7 +387,7 @@ class _Collector(cst.CSTVisitor):
     def _statement(self, node: cst.CSTNode) -> Statement:
         parent = node
         while not isinstance(parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-            parent = self.get_metadata(ParentNodeProvider, parent)
+            parent = self.parents[parent]
         return parent
 
     def _touch(self, name: str, node: cst.CSTNode) -> None:
@@ -373,7 +397,7 @@ class _Collector(cst.CSTVisitor):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._function_stack.append(node)
         self.facts.bound_names.add(node.name.value)
-        is_method = isinstance(self.get_metadata(ParentNodeProvider, node), cst.IndentedBlock) and any(
+        is_method = isinstance(self.parents.get(node), cst.IndentedBlock) and any(
             p.name.value == "self" for p in node.params.params[:1]
         )
         self.facts.functions.setdefault(("self." if is_method else "") + node.name.value, node)
@@ -413,6 +437,7 @@ class _Collector(cst.CSTVisitor):
 
     def visit_Name(self, node: cst.Name) -> None:
         self.facts.bound_names.add(node.value)
+        self.names_in_top.setdefault(self._top, set()).add(node.value)
         self._note_data_parallel(node)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
@@ -422,11 +447,11 @@ class _Collector(cst.CSTVisitor):
             return
         if node.attr.value == "module":
             self.facts.module_accesses.setdefault(receiver, []).append(node)
-        elif not isinstance(self.get_metadata(ParentNodeProvider, node), cst.AssignTarget):
+        elif not isinstance(self.parents.get(node), cst.AssignTarget):
             self.facts.attribute_reads.setdefault(receiver, []).append(node)
 
     def _note_data_parallel(self, node: cst.BaseExpression) -> None:
-        parent = self.get_metadata(ParentNodeProvider, node)
+        parent = self.parents.get(node)
         if isinstance(parent, cst.Attribute) and parent.value is node:
             return  # only the whole dotted name counts
         if isinstance(parent, (cst.ImportAlias, cst.ImportFrom)) or not (self._qualified(node) & names.DATA_PARALLEL):
@@ -572,7 +597,7 @@ class _Collector(cst.CSTVisitor):
             facts.calls_named.setdefault(qualified, []).append(node)
 
     def _is_statement_call(self, node: cst.Call) -> bool:
-        parent = self.get_metadata(ParentNodeProvider, node)
+        parent = self.parents.get(node)
         return isinstance(parent, cst.Expr)
 
     def _is_optimizer(self, node: cst.Call) -> bool:
@@ -584,7 +609,7 @@ class _Collector(cst.CSTVisitor):
         )
 
     def _record_optimizer(self, node: cst.Call) -> None:
-        self.facts.trains = True
+        self._note_training()
         positional = _positional(node)
         params = _keywords(node).get("params")
         first = params.value if params is not None else (positional[0] if positional else None)
@@ -602,7 +627,7 @@ class _Collector(cst.CSTVisitor):
         method = func.attr.value
         receiver = dotted_name(func.value)
         if method == "backward" or (method == "step" and receiver and "optim" in receiver):
-            self.facts.trains = True
+            self._note_training()
             self._mark_training_loops(node)
         if method in ("state_dict", "load_state_dict") and receiver:
             self.facts.state_dict_calls.append(node)
@@ -622,11 +647,11 @@ class _Collector(cst.CSTVisitor):
 
     def _mark_training_loops(self, node: cst.CSTNode) -> None:
         """Every For loop whose body (not header) holds this backward() or step()."""
-        child, parent = node, self.get_metadata(ParentNodeProvider, node, None)
+        child, parent = node, self.parents.get(node)
         while parent is not None and not isinstance(parent, cst.FunctionDef):
             if isinstance(parent, cst.For) and child is parent.body:
                 self.facts.training_loops.add(parent)
-            child, parent = parent, self.get_metadata(ParentNodeProvider, parent, None)
+            child, parent = parent, self.parents.get(parent)
 
     # --- environment ---------------------------------------------------------------------------
     def visit_Subscript(self, node: cst.Subscript) -> None:
@@ -634,7 +659,7 @@ class _Collector(cst.CSTVisitor):
             return
         index = node.slice[0].slice
         if isinstance(index, cst.Index) and string_value(index.value) == "CUDA_VISIBLE_DEVICES":
-            parent = self.get_metadata(ParentNodeProvider, node)
+            parent = self.parents.get(node)
             if isinstance(parent, cst.AssignTarget):
                 self.facts.visible_devices_statements.append(self._statement(node))
 
@@ -670,6 +695,24 @@ def _slices_batches(loop: cst.For) -> bool:
 
     loop.body.visit(_Slices())
     return bool(found)
+
+
+def _reached_when_run(module: cst.Module, names_in_top: Dict[cst.CSTNode, Set[str]]) -> Set[cst.CSTNode]:
+    """Top-level statements that run when the file runs: module-level code, and the
+    functions and classes it names, and those they name in turn. A library whose methods
+    call .backward() trains nothing when imported or run, and is left alone."""
+    definitions = {statement.name.value: statement for statement in module.body
+                   if isinstance(statement, (cst.FunctionDef, cst.ClassDef))}
+    pending = [statement for statement in module.body
+               if not isinstance(statement, (cst.FunctionDef, cst.ClassDef))]
+    reached = set(pending)
+    while pending:
+        for name in names_in_top.get(pending.pop(), ()):
+            definition = definitions.get(name)
+            if definition is not None and definition not in reached:
+                reached.add(definition)
+                pending.append(definition)
+    return reached
 
 
 def _self_attributes(method: cst.FunctionDef):

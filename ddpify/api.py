@@ -40,21 +40,29 @@ class MigrationError(Exception):
         self.message, self.line, self.column = message, line, column
 
 
+NO_TRAINING = Diagnostic("DDP901", 1, 1, "no training code found: left unchanged")
+
+
 def migrate_source(code: str, options: Options = Options()) -> Result:
     """Migrate one script. Raises MigrationError when the source does not parse."""
+    if "torch" not in code:
+        # Nothing to migrate, and no reason to pay for a parse.
+        return Result(code, _selected((NO_TRAINING,), options))
     codemod = _MigrateCommand(CodemodContext(), options)
     outcome = transform_module(codemod, code)
     if isinstance(outcome, TransformFailure):
         error = outcome.error
         if isinstance(error, cst.ParserSyntaxError):
             raise MigrationError(f"syntax error: {error.message}", error.raw_line, error.raw_column + 1)
+        if isinstance(error, RecursionError):
+            raise MigrationError("nested too deeply for ddpify to migrate (Python's recursion limit)")
         raise MigrationError(f"internal error: {error!r}\n{outcome.traceback_str}")
     new_code = getattr(outcome, "code", code)
-    kept = tuple(
-        diagnostic for diagnostic in codemod.diagnostics
-        if is_selected(diagnostic.code, options.select, options.ignore)
-    )
-    return Result(new_code, kept)
+    return Result(new_code, _selected(codemod.diagnostics, options))
+
+
+def _selected(diagnostics, options: Options) -> Tuple[Diagnostic, ...]:
+    return tuple(d for d in diagnostics if is_selected(d.code, options.select, options.ignore))
 
 
 class _MigrateCommand(CodemodCommand):
@@ -67,10 +75,16 @@ class _MigrateCommand(CodemodCommand):
         self.options = options
         self.diagnostics: list = []
 
+    def transform_module(self, tree: cst.Module) -> cst.Module:
+        """libcst's Codemod deep-copies the tree into a MetadataWrapper before the impl runs;
+        ours builds its own wrapper on this tree, which transform_module parsed for this call
+        alone. Skipping the copy saves a full pass (and a RecursionError on deep nesting)."""
+        tree = self.transform_module_impl(tree)
+        if RemoveImportsVisitor.CONTEXT_KEY in self.context.scratch:
+            tree = RemoveImportsVisitor(self.context).transform_module(tree)
+        return tree
+
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        if "torch" not in tree.code:
-            self._note_no_training()
-            raise SkipFile("no torch")
         # The tree was parsed for us alone, so the wrapper may use it without a deep copy.
         wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
         facts = analyse(wrapper)
@@ -97,4 +111,4 @@ class _MigrateCommand(CodemodCommand):
         return new_tree
 
     def _note_no_training(self) -> None:
-        self.diagnostics.append(Diagnostic("DDP901", 1, 1, "no training code found: left unchanged"))
+        self.diagnostics.append(NO_TRAINING)

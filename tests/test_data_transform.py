@@ -130,5 +130,6 @@ def test_download_outside_the_setup_scope_is_reported():
         "def get_data():\n"
         "    return Digits('data', download=True)\n"
         "def main():\n" + body
+        + "if __name__ == '__main__':\n    main()\n"
     )
     assert "DDP212" in {d.code for d in result.diagnostics}

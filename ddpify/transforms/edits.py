@@ -80,6 +80,18 @@ class ApplyEdits(cst.CSTTransformer):
     def __init__(self, edits: Edits) -> None:
         super().__init__()
         self.edits = edits
+        # Only nodes on the way to an edit are visited: the rest of the tree is left as
+        # it is, which keeps this pass cheap on long files with few edits.
+        self.on_path: Set[cst.CSTNode] = set()
+        for key in (*edits.expressions, *edits.before, *edits.after, *edits.replaced,
+                    *edits.removed, *edits.guarded, *edits.finally_bodies):
+            node = key
+            while node is not None and node not in self.on_path:
+                self.on_path.add(node)
+                node = edits.facts.parents.get(node)
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return (node in self.on_path or isinstance(node, cst.Module)) and super().on_visit(node)
 
     def on_leave(self, original_node, updated_node):
         rewrite = self.edits.expressions.get(original_node)
