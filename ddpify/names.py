@@ -1,6 +1,6 @@
 """Qualified names of the torch APIs ddpify recognises, in one place.
 
-Matching goes through libcst's QualifiedNameProvider, so `DL`, `data.DataLoader` and
+Matching goes through the import table analysis.py builds, so `DL`, `data.DataLoader` and
 `torch.utils.data.DataLoader` all resolve to the same name below.
 """
 

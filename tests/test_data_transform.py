@@ -133,3 +133,19 @@ def test_download_outside_the_setup_scope_is_reported():
         + "if __name__ == '__main__':\n    main()\n"
     )
     assert "DDP212" in {d.code for d in result.diagnostics}
+
+
+def test_loader_names_resolve_through_every_import_form():
+    """The import table: module aliases, from-imports with and without `as`."""
+    for imports, call in (
+        ("import torch.utils.data as tud\n", "tud.DataLoader"),
+        ("from torch.utils import data\n", "data.DataLoader"),
+        ("from torch.utils.data import DataLoader as DL\n", "DL"),
+        ("import torch.utils.data\n", "torch.utils.data.DataLoader"),
+    ):
+        source = ("import torch\n" + imports
+                  + f"loader = {call}(list(range(8)), batch_size=2, shuffle=True)\n"
+                  + "model = torch.nn.Linear(1, 1)\n"
+                  + "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+                  + "for epoch in range(2):\n    for x in loader:\n        optimizer.step()\n")
+        assert "DistributedSampler(" in migrate_source(source).code, imports
