@@ -10,7 +10,6 @@ from libcst.codemod import (
     TransformFailure,
     transform_module,
 )
-from libcst.codemod.visitors import RemoveImportsVisitor
 from libcst.metadata import MetadataWrapper
 
 from ddpify import names
@@ -19,7 +18,7 @@ from ddpify.diagnostics import Diagnostic, is_selected
 from ddpify.options import Options
 from ddpify.transforms import CONCERNS, setup
 from ddpify.transforms.edits import ApplyEdits, Edits
-from ddpify.transforms.imports import add_imports
+from ddpify.transforms.imports import add_imports, remove_unused_imports
 
 
 @dataclass(frozen=True)
@@ -79,10 +78,7 @@ class _MigrateCommand(CodemodCommand):
         """libcst's Codemod deep-copies the tree into a MetadataWrapper before the impl runs;
         ours builds its own wrapper on this tree, which transform_module parsed for this call
         alone. Skipping the copy saves a full pass (and a RecursionError on deep nesting)."""
-        tree = self.transform_module_impl(tree)
-        if RemoveImportsVisitor.CONTEXT_KEY in self.context.scratch:
-            tree = RemoveImportsVisitor(self.context).transform_module(tree)
-        return tree
+        return self.transform_module_impl(tree)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         # The tree was parsed for us alone, so the wrapper may use it without a deep copy.
@@ -106,8 +102,8 @@ class _MigrateCommand(CodemodCommand):
         self.diagnostics = sorted(edits.diagnostics, key=lambda d: (d.line, d.column, d.code))
         new_tree = wrapper.module.visit(ApplyEdits(edits))
         new_tree = add_imports(new_tree, [names.EMITTED_IMPORTS[key] for key in sorted(edits.imports)])
-        for module, obj, alias in sorted(edits.unused_imports):
-            RemoveImportsVisitor.remove_unused_import(self.context, module, obj, alias)
+        if edits.unused_imports:
+            new_tree = remove_unused_imports(new_tree, sorted(edits.unused_imports))
         return new_tree
 
     def _note_no_training(self) -> None:

@@ -32,6 +32,45 @@ def add_imports(module: cst.Module, specs: Sequence[ImportSpec]) -> cst.Module:
     return module.with_changes(body=body)
 
 
+def remove_unused_imports(module: cst.Module, specs: Sequence[ImportSpec]) -> cst.Module:
+    """Drop `from M import N` names that the migrated code no longer uses (DataParallel).
+
+    Only DataParallel files pay for this: one look for the name outside its import,
+    rather than libcst's RemoveImportsVisitor and the scope analysis it needs.
+    """
+    body = list(module.body)
+    for index, statement in enumerate(body):
+        for node in _imports_of(statement):
+            if not isinstance(node, cst.ImportFrom) or isinstance(node.names, cst.ImportStar):
+                continue
+            source = dotted_name(node.module) if node.module is not None else None
+            kept = [alias for alias in node.names if not (
+                (source, alias.name.value, _alias(alias)) in specs
+                and not _used_elsewhere(module, statement, _alias(alias) or alias.name.value))]
+            if len(kept) == len(node.names):
+                continue
+            if not kept:
+                body[index] = cst.RemovalSentinel.REMOVE
+            else:
+                kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                body[index] = statement.with_changes(body=[node.with_changes(names=kept)])
+    return module.with_changes(body=[s for s in body if s is not cst.RemovalSentinel.REMOVE])
+
+
+def _used_elsewhere(module: cst.Module, import_statement: cst.BaseStatement, name: str) -> bool:
+    used = []
+
+    class _Uses(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            if node.value == name:
+                used.append(node)
+
+    for statement in module.body:
+        if statement is not import_statement:
+            statement.visit(_Uses())
+    return bool(used)
+
+
 def _code(spec: ImportSpec) -> str:
     module, name, alias = spec
     suffix = f" as {alias}" if alias else ""
