@@ -32,6 +32,8 @@ TWIN_CHECK = "twin-check"  # as TWIN, but only say whether the twin is stale
 MIGRATED, UNCHANGED, SKIPPED, FAILED = "migrated", "unchanged", "skipped", "failed"
 
 _NO_TRAINING = Diagnostic("DDP901", 1, 1, "no training code found: left unchanged")
+# Notes about a whole file that say there is nothing to do (already distributed, no training).
+WHOLE_FILE_NOTES = frozenset({"DDP900", "DDP901"})
 
 
 @dataclass(frozen=True)
@@ -99,9 +101,14 @@ def _run(job: Job) -> Report:
         return _migration_failure(shown, error, locals().get("source"))
 
     changed = result.code != source.text
+    diagnostics = result.diagnostics
+    if not job.explicit:
+        # Over a walked tree, "nothing to do here" for each of thousands of files is noise:
+        # the summary line counts them as unchanged.
+        diagnostics = tuple(d for d in diagnostics if d.code not in WHOLE_FILE_NOTES)
     report = Report(shown, MIGRATED if changed else UNCHANGED,
                     PENDING if result.needs_a_person else OK,
-                    diagnostics=result.diagnostics, changed=changed)
+                    diagnostics=diagnostics, changed=changed)
     try:
         _deliver(job, report, source.text, result.code, source.encoding)
     except (SourceError, OSError) as error:

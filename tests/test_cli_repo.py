@@ -236,3 +236,11 @@ def test_progress_waits_before_drawing():
     for index in range(10):
         progress.advance("x.py")
     assert stream.getvalue() == ""  # a short run never flickers a bar
+
+
+def test_walked_files_with_nothing_to_do_say_nothing(repo):
+    """A note per untouched file would bury a repository's real findings; named files keep it."""
+    walked = invoke("--check", repo / "src")
+    assert "DDP901" not in walked.stderr
+    assert walked.stderr.splitlines()[-1].endswith("0 failed")
+    assert "DDP901" in invoke("--check", repo / "src" / "tensors.py").stderr
