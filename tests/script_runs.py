@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import List, Sequence
 
 GLOO_TEARDOWN_ABORT = "terminate called without an active exception"
+GLOO_ABORT_RETRIES = 2
 TORCHRUN_ENV_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                      "MASTER_PORT", "GROUP_RANK", "TORCHELASTIC_RUN_ID")
 
@@ -47,11 +48,13 @@ def run_torchrun(script: Path, workdir: Path, args: Sequence[str] = (), nproc: i
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc_per_node={nproc}", script.name, *args]
     run = _run(command, script, workdir, timeout)
-    if run.returncode != 0 and GLOO_TEARDOWN_ABORT in run.stderr:
+    for _ in range(GLOO_ABORT_RETRIES):
+        if run.returncode == 0 or GLOO_TEARDOWN_ABORT not in run.stderr:
+            break
         # Under heavy CPU contention Gloo's worker threads sometimes abort while the
         # interpreter exits (pytorch/pytorch#179291), after the script has finished. It is
-        # not the script's doing; run it once more, in a clean directory, before judging.
-        warnings.warn(f"{script.name}: Gloo aborted at exit; retrying once")
+        # not the script's doing; run it again, in a clean directory, before judging.
+        warnings.warn(f"{script.name}: Gloo aborted at exit; running it again")
         shutil.rmtree(workdir)
         run = _run(command, script, workdir, timeout)
     return run
