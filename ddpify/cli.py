@@ -41,7 +41,14 @@ def _codes(ctx, param, value: Optional[str]) -> Optional[tuple]:
     return tuple(code.strip().upper() for code in value.split(",") if code.strip())
 
 
-@main.command("migrate")
+class _DefaultCommand(click.Command):
+    """Usage reads `ddpify [OPTIONS] [PATHS]...`: people type `ddpify train.py`."""
+
+    def format_usage(self, ctx, formatter):
+        formatter.write_usage(ctx.find_root().info_name, " ".join(self.collect_usage_pieces(ctx)))
+
+
+@main.command("migrate", cls=_DefaultCommand)
 @click.argument("paths", nargs=-1, type=click.Path(allow_dash=True))
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),
               help="Write the migrated script here (one input only).")
