@@ -77,7 +77,6 @@ class Facts:
     output_statements: List[Statement] = field(default_factory=list)
     save_calls: List[cst.Call] = field(default_factory=list)
     load_calls: List[cst.Call] = field(default_factory=list)
-    state_dict_calls: List[cst.Call] = field(default_factory=list)
     main_guard: Optional[cst.If] = None
     data_parallel_calls: List[cst.Call] = field(default_factory=list)
     batchnorm_calls: List[cst.Call] = field(default_factory=list)
@@ -662,8 +661,6 @@ class _Collector(cst.CSTVisitor):
         if method == "backward" or (method == "step" and receiver and "optim" in receiver):
             self._note_training()
             self._mark_training_loops(node)
-        if method in ("state_dict", "load_state_dict") and receiver:
-            self.facts.state_dict_calls.append(node)
         if receiver and self._is_statement_call(node):
             self._touch(receiver, node)
         if method == "cuda" or (

@@ -12,6 +12,7 @@ import libcst as cst
 from ddpify.analysis import Facts
 from ddpify.diagnostics import Diagnostic, RULES
 from ddpify.options import Options
+from ddpify.transforms.imports import import_block
 
 Statement = cst.BaseStatement
 
@@ -130,7 +131,8 @@ class ApplyEdits(cst.CSTTransformer):
     def leave_Module(self, original_node, updated_node):
         body = self._rebuild(original_node.body, updated_node.body)
         if self.edits.module_prelude:
-            body = _insert_after_imports(body, self.edits.module_prelude)
+            _, end = import_block(body)
+            body = body[:end] + list(self.edits.module_prelude) + body[end:]
         return updated_node.with_changes(body=body + list(self.edits.module_end))
 
     def _rebuild(self, originals: Sequence[Statement], updated: Sequence[Statement]):
@@ -221,23 +223,4 @@ def _try_finally(statement: Statement, cleanup: List[Statement], edits: Edits) -
         body=cst.IndentedBlock(body=[statement.with_changes(leading_lines=())]),
         finalbody=cst.Finally(body=cst.IndentedBlock(body=cleanup)),
         leading_lines=statement.leading_lines,
-    )
-
-
-def _insert_after_imports(body: List[Statement], prelude: List[Statement]) -> List[Statement]:
-    index = 0
-    for position, statement in enumerate(body):
-        if not _is_import_or_docstring(statement):
-            break
-        index = position + 1
-    return body[:index] + prelude + body[index:]
-
-
-def _is_import_or_docstring(statement: Statement) -> bool:
-    if not isinstance(statement, cst.SimpleStatementLine):
-        return False
-    return all(
-        isinstance(small, (cst.Import, cst.ImportFrom))
-        or (isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString)))
-        for small in statement.body
     )

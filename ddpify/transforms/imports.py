@@ -21,7 +21,7 @@ _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"os", "sys", "co
 
 def add_imports(module: cst.Module, specs: Sequence[ImportSpec]) -> cst.Module:
     body = list(module.body)
-    start, end = _import_block(body)
+    start, end = import_block(body)
     present = _present(body[start:end])
     for spec in specs:
         if spec in present:
@@ -40,7 +40,7 @@ def remove_unused_imports(module: cst.Module, specs: Sequence[ImportSpec]) -> cs
     """
     body = list(module.body)
     for index, statement in enumerate(body):
-        for node in _imports_of(statement):
+        for node in imports_of(statement):
             if not isinstance(node, cst.ImportFrom) or isinstance(node.names, cst.ImportStar):
                 continue
             source = dotted_name(node.module) if node.module is not None else None
@@ -77,13 +77,13 @@ def _code(spec: ImportSpec) -> str:
     return f"from {module} import {name}{suffix}\n" if name else f"import {module}{suffix}\n"
 
 
-def _import_block(body: List[cst.BaseStatement]) -> Tuple[int, int]:
+def import_block(body: List[cst.BaseStatement]) -> Tuple[int, int]:
     """[start, end) of the imports at the top, after a docstring."""
     start = 0
     if body and _is_docstring(body[0]):
         start = 1
     end = start
-    while end < len(body) and _imports_of(body[end]):
+    while end < len(body) and imports_of(body[end]):
         end += 1
     return start, end
 
@@ -96,7 +96,7 @@ def _is_docstring(statement: cst.BaseStatement) -> bool:
     )
 
 
-def _imports_of(statement: cst.BaseStatement) -> List[cst.CSTNode]:
+def imports_of(statement: cst.BaseStatement) -> List[cst.CSTNode]:
     if not isinstance(statement, cst.SimpleStatementLine):
         return []
     if not all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body):
@@ -107,7 +107,7 @@ def _imports_of(statement: cst.BaseStatement) -> List[cst.CSTNode]:
 def _present(block: List[cst.BaseStatement]) -> set:
     present = set()
     for statement in block:
-        for node in _imports_of(statement):
+        for node in imports_of(statement):
             if isinstance(node, cst.Import):
                 for alias in node.names:
                     present.add((dotted_name(alias.name), None, _alias(alias)))
@@ -127,7 +127,7 @@ def _key_of_spec(spec: ImportSpec):
 
 
 def _key_of(statement: cst.BaseStatement):
-    node = _imports_of(statement)[0]
+    node = imports_of(statement)[0]
     if isinstance(node, cst.Import):
         module = dotted_name(node.names[0].name) or ""
         return (_section(module), False, module.lower())

@@ -10,6 +10,7 @@ import libcst as cst
 
 from ddpify.analysis import DeviceAssignment, Facts
 from ddpify.transforms.edits import Edits, Insertion
+from ddpify.transforms.imports import imports_of
 
 SETUP_COMMENT = "# Distributed setup: one process per device under torchrun; plain `python` runs as before."
 
@@ -144,15 +145,9 @@ def _calls_of_functions_holding(facts: Facts, nodes, plan: SetupPlan) -> list:
 
 def _first_code_statement(body: List[cst.BaseStatement]) -> Optional[cst.BaseStatement]:
     for statement in body:
-        if not isinstance(statement, (cst.FunctionDef, cst.ClassDef)) and not _is_import(statement):
+        if not isinstance(statement, (cst.FunctionDef, cst.ClassDef)) and not imports_of(statement):
             return statement
     return None
-
-
-def _is_import(statement: cst.BaseStatement) -> bool:
-    return isinstance(statement, cst.SimpleStatementLine) and all(
-        isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body
-    )
 
 
 def add_guard_helper(edits: Edits, plan: SetupPlan) -> None:
