@@ -30,6 +30,8 @@ class Loader:
     keywords: Dict[str, cst.Arg]
     # `DataLoader(ds, **loader_kwargs)`: the dict's name; its keys are known only at run time.
     kwargs_name: Optional[str] = None
+    # `return DataLoader(...)`: the loader has no name here, only at the call sites.
+    returned: bool = False
 
     @property
     def shuffles(self) -> bool:
@@ -56,6 +58,10 @@ class DeviceAssignment:
     gpu_condition: Optional[str] = None
     # `torch.accelerator.current_accelerator()`: any accelerator, not only CUDA.
     any_accelerator: bool = False
+    # Only CUDA or the CPU (`torch.device("cuda" if ... else "cpu")`, `"cuda:0"`, `0`): the
+    # setup block may take the statement's place. Any other choice (an accelerator, MPS, an
+    # if/else over several statements) is kept as written and refined after it.
+    cuda_or_cpu: bool = True
 
 
 @dataclass
@@ -104,10 +110,15 @@ class Facts:
     sliced_batch_loops: List[cst.For] = field(default_factory=list)
     # Functions and methods by name, and calls of them by bare or `self.` name.
     functions: Dict[str, cst.FunctionDef] = field(default_factory=dict)
+    # Classes defined here, by name, with their __init__ (None when they inherit it).
+    class_inits: Dict[str, Optional[cst.FunctionDef]] = field(default_factory=dict)
     calls_by_callee: Dict[str, List[cst.Call]] = field(default_factory=dict)
     # Every call by the qualified name of what it calls (`tqdm.tqdm`, `builtins.open`).
     calls_named: Dict[str, List[cst.Call]] = field(default_factory=dict)
     bound_names: Set[str] = field(default_factory=set)
+    # `self.x = value` in each method: {method: {"self.x": [value, ...]}}.
+    self_assignments: Dict[cst.FunctionDef, Dict[str, List[cst.BaseExpression]]] = field(
+        default_factory=dict)
     positions: dict = field(default_factory=dict, repr=False)
     parents: dict = field(default_factory=dict, repr=False)
 
@@ -163,6 +174,8 @@ class Facts:
                     found.extend(self._loops_around_calls_of(self.function_of(loop), name))
         for holder, caller in self._returned_to(name, function):
             found.extend(self.epoch_loops(holder, caller, depth + 1))
+        for attribute in self.stored_in_self(name, function):
+            found.extend(self.epoch_loops(attribute, function, depth + 1))
         for callee, parameter, call in self._calls_passing(name, function):
             outer = self.enclosing_loops(call)
             if outer and self.epoch_loops(parameter, callee, depth + 1) == [] and self._iterates(
@@ -176,8 +189,13 @@ class Facts:
     def loader_holders(self) -> Set[tuple]:
         """(function, name) pairs that hold a DataLoader: where it is built, and every
         parameter it is passed to and variable it is returned into."""
+        return self._holders([(loader.function, loader.name) for loader in self.loaders])
+
+    def loader_holders_of(self, loader: Loader) -> Set[tuple]:
+        return self._holders([(loader.function, loader.name)])
+
+    def _holders(self, work: List[tuple]) -> Set[tuple]:
         holders: Set[tuple] = set()
-        work = [(loader.function, loader.name) for loader in self.loaders]
         while work:
             function, name = work.pop()
             if (function, name) in holders:
@@ -186,7 +204,22 @@ class Facts:
             work.extend((caller, holder) for holder, caller in self._returned_to(name, function))
             work.extend((callee, parameter)
                         for callee, parameter, _ in self._calls_passing(name, function))
+            work.extend((function, attribute) for attribute in self.stored_in_self(name, function))
         return holders
+
+    def stored_in_self(self, name: str, function: Optional[cst.FunctionDef]) -> List[str]:
+        """`self.loader = loader` (or `self.model = model.to(device)`) in a method: the value
+        lives on as `self.loader` in every method of the class."""
+        if function is None or name.startswith("self."):
+            return []
+        found = []
+        for target, values in self.self_assignments.get(function, {}).items():
+            if any(dotted_name(_unmoved(value)) == name for value in values):
+                found.append(target)
+        return found
+
+    def is_loader_call(self, node: cst.CSTNode) -> bool:
+        return any(loader.call is node for loader in self.loaders)
 
     def batch_loops_without_loader(self) -> List[cst.For]:
         """Innermost training loops that iterate no DataLoader: batches built by hand."""
@@ -223,26 +256,32 @@ class Facts:
         if function is None:
             return
         for position in self._return_positions(name, function):
-            for call in self.calls_by_callee.get(function.name.value, ()):
-                assign = self.parents.get(call)
-                if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
-                    continue
-                target = assign.targets[0].target
-                if position is not None and isinstance(target, (cst.Tuple, cst.List)):
-                    elements = target.elements
-                    target = elements[position].value if position < len(elements) else None
-                elif position is not None:
-                    continue
-                holder = dotted_name(target) if target is not None else None
-                if holder:
-                    yield holder, self.function_of(call)
+            yield from self._call_site_targets(function, position)
+
+    def _call_site_targets(self, function: cst.FunctionDef, position: Optional[int]):
+        """The names that receive a function's return value (or its k-th element)."""
+        for call in self.calls_by_callee.get(function.name.value, ()):
+            assign = self.parents.get(call)
+            if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+                continue
+            target = assign.targets[0].target
+            if position is not None and isinstance(target, (cst.Tuple, cst.List)):
+                elements = target.elements
+                target = elements[position].value if position < len(elements) else None
+            elif position is not None:
+                continue
+            holder = dotted_name(target) if target is not None else None
+            if holder:
+                yield holder, self.function_of(call)
 
     def _return_positions(self, name: str, function: cst.FunctionDef):
         """None when `return name`, k when name is the k-th element of a returned tuple."""
         positions = set()
         for statement in _walk_returns(function):
             value = statement.value
-            if value is not None and dotted_name(value) == name:
+            if name == returned_name(function) and value is not None and self.is_loader_call(value):
+                positions.add(None)
+            elif value is not None and dotted_name(value) == name:
                 positions.add(None)
             elif isinstance(value, cst.Tuple):
                 for index, element in enumerate(value.elements):
@@ -256,11 +295,13 @@ class Facts:
     def _calls_passing(self, name: str, function: Optional[cst.FunctionDef]):
         """(callee, its parameter, call) for each call in `function` that passes `name`."""
         for callee_name, calls in self.calls_by_callee.items():
-            callee = self.functions.get(callee_name)
+            callee = self.functions.get(callee_name) or self.class_inits.get(callee_name)
             if callee is None:
                 continue
             parameters = [p.name.value for p in callee.params.params]
-            if parameters[:1] == ["self"] and callee_name.startswith("self."):
+            if parameters[:1] == ["self"] and (
+                callee_name.startswith("self.") or callee_name in self.class_inits
+            ):
                 parameters = parameters[1:]
             for call in calls:
                 if not (name.startswith("self.") or self.function_of(call) is function):
@@ -296,6 +337,23 @@ def analyse(wrapper: MetadataWrapper) -> Facts:
     facts.parents = collector.parents
     facts.trains = bool(collector.training_tops & _reached_when_run(facts.module, collector.names_in_top))
     return facts
+
+
+def returned_name(function: cst.FunctionDef) -> str:
+    """The name a loader built in a return statement goes by: not a valid identifier, so
+    it never meets a name of the script."""
+    return f"<return of {function.name.value}>"
+
+
+def _unmoved(value: cst.BaseExpression) -> cst.BaseExpression:
+    """`model.to(device)` / `model.cuda()` -> `model`: the same module, moved."""
+    while (
+        isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in ("to", "cuda", "cpu", "train", "eval", "float", "double",
+                                      "half")
+    ):
+        value = value.func.value
+    return value
 
 
 def dotted_name(node: cst.BaseExpression) -> Optional[str]:
@@ -503,22 +561,33 @@ class _Collector(cst.CSTVisitor):
         self._touch(target, node)
         value = node.value
         self.facts.assigned_values.setdefault(target, []).append(value)
+        function = self._function()
+        if function is not None and target.startswith("self.") and target.count(".") == 1:
+            self.facts.self_assignments.setdefault(function, {}).setdefault(target, []).append(value)
         if isinstance(value, cst.Call) and self._is_loader_class(value.func):
-            positional = _positional(value)
-            keywords = _keywords(value)
-            dataset = keywords["dataset"].value if "dataset" in keywords else (
-                positional[0] if positional else None
-            )
-            star = [arg.value for arg in value.args if arg.star == "**"]
-            self.facts.loaders.append(
-                Loader(target, value, self._statement(node), self._function(), dataset, keywords,
-                       dotted_name(star[0]) if len(star) == 1 else None)
-            )
+            self.facts.loaders.append(self._loader(target, value, node))
         elif self._is_device_value(value, target):
             self.facts.device_assignments.append(
                 DeviceAssignment(target, self._statement(node), self._function(),
-                                 self._gpu_condition(value), self._is_accelerator(value))
+                                 self._gpu_condition(value), self._is_accelerator(value),
+                                 self._cuda_or_cpu(value))
             )
+
+    def visit_Return(self, node: cst.Return) -> None:
+        value = node.value
+        function = self._function()
+        if function is not None and isinstance(value, cst.Call) and self._is_loader_class(value.func):
+            self.facts.loaders.append(self._loader(returned_name(function), value, node, True))
+
+    def _loader(self, name: str, call: cst.Call, node: cst.CSTNode, returned: bool = False) -> Loader:
+        positional = _positional(call)
+        keywords = _keywords(call)
+        dataset = keywords["dataset"].value if "dataset" in keywords else (
+            positional[0] if positional else None
+        )
+        star = [arg.value for arg in call.args if arg.star == "**"]
+        return Loader(name, call, self._statement(node), self._function(), dataset, keywords,
+                      dotted_name(star[0]) if len(star) == 1 else None, returned)
 
     def _is_loader_class(self, func: cst.BaseExpression) -> bool:
         if isinstance(func, cst.Name) and func.value in self.facts.loader_classes:
@@ -528,6 +597,11 @@ class _Collector(cst.CSTVisitor):
     # --- data classes ----------------------------------------------------------------------------
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self._record_unused_submodules(node)
+        self.facts.class_inits[node.name.value] = next(
+            (statement for statement in node.body.body
+             if isinstance(statement, cst.FunctionDef) and statement.name.value == "__init__"),
+            None,
+        )
         bases = [base.value for base in node.bases if base.keyword is None]
         if any(self._qualified(base) & names.DATASET
                or (isinstance(base, cst.Name) and base.value in self.facts.dataset_classes)
@@ -563,6 +637,19 @@ class _Collector(cst.CSTVisitor):
             return bool(value.args) and self._names_gpu(value.args[0].value)
         text = string_value(value)
         return text is not None and (text == "cuda" or text.startswith("cuda:"))
+
+    def _cuda_or_cpu(self, value: cst.BaseExpression) -> bool:
+        if isinstance(value, cst.IfExp):
+            return self._cuda_or_cpu(value.body) and self._cuda_or_cpu(value.orelse)
+        if isinstance(value, cst.Call) and self._calls(value, names.TORCH_DEVICE):
+            arguments = _positional(value)
+            return len(arguments) == 1 and (
+                dotted_name(arguments[0]) is not None or self._cuda_or_cpu(arguments[0])
+            )
+        text = string_value(value)
+        if text is not None:
+            return text in ("cuda", "cpu") or text.startswith("cuda:")
+        return isinstance(value, cst.Integer)
 
     def _is_accelerator(self, value: cst.BaseExpression) -> bool:
         if isinstance(value, cst.IfExp):

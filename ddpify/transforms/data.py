@@ -103,8 +103,14 @@ def _dict_keys(value: cst.BaseExpression) -> Set[str]:
 
 
 def _is_training(facts: Facts, loader: Loader) -> bool:
-    """Does a loop over this loader train? If no loop is in sight, the name and shuffle tell."""
-    loops = facts.loops_over.get(loader.name, ())
+    """Does a loop over this loader train? The loader is followed wherever its value goes
+    (returned, passed, stored on self); if no loop is in sight, the name and shuffle tell."""
+    loops = [
+        loop
+        for function, name in facts.loader_holders_of(loader)
+        for loop in facts.loops_over.get(name, ())
+        if name.startswith("self.") or facts.function_of(loop) is function
+    ]
     if loops:
         return any(loop in facts.training_loops for loop in loops)
     name = loader.name.rsplit(".", 1)[-1].lower()
@@ -171,8 +177,11 @@ def _add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: SetupPlan) -
 
 def derived_name(loader: Loader, kind: str, taken) -> str:
     """`train_loader` -> `train_sampler` / `train_dataset`; `loader` -> `sampler`."""
-    base = loader.name.rsplit(".", 1)[-1]
-    prefix = loader.name[: len(loader.name) - len(base)]
+    if loader.returned:
+        base, prefix = "loader", ""
+    else:
+        base = loader.name.rsplit(".", 1)[-1]
+        prefix = loader.name[: len(loader.name) - len(base)]
     stem = base[: -len("loader")] if base.lower().endswith("loader") else base
     if stem and not stem.endswith("_"):
         stem += "_"
@@ -252,7 +261,10 @@ def _floor_divided(value: str) -> str:
 def _loader_statement(facts: Facts, edits: Edits, loader: Loader, args: List[str]):
     """The loader call rebuilt from its arguments, wrapped as black would."""
     statement = loader.statement
-    head = edits.code(statement.body[0].targets[0].target) + " = " + edits.code(loader.call.func)
+    if loader.returned:
+        head = "return " + edits.code(loader.call.func)
+    else:
+        head = edits.code(statement.body[0].targets[0].target) + " = " + edits.code(loader.call.func)
     indent = " " * (facts.positions[statement].start.column)
     one_line = f"{head}({', '.join(args)})"
     if "\n" not in one_line and len(indent) + len(one_line) <= LINE_LENGTH:

@@ -22,6 +22,8 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
     for value in facts.fixed_device_values:
         if setup.device_assignment and facts.ancestor_in(value, setup.device_assignment.statement):
             continue
+        if setup.choice_statement is not None and facts.ancestor_in(value, setup.choice_statement):
+            continue  # the script's own choice is kept as written
         if setup.sees_setup(facts, value):
             edits.expressions[value] = lambda _node: cst.Name(device)
             edits.report("DDP002", value)

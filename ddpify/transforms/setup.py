@@ -23,8 +23,30 @@ if {use_gpu}:
 if distributed:
     dist.init_process_group("nccl" if {use_gpu} else "gloo")
 """
+# After a device choice kept as the script wrote it (an accelerator, MPS, a --no-accel
+# flag): under torchrun the chosen device type is kept and only its index becomes the
+# rank's own; the backend follows the device (NCCL for CUDA, Gloo for the CPU, ...).
+ENVIRONMENT_CODE = """\
+distributed = "WORLD_SIZE" in os.environ
+local_rank = int(os.environ.get("LOCAL_RANK", 0))
+"""
+REFINE_CODE = """\
+if distributed:
+    {device} = torch.device({chosen})
+    if {device}.type != "cpu":  # this process's own accelerator
+        {device} = torch.device({device}.type, local_rank)
+        torch.accelerator.set_device_index(local_rank)
+    dist.init_process_group(dist.get_default_backend_for_device({device}))
+"""
+# A script that never chooses a device trains on the CPU: so does every rank.
+CPU_ONLY_CODE = """\
+if distributed:
+    dist.init_process_group("gloo")
+"""
 
 IS_MAIN_CODE = "is_main = not distributed or dist.get_rank() == 0\n"
+# Before the process group exists (a print above the device choice), torchrun's RANK tells.
+IS_MAIN_FROM_ENVIRONMENT_CODE = 'is_main = int(os.environ.get("RANK", 0)) == 0\n'
 WORLD_SIZE_CODE = 'world_size = int(os.environ.get("WORLD_SIZE", 1))\n'
 
 IS_MAIN_HELPER = '''\
@@ -44,10 +66,22 @@ class SetupPlan:
     """Where the setup block goes and what the other transforms may rely on."""
 
     function: Optional[cst.FunctionDef]
+    # The block the setup goes into: a function body, the module, or the body of
+    # `if __name__ == "__main__":`.
     block: cst.CSTNode
     device: str
+    # A CUDA-or-CPU choice in one statement, which the setup block replaces.
     device_assignment: Optional[DeviceAssignment]
+    # Any other device choice stays as written; the setup follows this statement of `block`
+    # (the whole if/else that chooses), so that it runs on every path.
+    choice_statement: Optional[cst.BaseStatement] = None
+    # `device = torch.accelerator.current_accelerator()` outside any branch: None on a CPU.
+    bare_accelerator: bool = False
+    # The script never chooses a device: it trains on the CPU.
+    cpu_only: bool = False
     guards_used: Set[str] = field(default_factory=set)
+    # Nodes whose edits need only the rank-0 guard, not the process group.
+    guard_nodes: Set[cst.CSTNode] = field(default_factory=set)
     # Set when --keep-global-batch divides a batch size by `world_size`.
     needs_world_size: bool = False
     # When the script uses the GPU: devices.py keeps the script's own condition (`use_cuda`
@@ -56,23 +90,60 @@ class SetupPlan:
 
     def sees_setup(self, facts: Facts, node: cst.CSTNode) -> bool:
         """Whether code at node can read the names the setup block defines."""
-        return self.function is None or facts.function_of(node) is self.function
+        if self.function is not None:
+            return facts.function_of(node) is self.function
+        if self.block is facts.module:
+            return True
+        # Under `if __name__ == "__main__":` only that block sees the names: the module's
+        # functions may be imported and called from elsewhere.
+        return facts.function_of(node) is None and facts.ancestor_in(node, self.block) is not None
 
     def guard_for(self, facts: Facts, node: cst.CSTNode) -> str:
         guard = "is_main" if self.sees_setup(facts, node) else "is_main_process()"
         self.guards_used.add(guard)
+        self.guard_nodes.add(node)
         return guard
 
 
 def choose(facts: Facts) -> Optional[SetupPlan]:
     """Pick the scope of the setup: the device choice, else the training loop's function."""
-    if facts.device_assignments:
-        assignment = facts.device_assignments[0]
-        return SetupPlan(assignment.function, facts.block_of(assignment.statement),
-                         assignment.name, assignment)
+    choice = _device_choice(facts)
+    if choice:
+        first = choice[0]
+        block = _scope_block(facts, first.statement, first.function)
+        dominating = facts.ancestor_in(choice[-1].statement, block)
+        if len(choice) == 1 and first.cuda_or_cpu and dominating is first.statement:
+            return SetupPlan(first.function, block, first.name, first)
+        bare = any(a.any_accelerator and a.statement is dominating for a in choice)
+        return SetupPlan(first.function, block, first.name, None, choice_statement=dominating,
+                         bare_accelerator=bare)
     function = _training_function(facts)
     block = function.body if function is not None else facts.module
-    return SetupPlan(function, block, "device", None)
+    cpu_only = not facts.fixed_device_moves and not facts.fixed_device_values
+    return SetupPlan(function, block, "device", None, cpu_only=cpu_only)
+
+
+def _device_choice(facts: Facts) -> List[DeviceAssignment]:
+    """The assignments of one device variable in one scope: in the function that trains
+    if it chooses a device, else the first one chosen."""
+    groups: dict = {}
+    for assignment in facts.device_assignments:
+        groups.setdefault((assignment.function, assignment.name), []).append(assignment)
+    training = {model.function for model in facts.models} | {_training_function(facts)}
+    for (function, _), assignments in groups.items():
+        if function in training:
+            return assignments
+    return next(iter(groups.values()), [])
+
+
+def _scope_block(facts: Facts, statement: cst.BaseStatement,
+                 function: Optional[cst.FunctionDef]) -> cst.CSTNode:
+    if function is not None:
+        return function.body
+    guard = facts.main_guard
+    if guard is not None and facts.ancestor_in(statement, guard.body) is not None:
+        return guard.body
+    return facts.module
 
 
 def _training_function(facts: Facts) -> Optional[cst.FunctionDef]:
@@ -87,7 +158,13 @@ def _training_function(facts: Facts) -> Optional[cst.FunctionDef]:
 def place(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
     """Insert the setup block before the first statement of its block that needs it."""
     edits.imports.update({"os", "dist"})
-    code = SETUP_CODE.format(device=plan.device, use_gpu=plan.use_gpu)
+    if plan.choice_statement is not None:
+        _place_after_choice(facts, edits, plan)
+        return
+    if plan.cpu_only:
+        code = ENVIRONMENT_CODE + CPU_ONLY_CODE
+    else:
+        code = SETUP_CODE.format(device=plan.device, use_gpu=plan.use_gpu)
     if plan.needs_world_size:
         first_line, rest = code.split("\n", 1)
         code = first_line + "\n" + WORLD_SIZE_CODE + rest
@@ -113,7 +190,44 @@ def place(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
     edits.report("DDP001", anchor)
 
 
-def _first_statement_needing_setup(facts: Facts, edits: Edits, plan: SetupPlan):
+def _place_after_choice(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
+    """The script's own device choice stays; the setup follows it. Output guarded before the
+    choice (`print(args)` at the top) gets the environment part of the setup, earlier."""
+    choice = plan.choice_statement
+    body = list(plan.block.body)
+    anchor = _first_statement_needing_setup(facts, edits, plan)
+    needs_group = _first_statement_needing_setup(facts, edits, plan, guards_too=False)
+    world_size = WORLD_SIZE_CODE if plan.needs_world_size else ""
+    early = anchor is not None and body.index(anchor) < body.index(choice)
+    if needs_group is not None and body.index(needs_group) < body.index(choice):
+        edits.report("DDP007", needs_group, "the process group is needed here, before the "
+                     f"device is chosen at line {facts.line_of(choice)}: choose the device first")
+    comment = cst.EmptyLine(comment=cst.Comment(SETUP_COMMENT))
+    chosen = plan.device
+    if plan.bare_accelerator:
+        # current_accelerator() is None on a machine without one: that is the CPU.
+        chosen = f'{plan.device} if {plan.device} is not None else "cpu"'
+    refine = REFINE_CODE.format(device=plan.device, chosen=chosen)
+    if early:
+        code = ENVIRONMENT_CODE + world_size
+        if "is_main" in plan.guards_used:
+            code += IS_MAIN_FROM_ENVIRONMENT_CODE
+        prelude = edits.statements(code)
+        prelude[0] = prelude[0].with_changes(leading_lines=[comment])
+        edits.before.setdefault(anchor, []).insert(0, Insertion(prelude, takes_blank_lines=True))
+        after = edits.statements(refine)
+    else:
+        code = ENVIRONMENT_CODE + world_size + refine
+        if "is_main" in plan.guards_used:
+            code += IS_MAIN_CODE
+        after = edits.statements(code)
+        after[0] = after[0].with_changes(leading_lines=[comment])
+    edits.after[choice] = after + edits.after.get(choice, [])
+    edits.report("DDP001", choice)
+
+
+def _first_statement_needing_setup(facts: Facts, edits: Edits, plan: SetupPlan,
+                                   guards_too: bool = True):
     body = list(plan.block.body)
     candidates = []
     if plan.device_assignment is not None:
@@ -122,13 +236,16 @@ def _first_statement_needing_setup(facts: Facts, edits: Edits, plan: SetupPlan):
         list(edits.before) + list(edits.after) + list(edits.replaced)
         + list(edits.guarded) + list(edits.expressions)
     )
+    if not guards_too:
+        touched = [node for node in touched
+                   if node not in edits.guarded and node not in plan.guard_nodes]
     for node in touched + _calls_of_functions_holding(facts, touched, plan):
         statement = facts.ancestor_in(node, plan.block)
         # Definitions run nothing: code inside them needs the setup only when called.
         if statement is not None and not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
             candidates.append(statement)
     if not candidates:
-        return _first_code_statement(body)
+        return _first_code_statement(body) if guards_too else None
     return min(candidates, key=body.index)
 
 
@@ -161,6 +278,13 @@ def add_guard_helper(edits: Edits, plan: SetupPlan) -> None:
 def teardown(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
     """Destroy the group once, after training: around the call to main() when there is one,
     so that it also runs when training raises, else at the end of the script."""
+    if plan.function is None and plan.block is not facts.module:
+        # The setup runs under `if __name__ == "__main__":`, and so does its teardown.
+        statements = edits.statements(TEARDOWN_CODE)
+        statements[0] = statements[0].with_changes(leading_lines=[cst.EmptyLine(indent=False)])
+        edits.after.setdefault(plan.block.body[-1], []).extend(statements)
+        edits.report("DDP005", plan.block.body[-1])
+        return
     if plan.function is None:
         statements = edits.statements(TEARDOWN_CODE)
         # A parsed module keeps a leading blank line in its header; put it back on the code.
