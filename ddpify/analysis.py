@@ -106,6 +106,8 @@ class Facts:
     assigned_values: Dict[str, List[cst.BaseExpression]] = field(default_factory=dict)
     random_sampler_calls: Set[cst.Call] = field(default_factory=set)
     training_loops: Set[cst.For] = field(default_factory=set)
+    # Loops that train through a call (`self._run_batch(x, y)` calls backward).
+    loops_calling_training: Set[cst.For] = field(default_factory=set)
     download_statements: List[Statement] = field(default_factory=list)
     sliced_batch_loops: List[cst.For] = field(default_factory=list)
     # Functions and methods by name, and calls of them by bare or `self.` name.
@@ -190,6 +192,10 @@ class Facts:
         """(function, name) pairs that hold a DataLoader: where it is built, and every
         parameter it is passed to and variable it is returned into."""
         return self._holders([(loader.function, loader.name) for loader in self.loaders])
+
+    def model_holders(self, model: "Model") -> Set[tuple]:
+        """Where a model's value goes: returned, passed on, stored on self."""
+        return self._holders([(model.function, model.name)])
 
     def loader_holders_of(self, loader: Loader) -> Set[tuple]:
         return self._holders([(loader.function, loader.name)])
@@ -336,7 +342,25 @@ def analyse(wrapper: MetadataWrapper) -> Facts:
     facts.positions = wrapper.resolve(PositionProvider)
     facts.parents = collector.parents
     facts.trains = bool(collector.training_tops & _reached_when_run(facts.module, collector.names_in_top))
+    _mark_loops_calling_training_functions(facts, collector.training_calls)
     return facts
+
+
+def _mark_loops_calling_training_functions(facts: Facts, training_calls: List[cst.Call]) -> None:
+    """A loop that calls a function or method that trains (`self._run_batch(x, y)`, whose
+    body calls backward) trains too, and so does the function around it, in turn."""
+    training = {facts.function_of(call) for call in training_calls} - {None}
+    pending = list(training)
+    while pending:
+        function = pending.pop()
+        is_method = facts.functions.get("self." + function.name.value) is function
+        callee = ("self." if is_method else "") + function.name.value
+        for call in facts.calls_by_callee.get(callee, ()):
+            facts.loops_calling_training.update(facts.enclosing_loops(call))
+            caller = facts.function_of(call)
+            if caller is not None and caller not in training:
+                training.add(caller)
+                pending.append(caller)
 
 
 def returned_name(function: cst.FunctionDef) -> str:
@@ -413,6 +437,7 @@ class _Collector(cst.CSTVisitor):
         self._top: Optional[cst.CSTNode] = None
         self.names_in_top: Dict[cst.CSTNode, Set[str]] = {}
         self.training_tops: Set[cst.CSTNode] = set()
+        self.training_calls: List[cst.Call] = []
 
     def _note_training(self) -> None:
         self.training_tops.add(self._top)
@@ -747,6 +772,7 @@ class _Collector(cst.CSTVisitor):
         receiver = dotted_name(func.value)
         if method == "backward" or (method == "step" and receiver and "optim" in receiver):
             self._note_training()
+            self.training_calls.append(node)
             self._mark_training_loops(node)
         if receiver and self._is_statement_call(node):
             self._touch(receiver, node)

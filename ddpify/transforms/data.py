@@ -112,7 +112,8 @@ def _is_training(facts: Facts, loader: Loader) -> bool:
         if name.startswith("self.") or facts.function_of(loop) is function
     ]
     if loops:
-        return any(loop in facts.training_loops for loop in loops)
+        return any(loop in facts.training_loops or loop in facts.loops_calling_training
+                   for loop in loops)
     name = loader.name.rsplit(".", 1)[-1].lower()
     if "train" in name:
         return True
@@ -164,10 +165,14 @@ def _add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: SetupPlan) -
         facts, loader.statement, condition)))
     edits.before.setdefault(loader.statement, []).append(Insertion(inserted, takes_comments=True))
     edits.imports.add("DistributedSampler")
-    args = _loader_args(edits, loader, sampler, dataset)
-    if edits.options.keep_global_batch:
-        args = _divide_batch_size(facts, edits, setup, loader, args)
-    edits.replaced[loader.statement] = [_loader_statement(facts, edits, loader, args)]
+    if "#" in edits.code(loader.call) and not edits.options.keep_global_batch:
+        # Comments between the arguments: edit the arguments themselves so they survive.
+        edits.expressions[loader.call] = _edit_arguments(edits, loader, sampler, dataset)
+    else:
+        args = _loader_args(edits, loader, sampler, dataset)
+        if edits.options.keep_global_batch:
+            args = _divide_batch_size(facts, edits, setup, loader, args)
+        edits.replaced[loader.statement] = [_loader_statement(facts, edits, loader, args)]
     edits.report("DDP201", loader.call)
     if not edits.options.keep_global_batch:
         edits.report("DDP206", loader.call)
@@ -227,6 +232,74 @@ def _loader_args(edits: Edits, loader: Loader, sampler: str, dataset: str) -> Li
     if not placed:
         args.append(f"sampler={sampler}")
     return args
+
+
+def _edit_arguments(edits: Edits, loader: Loader, sampler: str, dataset: str):
+    """The same change as _loader_args, made on the argument nodes: each argument keeps its
+    own comma, line break and comment; `sampler=` takes the layout of its neighbours."""
+    originals = list(loader.call.args)
+
+    def rewrite(call: cst.Call) -> cst.Call:
+        args = list(call.args)
+        if len(args) != len(originals):
+            return call
+        out: List[cst.Arg] = []
+        placed = False
+        new = cst.Arg(keyword=cst.Name("sampler"), value=cst.Name(sampler),
+                      equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                            whitespace_after=cst.SimpleWhitespace("")))
+        for index, (original, arg) in enumerate(zip(originals, args)):
+            if original.value is loader.dataset and dataset != edits.code(loader.dataset):
+                arg = arg.with_changes(value=cst.Name(dataset))
+            if original.star == "**" and not placed:
+                out.append(new.with_changes(comma=_plain_comma(out[-1].comma if out else None)))
+                placed = True
+            if original.keyword is not None and original.keyword.value == "shuffle":
+                shuffle = edits.code(original.value)
+                value = f"{sampler} is None" if shuffle == "True" else f"{shuffle} and {sampler} is None"
+                if shuffle != "False":
+                    arg = arg.with_changes(value=edits.expression(value))
+                out.append(arg)
+                _append_after(out, new, last=index == len(args) - 1)
+                placed = True
+                continue
+            out.append(arg)
+        if not placed:
+            _append_after(out, new, last=True)
+        return call.with_changes(args=out)
+
+    return rewrite
+
+
+def _plain_comma(comma) -> cst.Comma:
+    """A comma like `comma` (same line break and indent), without its trailing comment."""
+    if not isinstance(comma, cst.Comma):
+        return cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    after = comma.whitespace_after
+    if isinstance(after, cst.ParenthesizedWhitespace):
+        after = after.with_changes(first_line=cst.TrailingWhitespace())
+    return comma.with_changes(whitespace_after=after)
+
+
+def _append_after(out: List[cst.Arg], new: cst.Arg, last: bool) -> None:
+    """Put `new` after the last argument of `out`; when that one closes the call, `new`
+    takes over its closing comma and it takes the comma of the argument before it."""
+    previous = out[-1]
+    if not last:
+        out.append(new.with_changes(comma=_plain_comma(previous.comma)))
+        return
+    template = _plain_comma(out[-2].comma if len(out) > 1 else None)
+    if isinstance(previous.comma, cst.Comma):
+        own = previous.comma.whitespace_after
+        if isinstance(own, cst.ParenthesizedWhitespace) and isinstance(
+                template.whitespace_after, cst.ParenthesizedWhitespace):
+            template = template.with_changes(whitespace_after=template.whitespace_after.with_changes(
+                first_line=own.first_line))
+        out[-1] = previous.with_changes(comma=template)
+        out.append(new.with_changes(comma=_plain_comma(previous.comma)))
+    else:
+        out[-1] = previous.with_changes(comma=template)
+        out.append(new.with_changes(comma=cst.MaybeSentinel.DEFAULT))
 
 
 def _divide_batch_size(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader,

@@ -39,6 +39,15 @@ if distributed:
         device_ids=[local_rank] if {device}.type == "cuda" else None,{extra}
     )
 """
+# A script that chooses no device trains on the CPU, where DDP takes no device_ids.
+WRAP_ON_CPU_CODE = """\
+if distributed:
+    {model} = DDP({model}{extra})
+"""
+WRAP_OUT_OF_SETUP_CODE = """\
+if dist.is_initialized():
+    {model} = DDP({model})
+"""
 LINE_LENGTH = 88
 
 
@@ -48,7 +57,14 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
         edits.report("DDP104", facts.batchnorm_calls[0])
     for model in facts.models:
         anchor = _wrap_anchor(facts, model)
-        if anchor is None or not setup.sees_setup(facts, anchor):
+        moved = _moved_elsewhere(facts, model, anchor)
+        if moved is not None:
+            anchor, holder = moved
+            model = Model(holder, model.optimizer_statement, facts.function_of(anchor))
+        if anchor is not None and not setup.sees_setup(facts, anchor):
+            _wrap_out_of_setup(facts, edits, model, anchor)
+            continue
+        if anchor is None:
             edits.report("DDP903", model.optimizer_statement,
                          f"could not find where `{model.name}` reaches its device: wrap it in DDP by hand")
             continue
@@ -57,13 +73,57 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
             edits.report("DDP105", assign)
         # DDP waits for a gradient from every parameter unless told some may not come.
         extra = ", find_unused_parameters=True" if unused else ""
-        code = _wrap_code(facts, anchor, model.name, setup.device,
-                          edits.options.sync_batchnorm and bool(facts.batchnorm_calls), extra)
+        if setup.cpu_only:
+            code = WRAP_ON_CPU_CODE.format(model=model.name, extra=extra)
+        else:
+            code = _wrap_code(facts, anchor, model.name, setup.device,
+                              edits.options.sync_batchnorm and bool(facts.batchnorm_calls), extra)
         edits.after.setdefault(anchor, []).extend(edits.statements(code))
         edits.imports.add("DDP")
         edits.report("DDP101", anchor)
         _unwrap_attributes(facts, edits, model, anchor)
         _unwrap_module_accesses(facts, edits, model)
+
+
+def _wrap_out_of_setup(facts: Facts, edits: Edits, model: Model, anchor: cst.BaseStatement) -> None:
+    """The model reaches its device in code that cannot see the setup block (a Trainer's
+    __init__): wrap it there when a process group exists. DDP takes the device from the
+    module itself when device_ids is None, so no device name is needed."""
+    code = WRAP_OUT_OF_SETUP_CODE.format(model=model.name)
+    edits.after.setdefault(anchor, []).extend(edits.statements(code))
+    edits.imports.update({"DDP", "dist"})
+    edits.report("DDP101", anchor)
+    _unwrap_attributes(facts, edits, model, anchor)
+    _unwrap_module_accesses(facts, edits, model)
+
+
+def _moved_elsewhere(facts: Facts, model: Model, anchor: Optional[cst.BaseStatement]):
+    """(the statement, the name it moves) where the model reaches its device, when that
+    happens outside the function that builds its optimizer: the model is returned, passed
+    on and stored (`self.model = model.to(gpu_id)` in a Trainer's __init__)."""
+    if anchor is not None and _moves(anchor, model.name):
+        return None
+    for function, name in sorted(facts.model_holders(model), key=lambda held: held[1]):
+        if function is model.function and name == model.name:
+            continue
+        for statement in facts.statements_touching.get(name, ()):
+            in_scope = name.startswith("self.") or facts.function_of(statement) is function
+            if in_scope and facts.function_of(statement) is not model.function and _moves(statement, name):
+                return statement, name
+    return None
+
+
+def _moves(statement: cst.BaseStatement, name: str) -> bool:
+    """`name.to(...)`, `name = x.to(...)` or `name = x.cuda()`: the statement moves a model."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    for small in statement.body:
+        value = getattr(small, "value", None)
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+            if value.func.attr.value in ("to", "cuda"):
+                return True
+            value = value.func.value
+    return False
 
 
 def _unused_submodules(facts: Facts, model: Model, anchor: cst.BaseStatement) -> list:
@@ -104,10 +164,13 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[cst.BaseStatement]:
     limit = body.index(model.optimizer_statement)
     compiles = facts.compile_statements.get(model.name, ())
     anchor = None
-    for statement in facts.statements_touching.get(model.name, ()):
-        if statement in compiles:
+    for touching in facts.statements_touching.get(model.name, ()):
+        if touching in compiles or facts.function_of(touching) is not model.function:
             continue
-        if facts.block_of(statement) is block and body.index(statement) < limit:
+        # A model built or moved in both branches of an if (fresh or resumed) is wrapped
+        # once, after the whole if.
+        statement = facts.ancestor_in(touching, block)
+        if statement is not None and body.index(statement) < limit:
             anchor = statement if anchor is None or body.index(statement) > body.index(anchor) else anchor
     return anchor
 
