@@ -62,6 +62,9 @@ class DeviceAssignment:
     # setup block may take the statement's place. Any other choice (an accelerator, MPS, an
     # if/else over several statements) is kept as written and refined after it.
     cuda_or_cpu: bool = True
+    # `"cuda" if ... else "cpu"`: a string that the script may print or compare; the setup
+    # keeps it a string for plain `python`.
+    is_string: bool = False
 
 
 @dataclass
@@ -404,6 +407,14 @@ def is_fixed_gpu(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Integer)
 
 
+def _is_string_choice(value: cst.BaseExpression) -> bool:
+    """`"cuda" if cond else "cpu"` (not a fixed `"cuda:0"`, which pins one GPU for all)."""
+    if isinstance(value, cst.IfExp):
+        return _is_string_choice(value.body) and _is_string_choice(value.orelse)
+    text = string_value(value)
+    return text in ("cuda", "cpu")
+
+
 def _is_false(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Name) and node.value in ("False", "None")
 
@@ -595,7 +606,8 @@ class _Collector(cst.CSTVisitor):
             self.facts.device_assignments.append(
                 DeviceAssignment(target, self._statement(node), self._function(),
                                  self._gpu_condition(value), self._is_accelerator(value),
-                                 self._cuda_or_cpu(value))
+                                 self._cuda_or_cpu(value),
+                                 isinstance(value, cst.IfExp) and _is_string_choice(value))
             )
 
     def visit_Return(self, node: cst.Return) -> None:

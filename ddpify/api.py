@@ -14,9 +14,9 @@ from libcst.metadata import MetadataWrapper
 
 from ddpify import names
 from ddpify.analysis import analyse
-from ddpify.diagnostics import Diagnostic, is_selected
+from ddpify.diagnostics import RULES, Diagnostic, is_selected
 from ddpify.options import Options
-from ddpify.transforms import CONCERNS, setup
+from ddpify.transforms import CONCERNS, data, setup
 from ddpify.transforms.edits import ApplyEdits, Edits
 from ddpify.transforms.imports import add_imports, remove_unused_imports
 
@@ -96,6 +96,8 @@ class _MigrateCommand(CodemodCommand):
         plan = setup.choose(facts)
         for concern in CONCERNS:
             concern.plan(facts, edits, plan)
+        if data.only_hand_made_batches(facts, edits):
+            self._leave_single_process(edits)
         setup.place(facts, edits, plan)
         setup.add_guard_helper(edits, plan)
         setup.teardown(facts, edits, plan)
@@ -105,6 +107,14 @@ class _MigrateCommand(CodemodCommand):
         if edits.unused_imports:
             new_tree = remove_unused_imports(new_tree, sorted(edits.unused_imports))
         return new_tree
+
+    def _leave_single_process(self, edits: Edits) -> None:
+        hand_made = [d for d in edits.diagnostics if d.code == "DDP208"]
+        first = min(hand_made, key=lambda d: (d.line, d.column))
+        self.diagnostics = sorted(
+            hand_made + [Diagnostic("DDP904", first.line, first.column, RULES["DDP904"].summary)],
+            key=lambda d: (d.line, d.column, d.code))
+        raise SkipFile("training data built by hand")
 
     def _note_no_training(self) -> None:
         self.diagnostics.append(NO_TRAINING)

@@ -177,6 +177,10 @@ _RULE_LIST = [
          "The print is left on every rank.",
          "Compute the value on every rank first (`acc = evaluate(model, loader)`), then print it "
          "on rank 0."),
+    Rule("DDP309", Severity.EDIT, "barrier before reading a file rank 0 wrote",
+         "Only rank 0 saves; the other ranks would read the checkpoint before it exists, or "
+         "while it is half written.",
+         "Nothing to do."),
     Rule("DDP401", Severity.EDIT, "gradient accumulation skips the all-reduce on micro-batches",
          "Without no_sync() DDP all-reduces gradients on every micro-batch, not only before "
          "the optimizer step.",
@@ -194,6 +198,13 @@ _RULE_LIST = [
          "ddpify found an optimizer step under a condition but could not tell which forward "
          "and backward passes belong to the micro-batches, so every micro-batch all-reduces.",
          "Wrap forward and backward of the micro-batches that do not step in `model.no_sync()`."),
+    Rule("DDP904", Severity.WARNING, "no DataLoader feeds the training: left single-process",
+         "Every training step takes data the script slices or builds itself (or the whole "
+         "data set at once), so no DistributedSampler can shard it. Wrapping the model in "
+         "DDP would only make every rank repeat the same work; full-batch training gains "
+         "nothing from DDP at all.",
+         "Shard the data by rank yourself (x[rank::world_size], the same number of steps on "
+         "every rank) and wrap the model in DDP, or keep this script on one process."),
     Rule("DDP900", Severity.INFO, "already distributed: left unchanged",
          "The script already initialises a process group or wraps a model in DDP.",
          "Nothing to do."),

@@ -48,6 +48,14 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
     _download_on_one_process_first(facts, edits, setup)
 
 
+def only_hand_made_batches(facts: Facts, edits: Edits) -> bool:
+    """No training loop is fed by a DataLoader, and some train on data built by hand: the
+    file stays single-process (DDP904) rather than N ranks repeating the same work."""
+    codes = {diagnostic.code for diagnostic in edits.diagnostics}
+    return "DDP208" in codes and "DDP201" not in codes and not any(
+        _is_training(facts, loader) for loader in facts.loaders)
+
+
 def _plan_loader(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader) -> None:
     iterable = _iterable_dataset(facts, loader.dataset)
     keys = _keyword_names(facts, loader)
@@ -187,7 +195,11 @@ def derived_name(loader: Loader, kind: str, taken) -> str:
     else:
         base = loader.name.rsplit(".", 1)[-1]
         prefix = loader.name[: len(loader.name) - len(base)]
-    stem = base[: -len("loader")] if base.lower().endswith("loader") else base
+    stem = base
+    for suffix in ("dataloader", "loader"):
+        if base.lower().endswith(suffix):
+            stem = base[: -len(suffix)]
+            break
     if stem and not stem.endswith("_"):
         stem += "_"
     name = prefix + stem + kind

@@ -197,10 +197,29 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
     for access in facts.attribute_reads.get(model.name, ()):
         if access.attr.value in WRAPPER_ATTRIBUTES or _under_wrapper_check(facts, access, model.name):
             continue
-        if _before_wrap(facts, access, wrap):
+        if _before_wrap(facts, access, wrap) or _rebound_since_wrap(facts, access, model.name, wrap):
             continue
         edits.expressions[access.value] = _unwrapped(model.name, edits, _quote_for(facts, access))
         edits.report("DDP103", access)
+
+
+def _rebound_since_wrap(facts: Facts, node: cst.CSTNode, name: str, wrap: cst.BaseStatement) -> bool:
+    """`model = Net()` again after the wrap (to load a checkpoint into): a plain module."""
+    function = facts.function_of(node)
+    if function is not facts.function_of(wrap):
+        return False
+    for statement in facts.statements_touching.get(name, ()):
+        if (facts.function_of(statement) is function
+                and facts.line_of(wrap) < facts.line_of(statement) < facts.line_of(node)
+                and _assigns(statement, name)):
+            return True
+    return False
+
+
+def _assigns(statement: cst.BaseStatement, name: str) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and any(
+        isinstance(small, cst.Assign) and any(dotted_name(t.target) == name for t in small.targets)
+        for small in statement.body)
 
 
 def _before_wrap(facts: Facts, node: cst.CSTNode, wrap: cst.BaseStatement) -> bool:

@@ -112,7 +112,7 @@ def choose(facts: Facts) -> Optional[SetupPlan]:
         first = choice[0]
         block = _scope_block(facts, first.statement, first.function)
         dominating = facts.ancestor_in(choice[-1].statement, block)
-        if len(choice) == 1 and first.cuda_or_cpu and dominating is first.statement:
+        if len(choice) == 1 and first.cuda_or_cpu and not first.is_string and dominating is first.statement:
             return SetupPlan(first.function, block, first.name, first)
         bare = any(a.any_accelerator and a.statement is dominating for a in choice)
         return SetupPlan(first.function, block, first.name, None, choice_statement=dominating,

@@ -31,12 +31,64 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
     _guard_whole_loops_and_withs(facts, edits)
     _drop_guards_inside_guards(facts, edits)
     _release_dataset_code(facts, edits)
+    _barrier_before_reading_saved_files(facts, edits, setup)
     for call in facts.load_calls:
         if any(arg.keyword is not None and arg.keyword.value == "map_location" for arg in call.args):
             continue
         location = setup.device if setup.sees_setup(facts, call) else '"cpu"'
         edits.expressions[call] = _with_keyword("map_location", location, edits)
         edits.report("DDP303", call)
+
+
+BARRIER_CODE = """\
+if {condition}:
+    dist.barrier()  # rank 0 has finished writing what is read next
+"""
+
+
+def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+    """Only rank 0 saves; a rank that loads a checkpoint after that must wait until rank 0
+    has written it (or it reads a missing or half-written file)."""
+    for call in facts.load_calls:
+        if not any(_saved_before(facts, save, call) and _guarded(facts, edits, save)
+                   for save in facts.save_calls):
+            continue
+        statement = facts.statement_of(call)
+        # `with open(path, "rb") as f: model = torch.load(f)`: wait before the open.
+        while isinstance(facts.parents.get(statement), cst.IndentedBlock) and isinstance(
+                facts.parents.get(facts.parents[statement]), cst.With):
+            statement = facts.parents.get(facts.parents[statement])
+        condition = "distributed" if setup.sees_setup(facts, statement) else "dist.is_initialized()"
+        edits.before.setdefault(statement, []).append(
+            Insertion(edits.statements(BARRIER_CODE.format(condition=condition)), takes_comments=True))
+        edits.imports.add("dist")
+        edits.report("DDP309", statement)
+
+
+def _guarded(facts: Facts, edits: Edits, node: cst.CSTNode) -> bool:
+    while node is not None:
+        if node in edits.guarded:
+            return True
+        node = facts.parents.get(node)
+    return False
+
+
+def _saved_before(facts: Facts, save: cst.Call, load: cst.Call) -> bool:
+    """The save runs before the load: earlier in the same function (or both at module
+    level), or inside a function called earlier in the load's function."""
+    load_function = facts.function_of(load)
+    save_function = facts.function_of(save)
+    if save_function is load_function:
+        return facts.line_of(save) < facts.line_of(load)
+    if save_function is None:
+        return False
+    for callee in (save_function.name.value, "self." + save_function.name.value):
+        if facts.functions.get(callee) is not save_function:
+            continue
+        for call in facts.calls_by_callee.get(callee, ()):
+            if facts.function_of(call) is load_function and facts.line_of(call) < facts.line_of(load):
+                return True
+    return False
 
 
 def _guard_prints_and_saves(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
