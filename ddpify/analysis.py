@@ -80,6 +80,11 @@ class Facts:
     # Statements that touch a name as a whole: `m = ...`, `m.to(...)`, `m.load_state_dict(...)`.
     statements_touching: Dict[str, List[Statement]] = field(default_factory=dict)
     fixed_device_moves: List[cst.Call] = field(default_factory=list)
+    # `.to(...)`, `.cpu()`, `.cuda()` on a name or an attribute chain, by that name
+    # (`transformer.eval().cpu()` is under "transformer").
+    device_moves: Dict[str, List[cst.Call]] = field(default_factory=dict)
+    # `device == "cuda"`, `"cuda" in device`: comparisons of a name with a string.
+    string_comparisons: List[cst.Comparison] = field(default_factory=list)
     fixed_device_values: List[cst.BaseExpression] = field(default_factory=list)
     set_device_statements: List[Statement] = field(default_factory=list)
     visible_devices_statements: List[Statement] = field(default_factory=list)
@@ -792,6 +797,13 @@ class _Collector(cst.CSTVisitor):
             method == "to" and node.args and is_fixed_gpu(node.args[0].value)
         ):
             self.facts.fixed_device_moves.append(node)
+        if method in ("to", "cpu", "cuda"):
+            base = func.value
+            while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute):
+                base = base.func.value
+            moved = dotted_name(base)
+            if moved is not None:
+                self.facts.device_moves.setdefault(moved, []).append(node)
 
     # --- loops -----------------------------------------------------------------------------------
     def visit_For(self, node: cst.For) -> None:
@@ -809,6 +821,13 @@ class _Collector(cst.CSTVisitor):
             child, parent = parent, self.parents.get(parent)
 
     # --- environment ---------------------------------------------------------------------------
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        if len(node.comparisons) != 1:
+            return
+        right = node.comparisons[0].comparator
+        if string_value(node.left) is not None or string_value(right) is not None:
+            self.facts.string_comparisons.append(node)
+
     def visit_Subscript(self, node: cst.Subscript) -> None:
         if dotted_name(node.value) != "os.environ" or len(node.slice) != 1:
             return

@@ -71,6 +71,10 @@ _RULE_LIST = [
          "The setup follows the script's own device choice, but code above that choice "
          "already needs the process group (a DistributedSampler, a collective).",
          "Move the device choice above this line, then run ddpify again."),
+    Rule("DDP008", Severity.EDIT, "comparison of the device with a string keeps its meaning",
+         "Under torchrun the device becomes this rank's torch.device (cuda:1), which never "
+         "equals the string \"cuda\": cuDNN flags and pin_memory keyed on it would be lost.",
+         "Nothing to do."),
     Rule("DDP101", Severity.EDIT, "model wrapped in DistributedDataParallel",
          "DDP all-reduces gradients during backward so that every rank applies the same update.",
          "Nothing to do."),
@@ -91,6 +95,11 @@ _RULE_LIST = [
          "makes the next iteration fail, so the wrap passes find_unused_parameters=True, "
          "which costs an extra pass over the autograd graph each step.",
          "Remove the unused submodule, then drop find_unused_parameters=True."),
+    Rule("DDP106", Severity.EDIT, "device move of the wrapped model dropped",
+         "Moving a DDP model (`.cpu()` to save a checkpoint, then `.to(device)` back) gives it "
+         "new parameters that DDP's gradient hooks do not watch: gradients stop being "
+         "synchronised without an error. The model stays on its device.",
+         "Nothing to do; load the checkpoint with map_location."),
     Rule("DDP201", Severity.EDIT, "DistributedSampler carries the loader's shuffle",
          "Without a DistributedSampler every rank trains on the whole dataset, so an epoch "
          "does N times the work and the ranks see the same batches.",

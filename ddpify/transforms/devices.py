@@ -33,6 +33,54 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
         edits.report("DDP002", statement)
     for statement in facts.visible_devices_statements:
         edits.report("DDP004", statement)
+    _keep_device_comparisons(facts, edits, setup)
+
+
+def _keep_device_comparisons(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+    """`device == "cuda"` is False once `device` is a torch.device (cuda:1 under torchrun):
+    compare its type. Where plain `python` keeps the script's string, both must work."""
+    device = setup.device
+    replaced = setup.device_assignment is not None
+    for comparison in facts.string_comparisons:
+        if not setup.sees_setup(facts, comparison) or _in_choice(facts, setup, comparison):
+            continue
+        target = comparison.comparisons[0]
+        operator = target.operator
+        if isinstance(operator, (cst.Equal, cst.NotEqual)):
+            sides = [comparison.left, target.comparator]
+            if not any(isinstance(side, cst.Name) and side.value == device for side in sides):
+                continue
+            kind = f"{device}.type" if replaced else f"torch.device({device}).type"
+        elif isinstance(operator, (cst.In, cst.NotIn)):
+            if not (isinstance(target.comparator, cst.Name) and target.comparator.value == device):
+                continue
+            kind = f"str({device})"
+        else:
+            continue
+        edits.expressions[comparison] = _device_side_becomes(device, kind, edits)
+        edits.report("DDP008", comparison)
+
+
+def _in_choice(facts: Facts, setup: SetupPlan, node: cst.CSTNode) -> bool:
+    for statement in (setup.choice_statement,
+                      setup.device_assignment.statement if setup.device_assignment else None):
+        if statement is not None and facts.ancestor_in(node, statement) is not None:
+            return True
+        if statement is not None and facts.statement_of(node) is statement:
+            return True
+    return False
+
+
+def _device_side_becomes(device: str, kind: str, edits: Edits):
+    def rewrite(comparison: cst.Comparison) -> cst.Comparison:
+        def swap(side):
+            return edits.expression(kind) if isinstance(side, cst.Name) and side.value == device else side
+        target = comparison.comparisons[0]
+        return comparison.with_changes(
+            left=swap(comparison.left),
+            comparisons=[target.with_changes(comparator=swap(target.comparator))])
+
+    return rewrite
 
 
 def _move_to(device: str):

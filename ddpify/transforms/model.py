@@ -81,6 +81,7 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
         edits.after.setdefault(anchor, []).extend(edits.statements(code))
         edits.imports.add("DDP")
         edits.report("DDP101", anchor)
+        _drop_moves_after_wrap(facts, edits, model, anchor)
         _unwrap_attributes(facts, edits, model, anchor)
         _unwrap_module_accesses(facts, edits, model)
 
@@ -93,8 +94,29 @@ def _wrap_out_of_setup(facts: Facts, edits: Edits, model: Model, anchor: cst.Bas
     edits.after.setdefault(anchor, []).extend(edits.statements(code))
     edits.imports.update({"DDP", "dist"})
     edits.report("DDP101", anchor)
+    _drop_moves_after_wrap(facts, edits, model, anchor)
     _unwrap_attributes(facts, edits, model, anchor)
     _unwrap_module_accesses(facts, edits, model)
+
+
+def _drop_moves_after_wrap(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
+    """`model.eval().cpu()` to save a checkpoint, then `model.to(device).train()`: moving a
+    DDP model replaces the parameters its gradient hooks watch, and gradients silently stop
+    being synchronised. The model stays where it is (checkpoints load with map_location)."""
+    for call in facts.device_moves.get(model.name, ()):
+        if _before_wrap(facts, call, wrap) or _rebound_since_wrap(facts, call, model.name, wrap):
+            continue
+        if not model.name.startswith("self.") and facts.function_of(call) is not facts.function_of(wrap):
+            continue
+        receiver = call.func.value
+        parent = facts.parents.get(call)
+        if isinstance(receiver, (cst.Name, cst.Attribute)) and isinstance(parent, cst.Expr):
+            edits.removed.add(facts.statement_of(call))  # `model.to(device)` alone
+        elif isinstance(receiver, (cst.Name, cst.Attribute)) and isinstance(parent, cst.Assign):
+            edits.removed.add(facts.statement_of(call))  # `model = model.cpu()`
+        else:
+            edits.expressions[call] = lambda node: node.func.value
+        edits.report("DDP106", call)
 
 
 def _moved_elsewhere(facts: Facts, model: Model, anchor: Optional[cst.BaseStatement]):
