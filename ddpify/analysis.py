@@ -354,16 +354,27 @@ def analyse(wrapper: MetadataWrapper) -> Facts:
     return facts
 
 
+def _callee_name(facts: Facts, function: cst.FunctionDef) -> str:
+    """How calls name a function: `step` or, for a method, `self.step`."""
+    is_method = facts.functions.get("self." + function.name.value) is function
+    return ("self." if is_method else "") + function.name.value
+
+
 def _mark_loops_calling_training_functions(facts: Facts, training_calls: List[cst.Call]) -> None:
     """A loop that calls a function or method that trains (`self._run_batch(x, y)`, whose
     body calls backward) trains too, and so does the function around it, in turn."""
     training = {facts.function_of(call) for call in training_calls} - {None}
+    # A function that takes one step (`train_step(model, x, y)`: backward, no loop of its
+    # own) makes the loop around each of its calls a training loop, as if inlined.
+    step_functions = {facts.function_of(call) for call in training_calls
+                      if not facts.enclosing_loops(call)} - {None}
+    for function in step_functions:
+        for call in facts.calls_by_callee.get(_callee_name(facts, function), ()):
+            facts.training_loops.update(facts.enclosing_loops(call)[:1])
     pending = list(training)
     while pending:
         function = pending.pop()
-        is_method = facts.functions.get("self." + function.name.value) is function
-        callee = ("self." if is_method else "") + function.name.value
-        for call in facts.calls_by_callee.get(callee, ()):
+        for call in facts.calls_by_callee.get(_callee_name(facts, function), ()):
             facts.loops_calling_training.update(facts.enclosing_loops(call))
             caller = facts.function_of(call)
             if caller is not None and caller not in training:

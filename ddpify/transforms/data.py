@@ -103,7 +103,26 @@ def _keyword_names(facts: Facts, loader: Loader) -> Set[str]:
     return keys
 
 
+def _known_dict_keys(facts: Facts, name: str) -> Optional[Set[str]]:
+    """Every key a `**name` dict can hold, when each value it is given is a dict literal
+    (or a choice between two) and nothing updates it; None when that is not known."""
+    if facts.calls_by_callee.get(f"{name}.update"):
+        return None
+    values = facts.assigned_values.get(name, [])
+    keys: Set[str] = set()
+    for value in values:
+        for option in (value.body, value.orelse) if isinstance(value, cst.IfExp) else (value,):
+            if not isinstance(option, cst.Dict) or any(
+                    not isinstance(element, cst.DictElement) or string_value(element.key) is None
+                    for element in option.elements):
+                return None
+            keys |= _dict_keys(option)
+    return keys if values else None
+
+
 def _dict_keys(value: cst.BaseExpression) -> Set[str]:
+    if isinstance(value, cst.IfExp):
+        return _dict_keys(value.body) | _dict_keys(value.orelse)
     if not isinstance(value, cst.Dict):
         return set()
     return {string_value(element.key) for element in value.elements
@@ -140,9 +159,14 @@ def _can_add_sampler(facts: Facts, setup: SetupPlan, loader: Loader) -> bool:
     ):
         return False
     if loader.kwargs_name is not None:
+        if "shuffle" in loader.keywords:
+            # `shuffle=True, **kwargs`: fine when the dict's keys are all known and it
+            # holds neither shuffle nor a sampler.
+            keys = _known_dict_keys(facts, loader.kwargs_name)
+            return keys is not None and not keys & {"shuffle", "sampler", "batch_sampler"}
         # The sampler pops "shuffle" from the dict: no other loader may share it.
         sharing = [other for other in facts.loaders if other.kwargs_name == loader.kwargs_name]
-        return "shuffle" not in loader.keywords and len(sharing) == 1
+        return len(sharing) == 1
     return not any(arg.star for arg in loader.call.args)
 
 
