@@ -129,6 +129,7 @@ class Facts:
     # `self.x = value` in each method: {method: {"self.x": [value, ...]}}.
     self_assignments: Dict[cst.FunctionDef, Dict[str, List[cst.BaseExpression]]] = field(
         default_factory=dict)
+    local_names: Dict[cst.FunctionDef, Set[str]] = field(default_factory=dict, repr=False)
     positions: dict = field(default_factory=dict, repr=False)
     parents: dict = field(default_factory=dict, repr=False)
 
@@ -175,11 +176,11 @@ class Facts:
         if depth > 3:
             return found
         for loop in self.loops_over.get(name, ()):
-            if name.startswith("self.") or self.function_of(loop) is function:
+            if self.sees_value(loop, name, function):
                 outer = self.enclosing_loops(loop)
                 if outer:
                     found.append((outer[0], name))
-                elif name.startswith("self."):
+                elif name.startswith("self.") or self.function_of(loop) is not function:
                     # `for x in self.loader` in a method that fit() calls once per epoch.
                     found.extend(self._loops_around_calls_of(self.function_of(loop), name))
         for holder, caller in self._returned_to(name, function):
@@ -221,6 +222,22 @@ class Facts:
             work.extend((function, attribute) for attribute in self.stored_in_self(name, function))
         return holders
 
+    def sees_value(self, node: cst.CSTNode, name: str, holder: Optional[cst.FunctionDef]) -> bool:
+        """Does `name` at node mean the value `holder` holds under that name? Yes in the
+        same function, for `self.` attributes in any method, and for a module-level name
+        read (not rebound) inside a function."""
+        function = self.function_of(node)
+        if name.startswith("self.") or function is holder:
+            return True
+        return holder is None and function is not None and not self.binds_locally(function, name)
+
+    def binds_locally(self, function: Optional[cst.FunctionDef], name: str) -> bool:
+        if function is None:
+            return False
+        if function not in self.local_names:
+            self.local_names[function] = _names_bound_in(function)
+        return name in self.local_names[function]
+
     def stored_in_self(self, name: str, function: Optional[cst.FunctionDef]) -> List[str]:
         """`self.loader = loader` (or `self.model = model.to(device)`) in a method: the value
         lives on as `self.loader` in every method of the class."""
@@ -246,7 +263,8 @@ class Facts:
         found = []
         for loop in self.training_loops - outer:
             function = self.function_of(loop)
-            if not any((function, name) in holders or (name.startswith("self.") and any(
+            if not any((function, name) in holders or (None, name) in holders and not self.binds_locally(
+                    function, name) or (name.startswith("self.") and any(
                     held == name for _, held in holders)) for name in names_of.get(loop, ())):
                 found.append(loop)
         return sorted(found, key=self.line_of)
@@ -810,7 +828,10 @@ class _Collector(cst.CSTVisitor):
             self.facts.fixed_device_moves.append(node)
         if method in ("to", "cpu", "cuda"):
             base = func.value
-            while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute):
+            # Only through calls that return the module itself (`model.eval().cpu()`),
+            # never through its output (`model.decode(z).cpu()`).
+            while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute) and (
+                    base.func.attr.value in _RETURNS_MODULE):
                 base = base.func.value
             moved = dotted_name(base)
             if moved is not None:
@@ -883,6 +904,8 @@ def _slices_batches(loop: cst.For) -> bool:
 
 
 _BUILTINS = frozenset(dir(builtins))
+_RETURNS_MODULE = frozenset({"to", "cpu", "cuda", "train", "eval", "float", "double", "half",
+                             "bfloat16", "requires_grad_"})
 
 
 def _reached_when_run(module: cst.Module, names_in_top: Dict[cst.CSTNode, Set[str]]) -> Set[cst.CSTNode]:
@@ -938,6 +961,44 @@ def _walk_returns(function: cst.FunctionDef) -> List[cst.Return]:
 
     function.visit(_Returns())
     return found
+
+
+def _names_bound_in(function: cst.FunctionDef) -> Set[str]:
+    """Parameters and names assigned in a function (not those it declares global)."""
+    params = function.params
+    bound = {param.name.value for param in (*params.params, *params.kwonly_params,
+                                            *params.posonly_params)}
+    for star in (params.star_arg, params.star_kwarg):
+        if isinstance(star, cst.Param):
+            bound.add(star.name.value)
+    declared_global: Set[str] = set()
+
+    class _Bindings(cst.CSTVisitor):
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            bound.update(_target_names(node.target))
+
+        def visit_For(self, node: cst.For) -> None:
+            bound.update(_target_names(node.target))
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            bound.update(_target_names(node.target))
+
+        def visit_Global(self, node: cst.Global) -> None:
+            declared_global.update(item.name.value for item in node.names)
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is function
+
+    function.visit(_Bindings())
+    return bound - declared_global
+
+
+def _target_names(target: cst.BaseExpression) -> Set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return set().union(*(_target_names(element.value) for element in target.elements))
+    return set()
 
 
 def calls_within(node: Optional[cst.CSTNode]) -> List[cst.Call]:

@@ -108,8 +108,16 @@ def test_random_sampler_with_a_generator_is_reported():
 
 def test_loader_not_iterated_here_is_judged_by_its_name():
     result = migrate_source(HEADER + "val_loader = DataLoader(dataset, shuffle=True)\n"
-                            + LOOP.format(loader="[(dataset[0][0], dataset[0][1])]"))
+                            + "train_loader = DataLoader(dataset, shuffle=True)\n"
+                            + LOOP.format(loader="train_loader"))
     assert "DDP203" in {d.code for d in result.diagnostics}
+
+
+def test_training_on_hand_made_batches_only_leaves_the_file_single_process():
+    source = HEADER + LOOP.format(loader="[(dataset[0][0], dataset[0][1])]")
+    result = migrate_source(source)
+    assert result.code == source
+    assert {d.code for d in result.diagnostics} == {"DDP208", "DDP904"}
 
 
 def test_loader_subclass_that_drops_sampler_is_reported():
@@ -124,7 +132,9 @@ def test_loader_subclass_that_drops_sampler_is_reported():
 
 
 def test_download_outside_the_setup_scope_is_reported():
-    body = "".join("    " + line + "\n" for line in (HEADER + LOOP.format(loader="[]")).splitlines()[2:])
+    body = "".join("    " + line + "\n" for line in (
+        HEADER + "train_loader = torch.utils.data.DataLoader(dataset, shuffle=True)\n"
+        + LOOP.format(loader="train_loader")).splitlines()[2:])
     result = migrate_source(
         "import torch\n"
         "def get_data():\n"

@@ -3,11 +3,13 @@ from ddpify.api import migrate_source
 
 TRAIN = """\
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-for step in range(2):
-    loss = model(x).sum()
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
+loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(4, 2)))
+for epoch in range(2):
+    for (batch,) in loader:
+        loss = model(x).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
 """
 
 
@@ -60,16 +62,28 @@ def test_device_from_a_flag_is_named_once():
 
 def test_is_available_condition_is_unchanged():
     code, _ = migrate(
-        'device = "cuda" if torch.cuda.is_available() else "cpu"\n'
+        'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
         "model = torch.nn.Linear(2, 1).to(device)\nx = torch.ones(2)\n"
     )
     assert "use_cuda" not in code
     assert "if torch.cuda.is_available():\n    torch.cuda.set_device(local_rank)" in code
 
 
-def test_current_accelerator_is_reported():
-    _, codes = migrate(
+def test_string_device_choice_stays_a_string_for_plain_python():
+    code, codes = migrate(
+        'device = "cuda" if torch.cuda.is_available() else "cpu"\n'
+        "model = torch.nn.Linear(2, 1).to(device)\nx = torch.ones(2)\n"
+    )
+    assert 'device = "cuda" if torch.cuda.is_available() else "cpu"\n' in code
+    assert "    device = torch.device(device)\n" in code
+
+
+def test_current_accelerator_choice_is_kept():
+    code, codes = migrate(
         "device = torch.accelerator.current_accelerator()\n"
         "model = torch.nn.Linear(2, 1).to(device)\nx = torch.ones(2)\n"
     )
-    assert "DDP006" in codes
+    assert "DDP006" not in codes
+    assert "device = torch.accelerator.current_accelerator()\n" in code
+    assert "torch.accelerator.set_device_index(local_rank)" in code
+    assert "dist.init_process_group(dist.get_default_backend_for_device(device))" in code

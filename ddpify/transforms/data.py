@@ -136,7 +136,7 @@ def _is_training(facts: Facts, loader: Loader) -> bool:
         loop
         for function, name in facts.loader_holders_of(loader)
         for loop in facts.loops_over.get(name, ())
-        if name.startswith("self.") or facts.function_of(loop) is function
+        if facts.sees_value(loop, name, function)
     ]
     if loops:
         return any(loop in facts.training_loops or loop in facts.loops_calling_training
@@ -205,6 +205,7 @@ def _add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: SetupPlan) -
         if edits.options.keep_global_batch:
             args = _divide_batch_size(facts, edits, setup, loader, args)
         edits.replaced[loader.statement] = [_loader_statement(facts, edits, loader, args)]
+    setup.sharded_loaders.append(loader)
     edits.report("DDP201", loader.call)
     if not edits.options.keep_global_batch:
         edits.report("DDP206", loader.call)

@@ -8,7 +8,7 @@ from typing import List, Optional, Set
 
 import libcst as cst
 
-from ddpify.analysis import DeviceAssignment, Facts
+from ddpify.analysis import DeviceAssignment, Facts, Loader
 from ddpify.transforms.edits import Edits, Insertion
 from ddpify.transforms.imports import imports_of
 
@@ -82,6 +82,9 @@ class SetupPlan:
     guards_used: Set[str] = field(default_factory=set)
     # Nodes whose edits need only the rank-0 guard, not the process group.
     guard_nodes: Set[cst.CSTNode] = field(default_factory=set)
+    # Loaders that got a DistributedSampler (data.py), for the rules that reduce the
+    # figures of a sharded epoch (training.py).
+    sharded_loaders: List[Loader] = field(default_factory=list)
     # Set when --keep-global-batch divides a batch size by `world_size`.
     needs_world_size: bool = False
     # When the script uses the GPU: devices.py keeps the script's own condition (`use_cuda`

@@ -143,7 +143,7 @@ def epoch_accumulators(facts: Facts, loop: cst.For) -> Dict[str, cst.BaseExpress
 
 def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: SetupPlan, loop: cst.For) -> None:
     accumulators = epoch_accumulators(facts, loop)
-    if not accumulators or not setup.sees_setup(facts, loop) or not _sharded(facts, edits, loop):
+    if not accumulators or not setup.sees_setup(facts, loop) or not _sharded(facts, setup, loop):
         return
     block = facts.parents[loop]
     after = list(block.body)[list(block.body).index(loop) + 1:]
@@ -155,7 +155,7 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: SetupPlan, loop: cs
         tensor = f"torch.tensor(\n        [{', '.join(names)}], dtype=torch.float64, device={setup.device}\n    )"
     lines = ["if distributed:", f"    {REDUCE_COMMENT}", f"    totals = {tensor}", "    dist.all_reduce(totals)"]
     for position, name in enumerate(names):
-        if isinstance(accumulators[name], cst.Integer):
+        if isinstance(accumulators[name], cst.Integer) and _counts(loop.body, name):
             value = f"int(totals[{position}])"
         else:
             value = f"totals[{position}].item()"
@@ -167,10 +167,50 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: SetupPlan, loop: cs
     edits.report("DDP402", loop)
 
 
-def _sharded(facts: Facts, edits: Edits, loop: cst.For) -> bool:
-    """The loop runs over a loader that data.py gave a DistributedSampler (it rebuilt it)."""
-    return any(loader.statement in edits.replaced and loop in facts.loops_over.get(loader.name, ())
-               for loader in facts.loaders)
+def _sharded(facts: Facts, setup: SetupPlan, loop: cst.For) -> bool:
+    """The loop runs over a loader that data.py gave a DistributedSampler."""
+    return any(
+        loop in facts.loops_over.get(name, ()) and facts.sees_value(loop, name, function)
+        for loader in setup.sharded_loaders
+        for function, name in facts.loader_holders_of(loader)
+    )
+
+
+def _counts(node: cst.CSTNode, name: str) -> bool:
+    """Every `name += ...` adds a whole number (a count of correct predictions, a batch
+    size): `train_loss = 0` that sums `loss.item()` is a float and stays one."""
+    increments: List[cst.BaseExpression] = []
+
+    class _Increments(cst.CSTVisitor):
+        def visit_AugAssign(self, assign: cst.AugAssign) -> None:
+            if isinstance(assign.target, cst.Name) and assign.target.value == name:
+                increments.append(assign.value)
+
+    node.visit(_Increments())
+    return bool(increments) and all(_whole_number(value) for value in increments)
+
+
+def _whole_number(value: cst.BaseExpression) -> bool:
+    if isinstance(value, cst.Integer):
+        return True
+    calls = calls_within(value)
+    methods = {call.func.attr.value for call in calls if isinstance(call.func, cst.Attribute)}
+    functions = {dotted_name(call.func) for call in calls}
+    has_comparison = any(isinstance(node, cst.Comparison) for node in _walk(value))
+    return bool(methods & {"eq", "size", "numel", "argmax", "count_nonzero"}
+                or "len" in functions or has_comparison)
+
+
+def _walk(node: cst.CSTNode) -> List[cst.CSTNode]:
+    found: List[cst.CSTNode] = []
+
+    class _All(cst.CSTVisitor):
+        def on_visit(self, inner: cst.CSTNode) -> bool:
+            found.append(inner)
+            return True
+
+    node.visit(_All())
+    return found
 
 
 def _divided_by_len(statements) -> Dict[str, str]:
