@@ -67,10 +67,6 @@ _RULE_LIST = [
          "Gloo; another accelerator (XPU, MPS, HPU) would now run on the CPU.",
          "On a non-CUDA accelerator, set the device with torch.accelerator.set_device_index("
          "local_rank) and init_process_group(dist.get_default_backend_for_device(device))."),
-    Rule("DDP007", Severity.WARNING, "the process group is needed before the device is chosen",
-         "The setup follows the script's own device choice, but code above that choice "
-         "already needs the process group (a DistributedSampler, a collective).",
-         "Move the device choice above this line, then run ddpify again."),
     Rule("DDP008", Severity.EDIT, "comparison of the device with a string keeps its meaning",
          "Under torchrun the device becomes this rank's torch.device (cuda:1), which never "
          "equals the string \"cuda\": cuDNN flags and pin_memory keyed on it would be lost.",

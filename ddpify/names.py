@@ -64,7 +64,9 @@ OPEN = frozenset({"builtins.open", "io.open"})
 MAKE_DIRECTORIES = frozenset({"os.makedirs", "os.mkdir"})
 DUMP_TO_FILE = frozenset(
     {"json.dump", "pickle.dump", "yaml.dump", "yaml.safe_dump", "numpy.save", "numpy.savez",
-     "numpy.savetxt", "shutil.copy", "shutil.copyfile", "shutil.copytree", "shutil.rmtree"}
+     "numpy.savetxt", "numpy.savez_compressed", "shutil.copy", "shutil.copyfile",
+     "shutil.copytree", "shutil.rmtree", "torchvision.utils.save_image",
+     "matplotlib.pyplot.savefig", "matplotlib.pyplot.imsave", "torch.onnx.export"}
 )
 SUMMARY_WRITER = frozenset(
     {"torch.utils.tensorboard.SummaryWriter", "torch.utils.tensorboard.writer.SummaryWriter",

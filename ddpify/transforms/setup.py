@@ -38,6 +38,21 @@ if distributed:
         torch.accelerator.set_device_index(local_rank)
     dist.init_process_group(dist.get_default_backend_for_device({device}))
 """
+# The process group needed before the script chooses its device (a download barrier, a
+# sampler): each device type gets its default backend, and the rank's accelerator is
+# current before any collective runs.
+EARLY_GROUP_CODE = """\
+if distributed:
+    if torch.accelerator.is_available():
+        torch.accelerator.set_device_index(local_rank)
+    dist.init_process_group()
+"""
+REFINE_AFTER_EARLY_GROUP_CODE = """\
+if distributed:
+    {device} = torch.device({chosen})
+    if {device}.type != "cpu":  # this process's own accelerator
+        {device} = torch.device({device}.type, local_rank)
+"""
 # A script that never chooses a device trains on the CPU: so does every rank.
 CPU_ONLY_CODE = """\
 if distributed:
@@ -194,27 +209,29 @@ def place(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
 
 
 def _place_after_choice(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
-    """The script's own device choice stays; the setup follows it. Output guarded before the
-    choice (`print(args)` at the top) gets the environment part of the setup, earlier."""
+    """The script's own device choice stays; the setup follows it. What is needed before
+    the choice gets the setup earlier: output guards only the environment part; a sampler
+    or a download barrier the process group too, on each device type's default backend."""
     choice = plan.choice_statement
     body = list(plan.block.body)
     anchor = _first_statement_needing_setup(facts, edits, plan)
     needs_group = _first_statement_needing_setup(facts, edits, plan, guards_too=False)
     world_size = WORLD_SIZE_CODE if plan.needs_world_size else ""
     early = anchor is not None and body.index(anchor) < body.index(choice)
-    if needs_group is not None and body.index(needs_group) < body.index(choice):
-        edits.report("DDP007", needs_group, "the process group is needed here, before the "
-                     f"device is chosen at line {facts.line_of(choice)}: choose the device first")
+    group_early = needs_group is not None and body.index(needs_group) < body.index(choice)
     comment = cst.EmptyLine(comment=cst.Comment(SETUP_COMMENT))
     chosen = plan.device
     if plan.bare_accelerator:
         # current_accelerator() is None on a machine without one: that is the CPU.
         chosen = f'{plan.device} if {plan.device} is not None else "cpu"'
-    refine = REFINE_CODE.format(device=plan.device, chosen=chosen)
+    refine = (REFINE_AFTER_EARLY_GROUP_CODE if group_early else REFINE_CODE).format(
+        device=plan.device, chosen=chosen)
     if early:
         code = ENVIRONMENT_CODE + world_size
+        if group_early:
+            code += EARLY_GROUP_CODE
         if "is_main" in plan.guards_used:
-            code += IS_MAIN_FROM_ENVIRONMENT_CODE
+            code += IS_MAIN_CODE if group_early else IS_MAIN_FROM_ENVIRONMENT_CODE
         prelude = edits.statements(code)
         prelude[0] = prelude[0].with_changes(leading_lines=[comment])
         edits.before.setdefault(anchor, []).insert(0, Insertion(prelude, takes_blank_lines=True))
