@@ -35,7 +35,10 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
     for call in facts.load_calls:
         if any(arg.keyword is not None and arg.keyword.value == "map_location" for arg in call.args):
             continue
-        location = setup.device if setup.sees_setup(facts, call) else '"cpu"'
+        # The rank's device where the setup's own code loads; elsewhere (a function that
+        # may run before the setup, such as a dataset's __init__) the CPU, which is always there.
+        in_setup_scope = setup.sees_setup(facts, call) and facts.function_of(call) is setup.function
+        location = setup.device if in_setup_scope else '"cpu"'
         edits.expressions[call] = _with_keyword("map_location", location, edits)
         edits.report("DDP303", call)
 
