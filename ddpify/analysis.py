@@ -114,6 +114,8 @@ class Facts:
     assigned_values: Dict[str, List[cst.BaseExpression]] = field(default_factory=dict)
     random_sampler_calls: Set[cst.Call] = field(default_factory=set)
     training_loops: Set[cst.For] = field(default_factory=set)
+    # `loss.backward()` and `optimizer.step()` calls, wherever they are.
+    training_calls: List[cst.Call] = field(default_factory=list)
     # Loops that train through a call (`self._run_batch(x, y)` calls backward).
     loops_calling_training: Set[cst.For] = field(default_factory=set)
     download_statements: List[Statement] = field(default_factory=list)
@@ -368,6 +370,7 @@ def analyse(wrapper: MetadataWrapper) -> Facts:
     facts.positions = wrapper.resolve(PositionProvider)
     facts.parents = collector.parents
     facts.trains = bool(collector.training_tops & _reached_when_run(facts.module, collector.names_in_top))
+    facts.training_calls = collector.training_calls
     _mark_loops_calling_training_functions(facts, collector.training_calls)
     return facts
 

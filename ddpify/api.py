@@ -90,7 +90,7 @@ class _MigrateCommand(CodemodCommand):
                                                "already distributed: left unchanged"))
             raise SkipFile("already distributed")
         if not facts.trains:
-            self._note_no_training()
+            self._note_no_training(facts)
             raise SkipFile("no training code")
         edits = Edits(facts, tree.config_for_parsing, self.options)
         plan = setup.choose(facts)
@@ -116,5 +116,12 @@ class _MigrateCommand(CodemodCommand):
             key=lambda d: (d.line, d.column, d.code))
         raise SkipFile("training data built by hand")
 
-    def _note_no_training(self) -> None:
+    def _note_no_training(self, facts) -> None:
+        """A module of training code that nothing in it runs (a Trainer class, an engine's
+        train_one_epoch) is part of a training program that ddpify cannot see whole."""
+        if facts.training_calls:
+            call = facts.training_calls[0]
+            self.diagnostics.append(Diagnostic(
+                "DDP905", facts.line_of(call), facts.column_of(call), RULES["DDP905"].summary))
+            return
         self.diagnostics.append(NO_TRAINING)

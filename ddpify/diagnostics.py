@@ -210,6 +210,13 @@ _RULE_LIST = [
          "nothing from DDP at all.",
          "Shard the data by rank yourself (x[rank::world_size], the same number of steps on "
          "every rank) and wrap the model in DDP, or keep this script on one process."),
+    Rule("DDP905", Severity.WARNING, "training code that runs only when another file calls it: left unchanged",
+         "Nothing in this module runs it: a script elsewhere imports it (a Trainer class, an "
+         "engine's train_one_epoch). Its prints, saves and loaders would run on every rank, "
+         "and the model it trains may never be wrapped.",
+         "Migrate the script that runs the training, then guard this module's output with "
+         "`if not dist.is_initialized() or dist.get_rank() == 0:` and give its training loader "
+         "a DistributedSampler (with set_epoch) by hand."),
     Rule("DDP900", Severity.INFO, "already distributed: left unchanged",
          "The script already initialises a process group or wraps a model in DDP.",
          "Nothing to do."),

@@ -1,0 +1,31 @@
+"""Rewrite the README's rules table from the registry (tests/test_readme.py checks it).
+
+    python tests/regenerate_readme_rules.py
+"""
+from pathlib import Path
+
+from ddpify.diagnostics import RULES
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+HEADER = ["| code | severity | summary |", "| --- | --- | --- |"]
+
+
+def rules_table() -> list:
+    return HEADER + [
+        f"| {rule.code} | {rule.severity.value} | {rule.summary.replace('|', chr(92) + '|')} |"
+        for rule in sorted(RULES.values(), key=lambda rule: rule.code)
+    ]
+
+
+def main() -> None:
+    lines = README.read_text().split("\n")
+    start = lines.index(HEADER[0])
+    end = start
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    lines[start:end] = rules_table()
+    README.write_text("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
