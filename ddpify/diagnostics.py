@@ -71,6 +71,10 @@ _RULE_LIST = [
          "Under torchrun the device becomes this rank's torch.device (cuda:1), which never "
          "equals the string \"cuda\": cuDNN flags and pin_memory keyed on it would be lost.",
          "Nothing to do."),
+    Rule("DDP009", Severity.EDIT, "setup in a function called more than once: the group is created once",
+         "The device is chosen in a function that runs several times (a get_device() helper); "
+         "a second init_process_group would raise.",
+         "Nothing to do."),
     Rule("DDP101", Severity.EDIT, "model wrapped in DistributedDataParallel",
          "DDP all-reduces gradients during backward so that every rank applies the same update.",
          "Nothing to do."),
@@ -147,6 +151,12 @@ _RULE_LIST = [
          "barrier because the distributed setup is not in scope here.",
          "Download on local rank 0 first: `if local_rank != 0: dist.barrier()` before, and "
          "`if local_rank == 0: dist.barrier()` after."),
+    Rule("DDP213", Severity.WARNING, "a loader built for training is also used for evaluation",
+         "The same loader (or the function that builds it) feeds training and an evaluation "
+         "loop; its DistributedSampler shards both, so each rank evaluates 1/N of the data "
+         "and the figures rank 0 prints are its shard's only.",
+         "Build the evaluation loader without the sampler, or all-reduce the evaluation sums "
+         "and counts before printing them."),
     Rule("DDP301", Severity.EDIT, "output only on rank 0",
          "Every rank runs the same code, so each print, log line and progress bar would "
          "appear once per process.",

@@ -71,6 +71,9 @@ def _plan_loader(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader) -
         edits.report("DDP203", loader.call)
     elif _can_add_sampler(facts, setup, loader):
         _add_sampler(facts, edits, loader, setup)
+        evaluation = _evaluation_loops(facts, loader) + _other_factory_calls(facts, loader)
+        if evaluation:
+            edits.report("DDP213", min(evaluation, key=facts.line_of))
     else:
         edits.report("DDP210", loader.call)
 
@@ -147,6 +150,38 @@ def _is_training(facts: Facts, loader: Loader) -> bool:
     if any(word in name for word in EVALUATION_WORDS):
         return False
     return loader.shuffles or loader.kwargs_name is not None
+
+
+def _evaluation_loops(facts: Facts, loader: Loader) -> List[cst.For]:
+    """Loops over this same loader (a factory's return value) that do not train."""
+    return sorted((
+        loop
+        for function, name in facts.loader_holders_of(loader)
+        for loop in facts.loops_over.get(name, ())
+        if facts.sees_value(loop, name, function)
+        and loop not in facts.training_loops and loop not in facts.loops_calling_training
+        and not any(outer in facts.training_loops for outer in facts.enclosing_loops(loop))
+    ), key=facts.line_of)
+
+
+def _other_factory_calls(facts: Facts, loader: Loader) -> List[cst.Call]:
+    """Calls of a loader factory (`return DataLoader(...)`) whose loader does not train."""
+    if not loader.returned or loader.function is None:
+        return []
+    found = []
+    for call in facts.calls_by_callee.get(loader.function.name.value, ()):
+        assign = facts.parents.get(call)
+        target = assign.targets[0].target if isinstance(assign, cst.Assign) and len(assign.targets) == 1 else None
+        name = dotted_name(target) if target is not None else None
+        holder = (facts.function_of(call), name)
+        trains = name is not None and any(
+            loop in facts.training_loops or loop in facts.loops_calling_training
+            for function, held in facts._holders([holder])
+            for loop in facts.loops_over.get(held, ())
+            if facts.sees_value(loop, held, function))
+        if not trains:
+            found.append(call)
+    return found
 
 
 def _can_add_sampler(facts: Facts, setup: SetupPlan, loader: Loader) -> bool:

@@ -94,6 +94,9 @@ class SetupPlan:
     bare_accelerator: bool = False
     # The script never chooses a device: it trains on the CPU.
     cpu_only: bool = False
+    # The setup's function runs more than once (a get_device() helper called by train and
+    # test, or inside a loop): the process group is created on the first call only.
+    called_repeatedly: bool = False
     guards_used: Set[str] = field(default_factory=set)
     # Nodes whose edits need only the rank-0 guard, not the process group.
     guard_nodes: Set[cst.CSTNode] = field(default_factory=set)
@@ -173,9 +176,35 @@ def _training_function(facts: Facts) -> Optional[cst.FunctionDef]:
     return None
 
 
+def _once(code: str, plan: SetupPlan) -> str:
+    """In a function that runs more than once, init_process_group only on the first call."""
+    if not plan.called_repeatedly:
+        return code
+    lines = []
+    for line in code.splitlines(keepends=True):
+        if "dist.init_process_group(" in line:
+            indent = line[: len(line) - len(line.lstrip())]
+            lines.append(f"{indent}if not dist.is_initialized():  # the first call sets it up\n")
+            line = "    " + line
+        lines.append(line)
+    return "".join(lines)
+
+
+def called_repeatedly(facts: Facts, function: Optional[cst.FunctionDef]) -> bool:
+    if function is None:
+        return False
+    calls = [call for name in (function.name.value, "self." + function.name.value)
+             if facts.functions.get(name) is function
+             for call in facts.calls_by_callee.get(name, ())]
+    return len(calls) > 1 or any(facts.enclosing_loops(call) for call in calls)
+
+
 def place(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
     """Insert the setup block before the first statement of its block that needs it."""
     edits.imports.update({"os", "dist"})
+    plan.called_repeatedly = called_repeatedly(facts, plan.function)
+    if plan.called_repeatedly:
+        edits.report("DDP009", plan.function)
     if plan.choice_statement is not None:
         _place_after_choice(facts, edits, plan)
         return
@@ -188,7 +217,7 @@ def place(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
         code = first_line + "\n" + WORLD_SIZE_CODE + rest
     if "is_main" in plan.guards_used:
         code += IS_MAIN_CODE
-    setup = edits.statements(code)
+    setup = edits.statements(_once(code, plan))
     comment = cst.EmptyLine(comment=cst.Comment(SETUP_COMMENT))
     anchor = _first_statement_needing_setup(facts, edits, plan)
     assignment = plan.device_assignment
@@ -232,15 +261,15 @@ def _place_after_choice(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
             code += EARLY_GROUP_CODE
         if "is_main" in plan.guards_used:
             code += IS_MAIN_CODE if group_early else IS_MAIN_FROM_ENVIRONMENT_CODE
-        prelude = edits.statements(code)
+        prelude = edits.statements(_once(code, plan))
         prelude[0] = prelude[0].with_changes(leading_lines=[comment])
         edits.before.setdefault(anchor, []).insert(0, Insertion(prelude, takes_blank_lines=True))
-        after = edits.statements(refine)
+        after = edits.statements(_once(refine, plan))
     else:
         code = ENVIRONMENT_CODE + world_size + refine
         if "is_main" in plan.guards_used:
             code += IS_MAIN_CODE
-        after = edits.statements(code)
+        after = edits.statements(_once(code, plan))
         after[0] = after[0].with_changes(leading_lines=[comment])
     edits.after[choice] = after + edits.after.get(choice, [])
     edits.report("DDP001", choice)
