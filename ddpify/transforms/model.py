@@ -125,7 +125,12 @@ def _moved_elsewhere(facts: Facts, model: Model, anchor: Optional[cst.BaseStatem
     on and stored (`self.model = model.to(gpu_id)` in a Trainer's __init__)."""
     if anchor is not None and _moves(anchor, model.name):
         return None
-    for function, name in sorted(facts.model_holders(model), key=lambda held: held[1]):
+    # Where it trains first (a Trainer's __init__ or train()), not where it is only evaluated.
+    training = {facts.function_of(call) for call in facts.training_calls}
+    holders = sorted(facts.model_holders(model),
+                     key=lambda held: (held[0] not in training and not held[1].startswith("self."),
+                                       held[1]))
+    for function, name in holders:
         if function is model.function and name == model.name:
             continue
         for statement in facts.statements_touching.get(name, ()):
