@@ -5,7 +5,7 @@ pass recorded, and one transformer applies them (see transforms/apply.py).
 """
 import builtins
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Optional, Set, Union
 
 import libcst as cst
 from libcst.metadata import (
@@ -15,7 +15,8 @@ from libcst.metadata import (
 
 from ddpify import names
 
-Statement = cst.BaseStatement
+# Statements as libcst builds them: a line of small statements, or an if/for/def/...
+Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
 
 
 @dataclass

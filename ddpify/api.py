@@ -42,7 +42,7 @@ class MigrationError(Exception):
 NO_TRAINING = Diagnostic("DDP901", 1, 1, "no training code found: left unchanged")
 
 
-def migrate_source(code: str, options: Options = Options()) -> Result:
+def migrate_source(code: str, options: Options = Options()) -> Result:  # noqa: B008 (frozen)
     """Migrate one script. Raises MigrationError when the source does not parse."""
     if "torch" not in code:
         # Nothing to migrate, and no reason to pay for a parse.

@@ -6,3 +6,5 @@ may use; setup.place runs last because the block must precede every statement th
 from ddpify.transforms import data, devices, model, report_only, setup, side_effects, training
 
 CONCERNS = (devices, model, data, side_effects, training, report_only)
+
+__all__ = ["CONCERNS", "data", "devices", "model", "report_only", "setup", "side_effects", "training"]

@@ -5,7 +5,7 @@ analysis recorded, and `ApplyEdits` visits the same tree once. One pass keeps no
 (libcst makes new nodes on every pass) and keeps the cost near one parse + one print.
 """
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Set
+from typing import Callable, Dict, List, Optional, Sequence, Set, Union
 
 import libcst as cst
 
@@ -14,7 +14,8 @@ from ddpify.diagnostics import Diagnostic, RULES
 from ddpify.options import Options
 from ddpify.transforms.imports import import_block
 
-Statement = cst.BaseStatement
+# Statements as libcst builds them: a line of small statements, or an if/for/def/...
+Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
 
 
 @dataclass
