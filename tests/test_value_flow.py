@@ -1,0 +1,124 @@
+"""Value flow in analysis: roles follow values through returns, calls, constructors,
+`self` attributes and module globals, not variable names."""
+import libcst as cst
+from libcst.metadata import MetadataWrapper
+
+from ddpify.analysis import analyse
+
+
+def facts_of(code: str):
+    return analyse(MetadataWrapper(cst.parse_module(code), unsafe_skip_copy=True))
+
+
+TRAINER = """\
+import torch
+from torch.utils.data import DataLoader
+
+class Trainer:
+    def __init__(self, model, data, device):
+        self.model = model.to(device)
+        self.data = data
+
+    def step(self, x):
+        loss = self.model(x).sum()
+        loss.backward()
+
+    def epoch(self):
+        for x in self.data:
+            self.step(x)
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            self.epoch()
+
+def make_loader(dataset):
+    return DataLoader(dataset, shuffle=True)
+
+def build():
+    net = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    return net, optimizer
+
+def main(dataset, device):
+    model, optimizer = build()
+    loader = make_loader(dataset)
+    Trainer(model, loader, device).fit(2)
+"""
+
+
+def test_a_returned_loader_reaches_the_attribute_it_is_stored_in():
+    facts = facts_of(TRAINER)
+    (loader,) = facts.loaders
+    assert loader.returned
+    held = {name for _, name in facts.loader_holders_of(loader)}
+    assert {"loader", "data", "self.data"} <= held
+
+
+def test_a_loop_that_calls_a_training_method_trains():
+    facts = facts_of(TRAINER)
+    loops = facts.loops_over["self.data"]
+    assert loops and all(loop in facts.loops_calling_training for loop in loops)
+
+
+def test_the_epoch_loop_is_found_through_the_method_that_iterates():
+    facts = facts_of(TRAINER)
+    (loader,) = facts.loaders
+    loops = facts.epoch_loops(loader.name, loader.function)
+    assert [facts.line_of(loop) for loop, _ in loops] == [18]
+
+
+def test_a_model_flows_from_its_builder_into_the_trainer():
+    facts = facts_of(TRAINER)
+    (model,) = facts.models
+    held = {name for _, name in facts.model_holders(model)}
+    assert {"net", "model", "self.model"} <= held
+
+
+MODULE_LEVEL = """\
+import torch
+from torch.utils.data import DataLoader
+
+train_loader = DataLoader(range(8), shuffle=True)
+model = torch.nn.Linear(1, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+def train(epoch):
+    for x in train_loader:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+
+def shadowed():
+    train_loader = [1, 2]
+    for x in train_loader:
+        pass
+
+for epoch in range(3):
+    train(epoch)
+"""
+
+
+def test_a_module_level_loader_read_in_a_function_is_the_same_value():
+    facts = facts_of(MODULE_LEVEL)
+    (loader,) = facts.loaders
+    train_loop, shadowed_loop = facts.loops_over["train_loader"]
+    assert facts.sees_value(train_loop, "train_loader", None)
+    assert not facts.sees_value(shadowed_loop, "train_loader", None)
+    assert [facts.line_of(loop) for loop, _ in facts.epoch_loops(loader.name, None)] == [19]
+
+
+def test_a_one_step_function_makes_the_loop_around_its_call_a_training_loop():
+    facts = facts_of("""\
+import torch
+
+def step(model, optimizer, batch):
+    optimizer.zero_grad()
+    model(batch).sum().backward()
+    optimizer.step()
+
+model = torch.nn.Linear(1, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    step(model, optimizer, torch.ones(1))
+""")
+    assert [facts.line_of(loop) for loop in facts.training_loops] == [10]
