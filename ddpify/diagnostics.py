@@ -157,6 +157,12 @@ _RULE_LIST = [
          "and the figures rank 0 prints are its shard's only.",
          "Build the evaluation loader without the sampler, or all-reduce the evaluation sums "
          "and counts before printing them."),
+    Rule("DDP214", Severity.EDIT, "random_split drawn alike on every rank",
+         "The script never seeds torch, so each rank would draw its own train/validation "
+         "split: the ranks' shards would overlap and validation samples would leak into "
+         "training. Under torchrun the split uses a generator seeded the same on every rank.",
+         "Nothing to do; seed it yourself (generator=torch.Generator().manual_seed(s)) to "
+         "choose the split."),
     Rule("DDP301", Severity.EDIT, "output only on rank 0",
          "Every rank runs the same code, so each print, log line and progress bar would "
          "appear once per process.",

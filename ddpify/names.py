@@ -11,6 +11,8 @@ ITERABLE_DATASET = frozenset(
     {"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"}
 )
 DISTRIBUTED_SAMPLER = "torch.utils.data.distributed.DistributedSampler"
+RANDOM_SPLIT = "torch.utils.data.random_split"
+MANUAL_SEEDS = frozenset({"torch.manual_seed", "torch.random.manual_seed"})
 RANDOM_SAMPLER = frozenset(
     {"torch.utils.data.RandomSampler", "torch.utils.data.sampler.RandomSampler"}
 )

@@ -3,7 +3,7 @@ from ddpify.api import migrate_source
 from snippets import HEAD, codes
 
 
-def test_step_condition_computed_from_the_loss_is_reported():
+def test_step_condition_computed_from_the_loss_is_reported_as_rank_divergent():
     source = HEAD + (
         "for i, x in enumerate(loader):\n"
         "    loss = model(x).sum()\n"
@@ -11,7 +11,19 @@ def test_step_condition_computed_from_the_loss_is_reported():
         "    if loss.item() < 1:\n"
         "        optimizer.step()\n"
     )
-    assert "DDP404" in codes(source)
+    assert "DDP902" in codes(source)
+    assert "no_sync" not in migrate_source(source).code
+
+
+def test_step_behind_a_flag_is_not_accumulation():
+    source = HEAD + (
+        "for i, x in enumerate(loader):\n"
+        "    loss = model(x).sum()\n"
+        "    loss.backward()\n"
+        "    if args.update:\n"
+        "        optimizer.step()\n"
+    )
+    assert not set(codes(source)) & {"DDP401", "DDP404", "DDP902"}
     assert "no_sync" not in migrate_source(source).code
 
 

@@ -9,6 +9,7 @@ from typing import List, Optional, Set
 
 import libcst as cst
 
+from ddpify import names
 from ddpify.analysis import Facts, Loader, dotted_name, string_value
 from ddpify.transforms.edits import Edits, Insertion
 from ddpify.transforms.setup import SetupPlan
@@ -46,6 +47,50 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
             edits.report("DDP208", loop, "batches built by hand: every rank trains on the same "
                          "data; shard it by rank (e.g. data[rank::world_size])")
     _download_on_one_process_first(facts, edits, setup)
+    _same_split_on_every_rank(facts, edits, setup)
+
+
+SPLIT_GENERATOR = "torch.Generator().manual_seed(0) if {condition} else torch.default_generator"
+
+
+def _same_split_on_every_rank(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+    """`random_split(ds, [n, m])` draws from the global generator; unseeded, every rank
+    draws its own split, so the ranks' shards overlap and validation leaks into training.
+    Under torchrun the split uses a generator seeded alike on every rank; plain `python`
+    keeps the global one (the split's own default)."""
+    # A script that seeds torch (with the same seed on every rank) draws the same split.
+    if any(facts.calls_named.get(qualified) for qualified in names.MANUAL_SEEDS):
+        return
+    for call in facts.calls_named.get(names.RANDOM_SPLIT, ()):
+        positional = [arg for arg in call.args if arg.keyword is None]
+        if len(positional) > 2 or any(arg.keyword is not None and arg.keyword.value == "generator"
+                                      for arg in call.args) or any(arg.star for arg in call.args):
+            continue
+        condition = "distributed" if setup.sees_setup(facts, call) else "dist.is_initialized()"
+        if condition != "distributed":
+            edits.imports.add("dist")
+        name = "split_generator"
+        while name in facts.bound_names:
+            name += "_"
+        statement = facts.statement_of(call)
+        edits.before.setdefault(statement, []).append(Insertion(
+            [edits.statement(f"{name} = {SPLIT_GENERATOR.format(condition=condition)}\n")],
+            takes_comments=True))
+        edits.expressions[call] = _with_generator(edits, name)
+        setup.guard_nodes.add(call)  # needs `distributed`, not the process group
+        edits.report("DDP214", call)
+
+
+def _with_generator(edits: Edits, generator: str):
+    def rewrite(call: cst.Call) -> cst.Call:
+        args = list(call.args)
+        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        args.append(cst.Arg(keyword=cst.Name("generator"), value=edits.expression(generator),
+                            equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                                  whitespace_after=cst.SimpleWhitespace(""))))
+        return call.with_changes(args=args)
+
+    return rewrite
 
 
 def only_hand_made_batches(facts: Facts, edits: Edits) -> bool:

@@ -37,7 +37,16 @@ def batch_loops(facts: Facts) -> List[cst.For]:
 
 def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: SetupPlan, loop: cst.For) -> None:
     body = list(loop.body.body)
-    step_if = next((s for s in body if isinstance(s, cst.If) and _steps(s)), None)
+    conditional_step = next((s for s in body if isinstance(s, cst.If) and _steps_optimizer(s)), None)
+    if conditional_step is not None and not _counts_modulo(conditional_step.test):
+        # Not accumulation. A step decided on this rank's own loss, though, lets the ranks'
+        # models drift apart: some step and some do not.
+        local = sorted(_names_in(conditional_step.test) & _assigned_names(loop.body))
+        if local:
+            edits.report("DDP902", conditional_step, "optimizer step decided on a per-rank value: "
+                         f"`{', '.join(local)}` differs per rank and the models drift apart")
+        return
+    step_if = conditional_step
     if step_if is None:
         return
     if len(facts.models) != 1 or not setup.sees_setup(facts, loop):
@@ -94,13 +103,26 @@ def _wrap_range(start: int, stop: int, count: int, prefix: List[cst.BaseStatemen
     return rewrite
 
 
-def _steps(statement: cst.If) -> bool:
+def _steps_optimizer(statement: cst.If) -> bool:
+    """`optimizer.step()` or `scaler.step(optimizer)` in the if's body."""
     return any(
         isinstance(call.func, cst.Attribute) and call.func.attr.value == "step"
         # `optimizer.step()` or `scaler.step(optimizer)`, not `scheduler.step()`.
         and any("optim" in name for name in _names_in(call))
         for call in calls_within(statement.body)
     )
+
+
+def _counts_modulo(test: cst.BaseExpression) -> bool:
+    found: List[cst.BinaryOperation] = []
+
+    class _Modulo(cst.CSTVisitor):
+        def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+            if isinstance(node.operator, cst.Modulo):
+                found.append(node)
+
+    test.visit(_Modulo())
+    return bool(found)
 
 
 def _has_method_call(node: cst.CSTNode, method: str) -> bool:
