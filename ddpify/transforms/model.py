@@ -199,6 +199,13 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[cst.BaseStatement]:
         statement = facts.ancestor_in(touching, block)
         if statement is not None and body.index(statement) < limit:
             anchor = statement if anchor is None or body.index(statement) > body.index(anchor) else anchor
+    # `optimizer = SGD(model.parameters()); model.to(device)`: the move after the optimizer
+    # still comes before training, and DDP must see the model on its device.
+    for statement in body[limit + 1:]:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            break
+        if statement in facts.statements_touching.get(model.name, ()) and _moves(statement, model.name):
+            anchor = statement
     return anchor
 
 
