@@ -176,6 +176,20 @@ def _training_function(facts: Facts) -> Optional[cst.FunctionDef]:
     return None
 
 
+RUN_NOT_IMPORTED = (
+    'distributed = "WORLD_SIZE" in os.environ and __name__ == "__main__"'
+    "  # not when imported\n"
+)
+
+
+def _when_run(code: str, facts: Facts, plan: SetupPlan) -> str:
+    """Module-level setup in a file with a `__main__` guard: importing the module (to reuse
+    its model class) stays single-process, as it was; only running it joins the group."""
+    if plan.function is None and plan.block is facts.module and facts.main_guard is not None:
+        return code.replace('distributed = "WORLD_SIZE" in os.environ\n', RUN_NOT_IMPORTED, 1)
+    return code
+
+
 def _once(code: str, plan: SetupPlan) -> str:
     """In a function that runs more than once, init_process_group only on the first call."""
     if not plan.called_repeatedly:
@@ -217,7 +231,7 @@ def place(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
         code = first_line + "\n" + WORLD_SIZE_CODE + rest
     if "is_main" in plan.guards_used:
         code += IS_MAIN_CODE
-    setup = edits.statements(_once(code, plan))
+    setup = edits.statements(_once(_when_run(code, facts, plan), plan))
     comment = cst.EmptyLine(comment=cst.Comment(SETUP_COMMENT))
     anchor = _first_statement_needing_setup(facts, edits, plan)
     assignment = plan.device_assignment
@@ -261,7 +275,7 @@ def _place_after_choice(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
             code += EARLY_GROUP_CODE
         if "is_main" in plan.guards_used:
             code += IS_MAIN_CODE if group_early else IS_MAIN_FROM_ENVIRONMENT_CODE
-        prelude = edits.statements(_once(code, plan))
+        prelude = edits.statements(_once(_when_run(code, facts, plan), plan))
         prelude[0] = prelude[0].with_changes(leading_lines=[comment])
         edits.before.setdefault(anchor, []).insert(0, Insertion(prelude, takes_blank_lines=True))
         after = edits.statements(_once(refine, plan))
@@ -269,7 +283,7 @@ def _place_after_choice(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
         code = ENVIRONMENT_CODE + world_size + refine
         if "is_main" in plan.guards_used:
             code += IS_MAIN_CODE
-        after = edits.statements(_once(code, plan))
+        after = edits.statements(_once(_when_run(code, facts, plan), plan))
         after[0] = after[0].with_changes(leading_lines=[comment])
     edits.after[choice] = after + edits.after.get(choice, [])
     edits.report("DDP001", choice)
