@@ -5,7 +5,7 @@ pass recorded, and one transformer applies them (see transforms/apply.py).
 """
 import builtins
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union, cast, overload
+from typing import AbstractSet, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union, cast, overload
 
 import libcst as cst
 from libcst.metadata import (
@@ -556,7 +556,7 @@ class _Collector(cst.CSTVisitor):
             return {"builtins." + dotted}
         return {dotted}
 
-    def _calls(self, call: cst.Call, wanted) -> bool:
+    def _calls(self, call: cst.Call, wanted: Union[str, AbstractSet[str]]) -> bool:
         qualified = self._qualified(call.func)
         if isinstance(wanted, str):
             return wanted in qualified

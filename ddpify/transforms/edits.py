@@ -5,11 +5,11 @@ analysis recorded, and `ApplyEdits` visits the same tree once. One pass keeps no
 (libcst makes new nodes on every pass) and keeps the cost near one parse + one print.
 """
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union, cast
 
 import libcst as cst
 
-from ddpify.analysis import BlockItem, Facts, Statement
+from ddpify.analysis import BlockItem, Facts, Statement, statements_in
 from ddpify.diagnostics import Diagnostic, RULES
 from ddpify.options import Options
 from ddpify.transforms.imports import ImportSpec, import_block
@@ -103,28 +103,37 @@ class ApplyEdits(cst.CSTTransformer):
     def on_visit(self, node: cst.CSTNode) -> bool:
         return (node in self.on_path or isinstance(node, cst.Module)) and super().on_visit(node)
 
-    def on_leave(self, original_node, updated_node):
+    # libcst types on_leave as returning the kind of node it was given; a rewrite may put
+    # another kind in its place (a Name for an Attribute), which that signature cannot say.
+    def on_leave(  # type: ignore[override]
+        self, original_node: cst.CSTNode, updated_node: cst.CSTNode
+    ) -> Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel[cst.CSTNode]]:
         rewrite = self.edits.expressions.get(original_node)
         if rewrite is not None:
             updated_node = rewrite(updated_node)
         return super().on_leave(original_node, updated_node)
 
-    def leave_IndentedBlock(self, original_node, updated_node):
-        return updated_node.with_changes(body=self._rebuild(original_node.body, updated_node.body))
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock,
+                            updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
+        return updated_node.with_changes(
+            body=self._rebuild(statements_in(original_node), statements_in(updated_node)))
 
-    def leave_If(self, original_node, updated_node):
+    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.If:
         """`if step % 10 == 0:` around guarded code only becomes `if step % 10 == 0 and is_main:`."""
         guard = self._sole_guard(original_node)
         if guard is None:
             return updated_node
-        inner = updated_node.body.body[0]
-        body = list(inner.body.body)
+        # The body is indented (_sole_guard checked), and leave_IndentedBlock made all of it,
+        # under this one guard, into a single `if guard:` (_guard).
+        block = cast(cst.IndentedBlock, updated_node.body)
+        inner = cast(cst.If, block.body[0])
+        body = list(cast(cst.IndentedBlock, inner.body).body)
         body[0] = body[0].with_changes(leading_lines=inner.leading_lines)
         test = updated_node.test
         if isinstance(test, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr)) and not test.lpar:
             test = test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         combined = cst.BooleanOperation(left=test, operator=cst.And(), right=self.edits.expression(guard))
-        return updated_node.with_changes(test=combined, body=updated_node.body.with_changes(body=body))
+        return updated_node.with_changes(test=combined, body=block.with_changes(body=body))
 
     def _sole_guard(self, node: cst.If) -> Optional[str]:
         if node.orelse is not None or not isinstance(node.body, cst.IndentedBlock):
@@ -137,14 +146,14 @@ class ApplyEdits(cst.CSTTransformer):
             return None
         return guards.pop()
 
-    def leave_Module(self, original_node, updated_node):
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         body = self._rebuild(original_node.body, updated_node.body)
         if self.edits.module_prelude:
             _, end = import_block(body)
             body = body[:end] + list(self.edits.module_prelude) + body[end:]
         return updated_node.with_changes(body=body + list(self.edits.module_end))
 
-    def _rebuild(self, originals: Sequence[Statement], updated: Sequence[Statement]):
+    def _rebuild(self, originals: Sequence[Statement], updated: Sequence[Statement]) -> List[Statement]:
         edits = self.edits
         body: List[Statement] = []
         group: List[Statement] = []
