@@ -5,7 +5,10 @@ pass recorded, and one transformer applies them (see transforms/apply.py).
 """
 import builtins
 from dataclasses import dataclass, field
-from typing import AbstractSet, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union, cast, overload
+from typing import (
+    AbstractSet, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union, cast,
+    overload,
+)
 
 import libcst as cst
 from libcst.metadata import (
@@ -414,13 +417,10 @@ def _callee_name(facts: Facts, function: cst.FunctionDef) -> str:
 def _mark_loops_calling_training_functions(facts: Facts, training_calls: List[cst.Call]) -> None:
     """A loop that calls a function or method that trains (`self._run_batch(x, y)`, whose
     body calls backward) trains too, and so does the function around it, in turn."""
-    # (The order of these sets does not matter: both loops below only add to sets.)
-    training = {function for function in map(facts.function_of, training_calls)
-                if function is not None}
+    training = _functions_of(facts, training_calls)
     # A function that takes one step (`train_step(model, x, y)`: backward, no loop of its
     # own) makes the loop around each of its calls a training loop, as if inlined.
-    step_functions = {function for function in map(facts.function_of, (
-        call for call in training_calls if not facts.enclosing_loops(call))) if function is not None}
+    step_functions = _functions_of(facts, [call for call in training_calls if not facts.enclosing_loops(call)])
     for function in step_functions:
         for call in facts.calls_by_callee.get(_callee_name(facts, function), ()):
             facts.training_loops.update(facts.enclosing_loops(call)[:1])
@@ -433,6 +433,11 @@ def _mark_loops_calling_training_functions(facts: Facts, training_calls: List[cs
             if caller is not None and caller not in training:
                 training.add(caller)
                 pending.append(caller)
+
+
+def _functions_of(facts: Facts, calls: Iterable[cst.Call]) -> Set[cst.FunctionDef]:
+    """The functions the calls sit in; calls at module level have none."""
+    return {function for function in map(facts.function_of, calls) if function is not None}
 
 
 def statements_in(block: Block) -> Sequence[Statement]:
