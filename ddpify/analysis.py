@@ -5,10 +5,14 @@ pass recorded, and one transformer applies them (see transforms/apply.py).
 """
 import builtins
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Set, Union
+from typing import (
+    AbstractSet, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union, cast,
+    overload,
+)
 
 import libcst as cst
 from libcst.metadata import (
+    CodeRange,
     MetadataWrapper,
     PositionProvider,
 )
@@ -17,6 +21,14 @@ from ddpify import names
 
 # Statements as libcst builds them: a line of small statements, or an if/for/def/...
 Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
+# The block a statement sits in: the module or an indented block (never a one-line suite,
+# which holds small statements).
+Block = Union[cst.Module, cst.IndentedBlock]
+# What the body of any block holds: statements, or the small statements of a one-line
+# suite (`def f(): return x`).
+BlockItem = Union[cst.BaseStatement, cst.BaseSmallStatement]
+# (the function, or None at module level; a name in it): where a value is held.
+Holder = Tuple[Optional[cst.FunctionDef], str]
 
 
 @dataclass
@@ -133,8 +145,8 @@ class Facts:
     self_assignments: Dict[cst.FunctionDef, Dict[str, List[cst.BaseExpression]]] = field(
         default_factory=dict)
     local_names: Dict[cst.FunctionDef, Set[str]] = field(default_factory=dict, repr=False)
-    positions: dict = field(default_factory=dict, repr=False)
-    parents: dict = field(default_factory=dict, repr=False)
+    positions: Mapping[cst.CSTNode, CodeRange] = field(default_factory=dict, repr=False)
+    parents: Dict[cst.CSTNode, cst.CSTNode] = field(default_factory=dict, repr=False)
 
     def line_of(self, node: cst.CSTNode) -> int:
         return self.positions[node].start.line
@@ -144,7 +156,7 @@ class Facts:
 
     def function_of(self, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
         """The innermost function around a node; None at module level."""
-        parent = self.parents.get(node)
+        parent: Optional[cst.CSTNode] = self.parents.get(node)
         while parent is not None and not isinstance(parent, cst.FunctionDef):
             parent = self.parents.get(parent)
         return parent
@@ -155,19 +167,34 @@ class Facts:
             node = self.parents[node]
         return node
 
-    def ancestor_in(self, node: cst.CSTNode, block: cst.CSTNode) -> Optional[Statement]:
-        """The statement directly in `block` (a Module or IndentedBlock) that holds node."""
-        while node is not None:
-            parent = self.parents.get(node)
+    @overload
+    def ancestor_in(self, node: cst.CSTNode, block: Block) -> Optional[Statement]: ...
+
+    @overload
+    def ancestor_in(self, node: cst.CSTNode, block: cst.BaseSuite) -> Optional[BlockItem]: ...
+
+    @overload
+    def ancestor_in(self, node: cst.CSTNode, block: cst.CSTNode) -> Optional[cst.CSTNode]: ...
+
+    def ancestor_in(self, node: cst.CSTNode, block: cst.CSTNode) -> Optional[cst.CSTNode]:
+        """The statement directly in `block` (a Module or IndentedBlock) that holds node.
+
+        Any other block gives the child of it that holds node (the overloads say which)."""
+        current: Optional[cst.CSTNode] = node
+        while current is not None:
+            parent = self.parents.get(current)
             if parent is block:
-                return node
-            node = parent
+                return current
+            current = parent
         return None
 
-    def block_of(self, statement: Statement) -> cst.CSTNode:
-        return self.parents[statement]
+    def block_of(self, statement: Statement) -> Block:
+        # A statement's parent is the module or an indented block: a one-line suite holds
+        # small statements only.
+        return cast(Block, self.parents[statement])
 
-    def epoch_loops(self, name: str, function: Optional[cst.FunctionDef], depth: int = 0):
+    def epoch_loops(self, name: str, function: Optional[cst.FunctionDef],
+                    depth: int = 0) -> List[Tuple[cst.For, str]]:
         """Loops around each pass over the loader held by `name` in `function`.
 
         Follows the loader into the functions it is passed to (`train(model, loader)`), so the
@@ -175,7 +202,7 @@ class Facts:
         name the loader has inside that loop). An attribute (`self.loader`) is followed into
         every method of its class.
         """
-        found = []
+        found: List[Tuple[cst.For, str]] = []
         if depth > 3:
             return found
         for loop in self.loops_over.get(name, ()):
@@ -200,20 +227,20 @@ class Facts:
                 found.extend(self.epoch_loops(parameter, callee, depth + 1))
         return found
 
-    def loader_holders(self) -> Set[tuple]:
+    def loader_holders(self) -> Set[Holder]:
         """(function, name) pairs that hold a DataLoader: where it is built, and every
         parameter it is passed to and variable it is returned into."""
         return self._holders([(loader.function, loader.name) for loader in self.loaders])
 
-    def model_holders(self, model: "Model") -> Set[tuple]:
+    def model_holders(self, model: "Model") -> Set[Holder]:
         """Where a model's value goes: returned, passed on, stored on self."""
         return self._holders([(model.function, model.name)])
 
-    def loader_holders_of(self, loader: Loader) -> Set[tuple]:
+    def loader_holders_of(self, loader: Loader) -> Set[Holder]:
         return self._holders([(loader.function, loader.name)])
 
-    def _holders(self, work: List[tuple]) -> Set[tuple]:
-        holders: Set[tuple] = set()
+    def _holders(self, work: List[Holder]) -> Set[Holder]:
+        holders: Set[Holder] = set()
         while work:
             function, name = work.pop()
             if (function, name) in holders:
@@ -246,7 +273,7 @@ class Facts:
         lives on as `self.loader` in every method of the class."""
         if function is None or name.startswith("self."):
             return []
-        found = []
+        found: List[str] = []
         for target, values in self.self_assignments.get(function, {}).items():
             if any(dotted_name(_unmoved(value)) == name for value in values):
                 found.append(target)
@@ -263,7 +290,7 @@ class Facts:
             for loop in loops:
                 names_of.setdefault(loop, []).append(name)
         outer = {enclosing for loop in self.training_loops for enclosing in self.enclosing_loops(loop)}
-        found = []
+        found: List[cst.For] = []
         for loop in self.training_loops - outer:
             function = self.function_of(loop)
             if not any((function, name) in holders or (None, name) in holders and not self.binds_locally(
@@ -272,10 +299,11 @@ class Facts:
                 found.append(loop)
         return sorted(found, key=self.line_of)
 
-    def _loops_around_calls_of(self, function: Optional[cst.FunctionDef], name: str):
+    def _loops_around_calls_of(self, function: Optional[cst.FunctionDef],
+                               name: str) -> List[Tuple[cst.For, str]]:
         if function is None:
             return []
-        found = []
+        found: List[Tuple[cst.For, str]] = []
         for callee in (function.name.value, "self." + function.name.value):
             if self.functions.get(callee) is not function:
                 continue
@@ -285,7 +313,8 @@ class Facts:
                     found.append((outer[0], name))
         return found
 
-    def _returned_to(self, name: str, function: Optional[cst.FunctionDef]):
+    def _returned_to(self, name: str,
+                     function: Optional[cst.FunctionDef]) -> Iterator[Tuple[str, Optional[cst.FunctionDef]]]:
         """(name, function) pairs that receive `name` when `function` returns it:
         `return train_loader, val_loader` -> `train_loader, val_loader = make_loaders()`."""
         if function is None:
@@ -293,13 +322,14 @@ class Facts:
         for position in self._return_positions(name, function):
             yield from self._call_site_targets(function, position)
 
-    def _call_site_targets(self, function: cst.FunctionDef, position: Optional[int]):
+    def _call_site_targets(self, function: cst.FunctionDef,
+                           position: Optional[int]) -> Iterator[Tuple[str, Optional[cst.FunctionDef]]]:
         """The names that receive a function's return value (or its k-th element)."""
         for call in self.calls_by_callee.get(function.name.value, ()):
             assign = self.parents.get(call)
             if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
                 continue
-            target = assign.targets[0].target
+            target: Optional[cst.BaseExpression] = assign.targets[0].target
             if position is not None and isinstance(target, (cst.Tuple, cst.List)):
                 elements = target.elements
                 target = elements[position].value if position < len(elements) else None
@@ -309,9 +339,9 @@ class Facts:
             if holder:
                 yield holder, self.function_of(call)
 
-    def _return_positions(self, name: str, function: cst.FunctionDef):
+    def _return_positions(self, name: str, function: cst.FunctionDef) -> Set[Optional[int]]:
         """None when `return name`, k when name is the k-th element of a returned tuple."""
-        positions = set()
+        positions: Set[Optional[int]] = set()
         for statement in _walk_returns(function):
             value = statement.value
             if name == returned_name(function) and value is not None and self.is_loader_call(value):
@@ -327,7 +357,8 @@ class Facts:
     def _iterates(self, name: str, function: cst.FunctionDef) -> bool:
         return any(self.function_of(loop) is function for loop in self.loops_over.get(name, ()))
 
-    def _calls_passing(self, name: str, function: Optional[cst.FunctionDef]):
+    def _calls_passing(self, name: str,
+                       function: Optional[cst.FunctionDef]) -> Iterator[Tuple[cst.FunctionDef, str, cst.Call]]:
         """(callee, its parameter, call) for each call in `function` that passes `name`."""
         for callee_name, calls in self.calls_by_callee.items():
             callee = self.functions.get(callee_name) or self.class_inits.get(callee_name)
@@ -354,8 +385,9 @@ class Facts:
 
     def enclosing_loops(self, node: cst.CSTNode) -> List[cst.For]:
         """For loops whose body (not header) holds node, innermost first, up to the function."""
-        loops = []
-        child, parent = node, self.parents.get(node)
+        loops: List[cst.For] = []
+        child: cst.CSTNode = node
+        parent = self.parents.get(node)
         while parent is not None and not isinstance(parent, cst.FunctionDef):
             if isinstance(parent, cst.For) and child is parent.body:
                 loops.append(parent)
@@ -385,11 +417,10 @@ def _callee_name(facts: Facts, function: cst.FunctionDef) -> str:
 def _mark_loops_calling_training_functions(facts: Facts, training_calls: List[cst.Call]) -> None:
     """A loop that calls a function or method that trains (`self._run_batch(x, y)`, whose
     body calls backward) trains too, and so does the function around it, in turn."""
-    training = {facts.function_of(call) for call in training_calls} - {None}
+    training = _functions_of(facts, training_calls)
     # A function that takes one step (`train_step(model, x, y)`: backward, no loop of its
     # own) makes the loop around each of its calls a training loop, as if inlined.
-    step_functions = {facts.function_of(call) for call in training_calls
-                      if not facts.enclosing_loops(call)} - {None}
+    step_functions = _functions_of(facts, [call for call in training_calls if not facts.enclosing_loops(call)])
     for function in step_functions:
         for call in facts.calls_by_callee.get(_callee_name(facts, function), ()):
             facts.training_loops.update(facts.enclosing_loops(call)[:1])
@@ -402,6 +433,17 @@ def _mark_loops_calling_training_functions(facts: Facts, training_calls: List[cs
             if caller is not None and caller not in training:
                 training.add(caller)
                 pending.append(caller)
+
+
+def _functions_of(facts: Facts, calls: Iterable[cst.Call]) -> Set[cst.FunctionDef]:
+    """The functions the calls sit in; calls at module level have none."""
+    return {function for function in map(facts.function_of, calls) if function is not None}
+
+
+def statements_in(block: Block) -> Sequence[Statement]:
+    """A block's body as libcst builds it: IndentedBlock.body is typed Sequence[BaseStatement],
+    whose only kinds are the two of Statement. The same sequence, not a copy."""
+    return cast(Sequence[Statement], block.body)
 
 
 def returned_name(function: cst.FunctionDef) -> str:
@@ -489,7 +531,9 @@ class _Collector(cst.CSTVisitor):
         self.training_calls: List[cst.Call] = []
 
     def _note_training(self) -> None:
-        self.training_tops.add(self._top)
+        # Training calls sit inside a top-level statement: _top is set by then.
+        if self._top is not None:
+            self.training_tops.add(self._top)
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if self._ancestors:
@@ -504,7 +548,7 @@ class _Collector(cst.CSTVisitor):
         self._ancestors.pop()
 
     # --- helpers ---------------------------------------------------------------------------
-    def _qualified(self, node: cst.CSTNode) -> Set[str]:
+    def _qualified(self, node: cst.BaseExpression) -> Set[str]:
         # A call on a call (`model(x).sum`) resolves to misleading names: only trust plain
         # names and attribute chains.
         dotted = dotted_name(node)
@@ -517,7 +561,7 @@ class _Collector(cst.CSTVisitor):
             return {"builtins." + dotted}
         return {dotted}
 
-    def _calls(self, call: cst.Call, wanted) -> bool:
+    def _calls(self, call: cst.Call, wanted: Union[str, AbstractSet[str]]) -> bool:
         qualified = self._qualified(call.func)
         if isinstance(wanted, str):
             return wanted in qualified
@@ -553,7 +597,8 @@ class _Collector(cst.CSTVisitor):
         module = dotted_name(node.module)
         for alias in node.names:
             name = dotted_name(alias.name)
-            bound = alias.asname.name.value if alias.asname is not None else name
+            # libcst types AsName.name for `except`/`with` targets too; in an import it is a Name.
+            bound = cast(cst.Name, alias.asname.name).value if alias.asname is not None else name
             if module and name and isinstance(bound, str):
                 self._aliases[bound] = f"{module}.{name}"
 
@@ -601,7 +646,8 @@ class _Collector(cst.CSTVisitor):
 
     def visit_Name(self, node: cst.Name) -> None:
         self.facts.bound_names.add(node.value)
-        self.names_in_top.setdefault(self._top, set()).add(node.value)
+        if self._top is not None:  # every Name sits in a top-level statement
+            self.names_in_top.setdefault(self._top, set()).add(node.value)
         self._note_data_parallel(node)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
@@ -880,7 +926,7 @@ def _init_takes_sampler(node: cst.ClassDef) -> bool:
         if isinstance(statement, cst.FunctionDef) and statement.name.value == "__init__":
             params = statement.params
             return isinstance(params.star_kwarg, cst.Param) or any(
-                param.name.value == "sampler" for param in params.params + params.kwonly_params
+                param.name.value == "sampler" for param in (*params.params, *params.kwonly_params)
             )
     return True
 
@@ -920,7 +966,7 @@ def _reached_when_run(module: cst.Module, names_in_top: Dict[cst.CSTNode, Set[st
                    if isinstance(statement, (cst.FunctionDef, cst.ClassDef))}
     pending = [statement for statement in module.body
                if not isinstance(statement, (cst.FunctionDef, cst.ClassDef))]
-    reached = set(pending)
+    reached: Set[cst.CSTNode] = set(pending)
     while pending:
         for name in names_in_top.get(pending.pop(), ()):
             definition = definitions.get(name)
@@ -930,9 +976,9 @@ def _reached_when_run(module: cst.Module, names_in_top: Dict[cst.CSTNode, Set[st
     return reached
 
 
-def _self_attributes(method: cst.FunctionDef):
+def _self_attributes(method: cst.FunctionDef) -> List[Tuple[str, Optional[cst.Assign]]]:
     """(attribute, the Assign that sets it, or None for a read) for each `self.x` in a method."""
-    found = []
+    found: List[Tuple[str, Optional[cst.Assign]]] = []
 
     class _Attributes(cst.CSTVisitor):
         def visit_Assign(self, node: cst.Assign) -> None:

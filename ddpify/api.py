@@ -1,6 +1,6 @@
 """migrate_source: source text in, migrated text and diagnostics out. No I/O here."""
 from dataclasses import dataclass
-from typing import Tuple
+from typing import Iterable, List, Tuple
 
 import libcst as cst
 from libcst.codemod import (
@@ -13,7 +13,7 @@ from libcst.codemod import (
 from libcst.metadata import MetadataWrapper
 
 from ddpify import names
-from ddpify.analysis import analyse
+from ddpify.analysis import Facts, analyse
 from ddpify.diagnostics import RULES, Diagnostic, is_selected
 from ddpify.options import Options
 from ddpify.transforms import CONCERNS, data, setup
@@ -60,7 +60,7 @@ def migrate_source(code: str, options: Options = Options()) -> Result:  # noqa: 
     return Result(new_code, _selected(codemod.diagnostics, options))
 
 
-def _selected(diagnostics, options: Options) -> Tuple[Diagnostic, ...]:
+def _selected(diagnostics: Iterable[Diagnostic], options: Options) -> Tuple[Diagnostic, ...]:
     return tuple(d for d in diagnostics if is_selected(d.code, options.select, options.ignore))
 
 
@@ -72,7 +72,7 @@ class _MigrateCommand(CodemodCommand):
     def __init__(self, context: CodemodContext, options: Options) -> None:
         super().__init__(context)
         self.options = options
-        self.diagnostics: list = []
+        self.diagnostics: List[Diagnostic] = []
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
         """libcst's Codemod deep-copies the tree into a MetadataWrapper before the impl runs;
@@ -116,7 +116,7 @@ class _MigrateCommand(CodemodCommand):
             key=lambda d: (d.line, d.column, d.code))
         raise SkipFile("training data built by hand")
 
-    def _note_no_training(self, facts) -> None:
+    def _note_no_training(self, facts: Facts) -> None:
         """A module of training code that nothing in it runs (a Trainer class, an engine's
         train_one_epoch) is part of a training program that ddpify cannot see whole."""
         if facts.training_calls:

@@ -6,6 +6,7 @@ informs about the whole file.
 """
 from dataclasses import dataclass
 from enum import Enum
+from typing import Sequence
 
 
 class Severity(str, Enum):
@@ -252,7 +253,7 @@ _RULE_LIST = [
 RULES = {rule.code: rule for rule in _RULE_LIST}
 
 
-def is_selected(code: str, select: tuple, ignore: tuple) -> bool:
+def is_selected(code: str, select: Sequence[str], ignore: Sequence[str]) -> bool:
     """`--select` and `--ignore` take full codes or prefixes such as DDP2."""
     if select and not any(code.startswith(prefix) for prefix in select):
         return False

@@ -1,5 +1,6 @@
 """Every switch that changes what ddpify writes, in one frozen place."""
 from dataclasses import dataclass
+from typing import Tuple
 
 
 @dataclass(frozen=True)
@@ -9,5 +10,5 @@ class Options:
     # Divide the per-process batch size by the world size so the global batch stays the same.
     keep_global_batch: bool = False
     # Rule codes or prefixes to report (empty = all) and to silence.
-    select: tuple = ()
-    ignore: tuple = ()
+    select: Tuple[str, ...] = ()
+    ignore: Tuple[str, ...] = ()

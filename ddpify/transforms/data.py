@@ -5,12 +5,12 @@ As a group of one the sampler is None and the loader shuffles exactly as before,
 A loader is a training loader when a loop over it trains (backward or optimizer step);
 evaluation loaders stay whole so that the figures rank 0 prints are the original's.
 """
-from typing import List, Optional, Set
+from typing import Callable, Collection, List, Optional, Sequence, Set, Union, cast
 
 import libcst as cst
 
 from ddpify import names
-from ddpify.analysis import Facts, Loader, dotted_name, string_value
+from ddpify.analysis import Facts, Loader, Statement, dotted_name, string_value
 from ddpify.transforms.edits import Edits, Insertion
 from ddpify.transforms.setup import SetupPlan
 
@@ -126,8 +126,9 @@ def _plan_loader(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader) -
 def _iterable_dataset(facts: Facts, dataset: Optional[cst.BaseExpression]) -> Optional[str]:
     """The IterableDataset class the loader reads, if the dataset is one defined here."""
     values = [dataset] if dataset is not None else []
-    if dataset is not None and dotted_name(dataset) is not None:
-        values = facts.assigned_values.get(dotted_name(dataset), [])
+    name = dotted_name(dataset) if dataset is not None else None
+    if name is not None:
+        values = facts.assigned_values.get(name, [])
     for value in values:
         if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
             if value.func.value in facts.iterable_dataset_classes:
@@ -143,7 +144,9 @@ def _keyword_names(facts: Facts, loader: Loader) -> Set[str]:
     sources = [loader.kwargs_name]
     for call in facts.calls_by_callee.get(f"{loader.kwargs_name}.update", ()):
         for arg in call.args:
-            sources.append(dotted_name(arg.value))
+            source = dotted_name(arg.value)
+            if source is not None:  # (a None source would name no assigned value)
+                sources.append(source)
             keys.update(_dict_keys(arg.value))
     for source in sources:
         for value in facts.assigned_values.get(source, ()):
@@ -173,8 +176,9 @@ def _dict_keys(value: cst.BaseExpression) -> Set[str]:
         return _dict_keys(value.body) | _dict_keys(value.orelse)
     if not isinstance(value, cst.Dict):
         return set()
-    return {string_value(element.key) for element in value.elements
-            if isinstance(element, cst.DictElement)} - {None}
+    keys = (string_value(element.key) for element in value.elements
+            if isinstance(element, cst.DictElement))
+    return {key for key in keys if key is not None}
 
 
 def _is_training(facts: Facts, loader: Loader) -> bool:
@@ -213,15 +217,14 @@ def _other_factory_calls(facts: Facts, loader: Loader) -> List[cst.Call]:
     """Calls of a loader factory (`return DataLoader(...)`) whose loader does not train."""
     if not loader.returned or loader.function is None:
         return []
-    found = []
+    found: List[cst.Call] = []
     for call in facts.calls_by_callee.get(loader.function.name.value, ()):
         assign = facts.parents.get(call)
         target = assign.targets[0].target if isinstance(assign, cst.Assign) and len(assign.targets) == 1 else None
         name = dotted_name(target) if target is not None else None
-        holder = (facts.function_of(call), name)
         trains = name is not None and any(
             loop in facts.training_loops or loop in facts.loops_calling_training
-            for function, held in facts._holders([holder])
+            for function, held in facts._holders([(facts.function_of(call), name)])
             for loop in facts.loops_over.get(held, ())
             if facts.sees_value(loop, held, function))
         if not trains:
@@ -257,7 +260,8 @@ def _add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: SetupPlan) -
         condition = OUT_OF_SETUP_CONDITION
         edits.imports.add("dist")
     sampler = derived_name(loader, "sampler", taken)
-    inserted = []
+    inserted: List[Statement] = []
+    assert loader.dataset is not None  # _can_add_sampler requires one
     dataset = edits.code(loader.dataset)
     if dotted_name(loader.dataset) is None:
         # `DataLoader(TensorDataset(x, y), ...)`: the sampler needs the dataset too.
@@ -293,7 +297,7 @@ def _add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: SetupPlan) -
         _set_epoch(facts, edits, loader, sampler)
 
 
-def derived_name(loader: Loader, kind: str, taken) -> str:
+def derived_name(loader: Loader, kind: str, taken: Collection[str]) -> str:
     """`train_loader` -> `train_sampler` / `train_dataset`; `loader` -> `sampler`."""
     if loader.returned:
         base, prefix = "loader", ""
@@ -328,7 +332,7 @@ def _fit(code: str, facts: Facts, anchor: cst.BaseStatement, condition: str = "d
 def _loader_args(edits: Edits, loader: Loader, sampler: str, dataset: str) -> List[str]:
     """The loader's arguments with the dataset named, `shuffle=` kept only as a fallback
     when there is no sampler, and `sampler=` after it (or last, or before `**kwargs`)."""
-    args = []
+    args: List[str] = []
     placed = False
     for arg in loader.call.args:
         text = edits.code(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip()
@@ -351,7 +355,8 @@ def _loader_args(edits: Edits, loader: Loader, sampler: str, dataset: str) -> Li
     return args
 
 
-def _edit_arguments(edits: Edits, loader: Loader, sampler: str, dataset: str):
+def _edit_arguments(edits: Edits, loader: Loader, sampler: str,
+                    dataset: str) -> Callable[[cst.Call], cst.Call]:
     """The same change as _loader_args, made on the argument nodes: each argument keeps its
     own comma, line break and comment; `sampler=` takes the layout of its neighbours."""
     originals = list(loader.call.args)
@@ -388,7 +393,7 @@ def _edit_arguments(edits: Edits, loader: Loader, sampler: str, dataset: str):
     return rewrite
 
 
-def _plain_comma(comma) -> cst.Comma:
+def _plain_comma(comma: Union[cst.Comma, cst.MaybeSentinel, None]) -> cst.Comma:
     """A comma like `comma` (same line break and indent), without its trailing comment."""
     if not isinstance(comma, cst.Comma):
         return cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
@@ -448,13 +453,15 @@ def _floor_divided(value: str) -> str:
     return value if simple else f"({value})"
 
 
-def _loader_statement(facts: Facts, edits: Edits, loader: Loader, args: List[str]):
+def _loader_statement(facts: Facts, edits: Edits, loader: Loader, args: List[str]) -> Statement:
     """The loader call rebuilt from its arguments, wrapped as black would."""
-    statement = loader.statement
+    statement = cast(cst.SimpleStatementLine, loader.statement)  # _can_add_sampler checked
     if loader.returned:
         head = "return " + edits.code(loader.call.func)
     else:
-        head = edits.code(statement.body[0].targets[0].target) + " = " + edits.code(loader.call.func)
+        # `name = DataLoader(...)`, the line's first small statement.
+        assign = cast(cst.Assign, statement.body[0])
+        head = edits.code(assign.targets[0].target) + " = " + edits.code(loader.call.func)
     indent = " " * (facts.positions[statement].start.column)
     one_line = f"{head}({', '.join(args)})"
     if "\n" not in one_line and len(indent) + len(one_line) <= LINE_LENGTH:
@@ -499,7 +506,7 @@ def _wrap_random_sampler(facts: Facts, edits: Edits, setup: SetupPlan, loader: L
     values = facts.assigned_values.get(name, []) if name is not None else [arg.value]
     if len(values) != 1 or values[0] not in facts.random_sampler_calls:
         return False
-    call = values[0]
+    call = cast(cst.Call, values[0])  # one of the RandomSampler calls
     if len(call.args) != 1 or call.args[0].star or not (
         call.args[0].keyword is None or call.args[0].keyword.value == "data_source"
     ):
@@ -541,8 +548,8 @@ def _download_on_one_process_first(facts: Facts, edits: Edits, setup: SetupPlan)
         edits.report("DDP209", first)
 
 
-def _consecutive_groups(facts: Facts, statements) -> List[List[cst.BaseStatement]]:
-    groups: List[List[cst.BaseStatement]] = []
+def _consecutive_groups(facts: Facts, statements: Sequence[Statement]) -> List[List[Statement]]:
+    groups: List[List[Statement]] = []
     for statement in statements:
         block = facts.block_of(statement)
         if groups and facts.block_of(groups[-1][-1]) is block:

@@ -3,6 +3,8 @@
 `.cuda()`, `.to("cuda")`, `.to(0)` and `torch.device("cuda:0")` all name GPU 0 on every rank
 and fail on a CPU-only machine; the setup block's device names the rank's own GPU, or the CPU.
 """
+from typing import Callable, cast
+
 import libcst as cst
 
 from ddpify.analysis import Facts, dotted_name
@@ -71,9 +73,10 @@ def _in_choice(facts: Facts, setup: SetupPlan, node: cst.CSTNode) -> bool:
     return False
 
 
-def _device_side_becomes(device: str, kind: str, edits: Edits):
+def _device_side_becomes(device: str, kind: str,
+                         edits: Edits) -> Callable[[cst.Comparison], cst.Comparison]:
     def rewrite(comparison: cst.Comparison) -> cst.Comparison:
-        def swap(side):
+        def swap(side: cst.BaseExpression) -> cst.BaseExpression:
             return edits.expression(kind) if isinstance(side, cst.Name) and side.value == device else side
         target = comparison.comparisons[0]
         return comparison.with_changes(
@@ -83,18 +86,19 @@ def _device_side_becomes(device: str, kind: str, edits: Edits):
     return rewrite
 
 
-def _move_to(device: str):
+def _move_to(device: str) -> Callable[[cst.Call], cst.Call]:
     def rewrite(call: cst.Call) -> cst.Call:
         keywords = [arg for arg in call.args if arg.keyword is not None]
         positional = [arg for arg in call.args if arg.keyword is None]
-        if call.func.attr.value == "to":
+        func = cast(cst.Attribute, call.func)  # a fixed device move is a method: `.cuda()`, `.to(0)`
+        if func.attr.value == "to":
             # `.to("cuda", dtype)`: only the device changes.
             args = [positional[0].with_changes(value=cst.Name(device))] + positional[1:] + keywords
         else:
             # `.cuda(1, non_blocking=True)`: the index goes, the keywords stay.
             args = [cst.Arg(cst.Name(device))] + keywords
         args = [arg.with_changes(comma=cst.MaybeSentinel.DEFAULT) for arg in args]
-        return call.with_changes(func=call.func.with_changes(attr=cst.Name("to")), args=args)
+        return call.with_changes(func=func.with_changes(attr=cst.Name("to")), args=args)
 
     return rewrite
 

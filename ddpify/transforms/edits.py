@@ -5,17 +5,18 @@ analysis recorded, and `ApplyEdits` visits the same tree once. One pass keeps no
 (libcst makes new nodes on every pass) and keeps the cost near one parse + one print.
 """
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Set, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union, cast
 
 import libcst as cst
 
-from ddpify.analysis import Facts
+from ddpify.analysis import BlockItem, Facts, Statement, statements_in
 from ddpify.diagnostics import Diagnostic, RULES
 from ddpify.options import Options
-from ddpify.transforms.imports import import_block
+from ddpify.transforms.imports import ImportSpec, import_block
 
-# Statements as libcst builds them: a line of small statements, or an if/for/def/...
-Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
+# A rewrite of one node: it receives the updated node of the key's own type (a Call for a
+# Call), which a dict of them cannot say, hence Any.
+Rewrite = Callable[[Any], cst.CSTNode]
 
 
 @dataclass
@@ -34,20 +35,22 @@ class Edits:
     facts: Facts
     config: cst.PartialParserConfig
     options: Options = Options()
-    expressions: Dict[cst.CSTNode, Callable[[cst.CSTNode], cst.CSTNode]] = field(default_factory=dict)
-    before: Dict[Statement, List[Insertion]] = field(default_factory=dict)
-    after: Dict[Statement, List[Statement]] = field(default_factory=dict)
-    replaced: Dict[Statement, List[Statement]] = field(default_factory=dict)
-    removed: Set[Statement] = field(default_factory=set)
-    guarded: Dict[Statement, str] = field(default_factory=dict)
+    expressions: Dict[cst.CSTNode, Rewrite] = field(default_factory=dict)
+    # Keyed by the statements of the original tree; ApplyEdits rebuilds the module and
+    # indented blocks, so a key from a one-line suite (a small statement) is never applied.
+    before: Dict[BlockItem, List[Insertion]] = field(default_factory=dict)
+    after: Dict[BlockItem, List[Statement]] = field(default_factory=dict)
+    replaced: Dict[BlockItem, List[Statement]] = field(default_factory=dict)
+    removed: Set[BlockItem] = field(default_factory=set)
+    guarded: Dict[BlockItem, str] = field(default_factory=dict)
     # Statements wrapped in try/finally, with the code for the finally block.
-    finally_bodies: Dict[Statement, List[Statement]] = field(default_factory=dict)
+    finally_bodies: Dict[BlockItem, List[Statement]] = field(default_factory=dict)
     module_end: List[Statement] = field(default_factory=list)
     module_prelude: List[Statement] = field(default_factory=list)
     # Keys of names.EMITTED_IMPORTS the emitted code uses.
     imports: Set[str] = field(default_factory=set)
     # (module, name, alias) imports to drop if the migrated code no longer uses them.
-    unused_imports: Set[tuple] = field(default_factory=set)
+    unused_imports: Set[ImportSpec] = field(default_factory=set)
     diagnostics: List[Diagnostic] = field(default_factory=list)
 
     def statement(self, code: str) -> Statement:
@@ -78,6 +81,11 @@ class Edits:
         )
 
 
+def replacement(edits: Edits, code: str) -> Rewrite:
+    """A rewrite that puts `code` in the node's place, parsed when the edits are applied."""
+    return lambda _node: edits.expression(code)
+
+
 class ApplyEdits(cst.CSTTransformer):
     def __init__(self, edits: Edits) -> None:
         super().__init__()
@@ -87,7 +95,7 @@ class ApplyEdits(cst.CSTTransformer):
         self.on_path: Set[cst.CSTNode] = set()
         for key in (*edits.expressions, *edits.before, *edits.after, *edits.replaced,
                     *edits.removed, *edits.guarded, *edits.finally_bodies):
-            node = key
+            node: Optional[cst.CSTNode] = key
             while node is not None and node not in self.on_path:
                 self.on_path.add(node)
                 node = edits.facts.parents.get(node)
@@ -95,28 +103,37 @@ class ApplyEdits(cst.CSTTransformer):
     def on_visit(self, node: cst.CSTNode) -> bool:
         return (node in self.on_path or isinstance(node, cst.Module)) and super().on_visit(node)
 
-    def on_leave(self, original_node, updated_node):
+    # libcst types on_leave as returning the kind of node it was given; a rewrite may put
+    # another kind in its place (a Name for an Attribute), which that signature cannot say.
+    def on_leave(  # type: ignore[override]
+        self, original_node: cst.CSTNode, updated_node: cst.CSTNode
+    ) -> Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel[cst.CSTNode]]:
         rewrite = self.edits.expressions.get(original_node)
         if rewrite is not None:
             updated_node = rewrite(updated_node)
         return super().on_leave(original_node, updated_node)
 
-    def leave_IndentedBlock(self, original_node, updated_node):
-        return updated_node.with_changes(body=self._rebuild(original_node.body, updated_node.body))
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock,
+                            updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
+        return updated_node.with_changes(
+            body=self._rebuild(statements_in(original_node), statements_in(updated_node)))
 
-    def leave_If(self, original_node, updated_node):
+    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.If:
         """`if step % 10 == 0:` around guarded code only becomes `if step % 10 == 0 and is_main:`."""
         guard = self._sole_guard(original_node)
         if guard is None:
             return updated_node
-        inner = updated_node.body.body[0]
-        body = list(inner.body.body)
+        # The body is indented (_sole_guard checked), and leave_IndentedBlock made all of it,
+        # under this one guard, into a single `if guard:` (_guard).
+        block = cast(cst.IndentedBlock, updated_node.body)
+        inner = cast(cst.If, block.body[0])
+        body = list(cast(cst.IndentedBlock, inner.body).body)
         body[0] = body[0].with_changes(leading_lines=inner.leading_lines)
         test = updated_node.test
         if isinstance(test, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr)) and not test.lpar:
             test = test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         combined = cst.BooleanOperation(left=test, operator=cst.And(), right=self.edits.expression(guard))
-        return updated_node.with_changes(test=combined, body=updated_node.body.with_changes(body=body))
+        return updated_node.with_changes(test=combined, body=block.with_changes(body=body))
 
     def _sole_guard(self, node: cst.If) -> Optional[str]:
         if node.orelse is not None or not isinstance(node.body, cst.IndentedBlock):
@@ -129,14 +146,14 @@ class ApplyEdits(cst.CSTTransformer):
             return None
         return guards.pop()
 
-    def leave_Module(self, original_node, updated_node):
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         body = self._rebuild(original_node.body, updated_node.body)
         if self.edits.module_prelude:
             _, end = import_block(body)
             body = body[:end] + list(self.edits.module_prelude) + body[end:]
         return updated_node.with_changes(body=body + list(self.edits.module_end))
 
-    def _rebuild(self, originals: Sequence[Statement], updated: Sequence[Statement]):
+    def _rebuild(self, originals: Sequence[Statement], updated: Sequence[Statement]) -> List[Statement]:
         edits = self.edits
         body: List[Statement] = []
         group: List[Statement] = []
@@ -145,6 +162,7 @@ class ApplyEdits(cst.CSTTransformer):
         def flush() -> None:
             nonlocal group, group_guard
             if group:
+                assert group_guard is not None  # a group is only ever gathered under a guard
                 body.append(_guard(group, group_guard, edits))
             group, group_guard = [], None
 
@@ -192,7 +210,7 @@ class ApplyEdits(cst.CSTTransformer):
         return body
 
 
-def _split_blank_lines(lines):
+def _split_blank_lines(lines: Iterable[cst.EmptyLine]) -> Tuple[List[cst.EmptyLine], List[cst.EmptyLine]]:
     """Leading lines -> (the blank lines before the first comment, the rest)."""
     lines = list(lines)
     count = 0
@@ -201,7 +219,7 @@ def _split_blank_lines(lines):
     return lines[:count], lines[count:]
 
 
-def _guard(statements: List[Statement], guard: str, edits: Edits) -> cst.If:
+def _guard(statements: Sequence[Statement], guard: str, edits: Edits) -> cst.If:
     """`if is_main:` around statements; the comments above the first move above the if."""
     first = statements[0]
     # A blank line moved into the new block must stay blank, not gain the block's indent.
@@ -219,7 +237,7 @@ def _guard(statements: List[Statement], guard: str, edits: Edits) -> cst.If:
     )
 
 
-def _try_finally(statement: Statement, cleanup: List[Statement], edits: Edits) -> cst.Try:
+def _try_finally(statement: Statement, cleanup: Sequence[Statement], edits: Edits) -> cst.Try:
     return cst.Try(
         body=cst.IndentedBlock(body=[statement.with_changes(leading_lines=())]),
         finalbody=cst.Finally(body=cst.IndentedBlock(body=cleanup)),

@@ -7,14 +7,16 @@ third party; plain imports before from-imports; by module), which matches isort'
 and leaves the existing lines untouched.
 """
 import sys
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Set, Tuple, Union, cast
 
 import libcst as cst
 
-from ddpify.analysis import dotted_name
+from ddpify.analysis import Statement, dotted_name
 
 # (module, imported name or None, alias or None): ("torch.distributed", None, "dist").
 ImportSpec = Tuple[str, Optional[str], Optional[str]]
+# isort's sort key of an import: (section, is a from-import, module).
+SortKey = Tuple[int, bool, str]
 
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"os", "sys", "contextlib"}
 
@@ -38,15 +40,15 @@ def remove_unused_imports(module: cst.Module, specs: Sequence[ImportSpec]) -> cs
     Only DataParallel files pay for this: one look for the name outside its import,
     rather than libcst's RemoveImportsVisitor and the scope analysis it needs.
     """
-    body = list(module.body)
-    for index, statement in enumerate(body):
+    body: List[Union[Statement, cst.RemovalSentinel]] = list(module.body)
+    for index, statement in enumerate(module.body):
         for node in imports_of(statement):
             if not isinstance(node, cst.ImportFrom) or isinstance(node.names, cst.ImportStar):
                 continue
             source = dotted_name(node.module) if node.module is not None else None
             kept = [alias for alias in node.names if not (
-                (source, alias.name.value, _alias(alias)) in specs
-                and not _used_elsewhere(module, statement, _alias(alias) or alias.name.value))]
+                (source, _name(alias), _alias(alias)) in specs
+                and not _used_elsewhere(module, statement, _alias(alias) or _name(alias)))]
             if len(kept) == len(node.names):
                 continue
             if not kept:
@@ -77,7 +79,7 @@ def _code(spec: ImportSpec) -> str:
     return f"from {module} import {name}{suffix}\n" if name else f"import {module}{suffix}\n"
 
 
-def import_block(body: List[cst.BaseStatement]) -> Tuple[int, int]:
+def import_block(body: Sequence[cst.BaseStatement]) -> Tuple[int, int]:
     """[start, end) of the imports at the top, after a docstring."""
     start = 0
     if body and _is_docstring(body[0]):
@@ -96,16 +98,17 @@ def _is_docstring(statement: cst.BaseStatement) -> bool:
     )
 
 
-def imports_of(statement: cst.BaseStatement) -> List[cst.CSTNode]:
+def imports_of(statement: cst.CSTNode) -> List[Union[cst.Import, cst.ImportFrom]]:
     if not isinstance(statement, cst.SimpleStatementLine):
         return []
     if not all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body):
         return []
-    return list(statement.body)
+    # Every small statement was just checked to be an import.
+    return cast(List[Union[cst.Import, cst.ImportFrom]], list(statement.body))
 
 
-def _present(block: List[cst.BaseStatement]) -> set:
-    present = set()
+def _present(block: Sequence[cst.BaseStatement]) -> Set[Tuple[Optional[str], Optional[str], Optional[str]]]:
+    present: Set[Tuple[Optional[str], Optional[str], Optional[str]]] = set()
     for statement in block:
         for node in imports_of(statement):
             if isinstance(node, cst.Import):
@@ -113,27 +116,33 @@ def _present(block: List[cst.BaseStatement]) -> set:
                     present.add((dotted_name(alias.name), None, _alias(alias)))
             elif node.module is not None and not node.relative and not isinstance(node.names, cst.ImportStar):
                 for alias in node.names:
-                    present.add((dotted_name(node.module), alias.name.value, _alias(alias)))
+                    present.add((dotted_name(node.module), _name(alias), _alias(alias)))
     return present
 
 
 def _alias(alias: cst.ImportAlias) -> Optional[str]:
-    return alias.asname.name.value if alias.asname is not None else None
+    # libcst types AsName.name for `with`/`except` targets too; in an import it is a Name.
+    return cast(cst.Name, alias.asname.name).value if alias.asname is not None else None
 
 
-def _key_of_spec(spec: ImportSpec):
+def _name(alias: cst.ImportAlias) -> str:
+    """The imported name of a from-import alias: a plain Name (only `import a.b` dots it)."""
+    return cast(cst.Name, alias.name).value
+
+
+def _key_of_spec(spec: ImportSpec) -> SortKey:
     module, name, _ = spec
     return (_section(module), name is not None, module.lower())
 
 
-def _key_of(statement: cst.BaseStatement):
+def _key_of(statement: cst.BaseStatement) -> SortKey:
     node = imports_of(statement)[0]
     if isinstance(node, cst.Import):
         module = dotted_name(node.names[0].name) or ""
         return (_section(module), False, module.lower())
-    module = dotted_name(node.module) if node.module is not None else ""
-    section = 3 if node.relative else _section(module or "")
-    return (section, True, (module or "").lower())
+    source = dotted_name(node.module) if node.module is not None else ""
+    section = 3 if node.relative else _section(source or "")
+    return (section, True, (source or "").lower())
 
 
 def _section(module: str) -> int:
@@ -143,7 +152,8 @@ def _section(module: str) -> int:
     return 1 if top in _STDLIB else 2
 
 
-def _insert_sorted(body, start, end, statement, key):
+def _insert_sorted(body: List[Statement], start: int, end: int, statement: Statement,
+                   key: SortKey) -> Tuple[List[Statement], int]:
     index = next((i for i in range(start, end) if _key_of(body[i]) > key), end)
     previous_section = _key_of(body[index - 1])[0] if index > start else None
     next_section = _key_of(body[index])[0] if index < end else None

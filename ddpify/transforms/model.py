@@ -4,13 +4,13 @@ The wrap goes right after the last statement that builds, moves or loads the mod
 its optimizer is created: DDP must see the model on its final device, and checkpoints
 loaded before the wrap need no `.module`.
 """
-from typing import Optional
+from typing import List, Optional, Tuple, cast
 
 import libcst as cst
 
 from ddpify import names
-from ddpify.analysis import Facts, Model, dotted_name
-from ddpify.transforms.edits import Edits
+from ddpify.analysis import Facts, Model, Statement, dotted_name
+from ddpify.transforms.edits import Edits, Rewrite
 from ddpify.transforms.setup import SetupPlan
 
 WRAP_CODE = """\
@@ -108,7 +108,7 @@ def _drop_moves_after_wrap(facts: Facts, edits: Edits, model: Model, wrap: cst.B
             continue
         if not model.name.startswith("self.") and facts.function_of(call) is not facts.function_of(wrap):
             continue
-        receiver = call.func.value
+        receiver = cast(cst.Attribute, call.func).value  # a device move is a method call
         parent = facts.parents.get(call)
         if isinstance(receiver, (cst.Name, cst.Attribute)) and isinstance(parent, cst.Expr):
             edits.removed.add(facts.statement_of(call))  # `model.to(device)` alone
@@ -119,7 +119,8 @@ def _drop_moves_after_wrap(facts: Facts, edits: Edits, model: Model, wrap: cst.B
         edits.report("DDP106", call)
 
 
-def _moved_elsewhere(facts: Facts, model: Model, anchor: Optional[cst.BaseStatement]):
+def _moved_elsewhere(facts: Facts, model: Model,
+                     anchor: Optional[cst.BaseStatement]) -> Optional[Tuple[Statement, str]]:
     """(the statement, the name it moves) where the model reaches its device, when that
     happens outside the function that builds its optimizer: the model is returned, passed
     on and stored (`self.model = model.to(gpu_id)` in a Trainer's __init__)."""
@@ -153,9 +154,9 @@ def _moves(statement: cst.BaseStatement, name: str) -> bool:
     return False
 
 
-def _unused_submodules(facts: Facts, model: Model, anchor: cst.BaseStatement) -> list:
+def _unused_submodules(facts: Facts, model: Model, anchor: cst.BaseStatement) -> List[cst.Assign]:
     """Submodules that forward() never uses, in the classes the model is built from."""
-    unused = []
+    unused: List[cst.Assign] = []
     for statement in facts.statements_touching.get(model.name, ()):
         if facts.line_of(statement) > facts.line_of(anchor):
             continue
@@ -180,7 +181,7 @@ def _wrap_code(facts: Facts, anchor: cst.BaseStatement, model: str, device: str,
     return code
 
 
-def _wrap_anchor(facts: Facts, model: Model) -> Optional[cst.BaseStatement]:
+def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
     """The last statement before the optimizer, in its block, that assigns or moves the model.
 
     A `model = torch.compile(model)` comes after the wrap: compiling the DDP module lets
@@ -190,7 +191,7 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[cst.BaseStatement]:
     body = list(block.body)
     limit = body.index(model.optimizer_statement)
     compiles = facts.compile_statements.get(model.name, ())
-    anchor = None
+    anchor: Optional[Statement] = None
     for touching in facts.statements_touching.get(model.name, ()):
         if touching in compiles or facts.function_of(touching) is not model.function:
             continue
@@ -201,11 +202,11 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[cst.BaseStatement]:
             anchor = statement if anchor is None or body.index(statement) > body.index(anchor) else anchor
     # `optimizer = SGD(model.parameters()); model.to(device)`: the move after the optimizer
     # still comes before training, and DDP must see the model on its device.
-    for statement in body[limit + 1:]:
-        if not isinstance(statement, cst.SimpleStatementLine):
+    for following in body[limit + 1:]:
+        if not isinstance(following, cst.SimpleStatementLine):
             break
-        if statement in facts.statements_touching.get(model.name, ()) and _moves(statement, model.name):
-            anchor = statement
+        if following in facts.statements_touching.get(model.name, ()) and _moves(following, model.name):
+            anchor = following
     return anchor
 
 
@@ -261,7 +262,7 @@ def _before_wrap(facts: Facts, node: cst.CSTNode, wrap: cst.BaseStatement) -> bo
     return same_function and facts.line_of(node) <= facts.line_of(wrap)
 
 
-def _unwrapped(name: str, edits: Edits, quote: str = '"'):
+def _unwrapped(name: str, edits: Edits, quote: str = '"') -> Rewrite:
     return lambda _node: edits.expression(f"getattr({name}, {quote}module{quote}, {name})")
 
 
@@ -287,7 +288,7 @@ def _replace_data_parallel(facts: Facts, edits: Edits) -> None:
         if _assigns_back(statement, wrapped):
             edits.removed.add(_multi_gpu_branch(facts, statement) or statement)
         elif wrapped is not None:
-            edits.expressions[call] = lambda _node, wrapped=wrapped: wrapped
+            edits.expressions[call] = _original(wrapped)
     for reference in facts.data_parallel_references:
         edits.expressions[reference] = lambda _node: cst.Name("DDP")
         edits.imports.add("DDP")
@@ -295,7 +296,12 @@ def _replace_data_parallel(facts: Facts, edits: Edits) -> None:
         edits.unused_imports.update(names.DATA_PARALLEL_IMPORTS)
 
 
-def _assigns_back(statement: cst.BaseStatement, wrapped) -> bool:
+def _original(node: cst.BaseExpression) -> Rewrite:
+    """A rewrite that puts `node`, as the original tree has it, in the updated node's place."""
+    return lambda _node: node
+
+
+def _assigns_back(statement: cst.BaseStatement, wrapped: Optional[cst.BaseExpression]) -> bool:
     """`model = nn.DataParallel(model)`: without the wrap the statement does nothing."""
     if wrapped is None or not isinstance(statement, cst.SimpleStatementLine):
         return False
@@ -306,7 +312,7 @@ def _assigns_back(statement: cst.BaseStatement, wrapped) -> bool:
     )
 
 
-def _multi_gpu_branch(facts: Facts, statement: cst.BaseStatement) -> Optional[cst.If]:
+def _multi_gpu_branch(facts: Facts, statement: Statement) -> Optional[cst.If]:
     """`if torch.cuda.device_count() > 1:` holding only the wrap (and a print about it)."""
     block = facts.block_of(statement)
     branch = facts.parents.get(block)

@@ -8,7 +8,7 @@ from typing import List, Set
 
 import libcst as cst
 
-from ddpify.analysis import Facts
+from ddpify.analysis import BlockItem, Facts
 from ddpify.transforms import training
 from ddpify.transforms.edits import Edits
 from ddpify.transforms.setup import SetupPlan
@@ -38,8 +38,10 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
                              f"`{', '.join(local)}` differs per rank")
 
 
-def _child_of(facts: Facts, node: cst.CSTNode, loop: cst.For) -> cst.CSTNode:
-    return facts.ancestor_in(node, loop.body)
+def _child_of(facts: Facts, node: cst.CSTNode, loop: cst.For) -> BlockItem:
+    child = facts.ancestor_in(node, loop.body)
+    assert child is not None  # node is one of the loops inside this loop's body
+    return child
 
 
 def _ifs_within(node: cst.CSTNode) -> List[cst.If]:

@@ -4,11 +4,11 @@ The setup block goes where the script chose its device, so the diff reads as "th
 choice became a distributed setup"; it moves up only when earlier code already needs it.
 """
 from dataclasses import dataclass, field
-from typing import List, Optional, Set
+from typing import Iterable, List, Optional, Sequence, Set, Union
 
 import libcst as cst
 
-from ddpify.analysis import DeviceAssignment, Facts, Loader
+from ddpify.analysis import BlockItem, DeviceAssignment, Facts, Loader
 from ddpify.transforms.edits import Edits, Insertion
 from ddpify.transforms.imports import imports_of
 
@@ -83,13 +83,13 @@ class SetupPlan:
     function: Optional[cst.FunctionDef]
     # The block the setup goes into: a function body, the module, or the body of
     # `if __name__ == "__main__":`.
-    block: cst.CSTNode
+    block: Union[cst.Module, cst.BaseSuite]
     device: str
     # A CUDA-or-CPU choice in one statement, which the setup block replaces.
     device_assignment: Optional[DeviceAssignment]
     # Any other device choice stays as written; the setup follows this statement of `block`
     # (the whole if/else that chooses), so that it runs on every path.
-    choice_statement: Optional[cst.BaseStatement] = None
+    choice_statement: Optional[BlockItem] = None
     # `device = torch.accelerator.current_accelerator()` outside any branch: None on a CPU.
     bare_accelerator: bool = False
     # The script never chooses a device: it trains on the CPU.
@@ -126,7 +126,7 @@ class SetupPlan:
         return guard
 
 
-def choose(facts: Facts) -> Optional[SetupPlan]:
+def choose(facts: Facts) -> SetupPlan:
     """Pick the scope of the setup: the device choice, else the training loop's function."""
     choice = _device_choice(facts)
     if choice:
@@ -158,7 +158,7 @@ def _device_choice(facts: Facts) -> List[DeviceAssignment]:
 
 
 def _scope_block(facts: Facts, statement: cst.BaseStatement,
-                 function: Optional[cst.FunctionDef]) -> cst.CSTNode:
+                 function: Optional[cst.FunctionDef]) -> Union[cst.Module, cst.BaseSuite]:
     if function is not None:
         return function.body
     guard = facts.main_guard
@@ -217,7 +217,7 @@ def place(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
     """Insert the setup block before the first statement of its block that needs it."""
     edits.imports.update({"os", "dist"})
     plan.called_repeatedly = called_repeatedly(facts, plan.function)
-    if plan.called_repeatedly:
+    if plan.called_repeatedly and plan.function is not None:  # only a function runs repeatedly
         edits.report("DDP009", plan.function)
     if plan.choice_statement is not None:
         _place_after_choice(facts, edits, plan)
@@ -256,7 +256,8 @@ def _place_after_choice(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
     the choice gets the setup earlier: output guards only the environment part; a sampler
     or a download barrier the process group too, on each device type's default backend."""
     choice = plan.choice_statement
-    body = list(plan.block.body)
+    assert choice is not None  # place() calls this only for a plan with a choice statement
+    body: List[BlockItem] = list(plan.block.body)
     anchor = _first_statement_needing_setup(facts, edits, plan)
     needs_group = _first_statement_needing_setup(facts, edits, plan, guards_too=False)
     world_size = WORLD_SIZE_CODE if plan.needs_world_size else ""
@@ -269,7 +270,7 @@ def _place_after_choice(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
         chosen = f'{plan.device} if {plan.device} is not None else "cpu"'
     refine = (REFINE_AFTER_EARLY_GROUP_CODE if group_early else REFINE_CODE).format(
         device=plan.device, chosen=chosen)
-    if early:
+    if early and anchor is not None:  # (early implies an anchor)
         code = ENVIRONMENT_CODE + world_size
         if group_early:
             code += EARLY_GROUP_CODE
@@ -290,9 +291,9 @@ def _place_after_choice(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
 
 
 def _first_statement_needing_setup(facts: Facts, edits: Edits, plan: SetupPlan,
-                                   guards_too: bool = True):
-    body = list(plan.block.body)
-    candidates = []
+                                   guards_too: bool = True) -> Optional[BlockItem]:
+    body: List[BlockItem] = list(plan.block.body)
+    candidates: List[BlockItem] = []
     if plan.device_assignment is not None:
         candidates.append(plan.device_assignment.statement)
     touched = (
@@ -312,18 +313,21 @@ def _first_statement_needing_setup(facts: Facts, edits: Edits, plan: SetupPlan,
     return min(candidates, key=body.index)
 
 
-def _calls_of_functions_holding(facts: Facts, nodes, plan: SetupPlan) -> list:
+def _calls_of_functions_holding(facts: Facts, nodes: Iterable[cst.CSTNode],
+                                plan: SetupPlan) -> List[cst.Call]:
     """Calls of the functions that hold edited code: `make_loaders()` needs the process
     group if the loader it builds now gets a DistributedSampler."""
-    calls = []
-    for function in {facts.function_of(node) for node in nodes} - {None, plan.function}:
+    calls: List[cst.Call] = []
+    # (Their order does not matter: the caller takes the earliest statement of them all.)
+    holding = {function for function in map(facts.function_of, nodes) if function is not None}
+    for function in holding - {plan.function}:
         for callee in (function.name.value, "self." + function.name.value):
             if facts.functions.get(callee) is function:
                 calls.extend(facts.calls_by_callee.get(callee, ()))
     return calls
 
 
-def _first_code_statement(body: List[cst.BaseStatement]) -> Optional[cst.BaseStatement]:
+def _first_code_statement(body: Sequence[BlockItem]) -> Optional[BlockItem]:
     for statement in body:
         if not isinstance(statement, (cst.FunctionDef, cst.ClassDef)) and not imports_of(statement):
             return statement
@@ -371,7 +375,7 @@ def teardown(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
     edits.report("DDP005", facts.module.body[-1])
 
 
-def _call_of_function_under_main(facts: Facts, function_name: str):
+def _call_of_function_under_main(facts: Facts, function_name: str) -> Optional[cst.SimpleStatementLine]:
     guard = facts.main_guard
     if guard is None or not isinstance(guard.body, cst.IndentedBlock):
         return None

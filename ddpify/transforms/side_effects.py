@@ -6,13 +6,13 @@ a keyword where the API has one (`tqdm(..., disable=not is_main)`, `wandb.init(m
 `if is_main:` around whole statements otherwise, and one guard around a `for`/`with` whose
 body is nothing but guarded statements.
 """
-from typing import List, Optional, Set
+from typing import Callable, List, Optional, Sequence, Set, cast
 
 import libcst as cst
 
 from ddpify import names
-from ddpify.analysis import Facts, calls_within, dotted_name, string_value
-from ddpify.transforms.edits import Edits, Insertion
+from ddpify.analysis import BlockItem, Facts, Statement, calls_within, dotted_name, string_value
+from ddpify.transforms.edits import Edits, Insertion, replacement
 from ddpify.transforms.setup import SetupPlan
 
 LINE_LENGTH = 88
@@ -56,11 +56,11 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Setup
         if not any(_saved_before(facts, save, call) and _guarded(facts, edits, save)
                    for save in facts.save_calls):
             continue
-        statement = facts.statement_of(call)
+        statement: Statement = facts.statement_of(call)
         # `with open(path, "rb") as f: model = torch.load(f)`: wait before the open.
         while isinstance(facts.parents.get(statement), cst.IndentedBlock) and isinstance(
                 facts.parents.get(facts.parents[statement]), cst.With):
-            statement = facts.parents.get(facts.parents[statement])
+            statement = cast(cst.With, facts.parents.get(facts.parents[statement]))  # just checked
         condition = "distributed" if setup.sees_setup(facts, statement) else "dist.is_initialized()"
         edits.before.setdefault(statement, []).append(
             Insertion(edits.statements(BARRIER_CODE.format(condition=condition)), takes_comments=True))
@@ -69,10 +69,11 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Setup
 
 
 def _guarded(facts: Facts, edits: Edits, node: cst.CSTNode) -> bool:
-    while node is not None:
-        if node in edits.guarded:
+    current: Optional[cst.CSTNode] = node
+    while current is not None:
+        if current in edits.guarded:
             return True
-        node = facts.parents.get(node)
+        current = facts.parents.get(current)
     return False
 
 
@@ -97,9 +98,10 @@ def _saved_before(facts: Facts, save: cst.Call, load: cst.Call) -> bool:
 def _guard_prints_and_saves(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
     model_names = {model.name for model in facts.models}
     for statement in facts.output_statements:
-        if not _is_single_call_line(statement):
+        expression = _single_expression(statement)
+        if expression is None:
             continue
-        call = statement.body[0].value
+        call = expression.value
         if call not in facts.save_calls and _runs_model(call, model_names):
             edits.report("DDP308", statement)
             continue
@@ -107,7 +109,7 @@ def _guard_prints_and_saves(facts: Facts, edits: Edits, setup: SetupPlan) -> Non
         edits.report("DDP302" if call in facts.save_calls else "DDP301", statement)
 
 
-def _runs_model(call: cst.Call, model_names: Set[str]) -> bool:
+def _runs_model(call: cst.BaseExpression, model_names: Set[str]) -> bool:
     """A call inside the printed arguments that calls the model or is handed the model."""
     for inner in calls_within(call):
         if inner is call:
@@ -141,7 +143,8 @@ def _file_writes(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
         for call in facts.calls_named.get(qualified, ()):
             if not _opens_for_writing(call):
                 continue
-            parent = facts.parents.get(facts.parents.get(call))
+            expression = facts.parents.get(call)
+            parent = facts.parents.get(expression) if expression is not None else None
             if isinstance(parent, cst.With) and len(parent.items) == 1:
                 _guard(facts, edits, setup, parent, "DDP302")
             elif not _guard_statement_call(facts, edits, setup, call, "DDP302"):
@@ -162,9 +165,7 @@ def _trackers(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
             _add_keyword(facts, edits, call, "mode", f'None if {guard} else "disabled"')
         else:
             value = edits.code(mode.value)
-            edits.expressions[mode.value] = lambda _node, value=value, guard=guard: edits.expression(
-                f'{value} if {guard} else "disabled"'
-            )
+            edits.expressions[mode.value] = replacement(edits, f'{value} if {guard} else "disabled"')
         edits.report("DDP306", call)
 
 
@@ -180,7 +181,8 @@ def _lower_log_level(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
         default=-1,
     )
     loggers = _logger_names(facts)
-    for index, statement in enumerate(setup.block.body):
+    body: Sequence[BlockItem] = setup.block.body
+    for index, statement in enumerate(body):
         if index <= first_allowed or isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
             continue
         if _logs(statement, loggers):
@@ -303,10 +305,11 @@ def _guard_whole_loops_and_withs(facts: Facts, edits: Edits) -> None:
     while changed:
         changed = False
         for statement in list(edits.guarded):
-            block = facts.parents.get(statement)
-            compound = facts.parents.get(block)
-            if not isinstance(compound, (cst.For, cst.With)) or compound.body is not block:
+            parent = facts.parents.get(statement)
+            compound = facts.parents.get(parent) if parent is not None else None
+            if not isinstance(compound, (cst.For, cst.With)) or compound.body is not parent:
                 continue
+            block = compound.body
             if isinstance(compound, cst.For) and compound.orelse is not None:
                 continue
             if compound in edits.guarded or compound in facts.training_loops:
@@ -318,6 +321,7 @@ def _guard_whole_loops_and_withs(facts: Facts, edits: Edits) -> None:
             ):
                 continue
             guard = guards.pop()
+            assert guard is not None  # ruled out just above
             for inner in block.body:
                 del edits.guarded[inner]
             edits.guarded[compound] = guard
@@ -380,14 +384,19 @@ def _opens_for_writing(call: cst.Call) -> bool:
 
 
 def _is_single_call_line(statement: cst.BaseStatement) -> bool:
-    return (
-        isinstance(statement, cst.SimpleStatementLine)
-        and len(statement.body) == 1
-        and isinstance(statement.body[0], cst.Expr)
-    )
+    return _single_expression(statement) is not None
 
 
-def _with_keyword(keyword: str, value: str, edits: Edits, wrap_at: Optional[int] = None):
+def _single_expression(statement: cst.BaseStatement) -> Optional[cst.Expr]:
+    """The expression of a line that holds nothing else (`print(x)`); None otherwise."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    return small if isinstance(small, cst.Expr) else None
+
+
+def _with_keyword(keyword: str, value: str, edits: Edits,
+                  wrap_at: Optional[int] = None) -> Callable[[cst.Call], cst.Call]:
     """`keyword=value` appended to a call; with wrap_at (the line's indent), the arguments move
     to a line of their own, as black writes a call that no longer fits."""
     def rewrite(call: cst.Call) -> cst.Call:

@@ -5,11 +5,11 @@ Both keep the run as a group of one exactly as it was: no_sync() only when distr
 the all-reduce only when distributed. Neither adds work per step: the all-reduce runs once per
 epoch on the sums the script already keeps.
 """
-from typing import Dict, List, Optional, Set
+from typing import Callable, Dict, Iterable, List, Optional, Set, cast
 
 import libcst as cst
 
-from ddpify.analysis import Facts, calls_within, dotted_name
+from ddpify.analysis import Facts, Statement, calls_within, dotted_name, statements_in
 from ddpify.transforms.edits import Edits
 from ddpify.transforms.setup import SetupPlan
 
@@ -74,18 +74,19 @@ def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: SetupPlan, loop
     prefix = [edits.statement(f"{sync} = {edits.code(step_if.test)}\n").with_changes(
         leading_lines=[cst.EmptyLine(comment=cst.Comment(NO_SYNC_COMMENT))]
     )]
-    template = edits.statement(f"{with_line}\n    pass\n")
+    template = cast(cst.With, edits.statement(f"{with_line}\n    pass\n"))  # parsed from `with ...:`
     edits.imports.add("contextlib")
     edits.expressions[loop] = _wrap_range(start, stop, len(body), prefix, template)
     edits.report("DDP401", step_if)
 
 
-def _wrap_range(start: int, stop: int, count: int, prefix: List[cst.BaseStatement],
-                template: cst.With):
+def _wrap_range(start: int, stop: int, count: int, prefix: List[Statement],
+                template: cst.With) -> Callable[[cst.For], cst.For]:
     def rewrite(updated: cst.For) -> cst.For:
-        body = list(updated.body.body)
-        if len(body) != count:
+        block = updated.body  # indented: the loop's body holds the `if` that steps
+        if not isinstance(block, cst.IndentedBlock) or len(block.body) != count:
             return updated
+        body = list(statements_in(block))
         inner = [body[start].with_changes(leading_lines=())] + [
             statement.with_changes(leading_lines=[
                 line.with_changes(indent=False) if line.comment is None else line
@@ -167,7 +168,7 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: SetupPlan, loop: cs
     accumulators = epoch_accumulators(facts, loop)
     if not accumulators or not setup.sees_setup(facts, loop) or not _sharded(facts, setup, loop):
         return
-    block = facts.parents[loop]
+    block = facts.block_of(loop)
     after = list(block.body)[list(block.body).index(loop) + 1:]
     per_batch = _divided_by_len(after)
     names = list(accumulators)
@@ -235,7 +236,7 @@ def _walk(node: cst.CSTNode) -> List[cst.CSTNode]:
     return found
 
 
-def _divided_by_len(statements) -> Dict[str, str]:
+def _divided_by_len(statements: Iterable[cst.CSTNode]) -> Dict[str, str]:
     """`running_loss / len(train_loader)`: a sum over this rank's batches, by name."""
     found: Dict[str, str] = {}
 
