@@ -24,7 +24,9 @@ def test_path_scope(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert probe.path_scope("ckpt.pth") == "cwd"
     assert probe.path_scope("/dev/null") == "system"
-    assert probe.path_scope("/nonexistent-root-dir/ckpt.pth") == "other"
+    assert probe.path_scope("/nonexistent-root-dir/ckpt.pth") == "outside"
+    assert probe.path_scope("/runs/r1/tmp/x", run_dir="/runs/r1") == "run"
+    assert probe.path_scope("/runs/r10/tmp/x", run_dir="/runs/r1") == "outside"
 
 
 def test_line_recorder_passes_through_and_records_whole_lines():

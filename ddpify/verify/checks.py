@@ -206,6 +206,8 @@ def check_runs(runs: Runs) -> CheckResult:
     if not failed:
         return CheckResult("runs", title, PASS, f"{len(judged)} runs exited 0 ({timings})", notes=notes)
     evidence = [line for run in failed for line in describe_failed_run(run)]
+    if any(early_reads(run) for run in failed):
+        evidence.append("a rank read a file before rank 0 finished writing it: see hand-off")
     hung = [RUN_TITLES.get(run.name, run.name) for run in failed if run.timed_out]
     summary = f"{len(failed)} of {len(judged)} runs failed" + (f"; hung: {', '.join(hung)}" if hung else "")
     return CheckResult("runs", title, FAIL, summary, evidence, notes)
@@ -656,8 +658,10 @@ def check_no_move_after_wrap(runs: Runs) -> CheckResult:
             key = (event["method"], event.get("where"))
             if key not in seen:
                 seen.add(key)
-                problems.append(f".{event['method']}() on the DDP-wrapped {event['module']} after the wrap"
-                                f"{at(event)} on rank {rank}: move the model before DDP(...)")
+                target = ("the DDP model" if event["module"] == "DistributedDataParallel"
+                          else f"{event['module']}, the module DDP wraps,")
+                problems.append(f".{event['method']}() on {target} after the wrap{at(event)} on rank {rank}: "
+                                "move the model to its device before DDP(...), never after")
     if problems:
         return CheckResult(check_id, title, FAIL, problems[0], problems)
     reason = unusable(runs, TORCHRUN)

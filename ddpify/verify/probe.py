@@ -466,7 +466,7 @@ class Probe:
 
         self.recorder.emit(
             "save",
-            path=path,
+            path=None if path is None else self.shown(path),
             abs=None if path is None else os.path.abspath(path),
             scope=None if path is None else path_scope(path, self.run_dir),
             module_prefix=has_module_prefix(obj),
@@ -476,7 +476,13 @@ class Probe:
             t_done=time.time(),
         )
 
+    def shown(self, path: str) -> str:
+        """A path as the user's script would name it: relative when it is in the working copy."""
+        absolute = os.path.abspath(path)
+        return os.path.relpath(absolute) if inside(absolute, os.getcwd()) else path
+
     def on_write(self, path: str, absolute: str, mode: str) -> None:
+        path = self.shown(path)
         self.delay_write(path)
         started = time.time()
         self.recorder.emit("write", path=path, abs=absolute, mode=mode, scope=path_scope(path, self.run_dir),
@@ -487,7 +493,7 @@ class Probe:
         if count >= READS_PER_PATH:
             return
         self.reads[absolute] = count + 1
-        self.recorder.emit("read", path=path, abs=absolute, where=self.where(), t=time.time())
+        self.recorder.emit("read", path=self.shown(path), abs=absolute, where=self.where(), t=time.time())
 
     # -- running the script ----------------------------------------------------------
 
