@@ -36,8 +36,12 @@ def become_subreaper() -> bool:
         return False
 
 
-def parent_links() -> Dict[int, int]:
-    """pid -> parent pid for every process in /proc (empty where there is no /proc)."""
+def parent_links(include_zombies: bool = False) -> Dict[int, int]:
+    """pid -> parent pid for every process in /proc (empty where there is no /proc).
+
+    A zombie is dead already, but it stays in the tree that descendants() walks: while a
+    multi-threaded process dies, its main thread is a zombie before its other threads are
+    gone, and its children are handed on only then."""
     links = {}
     try:
         entries = os.listdir("/proc")
@@ -51,20 +55,22 @@ def parent_links() -> Dict[int, int]:
                 fields = stat.read().rsplit(b")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if fields[0] != b"Z":  # a zombie is dead already: it only waits to be reaped
+        if include_zombies or fields[0] != b"Z":
             links[int(entry)] = int(fields[1])
     return links
 
 
 def descendants(root: int) -> List[int]:
-    links = parent_links()
+    """Every process below root, zombies that still have children included."""
+    living = parent_links()
     children: Dict[int, List[int]] = {}
-    for pid, parent in links.items():
+    for pid, parent in parent_links(include_zombies=True).items():
         children.setdefault(parent, []).append(pid)
     found, frontier = [], [root]
     while frontier:
         for child in children.get(frontier.pop(), []):
-            found.append(child)
+            if child in living or children.get(child):
+                found.append(child)
             frontier.append(child)
     return found
 
@@ -112,13 +118,19 @@ def wait_for_tree(seconds: float) -> List[int]:
         time.sleep(0.05)
 
 
+def kill_tree(alive: List[int], rounds: int = 40) -> None:
+    """SIGKILL until nothing is left (bounded: a process stuck in the kernel cannot be killed)."""
+    for _ in range(rounds):
+        if not alive:
+            return
+        signal_all(alive, signal.SIGKILL)
+        alive = wait_for_tree(0.5)
+
+
 def stop_tree() -> None:
     alive = descendants(os.getpid())
     signal_all(alive, signal.SIGTERM)
-    alive = wait_for_tree(TERM_GRACE_S)
-    while alive:
-        signal_all(alive, signal.SIGKILL)
-        alive = wait_for_tree(0.5)
+    kill_tree(wait_for_tree(TERM_GRACE_S))
 
 
 class Stopped(BaseException):
@@ -144,10 +156,9 @@ def main(argv: List[str]) -> int:
         child = subprocess.Popen(command)
         returncode = child.wait()
         alive = wait_for_tree(LEFTOVER_GRACE_S)
-        leftovers = [describe(pid) for pid in alive]
-        while alive:
-            signal_all(alive, signal.SIGKILL)
-            alive = wait_for_tree(0.5)
+        living = parent_links()
+        leftovers = [describe(pid) for pid in alive if pid in living]
+        kill_tree(alive)
     except Stopped as stopped:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
