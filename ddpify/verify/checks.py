@@ -591,7 +591,8 @@ def early_reads(run: RunResult) -> List[str]:
     """Reads that happened before rank 0 finished writing the file (before its first write
     completed, or while a write was under way): nothing made that rank wait."""
     problems, seen = [], set()
-    for rank, read, writes in handed_off_reads(run):
+    # A failed torch.load is recorded twice (the open, then the error): the error comes first.
+    for rank, read, writes in sorted(handed_off_reads(run), key=lambda found: "error" not in found[1]):
         moment = read["t"]
         pending = [write for write in writes if write["t"] <= moment < write["t_done"]]
         before_all = all(write["t_done"] > moment for write in writes)

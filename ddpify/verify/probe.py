@@ -64,7 +64,7 @@ ORIGINAL_OPEN = io.open
 WRITE_MODE_LETTERS = set("wax+")
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 SYSTEM_PREFIXES = ("/dev/", "/proc/", "/sys/")
-CODE_SUFFIXES = (".py", ".pyc", ".so", ".pth")
+CODE_SUFFIXES = (".py", ".pyc", ".so")
 # Reads of one path recorded at most this often: a dataset file read per sample is noise.
 READS_PER_PATH = 20
 IMPORT_RUN_NAME = "__ddpify_import__"

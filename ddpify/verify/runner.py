@@ -119,9 +119,13 @@ class Runner:
 
         self.settings = settings
         self.keep = keep
+        # Every process started and not yet waited for, whichever thread started it: close()
+        # stops them when an exception (Ctrl-C, SIGTERM) ends the verification early.
+        self.active: List[subprocess.Popen] = []
         self.root = tempfile.mkdtemp(prefix="ddpify-verify-", dir=settings.temp_parent)
 
     def close(self) -> None:
+        terminate(list(self.active))
         if not self.keep:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -130,6 +134,23 @@ class Runner:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+    def run_plain_together(self, jobs: Sequence[Tuple[str, str]], gpus: Optional[List[str]] = None
+                           ) -> List[RunResult]:
+        """Several single-process runs at once (the original and the group of one: on two
+        cores, two imports of torch side by side take little longer than one)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(max_workers=max(1, len(jobs)))
+        try:
+            futures = [pool.submit(self.run_plain, name, script, gpus) for name, script in jobs]
+            return [future.result() for future in futures]
+        except BaseException:
+            # Ctrl-C or SIGTERM reach this thread only: stop the runs the others wait on.
+            terminate(list(self.active))
+            raise
+        finally:
+            pool.shutdown(wait=True)
 
     # -- the runs --------------------------------------------------------------------
 
@@ -233,7 +254,7 @@ class Runner:
             launch.env = sandbox_environment(launch.env, run_dir)
         log_paths = [os.path.join(run_dir, f"output{index}.txt") for index in range(len(launches))]
         reports = [os.path.join(run_dir, f"reaper{index}.json") for index in range(len(launches))]
-        returncodes, timed_out = launch_and_wait(launches, log_paths, deadline, reports)
+        returncodes, timed_out = launch_and_wait(launches, log_paths, deadline, reports, self.active)
         seconds = time.time() - started
         events = records.load_events(record_dir)
         if timed_out:
@@ -269,11 +290,13 @@ def aborted_after_finishing(result: RunResult) -> bool:
 
 
 def launch_and_wait(launches: List[Launch], log_paths: List[str], deadline: float,
-                    reports: Optional[List[str]] = None):
+                    reports: Optional[List[str]] = None, active: Optional[List[subprocess.Popen]] = None):
     """Starts every launch under a reaper in its own session and waits for all of them or
     the deadline. Whatever ends the wait (the deadline, Ctrl-C, SIGTERM turned into an
-    exception by the command line), every process started here is stopped before it returns."""
-    processes = []
+    exception by the command line), every process started here is stopped before it returns.
+    `active` holds them meanwhile, for a caller in another thread to stop."""
+    processes: List[subprocess.Popen] = []
+    active = [] if active is None else active
     timed_out = False
     try:
         for index, (launch, log_path) in enumerate(zip(launches, log_paths)):
@@ -283,6 +306,7 @@ def launch_and_wait(launches: List[Launch], log_paths: List[str], deadline: floa
                     reaped(launch.argv, report), cwd=launch.cwd, env=launch.env, stdin=subprocess.DEVNULL,
                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 ))
+            active.append(processes[-1])
         for process in processes:
             try:
                 process.wait(timeout=max(0.0, deadline - time.time()))
@@ -294,6 +318,9 @@ def launch_and_wait(launches: List[Launch], log_paths: List[str], deadline: floa
         raise
     if timed_out:
         terminate(processes)
+    for process in processes:
+        if process in active:
+            active.remove(process)
     return [process.returncode for process in processes], timed_out
 
 

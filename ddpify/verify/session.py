@@ -140,9 +140,9 @@ def verify(
     with Runner(settings, keep=keep_temp) as runner:
         if keep_temp:
             notes.append(f"run directories kept in {runner.root}")
-        for name, script in ((ORIGINAL, original), (SINGLE, migrated)):
-            if name in needed:
-                record(runner.run_plain(name, script, gpus=plan.plain_gpus))
+        plain = [(name, script) for name, script in ((ORIGINAL, original), (SINGLE, migrated)) if name in needed]
+        for run in runner.run_plain_together(plain, gpus=plan.plain_gpus):
+            record(run)
         if TORCHRUN in needed:
             torchrun = record(runner.run_torchrun(TORCHRUN, migrated, plan.nproc, plan.torchrun_gpus))
             if "handoff" in check_ids:
