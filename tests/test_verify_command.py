@@ -127,3 +127,14 @@ def test_a_file_ddpify_leaves_unchanged_has_nothing_to_verify(tmp_path):
     assert f"nothing to verify: ddpify leaves {script} unchanged" in result.output
     same = invoke(str(script), "-o", str(script))
     assert same.exit_code == 0 and "byte-identical" in same.output
+
+
+def test_a_project_entry_must_lie_in_the_project(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(GOOD)
+    project = tmp_path / "project"
+    project.mkdir()
+    result = invoke(str(script), "--project", str(project))
+    assert result.exit_code == 2 and "is not inside the project folder" in result.output
+    result = invoke(str(script), "-o", str(project))
+    assert result.exit_code == 2 and "needs --project" in result.output

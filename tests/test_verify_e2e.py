@@ -140,3 +140,20 @@ def test_a_fixture_migrated_by_ddpify_passes(tmp_path, case):
     assert result.exit_code == 0, result.output
     assert "DistributedSampler" in migrated.read_text()
     assert "multinode_ready" not in checks and checks["ranks_agree"]["status"] == "pass"
+
+
+@pytest.mark.slow
+def test_a_multi_file_project_is_migrated_and_run_as_a_whole(tmp_path):
+    """train.py imports model.py beside it: both are migrated into -o, and each run gets a
+    copy of the whole folder (the copy's model.py is the one imported, not the original's)."""
+    project = os.path.join(DATA, "verify_project")
+    migrated = tmp_path / "migrated"
+    result, report, checks = verify(tmp_path, os.path.join(project, "train.py"), "--project", project,
+                                    "-o", str(migrated), "--checks", "ranks_agree,one_writer")
+    assert result.exit_code == 0, result.output
+    assert sorted(os.listdir(migrated)) == ["model.py", "train.py"]
+    assert "DistributedSampler" in (migrated / "train.py").read_text()
+    torchrun = next(run for run in report["runs"] if run["name"] == "torchrun")
+    assert torchrun["files_created"] == ["regressor.pt"]
+    assert torchrun["commands"][0][-1] == "train.py"
+    assert checks["one_writer"]["summary"] == "only rank 0 wrote files: regressor.pt"

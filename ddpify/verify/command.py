@@ -49,6 +49,31 @@ def migrate_into(script: str, target: str) -> Tuple[List[str], bool]:
     return [diagnostic.format(script) for diagnostic in report.diagnostics], report.changed
 
 
+def migrate_project(root: str, target: str) -> Tuple[List[str], bool]:
+    """Copies the project folder to target and migrates every Python file there in place,
+    as `ddpify -i .` would. Returns the diagnostic lines and whether any file changed."""
+    import shutil
+
+    from ddpify.jobs import ERROR, IN_PLACE, Job, run
+    from ddpify.verify.runner import NOT_COPIED
+
+    shutil.copytree(root, target, ignore=shutil.ignore_patterns(*NOT_COPIED), symlinks=True)
+    lines, changed = [], False
+    for directory, _, names in sorted(os.walk(target)):
+        for name in sorted(names):
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(directory, name)
+            shown = os.path.join(root, os.path.relpath(path, target))
+            report = run(Job(path, IN_PLACE))
+            if report.exit_code == ERROR:
+                raise UsageFailure(f"cannot migrate {(report.error or shown).replace(path, shown)}")
+            lines += [diagnostic.format(shown) for diagnostic in report.diagnostics
+                      if diagnostic.code not in ("DDP900", "DDP901")]
+            changed = changed or report.changed
+    return lines, changed
+
+
 def same_bytes(first: str, second: str) -> bool:
     try:
         with open(first, "rb") as one, open(second, "rb") as other:
@@ -107,10 +132,13 @@ fails, 2 usage error, 130/143 interrupted (every process verify started is stopp
 )
 @click.argument("script", type=click.Path(exists=True, dir_okay=False))
 @click.option(
-    "-o", "--output", "migrated", type=click.Path(dir_okay=False),
-    help="The migrated script: used as is when it exists, else SCRIPT is migrated into it. "
-    "Without -o the migration goes to a temporary file.",
+    "-o", "--output", "migrated", type=click.Path(),
+    help="The migrated script (with --project: folder): used as is when it exists, else SCRIPT "
+    "is migrated into it. Without -o the migration goes to a temporary file.",
 )
+@click.option("--project", "project", type=click.Path(exists=True, file_okay=False),
+              help="SCRIPT is the entry of this multi-file project: the whole folder is migrated "
+              "(into -o, a folder, or a temporary one) and each run gets a copy of it, run from its root.")
 @click.option("--nproc", type=click.IntRange(min=2),
               help="Processes under torchrun [default: GPUs if >1, else 2 on CPU].")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
@@ -133,7 +161,7 @@ fails, 2 usage error, 130/143 interrupted (every process verify started is stopp
 @click.option("--keep-temp", is_flag=True, help="Keep the run directories (scripts, outputs, event files).")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def verify_command(
-    script, migrated, nproc, device, full_epochs, max_steps, max_epochs, timeout, json_path, checks_value,
+    script, migrated, project, nproc, device, full_epochs, max_steps, max_epochs, timeout, json_path, checks_value,
     skip_multinode, keep_temp, script_args,
 ):
     """Prove a migration by running it: SCRIPT and its DDP version, with and without torchrun.
@@ -149,7 +177,7 @@ def verify_command(
         raise UsageFailure(INSTALL_HINT)
     try:
         with sigterm_raises():
-            status = verify_and_report(script, migrated, nproc, device, full_epochs, max_steps, max_epochs,
+            status = verify_and_report(script, migrated, project, nproc, device, full_epochs, max_steps, max_epochs,
                                        timeout, json_path, checks, keep_temp, script_args)
     except KeyboardInterrupt:
         click.echo("ddpify verify: interrupted; every process it started was stopped", err=True)
@@ -160,7 +188,7 @@ def verify_command(
     raise SystemExit(status)
 
 
-def verify_and_report(script, migrated, nproc, device, full_epochs, max_steps, max_epochs, timeout,
+def verify_and_report(script, migrated, project, nproc, device, full_epochs, max_steps, max_epochs, timeout,
                       json_path, checks, keep_temp, script_args) -> int:
     from ddpify.verify.report import render_text, write_json
     from ddpify.verify.runner import RunSettings
@@ -169,7 +197,26 @@ def verify_and_report(script, migrated, nproc, device, full_epochs, max_steps, m
     settings = RunSettings(script_args=tuple(script_args), max_steps=max_steps, max_epochs=max_epochs,
                            full_epochs=full_epochs, timeout=timeout)
     with tempfile.TemporaryDirectory(prefix="ddpify-verify-") as scratch:
-        if migrated is None or not os.path.exists(migrated):
+        roots = None
+        if project:
+            entry = os.path.relpath(os.path.abspath(script), os.path.abspath(project))
+            if entry.startswith(os.pardir):
+                raise UsageFailure(f"{script} is not inside the project folder {project}")
+            target = migrated or os.path.join(scratch, "migrated")
+            if not os.path.exists(target):
+                lines, changed = migrate_project(project, target)
+                for line in lines:
+                    click.echo(line, err=True)
+                if not changed:
+                    click.echo(f"nothing to verify: ddpify leaves every file of {project} unchanged")
+                    return 0
+            elif not os.path.isdir(target):
+                raise UsageFailure(f"-o {target}: with --project, -o names the migrated project folder")
+            roots = {script: project, os.path.join(target, entry): target}
+            migrated = os.path.join(target, entry)
+        elif migrated is not None and os.path.isdir(migrated):
+            raise UsageFailure(f"-o {migrated}: is a directory (a migrated project folder needs --project)")
+        elif migrated is None or not os.path.exists(migrated):
             stem = os.path.splitext(os.path.basename(script))[0]
             target = migrated or os.path.join(scratch, f"{stem}_ddp.py")
             lines, changed = migrate_into(script, target)
@@ -186,6 +233,7 @@ def verify_and_report(script, migrated, nproc, device, full_epochs, max_steps, m
         try:
             report = verify(
                 script, migrated, settings, checks=checks, nproc=nproc, keep_temp=keep_temp, device=device,
+                roots=roots,
                 on_run=lambda run: click.echo(f"ran {run.name}: {'ok' if run.ok else 'failed'} "
                                               f"({run.seconds:.1f}s)", err=True),
             )

@@ -179,6 +179,7 @@ class Probe:
                  slow_writes: float = 0.0, slow_paths: Sequence[str] = (), script_dir: str = ""):
         self.record_dir = os.path.abspath(record_dir)
         self.run_dir = os.path.dirname(self.record_dir)
+        # The working copy: every frame in a file under it is the user's code.
         self.script_dir = os.path.abspath(script_dir or os.getcwd())
         self.rank = int(os.environ.get("RANK", 0))
         self.recorder = Recorder(records.event_path(self.record_dir, self.rank))
@@ -555,7 +556,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     options = parse_args(sys.argv[1:] if argv is None else argv)
     os.makedirs(options.record, exist_ok=True)
     probe = Probe(options.record, options.max_steps, options.max_epochs, options.full_epochs,
-                  options.slow_writes, options.slow_path, os.path.dirname(os.path.abspath(options.script)))
+                  options.slow_writes, options.slow_path, os.getcwd())
     probe.start(options.dump_at)
     probe.run(options.script, options.script_args, options.import_only)
 

@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from ddpify.verify import records
 from ddpify.verify.records import RunResult
@@ -29,6 +29,9 @@ DISTRIBUTED_ENV_VARS = (
 )
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TERMINATE_GRACE_S = 5.0
+# Left out of a project's working copy: version control, environments, caches.
+NOT_COPIED = (".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".mypy_cache", ".pytest_cache",
+              "node_modules")
 OUTPUT_TAIL_CHARS = 4000
 
 
@@ -114,11 +117,14 @@ def stack_dump_margin(timeout: float) -> float:
 class Runner:
     """Runs scripts under the probe inside one temporary directory, removed by close()."""
 
-    def __init__(self, settings: RunSettings, keep: bool = False):
+    def __init__(self, settings: RunSettings, keep: bool = False, roots: Optional[Dict[str, str]] = None):
         import tempfile
 
         self.settings = settings
         self.keep = keep
+        # Script -> the project folder it belongs to, copied whole into each run's working
+        # copy (the script runs from its root); a script without one is copied alone.
+        self.roots = {os.path.abspath(script): os.path.abspath(root) for script, root in (roots or {}).items()}
         # Every process started and not yet waited for, whichever thread started it: close()
         # stops them when an exception (Ctrl-C, SIGTERM) ends the verification early.
         self.active: List[subprocess.Popen] = []
@@ -168,7 +174,7 @@ class Runner:
             env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
         return self._run(name, script, world_size=1, plan=lambda record, workdirs, dump_at: [
-            Launch([sys.executable, *probe_argv(record, os.path.basename(script), self.settings, dump_at, extra)],
+            Launch([sys.executable, *probe_argv(record, self.script_arg(script), self.settings, dump_at, extra)],
                    workdirs[0], env)
         ])
 
@@ -185,7 +191,7 @@ class Runner:
         extra = [f"--slow-writes={self.settings.slow_writes:g}"] if slow_paths else []
         extra += [f"--slow-path={path}" for path in slow_paths]
         return self._run(name, script, world_size=nproc, plan=lambda record, workdirs, dump_at: [
-            Launch([*launcher, *probe_argv(record, os.path.basename(script), self.settings, dump_at, extra)],
+            Launch([*launcher, *probe_argv(record, self.script_arg(script), self.settings, dump_at, extra)],
                    workdirs[0], env)
         ])
 
@@ -209,7 +215,7 @@ class Runner:
             for node, workdir in enumerate(workdirs):
                 gpus = [gpu_per_node[node]] if gpu_per_node else []
                 env = self._environment(script, distributed=True, gpus=gpus)
-                argv = [*launcher, *probe_argv(record, os.path.basename(script), self.settings, dump_at)]
+                argv = [*launcher, *probe_argv(record, self.script_arg(script), self.settings, dump_at)]
                 launches.append(Launch(argv, workdir, env))
             return launches
 
@@ -217,9 +223,16 @@ class Runner:
 
     # -- machinery -------------------------------------------------------------------
 
+    def script_arg(self, script: str) -> str:
+        """The script as the run names it, relative to its working copy."""
+        root = self.roots.get(os.path.abspath(script))
+        return os.path.relpath(os.path.abspath(script), root) if root else os.path.basename(script)
+
     def _environment(self, script: str, distributed: bool = False,
                      gpus: Optional[List[str]] = None) -> Dict[str, str]:
-        env = clean_environment([os.path.dirname(os.path.abspath(script))])
+        # A lone script may import modules that sit beside it; a project brings its own.
+        beside = [] if os.path.abspath(script) in self.roots else [os.path.dirname(os.path.abspath(script))]
+        env = clean_environment(beside)
         if gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         if distributed:
@@ -242,11 +255,17 @@ class Runner:
         record_dir = os.path.join(run_dir, "record")
         os.makedirs(record_dir)
         workdirs = []
+        root = self.roots.get(os.path.abspath(script))
         for node in range(nodes):
             workdir = os.path.join(run_dir, "work" if nodes == 1 else f"work-node{node}")
-            os.makedirs(workdir)
-            shutil.copy2(script, workdir)
+            if root:
+                shutil.copytree(root, workdir, ignore=shutil.ignore_patterns(*NOT_COPIED), symlinks=True)
+            else:
+                os.makedirs(workdir)
+                shutil.copy2(script, workdir)
             workdirs.append(workdir)
+        copied = {os.path.relpath(os.path.join(directory, name), workdirs[0])
+                  for directory, _, names in os.walk(workdirs[0]) for name in names}
         started = time.time()
         deadline = started + self.settings.timeout
         launches = plan(record_dir, workdirs, deadline - stack_dump_margin(self.settings.timeout))
@@ -269,7 +288,7 @@ class Runner:
             limit=self.settings.timeout,
             events=events,
             stacks=records.load_stacks(record_dir),
-            files_created=created_files(workdirs, os.path.basename(script)),
+            files_created=created_files(workdirs, copied),
             output_tail=read_tail(log_paths),
             script_name=os.path.basename(script),
             leftovers=records.load_leftovers(reports),
@@ -365,14 +384,15 @@ def is_probe_process(pid: int) -> bool:
         return False
 
 
-def created_files(workdirs: List[str], script_name: str) -> List[str]:
+def created_files(workdirs: List[str], copied: Set[str]) -> List[str]:
+    """Files in the working copies that the copy did not bring (bytecode aside)."""
     found = []
     for node, workdir in enumerate(workdirs):
         prefix = f"node{node}:" if len(workdirs) > 1 else ""
         for directory, _, names in os.walk(workdir):
             for name in names:
                 relative = os.path.relpath(os.path.join(directory, name), workdir)
-                if relative != script_name and not relative.startswith("__pycache__"):
+                if relative not in copied and "__pycache__" not in relative.split(os.sep):
                     found.append(prefix + relative)
     return sorted(found)
 

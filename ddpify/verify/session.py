@@ -124,7 +124,10 @@ def verify(
     on_run: Callable[[RunResult], None] = lambda run: None,
     device: str = "auto",
     gpu_ids: Optional[Sequence[str]] = None,
+    roots: Optional[Dict[str, str]] = None,
 ) -> Report:
+    """roots maps the original and the migrated entry script to their project folders,
+    for a multi-file project; a script without one runs alone."""
     started = time.time()
     plan = choose_devices(device, visible_gpu_ids() if gpu_ids is None else gpu_ids, nproc)
     check_ids = ordered_checks(checks)
@@ -137,7 +140,7 @@ def verify(
         on_run(run)
         return run
 
-    with Runner(settings, keep=keep_temp) as runner:
+    with Runner(settings, keep=keep_temp, roots=roots) as runner:
         if keep_temp:
             notes.append(f"run directories kept in {runner.root}")
         plain = [(name, script) for name, script in ((ORIGINAL, original), (SINGLE, migrated)) if name in needed]
