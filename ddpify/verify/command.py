@@ -41,12 +41,13 @@ def migrate_into(script: str, target: str) -> Tuple[List[str], bool]:
     """Migrates script into target the way `ddpify SCRIPT -o TARGET` does (its reading,
     encodings, line endings, messages and atomic write). Returns the diagnostic lines and
     whether the migration changed anything."""
-    from ddpify.jobs import ERROR, WRITE, Job, run
+    from ddpify.jobs import ERROR, WRITE, Job, run, visible
 
     report = run(Job(script, WRITE, output=target))
     if report.exit_code == ERROR:
         raise UsageFailure(f"cannot migrate {report.error or script}")
-    return [diagnostic.format(script) for diagnostic in report.diagnostics], report.changed
+    return [diagnostic.format(script) for diagnostic in report.diagnostics
+            if visible(diagnostic, verbose=False, quiet=False)], report.changed
 
 
 def migrate_project(root: str, target: str) -> Tuple[List[str], bool]:
@@ -54,7 +55,7 @@ def migrate_project(root: str, target: str) -> Tuple[List[str], bool]:
     as `ddpify -i .` would. Returns the diagnostic lines and whether any file changed."""
     import shutil
 
-    from ddpify.jobs import ERROR, IN_PLACE, Job, run
+    from ddpify.jobs import ERROR, IN_PLACE, Job, run, visible
     from ddpify.verify.runner import NOT_COPIED
 
     shutil.copytree(root, target, ignore=shutil.ignore_patterns(*NOT_COPIED), symlinks=True)
@@ -69,7 +70,7 @@ def migrate_project(root: str, target: str) -> Tuple[List[str], bool]:
             if report.exit_code == ERROR:
                 raise UsageFailure(f"cannot migrate {(report.error or shown).replace(path, shown)}")
             lines += [diagnostic.format(shown) for diagnostic in report.diagnostics
-                      if diagnostic.code not in ("DDP900", "DDP901")]
+                      if diagnostic.code not in ("DDP900", "DDP901") and visible(diagnostic, False, False)]
             changed = changed or report.changed
     return lines, changed
 

@@ -147,9 +147,12 @@ class Runner:
         cores, two imports of torch side by side take little longer than one)."""
         from concurrent.futures import ThreadPoolExecutor
 
+        # Side by side, each gets half the cores: two processes with a thread per core each
+        # oversubscribe the machine, and OpenMP's spinning threads then slow both down a lot.
+        threads = str(max(1, (os.cpu_count() or 2) // max(1, len(jobs))))
         pool = ThreadPoolExecutor(max_workers=max(1, len(jobs)))
         try:
-            futures = [pool.submit(self.run_plain, name, script, gpus) for name, script in jobs]
+            futures = [pool.submit(self.run_plain, name, script, gpus, False, threads) for name, script in jobs]
             return [future.result() for future in futures]
         except BaseException:
             # Ctrl-C or SIGTERM reach this thread only: stop the runs the others wait on.
@@ -161,13 +164,15 @@ class Runner:
     # -- the runs --------------------------------------------------------------------
 
     def run_plain(self, name: str, script: str, gpus: Optional[List[str]] = None,
-                  import_only: bool = False) -> RunResult:
+                  import_only: bool = False, threads: Optional[str] = None) -> RunResult:
         """`python script.py` through the probe: a single process, no distributed variables.
 
         gpus is its CUDA_VISIBLE_DEVICES ([]: none; None: as inherited). import_only imports
         it instead, in the world of one that torchrun would give a single process (so a
         process group started at import time would start)."""
         env = self._environment(script, gpus=gpus)
+        if threads:
+            env.setdefault("OMP_NUM_THREADS", threads)
         extra = []
         if import_only:
             extra = ["--import-only"]
