@@ -125,7 +125,7 @@ python SCRIPT; (2) python on the migrated script, as a group of one; (3) torchru
 other ranks read delayed, when there are such files (hand-off); (5) two torchrun agents
 with one process each (RANK=1 has LOCAL_RANK=0); (6) `import` of the migrated script, when
 it has an `if __name__ == "__main__":` guard. GPUs: with one per rank the torchrun runs use
-them (NCCL), else Gloo on the CPU; --device cpu hides every GPU. By default the first 2
+them (NCCL), else Gloo on the CPU; --device cpu hides every GPU. Checks: """ + ", ".join(CHECK_IDS) + """. By default the first 2
 epochs of each training loader run at full length and every later epoch yields one batch
 per rank, so the code after training (final save, reload, last print, teardown) runs too.
 Exit status: 0 every applicable check passes (or there is nothing to verify), 1 a check
