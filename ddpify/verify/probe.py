@@ -536,6 +536,13 @@ def error_line(error: BaseException, script_dir: str) -> Optional[str]:
     return found
 
 
+def working_copy(script: str) -> str:
+    """The folder whose files are the user's: the working directory verify runs the script
+    from (a project's root), or the script's own folder when it lies elsewhere."""
+    script = os.path.abspath(script)
+    return os.getcwd() if inside(script, os.getcwd()) else os.path.dirname(script)
+
+
 def parse_args(argv: List[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m ddpify.verify.probe")
     parser.add_argument("--record", required=True, help="directory for the event files")
@@ -556,7 +563,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     options = parse_args(sys.argv[1:] if argv is None else argv)
     os.makedirs(options.record, exist_ok=True)
     probe = Probe(options.record, options.max_steps, options.max_epochs, options.full_epochs,
-                  options.slow_writes, options.slow_path, os.getcwd())
+                  options.slow_writes, options.slow_path, working_copy(options.script))
     probe.start(options.dump_at)
     probe.run(options.script, options.script_args, options.import_only)
 
