@@ -19,7 +19,6 @@ from ddpify.verify.runner import Runner, RunSettings
 
 # The process count when there are not two GPUs to give one process each: Gloo on the CPU.
 CPU_NPROC = 2
-DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
 
 class DeviceError(ValueError):
