@@ -174,7 +174,7 @@ def sharded_run(per_rank, dataset_len, **options):
 def test_data_sharded_passes_with_distributed_sampler_and_notes_padding():
     result = checks.check_data_sharded({TORCHRUN: sharded_run(sharded(31, 2, epochs=2), 31)})
     assert result.status == PASS, result.evidence
-    assert "order changes" in result.summary
+    assert "order changes" in result.summary and "(2 full epoch(s))" in result.summary
     assert any("1 padding duplicate" in note for note in result.notes)
 
 
@@ -413,6 +413,14 @@ def test_handoff_passes_a_read_after_the_write_also_when_delayed():
     late = make_run(checks.HANDOFF, {0: [write_at(20.0, 21.6)], 1: [read_at(21.7)]})
     result = checks.check_handoff(handoff_runs(10.2, late=late))
     assert result.status == PASS and "model.pth" in result.summary
+
+
+def test_handoff_accepts_reading_a_file_the_working_copy_held_before_rank_0_rewrites_it():
+    runs = handoff_runs(9.0)
+    runs[TORCHRUN].copied = ["model.pth", "train_ddp.py"]
+    assert not checks.early_reads(runs[TORCHRUN])
+    runs[TORCHRUN].copied = ["train_ddp.py"]
+    assert checks.early_reads(runs[TORCHRUN])
 
 
 def test_handoff_is_na_without_files_passed_between_ranks():

@@ -197,7 +197,7 @@ def check_runs(runs: Runs) -> CheckResult:
     title = "runs"
     judged = [run for name, run in runs.items() if name not in JUDGED_BY_THEIR_CHECK]
     failed = [run for run in judged if not run.ok]
-    timings = ", ".join(f"{RUN_TITLES.get(run.name, run.name)} {run.seconds:.1f} s" for run in runs.values())
+    timings = ", ".join(f"{RUN_TITLES.get(run.name, run.name)} {run.seconds:.1f} s" for run in judged)
     cap = capped(runs)
     notes = [f"{cap}: code after training (final saves and prints, teardown) was not exercised, "
              "so one writer, one voice, hand-off and no processes left judge only what ran"] if cap else []
@@ -424,9 +424,11 @@ def data_sharded_in(runs: Runs, run: RunResult) -> CheckResult:
             problems.append(order)
     if problems:
         return CheckResult(check_id, title, FAIL, problems[0], problems, notes)
-    epochs = len({epoch for rank_events in run.events.values()
-                  for epoch in epoch_indices(rank_events, loaders[0])})
-    summary = f"each sample fetched once per epoch across {len(run.events)} ranks ({epochs} epoch(s) observed)"
+    epochs = {epoch for rank_events in run.events.values() for epoch in epoch_indices(rank_events, loaders[0])}
+    cut = {event["epoch"] for rank_events in run.events.values() for event in events_of(rank_events, "iter")
+           if event["loader"] == loaders[0] and event.get("cut")}
+    observed = f"{len(epochs - cut)} full epoch(s)" + (f", {len(epochs & cut)} cut to one batch" if epochs & cut else "")
+    summary = f"each sample fetched once per epoch across {len(run.events)} ranks ({observed})"
     if not any("not compared" in note for note in notes):
         summary += ", order changes between epochs"
     return CheckResult(check_id, title, PASS, summary, notes=notes)
@@ -595,7 +597,9 @@ def early_reads(run: RunResult) -> List[str]:
     for rank, read, writes in sorted(handed_off_reads(run), key=lambda found: "error" not in found[1]):
         moment = read["t"]
         pending = [write for write in writes if write["t"] <= moment < write["t_done"]]
-        before_all = all(write["t_done"] > moment for write in writes)
+        # Before rank 0's first write, a file the working copy already held is still there.
+        existed = run.relative(read["abs"]) in run.copied and not read.get("error")
+        before_all = not existed and all(write["t_done"] > moment for write in writes)
         if not (pending or before_all):
             continue
         key = (rank, read["abs"], read.get("where"))

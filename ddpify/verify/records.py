@@ -87,6 +87,8 @@ class RunResult:
     leftovers: List[dict] = field(default_factory=list)
     workdirs: List[str] = field(default_factory=list)
     run_dir: str = ""
+    # Files the working copy held before the run (relative paths): the script, a project's files.
+    copied: List[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

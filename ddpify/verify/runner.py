@@ -299,6 +299,7 @@ class Runner:
             leftovers=records.load_leftovers(reports),
             workdirs=workdirs,
             run_dir=run_dir,
+            copied=sorted(copied),
         )
 
 
