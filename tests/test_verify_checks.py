@@ -376,8 +376,10 @@ def test_one_writer_names_the_line_and_writes_outside_the_run_directory():
 # -- hand-off --------------------------------------------------------------------------
 
 
-def write_at(t, t_done, path="/run/work/model.pth", where="train_ddp.py:66"):
-    return dict(saved("model.pth"), abs=path, t=t, t_done=t_done, where=where)
+def save_events(t, t_done, path="/run/work/model.pth", where="train_ddp.py:66"):
+    """What the probe records: the save as it starts, `saved` when it is done (None: never)."""
+    done = [] if t_done is None else [{"ev": "saved", "abs": path, "t_done": t_done}]
+    return [dict(saved("model.pth"), abs=path, t=t, where=where), *done]
 
 
 def read_at(t, path="/run/work/model.pth", where="train_ddp.py:67", error=None):
@@ -386,7 +388,7 @@ def read_at(t, path="/run/work/model.pth", where="train_ddp.py:67", error=None):
 
 
 def handoff_runs(rank1_read_at, late=None, **run_options):
-    runs = checks.RunSet({TORCHRUN: make_run(TORCHRUN, {0: [write_at(10.0, 10.1)], 1: [read_at(rank1_read_at)]},
+    runs = checks.RunSet({TORCHRUN: make_run(TORCHRUN, {0: save_events(10.0, 10.1), 1: [read_at(rank1_read_at)]},
                                              **run_options)}, slow_writes=1.5)
     runs[TORCHRUN].workdirs = ["/run/work"]
     if late is not None:
@@ -403,14 +405,15 @@ def test_handoff_fails_on_a_read_before_rank_0_finished_writing():
 
 
 def test_handoff_fails_when_only_the_delayed_run_shows_the_early_read():
-    late = make_run(checks.HANDOFF, {0: [write_at(20.0, 21.6)], 1: [read_at(20.1, error="FileNotFoundError: x")]},
+    # Rank 1's crash ended the run while rank 0 was still in its delayed save.
+    late = make_run(checks.HANDOFF, {0: save_events(20.0, None), 1: [read_at(21.7, error="FileNotFoundError: x")]},
                     ok=False)
     result = checks.check_handoff(handoff_runs(10.2, late=late))
     assert result.status == FAIL and "delayed 1.5 s" in result.summary and "FileNotFoundError" in result.summary
 
 
 def test_handoff_passes_a_read_after_the_write_also_when_delayed():
-    late = make_run(checks.HANDOFF, {0: [write_at(20.0, 21.6)], 1: [read_at(21.7)]})
+    late = make_run(checks.HANDOFF, {0: save_events(20.0, 21.6), 1: [read_at(21.7)]})
     result = checks.check_handoff(handoff_runs(10.2, late=late))
     assert result.status == PASS and "model.pth" in result.summary
 
@@ -424,7 +427,7 @@ def test_handoff_accepts_reading_a_file_the_working_copy_held_before_rank_0_rewr
 
 
 def test_handoff_is_na_without_files_passed_between_ranks():
-    run = make_run(TORCHRUN, {0: [write_at(10.0, 10.1)], 1: []})
+    run = make_run(TORCHRUN, {0: save_events(10.0, 10.1), 1: []})
     assert checks.check_handoff({TORCHRUN: run}).status == NA
 
 

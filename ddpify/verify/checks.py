@@ -562,11 +562,23 @@ def check_multinode_ready(runs: Runs) -> CheckResult:
 # -- hand-off --------------------------------------------------------------------------
 
 
+NEVER = float("inf")
+
+
 def rank0_writes_by_path(run: RunResult) -> Dict[str, List[dict]]:
+    """Rank 0's writes of each file with when they began (t) and ended (t_done): a file
+    opened for writing counts as written when opened; a torch.save when its `saved` event
+    came, never if the process died first."""
     writes: Dict[str, List[dict]] = defaultdict(list)
-    for event in user_writes(run.events.get(0, [])):
-        if event.get("abs") and event.get("t") is not None:
-            writes[event["abs"]].append(event)
+    user = {id(event) for event in user_writes(run.events.get(0, []))}
+    for event in run.events.get(0, []):
+        if id(event) in user and event.get("abs") and event.get("t") is not None:
+            done = event["t"] if event["ev"] == "write" else event.get("t_done", NEVER)
+            writes[event["abs"]].append(dict(event, t_done=done))
+        elif event["ev"] == "saved":
+            pending = [write for write in writes.get(event["abs"], []) if write["t_done"] == NEVER]
+            if pending:
+                pending[-1]["t_done"] = event["t_done"]
     return writes
 
 

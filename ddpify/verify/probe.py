@@ -21,7 +21,8 @@ What is recorded, and where the hook sits:
   and a SHA-1 of the bytes of the optimizer's parameters, and the last scalar passed to
   ``Tensor.backward`` as the loss. The loader fetched from last before a step is marked as
   a training loader.
-* files: ``torch.save`` (path, ``module.`` keys, start and end time), and every file
+* files: ``torch.save`` (path, ``module.`` keys; a ``save`` event when it starts and a
+  ``saved`` event when it is done), and every file
   opened for writing or reading, seen through an audit hook (``sys.addaudithook``'s
   ``open`` event), which also sees ``os.open``, logging's file handlers and libraries that
   kept their own reference to ``open``. Each carries the script line that caused it.
@@ -310,9 +311,10 @@ class Probe:
             return original_manual_seed(seed)
 
         def save_hook(obj, f, *args, **kwargs):
+            # Recorded before it happens (a rank that is killed while rank 0 still writes
+            # must leave the write behind as under way), and once more when it is done.
             path = target_path(f)
-            where = probe.where()
-            started = time.time()
+            probe.on_save(obj, path, probe.where(), time.time())
             if path is not None:
                 probe.delay_write(path)
             probe.in_hook.active = True
@@ -320,7 +322,8 @@ class Probe:
                 result = original_save(obj, f, *args, **kwargs)
             finally:
                 probe.in_hook.active = False
-            probe.on_save(obj, path, where, started)
+            if path is not None:
+                probe.recorder.emit("saved", abs=os.path.abspath(path), t_done=time.time())
             return result
 
         def load_hook(f, *args, **kwargs):
@@ -474,7 +477,6 @@ class Probe:
             wrapped=isinstance(obj, (nn.parallel.DistributedDataParallel, nn.DataParallel)),
             where=where,
             t=started,
-            t_done=time.time(),
         )
 
     def shown(self, path: str) -> str:
