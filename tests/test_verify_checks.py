@@ -174,7 +174,7 @@ def sharded_run(per_rank, dataset_len, **options):
 def test_data_sharded_passes_with_distributed_sampler_and_notes_padding():
     result = checks.check_data_sharded({TORCHRUN: sharded_run(sharded(31, 2, epochs=2), 31)})
     assert result.status == PASS, result.evidence
-    assert "order changes" in result.summary
+    assert "order changes" in result.summary and "(2 full epoch(s))" in result.summary
     assert any("1 padding duplicate" in note for note in result.notes)
 
 
@@ -245,8 +245,8 @@ def test_one_writer_fails_when_another_rank_writes():
     assert result.status == FAIL and result.summary == "rank 1 wrote log.txt"
 
 
-def test_one_writer_ignores_temporary_files():
-    scratch = {"ev": "write", "path": "/tmp/x", "mode": "w", "scope": "temp"}
+def test_one_writer_ignores_the_runs_own_home_and_tmpdir():
+    scratch = {"ev": "write", "path": "/tmp/ddpify-verify-x/torchrun/tmp/x", "mode": "w", "scope": "run"}
     run = make_run(TORCHRUN, {0: [saved("ckpt.pth")], 1: [scratch]})
     assert checks.check_one_writer({TORCHRUN: run}).status == PASS
 
@@ -345,8 +345,152 @@ def test_multinode_ready_fails_when_only_the_two_agent_run_fails():
 def test_runs_needed_launch_only_what_the_checks_read():
     assert checks.runs_needed(["runs", "data_sharded"]) == [TORCHRUN]
     assert checks.runs_needed(["runs", "same_as_original"]) == [ORIGINAL, SINGLE]
-    assert checks.runs_needed(["runs"]) == [ORIGINAL, SINGLE, TORCHRUN, MULTINODE]
+    assert checks.runs_needed(["runs"]) == [ORIGINAL, SINGLE, TORCHRUN, MULTINODE, checks.IMPORT]
 
 
-def test_equivalent_update_is_reported_as_not_checked():
-    assert checks.check_equivalent_update({}).status == NA
+def test_runs_needed_launch_the_import_only_for_importable():
+    assert checks.runs_needed(["runs", "importable"]) == [checks.IMPORT]
+
+
+# -- the end of the script -------------------------------------------------------------
+
+STOP = {"ev": "stop", "reason": "max_epochs", "steps": 4}
+
+
+def test_a_cap_that_stopped_the_runs_says_what_was_not_exercised():
+    runs = {TORCHRUN: make_run(TORCHRUN, {0: [STOP], 1: [STOP]})}
+    assert any("--max-epochs stopped the runs" in note for note in checks.check_runs(runs).notes)
+    one_writer = checks.check_one_writer(runs)
+    assert one_writer.status == NA and one_writer.summary.startswith("not exercised: --max-epochs")
+
+
+def test_one_writer_names_the_line_and_writes_outside_the_run_directory():
+    final = dict(saved("model_final.pth"), where="train_ddp.py:66")
+    outside = {"ev": "write", "path": "/data/out.csv", "mode": "w", "scope": "outside", "where": "train_ddp.py:70"}
+    run = make_run(TORCHRUN, {0: [final, outside], 1: [final]})
+    result = checks.check_one_writer({TORCHRUN: run})
+    assert result.status == FAIL and result.summary == "rank 1 wrote model_final.pth (train_ddp.py:66)"
+    assert any("/data/out.csv outside the run directory (train_ddp.py:70)" in line for line in result.evidence)
+
+
+# -- hand-off --------------------------------------------------------------------------
+
+
+def save_events(t, t_done, path="/run/work/model.pth", where="train_ddp.py:66"):
+    """What the probe records: the save as it starts, `saved` when it is done (None: never)."""
+    done = [] if t_done is None else [{"ev": "saved", "abs": path, "t_done": t_done}]
+    return [dict(saved("model.pth"), abs=path, t=t, where=where), *done]
+
+
+def read_at(t, path="/run/work/model.pth", where="train_ddp.py:67", error=None):
+    event = {"ev": "read", "path": "model.pth", "abs": path, "t": t, "where": where}
+    return dict(event, error=error) if error else event
+
+
+def handoff_runs(rank1_read_at, late=None, **run_options):
+    runs = checks.RunSet({TORCHRUN: make_run(TORCHRUN, {0: save_events(10.0, 10.1), 1: [read_at(rank1_read_at)]},
+                                             **run_options)}, slow_writes=1.5)
+    runs[TORCHRUN].workdirs = ["/run/work"]
+    if late is not None:
+        runs[checks.HANDOFF] = late
+        late.workdirs = ["/run/work"]
+    return runs
+
+
+def test_handoff_fails_on_a_read_before_rank_0_finished_writing():
+    result = checks.check_handoff(handoff_runs(10.05, ok=False))
+    assert result.status == FAIL
+    assert result.summary == ("rank 1 read model.pth at train_ddp.py:67 before rank 0 finished writing it "
+                              "at train_ddp.py:66 (no barrier between them)")
+
+
+def test_handoff_fails_when_only_the_delayed_run_shows_the_early_read():
+    # Rank 1's crash ended the run while rank 0 was still in its delayed save.
+    late = make_run(checks.HANDOFF, {0: save_events(20.0, None), 1: [read_at(21.7, error="FileNotFoundError: x")]},
+                    ok=False)
+    result = checks.check_handoff(handoff_runs(10.2, late=late))
+    assert result.status == FAIL and "delayed 1.5 s" in result.summary and "FileNotFoundError" in result.summary
+
+
+def test_handoff_passes_a_read_after_the_write_also_when_delayed():
+    late = make_run(checks.HANDOFF, {0: save_events(20.0, 21.6), 1: [read_at(21.7)]})
+    result = checks.check_handoff(handoff_runs(10.2, late=late))
+    assert result.status == PASS and "model.pth" in result.summary
+
+
+def test_handoff_accepts_reading_a_file_the_working_copy_held_before_rank_0_rewrites_it():
+    runs = handoff_runs(9.0)
+    runs[TORCHRUN].copied = ["model.pth", "train_ddp.py"]
+    assert not checks.early_reads(runs[TORCHRUN])
+    runs[TORCHRUN].copied = ["train_ddp.py"]
+    assert checks.early_reads(runs[TORCHRUN])
+
+
+def test_handoff_is_na_without_files_passed_between_ranks():
+    run = make_run(TORCHRUN, {0: save_events(10.0, 10.1), 1: []})
+    assert checks.check_handoff({TORCHRUN: run}).status == NA
+
+
+def test_handoff_paths_are_relative_to_the_working_copy():
+    runs = handoff_runs(10.2)
+    assert checks.handoff_paths(runs[TORCHRUN]) == ["model.pth"]
+
+
+# -- no move after wrap ----------------------------------------------------------------
+
+WRAP = {"ev": "wrap", "module": "Net", "where": "train_ddp.py:46"}
+
+
+def test_no_move_after_wrap_fails_on_a_move_of_the_wrapped_model():
+    move = {"ev": "move_after_wrap", "method": "to", "module": "DistributedDataParallel", "where": "train_ddp.py:47"}
+    run = make_run(TORCHRUN, {0: [WRAP, move], 1: [WRAP, move]})
+    result = checks.check_no_move_after_wrap({TORCHRUN: run})
+    assert result.status == FAIL and "(train_ddp.py:47)" in result.summary and len(result.evidence) == 1
+
+
+def test_no_move_after_wrap_passes_and_is_na_without_a_wrap():
+    assert checks.check_no_move_after_wrap({TORCHRUN: make_run(TORCHRUN, {0: [WRAP], 1: [WRAP]})}).status == PASS
+    assert checks.check_no_move_after_wrap({TORCHRUN: make_run(TORCHRUN, {0: [], 1: []})}).status == NA
+
+
+# -- importable ------------------------------------------------------------------------
+
+NAME_ERROR = {"ev": "end", "status": "error", "error": "NameError: name 'is_main' is not defined",
+              "where": "train_ddp.py:11"}
+
+
+def test_importable_fails_when_the_migration_breaks_the_import():
+    runs = {checks.IMPORT: make_run(checks.IMPORT, {0: [NAME_ERROR]}, ok=False),
+            checks.ORIGINAL_IMPORT: make_run(checks.ORIGINAL_IMPORT, {0: [{"ev": "end", "status": 0}]})}
+    result = checks.check_importable(runs)
+    assert result.status == FAIL and "NameError" in result.summary and "train_ddp.py:11" in result.summary
+
+
+def test_importable_is_na_when_the_original_fails_too_and_fails_on_a_process_group():
+    runs = {checks.IMPORT: make_run(checks.IMPORT, {0: [NAME_ERROR]}, ok=False),
+            checks.ORIGINAL_IMPORT: make_run(checks.ORIGINAL_IMPORT, {0: [NAME_ERROR]}, ok=False)}
+    assert checks.check_importable(runs).status == NA
+    init = {"ev": "init_pg", "where": "train_ddp.py:20"}
+    result = checks.check_importable({checks.IMPORT: make_run(checks.IMPORT, {0: [init, {"ev": "end", "status": 0}]})})
+    assert result.status == FAIL and "process group (train_ddp.py:20)" in result.summary
+
+
+def test_importable_passes_a_clean_import():
+    result = checks.check_importable({checks.IMPORT: make_run(checks.IMPORT, {0: [{"ev": "end", "status": 0}]})})
+    assert result.status == PASS
+
+
+# -- no processes left -----------------------------------------------------------------
+
+
+def test_no_leftovers_fails_on_a_process_that_outlived_its_run():
+    run = make_run(TORCHRUN, {0: [], 1: []})
+    run.leftovers = [{"pid": 42, "rank": 0, "cmdline": "python -c import time; time.sleep(120)"}]
+    result = checks.check_no_leftovers({TORCHRUN: run})
+    assert result.status == FAIL and "started by rank 0" in result.summary and "pid 42" in result.summary
+    assert checks.check_no_leftovers({TORCHRUN: make_run(TORCHRUN, {0: [], 1: []})}).status == PASS
+
+
+def test_runs_leave_the_import_and_hand_off_runs_to_their_own_checks():
+    runs = {TORCHRUN: make_run(TORCHRUN, {0: [], 1: []}), checks.IMPORT: make_run(checks.IMPORT, {0: []}, ok=False)}
+    assert checks.check_runs(runs).status == PASS

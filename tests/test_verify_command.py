@@ -1,10 +1,13 @@
 """The verify command line without running any script: usage errors exit 2."""
 import importlib.util
+import os
 
 from click.testing import CliRunner
 
 from ddpify.verify import command
 from ddpify.verify.command import verify_command
+
+GUIDE_BEFORE = os.path.join(os.path.dirname(__file__), "data", "verify_guide_before.py")
 
 
 def invoke(*args):
@@ -38,7 +41,7 @@ def test_missing_torch_says_how_to_install_it(tmp_path, monkeypatch):
 
     monkeypatch.setattr(command.importlib.util, "find_spec", find_spec)
     result = invoke(str(script))
-    assert result.exit_code == 2 and "pip install ddpify[verify]" in result.output
+    assert result.exit_code == 2 and 'pip install -e ".[verify]"' in result.output
 
 
 def test_a_script_that_does_not_parse_is_a_usage_error(tmp_path):
@@ -50,3 +53,88 @@ def test_a_script_that_does_not_parse_is_a_usage_error(tmp_path):
 
 def test_checks_accept_hyphens():
     assert command.parse_checks("one-writer, data_sharded") == ("one_writer", "data_sharded")
+
+
+# -- strange files and targets (issue 10, item 8): a message and exit 2, never a traceback --
+
+GOOD = "import torch\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+
+
+def test_a_latin1_or_binary_script_is_a_message_not_a_traceback(tmp_path):
+    latin = tmp_path / "latin.py"
+    latin.write_bytes("# caf\xe9\n".encode("latin-1") + GOOD.encode())
+    binary = tmp_path / "binary.py"
+    binary.write_bytes(b"\x00\x01torch\xff")
+    for script in (latin, binary):
+        result = invoke(str(script), "-o", str(tmp_path / "out.py"))
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert f"cannot migrate {script}: " in result.output
+    assert "encoding declaration" in invoke(str(latin)).output
+    assert "binary file" in invoke(str(binary)).output
+
+
+def test_a_declared_latin1_script_is_migrated_in_latin1(tmp_path):
+    script = tmp_path / "train.py"
+    with open(GUIDE_BEFORE, "rb") as guide:
+        script.write_bytes("# -*- coding: latin-1 -*-\n# caf\xe9\n".encode("latin-1") + guide.read())
+    target = tmp_path / "train_ddp.py"
+    _, changed = command.migrate_into(str(script), str(target))
+    assert changed and "# caf\xe9\n".encode("latin-1") in target.read_bytes()
+
+
+def test_output_into_a_missing_directory_is_a_usage_error(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(GOOD)
+    result = invoke(str(script), "-o", str(tmp_path / "missing" / "train_ddp.py"))
+    assert result.exit_code == 2 and "does not exist" in result.output and "Traceback" not in result.output
+
+
+def test_an_unwritable_json_target_is_refused_before_anything_runs(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(GOOD)
+    result = invoke(str(script), "--json", str(tmp_path / "missing" / "report.json"))
+    assert result.exit_code == 2 and "--json" in result.output and "does not exist" in result.output
+    result = invoke(str(script), "--json", str(script / "report.json"))
+    assert result.exit_code == 2 and "--json" in result.output and "Traceback" not in result.output
+    result = invoke(str(script), "--json", str(tmp_path))
+    assert result.exit_code == 2 and "is a directory" in result.output
+
+
+def test_a_syntax_error_reads_like_the_migrations(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import torch\n\nfor epoch in range(3)\n    pass\n")
+    result = invoke(str(script), "-o", str(tmp_path / "train_ddp.py"))
+    assert result.exit_code == 2
+    assert f"cannot migrate {script}:3:22: syntax error: expected ':'" in result.output
+
+
+def test_a_crlf_script_is_migrated_with_crlf(tmp_path):
+    script = tmp_path / "train.py"
+    with open(GUIDE_BEFORE, "rb") as guide:
+        script.write_bytes(guide.read().replace(b"\n", b"\r\n"))
+    target = tmp_path / "train_ddp.py"
+    _, changed = command.migrate_into(str(script), str(target))
+    migrated = target.read_bytes()
+    assert changed and b"DistributedSampler" in migrated
+    assert migrated.count(b"\n") == migrated.count(b"\r\n")
+
+
+def test_a_file_ddpify_leaves_unchanged_has_nothing_to_verify(tmp_path):
+    script = tmp_path / "helpers.py"
+    script.write_text("import torch\n\n\ndef norm(x):\n    return torch.linalg.norm(x)\n")
+    result = invoke(str(script))
+    assert result.exit_code == 0, result.output
+    assert f"nothing to verify: ddpify leaves {script} unchanged" in result.output
+    same = invoke(str(script), "-o", str(script))
+    assert same.exit_code == 0 and "byte-identical" in same.output
+
+
+def test_a_project_entry_must_lie_in_the_project(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(GOOD)
+    project = tmp_path / "project"
+    project.mkdir()
+    result = invoke(str(script), "--project", str(project))
+    assert result.exit_code == 2 and "is not inside the project folder" in result.output
+    result = invoke(str(script), "-o", str(project))
+    assert result.exit_code == 2 and "needs --project" in result.output

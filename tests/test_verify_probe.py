@@ -24,7 +24,9 @@ def test_path_scope(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert probe.path_scope("ckpt.pth") == "cwd"
     assert probe.path_scope("/dev/null") == "system"
-    assert probe.path_scope("/nonexistent-root-dir/ckpt.pth") == "other"
+    assert probe.path_scope("/nonexistent-root-dir/ckpt.pth") == "outside"
+    assert probe.path_scope("/runs/r1/tmp/x", run_dir="/runs/r1") == "run"
+    assert probe.path_scope("/runs/r10/tmp/x", run_dir="/runs/r1") == "outside"
 
 
 def test_line_recorder_passes_through_and_records_whole_lines():
@@ -39,10 +41,14 @@ def test_line_recorder_passes_through_and_records_whole_lines():
 
 
 def run_probe(tmp_path, *options, workers="0"):
-    record = tmp_path / "record"
+    """The probe in tmp_path/work, recording into tmp_path/record, with TMPDIR tmp_path/tmp:
+    the layout of a run directory."""
+    record, work, scratch = tmp_path / "record", tmp_path / "work", tmp_path / "tmp"
+    work.mkdir()
+    scratch.mkdir()
     completed = subprocess.run(
         [sys.executable, "-m", "ddpify.verify.probe", "--record", str(record), *options, SCRIPT, workers],
-        cwd=tmp_path, env=clean_environment([]), capture_output=True, text=True, timeout=120,
+        cwd=work, env=dict(clean_environment([]), TMPDIR=str(scratch)), capture_output=True, text=True, timeout=120,
     )
     assert completed.returncode == 0, completed.stderr
     return completed.stdout, records.load_events(str(record))[0]
@@ -60,7 +66,10 @@ def test_probe_records_epochs_steps_saves_writes_and_prints(tmp_path):
         list(range(24))
     ] * 2
     assert {event["loader"] for event in events if event["ev"] == "step"} == {0}
-    assert {(e["path"], e["scope"]) for e in events if e["ev"] == "write"} == {("log.txt", "cwd")}
+    # Scratch files in the run's own TMPDIR (torch makes some) are not the script's output.
+    assert {(e["path"], e["scope"], e["where"]) for e in events if e["ev"] == "write" and e["scope"] != "run"} == {
+        ("log.txt", "cwd", "verify_probe_script.py:29")
+    }
     assert all(e["module_prefix"] for e in events if e["ev"] == "save")
     assert [e["value"] for e in events if e["ev"] == "seed"] == [0]
     assert next(e for e in events if e["ev"] == "iter")["shuffle"] is True
@@ -74,3 +83,16 @@ def test_probe_records_indices_with_worker_processes_and_stops_after_max_steps(t
     assert len(steps) == 3 and events[-1] == {"ev": "stop", "reason": "max_steps", "steps": 3}
     # Indices are recorded as they are sent to the workers, which prefetch ahead.
     assert len(fetched) >= 12 and len(set(fetched)) == len(fetched)
+
+
+@pytest.mark.slow
+def test_probe_cuts_later_epochs_to_one_batch_so_the_script_reaches_its_end(tmp_path):
+    stdout, events = run_probe(tmp_path, "--full-epochs", "2")
+    steps = [event for event in events if event["ev"] == "step"]
+    cuts = {(event["loader"], event["epoch"]) for event in events if event["ev"] == "cut"}
+    assert len(steps) == 6 + 6 + 1 + 1 + 1 and stdout.splitlines()[-1] == "done"
+    # Both the training and the evaluation loader yield one batch from epoch 2 on.
+    assert cuts == {(loader, epoch) for loader in (0, 1) for epoch in (2, 3, 4)}
+    assert events[-1] == {"ev": "end", "status": 0}
+    writes = {e["path"]: e["scope"] for e in events if e["ev"] == "write"}
+    assert writes["log.txt"] == "cwd" and writes[str(tmp_path / "tmp" / "scratch.txt")] == "run"

@@ -18,3 +18,97 @@ def test_other_failures_are_not_retried():
     assert not aborted_after_finishing(run(1, "RuntimeError: boom"))
     # A rank that never reached the end failed for real, whatever the exit looked like.
     assert not aborted_after_finishing(run(1, GLOO_TEARDOWN_ABORT, ranks_ended=(0,)))
+
+
+# -- nothing left behind (issue 10, item 7): real processes, real signals ------------------
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ddpify.verify.reaper import parent_links
+from ddpify.verify.runner import Launch, launch_and_wait
+
+# A process that starts a grandchild in a session of its own (out of reach of killpg), then waits.
+ESCAPER = (
+    "import subprocess, sys, time\n"
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], start_new_session=True)\n"
+    "print('started', flush=True)\n"
+    "time.sleep(float(sys.argv[1]))\n"
+)
+
+
+def processes_in(directory):
+    found = []
+    for pid in parent_links():
+        try:
+            if os.readlink(f"/proc/{pid}/cwd").startswith(str(directory)):
+                found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def wait_until(condition, seconds=20.0):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def escaper_launch(tmp_path, wait_s):
+    return Launch([sys.executable, "-c", ESCAPER, str(wait_s)], str(tmp_path), dict(os.environ))
+
+
+def test_a_timeout_kills_processes_that_left_the_process_group(tmp_path):
+    log = tmp_path / "out.txt"
+    returncodes, timed_out = launch_and_wait([escaper_launch(tmp_path, 300)], [str(log)], time.time() + 3,
+                                             [str(tmp_path / "reaper.json")])
+    assert timed_out and "started" in log.read_text()
+    assert wait_until(lambda: not processes_in(tmp_path), 5), processes_in(tmp_path)
+
+
+def test_the_reaper_reports_and_kills_what_outlives_its_command(tmp_path):
+    report = tmp_path / "reaper.json"
+    returncodes, timed_out = launch_and_wait([escaper_launch(tmp_path, 0)], [str(tmp_path / "out.txt")],
+                                             time.time() + 60, [str(report)])
+    assert returncodes == [0] and not timed_out
+    leftovers = json.loads(report.read_text())["leftovers"]
+    assert len(leftovers) == 1 and "time.sleep(300)" in leftovers[0]["cmdline"]
+    assert not processes_in(tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_to_verify_stops_every_process_it_started(tmp_path, signum, status):
+    script = tmp_path / "train.py"
+    script.write_text("import torch\n" + ESCAPER.replace("float(sys.argv[1])", "300"))
+    migrated = tmp_path / "train_ddp.py"
+    migrated.write_text("# migrated\n" + script.read_text())
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = dict(os.environ, TMPDIR=str(scratch))
+    verify = subprocess.Popen(
+        [sys.executable, "-m", "ddpify.verify", str(script), "-o", str(migrated), "--checks", "same_as_original"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    # Both plain runs (original, group of one) have started their grandchild, out of the group.
+    from ddpify.verify.reaper import describe
+
+    def escaped():
+        return [pid for pid in processes_in(scratch) if "time.sleep(300)" in describe(pid)["cmdline"]]
+
+    assert wait_until(lambda: len(escaped()) == 2, 90), "the runs never started their grandchildren"
+    verify.send_signal(signum)
+    output, _ = verify.communicate(timeout=30)
+    assert verify.returncode == status, output
+    assert "every process it started was stopped" in output
+    assert not processes_in(scratch), [describe(pid) for pid in processes_in(scratch)]
+    assert not os.listdir(scratch), os.listdir(scratch)

@@ -15,13 +15,24 @@ from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Tuple
 from ddpify.verify.records import RunResult
 
 ORIGINAL, SINGLE, TORCHRUN, MULTINODE = "original", "single", "torchrun", "multinode"
+# Launched only when a check asks for them and the other runs say they can tell something.
+HANDOFF, IMPORT, ORIGINAL_IMPORT = "handoff", "import", "original_import"
 ALL_RUNS = (ORIGINAL, SINGLE, TORCHRUN, MULTINODE)
 RUN_TITLES = {
     ORIGINAL: "original",
     SINGLE: "group of one",
     TORCHRUN: "torchrun",
     MULTINODE: "two nodes",
+    HANDOFF: "hand-off run",
+    IMPORT: "import",
+    ORIGINAL_IMPORT: "original import",
 }
+# Runs whose failure is their own check's finding, not a failure of `runs`.
+JUDGED_BY_THEIR_CHECK = {HANDOFF: "hand-off", IMPORT: "importable", ORIGINAL_IMPORT: "importable"}
+# Where a write counts as the user's file: the working directory, or outside the run
+# directory altogether (an absolute path shared by every run). The run's own HOME and
+# TMPDIR hold caches and scratch files of each process; /dev and friends are not files.
+USER_SCOPES = ("cwd", "outside", "other")
 PASS, FAIL, NA = "pass", "fail", "n/a"
 RELATIVE_TOLERANCE = 1e-6
 # Fewer samples than this in two epochs could repeat their order by chance.
@@ -30,6 +41,20 @@ MAX_EXAMPLES = 5
 NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|\b(?:nan|inf)\b")
 
 Runs = Mapping[str, RunResult]
+
+
+class RunSet(dict):
+    """The runs of one verification, and why runs that were not launched were left out."""
+
+    def __init__(self, runs: Optional[Mapping[str, RunResult]] = None, skipped: Optional[Dict[str, str]] = None,
+                 slow_writes: float = 0.0):
+        super().__init__(runs or {})
+        self.skipped = dict(skipped or {})
+        self.slow_writes = slow_writes
+
+
+def skipped_reason(runs: Runs, name: str) -> Optional[str]:
+    return getattr(runs, "skipped", {}).get(name)
 
 
 @dataclass
@@ -58,14 +83,35 @@ def line_shape(line: str) -> str:
     return NUMBER.sub("#", line.strip())
 
 
+def user_writes(rank_events: List[dict]) -> List[dict]:
+    return [event for event in rank_events
+            if event["ev"] in ("save", "write") and event.get("path") and event.get("scope") in USER_SCOPES]
+
+
 def written_paths(rank_events: List[dict]) -> List[str]:
-    """Files a rank wrote where a user would look: its cwd or a non-temporary path."""
+    """Files a rank wrote where a user would look: its cwd or outside the run directory."""
     paths = []
-    for event in rank_events:
-        if event["ev"] in ("save", "write") and event.get("path") and event.get("scope") in ("cwd", "other"):
-            if event["path"] not in paths:
-                paths.append(event["path"])
+    for event in user_writes(rank_events):
+        if event["path"] not in paths:
+            paths.append(event["path"])
     return paths
+
+
+def at(event: dict) -> str:
+    return f" ({event['where']})" if event.get("where") else ""
+
+
+def first_write_of(rank_events: List[dict], path: str) -> dict:
+    return next((event for event in user_writes(rank_events) if event["path"] == path), {})
+
+
+def capped(runs: Runs) -> Optional[str]:
+    """Which cap stopped runs before the end of the script, if one did."""
+    reasons = sorted({event.get("reason", "") for run in runs.values() for event in run.stops()})
+    if not reasons:
+        return None
+    options = ", ".join("--" + reason.replace("_", "-") for reason in reasons)
+    return f"{options} stopped the runs before the script's end"
 
 
 def per_machine_preparation(rank_events: List[dict]) -> List[str]:
@@ -140,7 +186,8 @@ def describe_failed_run(run: RunResult) -> List[str]:
     for rank, rank_events in sorted(run.events.items()):
         for event in events_of(rank_events, "end"):
             if event.get("status") not in (0, None):
-                lines.append(f"  rank {rank}: {event.get('error', 'exit status ' + str(event['status']))}")
+                lines.append(f"  rank {rank}: {event.get('error', 'exit status ' + str(event['status']))}"
+                             + at(event))
     tail = [line for line in run.output_tail.strip().splitlines() if line.strip()][-3:]
     lines.extend("  | " + line for line in tail)
     return lines
@@ -148,16 +195,22 @@ def describe_failed_run(run: RunResult) -> List[str]:
 
 def check_runs(runs: Runs) -> CheckResult:
     title = "runs"
-    failed = [run for run in runs.values() if not run.ok]
-    timings = ", ".join(f"{RUN_TITLES.get(run.name, run.name)} {run.seconds:.1f} s" for run in runs.values())
-    if not runs:
+    judged = [run for name, run in runs.items() if name not in JUDGED_BY_THEIR_CHECK]
+    failed = [run for run in judged if not run.ok]
+    timings = ", ".join(f"{RUN_TITLES.get(run.name, run.name)} {run.seconds:.1f} s" for run in judged)
+    cap = capped(runs)
+    notes = [f"{cap}: code after training (final saves and prints, teardown) was not exercised, "
+             "so one writer, one voice, hand-off and no processes left judge only what ran"] if cap else []
+    if not judged:
         return na("runs", title, "nothing was run")
     if not failed:
-        return CheckResult("runs", title, PASS, f"{len(runs)} runs exited 0 ({timings})")
+        return CheckResult("runs", title, PASS, f"{len(judged)} runs exited 0 ({timings})", notes=notes)
     evidence = [line for run in failed for line in describe_failed_run(run)]
+    if any(early_reads(run) for run in failed):
+        evidence.append("a rank read a file before rank 0 finished writing it: see hand-off")
     hung = [RUN_TITLES.get(run.name, run.name) for run in failed if run.timed_out]
-    summary = f"{len(failed)} of {len(runs)} runs failed" + (f"; hung: {', '.join(hung)}" if hung else "")
-    return CheckResult("runs", title, FAIL, summary, evidence)
+    summary = f"{len(failed)} of {len(judged)} runs failed" + (f"; hung: {', '.join(hung)}" if hung else "")
+    return CheckResult("runs", title, FAIL, summary, evidence, notes)
 
 
 # -- same as original ------------------------------------------------------------------
@@ -371,9 +424,11 @@ def data_sharded_in(runs: Runs, run: RunResult) -> CheckResult:
             problems.append(order)
     if problems:
         return CheckResult(check_id, title, FAIL, problems[0], problems, notes)
-    epochs = len({epoch for rank_events in run.events.values()
-                  for epoch in epoch_indices(rank_events, loaders[0])})
-    summary = f"each sample fetched once per epoch across {len(run.events)} ranks ({epochs} epoch(s) observed)"
+    epochs = {epoch for rank_events in run.events.values() for epoch in epoch_indices(rank_events, loaders[0])}
+    cut = {event["epoch"] for rank_events in run.events.values() for event in events_of(rank_events, "iter")
+           if event["loader"] == loaders[0] and event.get("cut")}
+    observed = f"{len(epochs - cut)} full epoch(s)" + (f", {len(epochs & cut)} cut to one batch" if epochs & cut else "")
+    summary = f"each sample fetched once per epoch across {len(run.events)} ranks ({observed})"
     if not any("not compared" in note for note in notes):
         summary += ", order changes between epochs"
     return CheckResult(check_id, title, PASS, summary, notes=notes)
@@ -398,15 +453,19 @@ def one_writer_in(runs: Runs, run: RunResult) -> CheckResult:
                          f"{examples(preparation)}")
             paths = [path for path in paths if path not in preparation]
         if rank != 0 and paths:
-            problems.append(f"rank {rank} wrote {examples(paths)}")
+            problems.append(f"rank {rank} wrote {examples(paths)}{at(first_write_of(rank_events, paths[0]))}")
         for event in events_of(rank_events, "save"):
             if event.get("path") and event.get("module_prefix"):
                 problems.append(
-                    f"rank {rank} saved {event['path']} with keys starting with 'module.' "
+                    f"rank {rank} saved {event['path']} with keys starting with 'module.'{at(event)} "
                     "(save the unwrapped model's state_dict)"
                 )
             if event.get("path") and event.get("wrapped"):
-                problems.append(f"rank {rank} saved the DDP wrapper itself to {event['path']}")
+                problems.append(f"rank {rank} saved the DDP wrapper itself to {event['path']}{at(event)}")
+        outside = [event for event in user_writes(rank_events) if event.get("scope") in ("outside", "other")]
+        for path in dict.fromkeys(event["path"] for event in outside):
+            notes.append(f"rank {rank} wrote {path} outside the run directory"
+                         f"{at(first_write_of(rank_events, path))}: every run of verify writes it there too")
     rank0_paths = written_paths(run.events.get(0, []))
     original = usable(runs, ORIGINAL)
     original_paths = written_paths(original.events.get(0, [])) if original else []
@@ -418,7 +477,9 @@ def one_writer_in(runs: Runs, run: RunResult) -> CheckResult:
     if problems:
         return CheckResult(check_id, title, FAIL, problems[0], evidence)
     if not rank0_paths:
-        return na(check_id, title, "no files written")
+        cap = capped(runs)
+        return na(check_id, title, f"not exercised: {cap}, and nothing was written before" if cap
+                  else "no files written")
     return CheckResult(check_id, title, PASS, f"only rank 0 wrote files: {examples(rank0_paths)}",
                        notes=notes)
 
@@ -498,14 +559,194 @@ def check_multinode_ready(runs: Runs) -> CheckResult:
     )
 
 
-# -- equivalent update -----------------------------------------------------------------
+# -- hand-off --------------------------------------------------------------------------
 
 
-def check_equivalent_update(runs: Runs) -> CheckResult:
-    """N ranks x batch B vs one process x batch N*B holds only without BatchNorm, dropout
-    or sum-reduced losses, which cannot be told from outside; not attempted."""
-    return na("equivalent_update", "equivalent update", "not checked (not implemented)")
+NEVER = float("inf")
 
+
+def rank0_writes_by_path(run: RunResult) -> Dict[str, List[dict]]:
+    """Rank 0's writes of each file with when they began (t) and ended (t_done): a file
+    opened for writing counts as written when opened; a torch.save when its `saved` event
+    came, never if the process died first."""
+    writes: Dict[str, List[dict]] = defaultdict(list)
+    user = {id(event) for event in user_writes(run.events.get(0, []))}
+    for event in run.events.get(0, []):
+        if id(event) in user and event.get("abs") and event.get("t") is not None:
+            done = event["t"] if event["ev"] == "write" else event.get("t_done", NEVER)
+            writes[event["abs"]].append(dict(event, t_done=done))
+        elif event["ev"] == "saved":
+            pending = [write for write in writes.get(event["abs"], []) if write["t_done"] == NEVER]
+            if pending:
+                pending[-1]["t_done"] = event["t_done"]
+    return writes
+
+
+def handed_off_reads(run: RunResult) -> List[Tuple[int, dict, List[dict]]]:
+    """(rank, read, rank 0's writes of that file) for every read by another rank of a file
+    that rank 0 writes in the same run."""
+    writes = rank0_writes_by_path(run)
+    found = []
+    for rank, rank_events in sorted(run.events.items()):
+        if rank == 0:
+            continue
+        for event in events_of(rank_events, "read"):
+            if event.get("abs") in writes and event.get("t") is not None:
+                found.append((rank, event, writes[event["abs"]]))
+    return found
+
+
+def handoff_paths(run: RunResult) -> List[str]:
+    """Files rank 0 writes and another rank reads: the ones the hand-off run writes late."""
+    return sorted({run.relative(read["abs"]) for _, read, _ in handed_off_reads(run)})
+
+
+def early_reads(run: RunResult) -> List[str]:
+    """Reads that happened before rank 0 finished writing the file (before its first write
+    completed, or while a write was under way): nothing made that rank wait."""
+    problems, seen = [], set()
+    # A failed torch.load is recorded twice (the open, then the error): the error comes first.
+    for rank, read, writes in sorted(handed_off_reads(run), key=lambda found: "error" not in found[1]):
+        moment = read["t"]
+        pending = [write for write in writes if write["t"] <= moment < write["t_done"]]
+        # Before rank 0's first write, a file the working copy already held is still there.
+        existed = run.relative(read["abs"]) in run.copied and not read.get("error")
+        before_all = not existed and all(write["t_done"] > moment for write in writes)
+        if not (pending or before_all):
+            continue
+        key = (rank, read["abs"], read.get("where"))
+        if key in seen:
+            continue
+        seen.add(key)
+        write = (pending or writes)[0]
+        failure = f": {read['error']}" if read.get("error") else ""
+        problems.append(
+            f"rank {rank} read {run.relative(read['abs'])} at {read.get('where') or 'an unknown line'} "
+            f"before rank 0 finished writing it at {write.get('where') or 'an unknown line'} "
+            f"(no barrier between them){failure}"
+        )
+    return problems
+
+
+def check_handoff(runs: Runs) -> CheckResult:
+    """A file that one rank writes and another reads needs a barrier between the two. On an
+    idle machine rank 0 usually wins the race, so the hand-off run delays rank 0's writes of
+    those files: a reader that does not wait then reads too early, visibly."""
+    check_id, title = "handoff", "hand-off"
+    torchrun, late = runs.get(TORCHRUN), runs.get(HANDOFF)
+    delay = getattr(runs, "slow_writes", 0.0)
+    problems = early_reads(torchrun) if torchrun is not None else []
+    if late is not None:
+        problems += [f"{line} [hand-off run: rank 0's writes delayed {delay:g} s]"
+                     for line in early_reads(late) if line not in problems]
+    if problems:
+        return CheckResult(check_id, title, FAIL, problems[0], problems)
+    reason = unusable(runs, TORCHRUN)
+    if reason:
+        return na(check_id, title, reason)
+    handed = handoff_paths(torchrun)
+    if not handed:
+        cap = capped(runs)
+        return na(check_id, title, f"not exercised: {cap}" if cap
+                  else "no file written by rank 0 is read by another rank")
+    if late is None:
+        return na(check_id, title, skipped_reason(runs, HANDOFF) or "the hand-off run was not launched")
+    if not late.ok:
+        return CheckResult(check_id, title, FAIL, f"the hand-off run (rank 0's writes delayed {delay:g} s) failed",
+                           describe_failed_run(late))
+    return CheckResult(check_id, title, PASS,
+                       f"other ranks read {examples(handed)} only after rank 0 wrote it, "
+                       f"also with rank 0's writes delayed {delay:g} s")
+
+
+# -- no move after wrap ----------------------------------------------------------------
+
+
+def check_no_move_after_wrap(runs: Runs) -> CheckResult:
+    """On a GPU, .to()/.cpu() on a DDP model after the wrap moves parameters out from under
+    DDP's gradient buckets; on the CPU it changes nothing visible, so it is caught here."""
+    check_id, title = "no_move_after_wrap", "no move after wrap"
+    run = runs.get(TORCHRUN)
+    if run is None:
+        return na(check_id, title, "not checked: the torchrun run was not requested")
+    problems, seen = [], set()
+    for rank, rank_events in sorted(run.events.items()):
+        for event in events_of(rank_events, "move_after_wrap"):
+            key = (event["method"], event.get("where"))
+            if key not in seen:
+                seen.add(key)
+                target = ("the DDP model" if event["module"] == "DistributedDataParallel"
+                          else f"{event['module']}, the module DDP wraps,")
+                problems.append(f".{event['method']}() on {target} after the wrap{at(event)} on rank {rank}: "
+                                "move the model to its device before DDP(...), never after")
+    if problems:
+        return CheckResult(check_id, title, FAIL, problems[0], problems)
+    reason = unusable(runs, TORCHRUN)
+    if reason:
+        return na(check_id, title, reason)
+    wraps = [event for event in events_of(run.events.get(0, []), "wrap")]
+    if not wraps:
+        return na(check_id, title, "no DistributedDataParallel was built")
+    return CheckResult(check_id, title, PASS,
+                       f"no .to()/.cuda()/.cpu() on a wrapped model after its wrap{at(wraps[0])}")
+
+
+# -- importable ------------------------------------------------------------------------
+
+
+def import_failure(run: RunResult) -> Optional[str]:
+    if run.timed_out:
+        return f"importing did not finish within {run.limit:g} s"
+    for event in events_of(run.events.get(0, []), "end"):
+        if event.get("status") not in (0, None):
+            return f"{event.get('error', 'exit status ' + str(event['status']))}{at(event)}"
+    if not run.ok:
+        return f"exit status {', '.join(map(str, run.returncodes))}"
+    return None
+
+
+def check_importable(runs: Runs) -> CheckResult:
+    """`import train_ddp` (tests, notebooks, tools) must run no training and raise no
+    NameError: the migration must not put code that needs main()'s names at module level."""
+    check_id, title = "importable", "importable"
+    run = runs.get(IMPORT)
+    if run is None:
+        return na(check_id, title, skipped_reason(runs, IMPORT) or "not checked: the import was not requested")
+    failure = import_failure(run)
+    if failure:
+        original = runs.get(ORIGINAL_IMPORT)
+        original_failure = import_failure(original) if original is not None else None
+        if original_failure:
+            return na(check_id, title, f"the original does not import either: {original_failure}")
+        return CheckResult(check_id, title, FAIL, f"importing the migrated script fails: {failure}",
+                           [f"importing the migrated script fails: {failure}", "the original imports cleanly"])
+    starts = events_of(run.events.get(0, []), "init_pg")
+    if starts:
+        return CheckResult(check_id, title, FAIL,
+                           f"importing the migrated script starts a process group{at(starts[0])}")
+    return CheckResult(check_id, title, PASS, "imports without running: no error, no process group started")
+
+
+# -- no processes left -----------------------------------------------------------------
+
+
+def check_no_leftovers(runs: Runs) -> CheckResult:
+    """Every process a run starts ends with it: a server or worker left running holds
+    ports, memory and GPUs on the user's machine after training is over."""
+    check_id, title = "no_leftovers", "no processes left"
+    problems = []
+    for run in runs.values():
+        for leftover in run.leftovers:
+            rank = "" if leftover.get("rank") is None else f" by rank {leftover['rank']}"
+            problems.append(f"{RUN_TITLES.get(run.name, run.name)}: a process started{rank} was still running "
+                            f"after the run ended (pid {leftover['pid']}: {leftover.get('cmdline') or '?'}); "
+                            "verify killed it")
+    if problems:
+        return CheckResult(check_id, title, FAIL, problems[0], problems)
+    finished = [run for run in runs.values() if not run.timed_out]
+    if not finished:
+        return na(check_id, title, "no run finished")
+    return CheckResult(check_id, title, PASS, f"no process outlived its run ({len(finished)} runs)")
 
 @dataclass(frozen=True)
 class Check:
@@ -522,8 +763,11 @@ CHECKS = (
     Check("data_sharded", "data sharded", frozenset({TORCHRUN}), check_data_sharded),
     Check("one_writer", "one writer", frozenset({TORCHRUN}), check_one_writer),
     Check("one_voice", "one voice", frozenset({ORIGINAL, TORCHRUN}), check_one_voice),
+    Check("handoff", "hand-off", frozenset({TORCHRUN}), check_handoff),
+    Check("no_move_after_wrap", "no move after wrap", frozenset({TORCHRUN}), check_no_move_after_wrap),
+    Check("importable", "importable", frozenset({IMPORT}), check_importable),
+    Check("no_leftovers", "no processes left", frozenset({TORCHRUN}), check_no_leftovers),
     Check("multinode_ready", "multi-node ready", frozenset({MULTINODE}), check_multinode_ready),
-    Check("equivalent_update", "equivalent update", frozenset(), check_equivalent_update),
 )
 CHECK_IDS = tuple(check.id for check in CHECKS)
 
@@ -531,7 +775,8 @@ CHECK_IDS = tuple(check.id for check in CHECKS)
 def runs_needed(check_ids: List[str]) -> List[str]:
     """The runs the chosen checks look at, in launch order; all of them for `runs` alone."""
     needed = set().union(*(check.needs for check in CHECKS if check.id in check_ids))
-    return [name for name in ALL_RUNS if name in needed] if needed else list(ALL_RUNS)
+    order = (*ALL_RUNS, IMPORT)
+    return [name for name in order if name in needed] if needed else list(order)
 
 
 def evaluate(runs: Runs, check_ids: List[str]) -> List[CheckResult]:

@@ -1,22 +1,30 @@
-"""The `ddpify verify` command line: files in, runs out, exit status 0 / 1 / 2."""
+"""The `ddpify verify` command line: files in, runs out, exit status 0 / 1 / 2 (130 / 143
+when interrupted by SIGINT / SIGTERM, after every process it started was stopped)."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import signal
 import tempfile
+import threading
 from typing import List, Optional, Tuple
 
 import click
 
 from ddpify.verify.checks import CHECK_IDS
 
-INSTALL_HINT = "ddpify verify needs torch: pip install ddpify[verify]"
+INSTALL_HINT = 'ddpify verify needs torch: pip install -e ".[verify]" (or pip install torch)'
 
 
 class UsageFailure(click.ClickException):
     """A problem with what was asked for, not with the scripts: exit status 2."""
 
     exit_code = 2
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the main thread is so that every `with` block cleans up."""
 
 
 def parse_checks(value: Optional[str]) -> Tuple[str, ...]:
@@ -29,45 +37,122 @@ def parse_checks(value: Optional[str]) -> Tuple[str, ...]:
     return chosen
 
 
-def migrate_into(script: str, target: str) -> List[str]:
-    """Migrates script into target; returns the diagnostics as `path:line:col: CODE message`."""
-    from ddpify.api import MigrationError, migrate_source
-    from ddpify.options import Options
+def migrate_into(script: str, target: str) -> Tuple[List[str], bool]:
+    """Migrates script into target the way `ddpify SCRIPT -o TARGET` does (its reading,
+    encodings, line endings, messages and atomic write). Returns the diagnostic lines and
+    whether the migration changed anything."""
+    from ddpify.jobs import ERROR, WRITE, Job, run, visible
 
-    with open(script, encoding="utf-8") as source:
-        code = source.read()
+    report = run(Job(script, WRITE, output=target))
+    if report.exit_code == ERROR:
+        raise UsageFailure(f"cannot migrate {report.error or script}")
+    return [diagnostic.format(script) for diagnostic in report.diagnostics
+            if visible(diagnostic, verbose=False, quiet=False)], report.changed
+
+
+def migrate_project(root: str, target: str) -> Tuple[List[str], bool]:
+    """Copies the project folder to target and migrates every Python file there in place,
+    as `ddpify -i .` would. Returns the diagnostic lines and whether any file changed."""
+    import shutil
+
+    from ddpify.jobs import ERROR, IN_PLACE, Job, run, visible
+    from ddpify.verify.runner import NOT_COPIED
+
+    shutil.copytree(root, target, ignore=shutil.ignore_patterns(*NOT_COPIED), symlinks=True)
+    lines, changed = [], False
+    for directory, _, names in sorted(os.walk(target)):
+        for name in sorted(names):
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(directory, name)
+            shown = os.path.join(root, os.path.relpath(path, target))
+            report = run(Job(path, IN_PLACE))
+            if report.exit_code == ERROR:
+                raise UsageFailure(f"cannot migrate {(report.error or shown).replace(path, shown)}")
+            lines += [diagnostic.format(shown) for diagnostic in report.diagnostics
+                      if diagnostic.code not in ("DDP900", "DDP901") and visible(diagnostic, False, False)]
+            changed = changed or report.changed
+    return lines, changed
+
+
+def same_bytes(first: str, second: str) -> bool:
     try:
-        result = migrate_source(code, Options())
-    except MigrationError as error:
-        raise UsageFailure(f"cannot migrate {script}: {error.message}")
-    with open(target, "w", encoding="utf-8") as output:
-        output.write(result.code)
-    return [diagnostic.format(script) for diagnostic in result.diagnostics]
+        with open(first, "rb") as one, open(second, "rb") as other:
+            return one.read() == other.read()
+    except OSError:
+        return False
+
+
+def check_json_target(path: str) -> None:
+    """Fail before an hour of runs, not after: the report must have somewhere to go."""
+    from ddpify.files import SourceError, check_writable
+
+    try:
+        check_writable(path)
+    except SourceError as error:
+        raise UsageFailure(f"--json {error}")
+    target = path if os.path.exists(path) else os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path) or not os.access(target, os.W_OK):
+        raise UsageFailure(f"--json {path}: not writable")
+
+
+@contextlib.contextmanager
+def sigterm_raises():
+    """SIGTERM becomes an exception in the main thread (Ctrl-C already is one), so the runs
+    in flight are stopped and the temporary directories removed on the way out."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigterm(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @click.command(
     "verify",
     context_settings={"help_option_names": ["-h", "--help"]},
-    epilog="""Runs, each in a fresh temporary directory: (1) python SCRIPT; (2) python on the
-migrated script, as a group of one; (3) torchrun --standalone --nproc_per_node=N; (4) two
-torchrun agents with one process each (RANK=1 has LOCAL_RANK=0). Checks: runs,
-same_as_original, ranks_agree, data_sharded, one_writer, one_voice, multinode_ready,
-equivalent_update (not implemented: always n/a). By default every run stops when its
-training loader starts epoch 2, which is enough to compare two epochs' shuffles. Exit
-status: 0 every applicable check passes, 1 a check fails, 2 usage error.""",
+    epilog="""verify RUNS YOUR SCRIPT (and its migration) several times, with your user's
+rights: each run gets a fresh working copy, HOME and TMPDIR of its own, and every write
+outside them is reported, but nothing stops a script from writing where it likes. Runs: (1)
+python SCRIPT; (2) python on the migrated script, as a group of one; (3) torchrun
+--standalone --nproc_per_node=N; (4) the same again with rank 0's writes of files that
+other ranks read delayed, when there are such files (hand-off); (5) two torchrun agents
+with one process each (RANK=1 has LOCAL_RANK=0); (6) `import` of the migrated script, when
+it has an `if __name__ == "__main__":` guard. GPUs: with one per rank the torchrun runs use
+them (NCCL), else Gloo on the CPU; --device cpu hides every GPU. Checks: """ + ", ".join(CHECK_IDS) + """. By default the first 2
+epochs of each training loader run at full length and every later epoch yields one batch
+per rank, so the code after training (final save, reload, last print, teardown) runs too.
+Exit status: 0 every applicable check passes (or there is nothing to verify), 1 a check
+fails, 2 usage error, 130/143 interrupted (every process verify started is stopped).""",
 )
 @click.argument("script", type=click.Path(exists=True, dir_okay=False))
 @click.option(
-    "-o", "--output", "migrated", type=click.Path(dir_okay=False),
-    help="The migrated script: used as is when it exists, else SCRIPT is migrated into it. "
-    "Without -o the migration goes to a temporary file.",
+    "-o", "--output", "migrated", type=click.Path(),
+    help="The migrated script (with --project: folder): used as is when it exists, else SCRIPT "
+    "is migrated into it. Without -o the migration goes to a temporary file.",
 )
+@click.option("--project", "project", type=click.Path(exists=True, file_okay=False),
+              help="SCRIPT is the entry of this multi-file project: the whole folder is migrated "
+              "(into -o, a folder, or a temporary one) and each run gets a copy of it, run from its root.")
 @click.option("--nproc", type=click.IntRange(min=2),
               help="Processes under torchrun [default: GPUs if >1, else 2 on CPU].")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              help="cpu: every run on the CPU (Gloo); cuda: fail unless there is a GPU per rank.")
+@click.option("--full-epochs", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Epochs of each training loader at full length; later ones yield one batch "
+              "per rank (0: every epoch at full length).")
 @click.option("--max-steps", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Stop every process after K optimizer steps of its own (0: no limit).")
-@click.option("--max-epochs", type=click.IntRange(min=0), default=2, show_default=True,
-              help="Stop every run when its training loader starts epoch E (0: run to the end).")
+              help="Stop every process after K optimizer steps of its own (0: no limit); "
+              "the code after training then does not run.")
+@click.option("--max-epochs", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Stop every run when its training loader starts epoch E (0: no limit); "
+              "the code after training then does not run.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=120, show_default=True,
               help="Seconds per run; a run still going is killed and its ranks' stacks shown.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the report as JSON here.")
@@ -77,7 +162,7 @@ status: 0 every applicable check passes, 1 a check fails, 2 usage error.""",
 @click.option("--keep-temp", is_flag=True, help="Keep the run directories (scripts, outputs, event files).")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def verify_command(
-    script, migrated, nproc, max_steps, max_epochs, timeout, json_path, checks_value,
+    script, migrated, project, nproc, device, full_epochs, max_steps, max_epochs, timeout, json_path, checks_value,
     skip_multinode, keep_temp, script_args,
 ):
     """Prove a migration by running it: SCRIPT and its DDP version, with and without torchrun.
@@ -87,28 +172,78 @@ def verify_command(
     checks = parse_checks(checks_value)
     if skip_multinode:
         checks = tuple(check_id for check_id in checks if check_id != "multinode_ready")
+    if json_path:
+        check_json_target(json_path)
     if importlib.util.find_spec("torch") is None:
         raise UsageFailure(INSTALL_HINT)
+    try:
+        with sigterm_raises():
+            status = verify_and_report(script, migrated, project, nproc, device, full_epochs, max_steps, max_epochs,
+                                       timeout, json_path, checks, keep_temp, script_args)
+    except KeyboardInterrupt:
+        click.echo("ddpify verify: interrupted; every process it started was stopped", err=True)
+        raise SystemExit(130)
+    except Terminated:
+        click.echo("ddpify verify: terminated; every process it started was stopped", err=True)
+        raise SystemExit(143)
+    raise SystemExit(status)
+
+
+def verify_and_report(script, migrated, project, nproc, device, full_epochs, max_steps, max_epochs, timeout,
+                      json_path, checks, keep_temp, script_args) -> int:
     from ddpify.verify.report import render_text, write_json
     from ddpify.verify.runner import RunSettings
-    from ddpify.verify.session import verify
+    from ddpify.verify.session import DeviceError, verify
 
-    settings = RunSettings(
-        script_args=tuple(script_args), max_steps=max_steps, max_epochs=max_epochs, timeout=timeout
-    )
+    settings = RunSettings(script_args=tuple(script_args), max_steps=max_steps, max_epochs=max_epochs,
+                           full_epochs=full_epochs, timeout=timeout)
     with tempfile.TemporaryDirectory(prefix="ddpify-verify-") as scratch:
-        if migrated is None or not os.path.exists(migrated):
+        roots = None
+        if project:
+            entry = os.path.relpath(os.path.abspath(script), os.path.abspath(project))
+            if entry.startswith(os.pardir):
+                raise UsageFailure(f"{script} is not inside the project folder {project}")
+            target = migrated or os.path.join(scratch, "migrated")
+            if not os.path.exists(target):
+                lines, changed = migrate_project(project, target)
+                for line in lines:
+                    click.echo(line, err=True)
+                if not changed:
+                    click.echo(f"nothing to verify: ddpify leaves every file of {project} unchanged")
+                    return 0
+            elif not os.path.isdir(target):
+                raise UsageFailure(f"-o {target}: with --project, -o names the migrated project folder")
+            roots = {script: project, os.path.join(target, entry): target}
+            migrated = os.path.join(target, entry)
+        elif migrated is not None and os.path.isdir(migrated):
+            raise UsageFailure(f"-o {migrated}: is a directory (a migrated project folder needs --project)")
+        elif migrated is None or not os.path.exists(migrated):
             stem = os.path.splitext(os.path.basename(script))[0]
             target = migrated or os.path.join(scratch, f"{stem}_ddp.py")
-            for line in migrate_into(script, target):
+            lines, changed = migrate_into(script, target)
+            for line in lines:
                 click.echo(line, err=True)
+            if not changed:
+                click.echo(f"nothing to verify: ddpify leaves {script} unchanged"
+                           + (f" ({lines[0].split(': ', 1)[-1]})" if lines else ""))
+                return 0
             migrated = target
-        report = verify(
-            script, migrated, settings, checks=checks, nproc=nproc, keep_temp=keep_temp,
-            on_run=lambda run: click.echo(f"ran {run.name}: {'ok' if run.ok else 'failed'} "
-                                          f"({run.seconds:.1f}s)", err=True),
-        )
+        elif same_bytes(script, migrated):
+            click.echo(f"nothing to verify: {migrated} is byte-identical to {script}")
+            return 0
+        try:
+            report = verify(
+                script, migrated, settings, checks=checks, nproc=nproc, keep_temp=keep_temp, device=device,
+                roots=roots,
+                on_run=lambda run: click.echo(f"ran {run.name}: {'ok' if run.ok else 'failed'} "
+                                              f"({run.seconds:.1f}s)", err=True),
+            )
+        except DeviceError as error:
+            raise UsageFailure(str(error))
     click.echo(render_text(report))
     if json_path:
-        write_json(report, json_path)
-    raise SystemExit(0 if report.ok else 1)
+        try:
+            write_json(report, json_path)
+        except OSError as error:
+            raise UsageFailure(f"--json {json_path}: {error.strerror or error}")
+    return 0 if report.ok else 1

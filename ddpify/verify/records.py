@@ -55,6 +55,18 @@ def load_stacks(record_dir: str) -> Dict[int, str]:
     return stacks
 
 
+def load_leftovers(report_paths: List[str]) -> List[dict]:
+    """Processes the reapers found still running after their command ended (and killed)."""
+    leftovers = []
+    for path in report_paths:
+        try:
+            with open(path, encoding="utf-8") as report:
+                leftovers.extend(json.load(report).get("leftovers", []))
+        except (OSError, ValueError):
+            continue
+    return leftovers
+
+
 @dataclass
 class RunResult:
     """One run (possibly several processes): how it ended and what each rank recorded."""
@@ -71,6 +83,12 @@ class RunResult:
     files_created: List[str] = field(default_factory=list)
     output_tail: str = ""
     script_name: str = ""
+    # Processes still running after the run's command ended: [{pid, rank, cmdline}].
+    leftovers: List[dict] = field(default_factory=list)
+    workdirs: List[str] = field(default_factory=list)
+    run_dir: str = ""
+    # Files the working copy held before the run (relative paths): the script, a project's files.
+    copied: List[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -83,3 +101,14 @@ class RunResult:
             for rank in range(self.world_size)
             if not any(event["ev"] in ("end", "stop") for event in self.events.get(rank, []))
         ]
+
+    def stops(self) -> List[dict]:
+        """The probe's `stop` events: a cap (--max-steps, --max-epochs) ended the process early."""
+        return [event for rank_events in self.events.values() for event in rank_events if event["ev"] == "stop"]
+
+    def relative(self, path: str) -> str:
+        """A recorded absolute path as the user would read it: relative to the working copy."""
+        for workdir in self.workdirs:
+            if path.startswith(os.path.join(workdir, "")):
+                return os.path.relpath(path, workdir)
+        return path

@@ -12,7 +12,7 @@ STATUS_LABELS = {"pass": "pass", "fail": "FAIL", "n/a": "n/a"}
 
 def run_label(run: RunResult) -> str:
     title = RUN_TITLES.get(run.name, run.name)
-    if run.name == "torchrun":
+    if run.name in ("torchrun", "handoff"):
         title += f" x{run.world_size}"
     verdict = "ok" if run.ok else ("hung" if run.timed_out else "failed")
     return f"{title} {verdict} {run.seconds:.1f}s"
@@ -21,6 +21,8 @@ def run_label(run: RunResult) -> str:
 def render_text(report: Report) -> str:
     lines = [f"ddpify verify: {report.original} -> {report.migrated}"]
     limits = []
+    if report.settings.full_epochs:
+        limits.append(f"{report.settings.full_epochs} full epochs, then one batch per epoch")
     if report.settings.max_steps:
         limits.append(f"max {report.settings.max_steps} steps")
     if report.settings.max_epochs:
@@ -58,6 +60,7 @@ def run_to_dict(run: RunResult) -> dict:
         "unfinished_ranks": run.unfinished_ranks() if run.timed_out else [],
         "commands": run.commands,
         "files_created": run.files_created,
+        "leftovers": run.leftovers,
         "output_tail": "" if run.ok else run.output_tail,
     }
 
@@ -71,6 +74,7 @@ def to_dict(report: Report) -> dict:
         "device": "gpu" if report.use_gpus else "cpu",
         "max_steps": report.settings.max_steps,
         "max_epochs": report.settings.max_epochs,
+        "full_epochs": report.settings.full_epochs,
         "timeout": report.settings.timeout,
         "seconds": round(report.seconds, 3),
         "runs": [run_to_dict(run) for run in report.runs.values()],

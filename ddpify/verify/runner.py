@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from ddpify.verify import records
 from ddpify.verify.records import RunResult
@@ -29,6 +29,9 @@ DISTRIBUTED_ENV_VARS = (
 )
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TERMINATE_GRACE_S = 5.0
+# Left out of a project's working copy: version control, environments, caches.
+NOT_COPIED = (".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".mypy_cache", ".pytest_cache",
+              "node_modules")
 OUTPUT_TAIL_CHARS = 4000
 
 
@@ -36,10 +39,14 @@ OUTPUT_TAIL_CHARS = 4000
 class RunSettings:
     script_args: Tuple[str, ...] = ()
     max_steps: int = 0
-    max_epochs: int = 2
+    max_epochs: int = 0
+    # Epochs of full length; later epochs yield one batch per loader and rank (0: all full).
+    full_epochs: int = 2
     timeout: float = 120.0
     # Directory the runs' temporary directories are made in (None: the system's).
     temp_parent: Optional[str] = None
+    # Seconds rank 0 waits before each write of a handed-off file in the hand-off run.
+    slow_writes: float = 1.5
 
 
 @dataclass
@@ -66,16 +73,40 @@ def free_port() -> int:
         return probe_socket.getsockname()[1]
 
 
-def probe_argv(record_dir: str, script_name: str, settings: RunSettings, dump_at: float) -> List[str]:
+def probe_argv(record_dir: str, script_name: str, settings: RunSettings, dump_at: float,
+               extra: Sequence[str] = ()) -> List[str]:
     return [
         "-m", "ddpify.verify.probe",
         "--record", record_dir,
         "--max-steps", str(settings.max_steps),
         "--max-epochs", str(settings.max_epochs),
+        "--full-epochs", str(settings.full_epochs),
         "--dump-at", f"{dump_at:.3f}",
+        *extra,
         script_name,
         *settings.script_args,
     ]
+
+
+def reaped(argv: List[str], report_path: str) -> List[str]:
+    """argv run under the reaper, which leaves none of its processes behind."""
+    return [sys.executable, "-m", "ddpify.verify.reaper", "--report", report_path, "--", *argv]
+
+
+def sandbox_environment(env: Dict[str, str], run_dir: str) -> Dict[str, str]:
+    """A HOME and a TMPDIR of the run's own, so caches and scratch files stay inside it.
+
+    User-site packages (pip install --user) live under the real HOME: PYTHONUSERBASE keeps
+    them importable."""
+    import site
+
+    home, scratch = os.path.join(run_dir, "home"), os.path.join(run_dir, "tmp")
+    os.makedirs(home, exist_ok=True)
+    os.makedirs(scratch, exist_ok=True)
+    env = dict(env)
+    env.setdefault("PYTHONUSERBASE", site.getuserbase())
+    env.update(HOME=home, TMPDIR=scratch, TMP=scratch, TEMP=scratch)
+    return env
 
 
 def stack_dump_margin(timeout: float) -> float:
@@ -86,14 +117,21 @@ def stack_dump_margin(timeout: float) -> float:
 class Runner:
     """Runs scripts under the probe inside one temporary directory, removed by close()."""
 
-    def __init__(self, settings: RunSettings, keep: bool = False):
+    def __init__(self, settings: RunSettings, keep: bool = False, roots: Optional[Dict[str, str]] = None):
         import tempfile
 
         self.settings = settings
         self.keep = keep
+        # Script -> the project folder it belongs to, copied whole into each run's working
+        # copy (the script runs from its root); a script without one is copied alone.
+        self.roots = {os.path.abspath(script): os.path.abspath(root) for script, root in (roots or {}).items()}
+        # Every process started and not yet waited for, whichever thread started it: close()
+        # stops them when an exception (Ctrl-C, SIGTERM) ends the verification early.
+        self.active: List[subprocess.Popen] = []
         self.root = tempfile.mkdtemp(prefix="ddpify-verify-", dir=settings.temp_parent)
 
     def close(self) -> None:
+        terminate(list(self.active))
         if not self.keep:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -103,27 +141,62 @@ class Runner:
     def __exit__(self, *exc_info) -> None:
         self.close()
 
-    # -- the four runs ---------------------------------------------------------------
+    def run_plain_together(self, jobs: Sequence[Tuple[str, str]], gpus: Optional[List[str]] = None
+                           ) -> List[RunResult]:
+        """Several single-process runs at once (the original and the group of one: on two
+        cores, two imports of torch side by side take little longer than one)."""
+        from concurrent.futures import ThreadPoolExecutor
 
-    def run_plain(self, name: str, script: str) -> RunResult:
-        """`python script.py` through the probe: a single process, no distributed variables."""
-        env = self._environment(script)
+        # Side by side, each gets half the cores: two processes with a thread per core each
+        # oversubscribe the machine, and OpenMP's spinning threads then slow both down a lot.
+        threads = str(max(1, (os.cpu_count() or 2) // max(1, len(jobs))))
+        pool = ThreadPoolExecutor(max_workers=max(1, len(jobs)))
+        try:
+            futures = [pool.submit(self.run_plain, name, script, gpus, False, threads) for name, script in jobs]
+            return [future.result() for future in futures]
+        except BaseException:
+            # Ctrl-C or SIGTERM reach this thread only: stop the runs the others wait on.
+            terminate(list(self.active))
+            raise
+        finally:
+            pool.shutdown(wait=True)
+
+    # -- the runs --------------------------------------------------------------------
+
+    def run_plain(self, name: str, script: str, gpus: Optional[List[str]] = None,
+                  import_only: bool = False, threads: Optional[str] = None) -> RunResult:
+        """`python script.py` through the probe: a single process, no distributed variables.
+
+        gpus is its CUDA_VISIBLE_DEVICES ([]: none; None: as inherited). import_only imports
+        it instead, in the world of one that torchrun would give a single process (so a
+        process group started at import time would start)."""
+        env = self._environment(script, gpus=gpus)
+        if threads:
+            env.setdefault("OMP_NUM_THREADS", threads)
+        extra = []
+        if import_only:
+            extra = ["--import-only"]
+            env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
         return self._run(name, script, world_size=1, plan=lambda record, workdirs, dump_at: [
-            Launch([sys.executable, *probe_argv(record, os.path.basename(script), self.settings, dump_at)],
+            Launch([sys.executable, *probe_argv(record, self.script_arg(script), self.settings, dump_at, extra)],
                    workdirs[0], env)
         ])
 
-    def run_torchrun(self, name: str, script: str, nproc: int, use_gpus: bool) -> RunResult:
-        """`torchrun --standalone --nproc_per_node=N` on one machine."""
-        env = self._environment(script, distributed=True)
-        if not use_gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ""
+    def run_torchrun(self, name: str, script: str, nproc: int, gpus: Optional[List[str]] = None,
+                     slow_paths: Sequence[str] = ()) -> RunResult:
+        """`torchrun --standalone --nproc_per_node=N` on one machine, on `gpus` (one per rank;
+        [] for Gloo on the CPU). slow_paths makes it the hand-off run: rank 0 writes those
+        files late."""
+        env = self._environment(script, distributed=True, gpus=gpus)
         launcher = [
             sys.executable, "-m", "torch.distributed.run",
             "--standalone", "--nproc_per_node", str(nproc),
         ]
+        extra = [f"--slow-writes={self.settings.slow_writes:g}"] if slow_paths else []
+        extra += [f"--slow-path={path}" for path in slow_paths]
         return self._run(name, script, world_size=nproc, plan=lambda record, workdirs, dump_at: [
-            Launch([*launcher, *probe_argv(record, os.path.basename(script), self.settings, dump_at)],
+            Launch([*launcher, *probe_argv(record, self.script_arg(script), self.settings, dump_at, extra)],
                    workdirs[0], env)
         ])
 
@@ -145,9 +218,9 @@ class Runner:
         def plan(record, workdirs, dump_at):
             launches = []
             for node, workdir in enumerate(workdirs):
-                env = self._environment(script, distributed=True)
-                env["CUDA_VISIBLE_DEVICES"] = gpu_per_node[node] if gpu_per_node else ""
-                argv = [*launcher, *probe_argv(record, os.path.basename(script), self.settings, dump_at)]
+                gpus = [gpu_per_node[node]] if gpu_per_node else []
+                env = self._environment(script, distributed=True, gpus=gpus)
+                argv = [*launcher, *probe_argv(record, self.script_arg(script), self.settings, dump_at)]
                 launches.append(Launch(argv, workdir, env))
             return launches
 
@@ -155,8 +228,18 @@ class Runner:
 
     # -- machinery -------------------------------------------------------------------
 
-    def _environment(self, script: str, distributed: bool = False) -> Dict[str, str]:
-        env = clean_environment([os.path.dirname(os.path.abspath(script))])
+    def script_arg(self, script: str) -> str:
+        """The script as the run names it, relative to its working copy."""
+        root = self.roots.get(os.path.abspath(script))
+        return os.path.relpath(os.path.abspath(script), root) if root else os.path.basename(script)
+
+    def _environment(self, script: str, distributed: bool = False,
+                     gpus: Optional[List[str]] = None) -> Dict[str, str]:
+        # A lone script may import modules that sit beside it; a project brings its own.
+        beside = [] if os.path.abspath(script) in self.roots else [os.path.dirname(os.path.abspath(script))]
+        env = clean_environment(beside)
+        if gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         if distributed:
             # What torchrun would set anyway, minus the banner it prints about it.
             env.setdefault("OMP_NUM_THREADS", "1")
@@ -177,16 +260,25 @@ class Runner:
         record_dir = os.path.join(run_dir, "record")
         os.makedirs(record_dir)
         workdirs = []
+        root = self.roots.get(os.path.abspath(script))
         for node in range(nodes):
             workdir = os.path.join(run_dir, "work" if nodes == 1 else f"work-node{node}")
-            os.makedirs(workdir)
-            shutil.copy2(script, workdir)
+            if root:
+                shutil.copytree(root, workdir, ignore=shutil.ignore_patterns(*NOT_COPIED), symlinks=True)
+            else:
+                os.makedirs(workdir)
+                shutil.copy2(script, workdir)
             workdirs.append(workdir)
+        copied = {os.path.relpath(os.path.join(directory, name), workdirs[0])
+                  for directory, _, names in os.walk(workdirs[0]) for name in names}
         started = time.time()
         deadline = started + self.settings.timeout
         launches = plan(record_dir, workdirs, deadline - stack_dump_margin(self.settings.timeout))
+        for launch in launches:
+            launch.env = sandbox_environment(launch.env, run_dir)
         log_paths = [os.path.join(run_dir, f"output{index}.txt") for index in range(len(launches))]
-        returncodes, timed_out = launch_and_wait(launches, log_paths, deadline)
+        reports = [os.path.join(run_dir, f"reaper{index}.json") for index in range(len(launches))]
+        returncodes, timed_out = launch_and_wait(launches, log_paths, deadline, reports, self.active)
         seconds = time.time() - started
         events = records.load_events(record_dir)
         if timed_out:
@@ -201,9 +293,13 @@ class Runner:
             limit=self.settings.timeout,
             events=events,
             stacks=records.load_stacks(record_dir),
-            files_created=created_files(workdirs, os.path.basename(script)),
+            files_created=created_files(workdirs, copied),
             output_tail=read_tail(log_paths),
             script_name=os.path.basename(script),
+            leftovers=records.load_leftovers(reports),
+            workdirs=workdirs,
+            run_dir=run_dir,
+            copied=sorted(copied),
         )
 
 
@@ -218,29 +314,43 @@ def aborted_after_finishing(result: RunResult) -> bool:
     )
 
 
-def launch_and_wait(launches: List[Launch], log_paths: List[str], deadline: float):
-    """Starts every launch in its own session and waits for all of them or the deadline."""
-    processes = []
-    for launch, log_path in zip(launches, log_paths):
-        with open(log_path, "wb") as log:
-            processes.append(subprocess.Popen(
-                launch.argv, cwd=launch.cwd, env=launch.env, stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            ))
+def launch_and_wait(launches: List[Launch], log_paths: List[str], deadline: float,
+                    reports: Optional[List[str]] = None, active: Optional[List[subprocess.Popen]] = None):
+    """Starts every launch under a reaper in its own session and waits for all of them or
+    the deadline. Whatever ends the wait (the deadline, Ctrl-C, SIGTERM turned into an
+    exception by the command line), every process started here is stopped before it returns.
+    `active` holds them meanwhile, for a caller in another thread to stop."""
+    processes: List[subprocess.Popen] = []
+    active = [] if active is None else active
     timed_out = False
-    for process in processes:
-        try:
-            process.wait(timeout=max(0.0, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            break
+    try:
+        for index, (launch, log_path) in enumerate(zip(launches, log_paths)):
+            report = reports[index] if reports else log_path + ".reaper.json"
+            with open(log_path, "wb") as log:
+                processes.append(subprocess.Popen(
+                    reaped(launch.argv, report), cwd=launch.cwd, env=launch.env, stdin=subprocess.DEVNULL,
+                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                ))
+            active.append(processes[-1])
+        for process in processes:
+            try:
+                process.wait(timeout=max(0.0, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                break
+    except BaseException:
+        terminate(processes)
+        raise
     if timed_out:
         terminate(processes)
+    for process in processes:
+        if process in active:
+            active.remove(process)
     return [process.returncode for process in processes], timed_out
 
 
 def terminate(processes: List[subprocess.Popen]) -> None:
-    """SIGTERM first (a torchrun agent then stops its workers), SIGKILL what is left."""
+    """SIGTERM first (the reaper then stops its whole tree), SIGKILL what is left."""
     for process in processes:
         signal_group(process, signal.SIGTERM)
     grace_end = time.time() + TERMINATE_GRACE_S
@@ -261,7 +371,7 @@ def signal_group(process: subprocess.Popen, signum: int) -> None:
 
 
 def kill_leftover_ranks(events: Dict[int, List[dict]]) -> None:
-    """torchrun starts each rank in a session of its own, out of reach of killpg above."""
+    """A last resort where the reaper could not run: the ranks' pids from their start events."""
     for rank_events in events.values():
         pids = [event["pid"] for event in rank_events if event["ev"] == "start"]
         for pid in pids:
@@ -280,14 +390,15 @@ def is_probe_process(pid: int) -> bool:
         return False
 
 
-def created_files(workdirs: List[str], script_name: str) -> List[str]:
+def created_files(workdirs: List[str], copied: Set[str]) -> List[str]:
+    """Files in the working copies that the copy did not bring (bytecode aside)."""
     found = []
     for node, workdir in enumerate(workdirs):
         prefix = f"node{node}:" if len(workdirs) > 1 else ""
         for directory, _, names in os.walk(workdir):
             for name in names:
                 relative = os.path.relpath(os.path.join(directory, name), workdir)
-                if relative != script_name and not relative.startswith("__pycache__"):
+                if relative not in copied and "__pycache__" not in relative.split(os.sep):
                     found.append(prefix + relative)
     return sorted(found)
 

@@ -1,21 +1,62 @@
-"""One verification: choose the runs the checks need, launch them in order, judge them."""
+"""One verification: choose the devices and the runs the checks need, launch them in order,
+judge them."""
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from ddpify.verify.checks import (
-    CHECK_IDS, MULTINODE, ORIGINAL, SINGLE, TORCHRUN, CheckResult, FAIL, evaluate, runs_needed,
+    CHECK_IDS, HANDOFF, IMPORT, MULTINODE, ORIGINAL, ORIGINAL_IMPORT, SINGLE, TORCHRUN, CheckResult, FAIL,
+    RunSet, early_reads, evaluate, handoff_paths, runs_needed,
 )
 from ddpify.verify.records import RunResult
 from ddpify.verify.runner import Runner, RunSettings
 
 # The process count when there are not two GPUs to give one process each: Gloo on the CPU.
 CPU_NPROC = 2
+
+
+class DeviceError(ValueError):
+    """--device/--nproc ask for GPUs that are not there."""
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    """Which devices each run sees (CUDA_VISIBLE_DEVICES; [] hides every GPU)."""
+
+    nproc: int
+    use_gpus: bool  # the torchrun runs use NCCL, one GPU per rank
+    plain_gpus: List[str]
+    torchrun_gpus: List[str]
+    # Each two-node agent's GPU (None: both on the CPU).
+    node_gpus: Optional[List[str]]
+    note: Optional[str] = None
+
+
+def choose_devices(device: str, gpu_ids: Sequence[str], nproc: Optional[int]) -> DevicePlan:
+    """GPUs when there are enough for one per rank (NCCL), else Gloo on the CPU.
+
+    The plain runs (original, group of one) use the first GPU when there is one, as the
+    user's single-GPU run would; `--device cpu` hides every GPU from every run."""
+    gpus = list(gpu_ids) if device != "cpu" else []
+    if device == "cuda" and not gpus:
+        raise DeviceError("--device cuda: no GPU is visible (CUDA_VISIBLE_DEVICES, nvidia-smi)")
+    processes = nproc or (len(gpus) if len(gpus) >= 2 else CPU_NPROC)
+    if len(gpus) >= processes:
+        return DevicePlan(processes, True, gpus[:1], gpus[:processes], gpus[:2])
+    if device == "cuda":
+        raise DeviceError(f"--device cuda: {processes} ranks need {processes} GPUs (one per rank, NCCL); "
+                          f"{len(gpus)} visible")
+    note = None
+    if gpus:
+        note = (f"{len(gpus)} GPU(s) for {processes} ranks: the plain runs use GPU {gpus[0]}, "
+                "the torchrun runs use Gloo on the CPU (NCCL needs a GPU per rank)")
+    return DevicePlan(processes, False, gpus[:1], [], None, note)
 
 
 @dataclass
@@ -35,20 +76,11 @@ class Report:
         return all(check.status != FAIL for check in self.checks)
 
 
-def gpus_seen(runs: Mapping[str, RunResult]) -> Optional[int]:
-    """How many CUDA devices torch saw in a plain run, if one happened."""
-    for run in runs.values():
-        for event in run.events.get(0, []):
-            if event["ev"] == "start":
-                return event.get("cuda_devices", 0)
-    return None
-
-
 def visible_gpu_ids() -> List[str]:
     """GPU ids without importing torch here (start-up time): CUDA_VISIBLE_DEVICES or nvidia-smi."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        return [device for device in visible.split(",") if device.strip() and device.strip() != "-1"]
+        return [device.strip() for device in visible.split(",") if device.strip() and device.strip() != "-1"]
     if shutil.which("nvidia-smi") is None:
         return []
     try:
@@ -56,6 +88,24 @@ def visible_gpu_ids() -> List[str]:
     except (OSError, subprocess.SubprocessError):
         return []
     return [str(index) for index, line in enumerate(listing.splitlines()) if line.startswith("GPU ")]
+
+
+def has_main_guard(path: str) -> bool:
+    """Whether the script keeps its work under `if __name__ == "__main__":`, so importing
+    it should run nothing."""
+    from ddpify.files import SourceError, read_source
+
+    try:
+        tree = ast.parse(read_source(path).text)
+    except (SourceError, SyntaxError, ValueError):
+        return False
+    for statement in tree.body:
+        if isinstance(statement, ast.If) and isinstance(statement.test, ast.Compare):
+            names = [statement.test.left, *statement.test.comparators]
+            if any(isinstance(node, ast.Name) and node.id == "__name__" for node in names) and any(
+                    isinstance(node, ast.Constant) and node.value == "__main__" for node in names):
+                return True
+    return False
 
 
 def ordered_checks(requested: Sequence[str]) -> List[str]:
@@ -71,39 +121,63 @@ def verify(
     nproc: Optional[int] = None,
     keep_temp: bool = False,
     on_run: Callable[[RunResult], None] = lambda run: None,
+    device: str = "auto",
+    gpu_ids: Optional[Sequence[str]] = None,
+    roots: Optional[Dict[str, str]] = None,
 ) -> Report:
+    """roots maps the original and the migrated entry script to their project folders,
+    for a multi-file project; a script without one runs alone."""
     started = time.time()
+    plan = choose_devices(device, visible_gpu_ids() if gpu_ids is None else gpu_ids, nproc)
     check_ids = ordered_checks(checks)
     needed = runs_needed(check_ids)
-    runs: Dict[str, RunResult] = {}
-    notes = []
-    with Runner(settings, keep=keep_temp) as runner:
+    runs = RunSet(slow_writes=settings.slow_writes)
+    notes = [plan.note] if plan.note else []
+
+    def record(run: RunResult) -> RunResult:
+        runs[run.name] = run
+        on_run(run)
+        return run
+
+    with Runner(settings, keep=keep_temp, roots=roots) as runner:
         if keep_temp:
             notes.append(f"run directories kept in {runner.root}")
-        for name, script in ((ORIGINAL, original), (SINGLE, migrated)):
-            if name in needed:
-                runs[name] = runner.run_plain(name, script)
-                on_run(runs[name])
-        gpu_ids = visible_gpu_ids()
-        gpu_count = gpus_seen(runs)
-        gpu_count = len(gpu_ids) if gpu_count is None else gpu_count
-        processes = nproc or (gpu_count if gpu_count > 1 else CPU_NPROC)
-        use_gpus = gpu_count >= processes
+        plain = [(name, script) for name, script in ((ORIGINAL, original), (SINGLE, migrated)) if name in needed]
+        for run in runner.run_plain_together(plain, gpus=plan.plain_gpus):
+            record(run)
         if TORCHRUN in needed:
-            runs[TORCHRUN] = runner.run_torchrun(TORCHRUN, migrated, processes, use_gpus)
-            on_run(runs[TORCHRUN])
+            torchrun = record(runner.run_torchrun(TORCHRUN, migrated, plan.nproc, plan.torchrun_gpus))
+            if "handoff" in check_ids:
+                launch_handoff(runner, runs, torchrun, migrated, plan, record)
         if MULTINODE in needed:
-            per_node = (gpu_ids or ["0", "1"])[:2] if gpu_count >= 2 else None
-            runs[MULTINODE] = runner.run_multinode(MULTINODE, migrated, per_node)
-            on_run(runs[MULTINODE])
+            record(runner.run_multinode(MULTINODE, migrated, plan.node_gpus))
+        if IMPORT in needed:
+            if not has_main_guard(migrated):
+                runs.skipped[IMPORT] = ("no `if __name__ == \"__main__\":` guard, so importing the "
+                                        "script would run it")
+            elif not record(runner.run_plain(IMPORT, migrated, gpus=plan.plain_gpus, import_only=True)).ok:
+                record(runner.run_plain(ORIGINAL_IMPORT, original, gpus=plan.plain_gpus, import_only=True))
     return Report(
         original=original,
         migrated=migrated,
-        nproc=processes,
-        use_gpus=use_gpus,
+        nproc=plan.nproc,
+        use_gpus=plan.use_gpus,
         settings=settings,
-        runs=runs,
+        runs=dict(runs),
         checks=evaluate(runs, check_ids),
         seconds=time.time() - started,
         notes=notes,
     )
+
+
+def launch_handoff(runner: Runner, runs: RunSet, torchrun: RunResult, migrated: str, plan: DevicePlan,
+                   record: Callable[[RunResult], RunResult]) -> None:
+    """The torchrun run once more with rank 0's writes of the handed-off files delayed,
+    when another rank reads a file rank 0 writes and the first run did not already show
+    the read coming too early."""
+    if not torchrun.ok:
+        runs.skipped[HANDOFF] = "not checked: the torchrun run failed (see runs)"
+        return
+    paths = handoff_paths(torchrun)
+    if paths and not early_reads(torchrun):
+        record(runner.run_torchrun(HANDOFF, migrated, plan.nproc, plan.torchrun_gpus, slow_paths=paths))

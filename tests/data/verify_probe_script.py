@@ -2,7 +2,9 @@
 
 Usage: verify_probe_script.py NUM_WORKERS
 """
+import os
 import sys
+import tempfile
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -27,4 +29,6 @@ for epoch in range(5):
     with open("log.txt", "a") as log:
         log.write(f"{epoch}\n")
     torch.save({"model": {"module.weight": model.weight}}, "ckpt.pth")
+with open(os.path.join(tempfile.gettempdir(), "scratch.txt"), "w") as scratch:
+    scratch.write("x")
 print("done")
