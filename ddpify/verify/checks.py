@@ -427,7 +427,9 @@ def data_sharded_in(runs: Runs, run: RunResult) -> CheckResult:
     epochs = {epoch for rank_events in run.events.values() for epoch in epoch_indices(rank_events, loaders[0])}
     cut = {event["epoch"] for rank_events in run.events.values() for event in events_of(rank_events, "iter")
            if event["loader"] == loaders[0] and event.get("cut")}
-    observed = f"{len(epochs - cut)} full epoch(s)" + (f", {len(epochs & cut)} cut to one batch" if epochs & cut else "")
+    observed = f"{len(epochs - cut)} full epoch(s)"
+    if epochs & cut:
+        observed += f", {len(epochs & cut)} cut to one batch"
     summary = f"each sample fetched once per epoch across {len(run.events)} ranks ({observed})"
     if not any("not compared" in note for note in notes):
         summary += ", order changes between epochs"

@@ -90,7 +90,7 @@ def check_json_target(path: str) -> None:
     try:
         check_writable(path)
     except SourceError as error:
-        raise UsageFailure(f"--json {error}")
+        raise UsageFailure(f"--json {error}") from None
     target = path if os.path.exists(path) else os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path) or not os.access(target, os.W_OK):
         raise UsageFailure(f"--json {path}: not writable")
@@ -125,7 +125,9 @@ python SCRIPT; (2) python on the migrated script, as a group of one; (3) torchru
 other ranks read delayed, when there are such files (hand-off); (5) two torchrun agents
 with one process each (RANK=1 has LOCAL_RANK=0); (6) `import` of the migrated script, when
 it has an `if __name__ == "__main__":` guard. GPUs: with one per rank the torchrun runs use
-them (NCCL), else Gloo on the CPU; --device cpu hides every GPU. Checks: """ + ", ".join(CHECK_IDS) + """. By default the first 2
+them (NCCL), else Gloo on the CPU; --device cpu hides every GPU. Checks: """
+    + ", ".join(CHECK_IDS)
+    + """. By default the first 2
 epochs of each training loader run at full length and every later epoch yields one batch
 per rank, so the code after training (final save, reload, last print, teardown) runs too.
 Exit status: 0 every applicable check passes (or there is nothing to verify), 1 a check
@@ -182,10 +184,10 @@ def verify_command(
                                        timeout, json_path, checks, keep_temp, script_args)
     except KeyboardInterrupt:
         click.echo("ddpify verify: interrupted; every process it started was stopped", err=True)
-        raise SystemExit(130)
+        raise SystemExit(130) from None
     except Terminated:
         click.echo("ddpify verify: terminated; every process it started was stopped", err=True)
-        raise SystemExit(143)
+        raise SystemExit(143) from None
     raise SystemExit(status)
 
 
@@ -239,11 +241,11 @@ def verify_and_report(script, migrated, project, nproc, device, full_epochs, max
                                               f"({run.seconds:.1f}s)", err=True),
             )
         except DeviceError as error:
-            raise UsageFailure(str(error))
+            raise UsageFailure(str(error)) from None
     click.echo(render_text(report))
     if json_path:
         try:
             write_json(report, json_path)
         except OSError as error:
-            raise UsageFailure(f"--json {json_path}: {error.strerror or error}")
+            raise UsageFailure(f"--json {json_path}: {error.strerror or error}") from None
     return 0 if report.ok else 1
