@@ -820,7 +820,7 @@ class _Collector(cst.CSTVisitor):
         if any(
             arg.keyword is not None and arg.keyword.value == "download" and not _is_false(arg.value)
             for arg in node.args
-        ):
+        ) or self._calls(node, names.FETCH_OR_UNPACK):
             statement = self._statement(node)
             if statement not in facts.download_statements:
                 facts.download_statements.append(statement)

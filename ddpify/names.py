@@ -12,6 +12,12 @@ ITERABLE_DATASET = frozenset(
 )
 DISTRIBUTED_SAMPLER = "torch.utils.data.distributed.DistributedSampler"
 RANDOM_SPLIT = "torch.utils.data.random_split"
+# Data fetched or unpacked by hand: like `download=True`, once per machine before the rest.
+FETCH_OR_UNPACK = frozenset({
+    "urllib.request.urlretrieve", "torch.hub.download_url_to_file", "shutil.unpack_archive",
+    "tarfile.open", "zipfile.ZipFile", "torchvision.datasets.utils.download_and_extract_archive",
+    "torchvision.datasets.utils.download_url", "torchvision.datasets.utils.extract_archive",
+})
 MANUAL_SEEDS = frozenset({"torch.manual_seed", "torch.random.manual_seed"})
 RANDOM_SAMPLER = frozenset(
     {"torch.utils.data.RandomSampler", "torch.utils.data.sampler.RandomSampler"}

@@ -532,8 +532,9 @@ def _wrap_random_sampler(facts: Facts, edits: Edits, setup: SetupPlan, loader: L
 
 
 def _download_on_one_process_first(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
-    """Barriers around each run of statements that download a dataset (`download=True`)."""
-    for group in _consecutive_groups(facts, facts.download_statements):
+    """Barriers around each run of statements that download a dataset (`download=True`,
+    urlretrieve, unpacking an archive), or call a helper of the script's that does."""
+    for group in _consecutive_groups(facts, _download_sites(facts, setup)):
         first, last = group[0], group[-1]
         if _inside_class(facts, first):
             continue
@@ -546,6 +547,40 @@ def _download_on_one_process_first(facts: Facts, edits: Edits, setup: SetupPlan)
         edits.after.setdefault(last, []).extend(edits.statements(DOWNLOAD_AFTER_CODE))
         edits.imports.add("dist")
         edits.report("DDP209", first)
+
+
+def _download_sites(facts: Facts, setup: SetupPlan) -> List[Statement]:
+    """Each download statement, or, inside a helper that the setup's scope calls, each
+    call of that helper. A test of the file system around it (`if not os.path.exists`)
+    goes inside the barriers: the ranks that wait see the files once they are there."""
+    sites: List[Statement] = []
+    for statement in facts.download_statements:
+        function = facts.function_of(statement)
+        calls = facts.calls_by_callee.get(function.name.value, []) if function is not None else []
+        if function is not None and not setup.sees_setup(facts, statement) and calls and all(
+                setup.sees_setup(facts, call) for call in calls):
+            candidates = [facts.statement_of(call) for call in calls]
+        else:
+            candidates = [statement]
+        for candidate in candidates:
+            candidate = _outside_file_tests(facts, candidate)
+            if candidate not in sites:
+                sites.append(candidate)
+    return sorted(sites, key=facts.line_of)
+
+
+def _outside_file_tests(facts: Facts, statement: Statement) -> Statement:
+    while True:
+        block = facts.parents.get(statement)
+        branch = facts.parents.get(block) if isinstance(block, cst.IndentedBlock) else None
+        if not isinstance(branch, cst.If) or not any(
+                word in _code(facts, branch.test) for word in ("exists(", "isdir(", "isfile(")):
+            return statement
+        statement = branch
+
+
+def _code(facts: Facts, node: cst.CSTNode) -> str:
+    return facts.module.code_for_node(node)
 
 
 def _consecutive_groups(facts: Facts, statements: Sequence[Statement]) -> List[List[Statement]]:
