@@ -105,8 +105,20 @@ def _guard_prints_and_saves(facts: Facts, edits: Edits, setup: SetupPlan) -> Non
         if call not in facts.save_calls and _runs_model(call, model_names):
             edits.report("DDP308", statement)
             continue
+        if call in facts.save_calls and _saves_to_memory(facts, call):
+            continue  # serialising into a buffer writes no file
         edits.guarded[statement] = setup.guard_for(facts, statement)
         edits.report("DDP302" if call in facts.save_calls else "DDP301", statement)
+
+
+def _saves_to_memory(facts: Facts, call: cst.BaseExpression) -> bool:
+    """`torch.save(obj, buffer)` where `buffer = io.BytesIO()`."""
+    if not isinstance(call, cst.Call) or len(call.args) < 2:
+        return False
+    target = dotted_name(call.args[1].value)
+    return target is not None and any(
+        isinstance(value, cst.Call) and (dotted_name(value.func) or "").endswith("BytesIO")
+        for value in facts.assigned_values.get(target, ()))
 
 
 def _runs_model(call: cst.BaseExpression, model_names: Set[str]) -> bool:
