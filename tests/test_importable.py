@@ -31,10 +31,13 @@ def import_in_a_world_of_one(script, workdir):
 def test_migrated_module_imports_like_the_original(case, tmp_path):
     (tmp_path / "original").mkdir()
     (tmp_path / "migrated").mkdir()
-    original = import_in_a_world_of_one(case.input, tmp_path / "original")
-    if original.returncode != 0:
-        pytest.skip(f"the original does not import: {original.stderr[-200:]}")
     migrated = import_in_a_world_of_one(case.expected, tmp_path / "migrated")
+    if migrated.returncode != 0:
+        # Only a failure the original does not share counts (a script that parses its
+        # arguments at import fails either way); importing the original costs a process.
+        original = import_in_a_world_of_one(case.input, tmp_path / "original")
+        if original.returncode != 0:
+            pytest.skip(f"the original does not import: {original.stderr[-200:]}")
     assert migrated.returncode == 0, migrated.stderr[-2000:]
     assert migrated.stdout.splitlines()[-1] == "single process"
 
