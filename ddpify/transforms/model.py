@@ -9,7 +9,7 @@ from typing import List, Optional, Tuple, cast
 import libcst as cst
 
 from ddpify import names
-from ddpify.analysis import Facts, Model, Statement, dotted_name
+from ddpify.analysis import Facts, Model, Statement, calls_within, dotted_name
 from ddpify.transforms.edits import Edits, Rewrite
 from ddpify.transforms.setup import SetupPlan
 
@@ -73,17 +73,37 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
             edits.report("DDP105", assign)
         # DDP waits for a gradient from every parameter unless told some may not come.
         extra = ", find_unused_parameters=True" if unused else ""
-        if setup.cpu_only:
+        if setup.cpu_only or _never_moved(facts, model):
+            # device_ids names the GPU a module lives on; a model the script never moves
+            # stays on the CPU, where DDP takes no device_ids and needs Gloo.
             code = WRAP_ON_CPU_CODE.format(model=model.name, extra=extra)
+            setup.models_on_cpu += 1
         else:
             code = _wrap_code(facts, anchor, model.name, setup.device,
                               edits.options.sync_batchnorm and bool(facts.batchnorm_calls), extra)
         edits.after.setdefault(anchor, []).extend(edits.statements(code))
         edits.imports.add("DDP")
         edits.report("DDP101", anchor)
+        setup.wrapped_models += 1
         _drop_moves_after_wrap(facts, edits, model, anchor)
         _unwrap_attributes(facts, edits, model, anchor)
         _unwrap_module_accesses(facts, edits, model)
+
+
+def _never_moved(facts: Facts, model: Model) -> bool:
+    """No `.to()` / `.cuda()` reaches the model anywhere its value goes: neither a move of
+    the name (`model.to(device)`) nor one in what it is assigned (`Net().to(device)`)."""
+    for _, name in facts.model_holders(model):
+        if facts.device_moves.get(name):
+            return False
+        for value in facts.assigned_values.get(name, ()):
+            if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and (
+                    value.func.attr.value in ("to", "cuda")):
+                return False
+            if any(isinstance(call.func, cst.Attribute) and call.func.attr.value in ("to", "cuda")
+                   for call in calls_within(value)):
+                return False
+    return True
 
 
 def _wrap_out_of_setup(facts: Facts, edits: Edits, model: Model, anchor: cst.BaseStatement) -> None:

@@ -94,6 +94,10 @@ class SetupPlan:
     bare_accelerator: bool = False
     # The script never chooses a device: it trains on the CPU.
     cpu_only: bool = False
+    # Models wrapped in the setup's scope, and how many of them the script never moves off
+    # the CPU: when none is moved, the process group uses Gloo whatever the machine has.
+    wrapped_models: int = 0
+    models_on_cpu: int = 0
     # The setup's function runs more than once (a get_device() helper called by train and
     # test, or inside a loop): the process group is created on the first call only.
     called_repeatedly: bool = False
@@ -186,8 +190,21 @@ def _when_run(code: str, facts: Facts, plan: SetupPlan) -> str:
     """Module-level setup in a file with a `__main__` guard: importing the module (to reuse
     its model class) stays single-process, as it was; only running it joins the group."""
     if plan.function is None and plan.block is facts.module and facts.main_guard is not None:
-        return code.replace('distributed = "WORLD_SIZE" in os.environ\n', RUN_NOT_IMPORTED, 1)
-    return code
+        code = code.replace('distributed = "WORLD_SIZE" in os.environ\n', RUN_NOT_IMPORTED, 1)
+    return _backend_for_cpu_models(code, plan)
+
+
+def _backend_for_cpu_models(code: str, plan: SetupPlan) -> str:
+    """NCCL cannot all-reduce the gradients of a model that stays on the CPU."""
+    if plan.cpu_only or not plan.wrapped_models or plan.models_on_cpu < plan.wrapped_models:
+        return code
+    lines = []
+    for line in code.splitlines(keepends=True):
+        if "dist.init_process_group(" in line:
+            indent = line[: len(line) - len(line.lstrip())]
+            line = f'{indent}dist.init_process_group("gloo")  # the model stays on the CPU\n'
+        lines.append(line)
+    return "".join(lines)
 
 
 def _once(code: str, plan: SetupPlan) -> str:
