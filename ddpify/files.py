@@ -90,7 +90,7 @@ def write_atomically(path: str, data: bytes) -> None:
     temporary file.
     """
     target, status = _target(path)
-    if status is not None and not stat.S_ISREG(status.st_mode):
+    if _names_a_descriptor(path) or status is not None and not stat.S_ISREG(status.st_mode):
         _stream(path, target, data)
         return
     directory = os.path.dirname(target)
@@ -121,6 +121,8 @@ def write_atomically(path: str, data: bytes) -> None:
 def _target(path: str) -> Tuple[str, Optional[os.stat_result]]:
     """The file a write to `path` lands in (through symlinks) and its status, if it exists;
     SourceError when writing there would surprise the user."""
+    if _names_a_descriptor(path):
+        return path, None
     target = os.path.realpath(path)
     try:
         status: Optional[os.stat_result] = os.stat(target)
@@ -148,9 +150,18 @@ def _target(path: str) -> Tuple[str, Optional[os.stat_result]]:
     return target, status
 
 
+_DESCRIPTOR = re.compile(r"/dev/(stdout|stderr|fd/[0-9]+)|/proc/(self|[0-9]+)/fd/[0-9]+")
+
+
+def _names_a_descriptor(path: str) -> bool:
+    """/dev/stdout and its kin name an open descriptor (a pipe, a terminal, a redirected
+    file) that the caller set up: written to as a stream, never replaced."""
+    return bool(_DESCRIPTOR.fullmatch(os.path.abspath(path)))
+
+
 def _stream(path: str, target: str, data: bytes) -> None:
     try:
-        with open(target, "wb") as handle:
+        with open(target, "ab") as handle:  # never truncate what the caller opened
             handle.write(data)
     except OSError as error:
         raise SourceError(f"{path}: cannot write: {error.strerror or error}") from None

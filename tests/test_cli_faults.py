@@ -23,12 +23,12 @@ ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="mknod and chown need root")
 
 
-def _ddpify(*args, **popen):
+def _ddpify(*args, stdout=subprocess.PIPE):
     """ddpify as a user starts it: SIGINT at its default, whatever pytest's parent did."""
     return subprocess.Popen(
-        [sys.executable, "-m", "ddpify", *map(str, args)], stdout=subprocess.PIPE,
+        [sys.executable, "-m", "ddpify", *map(str, args)], stdout=stdout,
         stderr=subprocess.PIPE, text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **popen)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _big_script(helpers: int) -> str:
@@ -156,6 +156,22 @@ def test_output_onto_a_fifo_streams_to_it(script, tmp_path):
     assert result.exit_code == 0, result.stderr
     assert received == [migrated(guide_text())]
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+@pytest.mark.skipif(not Path("/dev/stdout").exists(), reason="needs /dev/stdout")
+@pytest.mark.parametrize("append", [False, True])
+def test_output_to_dev_stdout_streams_into_what_the_caller_opened(script, tmp_path, append):
+    """/dev/stdout -> /proc/self/fd/1 -> a pipe or a file: streamed to, never replaced."""
+    piped = _ddpify(script, "-o", "/dev/stdout")
+    stdout, stderr = piped.communicate(timeout=60)
+    assert piped.returncode == 0, stderr
+    assert stdout == migrated(guide_text())
+    redirected = write(tmp_path / "log.txt", "kept\n")
+    with open(redirected, "a" if append else "w") as handle:
+        process = _ddpify(script, "-o", "/dev/stdout", stdout=handle)
+        assert process.communicate(timeout=60)[0] is None
+        assert process.returncode == 0
+    assert redirected.read_text() == ("kept\n" if append else "") + migrated(guide_text())
 
 
 def test_output_through_a_symlink_writes_the_file_it_points_to(script, tmp_path):
