@@ -7,6 +7,7 @@ compiled first: what Python cannot run is a syntax error, and libcst never sees 
 """
 import ast
 import re
+import warnings
 
 
 class Rejected(Exception):
@@ -30,14 +31,18 @@ _PYTHON2_LINE = re.compile(r"print\s+[^\s(=]|exec\s+[\"']|.*`|.*<>")
 def checked_tree(text: str, filename: str = "<source>") -> ast.Module:
     """The source's `ast` tree, once the whole source has compiled; raises Rejected."""
     try:
-        tree = compile(text, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
-        # The AST alone misses what only the compiler checks (`return` outside a function,
-        # nesting too deep for the compiler's recursion limit).
-        compile(tree, filename, "exec", dont_inherit=True)
+        with warnings.catch_warnings():
+            # "is not callable; perhaps you missed a comma?" is for the script's author, who
+            # sees it when running it: not something ddpify should print.
+            warnings.simplefilter("ignore")
+            tree = compile(text, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+            # The AST alone misses what only the compiler checks (`return` outside a
+            # function, nesting too deep for the compiler's recursion limit).
+            compile(tree, filename, "exec", dont_inherit=True)
     except SyntaxError as error:
         raise _rejected(error) from None
     except (RecursionError, MemoryError):
-        raise Rejected("nested too deeply: Python itself cannot compile this file") from None
+        raise Rejected("syntax error: nested too deeply for Python to compile") from None
     except ValueError as error:  # e.g. null bytes in the source
         raise Rejected(f"syntax error: {error}") from None
     return tree

@@ -303,6 +303,15 @@ def test_a_worker_that_dies_is_one_failed_file(tmp_path, monkeypatch):
     assert "6 files:" in result.stderr
 
 
+def test_compiling_first_prints_no_warnings_of_its_own(tmp_path):
+    """Python warns about `2 (3,)` when compiling; that is for whoever runs the script."""
+    source = write(tmp_path / "train.py", guide_text() + "\ntuple_call = lambda: 2 (3,)\n")
+    process = _ddpify("--check", source)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 1, stderr
+    assert "SyntaxWarning" not in stderr
+
+
 # -- 4. Input that is not a script ------------------------------------------------------------
 
 @pytest.mark.parametrize("args", [[], ["--check"], ["--diff"], ["-o", "out.py"], ["-i"]])
