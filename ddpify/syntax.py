@@ -39,6 +39,7 @@ def checked_tree(text: str, filename: str = "<source>") -> ast.Module:
             # The AST alone misses what only the compiler checks (`return` outside a
             # function, nesting too deep for the compiler's recursion limit).
             compile(tree, filename, "exec", dont_inherit=True)
+        _check_chains(tree)
     except SyntaxError as error:
         raise _rejected(error) from None
     except (RecursionError, MemoryError):
@@ -46,6 +47,19 @@ def checked_tree(text: str, filename: str = "<source>") -> ast.Module:
     except ValueError as error:  # e.g. null bytes in the source
         raise Rejected(f"syntax error: {error}") from None
     return tree
+
+
+# `a and b and ...` is one flat node for Python, but libcst's parser recurses once per
+# operand and overflows its native stack between 3,000 and 10,000 of them (measured).
+MAX_BOOLEAN_OPERANDS = 2000
+
+
+def _check_chains(tree: ast.Module) -> None:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BoolOp) and len(node.values) > MAX_BOOLEAN_OPERANDS:
+            raise Rejected(f"syntax error: nested too deeply for libcst's parser: an and/or chain "
+                           f"of {len(node.values)} operands (at most {MAX_BOOLEAN_OPERANDS})",
+                           node.lineno, node.col_offset + 1)
 
 
 def _rejected(error: SyntaxError) -> Rejected:

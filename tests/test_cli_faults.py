@@ -96,14 +96,15 @@ def test_sigint_stops_a_walk(tmp_path, workers):
     tree = tmp_path / "src"
     tree.mkdir()
     sources = [write(tree / f"train_{index}.py", text) for index in range(8)]
-    process = _ddpify("-i", "-j", workers, tree)
-    for line in process.stderr:
-        if "migrated in place" in line:
-            break
+    process = _ddpify("-i", "-j", workers, tree, stdout=subprocess.DEVNULL)
+    line = ""
+    while "migrated in place" not in line:
+        line = process.stderr.readline()
+        assert line, "ddpify ended before migrating a file"
     workers_seen = _children(process.pid)
     process.send_signal(signal.SIGINT)
-    _, rest = process.communicate(timeout=60)
-    assert process.returncode == 130, rest
+    rest = process.stderr.read()  # the same buffered reader: nothing read ahead is lost
+    assert process.wait(timeout=60) == 130, rest
     assert "interrupted after" in rest
     assert "Traceback" not in rest
     reported = {line.split(":")[0] for line in (line + rest).splitlines() if "migrated in place" in line}
@@ -244,6 +245,8 @@ def test_in_place_on_a_device_is_refused(tmp_path):
 # -- 3. Nesting that crashes libcst's native parser -------------------------------------------
 
 DEEP = "import torch\n\nx = " + "(" * 10_000 + "1" + ")" * 10_000 + "\n"
+# Flat for Python, which compiles it; 10,000 operands overflow libcst's native stack.
+LONG_CHAIN = "import torch\n\nx = " + " and ".join(["a"] * 10_000) + "\n"
 
 
 @pytest.mark.parametrize("args", [["--check", "-j", "1"], ["--check", "-j", "2"],
@@ -265,6 +268,18 @@ def test_deep_nesting_is_an_error_and_the_walk_goes_on(tmp_path, args):
         assert f"{tree / 'a.py'}: migrated in place" in stderr
         assert f"{tree / 'c.py'}: migrated in place" in stderr
         assert (tree / "c.py").read_text() == migrated(guide_text())
+
+
+def test_an_and_chain_that_crashes_libcst_is_an_error_and_the_walk_goes_on(tmp_path):
+    tree = tmp_path / "src"
+    tree.mkdir()
+    write(tree / "a.py", guide_text())
+    chain = write(tree / "b.py", LONG_CHAIN)
+    process = _ddpify("--check", "-j", "1", tree)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 2, stderr
+    assert f"{chain}:3:5: syntax error: nested too deeply for libcst's parser" in stderr
+    assert "2 files:" in stderr
 
 
 def test_nesting_python_rejects_is_a_syntax_error(tmp_path):
