@@ -7,12 +7,13 @@ from libcst.codemod import (
     CodemodCommand,
     CodemodContext,
     SkipFile,
+    TransformExit,
     TransformFailure,
     transform_module,
 )
 from libcst.metadata import MetadataWrapper
 
-from ddpify import names
+from ddpify import frameworks, names, syntax
 from ddpify.analysis import Facts, analyse
 from ddpify.diagnostics import RULES, Diagnostic, is_selected
 from ddpify.options import Options
@@ -44,11 +45,21 @@ NO_TRAINING = Diagnostic("DDP901", 1, 1, "no training code found: left unchanged
 
 def migrate_source(code: str, options: Options = Options()) -> Result:  # noqa: B008 (frozen)
     """Migrate one script. Raises MigrationError when the source does not parse."""
+    try:
+        tree = syntax.checked_tree(code)
+    except syntax.Rejected as rejected:
+        raise MigrationError(rejected.message, rejected.line, rejected.column) from None
+    other_framework = frameworks.already_distributed(tree, code)
+    if other_framework is not None:
+        return Result(code, _selected((other_framework,), options))
     if "torch" not in code:
-        # Nothing to migrate, and no reason to pay for a parse.
+        # Nothing to migrate, and no reason to pay for libcst's parse.
         return Result(code, _selected((NO_TRAINING,), options))
     codemod = _MigrateCommand(CodemodContext(), options)
     outcome = transform_module(codemod, code)
+    if isinstance(outcome, TransformExit):
+        # libcst turns Ctrl-C into a result; the unmigrated code must not pass for one.
+        raise KeyboardInterrupt
     if isinstance(outcome, TransformFailure):
         error = outcome.error
         if isinstance(error, cst.ParserSyntaxError):

@@ -1,7 +1,8 @@
 """The command line: options, files in and out, exit codes. No migration logic here.
 
 Exit codes: 0 all good; 1 changes pending (--check, --diff, --twin) or diagnostics that
-need a person; 2 usage, parse or internal error. Results go to stdout, messages to stderr.
+need a person; 2 usage, parse or internal error; 130 interrupted (Ctrl-C). Results go to
+stdout, messages to stderr.
 """
 import os
 import sys
@@ -12,7 +13,7 @@ import click
 from ddpify import __version__
 from ddpify import jobs as job_modes
 from ddpify.config import Config, ConfigError, load as load_config
-from ddpify.diagnostics import RULES, explain
+from ddpify.diagnostics import RULES, explain, unknown_codes
 from ddpify.files import TWIN_SUFFIX, source_of_twin, twin_of
 from ddpify.formats import FORMATS, printer, summary_line
 from ddpify.jobs import ERROR, OK, Job, Report
@@ -21,13 +22,28 @@ from ddpify.progress import Progress
 from ddpify.walk import Entry, expand
 
 
+INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+
+
 class _MigrateByDefault(click.Group):
     """`ddpify train.py` migrates; `ddpify verify train.py` runs a subcommand."""
 
     def parse_args(self, ctx, args):
-        if not args or args[0] not in self.commands:
+        if not args:
+            # Bare `ddpify`: a newcomer, not a pre-commit hook (those pass options).
+            click.echo(migrate.get_help(click.Context(migrate, info_name=ctx.info_name)), err=True)
+            ctx.exit(ERROR)
+        if args[0] not in self.commands:
             args = ["migrate", *args]
         return super().parse_args(ctx, args)
+
+    def invoke(self, ctx):
+        # click would print "Aborted!" and exit 1; an interrupted run exits 130.
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("\nddpify: interrupted", err=True)
+            ctx.exit(INTERRUPTED)
 
 
 @click.group(cls=_MigrateByDefault, add_help_option=False)
@@ -38,7 +54,12 @@ def main() -> None:
 def _codes(ctx, param, value: Optional[str]) -> Optional[tuple]:
     if value is None:
         return None
-    return tuple(code.strip().upper() for code in value.split(",") if code.strip())
+    codes = tuple(code.strip().upper() for code in value.split(",") if code.strip())
+    unknown = unknown_codes(codes)
+    if unknown:
+        raise click.BadParameter(f"unknown rule code or prefix {', '.join(unknown)}; "
+                                 "see ddpify --list-rules")
+    return codes
 
 
 class _DefaultCommand(click.Command):
@@ -91,6 +112,13 @@ def migrate(paths, output, in_place, show_diff, check, twin, select, ignore, exc
     ddpify verify train.py            run both scripts and compare (see verify --help)
 
     Defaults come from [tool.ddpify] in the nearest pyproject.toml; flags win.
+
+    \b
+    Exit codes:
+      0    done; nothing needs a person (--check: every file is DDP-ready)
+      1    changes pending (--check, --diff, --twin) or a diagnostic that needs a person
+      2    usage error, unreadable file, syntax error or internal error
+      130  interrupted (Ctrl-C); nothing is written for the file in progress
     """
     if list_rules:
         for rule in RULES.values():
@@ -193,10 +221,17 @@ def _run(planned: Sequence[Job], workers: int, output_format: str, verbose: bool
     progress = Progress(len(planned), sys.stderr)
     show = printer(output_format, verbose=verbose, quiet=quiet, before_output=progress.clear)
     reports = []
-    for report in _results(planned, workers):
-        show.report(report)
-        progress.advance(report.path)
-        reports.append(report)
+    try:
+        for report in _results(planned, workers):
+            show.report(report)
+            progress.advance(report.path)
+            reports.append(report)
+    except KeyboardInterrupt:
+        progress.clear()
+        done = f" after {len(reports)} of {len(planned)} files" if len(planned) > 1 else ""
+        click.echo(f"\nddpify: interrupted{done}; the file in progress was left as it was",
+                   err=True)
+        sys.exit(INTERRUPTED)
     progress.clear()
     writes = planned[0].mode in (job_modes.WRITE, job_modes.IN_PLACE, job_modes.TWIN) if planned else True
     show.finish(reports, summary_line(reports, writes))
@@ -209,12 +244,9 @@ def _results(planned: Sequence[Job], workers: int):
     if workers == 1 or len(planned) < 2:
         yield from map(job_modes.run, planned)
         return
-    from concurrent.futures import ProcessPoolExecutor
+    from ddpify.workers import reports
 
-    workers = min(workers, len(planned))
-    chunk = max(1, min(16, len(planned) // (workers * 4)))
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        yield from pool.map(job_modes.run, planned, chunksize=chunk)
+    yield from reports(planned, workers)
 
 
 def _fail(message: str) -> None:

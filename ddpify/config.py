@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
+from ddpify.diagnostics import unknown_codes
 from ddpify.walk import repository_root
 
 _TABLE = re.compile(r"^\s*\[\s*tool\s*\.\s*ddpify\s*\]", re.MULTILINE)
@@ -79,6 +80,10 @@ def _parse(path: str, table: dict) -> Config:
     for key in _LISTS:
         if key in table:
             values[key] = _codes_or_globs(path, key, table[key], upper=key != "exclude")
+            unknown_rules = unknown_codes(values[key]) if key != "exclude" else ()
+            if unknown_rules:
+                raise ConfigError(f"{path}: [tool.ddpify]: {key}: unknown rule code or prefix "
+                                  f"{', '.join(unknown_rules)}; see ddpify --list-rules")
     for key in _FLAGS:
         if key in table:
             if not isinstance(table[key], bool):

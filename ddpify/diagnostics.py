@@ -260,6 +260,11 @@ def is_selected(code: str, select: Sequence[str], ignore: Sequence[str]) -> bool
     return not any(code.startswith(prefix) for prefix in ignore)
 
 
+def unknown_codes(codes) -> tuple:
+    """Codes or prefixes that select no rule: a typo (DDP2O4) would silently hide warnings."""
+    return tuple(code for code in codes if not any(known.startswith(code) for known in RULES))
+
+
 def explain(code: str) -> str:
     rule = RULES[code]
     return (

@@ -1,20 +1,21 @@
 """One file's work: read it, migrate it, decide what to write, write it, and say what happened.
 
-A job runs in the main process or in a worker process (`-j N`), so it takes and returns
-plain picklable values and prints nothing: the command line prints every report in input
-order. Migration itself is `ddpify.api`'s business; this module is only files in and out.
+`prepare` (read, migrate, compare) runs in the main process or in a worker process (`-j N`),
+so it takes and returns plain picklable values, prints nothing and writes nothing; `commit`
+writes, always in the main process, which prints every report in input order. Migration
+itself is `ddpify.api`'s business; this module is only files in and out.
 """
 import contextlib
 import difflib
 import gc
-import re
 import traceback
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
 from ddpify.diagnostics import Diagnostic, Severity
 from ddpify.files import (
-    SourceError, check_writable, decode, encode, read_bytes, read_source, write_atomically,
+    SourceError, check_writable, decode, encode, read_bytes, read_source, require_regular_file,
+    write_atomically,
 )
 from ddpify.options import Options
 
@@ -31,7 +32,7 @@ TWIN_CHECK = "twin-check"  # as TWIN, but only say whether the twin is stale
 # Statuses counted in the summary line.
 MIGRATED, UNCHANGED, SKIPPED, FAILED = "migrated", "unchanged", "skipped", "failed"
 
-_NO_TRAINING = Diagnostic("DDP901", 1, 1, "no training code found: left unchanged")
+NOTEBOOK_SUFFIX = ".ipynb"
 # Notes about a whole file that say there is nothing to do (already distributed, no training).
 WHOLE_FILE_NOTES = frozenset({"DDP900", "DDP901"})
 
@@ -68,28 +69,72 @@ class Report:
     stdout: bytes = b""
     written: Optional[str] = None
     changed: bool = False
+    # What `commit` is to write; `prepare` writes nothing.
+    pending: Optional["PendingWrite"] = None
+
+
+@dataclass(frozen=True)
+class PendingWrite:
+    path: str
+    data: bytes
+    # Said on stderr once written.
+    note: str = ""
 
 
 def run(job: Job) -> Report:
+    """The whole job, in this process."""
+    return commit(prepare(job))
+
+
+def prepare(job: Job) -> Report:
+    """Everything but writing: a worker process runs this, and may be stopped at any point
+    without leaving a file half-done. What is to be written waits in `report.pending`."""
     try:
-        return _run(job)
+        return _prepare(job)
     except Exception as error:  # a bug in ddpify must not take the other files down
-        return Report(job.shown, FAILED, ERROR, error=f"{job.shown}: internal error: {error!r}",
-                      details=traceback.format_exc())
+        return _internal_error(job.shown, error)
 
 
-def _run(job: Job) -> Report:
+def commit(report: Report) -> Report:
+    """Write what `prepare` decided. The command line calls this in its own process, one file
+    after another, so that every file written is reported and Ctrl-C stops between files
+    (or inside one, leaving it as it was)."""
+    pending, report.pending = report.pending, None
+    if pending is None:
+        return report
+    try:
+        write_atomically(pending.path, pending.data)
+    except SourceError as error:
+        report.status, report.exit_code, report.error = FAILED, ERROR, str(error)
+    except Exception as error:
+        return _internal_error(report.path, error)
+    else:
+        report.written = pending.path
+        if pending.note:
+            report.notes.append(pending.note)
+    return report
+
+
+def _internal_error(shown: str, error: Exception) -> Report:
+    return Report(shown, FAILED, ERROR, error=f"{shown}: internal error: {error!r}",
+                  details=traceback.format_exc())
+
+
+def _prepare(job: Job) -> Report:
     from ddpify.api import MigrationError, migrate_source
 
     shown = job.shown
+    if job.path.endswith(NOTEBOOK_SUFFIX):
+        return Report(shown, FAILED, ERROR, error=f"{shown}: notebooks are not supported: export "
+                      f"the code with `jupyter nbconvert --to script {shown}` and migrate the .py")
     try:
+        if job.mode == IN_PLACE:
+            require_regular_file(job.path)
         data = job.data if job.path == "-" else read_bytes(job.path)
-        if b"torch" not in data and job.mode != WRITE:
-            # Cheap: a file that never mentions torch trains nothing, so it is not parsed.
-            if not job.explicit:
-                return Report(shown, SKIPPED, OK)
-            decode(data, shown)
-            return Report(shown, SKIPPED, OK, diagnostics=(_NO_TRAINING,))
+        if b"torch" not in data and job.mode != WRITE and not job.explicit:
+            # Cheap: a file that never mentions torch trains nothing, so a walk does not parse
+            # it. A file named on the command line is still checked: it must be Python.
+            return Report(shown, SKIPPED, OK)
         source = decode(data, shown)
         if job.mode == WRITE and job.output not in (None, "-"):
             check_writable(job.output)
@@ -98,7 +143,7 @@ def _run(job: Job) -> Report:
     except SourceError as error:
         return Report(shown, FAILED, ERROR, error=str(error))
     except MigrationError as error:
-        return _migration_failure(shown, error, locals().get("source"))
+        return _migration_failure(shown, error)
 
     changed = result.code != source.text
     diagnostics = result.diagnostics
@@ -106,14 +151,10 @@ def _run(job: Job) -> Report:
         # Over a walked tree, "nothing to do here" for each of thousands of files is noise:
         # the summary line counts them as unchanged.
         diagnostics = tuple(d for d in diagnostics if d.code not in WHOLE_FILE_NOTES)
-    report = Report(shown, MIGRATED if changed else UNCHANGED,
-                    PENDING if result.needs_a_person else OK,
+    status = MIGRATED if changed else SKIPPED if b"torch" not in data else UNCHANGED
+    report = Report(shown, status, PENDING if result.needs_a_person else OK,
                     diagnostics=diagnostics, changed=changed)
-    try:
-        _deliver(job, report, source.text, result.code, source.encoding)
-    except (SourceError, OSError) as error:
-        report.status, report.exit_code = FAILED, ERROR
-        report.error = str(error) if isinstance(error, SourceError) else f"{shown}: {error}"
+    _deliver(job, report, source.text, result.code, source.encoding)
     return report
 
 
@@ -132,7 +173,7 @@ def _collector_paused():
 
 
 def _deliver(job: Job, report: Report, before: str, after: str, encoding: str) -> None:
-    """Write or compare the migrated code as the mode asks, updating the report."""
+    """Compare the migrated code, or plan its writing, as the mode asks."""
     shown, changed = report.path, report.changed
     if job.mode == CHECK and job.output:
         _compare_twin(report, job.output, after, shown, missing_ok=False)
@@ -148,20 +189,17 @@ def _deliver(job: Job, report: Report, before: str, after: str, encoding: str) -
             report.exit_code = PENDING
     elif job.mode == IN_PLACE:
         if changed:
-            write_atomically(job.path, encode(after, encoding))
-            report.written = job.path
-            report.notes.append(f"{shown}: migrated in place")
+            report.pending = PendingWrite(job.path, encode(after, encoding),
+                                          f"{shown}: migrated in place")
     elif job.mode == TWIN:
         current = _read_text_or_none(job.output)
         if current != after and (current is not None or changed):
-            write_atomically(job.output, encode(after, encoding))
-            report.written = job.output
-            report.notes.append(f"{job.output}: {'updated' if current is not None else 'written'}"
-                                f" from {shown}")
+            verb = "updated" if current is not None else "written"
+            report.pending = PendingWrite(job.output, encode(after, encoding),
+                                          f"{job.output}: {verb} from {shown}")
             report.exit_code = PENDING
     elif job.output not in (None, "-"):
-        write_atomically(job.output, encode(after, encoding))
-        report.written = job.output
+        report.pending = PendingWrite(job.output, encode(after, encoding))
     else:
         # A BOM in the middle of a pipeline helps nobody.
         report.stdout = encode(after, "utf-8" if encoding == "utf-8-sig" else encoding)
@@ -180,46 +218,14 @@ def _compare_twin(report: Report, twin: str, after: str, shown: str, missing_ok:
     report.exit_code = PENDING
 
 
-def _migration_failure(shown: str, error, source) -> Report:
+def _migration_failure(shown: str, error) -> Report:
     message, details = error.message, ""
     if message.startswith("internal error"):
         message, _, details = message.partition("\n")
         message += " (a bug in ddpify: please report it; -v shows the traceback)"
         return Report(shown, FAILED, ERROR, error=f"{shown}: {message}", details=details)
-    line, column = error.line, error.column
-    if source is not None:
-        line, column, message = _python_syntax_error(source.text, shown) or (line, column, message)
-    location = f"{shown}:{line}:{column}" if line else shown
+    location = f"{shown}:{error.line}:{error.column}" if error.line else shown
     return Report(shown, FAILED, ERROR, error=f"{location}: {message}")
-
-
-# Python's own messages for Python 2 code that Python 3 rejects.
-_PYTHON2_HINTS = (
-    "Missing parentheses in call to",
-    "multiple exception types must be parenthesized",
-    "leading zeros in decimal integer literals",
-    "invalid syntax. Perhaps you forgot a comma?",
-)
-
-
-_PYTHON2_LINE = re.compile(r"print\s+[^\s(=]|exec\s+[\"']|.*`|.*<>")
-
-
-def _python_syntax_error(text: str, shown: str) -> Optional[Tuple[int, int, str]]:
-    """Python's own message says more than the parser's list of expected tokens."""
-    import ast
-
-    try:
-        compile(text, shown, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
-    except SyntaxError as error:
-        message = f"syntax error: {error.msg}"
-        line = (error.text or "").strip()
-        if any(hint in error.msg for hint in _PYTHON2_HINTS) or _PYTHON2_LINE.match(line):
-            message += " (Python 2 source? ddpify reads Python 3 only)"
-        return error.lineno or 0, error.offset or 0, message
-    except (ValueError, MemoryError, RecursionError):
-        return None
-    return None
 
 
 def unified_diff(before: str, after: str, path: str) -> str:

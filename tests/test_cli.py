@@ -165,9 +165,26 @@ def test_exit_code_is_the_worst(script, tmp_path):
 
 
 def test_zero_paths_is_not_an_error():
-    result = invoke()
+    """What pre-commit runs when no file matches: options, no paths."""
+    result = invoke("--check", "--quiet")
     assert result.exit_code == 0
     assert result.stdout == ""
+
+
+def test_bare_ddpify_prints_usage():
+    result = invoke()
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith("Usage: ") and " [OPTIONS] [PATHS]...\n" in result.stderr
+    assert "ddpify train.py -o train_ddp.py" in result.stderr
+
+
+def test_help_lists_exit_codes():
+    text = " ".join(invoke("--help").stdout.split())
+    assert "Exit codes:" in text
+    for code, words in [("0", "done"), ("1", "changes pending"), ("2", "usage error"),
+                        ("130", "interrupted")]:
+        assert f" {code} {words}" in text
 
 
 # -- rules ---------------------------------------------------------------------------------

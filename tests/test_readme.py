@@ -1,9 +1,15 @@
 """The README is for newcomers: its rules table must match the registry."""
+import re
+import shutil
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from ddpify.diagnostics import RULES
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
 
 
 def test_rules_table_lists_every_rule_with_its_summary():
@@ -15,3 +21,42 @@ def test_rules_table_lists_every_rule_with_its_summary():
 def test_rules_table_lists_no_unknown_rule():
     codes = {line.split("|")[1].strip() for line in README.splitlines() if line.startswith("| DDP")}
     assert codes == set(RULES)
+
+
+# -- first contact (issue 10, item 11) ------------------------------------------------------
+
+def _section(title: str) -> str:
+    start = README.index(f"\n## {title}\n")
+    end = README.find("\n## ", start + 1)
+    return README[start:end if end != -1 else None]
+
+
+def test_quick_start_installs_torch_before_running_the_result():
+    quick_start = _section("Try it on the shipped example")
+    install = quick_start.index('pip install -e ".[verify]"')
+    assert install < quick_start.index("torchrun")
+
+
+def test_sections_a_newcomer_looks_for():
+    for title in ("What it does not do", "Safety", "Exit codes"):
+        assert _section(title)
+    not_done = _section("What it does not do")
+    for word in ("Accelerate", "FSDP", "DeepSpeed", "Lightning", "Horovod", ".ipynb",
+                 "One file at a time", "runs your code"):
+        assert word in not_done, word
+    assert "| 130 |" in _section("Exit codes")
+
+
+def test_the_full_test_run_time_is_stated():
+    assert re.search(r"full run takes about \d+ minutes", _section("Run the tests"))
+
+
+def test_pre_commit_rev_is_a_tag_of_this_repository():
+    revs = set(re.findall(r"rev: (\S+)", README)) | set(
+        re.findall(r"rev: (\S+)", (ROOT / ".pre-commit-hooks.yaml").read_text()))
+    assert revs
+    if not (ROOT / ".git").exists() or shutil.which("git") is None:
+        pytest.skip("not a git checkout")
+    tags = subprocess.run(["git", "tag", "--list"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.split()
+    assert revs <= set(tags), f"README names {sorted(revs)}; the repository has tags {tags}"

@@ -1,0 +1,104 @@
+"""Scripts that another framework already distributes: left byte-identical, reported as DDP900.
+
+A DDP layer on top of Accelerate, FSDP, DeepSpeed, Lightning, Horovod or a hand-written
+torch.distributed setup would initialise a second process group, wrap a wrapped model and
+shard a sharded loader. One walk over the `ast` tree that the compile check already built
+finds calls (and base classes) whose qualified name, through the file's own imports, belongs
+to one of them; analysis never runs on such a file.
+"""
+import ast
+import re
+from typing import Dict, Iterator, List, Optional, Tuple
+
+from ddpify import names
+from ddpify.diagnostics import Diagnostic
+
+# Qualified-name prefixes and the framework each one means; "": plain torch.distributed.
+_FRAMEWORKS = (
+    ("torch.distributed.fsdp", "FSDP"),
+    ("torch.distributed._composable.fsdp", "FSDP"),
+    ("torch.distributed._composable.fully_shard", "FSDP"),
+    ("accelerate", "Accelerate"),
+    ("deepspeed", "DeepSpeed"),
+    ("lightning", "Lightning"),
+    ("pytorch_lightning", "Lightning"),
+    ("lightning_fabric", "Lightning"),
+    ("horovod", "Horovod"),
+    ("torch.multiprocessing.spawn", ""),
+    ("torch.multiprocessing.start_processes", ""),
+    ("torch.distributed", ""),
+    ("torch.nn.parallel.DistributedDataParallel", ""),
+    ("torch.nn.parallel.distributed", ""),
+    ("torch.utils.data.distributed", ""),
+)
+# A file that names none of these words imports none of the frameworks: no walk needed.
+_WORDS = re.compile(r"distributed|accelerate|deepspeed|lightning|horovod|multiprocessing")
+# The calls analysis itself reports as "already distributed": the same line wins here.
+_SETUP_CALLS = names.INIT_PROCESS_GROUP | names.DISTRIBUTED_DATA_PARALLEL
+
+
+def already_distributed(tree: ast.Module, text: str) -> Optional[Diagnostic]:
+    """DDP900 at the first use of the framework that distributes the script, if one does."""
+    if not _WORDS.search(text):
+        return None
+    uses = sorted(_uses(tree), key=lambda use: use[:2])
+    if not uses:
+        return None
+    named = [use for use in uses if use[2]]
+    setup = [use for use in uses if use[3] in _SETUP_CALLS]
+    line, byte_column, framework, _ = (named or setup or uses)[0]
+    message = f"already distributed with {framework}: left unchanged" if framework else (
+        "already distributed: left unchanged")
+    return Diagnostic("DDP900", line, _column(text, line, byte_column), message)
+
+
+def _uses(tree: ast.Module) -> Iterator[Tuple[int, int, str, str]]:
+    """(line, byte column, framework, qualified name) of every call or base class that
+    resolves into a distributing framework."""
+    imported: Dict[str, str] = {}
+    candidates: List[ast.expr] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                local = alias.asname or alias.name.split(".")[0]
+                imported[local] = alias.name if alias.asname else local
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                if alias.name != "*":
+                    imported[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        elif isinstance(node, ast.Call):
+            candidates.append(node.func)
+        elif isinstance(node, ast.ClassDef):
+            candidates.extend(node.bases)
+    for expression in candidates:
+        qualified = _qualified(expression, imported)
+        framework = _framework(qualified) if qualified else None
+        if framework is not None and qualified is not None:
+            yield expression.lineno, expression.col_offset, framework, qualified
+
+
+def _qualified(expression: ast.expr, imported: Dict[str, str]) -> Optional[str]:
+    attributes = []
+    while isinstance(expression, ast.Attribute):
+        attributes.append(expression.attr)
+        expression = expression.value
+    if not isinstance(expression, ast.Name) or expression.id not in imported:
+        return None
+    return ".".join([imported[expression.id], *reversed(attributes)])
+
+
+def _framework(qualified: str) -> Optional[str]:
+    """The framework a qualified name belongs to ("": plain torch.distributed), if any."""
+    for prefix, framework in _FRAMEWORKS:
+        if qualified == prefix or qualified.startswith(prefix + "."):
+            return framework
+    return None
+
+
+def _column(text: str, line: int, byte_column: int) -> int:
+    """`ast` counts columns in UTF-8 bytes; diagnostics count characters, from 1."""
+    lines = re.split(r"\r\n|\r|\n", text, maxsplit=line)
+    source_line = lines[line - 1] if line <= len(lines) else ""
+    if source_line.isascii():
+        return byte_column + 1
+    return len(source_line.encode("utf-8")[:byte_column].decode("utf-8", errors="replace")) + 1

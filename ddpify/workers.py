@@ -1,0 +1,71 @@
+"""Jobs in worker processes (`-j N`): reports in input order, a dead worker reported as one
+failed file rather than a traceback, and Ctrl-C stopping every worker at once.
+
+Workers only prepare (read, migrate, compare); the calling process commits, so that every
+file written is reported, and a worker stopped mid-job has written nothing. Workers ignore
+SIGINT: Ctrl-C reaches the whole process group, and it is the main process that decides.
+"""
+import signal
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Iterator, Sequence
+
+from ddpify import jobs
+from ddpify.jobs import ERROR, FAILED, Job, Report
+
+CRASHED = ("the worker process migrating it died (a crash in libcst's native parser?): not "
+           "migrated")
+
+
+def reports(planned: Sequence[Job], workers: int) -> Iterator[Report]:
+    """One report per job, in order. When a worker dies, the job that was next in order runs
+    again alone in a fresh worker, so the file that kills workers is the one reported."""
+    position = 0
+    while position < len(planned):
+        remaining = planned[position:]
+        try:
+            for report in _in_pool(remaining, min(workers, len(remaining))):
+                position += 1
+                yield jobs.commit(report)
+        except BrokenProcessPool:
+            yield jobs.commit(_alone(planned[position]))
+            position += 1
+
+
+def _in_pool(planned: Sequence[Job], workers: int) -> Iterator[Report]:
+    chunk = max(1, min(16, len(planned) // (workers * 4)))
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_interrupts)
+    finished = False
+    try:
+        yield from pool.map(jobs.prepare, planned, chunksize=chunk)
+        finished = True
+    finally:
+        _close(pool, finished)
+
+
+def _alone(job: Job) -> Report:
+    pool = ProcessPoolExecutor(max_workers=1, initializer=_ignore_interrupts)
+    try:
+        return pool.submit(jobs.prepare, job).result()
+    except BrokenProcessPool:
+        return Report(job.shown, FAILED, ERROR, error=f"{job.shown}: {CRASHED}")
+    finally:
+        _close(pool, finished=False)
+
+
+def _close(pool: ProcessPoolExecutor, finished: bool) -> None:
+    """Wait for workers that are done; stop the others (Ctrl-C, a broken pool) at once."""
+    if finished:
+        pool.shutdown(wait=True)
+        return
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(timeout=5)
+
+
+def _ignore_interrupts() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
