@@ -59,4 +59,6 @@ def test_pre_commit_rev_is_a_tag_of_this_repository():
         pytest.skip("not a git checkout")
     tags = subprocess.run(["git", "tag", "--list"], cwd=ROOT, capture_output=True, text=True,
                           check=True).stdout.split()
+    if not tags:
+        pytest.skip("a clone without tags (CI's fresh clone of main may carry none)")
     assert revs <= set(tags), f"README names {sorted(revs)}; the repository has tags {tags}"
