@@ -63,7 +63,7 @@ _RULE_LIST = [
     Rule("DDP005", Severity.EDIT, "process group torn down at exit",
          "A process group left open can hang the launcher at exit and leaks NCCL resources.",
          "Nothing to do."),
-    Rule("DDP006", Severity.WARNING, "torch.accelerator device choice became CUDA-or-CPU",
+    Rule("DDP006", Severity.WARNING, "torch.accelerator device choice became CUDA-or-CPU (retired: the choice is kept)",
          "The setup block pins each process to cuda:LOCAL_RANK with NCCL, or to the CPU with "
          "Gloo; another accelerator (XPU, MPS, HPU) would now run on the CPU.",
          "On a non-CUDA accelerator, set the device with torch.accelerator.set_device_index("
