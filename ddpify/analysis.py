@@ -299,18 +299,21 @@ class Facts:
                 found.append(loop)
         return sorted(found, key=self.line_of)
 
-    def _loops_around_calls_of(self, function: Optional[cst.FunctionDef],
-                               name: str) -> List[Tuple[cst.For, str]]:
+    def calls_of(self, function: Optional[cst.FunctionDef]) -> List[cst.Call]:
+        """The calls of a function of this file, by its name or, for a method, `self.name`."""
         if function is None:
             return []
+        return [call for callee in (function.name.value, "self." + function.name.value)
+                if self.functions.get(callee) is function
+                for call in self.calls_by_callee.get(callee, ())]
+
+    def _loops_around_calls_of(self, function: Optional[cst.FunctionDef],
+                               name: str) -> List[Tuple[cst.For, str]]:
         found: List[Tuple[cst.For, str]] = []
-        for callee in (function.name.value, "self." + function.name.value):
-            if self.functions.get(callee) is not function:
-                continue
-            for call in self.calls_by_callee.get(callee, ()):
-                outer = self.enclosing_loops(call)
-                if outer:
-                    found.append((outer[0], name))
+        for call in self.calls_of(function):
+            outer = self.enclosing_loops(call)
+            if outer:
+                found.append((outer[0], name))
         return found
 
     def _returned_to(self, name: str,
@@ -408,12 +411,6 @@ def analyse(wrapper: MetadataWrapper) -> Facts:
     return facts
 
 
-def _callee_name(facts: Facts, function: cst.FunctionDef) -> str:
-    """How calls name a function: `step` or, for a method, `self.step`."""
-    is_method = facts.functions.get("self." + function.name.value) is function
-    return ("self." if is_method else "") + function.name.value
-
-
 def _mark_loops_calling_training_functions(facts: Facts, training_calls: List[cst.Call]) -> None:
     """A loop that calls a function or method that trains (`self._run_batch(x, y)`, whose
     body calls backward) trains too, and so does the function around it, in turn."""
@@ -422,12 +419,12 @@ def _mark_loops_calling_training_functions(facts: Facts, training_calls: List[cs
     # own) makes the loop around each of its calls a training loop, as if inlined.
     step_functions = _functions_of(facts, [call for call in training_calls if not facts.enclosing_loops(call)])
     for function in step_functions:
-        for call in facts.calls_by_callee.get(_callee_name(facts, function), ()):
+        for call in facts.calls_of(function):
             facts.training_loops.update(facts.enclosing_loops(call)[:1])
     pending = list(training)
     while pending:
         function = pending.pop()
-        for call in facts.calls_by_callee.get(_callee_name(facts, function), ()):
+        for call in facts.calls_of(function):
             facts.loops_calling_training.update(facts.enclosing_loops(call))
             caller = facts.function_of(call)
             if caller is not None and caller not in training:

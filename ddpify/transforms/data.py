@@ -218,7 +218,7 @@ def _other_factory_calls(facts: Facts, loader: Loader) -> List[cst.Call]:
     if not loader.returned or loader.function is None:
         return []
     found: List[cst.Call] = []
-    for call in facts.calls_by_callee.get(loader.function.name.value, ()):
+    for call in facts.calls_of(loader.function):
         assign = facts.parents.get(call)
         target = assign.targets[0].target if isinstance(assign, cst.Assign) and len(assign.targets) == 1 else None
         name = dotted_name(target) if target is not None else None
@@ -556,7 +556,7 @@ def _download_sites(facts: Facts, setup: SetupPlan) -> List[Statement]:
     sites: List[Statement] = []
     for statement in facts.download_statements:
         function = facts.function_of(statement)
-        calls = facts.calls_by_callee.get(function.name.value, []) if function is not None else []
+        calls = facts.calls_of(function)
         if function is not None and not setup.sees_setup(facts, statement) and calls and all(
                 setup.sees_setup(facts, call) for call in calls):
             candidates = [facts.statement_of(call) for call in calls]

@@ -38,6 +38,11 @@ if distributed:
         torch.accelerator.set_device_index(local_rank)
     dist.init_process_group(dist.get_default_backend_for_device({device}))
 """
+# The same after EARLY_GROUP_CODE, which already made the accelerator current and the group.
+REFINE_AFTER_EARLY_GROUP_CODE = "".join(
+    line for line in REFINE_CODE.splitlines(keepends=True)
+    if "set_device_index" not in line and "init_process_group" not in line
+)
 # The process group needed before the script chooses its device (a download barrier, a
 # sampler): each device type gets its default backend, and the rank's accelerator is
 # current before any collective runs.
@@ -46,12 +51,6 @@ if distributed:
     if torch.accelerator.is_available():
         torch.accelerator.set_device_index(local_rank)
     dist.init_process_group()
-"""
-REFINE_AFTER_EARLY_GROUP_CODE = """\
-if distributed:
-    {device} = torch.device({chosen})
-    if {device}.type != "cpu":  # this process's own accelerator
-        {device} = torch.device({device}.type, local_rank)
 """
 # A script that never chooses a device trains on the CPU: so does every rank.
 CPU_ONLY_CODE = """\
@@ -186,47 +185,31 @@ RUN_NOT_IMPORTED = (
 )
 
 
-def _when_run(code: str, facts: Facts, plan: SetupPlan) -> str:
-    """Module-level setup in a file with a `__main__` guard: importing the module (to reuse
-    its model class) stays single-process, as it was; only running it joins the group."""
+def _for_this_script(code: str, facts: Facts, plan: SetupPlan) -> str:
+    """A setup template as this script needs it.
+
+    Module-level setup in a file with a `__main__` guard: importing the module (to reuse
+    its model class) stays single-process, as it was; only running it joins the group.
+    Models that all stay on the CPU: Gloo, since NCCL cannot all-reduce CPU gradients. A
+    function that runs more than once: the group is created on its first call only."""
     if plan.function is None and plan.block is facts.module and facts.main_guard is not None:
         code = code.replace('distributed = "WORLD_SIZE" in os.environ\n', RUN_NOT_IMPORTED, 1)
-    return _backend_for_cpu_models(code, plan)
-
-
-def _backend_for_cpu_models(code: str, plan: SetupPlan) -> str:
-    """NCCL cannot all-reduce the gradients of a model that stays on the CPU."""
-    if plan.cpu_only or not plan.wrapped_models or plan.models_on_cpu < plan.wrapped_models:
-        return code
+    on_cpu = not plan.cpu_only and 0 < plan.wrapped_models == plan.models_on_cpu
     lines = []
     for line in code.splitlines(keepends=True):
         if "dist.init_process_group(" in line:
             indent = line[: len(line) - len(line.lstrip())]
-            line = f'{indent}dist.init_process_group("gloo")  # the model stays on the CPU\n'
-        lines.append(line)
-    return "".join(lines)
-
-
-def _once(code: str, plan: SetupPlan) -> str:
-    """In a function that runs more than once, init_process_group only on the first call."""
-    if not plan.called_repeatedly:
-        return code
-    lines = []
-    for line in code.splitlines(keepends=True):
-        if "dist.init_process_group(" in line:
-            indent = line[: len(line) - len(line.lstrip())]
-            lines.append(f"{indent}if not dist.is_initialized():  # the first call sets it up\n")
-            line = "    " + line
+            if on_cpu:
+                line = f'{indent}dist.init_process_group("gloo")  # the model stays on the CPU\n'
+            if plan.called_repeatedly:
+                lines.append(f"{indent}if not dist.is_initialized():  # the first call sets it up\n")
+                line = "    " + line
         lines.append(line)
     return "".join(lines)
 
 
 def called_repeatedly(facts: Facts, function: Optional[cst.FunctionDef]) -> bool:
-    if function is None:
-        return False
-    calls = [call for name in (function.name.value, "self." + function.name.value)
-             if facts.functions.get(name) is function
-             for call in facts.calls_by_callee.get(name, ())]
+    calls = facts.calls_of(function)
     return len(calls) > 1 or any(facts.enclosing_loops(call) for call in calls)
 
 
@@ -248,7 +231,7 @@ def place(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
         code = first_line + "\n" + WORLD_SIZE_CODE + rest
     if "is_main" in plan.guards_used:
         code += IS_MAIN_CODE
-    setup = edits.statements(_once(_when_run(code, facts, plan), plan))
+    setup = edits.statements(_for_this_script(code, facts, plan))
     comment = cst.EmptyLine(comment=cst.Comment(SETUP_COMMENT))
     anchor = _first_statement_needing_setup(facts, edits, plan)
     assignment = plan.device_assignment
@@ -293,15 +276,15 @@ def _place_after_choice(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
             code += EARLY_GROUP_CODE
         if "is_main" in plan.guards_used:
             code += IS_MAIN_CODE if group_early else IS_MAIN_FROM_ENVIRONMENT_CODE
-        prelude = edits.statements(_once(_when_run(code, facts, plan), plan))
+        prelude = edits.statements(_for_this_script(code, facts, plan))
         prelude[0] = prelude[0].with_changes(leading_lines=[comment])
         edits.before.setdefault(anchor, []).insert(0, Insertion(prelude, takes_blank_lines=True))
-        after = edits.statements(_once(refine, plan))
+        after = edits.statements(_for_this_script(refine, facts, plan))
     else:
         code = ENVIRONMENT_CODE + world_size + refine
         if "is_main" in plan.guards_used:
             code += IS_MAIN_CODE
-        after = edits.statements(_once(_when_run(code, facts, plan), plan))
+        after = edits.statements(_for_this_script(code, facts, plan))
         after[0] = after[0].with_changes(leading_lines=[comment])
     edits.after[choice] = after + edits.after.get(choice, [])
     edits.report("DDP001", choice)
@@ -338,9 +321,7 @@ def _calls_of_functions_holding(facts: Facts, nodes: Iterable[cst.CSTNode],
     # (Their order does not matter: the caller takes the earliest statement of them all.)
     holding = {function for function in map(facts.function_of, nodes) if function is not None}
     for function in holding - {plan.function}:
-        for callee in (function.name.value, "self." + function.name.value):
-            if facts.functions.get(callee) is function:
-                calls.extend(facts.calls_by_callee.get(callee, ()))
+        calls.extend(facts.calls_of(function))
     return calls
 
 

@@ -86,13 +86,8 @@ def _saved_before(facts: Facts, save: cst.Call, load: cst.Call) -> bool:
         return facts.line_of(save) < facts.line_of(load)
     if save_function is None:
         return False
-    for callee in (save_function.name.value, "self." + save_function.name.value):
-        if facts.functions.get(callee) is not save_function:
-            continue
-        for call in facts.calls_by_callee.get(callee, ()):
-            if facts.function_of(call) is load_function and facts.line_of(call) < facts.line_of(load):
-                return True
-    return False
+    return any(facts.function_of(call) is load_function and facts.line_of(call) < facts.line_of(load)
+               for call in facts.calls_of(save_function))
 
 
 def _guard_prints_and_saves(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
