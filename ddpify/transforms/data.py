@@ -343,16 +343,22 @@ def _loader_args(edits: Edits, loader: Loader, sampler: str, dataset: str) -> Li
             placed = True
         args.append(text)
         if arg.keyword is not None and arg.keyword.value == "shuffle":
-            shuffle = edits.code(arg.value)
-            if shuffle == "True":
-                args[-1] = f"shuffle={sampler} is None"
-            elif shuffle != "False":
-                args[-1] = f"shuffle={shuffle} and {sampler} is None"
+            shuffle = _shuffle_beside(edits.code(arg.value), sampler)
+            if shuffle is not None:
+                args[-1] = f"shuffle={shuffle}"
             args.append(f"sampler={sampler}")
             placed = True
     if not placed:
         args.append(f"sampler={sampler}")
     return args
+
+
+def _shuffle_beside(shuffle: str, sampler: str) -> Optional[str]:
+    """What `shuffle=` becomes beside `sampler=`: DataLoader refuses shuffle=True with a
+    sampler, so it shuffles only when there is none. None: `shuffle=False` stays."""
+    if shuffle == "False":
+        return None
+    return f"{sampler} is None" if shuffle == "True" else f"{shuffle} and {sampler} is None"
 
 
 def _edit_arguments(edits: Edits, loader: Loader, sampler: str,
@@ -377,10 +383,9 @@ def _edit_arguments(edits: Edits, loader: Loader, sampler: str,
                 out.append(new.with_changes(comma=_plain_comma(out[-1].comma if out else None)))
                 placed = True
             if original.keyword is not None and original.keyword.value == "shuffle":
-                shuffle = edits.code(original.value)
-                value = f"{sampler} is None" if shuffle == "True" else f"{shuffle} and {sampler} is None"
-                if shuffle != "False":
-                    arg = arg.with_changes(value=edits.expression(value))
+                shuffle = _shuffle_beside(edits.code(original.value), sampler)
+                if shuffle is not None:
+                    arg = arg.with_changes(value=edits.expression(shuffle))
                 out.append(arg)
                 _append_after(out, new, last=index == len(args) - 1)
                 placed = True
