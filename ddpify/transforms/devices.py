@@ -22,10 +22,8 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
         edits.expressions[call] = _move_to(device)
         edits.report("DDP002", call)
     for value in facts.fixed_device_values:
-        if setup.device_assignment and facts.ancestor_in(value, setup.device_assignment.statement):
-            continue
-        if setup.choice_statement is not None and facts.ancestor_in(value, setup.choice_statement):
-            continue  # the script's own choice is kept as written
+        if _in_choice(facts, setup, value):
+            continue  # the setup takes the choice's place, or keeps it as written
         if setup.sees_setup(facts, value):
             edits.expressions[value] = lambda _node: cst.Name(device)
             edits.report("DDP002", value)
@@ -64,13 +62,9 @@ def _keep_device_comparisons(facts: Facts, edits: Edits, setup: SetupPlan) -> No
 
 
 def _in_choice(facts: Facts, setup: SetupPlan, node: cst.CSTNode) -> bool:
-    for statement in (setup.choice_statement,
-                      setup.device_assignment.statement if setup.device_assignment else None):
-        if statement is not None and facts.ancestor_in(node, statement) is not None:
-            return True
-        if statement is not None and facts.statement_of(node) is statement:
-            return True
-    return False
+    """Inside the statement that chooses the device (replaced, or kept as written)."""
+    choice = setup.device_assignment.statement if setup.device_assignment else setup.choice_statement
+    return choice is not None and facts.ancestor_in(node, choice) is not None
 
 
 def _device_side_becomes(device: str, kind: str,

@@ -97,9 +97,7 @@ def _never_moved(facts: Facts, model: Model) -> bool:
         if facts.device_moves.get(name):
             return False
         for value in facts.assigned_values.get(name, ()):
-            if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and (
-                    value.func.attr.value in ("to", "cuda")):
-                return False
+            # calls_within includes the value itself: `Net().to(device)` is a move.
             if any(isinstance(call.func, cst.Attribute) and call.func.attr.value in ("to", "cuda")
                    for call in calls_within(value)):
                 return False
