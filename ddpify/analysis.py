@@ -239,6 +239,19 @@ class Facts:
     def loader_holders_of(self, loader: Loader) -> Set[Holder]:
         return self._holders([(loader.function, loader.name)])
 
+    def holders_from(self, function: Optional[cst.FunctionDef], name: str) -> Set[Holder]:
+        """Where the value `name` holds in `function` goes from there."""
+        return self._holders([(function, name)])
+
+    def loops_over_values(self, holders: Iterable[Holder]) -> List[cst.For]:
+        """The for loops that iterate one of these held values."""
+        return [loop for function, name in holders for loop in self.loops_over.get(name, ())
+                if self.sees_value(loop, name, function)]
+
+    def loop_trains(self, loop: cst.For) -> bool:
+        """The loop's body trains, itself or through a function it calls."""
+        return loop in self.training_loops or loop in self.loops_calling_training
+
     def _holders(self, work: List[Holder]) -> Set[Holder]:
         holders: Set[Holder] = set()
         while work:

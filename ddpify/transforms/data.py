@@ -184,15 +184,9 @@ def _dict_keys(value: cst.BaseExpression) -> Set[str]:
 def _is_training(facts: Facts, loader: Loader) -> bool:
     """Does a loop over this loader train? The loader is followed wherever its value goes
     (returned, passed, stored on self); if no loop is in sight, the name and shuffle tell."""
-    loops = [
-        loop
-        for function, name in facts.loader_holders_of(loader)
-        for loop in facts.loops_over.get(name, ())
-        if facts.sees_value(loop, name, function)
-    ]
+    loops = facts.loops_over_values(facts.loader_holders_of(loader))
     if loops:
-        return any(loop in facts.training_loops or loop in facts.loops_calling_training
-                   for loop in loops)
+        return any(facts.loop_trains(loop) for loop in loops)
     name = loader.name.rsplit(".", 1)[-1].lower()
     if "train" in name:
         return True
@@ -204,11 +198,8 @@ def _is_training(facts: Facts, loader: Loader) -> bool:
 def _evaluation_loops(facts: Facts, loader: Loader) -> List[cst.For]:
     """Loops over this same loader (a factory's return value) that do not train."""
     return sorted((
-        loop
-        for function, name in facts.loader_holders_of(loader)
-        for loop in facts.loops_over.get(name, ())
-        if facts.sees_value(loop, name, function)
-        and loop not in facts.training_loops and loop not in facts.loops_calling_training
+        loop for loop in facts.loops_over_values(facts.loader_holders_of(loader))
+        if not facts.loop_trains(loop)
         and not any(outer in facts.training_loops for outer in facts.enclosing_loops(loop))
     ), key=facts.line_of)
 
@@ -223,10 +214,8 @@ def _other_factory_calls(facts: Facts, loader: Loader) -> List[cst.Call]:
         target = assign.targets[0].target if isinstance(assign, cst.Assign) and len(assign.targets) == 1 else None
         name = dotted_name(target) if target is not None else None
         trains = name is not None and any(
-            loop in facts.training_loops or loop in facts.loops_calling_training
-            for function, held in facts._holders([(facts.function_of(call), name)])
-            for loop in facts.loops_over.get(held, ())
-            if facts.sees_value(loop, held, function))
+            facts.loop_trains(loop)
+            for loop in facts.loops_over_values(facts.holders_from(facts.function_of(call), name)))
         if not trains:
             found.append(call)
     return found
@@ -579,13 +568,9 @@ def _outside_file_tests(facts: Facts, statement: Statement) -> Statement:
         block = facts.parents.get(statement)
         branch = facts.parents.get(block) if isinstance(block, cst.IndentedBlock) else None
         if not isinstance(branch, cst.If) or not any(
-                word in _code(facts, branch.test) for word in ("exists(", "isdir(", "isfile(")):
+                word in facts.module.code_for_node(branch.test) for word in ("exists(", "isdir(", "isfile(")):
             return statement
         statement = branch
-
-
-def _code(facts: Facts, node: cst.CSTNode) -> str:
-    return facts.module.code_for_node(node)
 
 
 def _consecutive_groups(facts: Facts, statements: Sequence[Statement]) -> List[List[Statement]]:

@@ -192,11 +192,8 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: SetupPlan, loop: cs
 
 def _sharded(facts: Facts, setup: SetupPlan, loop: cst.For) -> bool:
     """The loop runs over a loader that data.py gave a DistributedSampler."""
-    return any(
-        loop in facts.loops_over.get(name, ()) and facts.sees_value(loop, name, function)
-        for loader in setup.sharded_loaders
-        for function, name in facts.loader_holders_of(loader)
-    )
+    return any(loop in facts.loops_over_values(facts.loader_holders_of(loader))
+               for loader in setup.sharded_loaders)
 
 
 def _counts(node: cst.CSTNode, name: str) -> bool:
