@@ -79,6 +79,17 @@ def check_writable(path: str) -> None:
     _target(path)
 
 
+def read_only_note(path: str) -> Optional[str]:
+    """A line for the user when `path` is a read-only file that write_atomically may write."""
+    try:
+        status = os.stat(os.path.realpath(path))
+    except OSError:
+        return None
+    if stat.S_ISREG(status.st_mode) and not status.st_mode & 0o222:
+        return f"{path}: read-only: written as asked, and left read-only"
+    return None
+
+
 def write_atomically(path: str, data: bytes) -> None:
     """Replace what `path` names with `data` in one step, or leave it as it was.
 
@@ -86,8 +97,10 @@ def write_atomically(path: str, data: bytes) -> None:
     device or a FIFO (/dev/null, /dev/stdout, a named pipe) is streamed to, as a shell
     redirection would. A regular file is replaced through a temporary file beside it and
     one rename, keeping its mode and owner; one that the rename would damage (more than one
-    hard link, read-only, someone else's) is refused. Errors name `path`, never the
-    temporary file.
+    hard link, someone else's) or that this process may not write is refused. A read-only
+    file that this process may write (root, in a copy of a read-only checkout) is written
+    and stays read-only; `read_only_note` says so. Errors name `path`, never the temporary
+    file.
     """
     target, status = _target(path)
     if _names_a_descriptor(path) or status is not None and not stat.S_ISREG(status.st_mode):
@@ -142,7 +155,7 @@ def _target(path: str) -> Tuple[str, Optional[os.stat_result]]:
     if status.st_nlink > 1:
         raise SourceError(f"{path}: has {status.st_nlink} hard links, which replacing it would "
                           "break: not written (break the links first, or write elsewhere with -o)")
-    if not status.st_mode & 0o222 or not os.access(target, os.W_OK):
+    if not os.access(target, os.W_OK):
         raise SourceError(f"{path}: read-only: not written (make it writable first)")
     if status.st_uid != os.geteuid() and os.geteuid() != 0:
         raise SourceError(f"{path}: owned by another user (uid {status.st_uid}), and replacing it "

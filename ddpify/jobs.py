@@ -14,8 +14,8 @@ from typing import List, Optional, Tuple
 
 from ddpify.diagnostics import Diagnostic, Severity
 from ddpify.files import (
-    SourceError, check_writable, decode, encode, read_bytes, read_source, require_regular_file,
-    write_atomically,
+    SourceError, check_writable, decode, encode, read_bytes, read_only_note, read_source,
+    require_regular_file, write_atomically,
 )
 from ddpify.options import Options
 
@@ -102,6 +102,7 @@ def commit(report: Report) -> Report:
     pending, report.pending = report.pending, None
     if pending is None:
         return report
+    read_only = read_only_note(pending.path)
     try:
         write_atomically(pending.path, pending.data)
     except SourceError as error:
@@ -112,6 +113,8 @@ def commit(report: Report) -> Report:
         report.written = pending.path
         if pending.note:
             report.notes.append(pending.note)
+        if read_only:
+            report.notes.append(read_only)
     return report
 
 

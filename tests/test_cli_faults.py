@@ -214,12 +214,25 @@ def test_in_place_refuses_to_break_hard_links(script, tmp_path):
     assert os.stat(script).st_ino == os.stat(other).st_ino
 
 
-def test_in_place_refuses_a_read_only_file(script):
+@pytest.mark.skipif(ROOT, reason="root may write a read-only file")
+def test_in_place_refuses_a_read_only_file_it_may_not_write(script):
     os.chmod(script, 0o444)
     result = invoke("-i", script)
     assert result.exit_code == 2
     assert f"{script}: read-only: not written" in result.stderr
     assert script.read_text() == guide_text()
+    assert os.stat(script).st_mode & 0o777 == 0o444
+
+
+@needs_root
+def test_in_place_as_root_writes_a_read_only_copy_says_so_and_keeps_it_read_only(script):
+    # A copy of a read-only checkout (the real-world suite's cases are read-only files) is
+    # what `ddpify -i .` is asked to migrate.
+    os.chmod(script, 0o444)
+    result = invoke("-i", script)
+    assert result.exit_code in (0, 1)
+    assert f"{script}: read-only: written as asked, and left read-only" in result.stderr
+    assert "DistributedSampler" in script.read_text()
     assert os.stat(script).st_mode & 0o777 == 0o444
 
 
