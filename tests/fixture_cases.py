@@ -44,7 +44,11 @@ class Case:
 
     @property
     def run_spec(self) -> Optional[dict]:
-        """`run.json` marks a fixture that runs on CPU: {"args": [...], "files": [...]}."""
+        """`run.json` marks a fixture that runs on CPU: {"args": [...], "files": [...], "evaluation": "regex"}.
+
+        "evaluation", a regex matching the lines that print evaluation figures, runs the
+        evaluation check as well (tests/script_runs.py, problems_evaluation_*).
+        """
         path = self.directory / "run.json"
         return json.loads(path.read_text()) if path.exists() else None
 

@@ -3,6 +3,7 @@
 The checks here are plain functions so that tests/test_script_runs.py can show each one
 failing on a deliberately broken script.
 """
+import json
 import os
 import re
 import shutil
@@ -12,12 +13,17 @@ import warnings
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 GLOO_TEARDOWN_ABORT = "terminate called without an active exception"
 GLOO_ABORT_RETRIES = 2
 TORCHRUN_ENV_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                      "MASTER_PORT", "GROUP_RANK", "TORCHELASTIC_RUN_ID")
+# The evaluation check's shim (tests/eval_site/sitecustomize.py) and the variable that turns it
+# on by naming the folder it logs fetches to.
+EVAL_SITE = Path(__file__).resolve().parent / "eval_site"
+EVAL_LOG_VAR = "DDPIFY_EVAL_CHECK"
+EVAL_LOG_DIR = "ddpify-eval-log"
 
 
 @dataclass
@@ -32,22 +38,38 @@ class Run:
         return self.stdout.splitlines()
 
 
-def _environment() -> dict:
+def _environment(overrides: Optional[Mapping[str, str]] = None) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV_VARS}
     env["PYTHONHASHSEED"] = "0"
     env["OMP_NUM_THREADS"] = "1"
+    env.update(overrides or {})
     return env
 
 
-def run_python(script: Path, workdir: Path, args: Sequence[str] = (), timeout: int = 120) -> Run:
-    return _run([sys.executable, script.name, *args], script, workdir, timeout)
+def evaluation_env(workdir: Path) -> Dict[str, str]:
+    """Environment overrides that run a script under the evaluation shim, logging into workdir.
+
+    The log lives inside the run's workdir so that a torchrun retry, which starts over in a
+    clean workdir, starts over with a clean log too.
+    """
+    path = [str(EVAL_SITE)] + [part for part in os.environ.get("PYTHONPATH", "").split(os.pathsep) if part]
+    return {EVAL_LOG_VAR: str(evaluation_log(workdir)), "PYTHONPATH": os.pathsep.join(path)}
+
+
+def evaluation_log(workdir: Path) -> Path:
+    return workdir / EVAL_LOG_DIR
+
+
+def run_python(script: Path, workdir: Path, args: Sequence[str] = (), timeout: int = 120,
+               env: Optional[Mapping[str, str]] = None) -> Run:
+    return _run([sys.executable, script.name, *args], script, workdir, timeout, env)
 
 
 def run_torchrun(script: Path, workdir: Path, args: Sequence[str] = (), nproc: int = 2,
-                 timeout: int = 180) -> Run:
+                 timeout: int = 180, env: Optional[Mapping[str, str]] = None) -> Run:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc_per_node={nproc}", script.name, *args]
-    run = _run(command, script, workdir, timeout)
+    run = _run(command, script, workdir, timeout, env)
     for _ in range(GLOO_ABORT_RETRIES):
         if run.returncode == 0 or GLOO_TEARDOWN_ABORT not in run.stderr:
             break
@@ -56,14 +78,14 @@ def run_torchrun(script: Path, workdir: Path, args: Sequence[str] = (), nproc: i
         # not the script's doing; run it again, in a clean directory, before judging.
         warnings.warn(f"{script.name}: Gloo aborted at exit; running it again")
         shutil.rmtree(workdir)
-        run = _run(command, script, workdir, timeout)
+        run = _run(command, script, workdir, timeout, env)
     return run
 
 
-def _run(command, script: Path, workdir: Path, timeout: int) -> Run:
+def _run(command, script: Path, workdir: Path, timeout: int, env: Optional[Mapping[str, str]]) -> Run:
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.copy(script, workdir / script.name)
-    completed = subprocess.run(command, cwd=workdir, env=_environment(), capture_output=True,
+    completed = subprocess.run(command, cwd=workdir, env=_environment(env), capture_output=True,
                                text=True, timeout=timeout)
     return Run(completed.returncode, completed.stdout, completed.stderr, workdir)
 
@@ -99,6 +121,92 @@ def problems_distributed(original: Run, distributed: Run, files: Sequence[str]) 
     for name in files:
         problems.extend(_checkpoint_problems(distributed.workdir / name))
     return problems
+
+
+def problems_evaluation_lines(original: Run, distributed: Run, pattern: str) -> List[str]:
+    """With frozen weights rank 0 must print exactly the original's evaluation lines.
+
+    The shim keeps every parameter at its seeded initial value, so a sharded evaluation whose
+    figures are gathered across ranks gives the one-process figures; one that reports a
+    single rank's share, or counts padded samples, does not. torchrun's stdout is rank 0's when
+    the other ranks do not print.
+    """
+    expected = matching_lines(original, pattern)
+    if not expected:
+        return [f"the original printed no line matching {pattern!r}:\n{original.stdout}"]
+    printed = matching_lines(distributed, pattern)
+    if printed == expected:
+        return []
+    return [f"evaluation lines differ under torchrun ({len(printed)} printed, {len(expected)} expected):\n"
+            + "--- original\n" + "\n".join(expected) + "\n--- torchrun\n" + "\n".join(printed)]
+
+
+def matching_lines(run: Run, pattern: str) -> List[str]:
+    return [line for line in run.lines if re.search(pattern, line)]
+
+
+def problems_evaluation_fetches(log_dir: Path, world_size: int) -> List[str]:
+    """Every evaluation pass, taken across the ranks, fetches each index exactly once.
+
+    An evaluation pass is one whose every fetch ran with grad disabled; the same loop's pass
+    has the same number on every rank (tests/eval_site/sitecustomize.py). A duplicate means
+    padding (DistributedSampler) or a full set on every rank; a miss means dropped samples.
+    """
+    records = read_fetch_log(log_dir)
+    problems = [f"a fetch log from rank {rank}, outside a world of {world_size}"
+                for rank in sorted({record["rank"] for record in records}) if rank >= world_size]
+    passes = evaluation_passes(records)
+    if not passes:
+        problems.append(f"no evaluation pass (fetches under torch.no_grad(), num_workers=0) was logged in {log_dir}")
+    for (name, length, number), indices in sorted(passes.items(), key=lambda item: (item[0][0], item[0][2])):
+        problems.extend(_coverage_problems(f"evaluation pass {number} over {name} of {length}", length, indices))
+    return problems
+
+
+def read_fetch_log(log_dir: Path) -> List[dict]:
+    records = []
+    for path in sorted(log_dir.glob("fetch-*.jsonl")):
+        records.extend(json.loads(line) for line in path.read_text().splitlines() if line)
+    return records
+
+
+def evaluation_passes(records: Sequence[dict]) -> Dict[tuple, List]:
+    """(dataset name, length, pass number) -> all ranks' fetched indices, for the passes that
+    fetched with grad disabled throughout (a training pass fetches with grad enabled)."""
+    passes: Dict[tuple, List] = {}
+    trained = set()
+    for record in records:
+        name, length = record["key"]
+        key = (name, length, record["pass"])
+        passes.setdefault(key, []).extend(record["indices"])
+        if record["grad"]:
+            trained.add(key)
+    return {key: indices for key, indices in passes.items() if key not in trained}
+
+
+def _coverage_problems(label: str, length: Optional[int], indices: Sequence) -> List[str]:
+    counts = Counter(indices)
+    problems = []
+    repeated = sorted(((index, count) for index, count in counts.items() if count > 1),
+                      key=lambda pair: _index_order(pair[0]))
+    if repeated:
+        index, count = repeated[0]
+        problems.append(f"{label}: {len(repeated)} indices fetched more than once across ranks, "
+                        f"e.g. {index!r} ({count} times)")
+    if length is None:
+        return problems + [f"{label}: the dataset has no len(), so coverage cannot be checked"]
+    missed = sorted(set(range(length)) - set(counts))
+    if missed:
+        problems.append(f"{label}: {len(missed)} of {length} indices never fetched, e.g. {missed[0]}")
+    strays = sorted(map(repr, set(counts) - set(range(length))))  # may mix ints and reprs
+    if strays:
+        problems.append(f"{label}: {len(strays)} fetched indices outside range({length}), e.g. {strays[0]}")
+    return problems
+
+
+def _index_order(index) -> tuple:
+    # The shim logs an index it cannot make an int of as its repr; ints sort first, by value.
+    return (0, index, "") if isinstance(index, int) else (1, 0, repr(index))
 
 
 def line_shape(line: str) -> str:

@@ -3,7 +3,10 @@ import pytest
 
 from ddpify.api import migrate_source
 from fixture_cases import all_cases, format_diagnostics
-from script_runs import problems_distributed, problems_single_process, run_python, run_torchrun
+from script_runs import (
+    evaluation_env, evaluation_log, problems_distributed, problems_evaluation_fetches, problems_evaluation_lines,
+    problems_single_process, run_python, run_torchrun,
+)
 
 CASES = all_cases()
 RUNNABLE = [case for case in CASES if case.run_spec is not None]
@@ -37,8 +40,18 @@ def test_migrating_expected_changes_nothing(case):
 def test_migrated_script_runs(case, tmp_path):
     spec = case.run_spec
     args = spec.get("args", [])
-    original = run_python(case.input, tmp_path / "original", args)
-    single = run_python(case.expected, tmp_path / "single", args)
+    evaluation = spec.get("evaluation")
+
+    def env(workdir):
+        # "evaluation" runs all three under the shim: frozen weights and a fetch log per run.
+        return evaluation_env(workdir) if evaluation else None
+
+    original = run_python(case.input, tmp_path / "original", args, env=env(tmp_path / "original"))
+    single = run_python(case.expected, tmp_path / "single", args, env=env(tmp_path / "single"))
     assert problems_single_process(original, single) == []
-    distributed = run_torchrun(case.expected, tmp_path / "torchrun", args)
+    distributed = run_torchrun(case.expected, tmp_path / "torchrun", args, env=env(tmp_path / "torchrun"))
     assert problems_distributed(original, distributed, spec.get("files", [])) == []
+    if evaluation:
+        assert problems_evaluation_fetches(evaluation_log(original.workdir), 1) == []
+        assert problems_evaluation_fetches(evaluation_log(distributed.workdir), 2) == []
+        assert problems_evaluation_lines(original, distributed, evaluation) == []

@@ -1,12 +1,18 @@
 """The checks the fixture runs apply (tests/script_runs.py) must catch broken scripts."""
+import json
 from pathlib import Path
 
 import pytest
 import torch
 
-from script_runs import Run, problems_distributed, problems_single_process, run_python, run_torchrun
+from script_runs import (
+    Run, evaluation_env, evaluation_log, problems_distributed, problems_evaluation_fetches,
+    problems_evaluation_lines, problems_single_process, run_python, run_torchrun,
+)
 
 DATA = Path(__file__).resolve().parent / "data"
+# Not in data/broken/, which holds guide_after.py variants for `ddpify verify` (test_verify_e2e).
+EVAL_DATA = DATA / "eval_check"
 
 
 def _run(stdout, workdir, returncode=0):
@@ -44,3 +50,127 @@ def test_a_real_script_that_prints_on_every_rank_fails_the_run_checks(tmp_path):
     broken = run_torchrun(DATA / "broken" / "print_every_rank.py", tmp_path / "broken")
     problems = problems_distributed(original, broken, [])
     assert any("times under torchrun" in problem for problem in problems), problems
+
+
+# -- the evaluation check: frozen weights, fetch log (tests/eval_site/sitecustomize.py) -------
+
+EVALUATION = "^Test set:"
+
+
+def test_evaluation_lines_must_equal_the_originals(tmp_path):
+    original = _run("epoch 0: loss 2.3\nTest set: loss 1.2086, accuracy 20/51\n", tmp_path)
+    same = _run("epoch 0: loss 2.6\nTest set: loss 1.2086, accuracy 20/51\n", tmp_path)
+    share = _run("epoch 0: loss 2.6\nTest set: loss 1.1900, accuracy 11/51\n", tmp_path)
+    twice = _run("Test set: loss 1.2086, accuracy 20/51\n" * 2, tmp_path)
+    assert problems_evaluation_lines(original, same, EVALUATION) == []
+    assert problems_evaluation_lines(original, share, EVALUATION)
+    assert "2 printed, 1 expected" in problems_evaluation_lines(original, twice, EVALUATION)[0]
+    nothing = _run("epoch 0: loss 2.3\n", tmp_path)
+    assert "printed no line matching" in problems_evaluation_lines(nothing, nothing, EVALUATION)[0]
+
+
+def _fetch_log(log_dir, rank, passes):
+    """passes: (pass number, grad, [batches of indices]) for rank's fetch log over 10 samples."""
+    log_dir.mkdir(exist_ok=True)
+    with open(log_dir / f"fetch-{rank}-{100 + rank}.jsonl", "a") as log:
+        for number, grad, batches in passes:
+            for batch in batches:
+                record = {"rank": rank, "key": ["TensorDataset", 10], "pass": number, "grad": grad, "indices": batch}
+                log.write(json.dumps(record) + "\n")
+
+
+def test_an_evaluation_pass_covering_the_set_once_passes(tmp_path):
+    _fetch_log(tmp_path, 0, [(1, True, [[0, 1, 2, 3, 4, 5]]), (2, False, [[0, 1, 2, 3], [8, 9]])])
+    _fetch_log(tmp_path, 1, [(1, True, [[5, 6, 7, 8, 9, 0]]), (2, False, [[4, 5, 6, 7]])])
+    assert problems_evaluation_fetches(tmp_path, 2) == []  # the padded training pass is no concern
+
+
+def test_duplicated_and_missed_evaluation_indices_are_caught(tmp_path):
+    _fetch_log(tmp_path, 0, [(1, False, [[0, 2, 4, 6, 8]]), (2, False, [[0, 1, 2, 3]])])
+    _fetch_log(tmp_path, 1, [(1, False, [[1, 3, 5, 7, 9, 0]]), (2, False, [[4, 5, 6, 7]])])
+    assert problems_evaluation_fetches(tmp_path, 2) == [
+        "evaluation pass 1 over TensorDataset of 10: 1 indices fetched more than once across ranks, e.g. 0 (2 times)",
+        "evaluation pass 2 over TensorDataset of 10: 2 of 10 indices never fetched, e.g. 8",
+    ]
+
+
+def test_no_evaluation_pass_and_ranks_outside_the_world_are_caught(tmp_path):
+    assert "no evaluation pass" in problems_evaluation_fetches(tmp_path / "absent", 1)[0]
+    _fetch_log(tmp_path, 0, [(1, True, [list(range(10))])])
+    assert "no evaluation pass" in problems_evaluation_fetches(tmp_path, 1)[0]
+    _fetch_log(tmp_path, 1, [(2, False, [list(range(10))])])
+    assert problems_evaluation_fetches(tmp_path, 1) == ["a fetch log from rank 1, outside a world of 1"]
+
+
+@pytest.mark.slow
+def test_the_shim_freezes_weights_and_leaves_loaders_alone(tmp_path):
+    script = tmp_path / "probe.py"
+    script.write_text(SHIM_PROBE)
+    run = run_python(script, tmp_path / "run", env=evaluation_env(tmp_path / "run"))
+    assert run.returncode == 0, run.stderr
+    assert run.lines == ["lengths 3 3 2", "frozen True", "batches [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]"]
+    assert problems_evaluation_fetches(evaluation_log(run.workdir), 1) == []
+
+
+# A range and a list as sampler=, len() of loaders, and an optimizer with a scheduler.
+SHIM_PROBE = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+data = TensorDataset(torch.arange(10.0).unsqueeze(1))
+loaders = [DataLoader(data, batch_size=4), DataLoader(data, batch_size=4, sampler=range(10)),
+           DataLoader(data, batch_size=5, sampler=list(range(10)))]
+print("lengths", *map(len, loaders))
+model = torch.nn.Linear(1, 1)
+before = [p.detach().clone() for p in model.parameters()]
+optimizer = torch.optim.Adam(model.parameters(), lr=1.0)
+scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
+for (x,) in loaders[1]:
+    optimizer.zero_grad()
+    model(x).sum().backward()
+    optimizer.step()
+    scheduler.step()
+print("frozen", all(torch.equal(a, b) for a, b in zip(before, model.parameters())))
+with torch.no_grad():
+    print("batches", [x.squeeze(1).long().tolist() for (x,) in loaders[0]])
+"""
+
+
+@pytest.fixture(scope="module")
+def evaluated_once(tmp_path_factory):
+    """The correct script under plain python with the shim: the one-process figures."""
+    workdir = tmp_path_factory.mktemp("evaluation") / "original"
+    return run_python(EVAL_DATA / "correct.py", workdir, env=evaluation_env(workdir))
+
+
+def _torchrun_with_shim(script, workdir):
+    return run_torchrun(script, workdir, env=evaluation_env(workdir))
+
+
+@pytest.mark.slow
+def test_a_correct_sharded_evaluation_passes_the_evaluation_checks(evaluated_once, tmp_path):
+    assert evaluated_once.returncode == 0, evaluated_once.stderr
+    assert problems_evaluation_fetches(evaluation_log(evaluated_once.workdir), 1) == []
+    distributed = _torchrun_with_shim(EVAL_DATA / "correct.py", tmp_path / "torchrun")
+    assert distributed.returncode == 0, distributed.stderr
+    assert problems_evaluation_fetches(evaluation_log(distributed.workdir), 2) == []
+    assert problems_evaluation_lines(evaluated_once, distributed, EVALUATION) == []
+
+
+@pytest.mark.slow
+def test_a_padding_evaluation_sampler_fails_the_fetch_check(tmp_path):
+    distributed = _torchrun_with_shim(EVAL_DATA / "broken_padded_sampler.py", tmp_path / "torchrun")
+    assert distributed.returncode == 0, distributed.stderr
+    problems = problems_evaluation_fetches(evaluation_log(distributed.workdir), 2)
+    # DistributedSampler pads 51 samples to 52 by repeating index 0, in both evaluation passes.
+    assert problems and all("1 indices fetched more than once across ranks, e.g. 0 (2 times)" in problem
+                            for problem in problems), problems
+
+
+@pytest.mark.slow
+def test_figures_not_gathered_fail_the_evaluation_lines_check(evaluated_once, tmp_path):
+    distributed = _torchrun_with_shim(EVAL_DATA / "broken_not_gathered.py", tmp_path / "torchrun")
+    assert distributed.returncode == 0, distributed.stderr
+    assert problems_evaluation_fetches(evaluation_log(distributed.workdir), 2) == []  # sharded right
+    problems = problems_evaluation_lines(evaluated_once, distributed, EVALUATION)
+    assert problems and "evaluation lines differ under torchrun" in problems[0], problems
