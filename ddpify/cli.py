@@ -88,6 +88,9 @@ class _DefaultCommand(click.Command):
               help="Convert BatchNorm layers to SyncBatchNorm.")
 @click.option("--keep-global-batch/--no-keep-global-batch", default=None,
               help="Divide the per-process batch size by the world size.")
+@click.option("--shard-eval/--no-shard-eval", default=None,
+              help="Shard evaluation loaders and gather their figures (default); "
+                   "--no-shard-eval keeps the whole evaluation on every rank.")
 @click.option("--format", "output_format", type=click.Choice(FORMATS), default="text",
               show_default=True, help="How diagnostics are printed.")
 @click.option("-j", "--jobs", "workers", type=click.IntRange(min=0), default=1, show_default=True,
@@ -99,7 +102,7 @@ class _DefaultCommand(click.Command):
 @click.version_option(__version__, prog_name="ddpify")
 @click.help_option("-h", "--help")
 def migrate(paths, output, in_place, show_diff, check, twin, select, ignore, excludes,
-            sync_batchnorm, keep_global_batch, output_format, workers, quiet, verbose,
+            sync_batchnorm, keep_global_batch, shard_eval, output_format, workers, quiet, verbose,
             list_rules, explain_code) -> None:
     """Migrate PATHS (files, directories, or - for stdin) to DistributedDataParallel.
 
@@ -139,6 +142,7 @@ def migrate(paths, output, in_place, show_diff, check, twin, select, ignore, exc
     options = Options(
         sync_batchnorm=_first(sync_batchnorm, config.sync_batchnorm, False),
         keep_global_batch=_first(keep_global_batch, config.keep_global_batch, False),
+        shard_evaluation=_first(shard_eval, config.shard_eval, True),
         select=_first(select, config.select, ()),
         ignore=_first(ignore, config.ignore, ()),
     )

@@ -6,6 +6,7 @@
     exclude = ["legacy/*"]          # globs left out of every run (added to --exclude)
     sync-batchnorm = true
     keep-global-batch = false
+    shard-eval = true               # false: every rank evaluates the whole set
 
 The file is found by walking up from the first path to the repository root. It is read with
 `tomllib` (Python 3.11+) or `tomli` when installed; without either the table is ignored
@@ -22,7 +23,7 @@ from ddpify.walk import repository_root
 _TABLE = re.compile(r"^\s*\[\s*tool\s*\.\s*ddpify\s*\]", re.MULTILINE)
 
 _LISTS = ("select", "ignore", "exclude")
-_FLAGS = ("sync-batchnorm", "keep-global-batch")
+_FLAGS = ("sync-batchnorm", "keep-global-batch", "shard-eval")
 
 
 class ConfigError(Exception):
@@ -37,6 +38,7 @@ class Config:
     exclude: Tuple[str, ...] = ()
     sync_batchnorm: Optional[bool] = None
     keep_global_batch: Optional[bool] = None
+    shard_eval: Optional[bool] = None
     # Said once on stderr, e.g. that the table was ignored for want of a TOML reader.
     notes: Tuple[str, ...] = field(default=())
 
@@ -92,7 +94,7 @@ def _parse(path: str, table: dict) -> Config:
     return Config(
         path, select=values.get("select"), ignore=values.get("ignore"),
         exclude=values.get("exclude", ()), sync_batchnorm=values.get("sync-batchnorm"),
-        keep_global_batch=values.get("keep-global-batch"),
+        keep_global_batch=values.get("keep-global-batch"), shard_eval=values.get("shard-eval"),
     )
 
 

@@ -110,9 +110,12 @@ _RULE_LIST = [
          "repeats the same order.",
          "Nothing to do."),
     Rule("DDP203", Severity.INFO, "evaluation loader left unsharded: every rank evaluates the full set",
-         "Sharding evaluation needs its sums reduced across ranks and DistributedSampler's "
-         "padding removed; leaving it whole keeps the printed figures exact.",
-         "Fine as is; shard it by hand if evaluation time matters."),
+         "ddpify shards an evaluation only when it can gather everything the loop leaves "
+         "behind (sums of numbers, batch counts, per-batch lists) and the loop runs without "
+         "gradients; the message says what stopped it. Whole, the figures stay exact but "
+         "every rank does the whole evaluation.",
+         "Fine as is; to shard it, keep the figures as sums (or use a metric that syncs "
+         "across ranks)."),
     Rule("DDP204", Severity.WARNING, "batch_sampler= cannot be sharded automatically",
          "A custom batch sampler decides which samples each batch holds; ddpify cannot "
          "split it between ranks without changing its meaning.",
@@ -164,6 +167,17 @@ _RULE_LIST = [
          "training. Under torchrun the split uses a generator seeded the same on every rank.",
          "Nothing to do; seed it yourself (generator=torch.Generator().manual_seed(s)) to "
          "choose the split."),
+    Rule("DDP215", Severity.EDIT, "evaluation loader sharded: whole batches in turn, none padded",
+         "Every rank evaluating the whole set wastes (N-1)/N of the evaluation; "
+         "DistributedSampler would pad the last round with repeated samples, so counts and "
+         "accuracies would drift. Each rank takes the one-process batches r, r + N, ..., so "
+         "every sample is seen once and each batch is the batch one process sees.",
+         "Nothing to do; run ddpify with --no-shard-eval to keep the whole set on every rank."),
+    Rule("DDP216", Severity.EDIT, "evaluation figures gathered from every rank after the loop",
+         "Each rank summed its own batches; the sums, batch counts and per-batch lists are "
+         "gathered once, right after the loop, so every rank prints, compares and saves the "
+         "figures one process would (best checkpoint, early stopping, LR on plateau agree).",
+         "Nothing to do."),
     Rule("DDP301", Severity.EDIT, "output only on rank 0",
          "Every rank runs the same code, so each print, log line and progress bar would "
          "appear once per process.",

@@ -92,4 +92,5 @@ EMITTED_IMPORTS = {
     "DDP": ("torch.nn.parallel", "DistributedDataParallel", "DDP"),
     "DistributedSampler": ("torch.utils.data.distributed", "DistributedSampler", None),
     "contextlib": ("contextlib", None, None),
+    "itertools": ("itertools", None, None),
 }

@@ -40,6 +40,7 @@ class Case:
         return Options(
             sync_batchnorm="--sync-batchnorm" in flags,
             keep_global_batch="--keep-global-batch" in flags,
+            shard_evaluation="--no-shard-eval" not in flags,
         )
 
     @property

@@ -9,6 +9,7 @@ from cli_support import (
     NEEDS_A_PERSON, NO_TRAINING, guide_text, invoke, migrated, needs_a_person, snapshot, write,
 )
 from ddpify.diagnostics import RULES
+from fixture_cases import FIXTURES
 
 
 @pytest.fixture
@@ -408,3 +409,12 @@ def test_migrating_does_not_import_torch(script, tmp_path):
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert "libcst" in modules
     assert not {name for name in modules if name == "torch" or name.startswith("torch.")}
+
+
+def test_no_shard_eval_flag(tmp_path):
+    text = (FIXTURES / "eval_sum_and_count_accuracy" / "input.py").read_text()
+    script = write(tmp_path / "train.py", text)
+    sharded, whole = invoke(script), invoke("--no-shard-eval", script)
+    assert sharded.stdout == migrated(text) and "evaluation_shard(" in sharded.stdout
+    assert whole.stdout == migrated(text, shard_evaluation=False)
+    assert "evaluation_shard(" not in whole.stdout and "all_gather_object" not in whole.stdout

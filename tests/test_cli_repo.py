@@ -9,6 +9,7 @@ from cli_support import NO_TRAINING, guide_text, invoke, migrated, write
 from ddpify import config
 from ddpify.progress import Progress
 from ddpify.walk import GitIgnore, expand, matches_any
+from fixture_cases import FIXTURES
 
 
 @pytest.fixture
@@ -244,3 +245,11 @@ def test_walked_files_with_nothing_to_do_say_nothing(repo):
     assert "DDP901" not in walked.stderr
     assert walked.stderr.splitlines()[-1].endswith("0 failed")
     assert "DDP901" in invoke("--check", repo / "src" / "tensors.py").stderr
+
+
+def test_shard_eval_from_pyproject(repo):
+    text = (FIXTURES / "eval_sum_and_count_accuracy" / "input.py").read_text()
+    script = write(repo / "eval_train.py", text)
+    _pyproject(repo, "shard-eval = false\n")
+    assert invoke(script).stdout == migrated(text, shard_evaluation=False)
+    assert invoke("--shard-eval", script).stdout == migrated(text)

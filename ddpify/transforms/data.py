@@ -14,7 +14,7 @@ from ddpify.analysis import Facts, Loader, Statement, dotted_name, string_value
 from ddpify.transforms.edits import Edits, Insertion
 from ddpify.transforms.setup import SetupPlan
 
-SAMPLER_CODE = "{sampler} = DistributedSampler({dataset}, shuffle={shuffle}) if {condition} else None\n"
+SAMPLER_VALUE_CODE = "{sampler} = {value} if {condition} else None\n"
 # Where the setup's `distributed` is out of scope (a loader built in a helper function).
 OUT_OF_SETUP_CONDITION = "dist.is_initialized()"
 SET_EPOCH_CODE = "if {sampler} is not None:\n    {sampler}.set_epoch({epoch})\n"
@@ -103,7 +103,7 @@ def only_hand_made_batches(facts: Facts, edits: Edits) -> bool:
 
 def _plan_loader(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader) -> None:
     iterable = _iterable_dataset(facts, loader.dataset)
-    keys = _keyword_names(facts, loader)
+    keys = keyword_names(facts, loader)
     if iterable is not None:
         edits.report("DDP205", loader.call, f"IterableDataset `{iterable}` is not sharded by "
                      "DistributedSampler: shard it by rank inside __iter__")
@@ -113,7 +113,7 @@ def _plan_loader(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader) -
         if not _wrap_random_sampler(facts, edits, setup, loader):
             edits.report("DDP207", loader.call)
     elif not _is_training(facts, loader):
-        edits.report("DDP203", loader.call)
+        setup.evaluation_loaders.append(loader)  # evaluation.py shards it or says why not
     elif _can_add_sampler(facts, setup, loader):
         _add_sampler(facts, edits, loader, setup)
         evaluation = _evaluation_loops(facts, loader) + _other_factory_calls(facts, loader)
@@ -136,7 +136,7 @@ def _iterable_dataset(facts: Facts, dataset: Optional[cst.BaseExpression]) -> Op
     return None
 
 
-def _keyword_names(facts: Facts, loader: Loader) -> Set[str]:
+def keyword_names(facts: Facts, loader: Loader) -> Set[str]:
     """The loader's keywords, with the literal keys of a `**kwargs` dict and its updates."""
     keys = set(loader.keywords)
     if loader.kwargs_name is None:
@@ -154,7 +154,7 @@ def _keyword_names(facts: Facts, loader: Loader) -> Set[str]:
     return keys
 
 
-def _known_dict_keys(facts: Facts, name: str) -> Optional[Set[str]]:
+def known_dict_keys(facts: Facts, name: str) -> Optional[Set[str]]:
     """Every key a `**name` dict can hold, when each value it is given is a dict literal
     (or a choice between two) and nothing updates it; None when that is not known."""
     if facts.calls_by_callee.get(f"{name}.update"):
@@ -234,7 +234,7 @@ def _can_add_sampler(facts: Facts, setup: SetupPlan, loader: Loader) -> bool:
         if "shuffle" in loader.keywords:
             # `shuffle=True, **kwargs`: fine when the dict's keys are all known and it
             # holds neither shuffle nor a sampler.
-            keys = _known_dict_keys(facts, loader.kwargs_name)
+            keys = known_dict_keys(facts, loader.kwargs_name)
             return keys is not None and not keys & {"shuffle", "sampler", "batch_sampler"}
         # The sampler pops "shuffle" from the dict: no other loader may share it.
         sharing = [other for other in facts.loaders if other.kwargs_name == loader.kwargs_name]
@@ -243,20 +243,6 @@ def _can_add_sampler(facts: Facts, setup: SetupPlan, loader: Loader) -> bool:
 
 
 def _add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: SetupPlan) -> None:
-    taken = facts.bound_names
-    condition = "distributed"
-    if not setup.sees_setup(facts, loader.call):
-        condition = OUT_OF_SETUP_CONDITION
-        edits.imports.add("dist")
-    sampler = derived_name(loader, "sampler", taken)
-    inserted: List[Statement] = []
-    assert loader.dataset is not None  # _can_add_sampler requires one
-    dataset = edits.code(loader.dataset)
-    if dotted_name(loader.dataset) is None:
-        # `DataLoader(TensorDataset(x, y), ...)`: the sampler needs the dataset too.
-        dataset = derived_name(loader, "dataset", taken)
-        inserted.append(edits.statement(DATASET_CODE.format(
-            dataset=dataset, expression=edits.code(loader.dataset))))
     shuffle_arg = loader.keywords.get("shuffle")
     if shuffle_arg is not None:
         shuffle = edits.code(shuffle_arg.value)
@@ -265,25 +251,53 @@ def _add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: SetupPlan) -
         shuffle = f'{loader.kwargs_name}.pop("shuffle", False)'
     else:
         shuffle = "False"
-    inserted.append(edits.statement(_fit(SAMPLER_CODE.format(
-        sampler=sampler, dataset=dataset, shuffle=shuffle, condition=condition),
-        facts, loader.statement, condition)))
-    edits.before.setdefault(loader.statement, []).append(Insertion(inserted, takes_comments=True))
+    sampler = attach_sampler(
+        facts, edits, setup, loader,
+        lambda dataset: f"DistributedSampler({dataset}, shuffle={shuffle})",
+        divide_batch=edits.options.keep_global_batch)
     edits.imports.add("DistributedSampler")
-    if "#" in edits.code(loader.call) and not edits.options.keep_global_batch:
-        # Comments between the arguments: edit the arguments themselves so they survive.
-        edits.expressions[loader.call] = _edit_arguments(edits, loader, sampler, dataset)
-    else:
-        args = _loader_args(edits, loader, sampler, dataset)
-        if edits.options.keep_global_batch:
-            args = _divide_batch_size(facts, edits, setup, loader, args)
-        edits.replaced[loader.statement] = [_loader_statement(facts, edits, loader, args)]
     setup.sharded_loaders.append(loader)
     edits.report("DDP201", loader.call)
     if not edits.options.keep_global_batch:
         edits.report("DDP206", loader.call)
     if shuffle != "False":
         _set_epoch(facts, edits, loader, sampler)
+
+
+def attach_sampler(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader,
+                   sampler_for: Callable[[str], str], divide_batch: bool = False,
+                   after_sampler: Sequence[str] = ()) -> str:
+    """`{sampler} = <sampler_for(dataset)> if distributed else None` before the loader and
+    `sampler=` in its call (the dataset named first when it is an expression); the
+    sampler's name. `after_sampler`: lines between the two, where `{sampler}` is named."""
+    taken = facts.bound_names
+    condition = "distributed"
+    if not setup.sees_setup(facts, loader.call):
+        condition = OUT_OF_SETUP_CONDITION
+        edits.imports.add("dist")
+    sampler = derived_name(loader, "sampler", taken)
+    inserted: List[Statement] = []
+    assert loader.dataset is not None  # the callers' checks require one
+    dataset = edits.code(loader.dataset)
+    if dotted_name(loader.dataset) is None:
+        # `DataLoader(TensorDataset(x, y), ...)`: the sampler needs the dataset too.
+        dataset = derived_name(loader, "dataset", taken)
+        inserted.append(edits.statement(DATASET_CODE.format(
+            dataset=dataset, expression=edits.code(loader.dataset))))
+    inserted.append(edits.statement(_fit(SAMPLER_VALUE_CODE.format(
+        sampler=sampler, value=sampler_for(dataset), condition=condition),
+        facts, loader.statement, condition)))
+    inserted.extend(edits.statement(line.format(sampler=sampler)) for line in after_sampler)
+    edits.before.setdefault(loader.statement, []).append(Insertion(inserted, takes_comments=True))
+    if "#" in edits.code(loader.call) and not divide_batch:
+        # Comments between the arguments: edit the arguments themselves so they survive.
+        edits.expressions[loader.call] = _edit_arguments(edits, loader, sampler, dataset)
+    else:
+        args = _loader_args(edits, loader, sampler, dataset)
+        if divide_batch:
+            args = _divide_batch_size(facts, edits, setup, loader, args)
+        edits.replaced[loader.statement] = [_loader_statement(facts, edits, loader, args)]
+    return sampler
 
 
 def derived_name(loader: Loader, kind: str, taken: Collection[str]) -> str:

@@ -52,6 +52,8 @@ class Edits:
     # (module, name, alias) imports to drop if the migrated code no longer uses them.
     unused_imports: Set[ImportSpec] = field(default_factory=set)
     diagnostics: List[Diagnostic] = field(default_factory=list)
+    # Helper functions already added to module_prelude, by name.
+    helpers_added: Set[str] = field(default_factory=set)
 
     def statement(self, code: str) -> Statement:
         return cst.parse_statement(code, config=self.config)

@@ -106,6 +106,8 @@ class SetupPlan:
     # Loaders that got a DistributedSampler (data.py), for the rules that reduce the
     # figures of a sharded epoch (training.py).
     sharded_loaders: List[Loader] = field(default_factory=list)
+    # Loaders no loop trains over (data.py), for evaluation.py to shard or leave whole.
+    evaluation_loaders: List[Loader] = field(default_factory=list)
     # Set when --keep-global-batch divides a batch size by `world_size`.
     needs_world_size: bool = False
     # When the script uses the GPU: devices.py keeps the script's own condition (`use_cuda`

@@ -1,0 +1,709 @@
+"""Evaluation on N ranks: each rank takes whole batches of the evaluation set in turn, and the
+figures the loop adds up are gathered once after it (DDP203, DDP215, DDP216).
+
+DistributedSampler pads the last round with repeated samples, so counts and accuracies
+drift; here no sample is seen twice. Because the ranks take the one-process batches
+themselves (rank r gets batches r, r + N, ...), a mean of per-batch means is exact too once
+the batch counts are gathered. An evaluation loop is sharded only when everything it leaves
+behind is a figure ddpify can gather: sums of Python numbers, batch counts, and lists of
+per-batch results; anything else (a metric object, the last batch, an early break) keeps
+the whole set on every rank, as before, and says why.
+"""
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+import libcst as cst
+
+from ddpify.analysis import Facts, Loader, dotted_name
+from ddpify.transforms import data
+from ddpify.transforms.edits import Edits
+from ddpify.transforms.setup import SetupPlan
+from ddpify.transforms.training import assigned_names, names_in
+
+SHARD_HELPER = '''\
+
+
+def evaluation_shard(dataset, batch_size):
+    """This rank's share of an evaluation set, each sample once across the ranks and none
+    twice: whole batches in turn, so that a batch holds what it holds in one process, or
+    every N-th sample when there are fewer batches than ranks, so that every rank runs."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    if len(dataset) <= (world_size - 1) * batch_size:
+        return range(rank, len(dataset), world_size)
+    return [i for i in range(len(dataset)) if i // batch_size % world_size == rank]
+'''
+ORDER_HELPER = '''\
+
+
+def in_batch_order(shares, size=1):
+    """The ranks' lists merged as one process builds them: rank r evaluated batches r,
+    r + N, r + 2N, ... and added `size` items for each."""
+    chunks = [[share[i : i + size] for i in range(0, len(share), size)] for share in shares]
+    return [item for turn in itertools.zip_longest(*chunks, fillvalue=[]) for chunk in turn for item in chunk]
+'''
+GATHER_COMMENT = "# Each rank evaluated its own batches: gather the figures once, before they are used."
+# DataLoader refuses shuffle=True beside a sampler; the order does not change the figures.
+DROP_SHUFFLE_CODE = (
+    'if {{sampler}} is not None:\n    {kwargs}.pop("shuffle", None)  # a sampler sets the order\n')
+NO_GRAD = ("no_grad", "inference_mode")
+# Methods that change an object's state: a metric or meter filled batch by batch holds this
+# rank's share only, and ddpify cannot merge it.
+STATEFUL_METHODS = frozenset({"update", "add", "add_", "accumulate", "insert", "record",
+                              "compute", "__setitem__", "copy_", "index_add_"})
+HOST_METHODS = frozenset({"cpu", "tolist", "item", "numpy"})
+SCALAR_METHODS = frozenset({"item", "size", "numel", "dim", "nelement"})
+SCALAR_FUNCTIONS = frozenset({"len", "int", "float", "round", "abs", "sum", "min", "max"})
+
+
+@dataclass
+class _Figures:
+    """What an evaluation loop leaves behind, in the order the loop first sets it."""
+
+    sums: List[str] = field(default_factory=list)
+    # Lists filled once per batch: name -> items per batch ("1" for append, the batch size
+    # for extend).
+    lists: Dict[str, str] = field(default_factory=dict)
+    # `num_batches = len(loader)` before the loop: this rank's count, gathered like a sum.
+    batch_counts: List[str] = field(default_factory=list)
+    # `len(loader)` read after the loop: replaced by a gathered count.
+    batch_count_reads: List[cst.Call] = field(default_factory=list)
+
+
+def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+    """The loaders no loop trains over (data.py's `evaluation_loaders`): shard those whose
+    every loop is an evaluation that can be gathered; the others stay whole (DDP203, with
+    the reason)."""
+    candidates = setup.evaluation_loaders
+    if not edits.options.shard_evaluation:
+        for loader in candidates:
+            edits.report("DDP203", loader.call)
+        return
+    loops_of = {id(loader): facts.loops_over_values(facts.loader_holders_of(loader)) for loader in candidates}
+    reasons: Dict[int, str] = {}
+    figures: Dict[cst.For, _Figures] = {}
+    for loader in candidates:
+        reason = _why_whole(facts, edits, loader, loops_of[id(loader)])
+        for loop in loops_of[id(loader)]:
+            if reason is not None:
+                break
+            found = _figures(facts, edits, loop, loader)
+            if isinstance(found, str):
+                reason = found
+            else:
+                figures[loop] = found
+        if reason is not None:
+            reasons[id(loader)] = reason
+    # A loop that another loader (whole, or a training loader) also reaches cannot gather:
+    # those figures would be counted N times. Drop such loaders until none is left.
+    changed = True
+    while changed:
+        changed = False
+        sharded = [loader for loader in candidates if id(loader) not in reasons]
+        for loader in sharded:
+            for loop in loops_of[id(loader)]:
+                other = _other_value_reaching(facts, loop, [s for s in sharded if s is not loader], loader)
+                if other is not None:
+                    reasons[id(loader)] = other
+                    changed = True
+                    break
+    for loader in candidates:
+        if id(loader) in reasons:
+            edits.report("DDP203", loader.call, f"{RULE_SUMMARY_WHOLE}: {reasons[id(loader)]}")
+            continue
+        _shard(facts, edits, setup, loader)
+        for loop in loops_of[id(loader)]:
+            if loop in figures:
+                _gather(facts, edits, setup, loop, figures.pop(loop))
+
+
+RULE_SUMMARY_WHOLE = "evaluation loader left unsharded"
+
+
+# --- which loaders -------------------------------------------------------------------------------
+
+def _why_whole(facts: Facts, edits: Edits, loader: Loader, loops: List[cst.For]) -> Optional[str]:
+    """Why this loader cannot be sharded, or None."""
+    if not loops:
+        return "no loop over it in this file"
+    if loader.dataset is None or not isinstance(loader.statement, cst.SimpleStatementLine):
+        return "its dataset is not named in the call"
+    if any(arg.star == "*" for arg in loader.call.args):
+        return "its arguments are unpacked from a list"
+    if isinstance(loader.call.func, cst.Name) and not facts.loader_classes.get(loader.call.func.value, True):
+        return f"`{loader.call.func.value}` takes no sampler="
+    if _may_shuffle_through_kwargs(facts, loader):
+        sharing = [other for other in facts.loaders if other.kwargs_name == loader.kwargs_name]
+        if len(sharing) > 1:
+            return f"`**{loader.kwargs_name}` may hold shuffle= and is shared with another loader"
+    if _batch_size(facts, edits, loader) is None:
+        return "its batch size is not known"
+    return None
+
+
+def _may_shuffle_through_kwargs(facts: Facts, loader: Loader) -> bool:
+    """`DataLoader(ds, **kwargs)` where the dict may say shuffle=True (pytorch/examples adds
+    it with the CUDA options): beside a sampler it must go."""
+    if loader.kwargs_name is None or "shuffle" in loader.keywords:
+        return False
+    return ("shuffle" in data.keyword_names(facts, loader)
+            or data.known_dict_keys(facts, loader.kwargs_name) is None)
+
+
+def _batch_size(facts: Facts, edits: Edits, loader: Loader) -> Optional[str]:
+    argument = loader.keywords.get("batch_size")
+    if argument is not None:
+        return edits.code(argument.value)
+    positional = [arg for arg in loader.call.args if arg.keyword is None and not arg.star]
+    if len(positional) >= 2:
+        return edits.code(positional[1].value)
+    if loader.kwargs_name is not None:
+        if "batch_size" in (data.known_dict_keys(facts, loader.kwargs_name) or _literal_keys(facts, loader)):
+            return f'{loader.kwargs_name}["batch_size"]'
+        return f'{loader.kwargs_name}.get("batch_size", 1)'
+    return "1"
+
+
+def _literal_keys(facts: Facts, loader: Loader) -> Set[str]:
+    """The keys the `**kwargs` dict is created with (updates may add more, never remove)."""
+    assert loader.kwargs_name is not None
+    keys: Set[str] = set()
+    for value in facts.assigned_values.get(loader.kwargs_name, ()):
+        if isinstance(value, cst.Dict):
+            keys |= {key for element in value.elements if isinstance(element, cst.DictElement)
+                     for key in [data.string_value(element.key)] if key is not None}
+    return keys
+
+
+def _other_value_reaching(facts: Facts, loop: cst.For, sharded: List[Loader],
+                          loader: Loader) -> Optional[str]:
+    """Does anything but a sharded evaluation loader reach this loop? Its figures would be
+    gathered too. The loop's iterable is followed back through the calls of its function."""
+    function = facts.function_of(loop)
+    mine = set().union(facts.loader_holders_of(loader), *(facts.loader_holders_of(s) for s in sharded))
+    names = [name for name, loops in facts.loops_over.items() if loop in loops]
+    for name in names:
+        if (function, name) in mine or (None, name) in mine and not facts.binds_locally(function, name):
+            continue
+        parameter = _parameter_index(function, name)
+        if parameter is None:
+            continue  # not a loader at all (an `enumerate` target, a tensor): not gathered
+        for call in facts.calls_of(function):
+            argument = _argument(call, parameter, name)
+            caller = facts.function_of(call)
+            held = dotted_name(argument) if argument is not None else None
+            if held is None or not ((caller, held) in mine or held.startswith("self.") and any(
+                    h == held for _, h in mine) or (None, held) in mine and not facts.binds_locally(caller, held)):
+                return f"`{name}` also receives another value at line {facts.line_of(call)}"
+    return None
+
+
+def _parameter_index(function: Optional[cst.FunctionDef], name: str) -> Optional[int]:
+    if function is None:
+        return None
+    parameters = [p.name.value for p in function.params.params]
+    if parameters[:1] == ["self"]:
+        parameters = parameters[1:]
+    return parameters.index(name) if name in parameters else None
+
+
+def _argument(call: cst.Call, index: int, name: str) -> Optional[cst.BaseExpression]:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg.value
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    return positional[index].value if index < len(positional) else None
+
+
+# --- what a loop leaves behind ---------------------------------------------------------------------
+
+def _figures(facts: Facts, edits: Edits, loop: cst.For, loader: Loader):
+    """The loop's figures, or why they cannot be gathered (a str)."""
+    if not _without_gradients(facts, loop):
+        return ("it is evaluated with gradients on, where DDP syncs buffers at every forward "
+                "and the ranks' batch counts differ")
+    exit_statement = _exit_in(loop)
+    if exit_statement is not None:
+        return f"the loop at line {facts.line_of(loop)} can stop early (`{exit_statement}`)"
+    outside = _names_read_after(facts, loop)
+    bound = assigned_names(loop.body) | names_in(loop.target)
+    targets = names_in(loop.target)
+    found = _Figures()
+    for name in _in_order(loop, bound & outside):
+        if name in targets:
+            return f"`{name}` from the last batch is used after the loop"
+        kind = _accumulation(facts, loop, name)
+        if kind is None:
+            return (f"`{name}` is set in the loop and read after it, where each rank would hold "
+                    "its own value (not a sum ddpify can gather)")
+        if kind == "sum":
+            found.sums.append(name)
+    state = _stateful_call(facts, loop, outside)
+    if state is not None:
+        return state
+    for name, kind in _filled_lists(facts, loop, outside).items():
+        if kind is None:
+            return (f"`{name}` is filled in a way ddpify cannot merge in order (once per batch, "
+                    "with values on the CPU: `.cpu()`, `.tolist()`, `.item()`)")
+        found.lists[name] = "1" if kind == "append" else _batch_size(facts, edits, loader) or "1"
+    iterable = _loader_name_in(facts, loop)
+    if iterable is not None:
+        found.batch_counts = _batch_counts_before(facts, loop, iterable)
+        found.batch_count_reads = _batch_count_reads_after(facts, loop, iterable)
+    if not (found.sums or found.lists or found.batch_count_reads):
+        return "the loop keeps no figure ddpify can gather"
+    return found
+
+
+def _without_gradients(facts: Facts, loop: cst.For) -> bool:
+    node: Optional[cst.CSTNode] = loop
+    while node is not None:
+        if isinstance(node, cst.With) and any(_is_no_grad(item.item) for item in node.items):
+            return True
+        if isinstance(node, cst.FunctionDef):
+            return any(_is_no_grad(decorator.decorator) for decorator in node.decorators)
+        node = facts.parents.get(node)
+    return False
+
+
+def _is_no_grad(expression: cst.BaseExpression) -> bool:
+    if isinstance(expression, cst.Call):
+        name = dotted_name(expression.func) or ""
+        if name.endswith("set_grad_enabled"):
+            return bool(expression.args) and isinstance(expression.args[0].value, cst.Name) \
+                and expression.args[0].value.value == "False"
+        expression = expression.func
+    name = dotted_name(expression) or ""
+    return name.rsplit(".", 1)[-1] in NO_GRAD
+
+
+def _exit_in(loop: cst.For) -> Optional[str]:
+    found: List[str] = []
+
+    class _Exits(cst.CSTVisitor):
+        def visit_Break(self, node: cst.Break) -> None:
+            found.append("break")
+
+        def visit_Return(self, node: cst.Return) -> None:
+            found.append("return")
+
+        def visit_Yield(self, node: cst.Yield) -> None:
+            found.append("yield")
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return False
+
+        def visit_For(self, node: cst.For) -> bool:
+            # A break in an inner loop ends that loop only.
+            return node is loop
+
+        def visit_While(self, node: cst.While) -> bool:
+            return False
+
+    loop.visit(_Exits())
+    return found[0] if found else None
+
+
+def _scope_statements(facts: Facts, loop: cst.For) -> Sequence[cst.CSTNode]:
+    function = facts.function_of(loop)
+    if function is not None:
+        return [function.body]
+    return [statement for statement in facts.module.body
+            if not isinstance(statement, (cst.FunctionDef, cst.ClassDef))]
+
+
+def _names_read_after(facts: Facts, loop: cst.For) -> Set[str]:
+    """Names read after the loop before anything binds them again: the rest of each block
+    around it up to its function, and for an enclosing loop the start of its next pass."""
+    following: List[cst.CSTNode] = []
+    node: cst.CSTNode = loop
+    while True:
+        block = facts.parents.get(node)
+        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+            break
+        body: List[cst.CSTNode] = list(block.body)
+        index = body.index(node)
+        following.extend(body[index + 1:])
+        owner = facts.parents.get(block)
+        if owner is None or isinstance(owner, (cst.FunctionDef, cst.ClassDef)):
+            break
+        if isinstance(owner, (cst.For, cst.While)):
+            following.extend(body[:index])
+        node = owner
+    return _reads_before_rebinding(following)
+
+
+def _reads_before_rebinding(statements: Sequence[cst.CSTNode]) -> Set[str]:
+    read: Set[str] = set()
+    bound: Set[str] = set()
+    for statement in statements:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign):
+                    read |= names_in(small.value) - bound
+                    for target in small.targets:
+                        if not isinstance(target.target, (cst.Name, cst.Tuple, cst.List)):
+                            read |= names_in(target.target) - bound
+                    bound |= {name for target in small.targets for name in _bound_by(target.target)}
+                else:
+                    read |= names_in(small) - bound
+        elif isinstance(statement, cst.For):
+            read |= names_in(statement.iter) - bound
+            inner = bound | _bound_by(statement.target)
+            read |= names_in(statement.body) - inner
+        elif isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        else:
+            read |= names_in(statement) - bound
+    return read
+
+
+def _bound_by(target: cst.BaseExpression) -> Set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return set().union(*(_bound_by(element.value) for element in target.elements))
+    return set()
+
+
+def _in_order(loop: cst.For, names: Set[str]) -> List[str]:
+    """Names in the order the loop body first mentions them (the gathered tuple's order)."""
+    ordered: List[str] = []
+
+    class _Order(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            if node.value in names and node.value not in ordered:
+                ordered.append(node.value)
+
+    loop.body.visit(_Order())
+    return ordered
+
+
+def _accumulation(facts: Facts, loop: cst.For, name: str) -> Optional[str]:
+    """"sum" when every binding of `name` in the loop is `name += <a Python number>` and it
+    starts from a number before the loop; "list" for a list only appended to (see
+    _filled_lists); None otherwise."""
+    increments: List[cst.BaseExpression] = []
+    other = False
+
+    class _Bindings(cst.CSTVisitor):
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            nonlocal other
+            if isinstance(node.target, cst.Name) and node.target.value == name:
+                if isinstance(node.operator, cst.AddAssign):
+                    increments.append(node.value)
+                else:
+                    other = True
+
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            nonlocal other
+            if name in names_in(node.target):
+                other = True
+
+        def visit_For(self, node: cst.For) -> None:
+            nonlocal other
+            if node is not loop and name in names_in(node.target):
+                other = True
+
+    loop.body.visit(_Bindings())
+    if other or not increments:
+        return None
+    if not _starts_from_number(facts, loop, name):
+        return None
+    assigned_in_loop = _simple_assignments(loop.body)
+    if all(_python_number(value, assigned_in_loop) for value in increments):
+        return "sum"
+    return None
+
+
+def _starts_from_number(facts: Facts, loop: cst.For, name: str) -> bool:
+    for value in _values_before(facts, loop, name):
+        if isinstance(value, (cst.Integer, cst.Float)):
+            return True
+    return False
+
+
+def _values_before(facts: Facts, loop: cst.For, name: str) -> List[cst.BaseExpression]:
+    """What `name = ...` (or `a, name = 0, 0`) assigns in the loop's scope, outside it."""
+    found: List[cst.BaseExpression] = []
+
+    class _Assignments(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if node is loop or isinstance(node, (cst.FunctionDef, cst.ClassDef)) and node is not function:
+                return False
+            if isinstance(node, cst.Assign) and len(node.targets) == 1:
+                target, value = node.targets[0].target, node.value
+                if isinstance(target, cst.Name) and target.value == name:
+                    found.append(value)
+                elif isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple) and len(
+                        target.elements) == len(value.elements):
+                    for element, item in zip(target.elements, value.elements):
+                        if isinstance(element.value, cst.Name) and element.value.value == name:
+                            found.append(item.value)
+            return True
+
+    function = facts.function_of(loop)
+    for node in _scope_statements(facts, loop):
+        node.visit(_Assignments())
+    return found
+
+
+def _simple_assignments(body: cst.CSTNode) -> Dict[str, List[cst.BaseExpression]]:
+    found: Dict[str, List[cst.BaseExpression]] = {}
+
+    class _Assignments(cst.CSTVisitor):
+        def visit_Assign(self, node: cst.Assign) -> None:
+            for target in node.targets:
+                if isinstance(target.target, cst.Name):
+                    found.setdefault(target.target.value, []).append(node.value)
+
+    body.visit(_Assignments())
+    return found
+
+
+def _python_number(value: cst.BaseExpression, assigned: Dict[str, List[cst.BaseExpression]],
+                   depth: int = 0) -> bool:
+    """A Python int or float, not a tensor: `loss.item() * x.size(0)`, `len(y)`, `2`."""
+    if isinstance(value, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(value, cst.BinaryOperation):
+        return (_python_number(value.left, assigned, depth) and _python_number(value.right, assigned, depth))
+    if isinstance(value, cst.UnaryOperation):
+        return _python_number(value.expression, assigned, depth)
+    if isinstance(value, cst.Call):
+        if isinstance(value.func, cst.Attribute):
+            return value.func.attr.value in SCALAR_METHODS
+        return dotted_name(value.func) in SCALAR_FUNCTIONS and dotted_name(value.func) != "sum"
+    if isinstance(value, cst.Subscript):
+        # `x.shape[0]`
+        return isinstance(value.value, cst.Attribute) and value.value.attr.value == "shape"
+    if isinstance(value, cst.Name) and depth < 3:
+        values = assigned.get(value.value, [])
+        return bool(values) and all(_python_number(v, assigned, depth + 1) for v in values)
+    return False
+
+
+def _stateful_call(facts: Facts, loop: cst.For, outside: Set[str]) -> Optional[str]:
+    """A metric, meter or table outside the loop that the loop changes in place."""
+    found: List[str] = []
+    bound_in_loop = assigned_names(loop.body) | names_in(loop.target)
+
+    class _Mutations(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            func = node.func
+            if isinstance(func, cst.Attribute) and func.attr.value in STATEFUL_METHODS:
+                owner = dotted_name(func.value)
+                if owner is not None and _outer(owner) and not _progress_bar(facts, loop, owner):
+                    found.append(f"`{owner}.{func.attr.value}(...)` keeps this rank's share only")
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            self._target(node.target)
+
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            self._target(node.target)
+
+        def _target(self, target: cst.BaseExpression) -> None:
+            if isinstance(target, (cst.Subscript, cst.Attribute)):
+                owner = dotted_name(target.value) if isinstance(target, cst.Attribute) else dotted_name(target.value)
+                if owner is not None and _outer(owner):
+                    found.append(f"`{edits_code(target)}` is updated in place, per rank")
+
+    def _outer(owner: str) -> bool:
+        root = owner.split(".", 1)[0]
+        return root == "self" or root not in bound_in_loop and root in outside
+
+    def edits_code(node: cst.CSTNode) -> str:
+        return facts.module.code_for_node(node)
+
+    loop.body.visit(_Mutations())
+    return found[0] if found else None
+
+
+def _progress_bar(facts: Facts, loop: cst.For, owner: str) -> bool:
+    """`pbar.update(1)` on a tqdm bar only draws."""
+    return any(isinstance(value, cst.Call) and "tqdm" in (dotted_name(value.func) or "")
+               for value in _values_before(facts, loop, owner))
+
+
+def _filled_lists(facts: Facts, loop: cst.For, outside: Set[str]) -> Dict[str, Optional[str]]:
+    """Lists made empty before the loop and filled in it, used after it: "append" or
+    "extend" when each iteration adds to it once, at the top of the loop body, else None."""
+    found: Dict[str, Optional[str]] = {}
+    top_level: Set[int] = set()
+    for statement in loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ():
+        if isinstance(statement, cst.SimpleStatementLine):
+            top_level.update(id(small) for small in statement.body)
+    bound_in_loop = assigned_names(loop.body)
+
+    class _Fills(cst.CSTVisitor):
+        def visit_Expr(self, node: cst.Expr) -> None:
+            call = node.value
+            if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+                    and isinstance(call.func.value, cst.Name)):
+                return
+            method, owner = call.func.attr.value, call.func.value.value
+            if method not in ("append", "extend") or owner in bound_in_loop or owner not in outside:
+                return
+            if not any(isinstance(v, cst.List) and not v.elements for v in _values_before(facts, loop, owner)):
+                return
+            if id(node) not in top_level or owner in found or not call.args or not _on_host(
+                    call.args[0].value, loop):
+                found[owner] = None
+            else:
+                found[owner] = method
+
+    loop.body.visit(_Fills())
+    return found
+
+
+def _on_host(value: cst.BaseExpression, loop: cst.For) -> bool:
+    """A value that pickles without a device: `.cpu()`, `.tolist()`, `.item()`, a number,
+    or a batch element the loop never moves. A CUDA tensor gathered from rank 1 would land
+    on rank 1's GPU in rank 0's list, and `torch.cat` would fail there."""
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        return value.func.attr.value in HOST_METHODS
+    if isinstance(value, cst.Name):
+        return value.value in names_in(loop.target) and value.value not in assigned_names(loop.body)
+    return _python_number(value, {})
+
+
+def _loader_name_in(facts: Facts, loop: cst.For) -> Optional[str]:
+    """The name the loop iterates (`test_loader` in `enumerate(test_loader)`)."""
+    holders = {name for _, name in facts.loader_holders()}
+    names = [name for name, loops in facts.loops_over.items() if loop in loops and name in holders]
+    return names[0] if len(names) == 1 else None
+
+
+def _batch_counts_before(facts: Facts, loop: cst.For, iterable: str) -> List[str]:
+    """`num_batches = len(dataloader)` in the loop's scope: this rank's count of batches."""
+    counts: List[str] = []
+    for name in _names_assigned_len_of(facts, loop, iterable):
+        counts.append(name)
+    return counts
+
+
+def _names_assigned_len_of(facts: Facts, loop: cst.For, iterable: str) -> List[str]:
+    found: List[str] = []
+
+    class _Assignments(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if node is loop:
+                return False
+            if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(
+                    node.targets[0].target, cst.Name) and _is_len_of(node.value, iterable):
+                found.append(node.targets[0].target.value)
+            return True
+
+    for node in _scope_statements(facts, loop):
+        node.visit(_Assignments())
+    return found
+
+
+def _is_len_of(value: cst.BaseExpression, iterable: str) -> bool:
+    return (isinstance(value, cst.Call) and dotted_name(value.func) == "len" and len(value.args) == 1
+            and dotted_name(value.args[0].value) == iterable)
+
+
+def _batch_count_reads_after(facts: Facts, loop: cst.For, iterable: str) -> List[cst.Call]:
+    """`len(test_loader)` after the loop, in its scope."""
+    found: List[cst.Call] = []
+    after = False
+
+    class _Reads(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            nonlocal after
+            if node is loop:
+                after = True
+                return False
+            if after and isinstance(node, cst.Call) and _is_len_of(node, iterable) and not isinstance(
+                    facts.parents.get(node), cst.Assign):
+                found.append(node)
+            return not isinstance(node, (cst.FunctionDef, cst.ClassDef)) or node is facts.function_of(loop)
+
+    for node in _scope_statements(facts, loop):
+        node.visit(_Reads())
+    return found
+
+
+# --- the edits -------------------------------------------------------------------------------------
+
+def _shard(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader) -> None:
+    batch_size = _batch_size(facts, edits, loader)
+    after: Tuple[str, ...] = ()
+    if _may_shuffle_through_kwargs(facts, loader):
+        after = (DROP_SHUFFLE_CODE.format(kwargs=loader.kwargs_name),)
+    data.attach_sampler(facts, edits, setup, loader,
+                        lambda dataset: f"evaluation_shard({dataset}, {batch_size})",
+                        after_sampler=after)
+    _add_helper(edits, "evaluation_shard", SHARD_HELPER)
+    edits.report("DDP215", loader.call)
+
+
+def _add_helper(edits: Edits, name: str, code: str) -> None:
+    if name in edits.helpers_added:
+        return
+    edits.helpers_added.add(name)
+    helper = edits.statements(code)
+    # Two blank lines above a top-level def, as PEP 8 and black have it.
+    helper[0] = helper[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+    edits.module_prelude.extend(helper)
+    edits.imports.add("dist")
+
+
+def _gather(facts: Facts, edits: Edits, setup: SetupPlan, loop: cst.For, figures: _Figures) -> None:
+    condition = "distributed" if setup.sees_setup(facts, loop) else "dist.is_initialized()"
+    lines: List[str] = []
+    if figures.batch_count_reads:
+        iterable = _loader_name_in(facts, loop)
+        assert iterable is not None
+        counted = _free(facts, _batches_name(iterable))
+        lines.append(f"{counted} = len({iterable})")
+        for read in figures.batch_count_reads:
+            edits.expressions[read] = _named(counted)
+        figures.batch_counts.append(counted)
+    gathered = figures.sums + figures.batch_counts + list(figures.lists)
+    shares = _free(facts, "shares")
+    lines += [f"if {condition}:", f"    {GATHER_COMMENT}",
+              f"    {shares} = [None] * dist.get_world_size()"]
+    if len(gathered) == 1:
+        lines.append(f"    dist.all_gather_object({shares}, {gathered[0]})")
+    else:
+        lines.append(f"    dist.all_gather_object({shares}, ({', '.join(gathered)}))")
+    for position, name in enumerate(gathered):
+        share = shares if len(gathered) == 1 else f"[share[{position}] for share in {shares}]"
+        if name in figures.lists:
+            size = figures.lists[name]
+            size_argument = "" if size == "1" else f", {size}"
+            lines.append(f"    {name} = in_batch_order({share}{size_argument})")
+        elif len(gathered) == 1:
+            lines.append(f"    {name} = sum({shares})")
+        else:
+            lines.append(f"    {name} = sum(share[{position}] for share in {shares})")
+    if figures.lists:
+        _add_helper(edits, "in_batch_order", ORDER_HELPER)
+        edits.imports.add("itertools")
+    edits.imports.add("dist")
+    edits.after.setdefault(loop, []).extend(edits.statements("\n".join(lines) + "\n"))
+    edits.report("DDP216", loop)
+
+
+def _named(name: str):
+    def rewrite(_node: cst.Call) -> cst.Name:
+        return cst.Name(name)
+
+    return rewrite
+
+
+def _batches_name(iterable: str) -> str:
+    base = iterable.rsplit(".", 1)[-1]
+    for suffix in ("dataloader", "loader"):
+        if base.lower().endswith(suffix):
+            stem = base[: -len(suffix)]
+            return (stem if stem.endswith("_") or not stem else stem + "_") + "batches"
+    return base + "_batches"
+
+
+def _free(facts: Facts, name: str) -> str:
+    while name in facts.bound_names:
+        name += "_"
+    return name
+
