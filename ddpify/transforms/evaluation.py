@@ -52,6 +52,7 @@ STATEFUL_METHODS = frozenset({"update", "add", "add_", "accumulate", "insert", "
                               "compute", "__setitem__", "copy_", "index_add_"})
 HOST_METHODS = frozenset({"cpu", "tolist", "item", "numpy"})
 SCALAR_METHODS = frozenset({"item", "size", "numel", "dim", "nelement"})
+MATH_FUNCTIONS = frozenset({"log", "log10", "log2", "exp", "sqrt", "pow", "floor", "ceil", "fabs"})
 SCALAR_FUNCTIONS = frozenset({"len", "int", "float", "round", "abs", "sum", "min", "max"})
 
 
@@ -67,6 +68,10 @@ class _Figures:
     batch_counts: List[str] = field(default_factory=list)
     # `len(loader)` read after the loop: replaced by a gathered count.
     batch_count_reads: List[cst.Call] = field(default_factory=list)
+
+    @property
+    def gathers(self) -> bool:
+        return bool(self.sums or self.lists or self.batch_count_reads)
 
 
 def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
@@ -89,7 +94,7 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
             found = _figures(facts, edits, loop, loader)
             if isinstance(found, str):
                 reason = found
-            else:
+            elif found.gathers:
                 figures[loop] = found
         if reason is not None:
             reasons[id(loader)] = reason
@@ -218,10 +223,12 @@ def _argument(call: cst.Call, index: int, name: str) -> Optional[cst.BaseExpress
 
 def _figures(facts: Facts, edits: Edits, loop: cst.For, loader: Loader):
     """The loop's figures, or why they cannot be gathered (a str)."""
+    if _peeks(loop):
+        return _Figures()
     if not _without_gradients(facts, loop):
         return ("it is evaluated with gradients on, where DDP syncs buffers at every forward "
                 "and the ranks' batch counts differ")
-    exit_statement = _exit_in(loop)
+    exit_statement = _exit_in(facts, loop)
     if exit_statement is not None:
         return f"the loop at line {facts.line_of(loop)} can stop early (`{exit_statement}`)"
     outside = _names_read_after(facts, loop)
@@ -249,7 +256,7 @@ def _figures(facts: Facts, edits: Edits, loop: cst.For, loader: Loader):
     if iterable is not None:
         found.batch_counts = _batch_counts_before(facts, loop, iterable)
         found.batch_count_reads = _batch_count_reads_after(facts, loop, iterable)
-    if not (found.sums or found.lists or found.batch_count_reads):
+    if not found.gathers:
         return "the loop keeps no figure ddpify can gather"
     return found
 
@@ -276,12 +283,17 @@ def _is_no_grad(expression: cst.BaseExpression) -> bool:
     return name.rsplit(".", 1)[-1] in NO_GRAD
 
 
-def _exit_in(loop: cst.For) -> Optional[str]:
+def _exit_in(facts: Facts, loop: cst.For) -> Optional[str]:
+    """A way out of the loop that would stop the ranks at different batches, or skip the
+    gathering: a return, a yield, or a break taken on a value of the batch. A break on a
+    value every rank shares (`if args.dry_run: break`) stops them all at the same batch."""
     found: List[str] = []
+    bound = assigned_names(loop.body) | names_in(loop.target)
 
     class _Exits(cst.CSTVisitor):
         def visit_Break(self, node: cst.Break) -> None:
-            found.append("break")
+            if not _shared_condition(facts, node, loop, bound):
+                found.append("break")
 
         def visit_Return(self, node: cst.Return) -> None:
             found.append("return")
@@ -301,6 +313,25 @@ def _exit_in(loop: cst.For) -> Optional[str]:
 
     loop.visit(_Exits())
     return found[0] if found else None
+
+
+def _shared_condition(facts: Facts, node: cst.CSTNode, loop: cst.For, bound: Set[str]) -> bool:
+    """Every `if` between node and the loop tests names the loop does not bind."""
+    parent = facts.parents.get(node)
+    while parent is not None and parent is not loop:
+        if isinstance(parent, cst.If) and names_in(parent.test) & bound:
+            return False
+        if isinstance(parent, (cst.Try, cst.With)):
+            return False
+        parent = facts.parents.get(parent)
+    return True
+
+
+def _peeks(loop: cst.For) -> bool:
+    """`for x, y in loader: print(x.shape); break`: one batch, on every rank the same."""
+    body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ()
+    return any(isinstance(statement, cst.SimpleStatementLine)
+               and any(isinstance(small, cst.Break) for small in statement.body) for statement in body)
 
 
 def _scope_statements(facts: Facts, loop: cst.For) -> Sequence[cst.CSTNode]:
@@ -470,6 +501,11 @@ def _python_number(value: cst.BaseExpression, assigned: Dict[str, List[cst.BaseE
     if isinstance(value, cst.UnaryOperation):
         return _python_number(value.expression, assigned, depth)
     if isinstance(value, cst.Call):
+        function = dotted_name(value.func) or ""
+        if function.rsplit(".", 1)[-1] in MATH_FUNCTIONS and function in (
+                function.rsplit(".", 1)[-1], "math." + function.rsplit(".", 1)[-1]):
+            # `10 * log10(1 / mse.item())`: math on Python numbers gives a Python float.
+            return all(_python_number(arg.value, assigned, depth) for arg in value.args)
         if isinstance(value.func, cst.Attribute):
             return value.func.attr.value in SCALAR_METHODS
         return dotted_name(value.func) in SCALAR_FUNCTIONS and dotted_name(value.func) != "sum"
