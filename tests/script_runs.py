@@ -145,8 +145,9 @@ def matching_lines(run: Run, pattern: str) -> List[str]:
     return [line for line in run.lines if re.search(pattern, line)]
 
 
-def problems_evaluation_fetches(log_dir: Path, world_size: int) -> List[str]:
-    """Every evaluation pass, taken across the ranks, fetches each index exactly once.
+def problems_evaluation_fetches(log_dir: Path, world_size: int, copies: int = 1) -> List[str]:
+    """Every evaluation pass, taken across the ranks, fetches each index exactly once
+    (`copies` times: an evaluation set of fewer batches than ranks stays whole on each rank).
 
     An evaluation pass is one whose every fetch ran with grad disabled; the same loop's pass
     has the same number on every rank (tests/eval_site/sitecustomize.py). A duplicate means
@@ -159,7 +160,8 @@ def problems_evaluation_fetches(log_dir: Path, world_size: int) -> List[str]:
     if not passes:
         problems.append(f"no evaluation pass (fetches under torch.no_grad(), num_workers=0) was logged in {log_dir}")
     for (name, length, number), indices in sorted(passes.items(), key=lambda item: (item[0][0], item[0][2])):
-        problems.extend(_coverage_problems(f"evaluation pass {number} over {name} of {length}", length, indices))
+        problems.extend(_coverage_problems(f"evaluation pass {number} over {name} of {length}", length,
+                                           indices, copies))
     return problems
 
 
@@ -184,15 +186,19 @@ def evaluation_passes(records: Sequence[dict]) -> Dict[tuple, List]:
     return {key: indices for key, indices in passes.items() if key not in trained}
 
 
-def _coverage_problems(label: str, length: Optional[int], indices: Sequence) -> List[str]:
+def _coverage_problems(label: str, length: Optional[int], indices: Sequence, copies: int = 1) -> List[str]:
     counts = Counter(indices)
     problems = []
-    repeated = sorted(((index, count) for index, count in counts.items() if count > 1),
+    repeated = sorted(((index, count) for index, count in counts.items() if count > copies),
                       key=lambda pair: _index_order(pair[0]))
     if repeated:
         index, count = repeated[0]
-        problems.append(f"{label}: {len(repeated)} indices fetched more than once across ranks, "
+        often = "once" if copies == 1 else f"{copies} times"
+        problems.append(f"{label}: {len(repeated)} indices fetched more than {often} across ranks, "
                         f"e.g. {index!r} ({count} times)")
+    short = sorted((index for index, count in counts.items() if count < copies), key=_index_order)
+    if short:
+        problems.append(f"{label}: {len(short)} indices fetched fewer than {copies} times, e.g. {short[0]!r}")
     if length is None:
         return problems + [f"{label}: the dataset has no len(), so coverage cannot be checked"]
     missed = sorted(set(range(length)) - set(counts))

@@ -94,6 +94,17 @@ def test_duplicated_and_missed_evaluation_indices_are_caught(tmp_path):
     ]
 
 
+def test_a_whole_set_on_every_rank_is_caught_unless_expected(tmp_path):
+    _fetch_log(tmp_path, 0, [(1, False, [list(range(10))])])
+    _fetch_log(tmp_path, 1, [(1, False, [list(range(10))])])
+    assert "10 indices fetched more than once" in problems_evaluation_fetches(tmp_path, 2)[0]
+    assert problems_evaluation_fetches(tmp_path, 2, copies=2) == []
+    _fetch_log(tmp_path, 1, [(2, False, [list(range(9))])])
+    _fetch_log(tmp_path, 0, [(2, False, [list(range(10))])])  # in pass 2 rank 1 misses index 9
+    assert problems_evaluation_fetches(tmp_path, 2, copies=2) == [
+        "evaluation pass 2 over TensorDataset of 10: 1 indices fetched fewer than 2 times, e.g. 9"]
+
+
 def test_no_evaluation_pass_and_ranks_outside_the_world_are_caught(tmp_path):
     assert "no evaluation pass" in problems_evaluation_fetches(tmp_path / "absent", 1)[0]
     _fetch_log(tmp_path, 0, [(1, True, [list(range(10))])])

@@ -24,12 +24,13 @@ SHARD_HELPER = '''\
 
 
 def evaluation_shard(dataset, batch_size):
-    """This rank's share of an evaluation set, each sample once across the ranks and none
-    twice: whole batches in turn, so that a batch holds what it holds in one process, or
-    every N-th sample when there are fewer batches than ranks, so that every rank runs."""
+    """This rank's whole batches of an evaluation set, in turn with the other ranks: each
+    sample once, and each batch as one process makes it. None (every rank evaluates the whole
+    set) when there are fewer batches than ranks: a rank without a batch would miss the
+    buffer broadcast that DDP's first forward makes."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
     if len(dataset) <= (world_size - 1) * batch_size:
-        return range(rank, len(dataset), world_size)
+        return None
     return [i for i in range(len(dataset)) if i // batch_size % world_size == rank]
 '''
 ORDER_HELPER = '''\
@@ -41,7 +42,10 @@ def in_batch_order(shares, size=1):
     chunks = [[share[i : i + size] for i in range(0, len(share), size)] for share in shares]
     return [item for turn in itertools.zip_longest(*chunks, fillvalue=[]) for chunk in turn for item in chunk]
 '''
-GATHER_COMMENT = "# Each rank evaluated its own batches: gather the figures once, before they are used."
+GATHER_COMMENT = "# This rank evaluated its share of the batches: gather the figures once, before use."
+# The sampler itself says whether this rank saw a share: a whole set (plain `python`, or fewer
+# batches than ranks) gathers nothing.
+SHARE_CONDITION = "len({loader}.sampler) < len({loader}.dataset)"
 # DataLoader refuses shuffle=True beside a sampler; the order does not change the figures.
 DROP_SHUFFLE_CODE = (
     'if {{sampler}} is not None:\n    {kwargs}.pop("shuffle", None)  # a sampler sets the order\n')
@@ -686,7 +690,11 @@ def _add_helper(edits: Edits, name: str, code: str) -> None:
 
 
 def _gather(facts: Facts, edits: Edits, setup: SetupPlan, loop: cst.For, figures: _Figures) -> None:
-    condition = "distributed" if setup.sees_setup(facts, loop) else "dist.is_initialized()"
+    iterated = _loader_name_in(facts, loop)
+    if iterated is not None:
+        condition = SHARE_CONDITION.format(loader=iterated)
+    else:
+        condition = "distributed" if setup.sees_setup(facts, loop) else "dist.is_initialized()"
     lines: List[str] = []
     if figures.batch_count_reads:
         iterable = _loader_name_in(facts, loop)
