@@ -217,6 +217,13 @@ _RULE_LIST = [
          "Only rank 0 saves; the other ranks would read the checkpoint before it exists, or "
          "while it is half written.",
          "Nothing to do."),
+    Rule("DDP310", Severity.EDIT, "folder named from the clock or a temporary folder chosen by rank 0",
+         "Each rank would name its own folder (datetime.now(), uuid4(), mkdtemp(), "
+         "TemporaryDirectory()): rank 0 writes into its folder and a rank that reads from the "
+         "folder it named finds nothing there. Rank 0's name is broadcast to the others where "
+         "it is made, and a temporary folder is left only when every rank is done with it. "
+         "Across machines the folder must be on a file system every rank sees.",
+         "Nothing to do on one machine; on several, keep run folders on shared storage."),
     Rule("DDP401", Severity.EDIT, "gradient accumulation skips the all-reduce on micro-batches",
          "Without no_sync() DDP all-reduces gradients on every micro-batch, not only before "
          "the optimizer step.",

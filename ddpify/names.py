@@ -76,9 +76,21 @@ DUMP_TO_FILE = frozenset(
      "shutil.copytree", "shutil.rmtree", "torchvision.utils.save_image",
      "matplotlib.pyplot.savefig", "matplotlib.pyplot.imsave", "torch.onnx.export"}
 )
+# A value that differs between ranks run at once: a folder named from it must be rank 0's
+# (transforms/shared_names.py).
+CLOCK_OR_CHANCE = frozenset(
+    {"datetime.datetime.now", "datetime.datetime.today", "datetime.datetime.utcnow",
+     "time.strftime", "time.time", "time.time_ns", "uuid.uuid1", "uuid.uuid4",
+     "tempfile.mkdtemp", "secrets.token_hex"}
+)
+TEMPORARY_DIRECTORY = "tempfile.TemporaryDirectory"
 SUMMARY_WRITER = frozenset(
     {"torch.utils.tensorboard.SummaryWriter", "torch.utils.tensorboard.writer.SummaryWriter",
      "tensorboardX.SummaryWriter"}
+)
+# Calls whose arguments name files or folders.
+FILE_PATH_CALLS = OPEN | MAKE_DIRECTORIES | DUMP_TO_FILE | SUMMARY_WRITER | frozenset(
+    {"torch.save", "torch.load", "os.path.join", "pathlib.Path", "os.listdir", "os.path.exists"}
 )
 WANDB_PREFIX = "wandb."
 WANDB_INIT = "wandb.init"

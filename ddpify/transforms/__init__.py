@@ -3,8 +3,11 @@
 Order matters: setup.choose decides where the setup block goes and which names the others
 may use; setup.place runs last because the block must precede every statement that needs it.
 """
-from ddpify.transforms import data, devices, evaluation, model, report_only, setup, side_effects, training
+from ddpify.transforms import (
+    data, devices, evaluation, model, report_only, setup, shared_names, side_effects, training,
+)
 
-CONCERNS = (devices, model, data, evaluation, side_effects, training, report_only)
+CONCERNS = (devices, model, data, evaluation, side_effects, shared_names, training, report_only)
 
-__all__ = ["CONCERNS", "data", "devices", "evaluation", "model", "report_only", "setup", "side_effects", "training"]
+__all__ = ["CONCERNS", "data", "devices", "evaluation", "model", "report_only", "setup", "shared_names",
+           "side_effects", "training"]

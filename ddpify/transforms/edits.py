@@ -67,6 +67,16 @@ class Edits:
     def code(self, node: cst.CSTNode) -> str:
         return self.facts.module.code_for_node(node)
 
+    def add_helper(self, name: str, code: str) -> None:
+        """A small function the emitted code calls, once, above the module's code."""
+        if name in self.helpers_added:
+            return
+        self.helpers_added.add(name)
+        helper = self.statements(code)
+        # Two blank lines above a top-level def, as PEP 8 and black have it.
+        helper[0] = helper[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+        self.module_prelude.extend(helper)
+
     def report(self, code: str, node: cst.CSTNode, message: Optional[str] = None) -> None:
         """Record a diagnostic at a node of the original tree."""
         position = self.facts.positions[node]

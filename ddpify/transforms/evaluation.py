@@ -679,13 +679,7 @@ def _shard(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader) -> None
 
 
 def _add_helper(edits: Edits, name: str, code: str) -> None:
-    if name in edits.helpers_added:
-        return
-    edits.helpers_added.add(name)
-    helper = edits.statements(code)
-    # Two blank lines above a top-level def, as PEP 8 and black have it.
-    helper[0] = helper[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-    edits.module_prelude.extend(helper)
+    edits.add_helper(name, code)
     edits.imports.add("dist")
 
 

@@ -270,9 +270,16 @@ def _rebound_since_wrap(facts: Facts, node: cst.CSTNode, name: str, wrap: cst.Ba
 
 
 def _assigns(statement: cst.BaseStatement, name: str) -> bool:
+    """`model = Net()`; not `model = train_model(model, ...)`, which hands the same (wrapped)
+    model back."""
     return isinstance(statement, cst.SimpleStatementLine) and any(
         isinstance(small, cst.Assign) and any(dotted_name(t.target) == name for t in small.targets)
+        and not _passes(small.value, name)
         for small in statement.body)
+
+
+def _passes(value: cst.BaseExpression, name: str) -> bool:
+    return isinstance(value, cst.Call) and any(dotted_name(arg.value) == name for arg in value.args)
 
 
 def _before_wrap(facts: Facts, node: cst.CSTNode, wrap: cst.BaseStatement) -> bool:

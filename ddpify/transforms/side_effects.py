@@ -58,14 +58,20 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Setup
             continue
         statement: Statement = facts.statement_of(call)
         # `with open(path, "rb") as f: model = torch.load(f)`: wait before the open.
-        while isinstance(facts.parents.get(statement), cst.IndentedBlock) and isinstance(
-                facts.parents.get(facts.parents[statement]), cst.With):
+        while isinstance(facts.parents.get(statement), cst.IndentedBlock) and _opens_a_file(
+                facts, facts.parents.get(facts.parents[statement])):
             statement = cast(cst.With, facts.parents.get(facts.parents[statement]))  # just checked
         condition = "distributed" if setup.sees_setup(facts, statement) else "dist.is_initialized()"
         edits.before.setdefault(statement, []).append(
             Insertion(edits.statements(BARRIER_CODE.format(condition=condition)), takes_comments=True))
         edits.imports.add("dist")
         edits.report("DDP309", statement)
+
+
+def _opens_a_file(facts: Facts, node: Optional[cst.CSTNode]) -> bool:
+    """`with open(path, "rb") as f:`, not any with (a TemporaryDirectory holds the load)."""
+    opens = {call for qualified in names.OPEN for call in facts.calls_named.get(qualified, ())}
+    return isinstance(node, cst.With) and any(item.item in opens for item in node.items)
 
 
 def _guarded(facts: Facts, edits: Edits, node: cst.CSTNode) -> bool:

@@ -166,12 +166,15 @@ def epoch_accumulators(facts: Facts, loop: cst.For) -> Dict[str, cst.BaseExpress
 
 def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: SetupPlan, loop: cst.For) -> None:
     accumulators = epoch_accumulators(facts, loop)
-    if not accumulators or not setup.sees_setup(facts, loop) or not _sharded(facts, setup, loop):
+    if not accumulators or not _sharded(facts, setup, loop):
         return
     block = facts.block_of(loop)
     after = list(block.body)[list(block.body).index(loop) + 1:]
     per_batch = _divided_by_len(after)
     names = list(accumulators)
+    if not setup.sees_setup(facts, loop):
+        _gather_epoch_figures(facts, edits, loop, names, per_batch)
+        return
     indent = facts.column_of(loop) - 1
     tensor = f"torch.tensor([{', '.join(names)}], dtype=torch.float64, device={setup.device})"
     if indent + 4 + len("totals = ") + len(tensor) > LINE_LENGTH:
@@ -186,6 +189,27 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: SetupPlan, loop: cs
             lines.append(f"    # Each rank ran {per_batch[name]} batches: the mean of the ranks' sums.")
             value += " / dist.get_world_size()"
         lines.append(f"    {name} = {value}")
+    edits.after.setdefault(loop, []).extend(edits.statements("\n".join(lines) + "\n"))
+    edits.report("DDP402", loop)
+
+
+def _gather_epoch_figures(facts: Facts, edits: Edits, loop: cst.For, names: List[str],
+                          per_batch: Dict[str, str]) -> None:
+    """The same sums in a function the setup's names do not reach (a train_model(model,
+    loader) helper): gathered as Python numbers, which needs no device and keeps each
+    figure's type."""
+    shares = _free_name(facts, "shares")
+    gathered = names[0] if len(names) == 1 else f"({', '.join(names)})"
+    lines = ["if dist.is_initialized():", f"    {REDUCE_COMMENT}",
+             f"    {shares} = [None] * dist.get_world_size()",
+             f"    dist.all_gather_object({shares}, {gathered})"]
+    for position, name in enumerate(names):
+        total = f"sum({shares})" if len(names) == 1 else f"sum(share[{position}] for share in {shares})"
+        if name in per_batch:
+            lines.append(f"    # Each rank ran {per_batch[name]} batches: the mean of the ranks' sums.")
+            total += " / dist.get_world_size()"
+        lines.append(f"    {name} = {total}")
+    edits.imports.add("dist")
     edits.after.setdefault(loop, []).extend(edits.statements("\n".join(lines) + "\n"))
     edits.report("DDP402", loop)
 
@@ -242,8 +266,10 @@ def _divided_by_len(statements: Iterable[cst.CSTNode]) -> Dict[str, str]:
             right = node.right
             if (isinstance(node.operator, cst.Divide) and isinstance(node.left, cst.Name)
                     and isinstance(right, cst.Call) and dotted_name(right.func) == "len"
-                    and right.args and isinstance(right.args[0].value, cst.Name)):
-                found[node.left.value] = f"len({right.args[0].value.value})"
+                    and right.args and dotted_name(right.args[0].value) is not None
+                    # len(loader.dataset) counts samples of the whole set, not batches.
+                    and not (dotted_name(right.args[0].value) or "").endswith((".dataset", ".sampler"))):
+                found[node.left.value] = f"len({dotted_name(right.args[0].value)})"
 
     for statement in statements:
         statement.visit(_Divisions())

@@ -1,0 +1,123 @@
+"""Folders named from the clock or a random draw, and temporary folders, chosen once by rank 0
+(DDP310).
+
+Every rank runs `run_dir = os.path.join("runs", datetime.now().strftime(...))` at its own
+moment: rank 0 creates and writes its folder, and a rank that reads from the folder it named
+(the best checkpoint, reloaded at the end) finds nothing there. The same holds for a
+`TemporaryDirectory()` that holds a file rank 0 writes and every rank reads. Rank 0's value is
+broadcast to the others right where it is made, and a temporary folder outlives every rank's
+last read of it.
+"""
+from typing import List, Optional, Set
+
+import libcst as cst
+
+from ddpify import names
+from ddpify.analysis import Facts, Statement, dotted_name
+from ddpify.transforms.edits import Edits, Insertion
+from ddpify.transforms.setup import SetupPlan
+from ddpify.transforms.training import names_in
+
+HELPER = '''\
+
+
+def chosen_by_rank_0(value):
+    """Rank 0's value on every rank: a folder named from the clock or a random draw is one
+    folder for the whole job (on a file system all ranks see)."""
+    if dist.is_initialized():
+        shared = [value]
+        dist.broadcast_object_list(shared, src=0)
+        value = shared[0]
+    return value
+'''
+# Leaving the `with` deletes rank 0's folder: no rank may still be reading from it.
+LEAVE_TOGETHER_CODE = """\
+if dist.is_initialized():
+    dist.barrier()  # rank 0 deletes the folder when it leaves; the others have read it
+"""
+
+
+def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+    path_names = _names_in_paths(facts)
+    for statement, target, value in _assignments_from_clock_or_chance(facts):
+        if target in path_names:
+            edits.expressions[value] = _wrapped(edits)
+            _add_helper(edits)
+            edits.report("DDP310", statement)
+    for with_statement, target in _temporary_directories(facts):
+        if target not in path_names or not isinstance(with_statement.body, cst.IndentedBlock):
+            continue
+        body = with_statement.body.body
+        first = edits.statement(f"{target} = chosen_by_rank_0({target})\n")
+        edits.before.setdefault(body[0], []).append(Insertion([first]))
+        edits.after.setdefault(body[-1], []).extend(edits.statements(LEAVE_TOGETHER_CODE))
+        _add_helper(edits)
+        edits.report("DDP310", with_statement)
+
+
+def _assignments_from_clock_or_chance(facts: Facts):
+    """`name = <expression that calls datetime.now(), uuid4(), mkdtemp(), ...>`."""
+    for qualified in sorted(names.CLOCK_OR_CHANCE):
+        for call in facts.calls_named.get(qualified, ()):
+            statement = facts.statement_of(call)
+            assign = _single_assignment(statement)
+            if assign is None:
+                continue
+            target = dotted_name(assign.targets[0].target)
+            if target is not None:
+                yield statement, target, assign.value
+
+
+def _single_assignment(statement: Statement) -> Optional[cst.Assign]:
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        small = statement.body[0]
+        if isinstance(small, cst.Assign) and len(small.targets) == 1:
+            return small
+    return None
+
+
+def _temporary_directories(facts: Facts):
+    """`with TemporaryDirectory() as tempdir:` (the with statement, the name)."""
+    for call in facts.calls_named.get(names.TEMPORARY_DIRECTORY, ()):
+        item = facts.parents.get(call)
+        with_statement = facts.parents.get(item) if isinstance(item, cst.WithItem) else None
+        if isinstance(item, cst.WithItem) and isinstance(with_statement, cst.With) and item.asname:
+            target = dotted_name(item.asname.name) if isinstance(item.asname.name, cst.BaseExpression) else None
+            if target is not None:
+                yield with_statement, target
+
+
+def _names_in_paths(facts: Facts) -> Set[str]:
+    """Names used in the arguments of calls that make, write or read files."""
+    found: Set[str] = set()
+    for qualified in sorted(names.FILE_PATH_CALLS):
+        for call in facts.calls_named.get(qualified, ()):
+            for arg in call.args:
+                found |= names_in(arg.value)
+                found |= {name for name in _dotted_names_in(arg.value)}
+    return found
+
+
+def _dotted_names_in(node: cst.CSTNode) -> List[str]:
+    found: List[str] = []
+
+    class _Attributes(cst.CSTVisitor):
+        def visit_Attribute(self, attribute: cst.Attribute) -> None:
+            name = dotted_name(attribute)
+            if name is not None:
+                found.append(name)
+
+    node.visit(_Attributes())
+    return found
+
+
+def _wrapped(edits: Edits):
+    def rewrite(value: cst.BaseExpression) -> cst.BaseExpression:
+        return cst.Call(func=cst.Name("chosen_by_rank_0"), args=[cst.Arg(value=value)])
+
+    return rewrite
+
+
+def _add_helper(edits: Edits) -> None:
+    edits.imports.add("dist")
+    edits.add_helper("chosen_by_rank_0", HELPER)
