@@ -178,6 +178,12 @@ _RULE_LIST = [
          "gathered once, right after the loop, so every rank prints, compares and saves the "
          "figures one process would (best checkpoint, early stopping, LR on plateau agree).",
          "Nothing to do."),
+    Rule("DDP217", Severity.EDIT, "batches cut by hand: each rank takes every N-th batch",
+         "The loop slices its batches out of tensors itself, so no sampler can shard it; its "
+         "range of batch starts is split instead (rank_share), with the same number of "
+         "batches on every rank so that no rank waits for a step the others skip. Every rank "
+         "must hold the same data in the same order: a shuffle comes from a seeded generator.",
+         "Nothing to do."),
     Rule("DDP301", Severity.EDIT, "output only on rank 0",
          "Every rank runs the same code, so each print, log line and progress bar would "
          "appear once per process.",

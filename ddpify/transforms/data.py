@@ -11,6 +11,7 @@ import libcst as cst
 
 from ddpify import names
 from ddpify.analysis import Facts, Loader, Statement, dotted_name, string_value
+from ddpify.transforms import hand_batches
 from ddpify.transforms.edits import Edits, Insertion
 from ddpify.transforms.setup import SetupPlan
 
@@ -39,9 +40,7 @@ LINE_LENGTH = 88
 def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
     for loader in facts.loaders:
         _plan_loader(facts, edits, setup, loader)
-    for loop in facts.sliced_batch_loops:
-        if loop in facts.training_loops:
-            edits.report("DDP208", loop)
+    hand_batches.plan(facts, edits, setup)
     for loop in facts.batch_loops_without_loader():
         if loop not in facts.sliced_batch_loops:
             edits.report("DDP208", loop, "batches built by hand: every rank trains on the same "

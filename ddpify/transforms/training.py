@@ -215,8 +215,9 @@ def _gather_epoch_figures(facts: Facts, edits: Edits, loop: cst.For, names: List
 
 
 def _sharded(facts: Facts, setup: SetupPlan, loop: cst.For) -> bool:
-    """The loop runs over a loader that data.py gave a DistributedSampler."""
-    return any(loop in facts.loops_over_values(facts.loader_holders_of(loader))
+    """The loop runs over a loader that data.py gave a DistributedSampler, or over batches
+    cut by hand that each rank takes its share of."""
+    return loop in setup.sharded_loops or any(loop in facts.loops_over_values(facts.loader_holders_of(loader))
                for loader in setup.sharded_loaders)
 
 

@@ -1,0 +1,109 @@
+"""Batches cut by hand (`for i in range(0, n, batch_size): xb = x[i:i + batch_size]`): each
+rank takes every N-th batch, the same number on every rank (DDP208, DDP217).
+
+A DataLoader is not needed to shard: the loop's own range of batch starts is split between
+the ranks, so plain `python` runs every batch as before. It is done only when every rank
+holds the same data in the same order (a shuffle must come from a seeded generator) and no
+batch hands state to the next (an RNN's hidden state carried through `bptt` chunks would
+skip the chunks other ranks took); otherwise the loop stays reported (DDP208).
+"""
+from typing import Optional, Set
+
+import libcst as cst
+
+from ddpify import names
+from ddpify.analysis import Facts
+from ddpify.transforms.edits import Edits
+from ddpify.transforms.setup import SetupPlan
+from ddpify.transforms.training import names_in
+
+HELPER = '''\
+
+
+def rank_share(batch_starts):
+    """This rank's batches: every N-th one, and the same number on every rank (the last
+    few, which not every rank would get, are left out), so that no rank waits for a step
+    the others never take."""
+    if not dist.is_initialized():
+        return batch_starts
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    return batch_starts[rank : len(batch_starts) // world_size * world_size : world_size]
+'''
+# Shuffles drawn from the global generator: alike on every rank only when the script seeds it.
+SHUFFLES = frozenset({"torch.randperm", "random.shuffle", "numpy.random.permutation",
+                      "numpy.random.shuffle"})
+
+
+def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+    for loop in facts.sliced_batch_loops:
+        if loop not in facts.training_loops:
+            continue
+        reason = _why_not(facts, loop)
+        if reason is not None:
+            edits.report("DDP208", loop, f"{RULE_SUMMARY}: {reason}")
+            continue
+        edits.expressions[loop.iter] = _shared(edits)
+        edits.add_helper("rank_share", HELPER)
+        edits.imports.add("dist")
+        setup.sharded_loops.append(loop)
+        edits.report("DDP217", loop)
+
+
+RULE_SUMMARY = "batches sliced by hand: every rank trains on the full data"
+
+
+def _why_not(facts: Facts, loop: cst.For) -> Optional[str]:
+    if not isinstance(loop.iter, cst.Call) or any(arg.star for arg in loop.iter.args):
+        return "the batch starts are not a plain range()"
+    carried = _carried_from_batch_to_batch(loop)
+    if carried:
+        return (f"`{sorted(carried)[0]}` is carried from one batch to the next, so ranks cannot "
+                "take batches out of order")
+    seeded = any(facts.calls_named.get(qualified) for qualified in names.MANUAL_SEEDS)
+    shuffled = [call for qualified in sorted(SHUFFLES) for call in facts.calls_named.get(qualified, ())]
+    if shuffled and not seeded:
+        return (f"the data is shuffled at line {facts.line_of(shuffled[0])} without a seed, so "
+                "each rank would shuffle differently; seed torch (torch.manual_seed) first")
+    return None
+
+
+def _carried_from_batch_to_batch(loop: cst.For) -> Set[str]:
+    """Names the loop body reads before it assigns them (`hidden = model(x, hidden)`), other
+    than sums (`total += ...`)."""
+    body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ()
+    assigned_in_body = set().union(set(), *(_assigned(statement) for statement in body))
+    assigned: Set[str] = set()
+    carried: Set[str] = set()
+    for statement in body:
+        carried |= (_read(statement) - assigned) & assigned_in_body
+        assigned |= _assigned(statement)
+    return carried - names_in(loop.target)
+
+
+def _assigned(statement: cst.CSTNode) -> Set[str]:
+    """Names a statement binds with `=` (a sum's `+=` carries nothing a rank needs)."""
+    found: Set[str] = set()
+
+    class _Targets(cst.CSTVisitor):
+        def visit_AssignTarget(self, target: cst.AssignTarget) -> None:
+            if isinstance(target.target, (cst.Name, cst.Tuple, cst.List)):
+                found.update(names_in(target.target))
+
+    statement.visit(_Targets())
+    return found
+
+
+def _read(statement: cst.CSTNode) -> Set[str]:
+    if isinstance(statement, cst.SimpleStatementLine):
+        read: Set[str] = set()
+        for small in statement.body:
+            read |= names_in(small.value) if isinstance(small, cst.Assign) and small.value else names_in(small)
+        return read
+    return names_in(statement)
+
+
+def _shared(edits: Edits):
+    def rewrite(starts: cst.BaseExpression) -> cst.BaseExpression:
+        return cst.Call(func=cst.Name("rank_share"), args=[cst.Arg(value=starts)])
+
+    return rewrite
