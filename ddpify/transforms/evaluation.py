@@ -18,7 +18,7 @@ from ddpify.analysis import Facts, Loader, dotted_name
 from ddpify.transforms import data
 from ddpify.transforms.edits import Edits
 from ddpify.transforms.setup import SetupPlan
-from ddpify.transforms.training import assigned_names, names_in
+from ddpify.transforms.training import names_in
 
 SHARD_HELPER = '''\
 
@@ -49,6 +49,12 @@ SHARE_CONDITION = "len({loader}.sampler) < len({loader}.dataset)"
 # DataLoader refuses shuffle=True beside a sampler; the order does not change the figures.
 DROP_SHUFFLE_CODE = (
     'if {{sampler}} is not None:\n    {kwargs}.pop("shuffle", None)  # a sampler sets the order\n')
+# A table of counts summed across ranks; `{share}` is the ranks' copies of it.
+TABLE_SUMS = {
+    "dict": "{name} = {{key: sum({each}[key] for share in {shares}) for key in {name}}}",
+    "list": "{name} = [sum(column) for column in zip(*({each} for share in {shares}))]",
+    "tensor": "{name} = sum({each} for share in {shares})",
+}
 NO_GRAD = ("no_grad", "inference_mode")
 # Methods that change an object's state: a metric or meter filled batch by batch holds this
 # rank's share only, and ddpify cannot merge it.
@@ -72,10 +78,12 @@ class _Figures:
     batch_counts: List[str] = field(default_factory=list)
     # `len(loader)` read after the loop: replaced by a gathered count.
     batch_count_reads: List[cst.Call] = field(default_factory=list)
+    # Tables of counts filled by `table[key] += ...`: name -> "dict", "list" or "tensor".
+    tables: Dict[str, str] = field(default_factory=dict)
 
     @property
     def gathers(self) -> bool:
-        return bool(self.sums or self.lists or self.batch_count_reads)
+        return bool(self.sums or self.lists or self.batch_count_reads or self.tables)
 
 
 def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
@@ -236,7 +244,7 @@ def _figures(facts: Facts, edits: Edits, loop: cst.For, loader: Loader):
     if exit_statement is not None:
         return f"the loop at line {facts.line_of(loop)} can stop early (`{exit_statement}`)"
     outside = _names_read_after(facts, loop)
-    bound = assigned_names(loop.body) | names_in(loop.target)
+    bound = _rebound(loop.body) | names_in(loop.target)
     targets = names_in(loop.target)
     found = _Figures()
     for name in _in_order(loop, bound & outside):
@@ -248,7 +256,7 @@ def _figures(facts: Facts, edits: Edits, loop: cst.For, loader: Loader):
                     "its own value (not a sum ddpify can gather)")
         if kind == "sum":
             found.sums.append(name)
-    state = _stateful_call(facts, loop, outside)
+    state = _stateful_call(facts, loop, outside, found.tables)
     if state is not None:
         return state
     for name, kind in _filled_lists(facts, loop, outside).items():
@@ -262,6 +270,32 @@ def _figures(facts: Facts, edits: Edits, loop: cst.For, loader: Loader):
         found.batch_count_reads = _batch_count_reads_after(facts, loop, iterable)
     if not found.gathers:
         return "the loop keeps no figure ddpify can gather"
+    return found
+
+
+def _rebound(node: cst.CSTNode) -> Set[str]:
+    """Names bound as a whole in node (`x = ...`, `x += ...`, `for x in`, `as x`); not a
+    table's entries (`counts[k] += 1` leaves `counts` the same object)."""
+    found: Set[str] = set()
+
+    class _Targets(cst.CSTVisitor):
+        def visit_AssignTarget(self, target: cst.AssignTarget) -> None:
+            found.update(_bound_by(target.target))
+
+        def visit_AugAssign(self, assign: cst.AugAssign) -> None:
+            found.update(_bound_by(assign.target))
+
+        def visit_AnnAssign(self, assign: cst.AnnAssign) -> None:
+            found.update(_bound_by(assign.target))
+
+        def visit_For(self, loop: cst.For) -> None:
+            found.update(_bound_by(loop.target))
+
+        def visit_AsName(self, alias: cst.AsName) -> None:
+            if isinstance(alias.name, cst.BaseExpression):
+                found.update(_bound_by(alias.name))
+
+    node.visit(_Targets())
     return found
 
 
@@ -292,7 +326,7 @@ def _exit_in(facts: Facts, loop: cst.For) -> Optional[str]:
     gathering: a return, a yield, or a break taken on a value of the batch. A break on a
     value every rank shares (`if args.dry_run: break`) stops them all at the same batch."""
     found: List[str] = []
-    bound = assigned_names(loop.body) | names_in(loop.target)
+    bound = _rebound(loop.body) | names_in(loop.target)
 
     class _Exits(cst.CSTVisitor):
         def visit_Break(self, node: cst.Break) -> None:
@@ -367,9 +401,11 @@ def _names_read_after(facts: Facts, loop: cst.For) -> Set[str]:
     return _reads_before_rebinding(following)
 
 
-def _reads_before_rebinding(statements: Sequence[cst.CSTNode]) -> Set[str]:
+def _reads_before_rebinding(statements: Sequence[cst.CSTNode], bound: Optional[Set[str]] = None) -> Set[str]:
+    """Names read before a statement of the sequence binds them again. Inside a with or a
+    for body the same holds; a binding inside an if may not happen, so it binds nothing."""
     read: Set[str] = set()
-    bound: Set[str] = set()
+    bound = set(bound or ())
     for statement in statements:
         if isinstance(statement, cst.SimpleStatementLine):
             for small in statement.body:
@@ -383,13 +419,35 @@ def _reads_before_rebinding(statements: Sequence[cst.CSTNode]) -> Set[str]:
                     read |= names_in(small) - bound
         elif isinstance(statement, cst.For):
             read |= names_in(statement.iter) - bound
-            inner = bound | _bound_by(statement.target)
-            read |= names_in(statement.body) - inner
+            read |= _reads_before_rebinding(_body_of(statement), bound | _bound_by(statement.target))
+        elif isinstance(statement, cst.With):
+            for item in statement.items:
+                read |= names_in(item.item) - bound
+            inner = bound | set().union(set(), *(_bound_by(item.asname.name) for item in statement.items
+                                                 if item.asname is not None
+                                                 and isinstance(item.asname.name, cst.BaseExpression)))
+            read |= _reads_before_rebinding(_body_of(statement), inner)
+            bound |= _top_level_bindings(_body_of(statement))
         elif isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
             continue
         else:
             read |= names_in(statement) - bound
     return read
+
+
+def _body_of(statement: cst.CSTNode) -> Sequence[cst.CSTNode]:
+    body = getattr(statement, "body", None)
+    return list(body.body) if isinstance(body, cst.IndentedBlock) else []
+
+
+def _top_level_bindings(statements: Sequence[cst.CSTNode]) -> Set[str]:
+    found: Set[str] = set()
+    for statement in statements:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign):
+                    found |= {name for target in small.targets for name in _bound_by(target.target)}
+    return found
 
 
 def _bound_by(target: cst.BaseExpression) -> Set[str]:
@@ -522,10 +580,13 @@ def _python_number(value: cst.BaseExpression, assigned: Dict[str, List[cst.BaseE
     return False
 
 
-def _stateful_call(facts: Facts, loop: cst.For, outside: Set[str]) -> Optional[str]:
-    """A metric, meter or table outside the loop that the loop changes in place."""
+def _stateful_call(facts: Facts, loop: cst.For, outside: Set[str], tables: Dict[str, str]) -> Optional[str]:
+    """A metric, meter or table outside the loop that the loop changes in place. Tables of
+    counts (`correct_pred[classname] += 1` into a dict, a list or a CPU tensor of numbers)
+    go into `tables`, by name and kind, to be summed across ranks."""
     found: List[str] = []
-    bound_in_loop = assigned_names(loop.body) | names_in(loop.target)
+    bound_in_loop = _rebound(loop.body) | names_in(loop.target)
+    assigned_in_loop = _simple_assignments(loop.body)
 
     class _Mutations(cst.CSTVisitor):
         def visit_Call(self, node: cst.Call) -> None:
@@ -536,6 +597,15 @@ def _stateful_call(facts: Facts, loop: cst.For, outside: Set[str]) -> Optional[s
                     found.append(f"`{owner}.{func.attr.value}(...)` keeps this rank's share only")
 
         def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            target = node.target
+            if isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name) and isinstance(
+                    node.operator, cst.AddAssign) and _outer(target.value.value):
+                owner = target.value.value
+                kind = _table_kind(facts, loop, owner)
+                if kind is not None and _python_number(node.value, assigned_in_loop) and tables.get(
+                        owner, kind) == kind:
+                    tables[owner] = kind
+                    return
             self._target(node.target)
 
         def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
@@ -558,6 +628,41 @@ def _stateful_call(facts: Facts, loop: cst.For, outside: Set[str]) -> Optional[s
     return found[0] if found else None
 
 
+def _table_kind(facts: Facts, loop: cst.For, owner: str) -> Optional[str]:
+    """"dict", "list" or "tensor" when `owner` starts as a table of zeros before the loop:
+    `{c: 0 for c in classes}`, `[0.0] * 10`, `list(0. for i in range(10))`, `torch.zeros(n, n)`."""
+    values = _values_before(facts, loop, owner)
+    kinds = {_table_of_zeros(value) for value in values}
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def _table_of_zeros(value: cst.BaseExpression) -> Optional[str]:
+    numbers = (cst.Integer, cst.Float)
+    if isinstance(value, cst.DictComp) and isinstance(value.value, numbers):
+        return "dict"
+    if isinstance(value, cst.Dict) and value.elements and all(
+            isinstance(element, cst.DictElement) and isinstance(element.value, numbers)
+            for element in value.elements):
+        return "dict"
+    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply):
+        if isinstance(value.left, cst.List) and len(value.left.elements) == 1 and isinstance(
+                value.left.elements[0].value, numbers):
+            return "list"
+    if isinstance(value, cst.ListComp) and isinstance(value.elt, numbers):
+        return "list"
+    if isinstance(value, cst.Call):
+        name = dotted_name(value.func) or ""
+        if name == "list" and len(value.args) == 1 and isinstance(value.args[0].value, cst.GeneratorExp) \
+                and isinstance(value.args[0].value.elt, numbers):
+            return "list"
+        # A CPU tensor pickles without a device; one made on the GPU would land on rank 1's
+        # GPU in rank 0's sum.
+        if name.rsplit(".", 1)[-1] == "zeros" and name.startswith("torch") and not any(
+                arg.keyword is not None and arg.keyword.value == "device" for arg in value.args):
+            return "tensor"
+    return None
+
+
 def _progress_bar(facts: Facts, loop: cst.For, owner: str) -> bool:
     """`pbar.update(1)` on a tqdm bar only draws."""
     return any(isinstance(value, cst.Call) and "tqdm" in (dotted_name(value.func) or "")
@@ -572,7 +677,7 @@ def _filled_lists(facts: Facts, loop: cst.For, outside: Set[str]) -> Dict[str, O
     for statement in loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ():
         if isinstance(statement, cst.SimpleStatementLine):
             top_level.update(id(small) for small in statement.body)
-    bound_in_loop = assigned_names(loop.body)
+    bound_in_loop = _rebound(loop.body)
 
     class _Fills(cst.CSTVisitor):
         def visit_Expr(self, node: cst.Expr) -> None:
@@ -602,7 +707,7 @@ def _on_host(value: cst.BaseExpression, loop: cst.For) -> bool:
     if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
         return value.func.attr.value in HOST_METHODS
     if isinstance(value, cst.Name):
-        return value.value in names_in(loop.target) and value.value not in assigned_names(loop.body)
+        return value.value in names_in(loop.target) and value.value not in _rebound(loop.body)
     return _python_number(value, {})
 
 
@@ -698,7 +803,7 @@ def _gather(facts: Facts, edits: Edits, setup: SetupPlan, loop: cst.For, figures
         for read in figures.batch_count_reads:
             edits.expressions[read] = _named(counted)
         figures.batch_counts.append(counted)
-    gathered = figures.sums + figures.batch_counts + list(figures.lists)
+    gathered = figures.sums + figures.batch_counts + list(figures.lists) + list(figures.tables)
     shares = _free(facts, "shares")
     lines += [f"if {condition}:", f"    {GATHER_COMMENT}",
               f"    {shares} = [None] * dist.get_world_size()"]
@@ -708,7 +813,10 @@ def _gather(facts: Facts, edits: Edits, setup: SetupPlan, loop: cst.For, figures
         lines.append(f"    dist.all_gather_object({shares}, ({', '.join(gathered)}))")
     for position, name in enumerate(gathered):
         share = shares if len(gathered) == 1 else f"[share[{position}] for share in {shares}]"
-        if name in figures.lists:
+        if name in figures.tables:
+            each = "share" if len(gathered) == 1 else f"share[{position}]"
+            lines.append("    " + TABLE_SUMS[figures.tables[name]].format(name=name, each=each, shares=shares))
+        elif name in figures.lists:
             size = figures.lists[name]
             size_argument = "" if size == "1" else f", {size}"
             lines.append(f"    {name} = in_batch_order({share}{size_argument})")

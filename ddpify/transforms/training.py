@@ -176,9 +176,11 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: SetupPlan, loop: cs
         _gather_epoch_figures(facts, edits, loop, names, per_batch)
         return
     indent = facts.column_of(loop) - 1
-    tensor = f"torch.tensor([{', '.join(names)}], dtype=torch.float64, device={setup.device})"
+    # A script that never chooses a device sums on the CPU, as its Gloo group needs.
+    device = "" if setup.cpu_only else f", device={setup.device}"
+    tensor = f"torch.tensor([{', '.join(names)}], dtype=torch.float64{device})"
     if indent + 4 + len("totals = ") + len(tensor) > LINE_LENGTH:
-        tensor = f"torch.tensor(\n        [{', '.join(names)}], dtype=torch.float64, device={setup.device}\n    )"
+        tensor = f"torch.tensor(\n        [{', '.join(names)}], dtype=torch.float64{device}\n    )"
     lines = ["if distributed:", f"    {REDUCE_COMMENT}", f"    totals = {tensor}", "    dist.all_reduce(totals)"]
     for position, name in enumerate(names):
         if isinstance(accumulators[name], cst.Integer) and _counts(loop.body, name):
