@@ -126,6 +126,8 @@ class Facts:
     iterable_dataset_classes: Set[str] = field(default_factory=set)
     assigned_values: Dict[str, List[cst.BaseExpression]] = field(default_factory=dict)
     random_sampler_calls: Set[cst.Call] = field(default_factory=set)
+    # Every DataLoader call, also those that are no `name = DataLoader(...)` (a dict of them).
+    loader_calls: List[cst.Call] = field(default_factory=list)
     training_loops: Set[cst.For] = field(default_factory=set)
     # `loss.backward()` and `optimizer.step()` calls, wherever they are.
     training_calls: List[cst.Call] = field(default_factory=list)
@@ -825,6 +827,8 @@ class _Collector(cst.CSTVisitor):
             self._record_optimizer(node)
         if isinstance(func, cst.Attribute):
             self._visit_method_call(node, func)
+        if self._is_loader_class(func):
+            facts.loader_calls.append(node)
         if self._calls(node, names.RANDOM_SAMPLER):
             facts.random_sampler_calls.add(node)
         if any(

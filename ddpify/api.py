@@ -120,7 +120,7 @@ class _MigrateCommand(CodemodCommand):
         return new_tree
 
     def _leave_single_process(self, edits: Edits) -> None:
-        hand_made = [d for d in edits.diagnostics if d.code == "DDP208"]
+        hand_made = [d for d in edits.diagnostics if d.code in ("DDP208", "DDP218")]
         first = min(hand_made, key=lambda d: (d.line, d.column))
         self.diagnostics = sorted(
             hand_made + [Diagnostic("DDP904", first.line, first.column, RULES["DDP904"].summary)],

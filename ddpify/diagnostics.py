@@ -184,6 +184,12 @@ _RULE_LIST = [
          "batches on every rank so that no rank waits for a step the others skip. Every rank "
          "must hold the same data in the same order: a shuffle comes from a seeded generator.",
          "Nothing to do."),
+    Rule("DDP218", Severity.WARNING, "DataLoader built inside a dict or list: not sharded",
+         "`{split: DataLoader(...) for split in ...}` gives the training loop a loader that "
+         "has no name of its own, so ddpify cannot give it a DistributedSampler (nor tell "
+         "the training split from the validation one).",
+         "Build each loader by name (train_loader = DataLoader(..., sampler=train_sampler)), "
+         "or pass sampler=DistributedSampler(...) for the training split by hand."),
     Rule("DDP301", Severity.EDIT, "output only on rank 0",
          "Every rank runs the same code, so each print, log line and progress bar would "
          "appear once per process.",
@@ -247,9 +253,10 @@ _RULE_LIST = [
          "ddpify found an optimizer step under a condition but could not tell which forward "
          "and backward passes belong to the micro-batches, so every micro-batch all-reduces.",
          "Wrap forward and backward of the micro-batches that do not step in `model.no_sync()`."),
-    Rule("DDP904", Severity.WARNING, "no DataLoader feeds the training: left single-process",
+    Rule("DDP904", Severity.WARNING, "no DataLoader that ddpify can shard feeds the training: left single-process",
          "Every training step takes data the script slices or builds itself (or the whole "
-         "data set at once), so no DistributedSampler can shard it. Wrapping the model in "
+         "data set at once, or from loaders kept in a dict), so no DistributedSampler can be "
+         "added to it. Wrapping the model in "
          "DDP would only make every rank repeat the same work; full-batch training gains "
          "nothing from DDP at all.",
          "Shard the data by rank yourself (x[rank::world_size], the same number of steps on "

@@ -10,7 +10,7 @@ from typing import Callable, Collection, List, Optional, Sequence, Set, Union, c
 import libcst as cst
 
 from ddpify import names
-from ddpify.analysis import Facts, Loader, Statement, dotted_name, string_value
+from ddpify.analysis import Facts, Loader, Statement, calls_within, dotted_name, string_value
 from ddpify.transforms import hand_batches
 from ddpify.transforms.edits import Edits, Insertion
 from ddpify.transforms.setup import SetupPlan
@@ -41,10 +41,18 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
     for loader in facts.loaders:
         _plan_loader(facts, edits, setup, loader)
     hand_batches.plan(facts, edits, setup)
+    reported: Set[cst.Call] = set()
     for loop in facts.batch_loops_without_loader():
-        if loop not in facts.sliced_batch_loops:
-            edits.report("DDP208", loop, "batches built by hand: every rank trains on the same "
-                         "data; shard it by rank (e.g. data[rank::world_size])")
+        if loop in facts.sliced_batch_loops:
+            continue
+        contained = _loader_in_a_container(facts, loop)
+        if contained is not None:
+            if contained not in reported:
+                reported.add(contained)
+                edits.report("DDP218", contained)
+            continue
+        edits.report("DDP208", loop, "batches built by hand: every rank trains on the same "
+                     "data; shard it by rank (e.g. data[rank::world_size])")
     _download_on_one_process_first(facts, edits, setup)
     _same_split_on_every_rank(facts, edits, setup)
 
@@ -92,11 +100,26 @@ def _with_generator(edits: Edits, generator: str):
     return rewrite
 
 
+def _loader_in_a_container(facts: Facts, loop: cst.For) -> Optional[cst.Call]:
+    """`for x, y in dataloaders[phase]:` where `dataloaders = {split: DataLoader(...) ...}`:
+    the DataLoader call inside the value the loop iterates."""
+    loader_calls = set(facts.loader_calls)
+    for name, loops in facts.loops_over.items():
+        if loop not in loops:
+            continue
+        for value in facts.assigned_values.get(name, ()):
+            inside = [call for call in calls_within(value) if call in loader_calls]
+            if inside and value not in loader_calls:
+                return inside[0]
+    return None
+
+
 def only_hand_made_batches(facts: Facts, edits: Edits) -> bool:
-    """No training loop is fed by a DataLoader, and some train on data built by hand: the
-    file stays single-process (DDP904) rather than N ranks repeating the same work."""
+    """No training loop is fed by a DataLoader ddpify can shard, and some train on data built
+    by hand or on loaders kept in a dict: the file stays single-process (DDP904) rather than
+    N ranks repeating the same work."""
     codes = {diagnostic.code for diagnostic in edits.diagnostics}
-    return "DDP208" in codes and "DDP201" not in codes and not any(
+    return bool({"DDP208", "DDP218"} & codes) and "DDP201" not in codes and not any(
         _is_training(facts, loader) for loader in facts.loaders)
 
 
