@@ -315,12 +315,30 @@ class Facts:
         return sorted(found, key=self.line_of)
 
     def calls_of(self, function: Optional[cst.FunctionDef]) -> List[cst.Call]:
-        """The calls of a function of this file, by its name or, for a method, `self.name`."""
+        """The calls of a function of this file, by its name or, for a method, `self.name`
+        and `instance.name` on a name assigned an instance of its class."""
         if function is None:
             return []
-        return [call for callee in (function.name.value, "self." + function.name.value)
-                if self.functions.get(callee) is function
-                for call in self.calls_by_callee.get(callee, ())]
+        calls = [call for callee in (function.name.value, "self." + function.name.value)
+                 if self.functions.get(callee) is function
+                 for call in self.calls_by_callee.get(callee, ())]
+        owner = self._class_of(function)
+        if owner is not None:
+            for instance in self._instances_of(owner.name.value):
+                calls.extend(self.calls_by_callee.get(f"{instance}.{function.name.value}", ()))
+        return calls
+
+    def _class_of(self, function: cst.FunctionDef) -> Optional[cst.ClassDef]:
+        block = self.parents.get(function)
+        owner = self.parents.get(block) if block is not None else None
+        return owner if isinstance(owner, cst.ClassDef) else None
+
+    def _instances_of(self, class_name: str) -> List[str]:
+        """Names assigned `ClassName(...)` (`trainer = Trainer(model, loader)`)."""
+        return [name for name, values in self.assigned_values.items()
+                if not name.startswith("self.") and any(
+                    isinstance(value, cst.Call) and isinstance(value.func, cst.Name)
+                    and value.func.value == class_name for value in values)]
 
     def _loops_around_calls_of(self, function: Optional[cst.FunctionDef],
                                name: str) -> List[Tuple[cst.For, str]]:

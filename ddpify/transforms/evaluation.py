@@ -714,8 +714,27 @@ def _on_host(value: cst.BaseExpression, loop: cst.For) -> bool:
 def _loader_name_in(facts: Facts, loop: cst.For) -> Optional[str]:
     """The name the loop iterates (`test_loader` in `enumerate(test_loader)`)."""
     holders = {name for _, name in facts.loader_holders()}
-    names = [name for name, loops in facts.loops_over.items() if loop in loops and name in holders]
-    return names[0] if len(names) == 1 else None
+    names = [name for name in _whole_names_in(loop.iter) if name in holders]
+    return names[0] if len(set(names)) == 1 else None
+
+
+def _whole_names_in(node: cst.CSTNode) -> List[str]:
+    """`self.val_loader` in `enumerate(tqdm(self.val_loader))`, not its `val_loader` part."""
+    found: List[str] = []
+
+    class _Names(cst.CSTVisitor):
+        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
+            name = dotted_name(attribute)
+            if name is not None:
+                found.append(name)
+                return False
+            return True
+
+        def visit_Name(self, name: cst.Name) -> None:
+            found.append(name.value)
+
+    node.visit(_Names())
+    return found
 
 
 def _batch_counts_before(facts: Facts, loop: cst.For, iterable: str) -> List[str]:
