@@ -219,12 +219,13 @@ _RULE_LIST = [
          "object. The object is left on every rank.",
          "Create it only on rank 0 (`writer = SummaryWriter() if is_main else None`) and "
          "skip its uses when it is None."),
-    Rule("DDP308", Severity.WARNING, "the model runs inside output that only rank 0 prints",
-         "Guarding this print would run the model on rank 0 alone; a DDP model that "
-         "synchronises buffers (BatchNorm) in forward then waits forever for the other ranks. "
-         "The print is left on every rank.",
-         "Compute the value on every rank first (`acc = evaluate(model, loader)`), then print it "
-         "on rank 0."),
+    Rule("DDP308", Severity.EDIT, "the model's run moved out of a print only rank 0 makes",
+         "Guarding the print as it stands would run the model (or an evaluation that gathers "
+         "its figures) on rank 0 alone, and a DDP forward or a gather on one rank waits "
+         "forever for the others. The call runs on every rank, into a name, before the "
+         "print; where it cannot be moved (inside a comprehension) the print stays on every "
+         "rank and this is a warning.",
+         "Nothing to do."),
     Rule("DDP309", Severity.EDIT, "barrier before reading a file rank 0 wrote",
          "Only rank 0 saves; the other ranks would read the checkpoint before it exists, or "
          "while it is half written.",

@@ -21,9 +21,16 @@ def test_writer_passed_to_a_function_is_left_on_every_rank():
     assert "if is_main:\n    writer = SummaryWriter()" not in migrate_source(source).code
 
 
-def test_print_that_runs_the_model_is_reported_not_guarded():
+def test_print_that_runs_the_model_runs_it_on_every_rank_first():
     source = HEAD + "for x in loader:\n    optimizer.step()\nprint(model(torch.ones(1)))\n"
     assert "DDP308" in codes(source)
+    assert "model_value = model(torch.ones(1))\nif is_main:\n    print(model_value)" in migrate_source(source).code
+
+
+def test_a_model_run_inside_a_comprehension_stays_on_every_rank():
+    source = HEAD + "for x in loader:\n    optimizer.step()\nprint([model(torch.ones(1)) for _ in range(2)])\n"
+    assert "print([model(torch.ones(1)) for _ in range(2)])" in migrate_source(source).code
+    assert "if is_main:\n    print([model" not in migrate_source(source).code
 
 
 def test_tqdm_with_disable_is_left_alone():

@@ -45,6 +45,8 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
     for loop in facts.batch_loops_without_loader():
         if loop in facts.sliced_batch_loops:
             continue
+        if hand_batches.stretch_sequences(facts, edits, setup, loop) is not None:
+            continue
         contained = _loader_in_a_container(facts, loop)
         if contained is not None:
             if contained not in reported:

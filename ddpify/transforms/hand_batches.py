@@ -34,6 +34,74 @@ SHUFFLES = frozenset({"torch.randperm", "random.shuffle", "numpy.random.permutat
                       "numpy.random.shuffle"})
 
 
+STRETCH_HELPER = '''\
+
+
+def rank_stretch(data):
+    """This rank's stretch of data batched by hand: its rows cut into equal contiguous parts,
+    one per rank, so that every rank steps through its own part (a sequence stays in order
+    for state carried from batch to batch) and all take the same number of steps."""
+    if not dist.is_initialized():
+        return data
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    rows = len(data) // world_size
+    return data[rank * rows : (rank + 1) * rows]
+'''
+
+
+def stretch_sequences(facts: Facts, edits: Edits, setup: SetupPlan, loop: cst.For) -> Optional[str]:
+    """`for batch, i in enumerate(range(0, train_data.size(0) - 1, args.bptt))` with a hidden
+    state carried from batch to batch: each rank takes its own contiguous stretch of
+    `train_data`, right where it is made. None when done, else why not."""
+    data = _data_ranged_over(loop)
+    if data is None:
+        return None
+    statements = [statement for statement in facts.statements_touching.get(data, ())
+                  if _assigns_name(statement, data)]
+    if len(statements) != 1 or not facts.sees_value(loop, data, facts.function_of(statements[0])):
+        return None
+    if not _carried_from_batch_to_batch(loop):
+        return None
+    statement = statements[0]
+    edits.after.setdefault(statement, []).append(edits.statement(f"{data} = rank_stretch({data})\n"))
+    edits.add_helper("rank_stretch", STRETCH_HELPER)
+    edits.imports.add("dist")
+    setup.sharded_loops.append(loop)
+    edits.report("DDP217", loop, STRETCH_SUMMARY.format(data=data))
+    return "done"
+
+
+STRETCH_SUMMARY = "sequence batched by hand: each rank takes its own stretch of `{data}`"
+
+
+def _data_ranged_over(loop: cst.For) -> Optional[str]:
+    """`X` in `range(0, X.size(0) - 1, step)` or `range(0, len(X), step)`, also inside enumerate()."""
+    iterable = loop.iter
+    if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name) and iterable.func.value == "enumerate":
+        iterable = iterable.args[0].value if iterable.args else iterable
+    if not (isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name)
+            and iterable.func.value == "range" and len(iterable.args) == 3):
+        return None
+    stop = iterable.args[1].value
+    if isinstance(stop, cst.BinaryOperation):
+        stop = stop.left
+    if isinstance(stop, cst.Call) and isinstance(stop.func, cst.Name) and stop.func.value == "len" and stop.args:
+        return _name(stop.args[0].value)
+    if isinstance(stop, cst.Call) and isinstance(stop.func, cst.Attribute) and stop.func.attr.value in ("size",):
+        return _name(stop.func.value)
+    return None
+
+
+def _name(node: cst.BaseExpression) -> Optional[str]:
+    return node.value if isinstance(node, cst.Name) else None
+
+
+def _assigns_name(statement, name: str) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(
+        statement.body[0], cst.Assign) and any(
+        isinstance(target.target, cst.Name) and target.target.value == name for target in statement.body[0].targets)
+
+
 def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
     for loop in facts.sliced_batch_loops:
         if loop not in facts.training_loops:

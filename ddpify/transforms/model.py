@@ -205,9 +205,28 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
     A `model = torch.compile(model)` comes after the wrap: compiling the DDP module lets
     the compiler split graphs at DDP's gradient buckets.
     """
-    block = facts.block_of(model.optimizer_statement)
+    # `if args.use_optimizer: optimizer = AdamW(model.parameters())` (else a hand-written
+    # SGD step): the model is made in an outer block, before the whole if.
+    statement: Statement = model.optimizer_statement
+    while True:
+        anchor = _wrap_anchor_in(facts, model, statement)
+        parent = facts.parents.get(facts.block_of(statement))
+        if anchor is not None or not isinstance(parent, (cst.If, cst.Else)):
+            return anchor
+        while isinstance(parent, cst.Else) or isinstance(parent, cst.If) and _is_elif(facts, parent):
+            parent = facts.parents[parent]
+        statement = cast(Statement, parent)
+
+
+def _is_elif(facts: Facts, statement: cst.If) -> bool:
+    owner = facts.parents.get(statement)
+    return isinstance(owner, cst.If) and owner.orelse is statement
+
+
+def _wrap_anchor_in(facts: Facts, model: Model, optimizer_statement: Statement) -> Optional[Statement]:
+    block = facts.block_of(optimizer_statement)
     body = list(block.body)
-    limit = body.index(model.optimizer_statement)
+    limit = body.index(optimizer_statement)
     compiles = facts.compile_statements.get(model.name, ())
     anchor: Optional[Statement] = None
     for touching in facts.statements_touching.get(model.name, ()):

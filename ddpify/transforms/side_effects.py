@@ -14,6 +14,7 @@ from ddpify import names
 from ddpify.analysis import BlockItem, Facts, Statement, calls_within, dotted_name, string_value
 from ddpify.transforms.edits import Edits, Insertion, replacement
 from ddpify.transforms.setup import SetupPlan
+from ddpify.transforms.training import names_in
 
 LINE_LENGTH = 88
 LOWER_LOG_LEVEL_CODE = """\
@@ -57,10 +58,14 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Setup
                    for save in facts.save_calls):
             continue
         statement: Statement = facts.statement_of(call)
-        # `with open(path, "rb") as f: model = torch.load(f)`: wait before the open.
-        while isinstance(facts.parents.get(statement), cst.IndentedBlock) and _opens_a_file(
-                facts, facts.parents.get(facts.parents[statement])):
-            statement = cast(cst.With, facts.parents.get(facts.parents[statement]))  # just checked
+        # `with open(path, "rb") as f: model = torch.load(f)`, also with another `with`
+        # between them (safe_globals): wait before the open.
+        current: Statement = statement
+        while isinstance(facts.parents.get(current), cst.IndentedBlock) and isinstance(
+                facts.parents.get(facts.parents[current]), cst.With):
+            current = cast(cst.With, facts.parents[facts.parents[current]])  # just checked
+            if _opens_a_file(facts, current):
+                statement = current
         condition = "distributed" if setup.sees_setup(facts, statement) else "dist.is_initialized()"
         edits.before.setdefault(statement, []).append(
             Insertion(edits.statements(BARRIER_CODE.format(condition=condition)), takes_comments=True))
@@ -103,9 +108,10 @@ def _guard_prints_and_saves(facts: Facts, edits: Edits, setup: SetupPlan) -> Non
         if expression is None:
             continue
         call = expression.value
-        if call not in facts.save_calls and _runs_model(call, model_names):
-            edits.report("DDP308", statement)
-            continue
+        if call not in facts.save_calls and _runs_model(facts, call, model_names):
+            if not _hoist_model_runs(facts, edits, statement, call, model_names):
+                edits.report("DDP308", statement)
+                continue
         if call in facts.save_calls and _saves_to_memory(facts, call):
             continue  # serialising into a buffer writes no file
         edits.guarded[statement] = setup.guard_for(facts, statement)
@@ -122,15 +128,54 @@ def _saves_to_memory(facts: Facts, call: cst.BaseExpression) -> bool:
         for value in facts.assigned_values.get(target, ()))
 
 
-def _runs_model(call: cst.BaseExpression, model_names: Set[str]) -> bool:
-    """A call inside the printed arguments that calls the model or is handed the model."""
-    for inner in calls_within(call):
-        if inner is call:
-            continue
-        if dotted_name(inner.func) in model_names:
+def _runs_model(facts: Facts, call: cst.BaseExpression, model_names: Set[str]) -> bool:
+    """A call inside the printed arguments that calls the model, is handed the model, or is
+    a function of this file that uses it (`evaluate(val_data)` on the global model)."""
+    return any(_runs_the_model(facts, inner, model_names) for inner in calls_within(call) if inner is not call)
+
+
+def _runs_the_model(facts: Facts, inner: cst.Call, model_names: Set[str]) -> bool:
+    if dotted_name(inner.func) in model_names:
+        return True
+    if any(dotted_name(arg.value) in model_names for arg in inner.args):
+        return True
+    function = facts.functions.get(dotted_name(inner.func) or "")
+    return function is not None and bool(names_in(function.body) & model_names)
+
+
+HOISTED_SUFFIX = "_value"
+
+
+def _hoist_model_runs(facts: Facts, edits: Edits, statement: Statement, call: cst.BaseExpression,
+                      model_names: Set[str]) -> bool:
+    """`print(f"... {evaluate(val_data):.2f}")`: the evaluation runs on every rank, into a
+    name, before the print that only rank 0 makes (a DDP forward on rank 0 alone would wait
+    for the others). False when a run of the model is not an argument's own call."""
+    runs = [inner for inner in calls_within(call) if inner is not call and _runs_the_model(facts, inner, model_names)]
+    outermost = [inner for inner in runs if not any(other is not inner and inner in calls_within(other)
+                                                   for other in runs)]
+    if any(_inside_a_scope(facts, inner, statement) for inner in outermost):
+        return False
+    hoisted: List[Statement] = []
+    for inner in outermost:
+        base = (dotted_name(inner.func) or "result").rsplit(".", 1)[-1] + HOISTED_SUFFIX
+        name = base
+        while name in facts.bound_names or any(name in edits.code(h) for h in hoisted):
+            name += "_"
+        hoisted.append(edits.statement(f"{name} = {edits.code(inner)}\n"))
+        edits.expressions[inner] = replacement(edits, name)
+    edits.before.setdefault(statement, []).append(Insertion(hoisted, takes_comments=True))
+    edits.report("DDP308", statement)
+    return True
+
+
+def _inside_a_scope(facts: Facts, node: cst.CSTNode, statement: Statement) -> bool:
+    """In a comprehension or lambda, where a hoisted name would not be the same value."""
+    parent = facts.parents.get(node)
+    while parent is not None and parent is not statement:
+        if isinstance(parent, (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
             return True
-        if any(dotted_name(arg.value) in model_names for arg in inner.args):
-            return True
+        parent = facts.parents.get(parent)
     return False
 
 
