@@ -1,4 +1,6 @@
 """The fixtures are the spec: one generic test walks fixtures/ (DESIGN.md §7)."""
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from ddpify.api import migrate_source
@@ -46,10 +48,18 @@ def test_migrated_script_runs(case, tmp_path):
         # "evaluation" runs all three under the shim: frozen weights and a fetch log per run.
         return evaluation_env(workdir) if evaluation else None
 
-    original = run_python(case.input, tmp_path / "original", args, env=env(tmp_path / "original"))
-    single = run_python(case.expected, tmp_path / "single", args, env=env(tmp_path / "single"))
+    # The three runs are independent: started together, they overlap their start-up (most
+    # of a run's time here), which keeps the suite inside CI's budget.
+    with ThreadPoolExecutor(max_workers=3) as runs:
+        started_original = runs.submit(run_python, case.input, tmp_path / "original", args,
+                                       env=env(tmp_path / "original"))
+        started_single = runs.submit(run_python, case.expected, tmp_path / "single", args,
+                                     env=env(tmp_path / "single"))
+        started_distributed = runs.submit(run_torchrun, case.expected, tmp_path / "torchrun", args,
+                                          env=env(tmp_path / "torchrun"))
+        original, single, distributed = (started_original.result(), started_single.result(),
+                                         started_distributed.result())
     assert problems_single_process(original, single) == []
-    distributed = run_torchrun(case.expected, tmp_path / "torchrun", args, env=env(tmp_path / "torchrun"))
     assert problems_distributed(original, distributed, spec.get("files", [])) == []
     if evaluation:
         assert problems_evaluation_fetches(evaluation_log(original.workdir), 1) == []
