@@ -1,0 +1,597 @@
+"""What an evaluation loop leaves behind, and whether ddpify can gather it (evaluation.py).
+
+A loop can be sharded only when everything it hands to the code after it is a figure that
+gathering restores exactly: sums of Python numbers, batch counts, per-batch lists of values
+on the CPU, tables of counts. Anything else (a metric object, a tensor sum, the last batch,
+an exit on a value of the batch, gradients on) is a reason, in words, to keep the set whole.
+"""
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Set
+
+import libcst as cst
+
+from ddpify.analysis import Facts, dotted_name
+from ddpify.transforms.training import names_in
+
+NO_GRAD = ("no_grad", "inference_mode")
+# Methods that change an object's state: a metric or meter filled batch by batch holds this
+# rank's share only, and ddpify cannot merge it.
+STATEFUL_METHODS = frozenset({"update", "add", "add_", "accumulate", "insert", "record",
+                              "compute", "__setitem__", "copy_", "index_add_"})
+HOST_METHODS = frozenset({"cpu", "tolist", "item", "numpy"})
+SCALAR_METHODS = frozenset({"item", "size", "numel", "dim", "nelement"})
+MATH_FUNCTIONS = frozenset({"log", "log10", "log2", "exp", "sqrt", "pow", "floor", "ceil", "fabs"})
+SCALAR_FUNCTIONS = frozenset({"len", "int", "float", "round", "abs", "sum", "min", "max"})
+
+
+@dataclass
+class Figures:
+    """What an evaluation loop leaves behind, in the order the loop first sets it."""
+
+    sums: List[str] = field(default_factory=list)
+    # Lists filled once per batch: name -> items per batch ("1" for append, the batch size
+    # for extend).
+    lists: Dict[str, str] = field(default_factory=dict)
+    # `num_batches = len(loader)` before the loop: this rank's count, gathered like a sum.
+    batch_counts: List[str] = field(default_factory=list)
+    # `len(loader)` read after the loop: replaced by a gathered count.
+    batch_count_reads: List[cst.Call] = field(default_factory=list)
+    # Tables of counts filled by `table[key] += ...`: name -> "dict", "list" or "tensor".
+    tables: Dict[str, str] = field(default_factory=dict)
+
+    @property
+    def gathers(self) -> bool:
+        return bool(self.sums or self.lists or self.batch_count_reads or self.tables)
+
+
+def figures_of(facts: Facts, loop: cst.For, batch_size: str):
+    """The loop's figures, or why they cannot be gathered (a str). `batch_size`: the
+    loader's, the items a list gains per batch when it is extended."""
+    if _peeks(loop):
+        return Figures()
+    if not _without_gradients(facts, loop):
+        return ("it is evaluated with gradients on, where DDP syncs buffers at every forward "
+                "and the ranks' batch counts differ")
+    exit_statement = _exit_in(facts, loop)
+    if exit_statement is not None:
+        return f"the loop at line {facts.line_of(loop)} can stop early (`{exit_statement}`)"
+    outside = _names_read_after(facts, loop)
+    bound = _rebound(loop.body) | names_in(loop.target)
+    targets = names_in(loop.target)
+    found = Figures()
+    for name in _in_order(loop, bound & outside):
+        if name in targets:
+            return f"`{name}` from the last batch is used after the loop"
+        kind = _accumulation(facts, loop, name)
+        if kind is None:
+            return (f"`{name}` is set in the loop and read after it, where each rank would hold "
+                    "its own value (not a sum ddpify can gather)")
+        if kind == "sum":
+            found.sums.append(name)
+    state = _stateful_call(facts, loop, outside, found.tables)
+    if state is not None:
+        return state
+    for name, kind in _filled_lists(facts, loop, outside).items():
+        if kind is None:
+            return (f"`{name}` is filled in a way ddpify cannot merge in order (once per batch, "
+                    "with values on the CPU: `.cpu()`, `.tolist()`, `.item()`)")
+        found.lists[name] = "1" if kind == "append" else batch_size
+    iterable = loader_name_in(facts, loop)
+    if iterable is not None:
+        found.batch_counts = _batch_counts_before(facts, loop, iterable, outside)
+        found.batch_count_reads = _batch_count_reads_after(facts, loop, iterable)
+    if not found.gathers:
+        return "the loop keeps no figure ddpify can gather"
+    return found
+
+
+def _rebound(node: cst.CSTNode) -> Set[str]:
+    """Names bound as a whole in node (`x = ...`, `x += ...`, `for x in`, `as x`); not a
+    table's entries (`counts[k] += 1` leaves `counts` the same object)."""
+    found: Set[str] = set()
+
+    class _Targets(cst.CSTVisitor):
+        def visit_AssignTarget(self, target: cst.AssignTarget) -> None:
+            found.update(_bound_by(target.target))
+
+        def visit_AugAssign(self, assign: cst.AugAssign) -> None:
+            found.update(_bound_by(assign.target))
+
+        def visit_AnnAssign(self, assign: cst.AnnAssign) -> None:
+            found.update(_bound_by(assign.target))
+
+        def visit_For(self, loop: cst.For) -> None:
+            found.update(_bound_by(loop.target))
+
+        def visit_AsName(self, alias: cst.AsName) -> None:
+            if isinstance(alias.name, cst.BaseExpression):
+                found.update(_bound_by(alias.name))
+
+    node.visit(_Targets())
+    return found
+
+
+def _without_gradients(facts: Facts, loop: cst.For) -> bool:
+    node: Optional[cst.CSTNode] = loop
+    while node is not None:
+        if isinstance(node, cst.With) and any(_is_no_grad(item.item) for item in node.items):
+            return True
+        if isinstance(node, cst.FunctionDef):
+            return any(_is_no_grad(decorator.decorator) for decorator in node.decorators)
+        node = facts.parents.get(node)
+    return False
+
+
+def _is_no_grad(expression: cst.BaseExpression) -> bool:
+    if isinstance(expression, cst.Call):
+        name = dotted_name(expression.func) or ""
+        if name.endswith("set_grad_enabled"):
+            return bool(expression.args) and isinstance(expression.args[0].value, cst.Name) \
+                and expression.args[0].value.value == "False"
+        expression = expression.func
+    name = dotted_name(expression) or ""
+    return name.rsplit(".", 1)[-1] in NO_GRAD
+
+
+def _exit_in(facts: Facts, loop: cst.For) -> Optional[str]:
+    """A way out of the loop that would stop the ranks at different batches, or skip the
+    gathering: a return, a yield, or a break taken on a value of the batch. A break on a
+    value every rank shares (`if args.dry_run: break`) stops them all at the same batch."""
+    found: List[str] = []
+    bound = _rebound(loop.body) | names_in(loop.target)
+
+    class _Exits(cst.CSTVisitor):
+        def visit_Break(self, node: cst.Break) -> None:
+            if not _shared_condition(facts, node, loop, bound):
+                found.append("break")
+
+        def visit_Return(self, node: cst.Return) -> None:
+            found.append("return")
+
+        def visit_Yield(self, node: cst.Yield) -> None:
+            found.append("yield")
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return False
+
+        def visit_For(self, node: cst.For) -> bool:
+            # A break in an inner loop ends that loop only.
+            return node is loop
+
+        def visit_While(self, node: cst.While) -> bool:
+            return False
+
+    loop.visit(_Exits())
+    return found[0] if found else None
+
+
+def _shared_condition(facts: Facts, node: cst.CSTNode, loop: cst.For, bound: Set[str]) -> bool:
+    """Every `if` between node and the loop tests names the loop does not bind."""
+    parent = facts.parents.get(node)
+    while parent is not None and parent is not loop:
+        if isinstance(parent, cst.If) and names_in(parent.test) & bound:
+            return False
+        if isinstance(parent, (cst.Try, cst.With)):
+            return False
+        parent = facts.parents.get(parent)
+    return True
+
+
+def _peeks(loop: cst.For) -> bool:
+    """`for x, y in loader: print(x.shape); break`: one batch, on every rank the same."""
+    body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ()
+    return any(isinstance(statement, cst.SimpleStatementLine)
+               and any(isinstance(small, cst.Break) for small in statement.body) for statement in body)
+
+
+def _scope_statements(facts: Facts, loop: cst.For) -> Sequence[cst.CSTNode]:
+    function = facts.function_of(loop)
+    if function is not None:
+        return [function.body]
+    return [statement for statement in facts.module.body
+            if not isinstance(statement, (cst.FunctionDef, cst.ClassDef))]
+
+
+def _names_read_after(facts: Facts, loop: cst.For) -> Set[str]:
+    """Names read after the loop before anything binds them again: the rest of each block
+    around it up to its function, and for an enclosing loop the start of its next pass."""
+    following: List[cst.CSTNode] = []
+    node: cst.CSTNode = loop
+    while True:
+        block = facts.parents.get(node)
+        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+            break
+        body: List[cst.CSTNode] = list(block.body)
+        index = body.index(node)
+        following.extend(body[index + 1:])
+        owner = facts.parents.get(block)
+        if owner is None or isinstance(owner, (cst.FunctionDef, cst.ClassDef)):
+            break
+        if isinstance(owner, (cst.For, cst.While)):
+            following.extend(body[:index])
+        node = owner
+    return _reads_before_rebinding(following)
+
+
+def _reads_before_rebinding(statements: Sequence[cst.CSTNode], bound: Optional[Set[str]] = None) -> Set[str]:
+    """Names read before a statement of the sequence binds them again. Inside a with or a
+    for body the same holds; a binding inside an if may not happen, so it binds nothing."""
+    read: Set[str] = set()
+    bound = set(bound or ())
+    for statement in statements:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign):
+                    read |= names_in(small.value) - bound
+                    for target in small.targets:
+                        if not isinstance(target.target, (cst.Name, cst.Tuple, cst.List)):
+                            read |= names_in(target.target) - bound
+                    bound |= {name for target in small.targets for name in _bound_by(target.target)}
+                else:
+                    read |= names_in(small) - bound
+        elif isinstance(statement, cst.For):
+            read |= names_in(statement.iter) - bound
+            read |= _reads_before_rebinding(_body_of(statement), bound | _bound_by(statement.target))
+        elif isinstance(statement, cst.With):
+            for item in statement.items:
+                read |= names_in(item.item) - bound
+            inner = bound | set().union(set(), *(_bound_by(item.asname.name) for item in statement.items
+                                                 if item.asname is not None
+                                                 and isinstance(item.asname.name, cst.BaseExpression)))
+            read |= _reads_before_rebinding(_body_of(statement), inner)
+            bound |= _top_level_bindings(_body_of(statement))
+        elif isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        else:
+            read |= names_in(statement) - bound
+    return read
+
+
+def _body_of(statement: cst.CSTNode) -> Sequence[cst.CSTNode]:
+    body = getattr(statement, "body", None)
+    return list(body.body) if isinstance(body, cst.IndentedBlock) else []
+
+
+def _top_level_bindings(statements: Sequence[cst.CSTNode]) -> Set[str]:
+    found: Set[str] = set()
+    for statement in statements:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign):
+                    found |= {name for target in small.targets for name in _bound_by(target.target)}
+    return found
+
+
+def _bound_by(target: cst.BaseExpression) -> Set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return set().union(*(_bound_by(element.value) for element in target.elements))
+    return set()
+
+
+def _in_order(loop: cst.For, names: Set[str]) -> List[str]:
+    """Names in the order the loop body first mentions them (the gathered tuple's order)."""
+    ordered: List[str] = []
+
+    class _Order(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            if node.value in names and node.value not in ordered:
+                ordered.append(node.value)
+
+    loop.body.visit(_Order())
+    return ordered
+
+
+def _accumulation(facts: Facts, loop: cst.For, name: str) -> Optional[str]:
+    """"sum" when every binding of `name` in the loop is `name += <a Python number>` and it
+    starts from a number before the loop; "list" for a list only appended to (see
+    _filled_lists); None otherwise."""
+    increments: List[cst.BaseExpression] = []
+    other = False
+
+    class _Bindings(cst.CSTVisitor):
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            nonlocal other
+            if isinstance(node.target, cst.Name) and node.target.value == name:
+                if isinstance(node.operator, cst.AddAssign):
+                    increments.append(node.value)
+                else:
+                    other = True
+
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            nonlocal other
+            if name in names_in(node.target):
+                other = True
+
+        def visit_For(self, node: cst.For) -> None:
+            nonlocal other
+            if node is not loop and name in names_in(node.target):
+                other = True
+
+    loop.body.visit(_Bindings())
+    if other or not increments:
+        return None
+    if not _starts_from_number(facts, loop, name):
+        return None
+    assigned_in_loop = _simple_assignments(loop.body)
+    if all(_python_number(value, assigned_in_loop) for value in increments):
+        return "sum"
+    return None
+
+
+def _starts_from_number(facts: Facts, loop: cst.For, name: str) -> bool:
+    for value in _values_before(facts, loop, name):
+        if isinstance(value, (cst.Integer, cst.Float)):
+            return True
+    return False
+
+
+def _values_before(facts: Facts, loop: cst.For, name: str) -> List[cst.BaseExpression]:
+    """What `name = ...` (or `a, name = 0, 0`) assigns in the loop's scope, outside it."""
+    found: List[cst.BaseExpression] = []
+
+    class _Assignments(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if node is loop or isinstance(node, (cst.FunctionDef, cst.ClassDef)) and node is not function:
+                return False
+            if isinstance(node, cst.Assign) and len(node.targets) == 1:
+                target, value = node.targets[0].target, node.value
+                if isinstance(target, cst.Name) and target.value == name:
+                    found.append(value)
+                elif isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple) and len(
+                        target.elements) == len(value.elements):
+                    for element, item in zip(target.elements, value.elements):
+                        if isinstance(element.value, cst.Name) and element.value.value == name:
+                            found.append(item.value)
+            return True
+
+    function = facts.function_of(loop)
+    for node in _scope_statements(facts, loop):
+        node.visit(_Assignments())
+    return found
+
+
+def _simple_assignments(body: cst.CSTNode) -> Dict[str, List[cst.BaseExpression]]:
+    found: Dict[str, List[cst.BaseExpression]] = {}
+
+    class _Assignments(cst.CSTVisitor):
+        def visit_Assign(self, node: cst.Assign) -> None:
+            for target in node.targets:
+                if isinstance(target.target, cst.Name):
+                    found.setdefault(target.target.value, []).append(node.value)
+
+    body.visit(_Assignments())
+    return found
+
+
+def _python_number(value: cst.BaseExpression, assigned: Dict[str, List[cst.BaseExpression]],
+                   depth: int = 0) -> bool:
+    """A Python int or float, not a tensor: `loss.item() * x.size(0)`, `len(y)`, `2`."""
+    if isinstance(value, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(value, cst.BinaryOperation):
+        return (_python_number(value.left, assigned, depth) and _python_number(value.right, assigned, depth))
+    if isinstance(value, cst.UnaryOperation):
+        return _python_number(value.expression, assigned, depth)
+    if isinstance(value, cst.Call):
+        function = dotted_name(value.func) or ""
+        if function.rsplit(".", 1)[-1] in MATH_FUNCTIONS and function in (
+                function.rsplit(".", 1)[-1], "math." + function.rsplit(".", 1)[-1]):
+            # `10 * log10(1 / mse.item())`: math on Python numbers gives a Python float.
+            return all(_python_number(arg.value, assigned, depth) for arg in value.args)
+        if isinstance(value.func, cst.Attribute):
+            return value.func.attr.value in SCALAR_METHODS
+        return dotted_name(value.func) in SCALAR_FUNCTIONS and dotted_name(value.func) != "sum"
+    if isinstance(value, cst.Subscript):
+        # `x.shape[0]`
+        return isinstance(value.value, cst.Attribute) and value.value.attr.value == "shape"
+    if isinstance(value, cst.Name) and depth < 3:
+        values = assigned.get(value.value, [])
+        return bool(values) and all(_python_number(v, assigned, depth + 1) for v in values)
+    return False
+
+
+def _stateful_call(facts: Facts, loop: cst.For, outside: Set[str], tables: Dict[str, str]) -> Optional[str]:
+    """A metric, meter or table outside the loop that the loop changes in place. Tables of
+    counts (`correct_pred[classname] += 1` into a dict, a list or a CPU tensor of numbers)
+    go into `tables`, by name and kind, to be summed across ranks."""
+    found: List[str] = []
+    bound_in_loop = _rebound(loop.body) | names_in(loop.target)
+    assigned_in_loop = _simple_assignments(loop.body)
+
+    class _Mutations(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            func = node.func
+            if isinstance(func, cst.Attribute) and func.attr.value in STATEFUL_METHODS:
+                owner = dotted_name(func.value)
+                if owner is not None and _outer(owner) and not _progress_bar(facts, loop, owner):
+                    found.append(f"`{owner}.{func.attr.value}(...)` keeps this rank's share only")
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            target = node.target
+            if isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name) and isinstance(
+                    node.operator, cst.AddAssign) and _outer(target.value.value):
+                owner = target.value.value
+                kind = _table_kind(facts, loop, owner)
+                if kind is not None and _python_number(node.value, assigned_in_loop) and tables.get(
+                        owner, kind) == kind:
+                    tables[owner] = kind
+                    return
+            self._target(node.target)
+
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            self._target(node.target)
+
+        def _target(self, target: cst.BaseExpression) -> None:
+            if isinstance(target, (cst.Subscript, cst.Attribute)):
+                owner = dotted_name(target.value) if isinstance(target, cst.Attribute) else dotted_name(target.value)
+                if owner is not None and _outer(owner):
+                    found.append(f"`{edits_code(target)}` is updated in place, per rank")
+
+    def _outer(owner: str) -> bool:
+        root = owner.split(".", 1)[0]
+        return root == "self" or root not in bound_in_loop and root in outside
+
+    def edits_code(node: cst.CSTNode) -> str:
+        return facts.module.code_for_node(node)
+
+    loop.body.visit(_Mutations())
+    return found[0] if found else None
+
+
+def _table_kind(facts: Facts, loop: cst.For, owner: str) -> Optional[str]:
+    """"dict", "list" or "tensor" when `owner` starts as a table of zeros before the loop:
+    `{c: 0 for c in classes}`, `[0.0] * 10`, `list(0. for i in range(10))`, `torch.zeros(n, n)`."""
+    values = _values_before(facts, loop, owner)
+    kinds = {_table_of_zeros(value) for value in values}
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def _table_of_zeros(value: cst.BaseExpression) -> Optional[str]:
+    numbers = (cst.Integer, cst.Float)
+    if isinstance(value, cst.DictComp) and isinstance(value.value, numbers):
+        return "dict"
+    if isinstance(value, cst.Dict) and value.elements and all(
+            isinstance(element, cst.DictElement) and isinstance(element.value, numbers)
+            for element in value.elements):
+        return "dict"
+    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply):
+        if isinstance(value.left, cst.List) and len(value.left.elements) == 1 and isinstance(
+                value.left.elements[0].value, numbers):
+            return "list"
+    if isinstance(value, cst.ListComp) and isinstance(value.elt, numbers):
+        return "list"
+    if isinstance(value, cst.Call):
+        name = dotted_name(value.func) or ""
+        if name == "list" and len(value.args) == 1 and isinstance(value.args[0].value, cst.GeneratorExp) \
+                and isinstance(value.args[0].value.elt, numbers):
+            return "list"
+        # A CPU tensor pickles without a device; one made on the GPU would land on rank 1's
+        # GPU in rank 0's sum.
+        if name.rsplit(".", 1)[-1] == "zeros" and name.startswith("torch") and not any(
+                arg.keyword is not None and arg.keyword.value == "device" for arg in value.args):
+            return "tensor"
+    return None
+
+
+def _progress_bar(facts: Facts, loop: cst.For, owner: str) -> bool:
+    """`pbar.update(1)` on a tqdm bar only draws."""
+    return any(isinstance(value, cst.Call) and "tqdm" in (dotted_name(value.func) or "")
+               for value in _values_before(facts, loop, owner))
+
+
+def _filled_lists(facts: Facts, loop: cst.For, outside: Set[str]) -> Dict[str, Optional[str]]:
+    """Lists made empty before the loop and filled in it, used after it: "append" or
+    "extend" when each iteration adds to it once, at the top of the loop body, else None."""
+    found: Dict[str, Optional[str]] = {}
+    top_level: Set[int] = set()
+    for statement in loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ():
+        if isinstance(statement, cst.SimpleStatementLine):
+            top_level.update(id(small) for small in statement.body)
+    bound_in_loop = _rebound(loop.body)
+
+    class _Fills(cst.CSTVisitor):
+        def visit_Expr(self, node: cst.Expr) -> None:
+            call = node.value
+            if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+                    and isinstance(call.func.value, cst.Name)):
+                return
+            method, owner = call.func.attr.value, call.func.value.value
+            if method not in ("append", "extend") or owner in bound_in_loop or owner not in outside:
+                return
+            if not any(isinstance(v, cst.List) and not v.elements for v in _values_before(facts, loop, owner)):
+                return
+            if id(node) not in top_level or owner in found or not call.args or not _on_host(
+                    call.args[0].value, loop):
+                found[owner] = None
+            else:
+                found[owner] = method
+
+    loop.body.visit(_Fills())
+    return found
+
+
+def _on_host(value: cst.BaseExpression, loop: cst.For) -> bool:
+    """A value that pickles without a device: `.cpu()`, `.tolist()`, `.item()`, a number,
+    or a batch element the loop never moves. A CUDA tensor gathered from rank 1 would land
+    on rank 1's GPU in rank 0's list, and `torch.cat` would fail there."""
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        return value.func.attr.value in HOST_METHODS
+    if isinstance(value, cst.Name):
+        return value.value in names_in(loop.target) and value.value not in _rebound(loop.body)
+    return _python_number(value, {})
+
+
+def loader_name_in(facts: Facts, loop: cst.For) -> Optional[str]:
+    """The name the loop iterates (`test_loader` in `enumerate(test_loader)`)."""
+    holders = {name for _, name in facts.loader_holders()}
+    names = [name for name in _whole_names_in(loop.iter) if name in holders]
+    return names[0] if len(set(names)) == 1 else None
+
+
+def _whole_names_in(node: cst.CSTNode) -> List[str]:
+    """`self.val_loader` in `enumerate(tqdm(self.val_loader))`, not its `val_loader` part."""
+    found: List[str] = []
+
+    class _Names(cst.CSTVisitor):
+        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
+            name = dotted_name(attribute)
+            if name is not None:
+                found.append(name)
+                return False
+            return True
+
+        def visit_Name(self, name: cst.Name) -> None:
+            found.append(name.value)
+
+    node.visit(_Names())
+    return found
+
+
+def _batch_counts_before(facts: Facts, loop: cst.For, iterable: str, read_after: Set[str]) -> List[str]:
+    """`num_batches = len(dataloader)` before the loop, read after it: this rank's count of
+    batches, gathered like a sum."""
+    found: List[str] = []
+    before = True
+
+    class _Assignments(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            nonlocal before
+            if node is loop:
+                before = False
+                return False
+            if before and isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(
+                    node.targets[0].target, cst.Name) and _is_len_of(node.value, iterable) and (
+                    node.targets[0].target.value in read_after):
+                found.append(node.targets[0].target.value)
+            return True
+
+    for node in _scope_statements(facts, loop):
+        node.visit(_Assignments())
+    return found
+
+
+def _is_len_of(value: cst.BaseExpression, iterable: str) -> bool:
+    return (isinstance(value, cst.Call) and dotted_name(value.func) == "len" and len(value.args) == 1
+            and dotted_name(value.args[0].value) == iterable)
+
+
+def _batch_count_reads_after(facts: Facts, loop: cst.For, iterable: str) -> List[cst.Call]:
+    """`len(test_loader)` after the loop, in its scope."""
+    found: List[cst.Call] = []
+    after = False
+
+    class _Reads(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            nonlocal after
+            if node is loop:
+                after = True
+                return False
+            if after and isinstance(node, cst.Call) and _is_len_of(node, iterable):
+                found.append(node)
+            return not isinstance(node, (cst.FunctionDef, cst.ClassDef)) or node is facts.function_of(loop)
+
+    for node in _scope_statements(facts, loop):
+        node.visit(_Reads())
+    return found
