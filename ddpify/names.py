@@ -105,4 +105,5 @@ EMITTED_IMPORTS = {
     "DistributedSampler": ("torch.utils.data.distributed", "DistributedSampler", None),
     "contextlib": ("contextlib", None, None),
     "itertools": ("itertools", None, None),
+    "pickle": ("pickle", None, None),
 }

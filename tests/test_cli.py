@@ -417,4 +417,4 @@ def test_no_shard_eval_flag(tmp_path):
     sharded, whole = invoke(script), invoke("--no-shard-eval", script)
     assert sharded.stdout == migrated(text) and "evaluation_shard(" in sharded.stdout
     assert whole.stdout == migrated(text, shard_evaluation=False)
-    assert "evaluation_shard(" not in whole.stdout and "all_gather_object" not in whole.stdout
+    assert "evaluation_shard(" not in whole.stdout and "every_rank(" not in whole.stdout

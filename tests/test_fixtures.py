@@ -1,4 +1,5 @@
 """The fixtures are the spec: one generic test walks fixtures/ (DESIGN.md §7)."""
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -35,6 +36,18 @@ def test_expected_compiles(case):
 def test_migrating_expected_changes_nothing(case):
     expected = case.expected.read_text()
     assert migrate_source(expected, case.options).code == expected
+
+
+# torch does not install numpy, and these turn their tensors back into objects with it.
+NEEDS_NUMPY = ("all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list")
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_emitted_code_needs_no_numpy(case):
+    def calls(text):
+        return set(re.findall(r"\b(%s)\(" % "|".join(NEEDS_NUMPY), text))
+
+    assert calls(case.expected.read_text()) <= calls(case.input.read_text())
 
 
 @pytest.mark.slow

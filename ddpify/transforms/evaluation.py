@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 
 from ddpify.analysis import Facts, Loader, dotted_name
-from ddpify.transforms import data
+from ddpify.transforms import collectives, data
 from ddpify.transforms.edits import Edits
 from ddpify.transforms.evaluation_figures import Figures, figures_of, loader_name_in
 from ddpify.transforms.setup import SetupPlan
@@ -39,7 +39,8 @@ def in_batch_order(shares, size=1):
     """The ranks' lists merged as one process builds them: rank r evaluated batches r,
     r + N, r + 2N, ... and added `size` items for each."""
     chunks = [[share[i : i + size] for i in range(0, len(share), size)] for share in shares]
-    return [item for turn in itertools.zip_longest(*chunks, fillvalue=[]) for chunk in turn for item in chunk]
+    turns = itertools.zip_longest(*chunks, fillvalue=[])
+    return [item for turn in turns for chunk in turn for item in chunk]
 '''
 RULE_SUMMARY_WHOLE = "evaluation loader left unsharded"
 GATHER_COMMENT = "# This rank evaluated its share of the batches: gather the figures once, before use."
@@ -236,12 +237,9 @@ def _gather(facts: Facts, edits: Edits, setup: SetupPlan, loop: cst.For, figures
         figures.batch_counts.append(counted)
     gathered = figures.sums + figures.batch_counts + list(figures.lists) + list(figures.tables)
     shares = _free(facts, "shares")
-    lines += [f"if {condition}:", f"    {GATHER_COMMENT}",
-              f"    {shares} = [None] * dist.get_world_size()"]
-    if len(gathered) == 1:
-        lines.append(f"    dist.all_gather_object({shares}, {gathered[0]})")
-    else:
-        lines.append(f"    dist.all_gather_object({shares}, ({', '.join(gathered)}))")
+    gather = collectives.use(edits)
+    value = gathered[0] if len(gathered) == 1 else f"({', '.join(gathered)})"
+    lines += [f"if {condition}:", f"    {GATHER_COMMENT}", f"    {shares} = {gather}({value})"]
     for position, name in enumerate(gathered):
         share = shares if len(gathered) == 1 else f"[share[{position}] for share in {shares}]"
         if name in figures.tables:

@@ -14,6 +14,7 @@ import libcst as cst
 
 from ddpify import names
 from ddpify.analysis import Facts, Statement, dotted_name
+from ddpify.transforms import collectives
 from ddpify.transforms.edits import Edits, Insertion
 from ddpify.transforms.setup import SetupPlan
 from ddpify.transforms.training import names_in
@@ -24,11 +25,7 @@ HELPER = '''\
 def chosen_by_rank_0(value):
     """Rank 0's value on every rank: a folder named from the clock or a random draw is one
     folder for the whole job (on a file system all ranks see)."""
-    if dist.is_initialized():
-        shared = [value]
-        dist.broadcast_object_list(shared, src=0)
-        value = shared[0]
-    return value
+    return every_rank(value)[0] if dist.is_initialized() else value
 '''
 # Leaving the `with` deletes rank 0's folder: no rank may still be reading from it.
 LEAVE_TOGETHER_CODE = """\
@@ -119,5 +116,5 @@ def _wrapped(edits: Edits):
 
 
 def _add_helper(edits: Edits) -> None:
-    edits.imports.add("dist")
+    collectives.use(edits)  # before chosen_by_rank_0, which calls it
     edits.add_helper("chosen_by_rank_0", HELPER)

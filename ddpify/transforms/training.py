@@ -10,6 +10,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Set, cast
 import libcst as cst
 
 from ddpify.analysis import Facts, Statement, calls_within, dotted_name, statements_in
+from ddpify.transforms import collectives
 from ddpify.transforms.edits import Edits
 from ddpify.transforms.setup import SetupPlan
 
@@ -203,8 +204,7 @@ def _gather_epoch_figures(facts: Facts, edits: Edits, loop: cst.For, names: List
     shares = _free_name(facts, "shares")
     gathered = names[0] if len(names) == 1 else f"({', '.join(names)})"
     lines = ["if dist.is_initialized():", f"    {REDUCE_COMMENT}",
-             f"    {shares} = [None] * dist.get_world_size()",
-             f"    dist.all_gather_object({shares}, {gathered})"]
+             f"    {shares} = {collectives.use(edits)}({gathered})"]
     for position, name in enumerate(names):
         total = f"sum({shares})" if len(names) == 1 else f"sum(share[{position}] for share in {shares})"
         if name in per_batch:

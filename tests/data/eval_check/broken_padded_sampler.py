@@ -45,9 +45,10 @@ def evaluate():
             loss_sum += criterion(output, y).item() * len(y)
             correct += (output.argmax(dim=1) == y).sum().item()
     if distributed:
-        shares = [None] * world_size
-        dist.all_gather_object(shares, (loss_sum, correct))
-        loss_sum, correct = sum(share[0] for share in shares), sum(share[1] for share in shares)
+        # A float64 CPU tensor (Gloo): all_gather_object would need numpy.
+        totals = torch.tensor([loss_sum, correct], dtype=torch.float64)
+        dist.all_reduce(totals)
+        loss_sum, correct = totals[0].item(), int(totals[1])
     if rank == 0:
         print(f"Test set: loss {loss_sum / len(val_set):.4f}, accuracy {correct}/{len(val_set)}")
 
