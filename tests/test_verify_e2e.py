@@ -126,7 +126,7 @@ def fixture_arguments(case):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["guide_image_classifier", "mnist_style_main", "file_writes_and_run_dir"])
+@pytest.mark.parametrize("case", ["mnist_style_main", "file_writes_and_run_dir"])
 def test_a_fixture_migrated_by_ddpify_passes(tmp_path, case):
     """-o names a file that does not exist yet: ddpify migrates into it, then verifies.
 
