@@ -150,6 +150,12 @@ class Facts:
     positions: Mapping[cst.CSTNode, CodeRange] = field(default_factory=dict, repr=False)
     parents: Dict[cst.CSTNode, cst.CSTNode] = field(default_factory=dict, repr=False)
 
+    def free_name(self, name: str) -> str:
+        """`name`, or `name_`, `name__`, ...: the first the script does not bind."""
+        while name in self.bound_names:
+            name += "_"
+        return name
+
     def line_of(self, node: cst.CSTNode) -> int:
         return self.positions[node].start.line
 

@@ -45,7 +45,7 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
     for loop in facts.batch_loops_without_loader():
         if loop in facts.sliced_batch_loops:
             continue
-        if hand_batches.stretch_sequences(facts, edits, setup, loop) is not None:
+        if hand_batches.stretch_sequences(facts, edits, setup, loop):
             continue
         contained = _loader_in_a_container(facts, loop)
         if contained is not None:
@@ -78,9 +78,7 @@ def _same_split_on_every_rank(facts: Facts, edits: Edits, setup: SetupPlan) -> N
         condition = "distributed" if setup.sees_setup(facts, call) else "dist.is_initialized()"
         if condition != "distributed":
             edits.imports.add("dist")
-        name = "split_generator"
-        while name in facts.bound_names:
-            name += "_"
+        name = facts.free_name("split_generator")
         statement = facts.statement_of(call)
         edits.before.setdefault(statement, []).append(Insertion(
             [edits.statement(f"{name} = {SPLIT_GENERATOR.format(condition=condition)}\n")],

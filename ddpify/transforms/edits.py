@@ -67,8 +67,10 @@ class Edits:
     def code(self, node: cst.CSTNode) -> str:
         return self.facts.module.code_for_node(node)
 
-    def add_helper(self, name: str, code: str) -> None:
-        """A small function the emitted code calls, once, above the module's code."""
+    def add_helper(self, name: str, code: str, *imports: str) -> None:
+        """A small function the emitted code calls, once, above the module's code, with the
+        names.EMITTED_IMPORTS keys it uses."""
+        self.imports.update(imports)
         if name in self.helpers_added:
             return
         self.helpers_added.add(name)

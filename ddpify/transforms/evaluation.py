@@ -211,13 +211,8 @@ def _shard(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader) -> None
     data.attach_sampler(facts, edits, setup, loader,
                         lambda dataset: f"evaluation_shard({dataset}, {batch_size})",
                         after_sampler=after)
-    _add_helper(edits, "evaluation_shard", SHARD_HELPER)
+    edits.add_helper("evaluation_shard", SHARD_HELPER, "dist")
     edits.report("DDP215", loader.call)
-
-
-def _add_helper(edits: Edits, name: str, code: str) -> None:
-    edits.add_helper(name, code)
-    edits.imports.add("dist")
 
 
 def _gather(facts: Facts, edits: Edits, setup: SetupPlan, loop: cst.For, figures: Figures) -> None:
@@ -230,13 +225,13 @@ def _gather(facts: Facts, edits: Edits, setup: SetupPlan, loop: cst.For, figures
     if figures.batch_count_reads:
         iterable = loader_name_in(facts, loop)
         assert iterable is not None
-        counted = _free(facts, _batches_name(iterable))
+        counted = facts.free_name(_batches_name(iterable))
         lines.append(f"{counted} = len({iterable})")
         for read in figures.batch_count_reads:
             edits.expressions[read] = _named(counted)
         figures.batch_counts.append(counted)
     gathered = figures.sums + figures.batch_counts + list(figures.lists) + list(figures.tables)
-    shares = _free(facts, "shares")
+    shares = facts.free_name("shares")
     gather = collectives.use(edits)
     value = gathered[0] if len(gathered) == 1 else f"({', '.join(gathered)})"
     lines += [f"if {condition}:", f"    {GATHER_COMMENT}", f"    {shares} = {gather}({value})"]
@@ -254,8 +249,7 @@ def _gather(facts: Facts, edits: Edits, setup: SetupPlan, loop: cst.For, figures
         else:
             lines.append(f"    {name} = sum(share[{position}] for share in {shares})")
     if figures.lists:
-        _add_helper(edits, "in_batch_order", ORDER_HELPER)
-        edits.imports.add("itertools")
+        edits.add_helper("in_batch_order", ORDER_HELPER, "itertools")
     edits.imports.add("dist")
     edits.after.setdefault(loop, []).extend(edits.statements("\n".join(lines) + "\n"))
     edits.report("DDP216", loop)
@@ -275,10 +269,4 @@ def _batches_name(iterable: str) -> str:
             stem = base[: -len(suffix)]
             return (stem if stem.endswith("_") or not stem else stem + "_") + "batches"
     return base + "_batches"
-
-
-def _free(facts: Facts, name: str) -> str:
-    while name in facts.bound_names:
-        name += "_"
-    return name
 

@@ -49,26 +49,25 @@ def rank_stretch(data):
 '''
 
 
-def stretch_sequences(facts: Facts, edits: Edits, setup: SetupPlan, loop: cst.For) -> Optional[str]:
+def stretch_sequences(facts: Facts, edits: Edits, setup: SetupPlan, loop: cst.For) -> bool:
     """`for batch, i in enumerate(range(0, train_data.size(0) - 1, args.bptt))` with a hidden
     state carried from batch to batch: each rank takes its own contiguous stretch of
-    `train_data`, right where it is made. None when done, else why not."""
+    `train_data`, right where it is made. False when the loop is not of that shape."""
     data = _data_ranged_over(loop)
     if data is None:
-        return None
+        return False
     statements = [statement for statement in facts.statements_touching.get(data, ())
                   if _assigns_name(statement, data)]
     if len(statements) != 1 or not facts.sees_value(loop, data, facts.function_of(statements[0])):
-        return None
+        return False
     if not _carried_from_batch_to_batch(loop):
-        return None
+        return False
     statement = statements[0]
     edits.after.setdefault(statement, []).append(edits.statement(f"{data} = rank_stretch({data})\n"))
-    edits.add_helper("rank_stretch", STRETCH_HELPER)
-    edits.imports.add("dist")
+    edits.add_helper("rank_stretch", STRETCH_HELPER, "dist")
     setup.sharded_loops.append(loop)
     edits.report("DDP217", loop, STRETCH_SUMMARY.format(data=data))
-    return "done"
+    return True
 
 
 STRETCH_SUMMARY = "sequence batched by hand: each rank takes its own stretch of `{data}`"
@@ -111,8 +110,7 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
             edits.report("DDP208", loop, f"{RULE_SUMMARY}: {reason}")
             continue
         edits.expressions[loop.iter] = _shared(edits)
-        edits.add_helper("rank_share", HELPER)
-        edits.imports.add("dist")
+        edits.add_helper("rank_share", HELPER, "dist")
         setup.sharded_loops.append(loop)
         edits.report("DDP217", loop)
 

@@ -338,10 +338,7 @@ def _first_code_statement(body: Sequence[BlockItem]) -> Optional[BlockItem]:
 
 def add_guard_helper(edits: Edits, plan: SetupPlan) -> None:
     if "is_main_process()" in plan.guards_used:
-        helper = edits.statements(IS_MAIN_HELPER)
-        # Two blank lines above a top-level def, as PEP 8 and black have it.
-        helper[0] = helper[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-        edits.module_prelude.extend(helper)
+        edits.add_helper("is_main_process", IS_MAIN_HELPER)
 
 
 def teardown(facts: Facts, edits: Edits, plan: SetupPlan) -> None:

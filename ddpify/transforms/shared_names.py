@@ -117,4 +117,4 @@ def _wrapped(edits: Edits):
 
 def _add_helper(edits: Edits) -> None:
     collectives.use(edits)  # before chosen_by_rank_0, which calls it
-    edits.add_helper("chosen_by_rank_0", HELPER)
+    edits.add_helper("chosen_by_rank_0", HELPER, "dist")

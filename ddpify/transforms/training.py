@@ -67,7 +67,7 @@ def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: SetupPlan, loop
     if _names_in(step_if.test) & assigned or any(s in touched for s in body):
         edits.report("DDP404", step_if)
         return
-    sync = _free_name(facts, "sync")
+    sync = facts.free_name("sync")
     indent = facts.column_of(body[start]) - 1
     context = NO_SYNC_CONTEXT.format(sync=sync, model=model)
     with_line = f"with {context}:" if indent + len(context) + 6 <= LINE_LENGTH else \
@@ -136,12 +136,6 @@ def _calls_name(node: cst.CSTNode, name: str) -> bool:
     return any(dotted_name(c.func) == name for c in calls_within(node))
 
 
-def _free_name(facts: Facts, name: str) -> str:
-    while name in facts.bound_names:
-        name += "_"
-    return name
-
-
 # --- epoch figures ---------------------------------------------------------------------------------
 
 def epoch_accumulators(facts: Facts, loop: cst.For) -> Dict[str, cst.BaseExpression]:
@@ -201,7 +195,7 @@ def _gather_epoch_figures(facts: Facts, edits: Edits, loop: cst.For, names: List
     """The same sums in a function the setup's names do not reach (a train_model(model,
     loader) helper): gathered as Python numbers, which needs no device and keeps each
     figure's type."""
-    shares = _free_name(facts, "shares")
+    shares = facts.free_name("shares")
     gathered = names[0] if len(names) == 1 else f"({', '.join(names)})"
     lines = ["if dist.is_initialized():", f"    {REDUCE_COMMENT}",
              f"    {shares} = {collectives.use(edits)}({gathered})"]
