@@ -59,12 +59,18 @@ def _close(pool: ProcessPoolExecutor, finished: bool) -> None:
         pool.shutdown(wait=True)
         return
     processes = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         if process.is_alive():
             process.terminate()
     for process in processes:
         process.join(timeout=5)
+    # The pool's manager thread closes its wake-up pipe as it ends. Left running, it races
+    # concurrent.futures' exit hook, which writes to that pipe: "Bad file descriptor" and a
+    # traceback after "interrupted" (CPython 3.11). Once it has ended, the hook skips it.
+    if manager is not None:
+        manager.join(timeout=5)
 
 
 def _ignore_interrupts() -> None:
