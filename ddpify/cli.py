@@ -225,12 +225,16 @@ def _run(planned: Sequence[Job], workers: int, output_format: str, verbose: bool
     progress = Progress(len(planned), sys.stderr)
     show = printer(output_format, verbose=verbose, quiet=quiet, before_output=progress.clear)
     reports = []
+    results = _results(planned, workers)
     try:
-        for report in _results(planned, workers):
+        for report in results:
             show.report(report)
             progress.advance(report.path)
             reports.append(report)
     except KeyboardInterrupt:
+        # Stop the workers now, not whenever the suspended generator is collected (at exit,
+        # racing concurrent.futures' own exit hook).
+        results.close()
         progress.clear()
         done = f" after {len(reports)} of {len(planned)} files" if len(planned) > 1 else ""
         click.echo(f"\nddpify: interrupted{done}; the file in progress was left as it was",
