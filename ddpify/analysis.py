@@ -6,7 +6,7 @@ pass recorded, and one transformer applies them (see transforms/apply.py).
 import builtins
 from dataclasses import dataclass, field
 from typing import (
-    AbstractSet, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union, cast,
+    AbstractSet, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union, cast,
     overload,
 )
 
@@ -17,7 +17,7 @@ from libcst.metadata import (
     PositionProvider,
 )
 
-from ddpify import names
+from ddpify import effects, names
 
 # Statements as libcst builds them: a line of small statements, or an if/for/def/...
 Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
@@ -103,6 +103,10 @@ class Facts:
     visible_devices_statements: List[Statement] = field(default_factory=list)
     output_statements: List[Statement] = field(default_factory=list)
     save_calls: List[cst.Call] = field(default_factory=list)
+    # Calls of the project's own helper functions that only compute, print or write files
+    # (ddpify/project.py), or also print beside work every rank must do (MIXED), with that
+    # effect; a statement call of one that prints or writes is in output_statements too.
+    helper_effects: Dict[cst.Call, str] = field(default_factory=dict)
     load_calls: List[cst.Call] = field(default_factory=list)
     main_guard: Optional[cst.If] = None
     data_parallel_calls: List[cst.Call] = field(default_factory=list)
@@ -437,8 +441,10 @@ class Facts:
         return loops
 
 
-def analyse(wrapper: MetadataWrapper) -> Facts:
-    collector = _Collector(Facts(module=wrapper.module))
+def analyse(wrapper: MetadataWrapper, helper_effect: Optional[Callable[[str], Optional[str]]] = None) -> Facts:
+    """The facts of one module; `helper_effect` tells what a function of the project's own
+    modules does, by qualified name (project.Project.effect)."""
+    collector = _Collector(Facts(module=wrapper.module), helper_effect or (lambda _name: None))
     wrapper.visit(collector)
     facts = collector.facts
     # Already computed for the visit: resolve() hands back the cached maps.
@@ -446,8 +452,20 @@ def analyse(wrapper: MetadataWrapper) -> Facts:
     facts.parents = collector.parents
     facts.trains = bool(collector.training_tops & _reached_when_run(facts.module, collector.names_in_top))
     facts.training_calls = collector.training_calls
+    _note_helper_output(facts, collector.helper_calls)
     _mark_loops_calling_training_functions(facts, collector.training_calls)
     return facts
+
+
+def _note_helper_output(facts: Facts, calls: Mapping[cst.Call, Tuple[str, Optional[Statement]]]) -> None:
+    """Statement calls of helpers that print or write are output like `print`, unless the
+    bare name (after `from utils import *`) is one this file defines itself."""
+    for call, (qualified, statement) in calls.items():
+        if "." not in qualified and (qualified in facts.functions or qualified in facts.class_inits
+                                     or qualified in facts.assigned_values):
+            del facts.helper_effects[call]
+        elif facts.helper_effects[call] in (effects.SPEAKS, effects.WRITES) and statement is not None:
+            facts.output_statements.append(statement)
 
 
 def _mark_loops_calling_training_functions(facts: Facts, training_calls: List[cst.Call]) -> None:
@@ -546,9 +564,11 @@ def _positional(call: cst.Call) -> List[cst.BaseExpression]:
 class _Collector(cst.CSTVisitor):
     METADATA_DEPENDENCIES = (PositionProvider,)
 
-    def __init__(self, facts: Facts) -> None:
+    def __init__(self, facts: Facts, helper_effect: Callable[[str], Optional[str]]) -> None:
         super().__init__()
         self.facts = facts
+        self.helper_effect = helper_effect
+        self.helper_calls: Dict[cst.Call, Tuple[str, Optional[Statement]]] = {}
         self._function_stack: List[cst.FunctionDef] = []
         # Parents are recorded on the way down: cheaper than a ParentNodeProvider pass,
         # and a node's ancestors are always known by the time it is visited.
@@ -873,6 +893,14 @@ class _Collector(cst.CSTVisitor):
             self.facts.calls_by_callee.setdefault(callee, []).append(node)
         for qualified in self._qualified(func):
             facts.calls_named.setdefault(qualified, []).append(node)
+            self._note_helper(node, qualified)
+
+    def _note_helper(self, node: cst.Call, qualified: str) -> None:
+        effect = self.helper_effect(qualified)
+        if effect is not None:
+            self.facts.helper_effects[node] = effect
+            statement = self._statement(node) if self._is_statement_call(node) else None
+            self.helper_calls[node] = (qualified, statement)
 
     def _is_statement_call(self, node: cst.Call) -> bool:
         parent = self.parents.get(node)

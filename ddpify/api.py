@@ -17,6 +17,7 @@ from ddpify import frameworks, names, syntax
 from ddpify.analysis import Facts, analyse
 from ddpify.diagnostics import RULES, Diagnostic, is_selected
 from ddpify.options import Options
+from ddpify.project import Project
 from ddpify.transforms import CONCERNS, data, setup
 from ddpify.transforms.edits import ApplyEdits, Edits
 from ddpify.transforms.imports import add_imports, remove_unused_imports
@@ -43,8 +44,10 @@ class MigrationError(Exception):
 NO_TRAINING = Diagnostic("DDP901", 1, 1, "no training code found: left unchanged")
 
 
-def migrate_source(code: str, options: Options = Options()) -> Result:  # noqa: B008 (frozen)
-    """Migrate one script. Raises MigrationError when the source does not parse."""
+def migrate_source(code: str, options: Options = Options(),  # noqa: B008 (frozen)
+                   project: Project = Project()) -> Result:  # noqa: B008 (reads nothing)
+    """Migrate one script; `project` says what the helper modules it imports do
+    (project.read). Raises MigrationError when the source does not parse."""
     try:
         tree = syntax.checked_tree(code)
     except syntax.Rejected as rejected:
@@ -55,7 +58,7 @@ def migrate_source(code: str, options: Options = Options()) -> Result:  # noqa: 
     if "torch" not in code:
         # Nothing to migrate, and no reason to pay for libcst's parse.
         return Result(code, _selected((NO_TRAINING,), options))
-    codemod = _MigrateCommand(CodemodContext(), options)
+    codemod = _MigrateCommand(CodemodContext(), options, project)
     outcome = transform_module(codemod, code)
     if isinstance(outcome, TransformExit):
         # libcst turns Ctrl-C into a result; the unmigrated code must not pass for one.
@@ -80,9 +83,10 @@ class _MigrateCommand(CodemodCommand):
 
     DESCRIPTION = "Migrate a single-GPU PyTorch training script to DistributedDataParallel."
 
-    def __init__(self, context: CodemodContext, options: Options) -> None:
+    def __init__(self, context: CodemodContext, options: Options, project: Project) -> None:
         super().__init__(context)
         self.options = options
+        self.project = project
         self.diagnostics: List[Diagnostic] = []
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
@@ -94,7 +98,7 @@ class _MigrateCommand(CodemodCommand):
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         # The tree was parsed for us alone, so the wrapper may use it without a deep copy.
         wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
-        facts = analyse(wrapper)
+        facts = analyse(wrapper, self.project.effect)
         if facts.already_distributed is not None:
             position = facts.positions[facts.already_distributed].start
             self.diagnostics.append(Diagnostic("DDP900", position.line, position.column + 1,

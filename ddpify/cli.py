@@ -4,7 +4,9 @@ Exit codes: 0 all good; 1 changes pending (--check, --diff, --twin) or diagnosti
 need a person; 2 usage, parse or internal error; 130 interrupted (Ctrl-C). Results go to
 stdout, messages to stderr.
 """
+import contextlib
 import os
+import signal
 import sys
 from typing import List, Optional, Sequence
 
@@ -227,10 +229,13 @@ def _run(planned: Sequence[Job], workers: int, output_format: str, verbose: bool
     reports = []
     results = _results(planned, workers)
     try:
-        for report in results:
-            show.report(report)
-            progress.advance(report.path)
-            reports.append(report)
+        for prepared in results:
+            # A file written is a file reported: Ctrl-C waits until both are done.
+            with _interrupts_deferred():
+                report = job_modes.commit(prepared)
+                show.report(report)
+                progress.advance(report.path)
+                reports.append(report)
     except KeyboardInterrupt:
         # Stop the workers now, not whenever the suspended generator is collected (at exit,
         # racing concurrent.futures' own exit hook).
@@ -246,11 +251,25 @@ def _run(planned: Sequence[Job], workers: int, output_format: str, verbose: bool
     return reports
 
 
+@contextlib.contextmanager
+def _interrupts_deferred():
+    """Ctrl-C inside the block is raised when the block is done."""
+    interrupted = []
+    previous = signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if interrupted:
+        raise KeyboardInterrupt
+
+
 def _results(planned: Sequence[Job], workers: int):
-    """Reports in input order, from worker processes when there is work enough to share."""
+    """Prepared reports (nothing written yet) in input order, from worker processes when
+    there is work enough to share."""
     workers = workers or os.cpu_count() or 1
     if workers == 1 or len(planned) < 2:
-        yield from map(job_modes.run, planned)
+        yield from map(job_modes.prepare, planned)
         return
     from ddpify.workers import reports
 

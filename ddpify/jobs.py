@@ -12,6 +12,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
+from ddpify import project
 from ddpify.diagnostics import Diagnostic, Severity
 from ddpify.files import (
     SourceError, check_writable, decode, encode, read_bytes, read_only_note, read_source,
@@ -142,7 +143,8 @@ def _prepare(job: Job) -> Report:
         if job.mode == WRITE and job.output not in (None, "-"):
             check_writable(job.output)
         with _collector_paused():
-            result = migrate_source(source.text, job.options)
+            neighbours = project.read(job.path, source.text) if job.path != "-" else project.Project()
+            result = migrate_source(source.text, job.options, neighbours)
     except SourceError as error:
         return Report(shown, FAILED, ERROR, error=str(error))
     except MigrationError as error:

@@ -11,6 +11,7 @@ from ddpify.api import migrate_source
 from ddpify.cli import main
 from ddpify.diagnostics import RULES, is_selected
 from ddpify.options import Options
+from ddpify.project import Project
 from fixture_cases import FIXTURES
 
 GUIDE = FIXTURES / "guide_image_classifier" / "input.py"
@@ -48,8 +49,8 @@ def needs_a_person(monkeypatch):
 
     real = ddpify.api.migrate_source
 
-    def with_warning(code, options=Options()):
-        result = real(code, options)
+    def with_warning(code, options=Options(), project=Project()):
+        result = real(code, options, project)
         warning = Diagnostic("DDP207", 7, 10, RULES["DDP207"].summary, 7)
         if "RandomSampler" not in code or not is_selected("DDP207", options.select, options.ignore):
             return result

@@ -5,8 +5,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
+from ddpify.api import Result, migrate_source
 from ddpify.diagnostics import Severity
 from ddpify.options import Options
+from ddpify.project import Project, read as read_project
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -42,6 +44,15 @@ class Case:
             keep_global_batch="--keep-global-batch" in flags,
             shard_evaluation="--no-shard-eval" not in flags,
         )
+
+    @property
+    def project(self) -> Project:
+        """What the helper modules beside input.py (a fixture's own utils.py) do."""
+        return read_project(str(self.input), self.input.read_text())
+
+    def migrate(self, text: Optional[str] = None) -> Result:
+        """ddpify on input.py (or on `text`, as if it sat there), as the command line runs it."""
+        return migrate_source(self.input.read_text() if text is None else text, self.options, self.project)
 
     @property
     def run_spec(self) -> Optional[dict]:

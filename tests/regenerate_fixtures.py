@@ -10,7 +10,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ddpify.api import migrate_source  # noqa: E402
 from fixture_cases import all_cases, format_diagnostics  # noqa: E402
 
 
@@ -18,7 +17,7 @@ def main(names) -> None:
     for case in all_cases():
         if names and case.name not in names:
             continue
-        result = migrate_source(case.input.read_text(), case.options)
+        result = case.migrate()
         case.expected.write_text(result.code)
         case.expected_diagnostics.write_text(format_diagnostics(result.diagnostics))
         print(f"regenerated {case.name}")

@@ -85,6 +85,10 @@ def run_torchrun(script: Path, workdir: Path, args: Sequence[str] = (), nproc: i
 def _run(command, script: Path, workdir: Path, timeout: int, env: Optional[Mapping[str, str]]) -> Run:
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.copy(script, workdir / script.name)
+    # The project's own modules beside the script (a fixture's utils.py) go with it.
+    for module in script.parent.glob("*.py"):
+        if module.name not in (script.name, "input.py", "expected.py"):
+            shutil.copy(module, workdir / module.name)
     completed = subprocess.run(command, cwd=workdir, env=_environment(env), capture_output=True,
                                text=True, timeout=timeout)
     return Run(completed.returncode, completed.stdout, completed.stderr, workdir)

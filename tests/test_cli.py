@@ -379,7 +379,7 @@ def test_quiet_drops_notes_keeps_warnings(tmp_path, needs_a_person):
 def test_internal_error_is_reported_not_raised(script, monkeypatch):
     import ddpify.api
 
-    def explode(code, options):
+    def explode(code, options, project):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(ddpify.api, "migrate_source", explode)

@@ -311,11 +311,11 @@ def test_a_worker_that_dies_is_one_failed_file(tmp_path, monkeypatch):
 
     real = ddpify.api.migrate_source
 
-    def crash_on_marker(code, options):
+    def crash_on_marker(code, options, project):
         if "CRASH" in code:
             faulthandler.disable()  # pytest's, inherited by the worker: no dump on stderr
             os.kill(os.getpid(), signal.SIGSEGV)
-        return real(code, options)
+        return real(code, options, project)
 
     monkeypatch.setattr(ddpify.api, "migrate_source", crash_on_marker)
     tree = tmp_path / "src"

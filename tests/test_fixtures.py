@@ -4,7 +4,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from ddpify.api import migrate_source
 from fixture_cases import all_cases, format_diagnostics
 from script_runs import (
     evaluation_env, evaluation_log, problems_distributed, problems_evaluation_fetches, problems_evaluation_lines,
@@ -17,14 +16,12 @@ RUNNABLE = [case for case in CASES if case.run_spec is not None]
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
 def test_output_matches_expected(case):
-    result = migrate_source(case.input.read_text(), case.options)
-    assert result.code == case.expected.read_text()
+    assert case.migrate().code == case.expected.read_text()
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
 def test_diagnostics_match_expected(case):
-    result = migrate_source(case.input.read_text(), case.options)
-    assert format_diagnostics(result.diagnostics) == case.expected_diagnostics.read_text()
+    assert format_diagnostics(case.migrate().diagnostics) == case.expected_diagnostics.read_text()
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
@@ -35,7 +32,7 @@ def test_expected_compiles(case):
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
 def test_migrating_expected_changes_nothing(case):
     expected = case.expected.read_text()
-    assert migrate_source(expected, case.options).code == expected
+    assert case.migrate(expected).code == expected
 
 
 # torch does not install numpy, and these turn their tensors back into objects with it.

@@ -48,7 +48,7 @@ def test_a_crash_is_caught(tmp_path, monkeypatch):
     script = tmp_path / "train.py"
     script.write_text("import torch\nloss.backward()\noptimizer.step()\n")
 
-    def broken(code, options=None):
+    def broken(code, options=None, project=None):
         raise ddpify.api.MigrationError("internal error: KeyError('x')")
 
     monkeypatch.setattr(ddpify.api, "migrate_source", broken)

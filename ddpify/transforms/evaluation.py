@@ -13,6 +13,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
+from ddpify import names
 from ddpify.analysis import Facts, Loader, dotted_name
 from ddpify.transforms import collectives, data
 from ddpify.transforms.edits import Edits
@@ -110,6 +111,10 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
 
 def _why_whole(facts: Facts, edits: Edits, loader: Loader, loops: List[cst.For]) -> Optional[str]:
     """Why this loader cannot be sharded, or None."""
+    handed = _handed_out(facts, loader)
+    if handed is not None:
+        return (f"it is handed to `{dotted_name(handed.func)}` at line {facts.line_of(handed)}, whose "
+                "loop ddpify cannot see (its figures would be one rank's share)")
     if not loops:
         return "no loop over it in this file"
     if loader.dataset is None or not isinstance(loader.statement, cst.SimpleStatementLine):
@@ -125,6 +130,31 @@ def _why_whole(facts: Facts, edits: Edits, loader: Loader, loops: List[cst.For])
     if _batch_size(facts, edits, loader) is None:
         return "its batch size is not known"
     return None
+
+
+# Calls that take a loader without evaluating over it.
+LOADER_READERS = frozenset({f"builtins.{name}" for name in ("len", "enumerate", "iter", "next", "zip",
+                                                            "print", "isinstance")}) | names.PROGRESS_BARS
+
+
+def _handed_out(facts: Facts, loader: Loader) -> Optional[cst.Call]:
+    """A call of a function this file does not define (`utils.evaluate(model, loader)`) that
+    is given the loader: the loop there is not ddpify's to gather."""
+    holders = facts.loader_holders_of(loader)
+    for callee, calls in facts.calls_named.items():
+        if callee in LOADER_READERS or _defined_here(facts, callee):
+            continue
+        for call in calls:
+            if any(not arg.star and (function, dotted_name(arg.value)) in holders
+                   and facts.sees_value(call, name, function)
+                   for arg in call.args for function, name in holders):
+                return call
+    return None
+
+
+def _defined_here(facts: Facts, callee: str) -> bool:
+    bare = callee[len("self."):] if callee.startswith("self.") else callee
+    return any(name in facts.functions or name in facts.class_inits for name in (callee, bare))
 
 
 def _may_shuffle_through_kwargs(facts: Facts, loader: Loader) -> bool:

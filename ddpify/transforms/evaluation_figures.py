@@ -328,15 +328,18 @@ def _starts_from_number(facts: Facts, loop: cst.For, name: str) -> bool:
 
 
 def _values_before(facts: Facts, loop: cst.For, name: str) -> List[cst.BaseExpression]:
-    """What `name = ...` (or `a, name = 0, 0`) assigns in the loop's scope, outside it."""
+    """What `name = ...` (or `a, name = 0, 0`, `a = name = 0`) assigns in the loop's scope, outside it."""
     found: List[cst.BaseExpression] = []
 
     class _Assignments(cst.CSTVisitor):
         def on_visit(self, node: cst.CSTNode) -> bool:
             if node is loop or isinstance(node, (cst.FunctionDef, cst.ClassDef)) and node is not function:
                 return False
-            if isinstance(node, cst.Assign) and len(node.targets) == 1:
-                target, value = node.targets[0].target, node.value
+            if not isinstance(node, cst.Assign):
+                return True
+            value = node.value
+            for assign_target in node.targets:  # `correct = total = 0` binds both
+                target = assign_target.target
                 if isinstance(target, cst.Name) and target.value == name:
                     found.append(value)
                 elif isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple) and len(

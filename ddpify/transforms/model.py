@@ -8,7 +8,7 @@ from typing import List, Optional, Tuple, cast
 
 import libcst as cst
 
-from ddpify import names
+from ddpify import effects, names
 from ddpify.analysis import Facts, Model, Statement, calls_within, dotted_name
 from ddpify.transforms.edits import Edits, Rewrite
 from ddpify.transforms.setup import SetupPlan
@@ -266,6 +266,16 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
         if saved is not None and dotted_name(saved) == model.name and not _before_wrap(facts, call, wrap):
             edits.expressions[saved] = _unwrapped(model.name, edits)
             edits.report("DDP103", saved)
+    # A helper of the project that saves or reads the model it is handed
+    # (`utils.save_checkpoint(model, path)`) gets the raw module: its state dict has no
+    # "module." prefix, whether or not the model was wrapped.
+    for call, effect in facts.helper_effects.items():
+        if effect == effects.MIXED:
+            continue  # it may run the model: the wrapper must take that forward
+        for arg in call.args:
+            if not arg.star and dotted_name(arg.value) == model.name and not _before_wrap(facts, call, wrap):
+                edits.expressions[arg.value] = _unwrapped(model.name, edits, _quote_for(facts, arg.value))
+                edits.report("DDP103", arg.value)
     for access in facts.attribute_reads.get(model.name, ()):
         if access.attr.value in WRAPPER_ATTRIBUTES or _under_wrapper_check(facts, access, model.name):
             continue

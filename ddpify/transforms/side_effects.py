@@ -10,7 +10,7 @@ from typing import Callable, List, Optional, Sequence, Set, cast
 
 import libcst as cst
 
-from ddpify import names
+from ddpify import effects, names
 from ddpify.analysis import BlockItem, Facts, Statement, calls_within, dotted_name, string_value
 from ddpify.transforms.edits import Edits, Insertion, replacement
 from ddpify.transforms.setup import SetupPlan
@@ -55,7 +55,7 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Setup
     has written it (or it reads a missing or half-written file)."""
     for call in facts.load_calls:
         if not any(_saved_before(facts, save, call) and _guarded(facts, edits, save)
-                   for save in facts.save_calls):
+                   for save in _writes(facts)):
             continue
         statement: Statement = facts.statement_of(call)
         # `with open(path, "rb") as f: model = torch.load(f)`, also with another `with`
@@ -77,6 +77,11 @@ def _opens_a_file(facts: Facts, node: Optional[cst.CSTNode]) -> bool:
     """`with open(path, "rb") as f:`, not any with (a TemporaryDirectory holds the load)."""
     opens = {call for qualified in names.OPEN for call in facts.calls_named.get(qualified, ())}
     return isinstance(node, cst.With) and any(item.item in opens for item in node.items)
+
+
+def _writes(facts: Facts) -> List[cst.Call]:
+    """torch.save calls and calls of the project's helpers that write files."""
+    return facts.save_calls + [call for call, effect in facts.helper_effects.items() if effect == effects.WRITES]
 
 
 def _guarded(facts: Facts, edits: Edits, node: cst.CSTNode) -> bool:
@@ -102,20 +107,25 @@ def _saved_before(facts: Facts, save: cst.Call, load: cst.Call) -> bool:
 
 
 def _guard_prints_and_saves(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+    for helper_call, effect in facts.helper_effects.items():
+        if effect == effects.MIXED and isinstance(facts.parents.get(helper_call), cst.Expr):
+            edits.report("DDP311", helper_call)
     model_names = {model.name for model in facts.models}
     for statement in facts.output_statements:
         expression = _single_expression(statement)
         if expression is None:
             continue
         call = expression.value
-        if call not in facts.save_calls and _runs_model(facts, call, model_names):
+        writes = call in facts.save_calls or isinstance(call, cst.Call) and facts.helper_effects.get(
+            call) == effects.WRITES
+        if not writes and _runs_model(facts, call, model_names):
             if not _hoist_model_runs(facts, edits, statement, call, model_names):
                 edits.report("DDP308", statement)
                 continue
         if call in facts.save_calls and _saves_to_memory(facts, call):
             continue  # serialising into a buffer writes no file
         edits.guarded[statement] = setup.guard_for(facts, statement)
-        edits.report("DDP302" if call in facts.save_calls else "DDP301", statement)
+        edits.report("DDP302" if writes else "DDP301", statement)
 
 
 def _saves_to_memory(facts: Facts, call: cst.BaseExpression) -> bool:
@@ -135,6 +145,8 @@ def _runs_model(facts: Facts, call: cst.BaseExpression, model_names: Set[str]) -
 
 
 def _runs_the_model(facts: Facts, inner: cst.Call, model_names: Set[str]) -> bool:
+    if facts.helper_effects.get(inner, effects.MIXED) != effects.MIXED:
+        return False  # a helper that only reads the model (its parameters, its state dict)
     if dotted_name(inner.func) in model_names:
         return True
     if any(dotted_name(arg.value) in model_names for arg in inner.args):

@@ -1,0 +1,330 @@
+"""What a function of the project's own modules does when it is called, read from its source.
+
+A call the script makes into one of its helper modules (`progress_bar(i, n, msg)`,
+`utils.save_checkpoint(model, path)`) can be guarded to rank 0 only when the function does
+nothing a rank must do itself: it prints (SPEAKS) or also writes files (WRITES), and
+otherwise only computes from its arguments. Anything else - a model run, a collective, a
+call ddpify does not know, a change to an object it was handed - makes it OPAQUE, and the
+call stays on every rank as it was. The modules are read with `ast`, never rewritten.
+"""
+import ast
+import builtins
+from typing import Callable, Dict, Iterator, List, Optional, Set, Union
+
+from ddpify import names
+
+PURE, SPEAKS, WRITES, OPAQUE = "pure", "speaks", "writes", "opaque"
+# Opaque, and prints as well: its output appears once per rank (DDP311).
+MIXED = "mixed"
+_RANK = {PURE: 0, SPEAKS: 1, WRITES: 2}
+
+OUTPUT_CALLS = frozenset({
+    "builtins.print", "sys.stdout.write", "sys.stdout.flush", "sys.stderr.write",
+    "sys.stderr.flush", "pprint.pprint",
+}) | names.PROGRESS_WRITE
+WRITE_CALLS = names.MAKE_DIRECTORIES | names.DUMP_TO_FILE | frozenset({
+    names.TORCH_SAVE, "shutil.copy2", "shutil.move", "os.remove", "os.replace", "os.rename",
+})
+# Computations with no effect outside their result.
+PURE_CALLS = frozenset(f"builtins.{name}" for name in (
+    "len", "int", "float", "str", "bool", "round", "min", "max", "abs", "range", "enumerate",
+    "zip", "format", "repr", "isinstance", "sum", "sorted", "list", "dict", "tuple", "set",
+    "divmod", "hasattr", "getattr", "map", "filter", "any", "all", "reversed", "type",
+)) | frozenset({
+    "time.time", "time.perf_counter", "time.monotonic", "time.strftime", "time.localtime",
+    "time.gmtime", "datetime.datetime.now", "datetime.timedelta", "shutil.get_terminal_size",
+    "os.get_terminal_size", "os.getcwd", "json.dumps",
+})
+PURE_PREFIXES = ("math.", "os.path.", "datetime.", "string.")
+# Methods that read their object; on anything the function did not make itself, only these.
+READING_METHODS = frozenset({
+    "item", "tolist", "cpu", "detach", "numpy", "mean", "sum", "max", "min", "argmax", "norm",
+    "size", "dim", "numel", "float", "double", "int", "long", "keys", "values", "items", "get",
+    "format", "join", "split", "strip", "rstrip", "lstrip", "ljust", "rjust", "center",
+    "replace", "startswith", "endswith", "upper", "lower", "copy", "state_dict", "parameters",
+    "named_parameters", "eq", "view", "reshape", "squeeze", "unsqueeze", "topk", "t",
+    "expand_as", "isoformat", "strftime", "total_seconds", "count", "index",
+})
+LOG_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "log"})
+# Open modes that write.
+_WRITING_MODES = set("wax+")
+
+Resolve = Callable[[str], str]
+
+
+class FunctionEffects:
+    """The effect of each top-level function of one module, computed on demand."""
+
+    def __init__(self, tree: ast.Module, package: str = "",
+                 resolve_elsewhere: Optional[Resolve] = None) -> None:
+        self._functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+        self.imports = _import_table(tree, package)
+        # Module-level `logger = logging.getLogger(...)`: its calls only log.
+        self.loggers = {target.id for node in tree.body if isinstance(node, ast.Assign)
+                        and isinstance(node.value, ast.Call)
+                        and self.qualified(_dotted(node.value.func) or "") == names.GET_LOGGER
+                        for target in node.targets if isinstance(target, ast.Name)}
+        self._resolve_elsewhere = resolve_elsewhere
+        self._known: Dict[str, str] = {}
+
+    @property
+    def functions(self) -> List[str]:
+        return list(self._functions)
+
+    def of(self, name: str) -> str:
+        """PURE, SPEAKS, WRITES, or OPAQUE; MIXED for an opaque function that also prints."""
+        if name not in self._known:
+            self._known[name] = OPAQUE  # a recursive call is not followed
+            function = self._functions.get(name)
+            self._known[name] = OPAQUE if function is None else _Reader(self, function).effect()
+            if self._known[name] == OPAQUE and function is not None and self._prints(function):
+                self._known[name] = MIXED
+        return self._known[name]
+
+    def _prints(self, function: ast.FunctionDef) -> bool:
+        for node in ast.walk(function):
+            if isinstance(node, ast.Call):
+                qualified = self.qualified(_dotted(node.func) or "")
+                if qualified in OUTPUT_CALLS or qualified in self._functions and self.of(qualified) in (
+                        SPEAKS, MIXED):
+                    return True
+        return False
+
+    def qualified(self, dotted: str) -> str:
+        head, _, rest = dotted.partition(".")
+        if head in self.imports:
+            return self.imports[head] + ("." + rest if rest else "")
+        if head in _BUILTINS:
+            return "builtins." + dotted
+        return dotted
+
+    def of_call(self, qualified: str) -> str:
+        """The effect of a call by its qualified name, made from inside this module."""
+        if qualified in self._functions:
+            return self.of(qualified)
+        if qualified in OUTPUT_CALLS or qualified.startswith("matplotlib.pyplot."):
+            return WRITES if qualified in WRITE_CALLS else SPEAKS
+        if qualified in WRITE_CALLS:
+            return WRITES
+        if qualified in PURE_CALLS or qualified.startswith(PURE_PREFIXES):
+            return PURE
+        if qualified.startswith("logging."):
+            return SPEAKS
+        if self._resolve_elsewhere is not None:
+            return self._resolve_elsewhere(qualified)
+        return OPAQUE
+
+
+_BUILTINS = frozenset(dir(builtins))
+
+
+def strongest(effects: List[str]) -> str:
+    if OPAQUE in effects or MIXED in effects:
+        return OPAQUE
+    return max(effects, key=_RANK.__getitem__, default=PURE)
+
+
+class _Reader:
+    """One function's statements, read for the strongest effect they have."""
+
+    def __init__(self, module: FunctionEffects, function: ast.FunctionDef) -> None:
+        self.module = module
+        self.function = function
+        arguments = function.args
+        self.parameters = {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}
+        self.parameters |= {a.arg for a in (arguments.vararg, arguments.kwarg) if a is not None}
+        self.made_here = _names_made_in(function) - self.parameters
+        self.declared_global = {name for node in ast.walk(function) if isinstance(node, ast.Global)
+                                for name in node.names}
+
+    def effect(self) -> str:
+        if self.function.decorator_list:
+            return OPAQUE
+        return strongest([self._statement(statement) for statement in self.function.body])
+
+    def _statement(self, statement: ast.stmt) -> str:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import,
+                                  ast.ImportFrom, ast.AsyncFor, ast.AsyncWith)):
+            return OPAQUE
+        if any(isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr))
+               for node in ast.walk(statement) if not isinstance(node, ast.Lambda)):
+            return OPAQUE
+        if isinstance(statement, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            if not all(self._own_target(target) for target in targets):
+                return OPAQUE
+        if isinstance(statement, ast.Delete) and not all(self._own_target(t) for t in statement.targets):
+            return OPAQUE
+        if isinstance(statement, (ast.For, ast.With)) and not self._own_loop_or_with_target(statement):
+            return OPAQUE
+        effects = [self._call(call) for call in _calls_in(statement)]
+        for block in _blocks_of(statement):
+            effects += [self._statement(inner) for inner in block]
+        return strongest(effects)
+
+    def _own_target(self, target: ast.expr) -> bool:
+        """An assignment to a name (a local, or a global the function declares), or into an
+        object the function made itself."""
+        if isinstance(target, ast.Name):
+            return True
+        if isinstance(target, (ast.Tuple, ast.List)):
+            return all(self._own_target(element) for element in target.elts)
+        if isinstance(target, ast.Starred):
+            return self._own_target(target.value)
+        if isinstance(target, (ast.Attribute, ast.Subscript)):
+            base = _base_name(target)
+            return base is not None and base in self.made_here and base not in self.declared_global
+        return False
+
+    def _own_loop_or_with_target(self, statement: Union[ast.For, ast.With]) -> bool:
+        targets = [statement.target] if isinstance(statement, ast.For) else [
+            item.optional_vars for item in statement.items if item.optional_vars is not None]
+        return all(self._own_target(target) for target in targets)
+
+    def _call(self, call: ast.Call) -> str:
+        dotted = _dotted(call.func)
+        if isinstance(call.func, ast.Attribute):
+            base = _base_name(call.func)
+            if base is not None and base in self.made_here and base not in self.declared_global:
+                # A method of something this function made: a list it fills, a file it opened.
+                return WRITES if call.func.attr in ("write", "writelines", "writerow", "writerows") \
+                    and base in self._opened_for_writing() else PURE
+            if base in self.module.loggers and call.func.attr in LOG_METHODS:
+                return SPEAKS
+            if dotted is None or (base is not None and base not in self.module.imports):
+                return PURE if call.func.attr in READING_METHODS else OPAQUE
+        if dotted is None:
+            return OPAQUE
+        qualified = self.module.qualified(dotted)
+        if qualified == "builtins.open":
+            return WRITES if _opens_for_writing(call) else PURE
+        if isinstance(call.func, ast.Name) and call.func.id in self.parameters | self.made_here:
+            return OPAQUE  # a callable it was handed (the model, a callback)
+        return self.module.of_call(qualified)
+
+    def _opened_for_writing(self) -> Set[str]:
+        opened: Set[str] = set()
+        for node in ast.walk(self.function):
+            if isinstance(node, ast.With):
+                for item in node.items:
+                    if (isinstance(item.context_expr, ast.Call) and isinstance(item.optional_vars, ast.Name)
+                            and _opens_for_writing(item.context_expr)):
+                        opened.add(item.optional_vars.id)
+            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _dotted(
+                    node.value.func) in ("csv.writer", "csv.DictWriter", "open"):
+                opened |= {target.id for target in node.targets if isinstance(target, ast.Name)}
+        return opened
+
+
+def _opens_for_writing(call: ast.Call) -> bool:
+    mode: Optional[ast.expr] = call.args[1] if len(call.args) > 1 else None
+    for keyword in call.keywords:
+        if keyword.arg == "mode":
+            mode = keyword.value
+    if mode is None:
+        return False
+    if isinstance(mode, ast.Constant) and isinstance(mode.value, str):
+        return bool(set(mode.value) & _WRITING_MODES)
+    return True  # a mode ddpify cannot read: take it as a write
+
+
+def _calls_in(statement: ast.stmt) -> Iterator[ast.Call]:
+    """The calls of the statement itself, not of the blocks it holds."""
+    for expression in _own_expressions(statement):
+        for node in ast.walk(expression):
+            if isinstance(node, ast.Call):
+                yield node
+
+
+def _own_expressions(statement: ast.stmt) -> List[ast.AST]:
+    blocks = {id(inner) for block in _blocks_of(statement) for inner in block}
+    found: List[ast.AST] = []
+    for field in ast.iter_child_nodes(statement):
+        if id(field) not in blocks and not isinstance(field, (ast.stmt, ast.excepthandler)):
+            found.append(field)
+    if isinstance(statement, ast.Try):
+        found += [handler.type for handler in statement.handlers if handler.type is not None]
+    return found
+
+
+def _blocks_of(statement: ast.stmt) -> List[List[ast.stmt]]:
+    blocks = [getattr(statement, name) for name in ("body", "orelse", "finalbody")
+              if isinstance(getattr(statement, name, None), list)]
+    if isinstance(statement, ast.Try):
+        blocks += [handler.body for handler in statement.handlers]
+    return blocks
+
+
+def _names_made_in(function: ast.FunctionDef) -> Set[str]:
+    """Names the function binds to a value it creates (not to one it was handed)."""
+    made: Set[str] = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and not isinstance(node.value, (ast.Name, ast.Attribute, ast.Subscript)):
+            for target in node.targets:
+                made |= _bound_names(target)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and isinstance(node.target, ast.Name):
+            made.add(node.target.id)
+        elif isinstance(node, ast.With):
+            made |= {name for item in node.items if item.optional_vars is not None
+                     for name in _bound_names(item.optional_vars)}
+        elif isinstance(node, ast.comprehension):
+            made |= _bound_names(node.target)
+    return made
+
+
+def _bound_names(target: ast.expr) -> Set[str]:
+    if isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return {name for element in target.elts for name in _bound_names(element)}
+    if isinstance(target, ast.Starred):
+        return _bound_names(target.value)
+    return set()
+
+
+def _base_name(node: ast.expr) -> Optional[str]:
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _dotted(node: ast.expr) -> Optional[str]:
+    parts: List[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _import_table(tree: ast.Module, package: str) -> Dict[str, str]:
+    """What each imported name of the module stands for (`np` -> "numpy"; in package `utils`,
+    `from .misc import bar` -> "utils.misc.bar")."""
+    table: Dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    table[alias.asname] = alias.name
+                else:
+                    head = alias.name.split(".")[0]
+                    table[head] = head
+        elif isinstance(node, ast.ImportFrom):
+            module = absolute_module(node, package)
+            for alias in node.names:
+                if module is not None and alias.name != "*":
+                    table[alias.asname or alias.name] = f"{module}.{alias.name}"
+    return table
+
+
+def absolute_module(node: ast.ImportFrom, package: str) -> Optional[str]:
+    """The module a `from ... import` reads, with relative imports made absolute."""
+    if not node.level:
+        return node.module
+    parts = package.split(".") if package else []
+    if node.level - 1 > len(parts) or not package:
+        return None
+    base = parts[: len(parts) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else [])) or None

@@ -1,0 +1,137 @@
+"""The script's own modules: what the functions it imports from them do (ddpify/effects.py).
+
+`python train.py` puts the script's folder first on sys.path, so `import utils` there means
+utils.py or utils/__init__.py beside the script; only such files are read, never anything
+installed. What ddpify learns is handed to the migration as a `Project`: a call of a helper
+that only prints is guarded like a print, one that writes files like a `torch.save`.
+"""
+import ast
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Dict, Iterable, Mapping, Optional, Set, Tuple
+
+from ddpify.effects import OPAQUE, FunctionEffects, absolute_module
+
+# Folders of installed packages: a script there is not part of a project being migrated.
+INSTALLED = frozenset({"site-packages", "dist-packages"})
+# How far `from .misc import bar` re-exports are followed, and how many modules one script
+# may pull in: a project is a handful of files, not a site-packages.
+MAX_REEXPORTS = 4
+MAX_MODULES = 64
+
+
+class Project:
+    """The effect of calling a function of the project's own modules (effects.PURE, SPEAKS,
+    WRITES or MIXED; None for anything else), by the name the script's calls resolve to:
+    "utils.progress_bar", or the bare name after `from utils import *`. Modules are read
+    when a call asks for them."""
+
+    def __init__(self, modules: Optional["_Modules"] = None, imported: Iterable[str] = (),
+                 star_names: Optional[Mapping[str, str]] = None) -> None:
+        self._modules = modules
+        self._imported = frozenset(imported)
+        self._star_names = dict(star_names or {})
+        self._known: Dict[str, Optional[str]] = {}
+
+    def effect(self, qualified: str) -> Optional[str]:
+        if self._modules is None:
+            return None
+        if qualified not in self._known:
+            self._known[qualified] = self._effect(self._modules, qualified)
+        return self._known[qualified]
+
+    def _effect(self, modules: "_Modules", qualified: str) -> Optional[str]:
+        qualified = self._star_names.get(qualified, qualified)
+        module = qualified.rpartition(".")[0]
+        if not any(module == name or module.startswith(name + ".") for name in self._imported):
+            return None
+        effect = modules.effect_of(qualified)
+        return None if effect == OPAQUE else effect
+
+
+def read(script: str, source: str) -> Project:
+    """The project around `script`, whose text is `source`. A script that does not parse is
+    not ddpify's to judge here: the migration itself reports it."""
+    root = Path(script).resolve().parent
+    if INSTALLED.intersection(root.parts):
+        return Project()  # installed code: its imports are other packages, not its project
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return Project()
+    modules = _Modules(root)
+    imported: Set[str] = set()
+    star_names: Dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names if modules.effects(alias.name) is not None}
+        elif isinstance(node, ast.ImportFrom):
+            module = absolute_module(node, "")
+            effects = modules.effects(module) if module is not None else None
+            if module is None or effects is None:
+                continue
+            imported.add(module)
+            if any(alias.name == "*" for alias in node.names):
+                star_names.update((name, f"{module}.{name}") for name in effects.functions
+                                  if not name.startswith("_"))
+    return Project(modules, imported, star_names) if imported else Project()
+
+
+class _Modules:
+    """The project's modules under one folder, read once each."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._read: Dict[str, Optional[FunctionEffects]] = {}
+
+    def effects(self, module: str) -> Optional[FunctionEffects]:
+        """The module's functions, or None when it is not one of the project's files."""
+        if module not in self._read:
+            if len(self._read) >= MAX_MODULES:
+                return None
+            self._read[module] = None  # an import cycle reads it once
+            found = _module_file(self.root, module)
+            if found is not None:
+                path, is_package = found
+                tree = _parsed(str(path), *_stamp(path))
+                if tree is not None:
+                    package = module if is_package else module.rpartition(".")[0]
+                    self._read[module] = FunctionEffects(tree, package, self.effect_of)
+        return self._read[module]
+
+    def effect_of(self, qualified: str, depth: int = 0) -> str:
+        """The effect of calling `qualified` (module.function), followed through re-exports."""
+        module, _, name = qualified.rpartition(".")
+        effects = self.effects(module) if module else None
+        if effects is None or depth > MAX_REEXPORTS:
+            return OPAQUE
+        if name in effects.functions:
+            return effects.of(name)
+        if name in effects.imports:
+            return self.effect_of(effects.imports[name], depth + 1)
+        return OPAQUE
+
+
+def _module_file(root: Path, module: str) -> Optional[Tuple[Path, bool]]:
+    base = root.joinpath(*module.split("."))
+    if (base / "__init__.py").is_file():
+        return base / "__init__.py", True
+    if base.with_suffix(".py").is_file():
+        return base.with_suffix(".py"), False
+    return None
+
+
+def _stamp(path: Path) -> Tuple[int, int]:
+    stat = path.stat()
+    return stat.st_mtime_ns, stat.st_size
+
+
+@lru_cache(maxsize=256)
+def _parsed(path: str, _mtime: int, _size: int) -> Optional[ast.Module]:
+    """A walk over many scripts of one project reads each helper module once."""
+    try:
+        with open(path, "rb") as handle:
+            return ast.parse(handle.read(), filename=os.fspath(path))
+    except (OSError, SyntaxError, ValueError):
+        return None

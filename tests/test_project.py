@@ -1,0 +1,203 @@
+"""The project view: what the functions of a script's own modules do (ddpify/project.py,
+ddpify/effects.py), and what the migration does with calls of them."""
+import textwrap
+
+import pytest
+
+from ddpify import effects, project
+from ddpify.api import migrate_source
+
+HELPERS = '''
+import logging
+import os
+import sys
+
+import torch
+
+logger = logging.getLogger(__name__)
+history = []
+
+
+def bar(current, total, message=""):
+    sys.stdout.write(f"\\r{current + 1}/{total} {message}")
+    sys.stdout.flush()
+
+
+def say(message):
+    print(message)
+
+
+def note(message):
+    logger.info(message)
+
+
+def save(model, path):
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    torch.save(model.state_dict(), path)
+
+
+def to_csv(rows, path):
+    with open(path, "w") as handle:
+        for row in rows:
+            handle.write(",".join(map(str, row)) + "\\n")
+
+
+def read_text(path):
+    with open(path) as handle:
+        return handle.read()
+
+
+def norm(model):
+    return sum(p.norm().item() for p in model.parameters())
+
+
+def evaluate(model, x):
+    return model(x).argmax(1)
+
+
+def evaluate_and_print(model, x):
+    print(evaluate(model, x))
+
+
+def remember(value):
+    history.append(value)
+
+
+def update(meter, value):
+    meter.update(value)
+
+
+def step(optimizer):
+    optimizer.step()
+
+
+@torch.no_grad()
+def decorated(message):
+    print(message)
+
+
+def call_back(fn, message):
+    fn(message)
+'''
+
+
+@pytest.fixture
+def script(tmp_path):
+    (tmp_path / "helpers.py").write_text(HELPERS)
+    return tmp_path / "train.py"
+
+
+def effects_of(script, source):
+    script.write_text(source)
+    found = project.read(str(script), source)
+    return {name: found.effect(f"helpers.{name}") for name in (
+        "bar", "say", "note", "save", "to_csv", "read_text", "norm", "evaluate",
+        "evaluate_and_print", "remember", "update", "step", "decorated", "call_back")}
+
+
+def test_each_helper_gets_its_effect(script):
+    assert effects_of(script, "import helpers\n") == {
+        "bar": effects.SPEAKS, "say": effects.SPEAKS, "note": effects.SPEAKS,
+        "save": effects.WRITES, "to_csv": effects.WRITES, "read_text": effects.PURE,
+        "norm": effects.PURE,
+        # It runs a callable it was handed (the model): every rank must call it.
+        "evaluate": None, "evaluate_and_print": effects.MIXED,
+        # Changes to state that outlives the call, or to an object it was handed.
+        "remember": None, "update": None, "step": None,
+        "decorated": None, "call_back": None,
+    }
+
+
+def test_from_import_and_alias(script):
+    source = "from helpers import bar, save as keep\n"
+    script.write_text(source)
+    found = project.read(str(script), source)
+    assert found.effect("helpers.bar") == effects.SPEAKS
+    assert found.effect("helpers.save") == effects.WRITES
+    assert found.effect("torch.save") is None
+
+
+def test_star_import_gives_bare_names(script):
+    source = "from helpers import *\n"
+    script.write_text(source)
+    found = project.read(str(script), source)
+    assert found.effect("say") == effects.SPEAKS
+    assert found.effect("helpers.say") == effects.SPEAKS
+
+
+def test_package_reexport_is_followed(tmp_path):
+    package = tmp_path / "tools"
+    package.mkdir()
+    (package / "__init__.py").write_text("from .display import progress_bar\n")
+    (package / "display.py").write_text("from .text import line\n\n\ndef progress_bar(i, n):\n"
+                                        "    print(line(i, n))\n")
+    (package / "text.py").write_text("def line(i, n):\n    return f'{i}/{n}'\n")
+    source = "from tools import progress_bar\nimport tools.display\n"
+    found = project.read(str(tmp_path / "train.py"), source)
+    assert found.effect("tools.progress_bar") == effects.SPEAKS
+    assert found.effect("tools.display.progress_bar") == effects.SPEAKS
+
+
+def test_nothing_installed_is_read(tmp_path):
+    installed = tmp_path / "lib" / "site-packages"
+    installed.mkdir(parents=True)
+    (installed / "helpers.py").write_text(HELPERS)
+    found = project.read(str(installed / "train.py"), "import helpers\n")
+    assert found.effect("helpers.say") is None
+
+
+def test_a_helper_module_that_does_not_parse_is_no_helper(tmp_path):
+    (tmp_path / "helpers.py").write_text("def say(message):\n    print(message\n")
+    found = project.read(str(tmp_path / "train.py"), "import helpers\n")
+    assert found.effect("helpers.say") is None
+
+
+TRAIN = textwrap.dedent('''\
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import helpers
+    from helpers import *
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+    model = nn.Linear(4, 1).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for step_index, (x, y) in enumerate(loader):
+            optimizer.zero_grad()
+            loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))
+            loss.backward()
+            optimizer.step()
+            bar(step_index, len(loader), f"{loss.item():.3f}")
+        helpers.say(f"epoch {epoch} norm {helpers.norm(model):.3f}")
+        helpers.save(model, "out/model.pt")
+        helpers.evaluate_and_print(model, x)
+''')
+
+
+def test_migration_guards_helpers_that_print_or_write(script):
+    script.write_text(TRAIN)
+    result = migrate_source(TRAIN, project=project.read(str(script), TRAIN))
+    assert "        if is_main:\n            bar(step_index" in result.code
+    assert '    if is_main:\n        helpers.say(f"epoch {epoch} norm {helpers.norm(getattr(model, \'module\', model))' \
+        in result.code
+    assert '        helpers.save(getattr(model, "module", model), "out/model.pt")' in result.code
+    # It runs the model: it stays on every rank, with the model as it is, and says so.
+    assert "\n    helpers.evaluate_and_print(model, x)\n" in result.code
+    codes = [d.code for d in result.diagnostics]
+    assert codes.count("DDP301") == 2 and "DDP302" in codes and "DDP311" in codes
+
+
+def test_without_the_project_helpers_stay_as_they_were(script):
+    result = migrate_source(TRAIN)
+    assert "bar(step_index" in result.code and "if is_main:\n            bar(" not in result.code
+    assert "DDP311" not in [d.code for d in result.diagnostics]
+
+
+def test_a_function_of_the_script_shadows_a_star_imported_helper(script):
+    source = TRAIN.replace("device = torch", "def bar(*args):\n    pass\n\n\ndevice = torch")
+    script.write_text(source)
+    result = migrate_source(source, project=project.read(str(script), source))
+    assert "if is_main:\n            bar(" not in result.code
