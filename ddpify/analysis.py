@@ -452,6 +452,7 @@ def analyse(wrapper: MetadataWrapper, helper_effect: Optional[Callable[[str], Op
     facts.parents = collector.parents
     facts.trains = bool(collector.training_tops & _reached_when_run(facts.module, collector.names_in_top))
     facts.training_calls = collector.training_calls
+    collector.note_helper_methods()
     _note_helper_output(facts, collector.helper_calls)
     _mark_loops_calling_training_functions(facts, collector.training_calls)
     return facts
@@ -901,6 +902,25 @@ class _Collector(cst.CSTVisitor):
             self.facts.helper_effects[node] = effect
             statement = self._statement(node) if self._is_statement_call(node) else None
             self.helper_calls[node] = (qualified, statement)
+
+    def note_helper_methods(self) -> None:
+        """`progress.display(i)` where every `progress = ProgressMeter(...)` makes an object
+        of a class of the project's modules: the effect of ProgressMeter.display."""
+        for callee, calls in self.facts.calls_by_callee.items():
+            owner, _, method = callee.rpartition(".")
+            values = self.facts.assigned_values.get(owner, [])
+            if not owner or not values or not all(isinstance(value, cst.Call) for value in values):
+                continue
+            found = {self.helper_effect(f"{qualified}.{method}")
+                     for value in values for qualified in self._qualified(cast(cst.Call, value).func)}
+            if len(found) != 1 or None in found:
+                continue
+            effect = found.pop()
+            for call in calls:
+                if call not in self.facts.helper_effects:
+                    self.facts.helper_effects[call] = cast(str, effect)
+                    statement = self._statement(call) if self._is_statement_call(call) else None
+                    self.helper_calls[call] = (callee, statement)
 
     def _is_statement_call(self, node: cst.Call) -> bool:
         parent = self.parents.get(node)

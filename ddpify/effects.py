@@ -24,6 +24,7 @@ OUTPUT_CALLS = frozenset({
 }) | names.PROGRESS_WRITE
 WRITE_CALLS = names.MAKE_DIRECTORIES | names.DUMP_TO_FILE | frozenset({
     names.TORCH_SAVE, "shutil.copy2", "shutil.move", "os.remove", "os.replace", "os.rename",
+    "cv2.imwrite", "imageio.imwrite", "imageio.imsave",
 })
 # Computations with no effect outside their result.
 PURE_CALLS = frozenset(f"builtins.{name}" for name in (
@@ -35,7 +36,14 @@ PURE_CALLS = frozenset(f"builtins.{name}" for name in (
     "time.gmtime", "datetime.datetime.now", "datetime.timedelta", "shutil.get_terminal_size",
     "os.get_terminal_size", "os.getcwd", "json.dumps",
 })
-PURE_PREFIXES = ("math.", "os.path.", "datetime.", "string.")
+# Libraries that cannot reach another rank or the model: image and array computations.
+PURE_PREFIXES = ("math.", "os.path.", "datetime.", "string.", "numpy.", "PIL.", "torch.nn.functional.")
+TENSOR_FUNCTIONS = frozenset(f"torch.{name}" for name in (
+    "cat", "stack", "argmax", "argmin", "max", "min", "mean", "sum", "exp", "log", "sqrt",
+    "abs", "clamp", "round", "softmax", "sigmoid", "tensor", "as_tensor", "zeros", "ones",
+    "zeros_like", "ones_like", "arange", "linspace", "no_grad", "inference_mode", "isfinite",
+    "isnan", "topk", "sort", "flatten", "where", "from_numpy",
+))
 # Methods that read their object; on anything the function did not make itself, only these.
 READING_METHODS = frozenset({
     "item", "tolist", "cpu", "detach", "numpy", "mean", "sum", "max", "min", "argmax", "norm",
@@ -44,7 +52,13 @@ READING_METHODS = frozenset({
     "replace", "startswith", "endswith", "upper", "lower", "copy", "state_dict", "parameters",
     "named_parameters", "eq", "view", "reshape", "squeeze", "unsqueeze", "topk", "t",
     "expand_as", "isoformat", "strftime", "total_seconds", "count", "index",
+    # Tensor and array methods that return a new value (in-place ones end in "_").
+    "clone", "clamp", "transpose", "permute", "contiguous", "flatten", "astype", "mul", "add",
+    "sub", "div", "abs", "round", "sqrt", "exp", "log", "softmax", "sigmoid", "std", "var",
+    "any", "all", "shape", "type_as", "to_dense", "half", "bool", "byte", "clip",
 })
+# Methods that write a file, on an object the function made (a PIL image, a figure, a frame).
+SAVING_METHODS = frozenset({"save", "savefig", "to_csv", "to_json", "to_parquet", "dump", "imwrite"})
 LOG_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "log"})
 # Open modes that write.
 _WRITING_MODES = set("wax+")
@@ -53,11 +67,20 @@ Resolve = Callable[[str], str]
 
 
 class FunctionEffects:
-    """The effect of each top-level function of one module, computed on demand."""
+    """The effect of each top-level function and each method ("Class.method") of one module,
+    computed on demand."""
 
     def __init__(self, tree: ast.Module, package: str = "",
                  resolve_elsewhere: Optional[Resolve] = None) -> None:
         self._functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+        self.classes = [node.name for node in tree.body if isinstance(node, ast.ClassDef)]
+        self._class_of: Dict[str, str] = {}
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                for method in node.body:
+                    if isinstance(method, ast.FunctionDef):
+                        self._functions[f"{node.name}.{method.name}"] = method
+                        self._class_of[f"{node.name}.{method.name}"] = node.name
         self.imports = _import_table(tree, package)
         # Module-level `logger = logging.getLogger(...)`: its calls only log.
         self.loggers = {target.id for node in tree.body if isinstance(node, ast.Assign)
@@ -69,14 +92,18 @@ class FunctionEffects:
 
     @property
     def functions(self) -> List[str]:
+        """Top-level functions and methods ("Class.method")."""
         return list(self._functions)
+
+    def class_of(self, method: str) -> Optional[str]:
+        return self._class_of.get(method)
 
     def of(self, name: str) -> str:
         """PURE, SPEAKS, WRITES, or OPAQUE; MIXED for an opaque function that also prints."""
         if name not in self._known:
             self._known[name] = OPAQUE  # a recursive call is not followed
             function = self._functions.get(name)
-            self._known[name] = OPAQUE if function is None else _Reader(self, function).effect()
+            self._known[name] = OPAQUE if function is None else _Reader(self, function, self.class_of(name)).effect()
             if self._known[name] == OPAQUE and function is not None and self._prints(function):
                 self._known[name] = MIXED
         return self._known[name]
@@ -106,7 +133,7 @@ class FunctionEffects:
             return WRITES if qualified in WRITE_CALLS else SPEAKS
         if qualified in WRITE_CALLS:
             return WRITES
-        if qualified in PURE_CALLS or qualified.startswith(PURE_PREFIXES):
+        if qualified in PURE_CALLS or qualified in TENSOR_FUNCTIONS or qualified.startswith(PURE_PREFIXES):
             return PURE
         if qualified.startswith("logging."):
             return SPEAKS
@@ -127,10 +154,16 @@ def strongest(effects: List[str]) -> str:
 class _Reader:
     """One function's statements, read for the strongest effect they have."""
 
-    def __init__(self, module: FunctionEffects, function: ast.FunctionDef) -> None:
+    def __init__(self, module: FunctionEffects, function: ast.FunctionDef,
+                 owner: Optional[str] = None) -> None:
         self.module = module
         self.function = function
         arguments = function.args
+        # In a method, `self.other()` is the class's own method; `self.x = ...` changes the
+        # object, which makes the method opaque (`meter.update(v)` runs on every rank).
+        positional = arguments.posonlyargs + arguments.args
+        self.owner = owner
+        self.self_name = positional[0].arg if owner is not None and positional else None
         self.parameters = {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}
         self.parameters |= {a.arg for a in (arguments.vararg, arguments.kwarg) if a is not None}
         self.made_here = _names_made_in(function) - self.parameters
@@ -183,14 +216,25 @@ class _Reader:
 
     def _call(self, call: ast.Call) -> str:
         dotted = _dotted(call.func)
+        if (self.self_name is not None and isinstance(call.func, ast.Attribute)
+                and isinstance(call.func.value, ast.Name) and call.func.value.id == self.self_name
+                and f"{self.owner}.{call.func.attr}" in self.module.functions):
+            return self.module.of(f"{self.owner}.{call.func.attr}")
         if isinstance(call.func, ast.Attribute):
             base = _base_name(call.func)
             if base is not None and base in self.made_here and base not in self.declared_global:
-                # A method of something this function made: a list it fills, a file it opened.
-                return WRITES if call.func.attr in ("write", "writelines", "writerow", "writerows") \
-                    and base in self._opened_for_writing() else PURE
+                # A method of something this function made: a list it fills, a file it opened,
+                # an image it saves.
+                if call.func.attr in ("write", "writelines", "writerow", "writerows"):
+                    return WRITES if base in self._opened_for_writing() else PURE
+                return WRITES if call.func.attr in SAVING_METHODS else PURE
             if base in self.module.loggers and call.func.attr in LOG_METHODS:
                 return SPEAKS
+            if call.func.attr.endswith("_") and not call.func.attr.startswith("_"):
+                return OPAQUE  # in place (`x.detach().add_(1)` changes what it was handed)
+            if self._fresh(call.func.value):
+                # `Image.fromarray(a).save(path)`: a value just made by a library call.
+                return WRITES if call.func.attr in SAVING_METHODS else PURE
             if dotted is None or (base is not None and base not in self.module.imports):
                 return PURE if call.func.attr in READING_METHODS else OPAQUE
         if dotted is None:
@@ -201,6 +245,19 @@ class _Reader:
         if isinstance(call.func, ast.Name) and call.func.id in self.parameters | self.made_here:
             return OPAQUE  # a callable it was handed (the model, a callback)
         return self.module.of_call(qualified)
+
+    def _fresh(self, value: ast.expr) -> bool:
+        """A new object from a library that cannot reach the model or another rank (an
+        array, an image, a tensor), or from a reading method."""
+        if not isinstance(value, ast.Call):
+            return False
+        if isinstance(value.func, ast.Attribute) and value.func.attr in READING_METHODS:
+            return True
+        dotted = _dotted(value.func)
+        if dotted is None or dotted in self.module.functions:
+            return False
+        qualified = self.module.qualified(dotted)
+        return qualified in PURE_CALLS or qualified in TENSOR_FUNCTIONS or qualified.startswith(PURE_PREFIXES)
 
     def _opened_for_writing(self) -> Set[str]:
         opened: Set[str] = set()

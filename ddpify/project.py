@@ -42,7 +42,8 @@ class Project:
         return self._known[qualified]
 
     def _effect(self, modules: "_Modules", qualified: str) -> Optional[str]:
-        qualified = self._star_names.get(qualified, qualified)
+        head, dot, rest = qualified.partition(".")
+        qualified = self._star_names.get(head, head) + dot + rest
         module = qualified.rpartition(".")[0]
         if not any(module == name or module.startswith(name + ".") for name in self._imported):
             return None
@@ -73,8 +74,8 @@ def read(script: str, source: str) -> Project:
                 continue
             imported.add(module)
             if any(alias.name == "*" for alias in node.names):
-                star_names.update((name, f"{module}.{name}") for name in effects.functions
-                                  if not name.startswith("_"))
+                star_names.update((name, f"{module}.{name}") for name in effects.functions + effects.classes
+                                  if not name.startswith("_") and "." not in name)
     return Project(modules, imported, star_names) if imported else Project()
 
 
@@ -104,12 +105,17 @@ class _Modules:
         """The effect of calling `qualified` (module.function), followed through re-exports."""
         module, _, name = qualified.rpartition(".")
         effects = self.effects(module) if module else None
+        if effects is None and module.count(".") >= 1:
+            # "utils.ProgressMeter.display": a method of a class of module utils.
+            module, _, owner = module.rpartition(".")
+            effects, name = self.effects(module), f"{owner}.{name}"
         if effects is None or depth > MAX_REEXPORTS:
             return OPAQUE
         if name in effects.functions:
             return effects.of(name)
-        if name in effects.imports:
-            return self.effect_of(effects.imports[name], depth + 1)
+        head, dot, rest = name.partition(".")
+        if head in effects.imports:  # re-exported: `from .meters import ProgressMeter`
+            return self.effect_of(effects.imports[head] + dot + rest, depth + 1)
         return OPAQUE
 
 

@@ -12,7 +12,9 @@ import logging
 import os
 import sys
 
+import numpy as np
 import torch
+from PIL import Image
 
 logger = logging.getLogger(__name__)
 history = []
@@ -40,6 +42,13 @@ def to_csv(rows, path):
     with open(path, "w") as handle:
         for row in rows:
             handle.write(",".join(map(str, row)) + "\\n")
+
+
+def save_picture(data, path):
+    array = data.clone().clamp(0, 255).numpy().transpose(1, 2, 0).astype("uint8")
+    Image.fromarray(array).save(path)
+    img = Image.fromarray(np.asarray(array))
+    img.save(path)
 
 
 def read_text(path):
@@ -91,14 +100,15 @@ def effects_of(script, source):
     script.write_text(source)
     found = project.read(str(script), source)
     return {name: found.effect(f"helpers.{name}") for name in (
-        "bar", "say", "note", "save", "to_csv", "read_text", "norm", "evaluate",
+        "bar", "say", "note", "save", "to_csv", "save_picture", "read_text", "norm", "evaluate",
         "evaluate_and_print", "remember", "update", "step", "decorated", "call_back")}
 
 
 def test_each_helper_gets_its_effect(script):
     assert effects_of(script, "import helpers\n") == {
         "bar": effects.SPEAKS, "say": effects.SPEAKS, "note": effects.SPEAKS,
-        "save": effects.WRITES, "to_csv": effects.WRITES, "read_text": effects.PURE,
+        "save": effects.WRITES, "to_csv": effects.WRITES, "save_picture": effects.WRITES,
+        "read_text": effects.PURE,
         "norm": effects.PURE,
         # It runs a callable it was handed (the model): every rank must call it.
         "evaluate": None, "evaluate_and_print": effects.MIXED,
