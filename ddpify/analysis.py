@@ -6,7 +6,7 @@ pass recorded, and one transformer applies them (see transforms/apply.py).
 import builtins
 from dataclasses import dataclass, field
 from typing import (
-    AbstractSet, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union, cast,
+    AbstractSet, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union, cast,
     overload,
 )
 
@@ -18,6 +18,7 @@ from libcst.metadata import (
 )
 
 from ddpify import effects, names
+from ddpify.project import Project
 
 # Statements as libcst builds them: a line of small statements, or an if/for/def/...
 Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
@@ -107,6 +108,8 @@ class Facts:
     # (ddpify/project.py), or also print beside work every rank must do (MIXED), with that
     # effect; a statement call of one that prints or writes is in output_statements too.
     helper_effects: Dict[cst.Call, str] = field(default_factory=dict)
+    # Calls of the project's helpers that take training steps (engine.train_one_epoch).
+    training_helper_calls: List[cst.Call] = field(default_factory=list)
     load_calls: List[cst.Call] = field(default_factory=list)
     main_guard: Optional[cst.If] = None
     data_parallel_calls: List[cst.Call] = field(default_factory=list)
@@ -229,6 +232,12 @@ class Facts:
             found.extend(self.epoch_loops(holder, caller, depth + 1))
         for attribute in self.stored_in_self(name, function):
             found.extend(self.epoch_loops(attribute, function, depth + 1))
+        for call in self.training_helper_calls:
+            # The loader handed to a helper module's training function, once per epoch.
+            outer = self.enclosing_loops(call)
+            if outer and self.sees_value(call, name, function) and any(
+                    not arg.star and dotted_name(arg.value) == name for arg in call.args):
+                found.append((outer[0], name))
         for callee, parameter, call in self._calls_passing(name, function):
             outer = self.enclosing_loops(call)
             if outer and self.epoch_loops(parameter, callee, depth + 1) == [] and self._iterates(
@@ -441,10 +450,10 @@ class Facts:
         return loops
 
 
-def analyse(wrapper: MetadataWrapper, helper_effect: Optional[Callable[[str], Optional[str]]] = None) -> Facts:
-    """The facts of one module; `helper_effect` tells what a function of the project's own
-    modules does, by qualified name (project.Project.effect)."""
-    collector = _Collector(Facts(module=wrapper.module), helper_effect or (lambda _name: None))
+def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Facts:
+    """The facts of one module; `project` tells what the functions of the project's own
+    modules that it calls do."""
+    collector = _Collector(Facts(module=wrapper.module), project or Project())
     wrapper.visit(collector)
     facts = collector.facts
     # Already computed for the visit: resolve() hands back the cached maps.
@@ -565,10 +574,10 @@ def _positional(call: cst.Call) -> List[cst.BaseExpression]:
 class _Collector(cst.CSTVisitor):
     METADATA_DEPENDENCIES = (PositionProvider,)
 
-    def __init__(self, facts: Facts, helper_effect: Callable[[str], Optional[str]]) -> None:
+    def __init__(self, facts: Facts, project: Project) -> None:
         super().__init__()
         self.facts = facts
-        self.helper_effect = helper_effect
+        self.project = project
         self.helper_calls: Dict[cst.Call, Tuple[str, Optional[Statement]]] = {}
         self._function_stack: List[cst.FunctionDef] = []
         # Parents are recorded on the way down: cheaper than a ParentNodeProvider pass,
@@ -897,7 +906,11 @@ class _Collector(cst.CSTVisitor):
             self._note_helper(node, qualified)
 
     def _note_helper(self, node: cst.Call, qualified: str) -> None:
-        effect = self.helper_effect(qualified)
+        if self.project.trains(qualified):
+            # `engine.train_one_epoch(model, loader, optimizer)`: the steps are in there.
+            self.facts.training_helper_calls.append(node)
+            self._note_training()
+        effect = self.project.effect(qualified)
         if effect is not None:
             self.facts.helper_effects[node] = effect
             statement = self._statement(node) if self._is_statement_call(node) else None
@@ -911,7 +924,7 @@ class _Collector(cst.CSTVisitor):
             values = self.facts.assigned_values.get(owner, [])
             if not owner or not values or not all(isinstance(value, cst.Call) for value in values):
                 continue
-            found = {self.helper_effect(f"{qualified}.{method}")
+            found = {self.project.effect(f"{qualified}.{method}")
                      for value in values for qualified in self._qualified(cast(cst.Call, value).func)}
             if len(found) != 1 or None in found:
                 continue

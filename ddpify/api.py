@@ -98,7 +98,7 @@ class _MigrateCommand(CodemodCommand):
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         # The tree was parsed for us alone, so the wrapper may use it without a deep copy.
         wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
-        facts = analyse(wrapper, self.project.effect)
+        facts = analyse(wrapper, self.project)
         if facts.already_distributed is not None:
             position = facts.positions[facts.already_distributed].start
             self.diagnostics.append(Diagnostic("DDP900", position.line, position.column + 1,

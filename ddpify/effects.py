@@ -108,6 +108,21 @@ class FunctionEffects:
                 self._known[name] = MIXED
         return self._known[name]
 
+    def trains(self, name: str, depth: int = 0) -> bool:
+        """The function takes training steps: it calls `.backward()`, itself or through a
+        function of this module."""
+        function = self._functions.get(name)
+        if function is None or depth > 3:
+            return False
+        for node in ast.walk(function):
+            if isinstance(node, ast.Call):
+                if isinstance(node.func, ast.Attribute) and node.func.attr == "backward":
+                    return True
+                callee = self.qualified(_dotted(node.func) or "")
+                if callee in self._functions and callee != name and self.trains(callee, depth + 1):
+                    return True
+        return False
+
     def _prints(self, function: ast.FunctionDef) -> bool:
         for node in ast.walk(function):
             if isinstance(node, ast.Call):

@@ -41,14 +41,24 @@ class Project:
             self._known[qualified] = self._effect(self._modules, qualified)
         return self._known[qualified]
 
+    def trains(self, qualified: str) -> bool:
+        """Calling `qualified` takes training steps (`engine.train_one_epoch(...)`)."""
+        found = self._local(qualified)
+        return self._modules is not None and found is not None and self._modules.trains(found)
+
     def _effect(self, modules: "_Modules", qualified: str) -> Optional[str]:
+        found = self._local(qualified)
+        effect = modules.effect_of(found) if found is not None else OPAQUE
+        return None if effect == OPAQUE else effect
+
+    def _local(self, qualified: str) -> Optional[str]:
+        """The full name, when it names something in one of the project's imported modules."""
         head, dot, rest = qualified.partition(".")
         qualified = self._star_names.get(head, head) + dot + rest
         module = qualified.rpartition(".")[0]
         if not any(module == name or module.startswith(name + ".") for name in self._imported):
             return None
-        effect = modules.effect_of(qualified)
-        return None if effect == OPAQUE else effect
+        return qualified
 
 
 def read(script: str, source: str) -> Project:
@@ -100,6 +110,15 @@ class _Modules:
                     package = module if is_package else module.rpartition(".")[0]
                     self._read[module] = FunctionEffects(tree, package, self.effect_of)
         return self._read[module]
+
+    def trains(self, qualified: str, depth: int = 0) -> bool:
+        module, _, name = qualified.rpartition(".")
+        effects = self.effects(module) if module else None
+        if effects is None or depth > MAX_REEXPORTS:
+            return False
+        if name in effects.imports:
+            return self.trains(effects.imports[name], depth + 1)
+        return effects.trains(name)
 
     def effect_of(self, qualified: str, depth: int = 0) -> str:
         """The effect of calling `qualified` (module.function), followed through re-exports."""

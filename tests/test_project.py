@@ -212,3 +212,14 @@ def test_a_function_of_the_script_shadows_a_star_imported_helper(script):
     script.write_text(source)
     result = migrate_source(source, project=project.read(str(script), source))
     assert "if is_main:\n            bar(" not in result.code
+
+
+def test_a_helper_that_takes_training_steps_is_known(tmp_path):
+    (tmp_path / "engine.py").write_text(
+        "def step(model, x, optimizer):\n    model(x).sum().backward()\n    optimizer.step()\n\n\n"
+        "def train_one_epoch(model, loader, optimizer):\n    for x in loader:\n"
+        "        step(model, x, optimizer)\n\n\ndef evaluate(model, loader):\n"
+        "    return [model(x) for x in loader]\n")
+    found = project.read(str(tmp_path / "train.py"), "import engine\n")
+    assert found.trains("engine.train_one_epoch") and found.trains("engine.step")
+    assert not found.trains("engine.evaluate") and not found.trains("torch.save")
