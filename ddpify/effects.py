@@ -45,9 +45,11 @@ TENSOR_FUNCTIONS = frozenset(f"torch.{name}" for name in (
     "isnan", "topk", "sort", "flatten", "where", "from_numpy",
 ))
 # Methods that read their object; on anything the function did not make itself, only these.
+# Not `cpu`, `float`, `half`: on a model they move or convert it in place (a helper's
+# `model.cpu()` on rank 0 alone would leave the ranks' models on different devices).
 READING_METHODS = frozenset({
-    "item", "tolist", "cpu", "detach", "numpy", "mean", "sum", "max", "min", "argmax", "norm",
-    "size", "dim", "numel", "float", "double", "int", "long", "keys", "values", "items", "get",
+    "item", "tolist", "detach", "numpy", "mean", "sum", "max", "min", "argmax", "norm",
+    "size", "dim", "numel", "int", "long", "keys", "values", "items", "get",
     "format", "join", "split", "strip", "rstrip", "lstrip", "ljust", "rjust", "center",
     "replace", "startswith", "endswith", "upper", "lower", "copy", "state_dict", "parameters",
     "named_parameters", "eq", "view", "reshape", "squeeze", "unsqueeze", "topk", "t",
@@ -55,7 +57,7 @@ READING_METHODS = frozenset({
     # Tensor and array methods that return a new value (in-place ones end in "_").
     "clone", "clamp", "transpose", "permute", "contiguous", "flatten", "astype", "mul", "add",
     "sub", "div", "abs", "round", "sqrt", "exp", "log", "softmax", "sigmoid", "std", "var",
-    "any", "all", "shape", "type_as", "to_dense", "half", "bool", "byte", "clip",
+    "any", "all", "shape", "type_as", "to_dense", "bool", "byte", "clip",
 })
 # Methods that write a file, on an object the function made (a PIL image, a figure, a frame).
 SAVING_METHODS = frozenset({"save", "savefig", "to_csv", "to_json", "to_parquet", "dump", "imwrite"})

@@ -56,6 +56,10 @@ def read_text(path):
         return handle.read()
 
 
+def save_on_cpu(model, path):
+    torch.save(model.cpu().state_dict(), path)
+
+
 def norm(model):
     return sum(p.norm().item() for p in model.parameters())
 
@@ -100,7 +104,8 @@ def effects_of(script, source):
     script.write_text(source)
     found = project.read(str(script), source)
     return {name: found.effect(f"helpers.{name}") for name in (
-        "bar", "say", "note", "save", "to_csv", "save_picture", "read_text", "norm", "evaluate",
+        "bar", "say", "note", "save", "to_csv", "save_picture", "read_text", "save_on_cpu", "norm",
+        "evaluate",
         "evaluate_and_print", "remember", "update", "step", "decorated", "call_back")}
 
 
@@ -109,6 +114,8 @@ def test_each_helper_gets_its_effect(script):
         "bar": effects.SPEAKS, "say": effects.SPEAKS, "note": effects.SPEAKS,
         "save": effects.WRITES, "to_csv": effects.WRITES, "save_picture": effects.WRITES,
         "read_text": effects.PURE,
+        # `model.cpu()` moves the model it was handed: not on rank 0 alone.
+        "save_on_cpu": None,
         "norm": effects.PURE,
         # It runs a callable it was handed (the model): every rank must call it.
         "evaluate": None, "evaluate_and_print": effects.MIXED,
