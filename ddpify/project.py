@@ -9,7 +9,7 @@ import ast
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, Iterable, Mapping, Optional, Set, Tuple
+from typing import Dict, FrozenSet, Iterable, Mapping, Optional, Set, Tuple
 
 from ddpify.effects import OPAQUE, FunctionEffects, absolute_module
 
@@ -64,9 +64,12 @@ class Project:
 def read(script: str, source: str) -> Project:
     """The project around `script`, whose text is `source`. A script that does not parse is
     not ddpify's to judge here: the migration itself reports it."""
-    root = Path(script).resolve().parent
+    path = Path(script).resolve()
+    root = path.parent
     if INSTALLED.intersection(root.parts):
         return Project()  # installed code: its imports are other packages, not its project
+    if not _modules_beside(str(root)) - {path.stem}:
+        return Project()  # a script alone in its folder: nothing to read, not even the script
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -136,6 +139,19 @@ class _Modules:
         if head in effects.imports:  # re-exported: `from .meters import ProgressMeter`
             return self.effect_of(effects.imports[head] + dot + rest, depth + 1)
         return OPAQUE
+
+
+def _modules_beside(root: str) -> FrozenSet[str]:
+    """The top-level module names a folder offers: its .py files and packages."""
+    try:
+        with os.scandir(root) as entries:
+            return frozenset(
+                entry.name[:-3] if entry.name.endswith(".py") else entry.name
+                for entry in entries
+                if entry.name.endswith(".py") and entry.is_file()
+                or entry.is_dir() and os.path.isfile(os.path.join(entry.path, "__init__.py")))
+    except OSError:
+        return frozenset()
 
 
 def _module_file(root: Path, module: str) -> Optional[Tuple[Path, bool]]:
