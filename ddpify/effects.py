@@ -168,6 +168,12 @@ def strongest(effects: List[str]) -> str:
     return max(effects, key=_RANK.__getitem__, default=PURE)
 
 
+# Statements not followed: nested definitions, imports, async code, `match` (Python 3.10+).
+_UNREAD_STATEMENTS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom,
+                      ast.AsyncFor, ast.AsyncWith) + tuple(
+    getattr(ast, name) for name in ("Match", "TryStar") if hasattr(ast, name))
+
+
 class _Reader:
     """One function's statements, read for the strongest effect they have."""
 
@@ -193,8 +199,7 @@ class _Reader:
         return strongest([self._statement(statement) for statement in self.function.body])
 
     def _statement(self, statement: ast.stmt) -> str:
-        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import,
-                                  ast.ImportFrom, ast.AsyncFor, ast.AsyncWith)):
+        if isinstance(statement, _UNREAD_STATEMENTS):
             return OPAQUE
         if any(isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr))
                for node in ast.walk(statement) if not isinstance(node, ast.Lambda)):
