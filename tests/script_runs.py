@@ -3,12 +3,17 @@
 The checks here are plain functions so that tests/test_script_runs.py can show each one
 failing on a deliberately broken script.
 """
+import atexit
 import json
 import os
+import queue
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import warnings
 from collections import Counter
 from dataclasses import dataclass
@@ -62,7 +67,20 @@ def evaluation_log(workdir: Path) -> Path:
 
 def run_python(script: Path, workdir: Path, args: Sequence[str] = (), timeout: int = 120,
                env: Optional[Mapping[str, str]] = None) -> Run:
-    return _run([sys.executable, script.name, *args], script, workdir, timeout, env)
+    """`python script args...` in workdir: a fork of tests/fork_server.py, which has torch
+    imported already (DDPIFY_TESTS_NO_FORK=1 starts a fresh interpreter instead)."""
+    if os.environ.get("DDPIFY_TESTS_NO_FORK"):
+        return _run([sys.executable, script.name, *args], script, workdir, timeout, env)
+    _copy_with_modules(script, workdir)
+    return run_forked(workdir / script.name, args, workdir, _environment(env), timeout)
+
+
+def run_forked(script: Path, args: Sequence[str], workdir: Path, env: Mapping[str, str],
+               timeout: int = 120) -> Run:
+    """`python script args...` in workdir with exactly `env`, as a fork of the torch-loaded
+    server (tests/fork_server.py)."""
+    returncode, stdout, stderr = _fork_server().run(script, args, workdir, env, timeout)
+    return Run(returncode, stdout, stderr, workdir)
 
 
 def run_torchrun(script: Path, workdir: Path, args: Sequence[str] = (), nproc: int = 2,
@@ -82,13 +100,81 @@ def run_torchrun(script: Path, workdir: Path, args: Sequence[str] = (), nproc: i
     return run
 
 
-def _run(command, script: Path, workdir: Path, timeout: int, env: Optional[Mapping[str, str]]) -> Run:
+def _copy_with_modules(script: Path, workdir: Path) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.copy(script, workdir / script.name)
     # The project's own modules beside the script (a fixture's utils.py) go with it.
     for module in script.parent.glob("*.py"):
         if module.name not in (script.name, "input.py", "expected.py"):
             shutil.copy(module, workdir / module.name)
+
+
+class _ForkServer:
+    """The client side of tests/fork_server.py: runs from several threads at once."""
+
+    def __init__(self) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("fork_server.py"))], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, env=_environment())
+        self._lock = threading.Lock()
+        self._next_id = 0
+        self._waiting: Dict[int, "queue.Queue[dict]"] = {}
+        self._outputs = Path(tempfile.mkdtemp(prefix="ddpify-runs-"))
+        threading.Thread(target=self._read_replies, daemon=True).start()
+        atexit.register(self.close)
+
+    def run(self, script: Path, args: Sequence[str], workdir: Path, env: Mapping[str, str],
+            timeout: int):
+        with self._lock:
+            run_id, self._next_id = self._next_id, self._next_id + 1
+            replies: "queue.Queue[dict]" = queue.Queue()
+            self._waiting[run_id] = replies
+            stdout, stderr = self._outputs / f"{run_id}.out", self._outputs / f"{run_id}.err"
+            request = {"id": run_id, "script": str(script), "args": list(args), "cwd": str(workdir),
+                       "env": dict(env), "stdout": str(stdout), "stderr": str(stderr)}
+            assert self._process.stdin is not None
+            self._process.stdin.write((json.dumps(request) + "\n").encode())
+            self._process.stdin.flush()
+        pid = replies.get(timeout=60)["pid"]
+        try:
+            returncode = replies.get(timeout=timeout)["returncode"]
+        except queue.Empty:
+            os.killpg(pid, signal.SIGKILL)
+            raise subprocess.TimeoutExpired([script.name, *args], timeout) from None
+        return returncode, stdout.read_text(errors="replace"), stderr.read_text(errors="replace")
+
+    def _read_replies(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            reply = json.loads(line)
+            with self._lock:
+                replies = self._waiting[reply["id"]]
+                if "returncode" in reply:
+                    del self._waiting[reply["id"]]
+            replies.put(reply)
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            assert self._process.stdin is not None
+            self._process.stdin.close()
+            self._process.wait(timeout=60)
+        shutil.rmtree(self._outputs, ignore_errors=True)
+
+
+_server: Optional[_ForkServer] = None
+_server_lock = threading.Lock()
+
+
+def _fork_server() -> _ForkServer:
+    global _server
+    with _server_lock:
+        if _server is None:
+            _server = _ForkServer()
+        return _server
+
+
+def _run(command, script: Path, workdir: Path, timeout: int, env: Optional[Mapping[str, str]]) -> Run:
+    _copy_with_modules(script, workdir)
     completed = subprocess.run(command, cwd=workdir, env=_environment(env), capture_output=True,
                                text=True, timeout=timeout)
     return Run(completed.returncode, completed.stdout, completed.stderr, workdir)

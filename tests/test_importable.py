@@ -3,10 +3,12 @@ lives under the __main__ guard, and no process group joined at import (DESIGN §
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from fixture_cases import all_cases
+from script_runs import run_forked
 
 GUARDED = [case for case in all_cases()
            if case.run_spec is not None and "__name__ ==" in case.input.read_text()]
@@ -22,8 +24,14 @@ print("initialized" if dist.is_initialized() else "single process")
 def import_in_a_world_of_one(script, workdir):
     env = dict(os.environ, WORLD_SIZE="1", RANK="0", LOCAL_RANK="0",
                MASTER_ADDR="127.0.0.1", MASTER_PORT="29555", CUDA_VISIBLE_DEVICES="")
-    return subprocess.run([sys.executable, "-c", IMPORT, str(script)], cwd=workdir, env=env,
-                          capture_output=True, text=True, timeout=120)
+    if os.environ.get("DDPIFY_TESTS_NO_FORK"):
+        return subprocess.run([sys.executable, "-c", IMPORT, str(script)], cwd=workdir, env=env,
+                              capture_output=True, text=True, timeout=120)
+    importer = workdir / "import_it.py"
+    importer.write_text(IMPORT)
+    # The module's own folder first on the path, as `import` from beside it would have it.
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(script).parent), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return run_forked(importer, [str(script)], workdir, env)
 
 
 @pytest.mark.slow
