@@ -128,9 +128,12 @@ class Runner:
         # Every process started and not yet waited for, whichever thread started it: close()
         # stops them when an exception (Ctrl-C, SIGTERM) ends the verification early.
         self.active: List[subprocess.Popen] = []
+        # Set once Ctrl-C or SIGTERM ends the verification: no thread starts a run after that.
+        self.stopping = False
         self.root = tempfile.mkdtemp(prefix="ddpify-verify-", dir=settings.temp_parent)
 
     def close(self) -> None:
+        self.stopping = True
         terminate(list(self.active))
         if not self.keep:
             shutil.rmtree(self.root, ignore_errors=True)
@@ -155,7 +158,10 @@ class Runner:
             futures = [pool.submit(self.run_plain, name, script, gpus, False, threads) for name, script in jobs]
             return [future.result() for future in futures]
         except BaseException:
-            # Ctrl-C or SIGTERM reach this thread only: stop the runs the others wait on.
+            # Ctrl-C or SIGTERM reach this thread only: stop the runs the others wait on,
+            # and keep their threads from starting another (the Gloo-abort rerun would: a
+            # stopped run can look like one that aborted after finishing).
+            self.stopping = True
             terminate(list(self.active))
             raise
         finally:
@@ -247,7 +253,7 @@ class Runner:
 
     def _run(self, name, script, world_size, plan, nodes=1) -> RunResult:
         result = self._run_once(name, script, world_size, plan, nodes)
-        if aborted_after_finishing(result):
+        if aborted_after_finishing(result) and not self.stopping:
             # Gloo's worker threads can abort while the interpreter exits after the script
             # has finished (pytorch/pytorch#179291, seen under CPU contention): not the
             # script's doing. Run it once more before judging; a second abort is reported.
@@ -256,6 +262,8 @@ class Runner:
         return result
 
     def _run_once(self, name, script, world_size, plan, nodes=1) -> RunResult:
+        if self.stopping:
+            raise RuntimeError("the verification was stopped")
         run_dir = os.path.join(self.root, name)
         record_dir = os.path.join(run_dir, "record")
         os.makedirs(record_dir)
