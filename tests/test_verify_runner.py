@@ -98,6 +98,9 @@ def test_a_signal_to_verify_stops_every_process_it_started(tmp_path, signum, sta
     verify = subprocess.Popen(
         [sys.executable, "-m", "ddpify.verify", str(script), "-o", str(migrated), "--checks", "same_as_original"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        # A test run started in the background of a shell inherits SIGINT ignored (and so
+        # would verify, which would then never see it): give it the default disposition.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     # Both plain runs (original, group of one) have started their grandchild, out of the group.
     from ddpify.verify.reaper import describe
