@@ -912,9 +912,12 @@ class _Collector(cst.CSTVisitor):
             self._note_training()
         effect = self.project.effect(qualified)
         if effect is not None:
-            self.facts.helper_effects[node] = effect
-            statement = self._statement(node) if self._is_statement_call(node) else None
-            self.helper_calls[node] = (qualified, statement)
+            self._record_helper(node, qualified, effect)
+
+    def _record_helper(self, node: cst.Call, qualified: str, effect: str) -> None:
+        self.facts.helper_effects[node] = effect
+        statement = self._statement(node) if self._is_statement_call(node) else None
+        self.helper_calls[node] = (qualified, statement)
 
     def note_helper_methods(self) -> None:
         """`progress.display(i)` where every `progress = ProgressMeter(...)` makes an object
@@ -928,12 +931,10 @@ class _Collector(cst.CSTVisitor):
                      for value in values for qualified in self._qualified(cast(cst.Call, value).func)}
             if len(found) != 1 or None in found:
                 continue
-            effect = found.pop()
+            effect = cast(str, found.pop())
             for call in calls:
                 if call not in self.facts.helper_effects:
-                    self.facts.helper_effects[call] = cast(str, effect)
-                    statement = self._statement(call) if self._is_statement_call(call) else None
-                    self.helper_calls[call] = (callee, statement)
+                    self._record_helper(call, callee, effect)
 
     def _is_statement_call(self, node: cst.Call) -> bool:
         parent = self.parents.get(node)

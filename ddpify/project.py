@@ -32,24 +32,30 @@ class Project:
         self._modules = modules
         self._imported = frozenset(imported)
         self._star_names = dict(star_names or {})
-        self._known: Dict[str, Optional[str]] = {}
+        # Per name the script calls: (effect or None, whether it trains). Every call of the
+        # script asks, so each name is resolved once.
+        self._known: Dict[str, Tuple[Optional[str], bool]] = {}
 
     def effect(self, qualified: str) -> Optional[str]:
-        if self._modules is None:
-            return None
-        if qualified not in self._known:
-            self._known[qualified] = self._effect(self._modules, qualified)
-        return self._known[qualified]
+        return self._facts_of(qualified)[0]
 
     def trains(self, qualified: str) -> bool:
         """Calling `qualified` takes training steps (`engine.train_one_epoch(...)`)."""
-        found = self._local(qualified)
-        return self._modules is not None and found is not None and self._modules.trains(found)
+        return self._facts_of(qualified)[1]
 
-    def _effect(self, modules: "_Modules", qualified: str) -> Optional[str]:
-        found = self._local(qualified)
-        effect = modules.effect_of(found) if found is not None else OPAQUE
-        return None if effect == OPAQUE else effect
+    def _facts_of(self, qualified: str) -> Tuple[Optional[str], bool]:
+        if self._modules is None:
+            return None, False
+        if qualified not in self._known:
+            found = self._local(qualified)
+            definition = self._modules.definition(found) if found is not None else None
+            if definition is None:
+                self._known[qualified] = (None, False)
+            else:
+                effects, name = definition
+                effect = effects.of(name)
+                self._known[qualified] = (None if effect == OPAQUE else effect, effects.trains(name))
+        return self._known[qualified]
 
     def _local(self, qualified: str) -> Optional[str]:
         """The full name, when it names something in one of the project's imported modules."""
@@ -114,17 +120,14 @@ class _Modules:
                     self._read[module] = FunctionEffects(tree, package, self.effect_of)
         return self._read[module]
 
-    def trains(self, qualified: str, depth: int = 0) -> bool:
-        module, _, name = qualified.rpartition(".")
-        effects = self.effects(module) if module else None
-        if effects is None or depth > MAX_REEXPORTS:
-            return False
-        if name in effects.imports:
-            return self.trains(effects.imports[name], depth + 1)
-        return effects.trains(name)
-
-    def effect_of(self, qualified: str, depth: int = 0) -> str:
+    def effect_of(self, qualified: str) -> str:
         """The effect of calling `qualified` (module.function), followed through re-exports."""
+        definition = self.definition(qualified)
+        return OPAQUE if definition is None else definition[0].of(definition[1])
+
+    def definition(self, qualified: str, depth: int = 0) -> Optional[Tuple[FunctionEffects, str]]:
+        """The module that defines `qualified` and the function's name in it ("Class.method"
+        for a method), followed through re-exports; None when no project file defines it."""
         module, _, name = qualified.rpartition(".")
         effects = self.effects(module) if module else None
         if effects is None and module.count(".") >= 1:
@@ -132,13 +135,13 @@ class _Modules:
             module, _, owner = module.rpartition(".")
             effects, name = self.effects(module), f"{owner}.{name}"
         if effects is None or depth > MAX_REEXPORTS:
-            return OPAQUE
+            return None
         if name in effects.functions:
-            return effects.of(name)
+            return effects, name
         head, dot, rest = name.partition(".")
         if head in effects.imports:  # re-exported: `from .meters import ProgressMeter`
-            return self.effect_of(effects.imports[head] + dot + rest, depth + 1)
-        return OPAQUE
+            return self.definition(effects.imports[head] + dot + rest, depth + 1)
+        return None
 
 
 def _modules_beside(root: str) -> FrozenSet[str]:
