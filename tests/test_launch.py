@@ -276,7 +276,8 @@ def test_pytorchjob_check_catches_a_broken_manifest(breakage):
 
 
 def test_a_manifest_that_is_not_yaml_fails_to_parse():
-    broken = pytorchjob_manifest(PLAN, "x.yaml").replace('                - "torchrun"', '              - "torchrun"', 1)
+    misindented = '              - "torchrun"'
+    broken = pytorchjob_manifest(PLAN, "x.yaml").replace("  " + misindented, misindented, 1)
     with pytest.raises(yaml.YAMLError):
         yaml.safe_load(broken)
 
