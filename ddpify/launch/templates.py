@@ -1,9 +1,10 @@
 """The launch files, rendered as text from one `LaunchPlan`; no I/O here.
 
-Every file starts the same torchrun command, so that a script launched on one machine, on
-SLURM or on Kubernetes runs the same way: torchrun starts one process per GPU on each node
-and the nodes meet through torchrun's c10d rendezvous (`--rdzv-backend=c10d`), hosted by the
-first node. What each file adds is only where the first node's address comes from.
+Every file starts torchrun with the same options, so that a script launched on several
+machines, on SLURM or on Kubernetes runs the same way: torchrun starts one process per GPU
+on each node, and the nodes meet through torchrun's c10d rendezvous (`--rdzv-backend=c10d`),
+hosted by the first node. What each file adds is where the first node's address, the node
+count and the rendezvous id come from. On one machine `--standalone` hosts the rendezvous.
 
 Values that come from the user (the script's arguments, names, the image) are quoted for
 the file they land in: `shlex.quote` for bash, JSON strings for YAML (JSON is valid YAML
