@@ -13,7 +13,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import pytest
 import yaml
@@ -144,12 +144,14 @@ _STAND_INS = {
     "torchrun": _RECORDER,
     # One node's srun: record, then start what it was given (from torchrun on) once.
     "srun": _RECORDER + "os.execvp('torchrun', sys.argv[sys.argv.index('torchrun'):])\n",
-    "scontrol": "assert __import__('sys').argv[1:3] == ['show', 'hostnames']\nprint('gpu-07')\nprint('gpu-08')\n",
+    # The nodes of SLURM_JOB_NODELIST=gpu-[07-08], one per line.
+    "scontrol": "import os, sys\nassert sys.argv[1:] == ['show', 'hostnames', os.environ['SLURM_JOB_NODELIST']]\n"
+                "print('gpu-07')\nprint('gpu-08')\n",
 }
 
 
 def run_with_stand_ins(text: str, tmp_path: Path, args: Sequence[str] = (),
-                       env: Dict[str, str] = None) -> List[List[str]]:
+                       env: Optional[Dict[str, str]] = None) -> List[List[str]]:
     """Runs a launch script with bash; returns the commands the stand-ins were started with."""
     bin_dir = tmp_path / "stand-ins"
     bin_dir.mkdir(exist_ok=True)
