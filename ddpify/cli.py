@@ -19,6 +19,7 @@ from ddpify.diagnostics import RULES, explain, unknown_codes
 from ddpify.files import TWIN_SUFFIX, source_of_twin, twin_of
 from ddpify.formats import FORMATS, printer, summary_line
 from ddpify.jobs import ERROR, OK, Job, Report
+from ddpify.launch.command import launch_command
 from ddpify.options import Options
 from ddpify.progress import Progress
 from ddpify.walk import Entry, expand
@@ -115,6 +116,7 @@ def migrate(paths, output, in_place, show_diff, check, twin, select, ignore, exc
     ddpify --check src/               exit 1 unless every training script is DDP-ready
     ddpify --twin train.py            keep train_ddp.py in sync with train.py
     ddpify verify train.py            run both scripts and compare (see verify --help)
+    ddpify launch train_ddp.py        write torchrun, SLURM and Kubeflow launch files (see launch --help)
 
     Defaults come from [tool.ddpify] in the nearest pyproject.toml; flags win.
 
@@ -290,3 +292,4 @@ def _register_subcommands() -> None:
 
 
 _register_subcommands()
+main.add_command(launch_command, "launch")

@@ -1,5 +1,7 @@
 """The README is for newcomers: its rules table must match the registry."""
+import os
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -62,3 +64,44 @@ def test_pre_commit_rev_is_a_tag_of_this_repository():
     if not tags:
         pytest.skip("a clone without tags (CI's fresh clone of main may carry none)")
     assert revs <= set(tags), f"README names {sorted(revs)}; the repository has tags {tags}"
+
+
+# -- launch on a cluster (issue 18, item 10) ----------------------------------------------
+
+def _fenced_after(text: str, marker: str) -> str:
+    """The first fenced block after `marker`, without its fences."""
+    start = text.index("```", text.index(marker))
+    body = text.index("\n", start) + 1
+    return text[body:text.index("```", body)]
+
+
+def _launch_mismatches(section: str, folder: Path) -> list:
+    """Runs the section's `ddpify launch` command in folder, beside the quick start's
+    train_ddp.py (the guide fixture, migrated); returns the files whose excerpt differs."""
+    from click.testing import CliRunner
+
+    from ddpify.cli import main
+
+    command = shlex.split(_fenced_after(section, "For the quick start"))
+    assert command[:2] == ["ddpify", "launch"]
+    names = re.findall(r"^`(train_ddp\.[a-z.]+)`:", section, flags=re.MULTILINE)
+    assert sorted(names) == ["train_ddp.pytorchjob.yaml", "train_ddp.sbatch", "train_ddp.torchrun.sh"]
+    shutil.copy(ROOT / "fixtures" / "guide_image_classifier" / "expected.py", folder / "train_ddp.py")
+    here = os.getcwd()
+    os.chdir(folder)
+    try:
+        result = CliRunner().invoke(main, command[1:])
+    finally:
+        os.chdir(here)
+    assert result.exit_code == 0, result.output
+    return [name for name in names if (folder / name).read_text() != _fenced_after(section, f"`{name}`:")]
+
+
+def test_launch_files_in_the_readme_are_what_the_command_beside_them_writes(tmp_path):
+    assert _launch_mismatches(_section("Launch on a cluster: `ddpify launch`"), tmp_path) == []
+
+
+def test_launch_excerpt_check_catches_a_stale_excerpt(tmp_path):
+    section = _section("Launch on a cluster: `ddpify launch`")
+    stale = section.replace("--nproc-per-node=8", "--nproc-per-node=4", 1)
+    assert _launch_mismatches(stale, tmp_path) == ["train_ddp.torchrun.sh"]
