@@ -237,10 +237,11 @@ _RULE_LIST = [
          "it is made, and a temporary folder is left only when every rank is done with it. "
          "Across machines the folder must be on a file system every rank sees.",
          "Nothing to do on one machine; on several, keep run folders on shared storage."),
-    Rule("DDP311", Severity.INFO, "prints on every rank: the helper does more than print",
-         "This function of the project's own modules prints, but it also does work every "
-         "rank must do (it runs the model, or calls something ddpify cannot see into), so "
-         "the call stays on every rank, and so does its output. ddpify does not rewrite the "
+    Rule("DDP311", Severity.WARNING, "prints or writes on every rank: the helper does more than that",
+         "This function of the project's own modules prints or writes files, but it also "
+         "does work every rank must do (it runs the model, or calls something ddpify cannot "
+         "see into), so the call stays on every rank, and so does its output: every rank "
+         "prints, and every rank writes the same file. ddpify does not rewrite the "
          "project's other modules.",
          "In the helper, print only on rank 0: `if not dist.is_initialized() or "
          "dist.get_rank() == 0: print(...)`."),
