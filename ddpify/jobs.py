@@ -152,12 +152,17 @@ def _prepare(job: Job) -> Report:
 
     changed = result.code != source.text
     diagnostics = result.diagnostics
+    if job.mode in (CHECK, TWIN_CHECK):
+        # A stale `# ddpify: ignore` fails a check, never a migration.
+        diagnostics = tuple(sorted(diagnostics + result.unused_suppressions,
+                                   key=lambda d: (d.line, d.column, d.code)))
     if not job.explicit:
         # Over a walked tree, "nothing to do here" for each of thousands of files is noise:
         # the summary line counts them as unchanged.
         diagnostics = tuple(d for d in diagnostics if d.code not in WHOLE_FILE_NOTES)
     status = MIGRATED if changed else SKIPPED if b"torch" not in data else UNCHANGED
-    report = Report(shown, status, PENDING if result.needs_a_person else OK,
+    needs_a_person = any(d.severity is Severity.WARNING for d in diagnostics)
+    report = Report(shown, status, PENDING if needs_a_person else OK,
                     diagnostics=diagnostics, changed=changed)
     _deliver(job, report, source.text, result.code, source.encoding)
     return report
