@@ -1,10 +1,6 @@
 """The README is for newcomers: its rules table must match the registry."""
 import re
-import shutil
-import subprocess
 from pathlib import Path
-
-import pytest
 
 from ddpify.diagnostics import RULES
 
@@ -49,16 +45,3 @@ def test_sections_a_newcomer_looks_for():
 
 def test_the_full_test_run_time_is_stated():
     assert re.search(r"full run takes about \d+ minutes", _section("Run the tests"))
-
-
-def test_pre_commit_rev_is_a_tag_of_this_repository():
-    revs = set(re.findall(r"rev: (\S+)", README)) | set(
-        re.findall(r"rev: (\S+)", (ROOT / ".pre-commit-hooks.yaml").read_text()))
-    assert revs
-    if not (ROOT / ".git").exists() or shutil.which("git") is None:
-        pytest.skip("not a git checkout")
-    tags = subprocess.run(["git", "tag", "--list"], cwd=ROOT, capture_output=True, text=True,
-                          check=True).stdout.split()
-    if not tags:
-        pytest.skip("a clone without tags (CI's fresh clone of main may carry none)")
-    assert revs <= set(tags), f"README names {sorted(revs)}; the repository has tags {tags}"
