@@ -45,3 +45,37 @@ def test_sections_a_newcomer_looks_for():
 
 def test_the_full_test_run_time_is_stated():
     assert re.search(r"full run takes about \d+ minutes", _section("Run the tests"))
+
+
+# -- repository basics (issue 18, item 9) ---------------------------------------------------
+
+def test_license_file_matches_setup_cfg():
+    setup = (ROOT / "setup.cfg").read_text()
+    assert re.search(r"^license = MIT$", setup, re.MULTILINE)
+    assert re.search(r"^license_files = LICENSE$", setup, re.MULTILINE)
+    license_text = (ROOT / "LICENSE").read_text()
+    assert license_text.startswith("MIT License\n")
+    assert "Permission is hereby granted, free of charge" in license_text
+
+
+def test_changelog_has_an_entry_for_this_version():
+    from ddpify import __version__
+
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert changelog.startswith("# Changelog\n")
+    assert f"\n## {__version__}\n" in changelog and "\n## Unreleased\n" in changelog
+
+
+def test_platform_notes_say_what_verify_needs():
+    platforms = _section("Platforms")
+    for word in ("Linux", "macOS", "Windows", "prctl", "/proc", "killpg", "WSL"):
+        assert word in platforms, word
+
+
+def test_quick_start_makes_a_virtual_environment_inside_the_clone():
+    quick_start = _section("Try it on the shipped example")
+    clone = quick_start.index("git clone ")
+    enter = quick_start.index("&& cd ddpify")
+    venv = quick_start.index("python3 -m venv .venv && . .venv/bin/activate")
+    install = quick_start.index('pip install "torch==2.13.0" -e .')
+    assert clone < enter < venv < install
