@@ -150,7 +150,7 @@ def _git_project(root: Path) -> Path:
     return root
 
 
-def _exercise_hooks(tmp_path: Path, language: str, thorough: bool) -> None:
+def _exercise_hooks(tmp_path: Path, language: str) -> None:
     pytest.importorskip("pre_commit")
     hooks = _hook_repository(_make(tmp_path / "hooks"), language)
     home = _make(tmp_path / "pre-commit-home")
@@ -160,16 +160,13 @@ def _exercise_hooks(tmp_path: Path, language: str, thorough: bool) -> None:
     assert first.returncode == 1, first.stdout + first.stderr
     assert (project / "train_ddp.py").read_text() == migrated(guide_text())
     assert not (project / "util_ddp.py").exists()
-    if thorough:
-        second = _try_repo(hooks, "ddpify-twin", project, home)
-        assert second.returncode == 0, second.stdout + second.stderr
+    second = _try_repo(hooks, "ddpify-twin", project, home)
+    assert second.returncode == 0, second.stdout + second.stderr
 
     # The check hook: the source is not DDP-ready (its twin is).
     check = _try_repo(hooks, "ddpify-check", project, home)
     assert check.returncode == 1, check.stdout + check.stderr
     assert "train.py: not DDP-ready: ddpify would rewrite it (ddpify --diff train.py" in check.stdout
-    if not thorough:
-        return
     (project / "train.py").unlink()
     _git("rm", "-q", "--cached", "train.py", cwd=project)
     ready = _try_repo(hooks, "ddpify-check", project, home)
@@ -181,16 +178,11 @@ def _make(path: Path) -> Path:
     return path
 
 
-def test_hooks_with_installed_ddpify(tmp_path):
-    """The hooks' entries and file selection, offline: `language: system` uses this install."""
-    _exercise_hooks(tmp_path, "system", thorough=False)
-
-
 @pytest.mark.slow
 def test_hooks_as_published(tmp_path):
     """As users get them: pre-commit builds a virtual environment and pip-installs the hook
     repository with libcst and click from the package index (needs the index; ~100 s here)."""
-    _exercise_hooks(tmp_path, "python", thorough=True)
+    _exercise_hooks(tmp_path, "python")
 
 
 # -- the README's snippet, as a newcomer pastes it (issue 18, item 7) -----------------------
@@ -216,10 +208,12 @@ def _readme_config(hook_repository: Path) -> str:
             .replace("<commit>", newest))
 
 
-def _readme_snippet_runs(tmp_path: Path, language: str) -> None:
+def test_readme_snippet_from_a_fresh_clone(tmp_path):
+    """Offline: the hooks run this install (`language: system`); test_hooks_as_published
+    installs them as users get them, through `pre-commit try-repo`."""
     pytest.importorskip("pre_commit")
     # A fresh clone: this checkout's files in a new repository, without a single tag.
-    hooks = _hook_repository(_make(tmp_path / "hooks"), language)
+    hooks = _hook_repository(_make(tmp_path / "hooks"), "system")
     home = _make(tmp_path / "pre-commit-home")
     project = _git_project(_make(tmp_path / "project"))
     write(_make(project / "ddp") / "run.py", migrated(guide_text()))
@@ -228,22 +222,12 @@ def _readme_snippet_runs(tmp_path: Path, language: str) -> None:
     first = _pre_commit("run", "--all-files", project=project, home=home)
     assert first.returncode == 1, first.stdout + first.stderr  # the twin was written
     assert (project / "train_ddp.py").read_text() == migrated(guide_text())
+    assert not (project / "util_ddp.py").exists()
     assert re.search(r"ddpify check\.+Passed", first.stdout), first.stdout
-    second = _pre_commit("run", "--all-files", project=project, home=home)
-    assert second.returncode == 0, second.stdout + second.stderr
 
     write(project / "ddp" / "new.py", guide_text())  # a single-GPU script where DDP ones live
-    third = _pre_commit("run", "--all-files", project=project, home=home)
-    assert third.returncode == 1
-    assert "ddp/new.py: not DDP-ready: ddpify would rewrite it (ddpify --diff ddp/new.py" in third.stdout
+    second = _pre_commit("run", "--all-files", project=project, home=home)
+    assert re.search(r"ddpify twin\.+Passed", second.stdout), second.stdout  # the twin is fresh
+    assert second.returncode == 1
+    assert "ddp/new.py: not DDP-ready: ddpify would rewrite it (ddpify --diff ddp/new.py" in second.stdout
 
-
-def test_readme_snippet_from_a_fresh_clone(tmp_path):
-    """Offline: the hooks run this install (`language: system`)."""
-    _readme_snippet_runs(tmp_path, "system")
-
-
-@pytest.mark.slow
-def test_readme_snippet_as_published(tmp_path):
-    """As users get it: pre-commit pip-installs ddpify at that commit (needs the index)."""
-    _readme_snippet_runs(tmp_path, "python")
