@@ -236,7 +236,7 @@ def _say_where_no_python_was_found(paths: Sequence[str], entries: Sequence[Entry
         why = (f": its {notebooks} notebook{'s are' if notebooks > 1 else ' is'} not read (export "
                "the code with `jupyter nbconvert --to script`, then run ddpify on the .py)"
                if notebooks else "")
-        click.echo(f"ddpify: warning: no Python file under {path}: nothing was checked{why}",
+        click.echo(f"ddpify: warning: no Python file to check under {path}: nothing was checked{why}",
                    err=True)
 
 

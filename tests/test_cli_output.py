@@ -68,7 +68,7 @@ def test_check_of_a_folder_of_notebooks_says_nothing_was_checked(tmp_path):
     write(tmp_path / "notebooks" / "train.ipynb", "{}")
     result = invoke("--check", tmp_path / "notebooks")
     assert result.exit_code == 0
-    assert (f"no Python file under {tmp_path / 'notebooks'}: nothing was checked: its 1 notebook "
+    assert (f"no Python file to check under {tmp_path / 'notebooks'}: nothing was checked: its 1 notebook "
             "is not read") in result.stderr
     write(tmp_path / "notebooks" / "util.py", "x = 1\n")
     assert "nothing was checked" not in invoke("--check", tmp_path / "notebooks").stderr

@@ -1,4 +1,4 @@
-"""The README is for newcomers: its rules table must match the registry."""
+"""The README is for newcomers: its rules table matches the registry, and the basics are there."""
 import re
 from pathlib import Path
 
