@@ -188,6 +188,14 @@ _RULE_LIST = [
          "batches on every rank so that no rank waits for a step the others skip. Every rank "
          "must hold the same data in the same order: a shuffle comes from a seeded generator.",
          "Nothing to do."),
+    Rule("DDP219", Severity.EDIT, "random batches drawn by hand: each rank seeds its own draws",
+         "The training loop draws its batches at random (torch.randint in a get_batch()), so "
+         "no sampler can shard it, and with one seed every rank would draw the same batches. "
+         "Right before training each rank moves torch's generator to the script's seed plus "
+         "its rank, so the ranks draw different batches and together see N times the data of "
+         "one process per step. As a group of one nothing changes.",
+         "Nothing to do. Scale the number of steps (or the learning rate) for the larger "
+         "global batch if you want the original's schedule."),
     Rule("DDP218", Severity.WARNING, "DataLoader built inside a dict or list: not sharded",
          "`{split: DataLoader(...) for split in ...}` gives the training loop a loader that "
          "has no name of its own, so ddpify cannot give it a DistributedSampler (nor tell "

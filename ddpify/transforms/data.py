@@ -11,7 +11,7 @@ import libcst as cst
 
 from ddpify import names
 from ddpify.analysis import Facts, Loader, Statement, calls_within, dotted_name, string_value
-from ddpify.transforms import hand_batches
+from ddpify.transforms import hand_batches, random_batches
 from ddpify.transforms.edits import Edits, Insertion
 from ddpify.transforms.setup import SetupPlan
 
@@ -46,6 +46,8 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
         if loop in facts.sliced_batch_loops:
             continue
         if hand_batches.stretch_sequences(facts, edits, setup, loop):
+            continue
+        if random_batches.seed_per_rank(facts, edits, setup, loop):
             continue
         contained = _loader_in_a_container(facts, loop)
         if contained is not None:

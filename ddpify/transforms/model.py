@@ -228,13 +228,16 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
     optimizer_start = facts.start_of(model.optimizer_statement)
     compiles = facts.compile_statements.get(model.name, ())
     reaching: List[Statement] = []
-    for statement in facts.statements_touching.get(model.name, ()):
+    # A move inside another statement (`m = model.to(device)`) touches the model too.
+    moving = [facts.statement_of(call) for call in facts.device_moves.get(model.name, ())]
+    for statement in [*facts.statements_touching.get(model.name, ()), *moving]:
         if statement in compiles or statement in reaching or facts.function_of(statement) is not function:
             continue
         start = facts.start_of(statement)
         if training is not None and start >= facts.start_of(training):
             continue
-        if start < optimizer_start or _moves(statement, model.name) or _assigns(statement, model.name):
+        if start < optimizer_start or statement in moving or _moves(statement, model.name) or _assigns(
+                statement, model.name):
             reaching.append(statement)
     if not reaching:
         return None

@@ -119,6 +119,9 @@ class SetupPlan:
     sharded_loaders: List[Loader] = field(default_factory=list)
     # Loops over batches cut by hand that each rank now takes its share of (hand_batches.py).
     sharded_loops: List[cst.For] = field(default_factory=list)
+    # Training loops whose random batches each rank now draws with a seed of its own
+    # (random_batches.py).
+    reseeded_loops: List[cst.For] = field(default_factory=list)
     # Loaders no loop trains over (data.py), for evaluation.py to shard or leave whole.
     evaluation_loaders: List[Loader] = field(default_factory=list)
     # Set when --keep-global-batch divides a batch size by `world_size`.
