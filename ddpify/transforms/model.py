@@ -213,19 +213,20 @@ def _wrap_code(facts: Facts, anchor: cst.BaseStatement, model: str, device_type:
 
 
 def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
-    """The statement the wrap follows: the last that builds, loads or moves the model before
-    it first trains, in the innermost block that holds all of them and the training.
+    """The statement the wrap follows: the last that builds, loads, moves or otherwise works
+    on the model before it first trains, in the innermost block that holds all of them and
+    the training.
 
-    DDP must see the model on its final device on every path: a model built fresh in one
-    branch and loaded from a checkpoint in the other, then moved after the if, is wrapped
-    once, after the move; a `net.cuda()` a hundred lines after the optimizer still comes
-    before the wrap. A `model = torch.compile(model)` comes after the wrap: compiling the
+    DDP must see the model on its final device, with its final weights, on every path: a
+    model built fresh in one branch and loaded from a checkpoint in the other, then moved
+    after the if, is wrapped once, after the move; a `net.cuda()` or `net.apply(init)` a
+    hundred lines after the optimizer still comes before the wrap (DDP broadcasts rank 0's
+    weights once, when it wraps). A `model = torch.compile(model)` comes after the wrap: compiling the
     DDP module lets the compiler split graphs at DDP's gradient buckets. None when a move
     sits inside the training itself: no place before it sees the model on its device.
     """
     function = model.function
     training = facts.first_training_in(function)
-    optimizer_start = facts.start_of(model.optimizer_statement)
     compiles = facts.compile_statements.get(model.name, ())
     reaching: List[Statement] = []
     # A move inside another statement (`m = model.to(device)`) touches the model too.
@@ -233,12 +234,9 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
     for statement in [*facts.statements_touching.get(model.name, ()), *moving]:
         if statement in compiles or statement in reaching or facts.function_of(statement) is not function:
             continue
-        start = facts.start_of(statement)
-        if training is not None and start >= facts.start_of(training):
-            continue
-        if start < optimizer_start or statement in moving or _moves(statement, model.name) or _assigns(
-                statement, model.name):
-            reaching.append(statement)
+        if training is not None and facts.end_of(statement) > facts.start_of(training):
+            continue  # the training itself, or after it
+        reaching.append(statement)
     if not reaching:
         return None
     block = _innermost_common_block(facts, [*reaching, *([training] if training is not None else [])])
