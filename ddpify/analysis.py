@@ -443,14 +443,13 @@ class Facts:
                         continue
                     yield callee, parameter, call
 
-    def first_training_in(self, function: Optional[cst.FunctionDef]) -> Optional[cst.CSTNode]:
-        """The first node of `function` (None: the module) that trains: a training loop, a
-        backward() or step(), a call of a function that trains; None when it trains nowhere."""
-        nodes: List[cst.CSTNode] = [*self.training_loops, *self.loops_calling_training,
-                                    *self.training_calls, *self.training_helper_calls]
+    def first_training_call_in(self, function: Optional[cst.FunctionDef]) -> Optional[cst.Call]:
+        """The first call in `function` (None: the module) that trains: backward(), an
+        optimizer's step(), a call of a function that trains; None when it trains nowhere."""
+        calls: List[cst.Call] = [*self.training_calls, *self.training_helper_calls]
         for trainer in self.training_functions:
-            nodes.extend(self.calls_of(trainer))
-        here = [node for node in nodes if self.function_of(node) is function]
+            calls.extend(self.calls_of(trainer))
+        here = [call for call in calls if self.function_of(call) is function]
         return min(here, key=self.start_of, default=None)
 
     def start_of(self, node: cst.CSTNode) -> Tuple[int, int]:

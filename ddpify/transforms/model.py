@@ -226,7 +226,7 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
     sits inside the training itself: no place before it sees the model on its device.
     """
     function = model.function
-    training = facts.first_training_in(function)
+    training = _training_start(facts, model)
     compiles = facts.compile_statements.get(model.name, ())
     reaching: List[Statement] = []
     # A move inside another statement (`m = model.to(device)`) touches the model too.
@@ -245,6 +245,26 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
     if training is not None and facts.ancestor_in(training, block) is anchor:
         return None
     return cast(Statement, anchor)
+
+
+def _training_start(facts: Facts, model: Model) -> Optional[cst.CSTNode]:
+    """Where the model starts to train in its function: the first training call, or the
+    outermost loop around it (an epoch loop, a `while step < max_steps`) that does not
+    build the model anew (a k-fold loop that builds one model per fold does)."""
+    call = facts.first_training_call_in(model.function)
+    if call is None:
+        return None
+    built = [statement for statement in facts.statements_touching.get(model.name, ())
+             if facts.function_of(statement) is model.function and _assigns(statement, model.name)]
+    start: cst.CSTNode = call
+    child, parent = call, facts.parents.get(call)
+    while parent is not None and not isinstance(parent, cst.FunctionDef):
+        if isinstance(parent, (cst.For, cst.While)) and child is parent.body:
+            if any(facts.ancestor_in(statement, parent.body) is not None for statement in built):
+                break
+            start = parent
+        child, parent = parent, facts.parents.get(parent)
+    return start
 
 
 def _innermost_common_block(facts: Facts, nodes: List[cst.CSTNode]) -> cst.CSTNode:
