@@ -257,7 +257,8 @@ def _training_start(facts: Facts, model: Model) -> Optional[cst.CSTNode]:
     built = [statement for statement in facts.statements_touching.get(model.name, ())
              if facts.function_of(statement) is model.function and _assigns(statement, model.name)]
     start: cst.CSTNode = call
-    child, parent = call, facts.parents.get(call)
+    child: cst.CSTNode = call
+    parent = facts.parents.get(call)
     while parent is not None and not isinstance(parent, cst.FunctionDef):
         if isinstance(parent, (cst.For, cst.While)) and child is parent.body:
             if any(facts.ancestor_in(statement, parent.body) is not None for statement in built):
