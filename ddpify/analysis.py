@@ -486,7 +486,22 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
     collector.note_helper_methods()
     _note_helper_output(facts, collector.helper_calls)
     _mark_loops_calling_training_functions(facts, collector.training_calls)
+    _note_loops_taking_batches_with_next(facts, collector)
     return facts
+
+
+def _note_loops_taking_batches_with_next(facts: Facts, collector: "_Collector") -> None:
+    """`it = iter(loader)` ... `for step in range(n): x, y = next(it)`: the step loop goes
+    over the loader, as `for x, y in loader` would."""
+    for call in collector.next_calls:
+        loops = facts.enclosing_loops(call)
+        if not loops:
+            continue
+        function = facts.function_of(call)
+        for name in _names_within(call.args[0].value):
+            for taken in [name, *collector.iteration_wrappers.get((function, name), ())]:
+                if loops[0] not in facts.loops_over.get(taken, ()):
+                    facts.loops_over.setdefault(taken, []).append(loops[0])
 
 
 def _note_helper_output(facts: Facts, calls: Mapping[cst.Call, Tuple[str, Optional[Statement]]]) -> None:
@@ -629,6 +644,7 @@ class _Collector(cst.CSTVisitor):
         # (function, name) -> the names of the iterable a progress bar or enumerate() held
         # in that name goes over.
         self.iteration_wrappers: Dict[Tuple[Optional[cst.FunctionDef], str], List[str]] = {}
+        self.next_calls: List[cst.Call] = []
 
     def _note_training(self) -> None:
         # Training calls sit inside a top-level statement: _top is set by then.
@@ -923,6 +939,8 @@ class _Collector(cst.CSTVisitor):
             self._visit_method_call(node, func)
         if self._is_loader_class(func):
             facts.loader_calls.append(node)
+        if self._calls(node, "builtins.next") and node.args:
+            self.next_calls.append(node)
         if self._calls(node, names.RANDOM_SAMPLER):
             facts.random_sampler_calls.add(node)
         if any(

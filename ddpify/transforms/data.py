@@ -531,7 +531,23 @@ def _set_epoch(facts: Facts, edits: Edits, loader: Loader, sampler: str,
         edits.before.setdefault(first, []).append(Insertion(edits.statements(code)))
         edits.report("DDP202", epoch_loop)
         return
-    edits.report("DDP211", loader.call)
+    restarts = _iterators_restarted_in_training(facts, loader)
+    for restart in restarts:
+        # `except StopIteration: it = iter(loader)`: each new pass is an epoch.
+        code = template.format(sampler=sampler, epoch=f"{sampler}.epoch + 1")
+        edits.before.setdefault(restart, []).append(Insertion(edits.statements(code)))
+        edits.report("DDP202", restart)
+    if not restarts:
+        edits.report("DDP211", loader.call)
+
+
+def _iterators_restarted_in_training(facts: Facts, loader: Loader) -> List[Statement]:
+    """The statements in a training loop that start a new pass over the loader with iter():
+    a step loop that takes its batches with next() and starts over when they run out."""
+    return [facts.statement_of(call) for call in facts.calls_named.get("builtins.iter", ())
+            if call.args and dotted_name(call.args[0].value) == loader.name
+            and facts.function_of(call) is loader.function
+            and any(facts.loop_trains(loop) for loop in facts.enclosing_loops(call))]
 
 
 def _wrap_random_sampler(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader) -> bool:
