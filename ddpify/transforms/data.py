@@ -531,14 +531,32 @@ def _set_epoch(facts: Facts, edits: Edits, loader: Loader, sampler: str,
         edits.before.setdefault(first, []).append(Insertion(edits.statements(code)))
         edits.report("DDP202", epoch_loop)
         return
-    restarts = _iterators_restarted_in_training(facts, loader)
-    for restart in restarts:
-        # `except StopIteration: it = iter(loader)`: each new pass is an epoch.
+    # `while step < max_steps: for batch in loader:`, or `except StopIteration: it =
+    # iter(loader)`: each new pass is an epoch, counted on the sampler itself.
+    passes = [loop.body.body[0] for loop in _while_loops_around_passes(facts, loader)]
+    passes += _iterators_restarted_in_training(facts, loader)
+    for new_pass in passes:
         code = template.format(sampler=sampler, epoch=f"{sampler}.epoch + 1")
-        edits.before.setdefault(restart, []).append(Insertion(edits.statements(code)))
-        edits.report("DDP202", restart)
-    if not restarts:
+        edits.before.setdefault(new_pass, []).append(Insertion(edits.statements(code)))
+        edits.report("DDP202", new_pass)
+    if not passes:
         edits.report("DDP211", loader.call)
+
+
+def _while_loops_around_passes(facts: Facts, loader: Loader) -> List[cst.While]:
+    """While loops around a pass over the loader in its own function, with no for loop
+    between them (that would be the epoch loop)."""
+    found: List[cst.While] = []
+    for loop in facts.loops_over.get(loader.name, ()):
+        if facts.function_of(loop) is not loader.function:
+            continue
+        parent = facts.parents.get(loop)
+        while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.For)):
+            if isinstance(parent, cst.While) and parent not in found:
+                found.append(parent)
+                break
+            parent = facts.parents.get(parent)
+    return found
 
 
 def _iterators_restarted_in_training(facts: Facts, loader: Loader) -> List[Statement]:

@@ -17,7 +17,9 @@ from ddpify.transforms.setup import SetupPlan
 def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
     reported: Set[cst.If] = set()
     for loop in training.batch_loops(facts):
-        rank_local = training.assigned_names(loop.body)
+        # A step counter (`global_step += 1`) counts the same batches on every rank: each
+        # rank's sampler hands it the same number of them.
+        rank_local = training.assigned_names(loop.body) - _step_counters(loop.body)
         if loop in edits.after:  # the epoch sums training.py all-reduces
             rank_local -= set(training.epoch_accumulators(facts, loop))
         candidates = _ifs_within(loop.body)
@@ -36,6 +38,28 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
                 reported.add(node)
                 edits.report("DDP902", node, "rank-divergent control flow may hang a collective: "
                              f"`{', '.join(local)}` differs per rank")
+
+
+def _step_counters(body: cst.CSTNode) -> Set[str]:
+    """Names every assignment of which in `body` adds a number literal (`step += 1`)."""
+    counted: Set[str] = set()
+    other: Set[str] = set()
+
+    class _Assignments(cst.CSTVisitor):
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            name = node.target.value if isinstance(node.target, cst.Name) else None
+            if name is None:
+                return
+            if isinstance(node.operator, cst.AddAssign) and isinstance(node.value, (cst.Integer, cst.Float)):
+                counted.add(name)
+            else:
+                other.add(name)
+
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            other.update(training.names_in(node.target))
+
+    body.visit(_Assignments())
+    return counted - other
 
 
 def _child_of(facts: Facts, node: cst.CSTNode, loop: cst.For) -> BlockItem:
