@@ -1012,14 +1012,26 @@ class _Collector(cst.CSTVisitor):
         params = _keywords(node).get("params")
         first = params.value if params is not None else (positional[0] if positional else None)
         # `Adam(model.parameters())` names the model; parameter groups and filters are
-        # searched for the same `X.parameters()` call inside them.
-        for call in calls_within(first):
-            if isinstance(call.func, cst.Attribute) and call.func.attr.value == "parameters":
+        # searched for the same `X.parameters()` call inside them, also through the names
+        # they were built in (`params = [p for n, p in model.named_parameters() if ...]`).
+        for call in calls_within(first) + self._calls_in_values_of(first):
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("parameters", "named_parameters"):
                 model = dotted_name(call.func.value)
                 if model and all(m.name != model for m in self.facts.models):
                     self.facts.models.append(
                         Model(model, self._statement(node), self._function())
                     )
+
+    def _calls_in_values_of(self, node: Optional[cst.BaseExpression], depth: int = 0) -> List[cst.Call]:
+        """The calls in what the names read by `node` were assigned so far (two levels)."""
+        found: List[cst.Call] = []
+        if node is None or depth > 1:
+            return found
+        for name in set(_names_within(node)):
+            for value in self.facts.assigned_values.get(name, ()):
+                found.extend(calls_within(value))
+                found.extend(self._calls_in_values_of(value, depth + 1))
+        return found
 
     def _visit_method_call(self, node: cst.Call, func: cst.Attribute) -> None:
         method = func.attr.value

@@ -122,3 +122,25 @@ for epoch in range(3):
     step(model, optimizer, torch.ones(1))
 """)
     assert [facts.line_of(loop) for loop in facts.training_loops] == [10]
+
+
+def test_models_are_found_through_the_names_their_parameters_were_gathered_in():
+    facts = facts_of("""\
+import torch
+encoder = torch.nn.Linear(4, 8)
+decoder = torch.nn.Linear(8, 1)
+params = list(decoder.parameters()) + list(encoder.parameters())
+optimizer = torch.optim.Adam(params, lr=1e-3)
+""")
+    assert sorted(model.name for model in facts.models) == ["decoder", "encoder"]
+
+
+def test_a_model_is_found_through_named_parameter_groups():
+    facts = facts_of("""\
+import torch
+model = torch.nn.Linear(4, 1)
+named = list(model.named_parameters())
+groups = [{"params": [p for n, p in named if "bias" not in n], "weight_decay": 0.01}]
+optimizer = torch.optim.AdamW(groups, lr=1e-3)
+""")
+    assert [model.name for model in facts.models] == ["model"]
