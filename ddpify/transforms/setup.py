@@ -383,12 +383,14 @@ def teardown(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
         edits.report("DDP005", facts.module.body[-1])
         return
     call = _call_of_function_under_main(facts, plan.function.name.value)
-    if call is not None:
+    guard = facts.main_guard
+    if call is not None and guard is not None and call is guard.body.body[-1]:
         edits.finally_bodies[call] = edits.statements(TEARDOWN_IF_INITIALIZED)
         edits.report("DDP005", call)
         return
+    # Code after the call (`model = main(); torch.save(...)`) still needs the group: its
+    # rank-0 guard and its barriers ask it. The teardown goes after it, in the same block.
     cleanup = edits.statements(TEARDOWN_IF_INITIALIZED)
-    guard = facts.main_guard
     if guard is not None and isinstance(guard.body, cst.IndentedBlock):
         edits.after.setdefault(guard.body.body[-1], []).extend(cleanup)
         edits.report("DDP005", guard)
