@@ -69,13 +69,17 @@ def test_is_available_condition_is_unchanged():
     assert "if torch.cuda.is_available():\n    torch.cuda.set_device(local_rank)" in code
 
 
-def test_string_device_choice_stays_a_string_for_plain_python():
+def test_string_device_choice_stays_a_string_under_torchrun_too():
+    """autocast(device_type=device) and device.startswith(...) need the string: "cuda" is
+    made this rank's GPU by set_device_index, not by a torch.device with an index."""
     code, codes = migrate(
         'device = "cuda" if torch.cuda.is_available() else "cpu"\n'
         "model = torch.nn.Linear(2, 1).to(device)\nx = torch.ones(2)\n"
     )
     assert 'device = "cuda" if torch.cuda.is_available() else "cpu"\n' in code
-    assert "    device = torch.device(device)\n" in code
+    assert "torch.device(device)" not in code
+    assert "        torch.accelerator.set_device_index(local_rank)\n" in code
+    assert 'device_ids=[local_rank] if device == "cuda" else None' in code
 
 
 def test_current_accelerator_choice_is_kept():
