@@ -13,7 +13,7 @@ from libcst.codemod import (
 )
 from libcst.metadata import MetadataWrapper
 
-from ddpify import frameworks, names, syntax
+from ddpify import frameworks, names, selfcheck, syntax
 from ddpify.analysis import Facts, analyse
 from ddpify.diagnostics import RULES, Diagnostic, is_selected
 from ddpify.options import Options
@@ -71,7 +71,12 @@ def migrate_source(code: str, options: Options = Options(),  # noqa: B008 (froze
             raise MigrationError("nested too deeply for ddpify to migrate (Python's recursion limit)")
         raise MigrationError(f"internal error: {error!r}\n{outcome.traceback_str}")
     new_code = getattr(outcome, "code", code)
-    return Result(new_code, _selected(codemod.diagnostics, options))
+    diagnostics = codemod.diagnostics
+    if new_code != code:
+        # Safe mode (DESIGN.md §2.10): a second, independent reading of the output.
+        diagnostics = sorted([*diagnostics, *selfcheck.check(code, new_code, diagnostics, tree)],
+                             key=lambda d: (d.line, d.column, d.code))
+    return Result(new_code, _selected(diagnostics, options))
 
 
 def _selected(diagnostics: Iterable[Diagnostic], options: Options) -> Tuple[Diagnostic, ...]:
