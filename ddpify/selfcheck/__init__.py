@@ -12,7 +12,7 @@ import difflib
 from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
 from ddpify.diagnostics import RULES, Diagnostic
-from ddpify.selfcheck.loaders import LEFT_WHOLE_CODES, unsharded_loaders
+from ddpify.selfcheck.loaders import LEFT_WHOLE_CODES, NO_EPOCH_LOOP_CODE, unsharded_loaders
 from ddpify.selfcheck.models import DROPPED_MOVE_CODES, deleted_moves, misplaced_wraps, wraps
 from ddpify.selfcheck.output import unguarded_output
 from ddpify.selfcheck.setup import device_types_changed, joins_on_import
@@ -37,7 +37,8 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
     in_original = list(deleted_moves(before, after, dropped_moves, wrapped_at))
     in_output = [
         *misplaced_wraps(after),
-        *unsharded_loaders(before, after, loaders_left_whole),
+        *unsharded_loaders(before, after, loaders_left_whole,
+                           any(d.code == NO_EPOCH_LOOP_CODE for d in diagnostics)),
         *unguarded_output(after),
         *joins_on_import(before, after),
         *device_types_changed(before, after),

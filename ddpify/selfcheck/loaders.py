@@ -8,6 +8,7 @@ from ddpify.selfcheck.source import Source, calls_named, dotted, last_part
 SHARDERS = ("DistributedSampler", "evaluation_shard")
 # Diagnostics that say a loader was left whole on purpose, reported at the loader's call.
 LEFT_WHOLE_CODES = ("DDP203", "DDP204", "DDP205", "DDP207", "DDP210", "DDP213", "DDP218")
+NO_EPOCH_LOOP_CODE = "DDP211"
 
 Finding = Tuple[str, int, str]
 
@@ -17,9 +18,11 @@ def loader_calls(source: Source) -> List[ast.Call]:
             if "DataLoader" in (last_part(call.func), source.imported_as.get(last_part(call.func) or ""))]
 
 
-def unsharded_loaders(original: Source, migrated: Source, reported_lines: Set[int]) -> Iterator[Finding]:
+def unsharded_loaders(original: Source, migrated: Source, reported_lines: Set[int],
+                      set_epoch_reported: bool) -> Iterator[Finding]:
     """A loader without a distributed sampler passes when a diagnostic of the migration names
-    its call in the original (the n-th loader of the output is the n-th of the original)."""
+    its call in the original (the n-th loader of the output is the n-th of the original). A
+    missing set_epoch passes when the migration said so (DDP211)."""
     sharding_names = set(_sharder_bindings(migrated))
     original_loaders = loader_calls(original)
     migrated_loaders = loader_calls(migrated)
@@ -32,7 +35,8 @@ def unsharded_loaders(original: Source, migrated: Source, reported_lines: Set[in
             if any(line in reported_lines for line in range(twin.lineno, (twin.end_lineno or twin.lineno) + 1)):
                 continue
         yield "DDP912", call.lineno, "this DataLoader has no DistributedSampler and no diagnostic says why"
-    yield from _samplers_without_set_epoch(migrated)
+    if not set_epoch_reported:
+        yield from _samplers_without_set_epoch(migrated)
 
 
 def _sampler_argument(call: ast.Call) -> Optional[ast.AST]:

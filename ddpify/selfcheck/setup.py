@@ -80,18 +80,37 @@ _STRING_METHODS = frozenset(name for name in dir(str) if not name.startswith("_"
 
 
 def _string_use(source: Source, key) -> Optional[ast.expr]:
-    """The first read of the name (in its function; a module-level name anywhere) that only a
-    string supports."""
+    """The first read of the name that only a string supports: in its own function, or for a
+    module-level name in any function that does not bind one of its own (`self.device`: anywhere)."""
     scope_path, name = key
     for node in source.nodes:
         parent = source.parents.get(node)
         if dotted(node) != name or parent is None or isinstance(getattr(node, "ctx", None), ast.Store):
             continue
-        if scope_path and _scope_path(source, node) != scope_path:
+        if "." not in name and not _same_variable(source, node, name, scope_path):
             continue
         if isinstance(node, ast.expr) and _reads_as_string(node, parent):
             return node
     return None
+
+
+def _same_variable(source: Source, node: ast.AST, name: str, scope_path: tuple) -> bool:
+    if scope_path:
+        return _scope_path(source, node) == scope_path
+    scope = source.scope_of(node)
+    return isinstance(scope, ast.Module) or not _binds(scope, name)
+
+
+def _binds(function: ast.AST, name: str) -> bool:
+    """Whether a function has a parameter or a local variable `name` (not a global one)."""
+    assert isinstance(function, FUNCTIONS)
+    arguments = function.args
+    parameters = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
+                  *filter(None, [arguments.vararg, arguments.kwarg])]
+    if any(parameter.arg == name for parameter in parameters):
+        return True
+    return any(isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store)
+               for node in ast.walk(function))
 
 
 def _reads_as_string(node: ast.AST, parent: ast.AST) -> bool:
