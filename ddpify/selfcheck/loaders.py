@@ -14,8 +14,8 @@ Finding = Tuple[str, int, str]
 
 
 def loader_calls(source: Source) -> List[ast.Call]:
-    return [call for call in source.calls
-            if "DataLoader" in (last_part(call.func), source.imported_as.get(last_part(call.func) or ""))]
+    aliases = {"DataLoader"} | {alias for alias, name in source.imported_as.items() if name == "DataLoader"}
+    return [call for call in source.calls if last_part(call.func) in aliases]
 
 
 def unsharded_loaders(original: Source, migrated: Source, reported_lines: Set[int],

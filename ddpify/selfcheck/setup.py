@@ -135,8 +135,8 @@ def _scope_path(source: Source, node: ast.AST) -> tuple:
 def _bindings(source: Source, matches) -> dict:
     """(function path, name) -> the assignments of a value `matches` accepts."""
     found: dict = {}
-    for node in source.nodes:
-        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and matches(node.value):
+    for node in source.assignments:
+        if node.value is not None and matches(node.value):
             for name in assigned_targets(node):
                 found.setdefault((_scope_path(source, node), name), []).append(node)
     return found

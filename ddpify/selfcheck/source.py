@@ -46,18 +46,11 @@ def calls_named(node: ast.AST, names) -> bool:
     return any(isinstance(sub, ast.Call) and last_part(sub.func) in names for sub in ast.walk(node))
 
 
-def _children(node: ast.AST) -> Iterator[ast.AST]:
-    """ast.iter_child_nodes without the Load/Store contexts (a third of the nodes, shared)."""
-    for field in node._fields:
-        if field == "ctx":
-            continue
-        value = getattr(node, field, None)
-        if isinstance(value, ast.AST):
-            yield value
-        elif isinstance(value, list):
-            for item in value:
-                if isinstance(item, ast.AST):
-                    yield item
+# Fields that never hold a node we read: contexts (a third of all nodes), names and
+# literals, and import aliases (read from the Import itself).
+_LEAF_FIELDS = frozenset({"ctx", "id", "attr", "name", "arg", "module", "kind", "type_comment", "level",
+                          "conversion", "is_async", "names", "simple"})
+_CHILD_FIELDS: Dict[type, Tuple[str, ...]] = {}
 
 
 def assigned_targets(statement: ast.stmt) -> List[str]:
@@ -95,6 +88,7 @@ class Source:
         self.parents: Dict[ast.AST, ast.AST] = {}
         self.nodes: List[ast.AST] = []  # every node, in no particular order
         self.calls: List[ast.Call] = []
+        self.assignments: List[Union[ast.Assign, ast.AnnAssign]] = []
         self.functions: Dict[str, List[Scope]] = {}
         self.module_names: Set[str] = set()  # `torch`, `np`: a call on them is no method of ours
         self.imported_as: Dict[str, str] = {}  # `DL` -> `DataLoader` for `import DataLoader as DL`
@@ -102,22 +96,43 @@ class Source:
         self._calls_by_scope: Dict[int, List[ast.Call]] = {}
         self._moves: Optional[List[Tuple[str, ast.Call]]] = None
         self._moved_by: Optional[Dict[int, Set[str]]] = None
-        pending: List[ast.AST] = [self.tree]
-        while pending:  # one traversal: ast.walk and a second pass for the parents would cost two
-            node = pending.pop()
-            self.nodes.append(node)
-            for child in _children(node):
-                self.parents[child] = node
-                pending.append(child)
-            if isinstance(node, ast.Call):
-                self.calls.append(node)
-            elif isinstance(node, FUNCTIONS):
-                self.functions.setdefault(self.function_key(node), []).append(node)
-            elif isinstance(node, ast.Import):
-                self.module_names.update(alias.asname or alias.name.split(".")[0] for alias in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                self.imported_as.update((alias.asname, alias.name) for alias in node.names if alias.asname)
+        self._index()
         self.calls.sort(key=lambda call: (call.lineno, call.col_offset))
+
+    def _index(self) -> None:
+        """One traversal (ast.walk, then a pass for the parents, would cost two), written for
+        speed: it is most of the self-check's time."""
+        parents, nodes, calls = self.parents, self.nodes, self.calls
+        pending: List[ast.AST] = [self.tree]
+        while pending:
+            node = pending.pop()
+            nodes.append(node)
+            kind = type(node)
+            fields = _CHILD_FIELDS.get(kind)
+            if fields is None:
+                fields = _CHILD_FIELDS[kind] = tuple(field for field in kind._fields if field not in _LEAF_FIELDS)
+            for field in fields:
+                value = getattr(node, field, None)
+                if type(value) is list:
+                    for item in value:
+                        if isinstance(item, ast.AST):
+                            parents[item] = node
+                            pending.append(item)
+                elif isinstance(value, ast.AST):
+                    parents[value] = node
+                    pending.append(value)
+            if kind is ast.Call:
+                calls.append(node)  # type: ignore[arg-type]
+            elif kind is ast.Assign or kind is ast.AnnAssign:
+                self.assignments.append(node)  # type: ignore[arg-type]
+            elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+                self.functions.setdefault(self.function_key(node), []).append(node)  # type: ignore[arg-type]
+            elif kind is ast.Import:
+                self.module_names.update(alias.asname or alias.name.split(".")[0]
+                                         for alias in node.names)  # type: ignore[attr-defined]
+            elif kind is ast.ImportFrom:
+                self.imported_as.update((alias.asname, alias.name)
+                                        for alias in node.names if alias.asname)  # type: ignore[attr-defined]
 
     def function_key(self, function: ast.AST) -> str:
         """A method is called by its name; `__init__` by its class's name."""
