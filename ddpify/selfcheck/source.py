@@ -7,6 +7,7 @@ the forms ddpify emits (`if is_main:`, `if is_main_process():`) and the ones peo
 """
 import ast
 import warnings
+from operator import attrgetter
 from typing import Dict, Iterator, List, Optional, Set, Tuple, Union
 
 Scope = Union[ast.Module, ast.FunctionDef, ast.AsyncFunctionDef]
@@ -97,7 +98,7 @@ class Source:
         self._moves: Optional[List[Tuple[str, ast.Call]]] = None
         self._moved_by: Optional[Dict[int, Set[str]]] = None
         self._index()
-        self.calls.sort(key=lambda call: (call.lineno, call.col_offset))
+        self.calls.sort(key=attrgetter("lineno", "col_offset"))
 
     def _index(self) -> None:
         """One traversal (ast.walk, then a pass for the parents, would cost two), written for
