@@ -133,6 +133,14 @@ def test_each_planted_defect_is_caught(name):
     assert codes(ORIGINAL, migrated) == [DEFECTS[name][0]]
 
 
+def test_a_deleted_move_is_named_where_it_was():
+    """Of two moves of the model, the one the output lacks is named, by its original line."""
+    original = planted("model.to(device)\n", "model.to(device)\nmodel.float()\n", ORIGINAL)
+    [diagnostic] = check(original, MIGRATED, [])
+    assert diagnostic.code == "DDP910"
+    assert original.splitlines()[diagnostic.line - 1] == "model.float()"
+
+
 def test_the_move_and_the_wrap_moved_together_pass():
     """Moving the move and the wrap together keeps the order: nothing to say."""
     migrated = planted("model.to(device)\n" + WRAP, "", MIGRATED)

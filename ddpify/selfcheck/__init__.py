@@ -13,7 +13,7 @@ from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
 from ddpify.diagnostics import RULES, Diagnostic
 from ddpify.selfcheck.loaders import LEFT_WHOLE_CODES, NO_EPOCH_LOOP_CODE, unsharded_loaders
-from ddpify.selfcheck.models import DROPPED_MOVE_CODES, deleted_moves, misplaced_wraps, wraps
+from ddpify.selfcheck.models import DROPPED_MOVE_CODES, deleted_moves, misplaced_wraps
 from ddpify.selfcheck.output import unguarded_output
 from ddpify.selfcheck.setup import device_types_changed, joins_on_import
 from ddpify.selfcheck.source import Source
@@ -29,12 +29,8 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
     dropped_moves = _lines_of(diagnostics, DROPPED_MOVE_CODES)
     loaders_left_whole = _lines_of(diagnostics, LEFT_WHOLE_CODES)
     to_original = _line_map(original, migrated)
-
-    def wrapped_at(name: str) -> List[int]:
-        return [to_original(call.lineno) for wrapped, call in wraps(after) if wrapped == name]
-
     # DDP910 is found in the original (the move is missing from the output); the rest in the output.
-    in_original = list(deleted_moves(before, after, dropped_moves, wrapped_at))
+    in_original = list(deleted_moves(before, after, dropped_moves, to_original))
     in_output = [
         *misplaced_wraps(after),
         *unsharded_loaders(before, after, loaders_left_whole,

@@ -1,7 +1,6 @@
 """The model's moves and its wrap: no move of the original deleted (DDP910), and each
 `DDP(x)` after every assignment and move of `x` on every path, before `x` trains (DDP911)."""
 import ast
-from collections import Counter
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from ddpify.selfcheck.source import LOOPS, Source, assigned_targets, dotted, last_part
@@ -14,25 +13,31 @@ Finding = Tuple[str, int, str]  # code, line, message; the line is the original'
 
 
 def deleted_moves(original: Source, migrated: Source, dropped_lines: Set[int],
-                  wrapped_at: Callable[[str], List[int]]) -> Iterator[Finding]:
+                  to_original: Callable[[int], int]) -> Iterator[Finding]:
     """Each receiver (`model`, `self.net`) moves at least as often in the output as in the
     original. ddpify may respell a move (`x.cuda()` -> `x.to(device)`), never delete one,
-    except a move of the wrapped model that it reported (DDP106): one that comes after the
-    wrap (`wrapped_at(name)`: the original lines the wraps of `name` follow)."""
-    before: Counter = Counter()
-    first_move: Dict[str, ast.Call] = {}
+    except a move of the wrapped model that it reported (DDP106): one after the wrap.
+    `to_original` maps an output line to the original line it comes from (or follows)."""
+    wrapped_after: Dict[str, List[int]] = {}  # name -> the output lines of its wraps
+    for name, call in wraps(migrated):
+        wrapped_after.setdefault(name, []).append(call.lineno)
+    original_moves: Dict[str, List[ast.Call]] = {}
     for receiver, call in original.moves():
-        if call.lineno in dropped_lines and any(line < call.lineno for line in wrapped_at(receiver)):
+        if call.lineno in dropped_lines and any(
+                to_original(line) < call.lineno for line in wrapped_after.get(receiver, [])):
             continue
-        before[receiver] += 1
-        first_move.setdefault(receiver, call)
-    after = Counter(receiver for receiver, _ in migrated.moves())
-    for receiver, count in before.items():
-        if after[receiver] < count:
-            call = first_move[receiver]
-            yield ("DDP910", call.lineno,
-                   f"`{ast.unparse(call)}` and the other moves of `{receiver}`: {count} in the original, "
-                   f"{after[receiver]} in the output")
+        original_moves.setdefault(receiver, []).append(call)
+    after: Dict[str, List[int]] = {}
+    for receiver, call in migrated.moves():
+        after.setdefault(receiver, []).append(call.lineno)
+    for receiver, calls in original_moves.items():
+        kept = after.get(receiver, [])
+        if len(kept) < len(calls):
+            kept_lines = {to_original(line) for line in kept}
+            missing = next((call for call in calls if call.lineno not in kept_lines), calls[0])
+            yield ("DDP910", missing.lineno,
+                   f"`{ast.unparse(missing)}` is gone: `{receiver}` moves {len(calls)} time(s) in the "
+                   f"original, {len(kept)} in the output")
 
 
 def wraps(source: Source) -> Iterator[Tuple[str, ast.Call]]:
