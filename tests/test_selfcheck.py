@@ -183,6 +183,28 @@ def test_set_epoch_through_the_loader_passes():
     assert codes(ORIGINAL, migrated) == []
 
 
+def test_loaders_and_samplers_kept_in_dicts_pass():
+    migrated = planted(
+        "sampler = DistributedSampler(dataset, shuffle=True) if distributed else None\n"
+        "loader = DataLoader(dataset, batch_size=8, shuffle=sampler is None, sampler=sampler)\n",
+        'samplers = {x: DistributedSampler(dataset) if distributed else None for x in ["train"]}\n'
+        'loaders = {x: DataLoader(dataset, batch_size=8, sampler=samplers[x]) for x in ["train"]}\n'
+        'loader = loaders["train"]\n')
+    migrated = planted("    if sampler is not None:\n        sampler.set_epoch(epoch)\n",
+                       '    if distributed:\n        loaders["train"].sampler.set_epoch(epoch)\n', migrated)
+    assert codes(ORIGINAL, migrated) == []
+    assert codes(ORIGINAL, migrated.replace(".set_epoch(epoch)", ".epoch = epoch")) == ["DDP912"]
+
+
+def test_a_sampler_built_by_a_helper_the_migration_added_passes():
+    """ddpify's own helpers (evaluation_shard, a wrapper of the user's sampler) shard."""
+    helper = "def rank_share(sampler):\n    return sampler\n\n\n"
+    migrated = helper + planted("sampler = DistributedSampler(dataset, shuffle=True) if distributed else None",
+                                "sampler = rank_share(RandomSampler(dataset)) if distributed else None")
+    assert codes(ORIGINAL, migrated) == []
+    assert codes(helper + ORIGINAL, migrated) == ["DDP912"]  # the user's own function is no sharder
+
+
 def test_a_torch_device_used_only_where_one_is_accepted_passes():
     """The type changed, but nothing reads it as a string: harmless, so quiet."""
     read_as_string = 'if device.startswith("cuda"):\n    torch.backends.cudnn.benchmark = True\n'

@@ -3,7 +3,7 @@ DistributedSampler gets set_epoch (DDP912)."""
 import ast
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
-from ddpify.selfcheck.source import Source, calls_named, dotted, last_part
+from ddpify.selfcheck.source import FUNCTIONS, Source, calls_named, dotted, last_part
 
 SHARDERS = ("DistributedSampler", "evaluation_shard")
 # Diagnostics that say a loader was left whole on purpose, reported at the loader's call.
@@ -23,12 +23,13 @@ def unsharded_loaders(original: Source, migrated: Source, reported_lines: Set[in
     """A loader without a distributed sampler passes when a diagnostic of the migration names
     its call in the original (the n-th loader of the output is the n-th of the original). A
     missing set_epoch passes when the migration said so (DDP211)."""
-    sharding_names = set(_sharder_bindings(migrated))
+    sharders = set(SHARDERS) | _helpers_added(original, migrated)
+    sharding_names = set(_sharder_bindings(migrated, sharders))
     original_loaders = loader_calls(original)
     migrated_loaders = loader_calls(migrated)
     for index, call in enumerate(migrated_loaders):
         sampler = _sampler_argument(call)
-        if sampler is not None and _shards(sampler, sharding_names):
+        if sampler is not None and _shards(sampler, sharders, sharding_names):
             continue
         if len(original_loaders) == len(migrated_loaders):
             twin = original_loaders[index]
@@ -46,15 +47,33 @@ def _sampler_argument(call: ast.Call) -> Optional[ast.AST]:
     return None
 
 
-def _shards(value: ast.AST, sharding_names: Set[str]) -> bool:
-    return calls_named(value, SHARDERS) or any(dotted(node) in sharding_names for node in ast.walk(value))
+def _helpers_added(original: Source, migrated: Source) -> Set[str]:
+    """Functions and classes the migration defined (evaluation_shard, a sampler wrapper): a
+    sampler ddpify built with its own helper is its distributed sampler."""
+    defined = {node.name for node in migrated.tree.body if isinstance(node, (*FUNCTIONS, ast.ClassDef))}
+    return defined - {node.name for node in original.tree.body if isinstance(node, (*FUNCTIONS, ast.ClassDef))}
 
 
-def _sharder_bindings(source: Source) -> Dict[str, ast.Call]:
+def _shards(value: ast.AST, sharders: Set[str], sharding_names: Set[str]) -> bool:
+    return calls_named(value, sharders) or any(loose_dotted(node) in sharding_names for node in ast.walk(value))
+
+
+def loose_dotted(node: ast.AST) -> Optional[str]:
+    """dotted() seeing through subscripts: `samplers["train"]` is `samplers`, and
+    `loaders[phase].sampler` is `loaders.sampler` (loaders and samplers kept in dicts)."""
+    if isinstance(node, ast.Subscript):
+        return loose_dotted(node.value)
+    if isinstance(node, ast.Attribute):
+        base = loose_dotted(node.value)
+        return None if base is None else f"{base}.{node.attr}"
+    return dotted(node)
+
+
+def _sharder_bindings(source: Source, sharders: Set[str]) -> Dict[str, ast.Call]:
     """`sampler` in `sampler = DistributedSampler(...) if distributed else None`."""
     bindings = {}
     for call in source.calls:
-        if last_part(call.func) in SHARDERS:
+        if last_part(call.func) in sharders:
             statement = source.statement_of(call)
             if isinstance(statement, (ast.Assign, ast.AnnAssign)):
                 for target in statement.targets if isinstance(statement, ast.Assign) else [statement.target]:
@@ -67,10 +86,10 @@ def _sharder_bindings(source: Source) -> Dict[str, ast.Call]:
 def _samplers_without_set_epoch(source: Source) -> Iterator[Finding]:
     """A shuffling DistributedSampler repeats its order every epoch without set_epoch; it is
     called on the sampler's name, or on `loader.sampler` of a loader built with it."""
-    epoch_receivers = {dotted(call.func.value) for call in source.calls
+    epoch_receivers = {loose_dotted(call.func.value) for call in source.calls
                        if isinstance(call.func, ast.Attribute) and call.func.attr == "set_epoch"}
     through_loader = any(name and name.endswith(".sampler") for name in epoch_receivers)
-    bindings = _sharder_bindings(source)
+    bindings = _sharder_bindings(source, {"DistributedSampler"})
     for call in source.calls:
         if last_part(call.func) != "DistributedSampler" or not _shuffles(call):
             continue
@@ -92,6 +111,6 @@ def _shuffles(call: ast.Call) -> bool:
 def _given_to_a_loader(source: Source, sampler: ast.Call, names: List[str]) -> bool:
     for loader in loader_calls(source):
         value = _sampler_argument(loader)
-        if value is not None and any(node is sampler or dotted(node) in names for node in ast.walk(value)):
+        if value is not None and any(node is sampler or loose_dotted(node) in names for node in ast.walk(value)):
             return True
     return False
