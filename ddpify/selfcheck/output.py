@@ -6,10 +6,12 @@ from ddpify.selfcheck.source import FUNCTIONS, Scope, Source, dotted, last_part
 
 Finding = Tuple[str, int, str]
 
-# Called as `name(...)` or `module.name(...)`: each prints, or writes or makes a file.
+# Called as `name(...)` or `module.name(...)`: each prints, writes or makes a file, or opens a
+# TensorBoard log. (wandb is left out: ddpify keeps its calls on every rank and disables the
+# run on the others with `mode=`.)
 WRITERS = frozenset({"print", "torch.save", "os.makedirs", "os.mkdir", "json.dump", "pickle.dump",
                      "np.save", "np.savez", "np.savetxt", "numpy.save", "save_image", "shutil.copy",
-                     "shutil.copyfile"})
+                     "shutil.copyfile", "SummaryWriter"})
 # Called as a method of anything: `fig.savefig(...)`, `frame.to_csv(...)`.
 WRITING_METHODS = frozenset({"savefig", "to_csv"})
 JOINS = "init_process_group"
