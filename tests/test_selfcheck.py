@@ -270,6 +270,18 @@ def test_output_in_a_helper_counts_where_the_helper_is_called(call, expected):
     assert codes(original, migrated) == expected
 
 
+@pytest.mark.parametrize("statement", [
+    'print("done")', 'torch.save(model, "m.pt")', 'log = open("log.txt", "a")', 'os.makedirs("out")',
+    'json.dump({}, log)', 'figure.savefig("loss.png")', 'writer = SummaryWriter("runs")',
+])
+def test_each_kind_of_output_after_the_join_needs_a_guard(statement):
+    unguarded = MIGRATED + statement + "\n"
+    guarded = MIGRATED + "if is_main:\n    " + statement + "\n"
+    assert codes(ORIGINAL, unguarded) == ["DDP913"]
+    assert codes(ORIGINAL, guarded) == []
+    assert codes(ORIGINAL, MIGRATED + 'with open("log.txt") as log:\n    pass\n') == []  # reading
+
+
 def test_output_before_the_group_is_joined_needs_no_guard():
     migrated = planted("# Distributed setup", 'print("starting")\n# Distributed setup')
     assert codes(ORIGINAL, migrated) == []
