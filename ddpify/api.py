@@ -74,8 +74,11 @@ def migrate_source(code: str, options: Options = Options(),  # noqa: B008 (froze
     diagnostics = codemod.diagnostics
     if new_code != code:
         # Safe mode (DESIGN.md §2.10): a second, independent reading of the output.
-        diagnostics = sorted([*diagnostics, *selfcheck.check(code, new_code, diagnostics, tree)],
-                             key=lambda d: (d.line, d.column, d.code))
+        try:
+            found = selfcheck.check(code, new_code, diagnostics, tree)
+        except SyntaxError as error:
+            raise MigrationError(f"internal error: the migrated code does not parse: {error}") from None
+        diagnostics = sorted([*diagnostics, *found], key=lambda d: (d.line, d.column, d.code))
     return Result(new_code, _selected(diagnostics, options))
 
 

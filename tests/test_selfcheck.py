@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpify.api import migrate_source
+from ddpify.api import MigrationError, migrate_source
 from ddpify.diagnostics import Diagnostic
 from ddpify.options import Options
 from ddpify.selfcheck import check
@@ -355,6 +355,16 @@ def test_todays_wrong_migrations_are_caught(shape):
     wrong = (SHAPES / f"{shape}_ddp_wrong.py").read_text()
     diagnostics = [Diagnostic(code, line, 1, "") for code, line in reported]
     assert codes(original, wrong, diagnostics) == expected
+
+
+def test_output_that_does_not_parse_is_an_internal_error(monkeypatch):
+    """A transform bug that emits broken code is exit 2, never a written file."""
+    def check_broken_output(original, migrated, *rest):
+        return check(original, migrated + "def (", [])
+
+    monkeypatch.setattr("ddpify.selfcheck.check", check_broken_output)
+    with pytest.raises(MigrationError, match="does not parse"):
+        migrate_source(ORIGINAL)
 
 
 def test_migrate_source_adds_the_self_check_and_honours_ignore(monkeypatch):
