@@ -104,8 +104,8 @@ def _derived_from_wrapped(source: Source, statement: ast.stmt, wrapped: Sequence
 
 
 def _on_every_path_to(source: Source, statement: ast.stmt, anchor: ast.stmt) -> bool:
-    """A statement before the wrap runs on the way to it unless the two part in one
-    compound statement (the `if` and `else` of a fresh and a resumed model)."""
+    """Whether the statement and the wrap lie on one path: not in two parts of one compound
+    statement (the `if` and `else` of a fresh and a resumed model)."""
     statement_chain = [statement, *source.ancestors(statement)]
     anchor_chain = [anchor, *source.ancestors(anchor)]
     common = next(node for node in statement_chain if node in anchor_chain)
