@@ -114,6 +114,9 @@ class Facts:
     main_guard: Optional[cst.If] = None
     data_parallel_calls: List[cst.Call] = field(default_factory=list)
     batchnorm_calls: List[cst.Call] = field(default_factory=list)
+    # Some parameter's requires_grad is set (`p.requires_grad = fine_tune`,
+    # `requires_grad_(False)`): a model may reach its wrap with nothing to train.
+    freezes_parameters: bool = False
     # Map-style Dataset subclasses defined in the file.
     dataset_classes: Set[str] = field(default_factory=set)
     # Submodules a module class creates in __init__ but no other method uses, by class name.
@@ -140,6 +143,8 @@ class Facts:
     training_calls: List[cst.Call] = field(default_factory=list)
     # Loops that train through a call (`self._run_batch(x, y)` calls backward).
     loops_calling_training: Set[cst.For] = field(default_factory=set)
+    # Functions that train: their body calls backward() or step(), or calls one that does.
+    training_functions: Set[cst.FunctionDef] = field(default_factory=set)
     download_statements: List[Statement] = field(default_factory=list)
     sliced_batch_loops: List[cst.For] = field(default_factory=list)
     # Functions and methods by name, and calls of them by bare or `self.` name.
@@ -438,6 +443,23 @@ class Facts:
                         continue
                     yield callee, parameter, call
 
+    def first_training_call_in(self, function: Optional[cst.FunctionDef]) -> Optional[cst.Call]:
+        """The first call in `function` (None: the module) that trains: backward(), an
+        optimizer's step(), a call of a function that trains; None when it trains nowhere."""
+        calls: List[cst.Call] = [*self.training_calls, *self.training_helper_calls]
+        for trainer in self.training_functions:
+            calls.extend(self.calls_of(trainer))
+        here = [call for call in calls if self.function_of(call) is function]
+        return min(here, key=self.start_of, default=None)
+
+    def start_of(self, node: cst.CSTNode) -> Tuple[int, int]:
+        start = self.positions[node].start
+        return start.line, start.column
+
+    def end_of(self, node: cst.CSTNode) -> Tuple[int, int]:
+        end = self.positions[node].end
+        return end.line, end.column
+
     def enclosing_loops(self, node: cst.CSTNode) -> List[cst.For]:
         """For loops whose body (not header) holds node, innermost first, up to the function."""
         loops: List[cst.For] = []
@@ -464,7 +486,22 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
     collector.note_helper_methods()
     _note_helper_output(facts, collector.helper_calls)
     _mark_loops_calling_training_functions(facts, collector.training_calls)
+    _note_loops_taking_batches_with_next(facts, collector)
     return facts
+
+
+def _note_loops_taking_batches_with_next(facts: Facts, collector: "_Collector") -> None:
+    """`it = iter(loader)` ... `for step in range(n): x, y = next(it)`: the step loop goes
+    over the loader, as `for x, y in loader` would."""
+    for call in collector.next_calls:
+        loops = facts.enclosing_loops(call)
+        if not loops:
+            continue
+        function = facts.function_of(call)
+        for name in _names_within(call.args[0].value):
+            for taken in [name, *collector.iteration_wrappers.get((function, name), ())]:
+                if loops[0] not in facts.loops_over.get(taken, ()):
+                    facts.loops_over.setdefault(taken, []).append(loops[0])
 
 
 def _note_helper_output(facts: Facts, calls: Mapping[cst.Call, Tuple[str, Optional[Statement]]]) -> None:
@@ -488,6 +525,7 @@ def _mark_loops_calling_training_functions(facts: Facts, training_calls: List[cs
     for function in step_functions:
         for call in facts.calls_of(function):
             facts.training_loops.update(facts.enclosing_loops(call)[:1])
+    facts.training_functions = training
     pending = list(training)
     while pending:
         function = pending.pop()
@@ -559,6 +597,14 @@ def _is_string_choice(value: cst.BaseExpression) -> bool:
     return text in ("cuda", "cpu")
 
 
+# Calls whose result yields the items of their first argument.
+ITERATION_WRAPPERS = names.PROGRESS_BARS | {"builtins.enumerate", "builtins.iter", "builtins.zip"}
+
+
+def _is_true(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "True"
+
+
 def _is_false(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Name) and node.value in ("False", "None")
 
@@ -595,6 +641,10 @@ class _Collector(cst.CSTVisitor):
         self.names_in_top: Dict[cst.CSTNode, Set[str]] = {}
         self.training_tops: Set[cst.CSTNode] = set()
         self.training_calls: List[cst.Call] = []
+        # (function, name) -> the names of the iterable a progress bar or enumerate() held
+        # in that name goes over.
+        self.iteration_wrappers: Dict[Tuple[Optional[cst.FunctionDef], str], List[str]] = {}
+        self.next_calls: List[cst.Call] = []
 
     def _note_training(self) -> None:
         # Training calls sit inside a top-level statement: _top is set by then.
@@ -739,6 +789,9 @@ class _Collector(cst.CSTVisitor):
 
     # --- assignments ---------------------------------------------------------------------------
     def visit_Assign(self, node: cst.Assign) -> None:
+        if any(isinstance(t.target, cst.Attribute) and t.target.attr.value == "requires_grad"
+               for t in node.targets):
+            self.facts.freezes_parameters = True
         if len(node.targets) != 1:
             return
         target = dotted_name(node.targets[0].target)
@@ -747,6 +800,9 @@ class _Collector(cst.CSTVisitor):
         self._touch(target, node)
         value = node.value
         self.facts.assigned_values.setdefault(target, []).append(value)
+        if isinstance(value, cst.Call) and self._qualified(value.func) & ITERATION_WRAPPERS:
+            wrapped = [name for arg in _positional(value)[:1] for name in _names_within(arg)]
+            self.iteration_wrappers[(self._function(), target)] = wrapped
         function = self._function()
         if function is not None and target.startswith("self.") and target.count(".") == 1:
             self.facts.self_assignments.setdefault(function, {}).setdefault(target, []).append(value)
@@ -883,6 +939,8 @@ class _Collector(cst.CSTVisitor):
             self._visit_method_call(node, func)
         if self._is_loader_class(func):
             facts.loader_calls.append(node)
+        if self._calls(node, "builtins.next") and node.args:
+            self.next_calls.append(node)
         if self._calls(node, names.RANDOM_SAMPLER):
             facts.random_sampler_calls.add(node)
         if any(
@@ -972,6 +1030,8 @@ class _Collector(cst.CSTVisitor):
             self._mark_training_loops(node)
         if receiver and self._is_statement_call(node):
             self._touch(receiver, node)
+        if method == "requires_grad_" and not (node.args and _is_true(node.args[0].value)):
+            self.facts.freezes_parameters = True
         if method == "cuda" or (
             method == "to" and node.args and is_fixed_gpu(node.args[0].value)
         ):
@@ -991,6 +1051,9 @@ class _Collector(cst.CSTVisitor):
     def visit_For(self, node: cst.For) -> None:
         for name in _names_within(node.iter):
             self.facts.loops_over.setdefault(name, []).append(node)
+            # `loop = tqdm(loader)` ... `for x in loop`: the loop goes over the loader too.
+            for wrapped in self.iteration_wrappers.get((self._function(), name), ()):
+                self.facts.loops_over.setdefault(wrapped, []).append(node)
         if _slices_batches(node):
             self.facts.sliced_batch_loops.append(node)
 

@@ -13,7 +13,7 @@ from libcst.codemod import (
 )
 from libcst.metadata import MetadataWrapper
 
-from ddpify import frameworks, names, selfcheck, syntax
+from ddpify import frameworks, names, selfcheck, suppressions, syntax
 from ddpify.analysis import Facts, analyse
 from ddpify.diagnostics import RULES, Diagnostic, is_selected
 from ddpify.options import Options
@@ -27,6 +27,9 @@ from ddpify.transforms.imports import add_imports, remove_unused_imports
 class Result:
     code: str
     diagnostics: Tuple[Diagnostic, ...]
+    # `# ddpify: ignore` comments that silenced nothing (DDP920): --check reports them, so
+    # that writing a script never fails on a stale comment.
+    unused_suppressions: Tuple[Diagnostic, ...] = ()
 
     @property
     def needs_a_person(self) -> bool:
@@ -54,10 +57,10 @@ def migrate_source(code: str, options: Options = Options(),  # noqa: B008 (froze
         raise MigrationError(rejected.message, rejected.line, rejected.column) from None
     other_framework = frameworks.already_distributed(tree, code)
     if other_framework is not None:
-        return Result(code, _selected((other_framework,), options))
+        return _result(code, code, (other_framework,), options)
     if "torch" not in code:
         # Nothing to migrate, and no reason to pay for libcst's parse.
-        return Result(code, _selected((NO_TRAINING,), options))
+        return _result(code, code, (NO_TRAINING,), options)
     codemod = _MigrateCommand(CodemodContext(), options, project)
     outcome = transform_module(codemod, code)
     if isinstance(outcome, TransformExit):
@@ -73,13 +76,24 @@ def migrate_source(code: str, options: Options = Options(),  # noqa: B008 (froze
     new_code = getattr(outcome, "code", code)
     diagnostics = codemod.diagnostics
     if new_code != code:
-        # Safe mode (DESIGN.md §2.10): a second, independent reading of the output.
-        try:
-            found = selfcheck.check(code, new_code, diagnostics, tree)
-        except SyntaxError as error:
-            raise MigrationError(f"internal error: the migrated code does not parse: {error}") from None
-        diagnostics = sorted([*diagnostics, *found], key=lambda d: (d.line, d.column, d.code))
-    return Result(new_code, _selected(diagnostics, options))
+        diagnostics = sorted([*diagnostics, *_self_check(code, new_code, diagnostics, tree)],
+                             key=lambda d: (d.line, d.column, d.code))
+    return _result(code, new_code, diagnostics, options)
+
+
+def _self_check(code: str, new_code: str, diagnostics: List[Diagnostic], tree) -> List[Diagnostic]:
+    """Safe mode (DESIGN.md §2.10): a second, independent reading of the output."""
+    try:
+        return selfcheck.check(code, new_code, diagnostics, tree)
+    except SyntaxError as error:
+        raise MigrationError(f"internal error: the migrated code does not parse: {error}") from None
+
+
+def _result(source: str, new_code: str, diagnostics: Iterable[Diagnostic], options: Options) -> Result:
+    """Suppression comments first, then --select/--ignore: a comment is used whatever the
+    run selects, so that a narrower selection never calls it stale."""
+    filtered = suppressions.apply(source, tuple(diagnostics))
+    return Result(new_code, _selected(filtered.kept, options), _selected(filtered.unused, options))
 
 
 def _selected(diagnostics: Iterable[Diagnostic], options: Options) -> Tuple[Diagnostic, ...]:

@@ -5,6 +5,7 @@ need a person; 2 usage, parse or internal error; 130 interrupted (Ctrl-C). Resul
 stdout, messages to stderr.
 """
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -19,9 +20,10 @@ from ddpify.diagnostics import RULES, explain, unknown_codes
 from ddpify.files import TWIN_SUFFIX, source_of_twin, twin_of
 from ddpify.formats import FORMATS, printer, summary_line
 from ddpify.jobs import ERROR, OK, Job, Report
+from ddpify.launch.command import launch_command
 from ddpify.options import Options
 from ddpify.progress import Progress
-from ddpify.walk import Entry, expand
+from ddpify.walk import Entry, expand, notebooks_under
 
 
 INTERRUPTED = 130  # 128 + SIGINT, as shells report it
@@ -95,6 +97,9 @@ class _DefaultCommand(click.Command):
                    "--no-shard-eval keeps the whole evaluation on every rank.")
 @click.option("--format", "output_format", type=click.Choice(FORMATS), default="text",
               show_default=True, help="How diagnostics are printed.")
+@click.option("--stdin-filename", metavar="PATH",
+              help="The file that - (stdin) stands for, for editors: named in messages, and "
+                   "where [tool.ddpify] and the helper modules are looked up.")
 @click.option("-j", "--jobs", "workers", type=click.IntRange(min=0), default=1, show_default=True,
               help="Worker processes (0: one per CPU).")
 @click.option("-q", "--quiet", is_flag=True, help="Leave out notes (info diagnostics) and the summary line.")
@@ -104,8 +109,8 @@ class _DefaultCommand(click.Command):
 @click.version_option(__version__, prog_name="ddpify")
 @click.help_option("-h", "--help")
 def migrate(paths, output, in_place, show_diff, check, twin, select, ignore, excludes,
-            sync_batchnorm, keep_global_batch, shard_eval, output_format, workers, quiet, verbose,
-            list_rules, explain_code) -> None:
+            sync_batchnorm, keep_global_batch, shard_eval, output_format, stdin_filename, workers,
+            quiet, verbose, list_rules, explain_code) -> None:
     """Migrate PATHS (files, directories, or - for stdin) to DistributedDataParallel.
 
     \b
@@ -115,6 +120,7 @@ def migrate(paths, output, in_place, show_diff, check, twin, select, ignore, exc
     ddpify --check src/               exit 1 unless every training script is DDP-ready
     ddpify --twin train.py            keep train_ddp.py in sync with train.py
     ddpify verify train.py            run both scripts and compare (see verify --help)
+    ddpify launch train_ddp.py        write torchrun, SLURM and Kubeflow launch files (see launch --help)
 
     Defaults come from [tool.ddpify] in the nearest pyproject.toml; flags win.
 
@@ -126,8 +132,7 @@ def migrate(paths, output, in_place, show_diff, check, twin, select, ignore, exc
       130  interrupted (Ctrl-C); nothing is written for the file in progress
     """
     if list_rules:
-        for rule in RULES.values():
-            click.echo(f"{rule.code}  {rule.severity.value:<7}  {rule.summary}")
+        _list_rules(output_format)
         return
     if explain_code:
         code = explain_code.upper()
@@ -140,7 +145,9 @@ def migrate(paths, output, in_place, show_diff, check, twin, select, ignore, exc
             click.echo("ddpify: no paths given: nothing to do", err=True)
         sys.exit(OK)
     mode = _mode(paths, output, in_place, show_diff, check, twin, output_format)
-    config = _config(paths[0])
+    if stdin_filename is not None and "-" not in paths:
+        _fail("--stdin-filename names what - (stdin) stands for: give - as a path")
+    config = _config(stdin_filename if paths[0] == "-" and stdin_filename else paths[0])
     options = Options(
         sync_batchnorm=_first(sync_batchnorm, config.sync_batchnorm, False),
         keep_global_batch=_first(keep_global_batch, config.keep_global_batch, False),
@@ -149,7 +156,8 @@ def migrate(paths, output, in_place, show_diff, check, twin, select, ignore, exc
         ignore=_first(ignore, config.ignore, ()),
     )
     entries = expand(paths, (*config.exclude, *excludes))
-    planned = _jobs(entries, mode, output, options)
+    _say_where_no_python_was_found(paths, entries, (*config.exclude, *excludes))
+    planned = _jobs(entries, mode, output, options, stdin_filename)
     reports = _run(planned, workers, output_format, verbose, quiet)
     sys.exit(max((report.exit_code for report in reports), default=OK))
 
@@ -202,7 +210,40 @@ def _first(*values):
     return next(value for value in values if value is not None)
 
 
-def _jobs(entries: Sequence[Entry], mode: str, output: Optional[str], options: Options) -> List[Job]:
+def _list_rules(output_format: str) -> None:
+    """The registry in code order; `--format json` for tools (editors, docs generators)."""
+    rules = sorted(RULES.values(), key=lambda rule: rule.code)
+    if output_format == "json":
+        click.echo(json.dumps({"version": __version__, "rules": [
+            {"code": rule.code, "severity": rule.severity.value, "summary": rule.summary,
+             "why": rule.why, "fix": rule.fix, "retired": rule.retired} for rule in rules]},
+            indent=2))
+        return
+    for rule in rules:
+        click.echo(f"{rule.code}  {rule.severity.value:<7}  {rule.summary}")
+
+
+def _say_where_no_python_was_found(paths: Sequence[str], entries: Sequence[Entry],
+                                   excludes: Sequence[str]) -> None:
+    """A directory that holds no Python file was not checked at all: say so, and why when
+    it holds notebooks, rather than pass in silence (ruff warns the same way)."""
+    walked = [os.path.normpath(entry.path) for entry in entries if not entry.explicit]
+    for path in paths:
+        if path == "-" or not os.path.isdir(path):
+            continue
+        top = os.path.normpath(path)
+        if any(found == top or found.startswith(top.rstrip(os.sep) + os.sep) for found in walked):
+            continue
+        notebooks = notebooks_under(path, excludes)
+        why = (f": its {notebooks} notebook{'s are' if notebooks > 1 else ' is'} not read (export "
+               "the code with `jupyter nbconvert --to script`, then run ddpify on the .py)"
+               if notebooks else "")
+        click.echo(f"ddpify: warning: no Python file to check under {path}: nothing was checked{why}",
+                   err=True)
+
+
+def _jobs(entries: Sequence[Entry], mode: str, output: Optional[str], options: Options,
+          stdin_filename: Optional[str] = None) -> List[Job]:
     """One job per file; with --twin each X.py and X_ddp.py becomes one job for X.py."""
     planned, seen = [], set()
     for entry in entries:
@@ -218,7 +259,8 @@ def _jobs(entries: Sequence[Entry], mode: str, output: Optional[str], options: O
             continue
         data = sys.stdin.buffer.read() if entry.path == "-" else None
         planned.append(Job(entry.path, mode, options, output=output, data=data,
-                           explicit=entry.explicit))
+                           explicit=entry.explicit,
+                           stdin_filename=stdin_filename if entry.path == "-" else None))
     return planned
 
 
@@ -290,3 +332,4 @@ def _register_subcommands() -> None:
 
 
 _register_subcommands()
+main.add_command(launch_command, "launch")

@@ -25,6 +25,8 @@ class Rule:
     summary: str
     why: str
     fix: str
+    # Never reported any more; listed so that the code is never reused.
+    retired: bool = False
 
 
 @dataclass(frozen=True)
@@ -64,10 +66,12 @@ _RULE_LIST = [
          "A process group left open can hang the launcher at exit and leaks NCCL resources.",
          "Nothing to do."),
     Rule("DDP006", Severity.WARNING, "torch.accelerator device choice became CUDA-or-CPU (retired: the choice is kept)",
-         "The setup block pins each process to cuda:LOCAL_RANK with NCCL, or to the CPU with "
-         "Gloo; another accelerator (XPU, MPS, HPU) would now run on the CPU.",
-         "On a non-CUDA accelerator, set the device with torch.accelerator.set_device_index("
-         "local_rank) and init_process_group(dist.get_default_backend_for_device(device))."),
+         "Retired: never reported. ddpify once replaced a torch.accelerator device choice "
+         "with CUDA-or-CPU (an XPU, MPS or HPU would then run on the CPU) and warned so; it "
+         "now keeps the script's choice and takes that device type at index LOCAL_RANK. The "
+         "code stays listed because codes are never reused.",
+         "Nothing to do; a `# ddpify: ignore[DDP006]` comment is reported as unused.",
+         retired=True),
     Rule("DDP008", Severity.EDIT, "comparison of the device with a string keeps its meaning",
          "Under torchrun the device becomes this rank's torch.device (cuda:1), which never "
          "equals the string \"cuda\": cuDNN flags and pin_memory keyed on it would be lost.",
@@ -184,6 +188,14 @@ _RULE_LIST = [
          "batches on every rank so that no rank waits for a step the others skip. Every rank "
          "must hold the same data in the same order: a shuffle comes from a seeded generator.",
          "Nothing to do."),
+    Rule("DDP219", Severity.EDIT, "random batches drawn by hand: each rank seeds its own draws",
+         "The training loop draws its batches at random (torch.randint in a get_batch()), so "
+         "no sampler can shard it, and with one seed every rank would draw the same batches. "
+         "Right before training each rank moves torch's generator to the script's seed plus "
+         "its rank, so the ranks draw different batches and together see N times the data of "
+         "one process per step. As a group of one nothing changes.",
+         "Nothing to do. Scale the number of steps (or the learning rate) for the larger "
+         "global batch if you want the original's schedule."),
     Rule("DDP218", Severity.WARNING, "DataLoader built inside a dict or list: not sharded",
          "`{split: DataLoader(...) for split in ...}` gives the training loop a loader that "
          "has no name of its own, so ddpify cannot give it a DistributedSampler (nor tell "
@@ -237,10 +249,11 @@ _RULE_LIST = [
          "it is made, and a temporary folder is left only when every rank is done with it. "
          "Across machines the folder must be on a file system every rank sees.",
          "Nothing to do on one machine; on several, keep run folders on shared storage."),
-    Rule("DDP311", Severity.INFO, "prints on every rank: the helper does more than print",
-         "This function of the project's own modules prints, but it also does work every "
-         "rank must do (it runs the model, or calls something ddpify cannot see into), so "
-         "the call stays on every rank, and so does its output. ddpify does not rewrite the "
+    Rule("DDP311", Severity.WARNING, "prints or writes on every rank: the helper does more than that",
+         "This function of the project's own modules prints or writes files, but it also "
+         "does work every rank must do (it runs the model, or calls something ddpify cannot "
+         "see into), so the call stays on every rank, and so does its output: every rank "
+         "prints, and every rank writes the same file. ddpify does not rewrite the "
          "project's other modules.",
          "In the helper, print only on rank 0: `if not dist.is_initialized() or "
          "dist.get_rank() == 0: print(...)`."),
@@ -261,6 +274,20 @@ _RULE_LIST = [
          "ddpify found an optimizer step under a condition but could not tell which forward "
          "and backward passes belong to the micro-batches, so every micro-batch all-reduces.",
          "Wrap forward and backward of the micro-batches that do not step in `model.no_sync()`."),
+    Rule("DDP900", Severity.INFO, "already distributed: left unchanged",
+         "The script already initialises a process group or wraps a model in DDP.",
+         "Nothing to do."),
+    Rule("DDP901", Severity.INFO, "no training code found: left unchanged",
+         "ddpify found no optimizer step, backward pass or DataLoader to migrate.",
+         "Nothing to do."),
+    Rule("DDP902", Severity.WARNING, "rank-divergent control flow may hang a collective",
+         "A break or return decided on a value only one rank has leaves the other ranks "
+         "waiting in the next all-reduce.",
+         "Decide on a value all ranks share (all-reduce it first), or decide on every rank."),
+    Rule("DDP903", Severity.WARNING, "could not find where the model reaches its device",
+         "DDP must wrap the model after it is on its device and before training; ddpify "
+         "could not tell where that is.",
+         "Wrap the model yourself: `model = DDP(model, device_ids=[local_rank])`."),
     Rule("DDP904", Severity.WARNING, "no DataLoader that ddpify can shard feeds the training: left single-process",
          "Every training step takes data the script slices or builds itself (or the whole "
          "data set at once, or from loaders kept in a dict), so no DistributedSampler can be "
@@ -311,20 +338,12 @@ _RULE_LIST = [
          "(`torch.autocast(device_type=device)`, `device.startswith(\"cuda\")`) raises once it "
          "is a torch.device.",
          "Keep the string: `device = f\"cuda:{local_rank}\"` (or give the torch.device another name)."),
-    Rule("DDP900", Severity.INFO, "already distributed: left unchanged",
-         "The script already initialises a process group or wraps a model in DDP.",
-         "Nothing to do."),
-    Rule("DDP901", Severity.INFO, "no training code found: left unchanged",
-         "ddpify found no optimizer step, backward pass or DataLoader to migrate.",
-         "Nothing to do."),
-    Rule("DDP902", Severity.WARNING, "rank-divergent control flow may hang a collective",
-         "A break or return decided on a value only one rank has leaves the other ranks "
-         "waiting in the next all-reduce.",
-         "Decide on a value all ranks share (all-reduce it first), or decide on every rank."),
-    Rule("DDP903", Severity.WARNING, "could not find where the model reaches its device",
-         "DDP must wrap the model after it is on its device and before training; ddpify "
-         "could not tell where that is.",
-         "Wrap the model yourself: `model = DDP(model, device_ids=[local_rank])`."),
+    Rule("DDP920", Severity.WARNING, "unused suppression comment",
+         "A `# ddpify: ignore[CODE]` comment silences a diagnostic on its line or its "
+         "statement; once the code changes (or ddpify learns to migrate the line) the comment "
+         "silences nothing and would hide a future diagnostic there. Reported by --check only, "
+         "like ruff's RUF100, so that writing a script never fails on a stale comment.",
+         "Remove the comment, or the codes in it that the message names."),
 ]
 
 RULES = {rule.code: rule for rule in _RULE_LIST}
@@ -344,7 +363,12 @@ def unknown_codes(codes) -> tuple:
 
 def explain(code: str) -> str:
     rule = RULES[code]
+    silence = (f"To keep it on one line you have checked: `# ddpify: ignore[{rule.code}]` on "
+               "that line or on the first line of its statement (or a bare `# ddpify: ignore` "
+               "for every code there); --check reports a comment that silences nothing "
+               "(DDP920).\n" if rule.severity is not Severity.EDIT and not rule.retired else "")
     return (
         f"{rule.code} ({rule.severity.value}): {rule.summary}\n\n"
         f"Why: {rule.why}\n\nFix: {rule.fix}\n"
+        + (f"\n{silence}" if silence else "")
     )

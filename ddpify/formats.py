@@ -1,7 +1,8 @@
 """How reports are printed: `text` for people, `github` annotations for pull requests, `json`.
 
-text:   diagnostics and messages on stderr (`path:line:col: DDPnnn message`), migrated code
-        and diffs on stdout.
+text:   diagnostics and messages on stderr (`path:line:col: severity: DDPnnn message`, the
+        severity as mypy and compilers print it, so that a note does not read like the
+        warnings that set exit 1), migrated code and diffs on stdout.
 github: one workflow command per diagnostic on stdout (`::warning file=…,line=…::DDPnnn …`):
         warnings for what needs a person, notices for notes and for every edit, so that a
         pull request shows what ddpify changed and where; errors as `::error`.
@@ -48,7 +49,7 @@ class Printer:
 
 class TextPrinter(Printer):
     def report(self, report: Report) -> None:
-        messages = [diagnostic.format(report.path) for diagnostic in report.diagnostics
+        messages = [text_line(report.path, diagnostic) for diagnostic in report.diagnostics
                     if visible(diagnostic, self.verbose, self.quiet)]
         if report.error:
             messages.append(f"ddpify: error: {report.error}")
@@ -60,6 +61,13 @@ class TextPrinter(Printer):
         for message in messages:
             click.echo(message, err=True)
         self._payload(report)
+
+
+def text_line(path: str, diagnostic: Diagnostic) -> str:
+    """What a person reads. Fixtures' expected.txt keep Diagnostic.format, without the
+    severity: the registry already says it there."""
+    return (f"{path}:{diagnostic.line}:{diagnostic.column}: {diagnostic.severity.value}: "
+            f"{diagnostic.code} {diagnostic.message}")
 
 
 class GithubPrinter(Printer):

@@ -12,7 +12,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
-from ddpify import project
+from ddpify import project, twins
 from ddpify.diagnostics import Diagnostic, Severity
 from ddpify.files import (
     SourceError, check_writable, decode, encode, read_bytes, read_only_note, read_source,
@@ -48,10 +48,14 @@ class Job:
     data: Optional[bytes] = None
     # Named on the command line rather than found by walking a directory.
     explicit: bool = True
+    # --stdin-filename: the file that stdin's code stands for (an editor's buffer).
+    stdin_filename: Optional[str] = None
 
     @property
     def shown(self) -> str:
-        return "<stdin>" if self.path == "-" else self.path
+        if self.path == "-":
+            return self.stdin_filename or "<stdin>"
+        return self.path
 
 
 @dataclass
@@ -143,7 +147,7 @@ def _prepare(job: Job) -> Report:
         if job.mode == WRITE and job.output not in (None, "-"):
             check_writable(job.output)
         with _collector_paused():
-            neighbours = project.read(job.path, source.text) if job.path != "-" else project.Project()
+            neighbours = _project(job, source.text)
             result = migrate_source(source.text, job.options, neighbours)
     except SourceError as error:
         return Report(shown, FAILED, ERROR, error=str(error))
@@ -152,15 +156,26 @@ def _prepare(job: Job) -> Report:
 
     changed = result.code != source.text
     diagnostics = result.diagnostics
+    if job.mode in (CHECK, TWIN_CHECK):
+        # A stale `# ddpify: ignore` fails a check, never a migration.
+        diagnostics = tuple(sorted(diagnostics + result.unused_suppressions,
+                                   key=lambda d: (d.line, d.column, d.code)))
     if not job.explicit:
         # Over a walked tree, "nothing to do here" for each of thousands of files is noise:
         # the summary line counts them as unchanged.
         diagnostics = tuple(d for d in diagnostics if d.code not in WHOLE_FILE_NOTES)
     status = MIGRATED if changed else SKIPPED if b"torch" not in data else UNCHANGED
-    report = Report(shown, status, PENDING if result.needs_a_person else OK,
+    needs_a_person = any(d.severity is Severity.WARNING for d in diagnostics)
+    report = Report(shown, status, PENDING if needs_a_person else OK,
                     diagnostics=diagnostics, changed=changed)
     _deliver(job, report, source.text, result.code, source.encoding)
     return report
+
+
+def _project(job: Job, text: str) -> project.Project:
+    """The helper modules beside the script: for stdin, beside the file it stands for."""
+    path = job.stdin_filename if job.path == "-" else job.path
+    return project.read(path, text) if path else project.Project()
 
 
 @contextlib.contextmanager
@@ -181,13 +196,15 @@ def _deliver(job: Job, report: Report, before: str, after: str, encoding: str) -
     """Compare the migrated code, or plan its writing, as the mode asks."""
     shown, changed = report.path, report.changed
     if job.mode == CHECK and job.output:
-        _compare_twin(report, job.output, after, shown, missing_ok=False)
+        _compare_twin(report, job.output, before, after, shown, missing_ok=False)
     elif job.mode == CHECK:
         if changed:
-            report.notes.append(f"{shown}: not DDP-ready")
+            # --quiet drops the notes and edits that say why: name the command that shows it.
+            report.notes.append(f"{shown}: not DDP-ready: ddpify would rewrite it "
+                                f"(ddpify --diff {shown} shows how)")
             report.exit_code = PENDING
     elif job.mode == TWIN_CHECK:
-        _compare_twin(report, job.output, after, shown, missing_ok=not changed)
+        _compare_twin(report, job.output, before, after, shown, missing_ok=not changed)
     elif job.mode == DIFF:
         if changed:
             report.diff = unified_diff(before, after, shown)
@@ -198,28 +215,49 @@ def _deliver(job: Job, report: Report, before: str, after: str, encoding: str) -
                                           f"{shown}: migrated in place")
     elif job.mode == TWIN:
         current = _read_text_or_none(job.output)
-        if current != after and (current is not None or changed):
+        hand_edit = None if current is None else twins.judge(job.output, current, shown, before)
+        if hand_edit is not None:
+            _report_hand_edit(report, hand_edit)  # a person's twin is never overwritten
+        elif current != after and (current is not None or changed):
             verb = "updated" if current is not None else "written"
             report.pending = PendingWrite(job.output, encode(after, encoding),
                                           f"{job.output}: {verb} from {shown}")
             report.exit_code = PENDING
     elif job.output not in (None, "-"):
-        report.pending = PendingWrite(job.output, encode(after, encoding))
+        report.pending = PendingWrite(job.output, encode(after, encoding),
+                                      f"{job.output}: written from {shown}")
     else:
         # A BOM in the middle of a pipeline helps nobody.
         report.stdout = encode(after, "utf-8" if encoding == "utf-8-sig" else encoding)
 
 
-def _compare_twin(report: Report, twin: str, after: str, shown: str, missing_ok: bool) -> None:
+def _compare_twin(report: Report, twin: str, before: str, after: str, shown: str,
+                  missing_ok: bool) -> None:
     current = _read_text_or_none(twin)
     if current is None and missing_ok:
+        return
+    hand_edit = None if current is None else twins.judge(twin, current, shown, before)
+    if hand_edit is not None:
+        _report_hand_edit(report, hand_edit)
         return
     if current is None:
         report.notes.append(f"{twin}: missing: run ddpify {shown} -o {twin}")
     elif current != after:
-        report.notes.append(f"{twin}: stale: not what ddpify writes for {shown}")
+        report.notes.append(f"{twin}: stale: not what ddpify writes for {shown}: "
+                            f"run ddpify {shown} -o {twin} (a twin fixed by hand: add "
+                            f"`{twins.MARKER}` to it)")
     else:
         return
+    report.exit_code = PENDING
+
+
+def _report_hand_edit(report: Report, verdict: twins.Verdict) -> None:
+    if verdict.fresh:
+        # A person fixed the twin for this very source: what ddpify would report about its
+        # own migration (the warnings that made the fix necessary) is answered.
+        report.diagnostics, report.exit_code = (), OK
+        return
+    report.notes.append(verdict.note)
     report.exit_code = PENDING
 
 

@@ -22,6 +22,13 @@ MANUAL_SEEDS = frozenset({"torch.manual_seed", "torch.random.manual_seed"})
 RANDOM_SAMPLER = frozenset(
     {"torch.utils.data.RandomSampler", "torch.utils.data.sampler.RandomSampler"}
 )
+# torch's samplers that draw through their `generator` attribute: seeded alike, every rank
+# draws the same indices (transforms/data.py shards what they draw).
+SAMPLERS_WITH_GENERATOR = frozenset(
+    f"torch.utils.data.{module}{name}"
+    for module in ("", "sampler.")
+    for name in ("RandomSampler", "SubsetRandomSampler", "WeightedRandomSampler", "SequentialSampler")
+)
 
 TORCH_DEVICE = "torch.device"
 TORCH_SAVE = "torch.save"

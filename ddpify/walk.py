@@ -44,7 +44,13 @@ def expand(paths: Sequence[str], excludes: Sequence[str] = ()) -> List[Entry]:
     return entries
 
 
-def _walk(top: str, excludes: Sequence[str]) -> Iterator[str]:
+def notebooks_under(top: str, excludes: Sequence[str] = ()) -> int:
+    """How many notebooks a walk of `top` passes over: a folder of notebooks alone must
+    not pass a check silently, having been read not at all."""
+    return sum(1 for _ in _walk(top, excludes, suffix=".ipynb"))
+
+
+def _walk(top: str, excludes: Sequence[str], suffix: str = ".py") -> Iterator[str]:
     root = repository_root(top)
     ignored = GitIgnore.read(root) if root else GitIgnore(())
     for directory, subdirectories, files in os.walk(top):
@@ -56,7 +62,7 @@ def _walk(top: str, excludes: Sequence[str]) -> Iterator[str]:
         )
         for name in sorted(files):
             path = os.path.join(directory, name)
-            if (name.endswith(".py") and not ignored.matches(path, root, is_directory=False)
+            if (name.endswith(suffix) and not ignored.matches(path, root, is_directory=False)
                     and not matches_any(path, excludes)):
                 yield path
 

@@ -6,6 +6,7 @@ failing on a deliberately broken script.
 import atexit
 import json
 import os
+import pickle
 import queue
 import re
 import shutil
@@ -14,11 +15,12 @@ import subprocess
 import sys
 import tempfile
 import threading
+import types
 import warnings
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Set
 
 GLOO_TEARDOWN_ABORT = "terminate called without an active exception"
 GLOO_ABORT_RETRIES = 2
@@ -314,10 +316,42 @@ def _checkpoint_problems(path: Path) -> List[str]:
 
     if not path.exists():
         return [f"{path.name} was not written"]
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    classes: Set[str] = set()
+    state = torch.load(path, map_location="cpu", weights_only=False,
+                       pickle_module=_any_class_pickle(classes))
+    if "torch.nn.parallel.distributed.DistributedDataParallel" in classes:
+        return [f"{path.name} holds a pickled DistributedDataParallel wrapper"]
     keys = _state_dict_keys(state)
     wrapped = [key for key in keys if key.startswith("module.")]
     return [f"{path.name} holds DDP-wrapped keys such as {wrapped[0]!r}"] if wrapped else []
+
+
+class _Stub:
+    """Stands in for a class of the script's own (a whole pickled model) that this process
+    cannot import: the checkpoint is still read, to see what it holds."""
+
+    def __setstate__(self, state) -> None:
+        if isinstance(state, dict):
+            self.__dict__.update(state)
+
+
+def _any_class_pickle(classes: Set[str]) -> types.ModuleType:
+    """A pickle module for torch.load that records every class the file names."""
+    module = types.ModuleType("pickle")
+    module.__dict__.update(pickle.__dict__)
+
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module_name: str, name: str):
+            classes.add(f"{module_name}.{name}")
+            if name == "DistributedDataParallel":
+                return _Stub  # its own unpickling needs a process group
+            try:
+                return super().find_class(module_name, name)
+            except (AttributeError, ImportError):
+                return type(name, (_Stub,), {})
+
+    module.Unpickler = Unpickler  # type: ignore[attr-defined]
+    return module
 
 
 def _state_dict_keys(state) -> List[str]:

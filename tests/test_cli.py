@@ -355,7 +355,8 @@ def test_nothing_to_migrate(tmp_path, text):
     result = invoke(plain, "-o", out)
     assert result.exit_code == 0
     assert out.read_bytes() == plain.read_bytes()
-    assert result.stderr.splitlines() == [f"{plain}:1:1: DDP901 no training code found: left unchanged"]
+    assert result.stderr.splitlines() == [f"{plain}:1:1: info: DDP901 no training code found: left unchanged",
+                                          f"{out}: written from {plain}"]
 
 
 def test_nothing_to_migrate_in_place(tmp_path):

@@ -159,3 +159,34 @@ def test_loader_names_resolve_through_every_import_form():
                   + "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
                   + "for epoch in range(2):\n    for x in loader:\n        optimizer.step()\n")
         assert "DistributedSampler(" in migrate_source(source).code, imports
+
+
+RANDOM_DRAWS = """\
+import torch
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+data = torch.randn(64, 4)
+model = torch.nn.Linear(4, 1).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+{generator}
+for step in range(10):
+    ix = torch.randint(len(data), (8,){keyword})
+    loss = model(data[ix].to(device)).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_batches_drawn_from_the_global_generator_get_a_seed_per_rank():
+    result = migrate_source(RANDOM_DRAWS.format(generator="", keyword=""))
+    assert "torch.manual_seed(torch.initial_seed() + dist.get_rank())" in result.code
+    assert "DDP219" in [d.code for d in result.diagnostics]
+    assert not result.needs_a_person
+
+
+def test_batches_drawn_from_a_generator_of_the_scripts_own_stay_reported():
+    source = RANDOM_DRAWS.format(generator="g = torch.Generator().manual_seed(0)", keyword=", generator=g")
+    result = migrate_source(source)
+    assert result.code == source
+    assert {"DDP208", "DDP904"} <= {d.code for d in result.diagnostics}

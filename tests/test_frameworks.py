@@ -127,5 +127,5 @@ def test_command_line_exit_code_and_bytes(tmp_path):
     assert result.exit_code == 0
     assert out.read_bytes() == source.read_bytes()
     line = _line_of(text, reported)
-    assert f"train.py:{line}:15: DDP900 already distributed with Accelerate" in result.stderr
+    assert f"train.py:{line}:15: info: DDP900 already distributed with Accelerate" in result.stderr
     assert invoke("--check", source).exit_code == 0

@@ -1,5 +1,6 @@
 """--twin and the pre-commit hooks, run for real with `pre-commit try-repo`."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -127,13 +128,19 @@ def _hook_repository(destination: Path, language: str) -> Path:
     return destination
 
 
-def _try_repo(hook_repository: Path, hook: str, project: Path, home: Path):
+def _pre_commit(*args, project: Path, home: Path):
     _git("add", ".", cwd=project)
-    environment = {**os.environ, **GIT_IDENTITY, "PRE_COMMIT_HOME": str(home)}
-    return subprocess.run(
-        [sys.executable, "-m", "pre_commit", "try-repo", str(hook_repository), hook, "--all-files"],
-        cwd=project, capture_output=True, text=True, env=environment, timeout=600,
-    )
+    # `language: system` hooks run the ddpify installed beside this interpreter, activated
+    # or not.
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    environment = {**os.environ, **GIT_IDENTITY, "PRE_COMMIT_HOME": str(home), "PATH": path}
+    return subprocess.run([sys.executable, "-m", "pre_commit", *args], cwd=project,
+                          capture_output=True, text=True, env=environment, timeout=600)
+
+
+def _try_repo(hook_repository: Path, hook: str, project: Path, home: Path):
+    return _pre_commit("try-repo", str(hook_repository), hook, "--all-files",
+                       project=project, home=home)
 
 
 def _git_project(root: Path) -> Path:
@@ -143,7 +150,7 @@ def _git_project(root: Path) -> Path:
     return root
 
 
-def _exercise_hooks(tmp_path: Path, language: str, thorough: bool) -> None:
+def _exercise_hooks(tmp_path: Path, language: str) -> None:
     pytest.importorskip("pre_commit")
     hooks = _hook_repository(_make(tmp_path / "hooks"), language)
     home = _make(tmp_path / "pre-commit-home")
@@ -153,16 +160,13 @@ def _exercise_hooks(tmp_path: Path, language: str, thorough: bool) -> None:
     assert first.returncode == 1, first.stdout + first.stderr
     assert (project / "train_ddp.py").read_text() == migrated(guide_text())
     assert not (project / "util_ddp.py").exists()
-    if thorough:
-        second = _try_repo(hooks, "ddpify-twin", project, home)
-        assert second.returncode == 0, second.stdout + second.stderr
+    second = _try_repo(hooks, "ddpify-twin", project, home)
+    assert second.returncode == 0, second.stdout + second.stderr
 
     # The check hook: the source is not DDP-ready (its twin is).
     check = _try_repo(hooks, "ddpify-check", project, home)
     assert check.returncode == 1, check.stdout + check.stderr
-    assert "train.py: not DDP-ready" in check.stdout
-    if not thorough:
-        return
+    assert "train.py: not DDP-ready: ddpify would rewrite it (ddpify --diff train.py" in check.stdout
     (project / "train.py").unlink()
     _git("rm", "-q", "--cached", "train.py", cwd=project)
     ready = _try_repo(hooks, "ddpify-check", project, home)
@@ -174,14 +178,56 @@ def _make(path: Path) -> Path:
     return path
 
 
-@pytest.mark.skipif(shutil.which("ddpify") is None, reason="ddpify is not installed on PATH")
-def test_hooks_with_installed_ddpify(tmp_path):
-    """The hooks' entries and file selection, offline: `language: system` uses this install."""
-    _exercise_hooks(tmp_path, "system", thorough=False)
-
-
 @pytest.mark.slow
 def test_hooks_as_published(tmp_path):
     """As users get them: pre-commit builds a virtual environment and pip-installs the hook
     repository with libcst and click from the package index (needs the index; ~100 s here)."""
-    _exercise_hooks(tmp_path, "python", thorough=True)
+    _exercise_hooks(tmp_path, "python")
+
+
+# -- the README's snippet, as a newcomer pastes it (issue 18, item 7) -----------------------
+
+README = (ROOT / "README.md").read_text()
+
+
+def _readme_section(title: str) -> str:
+    start = README.index(f"\n## {title}\n")
+    end = README.find("\n## ", start + 1)
+    return README[start:end if end != -1 else None]
+
+
+def _readme_config(hook_repository: Path) -> str:
+    """The README's .pre-commit-config.yaml with its two blanks filled in as it says:
+    the repository, and its newest commit from `git -C <clone> rev-parse HEAD`."""
+    section = _readme_section("pre-commit")
+    assert "`git -C path/to/ddpify rev-parse HEAD`" in section
+    snippet = re.search(r"```yaml\n(.*?)```", section, re.DOTALL).group(1)
+    newest = subprocess.run(["git", "-C", str(hook_repository), "rev-parse", "HEAD"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    return (snippet.replace("<ddpify repository URL>", str(hook_repository))
+            .replace("<commit>", newest))
+
+
+def test_readme_snippet_from_a_fresh_clone(tmp_path):
+    """Offline: the hooks run this install (`language: system`); test_hooks_as_published
+    installs them as users get them, through `pre-commit try-repo`."""
+    pytest.importorskip("pre_commit")
+    # A fresh clone: this checkout's files in a new repository, without a single tag.
+    hooks = _hook_repository(_make(tmp_path / "hooks"), "system")
+    home = _make(tmp_path / "pre-commit-home")
+    project = _git_project(_make(tmp_path / "project"))
+    write(_make(project / "ddp") / "run.py", migrated(guide_text()))
+    write(project / ".pre-commit-config.yaml", _readme_config(hooks))
+
+    first = _pre_commit("run", "--all-files", project=project, home=home)
+    assert first.returncode == 1, first.stdout + first.stderr  # the twin was written
+    assert (project / "train_ddp.py").read_text() == migrated(guide_text())
+    assert not (project / "util_ddp.py").exists()
+    assert re.search(r"ddpify check\.+Passed", first.stdout), first.stdout
+
+    write(project / "ddp" / "new.py", guide_text())  # a single-GPU script where DDP ones live
+    second = _pre_commit("run", "--all-files", project=project, home=home)
+    assert re.search(r"ddpify twin\.+Passed", second.stdout), second.stdout  # the twin is fresh
+    assert second.returncode == 1
+    assert "ddp/new.py: not DDP-ready: ddpify would rewrite it (ddpify --diff ddp/new.py" in second.stdout
+

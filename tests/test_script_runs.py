@@ -1,5 +1,7 @@
 """The checks the fixture runs apply (tests/script_runs.py) must catch broken scripts."""
 import json
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -43,6 +45,38 @@ def test_missing_and_wrapped_checkpoints_are_caught(tmp_path):
     assert problems_distributed(original, _run("done\n", tmp_path), ["absent.pth"]) == ["absent.pth was not written"]
     assert "module." in problems_distributed(original, _run("done\n", tmp_path), ["wrapped.pth"])[0]
 
+
+
+class _ScriptModel(torch.nn.Module):
+    """A model class the checking process cannot import, as a script's own class would be."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 2)
+
+
+def test_a_pickled_ddp_wrapper_is_caught_and_a_whole_model_of_the_scripts_own_class_is_read(
+        tmp_path, monkeypatch):
+    original = _run("done\n", tmp_path)
+    # Pickled as a class of a module that is gone when the checkpoint is read (the script).
+    script = types.ModuleType("the_training_script")
+    script._ScriptModel = _ScriptModel
+    monkeypatch.setitem(sys.modules, "the_training_script", script)
+    monkeypatch.setattr(_ScriptModel, "__module__", "the_training_script")
+    model = _ScriptModel()
+    torch.save({"epoch": 1, "model": model}, tmp_path / "whole.pth")
+    for name, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29531"}.items():
+        monkeypatch.setenv(name, value)
+    torch.distributed.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        wrapped = torch.nn.parallel.DistributedDataParallel(model)
+        torch.save({"epoch": 1, "model": wrapped}, tmp_path / "wrapper.pth")
+    finally:
+        torch.distributed.destroy_process_group()
+    monkeypatch.delitem(sys.modules, "the_training_script")
+    assert problems_distributed(original, _run("done\n", tmp_path), ["whole.pth"]) == []
+    assert problems_distributed(original, _run("done\n", tmp_path), ["wrapper.pth"]) == [
+        "wrapper.pth holds a pickled DistributedDataParallel wrapper"]
 
 @pytest.mark.slow
 def test_a_real_script_that_prints_on_every_rank_fails_the_run_checks(tmp_path):

@@ -11,7 +11,7 @@ import libcst as cst
 
 from ddpify import names
 from ddpify.analysis import Facts, Loader, Statement, calls_within, dotted_name, string_value
-from ddpify.transforms import hand_batches
+from ddpify.transforms import hand_batches, random_batches
 from ddpify.transforms.edits import Edits, Insertion
 from ddpify.transforms.setup import SetupPlan
 
@@ -46,6 +46,8 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
         if loop in facts.sliced_batch_loops:
             continue
         if hand_batches.stretch_sequences(facts, edits, setup, loop):
+            continue
+        if random_batches.seed_per_rank(facts, edits, setup, loop):
             continue
         contained = _loader_in_a_container(facts, loop)
         if contained is not None:
@@ -131,8 +133,14 @@ def _plan_loader(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader) -
                      "DistributedSampler: shard it by rank inside __iter__")
     elif "batch_sampler" in keys:
         edits.report("DDP204", loader.call)
+    elif "sampler" in keys and not _is_training(facts, loader):
+        # The sampler picks what is evaluated (a fold's held-out samples): all of it, on
+        # every rank, so that the figures rank 0 prints are the original's.
+        edits.report("DDP203", loader.call, "evaluation loader left unsharded: it has a sampler "
+                     "of its own, and every rank evaluates all it draws")
     elif "sampler" in keys:
-        if not _wrap_random_sampler(facts, edits, setup, loader):
+        if not _wrap_random_sampler(facts, edits, setup, loader) and not _shard_existing_sampler(
+                facts, edits, setup, loader):
             edits.report("DDP207", loader.call)
     elif not _is_training(facts, loader):
         setup.evaluation_loaders.append(loader)  # evaluation.py shards it or says why not
@@ -523,7 +531,23 @@ def _set_epoch(facts: Facts, edits: Edits, loader: Loader, sampler: str,
         edits.before.setdefault(first, []).append(Insertion(edits.statements(code)))
         edits.report("DDP202", epoch_loop)
         return
-    edits.report("DDP211", loader.call)
+    restarts = _iterators_restarted_in_training(facts, loader)
+    for restart in restarts:
+        # `except StopIteration: it = iter(loader)`: each new pass is an epoch.
+        code = template.format(sampler=sampler, epoch=f"{sampler}.epoch + 1")
+        edits.before.setdefault(restart, []).append(Insertion(edits.statements(code)))
+        edits.report("DDP202", restart)
+    if not restarts:
+        edits.report("DDP211", loader.call)
+
+
+def _iterators_restarted_in_training(facts: Facts, loader: Loader) -> List[Statement]:
+    """The statements in a training loop that start a new pass over the loader with iter():
+    a step loop that takes its batches with next() and starts over when they run out."""
+    return [facts.statement_of(call) for call in facts.calls_named.get("builtins.iter", ())
+            if call.args and dotted_name(call.args[0].value) == loader.name
+            and facts.function_of(call) is loader.function
+            and any(facts.loop_trains(loop) for loop in facts.enclosing_loops(call))]
 
 
 def _wrap_random_sampler(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader) -> bool:
@@ -559,6 +583,67 @@ def _wrap_random_sampler(facts: Facts, edits: Edits, setup: SetupPlan, loader: L
     edits.report("DDP206", loader.call)
     _set_epoch(facts, edits, loader, name, SET_EPOCH_IF_DISTRIBUTED_CODE)
     return True
+
+
+SAMPLER_WRAPPER_HELPER = '''\
+
+
+class DistributedSamplerWrapper(DistributedSampler):
+    """This rank's share of what `sampler` draws: every rank draws the same indices (the
+    sampler's generator seeded by the epoch), pads them to a multiple of the world size as
+    DistributedSampler does, and takes every N-th of them."""
+
+    def __init__(self, sampler):
+        super().__init__(range(len(sampler)), shuffle=False)
+        self.sampler = sampler
+
+    def __iter__(self):
+        self.sampler.generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        indices = (list(self.sampler) * self.num_replicas)[: self.total_size]
+        return iter(indices[self.rank : self.total_size : self.num_replicas])
+'''
+
+
+def _shard_existing_sampler(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader) -> bool:
+    """`sampler=train_sampler`, a SubsetRandomSampler (k-fold, a validation split) or a
+    WeightedRandomSampler of a training loader: under torchrun each rank takes its share of
+    what the sampler draws (DistributedSamplerWrapper), with set_epoch in the epoch loop;
+    plain `python` keeps the sampler as it is."""
+    arg = loader.keywords.get("sampler")
+    name = dotted_name(arg.value) if arg is not None else None
+    if arg is None or name is None or not _is_training(facts, loader):
+        return False
+    values = facts.assigned_values.get(name, [])
+    if len(values) != 1 or not any(values[0] is call for qualified in names.SAMPLERS_WITH_GENERATOR
+                                   for call in facts.calls_named.get(qualified, ())):
+        return False
+    if not setup.sees_setup(facts, loader.call):
+        return False
+    wrapped = f"DistributedSamplerWrapper({name}) if distributed else {name}"
+    if "#" in edits.code(loader.call) or not _is_assigned_or_returned(loader):
+        edits.expressions[arg.value] = lambda _node: edits.expression(wrapped)
+    else:  # the call rebuilt, wrapped as black would where the line grows too long
+        args = [f"sampler={wrapped}" if other is arg else
+                edits.code(other.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip()
+                for other in loader.call.args]
+        edits.replaced[loader.statement] = [_loader_statement(facts, edits, loader, args)]
+    edits.add_helper("DistributedSamplerWrapper", SAMPLER_WRAPPER_HELPER, "DistributedSampler")
+    edits.report("DDP201", loader.call)
+    edits.report("DDP206", loader.call)
+    _set_epoch(facts, edits, loader, f"{loader.name}.sampler", SET_EPOCH_IF_DISTRIBUTED_CODE)
+    return True
+
+
+def _is_assigned_or_returned(loader: Loader) -> bool:
+    """`name = DataLoader(...)` or `return DataLoader(...)` alone on its line, the shapes
+    _loader_statement rebuilds."""
+    statement = loader.statement
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return False
+    small = statement.body[0]
+    if isinstance(small, cst.Return):
+        return loader.returned and small.value is loader.call
+    return isinstance(small, cst.Assign) and len(small.targets) == 1 and small.value is loader.call
 
 
 def _download_on_one_process_first(facts: Facts, edits: Edits, setup: SetupPlan) -> None:

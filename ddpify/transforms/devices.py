@@ -39,6 +39,8 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
 def _keep_device_comparisons(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
     """`device == "cuda"` is False once `device` is a torch.device (cuda:1 under torchrun):
     compare its type. Where plain `python` keeps the script's string, both must work."""
+    if setup.device_is_string:
+        return  # the device stays the script's string: its comparisons keep their meaning
     device = setup.device
     replaced = setup.device_assignment is not None
     for comparison in facts.string_comparisons:

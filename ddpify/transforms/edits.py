@@ -59,7 +59,13 @@ class Edits:
         return cst.parse_statement(code, config=self.config)
 
     def statements(self, code: str) -> List[Statement]:
-        return list(cst.parse_module(code, config=self.config).body)
+        """The statements of a template; a comment above the first one stays above it (libcst
+        would keep it in the parsed module's header)."""
+        module = cst.parse_module(code, config=self.config)
+        body = list(module.body)
+        if module.header and body:
+            body[0] = body[0].with_changes(leading_lines=[*module.header, *body[0].leading_lines])
+        return body
 
     def expression(self, code: str) -> cst.BaseExpression:
         return cst.parse_expression(code, config=self.config)

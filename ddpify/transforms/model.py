@@ -15,20 +15,20 @@ from ddpify.transforms.setup import SetupPlan
 
 WRAP_CODE = """\
 if distributed:
-    {model} = DDP({model}, device_ids=[local_rank] if {device}.type == "cuda" else None{extra})
+    {model} = DDP({model}, device_ids=[local_rank] if {device_type} == "cuda" else None{extra})
 """
 # SyncBatchNorm runs on GPUs only, so on a CPU (Gloo) run the layers stay as they are.
 SYNC_BATCHNORM_CODE = """\
 if distributed:
-    if {device}.type == "cuda":
+    if {device_type} == "cuda":
         {model} = torch.nn.SyncBatchNorm.convert_sync_batchnorm({model})
-    {model} = DDP({model}, device_ids=[local_rank] if {device}.type == "cuda" else None{extra})
+    {model} = DDP({model}, device_ids=[local_rank] if {device_type} == "cuda" else None{extra})
 """
 # The same, split the way black splits a call that does not fit in 88 columns.
 WRAP_CODE_SPLIT = """\
 if distributed:
     {model} = DDP(
-        {model}, device_ids=[local_rank] if {device}.type == "cuda" else None{extra}
+        {model}, device_ids=[local_rank] if {device_type} == "cuda" else None{extra}
     )
 """
 # And one argument a line when even that does not fit.
@@ -36,7 +36,7 @@ WRAP_CODE_EXPLODED = """\
 if distributed:
     {model} = DDP(
         {model},
-        device_ids=[local_rank] if {device}.type == "cuda" else None,{extra}
+        device_ids=[local_rank] if {device_type} == "cuda" else None,{extra}
     )
 """
 # A script that chooses no device trains on the CPU, where DDP takes no device_ids.
@@ -49,6 +49,8 @@ if dist.is_initialized():
     {model} = DDP({model})
 """
 LINE_LENGTH = 88
+# DDP raises on a module none of whose parameters requires a gradient (a frozen encoder).
+ONLY_IF_TRAINABLE_COMMENT = "# A module with nothing to train (frozen) stays unwrapped: DDP refuses it."
 
 
 def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
@@ -79,15 +81,26 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
             code = WRAP_ON_CPU_CODE.format(model=model.name, extra=extra)
             setup.models_on_cpu += 1
         else:
-            code = _wrap_code(facts, anchor, model.name, setup.device,
+            code = _wrap_code(facts, anchor, model.name, setup.device_type,
                               edits.options.sync_batchnorm and bool(facts.batchnorm_calls), extra)
-        edits.after.setdefault(anchor, []).extend(edits.statements(code))
+        edits.after.setdefault(anchor, []).extend(edits.statements(_when_trainable(facts, code, model.name)))
         edits.imports.add("DDP")
         edits.report("DDP101", anchor)
         setup.wrapped_models += 1
         _drop_moves_after_wrap(facts, edits, model, anchor)
         _unwrap_attributes(facts, edits, model, anchor)
         _unwrap_module_accesses(facts, edits, model)
+
+
+def _when_trainable(facts: Facts, code: str, model: str) -> str:
+    """Where the script freezes parameters, the wrap is decided when it runs: a module with
+    no parameter that requires a gradient is left as it is."""
+    if not facts.freezes_parameters:
+        return code
+    first_line, rest = code.split("\n", 1)
+    condition = first_line[len("if "):-len(":")]
+    return (f"{ONLY_IF_TRAINABLE_COMMENT}\n"
+            f"if {condition} and any(p.requires_grad for p in {model}.parameters()):\n{rest}")
 
 
 def _never_moved(facts: Facts, model: Model) -> bool:
@@ -109,7 +122,7 @@ def _wrap_out_of_setup(facts: Facts, edits: Edits, model: Model, anchor: cst.Bas
     __init__): wrap it there when a process group exists. DDP takes the device from the
     module itself when device_ids is None, so no device name is needed."""
     code = WRAP_OUT_OF_SETUP_CODE.format(model=model.name)
-    edits.after.setdefault(anchor, []).extend(edits.statements(code))
+    edits.after.setdefault(anchor, []).extend(edits.statements(_when_trainable(facts, code, model.name)))
     edits.imports.update({"DDP", "dist"})
     edits.report("DDP101", anchor)
     _drop_moves_after_wrap(facts, edits, model, anchor)
@@ -185,66 +198,96 @@ def _unused_submodules(facts: Facts, model: Model, anchor: cst.BaseStatement) ->
     return unused
 
 
-def _wrap_code(facts: Facts, anchor: cst.BaseStatement, model: str, device: str,
+def _wrap_code(facts: Facts, anchor: cst.BaseStatement, model: str, device_type: str,
                sync_batchnorm: bool, extra: str) -> str:
     if sync_batchnorm:
-        return SYNC_BATCHNORM_CODE.format(model=model, device=device, extra=extra)
-    code = WRAP_CODE.format(model=model, device=device, extra=extra)
+        return SYNC_BATCHNORM_CODE.format(model=model, device_type=device_type, extra=extra)
+    code = WRAP_CODE.format(model=model, device_type=device_type, extra=extra)
     indent = facts.positions[anchor].start.column + 4
     if indent + max(len(line) for line in code.splitlines()) - 4 > LINE_LENGTH:
-        code = WRAP_CODE_SPLIT.format(model=model, device=device, extra=extra)
+        code = WRAP_CODE_SPLIT.format(model=model, device_type=device_type, extra=extra)
     if facts.positions[anchor].start.column + max(len(line) for line in code.splitlines()) > LINE_LENGTH:
         exploded_extra = "".join(f"\n        {arg.strip()}," for arg in extra.split(",") if arg.strip())
-        code = WRAP_CODE_EXPLODED.format(model=model, device=device, extra=exploded_extra)
+        code = WRAP_CODE_EXPLODED.format(model=model, device_type=device_type, extra=exploded_extra)
     return code
 
 
 def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
-    """The last statement before the optimizer, in its block, that assigns or moves the model.
+    """The statement the wrap follows: the last that builds, loads, moves or otherwise works
+    on the model before it first trains, in the innermost block that holds all of them and
+    the training.
 
-    A `model = torch.compile(model)` comes after the wrap: compiling the DDP module lets
-    the compiler split graphs at DDP's gradient buckets.
+    DDP must see the model on its final device, with its final weights, on every path: a
+    model built fresh in one branch and loaded from a checkpoint in the other, then moved
+    after the if, is wrapped once, after the move; a `net.cuda()` or `net.apply(init)` a
+    hundred lines after the optimizer still comes before the wrap (DDP broadcasts rank 0's
+    weights once, when it wraps). A `model = torch.compile(model)` comes after the wrap: compiling the
+    DDP module lets the compiler split graphs at DDP's gradient buckets. None when a move
+    sits inside the training itself: no place before it sees the model on its device.
     """
-    # `if args.use_optimizer: optimizer = AdamW(model.parameters())` (else a hand-written
-    # SGD step): the model is made in an outer block, before the whole if.
-    statement: Statement = model.optimizer_statement
-    while True:
-        anchor = _wrap_anchor_in(facts, model, statement)
-        parent = facts.parents.get(facts.block_of(statement))
-        if anchor is not None or not isinstance(parent, (cst.If, cst.Else)):
-            return anchor
-        while isinstance(parent, cst.Else) or isinstance(parent, cst.If) and _is_elif(facts, parent):
-            parent = facts.parents[parent]
-        statement = cast(Statement, parent)
-
-
-def _is_elif(facts: Facts, statement: cst.If) -> bool:
-    owner = facts.parents.get(statement)
-    return isinstance(owner, cst.If) and owner.orelse is statement
-
-
-def _wrap_anchor_in(facts: Facts, model: Model, optimizer_statement: Statement) -> Optional[Statement]:
-    block = facts.block_of(optimizer_statement)
-    body = list(block.body)
-    limit = body.index(optimizer_statement)
+    function = model.function
+    training = _training_start(facts, model)
     compiles = facts.compile_statements.get(model.name, ())
-    anchor: Optional[Statement] = None
-    for touching in facts.statements_touching.get(model.name, ()):
-        if touching in compiles or facts.function_of(touching) is not model.function:
+    reaching: List[Statement] = []
+    # A move inside another statement (`m = model.to(device)`) touches the model too.
+    moving = [facts.statement_of(call) for call in facts.device_moves.get(model.name, ())]
+    for statement in [*facts.statements_touching.get(model.name, ()), *moving]:
+        if statement in compiles or statement in reaching or facts.function_of(statement) is not function:
             continue
-        # A model built or moved in both branches of an if (fresh or resumed) is wrapped
-        # once, after the whole if.
-        statement = facts.ancestor_in(touching, block)
-        if statement is not None and body.index(statement) < limit:
-            anchor = statement if anchor is None or body.index(statement) > body.index(anchor) else anchor
-    # `optimizer = SGD(model.parameters()); model.to(device)`: the move after the optimizer
-    # still comes before training, and DDP must see the model on its device.
-    for following in body[limit + 1:]:
-        if not isinstance(following, cst.SimpleStatementLine):
+        if training is not None and facts.end_of(statement) > facts.start_of(training):
+            continue  # the training itself, or after it
+        reaching.append(statement)
+    if not reaching:
+        return None
+    block = _innermost_common_block(facts, [*reaching, *([training] if training is not None else [])])
+    anchors = [facts.ancestor_in(statement, block) for statement in reaching]
+    anchor = max((a for a in anchors if a is not None), key=facts.start_of)
+    if training is not None and facts.ancestor_in(training, block) is anchor:
+        return None
+    return cast(Statement, anchor)
+
+
+def _training_start(facts: Facts, model: Model) -> Optional[cst.CSTNode]:
+    """Where the model starts to train in its function: the first training call, or the
+    outermost loop around it (an epoch loop, a `while step < max_steps`) that does not
+    build the model anew (a k-fold loop that builds one model per fold does)."""
+    call = facts.first_training_call_in(model.function)
+    if call is None:
+        return None
+    built = [statement for statement in facts.statements_touching.get(model.name, ())
+             if facts.function_of(statement) is model.function and _assigns(statement, model.name)]
+    start: cst.CSTNode = call
+    child: cst.CSTNode = call
+    parent = facts.parents.get(call)
+    while parent is not None and not isinstance(parent, cst.FunctionDef):
+        if isinstance(parent, (cst.For, cst.While)) and child is parent.body:
+            if any(facts.ancestor_in(statement, parent.body) is not None for statement in built):
+                break
+            start = parent
+        child, parent = parent, facts.parents.get(parent)
+    return start
+
+
+def _innermost_common_block(facts: Facts, nodes: List[cst.CSTNode]) -> cst.CSTNode:
+    """The deepest module or indented block that holds every node."""
+    chains = [_blocks_around(facts, node) for node in nodes]
+    common: cst.CSTNode = facts.module
+    for level in zip(*chains):
+        if any(block is not level[0] for block in level):
             break
-        if following in facts.statements_touching.get(model.name, ()) and _moves(following, model.name):
-            anchor = following
-    return anchor
+        common = level[0]
+    return common
+
+
+def _blocks_around(facts: Facts, node: cst.CSTNode) -> List[cst.CSTNode]:
+    """The blocks around a node, outermost first."""
+    blocks: List[cst.CSTNode] = []
+    parent = facts.parents.get(node)
+    while parent is not None:
+        if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+            blocks.append(parent)
+        parent = facts.parents.get(parent)
+    return blocks[::-1]
 
 
 # What a DDP wrapper answers the same way as the module inside it; everything else (the
@@ -262,10 +305,12 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
     raw module, whether the model was wrapped (torchrun) or not (plain python); so does
     `torch.save(model, f)`, which would otherwise pickle the DDP wrapper."""
     for call in facts.save_calls:
-        saved = call.args[0].value if call.args else None
-        if saved is not None and dotted_name(saved) == model.name and not _before_wrap(facts, call, wrap):
-            edits.expressions[saved] = _unwrapped(model.name, edits)
-            edits.report("DDP103", saved)
+        if not call.args or _before_wrap(facts, call, wrap):
+            continue
+        for saved in _saved_values(call.args[0].value):
+            if dotted_name(saved) == model.name:
+                edits.expressions[saved] = _unwrapped(model.name, edits)
+                edits.report("DDP103", saved)
     # A helper of the project that saves or reads the model it is handed
     # (`utils.save_checkpoint(model, path)`) gets the raw module: its state dict has no
     # "module." prefix, whether or not the model was wrapped.
@@ -285,6 +330,16 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
         edits.report("DDP103", access)
 
 
+def _saved_values(saved: cst.BaseExpression) -> List[cst.BaseExpression]:
+    """The object torch.save pickles and the values of a dict, list or tuple it is made of
+    (`{"epoch": epoch, "model": model}` pickles the whole model too)."""
+    if isinstance(saved, cst.Dict):
+        return [element.value for element in saved.elements if isinstance(element, cst.DictElement)]
+    if isinstance(saved, (cst.List, cst.Tuple)):
+        return [element.value for element in saved.elements if isinstance(element, cst.Element)]
+    return [saved]
+
+
 def _rebound_since_wrap(facts: Facts, node: cst.CSTNode, name: str, wrap: cst.BaseStatement) -> bool:
     """`model = Net()` again after the wrap (to load a checkpoint into): a plain module."""
     function = facts.function_of(node)
@@ -292,7 +347,7 @@ def _rebound_since_wrap(facts: Facts, node: cst.CSTNode, name: str, wrap: cst.Ba
         return False
     for statement in facts.statements_touching.get(name, ()):
         if (facts.function_of(statement) is function
-                and facts.line_of(wrap) < facts.line_of(statement) < facts.line_of(node)
+                and facts.end_of(wrap) <= facts.start_of(statement) < facts.start_of(node)
                 and _assigns(statement, name)):
             return True
     return False
@@ -312,8 +367,9 @@ def _passes(value: cst.BaseExpression, name: str) -> bool:
 
 
 def _before_wrap(facts: Facts, node: cst.CSTNode, wrap: cst.BaseStatement) -> bool:
+    """In the wrap's function, before the wrap or inside the statement it follows."""
     same_function = facts.function_of(node) is facts.function_of(wrap)
-    return same_function and facts.line_of(node) <= facts.line_of(wrap)
+    return same_function and facts.start_of(node) < facts.end_of(wrap)
 
 
 def _unwrapped(name: str, edits: Edits, quote: str = '"') -> Rewrite:

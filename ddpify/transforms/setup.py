@@ -38,6 +38,15 @@ if distributed:
         torch.accelerator.set_device_index(local_rank)
     dist.init_process_group(dist.get_default_backend_for_device({device}))
 """
+# A device chosen as a string ("cuda" or "cpu") stays that string, so that autocast's
+# device_type, `device.startswith(...)` and f-strings keep working: "cuda" means the current
+# GPU, and this process's own GPU is made current.
+REFINE_STRING_CODE = """\
+if distributed:
+    if {device} != "cpu":  # the device type now means this process's own accelerator
+        torch.accelerator.set_device_index(local_rank)
+    dist.init_process_group(dist.get_default_backend_for_device({device}))
+"""
 # The same after EARLY_GROUP_CODE, which already made the accelerator current and the group.
 REFINE_AFTER_EARLY_GROUP_CODE = "".join(
     line for line in REFINE_CODE.splitlines(keepends=True)
@@ -93,6 +102,8 @@ class SetupPlan:
     bare_accelerator: bool = False
     # The script never chooses a device: it trains on the CPU.
     cpu_only: bool = False
+    # The device is a string ("cuda" if ... else "cpu"), and stays one.
+    device_is_string: bool = False
     # Models wrapped in the setup's scope, and how many of them the script never moves off
     # the CPU: when none is moved, the process group uses Gloo whatever the machine has.
     wrapped_models: int = 0
@@ -108,6 +119,9 @@ class SetupPlan:
     sharded_loaders: List[Loader] = field(default_factory=list)
     # Loops over batches cut by hand that each rank now takes its share of (hand_batches.py).
     sharded_loops: List[cst.For] = field(default_factory=list)
+    # Training loops whose random batches each rank now draws with a seed of its own
+    # (random_batches.py).
+    reseeded_loops: List[cst.For] = field(default_factory=list)
     # Loaders no loop trains over (data.py), for evaluation.py to shard or leave whole.
     evaluation_loaders: List[Loader] = field(default_factory=list)
     # Set when --keep-global-batch divides a batch size by `world_size`.
@@ -115,6 +129,12 @@ class SetupPlan:
     # When the script uses the GPU: devices.py keeps the script's own condition (`use_cuda`
     # from a --no-cuda flag) so that the migrated script still honours it.
     use_gpu: str = "torch.cuda.is_available()"
+
+    @property
+    def device_type(self) -> str:
+        """An expression for the type of this rank's device ("cuda", "cpu", ...)."""
+        # A string choice is "cuda" or "cpu" (analysis._is_string_choice): the string is its type.
+        return self.device if self.device_is_string else f"{self.device}.type"
 
     def sees_setup(self, facts: Facts, node: cst.CSTNode) -> bool:
         """Whether code at node can read the names the setup block defines."""
@@ -144,7 +164,7 @@ def choose(facts: Facts) -> SetupPlan:
             return SetupPlan(first.function, block, first.name, first)
         bare = any(a.any_accelerator and a.statement is dominating for a in choice)
         return SetupPlan(first.function, block, first.name, None, choice_statement=dominating,
-                         bare_accelerator=bare)
+                         bare_accelerator=bare, device_is_string=all(a.is_string for a in choice))
     function = _training_function(facts)
     block = function.body if function is not None else facts.module
     cpu_only = not facts.fixed_device_moves and not facts.fixed_device_values
@@ -272,8 +292,12 @@ def _place_after_choice(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
     if plan.bare_accelerator:
         # current_accelerator() is None on a machine without one: that is the CPU.
         chosen = f'{plan.device} if {plan.device} is not None else "cpu"'
-    refine = (REFINE_AFTER_EARLY_GROUP_CODE if group_early else REFINE_CODE).format(
-        device=plan.device, chosen=chosen)
+    if plan.device_is_string:
+        # EARLY_GROUP_CODE already made the accelerator current: the string needs nothing more.
+        refine = "" if group_early else REFINE_STRING_CODE.format(device=plan.device)
+    else:
+        refine = (REFINE_AFTER_EARLY_GROUP_CODE if group_early else REFINE_CODE).format(
+            device=plan.device, chosen=chosen)
     if early and anchor is not None:  # (early implies an anchor)
         code = ENVIRONMENT_CODE + world_size
         if group_early:

@@ -41,12 +41,13 @@ def migrate_into(script: str, target: str) -> Tuple[List[str], bool]:
     """Migrates script into target the way `ddpify SCRIPT -o TARGET` does (its reading,
     encodings, line endings, messages and atomic write). Returns the diagnostic lines and
     whether the migration changed anything."""
+    from ddpify.formats import text_line
     from ddpify.jobs import ERROR, WRITE, Job, run, visible
 
     report = run(Job(script, WRITE, output=target))
     if report.exit_code == ERROR:
         raise UsageFailure(f"cannot migrate {report.error or script}")
-    return [diagnostic.format(script) for diagnostic in report.diagnostics
+    return [text_line(script, diagnostic) for diagnostic in report.diagnostics
             if visible(diagnostic, verbose=False, quiet=False)], report.changed
 
 
@@ -55,6 +56,7 @@ def migrate_project(root: str, target: str) -> Tuple[List[str], bool]:
     as `ddpify -i .` would. Returns the diagnostic lines and whether any file changed."""
     import shutil
 
+    from ddpify.formats import text_line
     from ddpify.jobs import ERROR, IN_PLACE, Job, run, visible
     from ddpify.verify.runner import NOT_COPIED
 
@@ -69,7 +71,7 @@ def migrate_project(root: str, target: str) -> Tuple[List[str], bool]:
             report = run(Job(path, IN_PLACE))
             if report.exit_code == ERROR:
                 raise UsageFailure(f"cannot migrate {(report.error or shown).replace(path, shown)}")
-            lines += [diagnostic.format(shown) for diagnostic in report.diagnostics
+            lines += [text_line(shown, diagnostic) for diagnostic in report.diagnostics
                       if diagnostic.code not in ("DDP900", "DDP901") and visible(diagnostic, False, False)]
             changed = changed or report.changed
     return lines, changed

@@ -1,0 +1,55 @@
+"""Batches drawn at random by hand (`ix = torch.randint(len(data) - block_size, (batch_size,))`
+in a get_batch(), as nanoGPT-style scripts do): each rank seeds its own generator (DDP219).
+
+No sampler can shard a random draw, and none is needed: the draws are independent, so ranks
+that draw different indices together see N times the batches of one process per step, as a
+DistributedSampler would give them. Every rank starts from the script's seed (the models
+are built alike, and DDP broadcasts rank 0's parameters anyway); right before training each
+rank moves its generator to the script's seed plus its rank. As a group of one nothing
+changes, so plain `python` reproduces the original's numbers.
+"""
+from typing import List, Optional
+
+import libcst as cst
+
+from ddpify.analysis import Facts, calls_within
+from ddpify.transforms.edits import Edits, Insertion
+from ddpify.transforms.setup import SetupPlan
+
+# Draws from torch's global generator that pick the samples of a batch.
+RANDOM_INDEX_DRAWS = ("torch.randint", "torch.randperm", "torch.multinomial")
+SEED_PER_RANK_CODE = """\
+if distributed:
+    # Each rank draws its own random batches: the script's seed plus the rank.
+    torch.manual_seed(torch.initial_seed() + dist.get_rank())
+"""
+
+
+def seed_per_rank(facts: Facts, edits: Edits, setup: SetupPlan, loop: cst.For) -> bool:
+    """Give each rank its own draws when the training loop's batches are drawn at random
+    from torch's global generator (in the loop or in a function of this file it calls);
+    False when they are not, or the setup's names are out of reach there."""
+    if _random_draw_feeding(facts, loop) is None or not setup.sees_setup(facts, loop):
+        return False
+    outermost = ([loop] + facts.enclosing_loops(loop))[-1]
+    if outermost not in setup.reseeded_loops:
+        setup.reseeded_loops.append(outermost)
+        edits.before.setdefault(outermost, []).append(
+            Insertion(edits.statements(SEED_PER_RANK_CODE)))
+        edits.report("DDP219", outermost)
+    return True
+
+
+def _random_draw_feeding(facts: Facts, loop: cst.For) -> Optional[cst.Call]:
+    functions_called = {facts.functions[name] for name in _called_names(loop.body) if name in facts.functions}
+    for qualified in RANDOM_INDEX_DRAWS:
+        for draw in facts.calls_named.get(qualified, ()):
+            if any(arg.keyword is not None and arg.keyword.value == "generator" for arg in draw.args):
+                continue  # a generator of its own, which the script seeds as it likes
+            if facts.ancestor_in(draw, loop.body) is not None or facts.function_of(draw) in functions_called:
+                return draw
+    return None
+
+
+def _called_names(body: cst.BaseSuite) -> List[str]:
+    return [call.func.value for call in calls_within(body) if isinstance(call.func, cst.Name)]
