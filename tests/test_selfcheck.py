@@ -367,9 +367,12 @@ def test_output_that_does_not_parse_is_an_internal_error(monkeypatch):
         migrate_source(ORIGINAL)
 
 
-def test_migrate_source_adds_the_self_check_and_honours_ignore(monkeypatch):
-    planted_finding = Diagnostic("DDP913", 1, 1, "planted")
+def test_migrate_source_adds_the_self_check_and_honours_ignore_and_suppressions(monkeypatch):
+    print_line = ORIGINAL.splitlines().index('    print(f"epoch {epoch}: {loss.item():.4f}")') + 1
+    planted_finding = Diagnostic("DDP913", print_line, 1, "planted")
     monkeypatch.setattr("ddpify.selfcheck.check", lambda *args: [planted_finding])
     assert planted_finding in migrate_source(ORIGINAL).diagnostics
     assert migrate_source(ORIGINAL).needs_a_person
     assert planted_finding not in migrate_source(ORIGINAL, Options(ignore=("DDP91",))).diagnostics
+    suppressed = ORIGINAL.replace('.4f}")\n', '.4f}")  # ddpify: ignore[DDP913]\n')
+    assert planted_finding not in migrate_source(suppressed).diagnostics
