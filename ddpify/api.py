@@ -13,7 +13,7 @@ from libcst.codemod import (
 )
 from libcst.metadata import MetadataWrapper
 
-from ddpify import frameworks, names, suppressions, syntax
+from ddpify import frameworks, names, selfcheck, suppressions, syntax
 from ddpify.analysis import Facts, analyse
 from ddpify.diagnostics import RULES, Diagnostic, is_selected
 from ddpify.options import Options
@@ -73,7 +73,20 @@ def migrate_source(code: str, options: Options = Options(),  # noqa: B008 (froze
         if isinstance(error, RecursionError):
             raise MigrationError("nested too deeply for ddpify to migrate (Python's recursion limit)")
         raise MigrationError(f"internal error: {error!r}\n{outcome.traceback_str}")
-    return _result(code, getattr(outcome, "code", code), codemod.diagnostics, options)
+    new_code = getattr(outcome, "code", code)
+    diagnostics = codemod.diagnostics
+    if new_code != code:
+        diagnostics = sorted([*diagnostics, *_self_check(code, new_code, diagnostics, tree)],
+                             key=lambda d: (d.line, d.column, d.code))
+    return _result(code, new_code, diagnostics, options)
+
+
+def _self_check(code: str, new_code: str, diagnostics: List[Diagnostic], tree) -> List[Diagnostic]:
+    """Safe mode (DESIGN.md §2.10): a second, independent reading of the output."""
+    try:
+        return selfcheck.check(code, new_code, diagnostics, tree)
+    except SyntaxError as error:
+        raise MigrationError(f"internal error: the migrated code does not parse: {error}") from None
 
 
 def _result(source: str, new_code: str, diagnostics: Iterable[Diagnostic], options: Options) -> Result:

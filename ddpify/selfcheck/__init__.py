@@ -1,0 +1,72 @@
+"""Safe mode (DESIGN.md §2, item 10): ddpify re-reads its own output and refuses exit 0 when it
+cannot show the contract's properties there.
+
+Like black's safe mode, it is a second opinion that shares nothing with the first: the
+transforms read the script with libcst and ddpify.analysis; this reads the original and the
+output with the stdlib `ast` and a few simple, conservative rules (DDP910-DDP915). What it
+cannot show is a warning naming the line of the original where the defect is (the output
+line is in the message), so the run exits 1 and the file is still written.
+"""
+import ast
+import difflib
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple
+
+from ddpify.diagnostics import RULES, Diagnostic
+from ddpify.selfcheck.loaders import LEFT_WHOLE_CODES, NO_EPOCH_LOOP_CODE, unsharded_loaders
+from ddpify.selfcheck.models import DROPPED_MOVE_CODES, deleted_moves, misplaced_wraps
+from ddpify.selfcheck.output import unguarded_output
+from ddpify.selfcheck.setup import device_types_changed, joins_on_import
+from ddpify.selfcheck.source import Source
+
+
+def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
+          original_tree: Optional[ast.Module] = None) -> List[Diagnostic]:
+    """The self-check's diagnostics for `migrated`, ddpify's output for `original`, given the
+    diagnostics of the migration (which explain deliberate choices: DDP106, DDP203, ...).
+    `original_tree`: the original's `ast` tree, where the caller has it already."""
+    diagnostics = list(diagnostics)
+    before, after = Source(original, original_tree), Source(migrated)
+    dropped_moves = _lines_of(diagnostics, DROPPED_MOVE_CODES)
+    loaders_left_whole = _lines_of(diagnostics, LEFT_WHOLE_CODES)
+    to_original = _line_map(original, migrated)
+    # DDP910 is found in the original (the move is missing from the output); the rest in the output.
+    in_original = list(deleted_moves(before, after, dropped_moves, to_original))
+    in_output = [
+        *misplaced_wraps(after),
+        *unsharded_loaders(before, after, loaders_left_whole,
+                           any(d.code == NO_EPOCH_LOOP_CODE for d in diagnostics)),
+        *unguarded_output(after),
+        *joins_on_import(before, after),
+        *device_types_changed(before, after),
+    ]
+    found = [Diagnostic(code, line, 1, f"{RULES[code].summary}: {detail}") for code, line, detail in in_original]
+    found += [Diagnostic(code, to_original(line), 1, f"{RULES[code].summary} (output line {line}): {detail}")
+              for code, line, detail in in_output]
+    return sorted(set(found), key=lambda d: (d.line, d.code, d.message))
+
+
+def _lines_of(diagnostics: Sequence[Diagnostic], codes: Tuple[str, ...]) -> set:
+    return {line for d in diagnostics if d.code in codes
+            for line in range(d.line, max(d.end_line, d.line) + 1)}
+
+
+def _line_map(original: str, migrated: str) -> Callable[[int], int]:
+    """Output line -> the original line it came from, or for inserted code the original line
+    just before it: diagnostics are printed against the input file. The diff is computed on
+    the first call only (most outputs need no line mapped)."""
+    blocks: list = []
+
+    def to_original(line: int) -> int:
+        if not blocks:
+            matcher = difflib.SequenceMatcher(None, original.splitlines(), migrated.splitlines(), autojunk=False)
+            blocks.extend(matcher.get_opcodes())
+        index = line - 1
+        for tag, start, end, out_start, out_end in blocks:
+            if out_start <= index < out_end:
+                if tag == "equal":
+                    return start + index - out_start + 1
+                # Replaced lines: the one at the same offset; inserted ones: the line before.
+                return max(1, min(start + index - out_start + 1, end))
+        return max(1, original.count("\n"))
+
+    return to_original

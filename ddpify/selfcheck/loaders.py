@@ -1,0 +1,116 @@
+"""Every DataLoader of the output is sharded or reported, and every shuffling
+DistributedSampler gets set_epoch (DDP912)."""
+import ast
+from typing import Dict, Iterator, List, Optional, Set, Tuple
+
+from ddpify.selfcheck.source import FUNCTIONS, Source, calls_named, dotted, last_part
+
+SHARDERS = ("DistributedSampler", "evaluation_shard")
+# Diagnostics that say a loader was left whole on purpose, reported at the loader's call.
+LEFT_WHOLE_CODES = ("DDP203", "DDP204", "DDP205", "DDP207", "DDP210", "DDP213", "DDP218")
+NO_EPOCH_LOOP_CODE = "DDP211"
+
+Finding = Tuple[str, int, str]
+
+
+def loader_calls(source: Source) -> List[ast.Call]:
+    aliases = {"DataLoader"} | {alias for alias, name in source.imported_as.items() if name == "DataLoader"}
+    return [call for call in source.calls if last_part(call.func) in aliases]
+
+
+def unsharded_loaders(original: Source, migrated: Source, reported_lines: Set[int],
+                      set_epoch_reported: bool) -> Iterator[Finding]:
+    """A loader without a distributed sampler passes when a diagnostic of the migration names
+    its call in the original (the n-th loader of the output is the n-th of the original). A
+    missing set_epoch passes when the migration said so (DDP211)."""
+    sharders = set(SHARDERS) | _helpers_added(original, migrated)
+    sharding_names = set(_sharder_bindings(migrated, sharders))
+    original_loaders = loader_calls(original)
+    migrated_loaders = loader_calls(migrated)
+    for index, call in enumerate(migrated_loaders):
+        sampler = _sampler_argument(call)
+        if sampler is not None and _shards(sampler, sharders, sharding_names):
+            continue
+        if len(original_loaders) == len(migrated_loaders):
+            twin = original_loaders[index]
+            if any(line in reported_lines for line in range(twin.lineno, (twin.end_lineno or twin.lineno) + 1)):
+                continue
+        yield "DDP912", call.lineno, "this DataLoader has no DistributedSampler and no diagnostic says why"
+    if not set_epoch_reported:
+        yield from _samplers_without_set_epoch(migrated)
+
+
+def _sampler_argument(call: ast.Call) -> Optional[ast.AST]:
+    for keyword in call.keywords:
+        if keyword.arg in ("sampler", "batch_sampler"):
+            return keyword.value
+    return None
+
+
+def _helpers_added(original: Source, migrated: Source) -> Set[str]:
+    """Functions and classes the migration defined (evaluation_shard, a sampler wrapper): a
+    sampler ddpify built with its own helper is its distributed sampler."""
+    defined = {node.name for node in migrated.tree.body if isinstance(node, (*FUNCTIONS, ast.ClassDef))}
+    return defined - {node.name for node in original.tree.body if isinstance(node, (*FUNCTIONS, ast.ClassDef))}
+
+
+def _shards(value: ast.AST, sharders: Set[str], sharding_names: Set[str]) -> bool:
+    return calls_named(value, sharders) or any(loose_dotted(node) in sharding_names for node in ast.walk(value))
+
+
+def loose_dotted(node: ast.AST) -> Optional[str]:
+    """dotted() seeing through subscripts: `samplers["train"]` is `samplers`, and
+    `loaders[phase].sampler` is `loaders.sampler` (loaders and samplers kept in dicts)."""
+    if isinstance(node, ast.Subscript):
+        return loose_dotted(node.value)
+    if isinstance(node, ast.Attribute):
+        base = loose_dotted(node.value)
+        return None if base is None else f"{base}.{node.attr}"
+    return dotted(node)
+
+
+def _sharder_bindings(source: Source, sharders: Set[str]) -> Dict[str, ast.Call]:
+    """`sampler` in `sampler = DistributedSampler(...) if distributed else None`."""
+    bindings = {}
+    for call in source.calls:
+        if last_part(call.func) in sharders:
+            statement = source.statement_of(call)
+            if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+                for target in statement.targets if isinstance(statement, ast.Assign) else [statement.target]:
+                    name = dotted(target)
+                    if name is not None:
+                        bindings[name] = call
+    return bindings
+
+
+def _samplers_without_set_epoch(source: Source) -> Iterator[Finding]:
+    """A shuffling DistributedSampler repeats its order every epoch without set_epoch; it is
+    called on the sampler's name, or on `loader.sampler` of a loader built with it."""
+    epoch_receivers = {loose_dotted(call.func.value) for call in source.calls
+                       if isinstance(call.func, ast.Attribute) and call.func.attr == "set_epoch"}
+    through_loader = any(name and name.endswith(".sampler") for name in epoch_receivers)
+    bindings = _sharder_bindings(source, {"DistributedSampler"})
+    for call in source.calls:
+        if last_part(call.func) != "DistributedSampler" or not _shuffles(call):
+            continue
+        names = [name for name, bound in bindings.items() if bound is call]
+        if any(name in epoch_receivers for name in names):
+            continue
+        if through_loader and _given_to_a_loader(source, call, names):
+            continue
+        yield "DDP912", call.lineno, "this shuffling DistributedSampler never gets set_epoch(epoch)"
+
+
+def _shuffles(call: ast.Call) -> bool:
+    for keyword in call.keywords:
+        if keyword.arg == "shuffle":
+            return not (isinstance(keyword.value, ast.Constant) and keyword.value.value is False)
+    return len(call.args) < 4  # DistributedSampler(dataset, num_replicas, rank, shuffle)
+
+
+def _given_to_a_loader(source: Source, sampler: ast.Call, names: List[str]) -> bool:
+    for loader in loader_calls(source):
+        value = _sampler_argument(loader)
+        if value is not None and any(node is sampler or loose_dotted(node) in names for node in ast.walk(value)):
+            return True
+    return False

@@ -1,0 +1,143 @@
+"""The model's moves and its wrap: no move of the original deleted (DDP910), and each
+`DDP(x)` after every assignment and move of `x` on every path, before `x` trains (DDP911)."""
+import ast
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
+
+from ddpify.selfcheck.source import LOOPS, Source, assigned_targets, dotted, last_part
+
+WRAPPERS = ("DDP", "DistributedDataParallel")
+# A move ddpify drops on purpose and says so: a wrapped model moved to the CPU and back.
+DROPPED_MOVE_CODES = ("DDP106",)
+
+Finding = Tuple[str, int, str]  # code, line, message; the line is the original's for DDP910
+
+
+def deleted_moves(original: Source, migrated: Source, dropped_lines: Set[int],
+                  to_original: Callable[[int], int]) -> Iterator[Finding]:
+    """Each receiver (`model`, `self.net`) moves at least as often in the output as in the
+    original. ddpify may respell a move (`x.cuda()` -> `x.to(device)`), never delete one,
+    except a move of the wrapped model that it reported (DDP106): one after the wrap.
+    `to_original` maps an output line to the original line it comes from (or follows)."""
+    wrapped_after: Dict[str, List[int]] = {}  # name -> the output lines of its wraps
+    for name, call in wraps(migrated):
+        wrapped_after.setdefault(name, []).append(call.lineno)
+    original_moves: Dict[str, List[ast.Call]] = {}
+    for receiver, call in original.moves():
+        if call.lineno in dropped_lines and any(
+                to_original(line) < call.lineno for line in wrapped_after.get(receiver, [])):
+            continue
+        original_moves.setdefault(receiver, []).append(call)
+    after: Dict[str, List[int]] = {}
+    for receiver, call in migrated.moves():
+        after.setdefault(receiver, []).append(call.lineno)
+    for receiver, calls in original_moves.items():
+        kept = after.get(receiver, [])
+        if len(kept) < len(calls):
+            kept_lines = {to_original(line) for line in kept}
+            missing = next((call for call in calls if call.lineno not in kept_lines), calls[0])
+            yield ("DDP910", missing.lineno,
+                   f"`{ast.unparse(missing)}` is gone: `{receiver}` moves {len(calls)} time(s) in the "
+                   f"original, {len(kept)} in the output")
+
+
+def wraps(source: Source) -> Iterator[Tuple[str, ast.Call]]:
+    """(wrapped name, call) for each `DDP(name, ...)`."""
+    for call in source.calls:
+        if last_part(call.func) in WRAPPERS and call.args:
+            name = dotted(call.args[0])
+            if name is not None:
+                yield name, call
+
+
+def misplaced_wraps(migrated: Source) -> Iterator[Finding]:
+    for model, call in wraps(migrated):
+        problem = _wrap_problem(migrated, model, call)
+        if problem is not None:
+            yield "DDP911", call.lineno, problem
+
+
+def _wrap_problem(source: Source, model: str, wrap: ast.Call) -> Optional[str]:
+    statement = source.statement_of(wrap)
+    wrapped = assigned_targets(statement) or [model]
+    anchor = _anchor(source, statement)
+    scope = source.scope_of(wrap)
+    trains_on = [use.lineno for use in _training_uses(source, scope, [model, *wrapped], through_calls=True)]
+    for other in sorted(source.statements_in(scope), key=lambda node: node.lineno):
+        if other is statement or not _places(source, other, model):
+            continue
+        # A model reloaded for evaluation after training is a new value, not the one wrapped.
+        trains_later = any(line > other.lineno for line in trains_on)
+        if not _on_every_path_to(source, other, anchor) and trains_later:
+            return (f"the wrap of `{model}` sits in one branch: output line {other.lineno} assigns or moves "
+                    f"it on a path that does not reach the wrap, and it trains after that")
+        if other.lineno > statement.lineno and trains_later and not _derived_from_wrapped(source, other, wrapped):
+            return (f"`{model}` is assigned or moved after its wrap, on output line {other.lineno}, "
+                    f"and trains after that")
+    for use in _training_uses(source, scope, wrapped, through_calls=False):
+        if use.lineno < statement.lineno:
+            return f"`{ast.unparse(use)}` trains on output line {use.lineno}, before its wrap"
+    return None
+
+
+def _anchor(source: Source, statement: ast.stmt) -> ast.stmt:
+    """ddpify's `if distributed:` around the wrap is part of the wrap."""
+    parent = source.parents.get(statement)
+    if isinstance(parent, ast.If) and not parent.orelse and statement in parent.body:
+        return parent
+    return statement
+
+
+def _places(source: Source, statement: ast.stmt, model: str) -> bool:
+    """Whether the statement (itself, not a nested block) assigns or moves `model`."""
+    if model in assigned_targets(statement) and not isinstance(statement, (ast.For, ast.AsyncFor)):
+        return True
+    return model in source.moved_by(statement)
+
+
+def _derived_from_wrapped(source: Source, statement: ast.stmt, wrapped: Sequence[str]) -> bool:
+    """`model = torch.compile(model)` after the wrap builds on the wrapped model; a move
+    (`model = model.to(device)`) does not count as that."""
+    value = getattr(statement, "value", None)
+    if value is None or any(isinstance(node, ast.Call) and source.move_receiver(node) for node in ast.walk(value)):
+        return False
+    return any(dotted(node) in wrapped for node in ast.walk(value))
+
+
+def _on_every_path_to(source: Source, statement: ast.stmt, anchor: ast.stmt) -> bool:
+    """Whether the statement and the wrap lie on one path: not in two parts of one compound
+    statement (the `if` and `else` of a fresh and a resumed model)."""
+    statement_chain = [statement, *source.ancestors(statement)]
+    anchor_chain = [anchor, *source.ancestors(anchor)]
+    common = next(node for node in statement_chain if node in anchor_chain)
+    if common is statement or common is anchor:
+        return True  # one holds the other: `with ... as model:` around the wrap
+    # The nodes just below the common ancestor on each side: two statements of one block are
+    # fine (one runs before the other); two parts of one statement (body, orelse) are not.
+    statement_side = statement_chain[statement_chain.index(common) - 1]
+    anchor_side = anchor_chain[anchor_chain.index(common) - 1]
+    if isinstance(common, ast.stmt) and not _same_block(common, statement_side, anchor_side):
+        return False
+    return True
+
+
+def _same_block(compound: ast.stmt, first: ast.AST, second: ast.AST) -> bool:
+    for field in ("body", "orelse", "finalbody", "handlers"):
+        block = getattr(compound, field, None)
+        if isinstance(block, list) and first in block:
+            return second in block
+    return False
+
+
+def _training_uses(source: Source, scope, names: Sequence[str], through_calls: bool) -> List[ast.Call]:
+    """Calls of the model inside a loop that calls `.backward()`, and (`through_calls`) calls
+    of the file's own functions that take the model (`train(model, loader)`), which may train it."""
+    calls = source.calls_in(scope)
+    backward_loops = {id(loop) for call in calls if last_part(call.func) == "backward"
+                      for loop in source.ancestors(call) if isinstance(loop, LOOPS)}
+    uses = [call for call in calls if dotted(call.func) in names
+            and any(id(loop) in backward_loops for loop in source.ancestors(call))]
+    for call in calls if through_calls else []:
+        if last_part(call.func) in source.functions and any(
+                dotted(argument) in names for argument in [*call.args, *(k.value for k in call.keywords)]):
+            uses.append(call)
+    return uses

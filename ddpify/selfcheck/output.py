@@ -1,0 +1,100 @@
+"""Prints and writes that run once the process group is joined are on rank 0 only (DDP913)."""
+import ast
+from typing import Dict, Iterator, Optional, Tuple
+
+from ddpify.selfcheck.source import FUNCTIONS, Scope, Source, dotted, last_part
+
+Finding = Tuple[str, int, str]
+
+# Called as `name(...)` or `module.name(...)`: each prints, writes or makes a file, or opens a
+# TensorBoard log. (wandb is left out: ddpify keeps its calls on every rank and disables the
+# run on the others with `mode=`.)
+WRITERS = frozenset({"print", "torch.save", "os.makedirs", "os.mkdir", "json.dump", "pickle.dump",
+                     "np.save", "np.savez", "np.savetxt", "numpy.save", "save_image", "shutil.copy",
+                     "shutil.copyfile", "SummaryWriter"})
+# Called as a method of anything: `fig.savefig(...)`, `frame.to_csv(...)`.
+WRITING_METHODS = frozenset({"savefig", "to_csv"})
+JOINS = "init_process_group"
+
+
+def unguarded_output(migrated: Source) -> Iterator[Finding]:
+    reach = _Reach(migrated)
+    for call in migrated.calls:
+        if _writes(call) and not migrated.guarded(call) and reach.after_join(call):
+            yield "DDP913", call.lineno, f"`{_short(call)}` runs on every rank"
+
+
+def _writes(call: ast.Call) -> bool:
+    name = dotted(call.func)
+    if name in WRITERS or (isinstance(call.func, ast.Attribute) and call.func.attr in WRITING_METHODS):
+        return True
+    if name == "open":
+        mode = call.args[1] if len(call.args) > 1 else next(
+            (keyword.value for keyword in call.keywords if keyword.arg == "mode"), None)
+        return isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(
+            letter in mode.value for letter in "wax+")
+    return False
+
+
+def _short(call: ast.Call) -> str:
+    text = ast.unparse(call)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class _Reach:
+    """Whether a call may run, unguarded, after `init_process_group`: after a join (or a call
+    of a function that joins) earlier in its own function, or in a function that some
+    unguarded call site reaches that way. A function never called here is not followed."""
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        self.joining: Dict[int, bool] = {}
+        self.entered: Dict[int, bool] = {}
+        self.sites: Dict[str, list] = {}
+        for call in source.calls:
+            name = self._called_function(call)
+            if name is not None:
+                self.sites.setdefault(name, []).append(call)
+
+    def _called_function(self, call: ast.Call) -> Optional[str]:
+        """The name of a function of this file that `call` calls, by name: `train(...)`,
+        `self.save(...)`, `Trainer(...)` (its __init__); not `torch.save(...)`."""
+        if isinstance(call.func, ast.Attribute):
+            base = dotted(call.func.value)
+            if base is not None and base.split(".")[0] in self.source.module_names:
+                return None
+        name = last_part(call.func)
+        return name if name in self.source.functions else None
+
+    def after_join(self, node: ast.Call) -> bool:
+        scope = self.source.scope_of(node)
+        if self._joins_before(scope, node.lineno):
+            return True
+        return isinstance(scope, FUNCTIONS) and self._entered_after_join(scope)
+
+    def _joins_before(self, scope: Scope, line: int) -> bool:
+        return any(call.lineno < line and self._joins(call) for call in self.source.calls_in(scope))
+
+    def _joins(self, call: ast.Call) -> bool:
+        if last_part(call.func) == JOINS:
+            return True
+        name = self._called_function(call)
+        return name is not None and any(self._function_joins(function) for function in self.source.functions[name])
+
+    def _function_joins(self, function: ast.AST) -> bool:
+        key = id(function)
+        if key not in self.joining:
+            self.joining[key] = False  # a recursive call adds nothing
+            assert isinstance(function, FUNCTIONS)
+            self.joining[key] = any(self._joins(call) for call in self.source.calls_in(function))
+        return self.joining[key]
+
+    def _entered_after_join(self, function: ast.AST) -> bool:
+        key = id(function)
+        if key not in self.entered:
+            self.entered[key] = False  # recursion: the way in from outside decides
+            assert isinstance(function, FUNCTIONS)
+            sites = self.sites.get(self.source.function_key(function), [])
+            self.entered[key] = any(not self.source.guarded(site) and self.after_join(site) for site in sites)
+        return self.entered[key]
+

@@ -1,0 +1,159 @@
+"""The setup block keeps the module importable (DDP914) and the device its type (DDP915)."""
+import ast
+from typing import Iterator, Optional, Set, Tuple
+
+from ddpify.selfcheck.source import FUNCTIONS, Source, assigned_targets, dotted, last_part
+
+Finding = Tuple[str, int, str]
+
+DEVICE_PREFIXES = ("cuda", "cpu", "mps", "xpu", "hpu", "npu", "meta")
+
+
+def _has_main_block(source: Source) -> bool:
+    return any(isinstance(statement, ast.If) and _mentions_running(statement.test, set())
+               for statement in source.tree.body)
+
+
+def _mentions_running(test: ast.AST, run_flags: Set[str]) -> bool:
+    """`__name__ == "__main__"`, or a flag that includes it (ddpify's
+    `distributed = "WORLD_SIZE" in os.environ and __name__ == "__main__"`)."""
+    return any(isinstance(node, ast.Name) and (node.id == "__name__" or node.id in run_flags)
+               for node in ast.walk(test))
+
+
+def _flags_of_running(source: Source) -> Set[str]:
+    return {name for statement in source.tree.body if isinstance(statement, ast.Assign)
+            and _mentions_running(statement.value, set()) for name in assigned_targets(statement)}
+
+
+def joins_on_import(original: Source, migrated: Source) -> Iterator[Finding]:
+    """A script with a `__main__` block was importable; init_process_group (or a function of
+    the file that calls it) must not run at import."""
+    if not _has_main_block(original):
+        return
+    run_flags = _flags_of_running(migrated)
+    joining = _joining_functions(migrated)
+    for call in migrated.calls:
+        if not isinstance(migrated.scope_of(call), ast.Module):
+            continue
+        if any(isinstance(node, ast.If) and _mentions_running(node.test, run_flags)
+               for node in migrated.ancestors(call)):
+            continue
+        if last_part(call.func) == "init_process_group" or dotted(call.func) in joining:
+            yield "DDP914", call.lineno, f"`{ast.unparse(call.func)}(...)` runs when the module is imported"
+
+
+def _joining_functions(source: Source) -> Set[str]:
+    """Names of the file's functions that call init_process_group, directly or through another."""
+    joining: Set[str] = set()
+    grew = True
+    while grew:
+        grew = False
+        for name, functions in source.functions.items():
+            if name in joining:
+                continue
+            if any(last_part(call.func) == "init_process_group" or dotted(call.func) in joining
+                   for function in functions for call in source.calls_in(function)):
+                joining.add(name)
+                grew = True
+    return joining
+
+
+def device_types_changed(original: Source, migrated: Source) -> Iterator[Finding]:
+    """A name the original binds to a device string (`"cuda" if ... else "cpu"`) and reads as
+    a string (`device.startswith(...)`, `device_type=device`, `device == "cuda"`) is not
+    rebound to a torch.device in the same function of the output. Where every use takes a
+    torch.device as well (`.to(device)`, `map_location=device`, f-strings) the new type is
+    harmless, and the check stays quiet."""
+    strings = _bindings(original, _is_device_string)
+    devices_before = _bindings(original, _is_torch_device)
+    for key, statements in _bindings(migrated, _is_torch_device).items():
+        if key in strings and key not in devices_before:
+            read_as_string = _string_use(migrated, key)
+            if read_as_string is not None:
+                yield ("DDP915", statements[0].lineno,
+                       f"`{key[1]}` was a string in the original and becomes a torch.device here, "
+                       f"but output line {read_as_string.lineno} reads it as a string")
+
+
+_STRING_METHODS = frozenset(name for name in dir(str) if not name.startswith("_"))
+
+
+def _string_use(source: Source, key) -> Optional[ast.expr]:
+    """The first read of the name that only a string supports: in its own function, or for a
+    module-level name in any function that does not bind one of its own (`self.device`: anywhere)."""
+    scope_path, name = key
+    for node in source.nodes:
+        parent = source.parents.get(node)
+        if dotted(node) != name or parent is None or isinstance(getattr(node, "ctx", None), ast.Store):
+            continue
+        if "." not in name and not _same_variable(source, node, name, scope_path):
+            continue
+        if isinstance(node, ast.expr) and _reads_as_string(node, parent):
+            return node
+    return None
+
+
+def _same_variable(source: Source, node: ast.AST, name: str, scope_path: tuple) -> bool:
+    if scope_path:
+        return _scope_path(source, node) == scope_path
+    scope = source.scope_of(node)
+    return isinstance(scope, ast.Module) or not _binds(scope, name)
+
+
+def _binds(function: ast.AST, name: str) -> bool:
+    """Whether a function has a parameter or a local variable `name` (not a global one)."""
+    assert isinstance(function, FUNCTIONS)
+    arguments = function.args
+    parameters = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
+                  *filter(None, [arguments.vararg, arguments.kwarg])]
+    if any(parameter.arg == name for parameter in parameters):
+        return True
+    return any(isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store)
+               for node in ast.walk(function))
+
+
+def _reads_as_string(node: ast.AST, parent: ast.AST) -> bool:
+    if isinstance(parent, ast.Attribute):
+        return parent.attr in _STRING_METHODS
+    if isinstance(parent, ast.keyword):
+        return parent.arg == "device_type"
+    if isinstance(parent, ast.Compare):
+        return any(isinstance(side, ast.Constant) and isinstance(side.value, str)
+                   for side in [parent.left, *parent.comparators])
+    if isinstance(parent, ast.BinOp):
+        return isinstance(parent.op, ast.Add)
+    if isinstance(parent, ast.Subscript):
+        return parent.value is node
+    return False
+
+
+def _scope_path(source: Source, node: ast.AST) -> tuple:
+    return tuple(reversed([ancestor.name for ancestor in source.ancestors(node) if isinstance(ancestor, FUNCTIONS)]))
+
+
+def _bindings(source: Source, matches) -> dict:
+    """(function path, name) -> the assignments of a value `matches` accepts."""
+    found: dict = {}
+    for node in source.assignments:
+        if node.value is not None and matches(node.value):
+            for name in assigned_targets(node):
+                found.setdefault((_scope_path(source, node), name), []).append(node)
+    return found
+
+
+def _is_device_string(value: ast.AST) -> bool:
+    if isinstance(value, ast.IfExp):
+        return _is_device_string(value.body) and _is_device_string(value.orelse)
+    if isinstance(value, ast.Constant) and isinstance(value.value, str):
+        return value.value.startswith(DEVICE_PREFIXES)
+    if isinstance(value, ast.JoinedStr) and value.values:
+        first = value.values[0]
+        return isinstance(first, ast.Constant) and str(first.value).startswith(DEVICE_PREFIXES)
+    return False
+
+
+def _is_torch_device(value: ast.AST) -> bool:
+    if isinstance(value, ast.IfExp):
+        return _is_torch_device(value.body) or _is_torch_device(value.orelse)
+    return isinstance(value, ast.Call) and dotted(value.func) == "torch.device"

@@ -1,0 +1,302 @@
+"""One parse of a script with the stdlib `ast`, and the few facts every self-check reads.
+
+Deliberately simple and independent of `ddpify.analysis`: names are compared as dotted
+text (`model`, `self.net`), scopes are the enclosing `def`, and a guard is recognised by
+the forms ddpify emits (`if is_main:`, `if is_main_process():`) and the ones people write
+(`if rank == 0:`). A second opinion must not share the first one's blind spots.
+"""
+import ast
+import warnings
+from operator import attrgetter
+from typing import Dict, Iterator, List, Optional, Set, Tuple, Union
+
+Scope = Union[ast.Module, ast.FunctionDef, ast.AsyncFunctionDef]
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+LOOPS = (ast.For, ast.AsyncFor, ast.While)
+
+# Methods that move a module or tensor to a device or a dtype, and return it.
+MOVE_METHODS = frozenset({"to", "cuda", "cpu", "xpu", "half", "float", "double", "bfloat16", "to_empty"})
+# Methods that return the module they are called on: `net.eval().cpu()` moves `net`.
+CHAINABLE_METHODS = MOVE_METHODS | {"eval", "train", "requires_grad_", "share_memory"}
+# Names of a rank-0 flag or predicate (ddpify emits the first two).
+MAIN_FLAGS = frozenset({"is_main", "is_main_process", "is_master", "main_process", "master_process",
+                        "is_rank_zero", "is_rank0"})
+
+
+def dotted(node: Optional[ast.AST]) -> Optional[str]:
+    """`self.model` for an attribute chain on a name, `model` for a name, else None."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = dotted(node.value)
+        return None if base is None else f"{base}.{node.attr}"
+    return None
+
+
+def last_part(node: ast.AST) -> Optional[str]:
+    """The called name of `f(...)` or `a.b.f(...)`."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def calls_named(node: ast.AST, names) -> bool:
+    """Whether `node` holds a call of one of `names` (by last part), e.g. in an IfExp."""
+    return any(isinstance(sub, ast.Call) and last_part(sub.func) in names for sub in ast.walk(node))
+
+
+# Fields that never hold a node we read: contexts (a third of all nodes), names and
+# literals, and import aliases (read from the Import itself).
+_LEAF_FIELDS = frozenset({"ctx", "id", "attr", "name", "arg", "module", "kind", "type_comment", "level",
+                          "conversion", "is_async", "names", "simple"})
+_CHILD_FIELDS: Dict[type, Tuple[str, ...]] = {}
+
+
+def assigned_targets(statement: ast.stmt) -> List[str]:
+    """Dotted names a statement binds (`a, self.b = ...`, `for x in`, `with ... as x`)."""
+    if isinstance(statement, ast.Assign):
+        targets = statement.targets
+    elif isinstance(statement, (ast.AnnAssign, ast.AugAssign)):
+        targets = [statement.target]
+    elif isinstance(statement, (ast.For, ast.AsyncFor)):
+        targets = [statement.target]
+    elif isinstance(statement, (ast.With, ast.AsyncWith)):
+        targets = [item.optional_vars for item in statement.items if item.optional_vars is not None]
+    else:
+        return []
+    names = []
+    for target in targets:
+        for element in target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]:
+            name = dotted(element)
+            if name is not None:
+                names.append(name)
+    return names
+
+
+class Source:
+    """A parsed script with parent links, its calls and statements, and their scopes."""
+
+    def __init__(self, text: str, tree: Optional[ast.Module] = None) -> None:
+        """`tree`: the text's tree, where the caller has already parsed it."""
+        if tree is None:
+            with warnings.catch_warnings():
+                # Warnings about the script's code (invalid escapes) are for its author, not for us.
+                warnings.simplefilter("ignore")
+                tree = ast.parse(text)
+        self.tree = tree
+        self.parents: Dict[ast.AST, ast.AST] = {}
+        self.nodes: List[ast.AST] = []  # every node, in no particular order
+        self.calls: List[ast.Call] = []
+        self.assignments: List[Union[ast.Assign, ast.AnnAssign]] = []
+        self.functions: Dict[str, List[Scope]] = {}
+        self.module_names: Set[str] = set()  # `torch`, `np`: a call on them is no method of ours
+        self.imported_as: Dict[str, str] = {}  # `DL` -> `DataLoader` for `import DataLoader as DL`
+        self._scopes: Dict[ast.AST, Scope] = {}
+        self._calls_by_scope: Dict[int, List[ast.Call]] = {}
+        self._moves: Optional[List[Tuple[str, ast.Call]]] = None
+        self._moved_by: Optional[Dict[int, Set[str]]] = None
+        self._index()
+        self.calls.sort(key=attrgetter("lineno", "col_offset"))
+
+    def _index(self) -> None:
+        """One traversal (ast.walk, then a pass for the parents, would cost two), written for
+        speed: it is most of the self-check's time."""
+        parents, nodes, calls = self.parents, self.nodes, self.calls
+        pending: List[ast.AST] = [self.tree]
+        while pending:
+            node = pending.pop()
+            nodes.append(node)
+            kind = type(node)
+            fields = _CHILD_FIELDS.get(kind)
+            if fields is None:
+                fields = _CHILD_FIELDS[kind] = tuple(field for field in kind._fields if field not in _LEAF_FIELDS)
+            for field in fields:
+                value = getattr(node, field, None)
+                if type(value) is list:
+                    for item in value:
+                        if isinstance(item, ast.AST):
+                            parents[item] = node
+                            pending.append(item)
+                elif isinstance(value, ast.AST):
+                    parents[value] = node
+                    pending.append(value)
+            if kind is ast.Call:
+                calls.append(node)  # type: ignore[arg-type]
+            elif kind is ast.Assign or kind is ast.AnnAssign:
+                self.assignments.append(node)  # type: ignore[arg-type]
+            elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+                self.functions.setdefault(self.function_key(node), []).append(node)  # type: ignore[arg-type]
+            elif kind is ast.Import:
+                self.module_names.update(alias.asname or alias.name.split(".")[0]
+                                         for alias in node.names)  # type: ignore[attr-defined]
+            elif kind is ast.ImportFrom:
+                self.imported_as.update((alias.asname, alias.name)
+                                        for alias in node.names if alias.asname)  # type: ignore[attr-defined]
+
+    def function_key(self, function: ast.AST) -> str:
+        """A method is called by its name; `__init__` by its class's name."""
+        assert isinstance(function, FUNCTIONS)
+        parent = self.parents.get(function)
+        if function.name == "__init__" and isinstance(parent, ast.ClassDef):
+            return parent.name
+        return function.name
+
+    def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
+        while node in self.parents:
+            node = self.parents[node]
+            yield node
+
+    def scope_of(self, node: ast.AST) -> Scope:
+        """The innermost function around `node`, or the module (memoised along the way up)."""
+        path = []
+        scope: Optional[Scope] = None
+        while scope is None:
+            scope = self._scopes.get(node)
+            if scope is not None:
+                break
+            path.append(node)
+            parent = self.parents.get(node)
+            if parent is None:
+                scope = self.tree
+            elif isinstance(parent, FUNCTIONS):
+                scope = parent
+            else:
+                node = parent
+        for visited in path:
+            self._scopes[visited] = scope
+        return scope
+
+    def statement_of(self, node: ast.AST) -> ast.stmt:
+        if isinstance(node, ast.stmt):
+            return node
+        return next(ancestor for ancestor in self.ancestors(node) if isinstance(ancestor, ast.stmt))
+
+    def statements_in(self, scope: Scope) -> Iterator[ast.stmt]:
+        """Every statement that runs in `scope` itself (not in the functions it defines)."""
+        pending: List[ast.AST] = list(scope.body)
+        while pending:
+            node = pending.pop()
+            if isinstance(node, ast.stmt):
+                yield node
+            if not isinstance(node, FUNCTIONS):
+                pending.extend(child for child in ast.iter_child_nodes(node)
+                               if isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)))
+
+    def calls_in(self, scope: Scope) -> List[ast.Call]:
+        """The calls that run in `scope` itself, in source order."""
+        if not self._calls_by_scope:
+            for call in self.calls:
+                self._calls_by_scope.setdefault(id(self.scope_of(call)), []).append(call)
+        return self._calls_by_scope.get(id(scope), [])
+
+    def move_receiver(self, call: ast.Call) -> Optional[str]:
+        """`model` for `model.cuda()`, `model.to(device)` or `model.eval().cpu()`."""
+        if not isinstance(call.func, ast.Attribute) or call.func.attr not in MOVE_METHODS:
+            return None
+        receiver = call.func.value
+        while (isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute)
+               and receiver.func.attr in CHAINABLE_METHODS):
+            receiver = receiver.func.value
+        name = dotted(receiver)
+        return None if name is None or name.split(".")[0] in self.module_names else name
+
+    def is_statement_move(self, call: ast.Call) -> bool:
+        """A move that is a statement of its own or the value assigned or returned (also in a
+        tuple, or as the receiver of a chain): the moves a user writes to place a value, not a
+        move inside an argument, which a rewrite of the call around it may legitimately fold."""
+        node: ast.AST = call
+        for parent in self.ancestors(call):
+            chained = isinstance(parent, ast.Attribute) or (isinstance(parent, ast.Call) and parent.func is node)
+            if chained or isinstance(parent, (ast.Tuple, ast.List)):
+                node = parent
+                continue
+            return isinstance(parent, (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return))
+        return False
+
+    def moves(self) -> List[Tuple[str, ast.Call]]:
+        """(receiver, call) for the device moves of named values, as statements or assigned,
+        in source order."""
+        if self._moves is None:
+            self._moves = []
+            for call in self.calls:
+                receiver = self.move_receiver(call)
+                if receiver is not None and self.is_statement_move(call):
+                    self._moves.append((receiver, call))
+        return self._moves
+
+    def moved_by(self, statement: ast.stmt) -> Set[str]:
+        """The names a statement moves (`x, y = x.to(device), y.to(device)`: x and y)."""
+        if self._moved_by is None:
+            self._moved_by = {}
+            for receiver, call in self.moves():
+                self._moved_by.setdefault(id(self.statement_of(call)), set()).add(receiver)
+        return self._moved_by.get(id(statement), set())
+
+    def guarded(self, node: ast.AST) -> bool:
+        """Whether `node` runs only on rank 0 because of an enclosing `if`."""
+        child = node
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, (ast.If, ast.IfExp)) and child is not ancestor.test:
+                in_body = child in ancestor.body if isinstance(ancestor, ast.If) else child is ancestor.body
+                if in_body and is_rank_zero_test(ancestor.test):
+                    return True
+            if isinstance(child, ast.stmt) and self._after_others_wait(child, ancestor):
+                return True
+            child = ancestor
+        return False
+
+    @staticmethod
+    def _after_others_wait(statement: ast.stmt, parent: ast.AST) -> bool:
+        """Local rank 0 goes first while the others wait at a barrier (`if local_rank != 0:
+        dist.barrier()`, ddpify's download block): what it makes there, the others find made."""
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(parent, field, None)
+            if isinstance(block, list) and statement in block:
+                return any(_is_others_wait(earlier) for earlier in block[:block.index(statement)])
+        return False
+
+
+def _is_distributed_flag(node: ast.AST) -> bool:
+    """`distributed`, `args.distributed`, `dist.is_initialized()`: a group of more than one."""
+    if isinstance(node, ast.Call):
+        node = node.func
+    name = dotted(node) or ""
+    return name.endswith("distributed") or name.endswith("is_initialized")
+
+
+def is_rank_zero_test(test: ast.AST) -> bool:
+    """`is_main`, `is_main_process()`, `rank == 0`, `dist.get_rank() == 0`, `x and is_main`,
+    `not distributed or dist.get_rank() == 0`, `not distributed` (a group of one)."""
+    if isinstance(test, ast.Call):
+        return last_part(test.func) in MAIN_FLAGS
+    if isinstance(test, (ast.Name, ast.Attribute)):
+        return last_part(test) in MAIN_FLAGS
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _is_distributed_flag(test.operand)
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return any(is_rank_zero_test(value) for value in test.values)
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
+        return all(is_rank_zero_test(value) for value in test.values)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+        sides = [test.left, test.comparators[0]]
+        zero = any(isinstance(side, ast.Constant) and side.value == 0 for side in sides)
+        return zero and any(_names_a_rank(side) for side in sides)
+    return False
+
+
+def _names_a_rank(node: ast.AST) -> bool:
+    if isinstance(node, ast.Call):
+        return last_part(node.func) in ("get_rank", "get_local_rank")
+    name = last_part(node) or ""
+    return name.endswith("rank")
+
+
+def _is_others_wait(statement: ast.stmt) -> bool:
+    if not isinstance(statement, ast.If) or not any(
+            isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.NotEq) and any(
+                _names_a_rank(side) for side in [node.left, *node.comparators])
+            for node in ast.walk(statement.test)):
+        return False
+    return any(isinstance(node, ast.Call) and last_part(node.func) == "barrier" for node in ast.walk(statement))

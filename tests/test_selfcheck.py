@@ -1,0 +1,378 @@
+"""Safe mode (ddpify/selfcheck): each property is shown to hold on a correct output and to
+fail on that output with its defect planted.
+
+Every fixture's expected output passing the self-check is shown by tests/test_fixtures.py:
+migrate_source runs the self-check, so a DDP91x on a fixture would change its diagnostics.
+"""
+from pathlib import Path
+
+import pytest
+
+from ddpify.api import MigrationError, migrate_source
+from ddpify.diagnostics import Diagnostic
+from ddpify.options import Options
+from ddpify.selfcheck import check
+
+SHAPES = Path(__file__).resolve().parent / "data" / "selfcheck_shapes"
+
+ORIGINAL = '''import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+if device.startswith("cuda"):
+    torch.backends.cudnn.benchmark = True
+torch.manual_seed(0)
+dataset = TensorDataset(torch.randn(64, 10), torch.randint(0, 2, (64,)))
+loader = DataLoader(dataset, batch_size=8, shuffle=True)
+model = nn.Linear(10, 2)
+model.to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        loss = nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    print(f"epoch {epoch}: {loss.item():.4f}")
+    torch.save(model.state_dict(), "model.pt")
+'''
+
+# ORIGINAL migrated as the contract asks (the string device stays a string).
+MIGRATED = '''import os
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+# Distributed setup: one process per device under torchrun; plain `python` runs as before.
+distributed = "WORLD_SIZE" in os.environ
+local_rank = int(os.environ.get("LOCAL_RANK", 0))
+if distributed:
+    if device != "cpu":
+        device = f"{device}:{local_rank}"
+    dist.init_process_group("nccl" if device != "cpu" else "gloo")
+is_main = not distributed or dist.get_rank() == 0
+if device.startswith("cuda"):
+    torch.backends.cudnn.benchmark = True
+torch.manual_seed(0)
+dataset = TensorDataset(torch.randn(64, 10), torch.randint(0, 2, (64,)))
+sampler = DistributedSampler(dataset, shuffle=True) if distributed else None
+loader = DataLoader(dataset, batch_size=8, shuffle=sampler is None, sampler=sampler)
+model = nn.Linear(10, 2)
+model.to(device)
+if distributed:
+    model = DDP(model, device_ids=[local_rank] if device.startswith("cuda") else None)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    if sampler is not None:
+        sampler.set_epoch(epoch)
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        loss = nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    if is_main:
+        print(f"epoch {epoch}: {loss.item():.4f}")
+        torch.save(getattr(model, "module", model).state_dict(), "model.pt")
+
+if distributed:
+    dist.destroy_process_group()
+'''
+
+WRAP = 'if distributed:\n    model = DDP(model, device_ids=[local_rank] if device.startswith("cuda") else None)\n'
+
+
+def planted(old, new, text=MIGRATED):
+    assert old in text, "the correct output changed: plant the defect anew"
+    return text.replace(old, new, 1)
+
+
+def codes(original, migrated, diagnostics=()):
+    return [d.code for d in check(original, migrated, diagnostics)]
+
+
+def test_the_correct_output_passes():
+    assert check(ORIGINAL, MIGRATED, []) == []
+
+
+DESTROY = "\nif distributed:\n    dist.destroy_process_group()\n"
+TORCH_DEVICE = ('    device = torch.device(device)\n    if device.type != "cpu":\n'
+                '        device = torch.device(device.type, local_rank)\n')
+
+DEFECTS = {
+    # name: (the code that catches it, the replacements that plant it in MIGRATED)
+    "move deleted": ("DDP910", [("model.to(device)\n" + WRAP, WRAP)]),
+    "move after the wrap": ("DDP911", [("model.to(device)\n" + WRAP, WRAP + "model.to(device)\n")]),
+    "wrap after training": ("DDP911", [(WRAP + "optimizer", "optimizer"), (DESTROY, "\n" + WRAP + DESTROY)]),
+    "sampler dropped": ("DDP912", [("shuffle=sampler is None, sampler=sampler)", "shuffle=True)")]),
+    "set_epoch dropped": ("DDP912", [("    if sampler is not None:\n        sampler.set_epoch(epoch)\n", "")]),
+    "guard dropped": ("DDP913", [('    if is_main:\n        print(f"epoch {epoch}: {loss.item():.4f}")\n',
+                                  '    print(f"epoch {epoch}: {loss.item():.4f}")\n    if is_main:\n')]),
+    "string device made a torch.device": (
+        "DDP915", [('    if device != "cpu":\n        device = f"{device}:{local_rank}"\n', TORCH_DEVICE)]),
+}
+
+
+def with_defect(name, text=MIGRATED):
+    for old, new in DEFECTS[name][1]:
+        text = planted(old, new, text)
+    return text
+
+
+@pytest.mark.parametrize("name", DEFECTS)
+def test_each_planted_defect_is_caught(name):
+    migrated = with_defect(name)
+    compile(migrated, name, "exec")
+    assert codes(ORIGINAL, migrated) == [DEFECTS[name][0]]
+
+
+def test_a_deleted_move_is_named_where_it_was():
+    """Of two moves of the model, the one the output lacks is named, by its original line."""
+    original = planted("model.to(device)\n", "model.to(device)\nmodel.float()\n", ORIGINAL)
+    [diagnostic] = check(original, MIGRATED, [])
+    assert diagnostic.code == "DDP910"
+    assert original.splitlines()[diagnostic.line - 1] == "model.float()"
+
+
+def test_the_move_and_the_wrap_moved_together_pass():
+    """Moving the move and the wrap together keeps the order: nothing to say."""
+    migrated = planted("model.to(device)\n" + WRAP, "", MIGRATED)
+    migrated = planted("optimizer = ", "model.to(device)\n" + WRAP + "optimizer = ", migrated)
+    assert codes(ORIGINAL, migrated) == []
+
+
+def test_a_diagnostic_found_in_the_output_names_the_original_line():
+    migrated = with_defect("guard dropped")
+    [diagnostic] = check(ORIGINAL, migrated, [])
+    print_line = 'print(f"epoch {epoch}: {loss.item():.4f}")'
+    assert ORIGINAL.splitlines()[diagnostic.line - 1].strip() == print_line
+    output_line = migrated.splitlines().index("    " + print_line) + 1
+    assert f"(output line {output_line})" in diagnostic.message
+
+
+def test_a_loader_left_whole_passes_when_a_diagnostic_names_it():
+    migrated = with_defect("sampler dropped")
+    loader_line = ORIGINAL.splitlines().index("loader = DataLoader(dataset, batch_size=8, shuffle=True)") + 1
+    assert codes(ORIGINAL, migrated, [Diagnostic("DDP203", loader_line, 10, "left whole")]) == []
+    # DDP206 names every loader, sharded or not: it explains nothing.
+    assert codes(ORIGINAL, migrated, [Diagnostic("DDP206", loader_line, 10, "batch")]) == ["DDP912"]
+
+
+def test_a_sampler_without_shuffle_needs_no_set_epoch():
+    migrated = with_defect("set_epoch dropped")
+    migrated = planted("DistributedSampler(dataset, shuffle=True)", "DistributedSampler(dataset, shuffle=False)",
+                       migrated)
+    assert codes(ORIGINAL, migrated) == []
+
+
+def test_a_missing_set_epoch_the_migration_reported_passes():
+    """DDP211 (no epoch loop found) already names it and exits 1."""
+    migrated = with_defect("set_epoch dropped")
+    assert codes(ORIGINAL, migrated, [Diagnostic("DDP211", 10, 10, "no epoch loop")]) == []
+
+
+def test_set_epoch_through_the_loader_passes():
+    migrated = planted("        sampler.set_epoch(epoch)", "        loader.sampler.set_epoch(epoch)")
+    assert codes(ORIGINAL, migrated) == []
+
+
+def test_loaders_and_samplers_kept_in_dicts_pass():
+    migrated = planted(
+        "sampler = DistributedSampler(dataset, shuffle=True) if distributed else None\n"
+        "loader = DataLoader(dataset, batch_size=8, shuffle=sampler is None, sampler=sampler)\n",
+        'samplers = {x: DistributedSampler(dataset) if distributed else None for x in ["train"]}\n'
+        'loaders = {x: DataLoader(dataset, batch_size=8, sampler=samplers[x]) for x in ["train"]}\n'
+        'loader = loaders["train"]\n')
+    migrated = planted("    if sampler is not None:\n        sampler.set_epoch(epoch)\n",
+                       '    if distributed:\n        loaders["train"].sampler.set_epoch(epoch)\n', migrated)
+    assert codes(ORIGINAL, migrated) == []
+    assert codes(ORIGINAL, migrated.replace(".set_epoch(epoch)", ".epoch = epoch")) == ["DDP912"]
+
+
+def test_a_sampler_built_by_a_helper_the_migration_added_passes():
+    """ddpify's own helpers (evaluation_shard, a wrapper of the user's sampler) shard."""
+    helper = "def rank_share(sampler):\n    return sampler\n\n\n"
+    migrated = helper + planted("sampler = DistributedSampler(dataset, shuffle=True) if distributed else None",
+                                "sampler = rank_share(RandomSampler(dataset)) if distributed else None")
+    assert codes(ORIGINAL, migrated) == []
+    assert codes(helper + ORIGINAL, migrated) == ["DDP912"]  # the user's own function is no sharder
+
+
+def test_a_torch_device_used_only_where_one_is_accepted_passes():
+    """The type changed, but nothing reads it as a string: harmless, so quiet."""
+    read_as_string = 'if device.startswith("cuda"):\n    torch.backends.cudnn.benchmark = True\n'
+    original = planted(read_as_string, "", ORIGINAL)
+    migrated = planted(read_as_string, "", with_defect("string device made a torch.device"))
+    migrated = planted('"nccl" if device != "cpu" else "gloo"', "dist.get_default_backend_for_device(device)", migrated)
+    migrated = planted('device.startswith("cuda") else None', 'device.type == "cuda" else None', migrated)
+    assert codes(original, migrated) == []
+
+
+def test_a_string_read_of_another_variable_of_the_same_name_passes():
+    """`device.startswith` on a function's own `device` parameter is not the module's device."""
+    read_as_string = 'if device.startswith("cuda"):\n    torch.backends.cudnn.benchmark = True\n'
+    own_device = 'def on_gpu(device):\n    return device.startswith("cuda")\n\n\n'
+    original = own_device + planted(read_as_string, "", ORIGINAL)
+    migrated = planted(read_as_string, "", with_defect("string device made a torch.device"))
+    migrated = planted('"nccl" if device != "cpu" else "gloo"', "dist.get_default_backend_for_device(device)", migrated)
+    migrated = own_device + planted('device.startswith("cuda") else None', 'device.type == "cuda" else None', migrated)
+    assert codes(original, migrated) == []
+    assert codes(original, migrated.replace("def on_gpu(device):", "def on_gpu():")) == ["DDP915"]
+
+
+# A model moved to the CPU to be saved, then back: ddpify drops both moves of the wrapped model
+# (DDP106). Before the wrap, a move is never the wrapped model's.
+CPU_ROUND_TRIP = "    torch.save(model.state_dict(), \"model.pt\")\n"
+
+
+def test_a_move_of_the_wrapped_model_dropped_with_ddp106_passes():
+    original = planted(CPU_ROUND_TRIP, "    model.cpu()\n" + CPU_ROUND_TRIP + "    model.to(device)\n", ORIGINAL)
+    dropped = [Diagnostic("DDP106", line, 5, "dropped") for line, text in enumerate(original.splitlines(), 1)
+               if text in ("    model.cpu()", "    model.to(device)")]
+    assert len(dropped) == 2
+    assert codes(original, MIGRATED, dropped) == []
+    assert codes(original, MIGRATED, []) == ["DDP910"]
+
+
+def test_ddp106_does_not_excuse_a_move_before_the_wrap():
+    move_line = ORIGINAL.splitlines().index("model.to(device)") + 1
+    migrated = with_defect("move deleted")
+    assert codes(ORIGINAL, migrated, [Diagnostic("DDP106", move_line, 1, "dropped")]) == ["DDP910"]
+
+
+def test_a_model_reloaded_for_evaluation_after_training_passes():
+    reload = 'model = nn.Linear(10, 2)\nmodel.load_state_dict(torch.load("model.pt"))\nmodel.to(device)\n'
+    original = ORIGINAL + reload
+    migrated = planted("\nif distributed:\n    dist.destroy_process_group()\n",
+                       reload + "\nif distributed:\n    dist.destroy_process_group()\n")
+    assert codes(original, migrated) == []
+
+
+HELPER = 'def report(value):\n    print(f"loss {value:.4f}")\n\n\n'
+
+
+@pytest.mark.parametrize("call, expected", [
+    ("    report(loss.item())\n", ["DDP913"]),
+    ("    if is_main:\n        report(loss.item())\n", []),
+    ("", []),  # never called here: a library function, not this run's output
+])
+def test_output_in_a_helper_counts_where_the_helper_is_called(call, expected):
+    original = planted("device = ", HELPER + "device = ", ORIGINAL)
+    migrated = planted("device = ", HELPER + "device = ", MIGRATED)
+    migrated = planted("    if is_main:\n        print(", call + "    if is_main:\n        print(", migrated)
+    assert codes(original, migrated) == expected
+
+
+@pytest.mark.parametrize("statement", [
+    'print("done")', 'torch.save(model, "m.pt")', 'log = open("log.txt", "a")', 'os.makedirs("out")',
+    'json.dump({}, log)', 'figure.savefig("loss.png")', 'writer = SummaryWriter("runs")',
+])
+def test_each_kind_of_output_after_the_join_needs_a_guard(statement):
+    unguarded = MIGRATED + statement + "\n"
+    guarded = MIGRATED + "if is_main:\n    " + statement + "\n"
+    assert codes(ORIGINAL, unguarded) == ["DDP913"]
+    assert codes(ORIGINAL, guarded) == []
+    assert codes(ORIGINAL, MIGRATED + 'with open("log.txt") as log:\n    pass\n') == []  # reading
+
+
+def test_output_before_the_group_is_joined_needs_no_guard():
+    migrated = planted("# Distributed setup", 'print("starting")\n# Distributed setup')
+    assert codes(ORIGINAL, migrated) == []
+
+
+def test_local_rank_zero_going_first_at_a_barrier_passes():
+    """ddpify's download block: local rank 0 makes the files while the others wait."""
+    download = ('if distributed and local_rank != 0:\n    dist.barrier()\nos.makedirs("data", exist_ok=True)\n'
+                'if distributed and local_rank == 0:\n    dist.barrier()\n')
+    migrated = planted("torch.manual_seed(0)\n", download + "torch.manual_seed(0)\n")
+    assert codes(ORIGINAL, migrated) == []
+    assert codes(ORIGINAL, planted("torch.manual_seed(0)\n", 'os.makedirs("data", exist_ok=True)\n'
+                                   "torch.manual_seed(0)\n")) == ["DDP913"]
+
+
+def _as_main_function(text):
+    """The flat script's body as `main()`, run under `if __name__ == "__main__":`."""
+    head, _, body = text.partition('device = "cuda"')
+    indented = "".join("    " + line if line.strip() else line for line in ('device = "cuda"' + body).splitlines(True))
+    return head + "def main():\n" + indented + '\n\nif __name__ == "__main__":\n    main()\n'
+
+
+def test_setup_inside_main_keeps_the_module_importable():
+    assert codes(_as_main_function(ORIGINAL), _as_main_function(MIGRATED)) == []
+
+
+def test_setup_at_module_level_joins_on_import():
+    """The planted output joins the group at import, though the original was importable."""
+    setup_start, setup_end = MIGRATED.index("# Distributed setup"), MIGRATED.index("if device.startswith")
+    setup = MIGRATED[setup_start:setup_end]
+    migrated = _as_main_function(MIGRATED.replace(setup, ""))
+    migrated = planted("def main():\n", setup + "\n\ndef main():\n", migrated)
+    compile(migrated, "planted", "exec")
+    assert codes(_as_main_function(ORIGINAL), migrated) == ["DDP914"]
+    # ddpify's own form: the flag includes `__name__ == "__main__"`, so an import joins nothing.
+    only_when_run = planted('distributed = "WORLD_SIZE" in os.environ\n',
+                            'distributed = "WORLD_SIZE" in os.environ and __name__ == "__main__"\n', migrated)
+    assert codes(_as_main_function(ORIGINAL), only_when_run) == []
+
+
+def test_a_wrap_in_one_branch_of_a_resumed_model_is_caught():
+    original = planted("model = nn.Linear(10, 2)\nmodel.to(device)\n",
+                       'if os.path.exists("model.pt"):\n    model = torch.load("model.pt", weights_only=False)\n'
+                       "else:\n    model = nn.Linear(10, 2)\nmodel.to(device)\n", "import os\n" + ORIGINAL)
+    one_branch = planted("model = nn.Linear(10, 2)\nmodel.to(device)\n" + WRAP,
+                         'if os.path.exists("model.pt"):\n    model = torch.load("model.pt", weights_only=False)\n'
+                         "else:\n    model = nn.Linear(10, 2)\n    model.to(device)\n"
+                         "    if distributed:\n        model = DDP(model)\n")
+    after_the_merge = planted("model = nn.Linear(10, 2)\nmodel.to(device)\n" + WRAP,
+                              'if os.path.exists("model.pt"):\n'
+                              '    model = torch.load("model.pt", weights_only=False)\n'
+                              "else:\n    model = nn.Linear(10, 2)\nmodel.to(device)\n" + WRAP)
+    assert codes(original, one_branch) == ["DDP911"]
+    assert codes(original, after_the_merge) == []
+
+
+# Scripts written fresh for issue 17 that today's ddpify migrates wrongly with exit 0; their
+# outputs as ddpify wrote them then, and the diagnostics it gave beside the plain edits.
+TODAYS_WRONG = {
+    "gan": (["DDP910", "DDP910"], [("DDP106", 30), ("DDP106", 31)]),  # generator.cuda() deleted
+    "later": (["DDP910"], [("DDP106", 11)]),  # net.cuda() deleted
+    "resume": (["DDP911"], [("DDP303", 23)]),  # wrap in the fresh branch, before the move
+    "strdev2": (["DDP915"], []),  # the string device became a torch.device
+}
+
+
+@pytest.mark.parametrize("shape", TODAYS_WRONG)
+def test_todays_wrong_migrations_are_caught(shape):
+    expected, reported = TODAYS_WRONG[shape]
+    original = (SHAPES / f"{shape}.py").read_text()
+    wrong = (SHAPES / f"{shape}_ddp_wrong.py").read_text()
+    diagnostics = [Diagnostic(code, line, 1, "") for code, line in reported]
+    assert codes(original, wrong, diagnostics) == expected
+
+
+def test_output_that_does_not_parse_is_an_internal_error(monkeypatch):
+    """A transform bug that emits broken code is exit 2, never a written file."""
+    def check_broken_output(original, migrated, *rest):
+        return check(original, migrated + "def (", [])
+
+    monkeypatch.setattr("ddpify.selfcheck.check", check_broken_output)
+    with pytest.raises(MigrationError, match="does not parse"):
+        migrate_source(ORIGINAL)
+
+
+def test_migrate_source_adds_the_self_check_and_honours_ignore_and_suppressions(monkeypatch):
+    print_line = ORIGINAL.splitlines().index('    print(f"epoch {epoch}: {loss.item():.4f}")') + 1
+    planted_finding = Diagnostic("DDP913", print_line, 1, "planted")
+    monkeypatch.setattr("ddpify.selfcheck.check", lambda *args: [planted_finding])
+    assert planted_finding in migrate_source(ORIGINAL).diagnostics
+    assert migrate_source(ORIGINAL).needs_a_person
+    assert planted_finding not in migrate_source(ORIGINAL, Options(ignore=("DDP91",))).diagnostics
+    suppressed = ORIGINAL.replace('.4f}")\n', '.4f}")  # ddpify: ignore[DDP913]\n')
+    assert planted_finding not in migrate_source(suppressed).diagnostics
