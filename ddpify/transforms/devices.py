@@ -8,7 +8,7 @@ from typing import Callable, cast
 import libcst as cst
 
 from ddpify.analysis import Facts, dotted_name
-from ddpify.transforms.edits import Edits, Insertion
+from ddpify.transforms.edits import Edits
 from ddpify.transforms.setup import SetupPlan
 
 
@@ -111,8 +111,8 @@ def _keep_device_choice(edits: Edits, setup: SetupPlan) -> None:
         name = "use_cuda"
         while name in edits.facts.bound_names:
             name += "_"
-        edits.before.setdefault(assignment.statement, []).append(Insertion(
-            [edits.statement(f"{name} = {condition}\n")], takes_comments=True))
+        # Named at the top of the setup block, which may go above the device choice.
+        setup.gpu_condition_code = f"{name} = {condition}\n"
         condition = name
     if condition is not None:
         setup.use_gpu = condition

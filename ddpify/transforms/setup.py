@@ -129,6 +129,8 @@ class SetupPlan:
     # When the script uses the GPU: devices.py keeps the script's own condition (`use_cuda`
     # from a --no-cuda flag) so that the migrated script still honours it.
     use_gpu: str = "torch.cuda.is_available()"
+    # `use_cuda = torch.device(args.device).type == "cuda"`: the statement that names use_gpu.
+    gpu_condition_code: str = ""
 
     @property
     def device_type(self) -> str:
@@ -249,7 +251,7 @@ def place(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
     if plan.cpu_only:
         code = ENVIRONMENT_CODE + CPU_ONLY_CODE
     else:
-        code = SETUP_CODE.format(device=plan.device, use_gpu=plan.use_gpu)
+        code = plan.gpu_condition_code + SETUP_CODE.format(device=plan.device, use_gpu=plan.use_gpu)
     if plan.needs_world_size:
         first_line, rest = code.split("\n", 1)
         code = first_line + "\n" + WORLD_SIZE_CODE + rest
@@ -285,7 +287,9 @@ def _place_after_choice(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
     anchor = _first_statement_needing_setup(facts, edits, plan)
     needs_group = _first_statement_needing_setup(facts, edits, plan, guards_too=False)
     world_size = WORLD_SIZE_CODE if plan.needs_world_size else ""
-    early = anchor is not None and body.index(anchor) < body.index(choice)
+    # The choice itself may need the setup: a print in one of its branches.
+    early = anchor is not None and (body.index(anchor) < body.index(choice)
+                                    or anchor is choice and _edited_inside(edits, facts, choice))
     group_early = needs_group is not None and body.index(needs_group) < body.index(choice)
     comment = cst.EmptyLine(comment=cst.Comment(SETUP_COMMENT))
     chosen = plan.device
@@ -316,6 +320,13 @@ def _place_after_choice(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
         after[0] = after[0].with_changes(leading_lines=[comment])
     edits.after[choice] = after + edits.after.get(choice, [])
     edits.report("DDP001", choice)
+
+
+def _edited_inside(edits: Edits, facts: Facts, statement: BlockItem) -> bool:
+    """Whether an edit of another rule (a rank-0 guard) lies inside the statement."""
+    edited = [*edits.before, *edits.after, *edits.replaced, *edits.guarded, *edits.expressions]
+    return any(node is not statement and facts.ancestor_in(node, statement) is not None
+               for node in edited)
 
 
 def _first_statement_needing_setup(facts: Facts, edits: Edits, plan: SetupPlan,
