@@ -165,7 +165,7 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: SetupPlan, loop: cs
         return
     block = facts.block_of(loop)
     after = list(block.body)[list(block.body).index(loop) + 1:]
-    per_batch = _divided_by_len(after)
+    per_batch = _divided_by_len(after, _batch_index(loop))
     names = list(accumulators)
     if not setup.sees_setup(facts, loop):
         _gather_epoch_figures(facts, edits, loop, names, per_batch)
@@ -254,13 +254,28 @@ def _walk(node: cst.CSTNode) -> List[cst.CSTNode]:
     return found
 
 
-def _divided_by_len(statements: Iterable[cst.CSTNode]) -> Dict[str, str]:
-    """`running_loss / len(train_loader)`: a sum over this rank's batches, by name."""
+def _batch_index(loop: cst.For) -> Optional[str]:
+    """`i` in `for i, batch in enumerate(loader, 1)`: after the loop, this rank's batch count
+    (every rank runs as many batches as the others)."""
+    target, iterated = loop.target, loop.iter
+    if (isinstance(target, cst.Tuple) and target.elements and isinstance(target.elements[0].value, cst.Name)
+            and isinstance(iterated, cst.Call) and dotted_name(iterated.func) == "enumerate"):
+        return target.elements[0].value.value
+    return None
+
+
+def _divided_by_len(statements: Iterable[cst.CSTNode], batch_index: Optional[str] = None) -> Dict[str, str]:
+    """`running_loss / len(train_loader)` or `running_loss / i` (the batch loop's enumerate
+    index): a sum over this rank's batches, by name."""
     found: Dict[str, str] = {}
 
     class _Divisions(cst.CSTVisitor):
         def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
             right = node.right
+            if (batch_index is not None and isinstance(node.operator, cst.Divide)
+                    and isinstance(node.left, cst.Name) and isinstance(right, cst.Name)
+                    and right.value == batch_index):
+                found[node.left.value] = batch_index
             if (isinstance(node.operator, cst.Divide) and isinstance(node.left, cst.Name)
                     and isinstance(right, cst.Call) and dotted_name(right.func) == "len"
                     and right.args and dotted_name(right.args[0].value) is not None
