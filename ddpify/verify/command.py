@@ -125,7 +125,8 @@ outside them is reported, but nothing stops a script from writing where it likes
 python SCRIPT; (2) python on the migrated script, as a group of one; (3) torchrun
 --standalone --nproc_per_node=N; (4) the same again with rank 0's writes of files that
 other ranks read delayed, when there are such files (hand-off); (5) two torchrun agents
-with one process each (RANK=1 has LOCAL_RANK=0); (6) `import` of the migrated script, when
+with one process each (RANK=1 has LOCAL_RANK=0), sharing one working directory as nodes on
+a shared filesystem do; (6) `import` of the migrated script, when
 it has an `if __name__ == "__main__":` guard. GPUs: with one per rank the torchrun runs use
 them (NCCL), else Gloo on the CPU; --device cpu hides every GPU. Checks: """
     + ", ".join(CHECK_IDS)
