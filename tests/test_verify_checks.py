@@ -354,7 +354,7 @@ def test_multinode_ready_notes_the_files_the_nodes_hand_each_other():
     events = {0: [start(0), save, {"ev": "saved", "abs": "/run/work/model.pth", "t_done": 2.0}],
               1: [start(1), {"ev": "read", "path": "model.pth", "abs": "/run/work/model.pth", "t": 3.0}]}
     run = make_run(MULTINODE, events)
-    run.workdirs = ["/run/work"]
+    run.workdir = "/run/work"
     result = checks.check_multinode_ready({MULTINODE: run})
     assert result.status == PASS
     assert result.notes == ["rank 0 wrote model.pth and the other node read it: the nodes need a shared "
@@ -443,10 +443,10 @@ def read_at(t, path="/run/work/model.pth", where="train_ddp.py:67", error=None):
 def handoff_runs(rank1_read_at, late=None, **run_options):
     runs = checks.RunSet({TORCHRUN: make_run(TORCHRUN, {0: save_events(10.0, 10.1), 1: [read_at(rank1_read_at)]},
                                              **run_options)}, slow_writes=1.5)
-    runs[TORCHRUN].workdirs = ["/run/work"]
+    runs[TORCHRUN].workdir = "/run/work"
     if late is not None:
         runs[checks.HANDOFF] = late
-        late.workdirs = ["/run/work"]
+        late.workdir = "/run/work"
     return runs
 
 

@@ -85,7 +85,8 @@ class RunResult:
     script_name: str = ""
     # Processes still running after the run's command ended: [{pid, rank, cmdline}].
     leftovers: List[dict] = field(default_factory=list)
-    workdirs: List[str] = field(default_factory=list)
+    # The working copy every process of the run ran in (the two nodes of the two-agent run share it).
+    workdir: str = ""
     run_dir: str = ""
     # Files the working copy held before the run (relative paths): the script, a project's files.
     copied: List[str] = field(default_factory=list)
@@ -125,7 +126,6 @@ class RunResult:
 
     def relative(self, path: str) -> str:
         """A recorded absolute path as the user would read it: relative to the working copy."""
-        for workdir in self.workdirs:
-            if path.startswith(os.path.join(workdir, "")):
-                return os.path.relpath(path, workdir)
+        if self.workdir and path.startswith(os.path.join(self.workdir, "")):
+            return os.path.relpath(path, self.workdir)
         return path

@@ -307,7 +307,7 @@ class Runner:
             output_tail=read_tail(log_paths),
             script_name=os.path.basename(script),
             leftovers=records.load_leftovers(reports),
-            workdirs=[workdir],
+            workdir=workdir,
             run_dir=run_dir,
             copied=sorted(copied),
         )
