@@ -130,13 +130,18 @@ def test_a_file_ddpify_leaves_unchanged_has_nothing_to_verify(tmp_path):
     assert same.exit_code == 0 and "byte-identical" in same.output
 
 
-def test_nothing_migrated_exits_as_the_migration_does():
+def test_nothing_migrated_exits_as_the_migration_does(tmp_path):
     """Issue 18: ddpify leaves a script whose batches are sliced by hand single-process and
     exits 1 (DDP208); verify said "nothing to verify" and exited 0, so a CI step went green."""
     script = os.path.join(ISSUE18, "single_process_slicing.py")
     result = invoke(script)
     assert result.exit_code == 1, result.output
     assert f"nothing to verify: ddpify leaves {script} unchanged (DDP208" in result.output
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text(open(script).read())
+    result = invoke(str(project / "train.py"), "--project", str(project))
+    assert result.exit_code == 1 and "leaves every file of" in result.output, result.output
 
 
 def test_a_project_entry_must_lie_in_the_project(tmp_path):
