@@ -1,17 +1,29 @@
-"""`ddpify verify` over every runnable fixture, timed: the check to run on a GPU machine.
+"""`ddpify verify`'s GPU path in one command, for a machine with GPUs: one table, under 5 minutes.
 
-    python benchmarks/bench_verify_gpu.py                      # all runnable fixtures, GPUs if present
-    python benchmarks/bench_verify_gpu.py --device cpu -j 2    # the same on the CPU (Gloo)
-    python benchmarks/bench_verify_gpu.py --cases guide_image_classifier,mnist_style_main --json out.json
+    python benchmarks/bench_verify_gpu.py                 # the GPU cases; a clear SKIP without a GPU
+    python benchmarks/bench_verify_gpu.py --device cpu    # the same cases on the CPU (Gloo)
+    python benchmarks/bench_verify_gpu.py --cases all -j 8 --json out.json   # every runnable fixture
 
-Each fixture with a run.json is verified as `ddpify verify input.py -o expected.py` (the
-migration the fixture pins, used as is: nothing is written into fixtures/), with the
-fixture's arguments. On a machine with one GPU per rank the torchrun runs use NCCL; with
-one GPU the plain runs use it and the torchrun runs use Gloo on the CPU; `--device cuda`
-fails a case unless there is a GPU per rank. Several cases run at once (-j), each verify
-in its own process. Prints a table (case, exit status, seconds, the checks that failed),
-the wall time against the budget (8 minutes), and exits 1 if a case fails or the budget is
-exceeded.
+Each case is a fixture with a run.json, verified as `ddpify verify input.py -o expected.py`
+(the migration the fixture pins, used as is: nothing is written into fixtures/) with the
+fixture's arguments, in its own process; -j cases run at once. The default cases are the
+fixtures whose GPU path differs from their CPU one (autocast and GradScaler, SyncBatchNorm,
+pin_memory and non_blocking, device strings, checkpoints moved to the CPU, a reload of
+rank 0's save), plus the guide's script.
+
+What runs where depends on the GPUs visible (CUDA_VISIBLE_DEVICES, else nvidia-smi):
+
+* two or more: NCCL, one GPU per rank (`--device cuda --nproc 2`); case i gets GPUs 2i and
+  2i+1 (mod the count), so cases at once do not share a GPU where there are enough;
+* one: NCCL cannot put two ranks on one GPU, so the NCCL runs are skipped, said in the
+  table's title: the plain runs (original, group of one) use the GPU and torchrun runs
+  Gloo on the CPU (`--device auto`);
+* none: SKIP, nothing is run, exit 0 (`--device cpu` runs the same cases on the CPU).
+
+The table has a row per case: exit status, seconds, where the plain runs and the torchrun
+run went (`cuda`/`cpu`, and the process-group backend the ranks really started, read from
+the report: `nccl` proves the GPU path), and the checks that failed. The last line gives the
+wall time against the budget. Exit 1 if a case fails or the budget is exceeded.
 """
 from __future__ import annotations
 
@@ -28,7 +40,15 @@ from typing import List, Optional, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "fixtures")
-BUDGET_S = 8 * 60
+sys.path.insert(0, ROOT)
+
+from ddpify.verify.session import visible_gpu_ids  # noqa: E402
+
+BUDGET_S = 5 * 60
+GPU_CASES = (
+    "guide_image_classifier", "amp_clip_accumulation", "batchnorm_sync_option", "device_string_comparisons",
+    "checkpoint_moves_model_to_cpu", "reload_checkpoint_after_save", "mnist_style_main",
+)
 
 
 @dataclass
@@ -45,7 +65,33 @@ class Outcome:
     status: int
     seconds: float
     failed: List[str]
-    device: str
+    # Where the runs went: "cpu", "cuda", or the backend the ranks started ("nccl", "gloo").
+    plain: str
+    torchrun: str
+
+
+@dataclass(frozen=True)
+class Mode:
+    """How the cases run on this machine, and the table's title saying so."""
+
+    device: str  # verify's --device
+    title: str
+    gpus: List[str]
+    skip: bool = False
+
+
+def choose_mode(device: str, gpus: Sequence[str]) -> Mode:
+    gpus = list(gpus)
+    if device == "cpu":
+        return Mode("cpu", "CPU: every run on the CPU, torchrun with Gloo (--device cpu)", [])
+    if len(gpus) >= 2:
+        return Mode("cuda", f"{len(gpus)} GPUs: torchrun with NCCL, one GPU per rank", gpus)
+    if device == "cuda" or not gpus:
+        reason = "no GPU visible (CUDA_VISIBLE_DEVICES, nvidia-smi)" if not gpus else \
+            "1 GPU visible: NCCL needs one GPU per rank"
+        return Mode("cuda", f"SKIP: {reason}; --device cpu runs the same cases on the CPU", gpus, skip=True)
+    return Mode("auto", f"1 GPU: NCCL SKIPPED (it needs one GPU per rank); plain runs on GPU {gpus[0]}, "
+                        "torchrun with Gloo on the CPU", gpus)
 
 
 def runnable_cases(fixtures: str = FIXTURES, selected: Optional[Sequence[str]] = None) -> List[Case]:
@@ -66,57 +112,88 @@ def runnable_cases(fixtures: str = FIXTURES, selected: Optional[Sequence[str]] =
 
 
 def verify_argv(case: Case, device: str, report: str, timeout: float) -> List[str]:
+    nproc = ["--nproc", "2"] if device == "cuda" else []
     return [
         sys.executable, "-m", "ddpify.verify", case.script, "-o", case.migrated,
-        "--device", device, "--timeout", f"{timeout:g}", "--json", report, "--", *case.args,
+        "--device", device, *nproc, "--timeout", f"{timeout:g}", "--json", report, "--", *case.args,
     ]
 
 
-def run_case(case: Case, device: str, scratch: str, timeout: float) -> Outcome:
-    report = os.path.join(scratch, f"{case.name}.json")
+def case_gpus(mode: Mode, index: int) -> Optional[str]:
+    """CUDA_VISIBLE_DEVICES for the index-th case: a pair of its own while pairs last."""
+    if mode.device != "cuda" or len(mode.gpus) < 2:
+        return None
+    first = (2 * index) % len(mode.gpus)
+    return ",".join([mode.gpus[first], mode.gpus[(first + 1) % len(mode.gpus)]])
+
+
+def where_runs_went(report: dict, name: str) -> str:
+    run = next((run for run in report["runs"] if run["name"] == name), None)
+    if run is None:
+        return "-"
+    return ",".join(run.get("backends") or ["no group"])
+
+
+def run_case(case: Case, mode: Mode, index: int, scratch: str, timeout: float) -> Outcome:
+    report_path = os.path.join(scratch, f"{case.name}.json")
+    env = dict(os.environ)
+    gpus = case_gpus(mode, index)
+    if gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpus
     started = time.time()
-    completed = subprocess.run(verify_argv(case, device, report, timeout), cwd=scratch,
+    completed = subprocess.run(verify_argv(case, mode.device, report_path, timeout), cwd=scratch, env=env,
                                capture_output=True, text=True)
     seconds = time.time() - started
-    failed, used = [], "?"
-    if os.path.exists(report):
-        with open(report, encoding="utf-8") as handle:
-            data = json.load(handle)
-        failed = [check["id"] for check in data["checks"] if check["status"] == "fail"]
-        used = data["device"]
-    elif completed.returncode:
-        failed = [(completed.stdout + completed.stderr).strip().splitlines()[-1:][0][:80]
-                  if (completed.stdout + completed.stderr).strip() else "no report"]
-    return Outcome(case.name, completed.returncode, seconds, failed, used)
+    if not os.path.exists(report_path):
+        output = (completed.stdout + completed.stderr).strip().splitlines()
+        return Outcome(case.name, completed.returncode, seconds, [output[-1][:80] if output else "no report"], "?", "?")
+    with open(report_path, encoding="utf-8") as handle:
+        report = json.load(handle)
+    plain = "cpu" if mode.device == "cpu" or not mode.gpus else "cuda"
+    failed = [check["id"] for check in report["checks"] if check["status"] == "fail"]
+    return Outcome(case.name, completed.returncode, seconds, failed, plain, where_runs_went(report, "torchrun"))
+
+
+def render(mode: Mode, outcomes: List[Outcome], wall: float, jobs: int) -> str:
+    header = ("case", "exit", "seconds", "plain", "torchrun", "failed checks")
+    rows = [(outcome.case, str(outcome.status), f"{outcome.seconds:.1f}", outcome.plain, outcome.torchrun,
+             ", ".join(outcome.failed) or "-") for outcome in outcomes]
+    widths = [max(len(row[column]) for row in (header, *rows)) for column in range(len(header))]
+    lines = [f"ddpify verify, GPU path: {mode.title}"]
+    lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in (header, *rows)]
+    failures = sum(outcome.status != 0 for outcome in outcomes)
+    lines.append(f"{len(outcomes)} cases, {failures} failing, {wall:.0f}s wall with -j {jobs} (budget {BUDGET_S}s)")
+    return "\n".join(lines)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    parser.add_argument("--cases", help="comma-separated fixture names [default: every runnable fixture]")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="cpu: the CPU path; cuda: SKIP unless there is a GPU per rank [default: auto]")
+    parser.add_argument("--cases", help="comma-separated fixture names, or all [default: the GPU cases]")
     parser.add_argument("-j", "--jobs", type=int, default=max(1, min(4, (os.cpu_count() or 2) // 4)),
                         help="cases verified at once [default: cores/4, at most 4]")
-    parser.add_argument("--timeout", type=float, default=120, help="seconds per run (verify --timeout)")
+    parser.add_argument("--timeout", type=float, default=90, help="seconds per run (verify --timeout)")
     parser.add_argument("--json", help="write the outcomes here")
     options = parser.parse_args(argv)
-    cases = runnable_cases(selected=options.cases.split(",") if options.cases else None)
+    mode = choose_mode(options.device, visible_gpu_ids())
+    if mode.skip:
+        print(f"ddpify verify, GPU path: {mode.title}")
+        return 0
+    selected = None if options.cases == "all" else (options.cases.split(",") if options.cases else list(GPU_CASES))
+    cases = runnable_cases(selected=selected)
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as scratch:
         with ThreadPoolExecutor(max_workers=options.jobs) as pool:
-            outcomes = list(pool.map(lambda case: run_case(case, options.device, scratch, options.timeout), cases))
+            outcomes = list(pool.map(lambda item: run_case(item[1], mode, item[0], scratch, options.timeout),
+                                     enumerate(cases)))
     wall = time.time() - started
-    width = max(len(case.name) for case in cases)
-    for outcome in outcomes:
-        print(f"{outcome.case:<{width}}  exit {outcome.status}  {outcome.seconds:6.1f}s  {outcome.device:<4}  "
-              f"{', '.join(outcome.failed) or '-'}")
-    failures = [outcome for outcome in outcomes if outcome.status != 0]
-    print(f"{len(cases)} fixtures, {len(failures)} failing, {wall:.0f}s wall with -j {options.jobs} "
-          f"(budget {BUDGET_S}s)")
+    print(render(mode, outcomes, wall, options.jobs))
     if options.json:
         with open(options.json, "w", encoding="utf-8") as handle:
-            json.dump({"wall_s": wall, "jobs": options.jobs, "device": options.device,
+            json.dump({"wall_s": wall, "jobs": options.jobs, "mode": mode.title,
                        "outcomes": [outcome.__dict__ for outcome in outcomes]}, handle, indent=2)
-    return 1 if failures or wall > BUDGET_S else 0
+    return 1 if any(outcome.status != 0 for outcome in outcomes) or wall > BUDGET_S else 0
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from ddpify.verify import command
 from ddpify.verify.command import verify_command
 
 GUIDE_BEFORE = os.path.join(os.path.dirname(__file__), "data", "verify_guide_before.py")
+ISSUE18 = os.path.join(os.path.dirname(__file__), "data", "issue18")
 
 
 def invoke(*args):
@@ -78,7 +79,7 @@ def test_a_declared_latin1_script_is_migrated_in_latin1(tmp_path):
     with open(GUIDE_BEFORE, "rb") as guide:
         script.write_bytes("# -*- coding: latin-1 -*-\n# caf\xe9\n".encode("latin-1") + guide.read())
     target = tmp_path / "train_ddp.py"
-    _, changed = command.migrate_into(str(script), str(target))
+    _, changed, _ = command.migrate_into(str(script), str(target))
     assert changed and "# caf\xe9\n".encode("latin-1") in target.read_bytes()
 
 
@@ -113,7 +114,7 @@ def test_a_crlf_script_is_migrated_with_crlf(tmp_path):
     with open(GUIDE_BEFORE, "rb") as guide:
         script.write_bytes(guide.read().replace(b"\n", b"\r\n"))
     target = tmp_path / "train_ddp.py"
-    _, changed = command.migrate_into(str(script), str(target))
+    _, changed, _ = command.migrate_into(str(script), str(target))
     migrated = target.read_bytes()
     assert changed and b"DistributedSampler" in migrated
     assert migrated.count(b"\n") == migrated.count(b"\r\n")
@@ -127,6 +128,20 @@ def test_a_file_ddpify_leaves_unchanged_has_nothing_to_verify(tmp_path):
     assert f"nothing to verify: ddpify leaves {script} unchanged" in result.output
     same = invoke(str(script), "-o", str(script))
     assert same.exit_code == 0 and "byte-identical" in same.output
+
+
+def test_nothing_migrated_exits_as_the_migration_does(tmp_path):
+    """Issue 18: ddpify leaves a script whose batches are sliced by hand single-process and
+    exits 1 (DDP208); verify said "nothing to verify" and exited 0, so a CI step went green."""
+    script = os.path.join(ISSUE18, "single_process_slicing.py")
+    result = invoke(script)
+    assert result.exit_code == 1, result.output
+    assert f"nothing to verify: ddpify leaves {script} unchanged (DDP208" in result.output
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text(open(script).read())
+    result = invoke(str(project / "train.py"), "--project", str(project))
+    assert result.exit_code == 1 and "leaves every file of" in result.output, result.output
 
 
 def test_a_project_entry_must_lie_in_the_project(tmp_path):

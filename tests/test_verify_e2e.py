@@ -6,6 +6,7 @@ scripts run the full default verification.
 """
 import json
 import os
+import re
 import tempfile
 
 import pytest
@@ -157,3 +158,45 @@ def test_a_multi_file_project_is_migrated_and_run_as_a_whole(tmp_path):
     assert torchrun["files_created"] == ["regressor.pt"]
     assert torchrun["commands"][0][-1] == "train.py"
     assert checks["one_writer"]["summary"] == "only rank 0 wrote files: regressor.pt"
+
+
+# -- issue 18: scripts shaped like a new user's ------------------------------------------
+
+ISSUE18 = os.path.join(DATA, "issue18")
+
+
+@pytest.mark.slow
+def test_a_line_printed_when_accuracy_improves_is_not_a_second_voice(tmp_path):
+    """`if acc > best_acc: print("Saving best..")` prints once in the original and twice on
+    rank 0 of the 2-rank run, which trains with a global batch twice as large."""
+    result, report, checks = verify(tmp_path, os.path.join(ISSUE18, "best_only_print.py"), "--checks", "one_voice")
+    assert result.exit_code == 0, result.output
+    assert checks["one_voice"]["status"] == "pass", result.output
+
+
+@pytest.mark.slow
+def test_two_nodes_share_a_filesystem_so_a_reload_of_rank_0s_save_works(tmp_path):
+    """Shaped like PyTorch's quickstart: rank 0 saves model.pth, every rank reloads it."""
+    result, report, checks = verify(tmp_path, os.path.join(ISSUE18, "reload_after_save.py"),
+                                    "--checks", "multinode_ready")
+    assert result.exit_code == 0, result.output
+    assert checks["multinode_ready"]["notes"] == [
+        "rank 0 wrote model.pth and the other node read it: the nodes need a shared filesystem "
+        "(the two agents here share one working directory)"]
+
+
+@pytest.mark.slow
+def test_a_crash_on_one_node_is_reported_with_its_traceback_not_as_a_hang(tmp_path):
+    """Each node makes the output folder (LOCAL_RANK 0) without exist_ok: the second one
+    raises FileExistsError while the first node's agent would wait for it until the limit."""
+    broken = os.path.join(ISSUE18, "per_node_output_dir.py")
+    result, report, checks = verify(tmp_path, GUIDE_BEFORE, "-o", broken, "--checks", "multinode_ready")
+    assert result.exit_code == 1, result.output
+    runs = checks["runs"]
+    assert "hung" not in runs["summary"], result.output
+    assert re.fullmatch(r"two nodes: rank [01] failed first: FileExistsError: \[Errno 17\] File exists: "
+                        r"'runs/exp1' \(per_node_output_dir.py:19\)", runs["evidence"][0]), result.output
+    assert runs["evidence"][1] == '  | per_node_output_dir.py:19 in <module>: os.makedirs("runs/exp1")'
+    assert "failed first: FileExistsError" in checks["multinode_ready"]["summary"]
+    two_nodes = report["runs"][0]
+    assert not two_nodes["timed_out"] and two_nodes["seconds"] < 100, two_nodes

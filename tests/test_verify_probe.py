@@ -1,6 +1,7 @@
 """The probe: its helpers in-process, and what it records from a real script."""
 import io
 import os
+import runpy
 import subprocess
 import sys
 from collections import Counter
@@ -40,6 +41,20 @@ def test_line_recorder_passes_through_and_records_whole_lines():
     assert lines == ["epoch 0: ok", "next", "tail"]
 
 
+def test_a_failure_inside_the_standard_library_is_placed_at_the_scripts_line(tmp_path, monkeypatch):
+    """`<frozen os>` names no file: taken as a relative path it seemed to lie in the working
+    directory, and a FileExistsError was placed at `<frozen os>:225`, not at the script's line."""
+    script = tmp_path / "train_ddp.py"
+    script.write_text("import os\n\nos.makedirs('runs')\nos.makedirs('runs')\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileExistsError) as raised:
+        runpy.run_path(str(script))
+    assert probe.error_line(raised.value, str(tmp_path)) == "train_ddp.py:4"
+    frames = probe.script_traceback(raised.value, str(tmp_path))
+    assert frames[0] == "train_ddp.py:4 in <module>: os.makedirs('runs')" and len(frames) == 2
+    assert frames[1].startswith("<frozen os>:") and frames[1].endswith(" in makedirs")
+
+
 def run_probe(tmp_path, *options, workers="0"):
     """The probe in tmp_path/work, recording into tmp_path/record, with TMPDIR tmp_path/tmp:
     the layout of a run directory."""
@@ -60,6 +75,7 @@ def test_probe_records_epochs_steps_saves_writes_and_prints(tmp_path):
     kinds = Counter(event["ev"] for event in events)
     lines = [event["line"] for event in events if event["ev"] == "print"]
     assert stdout.splitlines() == lines and [line[:13] for line in lines] == ["epoch 0 loss ", "epoch 1 loss "]
+    assert {event["where"] for event in events if event["ev"] == "print"} == {"verify_probe_script.py:28"}
     assert kinds["step"] == 12 and kinds["stop"] == 1 and kinds["end"] == 0
     train = [event for event in events if event["ev"] == "fetch" and event["loader"] == 0]
     assert [sorted(i for e in train if e["epoch"] == epoch for i in e["indices"]) for epoch in (0, 1)] == [
@@ -93,6 +109,6 @@ def test_probe_cuts_later_epochs_to_one_batch_so_the_script_reaches_its_end(tmp_
     assert len(steps) == 6 + 6 + 1 + 1 + 1 and stdout.splitlines()[-1] == "done"
     # Both the training and the evaluation loader yield one batch from epoch 2 on.
     assert cuts == {(loader, epoch) for loader in (0, 1) for epoch in (2, 3, 4)}
-    assert events[-1] == {"ev": "end", "status": 0}
+    assert events[-1]["ev"] == "end" and events[-1]["status"] == 0 and events[-1]["t"] > 0
     writes = {e["path"]: e["scope"] for e in events if e["ev"] == "write"}
     assert writes["log.txt"] == "cwd" and writes[str(tmp_path / "tmp" / "scratch.txt")] == "run"

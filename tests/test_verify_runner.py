@@ -115,3 +115,19 @@ def test_a_signal_to_verify_stops_every_process_it_started(tmp_path, signum, sta
     assert "every process it started was stopped" in output
     assert not processes_in(scratch), [describe(pid) for pid in processes_in(scratch)]
     assert not os.listdir(scratch), os.listdir(scratch)
+
+
+def test_a_failed_launch_stops_the_others_after_a_grace_instead_of_reaching_the_deadline(tmp_path, monkeypatch):
+    """Issue 18: one torchrun agent's rank crashed while the other agent waited for it; the
+    run sat until its limit and read as a hang. Now the survivor is stopped soon after."""
+    from ddpify.verify import runner
+
+    monkeypatch.setattr(runner, "PEER_FAILURE_GRACE_S", 0.5)
+    crashes = Launch([sys.executable, "-c", "raise SystemExit(3)"], str(tmp_path), dict(os.environ))
+    started = time.time()
+    returncodes, timed_out = launch_and_wait(
+        [escaper_launch(tmp_path, 300), crashes], [str(tmp_path / "a.txt"), str(tmp_path / "b.txt")],
+        started + 30, [str(tmp_path / "a.json"), str(tmp_path / "b.json")])
+    assert not timed_out and time.time() - started < 15
+    assert returncodes[1] == 3 and returncodes[0] != 0
+    assert wait_until(lambda: not processes_in(tmp_path), 5), processes_in(tmp_path)

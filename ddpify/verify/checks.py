@@ -171,9 +171,17 @@ def summarize_stack(dump: str, script_name: str) -> str:
 
 
 def describe_failed_run(run: RunResult) -> List[str]:
+    """Why a run failed: the rank that raised first, with its traceback, is the cause; a run
+    with no failing rank that outlived its limit hung, and each waiting rank's line is named."""
     title = RUN_TITLES.get(run.name, run.name)
+    lines = []
+    failure = run.first_failure()
+    if failure:
+        rank, event = failure
+        lines.append(f"{title}: rank {rank} failed first: {failure_text(event)}{at(event)}")
+        lines.extend(f"  | {frame}" for frame in event.get("traceback", []))
     if run.timed_out:
-        lines = [f"{title}: still running at its {run.limit:g} s limit, killed"]
+        lines.append(f"{title}: still running at its {run.limit:g} s limit, killed")
         for rank in run.unfinished_ranks():
             if rank not in run.events:
                 lines.append(f"  rank {rank}: never started")
@@ -182,15 +190,25 @@ def describe_failed_run(run: RunResult) -> List[str]:
             else:
                 lines.append(f"  rank {rank}: still running, no stack dump")
         return lines
-    lines = [f"{title}: exit status {', '.join(str(code) for code in run.returncodes)}"]
+    lines.append(f"{title}: exit status {', '.join(str(code) for code in run.returncodes)}")
     for rank, rank_events in sorted(run.events.items()):
         for event in events_of(rank_events, "end"):
-            if event.get("status") not in (0, None):
-                lines.append(f"  rank {rank}: {event.get('error', 'exit status ' + str(event['status']))}"
-                             + at(event))
-    tail = [line for line in run.output_tail.strip().splitlines() if line.strip()][-3:]
-    lines.extend("  | " + line for line in tail)
+            if event.get("status") not in (0, None) and (rank, event) != failure:
+                lines.append(f"  rank {rank}: {failure_text(event)}{at(event)}")
+    if not failure:
+        # No rank's script raised (killed, or failed outside it): the launcher's last words.
+        tail = [line for line in run.output_tail.strip().splitlines() if line.strip()][-3:]
+        lines.extend("  | " + line for line in tail)
     return lines
+
+
+def failure_text(end_event: dict) -> str:
+    return end_event.get("error", f"exit status {end_event['status']}")
+
+
+def hung(run: RunResult) -> bool:
+    """Still running at its limit with no rank that failed: a hang, not a crash."""
+    return run.timed_out and run.first_failure() is None
 
 
 def check_runs(runs: Runs) -> CheckResult:
@@ -208,8 +226,8 @@ def check_runs(runs: Runs) -> CheckResult:
     evidence = [line for run in failed for line in describe_failed_run(run)]
     if any(early_reads(run) for run in failed):
         evidence.append("a rank read a file before rank 0 finished writing it: see hand-off")
-    hung = [RUN_TITLES.get(run.name, run.name) for run in failed if run.timed_out]
-    summary = f"{len(failed)} of {len(judged)} runs failed" + (f"; hung: {', '.join(hung)}" if hung else "")
+    hung_runs = [RUN_TITLES.get(run.name, run.name) for run in failed if hung(run)]
+    summary = f"{len(failed)} of {len(judged)} runs failed" + (f"; hung: {', '.join(hung_runs)}" if hung_runs else "")
     return CheckResult("runs", title, FAIL, summary, evidence, notes)
 
 
@@ -495,25 +513,38 @@ def check_one_writer(runs: Runs) -> CheckResult:
 
 
 def one_voice_in(runs: Runs, run: RunResult) -> CheckResult:
+    """Who prints, not how often: only rank 0 may print. How many times a line prints is not
+    compared with the original, as a line printed on a condition of the training's results
+    (`if acc > best_acc: print("Saving best..")`) rightly prints a different number of times
+    when N ranks train together."""
     check_id, title = "one_voice", "one voice"
     problems, notes = [], []
     for rank, rank_events in sorted(run.events.items()):
-        lines = printed_lines(rank_events)
-        if rank != 0 and lines:
-            problems.append(f"rank {rank} printed {len(lines)} line(s), e.g. {lines[0]!r}")
-    total = Counter(line_shape(line) for rank_events in run.events.values() for line in printed_lines(rank_events))
+        prints = events_of(rank_events, "print")
+        if rank != 0 and prints:
+            problems.append(f"rank {rank} printed {len(prints)} line(s): {examples(printing_lines(prints))}")
+    rank0_shapes = {line_shape(line) for line in printed_lines(run.events.get(0, []))}
     original = usable(runs, ORIGINAL)
     original_shapes = Counter(map(line_shape, printed_lines(original.events.get(0, [])))) if original else Counter()
     for shape, count in sorted(original_shapes.items()):
-        if count == 1 and total[shape] > 1:
-            problems.append(f"printed {total[shape]} times in total, once by the original: {shape!r}")
-        elif count == 1 and total[shape] == 0:
-            notes.append(f"printed once by the original, never in the {RUN_TITLES[run.name]} run: {shape!r}")
+        if shape not in rank0_shapes:
+            notes.append(f"printed {count} time(s) by the original, never by rank 0 in the "
+                         f"{RUN_TITLES[run.name]} run: {shape!r}")
     if problems:
         return CheckResult(check_id, title, FAIL, problems[0], problems, notes)
+    total = sum(len(printed_lines(rank_events)) for rank_events in run.events.values())
     if not total and not original_shapes:
         return na(check_id, title, "nothing printed")
-    return CheckResult(check_id, title, PASS, f"only rank 0 printed ({sum(total.values())} lines)", notes=notes)
+    return CheckResult(check_id, title, PASS, f"only rank 0 printed ({total} lines)", notes=notes)
+
+
+def printing_lines(prints: List[dict]) -> List[str]:
+    """Each distinct line a rank printed, with the script line that printed it and how often."""
+    found: Dict[Tuple[str, Optional[str]], List] = {}
+    for event in prints:
+        found.setdefault((line_shape(event["line"]), event.get("where")), [event["line"], 0])[1] += 1
+    return [repr(line) + (f" ({where})" if where else "") + (f" x{count}" if count > 1 else "")
+            for (_, where), (line, count) in found.items()]
 
 
 def check_one_voice(runs: Runs) -> CheckResult:
@@ -538,7 +569,10 @@ def check_multinode_ready(runs: Runs) -> CheckResult:
     if not run.ok:
         if one_machine is not None and not one_machine.ok:
             return na(check_id, title, "not judged: the one-machine torchrun run fails too (see runs)")
-        return CheckResult(check_id, title, FAIL, "the two-agent run failed (see runs)", describe_failed_run(run))
+        failure = run.first_failure()
+        cause = f": rank {failure[0]} failed first: {failure_text(failure[1])}{at(failure[1])}" if failure else \
+            " (see runs)"
+        return CheckResult(check_id, title, FAIL, f"the two-agent run failed{cause}", describe_failed_run(run))
     ranks = [
         f"RANK={event['rank']} LOCAL_RANK={event['local_rank']}"
         for rank_events in run.events.values()
@@ -557,8 +591,20 @@ def check_multinode_ready(runs: Runs) -> CheckResult:
     if known_failures:
         return na(check_id, title, f"not judged: {', '.join(known_failures)} already fail(s) on one machine")
     return CheckResult(
-        check_id, title, PASS, f"two agents ({', '.join(sorted(ranks))}): ranks agree, one writer, one voice"
+        check_id, title, PASS, f"two agents ({', '.join(sorted(ranks))}): ranks agree, one writer, one voice",
+        notes=files_between_nodes(run),
     )
+
+
+def files_between_nodes(run: RunResult) -> List[str]:
+    """The two agents share one working copy, as nodes on a cluster's shared filesystem do:
+    a file rank 0 writes and the other node reads is worth knowing about before a cluster
+    whose nodes do not share one (node-local disks, /tmp)."""
+    notes = []
+    for path in handoff_paths(run):
+        notes.append(f"rank 0 wrote {path} and the other node read it: the nodes need a shared filesystem "
+                     "(the two agents here share one working directory)")
+    return notes
 
 
 # -- hand-off --------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import re
 import signal
 import tempfile
 import threading
@@ -37,10 +38,10 @@ def parse_checks(value: Optional[str]) -> Tuple[str, ...]:
     return chosen
 
 
-def migrate_into(script: str, target: str) -> Tuple[List[str], bool]:
+def migrate_into(script: str, target: str) -> Tuple[List[str], bool, int]:
     """Migrates script into target the way `ddpify SCRIPT -o TARGET` does (its reading,
-    encodings, line endings, messages and atomic write). Returns the diagnostic lines and
-    whether the migration changed anything."""
+    encodings, line endings, messages and atomic write). Returns the diagnostic lines,
+    whether the migration changed anything and the exit status `ddpify` would have."""
     from ddpify.formats import text_line
     from ddpify.jobs import ERROR, WRITE, Job, run, visible
 
@@ -48,20 +49,21 @@ def migrate_into(script: str, target: str) -> Tuple[List[str], bool]:
     if report.exit_code == ERROR:
         raise UsageFailure(f"cannot migrate {report.error or script}")
     return [text_line(script, diagnostic) for diagnostic in report.diagnostics
-            if visible(diagnostic, verbose=False, quiet=False)], report.changed
+            if visible(diagnostic, verbose=False, quiet=False)], report.changed, report.exit_code
 
 
-def migrate_project(root: str, target: str) -> Tuple[List[str], bool]:
+def migrate_project(root: str, target: str) -> Tuple[List[str], bool, int]:
     """Copies the project folder to target and migrates every Python file there in place,
-    as `ddpify -i .` would. Returns the diagnostic lines and whether any file changed."""
+    as `ddpify -i .` would. Returns the diagnostic lines, whether any file changed and the
+    exit status `ddpify -i .` would have."""
     import shutil
 
     from ddpify.formats import text_line
-    from ddpify.jobs import ERROR, IN_PLACE, Job, run, visible
+    from ddpify.jobs import ERROR, IN_PLACE, OK, Job, run, visible
     from ddpify.verify.runner import NOT_COPIED
 
     shutil.copytree(root, target, ignore=shutil.ignore_patterns(*NOT_COPIED), symlinks=True)
-    lines, changed = [], False
+    lines, changed, status = [], False, OK
     for directory, _, names in sorted(os.walk(target)):
         for name in sorted(names):
             if not name.endswith(".py"):
@@ -74,7 +76,8 @@ def migrate_project(root: str, target: str) -> Tuple[List[str], bool]:
             lines += [text_line(shown, diagnostic) for diagnostic in report.diagnostics
                       if diagnostic.code not in ("DDP900", "DDP901") and visible(diagnostic, False, False)]
             changed = changed or report.changed
-    return lines, changed
+            status = max(status, report.exit_code)
+    return lines, changed, status
 
 
 def same_bytes(first: str, second: str) -> bool:
@@ -125,15 +128,17 @@ outside them is reported, but nothing stops a script from writing where it likes
 python SCRIPT; (2) python on the migrated script, as a group of one; (3) torchrun
 --standalone --nproc_per_node=N; (4) the same again with rank 0's writes of files that
 other ranks read delayed, when there are such files (hand-off); (5) two torchrun agents
-with one process each (RANK=1 has LOCAL_RANK=0); (6) `import` of the migrated script, when
+with one process each (RANK=1 has LOCAL_RANK=0), sharing one working directory as nodes on
+a shared filesystem do; (6) `import` of the migrated script, when
 it has an `if __name__ == "__main__":` guard. GPUs: with one per rank the torchrun runs use
 them (NCCL), else Gloo on the CPU; --device cpu hides every GPU. Checks: """
     + ", ".join(CHECK_IDS)
     + """. By default the first 2
 epochs of each training loader run at full length and every later epoch yields one batch
 per rank, so the code after training (final save, reload, last print, teardown) runs too.
-Exit status: 0 every applicable check passes (or there is nothing to verify), 1 a check
-fails, 2 usage error, 130/143 interrupted (every process verify started is stopped).""",
+Exit status: 0 every applicable check passes, 1 a check fails, 2 usage error, 130/143
+interrupted (every process verify started is stopped); when ddpify migrates nothing, the
+status `ddpify SCRIPT` has (0 already distributed or no training, 1 left for a person).""",
 )
 @click.argument("script", type=click.Path(exists=True, dir_okay=False))
 @click.option(
@@ -209,12 +214,12 @@ def verify_and_report(script, migrated, project, nproc, device, full_epochs, max
                 raise UsageFailure(f"{script} is not inside the project folder {project}")
             target = migrated or os.path.join(scratch, "migrated")
             if not os.path.exists(target):
-                lines, changed = migrate_project(project, target)
+                lines, changed, status = migrate_project(project, target)
                 for line in lines:
                     click.echo(line, err=True)
                 if not changed:
                     click.echo(f"nothing to verify: ddpify leaves every file of {project} unchanged")
-                    return 0
+                    return status
             elif not os.path.isdir(target):
                 raise UsageFailure(f"-o {target}: with --project, -o names the migrated project folder")
             roots = {script: project, os.path.join(target, entry): target}
@@ -224,13 +229,16 @@ def verify_and_report(script, migrated, project, nproc, device, full_epochs, max
         elif migrated is None or not os.path.exists(migrated):
             stem = os.path.splitext(os.path.basename(script))[0]
             target = migrated or os.path.join(scratch, f"{stem}_ddp.py")
-            lines, changed = migrate_into(script, target)
+            lines, changed, status = migrate_into(script, target)
             for line in lines:
                 click.echo(line, err=True)
             if not changed:
+                # The migration's own exit status: 1 when it left the script single-process
+                # for a person to fix, so that a CI step running verify fails as ddpify does.
+                first = re.search(r"DDP\d+ .*", lines[0]) if lines else None
                 click.echo(f"nothing to verify: ddpify leaves {script} unchanged"
-                           + (f" ({lines[0].split(': ', 1)[-1]})" if lines else ""))
-                return 0
+                           + (f" ({first.group(0)})" if first else ""))
+                return status
             migrated = target
         elif same_bytes(script, migrated):
             click.echo(f"nothing to verify: {migrated} is byte-identical to {script}")

@@ -27,7 +27,10 @@ What is recorded, and where the hook sits:
   ``open`` event), which also sees ``os.open``, logging's file handlers and libraries that
   kept their own reference to ``open``. Each carries the script line that caused it.
 * ``.to()/.cuda()/.cpu()`` on a DDP wrapper or on the module it wraps, after the wrap;
-  ``init_process_group``; every line written to ``sys.stdout``; ``torch.manual_seed``.
+  ``init_process_group``; every line written to ``sys.stdout``, with the script line that
+  printed it; ``torch.manual_seed``.
+* the end: the exit status, or the error with the script's line and frames, and the time,
+  so that the rank that failed first (the cause) can be told from ranks that failed after.
 
 Cutting a run short, so that the code after training still runs: after ``--full-epochs``
 epochs of a training loader, every later epoch of every loader yields one batch per rank
@@ -56,6 +59,7 @@ import runpy
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Mapping
 from typing import Any, List, Optional, Sequence
 
@@ -72,6 +76,8 @@ IMPORT_RUN_NAME = "__ddpify_import__"
 # Total seconds of delay the hand-off run may add, so a checkpoint per step cannot time out.
 SLOW_WRITE_BUDGET_S = 20.0
 MOVES = ("to", "cuda", "cpu")
+# Frames of a failed rank's traceback kept for the report (the innermost ones).
+TRACEBACK_FRAMES = 6
 
 
 class Recorder:
@@ -252,7 +258,7 @@ class Probe:
         frame = sys._getframe(1)
         while frame is not None:
             name = frame.f_code.co_filename
-            if not name.startswith("<") and inside(os.path.abspath(name), self.script_dir):
+            if own_file(name, self.script_dir):
                 return f"{os.path.relpath(os.path.abspath(name), self.script_dir)}:{frame.f_lineno}"
             frame = frame.f_back
         return None
@@ -345,7 +351,10 @@ class Probe:
 
         def init_pg_hook(*args, **kwargs):
             probe.recorder.emit("init_pg", where=probe.where())
-            return original_init_pg(*args, **kwargs)
+            result = original_init_pg(*args, **kwargs)
+            # What the group runs on (nccl, gloo): the proof that a GPU run used NCCL.
+            probe.recorder.emit("backend", name=str(dist.get_backend()))
+            return result
 
         def move_hook(name, original):
             def move(module, *args, **kwargs):
@@ -372,7 +381,8 @@ class Probe:
             setattr(nn.Module, name, move_hook(name, getattr(nn.Module, name)))
         register_optimizer_step_post_hook(self.on_step)
         sys.addaudithook(self.on_audit)
-        self.stdout = LineRecorder(sys.stdout, lambda line: self.recorder.emit("print", line=line))
+        self.stdout = LineRecorder(sys.stdout,
+                                   lambda line: self.recorder.emit("print", line=line, where=self.where()))
         sys.stdout = self.stdout
 
     def on_audit(self, event: str, args: tuple) -> None:
@@ -507,15 +517,17 @@ class Probe:
             runpy.run_path(script, run_name=IMPORT_RUN_NAME if import_only else "__main__")
         except SystemExit as exc:
             status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-            self.recorder.emit("end", status=status)
+            self.recorder.emit("end", status=status, t=time.time())
             self.finish()
             raise
         except BaseException as exc:
+            # `t` orders the ranks' failures: the first one is the cause, the others followed.
             self.recorder.emit("end", status="error", error=f"{type(exc).__name__}: {exc}"[:500],
-                               where=error_line(exc, self.script_dir))
+                               where=error_line(exc, self.script_dir), t=time.time(),
+                               traceback=script_traceback(exc, self.script_dir))
             self.finish()
             raise
-        self.recorder.emit("end", status=0)
+        self.recorder.emit("end", status=0, t=time.time())
         self.finish()
 
 
@@ -532,10 +544,35 @@ def error_line(error: BaseException, script_dir: str) -> Optional[str]:
     trace = error.__traceback__
     while trace is not None:
         name = trace.tb_frame.f_code.co_filename
-        if inside(os.path.abspath(name), script_dir):
+        if own_file(name, script_dir):
             found = f"{os.path.relpath(os.path.abspath(name), script_dir)}:{trace.tb_lineno}"
         trace = trace.tb_next
     return found
+
+
+def script_traceback(error: BaseException, script_dir: str) -> List[str]:
+    """The traceback's frames in the script's own files, oldest first, and the frame that
+    raised when it lies in a library: what a report shows as the cause of a failed rank
+    (the whole traceback, torch's frames and the probe's included, is in the run's output)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    shown = [frame for frame in frames if own_file(frame.filename, script_dir)]
+    if frames and frames[-1] not in shown:
+        shown.append(frames[-1])
+    return [f"{describe_frame(frame, script_dir)}: {frame.line}" if frame.line else describe_frame(frame, script_dir)
+            for frame in shown[-TRACEBACK_FRAMES:]]
+
+
+def describe_frame(frame: traceback.FrameSummary, script_dir: str) -> str:
+    path = frame.filename
+    shown = os.path.relpath(os.path.abspath(path), script_dir) if own_file(path, script_dir) else \
+        os.path.basename(path)
+    return f"{shown}:{frame.lineno} in {frame.name}"
+
+
+def own_file(code_filename: str, script_dir: str) -> bool:
+    """Whether code comes from the user's files: `<frozen os>` and `<string>` name no file
+    (and, taken as relative paths, would seem to lie in the working directory)."""
+    return not code_filename.startswith("<") and inside(os.path.abspath(code_filename), script_dir)
 
 
 def working_copy(script: str) -> str:

@@ -10,7 +10,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 EVENT_FILE = re.compile(r"^rank(\d+)\.jsonl$")
 STACK_FILE = re.compile(r"^stack_rank(\d+)\.txt$")
@@ -85,7 +85,8 @@ class RunResult:
     script_name: str = ""
     # Processes still running after the run's command ended: [{pid, rank, cmdline}].
     leftovers: List[dict] = field(default_factory=list)
-    workdirs: List[str] = field(default_factory=list)
+    # The working copy every process of the run ran in (the two nodes of the two-agent run share it).
+    workdir: str = ""
     run_dir: str = ""
     # Files the working copy held before the run (relative paths): the script, a project's files.
     copied: List[str] = field(default_factory=list)
@@ -93,6 +94,23 @@ class RunResult:
     @property
     def ok(self) -> bool:
         return not self.timed_out and all(code == 0 for code in self.returncodes)
+
+    def first_failure(self) -> Optional[Tuple[int, dict]]:
+        """(rank, its `end` event) for the rank whose script raised first: the cause of the
+        run's failure, whatever the other ranks did after it (failed on a closed connection,
+        waited for it until killed)."""
+        failures = [(event.get("t", float("inf")), rank, event)
+                    for rank, rank_events in self.events.items() for event in rank_events
+                    if event["ev"] == "end" and event.get("status") not in (0, None)]
+        if not failures:
+            return None
+        _, rank, event = min(failures, key=lambda failure: failure[:2])
+        return rank, event
+
+    def backends(self) -> List[str]:
+        """The process-group backends the ranks started (nccl, gloo)."""
+        return sorted({event["name"] for rank_events in self.events.values() for event in rank_events
+                       if event["ev"] == "backend"})
 
     def unfinished_ranks(self) -> List[int]:
         """Ranks that never started or never reached the end of the script or a stop."""
@@ -108,7 +126,6 @@ class RunResult:
 
     def relative(self, path: str) -> str:
         """A recorded absolute path as the user would read it: relative to the working copy."""
-        for workdir in self.workdirs:
-            if path.startswith(os.path.join(workdir, "")):
-                return os.path.relpath(path, workdir)
+        if self.workdir and path.startswith(os.path.join(self.workdir, "")):
+            return os.path.relpath(path, self.workdir)
         return path

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import json
+from typing import Optional
 
-from ddpify.verify.checks import FAIL, RUN_TITLES
+from ddpify.verify.checks import FAIL, RUN_TITLES, failure_text, hung
 from ddpify.verify.records import RunResult
 from ddpify.verify.session import Report
 
@@ -14,7 +15,7 @@ def run_label(run: RunResult) -> str:
     title = RUN_TITLES.get(run.name, run.name)
     if run.name in ("torchrun", "handoff"):
         title += f" x{run.world_size}"
-    verdict = "ok" if run.ok else ("hung" if run.timed_out else "failed")
+    verdict = "ok" if run.ok else ("hung" if hung(run) else "failed")
     return f"{title} {verdict} {run.seconds:.1f}s"
 
 
@@ -57,12 +58,24 @@ def run_to_dict(run: RunResult) -> dict:
         "timed_out": run.timed_out,
         "seconds": round(run.seconds, 3),
         "world_size": run.world_size,
+        "backends": run.backends(),
         "unfinished_ranks": run.unfinished_ranks() if run.timed_out else [],
         "commands": run.commands,
         "files_created": run.files_created,
         "leftovers": run.leftovers,
         "output_tail": "" if run.ok else run.output_tail,
+        "first_failure": first_failure_to_dict(run),
     }
+
+
+def first_failure_to_dict(run: RunResult) -> Optional[dict]:
+    """The rank that failed first, the cause of the run's failure (None: none failed)."""
+    failure = run.first_failure()
+    if failure is None:
+        return None
+    rank, event = failure
+    return {"rank": rank, "error": failure_text(event),
+            "where": event.get("where"), "traceback": event.get("traceback", [])}
 
 
 def to_dict(report: Report) -> dict:

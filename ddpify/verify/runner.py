@@ -29,6 +29,9 @@ DISTRIBUTED_ENV_VARS = (
 )
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TERMINATE_GRACE_S = 5.0
+# Seconds the other launches of a run get to end once one has failed (see launch_and_wait).
+PEER_FAILURE_GRACE_S = 10.0
+POLL_S = 0.1
 # Left out of a project's working copy: version control, environments, caches.
 NOT_COPIED = (".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".mypy_cache", ".pytest_cache",
               "node_modules")
@@ -184,9 +187,9 @@ class Runner:
             extra = ["--import-only"]
             env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-        return self._run(name, script, world_size=1, plan=lambda record, workdirs, dump_at: [
+        return self._run(name, script, world_size=1, plan=lambda record, workdir, dump_at: [
             Launch([sys.executable, *probe_argv(record, self.script_arg(script), self.settings, dump_at, extra)],
-                   workdirs[0], env)
+                   workdir, env)
         ])
 
     def run_torchrun(self, name: str, script: str, nproc: int, gpus: Optional[List[str]] = None,
@@ -201,16 +204,18 @@ class Runner:
         ]
         extra = [f"--slow-writes={self.settings.slow_writes:g}"] if slow_paths else []
         extra += [f"--slow-path={path}" for path in slow_paths]
-        return self._run(name, script, world_size=nproc, plan=lambda record, workdirs, dump_at: [
+        return self._run(name, script, world_size=nproc, plan=lambda record, workdir, dump_at: [
             Launch([*launcher, *probe_argv(record, self.script_arg(script), self.settings, dump_at, extra)],
-                   workdirs[0], env)
+                   workdir, env)
         ])
 
     def run_multinode(self, name: str, script: str, gpu_per_node: Optional[List[str]]) -> RunResult:
-        """Two torchrun agents with one process each, meeting through c10d rendezvous.
+        """Two torchrun agents with one process each, meeting through c10d rendezvous: the
+        second "node" runs RANK=1 with LOCAL_RANK=0.
 
-        Each "node" has its own working directory, as separate machines would, and the
-        second one runs RANK=1 with LOCAL_RANK=0. gpu_per_node gives each agent its
+        Both nodes run in one working directory: the common cluster set-up is a shared
+        filesystem (the job's folder on NFS or Lustre), where what rank 0 saves the other
+        nodes can read after a barrier. gpu_per_node gives each agent its
         CUDA_VISIBLE_DEVICES; None runs both on the CPU.
         """
         endpoint = f"127.0.0.1:{free_port()}"
@@ -221,16 +226,16 @@ class Runner:
             "--rdzv_id", f"ddpify-verify-{uuid.uuid4().hex[:8]}",
         ]
 
-        def plan(record, workdirs, dump_at):
+        def plan(record, workdir, dump_at):
             launches = []
-            for node, workdir in enumerate(workdirs):
+            for node in range(2):
                 gpus = [gpu_per_node[node]] if gpu_per_node else []
                 env = self._environment(script, distributed=True, gpus=gpus)
                 argv = [*launcher, *probe_argv(record, self.script_arg(script), self.settings, dump_at)]
                 launches.append(Launch(argv, workdir, env))
             return launches
 
-        return self._run(name, script, world_size=2, plan=plan, nodes=2)
+        return self._run(name, script, world_size=2, plan=plan)
 
     # -- machinery -------------------------------------------------------------------
 
@@ -251,37 +256,34 @@ class Runner:
             env.setdefault("OMP_NUM_THREADS", "1")
         return env
 
-    def _run(self, name, script, world_size, plan, nodes=1) -> RunResult:
-        result = self._run_once(name, script, world_size, plan, nodes)
+    def _run(self, name, script, world_size, plan) -> RunResult:
+        result = self._run_once(name, script, world_size, plan)
         if aborted_after_finishing(result) and not self.stopping:
             # Gloo's worker threads can abort while the interpreter exits after the script
             # has finished (pytorch/pytorch#179291, seen under CPU contention): not the
             # script's doing. Run it once more before judging; a second abort is reported.
             shutil.rmtree(os.path.join(self.root, name))
-            result = self._run_once(name, script, world_size, plan, nodes)
+            result = self._run_once(name, script, world_size, plan)
         return result
 
-    def _run_once(self, name, script, world_size, plan, nodes=1) -> RunResult:
+    def _run_once(self, name, script, world_size, plan) -> RunResult:
         if self.stopping:
             raise RuntimeError("the verification was stopped")
         run_dir = os.path.join(self.root, name)
         record_dir = os.path.join(run_dir, "record")
         os.makedirs(record_dir)
-        workdirs = []
+        workdir = os.path.join(run_dir, "work")
         root = self.roots.get(os.path.abspath(script))
-        for node in range(nodes):
-            workdir = os.path.join(run_dir, "work" if nodes == 1 else f"work-node{node}")
-            if root:
-                shutil.copytree(root, workdir, ignore=shutil.ignore_patterns(*NOT_COPIED), symlinks=True)
-            else:
-                os.makedirs(workdir)
-                shutil.copy2(script, workdir)
-            workdirs.append(workdir)
-        copied = {os.path.relpath(os.path.join(directory, name), workdirs[0])
-                  for directory, _, names in os.walk(workdirs[0]) for name in names}
+        if root:
+            shutil.copytree(root, workdir, ignore=shutil.ignore_patterns(*NOT_COPIED), symlinks=True)
+        else:
+            os.makedirs(workdir)
+            shutil.copy2(script, workdir)
+        copied = {os.path.relpath(os.path.join(directory, name), workdir)
+                  for directory, _, names in os.walk(workdir) for name in names}
         started = time.time()
         deadline = started + self.settings.timeout
-        launches = plan(record_dir, workdirs, deadline - stack_dump_margin(self.settings.timeout))
+        launches = plan(record_dir, workdir, deadline - stack_dump_margin(self.settings.timeout))
         for launch in launches:
             launch.env = sandbox_environment(launch.env, run_dir)
         log_paths = [os.path.join(run_dir, f"output{index}.txt") for index in range(len(launches))]
@@ -301,11 +303,11 @@ class Runner:
             limit=self.settings.timeout,
             events=events,
             stacks=records.load_stacks(record_dir),
-            files_created=created_files(workdirs, copied),
+            files_created=created_files(workdir, copied),
             output_tail=read_tail(log_paths),
             script_name=os.path.basename(script),
             leftovers=records.load_leftovers(reports),
-            workdirs=workdirs,
+            workdir=workdir,
             run_dir=run_dir,
             copied=sorted(copied),
         )
@@ -327,7 +329,12 @@ def launch_and_wait(launches: List[Launch], log_paths: List[str], deadline: floa
     """Starts every launch under a reaper in its own session and waits for all of them or
     the deadline. Whatever ends the wait (the deadline, Ctrl-C, SIGTERM turned into an
     exception by the command line), every process started here is stopped before it returns.
-    `active` holds them meanwhile, for a caller in another thread to stop."""
+    `active` holds them meanwhile, for a caller in another thread to stop.
+
+    Once one launch fails, the others get PEER_FAILURE_GRACE_S to end and are then stopped,
+    as a cluster's scheduler stops a job whose task failed: the other torchrun agent would
+    otherwise wait for the failed one (in a collective, or at its exit barrier) until the
+    deadline, and a crash would read as a hang."""
     processes: List[subprocess.Popen] = []
     active = [] if active is None else active
     timed_out = False
@@ -340,21 +347,29 @@ def launch_and_wait(launches: List[Launch], log_paths: List[str], deadline: floa
                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 ))
             active.append(processes[-1])
-        for process in processes:
-            try:
-                process.wait(timeout=max(0.0, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                break
+        timed_out = wait_for_all(processes, deadline)
     except BaseException:
         terminate(processes)
         raise
-    if timed_out:
-        terminate(processes)
+    terminate(processes)
     for process in processes:
         if process in active:
             active.remove(process)
     return [process.returncode for process in processes], timed_out
+
+
+def wait_for_all(processes: List[subprocess.Popen], deadline: float) -> bool:
+    """Waits until every process has ended, the deadline has passed (True), or a process
+    failed and the others have had their grace."""
+    stop_at = deadline
+    while [process.poll() for process in processes].count(None):
+        now = time.time()
+        if now >= stop_at:
+            return stop_at == deadline
+        if any(process.returncode not in (None, 0) for process in processes):
+            stop_at = min(stop_at, now + PEER_FAILURE_GRACE_S)
+        time.sleep(POLL_S)
+    return False
 
 
 def terminate(processes: List[subprocess.Popen]) -> None:
@@ -398,16 +413,14 @@ def is_probe_process(pid: int) -> bool:
         return False
 
 
-def created_files(workdirs: List[str], copied: Set[str]) -> List[str]:
-    """Files in the working copies that the copy did not bring (bytecode aside)."""
+def created_files(workdir: str, copied: Set[str]) -> List[str]:
+    """Files in the working copy that the copy did not bring (bytecode aside)."""
     found = []
-    for node, workdir in enumerate(workdirs):
-        prefix = f"node{node}:" if len(workdirs) > 1 else ""
-        for directory, _, names in os.walk(workdir):
-            for name in names:
-                relative = os.path.relpath(os.path.join(directory, name), workdir)
-                if relative not in copied and "__pycache__" not in relative.split(os.sep):
-                    found.append(prefix + relative)
+    for directory, _, names in os.walk(workdir):
+        for name in names:
+            relative = os.path.relpath(os.path.join(directory, name), workdir)
+            if relative not in copied and "__pycache__" not in relative.split(os.sep):
+                found.append(relative)
     return sorted(found)
 
 
