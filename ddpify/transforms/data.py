@@ -674,8 +674,10 @@ def _download_on_one_process_first(facts: Facts, edits: Edits, setup: SetupPlan)
         if not setup.sees_setup(facts, first):
             edits.report("DDP212", first)
             continue
-        edits.before.setdefault(first, []).append(
-            Insertion(edits.statements(DOWNLOAD_BEFORE_CODE), takes_comments=True)
+        # First of all that goes before the statement: a dataset hoisted out of the loader
+        # call (`DataLoader(MNIST(download=True), ...)`) downloads too.
+        edits.before.setdefault(first, []).insert(
+            0, Insertion(edits.statements(DOWNLOAD_BEFORE_CODE), takes_comments=True)
         )
         edits.after.setdefault(last, []).extend(edits.statements(DOWNLOAD_AFTER_CODE))
         edits.imports.add("dist")
