@@ -304,12 +304,16 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
     """After the wrap, `model.state_dict()`, `model.hidden` and `model.generate()` read the
     raw module, whether the model was wrapped (torchrun) or not (plain python); so does
     `torch.save(model, f)`, which would otherwise pickle the DDP wrapper."""
+    holders = facts.model_holders(model)
     for call in facts.save_calls:
         if not call.args or _before_wrap(facts, call, wrap):
             continue
-        for saved in _saved_values(call.args[0].value):
-            if dotted_name(saved) == model.name:
-                edits.expressions[saved] = _unwrapped(model.name, edits)
+        # The model, or a parameter it is handed in as (`def save_checkpoint(epoch, model)`),
+        # pickled whole: the raw module, not the DDP wrapper.
+        for saved in _saved_values(facts, call.args[0].value):
+            name, function = dotted_name(saved), facts.function_of(saved)
+            if name == model.name or name is not None and function is not None and (function, name) in holders:
+                edits.expressions[saved] = _unwrapped(name, edits)
                 edits.report("DDP103", saved)
     # A helper of the project that saves or reads the model it is handed
     # (`utils.save_checkpoint(model, path)`) gets the raw module: its state dict has no
@@ -330,9 +334,15 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
         edits.report("DDP103", access)
 
 
-def _saved_values(saved: cst.BaseExpression) -> List[cst.BaseExpression]:
+def _saved_values(facts: Facts, saved: cst.BaseExpression) -> List[cst.BaseExpression]:
     """The object torch.save pickles and the values of a dict, list or tuple it is made of
-    (`{"epoch": epoch, "model": model}` pickles the whole model too)."""
+    (`{"epoch": epoch, "model": model}` pickles the whole model too), also when that was
+    built in a name first (`state = {...}; torch.save(state, path)`)."""
+    name = dotted_name(saved)
+    if isinstance(saved, cst.Name) and name is not None:
+        built = facts.assigned_values.get(name, [])
+        if len(built) == 1 and isinstance(built[0], (cst.Dict, cst.List, cst.Tuple)):
+            return [saved, *_saved_values(facts, built[0])]
     if isinstance(saved, cst.Dict):
         return [element.value for element in saved.elements if isinstance(element, cst.DictElement)]
     if isinstance(saved, (cst.List, cst.Tuple)):
