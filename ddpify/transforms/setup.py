@@ -4,11 +4,11 @@ The setup block goes where the script chose its device, so the diff reads as "th
 choice became a distributed setup"; it moves up only when earlier code already needs it.
 """
 from dataclasses import dataclass, field
-from typing import Iterable, List, Optional, Sequence, Set, Union
+from typing import Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
-from ddpify.analysis import BlockItem, DeviceAssignment, Facts, Loader
+from ddpify.analysis import BlockItem, DeviceAssignment, Facts, Loader, Statement, dotted_name
 from ddpify.transforms.edits import Edits, Insertion
 from ddpify.transforms.imports import imports_of
 
@@ -167,10 +167,39 @@ def choose(facts: Facts) -> SetupPlan:
         bare = any(a.any_accelerator and a.statement is dominating for a in choice)
         return SetupPlan(first.function, block, first.name, None, choice_statement=dominating,
                          bare_accelerator=bare, device_is_string=all(a.is_string for a in choice))
+    named = _device_named_elsewhere(facts)
+    if named is not None:
+        device, statement, function = named
+        block = _scope_block(facts, statement, function)
+        return SetupPlan(function, block, device, None, choice_statement=facts.ancestor_in(statement, block),
+                         device_is_string=True)
     function = _training_function(facts)
     block = function.body if function is not None else facts.module
     cpu_only = not facts.fixed_device_moves and not facts.fixed_device_values
     return SetupPlan(function, block, "device", None, cpu_only=cpu_only)
+
+
+def _device_named_elsewhere(facts: Facts) -> Optional[Tuple[str, Statement, Optional[cst.FunctionDef]]]:
+    """`model.to(args.device)`: a device the script takes, as a string, from its command line
+    or a config object (the expression, the statement that makes that object, its function).
+    The setup follows that statement; the string stays the user's."""
+    for model in facts.models:
+        for call in facts.device_moves.get(model.name, ()):
+            if not call.args or not isinstance(call.func, cst.Attribute) or call.func.attr.value != "to":
+                continue
+            device = dotted_name(call.args[0].value)
+            if device is None or "." not in device or device.startswith("self."):
+                continue
+            owner = device.split(".", 1)[0]
+            function = facts.function_of(call)
+            made = [statement for statement in facts.statements_touching.get(owner, ())
+                    if facts.function_of(statement) is function and facts.start_of(statement) < facts.start_of(call)
+                    and isinstance(statement, cst.SimpleStatementLine) and any(
+                        isinstance(small, cst.Assign) and any(dotted_name(t.target) == owner for t in small.targets)
+                        for small in statement.body)]
+            if made:
+                return device, made[-1], function
+    return None
 
 
 def _device_choice(facts: Facts) -> List[DeviceAssignment]:
