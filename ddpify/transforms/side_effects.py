@@ -118,7 +118,9 @@ def _guard_prints_and_saves(facts: Facts, edits: Edits, setup: SetupPlan) -> Non
         call = expression.value
         writes = call in facts.save_calls or isinstance(call, cst.Call) and facts.helper_effects.get(
             call) == effects.WRITES
-        if not writes and _runs_model(facts, call, model_names):
+        # `save_image(G(z), path)`, `torch.save(G(z), path)`: rank 0 alone would run a DDP
+        # forward the others never join.
+        if _runs_model(facts, call, model_names):
             if not _hoist_model_runs(facts, edits, statement, call, model_names):
                 edits.report("DDP308", statement)
                 continue
@@ -144,7 +146,13 @@ def _runs_model(facts: Facts, call: cst.BaseExpression, model_names: Set[str]) -
     return any(_runs_the_model(facts, inner, model_names) for inner in calls_within(call) if inner is not call)
 
 
+# Builtins that look at what they are handed without calling it.
+INSPECTING_BUILTINS = frozenset({"isinstance", "hasattr", "getattr", "type", "id", "len", "str", "repr", "vars"})
+
+
 def _runs_the_model(facts: Facts, inner: cst.Call, model_names: Set[str]) -> bool:
+    if dotted_name(inner.func) in INSPECTING_BUILTINS:
+        return False
     if facts.helper_effects.get(inner, effects.MIXED) != effects.MIXED:
         return False  # a helper that only reads the model (its parameters, its state dict)
     if dotted_name(inner.func) in model_names:
