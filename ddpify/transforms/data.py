@@ -518,17 +518,24 @@ def _set_epoch(facts: Facts, edits: Edits, loader: Loader, sampler: str,
                template: str = SET_EPOCH_CODE) -> None:
     """At the top of the epoch loop: the loop around the pass over the loader, which may sit
     in another function than the loader (`for epoch ...: train(model, train_loader)`)."""
-    for epoch_loop, name_there in facts.epoch_loops(loader.name, loader.function):
-        if not isinstance(epoch_loop.target, cst.Name):
+    for pass_loop, name_there in facts.epoch_loops(loader.name, loader.function):
+        # `for epoch ...: for fold, (train_ids, val_ids) in ...:` the epoch is further out.
+        epoch_loop = next((loop for loop in [pass_loop, *facts.enclosing_loops(pass_loop)]
+                           if isinstance(loop.target, cst.Name)), None)
+        if epoch_loop is None:
             continue
-        epoch = epoch_loop.target.value
+        epoch = cast(cst.Name, epoch_loop.target).value
         if sampler.startswith("self.") or facts.function_of(epoch_loop) is loader.function:
             code = template.format(sampler=sampler, epoch=epoch)
         else:
             # The sampler variable is not in scope here; the loader still carries it.
             code = SET_EPOCH_VIA_LOADER_CODE.format(loader=name_there, epoch=epoch)
-        first = epoch_loop.body.body[0]
-        edits.before.setdefault(first, []).append(Insertion(edits.statements(code)))
+        if facts.ancestor_in(loader.statement, epoch_loop.body) is not None:
+            # A loader built anew each epoch: its sampler learns the epoch where it is made.
+            edits.after.setdefault(loader.statement, []).extend(edits.statements(code))
+        else:
+            first = epoch_loop.body.body[0]
+            edits.before.setdefault(first, []).append(Insertion(edits.statements(code)))
         edits.report("DDP202", epoch_loop)
         return
     # `while step < max_steps: for batch in loader:`, or `except StopIteration: it =
@@ -628,15 +635,18 @@ def _shard_existing_sampler(facts: Facts, edits: Edits, setup: SetupPlan, loader
     what the sampler draws (DistributedSamplerWrapper), with set_epoch in the epoch loop;
     plain `python` keeps the sampler as it is."""
     arg = loader.keywords.get("sampler")
-    name = dotted_name(arg.value) if arg is not None else None
-    if arg is None or name is None or not _is_training(facts, loader):
+    if arg is None or not _is_training(facts, loader) or not setup.sees_setup(facts, loader.call):
         return False
-    values = facts.assigned_values.get(name, [])
+    name = dotted_name(arg.value)
+    values = facts.assigned_values.get(name, []) if name is not None else [arg.value]
     if len(values) != 1 or not any(values[0] is call for qualified in names.SAMPLERS_WITH_GENERATOR
                                    for call in facts.calls_named.get(qualified, ())):
         return False
-    if not setup.sees_setup(facts, loader.call):
-        return False
+    if name is None:
+        # `sampler=SubsetRandomSampler(train_ids)`: named first, so that it is written once.
+        name = derived_name(loader, "sampler", facts.bound_names)
+        edits.before.setdefault(loader.statement, []).append(Insertion(
+            [edits.statement(f"{name} = {edits.code(arg.value)}\n")], takes_comments=True))
     wrapped = f"DistributedSamplerWrapper({name}) if distributed else {name}"
     if "#" in edits.code(loader.call) or not _is_assigned_or_returned(loader):
         edits.expressions[arg.value] = lambda _node: edits.expression(wrapped)
