@@ -165,7 +165,8 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: SetupPlan, loop: cs
         return
     block = facts.block_of(loop)
     after = list(block.body)[list(block.body).index(loop) + 1:]
-    per_batch = _divided_by_len(after, _batch_index(loop))
+    loaders = {name for _, name in facts.loader_holders()}
+    per_batch = _divided_by_len(after, loaders, _batch_index(loop))
     names = list(accumulators)
     if not setup.sees_setup(facts, loop):
         _gather_epoch_figures(facts, edits, loop, names, per_batch)
@@ -178,14 +179,22 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: SetupPlan, loop: cs
         tensor = f"torch.tensor(\n        [{', '.join(names)}], dtype=torch.float64{device}\n    )"
     lines = ["if distributed:", f"    {REDUCE_COMMENT}", f"    totals = {tensor}", "    dist.all_reduce(totals)"]
     for position, name in enumerate(names):
-        if isinstance(accumulators[name], cst.Integer) and _counts(loop.body, name):
+        if not _sums_python_numbers(facts, loop.body, name):
+            # `running_corrects += torch.sum(preds == labels)` sums tensors: the total stays
+            # a tensor like the one it replaces (`running_corrects.double()` after the loop).
+            value = (f"totals[{position}].to({name}) if torch.is_tensor({name}) "
+                     f"else totals[{position}].item()")
+        elif isinstance(accumulators[name], cst.Integer) and _counts(loop.body, name):
             value = f"int(totals[{position}])"
         else:
             value = f"totals[{position}].item()"
         if name in per_batch:
             lines.append(f"    # Each rank ran {per_batch[name]} batches: the mean of the ranks' sums.")
             value += " / dist.get_world_size()"
-        lines.append(f"    {name} = {value}")
+        if indent + len(f"    {name} = {value}") > LINE_LENGTH:
+            lines.extend([f"    {name} = (", f"        {value}", "    )"])  # as black wraps it
+        else:
+            lines.append(f"    {name} = {value}")
     edits.after.setdefault(loop, []).extend(edits.statements("\n".join(lines) + "\n"))
     edits.report("DDP402", loop)
 
@@ -215,6 +224,49 @@ def _sharded(facts: Facts, setup: SetupPlan, loop: cst.For) -> bool:
     cut by hand that each rank takes its share of."""
     return loop in setup.sharded_loops or any(loop in facts.loops_over_values(facts.loader_holders_of(loader))
                for loader in setup.sharded_loaders)
+
+
+def _sums_python_numbers(facts: Facts, node: cst.CSTNode, name: str) -> bool:
+    """Every `name += ...` in node adds a Python number: a literal, a name, a value made
+    with .item(), len(), int(), float(), `x.size(0)`, `x.numel()` or `x.shape[0]`, or what a
+    function of this file returns that only returns such values."""
+    increments: List[cst.BaseExpression] = []
+
+    class _Increments(cst.CSTVisitor):
+        def visit_AugAssign(self, assign: cst.AugAssign) -> None:
+            if isinstance(assign.target, cst.Name) and assign.target.value == name:
+                increments.append(assign.value)
+
+    node.visit(_Increments())
+    return all(_python_number(value) or _returns_python_numbers(facts, value) for value in increments)
+
+
+def _returns_python_numbers(facts: Facts, value: cst.BaseExpression) -> bool:
+    function = facts.functions.get(dotted_name(value.func) or "") if isinstance(value, cst.Call) else None
+    if function is None:
+        return False
+    returned: List[Optional[cst.BaseExpression]] = []
+
+    class _Returns(cst.CSTVisitor):
+        def visit_Return(self, node: cst.Return) -> None:
+            returned.append(node.value)
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is function
+
+    function.visit(_Returns())
+    return bool(returned) and all(value is not None and _python_number(value) for value in returned)
+
+
+def _python_number(value: cst.BaseExpression) -> bool:
+    if isinstance(value, (cst.Integer, cst.Float, cst.Name)):
+        return True
+    if any(isinstance(call.func, cst.Attribute) and call.func.attr.value == "item" for call in calls_within(value)):
+        return True
+    if isinstance(value, cst.Call):
+        function = dotted_name(value.func) or ""
+        return function in ("len", "int", "float") or function.endswith((".size", ".numel"))
+    return isinstance(value, cst.Subscript) and (dotted_name(value.value) or "").endswith(".shape")
 
 
 def _counts(node: cst.CSTNode, name: str) -> bool:
@@ -264,9 +316,11 @@ def _batch_index(loop: cst.For) -> Optional[str]:
     return None
 
 
-def _divided_by_len(statements: Iterable[cst.CSTNode], batch_index: Optional[str] = None) -> Dict[str, str]:
+def _divided_by_len(statements: Iterable[cst.CSTNode], loaders: Set[str],
+                    batch_index: Optional[str] = None) -> Dict[str, str]:
     """`running_loss / len(train_loader)` or `running_loss / i` (the batch loop's enumerate
-    index): a sum over this rank's batches, by name."""
+    index): a sum over this rank's batches, by name. `len(train_dataset)` counts the whole
+    set, which the summed figure covers."""
     found: Dict[str, str] = {}
 
     class _Divisions(cst.CSTVisitor):
@@ -278,9 +332,7 @@ def _divided_by_len(statements: Iterable[cst.CSTNode], batch_index: Optional[str
                 found[node.left.value] = batch_index
             if (isinstance(node.operator, cst.Divide) and isinstance(node.left, cst.Name)
                     and isinstance(right, cst.Call) and dotted_name(right.func) == "len"
-                    and right.args and dotted_name(right.args[0].value) is not None
-                    # len(loader.dataset) counts samples of the whole set, not batches.
-                    and not (dotted_name(right.args[0].value) or "").endswith((".dataset", ".sampler"))):
+                    and right.args and dotted_name(right.args[0].value) in loaders):
                 found[node.left.value] = f"len({dotted_name(right.args[0].value)})"
 
     for statement in statements:
