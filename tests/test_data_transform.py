@@ -98,12 +98,16 @@ def test_inline_random_sampler_is_hoisted_and_wrapped():
     assert "DDP207" not in codes
 
 
-def test_random_sampler_with_a_generator_is_reported():
-    _, codes = migrate(
+def test_random_sampler_with_a_generator_is_sharded_by_the_wrapper():
+    """DistributedSampler has no twin for generator= (or replacement=): each rank takes its
+    share of what the sampler draws, seeded alike by the epoch under torchrun."""
+    code, codes = migrate(
         "g = torch.Generator()\n"
         "train_loader = DataLoader(dataset, sampler=RandomSampler(dataset, generator=g))\n"
     )
-    assert "DDP207" in codes
+    assert "DDP207" not in codes and "DDP201" in codes
+    assert "train_sampler = RandomSampler(dataset, generator=g)\n" in code
+    assert "sampler=DistributedSamplerWrapper(train_sampler) if distributed else train_sampler" in code
 
 
 def test_loader_not_iterated_here_is_judged_by_its_name():
