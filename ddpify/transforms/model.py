@@ -236,6 +236,9 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
             continue
         if training is not None and facts.end_of(statement) > facts.start_of(training):
             continue  # the training itself, or after it
+        if training is None and facts.start_of(statement) > facts.start_of(model.optimizer_statement) and not (
+                statement in moving or _moves(statement, model.name) or _assigns(statement, model.name)):
+            continue  # trained where this file cannot see: only what builds or moves it counts
         reaching.append(statement)
     if not reaching:
         return None
