@@ -114,6 +114,9 @@ class Facts:
     main_guard: Optional[cst.If] = None
     data_parallel_calls: List[cst.Call] = field(default_factory=list)
     batchnorm_calls: List[cst.Call] = field(default_factory=list)
+    # Names bound to what a function of another module of the project returns, by the
+    # function's full name (`utils.get_loaders`).
+    made_in_other_modules: Dict[str, str] = field(default_factory=dict)
     # Some parameter's requires_grad is set (`p.requires_grad = fine_tune`,
     # `requires_grad_(False)`): a model may reach its wrap with nothing to train.
     freezes_parameters: bool = False
@@ -794,6 +797,7 @@ class _Collector(cst.CSTVisitor):
             self.facts.freezes_parameters = True
         if len(node.targets) != 1:
             return
+        self._note_values_from_other_modules(node)
         target = dotted_name(node.targets[0].target)
         if target is None:
             return
@@ -815,6 +819,16 @@ class _Collector(cst.CSTVisitor):
                                  self._cuda_or_cpu(value),
                                  isinstance(value, cst.IfExp) and _is_string_choice(value))
             )
+
+    def _note_values_from_other_modules(self, node: cst.Assign) -> None:
+        """`train_dl, val_dl = utils.get_loaders(cfg)`: names made by a function of another
+        module of the project, which ddpify reads but does not rewrite."""
+        if not isinstance(node.value, cst.Call):
+            return
+        made_by = next((q for q in sorted(self._qualified(node.value.func)) if self.project.defines(q)), None)
+        if made_by is not None:
+            for name in _names_within(node.targets[0].target):
+                self.facts.made_in_other_modules[name] = made_by
 
     def visit_Return(self, node: cst.Return) -> None:
         value = node.value

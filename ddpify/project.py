@@ -43,6 +43,11 @@ class Project:
         """Calling `qualified` takes training steps (`engine.train_one_epoch(...)`)."""
         return self._facts_of(qualified)[1]
 
+    def defines(self, qualified: str) -> bool:
+        """`qualified` is a function or class of one of the project's own modules."""
+        found = self._local(qualified) if self._modules is not None else None
+        return found is not None and self._modules is not None and self._modules.definition(found) is not None
+
     def _facts_of(self, qualified: str) -> Tuple[Optional[str], bool]:
         if self._modules is None:
             return None, False

@@ -230,3 +230,27 @@ def test_a_helper_that_takes_training_steps_is_known(tmp_path):
     found = project.read(str(tmp_path / "train.py"), "import engine\n")
     assert found.trains("engine.train_one_epoch") and found.trains("engine.step")
     assert not found.trains("engine.evaluate") and not found.trains("torch.save")
+
+
+def test_loaders_made_in_another_module_are_named_in_the_report(tmp_path):
+    """DDP208 said "batches built by hand" for real DataLoaders returned by a helper module
+    (the survey found it on four real scripts); it now names the function that makes them."""
+    (tmp_path / "data.py").write_text(
+        "from torch.utils.data import DataLoader\n\n\ndef get_loaders(n):\n"
+        "    return DataLoader(range(n), batch_size=2, shuffle=True), None\n")
+    source = textwrap.dedent("""\
+        import torch
+        from data import get_loaders
+        train_loader, _ = get_loaders(8)
+        model = torch.nn.Linear(1, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(2):
+            for x in train_loader:
+                loss = model(x.float().view(-1, 1)).sum()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        """)
+    result = migrate_source(source, project=project.read(str(tmp_path / "train.py"), source))
+    reports = [d.message for d in result.diagnostics if d.code == "DDP208"]
+    assert len(reports) == 1 and "`data.get_loaders()` in another module" in reports[0]

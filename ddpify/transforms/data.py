@@ -55,6 +55,13 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
                 reported.add(contained)
                 edits.report("DDP218", contained)
             continue
+        made_by = next((facts.made_in_other_modules[name] for name in _names_iterated(facts, loop)
+                        if name in facts.made_in_other_modules), None)
+        if made_by is not None:
+            edits.report("DDP208", loop, f"batches come from `{made_by}()` in another module of the "
+                         "project, which ddpify reads but does not rewrite: every rank trains on the "
+                         "same data; give its DataLoader a DistributedSampler there")
+            continue
         edits.report("DDP208", loop, "batches built by hand: every rank trains on the same "
                      "data; shard it by rank (e.g. data[rank::world_size])")
     _download_on_one_process_first(facts, edits, setup)
@@ -548,6 +555,10 @@ def _set_epoch(facts: Facts, edits: Edits, loader: Loader, sampler: str,
         edits.report("DDP202", new_pass)
     if not passes:
         edits.report("DDP211", loader.call)
+
+
+def _names_iterated(facts: Facts, loop: cst.For) -> List[str]:
+    return [name for name, loops in facts.loops_over.items() if loop in loops]
 
 
 def _while_loops_around_passes(facts: Facts, loader: Loader) -> List[cst.While]:
