@@ -58,3 +58,33 @@ def test_break_on_a_reduced_epoch_figure_is_not_reported():
     )
     assert "DDP902" not in codes(source)
     assert "dist.all_reduce(totals)" in migrate_source(source).code
+
+
+def test_a_generator_updated_every_nth_batch_is_not_gradient_accumulation():
+    """A WGAN trains its critic every batch and its generator every n-th batch: the
+    generator's backward goes with its step, so nothing accumulates (was a false DDP404)."""
+    source = """\
+import torch
+from torch.utils.data import DataLoader
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+loader = DataLoader(list(range(8)), batch_size=2, shuffle=True)
+generator = torch.nn.Linear(1, 1).to(device)
+critic = torch.nn.Linear(1, 1).to(device)
+optimizer_g = torch.optim.RMSprop(generator.parameters(), lr=5e-5)
+optimizer_d = torch.optim.RMSprop(critic.parameters(), lr=5e-5)
+for epoch in range(2):
+    for i, x in enumerate(loader):
+        x = x.float().view(-1, 1).to(device)
+        optimizer_d.zero_grad()
+        d_loss = critic(generator(x).detach()).mean() - critic(x).mean()
+        d_loss.backward()
+        optimizer_d.step()
+        if i % 5 == 0:
+            optimizer_g.zero_grad()
+            g_loss = -critic(generator(x)).mean()
+            g_loss.backward()
+            optimizer_g.step()
+"""
+    result = migrate_source(source)
+    assert "DDP404" not in {d.code for d in result.diagnostics}
+    assert "no_sync" not in result.code

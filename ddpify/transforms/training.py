@@ -48,7 +48,9 @@ def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: SetupPlan, loop
                          f"`{', '.join(local)}` differs per rank and the models drift apart")
         return
     step_if = conditional_step
-    if step_if is None:
+    if step_if is None or _has_method_call(step_if, "backward"):
+        # `if i % n_critic == 0: g_loss.backward(); optimizer_G.step()`: the backward goes with
+        # its step (a WGAN's generator every n-th batch), so no gradient is accumulated.
         return
     if len(facts.models) != 1 or not setup.sees_setup(facts, loop):
         edits.report("DDP404", step_if)
