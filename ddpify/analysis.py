@@ -324,20 +324,21 @@ class Facts:
     def is_loader_call(self, node: cst.CSTNode) -> bool:
         return any(loader.call is node for loader in self.loaders)
 
+    def names_iterated_by(self, loop: cst.For) -> List[str]:
+        """The names whose items the loop goes over (`for x in loader`, through `tqdm(loader)`
+        or `next(it)` on `it = iter(loader)`)."""
+        return [name for name, loops in self.loops_over.items() if loop in loops]
+
     def batch_loops_without_loader(self) -> List[cst.For]:
         """Innermost training loops that iterate no DataLoader: batches built by hand."""
         holders = self.loader_holders()
-        names_of: Dict[cst.For, List[str]] = {}
-        for name, loops in self.loops_over.items():
-            for loop in loops:
-                names_of.setdefault(loop, []).append(name)
         outer = {enclosing for loop in self.training_loops for enclosing in self.enclosing_loops(loop)}
         found: List[cst.For] = []
         for loop in self.training_loops - outer:
             function = self.function_of(loop)
             if not any((function, name) in holders or (None, name) in holders and not self.binds_locally(
                     function, name) or (name.startswith("self.") and any(
-                    held == name for _, held in holders)) for name in names_of.get(loop, ())):
+                    held == name for _, held in holders)) for name in self.names_iterated_by(loop)):
                 found.append(loop)
         return sorted(found, key=self.line_of)
 
@@ -804,10 +805,10 @@ class _Collector(cst.CSTVisitor):
         self._touch(target, node)
         value = node.value
         self.facts.assigned_values.setdefault(target, []).append(value)
+        function = self._function()
         if isinstance(value, cst.Call) and self._qualified(value.func) & ITERATION_WRAPPERS:
             wrapped = [name for arg in _positional(value)[:1] for name in _names_within(arg)]
-            self.iteration_wrappers[(self._function(), target)] = wrapped
-        function = self._function()
+            self.iteration_wrappers[(function, target)] = wrapped
         if function is not None and target.startswith("self.") and target.count(".") == 1:
             self.facts.self_assignments.setdefault(function, {}).setdefault(target, []).append(value)
         if isinstance(value, cst.Call) and self._is_loader_class(value.func):

@@ -55,7 +55,7 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
                 reported.add(contained)
                 edits.report("DDP218", contained)
             continue
-        made_by = next((facts.made_in_other_modules[name] for name in _names_iterated(facts, loop)
+        made_by = next((facts.made_in_other_modules[name] for name in facts.names_iterated_by(loop)
                         if name in facts.made_in_other_modules), None)
         if made_by is not None:
             edits.report("DDP208", loop, f"batches come from `{made_by}()` in another module of the "
@@ -555,10 +555,6 @@ def _set_epoch(facts: Facts, edits: Edits, loader: Loader, sampler: str,
         edits.report("DDP202", new_pass)
     if not passes:
         edits.report("DDP211", loader.call)
-
-
-def _names_iterated(facts: Facts, loop: cst.For) -> List[str]:
-    return [name for name, loops in facts.loops_over.items() if loop in loops]
 
 
 def _while_loops_around_passes(facts: Facts, loader: Loader) -> List[cst.While]:

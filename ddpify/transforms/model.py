@@ -221,9 +221,10 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
     model built fresh in one branch and loaded from a checkpoint in the other, then moved
     after the if, is wrapped once, after the move; a `net.cuda()` or `net.apply(init)` a
     hundred lines after the optimizer still comes before the wrap (DDP broadcasts rank 0's
-    weights once, when it wraps). A `model = torch.compile(model)` comes after the wrap: compiling the
-    DDP module lets the compiler split graphs at DDP's gradient buckets. None when a move
-    sits inside the training itself: no place before it sees the model on its device.
+    weights once, when it wraps). A `model = torch.compile(model)` comes after the wrap:
+    compiling the DDP module lets the compiler split graphs at DDP's gradient buckets. None
+    when a move sits inside the training itself: no place before it sees the model on its
+    device.
     """
     function = model.function
     training = _training_start(facts, model)

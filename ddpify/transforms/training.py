@@ -232,15 +232,8 @@ def _sums_python_numbers(facts: Facts, node: cst.CSTNode, name: str) -> bool:
     """Every `name += ...` in node adds a Python number: a literal, a name, a value made
     with .item(), len(), int(), float(), `x.size(0)`, `x.numel()` or `x.shape[0]`, or what a
     function of this file returns that only returns such values."""
-    increments: List[cst.BaseExpression] = []
-
-    class _Increments(cst.CSTVisitor):
-        def visit_AugAssign(self, assign: cst.AugAssign) -> None:
-            if isinstance(assign.target, cst.Name) and assign.target.value == name:
-                increments.append(assign.value)
-
-    node.visit(_Increments())
-    return all(_python_number(value) or _returns_python_numbers(facts, value) for value in increments)
+    return all(_python_number(value) or _returns_python_numbers(facts, value)
+               for value in _increments(node, name))
 
 
 def _returns_python_numbers(facts: Facts, value: cst.BaseExpression) -> bool:
@@ -274,6 +267,12 @@ def _python_number(value: cst.BaseExpression) -> bool:
 def _counts(node: cst.CSTNode, name: str) -> bool:
     """Every `name += ...` adds a whole number (a count of correct predictions, a batch
     size): `train_loss = 0` that sums `loss.item()` is a float and stays one."""
+    increments = _increments(node, name)
+    return bool(increments) and all(_whole_number(value) for value in increments)
+
+
+def _increments(node: cst.CSTNode, name: str) -> List[cst.BaseExpression]:
+    """What each `name += ...` in node adds."""
     increments: List[cst.BaseExpression] = []
 
     class _Increments(cst.CSTVisitor):
@@ -282,7 +281,7 @@ def _counts(node: cst.CSTNode, name: str) -> bool:
                 increments.append(assign.value)
 
     node.visit(_Increments())
-    return bool(increments) and all(_whole_number(value) for value in increments)
+    return increments
 
 
 def _whole_number(value: cst.BaseExpression) -> bool:
