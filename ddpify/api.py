@@ -13,14 +13,16 @@ from libcst.codemod import (
 )
 from libcst.metadata import MetadataWrapper
 
-from ddpify import frameworks, names, selfcheck, suppressions, syntax
+from ddpify import selfcheck, suppressions, syntax
+from ddpify.analysis import names
+from ddpify.rules import frameworks
 from ddpify.analysis import Facts, analyse
 from ddpify.diagnostics import RULES, Diagnostic, is_selected
 from ddpify.options import Options
 from ddpify.project import Project
-from ddpify.transforms import CONCERNS, data, setup
-from ddpify.transforms.edits import ApplyEdits, Edits
-from ddpify.transforms.imports import add_imports, remove_unused_imports
+from ddpify.rules import CONCERNS, data, setup
+from ddpify.emit.edits import ApplyEdits, Edits
+from ddpify.emit.imports import add_imports, remove_unused_imports
 
 
 @dataclass(frozen=True)

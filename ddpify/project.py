@@ -1,4 +1,4 @@
-"""The script's own modules: what the functions it imports from them do (ddpify/effects.py).
+"""The script's own modules: what the functions it imports from them do (ddpify/analysis/effects.py).
 
 `python train.py` puts the script's folder first on sys.path, so `import utils` there means
 utils.py or utils/__init__.py beside the script; only such files are read, never anything
@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Dict, FrozenSet, Iterable, Mapping, Optional, Set, Tuple
 
-from ddpify.effects import OPAQUE, FunctionEffects, absolute_module
+from ddpify.analysis.effects import OPAQUE, FunctionEffects, absolute_module
 
 # Folders of installed packages: a script there is not part of a project being migrated.
 INSTALLED = frozenset({"site-packages", "dist-packages"})

@@ -1,7 +1,7 @@
 """Edge cases of data.py that a fixture would be overkill for: names, shuffle forms, roles."""
 from ddpify.analysis import Loader
 from ddpify.api import migrate_source
-from ddpify.transforms.data import derived_name
+from ddpify.rules.data import derived_name
 
 HEADER = """\
 import torch

@@ -1,7 +1,7 @@
 """Placing the imports the emitted code needs, and dropping DataParallel's."""
 import libcst as cst
 
-from ddpify.transforms.imports import add_imports, remove_unused_imports
+from ddpify.emit.imports import add_imports, remove_unused_imports
 
 DATA_PARALLEL = [("torch.nn", "DataParallel", None)]
 

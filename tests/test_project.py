@@ -1,10 +1,11 @@
 """The project view: what the functions of a script's own modules do (ddpify/project.py,
-ddpify/effects.py), and what the migration does with calls of them."""
+ddpify/analysis/effects.py), and what the migration does with calls of them."""
 import textwrap
 
 import pytest
 
-from ddpify import effects, project
+from ddpify import project
+from ddpify.analysis import effects
 from ddpify.api import migrate_source
 
 HELPERS = '''

@@ -1,4 +1,4 @@
-"""The DistributedSamplerWrapper ddpify emits (transforms/data.py) shards what a sampler of the
+"""The DistributedSamplerWrapper ddpify emits (rules/data.py) shards what a sampler of the
 script's own draws: the ranks together take each drawn index once (padded like
 DistributedSampler), the same number each, in a new order every epoch."""
 import pytest
@@ -6,7 +6,7 @@ import torch
 from torch.utils.data import SubsetRandomSampler, WeightedRandomSampler
 from torch.utils.data.distributed import DistributedSampler
 
-from ddpify.transforms.data import SAMPLER_WRAPPER_HELPER
+from ddpify.rules.data import SAMPLER_WRAPPER_HELPER
 
 
 def _wrapper_class(world_size, rank):

@@ -1,4 +1,4 @@
-"""Where the DDP wrap goes (transforms/model.py _wrap_anchor): after every statement that
+"""Where the DDP wrap goes (rules/model.py _wrap_anchor): after every statement that
 builds, loads, moves or initialises the model before it first trains; nothing of the user's
 deleted. Shapes too small for a fixture of their own."""
 from ddpify.api import migrate_source

@@ -10,7 +10,7 @@ import ast
 import re
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from ddpify import names
+from ddpify.analysis import names
 from ddpify.diagnostics import Diagnostic
 
 # Qualified-name prefixes and the framework each one means; "": plain torch.distributed.

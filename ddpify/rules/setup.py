@@ -9,8 +9,8 @@ from typing import Iterable, List, Optional, Sequence, Set, Tuple, Union
 import libcst as cst
 
 from ddpify.analysis import BlockItem, DeviceAssignment, Facts, Loader, Statement, dotted_name
-from ddpify.transforms.edits import Edits, Insertion
-from ddpify.transforms.imports import imports_of
+from ddpify.emit.edits import Edits, Insertion
+from ddpify.emit.imports import imports_of
 
 SETUP_COMMENT = "# Distributed setup: one process per device under torchrun; plain `python` runs as before."
 

@@ -11,11 +11,11 @@ from typing import Optional, Set
 
 import libcst as cst
 
-from ddpify import names
+from ddpify.analysis import names
 from ddpify.analysis import Facts
-from ddpify.transforms.edits import Edits
-from ddpify.transforms.setup import SetupPlan
-from ddpify.transforms.training import names_in
+from ddpify.emit.edits import Edits
+from ddpify.rules.setup import SetupPlan
+from ddpify.analysis.nodes import names_in
 
 HELPER = '''\
 

@@ -13,8 +13,8 @@ from typing import List, Optional
 import libcst as cst
 
 from ddpify.analysis import Facts, calls_within
-from ddpify.transforms.edits import Edits, Insertion
-from ddpify.transforms.setup import SetupPlan
+from ddpify.emit.edits import Edits, Insertion
+from ddpify.rules.setup import SetupPlan
 
 # Draws from torch's global generator that pick the samples of a batch.
 RANDOM_INDEX_DRAWS = ("torch.randint", "torch.randperm", "torch.multinomial")

@@ -11,7 +11,7 @@ import ast
 import builtins
 from typing import Callable, Dict, Iterator, List, Optional, Set, Union
 
-from ddpify import names
+from ddpify.analysis import names
 
 PURE, SPEAKS, WRITES, OPAQUE = "pure", "speaks", "writes", "opaque"
 # Opaque, and prints as well: its output appears once per rank (DDP311).

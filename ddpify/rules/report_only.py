@@ -9,9 +9,9 @@ from typing import List, Set
 import libcst as cst
 
 from ddpify.analysis import BlockItem, Facts
-from ddpify.transforms import training
-from ddpify.transforms.edits import Edits
-from ddpify.transforms.setup import SetupPlan
+from ddpify.rules import training
+from ddpify.emit.edits import Edits
+from ddpify.rules.setup import SetupPlan
 
 
 def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:

@@ -13,12 +13,13 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ddpify import names
-from ddpify.analysis import Facts, Loader, dotted_name
-from ddpify.transforms import collectives, data
-from ddpify.transforms.edits import Edits
-from ddpify.transforms.evaluation_figures import Figures, figures_of, loader_name_in
-from ddpify.transforms.setup import SetupPlan
+from ddpify.analysis import Facts, Loader, dotted_name, names, string_value
+from ddpify.analysis.figures import Figures, figures_of, loader_name_in
+from ddpify.analysis.values import keyword_names, known_dict_keys
+from ddpify.emit import collectives
+from ddpify.emit.edits import Edits
+from ddpify.rules import data
+from ddpify.rules.setup import SetupPlan
 
 SHARD_HELPER = '''\
 
@@ -162,8 +163,8 @@ def _may_shuffle_through_kwargs(facts: Facts, loader: Loader) -> bool:
     it with the CUDA options): beside a sampler it must go."""
     if loader.kwargs_name is None or "shuffle" in loader.keywords:
         return False
-    return ("shuffle" in data.keyword_names(facts, loader)
-            or data.known_dict_keys(facts, loader.kwargs_name) is None)
+    return ("shuffle" in keyword_names(facts, loader)
+            or known_dict_keys(facts, loader.kwargs_name) is None)
 
 
 def _batch_size(facts: Facts, edits: Edits, loader: Loader) -> Optional[str]:
@@ -174,7 +175,7 @@ def _batch_size(facts: Facts, edits: Edits, loader: Loader) -> Optional[str]:
     if len(positional) >= 2:
         return edits.code(positional[1].value)
     if loader.kwargs_name is not None:
-        if "batch_size" in (data.known_dict_keys(facts, loader.kwargs_name) or _literal_keys(facts, loader)):
+        if "batch_size" in (known_dict_keys(facts, loader.kwargs_name) or _literal_keys(facts, loader)):
             return f'{loader.kwargs_name}["batch_size"]'
         return f'{loader.kwargs_name}.get("batch_size", 1)'
     return "1"
@@ -187,7 +188,7 @@ def _literal_keys(facts: Facts, loader: Loader) -> Set[str]:
     for value in facts.assigned_values.get(loader.kwargs_name, ()):
         if isinstance(value, cst.Dict):
             keys |= {key for element in value.elements if isinstance(element, cst.DictElement)
-                     for key in [data.string_value(element.key)] if key is not None}
+                     for key in [string_value(element.key)] if key is not None}
     return keys
 
 

@@ -8,10 +8,10 @@ from typing import List, Optional, Tuple, cast
 
 import libcst as cst
 
-from ddpify import effects, names
+from ddpify.analysis import effects, names
 from ddpify.analysis import Facts, Model, Statement, calls_within, dotted_name
-from ddpify.transforms.edits import Edits, Rewrite
-from ddpify.transforms.setup import SetupPlan
+from ddpify.emit.edits import Edits, Rewrite
+from ddpify.rules.setup import SetupPlan
 
 WRAP_CODE = """\
 if distributed:

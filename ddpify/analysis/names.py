@@ -23,7 +23,7 @@ RANDOM_SAMPLER = frozenset(
     {"torch.utils.data.RandomSampler", "torch.utils.data.sampler.RandomSampler"}
 )
 # torch's samplers that draw through their `generator` attribute: seeded alike, every rank
-# draws the same indices (transforms/data.py shards what they draw).
+# draws the same indices (rules/data.py shards what they draw).
 SAMPLERS_WITH_GENERATOR = frozenset(
     f"torch.utils.data.{module}{name}"
     for module in ("", "sampler.")
@@ -69,7 +69,7 @@ AUTOCAST = frozenset(
 )
 GRAD_SCALER = frozenset({"torch.cuda.amp.GradScaler", "torch.amp.GradScaler"})
 
-# Output and files that only rank 0 should produce (transforms/side_effects.py).
+# Output and files that only rank 0 should produce (rules/side_effects.py).
 PROGRESS_BARS = frozenset(
     {f"tqdm.{module}{name}" for module in ("", "auto.", "autonotebook.", "notebook.", "std.", "rich.")
      for name in ("tqdm", "trange")}
@@ -84,7 +84,7 @@ DUMP_TO_FILE = frozenset(
      "matplotlib.pyplot.savefig", "matplotlib.pyplot.imsave", "torch.onnx.export"}
 )
 # A value that differs between ranks run at once: a folder named from it must be rank 0's
-# (transforms/shared_names.py).
+# (rules/shared_names.py).
 CLOCK_OR_CHANCE = frozenset(
     {"datetime.datetime.now", "datetime.datetime.today", "datetime.datetime.utcnow",
      "time.strftime", "time.time", "time.time_ns", "uuid.uuid1", "uuid.uuid4",

@@ -3,7 +3,7 @@
 Order matters: setup.choose decides where the setup block goes and which names the others
 may use; setup.place runs last because the block must precede every statement that needs it.
 """
-from ddpify.transforms import (
+from ddpify.rules import (
     data, devices, evaluation, model, report_only, setup, shared_names, side_effects, training,
 )
 

@@ -10,9 +10,10 @@ from typing import Callable, Dict, Iterable, List, Optional, Set, cast
 import libcst as cst
 
 from ddpify.analysis import Facts, Statement, calls_within, dotted_name, statements_in
-from ddpify.transforms import collectives
-from ddpify.transforms.edits import Edits
-from ddpify.transforms.setup import SetupPlan
+from ddpify.analysis.nodes import names_in
+from ddpify.emit import collectives
+from ddpify.emit.edits import Edits
+from ddpify.rules.setup import SetupPlan
 
 LINE_LENGTH = 88
 NO_SYNC_COMMENT = "# DDP all-reduces gradients only on the micro-batch that steps the optimizer."
@@ -42,7 +43,7 @@ def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: SetupPlan, loop
     if conditional_step is not None and not _counts_modulo(conditional_step.test):
         # Not accumulation. A step decided on this rank's own loss, though, lets the ranks'
         # models drift apart: some step and some do not.
-        local = sorted(_names_in(conditional_step.test) & _assigned_names(loop.body))
+        local = sorted(names_in(conditional_step.test) & _assigned_names(loop.body))
         if local:
             edits.report("DDP902", conditional_step, "optimizer step decided on a per-rank value: "
                          f"`{', '.join(local)}` differs per rank and the models drift apart")
@@ -66,7 +67,7 @@ def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: SetupPlan, loop
     wrapped = body[start:stop + 1]
     assigned = set().union(*(_assigned_names(s) for s in wrapped))
     touched = set(edits.before) | set(edits.after) | edits.removed | set(edits.replaced) | set(edits.guarded)
-    if _names_in(step_if.test) & assigned or any(s in touched for s in body):
+    if names_in(step_if.test) & assigned or any(s in touched for s in body):
         edits.report("DDP404", step_if)
         return
     sync = facts.free_name("sync")
@@ -112,7 +113,7 @@ def _steps_optimizer(statement: cst.If) -> bool:
     return any(
         isinstance(call.func, cst.Attribute) and call.func.attr.value == "step"
         # `optimizer.step()` or `scaler.step(optimizer)`, not `scheduler.step()`.
-        and any("optim" in name for name in _names_in(call))
+        and any("optim" in name for name in names_in(call))
         for call in calls_within(statement.body)
     )
 
@@ -157,7 +158,7 @@ def epoch_accumulators(facts: Facts, loop: cst.For) -> Dict[str, cst.BaseExpress
                         and isinstance(small.value, (cst.Integer, cst.Float))):
                     initial[small.targets[0].target.value] = small.value
     added = _augmented_names(loop.body)
-    used_after = set().union(set(), *(_names_in(s) for s in statements[index + 1:]))
+    used_after = set().union(set(), *(names_in(s) for s in statements[index + 1:]))
     return {name: value for name, value in initial.items() if name in added and name in used_after}
 
 
@@ -364,38 +365,21 @@ def _assigned_names(node: cst.CSTNode) -> Set[str]:
 
     class _Targets(cst.CSTVisitor):
         def visit_AssignTarget(self, target: cst.AssignTarget) -> None:
-            found.update(_names_in(target.target))
+            found.update(names_in(target.target))
 
         def visit_AugAssign(self, assign: cst.AugAssign) -> None:
-            found.update(_names_in(assign.target))
+            found.update(names_in(assign.target))
 
         def visit_AnnAssign(self, assign: cst.AnnAssign) -> None:
-            found.update(_names_in(assign.target))
+            found.update(names_in(assign.target))
 
         def visit_For(self, loop: cst.For) -> None:
-            found.update(_names_in(loop.target))
+            found.update(names_in(loop.target))
 
         def visit_AsName(self, alias: cst.AsName) -> None:
-            found.update(_names_in(alias.name))
+            found.update(names_in(alias.name))
 
     node.visit(_Targets())
     return found
 
 
-def names_in(node: Optional[cst.CSTNode]) -> Set[str]:
-    return _names_in(node) if node is not None else set()
-
-
-def _names_in(node: cst.CSTNode) -> Set[str]:
-    found: Set[str] = set()
-
-    class _Names(cst.CSTVisitor):
-        def visit_Name(self, name: cst.Name) -> None:
-            found.add(name.value)
-
-        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
-            attribute.value.visit(self)
-            return False
-
-    node.visit(_Names())
-    return found

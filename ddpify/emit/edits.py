@@ -12,7 +12,7 @@ import libcst as cst
 from ddpify.analysis import BlockItem, Facts, Statement, statements_in
 from ddpify.diagnostics import Diagnostic, RULES
 from ddpify.options import Options
-from ddpify.transforms.imports import ImportSpec, import_block
+from ddpify.emit.imports import ImportSpec, import_block
 
 # A rewrite of one node: it receives the updated node of the key's own type (a Call for a
 # Call), which a dict of them cannot say, hence Any.

@@ -8,8 +8,8 @@ from typing import Callable, cast
 import libcst as cst
 
 from ddpify.analysis import Facts, dotted_name
-from ddpify.transforms.edits import Edits
-from ddpify.transforms.setup import SetupPlan
+from ddpify.emit.edits import Edits
+from ddpify.rules.setup import SetupPlan
 
 
 def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:

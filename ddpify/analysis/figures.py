@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence, Set
 import libcst as cst
 
 from ddpify.analysis import Facts, dotted_name
-from ddpify.transforms.training import names_in
+from ddpify.analysis.nodes import names_in
 
 NO_GRAD = ("no_grad", "inference_mode")
 # Methods that change an object's state: a metric or meter filled batch by batch holds this

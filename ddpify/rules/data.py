@@ -9,11 +9,11 @@ from typing import Callable, Collection, List, Optional, Sequence, Set, Union, c
 
 import libcst as cst
 
-from ddpify import names
-from ddpify.analysis import Facts, Loader, Statement, calls_within, dotted_name, string_value
-from ddpify.transforms import hand_batches, random_batches
-from ddpify.transforms.edits import Edits, Insertion
-from ddpify.transforms.setup import SetupPlan
+from ddpify.analysis import Facts, Loader, Statement, calls_within, dotted_name, names
+from ddpify.analysis.values import keyword_names, known_dict_keys
+from ddpify.emit.edits import Edits, Insertion
+from ddpify.rules import hand_batches, random_batches
+from ddpify.rules.setup import SetupPlan
 
 SAMPLER_VALUE_CODE = "{sampler} = {value} if {condition} else None\n"
 # Where the setup's `distributed` is out of scope (a loader built in a helper function).
@@ -171,51 +171,6 @@ def _iterable_dataset(facts: Facts, dataset: Optional[cst.BaseExpression]) -> Op
             if value.func.value in facts.iterable_dataset_classes:
                 return value.func.value
     return None
-
-
-def keyword_names(facts: Facts, loader: Loader) -> Set[str]:
-    """The loader's keywords, with the literal keys of a `**kwargs` dict and its updates."""
-    keys = set(loader.keywords)
-    if loader.kwargs_name is None:
-        return keys
-    sources = [loader.kwargs_name]
-    for call in facts.calls_by_callee.get(f"{loader.kwargs_name}.update", ()):
-        for arg in call.args:
-            source = dotted_name(arg.value)
-            if source is not None:  # (a None source would name no assigned value)
-                sources.append(source)
-            keys.update(_dict_keys(arg.value))
-    for source in sources:
-        for value in facts.assigned_values.get(source, ()):
-            keys.update(_dict_keys(value))
-    return keys
-
-
-def known_dict_keys(facts: Facts, name: str) -> Optional[Set[str]]:
-    """Every key a `**name` dict can hold, when each value it is given is a dict literal
-    (or a choice between two) and nothing updates it; None when that is not known."""
-    if facts.calls_by_callee.get(f"{name}.update"):
-        return None
-    values = facts.assigned_values.get(name, [])
-    keys: Set[str] = set()
-    for value in values:
-        for option in (value.body, value.orelse) if isinstance(value, cst.IfExp) else (value,):
-            if not isinstance(option, cst.Dict) or any(
-                    not isinstance(element, cst.DictElement) or string_value(element.key) is None
-                    for element in option.elements):
-                return None
-            keys |= _dict_keys(option)
-    return keys if values else None
-
-
-def _dict_keys(value: cst.BaseExpression) -> Set[str]:
-    if isinstance(value, cst.IfExp):
-        return _dict_keys(value.body) | _dict_keys(value.orelse)
-    if not isinstance(value, cst.Dict):
-        return set()
-    keys = (string_value(element.key) for element in value.elements
-            if isinstance(element, cst.DictElement))
-    return {key for key in keys if key is not None}
 
 
 def _is_training(facts: Facts, loader: Loader) -> bool:

@@ -6,7 +6,7 @@ crash in its first gather on a machine without it. This helper pickles into a ui
 on the device the process group's backend reads (the CPU for Gloo, the rank's accelerator
 for NCCL) and back through `.tolist()`.
 """
-from ddpify.transforms.edits import Edits
+from ddpify.emit.edits import Edits
 
 NAME = "every_rank"
 HELPER = '''\

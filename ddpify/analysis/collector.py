@@ -1,0 +1,510 @@
+"""The one traversal of a module that records its facts (see facts.FactRecord)."""
+import builtins
+from typing import AbstractSet, Dict, List, Optional, Set, Tuple, Union, cast
+
+import libcst as cst
+from libcst.metadata import PositionProvider
+
+from ddpify.analysis import names
+from ddpify.analysis.control import Facts
+from ddpify.analysis.facts import DeviceAssignment, Loader, Model, Statement
+from ddpify.analysis.nodes import (
+    calls_within, dotted_name, init_takes_sampler, is_false, is_fixed_gpu, is_string_choice, is_true,
+    keyword_args, names_within, positional_args, returned_name, self_attributes, slices_batches, string_value,
+)
+from ddpify.project import Project
+
+# Calls whose result yields the items of their first argument.
+ITERATION_WRAPPERS = names.PROGRESS_BARS | {"builtins.enumerate", "builtins.iter", "builtins.zip"}
+_BUILTINS = frozenset(dir(builtins))
+_RETURNS_MODULE = frozenset({"to", "cpu", "cuda", "train", "eval", "float", "double", "half",
+                             "bfloat16", "requires_grad_"})
+
+
+class Collector(cst.CSTVisitor):
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self, facts: Facts, project: Project) -> None:
+        super().__init__()
+        self.facts = facts
+        self.project = project
+        self.helper_calls: Dict[cst.Call, Tuple[str, Optional[Statement]]] = {}
+        self._function_stack: List[cst.FunctionDef] = []
+        # Parents are recorded on the way down: cheaper than a ParentNodeProvider pass,
+        # and a node's ancestors are always known by the time it is visited.
+        self.parents: Dict[cst.CSTNode, cst.CSTNode] = {}
+        self._ancestors: List[cst.CSTNode] = []
+        # What each imported name stands for: `nn` -> "torch.nn", `DL` ->
+        # "torch.utils.data.DataLoader". A table of the file's imports answers what libcst's
+        # QualifiedNameProvider would, for a fraction of its cost (its scope analysis was
+        # half of ddpify's time); rebinding an imported name to something else is not seen.
+        self._aliases: Dict[str, str] = {}
+        # The top-level statement being visited, the names each one mentions, and those
+        # that hold training code: to tell whether running the file trains anything.
+        self._top: Optional[cst.CSTNode] = None
+        self.names_in_top: Dict[cst.CSTNode, Set[str]] = {}
+        self.training_tops: Set[cst.CSTNode] = set()
+        self.training_calls: List[cst.Call] = []
+        # (function, name) -> the names of the iterable a progress bar or enumerate() held
+        # in that name goes over.
+        self.iteration_wrappers: Dict[Tuple[Optional[cst.FunctionDef], str], List[str]] = {}
+        self.next_calls: List[cst.Call] = []
+
+    def _note_training(self) -> None:
+        # Training calls sit inside a top-level statement: _top is set by then.
+        if self._top is not None:
+            self.training_tops.add(self._top)
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self._ancestors:
+            self.parents[node] = self._ancestors[-1]
+            if isinstance(self._ancestors[-1], cst.Module):
+                self._top = node
+        self._ancestors.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        super().on_leave(original_node)
+        self._ancestors.pop()
+
+    # --- helpers ---------------------------------------------------------------------------
+    def _qualified(self, node: cst.BaseExpression) -> Set[str]:
+        # A call on a call (`model(x).sum`) resolves to misleading names: only trust plain
+        # names and attribute chains.
+        dotted = dotted_name(node)
+        if dotted is None:
+            return set()
+        head, _, rest = dotted.partition(".")
+        if head in self._aliases:
+            return {self._aliases[head] + ("." + rest if rest else "")}
+        if head in _BUILTINS:
+            return {"builtins." + dotted}
+        return {dotted}
+
+    def _calls(self, call: cst.Call, wanted: Union[str, AbstractSet[str]]) -> bool:
+        qualified = self._qualified(call.func)
+        if isinstance(wanted, str):
+            return wanted in qualified
+        return bool(qualified & wanted)
+
+    def _function(self) -> Optional[cst.FunctionDef]:
+        return self._function_stack[-1] if self._function_stack else None
+
+    def _statement(self, node: cst.CSTNode) -> Statement:
+        parent = node
+        while not isinstance(parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            parent = self.parents[parent]
+        return parent
+
+    def _touch(self, name: str, node: cst.CSTNode) -> None:
+        self.facts.statements_touching.setdefault(name, []).append(self._statement(node))
+
+    # --- imports -------------------------------------------------------------------------------
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            module = dotted_name(alias.name)
+            if module is None:
+                continue
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                self._aliases[alias.asname.name.value] = module
+            else:
+                top = module.split(".")[0]
+                self._aliases[top] = top
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+            return
+        module = dotted_name(node.module)
+        for alias in node.names:
+            name = dotted_name(alias.name)
+            # libcst types AsName.name for `except`/`with` targets too; in an import it is a Name.
+            bound = cast(cst.Name, alias.asname.name).value if alias.asname is not None else name
+            if module and name and isinstance(bound, str):
+                self._aliases[bound] = f"{module}.{name}"
+
+    # --- scopes ------------------------------------------------------------------------------
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._function_stack.append(node)
+        self.facts.bound_names.add(node.name.value)
+        is_method = isinstance(self.parents.get(node), cst.IndentedBlock) and any(
+            p.name.value == "self" for p in node.params.params[:1]
+        )
+        self.facts.functions.setdefault(("self." if is_method else "") + node.name.value, node)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._function_stack.pop()
+
+    def _record_unused_submodules(self, node: cst.ClassDef) -> None:
+        created: Dict[str, cst.Assign] = {}
+        used: Set[str] = set()
+        for method in node.body.body:
+            if not isinstance(method, cst.FunctionDef):
+                continue
+            for attribute, assign in self_attributes(method):
+                if method.name.value == "__init__" and assign is not None:
+                    if isinstance(assign.value, cst.Call) and any(
+                        q.startswith("torch.nn.") for q in self._qualified(assign.value.func)
+                    ):
+                        created[attribute] = assign
+                elif assign is None:
+                    used.add(attribute)
+        unused = [assign for attribute, assign in created.items() if attribute not in used]
+        has_forward = any(isinstance(m, cst.FunctionDef) and m.name.value == "forward"
+                          for m in node.body.body)
+        if unused and has_forward:
+            self.facts.unused_submodules[node.name.value] = unused
+
+    def visit_If(self, node: cst.If) -> None:
+        test = node.test
+        if (
+            self._function() is None
+            and isinstance(test, cst.Comparison)
+            and isinstance(test.left, cst.Name)
+            and test.left.value == "__name__"
+        ):
+            self.facts.main_guard = node
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.facts.bound_names.add(node.value)
+        if self._top is not None:  # every Name sits in a top-level statement
+            self.names_in_top.setdefault(self._top, set()).add(node.value)
+        self._note_data_parallel(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._note_data_parallel(node)
+        receiver = dotted_name(node.value)
+        if receiver is None:
+            return
+        if node.attr.value == "module":
+            self.facts.module_accesses.setdefault(receiver, []).append(node)
+        elif not isinstance(self.parents.get(node), cst.AssignTarget):
+            self.facts.attribute_reads.setdefault(receiver, []).append(node)
+
+    def _note_data_parallel(self, node: cst.BaseExpression) -> None:
+        parent = self.parents.get(node)
+        if isinstance(parent, cst.Attribute) and parent.value is node:
+            return  # only the whole dotted name counts
+        if isinstance(parent, (cst.ImportAlias, cst.ImportFrom)) or not (self._qualified(node) & names.DATA_PARALLEL):
+            return
+        if isinstance(parent, cst.Call) and parent.func is node:
+            self.facts.data_parallel_calls.append(parent)
+        else:
+            self.facts.data_parallel_references.append(node)
+
+    # --- assignments ---------------------------------------------------------------------------
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if any(isinstance(t.target, cst.Attribute) and t.target.attr.value == "requires_grad"
+               for t in node.targets):
+            self.facts.freezes_parameters = True
+        if len(node.targets) != 1:
+            return
+        self._note_values_from_other_modules(node)
+        target = dotted_name(node.targets[0].target)
+        if target is None:
+            return
+        self._touch(target, node)
+        value = node.value
+        self.facts.assigned_values.setdefault(target, []).append(value)
+        function = self._function()
+        if isinstance(value, cst.Call) and self._qualified(value.func) & ITERATION_WRAPPERS:
+            wrapped = [name for arg in positional_args(value)[:1] for name in names_within(arg)]
+            self.iteration_wrappers[(function, target)] = wrapped
+        if function is not None and target.startswith("self.") and target.count(".") == 1:
+            self.facts.self_assignments.setdefault(function, {}).setdefault(target, []).append(value)
+        if isinstance(value, cst.Call) and self._is_loader_class(value.func):
+            self.facts.loaders.append(self._loader(target, value, node))
+        elif self._is_device_value(value, target):
+            self.facts.device_assignments.append(
+                DeviceAssignment(target, self._statement(node), self._function(),
+                                 self._gpu_condition(value), self._is_accelerator(value),
+                                 self._cuda_or_cpu(value),
+                                 isinstance(value, cst.IfExp) and is_string_choice(value))
+            )
+
+    def _note_values_from_other_modules(self, node: cst.Assign) -> None:
+        """`train_dl, val_dl = utils.get_loaders(cfg)`: names made by a function of another
+        module of the project, which ddpify reads but does not rewrite."""
+        if not isinstance(node.value, cst.Call):
+            return
+        made_by = next((q for q in sorted(self._qualified(node.value.func)) if self.project.defines(q)), None)
+        if made_by is not None:
+            for name in names_within(node.targets[0].target):
+                self.facts.made_in_other_modules[name] = made_by
+
+    def visit_Return(self, node: cst.Return) -> None:
+        value = node.value
+        function = self._function()
+        if function is not None and isinstance(value, cst.Call) and self._is_loader_class(value.func):
+            self.facts.loaders.append(self._loader(returned_name(function), value, node, True))
+
+    def _loader(self, name: str, call: cst.Call, node: cst.CSTNode, returned: bool = False) -> Loader:
+        positional = positional_args(call)
+        keywords = keyword_args(call)
+        dataset = keywords["dataset"].value if "dataset" in keywords else (
+            positional[0] if positional else None
+        )
+        star = [arg.value for arg in call.args if arg.star == "**"]
+        return Loader(name, call, self._statement(node), self._function(), dataset, keywords,
+                      dotted_name(star[0]) if len(star) == 1 else None, returned)
+
+    def _is_loader_class(self, func: cst.BaseExpression) -> bool:
+        if isinstance(func, cst.Name) and func.value in self.facts.loader_classes:
+            return True
+        return bool(self._qualified(func) & names.DATALOADER_ALIASES)
+
+    # --- data classes ----------------------------------------------------------------------------
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._record_unused_submodules(node)
+        self.facts.class_inits[node.name.value] = next(
+            (statement for statement in node.body.body
+             if isinstance(statement, cst.FunctionDef) and statement.name.value == "__init__"),
+            None,
+        )
+        bases = [base.value for base in node.bases if base.keyword is None]
+        if any(self._qualified(base) & names.DATASET
+               or (isinstance(base, cst.Name) and base.value in self.facts.dataset_classes)
+               for base in bases):
+            self.facts.dataset_classes.add(node.name.value)
+        if any(self._is_loader_class(base) for base in bases):
+            self.facts.loader_classes[node.name.value] = init_takes_sampler(node)
+        if any(
+            self._qualified(base) & names.ITERABLE_DATASET
+            or (isinstance(base, cst.Name) and base.value in self.facts.iterable_dataset_classes)
+            for base in bases
+        ):
+            self.facts.iterable_dataset_classes.add(node.name.value)
+
+    def _gpu_condition(self, value: cst.BaseExpression) -> Optional[str]:
+        if isinstance(value, cst.Call) and self._calls(value, names.TORCH_DEVICE):
+            arguments = positional_args(value)
+            if len(value.args) != 1 or len(arguments) != 1:
+                return None
+            if dotted_name(arguments[0]) is not None:
+                # `torch.device(args.device)`: the user picks; `--device cpu` must still work.
+                return f'torch.device({self.facts.module.code_for_node(arguments[0])}).type == "cuda"'
+            return self._gpu_condition(arguments[0])
+        if not isinstance(value, cst.IfExp) or not self._names_gpu(value.body):
+            return None
+        test = value.test
+        if isinstance(test, cst.Call) and self._calls(test, names.CUDA_IS_AVAILABLE):
+            return None
+        return self.facts.module.code_for_node(test)
+
+    def _names_gpu(self, value: cst.BaseExpression) -> bool:
+        if isinstance(value, cst.Call) and self._calls(value, names.TORCH_DEVICE):
+            return bool(value.args) and self._names_gpu(value.args[0].value)
+        text = string_value(value)
+        return text is not None and (text == "cuda" or text.startswith("cuda:"))
+
+    def _cuda_or_cpu(self, value: cst.BaseExpression) -> bool:
+        if isinstance(value, cst.IfExp):
+            return self._cuda_or_cpu(value.body) and self._cuda_or_cpu(value.orelse)
+        if isinstance(value, cst.Call) and self._calls(value, names.TORCH_DEVICE):
+            arguments = positional_args(value)
+            return len(arguments) == 1 and (
+                dotted_name(arguments[0]) is not None or self._cuda_or_cpu(arguments[0])
+            )
+        text = string_value(value)
+        if text is not None:
+            return text in ("cuda", "cpu") or text.startswith("cuda:")
+        return isinstance(value, cst.Integer)
+
+    def _is_accelerator(self, value: cst.BaseExpression) -> bool:
+        if isinstance(value, cst.IfExp):
+            return self._is_accelerator(value.body) or self._is_accelerator(value.orelse)
+        return isinstance(value, cst.Call) and self._calls(value, names.CURRENT_ACCELERATOR)
+
+    def _is_device_value(self, value: cst.BaseExpression, target: str) -> bool:
+        if isinstance(value, cst.Call):
+            return self._calls(value, names.TORCH_DEVICE) or self._calls(
+                value, names.CURRENT_ACCELERATOR
+            )
+        if isinstance(value, cst.IfExp):
+            return self._is_device_value(value.body, target) or self._is_device_value(
+                value.orelse, target
+            )
+        text = string_value(value)
+        if text is not None:
+            return text in ("cuda", "cpu") or text.startswith("cuda:")
+        return isinstance(value, cst.Integer) and "device" in target.lower()
+
+    # --- calls ---------------------------------------------------------------------------------
+    def visit_Call(self, node: cst.Call) -> None:
+        facts = self.facts
+        if self._calls(node, names.INIT_PROCESS_GROUP) or self._calls(
+            node, names.DISTRIBUTED_DATA_PARALLEL
+        ):
+            facts.already_distributed = facts.already_distributed or node
+        func = node.func
+        if isinstance(func, cst.Name) and func.value == "print" and self._is_statement_call(node):
+            facts.output_statements.append(self._statement(node))
+        elif self._calls(node, names.TORCH_SAVE):
+            facts.save_calls.append(node)
+            if self._is_statement_call(node):
+                facts.output_statements.append(self._statement(node))
+        elif self._calls(node, names.TORCH_LOAD):
+            facts.load_calls.append(node)
+        elif self._calls(node, names.CUDA_SET_DEVICE) and self._is_statement_call(node):
+            facts.set_device_statements.append(self._statement(node))
+        elif self._calls(node, names.TORCH_DEVICE) and node.args and is_fixed_gpu(node.args[0].value):
+            facts.fixed_device_values.append(node)
+        elif self._is_optimizer(node):
+            self._record_optimizer(node)
+        if isinstance(func, cst.Attribute):
+            self._visit_method_call(node, func)
+        if self._is_loader_class(func):
+            facts.loader_calls.append(node)
+        if self._calls(node, "builtins.next") and node.args:
+            self.next_calls.append(node)
+        if self._calls(node, names.RANDOM_SAMPLER):
+            facts.random_sampler_calls.add(node)
+        if any(
+            arg.keyword is not None and arg.keyword.value == "download" and not is_false(arg.value)
+            for arg in node.args
+        ) or self._calls(node, names.FETCH_OR_UNPACK):
+            statement = self._statement(node)
+            if statement not in facts.download_statements:
+                facts.download_statements.append(statement)
+        if self._calls(node, names.BATCHNORM):
+            facts.batchnorm_calls.append(node)
+        if self._calls(node, names.TORCH_COMPILE) and node.args:
+            compiled = dotted_name(node.args[0].value)
+            if compiled:
+                facts.compile_statements.setdefault(compiled, []).append(self._statement(node))
+        callee = dotted_name(func)
+        if callee is not None:
+            self.facts.calls_by_callee.setdefault(callee, []).append(node)
+        for qualified in self._qualified(func):
+            facts.calls_named.setdefault(qualified, []).append(node)
+            self._note_helper(node, qualified)
+
+    def _note_helper(self, node: cst.Call, qualified: str) -> None:
+        if self.project.trains(qualified):
+            # `engine.train_one_epoch(model, loader, optimizer)`: the steps are in there.
+            self.facts.training_helper_calls.append(node)
+            self._note_training()
+        effect = self.project.effect(qualified)
+        if effect is not None:
+            self._record_helper(node, qualified, effect)
+
+    def _record_helper(self, node: cst.Call, qualified: str, effect: str) -> None:
+        self.facts.helper_effects[node] = effect
+        statement = self._statement(node) if self._is_statement_call(node) else None
+        self.helper_calls[node] = (qualified, statement)
+
+    def note_helper_methods(self) -> None:
+        """`progress.display(i)` where every `progress = ProgressMeter(...)` makes an object
+        of a class of the project's modules: the effect of ProgressMeter.display."""
+        for callee, calls in self.facts.calls_by_callee.items():
+            owner, _, method = callee.rpartition(".")
+            values = self.facts.assigned_values.get(owner, [])
+            if not owner or not values or not all(isinstance(value, cst.Call) for value in values):
+                continue
+            found = {self.project.effect(f"{qualified}.{method}")
+                     for value in values for qualified in self._qualified(cast(cst.Call, value).func)}
+            if len(found) != 1 or None in found:
+                continue
+            effect = cast(str, found.pop())
+            for call in calls:
+                if call not in self.facts.helper_effects:
+                    self._record_helper(call, callee, effect)
+
+    def _is_statement_call(self, node: cst.Call) -> bool:
+        parent = self.parents.get(node)
+        return isinstance(parent, cst.Expr)
+
+    def _is_optimizer(self, node: cst.Call) -> bool:
+        qualified = self._qualified(node.func)
+        return any(
+            q.startswith(names.OPTIMIZER_PREFIX) and not q.startswith(names.LR_SCHEDULER_PREFIX)
+            and q[len(names.OPTIMIZER_PREFIX):][:1].isupper()
+            for q in qualified
+        )
+
+    def _record_optimizer(self, node: cst.Call) -> None:
+        self._note_training()
+        positional = positional_args(node)
+        params = keyword_args(node).get("params")
+        first = params.value if params is not None else (positional[0] if positional else None)
+        # `Adam(model.parameters())` names the model; parameter groups and filters are
+        # searched for the same `X.parameters()` call inside them, also through the names
+        # they were built in (`params = [p for n, p in model.named_parameters() if ...]`).
+        for call in calls_within(first) + self._calls_in_values_of(first):
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("parameters", "named_parameters"):
+                model = dotted_name(call.func.value)
+                if model and all(m.name != model for m in self.facts.models):
+                    self.facts.models.append(
+                        Model(model, self._statement(node), self._function())
+                    )
+
+    def _calls_in_values_of(self, node: Optional[cst.BaseExpression], depth: int = 0) -> List[cst.Call]:
+        """The calls in what the names read by `node` were assigned so far (two levels)."""
+        found: List[cst.Call] = []
+        if node is None or depth > 1:
+            return found
+        for name in set(names_within(node)):
+            for value in self.facts.assigned_values.get(name, ()):
+                found.extend(calls_within(value))
+                found.extend(self._calls_in_values_of(value, depth + 1))
+        return found
+
+    def _visit_method_call(self, node: cst.Call, func: cst.Attribute) -> None:
+        method = func.attr.value
+        receiver = dotted_name(func.value)
+        if method == "backward" or (method == "step" and receiver and "optim" in receiver):
+            self._note_training()
+            self.training_calls.append(node)
+            self._mark_training_loops(node)
+        if receiver and self._is_statement_call(node):
+            self._touch(receiver, node)
+        if method == "requires_grad_" and not (node.args and is_true(node.args[0].value)):
+            self.facts.freezes_parameters = True
+        if method == "cuda" or (
+            method == "to" and node.args and is_fixed_gpu(node.args[0].value)
+        ):
+            self.facts.fixed_device_moves.append(node)
+        if method in ("to", "cpu", "cuda"):
+            base = func.value
+            # Only through calls that return the module itself (`model.eval().cpu()`),
+            # never through its output (`model.decode(z).cpu()`).
+            while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute) and (
+                    base.func.attr.value in _RETURNS_MODULE):
+                base = base.func.value
+            moved = dotted_name(base)
+            if moved is not None:
+                self.facts.device_moves.setdefault(moved, []).append(node)
+
+    # --- loops -----------------------------------------------------------------------------------
+    def visit_For(self, node: cst.For) -> None:
+        for name in names_within(node.iter):
+            self.facts.loops_over.setdefault(name, []).append(node)
+            # `loop = tqdm(loader)` ... `for x in loop`: the loop goes over the loader too.
+            for wrapped in self.iteration_wrappers.get((self._function(), name), ()):
+                self.facts.loops_over.setdefault(wrapped, []).append(node)
+        if slices_batches(node):
+            self.facts.sliced_batch_loops.append(node)
+
+    def _mark_training_loops(self, node: cst.CSTNode) -> None:
+        """Every For loop whose body (not header) holds this backward() or step()."""
+        child, parent = node, self.parents.get(node)
+        while parent is not None and not isinstance(parent, cst.FunctionDef):
+            if isinstance(parent, cst.For) and child is parent.body:
+                self.facts.training_loops.add(parent)
+            child, parent = parent, self.parents.get(parent)
+
+    # --- environment ---------------------------------------------------------------------------
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        if len(node.comparisons) != 1:
+            return
+        right = node.comparisons[0].comparator
+        if string_value(node.left) is not None or string_value(right) is not None:
+            self.facts.string_comparisons.append(node)
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        if dotted_name(node.value) != "os.environ" or len(node.slice) != 1:
+            return
+        index = node.slice[0].slice
+        if isinstance(index, cst.Index) and string_value(index.value) == "CUDA_VISIBLE_DEVICES":
+            parent = self.parents.get(node)
+            if isinstance(parent, cst.AssignTarget):
+                self.facts.visible_devices_statements.append(self._statement(node))

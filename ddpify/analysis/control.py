@@ -1,0 +1,132 @@
+"""Loops and training: the epoch loop around a pass over a loader, where training starts,
+which functions and loops train, and which top-level code runs when the file runs."""
+from typing import Dict, Iterable, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from ddpify.analysis.nodes import dotted_name
+from ddpify.analysis.values import ValueFlow
+
+
+class Facts(ValueFlow):
+    """Everything one read of the module found, with the queries over it."""
+
+    def epoch_loops(self, name: str, function: Optional[cst.FunctionDef],
+                    depth: int = 0) -> List[Tuple[cst.For, str]]:
+        """Loops around each pass over the loader held by `name` in `function`.
+
+        Follows the loader into the functions it is passed to (`train(model, loader)`), so the
+        epoch loop in main() is found when the batch loop lives in train(). Yields (loop, the
+        name the loader has inside that loop). An attribute (`self.loader`) is followed into
+        every method of its class.
+        """
+        found: List[Tuple[cst.For, str]] = []
+        if depth > 3:
+            return found
+        for loop in self.loops_over.get(name, ()):
+            if self.sees_value(loop, name, function):
+                outer = self.enclosing_loops(loop)
+                if outer:
+                    found.append((outer[0], name))
+                elif name.startswith("self.") or self.function_of(loop) is not function:
+                    # `for x in self.loader` in a method that fit() calls once per epoch.
+                    found.extend(self._loops_around_calls_of(self.function_of(loop), name))
+        for holder, caller in self._returned_to(name, function):
+            found.extend(self.epoch_loops(holder, caller, depth + 1))
+        for attribute in self.stored_in_self(name, function):
+            found.extend(self.epoch_loops(attribute, function, depth + 1))
+        for call in self.training_helper_calls:
+            # The loader handed to a helper module's training function, once per epoch.
+            outer = self.enclosing_loops(call)
+            if outer and self.sees_value(call, name, function) and any(
+                    not arg.star and dotted_name(arg.value) == name for arg in call.args):
+                found.append((outer[0], name))
+        for callee, parameter, call in self._calls_passing(name, function):
+            outer = self.enclosing_loops(call)
+            if outer and self.epoch_loops(parameter, callee, depth + 1) == [] and self._iterates(
+                parameter, callee
+            ):
+                found.append((outer[0], name))
+            else:
+                found.extend(self.epoch_loops(parameter, callee, depth + 1))
+        return found
+
+    def loop_trains(self, loop: cst.For) -> bool:
+        """The loop's body trains, itself or through a function it calls."""
+        return loop in self.training_loops or loop in self.loops_calling_training
+
+    def batch_loops_without_loader(self) -> List[cst.For]:
+        """Innermost training loops that iterate no DataLoader: batches built by hand."""
+        holders = self.loader_holders()
+        outer = {enclosing for loop in self.training_loops for enclosing in self.enclosing_loops(loop)}
+        found: List[cst.For] = []
+        for loop in self.training_loops - outer:
+            function = self.function_of(loop)
+            if not any((function, name) in holders or (None, name) in holders and not self.binds_locally(
+                    function, name) or (name.startswith("self.") and any(
+                    held == name for _, held in holders)) for name in self.names_iterated_by(loop)):
+                found.append(loop)
+        return sorted(found, key=self.line_of)
+
+    def _loops_around_calls_of(self, function: Optional[cst.FunctionDef],
+                               name: str) -> List[Tuple[cst.For, str]]:
+        found: List[Tuple[cst.For, str]] = []
+        for call in self.calls_of(function):
+            outer = self.enclosing_loops(call)
+            if outer:
+                found.append((outer[0], name))
+        return found
+
+    def first_training_call_in(self, function: Optional[cst.FunctionDef]) -> Optional[cst.Call]:
+        """The first call in `function` (None: the module) that trains: backward(), an
+        optimizer's step(), a call of a function that trains; None when it trains nowhere."""
+        calls: List[cst.Call] = [*self.training_calls, *self.training_helper_calls]
+        for trainer in self.training_functions:
+            calls.extend(self.calls_of(trainer))
+        here = [call for call in calls if self.function_of(call) is function]
+        return min(here, key=self.start_of, default=None)
+
+
+def mark_loops_calling_training_functions(facts: Facts, training_calls: List[cst.Call]) -> None:
+    """A loop that calls a function or method that trains (`self._run_batch(x, y)`, whose
+    body calls backward) trains too, and so does the function around it, in turn."""
+    training = functions_of(facts, training_calls)
+    # A function that takes one step (`train_step(model, x, y)`: backward, no loop of its
+    # own) makes the loop around each of its calls a training loop, as if inlined.
+    step_functions = functions_of(facts, [call for call in training_calls if not facts.enclosing_loops(call)])
+    for function in step_functions:
+        for call in facts.calls_of(function):
+            facts.training_loops.update(facts.enclosing_loops(call)[:1])
+    facts.training_functions = training
+    pending = list(training)
+    while pending:
+        function = pending.pop()
+        for call in facts.calls_of(function):
+            facts.loops_calling_training.update(facts.enclosing_loops(call))
+            caller = facts.function_of(call)
+            if caller is not None and caller not in training:
+                training.add(caller)
+                pending.append(caller)
+
+
+def functions_of(facts: Facts, calls: Iterable[cst.Call]) -> Set[cst.FunctionDef]:
+    """The functions the calls sit in; calls at module level have none."""
+    return {function for function in map(facts.function_of, calls) if function is not None}
+
+
+def reached_when_run(module: cst.Module, names_in_top: Dict[cst.CSTNode, Set[str]]) -> Set[cst.CSTNode]:
+    """Top-level statements that run when the file runs: module-level code, and the
+    functions and classes it names, and those they name in turn. A library whose methods
+    call .backward() trains nothing when imported or run, and is left alone."""
+    definitions = {statement.name.value: statement for statement in module.body
+                   if isinstance(statement, (cst.FunctionDef, cst.ClassDef))}
+    pending = [statement for statement in module.body
+               if not isinstance(statement, (cst.FunctionDef, cst.ClassDef))]
+    reached: Set[cst.CSTNode] = set(pending)
+    while pending:
+        for name in names_in_top.get(pending.pop(), ()):
+            definition = definitions.get(name)
+            if definition is not None and definition not in reached:
+                reached.add(definition)
+                pending.append(definition)
+    return reached

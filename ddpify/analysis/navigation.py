@@ -1,0 +1,78 @@
+"""Where a node sits: its statement, block, function and loops, and its position."""
+from typing import List, Optional, Tuple, cast, overload
+
+import libcst as cst
+
+from ddpify.analysis.facts import Block, BlockItem, FactRecord, Statement
+
+
+class Navigation(FactRecord):
+    def free_name(self, name: str) -> str:
+        """`name`, or `name_`, `name__`, ...: the first the script does not bind."""
+        while name in self.bound_names:
+            name += "_"
+        return name
+
+    def line_of(self, node: cst.CSTNode) -> int:
+        return self.positions[node].start.line
+
+    def column_of(self, node: cst.CSTNode) -> int:
+        return self.positions[node].start.column + 1
+
+    def function_of(self, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
+        """The innermost function around a node; None at module level."""
+        parent: Optional[cst.CSTNode] = self.parents.get(node)
+        while parent is not None and not isinstance(parent, cst.FunctionDef):
+            parent = self.parents.get(parent)
+        return parent
+
+    def statement_of(self, node: cst.CSTNode) -> Statement:
+        """The statement that holds a node (the node itself if it is one)."""
+        while not isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            node = self.parents[node]
+        return node
+
+    @overload
+    def ancestor_in(self, node: cst.CSTNode, block: Block) -> Optional[Statement]: ...
+
+    @overload
+    def ancestor_in(self, node: cst.CSTNode, block: cst.BaseSuite) -> Optional[BlockItem]: ...
+
+    @overload
+    def ancestor_in(self, node: cst.CSTNode, block: cst.CSTNode) -> Optional[cst.CSTNode]: ...
+
+    def ancestor_in(self, node: cst.CSTNode, block: cst.CSTNode) -> Optional[cst.CSTNode]:
+        """The statement directly in `block` (a Module or IndentedBlock) that holds node.
+
+        Any other block gives the child of it that holds node (the overloads say which)."""
+        current: Optional[cst.CSTNode] = node
+        while current is not None:
+            parent = self.parents.get(current)
+            if parent is block:
+                return current
+            current = parent
+        return None
+
+    def block_of(self, statement: Statement) -> Block:
+        # A statement's parent is the module or an indented block: a one-line suite holds
+        # small statements only.
+        return cast(Block, self.parents[statement])
+
+    def start_of(self, node: cst.CSTNode) -> Tuple[int, int]:
+        start = self.positions[node].start
+        return start.line, start.column
+
+    def end_of(self, node: cst.CSTNode) -> Tuple[int, int]:
+        end = self.positions[node].end
+        return end.line, end.column
+
+    def enclosing_loops(self, node: cst.CSTNode) -> List[cst.For]:
+        """For loops whose body (not header) holds node, innermost first, up to the function."""
+        loops: List[cst.For] = []
+        child: cst.CSTNode = node
+        parent = self.parents.get(node)
+        while parent is not None and not isinstance(parent, cst.FunctionDef):
+            if isinstance(parent, cst.For) and child is parent.body:
+                loops.append(parent)
+            child, parent = parent, self.parents.get(parent)
+        return loops

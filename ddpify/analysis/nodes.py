@@ -1,0 +1,241 @@
+"""Readers of single nodes: names, literals, arguments, the names a function binds.
+
+They need no facts, only the node, so every other module of ddpify may use them.
+"""
+from typing import Dict, List, Optional, Sequence, Set, Tuple, Union, cast
+
+import libcst as cst
+
+# The block a statement sits in (see facts.Block); repeated here so that this bottom module
+# imports nothing of the package.
+_Block = Union[cst.Module, cst.IndentedBlock]
+_Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
+
+
+def statements_in(block: _Block) -> Sequence[_Statement]:
+    """A block's body as libcst builds it: IndentedBlock.body is typed Sequence[BaseStatement],
+    whose only kinds are the two of Statement. The same sequence, not a copy."""
+    return cast(Sequence[_Statement], block.body)
+
+
+def returned_name(function: cst.FunctionDef) -> str:
+    """The name a loader built in a return statement goes by: not a valid identifier, so
+    it never meets a name of the script."""
+    return f"<return of {function.name.value}>"
+
+
+def unmoved(value: cst.BaseExpression) -> cst.BaseExpression:
+    """`model.to(device)` / `model.cuda()` -> `model`: the same module, moved."""
+    while (
+        isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in ("to", "cuda", "cpu", "train", "eval", "float", "double",
+                                      "half")
+    ):
+        value = value.func.value
+    return value
+
+
+def dotted_name(node: cst.BaseExpression) -> Optional[str]:
+    """`self.model` -> "self.model"; None for anything but names and attribute chains."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = dotted_name(node.value)
+        return f"{base}.{node.attr.value}" if base else None
+    return None
+
+
+def string_value(node: cst.BaseExpression) -> Optional[str]:
+    if isinstance(node, cst.SimpleString):
+        return node.evaluated_value if isinstance(node.evaluated_value, str) else None
+    return None
+
+
+def is_fixed_gpu(node: cst.BaseExpression) -> bool:
+    """A literal that names one GPU for every process: "cuda", "cuda:0", or 0."""
+    text = string_value(node)
+    if text is not None:
+        return text == "cuda" or text.startswith("cuda:")
+    return isinstance(node, cst.Integer)
+
+
+def is_string_choice(value: cst.BaseExpression) -> bool:
+    """`"cuda" if cond else "cpu"` (not a fixed `"cuda:0"`, which pins one GPU for all)."""
+    if isinstance(value, cst.IfExp):
+        return is_string_choice(value.body) and is_string_choice(value.orelse)
+    text = string_value(value)
+    return text in ("cuda", "cpu")
+
+
+def is_true(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "True"
+
+
+def is_false(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value in ("False", "None")
+
+
+def keyword_args(call: cst.Call) -> Dict[str, cst.Arg]:
+    return {arg.keyword.value: arg for arg in call.args if arg.keyword is not None}
+
+
+def positional_args(call: cst.Call) -> List[cst.BaseExpression]:
+    return [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+
+
+def init_takes_sampler(node: cst.ClassDef) -> bool:
+    """A DataLoader subclass forwards `sampler=` unless its own __init__ drops it."""
+    for statement in node.body.body:
+        if isinstance(statement, cst.FunctionDef) and statement.name.value == "__init__":
+            params = statement.params
+            return isinstance(params.star_kwarg, cst.Param) or any(
+                param.name.value == "sampler" for param in (*params.params, *params.kwonly_params)
+            )
+    return True
+
+
+def slices_batches(loop: cst.For) -> bool:
+    """`for i in range(0, n, batch_size): xb = x[i:i + batch_size]`: batches cut by hand."""
+    if not (
+        isinstance(loop.target, cst.Name)
+        and isinstance(loop.iter, cst.Call)
+        and isinstance(loop.iter.func, cst.Name)
+        and loop.iter.func.value == "range"
+        and len(loop.iter.args) == 3
+    ):
+        return False
+    index = loop.target.value
+    found = []
+
+    class _Slices(cst.CSTVisitor):
+        def visit_Slice(self, node: cst.Slice) -> None:
+            if isinstance(node.lower, cst.Name) and node.lower.value == index:
+                found.append(node)
+
+    loop.body.visit(_Slices())
+    return bool(found)
+
+
+def self_attributes(method: cst.FunctionDef) -> List[Tuple[str, Optional[cst.Assign]]]:
+    """(attribute, the Assign that sets it, or None for a read) for each `self.x` in a method."""
+    found: List[Tuple[str, Optional[cst.Assign]]] = []
+
+    class _Attributes(cst.CSTVisitor):
+        def visit_Assign(self, node: cst.Assign) -> None:
+            for target in node.targets:
+                name = dotted_name(target.target)
+                if name and name.startswith("self.") and name.count(".") == 1:
+                    found.append((name[5:], node))
+            node.value.visit(self)
+
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
+            return False
+
+        def visit_Attribute(self, node: cst.Attribute) -> None:
+            if isinstance(node.value, cst.Name) and node.value.value == "self":
+                found.append((node.attr.value, None))
+
+    method.body.visit(_Attributes())
+    return found
+
+
+def returns_in(function: cst.FunctionDef) -> List[cst.Return]:
+    found: List[cst.Return] = []
+
+    class _Returns(cst.CSTVisitor):
+        def visit_Return(self, node: cst.Return) -> None:
+            found.append(node)
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is function
+
+    function.visit(_Returns())
+    return found
+
+
+def names_bound_in(function: cst.FunctionDef) -> Set[str]:
+    """Parameters and names assigned in a function (not those it declares global)."""
+    params = function.params
+    bound = {param.name.value for param in (*params.params, *params.kwonly_params,
+                                            *params.posonly_params)}
+    for star in (params.star_arg, params.star_kwarg):
+        if isinstance(star, cst.Param):
+            bound.add(star.name.value)
+    declared_global: Set[str] = set()
+
+    class _Bindings(cst.CSTVisitor):
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            bound.update(target_names(node.target))
+
+        def visit_For(self, node: cst.For) -> None:
+            bound.update(target_names(node.target))
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            bound.update(target_names(node.target))
+
+        def visit_Global(self, node: cst.Global) -> None:
+            declared_global.update(item.name.value for item in node.names)
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is function
+
+    function.visit(_Bindings())
+    return bound - declared_global
+
+
+def target_names(target: cst.BaseExpression) -> Set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return set().union(*(target_names(element.value) for element in target.elements))
+    return set()
+
+
+def calls_within(node: Optional[cst.CSTNode]) -> List[cst.Call]:
+    """Every call inside a node, the node itself included."""
+    found: List[cst.Call] = []
+    if node is None:
+        return found
+
+    class _Calls(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            found.append(call)
+
+    node.visit(_Calls())
+    return found
+
+
+def names_within(node: cst.CSTNode) -> List[str]:
+    found: List[str] = []
+
+    class _Names(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            found.append(name.value)
+
+        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
+            dotted = dotted_name(attribute)
+            if dotted:
+                found.append(dotted)
+            return True
+
+    node.visit(_Names())
+    return found
+
+
+def names_in(node: Optional[cst.CSTNode]) -> Set[str]:
+    return _names_in(node) if node is not None else set()
+
+
+def _names_in(node: cst.CSTNode) -> Set[str]:
+    found: Set[str] = set()
+
+    class _Names(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            found.add(name.value)
+
+        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
+            attribute.value.visit(self)
+            return False
+
+    node.visit(_Names())
+    return found

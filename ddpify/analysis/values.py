@@ -1,0 +1,251 @@
+"""Value flow: where a loader or a model goes from the name it was built under, through
+returns, call arguments and `self.` attributes."""
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
+
+import libcst as cst
+
+from ddpify.analysis import effects
+from ddpify.analysis.facts import Holder, Loader, Model, Statement
+from ddpify.analysis.navigation import Navigation
+from ddpify.analysis.nodes import (
+    dotted_name, names_bound_in, names_within, returned_name, returns_in,
+    string_value, unmoved,
+)
+
+
+class ValueFlow(Navigation):
+    def loader_holders(self) -> Set[Holder]:
+        """(function, name) pairs that hold a DataLoader: where it is built, and every
+        parameter it is passed to and variable it is returned into."""
+        return self._holders([(loader.function, loader.name) for loader in self.loaders])
+
+    def model_holders(self, model: "Model") -> Set[Holder]:
+        """Where a model's value goes: returned, passed on, stored on self."""
+        return self._holders([(model.function, model.name)])
+
+    def loader_holders_of(self, loader: Loader) -> Set[Holder]:
+        return self._holders([(loader.function, loader.name)])
+
+    def holders_from(self, function: Optional[cst.FunctionDef], name: str) -> Set[Holder]:
+        """Where the value `name` holds in `function` goes from there."""
+        return self._holders([(function, name)])
+
+    def loops_over_values(self, holders: Iterable[Holder]) -> List[cst.For]:
+        """The for loops that iterate one of these held values."""
+        return [loop for function, name in holders for loop in self.loops_over.get(name, ())
+                if self.sees_value(loop, name, function)]
+
+    def _holders(self, work: List[Holder]) -> Set[Holder]:
+        holders: Set[Holder] = set()
+        while work:
+            function, name = work.pop()
+            if (function, name) in holders:
+                continue
+            holders.add((function, name))
+            work.extend((caller, holder) for holder, caller in self._returned_to(name, function))
+            work.extend((callee, parameter)
+                        for callee, parameter, _ in self._calls_passing(name, function))
+            work.extend((function, attribute) for attribute in self.stored_in_self(name, function))
+        return holders
+
+    def sees_value(self, node: cst.CSTNode, name: str, holder: Optional[cst.FunctionDef]) -> bool:
+        """Does `name` at node mean the value `holder` holds under that name? Yes in the
+        same function, for `self.` attributes in any method, and for a module-level name
+        read (not rebound) inside a function."""
+        function = self.function_of(node)
+        if name.startswith("self.") or function is holder:
+            return True
+        return holder is None and function is not None and not self.binds_locally(function, name)
+
+    def binds_locally(self, function: Optional[cst.FunctionDef], name: str) -> bool:
+        if function is None:
+            return False
+        if function not in self.local_names:
+            self.local_names[function] = names_bound_in(function)
+        return name in self.local_names[function]
+
+    def stored_in_self(self, name: str, function: Optional[cst.FunctionDef]) -> List[str]:
+        """`self.loader = loader` (or `self.model = model.to(device)`) in a method: the value
+        lives on as `self.loader` in every method of the class."""
+        if function is None or name.startswith("self."):
+            return []
+        found: List[str] = []
+        for target, values in self.self_assignments.get(function, {}).items():
+            if any(dotted_name(unmoved(value)) == name for value in values):
+                found.append(target)
+        return found
+
+    def is_loader_call(self, node: cst.CSTNode) -> bool:
+        return any(loader.call is node for loader in self.loaders)
+
+    def names_iterated_by(self, loop: cst.For) -> List[str]:
+        """The names whose items the loop goes over (`for x in loader`, through `tqdm(loader)`
+        or `next(it)` on `it = iter(loader)`)."""
+        return [name for name, loops in self.loops_over.items() if loop in loops]
+
+    def calls_of(self, function: Optional[cst.FunctionDef]) -> List[cst.Call]:
+        """The calls of a function of this file, by its name or, for a method, `self.name`
+        and `instance.name` on a name assigned an instance of its class."""
+        if function is None:
+            return []
+        calls = [call for callee in (function.name.value, "self." + function.name.value)
+                 if self.functions.get(callee) is function
+                 for call in self.calls_by_callee.get(callee, ())]
+        owner = self._class_of(function)
+        if owner is not None:
+            for instance in self._instances_of(owner.name.value):
+                calls.extend(self.calls_by_callee.get(f"{instance}.{function.name.value}", ()))
+        return calls
+
+    def _class_of(self, function: cst.FunctionDef) -> Optional[cst.ClassDef]:
+        block = self.parents.get(function)
+        owner = self.parents.get(block) if block is not None else None
+        return owner if isinstance(owner, cst.ClassDef) else None
+
+    def _instances_of(self, class_name: str) -> List[str]:
+        """Names assigned `ClassName(...)` (`trainer = Trainer(model, loader)`)."""
+        return [name for name, values in self.assigned_values.items()
+                if not name.startswith("self.") and any(
+                    isinstance(value, cst.Call) and isinstance(value.func, cst.Name)
+                    and value.func.value == class_name for value in values)]
+
+    def _returned_to(self, name: str,
+                     function: Optional[cst.FunctionDef]) -> Iterator[Tuple[str, Optional[cst.FunctionDef]]]:
+        """(name, function) pairs that receive `name` when `function` returns it:
+        `return train_loader, val_loader` -> `train_loader, val_loader = make_loaders()`."""
+        if function is None:
+            return
+        for position in self._return_positions(name, function):
+            yield from self._call_site_targets(function, position)
+
+    def _call_site_targets(self, function: cst.FunctionDef,
+                           position: Optional[int]) -> Iterator[Tuple[str, Optional[cst.FunctionDef]]]:
+        """The names that receive a function's return value (or its k-th element)."""
+        for call in self.calls_by_callee.get(function.name.value, ()):
+            assign = self.parents.get(call)
+            if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+                continue
+            target: Optional[cst.BaseExpression] = assign.targets[0].target
+            if position is not None and isinstance(target, (cst.Tuple, cst.List)):
+                elements = target.elements
+                target = elements[position].value if position < len(elements) else None
+            elif position is not None:
+                continue
+            holder = dotted_name(target) if target is not None else None
+            if holder:
+                yield holder, self.function_of(call)
+
+    def _return_positions(self, name: str, function: cst.FunctionDef) -> Set[Optional[int]]:
+        """None when `return name`, k when name is the k-th element of a returned tuple."""
+        positions: Set[Optional[int]] = set()
+        for statement in returns_in(function):
+            value = statement.value
+            if name == returned_name(function) and value is not None and self.is_loader_call(value):
+                positions.add(None)
+            elif value is not None and dotted_name(value) == name:
+                positions.add(None)
+            elif isinstance(value, cst.Tuple):
+                for index, element in enumerate(value.elements):
+                    if dotted_name(element.value) == name:
+                        positions.add(index)
+        return positions
+
+    def _iterates(self, name: str, function: cst.FunctionDef) -> bool:
+        return any(self.function_of(loop) is function for loop in self.loops_over.get(name, ()))
+
+    def _calls_passing(self, name: str,
+                       function: Optional[cst.FunctionDef]) -> Iterator[Tuple[cst.FunctionDef, str, cst.Call]]:
+        """(callee, its parameter, call) for each call in `function` that passes `name`."""
+        for callee_name, calls in self.calls_by_callee.items():
+            callee = self.functions.get(callee_name) or self.class_inits.get(callee_name)
+            if callee is None:
+                continue
+            parameters = [p.name.value for p in callee.params.params]
+            if parameters[:1] == ["self"] and (
+                callee_name.startswith("self.") or callee_name in self.class_inits
+            ):
+                parameters = parameters[1:]
+            for call in calls:
+                if not (name.startswith("self.") or self.function_of(call) is function):
+                    continue
+                for index, arg in enumerate(call.args):
+                    if dotted_name(arg.value) != name or arg.star:
+                        continue
+                    if arg.keyword is not None:
+                        parameter = arg.keyword.value
+                    elif index < len(parameters):
+                        parameter = parameters[index]
+                    else:
+                        continue
+                    yield callee, parameter, call
+
+
+def note_loops_taking_batches_with_next(facts: ValueFlow, next_calls: List[cst.Call],
+        iteration_wrappers: Dict[Tuple[Optional[cst.FunctionDef], str], List[str]]) -> None:
+    """`it = iter(loader)` ... `for step in range(n): x, y = next(it)`: the step loop goes
+    over the loader, as `for x, y in loader` would."""
+    for call in next_calls:
+        loops = facts.enclosing_loops(call)
+        if not loops:
+            continue
+        function = facts.function_of(call)
+        for name in names_within(call.args[0].value):
+            for taken in [name, *iteration_wrappers.get((function, name), ())]:
+                if loops[0] not in facts.loops_over.get(taken, ()):
+                    facts.loops_over.setdefault(taken, []).append(loops[0])
+
+
+def note_helper_output(facts: ValueFlow, calls: Mapping[cst.Call, Tuple[str, Optional[Statement]]]) -> None:
+    """Statement calls of helpers that print or write are output like `print`, unless the
+    bare name (after `from utils import *`) is one this file defines itself."""
+    for call, (qualified, statement) in calls.items():
+        if "." not in qualified and (qualified in facts.functions or qualified in facts.class_inits
+                                     or qualified in facts.assigned_values):
+            del facts.helper_effects[call]
+        elif facts.helper_effects[call] in (effects.SPEAKS, effects.WRITES) and statement is not None:
+            facts.output_statements.append(statement)
+
+
+def keyword_names(facts: ValueFlow, loader: Loader) -> Set[str]:
+    """The loader's keywords, with the literal keys of a `**kwargs` dict and its updates."""
+    keys = set(loader.keywords)
+    if loader.kwargs_name is None:
+        return keys
+    sources = [loader.kwargs_name]
+    for call in facts.calls_by_callee.get(f"{loader.kwargs_name}.update", ()):
+        for arg in call.args:
+            source = dotted_name(arg.value)
+            if source is not None:  # (a None source would name no assigned value)
+                sources.append(source)
+            keys.update(dict_keys(arg.value))
+    for source in sources:
+        for value in facts.assigned_values.get(source, ()):
+            keys.update(dict_keys(value))
+    return keys
+
+
+def known_dict_keys(facts: ValueFlow, name: str) -> Optional[Set[str]]:
+    """Every key a `**name` dict can hold, when each value it is given is a dict literal
+    (or a choice between two) and nothing updates it; None when that is not known."""
+    if facts.calls_by_callee.get(f"{name}.update"):
+        return None
+    values = facts.assigned_values.get(name, [])
+    keys: Set[str] = set()
+    for value in values:
+        for option in (value.body, value.orelse) if isinstance(value, cst.IfExp) else (value,):
+            if not isinstance(option, cst.Dict) or any(
+                    not isinstance(element, cst.DictElement) or string_value(element.key) is None
+                    for element in option.elements):
+                return None
+            keys |= dict_keys(option)
+    return keys if values else None
+
+
+def dict_keys(value: cst.BaseExpression) -> Set[str]:
+    if isinstance(value, cst.IfExp):
+        return dict_keys(value.body) | dict_keys(value.orelse)
+    if not isinstance(value, cst.Dict):
+        return set()
+    keys = (string_value(element.key) for element in value.elements
+            if isinstance(element, cst.DictElement))
+    return {key for key in keys if key is not None}
