@@ -79,7 +79,7 @@ def migrate_source(code: str, options: Options = Options(),  # noqa: B008 (froze
     diagnostics = codemod.diagnostics
     if new_code != code:
         diagnostics = sorted([*diagnostics, *_self_check(code, new_code, diagnostics, tree)],
-                             key=lambda d: (d.line, d.column, d.code))
+                             key=lambda d: (d.line, d.column, d.code, d.message))
     return _result(code, new_code, diagnostics, options)
 
 
@@ -140,7 +140,7 @@ class _MigrateCommand(CodemodCommand):
         setup.place(facts, edits, plan)
         setup.add_guard_helper(edits, plan)
         setup.teardown(facts, edits, plan)
-        self.diagnostics = sorted(edits.diagnostics, key=lambda d: (d.line, d.column, d.code))
+        self.diagnostics = sorted(edits.diagnostics, key=lambda d: (d.line, d.column, d.code, d.message))
         new_tree = wrapper.module.visit(ApplyEdits(edits))
         new_tree = add_imports(new_tree, [names.EMITTED_IMPORTS[key] for key in sorted(edits.imports)])
         if edits.unused_imports:
@@ -152,7 +152,7 @@ class _MigrateCommand(CodemodCommand):
         first = min(hand_made, key=lambda d: (d.line, d.column))
         self.diagnostics = sorted(
             hand_made + [Diagnostic("DDP904", first.line, first.column, RULES["DDP904"].summary)],
-            key=lambda d: (d.line, d.column, d.code))
+            key=lambda d: (d.line, d.column, d.code, d.message))
         raise SkipFile("training data built by hand")
 
     def _note_no_training(self, facts: Facts) -> None:

@@ -6,7 +6,7 @@ nodes (readers of single nodes), facts (the record), navigation, values, control
 over the record, each class extending the one below), collector (the traversal),
 figures (what an evaluation computes).
 """
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from libcst.metadata import MetadataWrapper, PositionProvider
 
@@ -15,7 +15,9 @@ from ddpify.analysis.control import Facts, mark_loops_calling_training_functions
 from ddpify.analysis.facts import Block, BlockItem, DeviceAssignment, Holder, Loader, Model, Statement
 from ddpify.analysis.nodes import calls_within, dotted_name, is_fixed_gpu, returned_name, statements_in, string_value
 from ddpify.analysis.values import note_helper_output, note_loops_taking_batches_with_next
-from ddpify.project import Project
+
+if TYPE_CHECKING:  # project.py reads other modules with analysis.effects: no import cycle
+    from ddpify.project import Project
 
 __all__ = [
     "ITERATION_WRAPPERS", "Block", "BlockItem", "DeviceAssignment", "Facts", "Holder", "Loader", "Model",
@@ -24,10 +26,13 @@ __all__ = [
 ]
 
 
-def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Facts:
+def analyse(wrapper: MetadataWrapper, project: Optional["Project"] = None) -> Facts:
     """The facts of one module; `project` tells what the functions of the project's own
     modules that it calls do."""
-    collector = Collector(Facts(module=wrapper.module), project or Project())
+    if project is None:
+        from ddpify.project import Project
+        project = Project()
+    collector = Collector(Facts(module=wrapper.module), project)
     wrapper.visit(collector)
     facts = collector.facts
     # Already computed for the visit: resolve() hands back the cached maps.

@@ -1,6 +1,6 @@
 """The one traversal of a module that records its facts (see facts.FactRecord)."""
 import builtins
-from typing import AbstractSet, Dict, List, Optional, Set, Tuple, Union, cast
+from typing import TYPE_CHECKING, AbstractSet, Dict, List, Optional, Set, Tuple, Union, cast
 
 import libcst as cst
 from libcst.metadata import PositionProvider
@@ -12,7 +12,9 @@ from ddpify.analysis.nodes import (
     calls_within, dotted_name, init_takes_sampler, is_false, is_fixed_gpu, is_string_choice, is_true,
     keyword_args, names_within, positional_args, returned_name, self_attributes, slices_batches, string_value,
 )
-from ddpify.project import Project
+
+if TYPE_CHECKING:  # project.py reads other modules with analysis.effects: no import cycle
+    from ddpify.project import Project
 
 # Calls whose result yields the items of their first argument.
 ITERATION_WRAPPERS = names.PROGRESS_BARS | {"builtins.enumerate", "builtins.iter", "builtins.zip"}
@@ -24,7 +26,7 @@ _RETURNS_MODULE = frozenset({"to", "cpu", "cuda", "train", "eval", "float", "dou
 class Collector(cst.CSTVisitor):
     METADATA_DEPENDENCIES = (PositionProvider,)
 
-    def __init__(self, facts: Facts, project: Project) -> None:
+    def __init__(self, facts: Facts, project: "Project") -> None:
         super().__init__()
         self.facts = facts
         self.project = project

@@ -31,9 +31,11 @@ class ValueFlow(Navigation):
         return self._holders([(function, name)])
 
     def loops_over_values(self, holders: Iterable[Holder]) -> List[cst.For]:
-        """The for loops that iterate one of these held values."""
-        return [loop for function, name in holders for loop in self.loops_over.get(name, ())
-                if self.sees_value(loop, name, function)]
+        """The for loops that iterate one of these held values, in source order: holders
+        come as a set, and the first loop decides which reason a report gives."""
+        loops = {loop for function, name in holders for loop in self.loops_over.get(name, ())
+                 if self.sees_value(loop, name, function)}
+        return sorted(loops, key=self.start_of)
 
     def _holders(self, work: List[Holder]) -> Set[Holder]:
         holders: Set[Holder] = set()
