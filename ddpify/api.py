@@ -14,15 +14,13 @@ from libcst.codemod import (
 from libcst.metadata import MetadataWrapper
 
 from ddpify import selfcheck, suppressions, syntax
-from ddpify.analysis import names
-from ddpify.rules import frameworks
-from ddpify.analysis import Facts, analyse
+from ddpify.analysis import Facts, analyse, names
 from ddpify.diagnostics import RULES, Diagnostic, is_selected
-from ddpify.options import Options
-from ddpify.project import Project
-from ddpify.rules import CONCERNS, data, setup
 from ddpify.emit.edits import ApplyEdits, Edits
 from ddpify.emit.imports import add_imports, remove_unused_imports
+from ddpify.options import Options
+from ddpify.project import Project
+from ddpify.rules import CONCERNS, frameworks, hand_batches, setup
 
 
 @dataclass(frozen=True)
@@ -135,7 +133,7 @@ class _MigrateCommand(CodemodCommand):
         plan = setup.choose(facts)
         for concern in CONCERNS:
             concern.plan(facts, edits, plan)
-        if data.only_hand_made_batches(facts, edits):
+        if hand_batches.only_hand_made_batches(facts, edits):
             self._leave_single_process(edits)
         setup.place(facts, edits, plan)
         setup.add_guard_helper(edits, plan)

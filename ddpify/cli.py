@@ -15,7 +15,8 @@ import click
 
 from ddpify import __version__
 from ddpify import jobs as job_modes
-from ddpify.config import Config, ConfigError, load as load_config
+from ddpify.config import Config, ConfigError
+from ddpify.config import load as load_config
 from ddpify.diagnostics import RULES, explain, unknown_codes
 from ddpify.files import TWIN_SUFFIX, source_of_twin, twin_of
 from ddpify.formats import FORMATS, printer, summary_line
@@ -24,7 +25,6 @@ from ddpify.launch.command import launch_command
 from ddpify.options import Options
 from ddpify.progress import Progress
 from ddpify.walk import Entry, expand, notebooks_under
-
 
 INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 

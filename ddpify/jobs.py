@@ -15,8 +15,15 @@ from typing import List, Optional, Tuple
 from ddpify import project, twins
 from ddpify.diagnostics import Diagnostic, Severity
 from ddpify.files import (
-    SourceError, check_writable, decode, encode, read_bytes, read_only_note, read_source,
-    require_regular_file, write_atomically,
+    SourceError,
+    check_writable,
+    decode,
+    encode,
+    read_bytes,
+    read_only_note,
+    read_source,
+    require_regular_file,
+    write_atomically,
 )
 from ddpify.options import Options
 

@@ -9,8 +9,20 @@ from ddpify.analysis import names
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import DeviceAssignment, Loader, Model, Statement
 from ddpify.analysis.nodes import (
-    calls_within, dotted_name, init_takes_sampler, is_false, is_fixed_gpu, is_string_choice, is_true,
-    keyword_args, names_within, positional_args, returned_name, self_attributes, slices_batches, string_value,
+    calls_within,
+    dotted_name,
+    init_takes_sampler,
+    is_false,
+    is_fixed_gpu,
+    is_string_choice,
+    is_true,
+    keyword_args,
+    names_within,
+    positional_args,
+    returned_name,
+    self_attributes,
+    slices_batches,
+    string_value,
 )
 
 if TYPE_CHECKING:  # project.py reads other modules with analysis.effects: no import cycle

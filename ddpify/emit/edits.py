@@ -10,9 +10,9 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set,
 import libcst as cst
 
 from ddpify.analysis import BlockItem, Facts, Statement, statements_in
-from ddpify.diagnostics import Diagnostic, RULES
-from ddpify.options import Options
+from ddpify.diagnostics import RULES, Diagnostic
 from ddpify.emit.imports import ImportSpec, import_block
+from ddpify.options import Options
 
 # A rewrite of one node: it receives the updated node of the key's own type (a Call for a
 # Call), which a dict of them cannot say, hence Any.

@@ -11,8 +11,14 @@ from typing import List, Tuple
 import click
 
 from ddpify.launch.templates import (
-    DEFAULT_PORT, DEFAULT_WORKDIR, LaunchPlan, default_job_name, job_name_problem,
-    pytorchjob_manifest, sbatch_script, torchrun_script,
+    DEFAULT_PORT,
+    DEFAULT_WORKDIR,
+    LaunchPlan,
+    default_job_name,
+    job_name_problem,
+    pytorchjob_manifest,
+    sbatch_script,
+    torchrun_script,
 )
 
 # Suffixes that replace the script's `.py`: train_ddp.py -> train_ddp.torchrun.sh, ...

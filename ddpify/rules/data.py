@@ -5,35 +5,21 @@ As a group of one the sampler is None and the loader shuffles exactly as before,
 A loader is a training loader when a loop over it trains (backward or optimizer step);
 evaluation loaders stay whole so that the figures rank 0 prints are the original's.
 """
-from typing import Callable, Collection, List, Optional, Sequence, Set, Union, cast
+from typing import Callable, Collection, List, Optional, Sequence, Union, cast
 
 import libcst as cst
 
-from ddpify.analysis import Facts, Loader, Statement, calls_within, dotted_name, names
-from ddpify.analysis.values import keyword_names, known_dict_keys
+from ddpify.analysis import Facts, Loader, Statement, dotted_name, names
+from ddpify.analysis.values import is_training_loader, keyword_names, known_dict_keys
 from ddpify.emit.edits import Edits, Insertion
-from ddpify.rules import hand_batches, random_batches
+from ddpify.rules import downloads, hand_batches, splits
+from ddpify.rules.epochs import SET_EPOCH_IF_DISTRIBUTED_CODE, set_epoch
 from ddpify.rules.setup import SetupPlan
 
 SAMPLER_VALUE_CODE = "{sampler} = {value} if {condition} else None\n"
 # Where the setup's `distributed` is out of scope (a loader built in a helper function).
 OUT_OF_SETUP_CONDITION = "dist.is_initialized()"
-SET_EPOCH_CODE = "if {sampler} is not None:\n    {sampler}.set_epoch({epoch})\n"
-# A RandomSampler kept for plain `python` has no set_epoch.
-SET_EPOCH_IF_DISTRIBUTED_CODE = "if distributed:\n    {sampler}.set_epoch({epoch})\n"
 DATASET_CODE = "{dataset} = {expression}\n"
-DOWNLOAD_BEFORE_CODE = """\
-if distributed and local_rank != 0:
-    dist.barrier()  # wait while local rank 0 downloads the data
-"""
-DOWNLOAD_AFTER_CODE = """\
-if distributed and local_rank == 0:
-    dist.barrier()  # the data is in place: release the other ranks
-"""
-EVALUATION_WORDS = ("val", "test", "eval", "dev")
-SET_EPOCH_VIA_LOADER_CODE = (
-    "if isinstance({loader}.sampler, DistributedSampler):\n    {loader}.sampler.set_epoch({epoch})\n"
-)
 LINE_LENGTH = 88
 
 
@@ -41,95 +27,9 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
     for loader in facts.loaders:
         _plan_loader(facts, edits, setup, loader)
     hand_batches.plan(facts, edits, setup)
-    reported: Set[cst.Call] = set()
-    for loop in facts.batch_loops_without_loader():
-        if loop in facts.sliced_batch_loops:
-            continue
-        if hand_batches.stretch_sequences(facts, edits, setup, loop):
-            continue
-        if random_batches.seed_per_rank(facts, edits, setup, loop):
-            continue
-        contained = _loader_in_a_container(facts, loop)
-        if contained is not None:
-            if contained not in reported:
-                reported.add(contained)
-                edits.report("DDP218", contained)
-            continue
-        made_by = next((facts.made_in_other_modules[name] for name in facts.names_iterated_by(loop)
-                        if name in facts.made_in_other_modules), None)
-        if made_by is not None:
-            edits.report("DDP208", loop, f"batches come from `{made_by}()` in another module of the "
-                         "project, which ddpify reads but does not rewrite: every rank trains on the "
-                         "same data; give its DataLoader a DistributedSampler there")
-            continue
-        edits.report("DDP208", loop, "batches built by hand: every rank trains on the same "
-                     "data; shard it by rank (e.g. data[rank::world_size])")
-    _download_on_one_process_first(facts, edits, setup)
-    _same_split_on_every_rank(facts, edits, setup)
-
-
-SPLIT_GENERATOR = "torch.Generator().manual_seed(0) if {condition} else torch.default_generator"
-
-
-def _same_split_on_every_rank(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
-    """`random_split(ds, [n, m])` draws from the global generator; unseeded, every rank
-    draws its own split, so the ranks' shards overlap and validation leaks into training.
-    Under torchrun the split uses a generator seeded alike on every rank; plain `python`
-    keeps the global one (the split's own default)."""
-    # A script that seeds torch (with the same seed on every rank) draws the same split.
-    if any(facts.calls_named.get(qualified) for qualified in names.MANUAL_SEEDS):
-        return
-    for call in facts.calls_named.get(names.RANDOM_SPLIT, ()):
-        positional = [arg for arg in call.args if arg.keyword is None]
-        if len(positional) > 2 or any(arg.keyword is not None and arg.keyword.value == "generator"
-                                      for arg in call.args) or any(arg.star for arg in call.args):
-            continue
-        condition = "distributed" if setup.sees_setup(facts, call) else "dist.is_initialized()"
-        if condition != "distributed":
-            edits.imports.add("dist")
-        name = facts.free_name("split_generator")
-        statement = facts.statement_of(call)
-        edits.before.setdefault(statement, []).append(Insertion(
-            [edits.statement(f"{name} = {SPLIT_GENERATOR.format(condition=condition)}\n")],
-            takes_comments=True))
-        edits.expressions[call] = _with_generator(edits, name)
-        setup.guard_nodes.add(call)  # needs `distributed`, not the process group
-        edits.report("DDP214", call)
-
-
-def _with_generator(edits: Edits, generator: str):
-    def rewrite(call: cst.Call) -> cst.Call:
-        args = list(call.args)
-        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        args.append(cst.Arg(keyword=cst.Name("generator"), value=edits.expression(generator),
-                            equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                                                  whitespace_after=cst.SimpleWhitespace(""))))
-        return call.with_changes(args=args)
-
-    return rewrite
-
-
-def _loader_in_a_container(facts: Facts, loop: cst.For) -> Optional[cst.Call]:
-    """`for x, y in dataloaders[phase]:` where `dataloaders = {split: DataLoader(...) ...}`:
-    the DataLoader call inside the value the loop iterates."""
-    loader_calls = set(facts.loader_calls)
-    for name, loops in facts.loops_over.items():
-        if loop not in loops:
-            continue
-        for value in facts.assigned_values.get(name, ()):
-            inside = [call for call in calls_within(value) if call in loader_calls]
-            if inside and value not in loader_calls:
-                return inside[0]
-    return None
-
-
-def only_hand_made_batches(facts: Facts, edits: Edits) -> bool:
-    """No training loop is fed by a DataLoader ddpify can shard, and some train on data built
-    by hand or on loaders kept in a dict: the file stays single-process (DDP904) rather than
-    N ranks repeating the same work."""
-    codes = {diagnostic.code for diagnostic in edits.diagnostics}
-    return bool({"DDP208", "DDP218"} & codes) and "DDP201" not in codes and not any(
-        _is_training(facts, loader) for loader in facts.loaders)
+    hand_batches.report_batch_loops(facts, edits, setup)
+    downloads.plan(facts, edits, setup)
+    splits.plan(facts, edits, setup)
 
 
 def _plan_loader(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader) -> None:
@@ -140,7 +40,7 @@ def _plan_loader(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader) -
                      "DistributedSampler: shard it by rank inside __iter__")
     elif "batch_sampler" in keys:
         edits.report("DDP204", loader.call)
-    elif "sampler" in keys and not _is_training(facts, loader):
+    elif "sampler" in keys and not is_training_loader(facts, loader):
         # The sampler picks what is evaluated (a fold's held-out samples): all of it, on
         # every rank, so that the figures rank 0 prints are the original's.
         edits.report("DDP203", loader.call, "evaluation loader left unsharded: it has a sampler "
@@ -149,7 +49,7 @@ def _plan_loader(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader) -
         if not _wrap_random_sampler(facts, edits, setup, loader) and not _shard_existing_sampler(
                 facts, edits, setup, loader):
             edits.report("DDP207", loader.call)
-    elif not _is_training(facts, loader):
+    elif not is_training_loader(facts, loader):
         setup.evaluation_loaders.append(loader)  # evaluation.py shards it or says why not
     elif _can_add_sampler(facts, setup, loader):
         _add_sampler(facts, edits, loader, setup)
@@ -171,20 +71,6 @@ def _iterable_dataset(facts: Facts, dataset: Optional[cst.BaseExpression]) -> Op
             if value.func.value in facts.iterable_dataset_classes:
                 return value.func.value
     return None
-
-
-def _is_training(facts: Facts, loader: Loader) -> bool:
-    """Does a loop over this loader train? The loader is followed wherever its value goes
-    (returned, passed, stored on self); if no loop is in sight, the name and shuffle tell."""
-    loops = facts.loops_over_values(facts.loader_holders_of(loader))
-    if loops:
-        return any(facts.loop_trains(loop) for loop in loops)
-    name = loader.name.rsplit(".", 1)[-1].lower()
-    if "train" in name:
-        return True
-    if any(word in name for word in EVALUATION_WORDS):
-        return False
-    return loader.shuffles or loader.kwargs_name is not None
 
 
 def _evaluation_loops(facts: Facts, loader: Loader) -> List[cst.For]:
@@ -253,7 +139,7 @@ def _add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: SetupPlan) -
     if not edits.options.keep_global_batch:
         edits.report("DDP206", loader.call)
     if shuffle != "False":
-        _set_epoch(facts, edits, loader, sampler)
+        set_epoch(facts, edits, loader, sampler)
 
 
 def attach_sampler(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader,
@@ -476,67 +362,6 @@ def _loader_statement(facts: Facts, edits: Edits, loader: Loader, args: List[str
     )
 
 
-def _set_epoch(facts: Facts, edits: Edits, loader: Loader, sampler: str,
-               template: str = SET_EPOCH_CODE) -> None:
-    """At the top of the epoch loop: the loop around the pass over the loader, which may sit
-    in another function than the loader (`for epoch ...: train(model, train_loader)`)."""
-    for pass_loop, name_there in facts.epoch_loops(loader.name, loader.function):
-        # `for epoch ...: for fold, (train_ids, val_ids) in ...:` the epoch is further out.
-        epoch_loop = next((loop for loop in [pass_loop, *facts.enclosing_loops(pass_loop)]
-                           if isinstance(loop.target, cst.Name)), None)
-        if epoch_loop is None:
-            continue
-        epoch = cast(cst.Name, epoch_loop.target).value
-        if sampler.startswith("self.") or facts.function_of(epoch_loop) is loader.function:
-            code = template.format(sampler=sampler, epoch=epoch)
-        else:
-            # The sampler variable is not in scope here; the loader still carries it.
-            code = SET_EPOCH_VIA_LOADER_CODE.format(loader=name_there, epoch=epoch)
-        if facts.ancestor_in(loader.statement, epoch_loop.body) is not None:
-            # A loader built anew each epoch: its sampler learns the epoch where it is made.
-            edits.after.setdefault(loader.statement, []).extend(edits.statements(code))
-        else:
-            first = epoch_loop.body.body[0]
-            edits.before.setdefault(first, []).append(Insertion(edits.statements(code)))
-        edits.report("DDP202", epoch_loop)
-        return
-    # `while step < max_steps: for batch in loader:`, or `except StopIteration: it =
-    # iter(loader)`: each new pass is an epoch, counted on the sampler itself.
-    passes = [loop.body.body[0] for loop in _while_loops_around_passes(facts, loader)]
-    passes += _iterators_restarted_in_training(facts, loader)
-    for new_pass in passes:
-        code = template.format(sampler=sampler, epoch=f"{sampler}.epoch + 1")
-        edits.before.setdefault(new_pass, []).append(Insertion(edits.statements(code)))
-        edits.report("DDP202", new_pass)
-    if not passes:
-        edits.report("DDP211", loader.call)
-
-
-def _while_loops_around_passes(facts: Facts, loader: Loader) -> List[cst.While]:
-    """While loops around a pass over the loader in its own function, with no for loop
-    between them (that would be the epoch loop)."""
-    found: List[cst.While] = []
-    for loop in facts.loops_over.get(loader.name, ()):
-        if facts.function_of(loop) is not loader.function:
-            continue
-        parent = facts.parents.get(loop)
-        while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.For)):
-            if isinstance(parent, cst.While) and parent not in found:
-                found.append(parent)
-                break
-            parent = facts.parents.get(parent)
-    return found
-
-
-def _iterators_restarted_in_training(facts: Facts, loader: Loader) -> List[Statement]:
-    """The statements in a training loop that start a new pass over the loader with iter():
-    a step loop that takes its batches with next() and starts over when they run out."""
-    return [facts.statement_of(call) for call in facts.calls_named.get("builtins.iter", ())
-            if call.args and dotted_name(call.args[0].value) == loader.name
-            and facts.function_of(call) is loader.function
-            and any(facts.loop_trains(loop) for loop in facts.enclosing_loops(call))]
-
-
 def _wrap_random_sampler(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader) -> bool:
     """`sampler=RandomSampler(ds)` shuffles like DistributedSampler's default: use that when
     distributed and keep the RandomSampler for plain `python`."""
@@ -568,7 +393,7 @@ def _wrap_random_sampler(facts: Facts, edits: Edits, setup: SetupPlan, loader: L
     edits.imports.add("DistributedSampler")
     edits.report("DDP201", loader.call)
     edits.report("DDP206", loader.call)
-    _set_epoch(facts, edits, loader, name, SET_EPOCH_IF_DISTRIBUTED_CODE)
+    set_epoch(facts, edits, loader, name, SET_EPOCH_IF_DISTRIBUTED_CODE)
     return True
 
 
@@ -597,7 +422,7 @@ def _shard_existing_sampler(facts: Facts, edits: Edits, setup: SetupPlan, loader
     what the sampler draws (DistributedSamplerWrapper), with set_epoch in the epoch loop;
     plain `python` keeps the sampler as it is."""
     arg = loader.keywords.get("sampler")
-    if arg is None or not _is_training(facts, loader) or not setup.sees_setup(facts, loader.call):
+    if arg is None or not is_training_loader(facts, loader) or not setup.sees_setup(facts, loader.call):
         return False
     name = dotted_name(arg.value)
     values = facts.assigned_values.get(name, []) if name is not None else [arg.value]
@@ -620,7 +445,7 @@ def _shard_existing_sampler(facts: Facts, edits: Edits, setup: SetupPlan, loader
     edits.add_helper("DistributedSamplerWrapper", SAMPLER_WRAPPER_HELPER, "DistributedSampler")
     edits.report("DDP201", loader.call)
     edits.report("DDP206", loader.call)
-    _set_epoch(facts, edits, loader, f"{loader.name}.sampler", SET_EPOCH_IF_DISTRIBUTED_CODE)
+    set_epoch(facts, edits, loader, f"{loader.name}.sampler", SET_EPOCH_IF_DISTRIBUTED_CODE)
     return True
 
 
@@ -636,73 +461,3 @@ def _is_assigned_or_returned(loader: Loader) -> bool:
     return isinstance(small, cst.Assign) and len(small.targets) == 1 and small.value is loader.call
 
 
-def _download_on_one_process_first(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
-    """Barriers around each run of statements that download a dataset (`download=True`,
-    urlretrieve, unpacking an archive), or call a helper of the script's that does."""
-    for group in _consecutive_groups(facts, _download_sites(facts, setup)):
-        first, last = group[0], group[-1]
-        if _inside_class(facts, first):
-            continue
-        if not setup.sees_setup(facts, first):
-            edits.report("DDP212", first)
-            continue
-        # First of all that goes before the statement: a dataset hoisted out of the loader
-        # call (`DataLoader(MNIST(download=True), ...)`) downloads too.
-        edits.before.setdefault(first, []).insert(
-            0, Insertion(edits.statements(DOWNLOAD_BEFORE_CODE), takes_comments=True)
-        )
-        edits.after.setdefault(last, []).extend(edits.statements(DOWNLOAD_AFTER_CODE))
-        edits.imports.add("dist")
-        edits.report("DDP209", first)
-
-
-def _download_sites(facts: Facts, setup: SetupPlan) -> List[Statement]:
-    """Each download statement, or, inside a helper that the setup's scope calls, each
-    call of that helper. A test of the file system around it (`if not os.path.exists`)
-    goes inside the barriers: the ranks that wait see the files once they are there."""
-    sites: List[Statement] = []
-    for statement in facts.download_statements:
-        function = facts.function_of(statement)
-        calls = facts.calls_of(function)
-        if function is not None and not setup.sees_setup(facts, statement) and calls and all(
-                setup.sees_setup(facts, call) for call in calls):
-            candidates = [facts.statement_of(call) for call in calls]
-        else:
-            candidates = [statement]
-        for candidate in candidates:
-            candidate = _outside_file_tests(facts, candidate)
-            if candidate not in sites:
-                sites.append(candidate)
-    return sorted(sites, key=facts.line_of)
-
-
-def _outside_file_tests(facts: Facts, statement: Statement) -> Statement:
-    while True:
-        block = facts.parents.get(statement)
-        branch = facts.parents.get(block) if isinstance(block, cst.IndentedBlock) else None
-        if not isinstance(branch, cst.If) or not any(
-                word in facts.module.code_for_node(branch.test) for word in ("exists(", "isdir(", "isfile(")):
-            return statement
-        statement = branch
-
-
-def _consecutive_groups(facts: Facts, statements: Sequence[Statement]) -> List[List[Statement]]:
-    groups: List[List[Statement]] = []
-    for statement in statements:
-        block = facts.block_of(statement)
-        if groups and facts.block_of(groups[-1][-1]) is block:
-            body = list(block.body)
-            if body.index(statement) == body.index(groups[-1][-1]) + 1:
-                groups[-1].append(statement)
-                continue
-        groups.append([statement])
-    return groups
-
-
-def _inside_class(facts: Facts, node: cst.CSTNode) -> bool:
-    parent = facts.parents.get(node)
-    while parent is not None:
-        if isinstance(parent, cst.ClassDef):
-            return True
-        parent = facts.parents.get(parent)
-    return False

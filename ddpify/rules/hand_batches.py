@@ -11,11 +11,12 @@ from typing import Optional, Set
 
 import libcst as cst
 
-from ddpify.analysis import names
-from ddpify.analysis import Facts
-from ddpify.emit.edits import Edits
-from ddpify.rules.setup import SetupPlan
+from ddpify.analysis import Facts, calls_within, names
 from ddpify.analysis.nodes import names_in
+from ddpify.analysis.values import is_training_loader
+from ddpify.emit.edits import Edits
+from ddpify.rules import random_batches
+from ddpify.rules.setup import SetupPlan
 
 HELPER = '''\
 
@@ -173,3 +174,54 @@ def _shared(edits: Edits):
         return cst.Call(func=cst.Name("rank_share"), args=[cst.Arg(value=starts)])
 
     return rewrite
+
+
+def loader_in_a_container(facts: Facts, loop: cst.For) -> Optional[cst.Call]:
+    """`for x, y in dataloaders[phase]:` where `dataloaders = {split: DataLoader(...) ...}`:
+    the DataLoader call inside the value the loop iterates."""
+    loader_calls = set(facts.loader_calls)
+    for name, loops in facts.loops_over.items():
+        if loop not in loops:
+            continue
+        for value in facts.assigned_values.get(name, ()):
+            inside = [call for call in calls_within(value) if call in loader_calls]
+            if inside and value not in loader_calls:
+                return inside[0]
+    return None
+
+
+def only_hand_made_batches(facts: Facts, edits: Edits) -> bool:
+    """No training loop is fed by a DataLoader ddpify can shard, and some train on data built
+    by hand or on loaders kept in a dict: the file stays single-process (DDP904) rather than
+    N ranks repeating the same work."""
+    codes = {diagnostic.code for diagnostic in edits.diagnostics}
+    return bool({"DDP208", "DDP218"} & codes) and "DDP201" not in codes and not any(
+        is_training_loader(facts, loader) for loader in facts.loaders)
+
+
+def report_batch_loops(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+    """Training loops that iterate no DataLoader: stretched sequences and random indices are
+    sharded by their own rules; the rest are reported with what feeds them (DDP208, DDP218)."""
+    reported: Set[cst.Call] = set()
+    for loop in facts.batch_loops_without_loader():
+        if loop in facts.sliced_batch_loops:
+            continue
+        if stretch_sequences(facts, edits, setup, loop):
+            continue
+        if random_batches.seed_per_rank(facts, edits, setup, loop):
+            continue
+        contained = loader_in_a_container(facts, loop)
+        if contained is not None:
+            if contained not in reported:
+                reported.add(contained)
+                edits.report("DDP218", contained)
+            continue
+        made_by = next((facts.made_in_other_modules[name] for name in facts.names_iterated_by(loop)
+                        if name in facts.made_in_other_modules), None)
+        if made_by is not None:
+            edits.report("DDP208", loop, f"batches come from `{made_by}()` in another module of the "
+                         "project, which ddpify reads but does not rewrite: every rank trains on the "
+                         "same data; give its DataLoader a DistributedSampler there")
+            continue
+        edits.report("DDP208", loop, "batches built by hand: every rank trains on the same "
+                     "data; shard it by rank (e.g. data[rank::world_size])")

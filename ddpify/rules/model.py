@@ -8,8 +8,7 @@ from typing import List, Optional, Tuple, cast
 
 import libcst as cst
 
-from ddpify.analysis import effects, names
-from ddpify.analysis import Facts, Model, Statement, calls_within, dotted_name
+from ddpify.analysis import Facts, Model, Statement, calls_within, dotted_name, effects, names
 from ddpify.emit.edits import Edits, Rewrite
 from ddpify.rules.setup import SetupPlan
 

@@ -9,8 +9,8 @@ from typing import List, Set
 import libcst as cst
 
 from ddpify.analysis import BlockItem, Facts
-from ddpify.rules import training
 from ddpify.emit.edits import Edits
+from ddpify.rules import training
 from ddpify.rules.setup import SetupPlan
 
 

@@ -12,12 +12,11 @@ from typing import List, Optional, Set
 
 import libcst as cst
 
-from ddpify.analysis import names
-from ddpify.analysis import Facts, Statement, dotted_name
+from ddpify.analysis import Facts, Statement, dotted_name, names
+from ddpify.analysis.nodes import names_in
 from ddpify.emit import collectives
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.rules.setup import SetupPlan
-from ddpify.analysis.nodes import names_in
 
 HELPER = '''\
 

@@ -10,11 +10,10 @@ from typing import Callable, List, Optional, Sequence, Set, cast
 
 import libcst as cst
 
-from ddpify.analysis import effects, names
-from ddpify.analysis import BlockItem, Facts, Statement, calls_within, dotted_name, string_value
+from ddpify.analysis import BlockItem, Facts, Statement, calls_within, dotted_name, effects, names, string_value
+from ddpify.analysis.nodes import names_in
 from ddpify.emit.edits import Edits, Insertion, replacement
 from ddpify.rules.setup import SetupPlan
-from ddpify.analysis.nodes import names_in
 
 LINE_LENGTH = 88
 LOWER_LOG_LEVEL_CODE = """\

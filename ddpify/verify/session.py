@@ -11,8 +11,21 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
 from ddpify.verify.checks import (
-    CHECK_IDS, HANDOFF, IMPORT, MULTINODE, ORIGINAL, ORIGINAL_IMPORT, SINGLE, TORCHRUN, CheckResult, FAIL,
-    RunSet, early_reads, evaluate, handoff_paths, runs_needed,
+    CHECK_IDS,
+    FAIL,
+    HANDOFF,
+    IMPORT,
+    MULTINODE,
+    ORIGINAL,
+    ORIGINAL_IMPORT,
+    SINGLE,
+    TORCHRUN,
+    CheckResult,
+    RunSet,
+    early_reads,
+    evaluate,
+    handoff_paths,
+    runs_needed,
 )
 from ddpify.verify.records import RunResult
 from ddpify.verify.runner import Runner, RunSettings

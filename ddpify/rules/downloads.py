@@ -1,0 +1,91 @@
+"""One process per machine downloads the data while the others wait (DDP209, DDP212)."""
+from typing import List, Sequence
+
+import libcst as cst
+
+from ddpify.analysis import Facts, Statement
+from ddpify.emit.edits import Edits, Insertion
+from ddpify.rules.setup import SetupPlan
+
+DOWNLOAD_BEFORE_CODE = """\
+if distributed and local_rank != 0:
+    dist.barrier()  # wait while local rank 0 downloads the data
+"""
+
+
+DOWNLOAD_AFTER_CODE = """\
+if distributed and local_rank == 0:
+    dist.barrier()  # the data is in place: release the other ranks
+"""
+
+
+def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+    """Barriers around each run of statements that download a dataset (`download=True`,
+    urlretrieve, unpacking an archive), or call a helper of the script's that does."""
+    for group in _consecutive_groups(facts, _download_sites(facts, setup)):
+        first, last = group[0], group[-1]
+        if _inside_class(facts, first):
+            continue
+        if not setup.sees_setup(facts, first):
+            edits.report("DDP212", first)
+            continue
+        # First of all that goes before the statement: a dataset hoisted out of the loader
+        # call (`DataLoader(MNIST(download=True), ...)`) downloads too.
+        edits.before.setdefault(first, []).insert(
+            0, Insertion(edits.statements(DOWNLOAD_BEFORE_CODE), takes_comments=True)
+        )
+        edits.after.setdefault(last, []).extend(edits.statements(DOWNLOAD_AFTER_CODE))
+        edits.imports.add("dist")
+        edits.report("DDP209", first)
+
+
+def _download_sites(facts: Facts, setup: SetupPlan) -> List[Statement]:
+    """Each download statement, or, inside a helper that the setup's scope calls, each
+    call of that helper. A test of the file system around it (`if not os.path.exists`)
+    goes inside the barriers: the ranks that wait see the files once they are there."""
+    sites: List[Statement] = []
+    for statement in facts.download_statements:
+        function = facts.function_of(statement)
+        calls = facts.calls_of(function)
+        if function is not None and not setup.sees_setup(facts, statement) and calls and all(
+                setup.sees_setup(facts, call) for call in calls):
+            candidates = [facts.statement_of(call) for call in calls]
+        else:
+            candidates = [statement]
+        for candidate in candidates:
+            candidate = _outside_file_tests(facts, candidate)
+            if candidate not in sites:
+                sites.append(candidate)
+    return sorted(sites, key=facts.line_of)
+
+
+def _outside_file_tests(facts: Facts, statement: Statement) -> Statement:
+    while True:
+        block = facts.parents.get(statement)
+        branch = facts.parents.get(block) if isinstance(block, cst.IndentedBlock) else None
+        if not isinstance(branch, cst.If) or not any(
+                word in facts.module.code_for_node(branch.test) for word in ("exists(", "isdir(", "isfile(")):
+            return statement
+        statement = branch
+
+
+def _consecutive_groups(facts: Facts, statements: Sequence[Statement]) -> List[List[Statement]]:
+    groups: List[List[Statement]] = []
+    for statement in statements:
+        block = facts.block_of(statement)
+        if groups and facts.block_of(groups[-1][-1]) is block:
+            body = list(block.body)
+            if body.index(statement) == body.index(groups[-1][-1]) + 1:
+                groups[-1].append(statement)
+                continue
+        groups.append([statement])
+    return groups
+
+
+def _inside_class(facts: Facts, node: cst.CSTNode) -> bool:
+    parent = facts.parents.get(node)
+    while parent is not None:
+        if isinstance(parent, cst.ClassDef):
+            return True
+        parent = facts.parents.get(parent)
+    return False

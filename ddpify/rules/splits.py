@@ -1,0 +1,47 @@
+"""The ranks draw the same random_split (DDP214): a generator seeded alike on every rank."""
+
+import libcst as cst
+
+from ddpify.analysis import Facts, names
+from ddpify.emit.edits import Edits, Insertion
+from ddpify.rules.setup import SetupPlan
+
+SPLIT_GENERATOR = "torch.Generator().manual_seed(0) if {condition} else torch.default_generator"
+
+
+def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+    """`random_split(ds, [n, m])` draws from the global generator; unseeded, every rank
+    draws its own split, so the ranks' shards overlap and validation leaks into training.
+    Under torchrun the split uses a generator seeded alike on every rank; plain `python`
+    keeps the global one (the split's own default)."""
+    # A script that seeds torch (with the same seed on every rank) draws the same split.
+    if any(facts.calls_named.get(qualified) for qualified in names.MANUAL_SEEDS):
+        return
+    for call in facts.calls_named.get(names.RANDOM_SPLIT, ()):
+        positional = [arg for arg in call.args if arg.keyword is None]
+        if len(positional) > 2 or any(arg.keyword is not None and arg.keyword.value == "generator"
+                                      for arg in call.args) or any(arg.star for arg in call.args):
+            continue
+        condition = "distributed" if setup.sees_setup(facts, call) else "dist.is_initialized()"
+        if condition != "distributed":
+            edits.imports.add("dist")
+        name = facts.free_name("split_generator")
+        statement = facts.statement_of(call)
+        edits.before.setdefault(statement, []).append(Insertion(
+            [edits.statement(f"{name} = {SPLIT_GENERATOR.format(condition=condition)}\n")],
+            takes_comments=True))
+        edits.expressions[call] = _with_generator(edits, name)
+        setup.guard_nodes.add(call)  # needs `distributed`, not the process group
+        edits.report("DDP214", call)
+
+
+def _with_generator(edits: Edits, generator: str):
+    def rewrite(call: cst.Call) -> cst.Call:
+        args = list(call.args)
+        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        args.append(cst.Arg(keyword=cst.Name("generator"), value=edits.expression(generator),
+                            equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                                  whitespace_after=cst.SimpleWhitespace(""))))
+        return call.with_changes(args=args)
+
+    return rewrite
