@@ -35,6 +35,7 @@ import runpy
 import sys
 import threading
 import time
+from types import FrameType
 from typing import Any, List, Optional, Sequence
 
 from ddpify.verify import records
@@ -137,7 +138,7 @@ class Probe:
 
     def where(self) -> Optional[str]:
         """The innermost line of the script's own files on the current stack, as file:line."""
-        frame = sys._getframe(1)
+        frame: Optional[FrameType] = sys._getframe(1)
         while frame is not None:
             name = frame.f_code.co_filename
             if own_file(name, self.script_dir):

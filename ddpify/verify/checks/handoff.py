@@ -96,7 +96,7 @@ def check_handoff(runs: Runs) -> CheckResult:
     reason = unusable(runs, TORCHRUN)
     if reason:
         return na(check_id, title, reason)
-    handed = handoff_paths(torchrun)
+    handed = handoff_paths(runs[TORCHRUN])
     if not handed:
         cap = capped(runs)
         return na(check_id, title, f"not exercised: {cap}" if cap

@@ -40,7 +40,8 @@ def check_multinode_ready(runs: Runs) -> CheckResult:
     ]
     judges = (ranks_agree_on, one_writer_in, one_voice_in)
     parts = [judge(runs, run) for judge in judges]
-    already = [judge(runs, one_machine).status == FAIL if usable(runs, TORCHRUN) else False for judge in judges]
+    one_machine_ok = usable(runs, TORCHRUN)
+    already = [one_machine_ok is not None and judge(runs, one_machine_ok).status == FAIL for judge in judges]
     new_failures = [part for part, known in zip(parts, already) if part.status == FAIL and not known]
     known_failures = [part.title for part, known in zip(parts, already) if part.status == FAIL and known]
     if new_failures:

@@ -16,7 +16,9 @@ CODE_SUFFIXES = (".py", ".pyc", ".so")
 
 
 def inside(path: str, directory: Optional[str]) -> bool:
-    return bool(directory) and path.startswith(os.path.join(directory, ""))
+    if not directory:
+        return False
+    return path.startswith(os.path.join(directory, ""))
 
 
 def path_scope(path: str, run_dir: Optional[str] = None) -> str:
