@@ -1,16 +1,17 @@
-"""The `multinode_ready` check: the two-agent run, judged only on what a one-machine run
-does not already show (RANK and LOCAL_RANK differ, machines need not share files)."""
+"""The `multinode_ready` check: two torchrun agents, as on two machines. A script can pass
+on one machine and fail on two: LOCAL_RANK 0 is no longer rank 0, and machines need not
+share a filesystem."""
 from __future__ import annotations
 
 from typing import List
 
 from ddpify.verify.checks.events import events_of
+from ddpify.verify.checks.failed_runs import describe_failed_run, failure_text
 from ddpify.verify.checks.handoff import handoff_paths
 from ddpify.verify.checks.one_voice import one_voice_in
 from ddpify.verify.checks.one_writer import one_writer_in
 from ddpify.verify.checks.ranks_agree import ranks_agree_on
 from ddpify.verify.checks.result import FAIL, PASS, CheckResult, at, na
-from ddpify.verify.checks.failed_runs import describe_failed_run, failure_text
 from ddpify.verify.records import RunResult
 from ddpify.verify.run_set import MULTINODE, TORCHRUN, Runs, usable
 

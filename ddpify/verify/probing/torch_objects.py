@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Optional
 
+
 def has_module_prefix(obj: Any, depth: int = 0) -> bool:
     """True when a state dict (or a dict of them, e.g. {"model": ...}) has `module.` keys."""
     if not isinstance(obj, Mapping):

@@ -1,8 +1,5 @@
-"""The script's own lines in a failed rank's traceback: what a report shows as the cause.
-
-The whole traceback, torch's frames and the probe's included, is in the run's output; the
-report names the user's line and the library call it failed in.
-"""
+"""The script's own lines in a failed rank's traceback: a report names the user's line that
+failed, not the depths of torch it failed in."""
 from __future__ import annotations
 
 import os
