@@ -15,7 +15,7 @@ with a note rather than failing the run.
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from ddpify.diagnostics import unknown_codes
 from ddpify.walk import repository_root
@@ -78,23 +78,24 @@ def _parse(path: str, table: dict) -> Config:
     if unknown:
         raise ConfigError(f"{path}: [tool.ddpify]: unknown key {unknown[0]!r}; "
                           f"known: {', '.join(_LISTS + _FLAGS)}")
-    values = {}
+    lists: Dict[str, Tuple[str, ...]] = {}
     for key in _LISTS:
         if key in table:
-            values[key] = _codes_or_globs(path, key, table[key], upper=key != "exclude")
-            unknown_rules = unknown_codes(values[key]) if key != "exclude" else ()
+            lists[key] = _codes_or_globs(path, key, table[key], upper=key != "exclude")
+            unknown_rules = unknown_codes(lists[key]) if key != "exclude" else ()
             if unknown_rules:
                 raise ConfigError(f"{path}: [tool.ddpify]: {key}: unknown rule code or prefix "
                                   f"{', '.join(unknown_rules)}; see ddpify --list-rules")
+    flags: Dict[str, bool] = {}
     for key in _FLAGS:
         if key in table:
             if not isinstance(table[key], bool):
                 raise ConfigError(f"{path}: [tool.ddpify]: {key} must be true or false")
-            values[key] = table[key]
+            flags[key] = table[key]
     return Config(
-        path, select=values.get("select"), ignore=values.get("ignore"),
-        exclude=values.get("exclude", ()), sync_batchnorm=values.get("sync-batchnorm"),
-        keep_global_batch=values.get("keep-global-batch"), shard_eval=values.get("shard-eval"),
+        path, select=lists.get("select"), ignore=lists.get("ignore"),
+        exclude=lists.get("exclude", ()), sync_batchnorm=flags.get("sync-batchnorm"),
+        keep_global_batch=flags.get("keep-global-batch"), shard_eval=flags.get("shard-eval"),
     )
 
 

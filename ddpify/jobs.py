@@ -145,7 +145,7 @@ def _prepare(job: Job) -> Report:
     try:
         if job.mode == IN_PLACE:
             require_regular_file(job.path)
-        data = job.data if job.path == "-" else read_bytes(job.path)
+        data = _bytes_of(job)
         if b"torch" not in data and job.mode != WRITE and not job.explicit:
             # Cheap: a file that never mentions torch trains nothing, so a walk does not parse
             # it. A file named on the command line is still checked: it must be Python.
@@ -177,6 +177,21 @@ def _prepare(job: Job) -> Report:
                     diagnostics=diagnostics, changed=changed)
     _deliver(job, report, source.text, result.code, source.encoding)
     return report
+
+
+def _bytes_of(job: Job) -> bytes:
+    """A file's bytes are read here, in the worker; stdin's come with the job, as only the
+    main process can read them (cli.py reads them when it plans the job)."""
+    if job.path != "-":
+        return read_bytes(job.path)
+    assert job.data is not None, "a stdin job carries the bytes the main process read"
+    return job.data
+
+
+def _twin_path(job: Job) -> str:
+    """A twin job is always planned with its twin's path (cli.py, twin_of)."""
+    assert job.output is not None, f"a {job.mode} job without its twin's path"
+    return job.output
 
 
 def _project(job: Job, text: str) -> project.Project:
@@ -211,7 +226,7 @@ def _deliver(job: Job, report: Report, before: str, after: str, encoding: str) -
                                 f"(ddpify --diff {shown} shows how)")
             report.exit_code = PENDING
     elif job.mode == TWIN_CHECK:
-        _compare_twin(report, job.output, before, after, shown, missing_ok=not changed)
+        _compare_twin(report, _twin_path(job), before, after, shown, missing_ok=not changed)
     elif job.mode == DIFF:
         if changed:
             report.diff = unified_diff(before, after, shown)
@@ -221,14 +236,14 @@ def _deliver(job: Job, report: Report, before: str, after: str, encoding: str) -
             report.pending = PendingWrite(job.path, encode(after, encoding),
                                           f"{shown}: migrated in place")
     elif job.mode == TWIN:
-        current = _read_text_or_none(job.output)
-        hand_edit = None if current is None else twins.judge(job.output, current, shown, before)
+        twin = _twin_path(job)
+        current = _read_text_or_none(twin)
+        hand_edit = None if current is None else twins.judge(twin, current, shown, before)
         if hand_edit is not None:
             _report_hand_edit(report, hand_edit)  # a person's twin is never overwritten
         elif current != after and (current is not None or changed):
             verb = "updated" if current is not None else "written"
-            report.pending = PendingWrite(job.output, encode(after, encoding),
-                                          f"{job.output}: {verb} from {shown}")
+            report.pending = PendingWrite(twin, encode(after, encoding), f"{twin}: {verb} from {shown}")
             report.exit_code = PENDING
     elif job.output not in (None, "-"):
         report.pending = PendingWrite(job.output, encode(after, encoding),

@@ -30,6 +30,7 @@ def expand(paths: Sequence[str], excludes: Sequence[str] = ()) -> List[Entry]:
     """Files in command-line order; each directory's files in sorted order."""
     entries, seen = [], set()
     for path in paths:
+        found: Iterable[Entry]
         if path != "-" and os.path.isdir(path):
             found = (Entry(file, False) for file in _walk(path, excludes))
         elif path != "-" and matches_any(path, excludes):
@@ -103,7 +104,7 @@ def matches_any(path: str, globs: Iterable[str]) -> bool:
 class GitIgnore:
     """The simple patterns of one `.gitignore`, matched relative to its directory."""
 
-    def __init__(self, patterns: Sequence[Tuple[str, bool, bool]]) -> None:
+    def __init__(self, patterns: Iterable[Tuple[str, bool, bool]]) -> None:
         # (glob, anchored to the root, directories only)
         self.patterns = tuple(patterns)
 

@@ -1,9 +1,25 @@
-"""checks.py on synthetic event lists: every check passes on good data and fails on bad."""
+"""The checks on synthetic event lists: every check passes on good data and fails on bad."""
 import random
 
-from ddpify.verify import checks
-from ddpify.verify.checks import FAIL, MULTINODE, NA, ORIGINAL, PASS, SINGLE, TORCHRUN
+from ddpify.verify.checks import runs_needed
+from ddpify.verify.checks.data_sharded import check_data_sharded
+from ddpify.verify.checks.events import line_shape
+from ddpify.verify.checks.failed_runs import summarize_stack
+from ddpify.verify.checks.handoff import check_handoff, early_reads, handoff_paths
+from ddpify.verify.checks.importable import check_importable
+from ddpify.verify.checks.multinode_ready import check_multinode_ready
+from ddpify.verify.checks.no_leftovers import check_no_leftovers
+from ddpify.verify.checks.no_move_after_wrap import check_no_move_after_wrap
+from ddpify.verify.checks.one_voice import check_one_voice
+from ddpify.verify.checks.one_writer import check_one_writer, one_writer_in
+from ddpify.verify.checks.ranks_agree import check_ranks_agree
+from ddpify.verify.checks.result import FAIL, NA, PASS
+from ddpify.verify.checks.runs import check_runs
+from ddpify.verify.checks.same_as_original import check_same_as_original
 from ddpify.verify.records import RunResult
+from ddpify.verify.run_set import (
+    HANDOFF, IMPORT, MULTINODE, ORIGINAL, ORIGINAL_IMPORT, SINGLE, TORCHRUN, RunSet,
+)
 
 
 def make_run(name, events, ok=True, timed_out=False, stacks=None, files=(), world_size=None):
@@ -74,14 +90,14 @@ Thread 0x00007f3f0708db80 (most recent call first):
 
 
 def test_runs_pass_when_every_run_exits_zero():
-    result = checks.check_runs({ORIGINAL: make_run(ORIGINAL, {0: []}), TORCHRUN: make_run(TORCHRUN, {0: [], 1: []})})
+    result = check_runs({ORIGINAL: make_run(ORIGINAL, {0: []}), TORCHRUN: make_run(TORCHRUN, {0: [], 1: []})})
     assert result.status == PASS
 
 
 def test_runs_name_the_hung_ranks_and_where_they_wait():
     events = {0: [start(0)], 1: [start(1), {"ev": "stop", "reason": "max_steps", "steps": 1}]}
     hung = make_run(TORCHRUN, events, ok=False, timed_out=True, stacks={0: STACK})
-    result = checks.check_runs({TORCHRUN: hung})
+    result = check_runs({TORCHRUN: hung})
     assert result.status == FAIL
     assert "hung: torchrun" in result.summary
     assert "rank 0 waits at train_ddp.py:66, in barrier (distributed_c10d.py:5356)" in "\n".join(result.evidence)
@@ -90,7 +106,7 @@ def test_runs_name_the_hung_ranks_and_where_they_wait():
 
 def test_runs_report_a_crash_with_its_error():
     events = {0: [start(0), {"ev": "end", "status": "error", "error": "RuntimeError('boom')"}]}
-    result = checks.check_runs({SINGLE: make_run(SINGLE, events, ok=False)})
+    result = check_runs({SINGLE: make_run(SINGLE, events, ok=False)})
     assert result.status == FAIL
     assert "RuntimeError('boom')" in "\n".join(result.evidence)
 
@@ -104,12 +120,12 @@ def test_a_crash_that_left_the_other_agent_waiting_is_reported_as_the_crash_not_
                            "serialization.py:1484 in load"]}
     events = {0: [start(0), {"ev": "end", "status": 0, "t": 106.0}], 1: [start(1, local_rank=0), crash]}
     run = make_run(MULTINODE, events, ok=False, timed_out=True)
-    result = checks.check_runs({MULTINODE: run})
+    result = check_runs({MULTINODE: run})
     assert result.status == FAIL and "hung" not in result.summary
     assert result.evidence[0] == ("two nodes: rank 1 failed first: FileNotFoundError: [Errno 2] No such file or "
                                   "directory: 'model.pth' (quickstart_ddp.py:74)")
     assert result.evidence[1] == "  | quickstart_ddp.py:74 in <module>: model.load_state_dict(torch.load('model.pth'))"
-    ready = checks.check_multinode_ready({MULTINODE: run})
+    ready = check_multinode_ready({MULTINODE: run})
     assert ready.summary.startswith("the two-agent run failed: rank 1 failed first: FileNotFoundError")
     from ddpify.verify.report import run_label, run_to_dict
     assert run_label(run) == "two nodes failed 1.0s"
@@ -121,13 +137,13 @@ def test_the_first_rank_to_fail_is_the_cause_the_others_followed():
     raised = {"ev": "end", "status": "error", "error": "ValueError: bad batch", "where": "train_ddp.py:40", "t": 8.0}
     run = make_run(TORCHRUN, {0: [start(0), closed], 1: [start(1), raised]}, ok=False)
     assert run.first_failure() == (1, raised)
-    evidence = checks.check_runs({TORCHRUN: run}).evidence
+    evidence = check_runs({TORCHRUN: run}).evidence
     assert evidence[0] == "torchrun: rank 1 failed first: ValueError: bad batch (train_ddp.py:40)"
     assert "  rank 0: RuntimeError: Connection closed by peer" in evidence
 
 
 def test_summarize_stack_without_script_frames_names_the_innermost_call():
-    assert checks.summarize_stack(STACK, "other.py") == "in barrier (distributed_c10d.py:5356)"
+    assert summarize_stack(STACK, "other.py") == "in barrier (distributed_c10d.py:5356)"
 
 
 # -- same as original ------------------------------------------------------------------
@@ -140,36 +156,36 @@ def pair(original_events, single_events):
 
 
 def test_same_as_original_passes_bit_identical_and_within_tolerance():
-    identical = checks.check_same_as_original(pair([SEED, step(1, "a", 2.0)], [SEED, step(1, "a", 2.0)]))
+    identical = check_same_as_original(pair([SEED, step(1, "a", 2.0)], [SEED, step(1, "a", 2.0)]))
     assert identical.status == PASS and "bit-identical" in identical.summary
-    close = checks.check_same_as_original(pair([SEED, step(1, "a", 2.0)], [SEED, step(1, "b", 2.0 + 1e-7)]))
+    close = check_same_as_original(pair([SEED, step(1, "a", 2.0)], [SEED, step(1, "b", 2.0 + 1e-7)]))
     assert close.status == PASS and "within" in close.summary
 
 
 def test_same_as_original_fails_on_a_different_trajectory():
-    result = checks.check_same_as_original(pair([SEED, step(1, "a", 2.0)], [SEED, step(1, "b", 2.5)]))
+    result = check_same_as_original(pair([SEED, step(1, "a", 2.0)], [SEED, step(1, "b", 2.5)]))
     assert result.status == FAIL and result.summary.startswith("step 1:")
 
 
 def test_same_as_original_fails_on_a_different_step_count():
-    result = checks.check_same_as_original(pair([SEED, step(1, "a"), step(2, "b")], [SEED, step(1, "a")]))
+    result = check_same_as_original(pair([SEED, step(1, "a"), step(2, "b")], [SEED, step(1, "a")]))
     assert result.status == FAIL and "2 optimizer steps" in result.summary
 
 
 def test_same_as_original_fails_when_a_line_goes_missing():
-    result = checks.check_same_as_original(pair([SEED, printed("epoch 0: 1.5")], [SEED]))
+    result = check_same_as_original(pair([SEED, printed("epoch 0: 1.5")], [SEED]))
     assert result.status == FAIL and "'epoch #: #'" in result.summary
 
 
 def test_same_as_original_is_na_for_an_unseeded_original():
-    result = checks.check_same_as_original(pair([step(1, "a", 2.0)], [step(1, "b", 2.5)]))
+    result = check_same_as_original(pair([step(1, "a", 2.0)], [step(1, "b", 2.5)]))
     assert result.status == NA and "manual_seed" in result.summary
 
 
 def test_same_as_original_is_na_when_a_run_failed():
     runs = pair([SEED], [SEED])
     runs[SINGLE].returncodes = [1]
-    assert checks.check_same_as_original(runs).status == NA
+    assert check_same_as_original(runs).status == NA
 
 
 # -- ranks agree -----------------------------------------------------------------------
@@ -177,22 +193,22 @@ def test_same_as_original_is_na_when_a_run_failed():
 
 def test_ranks_agree_passes_on_identical_digests():
     run = make_run(TORCHRUN, {0: [step(1, "a"), step(2, "b")], 1: [step(1, "a"), step(2, "b")]})
-    assert checks.check_ranks_agree({TORCHRUN: run}).status == PASS
+    assert check_ranks_agree({TORCHRUN: run}).status == PASS
 
 
 def test_ranks_agree_fails_when_parameters_diverge():
     run = make_run(TORCHRUN, {0: [step(1, "a"), step(2, "b", 1.0)], 1: [step(1, "a"), step(2, "c", 1.5)]})
-    result = checks.check_ranks_agree({TORCHRUN: run})
+    result = check_ranks_agree({TORCHRUN: run})
     assert result.status == FAIL and "after step 2" in result.summary
 
 
 def test_ranks_agree_fails_on_different_step_counts():
     run = make_run(TORCHRUN, {0: [step(1, "a"), step(2, "b")], 1: [step(1, "a")]})
-    assert checks.check_ranks_agree({TORCHRUN: run}).status == FAIL
+    assert check_ranks_agree({TORCHRUN: run}).status == FAIL
 
 
 def test_ranks_agree_is_na_without_steps():
-    assert checks.check_ranks_agree({TORCHRUN: make_run(TORCHRUN, {0: [], 1: []})}).status == NA
+    assert check_ranks_agree({TORCHRUN: make_run(TORCHRUN, {0: [], 1: []})}).status == NA
 
 
 # -- data sharded ----------------------------------------------------------------------
@@ -203,7 +219,7 @@ def sharded_run(per_rank, dataset_len, **options):
 
 
 def test_data_sharded_passes_with_distributed_sampler_and_notes_padding():
-    result = checks.check_data_sharded({TORCHRUN: sharded_run(sharded(31, 2, epochs=2), 31)})
+    result = check_data_sharded({TORCHRUN: sharded_run(sharded(31, 2, epochs=2), 31)})
     assert result.status == PASS, result.evidence
     assert "order changes" in result.summary and "(2 full epoch(s))" in result.summary
     assert any("1 padding duplicate" in note for note in result.notes)
@@ -211,41 +227,41 @@ def test_data_sharded_passes_with_distributed_sampler_and_notes_padding():
 
 def test_data_sharded_fails_when_every_rank_sees_everything():
     everything = list(range(16))
-    result = checks.check_data_sharded({TORCHRUN: sharded_run({0: [everything], 1: [everything]}, 16)})
+    result = check_data_sharded({TORCHRUN: sharded_run({0: [everything], 1: [everything]}, 16)})
     assert result.status == FAIL and "16 samples fetched by more than one rank" in result.summary
 
 
 def test_data_sharded_fails_on_samples_never_fetched():
-    result = checks.check_data_sharded({TORCHRUN: sharded_run({0: [[0, 2, 4, 6]], 1: [[1, 3, 5, 7]]}, 10)})
+    result = check_data_sharded({TORCHRUN: sharded_run({0: [[0, 2, 4, 6]], 1: [[1, 3, 5, 7]]}, 10)})
     assert result.status == FAIL and "2 of 10 samples never fetched" in result.summary
 
 
 def test_data_sharded_accepts_samples_dropped_by_drop_last():
     run = sharded_run({0: [[0, 2, 4, 6]], 1: [[1, 3, 5, 7]]}, 10, drop_last=True)
-    result = checks.check_data_sharded({TORCHRUN: run})
+    result = check_data_sharded({TORCHRUN: run})
     assert result.status == PASS and any("drop_last" in note for note in result.notes)
 
 
 def test_data_sharded_ignores_missing_samples_of_an_epoch_cut_short():
     run = sharded_run({0: [[0, 2, 4, 6]], 1: [[1, 3, 5, 7]]}, 100, complete=False)
-    assert checks.check_data_sharded({TORCHRUN: run}).status == PASS
+    assert check_data_sharded({TORCHRUN: run}).status == PASS
 
 
 def test_data_sharded_fails_when_every_epoch_repeats_the_order():
     run = sharded_run(sharded(32, 2, epochs=2, reshuffle=False), 32)
-    result = checks.check_data_sharded({TORCHRUN: run})
+    result = check_data_sharded({TORCHRUN: run})
     assert result.status == FAIL and "set_epoch was called 0 time(s)" in result.summary
 
 
 def test_data_sharded_does_not_compare_orders_when_the_original_does_not_shuffle():
     run = sharded_run(sharded(32, 2, epochs=2, reshuffle=False), 32)
     original = make_run(ORIGINAL, {0: training([list(range(32))] * 2, 32, shuffle=False)})
-    result = checks.check_data_sharded({ORIGINAL: original, TORCHRUN: run})
+    result = check_data_sharded({ORIGINAL: original, TORCHRUN: run})
     assert result.status == PASS and any("does not shuffle" in note for note in result.notes)
 
 
 def test_data_sharded_needs_two_epochs_to_compare_orders():
-    result = checks.check_data_sharded({TORCHRUN: sharded_run(sharded(32, 2, epochs=1), 32)})
+    result = check_data_sharded({TORCHRUN: sharded_run(sharded(32, 2, epochs=1), 32)})
     assert result.status == PASS and any("fewer than 2 epochs" in note for note in result.notes)
 
 
@@ -254,11 +270,11 @@ def test_data_sharded_only_judges_training_loaders():
     evaluation = [{"ev": "fetch", "loader": 1, "epoch": 0, "indices": everything}]
     per_rank = sharded(32, 2, epochs=2)
     run = make_run(TORCHRUN, {rank: training(epochs, 32) + evaluation for rank, epochs in per_rank.items()})
-    assert checks.check_data_sharded({TORCHRUN: run}).status == PASS
+    assert check_data_sharded({TORCHRUN: run}).status == PASS
 
 
 def test_data_sharded_is_na_without_training_batches():
-    assert checks.check_data_sharded({TORCHRUN: make_run(TORCHRUN, {0: [], 1: []})}).status == NA
+    assert check_data_sharded({TORCHRUN: make_run(TORCHRUN, {0: [], 1: []})}).status == NA
 
 
 # -- one writer ------------------------------------------------------------------------
@@ -266,59 +282,59 @@ def test_data_sharded_is_na_without_training_batches():
 
 def test_one_writer_passes_when_only_rank_0_saves():
     run = make_run(TORCHRUN, {0: [saved("ckpt.pth")], 1: []})
-    assert checks.check_one_writer({TORCHRUN: run}).status == PASS
+    assert check_one_writer({TORCHRUN: run}).status == PASS
 
 
 def test_one_writer_fails_when_another_rank_writes():
     log = {"ev": "write", "path": "log.txt", "mode": "w", "scope": "cwd"}
     run = make_run(TORCHRUN, {0: [saved("ckpt.pth")], 1: [log]})
-    result = checks.check_one_writer({TORCHRUN: run})
+    result = check_one_writer({TORCHRUN: run})
     assert result.status == FAIL and result.summary == "rank 1 wrote log.txt"
 
 
 def test_one_writer_ignores_the_runs_own_home_and_tmpdir():
     scratch = {"ev": "write", "path": "/tmp/ddpify-verify-x/torchrun/tmp/x", "mode": "w", "scope": "run"}
     run = make_run(TORCHRUN, {0: [saved("ckpt.pth")], 1: [scratch]})
-    assert checks.check_one_writer({TORCHRUN: run}).status == PASS
+    assert check_one_writer({TORCHRUN: run}).status == PASS
 
 
 def test_one_writer_fails_on_module_prefix_and_on_saving_the_wrapper():
-    prefixed = checks.check_one_writer({TORCHRUN: make_run(TORCHRUN, {0: [saved("a.pth", module_prefix=True)], 1: []})})
+    prefixed = check_one_writer({TORCHRUN: make_run(TORCHRUN, {0: [saved("a.pth", module_prefix=True)], 1: []})})
     assert prefixed.status == FAIL and "'module.'" in prefixed.summary
-    wrapper = checks.check_one_writer({TORCHRUN: make_run(TORCHRUN, {0: [saved("m.pt", wrapped=True)], 1: []})})
+    wrapper = check_one_writer({TORCHRUN: make_run(TORCHRUN, {0: [saved("m.pt", wrapped=True)], 1: []})})
     assert wrapper.status == FAIL and "wrapper" in wrapper.summary
 
 
 def test_one_writer_fails_when_rank_0_drops_the_originals_files():
     original = make_run(ORIGINAL, {0: [saved("ckpt.pth")]})
-    result = checks.check_one_writer({ORIGINAL: original, TORCHRUN: make_run(TORCHRUN, {0: [], 1: []})})
+    result = check_one_writer({ORIGINAL: original, TORCHRUN: make_run(TORCHRUN, {0: [], 1: []})})
     assert result.status == FAIL and "rank 0 wrote nothing" in result.summary
 
 
 def test_one_writer_is_na_when_nothing_is_written():
-    assert checks.check_one_writer({TORCHRUN: make_run(TORCHRUN, {0: [], 1: []})}).status == NA
+    assert check_one_writer({TORCHRUN: make_run(TORCHRUN, {0: [], 1: []})}).status == NA
 
 
 # -- one voice -------------------------------------------------------------------------
 
 
 def test_line_shape_hides_numbers():
-    assert checks.line_shape("epoch 3: loss 0.25, acc 9.5e-01 nan") == "epoch #: loss #, acc # #"
+    assert line_shape("epoch 3: loss 0.25, acc 9.5e-01 nan") == "epoch #: loss #, acc # #"
 
 
 def test_one_voice_passes_when_rank_0_prints_the_originals_lines():
     original = make_run(ORIGINAL, {0: [printed("epoch 0: loss 2.0"), printed("done")]})
     run = make_run(TORCHRUN, {0: [printed("epoch 0: loss 1.9"), printed("done")], 1: []})
-    assert checks.check_one_voice({ORIGINAL: original, TORCHRUN: run}).status == PASS
+    assert check_one_voice({ORIGINAL: original, TORCHRUN: run}).status == PASS
 
 
 def test_one_voice_fails_when_another_rank_prints_and_names_the_rank_the_line_and_where():
     run = make_run(TORCHRUN, {0: [printed("done")], 1: [printed("done", "train_ddp.py:40")]})
-    result = checks.check_one_voice({TORCHRUN: run})
+    result = check_one_voice({TORCHRUN: run})
     assert result.status == FAIL and result.summary == "rank 1 printed 1 line(s): 'done' (train_ddp.py:40)"
     loud = make_run(TORCHRUN, {0: [], 1: [], 2: [printed("epoch 1", "t.py:9"), printed("epoch 2", "t.py:9"),
                                                  printed("Saving best..", "t.py:30")]})
-    assert checks.check_one_voice({TORCHRUN: loud}).evidence == [
+    assert check_one_voice({TORCHRUN: loud}).evidence == [
         "rank 2 printed 3 line(s): 'epoch 1' (t.py:9) x2, 'Saving best..' (t.py:30)"]
 
 
@@ -328,13 +344,13 @@ def test_one_voice_compares_who_prints_not_how_often_a_data_dependent_line_print
     original = make_run(ORIGINAL, {0: [printed("epoch 0: acc 0.9"), printed("Saving best..")]})
     run = make_run(TORCHRUN, {0: [printed("epoch 0: acc 0.88"), printed("Saving best.."),
                                   printed("Saving best..")], 1: []})
-    result = checks.check_one_voice({ORIGINAL: original, TORCHRUN: run})
+    result = check_one_voice({ORIGINAL: original, TORCHRUN: run})
     assert result.status == PASS and result.summary == "only rank 0 printed (3 lines)", result.evidence
 
 
 def test_one_voice_notes_a_line_rank_0_never_prints():
     original = make_run(ORIGINAL, {0: [printed("step 100: loss 1.0")]})
-    result = checks.check_one_voice({ORIGINAL: original, TORCHRUN: make_run(TORCHRUN, {0: [], 1: []})})
+    result = check_one_voice({ORIGINAL: original, TORCHRUN: make_run(TORCHRUN, {0: [], 1: []})})
     assert result.status == PASS
     assert result.notes == ["printed 1 time(s) by the original, never by rank 0 in the torchrun run: 'step #: loss #'"]
 
@@ -344,7 +360,7 @@ def test_one_voice_notes_a_line_rank_0_never_prints():
 
 def test_multinode_ready_passes_on_a_clean_two_agent_run():
     run = make_run(MULTINODE, {0: [start(0), saved("c.pth")], 1: [start(1)]})
-    assert checks.check_multinode_ready({MULTINODE: run}).status == PASS
+    assert check_multinode_ready({MULTINODE: run}).status == PASS
 
 
 def test_multinode_ready_notes_the_files_the_nodes_hand_each_other():
@@ -355,7 +371,7 @@ def test_multinode_ready_notes_the_files_the_nodes_hand_each_other():
               1: [start(1), {"ev": "read", "path": "model.pth", "abs": "/run/work/model.pth", "t": 3.0}]}
     run = make_run(MULTINODE, events)
     run.workdir = "/run/work"
-    result = checks.check_multinode_ready({MULTINODE: run})
+    result = check_multinode_ready({MULTINODE: run})
     assert result.status == PASS
     assert result.notes == ["rank 0 wrote model.pth and the other node read it: the nodes need a shared "
                             "filesystem (the two agents here share one working directory)"]
@@ -365,7 +381,7 @@ def test_multinode_ready_fails_on_what_only_two_nodes_show():
     one_machine = make_run(TORCHRUN, {0: [saved("c.pth")], 1: []})
     two_nodes = make_run(MULTINODE, {0: [start(0), step(1, "a"), saved("c.pth")],
                                      1: [start(1), step(1, "a"), saved("c.pth")]})
-    result = checks.check_multinode_ready({TORCHRUN: one_machine, MULTINODE: two_nodes})
+    result = check_multinode_ready({TORCHRUN: one_machine, MULTINODE: two_nodes})
     assert result.status == FAIL and result.summary == "one writer: rank 1 wrote c.pth"
 
 
@@ -373,36 +389,36 @@ def test_each_machine_may_prepare_its_data_before_training():
     """A dataset downloaded by the first process of each machine, before the first step."""
     events = {0: [start(0), saved("data/train.pt"), step(1, "a"), saved("c.pth")],
               1: [start(1), saved("data/train.pt"), step(1, "a")]}
-    result = checks.one_writer_in({}, make_run(MULTINODE, events))
+    result = one_writer_in({}, make_run(MULTINODE, events))
     assert result.status == PASS
     assert any("prepared data before training" in line for line in result.notes)
     late = {0: [start(0), step(1, "a")], 1: [start(1), step(1, "a"), saved("data/train.pt")]}
-    assert checks.one_writer_in({}, make_run(MULTINODE, late)).status == FAIL
+    assert one_writer_in({}, make_run(MULTINODE, late)).status == FAIL
 
 
 def test_multinode_ready_does_not_repeat_one_machine_failures():
     both = {0: [saved("c.pth")], 1: [saved("c.pth")]}
     runs = {TORCHRUN: make_run(TORCHRUN, both), MULTINODE: make_run(MULTINODE, both)}
-    result = checks.check_multinode_ready(runs)
+    result = check_multinode_ready(runs)
     assert result.status == NA and "one writer" in result.summary
 
 
 def test_multinode_ready_fails_when_only_the_two_agent_run_fails():
     runs = {TORCHRUN: make_run(TORCHRUN, {0: [], 1: []}), MULTINODE: make_run(MULTINODE, {0: [], 1: []}, ok=False)}
-    assert checks.check_multinode_ready(runs).status == FAIL
+    assert check_multinode_ready(runs).status == FAIL
 
 
 # -- plumbing --------------------------------------------------------------------------
 
 
 def test_runs_needed_launch_only_what_the_checks_read():
-    assert checks.runs_needed(["runs", "data_sharded"]) == [TORCHRUN]
-    assert checks.runs_needed(["runs", "same_as_original"]) == [ORIGINAL, SINGLE]
-    assert checks.runs_needed(["runs"]) == [ORIGINAL, SINGLE, TORCHRUN, MULTINODE, checks.IMPORT]
+    assert runs_needed(["runs", "data_sharded"]) == [TORCHRUN]
+    assert runs_needed(["runs", "same_as_original"]) == [ORIGINAL, SINGLE]
+    assert runs_needed(["runs"]) == [ORIGINAL, SINGLE, TORCHRUN, MULTINODE, IMPORT]
 
 
 def test_runs_needed_launch_the_import_only_for_importable():
-    assert checks.runs_needed(["runs", "importable"]) == [checks.IMPORT]
+    assert runs_needed(["runs", "importable"]) == [IMPORT]
 
 
 # -- the end of the script -------------------------------------------------------------
@@ -412,8 +428,8 @@ STOP = {"ev": "stop", "reason": "max_epochs", "steps": 4}
 
 def test_a_cap_that_stopped_the_runs_says_what_was_not_exercised():
     runs = {TORCHRUN: make_run(TORCHRUN, {0: [STOP], 1: [STOP]})}
-    assert any("--max-epochs stopped the runs" in note for note in checks.check_runs(runs).notes)
-    one_writer = checks.check_one_writer(runs)
+    assert any("--max-epochs stopped the runs" in note for note in check_runs(runs).notes)
+    one_writer = check_one_writer(runs)
     assert one_writer.status == NA and one_writer.summary.startswith("not exercised: --max-epochs")
 
 
@@ -421,7 +437,7 @@ def test_one_writer_names_the_line_and_writes_outside_the_run_directory():
     final = dict(saved("model_final.pth"), where="train_ddp.py:66")
     outside = {"ev": "write", "path": "/data/out.csv", "mode": "w", "scope": "outside", "where": "train_ddp.py:70"}
     run = make_run(TORCHRUN, {0: [final, outside], 1: [final]})
-    result = checks.check_one_writer({TORCHRUN: run})
+    result = check_one_writer({TORCHRUN: run})
     assert result.status == FAIL and result.summary == "rank 1 wrote model_final.pth (train_ddp.py:66)"
     assert any("/data/out.csv outside the run directory (train_ddp.py:70)" in line for line in result.evidence)
 
@@ -441,17 +457,17 @@ def read_at(t, path="/run/work/model.pth", where="train_ddp.py:67", error=None):
 
 
 def handoff_runs(rank1_read_at, late=None, **run_options):
-    runs = checks.RunSet({TORCHRUN: make_run(TORCHRUN, {0: save_events(10.0, 10.1), 1: [read_at(rank1_read_at)]},
+    runs = RunSet({TORCHRUN: make_run(TORCHRUN, {0: save_events(10.0, 10.1), 1: [read_at(rank1_read_at)]},
                                              **run_options)}, slow_writes=1.5)
     runs[TORCHRUN].workdir = "/run/work"
     if late is not None:
-        runs[checks.HANDOFF] = late
+        runs[HANDOFF] = late
         late.workdir = "/run/work"
     return runs
 
 
 def test_handoff_fails_on_a_read_before_rank_0_finished_writing():
-    result = checks.check_handoff(handoff_runs(10.05, ok=False))
+    result = check_handoff(handoff_runs(10.05, ok=False))
     assert result.status == FAIL
     assert result.summary == ("rank 1 read model.pth at train_ddp.py:67 before rank 0 finished writing it "
                               "at train_ddp.py:66 (no barrier between them)")
@@ -459,34 +475,34 @@ def test_handoff_fails_on_a_read_before_rank_0_finished_writing():
 
 def test_handoff_fails_when_only_the_delayed_run_shows_the_early_read():
     # Rank 1's crash ended the run while rank 0 was still in its delayed save.
-    late = make_run(checks.HANDOFF, {0: save_events(20.0, None), 1: [read_at(21.7, error="FileNotFoundError: x")]},
+    late = make_run(HANDOFF, {0: save_events(20.0, None), 1: [read_at(21.7, error="FileNotFoundError: x")]},
                     ok=False)
-    result = checks.check_handoff(handoff_runs(10.2, late=late))
+    result = check_handoff(handoff_runs(10.2, late=late))
     assert result.status == FAIL and "delayed 1.5 s" in result.summary and "FileNotFoundError" in result.summary
 
 
 def test_handoff_passes_a_read_after_the_write_also_when_delayed():
-    late = make_run(checks.HANDOFF, {0: save_events(20.0, 21.6), 1: [read_at(21.7)]})
-    result = checks.check_handoff(handoff_runs(10.2, late=late))
+    late = make_run(HANDOFF, {0: save_events(20.0, 21.6), 1: [read_at(21.7)]})
+    result = check_handoff(handoff_runs(10.2, late=late))
     assert result.status == PASS and "model.pth" in result.summary
 
 
 def test_handoff_accepts_reading_a_file_the_working_copy_held_before_rank_0_rewrites_it():
     runs = handoff_runs(9.0)
     runs[TORCHRUN].copied = ["model.pth", "train_ddp.py"]
-    assert not checks.early_reads(runs[TORCHRUN])
+    assert not early_reads(runs[TORCHRUN])
     runs[TORCHRUN].copied = ["train_ddp.py"]
-    assert checks.early_reads(runs[TORCHRUN])
+    assert early_reads(runs[TORCHRUN])
 
 
 def test_handoff_is_na_without_files_passed_between_ranks():
     run = make_run(TORCHRUN, {0: save_events(10.0, 10.1), 1: []})
-    assert checks.check_handoff({TORCHRUN: run}).status == NA
+    assert check_handoff({TORCHRUN: run}).status == NA
 
 
 def test_handoff_paths_are_relative_to_the_working_copy():
     runs = handoff_runs(10.2)
-    assert checks.handoff_paths(runs[TORCHRUN]) == ["model.pth"]
+    assert handoff_paths(runs[TORCHRUN]) == ["model.pth"]
 
 
 # -- no move after wrap ----------------------------------------------------------------
@@ -497,13 +513,13 @@ WRAP = {"ev": "wrap", "module": "Net", "where": "train_ddp.py:46"}
 def test_no_move_after_wrap_fails_on_a_move_of_the_wrapped_model():
     move = {"ev": "move_after_wrap", "method": "to", "module": "DistributedDataParallel", "where": "train_ddp.py:47"}
     run = make_run(TORCHRUN, {0: [WRAP, move], 1: [WRAP, move]})
-    result = checks.check_no_move_after_wrap({TORCHRUN: run})
+    result = check_no_move_after_wrap({TORCHRUN: run})
     assert result.status == FAIL and "(train_ddp.py:47)" in result.summary and len(result.evidence) == 1
 
 
 def test_no_move_after_wrap_passes_and_is_na_without_a_wrap():
-    assert checks.check_no_move_after_wrap({TORCHRUN: make_run(TORCHRUN, {0: [WRAP], 1: [WRAP]})}).status == PASS
-    assert checks.check_no_move_after_wrap({TORCHRUN: make_run(TORCHRUN, {0: [], 1: []})}).status == NA
+    assert check_no_move_after_wrap({TORCHRUN: make_run(TORCHRUN, {0: [WRAP], 1: [WRAP]})}).status == PASS
+    assert check_no_move_after_wrap({TORCHRUN: make_run(TORCHRUN, {0: [], 1: []})}).status == NA
 
 
 # -- importable ------------------------------------------------------------------------
@@ -513,23 +529,23 @@ NAME_ERROR = {"ev": "end", "status": "error", "error": "NameError: name 'is_main
 
 
 def test_importable_fails_when_the_migration_breaks_the_import():
-    runs = {checks.IMPORT: make_run(checks.IMPORT, {0: [NAME_ERROR]}, ok=False),
-            checks.ORIGINAL_IMPORT: make_run(checks.ORIGINAL_IMPORT, {0: [{"ev": "end", "status": 0}]})}
-    result = checks.check_importable(runs)
+    runs = {IMPORT: make_run(IMPORT, {0: [NAME_ERROR]}, ok=False),
+            ORIGINAL_IMPORT: make_run(ORIGINAL_IMPORT, {0: [{"ev": "end", "status": 0}]})}
+    result = check_importable(runs)
     assert result.status == FAIL and "NameError" in result.summary and "train_ddp.py:11" in result.summary
 
 
 def test_importable_is_na_when_the_original_fails_too_and_fails_on_a_process_group():
-    runs = {checks.IMPORT: make_run(checks.IMPORT, {0: [NAME_ERROR]}, ok=False),
-            checks.ORIGINAL_IMPORT: make_run(checks.ORIGINAL_IMPORT, {0: [NAME_ERROR]}, ok=False)}
-    assert checks.check_importable(runs).status == NA
+    runs = {IMPORT: make_run(IMPORT, {0: [NAME_ERROR]}, ok=False),
+            ORIGINAL_IMPORT: make_run(ORIGINAL_IMPORT, {0: [NAME_ERROR]}, ok=False)}
+    assert check_importable(runs).status == NA
     init = {"ev": "init_pg", "where": "train_ddp.py:20"}
-    result = checks.check_importable({checks.IMPORT: make_run(checks.IMPORT, {0: [init, {"ev": "end", "status": 0}]})})
+    result = check_importable({IMPORT: make_run(IMPORT, {0: [init, {"ev": "end", "status": 0}]})})
     assert result.status == FAIL and "process group (train_ddp.py:20)" in result.summary
 
 
 def test_importable_passes_a_clean_import():
-    result = checks.check_importable({checks.IMPORT: make_run(checks.IMPORT, {0: [{"ev": "end", "status": 0}]})})
+    result = check_importable({IMPORT: make_run(IMPORT, {0: [{"ev": "end", "status": 0}]})})
     assert result.status == PASS
 
 
@@ -539,11 +555,11 @@ def test_importable_passes_a_clean_import():
 def test_no_leftovers_fails_on_a_process_that_outlived_its_run():
     run = make_run(TORCHRUN, {0: [], 1: []})
     run.leftovers = [{"pid": 42, "rank": 0, "cmdline": "python -c import time; time.sleep(120)"}]
-    result = checks.check_no_leftovers({TORCHRUN: run})
+    result = check_no_leftovers({TORCHRUN: run})
     assert result.status == FAIL and "started by rank 0" in result.summary and "pid 42" in result.summary
-    assert checks.check_no_leftovers({TORCHRUN: make_run(TORCHRUN, {0: [], 1: []})}).status == PASS
+    assert check_no_leftovers({TORCHRUN: make_run(TORCHRUN, {0: [], 1: []})}).status == PASS
 
 
 def test_runs_leave_the_import_and_hand_off_runs_to_their_own_checks():
-    runs = {TORCHRUN: make_run(TORCHRUN, {0: [], 1: []}), checks.IMPORT: make_run(checks.IMPORT, {0: []}, ok=False)}
-    assert checks.check_runs(runs).status == PASS
+    runs = {TORCHRUN: make_run(TORCHRUN, {0: [], 1: []}), IMPORT: make_run(IMPORT, {0: []}, ok=False)}
+    assert check_runs(runs).status == PASS

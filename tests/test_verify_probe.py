@@ -8,31 +8,35 @@ from collections import Counter
 
 import pytest
 
-from ddpify.verify import probe, records
+from ddpify.verify import records
+from ddpify.verify.probing.paths import path_scope
+from ddpify.verify.probing.recorders import LineRecorder
+from ddpify.verify.probing.torch_objects import has_module_prefix
+from ddpify.verify.probing.tracebacks import error_line, script_traceback
 from ddpify.verify.runner import clean_environment
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "data", "verify_probe_script.py")
 
 
 def test_has_module_prefix_looks_into_nested_state_dicts():
-    assert probe.has_module_prefix({"module.fc.weight": 1})
-    assert probe.has_module_prefix({"model": {"module.fc.weight": 1}, "optimizer": {0: {}}})
-    assert not probe.has_module_prefix({"model": {"fc.weight": 1}, "epoch": 3})
-    assert not probe.has_module_prefix(["module.fc.weight"])
+    assert has_module_prefix({"module.fc.weight": 1})
+    assert has_module_prefix({"model": {"module.fc.weight": 1}, "optimizer": {0: {}}})
+    assert not has_module_prefix({"model": {"fc.weight": 1}, "epoch": 3})
+    assert not has_module_prefix(["module.fc.weight"])
 
 
 def test_path_scope(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert probe.path_scope("ckpt.pth") == "cwd"
-    assert probe.path_scope("/dev/null") == "system"
-    assert probe.path_scope("/nonexistent-root-dir/ckpt.pth") == "outside"
-    assert probe.path_scope("/runs/r1/tmp/x", run_dir="/runs/r1") == "run"
-    assert probe.path_scope("/runs/r10/tmp/x", run_dir="/runs/r1") == "outside"
+    assert path_scope("ckpt.pth") == "cwd"
+    assert path_scope("/dev/null") == "system"
+    assert path_scope("/nonexistent-root-dir/ckpt.pth") == "outside"
+    assert path_scope("/runs/r1/tmp/x", run_dir="/runs/r1") == "run"
+    assert path_scope("/runs/r10/tmp/x", run_dir="/runs/r1") == "outside"
 
 
 def test_line_recorder_passes_through_and_records_whole_lines():
     stream, lines = io.StringIO(), []
-    recorder = probe.LineRecorder(stream, lines.append)
+    recorder = LineRecorder(stream, lines.append)
     recorder.write("epoch 0")
     recorder.write(": ok\nnext\n")
     recorder.write("tail")
@@ -49,8 +53,8 @@ def test_a_failure_inside_the_standard_library_is_placed_at_the_scripts_line(tmp
     monkeypatch.chdir(tmp_path)
     with pytest.raises(FileExistsError) as raised:
         runpy.run_path(str(script))
-    assert probe.error_line(raised.value, str(tmp_path)) == "train_ddp.py:4"
-    frames = probe.script_traceback(raised.value, str(tmp_path))
+    assert error_line(raised.value, str(tmp_path)) == "train_ddp.py:4"
+    frames = script_traceback(raised.value, str(tmp_path))
     assert frames[0] == "train_ddp.py:4 in <module>: os.makedirs('runs')" and len(frames) == 2
     assert frames[1].startswith("<frozen os>:") and frames[1].endswith(" in makedirs")
 

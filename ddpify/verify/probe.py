@@ -7,30 +7,8 @@
 The script is never edited: hooks are installed on torch and the builtins, then the script
 runs with ``runpy.run_path(script, run_name="__main__")``. Under torchrun, pass the probe
 with ``-m ddpify.verify.probe`` and every rank records into ``DIR/rank{RANK}.jsonl``.
-
-What is recorded, and where the hook sits:
-
-* samples: ``_BaseDataLoaderIter._next_index``, which runs in the main process and hands
-  out the indices of each batch whatever ``num_workers`` is. With workers the indices are
-  recorded when they are sent to a worker (prefetching runs ahead by
-  ``prefetch_factor * num_workers`` batches), not when the batch arrives.
-* epochs: the n-th ``iter()`` of a DataLoader is its epoch n. This does not rely on the
-  script calling ``set_epoch`` (whose absence is one of the bugs to catch); ``set_epoch``
-  calls are recorded separately as evidence.
-* optimizer steps: ``register_optimizer_step_post_hook``; each step carries a float64 sum
-  and a SHA-1 of the bytes of the optimizer's parameters, and the last scalar passed to
-  ``Tensor.backward`` as the loss. The loader fetched from last before a step is marked as
-  a training loader.
-* files: ``torch.save`` (path, ``module.`` keys; a ``save`` event when it starts and a
-  ``saved`` event when it is done), and every file
-  opened for writing or reading, seen through an audit hook (``sys.addaudithook``'s
-  ``open`` event), which also sees ``os.open``, logging's file handlers and libraries that
-  kept their own reference to ``open``. Each carries the script line that caused it.
-* ``.to()/.cuda()/.cpu()`` on a DDP wrapper or on the module it wraps, after the wrap;
-  ``init_process_group``; every line written to ``sys.stdout``, with the script line that
-  printed it; ``torch.manual_seed``.
-* the end: the exit status, or the error with the script's line and frames, and the time,
-  so that the rank that failed first (the cause) can be told from ranks that failed after.
+What is recorded, and where each hook sits, is told in ddpify/verify/probing/hooks.py;
+the Probe here holds a run's state and turns what the hooks see into events.
 
 Cutting a run short, so that the code after training still runs: after ``--full-epochs``
 epochs of a training loader, every later epoch of every loader yields one batch per rank
@@ -52,71 +30,28 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import hashlib
-import io
-import json
 import os
 import runpy
 import sys
 import threading
 import time
-import traceback
-from collections.abc import Mapping
+from types import FrameType
 from typing import Any, List, Optional, Sequence
 
 from ddpify.verify import records
+from ddpify.verify.probing.hooks import install_hooks
+from ddpify.verify.probing.paths import (
+    CODE_SUFFIXES, SYSTEM_PREFIXES, inside, opens_for_writing, own_file, path_scope, working_copy,
+)
+from ddpify.verify.probing.recorders import ORIGINAL_OPEN, LineRecorder, Recorder
+from ddpify.verify.probing.torch_objects import has_module_prefix, sampler_shuffles, tensor_bytes
+from ddpify.verify.probing.tracebacks import error_line, script_traceback
 
-ORIGINAL_OPEN = io.open
-WRITE_MODE_LETTERS = set("wax+")
-WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
-SYSTEM_PREFIXES = ("/dev/", "/proc/", "/sys/")
-CODE_SUFFIXES = (".py", ".pyc", ".so")
 # Reads of one path recorded at most this often: a dataset file read per sample is noise.
 READS_PER_PATH = 20
 IMPORT_RUN_NAME = "__ddpify_import__"
 # Total seconds of delay the hand-off run may add, so a checkpoint per step cannot time out.
 SLOW_WRITE_BUDGET_S = 20.0
-MOVES = ("to", "cuda", "cpu")
-# Frames of a failed rank's traceback kept for the report (the innermost ones).
-TRACEBACK_FRAMES = 6
-
-
-class Recorder:
-    """Appends one JSON line per event and flushes it, so a killed process loses nothing."""
-
-    def __init__(self, path: str):
-        self._file = ORIGINAL_OPEN(path, "a", encoding="utf-8", buffering=1)
-        self._lock = threading.Lock()
-
-    def emit(self, event: str, **fields: Any) -> None:
-        line = json.dumps({"ev": event, **fields}, default=str)
-        with self._lock:
-            self._file.write(line + "\n")
-            self._file.flush()
-
-
-class LineRecorder:
-    """Stands in for sys.stdout: passes everything through, records each complete line."""
-
-    def __init__(self, stream, on_line):
-        self._stream = stream
-        self._on_line = on_line
-        self._pending = ""
-
-    def write(self, text):
-        written = self._stream.write(text)
-        if isinstance(text, str):
-            *lines, self._pending = (self._pending + text).split("\n")
-            for line in lines:
-                self._on_line(line)
-        return written
-
-    def flush_pending(self):
-        if self._pending:
-            self._on_line(self._pending)
-            self._pending = ""
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
 
 
 class LoaderState:
@@ -127,58 +62,6 @@ class LoaderState:
         # Batches this epoch may still yield (None: no limit).
         self.batch_limit: Optional[int] = None
         self.fetched = 0
-
-
-def has_module_prefix(obj: Any, depth: int = 0) -> bool:
-    """True when a state dict (or a dict of them, e.g. {"model": ...}) has `module.` keys."""
-    if not isinstance(obj, Mapping):
-        return False
-    if any(isinstance(key, str) and key.startswith("module.") for key in obj):
-        return True
-    return depth < 3 and any(has_module_prefix(value, depth + 1) for value in obj.values())
-
-
-def inside(path: str, directory: Optional[str]) -> bool:
-    return bool(directory) and path.startswith(os.path.join(directory, ""))
-
-
-def path_scope(path: str, run_dir: Optional[str] = None) -> str:
-    """Where a file lies: the working directory ("cwd"), the run's own HOME and TMPDIR
-    ("run"), a system directory, or anywhere else ("outside": shared with every run)."""
-    absolute = os.path.abspath(path)
-    if inside(absolute, os.getcwd()):
-        return "cwd"
-    if absolute.startswith(SYSTEM_PREFIXES):
-        return "system"
-    if inside(absolute, run_dir):
-        return "run"
-    return "outside"
-
-
-def tensor_bytes(tensor) -> bytes:
-    import torch
-
-    flat = tensor.detach().reshape(-1).cpu().contiguous().view(torch.uint8)
-    try:
-        return flat.numpy().tobytes()
-    except (ImportError, RuntimeError):
-        return bytes(flat.tolist())
-
-
-def sampler_shuffles(sampler) -> Optional[bool]:
-    name = type(sampler).__name__
-    if name in ("RandomSampler", "SubsetRandomSampler", "WeightedRandomSampler"):
-        return True
-    if name == "SequentialSampler":
-        return False
-    shuffle = getattr(sampler, "shuffle", None)
-    return shuffle if isinstance(shuffle, bool) else None
-
-
-def opens_for_writing(mode: Any, flags: Any) -> bool:
-    if isinstance(mode, str):
-        return bool(WRITE_MODE_LETTERS & set(mode))
-    return isinstance(flags, int) and bool(flags & WRITE_FLAGS)
 
 
 class Probe:
@@ -227,7 +110,7 @@ class Probe:
             pid=os.getpid(),
             cuda_devices=torch.cuda.device_count(),
         )
-        self.install_hooks(torch)
+        install_hooks(self)
 
     def finish(self) -> None:
         faulthandler.cancel_dump_traceback_later()
@@ -255,7 +138,7 @@ class Probe:
 
     def where(self) -> Optional[str]:
         """The innermost line of the script's own files on the current stack, as file:line."""
-        frame = sys._getframe(1)
+        frame: Optional[FrameType] = sys._getframe(1)
         while frame is not None:
             name = frame.f_code.co_filename
             if own_file(name, self.script_dir):
@@ -263,127 +146,7 @@ class Probe:
             frame = frame.f_back
         return None
 
-    # -- hooks -----------------------------------------------------------------------
-
-    def install_hooks(self, torch) -> None:
-        import torch.distributed as dist
-        from torch import nn
-        from torch.optim.optimizer import register_optimizer_step_post_hook
-        from torch.utils.data import dataloader
-        from torch.utils.data.distributed import DistributedSampler
-
-        probe = self
-        original_iter = dataloader.DataLoader.__iter__
-        original_next_index = dataloader._BaseDataLoaderIter._next_index
-        original_set_epoch = DistributedSampler.set_epoch
-        original_backward = torch.Tensor.backward
-        original_save = torch.save
-        original_load = torch.load
-        original_manual_seed = torch.manual_seed
-        original_ddp_init = nn.parallel.DistributedDataParallel.__init__
-        original_init_pg = dist.init_process_group
-
-        def iter_hook(loader):
-            probe.on_loader_iter(loader)
-            return original_iter(loader)
-
-        def next_index_hook(iterator):
-            state = probe.loader_by_index_sampler.get(id(iterator._index_sampler))
-            if state is not None and state.batch_limit is not None and state.fetched >= state.batch_limit:
-                probe.recorder.emit("cut", loader=state.ordinal, epoch=state.epoch)
-                raise StopIteration
-            try:
-                index = original_next_index(iterator)
-            except StopIteration:
-                if state is not None:
-                    probe.recorder.emit("exhausted", loader=state.ordinal, epoch=state.epoch)
-                raise
-            if state is not None:
-                state.fetched += 1
-                probe.on_fetch(state, index)
-            return index
-
-        def set_epoch_hook(sampler, epoch):
-            probe.recorder.emit("set_epoch", epoch=epoch)
-            return original_set_epoch(sampler, epoch)
-
-        def backward_hook(tensor, *args, **kwargs):
-            if tensor.numel() == 1:
-                probe.last_loss = float(tensor.detach())
-            return original_backward(tensor, *args, **kwargs)
-
-        def manual_seed_hook(seed):
-            probe.recorder.emit("seed", value=int(seed))
-            return original_manual_seed(seed)
-
-        def save_hook(obj, f, *args, **kwargs):
-            # Recorded before it happens (a rank that is killed while rank 0 still writes
-            # must leave the write behind as under way), and once more when it is done.
-            path = target_path(f)
-            probe.on_save(obj, path, probe.where(), time.time())
-            if path is not None:
-                probe.delay_write(path)
-            probe.in_hook.active = True
-            try:
-                result = original_save(obj, f, *args, **kwargs)
-            finally:
-                probe.in_hook.active = False
-            if path is not None:
-                probe.recorder.emit("saved", abs=os.path.abspath(path), t_done=time.time())
-            return result
-
-        def load_hook(f, *args, **kwargs):
-            path = target_path(f)
-            where = probe.where()
-            started = time.time()
-            try:
-                return original_load(f, *args, **kwargs)
-            except Exception as error:
-                if path is not None:
-                    probe.recorder.emit("read", path=path, abs=os.path.abspath(path), where=where,
-                                        t=started, error=f"{type(error).__name__}: {error}"[:300])
-                raise
-
-        def ddp_init_hook(wrapper, module, *args, **kwargs):
-            original_ddp_init(wrapper, module, *args, **kwargs)
-            module.__dict__["_ddpify_wrapped"] = True
-            probe.recorder.emit("wrap", module=type(module).__name__, where=probe.where())
-
-        def init_pg_hook(*args, **kwargs):
-            probe.recorder.emit("init_pg", where=probe.where())
-            result = original_init_pg(*args, **kwargs)
-            # What the group runs on (nccl, gloo): the proof that a GPU run used NCCL.
-            probe.recorder.emit("backend", name=str(dist.get_backend()))
-            return result
-
-        def move_hook(name, original):
-            def move(module, *args, **kwargs):
-                if module.__dict__.get("_ddpify_wrapped") or isinstance(
-                        module, nn.parallel.DistributedDataParallel):
-                    probe.recorder.emit("move_after_wrap", method=name, module=type(module).__name__,
-                                        where=probe.where())
-                return original(module, *args, **kwargs)
-
-            move.__name__, move.__doc__ = name, original.__doc__
-            return move
-
-        dataloader.DataLoader.__iter__ = iter_hook
-        dataloader._BaseDataLoaderIter._next_index = next_index_hook
-        DistributedSampler.set_epoch = set_epoch_hook
-        torch.Tensor.backward = backward_hook
-        torch.save = torch.serialization.save = save_hook
-        torch.load = torch.serialization.load = load_hook
-        torch.manual_seed = torch.random.manual_seed = manual_seed_hook
-        nn.parallel.DistributedDataParallel.__init__ = ddp_init_hook
-        dist.init_process_group = init_pg_hook
-        dist.distributed_c10d.init_process_group = init_pg_hook
-        for name in MOVES:
-            setattr(nn.Module, name, move_hook(name, getattr(nn.Module, name)))
-        register_optimizer_step_post_hook(self.on_step)
-        sys.addaudithook(self.on_audit)
-        self.stdout = LineRecorder(sys.stdout,
-                                   lambda line: self.recorder.emit("print", line=line, where=self.where()))
-        sys.stdout = self.stdout
+    # -- what the hooks report -------------------------------------------------------
 
     def on_audit(self, event: str, args: tuple) -> None:
         if event != "open" or getattr(self.in_hook, "active", False):
@@ -529,57 +292,6 @@ class Probe:
             raise
         self.recorder.emit("end", status=0, t=time.time())
         self.finish()
-
-
-def target_path(target: Any) -> Optional[str]:
-    if isinstance(target, (str, os.PathLike)):
-        return os.fspath(target)
-    name = getattr(target, "name", None)
-    return name if isinstance(name, str) else None
-
-
-def error_line(error: BaseException, script_dir: str) -> Optional[str]:
-    """The innermost line of the script's own files in an exception's traceback."""
-    found = None
-    trace = error.__traceback__
-    while trace is not None:
-        name = trace.tb_frame.f_code.co_filename
-        if own_file(name, script_dir):
-            found = f"{os.path.relpath(os.path.abspath(name), script_dir)}:{trace.tb_lineno}"
-        trace = trace.tb_next
-    return found
-
-
-def script_traceback(error: BaseException, script_dir: str) -> List[str]:
-    """The traceback's frames in the script's own files, oldest first, and the frame that
-    raised when it lies in a library: what a report shows as the cause of a failed rank
-    (the whole traceback, torch's frames and the probe's included, is in the run's output)."""
-    frames = traceback.extract_tb(error.__traceback__)
-    shown = [frame for frame in frames if own_file(frame.filename, script_dir)]
-    if frames and frames[-1] not in shown:
-        shown.append(frames[-1])
-    return [f"{describe_frame(frame, script_dir)}: {frame.line}" if frame.line else describe_frame(frame, script_dir)
-            for frame in shown[-TRACEBACK_FRAMES:]]
-
-
-def describe_frame(frame: traceback.FrameSummary, script_dir: str) -> str:
-    path = frame.filename
-    shown = os.path.relpath(os.path.abspath(path), script_dir) if own_file(path, script_dir) else \
-        os.path.basename(path)
-    return f"{shown}:{frame.lineno} in {frame.name}"
-
-
-def own_file(code_filename: str, script_dir: str) -> bool:
-    """Whether code comes from the user's files: `<frozen os>` and `<string>` name no file
-    (and, taken as relative paths, would seem to lie in the working directory)."""
-    return not code_filename.startswith("<") and inside(os.path.abspath(code_filename), script_dir)
-
-
-def working_copy(script: str) -> str:
-    """The folder whose files are the user's: the working directory verify runs the script
-    from (a project's root), or the script's own folder when it lies elsewhere."""
-    script = os.path.abspath(script)
-    return os.getcwd() if inside(script, os.getcwd()) else os.path.dirname(script)
 
 
 def parse_args(argv: List[str]) -> argparse.Namespace:

@@ -42,7 +42,7 @@ def parent_links(include_zombies: bool = False) -> Dict[int, int]:
     A zombie is dead already, but it stays in the tree that descendants() walks: while a
     multi-threaded process dies, its main thread is a zombie before its other threads are
     gone, and its children are handed on only then."""
-    links = {}
+    links: Dict[int, int] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:

@@ -4,8 +4,10 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-from ddpify.verify.checks import FAIL, RUN_TITLES, failure_text, hung
+from ddpify.verify.checks.failed_runs import failure_text, hung
+from ddpify.verify.checks.result import FAIL
 from ddpify.verify.records import RunResult
+from ddpify.verify.run_set import RUN_TITLES
 from ddpify.verify.session import Report
 
 STATUS_LABELS = {"pass": "pass", "fail": "FAIL", "n/a": "n/a"}

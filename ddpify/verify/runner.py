@@ -2,7 +2,7 @@
 
 Every run gets fresh working directories (scripts write checkpoints into their cwd) holding
 a copy of the script, and goes through the probe so that it leaves event files behind.
-Nothing here judges the results; that is checks.py.
+Nothing here judges the results; that is the checks package.
 """
 from __future__ import annotations
 

@@ -10,24 +10,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
-from ddpify.verify.checks import (
-    CHECK_IDS,
-    FAIL,
-    HANDOFF,
-    IMPORT,
-    MULTINODE,
-    ORIGINAL,
-    ORIGINAL_IMPORT,
-    SINGLE,
-    TORCHRUN,
-    CheckResult,
-    RunSet,
-    early_reads,
-    evaluate,
-    handoff_paths,
-    runs_needed,
-)
+from ddpify.verify.checks import CHECK_IDS, evaluate, runs_needed
+from ddpify.verify.checks.handoff import early_reads, handoff_paths
+from ddpify.verify.checks.result import FAIL, CheckResult
 from ddpify.verify.records import RunResult
+from ddpify.verify.run_set import HANDOFF, IMPORT, MULTINODE, ORIGINAL, ORIGINAL_IMPORT, SINGLE, TORCHRUN, RunSet
 from ddpify.verify.runner import Runner, RunSettings
 
 # The process count when there are not two GPUs to give one process each: Gloo on the CPU.

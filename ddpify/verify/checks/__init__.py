@@ -1,0 +1,59 @@
+"""The verdicts: pure functions from recorded runs to pass / fail / n/a with evidence.
+
+One module per check, named after the check's id; this module is the registry: which
+checks there are, the runs each one looks at, and the order they are reported in. The run
+names are in ddpify.verify.run_set, the result type in ddpify.verify.checks.result.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, FrozenSet, List
+
+from ddpify.verify.checks.data_sharded import check_data_sharded
+from ddpify.verify.checks.handoff import check_handoff
+from ddpify.verify.checks.importable import check_importable
+from ddpify.verify.checks.multinode_ready import check_multinode_ready
+from ddpify.verify.checks.no_leftovers import check_no_leftovers
+from ddpify.verify.checks.no_move_after_wrap import check_no_move_after_wrap
+from ddpify.verify.checks.one_voice import check_one_voice
+from ddpify.verify.checks.one_writer import check_one_writer
+from ddpify.verify.checks.ranks_agree import check_ranks_agree
+from ddpify.verify.checks.result import CheckResult
+from ddpify.verify.checks.runs import check_runs
+from ddpify.verify.checks.same_as_original import check_same_as_original
+from ddpify.verify.run_set import ALL_RUNS, IMPORT, MULTINODE, ORIGINAL, SINGLE, TORCHRUN, Runs
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    title: str
+    needs: FrozenSet[str]
+    function: Callable[[Runs], CheckResult]
+
+
+CHECKS = (
+    Check("runs", "runs", frozenset(), check_runs),
+    Check("same_as_original", "same as original", frozenset({ORIGINAL, SINGLE}), check_same_as_original),
+    Check("ranks_agree", "ranks agree", frozenset({TORCHRUN}), check_ranks_agree),
+    Check("data_sharded", "data sharded", frozenset({TORCHRUN}), check_data_sharded),
+    Check("one_writer", "one writer", frozenset({TORCHRUN}), check_one_writer),
+    Check("one_voice", "one voice", frozenset({ORIGINAL, TORCHRUN}), check_one_voice),
+    Check("handoff", "hand-off", frozenset({TORCHRUN}), check_handoff),
+    Check("no_move_after_wrap", "no move after wrap", frozenset({TORCHRUN}), check_no_move_after_wrap),
+    Check("importable", "importable", frozenset({IMPORT}), check_importable),
+    Check("no_leftovers", "no processes left", frozenset({TORCHRUN}), check_no_leftovers),
+    Check("multinode_ready", "multi-node ready", frozenset({MULTINODE}), check_multinode_ready),
+)
+CHECK_IDS = tuple(check.id for check in CHECKS)
+
+
+def runs_needed(check_ids: List[str]) -> List[str]:
+    """The runs the chosen checks look at, in launch order; all of them for `runs` alone."""
+    needed = set().union(*(check.needs for check in CHECKS if check.id in check_ids))
+    order = (*ALL_RUNS, IMPORT)
+    return [name for name in order if name in needed] if needed else list(order)
+
+
+def evaluate(runs: Runs, check_ids: List[str]) -> List[CheckResult]:
+    return [check.function(runs) for check in CHECKS if check.id in check_ids]
