@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def generated_script(functions: int) -> str:
     """A training script padded with the kind of code real ones carry: models, helpers."""
-    guide = (ROOT / "fixtures" / "guide_image_classifier" / "input.py").read_text()
+    guide = (ROOT / "fixtures" / "guide" / "guide_image_classifier" / "input.py").read_text()
     blocks = []
     for index in range(functions):
         blocks.append(
@@ -49,7 +49,7 @@ def generated_script(functions: int) -> str:
 
 def corpus():
     scripts = [(path.parent.name, path.read_text())
-               for path in sorted((ROOT / "fixtures").glob("*/input.py"))]
+               for path in sorted((ROOT / "fixtures").glob("*/*/input.py"), key=lambda path: path.parent.name)]
     for functions in (25, 110, 450):
         text = generated_script(functions)
         scripts.append((f"generated_{len(text.splitlines())}_lines", text))

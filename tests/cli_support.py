@@ -14,7 +14,7 @@ from ddpify.options import Options
 from ddpify.project import Project
 from fixture_cases import FIXTURES
 
-GUIDE = FIXTURES / "guide_image_classifier" / "input.py"
+GUIDE = FIXTURES / "guide" / "guide_image_classifier" / "input.py"
 
 # A training script with a diagnostic that needs a person (DDP207: a custom sampler); the
 # `needs_a_person` fixture makes sure of the warning whatever the transforms do with it.

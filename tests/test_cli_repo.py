@@ -248,7 +248,7 @@ def test_walked_files_with_nothing_to_do_say_nothing(repo):
 
 
 def test_shard_eval_from_pyproject(repo):
-    text = (FIXTURES / "eval_sum_and_count_accuracy" / "input.py").read_text()
+    text = (FIXTURES / "evaluation" / "eval_sum_and_count_accuracy" / "input.py").read_text()
     script = write(repo / "eval_train.py", text)
     _pyproject(repo, "shard-eval = false\n")
     assert invoke(script).stdout == migrated(text, shard_evaluation=False)

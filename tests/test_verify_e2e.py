@@ -127,7 +127,8 @@ def fixture_arguments(case):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["mnist_style_main", "file_writes_and_run_dir"])
+@pytest.mark.parametrize("case", ["data/mnist_style_main", "side_effects/file_writes_and_run_dir"],
+                         ids=os.path.basename)
 def test_a_fixture_migrated_by_ddpify_passes(tmp_path, case):
     """-o names a file that does not exist yet: ddpify migrates into it, then verifies.
 
