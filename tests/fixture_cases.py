@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import List, Optional
 
 from ddpify.api import Result, migrate_source
-from ddpify.diagnostics import Severity
 from ddpify.options import Options
 from ddpify.project import Project, read as read_project
 
@@ -88,9 +87,7 @@ def all_cases() -> List[Case]:
 
 
 def format_diagnostics(diagnostics) -> str:
-    """The diagnostics a user sees (no plain edits), as `expected.txt` stores them."""
-    return "".join(
-        diagnostic.format("input.py") + "\n"
-        for diagnostic in diagnostics
-        if diagnostic.severity is not Severity.EDIT
-    )
+    """Every diagnostic of the run, edits included, in the result's order, as `expected.txt`
+    stores them: `input.py:LINE:COL: CODE message`. With the edits listed, a rule's code leads
+    to the fixtures that show it (`grep -rl DDP201 fixtures`)."""
+    return "".join(diagnostic.format("input.py") + "\n" for diagnostic in diagnostics)
