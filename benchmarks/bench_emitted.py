@@ -134,7 +134,7 @@ def _torchrun(script: Path, timer: Path, attempts: int = 2):
             return _torchrun_once(script, timer)
         except RuntimeError as error:
             if attempt == attempts - 1:
-                raise SystemExit(str(error))
+                raise SystemExit(str(error)) from error
             print(f"   {script.name}: run failed, trying again ({str(error).splitlines()[0]})")
 
 

@@ -90,9 +90,9 @@ def measure_migration(repeat: int) -> None:
           f"{'check ms':>10}")
     totals = [0.0, 0.0, 0.0, 0.0]
     for name, text in corpus():
-        floor = best_of(repeat, lambda: cst.parse_module(text).code)
-        api = best_of(repeat, lambda: migrate_source(text))
-        cli = best_of(repeat, lambda: as_the_cli_runs_it(text))
+        floor = best_of(repeat, lambda text=text: cst.parse_module(text).code)
+        api = best_of(repeat, lambda text=text: migrate_source(text))
+        cli = best_of(repeat, lambda text=text: as_the_cli_runs_it(text))
         check = best_of(repeat, self_check_of(text))
         for index, value in enumerate((floor, api, cli, check)):
             totals[index] += value

@@ -49,7 +49,7 @@ def needs_a_person(monkeypatch):
 
     real = ddpify.api.migrate_source
 
-    def with_warning(code, options=Options(), project=Project()):
+    def with_warning(code, options=Options(), project=Project()):  # noqa: B008 (as migrate_source's)
         result = real(code, options, project)
         warning = Diagnostic("DDP207", 7, 10, RULES["DDP207"].summary, 7)
         if "RandomSampler" not in code or not is_selected("DDP207", options.select, options.ignore):

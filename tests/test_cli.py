@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from cli_support import (
-    NEEDS_A_PERSON, NO_TRAINING, guide_text, invoke, migrated, needs_a_person, snapshot, write,
+    NEEDS_A_PERSON, NO_TRAINING, guide_text, invoke, migrated, snapshot, write,
 )
 from ddpify.diagnostics import RULES
 from fixture_cases import FIXTURES

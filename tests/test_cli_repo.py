@@ -234,7 +234,7 @@ def test_progress_on_a_terminal():
 def test_progress_waits_before_drawing():
     stream = _Terminal()
     progress = Progress(10, stream, clock=lambda: 0.0)
-    for index in range(10):
+    for _ in range(10):
         progress.advance("x.py")
     assert stream.getvalue() == ""  # a short run never flickers a bar
 
