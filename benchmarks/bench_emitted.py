@@ -1,6 +1,6 @@
 """Is the emitted script as fast as a hand-written DDP script? (DESIGN §2.4)
 
-1. Throughput: fixtures/guide_image_classifier/expected.py (ddpify's output) against
+1. Throughput: fixtures/guide/guide_image_classifier/expected.py (ddpify's output) against
    benchmarks/handwritten_guide_ddp.py (the same script migrated by hand), each under
    `torchrun --standalone --nproc_per_node=2` on CPU (Gloo), in alternating order.
    Both scripts train on 512 samples for 3 epochs; to run a fixed, larger number of steps
@@ -33,7 +33,7 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-EMITTED = ROOT / "fixtures" / "guide_image_classifier" / "expected.py"
+EMITTED = ROOT / "fixtures" / "guide" / "guide_image_classifier" / "expected.py"
 HANDWRITTEN = ROOT / "benchmarks" / "handwritten_guide_ddp.py"
 
 SYNCHRONISING = ("item", "tolist", "cpu", "all_reduce", "all_gather", "barrier", "synchronize")
@@ -77,7 +77,7 @@ def added_syncs(before: str, after: str) -> Counter:
 def static_check() -> bool:
     print("static: host synchronisation added inside training-step loops")
     clean = True
-    for case in sorted((ROOT / "fixtures").iterdir()):
+    for case in sorted((ROOT / "fixtures").glob("*/*/"), key=lambda folder: folder.name):
         before, after = case / "input.py", case / "expected.py"
         if not (before.exists() and after.exists()):
             continue
@@ -134,7 +134,7 @@ def _torchrun(script: Path, timer: Path, attempts: int = 2):
             return _torchrun_once(script, timer)
         except RuntimeError as error:
             if attempt == attempts - 1:
-                raise SystemExit(str(error))
+                raise SystemExit(str(error)) from error
             print(f"   {script.name}: run failed, trying again ({str(error).splitlines()[0]})")
 
 

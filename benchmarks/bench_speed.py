@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def generated_script(functions: int) -> str:
     """A training script padded with the kind of code real ones carry: models, helpers."""
-    guide = (ROOT / "fixtures" / "guide_image_classifier" / "input.py").read_text()
+    guide = (ROOT / "fixtures" / "guide" / "guide_image_classifier" / "input.py").read_text()
     blocks = []
     for index in range(functions):
         blocks.append(
@@ -49,7 +49,7 @@ def generated_script(functions: int) -> str:
 
 def corpus():
     scripts = [(path.parent.name, path.read_text())
-               for path in sorted((ROOT / "fixtures").glob("*/input.py"))]
+               for path in sorted((ROOT / "fixtures").glob("*/*/input.py"), key=lambda path: path.parent.name)]
     for functions in (25, 110, 450):
         text = generated_script(functions)
         scripts.append((f"generated_{len(text.splitlines())}_lines", text))
@@ -90,9 +90,9 @@ def measure_migration(repeat: int) -> None:
           f"{'check ms':>10}")
     totals = [0.0, 0.0, 0.0, 0.0]
     for name, text in corpus():
-        floor = best_of(repeat, lambda: cst.parse_module(text).code)
-        api = best_of(repeat, lambda: migrate_source(text))
-        cli = best_of(repeat, lambda: as_the_cli_runs_it(text))
+        floor = best_of(repeat, lambda text=text: cst.parse_module(text).code)
+        api = best_of(repeat, lambda text=text: migrate_source(text))
+        cli = best_of(repeat, lambda text=text: as_the_cli_runs_it(text))
         check = best_of(repeat, self_check_of(text))
         for index, value in enumerate((floor, api, cli, check)):
             totals[index] += value

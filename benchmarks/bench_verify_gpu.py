@@ -95,10 +95,14 @@ def choose_mode(device: str, gpus: Sequence[str]) -> Mode:
 
 
 def runnable_cases(fixtures: str = FIXTURES, selected: Optional[Sequence[str]] = None) -> List[Case]:
-    """Fixtures that have a run.json, an input.py and an expected.py, in name order."""
+    """Fixtures (fixtures/<family>/<idiom>/) that have a run.json, an input.py and an
+    expected.py, in idiom order; a case is named by its idiom."""
     cases = []
-    for name in sorted(os.listdir(fixtures)):
-        folder = os.path.join(fixtures, name)
+    folders = [os.path.join(fixtures, family, name) for family in os.listdir(fixtures)
+               if os.path.isdir(os.path.join(fixtures, family))
+               for name in os.listdir(os.path.join(fixtures, family))]
+    for folder in sorted(folders, key=os.path.basename):
+        name = os.path.basename(folder)
         paths = [os.path.join(folder, file) for file in ("run.json", "input.py", "expected.py")]
         if selected and name not in selected or not all(map(os.path.isfile, paths)):
             continue

@@ -90,7 +90,7 @@ def corpus(directory: Path, real: int, mutations: int, seed: int) -> List[str]:
     small = [path for path in sweep.python_files(sweep.site_packages())
              if os.path.getsize(path) < 100_000]
     paths = sweep.select(small, torch_only=True, sample=real, seed=seed)
-    fixtures = sorted((ROOT / "fixtures").glob("*/input.py"))
+    fixtures = sorted((ROOT / "fixtures").glob("*/*/input.py"), key=lambda path: path.parent.name)
     names = sorted(MUTATIONS)
     for index in range(mutations):
         fixture = fixtures[index % len(fixtures)]

@@ -1,7 +1,7 @@
 """The guide's image classifier migrated to DDP by hand, as the guide teaches (sections 2.1-2.5).
 
 The yardstick for benchmarks/bench_emitted.py: ddpify's output for
-fixtures/guide_image_classifier must train as fast as this. Launch with
+fixtures/guide/guide_image_classifier must train as fast as this. Launch with
 `torchrun --nproc_per_node=N handwritten_guide_ddp.py` (NCCL on GPUs, Gloo on CPU).
 """
 import os

@@ -14,7 +14,7 @@ from ddpify.options import Options
 from ddpify.project import Project
 from fixture_cases import FIXTURES
 
-GUIDE = FIXTURES / "guide_image_classifier" / "input.py"
+GUIDE = FIXTURES / "guide" / "guide_image_classifier" / "input.py"
 
 # A training script with a diagnostic that needs a person (DDP207: a custom sampler); the
 # `needs_a_person` fixture makes sure of the warning whatever the transforms do with it.
@@ -49,7 +49,7 @@ def needs_a_person(monkeypatch):
 
     real = ddpify.api.migrate_source
 
-    def with_warning(code, options=Options(), project=Project()):
+    def with_warning(code, options=Options(), project=Project()):  # noqa: B008 (as migrate_source's)
         result = real(code, options, project)
         warning = Diagnostic("DDP207", 7, 10, RULES["DDP207"].summary, 7)
         if "RandomSampler" not in code or not is_selected("DDP207", options.select, options.ignore):

@@ -1,4 +1,9 @@
-"""Where the fixtures live and how one is read: shared by the tests and the regenerator."""
+"""Where the fixtures live and how one is read: shared by the tests and the regenerator.
+
+Fixtures are grouped by rule family: `fixtures/<family>/<idiom>/` (fixtures/README.md). A
+case is named by its idiom alone (idiom names are unique across families), so pytest ids and
+`python tests/regenerate_fixtures.py NAME` stay short; `Case.path` is `family/idiom`.
+"""
 import json
 import shlex
 from dataclasses import dataclass
@@ -6,7 +11,6 @@ from pathlib import Path
 from typing import List, Optional
 
 from ddpify.api import Result, migrate_source
-from ddpify.diagnostics import Severity
 from ddpify.options import Options
 from ddpify.project import Project, read as read_project
 
@@ -20,7 +24,18 @@ class Case:
 
     @property
     def name(self) -> str:
+        """The idiom: the fixture's folder name."""
         return self.directory.name
+
+    @property
+    def family(self) -> str:
+        """The rule family the fixture belongs to: the folder above the idiom's."""
+        return self.directory.parent.name
+
+    @property
+    def path(self) -> str:
+        """`family/idiom`, relative to fixtures/."""
+        return f"{self.family}/{self.name}"
 
     @property
     def input(self) -> Path:
@@ -66,13 +81,13 @@ class Case:
 
 
 def all_cases() -> List[Case]:
-    return [Case(path) for path in sorted(FIXTURES.iterdir()) if (path / "input.py").exists()]
+    """Every fixture, `fixtures/<family>/<idiom>/`, in family then idiom order."""
+    return [Case(path) for family in sorted(FIXTURES.iterdir()) if family.is_dir()
+            for path in sorted(family.iterdir()) if (path / "input.py").exists()]
 
 
 def format_diagnostics(diagnostics) -> str:
-    """The diagnostics a user sees (no plain edits), as `expected.txt` stores them."""
-    return "".join(
-        diagnostic.format("input.py") + "\n"
-        for diagnostic in diagnostics
-        if diagnostic.severity is not Severity.EDIT
-    )
+    """Every diagnostic of the run, edits included, in the result's order, as `expected.txt`
+    stores them: `input.py:LINE:COL: CODE message`. With the edits listed, a rule's code leads
+    to the fixtures that show it (`grep -rl DDP201 fixtures`)."""
+    return "".join(diagnostic.format("input.py") + "\n" for diagnostic in diagnostics)

@@ -96,7 +96,7 @@ def run_torchrun(script: Path, workdir: Path, args: Sequence[str] = (), nproc: i
         # Under heavy CPU contention Gloo's worker threads sometimes abort while the
         # interpreter exits (pytorch/pytorch#179291), after the script has finished. It is
         # not the script's doing; run it again, in a clean directory, before judging.
-        warnings.warn(f"{script.name}: Gloo aborted at exit; running it again")
+        warnings.warn(f"{script.name}: Gloo aborted at exit; running it again", stacklevel=2)
         shutil.rmtree(workdir)
         run = _run(command, script, workdir, timeout, env)
     return run

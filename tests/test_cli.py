@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from cli_support import (
-    NEEDS_A_PERSON, NO_TRAINING, guide_text, invoke, migrated, needs_a_person, snapshot, write,
+    NEEDS_A_PERSON, NO_TRAINING, guide_text, invoke, migrated, snapshot, write,
 )
 from ddpify.diagnostics import RULES
 from fixture_cases import FIXTURES
@@ -413,7 +413,7 @@ def test_migrating_does_not_import_torch(script, tmp_path):
 
 
 def test_no_shard_eval_flag(tmp_path):
-    text = (FIXTURES / "eval_sum_and_count_accuracy" / "input.py").read_text()
+    text = (FIXTURES / "evaluation" / "eval_sum_and_count_accuracy" / "input.py").read_text()
     script = write(tmp_path / "train.py", text)
     sharded, whole = invoke(script), invoke("--no-shard-eval", script)
     assert sharded.stdout == migrated(text) and "evaluation_shard(" in sharded.stdout

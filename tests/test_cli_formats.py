@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from cli_support import NEEDS_A_PERSON, NO_TRAINING, guide_text, invoke, needs_a_person, write
+from cli_support import NEEDS_A_PERSON, NO_TRAINING, guide_text, invoke, write
 from ddpify.diagnostics import RULES
 from ddpify.formats import github_annotation
 from ddpify.diagnostics import Diagnostic

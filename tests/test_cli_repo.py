@@ -234,7 +234,7 @@ def test_progress_on_a_terminal():
 def test_progress_waits_before_drawing():
     stream = _Terminal()
     progress = Progress(10, stream, clock=lambda: 0.0)
-    for index in range(10):
+    for _ in range(10):
         progress.advance("x.py")
     assert stream.getvalue() == ""  # a short run never flickers a bar
 
@@ -248,7 +248,7 @@ def test_walked_files_with_nothing_to_do_say_nothing(repo):
 
 
 def test_shard_eval_from_pyproject(repo):
-    text = (FIXTURES / "eval_sum_and_count_accuracy" / "input.py").read_text()
+    text = (FIXTURES / "evaluation" / "eval_sum_and_count_accuracy" / "input.py").read_text()
     script = write(repo / "eval_train.py", text)
     _pyproject(repo, "shard-eval = false\n")
     assert invoke(script).stdout == migrated(text, shard_evaluation=False)

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from cli_support import NO_TRAINING, guide_text, invoke, migrated, snapshot, write
+from cli_support import NO_TRAINING, guide_text, invoke, migrated, write
 from ddpify import files
 from ddpify.files import SourceError, decode, twin_of, source_of_twin, write_atomically
 

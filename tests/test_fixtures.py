@@ -1,10 +1,11 @@
-"""The fixtures are the spec: one generic test walks fixtures/ (DESIGN.md §7)."""
+"""The fixtures are the spec: one generic test walks fixtures/<family>/<idiom>/ (DESIGN.md §7)."""
 import re
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from fixture_cases import all_cases, format_diagnostics
+from fixture_cases import FIXTURES, all_cases, format_diagnostics
 from script_runs import (
     evaluation_env, evaluation_log, problems_distributed, problems_evaluation_fetches, problems_evaluation_lines,
     problems_single_process, run_python, run_torchrun,
@@ -12,6 +13,15 @@ from script_runs import (
 
 CASES = all_cases()
 RUNNABLE = [case for case in CASES if case.run_spec is not None]
+
+
+def test_every_fixture_sits_in_a_family_under_a_name_of_its_own():
+    """A fixture left at fixtures/<idiom>/ would never be run; a name used twice would make
+    the ids and `regenerate_fixtures.py NAME` ambiguous."""
+    assert len(CASES) > 90
+    assert sorted(str(path.parent.relative_to(FIXTURES)) for path in FIXTURES.glob("*/input.py")) == []
+    assert sorted(path for path in FIXTURES.glob("*/*/*/input.py")) == []
+    assert [name for name, count in Counter(case.name for case in CASES).items() if count > 1] == []
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)

@@ -19,7 +19,8 @@ def test_an_import_already_there_is_not_added_again():
 
 
 def test_data_parallel_import_goes_only_when_nothing_uses_it():
-    unused = cst.parse_module('"""DataParallel in words only."""\nfrom torch.nn import DataParallel, Linear\nm = Linear(1, 1)\n')
+    unused = cst.parse_module(
+        '"""DataParallel in words only."""\nfrom torch.nn import DataParallel, Linear\nm = Linear(1, 1)\n')
     assert remove_unused_imports(unused, DATA_PARALLEL).code == (
         '"""DataParallel in words only."""\nfrom torch.nn import Linear\nm = Linear(1, 1)\n')
     used = cst.parse_module("from torch.nn import DataParallel\nok = isinstance(m, DataParallel)\n")

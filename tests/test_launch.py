@@ -27,8 +27,8 @@ from ddpify.launch.templates import (
 from fixture_cases import FIXTURES
 from script_runs import GLOO_TEARDOWN_ABORT, TORCHRUN_ENV_VARS
 
-MIGRATED = FIXTURES / "guide_image_classifier" / "expected.py"
-NOT_MIGRATED = FIXTURES / "guide_image_classifier" / "input.py"
+MIGRATED = FIXTURES / "guide" / "guide_image_classifier" / "expected.py"
+NOT_MIGRATED = FIXTURES / "guide" / "guide_image_classifier" / "input.py"
 # Arguments a shell or Kubernetes would change if they were not quoted for them.
 AWKWARD_ARGS = ("--epochs", "3", "--name", "two words", "$HOME", "$(whoami)", "it's", 'say "hi"')
 PLAN = LaunchPlan(script="jobs/train_ddp.py", nodes=3, gpus_per_node=4, script_args=AWKWARD_ARGS,

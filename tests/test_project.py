@@ -200,8 +200,8 @@ def test_migration_guards_helpers_that_print_or_write(script):
     script.write_text(TRAIN)
     result = migrate_source(TRAIN, project=project.read(str(script), TRAIN))
     assert "        if is_main:\n            bar(step_index" in result.code
-    assert '    if is_main:\n        helpers.say(f"epoch {epoch} norm {helpers.norm(getattr(model, \'module\', model))' \
-        in result.code
+    assert ('    if is_main:\n        helpers.say(f"epoch {epoch} norm '
+            '{helpers.norm(getattr(model, \'module\', model))') in result.code
     assert '        helpers.save(getattr(model, "module", model), "out/model.pt")' in result.code
     # It runs the model: it stays on every rank, with the model as it is, and says so.
     assert "\n    helpers.evaluate_and_print(model, x)\n" in result.code

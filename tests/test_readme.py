@@ -46,6 +46,14 @@ def test_sections_a_newcomer_looks_for():
     assert "| 130 |" in _section("Exit codes")
 
 
+def test_every_fixture_path_the_readme_names_exists():
+    """Fixtures moved into family folders (fixtures/<family>/<idiom>/): the README's commands
+    and excerpts must name where they are now."""
+    paths = set(re.findall(r"\bfixtures/[\w./]+\.py\b", README))
+    assert paths, "the README names no fixture"
+    assert sorted(path for path in paths if not (ROOT / path).is_file()) == []
+
+
 def test_the_full_test_run_time_is_stated():
     assert re.search(r"full run takes about \d+ minutes", _section("Run the tests"))
 
@@ -70,7 +78,7 @@ def _launch_mismatches(section: str, folder: Path) -> list:
     assert command[:2] == ["ddpify", "launch"]
     names = re.findall(r"^`(train_ddp\.[a-z.]+)`:", section, flags=re.MULTILINE)
     assert sorted(names) == ["train_ddp.pytorchjob.yaml", "train_ddp.sbatch", "train_ddp.torchrun.sh"]
-    shutil.copy(ROOT / "fixtures" / "guide_image_classifier" / "expected.py", folder / "train_ddp.py")
+    shutil.copy(ROOT / "fixtures" / "guide" / "guide_image_classifier" / "expected.py", folder / "train_ddp.py")
     here = os.getcwd()
     os.chdir(folder)
     try:

@@ -6,7 +6,7 @@ from ddpify.options import Options
 from ddpify.suppressions import apply
 
 # DDP208 and DDP904 at line 17 (the `for i in range(0, len(X), batch_size)` loop).
-UNSEEDED = (FIXTURES / "manual_batch_slicing_unseeded_reported" / "input.py").read_text()
+UNSEEDED = (FIXTURES / "hand_batches" / "manual_batch_slicing_unseeded_reported" / "input.py").read_text()
 LOOP = "    for i in range(0, len(X), batch_size):\n"
 
 

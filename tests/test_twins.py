@@ -1,14 +1,14 @@
 """A twin fixed by hand and marked so (issue 18, item 6): kept until its source changes."""
 import pytest
 
-from cli_support import NEEDS_A_PERSON, invoke, migrated, needs_a_person, snapshot, write  # noqa: F401
+from cli_support import NEEDS_A_PERSON, invoke, snapshot, write
 from ddpify.twins import marker_line, source_hash
 
 HAND_FIX = "# the sampler made rank-aware by hand\n"
 
 
 @pytest.fixture
-def pair(tmp_path, needs_a_person):  # noqa: F811 (a fixture)
+def pair(tmp_path, needs_a_person):
     """train.py, whose migration needs a person (DDP207), and a twin a person fixed."""
     source = write(tmp_path / "train.py", NEEDS_A_PERSON)
     twin = tmp_path / "train_ddp.py"

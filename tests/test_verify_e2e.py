@@ -26,7 +26,8 @@ MAIN_BEFORE = os.path.join(DATA, "verify_main_before.py")
 # broken script -> (checks to run, the one check that must fail, words its summary holds, options)
 # The original is the guide script unless the options name another with --original.
 BROKEN = {
-    "final_save_every_rank": ("one_writer", "one_writer", "rank 1 wrote model_final.pth (final_save_every_rank.py:66)", []),
+    "final_save_every_rank": ("one_writer", "one_writer", "rank 1 wrote model_final.pth "
+                              "(final_save_every_rank.py:66)", []),
     "final_save_wrapper": ("one_writer", "one_writer", "saved model_final.pth with keys starting with 'module.' "
                            "(final_save_wrapper.py:67)", []),
     "handoff_no_barrier": ("handoff", "handoff", "rank 1 read model.pth at handoff_no_barrier.py:68 before rank 0 "
@@ -127,7 +128,8 @@ def fixture_arguments(case):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["mnist_style_main", "file_writes_and_run_dir"])
+@pytest.mark.parametrize("case", ["data/mnist_style_main", "side_effects/file_writes_and_run_dir"],
+                         ids=os.path.basename)
 def test_a_fixture_migrated_by_ddpify_passes(tmp_path, case):
     """-o names a file that does not exist yet: ddpify migrates into it, then verifies.
 

@@ -1,6 +1,16 @@
-"""When the runner runs a torchrun run a second time."""
+"""When the runner runs a torchrun run a second time, and what it leaves behind."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ddpify.verify.reaper import parent_links
 from ddpify.verify.records import RunResult
-from ddpify.verify.runner import GLOO_TEARDOWN_ABORT, aborted_after_finishing
+from ddpify.verify.runner import GLOO_TEARDOWN_ABORT, Launch, aborted_after_finishing, launch_and_wait
 
 
 def run(returncode, tail, ranks_ended=(0, 1)):
@@ -21,18 +31,6 @@ def test_other_failures_are_not_retried():
 
 
 # -- nothing left behind (issue 10, item 7): real processes, real signals ------------------
-
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
-
-import pytest
-
-from ddpify.verify.reaper import parent_links
-from ddpify.verify.runner import Launch, launch_and_wait
 
 # A process that starts a grandchild in a session of its own (out of reach of killpg), then waits.
 ESCAPER = (

@@ -1,0 +1,67 @@
+"""Every rule leads to a fixture: each code a migration can emit appears in some fixture's
+expected.txt (which lists every diagnostic of the run, edits included), or is listed below
+with the reason it has none and where it is tested instead.
+
+`grep -rl DDP201 fixtures` then finds the fixtures that show a rule.
+"""
+import re
+
+from ddpify.diagnostics import RULES
+from fixture_cases import all_cases
+
+# Codes without a fixture. Remove a code from here when a fixture shows it (the test below
+# fails on a code listed here that a fixture shows); add one only with its reason.
+WITHOUT_A_FIXTURE = {
+    # Reported where the core could not migrate something, in shapes no fixture holds yet.
+    "DDP003": "fixed GPU where the setup's device is out of scope; no test names the code",
+    "DDP008": "device compared with a string once the device became a torch.device; a string "
+              "device now stays a string (fixture device_string_comparisons), so no test names the code",
+    "DDP207": "existing sampler= left as is: tests/test_data_transform.py, tests/test_cli*.py",
+    "DDP210": "training loader not shardable: tests/test_data_transform.py",
+    "DDP211": "no epoch loop for set_epoch: tests/test_selfcheck.py",
+    "DDP212": "download racing between ranks: tests/test_data_transform.py",
+    "DDP307": "rank-0-only writer used beyond its guard: tests/test_side_effects.py",
+    "DDP404": "accumulation that no_sync() cannot wrap: tests/test_training_transform.py",
+    "DDP903": "no place where the model reaches its device; no test names the code",
+    # The self-check (safe mode): reported only when ddpify's own output is wrong, so a
+    # fixture showing one would be a bug; each has a broken output in tests/test_selfcheck.py.
+    "DDP910": "self-check: tests/test_selfcheck.py",
+    "DDP911": "self-check: tests/test_selfcheck.py",
+    "DDP912": "self-check: tests/test_selfcheck.py",
+    "DDP913": "self-check: tests/test_selfcheck.py",
+    "DDP914": "self-check: tests/test_selfcheck.py",
+    "DDP915": "self-check: tests/test_selfcheck.py",
+    # A `# ddpify: ignore` comment that silences nothing: tests/test_suppressions.py.
+    "DDP920": "unused suppression comment: tests/test_suppressions.py",
+}
+
+LINE = re.compile(r"^input\.py:\d+:\d+: (DDP\d{3}) ", re.MULTILINE)
+
+
+def codes_in_fixtures() -> dict:
+    """code -> the fixtures (family/idiom) whose expected.txt lists it."""
+    shown: dict = {}
+    for case in all_cases():
+        for code in LINE.findall(case.expected_diagnostics.read_text()):
+            shown.setdefault(code, set()).add(case.path)
+    return shown
+
+
+def test_every_rule_has_a_fixture_or_a_reason():
+    live = {code for code, rule in RULES.items() if not rule.retired}
+    shown = codes_in_fixtures()
+    assert sorted(live - set(shown) - set(WITHOUT_A_FIXTURE)) == [], "a rule with neither a fixture nor a reason"
+    assert sorted(set(WITHOUT_A_FIXTURE) & set(shown)) == [], "a fixture shows it now: drop it from WITHOUT_A_FIXTURE"
+    assert sorted(set(WITHOUT_A_FIXTURE) - live) == [], "not a live rule"
+
+
+def test_fixtures_list_only_known_rules_and_never_a_retired_one():
+    shown = codes_in_fixtures()
+    assert sorted(code for code in shown if code not in RULES or RULES[code].retired) == []
+
+
+def test_expected_txt_lists_edits_too():
+    """expected.txt holds every diagnostic, not only those a user sees: the guide's shows its
+    setup (DDP001), wrap (DDP101) and sampler (DDP201) beside its DDP206 note."""
+    guide = next(case for case in all_cases() if case.name == "guide_image_classifier")
+    assert {"DDP001", "DDP101", "DDP201", "DDP206"} <= set(LINE.findall(guide.expected_diagnostics.read_text()))
