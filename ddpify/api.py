@@ -19,6 +19,7 @@ from ddpify.diagnostics import RULES, Diagnostic, is_selected
 from ddpify.emit.edits import ApplyEdits, Edits
 from ddpify.emit.imports import add_imports, remove_unused_imports
 from ddpify.options import Options
+from ddpify.plan import Plan
 from ddpify.project import Project
 from ddpify.rules import CONCERNS, frameworks, hand_batches, setup
 
@@ -133,8 +134,8 @@ class _MigrateCommand(CodemodCommand):
         plan = setup.choose(facts)
         for concern in CONCERNS:
             concern.plan(facts, edits, plan)
-        if hand_batches.only_hand_made_batches(facts, edits):
-            self._leave_single_process(edits)
+        if hand_batches.only_hand_made_batches(facts, plan):
+            self._leave_single_process(plan)
         setup.place(facts, edits, plan)
         setup.add_guard_helper(edits, plan)
         setup.teardown(facts, edits, plan)
@@ -145,8 +146,8 @@ class _MigrateCommand(CodemodCommand):
             new_tree = remove_unused_imports(new_tree, sorted(edits.unused_imports))
         return new_tree
 
-    def _leave_single_process(self, edits: Edits) -> None:
-        hand_made = [d for d in edits.diagnostics if d.code in ("DDP208", "DDP218")]
+    def _leave_single_process(self, plan: Plan) -> None:
+        hand_made = list(plan.hand_made_batches)
         first = min(hand_made, key=lambda d: (d.line, d.column))
         self.diagnostics = sorted(
             hand_made + [Diagnostic("DDP904", first.line, first.column, RULES["DDP904"].summary)],

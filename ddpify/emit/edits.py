@@ -85,13 +85,28 @@ class Edits:
         helper[0] = helper[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
         self.module_prelude.extend(helper)
 
-    def report(self, code: str, node: cst.CSTNode, message: Optional[str] = None) -> None:
-        """Record a diagnostic at a node of the original tree."""
+    def report(self, code: str, node: cst.CSTNode, message: Optional[str] = None) -> Diagnostic:
+        """Record a diagnostic at a node of the original tree; the rule may keep it in the
+        plan when another rule decides by it."""
         position = self.facts.positions[node]
-        self.diagnostics.append(
-            Diagnostic(code, position.start.line, position.start.column + 1,
-                       message or RULES[code].summary, position.end.line)
-        )
+        diagnostic = Diagnostic(code, position.start.line, position.start.column + 1,
+                                message or RULES[code].summary, position.end.line)
+        self.diagnostics.append(diagnostic)
+        return diagnostic
+
+    def edited_nodes(self, include_guarded: bool = True) -> List[cst.CSTNode]:
+        """The nodes emitted code sits beside, replaces or guards (not those only removed): the
+        setup block must come before the first of them that runs. `include_guarded=False`
+        leaves out the rank-0 guards, which need the guard's name but not the group."""
+        nodes: List[cst.CSTNode] = [*self.before, *self.after, *self.replaced, *self.guarded,
+                                    *self.expressions]
+        return nodes if include_guarded else [node for node in nodes if node not in self.guarded]
+
+    def edits_any(self, statements: Iterable[BlockItem]) -> bool:
+        """Whether an edit already claims one of these statements, so that a rule that would
+        restructure them (no_sync's `with` around a micro-batch) leaves them as they are."""
+        claimed = [self.before, self.after, self.removed, self.replaced, self.guarded]
+        return any(statement in edits for statement in statements for edits in claimed)
 
     @property
     def changes_anything(self) -> bool:

@@ -14,7 +14,7 @@ from ddpify.analysis.values import is_training_loader, keyword_names, known_dict
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.rules import downloads, hand_batches, splits
 from ddpify.rules.epochs import SET_EPOCH_IF_DISTRIBUTED_CODE, set_epoch
-from ddpify.rules.setup import SetupPlan
+from ddpify.plan import Plan
 
 SAMPLER_VALUE_CODE = "{sampler} = {value} if {condition} else None\n"
 # Where the setup's `distributed` is out of scope (a loader built in a helper function).
@@ -23,7 +23,7 @@ DATASET_CODE = "{dataset} = {expression}\n"
 LINE_LENGTH = 88
 
 
-def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     for loader in facts.loaders:
         _plan_loader(facts, edits, setup, loader)
     hand_batches.plan(facts, edits, setup)
@@ -32,7 +32,7 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
     splits.plan(facts, edits, setup)
 
 
-def _plan_loader(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader) -> None:
+def _plan_loader(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> None:
     iterable = _iterable_dataset(facts, loader.dataset)
     keys = keyword_names(facts, loader)
     if iterable is not None:
@@ -99,7 +99,7 @@ def _other_factory_calls(facts: Facts, loader: Loader) -> List[cst.Call]:
     return found
 
 
-def _can_add_sampler(facts: Facts, setup: SetupPlan, loader: Loader) -> bool:
+def _can_add_sampler(facts: Facts, setup: Plan, loader: Loader) -> bool:
     if loader.dataset is None:
         return False
     if not isinstance(loader.statement, cst.SimpleStatementLine):
@@ -120,7 +120,7 @@ def _can_add_sampler(facts: Facts, setup: SetupPlan, loader: Loader) -> bool:
     return not any(arg.star for arg in loader.call.args)
 
 
-def _add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: SetupPlan) -> None:
+def _add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: Plan) -> None:
     shuffle_arg = loader.keywords.get("shuffle")
     if shuffle_arg is not None:
         shuffle = edits.code(shuffle_arg.value)
@@ -135,6 +135,7 @@ def _add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: SetupPlan) -
         divide_batch=edits.options.keep_global_batch)
     edits.imports.add("DistributedSampler")
     setup.sharded_loaders.append(loader)
+    setup.loaders_given_a_sampler.append(loader)
     edits.report("DDP201", loader.call)
     if not edits.options.keep_global_batch:
         edits.report("DDP206", loader.call)
@@ -142,7 +143,7 @@ def _add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: SetupPlan) -
         set_epoch(facts, edits, loader, sampler)
 
 
-def attach_sampler(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader,
+def attach_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loader,
                    sampler_for: Callable[[str], str], divide_batch: bool = False,
                    after_sampler: Sequence[str] = ()) -> str:
     """`{sampler} = <sampler_for(dataset)> if distributed else None` before the loader and
@@ -310,7 +311,7 @@ def _append_after(out: List[cst.Arg], new: cst.Arg, last: bool) -> None:
         out.append(new.with_changes(comma=cst.MaybeSentinel.DEFAULT))
 
 
-def _divide_batch_size(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader,
+def _divide_batch_size(facts: Facts, edits: Edits, setup: Plan, loader: Loader,
                        args: List[str]) -> List[str]:
     """--keep-global-batch: each of N processes draws batch_size // N samples, so one step
     still consumes the global batch the learning rate was tuned for."""
@@ -362,7 +363,7 @@ def _loader_statement(facts: Facts, edits: Edits, loader: Loader, args: List[str
     )
 
 
-def _wrap_random_sampler(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader) -> bool:
+def _wrap_random_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> bool:
     """`sampler=RandomSampler(ds)` shuffles like DistributedSampler's default: use that when
     distributed and keep the RandomSampler for plain `python`."""
     arg = loader.keywords.get("sampler")
@@ -391,6 +392,7 @@ def _wrap_random_sampler(facts: Facts, edits: Edits, setup: SetupPlan, loader: L
     else:
         edits.expressions[call] = lambda _node: edits.expression(wrapped)
     edits.imports.add("DistributedSampler")
+    setup.loaders_given_a_sampler.append(loader)
     edits.report("DDP201", loader.call)
     edits.report("DDP206", loader.call)
     set_epoch(facts, edits, loader, name, SET_EPOCH_IF_DISTRIBUTED_CODE)
@@ -416,7 +418,7 @@ class DistributedSamplerWrapper(DistributedSampler):
 '''
 
 
-def _shard_existing_sampler(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader) -> bool:
+def _shard_existing_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> bool:
     """`sampler=train_sampler`, a SubsetRandomSampler (k-fold, a validation split) or a
     WeightedRandomSampler of a training loader: under torchrun each rank takes its share of
     what the sampler draws (DistributedSamplerWrapper), with set_epoch in the epoch loop;
@@ -443,6 +445,7 @@ def _shard_existing_sampler(facts: Facts, edits: Edits, setup: SetupPlan, loader
                 for other in loader.call.args]
         edits.replaced[loader.statement] = [_loader_statement(facts, edits, loader, args)]
     edits.add_helper("DistributedSamplerWrapper", SAMPLER_WRAPPER_HELPER, "DistributedSampler")
+    setup.loaders_given_a_sampler.append(loader)
     edits.report("DDP201", loader.call)
     edits.report("DDP206", loader.call)
     set_epoch(facts, edits, loader, f"{loader.name}.sampler", SET_EPOCH_IF_DISTRIBUTED_CODE)

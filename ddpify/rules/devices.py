@@ -9,10 +9,10 @@ import libcst as cst
 
 from ddpify.analysis import Facts, dotted_name
 from ddpify.emit.edits import Edits
-from ddpify.rules.setup import SetupPlan
+from ddpify.plan import Plan
 
 
-def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     device = setup.device
     _keep_device_choice(edits, setup)
     for call in facts.fixed_device_moves:
@@ -36,7 +36,7 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
     _keep_device_comparisons(facts, edits, setup)
 
 
-def _keep_device_comparisons(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+def _keep_device_comparisons(facts: Facts, edits: Edits, setup: Plan) -> None:
     """`device == "cuda"` is False once `device` is a torch.device (cuda:1 under torchrun):
     compare its type. Where plain `python` keeps the script's string, both must work."""
     if setup.device_is_string:
@@ -63,7 +63,7 @@ def _keep_device_comparisons(facts: Facts, edits: Edits, setup: SetupPlan) -> No
         edits.report("DDP008", comparison)
 
 
-def _in_choice(facts: Facts, setup: SetupPlan, node: cst.CSTNode) -> bool:
+def _in_choice(facts: Facts, setup: Plan, node: cst.CSTNode) -> bool:
     """Inside the statement that chooses the device (replaced, or kept as written)."""
     choice = setup.device_assignment.statement if setup.device_assignment else setup.choice_statement
     return choice is not None and facts.ancestor_in(node, choice) is not None
@@ -99,7 +99,7 @@ def _move_to(device: str) -> Callable[[cst.Call], cst.Call]:
     return rewrite
 
 
-def _keep_device_choice(edits: Edits, setup: SetupPlan) -> None:
+def _keep_device_choice(edits: Edits, setup: Plan) -> None:
     """The setup block replaces the script's device choice: keep the choice's own test, so
     that `--no-cuda` or `--device cpu` still selects the CPU."""
     assignment = setup.device_assignment

@@ -5,7 +5,7 @@ import libcst as cst
 
 from ddpify.analysis import Facts, Statement
 from ddpify.emit.edits import Edits, Insertion
-from ddpify.rules.setup import SetupPlan
+from ddpify.plan import Plan
 
 DOWNLOAD_BEFORE_CODE = """\
 if distributed and local_rank != 0:
@@ -19,7 +19,7 @@ if distributed and local_rank == 0:
 """
 
 
-def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     """Barriers around each run of statements that download a dataset (`download=True`,
     urlretrieve, unpacking an archive), or call a helper of the script's that does."""
     for group in _consecutive_groups(facts, _download_sites(facts, setup)):
@@ -39,7 +39,7 @@ def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
         edits.report("DDP209", first)
 
 
-def _download_sites(facts: Facts, setup: SetupPlan) -> List[Statement]:
+def _download_sites(facts: Facts, setup: Plan) -> List[Statement]:
     """Each download statement, or, inside a helper that the setup's scope calls, each
     call of that helper. A test of the file system around it (`if not os.path.exists`)
     goes inside the barriers: the ranks that wait see the files once they are there."""

@@ -19,7 +19,7 @@ from ddpify.analysis.values import keyword_names, known_dict_keys
 from ddpify.emit import collectives
 from ddpify.emit.edits import Edits
 from ddpify.rules import data
-from ddpify.rules.setup import SetupPlan
+from ddpify.plan import Plan
 
 SHARD_HELPER = '''\
 
@@ -60,7 +60,7 @@ TABLE_SUMS = {
 }
 
 
-def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     """The loaders no loop trains over (data.py's `evaluation_loaders`): shard those whose
     every loop is an evaluation that can be gathered; the others stay whole (DDP203, with
     the reason)."""
@@ -234,7 +234,7 @@ def _argument(call: cst.Call, index: int, name: str) -> Optional[cst.BaseExpress
 
 # --- the edits -------------------------------------------------------------------------------------
 
-def _shard(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader) -> None:
+def _shard(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> None:
     batch_size = _batch_size(facts, edits, loader)
     after: Tuple[str, ...] = ()
     if _may_shuffle_through_kwargs(facts, loader):
@@ -246,7 +246,7 @@ def _shard(facts: Facts, edits: Edits, setup: SetupPlan, loader: Loader) -> None
     edits.report("DDP215", loader.call)
 
 
-def _gather(facts: Facts, edits: Edits, setup: SetupPlan, loop: cst.For, figures: Figures) -> None:
+def _gather(facts: Facts, edits: Edits, setup: Plan, loop: cst.For, figures: Figures) -> None:
     iterated = loader_name_in(facts, loop)
     if iterated is not None:
         condition = SHARE_CONDITION.format(loader=iterated)

@@ -16,7 +16,7 @@ from ddpify.analysis.nodes import names_in
 from ddpify.analysis.values import is_training_loader
 from ddpify.emit.edits import Edits
 from ddpify.rules import random_batches
-from ddpify.rules.setup import SetupPlan
+from ddpify.plan import Plan
 
 HELPER = '''\
 
@@ -50,7 +50,7 @@ def rank_stretch(data):
 '''
 
 
-def stretch_sequences(facts: Facts, edits: Edits, setup: SetupPlan, loop: cst.For) -> bool:
+def stretch_sequences(facts: Facts, edits: Edits, setup: Plan, loop: cst.For) -> bool:
     """`for batch, i in enumerate(range(0, train_data.size(0) - 1, args.bptt))` with a hidden
     state carried from batch to batch: each rank takes its own contiguous stretch of
     `train_data`, right where it is made. False when the loop is not of that shape."""
@@ -102,13 +102,13 @@ def _assigns_name(statement, name: str) -> bool:
         isinstance(target.target, cst.Name) and target.target.value == name for target in statement.body[0].targets)
 
 
-def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     for loop in facts.sliced_batch_loops:
         if loop not in facts.training_loops:
             continue
         reason = _why_not(facts, loop)
         if reason is not None:
-            edits.report("DDP208", loop, f"{RULE_SUMMARY}: {reason}")
+            setup.hand_made_batches.append(edits.report("DDP208", loop, f"{RULE_SUMMARY}: {reason}"))
             continue
         edits.expressions[loop.iter] = _shared(edits)
         edits.add_helper("rank_share", HELPER, "dist")
@@ -190,16 +190,15 @@ def loader_in_a_container(facts: Facts, loop: cst.For) -> Optional[cst.Call]:
     return None
 
 
-def only_hand_made_batches(facts: Facts, edits: Edits) -> bool:
+def only_hand_made_batches(facts: Facts, plan: Plan) -> bool:
     """No training loop is fed by a DataLoader ddpify can shard, and some train on data built
     by hand or on loaders kept in a dict: the file stays single-process (DDP904) rather than
     N ranks repeating the same work."""
-    codes = {diagnostic.code for diagnostic in edits.diagnostics}
-    return bool({"DDP208", "DDP218"} & codes) and "DDP201" not in codes and not any(
+    return bool(plan.hand_made_batches) and not plan.loaders_given_a_sampler and not any(
         is_training_loader(facts, loader) for loader in facts.loaders)
 
 
-def report_batch_loops(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+def report_batch_loops(facts: Facts, edits: Edits, setup: Plan) -> None:
     """Training loops that iterate no DataLoader: stretched sequences and random indices are
     sharded by their own rules; the rest are reported with what feeds them (DDP208, DDP218)."""
     reported: Set[cst.Call] = set()
@@ -214,14 +213,16 @@ def report_batch_loops(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
         if contained is not None:
             if contained not in reported:
                 reported.add(contained)
-                edits.report("DDP218", contained)
+                setup.hand_made_batches.append(edits.report("DDP218", contained))
             continue
         made_by = next((facts.made_in_other_modules[name] for name in facts.names_iterated_by(loop)
                         if name in facts.made_in_other_modules), None)
         if made_by is not None:
-            edits.report("DDP208", loop, f"batches come from `{made_by}()` in another module of the "
-                         "project, which ddpify reads but does not rewrite: every rank trains on the "
-                         "same data; give its DataLoader a DistributedSampler there")
+            setup.hand_made_batches.append(edits.report(
+                "DDP208", loop, f"batches come from `{made_by}()` in another module of the project, "
+                "which ddpify reads but does not rewrite: every rank trains on the same data; give "
+                "its DataLoader a DistributedSampler there"))
             continue
-        edits.report("DDP208", loop, "batches built by hand: every rank trains on the same "
-                     "data; shard it by rank (e.g. data[rank::world_size])")
+        setup.hand_made_batches.append(edits.report(
+            "DDP208", loop, "batches built by hand: every rank trains on the same data; shard it by "
+            "rank (e.g. data[rank::world_size])"))

@@ -10,7 +10,7 @@ import libcst as cst
 
 from ddpify.analysis import Facts, Model, Statement, calls_within, dotted_name, effects, names
 from ddpify.emit.edits import Edits, Rewrite
-from ddpify.rules.setup import SetupPlan
+from ddpify.plan import Plan
 
 WRAP_CODE = """\
 if distributed:
@@ -52,7 +52,7 @@ LINE_LENGTH = 88
 ONLY_IF_TRAINABLE_COMMENT = "# A module with nothing to train (frozen) stays unwrapped: DDP refuses it."
 
 
-def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     _replace_data_parallel(facts, edits)
     if facts.batchnorm_calls and not edits.options.sync_batchnorm:
         edits.report("DDP104", facts.batchnorm_calls[0])

@@ -14,7 +14,7 @@ import libcst as cst
 
 from ddpify.analysis import Facts, calls_within
 from ddpify.emit.edits import Edits, Insertion
-from ddpify.rules.setup import SetupPlan
+from ddpify.plan import Plan
 
 # Draws from torch's global generator that pick the samples of a batch.
 RANDOM_INDEX_DRAWS = ("torch.randint", "torch.randperm", "torch.multinomial")
@@ -25,7 +25,7 @@ if distributed:
 """
 
 
-def seed_per_rank(facts: Facts, edits: Edits, setup: SetupPlan, loop: cst.For) -> bool:
+def seed_per_rank(facts: Facts, edits: Edits, setup: Plan, loop: cst.For) -> bool:
     """Give each rank its own draws when the training loop's batches are drawn at random
     from torch's global generator (in the loop or in a function of this file it calls);
     False when they are not, or the setup's names are out of reach there."""

@@ -11,16 +11,16 @@ import libcst as cst
 from ddpify.analysis import BlockItem, Facts
 from ddpify.emit.edits import Edits
 from ddpify.rules import training
-from ddpify.rules.setup import SetupPlan
+from ddpify.plan import Plan
 
 
-def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     reported: Set[cst.If] = set()
     for loop in training.batch_loops(facts):
         # A step counter (`global_step += 1`) counts the same batches on every rank: each
         # rank's sampler hands it the same number of them.
         rank_local = training.assigned_names(loop.body) - _step_counters(loop.body)
-        if loop in edits.after:  # the epoch sums training.py all-reduces
+        if loop in setup.reduced_epoch_loops:  # the epoch sums training.py all-reduces
             rank_local -= set(training.epoch_accumulators(facts, loop))
         candidates = _ifs_within(loop.body)
         outer = facts.enclosing_loops(loop)

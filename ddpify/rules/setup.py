@@ -3,14 +3,14 @@
 The setup block goes where the script chose its device, so the diff reads as "the device
 choice became a distributed setup"; it moves up only when earlier code already needs it.
 """
-from dataclasses import dataclass, field
-from typing import Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
 import libcst as cst
 
-from ddpify.analysis import BlockItem, DeviceAssignment, Facts, Loader, Statement, dotted_name
+from ddpify.analysis import BlockItem, DeviceAssignment, Facts, Statement, dotted_name
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.emit.imports import imports_of
+from ddpify.plan import Plan
 
 SETUP_COMMENT = "# Distributed setup: one process per device under torchrun; plain `python` runs as before."
 
@@ -84,78 +84,7 @@ TEARDOWN_CODE = "\nif distributed:\n    dist.destroy_process_group()\n"
 TEARDOWN_IF_INITIALIZED = "if dist.is_initialized():\n    dist.destroy_process_group()\n"
 
 
-@dataclass
-class SetupPlan:
-    """Where the setup block goes and what the other transforms may rely on."""
-
-    function: Optional[cst.FunctionDef]
-    # The block the setup goes into: a function body, the module, or the body of
-    # `if __name__ == "__main__":`.
-    block: Union[cst.Module, cst.BaseSuite]
-    device: str
-    # A CUDA-or-CPU choice in one statement, which the setup block replaces.
-    device_assignment: Optional[DeviceAssignment]
-    # Any other device choice stays as written; the setup follows this statement of `block`
-    # (the whole if/else that chooses), so that it runs on every path.
-    choice_statement: Optional[BlockItem] = None
-    # `device = torch.accelerator.current_accelerator()` outside any branch: None on a CPU.
-    bare_accelerator: bool = False
-    # The script never chooses a device: it trains on the CPU.
-    cpu_only: bool = False
-    # The device is a string ("cuda" if ... else "cpu"), and stays one.
-    device_is_string: bool = False
-    # Models wrapped in the setup's scope, and how many of them the script never moves off
-    # the CPU: when none is moved, the process group uses Gloo whatever the machine has.
-    wrapped_models: int = 0
-    models_on_cpu: int = 0
-    # The setup's function runs more than once (a get_device() helper called by train and
-    # test, or inside a loop): the process group is created on the first call only.
-    called_repeatedly: bool = False
-    guards_used: Set[str] = field(default_factory=set)
-    # Nodes whose edits need only the rank-0 guard, not the process group.
-    guard_nodes: Set[cst.CSTNode] = field(default_factory=set)
-    # Loaders that got a DistributedSampler (data.py), for the rules that reduce the
-    # figures of a sharded epoch (training.py).
-    sharded_loaders: List[Loader] = field(default_factory=list)
-    # Loops over batches cut by hand that each rank now takes its share of (hand_batches.py).
-    sharded_loops: List[cst.For] = field(default_factory=list)
-    # Training loops whose random batches each rank now draws with a seed of its own
-    # (random_batches.py).
-    reseeded_loops: List[cst.For] = field(default_factory=list)
-    # Loaders no loop trains over (data.py), for evaluation.py to shard or leave whole.
-    evaluation_loaders: List[Loader] = field(default_factory=list)
-    # Set when --keep-global-batch divides a batch size by `world_size`.
-    needs_world_size: bool = False
-    # When the script uses the GPU: devices.py keeps the script's own condition (`use_cuda`
-    # from a --no-cuda flag) so that the migrated script still honours it.
-    use_gpu: str = "torch.cuda.is_available()"
-    # `use_cuda = torch.device(args.device).type == "cuda"`: the statement that names use_gpu.
-    gpu_condition_code: str = ""
-
-    @property
-    def device_type(self) -> str:
-        """An expression for the type of this rank's device ("cuda", "cpu", ...)."""
-        # A string choice is "cuda" or "cpu" (analysis._is_string_choice): the string is its type.
-        return self.device if self.device_is_string else f"{self.device}.type"
-
-    def sees_setup(self, facts: Facts, node: cst.CSTNode) -> bool:
-        """Whether code at node can read the names the setup block defines."""
-        if self.function is not None:
-            return facts.function_of(node) is self.function
-        if self.block is facts.module:
-            return True
-        # Under `if __name__ == "__main__":` only that block sees the names: the module's
-        # functions may be imported and called from elsewhere.
-        return facts.function_of(node) is None and facts.ancestor_in(node, self.block) is not None
-
-    def guard_for(self, facts: Facts, node: cst.CSTNode) -> str:
-        guard = "is_main" if self.sees_setup(facts, node) else "is_main_process()"
-        self.guards_used.add(guard)
-        self.guard_nodes.add(node)
-        return guard
-
-
-def choose(facts: Facts) -> SetupPlan:
+def choose(facts: Facts) -> Plan:
     """Pick the scope of the setup: the device choice, else the training loop's function."""
     choice = _device_choice(facts)
     if choice:
@@ -163,20 +92,20 @@ def choose(facts: Facts) -> SetupPlan:
         block = _scope_block(facts, first.statement, first.function)
         dominating = facts.ancestor_in(choice[-1].statement, block)
         if len(choice) == 1 and first.cuda_or_cpu and not first.is_string and dominating is first.statement:
-            return SetupPlan(first.function, block, first.name, first)
+            return Plan(first.function, block, first.name, first)
         bare = any(a.any_accelerator and a.statement is dominating for a in choice)
-        return SetupPlan(first.function, block, first.name, None, choice_statement=dominating,
+        return Plan(first.function, block, first.name, None, choice_statement=dominating,
                          bare_accelerator=bare, device_is_string=all(a.is_string for a in choice))
     named = _device_named_elsewhere(facts)
     if named is not None:
         device, statement, function = named
         block = _scope_block(facts, statement, function)
-        return SetupPlan(function, block, device, None, choice_statement=facts.ancestor_in(statement, block),
+        return Plan(function, block, device, None, choice_statement=facts.ancestor_in(statement, block),
                          device_is_string=True)
     function = _training_function(facts)
     block = function.body if function is not None else facts.module
     cpu_only = not facts.fixed_device_moves and not facts.fixed_device_values
-    return SetupPlan(function, block, "device", None, cpu_only=cpu_only)
+    return Plan(function, block, "device", None, cpu_only=cpu_only)
 
 
 def _device_named_elsewhere(facts: Facts) -> Optional[Tuple[str, Statement, Optional[cst.FunctionDef]]]:
@@ -240,7 +169,7 @@ RUN_NOT_IMPORTED = (
 )
 
 
-def _for_this_script(code: str, facts: Facts, plan: SetupPlan) -> str:
+def _for_this_script(code: str, facts: Facts, plan: Plan) -> str:
     """A setup template as this script needs it.
 
     Module-level setup in a file with a `__main__` guard: importing the module (to reuse
@@ -268,7 +197,7 @@ def called_repeatedly(facts: Facts, function: Optional[cst.FunctionDef]) -> bool
     return len(calls) > 1 or any(facts.enclosing_loops(call) for call in calls)
 
 
-def place(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
+def place(facts: Facts, edits: Edits, plan: Plan) -> None:
     """Insert the setup block before the first statement of its block that needs it."""
     edits.imports.update({"os", "dist"})
     plan.called_repeatedly = called_repeatedly(facts, plan.function)
@@ -306,7 +235,7 @@ def place(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
     edits.report("DDP001", anchor)
 
 
-def _place_after_choice(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
+def _place_after_choice(facts: Facts, edits: Edits, plan: Plan) -> None:
     """The script's own device choice stays; the setup follows it. What is needed before
     the choice gets the setup earlier: output guards only the environment part; a sampler
     or a download barrier the process group too, on each device type's default backend."""
@@ -353,24 +282,19 @@ def _place_after_choice(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
 
 def _edited_inside(edits: Edits, facts: Facts, statement: BlockItem) -> bool:
     """Whether an edit of another rule (a rank-0 guard) lies inside the statement."""
-    edited = [*edits.before, *edits.after, *edits.replaced, *edits.guarded, *edits.expressions]
     return any(node is not statement and facts.ancestor_in(node, statement) is not None
-               for node in edited)
+               for node in edits.edited_nodes())
 
 
-def _first_statement_needing_setup(facts: Facts, edits: Edits, plan: SetupPlan,
+def _first_statement_needing_setup(facts: Facts, edits: Edits, plan: Plan,
                                    guards_too: bool = True) -> Optional[BlockItem]:
     body: List[BlockItem] = list(plan.block.body)
     candidates: List[BlockItem] = []
     if plan.device_assignment is not None:
         candidates.append(plan.device_assignment.statement)
-    touched = (
-        list(edits.before) + list(edits.after) + list(edits.replaced)
-        + list(edits.guarded) + list(edits.expressions)
-    )
+    touched = edits.edited_nodes(include_guarded=guards_too)
     if not guards_too:
-        touched = [node for node in touched
-                   if node not in edits.guarded and node not in plan.guard_nodes]
+        touched = [node for node in touched if node not in plan.guard_nodes]
     for node in touched + _calls_of_functions_holding(facts, touched, plan):
         statement = facts.ancestor_in(node, plan.block)
         # Definitions run nothing: code inside them needs the setup only when called.
@@ -382,7 +306,7 @@ def _first_statement_needing_setup(facts: Facts, edits: Edits, plan: SetupPlan,
 
 
 def _calls_of_functions_holding(facts: Facts, nodes: Iterable[cst.CSTNode],
-                                plan: SetupPlan) -> List[cst.Call]:
+                                plan: Plan) -> List[cst.Call]:
     """Calls of the functions that hold edited code: `make_loaders()` needs the process
     group if the loader it builds now gets a DistributedSampler."""
     calls: List[cst.Call] = []
@@ -400,12 +324,12 @@ def _first_code_statement(body: Sequence[BlockItem]) -> Optional[BlockItem]:
     return None
 
 
-def add_guard_helper(edits: Edits, plan: SetupPlan) -> None:
+def add_guard_helper(edits: Edits, plan: Plan) -> None:
     if "is_main_process()" in plan.guards_used:
         edits.add_helper("is_main_process", IS_MAIN_HELPER)
 
 
-def teardown(facts: Facts, edits: Edits, plan: SetupPlan) -> None:
+def teardown(facts: Facts, edits: Edits, plan: Plan) -> None:
     """Destroy the group once, after training: around the call to main() when there is one,
     so that it also runs when training raises, else at the end of the script."""
     if plan.function is None and plan.block is not facts.module:

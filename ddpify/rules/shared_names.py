@@ -16,7 +16,7 @@ from ddpify.analysis import Facts, Statement, dotted_name, names
 from ddpify.analysis.nodes import names_in
 from ddpify.emit import collectives
 from ddpify.emit.edits import Edits, Insertion
-from ddpify.rules.setup import SetupPlan
+from ddpify.plan import Plan
 
 HELPER = '''\
 
@@ -33,7 +33,7 @@ if dist.is_initialized():
 """
 
 
-def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     path_names = _names_in_paths(facts)
     for statement, target, value in _assignments_from_clock_or_chance(facts):
         if target in path_names:

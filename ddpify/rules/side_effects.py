@@ -12,8 +12,9 @@ import libcst as cst
 
 from ddpify.analysis import BlockItem, Facts, Statement, calls_within, dotted_name, effects, names, string_value
 from ddpify.analysis.nodes import names_in
+from ddpify.emit import guards
 from ddpify.emit.edits import Edits, Insertion, replacement
-from ddpify.rules.setup import SetupPlan
+from ddpify.plan import Plan
 
 LINE_LENGTH = 88
 LOWER_LOG_LEVEL_CODE = """\
@@ -22,15 +23,14 @@ if not {guard}:  # rank 0 logs as before; the other ranks log errors only
 """
 
 
-def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     _guard_prints_and_saves(facts, edits, setup)
     _progress_bars(facts, edits, setup)
     _file_writes(facts, edits, setup)
     _trackers(facts, edits, setup)
     _lower_log_level(facts, edits, setup)
-    _guard_whole_loops_and_withs(facts, edits)
-    _drop_guards_inside_guards(facts, edits)
-    _release_dataset_code(facts, edits)
+    guards.fold_into_loops_and_withs(edits, keep_inside=facts.training_loops)
+    guards.drop_guards_inside_guards(edits)
     _barrier_before_reading_saved_files(facts, edits, setup)
     for call in facts.load_calls:
         if any(arg.keyword is not None and arg.keyword.value == "map_location" for arg in call.args):
@@ -49,7 +49,7 @@ if {condition}:
 """
 
 
-def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan) -> None:
     """Only rank 0 saves; a rank that loads a checkpoint after that must wait until rank 0
     has written it (or it reads a missing or half-written file)."""
     for call in facts.load_calls:
@@ -105,7 +105,7 @@ def _saved_before(facts: Facts, save: cst.Call, load: cst.Call) -> bool:
                for call in facts.calls_of(save_function))
 
 
-def _guard_prints_and_saves(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+def _guard_prints_and_saves(facts: Facts, edits: Edits, setup: Plan) -> None:
     for helper_call, effect in facts.helper_effects.items():
         if effect == effects.MIXED and isinstance(facts.parents.get(helper_call), cst.Expr):
             edits.report("DDP311", helper_call)
@@ -125,6 +125,8 @@ def _guard_prints_and_saves(facts: Facts, edits: Edits, setup: SetupPlan) -> Non
                 continue
         if call in facts.save_calls and _saves_to_memory(facts, call):
             continue  # serialising into a buffer writes no file
+        if _in_dataset_class(facts, statement):
+            continue
         edits.guarded[statement] = setup.guard_for(facts, statement)
         edits.report("DDP302" if writes else "DDP301", statement)
 
@@ -198,7 +200,7 @@ def _inside_a_scope(facts: Facts, node: cst.CSTNode, statement: Statement) -> bo
     return False
 
 
-def _progress_bars(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+def _progress_bars(facts: Facts, edits: Edits, setup: Plan) -> None:
     for qualified in sorted(names.PROGRESS_BARS):
         for call in facts.calls_named.get(qualified, ()):
             if any(arg.keyword is not None and arg.keyword.value == "disable" for arg in call.args):
@@ -212,7 +214,7 @@ def _progress_bars(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
             _guard_statement_call(facts, edits, setup, call, "DDP301")
 
 
-def _file_writes(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+def _file_writes(facts: Facts, edits: Edits, setup: Plan) -> None:
     for qualified in sorted(names.MAKE_DIRECTORIES | names.DUMP_TO_FILE):
         for call in facts.calls_named.get(qualified, ()):
             _guard_statement_call(facts, edits, setup, call, "DDP302")
@@ -228,7 +230,7 @@ def _file_writes(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
                 _guard_object(facts, edits, setup, call, "DDP302")
 
 
-def _trackers(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+def _trackers(facts: Facts, edits: Edits, setup: Plan) -> None:
     for qualified in sorted(names.SUMMARY_WRITER):
         for call in facts.calls_named.get(qualified, ()):
             _guard_object(facts, edits, setup, call, "DDP306")
@@ -246,7 +248,7 @@ def _trackers(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
         edits.report("DDP306", call)
 
 
-def _lower_log_level(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+def _lower_log_level(facts: Facts, edits: Edits, setup: Plan) -> None:
     """Rank 0 logs as before; the other ranks keep only errors. Lowering the level once, after
     the setup, leaves every logging call of the script as it was."""
     configs = facts.calls_named.get(names.LOGGING_BASIC_CONFIG, [])
@@ -293,7 +295,7 @@ def _logs(statement: cst.CSTNode, loggers: Set[str]) -> bool:
     )
 
 
-def _guard_object(facts: Facts, edits: Edits, setup: SetupPlan, call: cst.Call, code: str) -> None:
+def _guard_object(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code: str) -> None:
     """`writer = SummaryWriter(...)`: the assignment and every statement that uses `writer`
     run on rank 0 only, unless a use is part of a larger statement (DDP307)."""
     assign = facts.parents.get(call)
@@ -355,7 +357,7 @@ def _rooted_at(node: cst.BaseExpression, name: str) -> bool:
     return isinstance(node, cst.Name) and node.value == name
 
 
-def _guard_statement_call(facts: Facts, edits: Edits, setup: SetupPlan, call: cst.Call,
+def _guard_statement_call(facts: Facts, edits: Edits, setup: Plan, call: cst.Call,
                           code: str) -> bool:
     parent = facts.parents.get(call)
     if not isinstance(parent, cst.Expr):
@@ -367,42 +369,12 @@ def _guard_statement_call(facts: Facts, edits: Edits, setup: SetupPlan, call: cs
     return True
 
 
-def _guard(facts: Facts, edits: Edits, setup: SetupPlan, statement: cst.BaseStatement,
+def _guard(facts: Facts, edits: Edits, setup: Plan, statement: cst.BaseStatement,
            code: Optional[str]) -> None:
-    if statement not in edits.guarded:
+    if statement not in edits.guarded and not _in_dataset_class(facts, statement):
         edits.guarded[statement] = setup.guard_for(facts, statement)
         if code is not None:
             edits.report(code, statement)
-
-
-def _guard_whole_loops_and_withs(facts: Facts, edits: Edits) -> None:
-    """`for name, p in model.named_parameters(): writer.add_histogram(...)` becomes one guard
-    around the loop rather than a guard inside it. Innermost first, so nesting folds up."""
-    changed = True
-    while changed:
-        changed = False
-        for statement in list(edits.guarded):
-            parent = facts.parents.get(statement)
-            compound = facts.parents.get(parent) if parent is not None else None
-            if not isinstance(compound, (cst.For, cst.With)) or compound.body is not parent:
-                continue
-            block = compound.body
-            if isinstance(compound, cst.For) and compound.orelse is not None:
-                continue
-            if compound in edits.guarded or compound in facts.training_loops:
-                continue
-            guards = {edits.guarded.get(inner) for inner in block.body}
-            if len(guards) != 1 or None in guards or any(
-                inner in edits.before or inner in edits.after or inner in edits.replaced
-                for inner in block.body
-            ):
-                continue
-            guard = guards.pop()
-            assert guard is not None  # ruled out just above
-            for inner in block.body:
-                del edits.guarded[inner]
-            edits.guarded[compound] = guard
-            changed = True
 
 
 def _add_keyword(facts: Facts, edits: Edits, call: cst.Call, keyword: str, value: str) -> None:
@@ -421,31 +393,6 @@ def _new_line(indent: str) -> cst.ParenthesizedWhitespace:
 
 def _source_line(facts: Facts, node: cst.CSTNode) -> str:
     return facts.module.code.splitlines()[facts.line_of(node) - 1]
-
-
-def _drop_guards_inside_guards(facts: Facts, edits: Edits) -> None:
-    for statement in list(edits.guarded):
-        parent = facts.parents.get(statement)
-        while parent is not None:
-            if parent in edits.guarded:
-                del edits.guarded[statement]
-                break
-            parent = facts.parents.get(parent)
-
-
-def _release_dataset_code(facts: Facts, edits: Edits) -> None:
-    """A Dataset's own code (downloading, caching) runs wherever the dataset is built: one
-    process per machine downloads while the others wait at a barrier (data.py), and on a
-    second machine that process is not rank 0, so a rank-0 guard would leave it no files."""
-    for statement in list(edits.guarded):
-        parent = facts.parents.get(statement)
-        while parent is not None and not isinstance(parent, cst.ClassDef):
-            parent = facts.parents.get(parent)
-        if parent is not None and parent.name.value in facts.dataset_classes:
-            del edits.guarded[statement]
-            line = facts.line_of(statement)
-            edits.diagnostics[:] = [d for d in edits.diagnostics
-                                    if not (d.line == line and d.code in ("DDP301", "DDP302"))]
 
 
 def _opens_for_writing(call: cst.Call) -> bool:
@@ -491,3 +438,13 @@ def _with_keyword(keyword: str, value: str, edits: Edits,
                                  whitespace_before_args=_new_line(" " * (wrap_at + 4)))
 
     return rewrite
+
+
+def _in_dataset_class(facts: Facts, node: cst.CSTNode) -> bool:
+    """A Dataset's own code (downloading, caching) runs wherever the dataset is built: one
+    process per machine downloads while the others wait at a barrier (downloads.py), and on
+    a second machine that process is not rank 0, so a rank-0 guard would leave it no files."""
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, cst.ClassDef):
+        parent = facts.parents.get(parent)
+    return parent is not None and parent.name.value in facts.dataset_classes

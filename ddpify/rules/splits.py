@@ -4,12 +4,12 @@ import libcst as cst
 
 from ddpify.analysis import Facts, names
 from ddpify.emit.edits import Edits, Insertion
-from ddpify.rules.setup import SetupPlan
+from ddpify.plan import Plan
 
 SPLIT_GENERATOR = "torch.Generator().manual_seed(0) if {condition} else torch.default_generator"
 
 
-def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     """`random_split(ds, [n, m])` draws from the global generator; unseeded, every rank
     draws its own split, so the ranks' shards overlap and validation leaks into training.
     Under torchrun the split uses a generator seeded alike on every rank; plain `python`

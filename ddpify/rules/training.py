@@ -13,7 +13,7 @@ from ddpify.analysis import Facts, Statement, calls_within, dotted_name, stateme
 from ddpify.analysis.nodes import names_in
 from ddpify.emit import collectives
 from ddpify.emit.edits import Edits
-from ddpify.rules.setup import SetupPlan
+from ddpify.plan import Plan
 
 LINE_LENGTH = 88
 NO_SYNC_COMMENT = "# DDP all-reduces gradients only on the micro-batch that steps the optimizer."
@@ -21,7 +21,7 @@ NO_SYNC_CONTEXT = "contextlib.nullcontext() if {sync} or not distributed else {m
 REDUCE_COMMENT = "# Sum the epoch's figures over all ranks, once per epoch, before they are used."
 
 
-def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
+def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     for loop in batch_loops(facts):
         _no_sync_on_micro_batches(facts, edits, setup, loop)
         _reduce_epoch_figures(facts, edits, setup, loop)
@@ -37,7 +37,7 @@ def batch_loops(facts: Facts) -> List[cst.For]:
 
 # --- gradient accumulation -----------------------------------------------------------------------
 
-def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: SetupPlan, loop: cst.For) -> None:
+def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: Plan, loop: cst.For) -> None:
     body = list(loop.body.body)
     conditional_step = next((s for s in body if isinstance(s, cst.If) and _steps_optimizer(s)), None)
     if conditional_step is not None and not _counts_modulo(conditional_step.test):
@@ -66,8 +66,7 @@ def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: SetupPlan, loop
     start, stop = forward[0], backward[-1]
     wrapped = body[start:stop + 1]
     assigned = set().union(*(_assigned_names(s) for s in wrapped))
-    touched = set(edits.before) | set(edits.after) | edits.removed | set(edits.replaced) | set(edits.guarded)
-    if names_in(step_if.test) & assigned or any(s in touched for s in body):
+    if names_in(step_if.test) & assigned or edits.edits_any(body):
         edits.report("DDP404", step_if)
         return
     sync = facts.free_name("sync")
@@ -162,7 +161,7 @@ def epoch_accumulators(facts: Facts, loop: cst.For) -> Dict[str, cst.BaseExpress
     return {name: value for name, value in initial.items() if name in added and name in used_after}
 
 
-def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: SetupPlan, loop: cst.For) -> None:
+def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For) -> None:
     accumulators = epoch_accumulators(facts, loop)
     if not accumulators or not _sharded(facts, setup, loop):
         return
@@ -172,7 +171,7 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: SetupPlan, loop: cs
     per_batch = _divided_by_len(after, loaders, _batch_index(loop))
     names = list(accumulators)
     if not setup.sees_setup(facts, loop):
-        _gather_epoch_figures(facts, edits, loop, names, per_batch)
+        _gather_epoch_figures(facts, edits, setup, loop, names, per_batch)
         return
     indent = facts.column_of(loop) - 1
     # A script that never chooses a device sums on the CPU, as its Gloo group needs.
@@ -199,10 +198,11 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: SetupPlan, loop: cs
         else:
             lines.append(f"    {name} = {value}")
     edits.after.setdefault(loop, []).extend(edits.statements("\n".join(lines) + "\n"))
+    setup.reduced_epoch_loops.add(loop)
     edits.report("DDP402", loop)
 
 
-def _gather_epoch_figures(facts: Facts, edits: Edits, loop: cst.For, names: List[str],
+def _gather_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For, names: List[str],
                           per_batch: Dict[str, str]) -> None:
     """The same sums in a function the setup's names do not reach (a train_model(model,
     loader) helper): gathered as Python numbers, which needs no device and keeps each
@@ -219,10 +219,11 @@ def _gather_epoch_figures(facts: Facts, edits: Edits, loop: cst.For, names: List
         lines.append(f"    {name} = {total}")
     edits.imports.add("dist")
     edits.after.setdefault(loop, []).extend(edits.statements("\n".join(lines) + "\n"))
+    setup.reduced_epoch_loops.add(loop)
     edits.report("DDP402", loop)
 
 
-def _sharded(facts: Facts, setup: SetupPlan, loop: cst.For) -> bool:
+def _sharded(facts: Facts, setup: Plan, loop: cst.For) -> bool:
     """The loop runs over a loader that data.py gave a DistributedSampler, or over batches
     cut by hand that each rank takes its share of."""
     return loop in setup.sharded_loops or any(loop in facts.loops_over_values(facts.loader_holders_of(loader))

@@ -1,0 +1,98 @@
+"""The plan: the typed record of decisions the rules share (DESIGN.md §3).
+
+Facts flow from analysis to the rules, the rules write their decisions here and their
+edits into emit.Edits; nothing flows back. A rule that needs another's decision reads it
+from this plan, never from that rule's edits or diagnostics.
+"""
+from dataclasses import dataclass, field
+from typing import List, Optional, Set, Union
+
+import libcst as cst
+
+from ddpify.analysis import BlockItem, DeviceAssignment, Facts, Loader
+from ddpify.diagnostics import Diagnostic
+
+
+@dataclass
+class Plan:
+    """Every decision one rule takes that another relies on.
+
+    Rules write their own fields, in the order of rules.CONCERNS, and read those of rules
+    that ran before; no rule reads another's edits or diagnostics. Each field says who
+    writes it. The setup rule (rules/setup.py `choose`) makes the plan first.
+    """
+
+    function: Optional[cst.FunctionDef]
+    # The block the setup goes into: a function body, the module, or the body of
+    # `if __name__ == "__main__":`.
+    block: Union[cst.Module, cst.BaseSuite]
+    device: str
+    # A CUDA-or-CPU choice in one statement, which the setup block replaces.
+    device_assignment: Optional[DeviceAssignment]
+    # Any other device choice stays as written; the setup follows this statement of `block`
+    # (the whole if/else that chooses), so that it runs on every path.
+    choice_statement: Optional[BlockItem] = None
+    # `device = torch.accelerator.current_accelerator()` outside any branch: None on a CPU.
+    bare_accelerator: bool = False
+    # The script never chooses a device: it trains on the CPU.
+    cpu_only: bool = False
+    # The device is a string ("cuda" if ... else "cpu"), and stays one.
+    device_is_string: bool = False
+    # Models wrapped in the setup's scope, and how many of them the script never moves off
+    # the CPU: when none is moved, the process group uses Gloo whatever the machine has.
+    wrapped_models: int = 0
+    models_on_cpu: int = 0
+    # The setup's function runs more than once (a get_device() helper called by train and
+    # test, or inside a loop): the process group is created on the first call only.
+    called_repeatedly: bool = False
+    guards_used: Set[str] = field(default_factory=set)
+    # Nodes whose edits need only the rank-0 guard, not the process group.
+    guard_nodes: Set[cst.CSTNode] = field(default_factory=set)
+    # Loaders that got a DistributedSampler (data.py), for the rules that reduce the
+    # figures of a sharded epoch (training.py).
+    sharded_loaders: List[Loader] = field(default_factory=list)
+    # Loops over batches cut by hand that each rank now takes its share of (hand_batches.py).
+    sharded_loops: List[cst.For] = field(default_factory=list)
+    # Training loops whose random batches each rank now draws with a seed of its own
+    # (random_batches.py).
+    reseeded_loops: List[cst.For] = field(default_factory=list)
+    # Loaders no loop trains over (data.py), for evaluation.py to shard or leave whole.
+    evaluation_loaders: List[Loader] = field(default_factory=list)
+    # Loaders given a sampler that shards them (data.py, DDP201), whatever its kind.
+    loaders_given_a_sampler: List[Loader] = field(default_factory=list)
+    # Training loops fed by batches built by hand or by loaders kept in a dict, reported as
+    # such (hand_batches.py, DDP208/DDP218): with no sampler anywhere, the file stays
+    # single-process (api.py, DDP904).
+    hand_made_batches: List[Diagnostic] = field(default_factory=list)
+    # Batch loops whose epoch sums are all-reduced after the epoch (training.py): their
+    # figures no longer differ per rank (report_only.py).
+    reduced_epoch_loops: Set[cst.For] = field(default_factory=set)
+    # Set when --keep-global-batch divides a batch size by `world_size`.
+    needs_world_size: bool = False
+    # When the script uses the GPU: devices.py keeps the script's own condition (`use_cuda`
+    # from a --no-cuda flag) so that the migrated script still honours it.
+    use_gpu: str = "torch.cuda.is_available()"
+    # `use_cuda = torch.device(args.device).type == "cuda"`: the statement that names use_gpu.
+    gpu_condition_code: str = ""
+
+    @property
+    def device_type(self) -> str:
+        """An expression for the type of this rank's device ("cuda", "cpu", ...)."""
+        # A string choice is "cuda" or "cpu" (analysis._is_string_choice): the string is its type.
+        return self.device if self.device_is_string else f"{self.device}.type"
+
+    def sees_setup(self, facts: Facts, node: cst.CSTNode) -> bool:
+        """Whether code at node can read the names the setup block defines."""
+        if self.function is not None:
+            return facts.function_of(node) is self.function
+        if self.block is facts.module:
+            return True
+        # Under `if __name__ == "__main__":` only that block sees the names: the module's
+        # functions may be imported and called from elsewhere.
+        return facts.function_of(node) is None and facts.ancestor_in(node, self.block) is not None
+
+    def guard_for(self, facts: Facts, node: cst.CSTNode) -> str:
+        guard = "is_main" if self.sees_setup(facts, node) else "is_main_process()"
+        self.guards_used.add(guard)
+        self.guard_nodes.add(node)
+        return guard
