@@ -4,14 +4,13 @@ from typing import List, Optional, Tuple, cast, overload
 import libcst as cst
 
 from ddpify.analysis.facts import Block, BlockItem, FactRecord, Statement
+from ddpify.analysis.nodes import first_free
 
 
 class Navigation(FactRecord):
     def free_name(self, name: str) -> str:
         """`name`, or `name_`, `name__`, ...: the first the script does not bind."""
-        while name in self.bound_names:
-            name += "_"
-        return name
+        return first_free(name, self.bound_names.__contains__)
 
     def line_of(self, node: cst.CSTNode) -> int:
         return self.positions[node].start.line

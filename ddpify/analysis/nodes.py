@@ -2,7 +2,7 @@
 
 They need no facts, only the node, so every other module of ddpify may use them.
 """
-from typing import Dict, List, Optional, Sequence, Set, Tuple, Union, cast
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple, Union, cast
 
 import libcst as cst
 
@@ -239,3 +239,11 @@ def _names_in(node: cst.CSTNode) -> Set[str]:
 
     node.visit(_Names())
     return found
+
+
+def first_free(name: str, is_taken: Callable[[str], bool]) -> str:
+    """`name`, or `name_`, `name__`, ...: the first that `is_taken` refuses; every name
+    ddpify adds to a script is chosen here."""
+    while is_taken(name):
+        name += "_"
+    return name

@@ -10,17 +10,18 @@ from typing import Callable, Collection, List, Optional, Sequence, Union, cast
 import libcst as cst
 
 from ddpify.analysis import Facts, Loader, Statement, dotted_name, names
+from ddpify.analysis.nodes import first_free
 from ddpify.analysis.values import is_training_loader, keyword_names, known_dict_keys
 from ddpify.emit.edits import Edits, Insertion
+from ddpify.emit.layout import fits
+from ddpify.plan import Plan
 from ddpify.rules import downloads, hand_batches, splits
 from ddpify.rules.epochs import SET_EPOCH_IF_DISTRIBUTED_CODE, set_epoch
-from ddpify.plan import Plan
 
 SAMPLER_VALUE_CODE = "{sampler} = {value} if {condition} else None\n"
 # Where the setup's `distributed` is out of scope (a loader built in a helper function).
 OUT_OF_SETUP_CONDITION = "dist.is_initialized()"
 DATASET_CODE = "{dataset} = {expression}\n"
-LINE_LENGTH = 88
 
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
@@ -193,19 +194,16 @@ def derived_name(loader: Loader, kind: str, taken: Collection[str]) -> str:
             break
     if stem and not stem.endswith("_"):
         stem += "_"
-    name = prefix + stem + kind
-    while name in taken:
-        name += "_"
-    return name
+    return first_free(prefix + stem + kind, taken.__contains__)
 
 
 def _fit(code: str, facts: Facts, anchor: cst.BaseStatement, condition: str = "distributed") -> str:
     """`x = a if distributed else None` as black writes it when the line is too long."""
     indent = facts.positions[anchor].start.column
-    if indent + len(code.rstrip("\n")) <= LINE_LENGTH:
+    if fits(indent, code.rstrip("\n")):
         return code
     target, value = code.rstrip("\n").split(" = ", 1)
-    if indent + 4 + len(value) <= LINE_LENGTH:
+    if fits(indent + 4, value):
         return f"{target} = (\n    {value}\n)\n"
     body, rest = value.rsplit(f" if {condition} else ", 1)
     return f"{target} = (\n    {body}\n    if {condition}\n    else {rest}\n)\n"
@@ -351,9 +349,9 @@ def _loader_statement(facts: Facts, edits: Edits, loader: Loader, args: List[str
         head = edits.code(assign.targets[0].target) + " = " + edits.code(loader.call.func)
     indent = " " * (facts.positions[statement].start.column)
     one_line = f"{head}({', '.join(args)})"
-    if "\n" not in one_line and len(indent) + len(one_line) <= LINE_LENGTH:
+    if "\n" not in one_line and fits(len(indent), one_line):
         code = one_line
-    elif len(indent) + 4 + len(", ".join(args)) <= LINE_LENGTH:
+    elif fits(len(indent) + 4, ", ".join(args)):
         code = f"{head}(\n    {', '.join(args)}\n)"
     else:
         code = f"{head}(\n" + "".join(f"    {arg},\n" for arg in args) + ")"

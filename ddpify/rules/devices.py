@@ -108,9 +108,7 @@ def _keep_device_choice(edits: Edits, setup: Plan) -> None:
     condition = assignment.gpu_condition
     if condition is not None and dotted_name(edits.expression(condition)) is None:
         # The setup block tests it three times: name it once (`torch.device(args.device)...`).
-        name = "use_cuda"
-        while name in edits.facts.bound_names:
-            name += "_"
+        name = edits.facts.free_name("use_cuda")
         # Named at the top of the setup block, which may go above the device choice.
         setup.gpu_condition_code = f"{name} = {condition}\n"
         condition = name

@@ -18,8 +18,8 @@ from ddpify.analysis.figures import Figures, figures_of, loader_name_in
 from ddpify.analysis.values import keyword_names, known_dict_keys
 from ddpify.emit import collectives
 from ddpify.emit.edits import Edits
-from ddpify.rules import data
 from ddpify.plan import Plan
+from ddpify.rules import data
 
 SHARD_HELPER = '''\
 

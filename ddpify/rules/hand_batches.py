@@ -15,8 +15,8 @@ from ddpify.analysis import Facts, calls_within, names
 from ddpify.analysis.nodes import names_in
 from ddpify.analysis.values import is_training_loader
 from ddpify.emit.edits import Edits
-from ddpify.rules import random_batches
 from ddpify.plan import Plan
+from ddpify.rules import random_batches
 
 HELPER = '''\
 

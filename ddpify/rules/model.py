@@ -10,6 +10,7 @@ import libcst as cst
 
 from ddpify.analysis import Facts, Model, Statement, calls_within, dotted_name, effects, names
 from ddpify.emit.edits import Edits, Rewrite
+from ddpify.emit.layout import fits
 from ddpify.plan import Plan
 
 WRAP_CODE = """\
@@ -47,7 +48,6 @@ WRAP_OUT_OF_SETUP_CODE = """\
 if dist.is_initialized():
     {model} = DDP({model})
 """
-LINE_LENGTH = 88
 # DDP raises on a module none of whose parameters requires a gradient (a frozen encoder).
 ONLY_IF_TRAINABLE_COMMENT = "# A module with nothing to train (frozen) stays unwrapped: DDP refuses it."
 
@@ -203,9 +203,9 @@ def _wrap_code(facts: Facts, anchor: cst.BaseStatement, model: str, device_type:
         return SYNC_BATCHNORM_CODE.format(model=model, device_type=device_type, extra=extra)
     code = WRAP_CODE.format(model=model, device_type=device_type, extra=extra)
     indent = facts.positions[anchor].start.column + 4
-    if indent + max(len(line) for line in code.splitlines()) - 4 > LINE_LENGTH:
+    if not fits(indent - 4, max(code.splitlines(), key=len)):
         code = WRAP_CODE_SPLIT.format(model=model, device_type=device_type, extra=extra)
-    if facts.positions[anchor].start.column + max(len(line) for line in code.splitlines()) > LINE_LENGTH:
+    if not fits(facts.positions[anchor].start.column, max(code.splitlines(), key=len)):
         exploded_extra = "".join(f"\n        {arg.strip()}," for arg in extra.split(",") if arg.strip())
         code = WRAP_CODE_EXPLODED.format(model=model, device_type=device_type, extra=exploded_extra)
     return code

@@ -10,8 +10,8 @@ import libcst as cst
 
 from ddpify.analysis import BlockItem, Facts
 from ddpify.emit.edits import Edits
-from ddpify.rules import training
 from ddpify.plan import Plan
+from ddpify.rules import training
 
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:

@@ -11,12 +11,12 @@ from typing import Callable, List, Optional, Sequence, Set, cast
 import libcst as cst
 
 from ddpify.analysis import BlockItem, Facts, Statement, calls_within, dotted_name, effects, names, string_value
-from ddpify.analysis.nodes import names_in
+from ddpify.analysis.nodes import first_free, names_in
 from ddpify.emit import guards
 from ddpify.emit.edits import Edits, Insertion, replacement
+from ddpify.emit.layout import fits
 from ddpify.plan import Plan
 
-LINE_LENGTH = 88
 LOWER_LOG_LEVEL_CODE = """\
 if not {guard}:  # rank 0 logs as before; the other ranks log errors only
     logging.getLogger().setLevel(logging.ERROR)
@@ -180,9 +180,8 @@ def _hoist_model_runs(facts: Facts, edits: Edits, statement: Statement, call: cs
     hoisted: List[Statement] = []
     for inner in outermost:
         base = (dotted_name(inner.func) or "result").rsplit(".", 1)[-1] + HOISTED_SUFFIX
-        name = base
-        while name in facts.bound_names or any(name in edits.code(h) for h in hoisted):
-            name += "_"
+        name = first_free(base, lambda candidate: candidate in facts.bound_names or any(
+            candidate in edits.code(h) for h in hoisted))
         hoisted.append(edits.statement(f"{name} = {edits.code(inner)}\n"))
         edits.expressions[inner] = replacement(edits, name)
     edits.before.setdefault(statement, []).append(Insertion(hoisted, takes_comments=True))
@@ -379,7 +378,7 @@ def _guard(facts: Facts, edits: Edits, setup: Plan, statement: cst.BaseStatement
 
 def _add_keyword(facts: Facts, edits: Edits, call: cst.Call, keyword: str, value: str) -> None:
     line = _source_line(facts, call)
-    too_long = len(line) + len(f", {keyword}={value}") > LINE_LENGTH
+    too_long = not fits(len(line), f", {keyword}={value}")
     one_line = facts.positions[call].start.line == facts.positions[call].end.line
     indent = len(line) - len(line.lstrip())
     wrap_at = indent if too_long and one_line else None

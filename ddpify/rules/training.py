@@ -13,9 +13,9 @@ from ddpify.analysis import Facts, Statement, calls_within, dotted_name, stateme
 from ddpify.analysis.nodes import names_in
 from ddpify.emit import collectives
 from ddpify.emit.edits import Edits
+from ddpify.emit.layout import fits
 from ddpify.plan import Plan
 
-LINE_LENGTH = 88
 NO_SYNC_COMMENT = "# DDP all-reduces gradients only on the micro-batch that steps the optimizer."
 NO_SYNC_CONTEXT = "contextlib.nullcontext() if {sync} or not distributed else {model}.no_sync()"
 REDUCE_COMMENT = "# Sum the epoch's figures over all ranks, once per epoch, before they are used."
@@ -72,7 +72,7 @@ def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: Plan, loop: cst
     sync = facts.free_name("sync")
     indent = facts.column_of(body[start]) - 1
     context = NO_SYNC_CONTEXT.format(sync=sync, model=model)
-    with_line = f"with {context}:" if indent + len(context) + 6 <= LINE_LENGTH else \
+    with_line = f"with {context}:" if fits(indent + 6, context) else \
         f"with (\n    {context}\n):"
     prefix = [edits.statement(f"{sync} = {edits.code(step_if.test)}\n").with_changes(
         leading_lines=[cst.EmptyLine(comment=cst.Comment(NO_SYNC_COMMENT))]
@@ -177,7 +177,7 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
     # A script that never chooses a device sums on the CPU, as its Gloo group needs.
     device = "" if setup.cpu_only else f", device={setup.device}"
     tensor = f"torch.tensor([{', '.join(names)}], dtype=torch.float64{device})"
-    if indent + 4 + len("totals = ") + len(tensor) > LINE_LENGTH:
+    if not fits(indent + 4 + len("totals = "), tensor):
         tensor = f"torch.tensor(\n        [{', '.join(names)}], dtype=torch.float64{device}\n    )"
     lines = ["if distributed:", f"    {REDUCE_COMMENT}", f"    totals = {tensor}", "    dist.all_reduce(totals)"]
     for position, name in enumerate(names):
@@ -193,7 +193,7 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
         if name in per_batch:
             lines.append(f"    # Each rank ran {per_batch[name]} batches: the mean of the ranks' sums.")
             value += " / dist.get_world_size()"
-        if indent + len(f"    {name} = {value}") > LINE_LENGTH:
+        if not fits(indent, f"    {name} = {value}"):
             lines.extend([f"    {name} = (", f"        {value}", "    )"])  # as black wraps it
         else:
             lines.append(f"    {name} = {value}")
