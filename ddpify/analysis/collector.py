@@ -1,5 +1,4 @@
 """The one traversal of a module that records its facts (see facts.FactRecord)."""
-import builtins
 from typing import TYPE_CHECKING, AbstractSet, Dict, List, Optional, Set, Tuple, Union, cast
 
 import libcst as cst
@@ -7,6 +6,7 @@ from libcst.metadata import PositionProvider
 
 from ddpify.analysis import names
 from ddpify.analysis.control import Facts
+from ddpify.analysis.devices import DeviceValues
 from ddpify.analysis.facts import DeviceAssignment, Loader, Model, Statement
 from ddpify.analysis.nodes import (
     calls_within,
@@ -30,7 +30,6 @@ if TYPE_CHECKING:  # project.py reads other modules with analysis.effects: no im
 
 # Calls whose result yields the items of their first argument.
 ITERATION_WRAPPERS = names.PROGRESS_BARS | {"builtins.enumerate", "builtins.iter", "builtins.zip"}
-_BUILTINS = frozenset(dir(builtins))
 _RETURNS_MODULE = frozenset({"to", "cpu", "cuda", "train", "eval", "float", "double", "half",
                              "bfloat16", "requires_grad_"})
 
@@ -63,6 +62,7 @@ class Collector(cst.CSTVisitor):
         # in that name goes over.
         self.iteration_wrappers: Dict[Tuple[Optional[cst.FunctionDef], str], List[str]] = {}
         self.next_calls: List[cst.Call] = []
+        self._devices = DeviceValues(facts.module, self._calls)
 
     def _note_training(self) -> None:
         # Training calls sit inside a top-level statement: _top is set by then.
@@ -88,12 +88,7 @@ class Collector(cst.CSTVisitor):
         dotted = dotted_name(node)
         if dotted is None:
             return set()
-        head, _, rest = dotted.partition(".")
-        if head in self._aliases:
-            return {self._aliases[head] + ("." + rest if rest else "")}
-        if head in _BUILTINS:
-            return {"builtins." + dotted}
-        return {dotted}
+        return {names.qualify(dotted, self._aliases)}
 
     def _calls(self, call: cst.Call, wanted: Union[str, AbstractSet[str]]) -> bool:
         qualified = self._qualified(call.func)
@@ -119,11 +114,8 @@ class Collector(cst.CSTVisitor):
             module = dotted_name(alias.name)
             if module is None:
                 continue
-            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                self._aliases[alias.asname.name.value] = module
-            else:
-                top = module.split(".")[0]
-                self._aliases[top] = top
+            asname = alias.asname.name if alias.asname is not None else None
+            names.add_import(self._aliases, module, asname.value if isinstance(asname, cst.Name) else None)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
@@ -134,7 +126,7 @@ class Collector(cst.CSTVisitor):
             # libcst types AsName.name for `except`/`with` targets too; in an import it is a Name.
             bound = cast(cst.Name, alias.asname.name).value if alias.asname is not None else name
             if module and name and isinstance(bound, str):
-                self._aliases[bound] = f"{module}.{name}"
+                names.add_import_from(self._aliases, module, name, bound)
 
     # --- scopes ------------------------------------------------------------------------------
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
@@ -227,11 +219,11 @@ class Collector(cst.CSTVisitor):
             self.facts.self_assignments.setdefault(function, {}).setdefault(target, []).append(value)
         if isinstance(value, cst.Call) and self._is_loader_class(value.func):
             self.facts.loaders.append(self._loader(target, value, node))
-        elif self._is_device_value(value, target):
+        elif self._devices.is_device_value(value, target):
             self.facts.device_assignments.append(
                 DeviceAssignment(target, self._statement(node), self._function(),
-                                 self._gpu_condition(value), self._is_accelerator(value),
-                                 self._cuda_or_cpu(value),
+                                 self._devices.gpu_condition(value), self._devices.is_accelerator(value),
+                                 self._devices.cuda_or_cpu(value),
                                  isinstance(value, cst.IfExp) and is_string_choice(value))
             )
 
@@ -287,60 +279,6 @@ class Collector(cst.CSTVisitor):
             for base in bases
         ):
             self.facts.iterable_dataset_classes.add(node.name.value)
-
-    def _gpu_condition(self, value: cst.BaseExpression) -> Optional[str]:
-        if isinstance(value, cst.Call) and self._calls(value, names.TORCH_DEVICE):
-            arguments = positional_args(value)
-            if len(value.args) != 1 or len(arguments) != 1:
-                return None
-            if dotted_name(arguments[0]) is not None:
-                # `torch.device(args.device)`: the user picks; `--device cpu` must still work.
-                return f'torch.device({self.facts.module.code_for_node(arguments[0])}).type == "cuda"'
-            return self._gpu_condition(arguments[0])
-        if not isinstance(value, cst.IfExp) or not self._names_gpu(value.body):
-            return None
-        test = value.test
-        if isinstance(test, cst.Call) and self._calls(test, names.CUDA_IS_AVAILABLE):
-            return None
-        return self.facts.module.code_for_node(test)
-
-    def _names_gpu(self, value: cst.BaseExpression) -> bool:
-        if isinstance(value, cst.Call) and self._calls(value, names.TORCH_DEVICE):
-            return bool(value.args) and self._names_gpu(value.args[0].value)
-        text = string_value(value)
-        return text is not None and (text == "cuda" or text.startswith("cuda:"))
-
-    def _cuda_or_cpu(self, value: cst.BaseExpression) -> bool:
-        if isinstance(value, cst.IfExp):
-            return self._cuda_or_cpu(value.body) and self._cuda_or_cpu(value.orelse)
-        if isinstance(value, cst.Call) and self._calls(value, names.TORCH_DEVICE):
-            arguments = positional_args(value)
-            return len(arguments) == 1 and (
-                dotted_name(arguments[0]) is not None or self._cuda_or_cpu(arguments[0])
-            )
-        text = string_value(value)
-        if text is not None:
-            return text in ("cuda", "cpu") or text.startswith("cuda:")
-        return isinstance(value, cst.Integer)
-
-    def _is_accelerator(self, value: cst.BaseExpression) -> bool:
-        if isinstance(value, cst.IfExp):
-            return self._is_accelerator(value.body) or self._is_accelerator(value.orelse)
-        return isinstance(value, cst.Call) and self._calls(value, names.CURRENT_ACCELERATOR)
-
-    def _is_device_value(self, value: cst.BaseExpression, target: str) -> bool:
-        if isinstance(value, cst.Call):
-            return self._calls(value, names.TORCH_DEVICE) or self._calls(
-                value, names.CURRENT_ACCELERATOR
-            )
-        if isinstance(value, cst.IfExp):
-            return self._is_device_value(value.body, target) or self._is_device_value(
-                value.orelse, target
-            )
-        text = string_value(value)
-        if text is not None:
-            return text in ("cuda", "cpu") or text.startswith("cuda:")
-        return isinstance(value, cst.Integer) and "device" in target.lower()
 
     # --- calls ---------------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:

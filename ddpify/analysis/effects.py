@@ -8,7 +8,6 @@ call ddpify does not know, a change to an object it was handed - makes it OPAQUE
 call stays on every rank as it was. The modules are read with `ast`, never rewritten.
 """
 import ast
-import builtins
 from typing import Callable, Dict, Iterator, List, Optional, Set, Union
 
 from ddpify.analysis import names
@@ -135,12 +134,7 @@ class FunctionEffects:
         return False
 
     def qualified(self, dotted: str) -> str:
-        head, _, rest = dotted.partition(".")
-        if head in self.imports:
-            return self.imports[head] + ("." + rest if rest else "")
-        if head in _BUILTINS:
-            return "builtins." + dotted
-        return dotted
+        return names.qualify(dotted, self.imports)
 
     def of_call(self, qualified: str) -> str:
         """The effect of a call by its qualified name, made from inside this module."""
@@ -159,7 +153,6 @@ class FunctionEffects:
         return OPAQUE
 
 
-_BUILTINS = frozenset(dir(builtins))
 
 
 def strongest(effects: List[str]) -> str:
@@ -385,16 +378,12 @@ def _import_table(tree: ast.Module, package: str) -> Dict[str, str]:
     for node in tree.body:
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.asname:
-                    table[alias.asname] = alias.name
-                else:
-                    head = alias.name.split(".")[0]
-                    table[head] = head
+                names.add_import(table, alias.name, alias.asname)
         elif isinstance(node, ast.ImportFrom):
             module = absolute_module(node, package)
             for alias in node.names:
                 if module is not None and alias.name != "*":
-                    table[alias.asname or alias.name] = f"{module}.{alias.name}"
+                    names.add_import_from(table, module, alias.name, alias.asname)
     return table
 
 

@@ -6,11 +6,12 @@ on the CPU, tables of counts. Anything else (a metric object, a tensor sum, the 
 an exit on a value of the batch, gradients on) is a reason, in words, to keep the set whole.
 """
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Set
+from typing import Dict, List, Optional, Set
 
 import libcst as cst
 
 from ddpify.analysis import Facts, dotted_name
+from ddpify.analysis.bindings import in_order, names_read_after, rebound, scope_statements
 from ddpify.analysis.nodes import names_in
 
 NO_GRAD = ("no_grad", "inference_mode")
@@ -55,11 +56,11 @@ def figures_of(facts: Facts, loop: cst.For, batch_size: str):
     exit_statement = _exit_in(facts, loop)
     if exit_statement is not None:
         return f"the loop at line {facts.line_of(loop)} can stop early (`{exit_statement}`)"
-    outside = _names_read_after(facts, loop)
-    bound = _rebound(loop.body) | names_in(loop.target)
+    outside = names_read_after(facts, loop)
+    bound = rebound(loop.body) | names_in(loop.target)
     targets = names_in(loop.target)
     found = Figures()
-    for name in _in_order(loop, bound & outside):
+    for name in in_order(loop, bound & outside):
         if name in targets:
             return f"`{name}` from the last batch is used after the loop"
         kind = _accumulation(facts, loop, name)
@@ -82,32 +83,6 @@ def figures_of(facts: Facts, loop: cst.For, batch_size: str):
         found.batch_count_reads = _batch_count_reads_after(facts, loop, iterable)
     if not found.gathers:
         return "the loop keeps no figure ddpify can gather"
-    return found
-
-
-def _rebound(node: cst.CSTNode) -> Set[str]:
-    """Names bound as a whole in node (`x = ...`, `x += ...`, `for x in`, `as x`); not a
-    table's entries (`counts[k] += 1` leaves `counts` the same object)."""
-    found: Set[str] = set()
-
-    class _Targets(cst.CSTVisitor):
-        def visit_AssignTarget(self, target: cst.AssignTarget) -> None:
-            found.update(_bound_by(target.target))
-
-        def visit_AugAssign(self, assign: cst.AugAssign) -> None:
-            found.update(_bound_by(assign.target))
-
-        def visit_AnnAssign(self, assign: cst.AnnAssign) -> None:
-            found.update(_bound_by(assign.target))
-
-        def visit_For(self, loop: cst.For) -> None:
-            found.update(_bound_by(loop.target))
-
-        def visit_AsName(self, alias: cst.AsName) -> None:
-            if isinstance(alias.name, cst.BaseExpression):
-                found.update(_bound_by(alias.name))
-
-    node.visit(_Targets())
     return found
 
 
@@ -138,7 +113,7 @@ def _exit_in(facts: Facts, loop: cst.For) -> Optional[str]:
     gathering: a return, a yield, or a break taken on a value of the batch. A break on a
     value every rank shares (`if args.dry_run: break`) stops them all at the same batch."""
     found: List[str] = []
-    bound = _rebound(loop.body) | names_in(loop.target)
+    bound = rebound(loop.body) | names_in(loop.target)
 
     class _Exits(cst.CSTVisitor):
         def visit_Break(self, node: cst.Break) -> None:
@@ -182,105 +157,6 @@ def _peeks(loop: cst.For) -> bool:
     body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ()
     return any(isinstance(statement, cst.SimpleStatementLine)
                and any(isinstance(small, cst.Break) for small in statement.body) for statement in body)
-
-
-def _scope_statements(facts: Facts, loop: cst.For) -> Sequence[cst.CSTNode]:
-    function = facts.function_of(loop)
-    if function is not None:
-        return [function.body]
-    return [statement for statement in facts.module.body
-            if not isinstance(statement, (cst.FunctionDef, cst.ClassDef))]
-
-
-def _names_read_after(facts: Facts, loop: cst.For) -> Set[str]:
-    """Names read after the loop before anything binds them again: the rest of each block
-    around it up to its function, and for an enclosing loop the start of its next pass."""
-    following: List[cst.CSTNode] = []
-    node: cst.CSTNode = loop
-    while True:
-        block = facts.parents.get(node)
-        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
-            break
-        body: List[cst.CSTNode] = list(block.body)
-        index = body.index(node)
-        following.extend(body[index + 1:])
-        owner = facts.parents.get(block)
-        if owner is None or isinstance(owner, (cst.FunctionDef, cst.ClassDef)):
-            break
-        if isinstance(owner, (cst.For, cst.While)):
-            following.extend(body[:index])
-        node = owner
-    return _reads_before_rebinding(following)
-
-
-def _reads_before_rebinding(statements: Sequence[cst.CSTNode], bound: Optional[Set[str]] = None) -> Set[str]:
-    """Names read before a statement of the sequence binds them again. Inside a with or a
-    for body the same holds; a binding inside an if may not happen, so it binds nothing."""
-    read: Set[str] = set()
-    bound = set(bound or ())
-    for statement in statements:
-        if isinstance(statement, cst.SimpleStatementLine):
-            for small in statement.body:
-                if isinstance(small, cst.Assign):
-                    read |= names_in(small.value) - bound
-                    for target in small.targets:
-                        if not isinstance(target.target, (cst.Name, cst.Tuple, cst.List)):
-                            read |= names_in(target.target) - bound
-                    bound |= {name for target in small.targets for name in _bound_by(target.target)}
-                else:
-                    read |= names_in(small) - bound
-        elif isinstance(statement, cst.For):
-            read |= names_in(statement.iter) - bound
-            read |= _reads_before_rebinding(_body_of(statement), bound | _bound_by(statement.target))
-        elif isinstance(statement, cst.With):
-            for item in statement.items:
-                read |= names_in(item.item) - bound
-            inner = bound | set().union(set(), *(_bound_by(item.asname.name) for item in statement.items
-                                                 if item.asname is not None
-                                                 and isinstance(item.asname.name, cst.BaseExpression)))
-            read |= _reads_before_rebinding(_body_of(statement), inner)
-            bound |= _top_level_bindings(_body_of(statement))
-        elif isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-            continue
-        else:
-            read |= names_in(statement) - bound
-    return read
-
-
-def _body_of(statement: cst.CSTNode) -> Sequence[cst.CSTNode]:
-    body = getattr(statement, "body", None)
-    return list(body.body) if isinstance(body, cst.IndentedBlock) else []
-
-
-def _top_level_bindings(statements: Sequence[cst.CSTNode]) -> Set[str]:
-    found: Set[str] = set()
-    for statement in statements:
-        if isinstance(statement, cst.SimpleStatementLine):
-            for small in statement.body:
-                if isinstance(small, cst.Assign):
-                    found |= {name for target in small.targets for name in _bound_by(target.target)}
-    return found
-
-
-def _bound_by(target: cst.BaseExpression) -> Set[str]:
-    if isinstance(target, cst.Name):
-        return {target.value}
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return set().union(*(_bound_by(element.value) for element in target.elements))
-    return set()
-
-
-def _in_order(loop: cst.For, names: Set[str]) -> List[str]:
-    """Names in the order the loop body first mentions them (the gathered tuple's order)."""
-    ordered: List[str] = []
-
-    class _Order(cst.CSTVisitor):
-        def visit_Name(self, node: cst.Name) -> None:
-            if node.value in names and node.value not in ordered:
-                ordered.append(node.value)
-
-    loop.body.visit(_Order())
-    return ordered
 
 
 def _accumulation(facts: Facts, loop: cst.For, name: str) -> Optional[str]:
@@ -350,7 +226,7 @@ def _values_before(facts: Facts, loop: cst.For, name: str) -> List[cst.BaseExpre
             return True
 
     function = facts.function_of(loop)
-    for node in _scope_statements(facts, loop):
+    for node in scope_statements(facts, loop):
         node.visit(_Assignments())
     return found
 
@@ -400,7 +276,7 @@ def _stateful_call(facts: Facts, loop: cst.For, outside: Set[str], tables: Dict[
     counts (`correct_pred[classname] += 1` into a dict, a list or a CPU tensor of numbers)
     go into `tables`, by name and kind, to be summed across ranks."""
     found: List[str] = []
-    bound_in_loop = _rebound(loop.body) | names_in(loop.target)
+    bound_in_loop = rebound(loop.body) | names_in(loop.target)
     assigned_in_loop = _simple_assignments(loop.body)
 
     class _Mutations(cst.CSTVisitor):
@@ -492,7 +368,7 @@ def _filled_lists(facts: Facts, loop: cst.For, outside: Set[str]) -> Dict[str, O
     for statement in loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ():
         if isinstance(statement, cst.SimpleStatementLine):
             top_level.update(id(small) for small in statement.body)
-    bound_in_loop = _rebound(loop.body)
+    bound_in_loop = rebound(loop.body)
 
     class _Fills(cst.CSTVisitor):
         def visit_Expr(self, node: cst.Expr) -> None:
@@ -522,7 +398,7 @@ def _on_host(value: cst.BaseExpression, loop: cst.For) -> bool:
     if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
         return value.func.attr.value in HOST_METHODS
     if isinstance(value, cst.Name):
-        return value.value in names_in(loop.target) and value.value not in _rebound(loop.body)
+        return value.value in names_in(loop.target) and value.value not in rebound(loop.body)
     return _python_number(value, {})
 
 
@@ -570,7 +446,7 @@ def _batch_counts_before(facts: Facts, loop: cst.For, iterable: str, read_after:
                 found.append(node.targets[0].target.value)
             return True
 
-    for node in _scope_statements(facts, loop):
+    for node in scope_statements(facts, loop):
         node.visit(_Assignments())
     return found
 
@@ -595,6 +471,6 @@ def _batch_count_reads_after(facts: Facts, loop: cst.For, iterable: str) -> List
                 found.append(node)
             return not isinstance(node, (cst.FunctionDef, cst.ClassDef)) or node is facts.function_of(loop)
 
-    for node in _scope_statements(facts, loop):
+    for node in scope_statements(facts, loop):
         node.visit(_Reads())
     return found

@@ -3,6 +3,8 @@
 Matching goes through the import table analysis.py builds, so `DL`, `data.DataLoader` and
 `torch.utils.data.DataLoader` all resolve to the same name below.
 """
+import builtins
+from typing import Dict, Mapping, Optional
 
 DATALOADER = "torch.utils.data.DataLoader"
 DATALOADER_ALIASES = frozenset({DATALOADER, "torch.utils.data.dataloader.DataLoader"})
@@ -114,3 +116,34 @@ EMITTED_IMPORTS = {
     "itertools": ("itertools", None, None),
     "pickle": ("pickle", None, None),
 }
+
+
+# --- the import table ----------------------------------------------------------------------
+# One resolver for the three readers of imports: the analysis of the script (libcst), the
+# effects of the project's other modules and the check for other frameworks (ast).
+# `aliases` maps each name an import binds to what it stands for.
+_BUILTINS = frozenset(dir(builtins))
+
+
+def add_import(aliases: Dict[str, str], module: str, asname: Optional[str]) -> None:
+    """`import a.b` binds `a`; `import a.b as c` binds `c` to `a.b`."""
+    if asname:
+        aliases[asname] = module
+    else:
+        head = module.split(".")[0]
+        aliases[head] = head
+
+
+def add_import_from(aliases: Dict[str, str], module: str, name: str, asname: Optional[str]) -> None:
+    """`from a import b as c` binds `c` (or `b`) to `a.b`."""
+    aliases[asname or name] = f"{module}.{name}"
+
+
+def qualify(dotted: str, aliases: Mapping[str, str]) -> str:
+    """The full name of a dotted name: through the imports, else a builtin, else itself."""
+    head, _, rest = dotted.partition(".")
+    if head in aliases:
+        return aliases[head] + ("." + rest if rest else "")
+    if head in _BUILTINS:
+        return "builtins." + dotted
+    return dotted

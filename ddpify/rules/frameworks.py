@@ -60,12 +60,11 @@ def _uses(tree: ast.Module) -> Iterator[Tuple[int, int, str, str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                local = alias.asname or alias.name.split(".")[0]
-                imported[local] = alias.name if alias.asname else local
+                names.add_import(imported, alias.name, alias.asname)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             for alias in node.names:
                 if alias.name != "*":
-                    imported[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                    names.add_import_from(imported, node.module, alias.name, alias.asname)
         elif isinstance(node, ast.Call):
             candidates.append(node.func)
         elif isinstance(node, ast.ClassDef):

@@ -1,0 +1,133 @@
+"""Names a loop binds and the code after it reads: whether a figure set in an evaluation
+loop outlives it (figures.py)."""
+from typing import List, Optional, Sequence, Set
+
+import libcst as cst
+
+from ddpify.analysis import Facts
+from ddpify.analysis.nodes import names_in
+
+
+def rebound(node: cst.CSTNode) -> Set[str]:
+    """Names bound as a whole in node (`x = ...`, `x += ...`, `for x in`, `as x`); not a
+    table's entries (`counts[k] += 1` leaves `counts` the same object)."""
+    found: Set[str] = set()
+
+    class _Targets(cst.CSTVisitor):
+        def visit_AssignTarget(self, target: cst.AssignTarget) -> None:
+            found.update(_bound_by(target.target))
+
+        def visit_AugAssign(self, assign: cst.AugAssign) -> None:
+            found.update(_bound_by(assign.target))
+
+        def visit_AnnAssign(self, assign: cst.AnnAssign) -> None:
+            found.update(_bound_by(assign.target))
+
+        def visit_For(self, loop: cst.For) -> None:
+            found.update(_bound_by(loop.target))
+
+        def visit_AsName(self, alias: cst.AsName) -> None:
+            if isinstance(alias.name, cst.BaseExpression):
+                found.update(_bound_by(alias.name))
+
+    node.visit(_Targets())
+    return found
+
+
+def scope_statements(facts: Facts, loop: cst.For) -> Sequence[cst.CSTNode]:
+    function = facts.function_of(loop)
+    if function is not None:
+        return [function.body]
+    return [statement for statement in facts.module.body
+            if not isinstance(statement, (cst.FunctionDef, cst.ClassDef))]
+
+
+def names_read_after(facts: Facts, loop: cst.For) -> Set[str]:
+    """Names read after the loop before anything binds them again: the rest of each block
+    around it up to its function, and for an enclosing loop the start of its next pass."""
+    following: List[cst.CSTNode] = []
+    node: cst.CSTNode = loop
+    while True:
+        block = facts.parents.get(node)
+        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+            break
+        body: List[cst.CSTNode] = list(block.body)
+        index = body.index(node)
+        following.extend(body[index + 1:])
+        owner = facts.parents.get(block)
+        if owner is None or isinstance(owner, (cst.FunctionDef, cst.ClassDef)):
+            break
+        if isinstance(owner, (cst.For, cst.While)):
+            following.extend(body[:index])
+        node = owner
+    return _reads_before_rebinding(following)
+
+
+def _reads_before_rebinding(statements: Sequence[cst.CSTNode], bound: Optional[Set[str]] = None) -> Set[str]:
+    """Names read before a statement of the sequence binds them again. Inside a with or a
+    for body the same holds; a binding inside an if may not happen, so it binds nothing."""
+    read: Set[str] = set()
+    bound = set(bound or ())
+    for statement in statements:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign):
+                    read |= names_in(small.value) - bound
+                    for target in small.targets:
+                        if not isinstance(target.target, (cst.Name, cst.Tuple, cst.List)):
+                            read |= names_in(target.target) - bound
+                    bound |= {name for target in small.targets for name in _bound_by(target.target)}
+                else:
+                    read |= names_in(small) - bound
+        elif isinstance(statement, cst.For):
+            read |= names_in(statement.iter) - bound
+            read |= _reads_before_rebinding(_body_of(statement), bound | _bound_by(statement.target))
+        elif isinstance(statement, cst.With):
+            for item in statement.items:
+                read |= names_in(item.item) - bound
+            inner = bound | set().union(set(), *(_bound_by(item.asname.name) for item in statement.items
+                                                 if item.asname is not None
+                                                 and isinstance(item.asname.name, cst.BaseExpression)))
+            read |= _reads_before_rebinding(_body_of(statement), inner)
+            bound |= _top_level_bindings(_body_of(statement))
+        elif isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        else:
+            read |= names_in(statement) - bound
+    return read
+
+
+def _body_of(statement: cst.CSTNode) -> Sequence[cst.CSTNode]:
+    body = getattr(statement, "body", None)
+    return list(body.body) if isinstance(body, cst.IndentedBlock) else []
+
+
+def _top_level_bindings(statements: Sequence[cst.CSTNode]) -> Set[str]:
+    found: Set[str] = set()
+    for statement in statements:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign):
+                    found |= {name for target in small.targets for name in _bound_by(target.target)}
+    return found
+
+
+def _bound_by(target: cst.BaseExpression) -> Set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return set().union(*(_bound_by(element.value) for element in target.elements))
+    return set()
+
+
+def in_order(loop: cst.For, names: Set[str]) -> List[str]:
+    """Names in the order the loop body first mentions them (the gathered tuple's order)."""
+    ordered: List[str] = []
+
+    class _Order(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            if node.value in names and node.value not in ordered:
+                ordered.append(node.value)
+
+    loop.body.visit(_Order())
+    return ordered

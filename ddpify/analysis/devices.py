@@ -1,0 +1,69 @@
+"""Which values choose a device, and how: CUDA or the CPU, any accelerator, the script's own
+"use the GPU?" test. Read for each assignment by the collector (collector.py)."""
+from typing import Callable, Optional
+
+import libcst as cst
+
+from ddpify.analysis import names
+from ddpify.analysis.nodes import dotted_name, positional_args, string_value
+
+
+class DeviceValues:
+    def __init__(self, module: cst.Module, calls: Callable[[cst.Call, str], bool]) -> None:
+        self.module = module
+        # Whether a call calls the API of this qualified name (the collector's import table).
+        self.calls = calls
+
+    def gpu_condition(self, value: cst.BaseExpression) -> Optional[str]:
+        if isinstance(value, cst.Call) and self.calls(value, names.TORCH_DEVICE):
+            arguments = positional_args(value)
+            if len(value.args) != 1 or len(arguments) != 1:
+                return None
+            if dotted_name(arguments[0]) is not None:
+                # `torch.device(args.device)`: the user picks; `--device cpu` must still work.
+                return f'torch.device({self.module.code_for_node(arguments[0])}).type == "cuda"'
+            return self.gpu_condition(arguments[0])
+        if not isinstance(value, cst.IfExp) or not self.names_gpu(value.body):
+            return None
+        test = value.test
+        if isinstance(test, cst.Call) and self.calls(test, names.CUDA_IS_AVAILABLE):
+            return None
+        return self.module.code_for_node(test)
+
+    def names_gpu(self, value: cst.BaseExpression) -> bool:
+        if isinstance(value, cst.Call) and self.calls(value, names.TORCH_DEVICE):
+            return bool(value.args) and self.names_gpu(value.args[0].value)
+        text = string_value(value)
+        return text is not None and (text == "cuda" or text.startswith("cuda:"))
+
+    def cuda_or_cpu(self, value: cst.BaseExpression) -> bool:
+        if isinstance(value, cst.IfExp):
+            return self.cuda_or_cpu(value.body) and self.cuda_or_cpu(value.orelse)
+        if isinstance(value, cst.Call) and self.calls(value, names.TORCH_DEVICE):
+            arguments = positional_args(value)
+            return len(arguments) == 1 and (
+                dotted_name(arguments[0]) is not None or self.cuda_or_cpu(arguments[0])
+            )
+        text = string_value(value)
+        if text is not None:
+            return text in ("cuda", "cpu") or text.startswith("cuda:")
+        return isinstance(value, cst.Integer)
+
+    def is_accelerator(self, value: cst.BaseExpression) -> bool:
+        if isinstance(value, cst.IfExp):
+            return self.is_accelerator(value.body) or self.is_accelerator(value.orelse)
+        return isinstance(value, cst.Call) and self.calls(value, names.CURRENT_ACCELERATOR)
+
+    def is_device_value(self, value: cst.BaseExpression, target: str) -> bool:
+        if isinstance(value, cst.Call):
+            return self.calls(value, names.TORCH_DEVICE) or self.calls(
+                value, names.CURRENT_ACCELERATOR
+            )
+        if isinstance(value, cst.IfExp):
+            return self.is_device_value(value.body, target) or self.is_device_value(
+                value.orelse, target
+            )
+        text = string_value(value)
+        if text is not None:
+            return text in ("cuda", "cpu") or text.startswith("cuda:")
+        return isinstance(value, cst.Integer) and "device" in target.lower()
