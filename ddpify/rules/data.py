@@ -11,10 +11,49 @@ import libcst as cst
 
 from ddpify.analysis import Facts, Loader, Statement, dotted_name, names
 from ddpify.analysis.values import is_training_loader, keyword_names, known_dict_keys
+from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.rules import downloads, hand_batches, splits
 from ddpify.rules.epochs import SET_EPOCH_IF_DISTRIBUTED_CODE, set_epoch
 from ddpify.rules.setup import SetupPlan
+
+RULES = (
+    Rule("DDP201", Severity.EDIT, "DistributedSampler carries the loader's shuffle",
+         "Without a DistributedSampler every rank trains on the whole dataset, so an epoch "
+         "does N times the work and the ranks see the same batches.",
+         "Nothing to do."),
+    Rule("DDP204", Severity.WARNING, "batch_sampler= cannot be sharded automatically",
+         "A custom batch sampler decides which samples each batch holds; ddpify cannot "
+         "split it between ranks without changing its meaning.",
+         "Make the batch sampler rank-aware (take rank and world size) or use sampler=."),
+    Rule("DDP205", Severity.WARNING, "IterableDataset is not sharded by DistributedSampler",
+         "Samplers do not apply to iterable datasets; every rank would stream the same data.",
+         "Shard inside __iter__ with torch.distributed.get_rank() and get_world_size()."),
+    Rule("DDP206", Severity.INFO, "global batch size grows with the world size",
+         "Each rank draws batch_size samples, so one step consumes batch_size x world_size "
+         "samples; the learning rate may need scaling.",
+         "Scale the learning rate, or run ddpify with --keep-global-batch."),
+    Rule("DDP207", Severity.WARNING, "existing sampler= left as is",
+         "A custom sampler decides the order on every rank; ddpify cannot shard it safely.",
+         "Wrap the sampler's indices with DistributedSampler or make it rank-aware."),
+    Rule("DDP210", Severity.WARNING, "training loader not sharded: add a DistributedSampler by hand",
+         "ddpify could not rewrite this loader safely (its dataset, sampler or arguments are "
+         "built where the distributed setup is not in scope, or in a form it cannot read), so "
+         "every rank would train on the whole dataset.",
+         "Pass `sampler=DistributedSampler(dataset)` when distributed (and drop shuffle=), "
+         "and call sampler.set_epoch(epoch) at the top of each epoch."),
+    Rule("DDP213", Severity.WARNING, "a loader built for training is also used for evaluation",
+         "The same loader (or the function that builds it) feeds training and an evaluation "
+         "loop; its DistributedSampler shards both, so each rank evaluates 1/N of the data "
+         "and the figures rank 0 prints are its shard's only.",
+         "Build the evaluation loader without the sampler, or all-reduce the evaluation sums "
+         "and counts before printing them."),
+    Rule("DDP403", Severity.EDIT, "per-process batch size divided by the world size",
+         "With --keep-global-batch each rank draws batch_size // world_size samples, so one "
+         "step still consumes the original batch (rounded down to a multiple of the world "
+         "size) and the learning rate needs no change.",
+         "Nothing to do; make batch_size a multiple of the world size to keep it exact."),
+)
 
 SAMPLER_VALUE_CODE = "{sampler} = {value} if {condition} else None\n"
 # Where the setup's `distributed` is out of scope (a loader built in a helper function).

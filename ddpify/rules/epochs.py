@@ -4,7 +4,19 @@ from typing import List, cast
 import libcst as cst
 
 from ddpify.analysis import Facts, Loader, Statement, dotted_name
+from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
+
+RULES = (
+    Rule("DDP202", Severity.EDIT, "sampler.set_epoch(epoch) at the top of the epoch loop",
+         "DistributedSampler seeds its shuffle with the epoch; without set_epoch every epoch "
+         "repeats the same order.",
+         "Nothing to do."),
+    Rule("DDP211", Severity.WARNING, "no epoch loop found for set_epoch",
+         "DistributedSampler shuffles with a seed derived from the epoch; without "
+         "set_epoch(epoch) every epoch repeats the same order.",
+         "Call sampler.set_epoch(epoch) at the start of every epoch."),
+)
 
 SET_EPOCH_CODE = "if {sampler} is not None:\n    {sampler}.set_epoch({epoch})\n"
 

@@ -11,7 +11,10 @@ import re
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from ddpify.analysis import names
-from ddpify.diagnostics import Diagnostic
+from ddpify.diagnostics import Diagnostic, Rule
+
+# DDP900, the only code reported here, is a verdict on the whole file: rules/whole_file.py.
+RULES: Tuple[Rule, ...] = ()
 
 # Qualified-name prefixes and the framework each one means; "": plain torch.distributed.
 _FRAMEWORKS = (

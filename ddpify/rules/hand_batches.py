@@ -14,9 +14,31 @@ import libcst as cst
 from ddpify.analysis import Facts, calls_within, names
 from ddpify.analysis.nodes import names_in
 from ddpify.analysis.values import is_training_loader
+from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits
 from ddpify.rules import random_batches
 from ddpify.rules.setup import SetupPlan
+
+RULES = (
+    Rule("DDP208", Severity.WARNING, "batches sliced by hand: every rank trains on the full data",
+         "The loop cuts batches out of tensors itself, so no sampler can shard it; each rank "
+         "would train on every sample and an epoch would do N times the work.",
+         "Use a DataLoader over a TensorDataset, or shard the tensors by rank so that every "
+         "rank runs the same number of batches (e.g. keep len(x) // world_size * world_size "
+         "samples, then x[rank::world_size])."),
+    Rule("DDP217", Severity.EDIT, "batches cut by hand: each rank takes every N-th batch",
+         "The loop slices its batches out of tensors itself, so no sampler can shard it; its "
+         "range of batch starts is split instead (rank_share), with the same number of "
+         "batches on every rank so that no rank waits for a step the others skip. Every rank "
+         "must hold the same data in the same order: a shuffle comes from a seeded generator.",
+         "Nothing to do."),
+    Rule("DDP218", Severity.WARNING, "DataLoader built inside a dict or list: not sharded",
+         "`{split: DataLoader(...) for split in ...}` gives the training loop a loader that "
+         "has no name of its own, so ddpify cannot give it a DistributedSampler (nor tell "
+         "the training split from the validation one).",
+         "Build each loader by name (train_loader = DataLoader(..., sampler=train_sampler)), "
+         "or pass sampler=DistributedSampler(...) for the training split by hand."),
+)
 
 HELPER = '''\
 

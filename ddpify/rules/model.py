@@ -9,8 +9,41 @@ from typing import List, Optional, Tuple, cast
 import libcst as cst
 
 from ddpify.analysis import Facts, Model, Statement, calls_within, dotted_name, effects, names
+from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Rewrite
 from ddpify.rules.setup import SetupPlan
+
+RULES = (
+    Rule("DDP101", Severity.EDIT, "model wrapped in DistributedDataParallel",
+         "DDP all-reduces gradients during backward so that every rank applies the same update.",
+         "Nothing to do."),
+    Rule("DDP102", Severity.EDIT, "nn.DataParallel replaced by DistributedDataParallel",
+         "DataParallel runs one process that scatters to all GPUs; under torchrun each "
+         "process owns one GPU, so DataParallel would replicate onto GPUs other ranks own.",
+         "Nothing to do."),
+    Rule("DDP103", Severity.EDIT, "raw model reached through `.module`",
+         "A DDP wrapper prefixes every state_dict key with `module.`; checkpoints must hold "
+         "the unwrapped model so that they load without DDP.",
+         "Nothing to do."),
+    Rule("DDP104", Severity.INFO, "BatchNorm statistics are per rank",
+         "Each rank normalises over its own shard of the batch; with small per-GPU batches "
+         "this hurts accuracy.",
+         "Run ddpify with --sync-batchnorm to convert to SyncBatchNorm before wrapping."),
+    Rule("DDP105", Severity.INFO, "submodule unused in forward: DDP told to expect unused parameters",
+         "DDP waits for a gradient for every parameter; one that never receives a gradient "
+         "makes the next iteration fail, so the wrap passes find_unused_parameters=True, "
+         "which costs an extra pass over the autograd graph each step.",
+         "Remove the unused submodule, then drop find_unused_parameters=True."),
+    Rule("DDP106", Severity.EDIT, "device move of the wrapped model dropped",
+         "Moving a DDP model (`.cpu()` to save a checkpoint, then `.to(device)` back) gives it "
+         "new parameters that DDP's gradient hooks do not watch: gradients stop being "
+         "synchronised without an error. The model stays on its device.",
+         "Nothing to do; load the checkpoint with map_location."),
+    Rule("DDP903", Severity.WARNING, "could not find where the model reaches its device",
+         "DDP must wrap the model after it is on its device and before training; ddpify "
+         "could not tell where that is.",
+         "Wrap the model yourself: `model = DDP(model, device_ids=[local_rank])`."),
+)
 
 WRAP_CODE = """\
 if distributed:

@@ -13,8 +13,20 @@ from typing import List, Optional
 import libcst as cst
 
 from ddpify.analysis import Facts, calls_within
+from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.rules.setup import SetupPlan
+
+RULES = (
+    Rule("DDP219", Severity.EDIT, "random batches drawn by hand: each rank seeds its own draws",
+         "The training loop draws its batches at random (torch.randint in a get_batch()), so "
+         "no sampler can shard it, and with one seed every rank would draw the same batches. "
+         "Right before training each rank moves torch's generator to the script's seed plus "
+         "its rank, so the ranks draw different batches and together see N times the data of "
+         "one process per step. As a group of one nothing changes.",
+         "Nothing to do. Scale the number of steps (or the learning rate) for the larger "
+         "global batch if you want the original's schedule."),
+)
 
 # Draws from torch's global generator that pick the samples of a batch.
 RANDOM_INDEX_DRAWS = ("torch.randint", "torch.randperm", "torch.multinomial")

@@ -9,9 +9,17 @@ from typing import List, Set
 import libcst as cst
 
 from ddpify.analysis import BlockItem, Facts
+from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits
 from ddpify.rules import training
 from ddpify.rules.setup import SetupPlan
+
+RULES = (
+    Rule("DDP902", Severity.WARNING, "rank-divergent control flow may hang a collective",
+         "A break or return decided on a value only one rank has leaves the other ranks "
+         "waiting in the next all-reduce.",
+         "Decide on a value all ranks share (all-reduce it first), or decide on every rank."),
+)
 
 
 def plan(facts: Facts, edits: Edits, setup: SetupPlan) -> None:

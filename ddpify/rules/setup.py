@@ -9,8 +9,23 @@ from typing import Iterable, List, Optional, Sequence, Set, Tuple, Union
 import libcst as cst
 
 from ddpify.analysis import BlockItem, DeviceAssignment, Facts, Loader, Statement, dotted_name
+from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.emit.imports import imports_of
+
+RULES = (
+    Rule("DDP001", Severity.EDIT, "process-group setup inserted where the device is chosen",
+         "Each torchrun process must join the process group and pin itself to LOCAL_RANK "
+         "before it touches a GPU; under plain `python` nothing is initialised.",
+         "Nothing to do."),
+    Rule("DDP005", Severity.EDIT, "process group torn down at exit",
+         "A process group left open can hang the launcher at exit and leaks NCCL resources.",
+         "Nothing to do."),
+    Rule("DDP009", Severity.EDIT, "setup in a function called more than once: the group is created once",
+         "The device is chosen in a function that runs several times (a get_device() helper); "
+         "a second init_process_group would raise.",
+         "Nothing to do."),
+)
 
 SETUP_COMMENT = "# Distributed setup: one process per device under torchrun; plain `python` runs as before."
 

@@ -14,9 +14,20 @@ import libcst as cst
 
 from ddpify.analysis import Facts, Statement, dotted_name, names
 from ddpify.analysis.nodes import names_in
+from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import collectives
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.rules.setup import SetupPlan
+
+RULES = (
+    Rule("DDP310", Severity.EDIT, "folder named from the clock or a temporary folder chosen by rank 0",
+         "Each rank would name its own folder (datetime.now(), uuid4(), mkdtemp(), "
+         "TemporaryDirectory()): rank 0 writes into its folder and a rank that reads from the "
+         "folder it named finds nothing there. Rank 0's name is broadcast to the others where "
+         "it is made, and a temporary folder is left only when every rank is done with it. "
+         "Across machines the folder must be on a file system every rank sees.",
+         "Nothing to do on one machine; on several, keep run folders on shared storage."),
+)
 
 HELPER = '''\
 

@@ -3,8 +3,18 @@
 import libcst as cst
 
 from ddpify.analysis import Facts, names
+from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.rules.setup import SetupPlan
+
+RULES = (
+    Rule("DDP214", Severity.EDIT, "random_split drawn alike on every rank",
+         "The script never seeds torch, so each rank would draw its own train/validation "
+         "split: the ranks' shards would overlap and validation samples would leak into "
+         "training. Under torchrun the split uses a generator seeded the same on every rank.",
+         "Nothing to do; seed it yourself (generator=torch.Generator().manual_seed(s)) to "
+         "choose the split."),
+)
 
 SPLIT_GENERATOR = "torch.Generator().manual_seed(0) if {condition} else torch.default_generator"
 

@@ -11,9 +11,25 @@ import libcst as cst
 
 from ddpify.analysis import Facts, Statement, calls_within, dotted_name, statements_in
 from ddpify.analysis.nodes import names_in
+from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import collectives
 from ddpify.emit.edits import Edits
 from ddpify.rules.setup import SetupPlan
+
+RULES = (
+    Rule("DDP401", Severity.EDIT, "gradient accumulation skips the all-reduce on micro-batches",
+         "Without no_sync() DDP all-reduces gradients on every micro-batch, not only before "
+         "the optimizer step.",
+         "Nothing to do."),
+    Rule("DDP402", Severity.EDIT, "epoch figures summed across ranks before they are used",
+         "Each rank trains on its own shard, so its running loss and counts cover 1/N of the "
+         "epoch; one all-reduce per epoch gives the figures the original printed.",
+         "Nothing to do."),
+    Rule("DDP404", Severity.WARNING, "gradient accumulation not wrapped in no_sync()",
+         "ddpify found an optimizer step under a condition but could not tell which forward "
+         "and backward passes belong to the micro-batches, so every micro-batch all-reduces.",
+         "Wrap forward and backward of the micro-batches that do not step in `model.no_sync()`."),
+)
 
 LINE_LENGTH = 88
 NO_SYNC_COMMENT = "# DDP all-reduces gradients only on the micro-batch that steps the optimizer."
