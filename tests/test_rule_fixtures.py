@@ -60,6 +60,19 @@ def test_fixtures_list_only_known_rules_and_never_a_removed_one():
     assert sorted(code for code in shown if code not in RULES or RULES[code].removed) == []
 
 
+def test_no_removed_code_is_emitted():
+    """A removed rule stays listed so that its code is never reused, and is never reported:
+    migrate every fixture (expected.txt could be stale) and look at every diagnostic."""
+    removed = {code for code, rule in RULES.items() if rule.removed}
+    assert removed == {"DDP006"}
+    emitted = {}
+    for case in all_cases():
+        result = case.migrate()
+        for diagnostic in (*result.diagnostics, *result.unused_suppressions):
+            emitted.setdefault(diagnostic.code, case.path)
+    assert {code: where for code, where in emitted.items() if code in removed} == {}
+
+
 def test_expected_txt_lists_edits_too():
     """expected.txt holds every diagnostic, not only those a user sees: the guide's shows its
     setup (DDP001), wrap (DDP101) and sampler (DDP201) beside its DDP206 note."""

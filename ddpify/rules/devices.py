@@ -143,5 +143,3 @@ def _keep_device_choice(edits: Edits, setup: SetupPlan) -> None:
         condition = name
     if condition is not None:
         setup.use_gpu = condition
-    if assignment.any_accelerator:
-        edits.report("DDP006", assignment.statement)
