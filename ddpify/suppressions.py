@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ddpify.diagnostics import Diagnostic, Rule, Severity, registry
+from ddpify.rules.cases import TRAINING, Emits, Silent
 
 RULES = (
     Rule("DDP920", Severity.WARNING, "unused suppression comment",
@@ -150,3 +151,11 @@ def _statement_first_lines(code: str) -> Dict[int, int]:
         for line in range(statement.lineno, end + 1):
             first_lines[line] = statement.lineno
     return first_lines
+
+
+CASES = (
+    Emits(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)",
+                           "model = torch.nn.Linear(4, 1).to(device)  # ddpify: ignore[DDP207]"), "DDP920"),
+    Silent(TRAINING.replace("shuffle=True)", "sampler=BalancedSampler(dataset))  # ddpify: ignore[DDP207]")
+           .replace("from torch.utils", "from sampling import BalancedSampler\nfrom torch.utils"), "DDP920"),
+)

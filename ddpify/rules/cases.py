@@ -3,6 +3,8 @@ ddpify must do with them. tests/test_rule_cases.py runs the CASES of every unit.
 from dataclasses import dataclass
 from typing import Tuple, Union
 
+from ddpify.options import Options
+
 
 @dataclass(frozen=True)
 class Emits:
@@ -11,6 +13,7 @@ class Emits:
     source: str
     code: str
     output_contains: Tuple[str, ...] = ()
+    options: Options = Options()  # noqa: B008 (frozen)
 
 
 @dataclass(frozen=True)
@@ -19,6 +22,7 @@ class Silent:
 
     source: str
     code: str
+    options: Options = Options()  # noqa: B008 (frozen)
 
 
 @dataclass(frozen=True)
@@ -32,3 +36,24 @@ class Flags:
 
 
 Case = Union[Emits, Silent, Flags]
+
+
+# A training script of the smallest kind, for the cases to start from (`TRAINING.replace(...)`):
+# a model moved to the GPU, SGD, a DataLoader over a TensorDataset, an epoch loop.
+TRAINING = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = torch.nn.Linear(4, 1).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+loader = DataLoader(dataset, batch_size=8, shuffle=True)
+for epoch in range(3):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    print(epoch, loss.item())
+"""

@@ -16,6 +16,8 @@ from ddpify.emit.edits import Edits, Insertion
 from ddpify.rules import downloads, hand_batches, splits
 from ddpify.rules.epochs import SET_EPOCH_IF_DISTRIBUTED_CODE, set_epoch
 from ddpify.rules.setup import SetupPlan
+from ddpify.options import Options
+from ddpify.rules.cases import TRAINING, Emits, Silent
 
 RULES = (
     Rule("DDP201", Severity.EDIT, "DistributedSampler carries the loader's shuffle",
@@ -500,3 +502,41 @@ def _is_assigned_or_returned(loader: Loader) -> bool:
     return isinstance(small, cst.Assign) and len(small.targets) == 1 and small.value is loader.call
 
 
+CASES = (
+    Emits(TRAINING, "DDP201", ("sampler = DistributedSampler(dataset, shuffle=True) if distributed else None",
+                               "shuffle=sampler is None, sampler=sampler")),
+    Emits(TRAINING, "DDP206"),
+    Silent(TRAINING, "DDP206", Options(keep_global_batch=True)),
+    Emits(TRAINING, "DDP403", ("batch_size=8 // world_size",), Options(keep_global_batch=True)),
+    Emits(TRAINING.replace("batch_size=8, shuffle=True)", "batch_sampler=BucketSampler(dataset))")
+          .replace("from torch.utils", "from buckets import BucketSampler\nfrom torch.utils"), "DDP204"),
+    Emits(TRAINING.replace("dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n", '''\
+
+
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        for _ in range(64):
+            yield torch.randn(4), torch.randn(1)
+
+
+dataset = Stream()
+''').replace(", shuffle=True)", ")"), "DDP205"),
+    Emits(TRAINING.replace("shuffle=True)", "sampler=BalancedSampler(dataset))")
+          .replace("from torch.utils", "from sampling import BalancedSampler\nfrom torch.utils"), "DDP207"),
+    Silent(TRAINING.replace("shuffle=True)", "sampler=torch.utils.data.RandomSampler(dataset))"), "DDP207"),
+    Emits(TRAINING.replace("loader = DataLoader(dataset, batch_size=8, shuffle=True)\n", '''\
+
+
+class FixedLoader(DataLoader):
+    def __init__(self, dataset):
+        super().__init__(dataset, batch_size=8, shuffle=True)
+
+
+loader = FixedLoader(dataset)
+'''), "DDP210"),
+    Emits(TRAINING + '''\
+with torch.no_grad():
+    for x, y in loader:
+        print(torch.nn.functional.mse_loss(model(x.to(device)), y.to(device)).item())
+''', "DDP213"),
+)

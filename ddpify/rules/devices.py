@@ -11,6 +11,7 @@ from ddpify.analysis import Facts, dotted_name
 from ddpify.diagnostics import Rule, Severity, Status
 from ddpify.emit.edits import Edits
 from ddpify.rules.setup import SetupPlan
+from ddpify.rules.cases import TRAINING, Emits, Silent
 
 RULES = (
     Rule("DDP002", Severity.EDIT, "device move rewritten to this rank's device",
@@ -143,3 +144,41 @@ def _keep_device_choice(edits: Edits, setup: SetupPlan) -> None:
         condition = name
     if condition is not None:
         setup.use_gpu = condition
+
+
+CASES = (
+    Emits(TRAINING.replace("device = torch.device(\"cuda\" if torch.cuda.is_available() else \"cpu\")\n", "")
+          .replace(".to(device)", ".cuda()"), "DDP002", ("model = torch.nn.Linear(4, 1).to(device)",)),
+    Silent(TRAINING, "DDP002"),
+    Emits('''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train_step(model, optimizer, x, y):
+    loss = torch.nn.functional.mse_loss(model(x.cuda()), y.cuda())
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+def main():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = torch.nn.Linear(4, 1).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+    for epoch in range(3):
+        for x, y in loader:
+            train_step(model, optimizer, x, y)
+
+
+main()
+''', "DDP003", ("model(x.cuda())",)),
+    Emits('import os\nos.environ["CUDA_VISIBLE_DEVICES"] = "0"\n' + TRAINING, "DDP004",
+          ('os.environ["CUDA_VISIBLE_DEVICES"] = "0"',)),
+    Silent(TRAINING, "DDP004"),
+    Emits(TRAINING.replace("dataset = TensorDataset", 'pin = device == "cuda"\ndataset = TensorDataset'),
+          "DDP008", ('pin = device.type == "cuda"',)),
+    Silent(TRAINING.replace("device = torch.device(\"cuda\" if torch.cuda.is_available() else \"cpu\")",
+                            "device = torch.accelerator.current_accelerator()"), "DDP006"),
+)

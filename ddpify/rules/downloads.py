@@ -7,6 +7,7 @@ from ddpify.analysis import Facts, Statement
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.rules.setup import SetupPlan
+from ddpify.rules.cases import TRAINING, Emits, Silent
 
 RULES = (
     Rule("DDP209", Severity.EDIT, "one process per machine downloads the dataset; the others wait",
@@ -102,3 +103,11 @@ def _inside_class(facts: Facts, node: cst.CSTNode) -> bool:
             return True
         parent = facts.parents.get(parent)
     return False
+
+
+CASES = (
+    Emits(TRAINING.replace("dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))",
+                           'dataset = torchvision.datasets.MNIST("data", download=True)')
+          .replace("import torch\n", "import torch\nimport torchvision\n", 1), "DDP209", ("dist.barrier()",)),
+    Silent(TRAINING, "DDP209"),
+)

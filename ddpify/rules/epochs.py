@@ -6,6 +6,7 @@ import libcst as cst
 from ddpify.analysis import Facts, Loader, Statement, dotted_name
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
+from ddpify.rules.cases import TRAINING, Emits, Silent
 
 RULES = (
     Rule("DDP202", Severity.EDIT, "sampler.set_epoch(epoch) at the top of the epoch loop",
@@ -89,3 +90,10 @@ def _iterators_restarted_in_training(facts: Facts, loader: Loader) -> List[State
             if call.args and dotted_name(call.args[0].value) == loader.name
             and facts.function_of(call) is loader.function
             and any(facts.loop_trains(loop) for loop in facts.enclosing_loops(call))]
+
+
+CASES = (
+    Emits(TRAINING, "DDP202", ("sampler.set_epoch(epoch)",)),
+    Emits(TRAINING.replace("for epoch in range(3):\n", "if True:\n"), "DDP211"),
+    Silent(TRAINING, "DDP211"),
+)

@@ -21,6 +21,8 @@ from ddpify.emit import collectives
 from ddpify.emit.edits import Edits
 from ddpify.rules import data
 from ddpify.rules.setup import SetupPlan
+from ddpify.options import Options
+from ddpify.rules.cases import TRAINING, Emits, Silent
 
 RULES = (
     Rule("DDP203", Severity.INFO, "evaluation loader left unsharded: every rank evaluates the full set",
@@ -323,3 +325,20 @@ def _batches_name(iterable: str) -> str:
             return (stem if stem.endswith("_") or not stem else stem + "_") + "batches"
     return base + "_batches"
 
+
+_EVALUATION = TRAINING + '''\
+val_loader = DataLoader(dataset, batch_size=8)
+total = 0.0
+with torch.no_grad():
+    for x, y in val_loader:
+        total += torch.nn.functional.mse_loss(model(x.to(device)), y.to(device)).item()
+print(total / len(val_loader))
+'''
+
+CASES = (
+    Emits(_EVALUATION, "DDP215", ("val_sampler = evaluation_shard(dataset, 8) if distributed else None",)),
+    Emits(_EVALUATION, "DDP216", ("shares = every_rank((total, val_batches))",)),
+    Silent(_EVALUATION, "DDP203"),
+    Emits(_EVALUATION, "DDP203", options=Options(shard_evaluation=False)),
+    Silent(_EVALUATION, "DDP215", Options(shard_evaluation=False)),
+)

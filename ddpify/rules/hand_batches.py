@@ -18,6 +18,7 @@ from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits
 from ddpify.rules import random_batches
 from ddpify.rules.setup import SetupPlan
+from ddpify.rules.cases import TRAINING, Emits, Silent
 
 RULES = (
     Rule("DDP208", Severity.WARNING, "batches sliced by hand: every rank trains on the full data",
@@ -247,3 +248,20 @@ def report_batch_loops(facts: Facts, edits: Edits, setup: SetupPlan) -> None:
             continue
         edits.report("DDP208", loop, "batches built by hand: every rank trains on the same "
                      "data; shard it by rank (e.g. data[rank::world_size])")
+
+
+CASES = (
+    Emits(TRAINING.replace("    for x, y in loader:\n", "    for x, y in [(inputs, targets)]:\n")
+          .replace("dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n"
+                   "loader = DataLoader(dataset, batch_size=8, shuffle=True)\n",
+                   "inputs, targets = torch.randn(64, 4), torch.randn(64, 1)\n"), "DDP208"),
+    Emits(TRAINING.replace("    for x, y in loader:\n",
+                           "    for i in range(0, 64, 8):\n        x, y = inputs[i:i + 8], targets[i:i + 8]\n")
+          .replace("dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n"
+                   "loader = DataLoader(dataset, batch_size=8, shuffle=True)\n",
+                   "inputs, targets = torch.randn(64, 4), torch.randn(64, 1)\n"), "DDP217", ("rank_share(",)),
+    Silent(TRAINING, "DDP217"),
+    Emits(TRAINING.replace("loader = DataLoader(dataset, batch_size=8, shuffle=True)\n",
+                           'loaders = {split: DataLoader(dataset, batch_size=8) for split in ("train", "val")}\n')
+          .replace("in loader:", 'in loaders["train"]:'), "DDP218"),
+)

@@ -12,6 +12,8 @@ from ddpify.analysis import Facts, Model, Statement, calls_within, dotted_name, 
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Rewrite
 from ddpify.rules.setup import SetupPlan
+from ddpify.options import Options
+from ddpify.rules.cases import TRAINING, Emits, Silent
 
 RULES = (
     Rule("DDP101", Severity.EDIT, "model wrapped in DistributedDataParallel",
@@ -501,3 +503,32 @@ def _under_wrapper_check(facts: Facts, node: cst.CSTNode, model: str) -> bool:
                 return True
         parent = facts.parents.get(parent)
     return False
+
+
+_BATCHNORM = TRAINING.replace("torch.nn.Linear(4, 1)",
+                             "torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8))")
+
+CASES = (
+    Emits(TRAINING, "DDP101", ("model = DDP(model, device_ids=[local_rank]",)),
+    Emits(TRAINING.replace("model = torch.nn.Linear(4, 1)", "model = torch.nn.DataParallel(torch.nn.Linear(4, 1))"),
+          "DDP102", ("model = torch.nn.Linear(4, 1).to(device)",)),
+    Emits(TRAINING + 'torch.save(model.state_dict(), "model.pt")\n', "DDP103",
+          ('getattr(model, "module", model).state_dict()',)),
+    Silent(TRAINING, "DDP103"),
+    Emits(_BATCHNORM, "DDP104"),
+    Silent(_BATCHNORM, "DDP104", Options(sync_batchnorm=True)),
+    Emits(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)\n", '''\
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 1)
+        self.unused = torch.nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+model = Net().to(device)
+'''), "DDP105", ("find_unused_parameters=True",)),
+    Emits(TRAINING + 'model.cpu()\ntorch.save(model.state_dict(), "model.pt")\n', "DDP106"),
+)

@@ -7,10 +7,11 @@ that the units import (emit, the self-check, suppressions) reaches it through
 diagnostics.registry(), which imports this module on first use.
 """
 from types import ModuleType
-from typing import Dict, Iterable, Tuple
+from typing import Dict, Iterable, List, Tuple
 
 from ddpify import suppressions
 from ddpify.diagnostics import Rule
+from ddpify.rules.cases import Case
 from ddpify.rules import (
     data,
     devices,
@@ -55,3 +56,14 @@ def collect(units: Iterable[ModuleType]) -> Dict[str, Rule]:
 
 
 RULES: Dict[str, Rule] = collect(UNITS)
+
+
+def unit_name(unit: ModuleType) -> str:
+    """`ddpify.rules.data` -> data, `ddpify.selfcheck.rules` -> selfcheck."""
+    parts = unit.__name__.split(".")
+    return parts[-2] if parts[-1] == "rules" else parts[-1]
+
+
+def cases() -> List[Tuple[str, int, Case]]:
+    """(unit, index, case) for the CASES of every unit."""
+    return [(unit_name(unit), index, case) for unit in UNITS for index, case in enumerate(unit.CASES)]

@@ -13,6 +13,7 @@ from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits
 from ddpify.rules import training
 from ddpify.rules.setup import SetupPlan
+from ddpify.rules.cases import TRAINING, Emits, Silent
 
 RULES = (
     Rule("DDP902", Severity.WARNING, "rank-divergent control flow may hang a collective",
@@ -98,3 +99,11 @@ def _leaves_loop(statement: cst.If) -> bool:
         ):
             return True
     return False
+
+
+CASES = (
+    Emits(TRAINING.replace("        optimizer.step()\n",
+                           "        optimizer.step()\n        if loss.item() < 0.01:\n            break\n"),
+          "DDP902"),
+    Silent(TRAINING, "DDP902"),
+)

@@ -12,6 +12,7 @@ from ddpify.analysis import BlockItem, DeviceAssignment, Facts, Loader, Statemen
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.emit.imports import imports_of
+from ddpify.rules.cases import TRAINING, Emits, Silent
 
 RULES = (
     Rule("DDP001", Severity.EDIT, "process-group setup inserted where the device is chosen",
@@ -471,3 +472,30 @@ def _call_of_function_under_main(facts: Facts, function_name: str) -> Optional[c
             ):
                 return statement
     return None
+
+
+CASES = (
+    Emits(TRAINING, "DDP001", ("dist.init_process_group(", 'local_rank = int(os.environ.get("LOCAL_RANK", 0))')),
+    Emits(TRAINING, "DDP005", ("dist.destroy_process_group()",)),
+    Emits('''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def get_device():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return device
+
+
+model = torch.nn.Linear(4, 1).to(get_device())
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+for epoch in range(3):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x.to(get_device())), y.to(get_device()))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+''', "DDP009", ("if not dist.is_initialized():",)),
+    Silent(TRAINING, "DDP009"),
+)

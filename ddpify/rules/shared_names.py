@@ -18,6 +18,7 @@ from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import collectives
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.rules.setup import SetupPlan
+from ddpify.rules.cases import TRAINING, Emits, Silent
 
 RULES = (
     Rule("DDP310", Severity.EDIT, "folder named from the clock or a temporary folder chosen by rank 0",
@@ -128,3 +129,13 @@ def _wrapped(edits: Edits):
 def _add_helper(edits: Edits) -> None:
     collectives.use(edits)  # before chosen_by_rank_0, which calls it
     edits.add_helper("chosen_by_rank_0", HELPER, "dist")
+
+
+CASES = (
+    Emits("import os\nimport time\n"
+          + TRAINING.replace("for epoch", 'run_dir = f"runs/{time.time()}"\nos.makedirs(run_dir)\nfor epoch')
+          + 'torch.save(model.state_dict(), os.path.join(run_dir, "model.pt"))\n'
+          + 'model.load_state_dict(torch.load(os.path.join(run_dir, "model.pt")))\n',
+          "DDP310", ("run_dir = chosen_by_rank_0(",)),
+    Silent(TRAINING, "DDP310"),
+)

@@ -15,6 +15,7 @@ from ddpify.analysis.nodes import names_in
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion, replacement
 from ddpify.rules.setup import SetupPlan
+from ddpify.rules.cases import TRAINING, Emits, Silent
 
 RULES = (
     Rule("DDP301", Severity.EDIT, "output only on rank 0",
@@ -543,3 +544,32 @@ def _with_keyword(keyword: str, value: str, edits: Edits,
                                  whitespace_before_args=_new_line(" " * (wrap_at + 4)))
 
     return rewrite
+
+
+_TENSORBOARD = TRAINING.replace("import torch\n",
+                               "import torch\nfrom torch.utils.tensorboard import SummaryWriter\n", 1)
+_CHECKPOINT = TRAINING + 'torch.save(model.state_dict(), "model.pt")\n'
+
+CASES = (
+    Emits(TRAINING, "DDP301", ("    if is_main:\n        print(epoch, loss.item())",)),
+    Silent(TRAINING.replace("    print(epoch, loss.item())\n", ""), "DDP301"),
+    Emits(_CHECKPOINT, "DDP302", ("if is_main:\n    torch.save(",)),
+    Silent(TRAINING + 'with open("labels.txt") as f:\n    labels = f.read().split()\n', "DDP302"),
+    Emits(TRAINING.replace("optimizer = torch", 'model.load_state_dict(torch.load("model.pt"))\noptimizer = torch'),
+          "DDP303", ("map_location=",)),
+    Emits("import logging\n"
+          + TRAINING.replace("    print(epoch, loss.item())\n", '    logging.info("loss %f", loss.item())\n')
+          .replace("device = torch", "logging.basicConfig(level=logging.INFO)\ndevice = torch"),
+          "DDP304", ("logging.ERROR",)),
+    Emits("from tqdm import tqdm\n" + TRAINING.replace("in loader:", "in tqdm(loader):"), "DDP305",
+          ("disable=not is_main",)),
+    Emits(_TENSORBOARD.replace("    print(epoch, loss.item())\n", '    writer.add_scalar("loss", loss.item(), epoch)\n')
+          .replace("for epoch", "writer = SummaryWriter()\nfor epoch"),
+          "DDP306", ("if is_main:\n    writer = SummaryWriter()",)),
+    Emits(_TENSORBOARD.replace("    print(epoch, loss.item())\n", "    log(writer, loss.item())\n")
+          .replace("for epoch", "writer = SummaryWriter()\n\n\ndef log(writer, value):\n"
+                   '    writer.add_scalar("loss", value)\n\n\nfor epoch'), "DDP307"),
+    Emits(TRAINING + "print(model(torch.zeros(1, 4).to(device)).item())\n", "DDP308"),
+    Emits(_CHECKPOINT + 'model.load_state_dict(torch.load("model.pt"))\n', "DDP309", ("dist.barrier()",)),
+    Silent(_CHECKPOINT, "DDP309"),
+)

@@ -6,6 +6,7 @@ from ddpify.analysis import Facts, names
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.rules.setup import SetupPlan
+from ddpify.rules.cases import TRAINING, Emits, Silent
 
 RULES = (
     Rule("DDP214", Severity.EDIT, "random_split drawn alike on every rank",
@@ -55,3 +56,14 @@ def _with_generator(edits: Edits, generator: str):
         return call.with_changes(args=args)
 
     return rewrite
+
+
+CASES = (
+    Emits(TRAINING.replace("loader = DataLoader(dataset,",
+                           "train_set, val_set = torch.utils.data.random_split(dataset, [48, 16])\n"
+                           "loader = DataLoader(train_set,"), "DDP214", ("generator=",)),
+    Silent(TRAINING.replace("loader = DataLoader(dataset,",
+                            "torch.manual_seed(0)\n"
+                            "train_set, val_set = torch.utils.data.random_split(dataset, [48, 16])\n"
+                            "loader = DataLoader(train_set,"), "DDP214"),
+)

@@ -15,6 +15,7 @@ from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import collectives
 from ddpify.emit.edits import Edits
 from ddpify.rules.setup import SetupPlan
+from ddpify.rules.cases import TRAINING, Emits, Silent
 
 RULES = (
     Rule("DDP401", Severity.EDIT, "gradient accumulation skips the all-reduce on micro-batches",
@@ -399,3 +400,14 @@ def _assigned_names(node: cst.CSTNode) -> Set[str]:
     return found
 
 
+CASES = (
+    Emits(TRAINING.replace("for x, y in loader:", "for i, (x, y) in enumerate(loader):")
+          .replace("        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n",
+                   "        (loss / 4).backward()\n        if (i + 1) % 4 == 0:\n"
+                   "            optimizer.step()\n            optimizer.zero_grad()\n"), "DDP401", ("no_sync()",)),
+    Silent(TRAINING, "DDP401"),
+    Emits(TRAINING.replace("    for x, y in loader:\n", "    total = 0.0\n    for x, y in loader:\n")
+          .replace("        optimizer.step()\n    print(epoch, loss.item())\n",
+                   "        optimizer.step()\n        total += loss.item()\n    print(epoch, total / len(loader))\n"),
+          "DDP402", ("dist.all_reduce(",)),
+)

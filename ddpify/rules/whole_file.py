@@ -5,6 +5,7 @@ The decisions are taken in api.py (and frameworks.py for another framework's scr
 unit holds their rules and cases.
 """
 from ddpify.diagnostics import Rule, Severity
+from ddpify.rules.cases import TRAINING, Emits, Silent
 
 RULES = (
     Rule("DDP900", Severity.INFO, "already distributed: left unchanged",
@@ -28,4 +29,28 @@ RULES = (
          "Migrate the script that runs the training, then guard this module's output with "
          "`if not dist.is_initialized() or dist.get_rank() == 0:` and give its training loader "
          "a DistributedSampler (with set_epoch) by hand."),
+)
+
+
+CASES = (
+    Emits(TRAINING.replace("import torch\n", "import torch\nimport torch.distributed as dist\n", 1)
+          .replace("device = torch", 'dist.init_process_group("nccl")\ndevice = torch'), "DDP900"),
+    Silent(TRAINING, "DDP900"),
+    Emits("import torch\n\nx = torch.ones(3)\nprint(x.sum())\n", "DDP901"),
+    Emits(TRAINING.replace("    for x, y in loader:\n", "    for x, y in [(inputs, targets)]:\n")
+          .replace("dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n"
+                   "loader = DataLoader(dataset, batch_size=8, shuffle=True)\n",
+                   "inputs, targets = torch.randn(64, 4), torch.randn(64, 1)\n"),
+          "DDP904", ("for x, y in [(inputs, targets)]:",)),
+    Emits('''\
+import torch
+
+
+def train_one_epoch(model, optimizer, loader, device):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+''', "DDP905"),
 )

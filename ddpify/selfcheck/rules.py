@@ -3,6 +3,7 @@ find wrong. The detection is in this package (loaders, models, output, setup); t
 their cases live here, beside it, rather than in ddpify/rules/, whose units plan edits.
 """
 from ddpify.diagnostics import Rule, Severity
+from ddpify.rules.cases import TRAINING, Flags
 
 RULES = (
     Rule("DDP910", Severity.WARNING, "self-check: a device move of the original is missing from the output",
@@ -40,4 +41,21 @@ RULES = (
          "(`torch.autocast(device_type=device)`, `device.startswith(\"cuda\")`) raises once it "
          "is a torch.device.",
          "Keep the string: `device = f\"cuda:{local_rank}\"` (or give the torch.device another name)."),
+)
+
+
+_MOVED = TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)", "model = torch.nn.Linear(4, 1)\nmodel.to(device)")
+_MAIN_BLOCK = 'def main():\n    pass\n\n\nif __name__ == "__main__":\n    main()\n'
+_JOINED = TRAINING.replace("device = torch", 'torch.distributed.init_process_group("gloo")\ndevice = torch')
+
+CASES = (
+    Flags(_MOVED, _MOVED.replace("model.to(device)\n", ""), "DDP910"),
+    Flags(TRAINING, TRAINING.replace("optimizer = torch", "model = DDP(model)\nmodel.to(device)\noptimizer = torch"),
+          "DDP911"),
+    Flags(TRAINING, _JOINED, "DDP912"),
+    Flags(TRAINING, _JOINED, "DDP913"),
+    Flags(TRAINING.replace("for epoch", _MAIN_BLOCK + "for epoch"),
+          _JOINED.replace("for epoch", _MAIN_BLOCK + "for epoch"), "DDP914"),
+    Flags('device = "cuda"\nwith torch.autocast(device_type=device):\n    pass\n',
+          'device = torch.device("cuda", 0)\nwith torch.autocast(device_type=device):\n    pass\n', "DDP915"),
 )
