@@ -15,13 +15,14 @@ from libcst.metadata import MetadataWrapper
 
 from ddpify import selfcheck, suppressions, syntax
 from ddpify.analysis import Facts, analyse, names
-from ddpify.diagnostics import RULES, Diagnostic, is_selected
+from ddpify.diagnostics import Diagnostic, is_selected
 from ddpify.emit.edits import ApplyEdits, Edits
 from ddpify.emit.imports import add_imports, remove_unused_imports
 from ddpify.options import Options
 from ddpify.plan import Plan
 from ddpify.project import Project
 from ddpify.rules import CONCERNS, frameworks, hand_batches, setup
+from ddpify.rules.registry import RULES
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from ddpify import __version__
 from ddpify import jobs as job_modes
 from ddpify.config import Config, ConfigError
 from ddpify.config import load as load_config
-from ddpify.diagnostics import RULES, explain, unknown_codes
+from ddpify.diagnostics import explain, registry, unknown_codes
 from ddpify.files import TWIN_SUFFIX, source_of_twin, twin_of
 from ddpify.formats import FORMATS, printer, summary_line
 from ddpify.jobs import ERROR, OK, Job, Report
@@ -136,7 +136,7 @@ def migrate(paths, output, in_place, show_diff, check, twin, select, ignore, exc
         return
     if explain_code:
         code = explain_code.upper()
-        if code not in RULES:
+        if code not in registry():
             _fail(f"unknown rule code {explain_code}; see ddpify --list-rules")
         click.echo(explain(code))
         return
@@ -212,15 +212,18 @@ def _first(*values):
 
 def _list_rules(output_format: str) -> None:
     """The registry in code order; `--format json` for tools (editors, docs generators)."""
-    rules = sorted(RULES.values(), key=lambda rule: rule.code)
+    rules = sorted(registry().values(), key=lambda rule: rule.code)
     if output_format == "json":
         click.echo(json.dumps({"version": __version__, "rules": [
             {"code": rule.code, "severity": rule.severity.value, "summary": rule.summary,
-             "why": rule.why, "fix": rule.fix, "retired": rule.retired} for rule in rules]},
+             "why": rule.why, "fix": rule.fix, "status": rule.status.value,
+             # "retired" predates "status"; kept for tools that read it.
+             "retired": rule.removed} for rule in rules]},
             indent=2))
         return
     for rule in rules:
-        click.echo(f"{rule.code}  {rule.severity.value:<7}  {rule.summary}")
+        severity = "removed" if rule.removed else rule.severity.value
+        click.echo(f"{rule.code}  {severity:<7}  {rule.summary}")
 
 
 def _say_where_no_python_was_found(paths: Sequence[str], entries: Sequence[Entry],

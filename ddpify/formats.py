@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Sequence
 import click
 
 from ddpify import __version__
-from ddpify.diagnostics import RULES, Diagnostic, Severity
+from ddpify.diagnostics import Diagnostic, Severity, rule_of
 from ddpify.jobs import FAILED, MIGRATED, SKIPPED, UNCHANGED, Report, visible
 
 FORMATS = ("text", "github", "json")
@@ -146,7 +146,7 @@ def diagnostic_as_dict(diagnostic: Diagnostic) -> dict:
         "end_line": max(diagnostic.end_line, diagnostic.line),
         "column": diagnostic.column,
         "message": diagnostic.message,
-        "rule": RULES[diagnostic.code].summary,
+        "rule": rule_of(diagnostic.code).summary,
     }
 
 

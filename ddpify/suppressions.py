@@ -16,7 +16,17 @@ import tokenize
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from ddpify.diagnostics import RULES, Diagnostic, Severity
+from ddpify.diagnostics import Diagnostic, Rule, Severity, registry
+from ddpify.rules.cases import TRAINING, Emits, Silent
+
+RULES = (
+    Rule("DDP920", Severity.WARNING, "unused suppression comment",
+         "A `# ddpify: ignore[CODE]` comment silences a diagnostic on its line or its "
+         "statement; once the code changes (or ddpify learns to migrate the line) the comment "
+         "silences nothing and would hide a future diagnostic there. Reported by --check only, "
+         "like ruff's RUF100, so that writing a script never fails on a stale comment.",
+         "Remove the comment, or the codes in it that the message names."),
+)
 
 UNUSED = "DDP920"
 _MARKER = "ddpify:"
@@ -92,12 +102,13 @@ def _unused(suppressions: Iterable[Suppression], used: set) -> Iterable[Diagnost
 
 
 def _why_unused(prefix: str) -> str:
-    known = [code for code in RULES if code.startswith(prefix)]
+    rules = registry()
+    known = [code for code in rules if code.startswith(prefix)]
     if not known:
         return f"{prefix} is no rule code (see ddpify --list-rules)"
-    if all(RULES[code].retired for code in known):
+    if all(rules[code].removed for code in known):
         return f"{prefix} is retired and never reported"
-    if all(RULES[code].severity is Severity.EDIT for code in known):
+    if all(rules[code].severity is Severity.EDIT for code in known):
         return f"{prefix} is a rewrite, which a comment does not stop"
     return f"no {prefix} diagnostic on this line or its statement"
 
@@ -140,3 +151,11 @@ def _statement_first_lines(code: str) -> Dict[int, int]:
         for line in range(statement.lineno, end + 1):
             first_lines[line] = statement.lineno
     return first_lines
+
+
+CASES = (
+    Emits(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)",
+                           "model = torch.nn.Linear(4, 1).to(device)  # ddpify: ignore[DDP207]"), "DDP920"),
+    Silent(TRAINING.replace("shuffle=True)", "sampler=BalancedSampler(dataset))  # ddpify: ignore[DDP207]")
+           .replace("from torch.utils", "from sampling import BalancedSampler\nfrom torch.utils"), "DDP920"),
+)

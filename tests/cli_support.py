@@ -9,7 +9,8 @@ from click.testing import CliRunner
 
 from ddpify.api import migrate_source
 from ddpify.cli import main
-from ddpify.diagnostics import RULES, is_selected
+from ddpify.diagnostics import is_selected
+from ddpify.rules.registry import RULES
 from ddpify.options import Options
 from ddpify.project import Project
 from fixture_cases import FIXTURES

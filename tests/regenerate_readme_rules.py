@@ -4,17 +4,21 @@
 """
 from pathlib import Path
 
-from ddpify.diagnostics import RULES
+from ddpify.diagnostics import Rule
+from ddpify.rules.registry import RULES
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 HEADER = ["| code | severity | summary |", "| --- | --- | --- |"]
 
 
 def rules_table() -> list:
-    return HEADER + [
-        f"| {rule.code} | {rule.severity.value} | {rule.summary.replace('|', chr(92) + '|')} |"
-        for rule in sorted(RULES.values(), key=lambda rule: rule.code)
-    ]
+    return HEADER + [row(rule) for rule in sorted(RULES.values(), key=lambda rule: rule.code)]
+
+
+def row(rule: Rule) -> str:
+    """A removed rule shows `removed` where the others show their severity."""
+    severity = "removed" if rule.removed else rule.severity.value
+    return f"| {rule.code} | {severity} | {rule.summary.replace('|', chr(92) + '|')} |"
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ import pytest
 from cli_support import (
     NEEDS_A_PERSON, NO_TRAINING, guide_text, invoke, migrated, snapshot, write,
 )
-from ddpify.diagnostics import RULES
+from ddpify.rules.registry import RULES
 from fixture_cases import FIXTURES
 
 

@@ -2,7 +2,7 @@
 import json
 
 from cli_support import NEEDS_A_PERSON, guide_text, invoke, needs_a_person, write  # noqa: F401
-from ddpify.diagnostics import RULES
+from ddpify.rules.registry import RULES
 
 
 def test_text_output_shows_each_diagnostics_severity(tmp_path, needs_a_person):  # noqa: F811
@@ -37,11 +37,15 @@ def test_rules_are_listed_in_code_order_as_text_and_json():
     assert [rule["code"] for rule in document["rules"]] == sorted(RULES)
     by_code = {rule["code"]: rule for rule in document["rules"]}
     assert by_code["DDP208"]["severity"] == "warning" and by_code["DDP208"]["fix"]
+    assert [code for code, rule in by_code.items() if rule["status"] == "removed"] == ["DDP006"]
+    # "retired" came before "status"; tools may still read it.
     assert [code for code, rule in by_code.items() if rule["retired"]] == ["DDP006"]
 
 
-def test_retired_rule_says_so():
+def test_removed_rule_says_so():
+    assert invoke("--explain", "DDP006").stdout.startswith("DDP006 (warning, removed): ")
     assert "Retired: never reported" in invoke("--explain", "DDP006").stdout
+    assert "DDP006  removed  " in invoke("--list-rules").stdout
 
 
 def test_stdin_filename_names_the_buffer(tmp_path):

@@ -6,7 +6,7 @@ with the reason it has none and where it is tested instead.
 """
 import re
 
-from ddpify.diagnostics import RULES
+from ddpify.rules.registry import RULES
 from fixture_cases import all_cases
 
 # Codes without a fixture. Remove a code from here when a fixture shows it (the test below
@@ -48,16 +48,29 @@ def codes_in_fixtures() -> dict:
 
 
 def test_every_rule_has_a_fixture_or_a_reason():
-    live = {code for code, rule in RULES.items() if not rule.retired}
+    live = {code for code, rule in RULES.items() if not rule.removed}
     shown = codes_in_fixtures()
     assert sorted(live - set(shown) - set(WITHOUT_A_FIXTURE)) == [], "a rule with neither a fixture nor a reason"
     assert sorted(set(WITHOUT_A_FIXTURE) & set(shown)) == [], "a fixture shows it now: drop it from WITHOUT_A_FIXTURE"
     assert sorted(set(WITHOUT_A_FIXTURE) - live) == [], "not a live rule"
 
 
-def test_fixtures_list_only_known_rules_and_never_a_retired_one():
+def test_fixtures_list_only_known_rules_and_never_a_removed_one():
     shown = codes_in_fixtures()
-    assert sorted(code for code in shown if code not in RULES or RULES[code].retired) == []
+    assert sorted(code for code in shown if code not in RULES or RULES[code].removed) == []
+
+
+def test_no_removed_code_is_emitted():
+    """A removed rule stays listed so that its code is never reused, and is never reported:
+    migrate every fixture (expected.txt could be stale) and look at every diagnostic."""
+    removed = {code for code, rule in RULES.items() if rule.removed}
+    assert removed == {"DDP006"}
+    emitted = {}
+    for case in all_cases():
+        result = case.migrate()
+        for diagnostic in (*result.diagnostics, *result.unused_suppressions):
+            emitted.setdefault(diagnostic.code, case.path)
+    assert {code: where for code, where in emitted.items() if code in removed} == {}
 
 
 def test_expected_txt_lists_edits_too():

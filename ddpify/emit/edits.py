@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set,
 import libcst as cst
 
 from ddpify.analysis import BlockItem, Facts, Statement, statements_in
-from ddpify.diagnostics import RULES, Diagnostic
+from ddpify.diagnostics import Diagnostic, rule_of
 from ddpify.emit.imports import ImportSpec, import_block
 from ddpify.options import Options
 
@@ -90,7 +90,7 @@ class Edits:
         plan when another rule decides by it."""
         position = self.facts.positions[node]
         diagnostic = Diagnostic(code, position.start.line, position.start.column + 1,
-                                message or RULES[code].summary, position.end.line)
+                                message or rule_of(code).summary, position.end.line)
         self.diagnostics.append(diagnostic)
         return diagnostic
 

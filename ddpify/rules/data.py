@@ -12,11 +12,52 @@ import libcst as cst
 from ddpify.analysis import Facts, Loader, Statement, dotted_name, names
 from ddpify.analysis.nodes import first_free
 from ddpify.analysis.values import is_training_loader, keyword_names, known_dict_keys
+from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.emit.layout import fits
+from ddpify.options import Options
 from ddpify.plan import Plan
 from ddpify.rules import downloads, hand_batches, splits
+from ddpify.rules.cases import TRAINING, Emits, Silent
 from ddpify.rules.epochs import SET_EPOCH_IF_DISTRIBUTED_CODE, set_epoch
+
+RULES = (
+    Rule("DDP201", Severity.EDIT, "DistributedSampler carries the loader's shuffle",
+         "Without a DistributedSampler every rank trains on the whole dataset, so an epoch "
+         "does N times the work and the ranks see the same batches.",
+         "Nothing to do."),
+    Rule("DDP204", Severity.WARNING, "batch_sampler= cannot be sharded automatically",
+         "A custom batch sampler decides which samples each batch holds; ddpify cannot "
+         "split it between ranks without changing its meaning.",
+         "Make the batch sampler rank-aware (take rank and world size) or use sampler=."),
+    Rule("DDP205", Severity.WARNING, "IterableDataset is not sharded by DistributedSampler",
+         "Samplers do not apply to iterable datasets; every rank would stream the same data.",
+         "Shard inside __iter__ with torch.distributed.get_rank() and get_world_size()."),
+    Rule("DDP206", Severity.INFO, "global batch size grows with the world size",
+         "Each rank draws batch_size samples, so one step consumes batch_size x world_size "
+         "samples; the learning rate may need scaling.",
+         "Scale the learning rate, or run ddpify with --keep-global-batch."),
+    Rule("DDP207", Severity.WARNING, "existing sampler= left as is",
+         "A custom sampler decides the order on every rank; ddpify cannot shard it safely.",
+         "Wrap the sampler's indices with DistributedSampler or make it rank-aware."),
+    Rule("DDP210", Severity.WARNING, "training loader not sharded: add a DistributedSampler by hand",
+         "ddpify could not rewrite this loader safely (its dataset, sampler or arguments are "
+         "built where the distributed setup is not in scope, or in a form it cannot read), so "
+         "every rank would train on the whole dataset.",
+         "Pass `sampler=DistributedSampler(dataset)` when distributed (and drop shuffle=), "
+         "and call sampler.set_epoch(epoch) at the top of each epoch."),
+    Rule("DDP213", Severity.WARNING, "a loader built for training is also used for evaluation",
+         "The same loader (or the function that builds it) feeds training and an evaluation "
+         "loop; its DistributedSampler shards both, so each rank evaluates 1/N of the data "
+         "and the figures rank 0 prints are its shard's only.",
+         "Build the evaluation loader without the sampler, or all-reduce the evaluation sums "
+         "and counts before printing them."),
+    Rule("DDP403", Severity.EDIT, "per-process batch size divided by the world size",
+         "With --keep-global-batch each rank draws batch_size // world_size samples, so one "
+         "step still consumes the original batch (rounded down to a multiple of the world "
+         "size) and the learning rate needs no change.",
+         "Nothing to do; make batch_size a multiple of the world size to keep it exact."),
+)
 
 SAMPLER_VALUE_CODE = "{sampler} = {value} if {condition} else None\n"
 # Where the setup's `distributed` is out of scope (a loader built in a helper function).
@@ -462,3 +503,41 @@ def _is_assigned_or_returned(loader: Loader) -> bool:
     return isinstance(small, cst.Assign) and len(small.targets) == 1 and small.value is loader.call
 
 
+CASES = (
+    Emits(TRAINING, "DDP201", ("sampler = DistributedSampler(dataset, shuffle=True) if distributed else None",
+                               "shuffle=sampler is None, sampler=sampler")),
+    Emits(TRAINING, "DDP206"),
+    Silent(TRAINING, "DDP206", Options(keep_global_batch=True)),
+    Emits(TRAINING, "DDP403", ("batch_size=8 // world_size",), Options(keep_global_batch=True)),
+    Emits(TRAINING.replace("batch_size=8, shuffle=True)", "batch_sampler=BucketSampler(dataset))")
+          .replace("from torch.utils", "from buckets import BucketSampler\nfrom torch.utils"), "DDP204"),
+    Emits(TRAINING.replace("dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n", '''\
+
+
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        for _ in range(64):
+            yield torch.randn(4), torch.randn(1)
+
+
+dataset = Stream()
+''').replace(", shuffle=True)", ")"), "DDP205"),
+    Emits(TRAINING.replace("shuffle=True)", "sampler=BalancedSampler(dataset))")
+          .replace("from torch.utils", "from sampling import BalancedSampler\nfrom torch.utils"), "DDP207"),
+    Silent(TRAINING.replace("shuffle=True)", "sampler=torch.utils.data.RandomSampler(dataset))"), "DDP207"),
+    Emits(TRAINING.replace("loader = DataLoader(dataset, batch_size=8, shuffle=True)\n", '''\
+
+
+class FixedLoader(DataLoader):
+    def __init__(self, dataset):
+        super().__init__(dataset, batch_size=8, shuffle=True)
+
+
+loader = FixedLoader(dataset)
+'''), "DDP210"),
+    Emits(TRAINING + '''\
+with torch.no_grad():
+    for x, y in loader:
+        print(torch.nn.functional.mse_loss(model(x.to(device)), y.to(device)).item())
+''', "DDP213"),
+)

@@ -8,8 +8,36 @@ from typing import Callable, cast
 import libcst as cst
 
 from ddpify.analysis import Facts, dotted_name
+from ddpify.diagnostics import Rule, Severity, Status
 from ddpify.emit.edits import Edits
 from ddpify.plan import Plan
+from ddpify.rules.cases import TRAINING, Emits, Silent
+
+RULES = (
+    Rule("DDP002", Severity.EDIT, "device move rewritten to this rank's device",
+         "`.cuda()`, `\"cuda:0\"` and integer devices all point at GPU 0, so every rank "
+         "would pile onto one GPU and a CPU-only machine would crash.",
+         "Nothing to do."),
+    Rule("DDP003", Severity.WARNING, "device chosen where the rank's device is not in scope",
+         "The code moves data to a fixed GPU in a place that cannot see the `device` the "
+         "setup block defines.",
+         "Pass `device` into this function and use `.to(device)`."),
+    Rule("DDP004", Severity.WARNING, "CUDA_VISIBLE_DEVICES set from inside the script",
+         "torchrun gives each process its LOCAL_RANK; hiding GPUs from inside the script "
+         "makes every rank see the same device.",
+         "Remove the assignment and choose GPUs with CUDA_VISIBLE_DEVICES on the command line."),
+    Rule("DDP006", Severity.WARNING, "torch.accelerator device choice became CUDA-or-CPU (retired: the choice is kept)",
+         "Retired: never reported. ddpify once replaced a torch.accelerator device choice "
+         "with CUDA-or-CPU (an XPU, MPS or HPU would then run on the CPU) and warned so; it "
+         "now keeps the script's choice and takes that device type at index LOCAL_RANK. The "
+         "code stays listed because codes are never reused.",
+         "Nothing to do; a `# ddpify: ignore[DDP006]` comment is reported as unused.",
+         status=Status.REMOVED),
+    Rule("DDP008", Severity.EDIT, "comparison of the device with a string keeps its meaning",
+         "Under torchrun the device becomes this rank's torch.device (cuda:1), which never "
+         "equals the string \"cuda\": cuDNN flags and pin_memory keyed on it would be lost.",
+         "Nothing to do."),
+)
 
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
@@ -114,5 +142,41 @@ def _keep_device_choice(edits: Edits, setup: Plan) -> None:
         condition = name
     if condition is not None:
         setup.use_gpu = condition
-    if assignment.any_accelerator:
-        edits.report("DDP006", assignment.statement)
+
+
+CASES = (
+    Emits(TRAINING.replace("device = torch.device(\"cuda\" if torch.cuda.is_available() else \"cpu\")\n", "")
+          .replace(".to(device)", ".cuda()"), "DDP002", ("model = torch.nn.Linear(4, 1).to(device)",)),
+    Silent(TRAINING, "DDP002"),
+    Emits('''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train_step(model, optimizer, x, y):
+    loss = torch.nn.functional.mse_loss(model(x.cuda()), y.cuda())
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+def main():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = torch.nn.Linear(4, 1).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+    for epoch in range(3):
+        for x, y in loader:
+            train_step(model, optimizer, x, y)
+
+
+main()
+''', "DDP003", ("model(x.cuda())",)),
+    Emits('import os\nos.environ["CUDA_VISIBLE_DEVICES"] = "0"\n' + TRAINING, "DDP004",
+          ('os.environ["CUDA_VISIBLE_DEVICES"] = "0"',)),
+    Silent(TRAINING, "DDP004"),
+    Emits(TRAINING.replace("dataset = TensorDataset", 'pin = device == "cuda"\ndataset = TensorDataset'),
+          "DDP008", ('pin = device.type == "cuda"',)),
+    Silent(TRAINING.replace("device = torch.device(\"cuda\" if torch.cuda.is_available() else \"cpu\")",
+                            "device = torch.accelerator.current_accelerator()"), "DDP006"),
+)

@@ -4,8 +4,22 @@ from typing import List, Sequence
 import libcst as cst
 
 from ddpify.analysis import Facts, Statement
+from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan
+from ddpify.rules.cases import TRAINING, Emits, Silent
+
+RULES = (
+    Rule("DDP209", Severity.EDIT, "one process per machine downloads the dataset; the others wait",
+         "Every rank would download into the same directory at once and could read a "
+         "half-written file.",
+         "Nothing to do."),
+    Rule("DDP212", Severity.WARNING, "dataset download may race between ranks",
+         "Every rank downloads into the same directory at once; ddpify could not add the "
+         "barrier because the distributed setup is not in scope here.",
+         "Download on local rank 0 first: `if local_rank != 0: dist.barrier()` before, and "
+         "`if local_rank == 0: dist.barrier()` after."),
+)
 
 DOWNLOAD_BEFORE_CODE = """\
 if distributed and local_rank != 0:
@@ -89,3 +103,11 @@ def _inside_class(facts: Facts, node: cst.CSTNode) -> bool:
             return True
         parent = facts.parents.get(parent)
     return False
+
+
+CASES = (
+    Emits(TRAINING.replace("dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))",
+                           'dataset = torchvision.datasets.MNIST("data", download=True)')
+          .replace("import torch\n", "import torch\nimport torchvision\n", 1), "DDP209", ("dist.barrier()",)),
+    Silent(TRAINING, "DDP209"),
+)

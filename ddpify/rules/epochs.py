@@ -4,7 +4,20 @@ from typing import List, cast
 import libcst as cst
 
 from ddpify.analysis import Facts, Loader, Statement, dotted_name
+from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
+from ddpify.rules.cases import TRAINING, Emits, Silent
+
+RULES = (
+    Rule("DDP202", Severity.EDIT, "sampler.set_epoch(epoch) at the top of the epoch loop",
+         "DistributedSampler seeds its shuffle with the epoch; without set_epoch every epoch "
+         "repeats the same order.",
+         "Nothing to do."),
+    Rule("DDP211", Severity.WARNING, "no epoch loop found for set_epoch",
+         "DistributedSampler shuffles with a seed derived from the epoch; without "
+         "set_epoch(epoch) every epoch repeats the same order.",
+         "Call sampler.set_epoch(epoch) at the start of every epoch."),
+)
 
 SET_EPOCH_CODE = "if {sampler} is not None:\n    {sampler}.set_epoch({epoch})\n"
 
@@ -77,3 +90,10 @@ def _iterators_restarted_in_training(facts: Facts, loader: Loader) -> List[State
             if call.args and dotted_name(call.args[0].value) == loader.name
             and facts.function_of(call) is loader.function
             and any(facts.loop_trains(loop) for loop in facts.enclosing_loops(call))]
+
+
+CASES = (
+    Emits(TRAINING, "DDP202", ("sampler.set_epoch(epoch)",)),
+    Emits(TRAINING.replace("for epoch in range(3):\n", "if True:\n"), "DDP211"),
+    Silent(TRAINING, "DDP211"),
+)

@@ -16,10 +16,34 @@ import libcst as cst
 from ddpify.analysis import Facts, Loader, dotted_name, names, string_value
 from ddpify.analysis.figures import Figures, figures_of, loader_name_in
 from ddpify.analysis.values import keyword_names, known_dict_keys
+from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import collectives
 from ddpify.emit.edits import Edits
+from ddpify.options import Options
 from ddpify.plan import Plan
 from ddpify.rules import data
+from ddpify.rules.cases import TRAINING, Emits, Silent
+
+RULES = (
+    Rule("DDP203", Severity.INFO, "evaluation loader left unsharded: every rank evaluates the full set",
+         "ddpify shards an evaluation only when it can gather everything the loop leaves "
+         "behind (sums of numbers, batch counts, per-batch lists) and the loop runs without "
+         "gradients; the message says what stopped it. Whole, the figures stay exact but "
+         "every rank does the whole evaluation.",
+         "Fine as is; to shard it, keep the figures as sums (or use a metric that syncs "
+         "across ranks)."),
+    Rule("DDP215", Severity.EDIT, "evaluation loader sharded: whole batches in turn, none padded",
+         "Every rank evaluating the whole set wastes (N-1)/N of the evaluation; "
+         "DistributedSampler would pad the last round with repeated samples, so counts and "
+         "accuracies would drift. Each rank takes the one-process batches r, r + N, ..., so "
+         "every sample is seen once and each batch is the batch one process sees.",
+         "Nothing to do; run ddpify with --no-shard-eval to keep the whole set on every rank."),
+    Rule("DDP216", Severity.EDIT, "evaluation figures gathered from every rank after the loop",
+         "Each rank summed its own batches; the sums, batch counts and per-batch lists are "
+         "gathered once, right after the loop, so every rank prints, compares and saves the "
+         "figures one process would (best checkpoint, early stopping, LR on plateau agree).",
+         "Nothing to do."),
+)
 
 SHARD_HELPER = '''\
 
@@ -301,3 +325,20 @@ def _batches_name(iterable: str) -> str:
             return (stem if stem.endswith("_") or not stem else stem + "_") + "batches"
     return base + "_batches"
 
+
+_EVALUATION = TRAINING + '''\
+val_loader = DataLoader(dataset, batch_size=8)
+total = 0.0
+with torch.no_grad():
+    for x, y in val_loader:
+        total += torch.nn.functional.mse_loss(model(x.to(device)), y.to(device)).item()
+print(total / len(val_loader))
+'''
+
+CASES = (
+    Emits(_EVALUATION, "DDP215", ("val_sampler = evaluation_shard(dataset, 8) if distributed else None",)),
+    Emits(_EVALUATION, "DDP216", ("shares = every_rank((total, val_batches))",)),
+    Silent(_EVALUATION, "DDP203"),
+    Emits(_EVALUATION, "DDP203", options=Options(shard_evaluation=False)),
+    Silent(_EVALUATION, "DDP215", Options(shard_evaluation=False)),
+)

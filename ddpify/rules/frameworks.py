@@ -11,7 +11,11 @@ import re
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from ddpify.analysis import names
-from ddpify.diagnostics import Diagnostic
+from ddpify.diagnostics import Diagnostic, Rule
+from ddpify.rules.cases import TRAINING, Emits
+
+# DDP900, the only code reported here, is a verdict on the whole file: rules/whole_file.py.
+RULES: Tuple[Rule, ...] = ()
 
 # Qualified-name prefixes and the framework each one means; "": plain torch.distributed.
 _FRAMEWORKS = (
@@ -101,3 +105,11 @@ def _column(text: str, line: int, byte_column: int) -> int:
     if source_line.isascii():
         return byte_column + 1
     return len(source_line.encode("utf-8")[:byte_column].decode("utf-8", errors="replace")) + 1
+
+
+CASES = (
+    Emits(TRAINING.replace("import torch\n", "import torch\nfrom accelerate import Accelerator\n", 1)
+          .replace("for epoch", "accelerator = Accelerator()\n"
+                   "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+                   "for epoch"), "DDP900"),
+)

@@ -14,9 +14,32 @@ import libcst as cst
 from ddpify.analysis import Facts, calls_within, names
 from ddpify.analysis.nodes import names_in
 from ddpify.analysis.values import is_training_loader
+from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits
 from ddpify.plan import Plan
 from ddpify.rules import random_batches
+from ddpify.rules.cases import TRAINING, Emits, Silent
+
+RULES = (
+    Rule("DDP208", Severity.WARNING, "batches sliced by hand: every rank trains on the full data",
+         "The loop cuts batches out of tensors itself, so no sampler can shard it; each rank "
+         "would train on every sample and an epoch would do N times the work.",
+         "Use a DataLoader over a TensorDataset, or shard the tensors by rank so that every "
+         "rank runs the same number of batches (e.g. keep len(x) // world_size * world_size "
+         "samples, then x[rank::world_size])."),
+    Rule("DDP217", Severity.EDIT, "batches cut by hand: each rank takes every N-th batch",
+         "The loop slices its batches out of tensors itself, so no sampler can shard it; its "
+         "range of batch starts is split instead (rank_share), with the same number of "
+         "batches on every rank so that no rank waits for a step the others skip. Every rank "
+         "must hold the same data in the same order: a shuffle comes from a seeded generator.",
+         "Nothing to do."),
+    Rule("DDP218", Severity.WARNING, "DataLoader built inside a dict or list: not sharded",
+         "`{split: DataLoader(...) for split in ...}` gives the training loop a loader that "
+         "has no name of its own, so ddpify cannot give it a DistributedSampler (nor tell "
+         "the training split from the validation one).",
+         "Build each loader by name (train_loader = DataLoader(..., sampler=train_sampler)), "
+         "or pass sampler=DistributedSampler(...) for the training split by hand."),
+)
 
 HELPER = '''\
 
@@ -226,3 +249,20 @@ def report_batch_loops(facts: Facts, edits: Edits, setup: Plan) -> None:
         setup.hand_made_batches.append(edits.report(
             "DDP208", loop, "batches built by hand: every rank trains on the same data; shard it by "
             "rank (e.g. data[rank::world_size])"))
+
+
+CASES = (
+    Emits(TRAINING.replace("    for x, y in loader:\n", "    for x, y in [(inputs, targets)]:\n")
+          .replace("dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n"
+                   "loader = DataLoader(dataset, batch_size=8, shuffle=True)\n",
+                   "inputs, targets = torch.randn(64, 4), torch.randn(64, 1)\n"), "DDP208"),
+    Emits(TRAINING.replace("    for x, y in loader:\n",
+                           "    for i in range(0, 64, 8):\n        x, y = inputs[i:i + 8], targets[i:i + 8]\n")
+          .replace("dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n"
+                   "loader = DataLoader(dataset, batch_size=8, shuffle=True)\n",
+                   "inputs, targets = torch.randn(64, 4), torch.randn(64, 1)\n"), "DDP217", ("rank_share(",)),
+    Silent(TRAINING, "DDP217"),
+    Emits(TRAINING.replace("loader = DataLoader(dataset, batch_size=8, shuffle=True)\n",
+                           'loaders = {split: DataLoader(dataset, batch_size=8) for split in ("train", "val")}\n')
+          .replace("in loader:", 'in loaders["train"]:'), "DDP218"),
+)

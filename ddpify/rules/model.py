@@ -9,9 +9,44 @@ from typing import List, Optional, Tuple, cast
 import libcst as cst
 
 from ddpify.analysis import Facts, Model, Statement, calls_within, dotted_name, effects, names
+from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Rewrite
 from ddpify.emit.layout import fits
+from ddpify.options import Options
 from ddpify.plan import Plan
+from ddpify.rules.cases import TRAINING, Emits, Silent
+
+RULES = (
+    Rule("DDP101", Severity.EDIT, "model wrapped in DistributedDataParallel",
+         "DDP all-reduces gradients during backward so that every rank applies the same update.",
+         "Nothing to do."),
+    Rule("DDP102", Severity.EDIT, "nn.DataParallel replaced by DistributedDataParallel",
+         "DataParallel runs one process that scatters to all GPUs; under torchrun each "
+         "process owns one GPU, so DataParallel would replicate onto GPUs other ranks own.",
+         "Nothing to do."),
+    Rule("DDP103", Severity.EDIT, "raw model reached through `.module`",
+         "A DDP wrapper prefixes every state_dict key with `module.`; checkpoints must hold "
+         "the unwrapped model so that they load without DDP.",
+         "Nothing to do."),
+    Rule("DDP104", Severity.INFO, "BatchNorm statistics are per rank",
+         "Each rank normalises over its own shard of the batch; with small per-GPU batches "
+         "this hurts accuracy.",
+         "Run ddpify with --sync-batchnorm to convert to SyncBatchNorm before wrapping."),
+    Rule("DDP105", Severity.INFO, "submodule unused in forward: DDP told to expect unused parameters",
+         "DDP waits for a gradient for every parameter; one that never receives a gradient "
+         "makes the next iteration fail, so the wrap passes find_unused_parameters=True, "
+         "which costs an extra pass over the autograd graph each step.",
+         "Remove the unused submodule, then drop find_unused_parameters=True."),
+    Rule("DDP106", Severity.EDIT, "device move of the wrapped model dropped",
+         "Moving a DDP model (`.cpu()` to save a checkpoint, then `.to(device)` back) gives it "
+         "new parameters that DDP's gradient hooks do not watch: gradients stop being "
+         "synchronised without an error. The model stays on its device.",
+         "Nothing to do; load the checkpoint with map_location."),
+    Rule("DDP903", Severity.WARNING, "could not find where the model reaches its device",
+         "DDP must wrap the model after it is on its device and before training; ddpify "
+         "could not tell where that is.",
+         "Wrap the model yourself: `model = DDP(model, device_ids=[local_rank])`."),
+)
 
 WRAP_CODE = """\
 if distributed:
@@ -468,3 +503,32 @@ def _under_wrapper_check(facts: Facts, node: cst.CSTNode, model: str) -> bool:
                 return True
         parent = facts.parents.get(parent)
     return False
+
+
+_BATCHNORM = TRAINING.replace("torch.nn.Linear(4, 1)",
+                             "torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8))")
+
+CASES = (
+    Emits(TRAINING, "DDP101", ("model = DDP(model, device_ids=[local_rank]",)),
+    Emits(TRAINING.replace("model = torch.nn.Linear(4, 1)", "model = torch.nn.DataParallel(torch.nn.Linear(4, 1))"),
+          "DDP102", ("model = torch.nn.Linear(4, 1).to(device)",)),
+    Emits(TRAINING + 'torch.save(model.state_dict(), "model.pt")\n', "DDP103",
+          ('getattr(model, "module", model).state_dict()',)),
+    Silent(TRAINING, "DDP103"),
+    Emits(_BATCHNORM, "DDP104"),
+    Silent(_BATCHNORM, "DDP104", Options(sync_batchnorm=True)),
+    Emits(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)\n", '''\
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 1)
+        self.unused = torch.nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+model = Net().to(device)
+'''), "DDP105", ("find_unused_parameters=True",)),
+    Emits(TRAINING + 'model.cpu()\ntorch.save(model.state_dict(), "model.pt")\n', "DDP106"),
+)

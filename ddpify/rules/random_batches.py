@@ -13,8 +13,21 @@ from typing import List, Optional
 import libcst as cst
 
 from ddpify.analysis import Facts, calls_within
+from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan
+from ddpify.rules.cases import TRAINING, Emits, Silent
+
+RULES = (
+    Rule("DDP219", Severity.EDIT, "random batches drawn by hand: each rank seeds its own draws",
+         "The training loop draws its batches at random (torch.randint in a get_batch()), so "
+         "no sampler can shard it, and with one seed every rank would draw the same batches. "
+         "Right before training each rank moves torch's generator to the script's seed plus "
+         "its rank, so the ranks draw different batches and together see N times the data of "
+         "one process per step. As a group of one nothing changes.",
+         "Nothing to do. Scale the number of steps (or the learning rate) for the larger "
+         "global batch if you want the original's schedule."),
+)
 
 # Draws from torch's global generator that pick the samples of a batch.
 RANDOM_INDEX_DRAWS = ("torch.randint", "torch.randperm", "torch.multinomial")
@@ -53,3 +66,29 @@ def _random_draw_feeding(facts: Facts, loop: cst.For) -> Optional[cst.Call]:
 
 def _called_names(body: cst.BaseSuite) -> List[str]:
     return [call.func.value for call in calls_within(body) if isinstance(call.func, cst.Name)]
+
+
+CASES = (
+    Emits('''\
+import torch
+
+torch.manual_seed(0)
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+data = torch.randn(1000, 4)
+model = torch.nn.Linear(4, 1).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def get_batch():
+    index = torch.randint(len(data), (8,))
+    return data[index].to(device)
+
+
+for step in range(100):
+    loss = model(get_batch()).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+''', "DDP219", ("torch.manual_seed(",)),
+    Silent(TRAINING, "DDP219"),
+)

@@ -9,9 +9,18 @@ from typing import List, Set
 import libcst as cst
 
 from ddpify.analysis import BlockItem, Facts
+from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits
 from ddpify.plan import Plan
 from ddpify.rules import training
+from ddpify.rules.cases import TRAINING, Emits, Silent
+
+RULES = (
+    Rule("DDP902", Severity.WARNING, "rank-divergent control flow may hang a collective",
+         "A break or return decided on a value only one rank has leaves the other ranks "
+         "waiting in the next all-reduce.",
+         "Decide on a value all ranks share (all-reduce it first), or decide on every rank."),
+)
 
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
@@ -90,3 +99,11 @@ def _leaves_loop(statement: cst.If) -> bool:
         ):
             return True
     return False
+
+
+CASES = (
+    Emits(TRAINING.replace("        optimizer.step()\n",
+                           "        optimizer.step()\n        if loss.item() < 0.01:\n            break\n"),
+          "DDP902"),
+    Silent(TRAINING, "DDP902"),
+)

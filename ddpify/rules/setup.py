@@ -8,9 +8,25 @@ from typing import Iterable, List, Optional, Sequence, Tuple, Union
 import libcst as cst
 
 from ddpify.analysis import BlockItem, DeviceAssignment, Facts, Statement, dotted_name
+from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.emit.imports import imports_of
 from ddpify.plan import Plan
+from ddpify.rules.cases import TRAINING, Emits, Silent
+
+RULES = (
+    Rule("DDP001", Severity.EDIT, "process-group setup inserted where the device is chosen",
+         "Each torchrun process must join the process group and pin itself to LOCAL_RANK "
+         "before it touches a GPU; under plain `python` nothing is initialised.",
+         "Nothing to do."),
+    Rule("DDP005", Severity.EDIT, "process group torn down at exit",
+         "A process group left open can hang the launcher at exit and leaks NCCL resources.",
+         "Nothing to do."),
+    Rule("DDP009", Severity.EDIT, "setup in a function called more than once: the group is created once",
+         "The device is chosen in a function that runs several times (a get_device() helper); "
+         "a second init_process_group would raise.",
+         "Nothing to do."),
+)
 
 SETUP_COMMENT = "# Distributed setup: one process per device under torchrun; plain `python` runs as before."
 
@@ -380,3 +396,30 @@ def _call_of_function_under_main(facts: Facts, function_name: str) -> Optional[c
             ):
                 return statement
     return None
+
+
+CASES = (
+    Emits(TRAINING, "DDP001", ("dist.init_process_group(", 'local_rank = int(os.environ.get("LOCAL_RANK", 0))')),
+    Emits(TRAINING, "DDP005", ("dist.destroy_process_group()",)),
+    Emits('''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def get_device():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return device
+
+
+model = torch.nn.Linear(4, 1).to(get_device())
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+for epoch in range(3):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x.to(get_device())), y.to(get_device()))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+''', "DDP009", ("if not dist.is_initialized():",)),
+    Silent(TRAINING, "DDP009"),
+)

@@ -14,9 +14,21 @@ import libcst as cst
 
 from ddpify.analysis import Facts, Statement, dotted_name, names
 from ddpify.analysis.nodes import names_in
+from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import collectives
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan
+from ddpify.rules.cases import TRAINING, Emits, Silent
+
+RULES = (
+    Rule("DDP310", Severity.EDIT, "folder named from the clock or a temporary folder chosen by rank 0",
+         "Each rank would name its own folder (datetime.now(), uuid4(), mkdtemp(), "
+         "TemporaryDirectory()): rank 0 writes into its folder and a rank that reads from the "
+         "folder it named finds nothing there. Rank 0's name is broadcast to the others where "
+         "it is made, and a temporary folder is left only when every rank is done with it. "
+         "Across machines the folder must be on a file system every rank sees.",
+         "Nothing to do on one machine; on several, keep run folders on shared storage."),
+)
 
 HELPER = '''\
 
@@ -117,3 +129,13 @@ def _wrapped(edits: Edits):
 def _add_helper(edits: Edits) -> None:
     collectives.use(edits)  # before chosen_by_rank_0, which calls it
     edits.add_helper("chosen_by_rank_0", HELPER, "dist")
+
+
+CASES = (
+    Emits("import os\nimport time\n"
+          + TRAINING.replace("for epoch", 'run_dir = f"runs/{time.time()}"\nos.makedirs(run_dir)\nfor epoch')
+          + 'torch.save(model.state_dict(), os.path.join(run_dir, "model.pt"))\n'
+          + 'model.load_state_dict(torch.load(os.path.join(run_dir, "model.pt")))\n',
+          "DDP310", ("run_dir = chosen_by_rank_0(",)),
+    Silent(TRAINING, "DDP310"),
+)

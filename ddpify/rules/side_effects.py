@@ -12,10 +12,63 @@ import libcst as cst
 
 from ddpify.analysis import BlockItem, Facts, Statement, calls_within, dotted_name, effects, names, string_value
 from ddpify.analysis.nodes import first_free, names_in
+from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import guards
 from ddpify.emit.edits import Edits, Insertion, replacement
 from ddpify.emit.layout import fits
 from ddpify.plan import Plan
+from ddpify.rules.cases import TRAINING, Emits, Silent
+
+RULES = (
+    Rule("DDP301", Severity.EDIT, "output only on rank 0",
+         "Every rank runs the same code, so each print, log line and progress bar would "
+         "appear once per process.",
+         "Nothing to do."),
+    Rule("DDP302", Severity.EDIT, "files written only on rank 0",
+         "Ranks writing the same file race and can leave a corrupt checkpoint.",
+         "Nothing to do."),
+    Rule("DDP303", Severity.EDIT, "torch.load maps tensors to this rank's device",
+         "A checkpoint saved from GPU 0 loads onto GPU 0 on every rank unless map_location "
+         "says otherwise.",
+         "Nothing to do."),
+    Rule("DDP304", Severity.EDIT, "other ranks log errors only",
+         "Every rank logs the same lines, warnings included; raising the level once on the "
+         "other ranks to ERROR keeps the errors, which may be specific to one rank, and leaves "
+         "every logging call as it was.",
+         "Nothing to do; lower ERROR to WARNING if your warnings differ per rank."),
+    Rule("DDP305", Severity.EDIT, "progress bar shown only on rank 0",
+         "Each rank would draw its own bar over the same terminal line.",
+         "Nothing to do."),
+    Rule("DDP306", Severity.EDIT, "experiment tracker created and used only on rank 0",
+         "A TensorBoard writer or wandb run per rank logs every figure N times into N runs.",
+         "Nothing to do."),
+    Rule("DDP307", Severity.WARNING, "rank-0-only writer used where its guard cannot follow",
+         "ddpify guards the statements that create and use a file, TensorBoard writer or wandb "
+         "run; this use is part of a larger statement (an argument to a function, say), so "
+         "guarding it would skip other work and leaving it would fail on ranks without the "
+         "object. The object is left on every rank.",
+         "Create it only on rank 0 (`writer = SummaryWriter() if is_main else None`) and "
+         "skip its uses when it is None."),
+    Rule("DDP308", Severity.EDIT, "the model's run moved out of a print only rank 0 makes",
+         "Guarding the print as it stands would run the model (or an evaluation that gathers "
+         "its figures) on rank 0 alone, and a DDP forward or a gather on one rank waits "
+         "forever for the others. The call runs on every rank, into a name, before the "
+         "print; where it cannot be moved (inside a comprehension) the print stays on every "
+         "rank and this is a warning.",
+         "Nothing to do."),
+    Rule("DDP309", Severity.EDIT, "barrier before reading a file rank 0 wrote",
+         "Only rank 0 saves; the other ranks would read the checkpoint before it exists, or "
+         "while it is half written.",
+         "Nothing to do."),
+    Rule("DDP311", Severity.WARNING, "prints or writes on every rank: the helper does more than that",
+         "This function of the project's own modules prints or writes files, but it also "
+         "does work every rank must do (it runs the model, or calls something ddpify cannot "
+         "see into), so the call stays on every rank, and so does its output: every rank "
+         "prints, and every rank writes the same file. ddpify does not rewrite the "
+         "project's other modules.",
+         "In the helper, print only on rank 0: `if not dist.is_initialized() or "
+         "dist.get_rank() == 0: print(...)`."),
+)
 
 LOWER_LOG_LEVEL_CODE = """\
 if not {guard}:  # rank 0 logs as before; the other ranks log errors only
@@ -447,3 +500,30 @@ def _in_dataset_class(facts: Facts, node: cst.CSTNode) -> bool:
     while parent is not None and not isinstance(parent, cst.ClassDef):
         parent = facts.parents.get(parent)
     return parent is not None and parent.name.value in facts.dataset_classes
+_TENSORBOARD = TRAINING.replace("import torch\n",
+                               "import torch\nfrom torch.utils.tensorboard import SummaryWriter\n", 1)
+_CHECKPOINT = TRAINING + 'torch.save(model.state_dict(), "model.pt")\n'
+
+CASES = (
+    Emits(TRAINING, "DDP301", ("    if is_main:\n        print(epoch, loss.item())",)),
+    Silent(TRAINING.replace("    print(epoch, loss.item())\n", ""), "DDP301"),
+    Emits(_CHECKPOINT, "DDP302", ("if is_main:\n    torch.save(",)),
+    Silent(TRAINING + 'with open("labels.txt") as f:\n    labels = f.read().split()\n', "DDP302"),
+    Emits(TRAINING.replace("optimizer = torch", 'model.load_state_dict(torch.load("model.pt"))\noptimizer = torch'),
+          "DDP303", ("map_location=",)),
+    Emits("import logging\n"
+          + TRAINING.replace("    print(epoch, loss.item())\n", '    logging.info("loss %f", loss.item())\n')
+          .replace("device = torch", "logging.basicConfig(level=logging.INFO)\ndevice = torch"),
+          "DDP304", ("logging.ERROR",)),
+    Emits("from tqdm import tqdm\n" + TRAINING.replace("in loader:", "in tqdm(loader):"), "DDP305",
+          ("disable=not is_main",)),
+    Emits(_TENSORBOARD.replace("    print(epoch, loss.item())\n", '    writer.add_scalar("loss", loss.item(), epoch)\n')
+          .replace("for epoch", "writer = SummaryWriter()\nfor epoch"),
+          "DDP306", ("if is_main:\n    writer = SummaryWriter()",)),
+    Emits(_TENSORBOARD.replace("    print(epoch, loss.item())\n", "    log(writer, loss.item())\n")
+          .replace("for epoch", "writer = SummaryWriter()\n\n\ndef log(writer, value):\n"
+                   '    writer.add_scalar("loss", value)\n\n\nfor epoch'), "DDP307"),
+    Emits(TRAINING + "print(model(torch.zeros(1, 4).to(device)).item())\n", "DDP308"),
+    Emits(_CHECKPOINT + 'model.load_state_dict(torch.load("model.pt"))\n', "DDP309", ("dist.barrier()",)),
+    Silent(_CHECKPOINT, "DDP309"),
+)

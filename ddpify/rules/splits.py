@@ -3,8 +3,19 @@
 import libcst as cst
 
 from ddpify.analysis import Facts, names
+from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan
+from ddpify.rules.cases import TRAINING, Emits, Silent
+
+RULES = (
+    Rule("DDP214", Severity.EDIT, "random_split drawn alike on every rank",
+         "The script never seeds torch, so each rank would draw its own train/validation "
+         "split: the ranks' shards would overlap and validation samples would leak into "
+         "training. Under torchrun the split uses a generator seeded the same on every rank.",
+         "Nothing to do; seed it yourself (generator=torch.Generator().manual_seed(s)) to "
+         "choose the split."),
+)
 
 SPLIT_GENERATOR = "torch.Generator().manual_seed(0) if {condition} else torch.default_generator"
 
@@ -45,3 +56,14 @@ def _with_generator(edits: Edits, generator: str):
         return call.with_changes(args=args)
 
     return rewrite
+
+
+CASES = (
+    Emits(TRAINING.replace("loader = DataLoader(dataset,",
+                           "train_set, val_set = torch.utils.data.random_split(dataset, [48, 16])\n"
+                           "loader = DataLoader(train_set,"), "DDP214", ("generator=",)),
+    Silent(TRAINING.replace("loader = DataLoader(dataset,",
+                            "torch.manual_seed(0)\n"
+                            "train_set, val_set = torch.utils.data.random_split(dataset, [48, 16])\n"
+                            "loader = DataLoader(train_set,"), "DDP214"),
+)

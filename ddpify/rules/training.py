@@ -11,10 +11,27 @@ import libcst as cst
 
 from ddpify.analysis import Facts, Statement, calls_within, dotted_name, statements_in
 from ddpify.analysis.nodes import names_in
+from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import collectives
 from ddpify.emit.edits import Edits
 from ddpify.emit.layout import fits
 from ddpify.plan import Plan
+from ddpify.rules.cases import TRAINING, Emits, Silent
+
+RULES = (
+    Rule("DDP401", Severity.EDIT, "gradient accumulation skips the all-reduce on micro-batches",
+         "Without no_sync() DDP all-reduces gradients on every micro-batch, not only before "
+         "the optimizer step.",
+         "Nothing to do."),
+    Rule("DDP402", Severity.EDIT, "epoch figures summed across ranks before they are used",
+         "Each rank trains on its own shard, so its running loss and counts cover 1/N of the "
+         "epoch; one all-reduce per epoch gives the figures the original printed.",
+         "Nothing to do."),
+    Rule("DDP404", Severity.WARNING, "gradient accumulation not wrapped in no_sync()",
+         "ddpify found an optimizer step under a condition but could not tell which forward "
+         "and backward passes belong to the micro-batches, so every micro-batch all-reduces.",
+         "Wrap forward and backward of the micro-batches that do not step in `model.no_sync()`."),
+)
 
 NO_SYNC_COMMENT = "# DDP all-reduces gradients only on the micro-batch that steps the optimizer."
 NO_SYNC_CONTEXT = "contextlib.nullcontext() if {sync} or not distributed else {model}.no_sync()"
@@ -384,3 +401,14 @@ def _assigned_names(node: cst.CSTNode) -> Set[str]:
     return found
 
 
+CASES = (
+    Emits(TRAINING.replace("for x, y in loader:", "for i, (x, y) in enumerate(loader):")
+          .replace("        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n",
+                   "        (loss / 4).backward()\n        if (i + 1) % 4 == 0:\n"
+                   "            optimizer.step()\n            optimizer.zero_grad()\n"), "DDP401", ("no_sync()",)),
+    Silent(TRAINING, "DDP401"),
+    Emits(TRAINING.replace("    for x, y in loader:\n", "    total = 0.0\n    for x, y in loader:\n")
+          .replace("        optimizer.step()\n    print(epoch, loss.item())\n",
+                   "        optimizer.step()\n        total += loss.item()\n    print(epoch, total / len(loader))\n"),
+          "DDP402", ("dist.all_reduce(",)),
+)

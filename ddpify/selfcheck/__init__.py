@@ -11,7 +11,7 @@ import ast
 import difflib
 from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
-from ddpify.diagnostics import RULES, Diagnostic
+from ddpify.diagnostics import Diagnostic, rule_of
 from ddpify.selfcheck.loaders import LEFT_WHOLE_CODES, NO_EPOCH_LOOP_CODE, unsharded_loaders
 from ddpify.selfcheck.models import DROPPED_MOVE_CODES, deleted_moves, misplaced_wraps
 from ddpify.selfcheck.output import unguarded_output
@@ -39,8 +39,8 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
         *joins_on_import(before, after),
         *device_types_changed(before, after),
     ]
-    found = [Diagnostic(code, line, 1, f"{RULES[code].summary}: {detail}") for code, line, detail in in_original]
-    found += [Diagnostic(code, to_original(line), 1, f"{RULES[code].summary} (output line {line}): {detail}")
+    found = [Diagnostic(code, line, 1, f"{rule_of(code).summary}: {detail}") for code, line, detail in in_original]
+    found += [Diagnostic(code, to_original(line), 1, f"{rule_of(code).summary} (output line {line}): {detail}")
               for code, line, detail in in_output]
     return sorted(set(found), key=lambda d: (d.line, d.code, d.message))
 

@@ -1,0 +1,69 @@
+"""Every rule, collected from the units that define and report them.
+
+A unit is a module with `RULES` (its codes, severities and messages) and `CASES` (small
+before / no-op cases, run by tests/test_rule_cases.py). `--list-rules`, `--explain`, the
+README's rules table and Diagnostic.severity all read RULES here. Code outside the rule units
+that the units import (emit, the self-check, suppressions) reaches it through
+diagnostics.registry(), which imports this module on first use.
+"""
+from types import ModuleType
+from typing import Dict, Iterable, List, Tuple
+
+from ddpify import suppressions
+from ddpify.diagnostics import Rule
+from ddpify.rules import (
+    data,
+    devices,
+    downloads,
+    epochs,
+    evaluation,
+    frameworks,
+    hand_batches,
+    model,
+    random_batches,
+    report_only,
+    setup,
+    shared_names,
+    side_effects,
+    splits,
+    training,
+    whole_file,
+)
+from ddpify.rules.cases import Case
+from ddpify.selfcheck import rules as selfcheck
+
+UNITS: Tuple[ModuleType, ...] = (
+    setup, devices, model, data, epochs, downloads, splits, evaluation, hand_batches,
+    random_batches, side_effects, shared_names, training, report_only, frameworks, whole_file,
+    selfcheck, suppressions,
+)
+
+
+class DuplicateCode(Exception):
+    """Two units define the same code: a code names one rule, forever."""
+
+
+def collect(units: Iterable[ModuleType]) -> Dict[str, Rule]:
+    rules: Dict[str, Rule] = {}
+    owners: Dict[str, str] = {}
+    for unit in units:
+        for rule in unit.RULES:
+            if rule.code in rules:
+                raise DuplicateCode(f"{rule.code} is defined in both {owners[rule.code]} and {unit.__name__}")
+            rules[rule.code] = rule
+            owners[rule.code] = unit.__name__
+    return dict(sorted(rules.items()))
+
+
+RULES: Dict[str, Rule] = collect(UNITS)
+
+
+def unit_name(unit: ModuleType) -> str:
+    """`ddpify.rules.data` -> data, `ddpify.selfcheck.rules` -> selfcheck."""
+    parts = unit.__name__.split(".")
+    return parts[-2] if parts[-1] == "rules" else parts[-1]
+
+
+def cases() -> List[Tuple[str, int, Case]]:
+    """(unit, index, case) for the CASES of every unit."""
+    return [(unit_name(unit), index, case) for unit in UNITS for index, case in enumerate(unit.CASES)]

@@ -1,0 +1,56 @@
+"""Verdicts on a whole file: left unchanged because it is already distributed, trains nothing,
+feeds its training by hand, or is run by another file (DDP900, DDP901, DDP904, DDP905).
+
+The decisions are taken in api.py (and frameworks.py for another framework's scripts); this
+unit holds their rules and cases.
+"""
+from ddpify.diagnostics import Rule, Severity
+from ddpify.rules.cases import TRAINING, Emits, Silent
+
+RULES = (
+    Rule("DDP900", Severity.INFO, "already distributed: left unchanged",
+         "The script already initialises a process group or wraps a model in DDP.",
+         "Nothing to do."),
+    Rule("DDP901", Severity.INFO, "no training code found: left unchanged",
+         "ddpify found no optimizer step, backward pass or DataLoader to migrate.",
+         "Nothing to do."),
+    Rule("DDP904", Severity.WARNING, "no DataLoader that ddpify can shard feeds the training: left single-process",
+         "Every training step takes data the script slices or builds itself (or the whole "
+         "data set at once, or from loaders kept in a dict), so no DistributedSampler can be "
+         "added to it. Wrapping the model in "
+         "DDP would only make every rank repeat the same work; full-batch training gains "
+         "nothing from DDP at all.",
+         "Shard the data by rank yourself (x[rank::world_size], the same number of steps on "
+         "every rank) and wrap the model in DDP, or keep this script on one process."),
+    Rule("DDP905", Severity.WARNING, "training code that runs only when another file calls it: left unchanged",
+         "Nothing in this module runs it: a script elsewhere imports it (a Trainer class, an "
+         "engine's train_one_epoch). Its prints, saves and loaders would run on every rank, "
+         "and the model it trains may never be wrapped.",
+         "Migrate the script that runs the training, then guard this module's output with "
+         "`if not dist.is_initialized() or dist.get_rank() == 0:` and give its training loader "
+         "a DistributedSampler (with set_epoch) by hand."),
+)
+
+
+CASES = (
+    Emits(TRAINING.replace("import torch\n", "import torch\nimport torch.distributed as dist\n", 1)
+          .replace("device = torch", 'dist.init_process_group("nccl")\ndevice = torch'), "DDP900"),
+    Silent(TRAINING, "DDP900"),
+    Emits("import torch\n\nx = torch.ones(3)\nprint(x.sum())\n", "DDP901"),
+    Emits(TRAINING.replace("    for x, y in loader:\n", "    for x, y in [(inputs, targets)]:\n")
+          .replace("dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n"
+                   "loader = DataLoader(dataset, batch_size=8, shuffle=True)\n",
+                   "inputs, targets = torch.randn(64, 4), torch.randn(64, 1)\n"),
+          "DDP904", ("for x, y in [(inputs, targets)]:",)),
+    Emits('''\
+import torch
+
+
+def train_one_epoch(model, optimizer, loader, device):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+''', "DDP905"),
+)

@@ -1,0 +1,61 @@
+"""The self-check's rules (DDP910-DDP915): what a second reading of ddpify's own output can
+find wrong. The detection is in this package (loaders, models, output, setup); the rules and
+their cases live here, beside it, rather than in ddpify/rules/, whose units plan edits.
+"""
+from ddpify.diagnostics import Rule, Severity
+from ddpify.rules.cases import TRAINING, Flags
+
+RULES = (
+    Rule("DDP910", Severity.WARNING, "self-check: a device move of the original is missing from the output",
+         "After migrating, ddpify re-reads its output (safe mode) and counts the device moves "
+         "(`.cuda()`, `.to(...)`, `.cpu()`, `.half()`) of each name in the original and in the "
+         "output. Fewer in the output means a statement of yours was deleted: a model wrapped "
+         "before it reaches its GPU makes DDP raise on the first GPU, and a tensor left behind "
+         "fails where it is used.",
+         "Put the move back where it was and move the `DDP(...)` wrap below it."),
+    Rule("DDP911", Severity.WARNING, "self-check: the wrap does not follow every assignment and move of the model",
+         "DDP must wrap the model after it reaches its device and before it trains, on every "
+         "path: a move after the wrap gives the model parameters DDP's hooks do not watch, and a "
+         "wrap inside one branch (a fresh model) leaves the other (a model resumed from a "
+         "checkpoint) unwrapped.",
+         "Move `if distributed: model = DDP(model, ...)` below the last assignment and move of "
+         "the model, after the branches merge, and above the training loop."),
+    Rule("DDP912", Severity.WARNING, "self-check: a loader is neither sharded nor reported",
+         "Without a DistributedSampler every rank goes through the whole dataset, and a "
+         "DistributedSampler that shuffles repeats one order every epoch unless set_epoch is "
+         "called; the output has a loader with neither a distributed sampler nor a diagnostic "
+         "that explains it, or such a sampler without set_epoch.",
+         "Pass `sampler=DistributedSampler(dataset) if distributed else None` (and "
+         "`shuffle=sampler is None`), and call `sampler.set_epoch(epoch)` at the top of each epoch."),
+    Rule("DDP913", Severity.WARNING, "self-check: output written on every rank",
+         "Once the process group is joined every rank runs the same code; a print, save or "
+         "file write that no rank-0 guard encloses (nor guards every call of its function) "
+         "runs once per process, and ranks writing one file race.",
+         "Put the statement under `if is_main:`, or call the function that holds it only there."),
+    Rule("DDP914", Severity.WARNING, "self-check: importing the module joins a process group",
+         "The original kept its work under `if __name__ == \"__main__\":`, so importing it was "
+         "free; in the output the process group is created at import time.",
+         "Move the setup block into the `__main__` block or into the function it calls."),
+    Rule("DDP915", Severity.WARNING, "self-check: a string device became a torch.device",
+         "The original holds its device as a string; code that reads it as one "
+         "(`torch.autocast(device_type=device)`, `device.startswith(\"cuda\")`) raises once it "
+         "is a torch.device.",
+         "Keep the string: `device = f\"cuda:{local_rank}\"` (or give the torch.device another name)."),
+)
+
+
+_MOVED = TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)", "model = torch.nn.Linear(4, 1)\nmodel.to(device)")
+_MAIN_BLOCK = 'def main():\n    pass\n\n\nif __name__ == "__main__":\n    main()\n'
+_JOINED = TRAINING.replace("device = torch", 'torch.distributed.init_process_group("gloo")\ndevice = torch')
+
+CASES = (
+    Flags(_MOVED, _MOVED.replace("model.to(device)\n", ""), "DDP910"),
+    Flags(TRAINING, TRAINING.replace("optimizer = torch", "model = DDP(model)\nmodel.to(device)\noptimizer = torch"),
+          "DDP911"),
+    Flags(TRAINING, _JOINED, "DDP912"),
+    Flags(TRAINING, _JOINED, "DDP913"),
+    Flags(TRAINING.replace("for epoch", _MAIN_BLOCK + "for epoch"),
+          _JOINED.replace("for epoch", _MAIN_BLOCK + "for epoch"), "DDP914"),
+    Flags('device = "cuda"\nwith torch.autocast(device_type=device):\n    pass\n',
+          'device = torch.device("cuda", 0)\nwith torch.autocast(device_type=device):\n    pass\n', "DDP915"),
+)
