@@ -130,3 +130,25 @@ def reached_when_run(module: cst.Module, names_in_top: Dict[cst.CSTNode, Set[str
                 reached.add(definition)
                 pending.append(definition)
     return reached
+
+
+def innermost_common_block(facts: Facts, nodes: List[cst.CSTNode]) -> cst.CSTNode:
+    """The deepest module or indented block that holds every node."""
+    chains = [blocks_around(facts, node) for node in nodes]
+    common: cst.CSTNode = facts.module
+    for level in zip(*chains):
+        if any(block is not level[0] for block in level):
+            break
+        common = level[0]
+    return common
+
+
+def blocks_around(facts: Facts, node: cst.CSTNode) -> List[cst.CSTNode]:
+    """The blocks around a node, outermost first."""
+    blocks: List[cst.CSTNode] = []
+    parent = facts.parents.get(node)
+    while parent is not None:
+        if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+            blocks.append(parent)
+        parent = facts.parents.get(parent)
+    return blocks[::-1]

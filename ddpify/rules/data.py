@@ -5,7 +5,7 @@ As a group of one the sampler is None and the loader shuffles exactly as before,
 A loader is a training loader when a loop over it trains (backward or optimizer step);
 evaluation loaders stay whole so that the figures rank 0 prints are the original's.
 """
-from typing import Callable, Collection, List, Optional, Sequence, Union, cast
+from typing import Callable, Collection, List, Optional, Sequence, cast
 
 import libcst as cst
 
@@ -13,8 +13,8 @@ from ddpify.analysis import Facts, Loader, Statement, dotted_name, names
 from ddpify.analysis.nodes import first_free
 from ddpify.analysis.values import is_training_loader, keyword_names, known_dict_keys
 from ddpify.diagnostics import Rule, Severity
+from ddpify.emit.arguments import edit_loader_arguments, fit_conditional, loader_statement, shuffle_beside
 from ddpify.emit.edits import Edits, Insertion
-from ddpify.emit.layout import fits
 from ddpify.options import Options
 from ddpify.plan import Plan
 from ddpify.rules import downloads, hand_batches, splits
@@ -205,19 +205,19 @@ def attach_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loader,
         dataset = derived_name(loader, "dataset", taken)
         inserted.append(edits.statement(DATASET_CODE.format(
             dataset=dataset, expression=edits.code(loader.dataset))))
-    inserted.append(edits.statement(_fit(SAMPLER_VALUE_CODE.format(
+    inserted.append(edits.statement(fit_conditional(SAMPLER_VALUE_CODE.format(
         sampler=sampler, value=sampler_for(dataset), condition=condition),
         facts, loader.statement, condition)))
     inserted.extend(edits.statement(line.format(sampler=sampler)) for line in after_sampler)
     edits.before.setdefault(loader.statement, []).append(Insertion(inserted, takes_comments=True))
     if "#" in edits.code(loader.call) and not divide_batch:
         # Comments between the arguments: edit the arguments themselves so they survive.
-        edits.expressions[loader.call] = _edit_arguments(edits, loader, sampler, dataset)
+        edits.expressions[loader.call] = edit_loader_arguments(edits, loader, sampler, dataset)
     else:
         args = _loader_args(edits, loader, sampler, dataset)
         if divide_batch:
             args = _divide_batch_size(facts, edits, setup, loader, args)
-        edits.replaced[loader.statement] = [_loader_statement(facts, edits, loader, args)]
+        edits.replaced[loader.statement] = [loader_statement(facts, edits, loader, args)]
     return sampler
 
 
@@ -238,18 +238,6 @@ def derived_name(loader: Loader, kind: str, taken: Collection[str]) -> str:
     return first_free(prefix + stem + kind, taken.__contains__)
 
 
-def _fit(code: str, facts: Facts, anchor: cst.BaseStatement, condition: str = "distributed") -> str:
-    """`x = a if distributed else None` as black writes it when the line is too long."""
-    indent = facts.positions[anchor].start.column
-    if fits(indent, code.rstrip("\n")):
-        return code
-    target, value = code.rstrip("\n").split(" = ", 1)
-    if fits(indent + 4, value):
-        return f"{target} = (\n    {value}\n)\n"
-    body, rest = value.rsplit(f" if {condition} else ", 1)
-    return f"{target} = (\n    {body}\n    if {condition}\n    else {rest}\n)\n"
-
-
 def _loader_args(edits: Edits, loader: Loader, sampler: str, dataset: str) -> List[str]:
     """The loader's arguments with the dataset named, `shuffle=` kept only as a fallback
     when there is no sampler, and `sampler=` after it (or last, or before `**kwargs`)."""
@@ -264,7 +252,7 @@ def _loader_args(edits: Edits, loader: Loader, sampler: str, dataset: str) -> Li
             placed = True
         args.append(text)
         if arg.keyword is not None and arg.keyword.value == "shuffle":
-            shuffle = _shuffle_beside(edits.code(arg.value), sampler)
+            shuffle = shuffle_beside(edits.code(arg.value), sampler)
             if shuffle is not None:
                 args[-1] = f"shuffle={shuffle}"
             args.append(f"sampler={sampler}")
@@ -272,82 +260,6 @@ def _loader_args(edits: Edits, loader: Loader, sampler: str, dataset: str) -> Li
     if not placed:
         args.append(f"sampler={sampler}")
     return args
-
-
-def _shuffle_beside(shuffle: str, sampler: str) -> Optional[str]:
-    """What `shuffle=` becomes beside `sampler=`: DataLoader refuses shuffle=True with a
-    sampler, so it shuffles only when there is none. None: `shuffle=False` stays."""
-    if shuffle == "False":
-        return None
-    return f"{sampler} is None" if shuffle == "True" else f"{shuffle} and {sampler} is None"
-
-
-def _edit_arguments(edits: Edits, loader: Loader, sampler: str,
-                    dataset: str) -> Callable[[cst.Call], cst.Call]:
-    """The same change as _loader_args, made on the argument nodes: each argument keeps its
-    own comma, line break and comment; `sampler=` takes the layout of its neighbours."""
-    originals = list(loader.call.args)
-
-    def rewrite(call: cst.Call) -> cst.Call:
-        args = list(call.args)
-        if len(args) != len(originals):
-            return call
-        out: List[cst.Arg] = []
-        placed = False
-        new = cst.Arg(keyword=cst.Name("sampler"), value=cst.Name(sampler),
-                      equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                                            whitespace_after=cst.SimpleWhitespace("")))
-        for index, (original, arg) in enumerate(zip(originals, args)):
-            if original.value is loader.dataset and dataset != edits.code(loader.dataset):
-                arg = arg.with_changes(value=cst.Name(dataset))
-            if original.star == "**" and not placed:
-                out.append(new.with_changes(comma=_plain_comma(out[-1].comma if out else None)))
-                placed = True
-            if original.keyword is not None and original.keyword.value == "shuffle":
-                shuffle = _shuffle_beside(edits.code(original.value), sampler)
-                if shuffle is not None:
-                    arg = arg.with_changes(value=edits.expression(shuffle))
-                out.append(arg)
-                _append_after(out, new, last=index == len(args) - 1)
-                placed = True
-                continue
-            out.append(arg)
-        if not placed:
-            _append_after(out, new, last=True)
-        return call.with_changes(args=out)
-
-    return rewrite
-
-
-def _plain_comma(comma: Union[cst.Comma, cst.MaybeSentinel, None]) -> cst.Comma:
-    """A comma like `comma` (same line break and indent), without its trailing comment."""
-    if not isinstance(comma, cst.Comma):
-        return cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-    after = comma.whitespace_after
-    if isinstance(after, cst.ParenthesizedWhitespace):
-        after = after.with_changes(first_line=cst.TrailingWhitespace())
-    return comma.with_changes(whitespace_after=after)
-
-
-def _append_after(out: List[cst.Arg], new: cst.Arg, last: bool) -> None:
-    """Put `new` after the last argument of `out`; when that one closes the call, `new`
-    takes over its closing comma and it takes the comma of the argument before it."""
-    previous = out[-1]
-    if not last:
-        out.append(new.with_changes(comma=_plain_comma(previous.comma)))
-        return
-    template = _plain_comma(out[-2].comma if len(out) > 1 else None)
-    if isinstance(previous.comma, cst.Comma):
-        own = previous.comma.whitespace_after
-        if isinstance(own, cst.ParenthesizedWhitespace) and isinstance(
-                template.whitespace_after, cst.ParenthesizedWhitespace):
-            template = template.with_changes(whitespace_after=template.whitespace_after.with_changes(
-                first_line=own.first_line))
-        out[-1] = previous.with_changes(comma=template)
-        out.append(new.with_changes(comma=_plain_comma(previous.comma)))
-    else:
-        out[-1] = previous.with_changes(comma=template)
-        out.append(new.with_changes(comma=cst.MaybeSentinel.DEFAULT))
 
 
 def _divide_batch_size(facts: Facts, edits: Edits, setup: Plan, loader: Loader,
@@ -379,29 +291,6 @@ def _floor_divided(value: str) -> str:
     return value if simple else f"({value})"
 
 
-def _loader_statement(facts: Facts, edits: Edits, loader: Loader, args: List[str]) -> Statement:
-    """The loader call rebuilt from its arguments, wrapped as black would."""
-    statement = cast(cst.SimpleStatementLine, loader.statement)  # _can_add_sampler checked
-    if loader.returned:
-        head = "return " + edits.code(loader.call.func)
-    else:
-        # `name = DataLoader(...)`, the line's first small statement.
-        assign = cast(cst.Assign, statement.body[0])
-        head = edits.code(assign.targets[0].target) + " = " + edits.code(loader.call.func)
-    indent = " " * (facts.positions[statement].start.column)
-    one_line = f"{head}({', '.join(args)})"
-    if "\n" not in one_line and fits(len(indent), one_line):
-        code = one_line
-    elif fits(len(indent) + 4, ", ".join(args)):
-        code = f"{head}(\n    {', '.join(args)}\n)"
-    else:
-        code = f"{head}(\n" + "".join(f"    {arg},\n" for arg in args) + ")"
-    trailing = statement.trailing_whitespace
-    return edits.statement(code + "\n").with_changes(
-        leading_lines=statement.leading_lines, trailing_whitespace=trailing
-    )
-
-
 def _wrap_random_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> bool:
     """`sampler=RandomSampler(ds)` shuffles like DistributedSampler's default: use that when
     distributed and keep the RandomSampler for plain `python`."""
@@ -424,7 +313,7 @@ def _wrap_random_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loader
     if name is None:
         name = derived_name(loader, "sampler", facts.bound_names)
         edits.before.setdefault(loader.statement, []).append(Insertion(
-            [edits.statement(_fit(f"{name} = {wrapped}\n", facts, loader.statement))],
+            [edits.statement(fit_conditional(f"{name} = {wrapped}\n", facts, loader.statement))],
             takes_comments=True,
         ))
         edits.expressions[call] = lambda _node: cst.Name(name)
@@ -482,7 +371,7 @@ def _shard_existing_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loa
         args = [f"sampler={wrapped}" if other is arg else
                 edits.code(other.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip()
                 for other in loader.call.args]
-        edits.replaced[loader.statement] = [_loader_statement(facts, edits, loader, args)]
+        edits.replaced[loader.statement] = [loader_statement(facts, edits, loader, args)]
     edits.add_helper("DistributedSamplerWrapper", SAMPLER_WRAPPER_HELPER, "DistributedSampler")
     setup.loaders_given_a_sampler.append(loader)
     edits.report("DDP201", loader.call)
@@ -493,7 +382,7 @@ def _shard_existing_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loa
 
 def _is_assigned_or_returned(loader: Loader) -> bool:
     """`name = DataLoader(...)` or `return DataLoader(...)` alone on its line, the shapes
-    _loader_statement rebuilds."""
+    loader_statement rebuilds."""
     statement = loader.statement
     if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
         return False

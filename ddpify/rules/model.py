@@ -9,7 +9,17 @@ from typing import List, Optional, Tuple, cast
 import libcst as cst
 
 from ddpify.analysis import Facts, Model, Statement, calls_within, dotted_name, effects, names
+from ddpify.analysis.control import innermost_common_block
 from ddpify.diagnostics import Rule, Severity
+from ddpify.emit.ddp import (
+    ONLY_IF_TRAINABLE_COMMENT,
+    SYNC_BATCHNORM_CODE,
+    WRAP_CODE,
+    WRAP_CODE_EXPLODED,
+    WRAP_CODE_SPLIT,
+    WRAP_ON_CPU_CODE,
+    WRAP_OUT_OF_SETUP_CODE,
+)
 from ddpify.emit.edits import Edits, Rewrite
 from ddpify.emit.layout import fits
 from ddpify.options import Options
@@ -47,44 +57,6 @@ RULES = (
          "could not tell where that is.",
          "Wrap the model yourself: `model = DDP(model, device_ids=[local_rank])`."),
 )
-
-WRAP_CODE = """\
-if distributed:
-    {model} = DDP({model}, device_ids=[local_rank] if {device_type} == "cuda" else None{extra})
-"""
-# SyncBatchNorm runs on GPUs only, so on a CPU (Gloo) run the layers stay as they are.
-SYNC_BATCHNORM_CODE = """\
-if distributed:
-    if {device_type} == "cuda":
-        {model} = torch.nn.SyncBatchNorm.convert_sync_batchnorm({model})
-    {model} = DDP({model}, device_ids=[local_rank] if {device_type} == "cuda" else None{extra})
-"""
-# The same, split the way black splits a call that does not fit in 88 columns.
-WRAP_CODE_SPLIT = """\
-if distributed:
-    {model} = DDP(
-        {model}, device_ids=[local_rank] if {device_type} == "cuda" else None{extra}
-    )
-"""
-# And one argument a line when even that does not fit.
-WRAP_CODE_EXPLODED = """\
-if distributed:
-    {model} = DDP(
-        {model},
-        device_ids=[local_rank] if {device_type} == "cuda" else None,{extra}
-    )
-"""
-# A script that chooses no device trains on the CPU, where DDP takes no device_ids.
-WRAP_ON_CPU_CODE = """\
-if distributed:
-    {model} = DDP({model}{extra})
-"""
-WRAP_OUT_OF_SETUP_CODE = """\
-if dist.is_initialized():
-    {model} = DDP({model})
-"""
-# DDP raises on a module none of whose parameters requires a gradient (a frozen encoder).
-ONLY_IF_TRAINABLE_COMMENT = "# A module with nothing to train (frozen) stays unwrapped: DDP refuses it."
 
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
@@ -277,7 +249,7 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
         reaching.append(statement)
     if not reaching:
         return None
-    block = _innermost_common_block(facts, [*reaching, *([training] if training is not None else [])])
+    block = innermost_common_block(facts, [*reaching, *([training] if training is not None else [])])
     anchors = [facts.ancestor_in(statement, block) for statement in reaching]
     anchor = max((a for a in anchors if a is not None), key=facts.start_of)
     if training is not None and facts.ancestor_in(training, block) is anchor:
@@ -304,28 +276,6 @@ def _training_start(facts: Facts, model: Model) -> Optional[cst.CSTNode]:
             start = parent
         child, parent = parent, facts.parents.get(parent)
     return start
-
-
-def _innermost_common_block(facts: Facts, nodes: List[cst.CSTNode]) -> cst.CSTNode:
-    """The deepest module or indented block that holds every node."""
-    chains = [_blocks_around(facts, node) for node in nodes]
-    common: cst.CSTNode = facts.module
-    for level in zip(*chains):
-        if any(block is not level[0] for block in level):
-            break
-        common = level[0]
-    return common
-
-
-def _blocks_around(facts: Facts, node: cst.CSTNode) -> List[cst.CSTNode]:
-    """The blocks around a node, outermost first."""
-    blocks: List[cst.CSTNode] = []
-    parent = facts.parents.get(node)
-    while parent is not None:
-        if isinstance(parent, (cst.IndentedBlock, cst.Module)):
-            blocks.append(parent)
-        parent = facts.parents.get(parent)
-    return blocks[::-1]
 
 
 # What a DDP wrapper answers the same way as the module inside it; everything else (the
@@ -433,7 +383,6 @@ def _quote_for(facts: Facts, node: cst.CSTNode) -> str:
             return "'" if '"' in parent.start else '"'
         parent = facts.parents.get(parent)
     return '"'
-
 
 
 def _replace_data_parallel(facts: Facts, edits: Edits) -> None:

@@ -9,6 +9,23 @@ import libcst as cst
 
 from ddpify.analysis import BlockItem, DeviceAssignment, Facts, Statement, dotted_name
 from ddpify.diagnostics import Rule, Severity
+from ddpify.emit.ddp import (
+    CPU_ONLY_CODE,
+    EARLY_GROUP_CODE,
+    ENVIRONMENT_CODE,
+    IS_MAIN_CODE,
+    IS_MAIN_FROM_ENVIRONMENT_CODE,
+    IS_MAIN_HELPER,
+    REFINE_AFTER_EARLY_GROUP_CODE,
+    REFINE_CODE,
+    REFINE_STRING_CODE,
+    RUN_NOT_IMPORTED,
+    SETUP_CODE,
+    SETUP_COMMENT,
+    TEARDOWN_CODE,
+    TEARDOWN_IF_INITIALIZED,
+    WORLD_SIZE_CODE,
+)
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.emit.imports import imports_of
 from ddpify.plan import Plan
@@ -27,77 +44,6 @@ RULES = (
          "a second init_process_group would raise.",
          "Nothing to do."),
 )
-
-SETUP_COMMENT = "# Distributed setup: one process per device under torchrun; plain `python` runs as before."
-
-SETUP_CODE = """\
-distributed = "WORLD_SIZE" in os.environ
-local_rank = int(os.environ.get("LOCAL_RANK", 0))
-if {use_gpu}:
-    torch.cuda.set_device(local_rank)
-{device} = torch.device("cuda", local_rank) if {use_gpu} else torch.device("cpu")
-if distributed:
-    dist.init_process_group("nccl" if {use_gpu} else "gloo")
-"""
-# After a device choice kept as the script wrote it (an accelerator, MPS, a --no-accel
-# flag): under torchrun the chosen device type is kept and only its index becomes the
-# rank's own; the backend follows the device (NCCL for CUDA, Gloo for the CPU, ...).
-ENVIRONMENT_CODE = """\
-distributed = "WORLD_SIZE" in os.environ
-local_rank = int(os.environ.get("LOCAL_RANK", 0))
-"""
-REFINE_CODE = """\
-if distributed:
-    {device} = torch.device({chosen})
-    if {device}.type != "cpu":  # this process's own accelerator
-        {device} = torch.device({device}.type, local_rank)
-        torch.accelerator.set_device_index(local_rank)
-    dist.init_process_group(dist.get_default_backend_for_device({device}))
-"""
-# A device chosen as a string ("cuda" or "cpu") stays that string, so that autocast's
-# device_type, `device.startswith(...)` and f-strings keep working: "cuda" means the current
-# GPU, and this process's own GPU is made current.
-REFINE_STRING_CODE = """\
-if distributed:
-    if {device} != "cpu":  # the device type now means this process's own accelerator
-        torch.accelerator.set_device_index(local_rank)
-    dist.init_process_group(dist.get_default_backend_for_device({device}))
-"""
-# The same after EARLY_GROUP_CODE, which already made the accelerator current and the group.
-REFINE_AFTER_EARLY_GROUP_CODE = "".join(
-    line for line in REFINE_CODE.splitlines(keepends=True)
-    if "set_device_index" not in line and "init_process_group" not in line
-)
-# The process group needed before the script chooses its device (a download barrier, a
-# sampler): each device type gets its default backend, and the rank's accelerator is
-# current before any collective runs.
-EARLY_GROUP_CODE = """\
-if distributed:
-    if torch.accelerator.is_available():
-        torch.accelerator.set_device_index(local_rank)
-    dist.init_process_group()
-"""
-# A script that never chooses a device trains on the CPU: so does every rank.
-CPU_ONLY_CODE = """\
-if distributed:
-    dist.init_process_group("gloo")
-"""
-
-IS_MAIN_CODE = "is_main = not distributed or dist.get_rank() == 0\n"
-# Before the process group exists (a print above the device choice), torchrun's RANK tells.
-IS_MAIN_FROM_ENVIRONMENT_CODE = 'is_main = int(os.environ.get("RANK", 0)) == 0\n'
-WORLD_SIZE_CODE = 'world_size = int(os.environ.get("WORLD_SIZE", 1))\n'
-
-IS_MAIN_HELPER = '''\
-
-
-def is_main_process():
-    """True in the process that prints and writes files: rank 0, or the only process."""
-    return not dist.is_initialized() or dist.get_rank() == 0
-'''
-
-TEARDOWN_CODE = "\nif distributed:\n    dist.destroy_process_group()\n"
-TEARDOWN_IF_INITIALIZED = "if dist.is_initialized():\n    dist.destroy_process_group()\n"
 
 
 def choose(facts: Facts) -> Plan:
@@ -177,12 +123,6 @@ def _training_function(facts: Facts) -> Optional[cst.FunctionDef]:
     if facts.models:
         return facts.models[0].function
     return None
-
-
-RUN_NOT_IMPORTED = (
-    'distributed = "WORLD_SIZE" in os.environ and __name__ == "__main__"'
-    "  # not when imported\n"
-)
 
 
 def _for_this_script(code: str, facts: Facts, plan: Plan) -> str:

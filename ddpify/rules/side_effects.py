@@ -6,7 +6,7 @@ a keyword where the API has one (`tqdm(..., disable=not is_main)`, `wandb.init(m
 `if is_main:` around whole statements otherwise, and one guard around a `for`/`with` whose
 body is nothing but guarded statements.
 """
-from typing import Callable, List, Optional, Sequence, Set, cast
+from typing import List, Optional, Sequence, Set, cast
 
 import libcst as cst
 
@@ -14,8 +14,8 @@ from ddpify.analysis import BlockItem, Facts, Statement, calls_within, dotted_na
 from ddpify.analysis.nodes import first_free, names_in
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import guards
+from ddpify.emit.arguments import add_keyword, with_keyword
 from ddpify.emit.edits import Edits, Insertion, replacement
-from ddpify.emit.layout import fits
 from ddpify.plan import Plan
 from ddpify.rules.cases import TRAINING, Emits, Silent
 
@@ -92,7 +92,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         # may run before the setup, such as a dataset's __init__) the CPU, which is always there.
         in_setup_scope = setup.sees_setup(facts, call) and facts.function_of(call) is setup.function
         location = setup.device if in_setup_scope else '"cpu"'
-        edits.expressions[call] = _with_keyword("map_location", location, edits)
+        edits.expressions[call] = with_keyword("map_location", location, edits)
         edits.report("DDP303", call)
 
 
@@ -258,7 +258,7 @@ def _progress_bars(facts: Facts, edits: Edits, setup: Plan) -> None:
             if any(arg.keyword is not None and arg.keyword.value == "disable" for arg in call.args):
                 continue
             guard = setup.guard_for(facts, call)
-            _add_keyword(facts, edits, call, "disable", f"not {guard}")
+            add_keyword(facts, edits, call, "disable", f"not {guard}")
             edits.report("DDP305", call)
     for qualified in sorted(names.PROGRESS_WRITE):
         for call in facts.calls_named.get(qualified, ()):
@@ -293,7 +293,7 @@ def _trackers(facts: Facts, edits: Edits, setup: Plan) -> None:
         guard = setup.guard_for(facts, call)
         mode = keywords.get("mode")
         if mode is None:
-            _add_keyword(facts, edits, call, "mode", f'None if {guard} else "disabled"')
+            add_keyword(facts, edits, call, "mode", f'None if {guard} else "disabled"')
         else:
             value = edits.code(mode.value)
             edits.expressions[mode.value] = replacement(edits, f'{value} if {guard} else "disabled"')
@@ -429,24 +429,6 @@ def _guard(facts: Facts, edits: Edits, setup: Plan, statement: cst.BaseStatement
             edits.report(code, statement)
 
 
-def _add_keyword(facts: Facts, edits: Edits, call: cst.Call, keyword: str, value: str) -> None:
-    line = _source_line(facts, call)
-    too_long = not fits(len(line), f", {keyword}={value}")
-    one_line = facts.positions[call].start.line == facts.positions[call].end.line
-    indent = len(line) - len(line.lstrip())
-    wrap_at = indent if too_long and one_line else None
-    edits.expressions[call] = _with_keyword(keyword, value, edits, wrap_at)
-
-
-def _new_line(indent: str) -> cst.ParenthesizedWhitespace:
-    return cst.ParenthesizedWhitespace(first_line=cst.TrailingWhitespace(), indent=False,
-                                       last_line=cst.SimpleWhitespace(indent))
-
-
-def _source_line(facts: Facts, node: cst.CSTNode) -> str:
-    return facts.module.code.splitlines()[facts.line_of(node) - 1]
-
-
 def _opens_for_writing(call: cst.Call) -> bool:
     mode = None
     positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
@@ -469,27 +451,6 @@ def _single_expression(statement: cst.BaseStatement) -> Optional[cst.Expr]:
         return None
     small = statement.body[0]
     return small if isinstance(small, cst.Expr) else None
-
-
-def _with_keyword(keyword: str, value: str, edits: Edits,
-                  wrap_at: Optional[int] = None) -> Callable[[cst.Call], cst.Call]:
-    """`keyword=value` appended to a call; with wrap_at (the line's indent), the arguments move
-    to a line of their own, as black writes a call that no longer fits."""
-    def rewrite(call: cst.Call) -> cst.Call:
-        args = list(call.args)
-        if args:
-            last = args[-1]
-            if last.comma is cst.MaybeSentinel.DEFAULT or last.comma is None:
-                args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        args.append(cst.Arg(keyword=cst.Name(keyword), value=edits.expression(value),
-                            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
-        if wrap_at is None:
-            return call.with_changes(args=args)
-        args[-1] = args[-1].with_changes(whitespace_after_arg=_new_line(" " * wrap_at))
-        return call.with_changes(args=args,
-                                 whitespace_before_args=_new_line(" " * (wrap_at + 4)))
-
-    return rewrite
 
 
 def _in_dataset_class(facts: Facts, node: cst.CSTNode) -> bool:

@@ -41,7 +41,13 @@ from typing import Any, List, Optional, Sequence
 from ddpify.verify import records
 from ddpify.verify.probing.hooks import install_hooks
 from ddpify.verify.probing.paths import (
-    CODE_SUFFIXES, SYSTEM_PREFIXES, inside, opens_for_writing, own_file, path_scope, working_copy,
+    CODE_SUFFIXES,
+    SYSTEM_PREFIXES,
+    inside,
+    opens_for_writing,
+    own_file,
+    path_scope,
+    working_copy,
 )
 from ddpify.verify.probing.recorders import ORIGINAL_OPEN, LineRecorder, Recorder
 from ddpify.verify.probing.torch_objects import has_module_prefix, sampler_shuffles, tensor_bytes

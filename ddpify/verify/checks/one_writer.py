@@ -7,7 +7,12 @@ N ranks writing one checkpoint race each other; a state_dict saved from the wrap
 from __future__ import annotations
 
 from ddpify.verify.checks.events import (
-    capped, events_of, first_write_of, per_machine_preparation, user_writes, written_paths,
+    capped,
+    events_of,
+    first_write_of,
+    per_machine_preparation,
+    user_writes,
+    written_paths,
 )
 from ddpify.verify.checks.result import FAIL, PASS, CheckResult, at, examples, na
 from ddpify.verify.records import RunResult
