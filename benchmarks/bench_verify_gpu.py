@@ -34,9 +34,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "fixtures")
@@ -56,7 +56,7 @@ class Case:
     name: str
     script: str
     migrated: str
-    args: List[str]
+    args: list[str]
 
 
 @dataclass
@@ -64,7 +64,7 @@ class Outcome:
     case: str
     status: int
     seconds: float
-    failed: List[str]
+    failed: list[str]
     # Where the runs went: "cpu", "cuda", or the backend the ranks started ("nccl", "gloo").
     plain: str
     torchrun: str
@@ -76,7 +76,7 @@ class Mode:
 
     device: str  # verify's --device
     title: str
-    gpus: List[str]
+    gpus: list[str]
     skip: bool = False
 
 
@@ -94,7 +94,7 @@ def choose_mode(device: str, gpus: Sequence[str]) -> Mode:
                         "torchrun with Gloo on the CPU", gpus)
 
 
-def runnable_cases(fixtures: str = FIXTURES, selected: Optional[Sequence[str]] = None) -> List[Case]:
+def runnable_cases(fixtures: str = FIXTURES, selected: Sequence[str] | None = None) -> list[Case]:
     """Fixtures (fixtures/<family>/<idiom>/) that have a run.json, an input.py and an
     expected.py, in idiom order; a case is named by its idiom."""
     cases = []
@@ -115,7 +115,7 @@ def runnable_cases(fixtures: str = FIXTURES, selected: Optional[Sequence[str]] =
     return cases
 
 
-def verify_argv(case: Case, device: str, report: str, timeout: float) -> List[str]:
+def verify_argv(case: Case, device: str, report: str, timeout: float) -> list[str]:
     nproc = ["--nproc", "2"] if device == "cuda" else []
     return [
         sys.executable, "-m", "ddpify.verify", case.script, "-o", case.migrated,
@@ -123,7 +123,7 @@ def verify_argv(case: Case, device: str, report: str, timeout: float) -> List[st
     ]
 
 
-def case_gpus(mode: Mode, index: int) -> Optional[str]:
+def case_gpus(mode: Mode, index: int) -> str | None:
     """CUDA_VISIBLE_DEVICES for the index-th case: a pair of its own while pairs last."""
     if mode.device != "cuda" or len(mode.gpus) < 2:
         return None
@@ -158,7 +158,7 @@ def run_case(case: Case, mode: Mode, index: int, scratch: str, timeout: float) -
     return Outcome(case.name, completed.returncode, seconds, failed, plain, where_runs_went(report, "torchrun"))
 
 
-def render(mode: Mode, outcomes: List[Outcome], wall: float, jobs: int) -> str:
+def render(mode: Mode, outcomes: list[Outcome], wall: float, jobs: int) -> str:
     header = ("case", "exit", "seconds", "plain", "torchrun", "failed checks")
     rows = [(outcome.case, str(outcome.status), f"{outcome.seconds:.1f}", outcome.plain, outcome.torchrun,
              ", ".join(outcome.failed) or "-") for outcome in outcomes]
@@ -170,7 +170,7 @@ def render(mode: Mode, outcomes: List[Outcome], wall: float, jobs: int) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="cpu: the CPU path; cuda: SKIP unless there is a GPU per rank [default: auto]")
@@ -187,10 +187,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     selected = None if options.cases == "all" else (options.cases.split(",") if options.cases else list(GPU_CASES))
     cases = runnable_cases(selected=selected)
     started = time.time()
-    with tempfile.TemporaryDirectory(prefix="bench-verify-") as scratch:
-        with ThreadPoolExecutor(max_workers=options.jobs) as pool:
-            outcomes = list(pool.map(lambda item: run_case(item[1], mode, item[0], scratch, options.timeout),
-                                     enumerate(cases)))
+    with tempfile.TemporaryDirectory(prefix="bench-verify-") as scratch, \
+            ThreadPoolExecutor(max_workers=options.jobs) as pool:
+        outcomes = list(pool.map(lambda item: run_case(item[1], mode, item[0], scratch, options.timeout),
+                                 enumerate(cases)))
     wall = time.time() - started
     print(render(mode, outcomes, wall, options.jobs))
     if options.json:

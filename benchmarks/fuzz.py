@@ -25,7 +25,7 @@ import tempfile
 import time
 import tokenize
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sweep  # noqa: E402
@@ -73,7 +73,7 @@ def _delete_tokens(rng: random.Random) -> Callable[[str], str]:
     return mutate
 
 
-MUTATIONS: Dict[str, Callable[[random.Random], Callable[[str], str]]] = {
+MUTATIONS: dict[str, Callable[[random.Random], Callable[[str], str]]] = {
     "as-is": lambda rng: lambda text: text,
     "in-function": lambda rng: _in_function,
     "crlf": lambda rng: lambda text: text.replace("\n", "\r\n"),
@@ -85,7 +85,7 @@ MUTATIONS: Dict[str, Callable[[random.Random], Callable[[str], str]]] = {
 }
 
 
-def corpus(directory: Path, real: int, mutations: int, seed: int) -> List[str]:
+def corpus(directory: Path, real: int, mutations: int, seed: int) -> list[str]:
     rng = random.Random(seed)
     small = [path for path in sweep.python_files(sweep.site_packages())
              if os.path.getsize(path) < 100_000]
@@ -104,7 +104,7 @@ def corpus(directory: Path, real: int, mutations: int, seed: int) -> List[str]:
     return paths
 
 
-def judge(records: List[sweep.Record]) -> List[sweep.Record]:
+def judge(records: list[sweep.Record]) -> list[sweep.Record]:
     """sweep's findings, and a broken input that ddpify did not call a syntax error."""
     for record in records:
         if record.outcome in (sweep.UNCHANGED, sweep.MIGRATED) and not _compiles_file(record.path):
@@ -121,7 +121,7 @@ def _compiles_file(path: str) -> bool:
         return False
 
 
-def command_line(directory: Path, broken: int) -> List[str]:
+def command_line(directory: Path, broken: int) -> list[str]:
     """Problems with one `ddpify --check -j 2` over the mutated files."""
     process = subprocess.run([sys.executable, "-m", "ddpify", "--check", "-j", "2", "-q",
                               str(directory)], capture_output=True, text=True, timeout=3600)

@@ -23,7 +23,11 @@ EVAL_SITE = ROOT / "tests" / "eval_site" / "sitecustomize.py"
 sys.path.insert(0, str(ROOT / "tests"))
 
 from script_runs import (  # noqa: E402
-    Run, evaluation_passes, problems_evaluation_fetches, problems_evaluation_lines, read_fetch_log,
+    Run,
+    evaluation_passes,
+    problems_evaluation_fetches,
+    problems_evaluation_lines,
+    read_fetch_log,
 )
 
 # The lines each case prints about its evaluation (cases without an evaluation loop are

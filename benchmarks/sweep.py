@@ -31,8 +31,9 @@ import sys
 import sysconfig
 import time
 import traceback
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Iterable, List, Optional
+from typing import Optional
 
 # Outcomes. The first four are fine; the rest are findings.
 UNCHANGED, MIGRATED, SYNTAX_ERROR, UNDECODABLE = "unchanged", "migrated", "syntax-error", "undecodable"
@@ -66,7 +67,7 @@ def site_packages() -> str:
     return sysconfig.get_paths()["purelib"]
 
 
-def python_files(root: str) -> List[str]:
+def python_files(root: str) -> list[str]:
     found = []
     for directory, subdirectories, files in os.walk(root):
         subdirectories.sort()
@@ -74,8 +75,8 @@ def python_files(root: str) -> List[str]:
     return found
 
 
-def select(files: List[str], torch_only: bool, sample: Optional[int], seed: int,
-           pattern: Optional[str] = None) -> List[str]:
+def select(files: list[str], torch_only: bool, sample: Optional[int], seed: int,
+           pattern: Optional[str] = None) -> list[str]:
     if torch_only:
         files = [path for path in files if b"torch" in _read(path)]
     if pattern:
@@ -193,7 +194,7 @@ def _worker(limit_s: float, list_path: str) -> None:
         sys.stdout.flush()
 
 
-def _run_slice(paths: List[str], limit_s: float) -> Iterable[Record]:
+def _run_slice(paths: list[str], limit_s: float) -> Iterable[Record]:
     """One worker process over `paths`; if it dies, the file it was on is a crash."""
     import tempfile
 
@@ -220,11 +221,11 @@ def _run_slice(paths: List[str], limit_s: float) -> Iterable[Record]:
             yield Record(remaining.pop(0), CRASH, details=f"worker died (exit {code}): {stderr[-2000:]}")
 
 
-def sweep(paths: List[str], jobs: int, limit_s: float, progress: bool) -> List[Record]:
+def sweep(paths: list[str], jobs: int, limit_s: float, progress: bool) -> list[Record]:
     import threading
 
     slices = [paths[index::jobs] for index in range(jobs)]
-    records: List[Record] = []
+    records: list[Record] = []
     lock = threading.Lock()
 
     def drain(slice_paths):
@@ -246,7 +247,7 @@ def sweep(paths: List[str], jobs: int, limit_s: float, progress: bool) -> List[R
     return sorted(records, key=lambda record: order[record.path])
 
 
-def summarise(records: List[Record], root: str, seconds: float) -> str:
+def summarise(records: list[Record], root: str, seconds: float) -> str:
     counts = {}
     for record in records:
         counts[record.outcome] = counts.get(record.outcome, 0) + 1

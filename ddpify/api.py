@@ -1,6 +1,6 @@
 """migrate_source: source text in, migrated text and diagnostics out. No I/O here."""
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, List, Tuple
 
 import libcst as cst
 from libcst.codemod import (
@@ -28,10 +28,10 @@ from ddpify.rules.registry import RULES
 @dataclass(frozen=True)
 class Result:
     code: str
-    diagnostics: Tuple[Diagnostic, ...]
+    diagnostics: tuple[Diagnostic, ...]
     # `# ddpify: ignore` comments that silenced nothing (DDP920): --check reports them, so
     # that writing a script never fails on a stale comment.
-    unused_suppressions: Tuple[Diagnostic, ...] = ()
+    unused_suppressions: tuple[Diagnostic, ...] = ()
 
     @property
     def needs_a_person(self) -> bool:
@@ -83,7 +83,7 @@ def migrate_source(code: str, options: Options = Options(),  # noqa: B008 (froze
     return _result(code, new_code, diagnostics, options)
 
 
-def _self_check(code: str, new_code: str, diagnostics: List[Diagnostic], tree) -> List[Diagnostic]:
+def _self_check(code: str, new_code: str, diagnostics: list[Diagnostic], tree) -> list[Diagnostic]:
     """Safe mode (DESIGN.md §2.10): a second, independent reading of the output."""
     try:
         return selfcheck.check(code, new_code, diagnostics, tree)
@@ -98,7 +98,7 @@ def _result(source: str, new_code: str, diagnostics: Iterable[Diagnostic], optio
     return Result(new_code, _selected(filtered.kept, options), _selected(filtered.unused, options))
 
 
-def _selected(diagnostics: Iterable[Diagnostic], options: Options) -> Tuple[Diagnostic, ...]:
+def _selected(diagnostics: Iterable[Diagnostic], options: Options) -> tuple[Diagnostic, ...]:
     return tuple(d for d in diagnostics if is_selected(d.code, options.select, options.ignore))
 
 
@@ -111,7 +111,7 @@ class _MigrateCommand(CodemodCommand):
         super().__init__(context)
         self.options = options
         self.project = project
-        self.diagnostics: List[Diagnostic] = []
+        self.diagnostics: list[Diagnostic] = []
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
         """libcst's Codemod deep-copies the tree into a MetadataWrapper before the impl runs;

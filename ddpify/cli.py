@@ -9,7 +9,8 @@ import json
 import os
 import signal
 import sys
-from typing import List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 import click
 
@@ -246,7 +247,7 @@ def _say_where_no_python_was_found(paths: Sequence[str], entries: Sequence[Entry
 
 
 def _jobs(entries: Sequence[Entry], mode: str, output: Optional[str], options: Options,
-          stdin_filename: Optional[str] = None) -> List[Job]:
+          stdin_filename: Optional[str] = None) -> list[Job]:
     """One job per file; with --twin each X.py and X_ddp.py becomes one job for X.py."""
     planned, seen = [], set()
     for entry in entries:
@@ -268,7 +269,7 @@ def _jobs(entries: Sequence[Entry], mode: str, output: Optional[str], options: O
 
 
 def _run(planned: Sequence[Job], workers: int, output_format: str, verbose: bool,
-         quiet: bool) -> List[Report]:
+         quiet: bool) -> list[Report]:
     progress = Progress(len(planned), sys.stderr)
     show = printer(output_format, verbose=verbose, quiet=quiet, before_output=progress.clear)
     reports = []

@@ -15,7 +15,7 @@ with a note rather than failing the run.
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import Optional
 
 from ddpify.diagnostics import unknown_codes
 from ddpify.walk import repository_root
@@ -33,14 +33,14 @@ class ConfigError(Exception):
 @dataclass(frozen=True)
 class Config:
     path: Optional[str] = None
-    select: Optional[Tuple[str, ...]] = None
-    ignore: Optional[Tuple[str, ...]] = None
-    exclude: Tuple[str, ...] = ()
+    select: Optional[tuple[str, ...]] = None
+    ignore: Optional[tuple[str, ...]] = None
+    exclude: tuple[str, ...] = ()
     sync_batchnorm: Optional[bool] = None
     keep_global_batch: Optional[bool] = None
     shard_eval: Optional[bool] = None
     # Said once on stderr, e.g. that the table was ignored for want of a TOML reader.
-    notes: Tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = field(default=())
 
 
 def find(start: str) -> Optional[str]:
@@ -78,7 +78,7 @@ def _parse(path: str, table: dict) -> Config:
     if unknown:
         raise ConfigError(f"{path}: [tool.ddpify]: unknown key {unknown[0]!r}; "
                           f"known: {', '.join(_LISTS + _FLAGS)}")
-    lists: Dict[str, Tuple[str, ...]] = {}
+    lists: dict[str, tuple[str, ...]] = {}
     for key in _LISTS:
         if key in table:
             lists[key] = _codes_or_globs(path, key, table[key], upper=key != "exclude")
@@ -86,7 +86,7 @@ def _parse(path: str, table: dict) -> Config:
             if unknown_rules:
                 raise ConfigError(f"{path}: [tool.ddpify]: {key}: unknown rule code or prefix "
                                   f"{', '.join(unknown_rules)}; see ddpify --list-rules")
-    flags: Dict[str, bool] = {}
+    flags: dict[str, bool] = {}
     for key in _FLAGS:
         if key in table:
             if not isinstance(table[key], bool):
@@ -99,7 +99,7 @@ def _parse(path: str, table: dict) -> Config:
     )
 
 
-def _codes_or_globs(path: str, key: str, value, upper: bool) -> Tuple[str, ...]:
+def _codes_or_globs(path: str, key: str, value, upper: bool) -> tuple[str, ...]:
     if isinstance(value, str):
         value = value.split(",")
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):

@@ -5,9 +5,9 @@ DDP3xx rank-0 side effects, DDP4xx numerics and performance, DDP9xx needs a pers
 informs about the whole file. Each rule is defined in the unit that reports it
 (ddpify/rules/*.py); ddpify.rules.registry collects them.
 """
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Mapping, Sequence
 
 
 class Severity(str, Enum):

@@ -13,7 +13,7 @@ import tempfile
 import tokenize
 import zlib
 from dataclasses import dataclass
-from typing import Optional, Set, Tuple
+from typing import Optional
 
 
 class SourceError(Exception):
@@ -131,7 +131,7 @@ def write_atomically(path: str, data: bytes) -> None:
         raise
 
 
-def _target(path: str) -> Tuple[str, Optional[os.stat_result]]:
+def _target(path: str) -> tuple[str, Optional[os.stat_result]]:
     """The file a write to `path` lands in (through symlinks) and its status, if it exists;
     SourceError when writing there would surprise the user."""
     if _names_a_descriptor(path):
@@ -187,7 +187,7 @@ def _kind(status: os.stat_result) -> str:
     return next((name for test, name in kinds if test(status.st_mode)), "not a regular file")
 
 
-def _owner(path: str) -> Tuple[int, int]:
+def _owner(path: str) -> tuple[int, int]:
     status = os.stat(path)
     return status.st_uid, status.st_gid
 
@@ -203,7 +203,7 @@ def _umask() -> int:
 # host whose process is gone. No user names a file like that.
 TEMPORARY_SUFFIX = ".tmp"
 _LEFTOVER = re.compile(r"\.ddpify-([0-9a-f]{8})-([0-9]+)-[a-z0-9_]+\.tmp\Z")
-_cleaned_directories: Set[str] = set()
+_cleaned_directories: set[str] = set()
 
 
 def _host() -> str:

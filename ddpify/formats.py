@@ -10,7 +10,8 @@ json:   one document on stdout with every file, diagnostic and edit.
 """
 import json
 import sys
-from typing import Callable, Dict, List, Sequence
+from collections.abc import Sequence
+from typing import Callable
 
 import click
 
@@ -150,8 +151,8 @@ def diagnostic_as_dict(diagnostic: Diagnostic) -> dict:
     }
 
 
-def counts(reports: Sequence[Report]) -> Dict[str, int]:
-    statuses: List[str] = [report.status for report in reports]
+def counts(reports: Sequence[Report]) -> dict[str, int]:
+    statuses: list[str] = [report.status for report in reports]
     return {"files": len(statuses), **{status: statuses.count(status)
                                        for status in (MIGRATED, UNCHANGED, SKIPPED, FAILED)}}
 

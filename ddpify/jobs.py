@@ -10,7 +10,7 @@ import difflib
 import gc
 import traceback
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Optional
 
 from ddpify import project, twins
 from ddpify.diagnostics import Diagnostic, Severity
@@ -70,9 +70,9 @@ class Report:
     path: str
     status: str
     exit_code: int
-    diagnostics: Tuple[Diagnostic, ...] = ()
+    diagnostics: tuple[Diagnostic, ...] = ()
     # One-line messages for stderr (what was written, what is stale).
-    notes: List[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     error: Optional[str] = None
     # With -v: the traceback behind an internal error.
     details: str = ""

@@ -1,6 +1,5 @@
 """Every switch that changes what ddpify writes, in one frozen place."""
 from dataclasses import dataclass
-from typing import Tuple
 
 
 @dataclass(frozen=True)
@@ -13,5 +12,5 @@ class Options:
     # evaluating the whole set).
     shard_evaluation: bool = True
     # Rule codes or prefixes to report (empty = all) and to silence.
-    select: Tuple[str, ...] = ()
-    ignore: Tuple[str, ...] = ()
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()

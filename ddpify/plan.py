@@ -5,7 +5,7 @@ edits into emit.Edits; nothing flows back. A rule that needs another's decision 
 from this plan, never from that rule's edits or diagnostics.
 """
 from dataclasses import dataclass, field
-from typing import List, Optional, Set, Union
+from typing import Optional, Union
 
 import libcst as cst
 
@@ -45,28 +45,28 @@ class Plan:
     # The setup's function runs more than once (a get_device() helper called by train and
     # test, or inside a loop): the process group is created on the first call only.
     called_repeatedly: bool = False
-    guards_used: Set[str] = field(default_factory=set)
+    guards_used: set[str] = field(default_factory=set)
     # Nodes whose edits need only the rank-0 guard, not the process group.
-    guard_nodes: Set[cst.CSTNode] = field(default_factory=set)
+    guard_nodes: set[cst.CSTNode] = field(default_factory=set)
     # Loaders that got a DistributedSampler (data.py), for the rules that reduce the
     # figures of a sharded epoch (training.py).
-    sharded_loaders: List[Loader] = field(default_factory=list)
+    sharded_loaders: list[Loader] = field(default_factory=list)
     # Loops over batches cut by hand that each rank now takes its share of (hand_batches.py).
-    sharded_loops: List[cst.For] = field(default_factory=list)
+    sharded_loops: list[cst.For] = field(default_factory=list)
     # Training loops whose random batches each rank now draws with a seed of its own
     # (random_batches.py).
-    reseeded_loops: List[cst.For] = field(default_factory=list)
+    reseeded_loops: list[cst.For] = field(default_factory=list)
     # Loaders no loop trains over (data.py), for evaluation.py to shard or leave whole.
-    evaluation_loaders: List[Loader] = field(default_factory=list)
+    evaluation_loaders: list[Loader] = field(default_factory=list)
     # Loaders given a sampler that shards them (data.py, DDP201), whatever its kind.
-    loaders_given_a_sampler: List[Loader] = field(default_factory=list)
+    loaders_given_a_sampler: list[Loader] = field(default_factory=list)
     # Training loops fed by batches built by hand or by loaders kept in a dict, reported as
     # such (hand_batches.py, DDP208/DDP218): with no sampler anywhere, the file stays
     # single-process (api.py, DDP904).
-    hand_made_batches: List[Diagnostic] = field(default_factory=list)
+    hand_made_batches: list[Diagnostic] = field(default_factory=list)
     # Batch loops whose epoch sums are all-reduced after the epoch (training.py): their
     # figures no longer differ per rank (report_only.py).
-    reduced_epoch_loops: Set[cst.For] = field(default_factory=set)
+    reduced_epoch_loops: set[cst.For] = field(default_factory=set)
     # Set when --keep-global-batch divides a batch size by `world_size`.
     needs_world_size: bool = False
     # When the script uses the GPU: devices.py keeps the script's own condition (`use_cuda`

@@ -7,9 +7,10 @@ that only prints is guarded like a print, one that writes files like a `torch.sa
 """
 import ast
 import os
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, FrozenSet, Iterable, Mapping, Optional, Set, Tuple
+from typing import Optional
 
 from ddpify.analysis.effects import OPAQUE, FunctionEffects, absolute_module
 
@@ -34,7 +35,7 @@ class Project:
         self._star_names = dict(star_names or {})
         # Per name the script calls: (effect or None, whether it trains). Every call of the
         # script asks, so each name is resolved once.
-        self._known: Dict[str, Tuple[Optional[str], bool]] = {}
+        self._known: dict[str, tuple[Optional[str], bool]] = {}
 
     def effect(self, qualified: str) -> Optional[str]:
         return self._facts_of(qualified)[0]
@@ -48,7 +49,7 @@ class Project:
         found = self._local(qualified) if self._modules is not None else None
         return found is not None and self._modules is not None and self._modules.definition(found) is not None
 
-    def _facts_of(self, qualified: str) -> Tuple[Optional[str], bool]:
+    def _facts_of(self, qualified: str) -> tuple[Optional[str], bool]:
         if self._modules is None:
             return None, False
         if qualified not in self._known:
@@ -86,8 +87,8 @@ def read(script: str, source: str) -> Project:
     except (SyntaxError, ValueError):
         return Project()
     modules = _Modules(root)
-    imported: Set[str] = set()
-    star_names: Dict[str, str] = {}
+    imported: set[str] = set()
+    star_names: dict[str, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             imported |= {alias.name for alias in node.names if modules.effects(alias.name) is not None}
@@ -108,7 +109,7 @@ class _Modules:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self._read: Dict[str, Optional[FunctionEffects]] = {}
+        self._read: dict[str, Optional[FunctionEffects]] = {}
 
     def effects(self, module: str) -> Optional[FunctionEffects]:
         """The module's functions, or None when it is not one of the project's files."""
@@ -130,7 +131,7 @@ class _Modules:
         definition = self.definition(qualified)
         return OPAQUE if definition is None else definition[0].of(definition[1])
 
-    def definition(self, qualified: str, depth: int = 0) -> Optional[Tuple[FunctionEffects, str]]:
+    def definition(self, qualified: str, depth: int = 0) -> Optional[tuple[FunctionEffects, str]]:
         """The module that defines `qualified` and the function's name in it ("Class.method"
         for a method), followed through re-exports; None when no project file defines it."""
         module, _, name = qualified.rpartition(".")
@@ -149,7 +150,7 @@ class _Modules:
         return None
 
 
-def _modules_beside(root: str) -> FrozenSet[str]:
+def _modules_beside(root: str) -> frozenset[str]:
     """The top-level module names a folder offers: its .py files and packages."""
     try:
         with os.scandir(root) as entries:
@@ -162,7 +163,7 @@ def _modules_beside(root: str) -> FrozenSet[str]:
         return frozenset()
 
 
-def _module_file(root: Path, module: str) -> Optional[Tuple[Path, bool]]:
+def _module_file(root: Path, module: str) -> Optional[tuple[Path, bool]]:
     base = root.joinpath(*module.split("."))
     if (base / "__init__.py").is_file():
         return base / "__init__.py", True
@@ -171,7 +172,7 @@ def _module_file(root: Path, module: str) -> Optional[Tuple[Path, bool]]:
     return None
 
 
-def _stamp(path: Path) -> Tuple[int, int]:
+def _stamp(path: Path) -> tuple[int, int]:
     stat = path.stat()
     return stat.st_mtime_ns, stat.st_size
 

@@ -13,8 +13,9 @@ import ast
 import io
 import re
 import tokenize
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Optional
 
 from ddpify.diagnostics import Diagnostic, Rule, Severity, registry
 from ddpify.rules.cases import TRAINING, Emits, Silent
@@ -38,7 +39,7 @@ class Suppression:
     line: int
     column: int
     # Codes or prefixes; empty for a bare `# ddpify: ignore` (every code).
-    codes: Tuple[str, ...]
+    codes: tuple[str, ...]
 
     def covers(self, code: str) -> bool:
         return not self.codes or any(code.startswith(prefix) for prefix in self.codes)
@@ -46,9 +47,9 @@ class Suppression:
 
 @dataclass(frozen=True)
 class Filtered:
-    kept: Tuple[Diagnostic, ...]
+    kept: tuple[Diagnostic, ...]
     # DDP920 for each suppression (or code in one) that silenced nothing.
-    unused: Tuple[Diagnostic, ...]
+    unused: tuple[Diagnostic, ...]
 
 
 def apply(code: str, diagnostics: Sequence[Diagnostic]) -> Filtered:
@@ -58,7 +59,7 @@ def apply(code: str, diagnostics: Sequence[Diagnostic]) -> Filtered:
     suppressions = _suppressions(code)
     if not suppressions:
         return Filtered(tuple(diagnostics), ())
-    by_line: Dict[int, List[Suppression]] = {}
+    by_line: dict[int, list[Suppression]] = {}
     for suppression in suppressions:
         by_line.setdefault(suppression.line, []).append(suppression)
     first_lines = _statement_first_lines(code)
@@ -72,8 +73,8 @@ def apply(code: str, diagnostics: Sequence[Diagnostic]) -> Filtered:
     return Filtered(tuple(kept), tuple(_unused(suppressions, used)))
 
 
-def _silencing(diagnostic: Diagnostic, by_line: Dict[int, List[Suppression]],
-               first_lines: Dict[int, int]) -> Optional[Suppression]:
+def _silencing(diagnostic: Diagnostic, by_line: dict[int, list[Suppression]],
+               first_lines: dict[int, int]) -> Optional[Suppression]:
     if diagnostic.severity is Severity.EDIT:
         return None
     lines = (diagnostic.line, first_lines.get(diagnostic.line, diagnostic.line))
@@ -117,7 +118,7 @@ def _report(suppression: Suppression, message: str) -> Diagnostic:
     return Diagnostic(UNUSED, suppression.line, suppression.column, message)
 
 
-def _suppressions(code: str) -> List[Suppression]:
+def _suppressions(code: str) -> list[Suppression]:
     found = []
     try:
         for token in tokenize.generate_tokens(io.StringIO(code).readline):
@@ -135,14 +136,14 @@ def _suppressions(code: str) -> List[Suppression]:
     return found
 
 
-def _statement_first_lines(code: str) -> Dict[int, int]:
+def _statement_first_lines(code: str) -> dict[int, int]:
     """Each line of a statement that spans several -> the statement's first line. The
     innermost statement wins, so a line of a loop's body maps to its own statement."""
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, RecursionError):
         return {}
-    first_lines: Dict[int, int] = {}
+    first_lines: dict[int, int] = {}
     statements = sorted((node for node in ast.walk(tree) if isinstance(node, ast.stmt)),
                         key=lambda node: node.lineno)
     # Outer statements first, so that inner ones take back the lines they hold.

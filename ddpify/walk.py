@@ -8,9 +8,10 @@ path's name or any trailing part of it (`legacy/*` matches `src/legacy/old.py`).
 """
 import fnmatch
 import os
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Optional
 
 SKIPPED_DIRECTORIES = frozenset({
     ".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".env", "env", ".tox", ".nox",
@@ -26,7 +27,7 @@ class Entry:
     explicit: bool
 
 
-def expand(paths: Sequence[str], excludes: Sequence[str] = ()) -> List[Entry]:
+def expand(paths: Sequence[str], excludes: Sequence[str] = ()) -> list[Entry]:
     """Files in command-line order; each directory's files in sorted order."""
     entries, seen = [], set()
     for path in paths:
@@ -104,7 +105,7 @@ def matches_any(path: str, globs: Iterable[str]) -> bool:
 class GitIgnore:
     """The simple patterns of one `.gitignore`, matched relative to its directory."""
 
-    def __init__(self, patterns: Iterable[Tuple[str, bool, bool]]) -> None:
+    def __init__(self, patterns: Iterable[tuple[str, bool, bool]]) -> None:
         # (glob, anchored to the root, directories only)
         self.patterns = tuple(patterns)
 
@@ -132,7 +133,7 @@ class GitIgnore:
         return False
 
 
-def _parse_pattern(line: str) -> Optional[Tuple[str, bool, bool]]:
+def _parse_pattern(line: str) -> Optional[tuple[str, bool, bool]]:
     line = line.strip()
     if not line or line.startswith(("#", "!")):
         return None

@@ -6,9 +6,9 @@ every file written is reported, and a worker stopped mid-job has written nothing
 SIGINT: Ctrl-C reaches the whole process group, and it is the main process that decides.
 """
 import signal
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Iterator, Sequence
 
 from ddpify import jobs
 from ddpify.jobs import ERROR, FAILED, Job, Report

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from fixture_cases import FIXTURES
 
 from ddpify.api import migrate_source
 from ddpify.cli import main
 from ddpify.diagnostics import is_selected
-from ddpify.rules.registry import RULES
 from ddpify.options import Options
 from ddpify.project import Project
-from fixture_cases import FIXTURES
+from ddpify.rules.registry import RULES
 
 GUIDE = FIXTURES / "guide" / "guide_image_classifier" / "input.py"
 
@@ -75,7 +75,7 @@ def guide_text() -> str:
     return GUIDE.read_text()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _migrated(text: str, options: Options) -> str:
     return migrate_source(text, options).code
 

@@ -8,11 +8,12 @@ import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 from ddpify.api import Result, migrate_source
 from ddpify.options import Options
-from ddpify.project import Project, read as read_project
+from ddpify.project import Project
+from ddpify.project import read as read_project
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -80,7 +81,7 @@ class Case:
         return json.loads(path.read_text()) if path.exists() else None
 
 
-def all_cases() -> List[Case]:
+def all_cases() -> list[Case]:
     """Every fixture, `fixtures/<family>/<idiom>/`, in family then idiom order."""
     return [Case(path) for family in sorted(FIXTURES.iterdir()) if family.is_dir()
             for path in sorted(family.iterdir()) if (path / "input.py").exists()]

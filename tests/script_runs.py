@@ -18,9 +18,10 @@ import threading
 import types
 import warnings
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Set
+from typing import Optional
 
 GLOO_TEARDOWN_ABORT = "terminate called without an active exception"
 GLOO_ABORT_RETRIES = 2
@@ -41,7 +42,7 @@ class Run:
     workdir: Path
 
     @property
-    def lines(self) -> List[str]:
+    def lines(self) -> list[str]:
         return self.stdout.splitlines()
 
 
@@ -53,7 +54,7 @@ def _environment(overrides: Optional[Mapping[str, str]] = None) -> dict:
     return env
 
 
-def evaluation_env(workdir: Path) -> Dict[str, str]:
+def evaluation_env(workdir: Path) -> dict[str, str]:
     """Environment overrides that run a script under the evaluation shim, logging into workdir.
 
     The log lives inside the run's workdir so that a torchrun retry, which starts over in a
@@ -120,7 +121,7 @@ class _ForkServer:
             stdout=subprocess.PIPE, env=_environment())
         self._lock = threading.Lock()
         self._next_id = 0
-        self._waiting: Dict[int, "queue.Queue[dict]"] = {}
+        self._waiting: dict[int, queue.Queue[dict]] = {}
         self._outputs = Path(tempfile.mkdtemp(prefix="ddpify-runs-"))
         threading.Thread(target=self._read_replies, daemon=True).start()
         atexit.register(self.close)
@@ -129,7 +130,7 @@ class _ForkServer:
             timeout: int):
         with self._lock:
             run_id, self._next_id = self._next_id, self._next_id + 1
-            replies: "queue.Queue[dict]" = queue.Queue()
+            replies: queue.Queue[dict] = queue.Queue()
             self._waiting[run_id] = replies
             stdout, stderr = self._outputs / f"{run_id}.out", self._outputs / f"{run_id}.err"
             request = {"id": run_id, "script": str(script), "args": list(args), "cwd": str(workdir),
@@ -182,7 +183,7 @@ def _run(command, script: Path, workdir: Path, timeout: int, env: Optional[Mappi
     return Run(completed.returncode, completed.stdout, completed.stderr, workdir)
 
 
-def problems_single_process(original: Run, migrated: Run) -> List[str]:
+def problems_single_process(original: Run, migrated: Run) -> list[str]:
     """Plain `python` on the migrated script must print exactly what the original printed."""
     problems = []
     if original.returncode != 0:
@@ -194,7 +195,7 @@ def problems_single_process(original: Run, migrated: Run) -> List[str]:
     return problems
 
 
-def problems_distributed(original: Run, distributed: Run, files: Sequence[str]) -> List[str]:
+def problems_distributed(original: Run, distributed: Run, files: Sequence[str]) -> list[str]:
     """Under torchrun: exit 0, each line printed once, checkpoints exist and load unwrapped."""
     problems = []
     if distributed.returncode != 0:
@@ -215,7 +216,7 @@ def problems_distributed(original: Run, distributed: Run, files: Sequence[str]) 
     return problems
 
 
-def problems_evaluation_lines(original: Run, distributed: Run, pattern: str) -> List[str]:
+def problems_evaluation_lines(original: Run, distributed: Run, pattern: str) -> list[str]:
     """With frozen weights rank 0 must print exactly the original's evaluation lines.
 
     The shim keeps every parameter at its seeded initial value, so a sharded evaluation whose
@@ -233,11 +234,11 @@ def problems_evaluation_lines(original: Run, distributed: Run, pattern: str) -> 
             + "--- original\n" + "\n".join(expected) + "\n--- torchrun\n" + "\n".join(printed)]
 
 
-def matching_lines(run: Run, pattern: str) -> List[str]:
+def matching_lines(run: Run, pattern: str) -> list[str]:
     return [line for line in run.lines if re.search(pattern, line)]
 
 
-def problems_evaluation_fetches(log_dir: Path, world_size: int, copies: int = 1) -> List[str]:
+def problems_evaluation_fetches(log_dir: Path, world_size: int, copies: int = 1) -> list[str]:
     """Every evaluation pass, taken across the ranks, fetches each index exactly once
     (`copies` times: an evaluation set of fewer batches than ranks stays whole on each rank).
 
@@ -257,17 +258,17 @@ def problems_evaluation_fetches(log_dir: Path, world_size: int, copies: int = 1)
     return problems
 
 
-def read_fetch_log(log_dir: Path) -> List[dict]:
+def read_fetch_log(log_dir: Path) -> list[dict]:
     records = []
     for path in sorted(log_dir.glob("fetch-*.jsonl")):
         records.extend(json.loads(line) for line in path.read_text().splitlines() if line)
     return records
 
 
-def evaluation_passes(records: Sequence[dict]) -> Dict[tuple, List]:
+def evaluation_passes(records: Sequence[dict]) -> dict[tuple, list]:
     """(dataset name, length, pass number) -> all ranks' fetched indices, for the passes that
     fetched with grad disabled throughout (a training pass fetches with grad enabled)."""
-    passes: Dict[tuple, List] = {}
+    passes: dict[tuple, list] = {}
     trained = set()
     for record in records:
         name, length = record["key"]
@@ -278,7 +279,7 @@ def evaluation_passes(records: Sequence[dict]) -> Dict[tuple, List]:
     return {key: indices for key, indices in passes.items() if key not in trained}
 
 
-def _coverage_problems(label: str, length: Optional[int], indices: Sequence, copies: int = 1) -> List[str]:
+def _coverage_problems(label: str, length: Optional[int], indices: Sequence, copies: int = 1) -> list[str]:
     counts = Counter(indices)
     problems = []
     repeated = sorted(((index, count) for index, count in counts.items() if count > copies),
@@ -311,12 +312,12 @@ def line_shape(line: str) -> str:
     return re.sub(r"-?\d+(\.\d+)?(e-?\d+)?", "#", line)
 
 
-def _checkpoint_problems(path: Path) -> List[str]:
+def _checkpoint_problems(path: Path) -> list[str]:
     import torch
 
     if not path.exists():
         return [f"{path.name} was not written"]
-    classes: Set[str] = set()
+    classes: set[str] = set()
     state = torch.load(path, map_location="cpu", weights_only=False,
                        pickle_module=_any_class_pickle(classes))
     if "torch.nn.parallel.distributed.DistributedDataParallel" in classes:
@@ -335,7 +336,7 @@ class _Stub:
             self.__dict__.update(state)
 
 
-def _any_class_pickle(classes: Set[str]) -> types.ModuleType:
+def _any_class_pickle(classes: set[str]) -> types.ModuleType:
     """A pickle module for torch.load that records every class the file names."""
     module = types.ModuleType("pickle")
     module.__dict__.update(pickle.__dict__)
@@ -354,7 +355,7 @@ def _any_class_pickle(classes: Set[str]) -> types.ModuleType:
     return module
 
 
-def _state_dict_keys(state) -> List[str]:
+def _state_dict_keys(state) -> list[str]:
     if not isinstance(state, dict):
         return []
     keys = []

@@ -4,12 +4,18 @@ import subprocess
 import sys
 
 import pytest
-
 from cli_support import (
-    NEEDS_A_PERSON, NO_TRAINING, guide_text, invoke, migrated, snapshot, write,
+    NEEDS_A_PERSON,
+    NO_TRAINING,
+    guide_text,
+    invoke,
+    migrated,
+    snapshot,
+    write,
 )
-from ddpify.rules.registry import RULES
 from fixture_cases import FIXTURES
+
+from ddpify.rules.registry import RULES
 
 
 @pytest.fixture

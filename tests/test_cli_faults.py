@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from cli_support import guide_text, invoke, migrated, write
+
 from ddpify import files
 
 ROOT = os.geteuid() == 0

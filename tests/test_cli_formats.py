@@ -2,11 +2,11 @@
 import json
 
 import pytest
-
 from cli_support import NEEDS_A_PERSON, NO_TRAINING, guide_text, invoke, write
-from ddpify.rules.registry import RULES
-from ddpify.formats import github_annotation
+
 from ddpify.diagnostics import Diagnostic
+from ddpify.formats import github_annotation
+from ddpify.rules.registry import RULES
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 import json
 
 from cli_support import NEEDS_A_PERSON, guide_text, invoke, needs_a_person, write  # noqa: F401
+
 from ddpify.rules.registry import RULES
 
 

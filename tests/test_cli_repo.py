@@ -4,12 +4,12 @@ import json
 import os
 
 import pytest
-
 from cli_support import NO_TRAINING, guide_text, invoke, migrated, write
+from fixture_cases import FIXTURES
+
 from ddpify import config
 from ddpify.progress import Progress
 from ddpify.walk import GitIgnore, expand, matches_any
-from fixture_cases import FIXTURES
 
 
 @pytest.fixture

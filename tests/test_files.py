@@ -2,11 +2,10 @@
 import os
 
 import pytest
-
 from cli_support import NO_TRAINING, guide_text, invoke, migrated, write
-from ddpify import files
-from ddpify.files import SourceError, decode, twin_of, source_of_twin, write_atomically
 
+from ddpify import files
+from ddpify.files import SourceError, decode, source_of_twin, twin_of, write_atomically
 
 # -- atomic writes -------------------------------------------------------------------------
 
@@ -19,7 +18,8 @@ def test_write_atomically_replaces_in_one_step(tmp_path, monkeypatch):
         # At the moment of the rename the new bytes are complete in a temporary file
         # beside the target, and the target still holds the old ones.
         assert os.path.dirname(source) == str(tmp_path)
-        assert open(source, "rb").read() == b"new\n"
+        with open(source, "rb") as written:
+            assert written.read() == b"new\n"
         assert target.read_bytes() == b"old\n"
         renames.append((source, destination))
         real_replace(source, destination)

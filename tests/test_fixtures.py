@@ -4,11 +4,16 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-
 from fixture_cases import FIXTURES, all_cases, format_diagnostics
 from script_runs import (
-    evaluation_env, evaluation_log, problems_distributed, problems_evaluation_fetches, problems_evaluation_lines,
-    problems_single_process, run_python, run_torchrun,
+    evaluation_env,
+    evaluation_log,
+    problems_distributed,
+    problems_evaluation_fetches,
+    problems_evaluation_lines,
+    problems_single_process,
+    run_python,
+    run_torchrun,
 )
 
 CASES = all_cases()
@@ -52,7 +57,7 @@ NEEDS_NUMPY = ("all_gather_object", "broadcast_object_list", "gather_object", "s
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
 def test_emitted_code_needs_no_numpy(case):
     def calls(text):
-        return set(re.findall(r"\b(%s)\(" % "|".join(NEEDS_NUMPY), text))
+        return set(re.findall(r"\b({})\(".format("|".join(NEEDS_NUMPY)), text))
 
     assert calls(case.expected.read_text()) <= calls(case.input.read_text())
 

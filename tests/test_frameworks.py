@@ -1,8 +1,8 @@
 """Scripts that another framework already distributes come out byte-identical, with DDP900
 naming the framework and the line (issue 10, item 5)."""
 import pytest
-
 from cli_support import invoke, write
+
 from ddpify.api import migrate_source
 
 # A loop that trains: without the framework lines, ddpify migrates it.

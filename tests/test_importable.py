@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from fixture_cases import all_cases
 from script_runs import run_forked
 

@@ -12,20 +12,26 @@ import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Optional
 
 import pytest
 import yaml
 from click.testing import CliRunner
+from fixture_cases import FIXTURES
+from script_runs import GLOO_TEARDOWN_ABORT, TORCHRUN_ENV_VARS
 
 from ddpify.cli import main
 from ddpify.launch.templates import (
-    KUBEFLOW_CONTAINER, KUBEFLOW_PORT_NAME, LaunchPlan, default_job_name, pytorchjob_manifest,
-    sbatch_script, torchrun_script,
+    KUBEFLOW_CONTAINER,
+    KUBEFLOW_PORT_NAME,
+    LaunchPlan,
+    default_job_name,
+    pytorchjob_manifest,
+    sbatch_script,
+    torchrun_script,
 )
-from fixture_cases import FIXTURES
-from script_runs import GLOO_TEARDOWN_ABORT, TORCHRUN_ENV_VARS
 
 MIGRATED = FIXTURES / "guide" / "guide_image_classifier" / "expected.py"
 NOT_MIGRATED = FIXTURES / "guide" / "guide_image_classifier" / "input.py"
@@ -38,13 +44,13 @@ PLAN = LaunchPlan(script="jobs/train_ddp.py", nodes=3, gpus_per_node=4, script_a
 
 # -- the checks, each shown failing on a broken file below ------------------------------------
 
-def bash_syntax_problems(text: str) -> List[str]:
+def bash_syntax_problems(text: str) -> list[str]:
     """What `bash -n` (parse, run nothing) says about a script."""
     checked = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True)
     return [checked.stderr.strip()] if checked.returncode else []
 
 
-def torchrun_argv_problems(argv: Sequence[str], script: str, script_args: Sequence[str]) -> List[str]:
+def torchrun_argv_problems(argv: Sequence[str], script: str, script_args: Sequence[str]) -> list[str]:
     """What torchrun's own argument parser refuses in a command (argv[0] is torchrun), or
     where it finds a script or arguments other than the ones meant."""
     from torch.distributed.run import get_args_parser
@@ -64,7 +70,7 @@ def torchrun_argv_problems(argv: Sequence[str], script: str, script_args: Sequen
     return []
 
 
-def sbatch_directives(text: str) -> Dict[str, str]:
+def sbatch_directives(text: str) -> dict[str, str]:
     """The #SBATCH options sbatch reads: those before the first command (later ones are
     comments to it)."""
     directives = {}
@@ -77,7 +83,7 @@ def sbatch_directives(text: str) -> Dict[str, str]:
     return directives
 
 
-def pytorchjob_problems(document: dict, nodes: int, gpus_per_node: int) -> List[str]:
+def pytorchjob_problems(document: dict, nodes: int, gpus_per_node: int) -> list[str]:
     """The fields the Kubeflow training operator reads from a PyTorchJob."""
     problems = []
     if document.get("apiVersion") != "kubeflow.org/v1" or document.get("kind") != "PyTorchJob":
@@ -102,7 +108,7 @@ def pytorchjob_problems(document: dict, nodes: int, gpus_per_node: int) -> List[
         container = named[0]
         if not container.get("image"):
             problems.append(f"{role}: no image")
-        if not container.get("command", [""])[0] == "torchrun":
+        if container.get("command", [""])[0] != "torchrun":
             problems.append(f"{role}: the command does not start torchrun")
         if KUBEFLOW_PORT_NAME not in [port.get("name") for port in container.get("ports", [])]:
             problems.append(f"{role}: no port named {KUBEFLOW_PORT_NAME}")
@@ -115,7 +121,7 @@ def pytorchjob_problems(document: dict, nodes: int, gpus_per_node: int) -> List[
     return problems
 
 
-def kubernetes_expanded(word: str, env: Dict[str, str]) -> str:
+def kubernetes_expanded(word: str, env: dict[str, str]) -> str:
     """What Kubernetes makes of $(VAR) and $$ in a container command."""
     out, index = [], 0
     while index < len(word):
@@ -151,7 +157,7 @@ _STAND_INS = {
 
 
 def run_with_stand_ins(text: str, tmp_path: Path, args: Sequence[str] = (),
-                       env: Optional[Dict[str, str]] = None) -> List[List[str]]:
+                       env: Optional[dict[str, str]] = None) -> list[list[str]]:
     """Runs a launch script with bash; returns the commands the stand-ins were started with."""
     bin_dir = tmp_path / "stand-ins"
     bin_dir.mkdir(exist_ok=True)
@@ -359,11 +365,11 @@ def _start_launch_script(script: Path, log_dir: Path, args: Sequence[str] = ()) 
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _failures(start_runs: Callable[[], Sequence[subprocess.Popen]], log_dirs: Sequence[Path]) -> List[str]:
+def _failures(start_runs: Callable[[], Sequence[subprocess.Popen]], log_dirs: Sequence[Path]) -> list[str]:
     """The stderr tail of each run that failed, once runs started together have finished.
     Gloo's threads sometimes abort at exit under CPU contention, after the script is done
     (see script_runs.py): such runs are started again once, with fresh log folders."""
-    failures: List[str] = []
+    failures: list[str] = []
     for _ in range(2):
         started = start_runs()
         outputs = [run.communicate(timeout=300) for run in started]
@@ -375,7 +381,7 @@ def _failures(start_runs: Callable[[], Sequence[subprocess.Popen]], log_dirs: Se
     return failures
 
 
-def _rank_outputs(log_dir: Path) -> Dict[str, str]:
+def _rank_outputs(log_dir: Path) -> dict[str, str]:
     """stdout of each local rank of a torchrun run that teed into log_dir, by rank folder."""
     return {path.parent.name: path.read_text()
             for path in sorted(log_dir.glob("*/attempt_0/*/stdout.log"))}

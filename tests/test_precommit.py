@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from cli_support import NO_TRAINING, guide_text, invoke, migrated, snapshot, write
 
 ROOT = Path(__file__).resolve().parent.parent

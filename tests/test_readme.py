@@ -5,8 +5,9 @@ import shlex
 import shutil
 from pathlib import Path
 
-from ddpify.rules.registry import RULES
 from regenerate_readme_rules import row
+
+from ddpify.rules.registry import RULES
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()

@@ -6,8 +6,9 @@ with the reason it has none and where it is tested instead.
 """
 import re
 
-from ddpify.rules.registry import RULES
 from fixture_cases import all_cases
+
+from ddpify.rules.registry import RULES
 
 # Codes without a fixture. Remove a code from here when a fixture shows it (the test below
 # fails on a code listed here that a fixture shows); add one only with its reason.

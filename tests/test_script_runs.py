@@ -6,10 +6,16 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from script_runs import (
-    Run, evaluation_env, evaluation_log, problems_distributed, problems_evaluation_fetches,
-    problems_evaluation_lines, problems_single_process, run_python, run_torchrun,
+    Run,
+    evaluation_env,
+    evaluation_log,
+    problems_distributed,
+    problems_evaluation_fetches,
+    problems_evaluation_lines,
+    problems_single_process,
+    run_python,
+    run_torchrun,
 )
 
 DATA = Path(__file__).resolve().parent / "data"

@@ -1,6 +1,7 @@
 """Names made from the clock or a random draw: shared from rank 0 only where they name files."""
-from ddpify.api import migrate_source
 from snippets import HEAD, codes
+
+from ddpify.api import migrate_source
 
 
 def test_a_clock_used_for_timing_is_left_alone():

@@ -1,6 +1,7 @@
 """Rank-0 side effects: the cases the fixtures do not show."""
-from ddpify.api import migrate_source
 from snippets import HEAD, codes
+
+from ddpify.api import migrate_source
 
 
 def test_reading_a_file_is_not_guarded():

@@ -1,5 +1,6 @@
 """`# ddpify: ignore[CODE]` comments (issue 18, item 5): what they silence, and DDP920."""
 from cli_support import FIXTURES, invoke, write
+
 from ddpify.api import migrate_source
 from ddpify.diagnostics import Diagnostic
 from ddpify.options import Options

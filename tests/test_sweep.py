@@ -8,8 +8,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import sweep  # noqa: E402
-from ddpify.analysis.effects import FunctionEffects  # noqa: E402
 from fixture_cases import all_cases  # noqa: E402
+
+from ddpify.analysis.effects import FunctionEffects  # noqa: E402
 
 _FILES = None
 

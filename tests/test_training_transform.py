@@ -1,6 +1,7 @@
 """The training loop: accumulation and epoch figures, the cases the fixtures do not show."""
-from ddpify.api import migrate_source
 from snippets import HEAD, codes
+
+from ddpify.api import migrate_source
 
 
 def test_step_condition_computed_from_the_loss_is_reported_as_rank_divergent():

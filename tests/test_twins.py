@@ -1,7 +1,7 @@
 """A twin fixed by hand and marked so (issue 18, item 6): kept until its source changes."""
 import pytest
-
 from cli_support import NEEDS_A_PERSON, invoke, snapshot, write
+
 from ddpify.twins import marker_line, source_hash
 
 HAND_FIX = "# the sampler made rank-aware by hand\n"

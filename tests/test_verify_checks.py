@@ -18,7 +18,14 @@ from ddpify.verify.checks.runs import check_runs
 from ddpify.verify.checks.same_as_original import check_same_as_original
 from ddpify.verify.records import RunResult
 from ddpify.verify.run_set import (
-    HANDOFF, IMPORT, MULTINODE, ORIGINAL, ORIGINAL_IMPORT, SINGLE, TORCHRUN, RunSet,
+    HANDOFF,
+    IMPORT,
+    MULTINODE,
+    ORIGINAL,
+    ORIGINAL_IMPORT,
+    SINGLE,
+    TORCHRUN,
+    RunSet,
 )
 
 

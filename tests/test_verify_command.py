@@ -1,6 +1,7 @@
 """The verify command line without running any script: usage errors exit 2."""
 import importlib.util
 import os
+from pathlib import Path
 
 from click.testing import CliRunner
 
@@ -139,7 +140,7 @@ def test_nothing_migrated_exits_as_the_migration_does(tmp_path):
     assert f"nothing to verify: ddpify leaves {script} unchanged (DDP208" in result.output
     project = tmp_path / "project"
     project.mkdir()
-    (project / "train.py").write_text(open(script).read())
+    (project / "train.py").write_text(Path(script).read_text())
     result = invoke(str(project / "train.py"), "--project", str(project))
     assert result.exit_code == 1 and "leaves every file of" in result.output, result.output
 

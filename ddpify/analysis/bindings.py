@@ -1,6 +1,7 @@
 """Names a loop binds and the code after it reads: whether a figure set in an evaluation
 loop outlives it (figures.py)."""
-from typing import List, Optional, Sequence, Set
+from collections.abc import Sequence
+from typing import Optional
 
 import libcst as cst
 
@@ -8,10 +9,10 @@ from ddpify.analysis import Facts
 from ddpify.analysis.nodes import names_in
 
 
-def rebound(node: cst.CSTNode) -> Set[str]:
+def rebound(node: cst.CSTNode) -> set[str]:
     """Names bound as a whole in node (`x = ...`, `x += ...`, `for x in`, `as x`); not a
     table's entries (`counts[k] += 1` leaves `counts` the same object)."""
-    found: Set[str] = set()
+    found: set[str] = set()
 
     class _Targets(cst.CSTVisitor):
         def visit_AssignTarget(self, target: cst.AssignTarget) -> None:
@@ -42,16 +43,16 @@ def scope_statements(facts: Facts, loop: cst.For) -> Sequence[cst.CSTNode]:
             if not isinstance(statement, (cst.FunctionDef, cst.ClassDef))]
 
 
-def names_read_after(facts: Facts, loop: cst.For) -> Set[str]:
+def names_read_after(facts: Facts, loop: cst.For) -> set[str]:
     """Names read after the loop before anything binds them again: the rest of each block
     around it up to its function, and for an enclosing loop the start of its next pass."""
-    following: List[cst.CSTNode] = []
+    following: list[cst.CSTNode] = []
     node: cst.CSTNode = loop
     while True:
         block = facts.parents.get(node)
         if not isinstance(block, (cst.IndentedBlock, cst.Module)):
             break
-        body: List[cst.CSTNode] = list(block.body)
+        body: list[cst.CSTNode] = list(block.body)
         index = body.index(node)
         following.extend(body[index + 1:])
         owner = facts.parents.get(block)
@@ -63,10 +64,10 @@ def names_read_after(facts: Facts, loop: cst.For) -> Set[str]:
     return _reads_before_rebinding(following)
 
 
-def _reads_before_rebinding(statements: Sequence[cst.CSTNode], bound: Optional[Set[str]] = None) -> Set[str]:
+def _reads_before_rebinding(statements: Sequence[cst.CSTNode], bound: Optional[set[str]] = None) -> set[str]:
     """Names read before a statement of the sequence binds them again. Inside a with or a
     for body the same holds; a binding inside an if may not happen, so it binds nothing."""
-    read: Set[str] = set()
+    read: set[str] = set()
     bound = set(bound or ())
     for statement in statements:
         if isinstance(statement, cst.SimpleStatementLine):
@@ -102,8 +103,8 @@ def _body_of(statement: cst.CSTNode) -> Sequence[cst.CSTNode]:
     return list(body.body) if isinstance(body, cst.IndentedBlock) else []
 
 
-def _top_level_bindings(statements: Sequence[cst.CSTNode]) -> Set[str]:
-    found: Set[str] = set()
+def _top_level_bindings(statements: Sequence[cst.CSTNode]) -> set[str]:
+    found: set[str] = set()
     for statement in statements:
         if isinstance(statement, cst.SimpleStatementLine):
             for small in statement.body:
@@ -112,7 +113,7 @@ def _top_level_bindings(statements: Sequence[cst.CSTNode]) -> Set[str]:
     return found
 
 
-def _bound_by(target: cst.BaseExpression) -> Set[str]:
+def _bound_by(target: cst.BaseExpression) -> set[str]:
     if isinstance(target, cst.Name):
         return {target.value}
     if isinstance(target, (cst.Tuple, cst.List)):
@@ -120,9 +121,9 @@ def _bound_by(target: cst.BaseExpression) -> Set[str]:
     return set()
 
 
-def in_order(loop: cst.For, names: Set[str]) -> List[str]:
+def in_order(loop: cst.For, names: set[str]) -> list[str]:
     """Names in the order the loop body first mentions them (the gathered tuple's order)."""
-    ordered: List[str] = []
+    ordered: list[str] = []
 
     class _Order(cst.CSTVisitor):
         def visit_Name(self, node: cst.Name) -> None:

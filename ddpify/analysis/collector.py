@@ -1,5 +1,6 @@
 """The one traversal of a module that records its facts (see facts.FactRecord)."""
-from typing import TYPE_CHECKING, AbstractSet, Dict, List, Optional, Set, Tuple, Union, cast
+from collections.abc import Set as AbstractSet
+from typing import TYPE_CHECKING, Optional, Union, cast
 
 import libcst as cst
 from libcst.metadata import PositionProvider
@@ -41,27 +42,27 @@ class Collector(cst.CSTVisitor):
         super().__init__()
         self.facts = facts
         self.project = project
-        self.helper_calls: Dict[cst.Call, Tuple[str, Optional[Statement]]] = {}
-        self._function_stack: List[cst.FunctionDef] = []
+        self.helper_calls: dict[cst.Call, tuple[str, Optional[Statement]]] = {}
+        self._function_stack: list[cst.FunctionDef] = []
         # Parents are recorded on the way down: cheaper than a ParentNodeProvider pass,
         # and a node's ancestors are always known by the time it is visited.
-        self.parents: Dict[cst.CSTNode, cst.CSTNode] = {}
-        self._ancestors: List[cst.CSTNode] = []
+        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self._ancestors: list[cst.CSTNode] = []
         # What each imported name stands for: `nn` -> "torch.nn", `DL` ->
         # "torch.utils.data.DataLoader". A table of the file's imports answers what libcst's
         # QualifiedNameProvider would, for a fraction of its cost (its scope analysis was
         # half of ddpify's time); rebinding an imported name to something else is not seen.
-        self._aliases: Dict[str, str] = {}
+        self._aliases: dict[str, str] = {}
         # The top-level statement being visited, the names each one mentions, and those
         # that hold training code: to tell whether running the file trains anything.
         self._top: Optional[cst.CSTNode] = None
-        self.names_in_top: Dict[cst.CSTNode, Set[str]] = {}
-        self.training_tops: Set[cst.CSTNode] = set()
-        self.training_calls: List[cst.Call] = []
+        self.names_in_top: dict[cst.CSTNode, set[str]] = {}
+        self.training_tops: set[cst.CSTNode] = set()
+        self.training_calls: list[cst.Call] = []
         # (function, name) -> the names of the iterable a progress bar or enumerate() held
         # in that name goes over.
-        self.iteration_wrappers: Dict[Tuple[Optional[cst.FunctionDef], str], List[str]] = {}
-        self.next_calls: List[cst.Call] = []
+        self.iteration_wrappers: dict[tuple[Optional[cst.FunctionDef], str], list[str]] = {}
+        self.next_calls: list[cst.Call] = []
         self._devices = DeviceValues(facts.module, self._calls)
 
     def _note_training(self) -> None:
@@ -82,7 +83,7 @@ class Collector(cst.CSTVisitor):
         self._ancestors.pop()
 
     # --- helpers ---------------------------------------------------------------------------
-    def _qualified(self, node: cst.BaseExpression) -> Set[str]:
+    def _qualified(self, node: cst.BaseExpression) -> set[str]:
         # A call on a call (`model(x).sum`) resolves to misleading names: only trust plain
         # names and attribute chains.
         dotted = dotted_name(node)
@@ -141,8 +142,8 @@ class Collector(cst.CSTVisitor):
         self._function_stack.pop()
 
     def _record_unused_submodules(self, node: cst.ClassDef) -> None:
-        created: Dict[str, cst.Assign] = {}
-        used: Set[str] = set()
+        created: dict[str, cst.Assign] = {}
+        used: set[str] = set()
         for method in node.body.body:
             if not isinstance(method, cst.FunctionDef):
                 continue
@@ -389,9 +390,9 @@ class Collector(cst.CSTVisitor):
                         Model(model, self._statement(node), self._function())
                     )
 
-    def _calls_in_values_of(self, node: Optional[cst.BaseExpression], depth: int = 0) -> List[cst.Call]:
+    def _calls_in_values_of(self, node: Optional[cst.BaseExpression], depth: int = 0) -> list[cst.Call]:
         """The calls in what the names read by `node` were assigned so far (two levels)."""
-        found: List[cst.Call] = []
+        found: list[cst.Call] = []
         if node is None or depth > 1:
             return found
         for name in set(names_within(node)):

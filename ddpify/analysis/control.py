@@ -1,6 +1,7 @@
 """Loops and training: the epoch loop around a pass over a loader, where training starts,
 which functions and loops train, and which top-level code runs when the file runs."""
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from collections.abc import Iterable
+from typing import Optional
 
 import libcst as cst
 
@@ -12,7 +13,7 @@ class Facts(ValueFlow):
     """Everything one read of the module found, with the queries over it."""
 
     def epoch_loops(self, name: str, function: Optional[cst.FunctionDef],
-                    depth: int = 0) -> List[Tuple[cst.For, str]]:
+                    depth: int = 0) -> list[tuple[cst.For, str]]:
         """Loops around each pass over the loader held by `name` in `function`.
 
         Follows the loader into the functions it is passed to (`train(model, loader)`), so the
@@ -20,7 +21,7 @@ class Facts(ValueFlow):
         name the loader has inside that loop). An attribute (`self.loader`) is followed into
         every method of its class.
         """
-        found: List[Tuple[cst.For, str]] = []
+        found: list[tuple[cst.For, str]] = []
         if depth > 3:
             return found
         for loop in self.loops_over.get(name, ()):
@@ -55,11 +56,11 @@ class Facts(ValueFlow):
         """The loop's body trains, itself or through a function it calls."""
         return loop in self.training_loops or loop in self.loops_calling_training
 
-    def batch_loops_without_loader(self) -> List[cst.For]:
+    def batch_loops_without_loader(self) -> list[cst.For]:
         """Innermost training loops that iterate no DataLoader: batches built by hand."""
         holders = self.loader_holders()
         outer = {enclosing for loop in self.training_loops for enclosing in self.enclosing_loops(loop)}
-        found: List[cst.For] = []
+        found: list[cst.For] = []
         for loop in self.training_loops - outer:
             function = self.function_of(loop)
             if not any((function, name) in holders or (None, name) in holders and not self.binds_locally(
@@ -69,8 +70,8 @@ class Facts(ValueFlow):
         return sorted(found, key=self.line_of)
 
     def _loops_around_calls_of(self, function: Optional[cst.FunctionDef],
-                               name: str) -> List[Tuple[cst.For, str]]:
-        found: List[Tuple[cst.For, str]] = []
+                               name: str) -> list[tuple[cst.For, str]]:
+        found: list[tuple[cst.For, str]] = []
         for call in self.calls_of(function):
             outer = self.enclosing_loops(call)
             if outer:
@@ -80,14 +81,14 @@ class Facts(ValueFlow):
     def first_training_call_in(self, function: Optional[cst.FunctionDef]) -> Optional[cst.Call]:
         """The first call in `function` (None: the module) that trains: backward(), an
         optimizer's step(), a call of a function that trains; None when it trains nowhere."""
-        calls: List[cst.Call] = [*self.training_calls, *self.training_helper_calls]
+        calls: list[cst.Call] = [*self.training_calls, *self.training_helper_calls]
         for trainer in self.training_functions:
             calls.extend(self.calls_of(trainer))
         here = [call for call in calls if self.function_of(call) is function]
         return min(here, key=self.start_of, default=None)
 
 
-def mark_loops_calling_training_functions(facts: Facts, training_calls: List[cst.Call]) -> None:
+def mark_loops_calling_training_functions(facts: Facts, training_calls: list[cst.Call]) -> None:
     """A loop that calls a function or method that trains (`self._run_batch(x, y)`, whose
     body calls backward) trains too, and so does the function around it, in turn."""
     training = functions_of(facts, training_calls)
@@ -109,12 +110,12 @@ def mark_loops_calling_training_functions(facts: Facts, training_calls: List[cst
                 pending.append(caller)
 
 
-def functions_of(facts: Facts, calls: Iterable[cst.Call]) -> Set[cst.FunctionDef]:
+def functions_of(facts: Facts, calls: Iterable[cst.Call]) -> set[cst.FunctionDef]:
     """The functions the calls sit in; calls at module level have none."""
     return {function for function in map(facts.function_of, calls) if function is not None}
 
 
-def reached_when_run(module: cst.Module, names_in_top: Dict[cst.CSTNode, Set[str]]) -> Set[cst.CSTNode]:
+def reached_when_run(module: cst.Module, names_in_top: dict[cst.CSTNode, set[str]]) -> set[cst.CSTNode]:
     """Top-level statements that run when the file runs: module-level code, and the
     functions and classes it names, and those they name in turn. A library whose methods
     call .backward() trains nothing when imported or run, and is left alone."""
@@ -122,7 +123,7 @@ def reached_when_run(module: cst.Module, names_in_top: Dict[cst.CSTNode, Set[str
                    if isinstance(statement, (cst.FunctionDef, cst.ClassDef))}
     pending = [statement for statement in module.body
                if not isinstance(statement, (cst.FunctionDef, cst.ClassDef))]
-    reached: Set[cst.CSTNode] = set(pending)
+    reached: set[cst.CSTNode] = set(pending)
     while pending:
         for name in names_in_top.get(pending.pop(), ()):
             definition = definitions.get(name)
@@ -132,7 +133,7 @@ def reached_when_run(module: cst.Module, names_in_top: Dict[cst.CSTNode, Set[str
     return reached
 
 
-def innermost_common_block(facts: Facts, nodes: List[cst.CSTNode]) -> cst.CSTNode:
+def innermost_common_block(facts: Facts, nodes: list[cst.CSTNode]) -> cst.CSTNode:
     """The deepest module or indented block that holds every node."""
     chains = [blocks_around(facts, node) for node in nodes]
     common: cst.CSTNode = facts.module
@@ -143,9 +144,9 @@ def innermost_common_block(facts: Facts, nodes: List[cst.CSTNode]) -> cst.CSTNod
     return common
 
 
-def blocks_around(facts: Facts, node: cst.CSTNode) -> List[cst.CSTNode]:
+def blocks_around(facts: Facts, node: cst.CSTNode) -> list[cst.CSTNode]:
     """The blocks around a node, outermost first."""
-    blocks: List[cst.CSTNode] = []
+    blocks: list[cst.CSTNode] = []
     parent = facts.parents.get(node)
     while parent is not None:
         if isinstance(parent, (cst.IndentedBlock, cst.Module)):

@@ -8,7 +8,8 @@ call ddpify does not know, a change to an object it was handed - makes it OPAQUE
 call stays on every rank as it was. The modules are read with `ast`, never rewritten.
 """
 import ast
-from typing import Callable, Dict, Iterator, List, Optional, Set, Union
+from collections.abc import Iterator
+from typing import Callable, Optional, Union
 
 from ddpify.analysis import names
 
@@ -75,7 +76,7 @@ class FunctionEffects:
                  resolve_elsewhere: Optional[Resolve] = None) -> None:
         self._functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
         self.classes = [node.name for node in tree.body if isinstance(node, ast.ClassDef)]
-        self._class_of: Dict[str, str] = {}
+        self._class_of: dict[str, str] = {}
         for node in tree.body:
             if isinstance(node, ast.ClassDef):
                 for method in node.body:
@@ -89,10 +90,10 @@ class FunctionEffects:
                         and self.qualified(_dotted(node.value.func) or "") == names.GET_LOGGER
                         for target in node.targets if isinstance(target, ast.Name)}
         self._resolve_elsewhere = resolve_elsewhere
-        self._known: Dict[str, str] = {}
+        self._known: dict[str, str] = {}
 
     @property
-    def functions(self) -> List[str]:
+    def functions(self) -> list[str]:
         """Top-level functions and methods ("Class.method")."""
         return list(self._functions)
 
@@ -155,7 +156,7 @@ class FunctionEffects:
 
 
 
-def strongest(effects: List[str]) -> str:
+def strongest(effects: list[str]) -> str:
     if OPAQUE in effects or MIXED in effects:
         return OPAQUE
     return max(effects, key=_RANK.__getitem__, default=PURE)
@@ -274,8 +275,8 @@ class _Reader:
         qualified = self.module.qualified(dotted)
         return qualified in PURE_CALLS or qualified in TENSOR_FUNCTIONS or qualified.startswith(PURE_PREFIXES)
 
-    def _opened_for_writing(self) -> Set[str]:
-        opened: Set[str] = set()
+    def _opened_for_writing(self) -> set[str]:
+        opened: set[str] = set()
         for node in ast.walk(self.function):
             if isinstance(node, ast.With):
                 for item in node.items:
@@ -308,9 +309,9 @@ def _calls_in(statement: ast.stmt) -> Iterator[ast.Call]:
                 yield node
 
 
-def _own_expressions(statement: ast.stmt) -> List[ast.AST]:
+def _own_expressions(statement: ast.stmt) -> list[ast.AST]:
     blocks = {id(inner) for block in _blocks_of(statement) for inner in block}
-    found: List[ast.AST] = []
+    found: list[ast.AST] = []
     for field in ast.iter_child_nodes(statement):
         if id(field) not in blocks and not isinstance(field, (ast.stmt, ast.excepthandler)):
             found.append(field)
@@ -319,7 +320,7 @@ def _own_expressions(statement: ast.stmt) -> List[ast.AST]:
     return found
 
 
-def _blocks_of(statement: ast.stmt) -> List[List[ast.stmt]]:
+def _blocks_of(statement: ast.stmt) -> list[list[ast.stmt]]:
     blocks = [getattr(statement, name) for name in ("body", "orelse", "finalbody")
               if isinstance(getattr(statement, name, None), list)]
     if isinstance(statement, ast.Try):
@@ -327,9 +328,9 @@ def _blocks_of(statement: ast.stmt) -> List[List[ast.stmt]]:
     return blocks
 
 
-def _names_made_in(function: ast.FunctionDef) -> Set[str]:
+def _names_made_in(function: ast.FunctionDef) -> set[str]:
     """Names the function binds to a value it creates (not to one it was handed)."""
-    made: Set[str] = set()
+    made: set[str] = set()
     for node in ast.walk(function):
         if isinstance(node, ast.Assign) and not isinstance(node.value, (ast.Name, ast.Attribute, ast.Subscript)):
             for target in node.targets:
@@ -344,7 +345,7 @@ def _names_made_in(function: ast.FunctionDef) -> Set[str]:
     return made
 
 
-def _bound_names(target: ast.expr) -> Set[str]:
+def _bound_names(target: ast.expr) -> set[str]:
     if isinstance(target, ast.Name):
         return {target.id}
     if isinstance(target, (ast.Tuple, ast.List)):
@@ -361,7 +362,7 @@ def _base_name(node: ast.expr) -> Optional[str]:
 
 
 def _dotted(node: ast.expr) -> Optional[str]:
-    parts: List[str] = []
+    parts: list[str] = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
         node = node.value
@@ -371,10 +372,10 @@ def _dotted(node: ast.expr) -> Optional[str]:
     return ".".join(reversed(parts))
 
 
-def _import_table(tree: ast.Module, package: str) -> Dict[str, str]:
+def _import_table(tree: ast.Module, package: str) -> dict[str, str]:
     """What each imported name of the module stands for (`np` -> "numpy"; in package `utils`,
     `from .misc import bar` -> "utils.misc.bar")."""
-    table: Dict[str, str] = {}
+    table: dict[str, str] = {}
     for node in tree.body:
         if isinstance(node, ast.Import):
             for alias in node.names:

@@ -3,8 +3,9 @@
 The queries over it live above, one concern a module (navigation, values, control), so
 this module imports nothing of ddpify's but the node readers.
 """
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Set, Tuple, Union
+from typing import Optional, Union
 
 import libcst as cst
 from libcst.metadata import CodeRange
@@ -20,7 +21,7 @@ Block = Union[cst.Module, cst.IndentedBlock]
 # suite (`def f(): return x`).
 BlockItem = Union[cst.BaseStatement, cst.BaseSmallStatement]
 # (the function, or None at module level; a name in it): where a value is held.
-Holder = Tuple[Optional[cst.FunctionDef], str]
+Holder = tuple[Optional[cst.FunctionDef], str]
 
 
 @dataclass
@@ -32,7 +33,7 @@ class Loader:
     statement: Statement
     function: Optional[cst.FunctionDef]
     dataset: Optional[cst.BaseExpression]
-    keywords: Dict[str, cst.Arg]
+    keywords: dict[str, cst.Arg]
     # `DataLoader(ds, **loader_kwargs)`: the dict's name; its keys are known only at run time.
     kwargs_name: Optional[str] = None
     # `return DataLoader(...)`: the loader has no name here, only at the call sites.
@@ -77,81 +78,81 @@ class FactRecord:
     module: cst.Module
     already_distributed: Optional[cst.CSTNode] = None
     trains: bool = False
-    device_assignments: List[DeviceAssignment] = field(default_factory=list)
-    loaders: List[Loader] = field(default_factory=list)
+    device_assignments: list[DeviceAssignment] = field(default_factory=list)
+    loaders: list[Loader] = field(default_factory=list)
     # For statements whose iterable mentions a name (a loader, usually), by that name.
-    loops_over: Dict[str, List[cst.For]] = field(default_factory=dict)
-    models: List[Model] = field(default_factory=list)
+    loops_over: dict[str, list[cst.For]] = field(default_factory=dict)
+    models: list[Model] = field(default_factory=list)
     # Statements that touch a name as a whole: `m = ...`, `m.to(...)`, `m.load_state_dict(...)`.
-    statements_touching: Dict[str, List[Statement]] = field(default_factory=dict)
-    fixed_device_moves: List[cst.Call] = field(default_factory=list)
+    statements_touching: dict[str, list[Statement]] = field(default_factory=dict)
+    fixed_device_moves: list[cst.Call] = field(default_factory=list)
     # `.to(...)`, `.cpu()`, `.cuda()` on a name or an attribute chain, by that name
     # (`transformer.eval().cpu()` is under "transformer").
-    device_moves: Dict[str, List[cst.Call]] = field(default_factory=dict)
+    device_moves: dict[str, list[cst.Call]] = field(default_factory=dict)
     # `device == "cuda"`, `"cuda" in device`: comparisons of a name with a string.
-    string_comparisons: List[cst.Comparison] = field(default_factory=list)
-    fixed_device_values: List[cst.BaseExpression] = field(default_factory=list)
-    set_device_statements: List[Statement] = field(default_factory=list)
-    visible_devices_statements: List[Statement] = field(default_factory=list)
-    output_statements: List[Statement] = field(default_factory=list)
-    save_calls: List[cst.Call] = field(default_factory=list)
+    string_comparisons: list[cst.Comparison] = field(default_factory=list)
+    fixed_device_values: list[cst.BaseExpression] = field(default_factory=list)
+    set_device_statements: list[Statement] = field(default_factory=list)
+    visible_devices_statements: list[Statement] = field(default_factory=list)
+    output_statements: list[Statement] = field(default_factory=list)
+    save_calls: list[cst.Call] = field(default_factory=list)
     # Calls of the project's own helper functions that only compute, print or write files
     # (ddpify/project.py), or also print beside work every rank must do (MIXED), with that
     # effect; a statement call of one that prints or writes is in output_statements too.
-    helper_effects: Dict[cst.Call, str] = field(default_factory=dict)
+    helper_effects: dict[cst.Call, str] = field(default_factory=dict)
     # Calls of the project's helpers that take training steps (engine.train_one_epoch).
-    training_helper_calls: List[cst.Call] = field(default_factory=list)
-    load_calls: List[cst.Call] = field(default_factory=list)
+    training_helper_calls: list[cst.Call] = field(default_factory=list)
+    load_calls: list[cst.Call] = field(default_factory=list)
     main_guard: Optional[cst.If] = None
-    data_parallel_calls: List[cst.Call] = field(default_factory=list)
-    batchnorm_calls: List[cst.Call] = field(default_factory=list)
+    data_parallel_calls: list[cst.Call] = field(default_factory=list)
+    batchnorm_calls: list[cst.Call] = field(default_factory=list)
     # Names bound to what a function of another module of the project returns, by the
     # function's full name (`utils.get_loaders`).
-    made_in_other_modules: Dict[str, str] = field(default_factory=dict)
+    made_in_other_modules: dict[str, str] = field(default_factory=dict)
     # Some parameter's requires_grad is set (`p.requires_grad = fine_tune`,
     # `requires_grad_(False)`): a model may reach its wrap with nothing to train.
     freezes_parameters: bool = False
     # Map-style Dataset subclasses defined in the file.
-    dataset_classes: Set[str] = field(default_factory=set)
+    dataset_classes: set[str] = field(default_factory=set)
     # Submodules a module class creates in __init__ but no other method uses, by class name.
-    unused_submodules: Dict[str, List[cst.Assign]] = field(default_factory=dict)
+    unused_submodules: dict[str, list[cst.Assign]] = field(default_factory=dict)
     # `m = torch.compile(m)` statements, by model name.
-    compile_statements: Dict[str, List[Statement]] = field(default_factory=dict)
+    compile_statements: dict[str, list[Statement]] = field(default_factory=dict)
     # Other mentions of DataParallel, such as isinstance(model, nn.DataParallel).
-    data_parallel_references: List[cst.BaseExpression] = field(default_factory=list)
+    data_parallel_references: list[cst.BaseExpression] = field(default_factory=list)
     # `model.module`, by the dotted name of the model.
-    module_accesses: Dict[str, List[cst.Attribute]] = field(default_factory=dict)
+    module_accesses: dict[str, list[cst.Attribute]] = field(default_factory=dict)
     # `x.attr` read (not assigned) on a dotted name, by that name.
-    attribute_reads: Dict[str, List[cst.Attribute]] = field(default_factory=dict)
+    attribute_reads: dict[str, list[cst.Attribute]] = field(default_factory=dict)
     # Data: DataLoader and IterableDataset subclasses defined here (a loader class maps to
     # whether its constructor takes `sampler=`), what each name is assigned, loops whose
     # body trains, statements that download a dataset, loops that slice batches by hand.
-    loader_classes: Dict[str, bool] = field(default_factory=dict)
-    iterable_dataset_classes: Set[str] = field(default_factory=set)
-    assigned_values: Dict[str, List[cst.BaseExpression]] = field(default_factory=dict)
-    random_sampler_calls: Set[cst.Call] = field(default_factory=set)
+    loader_classes: dict[str, bool] = field(default_factory=dict)
+    iterable_dataset_classes: set[str] = field(default_factory=set)
+    assigned_values: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
+    random_sampler_calls: set[cst.Call] = field(default_factory=set)
     # Every DataLoader call, also those that are no `name = DataLoader(...)` (a dict of them).
-    loader_calls: List[cst.Call] = field(default_factory=list)
-    training_loops: Set[cst.For] = field(default_factory=set)
+    loader_calls: list[cst.Call] = field(default_factory=list)
+    training_loops: set[cst.For] = field(default_factory=set)
     # `loss.backward()` and `optimizer.step()` calls, wherever they are.
-    training_calls: List[cst.Call] = field(default_factory=list)
+    training_calls: list[cst.Call] = field(default_factory=list)
     # Loops that train through a call (`self._run_batch(x, y)` calls backward).
-    loops_calling_training: Set[cst.For] = field(default_factory=set)
+    loops_calling_training: set[cst.For] = field(default_factory=set)
     # Functions that train: their body calls backward() or step(), or calls one that does.
-    training_functions: Set[cst.FunctionDef] = field(default_factory=set)
-    download_statements: List[Statement] = field(default_factory=list)
-    sliced_batch_loops: List[cst.For] = field(default_factory=list)
+    training_functions: set[cst.FunctionDef] = field(default_factory=set)
+    download_statements: list[Statement] = field(default_factory=list)
+    sliced_batch_loops: list[cst.For] = field(default_factory=list)
     # Functions and methods by name, and calls of them by bare or `self.` name.
-    functions: Dict[str, cst.FunctionDef] = field(default_factory=dict)
+    functions: dict[str, cst.FunctionDef] = field(default_factory=dict)
     # Classes defined here, by name, with their __init__ (None when they inherit it).
-    class_inits: Dict[str, Optional[cst.FunctionDef]] = field(default_factory=dict)
-    calls_by_callee: Dict[str, List[cst.Call]] = field(default_factory=dict)
+    class_inits: dict[str, Optional[cst.FunctionDef]] = field(default_factory=dict)
+    calls_by_callee: dict[str, list[cst.Call]] = field(default_factory=dict)
     # Every call by the qualified name of what it calls (`tqdm.tqdm`, `builtins.open`).
-    calls_named: Dict[str, List[cst.Call]] = field(default_factory=dict)
-    bound_names: Set[str] = field(default_factory=set)
+    calls_named: dict[str, list[cst.Call]] = field(default_factory=dict)
+    bound_names: set[str] = field(default_factory=set)
     # `self.x = value` in each method: {method: {"self.x": [value, ...]}}.
-    self_assignments: Dict[cst.FunctionDef, Dict[str, List[cst.BaseExpression]]] = field(
+    self_assignments: dict[cst.FunctionDef, dict[str, list[cst.BaseExpression]]] = field(
         default_factory=dict)
-    local_names: Dict[cst.FunctionDef, Set[str]] = field(default_factory=dict, repr=False)
+    local_names: dict[cst.FunctionDef, set[str]] = field(default_factory=dict, repr=False)
     positions: Mapping[cst.CSTNode, CodeRange] = field(default_factory=dict, repr=False)
-    parents: Dict[cst.CSTNode, cst.CSTNode] = field(default_factory=dict, repr=False)
+    parents: dict[cst.CSTNode, cst.CSTNode] = field(default_factory=dict, repr=False)

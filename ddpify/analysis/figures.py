@@ -6,7 +6,7 @@ on the CPU, tables of counts. Anything else (a metric object, a tensor sum, the 
 an exit on a value of the batch, gradients on) is a reason, in words, to keep the set whole.
 """
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Set
+from typing import Optional
 
 import libcst as cst
 
@@ -29,16 +29,16 @@ SCALAR_FUNCTIONS = frozenset({"len", "int", "float", "round", "abs", "sum", "min
 class Figures:
     """What an evaluation loop leaves behind, in the order the loop first sets it."""
 
-    sums: List[str] = field(default_factory=list)
+    sums: list[str] = field(default_factory=list)
     # Lists filled once per batch: name -> items per batch ("1" for append, the batch size
     # for extend).
-    lists: Dict[str, str] = field(default_factory=dict)
+    lists: dict[str, str] = field(default_factory=dict)
     # `num_batches = len(loader)` before the loop: this rank's count, gathered like a sum.
-    batch_counts: List[str] = field(default_factory=list)
+    batch_counts: list[str] = field(default_factory=list)
     # `len(loader)` read after the loop: replaced by a gathered count.
-    batch_count_reads: List[cst.Call] = field(default_factory=list)
+    batch_count_reads: list[cst.Call] = field(default_factory=list)
     # Tables of counts filled by `table[key] += ...`: name -> "dict", "list" or "tensor".
-    tables: Dict[str, str] = field(default_factory=dict)
+    tables: dict[str, str] = field(default_factory=dict)
 
     @property
     def gathers(self) -> bool:
@@ -112,7 +112,7 @@ def _exit_in(facts: Facts, loop: cst.For) -> Optional[str]:
     """A way out of the loop that would stop the ranks at different batches, or skip the
     gathering: a return, a yield, or a break taken on a value of the batch. A break on a
     value every rank shares (`if args.dry_run: break`) stops them all at the same batch."""
-    found: List[str] = []
+    found: list[str] = []
     bound = rebound(loop.body) | names_in(loop.target)
 
     class _Exits(cst.CSTVisitor):
@@ -140,7 +140,7 @@ def _exit_in(facts: Facts, loop: cst.For) -> Optional[str]:
     return found[0] if found else None
 
 
-def _shared_condition(facts: Facts, node: cst.CSTNode, loop: cst.For, bound: Set[str]) -> bool:
+def _shared_condition(facts: Facts, node: cst.CSTNode, loop: cst.For, bound: set[str]) -> bool:
     """Every `if` between node and the loop tests names the loop does not bind."""
     parent = facts.parents.get(node)
     while parent is not None and parent is not loop:
@@ -163,7 +163,7 @@ def _accumulation(facts: Facts, loop: cst.For, name: str) -> Optional[str]:
     """"sum" when every binding of `name` in the loop is `name += <a Python number>` and it
     starts from a number before the loop; "list" for a list only appended to (see
     _filled_lists); None otherwise."""
-    increments: List[cst.BaseExpression] = []
+    increments: list[cst.BaseExpression] = []
     other = False
 
     class _Bindings(cst.CSTVisitor):
@@ -197,15 +197,12 @@ def _accumulation(facts: Facts, loop: cst.For, name: str) -> Optional[str]:
 
 
 def _starts_from_number(facts: Facts, loop: cst.For, name: str) -> bool:
-    for value in _values_before(facts, loop, name):
-        if isinstance(value, (cst.Integer, cst.Float)):
-            return True
-    return False
+    return any(isinstance(value, (cst.Integer, cst.Float)) for value in _values_before(facts, loop, name))
 
 
-def _values_before(facts: Facts, loop: cst.For, name: str) -> List[cst.BaseExpression]:
+def _values_before(facts: Facts, loop: cst.For, name: str) -> list[cst.BaseExpression]:
     """What `name = ...` (or `a, name = 0, 0`, `a = name = 0`) assigns in the loop's scope, outside it."""
-    found: List[cst.BaseExpression] = []
+    found: list[cst.BaseExpression] = []
 
     class _Assignments(cst.CSTVisitor):
         def on_visit(self, node: cst.CSTNode) -> bool:
@@ -231,8 +228,8 @@ def _values_before(facts: Facts, loop: cst.For, name: str) -> List[cst.BaseExpre
     return found
 
 
-def _simple_assignments(body: cst.CSTNode) -> Dict[str, List[cst.BaseExpression]]:
-    found: Dict[str, List[cst.BaseExpression]] = {}
+def _simple_assignments(body: cst.CSTNode) -> dict[str, list[cst.BaseExpression]]:
+    found: dict[str, list[cst.BaseExpression]] = {}
 
     class _Assignments(cst.CSTVisitor):
         def visit_Assign(self, node: cst.Assign) -> None:
@@ -244,7 +241,7 @@ def _simple_assignments(body: cst.CSTNode) -> Dict[str, List[cst.BaseExpression]
     return found
 
 
-def _python_number(value: cst.BaseExpression, assigned: Dict[str, List[cst.BaseExpression]],
+def _python_number(value: cst.BaseExpression, assigned: dict[str, list[cst.BaseExpression]],
                    depth: int = 0) -> bool:
     """A Python int or float, not a tensor: `loss.item() * x.size(0)`, `len(y)`, `2`."""
     if isinstance(value, (cst.Integer, cst.Float)):
@@ -271,11 +268,11 @@ def _python_number(value: cst.BaseExpression, assigned: Dict[str, List[cst.BaseE
     return False
 
 
-def _stateful_call(facts: Facts, loop: cst.For, outside: Set[str], tables: Dict[str, str]) -> Optional[str]:
+def _stateful_call(facts: Facts, loop: cst.For, outside: set[str], tables: dict[str, str]) -> Optional[str]:
     """A metric, meter or table outside the loop that the loop changes in place. Tables of
     counts (`correct_pred[classname] += 1` into a dict, a list or a CPU tensor of numbers)
     go into `tables`, by name and kind, to be summed across ranks."""
-    found: List[str] = []
+    found: list[str] = []
     bound_in_loop = rebound(loop.body) | names_in(loop.target)
     assigned_in_loop = _simple_assignments(loop.body)
 
@@ -335,10 +332,10 @@ def _table_of_zeros(value: cst.BaseExpression) -> Optional[str]:
             isinstance(element, cst.DictElement) and isinstance(element.value, numbers)
             for element in value.elements):
         return "dict"
-    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply):
-        if isinstance(value.left, cst.List) and len(value.left.elements) == 1 and isinstance(
-                value.left.elements[0].value, numbers):
-            return "list"
+    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply) and isinstance(
+            value.left, cst.List) and len(value.left.elements) == 1 and isinstance(
+            value.left.elements[0].value, numbers):
+        return "list"
     if isinstance(value, cst.ListComp) and isinstance(value.elt, numbers):
         return "list"
     if isinstance(value, cst.Call):
@@ -360,11 +357,11 @@ def _progress_bar(facts: Facts, loop: cst.For, owner: str) -> bool:
                for value in _values_before(facts, loop, owner))
 
 
-def _filled_lists(facts: Facts, loop: cst.For, outside: Set[str]) -> Dict[str, Optional[str]]:
+def _filled_lists(facts: Facts, loop: cst.For, outside: set[str]) -> dict[str, Optional[str]]:
     """Lists made empty before the loop and filled in it, used after it: "append" or
     "extend" when each iteration adds to it once, at the top of the loop body, else None."""
-    found: Dict[str, Optional[str]] = {}
-    top_level: Set[int] = set()
+    found: dict[str, Optional[str]] = {}
+    top_level: set[int] = set()
     for statement in loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ():
         if isinstance(statement, cst.SimpleStatementLine):
             top_level.update(id(small) for small in statement.body)
@@ -409,9 +406,9 @@ def loader_name_in(facts: Facts, loop: cst.For) -> Optional[str]:
     return names[0] if len(set(names)) == 1 else None
 
 
-def _whole_names_in(node: cst.CSTNode) -> List[str]:
+def _whole_names_in(node: cst.CSTNode) -> list[str]:
     """`self.val_loader` in `enumerate(tqdm(self.val_loader))`, not its `val_loader` part."""
-    found: List[str] = []
+    found: list[str] = []
 
     class _Names(cst.CSTVisitor):
         def visit_Attribute(self, attribute: cst.Attribute) -> bool:
@@ -428,10 +425,10 @@ def _whole_names_in(node: cst.CSTNode) -> List[str]:
     return found
 
 
-def _batch_counts_before(facts: Facts, loop: cst.For, iterable: str, read_after: Set[str]) -> List[str]:
+def _batch_counts_before(facts: Facts, loop: cst.For, iterable: str, read_after: set[str]) -> list[str]:
     """`num_batches = len(dataloader)` before the loop, read after it: this rank's count of
     batches, gathered like a sum."""
-    found: List[str] = []
+    found: list[str] = []
     before = True
 
     class _Assignments(cst.CSTVisitor):
@@ -456,9 +453,9 @@ def _is_len_of(value: cst.BaseExpression, iterable: str) -> bool:
             and dotted_name(value.args[0].value) == iterable)
 
 
-def _batch_count_reads_after(facts: Facts, loop: cst.For, iterable: str) -> List[cst.Call]:
+def _batch_count_reads_after(facts: Facts, loop: cst.For, iterable: str) -> list[cst.Call]:
     """`len(test_loader)` after the loop, in its scope."""
-    found: List[cst.Call] = []
+    found: list[cst.Call] = []
     after = False
 
     class _Reads(cst.CSTVisitor):

@@ -4,7 +4,8 @@ Matching goes through the import table analysis.py builds, so `DL`, `data.DataLo
 `torch.utils.data.DataLoader` all resolve to the same name below.
 """
 import builtins
-from typing import Dict, Mapping, Optional
+from collections.abc import Mapping
+from typing import Optional
 
 DATALOADER = "torch.utils.data.DataLoader"
 DATALOADER_ALIASES = frozenset({DATALOADER, "torch.utils.data.dataloader.DataLoader"})
@@ -125,7 +126,7 @@ EMITTED_IMPORTS = {
 _BUILTINS = frozenset(dir(builtins))
 
 
-def add_import(aliases: Dict[str, str], module: str, asname: Optional[str]) -> None:
+def add_import(aliases: dict[str, str], module: str, asname: Optional[str]) -> None:
     """`import a.b` binds `a`; `import a.b as c` binds `c` to `a.b`."""
     if asname:
         aliases[asname] = module
@@ -134,7 +135,7 @@ def add_import(aliases: Dict[str, str], module: str, asname: Optional[str]) -> N
         aliases[head] = head
 
 
-def add_import_from(aliases: Dict[str, str], module: str, name: str, asname: Optional[str]) -> None:
+def add_import_from(aliases: dict[str, str], module: str, name: str, asname: Optional[str]) -> None:
     """`from a import b as c` binds `c` (or `b`) to `a.b`."""
     aliases[asname or name] = f"{module}.{name}"
 

@@ -1,5 +1,5 @@
 """Where a node sits: its statement, block, function and loops, and its position."""
-from typing import List, Optional, Tuple, cast, overload
+from typing import Optional, cast, overload
 
 import libcst as cst
 
@@ -57,17 +57,17 @@ class Navigation(FactRecord):
         # small statements only.
         return cast(Block, self.parents[statement])
 
-    def start_of(self, node: cst.CSTNode) -> Tuple[int, int]:
+    def start_of(self, node: cst.CSTNode) -> tuple[int, int]:
         start = self.positions[node].start
         return start.line, start.column
 
-    def end_of(self, node: cst.CSTNode) -> Tuple[int, int]:
+    def end_of(self, node: cst.CSTNode) -> tuple[int, int]:
         end = self.positions[node].end
         return end.line, end.column
 
-    def enclosing_loops(self, node: cst.CSTNode) -> List[cst.For]:
+    def enclosing_loops(self, node: cst.CSTNode) -> list[cst.For]:
         """For loops whose body (not header) holds node, innermost first, up to the function."""
-        loops: List[cst.For] = []
+        loops: list[cst.For] = []
         child: cst.CSTNode = node
         parent = self.parents.get(node)
         while parent is not None and not isinstance(parent, cst.FunctionDef):

@@ -2,7 +2,8 @@
 
 They need no facts, only the node, so every other module of ddpify may use them.
 """
-from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple, Union, cast
+from collections.abc import Sequence
+from typing import Callable, Optional, Union, cast
 
 import libcst as cst
 
@@ -75,11 +76,11 @@ def is_false(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Name) and node.value in ("False", "None")
 
 
-def keyword_args(call: cst.Call) -> Dict[str, cst.Arg]:
+def keyword_args(call: cst.Call) -> dict[str, cst.Arg]:
     return {arg.keyword.value: arg for arg in call.args if arg.keyword is not None}
 
 
-def positional_args(call: cst.Call) -> List[cst.BaseExpression]:
+def positional_args(call: cst.Call) -> list[cst.BaseExpression]:
     return [arg.value for arg in call.args if arg.keyword is None and not arg.star]
 
 
@@ -116,9 +117,9 @@ def slices_batches(loop: cst.For) -> bool:
     return bool(found)
 
 
-def self_attributes(method: cst.FunctionDef) -> List[Tuple[str, Optional[cst.Assign]]]:
+def self_attributes(method: cst.FunctionDef) -> list[tuple[str, Optional[cst.Assign]]]:
     """(attribute, the Assign that sets it, or None for a read) for each `self.x` in a method."""
-    found: List[Tuple[str, Optional[cst.Assign]]] = []
+    found: list[tuple[str, Optional[cst.Assign]]] = []
 
     class _Attributes(cst.CSTVisitor):
         def visit_Assign(self, node: cst.Assign) -> None:
@@ -139,8 +140,8 @@ def self_attributes(method: cst.FunctionDef) -> List[Tuple[str, Optional[cst.Ass
     return found
 
 
-def returns_in(function: cst.FunctionDef) -> List[cst.Return]:
-    found: List[cst.Return] = []
+def returns_in(function: cst.FunctionDef) -> list[cst.Return]:
+    found: list[cst.Return] = []
 
     class _Returns(cst.CSTVisitor):
         def visit_Return(self, node: cst.Return) -> None:
@@ -153,7 +154,7 @@ def returns_in(function: cst.FunctionDef) -> List[cst.Return]:
     return found
 
 
-def names_bound_in(function: cst.FunctionDef) -> Set[str]:
+def names_bound_in(function: cst.FunctionDef) -> set[str]:
     """Parameters and names assigned in a function (not those it declares global)."""
     params = function.params
     bound = {param.name.value for param in (*params.params, *params.kwonly_params,
@@ -161,7 +162,7 @@ def names_bound_in(function: cst.FunctionDef) -> Set[str]:
     for star in (params.star_arg, params.star_kwarg):
         if isinstance(star, cst.Param):
             bound.add(star.name.value)
-    declared_global: Set[str] = set()
+    declared_global: set[str] = set()
 
     class _Bindings(cst.CSTVisitor):
         def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
@@ -183,7 +184,7 @@ def names_bound_in(function: cst.FunctionDef) -> Set[str]:
     return bound - declared_global
 
 
-def target_names(target: cst.BaseExpression) -> Set[str]:
+def target_names(target: cst.BaseExpression) -> set[str]:
     if isinstance(target, cst.Name):
         return {target.value}
     if isinstance(target, (cst.Tuple, cst.List)):
@@ -191,9 +192,9 @@ def target_names(target: cst.BaseExpression) -> Set[str]:
     return set()
 
 
-def calls_within(node: Optional[cst.CSTNode]) -> List[cst.Call]:
+def calls_within(node: Optional[cst.CSTNode]) -> list[cst.Call]:
     """Every call inside a node, the node itself included."""
-    found: List[cst.Call] = []
+    found: list[cst.Call] = []
     if node is None:
         return found
 
@@ -205,8 +206,8 @@ def calls_within(node: Optional[cst.CSTNode]) -> List[cst.Call]:
     return found
 
 
-def names_within(node: cst.CSTNode) -> List[str]:
-    found: List[str] = []
+def names_within(node: cst.CSTNode) -> list[str]:
+    found: list[str] = []
 
     class _Names(cst.CSTVisitor):
         def visit_Name(self, name: cst.Name) -> None:
@@ -222,12 +223,12 @@ def names_within(node: cst.CSTNode) -> List[str]:
     return found
 
 
-def names_in(node: Optional[cst.CSTNode]) -> Set[str]:
+def names_in(node: Optional[cst.CSTNode]) -> set[str]:
     return _names_in(node) if node is not None else set()
 
 
-def _names_in(node: cst.CSTNode) -> Set[str]:
-    found: Set[str] = set()
+def _names_in(node: cst.CSTNode) -> set[str]:
+    found: set[str] = set()
 
     class _Names(cst.CSTVisitor):
         def visit_Name(self, name: cst.Name) -> None:

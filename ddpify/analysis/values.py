@@ -1,6 +1,7 @@
 """Value flow: where a loader or a model goes from the name it was built under, through
 returns, call arguments and `self.` attributes."""
-from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Optional
 
 import libcst as cst
 
@@ -19,31 +20,31 @@ from ddpify.analysis.nodes import (
 
 
 class ValueFlow(Navigation):
-    def loader_holders(self) -> Set[Holder]:
+    def loader_holders(self) -> set[Holder]:
         """(function, name) pairs that hold a DataLoader: where it is built, and every
         parameter it is passed to and variable it is returned into."""
         return self._holders([(loader.function, loader.name) for loader in self.loaders])
 
-    def model_holders(self, model: "Model") -> Set[Holder]:
+    def model_holders(self, model: "Model") -> set[Holder]:
         """Where a model's value goes: returned, passed on, stored on self."""
         return self._holders([(model.function, model.name)])
 
-    def loader_holders_of(self, loader: Loader) -> Set[Holder]:
+    def loader_holders_of(self, loader: Loader) -> set[Holder]:
         return self._holders([(loader.function, loader.name)])
 
-    def holders_from(self, function: Optional[cst.FunctionDef], name: str) -> Set[Holder]:
+    def holders_from(self, function: Optional[cst.FunctionDef], name: str) -> set[Holder]:
         """Where the value `name` holds in `function` goes from there."""
         return self._holders([(function, name)])
 
-    def loops_over_values(self, holders: Iterable[Holder]) -> List[cst.For]:
+    def loops_over_values(self, holders: Iterable[Holder]) -> list[cst.For]:
         """The for loops that iterate one of these held values, in source order: holders
         come as a set, and the first loop decides which reason a report gives."""
         loops = {loop for function, name in holders for loop in self.loops_over.get(name, ())
                  if self.sees_value(loop, name, function)}
         return sorted(loops, key=self.start_of)
 
-    def _holders(self, work: List[Holder]) -> Set[Holder]:
-        holders: Set[Holder] = set()
+    def _holders(self, work: list[Holder]) -> set[Holder]:
+        holders: set[Holder] = set()
         while work:
             function, name = work.pop()
             if (function, name) in holders:
@@ -71,12 +72,12 @@ class ValueFlow(Navigation):
             self.local_names[function] = names_bound_in(function)
         return name in self.local_names[function]
 
-    def stored_in_self(self, name: str, function: Optional[cst.FunctionDef]) -> List[str]:
+    def stored_in_self(self, name: str, function: Optional[cst.FunctionDef]) -> list[str]:
         """`self.loader = loader` (or `self.model = model.to(device)`) in a method: the value
         lives on as `self.loader` in every method of the class."""
         if function is None or name.startswith("self."):
             return []
-        found: List[str] = []
+        found: list[str] = []
         for target, values in self.self_assignments.get(function, {}).items():
             if any(dotted_name(unmoved(value)) == name for value in values):
                 found.append(target)
@@ -85,12 +86,12 @@ class ValueFlow(Navigation):
     def is_loader_call(self, node: cst.CSTNode) -> bool:
         return any(loader.call is node for loader in self.loaders)
 
-    def names_iterated_by(self, loop: cst.For) -> List[str]:
+    def names_iterated_by(self, loop: cst.For) -> list[str]:
         """The names whose items the loop goes over (`for x in loader`, through `tqdm(loader)`
         or `next(it)` on `it = iter(loader)`)."""
         return [name for name, loops in self.loops_over.items() if loop in loops]
 
-    def calls_of(self, function: Optional[cst.FunctionDef]) -> List[cst.Call]:
+    def calls_of(self, function: Optional[cst.FunctionDef]) -> list[cst.Call]:
         """The calls of a function of this file, by its name or, for a method, `self.name`
         and `instance.name` on a name assigned an instance of its class."""
         if function is None:
@@ -109,7 +110,7 @@ class ValueFlow(Navigation):
         owner = self.parents.get(block) if block is not None else None
         return owner if isinstance(owner, cst.ClassDef) else None
 
-    def _instances_of(self, class_name: str) -> List[str]:
+    def _instances_of(self, class_name: str) -> list[str]:
         """Names assigned `ClassName(...)` (`trainer = Trainer(model, loader)`)."""
         return [name for name, values in self.assigned_values.items()
                 if not name.startswith("self.") and any(
@@ -117,7 +118,7 @@ class ValueFlow(Navigation):
                     and value.func.value == class_name for value in values)]
 
     def _returned_to(self, name: str,
-                     function: Optional[cst.FunctionDef]) -> Iterator[Tuple[str, Optional[cst.FunctionDef]]]:
+                     function: Optional[cst.FunctionDef]) -> Iterator[tuple[str, Optional[cst.FunctionDef]]]:
         """(name, function) pairs that receive `name` when `function` returns it:
         `return train_loader, val_loader` -> `train_loader, val_loader = make_loaders()`."""
         if function is None:
@@ -126,7 +127,7 @@ class ValueFlow(Navigation):
             yield from self._call_site_targets(function, position)
 
     def _call_site_targets(self, function: cst.FunctionDef,
-                           position: Optional[int]) -> Iterator[Tuple[str, Optional[cst.FunctionDef]]]:
+                           position: Optional[int]) -> Iterator[tuple[str, Optional[cst.FunctionDef]]]:
         """The names that receive a function's return value (or its k-th element)."""
         for call in self.calls_by_callee.get(function.name.value, ()):
             assign = self.parents.get(call)
@@ -142,14 +143,13 @@ class ValueFlow(Navigation):
             if holder:
                 yield holder, self.function_of(call)
 
-    def _return_positions(self, name: str, function: cst.FunctionDef) -> Set[Optional[int]]:
+    def _return_positions(self, name: str, function: cst.FunctionDef) -> set[Optional[int]]:
         """None when `return name`, k when name is the k-th element of a returned tuple."""
-        positions: Set[Optional[int]] = set()
+        positions: set[Optional[int]] = set()
         for statement in returns_in(function):
             value = statement.value
-            if name == returned_name(function) and value is not None and self.is_loader_call(value):
-                positions.add(None)
-            elif value is not None and dotted_name(value) == name:
+            if value is not None and (name == returned_name(function) and self.is_loader_call(value)
+                                      or dotted_name(value) == name):
                 positions.add(None)
             elif isinstance(value, cst.Tuple):
                 for index, element in enumerate(value.elements):
@@ -161,7 +161,7 @@ class ValueFlow(Navigation):
         return any(self.function_of(loop) is function for loop in self.loops_over.get(name, ()))
 
     def _calls_passing(self, name: str,
-                       function: Optional[cst.FunctionDef]) -> Iterator[Tuple[cst.FunctionDef, str, cst.Call]]:
+                       function: Optional[cst.FunctionDef]) -> Iterator[tuple[cst.FunctionDef, str, cst.Call]]:
         """(callee, its parameter, call) for each call in `function` that passes `name`."""
         for callee_name, calls in self.calls_by_callee.items():
             callee = self.functions.get(callee_name) or self.class_inits.get(callee_name)
@@ -187,8 +187,8 @@ class ValueFlow(Navigation):
                     yield callee, parameter, call
 
 
-def note_loops_taking_batches_with_next(facts: ValueFlow, next_calls: List[cst.Call],
-        iteration_wrappers: Dict[Tuple[Optional[cst.FunctionDef], str], List[str]]) -> None:
+def note_loops_taking_batches_with_next(facts: ValueFlow, next_calls: list[cst.Call],
+        iteration_wrappers: dict[tuple[Optional[cst.FunctionDef], str], list[str]]) -> None:
     """`it = iter(loader)` ... `for step in range(n): x, y = next(it)`: the step loop goes
     over the loader, as `for x, y in loader` would."""
     for call in next_calls:
@@ -202,7 +202,7 @@ def note_loops_taking_batches_with_next(facts: ValueFlow, next_calls: List[cst.C
                     facts.loops_over.setdefault(taken, []).append(loops[0])
 
 
-def note_helper_output(facts: ValueFlow, calls: Mapping[cst.Call, Tuple[str, Optional[Statement]]]) -> None:
+def note_helper_output(facts: ValueFlow, calls: Mapping[cst.Call, tuple[str, Optional[Statement]]]) -> None:
     """Statement calls of helpers that print or write are output like `print`, unless the
     bare name (after `from utils import *`) is one this file defines itself."""
     for call, (qualified, statement) in calls.items():
@@ -213,7 +213,7 @@ def note_helper_output(facts: ValueFlow, calls: Mapping[cst.Call, Tuple[str, Opt
             facts.output_statements.append(statement)
 
 
-def keyword_names(facts: ValueFlow, loader: Loader) -> Set[str]:
+def keyword_names(facts: ValueFlow, loader: Loader) -> set[str]:
     """The loader's keywords, with the literal keys of a `**kwargs` dict and its updates."""
     keys = set(loader.keywords)
     if loader.kwargs_name is None:
@@ -231,13 +231,13 @@ def keyword_names(facts: ValueFlow, loader: Loader) -> Set[str]:
     return keys
 
 
-def known_dict_keys(facts: ValueFlow, name: str) -> Optional[Set[str]]:
+def known_dict_keys(facts: ValueFlow, name: str) -> Optional[set[str]]:
     """Every key a `**name` dict can hold, when each value it is given is a dict literal
     (or a choice between two) and nothing updates it; None when that is not known."""
     if facts.calls_by_callee.get(f"{name}.update"):
         return None
     values = facts.assigned_values.get(name, [])
-    keys: Set[str] = set()
+    keys: set[str] = set()
     for value in values:
         for option in (value.body, value.orelse) if isinstance(value, cst.IfExp) else (value,):
             if not isinstance(option, cst.Dict) or any(
@@ -248,7 +248,7 @@ def known_dict_keys(facts: ValueFlow, name: str) -> Optional[Set[str]]:
     return keys if values else None
 
 
-def dict_keys(value: cst.BaseExpression) -> Set[str]:
+def dict_keys(value: cst.BaseExpression) -> set[str]:
     if isinstance(value, cst.IfExp):
         return dict_keys(value.body) | dict_keys(value.orelse)
     if not isinstance(value, cst.Dict):

@@ -1,6 +1,6 @@
 """Arguments of a call, edited at node level: a keyword added or changed, a sampler passed to
 a DataLoader, wrapped as black would wrap them where the line grows too long."""
-from typing import Callable, List, Optional, Union, cast
+from typing import Callable, Optional, Union, cast
 
 import libcst as cst
 
@@ -31,7 +31,7 @@ def edit_loader_arguments(edits: Edits, loader: Loader, sampler: str,
         args = list(call.args)
         if len(args) != len(originals):
             return call
-        out: List[cst.Arg] = []
+        out: list[cst.Arg] = []
         placed = False
         new = cst.Arg(keyword=cst.Name("sampler"), value=cst.Name(sampler),
                       equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
@@ -68,7 +68,7 @@ def _plain_comma(comma: Union[cst.Comma, cst.MaybeSentinel, None]) -> cst.Comma:
     return comma.with_changes(whitespace_after=after)
 
 
-def _append_after(out: List[cst.Arg], new: cst.Arg, last: bool) -> None:
+def _append_after(out: list[cst.Arg], new: cst.Arg, last: bool) -> None:
     """Put `new` after the last argument of `out`; when that one closes the call, `new`
     takes over its closing comma and it takes the comma of the argument before it."""
     previous = out[-1]
@@ -89,7 +89,7 @@ def _append_after(out: List[cst.Arg], new: cst.Arg, last: bool) -> None:
         out.append(new.with_changes(comma=cst.MaybeSentinel.DEFAULT))
 
 
-def loader_statement(facts: Facts, edits: Edits, loader: Loader, args: List[str]) -> Statement:
+def loader_statement(facts: Facts, edits: Edits, loader: Loader, args: list[str]) -> Statement:
     """The loader call rebuilt from its arguments, wrapped as black would."""
     statement = cast(cst.SimpleStatementLine, loader.statement)  # _can_add_sampler checked
     if loader.returned:

@@ -4,8 +4,9 @@ Transforms never rewrite the tree themselves: they key edits by the original nod
 analysis recorded, and `ApplyEdits` visits the same tree once. One pass keeps node identity
 (libcst makes new nodes on every pass) and keeps the cost near one parse + one print.
 """
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union, cast
+from typing import Any, Callable, Optional, Union, cast
 
 import libcst as cst
 
@@ -21,7 +22,7 @@ Rewrite = Callable[[Any], cst.CSTNode]
 
 @dataclass
 class Insertion:
-    statements: List[Statement]
+    statements: list[Statement]
     # The inserted code takes over the anchor's leading comments and blank lines, so that a
     # comment written above `loader = DataLoader(...)` stays above the code that builds it.
     takes_comments: bool = False
@@ -35,30 +36,30 @@ class Edits:
     facts: Facts
     config: cst.PartialParserConfig
     options: Options = Options()
-    expressions: Dict[cst.CSTNode, Rewrite] = field(default_factory=dict)
+    expressions: dict[cst.CSTNode, Rewrite] = field(default_factory=dict)
     # Keyed by the statements of the original tree; ApplyEdits rebuilds the module and
     # indented blocks, so a key from a one-line suite (a small statement) is never applied.
-    before: Dict[BlockItem, List[Insertion]] = field(default_factory=dict)
-    after: Dict[BlockItem, List[Statement]] = field(default_factory=dict)
-    replaced: Dict[BlockItem, List[Statement]] = field(default_factory=dict)
-    removed: Set[BlockItem] = field(default_factory=set)
-    guarded: Dict[BlockItem, str] = field(default_factory=dict)
+    before: dict[BlockItem, list[Insertion]] = field(default_factory=dict)
+    after: dict[BlockItem, list[Statement]] = field(default_factory=dict)
+    replaced: dict[BlockItem, list[Statement]] = field(default_factory=dict)
+    removed: set[BlockItem] = field(default_factory=set)
+    guarded: dict[BlockItem, str] = field(default_factory=dict)
     # Statements wrapped in try/finally, with the code for the finally block.
-    finally_bodies: Dict[BlockItem, List[Statement]] = field(default_factory=dict)
-    module_end: List[Statement] = field(default_factory=list)
-    module_prelude: List[Statement] = field(default_factory=list)
+    finally_bodies: dict[BlockItem, list[Statement]] = field(default_factory=dict)
+    module_end: list[Statement] = field(default_factory=list)
+    module_prelude: list[Statement] = field(default_factory=list)
     # Keys of names.EMITTED_IMPORTS the emitted code uses.
-    imports: Set[str] = field(default_factory=set)
+    imports: set[str] = field(default_factory=set)
     # (module, name, alias) imports to drop if the migrated code no longer uses them.
-    unused_imports: Set[ImportSpec] = field(default_factory=set)
-    diagnostics: List[Diagnostic] = field(default_factory=list)
+    unused_imports: set[ImportSpec] = field(default_factory=set)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
     # Helper functions already added to module_prelude, by name.
-    helpers_added: Set[str] = field(default_factory=set)
+    helpers_added: set[str] = field(default_factory=set)
 
     def statement(self, code: str) -> Statement:
         return cst.parse_statement(code, config=self.config)
 
-    def statements(self, code: str) -> List[Statement]:
+    def statements(self, code: str) -> list[Statement]:
         """The statements of a template; a comment above the first one stays above it (libcst
         would keep it in the parsed module's header)."""
         module = cst.parse_module(code, config=self.config)
@@ -94,11 +95,11 @@ class Edits:
         self.diagnostics.append(diagnostic)
         return diagnostic
 
-    def edited_nodes(self, include_guarded: bool = True) -> List[cst.CSTNode]:
+    def edited_nodes(self, include_guarded: bool = True) -> list[cst.CSTNode]:
         """The nodes emitted code sits beside, replaces or guards (not those only removed): the
         setup block must come before the first of them that runs. `include_guarded=False`
         leaves out the rank-0 guards, which need the guard's name but not the group."""
-        nodes: List[cst.CSTNode] = [*self.before, *self.after, *self.replaced, *self.guarded,
+        nodes: list[cst.CSTNode] = [*self.before, *self.after, *self.replaced, *self.guarded,
                                     *self.expressions]
         return nodes if include_guarded else [node for node in nodes if node not in self.guarded]
 
@@ -127,7 +128,7 @@ class ApplyEdits(cst.CSTTransformer):
         self.edits = edits
         # Only nodes on the way to an edit are visited: the rest of the tree is left as
         # it is, which keeps this pass cheap on long files with few edits.
-        self.on_path: Set[cst.CSTNode] = set()
+        self.on_path: set[cst.CSTNode] = set()
         for key in (*edits.expressions, *edits.before, *edits.after, *edits.replaced,
                     *edits.removed, *edits.guarded, *edits.finally_bodies):
             node: Optional[cst.CSTNode] = key
@@ -188,10 +189,10 @@ class ApplyEdits(cst.CSTTransformer):
             body = body[:end] + list(self.edits.module_prelude) + body[end:]
         return updated_node.with_changes(body=body + list(self.edits.module_end))
 
-    def _rebuild(self, originals: Sequence[Statement], updated: Sequence[Statement]) -> List[Statement]:
+    def _rebuild(self, originals: Sequence[Statement], updated: Sequence[Statement]) -> list[Statement]:
         edits = self.edits
-        body: List[Statement] = []
-        group: List[Statement] = []
+        body: list[Statement] = []
+        group: list[Statement] = []
         group_guard: Optional[str] = None
 
         def flush() -> None:
@@ -201,7 +202,7 @@ class ApplyEdits(cst.CSTTransformer):
                 body.append(_guard(group, group_guard, edits))
             group, group_guard = [], None
 
-        carried_blank_lines: List[cst.EmptyLine] = []
+        carried_blank_lines: list[cst.EmptyLine] = []
         for original, new in zip(originals, updated):
             replacement = list(edits.replaced.get(original, [new]))
             if original in edits.finally_bodies:
@@ -245,7 +246,7 @@ class ApplyEdits(cst.CSTTransformer):
         return body
 
 
-def _split_blank_lines(lines: Iterable[cst.EmptyLine]) -> Tuple[List[cst.EmptyLine], List[cst.EmptyLine]]:
+def _split_blank_lines(lines: Iterable[cst.EmptyLine]) -> tuple[list[cst.EmptyLine], list[cst.EmptyLine]]:
     """Leading lines -> (the blank lines before the first comment, the rest)."""
     lines = list(lines)
     count = 0

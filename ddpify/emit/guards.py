@@ -1,6 +1,6 @@
 """The rank-0 guards as they are written out: one guard around a loop or a with whose
 every statement is guarded alike, and none inside another."""
-from typing import AbstractSet
+from collections.abc import Set as AbstractSet
 
 import libcst as cst
 

@@ -7,16 +7,17 @@ third party; plain imports before from-imports; by module), which matches isort'
 and leaves the existing lines untouched.
 """
 import sys
-from typing import List, Optional, Sequence, Set, Tuple, Union, cast
+from collections.abc import Sequence
+from typing import Optional, Union, cast
 
 import libcst as cst
 
 from ddpify.analysis import Statement, dotted_name
 
 # (module, imported name or None, alias or None): ("torch.distributed", None, "dist").
-ImportSpec = Tuple[str, Optional[str], Optional[str]]
+ImportSpec = tuple[str, Optional[str], Optional[str]]
 # isort's sort key of an import: (section, is a from-import, module).
-SortKey = Tuple[int, bool, str]
+SortKey = tuple[int, bool, str]
 
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"os", "sys", "contextlib"}
 
@@ -40,7 +41,7 @@ def remove_unused_imports(module: cst.Module, specs: Sequence[ImportSpec]) -> cs
     Only DataParallel files pay for this: one look for the name outside its import,
     rather than libcst's RemoveImportsVisitor and the scope analysis it needs.
     """
-    body: List[Union[Statement, cst.RemovalSentinel]] = list(module.body)
+    body: list[Union[Statement, cst.RemovalSentinel]] = list(module.body)
     for index, statement in enumerate(module.body):
         for node in imports_of(statement):
             if not isinstance(node, cst.ImportFrom) or isinstance(node.names, cst.ImportStar):
@@ -79,7 +80,7 @@ def _code(spec: ImportSpec) -> str:
     return f"from {module} import {name}{suffix}\n" if name else f"import {module}{suffix}\n"
 
 
-def import_block(body: Sequence[cst.BaseStatement]) -> Tuple[int, int]:
+def import_block(body: Sequence[cst.BaseStatement]) -> tuple[int, int]:
     """[start, end) of the imports at the top, after a docstring."""
     start = 0
     if body and _is_docstring(body[0]):
@@ -98,17 +99,17 @@ def _is_docstring(statement: cst.BaseStatement) -> bool:
     )
 
 
-def imports_of(statement: cst.CSTNode) -> List[Union[cst.Import, cst.ImportFrom]]:
+def imports_of(statement: cst.CSTNode) -> list[Union[cst.Import, cst.ImportFrom]]:
     if not isinstance(statement, cst.SimpleStatementLine):
         return []
     if not all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body):
         return []
     # Every small statement was just checked to be an import.
-    return cast(List[Union[cst.Import, cst.ImportFrom]], list(statement.body))
+    return cast(list[Union[cst.Import, cst.ImportFrom]], list(statement.body))
 
 
-def _present(block: Sequence[cst.BaseStatement]) -> Set[Tuple[Optional[str], Optional[str], Optional[str]]]:
-    present: Set[Tuple[Optional[str], Optional[str], Optional[str]]] = set()
+def _present(block: Sequence[cst.BaseStatement]) -> set[tuple[Optional[str], Optional[str], Optional[str]]]:
+    present: set[tuple[Optional[str], Optional[str], Optional[str]]] = set()
     for statement in block:
         for node in imports_of(statement):
             if isinstance(node, cst.Import):
@@ -152,8 +153,8 @@ def _section(module: str) -> int:
     return 1 if top in _STDLIB else 2
 
 
-def _insert_sorted(body: List[Statement], start: int, end: int, statement: Statement,
-                   key: SortKey) -> Tuple[List[Statement], int]:
+def _insert_sorted(body: list[Statement], start: int, end: int, statement: Statement,
+                   key: SortKey) -> tuple[list[Statement], int]:
     index = next((i for i in range(start, end) if _key_of(body[i]) > key), end)
     previous_section = _key_of(body[index - 1])[0] if index > start else None
     next_section = _key_of(body[index])[0] if index < end else None

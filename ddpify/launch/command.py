@@ -6,7 +6,6 @@ folder `ddpify launch` ran in, as the script itself would be; the Kubeflow manif
 under the image's working directory the same way.
 """
 import os
-from typing import List, Tuple
 
 import click
 
@@ -85,7 +84,7 @@ def launch_command(script, nodes, gpus_per_node, job_name, port, partition, time
         click.echo(f"no Kubeflow manifest: give --image (the image that holds {script})", err=True)
 
 
-def launch_files(plan: LaunchPlan, stem: str) -> List[Tuple[str, str]]:
+def launch_files(plan: LaunchPlan, stem: str) -> list[tuple[str, str]]:
     """(path, text) of each launch file for `plan`, named after `stem` (the script's path
     without .py)."""
     files = [(stem + TORCHRUN_SUFFIX, torchrun_script), (stem + SBATCH_SUFFIX, sbatch_script)]

@@ -15,8 +15,9 @@ import json
 import posixpath
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, NamedTuple, Optional
 
 # torchrun's own default is 29400; 29500 is the port PyTorch's examples and most SLURM
 # set-ups use for MASTER_PORT, and the one users look for.
@@ -41,7 +42,7 @@ class LaunchPlan:
     script: str
     nodes: int = 1
     gpus_per_node: int = 1
-    script_args: Tuple[str, ...] = ()
+    script_args: tuple[str, ...] = ()
     job_name: str = "train"
     port: int = DEFAULT_PORT
     # Kubeflow: the container image that holds the script under `workdir`.
@@ -73,11 +74,11 @@ def job_name_problem(name: str) -> Optional[str]:
 class TorchrunCommand(NamedTuple):
     """torchrun's options, and the script with its own arguments, as words of a target file."""
 
-    options: Tuple[str, ...]
-    script: Tuple[str, ...]
+    options: tuple[str, ...]
+    script: tuple[str, ...]
 
     @property
-    def words(self) -> List[str]:
+    def words(self) -> list[str]:
         return ["torchrun", *self.options, *self.script]
 
 
@@ -198,7 +199,7 @@ def pytorchjob_manifest(plan: LaunchPlan, file_name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _replica_spec(role: str, replicas: int, plan: LaunchPlan, command: Sequence[str]) -> List[str]:
+def _replica_spec(role: str, replicas: int, plan: LaunchPlan, command: Sequence[str]) -> list[str]:
     """One role's pods; Master and Worker pods differ only in their number."""
     lines = [
         f"    {role}:",

@@ -1,7 +1,7 @@
 """Small cases a rule unit keeps beside its code: a few lines of a training script and what
 ddpify must do with them. tests/test_rule_cases.py runs the CASES of every unit."""
 from dataclasses import dataclass
-from typing import Tuple, Union
+from typing import Union
 
 from ddpify.options import Options
 
@@ -12,7 +12,7 @@ class Emits:
 
     source: str
     code: str
-    output_contains: Tuple[str, ...] = ()
+    output_contains: tuple[str, ...] = ()
     options: Options = Options()  # noqa: B008 (frozen)
 
 

@@ -5,7 +5,8 @@ As a group of one the sampler is None and the loader shuffles exactly as before,
 A loader is a training loader when a loop over it trains (backward or optimizer step);
 evaluation loaders stay whole so that the figures rank 0 prints are the original's.
 """
-from typing import Callable, Collection, List, Optional, Sequence, cast
+from collections.abc import Collection, Sequence
+from typing import Callable, Optional, cast
 
 import libcst as cst
 
@@ -109,13 +110,13 @@ def _iterable_dataset(facts: Facts, dataset: Optional[cst.BaseExpression]) -> Op
     if name is not None:
         values = facts.assigned_values.get(name, [])
     for value in values:
-        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
-            if value.func.value in facts.iterable_dataset_classes:
-                return value.func.value
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and (
+                value.func.value in facts.iterable_dataset_classes):
+            return value.func.value
     return None
 
 
-def _evaluation_loops(facts: Facts, loader: Loader) -> List[cst.For]:
+def _evaluation_loops(facts: Facts, loader: Loader) -> list[cst.For]:
     """Loops over this same loader (a factory's return value) that do not train."""
     return sorted((
         loop for loop in facts.loops_over_values(facts.loader_holders_of(loader))
@@ -124,11 +125,11 @@ def _evaluation_loops(facts: Facts, loader: Loader) -> List[cst.For]:
     ), key=facts.line_of)
 
 
-def _other_factory_calls(facts: Facts, loader: Loader) -> List[cst.Call]:
+def _other_factory_calls(facts: Facts, loader: Loader) -> list[cst.Call]:
     """Calls of a loader factory (`return DataLoader(...)`) whose loader does not train."""
     if not loader.returned or loader.function is None:
         return []
-    found: List[cst.Call] = []
+    found: list[cst.Call] = []
     for call in facts.calls_of(loader.function):
         assign = facts.parents.get(call)
         target = assign.targets[0].target if isinstance(assign, cst.Assign) and len(assign.targets) == 1 else None
@@ -197,7 +198,7 @@ def attach_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loader,
         condition = OUT_OF_SETUP_CONDITION
         edits.imports.add("dist")
     sampler = derived_name(loader, "sampler", taken)
-    inserted: List[Statement] = []
+    inserted: list[Statement] = []
     assert loader.dataset is not None  # the callers' checks require one
     dataset = edits.code(loader.dataset)
     if dotted_name(loader.dataset) is None:
@@ -238,10 +239,10 @@ def derived_name(loader: Loader, kind: str, taken: Collection[str]) -> str:
     return first_free(prefix + stem + kind, taken.__contains__)
 
 
-def _loader_args(edits: Edits, loader: Loader, sampler: str, dataset: str) -> List[str]:
+def _loader_args(edits: Edits, loader: Loader, sampler: str, dataset: str) -> list[str]:
     """The loader's arguments with the dataset named, `shuffle=` kept only as a fallback
     when there is no sampler, and `sampler=` after it (or last, or before `**kwargs`)."""
-    args: List[str] = []
+    args: list[str] = []
     placed = False
     for arg in loader.call.args:
         text = edits.code(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip()
@@ -263,7 +264,7 @@ def _loader_args(edits: Edits, loader: Loader, sampler: str, dataset: str) -> Li
 
 
 def _divide_batch_size(facts: Facts, edits: Edits, setup: Plan, loader: Loader,
-                       args: List[str]) -> List[str]:
+                       args: list[str]) -> list[str]:
     """--keep-global-batch: each of N processes draws batch_size // N samples, so one step
     still consumes the global batch the learning rate was tuned for."""
     if setup.sees_setup(facts, loader.call):

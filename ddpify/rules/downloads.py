@@ -1,5 +1,5 @@
 """One process per machine downloads the data while the others wait (DDP209, DDP212)."""
-from typing import List, Sequence
+from collections.abc import Sequence
 
 import libcst as cst
 
@@ -53,11 +53,11 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         edits.report("DDP209", first)
 
 
-def _download_sites(facts: Facts, setup: Plan) -> List[Statement]:
+def _download_sites(facts: Facts, setup: Plan) -> list[Statement]:
     """Each download statement, or, inside a helper that the setup's scope calls, each
     call of that helper. A test of the file system around it (`if not os.path.exists`)
     goes inside the barriers: the ranks that wait see the files once they are there."""
-    sites: List[Statement] = []
+    sites: list[Statement] = []
     for statement in facts.download_statements:
         function = facts.function_of(statement)
         calls = facts.calls_of(function)
@@ -83,8 +83,8 @@ def _outside_file_tests(facts: Facts, statement: Statement) -> Statement:
         statement = branch
 
 
-def _consecutive_groups(facts: Facts, statements: Sequence[Statement]) -> List[List[Statement]]:
-    groups: List[List[Statement]] = []
+def _consecutive_groups(facts: Facts, statements: Sequence[Statement]) -> list[list[Statement]]:
+    groups: list[list[Statement]] = []
     for statement in statements:
         block = facts.block_of(statement)
         if groups and facts.block_of(groups[-1][-1]) is block:

@@ -1,5 +1,5 @@
 """sampler.set_epoch(epoch) where each new pass over a sharded loader begins (DDP202, DDP211)."""
-from typing import List, cast
+from typing import cast
 
 import libcst as cst
 
@@ -67,10 +67,10 @@ def set_epoch(facts: Facts, edits: Edits, loader: Loader, sampler: str,
         edits.report("DDP211", loader.call)
 
 
-def _while_loops_around_passes(facts: Facts, loader: Loader) -> List[cst.While]:
+def _while_loops_around_passes(facts: Facts, loader: Loader) -> list[cst.While]:
     """While loops around a pass over the loader in its own function, with no for loop
     between them (that would be the epoch loop)."""
-    found: List[cst.While] = []
+    found: list[cst.While] = []
     for loop in facts.loops_over.get(loader.name, ()):
         if facts.function_of(loop) is not loader.function:
             continue
@@ -83,7 +83,7 @@ def _while_loops_around_passes(facts: Facts, loader: Loader) -> List[cst.While]:
     return found
 
 
-def _iterators_restarted_in_training(facts: Facts, loader: Loader) -> List[Statement]:
+def _iterators_restarted_in_training(facts: Facts, loader: Loader) -> list[Statement]:
     """The statements in a training loop that start a new pass over the loader with iter():
     a step loop that takes its batches with next() and starts over when they run out."""
     return [facts.statement_of(call) for call in facts.calls_named.get("builtins.iter", ())

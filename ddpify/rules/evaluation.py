@@ -9,7 +9,7 @@ behind is a figure ddpify can gather: sums of Python numbers, batch counts, and 
 per-batch results; anything else (a metric object, the last batch, an early break) keeps
 the whole set on every rank, as before, and says why.
 """
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Optional
 
 import libcst as cst
 
@@ -94,8 +94,8 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             edits.report("DDP203", loader.call)
         return
     loops_of = {id(loader): facts.loops_over_values(facts.loader_holders_of(loader)) for loader in candidates}
-    reasons: Dict[int, str] = {}
-    figures: Dict[cst.For, Figures] = {}
+    reasons: dict[int, str] = {}
+    figures: dict[cst.For, Figures] = {}
     for loader in candidates:
         reason = _why_whole(facts, edits, loader, loops_of[id(loader)])
         for loop in loops_of[id(loader)]:
@@ -134,7 +134,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
 
 # --- which loaders -------------------------------------------------------------------------------
 
-def _why_whole(facts: Facts, edits: Edits, loader: Loader, loops: List[cst.For]) -> Optional[str]:
+def _why_whole(facts: Facts, edits: Edits, loader: Loader, loops: list[cst.For]) -> Optional[str]:
     """Why this loader cannot be sharded, or None."""
     handed = _handed_out(facts, loader)
     if handed is not None:
@@ -205,10 +205,10 @@ def _batch_size(facts: Facts, edits: Edits, loader: Loader) -> Optional[str]:
     return "1"
 
 
-def _literal_keys(facts: Facts, loader: Loader) -> Set[str]:
+def _literal_keys(facts: Facts, loader: Loader) -> set[str]:
     """The keys the `**kwargs` dict is created with (updates may add more, never remove)."""
     assert loader.kwargs_name is not None
-    keys: Set[str] = set()
+    keys: set[str] = set()
     for value in facts.assigned_values.get(loader.kwargs_name, ()):
         if isinstance(value, cst.Dict):
             keys |= {key for element in value.elements if isinstance(element, cst.DictElement)
@@ -216,7 +216,7 @@ def _literal_keys(facts: Facts, loader: Loader) -> Set[str]:
     return keys
 
 
-def _other_value_reaching(facts: Facts, loop: cst.For, sharded: List[Loader],
+def _other_value_reaching(facts: Facts, loop: cst.For, sharded: list[Loader],
                           loader: Loader) -> Optional[str]:
     """Does anything but a sharded evaluation loader reach this loop? Its figures would be
     gathered too. The loop's iterable is followed back through the calls of its function."""
@@ -260,7 +260,7 @@ def _argument(call: cst.Call, index: int, name: str) -> Optional[cst.BaseExpress
 
 def _shard(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> None:
     batch_size = _batch_size(facts, edits, loader)
-    after: Tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
     if _may_shuffle_through_kwargs(facts, loader):
         after = (DROP_SHUFFLE_CODE.format(kwargs=loader.kwargs_name),)
     data.attach_sampler(facts, edits, setup, loader,
@@ -276,7 +276,7 @@ def _gather(facts: Facts, edits: Edits, setup: Plan, loop: cst.For, figures: Fig
         condition = SHARE_CONDITION.format(loader=iterated)
     else:
         condition = "distributed" if setup.sees_setup(facts, loop) else "dist.is_initialized()"
-    lines: List[str] = []
+    lines: list[str] = []
     if figures.batch_count_reads:
         iterable = loader_name_in(facts, loop)
         assert iterable is not None

@@ -8,14 +8,15 @@ to one of them; analysis never runs on such a file.
 """
 import ast
 import re
-from typing import Dict, Iterator, List, Optional, Tuple
+from collections.abc import Iterator
+from typing import Optional
 
 from ddpify.analysis import names
 from ddpify.diagnostics import Diagnostic, Rule
 from ddpify.rules.cases import TRAINING, Emits
 
 # DDP900, the only code reported here, is a verdict on the whole file: rules/whole_file.py.
-RULES: Tuple[Rule, ...] = ()
+RULES: tuple[Rule, ...] = ()
 
 # Qualified-name prefixes and the framework each one means; "": plain torch.distributed.
 _FRAMEWORKS = (
@@ -56,11 +57,11 @@ def already_distributed(tree: ast.Module, text: str) -> Optional[Diagnostic]:
     return Diagnostic("DDP900", line, _column(text, line, byte_column), message)
 
 
-def _uses(tree: ast.Module) -> Iterator[Tuple[int, int, str, str]]:
+def _uses(tree: ast.Module) -> Iterator[tuple[int, int, str, str]]:
     """(line, byte column, framework, qualified name) of every call or base class that
     resolves into a distributing framework."""
-    imported: Dict[str, str] = {}
-    candidates: List[ast.expr] = []
+    imported: dict[str, str] = {}
+    candidates: list[ast.expr] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -80,7 +81,7 @@ def _uses(tree: ast.Module) -> Iterator[Tuple[int, int, str, str]]:
             yield expression.lineno, expression.col_offset, framework, qualified
 
 
-def _qualified(expression: ast.expr, imported: Dict[str, str]) -> Optional[str]:
+def _qualified(expression: ast.expr, imported: dict[str, str]) -> Optional[str]:
     attributes = []
     while isinstance(expression, ast.Attribute):
         attributes.append(expression.attr)

@@ -7,7 +7,7 @@ holds the same data in the same order (a shuffle must come from a seeded generat
 batch hands state to the next (an RNN's hidden state carried through `bptt` chunks would
 skip the chunks other ranks took); otherwise the loop stays reported (DDP208).
 """
-from typing import Optional, Set
+from typing import Optional
 
 import libcst as cst
 
@@ -157,22 +157,22 @@ def _why_not(facts: Facts, loop: cst.For) -> Optional[str]:
     return None
 
 
-def _carried_from_batch_to_batch(loop: cst.For) -> Set[str]:
+def _carried_from_batch_to_batch(loop: cst.For) -> set[str]:
     """Names the loop body reads before it assigns them (`hidden = model(x, hidden)`), other
     than sums (`total += ...`)."""
     body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ()
     assigned_in_body = set().union(set(), *(_assigned(statement) for statement in body))
-    assigned: Set[str] = set()
-    carried: Set[str] = set()
+    assigned: set[str] = set()
+    carried: set[str] = set()
     for statement in body:
         carried |= (_read(statement) - assigned) & assigned_in_body
         assigned |= _assigned(statement)
     return carried - names_in(loop.target)
 
 
-def _assigned(statement: cst.CSTNode) -> Set[str]:
+def _assigned(statement: cst.CSTNode) -> set[str]:
     """Names a statement binds with `=` (a sum's `+=` carries nothing a rank needs)."""
-    found: Set[str] = set()
+    found: set[str] = set()
 
     class _Targets(cst.CSTVisitor):
         def visit_AssignTarget(self, target: cst.AssignTarget) -> None:
@@ -183,9 +183,9 @@ def _assigned(statement: cst.CSTNode) -> Set[str]:
     return found
 
 
-def _read(statement: cst.CSTNode) -> Set[str]:
+def _read(statement: cst.CSTNode) -> set[str]:
     if isinstance(statement, cst.SimpleStatementLine):
-        read: Set[str] = set()
+        read: set[str] = set()
         for small in statement.body:
             read |= names_in(small.value) if isinstance(small, cst.Assign) and small.value else names_in(small)
         return read
@@ -224,7 +224,7 @@ def only_hand_made_batches(facts: Facts, plan: Plan) -> bool:
 def report_batch_loops(facts: Facts, edits: Edits, setup: Plan) -> None:
     """Training loops that iterate no DataLoader: stretched sequences and random indices are
     sharded by their own rules; the rest are reported with what feeds them (DDP208, DDP218)."""
-    reported: Set[cst.Call] = set()
+    reported: set[cst.Call] = set()
     for loop in facts.batch_loops_without_loader():
         if loop in facts.sliced_batch_loops:
             continue

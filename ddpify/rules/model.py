@@ -4,7 +4,7 @@ The wrap goes right after the last statement that builds, moves or loads the mod
 its optimizer is created: DDP must see the model on its final device, and checkpoints
 loaded before the wrap need no `.module`.
 """
-from typing import List, Optional, Tuple, cast
+from typing import Optional, cast
 
 import libcst as cst
 
@@ -157,7 +157,7 @@ def _drop_moves_after_wrap(facts: Facts, edits: Edits, model: Model, wrap: cst.B
 
 
 def _moved_elsewhere(facts: Facts, model: Model,
-                     anchor: Optional[cst.BaseStatement]) -> Optional[Tuple[Statement, str]]:
+                     anchor: Optional[cst.BaseStatement]) -> Optional[tuple[Statement, str]]:
     """(the statement, the name it moves) where the model reaches its device, when that
     happens outside the function that builds its optimizer: the model is returned, passed
     on and stored (`self.model = model.to(gpu_id)` in a Trainer's __init__)."""
@@ -191,9 +191,9 @@ def _moves(statement: cst.BaseStatement, name: str) -> bool:
     return False
 
 
-def _unused_submodules(facts: Facts, model: Model, anchor: cst.BaseStatement) -> List[cst.Assign]:
+def _unused_submodules(facts: Facts, model: Model, anchor: cst.BaseStatement) -> list[cst.Assign]:
     """Submodules that forward() never uses, in the classes the model is built from."""
-    unused: List[cst.Assign] = []
+    unused: list[cst.Assign] = []
     for statement in facts.statements_touching.get(model.name, ()):
         if facts.line_of(statement) > facts.line_of(anchor):
             continue
@@ -235,7 +235,7 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
     function = model.function
     training = _training_start(facts, model)
     compiles = facts.compile_statements.get(model.name, ())
-    reaching: List[Statement] = []
+    reaching: list[Statement] = []
     # A move inside another statement (`m = model.to(device)`) touches the model too.
     moving = [facts.statement_of(call) for call in facts.device_moves.get(model.name, ())]
     for statement in [*facts.statements_touching.get(model.name, ()), *moving]:
@@ -322,7 +322,7 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
         edits.report("DDP103", access)
 
 
-def _saved_values(facts: Facts, saved: cst.BaseExpression) -> List[cst.BaseExpression]:
+def _saved_values(facts: Facts, saved: cst.BaseExpression) -> list[cst.BaseExpression]:
     """The object torch.save pickles and the values of a dict, list or tuple it is made of
     (`{"epoch": epoch, "model": model}` pickles the whole model too), also when that was
     built in a name first (`state = {...}; torch.save(state, path)`)."""

@@ -8,7 +8,7 @@ are built alike, and DDP broadcasts rank 0's parameters anyway); right before tr
 rank moves its generator to the script's seed plus its rank. As a group of one nothing
 changes, so plain `python` reproduces the original's numbers.
 """
-from typing import List, Optional
+from typing import Optional
 
 import libcst as cst
 
@@ -64,7 +64,7 @@ def _random_draw_feeding(facts: Facts, loop: cst.For) -> Optional[cst.Call]:
     return None
 
 
-def _called_names(body: cst.BaseSuite) -> List[str]:
+def _called_names(body: cst.BaseSuite) -> list[str]:
     return [call.func.value for call in calls_within(body) if isinstance(call.func, cst.Name)]
 
 

@@ -6,8 +6,8 @@ README's rules table and Diagnostic.severity all read RULES here. Code outside t
 that the units import (emit, the self-check, suppressions) reaches it through
 diagnostics.registry(), which imports this module on first use.
 """
+from collections.abc import Iterable
 from types import ModuleType
-from typing import Dict, Iterable, List, Tuple
 
 from ddpify import suppressions
 from ddpify.diagnostics import Rule
@@ -32,7 +32,7 @@ from ddpify.rules import (
 from ddpify.rules.cases import Case
 from ddpify.selfcheck import rules as selfcheck
 
-UNITS: Tuple[ModuleType, ...] = (
+UNITS: tuple[ModuleType, ...] = (
     setup, devices, model, data, epochs, downloads, splits, evaluation, hand_batches,
     random_batches, side_effects, shared_names, training, report_only, frameworks, whole_file,
     selfcheck, suppressions,
@@ -43,9 +43,9 @@ class DuplicateCode(Exception):
     """Two units define the same code: a code names one rule, forever."""
 
 
-def collect(units: Iterable[ModuleType]) -> Dict[str, Rule]:
-    rules: Dict[str, Rule] = {}
-    owners: Dict[str, str] = {}
+def collect(units: Iterable[ModuleType]) -> dict[str, Rule]:
+    rules: dict[str, Rule] = {}
+    owners: dict[str, str] = {}
     for unit in units:
         for rule in unit.RULES:
             if rule.code in rules:
@@ -55,7 +55,7 @@ def collect(units: Iterable[ModuleType]) -> Dict[str, Rule]:
     return dict(sorted(rules.items()))
 
 
-RULES: Dict[str, Rule] = collect(UNITS)
+RULES: dict[str, Rule] = collect(UNITS)
 
 
 def unit_name(unit: ModuleType) -> str:
@@ -64,6 +64,6 @@ def unit_name(unit: ModuleType) -> str:
     return parts[-2] if parts[-1] == "rules" else parts[-1]
 
 
-def cases() -> List[Tuple[str, int, Case]]:
+def cases() -> list[tuple[str, int, Case]]:
     """(unit, index, case) for the CASES of every unit."""
     return [(unit_name(unit), index, case) for unit in UNITS for index, case in enumerate(unit.CASES)]

@@ -4,7 +4,6 @@ A `break` decided on this rank's own batch loss stops one rank while the others 
 next all-reduce. Making it safe would need an all-reduce of the decision on every step, which
 the original did not pay for; the person who owns the script chooses.
 """
-from typing import List, Set
 
 import libcst as cst
 
@@ -24,7 +23,7 @@ RULES = (
 
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
-    reported: Set[cst.If] = set()
+    reported: set[cst.If] = set()
     for loop in training.batch_loops(facts):
         # A step counter (`global_step += 1`) counts the same batches on every rank: each
         # rank's sampler hands it the same number of them.
@@ -49,10 +48,10 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
                              f"`{', '.join(local)}` differs per rank")
 
 
-def _step_counters(body: cst.CSTNode) -> Set[str]:
+def _step_counters(body: cst.CSTNode) -> set[str]:
     """Names every assignment of which in `body` adds a number literal (`step += 1`)."""
-    counted: Set[str] = set()
-    other: Set[str] = set()
+    counted: set[str] = set()
+    other: set[str] = set()
 
     class _Assignments(cst.CSTVisitor):
         def visit_AugAssign(self, node: cst.AugAssign) -> None:
@@ -77,8 +76,8 @@ def _child_of(facts: Facts, node: cst.CSTNode, loop: cst.For) -> BlockItem:
     return child
 
 
-def _ifs_within(node: cst.CSTNode) -> List[cst.If]:
-    found: List[cst.If] = []
+def _ifs_within(node: cst.CSTNode) -> list[cst.If]:
+    found: list[cst.If] = []
 
     class _Ifs(cst.CSTVisitor):
         def visit_If(self, statement: cst.If) -> None:

@@ -3,7 +3,8 @@
 The setup block goes where the script chose its device, so the diff reads as "the device
 choice became a distributed setup"; it moves up only when earlier code already needs it.
 """
-from typing import Iterable, List, Optional, Sequence, Tuple, Union
+from collections.abc import Iterable, Sequence
+from typing import Optional, Union
 
 import libcst as cst
 
@@ -70,7 +71,7 @@ def choose(facts: Facts) -> Plan:
     return Plan(function, block, "device", None, cpu_only=cpu_only)
 
 
-def _device_named_elsewhere(facts: Facts) -> Optional[Tuple[str, Statement, Optional[cst.FunctionDef]]]:
+def _device_named_elsewhere(facts: Facts) -> Optional[tuple[str, Statement, Optional[cst.FunctionDef]]]:
     """`model.to(args.device)`: a device the script takes, as a string, from its command line
     or a config object (the expression, the statement that makes that object, its function).
     The setup follows that statement; the string stays the user's."""
@@ -93,7 +94,7 @@ def _device_named_elsewhere(facts: Facts) -> Optional[Tuple[str, Statement, Opti
     return None
 
 
-def _device_choice(facts: Facts) -> List[DeviceAssignment]:
+def _device_choice(facts: Facts) -> list[DeviceAssignment]:
     """The assignments of one device variable in one scope: in the function that trains
     if it chooses a device, else the first one chosen."""
     groups: dict = {}
@@ -197,7 +198,7 @@ def _place_after_choice(facts: Facts, edits: Edits, plan: Plan) -> None:
     or a download barrier the process group too, on each device type's default backend."""
     choice = plan.choice_statement
     assert choice is not None  # place() calls this only for a plan with a choice statement
-    body: List[BlockItem] = list(plan.block.body)
+    body: list[BlockItem] = list(plan.block.body)
     anchor = _first_statement_needing_setup(facts, edits, plan)
     needs_group = _first_statement_needing_setup(facts, edits, plan, guards_too=False)
     world_size = WORLD_SIZE_CODE if plan.needs_world_size else ""
@@ -244,8 +245,8 @@ def _edited_inside(edits: Edits, facts: Facts, statement: BlockItem) -> bool:
 
 def _first_statement_needing_setup(facts: Facts, edits: Edits, plan: Plan,
                                    guards_too: bool = True) -> Optional[BlockItem]:
-    body: List[BlockItem] = list(plan.block.body)
-    candidates: List[BlockItem] = []
+    body: list[BlockItem] = list(plan.block.body)
+    candidates: list[BlockItem] = []
     if plan.device_assignment is not None:
         candidates.append(plan.device_assignment.statement)
     touched = edits.edited_nodes(include_guarded=guards_too)
@@ -262,10 +263,10 @@ def _first_statement_needing_setup(facts: Facts, edits: Edits, plan: Plan,
 
 
 def _calls_of_functions_holding(facts: Facts, nodes: Iterable[cst.CSTNode],
-                                plan: Plan) -> List[cst.Call]:
+                                plan: Plan) -> list[cst.Call]:
     """Calls of the functions that hold edited code: `make_loaders()` needs the process
     group if the loader it builds now gets a DistributedSampler."""
-    calls: List[cst.Call] = []
+    calls: list[cst.Call] = []
     # (Their order does not matter: the caller takes the earliest statement of them all.)
     holding = {function for function in map(facts.function_of, nodes) if function is not None}
     for function in holding - {plan.function}:

@@ -8,7 +8,7 @@ moment: rank 0 creates and writes its folder, and a rank that reads from the fol
 broadcast to the others right where it is made, and a temporary folder outlives every rank's
 last read of it.
 """
-from typing import List, Optional, Set
+from typing import Optional
 
 import libcst as cst
 
@@ -95,9 +95,9 @@ def _temporary_directories(facts: Facts):
                 yield with_statement, target
 
 
-def _names_in_paths(facts: Facts) -> Set[str]:
+def _names_in_paths(facts: Facts) -> set[str]:
     """Names used in the arguments of calls that make, write or read files."""
-    found: Set[str] = set()
+    found: set[str] = set()
     for qualified in sorted(names.FILE_PATH_CALLS):
         for call in facts.calls_named.get(qualified, ()):
             for arg in call.args:
@@ -106,8 +106,8 @@ def _names_in_paths(facts: Facts) -> Set[str]:
     return found
 
 
-def _dotted_names_in(node: cst.CSTNode) -> List[str]:
-    found: List[str] = []
+def _dotted_names_in(node: cst.CSTNode) -> list[str]:
+    found: list[str] = []
 
     class _Attributes(cst.CSTVisitor):
         def visit_Attribute(self, attribute: cst.Attribute) -> None:

@@ -6,7 +6,8 @@ a keyword where the API has one (`tqdm(..., disable=not is_main)`, `wandb.init(m
 `if is_main:` around whole statements otherwise, and one guard around a `for`/`with` whose
 body is nothing but guarded statements.
 """
-from typing import List, Optional, Sequence, Set, cast
+from collections.abc import Sequence
+from typing import Optional, cast
 
 import libcst as cst
 
@@ -131,7 +132,7 @@ def _opens_a_file(facts: Facts, node: Optional[cst.CSTNode]) -> bool:
     return isinstance(node, cst.With) and any(item.item in opens for item in node.items)
 
 
-def _writes(facts: Facts) -> List[cst.Call]:
+def _writes(facts: Facts) -> list[cst.Call]:
     """torch.save calls and calls of the project's helpers that write files."""
     return facts.save_calls + [call for call, effect in facts.helper_effects.items() if effect == effects.WRITES]
 
@@ -172,10 +173,10 @@ def _guard_prints_and_saves(facts: Facts, edits: Edits, setup: Plan) -> None:
             call) == effects.WRITES
         # `save_image(G(z), path)`, `torch.save(G(z), path)`: rank 0 alone would run a DDP
         # forward the others never join.
-        if _runs_model(facts, call, model_names):
-            if not _hoist_model_runs(facts, edits, statement, call, model_names):
-                edits.report("DDP308", statement)
-                continue
+        if _runs_model(facts, call, model_names) and not _hoist_model_runs(
+                facts, edits, statement, call, model_names):
+            edits.report("DDP308", statement)
+            continue
         if call in facts.save_calls and _saves_to_memory(facts, call):
             continue  # serialising into a buffer writes no file
         if _in_dataset_class(facts, statement):
@@ -194,7 +195,7 @@ def _saves_to_memory(facts: Facts, call: cst.BaseExpression) -> bool:
         for value in facts.assigned_values.get(target, ()))
 
 
-def _runs_model(facts: Facts, call: cst.BaseExpression, model_names: Set[str]) -> bool:
+def _runs_model(facts: Facts, call: cst.BaseExpression, model_names: set[str]) -> bool:
     """A call inside the printed arguments that calls the model, is handed the model, or is
     a function of this file that uses it (`evaluate(val_data)` on the global model)."""
     return any(_runs_the_model(facts, inner, model_names) for inner in calls_within(call) if inner is not call)
@@ -204,7 +205,7 @@ def _runs_model(facts: Facts, call: cst.BaseExpression, model_names: Set[str]) -
 INSPECTING_BUILTINS = frozenset({"isinstance", "hasattr", "getattr", "type", "id", "len", "str", "repr", "vars"})
 
 
-def _runs_the_model(facts: Facts, inner: cst.Call, model_names: Set[str]) -> bool:
+def _runs_the_model(facts: Facts, inner: cst.Call, model_names: set[str]) -> bool:
     if dotted_name(inner.func) in INSPECTING_BUILTINS:
         return False
     if facts.helper_effects.get(inner, effects.MIXED) != effects.MIXED:
@@ -221,7 +222,7 @@ HOISTED_SUFFIX = "_value"
 
 
 def _hoist_model_runs(facts: Facts, edits: Edits, statement: Statement, call: cst.BaseExpression,
-                      model_names: Set[str]) -> bool:
+                      model_names: set[str]) -> bool:
     """`print(f"... {evaluate(val_data):.2f}")`: the evaluation runs on every rank, into a
     name, before the print that only rank 0 makes (a DDP forward on rank 0 alone would wait
     for the others). False when a run of the model is not an argument's own call."""
@@ -230,7 +231,7 @@ def _hoist_model_runs(facts: Facts, edits: Edits, statement: Statement, call: cs
                                                    for other in runs)]
     if any(_inside_a_scope(facts, inner, statement) for inner in outermost):
         return False
-    hoisted: List[Statement] = []
+    hoisted: list[Statement] = []
     for inner in outermost:
         base = (dotted_name(inner.func) or "result").rsplit(".", 1)[-1] + HOISTED_SUFFIX
         name = first_free(base, lambda candidate: candidate in facts.bound_names or any(
@@ -326,7 +327,7 @@ def _lower_log_level(facts: Facts, edits: Edits, setup: Plan) -> None:
             return
 
 
-def _logger_names(facts: Facts) -> Set[str]:
+def _logger_names(facts: Facts) -> set[str]:
     loggers = {"logging"}
     for call in facts.calls_named.get(names.GET_LOGGER, ()):
         assign = facts.parents.get(call)
@@ -337,7 +338,7 @@ def _logger_names(facts: Facts) -> Set[str]:
     return loggers
 
 
-def _logs(statement: cst.CSTNode, loggers: Set[str]) -> bool:
+def _logs(statement: cst.CSTNode, loggers: set[str]) -> bool:
     levels = {"debug", "info", "warning", "error", "exception", "critical", "log"}
     return any(
         isinstance(call.func, cst.Attribute)
@@ -371,8 +372,8 @@ def _guard_object(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code:
     edits.report(code, creation)
 
 
-def _references(facts: Facts, name: str, function: Optional[cst.FunctionDef]) -> List[cst.Name]:
-    found: List[cst.Name] = []
+def _references(facts: Facts, name: str, function: Optional[cst.FunctionDef]) -> list[cst.Name]:
+    found: list[cst.Name] = []
     root = function if function is not None else facts.module
 
     class _Names(cst.CSTVisitor):

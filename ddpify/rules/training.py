@@ -5,7 +5,8 @@ Both keep the run as a group of one exactly as it was: no_sync() only when distr
 the all-reduce only when distributed. Neither adds work per step: the all-reduce runs once per
 epoch on the sums the script already keeps.
 """
-from typing import Callable, Dict, Iterable, List, Optional, Set, cast
+from collections.abc import Iterable
+from typing import Callable, Optional, cast
 
 import libcst as cst
 
@@ -44,7 +45,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         _reduce_epoch_figures(facts, edits, setup, loop)
 
 
-def batch_loops(facts: Facts) -> List[cst.For]:
+def batch_loops(facts: Facts) -> list[cst.For]:
     """Training loops with no training loop inside them, in source order."""
     inner = [loop for loop in facts.training_loops
              if not any(other is not loop and loop in facts.enclosing_loops(other)
@@ -100,7 +101,7 @@ def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: Plan, loop: cst
     edits.report("DDP401", step_if)
 
 
-def _wrap_range(start: int, stop: int, count: int, prefix: List[Statement],
+def _wrap_range(start: int, stop: int, count: int, prefix: list[Statement],
                 template: cst.With) -> Callable[[cst.For], cst.For]:
     def rewrite(updated: cst.For) -> cst.For:
         block = updated.body  # indented: the loop's body holds the `if` that steps
@@ -135,7 +136,7 @@ def _steps_optimizer(statement: cst.If) -> bool:
 
 
 def _counts_modulo(test: cst.BaseExpression) -> bool:
-    found: List[cst.BinaryOperation] = []
+    found: list[cst.BinaryOperation] = []
 
     class _Modulo(cst.CSTVisitor):
         def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
@@ -157,7 +158,7 @@ def _calls_name(node: cst.CSTNode, name: str) -> bool:
 
 # --- epoch figures ---------------------------------------------------------------------------------
 
-def epoch_accumulators(facts: Facts, loop: cst.For) -> Dict[str, cst.BaseExpression]:
+def epoch_accumulators(facts: Facts, loop: cst.For) -> dict[str, cst.BaseExpression]:
     """`running_loss = 0.0` before the batch loop, `running_loss += ...` inside it, and used
     after it: the name and its initial literal, in the order they were set."""
     block = facts.parents.get(loop)
@@ -165,7 +166,7 @@ def epoch_accumulators(facts: Facts, loop: cst.For) -> Dict[str, cst.BaseExpress
         return {}
     statements = list(block.body)
     index = statements.index(loop)
-    initial: Dict[str, cst.BaseExpression] = {}
+    initial: dict[str, cst.BaseExpression] = {}
     for statement in statements[:index]:
         if isinstance(statement, cst.SimpleStatementLine):
             for small in statement.body:
@@ -219,8 +220,8 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
     edits.report("DDP402", loop)
 
 
-def _gather_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For, names: List[str],
-                          per_batch: Dict[str, str]) -> None:
+def _gather_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For, names: list[str],
+                          per_batch: dict[str, str]) -> None:
     """The same sums in a function the setup's names do not reach (a train_model(model,
     loader) helper): gathered as Python numbers, which needs no device and keeps each
     figure's type."""
@@ -259,7 +260,7 @@ def _returns_python_numbers(facts: Facts, value: cst.BaseExpression) -> bool:
     function = facts.functions.get(dotted_name(value.func) or "") if isinstance(value, cst.Call) else None
     if function is None:
         return False
-    returned: List[Optional[cst.BaseExpression]] = []
+    returned: list[Optional[cst.BaseExpression]] = []
 
     class _Returns(cst.CSTVisitor):
         def visit_Return(self, node: cst.Return) -> None:
@@ -290,9 +291,9 @@ def _counts(node: cst.CSTNode, name: str) -> bool:
     return bool(increments) and all(_whole_number(value) for value in increments)
 
 
-def _increments(node: cst.CSTNode, name: str) -> List[cst.BaseExpression]:
+def _increments(node: cst.CSTNode, name: str) -> list[cst.BaseExpression]:
     """What each `name += ...` in node adds."""
-    increments: List[cst.BaseExpression] = []
+    increments: list[cst.BaseExpression] = []
 
     class _Increments(cst.CSTVisitor):
         def visit_AugAssign(self, assign: cst.AugAssign) -> None:
@@ -314,8 +315,8 @@ def _whole_number(value: cst.BaseExpression) -> bool:
                 or "len" in functions or has_comparison)
 
 
-def _walk(node: cst.CSTNode) -> List[cst.CSTNode]:
-    found: List[cst.CSTNode] = []
+def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
+    found: list[cst.CSTNode] = []
 
     class _All(cst.CSTVisitor):
         def on_visit(self, inner: cst.CSTNode) -> bool:
@@ -336,12 +337,12 @@ def _batch_index(loop: cst.For) -> Optional[str]:
     return None
 
 
-def _divided_by_len(statements: Iterable[cst.CSTNode], loaders: Set[str],
-                    batch_index: Optional[str] = None) -> Dict[str, str]:
+def _divided_by_len(statements: Iterable[cst.CSTNode], loaders: set[str],
+                    batch_index: Optional[str] = None) -> dict[str, str]:
     """`running_loss / len(train_loader)` or `running_loss / i` (the batch loop's enumerate
     index): a sum over this rank's batches, by name. `len(train_dataset)` counts the whole
     set, which the summed figure covers."""
-    found: Dict[str, str] = {}
+    found: dict[str, str] = {}
 
     class _Divisions(cst.CSTVisitor):
         def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
@@ -362,8 +363,8 @@ def _divided_by_len(statements: Iterable[cst.CSTNode], loaders: Set[str],
 
 # --- helpers ---------------------------------------------------------------------------------------
 
-def _augmented_names(node: cst.CSTNode) -> Set[str]:
-    found: Set[str] = set()
+def _augmented_names(node: cst.CSTNode) -> set[str]:
+    found: set[str] = set()
 
     class _Augmented(cst.CSTVisitor):
         def visit_AugAssign(self, assign: cst.AugAssign) -> None:
@@ -374,12 +375,12 @@ def _augmented_names(node: cst.CSTNode) -> Set[str]:
     return found
 
 
-def assigned_names(node: cst.CSTNode) -> Set[str]:
+def assigned_names(node: cst.CSTNode) -> set[str]:
     return _assigned_names(node)
 
 
-def _assigned_names(node: cst.CSTNode) -> Set[str]:
-    found: Set[str] = set()
+def _assigned_names(node: cst.CSTNode) -> set[str]:
+    found: set[str] = set()
 
     class _Targets(cst.CSTVisitor):
         def visit_AssignTarget(self, target: cst.AssignTarget) -> None:

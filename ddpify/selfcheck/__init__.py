@@ -9,7 +9,8 @@ line is in the message), so the run exits 1 and the file is still written.
 """
 import ast
 import difflib
-from typing import Callable, Iterable, List, Optional, Sequence, Tuple
+from collections.abc import Iterable, Sequence
+from typing import Callable, Optional
 
 from ddpify.diagnostics import Diagnostic, rule_of
 from ddpify.selfcheck.loaders import LEFT_WHOLE_CODES, NO_EPOCH_LOOP_CODE, unsharded_loaders
@@ -20,7 +21,7 @@ from ddpify.selfcheck.source import Source
 
 
 def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
-          original_tree: Optional[ast.Module] = None) -> List[Diagnostic]:
+          original_tree: Optional[ast.Module] = None) -> list[Diagnostic]:
     """The self-check's diagnostics for `migrated`, ddpify's output for `original`, given the
     diagnostics of the migration (which explain deliberate choices: DDP106, DDP203, ...).
     `original_tree`: the original's `ast` tree, where the caller has it already."""
@@ -45,7 +46,7 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
     return sorted(set(found), key=lambda d: (d.line, d.code, d.message))
 
 
-def _lines_of(diagnostics: Sequence[Diagnostic], codes: Tuple[str, ...]) -> set:
+def _lines_of(diagnostics: Sequence[Diagnostic], codes: tuple[str, ...]) -> set:
     return {line for d in diagnostics if d.code in codes
             for line in range(d.line, max(d.end_line, d.line) + 1)}
 

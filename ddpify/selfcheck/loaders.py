@@ -1,7 +1,8 @@
 """Every DataLoader of the output is sharded or reported, and every shuffling
 DistributedSampler gets set_epoch (DDP912)."""
 import ast
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from collections.abc import Iterator
+from typing import Optional
 
 from ddpify.selfcheck.source import FUNCTIONS, Source, calls_named, dotted, last_part
 
@@ -10,15 +11,15 @@ SHARDERS = ("DistributedSampler", "evaluation_shard")
 LEFT_WHOLE_CODES = ("DDP203", "DDP204", "DDP205", "DDP207", "DDP210", "DDP213", "DDP218")
 NO_EPOCH_LOOP_CODE = "DDP211"
 
-Finding = Tuple[str, int, str]
+Finding = tuple[str, int, str]
 
 
-def loader_calls(source: Source) -> List[ast.Call]:
+def loader_calls(source: Source) -> list[ast.Call]:
     aliases = {"DataLoader"} | {alias for alias, name in source.imported_as.items() if name == "DataLoader"}
     return [call for call in source.calls if last_part(call.func) in aliases]
 
 
-def unsharded_loaders(original: Source, migrated: Source, reported_lines: Set[int],
+def unsharded_loaders(original: Source, migrated: Source, reported_lines: set[int],
                       set_epoch_reported: bool) -> Iterator[Finding]:
     """A loader without a distributed sampler passes when a diagnostic of the migration names
     its call in the original (the n-th loader of the output is the n-th of the original). A
@@ -47,14 +48,14 @@ def _sampler_argument(call: ast.Call) -> Optional[ast.AST]:
     return None
 
 
-def _helpers_added(original: Source, migrated: Source) -> Set[str]:
+def _helpers_added(original: Source, migrated: Source) -> set[str]:
     """Functions and classes the migration defined (evaluation_shard, a sampler wrapper): a
     sampler ddpify built with its own helper is its distributed sampler."""
     defined = {node.name for node in migrated.tree.body if isinstance(node, (*FUNCTIONS, ast.ClassDef))}
     return defined - {node.name for node in original.tree.body if isinstance(node, (*FUNCTIONS, ast.ClassDef))}
 
 
-def _shards(value: ast.AST, sharders: Set[str], sharding_names: Set[str]) -> bool:
+def _shards(value: ast.AST, sharders: set[str], sharding_names: set[str]) -> bool:
     return calls_named(value, sharders) or any(loose_dotted(node) in sharding_names for node in ast.walk(value))
 
 
@@ -69,7 +70,7 @@ def loose_dotted(node: ast.AST) -> Optional[str]:
     return dotted(node)
 
 
-def _sharder_bindings(source: Source, sharders: Set[str]) -> Dict[str, ast.Call]:
+def _sharder_bindings(source: Source, sharders: set[str]) -> dict[str, ast.Call]:
     """`sampler` in `sampler = DistributedSampler(...) if distributed else None`."""
     bindings = {}
     for call in source.calls:
@@ -108,7 +109,7 @@ def _shuffles(call: ast.Call) -> bool:
     return len(call.args) < 4  # DistributedSampler(dataset, num_replicas, rank, shuffle)
 
 
-def _given_to_a_loader(source: Source, sampler: ast.Call, names: List[str]) -> bool:
+def _given_to_a_loader(source: Source, sampler: ast.Call, names: list[str]) -> bool:
     for loader in loader_calls(source):
         value = _sampler_argument(loader)
         if value is not None and any(node is sampler or loose_dotted(node) in names for node in ast.walk(value)):

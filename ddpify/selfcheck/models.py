@@ -1,7 +1,8 @@
 """The model's moves and its wrap: no move of the original deleted (DDP910), and each
 `DDP(x)` after every assignment and move of `x` on every path, before `x` trains (DDP911)."""
 import ast
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from collections.abc import Iterator, Sequence
+from typing import Callable, Optional
 
 from ddpify.selfcheck.source import LOOPS, Source, assigned_targets, dotted, last_part
 
@@ -9,25 +10,25 @@ WRAPPERS = ("DDP", "DistributedDataParallel")
 # A move ddpify drops on purpose and says so: a wrapped model moved to the CPU and back.
 DROPPED_MOVE_CODES = ("DDP106",)
 
-Finding = Tuple[str, int, str]  # code, line, message; the line is the original's for DDP910
+Finding = tuple[str, int, str]  # code, line, message; the line is the original's for DDP910
 
 
-def deleted_moves(original: Source, migrated: Source, dropped_lines: Set[int],
+def deleted_moves(original: Source, migrated: Source, dropped_lines: set[int],
                   to_original: Callable[[int], int]) -> Iterator[Finding]:
     """Each receiver (`model`, `self.net`) moves at least as often in the output as in the
     original. ddpify may respell a move (`x.cuda()` -> `x.to(device)`), never delete one,
     except a move of the wrapped model that it reported (DDP106): one after the wrap.
     `to_original` maps an output line to the original line it comes from (or follows)."""
-    wrapped_after: Dict[str, List[int]] = {}  # name -> the output lines of its wraps
+    wrapped_after: dict[str, list[int]] = {}  # name -> the output lines of its wraps
     for name, call in wraps(migrated):
         wrapped_after.setdefault(name, []).append(call.lineno)
-    original_moves: Dict[str, List[ast.Call]] = {}
+    original_moves: dict[str, list[ast.Call]] = {}
     for receiver, call in original.moves():
         if call.lineno in dropped_lines and any(
                 to_original(line) < call.lineno for line in wrapped_after.get(receiver, [])):
             continue
         original_moves.setdefault(receiver, []).append(call)
-    after: Dict[str, List[int]] = {}
+    after: dict[str, list[int]] = {}
     for receiver, call in migrated.moves():
         after.setdefault(receiver, []).append(call.lineno)
     for receiver, calls in original_moves.items():
@@ -40,7 +41,7 @@ def deleted_moves(original: Source, migrated: Source, dropped_lines: Set[int],
                    f"original, {len(kept)} in the output")
 
 
-def wraps(source: Source) -> Iterator[Tuple[str, ast.Call]]:
+def wraps(source: Source) -> Iterator[tuple[str, ast.Call]]:
     """(wrapped name, call) for each `DDP(name, ...)`."""
     for call in source.calls:
         if last_part(call.func) in WRAPPERS and call.args:
@@ -115,9 +116,7 @@ def _on_every_path_to(source: Source, statement: ast.stmt, anchor: ast.stmt) -> 
     # fine (one runs before the other); two parts of one statement (body, orelse) are not.
     statement_side = statement_chain[statement_chain.index(common) - 1]
     anchor_side = anchor_chain[anchor_chain.index(common) - 1]
-    if isinstance(common, ast.stmt) and not _same_block(common, statement_side, anchor_side):
-        return False
-    return True
+    return not (isinstance(common, ast.stmt) and not _same_block(common, statement_side, anchor_side))
 
 
 def _same_block(compound: ast.stmt, first: ast.AST, second: ast.AST) -> bool:
@@ -128,7 +127,7 @@ def _same_block(compound: ast.stmt, first: ast.AST, second: ast.AST) -> bool:
     return False
 
 
-def _training_uses(source: Source, scope, names: Sequence[str], through_calls: bool) -> List[ast.Call]:
+def _training_uses(source: Source, scope, names: Sequence[str], through_calls: bool) -> list[ast.Call]:
     """Calls of the model inside a loop that calls `.backward()`, and (`through_calls`) calls
     of the file's own functions that take the model (`train(model, loader)`), which may train it."""
     calls = source.calls_in(scope)

@@ -1,10 +1,11 @@
 """Prints and writes that run once the process group is joined are on rank 0 only (DDP913)."""
 import ast
-from typing import Dict, Iterator, Optional, Tuple
+from collections.abc import Iterator
+from typing import Optional
 
 from ddpify.selfcheck.source import FUNCTIONS, Scope, Source, dotted, last_part
 
-Finding = Tuple[str, int, str]
+Finding = tuple[str, int, str]
 
 # Called as `name(...)` or `module.name(...)`: each prints, writes or makes a file, or opens a
 # TensorBoard log. (wandb is left out: ddpify keeps its calls on every rank and disables the
@@ -48,9 +49,9 @@ class _Reach:
 
     def __init__(self, source: Source) -> None:
         self.source = source
-        self.joining: Dict[int, bool] = {}
-        self.entered: Dict[int, bool] = {}
-        self.sites: Dict[str, list] = {}
+        self.joining: dict[int, bool] = {}
+        self.entered: dict[int, bool] = {}
+        self.sites: dict[str, list] = {}
         for call in source.calls:
             name = self._called_function(call)
             if name is not None:

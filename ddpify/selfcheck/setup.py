@@ -1,10 +1,11 @@
 """The setup block keeps the module importable (DDP914) and the device its type (DDP915)."""
 import ast
-from typing import Iterator, Optional, Set, Tuple
+from collections.abc import Iterator
+from typing import Optional
 
 from ddpify.selfcheck.source import FUNCTIONS, Source, assigned_targets, dotted, last_part
 
-Finding = Tuple[str, int, str]
+Finding = tuple[str, int, str]
 
 DEVICE_PREFIXES = ("cuda", "cpu", "mps", "xpu", "hpu", "npu", "meta")
 
@@ -14,14 +15,14 @@ def _has_main_block(source: Source) -> bool:
                for statement in source.tree.body)
 
 
-def _mentions_running(test: ast.AST, run_flags: Set[str]) -> bool:
+def _mentions_running(test: ast.AST, run_flags: set[str]) -> bool:
     """`__name__ == "__main__"`, or a flag that includes it (ddpify's
     `distributed = "WORLD_SIZE" in os.environ and __name__ == "__main__"`)."""
     return any(isinstance(node, ast.Name) and (node.id == "__name__" or node.id in run_flags)
                for node in ast.walk(test))
 
 
-def _flags_of_running(source: Source) -> Set[str]:
+def _flags_of_running(source: Source) -> set[str]:
     return {name for statement in source.tree.body if isinstance(statement, ast.Assign)
             and _mentions_running(statement.value, set()) for name in assigned_targets(statement)}
 
@@ -43,9 +44,9 @@ def joins_on_import(original: Source, migrated: Source) -> Iterator[Finding]:
             yield "DDP914", call.lineno, f"`{ast.unparse(call.func)}(...)` runs when the module is imported"
 
 
-def _joining_functions(source: Source) -> Set[str]:
+def _joining_functions(source: Source) -> set[str]:
     """Names of the file's functions that call init_process_group, directly or through another."""
-    joining: Set[str] = set()
+    joining: set[str] = set()
     grew = True
     while grew:
         grew = False

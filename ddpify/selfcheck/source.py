@@ -7,8 +7,9 @@ the forms ddpify emits (`if is_main:`, `if is_main_process():`) and the ones peo
 """
 import ast
 import warnings
+from collections.abc import Iterator
 from operator import attrgetter
-from typing import Dict, Iterator, List, Optional, Set, Tuple, Union
+from typing import Optional, Union
 
 Scope = Union[ast.Module, ast.FunctionDef, ast.AsyncFunctionDef]
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -51,16 +52,14 @@ def calls_named(node: ast.AST, names) -> bool:
 # literals, and import aliases (read from the Import itself).
 _LEAF_FIELDS = frozenset({"ctx", "id", "attr", "name", "arg", "module", "kind", "type_comment", "level",
                           "conversion", "is_async", "names", "simple"})
-_CHILD_FIELDS: Dict[type, Tuple[str, ...]] = {}
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def assigned_targets(statement: ast.stmt) -> List[str]:
+def assigned_targets(statement: ast.stmt) -> list[str]:
     """Dotted names a statement binds (`a, self.b = ...`, `for x in`, `with ... as x`)."""
     if isinstance(statement, ast.Assign):
         targets = statement.targets
-    elif isinstance(statement, (ast.AnnAssign, ast.AugAssign)):
-        targets = [statement.target]
-    elif isinstance(statement, (ast.For, ast.AsyncFor)):
+    elif isinstance(statement, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
         targets = [statement.target]
     elif isinstance(statement, (ast.With, ast.AsyncWith)):
         targets = [item.optional_vars for item in statement.items if item.optional_vars is not None]
@@ -86,17 +85,17 @@ class Source:
                 warnings.simplefilter("ignore")
                 tree = ast.parse(text)
         self.tree = tree
-        self.parents: Dict[ast.AST, ast.AST] = {}
-        self.nodes: List[ast.AST] = []  # every node, in no particular order
-        self.calls: List[ast.Call] = []
-        self.assignments: List[Union[ast.Assign, ast.AnnAssign]] = []
-        self.functions: Dict[str, List[Scope]] = {}
-        self.module_names: Set[str] = set()  # `torch`, `np`: a call on them is no method of ours
-        self.imported_as: Dict[str, str] = {}  # `DL` -> `DataLoader` for `import DataLoader as DL`
-        self._scopes: Dict[ast.AST, Scope] = {}
-        self._calls_by_scope: Dict[int, List[ast.Call]] = {}
-        self._moves: Optional[List[Tuple[str, ast.Call]]] = None
-        self._moved_by: Optional[Dict[int, Set[str]]] = None
+        self.parents: dict[ast.AST, ast.AST] = {}
+        self.nodes: list[ast.AST] = []  # every node, in no particular order
+        self.calls: list[ast.Call] = []
+        self.assignments: list[Union[ast.Assign, ast.AnnAssign]] = []
+        self.functions: dict[str, list[Scope]] = {}
+        self.module_names: set[str] = set()  # `torch`, `np`: a call on them is no method of ours
+        self.imported_as: dict[str, str] = {}  # `DL` -> `DataLoader` for `import DataLoader as DL`
+        self._scopes: dict[ast.AST, Scope] = {}
+        self._calls_by_scope: dict[int, list[ast.Call]] = {}
+        self._moves: Optional[list[tuple[str, ast.Call]]] = None
+        self._moved_by: Optional[dict[int, set[str]]] = None
         self._index()
         self.calls.sort(key=attrgetter("lineno", "col_offset"))
 
@@ -104,7 +103,7 @@ class Source:
         """One traversal (ast.walk, then a pass for the parents, would cost two), written for
         speed: it is most of the self-check's time."""
         parents, nodes, calls = self.parents, self.nodes, self.calls
-        pending: List[ast.AST] = [self.tree]
+        pending: list[ast.AST] = [self.tree]
         while pending:
             node = pending.pop()
             nodes.append(node)
@@ -175,7 +174,7 @@ class Source:
 
     def statements_in(self, scope: Scope) -> Iterator[ast.stmt]:
         """Every statement that runs in `scope` itself (not in the functions it defines)."""
-        pending: List[ast.AST] = list(scope.body)
+        pending: list[ast.AST] = list(scope.body)
         while pending:
             node = pending.pop()
             if isinstance(node, ast.stmt):
@@ -184,7 +183,7 @@ class Source:
                 pending.extend(child for child in ast.iter_child_nodes(node)
                                if isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)))
 
-    def calls_in(self, scope: Scope) -> List[ast.Call]:
+    def calls_in(self, scope: Scope) -> list[ast.Call]:
         """The calls that run in `scope` itself, in source order."""
         if not self._calls_by_scope:
             for call in self.calls:
@@ -215,7 +214,7 @@ class Source:
             return isinstance(parent, (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return))
         return False
 
-    def moves(self) -> List[Tuple[str, ast.Call]]:
+    def moves(self) -> list[tuple[str, ast.Call]]:
         """(receiver, call) for the device moves of named values, as statements or assigned,
         in source order."""
         if self._moves is None:
@@ -226,7 +225,7 @@ class Source:
                     self._moves.append((receiver, call))
         return self._moves
 
-    def moved_by(self, statement: ast.stmt) -> Set[str]:
+    def moved_by(self, statement: ast.stmt) -> set[str]:
         """The names a statement moves (`x, y = x.to(device), y.to(device)`: x and y)."""
         if self._moved_by is None:
             self._moved_by = {}

@@ -9,7 +9,6 @@ import re
 import signal
 import tempfile
 import threading
-from typing import List, Optional, Tuple
 
 import click
 
@@ -28,7 +27,7 @@ class Terminated(BaseException):
     """SIGTERM, raised where the main thread is so that every `with` block cleans up."""
 
 
-def parse_checks(value: Optional[str]) -> Tuple[str, ...]:
+def parse_checks(value: str | None) -> tuple[str, ...]:
     if not value:
         return CHECK_IDS
     chosen = tuple(part.strip().replace("-", "_") for part in value.split(",") if part.strip())
@@ -38,7 +37,7 @@ def parse_checks(value: Optional[str]) -> Tuple[str, ...]:
     return chosen
 
 
-def migrate_into(script: str, target: str) -> Tuple[List[str], bool, int]:
+def migrate_into(script: str, target: str) -> tuple[list[str], bool, int]:
     """Migrates script into target the way `ddpify SCRIPT -o TARGET` does (its reading,
     encodings, line endings, messages and atomic write). Returns the diagnostic lines,
     whether the migration changed anything and the exit status `ddpify` would have."""
@@ -52,7 +51,7 @@ def migrate_into(script: str, target: str) -> Tuple[List[str], bool, int]:
             if visible(diagnostic, verbose=False, quiet=False)], report.changed, report.exit_code
 
 
-def migrate_project(root: str, target: str) -> Tuple[List[str], bool, int]:
+def migrate_project(root: str, target: str) -> tuple[list[str], bool, int]:
     """Copies the project folder to target and migrates every Python file there in place,
     as `ddpify -i .` would. Returns the diagnostic lines, whether any file changed and the
     exit status `ddpify -i .` would have."""

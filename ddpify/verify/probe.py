@@ -28,6 +28,7 @@ too early. ``--import-only`` imports the script as a module instead of running i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import hashlib
 import os
@@ -35,8 +36,9 @@ import runpy
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from types import FrameType
-from typing import Any, List, Optional, Sequence
+from typing import Any
 
 from ddpify.verify import records
 from ddpify.verify.probing.hooks import install_hooks
@@ -66,7 +68,7 @@ class LoaderState:
         self.epoch = 0
         self.trains = False
         # Batches this epoch may still yield (None: no limit).
-        self.batch_limit: Optional[int] = None
+        self.batch_limit: int | None = None
         self.fetched = 0
 
 
@@ -87,16 +89,16 @@ class Probe:
         self.slow_paths = {os.path.abspath(path) for path in slow_paths}
         self.delay_left = SLOW_WRITE_BUDGET_S
         self.steps = 0
-        self.last_loss: Optional[float] = None
-        self.last_loader: Optional[LoaderState] = None
+        self.last_loss: float | None = None
+        self.last_loader: LoaderState | None = None
         self.loaders: dict = {}
         self.loader_by_index_sampler: dict = {}
         self.optimizer_ordinals: dict = {}
         self.reads: dict = {}
         self.in_hook = threading.local()
         # Strong references keep id() values from being reused by new objects.
-        self.keep_alive: List[Any] = []
-        self.stdout: Optional[LineRecorder] = None
+        self.keep_alive: list[Any] = []
+        self.stdout: LineRecorder | None = None
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -136,15 +138,13 @@ class Probe:
             child.terminate()
             child.join(timeout=2)
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 stream.flush()
-            except (OSError, ValueError):
-                pass
         os._exit(0)
 
-    def where(self) -> Optional[str]:
+    def where(self) -> str | None:
         """The innermost line of the script's own files on the current stack, as file:line."""
-        frame: Optional[FrameType] = sys._getframe(1)
+        frame: FrameType | None = sys._getframe(1)
         while frame is not None:
             name = frame.f_code.co_filename
             if own_file(name, self.script_dir):
@@ -244,7 +244,7 @@ class Probe:
         if self.max_steps and self.steps >= self.max_steps:
             self.stop("max_steps")
 
-    def on_save(self, obj: Any, path: Optional[str], where: Optional[str], started: float) -> None:
+    def on_save(self, obj: Any, path: str | None, where: str | None, started: float) -> None:
         from torch import nn
 
         self.recorder.emit(
@@ -279,7 +279,7 @@ class Probe:
 
     # -- running the script ----------------------------------------------------------
 
-    def run(self, script: str, script_args: List[str], import_only: bool = False) -> None:
+    def run(self, script: str, script_args: list[str], import_only: bool = False) -> None:
         sys.argv = [script, *script_args]
         sys.path[0] = os.path.dirname(os.path.abspath(script))
         try:
@@ -300,7 +300,7 @@ class Probe:
         self.finish()
 
 
-def parse_args(argv: List[str]) -> argparse.Namespace:
+def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m ddpify.verify.probe")
     parser.add_argument("--record", required=True, help="directory for the event files")
     parser.add_argument("--max-steps", type=int, default=0, help="stop after K optimizer steps")
@@ -316,7 +316,7 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     options = parse_args(sys.argv[1:] if argv is None else argv)
     os.makedirs(options.record, exist_ok=True)
     probe = Probe(options.record, options.max_steps, options.max_epochs, options.full_epochs,

@@ -13,6 +13,7 @@ is missing, the runner's process group kill is all there is.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -20,7 +21,6 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Dict, List
 
 PR_SET_CHILD_SUBREAPER = 36
 # Seconds a finished command's descendants get to exit on their own before they count as left behind.
@@ -36,13 +36,13 @@ def become_subreaper() -> bool:
         return False
 
 
-def parent_links(include_zombies: bool = False) -> Dict[int, int]:
+def parent_links(include_zombies: bool = False) -> dict[int, int]:
     """pid -> parent pid for every process in /proc (empty where there is no /proc).
 
     A zombie is dead already, but it stays in the tree that descendants() walks: while a
     multi-threaded process dies, its main thread is a zombie before its other threads are
     gone, and its children are handed on only then."""
-    links: Dict[int, int] = {}
+    links: dict[int, int] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
@@ -60,10 +60,10 @@ def parent_links(include_zombies: bool = False) -> Dict[int, int]:
     return links
 
 
-def descendants(root: int) -> List[int]:
+def descendants(root: int) -> list[int]:
     """Every process below root, zombies that still have children included."""
     living = parent_links()
-    children: Dict[int, List[int]] = {}
+    children: dict[int, list[int]] = {}
     for pid, parent in parent_links(include_zombies=True).items():
         children.setdefault(parent, []).append(pid)
     found, frontier = [], [root]
@@ -99,15 +99,13 @@ def reap_zombies() -> None:
             return
 
 
-def signal_all(pids: List[int], signum: int) -> None:
+def signal_all(pids: list[int], signum: int) -> None:
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
-def wait_for_tree(seconds: float) -> List[int]:
+def wait_for_tree(seconds: float) -> list[int]:
     """Reaps what exits within `seconds`; returns the descendants still alive."""
     deadline = time.time() + seconds
     while True:
@@ -118,7 +116,7 @@ def wait_for_tree(seconds: float) -> List[int]:
         time.sleep(0.05)
 
 
-def kill_tree(alive: List[int], rounds: int = 40) -> None:
+def kill_tree(alive: list[int], rounds: int = 40) -> None:
     """SIGKILL until nothing is left (bounded: a process stuck in the kernel cannot be killed)."""
     for _ in range(rounds):
         if not alive:
@@ -139,7 +137,7 @@ class Stopped(BaseException):
         self.signum = signum
 
 
-def main(argv: List[str]) -> int:
+def main(argv: list[str]) -> int:
     if len(argv) < 4 or argv[0] != "--report" or argv[2] != "--":
         sys.stderr.write("usage: python -m ddpify.verify.reaper --report FILE -- COMMAND [ARGS...]\n")
         return 2
@@ -151,7 +149,7 @@ def main(argv: List[str]) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, on_signal)
     become_subreaper()
-    leftovers: List[dict] = []
+    leftovers: list[dict] = []
     try:
         child = subprocess.Popen(command)
         returncode = child.wait()

@@ -10,7 +10,6 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
 
 EVENT_FILE = re.compile(r"^rank(\d+)\.jsonl$")
 STACK_FILE = re.compile(r"^stack_rank(\d+)\.txt$")
@@ -24,9 +23,9 @@ def stack_path(record_dir: str, rank: int) -> str:
     return os.path.join(record_dir, f"stack_rank{rank}.txt")
 
 
-def load_events(record_dir: str) -> Dict[int, List[dict]]:
+def load_events(record_dir: str) -> dict[int, list[dict]]:
     """Events per rank; a line cut short by a killed process is dropped, not fatal."""
-    events: Dict[int, List[dict]] = {}
+    events: dict[int, list[dict]] = {}
     for name in sorted(os.listdir(record_dir)):
         match = EVENT_FILE.match(name)
         if not match:
@@ -42,7 +41,7 @@ def load_events(record_dir: str) -> Dict[int, List[dict]]:
     return events
 
 
-def load_stacks(record_dir: str) -> Dict[int, str]:
+def load_stacks(record_dir: str) -> dict[int, str]:
     """Stack dumps written by faulthandler in ranks that outlived their deadline."""
     stacks = {}
     for name in sorted(os.listdir(record_dir)):
@@ -55,7 +54,7 @@ def load_stacks(record_dir: str) -> Dict[int, str]:
     return stacks
 
 
-def load_leftovers(report_paths: List[str]) -> List[dict]:
+def load_leftovers(report_paths: list[str]) -> list[dict]:
     """Processes the reapers found still running after their command ended (and killed)."""
     leftovers = []
     for path in report_paths:
@@ -72,30 +71,30 @@ class RunResult:
     """One run (possibly several processes): how it ended and what each rank recorded."""
 
     name: str
-    commands: List[List[str]]
-    returncodes: List[Optional[int]]
+    commands: list[list[str]]
+    returncodes: list[int | None]
     timed_out: bool
     seconds: float
     world_size: int
     limit: float = 0.0
-    events: Dict[int, List[dict]] = field(default_factory=dict)
-    stacks: Dict[int, str] = field(default_factory=dict)
-    files_created: List[str] = field(default_factory=list)
+    events: dict[int, list[dict]] = field(default_factory=dict)
+    stacks: dict[int, str] = field(default_factory=dict)
+    files_created: list[str] = field(default_factory=list)
     output_tail: str = ""
     script_name: str = ""
     # Processes still running after the run's command ended: [{pid, rank, cmdline}].
-    leftovers: List[dict] = field(default_factory=list)
+    leftovers: list[dict] = field(default_factory=list)
     # The working copy every process of the run ran in (the two nodes of the two-agent run share it).
     workdir: str = ""
     run_dir: str = ""
     # Files the working copy held before the run (relative paths): the script, a project's files.
-    copied: List[str] = field(default_factory=list)
+    copied: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.timed_out and all(code == 0 for code in self.returncodes)
 
-    def first_failure(self) -> Optional[Tuple[int, dict]]:
+    def first_failure(self) -> tuple[int, dict] | None:
         """(rank, its `end` event) for the rank whose script raised first: the cause of the
         run's failure, whatever the other ranks did after it (failed on a closed connection,
         waited for it until killed)."""
@@ -107,12 +106,12 @@ class RunResult:
         _, rank, event = min(failures, key=lambda failure: failure[:2])
         return rank, event
 
-    def backends(self) -> List[str]:
+    def backends(self) -> list[str]:
         """The process-group backends the ranks started (nccl, gloo)."""
         return sorted({event["name"] for rank_events in self.events.values() for event in rank_events
                        if event["ev"] == "backend"})
 
-    def unfinished_ranks(self) -> List[int]:
+    def unfinished_ranks(self) -> list[int]:
         """Ranks that never started or never reached the end of the script or a stop."""
         return [
             rank
@@ -120,7 +119,7 @@ class RunResult:
             if not any(event["ev"] in ("end", "stop") for event in self.events.get(rank, []))
         ]
 
-    def stops(self) -> List[dict]:
+    def stops(self) -> list[dict]:
         """The probe's `stop` events: a cap (--max-steps, --max-epochs) ended the process early."""
         return [event for rank_events in self.events.values() for event in rank_events if event["ev"] == "stop"]
 

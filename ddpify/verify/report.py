@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from typing import Optional
 
 from ddpify.verify.checks.failed_runs import failure_text, hung
 from ddpify.verify.checks.result import FAIL
@@ -70,7 +69,7 @@ def run_to_dict(run: RunResult) -> dict:
     }
 
 
-def first_failure_to_dict(run: RunResult) -> Optional[dict]:
+def first_failure_to_dict(run: RunResult) -> dict | None:
     """The rank that failed first, the cause of the run's failure (None: none failed)."""
     failure = run.first_failure()
     if failure is None:

@@ -8,7 +8,7 @@ runs are missing or failed is n/a: the failure is reported once, by the `runs` c
 """
 from __future__ import annotations
 
-from typing import Dict, Mapping, Optional
+from collections.abc import Mapping
 
 from ddpify.verify.records import RunResult
 
@@ -32,18 +32,18 @@ Runs = Mapping[str, RunResult]
 class RunSet(dict):
     """The runs of one verification, and why runs that were not launched were left out."""
 
-    def __init__(self, runs: Optional[Mapping[str, RunResult]] = None, skipped: Optional[Dict[str, str]] = None,
+    def __init__(self, runs: Mapping[str, RunResult] | None = None, skipped: dict[str, str] | None = None,
                  slow_writes: float = 0.0):
         super().__init__(runs or {})
         self.skipped = dict(skipped or {})
         self.slow_writes = slow_writes
 
 
-def skipped_reason(runs: Runs, name: str) -> Optional[str]:
+def skipped_reason(runs: Runs, name: str) -> str | None:
     return getattr(runs, "skipped", {}).get(name)
 
 
-def unusable(runs: Runs, *names: str) -> Optional[str]:
+def unusable(runs: Runs, *names: str) -> str | None:
     """Why a check cannot look at these runs, or None when all of them completed."""
     for name in names:
         if name not in runs:
@@ -53,6 +53,6 @@ def unusable(runs: Runs, *names: str) -> Optional[str]:
     return None
 
 
-def usable(runs: Runs, name: str) -> Optional[RunResult]:
+def usable(runs: Runs, name: str) -> RunResult | None:
     run = runs.get(name)
     return run if run is not None and run.ok else None

@@ -6,6 +6,7 @@ Nothing here judges the results; that is the checks package.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -14,8 +15,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from ddpify.verify import records
 from ddpify.verify.records import RunResult
@@ -40,26 +41,26 @@ OUTPUT_TAIL_CHARS = 4000
 
 @dataclass(frozen=True)
 class RunSettings:
-    script_args: Tuple[str, ...] = ()
+    script_args: tuple[str, ...] = ()
     max_steps: int = 0
     max_epochs: int = 0
     # Epochs of full length; later epochs yield one batch per loader and rank (0: all full).
     full_epochs: int = 2
     timeout: float = 120.0
     # Directory the runs' temporary directories are made in (None: the system's).
-    temp_parent: Optional[str] = None
+    temp_parent: str | None = None
     # Seconds rank 0 waits before each write of a handed-off file in the hand-off run.
     slow_writes: float = 1.5
 
 
 @dataclass
 class Launch:
-    argv: List[str]
+    argv: list[str]
     cwd: str
-    env: Dict[str, str]
+    env: dict[str, str]
 
 
-def clean_environment(extra_paths: Sequence[str]) -> Dict[str, str]:
+def clean_environment(extra_paths: Sequence[str]) -> dict[str, str]:
     """The caller's environment minus torchrun's variables, with ddpify importable."""
     env = {key: value for key, value in os.environ.items() if key not in DISTRIBUTED_ENV_VARS}
     paths = [PACKAGE_ROOT, *extra_paths]
@@ -77,7 +78,7 @@ def free_port() -> int:
 
 
 def probe_argv(record_dir: str, script_name: str, settings: RunSettings, dump_at: float,
-               extra: Sequence[str] = ()) -> List[str]:
+               extra: Sequence[str] = ()) -> list[str]:
     return [
         "-m", "ddpify.verify.probe",
         "--record", record_dir,
@@ -91,12 +92,12 @@ def probe_argv(record_dir: str, script_name: str, settings: RunSettings, dump_at
     ]
 
 
-def reaped(argv: List[str], report_path: str) -> List[str]:
+def reaped(argv: list[str], report_path: str) -> list[str]:
     """argv run under the reaper, which leaves none of its processes behind."""
     return [sys.executable, "-m", "ddpify.verify.reaper", "--report", report_path, "--", *argv]
 
 
-def sandbox_environment(env: Dict[str, str], run_dir: str) -> Dict[str, str]:
+def sandbox_environment(env: dict[str, str], run_dir: str) -> dict[str, str]:
     """A HOME and a TMPDIR of the run's own, so caches and scratch files stay inside it.
 
     User-site packages (pip install --user) live under the real HOME: PYTHONUSERBASE keeps
@@ -120,7 +121,7 @@ def stack_dump_margin(timeout: float) -> float:
 class Runner:
     """Runs scripts under the probe inside one temporary directory, removed by close()."""
 
-    def __init__(self, settings: RunSettings, keep: bool = False, roots: Optional[Dict[str, str]] = None):
+    def __init__(self, settings: RunSettings, keep: bool = False, roots: dict[str, str] | None = None):
         import tempfile
 
         self.settings = settings
@@ -130,7 +131,7 @@ class Runner:
         self.roots = {os.path.abspath(script): os.path.abspath(root) for script, root in (roots or {}).items()}
         # Every process started and not yet waited for, whichever thread started it: close()
         # stops them when an exception (Ctrl-C, SIGTERM) ends the verification early.
-        self.active: List[subprocess.Popen] = []
+        self.active: list[subprocess.Popen] = []
         # Set once Ctrl-C or SIGTERM ends the verification: no thread starts a run after that.
         self.stopping = False
         self.root = tempfile.mkdtemp(prefix="ddpify-verify-", dir=settings.temp_parent)
@@ -141,14 +142,14 @@ class Runner:
         if not self.keep:
             shutil.rmtree(self.root, ignore_errors=True)
 
-    def __enter__(self) -> "Runner":
+    def __enter__(self) -> Runner:
         return self
 
     def __exit__(self, *exc_info) -> None:
         self.close()
 
-    def run_plain_together(self, jobs: Sequence[Tuple[str, str]], gpus: Optional[List[str]] = None
-                           ) -> List[RunResult]:
+    def run_plain_together(self, jobs: Sequence[tuple[str, str]], gpus: list[str] | None = None
+                           ) -> list[RunResult]:
         """Several single-process runs at once (the original and the group of one: on two
         cores, two imports of torch side by side take little longer than one)."""
         from concurrent.futures import ThreadPoolExecutor
@@ -172,8 +173,8 @@ class Runner:
 
     # -- the runs --------------------------------------------------------------------
 
-    def run_plain(self, name: str, script: str, gpus: Optional[List[str]] = None,
-                  import_only: bool = False, threads: Optional[str] = None) -> RunResult:
+    def run_plain(self, name: str, script: str, gpus: list[str] | None = None,
+                  import_only: bool = False, threads: str | None = None) -> RunResult:
         """`python script.py` through the probe: a single process, no distributed variables.
 
         gpus is its CUDA_VISIBLE_DEVICES ([]: none; None: as inherited). import_only imports
@@ -192,7 +193,7 @@ class Runner:
                    workdir, env)
         ])
 
-    def run_torchrun(self, name: str, script: str, nproc: int, gpus: Optional[List[str]] = None,
+    def run_torchrun(self, name: str, script: str, nproc: int, gpus: list[str] | None = None,
                      slow_paths: Sequence[str] = ()) -> RunResult:
         """`torchrun --standalone --nproc_per_node=N` on one machine, on `gpus` (one per rank;
         [] for Gloo on the CPU). slow_paths makes it the hand-off run: rank 0 writes those
@@ -209,7 +210,7 @@ class Runner:
                    workdir, env)
         ])
 
-    def run_multinode(self, name: str, script: str, gpu_per_node: Optional[List[str]]) -> RunResult:
+    def run_multinode(self, name: str, script: str, gpu_per_node: list[str] | None) -> RunResult:
         """Two torchrun agents with one process each, meeting through c10d rendezvous: the
         second "node" runs RANK=1 with LOCAL_RANK=0.
 
@@ -245,7 +246,7 @@ class Runner:
         return os.path.relpath(os.path.abspath(script), root) if root else os.path.basename(script)
 
     def _environment(self, script: str, distributed: bool = False,
-                     gpus: Optional[List[str]] = None) -> Dict[str, str]:
+                     gpus: list[str] | None = None) -> dict[str, str]:
         # A lone script may import modules that sit beside it; a project brings its own.
         beside = [] if os.path.abspath(script) in self.roots else [os.path.dirname(os.path.abspath(script))]
         env = clean_environment(beside)
@@ -324,8 +325,8 @@ def aborted_after_finishing(result: RunResult) -> bool:
     )
 
 
-def launch_and_wait(launches: List[Launch], log_paths: List[str], deadline: float,
-                    reports: Optional[List[str]] = None, active: Optional[List[subprocess.Popen]] = None):
+def launch_and_wait(launches: list[Launch], log_paths: list[str], deadline: float,
+                    reports: list[str] | None = None, active: list[subprocess.Popen] | None = None):
     """Starts every launch under a reaper in its own session and waits for all of them or
     the deadline. Whatever ends the wait (the deadline, Ctrl-C, SIGTERM turned into an
     exception by the command line), every process started here is stopped before it returns.
@@ -335,7 +336,7 @@ def launch_and_wait(launches: List[Launch], log_paths: List[str], deadline: floa
     as a cluster's scheduler stops a job whose task failed: the other torchrun agent would
     otherwise wait for the failed one (in a collective, or at its exit barrier) until the
     deadline, and a crash would read as a hang."""
-    processes: List[subprocess.Popen] = []
+    processes: list[subprocess.Popen] = []
     active = [] if active is None else active
     timed_out = False
     try:
@@ -358,7 +359,7 @@ def launch_and_wait(launches: List[Launch], log_paths: List[str], deadline: floa
     return [process.returncode for process in processes], timed_out
 
 
-def wait_for_all(processes: List[subprocess.Popen], deadline: float) -> bool:
+def wait_for_all(processes: list[subprocess.Popen], deadline: float) -> bool:
     """Waits until every process has ended, the deadline has passed (True), or a process
     failed and the others have had their grace."""
     stop_at = deadline
@@ -372,7 +373,7 @@ def wait_for_all(processes: List[subprocess.Popen], deadline: float) -> bool:
     return False
 
 
-def terminate(processes: List[subprocess.Popen]) -> None:
+def terminate(processes: list[subprocess.Popen]) -> None:
     """SIGTERM first (the reaper then stops its whole tree), SIGKILL what is left."""
     for process in processes:
         signal_group(process, signal.SIGTERM)
@@ -387,22 +388,18 @@ def terminate(processes: List[subprocess.Popen]) -> None:
 
 def signal_group(process: subprocess.Popen, signum: int) -> None:
     if process.poll() is None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signum)
-        except ProcessLookupError:
-            pass
 
 
-def kill_leftover_ranks(events: Dict[int, List[dict]]) -> None:
+def kill_leftover_ranks(events: dict[int, list[dict]]) -> None:
     """A last resort where the reaper could not run: the ranks' pids from their start events."""
     for rank_events in events.values():
         pids = [event["pid"] for event in rank_events if event["ev"] == "start"]
         for pid in pids:
             if is_probe_process(pid):
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
 
 
 def is_probe_process(pid: int) -> bool:
@@ -413,7 +410,7 @@ def is_probe_process(pid: int) -> bool:
         return False
 
 
-def created_files(workdir: str, copied: Set[str]) -> List[str]:
+def created_files(workdir: str, copied: set[str]) -> list[str]:
     """Files in the working copy that the copy did not bring (bytecode aside)."""
     found = []
     for directory, _, names in os.walk(workdir):
@@ -424,7 +421,7 @@ def created_files(workdir: str, copied: Set[str]) -> List[str]:
     return sorted(found)
 
 
-def read_tail(log_paths: List[str]) -> str:
+def read_tail(log_paths: list[str]) -> str:
     parts = []
     for path in log_paths:
         with open(path, encoding="utf-8", errors="replace") as log:

@@ -7,8 +7,9 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable
 
 from ddpify.verify.checks import CHECK_IDS, evaluate, runs_needed
 from ddpify.verify.checks.handoff import early_reads, handoff_paths
@@ -31,14 +32,14 @@ class DevicePlan:
 
     nproc: int
     use_gpus: bool  # the torchrun runs use NCCL, one GPU per rank
-    plain_gpus: List[str]
-    torchrun_gpus: List[str]
+    plain_gpus: list[str]
+    torchrun_gpus: list[str]
     # Each two-node agent's GPU (None: both on the CPU).
-    node_gpus: Optional[List[str]]
-    note: Optional[str] = None
+    node_gpus: list[str] | None
+    note: str | None = None
 
 
-def choose_devices(device: str, gpu_ids: Sequence[str], nproc: Optional[int]) -> DevicePlan:
+def choose_devices(device: str, gpu_ids: Sequence[str], nproc: int | None) -> DevicePlan:
     """GPUs when there are enough for one per rank (NCCL), else Gloo on the CPU.
 
     The plain runs (original, group of one) use the first GPU when there is one, as the
@@ -66,17 +67,17 @@ class Report:
     nproc: int
     use_gpus: bool
     settings: RunSettings
-    runs: Dict[str, RunResult]
-    checks: List[CheckResult]
+    runs: dict[str, RunResult]
+    checks: list[CheckResult]
     seconds: float
-    notes: List[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return all(check.status != FAIL for check in self.checks)
 
 
-def visible_gpu_ids() -> List[str]:
+def visible_gpu_ids() -> list[str]:
     """GPU ids without importing torch here (start-up time): CUDA_VISIBLE_DEVICES or nvidia-smi."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
@@ -108,7 +109,7 @@ def has_main_guard(path: str) -> bool:
     return False
 
 
-def ordered_checks(requested: Sequence[str]) -> List[str]:
+def ordered_checks(requested: Sequence[str]) -> list[str]:
     """The requested checks in report order; `runs` is always one of them."""
     return [check_id for check_id in CHECK_IDS if check_id in requested or check_id == "runs"]
 
@@ -118,12 +119,12 @@ def verify(
     migrated: str,
     settings: RunSettings,
     checks: Sequence[str] = CHECK_IDS,
-    nproc: Optional[int] = None,
+    nproc: int | None = None,
     keep_temp: bool = False,
     on_run: Callable[[RunResult], None] = lambda run: None,
     device: str = "auto",
-    gpu_ids: Optional[Sequence[str]] = None,
-    roots: Optional[Dict[str, str]] = None,
+    gpu_ids: Sequence[str] | None = None,
+    roots: dict[str, str] | None = None,
 ) -> Report:
     """roots maps the original and the migrated entry script to their project folders,
     for a multi-file project; a script without one runs alone."""

@@ -7,7 +7,7 @@ names are in ddpify.verify.run_set, the result type in ddpify.verify.checks.resu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, FrozenSet, List
+from typing import Callable
 
 from ddpify.verify.checks.data_sharded import check_data_sharded
 from ddpify.verify.checks.handoff import check_handoff
@@ -28,7 +28,7 @@ from ddpify.verify.run_set import ALL_RUNS, IMPORT, MULTINODE, ORIGINAL, SINGLE,
 class Check:
     id: str
     title: str
-    needs: FrozenSet[str]
+    needs: frozenset[str]
     function: Callable[[Runs], CheckResult]
 
 
@@ -48,12 +48,12 @@ CHECKS = (
 CHECK_IDS = tuple(check.id for check in CHECKS)
 
 
-def runs_needed(check_ids: List[str]) -> List[str]:
+def runs_needed(check_ids: list[str]) -> list[str]:
     """The runs the chosen checks look at, in launch order; all of them for `runs` alone."""
     needed = set().union(*(check.needs for check in CHECKS if check.id in check_ids))
     order = (*ALL_RUNS, IMPORT)
     return [name for name in order if name in needed] if needed else list(order)
 
 
-def evaluate(runs: Runs, check_ids: List[str]) -> List[CheckResult]:
+def evaluate(runs: Runs, check_ids: list[str]) -> list[CheckResult]:
     return [check.function(runs) for check in CHECKS if check.id in check_ids]

@@ -8,7 +8,6 @@ repeats the same order) both show, whatever the script prints.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Dict, List, Optional
 
 from ddpify.verify.checks.events import events_of
 from ddpify.verify.checks.result import FAIL, PASS, CheckResult, examples, na
@@ -19,7 +18,7 @@ from ddpify.verify.run_set import ORIGINAL, TORCHRUN, Runs, unusable, usable
 MIN_SAMPLES_TO_COMPARE_ORDER = 8
 
 
-def training_loaders(run: RunResult) -> List[int]:
+def training_loaders(run: RunResult) -> list[int]:
     """Loaders that batches were drawn from right before optimizer steps."""
     loaders = {
         event["loader"]
@@ -30,23 +29,23 @@ def training_loaders(run: RunResult) -> List[int]:
     return sorted(loaders)
 
 
-def epoch_indices(rank_events: List[dict], loader: int) -> Dict[int, List]:
-    indices: Dict[int, List] = defaultdict(list)
+def epoch_indices(rank_events: list[dict], loader: int) -> dict[int, list]:
+    indices: dict[int, list] = defaultdict(list)
     for event in events_of(rank_events, "fetch"):
         if event["loader"] == loader:
             indices[event["epoch"]].extend(event["indices"])
     return indices
 
 
-def loader_info(rank_events: List[dict], loader: int) -> dict:
+def loader_info(rank_events: list[dict], loader: int) -> dict:
     return next((event for event in events_of(rank_events, "iter") if event["loader"] == loader), {})
 
 
-def exhausted_epochs(rank_events: List[dict], loader: int) -> set:
+def exhausted_epochs(rank_events: list[dict], loader: int) -> set:
     return {event["epoch"] for event in events_of(rank_events, "exhausted") if event["loader"] == loader}
 
 
-def original_shuffles(runs: Runs, migrated: RunResult, loader: int) -> Optional[bool]:
+def original_shuffles(runs: Runs, migrated: RunResult, loader: int) -> bool | None:
     """Whether the original's loader shuffles; the migrated sampler's word if it was not run."""
     original = usable(runs, ORIGINAL)
     if original is not None:
@@ -60,7 +59,7 @@ def original_shuffles(runs: Runs, migrated: RunResult, loader: int) -> Optional[
     return loader_info(migrated.events.get(0, []), loader).get("shuffle")
 
 
-def sharding_problems(run: RunResult, loader: int, notes: List[str]) -> List[str]:
+def sharding_problems(run: RunResult, loader: int, notes: list[str]) -> list[str]:
     problems = []
     world_size = len(run.events)
     per_rank = {rank: epoch_indices(rank_events, loader) for rank, rank_events in run.events.items()}
@@ -88,7 +87,7 @@ def sharding_problems(run: RunResult, loader: int, notes: List[str]) -> List[str
     return problems
 
 
-def shuffle_problem(runs: Runs, run: RunResult, loader: int, notes: List[str]) -> Optional[str]:
+def shuffle_problem(runs: Runs, run: RunResult, loader: int, notes: list[str]) -> str | None:
     shuffles = original_shuffles(runs, run, loader)
     if not shuffles:
         notes.append(f"loader {loader}: order per epoch not compared (the original does not shuffle)")
@@ -120,8 +119,8 @@ def data_sharded_in(runs: Runs, run: RunResult) -> CheckResult:
     loaders = training_loaders(run)
     if not loaders:
         return na(check_id, title, "no batches from a map-style DataLoader before optimizer steps")
-    problems: List[str] = []
-    notes: List[str] = []
+    problems: list[str] = []
+    notes: list[str] = []
     for loader in loaders:
         problems.extend(sharding_problems(run, loader, notes))
         order = shuffle_problem(runs, run, loader, notes)

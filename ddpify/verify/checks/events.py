@@ -6,7 +6,6 @@ here so that one writer, one voice and hand-off agree on what counts as a user's
 from __future__ import annotations
 
 import re
-from typing import List, Optional
 
 from ddpify.verify.run_set import Runs
 
@@ -17,11 +16,11 @@ USER_SCOPES = ("cwd", "outside", "other")
 NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|\b(?:nan|inf)\b")
 
 
-def events_of(rank_events: List[dict], kind: str) -> List[dict]:
+def events_of(rank_events: list[dict], kind: str) -> list[dict]:
     return [event for event in rank_events if event["ev"] == kind]
 
 
-def printed_lines(rank_events: List[dict]) -> List[str]:
+def printed_lines(rank_events: list[dict]) -> list[str]:
     return [event["line"] for event in events_of(rank_events, "print")]
 
 
@@ -30,12 +29,12 @@ def line_shape(line: str) -> str:
     return NUMBER.sub("#", line.strip())
 
 
-def user_writes(rank_events: List[dict]) -> List[dict]:
+def user_writes(rank_events: list[dict]) -> list[dict]:
     return [event for event in rank_events
             if event["ev"] in ("save", "write") and event.get("path") and event.get("scope") in USER_SCOPES]
 
 
-def written_paths(rank_events: List[dict]) -> List[str]:
+def written_paths(rank_events: list[dict]) -> list[str]:
     """Files a rank wrote where a user would look: its cwd or outside the run directory."""
     paths = []
     for event in user_writes(rank_events):
@@ -44,11 +43,11 @@ def written_paths(rank_events: List[dict]) -> List[str]:
     return paths
 
 
-def first_write_of(rank_events: List[dict], path: str) -> dict:
+def first_write_of(rank_events: list[dict], path: str) -> dict:
     return next((event for event in user_writes(rank_events) if event["path"] == path), {})
 
 
-def capped(runs: Runs) -> Optional[str]:
+def capped(runs: Runs) -> str | None:
     """Which cap stopped runs before the end of the script, if one did."""
     reasons = sorted({event.get("reason", "") for run in runs.values() for event in run.stops()})
     if not reasons:
@@ -57,7 +56,7 @@ def capped(runs: Runs) -> Optional[str]:
     return f"{options} stopped the runs before the script's end"
 
 
-def per_machine_preparation(rank_events: List[dict]) -> List[str]:
+def per_machine_preparation(rank_events: list[dict]) -> list[str]:
     """Files a machine's first process (LOCAL_RANK 0) wrote before the first optimizer step:
     a dataset downloaded once per machine, as machines need not share a filesystem."""
     starts = events_of(rank_events, "start")

@@ -7,7 +7,6 @@ multi-node ready) and the report's run table, so a failure reads the same everyw
 from __future__ import annotations
 
 import re
-from typing import List
 
 from ddpify.verify.checks.events import events_of
 from ddpify.verify.checks.result import at
@@ -30,7 +29,7 @@ def summarize_stack(dump: str, script_name: str) -> str:
     return where
 
 
-def describe_failed_run(run: RunResult) -> List[str]:
+def describe_failed_run(run: RunResult) -> list[str]:
     """Why a run failed: the rank that raised first, with its traceback, is the cause; a run
     with no failing rank that outlived its limit hung, and each waiting rank's line is named."""
     title = RUN_TITLES.get(run.name, run.name)

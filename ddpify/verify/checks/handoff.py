@@ -6,7 +6,6 @@ Also the source of the files a hand-off run slows down, and of the early reads t
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Dict, List, Tuple
 
 from ddpify.verify.checks.events import capped, events_of, user_writes
 from ddpify.verify.checks.failed_runs import describe_failed_run
@@ -17,11 +16,11 @@ from ddpify.verify.run_set import HANDOFF, TORCHRUN, Runs, skipped_reason, unusa
 NEVER = float("inf")
 
 
-def rank0_writes_by_path(run: RunResult) -> Dict[str, List[dict]]:
+def rank0_writes_by_path(run: RunResult) -> dict[str, list[dict]]:
     """Rank 0's writes of each file with when they began (t) and ended (t_done): a file
     opened for writing counts as written when opened; a torch.save when its `saved` event
     came, never if the process died first."""
-    writes: Dict[str, List[dict]] = defaultdict(list)
+    writes: dict[str, list[dict]] = defaultdict(list)
     user = {id(event) for event in user_writes(run.events.get(0, []))}
     for event in run.events.get(0, []):
         if id(event) in user and event.get("abs") and event.get("t") is not None:
@@ -34,7 +33,7 @@ def rank0_writes_by_path(run: RunResult) -> Dict[str, List[dict]]:
     return writes
 
 
-def handed_off_reads(run: RunResult) -> List[Tuple[int, dict, List[dict]]]:
+def handed_off_reads(run: RunResult) -> list[tuple[int, dict, list[dict]]]:
     """(rank, read, rank 0's writes of that file) for every read by another rank of a file
     that rank 0 writes in the same run."""
     writes = rank0_writes_by_path(run)
@@ -48,12 +47,12 @@ def handed_off_reads(run: RunResult) -> List[Tuple[int, dict, List[dict]]]:
     return found
 
 
-def handoff_paths(run: RunResult) -> List[str]:
+def handoff_paths(run: RunResult) -> list[str]:
     """Files rank 0 writes and another rank reads: the ones the hand-off run writes late."""
     return sorted({run.relative(read["abs"]) for _, read, _ in handed_off_reads(run)})
 
 
-def early_reads(run: RunResult) -> List[str]:
+def early_reads(run: RunResult) -> list[str]:
     """Reads that happened before rank 0 finished writing the file (before its first write
     completed, or while a write was under way): nothing made that rank wait."""
     problems, seen = [], set()

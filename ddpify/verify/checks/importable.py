@@ -1,15 +1,13 @@
 """The `importable` check: importing the migrated script runs no training and raises nothing."""
 from __future__ import annotations
 
-from typing import Optional
-
 from ddpify.verify.checks.events import events_of
 from ddpify.verify.checks.result import FAIL, PASS, CheckResult, at, na
 from ddpify.verify.records import RunResult
 from ddpify.verify.run_set import IMPORT, ORIGINAL_IMPORT, Runs, skipped_reason
 
 
-def import_failure(run: RunResult) -> Optional[str]:
+def import_failure(run: RunResult) -> str | None:
     if run.timed_out:
         return f"importing did not finish within {run.limit:g} s"
     for event in events_of(run.events.get(0, []), "end"):

@@ -3,8 +3,6 @@ on one machine and fail on two: LOCAL_RANK 0 is no longer rank 0, and machines n
 share a filesystem."""
 from __future__ import annotations
 
-from typing import List
-
 from ddpify.verify.checks.events import events_of
 from ddpify.verify.checks.failed_runs import describe_failed_run, failure_text
 from ddpify.verify.checks.handoff import handoff_paths
@@ -58,7 +56,7 @@ def check_multinode_ready(runs: Runs) -> CheckResult:
     )
 
 
-def files_between_nodes(run: RunResult) -> List[str]:
+def files_between_nodes(run: RunResult) -> list[str]:
     """The two agents share one working copy, as nodes on a cluster's shared filesystem do:
     a file rank 0 writes and the other node reads is worth knowing about before a cluster
     whose nodes do not share one (node-local disks, /tmp)."""

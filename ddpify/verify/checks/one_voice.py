@@ -6,7 +6,6 @@ one the migration guarded away from the only rank that should print it.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Dict, List, Optional, Tuple
 
 from ddpify.verify.checks.events import events_of, line_shape, printed_lines
 from ddpify.verify.checks.result import FAIL, PASS, CheckResult, examples, na
@@ -40,9 +39,9 @@ def one_voice_in(runs: Runs, run: RunResult) -> CheckResult:
     return CheckResult(check_id, title, PASS, f"only rank 0 printed ({total} lines)", notes=notes)
 
 
-def printing_lines(prints: List[dict]) -> List[str]:
+def printing_lines(prints: list[dict]) -> list[str]:
     """Each distinct line a rank printed, with the script line that printed it and how often."""
-    found: Dict[Tuple[str, Optional[str]], List] = {}
+    found: dict[tuple[str, str | None], list] = {}
     for event in prints:
         found.setdefault((line_shape(event["line"]), event.get("where")), [event["line"], 0])[1] += 1
     return [repr(line) + (f" ({where})" if where else "") + (f" x{count}" if count > 1 else "")

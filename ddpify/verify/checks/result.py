@@ -6,7 +6,6 @@ the same way (a script line in parentheses, a few examples and a count of the re
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List
 
 PASS, FAIL, NA = "pass", "fail", "n/a"
 MAX_EXAMPLES = 5
@@ -18,15 +17,15 @@ class CheckResult:
     title: str
     status: str
     summary: str
-    evidence: List[str] = field(default_factory=list)
-    notes: List[str] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 def na(check_id: str, title: str, reason: str) -> CheckResult:
     return CheckResult(check_id, title, NA, reason)
 
 
-def examples(items: List[str]) -> str:
+def examples(items: list[str]) -> str:
     shown = ", ".join(items[:MAX_EXAMPLES])
     return shown + (f" (+{len(items) - MAX_EXAMPLES} more)" if len(items) > MAX_EXAMPLES else "")
 

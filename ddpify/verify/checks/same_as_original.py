@@ -7,7 +7,6 @@ so the comparison is n/a rather than a failure.
 from __future__ import annotations
 
 from collections import Counter
-from typing import List, Tuple
 
 from ddpify.verify.checks.events import events_of, line_shape, printed_lines
 from ddpify.verify.checks.result import FAIL, PASS, CheckResult, na
@@ -20,7 +19,7 @@ def close(first: float, second: float) -> bool:
     return abs(first - second) <= RELATIVE_TOLERANCE * max(abs(first), abs(second), 1e-12)
 
 
-def trajectory_differences(original_steps: List[dict], single_steps: List[dict]) -> Tuple[List[str], bool]:
+def trajectory_differences(original_steps: list[dict], single_steps: list[dict]) -> tuple[list[str], bool]:
     """What differs between two step sequences, and whether they are bit-identical."""
     differences = []
     if len(original_steps) != len(single_steps):
@@ -41,7 +40,7 @@ def trajectory_differences(original_steps: List[dict], single_steps: List[dict])
     return differences, exact
 
 
-def output_differences(original_lines: List[str], single_lines: List[str]) -> List[str]:
+def output_differences(original_lines: list[str], single_lines: list[str]) -> list[str]:
     surplus_by_shape = Counter(map(line_shape, original_lines))
     surplus_by_shape.subtract(Counter(map(line_shape, single_lines)))
     return [

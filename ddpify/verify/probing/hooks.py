@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, List, Tuple
+from typing import TYPE_CHECKING, Any, Callable
 
 from ddpify.verify.probing.paths import target_path
 from ddpify.verify.probing.recorders import LineRecorder
@@ -144,7 +144,7 @@ def install_hooks(probe: Probe) -> None:
         move.__name__, move.__doc__ = name, original.__doc__
         return move
 
-    replacements: List[Tuple[object, str, Callable[..., Any]]] = [
+    replacements: list[tuple[object, str, Callable[..., Any]]] = [
         (dataloader.DataLoader, "__iter__", iter_hook),
         (dataloader._BaseDataLoaderIter, "_next_index", next_index_hook),
         (DistributedSampler, "set_epoch", set_epoch_hook),

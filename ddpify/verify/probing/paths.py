@@ -7,7 +7,7 @@ event carries, so the rules for it are written once, here.
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any
 
 WRITE_MODE_LETTERS = set("wax+")
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
@@ -15,13 +15,13 @@ SYSTEM_PREFIXES = ("/dev/", "/proc/", "/sys/")
 CODE_SUFFIXES = (".py", ".pyc", ".so")
 
 
-def inside(path: str, directory: Optional[str]) -> bool:
+def inside(path: str, directory: str | None) -> bool:
     if not directory:
         return False
     return path.startswith(os.path.join(directory, ""))
 
 
-def path_scope(path: str, run_dir: Optional[str] = None) -> str:
+def path_scope(path: str, run_dir: str | None = None) -> str:
     """Where a file lies: the working directory ("cwd"), the run's own HOME and TMPDIR
     ("run"), a system directory, or anywhere else ("outside": shared with every run)."""
     absolute = os.path.abspath(path)
@@ -40,7 +40,7 @@ def opens_for_writing(mode: Any, flags: Any) -> bool:
     return isinstance(flags, int) and bool(flags & WRITE_FLAGS)
 
 
-def target_path(target: Any) -> Optional[str]:
+def target_path(target: Any) -> str | None:
     if isinstance(target, (str, os.PathLike)):
         return os.fspath(target)
     name = getattr(target, "name", None)

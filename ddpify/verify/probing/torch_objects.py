@@ -6,7 +6,7 @@ torch is imported inside the functions: the probe starts before the script impor
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any
 
 
 def has_module_prefix(obj: Any, depth: int = 0) -> bool:
@@ -28,7 +28,7 @@ def tensor_bytes(tensor) -> bytes:
         return bytes(flat.tolist())
 
 
-def sampler_shuffles(sampler) -> Optional[bool]:
+def sampler_shuffles(sampler) -> bool | None:
     name = type(sampler).__name__
     if name in ("RandomSampler", "SubsetRandomSampler", "WeightedRandomSampler"):
         return True

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import traceback
-from typing import List, Optional
 
 from ddpify.verify.probing.paths import own_file
 
@@ -12,7 +11,7 @@ from ddpify.verify.probing.paths import own_file
 TRACEBACK_FRAMES = 6
 
 
-def error_line(error: BaseException, script_dir: str) -> Optional[str]:
+def error_line(error: BaseException, script_dir: str) -> str | None:
     """The innermost line of the script's own files in an exception's traceback."""
     found = None
     trace = error.__traceback__
@@ -24,7 +23,7 @@ def error_line(error: BaseException, script_dir: str) -> Optional[str]:
     return found
 
 
-def script_traceback(error: BaseException, script_dir: str) -> List[str]:
+def script_traceback(error: BaseException, script_dir: str) -> list[str]:
     """The traceback's frames in the script's own files, oldest first, and the frame that
     raised when it lies in a library: what a report shows as the cause of a failed rank
     (the whole traceback, torch's frames and the probe's included, is in the run's output)."""
