@@ -288,6 +288,27 @@ class Collector(cst.CSTVisitor):
             node, names.DISTRIBUTED_DATA_PARALLEL
         ):
             facts.already_distributed = facts.already_distributed or node
+        self._note_output_and_devices(node)
+        if isinstance(node.func, cst.Attribute):
+            self._visit_method_call(node, node.func)
+        self._note_data_calls(node)
+        if self._calls(node, names.BATCHNORM):
+            facts.batchnorm_calls.append(node)
+        if self._calls(node, names.TORCH_COMPILE) and node.args:
+            compiled = dotted_name(node.args[0].value)
+            if compiled:
+                facts.compile_statements.setdefault(compiled, []).append(self._statement(node))
+        callee = dotted_name(node.func)
+        if callee is not None:
+            self.facts.calls_by_callee.setdefault(callee, []).append(node)
+        for qualified in self._qualified(node.func):
+            facts.calls_named.setdefault(qualified, []).append(node)
+            self._note_helper(node, qualified)
+
+    def _note_output_and_devices(self, node: cst.Call) -> None:
+        """print and torch.save (output), torch.load, set_device, fixed GPUs, optimizers:
+        one kind each, checked in this order."""
+        facts = self.facts
         func = node.func
         if isinstance(func, cst.Name) and func.value == "print" and self._is_statement_call(node):
             facts.output_statements.append(self._statement(node))
@@ -303,9 +324,11 @@ class Collector(cst.CSTVisitor):
             facts.fixed_device_values.append(node)
         elif self._is_optimizer(node):
             self._record_optimizer(node)
-        if isinstance(func, cst.Attribute):
-            self._visit_method_call(node, func)
-        if self._is_loader_class(func):
+
+    def _note_data_calls(self, node: cst.Call) -> None:
+        """Loaders, next() on an iterator, random samplers, downloads."""
+        facts = self.facts
+        if self._is_loader_class(node.func):
             facts.loader_calls.append(node)
         if self._calls(node, "builtins.next") and node.args:
             self.next_calls.append(node)
@@ -318,18 +341,6 @@ class Collector(cst.CSTVisitor):
             statement = self._statement(node)
             if statement not in facts.download_statements:
                 facts.download_statements.append(statement)
-        if self._calls(node, names.BATCHNORM):
-            facts.batchnorm_calls.append(node)
-        if self._calls(node, names.TORCH_COMPILE) and node.args:
-            compiled = dotted_name(node.args[0].value)
-            if compiled:
-                facts.compile_statements.setdefault(compiled, []).append(self._statement(node))
-        callee = dotted_name(func)
-        if callee is not None:
-            self.facts.calls_by_callee.setdefault(callee, []).append(node)
-        for qualified in self._qualified(func):
-            facts.calls_named.setdefault(qualified, []).append(node)
-            self._note_helper(node, qualified)
 
     def _note_helper(self, node: cst.Call, qualified: str) -> None:
         if self.project.trains(qualified):

@@ -50,12 +50,9 @@ def figures_of(facts: Facts, loop: cst.For, batch_size: str):
     loader's, the items a list gains per batch when it is extended."""
     if _peeks(loop):
         return Figures()
-    if not _without_gradients(facts, loop):
-        return ("it is evaluated with gradients on, where DDP syncs buffers at every forward "
-                "and the ranks' batch counts differ")
-    exit_statement = _exit_in(facts, loop)
-    if exit_statement is not None:
-        return f"the loop at line {facts.line_of(loop)} can stop early (`{exit_statement}`)"
+    shape = _why_not_a_pass(facts, loop)
+    if shape is not None:
+        return shape
     outside = names_read_after(facts, loop)
     bound = rebound(loop.body) | names_in(loop.target)
     targets = names_in(loop.target)
@@ -84,6 +81,17 @@ def figures_of(facts: Facts, loop: cst.For, batch_size: str):
     if not found.gathers:
         return "the loop keeps no figure ddpify can gather"
     return found
+
+
+def _why_not_a_pass(facts: Facts, loop: cst.For) -> Optional[str]:
+    """Why the loop is no plain pass over the set that the ranks may split, if it is not."""
+    if not _without_gradients(facts, loop):
+        return ("it is evaluated with gradients on, where DDP syncs buffers at every forward "
+                "and the ranks' batch counts differ")
+    exit_statement = _exit_in(facts, loop)
+    if exit_statement is not None:
+        return f"the loop at line {facts.line_of(loop)} can stop early (`{exit_statement}`)"
+    return None
 
 
 def _without_gradients(facts: Facts, loop: cst.For) -> bool:
@@ -272,48 +280,52 @@ def _stateful_call(facts: Facts, loop: cst.For, outside: set[str], tables: dict[
     """A metric, meter or table outside the loop that the loop changes in place. Tables of
     counts (`correct_pred[classname] += 1` into a dict, a list or a CPU tensor of numbers)
     go into `tables`, by name and kind, to be summed across ranks."""
-    found: list[str] = []
-    bound_in_loop = rebound(loop.body) | names_in(loop.target)
-    assigned_in_loop = _simple_assignments(loop.body)
+    mutations = _Mutations(facts, loop, outside, tables)
+    loop.body.visit(mutations)
+    return mutations.found[0] if mutations.found else None
 
-    class _Mutations(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            func = node.func
-            if isinstance(func, cst.Attribute) and func.attr.value in STATEFUL_METHODS:
-                owner = dotted_name(func.value)
-                if owner is not None and _outer(owner) and not _progress_bar(facts, loop, owner):
-                    found.append(f"`{owner}.{func.attr.value}(...)` keeps this rank's share only")
 
-        def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            target = node.target
-            if isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name) and isinstance(
-                    node.operator, cst.AddAssign) and _outer(target.value.value):
-                owner = target.value.value
-                kind = _table_kind(facts, loop, owner)
-                if kind is not None and _python_number(node.value, assigned_in_loop) and tables.get(
-                        owner, kind) == kind:
-                    tables[owner] = kind
-                    return
-            self._target(node.target)
+class _Mutations(cst.CSTVisitor):
+    """Changes in place, inside the loop, of values that live outside it."""
 
-        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-            self._target(node.target)
+    def __init__(self, facts: Facts, loop: cst.For, outside: set[str], tables: dict[str, str]) -> None:
+        super().__init__()
+        self.facts, self.loop, self.outside, self.tables = facts, loop, outside, tables
+        self.bound_in_loop = rebound(loop.body) | names_in(loop.target)
+        self.assigned_in_loop = _simple_assignments(loop.body)
+        self.found: list[str] = []
 
-        def _target(self, target: cst.BaseExpression) -> None:
-            if isinstance(target, (cst.Subscript, cst.Attribute)):
-                owner = dotted_name(target.value) if isinstance(target, cst.Attribute) else dotted_name(target.value)
-                if owner is not None and _outer(owner):
-                    found.append(f"`{edits_code(target)}` is updated in place, per rank")
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in STATEFUL_METHODS:
+            owner = dotted_name(func.value)
+            if owner is not None and self._outer(owner) and not _progress_bar(self.facts, self.loop, owner):
+                self.found.append(f"`{owner}.{func.attr.value}(...)` keeps this rank's share only")
 
-    def _outer(owner: str) -> bool:
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        target = node.target
+        if isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name) and isinstance(
+                node.operator, cst.AddAssign) and self._outer(target.value.value):
+            owner = target.value.value
+            kind = _table_kind(self.facts, self.loop, owner)
+            if kind is not None and _python_number(node.value, self.assigned_in_loop) and self.tables.get(
+                    owner, kind) == kind:
+                self.tables[owner] = kind
+                return
+        self._target(node.target)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._target(node.target)
+
+    def _target(self, target: cst.BaseExpression) -> None:
+        if isinstance(target, (cst.Subscript, cst.Attribute)):
+            owner = dotted_name(target.value)
+            if owner is not None and self._outer(owner):
+                self.found.append(f"`{self.facts.module.code_for_node(target)}` is updated in place, per rank")
+
+    def _outer(self, owner: str) -> bool:
         root = owner.split(".", 1)[0]
-        return root == "self" or root not in bound_in_loop and root in outside
-
-    def edits_code(node: cst.CSTNode) -> str:
-        return facts.module.code_for_node(node)
-
-    loop.body.visit(_Mutations())
-    return found[0] if found else None
+        return root == "self" or root not in self.bound_in_loop and root in self.outside
 
 
 def _table_kind(facts: Facts, loop: cst.For, owner: str) -> Optional[str]:

@@ -209,17 +209,7 @@ class ApplyEdits(cst.CSTTransformer):
                 replacement = [_try_finally(new, edits.finally_bodies[original], edits)]
             for insertion in edits.before.get(original, ()):
                 flush()
-                inserted = list(insertion.statements)
-                if insertion.takes_comments and replacement:
-                    inserted[0] = inserted[0].with_changes(leading_lines=replacement[0].leading_lines)
-                    replacement[0] = replacement[0].with_changes(leading_lines=())
-                elif insertion.takes_blank_lines and replacement:
-                    blanks, rest = _split_blank_lines(replacement[0].leading_lines)
-                    inserted[0] = inserted[0].with_changes(
-                        leading_lines=blanks + list(inserted[0].leading_lines))
-                    replacement[0] = replacement[0].with_changes(
-                        leading_lines=([cst.EmptyLine()] if blanks and rest else []) + rest)
-                body.extend(inserted)
+                body.extend(_inserted(insertion, replacement))
             if original in edits.removed:
                 # Keep the paragraph break that stood above the removed statement.
                 blanks, _ = _split_blank_lines(new.leading_lines)
@@ -244,6 +234,21 @@ class ApplyEdits(cst.CSTTransformer):
                 body.extend(edits.after[original])
         flush()
         return body
+
+
+def _inserted(insertion: Insertion, replacement: list[Statement]) -> list[Statement]:
+    """The inserted statements, with the comments or blank lines they take over from the
+    statement they go above (`replacement[0]`, changed in place)."""
+    inserted = list(insertion.statements)
+    if insertion.takes_comments and replacement:
+        inserted[0] = inserted[0].with_changes(leading_lines=replacement[0].leading_lines)
+        replacement[0] = replacement[0].with_changes(leading_lines=())
+    elif insertion.takes_blank_lines and replacement:
+        blanks, rest = _split_blank_lines(replacement[0].leading_lines)
+        inserted[0] = inserted[0].with_changes(leading_lines=blanks + list(inserted[0].leading_lines))
+        replacement[0] = replacement[0].with_changes(
+            leading_lines=([cst.EmptyLine()] if blanks and rest else []) + rest)
+    return inserted
 
 
 def _split_blank_lines(lines: Iterable[cst.EmptyLine]) -> tuple[list[cst.EmptyLine], list[cst.EmptyLine]]:

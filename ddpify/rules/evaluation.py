@@ -97,19 +97,41 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     reasons: dict[int, str] = {}
     figures: dict[cst.For, Figures] = {}
     for loader in candidates:
-        reason = _why_whole(facts, edits, loader, loops_of[id(loader)])
-        for loop in loops_of[id(loader)]:
-            if reason is not None:
-                break
-            found = figures_of(facts, loop, _batch_size(facts, edits, loader) or "1")
-            if isinstance(found, str):
-                reason = found
-            elif found.gathers:
-                figures[loop] = found
+        reason = _figures_or_reason(facts, edits, loader, loops_of[id(loader)], figures)
         if reason is not None:
             reasons[id(loader)] = reason
-    # A loop that another loader (whole, or a training loader) also reaches cannot gather:
-    # those figures would be counted N times. Drop such loaders until none is left.
+    _drop_loops_reached_twice(facts, candidates, loops_of, reasons)
+    for loader in candidates:
+        if id(loader) in reasons:
+            edits.report("DDP203", loader.call, f"{RULE_SUMMARY_WHOLE}: {reasons[id(loader)]}")
+            continue
+        _shard(facts, edits, setup, loader)
+        for loop in loops_of[id(loader)]:
+            if loop in figures:
+                _gather(facts, edits, setup, loop, figures.pop(loop))
+
+
+
+def _figures_or_reason(facts: Facts, edits: Edits, loader: Loader, loops: list[cst.For],
+                       figures: dict[cst.For, Figures]) -> Optional[str]:
+    """Why the loader stays whole, or None with the figures of each of its loops that gathers
+    any put in `figures`."""
+    reason = _why_whole(facts, edits, loader, loops)
+    for loop in loops:
+        if reason is not None:
+            break
+        found = figures_of(facts, loop, _batch_size(facts, edits, loader) or "1")
+        if isinstance(found, str):
+            reason = found
+        elif found.gathers:
+            figures[loop] = found
+    return reason
+
+
+def _drop_loops_reached_twice(facts: Facts, candidates: list[Loader], loops_of: dict[int, list[cst.For]],
+                              reasons: dict[int, str]) -> None:
+    """A loop that another loader (whole, or a training loader) also reaches cannot gather:
+    those figures would be counted N times. Drop such loaders until none is left."""
     changed = True
     while changed:
         changed = False
@@ -121,15 +143,6 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
                     reasons[id(loader)] = other
                     changed = True
                     break
-    for loader in candidates:
-        if id(loader) in reasons:
-            edits.report("DDP203", loader.call, f"{RULE_SUMMARY_WHOLE}: {reasons[id(loader)]}")
-            continue
-        _shard(facts, edits, setup, loader)
-        for loop in loops_of[id(loader)]:
-            if loop in figures:
-                _gather(facts, edits, setup, loop, figures.pop(loop))
-
 
 
 # --- which loaders -------------------------------------------------------------------------------

@@ -99,7 +99,7 @@ class Source:
         self._index()
         self.calls.sort(key=attrgetter("lineno", "col_offset"))
 
-    def _index(self) -> None:
+    def _index(self) -> None:  # noqa: C901 (the hot loop stays flat: a call per node costs)
         """One traversal (ast.walk, then a pass for the parents, would cost two), written for
         speed: it is most of the self-check's time."""
         parents, nodes, calls = self.parents, self.nodes, self.calls
