@@ -5,6 +5,7 @@ from typing import Optional
 
 import libcst as cst
 
+from ddpify.analysis.facts import Loader
 from ddpify.analysis.nodes import dotted_name
 from ddpify.analysis.values import ValueFlow
 
@@ -153,3 +154,20 @@ def blocks_around(facts: Facts, node: cst.CSTNode) -> list[cst.CSTNode]:
             blocks.append(parent)
         parent = facts.parents.get(parent)
     return blocks[::-1]
+
+
+EVALUATION_WORDS = ("val", "test", "eval", "dev")
+
+
+def is_training_loader(facts: Facts, loader: Loader) -> bool:
+    """Does a loop over this loader train? The loader is followed wherever its value goes
+    (returned, passed, stored on self); if no loop is in sight, the name and shuffle tell."""
+    loops = facts.loops_over_values(facts.loader_holders_of(loader))
+    if loops:
+        return any(facts.loop_trains(loop) for loop in loops)
+    name = loader.name.rsplit(".", 1)[-1].lower()
+    if "train" in name:
+        return True
+    if any(word in name for word in EVALUATION_WORDS):
+        return False
+    return loader.shuffles or loader.kwargs_name is not None

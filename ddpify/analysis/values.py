@@ -258,18 +258,3 @@ def dict_keys(value: cst.BaseExpression) -> set[str]:
     return {key for key in keys if key is not None}
 
 
-EVALUATION_WORDS = ("val", "test", "eval", "dev")
-
-
-def is_training_loader(facts: ValueFlow, loader: Loader) -> bool:
-    """Does a loop over this loader train? The loader is followed wherever its value goes
-    (returned, passed, stored on self); if no loop is in sight, the name and shuffle tell."""
-    loops = facts.loops_over_values(facts.loader_holders_of(loader))
-    if loops:
-        return any(facts.loop_trains(loop) for loop in loops)
-    name = loader.name.rsplit(".", 1)[-1].lower()
-    if "train" in name:
-        return True
-    if any(word in name for word in EVALUATION_WORDS):
-        return False
-    return loader.shuffles or loader.kwargs_name is not None

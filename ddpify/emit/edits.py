@@ -4,7 +4,7 @@ Transforms never rewrite the tree themselves: they key edits by the original nod
 analysis recorded, and `ApplyEdits` visits the same tree once. One pass keeps node identity
 (libcst makes new nodes on every pass) and keeps the cost near one parse + one print.
 """
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union, cast
 
@@ -103,10 +103,11 @@ class Edits:
                                     *self.expressions]
         return nodes if include_guarded else [node for node in nodes if node not in self.guarded]
 
-    def edits_any(self, statements: Iterable[BlockItem]) -> bool:
+    def edits_any(self, statements: Iterable[cst.CSTNode]) -> bool:
         """Whether an edit already claims one of these statements, so that a rule that would
         restructure them (no_sync's `with` around a micro-batch) leaves them as they are."""
-        claimed = [self.before, self.after, self.removed, self.replaced, self.guarded]
+        claimed: list[Container[cst.CSTNode]] = [self.before, self.after, self.removed, self.replaced,
+                                                 self.guarded]
         return any(statement in edits for statement in statements for edits in claimed)
 
     @property

@@ -12,8 +12,8 @@ from typing import Optional
 import libcst as cst
 
 from ddpify.analysis import Facts, calls_within, names
+from ddpify.analysis.control import is_training_loader
 from ddpify.analysis.nodes import names_in
-from ddpify.analysis.values import is_training_loader
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits
 from ddpify.plan import Plan
