@@ -6,33 +6,13 @@ from typing import Optional
 import libcst as cst
 
 from ddpify.analysis import Facts
-from ddpify.analysis.nodes import names_in
+from ddpify.analysis.nodes import names_in, targets_bound_in
 
 
 def rebound(node: cst.CSTNode) -> set[str]:
     """Names bound as a whole in node (`x = ...`, `x += ...`, `for x in`, `as x`); not a
     table's entries (`counts[k] += 1` leaves `counts` the same object)."""
-    found: set[str] = set()
-
-    class _Targets(cst.CSTVisitor):
-        def visit_AssignTarget(self, target: cst.AssignTarget) -> None:
-            found.update(_bound_by(target.target))
-
-        def visit_AugAssign(self, assign: cst.AugAssign) -> None:
-            found.update(_bound_by(assign.target))
-
-        def visit_AnnAssign(self, assign: cst.AnnAssign) -> None:
-            found.update(_bound_by(assign.target))
-
-        def visit_For(self, loop: cst.For) -> None:
-            found.update(_bound_by(loop.target))
-
-        def visit_AsName(self, alias: cst.AsName) -> None:
-            if isinstance(alias.name, cst.BaseExpression):
-                found.update(_bound_by(alias.name))
-
-    node.visit(_Targets())
-    return found
+    return set().union(*(_bound_by(target) for target in targets_bound_in(node)))
 
 
 def scope_statements(facts: Facts, loop: cst.For) -> Sequence[cst.CSTNode]:

@@ -3,9 +3,11 @@
 They need no facts, only the node, so every other module of ddpify may use them.
 """
 from collections.abc import Sequence
-from typing import Callable, Optional, Union, cast
+from typing import Callable, Optional, TypeVar, Union, cast
 
 import libcst as cst
+
+_Found = TypeVar("_Found", bound=cst.CSTNode)
 
 # The block a statement sits in (see facts.Block); repeated here so that this bottom module
 # imports nothing of the package.
@@ -141,17 +143,8 @@ def self_attributes(method: cst.FunctionDef) -> list[tuple[str, Optional[cst.Ass
 
 
 def returns_in(function: cst.FunctionDef) -> list[cst.Return]:
-    found: list[cst.Return] = []
-
-    class _Returns(cst.CSTVisitor):
-        def visit_Return(self, node: cst.Return) -> None:
-            found.append(node)
-
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return node is function
-
-    function.visit(_Returns())
-    return found
+    """The function's own return statements, not those of functions defined inside it."""
+    return find_all(function.body, cst.Return, into_functions=False)
 
 
 def names_bound_in(function: cst.FunctionDef) -> set[str]:
@@ -192,18 +185,24 @@ def target_names(target: cst.BaseExpression) -> set[str]:
     return set()
 
 
+def find_all(node: cst.CSTNode, kind: type[_Found], *, into_functions: bool = True) -> list[_Found]:
+    """Every node of `kind` within node (node included), in source order; with
+    `into_functions=False` no function definition (node itself neither) is searched."""
+    found: list[_Found] = []
+
+    class _Find(cst.CSTVisitor):
+        def on_visit(self, child: cst.CSTNode) -> bool:
+            if isinstance(child, kind):
+                found.append(child)
+            return into_functions or not isinstance(child, cst.FunctionDef)
+
+    node.visit(_Find())
+    return found
+
+
 def calls_within(node: Optional[cst.CSTNode]) -> list[cst.Call]:
     """Every call inside a node, the node itself included."""
-    found: list[cst.Call] = []
-    if node is None:
-        return found
-
-    class _Calls(cst.CSTVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            found.append(call)
-
-    node.visit(_Calls())
-    return found
+    return [] if node is None else find_all(node, cst.Call)
 
 
 def names_within(node: cst.CSTNode) -> list[str]:
@@ -248,3 +247,34 @@ def first_free(name: str, is_taken: Callable[[str], bool]) -> str:
     while is_taken(name):
         name += "_"
     return name
+
+
+def targets_bound_in(node: cst.CSTNode) -> list[cst.BaseExpression]:
+    """The target of every binding in node: assignments (plain, augmented, annotated), for
+    loops and `as` clauses, nested functions included."""
+    found: list[cst.BaseExpression] = []
+
+    class _Targets(cst.CSTVisitor):
+        def visit_AssignTarget(self, target: cst.AssignTarget) -> None:
+            found.append(target.target)
+
+        def visit_AugAssign(self, assign: cst.AugAssign) -> None:
+            found.append(assign.target)
+
+        def visit_AnnAssign(self, assign: cst.AnnAssign) -> None:
+            found.append(assign.target)
+
+        def visit_For(self, loop: cst.For) -> None:
+            found.append(loop.target)
+
+        def visit_AsName(self, alias: cst.AsName) -> None:
+            found.append(alias.name)
+
+    node.visit(_Targets())
+    return found
+
+
+def assigned_names(node: cst.CSTNode) -> set[str]:
+    """Every name a binding in node touches, as names_in reads a target (`self.x = ...`
+    touches `self`)."""
+    return set().union(*(names_in(target) for target in targets_bound_in(node)))

@@ -8,6 +8,7 @@ the original did not pay for; the person who owns the script chooses.
 import libcst as cst
 
 from ddpify.analysis import BlockItem, Facts
+from ddpify.analysis.nodes import assigned_names, find_all, names_in
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits
 from ddpify.plan import Plan
@@ -27,21 +28,21 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     for loop in training.batch_loops(facts):
         # A step counter (`global_step += 1`) counts the same batches on every rank: each
         # rank's sampler hands it the same number of them.
-        rank_local = training.assigned_names(loop.body) - _step_counters(loop.body)
+        rank_local = assigned_names(loop.body) - _step_counters(loop.body)
         if loop in setup.reduced_epoch_loops:  # the epoch sums training.py all-reduces
             rank_local -= set(training.epoch_accumulators(facts, loop))
-        candidates = _ifs_within(loop.body)
+        candidates = find_all(loop.body, cst.If, into_functions=False)
         outer = facts.enclosing_loops(loop)
         if outer:
             statements = list(outer[0].body.body)
             for statement in statements[statements.index(_child_of(facts, loop, outer[0])) + 1:]:
                 if isinstance(statement, cst.SimpleStatementLine):
                     for small in statement.body:
-                        if isinstance(small, cst.Assign) and training.names_in(small.value) & rank_local:
-                            rank_local |= training.assigned_names(small)
-                candidates.extend(_ifs_within(statement))
+                        if isinstance(small, cst.Assign) and names_in(small.value) & rank_local:
+                            rank_local |= assigned_names(small)
+                candidates.extend(find_all(statement, cst.If, into_functions=False))
         for node in candidates:
-            local = sorted(training.names_in(node.test) & rank_local)
+            local = sorted(names_in(node.test) & rank_local)
             if node not in reported and _leaves_loop(node) and local:
                 reported.add(node)
                 edits.report("DDP902", node, "rank-divergent control flow may hang a collective: "
@@ -64,7 +65,7 @@ def _step_counters(body: cst.CSTNode) -> set[str]:
                 other.add(name)
 
         def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-            other.update(training.names_in(node.target))
+            other.update(names_in(node.target))
 
     body.visit(_Assignments())
     return counted - other
@@ -76,18 +77,6 @@ def _child_of(facts: Facts, node: cst.CSTNode, loop: cst.For) -> BlockItem:
     return child
 
 
-def _ifs_within(node: cst.CSTNode) -> list[cst.If]:
-    found: list[cst.If] = []
-
-    class _Ifs(cst.CSTVisitor):
-        def visit_If(self, statement: cst.If) -> None:
-            found.append(statement)
-
-        def visit_FunctionDef(self, function: cst.FunctionDef) -> bool:
-            return False
-
-    node.visit(_Ifs())
-    return found
 
 
 def _leaves_loop(statement: cst.If) -> bool:

@@ -11,7 +11,7 @@ from typing import Callable, Optional, cast
 import libcst as cst
 
 from ddpify.analysis import Facts, Statement, calls_within, dotted_name, statements_in
-from ddpify.analysis.nodes import names_in
+from ddpify.analysis.nodes import assigned_names, names_in
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import collectives
 from ddpify.emit.edits import Edits
@@ -61,7 +61,7 @@ def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: Plan, loop: cst
     if conditional_step is not None and not _counts_modulo(conditional_step.test):
         # Not accumulation. A step decided on this rank's own loss, though, lets the ranks'
         # models drift apart: some step and some do not.
-        local = sorted(names_in(conditional_step.test) & _assigned_names(loop.body))
+        local = sorted(names_in(conditional_step.test) & assigned_names(loop.body))
         if local:
             edits.report("DDP902", conditional_step, "optimizer step decided on a per-rank value: "
                          f"`{', '.join(local)}` differs per rank and the models drift apart")
@@ -83,7 +83,7 @@ def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: Plan, loop: cst
         return
     start, stop = forward[0], backward[-1]
     wrapped = body[start:stop + 1]
-    assigned = set().union(*(_assigned_names(s) for s in wrapped))
+    assigned = set().union(*(assigned_names(s) for s in wrapped))
     if names_in(step_if.test) & assigned or edits.edits_any(body):
         edits.report("DDP404", step_if)
         return
@@ -372,33 +372,6 @@ def _augmented_names(node: cst.CSTNode) -> set[str]:
                 found.add(assign.target.value)
 
     node.visit(_Augmented())
-    return found
-
-
-def assigned_names(node: cst.CSTNode) -> set[str]:
-    return _assigned_names(node)
-
-
-def _assigned_names(node: cst.CSTNode) -> set[str]:
-    found: set[str] = set()
-
-    class _Targets(cst.CSTVisitor):
-        def visit_AssignTarget(self, target: cst.AssignTarget) -> None:
-            found.update(names_in(target.target))
-
-        def visit_AugAssign(self, assign: cst.AugAssign) -> None:
-            found.update(names_in(assign.target))
-
-        def visit_AnnAssign(self, assign: cst.AnnAssign) -> None:
-            found.update(names_in(assign.target))
-
-        def visit_For(self, loop: cst.For) -> None:
-            found.update(names_in(loop.target))
-
-        def visit_AsName(self, alias: cst.AsName) -> None:
-            found.update(names_in(alias.name))
-
-    node.visit(_Targets())
     return found
 
 
