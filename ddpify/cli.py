@@ -165,24 +165,8 @@ def migrate(paths, output, in_place, show_diff, check, twin, select, ignore, exc
 
 def _mode(paths, output, in_place, show_diff, check, twin, output_format) -> str:
     """The one thing this run does with migrated code; usage errors exit 2 here."""
-    if sum([in_place, show_diff, check and not (output or twin), twin and not check]) > 1:
-        _fail("choose one of -i/--in-place, --diff, --check and --twin")
-    if output and (in_place or show_diff or twin):
-        _fail("-o/--output cannot be combined with -i/--in-place, --diff or --twin")
-    if output and len(paths) != 1:
-        _fail("-o/--output takes exactly one input path")
-    if output and os.path.isdir(paths[0]):
-        _fail(f"-o/--output needs a file, not the directory {paths[0]}")
-    if check and output == "-":
-        _fail("--check compares with a file: -o - has nothing to compare")
-    if len(paths) > 1 and not (in_place or show_diff or check or twin):
-        _fail("several paths need -i/--in-place, --diff, --check or --twin (or one path with -o)")
-    if any(os.path.isdir(path) for path in paths) and not (in_place or show_diff or check or twin):
-        _fail("a directory needs -i/--in-place, --diff, --check or --twin")
-    if "-" in paths and (in_place or twin):
-        _fail("-i/--in-place and --twin cannot rewrite stdin")
-    if paths.count("-") > 1:
-        _fail("- (stdin) can be given once")
+    _refuse_clashing_options(paths, output, in_place, show_diff, check, twin)
+    _refuse_paths_the_mode_cannot_take(paths, in_place, show_diff, check, twin)
     if check:
         return job_modes.TWIN_CHECK if twin else job_modes.CHECK
     if twin:
@@ -195,6 +179,35 @@ def _mode(paths, output, in_place, show_diff, check, twin, output_format) -> str
         _fail(f"--format {output_format} prints reports on stdout: add -o, -i, --diff, --check "
               "or --twin")
     return job_modes.WRITE
+
+
+def _refuse_clashing_options(paths, output, in_place, show_diff, check, twin) -> None:
+    """-i, --diff, --check, --twin and -o each say where migrated code goes: two answers,
+    or an -o that cannot hold the one answer, are a usage error before any file is read."""
+    if sum([in_place, show_diff, check and not (output or twin), twin and not check]) > 1:
+        _fail("choose one of -i/--in-place, --diff, --check and --twin")
+    if output and (in_place or show_diff or twin):
+        _fail("-o/--output cannot be combined with -i/--in-place, --diff or --twin")
+    if output and len(paths) != 1:
+        _fail("-o/--output takes exactly one input path")
+    if output and os.path.isdir(paths[0]):
+        _fail(f"-o/--output needs a file, not the directory {paths[0]}")
+    if check and output == "-":
+        _fail("--check compares with a file: -o - has nothing to compare")
+
+
+def _refuse_paths_the_mode_cannot_take(paths, in_place, show_diff, check, twin) -> None:
+    """Plain `ddpify PATH` prints one migration, so several files need a mode that handles
+    each on its own; stdin has no file to rewrite and can be read only once."""
+    handles_each_file = in_place or show_diff or check or twin
+    if len(paths) > 1 and not handles_each_file:
+        _fail("several paths need -i/--in-place, --diff, --check or --twin (or one path with -o)")
+    if any(os.path.isdir(path) for path in paths) and not handles_each_file:
+        _fail("a directory needs -i/--in-place, --diff, --check or --twin")
+    if "-" in paths and (in_place or twin):
+        _fail("-i/--in-place and --twin cannot rewrite stdin")
+    if paths.count("-") > 1:
+        _fail("- (stdin) can be given once")
 
 
 def _config(first_path: str) -> Config:

@@ -236,21 +236,28 @@ def _deliver(job: Job, report: Report, before: str, after: str, encoding: str) -
             report.pending = PendingWrite(job.path, encode(after, encoding),
                                           f"{shown}: migrated in place")
     elif job.mode == TWIN:
-        twin = _twin_path(job)
-        current = _read_text_or_none(twin)
-        hand_edit = None if current is None else twins.judge(twin, current, shown, before)
-        if hand_edit is not None:
-            _report_hand_edit(report, hand_edit)  # a person's twin is never overwritten
-        elif current != after and (current is not None or changed):
-            verb = "updated" if current is not None else "written"
-            report.pending = PendingWrite(twin, encode(after, encoding), f"{twin}: {verb} from {shown}")
-            report.exit_code = PENDING
+        _refresh_twin(report, _twin_path(job), before, after, encoding)
     elif job.output not in (None, "-"):
         report.pending = PendingWrite(job.output, encode(after, encoding),
                                       f"{job.output}: written from {shown}")
     else:
         # A BOM in the middle of a pipeline helps nobody.
         report.stdout = encode(after, "utf-8" if encoding == "utf-8-sig" else encoding)
+
+
+def _refresh_twin(report: Report, twin: str, before: str, after: str, encoding: str) -> None:
+    """Plan the twin's writing only where it would change something: a person's twin is
+    never overwritten, and a script ddpify leaves as it is gets no twin (nothing in it
+    needs a DDP version) unless it already has one."""
+    shown = report.path
+    current = _read_text_or_none(twin)
+    hand_edit = None if current is None else twins.judge(twin, current, shown, before)
+    if hand_edit is not None:
+        _report_hand_edit(report, hand_edit)
+    elif current != after and (current is not None or report.changed):
+        verb = "updated" if current is not None else "written"
+        report.pending = PendingWrite(twin, encode(after, encoding), f"{twin}: {verb} from {shown}")
+        report.exit_code = PENDING
 
 
 def _compare_twin(report: Report, twin: str, before: str, after: str, shown: str,

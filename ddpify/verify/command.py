@@ -27,6 +27,15 @@ class Terminated(BaseException):
     """SIGTERM, raised where the main thread is so that every `with` block cleans up."""
 
 
+class NothingToVerify(Exception):
+    """ddpify leaves the script (or project) as it is, so there is no second version to
+    run: verify says why and exits with the status that `ddpify` itself would have."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.message, self.status = message, status
+
+
 def parse_checks(value: str | None) -> tuple[str, ...]:
     if not value:
         return CHECK_IDS
@@ -206,42 +215,14 @@ def verify_and_report(script, migrated, project, nproc, device, full_epochs, max
     settings = RunSettings(script_args=tuple(script_args), max_steps=max_steps, max_epochs=max_epochs,
                            full_epochs=full_epochs, timeout=timeout)
     with tempfile.TemporaryDirectory(prefix="ddpify-verify-") as scratch:
-        roots = None
-        if project:
-            entry = os.path.relpath(os.path.abspath(script), os.path.abspath(project))
-            if entry.startswith(os.pardir):
-                raise UsageFailure(f"{script} is not inside the project folder {project}")
-            target = migrated or os.path.join(scratch, "migrated")
-            if not os.path.exists(target):
-                lines, changed, status = migrate_project(project, target)
-                for line in lines:
-                    click.echo(line, err=True)
-                if not changed:
-                    click.echo(f"nothing to verify: ddpify leaves every file of {project} unchanged")
-                    return status
-            elif not os.path.isdir(target):
-                raise UsageFailure(f"-o {target}: with --project, -o names the migrated project folder")
-            roots = {script: project, os.path.join(target, entry): target}
-            migrated = os.path.join(target, entry)
-        elif migrated is not None and os.path.isdir(migrated):
-            raise UsageFailure(f"-o {migrated}: is a directory (a migrated project folder needs --project)")
-        elif migrated is None or not os.path.exists(migrated):
-            stem = os.path.splitext(os.path.basename(script))[0]
-            target = migrated or os.path.join(scratch, f"{stem}_ddp.py")
-            lines, changed, status = migrate_into(script, target)
-            for line in lines:
-                click.echo(line, err=True)
-            if not changed:
-                # The migration's own exit status: 1 when it left the script single-process
-                # for a person to fix, so that a CI step running verify fails as ddpify does.
-                first = re.search(r"DDP\d+ .*", lines[0]) if lines else None
-                click.echo(f"nothing to verify: ddpify leaves {script} unchanged"
-                           + (f" ({first.group(0)})" if first else ""))
-                return status
-            migrated = target
-        elif same_bytes(script, migrated):
-            click.echo(f"nothing to verify: {migrated} is byte-identical to {script}")
-            return 0
+        try:
+            if project:
+                migrated, roots = migrated_project_entry(script, migrated, project, scratch)
+            else:
+                migrated, roots = migrated_script(script, migrated, scratch), None
+        except NothingToVerify as nothing:
+            click.echo(nothing.message)
+            return nothing.status
         try:
             report = verify(
                 script, migrated, settings, checks=checks, nproc=nproc, keep_temp=keep_temp, device=device,
@@ -258,3 +239,47 @@ def verify_and_report(script, migrated, project, nproc, device, full_epochs, max
         except OSError as error:
             raise UsageFailure(f"--json {json_path}: {error.strerror or error}") from None
     return 0 if report.ok else 1
+
+
+def migrated_project_entry(script: str, migrated: str | None, project: str,
+                           scratch: str) -> tuple[str, dict[str, str]]:
+    """The migrated entry script, and the folder each version runs from. An existing -o
+    folder is used as it is; otherwise the project is migrated into it (or into scratch)."""
+    entry = os.path.relpath(os.path.abspath(script), os.path.abspath(project))
+    if entry.startswith(os.pardir):
+        raise UsageFailure(f"{script} is not inside the project folder {project}")
+    target = migrated or os.path.join(scratch, "migrated")
+    if not os.path.exists(target):
+        lines, changed, status = migrate_project(project, target)
+        for line in lines:
+            click.echo(line, err=True)
+        if not changed:
+            raise NothingToVerify(f"nothing to verify: ddpify leaves every file of {project} unchanged",
+                                  status)
+    elif not os.path.isdir(target):
+        raise UsageFailure(f"-o {target}: with --project, -o names the migrated project folder")
+    migrated_entry = os.path.join(target, entry)
+    return migrated_entry, {script: project, migrated_entry: target}
+
+
+def migrated_script(script: str, migrated: str | None, scratch: str) -> str:
+    """The migrated script: an existing -o file as it is, else SCRIPT migrated into -o (or
+    into scratch)."""
+    if migrated is not None and os.path.isdir(migrated):
+        raise UsageFailure(f"-o {migrated}: is a directory (a migrated project folder needs --project)")
+    if migrated is not None and os.path.exists(migrated):
+        if same_bytes(script, migrated):
+            raise NothingToVerify(f"nothing to verify: {migrated} is byte-identical to {script}", 0)
+        return migrated
+    stem = os.path.splitext(os.path.basename(script))[0]
+    target = migrated or os.path.join(scratch, f"{stem}_ddp.py")
+    lines, changed, status = migrate_into(script, target)
+    for line in lines:
+        click.echo(line, err=True)
+    if not changed:
+        # The migration's own exit status: 1 when it left the script single-process
+        # for a person to fix, so that a CI step running verify fails as ddpify does.
+        first = re.search(r"DDP\d+ .*", lines[0]) if lines else None
+        raise NothingToVerify(f"nothing to verify: ddpify leaves {script} unchanged"
+                              + (f" ({first.group(0)})" if first else ""), status)
+    return target

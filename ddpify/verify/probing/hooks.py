@@ -39,26 +39,38 @@ if TYPE_CHECKING:
 
 MOVES = ("to", "cuda", "cpu")
 
+# Where a hook goes: the owner, the attribute it replaces and the hook itself.
+Replacement = tuple[object, str, Callable[..., Any]]
+
 
 def install_hooks(probe: Probe) -> None:
     """Each hook calls the function it replaces unchanged: the script must run as it
     would without the probe, only observed."""
-    import torch
-    import torch.distributed as dist
-    from torch import nn
     from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    # Every hook is made, keeping its original, before the first one is installed.
+    replacements = [*_loader_hooks(probe), *_training_hooks(probe), *_file_hooks(probe),
+                    *_wrapping_hooks(probe)]
+    # setattr, not assignment: replacing torch's own methods is the point, and a type
+    # checker rightly refuses `Class.method = function` everywhere else.
+    for owner, attribute, replacement in replacements:
+        setattr(owner, attribute, replacement)
+    register_optimizer_step_post_hook(probe.on_step)
+    sys.addaudithook(probe.on_audit)
+    probe.stdout = LineRecorder(sys.stdout,
+                               lambda line: probe.recorder.emit("print", line=line, where=probe.where()))
+    sys.stdout = probe.stdout
+
+
+def _loader_hooks(probe: Probe) -> list[Replacement]:
+    """Epochs (the n-th iter() of a loader), the samples of each batch, the cut of later
+    epochs to a batch limit, and set_epoch calls as evidence."""
     from torch.utils.data import dataloader
     from torch.utils.data.distributed import DistributedSampler
 
     original_iter = dataloader.DataLoader.__iter__
     original_next_index = dataloader._BaseDataLoaderIter._next_index
     original_set_epoch = DistributedSampler.set_epoch
-    original_backward = torch.Tensor.backward
-    original_save = torch.save
-    original_load = torch.load
-    original_manual_seed = torch.manual_seed
-    original_ddp_init = nn.parallel.DistributedDataParallel.__init__
-    original_init_pg = dist.init_process_group
 
     def iter_hook(loader):
         probe.on_loader_iter(loader)
@@ -84,6 +96,20 @@ def install_hooks(probe: Probe) -> None:
         probe.recorder.emit("set_epoch", epoch=epoch)
         return original_set_epoch(sampler, epoch)
 
+    return [
+        (dataloader.DataLoader, "__iter__", iter_hook),
+        (dataloader._BaseDataLoaderIter, "_next_index", next_index_hook),
+        (DistributedSampler, "set_epoch", set_epoch_hook),
+    ]
+
+
+def _training_hooks(probe: Probe) -> list[Replacement]:
+    """The loss each optimizer step carries, and the seeds the script sets."""
+    import torch
+
+    original_backward = torch.Tensor.backward
+    original_manual_seed = torch.manual_seed
+
     def backward_hook(tensor, *args, **kwargs):
         if tensor.numel() == 1:
             probe.last_loss = float(tensor.detach())
@@ -92,6 +118,21 @@ def install_hooks(probe: Probe) -> None:
     def manual_seed_hook(seed):
         probe.recorder.emit("seed", value=int(seed))
         return original_manual_seed(seed)
+
+    return [
+        (torch.Tensor, "backward", backward_hook),
+        (torch, "manual_seed", manual_seed_hook),
+        (torch.random, "manual_seed", manual_seed_hook),
+    ]
+
+
+def _file_hooks(probe: Probe) -> list[Replacement]:
+    """torch.save and torch.load, under both names a script may call them by; the audit
+    hook sees every other file."""
+    import torch
+
+    original_save = torch.save
+    original_load = torch.load
 
     def save_hook(obj, f, *args, **kwargs):
         # Recorded before it happens (a rank that is killed while rank 0 still writes
@@ -121,6 +162,24 @@ def install_hooks(probe: Probe) -> None:
                                     t=started, error=f"{type(error).__name__}: {error}"[:300])
             raise
 
+    return [
+        (torch, "save", save_hook),
+        (torch.serialization, "save", save_hook),
+        (torch, "load", load_hook),
+        (torch.serialization, "load", load_hook),
+    ]
+
+
+def _wrapping_hooks(probe: Probe) -> list[Replacement]:
+    """init_process_group and the backend it chose, the DDP wrap, and any .to()/.cuda()/
+    .cpu() of the model after it: on a GPU that moves parameters out from under DDP's
+    gradient buckets, on the CPU nothing shows it but this record."""
+    import torch.distributed as dist
+    from torch import nn
+
+    original_ddp_init = nn.parallel.DistributedDataParallel.__init__
+    original_init_pg = dist.init_process_group
+
     def ddp_init_hook(wrapper, module, *args, **kwargs):
         original_ddp_init(wrapper, module, *args, **kwargs)
         module.__dict__["_ddpify_wrapped"] = True
@@ -144,28 +203,9 @@ def install_hooks(probe: Probe) -> None:
         move.__name__, move.__doc__ = name, original.__doc__
         return move
 
-    replacements: list[tuple[object, str, Callable[..., Any]]] = [
-        (dataloader.DataLoader, "__iter__", iter_hook),
-        (dataloader._BaseDataLoaderIter, "_next_index", next_index_hook),
-        (DistributedSampler, "set_epoch", set_epoch_hook),
-        (torch.Tensor, "backward", backward_hook),
-        (torch, "save", save_hook),
-        (torch.serialization, "save", save_hook),
-        (torch, "load", load_hook),
-        (torch.serialization, "load", load_hook),
-        (torch, "manual_seed", manual_seed_hook),
-        (torch.random, "manual_seed", manual_seed_hook),
+    return [
         (nn.parallel.DistributedDataParallel, "__init__", ddp_init_hook),
         (dist, "init_process_group", init_pg_hook),
         (dist.distributed_c10d, "init_process_group", init_pg_hook),
         *((nn.Module, name, move_hook(name, getattr(nn.Module, name))) for name in MOVES),
     ]
-    # setattr, not assignment: replacing torch's own methods is the point, and a type
-    # checker rightly refuses `Class.method = function` everywhere else.
-    for owner, attribute, replacement in replacements:
-        setattr(owner, attribute, replacement)
-    register_optimizer_step_post_hook(probe.on_step)
-    sys.addaudithook(probe.on_audit)
-    probe.stdout = LineRecorder(sys.stdout,
-                               lambda line: probe.recorder.emit("print", line=line, where=probe.where()))
-    sys.stdout = probe.stdout
