@@ -14,7 +14,9 @@ from libcst.codemod import (
 from libcst.metadata import MetadataWrapper
 
 from ddpify import selfcheck, suppressions, syntax
-from ddpify.analysis import Facts, analyse, names
+from ddpify.analysis import names
+from ddpify.analysis.control import Facts
+from ddpify.analysis.reading import analyse
 from ddpify.diagnostics import Diagnostic, is_selected
 from ddpify.emit.edits import ApplyEdits, Edits
 from ddpify.emit.imports import add_imports, remove_unused_imports

@@ -9,7 +9,8 @@ from typing import Optional, Union
 
 import libcst as cst
 
-from ddpify.analysis import BlockItem, DeviceAssignment, Facts, Loader
+from ddpify.analysis.control import Facts
+from ddpify.analysis.facts import BlockItem, DeviceAssignment, Loader
 from ddpify.diagnostics import Diagnostic
 
 

@@ -1,5 +1,5 @@
 """Edge cases of data.py that a fixture would be overkill for: names, shuffle forms, roles."""
-from ddpify.analysis import Loader
+from ddpify.analysis.facts import Loader
 from ddpify.api import migrate_source
 from ddpify.rules.data import derived_name
 

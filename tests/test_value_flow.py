@@ -3,7 +3,7 @@
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
-from ddpify.analysis import analyse
+from ddpify.analysis.reading import analyse
 
 
 def facts_of(code: str):

@@ -5,7 +5,7 @@ from typing import Optional
 
 import libcst as cst
 
-from ddpify.analysis import Facts
+from ddpify.analysis.control import Facts
 from ddpify.analysis.nodes import names_in, targets_bound_in
 
 

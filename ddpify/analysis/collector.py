@@ -1,6 +1,6 @@
 """The one traversal of a module that records its facts (see facts.FactRecord)."""
 from collections.abc import Set as AbstractSet
-from typing import TYPE_CHECKING, Optional, Union, cast
+from typing import Optional, Union, cast
 
 import libcst as cst
 from libcst.metadata import PositionProvider
@@ -25,9 +25,7 @@ from ddpify.analysis.nodes import (
     slices_batches,
     string_value,
 )
-
-if TYPE_CHECKING:  # project.py reads other modules with analysis.effects: no import cycle
-    from ddpify.project import Project
+from ddpify.project import Project
 
 # Calls whose result yields the items of their first argument.
 ITERATION_WRAPPERS = names.PROGRESS_BARS | {"builtins.enumerate", "builtins.iter", "builtins.zip"}
@@ -38,7 +36,7 @@ _RETURNS_MODULE = frozenset({"to", "cpu", "cuda", "train", "eval", "float", "dou
 class Collector(cst.CSTVisitor):
     METADATA_DEPENDENCIES = (PositionProvider,)
 
-    def __init__(self, facts: Facts, project: "Project") -> None:
+    def __init__(self, facts: Facts, project: Project) -> None:
         super().__init__()
         self.facts = facts
         self.project = project

@@ -10,9 +10,9 @@ from typing import Optional
 
 import libcst as cst
 
-from ddpify.analysis import Facts, dotted_name
 from ddpify.analysis.bindings import in_order, names_read_after, rebound, scope_statements
-from ddpify.analysis.nodes import names_in
+from ddpify.analysis.control import Facts
+from ddpify.analysis.nodes import dotted_name, names_in
 
 NO_GRAD = ("no_grad", "inference_mode")
 # Methods that change an object's state: a metric or meter filled batch by batch holds this

@@ -4,7 +4,8 @@ from typing import Callable, Optional, Union, cast
 
 import libcst as cst
 
-from ddpify.analysis import Facts, Loader, Statement
+from ddpify.analysis.control import Facts
+from ddpify.analysis.facts import Loader, Statement
 from ddpify.emit.edits import Edits
 from ddpify.emit.layout import fits
 

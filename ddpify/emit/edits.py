@@ -10,7 +10,9 @@ from typing import Any, Callable, Optional, Union, cast
 
 import libcst as cst
 
-from ddpify.analysis import BlockItem, Facts, Statement, statements_in
+from ddpify.analysis.control import Facts
+from ddpify.analysis.facts import BlockItem, Statement
+from ddpify.analysis.nodes import statements_in
 from ddpify.diagnostics import Diagnostic, rule_of
 from ddpify.emit.imports import ImportSpec, import_block
 from ddpify.options import Options

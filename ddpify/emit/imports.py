@@ -12,7 +12,8 @@ from typing import Optional, Union, cast
 
 import libcst as cst
 
-from ddpify.analysis import Statement, dotted_name
+from ddpify.analysis.facts import Statement
+from ddpify.analysis.nodes import dotted_name
 
 # (module, imported name or None, alias or None): ("torch.distributed", None, "dist").
 ImportSpec = tuple[str, Optional[str], Optional[str]]

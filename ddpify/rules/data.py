@@ -10,9 +10,10 @@ from typing import Callable, Optional, cast
 
 import libcst as cst
 
-from ddpify.analysis import Facts, Loader, Statement, dotted_name, names
-from ddpify.analysis.control import is_training_loader
-from ddpify.analysis.nodes import first_free
+from ddpify.analysis import names
+from ddpify.analysis.control import Facts, is_training_loader
+from ddpify.analysis.facts import Loader, Statement
+from ddpify.analysis.nodes import dotted_name, first_free
 from ddpify.analysis.values import keyword_names, known_dict_keys
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.arguments import edit_loader_arguments, fit_conditional, loader_statement, shuffle_beside

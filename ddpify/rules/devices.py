@@ -7,7 +7,8 @@ from typing import Callable, cast
 
 import libcst as cst
 
-from ddpify.analysis import Facts, dotted_name
+from ddpify.analysis.control import Facts
+from ddpify.analysis.nodes import dotted_name
 from ddpify.diagnostics import Rule, Severity, Status
 from ddpify.emit.edits import Edits
 from ddpify.plan import Plan

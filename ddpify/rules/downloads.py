@@ -3,7 +3,8 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from ddpify.analysis import Facts, Statement
+from ddpify.analysis.control import Facts
+from ddpify.analysis.facts import Statement
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan

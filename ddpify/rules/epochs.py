@@ -3,7 +3,9 @@ from typing import cast
 
 import libcst as cst
 
-from ddpify.analysis import Facts, Loader, Statement, dotted_name
+from ddpify.analysis.control import Facts
+from ddpify.analysis.facts import Loader, Statement
+from ddpify.analysis.nodes import dotted_name
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.rules.cases import TRAINING, Emits, Silent

@@ -13,8 +13,11 @@ from typing import Optional
 
 import libcst as cst
 
-from ddpify.analysis import Facts, Loader, dotted_name, names, string_value
+from ddpify.analysis import names
+from ddpify.analysis.control import Facts
+from ddpify.analysis.facts import Loader
 from ddpify.analysis.figures import Figures, figures_of, loader_name_in
+from ddpify.analysis.nodes import dotted_name, string_value
 from ddpify.analysis.values import keyword_names, known_dict_keys
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import collectives

@@ -11,9 +11,9 @@ from typing import Optional
 
 import libcst as cst
 
-from ddpify.analysis import Facts, calls_within, names
-from ddpify.analysis.control import is_training_loader
-from ddpify.analysis.nodes import names_in
+from ddpify.analysis import names
+from ddpify.analysis.control import Facts, is_training_loader
+from ddpify.analysis.nodes import calls_within, names_in
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits
 from ddpify.plan import Plan

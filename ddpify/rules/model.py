@@ -8,8 +8,10 @@ from typing import Optional, cast
 
 import libcst as cst
 
-from ddpify.analysis import Facts, Model, Statement, calls_within, dotted_name, effects, names
-from ddpify.analysis.control import innermost_common_block
+from ddpify.analysis import effects, names
+from ddpify.analysis.control import Facts, innermost_common_block
+from ddpify.analysis.facts import Model, Statement
+from ddpify.analysis.nodes import calls_within, dotted_name
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.ddp import (
     ONLY_IF_TRAINABLE_COMMENT,

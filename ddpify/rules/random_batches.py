@@ -12,7 +12,8 @@ from typing import Optional
 
 import libcst as cst
 
-from ddpify.analysis import Facts, calls_within
+from ddpify.analysis.control import Facts
+from ddpify.analysis.nodes import calls_within
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan

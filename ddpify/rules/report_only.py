@@ -7,7 +7,8 @@ the original did not pay for; the person who owns the script chooses.
 
 import libcst as cst
 
-from ddpify.analysis import BlockItem, Facts
+from ddpify.analysis.control import Facts
+from ddpify.analysis.facts import BlockItem
 from ddpify.analysis.nodes import assigned_names, find_all, names_in
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits

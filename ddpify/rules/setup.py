@@ -8,7 +8,9 @@ from typing import Optional, Union
 
 import libcst as cst
 
-from ddpify.analysis import BlockItem, DeviceAssignment, Facts, Statement, dotted_name
+from ddpify.analysis.control import Facts
+from ddpify.analysis.facts import BlockItem, DeviceAssignment, Statement
+from ddpify.analysis.nodes import dotted_name
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.ddp import (
     CPU_ONLY_CODE,

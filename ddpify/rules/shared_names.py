@@ -12,8 +12,10 @@ from typing import Optional
 
 import libcst as cst
 
-from ddpify.analysis import Facts, Statement, dotted_name, names
-from ddpify.analysis.nodes import names_in
+from ddpify.analysis import names
+from ddpify.analysis.control import Facts
+from ddpify.analysis.facts import Statement
+from ddpify.analysis.nodes import dotted_name, names_in
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import collectives
 from ddpify.emit.edits import Edits, Insertion

@@ -11,8 +11,10 @@ from typing import Optional, cast
 
 import libcst as cst
 
-from ddpify.analysis import BlockItem, Facts, Statement, calls_within, dotted_name, effects, names, string_value
-from ddpify.analysis.nodes import first_free, names_in
+from ddpify.analysis import effects, names
+from ddpify.analysis.control import Facts
+from ddpify.analysis.facts import BlockItem, Statement
+from ddpify.analysis.nodes import calls_within, dotted_name, first_free, names_in, string_value
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import guards
 from ddpify.emit.arguments import add_keyword, with_keyword

@@ -2,7 +2,8 @@
 
 import libcst as cst
 
-from ddpify.analysis import Facts, names
+from ddpify.analysis import names
+from ddpify.analysis.control import Facts
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan

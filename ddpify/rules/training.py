@@ -10,8 +10,9 @@ from typing import Callable, Optional, cast
 
 import libcst as cst
 
-from ddpify.analysis import Facts, Statement, calls_within, dotted_name, statements_in
-from ddpify.analysis.nodes import assigned_names, names_in
+from ddpify.analysis.control import Facts
+from ddpify.analysis.facts import Statement
+from ddpify.analysis.nodes import assigned_names, calls_within, dotted_name, names_in, statements_in
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import collectives
 from ddpify.emit.edits import Edits

@@ -1,0 +1,27 @@
+"""analyse(): one traversal of a module (collector.py), then the passes that need all of it."""
+from typing import Optional
+
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from ddpify.analysis.collector import Collector
+from ddpify.analysis.control import Facts, mark_loops_calling_training_functions, reached_when_run
+from ddpify.analysis.values import note_helper_output, note_loops_taking_batches_with_next
+from ddpify.project import Project
+
+
+def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Facts:
+    """The facts of one module; `project` tells what the functions of the project's own
+    modules that it calls do."""
+    collector = Collector(Facts(module=wrapper.module), project or Project())
+    wrapper.visit(collector)
+    facts = collector.facts
+    # Already computed for the visit: resolve() hands back the cached maps.
+    facts.positions = wrapper.resolve(PositionProvider)
+    facts.parents = collector.parents
+    facts.trains = bool(collector.training_tops & reached_when_run(facts.module, collector.names_in_top))
+    facts.training_calls = collector.training_calls
+    collector.note_helper_methods()
+    note_helper_output(facts, collector.helper_calls)
+    mark_loops_calling_training_functions(facts, collector.training_calls)
+    note_loops_taking_batches_with_next(facts, collector.next_calls, collector.iteration_wrappers)
+    return facts
