@@ -59,6 +59,9 @@ class Plan:
     reseeded_loops: list[cst.For] = field(default_factory=list)
     # Loaders no loop trains over (data.py), for evaluation.py to shard or leave whole.
     evaluation_loaders: list[Loader] = field(default_factory=list)
+    # Where each model is wrapped (model.py): the wrap follows this statement, by model name;
+    # a rule that places code relative to the wrap (torch.compile, say) reads it here.
+    wrap_points: dict[str, BlockItem] = field(default_factory=dict)
     # Loaders given a sampler that shards them (data.py, DDP201), whatever its kind.
     loaders_given_a_sampler: list[Loader] = field(default_factory=list)
     # Training loops fed by batches built by hand or by loaders kept in a dict, reported as

@@ -1,7 +1,11 @@
-"""The transforms, one module per concern, planned in a fixed order and applied in one pass.
+"""The rule units, one module per family; CONCERNS is the order their plan steps run in.
 
-Order matters: setup.choose decides where the setup block goes and which names the others
-may use; setup.place runs last because the block must precede every statement that needs it.
+Order matters: setup.choose makes the plan (where the setup block goes, which names the
+others may use); each rule then writes its own part of the plan and reads only the parts
+of rules before it; setup.place runs last because the block must precede every statement
+that needs it. Units without a step of their own here (epochs, downloads, splits,
+hand_batches, random_batches) are steps of the data rule. The registry of codes is
+rules/registry.py.
 """
 from ddpify.rules import (
     data,

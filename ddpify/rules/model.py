@@ -72,7 +72,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             anchor, holder = moved
             model = Model(holder, model.optimizer_statement, facts.function_of(anchor))
         if anchor is not None and not setup.sees_setup(facts, anchor):
-            _wrap_out_of_setup(facts, edits, model, anchor)
+            _wrap_out_of_setup(facts, edits, setup, model, anchor)
             continue
         if anchor is None:
             edits.report("DDP903", model.optimizer_statement,
@@ -94,6 +94,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         edits.after.setdefault(anchor, []).extend(edits.statements(_when_trainable(facts, code, model.name)))
         edits.imports.add("DDP")
         edits.report("DDP101", anchor)
+        setup.wrap_points[model.name] = anchor
         setup.wrapped_models += 1
         _drop_moves_after_wrap(facts, edits, model, anchor)
         _unwrap_attributes(facts, edits, model, anchor)
@@ -125,7 +126,7 @@ def _never_moved(facts: Facts, model: Model) -> bool:
     return True
 
 
-def _wrap_out_of_setup(facts: Facts, edits: Edits, model: Model, anchor: cst.BaseStatement) -> None:
+def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, anchor: cst.BaseStatement) -> None:
     """The model reaches its device in code that cannot see the setup block (a Trainer's
     __init__): wrap it there when a process group exists. DDP takes the device from the
     module itself when device_ids is None, so no device name is needed."""
@@ -133,6 +134,7 @@ def _wrap_out_of_setup(facts: Facts, edits: Edits, model: Model, anchor: cst.Bas
     edits.after.setdefault(anchor, []).extend(edits.statements(_when_trainable(facts, code, model.name)))
     edits.imports.update({"DDP", "dist"})
     edits.report("DDP101", anchor)
+    setup.wrap_points[model.name] = anchor
     _drop_moves_after_wrap(facts, edits, model, anchor)
     _unwrap_attributes(facts, edits, model, anchor)
     _unwrap_module_accesses(facts, edits, model)
