@@ -59,6 +59,9 @@ class Plan:
     reseeded_loops: list[cst.For] = field(default_factory=list)
     # Loaders no loop trains over (data.py), for evaluation.py to shard or leave whole.
     evaluation_loaders: list[Loader] = field(default_factory=list)
+    # Statements that run on rank 0 only, once side_effects.py has guarded output (its
+    # guards folded): checkpoints.py makes the other ranks wait before reading what they wrote.
+    rank0_statements: set[cst.CSTNode] = field(default_factory=set)
     # Where each model is wrapped (model.py): the wrap follows this statement, by model name;
     # a rule that places code relative to the wrap (torch.compile, say) reads it here.
     wrap_points: dict[str, BlockItem] = field(default_factory=dict)

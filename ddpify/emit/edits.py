@@ -97,6 +97,26 @@ class Edits:
         self.diagnostics.append(diagnostic)
         return diagnostic
 
+    def insert_before(self, node: BlockItem, insertion: Insertion, *, first: bool = False) -> None:
+        """Statements above `node`, after those other rules put there (or before them all)."""
+        insertions = self.before.setdefault(node, [])
+        if first:
+            insertions.insert(0, insertion)
+        else:
+            insertions.append(insertion)
+
+    def insert_after(self, node: BlockItem, statements: Sequence[Statement], *, first: bool = False) -> None:
+        """Statements below `node`, after those other rules put there (or before them all)."""
+        after = self.after.setdefault(node, [])
+        if first:
+            after[0:0] = statements
+        else:
+            after.extend(statements)
+
+    def replace(self, node: BlockItem, statements: Sequence[Statement]) -> None:
+        """`node` replaced by these statements (one rule per statement: see test_rule_clashes)."""
+        self.replaced[node] = list(statements)
+
     def edited_nodes(self, include_guarded: bool = True) -> list[cst.CSTNode]:
         """The nodes emitted code sits beside, replaces or guards (not those only removed): the
         setup block must come before the first of them that runs. `include_guarded=False`

@@ -8,6 +8,7 @@ hand_batches, random_batches) are steps of the data rule. The registry of codes 
 rules/registry.py.
 """
 from ddpify.rules import (
+    checkpoints,
     data,
     devices,
     evaluation,
@@ -19,7 +20,7 @@ from ddpify.rules import (
     training,
 )
 
-CONCERNS = (devices, model, data, evaluation, side_effects, shared_names, training, report_only)
+CONCERNS = (devices, model, data, evaluation, side_effects, checkpoints, shared_names, training, report_only)
 
-__all__ = ["CONCERNS", "data", "devices", "evaluation", "model", "report_only", "setup", "shared_names",
+__all__ = ["CONCERNS", "checkpoints", "data", "devices", "evaluation", "model", "report_only", "setup", "shared_names",
            "side_effects", "training"]

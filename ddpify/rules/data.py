@@ -212,7 +212,7 @@ def attach_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loader,
         sampler=sampler, value=sampler_for(dataset), condition=condition),
         facts, loader.statement, condition)))
     inserted.extend(edits.statement(line.format(sampler=sampler)) for line in after_sampler)
-    edits.before.setdefault(loader.statement, []).append(Insertion(inserted, takes_comments=True))
+    edits.insert_before(loader.statement, Insertion(inserted, takes_comments=True))
     if "#" in edits.code(loader.call) and not divide_batch:
         # Comments between the arguments: edit the arguments themselves so they survive.
         edits.expressions[loader.call] = edit_loader_arguments(edits, loader, sampler, dataset)
@@ -220,7 +220,7 @@ def attach_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loader,
         args = _loader_args(edits, loader, sampler, dataset)
         if divide_batch:
             args = _divide_batch_size(facts, edits, setup, loader, args)
-        edits.replaced[loader.statement] = [loader_statement(facts, edits, loader, args)]
+        edits.replace(loader.statement, [loader_statement(facts, edits, loader, args)])
     return sampler
 
 
@@ -315,7 +315,7 @@ def _wrap_random_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loader
     wrapped = f"DistributedSampler({edits.code(call.args[0].value)}) if distributed else {edits.code(call)}"
     if name is None:
         name = derived_name(loader, "sampler", facts.bound_names)
-        edits.before.setdefault(loader.statement, []).append(Insertion(
+        edits.insert_before(loader.statement, Insertion(
             [edits.statement(fit_conditional(f"{name} = {wrapped}\n", facts, loader.statement))],
             takes_comments=True,
         ))
@@ -365,7 +365,7 @@ def _shard_existing_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loa
     if name is None:
         # `sampler=SubsetRandomSampler(train_ids)`: named first, so that it is written once.
         name = derived_name(loader, "sampler", facts.bound_names)
-        edits.before.setdefault(loader.statement, []).append(Insertion(
+        edits.insert_before(loader.statement, Insertion(
             [edits.statement(f"{name} = {edits.code(arg.value)}\n")], takes_comments=True))
     wrapped = f"DistributedSamplerWrapper({name}) if distributed else {name}"
     if "#" in edits.code(loader.call) or not _is_assigned_or_returned(loader):
@@ -374,7 +374,7 @@ def _shard_existing_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loa
         args = [f"sampler={wrapped}" if other is arg else
                 edits.code(other.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip()
                 for other in loader.call.args]
-        edits.replaced[loader.statement] = [loader_statement(facts, edits, loader, args)]
+        edits.replace(loader.statement, [loader_statement(facts, edits, loader, args)])
     edits.add_helper("DistributedSamplerWrapper", SAMPLER_WRAPPER_HELPER, "DistributedSampler")
     setup.loaders_given_a_sampler.append(loader)
     edits.report("DDP201", loader.call)

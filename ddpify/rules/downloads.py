@@ -46,10 +46,9 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             continue
         # First of all that goes before the statement: a dataset hoisted out of the loader
         # call (`DataLoader(MNIST(download=True), ...)`) downloads too.
-        edits.before.setdefault(first, []).insert(
-            0, Insertion(edits.statements(DOWNLOAD_BEFORE_CODE), takes_comments=True)
-        )
-        edits.after.setdefault(last, []).extend(edits.statements(DOWNLOAD_AFTER_CODE))
+        edits.insert_before(first, Insertion(edits.statements(DOWNLOAD_BEFORE_CODE), takes_comments=True),
+                            first=True)
+        edits.insert_after(last, edits.statements(DOWNLOAD_AFTER_CODE))
         edits.imports.add("dist")
         edits.report("DDP209", first)
 

@@ -51,10 +51,10 @@ def set_epoch(facts: Facts, edits: Edits, loader: Loader, sampler: str,
             code = SET_EPOCH_VIA_LOADER_CODE.format(loader=name_there, epoch=epoch)
         if facts.ancestor_in(loader.statement, epoch_loop.body) is not None:
             # A loader built anew each epoch: its sampler learns the epoch where it is made.
-            edits.after.setdefault(loader.statement, []).extend(edits.statements(code))
+            edits.insert_after(loader.statement, edits.statements(code))
         else:
             first = epoch_loop.body.body[0]
-            edits.before.setdefault(first, []).append(Insertion(edits.statements(code)))
+            edits.insert_before(first, Insertion(edits.statements(code)))
         edits.report("DDP202", epoch_loop)
         return
     # `while step < max_steps: for batch in loader:`, or `except StopIteration: it =
@@ -63,7 +63,7 @@ def set_epoch(facts: Facts, edits: Edits, loader: Loader, sampler: str,
     passes += _iterators_restarted_in_training(facts, loader)
     for new_pass in passes:
         code = template.format(sampler=sampler, epoch=f"{sampler}.epoch + 1")
-        edits.before.setdefault(new_pass, []).append(Insertion(edits.statements(code)))
+        edits.insert_before(new_pass, Insertion(edits.statements(code)))
         edits.report("DDP202", new_pass)
     if not passes:
         edits.report("DDP211", loader.call)

@@ -322,7 +322,7 @@ def _gather(facts: Facts, edits: Edits, setup: Plan, loop: cst.For, figures: Fig
     if figures.lists:
         edits.add_helper("in_batch_order", ORDER_HELPER, "itertools")
     edits.imports.add("dist")
-    edits.after.setdefault(loop, []).extend(edits.statements("\n".join(lines) + "\n"))
+    edits.insert_after(loop, edits.statements("\n".join(lines) + "\n"))
     edits.report("DDP216", loop)
 
 

@@ -87,7 +87,7 @@ def stretch_sequences(facts: Facts, edits: Edits, setup: Plan, loop: cst.For) ->
     if not _carried_from_batch_to_batch(loop):
         return False
     statement = statements[0]
-    edits.after.setdefault(statement, []).append(edits.statement(f"{data} = rank_stretch({data})\n"))
+    edits.insert_after(statement, [edits.statement(f"{data} = rank_stretch({data})\n")])
     edits.add_helper("rank_stretch", STRETCH_HELPER, "dist")
     setup.sharded_loops.append(loop)
     edits.report("DDP217", loop, STRETCH_SUMMARY.format(data=data))

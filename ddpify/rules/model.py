@@ -91,7 +91,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         else:
             code = _wrap_code(facts, anchor, model.name, setup.device_type,
                               edits.options.sync_batchnorm and bool(facts.batchnorm_calls), extra)
-        edits.after.setdefault(anchor, []).extend(edits.statements(_when_trainable(facts, code, model.name)))
+        edits.insert_after(anchor, edits.statements(_when_trainable(facts, code, model.name)))
         edits.imports.add("DDP")
         edits.report("DDP101", anchor)
         setup.wrap_points[model.name] = anchor
@@ -131,7 +131,7 @@ def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, an
     __init__): wrap it there when a process group exists. DDP takes the device from the
     module itself when device_ids is None, so no device name is needed."""
     code = WRAP_OUT_OF_SETUP_CODE.format(model=model.name)
-    edits.after.setdefault(anchor, []).extend(edits.statements(_when_trainable(facts, code, model.name)))
+    edits.insert_after(anchor, edits.statements(_when_trainable(facts, code, model.name)))
     edits.imports.update({"DDP", "dist"})
     edits.report("DDP101", anchor)
     setup.wrap_points[model.name] = anchor

@@ -48,8 +48,7 @@ def seed_per_rank(facts: Facts, edits: Edits, setup: Plan, loop: cst.For) -> boo
     outermost = ([loop] + facts.enclosing_loops(loop))[-1]
     if outermost not in setup.reseeded_loops:
         setup.reseeded_loops.append(outermost)
-        edits.before.setdefault(outermost, []).append(
-            Insertion(edits.statements(SEED_PER_RANK_CODE)))
+        edits.insert_before(outermost, Insertion(edits.statements(SEED_PER_RANK_CODE)))
         edits.report("DDP219", outermost)
     return True
 

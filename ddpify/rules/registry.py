@@ -12,6 +12,7 @@ from types import ModuleType
 from ddpify import suppressions
 from ddpify.diagnostics import Rule
 from ddpify.rules import (
+    checkpoints,
     data,
     devices,
     downloads,
@@ -34,7 +35,7 @@ from ddpify.selfcheck import rules as selfcheck
 
 UNITS: tuple[ModuleType, ...] = (
     setup, devices, model, data, epochs, downloads, splits, evaluation, hand_batches,
-    random_batches, side_effects, shared_names, training, report_only, frameworks, whole_file,
+    random_batches, side_effects, checkpoints, shared_names, training, report_only, frameworks, whole_file,
     selfcheck, suppressions,
 )
 

@@ -181,7 +181,7 @@ def place(facts: Facts, edits: Edits, plan: Plan) -> None:
     if assignment is not None and anchor is assignment.statement:
         lines = list(assignment.statement.leading_lines) + [comment]
         setup[0] = setup[0].with_changes(leading_lines=lines)
-        edits.replaced[anchor] = setup
+        edits.replace(anchor, setup)
         edits.report("DDP001", anchor)
         return
     if assignment is not None:
@@ -190,7 +190,7 @@ def place(facts: Facts, edits: Edits, plan: Plan) -> None:
     if anchor is None:
         edits.module_end.extend(setup)
         return
-    edits.before.setdefault(anchor, []).insert(0, Insertion(setup, takes_blank_lines=True))
+    edits.insert_before(anchor, Insertion(setup, takes_blank_lines=True), first=True)
     edits.report("DDP001", anchor)
 
 
@@ -227,7 +227,7 @@ def _place_after_choice(facts: Facts, edits: Edits, plan: Plan) -> None:
             code += IS_MAIN_CODE if group_early else IS_MAIN_FROM_ENVIRONMENT_CODE
         prelude = edits.statements(_for_this_script(code, facts, plan))
         prelude[0] = prelude[0].with_changes(leading_lines=[comment])
-        edits.before.setdefault(anchor, []).insert(0, Insertion(prelude, takes_blank_lines=True))
+        edits.insert_before(anchor, Insertion(prelude, takes_blank_lines=True), first=True)
         after = edits.statements(_for_this_script(refine, facts, plan))
     else:
         code = ENVIRONMENT_CODE + world_size + refine
@@ -235,7 +235,7 @@ def _place_after_choice(facts: Facts, edits: Edits, plan: Plan) -> None:
             code += IS_MAIN_CODE
         after = edits.statements(_for_this_script(code, facts, plan))
         after[0] = after[0].with_changes(leading_lines=[comment])
-    edits.after[choice] = after + edits.after.get(choice, [])
+    edits.insert_after(choice, after, first=True)
     edits.report("DDP001", choice)
 
 
@@ -295,7 +295,7 @@ def teardown(facts: Facts, edits: Edits, plan: Plan) -> None:
         # The setup runs under `if __name__ == "__main__":`, and so does its teardown.
         statements = edits.statements(TEARDOWN_CODE)
         statements[0] = statements[0].with_changes(leading_lines=[cst.EmptyLine(indent=False)])
-        edits.after.setdefault(plan.block.body[-1], []).extend(statements)
+        edits.insert_after(plan.block.body[-1], statements)
         edits.report("DDP005", plan.block.body[-1])
         return
     if plan.function is None:
@@ -315,7 +315,7 @@ def teardown(facts: Facts, edits: Edits, plan: Plan) -> None:
     # rank-0 guard and its barriers ask it. The teardown goes after it, in the same block.
     cleanup = edits.statements(TEARDOWN_IF_INITIALIZED)
     if guard is not None and isinstance(guard.body, cst.IndentedBlock):
-        edits.after.setdefault(guard.body.body[-1], []).extend(cleanup)
+        edits.insert_after(guard.body.body[-1], cleanup)
         edits.report("DDP005", guard)
         return
     cleanup[0] = cleanup[0].with_changes(leading_lines=[cst.EmptyLine()])

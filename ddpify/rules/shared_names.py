@@ -59,8 +59,8 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             continue
         body = with_statement.body.body
         first = edits.statement(f"{target} = chosen_by_rank_0({target})\n")
-        edits.before.setdefault(body[0], []).append(Insertion([first]))
-        edits.after.setdefault(body[-1], []).extend(edits.statements(LEAVE_TOGETHER_CODE))
+        edits.insert_before(body[0], Insertion([first]))
+        edits.insert_after(body[-1], edits.statements(LEAVE_TOGETHER_CODE))
         _add_helper(edits)
         edits.report("DDP310", with_statement)
 

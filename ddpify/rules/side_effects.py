@@ -1,4 +1,4 @@
-"""Rank-0 guards for output, files and experiment trackers; map_location on load (DDP301-DDP308).
+"""Rank-0 guards for output, files and experiment trackers (DDP301-DDP308, DDP311).
 
 Every rank runs the same code: without a guard each print appears N times, N processes race
 to write the same file and a tracker records N runs. The smallest guard that is correct wins:
@@ -7,7 +7,7 @@ a keyword where the API has one (`tqdm(..., disable=not is_main)`, `wandb.init(m
 body is nothing but guarded statements.
 """
 from collections.abc import Sequence
-from typing import Optional, cast
+from typing import Optional
 
 import libcst as cst
 
@@ -17,7 +17,7 @@ from ddpify.analysis.facts import BlockItem, Statement
 from ddpify.analysis.nodes import calls_within, dotted_name, first_free, names_in, string_value
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import guards
-from ddpify.emit.arguments import add_keyword, with_keyword
+from ddpify.emit.arguments import add_keyword
 from ddpify.emit.edits import Edits, Insertion, replacement
 from ddpify.plan import Plan
 from ddpify.rules.cases import TRAINING, Emits, Silent
@@ -29,10 +29,6 @@ RULES = (
          "Nothing to do."),
     Rule("DDP302", Severity.EDIT, "files written only on rank 0",
          "Ranks writing the same file race and can leave a corrupt checkpoint.",
-         "Nothing to do."),
-    Rule("DDP303", Severity.EDIT, "torch.load maps tensors to this rank's device",
-         "A checkpoint saved from GPU 0 loads onto GPU 0 on every rank unless map_location "
-         "says otherwise.",
          "Nothing to do."),
     Rule("DDP304", Severity.EDIT, "other ranks log errors only",
          "Every rank logs the same lines, warnings included; raising the level once on the "
@@ -59,10 +55,6 @@ RULES = (
          "print; where it cannot be moved (inside a comprehension) the print stays on every "
          "rank and this is a warning.",
          "Nothing to do."),
-    Rule("DDP309", Severity.EDIT, "barrier before reading a file rank 0 wrote",
-         "Only rank 0 saves; the other ranks would read the checkpoint before it exists, or "
-         "while it is half written.",
-         "Nothing to do."),
     Rule("DDP311", Severity.WARNING, "prints or writes on every rank: the helper does more than that",
          "This function of the project's own modules prints or writes files, but it also "
          "does work every rank must do (it runs the model, or calls something ddpify cannot "
@@ -87,78 +79,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     _lower_log_level(facts, edits, setup)
     guards.fold_into_loops_and_withs(edits, keep_inside=facts.training_loops)
     guards.drop_guards_inside_guards(edits)
-    _barrier_before_reading_saved_files(facts, edits, setup)
-    for call in facts.load_calls:
-        if any(arg.keyword is not None and arg.keyword.value == "map_location" for arg in call.args):
-            continue
-        # The rank's device where the setup's own code loads; elsewhere (a function that
-        # may run before the setup, such as a dataset's __init__) the CPU, which is always there.
-        in_setup_scope = setup.sees_setup(facts, call) and facts.function_of(call) is setup.function
-        location = setup.device if in_setup_scope else '"cpu"'
-        edits.expressions[call] = with_keyword("map_location", location, edits)
-        edits.report("DDP303", call)
-
-
-BARRIER_CODE = """\
-if {condition}:
-    dist.barrier()  # rank 0 has finished writing what is read next
-"""
-
-
-def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan) -> None:
-    """Only rank 0 saves; a rank that loads a checkpoint after that must wait until rank 0
-    has written it (or it reads a missing or half-written file)."""
-    for call in facts.load_calls:
-        if not any(_saved_before(facts, save, call) and _guarded(facts, edits, save)
-                   for save in _writes(facts)):
-            continue
-        statement: Statement = facts.statement_of(call)
-        # `with open(path, "rb") as f: model = torch.load(f)`, also with another `with`
-        # between them (safe_globals): wait before the open.
-        current: Statement = statement
-        while isinstance(facts.parents.get(current), cst.IndentedBlock) and isinstance(
-                facts.parents.get(facts.parents[current]), cst.With):
-            current = cast(cst.With, facts.parents[facts.parents[current]])  # just checked
-            if _opens_a_file(facts, current):
-                statement = current
-        condition = "distributed" if setup.sees_setup(facts, statement) else "dist.is_initialized()"
-        edits.before.setdefault(statement, []).append(
-            Insertion(edits.statements(BARRIER_CODE.format(condition=condition)), takes_comments=True))
-        edits.imports.add("dist")
-        edits.report("DDP309", statement)
-
-
-def _opens_a_file(facts: Facts, node: Optional[cst.CSTNode]) -> bool:
-    """`with open(path, "rb") as f:`, not any with (a TemporaryDirectory holds the load)."""
-    opens = {call for qualified in names.OPEN for call in facts.calls_named.get(qualified, ())}
-    return isinstance(node, cst.With) and any(item.item in opens for item in node.items)
-
-
-def _writes(facts: Facts) -> list[cst.Call]:
-    """torch.save calls and calls of the project's helpers that write files."""
-    return facts.save_calls + [call for call, effect in facts.helper_effects.items() if effect == effects.WRITES]
-
-
-def _guarded(facts: Facts, edits: Edits, node: cst.CSTNode) -> bool:
-    current: Optional[cst.CSTNode] = node
-    while current is not None:
-        if current in edits.guarded:
-            return True
-        current = facts.parents.get(current)
-    return False
-
-
-def _saved_before(facts: Facts, save: cst.Call, load: cst.Call) -> bool:
-    """The save runs before the load: earlier in the same function (or both at module
-    level), or inside a function called earlier in the load's function."""
-    load_function = facts.function_of(load)
-    save_function = facts.function_of(save)
-    if save_function is load_function:
-        return facts.line_of(save) < facts.line_of(load)
-    if save_function is None:
-        return False
-    return any(facts.function_of(call) is load_function and facts.line_of(call) < facts.line_of(load)
-               for call in facts.calls_of(save_function))
+    setup.rank0_statements.update(edits.guarded)
 
 
 def _guard_prints_and_saves(facts: Facts, edits: Edits, setup: Plan) -> None:
@@ -473,8 +394,6 @@ CASES = (
     Silent(TRAINING.replace("    print(epoch, loss.item())\n", ""), "DDP301"),
     Emits(_CHECKPOINT, "DDP302", ("if is_main:\n    torch.save(",)),
     Silent(TRAINING + 'with open("labels.txt") as f:\n    labels = f.read().split()\n', "DDP302"),
-    Emits(TRAINING.replace("optimizer = torch", 'model.load_state_dict(torch.load("model.pt"))\noptimizer = torch'),
-          "DDP303", ("map_location=",)),
     Emits("import logging\n"
           + TRAINING.replace("    print(epoch, loss.item())\n", '    logging.info("loss %f", loss.item())\n')
           .replace("device = torch", "logging.basicConfig(level=logging.INFO)\ndevice = torch"),
@@ -488,6 +407,4 @@ CASES = (
           .replace("for epoch", "writer = SummaryWriter()\n\n\ndef log(writer, value):\n"
                    '    writer.add_scalar("loss", value)\n\n\nfor epoch'), "DDP307"),
     Emits(TRAINING + "print(model(torch.zeros(1, 4).to(device)).item())\n", "DDP308"),
-    Emits(_CHECKPOINT + 'model.load_state_dict(torch.load("model.pt"))\n', "DDP309", ("dist.barrier()",)),
-    Silent(_CHECKPOINT, "DDP309"),
 )

@@ -39,7 +39,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             edits.imports.add("dist")
         name = facts.free_name("split_generator")
         statement = facts.statement_of(call)
-        edits.before.setdefault(statement, []).append(Insertion(
+        edits.insert_before(statement, Insertion(
             [edits.statement(f"{name} = {SPLIT_GENERATOR.format(condition=condition)}\n")],
             takes_comments=True))
         edits.expressions[call] = _with_generator(edits, name)

@@ -216,7 +216,7 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
             lines.extend([f"    {name} = (", f"        {value}", "    )"])  # as black wraps it
         else:
             lines.append(f"    {name} = {value}")
-    edits.after.setdefault(loop, []).extend(edits.statements("\n".join(lines) + "\n"))
+    edits.insert_after(loop, edits.statements("\n".join(lines) + "\n"))
     setup.reduced_epoch_loops.add(loop)
     edits.report("DDP402", loop)
 
@@ -237,7 +237,7 @@ def _gather_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
             total += " / dist.get_world_size()"
         lines.append(f"    {name} = {total}")
     edits.imports.add("dist")
-    edits.after.setdefault(loop, []).extend(edits.statements("\n".join(lines) + "\n"))
+    edits.insert_after(loop, edits.statements("\n".join(lines) + "\n"))
     setup.reduced_epoch_loops.add(loop)
     edits.report("DDP402", loop)
 

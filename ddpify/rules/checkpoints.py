@@ -1,0 +1,113 @@
+"""Checkpoints under N ranks: each rank loads onto its own device (DDP303), and a rank that
+reads a file rank 0 wrote waits until rank 0 has written it (DDP309).
+
+The save itself is rank 0's (side_effects.py guards it, DDP302); which statements run on
+rank 0 only comes from the plan (`rank0_statements`), never from that rule's edits.
+"""
+from typing import Optional, cast
+
+import libcst as cst
+
+from ddpify.analysis import effects, names
+from ddpify.analysis.control import Facts
+from ddpify.analysis.facts import Statement
+from ddpify.diagnostics import Rule, Severity
+from ddpify.emit.arguments import with_keyword
+from ddpify.emit.edits import Edits, Insertion
+from ddpify.plan import Plan
+from ddpify.rules.cases import TRAINING, Emits, Silent
+
+RULES = (
+    Rule("DDP303", Severity.EDIT, "torch.load maps tensors to this rank's device",
+         "A checkpoint saved from GPU 0 loads onto GPU 0 on every rank unless map_location "
+         "says otherwise.",
+         "Nothing to do."),
+    Rule("DDP309", Severity.EDIT, "barrier before reading a file rank 0 wrote",
+         "Only rank 0 saves; the other ranks would read the checkpoint before it exists, or "
+         "while it is half written.",
+         "Nothing to do."),
+)
+
+BARRIER_CODE = """\
+if {condition}:
+    dist.barrier()  # rank 0 has finished writing what is read next
+"""
+
+
+def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
+    _barrier_before_reading_saved_files(facts, edits, setup)
+    for call in facts.load_calls:
+        if any(arg.keyword is not None and arg.keyword.value == "map_location" for arg in call.args):
+            continue
+        # The rank's device where the setup's own code loads; elsewhere (a function that
+        # may run before the setup, such as a dataset's __init__) the CPU, which is always there.
+        in_setup_scope = setup.sees_setup(facts, call) and facts.function_of(call) is setup.function
+        location = setup.device if in_setup_scope else '"cpu"'
+        edits.expressions[call] = with_keyword("map_location", location, edits)
+        edits.report("DDP303", call)
+
+
+def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """Only rank 0 saves; a rank that loads a checkpoint after that must wait until rank 0
+    has written it (or it reads a missing or half-written file)."""
+    for call in facts.load_calls:
+        if not any(_saved_before(facts, save, call) and _on_rank0_only(facts, setup, save)
+                   for save in _writes(facts)):
+            continue
+        statement: Statement = facts.statement_of(call)
+        # `with open(path, "rb") as f: model = torch.load(f)`, also with another `with`
+        # between them (safe_globals): wait before the open.
+        current: Statement = statement
+        while isinstance(facts.parents.get(current), cst.IndentedBlock) and isinstance(
+                facts.parents.get(facts.parents[current]), cst.With):
+            current = cast(cst.With, facts.parents[facts.parents[current]])  # just checked
+            if _opens_a_file(facts, current):
+                statement = current
+        condition = "distributed" if setup.sees_setup(facts, statement) else "dist.is_initialized()"
+        edits.before.setdefault(statement, []).append(
+            Insertion(edits.statements(BARRIER_CODE.format(condition=condition)), takes_comments=True))
+        edits.imports.add("dist")
+        edits.report("DDP309", statement)
+
+
+def _opens_a_file(facts: Facts, node: Optional[cst.CSTNode]) -> bool:
+    """`with open(path, "rb") as f:`, not any with (a TemporaryDirectory holds the load)."""
+    opens = {call for qualified in names.OPEN for call in facts.calls_named.get(qualified, ())}
+    return isinstance(node, cst.With) and any(item.item in opens for item in node.items)
+
+
+def _writes(facts: Facts) -> list[cst.Call]:
+    """torch.save calls and calls of the project's helpers that write files."""
+    return facts.save_calls + [call for call, effect in facts.helper_effects.items() if effect == effects.WRITES]
+
+
+def _on_rank0_only(facts: Facts, setup: Plan, node: cst.CSTNode) -> bool:
+    current: Optional[cst.CSTNode] = node
+    while current is not None:
+        if current in setup.rank0_statements:
+            return True
+        current = facts.parents.get(current)
+    return False
+
+
+def _saved_before(facts: Facts, save: cst.Call, load: cst.Call) -> bool:
+    """The save runs before the load: earlier in the same function (or both at module
+    level), or inside a function called earlier in the load's function."""
+    load_function = facts.function_of(load)
+    save_function = facts.function_of(save)
+    if save_function is load_function:
+        return facts.line_of(save) < facts.line_of(load)
+    if save_function is None:
+        return False
+    return any(facts.function_of(call) is load_function and facts.line_of(call) < facts.line_of(load)
+               for call in facts.calls_of(save_function))
+
+
+_CHECKPOINT = TRAINING + 'torch.save(model.state_dict(), "model.pt")\n'
+
+CASES = (
+    Emits(TRAINING.replace("optimizer = torch", 'model.load_state_dict(torch.load("model.pt"))\noptimizer = torch'),
+          "DDP303", ("map_location=",)),
+    Emits(_CHECKPOINT + 'model.load_state_dict(torch.load("model.pt"))\n', "DDP309", ("dist.barrier()",)),
+    Silent(_CHECKPOINT, "DDP309"),
+)
