@@ -440,24 +440,34 @@ def _whole_names_in(node: cst.CSTNode) -> list[str]:
 def _batch_counts_before(facts: Facts, loop: cst.For, iterable: str, read_after: set[str]) -> list[str]:
     """`num_batches = len(dataloader)` before the loop, read after it: this rank's count of
     batches, gathered like a sum."""
-    found: list[str] = []
-    before = True
+    before, _ = _nodes_around(facts, loop, into_definitions=True)
+    return [node.targets[0].target.value for node in before
+            if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name)
+            and _is_len_of(node.value, iterable) and node.targets[0].target.value in read_after]
 
-    class _Assignments(cst.CSTVisitor):
+
+def _nodes_around(facts: Facts, loop: cst.For, *,
+                  into_definitions: bool) -> tuple[list[cst.CSTNode], list[cst.CSTNode]]:
+    """The nodes of the loop's scope before it and after it, in source order (the loop's own
+    nodes in neither); without `into_definitions`, not those of the functions and classes
+    defined there, other than the loop's own function."""
+    before: list[cst.CSTNode] = []
+    after: list[cst.CSTNode] = []
+    current = before
+    own_function = facts.function_of(loop)
+
+    class _Walk(cst.CSTVisitor):
         def on_visit(self, node: cst.CSTNode) -> bool:
-            nonlocal before
+            nonlocal current
             if node is loop:
-                before = False
+                current = after
                 return False
-            if before and isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(
-                    node.targets[0].target, cst.Name) and _is_len_of(node.value, iterable) and (
-                    node.targets[0].target.value in read_after):
-                found.append(node.targets[0].target.value)
-            return True
+            current.append(node)
+            return into_definitions or not isinstance(node, (cst.FunctionDef, cst.ClassDef)) or node is own_function
 
     for node in scope_statements(facts, loop):
-        node.visit(_Assignments())
-    return found
+        node.visit(_Walk())
+    return before, after
 
 
 def _is_len_of(value: cst.BaseExpression, iterable: str) -> bool:
@@ -467,19 +477,5 @@ def _is_len_of(value: cst.BaseExpression, iterable: str) -> bool:
 
 def _batch_count_reads_after(facts: Facts, loop: cst.For, iterable: str) -> list[cst.Call]:
     """`len(test_loader)` after the loop, in its scope."""
-    found: list[cst.Call] = []
-    after = False
-
-    class _Reads(cst.CSTVisitor):
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            nonlocal after
-            if node is loop:
-                after = True
-                return False
-            if after and isinstance(node, cst.Call) and _is_len_of(node, iterable):
-                found.append(node)
-            return not isinstance(node, (cst.FunctionDef, cst.ClassDef)) or node is facts.function_of(loop)
-
-    for node in scope_statements(facts, loop):
-        node.visit(_Reads())
-    return found
+    _, after = _nodes_around(facts, loop, into_definitions=False)
+    return [node for node in after if isinstance(node, cst.Call) and _is_len_of(node, iterable)]
