@@ -46,7 +46,6 @@ WITHOUT_A_CASE = {
               "instead; tests/test_data_transform.py has one",
     "DDP311": "a helper of another module prints: a case is one file, with no Project",
     "DDP404": "accumulation that no_sync() cannot wrap: no test or fixture reaches it either",
-    "DDP903": "no place where the model reaches its device: no test or fixture reaches it either",
 }
 
 

@@ -23,7 +23,6 @@ WITHOUT_A_FIXTURE = {
     "DDP212": "download racing between ranks: tests/test_data_transform.py",
     "DDP307": "rank-0-only writer used beyond its guard: tests/test_side_effects.py",
     "DDP404": "accumulation that no_sync() cannot wrap: tests/test_training_transform.py",
-    "DDP903": "no place where the model reaches its device; no test names the code",
     # The self-check (safe mode): reported only when ddpify's own output is wrong, so a
     # fixture showing one would be a bug; each has a broken output in tests/test_selfcheck.py.
     "DDP910": "self-check: tests/test_selfcheck.py",

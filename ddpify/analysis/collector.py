@@ -61,6 +61,8 @@ class Collector(cst.CSTVisitor):
         # in that name goes over.
         self.iteration_wrappers: dict[tuple[Optional[cst.FunctionDef], str], list[str]] = {}
         self.next_calls: list[cst.Call] = []
+        # For loops over `X.parameters()` or `X.named_parameters()`, for parameter groups.
+        self._loops_over_parameters: list[cst.For] = []
         self._devices = DeviceValues(facts.module, self._calls)
 
     def _note_training(self) -> None:
@@ -391,13 +393,32 @@ class Collector(cst.CSTVisitor):
         # `Adam(model.parameters())` names the model; parameter groups and filters are
         # searched for the same `X.parameters()` call inside them, also through the names
         # they were built in (`params = [p for n, p in model.named_parameters() if ...]`).
-        for call in calls_within(first) + self._calls_in_values_of(first):
+        named = False
+        for call in calls_within(first) + self._calls_in_values_of(first) + self._parameters_collected_in(first):
             if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("parameters", "named_parameters"):
                 model = dotted_name(call.func.value)
+                named = named or model is not None
                 if model and all(m.name != model for m in self.facts.models):
                     self.facts.models.append(
                         Model(model, self._statement(node), self._function())
                     )
+        if not named:
+            self.facts.optimizers_without_model.append(node)
+
+    def _parameters_collected_in(self, node: Optional[cst.BaseExpression]) -> list[cst.Call]:
+        """`for n, p in model.named_parameters(): decay.append(p)` then `SGD([{"params": decay},
+        ...])`: the `X.parameters()` calls of the loops that fill a list the optimizer reads."""
+        if node is None:
+            return []
+        wanted = set(names_within(node))
+        found: list[cst.Call] = []
+        for loop in self._loops_over_parameters:
+            filled = {dotted_name(call.func.value) for call in calls_within(loop.body)
+                      if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("append", "extend")}
+            if filled & wanted:
+                found.extend(call for call in calls_within(loop.iter) if isinstance(call.func, cst.Attribute)
+                             and call.func.attr.value in ("parameters", "named_parameters"))
+        return found
 
     def _calls_in_values_of(self, node: Optional[cst.BaseExpression], depth: int = 0) -> list[cst.Call]:
         """The calls in what the names read by `node` were assigned so far (two levels)."""
@@ -445,6 +466,9 @@ class Collector(cst.CSTVisitor):
                 self.facts.loops_over.setdefault(wrapped, []).append(node)
         if slices_batches(node):
             self.facts.sliced_batch_loops.append(node)
+        if any(isinstance(call.func, cst.Attribute) and call.func.attr.value in ("parameters", "named_parameters")
+               for call in calls_within(node.iter)):
+            self._loops_over_parameters.append(node)
 
     def _mark_training_loops(self, node: cst.CSTNode) -> None:
         """Every For loop whose body (not header) holds this backward() or step()."""

@@ -5,7 +5,7 @@ from typing import Optional
 
 import libcst as cst
 
-from ddpify.analysis.facts import Loader
+from ddpify.analysis.facts import Holder, Loader
 from ddpify.analysis.nodes import dotted_name
 from ddpify.analysis.values import ValueFlow
 
@@ -63,12 +63,17 @@ class Facts(ValueFlow):
         outer = {enclosing for loop in self.training_loops for enclosing in self.enclosing_loops(loop)}
         found: list[cst.For] = []
         for loop in self.training_loops - outer:
-            function = self.function_of(loop)
-            if not any((function, name) in holders or (None, name) in holders and not self.binds_locally(
-                    function, name) or (name.startswith("self.") and any(
-                    held == name for _, held in holders)) for name in self.names_iterated_by(loop)):
+            # A loop inside the pass over a loader (one step per model of an ensemble, per
+            # optimizer of a GAN) takes its batch from that pass.
+            if not any(self._iterates_a_loader(each, holders) for each in [loop, *self.enclosing_loops(loop)]):
                 found.append(loop)
         return sorted(found, key=self.line_of)
+
+    def _iterates_a_loader(self, loop: cst.For, holders: set[Holder]) -> bool:
+        function = self.function_of(loop)
+        return any((function, name) in holders or (None, name) in holders and not self.binds_locally(
+            function, name) or (name.startswith("self.") and any(
+            held == name for _, held in holders)) for name in self.names_iterated_by(loop))
 
     def _loops_around_calls_of(self, function: Optional[cst.FunctionDef],
                                name: str) -> list[tuple[cst.For, str]]:

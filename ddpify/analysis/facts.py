@@ -83,6 +83,9 @@ class FactRecord:
     # For statements whose iterable mentions a name (a loader, usually), by that name.
     loops_over: dict[str, list[cst.For]] = field(default_factory=dict)
     models: list[Model] = field(default_factory=list)
+    # Optimizers whose parameters come from no `X.parameters()` ddpify can name
+    # (`models[0].parameters()`, a list of raw tensors): what they train cannot be wrapped.
+    optimizers_without_model: list[cst.Call] = field(default_factory=list)
     # Statements that touch a name as a whole: `m = ...`, `m.to(...)`, `m.load_state_dict(...)`.
     statements_touching: dict[str, list[Statement]] = field(default_factory=dict)
     fixed_device_moves: list[cst.Call] = field(default_factory=list)

@@ -54,10 +54,13 @@ RULES = (
          "new parameters that DDP's gradient hooks do not watch: gradients stop being "
          "synchronised without an error. The model stays on its device.",
          "Nothing to do; load the checkpoint with map_location."),
-    Rule("DDP903", Severity.WARNING, "could not find where the model reaches its device",
+    Rule("DDP903", Severity.WARNING, "could not find the model to wrap, or where it reaches its device",
          "DDP must wrap the model after it is on its device and before training; ddpify "
-         "could not tell where that is.",
-         "Wrap the model yourself: `model = DDP(model, device_ids=[local_rank])`."),
+         "could not tell where that is, or which module an optimizer trains (its parameters "
+         "come from `models[i].parameters()` or raw tensors). Without a wrap every rank trains "
+         "its own copy and the copies drift apart.",
+         "Wrap the model yourself: `model = DDP(model, device_ids=[local_rank])`; for raw "
+         "tensors, all-reduce their gradients before each step."),
 )
 
 
@@ -65,6 +68,11 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     _replace_data_parallel(facts, edits)
     if facts.batchnorm_calls and not edits.options.sync_batchnorm:
         edits.report("DDP104", facts.batchnorm_calls[0])
+    for optimizer in facts.optimizers_without_model:
+        # Each rank would train its own copy with nothing to sync the gradients: never exit 0.
+        params = edits.code(optimizer.args[0].value) if optimizer.args else "none given"
+        edits.report("DDP903", optimizer, f"could not find which module this optimizer trains (parameters: "
+                     f"`{params}`): wrap that module in DDP by hand, or all-reduce these gradients")
     for model in facts.models:
         anchor = _wrap_anchor(facts, model)
         moved = _moved_elsewhere(facts, model, anchor)
@@ -462,6 +470,8 @@ _BATCHNORM = TRAINING.replace("torch.nn.Linear(4, 1)",
                              "torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8))")
 
 CASES = (
+    Emits(TRAINING.replace("torch.nn.Linear(4, 1)", "torch.nn.ModuleList([torch.nn.Linear(4, 1)])")
+          .replace("model.parameters()", "model[0].parameters()"), "DDP903"),
     Emits(TRAINING, "DDP101", ("model = DDP(model, device_ids=[local_rank]",)),
     Emits(TRAINING.replace("model = torch.nn.Linear(4, 1)", "model = torch.nn.DataParallel(torch.nn.Linear(4, 1))"),
           "DDP102", ("model = torch.nn.Linear(4, 1).to(device)",)),
