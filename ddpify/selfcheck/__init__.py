@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 from ddpify.diagnostics import Diagnostic, rule_of
 from ddpify.selfcheck.loaders import LEFT_WHOLE_CODES, NO_EPOCH_LOOP_CODE, unsharded_loaders
-from ddpify.selfcheck.models import DROPPED_MOVE_CODES, deleted_moves, misplaced_wraps
+from ddpify.selfcheck.models import DROPPED_MOVE_CODES, deleted_moves, misplaced_wraps, training_without_a_wrap
 from ddpify.selfcheck.output import unguarded_output
 from ddpify.selfcheck.setup import device_types_changed, joins_on_import
 from ddpify.selfcheck.source import Source
@@ -34,6 +34,7 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
     in_original = list(deleted_moves(before, after, dropped_moves, to_original))
     in_output = [
         *misplaced_wraps(after),
+        *training_without_a_wrap(after, any(d.code == "DDP903" for d in diagnostics)),
         *unsharded_loaders(before, after, loaders_left_whole,
                            any(d.code == NO_EPOCH_LOOP_CODE for d in diagnostics)),
         *unguarded_output(after),

@@ -1,5 +1,6 @@
-"""The model's moves and its wrap: no move of the original deleted (DDP910), and each
-`DDP(x)` after every assignment and move of `x` on every path, before `x` trains (DDP911)."""
+"""The model's moves and its wrap: no move of the original deleted (DDP910), each `DDP(x)`
+after every assignment and move of `x` on every path, before `x` trains, and no training in
+a process group without any wrap (DDP911)."""
 import ast
 from collections.abc import Iterator, Sequence
 from typing import Callable, Optional
@@ -48,6 +49,22 @@ def wraps(source: Source) -> Iterator[tuple[str, ast.Call]]:
             name = dotted(call.args[0])
             if name is not None:
                 yield name, call
+
+
+def training_without_a_wrap(migrated: Source, reported: bool) -> Iterator[Finding]:
+    """A script that joins a process group and trains (backward, optimizer steps) but wraps nothing: each
+    rank trains its own copy on its shard, the copies drift apart and rank 0 saves its own.
+    `reported`: the migration already said so (DDP903)."""
+    if reported or any(True for _ in wraps(migrated)):
+        return
+    if not any(last_part(call.func) == "init_process_group" for call in migrated.calls):
+        return
+    backward = next((call for call in migrated.calls if last_part(call.func) == "backward"), None)
+    # An optimizer takes steps: a backward alone (an autograd demo) trains nothing.
+    steps = any(last_part(call.func) in ("step", "zero_grad") for call in migrated.calls)
+    if backward is not None and steps:
+        yield ("DDP911", backward.lineno, "the script joins a process group and trains, but no model is "
+               "wrapped in DDP: each rank trains its own copy")
 
 
 def misplaced_wraps(migrated: Source) -> Iterator[Finding]:

@@ -52,6 +52,8 @@ CASES = (
     Flags(_MOVED, _MOVED.replace("model.to(device)\n", ""), "DDP910"),
     Flags(TRAINING, TRAINING.replace("optimizer = torch", "model = DDP(model)\nmodel.to(device)\noptimizer = torch"),
           "DDP911"),
+    # Joined and training with no wrap at all: each rank trains its own copy.
+    Flags(TRAINING, _JOINED, "DDP911"),
     Flags(TRAINING, _JOINED, "DDP912"),
     Flags(TRAINING, _JOINED, "DDP913"),
     Flags(TRAINING.replace("for epoch", _MAIN_BLOCK + "for epoch"),
