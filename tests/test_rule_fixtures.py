@@ -14,7 +14,6 @@ from ddpify.rules.registry import RULES
 # fails on a code listed here that a fixture shows); add one only with its reason.
 WITHOUT_A_FIXTURE = {
     # Reported where the core could not migrate something, in shapes no fixture holds yet.
-    "DDP003": "fixed GPU where the setup's device is out of scope; no test names the code",
     "DDP008": "device compared with a string once the device became a torch.device; a string "
               "device now stays a string (fixture device_string_comparisons), so no test names the code",
     "DDP207": "existing sampler= left as is: tests/test_data_transform.py, tests/test_cli*.py",
@@ -23,10 +22,10 @@ WITHOUT_A_FIXTURE = {
     "DDP212": "download racing between ranks: tests/test_data_transform.py",
     "DDP307": "rank-0-only writer used beyond its guard: tests/test_side_effects.py",
     "DDP404": "accumulation that no_sync() cannot wrap: tests/test_training_transform.py",
-    # The self-check (safe mode): reported only when ddpify's own output is wrong, so a
-    # fixture showing one would be a bug; each has a broken output in tests/test_selfcheck.py.
+    # The self-check (safe mode): reported only when ddpify's own output is wrong; each has
+    # a broken output in tests/test_selfcheck.py. DDP911 also catches a shape the rules cannot
+    # migrate (no model wrapped at all): fixture helper_modules/optimizer_made_by_helper_module.
     "DDP910": "self-check: tests/test_selfcheck.py",
-    "DDP911": "self-check: tests/test_selfcheck.py",
     "DDP912": "self-check: tests/test_selfcheck.py",
     "DDP913": "self-check: tests/test_selfcheck.py",
     "DDP914": "self-check: tests/test_selfcheck.py",
