@@ -10,13 +10,11 @@ from typing import Optional, Union
 import libcst as cst
 from libcst.metadata import CodeRange
 
+# Statement and Block are defined with the node readers, at the bottom of the package.
+from ddpify.analysis.nodes import Block as Block
+from ddpify.analysis.nodes import Statement as Statement
 from ddpify.analysis.nodes import is_false
 
-# Statements as libcst builds them: a line of small statements, or an if/for/def/...
-Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
-# The block a statement sits in: the module or an indented block (never a one-line suite,
-# which holds small statements).
-Block = Union[cst.Module, cst.IndentedBlock]
 # What the body of any block holds: statements, or the small statements of a one-line
 # suite (`def f(): return x`).
 BlockItem = Union[cst.BaseStatement, cst.BaseSmallStatement]

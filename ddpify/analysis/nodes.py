@@ -9,16 +9,17 @@ import libcst as cst
 
 _Found = TypeVar("_Found", bound=cst.CSTNode)
 
-# The block a statement sits in (see facts.Block); repeated here so that this bottom module
-# imports nothing of the package.
-_Block = Union[cst.Module, cst.IndentedBlock]
-_Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
+# Statements as libcst builds them: a line of small statements, or an if/for/def/...
+Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
+# The block a statement sits in: the module or an indented block (never a one-line suite,
+# which holds small statements).
+Block = Union[cst.Module, cst.IndentedBlock]
 
 
-def statements_in(block: _Block) -> Sequence[_Statement]:
+def statements_in(block: Block) -> Sequence[Statement]:
     """A block's body as libcst builds it: IndentedBlock.body is typed Sequence[BaseStatement],
     whose only kinds are the two of Statement. The same sequence, not a copy."""
-    return cast(Sequence[_Statement], block.body)
+    return cast(Sequence[Statement], block.body)
 
 
 def returned_name(function: cst.FunctionDef) -> str:

@@ -88,7 +88,7 @@ def _qualified(expression: ast.expr, imported: dict[str, str]) -> Optional[str]:
         expression = expression.value
     if not isinstance(expression, ast.Name) or expression.id not in imported:
         return None
-    return ".".join([imported[expression.id], *reversed(attributes)])
+    return names.qualify(".".join([expression.id, *reversed(attributes)]), imported)
 
 
 def _framework(qualified: str) -> Optional[str]:
