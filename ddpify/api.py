@@ -135,13 +135,15 @@ class _MigrateCommand(CodemodCommand):
             raise SkipFile("no training code")
         edits = Edits(facts, tree.config_for_parsing, self.options)
         plan = setup.choose(facts)
+        plan.library = facts.library
         for concern in CONCERNS:
             concern.plan(facts, edits, plan)
         if hand_batches.only_hand_made_batches(facts, plan):
             self._leave_single_process(plan)
-        setup.place(facts, edits, plan)
+        if not plan.library:
+            setup.place(facts, edits, plan)
+            setup.teardown(facts, edits, plan)
         setup.add_guard_helper(edits, plan)
-        setup.teardown(facts, edits, plan)
         self.diagnostics = sorted(edits.diagnostics, key=lambda d: (d.line, d.column, d.code, d.message))
         new_tree = wrapper.module.visit(ApplyEdits(edits))
         new_tree = add_imports(new_tree, [names.EMITTED_IMPORTS[key] for key in sorted(edits.imports)])

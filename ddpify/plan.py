@@ -37,6 +37,8 @@ class Plan:
     bare_accelerator: bool = False
     # The script never chooses a device: it trains on the CPU.
     cpu_only: bool = False
+    # The script trains through another module of the project, which chooses the device.
+    device_elsewhere: bool = False
     # The device is a string ("cuda" if ... else "cpu"), and stays one.
     device_is_string: bool = False
     # Models wrapped in the setup's scope, and how many of them the script never moves off
@@ -47,6 +49,9 @@ class Plan:
     # test, or inside a loop): the process group is created on the first call only.
     called_repeatedly: bool = False
     guards_used: set[str] = field(default_factory=set)
+    # A helper module of a project (facts.library): no setup block here; the script that
+    # imports it joins the group, and its code asks dist.is_initialized() at run time.
+    library: bool = False
     # Nodes whose edits need only the rank-0 guard, not the process group.
     guard_nodes: set[cst.CSTNode] = field(default_factory=set)
     # Loaders that got a DistributedSampler (data.py), for the rules that reduce the
@@ -90,6 +95,8 @@ class Plan:
 
     def sees_setup(self, facts: Facts, node: cst.CSTNode) -> bool:
         """Whether code at node can read the names the setup block defines."""
+        if self.library:
+            return False
         if self.function is not None:
             return facts.function_of(node) is self.function
         if self.block is facts.module:

@@ -203,10 +203,15 @@ def test_migration_guards_helpers_that_print_or_write(script):
     assert ('    if is_main:\n        helpers.say(f"epoch {epoch} norm '
             '{helpers.norm(getattr(model, \'module\', model))') in result.code
     assert '        helpers.save(getattr(model, "module", model), "out/model.pt")' in result.code
-    # It runs the model: it stays on every rank, with the model as it is, and says so.
+    # It runs the model: it stays on every rank, with the model as it is...
     assert "\n    helpers.evaluate_and_print(model, x)\n" in result.code
     codes = [d.code for d in result.diagnostics]
-    assert codes.count("DDP301") == 2 and "DDP302" in codes and "DDP311" in codes
+    assert codes.count("DDP301") == 2 and "DDP302" in codes and "DDP311" not in codes
+    # ... and its print is guarded where it is written, in the helper module, migrated too.
+    helpers = script.parent / "helpers.py"
+    migrated = migrate_source(HELPERS, project=project.read(str(helpers), HELPERS))
+    assert ("def evaluate_and_print(model, x):\n    if is_main_process():\n"
+            "        print(evaluate(model, x))\n") in migrated.code
 
 
 def test_without_the_project_helpers_stay_as_they_were(script):
@@ -233,12 +238,13 @@ def test_a_helper_that_takes_training_steps_is_known(tmp_path):
     assert not found.trains("engine.evaluate") and not found.trains("torch.save")
 
 
-def test_loaders_made_in_another_module_are_named_in_the_report(tmp_path):
-    """DDP208 said "batches built by hand" for real DataLoaders returned by a helper module
-    (the survey found it on four real scripts); it now names the function that makes them."""
-    (tmp_path / "data.py").write_text(
-        "from torch.utils.data import DataLoader\n\n\ndef get_loaders(n):\n"
-        "    return DataLoader(range(n), batch_size=2, shuffle=True), None\n")
+def test_loaders_made_in_another_module_are_sharded_there(tmp_path):
+    """A DataLoader returned by a helper module (DDP208 "batches built by hand" once, then
+    named in the report) is sharded in that module; the script sets its epoch."""
+    helper = "from torch.utils.data import DataLoader\n\n\ndef get_loaders(n):\n" \
+             "    loader = DataLoader(list(range(n)), batch_size=2, shuffle=True)\n" \
+             "    return loader, None\n"
+    (tmp_path / "data.py").write_text(helper)
     source = textwrap.dedent("""\
         import torch
         from data import get_loaders
@@ -252,6 +258,11 @@ def test_loaders_made_in_another_module_are_named_in_the_report(tmp_path):
                 loss.backward()
                 optimizer.step()
         """)
+    (tmp_path / "train.py").write_text(source)
     result = migrate_source(source, project=project.read(str(tmp_path / "train.py"), source))
-    reports = [d.message for d in result.diagnostics if d.code == "DDP208"]
-    assert len(reports) == 1 and "`data.get_loaders()` in another module" in reports[0]
+    assert "DDP208" not in [d.code for d in result.diagnostics]
+    assert ("    if isinstance(train_loader.sampler, DistributedSampler):\n"
+            "        train_loader.sampler.set_epoch(epoch)\n") in result.code
+    shard = migrate_source(helper, project=project.read(str(tmp_path / "data.py"), helper))
+    assert "DistributedSampler(" in shard.code and "if dist.is_initialized()" in shard.code
+    assert not shard.needs_a_person

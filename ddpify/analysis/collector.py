@@ -5,10 +5,10 @@ from typing import Optional, Union, cast
 import libcst as cst
 from libcst.metadata import PositionProvider
 
-from ddpify.analysis import names
+from ddpify.analysis import effects, names
 from ddpify.analysis.control import Facts
 from ddpify.analysis.devices import DeviceValues
-from ddpify.analysis.facts import DeviceAssignment, Loader, Model, Statement
+from ddpify.analysis.facts import DeviceAssignment, ExternalLoader, Loader, Model, Statement
 from ddpify.analysis.nodes import (
     calls_within,
     dotted_name,
@@ -237,6 +237,9 @@ class Collector(cst.CSTVisitor):
         if made_by is not None:
             for name in names_within(node.targets[0].target):
                 self.facts.made_in_other_modules[name] = made_by
+                if self.project.makes_loader(made_by):
+                    self.facts.external_loaders.append(ExternalLoader(
+                        name, self._function(), self._statement(node), node.value, made_by))
 
     def visit_Return(self, node: cst.Return) -> None:
         value = node.value
@@ -353,6 +356,9 @@ class Collector(cst.CSTVisitor):
 
     def _record_helper(self, node: cst.Call, qualified: str, effect: str) -> None:
         self.facts.helper_effects[node] = effect
+        if effect == effects.MIXED:
+            self.facts.helper_attribute_readers[node] = self.project.attribute_readers(
+                qualified, names.WRAPPER_ATTRIBUTES)
         statement = self._statement(node) if self._is_statement_call(node) else None
         self.helper_calls[node] = (qualified, statement)
 
@@ -364,14 +370,26 @@ class Collector(cst.CSTVisitor):
             values = self.facts.assigned_values.get(owner, [])
             if not owner or not values or not all(isinstance(value, cst.Call) for value in values):
                 continue
-            found = {self.project.effect(f"{qualified}.{method}")
-                     for value in values for qualified in self._qualified(cast(cst.Call, value).func)}
+            methods = [f"{qualified}.{method}"
+                       for value in values for qualified in self._qualified(cast(cst.Call, value).func)]
+            if methods and all(self.project.trains(name) for name in methods):
+                # `solver.train()` on a Solver of another module: the steps are in there.
+                for call in calls:
+                    self.facts.training_helper_calls.append(call)
+                    self.training_tops.add(self._top_of(call))
+                continue
+            found = {self.project.effect(name) for name in methods}
             if len(found) != 1 or None in found:
                 continue
             effect = cast(str, found.pop())
             for call in calls:
                 if call not in self.facts.helper_effects:
                     self._record_helper(call, callee, effect)
+
+    def _top_of(self, node: cst.CSTNode) -> cst.CSTNode:
+        while not isinstance(self.parents.get(node), cst.Module):
+            node = self.parents[node]
+        return node
 
     def _is_statement_call(self, node: cst.Call) -> bool:
         parent = self.parents.get(node)

@@ -5,7 +5,7 @@ from typing import Optional
 
 import libcst as cst
 
-from ddpify.analysis.facts import Holder, Loader
+from ddpify.analysis.facts import ExternalLoader, Holder, Loader
 from ddpify.analysis.nodes import dotted_name
 from ddpify.analysis.values import ValueFlow
 
@@ -71,9 +71,16 @@ class Facts(ValueFlow):
 
     def _iterates_a_loader(self, loop: cst.For, holders: set[Holder]) -> bool:
         function = self.function_of(loop)
+        external = self._external_holders()
+        if any((function, name) in external or name.startswith("self.") and any(
+                held == name for _, held in external) for name in self.names_iterated_by(loop)):
+            return True
         return any((function, name) in holders or (None, name) in holders and not self.binds_locally(
             function, name) or (name.startswith("self.") and any(
             held == name for _, held in holders)) for name in self.names_iterated_by(loop))
+
+    def _external_holders(self) -> set[Holder]:
+        return self._holders([(each.function, each.name) for each in self.external_loaders])
 
     def _loops_around_calls_of(self, function: Optional[cst.FunctionDef],
                                name: str) -> list[tuple[cst.For, str]]:
@@ -92,6 +99,41 @@ class Facts(ValueFlow):
             calls.extend(self.calls_of(trainer))
         here = [call for call in calls if self.function_of(call) is function]
         return min(here, key=self.start_of, default=None)
+
+
+def note_loaders_from_callers(facts: Facts) -> None:
+    """In a helper module (facts.library), a training loop over a value its caller hands in
+    (`def train(self): for x, y in self.loader`, `Solver(loader, ...)`) goes over the
+    caller's DataLoader, which the caller's module shards: only set_epoch is this module's."""
+    for loop in facts.batch_loops_without_loader():
+        function = facts.function_of(loop)
+        for name in facts.names_iterated_by(loop):
+            # (`self` is named by `next(self.it)`: the object, not what it iterates.)
+            if function is not None and name not in ("self", "cls") and _handed_in(facts, function, name):
+                facts.external_loaders.append(ExternalLoader(name, function, function, loop, "its caller"))
+
+
+def _handed_in(facts: Facts, function: cst.FunctionDef, name: str, depth: int = 0) -> bool:
+    """The value comes from a parameter: directly, through `self.x = x` in another method,
+    or through a local name assigned only such values."""
+    if depth > 3:
+        return False
+    if name.startswith("self."):
+        values = [value for assigned in facts.self_assignments.values() for value in assigned.get(name, ())]
+        return bool(values) and all(
+            _handed_in(facts, method, dotted_name(value) or "", depth + 1)
+            for method, assigned in facts.self_assignments.items() for value in assigned.get(name, ()))
+    if name in parameter_names(function):
+        return True
+    values = [value for value in facts.assigned_values.get(name, ()) if facts.function_of(value) is function]
+    return bool(values) and all(_handed_in(facts, function, dotted_name(value) or "", depth + 1)
+                                for value in values)
+
+
+def parameter_names(function: cst.FunctionDef) -> set[str]:
+    parameters = function.params
+    return {param.name.value for param in [*parameters.posonly_params, *parameters.params,
+                                           *parameters.kwonly_params]}
 
 
 def mark_loops_calling_training_functions(facts: Facts, training_calls: list[cst.Call]) -> None:
@@ -121,14 +163,22 @@ def functions_of(facts: Facts, calls: Iterable[cst.Call]) -> set[cst.FunctionDef
     return {function for function in map(facts.function_of, calls) if function is not None}
 
 
-def reached_when_run(module: cst.Module, names_in_top: dict[cst.CSTNode, set[str]]) -> set[cst.CSTNode]:
+def reached_when_run(module: cst.Module, names_in_top: dict[cst.CSTNode, set[str]],
+                     called_from_elsewhere: Iterable[str] = ()) -> set[cst.CSTNode]:
     """Top-level statements that run when the file runs: module-level code, and the
     functions and classes it names, and those they name in turn. A library whose methods
-    call .backward() trains nothing when imported or run, and is left alone."""
+    call .backward() trains nothing when imported or run, and is left alone.
+
+    With `called_from_elsewhere` (names other modules of the project import), what those
+    definitions reach instead: the part of a helper module that runs when the program does."""
     definitions = {statement.name.value: statement for statement in module.body
                    if isinstance(statement, (cst.FunctionDef, cst.ClassDef))}
-    pending = [statement for statement in module.body
-               if not isinstance(statement, (cst.FunctionDef, cst.ClassDef))]
+    roots = set(called_from_elsewhere)
+    if roots:
+        pending: list[cst.CSTNode] = [definitions[name] for name in sorted(roots) if name in definitions]
+    else:
+        pending = [statement for statement in module.body
+                   if not isinstance(statement, (cst.FunctionDef, cst.ClassDef))]
     reached: set[cst.CSTNode] = set(pending)
     while pending:
         for name in names_in_top.get(pending.pop(), ()):

@@ -125,6 +125,38 @@ class FunctionEffects:
                     return True
         return False
 
+    def attribute_readers(self, name: str, wrapper_attributes: frozenset[str]) -> set[int]:
+        """Positions of the parameters whose own attributes the function reads
+        (`model.pos_emb`), beyond what a DDP wrapper also has; none when it trains, since a
+        training forward must go through the wrapper."""
+        function = self._functions.get(name)
+        if function is None or self.trains(name):
+            return set()
+        positional = [a.arg for a in function.args.posonlyargs + function.args.args]
+        if self.class_of(name) is not None:
+            positional = positional[1:]
+        read = {node.value.id for node in ast.walk(function) if isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name) and node.attr not in wrapper_attributes}
+        return {index for index, parameter in enumerate(positional) if parameter in read}
+
+    def returns_loader(self, name: str) -> bool:
+        """The function returns a DataLoader it builds, alone or in a tuple."""
+        function = self._functions.get(name)
+        if function is None:
+            return False
+        loaders: set[str] = set()
+        returned: list[ast.expr] = []
+        for node in ast.walk(function):
+            if isinstance(node, ast.Assign) and self._builds_loader(node.value):
+                loaders.update(target.id for target in node.targets if isinstance(target, ast.Name))
+            elif isinstance(node, ast.Return) and node.value is not None:
+                returned.extend(node.value.elts if isinstance(node.value, ast.Tuple) else [node.value])
+        return any(self._builds_loader(value) or isinstance(value, ast.Name) and value.id in loaders
+                   for value in returned)
+
+    def _builds_loader(self, value: ast.expr) -> bool:
+        return isinstance(value, ast.Call) and self.qualified(_dotted(value.func) or "") in names.DATALOADER_ALIASES
+
     def _prints(self, function: ast.FunctionDef) -> bool:
         for node in ast.walk(function):
             if isinstance(node, ast.Call):

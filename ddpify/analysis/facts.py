@@ -44,6 +44,22 @@ class Loader:
 
 
 @dataclass
+class ExternalLoader:
+    """A DataLoader this module iterates but another module of the project builds (and
+    shards): `train_dl = utils.get_loader(cfg)`, or a loader handed to a helper module's
+    Trainer. Only its sampler's epoch is this module's business."""
+
+    name: str
+    function: Optional[cst.FunctionDef]
+    # Where this module receives it: the factory call's statement, or the function that
+    # takes it as a parameter.
+    statement: Union[Statement, cst.FunctionDef]
+    # Where a report about it points.
+    call: cst.CSTNode
+    made_by: str
+
+
+@dataclass
 class Model:
     """A model whose `.parameters()` an optimizer trains."""
 
@@ -76,8 +92,12 @@ class FactRecord:
     module: cst.Module
     already_distributed: Optional[cst.CSTNode] = None
     trains: bool = False
+    # A helper module of a project: what trains here runs when another module calls it, and
+    # that module's script sets up the process group (library-style migration, plan.library).
+    library: bool = False
     device_assignments: list[DeviceAssignment] = field(default_factory=list)
     loaders: list[Loader] = field(default_factory=list)
+    external_loaders: list[ExternalLoader] = field(default_factory=list)
     # For statements whose iterable mentions a name (a loader, usually), by that name.
     loops_over: dict[str, list[cst.For]] = field(default_factory=dict)
     models: list[Model] = field(default_factory=list)
@@ -101,6 +121,8 @@ class FactRecord:
     # (ddpify/project.py), or also print beside work every rank must do (MIXED), with that
     # effect; a statement call of one that prints or writes is in output_statements too.
     helper_effects: dict[cst.Call, str] = field(default_factory=dict)
+    # For a MIXED helper: the positions of the arguments whose own attributes it reads.
+    helper_attribute_readers: dict[cst.Call, set[int]] = field(default_factory=dict)
     # Calls of the project's helpers that take training steps (engine.train_one_epoch).
     training_helper_calls: list[cst.Call] = field(default_factory=list)
     load_calls: list[cst.Call] = field(default_factory=list)

@@ -108,8 +108,18 @@ LOGGING_BASIC_CONFIG = "logging.basicConfig"
 GET_LOGGER = "logging.getLogger"
 
 # Names the emitted script relies on; the module path is what AddImportsVisitor needs.
+# What a DDP wrapper answers itself: reading anything else of a wrapped model needs `.module`.
+WRAPPER_ATTRIBUTES = frozenset({
+    "train", "eval", "parameters", "to", "cuda", "cpu", "zero_grad", "modules", "children",
+    "buffers", "requires_grad_", "apply", "half", "float", "double", "bfloat16", "forward",
+    "no_sync", "module", "training", "type", "share_memory", "register_forward_hook",
+    "register_forward_pre_hook", "register_full_backward_hook",
+})
+
+
 EMITTED_IMPORTS = {
     "os": ("os", None, None),
+    "torch": ("torch", None, None),
     "dist": ("torch.distributed", None, "dist"),
     "DDP": ("torch.nn.parallel", "DistributedDataParallel", "DDP"),
     "DistributedSampler": ("torch.utils.data.distributed", "DistributedSampler", None),

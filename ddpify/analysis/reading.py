@@ -4,7 +4,12 @@ from typing import Optional
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ddpify.analysis.collector import Collector
-from ddpify.analysis.control import Facts, mark_loops_calling_training_functions, reached_when_run
+from ddpify.analysis.control import (
+    Facts,
+    mark_loops_calling_training_functions,
+    note_loaders_from_callers,
+    reached_when_run,
+)
 from ddpify.analysis.values import note_helper_output, note_loops_taking_batches_with_next
 from ddpify.project import Project
 
@@ -18,10 +23,20 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
     # Already computed for the visit: resolve() hands back the cached maps.
     facts.positions = wrapper.resolve(PositionProvider)
     facts.parents = collector.parents
-    facts.trains = bool(collector.training_tops & reached_when_run(facts.module, collector.names_in_top))
-    facts.training_calls = collector.training_calls
     collector.note_helper_methods()
+    facts.trains = bool(collector.training_tops & reached_when_run(facts.module, collector.names_in_top))
+    if not facts.trains and collector.project.used_elsewhere:
+        # A helper module of a project: its training code, and the loaders it hands out,
+        # run when the script that imports it runs.
+        reached = reached_when_run(facts.module, collector.names_in_top, collector.project.used_elsewhere)
+        facts.library = bool(collector.training_tops & reached) or any(
+            loader.function is not None and facts.ancestor_in(loader.statement, facts.module) in reached
+            for loader in facts.loaders) or collector.project.speaks_for_callers
+        facts.trains = facts.library
+    facts.training_calls = collector.training_calls
     note_helper_output(facts, collector.helper_calls)
     mark_loops_calling_training_functions(facts, collector.training_calls)
     note_loops_taking_batches_with_next(facts, collector.next_calls, collector.iteration_wrappers)
+    if facts.library:
+        note_loaders_from_callers(facts)
     return facts

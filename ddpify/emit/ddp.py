@@ -89,7 +89,9 @@ IS_MAIN_HELPER = '''\
 
 def is_main_process():
     """True in the process that prints and writes files: rank 0, or the only process."""
-    return not dist.is_initialized() or dist.get_rank() == 0
+    if not dist.is_initialized():  # before the group exists, torchrun's RANK tells
+        return int(os.environ.get("RANK", 0)) == 0
+    return dist.get_rank() == 0
 '''
 
 

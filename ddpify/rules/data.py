@@ -22,7 +22,7 @@ from ddpify.options import Options
 from ddpify.plan import Plan
 from ddpify.rules import downloads, hand_batches, splits
 from ddpify.rules.cases import TRAINING, Emits, Silent
-from ddpify.rules.epochs import SET_EPOCH_IF_DISTRIBUTED_CODE, set_epoch
+from ddpify.rules.epochs import SET_EPOCH_IF_DISTRIBUTED_CODE, plan_external, set_epoch
 
 RULES = (
     Rule("DDP201", Severity.EDIT, "DistributedSampler carries the loader's shuffle",
@@ -71,6 +71,7 @@ DATASET_CODE = "{dataset} = {expression}\n"
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     for loader in facts.loaders:
         _plan_loader(facts, edits, setup, loader)
+    plan_external(facts, edits)
     hand_batches.plan(facts, edits, setup)
     hand_batches.report_batch_loops(facts, edits, setup)
     downloads.plan(facts, edits, setup)
@@ -174,23 +175,31 @@ def _add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: Plan) -> Non
         shuffle = f'{loader.kwargs_name}.pop("shuffle", False)'
     else:
         shuffle = "False"
+    handed_out = setup.library and not facts.loops_over_values(facts.loader_holders_of(loader))
+    role = None
+    if handed_out and shuffle not in ("True", "False"):
+        # A helper module builds it for its callers, shuffling as they ask: the callers that
+        # shuffle train on it (sharded); the others evaluate, and keep the whole set on every
+        # rank, so that their figures stay the original's.
+        role, shuffle = shuffle, "True"
     sampler = attach_sampler(
         facts, edits, setup, loader,
         lambda dataset: f"DistributedSampler({dataset}, shuffle={shuffle})",
-        divide_batch=edits.options.keep_global_batch)
+        divide_batch=edits.options.keep_global_batch, only_when=role)
     edits.imports.add("DistributedSampler")
     setup.sharded_loaders.append(loader)
     setup.loaders_given_a_sampler.append(loader)
     edits.report("DDP201", loader.call)
     if not edits.options.keep_global_batch:
         edits.report("DDP206", loader.call)
-    if shuffle != "False":
+    if shuffle != "False" and not handed_out:
+        # (A loader handed out gets its epoch where its callers iterate it.)
         set_epoch(facts, edits, loader, sampler)
 
 
 def attach_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loader,
                    sampler_for: Callable[[str], str], divide_batch: bool = False,
-                   after_sampler: Sequence[str] = ()) -> str:
+                   after_sampler: Sequence[str] = (), only_when: Optional[str] = None) -> str:
     """`{sampler} = <sampler_for(dataset)> if distributed else None` before the loader and
     `sampler=` in its call (the dataset named first when it is an expression); the
     sampler's name. `after_sampler`: lines between the two, where `{sampler}` is named."""
@@ -199,6 +208,8 @@ def attach_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loader,
     if not setup.sees_setup(facts, loader.call):
         condition = OUT_OF_SETUP_CONDITION
         edits.imports.add("dist")
+    if only_when is not None:
+        condition = f"{condition} and {parenthesized(only_when)}"
     sampler = derived_name(loader, "sampler", taken)
     inserted: list[Statement] = []
     assert loader.dataset is not None  # the callers' checks require one
@@ -222,6 +233,12 @@ def attach_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loader,
             args = _divide_batch_size(facts, edits, setup, loader, args)
         edits.replace(loader.statement, [loader_statement(facts, edits, loader, args)])
     return sampler
+
+
+def parenthesized(expression: str) -> str:
+    if expression.isidentifier() or expression.startswith("(") and expression.endswith(")"):
+        return expression
+    return f"({expression})"
 
 
 def derived_name(loader: Loader, kind: str, taken: Collection[str]) -> str:

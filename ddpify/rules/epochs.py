@@ -1,11 +1,11 @@
 """sampler.set_epoch(epoch) where each new pass over a sharded loader begins (DDP202, DDP211)."""
-from typing import cast
+from typing import Optional, Union, cast
 
 import libcst as cst
 
 from ddpify.analysis.control import Facts
-from ddpify.analysis.facts import Loader, Statement
-from ddpify.analysis.nodes import dotted_name
+from ddpify.analysis.facts import ExternalLoader, Loader, Statement
+from ddpify.analysis.nodes import dotted_name, find_all, names_within
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.rules.cases import TRAINING, Emits, Silent
@@ -33,11 +33,29 @@ SET_EPOCH_VIA_LOADER_CODE = (
 )
 
 
-def set_epoch(facts: Facts, edits: Edits, loader: Loader, sampler: str,
+# A loader another module builds: its sampler is a DistributedSampler only when distributed.
+SET_EPOCH_EXTERNAL_CODE = "if isinstance({sampler}, DistributedSampler):\n    {sampler}.set_epoch({epoch})\n"
+
+
+def plan_external(facts: Facts, edits: Edits) -> None:
+    """set_epoch for the loaders that another module of the project builds and shards, where
+    this module starts each pass over them."""
+    for loader in facts.external_loaders:
+        holders = facts.holders_from(loader.function, loader.name)
+        trains = any(facts.loop_trains(loop) for loop in facts.loops_over_values(holders))
+        if trains:
+            edits.imports.add("DistributedSampler")
+            set_epoch(facts, edits, loader, f"{loader.name}.sampler", SET_EPOCH_EXTERNAL_CODE)
+
+
+def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader], sampler: str,
                template: str = SET_EPOCH_CODE) -> None:
     """At the top of the epoch loop: the loop around the pass over the loader, which may sit
     in another function than the loader (`for epoch ...: train(model, train_loader)`)."""
-    for pass_loop, name_there in facts.epoch_loops(loader.name, loader.function):
+    restarts = _iterators_restarted_in_training(facts, loader)
+    # `except StopIteration: it = iter(loader)` inside the step loop: each restart is a new
+    # pass, whatever loops hold the steps.
+    for pass_loop, name_there in [] if restarts else facts.epoch_loops(loader.name, loader.function):
         # `for epoch ...: for fold, (train_ids, val_ids) in ...:` the epoch is further out.
         epoch_loop = next((loop for loop in [pass_loop, *facts.enclosing_loops(pass_loop)]
                            if isinstance(loop.target, cst.Name)), None)
@@ -49,9 +67,13 @@ def set_epoch(facts: Facts, edits: Edits, loader: Loader, sampler: str,
         else:
             # The sampler variable is not in scope here; the loader still carries it.
             code = SET_EPOCH_VIA_LOADER_CODE.format(loader=name_there, epoch=epoch)
+        rebound = _bound_inside(facts, epoch_loop, name_there)
         if facts.ancestor_in(loader.statement, epoch_loop.body) is not None:
             # A loader built anew each epoch: its sampler learns the epoch where it is made.
             edits.insert_after(loader.statement, edits.statements(code))
+        elif rebound is not None:
+            # Made anew each epoch by a call (`train_dl = make_loader(...)` in the loop).
+            edits.insert_after(rebound, edits.statements(code))
         else:
             first = epoch_loop.body.body[0]
             edits.insert_before(first, Insertion(edits.statements(code)))
@@ -60,7 +82,7 @@ def set_epoch(facts: Facts, edits: Edits, loader: Loader, sampler: str,
     # `while step < max_steps: for batch in loader:`, or `except StopIteration: it =
     # iter(loader)`: each new pass is an epoch, counted on the sampler itself.
     passes = [loop.body.body[0] for loop in _while_loops_around_passes(facts, loader)]
-    passes += _iterators_restarted_in_training(facts, loader)
+    passes += restarts
     for new_pass in passes:
         code = template.format(sampler=sampler, epoch=f"{sampler}.epoch + 1")
         edits.insert_before(new_pass, Insertion(edits.statements(code)))
@@ -69,7 +91,14 @@ def set_epoch(facts: Facts, edits: Edits, loader: Loader, sampler: str,
         edits.report("DDP211", loader.call)
 
 
-def _while_loops_around_passes(facts: Facts, loader: Loader) -> list[cst.While]:
+def _bound_inside(facts: Facts, loop: cst.For, name: str) -> Optional[Statement]:
+    """The last statement inside the loop (not in a nested function) that assigns `name`."""
+    found = [facts.statement_of(assign) for assign in find_all(loop.body, cst.Assign, into_functions=False)
+             if any(name in names_within(target.target) for target in assign.targets)]
+    return max(found, key=facts.start_of, default=None)
+
+
+def _while_loops_around_passes(facts: Facts, loader: Union[Loader, ExternalLoader]) -> list[cst.While]:
     """While loops around a pass over the loader in its own function, with no for loop
     between them (that would be the epoch loop)."""
     found: list[cst.While] = []
@@ -85,7 +114,7 @@ def _while_loops_around_passes(facts: Facts, loader: Loader) -> list[cst.While]:
     return found
 
 
-def _iterators_restarted_in_training(facts: Facts, loader: Loader) -> list[Statement]:
+def _iterators_restarted_in_training(facts: Facts, loader: Union[Loader, ExternalLoader]) -> list[Statement]:
     """The statements in a training loop that start a new pass over the loader with iter():
     a step loop that takes its batches with next() and starts over when they run out."""
     return [facts.statement_of(call) for call in facts.calls_named.get("builtins.iter", ())

@@ -292,12 +292,6 @@ def _training_start(facts: Facts, model: Model) -> Optional[cst.CSTNode]:
 
 # What a DDP wrapper answers the same way as the module inside it; everything else (the
 # state dict, named parameters, the model's own attributes and methods) lives on `.module`.
-WRAPPER_ATTRIBUTES = frozenset({
-    "train", "eval", "parameters", "to", "cuda", "cpu", "zero_grad", "modules", "children",
-    "buffers", "requires_grad_", "apply", "half", "float", "double", "bfloat16", "forward",
-    "no_sync", "module", "training", "type", "share_memory", "register_forward_hook",
-    "register_forward_pre_hook", "register_full_backward_hook",
-})
 
 
 def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
@@ -318,15 +312,18 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
     # A helper of the project that saves or reads the model it is handed
     # (`utils.save_checkpoint(model, path)`) gets the raw module: its state dict has no
     # "module." prefix, whether or not the model was wrapped.
+    # One that runs the model but does not train with it (generates a sample, reads
+    # `model.pos_emb`) gets the raw module where it reads the model's own attributes.
     for call, effect in facts.helper_effects.items():
-        if effect == effects.MIXED:
-            continue  # it may run the model: the wrapper must take that forward
-        for arg in call.args:
+        readers = facts.helper_attribute_readers.get(call, set())
+        for position, arg in enumerate(call.args):
+            if effect == effects.MIXED and (arg.keyword is not None or position not in readers):
+                continue  # it may run the model: the wrapper must take that forward
             if not arg.star and dotted_name(arg.value) == model.name and not _before_wrap(facts, call, wrap):
                 edits.expressions[arg.value] = _unwrapped(model.name, edits, _quote_for(facts, arg.value))
                 edits.report("DDP103", arg.value)
     for access in facts.attribute_reads.get(model.name, ()):
-        if access.attr.value in WRAPPER_ATTRIBUTES or _under_wrapper_check(facts, access, model.name):
+        if access.attr.value in names.WRAPPER_ATTRIBUTES or _under_wrapper_check(facts, access, model.name):
             continue
         if _before_wrap(facts, access, wrap) or _rebound_since_wrap(facts, access, model.name, wrap):
             continue

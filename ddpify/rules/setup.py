@@ -69,6 +69,11 @@ def choose(facts: Facts) -> Plan:
                          device_is_string=True)
     function = _training_function(facts)
     block = function.body if function is not None else facts.module
+    if facts.training_helper_calls and not facts.models:
+        # The device is chosen where the training is, in another module of the project: the
+        # group uses each device type's default backend, and this rank's accelerator is
+        # made current, so that "cuda" there means this process's own GPU.
+        return Plan(function, block, "device", None, device_elsewhere=True)
     cpu_only = not facts.fixed_device_moves and not facts.fixed_device_values
     return Plan(function, block, "device", None, cpu_only=cpu_only)
 
@@ -125,6 +130,8 @@ def _training_function(facts: Facts) -> Optional[cst.FunctionDef]:
             return facts.function_of(loop)
     if facts.models:
         return facts.models[0].function
+    if facts.training_helper_calls:
+        return facts.function_of(facts.training_helper_calls[0])
     return None
 
 
@@ -165,7 +172,10 @@ def place(facts: Facts, edits: Edits, plan: Plan) -> None:
     if plan.choice_statement is not None:
         _place_after_choice(facts, edits, plan)
         return
-    if plan.cpu_only:
+    if plan.device_elsewhere:
+        edits.imports.add("torch")
+        code = ENVIRONMENT_CODE + EARLY_GROUP_CODE
+    elif plan.cpu_only:
         code = ENVIRONMENT_CODE + CPU_ONLY_CODE
     else:
         code = plan.gpu_condition_code + SETUP_CODE.format(device=plan.device, use_gpu=plan.use_gpu)
@@ -285,6 +295,7 @@ def _first_code_statement(body: Sequence[BlockItem]) -> Optional[BlockItem]:
 
 def add_guard_helper(edits: Edits, plan: Plan) -> None:
     if "is_main_process()" in plan.guards_used:
+        edits.imports.update({"os", "dist"})
         edits.add_helper("is_main_process", IS_MAIN_HELPER)
 
 

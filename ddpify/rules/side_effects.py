@@ -15,7 +15,7 @@ from ddpify.analysis import effects, names
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import BlockItem, Statement
 from ddpify.analysis.nodes import calls_within, dotted_name, first_free, names_in, string_value
-from ddpify.diagnostics import Rule, Severity
+from ddpify.diagnostics import Rule, Severity, Status
 from ddpify.emit import guards
 from ddpify.emit.arguments import add_keyword
 from ddpify.emit.edits import Edits, Insertion, replacement
@@ -55,14 +55,16 @@ RULES = (
          "print; where it cannot be moved (inside a comprehension) the print stays on every "
          "rank and this is a warning.",
          "Nothing to do."),
-    Rule("DDP311", Severity.WARNING, "prints or writes on every rank: the helper does more than that",
+    Rule("DDP311", Severity.WARNING, "prints or writes on every rank: the helper does more than that "
+         "(retired: the helper's own module is migrated with the script, and guards its output there)",
          "This function of the project's own modules prints or writes files, but it also "
          "does work every rank must do (it runs the model, or calls something ddpify cannot "
          "see into), so the call stays on every rank, and so does its output: every rank "
          "prints, and every rank writes the same file. ddpify does not rewrite the "
          "project's other modules.",
          "In the helper, print only on rank 0: `if not dist.is_initialized() or "
-         "dist.get_rank() == 0: print(...)`."),
+         "dist.get_rank() == 0: print(...)`.",
+         status=Status.REMOVED),
 )
 
 LOWER_LOG_LEVEL_CODE = """\
@@ -83,9 +85,6 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
 
 
 def _guard_prints_and_saves(facts: Facts, edits: Edits, setup: Plan) -> None:
-    for helper_call, effect in facts.helper_effects.items():
-        if effect == effects.MIXED and isinstance(facts.parents.get(helper_call), cst.Expr):
-            edits.report("DDP311", helper_call)
     model_names = {model.name for model in facts.models}
     for statement in facts.output_statements:
         expression = _single_expression(statement)

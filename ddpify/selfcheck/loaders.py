@@ -99,6 +99,8 @@ def _samplers_without_set_epoch(source: Source) -> Iterator[Finding]:
             continue
         if through_loader and _given_to_a_loader(source, call, names):
             continue
+        if _loader_handed_out(source, call, names):
+            continue
         yield "DDP912", call.lineno, "this shuffling DistributedSampler never gets set_epoch(epoch)"
 
 
@@ -107,6 +109,21 @@ def _shuffles(call: ast.Call) -> bool:
         if keyword.arg == "shuffle":
             return not (isinstance(keyword.value, ast.Constant) and keyword.value.value is False)
     return len(call.args) < 4  # DistributedSampler(dataset, num_replicas, rank, shuffle)
+
+
+def _loader_handed_out(source: Source, sampler: ast.Call, names: list[str]) -> bool:
+    """The loader built with the sampler is returned to the caller (a helper module's
+    `get_loader()`): the caller starts the passes over it, and sets the epoch there."""
+    built: set[str] = set()
+    for node in ast.walk(source.tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and node.value in loader_calls(source):
+            value = _sampler_argument(node.value)
+            if value is not None and any(each is sampler or loose_dotted(each) in names for each in ast.walk(value)):
+                built.update(loose_dotted(target) or "" for target in node.targets)
+    returned = {loose_dotted(value) for node in ast.walk(source.tree) if isinstance(node, ast.Return)
+                and node.value is not None
+                for value in (node.value.elts if isinstance(node.value, ast.Tuple) else [node.value])}
+    return bool(built & returned)
 
 
 def _given_to_a_loader(source: Source, sampler: ast.Call, names: list[str]) -> bool:
