@@ -146,9 +146,11 @@ def _prepare(job: Job) -> Report:
         if job.mode == IN_PLACE:
             require_regular_file(job.path)
         data = _bytes_of(job)
-        if b"torch" not in data and job.mode != WRITE and not job.explicit:
+        if b"torch" not in data and job.mode != WRITE and not job.explicit and not project.imported_elsewhere(
+                job.path):
             # Cheap: a file that never mentions torch trains nothing, so a walk does not parse
-            # it. A file named on the command line is still checked: it must be Python.
+            # it (unless the project's training imports it: its output, its run folders). A
+            # file named on the command line is still checked: it must be Python.
             return Report(shown, SKIPPED, OK)
         source = decode(data, shown)
         if job.mode == WRITE and job.output not in (None, "-"):

@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional, cast
 
-from ddpify.analysis.effects import MIXED, OPAQUE, FunctionEffects, absolute_module
+from ddpify.analysis.effects import OPAQUE, FunctionEffects, absolute_module
 
 # Folders of installed packages: a script there is not part of a project being migrated.
 INSTALLED = frozenset({"site-packages", "dist-packages"})
@@ -41,9 +41,9 @@ class Project:
         # The top-level functions and classes of this module that other modules of the
         # project import: what runs of it when the program runs, though nothing here calls it.
         self.used_elsewhere = frozenset(used_elsewhere)
-        # Some of them print or write beside work every rank must do (effects.MIXED): their
-        # output is guarded here, in the helper, since the call must stay on every rank.
-        self.speaks_for_callers = False
+        # This module's own dotted name in the project ("trainer.trainer").
+        self.module = ""
+
         # Per name the script calls: (effect or None, whether it trains). Every call of the
         # script asks, so each name is resolved once.
         self._known: dict[str, tuple[Optional[str], bool]] = {}
@@ -60,6 +60,25 @@ class Project:
         found = self._local(qualified) if self._modules is not None else None
         definition = self._modules.definition(found) if found is not None and self._modules is not None else None
         return set() if definition is None else definition[0].attribute_readers(definition[1], wrapper_attributes)
+
+    def builds_optimizer(self, qualified: str) -> bool:
+        """The function or class `qualified` builds an optimizer itself (effects.py)."""
+        found = self._local(qualified) if self._modules is not None else None
+        definition = self._modules.definition(found) if found is not None and self._modules is not None else None
+        return definition is not None and definition[0].builds_optimizer(definition[1])
+
+    def module_attributes(self, own_module: str, class_name: str) -> set[str]:
+        """`self.X` attributes that class `class_name` of `own_module`, or a class of the
+        project derived from it, uses as a torch module (`self.model.train()` in a Trainer
+        derived from this BaseTrainer)."""
+        if self._modules is None:
+            return set()
+        found: set[str] = set()
+        for module, name in self._modules.classes_derived_from(own_module, class_name):
+            effects = self._modules.effects(module)
+            if effects is not None:
+                found |= effects.module_attributes(name)
+        return found
 
     def makes_loader(self, qualified: str) -> bool:
         """Calling `qualified` returns a DataLoader it builds (`utils.get_loaders(cfg)`)."""
@@ -83,7 +102,10 @@ class Project:
             else:
                 effects, name = definition
                 effect = effects.of(name)
-                self._known[qualified] = (None if effect == OPAQUE else effect, effects.trains(name))
+                owner, _, method = cast(str, found).rpartition(".")
+                trains = effects.trains(name) or effects.class_of(name) is not None and self._modules.method_trains(
+                    owner, method)
+                self._known[qualified] = (None if effect == OPAQUE else effect, trains)
         return self._known[qualified]
 
     def _local(self, qualified: str) -> Optional[str]:
@@ -130,9 +152,7 @@ def read(script: str, source: str) -> Project:
     if not imported and not used:
         return Project()
     found = Project(modules, imported, star_names, used)
-    own = modules.effects(name) if used else None
-    found.speaks_for_callers = own is not None and any(
-        own.of(function) == MIXED for function in own.functions if function.split(".")[0] in used)
+    found.module = name
     return found
 
 
@@ -142,7 +162,27 @@ def project_root(path: Path) -> Path:
     folder = path.parent
     while (folder / "__init__.py").is_file() and folder.parent != folder:
         folder = folder.parent
-    return folder
+    if folder != path.parent or folder.parent == folder:
+        return folder
+    # A folder without __init__.py that the scripts beside it import from (a namespace
+    # package: `import data_loader.data_loaders as module_data`).
+    return folder.parent if _imported_from_parent(folder) else folder
+
+
+def _imported_from_parent(folder: Path) -> bool:
+    prefixes = (f"import {folder.name}.", f"from {folder.name}.", f"from {folder.name} import")
+    try:
+        scripts = sorted(folder.parent.glob("*.py"))[:MAX_MODULES]
+    except OSError:
+        return False
+    for script in scripts:
+        try:
+            text = script.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if any(prefix in text for prefix in prefixes):
+            return True
+    return False
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -151,6 +191,15 @@ def module_name(path: Path, root: Path) -> str:
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
+
+
+def imported_elsewhere(script: str) -> bool:
+    """Another module of the project imports something of this file."""
+    path = Path(script).resolve()
+    if INSTALLED.intersection(path.parent.parts):
+        return False
+    root = project_root(path)
+    return bool(names_used_elsewhere(root, module_name(path, root)))
 
 
 def names_used_elsewhere(root: Path, name: str) -> frozenset[str]:
@@ -164,6 +213,12 @@ class _Modules:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._read: dict[str, Optional[FunctionEffects]] = {}
+        self._files: Optional[list[Path]] = None
+
+    def files(self) -> list[Path]:
+        if self._files is None:
+            self._files = _project_files(self.root)[:MAX_MODULES]
+        return self._files
 
     def effects(self, module: str) -> Optional[FunctionEffects]:
         """The module's functions, or None when it is not one of the project's files."""
@@ -196,12 +251,73 @@ class _Modules:
             effects, name = self.effects(module), f"{owner}.{name}"
         if effects is None or depth > MAX_REEXPORTS:
             return None
-        if name in effects.functions:
+        if name in effects.functions or name in effects.classes:
             return effects, name
         head, dot, rest = name.partition(".")
         if head in effects.imports:  # re-exported: `from .meters import ProgressMeter`
             return self.definition(effects.imports[head] + dot + rest, depth + 1)
+        # A method the class inherits (`Trainer.train` from BaseTrainer), or a name that a
+        # package's `from .trainer import *` brings in.
+        for elsewhere in [f"{base}.{rest}" for base in effects.bases.get(head, ()) if rest] + [
+                f"{star}.{name}" for star in effects.star_modules]:
+            found = self.definition(elsewhere, depth + 1)
+            if found is not None:
+                return found
         return None
+
+    def classes_derived_from(self, module: str, class_name: str) -> list[tuple[str, str]]:
+        """(module, class) for the class itself and every class of the project's files that
+        derives from it, directly or not."""
+        target = self._canonical(f"{module}.{class_name}")
+        found = [(module, class_name)]
+        for file in self.files():
+            other = module_name(file, self.root)
+            effects = self.effects(other)
+            if effects is None:
+                continue
+            for name, bases in effects.bases.items():
+                if any(self._derives(base, target) for base in bases) and (other, name) not in found:
+                    found.append((other, name))
+        return found
+
+    def _derives(self, base: str, target: str, depth: int = 0) -> bool:
+        canonical = self._canonical(base)
+        if canonical == target:
+            return True
+        definition = self.definition(base)
+        if definition is None or depth > MAX_REEXPORTS:
+            return False
+        effects, name = definition
+        module = self._module_of(effects)
+        return module is not None and any(self._derives(further, target, depth + 1)
+                                          for further in effects.bases.get(name, ()))
+
+    def _canonical(self, qualified: str) -> str:
+        """The module and name where `qualified` is defined, through re-exports."""
+        definition = self.definition(qualified)
+        if definition is None:
+            return qualified
+        module = self._module_of(definition[0])
+        return f"{module}.{definition[1]}" if module is not None else qualified
+
+    def _module_of(self, effects: FunctionEffects) -> Optional[str]:
+        return next((name for name, read in self._read.items() if read is effects), None)
+
+    def method_trains(self, owner: str, method: str) -> bool:
+        """`owner` (a class's qualified name) trains when `method` is called: the method
+        itself, or a method of the class it calls on itself, looked up from the class
+        down (a BaseTrainer.train() that calls the subclass's _train_epoch)."""
+        definition = self.definition(f"{owner}.{method}")
+        if definition is None:
+            return False
+        effects, name = definition
+        if effects.trains(name):
+            return True
+        return any(self._own_method_trains(owner, called) for called in effects.self_calls(name) - {method})
+
+    def _own_method_trains(self, owner: str, method: str) -> bool:
+        definition = self.definition(f"{owner}.{method}")
+        return definition is not None and definition[0].trains(definition[1])
 
 
 def _modules_beside(root: str) -> frozenset[str]:
@@ -294,9 +410,17 @@ def _imports_of(tree: ast.Module, package: str, root: Path) -> list[tuple[str, s
             bound.update((alias.asname or alias.name, alias.name) for alias in node.names
                          if _module_file(root, alias.name) is not None)
     if bound:
+        attribute_owners = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and _dotted(node.value) in bound:
                 found.append((bound[cast(str, _dotted(node.value))], {node.attr}))
+                attribute_owners.add(id(node.value))
+        # A module handed on whole (`config.init_obj("arch", module_arch)`): any of its
+        # public names may be used.
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id in bound and id(node) not in attribute_owners and isinstance(
+                    node.ctx, ast.Load):
+                found.append((bound[node.id], _public_names(root, bound[node.id])))
     return found
 
 

@@ -56,6 +56,8 @@ class Collector(cst.CSTVisitor):
         self._top: Optional[cst.CSTNode] = None
         self.names_in_top: dict[cst.CSTNode, set[str]] = {}
         self.training_tops: set[cst.CSTNode] = set()
+        # `Trainer(model, ...)` of a project class whose methods train (note_helper_methods).
+        self.training_constructors: list[cst.Call] = []
         self.training_calls: list[cst.Call] = []
         # (function, name) -> the names of the iterable a progress bar or enumerate() held
         # in that name goes over.
@@ -180,12 +182,19 @@ class Collector(cst.CSTVisitor):
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._note_data_parallel(node)
         receiver = dotted_name(node.value)
-        if receiver is None:
+        if receiver is None or self._in_import(node):
             return
         if node.attr.value == "module":
             self.facts.module_accesses.setdefault(receiver, []).append(node)
         elif not isinstance(self.parents.get(node), cst.AssignTarget):
             self.facts.attribute_reads.setdefault(receiver, []).append(node)
+
+    def _in_import(self, node: cst.Attribute) -> bool:
+        """`import model.model as arch` names a module, not an attribute of a value `model`."""
+        top: cst.CSTNode = node
+        while isinstance(self.parents.get(top), cst.Attribute):
+            top = self.parents[top]
+        return isinstance(self.parents.get(top), (cst.ImportAlias, cst.ImportFrom))
 
     def _note_data_parallel(self, node: cst.BaseExpression) -> None:
         parent = self.parents.get(node)
@@ -294,6 +303,10 @@ class Collector(cst.CSTVisitor):
         self._note_output_and_devices(node)
         if isinstance(node.func, cst.Attribute):
             self._visit_method_call(node, node.func)
+            value = node.func.value
+            if node.func.attr.value == "__init__" and isinstance(value, cst.Call) and isinstance(
+                    value.func, cst.Name) and value.func.value == "super":
+                facts.super_init_calls.append(node)
         self._note_data_calls(node)
         if self._calls(node, names.BATCHNORM):
             facts.batchnorm_calls.append(node)
@@ -373,10 +386,12 @@ class Collector(cst.CSTVisitor):
             methods = [f"{qualified}.{method}"
                        for value in values for qualified in self._qualified(cast(cst.Call, value).func)]
             if methods and all(self.project.trains(name) for name in methods):
-                # `solver.train()` on a Solver of another module: the steps are in there.
+                # `solver.train()` on a Solver of another module: the steps are in there,
+                # on what its constructor was handed.
                 for call in calls:
                     self.facts.training_helper_calls.append(call)
                     self.training_tops.add(self._top_of(call))
+                self.training_constructors.extend(cast(cst.Call, value) for value in values)
                 continue
             found = {self.project.effect(name) for name in methods}
             if len(found) != 1 or None in found:
@@ -385,6 +400,36 @@ class Collector(cst.CSTVisitor):
             for call in calls:
                 if call not in self.facts.helper_effects:
                     self._record_helper(call, callee, effect)
+
+    def note_models_handed_to_training(self) -> None:
+        """`Trainer(model, ...)` or `train(model, loader, ...)` of another module of the
+        project, which trains what it is handed and builds no optimizer of its own: the
+        model is wrapped here, where it reaches its device. A module is a value whose
+        parameters or modes the script reads (`model.parameters()`, `model.train()`)."""
+        known = {model.name for model in self.facts.models}
+        for call in [*self.training_constructors, *self.facts.training_helper_calls]:
+            if any(self.project.builds_optimizer(q) for q in self._qualified(call.func)):
+                continue
+            for arg in call.args:
+                name = dotted_name(arg.value) if not arg.star else None
+                if name is None or name in known or not self._is_module(name):
+                    continue
+                known.add(name)
+                self.facts.models.append(Model(name, self._statement_of(call), self._function_of(call)))
+
+    def _is_module(self, name: str) -> bool:
+        return any(read.attr.value in effects.MODULE_ONLY_METHODS for read in self.facts.attribute_reads.get(name, ()))
+
+    def _statement_of(self, node: cst.CSTNode) -> Statement:
+        while not isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            node = self.parents[node]
+        return cast(Statement, node)
+
+    def _function_of(self, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
+        parent = self.parents.get(node)
+        while parent is not None and not isinstance(parent, cst.FunctionDef):
+            parent = self.parents.get(parent)
+        return parent
 
     def _top_of(self, node: cst.CSTNode) -> cst.CSTNode:
         while not isinstance(self.parents.get(node), cst.Module):

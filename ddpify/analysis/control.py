@@ -109,11 +109,11 @@ def note_loaders_from_callers(facts: Facts) -> None:
         function = facts.function_of(loop)
         for name in facts.names_iterated_by(loop):
             # (`self` is named by `next(self.it)`: the object, not what it iterates.)
-            if function is not None and name not in ("self", "cls") and _handed_in(facts, function, name):
+            if function is not None and name not in ("self", "cls") and handed_in(facts, function, name):
                 facts.external_loaders.append(ExternalLoader(name, function, function, loop, "its caller"))
 
 
-def _handed_in(facts: Facts, function: cst.FunctionDef, name: str, depth: int = 0) -> bool:
+def handed_in(facts: Facts, function: cst.FunctionDef, name: str, depth: int = 0) -> bool:
     """The value comes from a parameter: directly, through `self.x = x` in another method,
     or through a local name assigned only such values."""
     if depth > 3:
@@ -121,13 +121,23 @@ def _handed_in(facts: Facts, function: cst.FunctionDef, name: str, depth: int = 
     if name.startswith("self."):
         values = [value for assigned in facts.self_assignments.values() for value in assigned.get(name, ())]
         return bool(values) and all(
-            _handed_in(facts, method, dotted_name(value) or "", depth + 1)
+            _value_handed_in(facts, method, value, depth + 1)
             for method, assigned in facts.self_assignments.items() for value in assigned.get(name, ()))
     if name in parameter_names(function):
         return True
     values = [value for value in facts.assigned_values.get(name, ()) if facts.function_of(value) is function]
-    return bool(values) and all(_handed_in(facts, function, dotted_name(value) or "", depth + 1)
-                                for value in values)
+    return bool(values) and all(_value_handed_in(facts, function, value, depth + 1) for value in values)
+
+
+def _value_handed_in(facts: Facts, function: cst.FunctionDef, value: cst.BaseExpression, depth: int) -> bool:
+    """A name handed in, or a call that wraps one (`inf_loop(loader)`, `tqdm(loader)`)."""
+    if isinstance(value, cst.Call):
+        if isinstance(value.func, cst.Name) and value.func.value in ("iter", "next"):
+            return False  # an iterator over the loader: its restarts are the loader's passes
+        return any(not arg.star and arg.keyword is None and _value_handed_in(facts, function, arg.value, depth)
+                   for arg in value.args[:1])
+    name = dotted_name(value)
+    return name is not None and handed_in(facts, function, name, depth)
 
 
 def parameter_names(function: cst.FunctionDef) -> set[str]:

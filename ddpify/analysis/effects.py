@@ -59,6 +59,8 @@ READING_METHODS = frozenset({
     "sub", "div", "abs", "round", "sqrt", "exp", "log", "softmax", "sigmoid", "std", "var",
     "any", "all", "shape", "type_as", "to_dense", "bool", "byte", "clip",
 })
+# Methods only a torch.nn.Module has (an optimizer has state_dict and zero_grad too).
+MODULE_ONLY_METHODS = frozenset({"train", "eval", "parameters", "named_parameters", "modules", "children"})
 # Methods that write a file, on an object the function made (a PIL image, a figure, a frame).
 SAVING_METHODS = frozenset({"save", "savefig", "to_csv", "to_json", "to_parquet", "dump", "imwrite"})
 LOG_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "log"})
@@ -75,6 +77,7 @@ class FunctionEffects:
     def __init__(self, tree: ast.Module, package: str = "",
                  resolve_elsewhere: Optional[Resolve] = None) -> None:
         self._functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+        self._class_nodes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
         self.classes = [node.name for node in tree.body if isinstance(node, ast.ClassDef)]
         self._class_of: dict[str, str] = {}
         for node in tree.body:
@@ -84,6 +87,13 @@ class FunctionEffects:
                         self._functions[f"{node.name}.{method.name}"] = method
                         self._class_of[f"{node.name}.{method.name}"] = node.name
         self.imports = _import_table(tree, package)
+        # `from .trainer import *` in a package's __init__: names found in those modules.
+        self.star_modules = [module for node in tree.body if isinstance(node, ast.ImportFrom)
+                             and any(alias.name == "*" for alias in node.names)
+                             for module in [absolute_module(node, package)] if module is not None]
+        # Each class's bases, as qualified names (`BaseTrainer` -> "base.BaseTrainer").
+        self.bases = {node.name: [self.qualified(base) for base in map(_dotted, node.bases) if base]
+                      for node in tree.body if isinstance(node, ast.ClassDef)}
         # Module-level `logger = logging.getLogger(...)`: its calls only log.
         self.loggers = {target.id for node in tree.body if isinstance(node, ast.Assign)
                         and isinstance(node.value, ast.Call)
@@ -124,6 +134,40 @@ class FunctionEffects:
                 if callee in self._functions and callee != name and self.trains(callee, depth + 1):
                     return True
         return False
+
+    def builds_optimizer(self, name: str) -> bool:
+        """The function, or any method of the class `name`, builds a torch.optim optimizer:
+        then it names the model it trains, and wraps it where it does."""
+        functions = [node for key, node in self._functions.items()
+                     if key == name or self._class_of.get(key) == name]
+        return any(isinstance(node, ast.Call) and self.qualified(_dotted(node.func) or "").startswith(
+            names.OPTIMIZER_PREFIX) and not self.qualified(_dotted(node.func) or "").startswith(
+            names.LR_SCHEDULER_PREFIX) for function in functions for node in ast.walk(function))
+
+    def module_attributes(self, class_name: str) -> set[str]:
+        """`self.X` that the class's methods use as a torch module (`self.model.train()`,
+        `self.model.parameters()`): "self.model"."""
+        found: set[str] = set()
+        for key, function in self._functions.items():
+            if self._class_of.get(key) != class_name:
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                        node.func.attr in MODULE_ONLY_METHODS):
+                    owner = _dotted(node.func.value)
+                    if owner is not None and owner.startswith("self.") and owner.count(".") == 1:
+                        found.add(owner)
+        return found
+
+    def self_calls(self, name: str) -> set[str]:
+        """The methods a method calls on its own object (`self._train_epoch(epoch)`)."""
+        function = self._functions.get(name)
+        if function is None or self.class_of(name) is None or not function.args.args:
+            return set()
+        own = function.args.args[0].arg
+        return {node.func.attr for node in ast.walk(function) if isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == own}
 
     def attribute_readers(self, name: str, wrapper_attributes: frozenset[str]) -> set[int]:
         """Positions of the parameters whose own attributes the function reads

@@ -95,6 +95,9 @@ class FactRecord:
     # A helper module of a project: what trains here runs when another module calls it, and
     # that module's script sets up the process group (library-style migration, plan.library).
     library: bool = False
+    # In a helper module: `self.X` its classes, or the project's classes derived from them,
+    # use as a torch module (`self.model.train()`).
+    module_attributes: set[str] = field(default_factory=set)
     device_assignments: list[DeviceAssignment] = field(default_factory=list)
     loaders: list[Loader] = field(default_factory=list)
     external_loaders: list[ExternalLoader] = field(default_factory=list)
@@ -156,6 +159,8 @@ class FactRecord:
     random_sampler_calls: set[cst.Call] = field(default_factory=set)
     # Every DataLoader call, also those that are no `name = DataLoader(...)` (a dict of them).
     loader_calls: list[cst.Call] = field(default_factory=list)
+    # `super().__init__(...)` calls: in a DataLoader subclass, the loader being built.
+    super_init_calls: list[cst.Call] = field(default_factory=list)
     training_loops: set[cst.For] = field(default_factory=set)
     # `loss.backward()` and `optimizer.step()` calls, wherever they are.
     training_calls: list[cst.Call] = field(default_factory=list)

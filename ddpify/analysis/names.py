@@ -119,6 +119,7 @@ WRAPPER_ATTRIBUTES = frozenset({
 
 EMITTED_IMPORTS = {
     "os": ("os", None, None),
+    "logging": ("logging", None, None),
     "torch": ("torch", None, None),
     "dist": ("torch.distributed", None, "dist"),
     "DDP": ("torch.nn.parallel", "DistributedDataParallel", "DDP"),

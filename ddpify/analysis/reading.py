@@ -1,6 +1,7 @@
 """analyse(): one traversal of a module (collector.py), then the passes that need all of it."""
 from typing import Optional
 
+import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ddpify.analysis.collector import Collector
@@ -24,14 +25,14 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
     facts.positions = wrapper.resolve(PositionProvider)
     facts.parents = collector.parents
     collector.note_helper_methods()
+    collector.note_models_handed_to_training()
     facts.trains = bool(collector.training_tops & reached_when_run(facts.module, collector.names_in_top))
     if not facts.trains and collector.project.used_elsewhere:
-        # A helper module of a project: its training code, and the loaders it hands out,
-        # run when the script that imports it runs.
-        reached = reached_when_run(facts.module, collector.names_in_top, collector.project.used_elsewhere)
-        facts.library = bool(collector.training_tops & reached) or any(
-            loader.function is not None and facts.ancestor_in(loader.statement, facts.module) in reached
-            for loader in facts.loaders) or collector.project.speaks_for_callers
+        # A helper module of a project: what other modules import from it runs when their
+        # script runs; its training code, the loaders it hands out and its output are
+        # migrated here, where they are written.
+        facts.library = bool(reached_when_run(facts.module, collector.names_in_top,
+                                              collector.project.used_elsewhere))
         facts.trains = facts.library
     facts.training_calls = collector.training_calls
     note_helper_output(facts, collector.helper_calls)
@@ -39,4 +40,7 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
     note_loops_taking_batches_with_next(facts, collector.next_calls, collector.iteration_wrappers)
     if facts.library:
         note_loaders_from_callers(facts)
+        project = collector.project
+        facts.module_attributes = {attribute for statement in facts.module.body if isinstance(statement, cst.ClassDef)
+                                   for attribute in project.module_attributes(project.module, statement.name.value)}
     return facts

@@ -99,13 +99,13 @@ class ValueFlow(Navigation):
         calls = [call for callee in (function.name.value, "self." + function.name.value)
                  if self.functions.get(callee) is function
                  for call in self.calls_by_callee.get(callee, ())]
-        owner = self._class_of(function)
+        owner = self.class_of(function)
         if owner is not None:
             for instance in self._instances_of(owner.name.value):
                 calls.extend(self.calls_by_callee.get(f"{instance}.{function.name.value}", ()))
         return calls
 
-    def _class_of(self, function: cst.FunctionDef) -> Optional[cst.ClassDef]:
+    def class_of(self, function: cst.FunctionDef) -> Optional[cst.ClassDef]:
         block = self.parents.get(function)
         owner = self.parents.get(block) if block is not None else None
         return owner if isinstance(owner, cst.ClassDef) else None

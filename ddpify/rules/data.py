@@ -71,6 +71,7 @@ DATASET_CODE = "{dataset} = {expression}\n"
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     for loader in facts.loaders:
         _plan_loader(facts, edits, setup, loader)
+    _shard_subclass_samplers(facts, edits, setup)
     plan_external(facts, edits)
     hand_batches.plan(facts, edits, setup)
     hand_batches.report_batch_loops(facts, edits, setup)
@@ -398,6 +399,38 @@ def _shard_existing_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loa
     edits.report("DDP206", loader.call)
     set_epoch(facts, edits, loader, f"{loader.name}.sampler", SET_EPOCH_IF_DISTRIBUTED_CODE)
     return True
+
+
+OWN_SAMPLER_CODE = """\
+# Under torchrun, this rank's share of what the sampler draws.
+if {condition} and {sampler} is not None:
+    {sampler} = DistributedSamplerWrapper({sampler})
+"""
+
+
+def _shard_subclass_samplers(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """A DataLoader subclass that hands its own sampler to DataLoader (`super().__init__(
+    sampler=self.sampler, **kwargs)`, a train/validation split with SubsetRandomSampler):
+    under torchrun each rank takes its share of what that sampler draws. Where the sampler
+    is None the loader orders itself, unsharded: a person must say how (DDP207)."""
+    for call in facts.super_init_calls:
+        function = facts.function_of(call)
+        owner = facts.class_of(function) if function is not None else None
+        sampler = next((arg for arg in call.args if arg.keyword is not None and arg.keyword.value == "sampler"), None)
+        if owner is None or owner.name.value not in facts.loader_classes or sampler is None:
+            continue
+        name = dotted_name(sampler.value)
+        if name is None:
+            continue  # `sampler=None`, or an expression: nothing of its own to shard
+        condition = "distributed" if setup.sees_setup(facts, call) else OUT_OF_SETUP_CONDITION
+        edits.imports.add("dist")
+        code = OWN_SAMPLER_CODE.format(sampler=name, condition=condition)
+        edits.insert_before(facts.statement_of(call), Insertion(edits.statements(code)))
+        edits.add_helper("DistributedSamplerWrapper", SAMPLER_WRAPPER_HELPER, "DistributedSampler", "torch")
+        edits.report("DDP201", call)
+        edits.report("DDP207", call, f"`{owner.name.value}` shards the sampler it is given, but when "
+                     f"`{name}` is None it orders its batches itself on every rank: give that case a "
+                     "DistributedSampler too")
 
 
 def _is_assigned_or_returned(loader: Loader) -> bool:

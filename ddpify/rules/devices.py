@@ -3,14 +3,15 @@
 `.cuda()`, `.to("cuda")`, `.to(0)` and `torch.device("cuda:0")` all name GPU 0 on every rank
 and fail on a CPU-only machine; the setup block's device names the rank's own GPU, or the CPU.
 """
+import re
 from typing import Callable, cast
 
 import libcst as cst
 
 from ddpify.analysis.control import Facts
-from ddpify.analysis.nodes import dotted_name
+from ddpify.analysis.nodes import dotted_name, find_all
 from ddpify.diagnostics import Rule, Severity, Status
-from ddpify.emit.edits import Edits
+from ddpify.emit.edits import Edits, replacement
 from ddpify.plan import Plan
 from ddpify.rules.cases import TRAINING, Emits, Silent
 
@@ -42,6 +43,9 @@ RULES = (
 
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
+    if setup.library:
+        _current_device_in_helper_module(facts, edits)
+        return
     device = setup.device
     _keep_device_choice(edits, setup)
     for call in facts.fixed_device_moves:
@@ -63,6 +67,40 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     for statement in facts.visible_devices_statements:
         edits.report("DDP004", statement)
     _keep_device_comparisons(facts, edits, setup)
+
+
+FIXED_GPU = re.compile(r"cuda:\d+")
+
+
+def _current_device_in_helper_module(facts: Facts, edits: Edits) -> None:
+    """In a helper module the script's setup has made this rank's GPU the current one, so a
+    fixed GPU becomes "the current GPU": `"cuda:0"` -> `"cuda"` (still a string), `.cuda(0)`
+    -> `.cuda()`, `.to(0)` -> `.to("cuda")`."""
+    for string in find_all(facts.module, cst.SimpleString):
+        value = string.evaluated_value
+        if isinstance(value, str) and FIXED_GPU.fullmatch(value):
+            quote = string.prefix + string.quote
+            edits.expressions[string] = replacement(edits, f"{quote}cuda{string.quote}")
+            edits.report("DDP002", string)
+    for call in facts.fixed_device_moves:
+        func = cast(cst.Attribute, call.func)
+        positional = [arg for arg in call.args if arg.keyword is None]
+        if not positional or isinstance(positional[0].value, cst.SimpleString):
+            continue  # `.cuda()` is already the current GPU; strings are done above
+        if func.attr.value == "cuda":
+            kept = [arg for arg in call.args if arg.keyword is not None]
+        else:
+            kept = [cst.Arg(cst.SimpleString('"cuda"')), *positional[1:],
+                    *[arg for arg in call.args if arg.keyword is not None]]
+        edits.expressions[call] = _with_args([arg.with_changes(comma=cst.MaybeSentinel.DEFAULT) for arg in kept])
+        edits.report("DDP002", call)
+
+
+def _with_args(args: list[cst.Arg]) -> Callable[[cst.Call], cst.Call]:
+    def rewrite(call: cst.Call) -> cst.Call:
+        return call.with_changes(args=args)
+
+    return rewrite
 
 
 def _keep_device_comparisons(facts: Facts, edits: Edits, setup: Plan) -> None:

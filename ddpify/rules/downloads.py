@@ -34,21 +34,38 @@ if distributed and local_rank == 0:
 """
 
 
+# In a helper module, which sees no setup block: the same barriers, asked at run time.
+DOWNLOAD_BEFORE_IN_HELPER_CODE = """\
+if dist.is_initialized() and int(os.environ.get("LOCAL_RANK", 0)) != 0:
+    dist.barrier()  # wait while local rank 0 downloads the data
+"""
+
+
+DOWNLOAD_AFTER_IN_HELPER_CODE = """\
+if dist.is_initialized() and int(os.environ.get("LOCAL_RANK", 0)) == 0:
+    dist.barrier()  # the data is in place: release the other ranks
+"""
+
+
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     """Barriers around each run of statements that download a dataset (`download=True`,
     urlretrieve, unpacking an archive), or call a helper of the script's that does."""
     for group in _consecutive_groups(facts, _download_sites(facts, setup)):
         first, last = group[0], group[-1]
-        if _inside_class(facts, first):
+        if _inside_class(facts, first) and not setup.library:
             continue
-        if not setup.sees_setup(facts, first):
+        before, after = DOWNLOAD_BEFORE_CODE, DOWNLOAD_AFTER_CODE
+        if setup.library:
+            # A helper module's loader class or factory, which every rank runs.
+            before, after = DOWNLOAD_BEFORE_IN_HELPER_CODE, DOWNLOAD_AFTER_IN_HELPER_CODE
+            edits.imports.add("os")
+        elif not setup.sees_setup(facts, first):
             edits.report("DDP212", first)
             continue
         # First of all that goes before the statement: a dataset hoisted out of the loader
         # call (`DataLoader(MNIST(download=True), ...)`) downloads too.
-        edits.insert_before(first, Insertion(edits.statements(DOWNLOAD_BEFORE_CODE), takes_comments=True),
-                            first=True)
-        edits.insert_after(last, edits.statements(DOWNLOAD_AFTER_CODE))
+        edits.insert_before(first, Insertion(edits.statements(before), takes_comments=True), first=True)
+        edits.insert_after(last, edits.statements(after))
         edits.imports.add("dist")
         edits.report("DDP209", first)
 

@@ -3,7 +3,7 @@ from typing import Optional, Union, cast
 
 import libcst as cst
 
-from ddpify.analysis.control import Facts
+from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.facts import ExternalLoader, Loader, Statement
 from ddpify.analysis.nodes import dotted_name, find_all, names_within
 from ddpify.diagnostics import Rule, Severity
@@ -33,14 +33,20 @@ SET_EPOCH_VIA_LOADER_CODE = (
 )
 
 
-# A loader another module builds: its sampler is a DistributedSampler only when distributed.
-SET_EPOCH_EXTERNAL_CODE = "if isinstance({sampler}, DistributedSampler):\n    {sampler}.set_epoch({epoch})\n"
+# A loader another module builds (or a value wrapping it): its sampler is a
+# DistributedSampler only when distributed, and it may have no sampler at all.
+SET_EPOCH_EXTERNAL_CODE = (
+    'if isinstance(getattr({loader}, "sampler", None), DistributedSampler):\n'
+    "    {loader}.sampler.set_epoch({epoch})\n"
+)
 
 
 def plan_external(facts: Facts, edits: Edits) -> None:
     """set_epoch for the loaders that another module of the project builds and shards, where
     this module starts each pass over them."""
     for loader in facts.external_loaders:
+        if facts.calls_by_callee.get(f"{loader.name}.sampler.set_epoch"):
+            continue  # its epoch is set already (this module was migrated before)
         holders = facts.holders_from(loader.function, loader.name)
         trains = any(facts.loop_trains(loop) for loop in facts.loops_over_values(holders))
         if trains:
@@ -62,7 +68,9 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
         if epoch_loop is None:
             continue
         epoch = cast(cst.Name, epoch_loop.target).value
-        if sampler.startswith("self.") or facts.function_of(epoch_loop) is loader.function:
+        if isinstance(loader, ExternalLoader):
+            code = template.format(loader=name_there, epoch=epoch)
+        elif sampler.startswith("self.") or facts.function_of(epoch_loop) is loader.function:
             code = template.format(sampler=sampler, epoch=epoch)
         else:
             # The sampler variable is not in scope here; the loader still carries it.
@@ -84,11 +92,34 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
     passes = [loop.body.body[0] for loop in _while_loops_around_passes(facts, loader)]
     passes += restarts
     for new_pass in passes:
-        code = template.format(sampler=sampler, epoch=f"{sampler}.epoch + 1")
+        code = template.format(sampler=sampler, epoch=f"{sampler}.epoch + 1", loader=loader.name)
         edits.insert_before(new_pass, Insertion(edits.statements(code)))
         edits.report("DDP202", new_pass)
-    if not passes:
-        edits.report("DDP211", loader.call)
+    if passes:
+        return
+    # `def _train_epoch(self, epoch): for batch in self.loader:` called once per epoch from
+    # code this file does not hold (a base class, another module): the epoch is handed in.
+    for loop, epoch in _passes_given_the_epoch(facts, loader):
+        code = template.format(sampler=sampler, epoch=epoch, loader=loader.name)
+        edits.insert_before(loop, Insertion(edits.statements(code)))
+        edits.report("DDP202", loop)
+        return
+    edits.report("DDP211", loader.call)
+
+
+def _passes_given_the_epoch(facts: Facts, loader: Union[Loader, ExternalLoader]) -> list[tuple[cst.For, str]]:
+    """Training passes over the loader, not inside another loop, in a function that takes
+    the epoch as a parameter (`epoch`, `cur_epoch`, `epoch_idx`)."""
+    found: list[tuple[cst.For, str]] = []
+    for loop in facts.loops_over_values(facts.holders_from(loader.function, loader.name)):
+        function = facts.function_of(loop)
+        if function is None or facts.enclosing_loops(loop) or not facts.loop_trains(loop):
+            continue
+        epoch = next((name for name in sorted(parameter_names(function)) if "epoch" in name.lower()
+                      and not name.lower().startswith(("n_", "num", "max", "total"))), None)
+        if epoch is not None:
+            found.append((loop, epoch))
+    return found
 
 
 def _bound_inside(facts: Facts, loop: cst.For, name: str) -> Optional[Statement]:

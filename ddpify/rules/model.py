@@ -9,7 +9,8 @@ from typing import Optional, cast
 import libcst as cst
 
 from ddpify.analysis import effects, names
-from ddpify.analysis.control import Facts, innermost_common_block
+from ddpify.analysis.control import Facts, handed_in, innermost_common_block
+from ddpify.analysis.effects import MODULE_ONLY_METHODS
 from ddpify.analysis.facts import Model, Statement
 from ddpify.analysis.nodes import calls_within, dotted_name
 from ddpify.diagnostics import Rule, Severity
@@ -73,6 +74,8 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         params = edits.code(optimizer.args[0].value) if optimizer.args else "none given"
         edits.report("DDP903", optimizer, f"could not find which module this optimizer trains (parameters: "
                      f"`{params}`): wrap that module in DDP by hand, or all-reduce these gradients")
+    if setup.library:
+        _unwrap_models_handed_in(facts, edits)
     for model in facts.models:
         anchor = _wrap_anchor(facts, model)
         moved = _moved_elsewhere(facts, model, anchor)
@@ -91,7 +94,10 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             edits.report("DDP105", assign)
         # DDP waits for a gradient from every parameter unless told some may not come.
         extra = ", find_unused_parameters=True" if unused else ""
-        if setup.cpu_only or _never_moved(facts, model):
+        if setup.device_elsewhere:
+            # On the device another module of the project chose: DDP takes it from the module.
+            code = WRAP_ON_CPU_CODE.format(model=model.name, extra=extra)
+        elif setup.cpu_only or _never_moved(facts, model):
             # device_ids names the GPU a module lives on; a model the script never moves
             # stays on the CPU, where DDP takes no device_ids and needs Gloo.
             code = WRAP_ON_CPU_CODE.format(model=model.name, extra=extra)
@@ -107,6 +113,25 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         _drop_moves_after_wrap(facts, edits, model, anchor)
         _unwrap_attributes(facts, edits, model, anchor)
         _unwrap_module_accesses(facts, edits, model)
+
+
+def _unwrap_models_handed_in(facts: Facts, edits: Edits) -> None:
+    """In a helper module, a model its caller hands in (`Trainer(model, ...)`, stored as
+    `self.model`) may be the DDP wrapper: its state dict and its own attributes are read
+    through `.module`, so that checkpoints keep the single-GPU keys."""
+    own = {model.name for model in facts.models}
+    for name, reads in sorted(facts.attribute_reads.items()):
+        if name in own or name not in facts.module_attributes and not any(
+                read.attr.value in MODULE_ONLY_METHODS for read in reads):
+            continue
+        functions = [function for function in map(facts.function_of, reads) if function is not None]
+        if not functions or not all(handed_in(facts, function, name) for function in functions):
+            continue
+        for access in reads:
+            if access.attr.value in names.WRAPPER_ATTRIBUTES or _under_wrapper_check(facts, access, name):
+                continue
+            edits.expressions[access.value] = _unwrapped(name, edits, _quote_for(facts, access))
+            edits.report("DDP103", access)
 
 
 def _when_trainable(facts: Facts, code: str, model: str) -> str:

@@ -69,7 +69,7 @@ def choose(facts: Facts) -> Plan:
                          device_is_string=True)
     function = _training_function(facts)
     block = function.body if function is not None else facts.module
-    if facts.training_helper_calls and not facts.models:
+    if facts.training_helper_calls:
         # The device is chosen where the training is, in another module of the project: the
         # group uses each device type's default backend, and this rank's accelerator is
         # made current, so that "cuda" there means this process's own GPU.
@@ -187,6 +187,10 @@ def place(facts: Facts, edits: Edits, plan: Plan) -> None:
     setup = edits.statements(_for_this_script(code, facts, plan))
     comment = cst.EmptyLine(comment=cst.Comment(SETUP_COMMENT))
     anchor = _first_statement_needing_setup(facts, edits, plan)
+    if plan.device_elsewhere:
+        # Before anything of the project runs: a module there may choose "cuda" and move a
+        # model to it, which must already mean this rank's GPU.
+        anchor = _first_code_statement(list(plan.block.body))
     assignment = plan.device_assignment
     if assignment is not None and anchor is assignment.statement:
         lines = list(assignment.statement.leading_lines) + [comment]

@@ -79,6 +79,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     _file_writes(facts, edits, setup)
     _trackers(facts, edits, setup)
     _lower_log_level(facts, edits, setup)
+    _log_files_on_rank0(facts, edits, setup)
     guards.fold_into_loops_and_withs(edits, keep_inside=facts.training_loops)
     guards.drop_guards_inside_guards(edits)
     setup.rank0_statements.update(edits.guarded)
@@ -193,6 +194,11 @@ def _file_writes(facts: Facts, edits: Edits, setup: Plan) -> None:
     for qualified in sorted(names.MAKE_DIRECTORIES | names.DUMP_TO_FILE):
         for call in facts.calls_named.get(qualified, ()):
             _guard_statement_call(facts, edits, setup, call, "DDP302")
+    # `run_dir.mkdir(parents=True, exist_ok=False)`: pathlib, on a path of any name.
+    for callee, calls in sorted(facts.calls_by_callee.items()):
+        if callee.endswith(".mkdir"):
+            for call in calls:
+                _guard_statement_call(facts, edits, setup, call, "DDP302")
     for qualified in sorted(names.OPEN):
         for call in facts.calls_named.get(qualified, ()):
             if not _opens_for_writing(call):
@@ -221,6 +227,34 @@ def _trackers(facts: Facts, edits: Edits, setup: Plan) -> None:
             value = edits.code(mode.value)
             edits.expressions[mode.value] = replacement(edits, f'{value} if {guard} else "disabled"')
         edits.report("DDP306", call)
+
+
+LOGGING_FROM_CONFIG = frozenset({"logging.config.dictConfig", "logging.config.fileConfig"})
+
+# Logging set up from a config, whose handlers open files: rank 0 only.
+LOG_FILES_ON_RANK0_CODE = """\
+if {guard}:
+{statement}else:  # rank 0 logs as configured; the other ranks log errors only
+    logging.disable(logging.WARNING)
+"""
+
+
+def _log_files_on_rank0(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """`logging.config.dictConfig(config)` opens the config's log files on every rank, and
+    every rank logs each line: rank 0 keeps the config; the others log errors only."""
+    for qualified in sorted(LOGGING_FROM_CONFIG):
+        for call in facts.calls_named.get(qualified, ()):
+            statement = facts.statement_of(call)
+            if not isinstance(facts.parents.get(call), cst.Expr) or not isinstance(statement, cst.SimpleStatementLine):
+                continue
+            indented = "".join(f"    {line}\n" for line in edits.code(statement.with_changes(
+                leading_lines=())).strip("\n").splitlines())
+            code = LOG_FILES_ON_RANK0_CODE.format(guard=setup.guard_for(facts, statement), statement=indented)
+            replacement = edits.statements(code)
+            replacement[0] = replacement[0].with_changes(leading_lines=statement.leading_lines)
+            edits.replace(statement, replacement)
+            edits.imports.add("logging")
+            edits.report("DDP304", call)
 
 
 def _lower_log_level(facts: Facts, edits: Edits, setup: Plan) -> None:
