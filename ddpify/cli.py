@@ -338,8 +338,7 @@ def _write_tree(path: str, output: str, entries: Sequence[Entry], options: Optio
     if clash:
         _fail(clash)
     try:
-        planned = [Job(module, job_modes.TREE, options, output=tree.target(module),
-                       explicit=module == path) for module in tree.migrated]
+        planned = project_jobs.tree_jobs(tree, options)
     except SourceError as error:
         _fail(str(error))
     prepared = list(_results(planned, workers))

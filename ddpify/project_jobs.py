@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Optional
 
 from ddpify.files import SourceError
-from ddpify.jobs import ERROR, Report
+from ddpify.jobs import ERROR, TREE, Job, Report
+from ddpify.options import Options
 from ddpify.project_files import files_of, unresolvable_imports
 from ddpify.walk import Entry, is_skipped_directory, matches_any
 
@@ -91,6 +92,8 @@ class Tree:
     root: str
     migrated: tuple[str, ...]
     output: str
+    # The script named on the command line (None for a folder): a file that must be Python.
+    entry: Optional[str] = None
 
     def target(self, path: str) -> str:
         relative = os.path.relpath(os.path.abspath(path), self.root)
@@ -108,7 +111,13 @@ def tree_of(path: str, output: str, walked: Sequence[Entry]) -> Tree:
     root = os.path.dirname(os.path.abspath(path))
     while os.path.isfile(os.path.join(root, "__init__.py")) and os.path.dirname(root) != root:
         root = os.path.dirname(root)
-    return Tree(root, (path, *project_modules(path)), output)
+    return Tree(root, (path, *project_modules(path)), output, entry=path)
+
+
+def tree_jobs(tree: Tree, options: Options) -> list[Job]:
+    """One job per Python file to migrate, each writing to its place in the copy."""
+    return [Job(path, TREE, options, output=tree.target(path), explicit=path == tree.entry)
+            for path in tree.migrated]
 
 
 def overlap(tree: Tree) -> Optional[str]:
