@@ -244,8 +244,9 @@ def test_output_file_refuses_a_project_that_needs_more_than_one_file_changed(tre
 
 
 def test_output_file_when_only_the_entry_changes(tree, tmp_path):
-    (tree / "pretrain.py").write_text("import torch\n\n\ndef make_dataset():\n"
-                                      "    return torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randn(8, 1))\n")
+    (tree / "pretrain.py").write_text(
+        "import torch\n\n\ndef make_dataset():\n"
+        "    return torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randn(8, 1))\n")
     out = tmp_path / "train_ddp.py"
     result = invoke(tree / "train.py", "-o", out)
     assert result.exit_code == own_migration(tree / "train.py").needs_a_person, result.stderr
@@ -254,7 +255,8 @@ def test_output_file_when_only_the_entry_changes(tree, tmp_path):
 
 def test_each_diagnostic_names_its_own_file(tree, monkeypatch, needs_a_person):
     """The helper module's warning (a custom sampler, DDP207) is reported on the helper."""
-    weighted = PRETRAIN.replace("batch_size=4, shuffle=True", "batch_size=4, sampler=WeightedRandomSampler(torch.ones(32), 32)")
+    weighted = PRETRAIN.replace("batch_size=4, shuffle=True",
+                                "batch_size=4, sampler=WeightedRandomSampler(torch.ones(32), 32)")
     (tree / "pretrain.py").write_text(weighted.replace("TensorDataset\n", "TensorDataset, WeightedRandomSampler\n"))
     monkeypatch.chdir(tree)
     document = json.loads(invoke("--check", "--format", "json", "train.py").stdout)

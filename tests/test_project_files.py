@@ -69,7 +69,8 @@ def test_a_folder_without_init_is_no_package(tmp_path):
 
 
 def test_cycles_and_the_bound(tmp_path):
-    root = _tree(tmp_path / "proj", {"train.py": "import a\n", "a.py": "import b\n", "b.py": "import a\nimport train\n"})
+    root = _tree(tmp_path / "proj", {"train.py": "import a\n", "a.py": "import b\n",
+                                     "b.py": "import a\nimport train\n"})
     assert _names(root, files_of(root / "train.py")) == ["train.py", "a.py", "b.py"]
     files = {"train.py": "import m0\n", **{f"m{i}.py": f"import m{i + 1}\n" for i in range(30)}}
     chain = _tree(tmp_path / "chain", files)
