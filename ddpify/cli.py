@@ -173,10 +173,10 @@ def migrate(paths, output, in_place, show_diff, check, twin, select, ignore, exc
     if mode == job_modes.TREE:
         reports = _write_tree(paths[0], output, entries, options, excluded, workers, show)
     elif mode == job_modes.WRITE and paths[0] != "-":
-        reports = _write_entry(entries, output, options, workers, show)
+        reports = _write_entry(entries, output, options, excluded, workers, show)
     else:
         if mode in (job_modes.IN_PLACE, job_modes.DIFF) or mode == job_modes.CHECK and not output:
-            entries = project_jobs.with_project_modules(entries)
+            entries = project_jobs.with_project_modules(entries, excluded)
         planned = _jobs(entries, mode, output, options, stdin_filename)
         reports = _run(planned, workers, show)
     sys.exit(max((report.exit_code for report in reports), default=OK))
@@ -310,14 +310,14 @@ def _printer(output_format: str, verbose: bool, quiet: bool) -> Printer:
     return printer(output_format, verbose=verbose, quiet=quiet)
 
 
-def _write_entry(entries: Sequence[Entry], output: Optional[str], options: Options, workers: int,
-                 show: Printer) -> list[Report]:
+def _write_entry(entries: Sequence[Entry], output: Optional[str], options: Options,
+                 excludes: Sequence[str], workers: int, show: Printer) -> list[Report]:
     """`ddpify train.py [-o FILE]`: one file out, so the project's other modules are only
     migrated to see that they stay as they are; if not, one file cannot hold the answer."""
     if not entries:
         return []
     entry = entries[0]
-    modules = project_jobs.project_modules(entry.path) if project_jobs.is_entry_script(entry) else []
+    modules = project_jobs.project_modules(entry.path, excludes) if project_jobs.is_entry_script(entry) else []
     planned = [Job(entry.path, job_modes.WRITE, options, output=output, explicit=entry.explicit),
                *(Job(module, job_modes.DIFF, options, explicit=False) for module in modules)]
     prepared = list(_results(planned, workers))
@@ -333,7 +333,7 @@ def _write_tree(path: str, output: str, entries: Sequence[Entry], options: Optio
                 excludes: Sequence[str], workers: int, show: Printer) -> list[Report]:
     """`ddpify train.py -o OUT_DIR/`: every file of the project is prepared before anything
     is written; a file that cannot be migrated leaves OUT_DIR as it was."""
-    tree = project_jobs.tree_of(path, output, entries)
+    tree = project_jobs.tree_of(path, output, entries, excludes)
     clash = project_jobs.overlap(tree)
     if clash:
         _fail(clash)
@@ -347,12 +347,12 @@ def _write_tree(path: str, output: str, entries: Sequence[Entry], options: Optio
             report.pending = None
         return _run(planned, workers, show, ready=prepared)
     try:
-        project_jobs.copy_tree(tree, prepared, excludes)
+        project_jobs.copy_tree(tree, prepared)
     except SourceError as error:
         _fail(str(error))
     reports = _run(planned, workers, show, ready=prepared)
     if not show.quiet:
-        click.echo(f"ddpify: {output}: a migrated copy of {tree.root} "
+        click.echo(f"ddpify: {output}: a migrated copy of {tree.shown_root} "
                    f"({sum(report.changed for report in reports)} of {len(reports)} Python "
                    "files of the project changed)", err=True)
     return reports

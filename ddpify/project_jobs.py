@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from ddpify.files import SourceError
-from ddpify.jobs import ERROR, TREE, Job, Report
+from ddpify.jobs import ERROR, TREE, Job, Report, patch_path
 from ddpify.options import Options
 from ddpify.project_files import files_of, unresolvable_imports
 from ddpify.walk import Entry, is_skipped_directory, matches_any
@@ -28,26 +28,28 @@ def is_entry_script(entry: Entry) -> bool:
         and os.path.isfile(entry.path)
 
 
-def with_project_modules(entries: Sequence[Entry]) -> list[Entry]:
+def with_project_modules(entries: Sequence[Entry], excludes: Sequence[str] = ()) -> list[Entry]:
     """Each entry script followed by the project modules it imports that are not already
-    there (found by import, so not `explicit`: files without torch are skipped unparsed)."""
+    there (found by import, so not `explicit`: files without torch are skipped unparsed),
+    except those `--exclude` leaves out."""
     seen = {os.path.realpath(entry.path) for entry in entries if entry.path != "-"}
     expanded = []
     for entry in entries:
         expanded.append(entry)
         if not is_entry_script(entry):
             continue
-        for module in project_modules(entry.path):
+        for module in project_modules(entry.path, excludes):
             if os.path.realpath(module) not in seen:
                 seen.add(os.path.realpath(module))
                 expanded.append(Entry(module, False))
     return expanded
 
 
-def project_modules(entry: str) -> list[str]:
+def project_modules(entry: str, excludes: Sequence[str] = ()) -> list[str]:
     """The modules `entry` imports, transitively, named as the entry is (relative to the
-    current directory when it is)."""
-    return [shown_path(entry, module) for module in files_of(entry)[1:]]
+    current directory when it is), but those that `--exclude` globs match."""
+    shown = (shown_path(entry, module) for module in files_of(entry)[1:])
+    return [module for module in shown if not matches_any(module, excludes)]
 
 
 def shown_path(entry: str, module: Path) -> str:
@@ -95,6 +97,11 @@ class Tree:
     # The script named on the command line (None for a folder): a file that must be Python.
     entry: Optional[str] = None
 
+    @property
+    def shown_root(self) -> str:
+        """The root as messages name it: relative to the current directory when under it."""
+        return patch_path(self.root)
+
     def target(self, path: str) -> str:
         relative = os.path.relpath(os.path.abspath(path), self.root)
         if relative.split(os.sep, 1)[0] == os.pardir:
@@ -102,7 +109,7 @@ class Tree:
         return os.path.join(self.output, relative)
 
 
-def tree_of(path: str, output: str, walked: Sequence[Entry]) -> Tree:
+def tree_of(path: str, output: str, walked: Sequence[Entry], excludes: Sequence[str] = ()) -> Tree:
     """A file: its project (the tree under its project root, its imported modules migrated);
     a folder: the folder, every Python file that the walk found migrated. Paths stay as
     given (not resolved), so that a tree reached through a link is copied as it is seen."""
@@ -111,7 +118,7 @@ def tree_of(path: str, output: str, walked: Sequence[Entry]) -> Tree:
     root = os.path.dirname(os.path.abspath(path))
     while os.path.isfile(os.path.join(root, "__init__.py")) and os.path.dirname(root) != root:
         root = os.path.dirname(root)
-    return Tree(root, (path, *project_modules(path)), output, entry=path)
+    return Tree(root, (path, *project_modules(path, excludes)), output, entry=path)
 
 
 def tree_jobs(tree: Tree, options: Options) -> list[Job]:
@@ -123,21 +130,22 @@ def tree_jobs(tree: Tree, options: Options) -> list[Job]:
 def overlap(tree: Tree) -> Optional[str]:
     """Why OUT_DIR cannot take the copy, when it shares files with the input tree."""
     root, output = os.path.realpath(tree.root), os.path.realpath(tree.output)
+    shown = tree.shown_root
     if output == root:
-        return f"-o {tree.output} is the input tree itself: give a directory outside {tree.root}"
+        return f"-o {tree.output} is the input tree itself: give a directory outside {shown}"
     if output.startswith(root + os.sep):
-        return f"-o {tree.output} is inside the input tree {tree.root}: give a directory outside it"
+        return f"-o {tree.output} is inside the input tree {shown}: give a directory outside it"
     if root.startswith(output + os.sep):
-        return f"-o {tree.output} holds the input tree {tree.root}: give a directory outside it"
+        return f"-o {tree.output} holds the input tree {shown}: give a directory outside it"
     return None
 
 
-def copy_tree(tree: Tree, reports: Sequence[Report], excludes: Sequence[str]) -> None:
+def copy_tree(tree: Tree, reports: Sequence[Report]) -> None:
     """Copy every file of the tree that the migration does not write (prepared, nothing
     failed), so that `torchrun OUT_DIR/train.py` runs from the copy. The migrated files are
     the reports' pending writes (`jobs.TREE`), committed after this."""
     written = {os.path.abspath(report.pending.path) for report in reports if report.pending}
-    for path in _files_to_copy(tree.root, excludes):
+    for path in _files_to_copy(tree.root):
         target = tree.target(path)
         if os.path.abspath(target) not in written:
             _copy(path, target)
@@ -145,15 +153,17 @@ def copy_tree(tree: Tree, reports: Sequence[Report], excludes: Sequence[str]) ->
         os.makedirs(os.path.dirname(target), exist_ok=True)
 
 
-def _files_to_copy(root: str, excludes: Sequence[str]) -> Iterable[str]:
-    """The tree as `walk` sees it, every kind of file: data and configs travel with the
-    code. What a walk skips (version control, caches, virtual environments) stays behind;
-    `.gitignore` does not apply, since data folders are often ignored yet needed to run."""
+def _files_to_copy(root: str) -> Iterable[str]:
+    """Every kind of file of the tree: data and configs travel with the code. What a walk
+    never enters (version control, caches, virtual environments) stays behind; `.gitignore`
+    does not apply, since data folders are often ignored yet needed to run, and neither
+    does `--exclude`: an excluded module is copied as it is, not migrated, and still
+    imports."""
     for directory, subdirectories, files in os.walk(root):
         kept = []
         for name in sorted(subdirectories):
             path = os.path.join(directory, name)
-            if is_skipped_directory(directory, name) or matches_any(path, excludes):
+            if is_skipped_directory(directory, name):
                 continue
             if os.path.islink(path):
                 yield path  # a linked folder (often the data) is linked again, not copied
@@ -161,9 +171,7 @@ def _files_to_copy(root: str, excludes: Sequence[str]) -> Iterable[str]:
                 kept.append(name)
         subdirectories[:] = kept
         for name in sorted(files):
-            path = os.path.join(directory, name)
-            if not matches_any(path, excludes):
-                yield path
+            yield os.path.join(directory, name)
 
 
 def _copy(source: str, target: str) -> None:

@@ -233,6 +233,26 @@ def test_a_script_that_fails_to_migrate_leaves_the_output_directory_unwritten(tr
     assert not (tmp_path / "out").exists()
 
 
+def test_excluded_modules_are_not_migrated_but_still_copied(tree, tmp_path, monkeypatch):
+    monkeypatch.chdir(tree)
+    before = snapshot(tree / "pretrain.py")
+    assert invoke("-i", "train.py", "--exclude", "pretrain.py").exit_code == 0
+    assert snapshot(tree / "pretrain.py") == before
+    assert invoke("--check", "-q", "train.py", "--exclude", "pretrain.py").exit_code == 0
+    out = tmp_path / "out"
+    assert invoke("train.py", "--exclude", "pretrain.py", "-o", f"{out}/").exit_code == 0
+    assert (out / "pretrain.py").read_text() == PRETRAIN
+
+
+@pytest.mark.parametrize("args", [("--check", "-o", "{out}/", "train.py"), ("-", "-o", "{out}/"),
+                                  ("-o", "{out}/", "train.py", "pretrain.py"), ("-i", "-o", "{out}/", "train.py")])
+def test_output_directory_usage_errors(tree, tmp_path, monkeypatch, args):
+    monkeypatch.chdir(tree)
+    result = invoke(*(arg.format(out=tmp_path / "out") for arg in args), input="")
+    assert result.exit_code == 2 and result.stderr.startswith("ddpify: error:")
+    assert not (tmp_path / "out").exists()
+
+
 def test_output_file_refuses_a_project_that_needs_more_than_one_file_changed(tree, tmp_path):
     out = tmp_path / "train_ddp.py"
     result = invoke(tree / "train.py", "-o", out)

@@ -167,7 +167,9 @@ def test_project_alone_takes_the_entry_s_own_project(tmp_path):
     assert result.exit_code == 0, result.output
     assert f"nothing to verify: ddpify leaves every file of {root} unchanged" in result.output
     missing = invoke(str(root / "pkg" / "run.py"), "--project", str(tmp_path / "nowhere"))
-    assert missing.exit_code == 2 and "no such directory" in missing.output
+    assert missing.exit_code == 2 and "not a directory" in missing.output
+    swapped = invoke("--project", str(root / "pkg" / "run.py"))
+    assert swapped.exit_code == 2 and "put --project alone after SCRIPT" in swapped.output
 
 
 def test_the_verified_tree_is_the_one_ddpify_writes(tmp_path):

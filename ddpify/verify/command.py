@@ -81,7 +81,7 @@ def migrate_project(path: str, target: str) -> tuple[list[str], bool, int, str]:
     if failure is not None:
         raise UsageFailure(f"cannot migrate {failure.error or failure.path}")
     try:
-        project_jobs.copy_tree(tree, prepared, ())
+        project_jobs.copy_tree(tree, prepared)
     except SourceError as error:
         raise UsageFailure(str(error)) from None
     reports = [commit(report) for report in prepared]
@@ -94,7 +94,8 @@ def migrate_project(path: str, target: str) -> tuple[list[str], bool, int, str]:
 def project_folder(value: str | None) -> str | None:
     """`--project DIR` names an existing folder; `--project` alone ("") the entry's own."""
     if value and not os.path.isdir(value):
-        raise click.BadParameter(f"{value}: no such directory", param_hint="'--project'")
+        raise click.BadParameter(f"{value}: not a directory (for the entry's own project, put "
+                                 "--project alone after SCRIPT)", param_hint="'--project'")
     return value
 
 
