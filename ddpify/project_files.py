@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import NamedTuple, Optional
 
 from ddpify.analysis.effects import absolute_module
-from ddpify.project import _module_file, _parsed, _stamp
+from ddpify.project import INSTALLED, _module_file, _parsed, _stamp
 
 # A project is a few dozen modules; past this a walk is following something it should not.
 MAX_MODULES = 200
@@ -45,6 +45,8 @@ def files_of(script: os.PathLike | str, limit: int = MAX_MODULES) -> list[Path]:
     entry = Path(script).resolve()
     root = project_root(entry)
     found: dict[Path, None] = {entry: None}
+    if INSTALLED.intersection(root.parts):
+        return list(found)  # installed code: its imports are other packages, not a project
     waiting = deque([entry])
     while waiting and len(found) < limit:
         path = waiting.popleft()
@@ -52,6 +54,8 @@ def files_of(script: os.PathLike | str, limit: int = MAX_MODULES) -> list[Path]:
         if tree is None:
             continue
         for module_file in _imported_files(tree, _package_of(path, root), root, entry.parent):
+            if root not in module_file.parents:
+                continue  # a link to a file elsewhere: not the project's to rewrite
             if module_file not in found and len(found) < limit:
                 found[module_file] = None
                 waiting.append(module_file)

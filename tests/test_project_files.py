@@ -62,6 +62,16 @@ def test_nothing_outside_the_root_or_installed(tmp_path):
     assert _names(tmp_path / "proj", files_of(tmp_path / "proj" / "train.py")) == ["train.py"]
 
 
+def test_a_link_out_of_the_root_and_installed_code_are_not_followed(tmp_path):
+    _tree(tmp_path, {"shared/common.py": "", "proj/train.py": "import common\nimport local\n", "proj/local.py": "",
+                     "venv/lib/site-packages/tool/run.py": "import helper\n",
+                     "venv/lib/site-packages/tool/helper.py": ""})
+    (tmp_path / "proj" / "common.py").symlink_to(tmp_path / "shared" / "common.py")
+    assert _names(tmp_path / "proj", files_of(tmp_path / "proj" / "train.py")) == ["train.py", "local.py"]
+    installed = tmp_path / "venv" / "lib" / "site-packages" / "tool" / "run.py"
+    assert files_of(installed) == [installed.resolve()]
+
+
 def test_a_folder_without_init_is_no_package(tmp_path):
     root = _tree(tmp_path / "proj", {"train.py": "from tools.helpers import f\n", "tools/helpers.py": ""})
     # Python 3 would import it as a namespace package; ddpify follows regular packages only.
