@@ -169,7 +169,7 @@ def migrate(paths, output, in_place, show_diff, check, twin, select, ignore, exc
     if not quiet:
         for note in project_jobs.unresolvable_notes(entries):
             click.echo(note, err=True)
-    show = _printer(output_format, verbose, quiet)
+    show = printer(output_format, verbose=verbose, quiet=quiet)
     if mode == job_modes.TREE:
         reports = _write_tree(paths[0], output, entries, options, excluded, workers, show)
     elif mode == job_modes.WRITE and paths[0] != "-":
@@ -306,10 +306,6 @@ def _jobs(entries: Sequence[Entry], mode: str, output: Optional[str], options: O
     return planned
 
 
-def _printer(output_format: str, verbose: bool, quiet: bool) -> Printer:
-    return printer(output_format, verbose=verbose, quiet=quiet)
-
-
 def _write_entry(entries: Sequence[Entry], output: Optional[str], options: Options,
                  excludes: Sequence[str], workers: int, show: Printer) -> list[Report]:
     """`ddpify train.py [-o FILE]`: one file out, so the project's other modules are only
@@ -320,7 +316,7 @@ def _write_entry(entries: Sequence[Entry], output: Optional[str], options: Optio
     modules = project_jobs.project_modules(entry.path, excludes) if project_jobs.is_entry_script(entry) else []
     planned = [Job(entry.path, job_modes.WRITE, options, output=output, explicit=entry.explicit),
                *(Job(module, job_modes.DIFF, options, explicit=False) for module in modules)]
-    prepared = list(_results(planned, workers))
+    prepared = _prepared_all(planned, workers)
     others = project_jobs.extra_changes(prepared)
     if others:
         _fail(f"migrating {entry.path} changes other modules of its project too "
@@ -341,11 +337,14 @@ def _write_tree(path: str, output: str, entries: Sequence[Entry], options: Optio
         planned = project_jobs.tree_jobs(tree, options)
     except SourceError as error:
         _fail(str(error))
-    prepared = list(_results(planned, workers))
+    prepared = _prepared_all(planned, workers)
     if project_jobs.failed(prepared):
         for report in prepared:
             report.pending = None
-        return _run(planned, workers, show, ready=prepared)
+        reports = _run(planned, workers, show, ready=prepared)
+        click.echo(f"ddpify: {output}: nothing written: a file of the project could not be migrated",
+                   err=True)
+        return reports
     try:
         project_jobs.copy_tree(tree, prepared)
     except SourceError as error:
@@ -356,6 +355,23 @@ def _write_tree(path: str, output: str, entries: Sequence[Entry], options: Optio
                    f"({sum(report.changed for report in reports)} of {len(reports)} Python "
                    "files of the project changed)", err=True)
     return reports
+
+
+def _prepared_all(planned: Sequence[Job], workers: int) -> list[Report]:
+    """Every job prepared, nothing written yet, with the progress bar a long wait deserves."""
+    progress = Progress(len(planned), sys.stderr)
+    prepared = []
+    results = _results(planned, workers)
+    try:
+        for report in results:
+            progress.advance(report.path)
+            prepared.append(report)
+    except KeyboardInterrupt:
+        results.close()  # stop the workers now (see _run); nothing was written
+        raise
+    finally:
+        progress.clear()
+    return prepared
 
 
 def _run(planned: Sequence[Job], workers: int, show: Printer,

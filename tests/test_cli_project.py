@@ -230,6 +230,7 @@ def test_a_script_that_fails_to_migrate_leaves_the_output_directory_unwritten(tr
     result = invoke(tree / "train.py", "-o", f"{tmp_path / 'out'}/")
     assert result.exit_code == 2
     assert "pretrain.py" in result.stderr and "syntax error" in result.stderr
+    assert "nothing written" in result.stderr
     assert not (tmp_path / "out").exists()
 
 
