@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -339,9 +338,21 @@ def test_torchrun_runs_the_migrated_copy(tree, tmp_path):
     assert migrated.stdout == single.stdout
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
 def test_the_readme_describes_projects():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme[readme.index("\n## Projects\n"):]
-    for form in ("-o OUT_DIR/", "--diff", "--check", "-i", "verify", "git apply"):
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("\n## Projects\n"):readme.index("\n## Verify a migration")]
+    for form in ("-o OUT_DIR/", "--diff", "--check", "-i", "verify", "git apply", "Not yet"):
         assert form in section, form
-    assert textwrap.dedent(section)
+
+
+def test_the_readme_example_is_what_ddpify_prints(tmp_path, monkeypatch):
+    readme = (ROOT / "README.md").read_text()
+    command = "$ ddpify tests/data/verify_project/train.py -o /tmp/regressor_ddp/\n"
+    shown = readme[readme.index(command) + len(command):].split("$ ", 1)[0]
+    monkeypatch.chdir(ROOT)
+    result = invoke("tests/data/verify_project/train.py", "-o", f"{tmp_path}/")
+    assert result.exit_code == 0
+    assert result.stderr.replace(f"{tmp_path}/", "/tmp/regressor_ddp/") == shown
