@@ -14,12 +14,10 @@ from pathlib import Path
 from typing import Optional
 
 from ddpify.files import SourceError
-from ddpify.jobs import ERROR, TREE, Job, Report, patch_path
+from ddpify.jobs import ERROR, NOTEBOOK_SUFFIX, TREE, Job, Report, patch_path
 from ddpify.options import Options
 from ddpify.project_files import files_of, unresolvable_imports
 from ddpify.walk import Entry, is_skipped_directory, matches_any
-
-NOTEBOOK_SUFFIX = ".ipynb"
 
 
 def is_entry_script(entry: Entry) -> bool:
@@ -55,11 +53,8 @@ def project_modules(entry: str, excludes: Sequence[str] = ()) -> list[str]:
 def shown_path(entry: str, module: Path) -> str:
     """`proj/utils.py` for a module beside `proj/train.py`: messages name the files of a
     project the way its entry was named."""
-    folder = Path(entry).resolve().parent
-    relative = os.path.relpath(module, folder)
-    if os.path.isabs(entry):
-        return os.path.normpath(os.path.join(os.path.dirname(entry), relative))
-    return os.path.normpath(os.path.join(os.path.dirname(entry) or ".", relative))
+    relative = os.path.relpath(module, Path(entry).resolve().parent)
+    return os.path.normpath(os.path.join(os.path.dirname(entry), relative))
 
 
 def unresolvable_notes(entries: Iterable[Entry]) -> list[str]:
