@@ -329,6 +329,8 @@ def _write_tree(path: str, output: str, entries: Sequence[Entry], options: Optio
                 excludes: Sequence[str], workers: int, show: Printer) -> list[Report]:
     """`ddpify train.py -o OUT_DIR/`: every file of the project is prepared before anything
     is written; a file that cannot be migrated leaves OUT_DIR as it was."""
+    if not os.path.exists(path):
+        _fail(f"{path}: no such file or directory")
     tree = project_jobs.tree_of(path, output, entries, excludes)
     clash = project_jobs.overlap(tree)
     if clash:

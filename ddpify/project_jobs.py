@@ -125,14 +125,16 @@ def tree_jobs(tree: Tree, options: Options) -> list[Job]:
 def overlap(tree: Tree) -> Optional[str]:
     """Why OUT_DIR cannot take the copy, when it shares files with the input tree."""
     root, output = os.path.realpath(tree.root), os.path.realpath(tree.output)
-    shown = tree.shown_root
     if output == root:
-        return f"-o {tree.output} is the input tree itself: give a directory outside {shown}"
-    if output.startswith(root + os.sep):
-        return f"-o {tree.output} is inside the input tree {shown}: give a directory outside it"
-    if root.startswith(output + os.sep):
-        return f"-o {tree.output} holds the input tree {shown}: give a directory outside it"
-    return None
+        where = "is the input tree"
+    elif output.startswith(root + os.sep):
+        where = "is inside the input tree"
+    elif root.startswith(output + os.sep):
+        where = "holds the input tree"
+    else:
+        return None
+    beside = patch_path(os.path.join(os.path.dirname(tree.root), os.path.basename(tree.root) + "_ddp"))
+    return f"-o {tree.output} {where} {tree.shown_root}: give a directory outside it (such as {beside}/)"
 
 
 def copy_tree(tree: Tree, reports: Sequence[Report]) -> None:

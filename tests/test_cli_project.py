@@ -221,7 +221,14 @@ def test_output_directory_overlapping_the_input_is_refused(tree, where):
     result = invoke(tree / "train.py", "-o", f"{tree.parent / where}/")
     assert result.exit_code == 2
     assert result.stderr.startswith("ddpify: error: -o ")
+    assert f"give a directory outside it (such as {tree.parent / 'proj_ddp'}/)" in result.stderr
     assert state(tree.parent) == before
+
+
+def test_output_directory_of_a_missing_script(tmp_path):
+    result = invoke(tmp_path / "nowhere" / "train.py", "-o", f"{tmp_path / 'out'}/")
+    assert result.exit_code == 2 and "no such file or directory" in result.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_script_that_fails_to_migrate_leaves_the_output_directory_unwritten(tree, tmp_path):
