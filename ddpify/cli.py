@@ -14,13 +14,13 @@ from typing import Optional
 
 import click
 
-from ddpify import __version__
+from ddpify import __version__, project_jobs
 from ddpify import jobs as job_modes
 from ddpify.config import Config, ConfigError
 from ddpify.config import load as load_config
 from ddpify.diagnostics import explain, registry, unknown_codes
-from ddpify.files import TWIN_SUFFIX, source_of_twin, twin_of
-from ddpify.formats import FORMATS, printer, summary_line
+from ddpify.files import TWIN_SUFFIX, SourceError, source_of_twin, twin_of
+from ddpify.formats import FORMATS, Printer, printer, summary_line
 from ddpify.jobs import ERROR, OK, Job, Report
 from ddpify.launch.command import launch_command
 from ddpify.options import Options
@@ -76,8 +76,9 @@ class _DefaultCommand(click.Command):
 
 @main.command("migrate", cls=_DefaultCommand)
 @click.argument("paths", nargs=-1, type=click.Path(allow_dash=True))
-@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),
-              help="Write the migrated script here (one input only).")
+@click.option("-o", "--output", type=click.Path(allow_dash=True),
+              help="Write the migrated script here (one input only); OUT_DIR/ (a directory, or a "
+                   "path ending in /): a migrated copy of the whole project tree.")
 @click.option("-i", "--in-place", is_flag=True, help="Rewrite the input files.")
 @click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff; write nothing.")
 @click.option("--check", is_flag=True,
@@ -116,6 +117,8 @@ def migrate(paths, output, in_place, show_diff, check, twin, select, ignore, exc
 
     \b
     ddpify train.py -o train_ddp.py   write the migrated script
+    ddpify train.py -o out/           write a migrated copy of the project (train.py's imports)
+    ddpify train.py -i                migrate train.py and the modules it imports, in place
     ddpify train.py                   print it to stdout
     ddpify --diff train.py            show what would change
     ddpify --check src/               exit 1 unless every training script is DDP-ready
@@ -123,13 +126,17 @@ def migrate(paths, output, in_place, show_diff, check, twin, select, ignore, exc
     ddpify verify train.py            run both scripts and compare (see verify --help)
     ddpify launch train_ddp.py        write torchrun, SLURM and Kubeflow launch files (see launch --help)
 
+    A script given by name brings its project along: the modules of its own folder (and
+    packages) that it imports are migrated with it by -i, --diff, --check and -o DIR/.
+
     Defaults come from [tool.ddpify] in the nearest pyproject.toml; flags win.
 
     \b
     Exit codes:
       0    done; nothing needs a person (--check: every file is DDP-ready)
       1    changes pending (--check, --diff, --twin) or a diagnostic that needs a person
-      2    usage error, unreadable file, syntax error or internal error
+      2    usage error (-o FILE for a project that needs more files changed, -o DIR/
+           inside the input tree), unreadable file, syntax error or internal error
       130  interrupted (Ctrl-C); nothing is written for the file in progress
     """
     if list_rules:
@@ -156,21 +163,35 @@ def migrate(paths, output, in_place, show_diff, check, twin, select, ignore, exc
         select=_first(select, config.select, ()),
         ignore=_first(ignore, config.ignore, ()),
     )
-    entries = expand(paths, (*config.exclude, *excludes))
-    _say_where_no_python_was_found(paths, entries, (*config.exclude, *excludes))
-    planned = _jobs(entries, mode, output, options, stdin_filename)
-    reports = _run(planned, workers, output_format, verbose, quiet)
+    excluded = (*config.exclude, *excludes)
+    entries = expand(paths, excluded)
+    _say_where_no_python_was_found(paths, entries, excluded)
+    if not quiet:
+        for note in project_jobs.unresolvable_notes(entries):
+            click.echo(note, err=True)
+    show = printer(output_format, verbose=verbose, quiet=quiet)
+    if mode == job_modes.TREE:
+        reports = _write_tree(paths[0], output, entries, options, excluded, workers, show)
+    elif mode == job_modes.WRITE and paths[0] != "-":
+        reports = _write_entry(entries, output, options, excluded, workers, show)
+    else:
+        if mode in (job_modes.IN_PLACE, job_modes.DIFF) or mode == job_modes.CHECK and not output:
+            entries = project_jobs.with_project_modules(entries, excluded)
+        planned = _jobs(entries, mode, output, options, stdin_filename)
+        reports = _run(planned, workers, show)
     sys.exit(max((report.exit_code for report in reports), default=OK))
 
 
 def _mode(paths, output, in_place, show_diff, check, twin, output_format) -> str:
     """The one thing this run does with migrated code; usage errors exit 2 here."""
     _refuse_clashing_options(paths, output, in_place, show_diff, check, twin)
-    _refuse_paths_the_mode_cannot_take(paths, in_place, show_diff, check, twin)
+    _refuse_paths_the_mode_cannot_take(paths, output, in_place, show_diff, check, twin)
     if check:
         return job_modes.TWIN_CHECK if twin else job_modes.CHECK
     if twin:
         return job_modes.TWIN
+    if project_jobs.is_directory_output(output):
+        return job_modes.TREE
     if show_diff:
         return job_modes.DIFF
     if in_place:
@@ -190,20 +211,24 @@ def _refuse_clashing_options(paths, output, in_place, show_diff, check, twin) ->
         _fail("-o/--output cannot be combined with -i/--in-place, --diff or --twin")
     if output and len(paths) != 1:
         _fail("-o/--output takes exactly one input path")
-    if output and os.path.isdir(paths[0]):
-        _fail(f"-o/--output needs a file, not the directory {paths[0]}")
+    if output and os.path.isdir(paths[0]) and not project_jobs.is_directory_output(output):
+        _fail(f"-o/--output {output} is a file: a directory ({paths[0]}) is copied into a "
+              "directory, -o OUT_DIR/")
     if check and output == "-":
         _fail("--check compares with a file: -o - has nothing to compare")
+    if project_jobs.is_directory_output(output) and (check or paths[0] == "-"):
+        _fail("-o OUT_DIR/ writes a migrated copy of a project tree: it takes a script or a "
+              "directory, without --check")
 
 
-def _refuse_paths_the_mode_cannot_take(paths, in_place, show_diff, check, twin) -> None:
+def _refuse_paths_the_mode_cannot_take(paths, output, in_place, show_diff, check, twin) -> None:
     """Plain `ddpify PATH` prints one migration, so several files need a mode that handles
     each on its own; stdin has no file to rewrite and can be read only once."""
     handles_each_file = in_place or show_diff or check or twin
     if len(paths) > 1 and not handles_each_file:
         _fail("several paths need -i/--in-place, --diff, --check or --twin (or one path with -o)")
-    if any(os.path.isdir(path) for path in paths) and not handles_each_file:
-        _fail("a directory needs -i/--in-place, --diff, --check or --twin")
+    if any(os.path.isdir(path) for path in paths) and not handles_each_file and not output:
+        _fail("a directory needs -i/--in-place, --diff, --check, --twin or -o OUT_DIR/")
     if "-" in paths and (in_place or twin):
         _fail("-i/--in-place and --twin cannot rewrite stdin")
     if paths.count("-") > 1:
@@ -244,12 +269,12 @@ def _say_where_no_python_was_found(paths: Sequence[str], entries: Sequence[Entry
                                    excludes: Sequence[str]) -> None:
     """A directory that holds no Python file was not checked at all: say so, and why when
     it holds notebooks, rather than pass in silence (ruff warns the same way)."""
-    walked = [os.path.normpath(entry.path) for entry in entries if not entry.explicit]
+    walked = [os.path.abspath(entry.path) for entry in entries if not entry.explicit]
     for path in paths:
         if path == "-" or not os.path.isdir(path):
             continue
-        top = os.path.normpath(path)
-        if any(found == top or found.startswith(top.rstrip(os.sep) + os.sep) for found in walked):
+        top = os.path.abspath(path)
+        if any(found.startswith(top.rstrip(os.sep) + os.sep) for found in walked):
             continue
         notebooks = notebooks_under(path, excludes)
         why = (f": its {notebooks} notebook{'s are' if notebooks > 1 else ' is'} not read (export "
@@ -281,12 +306,84 @@ def _jobs(entries: Sequence[Entry], mode: str, output: Optional[str], options: O
     return planned
 
 
-def _run(planned: Sequence[Job], workers: int, output_format: str, verbose: bool,
-         quiet: bool) -> list[Report]:
+def _write_entry(entries: Sequence[Entry], output: Optional[str], options: Options,
+                 excludes: Sequence[str], workers: int, show: Printer) -> list[Report]:
+    """`ddpify train.py [-o FILE]`: one file out, so the project's other modules are only
+    migrated to see that they stay as they are; if not, one file cannot hold the answer."""
+    if not entries:
+        return []
+    entry = entries[0]
+    modules = project_jobs.project_modules(entry.path, excludes) if project_jobs.is_entry_script(entry) else []
+    planned = [Job(entry.path, job_modes.WRITE, options, output=output, explicit=entry.explicit),
+               *(Job(module, job_modes.DIFF, options, explicit=False) for module in modules)]
+    prepared = _prepared_all(planned, workers)
+    others = project_jobs.extra_changes(prepared)
+    if others:
+        _fail(f"migrating {entry.path} changes other modules of its project too "
+              f"({', '.join(others)}): one file cannot hold that; use -o OUT_DIR/ for a migrated "
+              "copy of the project, -i to migrate it in place, or --diff to see the changes")
+    return _run(planned[:1], workers, show, ready=prepared[:1])
+
+
+def _write_tree(path: str, output: str, entries: Sequence[Entry], options: Options,
+                excludes: Sequence[str], workers: int, show: Printer) -> list[Report]:
+    """`ddpify train.py -o OUT_DIR/`: every file of the project is prepared before anything
+    is written; a file that cannot be migrated leaves OUT_DIR as it was."""
+    if not os.path.exists(path):
+        _fail(f"{path}: no such file or directory")
+    tree = project_jobs.tree_of(path, output, entries, excludes)
+    clash = project_jobs.overlap(tree)
+    if clash:
+        _fail(clash)
+    try:
+        planned = project_jobs.tree_jobs(tree, options)
+    except SourceError as error:
+        _fail(str(error))
+    prepared = _prepared_all(planned, workers)
+    if project_jobs.failed(prepared):
+        for report in prepared:
+            report.pending = None
+        reports = _run(planned, workers, show, ready=prepared)
+        click.echo(f"ddpify: {output}: nothing written: a file of the project could not be migrated",
+                   err=True)
+        return reports
+    try:
+        project_jobs.copy_tree(tree, prepared)
+    except SourceError as error:
+        _fail(str(error))
+    reports = _run(planned, workers, show, ready=prepared)
+    if not show.quiet:
+        click.echo(f"ddpify: {output}: a migrated copy of {tree.shown_root} "
+                   f"({sum(report.changed for report in reports)} of {len(reports)} Python "
+                   "files of the project changed)", err=True)
+    return reports
+
+
+def _prepared_all(planned: Sequence[Job], workers: int) -> list[Report]:
+    """Every job prepared, nothing written yet, with the progress bar a long wait deserves."""
     progress = Progress(len(planned), sys.stderr)
-    show = printer(output_format, verbose=verbose, quiet=quiet, before_output=progress.clear)
-    reports = []
+    prepared = []
     results = _results(planned, workers)
+    try:
+        for report in results:
+            progress.advance(report.path)
+            prepared.append(report)
+    except KeyboardInterrupt:
+        results.close()  # stop the workers now (see _run); nothing was written
+        raise
+    finally:
+        progress.clear()
+    return prepared
+
+
+def _run(planned: Sequence[Job], workers: int, show: Printer,
+         ready: Optional[Sequence[Report]] = None) -> list[Report]:
+    """Commit and show each report in input order: prepared here (in workers with -j), or
+    `ready`, prepared already by a caller that had to see them all first."""
+    progress = Progress(len(planned), sys.stderr)
+    show.before_output = progress.clear
+    reports = []
+    results = _results(planned, workers) if ready is None else (report for report in ready)
     try:
         for prepared in results:
             # A file written is a file reported: Ctrl-C waits until both are done.
@@ -305,7 +402,8 @@ def _run(planned: Sequence[Job], workers: int, output_format: str, verbose: bool
                    err=True)
         sys.exit(INTERRUPTED)
     progress.clear()
-    writes = planned[0].mode in (job_modes.WRITE, job_modes.IN_PLACE, job_modes.TWIN) if planned else True
+    writes = planned[0].mode in (job_modes.WRITE, job_modes.IN_PLACE, job_modes.TWIN,
+                                 job_modes.TREE) if planned else True
     show.finish(reports, summary_line(reports, writes))
     return reports
 

@@ -8,6 +8,7 @@ itself is `ddpify.api`'s business; this module is only files in and out.
 import contextlib
 import difflib
 import gc
+import os
 import traceback
 from dataclasses import dataclass, field
 from typing import Optional
@@ -36,6 +37,7 @@ DIFF = "diff"              # a unified diff, nothing written
 CHECK = "check"            # nothing written; pending when the input (or `output`) is stale
 TWIN = "twin"              # keep `output` (X_ddp.py) equal to the migrated X.py
 TWIN_CHECK = "twin-check"  # as TWIN, but only say whether the twin is stale
+TREE = "tree"              # to `output`, in a migrated copy of the tree, when it changes
 
 # Statuses counted in the summary line.
 MIGRATED, UNCHANGED, SKIPPED, FAILED = "migrated", "unchanged", "skipped", "failed"
@@ -231,7 +233,7 @@ def _deliver(job: Job, report: Report, before: str, after: str, encoding: str) -
         _compare_twin(report, _twin_path(job), before, after, shown, missing_ok=not changed)
     elif job.mode == DIFF:
         if changed:
-            report.diff = unified_diff(before, after, shown)
+            report.diff = unified_diff(before, after, shown if job.path == "-" else patch_path(shown))
             report.exit_code = PENDING
     elif job.mode == IN_PLACE:
         if changed:
@@ -240,8 +242,9 @@ def _deliver(job: Job, report: Report, before: str, after: str, encoding: str) -
     elif job.mode == TWIN:
         _refresh_twin(report, _twin_path(job), before, after, encoding)
     elif job.output not in (None, "-"):
-        report.pending = PendingWrite(job.output, encode(after, encoding),
-                                      f"{job.output}: written from {shown}")
+        if job.mode == WRITE or changed:  # a TREE job's unchanged file is copied as it is
+            report.pending = PendingWrite(job.output, encode(after, encoding),
+                                          f"{job.output}: written from {shown}")
     else:
         # A BOM in the middle of a pipeline helps nobody.
         report.stdout = encode(after, "utf-8" if encoding == "utf-8-sig" else encoding)
@@ -309,6 +312,15 @@ def unified_diff(before: str, after: str, path: str) -> str:
     )
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
                    for line in lines)
+
+
+def patch_path(path: str) -> str:
+    """The path a diff names after `a/` and `b/`: relative to the current directory when the
+    file is under it, so that `git apply` and `patch -p1` there take the patch of a project."""
+    relative = os.path.relpath(os.path.abspath(path))
+    if relative.split(os.sep, 1)[0] == os.pardir:
+        return path
+    return relative
 
 
 def _read_text_or_none(path: str) -> Optional[str]:

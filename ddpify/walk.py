@@ -58,7 +58,7 @@ def _walk(top: str, excludes: Sequence[str], suffix: str = ".py") -> Iterator[st
     for directory, subdirectories, files in os.walk(top):
         subdirectories[:] = sorted(
             name for name in subdirectories
-            if not _is_skipped_directory(directory, name)
+            if not is_skipped_directory(directory, name)
             and not ignored.matches(os.path.join(directory, name), root, is_directory=True)
             and not matches_any(os.path.join(directory, name), excludes)
         )
@@ -69,7 +69,7 @@ def _walk(top: str, excludes: Sequence[str], suffix: str = ".py") -> Iterator[st
                 yield path
 
 
-def _is_skipped_directory(parent: str, name: str) -> bool:
+def is_skipped_directory(parent: str, name: str) -> bool:
     if name in SKIPPED_DIRECTORIES or name.endswith(".egg-info"):
         return True
     # Any virtual environment, whatever its name.

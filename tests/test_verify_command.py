@@ -154,3 +154,39 @@ def test_a_project_entry_must_lie_in_the_project(tmp_path):
     assert result.exit_code == 2 and "is not inside the project folder" in result.output
     result = invoke(str(script), "-o", str(project))
     assert result.exit_code == 2 and "needs --project" in result.output
+
+
+def test_project_alone_takes_the_entry_s_own_project(tmp_path):
+    """`verify train.py --project`: the tree train.py's imports resolve from, migrated as
+    `ddpify train.py -o DIR/` writes it; here every file stays as it is."""
+    root = tmp_path / "proj"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "run.py").write_text("import torch\n\n\ndef norm(x):\n    return torch.linalg.norm(x)\n")
+    result = invoke(str(root / "pkg" / "run.py"), "--project")
+    assert result.exit_code == 0, result.output
+    assert f"nothing to verify: ddpify leaves every file of {root} unchanged" in result.output
+    missing = invoke(str(root / "pkg" / "run.py"), "--project", str(tmp_path / "nowhere"))
+    assert missing.exit_code == 2 and "not a directory" in missing.output
+    swapped = invoke("--project", str(root / "pkg" / "run.py"))
+    assert swapped.exit_code == 2 and "put --project alone after SCRIPT" in swapped.output
+
+
+def test_the_verified_tree_is_the_one_ddpify_writes(tmp_path):
+    from cli_support import invoke as ddpify
+    from test_cli_project import FILES
+
+    root = tmp_path / "proj"
+    for name, text in FILES.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    lines, changed, status, tree_root = command.migrate_project(str(root / "train.py"), str(tmp_path / "verified"))
+    assert changed and status == 0 and tree_root == str(root)
+    assert any(line.startswith(f"{root / 'pretrain.py'}:") for line in lines)
+    assert ddpify(root / "train.py", "-o", f"{tmp_path / 'written'}/").exit_code == 0
+    verified = sorted(path.relative_to(tmp_path / "verified") for path in (tmp_path / "verified").rglob("*"))
+    written = sorted(path.relative_to(tmp_path / "written") for path in (tmp_path / "written").rglob("*"))
+    assert verified == written
+    for path in written:
+        if (tmp_path / "written" / path).is_file():
+            assert (tmp_path / "verified" / path).read_bytes() == (tmp_path / "written" / path).read_bytes()

@@ -7,6 +7,7 @@ scripts run the full default verification.
 import json
 import os
 import re
+import shutil
 import tempfile
 
 import pytest
@@ -159,6 +160,20 @@ def test_a_multi_file_project_is_migrated_and_run_as_a_whole(tmp_path):
     torchrun = next(run for run in report["runs"] if run["name"] == "torchrun")
     assert torchrun["files_created"] == ["regressor.pt"]
     assert torchrun["commands"][0][-1] == "train.py"
+    assert checks["one_writer"]["summary"] == "only rank 0 wrote files: regressor.pt"
+
+
+@pytest.mark.slow
+def test_project_alone_verifies_the_entry_s_own_project(tmp_path):
+    """`--project` without a folder: the tree train.py's imports resolve from, migrated as
+    `ddpify train.py -o DIR/` writes it."""
+    project = tmp_path / "project"
+    shutil.copytree(os.path.join(DATA, "verify_project"), project)
+    migrated = tmp_path / "migrated"
+    result, report, checks = verify(tmp_path, str(project / "train.py"), "--project", "-o", str(migrated),
+                                    "--checks", "ranks_agree,one_writer")
+    assert result.exit_code == 0, result.output
+    assert sorted(os.listdir(migrated)) == ["model.py", "train.py"]
     assert checks["one_writer"]["summary"] == "only rank 0 wrote files: regressor.pt"
 
 

@@ -60,32 +60,43 @@ def migrate_into(script: str, target: str) -> tuple[list[str], bool, int]:
             if visible(diagnostic, verbose=False, quiet=False)], report.changed, report.exit_code
 
 
-def migrate_project(root: str, target: str) -> tuple[list[str], bool, int]:
-    """Copies the project folder to target and migrates every Python file there in place,
-    as `ddpify -i .` would. Returns the diagnostic lines, whether any file changed and the
-    exit status `ddpify -i .` would have."""
-    import shutil
-
+def migrate_project(path: str, target: str) -> tuple[list[str], bool, int, str]:
+    """Writes a migrated copy of the project tree into target, as `ddpify PATH -o TARGET/`
+    does: PATH is a folder (each of its Python files migrated) or an entry script (its tree,
+    the modules it imports migrated). Returns the diagnostic lines, whether any file
+    changed, the exit status that command would have, and the root of the copied tree."""
+    from ddpify import project_jobs
+    from ddpify.files import SourceError
     from ddpify.formats import text_line
-    from ddpify.jobs import ERROR, IN_PLACE, OK, Job, run, visible
-    from ddpify.verify.runner import NOT_COPIED
+    from ddpify.jobs import ERROR, OK, commit, prepare, visible
+    from ddpify.options import Options
+    from ddpify.walk import expand
 
-    shutil.copytree(root, target, ignore=shutil.ignore_patterns(*NOT_COPIED), symlinks=True)
-    lines, changed, status = [], False, OK
-    for directory, _, names in sorted(os.walk(target)):
-        for name in sorted(names):
-            if not name.endswith(".py"):
-                continue
-            path = os.path.join(directory, name)
-            shown = os.path.join(root, os.path.relpath(path, target))
-            report = run(Job(path, IN_PLACE))
-            if report.exit_code == ERROR:
-                raise UsageFailure(f"cannot migrate {(report.error or shown).replace(path, shown)}")
-            lines += [text_line(shown, diagnostic) for diagnostic in report.diagnostics
-                      if diagnostic.code not in ("DDP900", "DDP901") and visible(diagnostic, False, False)]
-            changed = changed or report.changed
-            status = max(status, report.exit_code)
-    return lines, changed, status
+    tree = project_jobs.tree_of(path, target, expand([path]) if os.path.isdir(path) else [])
+    clash = project_jobs.overlap(tree)
+    if clash:
+        raise UsageFailure(clash)
+    prepared = [prepare(job) for job in project_jobs.tree_jobs(tree, Options())]
+    failure = next((report for report in prepared if report.exit_code == ERROR), None)
+    if failure is not None:
+        raise UsageFailure(f"cannot migrate {failure.error or failure.path}")
+    try:
+        project_jobs.copy_tree(tree, prepared)
+    except SourceError as error:
+        raise UsageFailure(str(error)) from None
+    reports = [commit(report) for report in prepared]
+    lines = [text_line(report.path, diagnostic) for report in reports for diagnostic in report.diagnostics
+             if diagnostic.code not in ("DDP900", "DDP901") and visible(diagnostic, False, False)]
+    changed = any(report.changed for report in reports)
+    return lines, changed, max((report.exit_code for report in reports), default=OK), tree.root
+
+
+def project_folder(value: str | None) -> str | None:
+    """`--project DIR` names an existing folder; `--project` alone ("") the entry's own."""
+    if value and not os.path.isdir(value):
+        raise click.BadParameter(f"{value}: not a directory (for the entry's own project, put "
+                                 "--project alone after SCRIPT)", param_hint="'--project'")
+    return value
 
 
 def same_bytes(first: str, second: str) -> bool:
@@ -154,9 +165,12 @@ status `ddpify SCRIPT` has (0 already distributed or no training, 1 left for a p
     help="The migrated script (with --project: folder): used as is when it exists, else SCRIPT "
     "is migrated into it. Without -o the migration goes to a temporary file.",
 )
-@click.option("--project", "project", type=click.Path(exists=True, file_okay=False),
-              help="SCRIPT is the entry of this multi-file project: the whole folder is migrated "
-              "(into -o, a folder, or a temporary one) and each run gets a copy of it, run from its root.")
+@click.option("--project", "project", callback=lambda ctx, param, value: project_folder(value),
+              is_flag=False, flag_value="", metavar="[DIR]",
+              help="SCRIPT is the entry of a multi-file project: alone, its own (the tree its imports "
+              "resolve from, the modules it imports migrated); with DIR, that folder (every Python file "
+              "migrated). The migrated copy of the tree goes into -o (a folder) or a temporary one, as "
+              "`ddpify SCRIPT -o DIR/` writes it, and each run gets a copy of it, run from its root.")
 @click.option("--nproc", type=click.IntRange(min=2),
               help="Processes under torchrun [default: GPUs if >1, else 2 on CPU].")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
@@ -216,7 +230,7 @@ def verify_and_report(script, migrated, project, nproc, device, full_epochs, max
                            full_epochs=full_epochs, timeout=timeout)
     with tempfile.TemporaryDirectory(prefix="ddpify-verify-") as scratch:
         try:
-            if project:
+            if project is not None:
                 migrated, roots = migrated_project_entry(script, migrated, project, scratch)
             else:
                 migrated, roots = migrated_script(script, migrated, scratch), None
@@ -245,21 +259,25 @@ def migrated_project_entry(script: str, migrated: str | None, project: str,
                            scratch: str) -> tuple[str, dict[str, str]]:
     """The migrated entry script, and the folder each version runs from. An existing -o
     folder is used as it is; otherwise the project is migrated into it (or into scratch)."""
-    entry = os.path.relpath(os.path.abspath(script), os.path.abspath(project))
+    from ddpify.project_jobs import tree_of
+
+    # `--project` alone: the entry's own project, the tree its imports resolve from.
+    root = project or tree_of(script, scratch, []).root
+    entry = os.path.relpath(os.path.abspath(script), os.path.abspath(root))
     if entry.startswith(os.pardir):
         raise UsageFailure(f"{script} is not inside the project folder {project}")
     target = migrated or os.path.join(scratch, "migrated")
     if not os.path.exists(target):
-        lines, changed, status = migrate_project(project, target)
+        lines, changed, status, root = migrate_project(project or script, target)
         for line in lines:
             click.echo(line, err=True)
         if not changed:
-            raise NothingToVerify(f"nothing to verify: ddpify leaves every file of {project} unchanged",
+            raise NothingToVerify(f"nothing to verify: ddpify leaves every file of {root} unchanged",
                                   status)
     elif not os.path.isdir(target):
         raise UsageFailure(f"-o {target}: with --project, -o names the migrated project folder")
     migrated_entry = os.path.join(target, entry)
-    return migrated_entry, {script: project, migrated_entry: target}
+    return migrated_entry, {script: root, migrated_entry: target}
 
 
 def migrated_script(script: str, migrated: str | None, scratch: str) -> str:

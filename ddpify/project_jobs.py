@@ -1,0 +1,188 @@
+"""A training project on the command line: which jobs an entry script brings along, and the
+migrated copy of a project tree that `ddpify train.py -o OUT_DIR/` writes.
+
+Each file of a project is still migrated on its own (`jobs.prepare`), its result depending on
+the project around it (`ddpify.project`): migrating every file of `files_of(train.py)` gives
+the migrated project. This module decides which files those are, under which names they are
+shown, and where a copy of the tree goes; it migrates nothing itself.
+"""
+import os
+import shutil
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from ddpify.files import SourceError
+from ddpify.jobs import ERROR, NOTEBOOK_SUFFIX, TREE, Job, Report, patch_path
+from ddpify.options import Options
+from ddpify.project_files import files_of, unresolvable_imports
+from ddpify.walk import Entry, is_skipped_directory, matches_any
+
+
+def is_entry_script(entry: Entry) -> bool:
+    """A Python file named on the command line: the entry of a project."""
+    return entry.explicit and entry.path != "-" and not entry.path.endswith(NOTEBOOK_SUFFIX) \
+        and os.path.isfile(entry.path)
+
+
+def with_project_modules(entries: Sequence[Entry], excludes: Sequence[str] = ()) -> list[Entry]:
+    """Each entry script followed by the project modules it imports that are not already
+    there (found by import, so not `explicit`: files without torch are skipped unparsed),
+    except those `--exclude` leaves out."""
+    seen = {os.path.realpath(entry.path) for entry in entries if entry.path != "-"}
+    expanded = []
+    for entry in entries:
+        expanded.append(entry)
+        if not is_entry_script(entry):
+            continue
+        for module in project_modules(entry.path, excludes):
+            if os.path.realpath(module) not in seen:
+                seen.add(os.path.realpath(module))
+                expanded.append(Entry(module, False))
+    return expanded
+
+
+def project_modules(entry: str, excludes: Sequence[str] = ()) -> list[str]:
+    """The modules `entry` imports, transitively, named as the entry is (relative to the
+    current directory when it is), but those that `--exclude` globs match."""
+    shown = (shown_path(entry, module) for module in files_of(entry)[1:])
+    return [module for module in shown if not matches_any(module, excludes)]
+
+
+def shown_path(entry: str, module: Path) -> str:
+    """`proj/utils.py` for a module beside `proj/train.py`: messages name the files of a
+    project the way its entry was named."""
+    relative = os.path.relpath(module, Path(entry).resolve().parent)
+    return os.path.normpath(os.path.join(os.path.dirname(entry), relative))
+
+
+def unresolvable_notes(entries: Iterable[Entry]) -> list[str]:
+    """One line per import of an entry's project that no reading of the source can follow."""
+    notes = []
+    for entry in entries:
+        if not is_entry_script(entry):
+            continue
+        for found in unresolvable_imports(entry.path):
+            notes.append(f"ddpify: note: {shown_path(entry.path, found.path)}:{found.line}: "
+                         f"an import ddpify cannot follow ({found.text}): the modules it loads "
+                         "are not part of the project it migrates")
+    return notes
+
+
+def extra_changes(reports: Sequence[Report]) -> list[str]:
+    """The files other than the entry (the first report) that the migration changes."""
+    return [report.path for report in reports[1:] if report.changed]
+
+
+# -- the migrated copy of a tree -------------------------------------------------------------
+
+def is_directory_output(output: Optional[str]) -> bool:
+    """`-o OUT_DIR/`: an existing directory, or a path written with a trailing slash."""
+    return output not in (None, "-") and (os.path.isdir(output) or output.endswith(("/", os.sep)))
+
+
+@dataclass(frozen=True)
+class Tree:
+    """What `ddpify INPUT -o OUT_DIR/` copies: the input's tree under `root`, its Python
+    files to migrate (`migrated`, as shown), and OUT_DIR."""
+    root: str
+    migrated: tuple[str, ...]
+    output: str
+    # The script named on the command line (None for a folder): a file that must be Python.
+    entry: Optional[str] = None
+
+    @property
+    def shown_root(self) -> str:
+        """The root as messages name it: relative to the current directory when under it."""
+        return patch_path(self.root)
+
+    def target(self, path: str) -> str:
+        relative = os.path.relpath(os.path.abspath(path), self.root)
+        if relative.split(os.sep, 1)[0] == os.pardir:
+            raise SourceError(f"{path}: outside the tree {self.root}: not copied")
+        return os.path.join(self.output, relative)
+
+
+def tree_of(path: str, output: str, walked: Sequence[Entry], excludes: Sequence[str] = ()) -> Tree:
+    """A file: its project (the tree under its project root, its imported modules migrated);
+    a folder: the folder, every Python file that the walk found migrated. Paths stay as
+    given (not resolved), so that a tree reached through a link is copied as it is seen."""
+    if os.path.isdir(path):
+        return Tree(os.path.abspath(path), tuple(entry.path for entry in walked), output)
+    root = os.path.dirname(os.path.abspath(path))
+    while os.path.isfile(os.path.join(root, "__init__.py")) and os.path.dirname(root) != root:
+        root = os.path.dirname(root)
+    return Tree(root, (path, *project_modules(path, excludes)), output, entry=path)
+
+
+def tree_jobs(tree: Tree, options: Options) -> list[Job]:
+    """One job per Python file to migrate, each writing to its place in the copy."""
+    return [Job(path, TREE, options, output=tree.target(path), explicit=path == tree.entry)
+            for path in tree.migrated]
+
+
+def overlap(tree: Tree) -> Optional[str]:
+    """Why OUT_DIR cannot take the copy, when it shares files with the input tree."""
+    root, output = os.path.realpath(tree.root), os.path.realpath(tree.output)
+    if output == root:
+        where = "is the input tree"
+    elif output.startswith(root + os.sep):
+        where = "is inside the input tree"
+    elif root.startswith(output + os.sep):
+        where = "holds the input tree"
+    else:
+        return None
+    beside = patch_path(os.path.join(os.path.dirname(tree.root), os.path.basename(tree.root) + "_ddp"))
+    return f"-o {tree.output} {where} {tree.shown_root}: give a directory outside it (such as {beside}/)"
+
+
+def copy_tree(tree: Tree, reports: Sequence[Report]) -> None:
+    """Copy every file of the tree that the migration does not write (prepared, nothing
+    failed), so that `torchrun OUT_DIR/train.py` runs from the copy. The migrated files are
+    the reports' pending writes (`jobs.TREE`), committed after this."""
+    written = {os.path.abspath(report.pending.path) for report in reports if report.pending}
+    for path in _files_to_copy(tree.root):
+        target = tree.target(path)
+        if os.path.abspath(target) not in written:
+            _copy(path, target)
+    for target in written:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+
+
+def _files_to_copy(root: str) -> Iterable[str]:
+    """Every kind of file of the tree: data and configs travel with the code. What a walk
+    never enters (version control, caches, virtual environments) stays behind; `.gitignore`
+    does not apply, since data folders are often ignored yet needed to run, and neither
+    does `--exclude`: an excluded module is copied as it is, not migrated, and still
+    imports."""
+    for directory, subdirectories, files in os.walk(root):
+        kept = []
+        for name in sorted(subdirectories):
+            path = os.path.join(directory, name)
+            if is_skipped_directory(directory, name):
+                continue
+            if os.path.islink(path):
+                yield path  # a linked folder (often the data) is linked again, not copied
+            else:
+                kept.append(name)
+        subdirectories[:] = kept
+        for name in sorted(files):
+            yield os.path.join(directory, name)
+
+
+def _copy(source: str, target: str) -> None:
+    try:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if os.path.islink(source):
+            if os.path.lexists(target):
+                os.unlink(target)
+            os.symlink(os.readlink(source), target)
+        else:
+            shutil.copy2(source, target)
+    except OSError as error:
+        raise SourceError(f"{target}: cannot copy {source}: {error.strerror or error}") from None
+
+
+def failed(reports: Sequence[Report]) -> bool:
+    return any(report.exit_code == ERROR for report in reports)

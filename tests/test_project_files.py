@@ -1,0 +1,126 @@
+"""Which files form a project (ddpify/project_files.py): the entry and the project's own
+modules it imports, transitively, never anything installed or outside the project root."""
+import textwrap
+from pathlib import Path
+
+from ddpify.project_files import files_of, project_root, unresolvable_imports
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+def _names(root: Path, found) -> list[str]:
+    return [path.relative_to(root.resolve()).as_posix() for path in found]
+
+
+def test_every_kind_of_import_is_followed(tmp_path):
+    root = _tree(tmp_path / "proj", {
+        "train.py": """\
+            import utils
+            import json
+            from model import Net
+            from trainer.loop import Trainer
+            from engines import *
+            import metrics.scores as scores
+            """,
+        "utils.py": "import torch\n",
+        "model.py": "from layers import Block\n",
+        "layers.py": "",
+        "trainer/__init__.py": "from .loop import Trainer\nfrom .hooks import *\n",
+        "trainer/loop.py": "from . import state\nfrom ..utils import x\n",
+        "trainer/state.py": "",
+        "trainer/hooks.py": "",
+        "engines.py": "",
+        "metrics/__init__.py": "",
+        "metrics/scores.py": "",
+        "unused.py": "",
+    })
+    assert _names(root, files_of(root / "train.py")) == [
+        "train.py", "utils.py", "model.py", "trainer/__init__.py", "trainer/loop.py",
+        "engines.py", "metrics/__init__.py", "metrics/scores.py", "layers.py",
+        "trainer/hooks.py", "trainer/state.py"]
+
+
+def test_a_module_of_a_package_named_in_from_import(tmp_path):
+    root = _tree(tmp_path / "proj", {
+        "train.py": "from pkg.sub import mod\nfrom pkg import helper_function\n",
+        "pkg/__init__.py": "def helper_function():\n    pass\n",
+        "pkg/sub/__init__.py": "",
+        "pkg/sub/mod.py": "",
+    })
+    assert _names(root, files_of(root / "train.py")) == [
+        "train.py", "pkg/__init__.py", "pkg/sub/__init__.py", "pkg/sub/mod.py"]
+
+
+def test_nothing_outside_the_root_or_installed(tmp_path):
+    _tree(tmp_path, {"outside.py": "", "proj/train.py": "import outside\nimport os\nimport torch\n"})
+    assert _names(tmp_path / "proj", files_of(tmp_path / "proj" / "train.py")) == ["train.py"]
+
+
+def test_a_link_out_of_the_root_and_installed_code_are_not_followed(tmp_path):
+    _tree(tmp_path, {"shared/common.py": "", "proj/train.py": "import common\nimport local\n", "proj/local.py": "",
+                     "venv/lib/site-packages/tool/run.py": "import helper\n",
+                     "venv/lib/site-packages/tool/helper.py": ""})
+    (tmp_path / "proj" / "common.py").symlink_to(tmp_path / "shared" / "common.py")
+    assert _names(tmp_path / "proj", files_of(tmp_path / "proj" / "train.py")) == ["train.py", "local.py"]
+    installed = tmp_path / "venv" / "lib" / "site-packages" / "tool" / "run.py"
+    assert files_of(installed) == [installed.resolve()]
+
+
+def test_a_folder_without_init_is_no_package(tmp_path):
+    root = _tree(tmp_path / "proj", {"train.py": "from tools.helpers import f\n", "tools/helpers.py": ""})
+    # Python 3 would import it as a namespace package; ddpify follows regular packages only.
+    assert _names(root, files_of(root / "train.py")) == ["train.py"]
+
+
+def test_cycles_and_the_bound(tmp_path):
+    root = _tree(tmp_path / "proj", {"train.py": "import a\n", "a.py": "import b\n",
+                                     "b.py": "import a\nimport train\n"})
+    assert _names(root, files_of(root / "train.py")) == ["train.py", "a.py", "b.py"]
+    files = {"train.py": "import m0\n", **{f"m{i}.py": f"import m{i + 1}\n" for i in range(30)}}
+    chain = _tree(tmp_path / "chain", files)
+    assert len(files_of(chain / "train.py", limit=10)) == 10
+
+
+def test_a_module_that_does_not_parse_is_listed_but_not_followed(tmp_path):
+    root = _tree(tmp_path / "proj", {"train.py": "import broken\n", "broken.py": "import later\ndef (:\n",
+                                     "later.py": ""})
+    assert _names(root, files_of(root / "train.py")) == ["train.py", "broken.py"]
+
+
+def test_project_root_climbs_out_of_packages(tmp_path):
+    root = _tree(tmp_path / "proj", {"pkg/__init__.py": "", "pkg/sub/__init__.py": "", "pkg/sub/run.py": "",
+                                     "train.py": ""})
+    assert project_root(root / "pkg" / "sub" / "run.py") == root.resolve()
+    assert project_root(root / "train.py") == root.resolve()
+    assert _names(root, files_of(root / "pkg" / "sub" / "run.py")) == ["pkg/sub/run.py"]
+
+
+def test_relative_imports_of_an_entry_inside_a_package(tmp_path):
+    root = _tree(tmp_path / "proj", {"pkg/__init__.py": "", "pkg/run.py": "from .data import loaders\n",
+                                     "pkg/data.py": ""})
+    assert _names(root, files_of(root / "pkg" / "run.py")) == ["pkg/run.py", "pkg/__init__.py", "pkg/data.py"]
+
+
+def test_unresolvable_imports_name_file_and_line(tmp_path):
+    root = _tree(tmp_path / "proj", {
+        "train.py": """\
+            import sys
+            import importlib
+            import plugins
+
+            sys.path.insert(0, "../lib")
+            model = importlib.import_module(f"models.{sys.argv[1]}")
+            """,
+        "plugins.py": "loader = __import__('loaders_' + NAME)\n",
+    })
+    found = [(path.name, line, text) for path, line, text in unresolvable_imports(root / "train.py")]
+    assert found == [("train.py", 5, "sys.path.insert(0, '../lib')"),
+                     ("train.py", 6, "importlib.import_module(f'models.{sys.argv[1]}')"),
+                     ("plugins.py", 1, "__import__('loaders_' + NAME)")]
+    assert unresolvable_imports(root / "plugins.py") == unresolvable_imports(root / "plugins.py")[:1]
