@@ -17,6 +17,7 @@ from collections import deque
 from pathlib import Path
 from typing import NamedTuple, Optional
 
+from ddpify import project
 from ddpify.analysis.effects import absolute_module
 from ddpify.project import INSTALLED, _module_file, _parsed, _stamp
 
@@ -31,12 +32,8 @@ class Unresolvable(NamedTuple):
 
 
 def project_root(path: os.PathLike | str) -> Path:
-    """The folder the entry script's imports resolve from: its own folder, or above it while
-    the folder is a package (holds `__init__.py`)."""
-    folder = Path(path).resolve().parent
-    while (folder / "__init__.py").is_file() and folder.parent != folder:
-        folder = folder.parent
-    return folder
+    """The folder the entry script's imports resolve from (ddpify.project.project_root)."""
+    return project.project_root(Path(path).resolve())
 
 
 def files_of(script: os.PathLike | str, limit: int = MAX_MODULES) -> list[Path]:
