@@ -1,4 +1,4 @@
-"""Patterns ddpify reports and never rewrites (DDP902).
+"""Patterns ddpify reports and never rewrites (DDP902, DDP909).
 
 A `break` decided on this rank's own batch loss stops one rank while the others wait in the
 next all-reduce. Making it safe would need an all-reduce of the decision on every step, which
@@ -21,10 +21,29 @@ RULES = (
          "A break or return decided on a value only one rank has leaves the other ranks "
          "waiting in the next all-reduce.",
          "Decide on a value all ranks share (all-reduce it first), or decide on every rank."),
+    Rule("DDP909", Severity.WARNING, "an import ddpify cannot follow: the module it loads is not migrated",
+         "The module is chosen when the script runs (importlib, __import__, a sys.path "
+         "entry added by the script), so ddpify cannot tell which of the project's files it "
+         "is: if that module trains, prints or saves, it stays single-process.",
+         "Import the module by name, or migrate it yourself: run ddpify on it as a module "
+         "of this project (`ddpify -i that_module.py`)."),
 )
+
+# Calls that load a module, or change where imports look, only when the script runs.
+DYNAMIC_IMPORTS = frozenset({
+    "importlib.import_module", "builtins.__import__", "importlib.util.spec_from_file_location",
+    "sys.path.insert", "sys.path.append", "sys.path.extend",
+})
+
+
+def report_dynamic_imports(facts: Facts, edits: Edits) -> None:
+    for qualified in sorted(DYNAMIC_IMPORTS):
+        for call in facts.calls_named.get(qualified, ()):
+            edits.report("DDP909", call)
 
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
+    report_dynamic_imports(facts, edits)
     reported: set[cst.If] = set()
     for loop in training.batch_loops(facts):
         # A step counter (`global_step += 1`) counts the same batches on every rank: each
@@ -95,4 +114,10 @@ CASES = (
                            "        optimizer.step()\n        if loss.item() < 0.01:\n            break\n"),
           "DDP902"),
     Silent(TRAINING, "DDP902"),
+    Emits(TRAINING.replace("import torch\n", "import importlib\n\nimport torch\n", 1)
+          .replace("device = torch", 'plugins = importlib.import_module("plugins")\ndevice = torch', 1),
+          "DDP909", ('importlib.import_module("plugins")',)),
+    Emits(TRAINING.replace("import torch\n", "import sys\n\nimport torch\n", 1)
+          .replace("device = torch", 'sys.path.insert(0, "../lib")\ndevice = torch', 1), "DDP909"),
+    Silent(TRAINING, "DDP909"),
 )
