@@ -4,7 +4,7 @@ Order matters: setup.choose makes the plan (where the setup block goes, which na
 others may use); each rule then writes its own part of the plan and reads only the parts
 of rules before it; setup.place runs last because the block must precede every statement
 that needs it. Units without a step of their own here (epochs, downloads, splits,
-hand_batches, random_batches) are steps of the data rule. The registry of codes is
+hand_batches, loader_dicts, random_batches) are steps of the data rule. The registry of codes is
 rules/registry.py.
 """
 from ddpify.rules import (

@@ -20,7 +20,7 @@ from ddpify.emit.arguments import edit_loader_arguments, fit_conditional, loader
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.options import Options
 from ddpify.plan import Plan
-from ddpify.rules import downloads, hand_batches, splits
+from ddpify.rules import downloads, hand_batches, loader_dicts, splits
 from ddpify.rules.cases import TRAINING, Emits, Silent
 from ddpify.rules.epochs import SET_EPOCH_IF_DISTRIBUTED_CODE, set_epoch
 
@@ -71,6 +71,7 @@ DATASET_CODE = "{dataset} = {expression}\n"
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     for loader in facts.loaders:
         _plan_loader(facts, edits, setup, loader)
+    loader_dicts.plan(facts, edits, setup)
     hand_batches.plan(facts, edits, setup)
     hand_batches.report_batch_loops(facts, edits, setup)
     downloads.plan(facts, edits, setup)
