@@ -87,17 +87,29 @@ class Facts(ValueFlow):
         parent = self.parents.get(call)
         while parent is not None and parent is not dict_pass.loop:
             if isinstance(parent, cst.If) and child in (parent.body, parent.orelse):
-                mentioned = names_in(parent.test)
+                test = self._flag_value(parent.test, dict_pass)
+                mentioned = names_in(test)
                 if mentioned & derived:
                     return (f"training is decided by `{sorted(mentioned & derived)[0]}`, which ddpify "
                             f"cannot read as a key of `{dict_pass.holder}`")
-                allowed = _keys_where(parent.test, variable, set(dict_pass.keys), child is parent.body)
+                allowed = _keys_where(test, variable, set(dict_pass.keys), child is parent.body)
                 if allowed is None:
                     return (f"ddpify cannot tell which keys of `{dict_pass.holder}` "
                             f"`if {self.module.code_for_node(parent.test)}:` trains")
                 keys &= allowed
             child, parent = parent, self.parents.get(parent)
         return keys
+
+    def _flag_value(self, test: cst.BaseExpression, dict_pass: DictPass) -> cst.BaseExpression:
+        """`if is_train:` where `is_train = phase == "train"` is set once, in the loop that
+        picks the key: the test it stands for (`not is_train` too)."""
+        negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
+        flag = test.expression if isinstance(test, cst.UnaryOperation) and negated else test
+        values = self.assigned_values.get(flag.value, []) if isinstance(flag, cst.Name) else []
+        if len(values) != 1 or dict_pass.key_loop is None or dict_pass.key_loop not in self.enclosing_loops(values[0]):
+            return test
+        value = values[0]
+        return cst.UnaryOperation(operator=cst.Not(), expression=value) if negated else value
 
     def batch_loops_without_loader(self) -> list[cst.For]:
         """Innermost training loops that iterate no DataLoader: batches built by hand."""

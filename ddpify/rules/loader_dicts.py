@@ -355,10 +355,9 @@ CASES = (
     Emits(_PHASES.replace('if phase == "train":', "if phase != \"val\":"), "DDP201"),
     Emits(_PHASES.replace('if phase == "train":', "if training:")
           .replace("for x, y in loaders[phase]:", 'training = phase == "train"\n      for x, y in loaders[phase]:'),
-          "DDP218"),
-    Silent(_PHASES.replace('if phase == "train":', "if training:")
-           .replace("for x, y in loaders[phase]:", 'training = phase == "train"\n      for x, y in loaders[phase]:'),
-           "DDP201"),
+          "DDP203", ('if distributed and split == "train"',)),
+    Emits(_PHASES.replace('if phase == "train":', 'if phase.startswith("tr"):'), "DDP218"),
+    Silent(_PHASES.replace('if phase == "train":', 'if phase.startswith("tr"):'), "DDP201"),
     Emits(TRAINING.replace("loader = DataLoader(dataset, batch_size=8, shuffle=True)\n",
                            "loaders = dict(fit=DataLoader(dataset, batch_size=8, shuffle=True), "
                            "check=DataLoader(dataset, batch_size=8))\n")
