@@ -54,6 +54,9 @@ class Plan:
     sharded_loaders: list[Loader] = field(default_factory=list)
     # Dicts of loaders whose training entries got a DistributedSampler (loader_dicts.py).
     sharded_loader_dicts: list[LoaderDict] = field(default_factory=list)
+    # Loaders built by name and kept in such a dict (`{"train": train_loader}`): loader_dicts.py
+    # shards or keeps them whole, and data.py leaves them alone.
+    loaders_in_dicts: list[Loader] = field(default_factory=list)
     # Passes over a dict of loaders that are a shard only for some keys, with the test, in the
     # loop's scope, that says so (`phase == "train"`): training.py sums their epoch figures
     # across ranks under it, and leaves the passes over whole entries as they are.

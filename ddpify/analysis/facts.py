@@ -57,6 +57,9 @@ class LoaderDict:
     entries: dict[str, cst.Call]
     # A comprehension's key variable (`split`); None for a literal.
     key_variable: Optional[str] = None
+    # Entries that name a loader built before (`{"train": train_loader, ...}`): its call is
+    # the entry's in `entries`.
+    named: dict[str, Loader] = field(default_factory=dict)
 
 
 @dataclass

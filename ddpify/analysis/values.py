@@ -62,10 +62,15 @@ class ValueFlow(Navigation):
         found: list[LoaderDict] = []
         for name, values in self.assigned_values.items():
             for value in values:
-                entries, variable = _loader_entries(value, loader_calls)
+                entries, variable, names = _loader_entries(value, loader_calls)
+                function = self.function_of(value)
+                named = {key: loader for key, held in names.items() if held
+                         for loader in self.loaders if (function, held) in self.loader_holders_of(loader)}
+                entries.update((key, loader.call) for key, loader in named.items())
                 if entries:
-                    found.append(LoaderDict(name, value, self.statement_of(value), self.function_of(value),
-                                            entries, variable))
+                    order = [key for key in [*names, *entries] if key in entries]  # the dict's
+                    found.append(LoaderDict(name, value, self.statement_of(value), function,
+                                            {key: entries[key] for key in dict.fromkeys(order)}, variable, named))
         return sorted(found, key=lambda loaders: self.start_of(loaders.value))
 
     def dict_passes(self, loaders: LoaderDict) -> Union[list[DictPass], str]:
@@ -85,6 +90,10 @@ class ValueFlow(Navigation):
 
     def _passes_in(self, loop: cst.For, name: str, keys: tuple[str, ...]) -> Union[list[DictPass], str]:
         iterated = _unwrapped(loop.iter, name)
+        if dotted_name(iterated) == name:
+            return []  # `for phase in loaders:` goes over the keys; the passes are the loops inside
+        if isinstance(iterated, cst.Call) and dotted_name(iterated.func) == f"{name}.keys":
+            return []
         if isinstance(iterated, cst.Subscript) and dotted_name(iterated.value) == name:
             index = iterated.slice[0].slice if len(iterated.slice) == 1 else None
             key = index.value if isinstance(index, cst.Index) else None
@@ -114,7 +123,7 @@ class ValueFlow(Navigation):
                     if loop in self.enclosing_loops(inner)]
         if loop in self.training_loops or loop in self.loops_calling_training:
             return f"a training loop takes `{name}` in a form ddpify cannot read"
-        return []  # `for phase in loaders:` goes over the keys; the passes are the loops inside
+        return []
 
     def sees_value(self, node: cst.CSTNode, name: str, holder: Optional[cst.FunctionDef]) -> bool:
         """Does `name` at node mean the value `holder` holds under that name? Yes in the
@@ -320,31 +329,35 @@ def dict_keys(value: cst.BaseExpression) -> set[str]:
 
 
 
-def _loader_entries(value: cst.BaseExpression,
-                    loader_calls: set[cst.Call]) -> tuple[dict[str, cst.Call], Optional[str]]:
-    """The DataLoader calls of a dict by key, and a comprehension's key variable."""
+def _loader_entries(value: cst.BaseExpression, loader_calls: set[cst.Call]
+                    ) -> tuple[dict[str, cst.Call], Optional[str], dict[str, str]]:
+    """The DataLoader calls of a dict by key, a comprehension's key variable, and the names
+    its other entries hold (`{"train": train_loader}`), by key."""
     if isinstance(value, cst.DictComp):
         keys = _literal_strings(value.for_in.iter)
         target = value.for_in.target
         if (keys is None or value.for_in.inner_for_in is not None or value.for_in.ifs
                 or not isinstance(target, cst.Name) or not isinstance(value.key, cst.Name)
                 or value.key.value != target.value or value.value not in loader_calls):
-            return {}, None
-        return {key: cast(cst.Call, value.value) for key in keys}, target.value
+            return {}, None, {}
+        return {key: cast(cst.Call, value.value) for key in keys}, target.value, {}
     pairs: list[tuple[Optional[str], cst.BaseExpression]] = []
     if isinstance(value, cst.Dict):
         for element in value.elements:
             if not isinstance(element, cst.DictElement):
-                return {}, None
+                return {}, None, {}
             pairs.append((string_value(element.key), element.value))
     elif isinstance(value, cst.Call) and dotted_name(value.func) == "dict" and value.args:
         for arg in value.args:
             if arg.keyword is None or arg.star:
-                return {}, None
+                return {}, None, {}
             pairs.append((arg.keyword.value, arg.value))
     if any(key is None for key, _ in pairs):
-        return {}, None
-    return {cast(str, key): cast(cst.Call, entry) for key, entry in pairs if entry in loader_calls}, None
+        return {}, None, {}
+    calls = {cast(str, key): cast(cst.Call, entry) for key, entry in pairs if entry in loader_calls}
+    # Every key in the dict's order; "" where the entry is no name.
+    names = {cast(str, key): entry.value if isinstance(entry, cst.Name) else "" for key, entry in pairs}
+    return calls, None, names
 
 
 def _literal_strings(node: cst.BaseExpression) -> Optional[list[str]]:

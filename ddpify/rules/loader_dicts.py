@@ -21,6 +21,7 @@ from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.emit.layout import fits
 from ddpify.plan import Plan
+from ddpify.rules import data
 from ddpify.rules.cases import TRAINING, Emits, Silent
 from ddpify.rules.epochs import SET_EPOCH_VIA_LOADER_CODE
 
@@ -47,6 +48,8 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
 
 
 def _plan_dict(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDict) -> None:
+    if any(facts.loops_over_values(facts.loader_holders_of(loader)) for loader in loaders.named.values()):
+        return  # a loader also iterated by its own name: the data rule's, as any other
     passes = facts.dict_passes(loaders)
     if isinstance(passes, str):
         _report(facts, edits, setup, loaders, passes)
@@ -60,7 +63,7 @@ def _plan_dict(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDict) -> 
         trained |= keys
     if not trained:
         return  # evaluation only: evaluation.py's concern, not a training feed
-    reason = _why_not_sharded(facts, edits, loaders, trained)
+    reason = _why_not_sharded(facts, edits, setup, loaders, trained)
     if reason is not None:
         _report(facts, edits, setup, loaders, reason)
         return
@@ -68,7 +71,10 @@ def _plan_dict(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDict) -> 
 
 
 def _report(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDict, reason: str) -> None:
-    """Left single-process as before, with what stopped the migration."""
+    """Left single-process as before, with what stopped the migration. A dict of loaders
+    built by name stays the data rule's, as before."""
+    if loaders.named:
+        return
     first = min(loaders.entries.values(), key=facts.start_of)
     loops = facts.loops_over_values(facts.holders_from(loaders.function, loaders.name))
     fed = {loop for loop in facts.training_loops
@@ -79,14 +85,20 @@ def _report(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDict, reason
     setup.loader_dict_loops.update(fed)
 
 
-def _why_not_sharded(facts: Facts, edits: Edits, loaders: LoaderDict, trained: set[str]) -> Optional[str]:
-    if edits.options.keep_global_batch:
-        return "--keep-global-batch does not divide the batch size of a loader kept in a dict"
+def _why_not_sharded(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDict,
+                     trained: set[str]) -> Optional[str]:
     if facts.enclosing_loops(loaders.value):
         return f"`{loaders.name}` is built anew inside a loop"
     if not isinstance(loaders.statement, cst.SimpleStatementLine):
         return f"`{loaders.name}` is not built by an assignment"
     for key in trained:
+        named = loaders.named.get(key)
+        if named is not None:
+            if not data.can_shard(facts, setup, named):
+                return f"the `{key}` loader, `{named.name}`, cannot be given a sampler"
+            continue
+        if edits.options.keep_global_batch:
+            return "--keep-global-batch does not divide the batch size of a loader built in a dict"
         call = loaders.entries[key]
         keywords = keyword_args(call)
         dataset = _dataset(call)
@@ -126,27 +138,47 @@ def _plain(node: cst.BaseExpression) -> bool:
 
 def _shard(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDict, passes: list[DictPass],
            trained: set[str]) -> None:
-    condition = "distributed"
-    if not setup.sees_setup(facts, loaders.value):
-        condition = OUT_OF_SETUP_CONDITION
-        edits.imports.add("dist")
-    keys = list(loaders.entries)
-    if loaders.key_variable is not None and set(keys) - trained:
-        # One call builds every entry: only the training keys get the sampler.
-        condition = f"{condition} and {_key_test(loaders.key_variable, [k for k in keys if k in trained])}"
-    calls = list(dict.fromkeys(loaders.entries[key] for key in keys if key in trained))
-    arguments = {call: _arguments(edits, call, condition) for call in calls}
-    _rewrite(facts, edits, loaders, arguments)
-    edits.imports.add("DistributedSampler")
-    for call in calls:
-        edits.report("DDP201", call)
-        edits.report("DDP206", call)
-    for key in keys:
+    _shard_built_here(facts, edits, setup, loaders, trained)
+    for key, loader in loaders.named.items():
+        setup.loaders_in_dicts.append(loader)
+        if key in trained:
+            data.add_sampler(facts, edits, loader, setup, epoch=False)
+    for key in loaders.entries:
         if key not in trained:
             edits.report("DDP203", loaders.entries[key], "evaluation loader left unsharded: the "
                          f"`{key}` entry of `{loaders.name}` does not train, and every rank evaluates "
                          "all of it, so its figures are the original's")
     setup.sharded_loader_dicts.append(loaders)
+    _note_passes(facts, edits, setup, passes, trained)
+    shuffled = [key for key in loaders.entries if key in trained and (
+        _shuffles(loaders.entries[key]) if key not in loaders.named
+        else loaders.named[key].shuffles or loaders.named[key].kwargs_name is not None)]
+    if shuffled:
+        _set_epoch(facts, edits, setup, loaders, passes, shuffled)
+
+
+def _shard_built_here(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDict, trained: set[str]) -> None:
+    """The training loaders built in the dict itself: an inline sampler in their call."""
+    keys = [key for key in loaders.entries if key not in loaders.named]
+    calls = list(dict.fromkeys(loaders.entries[key] for key in keys if key in trained))
+    if not calls:
+        return
+    condition = "distributed"
+    if not setup.sees_setup(facts, loaders.value):
+        condition = OUT_OF_SETUP_CONDITION
+        edits.imports.add("dist")
+    if loaders.key_variable is not None and set(keys) - trained:
+        # One call builds every entry: only the training keys get the sampler.
+        condition = f"{condition} and {_key_test(loaders.key_variable, [k for k in keys if k in trained])}"
+    _rewrite(facts, edits, loaders, {call: _arguments(edits, call, condition) for call in calls})
+    edits.imports.add("DistributedSampler")
+    for call in calls:
+        edits.report("DDP201", call)
+        edits.report("DDP206", call)
+
+
+def _note_passes(facts: Facts, edits: Edits, setup: Plan, passes: list[DictPass], trained: set[str]) -> None:
+    """Which passes are a shard, whole or in part, for training.py to sum their figures."""
     for each in passes:
         setup.loader_dict_loops.add(each.loop)
         taken = [key for key in each.keys if key in trained]
@@ -158,9 +190,6 @@ def _shard(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDict, passes:
             setup.partly_sharded_loops[each.loop] = _key_test(each.key_variable, taken)
         if not facts.loop_trains(each.loop):
             edits.report("DDP213", each.loop)
-    shuffled = [key for key in keys if key in trained and _shuffles(loaders.entries[key])]
-    if shuffled:
-        _set_epoch(facts, edits, setup, loaders, passes, shuffled)
 
 
 def _key_test(variable: str, keys: list[str]) -> str:
