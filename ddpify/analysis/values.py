@@ -78,7 +78,9 @@ class ValueFlow(Navigation):
         (passed to a function, returned); a string says which use ddpify cannot follow."""
         keys = tuple(loaders.entries)
         passes: list[DictPass] = []
-        for function, name in sorted(self.holders_from(loaders.function, loaders.name), key=str):
+        holders = sorted(self.holders_from(loaders.function, loaders.name),
+                         key=lambda held: (self.start_of(held[0]) if held[0] else (0, 0), held[1]))
+        for function, name in holders:
             for loop in self.loops_over.get(name, ()):
                 if not self.sees_value(loop, name, function):
                     continue

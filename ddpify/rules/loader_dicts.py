@@ -1,6 +1,7 @@
 """DataLoaders kept in a dict by key (`{split: DataLoader(...) for split in ["train", "val"]}`,
-a dict literal, `dict(train=...)`): the entries that train get a DistributedSampler where
-they are built, the others stay whole (DDP201, DDP203, DDP218).
+a dict literal, `dict(train=...)`, or `{"train": train_loader, ...}`): the entries that train
+get a DistributedSampler where they are built (inline in the dict, or the data rule's named
+sampler for a loader built by name), the others stay whole (DDP201, DDP203, DDP218).
 
 An entry's role is what the loop does with it: the keys whose branch calls backward() or
 step() (`if phase == "train":`) train, whatever they are called. An evaluation entry stays
@@ -91,7 +92,7 @@ def _why_not_sharded(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDic
         return f"`{loaders.name}` is built anew inside a loop"
     if not isinstance(loaders.statement, cst.SimpleStatementLine):
         return f"`{loaders.name}` is not built by an assignment"
-    for key in trained:
+    for key in [key for key in loaders.entries if key in trained]:  # the dict's order, not the set's
         named = loaders.named.get(key)
         if named is not None:
             if not data.can_shard(facts, setup, named):
