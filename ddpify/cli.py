@@ -166,9 +166,6 @@ def migrate(paths, output, in_place, show_diff, check, twin, select, ignore, exc
     excluded = (*config.exclude, *excludes)
     entries = expand(paths, excluded)
     _say_where_no_python_was_found(paths, entries, excluded)
-    if not quiet:
-        for note in project_jobs.unresolvable_notes(entries):
-            click.echo(note, err=True)
     show = printer(output_format, verbose=verbose, quiet=quiet)
     if mode == job_modes.TREE:
         reports = _write_tree(paths[0], output, entries, options, excluded, workers, show)

@@ -10,7 +10,7 @@ from typing import Optional, Union
 import libcst as cst
 
 from ddpify.analysis.control import Facts
-from ddpify.analysis.facts import BlockItem, DeviceAssignment, Loader
+from ddpify.analysis.facts import BlockItem, DeviceAssignment, Loader, LoaderDict
 from ddpify.diagnostics import Diagnostic
 
 
@@ -57,6 +57,18 @@ class Plan:
     # Loaders that got a DistributedSampler (data.py), for the rules that reduce the
     # figures of a sharded epoch (training.py).
     sharded_loaders: list[Loader] = field(default_factory=list)
+    # Dicts of loaders whose training entries got a DistributedSampler (loader_dicts.py).
+    sharded_loader_dicts: list[LoaderDict] = field(default_factory=list)
+    # Loaders built by name and kept in such a dict (`{"train": train_loader}`): loader_dicts.py
+    # shards or keeps them whole, and data.py leaves them alone.
+    loaders_in_dicts: list[Loader] = field(default_factory=list)
+    # Passes over a dict of loaders that are a shard only for some keys, with the test, in the
+    # loop's scope, that says so (`phase == "train"`): training.py sums their epoch figures
+    # across ranks under it, and leaves the passes over whole entries as they are.
+    partly_sharded_loops: dict[cst.For, str] = field(default_factory=dict)
+    # Every pass over a dict of loaders that loader_dicts.py sharded or reported, so that
+    # hand_batches.py does not report it again.
+    loader_dict_loops: set[cst.For] = field(default_factory=set)
     # Loops over batches cut by hand that each rank now takes its share of (hand_batches.py).
     sharded_loops: list[cst.For] = field(default_factory=list)
     # Training loops whose random batches each rank now draws with a seed of its own

@@ -8,14 +8,13 @@ are ever part of the project: nothing installed, nothing outside. Imports are re
 same module-to-file rules as `ddpify.project`, which reads what the helpers do.
 
 Imports that no reading can follow (`importlib.import_module(name)`, `__import__`,
-`sys.path` edits before an import) are listed by `unresolvable_imports`, so that a project
-ddpify cannot see whole is said to be so, with the line.
+`sys.path` edits) are reported by the migration itself, with their line (DDP909).
 """
 import ast
 import os
 from collections import deque
 from pathlib import Path
-from typing import NamedTuple, Optional
+from typing import Optional
 
 from ddpify import project
 from ddpify.analysis.effects import absolute_module
@@ -23,12 +22,6 @@ from ddpify.project import INSTALLED, _module_file, _parsed, _stamp
 
 # A project is a few dozen modules; past this a walk is following something it should not.
 MAX_MODULES = 200
-
-
-class Unresolvable(NamedTuple):
-    path: Path
-    line: int
-    text: str
 
 
 def project_root(path: os.PathLike | str) -> Path:
@@ -57,16 +50,6 @@ def files_of(script: os.PathLike | str, limit: int = MAX_MODULES) -> list[Path]:
                 found[module_file] = None
                 waiting.append(module_file)
     return list(found)
-
-
-def unresolvable_imports(script: os.PathLike | str) -> list[Unresolvable]:
-    """Imports of the project's files that depend on values known only when they run."""
-    found = []
-    for path in files_of(script):
-        tree = _tree(path)
-        if tree is not None:
-            found += [Unresolvable(path, line, text) for line, text in _dynamic_imports(tree)]
-    return found
 
 
 def _tree(path: Path) -> Optional[ast.Module]:
@@ -119,24 +102,3 @@ def _files_of_module(module: str, root: Path, entry_folder: Path, packages: bool
             continue  # not importable as written: a folder on the way is no package
         return [init[0].resolve() for init in inits if init is not None] + [target[0].resolve()]
     return []
-
-
-def _dynamic_imports(tree: ast.Module) -> list[tuple[int, str]]:
-    found = []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        name = _dotted(node.func)
-        if name in ("importlib.import_module", "import_module", "__import__",
-                    "importlib.util.spec_from_file_location", "spec_from_file_location",
-                    "sys.path.insert", "sys.path.append", "sys.path.extend"):
-            found.append((node.lineno, ast.unparse(node)))
-    return sorted(found)
-
-
-def _dotted(node: ast.expr) -> str:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        return f"{_dotted(node.value)}.{node.attr}"
-    return ""

@@ -16,7 +16,7 @@ from typing import Optional
 from ddpify.files import SourceError
 from ddpify.jobs import ERROR, NOTEBOOK_SUFFIX, TREE, Job, Report, patch_path
 from ddpify.options import Options
-from ddpify.project_files import files_of, unresolvable_imports
+from ddpify.project_files import files_of
 from ddpify.walk import Entry, is_skipped_directory, matches_any
 
 
@@ -55,19 +55,6 @@ def shown_path(entry: str, module: Path) -> str:
     project the way its entry was named."""
     relative = os.path.relpath(module, Path(entry).resolve().parent)
     return os.path.normpath(os.path.join(os.path.dirname(entry), relative))
-
-
-def unresolvable_notes(entries: Iterable[Entry]) -> list[str]:
-    """One line per import of an entry's project that no reading of the source can follow."""
-    notes = []
-    for entry in entries:
-        if not is_entry_script(entry):
-            continue
-        for found in unresolvable_imports(entry.path):
-            notes.append(f"ddpify: note: {shown_path(entry.path, found.path)}:{found.line}: "
-                         f"an import ddpify cannot follow ({found.text}): the modules it loads "
-                         "are not part of the project it migrates")
-    return notes
 
 
 def extra_changes(reports: Sequence[Report]) -> list[str]:

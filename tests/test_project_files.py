@@ -3,7 +3,7 @@ modules it imports, transitively, never anything installed or outside the projec
 import textwrap
 from pathlib import Path
 
-from ddpify.project_files import files_of, project_root, unresolvable_imports
+from ddpify.project_files import files_of, project_root
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:
@@ -107,20 +107,3 @@ def test_relative_imports_of_an_entry_inside_a_package(tmp_path):
     assert _names(root, files_of(root / "pkg" / "run.py")) == ["pkg/run.py", "pkg/__init__.py", "pkg/data.py"]
 
 
-def test_unresolvable_imports_name_file_and_line(tmp_path):
-    root = _tree(tmp_path / "proj", {
-        "train.py": """\
-            import sys
-            import importlib
-            import plugins
-
-            sys.path.insert(0, "../lib")
-            model = importlib.import_module(f"models.{sys.argv[1]}")
-            """,
-        "plugins.py": "loader = __import__('loaders_' + NAME)\n",
-    })
-    found = [(path.name, line, text) for path, line, text in unresolvable_imports(root / "train.py")]
-    assert found == [("train.py", 5, "sys.path.insert(0, '../lib')"),
-                     ("train.py", 6, "importlib.import_module(f'models.{sys.argv[1]}')"),
-                     ("plugins.py", 1, "__import__('loaders_' + NAME)")]
-    assert unresolvable_imports(root / "plugins.py") == unresolvable_imports(root / "plugins.py")[:1]

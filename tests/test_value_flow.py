@@ -144,3 +144,46 @@ groups = [{"params": [p for n, p in named if "bias" not in n], "weight_decay": 0
 optimizer = torch.optim.AdamW(groups, lr=1e-3)
 """)
     assert [model.name for model in facts.models] == ["model"]
+
+
+PHASES = """\
+import torch
+from torch.utils.data import DataLoader
+
+def fit(model, optimizer, loaders):
+    for epoch in range(3):
+        for phase in ["fit", "check"]:
+            is_fit = phase == "fit"
+            for x in loaders[phase]:
+                loss = model(x).sum()
+                if is_fit:
+                    loss.backward()
+                    optimizer.step()
+
+def main(train_set, val_set, model, optimizer):
+    loaders = {"fit": DataLoader(train_set, shuffle=True), "check": DataLoader(val_set)}
+    fit(model, optimizer, loaders)
+"""
+
+
+def test_a_dict_of_loaders_is_followed_into_the_function_it_is_passed_to():
+    facts = facts_of(PHASES)
+    (loaders,) = facts.loader_dicts()
+    assert list(loaders.entries) == ["fit", "check"]
+    (each,) = facts.dict_passes(loaders)
+    assert (each.holder, each.keys, each.key_variable) == ("loaders", ("fit", "check"), "phase")
+
+
+def test_the_keys_that_train_are_read_from_the_branch_that_steps_not_from_their_names():
+    facts = facts_of(PHASES)
+    (each,) = facts.dict_passes(facts.loader_dicts()[0])
+    assert facts.keys_trained(each) == {"fit"}
+    inverted = facts_of(PHASES.replace("if is_fit:", "if not is_fit:"))
+    (each,) = inverted.dict_passes(inverted.loader_dicts()[0])
+    assert inverted.keys_trained(each) == {"check"}
+
+
+def test_a_test_on_the_key_that_cannot_be_read_says_so():
+    facts = facts_of(PHASES.replace("if is_fit:", "if phase.startswith('f'):"))
+    (each,) = facts.dict_passes(facts.loader_dicts()[0])
+    assert isinstance(facts.keys_trained(each), str)

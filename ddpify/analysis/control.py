@@ -1,12 +1,12 @@
 """Loops and training: the epoch loop around a pass over a loader, where training starts,
 which functions and loops train, and which top-level code runs when the file runs."""
 from collections.abc import Iterable
-from typing import Optional
+from typing import Optional, Union
 
 import libcst as cst
 
-from ddpify.analysis.facts import ExternalLoader, Holder, Loader
-from ddpify.analysis.nodes import dotted_name
+from ddpify.analysis.facts import DictPass, ExternalLoader, Holder, Loader
+from ddpify.analysis.nodes import dotted_name, names_in, string_value
 from ddpify.analysis.values import ValueFlow
 
 
@@ -56,6 +56,60 @@ class Facts(ValueFlow):
     def loop_trains(self, loop: cst.For) -> bool:
         """The loop's body trains, itself or through a function it calls."""
         return loop in self.training_loops or loop in self.loops_calling_training
+
+    def keys_trained(self, dict_pass: DictPass) -> Union[set[str], str]:
+        """The keys for which a pass over a dict of loaders trains: the branches that call
+        backward() or step() under `if phase == "train":` (or `!=`, `in`, `else`) say which,
+        whatever the keys are called. A string says why it cannot be told."""
+        if not self.loop_trains(dict_pass.loop):
+            return set()
+        calls = [call for call in self.training_calls if dict_pass.loop in self.enclosing_loops(call)]
+        if not calls:
+            return "its loop trains through a function ddpify does not follow"
+        if dict_pass.key_variable is None:
+            return set(dict_pass.keys)
+        trained: set[str] = set()
+        for call in calls:
+            keys = self._keys_reaching(call, dict_pass)
+            if isinstance(keys, str):
+                return keys
+            trained |= keys
+        return trained
+
+    def _keys_reaching(self, call: cst.Call, dict_pass: DictPass) -> Union[set[str], str]:
+        """The keys for which the branches around `call`, up to the pass's loop, run it."""
+        variable = dict_pass.key_variable
+        assert variable is not None
+        derived = {name for name, values in self.assigned_values.items()
+                   if name != variable and any(variable in names_in(value) for value in values)}
+        keys = set(dict_pass.keys)
+        child: cst.CSTNode = call
+        parent = self.parents.get(call)
+        while parent is not None and parent is not dict_pass.loop:
+            if isinstance(parent, cst.If) and child in (parent.body, parent.orelse):
+                test = self._flag_value(parent.test, dict_pass)
+                mentioned = names_in(test)
+                if mentioned & derived:
+                    return (f"training is decided by `{sorted(mentioned & derived)[0]}`, which ddpify "
+                            f"cannot read as a key of `{dict_pass.holder}`")
+                allowed = _keys_where(test, variable, set(dict_pass.keys), child is parent.body)
+                if allowed is None:
+                    return (f"ddpify cannot tell which keys of `{dict_pass.holder}` "
+                            f"`if {self.module.code_for_node(parent.test)}:` trains")
+                keys &= allowed
+            child, parent = parent, self.parents.get(parent)
+        return keys
+
+    def _flag_value(self, test: cst.BaseExpression, dict_pass: DictPass) -> cst.BaseExpression:
+        """`if is_train:` where `is_train = phase == "train"` is set once, in the loop that
+        picks the key: the test it stands for (`not is_train` too)."""
+        negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
+        flag = test.expression if isinstance(test, cst.UnaryOperation) and negated else test
+        values = self.assigned_values.get(flag.value, []) if isinstance(flag, cst.Name) else []
+        if len(values) != 1 or dict_pass.key_loop is None or dict_pass.key_loop not in self.enclosing_loops(values[0]):
+            return test
+        value = values[0]
+        return cst.UnaryOperation(operator=cst.Not(), expression=value) if negated else value
 
     def batch_loops_without_loader(self) -> list[cst.For]:
         """Innermost training loops that iterate no DataLoader: batches built by hand."""
@@ -236,3 +290,44 @@ def is_training_loader(facts: Facts, loader: Loader) -> bool:
     if any(word in name for word in EVALUATION_WORDS):
         return False
     return loader.shuffles or loader.kwargs_name is not None
+
+
+def _keys_where(test: cst.BaseExpression, variable: str, keys: set[str], holds: bool) -> Optional[set[str]]:
+    """The keys for which `test` is `holds` when `variable` takes them; None when the test
+    reads the key in a way this cannot evaluate."""
+    if variable not in names_in(test):
+        return set(keys)
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return _keys_where(test.expression, variable, keys, not holds)
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And) and holds:
+        both = _keys_where(test.left, variable, keys, True), _keys_where(test.right, variable, keys, True)
+        return None if both[0] is None or both[1] is None else both[0] & both[1]
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return None
+    target = test.comparisons[0]
+    operator, left, right = target.operator, test.left, target.comparator
+    if isinstance(right, cst.Name) and right.value == variable and isinstance(operator, (cst.Equal, cst.NotEqual)):
+        left, right = right, left
+    if not (isinstance(left, cst.Name) and left.value == variable):
+        return None
+    values = _strings(right)
+    if values is None:
+        return None
+    if isinstance(operator, (cst.Equal, cst.In)):
+        matched = keys & values
+    elif isinstance(operator, (cst.NotEqual, cst.NotIn)):
+        matched = keys - values
+    else:
+        return None
+    return matched if holds else keys - matched
+
+
+def _strings(node: cst.BaseExpression) -> Optional[set[str]]:
+    """A string literal, or a list, tuple or set of them."""
+    single = string_value(node)
+    if single is not None:
+        return {single}
+    if isinstance(node, (cst.List, cst.Tuple, cst.Set)):
+        values = {string_value(element.value) for element in node.elements}
+        return None if None in values else {value for value in values if value is not None}
+    return None

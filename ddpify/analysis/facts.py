@@ -60,6 +60,42 @@ class ExternalLoader:
 
 
 @dataclass
+class LoaderDict:
+    """DataLoaders kept in a dict by key: `{split: DataLoader(...) for split in ["train",
+    "val"]}`, a dict literal of them, or `dict(train=DataLoader(...), ...)`."""
+
+    name: str
+    value: cst.BaseExpression
+    statement: Statement
+    function: Optional[cst.FunctionDef]
+    # Each key with the DataLoader call that builds its entry: one call for every key of a
+    # comprehension, one call a key for a literal.
+    entries: dict[str, cst.Call]
+    # A comprehension's key variable (`split`); None for a literal.
+    key_variable: Optional[str] = None
+    # Entries that name a loader built before (`{"train": train_loader, ...}`): its call is
+    # the entry's in `entries`.
+    named: dict[str, Loader] = field(default_factory=dict)
+
+
+@dataclass
+class DictPass:
+    """A loop over the batches of one entry of a LoaderDict: `for x, y in loaders[phase]`,
+    or `for x, y in loader` inside `for phase, loader in loaders.items()`."""
+
+    loop: cst.For
+    # The dict's name where the loop runs (a parameter, if the dict was passed in).
+    holder: str
+    # The keys this pass may take, in the dict's order.
+    keys: tuple[str, ...]
+    # The variable that holds the key (`phase`); None for a literal key or `.values()`.
+    key_variable: Optional[str]
+    # The loop that picks the entry (`for phase in ...`, `for phase, loader in ...items()`),
+    # which is not the epoch loop.
+    key_loop: Optional[cst.For] = None
+
+
+@dataclass
 class Model:
     """A model whose `.parameters()` an optimizer trains."""
 

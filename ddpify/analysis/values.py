@@ -1,12 +1,12 @@
 """Value flow: where a loader or a model goes from the name it was built under, through
 returns, call arguments and `self.` attributes."""
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Optional
+from typing import Optional, Union, cast
 
 import libcst as cst
 
 from ddpify.analysis import effects
-from ddpify.analysis.facts import Holder, Loader, Model, Statement
+from ddpify.analysis.facts import DictPass, Holder, Loader, LoaderDict, Model, Statement
 from ddpify.analysis.navigation import Navigation
 from ddpify.analysis.nodes import (
     dotted_name,
@@ -55,6 +55,77 @@ class ValueFlow(Navigation):
                         for callee, parameter, _ in self._calls_passing(name, function))
             work.extend((function, attribute) for attribute in self.stored_in_self(name, function))
         return holders
+
+    def loader_dicts(self) -> list[LoaderDict]:
+        """Dicts whose entries are DataLoaders built right there, by string key."""
+        loader_calls = set(self.loader_calls)
+        found: list[LoaderDict] = []
+        for name, values in self.assigned_values.items():
+            for value in values:
+                entries, variable, names = _loader_entries(value, loader_calls)
+                function = self.function_of(value)
+                named = {key: loader for key, held in names.items() if held
+                         for loader in self.loaders if (function, held) in self.loader_holders_of(loader)}
+                entries.update((key, loader.call) for key, loader in named.items())
+                if entries:
+                    order = [key for key in [*names, *entries] if key in entries]  # the dict's
+                    found.append(LoaderDict(name, value, self.statement_of(value), function,
+                                            {key: entries[key] for key in dict.fromkeys(order)}, variable, named))
+        return sorted(found, key=lambda loaders: self.start_of(loaders.value))
+
+    def dict_passes(self, loaders: LoaderDict) -> Union[list[DictPass], str]:
+        """Every loop over the batches of one of the dict's entries, wherever the dict goes
+        (passed to a function, returned); a string says which use ddpify cannot follow."""
+        keys = tuple(loaders.entries)
+        passes: list[DictPass] = []
+        holders = sorted(self.holders_from(loaders.function, loaders.name),
+                         key=lambda held: (self.start_of(held[0]) if held[0] else (0, 0), held[1]))
+        for function, name in holders:
+            for loop in self.loops_over.get(name, ()):
+                if not self.sees_value(loop, name, function):
+                    continue
+                found = self._passes_in(loop, name, keys)
+                if isinstance(found, str):
+                    return found
+                passes.extend(found)
+        return sorted(passes, key=lambda each: self.start_of(each.loop))
+
+    def _passes_in(self, loop: cst.For, name: str, keys: tuple[str, ...]) -> Union[list[DictPass], str]:
+        iterated = _unwrapped(loop.iter, name)
+        if dotted_name(iterated) == name:
+            return []  # `for phase in loaders:` goes over the keys; the passes are the loops inside
+        if isinstance(iterated, cst.Call) and dotted_name(iterated.func) == f"{name}.keys":
+            return []
+        if isinstance(iterated, cst.Subscript) and dotted_name(iterated.value) == name:
+            index = iterated.slice[0].slice if len(iterated.slice) == 1 else None
+            key = index.value if isinstance(index, cst.Index) else None
+            literal = string_value(key) if key is not None else None
+            if literal in keys:
+                return [DictPass(loop, name, (literal,), None)]
+            if isinstance(key, cst.Name):
+                key_loop = next((outer for outer in self.enclosing_loops(loop)
+                                 if isinstance(outer.target, cst.Name) and outer.target.value == key.value), None)
+                domain = _literal_strings(key_loop.iter) if key_loop is not None else None
+                taken = tuple(k for k in keys if domain is None or k in domain)
+                return [DictPass(loop, name, taken, key.value, key_loop)]
+            return f"`{self.module.code_for_node(iterated)}` picks an entry ddpify cannot name"
+        if (isinstance(iterated, cst.Call) and isinstance(iterated.func, cst.Attribute)
+                and dotted_name(iterated.func.value) == name and iterated.func.attr.value in ("items", "values")):
+            target = loop.target
+            if iterated.func.attr.value == "items":
+                pair = target.elements if isinstance(target, cst.Tuple) and len(target.elements) == 2 else None
+                if pair is None or not all(isinstance(element.value, cst.Name) for element in pair):
+                    return f"the loop over `{name}.items()` takes its entries in a form ddpify cannot read"
+                key_name, loader_name = (cast(cst.Name, element.value).value for element in pair)
+            elif isinstance(target, cst.Name):
+                key_name, loader_name = None, target.value
+            else:
+                return f"the loop over `{name}.values()` takes its entries in a form ddpify cannot read"
+            return [DictPass(inner, name, keys, key_name, loop) for inner in self.loops_over.get(loader_name, ())
+                    if loop in self.enclosing_loops(inner)]
+        if loop in self.training_loops or loop in self.loops_calling_training:
+            return f"a training loop takes `{name}` in a form ddpify cannot read"
+        return []
 
     def sees_value(self, node: cst.CSTNode, name: str, holder: Optional[cst.FunctionDef]) -> bool:
         """Does `name` at node mean the value `holder` holds under that name? Yes in the
@@ -258,3 +329,50 @@ def dict_keys(value: cst.BaseExpression) -> set[str]:
     return {key for key in keys if key is not None}
 
 
+
+
+def _loader_entries(value: cst.BaseExpression, loader_calls: set[cst.Call]
+                    ) -> tuple[dict[str, cst.Call], Optional[str], dict[str, str]]:
+    """The DataLoader calls of a dict by key, a comprehension's key variable, and the names
+    its other entries hold (`{"train": train_loader}`), by key."""
+    if isinstance(value, cst.DictComp):
+        keys = _literal_strings(value.for_in.iter)
+        target = value.for_in.target
+        if (keys is None or value.for_in.inner_for_in is not None or value.for_in.ifs
+                or not isinstance(target, cst.Name) or not isinstance(value.key, cst.Name)
+                or value.key.value != target.value or value.value not in loader_calls):
+            return {}, None, {}
+        return {key: cast(cst.Call, value.value) for key in keys}, target.value, {}
+    pairs: list[tuple[Optional[str], cst.BaseExpression]] = []
+    if isinstance(value, cst.Dict):
+        for element in value.elements:
+            if not isinstance(element, cst.DictElement):
+                return {}, None, {}
+            pairs.append((string_value(element.key), element.value))
+    elif isinstance(value, cst.Call) and dotted_name(value.func) == "dict" and value.args:
+        for arg in value.args:
+            if arg.keyword is None or arg.star:
+                return {}, None, {}
+            pairs.append((arg.keyword.value, arg.value))
+    if any(key is None for key, _ in pairs):
+        return {}, None, {}
+    calls = {cast(str, key): cast(cst.Call, entry) for key, entry in pairs if entry in loader_calls}
+    # Every key in the dict's order; "" where the entry is no name.
+    names = {cast(str, key): entry.value if isinstance(entry, cst.Name) else "" for key, entry in pairs}
+    return calls, None, names
+
+
+def _literal_strings(node: cst.BaseExpression) -> Optional[list[str]]:
+    """`["train", "val"]` or `("train", "val")`: the strings; None for anything else."""
+    if not isinstance(node, (cst.List, cst.Tuple)):
+        return None
+    values = [string_value(element.value) for element in node.elements]
+    return None if any(value is None for value in values) else cast(list[str], values)
+
+
+def _unwrapped(iterated: cst.BaseExpression, name: str) -> cst.BaseExpression:
+    """`tqdm(loaders[phase])`, `enumerate(loader)`: what the wrappers go over."""
+    while (isinstance(iterated, cst.Call) and iterated.args and not iterated.args[0].star
+           and not (isinstance(iterated.func, cst.Attribute) and dotted_name(iterated.func.value) == name)):
+        iterated = iterated.args[0].value
+    return iterated

@@ -4,7 +4,8 @@ Order matters: setup.choose makes the plan (where the setup block goes, which na
 others may use); each rule then writes its own part of the plan and reads only the parts
 of rules before it; setup.place runs last because the block must precede every statement
 that needs it. Units without a step of their own here (epochs, downloads, splits,
-hand_batches, random_batches) are steps of the data rule. The registry of codes is
+hand_batches, random_batches) are steps of the data rule; loader_dicts runs just before it,
+so that the loaders it takes over from a dict are its own. The registry of codes is
 rules/registry.py.
 """
 from ddpify.rules import (
@@ -12,6 +13,7 @@ from ddpify.rules import (
     data,
     devices,
     evaluation,
+    loader_dicts,
     model,
     report_only,
     setup,
@@ -20,7 +22,8 @@ from ddpify.rules import (
     training,
 )
 
-CONCERNS = (devices, model, data, evaluation, side_effects, checkpoints, shared_names, training, report_only)
+CONCERNS = (devices, model, loader_dicts, data, evaluation, side_effects, checkpoints, shared_names, training,
+            report_only)
 
-__all__ = ["CONCERNS", "checkpoints", "data", "devices", "evaluation", "model", "report_only", "setup", "shared_names",
-           "side_effects", "training"]
+__all__ = ["CONCERNS", "checkpoints", "data", "devices", "evaluation", "loader_dicts", "model", "report_only", "setup",
+           "shared_names", "side_effects", "training"]

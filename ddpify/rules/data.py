@@ -70,7 +70,8 @@ DATASET_CODE = "{dataset} = {expression}\n"
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     for loader in facts.loaders:
-        _plan_loader(facts, edits, setup, loader)
+        if not any(loader is taken for taken in setup.loaders_in_dicts):  # loader_dicts.py's
+            _plan_loader(facts, edits, setup, loader)
     _shard_subclass_samplers(facts, edits, setup)
     plan_external(facts, edits)
     hand_batches.plan(facts, edits, setup)
@@ -99,7 +100,7 @@ def _plan_loader(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> Non
     elif not is_training_loader(facts, loader):
         setup.evaluation_loaders.append(loader)  # evaluation.py shards it or says why not
     elif _can_add_sampler(facts, setup, loader):
-        _add_sampler(facts, edits, loader, setup)
+        add_sampler(facts, edits, loader, setup)
         evaluation = _evaluation_loops(facts, loader) + _other_factory_calls(facts, loader)
         if evaluation:
             edits.report("DDP213", min(evaluation, key=facts.line_of))
@@ -146,6 +147,13 @@ def _other_factory_calls(facts: Facts, loader: Loader) -> list[cst.Call]:
     return found
 
 
+def can_shard(facts: Facts, setup: Plan, loader: Loader) -> bool:
+    """A training loader _plan_loader would give a DistributedSampler (DDP201)."""
+    keys = keyword_names(facts, loader)
+    return (_iterable_dataset(facts, loader.dataset) is None and not keys & {"sampler", "batch_sampler"}
+            and _can_add_sampler(facts, setup, loader))
+
+
 def _can_add_sampler(facts: Facts, setup: Plan, loader: Loader) -> bool:
     if loader.dataset is None:
         return False
@@ -167,7 +175,8 @@ def _can_add_sampler(facts: Facts, setup: Plan, loader: Loader) -> bool:
     return not any(arg.star for arg in loader.call.args)
 
 
-def _add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: Plan) -> None:
+def add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: Plan, epoch: bool = True) -> None:
+    """`epoch=False`: the caller puts set_epoch where the loader's passes are (a dict of them)."""
     shuffle_arg = loader.keywords.get("shuffle")
     if shuffle_arg is not None:
         shuffle = edits.code(shuffle_arg.value)
@@ -193,7 +202,7 @@ def _add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: Plan) -> Non
     edits.report("DDP201", loader.call)
     if not edits.options.keep_global_batch:
         edits.report("DDP206", loader.call)
-    if shuffle != "False" and not handed_out:
+    if shuffle != "False" and not handed_out and epoch:
         # (A loader handed out gets its epoch where its callers iterate it.)
         set_epoch(facts, edits, loader, sampler)
 

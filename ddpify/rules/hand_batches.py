@@ -33,12 +33,6 @@ RULES = (
          "batches on every rank so that no rank waits for a step the others skip. Every rank "
          "must hold the same data in the same order: a shuffle comes from a seeded generator.",
          "Nothing to do."),
-    Rule("DDP218", Severity.WARNING, "DataLoader built inside a dict or list: not sharded",
-         "`{split: DataLoader(...) for split in ...}` gives the training loop a loader that "
-         "has no name of its own, so ddpify cannot give it a DistributedSampler (nor tell "
-         "the training split from the validation one).",
-         "Build each loader by name (train_loader = DataLoader(..., sampler=train_sampler)), "
-         "or pass sampler=DistributedSampler(...) for the training split by hand."),
 )
 
 HELPER = '''\
@@ -217,7 +211,8 @@ def only_hand_made_batches(facts: Facts, plan: Plan) -> bool:
     """No training loop is fed by a DataLoader ddpify can shard, and some train on data built
     by hand or on loaders kept in a dict: the file stays single-process (DDP904) rather than
     N ranks repeating the same work."""
-    return bool(plan.hand_made_batches) and not plan.loaders_given_a_sampler and not any(
+    sharded = plan.loaders_given_a_sampler or plan.sharded_loader_dicts
+    return bool(plan.hand_made_batches) and not sharded and not any(
         is_training_loader(facts, loader) for loader in facts.loaders)
 
 
@@ -226,8 +221,8 @@ def report_batch_loops(facts: Facts, edits: Edits, setup: Plan) -> None:
     sharded by their own rules; the rest are reported with what feeds them (DDP208, DDP218)."""
     reported: set[cst.Call] = set()
     for loop in facts.batch_loops_without_loader():
-        if loop in facts.sliced_batch_loops:
-            continue
+        if loop in facts.sliced_batch_loops or loop in setup.loader_dict_loops:
+            continue  # sharded above (plan), or by loader_dicts.py
         if stretch_sequences(facts, edits, setup, loop):
             continue
         if random_batches.seed_per_rank(facts, edits, setup, loop):
@@ -262,7 +257,4 @@ CASES = (
                    "loader = DataLoader(dataset, batch_size=8, shuffle=True)\n",
                    "inputs, targets = torch.randn(64, 4), torch.randn(64, 1)\n"), "DDP217", ("rank_share(",)),
     Silent(TRAINING, "DDP217"),
-    Emits(TRAINING.replace("loader = DataLoader(dataset, batch_size=8, shuffle=True)\n",
-                           'loaders = {split: DataLoader(dataset, batch_size=8) for split in ("train", "val")}\n')
-          .replace("in loader:", 'in loaders["train"]:'), "DDP218"),
 )

@@ -20,6 +20,7 @@ from ddpify.rules import (
     evaluation,
     frameworks,
     hand_batches,
+    loader_dicts,
     model,
     random_batches,
     report_only,
@@ -34,7 +35,7 @@ from ddpify.rules.cases import Case
 from ddpify.selfcheck import rules as selfcheck
 
 UNITS: tuple[ModuleType, ...] = (
-    setup, devices, model, data, epochs, downloads, splits, evaluation, hand_batches,
+    setup, devices, model, data, epochs, downloads, splits, evaluation, hand_batches, loader_dicts,
     random_batches, side_effects, checkpoints, shared_names, training, report_only, frameworks, whole_file,
     selfcheck, suppressions,
 )

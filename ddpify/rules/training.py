@@ -186,11 +186,16 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
         return
     block = facts.block_of(loop)
     after = list(block.body)[list(block.body).index(loop) + 1:]
-    loaders = {name for _, name in facts.loader_holders()}
+    # A pass over a dict of loaders counts its own batches too (`len(loaders[phase])`).
+    loaders = {name for _, name in facts.loader_holders()} | set(facts.names_iterated_by(loop))
     per_batch = _divided_by_len(after, loaders, _batch_index(loop))
     names = list(accumulators)
+    # A pass over a dict of loaders whose evaluation entries stay whole is a shard only for
+    # the training keys: its sums are summed across ranks under that test alone.
+    key_test = setup.partly_sharded_loops.get(loop)
+    shard_test = "" if key_test is None else f" and {key_test}"
     if not setup.sees_setup(facts, loop):
-        _gather_epoch_figures(facts, edits, setup, loop, names, per_batch)
+        _gather_epoch_figures(facts, edits, setup, loop, names, per_batch, shard_test)
         return
     indent = facts.column_of(loop) - 1
     # A script that never chooses a device sums on the CPU, as its Gloo group needs.
@@ -198,7 +203,8 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
     tensor = f"torch.tensor([{', '.join(names)}], dtype=torch.float64{device})"
     if not fits(indent + 4 + len("totals = "), tensor):
         tensor = f"torch.tensor(\n        [{', '.join(names)}], dtype=torch.float64{device}\n    )"
-    lines = ["if distributed:", f"    {REDUCE_COMMENT}", f"    totals = {tensor}", "    dist.all_reduce(totals)"]
+    lines = [f"if distributed{shard_test}:", f"    {REDUCE_COMMENT}", f"    totals = {tensor}",
+             "    dist.all_reduce(totals)"]
     for position, name in enumerate(names):
         if not _sums_python_numbers(facts, loop.body, name):
             # `running_corrects += torch.sum(preds == labels)` sums tensors: the total stays
@@ -222,13 +228,13 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
 
 
 def _gather_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For, names: list[str],
-                          per_batch: dict[str, str]) -> None:
+                          per_batch: dict[str, str], shard_test: str) -> None:
     """The same sums in a function the setup's names do not reach (a train_model(model,
     loader) helper): gathered as Python numbers, which needs no device and keeps each
     figure's type."""
     shares = facts.free_name("shares")
     gathered = names[0] if len(names) == 1 else f"({', '.join(names)})"
-    lines = ["if dist.is_initialized():", f"    {REDUCE_COMMENT}",
+    lines = [f"if dist.is_initialized(){shard_test}:", f"    {REDUCE_COMMENT}",
              f"    {shares} = {collectives.use(edits)}({gathered})"]
     for position, name in enumerate(names):
         total = f"sum({shares})" if len(names) == 1 else f"sum(share[{position}] for share in {shares})"
@@ -243,10 +249,12 @@ def _gather_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
 
 
 def _sharded(facts: Facts, setup: Plan, loop: cst.For) -> bool:
-    """The loop runs over a loader that data.py gave a DistributedSampler, or over batches
-    cut by hand that each rank takes its share of."""
-    return loop in setup.sharded_loops or any(loop in facts.loops_over_values(facts.loader_holders_of(loader))
-               for loader in setup.sharded_loaders)
+    """The loop runs over a loader that data.py gave a DistributedSampler, over batches cut
+    by hand that each rank takes its share of, or over a dict of loaders some of whose
+    entries are sharded (loader_dicts.py)."""
+    if loop in setup.sharded_loops or loop in setup.partly_sharded_loops:
+        return True
+    return any(loop in facts.loops_over_values(facts.loader_holders_of(loader)) for loader in setup.sharded_loaders)
 
 
 def _sums_python_numbers(facts: Facts, node: cst.CSTNode, name: str) -> bool:
@@ -352,10 +360,13 @@ def _divided_by_len(statements: Iterable[cst.CSTNode], loaders: set[str],
                     and isinstance(node.left, cst.Name) and isinstance(right, cst.Name)
                     and right.value == batch_index):
                 found[node.left.value] = batch_index
+            counted = right.args[0].value if isinstance(right, cst.Call) and right.args else None
+            if isinstance(counted, cst.Subscript):  # `len(loaders[phase])`
+                counted = counted.value
             if (isinstance(node.operator, cst.Divide) and isinstance(node.left, cst.Name)
                     and isinstance(right, cst.Call) and dotted_name(right.func) == "len"
-                    and right.args and dotted_name(right.args[0].value) in loaders):
-                found[node.left.value] = f"len({dotted_name(right.args[0].value)})"
+                    and counted is not None and dotted_name(counted) in loaders):
+                found[node.left.value] = cst.Module(body=[]).code_for_node(right)
 
     for statement in statements:
         statement.visit(_Divisions())
