@@ -61,6 +61,18 @@ class Project:
         definition = self._modules.definition(found) if found is not None and self._modules is not None else None
         return set() if definition is None else definition[0].attribute_readers(definition[1], wrapper_attributes)
 
+    def optimizer_parameters(self, qualified: str) -> set[int]:
+        """Which positional arguments of `qualified` the optimizer it builds trains."""
+        found = self._local(qualified) if self._modules is not None else None
+        definition = self._modules.definition(found) if found is not None and self._modules is not None else None
+        return set() if definition is None else definition[0].optimizer_parameters(definition[1])
+
+    def optimizer_over_self(self, qualified: str) -> bool:
+        """`qualified` is a method that builds an optimizer over its object's parameters."""
+        found = self._local(qualified) if self._modules is not None else None
+        definition = self._modules.definition(found) if found is not None and self._modules is not None else None
+        return definition is not None and definition[0].optimizer_over_self(definition[1])
+
     def builds_optimizer(self, qualified: str) -> bool:
         """The function or class `qualified` builds an optimizer itself (effects.py)."""
         found = self._local(qualified) if self._modules is not None else None

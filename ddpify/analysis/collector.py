@@ -58,6 +58,8 @@ class Collector(cst.CSTVisitor):
         self.training_tops: set[cst.CSTNode] = set()
         # `Trainer(model, ...)` of a project class whose methods train (note_helper_methods).
         self.training_constructors: list[cst.Call] = []
+        # Methods of this file that build an optimizer over their own object's parameters.
+        self.self_optimizer_methods: set[str] = set()
         self.training_calls: list[cst.Call] = []
         # (function, name) -> the names of the iterable a progress bar or enumerate() held
         # in that name goes over.
@@ -358,7 +360,36 @@ class Collector(cst.CSTVisitor):
             if statement not in facts.download_statements:
                 facts.download_statements.append(statement)
 
+    def note_models_building_their_optimizer(self) -> None:
+        """`optimizer = model.configure_optimizers(...)`, a method of the model's class (here,
+        or in a module of the project) that builds an optimizer over its own parameters:
+        `model` is a model."""
+        known = {model.name for model in self.facts.models}
+        for callee, calls in self.facts.calls_by_callee.items():
+            owner, _, method = callee.rpartition(".")
+            if not owner or owner == "self" or owner in known:
+                continue
+            here = method in self.self_optimizer_methods
+            elsewhere = any(self.project.optimizer_over_self(f"{qualified}.{method}")
+                            for value in self.facts.assigned_values.get(owner, ()) if isinstance(value, cst.Call)
+                            for qualified in self._qualified(value.func))
+            if here or elsewhere:
+                known.add(owner)
+                call = calls[0]
+                self.facts.models.append(Model(owner, self._statement_of(call), self._function_of(call)))
+
+    def _note_optimizer_made_elsewhere(self, node: cst.Call, qualified: str) -> None:
+        """`optimizer = util.set_optimizer(opt, model)`: a function of the project builds the
+        optimizer over the model it is handed, which is a model here."""
+        positional = [arg for arg in node.args if arg.keyword is None and not arg.star]
+        for position in sorted(self.project.optimizer_parameters(qualified)):
+            name = dotted_name(positional[position].value) if position < len(positional) else None
+            if name is not None and all(model.name != name for model in self.facts.models):
+                self._note_training()
+                self.facts.models.append(Model(name, self._statement(node), self._function()))
+
     def _note_helper(self, node: cst.Call, qualified: str) -> None:
+        self._note_optimizer_made_elsewhere(node, qualified)
         if self.project.trains(qualified):
             # `engine.train_one_epoch(model, loader, optimizer)`: the steps are in there.
             self.facts.training_helper_calls.append(node)
@@ -461,12 +492,23 @@ class Collector(cst.CSTVisitor):
             if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("parameters", "named_parameters"):
                 model = dotted_name(call.func.value)
                 named = named or model is not None
-                if model and all(m.name != model for m in self.facts.models):
+                if model and model != "self" and all(m.name != model for m in self.facts.models):
                     self.facts.models.append(
                         Model(model, self._statement(node), self._function())
                     )
-        if not named:
+        if self._over_own_parameters(node):
+            # `def configure_optimizers(self)`: whoever calls it holds the model.
+            self.self_optimizer_methods.add(cast(cst.FunctionDef, self._function()).name.value)
+        elif not named:
             self.facts.optimizers_without_model.append(node)
+
+    def _over_own_parameters(self, node: cst.Call) -> bool:
+        """`configure_optimizers(self)` of a model class: groups built from
+        `self.named_parameters()`. The object is the model, wrapped where it is used."""
+        function = self._function()
+        return function is not None and any(
+            isinstance(call.func, cst.Attribute) and call.func.attr.value in ("parameters", "named_parameters")
+            and dotted_name(call.func.value) == "self" for call in calls_within(function.body))
 
     def _parameters_collected_in(self, node: Optional[cst.BaseExpression]) -> list[cst.Call]:
         """`for n, p in model.named_parameters(): decay.append(p)` then `SGD([{"params": decay},

@@ -135,6 +135,31 @@ class FunctionEffects:
                     return True
         return False
 
+    def optimizer_parameters(self, name: str) -> set[int]:
+        """Positions of the parameters whose `.parameters()` (or `.named_parameters()`) an
+        optimizer the function builds trains: `set_optimizer(lr, model)` -> {1}."""
+        function = self._functions.get(name)
+        if function is None or not self.builds_optimizer(name):
+            return set()
+        positional = [a.arg for a in function.args.posonlyargs + function.args.args]
+        if self.class_of(name) is not None:
+            positional = positional[1:]
+        read = {node.func.value.id for node in ast.walk(function) if isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute) and node.func.attr in ("parameters", "named_parameters")
+                and isinstance(node.func.value, ast.Name)}
+        return {index for index, parameter in enumerate(positional) if parameter in read}
+
+    def optimizer_over_self(self, name: str) -> bool:
+        """A method that builds an optimizer over its own object's parameters."""
+        function = self._functions.get(name)
+        if function is None or self.class_of(name) is None or not self.builds_optimizer(name):
+            return False
+        own = function.args.args[0].arg if function.args.args else "self"
+        return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                   and node.func.attr in ("parameters", "named_parameters")
+                   and isinstance(node.func.value, ast.Name) and node.func.value.id == own
+                   for node in ast.walk(function))
+
     def builds_optimizer(self, name: str) -> bool:
         """The function, or any method of the class `name`, builds a torch.optim optimizer:
         then it names the model it trains, and wraps it where it does."""

@@ -12,7 +12,7 @@ from ddpify.analysis import effects, names
 from ddpify.analysis.control import Facts, handed_in, innermost_common_block
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
 from ddpify.analysis.facts import Model, Statement
-from ddpify.analysis.nodes import calls_within, dotted_name
+from ddpify.analysis.nodes import calls_within, dotted_name, find_all, names_within
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.ddp import (
     ONLY_IF_TRAINABLE_COMMENT,
@@ -77,6 +77,8 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     if setup.library:
         _unwrap_models_handed_in(facts, edits)
     for model in facts.models:
+        if setup.library and model.function is not None and handed_in(facts, model.function, model.name):
+            continue  # a model its caller hands in: the caller wraps it where it reaches its device
         anchor = _wrap_anchor(facts, model)
         moved = _moved_elsewhere(facts, model, anchor)
         if moved is not None:
@@ -275,7 +277,12 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
     reaching: list[Statement] = []
     # A move inside another statement (`m = model.to(device)`) touches the model too.
     moving = [facts.statement_of(call) for call in facts.device_moves.get(model.name, ())]
-    for statement in [*facts.statements_touching.get(model.name, ()), *moving]:
+    # `model, criterion = set_model()`: unpacked from what a helper returns, moved there.
+    unpacked = [facts.statement_of(assign) for assign in find_all(
+        function.body if function is not None else facts.module, cst.Assign, into_functions=False)
+        if any(isinstance(target.target, cst.Tuple) and model.name in names_within(target.target)
+               for target in assign.targets)]
+    for statement in [*facts.statements_touching.get(model.name, ()), *moving, *unpacked]:
         if statement in compiles or statement in reaching or facts.function_of(statement) is not function:
             continue
         if training is not None and facts.end_of(statement) > facts.start_of(training):
