@@ -125,9 +125,17 @@ def _scope_block(facts: Facts, statement: cst.BaseStatement,
 
 
 def _training_function(facts: Facts) -> Optional[cst.FunctionDef]:
+    """The function the setup goes into: where the training loop runs, or the function that
+    calls it and builds the model (`main()` calling `train(...)` once per epoch), so that
+    the group exists before the model is wrapped."""
+    model_function = facts.models[0].function if facts.models else None
     for loader in facts.loaders:
         for loop in facts.loops_over.get(loader.name, ()):
-            return facts.function_of(loop)
+            function = facts.function_of(loop)
+            if model_function is not None and function is not None and any(
+                    facts.function_of(call) is model_function for call in facts.calls_of(function)):
+                return model_function
+            return function
     if facts.models:
         return facts.models[0].function
     if facts.training_helper_calls:
