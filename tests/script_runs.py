@@ -355,6 +355,37 @@ def _any_class_pickle(classes: set[str]) -> types.ModuleType:
     return module
 
 
+def problems_full_checkpoint(original: Path, distributed: Path) -> list[str]:
+    """FSDP2: the checkpoint written under torchrun is a full state dict, as the original's is:
+    the same keys, every tensor plain (no DTensor shard) and of the same shape, so that it
+    loads into the single-process model unchanged."""
+    import torch
+
+    if not distributed.exists():
+        return [f"{distributed.name} was not written under torchrun"]
+    expected = _tensors(torch.load(original, map_location="cpu", weights_only=False))
+    written = _tensors(torch.load(distributed, map_location="cpu", weights_only=False))
+    if list(written) != list(expected):
+        return [f"{distributed.name}: keys differ from the original's: {sorted(set(written) ^ set(expected))[:5]}"]
+    return [f"{distributed.name}: {key} is a {type(value).__name__} of shape {tuple(value.shape)}, the "
+            f"original's a tensor of shape {tuple(expected[key].shape)}"
+            for key, value in written.items()
+            if type(value) is not torch.Tensor or value.shape != expected[key].shape]
+
+
+def _tensors(state, prefix: str = "") -> dict:
+    """Every tensor in a (nested) state dict, by its dotted path of keys."""
+    found = {}
+    items = state.items() if isinstance(state, dict) else enumerate(state) if isinstance(state, (list, tuple)) else ()
+    for key, value in items:
+        path = f"{prefix}{key}"
+        if isinstance(value, (dict, list, tuple)):
+            found.update(_tensors(value, path + "."))
+        elif hasattr(value, "shape"):
+            found[path] = value
+    return found
+
+
 def _state_dict_keys(state) -> list[str]:
     if not isinstance(state, dict):
         return []

@@ -27,12 +27,18 @@ def add_imports(module: cst.Module, specs: Sequence[ImportSpec]) -> cst.Module:
     body = list(module.body)
     start, end = import_block(body)
     present = _present(body[start:end])
-    for spec in specs:
+    missing = [spec for spec in dict.fromkeys(specs) if spec not in present]
+    for spec in missing:
         if spec in present:
             continue
-        statement = cst.parse_statement(_code(spec), config=module.config_for_parsing)
+        # Names new to the file from one module share one line (`from m import a, b`).
+        together = [other for other in missing if other[0] == spec[0] and other[1] and not other[2]
+                    ] if spec[1] and not spec[2] else [spec]
+        code = (f"from {spec[0]} import {', '.join(sorted(name for _, name, _ in together if name))}\n"
+                if len(together) > 1 else _code(spec))
+        statement = cst.parse_statement(code, config=module.config_for_parsing)
         body, end = _insert_sorted(body, start, end, statement, _key_of_spec(spec))
-        present.add(spec)
+        present.update(together)
     return module.with_changes(body=body)
 
 

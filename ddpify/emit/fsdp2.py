@@ -1,0 +1,43 @@
+"""The code ddpify writes for the FSDP2 target (`--strategy fsdp2`): the shard, and the full
+state dicts that checkpoints hold.
+
+The setup block, the sampler, rank-0 output and teardown are the DDP target's (ddp.py): only
+what differs lives here. References: the FSDP2 tutorial and pytorch/examples
+distributed/FSDP2 (fully_shard per block, then the root; the optimizer built afterwards;
+full state dicts through torch.distributed.checkpoint.state_dict).
+"""
+
+SHARD_COMMENT = "# FSDP2: each block's parameters, gradients and optimizer state are split across the ranks."
+
+# Each repeated block is a unit of its own (gathered for its forward, freed after it), then
+# the root takes what is left (embeddings, head). As a group of one nothing is sharded.
+SHARD_BLOCKS_CODE = """\
+if {condition}:
+    for {block} in {model}.{blocks}:
+        fully_shard({block}{policy})
+    fully_shard({model}{policy})
+"""
+
+SHARD_ROOT_CODE = """\
+if {condition}:
+    fully_shard({model}{policy})
+"""
+
+# bf16 autocast in the script: FSDP2 casts the gathered parameters itself and reduces
+# gradients in float32.
+MIXED_PRECISION_CODE = (
+    "mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)\n"
+)
+POLICY_ARGUMENT = ", mp_policy=mp_policy"
+
+# A full (unsharded) state dict on the CPU: a collective every rank joins; the file it goes to
+# loads into the single-GPU model unchanged.
+FULL_STATE_OPTIONS = "StateDictOptions(full_state_dict=True, cpu_offload=True)"
+GATHERED_COMMENT = "# Every rank gathers the full state dict (a collective); only rank 0 writes it."
+MODEL_STATE_CODE = "get_model_state_dict({model}, options=" + FULL_STATE_OPTIONS + ")"
+OPTIMIZER_STATE_CODE = "get_optimizer_state_dict({model}, {optimizer}, options=" + FULL_STATE_OPTIONS + ")"
+
+# Loading a full state dict into the sharded model: rank 0's copy is broadcast and each rank
+# keeps its shard. As a group of one there is nothing to broadcast from.
+LOAD_OPTIONS = "StateDictOptions(full_state_dict=True, broadcast_from_rank0=dist.is_initialized())"
+LOAD_MODEL_CODE = "set_model_state_dict({model}, {state}, options=" + LOAD_OPTIONS + ")"

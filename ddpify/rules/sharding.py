@@ -1,0 +1,313 @@
+"""The FSDP2 target (`--strategy fsdp2`): the model is sharded in place instead of wrapped
+(DDP107, DDP108), its optimizer is built after the shard (DDP109, DDP906), and checkpoints
+hold full state dicts gathered on every rank (DDP312, DDP907).
+
+model.py finds where the model reaches its device, as for DDP, and calls `shard` there. The
+model stays the model: no `.module` rewrite applies. Setup, samplers, rank-0 output and
+evaluation are the DDP target's.
+"""
+from typing import Optional
+
+import libcst as cst
+
+from ddpify.analysis import effects, names
+from ddpify.analysis.control import Facts
+from ddpify.analysis.facts import Model, Statement
+from ddpify.analysis.nodes import calls_within, dotted_name, first_free, names_in
+from ddpify.diagnostics import Rule, Severity
+from ddpify.emit.edits import Edits, Insertion, replacement
+from ddpify.emit.fsdp2 import (
+    GATHERED_COMMENT,
+    LOAD_MODEL_CODE,
+    MIXED_PRECISION_CODE,
+    MODEL_STATE_CODE,
+    OPTIMIZER_STATE_CODE,
+    POLICY_ARGUMENT,
+    SHARD_BLOCKS_CODE,
+    SHARD_COMMENT,
+    SHARD_ROOT_CODE,
+)
+from ddpify.emit.layout import fits
+from ddpify.options import Options
+from ddpify.plan import Plan
+from ddpify.rules.cases import TRAINING, Emits, Silent
+
+RULES = (
+    Rule("DDP107", Severity.EDIT, "model sharded with FSDP2: fully_shard on each block, then the root",
+         "With --strategy fsdp2 each rank keeps a shard of the parameters, gradients and "
+         "optimizer state; each repeated block is gathered for its own forward and backward "
+         "and freed afterwards, so one block at a time is whole on a GPU.",
+         "Nothing to do."),
+    Rule("DDP108", Severity.WARNING, "FSDP2: no repeated blocks found in the model class",
+         "Without a block list (an nn.ModuleList or nn.Sequential of one block class that "
+         "forward iterates) only the root is sharded: the whole model is gathered for every "
+         "forward, and the memory saving is lost during it.",
+         "Run ddpify with --fsdp-blocks ATTR naming the attribute that holds the blocks "
+         "(`--fsdp-blocks features` for self.features)."),
+    Rule("DDP109", Severity.EDIT, "optimizer built after the model is sharded",
+         "fully_shard replaces the parameters with sharded ones: an optimizer built before "
+         "it would hold the old tensors and update nothing the model uses.",
+         "Nothing to do."),
+    Rule("DDP312", Severity.EDIT, "full state dict gathered on every rank, saved or loaded as one file",
+         "A sharded model's state_dict() holds only this rank's shards. "
+         "get_model_state_dict(..., full_state_dict=True) gathers the whole of it, a collective "
+         "that every rank joins; only the file write is rank 0's. The file loads into the "
+         "single-GPU model unchanged; set_model_state_dict loads one back into the shards.",
+         "Nothing to do."),
+    Rule("DDP906", Severity.WARNING, "FSDP2: the optimizer is built before the shard and cannot be moved",
+         "The optimizer must see the sharded parameters, but code between its construction "
+         "and the shard uses it (a scheduler, a checkpoint load), or it is built in another "
+         "function.",
+         "Build the optimizer (and what uses it) after `fully_shard(model)`."),
+    Rule("DDP907", Severity.WARNING, "FSDP2: the model's state is read where only rank 0 runs",
+         "A helper module handed the model, or torch.save of the whole model, reads one "
+         "rank's shards (or waits on a collective the other ranks never join).",
+         "Gather the full state dict on every rank with get_model_state_dict(model, "
+         "options=StateDictOptions(full_state_dict=True, cpu_offload=True)) and save that on rank 0."),
+)
+
+BLOCK_LISTS = ("torch.nn.ModuleList", "torch.nn.Sequential")
+
+
+def shard(facts: Facts, edits: Edits, setup: Plan, model: Model, anchor: Statement, condition: str) -> None:
+    """`fully_shard` on each repeated block and on the root, right after the model reaches
+    its device (model.py's anchor); the optimizer follows; state dicts are gathered."""
+    model_class = _model_class(facts, model)
+    blocks = edits.options.fsdp_blocks or (_block_list(facts, facts.classes[model_class])
+                                           if model_class in facts.classes else None)
+    code: list[str] = []
+    policy = ""
+    if _uses_bf16_autocast(facts):
+        code.append(MIXED_PRECISION_CODE)
+        policy = POLICY_ARGUMENT
+        edits.imports.add("MixedPrecisionPolicy")
+    if blocks is None:
+        edits.report("DDP108", anchor, f"FSDP2: no repeated blocks found in `{model_class or model.name}`: "
+                     "only the root is sharded; name them with --fsdp-blocks ATTR")
+        code.append(SHARD_ROOT_CODE.format(condition=condition, model=model.name, policy=policy))
+    else:
+        block = first_free("block", lambda name: name in facts.bound_names)
+        code.append(SHARD_BLOCKS_CODE.format(condition=condition, model=model.name, blocks=blocks,
+                                             block=block, policy=policy))
+    statements = edits.statements(SHARD_COMMENT + "\n" + "".join(code))
+    edits.insert_after(anchor, statements)
+    edits.imports.add("fully_shard")
+    edits.report("DDP107", anchor)
+    setup.wrap_points[model.name] = anchor
+    _optimizer_after_shard(facts, edits, model, anchor)
+    _full_state_dicts(facts, edits, model, anchor)
+
+
+def _model_class(facts: Facts, model: Model) -> Optional[str]:
+    """The class the model is built from (`TinyTransformer().to(device)`), where its value
+    is assigned: the first call of a class defined in this file, else the first call's name."""
+    called: list[str] = []
+    for _, name in sorted(facts.model_holders(model), key=lambda held: held[1]):
+        for value in facts.assigned_values.get(name, ()):
+            called.extend(dotted_name(call.func) or "" for call in calls_within(value))
+    return next((name for name in called if name in facts.classes), next((n for n in called if n), None))
+
+
+def _block_list(facts: Facts, node: cst.ClassDef) -> Optional[str]:
+    """The attribute that holds the model's repeated blocks: `self.layers = nn.ModuleList([Block()
+    for _ in range(n)])` (or an nn.Sequential of them) that forward iterates or calls."""
+    methods = {m.name.value: m for m in node.body.body if isinstance(m, cst.FunctionDef)}
+    init, forward = methods.get("__init__"), methods.get("forward")
+    if init is None or forward is None:
+        return None
+    iterated = {dotted_name(loop.iter) for loop in _loops(forward)}
+    called = {dotted_name(call.func) for call in calls_within(forward)}
+    for statement in init.body.body if isinstance(init.body, cst.IndentedBlock) else ():
+        for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
+            if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+                continue
+            target = dotted_name(small.targets[0].target)
+            if target is None or not target.startswith("self.") or not _is_block_list(facts, small.value):
+                continue
+            if target in iterated or target in called:
+                return target[len("self."):]
+    return None
+
+
+def _loops(node: cst.CSTNode) -> list[cst.For]:
+    found: list[cst.For] = []
+
+    class _Loops(cst.CSTVisitor):
+        def visit_For(self, loop: cst.For) -> None:
+            found.append(loop)
+
+    node.visit(_Loops())
+    return found
+
+
+def _is_block_list(facts: Facts, value: cst.BaseExpression) -> bool:
+    """`nn.ModuleList([Block() for _ in range(n)])`, `nn.Sequential(*[Block() ...])`,
+    `nn.ModuleList([Block(), Block()])`: a container of calls of one block class."""
+    if not isinstance(value, cst.Call) or not any(
+            value in facts.calls_named.get(qualified, ()) for qualified in BLOCK_LISTS):
+        return False
+    if len(value.args) != 1:
+        return False
+    elements = value.args[0].value
+    if isinstance(elements, (cst.ListComp, cst.GeneratorExp)):
+        return isinstance(elements.elt, cst.Call)
+    if isinstance(elements, (cst.List, cst.Tuple)) and len(elements.elements) > 1:
+        made = {dotted_name(element.value.func) if isinstance(element.value, cst.Call) else None
+                for element in elements.elements}
+        return len(made) == 1 and None not in made
+    return False
+
+
+def _uses_bf16_autocast(facts: Facts) -> bool:
+    return any("bfloat16" in facts.module.code_for_node(call)
+               for qualified in names.AUTOCAST for call in facts.calls_named.get(qualified, ()))
+
+
+def _optimizer_after_shard(facts: Facts, edits: Edits, model: Model, anchor: Statement) -> None:
+    """The optimizer must see the sharded parameters: built before the anchor in the same
+    block, and with nothing in between using it, it moves below the shard."""
+    optimizer = model.optimizer_statement
+    if facts.function_of(optimizer) is facts.function_of(anchor) and facts.start_of(optimizer) > facts.end_of(anchor):
+        return
+    name = _assigned_name(optimizer)
+    block = facts.block_of(anchor)
+    body = list(block.body)
+    if name is None or optimizer not in body or body.index(optimizer) > body.index(anchor):
+        edits.report("DDP906", optimizer)
+        return
+    between = body[body.index(optimizer) + 1:body.index(anchor) + 1]
+    if any(name in names_in(statement) for statement in between):
+        edits.report("DDP906", optimizer)
+        return
+    edits.removed.add(optimizer)
+    edits.insert_after(anchor, [optimizer.with_changes(leading_lines=())])
+    edits.report("DDP109", optimizer)
+
+
+def _assigned_name(statement: Statement) -> Optional[str]:
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        small = statement.body[0]
+        if isinstance(small, cst.Assign) and len(small.targets) == 1:
+            return dotted_name(small.targets[0].target)
+    return None
+
+
+def _full_state_dicts(facts: Facts, edits: Edits, model: Model, anchor: Statement) -> None:
+    """After the shard, `model.state_dict()` would hold this rank's shards: every rank gathers
+    the full one instead (before the rank-0 guard of a save), and `model.load_state_dict(sd)`
+    loads a full one into the shards. The optimizer's state likewise."""
+    holders = facts.model_holders(model)
+    optimizer = _assigned_name(model.optimizer_statement)
+    hoisted: dict[Statement, list[Statement]] = {}
+    for function, name in holders:
+        for access in facts.attribute_reads.get(name, ()):
+            call = facts.parents.get(access)
+            if not isinstance(call, cst.Call) or call.func is not access:
+                continue
+            if facts.function_of(access) is not function or _before(facts, access, anchor):
+                continue
+            if access.attr.value == "state_dict" and not call.args:
+                _gather(facts, edits, call, MODEL_STATE_CODE.format(model=name), hoisted)
+            elif access.attr.value == "load_state_dict" and len(call.args) == 1:
+                state = edits.code(call.args[0].value)
+                edits.expressions[call] = replacement(edits, LOAD_MODEL_CODE.format(model=name, state=state))
+                edits.imports.update({"set_model_state_dict", "StateDictOptions", "dist"})
+                edits.report("DDP312", call)
+        if optimizer is None:
+            continue
+        for access in facts.attribute_reads.get(optimizer, ()):
+            call = facts.parents.get(access)
+            if (isinstance(call, cst.Call) and call.func is access and access.attr.value == "state_dict"
+                    and not call.args and facts.function_of(access) is function
+                    and not _before(facts, access, anchor)):
+                _gather(facts, edits, call, OPTIMIZER_STATE_CODE.format(model=name, optimizer=optimizer),
+                        hoisted)
+    _rank0_readers(facts, edits, holders, anchor)
+
+
+def _gather(facts: Facts, edits: Edits, call: cst.Call, code: str,
+            hoisted: dict[Statement, list[Statement]]) -> None:
+    """Inline where every rank runs the statement; above it, into a name, where the
+    statement is output that side_effects.py guards for rank 0 (a collective there would
+    wait forever for the other ranks)."""
+    statement = facts.statement_of(call)
+    edits.imports.update({"get_model_state_dict" if code.startswith("get_model") else "get_optimizer_state_dict",
+                          "StateDictOptions"})
+    edits.report("DDP312", call)
+    if statement not in facts.output_statements:
+        edits.expressions[call] = replacement(edits, code)
+        return
+    base = "model_state" if code.startswith("get_model") else "optimizer_state"
+    name = first_free(base, lambda candidate: candidate in facts.bound_names or any(
+        edits.code(earlier).startswith(f"{candidate} =") for earlier in hoisted.get(statement, ())))
+    gathered = edits.statement(_fitted(f"{name} = {code}", facts.positions[statement].start.column))
+    if statement not in hoisted:
+        hoisted[statement] = []
+        gathered = gathered.with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(GATHERED_COMMENT))])
+        edits.before.setdefault(statement, []).append(Insertion(hoisted[statement], takes_blank_lines=True))
+    hoisted[statement].append(gathered)
+    edits.expressions[call] = replacement(edits, name)
+
+
+def _fitted(assignment: str, indent: int) -> str:
+    """`name = call(args)` on one line, or split the way black splits it."""
+    if fits(indent, assignment):
+        return assignment + "\n"
+    head, _, arguments = assignment.partition("(")
+    return f"{head}(\n    {arguments[:-1]}\n)\n"
+
+
+def _rank0_readers(facts: Facts, edits: Edits, holders: set, anchor: Statement) -> None:
+    """A helper module handed the model (`utils.save_checkpoint(model, path)`) or torch.save
+    of the whole model: ddpify cannot gather for them, so a person must."""
+    model_names = {name for _, name in holders}
+    for call, effect in facts.helper_effects.items():
+        if effect != effects.MIXED and any(dotted_name(arg.value) in model_names for arg in call.args) \
+                and not _before(facts, call, anchor):
+            edits.report("DDP907", call)
+    for call in facts.save_calls:
+        if call.args and dotted_name(call.args[0].value) in model_names and not _before(facts, call, anchor):
+            edits.report("DDP907", call)
+
+
+def _before(facts: Facts, node: cst.CSTNode, anchor: Statement) -> bool:
+    """In the anchor's function, before the shard (or inside the statement it follows)."""
+    return facts.function_of(node) is facts.function_of(anchor) and facts.start_of(node) < facts.end_of(anchor)
+
+
+FSDP2 = Options(strategy="fsdp2")
+_BLOCKS = TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)\n", '''\
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(2)])
+        self.head = torch.nn.Linear(4, 1)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+model = Net().to(device)
+''')
+_SAVED = _BLOCKS + 'torch.save(model.state_dict(), "model.pt")\n'
+
+CASES = (
+    Emits(_BLOCKS, "DDP107", ("for block in model.layers:\n        fully_shard(block)\n    fully_shard(model)",),
+          FSDP2),
+    Silent(_BLOCKS, "DDP108", FSDP2),
+    Emits(TRAINING, "DDP108", ("fully_shard(model)",), FSDP2),
+    Silent(TRAINING, "DDP108", Options(strategy="fsdp2", fsdp_blocks="layers")),
+    Emits(_BLOCKS.replace("model = Net().to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+                          "model = Net()\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+                          "model.to(device)\n"),
+          "DDP109", ("    fully_shard(model)\noptimizer = torch.optim.SGD",), FSDP2),
+    Emits(_BLOCKS.replace("model = Net().to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+                          "model = Net()\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+                          "print(optimizer)\nmodel.to(device)\n"), "DDP906", (), FSDP2),
+    Emits(_SAVED, "DDP312", ("model_state = get_model_state_dict(\n    model, options=StateDictOptions(full_state_dict="
+                             "True, cpu_offload=True)\n)\nif is_main:\n    torch.save(model_state, ",), FSDP2),
+    Silent(_SAVED, "DDP312"),
+    Emits(_BLOCKS + 'torch.save(model, "model.pt")\n', "DDP907", (), FSDP2),
+)
