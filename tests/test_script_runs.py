@@ -75,6 +75,15 @@ def test_a_sharded_or_partial_fsdp2_checkpoint_is_caught(tmp_path):
     assert "keys differ" in problems_full_checkpoint(tmp_path / "original.pt", tmp_path / "partial.pt")[0]
     assert "keys differ" in problems_full_checkpoint(tmp_path / "original.pt", tmp_path / "nested.pt")[0]
     assert "not written" in problems_full_checkpoint(tmp_path / "original.pt", tmp_path / "missing.pt")[0]
+    # Optimizer state: by index in the original, by parameter name under FSDP2; as many numbers.
+    by_index = {"state": {0: {"exp_avg": torch.zeros(4, 2)}}, "param_groups": [{"params": [0]}]}
+    by_name = {"state": {"layers.0.weight": {"exp_avg": torch.zeros(4, 2)}}, "param_groups": [{"params": ["w"]}]}
+    half = {"state": {"layers.0.weight": {"exp_avg": torch.zeros(2, 2)}}, "param_groups": [{"params": ["w"]}]}
+    torch.save({"model": full, "optimizer": by_index}, tmp_path / "original_with_optimizer.pt")
+    torch.save({"model": full, "optimizer": by_name}, tmp_path / "by_name.pt")
+    torch.save({"model": full, "optimizer": half}, tmp_path / "half.pt")
+    assert problems_full_checkpoint(tmp_path / "original_with_optimizer.pt", tmp_path / "by_name.pt") == []
+    assert "4 numbers" in problems_full_checkpoint(tmp_path / "original_with_optimizer.pt", tmp_path / "half.pt")[0]
 
 
 def test_a_pickled_ddp_wrapper_is_caught_and_a_whole_model_of_the_scripts_own_class_is_read(

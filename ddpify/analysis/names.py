@@ -122,6 +122,7 @@ EMITTED_IMPORTS = {
     "get_model_state_dict": ("torch.distributed.checkpoint.state_dict", "get_model_state_dict", None),
     "get_optimizer_state_dict": ("torch.distributed.checkpoint.state_dict", "get_optimizer_state_dict", None),
     "set_model_state_dict": ("torch.distributed.checkpoint.state_dict", "set_model_state_dict", None),
+    "set_optimizer_state_dict": ("torch.distributed.checkpoint.state_dict", "set_optimizer_state_dict", None),
 }
 
 

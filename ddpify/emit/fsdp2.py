@@ -8,25 +8,26 @@ full state dicts through torch.distributed.checkpoint.state_dict).
 """
 
 SHARD_COMMENT = "# FSDP2: each block's parameters, gradients and optimizer state are split across the ranks."
+SHARD_ROOT_COMMENT = "# FSDP2: the model's parameters, gradients and optimizer state are split across the ranks."
 
 # Each repeated block is a unit of its own (gathered for its forward, freed after it), then
 # the root takes what is left (embeddings, head). As a group of one nothing is sharded.
 SHARD_BLOCKS_CODE = """\
 if {condition}:
-    for {block} in {model}.{blocks}:
+{policy_line}    for {block} in {model}.{blocks}:
         fully_shard({block}{policy})
     fully_shard({model}{policy})
 """
 
 SHARD_ROOT_CODE = """\
 if {condition}:
-    fully_shard({model}{policy})
+{policy_line}    fully_shard({model}{policy})
 """
 
 # bf16 autocast in the script: FSDP2 casts the gathered parameters itself and reduces
 # gradients in float32.
 MIXED_PRECISION_CODE = (
-    "mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)\n"
+    "    mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)\n"
 )
 POLICY_ARGUMENT = ", mp_policy=mp_policy"
 
@@ -39,5 +40,7 @@ OPTIMIZER_STATE_CODE = "get_optimizer_state_dict({model}, {optimizer}, options="
 
 # Loading a full state dict into the sharded model: rank 0's copy is broadcast and each rank
 # keeps its shard. As a group of one there is nothing to broadcast from.
-LOAD_OPTIONS = "StateDictOptions(full_state_dict=True, broadcast_from_rank0=dist.is_initialized())"
-LOAD_MODEL_CODE = "set_model_state_dict({model}, {state}, options=" + LOAD_OPTIONS + ")"
+LOAD_OPTIONS_COMMENT = "# A full state dict loads into the shards: rank 0's copy is broadcast to the others."
+LOAD_OPTIONS_CODE = "{name} = StateDictOptions(full_state_dict=True, broadcast_from_rank0=dist.is_initialized())"
+LOAD_MODEL_CODE = "set_model_state_dict({model}, {state}, options={options})"
+LOAD_OPTIMIZER_CODE = "set_optimizer_state_dict({model}, {optimizer}, {state}, options={options})"

@@ -6,7 +6,7 @@ model.py finds where the model reaches its device, as for DDP, and calls `shard`
 model stays the model: no `.module` rewrite applies. Setup, samplers, rank-0 output and
 evaluation are the DDP target's.
 """
-from typing import Optional
+from typing import Optional, cast
 
 import libcst as cst
 
@@ -19,12 +19,16 @@ from ddpify.emit.edits import Edits, Insertion, replacement
 from ddpify.emit.fsdp2 import (
     GATHERED_COMMENT,
     LOAD_MODEL_CODE,
+    LOAD_OPTIONS_CODE,
+    LOAD_OPTIONS_COMMENT,
+    LOAD_OPTIMIZER_CODE,
     MIXED_PRECISION_CODE,
     MODEL_STATE_CODE,
     OPTIMIZER_STATE_CODE,
     POLICY_ARGUMENT,
     SHARD_BLOCKS_CODE,
     SHARD_COMMENT,
+    SHARD_ROOT_COMMENT,
     SHARD_ROOT_CODE,
 )
 from ddpify.emit.layout import fits
@@ -72,24 +76,27 @@ BLOCK_LISTS = ("torch.nn.ModuleList", "torch.nn.Sequential")
 def shard(facts: Facts, edits: Edits, setup: Plan, model: Model, anchor: Statement, condition: str) -> None:
     """`fully_shard` on each repeated block and on the root, right after the model reaches
     its device (model.py's anchor); the optimizer follows; state dicts are gathered."""
+    anchor = _before_optimizer(facts, model, anchor)
     model_class = _model_class(facts, model)
     blocks = edits.options.fsdp_blocks or (_block_list(facts, facts.classes[model_class])
                                            if model_class in facts.classes else None)
-    code: list[str] = []
-    policy = ""
+    policy, policy_line = "", ""
     if _uses_bf16_autocast(facts):
-        code.append(MIXED_PRECISION_CODE)
-        policy = POLICY_ARGUMENT
+        policy, policy_line = POLICY_ARGUMENT, MIXED_PRECISION_CODE
         edits.imports.add("MixedPrecisionPolicy")
     if blocks is None:
         edits.report("DDP108", anchor, f"FSDP2: no repeated blocks found in `{model_class or model.name}`: "
                      "only the root is sharded; name them with --fsdp-blocks ATTR")
-        code.append(SHARD_ROOT_CODE.format(condition=condition, model=model.name, policy=policy))
+        code = SHARD_ROOT_COMMENT + "\n" + SHARD_ROOT_CODE.format(
+            condition=condition, model=model.name, policy=policy, policy_line=policy_line)
     else:
-        block = first_free("block", lambda name: name in facts.bound_names)
-        code.append(SHARD_BLOCKS_CODE.format(condition=condition, model=model.name, blocks=blocks,
-                                             block=block, policy=policy))
-    statements = edits.statements(SHARD_COMMENT + "\n" + "".join(code))
+        function = facts.function_of(anchor)
+        taken = names_in(function) if function is not None else facts.bound_names
+        block = first_free("block", lambda name: name in taken)
+        code = SHARD_COMMENT + "\n" + SHARD_BLOCKS_CODE.format(
+            condition=condition, model=model.name, blocks=blocks, block=block, policy=policy,
+            policy_line=policy_line)
+    statements = edits.statements(code)
     edits.insert_after(anchor, statements)
     edits.imports.add("fully_shard")
     edits.report("DDP107", anchor)
@@ -142,10 +149,15 @@ def _loops(node: cst.CSTNode) -> list[cst.For]:
 
 def _is_block_list(facts: Facts, value: cst.BaseExpression) -> bool:
     """`nn.ModuleList([Block() for _ in range(n)])`, `nn.Sequential(*[Block() ...])`,
-    `nn.ModuleList([Block(), Block()])`: a container of calls of one block class."""
+    `nn.ModuleList([Block(), Block()])`, `nn.Sequential(Block(), Block())`: a container of
+    calls of one block class."""
     if not isinstance(value, cst.Call) or not any(
             value in facts.calls_named.get(qualified, ()) for qualified in BLOCK_LISTS):
         return False
+    if len(value.args) > 1:  # nn.Sequential(Block(), Block())
+        made = {dotted_name(arg.value.func) if isinstance(arg.value, cst.Call) and not arg.star else None
+                for arg in value.args}
+        return len(made) == 1 and None not in made
     if len(value.args) != 1:
         return False
     elements = value.args[0].value
@@ -184,6 +196,32 @@ def _optimizer_after_shard(facts: Facts, edits: Edits, model: Model, anchor: Sta
     edits.report("DDP109", optimizer)
 
 
+def _before_optimizer(facts: Facts, model: Model, anchor: Statement) -> Statement:
+    """Where DDP would wrap, unless the optimizer, built before that, is used on the way
+    (a resumed checkpoint loads into it): then the shard goes where the model was last
+    built or moved before the optimizer, and the loads after it load into the shards."""
+    optimizer = model.optimizer_statement
+    block = facts.block_of(anchor)
+    body = list(block.body)
+    name = _assigned_name(optimizer)
+    if name is None or optimizer not in body or anchor not in body or body.index(optimizer) > body.index(anchor):
+        return anchor
+    between = body[body.index(optimizer) + 1:body.index(anchor) + 1]
+    if not any(name in names_in(statement) for statement in between):
+        return anchor  # the optimizer itself can move below the shard
+    if any(_moves_or_builds(facts, statement, model.name) for statement in between):
+        return anchor  # the model is not on its device yet: DDP906
+    earlier = [statement for statement in body[:body.index(optimizer)] if _moves_or_builds(facts, statement, model.name)]
+    return earlier[-1] if earlier else anchor
+
+
+def _moves_or_builds(facts: Facts, statement: Statement, name: str) -> bool:
+    moves = {facts.statement_of(call) for call in facts.device_moves.get(name, ())}
+    return statement in moves or _assigned_name(statement) == name or any(
+        facts.ancestor_in(move, statement) is not None for move in moves
+        if isinstance(statement, cst.BaseCompoundStatement))
+
+
 def _assigned_name(statement: Statement) -> Optional[str]:
     if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
         small = statement.body[0]
@@ -194,56 +232,78 @@ def _assigned_name(statement: Statement) -> Optional[str]:
 
 def _full_state_dicts(facts: Facts, edits: Edits, model: Model, anchor: Statement) -> None:
     """After the shard, `model.state_dict()` would hold this rank's shards: every rank gathers
-    the full one instead (before the rank-0 guard of a save), and `model.load_state_dict(sd)`
-    loads a full one into the shards. The optimizer's state likewise."""
+    the full one instead, into a name above the statement (so above the rank-0 guard of a
+    save), and `model.load_state_dict(sd)` loads a full one into the shards. The optimizer's
+    state likewise."""
     holders = facts.model_holders(model)
     optimizer = _assigned_name(model.optimizer_statement)
-    hoisted: dict[Statement, list[Statement]] = {}
+    found: list[tuple[cst.Call, str, str]] = []  # (call, method, the model's name there)
     for function, name in holders:
-        for access in facts.attribute_reads.get(name, ()):
-            call = facts.parents.get(access)
-            if not isinstance(call, cst.Call) or call.func is not access:
-                continue
-            if facts.function_of(access) is not function or _before(facts, access, anchor):
-                continue
-            if access.attr.value == "state_dict" and not call.args:
-                _gather(facts, edits, call, MODEL_STATE_CODE.format(model=name), hoisted)
-            elif access.attr.value == "load_state_dict" and len(call.args) == 1:
-                state = edits.code(call.args[0].value)
-                edits.expressions[call] = replacement(edits, LOAD_MODEL_CODE.format(model=name, state=state))
-                edits.imports.update({"set_model_state_dict", "StateDictOptions", "dist"})
-                edits.report("DDP312", call)
-        if optimizer is None:
-            continue
-        for access in facts.attribute_reads.get(optimizer, ()):
-            call = facts.parents.get(access)
-            if (isinstance(call, cst.Call) and call.func is access and access.attr.value == "state_dict"
-                    and not call.args and facts.function_of(access) is function
-                    and not _before(facts, access, anchor)):
-                _gather(facts, edits, call, OPTIMIZER_STATE_CODE.format(model=name, optimizer=optimizer),
-                        hoisted)
+        for access in _method_calls(facts, name, function, anchor):
+            found.append((cast(cst.Call, facts.parents[access]), access.attr.value, name))
+        for access in _method_calls(facts, optimizer, function, anchor) if optimizer else ():
+            found.append((cast(cst.Call, facts.parents[access]), "optimizer." + access.attr.value, name))
+    hoisted: dict[Statement, list[Statement]] = {}
+    load_options: dict[cst.CSTNode, str] = {}
+    for call, method, name in sorted(found, key=lambda item: facts.start_of(item[0])):
+        if method == "state_dict" and not call.args:
+            _gather(facts, edits, call, MODEL_STATE_CODE.format(model=name), hoisted)
+        elif method == "optimizer.state_dict" and not call.args:
+            _gather(facts, edits, call, OPTIMIZER_STATE_CODE.format(model=name, optimizer=optimizer), hoisted)
+        elif method in ("load_state_dict", "optimizer.load_state_dict") and len(call.args) == 1:
+            options = _load_options(facts, edits, call, load_options)
+            state = edits.code(call.args[0].value)
+            code = (LOAD_MODEL_CODE.format(model=name, state=state, options=options) if method == "load_state_dict"
+                    else LOAD_OPTIMIZER_CODE.format(model=name, optimizer=optimizer, state=state, options=options))
+            edits.expressions[call] = replacement(edits, code)
+            edits.imports.add("set_model_state_dict" if method == "load_state_dict" else "set_optimizer_state_dict")
+            edits.report("DDP312", call)
     _rank0_readers(facts, edits, holders, anchor)
+
+
+def _load_options(facts: Facts, edits: Edits, call: cst.Call, made: dict[cst.CSTNode, str]) -> str:
+    """The name of the options a load into the shards takes, made once per block, above
+    the first load in it."""
+    statement = facts.statement_of(call)
+    block = facts.block_of(statement)
+    if block not in made:
+        name = first_free("load_options", lambda candidate: candidate in facts.bound_names)
+        made[block] = name
+        code = _fitted(LOAD_OPTIONS_CODE.format(name=name), facts.positions[statement].start.column)
+        options = edits.statement(code).with_changes(
+            leading_lines=[cst.EmptyLine(comment=cst.Comment(LOAD_OPTIONS_COMMENT))])
+        edits.before.setdefault(statement, []).append(Insertion([options], takes_blank_lines=True))
+        edits.imports.update({"StateDictOptions", "dist"})
+    return made[block]
+
+
+def _method_calls(facts: Facts, name: str, function: Optional[cst.FunctionDef],
+                  anchor: Statement) -> list[cst.Attribute]:
+    """`name.method(...)` in `function` (in any method for `self.name`), after the shard."""
+    return [access for access in facts.attribute_reads.get(name, ())
+            if isinstance(facts.parents.get(access), cst.Call)
+            and cast(cst.Call, facts.parents[access]).func is access
+            and (name.startswith("self.") or facts.function_of(access) is function)
+            and not _before(facts, access, anchor)]
 
 
 def _gather(facts: Facts, edits: Edits, call: cst.Call, code: str,
             hoisted: dict[Statement, list[Statement]]) -> None:
-    """Inline where every rank runs the statement; above it, into a name, where the
-    statement is output that side_effects.py guards for rank 0 (a collective there would
-    wait forever for the other ranks)."""
+    """The gather goes into a name above the statement that used the state dict: every rank
+    runs it there, also when the statement itself is a save that side_effects.py guards for
+    rank 0 (a collective inside the guard would wait forever for the other ranks)."""
     statement = facts.statement_of(call)
     edits.imports.update({"get_model_state_dict" if code.startswith("get_model") else "get_optimizer_state_dict",
                           "StateDictOptions"})
     edits.report("DDP312", call)
-    if statement not in facts.output_statements:
-        edits.expressions[call] = replacement(edits, code)
-        return
     base = "model_state" if code.startswith("get_model") else "optimizer_state"
     name = first_free(base, lambda candidate: candidate in facts.bound_names or any(
         edits.code(earlier).startswith(f"{candidate} =") for earlier in hoisted.get(statement, ())))
     gathered = edits.statement(_fitted(f"{name} = {code}", facts.positions[statement].start.column))
     if statement not in hoisted:
         hoisted[statement] = []
-        gathered = gathered.with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(GATHERED_COMMENT))])
+        comment = GATHERED_COMMENT if statement in facts.output_statements else GATHERED_COMMENT.split(";")[0] + "."
+        gathered = gathered.with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(comment))])
         edits.before.setdefault(statement, []).append(Insertion(hoisted[statement], takes_blank_lines=True))
     hoisted[statement].append(gathered)
     edits.expressions[call] = replacement(edits, name)
