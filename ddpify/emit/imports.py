@@ -35,7 +35,8 @@ def add_imports(module: cst.Module, specs: Sequence[ImportSpec]) -> cst.Module:
         # Names new to the file from one module share one line (`from m import a, b`).
         together = [other for other in missing if other[0] == spec[0] and other[1] and not other[2]
                     ] if spec[1] and not spec[2] else [spec]
-        code = _from_import(spec[0], sorted(name for _, name, _ in together if name)) if len(together) > 1 else _code(spec)
+        imported = sorted(name for _, name, _ in together if name)
+        code = _from_import(spec[0], imported) if len(together) > 1 else _code(spec)
         statement = cst.parse_statement(code, config=module.config_for_parsing)
         body, end = _insert_sorted(body, start, end, statement, _key_of_spec(spec))
         present.update(together)

@@ -19,17 +19,17 @@ from ddpify.emit.edits import Edits, Insertion, replacement
 from ddpify.emit.fsdp2 import (
     GATHERED_COMMENT,
     LOAD_MODEL_CODE,
+    LOAD_OPTIMIZER_CODE,
     LOAD_OPTIONS_CODE,
     LOAD_OPTIONS_COMMENT,
-    LOAD_OPTIMIZER_CODE,
     MIXED_PRECISION_CODE,
     MODEL_STATE_CODE,
     OPTIMIZER_STATE_CODE,
     POLICY_ARGUMENT,
     SHARD_BLOCKS_CODE,
     SHARD_COMMENT,
-    SHARD_ROOT_COMMENT,
     SHARD_ROOT_CODE,
+    SHARD_ROOT_COMMENT,
 )
 from ddpify.emit.layout import fits
 from ddpify.options import Options
@@ -99,7 +99,8 @@ def shard(facts: Facts, edits: Edits, setup: Plan, model: Model, anchor: Stateme
     statements = edits.statements(code)
     edits.insert_after(anchor, statements)
     edits.imports.add("fully_shard")
-    edits.report("DDP107", anchor)
+    edits.report("DDP107", anchor, None if blocks is not None else
+                 "model sharded with FSDP2: fully_shard on the root (no block list)")
     setup.wrap_points[model.name] = anchor
     _optimizer_after_shard(facts, edits, model, anchor)
     _full_state_dicts(facts, edits, model, anchor)
@@ -201,8 +202,8 @@ def _before_optimizer(facts: Facts, model: Model, anchor: Statement) -> Statemen
     (a resumed checkpoint loads into it): then the shard goes where the model was last
     built or moved before the optimizer, and the loads after it load into the shards."""
     optimizer = model.optimizer_statement
-    block = facts.block_of(anchor)
-    body = list(block.body)
+    body = [statement for statement in facts.block_of(anchor).body
+            if isinstance(statement, (cst.SimpleStatementLine, cst.BaseCompoundStatement))]
     name = _assigned_name(optimizer)
     if name is None or optimizer not in body or anchor not in body or body.index(optimizer) > body.index(anchor):
         return anchor
@@ -211,7 +212,8 @@ def _before_optimizer(facts: Facts, model: Model, anchor: Statement) -> Statemen
         return anchor  # the optimizer itself can move below the shard
     if any(_moves_or_builds(facts, statement, model.name) for statement in between):
         return anchor  # the model is not on its device yet: DDP906
-    earlier = [statement for statement in body[:body.index(optimizer)] if _moves_or_builds(facts, statement, model.name)]
+    earlier = [statement for statement in body[:body.index(optimizer)]
+               if _moves_or_builds(facts, statement, model.name)]
     return earlier[-1] if earlier else anchor
 
 
