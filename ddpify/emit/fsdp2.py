@@ -44,3 +44,34 @@ LOAD_OPTIONS_COMMENT = "# A full state dict loads into the shards: rank 0's copy
 LOAD_OPTIONS_CODE = "{name} = StateDictOptions(full_state_dict=True, broadcast_from_rank0=dist.is_initialized())"
 LOAD_MODEL_CODE = "set_model_state_dict({model}, {state}, options={options})"
 LOAD_OPTIMIZER_CODE = "set_optimizer_state_dict({model}, {optimizer}, {state}, options={options})"
+
+
+# The process group is bound to this rank's accelerator from the start (FSDP2 tutorial):
+# collectives need not guess the device. The CPU takes no device_id.
+BOUND_TO_DEVICE = {
+    '    dist.init_process_group("nccl" if {use_gpu} else "gloo")\n': (
+        "    dist.init_process_group(\n"
+        '        "nccl" if {use_gpu} else "gloo",\n'
+        "        device_id={device} if {use_gpu} else None,\n"
+        "    )\n"),
+    "    dist.init_process_group(dist.get_default_backend_for_device({device}))\n": (
+        "    dist.init_process_group(\n"
+        "        dist.get_default_backend_for_device({device}),\n"
+        '        device_id={device} if {device}.type != "cpu" else None,\n'
+        "    )\n"),
+}
+# A device kept as a string ("cuda") names no index: the group gets the rank's own.
+BOUND_TO_STRING_DEVICE = {
+    "    dist.init_process_group(dist.get_default_backend_for_device({device}))\n": (
+        "    dist.init_process_group(\n"
+        "        dist.get_default_backend_for_device({device}),\n"
+        '        device_id=torch.device({device}, local_rank) if {device} != "cpu" else None,\n'
+        "    )\n"),
+}
+
+
+def bound_to_device(template: str, replacements: dict[str, str] = BOUND_TO_DEVICE) -> str:
+    """A setup template of the DDP target whose init_process_group passes device_id."""
+    for line, bound in replacements.items():
+        template = template.replace(line, bound)
+    return template
