@@ -24,6 +24,15 @@ if {condition}:
 {policy_line}    fully_shard({model}{policy})
 """
 
+# Gradient accumulation: the micro-batches that do not step keep their gradients unreduced
+# (FSDP2's counterpart of DDP's no_sync()).
+GRADIENT_SYNC_CODE = """\
+# FSDP2 reduce-scatters gradients only on the micro-batch that steps the optimizer.
+{sync} = {condition}
+if distributed:
+    {model}.set_requires_gradient_sync({sync})
+"""
+
 # bf16 autocast in the script: FSDP2 casts the gathered parameters itself and reduces
 # gradients in float32.
 MIXED_PRECISION_CODE = (
