@@ -93,7 +93,7 @@ def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: Plan, loop: cst
         # An FSDP2 module has no no_sync(): it is told, before each forward, whether to sync.
         gradient_sync = edits.statements(fsdp2.GRADIENT_SYNC_CODE.format(sync=sync, condition=edits.code(
             step_if.test), model=model))
-        edits.insert_before(body[start], Insertion(gradient_sync, takes_blank_lines=True))
+        edits.insert_before(cast(Statement, body[start]), Insertion(gradient_sync, takes_blank_lines=True))
         edits.report("DDP401", step_if)
         return
     indent = facts.column_of(body[start]) - 1
