@@ -63,9 +63,10 @@ RULES = (
          "and the shard uses it (a scheduler, a checkpoint load), or it is built in another "
          "function.",
          "Build the optimizer (and what uses it) after `fully_shard(model)`."),
-    Rule("DDP907", Severity.WARNING, "FSDP2: the model's state is read where only rank 0 runs",
-         "A helper module handed the model, or torch.save of the whole model, reads one "
-         "rank's shards (or waits on a collective the other ranks never join).",
+    Rule("DDP907", Severity.WARNING, "FSDP2: a helper module or torch.save is handed the sharded model",
+         "A helper module handed the model (to save it, or to compute a figure from its "
+         "parameters) sees only this rank's shards, and on rank 0 alone it could not join "
+         "the collective that gathers them; torch.save(model) pickles the shards.",
          "Gather the full state dict on every rank with get_model_state_dict(model, "
          "options=StateDictOptions(full_state_dict=True, cpu_offload=True)) and save that on rank 0."),
 )
@@ -180,6 +181,11 @@ def _optimizer_after_shard(facts: Facts, edits: Edits, model: Model, anchor: Sta
     """The optimizer must see the sharded parameters: built before the anchor in the same
     block, and with nothing in between using it, it moves below the shard."""
     optimizer = model.optimizer_statement
+    kept = _parameters_kept_before(facts, model, anchor)
+    if kept is not None:
+        edits.report("DDP906", kept, f"FSDP2: `{edits.code(kept).splitlines()[0].strip()}` keeps the model's "
+                     "parameters before the shard replaces them: build what the optimizer takes after it")
+        return
     if facts.function_of(optimizer) is facts.function_of(anchor) and facts.start_of(optimizer) > facts.end_of(anchor):
         return
     name = _assigned_name(optimizer)
@@ -195,6 +201,29 @@ def _optimizer_after_shard(facts: Facts, edits: Edits, model: Model, anchor: Sta
     edits.removed.add(optimizer)
     edits.insert_after(anchor, [optimizer.with_changes(leading_lines=())])
     edits.report("DDP109", optimizer)
+
+
+def _parameters_kept_before(facts: Facts, model: Model, anchor: Statement) -> Optional[Statement]:
+    """A statement before the shard that stores the model's parameters (`params =
+    list(model.parameters())`, a loop that appends them to parameter groups): fully_shard
+    replaces every parameter, so what it stored is stale. Reading them to count or freeze
+    them (a print, `p.requires_grad = False`) is harmless."""
+    for _, name in facts.model_holders(model):
+        for access in facts.attribute_reads.get(name, ()):
+            if access.attr.value not in ("parameters", "named_parameters") or not _before(facts, access, anchor):
+                continue
+            statement = facts.statement_of(access)
+            if statement is model.optimizer_statement or statement in facts.output_statements:
+                continue
+            call = facts.parents.get(access)
+            loop = facts.parents.get(call) if call is not None else None  # `for ... in model.parameters()`
+            if isinstance(loop, cst.For) and loop.iter is call:
+                if any(dotted_name(call.func) is not None and dotted_name(call.func).rsplit(".", 1)[-1]  # type: ignore[union-attr]
+                       in ("append", "extend", "add", "insert") for call in calls_within(loop.body)):
+                    return loop
+            elif _assigned_name(statement) is not None:
+                return statement
+    return None
 
 
 def _before_optimizer(facts: Facts, model: Model, anchor: Statement) -> Statement:
@@ -372,4 +401,13 @@ CASES = (
                              "True, cpu_offload=True)\n)\nif is_main:\n    torch.save(model_state, ",), FSDP2),
     Silent(_SAVED, "DDP312"),
     Emits(_BLOCKS + 'torch.save(model, "model.pt")\n', "DDP907", (), FSDP2),
+    Emits(_BLOCKS.replace("model = Net().to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)",
+                          "model = Net()\nparams = list(model.parameters())\nmodel.to(device)\n"
+                          "optimizer = torch.optim.SGD(params, lr=0.1)"), "DDP906", (), FSDP2),
+    Silent(_BLOCKS.replace("optimizer = torch.optim.SGD(model.parameters(), lr=0.1)",
+                           "params = list(model.parameters())\noptimizer = torch.optim.SGD(params, lr=0.1)"),
+           "DDP906", FSDP2),
+    Silent(_BLOCKS.replace("optimizer = torch.optim.SGD(model.parameters(), lr=0.1)",
+                           "print(sum(p.numel() for p in model.parameters()))\n"
+                           "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)"), "DDP906", FSDP2),
 )
