@@ -102,7 +102,8 @@ def test_migrated_script_runs(case, tmp_path):
             original.workdir / name, distributed.workdir / name)] == []
     if evaluation:
         assert problems_evaluation_fetches(evaluation_log(original.workdir), 1) == []
-        # "evaluation_whole": fewer batches than ranks, so each rank evaluates the whole set.
+        # "evaluation_whole": each rank evaluates the whole set (fewer batches than ranks, or
+        # FSDP2, where evaluation stays whole).
         copies = 2 if spec.get("evaluation_whole") else 1
         assert problems_evaluation_fetches(evaluation_log(distributed.workdir), 2, copies) == []
         assert problems_evaluation_lines(original, distributed, evaluation) == []
