@@ -98,7 +98,9 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         return
     if edits.options.fsdp2:
         # Under FSDP2 every forward all-gathers the blocks, a collective: ranks holding
-        # unequal numbers of batches (r, r + N, ...) would wait on each other for ever.
+        # unequal numbers of batches (r, r + N, ...) mismatch their collectives (tried: the
+        # DDP target's shards of 9 batches on 2 ranks with per-block fully_shard abort on Gloo,
+        # "Received data size doesn't match expected size"; NCCL would hang).
         for loader in candidates:
             edits.report("DDP203", loader.call, f"{RULE_SUMMARY_WHOLE}: under FSDP2 each forward is a "
                          "collective, and shards of unequal batch counts would wait on each other")

@@ -81,13 +81,19 @@ def shard(facts: Facts, edits: Edits, setup: Plan, model: Model, anchor: Stateme
     model_class = _model_class(facts, model)
     blocks = edits.options.fsdp_blocks or (_block_list(facts, facts.classes[model_class])
                                            if model_class in facts.classes else None)
+    if edits.options.fsdp_blocks and model_class in facts.classes and not _assigns_attribute(
+            facts.classes[model_class], edits.options.fsdp_blocks.split(".")[0]):
+        edits.report("DDP108", anchor, f"FSDP2: `{model_class}` has no attribute "
+                     f"`{edits.options.fsdp_blocks}` (--fsdp-blocks): only the root is sharded")
+        blocks = None
     policy, policy_line = "", ""
     if _uses_bf16_autocast(facts):
         policy, policy_line = POLICY_ARGUMENT, MIXED_PRECISION_CODE
         edits.imports.add("MixedPrecisionPolicy")
-    if blocks is None:
+    if blocks is None and not edits.options.fsdp_blocks:
         edits.report("DDP108", anchor, f"FSDP2: no repeated blocks found in `{model_class or model.name}`: "
                      "only the root is sharded; name them with --fsdp-blocks ATTR")
+    if blocks is None:
         code = SHARD_ROOT_COMMENT + "\n" + SHARD_ROOT_CODE.format(
             condition=condition, model=model.name, policy=policy, policy_line=policy_line)
     else:
@@ -136,6 +142,24 @@ def _block_list(facts: Facts, node: cst.ClassDef) -> Optional[str]:
             if target in iterated or target in called:
                 return target[len("self."):]
     return None
+
+
+def _assigns_attribute(node: cst.ClassDef, attribute: str) -> bool:
+    """`self.attribute = ...` somewhere in the class's methods."""
+    return any(dotted_name(target.target) == f"self.{attribute}"
+               for method in node.body.body if isinstance(method, cst.FunctionDef)
+               for assign in _assigns_in(method) for target in assign.targets)
+
+
+def _assigns_in(node: cst.CSTNode) -> list[cst.Assign]:
+    found: list[cst.Assign] = []
+
+    class _Assigns(cst.CSTVisitor):
+        def visit_Assign(self, assign: cst.Assign) -> None:
+            found.append(assign)
+
+    node.visit(_Assigns())
+    return found
 
 
 def _loops(node: cst.CSTNode) -> list[cst.For]:
@@ -389,7 +413,8 @@ CASES = (
           FSDP2),
     Silent(_BLOCKS, "DDP108", FSDP2),
     Emits(TRAINING, "DDP108", ("fully_shard(model)",), FSDP2),
-    Silent(TRAINING, "DDP108", Options(strategy="fsdp2", fsdp_blocks="layers")),
+    Silent(_BLOCKS, "DDP108", Options(strategy="fsdp2", fsdp_blocks="layers")),
+    Emits(_BLOCKS, "DDP108", ("    fully_shard(model)\n",), Options(strategy="fsdp2", fsdp_blocks="stages")),
     Emits(_BLOCKS.replace("model = Net().to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
                           "model = Net()\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
                           "model.to(device)\n"),
