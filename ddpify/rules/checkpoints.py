@@ -103,8 +103,9 @@ def _saved_before(facts: Facts, save: cst.Call, load: cst.Call) -> bool:
            for call in facts.calls_of(save_function)):
         return True
     # `train(resume=False)` then `train(resume=True)`, or `train()` then `resume()`: a call
-    # that saves comes before a call that loads, in one caller.
-    return any(facts.function_of(saving) is facts.function_of(loading)
+    # that saves comes before a call that loads, in one block of one caller (not the two
+    # branches of `if args.subcommand == "train": ... else: ...`).
+    return any(facts.block_of(facts.statement_of(saving)) is facts.block_of(facts.statement_of(loading))
                and facts.line_of(saving) < facts.line_of(loading)
                for saving in facts.calls_of(save_function) for loading in facts.calls_of(load_function))
 
