@@ -1,6 +1,7 @@
 """The FSDP2 target (`--strategy fsdp2`): the model is sharded in place instead of wrapped
 (DDP107, DDP108), its optimizer is built after the shard (DDP109, DDP906), and checkpoints
-hold full state dicts gathered on every rank (DDP312, DDP907).
+hold full state dicts gathered on every rank (DDP312, DDP907); recurrent layers are
+reported (DDP908).
 
 model.py finds where the model reaches its device, as for DDP, and calls `shard` there. The
 model stays the model: no `.module` rewrite applies. Setup, samplers, rank-0 output and
@@ -63,6 +64,12 @@ RULES = (
          "and the shard uses it (a scheduler, a checkpoint load), or it is built in another "
          "function.",
          "Build the optimizer (and what uses it) after `fully_shard(model)`."),
+    Rule("DDP908", Severity.WARNING, "FSDP2: recurrent layers (nn.LSTM, nn.GRU, nn.RNN) do not run sharded",
+         "A recurrent layer keeps its own list of its weights for the fused kernel; FSDP2 swaps "
+         "the parameters for gathered and sharded ones, and the forward fails (on the CPU: "
+         "`aten.mkldnn_rnn_layer.default got mixed torch.Tensor and DTensor`).",
+         "Keep this model on DDP (the default strategy), or shard only the blocks without "
+         "recurrent layers (--fsdp-blocks)."),
     Rule("DDP907", Severity.WARNING, "FSDP2: a helper module or torch.save is handed the sharded model",
          "A helper module handed the model (to save it, or to compute a figure from its "
          "parameters) sees only this rank's shards, and on rank 0 alone it could not join "
@@ -72,6 +79,7 @@ RULES = (
 )
 
 BLOCK_LISTS = ("torch.nn.ModuleList", "torch.nn.Sequential")
+RECURRENT_LAYERS = ("torch.nn.LSTM", "torch.nn.GRU", "torch.nn.RNN")
 
 
 def shard(facts: Facts, edits: Edits, setup: Plan, model: Model, anchor: Statement, condition: str) -> None:
@@ -111,6 +119,9 @@ def shard(facts: Facts, edits: Edits, setup: Plan, model: Model, anchor: Stateme
     setup.wrap_points[model.name] = anchor
     _optimizer_after_shard(facts, edits, model, anchor)
     _full_state_dicts(facts, edits, model, anchor)
+    recurrent = [call for qualified in RECURRENT_LAYERS for call in facts.calls_named.get(qualified, ())]
+    if recurrent:
+        edits.report("DDP908", min(recurrent, key=facts.start_of))
 
 
 def _model_class(facts: Facts, model: Model) -> Optional[str]:
@@ -426,6 +437,8 @@ CASES = (
                              "True, cpu_offload=True)\n)\nif is_main:\n    torch.save(model_state, ",), FSDP2),
     Silent(_SAVED, "DDP312"),
     Emits(_BLOCKS + 'torch.save(model, "model.pt")\n', "DDP907", (), FSDP2),
+    Emits(_BLOCKS.replace("torch.nn.Linear(4, 4) for", "torch.nn.GRU(4, 4) for"), "DDP908", (), FSDP2),
+    Silent(_BLOCKS, "DDP908", FSDP2),
     Emits(_BLOCKS.replace("model = Net().to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)",
                           "model = Net()\nparams = list(model.parameters())\nmodel.to(device)\n"
                           "optimizer = torch.optim.SGD(params, lr=0.1)"), "DDP906", (), FSDP2),
