@@ -120,7 +120,7 @@ def shard(facts: Facts, edits: Edits, setup: Plan, model: Model, anchor: Stateme
     _optimizer_after_shard(facts, edits, model, anchor)
     _full_state_dicts(facts, edits, model, anchor)
     recurrent = [call for qualified in RECURRENT_LAYERS for call in facts.calls_named.get(qualified, ())]
-    if recurrent:
+    if recurrent and not any(diagnostic.code == "DDP908" for diagnostic in edits.diagnostics):  # once a file
         edits.report("DDP908", min(recurrent, key=facts.start_of))
 
 
