@@ -23,7 +23,7 @@ from ddpify.files import TWIN_SUFFIX, SourceError, source_of_twin, twin_of
 from ddpify.formats import FORMATS, Printer, printer, summary_line
 from ddpify.jobs import ERROR, OK, Job, Report
 from ddpify.launch.command import launch_command
-from ddpify.options import Options
+from ddpify.options import STRATEGIES, Options
 from ddpify.progress import Progress
 from ddpify.walk import Entry, expand, notebooks_under
 
@@ -97,6 +97,12 @@ class _DefaultCommand(click.Command):
 @click.option("--shard-eval/--no-shard-eval", default=None,
               help="Shard evaluation loaders and gather their figures (default); "
                    "--no-shard-eval keeps the whole evaluation on every rank.")
+@click.option("--strategy", type=click.Choice(STRATEGIES), default="ddp", show_default=True,
+              help="ddp: a full model copy per GPU (DistributedDataParallel); fsdp2: parameters, "
+                   "gradients and optimizer state sharded across GPUs (fully_shard).")
+@click.option("--fsdp-blocks", metavar="ATTR",
+              help="With --strategy fsdp2: the model attribute holding its repeated blocks "
+                   "(self.ATTR), when ddpify finds none; each block is sharded on its own.")
 @click.option("--format", "output_format", type=click.Choice(FORMATS), default="text",
               show_default=True, help="How diagnostics are printed.")
 @click.option("--stdin-filename", metavar="PATH",
@@ -111,8 +117,8 @@ class _DefaultCommand(click.Command):
 @click.version_option(__version__, prog_name="ddpify")
 @click.help_option("-h", "--help")
 def migrate(paths, output, in_place, show_diff, check, twin, select, ignore, excludes,
-            sync_batchnorm, keep_global_batch, shard_eval, output_format, stdin_filename, workers,
-            quiet, verbose, list_rules, explain_code) -> None:
+            sync_batchnorm, keep_global_batch, shard_eval, strategy, fsdp_blocks, output_format, stdin_filename,
+            workers, quiet, verbose, list_rules, explain_code) -> None:
     """Migrate PATHS (files, directories, or - for stdin) to DistributedDataParallel.
 
     \b
@@ -162,6 +168,8 @@ def migrate(paths, output, in_place, show_diff, check, twin, select, ignore, exc
         shard_evaluation=_first(shard_eval, config.shard_eval, True),
         select=_first(select, config.select, ()),
         ignore=_first(ignore, config.ignore, ()),
+        strategy=strategy,
+        fsdp_blocks=fsdp_blocks,
     )
     excluded = (*config.exclude, *excludes)
     entries = expand(paths, excluded)

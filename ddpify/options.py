@@ -1,5 +1,8 @@
 """Every switch that changes what ddpify writes, in one frozen place."""
 from dataclasses import dataclass
+from typing import Optional
+
+STRATEGIES = ("ddp", "fsdp2")
 
 
 @dataclass(frozen=True)
@@ -14,3 +17,12 @@ class Options:
     # Rule codes or prefixes to report (empty = all) and to silence.
     select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
+    # The target: "ddp" (DistributedDataParallel, a full copy per rank) or "fsdp2"
+    # (torch.distributed.fsdp.fully_shard: parameters, gradients and optimizer state sharded).
+    strategy: str = "ddp"
+    # FSDP2: the attribute of the model holding its repeated blocks, when ddpify finds none.
+    fsdp_blocks: Optional[str] = None
+
+    @property
+    def fsdp2(self) -> bool:
+        return self.strategy == "fsdp2"

@@ -52,13 +52,15 @@ class Case:
 
     @property
     def options(self) -> Options:
-        """`options` holds CLI flags, e.g. `--sync-batchnorm`."""
+        """`options` holds CLI flags, e.g. `--sync-batchnorm` or `--strategy fsdp2`."""
         path = self.directory / "options"
         flags = shlex.split(path.read_text()) if path.exists() else []
         return Options(
             sync_batchnorm="--sync-batchnorm" in flags,
             keep_global_batch="--keep-global-batch" in flags,
             shard_evaluation="--no-shard-eval" not in flags,
+            strategy=_value_of("--strategy", flags) or "ddp",
+            fsdp_blocks=_value_of("--fsdp-blocks", flags),
         )
 
     @property
@@ -79,6 +81,11 @@ class Case:
         """
         path = self.directory / "run.json"
         return json.loads(path.read_text()) if path.exists() else None
+
+
+def _value_of(flag: str, flags: list[str]) -> Optional[str]:
+    """The value after `flag` (`--strategy fsdp2`), or None when the flag is absent."""
+    return flags[flags.index(flag) + 1] if flag in flags[:-1] else None
 
 
 def all_cases() -> list[Case]:

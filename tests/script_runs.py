@@ -355,6 +355,52 @@ def _any_class_pickle(classes: set[str]) -> types.ModuleType:
     return module
 
 
+def problems_full_checkpoint(original: Path, distributed: Path) -> list[str]:
+    """FSDP2: the checkpoint written under torchrun is a full state dict, as the original's is:
+    the same model keys, every tensor plain (no DTensor shard) and of the same shape, so that
+    it loads into the single-process model unchanged. Optimizer state (a dict of "state" and
+    "param_groups") is keyed by parameter name under FSDP2 (get_optimizer_state_dict), by
+    index in the original: there the tensors must hold as many numbers in all."""
+    import torch
+
+    if not distributed.exists():
+        return [f"{distributed.name} was not written under torchrun"]
+    expected, expected_optimizer = _tensors(torch.load(original, map_location="cpu", weights_only=False))
+    written, written_optimizer = _tensors(torch.load(distributed, map_location="cpu", weights_only=False))
+    if list(written) != list(expected):
+        return [f"{distributed.name}: keys differ from the original's: {sorted(set(written) ^ set(expected))[:5]}"]
+    problems = [f"{distributed.name}: {key} is a {type(value).__name__} of shape {tuple(value.shape)}, the "
+                f"original's a tensor of shape {tuple(expected[key].shape)}"
+                for key, value in written.items()
+                if type(value) is not torch.Tensor or value.shape != expected[key].shape]
+    shards = [value for value in written_optimizer if type(value) is not torch.Tensor]
+    if shards:
+        problems.append(f"{distributed.name}: optimizer state holds a {type(shards[0]).__name__}")
+    sizes = (sum(value.numel() for value in written_optimizer), sum(value.numel() for value in expected_optimizer))
+    if sizes[0] != sizes[1]:
+        problems.append(f"{distributed.name}: optimizer state holds {sizes[0]} numbers, the original's {sizes[1]}")
+    return problems
+
+
+def _tensors(state, prefix: str = "") -> tuple[dict, list]:
+    """Every tensor in a (nested) checkpoint by its dotted path of keys, and apart from
+    them the tensors of optimizer state dicts."""
+    found: dict = {}
+    optimizer: list = []
+    if isinstance(state, dict) and {"state", "param_groups"} <= set(state):
+        return {}, [tensor for tensors in [_tensors(state["state"])] for tensor in tensors[0].values()]
+    items = state.items() if isinstance(state, dict) else enumerate(state) if isinstance(state, (list, tuple)) else ()
+    for key, value in items:
+        path = f"{prefix}{key}"
+        if isinstance(value, (dict, list, tuple)):
+            nested, nested_optimizer = _tensors(value, path + ".")
+            found.update(nested)
+            optimizer.extend(nested_optimizer)
+        elif hasattr(value, "shape"):
+            found[path] = value
+    return found, optimizer
+
+
 def _state_dict_keys(state) -> list[str]:
     if not isinstance(state, dict):
         return []

@@ -11,6 +11,7 @@ from script_runs import (
     problems_distributed,
     problems_evaluation_fetches,
     problems_evaluation_lines,
+    problems_full_checkpoint,
     problems_single_process,
     run_python,
     run_torchrun,
@@ -18,6 +19,13 @@ from script_runs import (
 
 CASES = all_cases()
 RUNNABLE = [case for case in CASES if case.run_spec is not None]
+
+
+def params(cases):
+    """Each case, marked with its strategy when that is not DDP, so that `-k fsdp2` (or
+    `-m fsdp2`) picks the FSDP2 fixtures."""
+    return [pytest.param(case, marks=[pytest.mark.fsdp2] if case.options.fsdp2 else [], id=case.name)
+            for case in cases]
 
 
 def test_every_fixture_sits_in_a_family_under_a_name_of_its_own():
@@ -29,22 +37,22 @@ def test_every_fixture_sits_in_a_family_under_a_name_of_its_own():
     assert [name for name, count in Counter(case.name for case in CASES).items() if count > 1] == []
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+@pytest.mark.parametrize("case", params(CASES))
 def test_output_matches_expected(case):
     assert case.migrate().code == case.expected.read_text()
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+@pytest.mark.parametrize("case", params(CASES))
 def test_diagnostics_match_expected(case):
     assert format_diagnostics(case.migrate().diagnostics) == case.expected_diagnostics.read_text()
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+@pytest.mark.parametrize("case", params(CASES))
 def test_expected_compiles(case):
     compile(case.expected.read_text(), str(case.expected), "exec")
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+@pytest.mark.parametrize("case", params(CASES))
 def test_migrating_expected_changes_nothing(case):
     expected = case.expected.read_text()
     assert case.migrate(expected).code == expected
@@ -54,7 +62,7 @@ def test_migrating_expected_changes_nothing(case):
 NEEDS_NUMPY = ("all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list")
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+@pytest.mark.parametrize("case", params(CASES))
 def test_emitted_code_needs_no_numpy(case):
     def calls(text):
         return set(re.findall(r"\b({})\(".format("|".join(NEEDS_NUMPY)), text))
@@ -63,7 +71,7 @@ def test_emitted_code_needs_no_numpy(case):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", RUNNABLE, ids=lambda case: case.name)
+@pytest.mark.parametrize("case", params(RUNNABLE))
 def test_migrated_script_runs(case, tmp_path):
     spec = case.run_spec
     args = spec.get("args", [])
@@ -86,9 +94,16 @@ def test_migrated_script_runs(case, tmp_path):
                                          started_distributed.result())
     assert problems_single_process(original, single) == []
     assert problems_distributed(original, distributed, spec.get("files", [])) == []
+    if case.options.fsdp2:
+        # FSDP2 on CPU with Gloo works in torch 2.13 (fully_shard's all-gather and
+        # reduce-scatter run on Gloo; init_process_group("gloo"), no extra options): each
+        # checkpoint is the full state dict, the original's keys and shapes, not shards.
+        assert [problem for name in spec.get("files", []) for problem in problems_full_checkpoint(
+            original.workdir / name, distributed.workdir / name)] == []
     if evaluation:
         assert problems_evaluation_fetches(evaluation_log(original.workdir), 1) == []
-        # "evaluation_whole": fewer batches than ranks, so each rank evaluates the whole set.
+        # "evaluation_whole": each rank evaluates the whole set (fewer batches than ranks, or
+        # FSDP2, where evaluation stays whole).
         copies = 2 if spec.get("evaluation_whole") else 1
         assert problems_evaluation_fetches(evaluation_log(distributed.workdir), 2, copies) == []
         assert problems_evaluation_lines(original, distributed, evaluation) == []

@@ -22,6 +22,11 @@ WITHOUT_A_FIXTURE = {
     "DDP212": "download racing between ranks: tests/test_data_transform.py",
     "DDP307": "rank-0-only writer used beyond its guard: tests/test_side_effects.py",
     "DDP404": "accumulation that no_sync() cannot wrap: tests/test_training_transform.py",
+    # --strategy fsdp2, shapes it cannot migrate: the cases beside the rule (rules/sharding.py
+    # CASES, run by tests/test_rule_cases.py).
+    "DDP906": "FSDP2 optimizer used before the shard: rules/sharding.py CASES",
+    "DDP907": "FSDP2 model state read on rank 0 alone: rules/sharding.py CASES",
+    "DDP908": "FSDP2 with recurrent layers: rules/sharding.py CASES",
     # The self-check (safe mode): reported only when ddpify's own output is wrong; each has
     # a broken output in tests/test_selfcheck.py. DDP911 also catches a shape the rules cannot
     # migrate (no model wrapped at all): fixture helper_modules/optimizer_made_by_helper_module.

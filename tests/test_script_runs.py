@@ -13,6 +13,7 @@ from script_runs import (
     problems_distributed,
     problems_evaluation_fetches,
     problems_evaluation_lines,
+    problems_full_checkpoint,
     problems_single_process,
     run_python,
     run_torchrun,
@@ -59,6 +60,30 @@ class _ScriptModel(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.layer = torch.nn.Linear(2, 2)
+
+
+def test_a_sharded_or_partial_fsdp2_checkpoint_is_caught(tmp_path):
+    full = {"layers.0.weight": torch.zeros(4, 2), "head.weight": torch.zeros(1, 4)}
+    torch.save(full, tmp_path / "original.pt")
+    torch.save({"model": full}, tmp_path / "nested.pt")
+    torch.save(full, tmp_path / "good.pt")
+    # One rank's shard: half of the rows.
+    torch.save({"layers.0.weight": torch.zeros(2, 2), "head.weight": torch.zeros(1, 4)}, tmp_path / "shard.pt")
+    torch.save({"layers.0.weight": torch.zeros(4, 2)}, tmp_path / "partial.pt")
+    assert problems_full_checkpoint(tmp_path / "original.pt", tmp_path / "good.pt") == []
+    assert "shape (2, 2)" in problems_full_checkpoint(tmp_path / "original.pt", tmp_path / "shard.pt")[0]
+    assert "keys differ" in problems_full_checkpoint(tmp_path / "original.pt", tmp_path / "partial.pt")[0]
+    assert "keys differ" in problems_full_checkpoint(tmp_path / "original.pt", tmp_path / "nested.pt")[0]
+    assert "not written" in problems_full_checkpoint(tmp_path / "original.pt", tmp_path / "missing.pt")[0]
+    # Optimizer state: by index in the original, by parameter name under FSDP2; as many numbers.
+    by_index = {"state": {0: {"exp_avg": torch.zeros(4, 2)}}, "param_groups": [{"params": [0]}]}
+    by_name = {"state": {"layers.0.weight": {"exp_avg": torch.zeros(4, 2)}}, "param_groups": [{"params": ["w"]}]}
+    half = {"state": {"layers.0.weight": {"exp_avg": torch.zeros(2, 2)}}, "param_groups": [{"params": ["w"]}]}
+    torch.save({"model": full, "optimizer": by_index}, tmp_path / "original_with_optimizer.pt")
+    torch.save({"model": full, "optimizer": by_name}, tmp_path / "by_name.pt")
+    torch.save({"model": full, "optimizer": half}, tmp_path / "half.pt")
+    assert problems_full_checkpoint(tmp_path / "original_with_optimizer.pt", tmp_path / "by_name.pt") == []
+    assert "4 numbers" in problems_full_checkpoint(tmp_path / "original_with_optimizer.pt", tmp_path / "half.pt")[0]
 
 
 def test_a_pickled_ddp_wrapper_is_caught_and_a_whole_model_of_the_scripts_own_class_is_read(

@@ -276,6 +276,7 @@ class Collector(cst.CSTVisitor):
     # --- data classes ----------------------------------------------------------------------------
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self._record_unused_submodules(node)
+        self.facts.classes[node.name.value] = node
         self.facts.class_inits[node.name.value] = next(
             (statement for statement in node.body.body
              if isinstance(statement, cst.FunctionDef) and statement.name.value == "__init__"),

@@ -210,6 +210,8 @@ class FactRecord:
     functions: dict[str, cst.FunctionDef] = field(default_factory=dict)
     # Classes defined here, by name, with their __init__ (None when they inherit it).
     class_inits: dict[str, Optional[cst.FunctionDef]] = field(default_factory=dict)
+    # Every class defined here, by name (FSDP2 looks in a model class for its repeated blocks).
+    classes: dict[str, cst.ClassDef] = field(default_factory=dict)
     calls_by_callee: dict[str, list[cst.Call]] = field(default_factory=dict)
     # Every call by the qualified name of what it calls (`tqdm.tqdm`, `builtins.open`).
     calls_named: dict[str, list[cst.Call]] = field(default_factory=dict)

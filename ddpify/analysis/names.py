@@ -127,6 +127,13 @@ EMITTED_IMPORTS = {
     "contextlib": ("contextlib", None, None),
     "itertools": ("itertools", None, None),
     "pickle": ("pickle", None, None),
+    "fully_shard": ("torch.distributed.fsdp", "fully_shard", None),
+    "MixedPrecisionPolicy": ("torch.distributed.fsdp", "MixedPrecisionPolicy", None),
+    "StateDictOptions": ("torch.distributed.checkpoint.state_dict", "StateDictOptions", None),
+    "get_model_state_dict": ("torch.distributed.checkpoint.state_dict", "get_model_state_dict", None),
+    "get_optimizer_state_dict": ("torch.distributed.checkpoint.state_dict", "get_optimizer_state_dict", None),
+    "set_model_state_dict": ("torch.distributed.checkpoint.state_dict", "set_model_state_dict", None),
+    "set_optimizer_state_dict": ("torch.distributed.checkpoint.state_dict", "set_optimizer_state_dict", None),
 }
 
 

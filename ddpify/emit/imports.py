@@ -14,6 +14,7 @@ import libcst as cst
 
 from ddpify.analysis.facts import Statement
 from ddpify.analysis.nodes import dotted_name
+from ddpify.emit.layout import LINE_LENGTH
 
 # (module, imported name or None, alias or None): ("torch.distributed", None, "dist").
 ImportSpec = tuple[str, Optional[str], Optional[str]]
@@ -27,12 +28,18 @@ def add_imports(module: cst.Module, specs: Sequence[ImportSpec]) -> cst.Module:
     body = list(module.body)
     start, end = import_block(body)
     present = _present(body[start:end])
-    for spec in specs:
+    missing = [spec for spec in dict.fromkeys(specs) if spec not in present]
+    for spec in missing:
         if spec in present:
             continue
-        statement = cst.parse_statement(_code(spec), config=module.config_for_parsing)
+        # Names new to the file from one module share one line (`from m import a, b`).
+        together = [other for other in missing if other[0] == spec[0] and other[1] and not other[2]
+                    ] if spec[1] and not spec[2] else [spec]
+        imported = sorted(name for _, name, _ in together if name)
+        code = _from_import(spec[0], imported) if len(together) > 1 else _code(spec)
+        statement = cst.parse_statement(code, config=module.config_for_parsing)
         body, end = _insert_sorted(body, start, end, statement, _key_of_spec(spec))
-        present.add(spec)
+        present.update(together)
     return module.with_changes(body=body)
 
 
@@ -73,6 +80,14 @@ def _used_elsewhere(module: cst.Module, import_statement: cst.BaseStatement, nam
         if statement is not import_statement:
             statement.visit(_Uses())
     return bool(used)
+
+
+def _from_import(module: str, imported: Sequence[str]) -> str:
+    """`from m import a, b`, or one name a line in parentheses when that is too long (isort)."""
+    line = f"from {module} import {', '.join(imported)}"
+    if len(line) <= LINE_LENGTH:
+        return line + "\n"
+    return f"from {module} import (\n" + "".join(f"    {name},\n" for name in imported) + ")\n"
 
 
 def _code(spec: ImportSpec) -> str:

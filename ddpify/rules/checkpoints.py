@@ -95,12 +95,19 @@ def _saved_before(facts: Facts, save: cst.Call, load: cst.Call) -> bool:
     level), or inside a function called earlier in the load's function."""
     load_function = facts.function_of(load)
     save_function = facts.function_of(save)
-    if save_function is load_function:
-        return facts.line_of(save) < facts.line_of(load)
+    if save_function is load_function and facts.line_of(save) < facts.line_of(load):
+        return True
     if save_function is None:
         return False
-    return any(facts.function_of(call) is load_function and facts.line_of(call) < facts.line_of(load)
-               for call in facts.calls_of(save_function))
+    if any(facts.function_of(call) is load_function and facts.line_of(call) < facts.line_of(load)
+           for call in facts.calls_of(save_function)):
+        return True
+    # `train(resume=False)` then `train(resume=True)`, or `train()` then `resume()`: a call
+    # that saves comes before a call that loads, in one block of one caller (not the two
+    # branches of `if args.subcommand == "train": ... else: ...`).
+    return any(facts.block_of(facts.statement_of(saving)) is facts.block_of(facts.statement_of(loading))
+               and facts.line_of(saving) < facts.line_of(loading)
+               for saving in facts.calls_of(save_function) for loading in facts.calls_of(load_function))
 
 
 _CHECKPOINT = TRAINING + 'torch.save(model.state_dict(), "model.pt")\n'

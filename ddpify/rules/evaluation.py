@@ -96,6 +96,15 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         for loader in candidates:
             edits.report("DDP203", loader.call)
         return
+    if edits.options.fsdp2:
+        # Under FSDP2 every forward all-gathers the blocks, a collective: ranks holding
+        # unequal numbers of batches (r, r + N, ...) mismatch their collectives (tried: the
+        # DDP target's shards of 9 batches on 2 ranks with per-block fully_shard abort on Gloo,
+        # "Received data size doesn't match expected size"; NCCL would hang).
+        for loader in candidates:
+            edits.report("DDP203", loader.call, f"{RULE_SUMMARY_WHOLE}: under FSDP2 each forward is a "
+                         "collective, and shards of unequal batch counts would wait on each other")
+        return
     loops_of = {id(loader): facts.loops_over_values(facts.loader_holders_of(loader)) for loader in candidates}
     reasons: dict[int, str] = {}
     figures: dict[cst.For, Figures] = {}
@@ -357,4 +366,5 @@ CASES = (
     Silent(_EVALUATION, "DDP203"),
     Emits(_EVALUATION, "DDP203", options=Options(shard_evaluation=False)),
     Silent(_EVALUATION, "DDP215", Options(shard_evaluation=False)),
+    Silent(_EVALUATION, "DDP215", Options(strategy="fsdp2")),
 )

@@ -27,6 +27,7 @@ from ddpify.emit.edits import Edits, Rewrite
 from ddpify.emit.layout import fits
 from ddpify.options import Options
 from ddpify.plan import Plan
+from ddpify.rules import sharding
 from ddpify.rules.cases import TRAINING, Emits, Silent
 
 RULES = (
@@ -85,11 +86,20 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             anchor, holder = moved
             model = Model(holder, model.optimizer_statement, facts.function_of(anchor))
         if anchor is not None and not setup.sees_setup(facts, anchor):
+            if edits.options.fsdp2:
+                edits.imports.add("dist")
+                sharding.shard(facts, edits, setup, model, anchor, "dist.is_initialized()")
+                continue
             _wrap_out_of_setup(facts, edits, setup, model, anchor)
             continue
         if anchor is None:
             edits.report("DDP903", model.optimizer_statement,
                          f"could not find where `{model.name}` reaches its device: wrap it in DDP by hand")
+            continue
+        if edits.options.fsdp2:
+            # The model stays the model: sharded in place, no wrapper and no `.module`.
+            sharding.shard(facts, edits, setup, model, anchor, "distributed")
+            setup.wrapped_models += 1
             continue
         unused = _unused_submodules(facts, model, anchor)
         for assign in unused:

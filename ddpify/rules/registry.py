@@ -25,6 +25,7 @@ from ddpify.rules import (
     random_batches,
     report_only,
     setup,
+    sharding,
     shared_names,
     side_effects,
     splits,
@@ -35,7 +36,7 @@ from ddpify.rules.cases import Case
 from ddpify.selfcheck import rules as selfcheck
 
 UNITS: tuple[ModuleType, ...] = (
-    setup, devices, model, data, epochs, downloads, splits, evaluation, hand_batches, loader_dicts,
+    setup, devices, model, sharding, data, epochs, downloads, splits, evaluation, hand_batches, loader_dicts,
     random_batches, side_effects, checkpoints, shared_names, training, report_only, frameworks, whole_file,
     selfcheck, suppressions,
 )

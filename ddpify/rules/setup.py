@@ -12,6 +12,7 @@ from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import BlockItem, DeviceAssignment, Statement
 from ddpify.analysis.nodes import dotted_name
 from ddpify.diagnostics import Rule, Severity
+from ddpify.emit import fsdp2
 from ddpify.emit.ddp import (
     CPU_ONLY_CODE,
     EARLY_GROUP_CODE,
@@ -186,7 +187,8 @@ def place(facts: Facts, edits: Edits, plan: Plan) -> None:
     elif plan.cpu_only:
         code = ENVIRONMENT_CODE + CPU_ONLY_CODE
     else:
-        code = plan.gpu_condition_code + SETUP_CODE.format(device=plan.device, use_gpu=plan.use_gpu)
+        setup_code = fsdp2.bound_to_device(SETUP_CODE) if edits.options.fsdp2 else SETUP_CODE
+        code = plan.gpu_condition_code + setup_code.format(device=plan.device, use_gpu=plan.use_gpu)
     if plan.needs_world_size:
         first_line, rest = code.split("\n", 1)
         code = first_line + "\n" + WORLD_SIZE_CODE + rest
@@ -237,9 +239,12 @@ def _place_after_choice(facts: Facts, edits: Edits, plan: Plan) -> None:
         chosen = f'{plan.device} if {plan.device} is not None else "cpu"'
     if plan.device_is_string:
         # EARLY_GROUP_CODE already made the accelerator current: the string needs nothing more.
-        refine = "" if group_early else REFINE_STRING_CODE.format(device=plan.device)
+        string_code = (fsdp2.bound_to_device(REFINE_STRING_CODE, fsdp2.BOUND_TO_STRING_DEVICE)
+                       if edits.options.fsdp2 else REFINE_STRING_CODE)
+        refine = "" if group_early else string_code.format(device=plan.device)
     else:
-        refine = (REFINE_AFTER_EARLY_GROUP_CODE if group_early else REFINE_CODE).format(
+        refine_code = fsdp2.bound_to_device(REFINE_CODE) if edits.options.fsdp2 else REFINE_CODE
+        refine = (REFINE_AFTER_EARLY_GROUP_CODE if group_early else refine_code).format(
             device=plan.device, chosen=chosen)
     if early and anchor is not None:  # (early implies an anchor)
         code = ENVIRONMENT_CODE + world_size

@@ -14,8 +14,8 @@ from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Statement
 from ddpify.analysis.nodes import assigned_names, calls_within, dotted_name, names_in, statements_in
 from ddpify.diagnostics import Rule, Severity
-from ddpify.emit import collectives
-from ddpify.emit.edits import Edits
+from ddpify.emit import collectives, fsdp2
+from ddpify.emit.edits import Edits, Insertion
 from ddpify.emit.layout import fits
 from ddpify.plan import Plan
 from ddpify.rules.cases import TRAINING, Emits, Silent
@@ -89,6 +89,13 @@ def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: Plan, loop: cst
         edits.report("DDP404", step_if)
         return
     sync = facts.free_name("sync")
+    if edits.options.fsdp2:
+        # An FSDP2 module has no no_sync(): it is told, before each forward, whether to sync.
+        gradient_sync = edits.statements(fsdp2.GRADIENT_SYNC_CODE.format(sync=sync, condition=edits.code(
+            step_if.test), model=model))
+        edits.insert_before(cast(Statement, body[start]), Insertion(gradient_sync, takes_blank_lines=True))
+        edits.report("DDP401", step_if)
+        return
     indent = facts.column_of(body[start]) - 1
     context = NO_SYNC_CONTEXT.format(sync=sync, model=model)
     with_line = f"with {context}:" if fits(indent + 6, context) else \

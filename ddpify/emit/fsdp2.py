@@ -1,0 +1,86 @@
+"""The code ddpify writes for the FSDP2 target (`--strategy fsdp2`): the shard, and the full
+state dicts that checkpoints hold.
+
+The setup block, the sampler, rank-0 output and teardown are the DDP target's (ddp.py): only
+what differs lives here. References: the FSDP2 tutorial and pytorch/examples
+distributed/FSDP2 (fully_shard per block, then the root; the optimizer built afterwards;
+full state dicts through torch.distributed.checkpoint.state_dict).
+"""
+
+SHARD_COMMENT = "# FSDP2: each block's parameters, gradients and optimizer state are split across the ranks."
+SHARD_ROOT_COMMENT = "# FSDP2: the model's parameters, gradients and optimizer state are split across the ranks."
+
+# Each repeated block is a unit of its own (gathered for its forward, freed after it), then
+# the root takes what is left (embeddings, head). As a group of one nothing is sharded.
+SHARD_BLOCKS_CODE = """\
+if {condition}:
+{policy_line}    for {block} in {model}.{blocks}:
+        fully_shard({block}{policy})
+    fully_shard({model}{policy})
+"""
+
+SHARD_ROOT_CODE = """\
+if {condition}:
+{policy_line}    fully_shard({model}{policy})
+"""
+
+# Gradient accumulation: the micro-batches that do not step keep their gradients unreduced
+# (FSDP2's counterpart of DDP's no_sync()).
+GRADIENT_SYNC_CODE = """\
+# FSDP2 reduce-scatters gradients only on the micro-batch that steps the optimizer.
+{sync} = {condition}
+if distributed:
+    {model}.set_requires_gradient_sync({sync})
+"""
+
+# bf16 autocast in the script: FSDP2 casts the gathered parameters itself and reduces
+# gradients in float32.
+MIXED_PRECISION_CODE = (
+    "    mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)\n"
+)
+POLICY_ARGUMENT = ", mp_policy=mp_policy"
+
+# A full (unsharded) state dict on the CPU: a collective every rank joins; the file it goes to
+# loads into the single-GPU model unchanged.
+FULL_STATE_OPTIONS = "StateDictOptions(full_state_dict=True, cpu_offload=True)"
+GATHERED_COMMENT = "# Every rank gathers the full state dict (a collective); only rank 0 writes it."
+MODEL_STATE_CODE = "get_model_state_dict({model}, options=" + FULL_STATE_OPTIONS + ")"
+OPTIMIZER_STATE_CODE = "get_optimizer_state_dict({model}, {optimizer}, options=" + FULL_STATE_OPTIONS + ")"
+
+# Loading a full state dict into the sharded model: rank 0's copy is broadcast and each rank
+# keeps its shard. As a group of one there is nothing to broadcast from.
+LOAD_OPTIONS_COMMENT = "# A full state dict loads into the shards: rank 0's copy is broadcast to the others."
+LOAD_OPTIONS_CODE = "{name} = StateDictOptions(full_state_dict=True, broadcast_from_rank0=dist.is_initialized())"
+LOAD_MODEL_CODE = "set_model_state_dict({model}, {state}, options={options})"
+LOAD_OPTIMIZER_CODE = "set_optimizer_state_dict({model}, {optimizer}, {state}, options={options})"
+
+
+# The process group is bound to this rank's accelerator from the start (FSDP2 tutorial):
+# collectives need not guess the device. The CPU takes no device_id.
+BOUND_TO_DEVICE = {
+    '    dist.init_process_group("nccl" if {use_gpu} else "gloo")\n': (
+        "    dist.init_process_group(\n"
+        '        "nccl" if {use_gpu} else "gloo",\n'
+        "        device_id={device} if {use_gpu} else None,\n"
+        "    )\n"),
+    "    dist.init_process_group(dist.get_default_backend_for_device({device}))\n": (
+        "    dist.init_process_group(\n"
+        "        dist.get_default_backend_for_device({device}),\n"
+        '        device_id={device} if {device}.type != "cpu" else None,\n'
+        "    )\n"),
+}
+# A device kept as a string ("cuda") names no index: the group gets the rank's own.
+BOUND_TO_STRING_DEVICE = {
+    "    dist.init_process_group(dist.get_default_backend_for_device({device}))\n": (
+        "    dist.init_process_group(\n"
+        "        dist.get_default_backend_for_device({device}),\n"
+        '        device_id=torch.device({device}, local_rank) if {device} != "cpu" else None,\n'
+        "    )\n"),
+}
+
+
+def bound_to_device(template: str, replacements: dict[str, str] = BOUND_TO_DEVICE) -> str:
+    """A setup template of the DDP target whose init_process_group passes device_id."""
+    for line, bound in replacements.items():
+        template = template.replace(line, bound)
+    return template
