@@ -42,7 +42,7 @@ def test_sections_a_newcomer_looks_for():
         assert _section(title)
     not_done = _section("What it does not do")
     for word in ("Accelerate", "FSDP", "DeepSpeed", "Lightning", "Horovod", ".ipynb",
-                 "One file is rewritten", "runs your code"):
+                 "A project is migrated module by module", "runs your code"):
         assert word in not_done, word
     assert "| 130 |" in _section("Exit codes")
 

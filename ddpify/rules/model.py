@@ -80,51 +80,59 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     for model in facts.models:
         if setup.library and model.function is not None and handed_in(facts, model.function, model.name):
             continue  # a model its caller hands in: the caller wraps it where it reaches its device
-        anchor = _wrap_anchor(facts, model)
-        moved = _moved_elsewhere(facts, model, anchor)
-        if moved is not None:
-            anchor, holder = moved
-            model = Model(holder, model.optimizer_statement, facts.function_of(anchor))
-        if anchor is not None and not setup.sees_setup(facts, anchor):
-            if edits.options.fsdp2:
-                edits.imports.add("dist")
-                sharding.shard(facts, edits, setup, model, anchor, "dist.is_initialized()")
-                continue
-            _wrap_out_of_setup(facts, edits, setup, model, anchor)
-            continue
-        if anchor is None:
-            edits.report("DDP903", model.optimizer_statement,
-                         f"could not find where `{model.name}` reaches its device: wrap it in DDP by hand")
-            continue
+        _wrap(facts, edits, setup, model)
+
+
+def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
+    anchor = _wrap_anchor(facts, model)
+    moved = _moved_elsewhere(facts, model, anchor)
+    if moved is not None:
+        anchor, holder = moved
+        model = Model(holder, model.optimizer_statement, facts.function_of(anchor))
+    if anchor is not None and not setup.sees_setup(facts, anchor):
         if edits.options.fsdp2:
-            # The model stays the model: sharded in place, no wrapper and no `.module`.
-            sharding.shard(facts, edits, setup, model, anchor, "distributed")
-            setup.wrapped_models += 1
-            continue
-        unused = _unused_submodules(facts, model, anchor)
-        for assign in unused:
-            edits.report("DDP105", assign)
-        # DDP waits for a gradient from every parameter unless told some may not come.
-        extra = ", find_unused_parameters=True" if unused else ""
-        if setup.device_elsewhere:
-            # On the device another module of the project chose: DDP takes it from the module.
-            code = WRAP_ON_CPU_CODE.format(model=model.name, extra=extra)
-        elif setup.cpu_only or _never_moved(facts, model):
-            # device_ids names the GPU a module lives on; a model the script never moves
-            # stays on the CPU, where DDP takes no device_ids and needs Gloo.
-            code = WRAP_ON_CPU_CODE.format(model=model.name, extra=extra)
-            setup.models_on_cpu += 1
-        else:
-            code = _wrap_code(facts, anchor, model.name, setup.device_type,
-                              edits.options.sync_batchnorm and bool(facts.batchnorm_calls), extra)
-        edits.insert_after(anchor, edits.statements(_when_trainable(facts, code, model.name)))
-        edits.imports.add("DDP")
-        edits.report("DDP101", anchor)
-        setup.wrap_points[model.name] = anchor
+            edits.imports.add("dist")
+            sharding.shard(facts, edits, setup, model, anchor, "dist.is_initialized()")
+            return
+        _wrap_out_of_setup(facts, edits, setup, model, anchor)
+        return
+    if anchor is None:
+        edits.report("DDP903", model.optimizer_statement,
+                     f"could not find where `{model.name}` reaches its device: wrap it in DDP by hand")
+        return
+    if edits.options.fsdp2:
+        # The model stays the model: sharded in place, no wrapper and no `.module`.
+        sharding.shard(facts, edits, setup, model, anchor, "distributed")
         setup.wrapped_models += 1
-        _drop_moves_after_wrap(facts, edits, model, anchor)
-        _unwrap_attributes(facts, edits, model, anchor)
-        _unwrap_module_accesses(facts, edits, model)
+        return
+    unused = _unused_submodules(facts, model, anchor)
+    for assign in unused:
+        edits.report("DDP105", assign)
+    # DDP waits for a gradient from every parameter unless told some may not come.
+    extra = ", find_unused_parameters=True" if unused else ""
+    code = _wrap_statement(facts, setup, model, anchor, edits.options.sync_batchnorm, extra)
+    edits.insert_after(anchor, edits.statements(_when_trainable(facts, code, model.name)))
+    edits.imports.add("DDP")
+    edits.report("DDP101", anchor)
+    setup.wrap_points[model.name] = anchor
+    setup.wrapped_models += 1
+    _drop_moves_after_wrap(facts, edits, model, anchor)
+    _unwrap_attributes(facts, edits, model, anchor)
+    _unwrap_module_accesses(facts, edits, model)
+
+
+def _wrap_statement(facts: Facts, setup: Plan, model: Model, anchor: Statement, sync_batchnorm: bool,
+                    extra: str) -> str:
+    if setup.device_elsewhere:
+        # On the device another module of the project chose: DDP takes it from the module.
+        return WRAP_ON_CPU_CODE.format(model=model.name, extra=extra)
+    if setup.cpu_only or _never_moved(facts, model):
+        # device_ids names the GPU a module lives on; a model the script never moves
+        # stays on the CPU, where DDP takes no device_ids and needs Gloo.
+        setup.models_on_cpu += 1
+        return WRAP_ON_CPU_CODE.format(model=model.name, extra=extra)
+    return _wrap_code(facts, anchor, model.name, setup.device_type, sync_batchnorm and bool(facts.batchnorm_calls),
+                      extra)
 
 
 def _unwrap_models_handed_in(facts: Facts, edits: Edits) -> None:
