@@ -61,6 +61,17 @@ class Project:
         definition = self._modules.definition(found) if found is not None and self._modules is not None else None
         return set() if definition is None else definition[0].attribute_readers(definition[1], wrapper_attributes)
 
+    def moved_parameters(self, qualified: str) -> tuple[list[str], set[str]]:
+        """For a function, or a class (its __init__): its positional parameters and those it
+        moves to a device (effects.py)."""
+        found = self._local(qualified) if self._modules is not None else None
+        if found is None or self._modules is None:
+            return [], set()
+        definition = self._modules.definition(found)
+        if definition is not None and definition[1] in definition[0].classes:
+            definition = self._modules.definition(f"{found}.__init__")
+        return ([], set()) if definition is None else definition[0].moved_parameters(definition[1])
+
     def optimizer_parameters(self, qualified: str) -> set[int]:
         """Which positional arguments of `qualified` the optimizer it builds trains."""
         found = self._local(qualified) if self._modules is not None else None

@@ -266,3 +266,51 @@ def test_loaders_made_in_another_module_are_sharded_there(tmp_path):
     shard = migrate_source(helper, project=project.read(str(tmp_path / "data.py"), helper))
     assert "DistributedSampler(" in shard.code and "if dist.is_initialized()" in shard.code
     assert not shard.needs_a_person
+
+
+TRAINER_MOVING_THE_MODEL = textwrap.dedent('''\
+    import torch
+
+
+    class Trainer:
+        def __init__(self, model, optimizer, device):
+            self.model = model.to(device)
+            self.optimizer = optimizer
+
+        def fit(self, loader, epochs):
+            for epoch in range(epochs):
+                for x, y in loader:
+                    loss = torch.nn.functional.mse_loss(self.model(x), y)
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+            torch.save(self.model.state_dict(), "model.pt")
+    ''')
+
+SCRIPT_HANDING_THE_MODEL = textwrap.dedent('''\
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from trainer import Trainer
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+    Trainer(model, optimizer, device).fit(loader, epochs=2)
+    ''')
+
+
+def test_a_trainer_that_moves_the_model_it_is_handed_wraps_it_after_the_move(tmp_path):
+    """The wrap goes where the model reaches its device, in whichever module that is: not in
+    the script, before the Trainer moves it (a DDP wrap of a CPU module fails on a GPU)."""
+    (tmp_path / "trainer.py").write_text(TRAINER_MOVING_THE_MODEL)
+    (tmp_path / "train.py").write_text(SCRIPT_HANDING_THE_MODEL)
+    script = migrate_source(SCRIPT_HANDING_THE_MODEL,
+                            project=project.read(str(tmp_path / "train.py"), SCRIPT_HANDING_THE_MODEL))
+    assert "DDP(" not in script.code and "dist.init_process_group" in script.code
+    helper = migrate_source(TRAINER_MOVING_THE_MODEL,
+                            project=project.read(str(tmp_path / "trainer.py"), TRAINER_MOVING_THE_MODEL))
+    assert ("        self.model = model.to(device)\n        if dist.is_initialized():\n"
+            "            self.model = DDP(self.model)\n") in helper.code
+    assert 'torch.save(getattr(self.model, "module", self.model).state_dict(), "model.pt")' in helper.code

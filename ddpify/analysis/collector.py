@@ -57,7 +57,9 @@ class Collector(cst.CSTVisitor):
         self.names_in_top: dict[cst.CSTNode, set[str]] = {}
         self.training_tops: set[cst.CSTNode] = set()
         # `Trainer(model, ...)` of a project class whose methods train (note_helper_methods).
-        self.training_constructors: list[cst.Call] = []
+        self.training_constructors = self.facts.training_constructors
+        # `Trainer(model, ...).fit(loader)`: a method called on an object made in place.
+        self.chained_calls: list[cst.Call] = []
         # Methods of this file that build an optimizer over their own object's parameters.
         self.self_optimizer_methods: set[str] = set()
         self.training_calls: list[cst.Call] = []
@@ -410,6 +412,7 @@ class Collector(cst.CSTVisitor):
     def note_helper_methods(self) -> None:
         """`progress.display(i)` where every `progress = ProgressMeter(...)` makes an object
         of a class of the project's modules: the effect of ProgressMeter.display."""
+        self._note_chained_training_calls()
         for callee, calls in self.facts.calls_by_callee.items():
             owner, _, method = callee.rpartition(".")
             values = self.facts.assigned_values.get(owner, [])
@@ -440,6 +443,7 @@ class Collector(cst.CSTVisitor):
         parameters or modes the script reads (`model.parameters()`, `model.train()`)."""
         known = {model.name for model in self.facts.models}
         for call in [*self.training_constructors, *self.facts.training_helper_calls]:
+            self._note_models_moved_by(call)
             if any(self.project.builds_optimizer(q) for q in self._qualified(call.func)):
                 continue
             for arg in call.args:
@@ -448,6 +452,24 @@ class Collector(cst.CSTVisitor):
                     continue
                 known.add(name)
                 self.facts.models.append(Model(name, self._statement_of(call), self._function_of(call)))
+
+    def _note_models_moved_by(self, call: cst.Call) -> None:
+        """`SimCLR(model=model, ...)` whose __init__ moves the model to its device: the wrap
+        belongs after that move, in that module, not here."""
+        for qualified in self._qualified(call.func):
+            positional, moved = self.project.moved_parameters(qualified)
+            if not moved:
+                continue
+            index = 0
+            for arg in call.args:
+                if arg.star:
+                    continue
+                parameter = arg.keyword.value if arg.keyword is not None else (
+                    positional[index] if index < len(positional) else None)
+                index += arg.keyword is None
+                name = dotted_name(arg.value)
+                if parameter in moved and name is not None:
+                    self.facts.models_moved_elsewhere.add(name)
 
     def _is_module(self, name: str) -> bool:
         return any(read.attr.value in effects.MODULE_ONLY_METHODS for read in self.facts.attribute_reads.get(name, ()))
@@ -462,6 +484,17 @@ class Collector(cst.CSTVisitor):
         while parent is not None and not isinstance(parent, cst.FunctionDef):
             parent = self.parents.get(parent)
         return parent
+
+    def _note_chained_training_calls(self) -> None:
+        """`Trainer(model, opt).fit(loader)`: the object is made and trained in one line."""
+        for call in self.chained_calls:
+            func = cast(cst.Attribute, call.func)
+            made = cast(cst.Call, func.value)
+            methods = [f"{qualified}.{func.attr.value}" for qualified in self._qualified(made.func)]
+            if methods and all(self.project.trains(name) for name in methods):
+                self.facts.training_helper_calls.append(call)
+                self.training_tops.add(self._top_of(call))
+                self.training_constructors.append(made)
 
     def _top_of(self, node: cst.CSTNode) -> cst.CSTNode:
         while not isinstance(self.parents.get(node), cst.Module):
@@ -540,6 +573,8 @@ class Collector(cst.CSTVisitor):
     def _visit_method_call(self, node: cst.Call, func: cst.Attribute) -> None:
         method = func.attr.value
         receiver = dotted_name(func.value)
+        if isinstance(func.value, cst.Call):
+            self.chained_calls.append(node)
         if method == "backward" or (method == "step" and receiver and "optim" in receiver):
             self._note_training()
             self.training_calls.append(node)

@@ -5,7 +5,7 @@ from typing import Optional, Union
 
 import libcst as cst
 
-from ddpify.analysis.facts import DictPass, ExternalLoader, Holder, Loader
+from ddpify.analysis.facts import DictPass, ExternalLoader, Holder, Loader, Model
 from ddpify.analysis.nodes import dotted_name, names_in, string_value
 from ddpify.analysis.values import ValueFlow
 
@@ -165,6 +165,40 @@ def note_loaders_from_callers(facts: Facts) -> None:
             # (`self` is named by `next(self.it)`: the object, not what it iterates.)
             if function is not None and name not in ("self", "cls") and handed_in(facts, function, name):
                 facts.external_loaders.append(ExternalLoader(name, function, function, loop, "its caller"))
+
+
+def note_models_moved_here(facts: Facts) -> None:
+    """In a helper module, `self.model = model.to(device)` (or `kwargs["model"].to(...)`) on a
+    model its caller hands in: the model reaches its device here, and is wrapped here. A
+    model is what the class runs or trains (`self.model(x)`, `self.model.train()`)."""
+    called = {callee for callee in facts.calls_by_callee if callee.startswith("self.") and callee.count(".") == 1}
+    known = {model.name for model in facts.models}
+    for function, assigned in facts.self_assignments.items():
+        for target, values in assigned.items():
+            if target in known or target not in called | facts.module_attributes:
+                continue
+            for value in values:
+                if _moves_handed_in(facts, function, value):
+                    known.add(target)
+                    facts.models.append(Model(target, facts.statement_of(value), function))
+                    facts.models_moved_here.add(target)
+                    break
+
+
+def _moves_handed_in(facts: Facts, function: cst.FunctionDef, value: cst.BaseExpression) -> bool:
+    if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value in ("to", "cuda")):
+        return False
+    receiver = value.func.value
+    if isinstance(receiver, cst.Subscript) and isinstance(receiver.value, cst.Name):
+        return receiver.value.value in parameter_names(function) | _star_keywords(function)
+    name = dotted_name(receiver)
+    return name is not None and handed_in(facts, function, name)
+
+
+def _star_keywords(function: cst.FunctionDef) -> set[str]:
+    star = function.params.star_kwarg
+    return {star.name.value} if star is not None else set()
 
 
 def handed_in(facts: Facts, function: cst.FunctionDef, name: str, depth: int = 0) -> bool:

@@ -135,6 +135,30 @@ class FunctionEffects:
                     return True
         return False
 
+    def moved_parameters(self, name: str) -> tuple[list[str], set[str]]:
+        """(the positional parameters, the ones the function moves to a device): `def
+        __init__(self, model, device): self.model = model.to(device)` -> (["model", "device"],
+        {"model"}); `kwargs["model"].to(...)` moves "model" too."""
+        function = self._functions.get(name)
+        if function is None:
+            return [], set()
+        positional = [a.arg for a in function.args.posonlyargs + function.args.args]
+        if self.class_of(name) is not None:
+            positional = positional[1:]
+        keywords = {function.args.kwarg.arg} if function.args.kwarg is not None else set()
+        moved: set[str] = set()
+        for node in ast.walk(function):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("to", "cuda")):
+                continue
+            receiver = node.func.value
+            if isinstance(receiver, ast.Name) and receiver.id in positional:
+                moved.add(receiver.id)
+            elif isinstance(receiver, ast.Subscript) and isinstance(receiver.value, ast.Name) and (
+                    receiver.value.id in keywords) and isinstance(receiver.slice, ast.Constant):
+                moved.add(str(receiver.slice.value))
+        return positional, moved
+
     def optimizer_parameters(self, name: str) -> set[int]:
         """Positions of the parameters whose `.parameters()` (or `.named_parameters()`) an
         optimizer the function builds trains: `set_optimizer(lr, model)` -> {1}."""

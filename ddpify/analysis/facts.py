@@ -137,6 +137,11 @@ class FactRecord:
     device_assignments: list[DeviceAssignment] = field(default_factory=list)
     loaders: list[Loader] = field(default_factory=list)
     external_loaders: list[ExternalLoader] = field(default_factory=list)
+    # Models handed to a Trainer of the project that moves them to their device itself: they
+    # are wrapped there, after that move.
+    models_moved_elsewhere: set[str] = field(default_factory=set)
+    # In a helper module: models handed in that reach their device here (wrapped here).
+    models_moved_here: set[str] = field(default_factory=set)
     # For statements whose iterable mentions a name (a loader, usually), by that name.
     loops_over: dict[str, list[cst.For]] = field(default_factory=dict)
     models: list[Model] = field(default_factory=list)
@@ -164,6 +169,8 @@ class FactRecord:
     helper_attribute_readers: dict[cst.Call, set[int]] = field(default_factory=dict)
     # Calls of the project's helpers that take training steps (engine.train_one_epoch).
     training_helper_calls: list[cst.Call] = field(default_factory=list)
+    # `Trainer(model, loader, ...)` of a project class whose methods train.
+    training_constructors: list[cst.Call] = field(default_factory=list)
     load_calls: list[cst.Call] = field(default_factory=list)
     main_guard: Optional[cst.If] = None
     data_parallel_calls: list[cst.Call] = field(default_factory=list)

@@ -9,6 +9,7 @@ from ddpify.analysis.control import (
     Facts,
     mark_loops_calling_training_functions,
     note_loaders_from_callers,
+    note_models_moved_here,
     reached_when_run,
 )
 from ddpify.analysis.values import note_helper_output, note_loops_taking_batches_with_next
@@ -44,4 +45,5 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
         project = collector.project
         facts.module_attributes = {attribute for statement in facts.module.body if isinstance(statement, cst.ClassDef)
                                    for attribute in project.module_attributes(project.module, statement.name.value)}
+        note_models_moved_here(facts)
     return facts

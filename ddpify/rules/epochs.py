@@ -104,7 +104,16 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
         edits.insert_before(loop, Insertion(edits.statements(code)))
         edits.report("DDP202", loop)
         return
-    edits.report("DDP211", loader.call)
+    if not _handed_to_project_training(facts, loader):
+        edits.report("DDP211", loader.call)
+
+
+def _handed_to_project_training(facts: Facts, loader: Union[Loader, ExternalLoader]) -> bool:
+    """The loader goes to a Trainer or training function of another module of the project,
+    which sets the epoch where it iterates it (library mode, plan_external)."""
+    names = {name for _, name in facts.holders_from(loader.function, loader.name)}
+    return any(not arg.star and dotted_name(arg.value) in names
+               for call in [*facts.training_helper_calls, *facts.training_constructors] for arg in call.args)
 
 
 def _passes_given_the_epoch(facts: Facts, loader: Union[Loader, ExternalLoader]) -> list[tuple[cst.For, str]]:

@@ -78,8 +78,11 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     if setup.library:
         _unwrap_models_handed_in(facts, edits)
     for model in facts.models:
-        if setup.library and model.function is not None and handed_in(facts, model.function, model.name):
+        if setup.library and model.function is not None and model.name not in facts.models_moved_here and handed_in(
+                facts, model.function, model.name):
             continue  # a model its caller hands in: the caller wraps it where it reaches its device
+        if model.name in facts.models_moved_elsewhere:
+            continue  # the Trainer it is handed to moves it to its device, and wraps it there
         _wrap(facts, edits, setup, model)
 
 

@@ -99,7 +99,7 @@ def _samplers_without_set_epoch(source: Source) -> Iterator[Finding]:
             continue
         if through_loader and _given_to_a_loader(source, call, names):
             continue
-        if _loader_handed_out(source, call, names):
+        if _loader_handed_out(source, call, names) or _loader_handed_on(source, call, names):
             continue
         yield "DDP912", call.lineno, "this shuffling DistributedSampler never gets set_epoch(epoch)"
 
@@ -114,16 +114,35 @@ def _shuffles(call: ast.Call) -> bool:
 def _loader_handed_out(source: Source, sampler: ast.Call, names: list[str]) -> bool:
     """The loader built with the sampler is returned to the caller (a helper module's
     `get_loader()`): the caller starts the passes over it, and sets the epoch there."""
+    built = _loaders_built_with(source, sampler, names)
+    returned = {loose_dotted(value) for node in ast.walk(source.tree) if isinstance(node, ast.Return)
+                and node.value is not None
+                for value in (node.value.elts if isinstance(node.value, ast.Tuple) else [node.value])}
+    return bool(built & returned)
+
+
+def _loader_handed_on(source: Source, sampler: ast.Call, names: list[str]) -> bool:
+    """The loader built with the sampler is handed to a function or class imported from
+    another module (the project's Trainer): that module sets the epoch where it iterates it."""
+    built = _loaders_built_with(source, sampler, names)
+    for call in source.calls:
+        root = call.func
+        while isinstance(root, (ast.Attribute, ast.Call)):
+            root = root.value if isinstance(root, ast.Attribute) else root.func
+        if isinstance(root, ast.Name) and root.id in source.imported_from_elsewhere and any(
+                loose_dotted(arg) in built for arg in [*call.args, *(k.value for k in call.keywords)]):
+            return True
+    return False
+
+
+def _loaders_built_with(source: Source, sampler: ast.Call, names: list[str]) -> set[str]:
     built: set[str] = set()
     for node in ast.walk(source.tree):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and node.value in loader_calls(source):
             value = _sampler_argument(node.value)
             if value is not None and any(each is sampler or loose_dotted(each) in names for each in ast.walk(value)):
                 built.update(loose_dotted(target) or "" for target in node.targets)
-    returned = {loose_dotted(value) for node in ast.walk(source.tree) if isinstance(node, ast.Return)
-                and node.value is not None
-                for value in (node.value.elts if isinstance(node.value, ast.Tuple) else [node.value])}
-    return bool(built & returned)
+    return built
 
 
 def _given_to_a_loader(source: Source, sampler: ast.Call, names: list[str]) -> bool:

@@ -92,6 +92,9 @@ class Source:
         self.functions: dict[str, list[Scope]] = {}
         self.module_names: set[str] = set()  # `torch`, `np`: a call on them is no method of ours
         self.imported_as: dict[str, str] = {}  # `DL` -> `DataLoader` for `import DataLoader as DL`
+        # Names `from m import n` binds from a module that is not torch's: the project's own
+        # code, among others (a Trainer the script hands its loader to).
+        self.imported_from_elsewhere: set[str] = set()
         self._scopes: dict[ast.AST, Scope] = {}
         self._calls_by_scope: dict[int, list[ast.Call]] = {}
         self._moves: Optional[list[tuple[str, ast.Call]]] = None
@@ -133,6 +136,9 @@ class Source:
             elif kind is ast.ImportFrom:
                 self.imported_as.update((alias.asname, alias.name)
                                         for alias in node.names if alias.asname)  # type: ignore[attr-defined]
+                if not (node.module or "").startswith("torch"):  # type: ignore[attr-defined]
+                    self.imported_from_elsewhere.update(
+                        alias.asname or alias.name for alias in node.names)  # type: ignore[attr-defined]
 
     def function_key(self, function: ast.AST) -> str:
         """A method is called by its name; `__init__` by its class's name."""
