@@ -106,10 +106,14 @@ def run_torchrun(script: Path, workdir: Path, args: Sequence[str] = (), nproc: i
 def _copy_with_modules(script: Path, workdir: Path) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.copy(script, workdir / script.name)
-    # The project's own modules beside the script (a fixture's utils.py) go with it.
+    # The project's own modules beside the script (a fixture's utils.py) go with it, and so
+    # do its packages (a project fixture's trainer/, fixtures/projects/).
     for module in script.parent.glob("*.py"):
         if module.name not in (script.name, "input.py", "expected.py"):
             shutil.copy(module, workdir / module.name)
+    for package in script.parent.glob("*/__init__.py"):
+        shutil.copytree(package.parent, workdir / package.parent.name,
+                        ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
 
 
 class _ForkServer:
@@ -255,6 +259,46 @@ def problems_evaluation_fetches(log_dir: Path, world_size: int, copies: int = 1)
     for (name, length, number), indices in sorted(passes.items(), key=lambda item: (item[0][0], item[0][2])):
         problems.extend(_coverage_problems(f"evaluation pass {number} over {name} of {length}", length,
                                            indices, copies))
+    return problems
+
+
+def problems_training_fetches(log_dir: Path, world_size: int) -> list[str]:
+    """Every training pass (fetches with grad enabled) over a shuffled loader is sharded across
+    the ranks, and each rank's order changes from one epoch to the next (set_epoch).
+
+    Sharded: no rank fetches more than its share, ceil(length / world_size) (DistributedSampler
+    pads to that), and the ranks together fetch every index. A rank that draws the same order
+    in every pass is a DistributedSampler whose epoch is never set: it shuffles with the same
+    seed each time.
+    """
+    records = read_fetch_log(log_dir)
+    by_pass: dict[tuple, dict[int, list]] = {}
+    for record in records:
+        if record["grad"]:
+            name, length = record["key"]
+            ranks = by_pass.setdefault((name, length, record["pass"]), {})
+            ranks.setdefault(record["rank"], []).extend(record["indices"])
+    if not by_pass:
+        return [f"no training pass (fetches with grad enabled, num_workers=0) was logged in {log_dir}"]
+    problems = []
+    orders: dict[tuple, dict[int, list]] = {}
+    for (name, length, number), ranks in sorted(by_pass.items()):
+        label = f"training pass {number} over {name} of {length}"
+        share = -(-length // world_size) if length is not None else None
+        for rank, indices in sorted(ranks.items()):
+            if share is not None and len(indices) > share:
+                problems.append(f"{label}: rank {rank} fetched {len(indices)} samples, more than its "
+                                f"share of {share}: the loader is not sharded")
+            orders.setdefault((name, length), {}).setdefault(rank, []).append(indices)
+        if length is not None:
+            missed = sorted(set(range(length)) - {index for indices in ranks.values() for index in indices})
+            if missed:
+                problems.append(f"{label}: {len(missed)} of {length} indices never fetched, e.g. {missed[0]}")
+    for (name, length), ranks in sorted(orders.items()):
+        for rank, passes in sorted(ranks.items()):
+            if len(passes) > 1 and all(indices == passes[0] for indices in passes[1:]):
+                problems.append(f"{len(passes)} training passes over {name} of {length}: rank {rank} "
+                                "fetched the same order in each (set_epoch never called?)")
     return problems
 
 
