@@ -368,7 +368,20 @@ def _checkpoint_problems(path: Path) -> list[str]:
         return [f"{path.name} holds a pickled DistributedDataParallel wrapper"]
     keys = _state_dict_keys(state)
     wrapped = [key for key in keys if key.startswith("module.")]
-    return [f"{path.name} holds DDP-wrapped keys such as {wrapped[0]!r}"] if wrapped else []
+    if wrapped:
+        return [f"{path.name} holds DDP-wrapped keys such as {wrapped[0]!r}"]
+    # `"arch": type(self.model).__name__` read off the wrapper instead of the model.
+    if "DistributedDataParallel" in _strings(state):
+        return [f"{path.name} names the DistributedDataParallel wrapper where the model's class belongs"]
+    return []
+
+
+def _strings(state) -> set[str]:
+    """The strings among a checkpoint's values, at any depth of dicts, lists and tuples."""
+    if isinstance(state, str):
+        return {state}
+    values = state.values() if isinstance(state, dict) else state if isinstance(state, (list, tuple)) else ()
+    return {text for value in values for text in _strings(value)}
 
 
 class _Stub:

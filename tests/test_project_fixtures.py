@@ -30,6 +30,9 @@ BY_NAME = {project.name: project for project in PROJECTS}
 # Known defects of the migration these fixtures show (the fixture stays as ddpify writes it;
 # the core is to change): (idiom, entry) -> why the run fails.
 RUN_DEFECTS = {
+    ("trainer_package", "train.py"):
+        "trainer/base.py saves `\"arch\": type(self.model).__name__`, read off the DDP wrapper: "
+        "checkpoints name DistributedDataParallel instead of Classifier",
     ("helper_imported_by_two_scripts", "train.py"):
         "common.py's loader is sharded but no set_epoch is inserted: the epoch loop is in "
         "train.py and common.train_epoch takes no epoch (DDP211), so every epoch draws one order",

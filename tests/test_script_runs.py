@@ -51,6 +51,9 @@ def test_missing_and_wrapped_checkpoints_are_caught(tmp_path):
     assert problems_distributed(original, _run("done\n", tmp_path), ["plain.pth"]) == []
     assert problems_distributed(original, _run("done\n", tmp_path), ["absent.pth"]) == ["absent.pth was not written"]
     assert "module." in problems_distributed(original, _run("done\n", tmp_path), ["wrapped.pth"])[0]
+    torch.save({"arch": "DistributedDataParallel", "state_dict": {"weight": torch.zeros(1)}}, tmp_path / "named.pth")
+    assert problems_distributed(original, _run("done\n", tmp_path), ["named.pth"]) == [
+        "named.pth names the DistributedDataParallel wrapper where the model's class belongs"]
 
 
 
