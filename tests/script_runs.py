@@ -19,6 +19,7 @@ import types
 import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -101,6 +102,25 @@ def run_torchrun(script: Path, workdir: Path, args: Sequence[str] = (), nproc: i
         shutil.rmtree(workdir)
         run = _run(command, script, workdir, timeout, env)
     return run
+
+
+def run_three_ways(original: Path, migrated: Path, workdir: Path, args: Sequence[str] = (),
+                   logged: Sequence[str] = ()) -> tuple[Run, Run, Run]:
+    """`python original`, `python migrated` and torchrun on migrated, in workdir/original,
+    /single and /torchrun; those named in `logged` run under the evaluation shim.
+
+    The three are independent: started together, they overlap their start-up (most of a run's
+    time here), which keeps the suites inside CI's budget.
+    """
+    def env(name: str) -> Optional[dict[str, str]]:
+        return evaluation_env(workdir / name) if name in logged else None
+
+    with ThreadPoolExecutor(max_workers=3) as runs:
+        started = [runs.submit(run_python, original, workdir / "original", args, env=env("original")),
+                   runs.submit(run_python, migrated, workdir / "single", args, env=env("single")),
+                   runs.submit(run_torchrun, migrated, workdir / "torchrun", args, env=env("torchrun"))]
+        first, second, third = (run.result() for run in started)
+    return first, second, third
 
 
 def _copy_with_modules(script: Path, workdir: Path) -> None:

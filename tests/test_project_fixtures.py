@@ -5,7 +5,6 @@ expected module is the migration byte for byte, the diagnostics are expected.txt
 module compiles and migrates to itself, and the whole migrated tree imports without joining
 a process group. The slow runs start the entry scripts with python and torchrun.
 """
-from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 
@@ -13,7 +12,6 @@ import pytest
 from fixture_cases import all_cases
 from project_cases import all_project_cases, format_project_diagnostics
 from script_runs import (
-    evaluation_env,
     evaluation_log,
     problems_distributed,
     problems_evaluation_fetches,
@@ -21,7 +19,7 @@ from script_runs import (
     problems_single_process,
     problems_training_fetches,
     run_python,
-    run_torchrun,
+    run_three_ways,
 )
 
 PROJECTS = all_project_cases()
@@ -143,22 +141,9 @@ def project_runs(tmp_path_factory):
         key = (project.name, spec["entry"])
         if key not in done:
             workdir = tmp_path_factory.mktemp(f"{project.name}-{Path(spec['entry']).stem}")
-            args = spec.get("args", [])
-            evaluation = "evaluation" in spec
-
-            def env(name, logged):
-                return evaluation_env(workdir / name) if logged else None
-
-            with ThreadPoolExecutor(max_workers=3) as pool:
-                started = [
-                    pool.submit(run_python, project.input / spec["entry"], workdir / "original", args,
-                                env=env("original", evaluation)),
-                    pool.submit(run_python, project.expected / spec["entry"], workdir / "single", args,
-                                env=env("single", evaluation)),
-                    pool.submit(run_torchrun, project.expected / spec["entry"], workdir / "torchrun", args,
-                                env=env("torchrun", True)),
-                ]
-                done[key] = tuple(run.result() for run in started)
+            logged = ("original", "single", "torchrun") if "evaluation" in spec else ("torchrun",)
+            done[key] = run_three_ways(project.input / spec["entry"], project.expected / spec["entry"],
+                                       workdir, spec.get("args", []), logged)
         return done[key]
 
     return runs
