@@ -41,6 +41,8 @@ class Run:
     stdout: str
     stderr: str
     workdir: Path
+    # Under torchrun with rank_logs: what the ranks other than 0 printed (stdout is rank 0's).
+    other_ranks: str = ""
 
     @property
     def lines(self) -> list[str]:
@@ -88,9 +90,15 @@ def run_forked(script: Path, args: Sequence[str], workdir: Path, env: Mapping[st
 
 
 def run_torchrun(script: Path, workdir: Path, args: Sequence[str] = (), nproc: int = 2,
-                 timeout: int = 180, env: Optional[Mapping[str, str]] = None) -> Run:
+                 timeout: int = 180, env: Optional[Mapping[str, str]] = None, rank_logs: bool = False) -> Run:
+    """torchrun on script in workdir. With rank_logs each rank's stdout goes to a file of its
+    own (torchrun --redirects, beside workdir): the run's stdout is rank 0's, and
+    `other_ranks` holds what the others printed."""
+    logs = workdir.parent / f"{workdir.name}-ranks"
+    redirects = ["--log-dir", str(logs), "--redirects", "1"] if rank_logs else []
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc_per_node={nproc}", script.name, *args]
+               f"--nproc_per_node={nproc}", *redirects, script.name, *args]
+    shutil.rmtree(logs, ignore_errors=True)
     run = _run(command, script, workdir, timeout, env)
     for _ in range(GLOO_ABORT_RETRIES):
         if run.returncode == 0 or GLOO_TEARDOWN_ABORT not in run.stderr:
@@ -100,14 +108,25 @@ def run_torchrun(script: Path, workdir: Path, args: Sequence[str] = (), nproc: i
         # not the script's doing; run it again, in a clean directory, before judging.
         warnings.warn(f"{script.name}: Gloo aborted at exit; running it again", stacklevel=2)
         shutil.rmtree(workdir)
+        shutil.rmtree(logs, ignore_errors=True)
         run = _run(command, script, workdir, timeout, env)
-    return run
+    return _split_by_rank(run, logs) if rank_logs else run
+
+
+def _split_by_rank(run: Run, logs: Path) -> Run:
+    # torchrun writes <log-dir>/<run id>/attempt_<n>/<rank>/stdout.log.
+    printed: dict[int, str] = {}
+    for path in sorted(logs.glob("*/attempt_*/*/stdout.log")):
+        printed[int(path.parent.name)] = printed.get(int(path.parent.name), "") + path.read_text(errors="replace")
+    others = "".join(text for rank, text in sorted(printed.items()) if rank != 0)
+    return Run(run.returncode, printed.get(0, ""), run.stderr, run.workdir, others)
 
 
 def run_three_ways(original: Path, migrated: Path, workdir: Path, args: Sequence[str] = (),
-                   logged: Sequence[str] = ()) -> tuple[Run, Run, Run]:
-    """`python original`, `python migrated` and torchrun on migrated, in workdir/original,
-    /single and /torchrun; those named in `logged` run under the evaluation shim.
+                   logged: Sequence[str] = (), rank_logs: bool = False) -> tuple[Run, Run, Run]:
+    """`python original`, `python migrated` and torchrun on migrated (run_torchrun's
+    rank_logs), in workdir/original, /single and /torchrun; those named in `logged` run under
+    the evaluation shim.
 
     The three are independent: started together, they overlap their start-up (most of a run's
     time here), which keeps the suites inside CI's budget.
@@ -118,7 +137,8 @@ def run_three_ways(original: Path, migrated: Path, workdir: Path, args: Sequence
     with ThreadPoolExecutor(max_workers=3) as runs:
         started = [runs.submit(run_python, original, workdir / "original", args, env=env("original")),
                    runs.submit(run_python, migrated, workdir / "single", args, env=env("single")),
-                   runs.submit(run_torchrun, migrated, workdir / "torchrun", args, env=env("torchrun"))]
+                   runs.submit(run_torchrun, migrated, workdir / "torchrun", args, env=env("torchrun"),
+                               rank_logs=rank_logs)]
         first, second, third = (run.result() for run in started)
     return first, second, third
 
@@ -238,6 +258,14 @@ def problems_distributed(original: Run, distributed: Run, files: Sequence[str]) 
     for name in files:
         problems.extend(_checkpoint_problems(distributed.workdir / name))
     return problems
+
+
+def problems_other_ranks_silent(distributed: Run) -> list[str]:
+    """Only rank 0 prints (a run_torchrun with rank_logs)."""
+    if not distributed.other_ranks:
+        return []
+    lines = distributed.other_ranks.splitlines()
+    return [f"ranks other than 0 printed {len(lines)} lines, e.g. {lines[0]!r}"]
 
 
 def problems_evaluation_lines(original: Run, distributed: Run, pattern: str) -> list[str]:

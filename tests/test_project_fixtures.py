@@ -16,6 +16,7 @@ from script_runs import (
     problems_distributed,
     problems_evaluation_fetches,
     problems_evaluation_lines,
+    problems_other_ranks_silent,
     problems_single_process,
     problems_training_fetches,
     run_python,
@@ -132,9 +133,10 @@ def _runs(defects: dict, evaluation_only: bool = False) -> list:
 @pytest.fixture(scope="module")
 def project_runs(tmp_path_factory):
     """Runs each (project, entry) once for the tests that judge it: the entry of input/ with
-    python, of expected/ with python and under torchrun. torchrun runs under the fetch log
-    (tests/eval_site), which the training check reads; a run with "evaluation" runs all three
-    under it, as single-file fixtures do, so that their figures compare."""
+    python, of expected/ with python and under torchrun, each rank's output apart (stdout is
+    rank 0's). torchrun runs under the fetch log (tests/eval_site), which the training check
+    reads; a run with "evaluation" runs all three under it, as single-file fixtures do, so
+    that their figures compare."""
     done: dict = {}
 
     def runs(project, spec):
@@ -143,7 +145,7 @@ def project_runs(tmp_path_factory):
             workdir = tmp_path_factory.mktemp(f"{project.name}-{Path(spec['entry']).stem}")
             logged = ("original", "single", "torchrun") if "evaluation" in spec else ("torchrun",)
             done[key] = run_three_ways(project.input / spec["entry"], project.expected / spec["entry"],
-                                       workdir, spec.get("args", []), logged)
+                                       workdir, spec.get("args", []), logged, rank_logs=True)
         return done[key]
 
     return runs
@@ -155,6 +157,7 @@ def test_projects_run_under_python_and_torchrun(project, spec, project_runs):
     original, single, distributed = project_runs(project, spec)
     assert problems_single_process(original, single) == []
     assert problems_distributed(original, distributed, spec.get("files", [])) == []
+    assert problems_other_ranks_silent(distributed) == []
     assert problems_training_fetches(evaluation_log(distributed.workdir), 2) == []
 
 

@@ -13,6 +13,7 @@ from script_runs import (
     problems_distributed,
     problems_evaluation_fetches,
     problems_evaluation_lines,
+    problems_other_ranks_silent,
     problems_single_process,
     problems_training_fetches,
     run_python,
@@ -42,6 +43,12 @@ def test_a_line_printed_by_every_rank_is_caught(tmp_path):
     assert problems_distributed(original, once, []) == []
     assert any("printed 4 times under torchrun, 2 in the original" in problem
                for problem in problems_distributed(original, twice, []))
+
+
+def test_a_line_printed_by_another_rank_is_caught(tmp_path):
+    assert problems_other_ranks_silent(Run(0, "epoch 0: loss 2.4\n", "", tmp_path)) == []
+    quiet_rank_zero = Run(0, "", "", tmp_path, other_ranks="saved best.pth\n")
+    assert problems_other_ranks_silent(quiet_rank_zero) == ["ranks other than 0 printed 1 lines, e.g. 'saved best.pth'"]
 
 
 def test_missing_and_wrapped_checkpoints_are_caught(tmp_path):
