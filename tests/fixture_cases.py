@@ -52,16 +52,7 @@ class Case:
 
     @property
     def options(self) -> Options:
-        """`options` holds CLI flags, e.g. `--sync-batchnorm` or `--strategy fsdp2`."""
-        path = self.directory / "options"
-        flags = shlex.split(path.read_text()) if path.exists() else []
-        return Options(
-            sync_batchnorm="--sync-batchnorm" in flags,
-            keep_global_batch="--keep-global-batch" in flags,
-            shard_evaluation="--no-shard-eval" not in flags,
-            strategy=_value_of("--strategy", flags) or "ddp",
-            fsdp_blocks=_value_of("--fsdp-blocks", flags),
-        )
+        return read_options(self.directory)
 
     @property
     def project(self) -> Project:
@@ -88,14 +79,28 @@ def _value_of(flag: str, flags: list[str]) -> Optional[str]:
     return flags[flags.index(flag) + 1] if flag in flags[:-1] else None
 
 
+def read_options(directory: Path) -> Options:
+    """A fixture's `options` file holds CLI flags, e.g. `--sync-batchnorm` or `--strategy fsdp2`."""
+    path = directory / "options"
+    flags = shlex.split(path.read_text()) if path.exists() else []
+    return Options(
+        sync_batchnorm="--sync-batchnorm" in flags,
+        keep_global_batch="--keep-global-batch" in flags,
+        shard_evaluation="--no-shard-eval" not in flags,
+        strategy=_value_of("--strategy", flags) or "ddp",
+        fsdp_blocks=_value_of("--fsdp-blocks", flags),
+    )
+
+
 def all_cases() -> list[Case]:
     """Every fixture, `fixtures/<family>/<idiom>/`, in family then idiom order."""
     return [Case(path) for family in sorted(FIXTURES.iterdir()) if family.is_dir()
             for path in sorted(family.iterdir()) if (path / "input.py").exists()]
 
 
-def format_diagnostics(diagnostics) -> str:
+def format_diagnostics(diagnostics, path: str = "input.py") -> str:
     """Every diagnostic of the run, edits included, in the result's order, as `expected.txt`
-    stores them: `input.py:LINE:COL: CODE message`. With the edits listed, a rule's code leads
-    to the fixtures that show it (`grep -rl DDP201 fixtures`)."""
-    return "".join(diagnostic.format("input.py") + "\n" for diagnostic in diagnostics)
+    stores them: `input.py:LINE:COL: CODE message` (a project fixture names each module by
+    its path in the tree). With the edits listed, a rule's code leads to the fixtures that
+    show it (`grep -rl DDP201 fixtures`)."""
+    return "".join(diagnostic.format(path) + "\n" for diagnostic in diagnostics)

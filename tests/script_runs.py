@@ -19,6 +19,7 @@ import types
 import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -40,6 +41,8 @@ class Run:
     stdout: str
     stderr: str
     workdir: Path
+    # Under torchrun with rank_logs: what the ranks other than 0 printed (stdout is rank 0's).
+    other_ranks: str = ""
 
     @property
     def lines(self) -> list[str]:
@@ -87,9 +90,15 @@ def run_forked(script: Path, args: Sequence[str], workdir: Path, env: Mapping[st
 
 
 def run_torchrun(script: Path, workdir: Path, args: Sequence[str] = (), nproc: int = 2,
-                 timeout: int = 180, env: Optional[Mapping[str, str]] = None) -> Run:
+                 timeout: int = 180, env: Optional[Mapping[str, str]] = None, rank_logs: bool = False) -> Run:
+    """torchrun on script in workdir. With rank_logs each rank's stdout goes to a file of its
+    own (torchrun --redirects, beside workdir): the run's stdout is rank 0's, and
+    `other_ranks` holds what the others printed."""
+    logs = workdir.parent / f"{workdir.name}-ranks"
+    redirects = ["--log-dir", str(logs), "--redirects", "1"] if rank_logs else []
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc_per_node={nproc}", script.name, *args]
+               f"--nproc_per_node={nproc}", *redirects, script.name, *args]
+    shutil.rmtree(logs, ignore_errors=True)
     run = _run(command, script, workdir, timeout, env)
     for _ in range(GLOO_ABORT_RETRIES):
         if run.returncode == 0 or GLOO_TEARDOWN_ABORT not in run.stderr:
@@ -99,17 +108,52 @@ def run_torchrun(script: Path, workdir: Path, args: Sequence[str] = (), nproc: i
         # not the script's doing; run it again, in a clean directory, before judging.
         warnings.warn(f"{script.name}: Gloo aborted at exit; running it again", stacklevel=2)
         shutil.rmtree(workdir)
+        shutil.rmtree(logs, ignore_errors=True)
         run = _run(command, script, workdir, timeout, env)
-    return run
+    return _split_by_rank(run, logs) if rank_logs else run
+
+
+def _split_by_rank(run: Run, logs: Path) -> Run:
+    # torchrun writes <log-dir>/<run id>/attempt_<n>/<rank>/stdout.log.
+    printed: dict[int, str] = {}
+    for path in sorted(logs.glob("*/attempt_*/*/stdout.log")):
+        printed[int(path.parent.name)] = printed.get(int(path.parent.name), "") + path.read_text(errors="replace")
+    others = "".join(text for rank, text in sorted(printed.items()) if rank != 0)
+    return Run(run.returncode, printed.get(0, ""), run.stderr, run.workdir, others)
+
+
+def run_three_ways(original: Path, migrated: Path, workdir: Path, args: Sequence[str] = (),
+                   logged: Sequence[str] = (), rank_logs: bool = False) -> tuple[Run, Run, Run]:
+    """`python original`, `python migrated` and torchrun on migrated (run_torchrun's
+    rank_logs), in workdir/original, /single and /torchrun; those named in `logged` run under
+    the evaluation shim.
+
+    The three are independent: started together, they overlap their start-up (most of a run's
+    time here), which keeps the suites inside CI's budget.
+    """
+    def env(name: str) -> Optional[dict[str, str]]:
+        return evaluation_env(workdir / name) if name in logged else None
+
+    with ThreadPoolExecutor(max_workers=3) as runs:
+        started = [runs.submit(run_python, original, workdir / "original", args, env=env("original")),
+                   runs.submit(run_python, migrated, workdir / "single", args, env=env("single")),
+                   runs.submit(run_torchrun, migrated, workdir / "torchrun", args, env=env("torchrun"),
+                               rank_logs=rank_logs)]
+        first, second, third = (run.result() for run in started)
+    return first, second, third
 
 
 def _copy_with_modules(script: Path, workdir: Path) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.copy(script, workdir / script.name)
-    # The project's own modules beside the script (a fixture's utils.py) go with it.
+    # The project's own modules beside the script (a fixture's utils.py) go with it, and so
+    # do its packages (a project fixture's trainer/, fixtures/projects/).
     for module in script.parent.glob("*.py"):
         if module.name not in (script.name, "input.py", "expected.py"):
             shutil.copy(module, workdir / module.name)
+    for package in script.parent.glob("*/__init__.py"):
+        shutil.copytree(package.parent, workdir / package.parent.name,
+                        ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
 
 
 class _ForkServer:
@@ -216,6 +260,14 @@ def problems_distributed(original: Run, distributed: Run, files: Sequence[str]) 
     return problems
 
 
+def problems_other_ranks_silent(distributed: Run) -> list[str]:
+    """Only rank 0 prints (a run_torchrun with rank_logs)."""
+    if not distributed.other_ranks:
+        return []
+    lines = distributed.other_ranks.splitlines()
+    return [f"ranks other than 0 printed {len(lines)} lines, e.g. {lines[0]!r}"]
+
+
 def problems_evaluation_lines(original: Run, distributed: Run, pattern: str) -> list[str]:
     """With frozen weights rank 0 must print exactly the original's evaluation lines.
 
@@ -255,6 +307,46 @@ def problems_evaluation_fetches(log_dir: Path, world_size: int, copies: int = 1)
     for (name, length, number), indices in sorted(passes.items(), key=lambda item: (item[0][0], item[0][2])):
         problems.extend(_coverage_problems(f"evaluation pass {number} over {name} of {length}", length,
                                            indices, copies))
+    return problems
+
+
+def problems_training_fetches(log_dir: Path, world_size: int) -> list[str]:
+    """Every training pass (fetches with grad enabled) over a shuffled loader is sharded across
+    the ranks, and each rank's order changes from one epoch to the next (set_epoch).
+
+    Sharded: no rank fetches more than its share, ceil(length / world_size) (DistributedSampler
+    pads to that), and the ranks together fetch every index. A rank that draws the same order
+    in every pass is a DistributedSampler whose epoch is never set: it shuffles with the same
+    seed each time.
+    """
+    records = read_fetch_log(log_dir)
+    by_pass: dict[tuple, dict[int, list]] = {}
+    for record in records:
+        if record["grad"]:
+            name, length = record["key"]
+            ranks = by_pass.setdefault((name, length, record["pass"]), {})
+            ranks.setdefault(record["rank"], []).extend(record["indices"])
+    if not by_pass:
+        return [f"no training pass (fetches with grad enabled, num_workers=0) was logged in {log_dir}"]
+    problems = []
+    orders: dict[tuple, dict[int, list]] = {}
+    for (name, length, number), ranks in sorted(by_pass.items()):
+        label = f"training pass {number} over {name} of {length}"
+        share = -(-length // world_size) if length is not None else None
+        for rank, indices in sorted(ranks.items()):
+            if share is not None and len(indices) > share:
+                problems.append(f"{label}: rank {rank} fetched {len(indices)} samples, more than its "
+                                f"share of {share}: the loader is not sharded")
+            orders.setdefault((name, length), {}).setdefault(rank, []).append(indices)
+        if length is not None:
+            missed = sorted(set(range(length)) - {index for indices in ranks.values() for index in indices})
+            if missed:
+                problems.append(f"{label}: {len(missed)} of {length} indices never fetched, e.g. {missed[0]}")
+    for (name, length), ranks in sorted(orders.items()):
+        for rank, passes in sorted(ranks.items()):
+            if len(passes) > 1 and all(indices == passes[0] for indices in passes[1:]):
+                problems.append(f"{len(passes)} training passes over {name} of {length}: rank {rank} "
+                                "fetched the same order in each (set_epoch never called?)")
     return problems
 
 
@@ -324,7 +416,20 @@ def _checkpoint_problems(path: Path) -> list[str]:
         return [f"{path.name} holds a pickled DistributedDataParallel wrapper"]
     keys = _state_dict_keys(state)
     wrapped = [key for key in keys if key.startswith("module.")]
-    return [f"{path.name} holds DDP-wrapped keys such as {wrapped[0]!r}"] if wrapped else []
+    if wrapped:
+        return [f"{path.name} holds DDP-wrapped keys such as {wrapped[0]!r}"]
+    # `"arch": type(self.model).__name__` read off the wrapper instead of the model.
+    if "DistributedDataParallel" in _strings(state):
+        return [f"{path.name} names the DistributedDataParallel wrapper where the model's class belongs"]
+    return []
+
+
+def _strings(state) -> set[str]:
+    """The strings among a checkpoint's values, at any depth of dicts, lists and tuples."""
+    if isinstance(state, str):
+        return {state}
+    values = state.values() if isinstance(state, dict) else state if isinstance(state, (list, tuple)) else ()
+    return {text for value in values for text in _strings(value)}
 
 
 class _Stub:

@@ -1,20 +1,17 @@
 """The fixtures are the spec: one generic test walks fixtures/<family>/<idiom>/ (DESIGN.md §7)."""
 import re
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from fixture_cases import FIXTURES, all_cases, format_diagnostics
 from script_runs import (
-    evaluation_env,
     evaluation_log,
     problems_distributed,
     problems_evaluation_fetches,
     problems_evaluation_lines,
     problems_full_checkpoint,
     problems_single_process,
-    run_python,
-    run_torchrun,
+    run_three_ways,
 )
 
 CASES = all_cases()
@@ -77,21 +74,9 @@ def test_migrated_script_runs(case, tmp_path):
     args = spec.get("args", [])
     evaluation = spec.get("evaluation")
 
-    def env(workdir):
-        # "evaluation" runs all three under the shim: frozen weights and a fetch log per run.
-        return evaluation_env(workdir) if evaluation else None
-
-    # The three runs are independent: started together, they overlap their start-up (most
-    # of a run's time here), which keeps the suite inside CI's budget.
-    with ThreadPoolExecutor(max_workers=3) as runs:
-        started_original = runs.submit(run_python, case.input, tmp_path / "original", args,
-                                       env=env(tmp_path / "original"))
-        started_single = runs.submit(run_python, case.expected, tmp_path / "single", args,
-                                     env=env(tmp_path / "single"))
-        started_distributed = runs.submit(run_torchrun, case.expected, tmp_path / "torchrun", args,
-                                          env=env(tmp_path / "torchrun"))
-        original, single, distributed = (started_original.result(), started_single.result(),
-                                         started_distributed.result())
+    # "evaluation" runs all three under the shim: frozen weights and a fetch log per run.
+    logged = ("original", "single", "torchrun") if evaluation else ()
+    original, single, distributed = run_three_ways(case.input, case.expected, tmp_path, args, logged)
     assert problems_single_process(original, single) == []
     assert problems_distributed(original, distributed, spec.get("files", [])) == []
     if case.options.fsdp2:

@@ -132,3 +132,16 @@ def test_quick_start_makes_a_virtual_environment_inside_the_clone():
     venv = quick_start.index("python3 -m venv .venv && . .venv/bin/activate")
     install = quick_start.index('pip install "torch==2.13.0" -e .')
     assert clone < enter < venv < install
+
+
+# -- projects (issue 20) -------------------------------------------------------------------
+
+def test_the_project_example_is_the_fixtures_own_helper_module():
+    """The before/after excerpt of the Projects section is `data.py` of the project fixture it
+    names, as it is and as ddpify migrates it (tests/test_project_fixtures.py)."""
+    section = _section("Projects")
+    fixture = ROOT / "fixtures" / "projects" / "loaders_from_helper_module"
+    before = _fenced_after(section, "Before:")
+    after = _fenced_after(section, "after (")
+    assert before in (fixture / "input" / "data.py").read_text()
+    assert after in (fixture / "expected" / "data.py").read_text()

@@ -14,7 +14,9 @@ from script_runs import (
     problems_evaluation_fetches,
     problems_evaluation_lines,
     problems_full_checkpoint,
+    problems_other_ranks_silent,
     problems_single_process,
+    problems_training_fetches,
     run_python,
     run_torchrun,
 )
@@ -44,6 +46,12 @@ def test_a_line_printed_by_every_rank_is_caught(tmp_path):
                for problem in problems_distributed(original, twice, []))
 
 
+def test_a_line_printed_by_another_rank_is_caught(tmp_path):
+    assert problems_other_ranks_silent(Run(0, "epoch 0: loss 2.4\n", "", tmp_path)) == []
+    quiet_rank_zero = Run(0, "", "", tmp_path, other_ranks="saved best.pth\n")
+    assert problems_other_ranks_silent(quiet_rank_zero) == ["ranks other than 0 printed 1 lines, e.g. 'saved best.pth'"]
+
+
 def test_missing_and_wrapped_checkpoints_are_caught(tmp_path):
     original = _run("done\n", tmp_path)
     torch.save({"module.weight": torch.zeros(1)}, tmp_path / "wrapped.pth")
@@ -51,6 +59,9 @@ def test_missing_and_wrapped_checkpoints_are_caught(tmp_path):
     assert problems_distributed(original, _run("done\n", tmp_path), ["plain.pth"]) == []
     assert problems_distributed(original, _run("done\n", tmp_path), ["absent.pth"]) == ["absent.pth was not written"]
     assert "module." in problems_distributed(original, _run("done\n", tmp_path), ["wrapped.pth"])[0]
+    torch.save({"arch": "DistributedDataParallel", "state_dict": {"weight": torch.zeros(1)}}, tmp_path / "named.pth")
+    assert problems_distributed(original, _run("done\n", tmp_path), ["named.pth"]) == [
+        "named.pth names the DistributedDataParallel wrapper where the model's class belongs"]
 
 
 
@@ -176,6 +187,33 @@ def test_no_evaluation_pass_and_ranks_outside_the_world_are_caught(tmp_path):
     assert "no evaluation pass" in problems_evaluation_fetches(tmp_path, 1)[0]
     _fetch_log(tmp_path, 1, [(2, False, [list(range(10))])])
     assert problems_evaluation_fetches(tmp_path, 1) == ["a fetch log from rank 1, outside a world of 1"]
+
+
+def test_a_sharded_training_loader_with_set_epoch_passes(tmp_path):
+    _fetch_log(tmp_path, 0, [(1, True, [[3, 8, 1], [6, 0]]), (2, True, [[9, 2, 5], [7, 4]]), (3, False, [[0, 1]])])
+    _fetch_log(tmp_path, 1, [(1, True, [[5, 2, 9], [4, 7]]), (2, True, [[0, 6, 1], [8, 3]])])
+    assert problems_training_fetches(tmp_path, 2) == []
+
+
+def test_a_training_loader_left_whole_on_every_rank_is_caught(tmp_path):
+    _fetch_log(tmp_path, 0, [(1, True, [[3, 8, 1, 6, 0], [9, 2, 5, 7, 4]])])
+    _fetch_log(tmp_path, 1, [(1, True, [[5, 2, 9, 4, 3], [0, 6, 1, 8, 7]])])
+    assert problems_training_fetches(tmp_path, 2) == [
+        "training pass 1 over TensorDataset of 10: rank 0 fetched 10 samples, more than its share of 5: "
+        "the loader is not sharded",
+        "training pass 1 over TensorDataset of 10: rank 1 fetched 10 samples, more than its share of 5: "
+        "the loader is not sharded",
+    ]
+
+
+def test_a_distributed_sampler_without_set_epoch_is_caught(tmp_path):
+    _fetch_log(tmp_path, 0, [(1, True, [[3, 8, 1, 6, 0]]), (2, True, [[3, 8, 1, 6, 0]])])
+    _fetch_log(tmp_path, 1, [(1, True, [[5, 2, 9, 4, 7]]), (2, True, [[5, 2, 9, 4, 7]])])
+    assert problems_training_fetches(tmp_path, 2) == [
+        "2 training passes over TensorDataset of 10: rank 0 fetched the same order in each (set_epoch never called?)",
+        "2 training passes over TensorDataset of 10: rank 1 fetched the same order in each (set_epoch never called?)",
+    ]
+    assert "no training pass" in problems_training_fetches(tmp_path / "absent", 2)[0]
 
 
 @pytest.mark.slow

@@ -607,9 +607,18 @@ class Collector(cst.CSTVisitor):
                 self.facts.loops_over.setdefault(wrapped, []).append(node)
         if slices_batches(node):
             self.facts.sliced_batch_loops.append(node)
-        if any(isinstance(call.func, cst.Attribute) and call.func.attr.value in ("parameters", "named_parameters")
-               for call in calls_within(node.iter)):
+        parameter_calls = [call for call in calls_within(node.iter) if isinstance(call.func, cst.Attribute)
+                           and call.func.attr.value in ("parameters", "named_parameters")]
+        if parameter_calls:
             self._loops_over_parameters.append(node)
+        for call in parameter_calls:
+            # `for p in model[0].parameters(): p.requires_grad = False`: the loop works on the
+            # model (a freeze), and the wrap must come after it.
+            root = cast(cst.Attribute, call.func).value
+            while isinstance(root, (cst.Subscript, cst.Attribute)):
+                root = root.value
+            if isinstance(root, cst.Name) and root is not cast(cst.Attribute, call.func).value:
+                self.facts.statements_touching.setdefault(root.value, []).append(node)
 
     def _mark_training_loops(self, node: cst.CSTNode) -> None:
         """Every For loop whose body (not header) holds this backward() or step()."""

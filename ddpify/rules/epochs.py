@@ -49,7 +49,7 @@ def plan_external(facts: Facts, edits: Edits) -> None:
             continue  # its epoch is set already (this module was migrated before)
         holders = facts.holders_from(loader.function, loader.name)
         trains = any(facts.loop_trains(loop) for loop in facts.loops_over_values(holders))
-        if trains:
+        if trains or _handed_to_project_training(facts, loader):
             edits.imports.add("DistributedSampler")
             set_epoch(facts, edits, loader, f"{loader.name}.sampler", SET_EPOCH_EXTERNAL_CODE)
 
@@ -104,7 +104,9 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
         edits.insert_before(loop, Insertion(edits.statements(code)))
         edits.report("DDP202", loop)
         return
-    if not _handed_to_project_training(facts, loader):
+    handed_in = isinstance(loader, ExternalLoader) and loader.statement is loader.function
+    if not handed_in and not _handed_to_project_training(facts, loader):
+        # (A loader this helper module is handed gets its epoch from the caller's loop.)
         edits.report("DDP211", loader.call)
 
 

@@ -155,6 +155,32 @@ def _unwrap_models_handed_in(facts: Facts, edits: Edits) -> None:
                 continue
             edits.expressions[access.value] = _unwrapped(name, edits, _quote_for(facts, access))
             edits.report("DDP103", access)
+        for value in _type_reads(facts, name):
+            edits.expressions[value] = _unwrapped(name, edits, _quote_for(facts, value))
+            edits.report("DDP103", value)
+
+
+def _unwrap_for_helpers(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
+    """A helper of the project that saves or reads the model it is handed
+    (`utils.save_checkpoint(model, path)`) gets the raw module: its state dict has no
+    "module." prefix, whether or not the model was wrapped. One that runs the model but does
+    not train with it (generates a sample, reads `model.pos_emb`) gets the raw module where it
+    reads the model's own attributes."""
+    for call, effect in facts.helper_effects.items():
+        readers = facts.helper_attribute_readers.get(call, set())
+        for position, arg in enumerate(call.args):
+            if effect == effects.MIXED and (arg.keyword is not None or position not in readers):
+                continue  # it may run the model: the wrapper must take that forward
+            if not arg.star and dotted_name(arg.value) == model.name and not _before_wrap(facts, call, wrap):
+                edits.expressions[arg.value] = _unwrapped(model.name, edits, _quote_for(facts, arg.value))
+                edits.report("DDP103", arg.value)
+
+
+def _type_reads(facts: Facts, name: str) -> list[cst.BaseExpression]:
+    """`type(model).__name__` (an "arch" entry of a checkpoint): the class of the raw module,
+    not DistributedDataParallel."""
+    return [call.args[0].value for call in facts.calls_named.get("builtins.type", ())
+            if len(call.args) == 1 and dotted_name(call.args[0].value) == name]
 
 
 def _when_trainable(facts: Facts, code: str, model: str) -> str:
@@ -362,19 +388,11 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
             if name == model.name or name is not None and function is not None and (function, name) in holders:
                 edits.expressions[saved] = _unwrapped(name, edits)
                 edits.report("DDP103", saved)
-    # A helper of the project that saves or reads the model it is handed
-    # (`utils.save_checkpoint(model, path)`) gets the raw module: its state dict has no
-    # "module." prefix, whether or not the model was wrapped.
-    # One that runs the model but does not train with it (generates a sample, reads
-    # `model.pos_emb`) gets the raw module where it reads the model's own attributes.
-    for call, effect in facts.helper_effects.items():
-        readers = facts.helper_attribute_readers.get(call, set())
-        for position, arg in enumerate(call.args):
-            if effect == effects.MIXED and (arg.keyword is not None or position not in readers):
-                continue  # it may run the model: the wrapper must take that forward
-            if not arg.star and dotted_name(arg.value) == model.name and not _before_wrap(facts, call, wrap):
-                edits.expressions[arg.value] = _unwrapped(model.name, edits, _quote_for(facts, arg.value))
-                edits.report("DDP103", arg.value)
+    _unwrap_for_helpers(facts, edits, model, wrap)
+    for value in _type_reads(facts, model.name):
+        if not _before_wrap(facts, value, wrap) and not _rebound_since_wrap(facts, value, model.name, wrap):
+            edits.expressions[value] = _unwrapped(model.name, edits, _quote_for(facts, value))
+            edits.report("DDP103", value)
     for access in facts.attribute_reads.get(model.name, ()):
         if access.attr.value in names.WRAPPER_ATTRIBUTES or _under_wrapper_check(facts, access, model.name):
             continue

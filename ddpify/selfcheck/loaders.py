@@ -115,10 +115,13 @@ def _loader_handed_out(source: Source, sampler: ast.Call, names: list[str]) -> b
     """The loader built with the sampler is returned to the caller (a helper module's
     `get_loader()`): the caller starts the passes over it, and sets the epoch there."""
     built = _loaders_built_with(source, sampler, names)
-    returned = {loose_dotted(value) for node in ast.walk(source.tree) if isinstance(node, ast.Return)
-                and node.value is not None
-                for value in (node.value.elts if isinstance(node.value, ast.Tuple) else [node.value])}
-    return bool(built & returned)
+    returned = [value for node in ast.walk(source.tree) if isinstance(node, ast.Return) and node.value is not None
+                for value in (node.value.elts if isinstance(node.value, ast.Tuple) else [node.value])]
+    # `return DataLoader(dataset, sampler=sampler, ...)` hands it out too.
+    built_in_return = any(isinstance(value, ast.Call) and value in loader_calls(source) and any(
+        each is sampler or loose_dotted(each) in names for each in ast.walk(_sampler_argument(value) or value.func))
+        for value in returned)
+    return built_in_return or bool(built & {loose_dotted(value) for value in returned})
 
 
 def _loader_handed_on(source: Source, sampler: ast.Call, names: list[str]) -> bool:
