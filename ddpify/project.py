@@ -103,6 +103,10 @@ class Project:
                 found |= effects.module_attributes(name)
         return found
 
+    def has_module(self, module: str) -> bool:
+        """`module` ("utils", "models.resnet") is one of the project's own files."""
+        return self._modules is not None and self._modules.effects(module) is not None
+
     def makes_loader(self, qualified: str) -> bool:
         """Calling `qualified` returns a DataLoader it builds (`utils.get_loaders(cfg)`)."""
         found = self._local(qualified) if self._modules is not None else None

@@ -33,6 +33,10 @@ _RETURNS_MODULE = frozenset({"to", "cpu", "cuda", "train", "eval", "float", "dou
                              "bfloat16", "requires_grad_"})
 
 
+def qualified_is_path_edit(qualified: set[str]) -> bool:
+    return any(name.startswith("sys.path.") for name in qualified)
+
+
 class Collector(cst.CSTVisitor):
     METADATA_DEPENDENCIES = (PositionProvider,)
 
@@ -484,6 +488,33 @@ class Collector(cst.CSTVisitor):
         while parent is not None and not isinstance(parent, cst.FunctionDef):
             parent = self.parents.get(parent)
         return parent
+
+    def note_dynamic_imports(self) -> None:
+        """`importlib.import_module(name)`, `__import__`, `sys.path` edits: a module chosen when
+        the script runs. Left out when every name it can take is a string that names no
+        module of the project (`for m in ["torch.utils.tensorboard", "tensorboardX"]`)."""
+        for qualified in sorted(names.DYNAMIC_IMPORTS):
+            for call in self.facts.calls_named.get(qualified, ()):
+                loaded = self._strings_loaded_by(call)
+                if loaded is None or any(self.project.has_module(name) for name in loaded):
+                    self.facts.dynamic_imports.append(call)
+
+    def _strings_loaded_by(self, call: cst.Call) -> Optional[list[str]]:
+        if not call.args or qualified_is_path_edit(self._qualified(call.func)):
+            return None
+        value = call.args[0].value
+        if isinstance(value, cst.SimpleString):
+            return [cast(str, value.evaluated_value)]
+        name = dotted_name(value)
+        parent = self.parents.get(call)
+        while name is not None and parent is not None and not isinstance(parent, cst.FunctionDef):
+            if isinstance(parent, cst.For) and dotted_name(parent.target) == name and isinstance(
+                    parent.iter, (cst.List, cst.Tuple)) and all(
+                    isinstance(element.value, cst.SimpleString) for element in parent.iter.elements):
+                return [cast(str, cast(cst.SimpleString, element.value).evaluated_value)
+                        for element in parent.iter.elements]
+            parent = self.parents.get(parent)
+        return None
 
     def _note_chained_training_calls(self) -> None:
         """`Trainer(model, opt).fit(loader)`: the object is made and trained in one line."""

@@ -140,6 +140,8 @@ class FactRecord:
     # Models handed to a Trainer of the project that moves them to their device itself: they
     # are wrapped there, after that move.
     models_moved_elsewhere: set[str] = field(default_factory=set)
+    # Imports of a module chosen at run time that may be one of the project's (DDP909).
+    dynamic_imports: list[cst.Call] = field(default_factory=list)
     # In a helper module: models handed in that reach their device here (wrapped here).
     models_moved_here: set[str] = field(default_factory=set)
     # For statements whose iterable mentions a name (a loader, usually), by that name.

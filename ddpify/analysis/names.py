@@ -117,6 +117,12 @@ WRAPPER_ATTRIBUTES = frozenset({
 })
 
 
+# Calls that load a module, or change where imports look, only when the script runs.
+DYNAMIC_IMPORTS = frozenset({
+    "importlib.import_module", "builtins.__import__", "importlib.util.spec_from_file_location",
+    "sys.path.insert", "sys.path.append", "sys.path.extend",
+})
+
 EMITTED_IMPORTS = {
     "os": ("os", None, None),
     "logging": ("logging", None, None),

@@ -28,6 +28,7 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
     collector.note_helper_methods()
     collector.note_models_handed_to_training()
     collector.note_models_building_their_optimizer()
+    collector.note_dynamic_imports()
     facts.trains = bool(collector.training_tops & reached_when_run(facts.module, collector.names_in_top))
     if not facts.trains and collector.project.used_elsewhere:
         # A helper module of a project: what other modules import from it runs when their

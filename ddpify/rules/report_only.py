@@ -29,17 +29,9 @@ RULES = (
          "of this project (`ddpify -i that_module.py`)."),
 )
 
-# Calls that load a module, or change where imports look, only when the script runs.
-DYNAMIC_IMPORTS = frozenset({
-    "importlib.import_module", "builtins.__import__", "importlib.util.spec_from_file_location",
-    "sys.path.insert", "sys.path.append", "sys.path.extend",
-})
-
-
 def report_dynamic_imports(facts: Facts, edits: Edits) -> None:
-    for qualified in sorted(DYNAMIC_IMPORTS):
-        for call in facts.calls_named.get(qualified, ()):
-            edits.report("DDP909", call)
+    for call in facts.dynamic_imports:
+        edits.report("DDP909", call)
 
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
@@ -115,8 +107,13 @@ CASES = (
           "DDP902"),
     Silent(TRAINING, "DDP902"),
     Emits(TRAINING.replace("import torch\n", "import importlib\n\nimport torch\n", 1)
-          .replace("device = torch", 'plugins = importlib.import_module("plugins")\ndevice = torch', 1),
-          "DDP909", ('importlib.import_module("plugins")',)),
+          .replace("device = torch", 'plugins = importlib.import_module("plugins." + NAME)\ndevice = torch', 1),
+          "DDP909", ('importlib.import_module("plugins." + NAME)',)),
+    # A library chosen by name (`for m in ["torch.utils.tensorboard", "tensorboardX"]`): no
+    # module of the project can be missed.
+    Silent(TRAINING.replace("import torch\n", "import importlib\n\nimport torch\n", 1)
+           .replace("device = torch", 'board = importlib.import_module("tensorboardX")\ndevice = torch', 1),
+           "DDP909"),
     Emits(TRAINING.replace("import torch\n", "import sys\n\nimport torch\n", 1)
           .replace("device = torch", 'sys.path.insert(0, "../lib")\ndevice = torch', 1), "DDP909"),
     Silent(TRAINING, "DDP909"),
