@@ -1,4 +1,5 @@
 """The one traversal of a module that records its facts (see facts.FactRecord)."""
+import re
 from collections.abc import Set as AbstractSet
 from typing import Optional, Union, cast
 
@@ -31,6 +32,9 @@ from ddpify.project import Project
 ITERATION_WRAPPERS = names.PROGRESS_BARS | {"builtins.enumerate", "builtins.iter", "builtins.zip"}
 _RETURNS_MODULE = frozenset({"to", "cpu", "cuda", "train", "eval", "float", "double", "half",
                              "bfloat16", "requires_grad_"})
+
+
+FIXED_GPU = re.compile(r"cuda:\d+")
 
 
 def qualified_is_path_edit(qualified: set[str]) -> bool:
@@ -660,6 +664,11 @@ class Collector(cst.CSTVisitor):
             child, parent = parent, self.parents.get(parent)
 
     # --- environment ---------------------------------------------------------------------------
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        # `"cuda:0"` anywhere (a helper module's device choice): read once, here.
+        if "cuda:" in node.value and FIXED_GPU.fullmatch(str(node.evaluated_value)):
+            self.facts.fixed_gpu_strings.append(node)
+
     def visit_Comparison(self, node: cst.Comparison) -> None:
         if len(node.comparisons) != 1:
             return

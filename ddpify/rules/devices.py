@@ -3,13 +3,12 @@
 `.cuda()`, `.to("cuda")`, `.to(0)` and `torch.device("cuda:0")` all name GPU 0 on every rank
 and fail on a CPU-only machine; the setup block's device names the rank's own GPU, or the CPU.
 """
-import re
 from typing import Callable, cast
 
 import libcst as cst
 
 from ddpify.analysis.control import Facts
-from ddpify.analysis.nodes import dotted_name, find_all
+from ddpify.analysis.nodes import dotted_name
 from ddpify.diagnostics import Rule, Severity, Status
 from ddpify.emit.edits import Edits, replacement
 from ddpify.plan import Plan
@@ -69,19 +68,14 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     _keep_device_comparisons(facts, edits, setup)
 
 
-FIXED_GPU = re.compile(r"cuda:\d+")
-
-
 def _current_device_in_helper_module(facts: Facts, edits: Edits) -> None:
     """In a helper module the script's setup has made this rank's GPU the current one, so a
     fixed GPU becomes "the current GPU": `"cuda:0"` -> `"cuda"` (still a string), `.cuda(0)`
     -> `.cuda()`, `.to(0)` -> `.to("cuda")`."""
-    for string in find_all(facts.module, cst.SimpleString):
-        value = string.evaluated_value
-        if isinstance(value, str) and FIXED_GPU.fullmatch(value):
-            quote = string.prefix + string.quote
-            edits.expressions[string] = replacement(edits, f"{quote}cuda{string.quote}")
-            edits.report("DDP002", string)
+    for string in facts.fixed_gpu_strings:
+        quote = string.prefix + string.quote
+        edits.expressions[string] = replacement(edits, f"{quote}cuda{string.quote}")
+        edits.report("DDP002", string)
     for call in facts.fixed_device_moves:
         func = cast(cst.Attribute, call.func)
         positional = [arg for arg in call.args if arg.keyword is None]
