@@ -47,10 +47,11 @@ GATHERED_COMMENT = "# Every rank gathers the full state dict (a collective); onl
 MODEL_STATE_CODE = "get_model_state_dict({model}, options=" + FULL_STATE_OPTIONS + ")"
 OPTIMIZER_STATE_CODE = "get_optimizer_state_dict({model}, {optimizer}, options=" + FULL_STATE_OPTIONS + ")"
 
-# Loading a full state dict into the sharded model: rank 0's copy is broadcast and each rank
-# keeps its shard. As a group of one there is nothing to broadcast from.
-LOAD_OPTIONS_COMMENT = "# A full state dict loads into the shards: rank 0's copy is broadcast to the others."
-LOAD_OPTIONS_CODE = "{name} = StateDictOptions(full_state_dict=True, broadcast_from_rank0=dist.is_initialized())"
+# Loading a full state dict into the sharded model: every rank has read the whole file (after
+# the barrier), and keeps its shard of it. No broadcast from rank 0: that goes through
+# broadcast_object_list, which needs numpy, and every rank holds the full copy anyway.
+LOAD_OPTIONS_COMMENT = "# Each rank read the full state dict and keeps its own shard of it."
+LOAD_OPTIONS_CODE = "{name} = StateDictOptions(full_state_dict=True)"
 LOAD_MODEL_CODE = "set_model_state_dict({model}, {state}, options={options})"
 LOAD_OPTIMIZER_CODE = "set_optimizer_state_dict({model}, {optimizer}, {state}, options={options})"
 
