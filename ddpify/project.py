@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional, cast
 
-from ddpify.analysis.effects import OPAQUE, FunctionEffects, absolute_module
+from ddpify.analysis.effects import OPAQUE, FunctionEffects, absolute_module, dotted_ast
 
 # Folders of installed packages: a script there is not part of a project being migrated.
 INSTALLED = frozenset({"site-packages", "dist-packages"})
@@ -57,8 +57,7 @@ class Project:
 
     def attribute_readers(self, qualified: str, wrapper_attributes: frozenset[str]) -> set[int]:
         """Which positional arguments of `qualified` it reads attributes of (effects.py)."""
-        found = self._local(qualified) if self._modules is not None else None
-        definition = self._modules.definition(found) if found is not None and self._modules is not None else None
+        definition = self._definition(qualified)
         return set() if definition is None else definition[0].attribute_readers(definition[1], wrapper_attributes)
 
     def moved_parameters(self, qualified: str) -> tuple[list[str], set[str]]:
@@ -74,20 +73,17 @@ class Project:
 
     def optimizer_parameters(self, qualified: str) -> set[int]:
         """Which positional arguments of `qualified` the optimizer it builds trains."""
-        found = self._local(qualified) if self._modules is not None else None
-        definition = self._modules.definition(found) if found is not None and self._modules is not None else None
+        definition = self._definition(qualified)
         return set() if definition is None else definition[0].optimizer_parameters(definition[1])
 
     def optimizer_over_self(self, qualified: str) -> bool:
         """`qualified` is a method that builds an optimizer over its object's parameters."""
-        found = self._local(qualified) if self._modules is not None else None
-        definition = self._modules.definition(found) if found is not None and self._modules is not None else None
+        definition = self._definition(qualified)
         return definition is not None and definition[0].optimizer_over_self(definition[1])
 
     def builds_optimizer(self, qualified: str) -> bool:
         """The function or class `qualified` builds an optimizer itself (effects.py)."""
-        found = self._local(qualified) if self._modules is not None else None
-        definition = self._modules.definition(found) if found is not None and self._modules is not None else None
+        definition = self._definition(qualified)
         return definition is not None and definition[0].builds_optimizer(definition[1])
 
     def module_attributes(self, own_module: str, class_name: str) -> set[str]:
@@ -109,14 +105,12 @@ class Project:
 
     def makes_loader(self, qualified: str) -> bool:
         """Calling `qualified` returns a DataLoader it builds (`utils.get_loaders(cfg)`)."""
-        found = self._local(qualified) if self._modules is not None else None
-        definition = self._modules.definition(found) if found is not None and self._modules is not None else None
+        definition = self._definition(qualified)
         return definition is not None and definition[0].returns_loader(definition[1])
 
     def defines(self, qualified: str) -> bool:
         """`qualified` is a function or class of one of the project's own modules."""
-        found = self._local(qualified) if self._modules is not None else None
-        return found is not None and self._modules is not None and self._modules.definition(found) is not None
+        return self._definition(qualified) is not None
 
     def _facts_of(self, qualified: str) -> tuple[Optional[str], bool]:
         if self._modules is None:
@@ -134,6 +128,11 @@ class Project:
                     owner, method)
                 self._known[qualified] = (None if effect == OPAQUE else effect, trains)
         return self._known[qualified]
+
+    def _definition(self, qualified: str) -> Optional[tuple[FunctionEffects, str]]:
+        """Where a project module defines what `qualified` names (`_Modules.definition`)."""
+        found = self._local(qualified) if self._modules is not None else None
+        return self._modules.definition(found) if found is not None and self._modules is not None else None
 
     def _local(self, qualified: str) -> Optional[str]:
         """The full name, when it names something in one of the project's imported modules."""
@@ -439,8 +438,8 @@ def _imports_of(tree: ast.Module, package: str, root: Path) -> list[tuple[str, s
     if bound:
         attribute_owners = set()
         for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and _dotted(node.value) in bound:
-                found.append((bound[cast(str, _dotted(node.value))], {node.attr}))
+            if isinstance(node, ast.Attribute) and dotted_ast(node.value) in bound:
+                found.append((bound[cast(str, dotted_ast(node.value))], {node.attr}))
                 attribute_owners.add(id(node.value))
         # A module handed on whole (`config.init_obj("arch", module_arch)`): any of its
         # public names may be used.
@@ -476,12 +475,3 @@ def _public_names(root: Path, module: str) -> set[str]:
         return set()
     return {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))
             and not node.name.startswith("_")}
-
-
-def _dotted(node: ast.expr) -> Optional[str]:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        owner = _dotted(node.value)
-        return None if owner is None else f"{owner}.{node.attr}"
-    return None

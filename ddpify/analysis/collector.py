@@ -387,7 +387,7 @@ class Collector(cst.CSTVisitor):
             if here or elsewhere:
                 known.add(owner)
                 call = calls[0]
-                self.facts.models.append(Model(owner, self._statement_of(call), self._function_of(call)))
+                self.facts.models.append(Model(owner, self.facts.statement_of(call), self.facts.function_of(call)))
 
     def _note_optimizer_made_elsewhere(self, node: cst.Call, qualified: str) -> None:
         """`optimizer = util.set_optimizer(opt, model)`: a function of the project builds the
@@ -433,7 +433,7 @@ class Collector(cst.CSTVisitor):
                 # on what its constructor was handed.
                 for call in calls:
                     self.facts.training_helper_calls.append(call)
-                    self.training_tops.add(self._top_of(call))
+                    self.training_tops.add(cast(cst.CSTNode, self.facts.ancestor_in(call, self.facts.module)))
                 self.training_constructors.extend(cast(cst.Call, value) for value in values)
                 continue
             found = {self.project.effect(name) for name in methods}
@@ -459,7 +459,7 @@ class Collector(cst.CSTVisitor):
                 if name is None or name in known or not self._is_module(name):
                     continue
                 known.add(name)
-                self.facts.models.append(Model(name, self._statement_of(call), self._function_of(call)))
+                self.facts.models.append(Model(name, self.facts.statement_of(call), self.facts.function_of(call)))
 
     def _note_models_moved_by(self, call: cst.Call) -> None:
         """`SimCLR(model=model, ...)` whose __init__ moves the model to its device: the wrap
@@ -481,17 +481,6 @@ class Collector(cst.CSTVisitor):
 
     def _is_module(self, name: str) -> bool:
         return any(read.attr.value in effects.MODULE_ONLY_METHODS for read in self.facts.attribute_reads.get(name, ()))
-
-    def _statement_of(self, node: cst.CSTNode) -> Statement:
-        while not isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-            node = self.parents[node]
-        return cast(Statement, node)
-
-    def _function_of(self, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
-        parent = self.parents.get(node)
-        while parent is not None and not isinstance(parent, cst.FunctionDef):
-            parent = self.parents.get(parent)
-        return parent
 
     def note_dynamic_imports(self) -> None:
         """`importlib.import_module(name)`, `__import__`, `sys.path` edits: a module chosen when
@@ -528,13 +517,8 @@ class Collector(cst.CSTVisitor):
             methods = [f"{qualified}.{func.attr.value}" for qualified in self._qualified(made.func)]
             if methods and all(self.project.trains(name) for name in methods):
                 self.facts.training_helper_calls.append(call)
-                self.training_tops.add(self._top_of(call))
+                self.training_tops.add(cast(cst.CSTNode, self.facts.ancestor_in(call, self.facts.module)))
                 self.training_constructors.append(made)
-
-    def _top_of(self, node: cst.CSTNode) -> cst.CSTNode:
-        while not isinstance(self.parents.get(node), cst.Module):
-            node = self.parents[node]
-        return node
 
     def _is_statement_call(self, node: cst.Call) -> bool:
         parent = self.parents.get(node)

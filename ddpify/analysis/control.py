@@ -116,25 +116,24 @@ class Facts(ValueFlow):
         holders = self.loader_holders()
         outer = {enclosing for loop in self.training_loops for enclosing in self.enclosing_loops(loop)}
         found: list[cst.For] = []
+        external = self._holders([(each.function, each.name) for each in self.external_loaders])
         for loop in self.training_loops - outer:
             # A loop inside the pass over a loader (one step per model of an ensemble, per
             # optimizer of a GAN) takes its batch from that pass.
-            if not any(self._iterates_a_loader(each, holders) for each in [loop, *self.enclosing_loops(loop)]):
+            if not any(self._iterates_a_loader(each, holders, external)
+                       for each in [loop, *self.enclosing_loops(loop)]):
                 found.append(loop)
         return sorted(found, key=self.line_of)
 
-    def _iterates_a_loader(self, loop: cst.For, holders: set[Holder]) -> bool:
+    def _iterates_a_loader(self, loop: cst.For, holders: set[Holder], external: set[Holder]) -> bool:
+        """The loop goes over a loader built here, or one another module builds (external)."""
         function = self.function_of(loop)
-        external = self._external_holders()
         if any((function, name) in external or name.startswith("self.") and any(
                 held == name for _, held in external) for name in self.names_iterated_by(loop)):
             return True
         return any((function, name) in holders or (None, name) in holders and not self.binds_locally(
             function, name) or (name.startswith("self.") and any(
             held == name for _, held in holders)) for name in self.names_iterated_by(loop))
-
-    def _external_holders(self) -> set[Holder]:
-        return self._holders([(each.function, each.name) for each in self.external_loaders])
 
     def _loops_around_calls_of(self, function: Optional[cst.FunctionDef],
                                name: str) -> list[tuple[cst.For, str]]:

@@ -77,7 +77,6 @@ class FunctionEffects:
     def __init__(self, tree: ast.Module, package: str = "",
                  resolve_elsewhere: Optional[Resolve] = None) -> None:
         self._functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
-        self._class_nodes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
         self.classes = [node.name for node in tree.body if isinstance(node, ast.ClassDef)]
         self._class_of: dict[str, str] = {}
         for node in tree.body:
@@ -92,12 +91,12 @@ class FunctionEffects:
                              and any(alias.name == "*" for alias in node.names)
                              for module in [absolute_module(node, package)] if module is not None]
         # Each class's bases, as qualified names (`BaseTrainer` -> "base.BaseTrainer").
-        self.bases = {node.name: [self.qualified(base) for base in map(_dotted, node.bases) if base]
+        self.bases = {node.name: [self.qualified(base) for base in map(dotted_ast, node.bases) if base]
                       for node in tree.body if isinstance(node, ast.ClassDef)}
         # Module-level `logger = logging.getLogger(...)`: its calls only log.
         self.loggers = {target.id for node in tree.body if isinstance(node, ast.Assign)
                         and isinstance(node.value, ast.Call)
-                        and self.qualified(_dotted(node.value.func) or "") == names.GET_LOGGER
+                        and self.qualified(dotted_ast(node.value.func) or "") == names.GET_LOGGER
                         for target in node.targets if isinstance(target, ast.Name)}
         self._resolve_elsewhere = resolve_elsewhere
         self._known: dict[str, str] = {}
@@ -130,7 +129,7 @@ class FunctionEffects:
             if isinstance(node, ast.Call):
                 if isinstance(node.func, ast.Attribute) and node.func.attr == "backward":
                     return True
-                callee = self.qualified(_dotted(node.func) or "")
+                callee = self.qualified(dotted_ast(node.func) or "")
                 if callee in self._functions and callee != name and self.trains(callee, depth + 1):
                     return True
         return False
@@ -142,9 +141,7 @@ class FunctionEffects:
         function = self._functions.get(name)
         if function is None:
             return [], set()
-        positional = [a.arg for a in function.args.posonlyargs + function.args.args]
-        if self.class_of(name) is not None:
-            positional = positional[1:]
+        positional = self._positional(name, function)
         keywords = {function.args.kwarg.arg} if function.args.kwarg is not None else set()
         moved: set[str] = set()
         for node in ast.walk(function):
@@ -165,13 +162,8 @@ class FunctionEffects:
         function = self._functions.get(name)
         if function is None or not self.builds_optimizer(name):
             return set()
-        positional = [a.arg for a in function.args.posonlyargs + function.args.args]
-        if self.class_of(name) is not None:
-            positional = positional[1:]
-        read = {node.func.value.id for node in ast.walk(function) if isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute) and node.func.attr in ("parameters", "named_parameters")
-                and isinstance(node.func.value, ast.Name)}
-        return {index for index, parameter in enumerate(positional) if parameter in read}
+        read = _parameters_read(function)
+        return {index for index, parameter in enumerate(self._positional(name, function)) if parameter in read}
 
     def optimizer_over_self(self, name: str) -> bool:
         """A method that builds an optimizer over its own object's parameters."""
@@ -179,18 +171,15 @@ class FunctionEffects:
         if function is None or self.class_of(name) is None or not self.builds_optimizer(name):
             return False
         own = function.args.args[0].arg if function.args.args else "self"
-        return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                   and node.func.attr in ("parameters", "named_parameters")
-                   and isinstance(node.func.value, ast.Name) and node.func.value.id == own
-                   for node in ast.walk(function))
+        return own in _parameters_read(function)
 
     def builds_optimizer(self, name: str) -> bool:
         """The function, or any method of the class `name`, builds a torch.optim optimizer:
         then it names the model it trains, and wraps it where it does."""
         functions = [node for key, node in self._functions.items()
                      if key == name or self._class_of.get(key) == name]
-        return any(isinstance(node, ast.Call) and self.qualified(_dotted(node.func) or "").startswith(
-            names.OPTIMIZER_PREFIX) and not self.qualified(_dotted(node.func) or "").startswith(
+        return any(isinstance(node, ast.Call) and self.qualified(dotted_ast(node.func) or "").startswith(
+            names.OPTIMIZER_PREFIX) and not self.qualified(dotted_ast(node.func) or "").startswith(
             names.LR_SCHEDULER_PREFIX) for function in functions for node in ast.walk(function))
 
     def module_attributes(self, class_name: str) -> set[str]:
@@ -203,7 +192,7 @@ class FunctionEffects:
             for node in ast.walk(function):
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
                         node.func.attr in MODULE_ONLY_METHODS):
-                    owner = _dotted(node.func.value)
+                    owner = dotted_ast(node.func.value)
                     if owner is not None and owner.startswith("self.") and owner.count(".") == 1:
                         found.add(owner)
         return found
@@ -225,12 +214,14 @@ class FunctionEffects:
         function = self._functions.get(name)
         if function is None or self.trains(name):
             return set()
-        positional = [a.arg for a in function.args.posonlyargs + function.args.args]
-        if self.class_of(name) is not None:
-            positional = positional[1:]
         read = {node.value.id for node in ast.walk(function) if isinstance(node, ast.Attribute)
                 and isinstance(node.value, ast.Name) and node.attr not in wrapper_attributes}
-        return {index for index, parameter in enumerate(positional) if parameter in read}
+        return {index for index, parameter in enumerate(self._positional(name, function)) if parameter in read}
+
+    def _positional(self, name: str, function: ast.FunctionDef) -> list[str]:
+        """The positional parameters a caller passes: a method's object is not one of them."""
+        positional = [a.arg for a in function.args.posonlyargs + function.args.args]
+        return positional[1:] if self.class_of(name) is not None else positional
 
     def returns_loader(self, name: str) -> bool:
         """The function returns a DataLoader it builds, alone or in a tuple."""
@@ -248,12 +239,12 @@ class FunctionEffects:
                    for value in returned)
 
     def _builds_loader(self, value: ast.expr) -> bool:
-        return isinstance(value, ast.Call) and self.qualified(_dotted(value.func) or "") in names.DATALOADER_ALIASES
+        return isinstance(value, ast.Call) and self.qualified(dotted_ast(value.func) or "") in names.DATALOADER_ALIASES
 
     def _prints(self, function: ast.FunctionDef) -> bool:
         for node in ast.walk(function):
             if isinstance(node, ast.Call):
-                qualified = self.qualified(_dotted(node.func) or "")
+                qualified = self.qualified(dotted_ast(node.func) or "")
                 if qualified in OUTPUT_CALLS or qualified in self._functions and self.of(qualified) in (
                         SPEAKS, MIXED):
                     return True
@@ -279,6 +270,13 @@ class FunctionEffects:
         return OPAQUE
 
 
+
+
+def _parameters_read(function: ast.FunctionDef) -> set[str]:
+    """The names whose `.parameters()` or `.named_parameters()` the function reads."""
+    return {node.func.value.id for node in ast.walk(function) if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute) and node.func.attr in ("parameters", "named_parameters")
+            and isinstance(node.func.value, ast.Name)}
 
 
 def strongest(effects: list[str]) -> str:
@@ -356,7 +354,7 @@ class _Reader:
         return all(self._own_target(target) for target in targets)
 
     def _call(self, call: ast.Call) -> str:
-        dotted = _dotted(call.func)
+        dotted = dotted_ast(call.func)
         if (self.self_name is not None and isinstance(call.func, ast.Attribute)
                 and isinstance(call.func.value, ast.Name) and call.func.value.id == self.self_name
                 and f"{self.owner}.{call.func.attr}" in self.module.functions):
@@ -394,7 +392,7 @@ class _Reader:
             return False
         if isinstance(value.func, ast.Attribute) and value.func.attr in READING_METHODS:
             return True
-        dotted = _dotted(value.func)
+        dotted = dotted_ast(value.func)
         if dotted is None or dotted in self.module.functions:
             return False
         qualified = self.module.qualified(dotted)
@@ -408,7 +406,7 @@ class _Reader:
                     if (isinstance(item.context_expr, ast.Call) and isinstance(item.optional_vars, ast.Name)
                             and _opens_for_writing(item.context_expr)):
                         opened.add(item.optional_vars.id)
-            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _dotted(
+            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and dotted_ast(
                     node.value.func) in ("csv.writer", "csv.DictWriter", "open"):
                 opened |= {target.id for target in node.targets if isinstance(target, ast.Name)}
         return opened
@@ -486,7 +484,8 @@ def _base_name(node: ast.expr) -> Optional[str]:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _dotted(node: ast.expr) -> Optional[str]:
+def dotted_ast(node: ast.expr) -> Optional[str]:
+    """`a.b.c` for a chain of attributes on a name; None for anything else."""
     parts: list[str] = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)

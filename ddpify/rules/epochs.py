@@ -75,11 +75,10 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
         else:
             # The sampler variable is not in scope here; the loader still carries it.
             code = SET_EPOCH_VIA_LOADER_CODE.format(loader=name_there, epoch=epoch)
-        rebound = _bound_inside(facts, epoch_loop, name_there)
         if facts.ancestor_in(loader.statement, epoch_loop.body) is not None:
             # A loader built anew each epoch: its sampler learns the epoch where it is made.
             edits.insert_after(loader.statement, edits.statements(code))
-        elif rebound is not None:
+        elif (rebound := _bound_inside(facts, epoch_loop, name_there)) is not None:
             # Made anew each epoch by a call (`train_dl = make_loader(...)` in the loop).
             edits.insert_after(rebound, edits.statements(code))
         else:
