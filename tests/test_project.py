@@ -207,11 +207,14 @@ def test_migration_guards_helpers_that_print_or_write(script):
     assert "\n    helpers.evaluate_and_print(model, x)\n" in result.code
     codes = [d.code for d in result.diagnostics]
     assert codes.count("DDP301") == 2 and "DDP302" in codes and "DDP311" not in codes
-    # ... and its print is guarded where it is written, in the helper module, migrated too.
+    # ... and its print is guarded where it is written, in the helper module, migrated too,
+    # with the model's run taken out of it: rank 0 alone would run a forward (and any gather
+    # in it) that the other ranks never join.
     helpers = script.parent / "helpers.py"
     migrated = migrate_source(HELPERS, project=project.read(str(helpers), HELPERS))
-    assert ("def evaluate_and_print(model, x):\n    if is_main_process():\n"
-            "        print(evaluate(model, x))\n") in migrated.code
+    assert ("def evaluate_and_print(model, x):\n    evaluate_value = evaluate(model, x)\n"
+            "    if is_main_process():\n        print(evaluate_value)\n") in migrated.code
+    assert "DDP308" in [d.code for d in migrated.diagnostics]
 
 
 def test_without_the_project_helpers_stay_as_they_were(script):

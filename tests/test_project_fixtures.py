@@ -29,16 +29,7 @@ BY_NAME = {project.name: project for project in PROJECTS}
 # Known defects of the migration these fixtures show (the fixture stays as ddpify writes it;
 # the core is to change): (idiom, entry) -> why the run fails.
 RUN_DEFECTS: dict[tuple[str, str], str] = {}
-EVALUATION_DEFECTS = {
-    ("loaders_from_helper_module", "train.py"):
-        "val_loader, made in data.py, is left whole on every rank (DDP203): figures right, "
-        "evaluation work repeated on each rank instead of sharded and gathered",
-    ("evaluation_helper_module", "train.py"):
-        "test_loader is left whole on every rank and engine.evaluate gathers nothing (DDP203 says "
-        "ddpify cannot see evaluate's loop, though engine.py is in the project)",
-    ("package_reexports", "train.py"):
-        "val_loader from toolkit.make_loader('val') is left whole on every rank, silently",
-}
+EVALUATION_DEFECTS: dict[tuple[str, str], str] = {}
 
 
 @cache

@@ -400,6 +400,8 @@ class Collector(cst.CSTVisitor):
                 self.facts.models.append(Model(name, self._statement(node), self._function()))
 
     def _note_helper(self, node: cst.Call, qualified: str) -> None:
+        if self.project.defines(qualified):
+            self.facts.project_calls.add(node)
         self._note_optimizer_made_elsewhere(node, qualified)
         if self.project.trains(qualified):
             # `engine.train_one_epoch(model, loader, optimizer)`: the steps are in there.

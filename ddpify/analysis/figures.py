@@ -45,9 +45,10 @@ class Figures:
         return bool(self.sums or self.lists or self.batch_count_reads or self.tables)
 
 
-def figures_of(facts: Facts, loop: cst.For, batch_size: str):
+def figures_of(facts: Facts, loop: cst.For, batch_size: str, iterable: Optional[str] = None):
     """The loop's figures, or why they cannot be gathered (a str). `batch_size`: the
-    loader's, the items a list gains per batch when it is extended."""
+    loader's, the items a list gains per batch when it is extended; `iterable`: the name of
+    the loader the loop goes over, when it is not one built in this file."""
     if _peeks(loop):
         return Figures()
     shape = _why_not_a_pass(facts, loop)
@@ -74,7 +75,7 @@ def figures_of(facts: Facts, loop: cst.For, batch_size: str):
             return (f"`{name}` is filled in a way ddpify cannot merge in order (once per batch, "
                     "with values on the CPU: `.cpu()`, `.tolist()`, `.item()`)")
         found.lists[name] = "1" if kind == "append" else batch_size
-    iterable = loader_name_in(facts, loop)
+    iterable = iterable or loader_name_in(facts, loop)
     if iterable is not None:
         found.batch_counts = _batch_counts_before(facts, loop, iterable, outside)
         found.batch_count_reads = _batch_count_reads_after(facts, loop, iterable)
@@ -411,9 +412,11 @@ def _on_host(value: cst.BaseExpression, loop: cst.For) -> bool:
     return _python_number(value, {})
 
 
-def loader_name_in(facts: Facts, loop: cst.For) -> Optional[str]:
-    """The name the loop iterates (`test_loader` in `enumerate(test_loader)`)."""
-    holders = {name for _, name in facts.loader_holders()}
+def loader_name_in(facts: Facts, loop: cst.For, holders: Optional[set[str]] = None) -> Optional[str]:
+    """The name the loop iterates (`test_loader` in `enumerate(test_loader)`), among the
+    names that hold a loader built in this file, or among `holders`."""
+    if holders is None:
+        holders = {name for _, name in facts.loader_holders()}
     names = [name for name in _whole_names_in(loop.iter) if name in holders]
     return names[0] if len(set(names)) == 1 else None
 

@@ -14,14 +14,14 @@ from typing import Optional
 import libcst as cst
 
 from ddpify.analysis import names
-from ddpify.analysis.control import Facts
-from ddpify.analysis.facts import Loader
+from ddpify.analysis.control import Facts, parameter_names
+from ddpify.analysis.facts import ExternalLoader, Holder, Loader
 from ddpify.analysis.figures import Figures, figures_of, loader_name_in
 from ddpify.analysis.nodes import dotted_name, string_value
 from ddpify.analysis.values import keyword_names, known_dict_keys
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import collectives
-from ddpify.emit.edits import Edits
+from ddpify.emit.edits import Edits, Insertion
 from ddpify.options import Options
 from ddpify.plan import Plan
 from ddpify.rules import data
@@ -71,6 +71,37 @@ def in_batch_order(shares, size=1):
     turns = itertools.zip_longest(*chunks, fillvalue=[])
     return [item for turn in turns for chunk in turn for item in chunk]
 '''
+SHARE_HELPER = '''\
+
+
+def evaluation_share(loader):
+    """This rank's whole batches of an evaluation DataLoader built in another module, in turn
+    with the other ranks (evaluation_shard), marked `is_rank_share`: its figures are gathered
+    after the loop. The loader itself, evaluated whole on every rank, outside a process group
+    and when it is not a plain DataLoader over its set in order (a training loader's
+    DistributedSampler, a sampler of the user's own)."""
+    if getattr(loader, "is_rank_share", False) or not dist.is_initialized():
+        return loader
+    if getattr(loader, "rank_share", None) is None:
+        data = torch.utils.data
+        in_order = type(loader) is data.DataLoader and type(loader.sampler) is data.SequentialSampler
+        if not in_order or not loader.batch_size:
+            return loader
+        indices = evaluation_shard(loader.dataset, loader.batch_size)
+        if indices is None:
+            return loader
+        share = data.DataLoader(
+            loader.dataset, batch_size=loader.batch_size, sampler=indices,
+            num_workers=loader.num_workers, collate_fn=loader.collate_fn,
+            pin_memory=loader.pin_memory, drop_last=loader.drop_last, timeout=loader.timeout,
+            worker_init_fn=loader.worker_init_fn, prefetch_factor=loader.prefetch_factor,
+            persistent_workers=loader.persistent_workers,
+        )
+        share.is_rank_share = True
+        loader.rank_share = share  # built once, whatever the number of evaluations
+    return loader.rank_share
+'''
+RECEIVED_SHARE_CONDITION = 'getattr({loader}, "is_rank_share", False)'
 RULE_SUMMARY_WHOLE = "evaluation loader left unsharded"
 GATHER_COMMENT = "# This rank evaluated its share of the batches: gather the figures once, before use."
 # The sampler itself says whether this rank saw a share: a whole set (plain `python`, or fewer
@@ -121,7 +152,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         for loop in loops_of[id(loader)]:
             if loop in figures:
                 _gather(facts, edits, setup, loop, figures.pop(loop))
-
+    _plan_received(facts, edits, setup)
 
 
 def _figures_or_reason(facts: Facts, edits: Edits, loader: Loader, loops: list[cst.For],
@@ -157,14 +188,127 @@ def _drop_loops_reached_twice(facts: Facts, candidates: list[Loader], loops_of: 
                     break
 
 
+# --- loaders built in another module ----------------------------------------------------------
+# An evaluation over a loader that this module receives (a parameter that a caller in another
+# module hands in: `engine.evaluate(model, loader)`; or what a function of another module
+# returns: `train_dl, val_dl = data.get_loaders()`) is sharded where it is evaluated, since
+# only here are its figures known: the name is rebound to this rank's batches at run time
+# (evaluation_share), and the figures are gathered after the loop when it did take a share.
+# The module that builds the loader leaves it whole, so no loader is sharded twice, and one
+# that is not a plain in-order DataLoader stays whole with nothing gathered.
+
+def _plan_received(facts: Facts, edits: Edits, setup: Plan) -> None:
+    reached_from_here = set(facts.loops_over_values(facts.loader_holders()))
+    for received in _received_loaders(facts):
+        holders = facts.holders_from(received.function, received.name)
+        loops = facts.loops_over_values(holders)
+        if not loops or any(_trains(facts, loop) for loop in loops):
+            continue  # never iterated here, or a training loader (data.py, epochs.py)
+        figures: dict[cst.For, Figures] = {}
+        reason = _received_whole(facts, holders, loops, reached_from_here, figures)
+        if reason is None:
+            _share(facts, edits, received)
+            for loop, found in figures.items():
+                _gather(facts, edits, setup, loop, found, loader_name_in(facts, loop, {name for _, name in holders}))
+        elif reason:
+            edits.report("DDP203", received.call, f"{RULE_SUMMARY_WHOLE}: {reason}")
+
+
+def _received_loaders(facts: Facts) -> list[ExternalLoader]:
+    """What another module's function returns, by the name it is bound to here; in a helper
+    module, the parameters its functions loop over without training."""
+    found = [loader for loader in facts.external_loaders if not isinstance(loader.statement, cst.FunctionDef)]
+    if facts.library:
+        seen: set[Holder] = set()
+        for name, loops in sorted(facts.loops_over.items()):
+            for loop in loops:
+                function = facts.function_of(loop)
+                if (function is None or name in ("self", "cls") or name not in parameter_names(function)
+                        or (function, name) in seen or _trains(facts, loop)):
+                    continue
+                seen.add((function, name))
+                found.append(ExternalLoader(name, function, function, loop, "its caller"))
+    return sorted(found, key=lambda loader: facts.start_of(loader.call))
+
+
+def _trains(facts: Facts, loop: cst.For) -> bool:
+    return loop in facts.training_loops or loop in facts.loops_calling_training
+
+
+def _received_whole(facts: Facts, holders: set[Holder], loops: list[cst.For], reached_from_here: set[cst.For],
+                    figures: dict[cst.For, Figures]) -> Optional[str]:
+    """Why a received loader stays whole ("" when its loops are no evaluation at all, which
+    goes unreported), or None with the figures of its loops in `figures`."""
+    names = {name for _, name in holders}
+    for loop in loops:
+        iterated = loader_name_in(facts, loop, names)
+        found = figures_of(facts, loop, f"{iterated}.batch_size", iterated) if iterated else "no loader in it"
+        if isinstance(found, str):
+            return "" if found.startswith("it is evaluated with gradients on") else found
+        if found.gathers:
+            figures[loop] = found
+    for loop in loops:
+        if loop in reached_from_here:
+            return f"a loader built in this file also reaches the loop at line {facts.line_of(loop)}"
+        other = _other_value_reaching_holders(facts, loop, holders)
+        if other is not None:
+            return other
+    handed = _handed_out(facts, holders)
+    if handed is not None:
+        return (f"it is handed to `{dotted_name(handed.func)}` at line {facts.line_of(handed)}, whose "
+                "loop ddpify cannot see (its figures would be one rank's share)")
+    return None if figures else "the loops over it keep no figure ddpify can gather"
+
+
+def _share(facts: Facts, edits: Edits, received: ExternalLoader) -> None:
+    """`name = evaluation_share(name)` where the name is received: after the statement that
+    binds it, or, for a parameter, above the function's first statement that reads it."""
+    rebind = edits.statements(f"{received.name} = evaluation_share({received.name})\n")
+    if isinstance(received.statement, cst.FunctionDef):
+        edits.insert_before(_first_reading(received.statement, received.name), Insertion(rebind))
+    else:
+        edits.insert_after(received.statement, rebind)
+    edits.add_helper("evaluation_share", SHARE_HELPER, "dist", "torch")
+    edits.add_helper("evaluation_shard", SHARD_HELPER, "dist")
+    edits.report("DDP215", received.call)
+
+
+def _first_reading(function: cst.FunctionDef, name: str) -> cst.BaseStatement:
+    """The statement of the function's body that first reads `name`."""
+    body = function.body.body if isinstance(function.body, cst.IndentedBlock) else ()
+    for statement in body:
+        if any(isinstance(node, cst.Name) and node.value == name for node in _nodes(statement)):
+            return statement
+    return body[-1]
+
+
+def _nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
+    found: list[cst.CSTNode] = []
+
+    class _All(cst.CSTVisitor):
+        def on_visit(self, visited: cst.CSTNode) -> bool:
+            found.append(visited)
+            return True
+
+    node.visit(_All())
+    return found
+
+
 # --- which loaders -------------------------------------------------------------------------------
 
 def _why_whole(facts: Facts, edits: Edits, loader: Loader, loops: list[cst.For]) -> Optional[str]:
     """Why this loader cannot be sharded, or None."""
-    handed = _handed_out(facts, loader)
+    handed = _handed_out(facts, facts.loader_holders_of(loader))
     if handed is not None:
+        if handed in facts.project_calls:
+            return (f"it is handed to `{dotted_name(handed.func)}` at line {facts.line_of(handed)}, in "
+                    "another module of the project, which takes this rank's share where it loops "
+                    "over it when it can gather the figures there")
         return (f"it is handed to `{dotted_name(handed.func)}` at line {facts.line_of(handed)}, whose "
                 "loop ddpify cannot see (its figures would be one rank's share)")
+    if not loops and (loader.returned or facts.library):
+        return ("it goes to the module that evaluates it, which takes this rank's share there "
+                "when it can gather the figures")
     if not loops:
         return "no loop over it in this file"
     if loader.dataset is None or not isinstance(loader.statement, cst.SimpleStatementLine):
@@ -187,10 +331,9 @@ LOADER_READERS = frozenset({f"builtins.{name}" for name in ("len", "enumerate", 
                                                             "print", "isinstance")}) | names.PROGRESS_BARS
 
 
-def _handed_out(facts: Facts, loader: Loader) -> Optional[cst.Call]:
+def _handed_out(facts: Facts, holders: set[Holder]) -> Optional[cst.Call]:
     """A call of a function this file does not define (`utils.evaluate(model, loader)`) that
     is given the loader: the loop there is not ddpify's to gather."""
-    holders = facts.loader_holders_of(loader)
     for callee, calls in facts.calls_named.items():
         if callee in LOADER_READERS or _defined_here(facts, callee):
             continue
@@ -244,9 +387,15 @@ def _literal_keys(facts: Facts, loader: Loader) -> set[str]:
 def _other_value_reaching(facts: Facts, loop: cst.For, sharded: list[Loader],
                           loader: Loader) -> Optional[str]:
     """Does anything but a sharded evaluation loader reach this loop? Its figures would be
-    gathered too. The loop's iterable is followed back through the calls of its function."""
-    function = facts.function_of(loop)
+    gathered too."""
     mine = set().union(facts.loader_holders_of(loader), *(facts.loader_holders_of(s) for s in sharded))
+    return _other_value_reaching_holders(facts, loop, mine)
+
+
+def _other_value_reaching_holders(facts: Facts, loop: cst.For, mine: set[Holder]) -> Optional[str]:
+    """Does a value that `mine` does not hold reach the loop? The loop's iterable is followed
+    back through the calls of its function."""
+    function = facts.function_of(loop)
     names = [name for name, loops in facts.loops_over.items() if loop in loops]
     for name in names:
         if (function, name) in mine or (None, name) in mine and not facts.binds_locally(function, name):
@@ -295,15 +444,20 @@ def _shard(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> None:
     edits.report("DDP215", loader.call)
 
 
-def _gather(facts: Facts, edits: Edits, setup: Plan, loop: cst.For, figures: Figures) -> None:
-    iterated = loader_name_in(facts, loop)
-    if iterated is not None:
+def _gather(facts: Facts, edits: Edits, setup: Plan, loop: cst.For, figures: Figures,
+            received: Optional[str] = None) -> None:
+    """`received`: the name of a loader built in another module that the loop goes over, and
+    that evaluation_share may have rebound to this rank's share."""
+    iterated = received or loader_name_in(facts, loop)
+    if received is not None:
+        condition = RECEIVED_SHARE_CONDITION.format(loader=received)
+    elif iterated is not None:
         condition = SHARE_CONDITION.format(loader=iterated)
     else:
         condition = "distributed" if setup.sees_setup(facts, loop) else "dist.is_initialized()"
     lines: list[str] = []
     if figures.batch_count_reads:
-        iterable = loader_name_in(facts, loop)
+        iterable = iterated
         assert iterable is not None
         counted = facts.free_name(_batches_name(iterable))
         lines.append(f"{counted} = len({iterable})")

@@ -12,7 +12,7 @@ from typing import Optional
 import libcst as cst
 
 from ddpify.analysis import effects, names
-from ddpify.analysis.control import Facts
+from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.facts import BlockItem, Statement
 from ddpify.analysis.nodes import calls_within, dotted_name, first_free, names_in, string_value
 from ddpify.diagnostics import Rule, Severity, Status
@@ -138,7 +138,15 @@ def _runs_the_model(facts: Facts, inner: cst.Call, model_names: set[str]) -> boo
     if any(dotted_name(arg.value) in model_names for arg in inner.args):
         return True
     function = facts.functions.get(dotted_name(inner.func) or "")
-    return function is not None and bool(names_in(function.body) & model_names)
+    return function is not None and (bool(names_in(function.body) & model_names) or _calls_a_parameter(function))
+
+
+def _calls_a_parameter(function: cst.FunctionDef) -> bool:
+    """`def evaluate(model, loader): ... model(x) ...`: the function runs a model it is handed
+    (in a helper module, where the model is never named)."""
+    parameters = parameter_names(function) - {"self", "cls"}
+    return any(isinstance(call.func, cst.Name) and call.func.value in parameters
+               for call in calls_within(function.body))
 
 
 HOISTED_SUFFIX = "_value"
