@@ -17,7 +17,7 @@ from ddpify.analysis import names
 from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.facts import ExternalLoader, Holder, Loader
 from ddpify.analysis.figures import Figures, figures_of, loader_name_in
-from ddpify.analysis.nodes import dotted_name, string_value
+from ddpify.analysis.nodes import calls_within, dotted_name, string_value
 from ddpify.analysis.values import keyword_names, known_dict_keys
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import collectives
@@ -224,11 +224,34 @@ def _received_loaders(facts: Facts) -> list[ExternalLoader]:
             for loop in loops:
                 function = facts.function_of(loop)
                 if (function is None or name in ("self", "cls") or name not in parameter_names(function)
-                        or (function, name) in seen or _trains(facts, loop)):
+                        or (function, name) in seen or _trains(facts, loop)
+                        or not _runs_a_model_over(facts, function, loop, name)):
                     continue
                 seen.add((function, name))
                 found.append(ExternalLoader(name, function, function, loop, "its caller"))
     return sorted(found, key=lambda loader: facts.start_of(loader.call))
+
+
+# Calls that go over the batches of what they are given, one by one.
+BATCH_WRAPPERS = frozenset({"enumerate", "tqdm"})
+
+
+def _runs_a_model_over(facts: Facts, function: cst.FunctionDef, loop: cst.For, name: str) -> bool:
+    """`for x, y in loader:` (or through enumerate/tqdm) whose body calls a model: a
+    parameter of the function (`model(x)`) or an attribute of its object (`self.model(x)`).
+    A loop over `range(k)` or over a list of numbers is no evaluation."""
+    iterated = loop.iter
+    while isinstance(iterated, cst.Call) and iterated.args and not iterated.args[0].star and (
+            dotted_name(iterated.func) or "").rsplit(".", 1)[-1] in BATCH_WRAPPERS:
+        iterated = iterated.args[0].value
+    if not (isinstance(iterated, cst.Name) and iterated.value == name):
+        return False
+    parameters = parameter_names(function) - {"self", "cls", name}
+    for call in calls_within(loop.body):
+        called = dotted_name(call.func) or ""
+        if called in parameters or called.startswith("self.") and called.count(".") == 1:
+            return True
+    return False
 
 
 def _trains(facts: Facts, loop: cst.For) -> bool:
@@ -242,7 +265,9 @@ def _received_whole(facts: Facts, holders: set[Holder], loops: list[cst.For], re
     names = {name for _, name in holders}
     for loop in loops:
         iterated = loader_name_in(facts, loop, names)
-        found = figures_of(facts, loop, f"{iterated}.batch_size", iterated) if iterated else "no loader in it"
+        if iterated is None:
+            return ""  # not a loader's batches
+        found = figures_of(facts, loop, f"{iterated}.batch_size", iterated)
         if isinstance(found, str):
             return "" if found.startswith("it is evaluated with gradients on") else found
         if found.gathers:
