@@ -350,7 +350,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_the_readme_describes_projects():
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("\n## Projects\n"):readme.index("\n## Verify a migration")]
-    for form in ("-o OUT_DIR/", "--diff", "--check", "-i", "verify", "git apply", "Not yet"):
+    for form in ("-o OUT_DIR/", "--diff", "--check", "-i", "verify", "git apply", "Still open", "evaluation_share"):
         assert form in section, form
 
 

@@ -14,7 +14,7 @@ from typing import Optional
 import libcst as cst
 
 from ddpify.analysis import names
-from ddpify.analysis.control import Facts, parameter_names
+from ddpify.analysis.control import Facts, handed_in, parameter_names
 from ddpify.analysis.facts import ExternalLoader, Holder, Loader
 from ddpify.analysis.figures import Figures, figures_of, loader_name_in
 from ddpify.analysis.nodes import calls_within, dotted_name, string_value
@@ -207,29 +207,38 @@ def _plan_received(facts: Facts, edits: Edits, setup: Plan) -> None:
         figures: dict[cst.For, Figures] = {}
         reason = _received_whole(facts, holders, loops, reached_from_here, figures)
         if reason is None:
-            _share(facts, edits, received)
+            held = {name for _, name in holders}
+            _share(facts, edits, received, loops, held)
             for loop, found in figures.items():
-                _gather(facts, edits, setup, loop, found, loader_name_in(facts, loop, {name for _, name in holders}))
+                _gather(facts, edits, setup, loop, found, loader_name_in(facts, loop, held))
         elif reason:
             edits.report("DDP203", received.call, f"{RULE_SUMMARY_WHOLE}: {reason}")
 
 
 def _received_loaders(facts: Facts) -> list[ExternalLoader]:
     """What another module's function returns, by the name it is bound to here; in a helper
-    module, the parameters its functions loop over without training."""
+    module, the parameters (and `self.` attributes set from parameters) that its functions
+    evaluate a model over."""
     found = [loader for loader in facts.external_loaders if not isinstance(loader.statement, cst.FunctionDef)]
     if facts.library:
         seen: set[Holder] = set()
         for name, loops in sorted(facts.loops_over.items()):
             for loop in loops:
                 function = facts.function_of(loop)
-                if (function is None or name in ("self", "cls") or name not in parameter_names(function)
-                        or (function, name) in seen or _trains(facts, loop)
-                        or not _runs_a_model_over(facts, function, loop, name)):
+                # One attribute is one value, whichever method goes over it.
+                key = (None if name.startswith("self.") else function, name)
+                if function is None or key in seen or _trains(facts, loop) or not (
+                        _received_by(facts, function, name) and _runs_a_model_over(facts, function, loop, name)):
                     continue
-                seen.add((function, name))
+                seen.add(key)
                 found.append(ExternalLoader(name, function, function, loop, "its caller"))
     return sorted(found, key=lambda loader: facts.start_of(loader.call))
+
+
+def _received_by(facts: Facts, function: cst.FunctionDef, name: str) -> bool:
+    if name.startswith("self."):
+        return name.count(".") == 1 and handed_in(facts, function, name)
+    return name not in ("self", "cls") and name in parameter_names(function)
 
 
 # Calls that go over the batches of what they are given, one by one.
@@ -244,7 +253,7 @@ def _runs_a_model_over(facts: Facts, function: cst.FunctionDef, loop: cst.For, n
     while isinstance(iterated, cst.Call) and iterated.args and not iterated.args[0].star and (
             dotted_name(iterated.func) or "").rsplit(".", 1)[-1] in BATCH_WRAPPERS:
         iterated = iterated.args[0].value
-    if not (isinstance(iterated, cst.Name) and iterated.value == name):
+    if dotted_name(iterated) != name:
         return False
     parameters = parameter_names(function) - {"self", "cls", name}
     for call in calls_within(loop.body):
@@ -285,24 +294,32 @@ def _received_whole(facts: Facts, holders: set[Holder], loops: list[cst.For], re
     return None if figures else "the loops over it keep no figure ddpify can gather"
 
 
-def _share(facts: Facts, edits: Edits, received: ExternalLoader) -> None:
+def _share(facts: Facts, edits: Edits, received: ExternalLoader, loops: list[cst.For], held: set[str]) -> None:
     """`name = evaluation_share(name)` where the name is received: after the statement that
-    binds it, or, for a parameter, above the function's first statement that reads it."""
-    rebind = edits.statements(f"{received.name} = evaluation_share({received.name})\n")
+    binds it; for a parameter or an attribute, above the first statement that reads it in
+    each function that goes over it."""
+    rebind = f"{received.name} = evaluation_share({received.name})\n"
     if isinstance(received.statement, cst.FunctionDef):
-        edits.insert_before(_first_reading(received.statement, received.name), Insertion(rebind))
+        functions = dict.fromkeys(function for loop in loops for function in [facts.function_of(loop)]
+                                  if function is not None)
+        for function in functions:
+            first = next(loop for loop in loops if facts.function_of(loop) is function)
+            name = loader_name_in(facts, first, held) or received.name
+            edits.insert_before(_first_reading(function, name),
+                                Insertion(edits.statements(f"{name} = evaluation_share({name})\n")))
     else:
-        edits.insert_after(received.statement, rebind)
+        edits.insert_after(received.statement, edits.statements(rebind))
     edits.add_helper("evaluation_share", SHARE_HELPER, "dist", "torch")
     edits.add_helper("evaluation_shard", SHARD_HELPER, "dist")
     edits.report("DDP215", received.call)
 
 
 def _first_reading(function: cst.FunctionDef, name: str) -> cst.BaseStatement:
-    """The statement of the function's body that first reads `name`."""
+    """The statement of the function's body that first reads `name` (a name or `self.x`)."""
     body = function.body.body if isinstance(function.body, cst.IndentedBlock) else ()
     for statement in body:
-        if any(isinstance(node, cst.Name) and node.value == name for node in _nodes(statement)):
+        if any(isinstance(node, (cst.Name, cst.Attribute)) and dotted_name(node) == name
+               for node in _nodes(statement)):
             return statement
     return body[-1]
 
