@@ -187,6 +187,11 @@ class Collector(cst.CSTVisitor):
 
     def visit_Name(self, node: cst.Name) -> None:
         self.facts.bound_names.add(node.value)
+        if node.value == "print":
+            parent = self.parents.get(node)
+            if not (isinstance(parent, cst.Call) and parent.func is node) and self._qualified(node) == {
+                    "builtins.print"} and not isinstance(parent, (cst.Attribute, cst.ImportAlias)):
+                self.facts.print_values.append(node)
         if self._top is not None:  # every Name sits in a top-level statement
             self.names_in_top.setdefault(self._top, set()).add(node.value)
         self._note_data_parallel(node)

@@ -165,6 +165,8 @@ class FactRecord:
     visible_devices_statements: list[Statement] = field(default_factory=list)
     output_statements: list[Statement] = field(default_factory=list)
     save_calls: list[cst.Call] = field(default_factory=list)
+    # `print` handed on as a value (`trace_func=print`, `log = print`), not called here.
+    print_values: list[cst.Name] = field(default_factory=list)
     # Calls of the project's own helper functions that only compute, print or write files
     # (ddpify/project.py), or also print beside work every rank must do (MIXED), with that
     # effect; a statement call of one that prints or writes is in output_statements too.

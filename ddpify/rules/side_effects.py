@@ -14,7 +14,7 @@ import libcst as cst
 from ddpify.analysis import effects, names
 from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.facts import BlockItem, Statement
-from ddpify.analysis.nodes import calls_within, dotted_name, first_free, names_in, string_value
+from ddpify.analysis.nodes import calls_within, dotted_name, find_all, first_free, names_in, string_value
 from ddpify.diagnostics import Rule, Severity, Status
 from ddpify.emit import guards
 from ddpify.emit.arguments import add_keyword
@@ -75,6 +75,7 @@ if not {guard}:  # rank 0 logs as before; the other ranks log errors only
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     _guard_prints_and_saves(facts, edits, setup)
+    _prints_handed_on(facts, edits)
     _progress_bars(facts, edits, setup)
     _file_writes(facts, edits, setup)
     _trackers(facts, edits, setup)
@@ -106,6 +107,27 @@ def _guard_prints_and_saves(facts: Facts, edits: Edits, setup: Plan) -> None:
             continue
         edits.guarded[statement] = setup.guard_for(facts, statement)
         edits.report("DDP302" if writes else "DDP301", statement)
+
+
+PRINT_ON_RANK0_HELPER = '''\
+
+
+def print_on_rank0(*args, **kwargs):
+    """`print` where the script hands it on as a value (`trace_func=print`): it prints in
+    rank 0 only, asked at each call (before the group exists, torchrun's RANK tells)."""
+    rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", 0))
+    if rank == 0:
+        print(*args, **kwargs)
+'''
+
+
+def _prints_handed_on(facts: Facts, edits: Edits) -> None:
+    """`def __init__(self, trace_func=print)`, `log = print`, `callback=print`: the calls go
+    through another name, so the value itself becomes a print that only rank 0 makes."""
+    for node in facts.print_values:
+        edits.expressions[node] = replacement(edits, "print_on_rank0")
+        edits.add_helper("print_on_rank0", PRINT_ON_RANK0_HELPER, "dist", "os")
+        edits.report("DDP301", node)
 
 
 def _saves_to_memory(facts: Facts, call: cst.BaseExpression) -> bool:
@@ -209,14 +231,60 @@ def _file_writes(facts: Facts, edits: Edits, setup: Plan) -> None:
                 _guard_statement_call(facts, edits, setup, call, "DDP302")
     for qualified in sorted(names.OPEN):
         for call in facts.calls_named.get(qualified, ()):
-            if not _opens_for_writing(call):
-                continue
-            expression = facts.parents.get(call)
-            parent = facts.parents.get(expression) if expression is not None else None
-            if isinstance(parent, cst.With) and len(parent.items) == 1:
-                _guard(facts, edits, setup, parent, "DDP302")
-            elif not _guard_statement_call(facts, edits, setup, call, "DDP302"):
-                _guard_object(facts, edits, setup, call, "DDP302")
+            if _opens_for_writing(call) and facts.statement_of(call) not in edits.guarded:
+                # (A statement guarded as a whole: `json.dump(history, open(path, "w"))`.)
+                _open_on_rank0(facts, edits, setup, call)
+
+
+def _open_on_rank0(facts: Facts, edits: Edits, setup: Plan, call: cst.Call) -> None:
+    """`with open(...)` around writes only, a line that only opens, a file object used in
+    whole statements: guarded; anything else opens os.devnull on the other ranks."""
+    expression = facts.parents.get(call)
+    parent = facts.parents.get(expression) if expression is not None else None
+    if isinstance(parent, cst.With) and len(parent.items) == 1:
+        if _only_writes(facts, parent):
+            _guard(facts, edits, setup, parent, "DDP302")
+        else:
+            _open_nothing_elsewhere(facts, edits, setup, call)
+    elif not _guard_statement_call(facts, edits, setup, call, "DDP302") and not _guard_object(
+            facts, edits, setup, call, "DDP302", report_failure=False):
+        _open_nothing_elsewhere(facts, edits, setup, call)
+
+
+def _only_writes(facts: Facts, block: cst.With) -> bool:
+    """A `with open(...)` block that can run on rank 0 alone (a download written chunk by
+    chunk): no training loop, no call of a model or of a function of this file (the
+    training, an evaluation that gathers)."""
+    if any(loop in facts.training_loops or loop in facts.loops_calling_training
+           for loop in find_all(block.body, cst.For)):
+        return False
+    models = {model.name for model in facts.models}
+    return not any((dotted_name(call.func) or "") in models or (dotted_name(call.func) or "") in facts.functions
+                   for call in calls_within(block.body))
+
+
+def _open_nothing_elsewhere(facts: Facts, edits: Edits, setup: Plan, call: cst.Call) -> None:
+    """The file is opened where the script opens it, around work every rank must do (the
+    training inside `with open(log) as f:`, a handle printed to from everywhere): the other
+    ranks open os.devnull instead, so every statement runs everywhere and only rank 0's
+    writes reach the file."""
+    path = _opened_path(call)
+    mode = _mode_of(call)
+    if path is None or mode is None or "x" in mode:
+        edits.report("DDP307", call)  # `open(p, "x")` fails on os.devnull, which exists
+        return
+    guard = setup.guard_for(facts, call)
+    edits.expressions[path] = replacement(edits, f"{edits.code(path)} if {guard} else os.devnull")
+    edits.imports.add("os")
+    edits.report("DDP302", call)
+
+
+def _opened_path(call: cst.Call) -> Optional[cst.BaseExpression]:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "file":
+            return arg.value
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    return positional[0].value if positional else None
 
 
 def _trackers(facts: Facts, edits: Edits, setup: Plan) -> None:
@@ -247,9 +315,35 @@ if {guard}:
 """
 
 
+# Logging calls that open the file they are given: (the call, the keyword naming the file or
+# None for the first positional argument).
+LOG_FILE_OPENERS = {
+    "logging.basicConfig": "filename",
+    "logging.FileHandler": None,
+    "logging.handlers.RotatingFileHandler": None,
+    "logging.handlers.TimedRotatingFileHandler": None,
+    "logging.handlers.WatchedFileHandler": None,
+}
+
+
 def _log_files_on_rank0(facts: Facts, edits: Edits, setup: Plan) -> None:
     """`logging.config.dictConfig(config)` opens the config's log files on every rank, and
-    every rank logs each line: rank 0 keeps the config; the others log errors only."""
+    every rank logs each line: rank 0 keeps the config; the others log errors only. A file
+    named to `basicConfig(filename=...)` or a FileHandler is opened by the call itself, on
+    every rank: the other ranks log to os.devnull."""
+    for qualified, keyword in sorted(LOG_FILE_OPENERS.items()):
+        for call in facts.calls_named.get(qualified, ()):
+            if keyword:
+                named = [arg for arg in call.args if arg.keyword is not None and arg.keyword.value == keyword]
+            else:
+                named = [arg for arg in call.args[:1] if arg.keyword is None and not arg.star]
+            if len(named) != 1 or facts.statement_of(call) in edits.guarded:
+                continue
+            path = named[0].value
+            edits.expressions[path] = replacement(
+                edits, f"{edits.code(path)} if {setup.guard_for(facts, call)} else os.devnull")
+            edits.imports.add("os")
+            edits.report("DDP302", call)
     for qualified in sorted(LOGGING_FROM_CONFIG):
         for call in facts.calls_named.get(qualified, ()):
             statement = facts.statement_of(call)
@@ -258,9 +352,9 @@ def _log_files_on_rank0(facts: Facts, edits: Edits, setup: Plan) -> None:
             indented = "".join(f"    {line}\n" for line in edits.code(statement.with_changes(
                 leading_lines=())).strip("\n").splitlines())
             code = LOG_FILES_ON_RANK0_CODE.format(guard=setup.guard_for(facts, statement), statement=indented)
-            replacement = edits.statements(code)
-            replacement[0] = replacement[0].with_changes(leading_lines=statement.leading_lines)
-            edits.replace(statement, replacement)
+            statements = edits.statements(code)
+            statements[0] = statements[0].with_changes(leading_lines=statement.leading_lines)
+            edits.replace(statement, statements)
             edits.imports.add("logging")
             edits.report("DDP304", call)
 
@@ -312,14 +406,17 @@ def _logs(statement: cst.CSTNode, loggers: set[str]) -> bool:
     )
 
 
-def _guard_object(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code: str) -> None:
+def _guard_object(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code: str,
+                  report_failure: bool = True) -> bool:
     """`writer = SummaryWriter(...)`: the assignment and every statement that uses `writer`
-    run on rank 0 only, unless a use is part of a larger statement (DDP307)."""
+    run on rank 0 only, unless a use is part of a larger statement (DDP307, or False when
+    the caller has another way)."""
     assign = facts.parents.get(call)
     if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1
             and isinstance(assign.targets[0].target, cst.Name)):
-        edits.report("DDP307", call)
-        return
+        if report_failure:
+            edits.report("DDP307", call)
+        return False
     name = assign.targets[0].target.value
     creation = facts.statement_of(assign)
     uses = []
@@ -328,12 +425,14 @@ def _guard_object(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code:
         if statement is creation:
             continue
         if not _only_uses(statement, name):
-            edits.report("DDP307", reference)
-            return
+            if report_failure:
+                edits.report("DDP307", reference)
+            return False
         uses.append(statement)
     for statement in [creation] + uses:
         _guard(facts, edits, setup, statement, None)
     edits.report(code, creation)
+    return True
 
 
 def _references(facts: Facts, name: str, function: Optional[cst.FunctionDef]) -> list[cst.Name]:
@@ -395,6 +494,12 @@ def _guard(facts: Facts, edits: Edits, setup: Plan, statement: cst.BaseStatement
 
 
 def _opens_for_writing(call: cst.Call) -> bool:
+    text = _mode_of(call)
+    return text is not None and any(letter in text for letter in "wax+")
+
+
+def _mode_of(call: cst.Call) -> Optional[str]:
+    """The literal mode of `open(path, mode)`; None when it is not written out."""
     mode = None
     positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
     if len(positional) >= 2:
@@ -402,8 +507,7 @@ def _opens_for_writing(call: cst.Call) -> bool:
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == "mode":
             mode = arg.value
-    text = string_value(mode) if mode is not None else None
-    return text is not None and any(letter in text for letter in "wax+")
+    return string_value(mode) if mode is not None else None
 
 
 def _is_single_call_line(statement: cst.BaseStatement) -> bool:

@@ -3,7 +3,7 @@ import ast
 from collections.abc import Iterator
 from typing import Optional
 
-from ddpify.selfcheck.source import FUNCTIONS, Scope, Source, dotted, last_part
+from ddpify.selfcheck.source import FUNCTIONS, Scope, Source, dotted, is_rank_zero_test, last_part
 
 Finding = tuple[str, int, str]
 
@@ -30,11 +30,19 @@ def _writes(call: ast.Call) -> bool:
     if name in WRITERS or (isinstance(call.func, ast.Attribute) and call.func.attr in WRITING_METHODS):
         return True
     if name == "open":
+        if _rank_zero_path(call):
+            return False
         mode = call.args[1] if len(call.args) > 1 else next(
             (keyword.value for keyword in call.keywords if keyword.arg == "mode"), None)
         return isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(
             letter in mode.value for letter in "wax+")
     return False
+
+
+def _rank_zero_path(call: ast.Call) -> bool:
+    """`open(path if is_main else os.devnull, "w")`: the other ranks write nothing anywhere."""
+    path = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "file"), None)
+    return isinstance(path, ast.IfExp) and dotted(path.orelse) == "os.devnull" and is_rank_zero_test(path.test)
 
 
 def _short(call: ast.Call) -> str:
