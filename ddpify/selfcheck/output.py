@@ -1,4 +1,5 @@
-"""Prints and writes that run once the process group is joined are on rank 0 only (DDP913)."""
+"""Prints and writes that run once the process group is joined are on rank 0 only (DDP913),
+and what every rank must do together is never on rank 0 only (DDP916)."""
 import ast
 from collections.abc import Iterator
 from typing import Optional
@@ -23,6 +24,31 @@ def unguarded_output(migrated: Source) -> Iterator[Finding]:
     for call in migrated.calls:
         if _writes(call) and not migrated.guarded(call) and reach.after_join(call):
             yield "DDP913", call.lineno, f"`{_short(call)}` runs on every rank"
+
+
+# Calls every rank must make together: a backward (DDP all-reduces the gradients in it), the
+# collectives, the epoch of a DistributedSampler (the ranks' shares must agree).
+SHARED_WORK = frozenset({"backward", "set_epoch", "all_reduce", "all_gather", "all_gather_object",
+                         "reduce_scatter", "broadcast", "every_rank"})
+
+
+def shared_work_on_rank0(migrated: Source) -> Iterator[Finding]:
+    """`if is_main: with open(log) as f: ... loss.backward()`: rank 0 waits for ranks that
+    never come (NCCL hangs until its watchdog ends the job)."""
+    for call in migrated.calls:
+        if last_part(call.func) in SHARED_WORK and _under_rank_zero_if(migrated, call):
+            yield "DDP916", call.lineno, f"`{_short(call)}` runs on rank 0 only"
+
+
+def _under_rank_zero_if(source: Source, node: ast.AST) -> bool:
+    """In the body of an `if` that only rank 0 enters (not after a barrier the others wait
+    at, where rank 0 only goes first)."""
+    child = node
+    for ancestor in source.ancestors(node):
+        if isinstance(ancestor, ast.If) and child in ancestor.body and is_rank_zero_test(ancestor.test):
+            return True
+        child = ancestor
+    return False
 
 
 def _writes(call: ast.Call) -> bool:

@@ -36,6 +36,12 @@ RULES = (
          "The original kept its work under `if __name__ == \"__main__\":`, so importing it was "
          "free; in the output the process group is created at import time.",
          "Move the setup block into the `__main__` block or into the function it calls."),
+    Rule("DDP916", Severity.WARNING, "self-check: work every rank must do runs on rank 0 only",
+         "A backward, a collective or a sampler's set_epoch under a rank-0 guard (often a "
+         "`with open(log)` block guarded as a whole with the training inside): rank 0 waits "
+         "in DDP's all-reduce for ranks that never join it, and on NCCL the job hangs.",
+         "Guard only the writes: keep the training on every rank, and let the other ranks open "
+         "`os.devnull` (`open(path if is_main else os.devnull, \"w\")`)."),
     Rule("DDP915", Severity.WARNING, "self-check: a string device became a torch.device",
          "The original holds its device as a string; code that reads it as one "
          "(`torch.autocast(device_type=device)`, `device.startswith(\"cuda\")`) raises once it "
@@ -58,6 +64,8 @@ CASES = (
     Flags(TRAINING, _JOINED, "DDP913"),
     Flags(TRAINING.replace("for epoch", _MAIN_BLOCK + "for epoch"),
           _JOINED.replace("for epoch", _MAIN_BLOCK + "for epoch"), "DDP914"),
+    Flags(TRAINING, _JOINED.replace("        loss.backward()", "        if is_main:\n            loss.backward()"),
+          "DDP916"),
     Flags('device = "cuda"\nwith torch.autocast(device_type=device):\n    pass\n',
           'device = torch.device("cuda", 0)\nwith torch.autocast(device_type=device):\n    pass\n', "DDP915"),
 )
