@@ -96,6 +96,7 @@ def evaluation_share(loader):
             pin_memory=loader.pin_memory, drop_last=loader.drop_last, timeout=loader.timeout,
             worker_init_fn=loader.worker_init_fn, prefetch_factor=loader.prefetch_factor,
             persistent_workers=loader.persistent_workers,
+            multiprocessing_context=loader.multiprocessing_context,
         )
         share.is_rank_share = True
         loader.rank_share = share  # built once, whatever the number of evaluations
