@@ -89,6 +89,7 @@ def read_options(directory: Path) -> Options:
         shard_evaluation="--no-shard-eval" not in flags,
         strategy=_value_of("--strategy", flags) or "ddp",
         fsdp_blocks=_value_of("--fsdp-blocks", flags),
+        checkpoint=_value_of("--checkpoint", flags) or "full",
     )
 
 

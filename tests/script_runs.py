@@ -487,6 +487,33 @@ def problems_full_checkpoint(original: Path, distributed: Path) -> list[str]:
     return problems
 
 
+def problems_dcp_checkpoint(original: Path, distributed: Path, world_size: int = 2) -> list[str]:
+    """FSDP2 with --checkpoint dcp: under torchrun the script's checkpoint path is a
+    Distributed Checkpoint folder that every rank wrote its shards into, and it holds the
+    original file's model tensors by the same names and shapes (DCP flattens the saved dict:
+    `model.layers.0.weight` for checkpoint["model"]["layers.0.weight"]), and the same other
+    values (`epoch`). Reading its metadata needs neither numpy nor a process group."""
+    import torch
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    if not (distributed / ".metadata").is_file():
+        return [f"{distributed.name} is no Distributed Checkpoint folder (no .metadata)"]
+    writers = sorted(path.name.split("_")[2] for path in distributed.glob("__*_*.distcp"))
+    problems = [] if len(set(writers)) == world_size else [
+        f"{distributed.name}: shard files from {len(set(writers))} of {world_size} ranks: {writers}"]
+    stored = FileSystemReader(str(distributed)).read_metadata().state_dict_metadata
+    expected, _ = _tensors(torch.load(original, map_location="cpu", weights_only=False))
+    saved = {key: tuple(entry.size) for key, entry in stored.items()
+             if isinstance(entry, TensorStorageMetadata) and key in expected}
+    if set(saved) != set(expected):
+        problems.append(f"{distributed.name}: model tensors differ from the original's: "
+                        f"{sorted(set(saved) ^ set(expected))[:5]}")
+    problems.extend(f"{distributed.name}: {key} holds shape {shape}, the original's {tuple(expected[key].shape)}"
+                    for key, shape in saved.items() if shape != tuple(expected[key].shape))
+    return problems
+
+
 def _tensors(state, prefix: str = "") -> tuple[dict, list]:
     """Every tensor in a (nested) checkpoint by its dotted path of keys, and apart from
     them the tensors of optimizer state dicts."""

@@ -18,6 +18,11 @@ from ddpify.analysis.nodes import calls_within, dotted_name, first_free, names_i
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion, replacement
 from ddpify.emit.fsdp2 import (
+    DCP_LOAD_MODEL_CODE,
+    DCP_LOAD_OPTIMIZER_CODE,
+    DCP_MODEL_STATE_CODE,
+    DCP_OPTIMIZER_STATE_CODE,
+    DCP_SAVE_COMMENT,
     GATHERED_COMMENT,
     LOAD_MODEL_CODE,
     LOAD_OPTIMIZER_CODE,
@@ -31,10 +36,11 @@ from ddpify.emit.fsdp2 import (
     SHARD_COMMENT,
     SHARD_ROOT_CODE,
     SHARD_ROOT_COMMENT,
+    fitted_assignment,
 )
-from ddpify.emit.layout import fits
 from ddpify.options import Options
 from ddpify.plan import Plan
+from ddpify.rules import dcp
 from ddpify.rules.cases import TRAINING, Emits, Silent
 
 RULES = (
@@ -118,7 +124,7 @@ def shard(facts: Facts, edits: Edits, setup: Plan, model: Model, anchor: Stateme
                  "model sharded with FSDP2: fully_shard on the root (no block list)")
     setup.wrap_points[model.name] = anchor
     _optimizer_after_shard(facts, edits, model, anchor)
-    _full_state_dicts(facts, edits, model, anchor)
+    _full_state_dicts(facts, edits, setup, model, anchor)
     recurrent = [call for qualified in RECURRENT_LAYERS for call in facts.calls_named.get(qualified, ())]
     if recurrent and not any(diagnostic.code == "DDP908" for diagnostic in edits.diagnostics):  # once a file
         edits.report("DDP908", min(recurrent, key=facts.start_of))
@@ -296,7 +302,7 @@ def _assigned_name(statement: Statement) -> Optional[str]:
     return None
 
 
-def _full_state_dicts(facts: Facts, edits: Edits, model: Model, anchor: Statement) -> None:
+def _full_state_dicts(facts: Facts, edits: Edits, setup: Plan, model: Model, anchor: Statement) -> None:
     """After the shard, `model.state_dict()` would hold this rank's shards: every rank gathers
     the full one instead, into a name above the statement (so above the rank-0 guard of a
     save), and `model.load_state_dict(sd)` loads a full one into the shards. The optimizer's
@@ -309,21 +315,33 @@ def _full_state_dicts(facts: Facts, edits: Edits, model: Model, anchor: Statemen
             found.append((cast(cst.Call, facts.parents[access]), access.attr.value, name))
         for access in _method_calls(facts, optimizer, function, anchor) if optimizer else ():
             found.append((cast(cst.Call, facts.parents[access]), "optimizer." + access.attr.value, name))
+    # `state_dict()` takes no argument, `load_state_dict(state)` one.
+    found = [(call, method, name) for call, method, name in found
+             if method.split(".")[-1] in ("state_dict", "load_state_dict")
+             and len(call.args) == (1 if method.endswith("load_state_dict") else 0)]
+    converted = dcp.convert(facts, edits, setup, found, optimizer) if edits.options.dcp else None
     hoisted: dict[Statement, list[Statement]] = {}
     load_options: dict[cst.CSTNode, str] = {}
     for call, method, name in sorted(found, key=lambda item: facts.start_of(item[0])):
-        if method == "state_dict" and not call.args:
-            _gather(facts, edits, call, MODEL_STATE_CODE.format(model=name), hoisted)
-        elif method == "optimizer.state_dict" and not call.args:
-            _gather(facts, edits, call, OPTIMIZER_STATE_CODE.format(model=name, optimizer=optimizer), hoisted)
-        elif method in ("load_state_dict", "optimizer.load_state_dict") and len(call.args) == 1:
+        if converted is not None and call in converted.handled:
+            continue
+        if method in ("state_dict", "optimizer.state_dict"):
+            full = converted is None
+            code = (MODEL_STATE_CODE if full else DCP_MODEL_STATE_CODE) if method == "state_dict" else (
+                OPTIMIZER_STATE_CODE if full else DCP_OPTIMIZER_STATE_CODE)
+            _gather(facts, edits, call, code.format(model=name, optimizer=optimizer), hoisted, full)
+            continue
+        state = edits.code(call.args[0].value)
+        if converted is not None:
+            code = (DCP_LOAD_MODEL_CODE.format(model=name, state=state) if method == "load_state_dict"
+                    else DCP_LOAD_OPTIMIZER_CODE.format(model=name, optimizer=optimizer, state=state))
+        else:
             options = _load_options(facts, edits, call, load_options)
-            state = edits.code(call.args[0].value)
             code = (LOAD_MODEL_CODE.format(model=name, state=state, options=options) if method == "load_state_dict"
                     else LOAD_OPTIMIZER_CODE.format(model=name, optimizer=optimizer, state=state, options=options))
-            edits.expressions[call] = replacement(edits, code)
-            edits.imports.add("set_model_state_dict" if method == "load_state_dict" else "set_optimizer_state_dict")
             edits.report("DDP312", call)
+        edits.expressions[call] = replacement(edits, code)
+        edits.imports.add("set_model_state_dict" if method == "load_state_dict" else "set_optimizer_state_dict")
     _rank0_readers(facts, edits, holders, anchor)
 
 
@@ -335,7 +353,7 @@ def _load_options(facts: Facts, edits: Edits, call: cst.Call, made: dict[cst.CST
     if block not in made:
         name = first_free("load_options", lambda candidate: candidate in facts.bound_names)
         made[block] = name
-        code = _fitted(LOAD_OPTIONS_CODE.format(name=name), facts.positions[statement].start.column)
+        code = fitted_assignment(LOAD_OPTIONS_CODE.format(name=name), facts.positions[statement].start.column)
         options = edits.statement(code).with_changes(
             leading_lines=[cst.EmptyLine(comment=cst.Comment(LOAD_OPTIONS_COMMENT))])
         edits.before.setdefault(statement, []).append(Insertion([options], takes_blank_lines=True))
@@ -354,33 +372,28 @@ def _method_calls(facts: Facts, name: str, function: Optional[cst.FunctionDef],
 
 
 def _gather(facts: Facts, edits: Edits, call: cst.Call, code: str,
-            hoisted: dict[Statement, list[Statement]]) -> None:
+            hoisted: dict[Statement, list[Statement]], full: bool = True) -> None:
     """The gather goes into a name above the statement that used the state dict: every rank
     runs it there, also when the statement itself is a save that side_effects.py guards for
-    rank 0 (a collective inside the guard would wait forever for the other ranks)."""
+    rank 0 (a collective inside the guard would wait forever for the other ranks). With
+    `full=False` (--checkpoint dcp) the state dict is this rank's shards, for dcp.save."""
     statement = facts.statement_of(call)
-    edits.imports.update({"get_model_state_dict" if code.startswith("get_model") else "get_optimizer_state_dict",
-                          "StateDictOptions"})
-    edits.report("DDP312", call)
+    edits.imports.add("get_model_state_dict" if code.startswith("get_model") else "get_optimizer_state_dict")
+    if full:
+        edits.imports.add("StateDictOptions")
+        edits.report("DDP312", call)
     base = "model_state" if code.startswith("get_model") else "optimizer_state"
     name = first_free(base, lambda candidate: candidate in facts.bound_names or any(
         edits.code(earlier).startswith(f"{candidate} =") for earlier in hoisted.get(statement, ())))
-    gathered = edits.statement(_fitted(f"{name} = {code}", facts.positions[statement].start.column))
+    gathered = edits.statement(fitted_assignment(f"{name} = {code}", facts.positions[statement].start.column))
     if statement not in hoisted:
         hoisted[statement] = []
-        comment = GATHERED_COMMENT if statement in facts.output_statements else GATHERED_COMMENT.split(";")[0] + "."
+        comment = (DCP_SAVE_COMMENT if not full else GATHERED_COMMENT if statement in facts.output_statements
+                   else GATHERED_COMMENT.split(";")[0] + ".")
         gathered = gathered.with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(comment))])
         edits.before.setdefault(statement, []).append(Insertion(hoisted[statement], takes_blank_lines=True))
     hoisted[statement].append(gathered)
     edits.expressions[call] = replacement(edits, name)
-
-
-def _fitted(assignment: str, indent: int) -> str:
-    """`name = call(args)` on one line, or split the way black splits it."""
-    if fits(indent, assignment):
-        return assignment + "\n"
-    head, _, arguments = assignment.partition("(")
-    return f"{head}(\n    {arguments[:-1]}\n)\n"
 
 
 def _rank0_readers(facts: Facts, edits: Edits, holders: set, anchor: Statement) -> None:
