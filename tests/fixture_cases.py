@@ -67,6 +67,10 @@ class Case:
     def run_spec(self) -> Optional[dict]:
         """`run.json` marks a fixture that runs on CPU: {"args": [...], "files": [...], "evaluation": "regex"}.
 
+        "env": variables for the three runs (TORCH_COMPILE_DISABLE=1 where compiling on the
+        CPU would take minutes; the compiled run has a test of its own). "dcp": checkpoint
+        folders written by dcp.save; "needs": modules the run needs that torch does not install.
+
         "evaluation", a regex matching the lines that print evaluation figures, runs the
         evaluation check as well (tests/script_runs.py, problems_evaluation_*).
         """

@@ -123,16 +123,18 @@ def _split_by_rank(run: Run, logs: Path) -> Run:
 
 
 def run_three_ways(original: Path, migrated: Path, workdir: Path, args: Sequence[str] = (),
-                   logged: Sequence[str] = (), rank_logs: bool = False) -> tuple[Run, Run, Run]:
+                   logged: Sequence[str] = (), rank_logs: bool = False,
+                   extra_env: Optional[Mapping[str, str]] = None) -> tuple[Run, Run, Run]:
     """`python original`, `python migrated` and torchrun on migrated (run_torchrun's
     rank_logs), in workdir/original, /single and /torchrun; those named in `logged` run under
-    the evaluation shim.
+    the evaluation shim; `extra_env` goes to all three.
 
     The three are independent: started together, they overlap their start-up (most of a run's
     time here), which keeps the suites inside CI's budget.
     """
     def env(name: str) -> Optional[dict[str, str]]:
-        return evaluation_env(workdir / name) if name in logged else None
+        overrides = {**(extra_env or {}), **(evaluation_env(workdir / name) if name in logged else {})}
+        return overrides or None
 
     with ThreadPoolExecutor(max_workers=3) as runs:
         started = [runs.submit(run_python, original, workdir / "original", args, env=env("original")),

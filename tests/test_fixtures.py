@@ -88,7 +88,8 @@ def test_migrated_script_runs(case, tmp_path):
 
     # "evaluation" runs all three under the shim: frozen weights and a fetch log per run.
     logged = ("original", "single", "torchrun") if evaluation else ()
-    original, single, distributed = run_three_ways(case.input, case.expected, tmp_path, args, logged)
+    original, single, distributed = run_three_ways(case.input, case.expected, tmp_path, args, logged,
+                                                   extra_env=spec.get("env"))
     assert problems_single_process(original, single) == []
     assert problems_distributed(original, distributed, spec.get("files", [])) == []
     if case.options.fsdp2:

@@ -17,9 +17,17 @@ SHARD_ROOT_COMMENT = "# FSDP2: the model's parameters, gradients and optimizer s
 SHARD_BLOCKS_CODE = """\
 if {condition}:
 {policy_line}    for {block} in {model}.{blocks}:
-        fully_shard({block}{policy})
+{compile_line}        fully_shard({block}{policy})
     fully_shard({model}{policy})
 """
+
+# `model = torch.compile(model)` in the script: under torchrun each block is compiled before
+# its shard, as torchtitan's parallelize does (apply_compile, then apply_fsdp; the root is
+# not compiled): the compiled graphs are the blocks', repeated, and FSDP2's hooks around
+# them stay outside. As a group of one the script compiles the whole model as it did.
+COMPILE_BLOCK_LINE = "        {block}.compile({arguments})  # each block compiled before its shard\n"
+ROOT_COMPILE_CONDITION = "not {condition}"
+ROOT_COMPILE_COMMENT = "# as a group of one; under torchrun each block was compiled"
 
 SHARD_ROOT_CODE = """\
 if {condition}:

@@ -18,6 +18,7 @@ from ddpify.analysis.nodes import calls_within, dotted_name, first_free, names_i
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion, replacement
 from ddpify.emit.fsdp2 import (
+    COMPILE_BLOCK_LINE,
     DCP_LOAD_MODEL_CODE,
     DCP_LOAD_OPTIMIZER_CODE,
     DCP_MODEL_STATE_CODE,
@@ -32,6 +33,8 @@ from ddpify.emit.fsdp2 import (
     MODEL_STATE_CODE,
     OPTIMIZER_STATE_CODE,
     POLICY_ARGUMENT,
+    ROOT_COMPILE_COMMENT,
+    ROOT_COMPILE_CONDITION,
     SHARD_BLOCKS_CODE,
     SHARD_COMMENT,
     SHARD_ROOT_CODE,
@@ -58,6 +61,12 @@ RULES = (
     Rule("DDP109", Severity.EDIT, "optimizer built after the model is sharded",
          "fully_shard replaces the parameters with sharded ones: an optimizer built before "
          "it would hold the old tensors and update nothing the model uses.",
+         "Nothing to do."),
+    Rule("DDP110", Severity.EDIT, "torch.compile applied to each block before fully_shard",
+         "A script that compiles its model gets each repeated block compiled before its shard, "
+         "as torchtitan does: the blocks share one compiled graph, and FSDP2's gathers and "
+         "reduce-scatters around each block stay outside it. The root is not compiled under "
+         "torchrun; as a group of one (plain python) the script compiles the whole model as before.",
          "Nothing to do."),
     Rule("DDP312", Severity.EDIT, "full state dict gathered on every rank, saved or loaded as one file",
          "A sharded model's state_dict() holds only this rank's shards. "
@@ -114,9 +123,14 @@ def shard(facts: Facts, edits: Edits, setup: Plan, model: Model, anchor: Stateme
         function = facts.function_of(anchor)
         taken = names_in(function) if function is not None else facts.bound_names
         block = first_free("block", lambda name: name in taken)
+        compiled = _root_compile(facts, model, anchor)
+        compile_line = "" if compiled is None else COMPILE_BLOCK_LINE.format(
+            block=block, arguments=", ".join(edits.code(arg) for arg in compiled[1].args[1:]))
+        if compiled is not None:
+            _compile_only_as_a_group_of_one(edits, compiled[0], condition)
         code = SHARD_COMMENT + "\n" + SHARD_BLOCKS_CODE.format(
             condition=condition, model=model.name, blocks=blocks, block=block, policy=policy,
-            policy_line=policy_line)
+            policy_line=policy_line, compile_line=compile_line)
     statements = edits.statements(code)
     edits.insert_after(anchor, statements)
     edits.imports.add("fully_shard")
@@ -128,6 +142,31 @@ def shard(facts: Facts, edits: Edits, setup: Plan, model: Model, anchor: Stateme
     recurrent = [call for qualified in RECURRENT_LAYERS for call in facts.calls_named.get(qualified, ())]
     if recurrent and not any(diagnostic.code == "DDP908" for diagnostic in edits.diagnostics):  # once a file
         edits.report("DDP908", min(recurrent, key=facts.start_of))
+
+
+def _root_compile(facts: Facts, model: Model, anchor: Statement) -> Optional[tuple[Statement, cst.Call]]:
+    """`model = torch.compile(model, ...)` after the shard, in the block the shard goes into:
+    the statement and its call."""
+    for statement in facts.compile_statements.get(model.name, ()):
+        if _assigned_name(statement) != model.name or facts.block_of(statement) is not facts.block_of(anchor) \
+                or facts.start_of(statement) < facts.end_of(anchor):
+            continue
+        value = cast(cst.Assign, cast(cst.SimpleStatementLine, statement).body[0]).value
+        if isinstance(value, cst.Call) and value.args and dotted_name(value.args[0].value) == model.name \
+                and not any(arg.keyword is None for arg in value.args[1:]):
+            return statement, value
+    return None
+
+
+def _compile_only_as_a_group_of_one(edits: Edits, statement: Statement, condition: str) -> None:
+    """The script's own compile of the whole model runs only as a group of one."""
+    guarded = cst.If(
+        test=edits.expression(ROOT_COMPILE_CONDITION.format(condition=condition)),
+        body=cst.IndentedBlock(body=[statement.with_changes(leading_lines=())], header=cst.TrailingWhitespace(
+            whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(ROOT_COMPILE_COMMENT))),
+        leading_lines=statement.leading_lines)
+    edits.replace(statement, [guarded])
+    edits.report("DDP110", statement)
 
 
 def _model_class(facts: Facts, model: Model) -> Optional[str]:
@@ -452,6 +491,16 @@ CASES = (
     Emits(_BLOCKS + 'torch.save(model, "model.pt")\n', "DDP907", (), FSDP2),
     Emits(_BLOCKS.replace("torch.nn.Linear(4, 4) for", "torch.nn.GRU(4, 4) for"), "DDP908", (), FSDP2),
     Silent(_BLOCKS, "DDP908", FSDP2),
+    Emits(_BLOCKS.replace("model = Net().to(device)\n", "model = Net().to(device)\nmodel = torch.compile(model, "
+                          'mode="max-autotune")\n'), "DDP110",
+          ('        block.compile(mode="max-autotune")  # each block compiled before its shard\n'
+           "        fully_shard(block)",
+           'if not distributed:  # as a group of one; under torchrun each block was compiled\n'
+           '    model = torch.compile(model, mode="max-autotune")\n'), FSDP2),
+    Silent(_BLOCKS.replace("model = Net().to(device)\n", "model = Net().to(device)\nmodel = torch.compile(model)\n"),
+           "DDP110"),
+    # No block list: the whole model is compiled after its shard, as the script wrote it.
+    Silent(TRAINING.replace("optimizer = torch", "model = torch.compile(model)\noptimizer = torch"), "DDP110", FSDP2),
     Emits(_BLOCKS.replace("model = Net().to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)",
                           "model = Net()\nparams = list(model.parameters())\nmodel.to(device)\n"
                           "optimizer = torch.optim.SGD(params, lr=0.1)"), "DDP906", (), FSDP2),
