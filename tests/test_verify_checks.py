@@ -640,7 +640,20 @@ def test_full_checkpoint_compares_names_shapes_and_kinds_with_the_original():
     assert "not by rank 0 under torchrun" in check_full_checkpoint(fsdp2_runs([], [], original)).summary
     assert check_full_checkpoint(fsdp2_runs([], [])).status == NA  # the original saves nothing
     # --checkpoint dcp: the path is a folder of shards, by design.
-    dcp = [{"ev": "write", "path": "model.pt/.metadata", "abs": "/run/model.pt/.metadata", "scope": "cwd"}]
+    dcp = [{"ev": "write", "path": "model.pt/.metadata.tmp", "abs": "/run/model.pt/.metadata.tmp", "scope": "cwd"}]
     runs = fsdp2_runs(dcp, [], original)
     runs[TORCHRUN].workdir = "/run"
     assert check_full_checkpoint(runs).status == NA
+
+
+def test_one_writer_lets_each_rank_write_its_own_dcp_shard_and_no_other_file():
+    def write(path):
+        return {"ev": "write", "path": path, "abs": f"/run/{path}", "scope": "cwd", "where": "train.py:9", "t": 1.0}
+
+    own = {0: [write("ckpt.pt/__0_0.distcp"), write("ckpt.pt/.metadata.tmp")], 1: [write("ckpt.pt/__1_0.distcp")]}
+    assert check_one_writer(RunSet({TORCHRUN: make_run(TORCHRUN, own)})).status == PASS
+    other = {0: [write("ckpt.pt/__0_0.distcp")], 1: [write("ckpt.pt/__0_0.distcp")]}
+    result = check_one_writer(RunSet({TORCHRUN: make_run(TORCHRUN, other)}))
+    assert "rank 1 wrote ckpt.pt/__0_0.distcp" in result.summary
+    metadata = {0: [write("ckpt.pt/__0_0.distcp")], 1: [write("ckpt.pt/.metadata.tmp")]}
+    assert check_one_writer(RunSet({TORCHRUN: make_run(TORCHRUN, metadata)})).status == FAIL

@@ -9,14 +9,11 @@ folders of shards by design and are not compared.
 """
 from __future__ import annotations
 
-import os
-
-from ddpify.verify.checks.events import events_of
+from ddpify.verify.checks.events import dcp_folder, events_of
 from ddpify.verify.checks.result import FAIL, PASS, CheckResult, examples, na
 from ddpify.verify.run_set import ORIGINAL, TORCHRUN, Runs, unusable
 
 CHECK_ID, TITLE = "full_checkpoint", "full checkpoint"
-DCP_METADATA = ".metadata"
 
 
 def last_saves(rank_events: list[dict]) -> dict[str, dict]:
@@ -47,9 +44,8 @@ def check_full_checkpoint(runs: Runs) -> CheckResult:
         return na(CHECK_ID, TITLE, "the original saves no checkpoint with torch.save")
     torchrun = runs[TORCHRUN]
     written = last_saves(torchrun.events.get(0, []))
-    folders = {os.path.dirname(torchrun.relative(event["abs"])) for rank_events in torchrun.events.values()
-               for event in events_of(rank_events, "write")
-               if event.get("abs", "").endswith(os.sep + DCP_METADATA)}
+    folders = {dcp_folder(torchrun.relative(event["abs"])) for rank_events in torchrun.events.values()
+               for event in events_of(rank_events, "write") if event.get("abs")}
     problems, compared, as_dcp = [], [], []
     for path, save in sorted(original.items()):
         if path in folders:
