@@ -84,3 +84,33 @@ def test_dcp_under_torchrun_fails_without_numpy(tmp_path):
                             env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, text=True, timeout=120)
     assert single.returncode == 0, single.stderr[-3000:]
     assert (tmp_path / "single" / "checkpoint.pt" / ".metadata").is_file()
+
+
+RESUME = FIXTURES / "fsdp2" / "resume_from_full_checkpoint"
+
+
+def _resume_with_dcp(tmp_path):
+    script = write(tmp_path / "train.py", (RESUME / "input.py").read_text())
+    return invoke(script, "--strategy", "fsdp2", "--checkpoint", "dcp")
+
+
+def test_a_checkpoint_resumed_then_saved_under_the_same_name_becomes_dcp(tmp_path):
+    """`checkpoint = torch.load(...)`, read by key, then `checkpoint = {...}` saved: the
+    reads before the new binding say what dcp.load fills in."""
+    result = _resume_with_dcp(tmp_path)
+    assert "DDP931" not in result.stderr and "torch.load" not in result.stdout
+    assert '            "epoch": None,\n        }\n        dcp.load(checkpoint, checkpoint_id=CHECKPOINT)\n' \
+        in result.stdout
+    assert "    dcp.save(checkpoint, checkpoint_id=CHECKPOINT)\n" in result.stdout
+
+
+@pytest.mark.slow
+def test_the_resume_fixture_with_dcp_prints_what_the_original_prints(tmp_path):
+    pytest.importorskip("numpy", reason="Distributed Checkpoints need numpy under torchrun (DDP930)")
+    migrated = write(tmp_path / "migrated.py", _resume_with_dcp(tmp_path).stdout)
+    original = run_python(RESUME / "input.py", tmp_path / "original")
+    single = run_python(migrated, tmp_path / "single")
+    assert single.returncode == 0 and single.stdout == original.stdout, single.stderr[-3000:]
+    distributed = run_torchrun(migrated, tmp_path / "torchrun")
+    assert distributed.returncode == 0, distributed.stderr[-3000:]
+    assert distributed.lines[-1].startswith("epoch 3: loss ")

@@ -94,7 +94,7 @@ def convert(facts: Facts, edits: Edits, setup: Plan, states: list[StateCall],
     for state in states:
         call, method, _ = state
         if method.endswith("load_state_dict"):
-            found = _load_of(facts, call, loads)
+            found = _load_of(facts, call, loads, {state[0] for state in states})
             if isinstance(found, cst.Call):
                 direct.append((state, found))
             elif found is None:
@@ -148,7 +148,8 @@ def _save_of(facts: Facts, call: cst.Call) -> Optional[cst.Call]:
     return later[0] if later else None
 
 
-def _load_of(facts: Facts, call: cst.Call, loads: dict[cst.Call, _Load]) -> Union[cst.Call, _Load, None]:
+def _load_of(facts: Facts, call: cst.Call, loads: dict[cst.Call, _Load],
+             after_shard: set[cst.Call]) -> Union[cst.Call, _Load, None]:
     """Where `X.load_state_dict(arg)` reads from: a torch.load call as its argument, or the
     load its `name[...]` / `name` comes from (`name = torch.load(path)` in the same function,
     `name` read only by string keys or handed whole)."""
@@ -166,7 +167,7 @@ def _load_of(facts: Facts, call: cst.Call, loads: dict[cst.Call, _Load]) -> Unio
         return None
     load = assigned[0]
     if load not in loads:
-        keys = _keys_read(facts, name_node.value, function, facts.statement_of(load))
+        keys = _keys_read(facts, name_node.value, function, facts.statement_of(load), after_shard)
         if keys is None:
             return None
         # A value that is not a state dict (`checkpoint["epoch"]`) is read into None's place.
@@ -183,21 +184,30 @@ def _key_of_safe(argument: cst.Subscript) -> Optional[str]:
     return string_value(argument.slice[0].slice.value)
 
 
-def _keys_read(facts: Facts, name: str, function: Optional[cst.FunctionDef], loaded: Statement) -> Optional[list[str]]:
-    """The keys `name["key"]` reads after `loaded`, in order; None when `name` is used
-    otherwise than by key or handed whole to load_state_dict (iterated, passed on, .get())."""
+def _keys_read(facts: Facts, name: str, function: Optional[cst.FunctionDef], loaded: Statement,
+               after_shard: set[cst.Call]) -> Optional[list[str]]:
+    """The keys `name["key"]` reads after `loaded` (until `name` is bound anew), in order;
+    None when `name` is used otherwise than by key or handed whole to a load_state_dict
+    after the shard (iterated, passed on, .get(), loaded into the model before its shard)."""
     scope = function if function is not None else facts.module
     keys: list[str] = []
     for node in find_all(scope, cst.Name):
         if node.value != name or facts.start_of(node) < facts.end_of(loaded):
             continue
         parent = facts.parents.get(node)
+        if isinstance(parent, cst.AssignTarget) and parent.target is node:
+            break  # bound anew (`checkpoint = {...}` to save): later reads are of that value
         key = _key_of_safe(parent) if isinstance(parent, cst.Subscript) and parent.value is node else None
         call = facts.parents.get(parent) if isinstance(parent, cst.Arg) else None
+        argument = facts.parents.get(parent) if key is not None and parent is not None else None
+        # The load_state_dict that `name[key]` (or `name`) is handed to, if any.
+        loader = facts.parents.get(argument) if isinstance(argument, cst.Arg) else call
+        if isinstance(loader, cst.Call) and isinstance(loader.func, cst.Attribute) \
+                and loader.func.attr.value == "load_state_dict" and loader not in after_shard:
+            return None
         if key is not None:
             keys.extend([key] if key not in keys else [])
-        elif not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
-                  and call.func.attr.value == "load_state_dict"):
+        elif call not in after_shard:
             return None
     return keys
 
@@ -305,6 +315,15 @@ CASES = (
                                     '    "optimizer": get_optimizer_state_dict(model, optimizer),\n}\n'
                                     'dcp.load(checkpoint, checkpoint_id="last.pt")\n',
                                     'dcp.save(checkpoint, checkpoint_id="last.pt")'), FSDP2_DCP),
+    # Resumed, then the same name bound anew to the next checkpoint's dict and saved; the
+    # model loads before its shard (the shard follows the last statement that touches it):
+    # dcp.load cannot fill an unsharded model here, so every checkpoint stays full.
+    Emits(TRAINING.replace("for epoch in range(3):", 'checkpoint = torch.load("last.pt")\n'
+                           'model.load_state_dict(checkpoint["model"])\n'
+                           'optimizer.load_state_dict(checkpoint["optimizer"])\nfor epoch in range(3):')
+          + 'checkpoint = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}\n'
+            'torch.save(checkpoint, "last.pt")\n', "DDP931", ('torch.load("last.pt", map_location=device)',),
+          FSDP2_DCP),
     # Handed to a function that saves it: not followed, so nothing becomes DCP.
     Emits(TRAINING + '\n\ndef save(state):\n    torch.save(state, "model.pt")\n\n\nsave(model.state_dict())\n',
           "DDP931", ("options=StateDictOptions(full_state_dict=True",), FSDP2_DCP),
