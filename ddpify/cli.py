@@ -23,7 +23,7 @@ from ddpify.files import TWIN_SUFFIX, SourceError, source_of_twin, twin_of
 from ddpify.formats import FORMATS, Printer, printer, summary_line
 from ddpify.jobs import ERROR, OK, Job, Report
 from ddpify.launch.command import launch_command
-from ddpify.options import STRATEGIES, Options
+from ddpify.options import CHECKPOINT_FORMATS, STRATEGIES, Options
 from ddpify.progress import Progress
 from ddpify.walk import Entry, expand, notebooks_under
 
@@ -103,6 +103,11 @@ class _DefaultCommand(click.Command):
 @click.option("--fsdp-blocks", metavar="ATTR",
               help="With --strategy fsdp2: the model attribute holding its repeated blocks "
                    "(self.ATTR), when ddpify finds none; each block is sharded on its own.")
+@click.option("--checkpoint", "checkpoint_format", type=click.Choice(CHECKPOINT_FORMATS), default="full",
+              show_default=True,
+              help="With --strategy fsdp2: full: one file holding the full state dict, gathered on "
+                   "every rank and written by rank 0; dcp: a Distributed Checkpoint folder (at the "
+                   "path the script saved to), each rank writing its own shards.")
 @click.option("--format", "output_format", type=click.Choice(FORMATS), default="text",
               show_default=True, help="How diagnostics are printed.")
 @click.option("--stdin-filename", metavar="PATH",
@@ -117,8 +122,8 @@ class _DefaultCommand(click.Command):
 @click.version_option(__version__, prog_name="ddpify")
 @click.help_option("-h", "--help")
 def migrate(paths, output, in_place, show_diff, check, twin, select, ignore, excludes,
-            sync_batchnorm, keep_global_batch, shard_eval, strategy, fsdp_blocks, output_format, stdin_filename,
-            workers, quiet, verbose, list_rules, explain_code) -> None:
+            sync_batchnorm, keep_global_batch, shard_eval, strategy, fsdp_blocks, checkpoint_format, output_format,
+            stdin_filename, workers, quiet, verbose, list_rules, explain_code) -> None:
     """Migrate PATHS (files, directories, or - for stdin) to DistributedDataParallel.
 
     \b
@@ -159,6 +164,9 @@ def migrate(paths, output, in_place, show_diff, check, twin, select, ignore, exc
             click.echo("ddpify: no paths given: nothing to do", err=True)
         sys.exit(OK)
     mode = _mode(paths, output, in_place, show_diff, check, twin, output_format)
+    if checkpoint_format == "dcp" and strategy != "fsdp2":
+        _fail("--checkpoint dcp writes sharded Distributed Checkpoints: it needs --strategy fsdp2 "
+              "(a DDP model is whole on every rank, and rank 0 saves it)")
     if stdin_filename is not None and "-" not in paths:
         _fail("--stdin-filename names what - (stdin) stands for: give - as a path")
     config = _config(stdin_filename if paths[0] == "-" and stdin_filename else paths[0])
@@ -170,6 +178,7 @@ def migrate(paths, output, in_place, show_diff, check, twin, select, ignore, exc
         ignore=_first(ignore, config.ignore, ()),
         strategy=strategy,
         fsdp_blocks=fsdp_blocks,
+        checkpoint=checkpoint_format,
     )
     excluded = (*config.exclude, *excludes)
     entries = expand(paths, excluded)

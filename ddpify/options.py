@@ -3,6 +3,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 STRATEGIES = ("ddp", "fsdp2")
+# How an FSDP2 script checkpoints: one full state dict file (loads into the single-GPU
+# script unchanged), or a Distributed Checkpoint folder of shards (torch.distributed.checkpoint).
+CHECKPOINT_FORMATS = ("full", "dcp")
 
 
 @dataclass(frozen=True)
@@ -22,7 +25,13 @@ class Options:
     strategy: str = "ddp"
     # FSDP2: the attribute of the model holding its repeated blocks, when ddpify finds none.
     fsdp_blocks: Optional[str] = None
+    # FSDP2: "full" state dicts gathered into one file, or "dcp" (each rank saves its shards).
+    checkpoint: str = "full"
 
     @property
     def fsdp2(self) -> bool:
         return self.strategy == "fsdp2"
+
+    @property
+    def dcp(self) -> bool:
+        return self.fsdp2 and self.checkpoint == "dcp"

@@ -82,6 +82,11 @@ class Plan:
     # Where each model is wrapped (model.py): the wrap follows this statement, by model name;
     # a rule that places code relative to the wrap (torch.compile, say) reads it here.
     wrap_points: dict[str, BlockItem] = field(default_factory=dict)
+    # FSDP2 with --checkpoint dcp (rules/dcp.py, run from model.py): torch.save calls that
+    # became dcp.save, a collective every rank makes (side_effects.py leaves them unguarded),
+    # and torch.load calls that became dcp.load (checkpoints.py adds no map_location or barrier).
+    collective_saves: set[cst.Call] = field(default_factory=set)
+    collective_loads: set[cst.Call] = field(default_factory=set)
     # Loaders given a sampler that shards them (data.py, DDP201), whatever its kind.
     loaders_given_a_sampler: list[Loader] = field(default_factory=list)
     # Training loops fed by batches built by hand or by loaders kept in a dict, reported as

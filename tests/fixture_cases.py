@@ -67,6 +67,10 @@ class Case:
     def run_spec(self) -> Optional[dict]:
         """`run.json` marks a fixture that runs on CPU: {"args": [...], "files": [...], "evaluation": "regex"}.
 
+        "env": variables for the three runs (TORCH_COMPILE_DISABLE=1 where compiling on the
+        CPU would take minutes; the compiled run has a test of its own). "dcp": checkpoint
+        folders written by dcp.save; "needs": modules the run needs that torch does not install.
+
         "evaluation", a regex matching the lines that print evaluation figures, runs the
         evaluation check as well (tests/script_runs.py, problems_evaluation_*).
         """
@@ -89,6 +93,7 @@ def read_options(directory: Path) -> Options:
         shard_evaluation="--no-shard-eval" not in flags,
         strategy=_value_of("--strategy", flags) or "ddp",
         fsdp_blocks=_value_of("--fsdp-blocks", flags),
+        checkpoint=_value_of("--checkpoint", flags) or "full",
     )
 
 

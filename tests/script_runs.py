@@ -123,16 +123,18 @@ def _split_by_rank(run: Run, logs: Path) -> Run:
 
 
 def run_three_ways(original: Path, migrated: Path, workdir: Path, args: Sequence[str] = (),
-                   logged: Sequence[str] = (), rank_logs: bool = False) -> tuple[Run, Run, Run]:
+                   logged: Sequence[str] = (), rank_logs: bool = False,
+                   extra_env: Optional[Mapping[str, str]] = None) -> tuple[Run, Run, Run]:
     """`python original`, `python migrated` and torchrun on migrated (run_torchrun's
     rank_logs), in workdir/original, /single and /torchrun; those named in `logged` run under
-    the evaluation shim.
+    the evaluation shim; `extra_env` goes to all three.
 
     The three are independent: started together, they overlap their start-up (most of a run's
     time here), which keeps the suites inside CI's budget.
     """
     def env(name: str) -> Optional[dict[str, str]]:
-        return evaluation_env(workdir / name) if name in logged else None
+        overrides = {**(extra_env or {}), **(evaluation_env(workdir / name) if name in logged else {})}
+        return overrides or None
 
     with ThreadPoolExecutor(max_workers=3) as runs:
         started = [runs.submit(run_python, original, workdir / "original", args, env=env("original")),
@@ -484,6 +486,33 @@ def problems_full_checkpoint(original: Path, distributed: Path) -> list[str]:
     sizes = (sum(value.numel() for value in written_optimizer), sum(value.numel() for value in expected_optimizer))
     if sizes[0] != sizes[1]:
         problems.append(f"{distributed.name}: optimizer state holds {sizes[0]} numbers, the original's {sizes[1]}")
+    return problems
+
+
+def problems_dcp_checkpoint(original: Path, distributed: Path, world_size: int = 2) -> list[str]:
+    """FSDP2 with --checkpoint dcp: under torchrun the script's checkpoint path is a
+    Distributed Checkpoint folder that every rank wrote its shards into, and it holds the
+    original file's model tensors by the same names and shapes (DCP flattens the saved dict:
+    `model.layers.0.weight` for checkpoint["model"]["layers.0.weight"]), and the same other
+    values (`epoch`). Reading its metadata needs neither numpy nor a process group."""
+    import torch
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    if not (distributed / ".metadata").is_file():
+        return [f"{distributed.name} is no Distributed Checkpoint folder (no .metadata)"]
+    writers = sorted(path.name.split("_")[2] for path in distributed.glob("__*_*.distcp"))
+    problems = [] if len(set(writers)) == world_size else [
+        f"{distributed.name}: shard files from {len(set(writers))} of {world_size} ranks: {writers}"]
+    stored = FileSystemReader(str(distributed)).read_metadata().state_dict_metadata
+    expected, _ = _tensors(torch.load(original, map_location="cpu", weights_only=False))
+    saved = {key: tuple(entry.size) for key, entry in stored.items()
+             if isinstance(entry, TensorStorageMetadata) and key in expected}
+    if set(saved) != set(expected):
+        problems.append(f"{distributed.name}: model tensors differ from the original's: "
+                        f"{sorted(set(saved) ^ set(expected))[:5]}")
+    problems.extend(f"{distributed.name}: {key} holds shape {shape}, the original's {tuple(expected[key].shape)}"
+                    for key, shape in saved.items() if shape != tuple(expected[key].shape))
     return problems
 
 

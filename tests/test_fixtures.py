@@ -6,6 +6,7 @@ import pytest
 from fixture_cases import FIXTURES, all_cases, format_diagnostics
 from script_runs import (
     evaluation_log,
+    problems_dcp_checkpoint,
     problems_distributed,
     problems_evaluation_fetches,
     problems_evaluation_lines,
@@ -56,29 +57,39 @@ def test_migrating_expected_changes_nothing(case):
 
 
 # torch does not install numpy, and these turn their tensors back into objects with it
-# (`broadcast_from_rank0=` of the state-dict API goes through broadcast_object_list).
+# (`broadcast_from_rank0=` of the state-dict API goes through broadcast_object_list; dcp.save
+# and dcp.load agree on their plan through gather_object and scatter_object_list).
 NEEDS_NUMPY = ("all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list",
-               "broadcast_from_rank0=")
+               "broadcast_from_rank0=", "dcp.save", "dcp.load")
 
 
 @pytest.mark.parametrize("case", params(CASES))
 def test_emitted_code_needs_no_numpy(case):
+    """Unless ddpify says so (DDP930, --checkpoint dcp): then the numpy calls are DCP's."""
     def calls(text):
-        return set(re.findall(r"\b({})[(=]".format("|".join(name.rstrip("=") for name in NEEDS_NUMPY)), text))
+        pattern = r"\b({})[(=]".format("|".join(re.escape(name.rstrip("=")) for name in NEEDS_NUMPY))
+        return set(re.findall(pattern, text))
 
-    assert calls(case.expected.read_text()) <= calls(case.input.read_text())
+    added = calls(case.expected.read_text()) - calls(case.input.read_text())
+    if "DDP930" in case.expected_diagnostics.read_text():
+        assert added and added <= {"dcp.save", "dcp.load"}
+    else:
+        assert added == set()
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", params(RUNNABLE))
 def test_migrated_script_runs(case, tmp_path):
     spec = case.run_spec
+    if "numpy" in spec.get("needs", ()):
+        pytest.importorskip("numpy", reason="Distributed Checkpoints need numpy under torchrun (DDP930)")
     args = spec.get("args", [])
     evaluation = spec.get("evaluation")
 
     # "evaluation" runs all three under the shim: frozen weights and a fetch log per run.
     logged = ("original", "single", "torchrun") if evaluation else ()
-    original, single, distributed = run_three_ways(case.input, case.expected, tmp_path, args, logged)
+    original, single, distributed = run_three_ways(case.input, case.expected, tmp_path, args, logged,
+                                                   extra_env=spec.get("env"))
     assert problems_single_process(original, single) == []
     assert problems_distributed(original, distributed, spec.get("files", [])) == []
     if case.options.fsdp2:
@@ -86,6 +97,9 @@ def test_migrated_script_runs(case, tmp_path):
         # reduce-scatter run on Gloo; init_process_group("gloo"), no extra options): each
         # checkpoint is the full state dict, the original's keys and shapes, not shards.
         assert [problem for name in spec.get("files", []) for problem in problems_full_checkpoint(
+            original.workdir / name, distributed.workdir / name)] == []
+        # --checkpoint dcp: the path the original saved to is a folder of every rank's shards.
+        assert [problem for name in spec.get("dcp", []) for problem in problems_dcp_checkpoint(
             original.workdir / name, distributed.workdir / name)] == []
     if evaluation:
         assert problems_evaluation_fetches(evaluation_log(original.workdir), 1) == []

@@ -27,6 +27,7 @@ WITHOUT_A_FIXTURE = {
     "DDP906": "FSDP2 optimizer used before the shard: rules/sharding.py CASES",
     "DDP907": "FSDP2 model state read on rank 0 alone: rules/sharding.py CASES",
     "DDP908": "FSDP2 with recurrent layers: rules/sharding.py CASES",
+    "DDP931": "--checkpoint dcp on a checkpoint it cannot follow (full state dicts kept): rules/dcp.py CASES",
     # The self-check (safe mode): reported only when ddpify's own output is wrong; each has
     # a broken output in tests/test_selfcheck.py. DDP911 also catches a shape the rules cannot
     # migrate (no model wrapped at all): fixture helper_modules/optimizer_made_by_helper_module.

@@ -10,6 +10,7 @@ from script_runs import (
     Run,
     evaluation_env,
     evaluation_log,
+    problems_dcp_checkpoint,
     problems_distributed,
     problems_evaluation_fetches,
     problems_evaluation_lines,
@@ -95,6 +96,24 @@ def test_a_sharded_or_partial_fsdp2_checkpoint_is_caught(tmp_path):
     torch.save({"model": full, "optimizer": half}, tmp_path / "half.pt")
     assert problems_full_checkpoint(tmp_path / "original_with_optimizer.pt", tmp_path / "by_name.pt") == []
     assert "4 numbers" in problems_full_checkpoint(tmp_path / "original_with_optimizer.pt", tmp_path / "half.pt")[0]
+
+
+def test_a_dcp_checkpoint_of_other_tensors_or_fewer_ranks_is_caught(tmp_path):
+    import torch.distributed.checkpoint as dcp
+
+    model = {"layers.0.weight": torch.zeros(4, 2), "head.weight": torch.zeros(1, 4)}
+    torch.save({"epoch": 1, "model": model}, tmp_path / "original.pt")
+    # As a group of one (no process group): one rank's shard file, and no numpy needed.
+    dcp.save({"epoch": 1, "model": model}, checkpoint_id=tmp_path / "good", no_dist=True)
+    partial = {"head.weight": torch.zeros(1, 4)}
+    half = {**model, "layers.0.weight": torch.zeros(2, 2)}
+    dcp.save({"epoch": 1, "model": partial}, checkpoint_id=tmp_path / "partial", no_dist=True)
+    dcp.save({"epoch": 1, "model": half}, checkpoint_id=tmp_path / "half", no_dist=True)
+    assert problems_dcp_checkpoint(tmp_path / "original.pt", tmp_path / "good", world_size=1) == []
+    assert "from 1 of 2 ranks" in problems_dcp_checkpoint(tmp_path / "original.pt", tmp_path / "good")[0]
+    assert "tensors differ" in problems_dcp_checkpoint(tmp_path / "original.pt", tmp_path / "partial", 1)[0]
+    assert "holds shape (2, 2)" in problems_dcp_checkpoint(tmp_path / "original.pt", tmp_path / "half", 1)[0]
+    assert "no .metadata" in problems_dcp_checkpoint(tmp_path / "original.pt", tmp_path / "original.pt", 1)[0]
 
 
 def test_a_pickled_ddp_wrapper_is_caught_and_a_whole_model_of_the_scripts_own_class_is_read(

@@ -5,6 +5,7 @@ from ddpify.verify.checks import runs_needed
 from ddpify.verify.checks.data_sharded import check_data_sharded
 from ddpify.verify.checks.events import line_shape
 from ddpify.verify.checks.failed_runs import summarize_stack
+from ddpify.verify.checks.full_checkpoint import check_full_checkpoint
 from ddpify.verify.checks.handoff import check_handoff, early_reads, handoff_paths
 from ddpify.verify.checks.importable import check_importable
 from ddpify.verify.checks.multinode_ready import check_multinode_ready
@@ -12,6 +13,8 @@ from ddpify.verify.checks.no_leftovers import check_no_leftovers
 from ddpify.verify.checks.no_move_after_wrap import check_no_move_after_wrap
 from ddpify.verify.checks.one_voice import check_one_voice
 from ddpify.verify.checks.one_writer import check_one_writer, one_writer_in
+from ddpify.verify.checks.optimizer_sharded import check_optimizer_sharded
+from ddpify.verify.checks.params_sharded import check_params_sharded
 from ddpify.verify.checks.ranks_agree import check_ranks_agree
 from ddpify.verify.checks.result import FAIL, NA, PASS
 from ddpify.verify.checks.runs import check_runs
@@ -570,3 +573,87 @@ def test_no_leftovers_fails_on_a_process_that_outlived_its_run():
 def test_runs_leave_the_import_and_hand_off_runs_to_their_own_checks():
     runs = {TORCHRUN: make_run(TORCHRUN, {0: [], 1: []}), IMPORT: make_run(IMPORT, {0: []}, ok=False)}
     assert check_runs(runs).status == PASS
+
+
+# -- --strategy fsdp2 ------------------------------------------------------------------------
+
+def shard_event(module="Block", where="train_ddp.py:40"):
+    return {"ev": "shard", "module": module, "where": where}
+
+
+def shards(local, full=100, params=4, dtensors=4, in_modules=4, optimizer=0):
+    return {"ev": "shards", "optimizer": optimizer, "params": params, "dtensor_params": dtensors,
+            "in_sharded_modules": in_modules, "sharded_module_params": 4, "local_numel": local, "full_numel": full}
+
+
+def fsdp2_runs(rank0, rank1, original_saves=(), ok=True):
+    return RunSet({ORIGINAL: make_run(ORIGINAL, {0: list(original_saves)}),
+                   TORCHRUN: make_run(TORCHRUN, {0: rank0, 1: rank1}, ok=ok)})
+
+
+def test_params_sharded_passes_when_the_ranks_split_the_parameters():
+    result = check_params_sharded(fsdp2_runs([shard_event(), shards(52)], [shard_event(), shards(48)]))
+    assert result.status == PASS and result.summary == "the optimizer: rank 0 52%, rank 1 48% of 100 numbers"
+
+
+def test_params_sharded_fails_without_fully_shard_or_with_whole_parameters():
+    never = check_params_sharded(fsdp2_runs([shards(100, dtensors=0)], [shards(100, dtensors=0)]))
+    assert never.status == FAIL and "fully_shard was never called" in never.summary
+    whole = check_params_sharded(fsdp2_runs([shard_event(), shards(100)], [shard_event(), shards(100)]))
+    assert whole.status == FAIL and "rank 0 holds all 100 numbers" in whole.summary
+    # The blocks sharded, the root forgotten: each rank holds its half plus the root's whole.
+    partial = check_params_sharded(fsdp2_runs([shard_event(), shards(70)], [shard_event(), shards(70)]))
+    assert partial.status == FAIL and "hold 140 numbers of the 100" in partial.summary
+    assert check_params_sharded(fsdp2_runs([shard_event()], [shard_event()])).status == NA  # no step
+    assert check_params_sharded(fsdp2_runs([], [], ok=False)).status == NA
+
+
+def test_optimizer_sharded_fails_on_an_optimizer_built_before_the_shard():
+    good = check_optimizer_sharded(fsdp2_runs([shard_event(), shards(50)], [shard_event(), shards(50)]))
+    assert good.status == PASS
+    stale = check_optimizer_sharded(fsdp2_runs([shard_event(), shards(100, dtensors=0, in_modules=0)],
+                                               [shard_event(), shards(100, dtensors=0, in_modules=0)]))
+    assert stale.status == FAIL and "4 of the 4 tensors optimizer 0 steps are not parameters" in stale.summary
+    plain = check_optimizer_sharded(fsdp2_runs([shard_event(), shards(60, dtensors=3)], [shard_event(), shards(40)]))
+    assert plain.status == FAIL and "1 parameters that are not DTensor shards" in plain.summary
+    assert check_optimizer_sharded(fsdp2_runs([shards(100)], [shards(100)])).status == NA  # never sharded
+
+
+def saved_tensors_event(path, tensors):
+    return {"ev": "save", "path": path, "abs": f"/run/{path}", "scope": "cwd", "tensors": tensors}
+
+
+def test_full_checkpoint_compares_names_shapes_and_kinds_with_the_original():
+    full = {"layers.0.weight": [[4, 2], "Tensor"], "head.weight": [[1, 4], "Tensor"]}
+    original = [saved_tensors_event("model.pt", full)]
+    good = check_full_checkpoint(fsdp2_runs([saved_tensors_event("model.pt", full)], [], original))
+    assert good.status == PASS and good.summary.startswith("model.pt: the original's 2 tensors")
+    shards_saved = {"layers.0.weight": [[2, 2], "DTensor"], "head.weight": [[1, 4], "DTensor"]}
+    sharded = check_full_checkpoint(fsdp2_runs([saved_tensors_event("model.pt", shards_saved)], [], original))
+    assert sharded.status == FAIL and "saved as DTensor shards" in sharded.summary
+    half = {**full, "layers.0.weight": [[2, 2], "Tensor"]}
+    assert "has shape (2, 2), the original's (4, 2)" in check_full_checkpoint(
+        fsdp2_runs([saved_tensors_event("model.pt", half)], [], original)).summary
+    prefixed = {f"module.{key}": value for key, value in full.items()}
+    assert "keys differ" in check_full_checkpoint(
+        fsdp2_runs([saved_tensors_event("model.pt", prefixed)], [], original)).summary
+    assert "not by rank 0 under torchrun" in check_full_checkpoint(fsdp2_runs([], [], original)).summary
+    assert check_full_checkpoint(fsdp2_runs([], [])).status == NA  # the original saves nothing
+    # --checkpoint dcp: the path is a folder of shards, by design.
+    dcp = [{"ev": "write", "path": "model.pt/.metadata.tmp", "abs": "/run/model.pt/.metadata.tmp", "scope": "cwd"}]
+    runs = fsdp2_runs(dcp, [], original)
+    runs[TORCHRUN].workdir = "/run"
+    assert check_full_checkpoint(runs).status == NA
+
+
+def test_one_writer_lets_each_rank_write_its_own_dcp_shard_and_no_other_file():
+    def write(path):
+        return {"ev": "write", "path": path, "abs": f"/run/{path}", "scope": "cwd", "where": "train.py:9", "t": 1.0}
+
+    own = {0: [write("ckpt.pt/__0_0.distcp"), write("ckpt.pt/.metadata.tmp")], 1: [write("ckpt.pt/__1_0.distcp")]}
+    assert check_one_writer(RunSet({TORCHRUN: make_run(TORCHRUN, own)})).status == PASS
+    other = {0: [write("ckpt.pt/__0_0.distcp")], 1: [write("ckpt.pt/__0_0.distcp")]}
+    result = check_one_writer(RunSet({TORCHRUN: make_run(TORCHRUN, other)}))
+    assert "rank 1 wrote ckpt.pt/__0_0.distcp" in result.summary
+    metadata = {0: [write("ckpt.pt/__0_0.distcp")], 1: [write("ckpt.pt/.metadata.tmp")]}
+    assert check_one_writer(RunSet({TORCHRUN: make_run(TORCHRUN, metadata)})).status == FAIL

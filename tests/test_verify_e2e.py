@@ -9,11 +9,12 @@ import os
 import re
 import shutil
 import tempfile
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from ddpify.verify.checks import CHECK_IDS
+from ddpify.verify.checks import CHECK_IDS, default_checks
 from ddpify.verify.command import verify_command
 
 HERE = os.path.dirname(__file__)
@@ -23,6 +24,8 @@ GUIDE_BEFORE = os.path.join(DATA, "verify_guide_before.py")
 GUIDE_AFTER = os.path.join(DATA, "verify_guide_after.py")
 
 MAIN_BEFORE = os.path.join(DATA, "verify_main_before.py")
+TRANSFORMER = os.path.join(FIXTURES, "fsdp2", "transformer_block_list")
+FSDP2 = ["--strategy", "fsdp2", "--original", os.path.join(TRANSFORMER, "input.py")]
 
 # broken script -> (checks to run, the one check that must fail, words its summary holds, options)
 # The original is the guide script unless the options name another with --original.
@@ -48,7 +51,15 @@ BROKEN = {
     "rank0_collective_hang": ("ranks_agree", "runs", "hung: torchrun", ["--timeout", "30"]),
     "local_rank_guard": ("one_writer,one_voice,multinode_ready", "multinode_ready", "rank 1 wrote", []),
     "reseeds_differently": ("same_as_original", "same_as_original", "step 1: parameter sum", []),
+    # --strategy fsdp2: the transformer fixture's migration, each with one bug.
+    "fsdp2_optimizer_before_shard": ("optimizer_sharded", "optimizer_sharded", "rank 0: 29 of the 29 tensors "
+                                     "optimizer 0 steps are not parameters of the sharded model", FSDP2),
+    "fsdp2_root_not_sharded": ("params_sharded", "params_sharded", "some parameters are kept whole", FSDP2),
+    "fsdp2_sharded_state_dict": ("full_checkpoint", "full_checkpoint", "saved as DTensor shards", FSDP2),
 }
+
+
+FSDP2_CHECKS = sorted(set(default_checks("fsdp2")) - set(default_checks("ddp")))
 
 
 def verify(tmp_path, *args):
@@ -72,7 +83,7 @@ def test_the_guide_script_passes_every_check(tmp_path):
     assert report["ok"] and [run["name"] for run in report["runs"]] == ["original", "single", "torchrun", "multinode"]
     # The guide script hands no file from rank to rank and has no __main__ guard to import by.
     assert {check_id: check["status"] for check_id, check in checks.items()} == {
-        **{check_id: "pass" for check_id in CHECK_IDS}, "handoff": "n/a", "importable": "n/a"
+        **{check_id: "pass" for check_id in default_checks("ddp")}, "handoff": "n/a", "importable": "n/a"
     }
     assert "verified: all 9 applicable checks pass" in result.stdout
     # The third epoch is cut to one batch per rank, and the script runs to its end.
@@ -144,6 +155,19 @@ def test_a_fixture_migrated_by_ddpify_passes(tmp_path, case):
     assert result.exit_code == 0, result.output
     assert "DistributedSampler" in migrated.read_text()
     assert "multinode_ready" not in checks and checks["ranks_agree"]["status"] == "pass"
+
+
+@pytest.mark.slow
+def test_an_fsdp2_migration_passes_the_sharding_checks(tmp_path):
+    """`verify --strategy fsdp2` migrates to FSDP2 and adds its three checks to the others."""
+    migrated = tmp_path / "train_fsdp2.py"
+    result, report, checks = verify(tmp_path, os.path.join(TRANSFORMER, "input.py"), "-o", str(migrated),
+                                    "--strategy", "fsdp2", "--skip-multinode")
+    assert result.exit_code == 0, result.output
+    assert migrated.read_text() == Path(TRANSFORMER, "expected.py").read_text()
+    assert {check_id: checks[check_id]["status"] for check_id in FSDP2_CHECKS} == dict.fromkeys(FSDP2_CHECKS, "pass")
+    assert checks["params_sharded"]["summary"] == "the optimizer: rank 0 50%, rank 1 50% of 7,648 numbers"
+    assert checks["full_checkpoint"]["summary"].startswith("transformer.pt: the original's 29 tensors")
 
 
 @pytest.mark.slow

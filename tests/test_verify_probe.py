@@ -11,7 +11,7 @@ import pytest
 from ddpify.verify import records
 from ddpify.verify.probing.paths import path_scope
 from ddpify.verify.probing.recorders import LineRecorder
-from ddpify.verify.probing.torch_objects import has_module_prefix
+from ddpify.verify.probing.torch_objects import has_module_prefix, saved_tensors, shard_figures, whole
 from ddpify.verify.probing.tracebacks import error_line, script_traceback
 from ddpify.verify.runner import clean_environment
 
@@ -23,6 +23,44 @@ def test_has_module_prefix_looks_into_nested_state_dicts():
     assert has_module_prefix({"model": {"module.fc.weight": 1}, "optimizer": {0: {}}})
     assert not has_module_prefix({"model": {"fc.weight": 1}, "epoch": 3})
     assert not has_module_prefix(["module.fc.weight"])
+
+
+def test_shard_figures_and_saved_tensors_on_a_real_fsdp2_model(monkeypatch):
+    """A group of one with Gloo: fully_shard still replaces every parameter with a DTensor,
+    which is what tells an optimizer built before it (holding the old tensors) from one
+    built after; model.state_dict() then holds DTensors, a gathered one plain tensors."""
+    import socket
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from torch.distributed.fsdp import fully_shard
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+        before = torch.optim.SGD(model.parameters(), lr=0.1)
+        fully_shard(model)
+        after = torch.optim.SGD(model.parameters(), lr=0.1)
+        params = [p for group in after.param_groups for p in group["params"]]
+        assert shard_figures(params, [model]) == {"params": 4, "dtensor_params": 4, "in_sharded_modules": 4,
+                                                  "sharded_module_params": 4, "local_numel": 25, "full_numel": 25}
+        stale = [p for group in before.param_groups for p in group["params"]]
+        assert shard_figures(stale, [model])["in_sharded_modules"] == 0
+        assert shard_figures(stale, [model])["dtensor_params"] == 0
+        assert type(whole(params[0])) is torch.Tensor and whole(params[0]).shape == (4, 4)
+        assert saved_tensors({"model": model.state_dict(), "epoch": 1})["model.0.weight"] == [[4, 4], "DTensor"]
+        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        assert saved_tensors(full) == {"0.weight": [[4, 4], "Tensor"], "0.bias": [[4], "Tensor"],
+                                       "1.weight": [[1, 4], "Tensor"], "1.bias": [[1], "Tensor"]}
+        assert saved_tensors({"optimizer": after.state_dict()}) == {}
+    finally:
+        dist.destroy_process_group()
 
 
 def test_path_scope(tmp_path, monkeypatch):

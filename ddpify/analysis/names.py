@@ -140,6 +140,7 @@ EMITTED_IMPORTS = {
     "get_optimizer_state_dict": ("torch.distributed.checkpoint.state_dict", "get_optimizer_state_dict", None),
     "set_model_state_dict": ("torch.distributed.checkpoint.state_dict", "set_model_state_dict", None),
     "set_optimizer_state_dict": ("torch.distributed.checkpoint.state_dict", "set_optimizer_state_dict", None),
+    "dcp": ("torch.distributed.checkpoint", None, "dcp"),
 }
 
 

@@ -7,6 +7,8 @@ distributed/FSDP2 (fully_shard per block, then the root; the optimizer built aft
 full state dicts through torch.distributed.checkpoint.state_dict).
 """
 
+from ddpify.emit.layout import fits
+
 SHARD_COMMENT = "# FSDP2: each block's parameters, gradients and optimizer state are split across the ranks."
 SHARD_ROOT_COMMENT = "# FSDP2: the model's parameters, gradients and optimizer state are split across the ranks."
 
@@ -15,9 +17,17 @@ SHARD_ROOT_COMMENT = "# FSDP2: the model's parameters, gradients and optimizer s
 SHARD_BLOCKS_CODE = """\
 if {condition}:
 {policy_line}    for {block} in {model}.{blocks}:
-        fully_shard({block}{policy})
+{compile_line}        fully_shard({block}{policy})
     fully_shard({model}{policy})
 """
+
+# `model = torch.compile(model)` in the script: under torchrun each block is compiled before
+# its shard, as torchtitan's parallelize does (apply_compile, then apply_fsdp; the root is
+# not compiled): the compiled graphs are the blocks', repeated, and FSDP2's hooks around
+# them stay outside. As a group of one the script compiles the whole model as it did.
+COMPILE_BLOCK_LINE = "        {block}.compile({arguments})  # each block compiled before its shard\n"
+ROOT_COMPILE_CONDITION = "not {condition}"
+ROOT_COMPILE_COMMENT = "# as a group of one; under torchrun each block was compiled"
 
 SHARD_ROOT_CODE = """\
 if {condition}:
@@ -54,6 +64,37 @@ LOAD_OPTIONS_COMMENT = "# Each rank read the full state dict and keeps its own s
 LOAD_OPTIONS_CODE = "{name} = StateDictOptions(full_state_dict=True)"
 LOAD_MODEL_CODE = "set_model_state_dict({model}, {state}, options={options})"
 LOAD_OPTIMIZER_CODE = "set_optimizer_state_dict({model}, {optimizer}, {state}, options={options})"
+
+# --checkpoint dcp: a Distributed Checkpoint (torch.distributed.checkpoint) instead of one
+# file. Each rank writes and reads only its own shards, into and from a folder at the path
+# the script saved to (so that `os.path.exists(path)` still says whether to resume); dcp.save
+# and dcp.load are collectives every rank joins, with no rank-0 guard and no barrier. The
+# state dicts are the sharded ones (no full_state_dict, nothing gathered).
+DCP_SAVE_COMMENT = "# Every rank saves its own shards: dcp.save is a collective."
+DCP_LOAD_COMMENT = "# Every rank reads its own shards into these: dcp.load fills them in place."
+DCP_MODEL_STATE_CODE = "get_model_state_dict({model})"
+DCP_OPTIMIZER_STATE_CODE = "get_optimizer_state_dict({model}, {optimizer})"
+DCP_SAVE_CALL = "dcp.save"
+DCP_CHECKPOINT_KEYWORD = "checkpoint_id"
+DCP_LOAD_CODE = "dcp.load({state}, checkpoint_id={path})"
+DCP_LOAD_MODEL_CODE = "set_model_state_dict({model}, {state})"
+DCP_LOAD_OPTIMIZER_CODE = "set_optimizer_state_dict({model}, {optimizer}, {state})"
+
+
+def fitted_assignment(assignment: str, indent: int) -> str:
+    """`name = call(args)` on one line, or split the way black splits it."""
+    if fits(indent, assignment):
+        return assignment + "\n"
+    head, _, arguments = assignment.partition("(")
+    return f"{head}(\n    {arguments[:-1]}\n)\n"
+
+
+def fitted_dict(name: str, entries: list[tuple[str, str]], indent: int) -> str:
+    """`name = {"key": value, ...}` on one line, or one entry a line the way black writes it."""
+    one_line = f"{name} = {{" + ", ".join(f"{key}: {value}" for key, value in entries) + "}"
+    if fits(indent, one_line):
+        return one_line + "\n"
+    return f"{name} = {{\n" + "".join(f"    {key}: {value},\n" for key, value in entries) + "}\n"
 
 
 # The process group is bound to this rank's accelerator from the start (FSDP2 tutorial):

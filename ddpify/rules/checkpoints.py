@@ -37,6 +37,8 @@ if {condition}:
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     _barrier_before_reading_saved_files(facts, edits, setup)
     for call in facts.load_calls:
+        if call in setup.collective_loads:
+            continue  # dcp.load: each rank reads its own shards, after a save every rank joined
         if any(arg.keyword is not None and arg.keyword.value == "map_location" for arg in call.args):
             continue
         # The rank's device where the setup's own code loads; elsewhere (a function that
@@ -51,6 +53,8 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan)
     """Only rank 0 saves; a rank that loads a checkpoint after that must wait until rank 0
     has written it (or it reads a missing or half-written file)."""
     for call in facts.load_calls:
+        if call in setup.collective_loads:
+            continue
         if not any(_saved_before(facts, save, call) and _on_rank0_only(facts, setup, save)
                    for save in _writes(facts)):
             continue

@@ -14,6 +14,7 @@ from ddpify.diagnostics import Rule
 from ddpify.rules import (
     checkpoints,
     data,
+    dcp,
     devices,
     downloads,
     epochs,
@@ -36,7 +37,7 @@ from ddpify.rules.cases import Case
 from ddpify.selfcheck import rules as selfcheck
 
 UNITS: tuple[ModuleType, ...] = (
-    setup, devices, model, sharding, data, epochs, downloads, splits, evaluation, hand_batches, loader_dicts,
+    setup, devices, model, sharding, dcp, data, epochs, downloads, splits, evaluation, hand_batches, loader_dicts,
     random_batches, side_effects, checkpoints, shared_names, training, report_only, frameworks, whole_file,
     selfcheck, suppressions,
 )

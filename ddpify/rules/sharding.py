@@ -18,6 +18,12 @@ from ddpify.analysis.nodes import calls_within, dotted_name, first_free, names_i
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion, replacement
 from ddpify.emit.fsdp2 import (
+    COMPILE_BLOCK_LINE,
+    DCP_LOAD_MODEL_CODE,
+    DCP_LOAD_OPTIMIZER_CODE,
+    DCP_MODEL_STATE_CODE,
+    DCP_OPTIMIZER_STATE_CODE,
+    DCP_SAVE_COMMENT,
     GATHERED_COMMENT,
     LOAD_MODEL_CODE,
     LOAD_OPTIMIZER_CODE,
@@ -27,14 +33,17 @@ from ddpify.emit.fsdp2 import (
     MODEL_STATE_CODE,
     OPTIMIZER_STATE_CODE,
     POLICY_ARGUMENT,
+    ROOT_COMPILE_COMMENT,
+    ROOT_COMPILE_CONDITION,
     SHARD_BLOCKS_CODE,
     SHARD_COMMENT,
     SHARD_ROOT_CODE,
     SHARD_ROOT_COMMENT,
+    fitted_assignment,
 )
-from ddpify.emit.layout import fits
 from ddpify.options import Options
 from ddpify.plan import Plan
+from ddpify.rules import dcp
 from ddpify.rules.cases import TRAINING, Emits, Silent
 
 RULES = (
@@ -52,6 +61,12 @@ RULES = (
     Rule("DDP109", Severity.EDIT, "optimizer built after the model is sharded",
          "fully_shard replaces the parameters with sharded ones: an optimizer built before "
          "it would hold the old tensors and update nothing the model uses.",
+         "Nothing to do."),
+    Rule("DDP110", Severity.EDIT, "torch.compile applied to each block before fully_shard",
+         "A script that compiles its model gets each repeated block compiled before its shard, "
+         "as torchtitan does: the blocks share one compiled graph, and FSDP2's gathers and "
+         "reduce-scatters around each block stay outside it. The root is not compiled under "
+         "torchrun; as a group of one (plain python) the script compiles the whole model as before.",
          "Nothing to do."),
     Rule("DDP312", Severity.EDIT, "full state dict gathered on every rank, saved or loaded as one file",
          "A sharded model's state_dict() holds only this rank's shards. "
@@ -108,9 +123,14 @@ def shard(facts: Facts, edits: Edits, setup: Plan, model: Model, anchor: Stateme
         function = facts.function_of(anchor)
         taken = names_in(function) if function is not None else facts.bound_names
         block = first_free("block", lambda name: name in taken)
+        compiled = _root_compile(facts, model, anchor)
+        compile_line = "" if compiled is None else COMPILE_BLOCK_LINE.format(
+            block=block, arguments=", ".join(edits.code(arg) for arg in compiled[1].args[1:]))
+        if compiled is not None:
+            _compile_only_as_a_group_of_one(edits, compiled[0], condition)
         code = SHARD_COMMENT + "\n" + SHARD_BLOCKS_CODE.format(
             condition=condition, model=model.name, blocks=blocks, block=block, policy=policy,
-            policy_line=policy_line)
+            policy_line=policy_line, compile_line=compile_line)
     statements = edits.statements(code)
     edits.insert_after(anchor, statements)
     edits.imports.add("fully_shard")
@@ -118,10 +138,35 @@ def shard(facts: Facts, edits: Edits, setup: Plan, model: Model, anchor: Stateme
                  "model sharded with FSDP2: fully_shard on the root (no block list)")
     setup.wrap_points[model.name] = anchor
     _optimizer_after_shard(facts, edits, model, anchor)
-    _full_state_dicts(facts, edits, model, anchor)
+    _full_state_dicts(facts, edits, setup, model, anchor)
     recurrent = [call for qualified in RECURRENT_LAYERS for call in facts.calls_named.get(qualified, ())]
     if recurrent and not any(diagnostic.code == "DDP908" for diagnostic in edits.diagnostics):  # once a file
         edits.report("DDP908", min(recurrent, key=facts.start_of))
+
+
+def _root_compile(facts: Facts, model: Model, anchor: Statement) -> Optional[tuple[Statement, cst.Call]]:
+    """`model = torch.compile(model, ...)` after the shard, in the block the shard goes into:
+    the statement and its call."""
+    for statement in facts.compile_statements.get(model.name, ()):
+        if _assigned_name(statement) != model.name or facts.block_of(statement) is not facts.block_of(anchor) \
+                or facts.start_of(statement) < facts.end_of(anchor):
+            continue
+        value = cast(cst.Assign, cast(cst.SimpleStatementLine, statement).body[0]).value
+        if isinstance(value, cst.Call) and value.args and dotted_name(value.args[0].value) == model.name \
+                and not any(arg.keyword is None for arg in value.args[1:]):
+            return statement, value
+    return None
+
+
+def _compile_only_as_a_group_of_one(edits: Edits, statement: Statement, condition: str) -> None:
+    """The script's own compile of the whole model runs only as a group of one."""
+    guarded = cst.If(
+        test=edits.expression(ROOT_COMPILE_CONDITION.format(condition=condition)),
+        body=cst.IndentedBlock(body=[statement.with_changes(leading_lines=())], header=cst.TrailingWhitespace(
+            whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(ROOT_COMPILE_COMMENT))),
+        leading_lines=statement.leading_lines)
+    edits.replace(statement, [guarded])
+    edits.report("DDP110", statement)
 
 
 def _model_class(facts: Facts, model: Model) -> Optional[str]:
@@ -296,7 +341,7 @@ def _assigned_name(statement: Statement) -> Optional[str]:
     return None
 
 
-def _full_state_dicts(facts: Facts, edits: Edits, model: Model, anchor: Statement) -> None:
+def _full_state_dicts(facts: Facts, edits: Edits, setup: Plan, model: Model, anchor: Statement) -> None:
     """After the shard, `model.state_dict()` would hold this rank's shards: every rank gathers
     the full one instead, into a name above the statement (so above the rank-0 guard of a
     save), and `model.load_state_dict(sd)` loads a full one into the shards. The optimizer's
@@ -309,21 +354,33 @@ def _full_state_dicts(facts: Facts, edits: Edits, model: Model, anchor: Statemen
             found.append((cast(cst.Call, facts.parents[access]), access.attr.value, name))
         for access in _method_calls(facts, optimizer, function, anchor) if optimizer else ():
             found.append((cast(cst.Call, facts.parents[access]), "optimizer." + access.attr.value, name))
+    # `state_dict()` takes no argument, `load_state_dict(state)` one.
+    found = [(call, method, name) for call, method, name in found
+             if method.split(".")[-1] in ("state_dict", "load_state_dict")
+             and len(call.args) == (1 if method.endswith("load_state_dict") else 0)]
+    converted = dcp.convert(facts, edits, setup, found, optimizer) if edits.options.dcp else None
     hoisted: dict[Statement, list[Statement]] = {}
     load_options: dict[cst.CSTNode, str] = {}
     for call, method, name in sorted(found, key=lambda item: facts.start_of(item[0])):
-        if method == "state_dict" and not call.args:
-            _gather(facts, edits, call, MODEL_STATE_CODE.format(model=name), hoisted)
-        elif method == "optimizer.state_dict" and not call.args:
-            _gather(facts, edits, call, OPTIMIZER_STATE_CODE.format(model=name, optimizer=optimizer), hoisted)
-        elif method in ("load_state_dict", "optimizer.load_state_dict") and len(call.args) == 1:
+        if converted is not None and call in converted.handled:
+            continue
+        if method in ("state_dict", "optimizer.state_dict"):
+            full = converted is None
+            code = (MODEL_STATE_CODE if full else DCP_MODEL_STATE_CODE) if method == "state_dict" else (
+                OPTIMIZER_STATE_CODE if full else DCP_OPTIMIZER_STATE_CODE)
+            _gather(facts, edits, call, code.format(model=name, optimizer=optimizer), hoisted, full)
+            continue
+        state = edits.code(call.args[0].value)
+        if converted is not None:
+            code = (DCP_LOAD_MODEL_CODE.format(model=name, state=state) if method == "load_state_dict"
+                    else DCP_LOAD_OPTIMIZER_CODE.format(model=name, optimizer=optimizer, state=state))
+        else:
             options = _load_options(facts, edits, call, load_options)
-            state = edits.code(call.args[0].value)
             code = (LOAD_MODEL_CODE.format(model=name, state=state, options=options) if method == "load_state_dict"
                     else LOAD_OPTIMIZER_CODE.format(model=name, optimizer=optimizer, state=state, options=options))
-            edits.expressions[call] = replacement(edits, code)
-            edits.imports.add("set_model_state_dict" if method == "load_state_dict" else "set_optimizer_state_dict")
             edits.report("DDP312", call)
+        edits.expressions[call] = replacement(edits, code)
+        edits.imports.add("set_model_state_dict" if method == "load_state_dict" else "set_optimizer_state_dict")
     _rank0_readers(facts, edits, holders, anchor)
 
 
@@ -335,7 +392,7 @@ def _load_options(facts: Facts, edits: Edits, call: cst.Call, made: dict[cst.CST
     if block not in made:
         name = first_free("load_options", lambda candidate: candidate in facts.bound_names)
         made[block] = name
-        code = _fitted(LOAD_OPTIONS_CODE.format(name=name), facts.positions[statement].start.column)
+        code = fitted_assignment(LOAD_OPTIONS_CODE.format(name=name), facts.positions[statement].start.column)
         options = edits.statement(code).with_changes(
             leading_lines=[cst.EmptyLine(comment=cst.Comment(LOAD_OPTIONS_COMMENT))])
         edits.before.setdefault(statement, []).append(Insertion([options], takes_blank_lines=True))
@@ -354,33 +411,28 @@ def _method_calls(facts: Facts, name: str, function: Optional[cst.FunctionDef],
 
 
 def _gather(facts: Facts, edits: Edits, call: cst.Call, code: str,
-            hoisted: dict[Statement, list[Statement]]) -> None:
+            hoisted: dict[Statement, list[Statement]], full: bool = True) -> None:
     """The gather goes into a name above the statement that used the state dict: every rank
     runs it there, also when the statement itself is a save that side_effects.py guards for
-    rank 0 (a collective inside the guard would wait forever for the other ranks)."""
+    rank 0 (a collective inside the guard would wait forever for the other ranks). With
+    `full=False` (--checkpoint dcp) the state dict is this rank's shards, for dcp.save."""
     statement = facts.statement_of(call)
-    edits.imports.update({"get_model_state_dict" if code.startswith("get_model") else "get_optimizer_state_dict",
-                          "StateDictOptions"})
-    edits.report("DDP312", call)
+    edits.imports.add("get_model_state_dict" if code.startswith("get_model") else "get_optimizer_state_dict")
+    if full:
+        edits.imports.add("StateDictOptions")
+        edits.report("DDP312", call)
     base = "model_state" if code.startswith("get_model") else "optimizer_state"
     name = first_free(base, lambda candidate: candidate in facts.bound_names or any(
         edits.code(earlier).startswith(f"{candidate} =") for earlier in hoisted.get(statement, ())))
-    gathered = edits.statement(_fitted(f"{name} = {code}", facts.positions[statement].start.column))
+    gathered = edits.statement(fitted_assignment(f"{name} = {code}", facts.positions[statement].start.column))
     if statement not in hoisted:
         hoisted[statement] = []
-        comment = GATHERED_COMMENT if statement in facts.output_statements else GATHERED_COMMENT.split(";")[0] + "."
+        comment = (DCP_SAVE_COMMENT if not full else GATHERED_COMMENT if statement in facts.output_statements
+                   else GATHERED_COMMENT.split(";")[0] + ".")
         gathered = gathered.with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(comment))])
         edits.before.setdefault(statement, []).append(Insertion(hoisted[statement], takes_blank_lines=True))
     hoisted[statement].append(gathered)
     edits.expressions[call] = replacement(edits, name)
-
-
-def _fitted(assignment: str, indent: int) -> str:
-    """`name = call(args)` on one line, or split the way black splits it."""
-    if fits(indent, assignment):
-        return assignment + "\n"
-    head, _, arguments = assignment.partition("(")
-    return f"{head}(\n    {arguments[:-1]}\n)\n"
 
 
 def _rank0_readers(facts: Facts, edits: Edits, holders: set, anchor: Statement) -> None:
@@ -439,6 +491,16 @@ CASES = (
     Emits(_BLOCKS + 'torch.save(model, "model.pt")\n', "DDP907", (), FSDP2),
     Emits(_BLOCKS.replace("torch.nn.Linear(4, 4) for", "torch.nn.GRU(4, 4) for"), "DDP908", (), FSDP2),
     Silent(_BLOCKS, "DDP908", FSDP2),
+    Emits(_BLOCKS.replace("model = Net().to(device)\n", "model = Net().to(device)\nmodel = torch.compile(model, "
+                          'mode="max-autotune")\n'), "DDP110",
+          ('        block.compile(mode="max-autotune")  # each block compiled before its shard\n'
+           "        fully_shard(block)",
+           'if not distributed:  # as a group of one; under torchrun each block was compiled\n'
+           '    model = torch.compile(model, mode="max-autotune")\n'), FSDP2),
+    Silent(_BLOCKS.replace("model = Net().to(device)\n", "model = Net().to(device)\nmodel = torch.compile(model)\n"),
+           "DDP110"),
+    # No block list: the whole model is compiled after its shard, as the script wrote it.
+    Silent(TRAINING.replace("optimizer = torch", "model = torch.compile(model)\noptimizer = torch"), "DDP110", FSDP2),
     Emits(_BLOCKS.replace("model = Net().to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)",
                           "model = Net()\nparams = list(model.parameters())\nmodel.to(device)\n"
                           "optimizer = torch.optim.SGD(params, lr=0.1)"), "DDP906", (), FSDP2),

@@ -103,6 +103,8 @@ def _guard_prints_and_saves(facts: Facts, edits: Edits, setup: Plan) -> None:
             continue
         if call in facts.save_calls and _saves_to_memory(facts, call):
             continue  # serialising into a buffer writes no file
+        if call in setup.collective_saves:
+            continue  # dcp.save: every rank writes its own shards
         if _in_dataset_class(facts, statement):
             continue
         edits.guarded[statement] = setup.guard_for(facts, statement)

@@ -12,7 +12,8 @@ import threading
 
 import click
 
-from ddpify.verify.checks import CHECK_IDS
+from ddpify.options import CHECKPOINT_FORMATS, STRATEGIES
+from ddpify.verify.checks import CHECK_IDS, default_checks
 
 INSTALL_HINT = 'ddpify verify needs torch: pip install -e ".[verify]" (or pip install torch)'
 
@@ -36,9 +37,11 @@ class NothingToVerify(Exception):
         self.message, self.status = message, status
 
 
-def parse_checks(value: str | None) -> tuple[str, ...]:
+def parse_checks(value: str | None, strategy: str = "ddp") -> tuple[str, ...]:
+    """The checks asked for, or every check of the strategy (FSDP2's sharding checks only
+    with --strategy fsdp2)."""
     if not value:
-        return CHECK_IDS
+        return default_checks(strategy)
     chosen = tuple(part.strip().replace("-", "_") for part in value.split(",") if part.strip())
     unknown = [check_id for check_id in chosen if check_id not in CHECK_IDS]
     if unknown:
@@ -46,21 +49,23 @@ def parse_checks(value: str | None) -> tuple[str, ...]:
     return chosen
 
 
-def migrate_into(script: str, target: str) -> tuple[list[str], bool, int]:
+def migrate_into(script: str, target: str, options=None) -> tuple[list[str], bool, int]:
     """Migrates script into target the way `ddpify SCRIPT -o TARGET` does (its reading,
-    encodings, line endings, messages and atomic write). Returns the diagnostic lines,
-    whether the migration changed anything and the exit status `ddpify` would have."""
+    encodings, line endings, messages and atomic write), with the migration's options
+    (--strategy). Returns the diagnostic lines, whether the migration changed anything and
+    the exit status `ddpify` would have."""
     from ddpify.formats import text_line
     from ddpify.jobs import ERROR, WRITE, Job, run, visible
+    from ddpify.options import Options
 
-    report = run(Job(script, WRITE, output=target))
+    report = run(Job(script, WRITE, options=options or Options(), output=target))
     if report.exit_code == ERROR:
         raise UsageFailure(f"cannot migrate {report.error or script}")
     return [text_line(script, diagnostic) for diagnostic in report.diagnostics
             if visible(diagnostic, verbose=False, quiet=False)], report.changed, report.exit_code
 
 
-def migrate_project(path: str, target: str) -> tuple[list[str], bool, int, str]:
+def migrate_project(path: str, target: str, options=None) -> tuple[list[str], bool, int, str]:
     """Writes a migrated copy of the project tree into target, as `ddpify PATH -o TARGET/`
     does: PATH is a folder (each of its Python files migrated) or an entry script (its tree,
     the modules it imports migrated). Returns the diagnostic lines, whether any file
@@ -76,7 +81,7 @@ def migrate_project(path: str, target: str) -> tuple[list[str], bool, int, str]:
     clash = project_jobs.overlap(tree)
     if clash:
         raise UsageFailure(clash)
-    prepared = [prepare(job) for job in project_jobs.tree_jobs(tree, Options())]
+    prepared = [prepare(job) for job in project_jobs.tree_jobs(tree, options or Options())]
     failure = next((report for report in prepared if report.exit_code == ERROR), None)
     if failure is not None:
         raise UsageFailure(f"cannot migrate {failure.error or failure.path}")
@@ -189,18 +194,29 @@ status `ddpify SCRIPT` has (0 already distributed or no training, 1 left for a p
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the report as JSON here.")
 @click.option("--checks", "checks_value", metavar="IDS",
               help="Comma-separated checks to run; only the runs they need are launched [default: all].")
+@click.option("--strategy", type=click.Choice(STRATEGIES), default="ddp", show_default=True,
+              help="The target SCRIPT is migrated to (as `ddpify --strategy`); fsdp2 adds the checks "
+              "params_sharded, optimizer_sharded and full_checkpoint.")
+@click.option("--fsdp-blocks", metavar="ATTR", help="With --strategy fsdp2: as `ddpify --fsdp-blocks`.")
+@click.option("--checkpoint", "checkpoint_format", type=click.Choice(CHECKPOINT_FORMATS), default="full",
+              show_default=True, help="With --strategy fsdp2: as `ddpify --checkpoint`.")
 @click.option("--skip-multinode", is_flag=True, help="Leave out the two-agent run and its check.")
 @click.option("--keep-temp", is_flag=True, help="Keep the run directories (scripts, outputs, event files).")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def verify_command(
     script, migrated, project, nproc, device, full_epochs, max_steps, max_epochs, timeout, json_path, checks_value,
-    skip_multinode, keep_temp, script_args,
+    strategy, fsdp_blocks, checkpoint_format, skip_multinode, keep_temp, script_args,
 ):
     """Prove a migration by running it: SCRIPT and its DDP version, with and without torchrun.
 
     Arguments after `--` go to both scripts: ddpify verify train.py -- --epochs 1
     """
-    checks = parse_checks(checks_value)
+    from ddpify.options import Options
+
+    if checkpoint_format == "dcp" and strategy != "fsdp2":
+        raise UsageFailure("--checkpoint dcp needs --strategy fsdp2")
+    options = Options(strategy=strategy, fsdp_blocks=fsdp_blocks, checkpoint=checkpoint_format)
+    checks = parse_checks(checks_value, strategy)
     if skip_multinode:
         checks = tuple(check_id for check_id in checks if check_id != "multinode_ready")
     if json_path:
@@ -210,7 +226,7 @@ def verify_command(
     try:
         with sigterm_raises():
             status = verify_and_report(script, migrated, project, nproc, device, full_epochs, max_steps, max_epochs,
-                                       timeout, json_path, checks, keep_temp, script_args)
+                                       timeout, json_path, checks, keep_temp, script_args, options)
     except KeyboardInterrupt:
         click.echo("ddpify verify: interrupted; every process it started was stopped", err=True)
         raise SystemExit(130) from None
@@ -221,7 +237,7 @@ def verify_command(
 
 
 def verify_and_report(script, migrated, project, nproc, device, full_epochs, max_steps, max_epochs, timeout,
-                      json_path, checks, keep_temp, script_args) -> int:
+                      json_path, checks, keep_temp, script_args, options=None) -> int:
     from ddpify.verify.report import render_text, write_json
     from ddpify.verify.runner import RunSettings
     from ddpify.verify.session import DeviceError, verify
@@ -231,9 +247,9 @@ def verify_and_report(script, migrated, project, nproc, device, full_epochs, max
     with tempfile.TemporaryDirectory(prefix="ddpify-verify-") as scratch:
         try:
             if project is not None:
-                migrated, roots = migrated_project_entry(script, migrated, project, scratch)
+                migrated, roots = migrated_project_entry(script, migrated, project, scratch, options)
             else:
-                migrated, roots = migrated_script(script, migrated, scratch), None
+                migrated, roots = migrated_script(script, migrated, scratch, options), None
         except NothingToVerify as nothing:
             click.echo(nothing.message)
             return nothing.status
@@ -256,7 +272,7 @@ def verify_and_report(script, migrated, project, nproc, device, full_epochs, max
 
 
 def migrated_project_entry(script: str, migrated: str | None, project: str,
-                           scratch: str) -> tuple[str, dict[str, str]]:
+                           scratch: str, options=None) -> tuple[str, dict[str, str]]:
     """The migrated entry script, and the folder each version runs from. An existing -o
     folder is used as it is; otherwise the project is migrated into it (or into scratch)."""
     from ddpify.project_jobs import tree_of
@@ -268,7 +284,7 @@ def migrated_project_entry(script: str, migrated: str | None, project: str,
         raise UsageFailure(f"{script} is not inside the project folder {project}")
     target = migrated or os.path.join(scratch, "migrated")
     if not os.path.exists(target):
-        lines, changed, status, root = migrate_project(project or script, target)
+        lines, changed, status, root = migrate_project(project or script, target, options)
         for line in lines:
             click.echo(line, err=True)
         if not changed:
@@ -280,7 +296,7 @@ def migrated_project_entry(script: str, migrated: str | None, project: str,
     return migrated_entry, {script: root, migrated_entry: target}
 
 
-def migrated_script(script: str, migrated: str | None, scratch: str) -> str:
+def migrated_script(script: str, migrated: str | None, scratch: str, options=None) -> str:
     """The migrated script: an existing -o file as it is, else SCRIPT migrated into -o (or
     into scratch)."""
     if migrated is not None and os.path.isdir(migrated):
@@ -291,7 +307,7 @@ def migrated_script(script: str, migrated: str | None, scratch: str) -> str:
         return migrated
     stem = os.path.splitext(os.path.basename(script))[0]
     target = migrated or os.path.join(scratch, f"{stem}_ddp.py")
-    lines, changed, status = migrate_into(script, target)
+    lines, changed, status = migrate_into(script, target, options)
     for line in lines:
         click.echo(line, err=True)
     if not changed:

@@ -52,7 +52,14 @@ from ddpify.verify.probing.paths import (
     working_copy,
 )
 from ddpify.verify.probing.recorders import ORIGINAL_OPEN, LineRecorder, Recorder
-from ddpify.verify.probing.torch_objects import has_module_prefix, sampler_shuffles, tensor_bytes
+from ddpify.verify.probing.torch_objects import (
+    has_module_prefix,
+    sampler_shuffles,
+    saved_tensors,
+    shard_figures,
+    tensor_bytes,
+    whole,
+)
 from ddpify.verify.probing.tracebacks import error_line, script_traceback
 
 # Reads of one path recorded at most this often: a dataset file read per sample is noise.
@@ -99,6 +106,10 @@ class Probe:
         # Strong references keep id() values from being reused by new objects.
         self.keep_alive: list[Any] = []
         self.stdout: LineRecorder | None = None
+        # Modules handed to FSDP2's fully_shard, in order (the root comes last), and the
+        # optimizers whose parameters were described at their first step.
+        self.sharded_modules: list[Any] = []
+        self.optimizers_described: set[int] = set()
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -225,8 +236,15 @@ class Probe:
             self.optimizer_ordinals[id(optimizer)] = len(self.optimizer_ordinals)
             self.keep_alive.append(optimizer)
         params = [p for group in optimizer.param_groups for p in group["params"]]
+        if self.optimizer_ordinals[id(optimizer)] not in self.optimizers_described:
+            self.optimizers_described.add(self.optimizer_ordinals[id(optimizer)])
+            self.recorder.emit("shards", optimizer=self.optimizer_ordinals[id(optimizer)],
+                               **shard_figures(params, self.sharded_modules))
         digest = hashlib.sha1()
         with torch.no_grad():
+            # FSDP2: each rank holds a shard of each parameter; the digest is of the whole
+            # (gathered on every rank: each steps the same optimizer at the same point).
+            params = [whole(param) for param in params]
             checksum = sum(float(p.detach().double().sum()) for p in params)
             for param in params:
                 digest.update(tensor_bytes(param))
@@ -244,6 +262,11 @@ class Probe:
         if self.max_steps and self.steps >= self.max_steps:
             self.stop("max_steps")
 
+    def on_shard(self, module: Any) -> None:
+        self.sharded_modules.append(module)
+        self.keep_alive.append(module)
+        self.recorder.emit("shard", module=type(module).__name__.removeprefix("FSDP"), where=self.where())
+
     def on_save(self, obj: Any, path: str | None, where: str | None, started: float) -> None:
         from torch import nn
 
@@ -254,6 +277,7 @@ class Probe:
             scope=None if path is None else path_scope(path, self.run_dir),
             module_prefix=has_module_prefix(obj),
             wrapped=isinstance(obj, (nn.parallel.DistributedDataParallel, nn.DataParallel)),
+            tensors=saved_tensors(obj),
             where=where,
             t=started,
         )

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ddpify.verify.checks import CHECK_IDS, evaluate, runs_needed
+from ddpify.verify.checks import CHECK_IDS, default_checks, evaluate, runs_needed
 from ddpify.verify.checks.handoff import early_reads, handoff_paths
 from ddpify.verify.checks.result import FAIL, CheckResult
 from ddpify.verify.records import RunResult
@@ -118,7 +118,7 @@ def verify(
     original: str,
     migrated: str,
     settings: RunSettings,
-    checks: Sequence[str] = CHECK_IDS,
+    checks: Sequence[str] = default_checks("ddp"),
     nproc: int | None = None,
     keep_temp: bool = False,
     on_run: Callable[[RunResult], None] = lambda run: None,

@@ -5,6 +5,7 @@ here so that one writer, one voice and hand-off agree on what counts as a user's
 """
 from __future__ import annotations
 
+import os
 import re
 
 from ddpify.verify.run_set import Runs
@@ -41,6 +42,25 @@ def written_paths(rank_events: list[dict]) -> list[str]:
         if event["path"] not in paths:
             paths.append(event["path"])
     return paths
+
+
+# A Distributed Checkpoint's files (torch.distributed.checkpoint's FileSystemWriter): each
+# rank writes its own shards, `__{rank}_{n}.distcp`, and the coordinator the `.metadata`
+# (through `.metadata.tmp`), all in the folder the checkpoint is named by.
+DCP_SHARD = re.compile(r"^__(\d+)_\d+\.distcp$")
+DCP_METADATA = (".metadata", ".metadata.tmp")
+
+
+def dcp_folder(path: str) -> str | None:
+    """The checkpoint folder a Distributed Checkpoint file belongs to, else None."""
+    folder, name = os.path.split(path)
+    return folder if folder and (DCP_SHARD.match(name) or name in DCP_METADATA) else None
+
+
+def own_dcp_shard(rank: int, path: str) -> bool:
+    """`__1_0.distcp` written by rank 1: its own shard of a dcp.save, by design."""
+    match = DCP_SHARD.match(os.path.basename(path))
+    return match is not None and int(match.group(1)) == rank
 
 
 def first_write_of(rank_events: list[dict], path: str) -> dict:

@@ -10,6 +10,7 @@ from ddpify.verify.checks.events import (
     capped,
     events_of,
     first_write_of,
+    own_dcp_shard,
     per_machine_preparation,
     user_writes,
     written_paths,
@@ -23,7 +24,8 @@ def one_writer_in(runs: Runs, run: RunResult) -> CheckResult:
     check_id, title = "one_writer", "one writer"
     problems, notes = [], []
     for rank, rank_events in sorted(run.events.items()):
-        paths = written_paths(rank_events)
+        # dcp.save (--checkpoint dcp): each rank writes its own shard file, by design.
+        paths = [path for path in written_paths(rank_events) if not own_dcp_shard(rank, path)]
         preparation = per_machine_preparation(rank_events) if rank != 0 else []
         if preparation:
             notes.append(f"rank {rank}, first on its machine, prepared data before training: "

@@ -21,6 +21,11 @@ What is recorded, and where the hook sits:
 * ``.to()/.cuda()/.cpu()`` on a DDP wrapper or on the module it wraps, after the wrap;
   ``init_process_group``; every line written to ``sys.stdout``, with the script line that
   printed it; ``torch.manual_seed``.
+* FSDP2: each module ``fully_shard`` is given (``torch.distributed.fsdp.fully_shard``), and
+  at each optimizer's first step how its parameters relate to them (DTensor shards, this
+  rank's numbers against the whole, still the modules' parameters or replaced ones); the
+  step's digest is of the gathered parameters. ``torch.save`` also records the names,
+  shapes and kinds (DTensor or not) of the model tensors it writes.
 * the end: the exit status, or the error with the script's line and frames, and the time,
   so that the rank that failed first (the cause) can be told from ranks that failed after.
 """
@@ -50,7 +55,7 @@ def install_hooks(probe: Probe) -> None:
 
     # Every hook is made, keeping its original, before the first one is installed.
     replacements = [*_loader_hooks(probe), *_training_hooks(probe), *_file_hooks(probe),
-                    *_wrapping_hooks(probe)]
+                    *_wrapping_hooks(probe), *_sharding_hooks(probe)]
     # setattr, not assignment: replacing torch's own methods is the point, and a type
     # checker rightly refuses `Class.method = function` everywhere else.
     for owner, attribute, replacement in replacements:
@@ -209,3 +214,21 @@ def _wrapping_hooks(probe: Probe) -> list[Replacement]:
         (dist.distributed_c10d, "init_process_group", init_pg_hook),
         *((nn.Module, name, move_hook(name, getattr(nn.Module, name))) for name in MOVES),
     ]
+
+
+def _sharding_hooks(probe: Probe) -> list[Replacement]:
+    """FSDP2's fully_shard, as `from torch.distributed.fsdp import fully_shard` finds it: the
+    modules it shards (the root last), for the sharding checks."""
+    import functools
+
+    from torch.distributed import fsdp
+
+    original_fully_shard = fsdp.fully_shard
+
+    @functools.wraps(original_fully_shard)
+    def fully_shard_hook(module, *args, **kwargs):
+        result = original_fully_shard(module, *args, **kwargs)
+        probe.on_shard(module)
+        return result
+
+    return [(fsdp, "fully_shard", fully_shard_hook)]
