@@ -10,7 +10,7 @@ from typing import Optional, Union
 import libcst as cst
 
 from ddpify.analysis.control import Facts
-from ddpify.analysis.facts import BlockItem, DeviceAssignment, Loader, LoaderDict
+from ddpify.analysis.facts import BlockItem, DeviceAssignment, Loader, LoaderDict, Statement
 from ddpify.diagnostics import Diagnostic
 
 
@@ -41,6 +41,8 @@ class Plan:
     device_elsewhere: bool = False
     # The device is a string ("cuda" if ... else "cpu"), and stays one.
     device_is_string: bool = False
+    # That string names a GPU by index (`f"cuda:{local_rank}"`), so it is not its own type.
+    device_string_indexed: bool = False
     # Models wrapped in the setup's scope, and how many of them the script never moves off
     # the CPU: when none is moved, the process group uses Gloo whatever the machine has.
     wrapped_models: int = 0
@@ -49,6 +51,10 @@ class Plan:
     # test, or inside a loop): the process group is created on the first call only.
     called_repeatedly: bool = False
     guards_used: set[str] = field(default_factory=set)
+    # Statements that shard a loader before the setup's function has run (data.py): the
+    # group is joined above the first of them in each block (setup.place), and the setup
+    # joins it only when that has not happened.
+    early_joins: list[Statement] = field(default_factory=list)
     # A helper module of a project (facts.library): no setup block here; the script that
     # imports it joins the group, and its code asks dist.is_initialized() at run time.
     library: bool = False
@@ -108,7 +114,9 @@ class Plan:
     def device_type(self) -> str:
         """An expression for the type of this rank's device ("cuda", "cpu", ...)."""
         # A string choice is "cuda" or "cpu" (analysis._is_string_choice): the string is its type.
-        return self.device if self.device_is_string else f"{self.device}.type"
+        if self.device_is_string and not self.device_string_indexed:
+            return self.device
+        return f"torch.device({self.device}).type" if self.device_is_string else f"{self.device}.type"
 
     def sees_setup(self, facts: Facts, node: cst.CSTNode) -> bool:
         """Whether code at node can read the names the setup block defines."""

@@ -52,12 +52,15 @@ def test_use_cuda_flag_is_kept():
     assert 'dist.init_process_group("nccl" if use_cuda else "gloo")' in code
 
 
-def test_device_from_a_flag_is_named_once():
+def test_device_from_a_flag_keeps_its_type():
+    """`--device mps` or `xpu` stays that device: the setup only gives it this rank's index."""
     code, _ = migrate(
         "device = torch.device(args.device)\nmodel = torch.nn.Linear(2, 1).to(device)\nx = torch.ones(2)\n"
     )
-    assert 'use_cuda = torch.device(args.device).type == "cuda"' in code
     assert code.count("torch.device(args.device)") == 1
+    assert "use_cuda" not in code and 'torch.device("cpu")' not in code
+    assert "device = torch.device(device.type, local_rank)" in code
+    assert "dist.init_process_group(dist.get_default_backend_for_device(device))" in code
 
 
 def test_is_available_condition_is_unchanged():

@@ -345,6 +345,9 @@ TODAYS_WRONG = {
     "later": (["DDP910"], [("DDP106", 11)]),  # net.cuda() deleted
     "resume": (["DDP911"], [("DDP303", 23)]),  # wrap in the fresh branch, before the move
     "strdev2": (["DDP915"], []),  # the string device became a torch.device
+    "loaders_first": (["DDP917", "DDP917"], []),  # samplers asked for the group before Trainer joined it
+    # the whole `with open(log)` block under `if is_main:`, the training inside it
+    "csv_log_around_training": (["DDP916", "DDP916"], []),
 }
 
 

@@ -5,7 +5,7 @@ from typing import Callable, Optional
 import libcst as cst
 
 from ddpify.analysis import names
-from ddpify.analysis.nodes import dotted_name, positional_args, string_value
+from ddpify.analysis.nodes import positional_args, string_value
 
 
 class DeviceValues:
@@ -19,9 +19,6 @@ class DeviceValues:
             arguments = positional_args(value)
             if len(value.args) != 1 or len(arguments) != 1:
                 return None
-            if dotted_name(arguments[0]) is not None:
-                # `torch.device(args.device)`: the user picks; `--device cpu` must still work.
-                return f'torch.device({self.module.code_for_node(arguments[0])}).type == "cuda"'
             return self.gpu_condition(arguments[0])
         if not isinstance(value, cst.IfExp) or not self.names_gpu(value.body):
             return None
@@ -40,10 +37,10 @@ class DeviceValues:
         if isinstance(value, cst.IfExp):
             return self.cuda_or_cpu(value.body) and self.cuda_or_cpu(value.orelse)
         if isinstance(value, cst.Call) and self.calls(value, names.TORCH_DEVICE):
+            # Not `torch.device(args.device)`: the user may name any device type (mps, xpu),
+            # so the choice is kept and only refined to this rank's index, never replaced.
             arguments = positional_args(value)
-            return len(arguments) == 1 and (
-                dotted_name(arguments[0]) is not None or self.cuda_or_cpu(arguments[0])
-            )
+            return len(arguments) == 1 and self.cuda_or_cpu(arguments[0])
         text = string_value(value)
         if text is not None:
             return text in ("cuda", "cpu") or text.startswith("cuda:")

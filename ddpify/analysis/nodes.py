@@ -64,11 +64,12 @@ def is_fixed_gpu(node: cst.BaseExpression) -> bool:
 
 
 def is_string_choice(value: cst.BaseExpression) -> bool:
-    """`"cuda" if cond else "cpu"` (not a fixed `"cuda:0"`, which pins one GPU for all)."""
+    """`"cuda" if cond else "cpu"`, or `"cuda:0" if cond else "cpu"`: a string stays a string
+    (its GPU index becomes the rank's own, `f"cuda:{local_rank}"`)."""
     if isinstance(value, cst.IfExp):
         return is_string_choice(value.body) and is_string_choice(value.orelse)
     text = string_value(value)
-    return text in ("cuda", "cpu")
+    return text is not None and (text in ("cuda", "cpu") or is_fixed_gpu(value))
 
 
 def is_true(node: cst.BaseExpression) -> bool:
@@ -217,7 +218,9 @@ def names_within(node: cst.CSTNode) -> list[str]:
             dotted = dotted_name(attribute)
             if dotted:
                 found.append(dotted)
-            return True
+            # `self.train_loader` reads `self`, not a variable named `train_loader`.
+            attribute.value.visit(self)
+            return False
 
     node.visit(_Names())
     return found

@@ -67,6 +67,20 @@ if distributed:
 """
 
 
+# Code that shards a loader before the setup's function runs (loaders made in the
+# `__main__` block, then handed to a Trainer whose __init__ holds the setup) joins the group
+# there, so that its `dist.is_initialized()` is true under torchrun; the setup then finds
+# the group made. Plain `python` skips it.
+EARLY_JOIN_COMMENT = "# Distributed setup: join torchrun's process group before the loaders below are sharded."
+
+EARLY_JOIN_CODE = """\
+if {running}"WORLD_SIZE" in os.environ and not dist.is_initialized():
+    if torch.accelerator.is_available():
+        torch.accelerator.set_device_index(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group()
+"""
+
+
 # A script that never chooses a device trains on the CPU: so does every rank.
 CPU_ONLY_CODE = """\
 if distributed:

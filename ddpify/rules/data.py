@@ -23,6 +23,7 @@ from ddpify.plan import Plan
 from ddpify.rules import downloads, hand_batches, splits
 from ddpify.rules.cases import TRAINING, Emits, Silent
 from ddpify.rules.epochs import SET_EPOCH_IF_DISTRIBUTED_CODE, plan_external, set_epoch
+from ddpify.rules.setup import group_joined_before
 
 RULES = (
     Rule("DDP201", Severity.EDIT, "DistributedSampler carries the loader's shuffle",
@@ -218,6 +219,9 @@ def attach_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loader,
     if not setup.sees_setup(facts, loader.call):
         condition = OUT_OF_SETUP_CONDITION
         edits.imports.add("dist")
+        if not setup.library and not group_joined_before(facts, setup, loader.call):
+            # The condition must hold where it is placed: the group is joined above it.
+            setup.early_joins.append(loader.statement)
     if only_when is not None:
         condition = f"{condition} and {parenthesized(only_when)}"
     sampler = derived_name(loader, "sampler", taken)

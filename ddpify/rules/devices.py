@@ -47,6 +47,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         return
     device = setup.device
     _keep_device_choice(edits, setup)
+    _index_of_this_rank_in_string_choice(facts, edits, setup)
     for call in facts.fixed_device_moves:
         if not setup.sees_setup(facts, call):
             edits.report("DDP003", call, f"fixed GPU here cannot see `{device}`: pass it in and use .to({device})")
@@ -66,6 +67,19 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     for statement in facts.visible_devices_statements:
         edits.report("DDP004", statement)
     _keep_device_comparisons(facts, edits, setup)
+
+
+def _index_of_this_rank_in_string_choice(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """`"cuda:0" if ... else "cpu"` names GPU 0 on every rank. The device keeps its type, a
+    string (a config dict written as JSON, `device.startswith(...)`): only its index becomes
+    the rank's own, `f"cuda:{local_rank}"`, which is "cuda:0" under plain `python`."""
+    if not setup.device_is_string or setup.choice_statement is None:
+        return
+    for string in facts.fixed_gpu_strings:
+        if facts.ancestor_in(string, setup.choice_statement) is not None:
+            edits.expressions[string] = replacement(edits, f"f{string.quote}cuda:{{local_rank}}{string.quote}")
+            edits.report("DDP002", string)
+            setup.device_string_indexed = True
 
 
 def _current_device_in_helper_module(facts: Facts, edits: Edits) -> None:

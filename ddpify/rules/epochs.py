@@ -4,7 +4,7 @@ from typing import Optional, Union, cast
 import libcst as cst
 
 from ddpify.analysis.control import Facts, parameter_names
-from ddpify.analysis.facts import ExternalLoader, Loader, Statement
+from ddpify.analysis.facts import BlockItem, ExternalLoader, Loader, Statement
 from ddpify.analysis.nodes import dotted_name, find_all, names_within
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
@@ -83,7 +83,12 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
             edits.insert_after(rebound, edits.statements(code))
         else:
             first = epoch_loop.body.body[0]
-            edits.insert_before(first, Insertion(edits.statements(code)))
+            statements = edits.statements(code)
+            if _inserted_already(edits, first, statements):
+                # Two loaders that reach one loop under one name (`self.train_loader` of a
+                # Trainer built once per loader) share its set_epoch.
+                return
+            edits.insert_before(first, Insertion(statements))
         edits.report("DDP202", epoch_loop)
         return
     # `while step < max_steps: for batch in loader:`, or `except StopIteration: it =
@@ -107,6 +112,12 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
     if not handed_in and not _handed_to_project_training(facts, loader):
         # (A loader this helper module is handed gets its epoch from the caller's loop.)
         edits.report("DDP211", loader.call)
+
+
+def _inserted_already(edits: Edits, anchor: BlockItem, statements: list[Statement]) -> bool:
+    return any(len(insertion.statements) == len(statements) and all(
+        old.deep_equals(new) for old, new in zip(insertion.statements, statements))
+        for insertion in edits.before.get(anchor, []))
 
 
 def _handed_to_project_training(facts: Facts, loader: Union[Loader, ExternalLoader]) -> bool:

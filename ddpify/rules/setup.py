@@ -16,6 +16,8 @@ from ddpify.emit import fsdp2
 from ddpify.emit.ddp import (
     CPU_ONLY_CODE,
     EARLY_GROUP_CODE,
+    EARLY_JOIN_CODE,
+    EARLY_JOIN_COMMENT,
     ENVIRONMENT_CODE,
     IS_MAIN_CODE,
     IS_MAIN_FROM_ENVIRONMENT_CODE,
@@ -44,8 +46,9 @@ RULES = (
          "A process group left open can hang the launcher at exit and leaks NCCL resources.",
          "Nothing to do."),
     Rule("DDP009", Severity.EDIT, "setup in a function called more than once: the group is created once",
-         "The device is chosen in a function that runs several times (a get_device() helper); "
-         "a second init_process_group would raise.",
+         "The device is chosen in a function that runs several times (a get_device() helper, "
+         "or the __init__ of a Trainer built once per fold or per stage); a second "
+         "init_process_group would raise.",
          "Nothing to do."),
 )
 
@@ -163,13 +166,75 @@ def _for_this_script(code: str, facts: Facts, plan: Plan) -> str:
             if plan.called_repeatedly:
                 lines.append(f"{indent}if not dist.is_initialized():  # the first call sets it up\n")
                 line = "    " + line
+            elif plan.early_joins:
+                lines.append(f"{indent}if not dist.is_initialized():  # not joined before the loaders\n")
+                line = "    " + line
         lines.append(line)
     return "".join(lines)
 
 
 def called_repeatedly(facts: Facts, function: Optional[cst.FunctionDef]) -> bool:
+    """Whether the setup's function may run more than once. A class's `__init__` runs once
+    per instance: each `Trainer(...)` counts, one in a loop counts many, and a class this
+    file never builds (a factory, another module) may be built any number of times."""
+    owner = facts.class_of(function) if function is not None else None
+    if owner is not None and function is not None and function.name.value == "__init__":
+        calls = facts.calls_by_callee.get(owner.name.value, [])
+        return len(calls) != 1 or any(facts.enclosing_loops(call) for call in calls)
     calls = facts.calls_of(function)
     return len(calls) > 1 or any(facts.enclosing_loops(call) for call in calls)
+
+
+def _calls_running(facts: Facts, function: cst.FunctionDef) -> list[cst.Call]:
+    """The calls that run a function: `Trainer(...)` for `Trainer.__init__`."""
+    owner = facts.class_of(function)
+    if owner is not None and function.name.value == "__init__":
+        return list(facts.calls_by_callee.get(owner.name.value, ()))
+    return facts.calls_of(function)
+
+
+def group_joined_before(facts: Facts, plan: Plan, node: cst.CSTNode) -> bool:
+    """Whether the setup's function has run wherever `node` runs, so that a condition on
+    `dist.is_initialized()` there is true under torchrun. Rule: an inserted condition must be
+    true where it is placed; the setup dominates a node only when a call that reaches the
+    setup comes first in the node's scope, or in that of every caller of the node's function.
+    A function this file never calls is taken to run after the setup (a helper of it)."""
+    setup_function = plan.function
+    if setup_function is None:
+        return True
+    reaching = {setup_function}
+    calls: list[cst.Call] = []
+    pending = [setup_function]
+    while pending:
+        for call in _calls_running(facts, pending.pop()):
+            calls.append(call)
+            caller = facts.function_of(call)
+            if caller is not None and caller not in reaching:
+                reaching.add(caller)
+                pending.append(caller)
+
+    def joined(node: cst.CSTNode, seen: frozenset) -> bool:
+        function = facts.function_of(node)
+        if function is setup_function:
+            return True
+        start = facts.start_of(node)
+        if any(facts.function_of(call) is function and facts.start_of(call) < start for call in calls):
+            return True
+        if function is None or function in seen:
+            return False
+        sites = _calls_running(facts, function)
+        return all(joined(site, seen | {function}) for site in sites)
+
+    return joined(node, frozenset())
+
+
+def _report_repeated(edits: Edits, facts: Facts, function: cst.FunctionDef) -> None:
+    owner = facts.class_of(function)
+    if owner is not None and function.name.value == "__init__":
+        edits.report("DDP009", function, f"setup in {owner.name.value}.__init__, which may run once per "
+                                          f"{owner.name.value}(...): the group is created once")
+    else:
+        edits.report("DDP009", function)
 
 
 def place(facts: Facts, edits: Edits, plan: Plan) -> None:
@@ -177,7 +242,8 @@ def place(facts: Facts, edits: Edits, plan: Plan) -> None:
     edits.imports.update({"os", "dist"})
     plan.called_repeatedly = called_repeatedly(facts, plan.function)
     if plan.called_repeatedly and plan.function is not None:  # only a function runs repeatedly
-        edits.report("DDP009", plan.function)
+        _report_repeated(edits, facts, plan.function)
+    _join_early(facts, edits, plan)
     if plan.choice_statement is not None:
         _place_after_choice(facts, edits, plan)
         return
@@ -216,6 +282,22 @@ def place(facts: Facts, edits: Edits, plan: Plan) -> None:
         return
     edits.insert_before(anchor, Insertion(setup, takes_blank_lines=True), first=True)
     edits.report("DDP001", anchor)
+
+
+def _join_early(facts: Facts, edits: Edits, plan: Plan) -> None:
+    """Above the first loader of each block that is sharded before the setup has run."""
+    firsts: dict = {}
+    for statement in plan.early_joins:
+        block = facts.block_of(statement)
+        if block not in firsts or facts.start_of(statement) < facts.start_of(firsts[block]):
+            firsts[block] = statement
+    for block, statement in firsts.items():
+        edits.imports.add("torch")
+        imported_too = block is facts.module and facts.main_guard is not None
+        code = EARLY_JOIN_CODE.format(running='__name__ == "__main__" and ' if imported_too else "")
+        join = edits.statements(code)
+        join[0] = join[0].with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(EARLY_JOIN_COMMENT))])
+        edits.insert_before(statement, Insertion(join, takes_blank_lines=True), first=True)
 
 
 def _place_after_choice(facts: Facts, edits: Edits, plan: Plan) -> None:

@@ -1,4 +1,4 @@
-"""The self-check's rules (DDP910-DDP915): what a second reading of ddpify's own output can
+"""The self-check's rules (DDP910-DDP917): what a second reading of ddpify's own output can
 find wrong. The detection is in this package (loaders, models, output, setup); the rules and
 their cases live here, beside it, rather than in ddpify/rules/, whose units plan edits.
 """
@@ -47,12 +47,25 @@ RULES = (
          "(`torch.autocast(device_type=device)`, `device.startswith(\"cuda\")`) raises once it "
          "is a torch.device.",
          "Keep the string: `device = f\"cuda:{local_rank}\"` (or give the torch.device another name)."),
+    Rule("DDP917", Severity.WARNING, "self-check: a sampler asks for the process group before it is joined",
+         "`DistributedSampler(dataset) if dist.is_initialized() else None` is None wherever it "
+         "runs before init_process_group: loaders built in the `__main__` block before the "
+         "Trainer whose __init__ joins the group give every rank the whole dataset.",
+         "Join the group above the loaders (`if \"WORLD_SIZE\" in os.environ: "
+         "dist.init_process_group()`), or build them after the setup has run."),
 )
 
 
 _MOVED = TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)", "model = torch.nn.Linear(4, 1)\nmodel.to(device)")
 _MAIN_BLOCK = 'def main():\n    pass\n\n\nif __name__ == "__main__":\n    main()\n'
 _JOINED = TRAINING.replace("device = torch", 'torch.distributed.init_process_group("gloo")\ndevice = torch')
+
+# The sampler asks for the group before a setup function that joins it is called.
+_LATE_GROUP = (
+    "import torch.distributed as dist\nfrom torch.utils.data.distributed import DistributedSampler\n\n\n"
+    "def setup():\n    dist.init_process_group(\"gloo\")\n\n\n"
+    "dataset = list(range(8))\nsampler = DistributedSampler(dataset) if dist.is_initialized() else None\nsetup()\n"
+)
 
 CASES = (
     Flags(_MOVED, _MOVED.replace("model.to(device)\n", ""), "DDP910"),
@@ -66,6 +79,7 @@ CASES = (
           _JOINED.replace("for epoch", _MAIN_BLOCK + "for epoch"), "DDP914"),
     Flags(TRAINING, _JOINED.replace("        loss.backward()", "        if is_main:\n            loss.backward()"),
           "DDP916"),
+    Flags(TRAINING, _LATE_GROUP, "DDP917"),
     Flags('device = "cuda"\nwith torch.autocast(device_type=device):\n    pass\n',
           'device = torch.device("cuda", 0)\nwith torch.autocast(device_type=device):\n    pass\n', "DDP915"),
 )

@@ -1,4 +1,5 @@
-"""The setup block keeps the module importable (DDP914) and the device its type (DDP915)."""
+"""The setup block keeps the module importable (DDP914), the device its type (DDP915), and
+comes before the samplers that ask whether it ran (DDP917)."""
 import ast
 from collections.abc import Iterator
 from typing import Optional
@@ -42,6 +43,42 @@ def joins_on_import(original: Source, migrated: Source) -> Iterator[Finding]:
             continue
         if last_part(call.func) == "init_process_group" or dotted(call.func) in joining:
             yield "DDP914", call.lineno, f"`{ast.unparse(call.func)}(...)` runs when the module is imported"
+
+
+def samplers_before_the_group(source: Source) -> Iterator[Finding]:
+    """`DistributedSampler(ds) if dist.is_initialized() else None` must run where the group is
+    already joined under torchrun, or every rank trains on the whole dataset: a call that joins
+    it (init_process_group, or a function or class of the file that calls it) comes first in
+    the sampler's scope, or in that of every call of the sampler's function. A function the
+    file never calls may run after the setup, and passes."""
+    joining = _joining_functions(source)
+    for call in source.calls:
+        parent = source.parents.get(call)
+        if (last_part(call.func) == "DistributedSampler" and isinstance(parent, ast.IfExp)
+                and parent.body is call and _asks_initialized(parent.test)
+                and not _joined_before(source, call, joining, frozenset())):
+            yield ("DDP917", call.lineno,
+                   "`dist.is_initialized()` is False here under torchrun: the group is joined later")
+
+
+def _asks_initialized(test: ast.AST) -> bool:
+    return any(isinstance(node, ast.Call) and last_part(node.func) == "is_initialized" for node in ast.walk(test))
+
+
+def _joined_before(source: Source, node: ast.AST, joining: set[str], seen: frozenset) -> bool:
+    scope = source.scope_of(node)
+    position = (node.lineno, node.col_offset)  # type: ignore[attr-defined]
+    if any((call.lineno, call.col_offset) < position
+           and (last_part(call.func) == "init_process_group" or dotted(call.func) in joining)
+           for call in source.calls_in(scope)):
+        return True
+    if isinstance(scope, ast.Module):
+        return False
+    key = source.function_key(scope)
+    if key in seen:
+        return False
+    sites = [call for call in source.calls if dotted(call.func) in (key, f"self.{key}")]
+    return all(_joined_before(source, site, joining, seen | {key}) for site in sites)
 
 
 def _joining_functions(source: Source) -> set[str]:
