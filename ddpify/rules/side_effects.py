@@ -248,8 +248,10 @@ def _open_on_rank0(facts: Facts, edits: Edits, setup: Plan, call: cst.Call) -> N
             _guard(facts, edits, setup, parent, "DDP302")
         else:
             _open_nothing_elsewhere(facts, edits, setup, call)
-    elif not _guard_statement_call(facts, edits, setup, call, "DDP302") and not _guard_object(
-            facts, edits, setup, call, "DDP302", report_failure=False):
+    elif _single_expression(facts.statement_of(call)) is not None:
+        # `open(path, "wb").write(data)`: a line that does nothing but write.
+        _guard(facts, edits, setup, facts.statement_of(call), "DDP302")
+    elif not _guard_object(facts, edits, setup, call, "DDP302", report_failure=False):
         _open_nothing_elsewhere(facts, edits, setup, call)
 
 
