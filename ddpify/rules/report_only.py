@@ -1,15 +1,17 @@
 """Patterns ddpify reports and never rewrites (DDP902, DDP909).
 
-A `break` decided on this rank's own batch loss stops one rank while the others wait in the
-next all-reduce. Making it safe would need an all-reduce of the decision on every step, which
-the original did not pay for; the person who owns the script chooses.
+A `break` decided on this rank's own batch loss, or on its own clock (a time budget:
+`time.time() - start > budget`), stops one rank while the others wait in the next all-reduce.
+Each rank reads its own clock, and near the limit they read it on different sides of it.
+Making it safe would need an all-reduce of the decision on every step, which the original did
+not pay for; the person who owns the script chooses.
 """
 
 import libcst as cst
 
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import BlockItem
-from ddpify.analysis.nodes import assigned_names, find_all, names_in
+from ddpify.analysis.nodes import assigned_names, calls_within, find_all, names_in
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits
 from ddpify.plan import Plan
@@ -29,6 +31,12 @@ RULES = (
          "of this project (`ddpify -i that_module.py`)."),
 )
 
+# Each rank reads its own clock: a decision on the time differs between ranks near the limit.
+CLOCKS = ("time.time", "time.perf_counter", "time.monotonic", "time.process_time", "time.time_ns",
+          "time.perf_counter_ns", "time.monotonic_ns", "timeit.default_timer", "datetime.datetime.now",
+          "datetime.datetime.utcnow", "datetime.datetime.today")
+
+
 def report_dynamic_imports(facts: Facts, edits: Edits) -> None:
     for call in facts.dynamic_imports:
         edits.report("DDP909", call)
@@ -37,12 +45,13 @@ def report_dynamic_imports(facts: Facts, edits: Edits) -> None:
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     report_dynamic_imports(facts, edits)
     reported: set[cst.If] = set()
+    clock_reads = {call for qualified in CLOCKS for call in facts.calls_named.get(qualified, ())}
     for loop in training.batch_loops(facts):
         # A step counter (`global_step += 1`) counts the same batches on every rank: each
         # rank's sampler hands it the same number of them.
         rank_local = assigned_names(loop.body) - _step_counters(loop.body)
         if loop in setup.reduced_epoch_loops:  # the epoch sums training.py all-reduces
-            rank_local -= set(training.epoch_accumulators(facts, loop))
+            rank_local -= set(training.epoch_accumulators(facts, loop)) | set(training.epoch_lists(facts, loop))
         candidates = find_all(loop.body, cst.If, into_functions=False)
         outer = facts.enclosing_loops(loop)
         if outer:
@@ -50,15 +59,23 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             for statement in statements[statements.index(_child_of(facts, loop, outer[0])) + 1:]:
                 if isinstance(statement, cst.SimpleStatementLine):
                     for small in statement.body:
-                        if isinstance(small, cst.Assign) and names_in(small.value) & rank_local:
+                        if isinstance(small, cst.Assign) and (names_in(small.value) & rank_local
+                                                              or _reads(small.value, clock_reads)):
                             rank_local |= assigned_names(small)
                 candidates.extend(find_all(statement, cst.If, into_functions=False))
         for node in candidates:
             local = sorted(names_in(node.test) & rank_local)
-            if node not in reported and _leaves_loop(node) and local:
+            if local:
+                why = f"`{', '.join(local)}` differs per rank"
+            else:
+                why = "each rank reads its own clock; decide on rank 0's time, broadcast to all ranks"
+            if node not in reported and _leaves_loop(node) and (local or _reads(node.test, clock_reads)):
                 reported.add(node)
-                edits.report("DDP902", node, "rank-divergent control flow may hang a collective: "
-                             f"`{', '.join(local)}` differs per rank")
+                edits.report("DDP902", node, f"rank-divergent control flow may hang a collective: {why}")
+
+
+def _reads(node: cst.CSTNode, calls: set[cst.Call]) -> bool:
+    return any(call in calls for call in calls_within(node))
 
 
 def _step_counters(body: cst.CSTNode) -> set[str]:
@@ -106,6 +123,12 @@ CASES = (
                            "        optimizer.step()\n        if loss.item() < 0.01:\n            break\n"),
           "DDP902"),
     Silent(TRAINING, "DDP902"),
+    # A time budget: each rank reads its own clock.
+    Emits(TRAINING.replace("import torch\n", "import time\n\nimport torch\n", 1)
+          .replace("for epoch in range(3):\n", "start = time.time()\nfor epoch in range(3):\n")
+          .replace("    print(epoch, loss.item())\n",
+                   "    print(epoch, loss.item())\n    if time.time() - start > 3600:\n        break\n"),
+          "DDP902"),
     Emits(TRAINING.replace("import torch\n", "import importlib\n\nimport torch\n", 1)
           .replace("device = torch", 'plugins = importlib.import_module("plugins." + NAME)\ndevice = torch', 1),
           "DDP909", ('importlib.import_module("plugins." + NAME)',)),
