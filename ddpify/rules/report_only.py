@@ -7,6 +7,8 @@ Making it safe would need an all-reduce of the decision on every step, which the
 not pay for; the person who owns the script chooses.
 """
 
+from dataclasses import dataclass, field
+
 import libcst as cst
 
 from ddpify.analysis.control import Facts
@@ -53,25 +55,59 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         if loop in setup.reduced_epoch_loops:  # the epoch sums training.py all-reduces
             rank_local -= set(training.epoch_accumulators(facts, loop)) | set(training.epoch_lists(facts, loop))
         candidates = find_all(loop.body, cst.If, into_functions=False)
-        outer = facts.enclosing_loops(loop)
-        if outer:
-            statements = list(outer[0].body.body)
-            for statement in statements[statements.index(_child_of(facts, loop, outer[0])) + 1:]:
-                if isinstance(statement, cst.SimpleStatementLine):
-                    for small in statement.body:
-                        if isinstance(small, cst.Assign) and (names_in(small.value) & rank_local
-                                                              or _reads(small.value, clock_reads)):
-                            rank_local |= assigned_names(small)
-                candidates.extend(find_all(statement, cst.If, into_functions=False))
+        after = _after_batch_loop(facts, loop, rank_local, clock_reads)
+        candidates.extend(after.ifs)
+        rank_local |= after.rank_local
+        clock_names, per_epoch = after.clock_names, after.per_epoch
         for node in candidates:
-            local = sorted(names_in(node.test) & rank_local)
-            if local:
-                why = f"`{', '.join(local)}` differs per rank"
+            local = set(names_in(node.test) & rank_local)
+            on_clock = _reads(node.test, clock_reads) or bool(local & clock_names)
+            if node in reported or not _leaves_loop(node) or not (local or on_clock):
+                continue
+            reported.add(node)
+            if node in per_epoch and local <= clock_names and training.agree_on_clock_stop(facts, edits, setup, node):
+                continue  # once per epoch, rank 0's clock decides for every rank
+            if local - clock_names:
+                why = f"`{', '.join(sorted(local - clock_names))}` differs per rank"
             else:
-                why = "each rank reads its own clock; decide on rank 0's time, broadcast to all ranks"
-            if node not in reported and _leaves_loop(node) and (local or _reads(node.test, clock_reads)):
-                reported.add(node)
-                edits.report("DDP902", node, f"rank-divergent control flow may hang a collective: {why}")
+                why = ("each rank reads its own clock; check the budget once per epoch, after the batch "
+                       "loop, where rank 0 decides for every rank")
+            edits.report("DDP902", node, f"rank-divergent control flow may hang a collective: {why}")
+
+
+@dataclass
+class _AfterBatchLoop:
+    """What the epoch loop does after its batch loop."""
+
+    ifs: list[cst.If] = field(default_factory=list)
+    # Names set there from a rank-local name (`avg = running / n`) or from the clock.
+    rank_local: set[str] = field(default_factory=set)
+    # Names set there from the clock (`elapsed = time.time() - start`).
+    clock_names: set[str] = field(default_factory=set)
+    # Ifs directly in the epoch loop's body: decided once per epoch.
+    per_epoch: list[cst.If] = field(default_factory=list)
+
+
+def _after_batch_loop(facts: Facts, loop: cst.For, rank_local: set[str], clock_reads: set[cst.Call]) -> _AfterBatchLoop:
+    found = _AfterBatchLoop(rank_local=set(rank_local))
+    outer = facts.enclosing_loops(loop)
+    if not outer:
+        return found
+    statements = list(outer[0].body.body)
+    for statement in statements[statements.index(_child_of(facts, loop, outer[0])) + 1:]:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if not isinstance(small, cst.Assign):
+                    continue
+                if names_in(small.value) & found.rank_local:
+                    found.rank_local |= assigned_names(small)
+                elif _reads(small.value, clock_reads):
+                    found.rank_local |= assigned_names(small)
+                    found.clock_names |= assigned_names(small)
+        if isinstance(statement, cst.If):
+            found.per_epoch.append(statement)
+        found.ifs.extend(find_all(statement, cst.If, into_functions=False))
+    return found
 
 
 def _reads(node: cst.CSTNode, calls: set[cst.Call]) -> bool:
@@ -123,11 +159,11 @@ CASES = (
                            "        optimizer.step()\n        if loss.item() < 0.01:\n            break\n"),
           "DDP902"),
     Silent(TRAINING, "DDP902"),
-    # A time budget: each rank reads its own clock.
+    # A time budget checked at every step: each rank reads its own clock.
     Emits(TRAINING.replace("import torch\n", "import time\n\nimport torch\n", 1)
           .replace("for epoch in range(3):\n", "start = time.time()\nfor epoch in range(3):\n")
-          .replace("    print(epoch, loss.item())\n",
-                   "    print(epoch, loss.item())\n    if time.time() - start > 3600:\n        break\n"),
+          .replace("        optimizer.step()\n",
+                   "        optimizer.step()\n        if time.time() - start > 3600:\n            break\n"),
           "DDP902"),
     Emits(TRAINING.replace("import torch\n", "import importlib\n\nimport torch\n", 1)
           .replace("device = torch", 'plugins = importlib.import_module("plugins." + NAME)\ndevice = torch', 1),

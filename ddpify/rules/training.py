@@ -1,5 +1,5 @@
 """The training loop: no_sync() on accumulation micro-batches, epoch figures summed across
-ranks (DDP401, DDP402, DDP404).
+ranks, a stop on the clock decided alike on every rank (DDP401, DDP402, DDP404, DDP405).
 
 Both keep the run as a group of one exactly as it was: no_sync() only when distributed, and
 the all-reduce only when distributed. Neither adds work per step: the all-reduce runs once per
@@ -29,6 +29,11 @@ RULES = (
          "Each rank trains on its own shard, so its running loss and counts cover 1/N of the "
          "epoch; one all-reduce per epoch gives the figures the original printed.",
          "Nothing to do."),
+    Rule("DDP405", Severity.EDIT, "a stop on the clock decided by rank 0 for every rank",
+         "Each rank reads its own clock: near a time budget one rank would stop while the others "
+         "start the next epoch and wait in its first all-reduce. One broadcast per epoch makes "
+         "every rank stop with rank 0.",
+         "Nothing to do."),
     Rule("DDP404", Severity.WARNING, "gradient accumulation not wrapped in no_sync()",
          "ddpify found an optimizer step under a condition but could not tell which forward "
          "and backward passes belong to the micro-batches, so every micro-batch all-reduces.",
@@ -37,6 +42,14 @@ RULES = (
 
 NO_SYNC_COMMENT = "# DDP all-reduces gradients only on the micro-batch that steps the optimizer."
 NO_SYNC_CONTEXT = "contextlib.nullcontext() if {sync} or not distributed else {model}.no_sync()"
+STOP_ON_CLOCK_CODE = """\
+{flag} = {test}
+if distributed:
+    # Each rank reads its own clock: rank 0's decision holds on every rank.
+    {decision} = torch.tensor([int({flag})]{device})
+    dist.broadcast({decision}, src=0)
+    {flag} = bool({decision})
+"""
 REDUCE_COMMENT = "# Sum the epoch's figures over all ranks, once per epoch, before they are used."
 LIST_COMMENT = "# Join every rank's per-batch values, once per epoch, before they are used."
 
@@ -163,6 +176,25 @@ def _has_method_call(node: cst.CSTNode, method: str) -> bool:
 
 def _calls_name(node: cst.CSTNode, name: str) -> bool:
     return any(dotted_name(c.func) == name for c in calls_within(node))
+
+
+# --- decisions on the clock -----------------------------------------------------------------------
+
+def agree_on_clock_stop(facts: Facts, edits: Edits, setup: Plan, stop: cst.If) -> bool:
+    """`if time.time() - start > budget: break` once per epoch: decided on rank 0's clock and
+    broadcast, so every rank leaves the epoch loop together (one broadcast per epoch, none per
+    step). Where the setup's names are out of reach, False: the caller reports it."""
+    if not setup.sees_setup(facts, stop):
+        return False
+    flag = facts.free_name("out_of_time")
+    decision = facts.free_name("decision")
+    device = "" if setup.cpu_only else f", device={setup.device}"
+    code = STOP_ON_CLOCK_CODE.format(flag=flag, test=edits.code(stop.test), decision=decision, device=device)
+    edits.insert_before(stop, Insertion(edits.statements(code), takes_comments=True))
+    edits.expressions[stop.test] = lambda _: cst.Name(flag)
+    edits.imports.add("dist")
+    edits.report("DDP405", stop)
+    return True
 
 
 # --- epoch figures ---------------------------------------------------------------------------------
@@ -493,4 +525,10 @@ CASES = (
                    "        optimizer.step()\n        losses.append(loss.item())\n"
                    "    print(epoch, sum(losses) / len(losses))\n"),
           "DDP402", ("every_rank(losses)",)),
+    # A time budget checked once per epoch: rank 0's clock decides for every rank.
+    Emits(TRAINING.replace("import torch\n", "import time\n\nimport torch\n", 1)
+          .replace("for epoch in range(3):\n", "start = time.time()\nfor epoch in range(3):\n")
+          .replace("    print(epoch, loss.item())\n",
+                   "    print(epoch, loss.item())\n    if time.time() - start > 3600:\n        break\n"),
+          "DDP405", ("dist.broadcast(decision, src=0)",)),
 )
