@@ -115,23 +115,23 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
 
 
 def _epoch_loops(facts: Facts, loader: Union[Loader, ExternalLoader]) -> list[tuple[cst.For, str]]:
-    """Each epoch loop around a pass over the loader, with the name the loader has there: the
-    first one found, then every later one that trains and is neither inside nor around one
-    already taken (a second training phase over the same loader)."""
+    """Each epoch loop around a pass over the loader, with the name the loader has there, in
+    source order: every one that trains and is neither inside nor around one already taken (a
+    second training phase over the same loader), or, where none trains, the first one found."""
     found: list[tuple[cst.For, str]] = []
     for pass_loop, name_there in facts.epoch_loops(loader.name, loader.function):
         # `for epoch ...: for fold, (train_ids, val_ids) in ...:` the epoch is further out.
         epoch_loop = next((loop for loop in [pass_loop, *facts.enclosing_loops(pass_loop)]
                            if isinstance(loop.target, cst.Name)), None)
-        if epoch_loop is None:
-            continue
-        taken = [loop for loop, _ in found]
-        if found and (not facts.loop_trains(epoch_loop) or any(
-                epoch_loop is loop or loop in facts.enclosing_loops(epoch_loop)
-                or epoch_loop in facts.enclosing_loops(loop) for loop in taken)):
-            continue
-        found.append((epoch_loop, name_there))
-    return found
+        if epoch_loop is not None and all(epoch_loop is not loop for loop, _ in found):
+            found.append((epoch_loop, name_there))
+    training: list[tuple[cst.For, str]] = []
+    for epoch_loop, name_there in sorted(found, key=lambda pair: facts.start_of(pair[0])):
+        if facts.loop_trains(epoch_loop) and not any(
+                loop in facts.enclosing_loops(epoch_loop) or epoch_loop in facts.enclosing_loops(loop)
+                for loop, _ in training):
+            training.append((epoch_loop, name_there))
+    return training or found[:1]
 
 
 def _handed_to_project_training(facts: Facts, loader: Union[Loader, ExternalLoader]) -> bool:
