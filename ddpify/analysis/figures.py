@@ -12,7 +12,7 @@ import libcst as cst
 
 from ddpify.analysis.bindings import in_order, names_read_after, rebound, scope_statements
 from ddpify.analysis.control import Facts
-from ddpify.analysis.nodes import dotted_name, names_in
+from ddpify.analysis.nodes import calls_within, dotted_name, names_in
 
 NO_GRAD = ("no_grad", "inference_mode")
 # Methods that change an object's state: a metric or meter filled batch by batch holds this
@@ -96,14 +96,34 @@ def _why_not_a_pass(facts: Facts, loop: cst.For) -> Optional[str]:
 
 
 def _without_gradients(facts: Facts, loop: cst.For) -> bool:
-    node: Optional[cst.CSTNode] = loop
-    while node is not None:
-        if isinstance(node, cst.With) and any(_is_no_grad(item.item) for item in node.items):
+    """Gradients are off where the model runs: around the loop (a no_grad block or a
+    decorated function), or inside it, around every call of the model the loop makes
+    (`for x, y in loader: with torch.no_grad(): logits = model(x)`)."""
+    if _under_no_grad(facts, loop):
+        return True
+    model_calls = _model_calls_in(facts, loop)
+    return bool(model_calls) and all(_under_no_grad(facts, call, within=loop) for call in model_calls)
+
+
+def _under_no_grad(facts: Facts, node: cst.CSTNode, within: Optional[cst.For] = None) -> bool:
+    """A no_grad block or decorator around node; with `within`, one inside that loop."""
+    current: Optional[cst.CSTNode] = node
+    while current is not None and current is not within:
+        if isinstance(current, cst.With) and any(_is_no_grad(item.item) for item in current.items):
             return True
-        if isinstance(node, cst.FunctionDef):
-            return any(_is_no_grad(decorator.decorator) for decorator in node.decorators)
-        node = facts.parents.get(node)
+        if isinstance(current, cst.FunctionDef):
+            return within is None and any(_is_no_grad(decorator.decorator) for decorator in current.decorators)
+        current = facts.parents.get(current)
     return False
+
+
+def _model_calls_in(facts: Facts, loop: cst.For) -> list[cst.Call]:
+    """Calls in the loop's body of a name that holds a trained model in the loop's function
+    (or at module level)."""
+    function = facts.function_of(loop)
+    models = {name for model in facts.models for holder, name in facts.model_holders(model)
+              if holder is function or holder is None}
+    return [call for call in calls_within(loop.body) if dotted_name(call.func) in models]
 
 
 def _is_no_grad(expression: cst.BaseExpression) -> bool:

@@ -106,12 +106,21 @@ def _saved_before(facts: Facts, save: cst.Call, load: cst.Call) -> bool:
     if any(facts.function_of(call) is load_function and facts.line_of(call) < facts.line_of(load)
            for call in facts.calls_of(save_function)):
         return True
-    # `train(resume=False)` then `train(resume=True)`, or `train()` then `resume()`: a call
-    # that saves comes before a call that loads, in one block of one caller (not the two
-    # branches of `if args.subcommand == "train": ... else: ...`).
-    return any(facts.block_of(facts.statement_of(saving)) is facts.block_of(facts.statement_of(loading))
-               and facts.line_of(saving) < facts.line_of(loading)
+    # `train(resume=False)` then `train(resume=True)`, `train()` then `resume()`, or
+    # `save_checkpoint(...)` in the epoch loop then `load_checkpoint(path)` after it: a call
+    # that saves runs before a call that loads, in the loading call's block or in a statement
+    # of it that comes first (not the two branches of `if args.subcommand == "train": ...
+    # else: ...`).
+    return any(_runs_before(facts, saving, loading)
                for saving in facts.calls_of(save_function) for loading in facts.calls_of(load_function))
+
+
+def _runs_before(facts: Facts, first: cst.Call, then: cst.Call) -> bool:
+    """`first` sits in a statement of `then`'s block that comes before `then`'s statement, or
+    in that block itself before it: the path to `then` has passed `first`."""
+    loading = facts.statement_of(then)
+    earlier = facts.ancestor_in(first, facts.block_of(loading))
+    return earlier is not None and earlier is not loading and facts.line_of(first) < facts.line_of(then)
 
 
 _CHECKPOINT = TRAINING + 'torch.save(model.state_dict(), "model.pt")\n'

@@ -61,35 +61,27 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
     restarts = _iterators_restarted_in_training(facts, loader)
     # `except StopIteration: it = iter(loader)` inside the step loop: each restart is a new
     # pass, whatever loops hold the steps.
-    for pass_loop, name_there in [] if restarts else facts.epoch_loops(loader.name, loader.function):
-        # `for epoch ...: for fold, (train_ids, val_ids) in ...:` the epoch is further out.
-        epoch_loop = next((loop for loop in [pass_loop, *facts.enclosing_loops(pass_loop)]
-                           if isinstance(loop.target, cst.Name)), None)
-        if epoch_loop is None:
-            continue
+    epoch_loops = [] if restarts else _epoch_loops(facts, loader)
+    for position, (epoch_loop, name_there) in enumerate(epoch_loops):
         epoch = cast(cst.Name, epoch_loop.target).value
+        via_loader = not isinstance(loader, ExternalLoader) and not (
+            sampler.startswith("self.") or facts.function_of(epoch_loop) is loader.function)
+        if position:
+            # A later phase over the same loader (`for epoch in range(finetune_epochs)` after
+            # the warm-up's loop): its epochs count on from the sampler's own, so no phase
+            # replays an order of another.
+            epoch = f"{name_there}.sampler.epoch + 1" if via_loader or isinstance(loader, ExternalLoader) \
+                else f"{sampler}.epoch + 1"
         if isinstance(loader, ExternalLoader):
             code = template.format(loader=name_there, epoch=epoch)
-        elif sampler.startswith("self.") or facts.function_of(epoch_loop) is loader.function:
+        elif not via_loader:
             code = template.format(sampler=sampler, epoch=epoch)
         else:
             # The sampler variable is not in scope here; the loader still carries it.
             code = SET_EPOCH_VIA_LOADER_CODE.format(loader=name_there, epoch=epoch)
-        if facts.ancestor_in(loader.statement, epoch_loop.body) is not None:
-            # A loader built anew each epoch: its sampler learns the epoch where it is made.
-            edits.insert_after(loader.statement, edits.statements(code))
-        elif (rebound := _bound_inside(facts, epoch_loop, name_there)) is not None:
-            # Made anew each epoch by a call (`train_dl = make_loader(...)` in the loop).
-            edits.insert_after(rebound, edits.statements(code))
-        else:
-            first = epoch_loop.body.body[0]
-            statements = edits.statements(code)
-            if _inserted_already(edits, first, statements):
-                # Two loaders that reach one loop under one name (`self.train_loader` of a
-                # Trainer built once per loader) share its set_epoch.
-                return
-            edits.insert_before(first, Insertion(statements))
-        edits.report("DDP202", epoch_loop)
+        if _insert_set_epoch(facts, edits, loader, epoch_loop, name_there, code):
+            edits.report("DDP202", epoch_loop)
+    if epoch_loops:
         return
     # `while step < max_steps: for batch in loader:`, or `except StopIteration: it =
     # iter(loader)`: each new pass is an epoch, counted on the sampler itself.
@@ -114,10 +106,51 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
         edits.report("DDP211", loader.call)
 
 
+def _insert_set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader], epoch_loop: cst.For,
+                      name_there: str, code: str) -> bool:
+    """The set_epoch code where the epoch loop starts a pass; False when that loop has it
+    already."""
+    if facts.ancestor_in(loader.statement, epoch_loop.body) is not None:
+        # A loader built anew each epoch: its sampler learns the epoch where it is made.
+        edits.insert_after(loader.statement, edits.statements(code))
+    elif (rebound := _bound_inside(facts, epoch_loop, name_there)) is not None:
+        # Made anew each epoch by a call (`train_dl = make_loader(...)` in the loop).
+        edits.insert_after(rebound, edits.statements(code))
+    else:
+        first = epoch_loop.body.body[0]
+        statements = edits.statements(code)
+        if _inserted_already(edits, first, statements):
+            # Two loaders that reach one loop under one name (`self.train_loader` of a
+            # Trainer built once per loader) share its set_epoch.
+            return False
+        edits.insert_before(first, Insertion(statements))
+    return True
+
+
 def _inserted_already(edits: Edits, anchor: BlockItem, statements: list[Statement]) -> bool:
     return any(len(insertion.statements) == len(statements) and all(
         old.deep_equals(new) for old, new in zip(insertion.statements, statements))
         for insertion in edits.before.get(anchor, []))
+
+
+def _epoch_loops(facts: Facts, loader: Union[Loader, ExternalLoader]) -> list[tuple[cst.For, str]]:
+    """Each epoch loop around a pass over the loader, with the name the loader has there, in
+    source order: every one that trains and is neither inside nor around one already taken (a
+    second training phase over the same loader), or, where none trains, the first one found."""
+    found: list[tuple[cst.For, str]] = []
+    for pass_loop, name_there in facts.epoch_loops(loader.name, loader.function):
+        # `for epoch ...: for fold, (train_ids, val_ids) in ...:` the epoch is further out.
+        epoch_loop = next((loop for loop in [pass_loop, *facts.enclosing_loops(pass_loop)]
+                           if isinstance(loop.target, cst.Name)), None)
+        if epoch_loop is not None and all(epoch_loop is not loop for loop, _ in found):
+            found.append((epoch_loop, name_there))
+    training: list[tuple[cst.For, str]] = []
+    for epoch_loop, name_there in sorted(found, key=lambda pair: facts.start_of(pair[0])):
+        if facts.loop_trains(epoch_loop) and not any(
+                loop in facts.enclosing_loops(epoch_loop) or epoch_loop in facts.enclosing_loops(loop)
+                for loop, _ in training):
+            training.append((epoch_loop, name_there))
+    return training or found[:1]
 
 
 def _handed_to_project_training(facts: Facts, loader: Union[Loader, ExternalLoader]) -> bool:
@@ -179,4 +212,10 @@ CASES = (
     Emits(TRAINING, "DDP202", ("sampler.set_epoch(epoch)",)),
     Emits(TRAINING.replace("for epoch in range(3):\n", "if True:\n"), "DDP211"),
     Silent(TRAINING, "DDP211"),
+    # A second training phase over the same loader counts its epochs on from the first's.
+    Emits(TRAINING.replace("    print(epoch, loss.item())\n", "    print(epoch, loss.item())\n"
+                           "for epoch in range(2):\n    for x, y in loader:\n"
+                           "        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))\n"
+                           "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"),
+          "DDP202", ("sampler.set_epoch(epoch)", "sampler.set_epoch(sampler.epoch + 1)")),
 )

@@ -1,15 +1,19 @@
 """Patterns ddpify reports and never rewrites (DDP902, DDP909).
 
-A `break` decided on this rank's own batch loss stops one rank while the others wait in the
-next all-reduce. Making it safe would need an all-reduce of the decision on every step, which
-the original did not pay for; the person who owns the script chooses.
+A `break` decided on this rank's own batch loss, or on its own clock (a time budget:
+`time.time() - start > budget`), stops one rank while the others wait in the next all-reduce.
+Each rank reads its own clock, and near the limit they read it on different sides of it.
+Making it safe would need an all-reduce of the decision on every step, which the original did
+not pay for; the person who owns the script chooses.
 """
+
+from dataclasses import dataclass, field
 
 import libcst as cst
 
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import BlockItem
-from ddpify.analysis.nodes import assigned_names, find_all, names_in
+from ddpify.analysis.nodes import assigned_names, calls_within, find_all, names_in
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits
 from ddpify.plan import Plan
@@ -29,6 +33,12 @@ RULES = (
          "of this project (`ddpify -i that_module.py`)."),
 )
 
+# Each rank reads its own clock: a decision on the time differs between ranks near the limit.
+CLOCKS = ("time.time", "time.perf_counter", "time.monotonic", "time.process_time", "time.time_ns",
+          "time.perf_counter_ns", "time.monotonic_ns", "timeit.default_timer", "datetime.datetime.now",
+          "datetime.datetime.utcnow", "datetime.datetime.today")
+
+
 def report_dynamic_imports(facts: Facts, edits: Edits) -> None:
     for call in facts.dynamic_imports:
         edits.report("DDP909", call)
@@ -37,28 +47,71 @@ def report_dynamic_imports(facts: Facts, edits: Edits) -> None:
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     report_dynamic_imports(facts, edits)
     reported: set[cst.If] = set()
+    clock_reads = {call for qualified in CLOCKS for call in facts.calls_named.get(qualified, ())}
     for loop in training.batch_loops(facts):
         # A step counter (`global_step += 1`) counts the same batches on every rank: each
         # rank's sampler hands it the same number of them.
         rank_local = assigned_names(loop.body) - _step_counters(loop.body)
         if loop in setup.reduced_epoch_loops:  # the epoch sums training.py all-reduces
-            rank_local -= set(training.epoch_accumulators(facts, loop))
+            rank_local -= set(training.epoch_accumulators(facts, loop)) | set(training.epoch_lists(facts, loop))
         candidates = find_all(loop.body, cst.If, into_functions=False)
-        outer = facts.enclosing_loops(loop)
-        if outer:
-            statements = list(outer[0].body.body)
-            for statement in statements[statements.index(_child_of(facts, loop, outer[0])) + 1:]:
-                if isinstance(statement, cst.SimpleStatementLine):
-                    for small in statement.body:
-                        if isinstance(small, cst.Assign) and names_in(small.value) & rank_local:
-                            rank_local |= assigned_names(small)
-                candidates.extend(find_all(statement, cst.If, into_functions=False))
+        after = _after_batch_loop(facts, loop, rank_local, clock_reads)
+        candidates.extend(after.ifs)
+        rank_local |= after.rank_local
+        clock_names, per_epoch = after.clock_names, after.per_epoch
         for node in candidates:
-            local = sorted(names_in(node.test) & rank_local)
-            if node not in reported and _leaves_loop(node) and local:
-                reported.add(node)
-                edits.report("DDP902", node, "rank-divergent control flow may hang a collective: "
-                             f"`{', '.join(local)}` differs per rank")
+            local = set(names_in(node.test) & rank_local)
+            on_clock = _reads(node.test, clock_reads) or bool(local & clock_names)
+            if node in reported or not _leaves_loop(node) or not (local or on_clock):
+                continue
+            reported.add(node)
+            if node in per_epoch and local <= clock_names and training.agree_on_clock_stop(facts, edits, setup, node):
+                continue  # once per epoch, rank 0's clock decides for every rank
+            if local - clock_names:
+                why = f"`{', '.join(sorted(local - clock_names))}` differs per rank"
+            else:
+                why = ("each rank reads its own clock; check the budget once per epoch, after the batch "
+                       "loop, where rank 0 decides for every rank")
+            edits.report("DDP902", node, f"rank-divergent control flow may hang a collective: {why}")
+
+
+@dataclass
+class _AfterBatchLoop:
+    """What the epoch loop does after its batch loop."""
+
+    ifs: list[cst.If] = field(default_factory=list)
+    # Names set there from a rank-local name (`avg = running / n`) or from the clock.
+    rank_local: set[str] = field(default_factory=set)
+    # Names set there from the clock (`elapsed = time.time() - start`).
+    clock_names: set[str] = field(default_factory=set)
+    # Ifs directly in the epoch loop's body: decided once per epoch.
+    per_epoch: list[cst.If] = field(default_factory=list)
+
+
+def _after_batch_loop(facts: Facts, loop: cst.For, rank_local: set[str], clock_reads: set[cst.Call]) -> _AfterBatchLoop:
+    found = _AfterBatchLoop(rank_local=set(rank_local))
+    outer = facts.enclosing_loops(loop)
+    if not outer:
+        return found
+    statements = list(outer[0].body.body)
+    for statement in statements[statements.index(_child_of(facts, loop, outer[0])) + 1:]:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if not isinstance(small, cst.Assign):
+                    continue
+                if names_in(small.value) & found.rank_local:
+                    found.rank_local |= assigned_names(small)
+                elif _reads(small.value, clock_reads):
+                    found.rank_local |= assigned_names(small)
+                    found.clock_names |= assigned_names(small)
+        if isinstance(statement, cst.If):
+            found.per_epoch.append(statement)
+        found.ifs.extend(find_all(statement, cst.If, into_functions=False))
+    return found
+
+
+def _reads(node: cst.CSTNode, calls: set[cst.Call]) -> bool:
+    return any(call in calls for call in calls_within(node))
 
 
 def _step_counters(body: cst.CSTNode) -> set[str]:
@@ -106,6 +159,12 @@ CASES = (
                            "        optimizer.step()\n        if loss.item() < 0.01:\n            break\n"),
           "DDP902"),
     Silent(TRAINING, "DDP902"),
+    # A time budget checked at every step: each rank reads its own clock.
+    Emits(TRAINING.replace("import torch\n", "import time\n\nimport torch\n", 1)
+          .replace("for epoch in range(3):\n", "start = time.time()\nfor epoch in range(3):\n")
+          .replace("        optimizer.step()\n",
+                   "        optimizer.step()\n        if time.time() - start > 3600:\n            break\n"),
+          "DDP902"),
     Emits(TRAINING.replace("import torch\n", "import importlib\n\nimport torch\n", 1)
           .replace("device = torch", 'plugins = importlib.import_module("plugins." + NAME)\ndevice = torch', 1),
           "DDP909", ('importlib.import_module("plugins." + NAME)',)),

@@ -1,5 +1,5 @@
 """The training loop: no_sync() on accumulation micro-batches, epoch figures summed across
-ranks (DDP401, DDP402, DDP404).
+ranks, a stop on the clock decided alike on every rank (DDP401, DDP402, DDP404, DDP405).
 
 Both keep the run as a group of one exactly as it was: no_sync() only when distributed, and
 the all-reduce only when distributed. Neither adds work per step: the all-reduce runs once per
@@ -29,6 +29,11 @@ RULES = (
          "Each rank trains on its own shard, so its running loss and counts cover 1/N of the "
          "epoch; one all-reduce per epoch gives the figures the original printed.",
          "Nothing to do."),
+    Rule("DDP405", Severity.EDIT, "a stop on the clock decided by rank 0 for every rank",
+         "Each rank reads its own clock: near a time budget one rank would stop while the others "
+         "start the next epoch and wait in its first all-reduce. One broadcast per epoch makes "
+         "every rank stop with rank 0.",
+         "Nothing to do."),
     Rule("DDP404", Severity.WARNING, "gradient accumulation not wrapped in no_sync()",
          "ddpify found an optimizer step under a condition but could not tell which forward "
          "and backward passes belong to the micro-batches, so every micro-batch all-reduces.",
@@ -37,7 +42,16 @@ RULES = (
 
 NO_SYNC_COMMENT = "# DDP all-reduces gradients only on the micro-batch that steps the optimizer."
 NO_SYNC_CONTEXT = "contextlib.nullcontext() if {sync} or not distributed else {model}.no_sync()"
+STOP_ON_CLOCK_CODE = """\
+{flag} = {test}
+if distributed:
+    # Each rank reads its own clock: rank 0's decision holds on every rank.
+    {decision} = torch.tensor([int({flag})]{device})
+    dist.broadcast({decision}, src=0)
+    {flag} = bool({decision})
+"""
 REDUCE_COMMENT = "# Sum the epoch's figures over all ranks, once per epoch, before they are used."
+LIST_COMMENT = "# Join every rank's per-batch values, once per epoch, before they are used."
 
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
@@ -164,6 +178,25 @@ def _calls_name(node: cst.CSTNode, name: str) -> bool:
     return any(dotted_name(c.func) == name for c in calls_within(node))
 
 
+# --- decisions on the clock -----------------------------------------------------------------------
+
+def agree_on_clock_stop(facts: Facts, edits: Edits, setup: Plan, stop: cst.If) -> bool:
+    """`if time.time() - start > budget: break` once per epoch: decided on rank 0's clock and
+    broadcast, so every rank leaves the epoch loop together (one broadcast per epoch, none per
+    step). Where the setup's names are out of reach, False: the caller reports it."""
+    if not setup.sees_setup(facts, stop):
+        return False
+    flag = facts.free_name("out_of_time")
+    decision = facts.free_name("decision")
+    device = "" if setup.cpu_only else f", device={setup.device}"
+    code = STOP_ON_CLOCK_CODE.format(flag=flag, test=edits.code(stop.test), decision=decision, device=device)
+    edits.insert_before(stop, Insertion(edits.statements(code), takes_comments=True))
+    edits.expressions[stop.test] = lambda _: cst.Name(flag)
+    edits.imports.add("dist")
+    edits.report("DDP405", stop)
+    return True
+
+
 # --- epoch figures ---------------------------------------------------------------------------------
 
 def epoch_accumulators(facts: Facts, loop: cst.For) -> dict[str, cst.BaseExpression]:
@@ -187,9 +220,47 @@ def epoch_accumulators(facts: Facts, loop: cst.For) -> dict[str, cst.BaseExpress
     return {name: value for name, value in initial.items() if name in added and name in used_after}
 
 
+def epoch_lists(facts: Facts, loop: cst.For) -> list[str]:
+    """`losses = []` before the batch loop, `losses.append(loss.item())` inside it, and used
+    after it (`np.mean(losses)`, `sum(losses) / len(losses)`): the same epoch figure as a
+    running sum, kept a value per batch. Only lists of Python numbers: a tensor appended may
+    sit on the GPU or hold its graph."""
+    block = facts.parents.get(loop)
+    if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+        return []
+    statements = list(block.body)
+    index = statements.index(loop)
+    emptied = [small.targets[0].target.value for statement in statements[:index]
+               if isinstance(statement, cst.SimpleStatementLine) for small in statement.body
+               if isinstance(small, cst.Assign) and len(small.targets) == 1
+               and isinstance(small.targets[0].target, cst.Name)
+               and isinstance(small.value, cst.List) and not small.value.elements]
+    used_after = set().union(set(), *(names_in(s) for s in statements[index + 1:]))
+    return [name for name in dict.fromkeys(emptied) if name in used_after and _appends_numbers(loop.body, name)]
+
+
+def _appends_numbers(body: cst.CSTNode, name: str) -> bool:
+    """Every method called on `name` in body is append, of a number made with .item(),
+    float() or int()."""
+    methods = [call for call in calls_within(body) if isinstance(call.func, cst.Attribute)
+               and isinstance(call.func.value, cst.Name) and call.func.value.value == name]
+    return bool(methods) and all(
+        call.func.attr.value == "append" and len(call.args) == 1 and _item_value(call.args[0].value)
+        for call in methods if isinstance(call.func, cst.Attribute))
+
+
+def _item_value(value: cst.BaseExpression) -> bool:
+    if isinstance(value, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(value, cst.Call) and dotted_name(value.func) in ("float", "int"):
+        return True
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "item"
+
+
 def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For) -> None:
     accumulators = epoch_accumulators(facts, loop)
-    if not accumulators or not _sharded(facts, setup, loop):
+    lists = epoch_lists(facts, loop)
+    if not (accumulators or lists) or not _sharded(facts, setup, loop):
         return
     block = facts.block_of(loop)
     after = list(block.body)[list(block.body).index(loop) + 1:]
@@ -202,16 +273,17 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
     key_test = setup.partly_sharded_loops.get(loop)
     shard_test = "" if key_test is None else f" and {key_test}"
     if not setup.sees_setup(facts, loop):
-        _gather_epoch_figures(facts, edits, setup, loop, names, per_batch, shard_test)
+        _gather_epoch_figures(facts, edits, setup, loop, names, per_batch, shard_test, lists)
         return
     indent = facts.column_of(loop) - 1
-    # A script that never chooses a device sums on the CPU, as its Gloo group needs.
-    device = "" if setup.cpu_only else f", device={setup.device}"
-    tensor = f"torch.tensor([{', '.join(names)}], dtype=torch.float64{device})"
-    if not fits(indent + 4 + len("totals = "), tensor):
-        tensor = f"torch.tensor(\n        [{', '.join(names)}], dtype=torch.float64{device}\n    )"
-    lines = [f"if distributed{shard_test}:", f"    {REDUCE_COMMENT}", f"    totals = {tensor}",
-             "    dist.all_reduce(totals)"]
+    lines = [f"if distributed{shard_test}:"]
+    if names:
+        # A script that never chooses a device sums on the CPU, as its Gloo group needs.
+        device = "" if setup.cpu_only else f", device={setup.device}"
+        tensor = f"torch.tensor([{', '.join(names)}], dtype=torch.float64{device})"
+        if not fits(indent + 4 + len("totals = "), tensor):
+            tensor = f"torch.tensor(\n        [{', '.join(names)}], dtype=torch.float64{device}\n    )"
+        lines += [f"    {REDUCE_COMMENT}", f"    totals = {tensor}", "    dist.all_reduce(totals)"]
     for position, name in enumerate(names):
         if not _sums_python_numbers(facts, loop.body, name):
             # `running_corrects += torch.sum(preds == labels)` sums tensors: the total stays
@@ -229,26 +301,44 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
             lines.extend([f"    {name} = (", f"        {value}", "    )"])  # as black wraps it
         else:
             lines.append(f"    {name} = {value}")
+    lines += _merged_lists(facts, edits, lists)
     edits.insert_after(loop, edits.statements("\n".join(lines) + "\n"))
     setup.reduced_epoch_loops.add(loop)
     edits.report("DDP402", loop)
 
 
+def _merged_lists(facts: Facts, edits: Edits, lists: list[str]) -> list[str]:
+    """Each rank's per-batch values, joined in rank order, in one gather: a mean, sum or
+    count of the list is then the epoch's, as one process kept it."""
+    if not lists:
+        return []
+    gather = collectives.use(edits)
+    if len(lists) == 1:
+        return [f"    {LIST_COMMENT}", f"    {lists[0]} = [value for share in {gather}({lists[0]}) for value in share]"]
+    shares = facts.free_name("list_shares")
+    lines = [f"    {LIST_COMMENT}", f"    {shares} = {gather}(({', '.join(lists)}))"]
+    for position, name in enumerate(lists):
+        lines.append(f"    {name} = [value for share in {shares} for value in share[{position}]]")
+    return lines
+
+
 def _gather_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For, names: list[str],
-                          per_batch: dict[str, str], shard_test: str) -> None:
+                          per_batch: dict[str, str], shard_test: str, lists: list[str]) -> None:
     """The same sums in a function the setup's names do not reach (a train_model(model,
     loader) helper): gathered as Python numbers, which needs no device and keeps each
     figure's type."""
     shares = facts.free_name("shares")
     gathered = names[0] if len(names) == 1 else f"({', '.join(names)})"
-    lines = [f"if dist.is_initialized(){shard_test}:", f"    {REDUCE_COMMENT}",
-             f"    {shares} = {collectives.use(edits)}({gathered})"]
+    lines = [f"if dist.is_initialized(){shard_test}:"]
+    if names:
+        lines += [f"    {REDUCE_COMMENT}", f"    {shares} = {collectives.use(edits)}({gathered})"]
     for position, name in enumerate(names):
         total = f"sum({shares})" if len(names) == 1 else f"sum(share[{position}] for share in {shares})"
         if name in per_batch:
             lines.append(f"    # Each rank ran {per_batch[name]} batches: the mean of the ranks' sums.")
             total += " / dist.get_world_size()"
         lines.append(f"    {name} = {total}")
+    lines += _merged_lists(facts, edits, lists)
     edits.imports.add("dist")
     edits.insert_after(loop, edits.statements("\n".join(lines) + "\n"))
     setup.reduced_epoch_loops.add(loop)
@@ -355,29 +445,48 @@ def _batch_index(loop: cst.For) -> Optional[str]:
 
 def _divided_by_len(statements: Iterable[cst.CSTNode], loaders: set[str],
                     batch_index: Optional[str] = None) -> dict[str, str]:
-    """`running_loss / len(train_loader)` or `running_loss / i` (the batch loop's enumerate
-    index): a sum over this rank's batches, by name. `len(train_dataset)` counts the whole
-    set, which the summed figure covers."""
+    """A sum over this rank's batches divided by this rank's batch count, by name: however the
+    division is spelled (`running_loss / len(train_loader)`, `epoch_loss /= len(loader)`,
+    `total / i` or `total / (step + 1)` with the batch loop's enumerate index). The figure is
+    the same in all of them; `len(train_dataset)` counts the whole set, which the summed figure
+    covers."""
     found: dict[str, str] = {}
 
     class _Divisions(cst.CSTVisitor):
         def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
-            right = node.right
-            if (batch_index is not None and isinstance(node.operator, cst.Divide)
-                    and isinstance(node.left, cst.Name) and isinstance(right, cst.Name)
-                    and right.value == batch_index):
-                found[node.left.value] = batch_index
-            counted = right.args[0].value if isinstance(right, cst.Call) and right.args else None
-            if isinstance(counted, cst.Subscript):  # `len(loaders[phase])`
-                counted = counted.value
-            if (isinstance(node.operator, cst.Divide) and isinstance(node.left, cst.Name)
-                    and isinstance(right, cst.Call) and dotted_name(right.func) == "len"
-                    and counted is not None and dotted_name(counted) in loaders):
-                found[node.left.value] = cst.Module(body=[]).code_for_node(right)
+            if isinstance(node.operator, cst.Divide) and isinstance(node.left, cst.Name):
+                self.divided(node.left.value, node.right)
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            if isinstance(node.operator, cst.DivideAssign) and isinstance(node.target, cst.Name):
+                self.divided(node.target.value, node.value)
+
+        def divided(self, name: str, divisor: cst.BaseExpression) -> None:
+            count = _rank_batch_count(divisor, loaders, batch_index)
+            if count is not None:
+                found[name] = count
 
     for statement in statements:
         statement.visit(_Divisions())
     return found
+
+
+def _rank_batch_count(divisor: cst.BaseExpression, loaders: set[str], batch_index: Optional[str]) -> Optional[str]:
+    """The divisor's code when it counts this rank's batches: `len(loader)` (`len(loaders[phase])`),
+    the batch loop's enumerate index `i`, or `i + 1`."""
+    if batch_index is not None:
+        if isinstance(divisor, cst.Name) and divisor.value == batch_index:
+            return batch_index
+        if (isinstance(divisor, cst.BinaryOperation) and isinstance(divisor.operator, cst.Add)
+                and isinstance(divisor.left, cst.Name) and divisor.left.value == batch_index
+                and isinstance(divisor.right, cst.Integer) and divisor.right.value == "1"):
+            return f"{batch_index} + 1"
+    if not (isinstance(divisor, cst.Call) and dotted_name(divisor.func) == "len" and divisor.args):
+        return None
+    counted = divisor.args[0].value
+    if isinstance(counted, cst.Subscript):  # `len(loaders[phase])`
+        counted = counted.value
+    return cst.Module(body=[]).code_for_node(divisor) if dotted_name(counted) in loaders else None
 
 
 # --- helpers ---------------------------------------------------------------------------------------
@@ -404,4 +513,22 @@ CASES = (
           .replace("        optimizer.step()\n    print(epoch, loss.item())\n",
                    "        optimizer.step()\n        total += loss.item()\n    print(epoch, total / len(loader))\n"),
           "DDP402", ("dist.all_reduce(",)),
+    # The mean of the batch means, divided in place: the same figure as `total / len(loader)`.
+    Emits(TRAINING.replace("    for x, y in loader:\n", "    total = 0.0\n    for x, y in loader:\n")
+          .replace("        optimizer.step()\n    print(epoch, loss.item())\n",
+                   "        optimizer.step()\n        total += loss.item()\n    total /= len(loader)\n"
+                   "    print(epoch, total)\n"),
+          "DDP402", ("total = totals[0].item() / dist.get_world_size()",)),
+    # The batch losses kept in a list: joined from every rank before their mean is taken.
+    Emits(TRAINING.replace("    for x, y in loader:\n", "    losses = []\n    for x, y in loader:\n")
+          .replace("        optimizer.step()\n    print(epoch, loss.item())\n",
+                   "        optimizer.step()\n        losses.append(loss.item())\n"
+                   "    print(epoch, sum(losses) / len(losses))\n"),
+          "DDP402", ("every_rank(losses)",)),
+    # A time budget checked once per epoch: rank 0's clock decides for every rank.
+    Emits(TRAINING.replace("import torch\n", "import time\n\nimport torch\n", 1)
+          .replace("for epoch in range(3):\n", "start = time.time()\nfor epoch in range(3):\n")
+          .replace("    print(epoch, loss.item())\n",
+                   "    print(epoch, loss.item())\n    if time.time() - start > 3600:\n        break\n"),
+          "DDP405", ("dist.broadcast(decision, src=0)",)),
 )
