@@ -444,23 +444,29 @@ def clear_caches() -> None:
 
 def _project_files(root: Path) -> list[Path]:
     """The Python files of the project, bounded: a project is a few dozen modules."""
-    found: list[Path] = []
+    return [Path(file) for file in _python_files(root)]
+
+
+def _python_files(root: Path) -> list[str]:
+    found: list[str] = []
     for folder, subfolders, files in os.walk(root):
         subfolders[:] = sorted(name for name in subfolders
                                if name not in SKIPPED_DIRECTORIES and not name.startswith("."))
-        found.extend(Path(folder, file) for file in sorted(files) if file.endswith(".py"))
+        found.extend(os.path.join(folder, file) for file in sorted(files) if file.endswith(".py"))
         if len(found) > MAX_SCANNED:
             return found[:MAX_SCANNED]
     return found
 
 
 def _tree_stamp(root: Path) -> tuple[tuple[str, int, int], ...]:
+    """Every reading of a script asks: as strings, without a Path per file."""
     stamps = []
-    for path in _project_files(root):
+    for file in _python_files(root):
         try:
-            stamps.append((str(path), *_stamp(path)))
+            stat = os.stat(file)
         except OSError:
             continue
+        stamps.append((file, stat.st_mtime_ns, stat.st_size))
     return tuple(stamps)
 
 
