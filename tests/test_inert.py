@@ -6,9 +6,10 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ddpify import api, project
-from ddpify.analysis import inert, traversal
+from ddpify.analysis import inert, reading, traversal
 from ddpify.options import Options
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -191,3 +192,11 @@ def test_import_statements_inside_handlers_and_branches_keep_the_walks_order():
     """))
     assert [alias.name for node in project.import_statements(tree) for alias in node.names] == [
         alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda path: str(path.relative_to(ROOT / "fixtures")))
+def test_positions_are_libcsts(path):
+    tree = cst.parse_module(path.read_text(encoding="utf-8"))
+    wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
+    ours = reading._Positions(wrapper)
+    assert dict(ours) == dict(wrapper.resolve(PositionProvider))

@@ -1,6 +1,6 @@
 """analyse(): one traversal of a module (collector.py), then the passes that need all of it."""
 from collections.abc import Iterator, Mapping
-from typing import Optional
+from typing import Optional, cast
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
@@ -54,7 +54,12 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
 class _Positions(Mapping[cst.CSTNode, CodeRange]):
     """libcst's PositionProvider, computed when first asked: it prints the whole module,
     at several times the cost of the parse, and a module with nothing to change or
-    report never asks."""
+    report never asks.
+
+    Computed as `MetadataWrapper.resolve` computes it (`P()._gen(wrapper)`), less the
+    resolver's next step: a batched visit of the whole tree for the batchable providers,
+    of which there are none here (libcst makes that visit anyway; it cost more than the
+    positions themselves). tests/test_inert.py holds the two to the same result."""
 
     def __init__(self, wrapper: MetadataWrapper) -> None:
         self._wrapper = wrapper
@@ -62,7 +67,8 @@ class _Positions(Mapping[cst.CSTNode, CodeRange]):
 
     def _resolved(self) -> Mapping[cst.CSTNode, CodeRange]:
         if self._positions is None:
-            self._positions = self._wrapper.resolve(PositionProvider)
+            # The provider holds no lazy values: every position is a CodeRange.
+            self._positions = cast(Mapping[cst.CSTNode, CodeRange], PositionProvider()._gen(self._wrapper))
         return self._positions
 
     def __getitem__(self, node: cst.CSTNode) -> CodeRange:
