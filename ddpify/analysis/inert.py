@@ -95,20 +95,25 @@ class _Module:
         self.methods = {method.name for node in tree.body if isinstance(node, ast.ClassDef)
                         for method in node.body if isinstance(method, ast.FunctionDef)}
         self.layers: set[str] = set()  # `self.X = nn.Linear(...)`: X
+        self.own_calls: set[str] = set()  # `self.X(...)` of no method of the module's: X
         # Attributes and names inside a longer chain (`a` and `a.b` of `a.b.c`).
         self.inner: set[int] = set()
 
     def inert(self) -> bool:
-        nodes = list(ast.walk(self.tree))
-        for node in nodes:
+        called: set[int] = set()
+        # ast.walk goes breadth first: a node's call and its longer chain come before it.
+        for node in ast.walk(self.tree):
             if isinstance(node, ast.Attribute):
                 self.inner.add(id(node.value))
+            elif isinstance(node, ast.Call):
+                called.add(id(node.func))
             elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and self._qualified(
                     node.value.func) in _LAYERS:
                 self.layers.update(target.attr for target in node.targets if isinstance(target, ast.Attribute)
                                    and isinstance(target.value, ast.Name) and target.value.id == "self")
-        called = {id(node.func) for node in nodes if isinstance(node, ast.Call)}
-        return all(self._node_inert(node, id(node) in called) for node in nodes)
+            if not self._node_inert(node, id(node) in called):
+                return False
+        return self.own_calls <= self.layers
 
     def _node_inert(self, node: ast.AST, is_callee: bool) -> bool:
         if isinstance(node, (ast.Import, ast.ImportFrom, ast.AsyncFunctionDef, ast.AsyncFor, ast.AsyncWith,
@@ -159,7 +164,11 @@ class _Module:
         method = rest.rpartition(".")[2]
         if head == "self":
             # `self.model.eval()` may act on a model a subclass elsewhere trains.
-            return "." not in rest and (method in _METHODS or method in self.layers or method in self.methods)
+            if "." in rest:
+                return False
+            if method not in _METHODS and method not in self.methods:
+                self.own_calls.add(method)  # a layer of its own, once all are known
+            return True
         return method in _METHODS
 
     def _reference_inert(self, node: ast.Name | ast.Attribute, is_callee: bool) -> bool:
