@@ -1,4 +1,5 @@
 """migrate_source: source text in, migrated text and diagnostics out. No I/O here."""
+import ast
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -14,7 +15,7 @@ from libcst.codemod import (
 from libcst.metadata import MetadataWrapper
 
 from ddpify import selfcheck, suppressions, syntax
-from ddpify.analysis import names
+from ddpify.analysis import inert, names
 from ddpify.analysis.control import Facts
 from ddpify.analysis.reading import analyse
 from ddpify.diagnostics import Diagnostic, is_selected
@@ -65,6 +66,10 @@ def migrate_source(code: str, options: Options = Options(),  # noqa: B008 (froze
     if "torch" not in code and not project.used_elsewhere:
         # Nothing to migrate, and no reason to pay for libcst's parse.
         return _result(code, code, (NO_TRAINING,), options)
+    if inert.nothing_to_migrate(tree):
+        # What the full reading concludes on such a module, for a fraction of its cost: a
+        # helper whose definitions other modules use has nothing to change or report.
+        return _result(code, code, () if _defines_any(tree, project.used_elsewhere) else (NO_TRAINING,), options)
     codemod = _MigrateCommand(CodemodContext(), options, project)
     outcome = transform_module(codemod, code)
     if isinstance(outcome, TransformExit):
@@ -83,6 +88,13 @@ def migrate_source(code: str, options: Options = Options(),  # noqa: B008 (froze
         diagnostics = sorted([*diagnostics, *_self_check(code, new_code, diagnostics, tree)],
                              key=lambda d: (d.line, d.column, d.code, d.message))
     return _result(code, new_code, diagnostics, options)
+
+
+def _defines_any(tree: ast.Module, used: frozenset[str]) -> bool:
+    """The module defines a function or class other modules import (analysis.reading: a
+    helper module whose imported definitions run when the program does)."""
+    return any(isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and statement.name in used
+               for statement in tree.body)
 
 
 def _self_check(code: str, new_code: str, diagnostics: list[Diagnostic], tree) -> list[Diagnostic]:
@@ -145,6 +157,9 @@ class _MigrateCommand(CodemodCommand):
             setup.teardown(facts, edits, plan)
         setup.add_guard_helper(edits, plan)
         self.diagnostics = sorted(edits.diagnostics, key=lambda d: (d.line, d.column, d.code, d.message))
+        if not (edits.changes_anything or edits.imports or edits.unused_imports):
+            # The tree prints as the source it was parsed from: no pass, no print.
+            raise SkipFile("nothing to change")
         new_tree = wrapper.module.visit(ApplyEdits(edits))
         new_tree = add_imports(new_tree, [names.EMITTED_IMPORTS[key] for key in sorted(edits.imports)])
         if edits.unused_imports:

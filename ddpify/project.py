@@ -7,10 +7,11 @@ that only prints is guarded like a print, one that writes files like a `torch.sa
 """
 import ast
 import os
+from collections import deque
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Optional, cast
+from typing import Optional, Union, cast
 
 from ddpify.analysis.effects import OPAQUE, FunctionEffects, absolute_module, dotted_ast
 
@@ -153,16 +154,15 @@ def read(script: str, source: str) -> Project:
     root = project_root(path)
     if root == path.parent and not _modules_beside(str(root)) - {path.stem}:
         return Project()  # a script alone in its folder: nothing to read, not even the script
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    tree = _tree_of(path, source)
+    if tree is None:
         return Project()
     name = module_name(path, root)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     modules = _Modules(root)
     imported: set[str] = set()
     star_names: dict[str, str] = {}
-    for node in ast.walk(tree):
+    for node in import_statements(tree):
         if isinstance(node, ast.Import):
             imported |= {alias.name for alias in node.names if modules.effects(alias.name) is not None}
         elif isinstance(node, ast.ImportFrom):
@@ -182,6 +182,46 @@ def read(script: str, source: str) -> Project:
     return found
 
 
+def _tree_of(path: Path, source: str) -> Optional[ast.Module]:
+    """The script's tree: the one the walk over the project read, when the file holds this
+    source (ASCII text reads the same under any declared encoding), else its own."""
+    if source.isascii():
+        try:
+            stamp = _stamp(path)
+            with open(path, "rb") as handle:
+                same = handle.read() == source.encode("ascii")
+        except OSError:
+            same = False
+        if same:
+            return _parsed(str(path), *stamp)
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def import_statements(tree: ast.Module) -> list[Union[ast.Import, ast.ImportFrom]]:
+    """The tree's imports, in the order `ast.walk` finds them. Statements sit only in the
+    statement lists of statements (and of except handlers and match cases), so the walk
+    goes through those alone, breadth first as ast.walk does, and never into expressions."""
+    found: list[Union[ast.Import, ast.ImportFrom]] = []
+    waiting: deque[ast.AST] = deque([tree])
+    while waiting:
+        node = waiting.popleft()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+            continue
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, list):
+                waiting.extend(item for item in value if isinstance(item, _HOLDS_STATEMENTS))
+    return found
+
+
+_HOLDS_STATEMENTS = (ast.stmt, ast.excepthandler) + tuple(
+    getattr(ast, name) for name in ("match_case",) if hasattr(ast, name))
+
+
 def project_root(path: Path) -> Path:
     """The folder the program's imports resolve from: the script's own folder, or above the
     packages it sits in (`trainer/trainer.py` belongs to the project beside `trainer/`)."""
@@ -196,14 +236,27 @@ def project_root(path: Path) -> Path:
 
 
 def _imported_from_parent(folder: Path) -> bool:
-    prefixes = (f"import {folder.name}.", f"from {folder.name}.", f"from {folder.name} import")
     try:
         scripts = sorted(folder.parent.glob("*.py"))[:MAX_MODULES]
     except OSError:
         return False
+    stamps = []
     for script in scripts:
         try:
-            text = script.read_text(encoding="utf-8", errors="replace")
+            stamps.append((str(script), *_stamp(script)))
+        except OSError:
+            continue
+    return _scripts_import(folder.name, tuple(stamps))
+
+
+@lru_cache(maxsize=64)
+def _scripts_import(package: str, scripts: tuple[tuple[str, int, int], ...]) -> bool:
+    """Whether one of these scripts imports from `package`; read once per state of the
+    folder, not once per module of the project that asks."""
+    prefixes = (f"import {package}.", f"from {package}.", f"from {package} import")
+    for script, _mtime, _size in scripts:
+        try:
+            text = Path(script).read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
         if any(prefix in text for prefix in prefixes):
@@ -383,25 +436,37 @@ def _parsed(path: str, _mtime: int, _size: int) -> Optional[ast.Module]:
         return None
 
 
+def clear_caches() -> None:
+    """Forget every file read: a benchmark round then costs what a fresh `ddpify` run does."""
+    for cache in (_parsed, _import_index, _scripts_import):
+        cache.cache_clear()
+
+
 def _project_files(root: Path) -> list[Path]:
     """The Python files of the project, bounded: a project is a few dozen modules."""
-    found: list[Path] = []
+    return [Path(file) for file in _python_files(root)]
+
+
+def _python_files(root: Path) -> list[str]:
+    found: list[str] = []
     for folder, subfolders, files in os.walk(root):
         subfolders[:] = sorted(name for name in subfolders
                                if name not in SKIPPED_DIRECTORIES and not name.startswith("."))
-        found.extend(Path(folder, file) for file in sorted(files) if file.endswith(".py"))
+        found.extend(os.path.join(folder, file) for file in sorted(files) if file.endswith(".py"))
         if len(found) > MAX_SCANNED:
             return found[:MAX_SCANNED]
     return found
 
 
 def _tree_stamp(root: Path) -> tuple[tuple[str, int, int], ...]:
+    """Every reading of a script asks: as strings, without a Path per file."""
     stamps = []
-    for path in _project_files(root):
+    for file in _python_files(root):
         try:
-            stamps.append((str(path), *_stamp(path)))
+            stat = os.stat(file)
         except OSError:
             continue
+        stamps.append((file, stat.st_mtime_ns, stat.st_size))
     return tuple(stamps)
 
 
@@ -429,11 +494,11 @@ def _imports_of(tree: ast.Module, package: str, root: Path) -> list[tuple[str, s
     """(module, names) for each project module this tree imports names from."""
     found: list[tuple[str, set[str]]] = []
     bound: dict[str, str] = {}  # local name -> the project module it stands for
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            found.extend(_names_from(node, package, root, bound))
-        elif isinstance(node, ast.Import):
-            bound.update((alias.asname or alias.name, alias.name) for alias in node.names
+    for statement in import_statements(tree):
+        if isinstance(statement, ast.ImportFrom):
+            found.extend(_names_from(statement, package, root, bound))
+        else:
+            bound.update((alias.asname or alias.name, alias.name) for alias in statement.names
                          if _module_file(root, alias.name) is not None)
     if bound:
         attribute_owners = set()

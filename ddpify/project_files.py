@@ -18,7 +18,7 @@ from typing import Optional
 
 from ddpify import project
 from ddpify.analysis.effects import absolute_module
-from ddpify.project import INSTALLED, _module_file, _parsed, _stamp
+from ddpify.project import INSTALLED, _module_file, _parsed, _stamp, import_statements
 
 # A project is a few dozen modules; past this a walk is following something it should not.
 MAX_MODULES = 200
@@ -70,7 +70,7 @@ def _package_of(path: Path, root: Path) -> str:
 
 def _imported_files(tree: ast.Module, package: str, root: Path, entry_folder: Path) -> list[Path]:
     files: list[Path] = []
-    for node in ast.walk(tree):
+    for node in import_statements(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 files += _files_of_module(alias.name, root, entry_folder)

@@ -41,7 +41,7 @@ def checked_tree(text: str, filename: str = "<source>") -> ast.Module:
             # The AST alone misses what only the compiler checks (`return` outside a
             # function, nesting too deep for the compiler's recursion limit).
             compile(tree, filename, "exec", dont_inherit=True)
-        _check_chains(tree)
+        _check_chains(tree, text)
     except SyntaxError as error:
         raise _rejected(error) from None
     except (RecursionError, MemoryError):
@@ -56,7 +56,11 @@ def checked_tree(text: str, filename: str = "<source>") -> ast.Module:
 MAX_BOOLEAN_OPERANDS = 2000
 
 
-def _check_chains(tree: ast.Module) -> None:
+def _check_chains(tree: ast.Module, text: str) -> None:
+    # Each operand after the first is written after an `and` or an `or`: a text with fewer
+    # of these letters than the limit holds no chain that long, and needs no walk.
+    if text.count("and") + text.count("or") < MAX_BOOLEAN_OPERANDS:
+        return
     for node in ast.walk(tree):
         if isinstance(node, ast.BoolOp) and len(node.values) > MAX_BOOLEAN_OPERANDS:
             raise Rejected(f"syntax error: nested too deeply for libcst's parser: an and/or chain "

@@ -4,7 +4,6 @@ from collections.abc import Set as AbstractSet
 from typing import Optional, Union, cast
 
 import libcst as cst
-from libcst.metadata import PositionProvider
 
 from ddpify.analysis import effects, names
 from ddpify.analysis.control import Facts
@@ -42,8 +41,6 @@ def qualified_is_path_edit(qualified: set[str]) -> bool:
 
 
 class Collector(cst.CSTVisitor):
-    METADATA_DEPENDENCIES = (PositionProvider,)
-
     def __init__(self, facts: Facts, project: Project) -> None:
         super().__init__()
         self.facts = facts

@@ -7,6 +7,8 @@ from typing import Callable, Optional, TypeVar, Union, cast
 
 import libcst as cst
 
+from ddpify.analysis import traversal
+
 _Found = TypeVar("_Found", bound=cst.CSTNode)
 
 # Statements as libcst builds them: a line of small statements, or an if/for/def/...
@@ -117,7 +119,7 @@ def slices_batches(loop: cst.For) -> bool:
             if isinstance(node.lower, cst.Name) and node.lower.value == index:
                 found.append(node)
 
-    loop.body.visit(_Slices())
+    traversal.visit(loop.body, _Slices())
     return bool(found)
 
 
@@ -131,7 +133,7 @@ def self_attributes(method: cst.FunctionDef) -> list[tuple[str, Optional[cst.Ass
                 name = dotted_name(target.target)
                 if name and name.startswith("self.") and name.count(".") == 1:
                     found.append((name[5:], node))
-            node.value.visit(self)
+            traversal.visit(node.value, self)
 
         def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
             return False
@@ -140,7 +142,7 @@ def self_attributes(method: cst.FunctionDef) -> list[tuple[str, Optional[cst.Ass
             if isinstance(node.value, cst.Name) and node.value.value == "self":
                 found.append((node.attr.value, None))
 
-    method.body.visit(_Attributes())
+    traversal.visit(method.body, _Attributes())
     return found
 
 
@@ -175,7 +177,7 @@ def names_bound_in(function: cst.FunctionDef) -> set[str]:
         def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
             return node is function
 
-    function.visit(_Bindings())
+    traversal.visit(function, _Bindings())
     return bound - declared_global
 
 
@@ -198,7 +200,7 @@ def find_all(node: cst.CSTNode, kind: type[_Found], *, into_functions: bool = Tr
                 found.append(child)
             return into_functions or not isinstance(child, cst.FunctionDef)
 
-    node.visit(_Find())
+    traversal.visit(node, _Find())
     return found
 
 
@@ -222,7 +224,7 @@ def names_within(node: cst.CSTNode) -> list[str]:
             attribute.value.visit(self)
             return False
 
-    node.visit(_Names())
+    traversal.visit(node, _Names())
     return found
 
 
@@ -238,10 +240,10 @@ def _names_in(node: cst.CSTNode) -> set[str]:
             found.add(name.value)
 
         def visit_Attribute(self, attribute: cst.Attribute) -> bool:
-            attribute.value.visit(self)
+            traversal.visit(attribute.value, self)
             return False
 
-    node.visit(_Names())
+    traversal.visit(node, _Names())
     return found
 
 
@@ -274,7 +276,7 @@ def targets_bound_in(node: cst.CSTNode) -> list[cst.BaseExpression]:
         def visit_AsName(self, alias: cst.AsName) -> None:
             found.append(alias.name)
 
-    node.visit(_Targets())
+    traversal.visit(node, _Targets())
     return found
 
 

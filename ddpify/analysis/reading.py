@@ -1,9 +1,11 @@
 """analyse(): one traversal of a module (collector.py), then the passes that need all of it."""
-from typing import Optional
+from collections.abc import Iterator, Mapping
+from typing import Optional, cast
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
+from ddpify.analysis import traversal
 from ddpify.analysis.collector import Collector
 from ddpify.analysis.control import (
     Facts,
@@ -20,10 +22,9 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
     """The facts of one module; `project` tells what the functions of the project's own
     modules that it calls do."""
     collector = Collector(Facts(module=wrapper.module), project or Project())
-    wrapper.visit(collector)
+    traversal.visit(wrapper.module, collector)
     facts = collector.facts
-    # Already computed for the visit: resolve() hands back the cached maps.
-    facts.positions = wrapper.resolve(PositionProvider)
+    facts.positions = _Positions(wrapper)
     facts.parents = collector.parents
     collector.note_helper_methods()
     collector.note_models_handed_to_training()
@@ -48,3 +49,33 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
                                    for attribute in project.module_attributes(project.module, statement.name.value)}
         note_models_moved_here(facts)
     return facts
+
+
+class _Positions(Mapping[cst.CSTNode, CodeRange]):
+    """libcst's PositionProvider, computed when first asked: it prints the whole module,
+    at several times the cost of the parse, and a module with nothing to change or
+    report never asks.
+
+    Computed as `MetadataWrapper.resolve` computes it (`P()._gen(wrapper)`), less the
+    resolver's next step: a batched visit of the whole tree for the batchable providers,
+    of which there are none here (libcst makes that visit anyway; it cost more than the
+    positions themselves). tests/test_inert.py holds the two to the same result."""
+
+    def __init__(self, wrapper: MetadataWrapper) -> None:
+        self._wrapper = wrapper
+        self._positions: Optional[Mapping[cst.CSTNode, CodeRange]] = None
+
+    def _resolved(self) -> Mapping[cst.CSTNode, CodeRange]:
+        if self._positions is None:
+            # The provider holds no lazy values: every position is a CodeRange.
+            self._positions = cast(Mapping[cst.CSTNode, CodeRange], PositionProvider()._gen(self._wrapper))
+        return self._positions
+
+    def __getitem__(self, node: cst.CSTNode) -> CodeRange:
+        return self._resolved()[node]
+
+    def __iter__(self) -> Iterator[cst.CSTNode]:
+        return iter(self._resolved())
+
+    def __len__(self) -> int:
+        return len(self._resolved())

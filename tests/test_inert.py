@@ -1,0 +1,202 @@
+"""The pre-filter (ddpify/analysis/inert.py) and the cheap readers the speed of a project
+rests on: each must give what the full, slow reading gives."""
+import ast
+import textwrap
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from ddpify import api, project
+from ddpify.analysis import inert, reading, traversal
+from ddpify.options import Options
+
+ROOT = Path(__file__).resolve().parent.parent
+# The real-world suite beside the project (DESIGN.md §7), when this checkout has it.
+REALWORLD = ROOT.parent / "shared" / "realworld" / "cases"
+
+
+def _modules() -> list[Path]:
+    roots = [ROOT / "fixtures", REALWORLD]
+    return sorted(path for root in roots if root.is_dir() for path in root.rglob("*.py"))
+
+
+def _taken() -> list[Path]:
+    """The modules the pre-filter decides on: on every other one both paths are the same code."""
+    taken = []
+    for path in _modules():
+        try:
+            tree = ast.parse(path.read_bytes())
+        except (SyntaxError, ValueError):
+            continue
+        if inert.nothing_to_migrate(tree):
+            taken.append(path)
+    return taken
+
+
+TAKEN = _taken()
+
+
+def test_the_pre_filter_takes_modules_of_the_suites():
+    assert len(TAKEN) >= 5
+
+
+@pytest.mark.parametrize("options", [Options(), Options(strategy="fsdp2")], ids=["ddp", "fsdp2"])
+@pytest.mark.parametrize("path", TAKEN, ids=lambda path: str(path.relative_to(path.parents[2])))
+def test_a_module_the_pre_filter_takes_migrates_as_the_full_reading_has_it(path, options, monkeypatch):
+    text = path.read_text(encoding="utf-8")
+    view = project.read(str(path), text)
+    quick = api.migrate_source(text, options, view)
+    monkeypatch.setattr(inert, "nothing_to_migrate", lambda tree: False)
+    full = api.migrate_source(text, options, view)
+    assert quick == full
+    assert quick.code == text
+
+
+LAYER = '''
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    """A residual block."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.linear = nn.Linear(width, width)
+        self.scale = 1 / math.sqrt(width)
+
+    def forward(self, x):
+        if x.dim() > 2:
+            x = x.flatten(1)
+        return x + self.scale * F.relu(self.linear(x))
+
+
+def total(values, scale=2):
+    result = 0.0
+    for position, value in enumerate(values):
+        result += value * scale if position % 2 else -value
+    return {"total": result, "count": len(values)}
+'''
+
+
+def test_a_layer_module_has_nothing_to_migrate():
+    assert inert.nothing_to_migrate(ast.parse(LAYER))
+    assert inert.nothing_to_migrate(ast.parse("import helpers\n" + LAYER))  # the base of the next test
+
+
+@pytest.mark.parametrize("added", [
+    "print(x)",                                  # output
+    "x = x.to(self.device)",                     # a device
+    "x = x.cuda()",
+    'torch.save(x, "x.pt")',                     # a file
+    "self.linear.eval()",                        # a model's mode
+    "x = self.model.weight",                     # through an object a subclass may train
+    "loss = x.sum(); loss.backward()",           # training
+    'y = "cuda:0"',
+    'y = x == "cpu"',                            # a device test
+    "y = helpers.scale(x)",                      # another module of the project
+    "y = torch.utils.data.DataLoader(x)",
+    "y = open(x)",
+    "y = x.item()",
+    "y = len(x, download=True)",
+])
+def test_a_module_with_anything_off_the_lists_is_read_in_full(added):
+    source = LAYER.replace("        return x + self.scale", f"        {added}\n        return x + self.scale")
+    source = "import helpers\n" + source
+    assert not inert.nothing_to_migrate(ast.parse(source))
+
+
+@pytest.mark.parametrize("source", [
+    'if __name__ == "__main__":\n    main()\n',    # code that runs
+    "from .utils import *\n",                     # names nobody can list
+    "import torch\ntorch.manual_seed(0)\n",
+    "import torch.nn as nn\n\n\nclass Data(torch.utils.data.Dataset):\n    pass\n",
+    "import torch.nn as nn\n\n\nclass Net(nn.Module):\n    def f(self):\n        import os\n",
+])
+def test_modules_that_do_something_on_import_or_hide_names_are_read_in_full(source):
+    assert not inert.nothing_to_migrate(ast.parse(source))
+
+
+def test_a_project_helper_the_pre_filter_takes_keeps_what_the_full_reading_reports(tmp_path, monkeypatch):
+    (tmp_path / "train.py").write_text("import torch\nfrom layers import Block\n\nmodel = Block(4)\n")
+    (tmp_path / "layers.py").write_text(LAYER.replace("class Block", "class Unused").replace(
+        "def total", "class Block(nn.Module):\n    pass\n\n\ndef total"))
+    for name in ("layers.py", "train.py"):
+        text = (tmp_path / name).read_text()
+        view = project.read(str(tmp_path / name), text)
+        quick = api.migrate_source(text, Options(), view)
+        with monkeypatch.context() as patched:
+            patched.setattr(inert, "nothing_to_migrate", lambda tree: False)
+            assert api.migrate_source(text, Options(), view) == quick
+
+
+class _Order(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[str, int]] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.seen.append(("visit", id(node)))
+        return not isinstance(node, cst.Lambda)  # a subtree left out, as a visitor may
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self.seen.append(("leave", id(original_node)))
+
+
+SOURCES = sorted((ROOT / "fixtures").glob("*/*/input.py"))[::6] + sorted((ROOT / "fixtures" / "projects").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda path: str(path.relative_to(ROOT / "fixtures")))
+def test_the_read_only_walk_visits_what_libcst_visits_in_its_order(path):
+    tree = cst.parse_module(path.read_text(encoding="utf-8"))
+    theirs, ours = _Order(), _Order()
+    tree.visit(theirs)
+    traversal.visit(tree, ours)
+    assert ours.seen == theirs.seen
+
+
+def test_the_walk_visits_an_f_string_format_spec_only_where_there_is_one():
+    tree = cst.parse_module('a = f"{x}"\nb = f"{y:>{width}}"\nc = f"{z}"\n')
+    theirs, ours = _Order(), _Order()
+    tree.visit(theirs)
+    traversal.visit(tree, ours)
+    assert ours.seen == theirs.seen
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda path: str(path.relative_to(ROOT / "fixtures")))
+def test_import_statements_come_in_the_order_of_ast_walk(path):
+    tree = ast.parse(path.read_bytes())
+    assert project.import_statements(tree) == [
+        node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+
+
+def test_import_statements_inside_handlers_and_branches_keep_the_walks_order():
+    tree = ast.parse(textwrap.dedent("""
+        try:
+            import a
+        except ImportError:
+            import b
+        else:
+            import c
+        finally:
+            import d
+        if x:
+            def f():
+                import e
+        import g
+    """))
+    assert [alias.name for node in project.import_statements(tree) for alias in node.names] == [
+        alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda path: str(path.relative_to(ROOT / "fixtures")))
+def test_positions_are_libcsts(path):
+    tree = cst.parse_module(path.read_text(encoding="utf-8"))
+    wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
+    ours = reading._Positions(wrapper)
+    assert dict(ours) == dict(wrapper.resolve(PositionProvider))
