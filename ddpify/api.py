@@ -62,7 +62,7 @@ def migrate_source(code: str, options: Options = Options(),  # noqa: B008 (froze
         raise MigrationError(rejected.message, rejected.line, rejected.column) from None
     other_framework = frameworks.already_distributed(tree, code)
     if other_framework is not None:
-        return _result(code, code, (other_framework,), options)
+        return _result(code, code, (other_framework, *selfcheck.check_distributed(code, tree)), options)
     if "torch" not in code and not project.used_elsewhere:
         # Nothing to migrate, and no reason to pay for libcst's parse.
         return _result(code, code, (NO_TRAINING,), options)

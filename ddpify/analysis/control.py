@@ -144,13 +144,17 @@ class Facts(ValueFlow):
                 found.append((outer[0], name))
         return found
 
-    def first_training_call_in(self, function: Optional[cst.FunctionDef]) -> Optional[cst.Call]:
+    def first_training_call_in(self, function: Optional[cst.FunctionDef],
+                               after: Optional[cst.CSTNode] = None) -> Optional[cst.Call]:
         """The first call in `function` (None: the module) that trains: backward(), an
-        optimizer's step(), a call of a function that trains; None when it trains nowhere."""
+        optimizer's step(), a call of a function that trains; None when it trains nowhere.
+        `after`: only calls that start after this node (training that comes before a model
+        is built trains another model)."""
         calls: list[cst.Call] = [*self.training_calls, *self.training_helper_calls]
         for trainer in self.training_functions:
             calls.extend(self.calls_of(trainer))
-        here = [call for call in calls if self.function_of(call) is function]
+        here = [call for call in calls if self.function_of(call) is function
+                and (after is None or self.start_of(call) > self.start_of(after))]
         return min(here, key=self.start_of, default=None)
 
 

@@ -4,14 +4,15 @@ The wrap goes right after the last statement that builds, moves or loads the mod
 its optimizer is created: DDP must see the model on its final device, and checkpoints
 loaded before the wrap need no `.module`.
 """
+import re
 from typing import Optional, cast
 
 import libcst as cst
 
 from ddpify.analysis import effects, names
-from ddpify.analysis.control import Facts, handed_in, innermost_common_block
+from ddpify.analysis.control import Facts, handed_in, innermost_common_block, parameter_names
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
-from ddpify.analysis.facts import Model, Statement
+from ddpify.analysis.facts import Holder, Model, Statement
 from ddpify.analysis.nodes import calls_within, dotted_name, find_all, names_within
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.ddp import (
@@ -83,7 +84,52 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             continue  # a model its caller hands in: the caller wraps it where it reaches its device
         if model.name in facts.models_moved_elsewhere:
             continue  # the Trainer it is handed to moves it to its device, and wraps it there
-        _wrap(facts, edits, setup, model)
+        handed = [] if setup.library else _handed_in_by_callers(facts, model)
+        for caller_model in handed:
+            if all(known.name != caller_model.name or known.function is not caller_model.function
+                   for known in facts.models):
+                _wrap(facts, edits, setup, caller_model)
+        if not handed:
+            _wrap(facts, edits, setup, model)
+
+
+def _handed_in_by_callers(facts: Facts, model: Model) -> list[Model]:
+    """`def train(model, loader): optimizer = SGD(model.parameters())` called as
+    `train(net, loader)` after `net = Net().to(device)`: where a model reaches its device is
+    found on the value, followed back through the call arguments to the caller, not where
+    its optimizer is built. The wrap goes in each caller, after the move and before the call
+    (the optimizer then takes the same parameters through the wrapper). Empty when the
+    function builds or moves the model itself, or a caller hands in no plain name."""
+    function = model.function
+    if function is None or model.name not in parameter_names(function):
+        return []
+    if any(facts.function_of(statement) is function and (
+            _assigns(statement, model.name) or _moves(statement, model.name))
+           for statement in facts.statements_touching.get(model.name, ())):
+        return []
+    positional = [param.name.value for param in [*function.params.posonly_params, *function.params.params]]
+    position = positional.index(model.name) if model.name in positional else None
+    found: list[Model] = []
+    for call in facts.calls_of(function):
+        argument = _argument_for(call, model.name, position)
+        name = dotted_name(argument) if argument is not None else None
+        if name is None or name.startswith("self."):
+            return []
+        caller = facts.function_of(call)
+        if all(each.name != name or each.function is not caller for each in found):
+            found.append(Model(name, facts.statement_of(call), caller))  # once, however often it is handed
+    return found
+
+
+def _argument_for(call: cst.Call, parameter: str, position: Optional[int]) -> Optional[cst.BaseExpression]:
+    """The value a call passes for a parameter, by keyword or by position."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == parameter:
+            return arg.value
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    if position is not None and position < len(positional) and not any(arg.star for arg in call.args):
+        return positional[position].value
+    return None
 
 
 def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
@@ -92,6 +138,19 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
     if moved is not None:
         anchor, holder = moved
         model = Model(holder, model.optimizer_statement, facts.function_of(anchor))
+    entry: Optional[str] = None
+    loop = _loop_binding(facts, model)
+    if loop is not None:
+        found = _dict_entry_moved_in(facts, loop, model.name)
+        if found is None or anchor is not loop or edits.options.fsdp2:
+            # A wrap of a loop variable rebinds the variable only: the training reads the
+            # container, whose entries would stay unwrapped while every rank trains alone.
+            container = _iterated_container(loop) or "models"
+            edits.report("DDP903", loop, f"`{model.name}` is a loop variable: a wrap of it would leave the "
+                         f"models the training reads unwrapped; wrap each entry yourself "
+                         f"(`{container}[key] = DDP({container}[key], ...)`)")
+            return
+        entry, anchor = found
     if anchor is not None and not setup.sees_setup(facts, anchor):
         if edits.options.fsdp2:
             edits.imports.add("dist")
@@ -114,6 +173,8 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
     # DDP waits for a gradient from every parameter unless told some may not come.
     extra = ", find_unused_parameters=True" if unused else ""
     code = _wrap_statement(facts, setup, model, anchor, edits.options.sync_batchnorm, extra)
+    if entry is not None:
+        code = code.replace(f"{model.name} = DDP(", f"{entry} = DDP(", 1)
     edits.insert_after(anchor, edits.statements(_when_trainable(facts, code, model.name)))
     edits.imports.add("DDP")
     edits.report("DDP101", anchor)
@@ -122,6 +183,49 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
     _drop_moves_after_wrap(facts, edits, model, anchor)
     _unwrap_attributes(facts, edits, model, anchor)
     _unwrap_module_accesses(facts, edits, model)
+
+
+def _loop_binding(facts: Facts, model: Model) -> Optional[cst.For]:
+    """The for loop whose target binds the model's name (`for name, m in models.items():`),
+    when no plain assignment in its function does."""
+    scope = model.function.body if model.function is not None else facts.module
+    if any(facts.function_of(statement) is model.function and _assigns(statement, model.name)
+           for statement in facts.statements_touching.get(model.name, ())):
+        return None
+    return next((loop for loop in find_all(scope, cst.For, into_functions=False)
+                 if model.name in names_within(loop.target)), None)
+
+
+def _iterated_container(loop: cst.For) -> Optional[str]:
+    """`models` for `for m in models`, `models.values()` or `models.items()`."""
+    iterated = loop.iter
+    if isinstance(iterated, cst.Call) and isinstance(iterated.func, cst.Attribute) and not iterated.args:
+        iterated = iterated.func.value
+    return dotted_name(iterated)
+
+
+def _dict_entry_moved_in(facts: Facts, loop: cst.For, name: str) -> Optional[tuple[str, Statement]]:
+    """(`models[key]`, the last statement of the loop's body that works on `name`) for
+    `for key, name in models.items():` whose body moves `name`: the wrap rebinds the entry
+    the training reads, right after the move, never the loop variable."""
+    target, iterated = loop.target, loop.iter
+    if not (isinstance(target, cst.Tuple) and len(target.elements) == 2
+            and all(isinstance(element.value, cst.Name) for element in target.elements)
+            and cast(cst.Name, target.elements[1].value).value == name
+            and isinstance(iterated, cst.Call) and not iterated.args and isinstance(iterated.func, cst.Attribute)
+            and iterated.func.attr.value == "items"):
+        return None
+    container = _iterated_container(loop)
+    body = loop.body
+    if container is None or not isinstance(body, cst.IndentedBlock):
+        return None
+    inside = [statement for statement in facts.statements_touching.get(name, ())
+              if facts.ancestor_in(statement, body) is not None]
+    if not any(_moves(statement, name) for statement in inside):
+        return None
+    last = max((cast(Statement, facts.ancestor_in(statement, body)) for statement in inside), key=facts.start_of)
+    key = cast(cst.Name, target.elements[0].value).value
+    return f"{container}[{key}]", last
 
 
 def _wrap_statement(facts: Facts, setup: Plan, model: Model, anchor: Statement, sync_batchnorm: bool,
@@ -329,7 +433,9 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
         function.body if function is not None else facts.module, cst.Assign, into_functions=False)
         if any(isinstance(target.target, cst.Tuple) and model.name in names_within(target.target)
                for target in assign.targets)]
-    for statement in [*facts.statements_touching.get(model.name, ()), *moving, *unpacked]:
+    # `ema = copy.deepcopy(model)`, `AveragedModel(model)`: a copy of the raw module, not of DDP.
+    derived = [facts.statement_of(call) for call in _derivations(facts, model.name)]
+    for statement in [*facts.statements_touching.get(model.name, ()), *moving, *unpacked, *derived]:
         if statement in compiles or statement in reaching or facts.function_of(statement) is not function:
             continue
         if training is not None and facts.end_of(statement) > facts.start_of(training):
@@ -348,15 +454,36 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
     return cast(Statement, anchor)
 
 
+# ModelEMA, ModelEmaV2, EMA, create_ema, ema_model: not "schema" or "remat".
+_EMA_NAME = re.compile(r"EMA|Ema|(^|_)ema(_|$)")
+
+
+def _derivations(facts: Facts, name: str) -> list[cst.Call]:
+    """Calls that derive another model from the model's value: `copy.deepcopy(model)`,
+    `AveragedModel(model, ...)`, `ModelEMA(model)`. The wrap goes after those that come
+    before the training; one that comes after it (a best-epoch snapshot) reads the raw module
+    through `getattr(model, "module", model)`. Either way the copy is the single-GPU module,
+    whose checkpoint keys have no "module." prefix. (An EMA class is known by its name.)"""
+    found: list[cst.Call] = []
+    for qualified, calls in facts.calls_named.items():
+        last = qualified.rsplit(".", 1)[-1]
+        if qualified == "copy.deepcopy" or last == "AveragedModel" or _EMA_NAME.search(last):
+            found.extend(call for call in calls if call.args and call.args[0].keyword is None
+                         and not call.args[0].star and dotted_name(call.args[0].value) == name)
+    return found
+
+
 def _training_start(facts: Facts, model: Model) -> Optional[cst.CSTNode]:
     """Where the model starts to train in its function: the first training call, or the
     outermost loop around it (an epoch loop, a `while step < max_steps`) that does not
     build the model anew (a k-fold loop that builds one model per fold does)."""
-    call = facts.first_training_call_in(model.function)
-    if call is None:
-        return None
     built = [statement for statement in facts.statements_touching.get(model.name, ())
              if facts.function_of(statement) is model.function and _assigns(statement, model.name)]
+    # The rule is per model, not one model per function: training before the model is first
+    # built (a teacher trained before its student is made) trains another model.
+    call = facts.first_training_call_in(model.function, min(built, key=facts.start_of, default=None))
+    if call is None:
+        return None
     start: cst.CSTNode = call
     child: cst.CSTNode = call
     parent = facts.parents.get(call)
@@ -393,6 +520,13 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
         if not _before_wrap(facts, value, wrap) and not _rebound_since_wrap(facts, value, model.name, wrap):
             edits.expressions[value] = _unwrapped(model.name, edits, _quote_for(facts, value))
             edits.report("DDP103", value)
+    _unwrap_in_callees(facts, edits, model, holders)
+    for call in _derivations(facts, model.name):
+        copied = call.args[0].value
+        if not _before_wrap(facts, call, wrap) and not _rebound_since_wrap(facts, call, model.name, wrap) and (
+                model.name.startswith("self.") or facts.function_of(call) is facts.function_of(wrap)):
+            edits.expressions[copied] = _unwrapped(model.name, edits, _quote_for(facts, copied))
+            edits.report("DDP103", copied)
     for access in facts.attribute_reads.get(model.name, ()):
         if access.attr.value in names.WRAPPER_ATTRIBUTES or _under_wrapper_check(facts, access, model.name):
             continue
@@ -400,6 +534,25 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
             continue
         edits.expressions[access.value] = _unwrapped(model.name, edits, _quote_for(facts, access))
         edits.report("DDP103", access)
+
+
+def _unwrap_in_callees(facts: Facts, edits: Edits, model: Model, holders: set[Holder]) -> None:
+    """`def sample(net, n): return net.decode(torch.randn(n, net.latent_dim))` called as
+    `sample(model, 4)`: a function of this file that the model is handed to under another
+    name may receive the wrapper, so the model's own attributes and methods are read there
+    through `getattr(net, "module", net)` too (the same value flow that follows the model
+    into helpers for its state dict). Not in a function that trains: a method that runs the
+    forward there must go through the wrapper, or its gradients are not synchronised."""
+    for function, name in holders:
+        if (function is None or name == model.name or name not in parameter_names(function)
+                or function in facts.training_functions):
+            continue
+        for access in facts.attribute_reads.get(name, ()):
+            if facts.function_of(access) is not function or access.attr.value in names.WRAPPER_ATTRIBUTES:
+                continue
+            if not _under_wrapper_check(facts, access, name):
+                edits.expressions[access.value] = _unwrapped(name, edits, _quote_for(facts, access))
+                edits.report("DDP103", access)
 
 
 def _saved_values(facts: Facts, saved: cst.BaseExpression) -> list[cst.BaseExpression]:

@@ -14,7 +14,13 @@ from typing import Callable, Optional
 
 from ddpify.diagnostics import Diagnostic, rule_of
 from ddpify.selfcheck.loaders import LEFT_WHOLE_CODES, NO_EPOCH_LOOP_CODE, unsharded_loaders
-from ddpify.selfcheck.models import DROPPED_MOVE_CODES, deleted_moves, misplaced_wraps, training_without_a_wrap
+from ddpify.selfcheck.models import (
+    DROPPED_MOVE_CODES,
+    deleted_moves,
+    misplaced_wraps,
+    trained_but_unwrapped,
+    training_without_a_wrap,
+)
 from ddpify.selfcheck.output import shared_work_on_rank0, unguarded_output
 from ddpify.selfcheck.setup import device_types_changed, joins_on_import, samplers_before_the_group
 from ddpify.selfcheck.source import Source
@@ -47,6 +53,13 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
     found += [Diagnostic(code, to_original(line), 1, f"{rule_of(code).summary} (output line {line}): {detail}")
               for code, line, detail in in_output]
     return sorted(set(found), key=lambda d: (d.line, d.code, d.message))
+
+
+def check_distributed(original: str, original_tree: Optional[ast.Module] = None) -> list[Diagnostic]:
+    """What the self-check still finds in a file ddpify leaves unchanged because it is
+    already distributed (DDP900): a trained model that no DDP call wraps."""
+    return [Diagnostic(code, line, 1, detail)
+            for code, line, detail in trained_but_unwrapped(Source(original, original_tree))]
 
 
 def _lines_of(diagnostics: Sequence[Diagnostic], codes: tuple[str, ...]) -> set:

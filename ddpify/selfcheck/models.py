@@ -68,6 +68,36 @@ def training_without_a_wrap(migrated: Source, reported: bool) -> Iterator[Findin
                "wrapped in DDP: each rank trains its own copy")
 
 
+def trained_but_unwrapped(source: Source) -> Iterator[Finding]:
+    """In a file that wraps a model in DDP itself (one ddpify leaves as it is, DDP900), a
+    model whose parameters an optimizer takes but no DDP call wraps (a student beside its
+    wrapped teacher) trains alone on every rank. DDP900 means that ddpify will not edit the
+    file, not that it has nothing to say: `--check` keeps failing until the model is wrapped."""
+    wrapped: set[str] = set()
+    for _, call in wraps(source):
+        wrapped.update(name for node in ast.walk(call.args[0]) if (name := dotted(node)) is not None)
+        wrapped.update(assigned_targets(source.statement_of(call)))
+    if not wrapped:
+        return  # distributed some other way (FSDP, a framework): not this check's business
+    # A model handed to a call as a whole (`Trainer(model, ...)`) may be wrapped there.
+    wrapped.update(name for call in source.calls
+                   for argument in [*call.args, *(keyword.value for keyword in call.keywords)]
+                   if (name := dotted(argument)) is not None)
+    for call in source.calls:
+        callee = dotted(call.func) or ""
+        if not (callee.startswith(("torch.optim.", "optim.")) and callee.rsplit(".", 1)[-1][:1].isupper()
+                and "lr_scheduler" not in callee):
+            continue
+        for node in ast.walk(call):
+            if isinstance(node, ast.Call) and last_part(node.func) in ("parameters", "named_parameters") \
+                    and isinstance(node.func, ast.Attribute):
+                name = dotted(node.func.value)
+                if name is not None and name != "self" and name not in wrapped:
+                    yield ("DDP903", call.lineno, f"`{name}` trains (this optimizer takes its parameters) but no "
+                           f"DDP call wraps it: every rank trains its own copy; wrap it in DDP by hand")
+                    wrapped.add(name)
+
+
 def misplaced_wraps(migrated: Source) -> Iterator[Finding]:
     for model, call in wraps(migrated):
         problem = _wrap_problem(migrated, model, call)
@@ -78,6 +108,10 @@ def misplaced_wraps(migrated: Source) -> Iterator[Finding]:
 def _wrap_problem(source: Source, model: str, wrap: ast.Call) -> Optional[str]:
     statement = source.statement_of(wrap)
     wrapped = assigned_targets(statement) or [model]
+    loop_variable = next((name for name in assigned_targets(statement) if _loop_bound(source, statement, name)), None)
+    if loop_variable is not None:
+        return (f"the wrap rebinds `{loop_variable}`, a loop variable: the container the training reads "
+                f"keeps its models unwrapped")
     anchor = _anchor(source, statement)
     scope = source.scope_of(wrap)
     trains_on = [use.lineno for use in _training_uses(source, scope, [model, *wrapped], through_calls=True)]
@@ -96,6 +130,21 @@ def _wrap_problem(source: Source, model: str, wrap: ast.Call) -> Optional[str]:
         if use.lineno < statement.lineno:
             return f"`{ast.unparse(use)}` trains on output line {use.lineno}, before its wrap"
     return None
+
+
+def _loop_bound(source: Source, statement: ast.stmt, name: str) -> bool:
+    """Whether a for loop or a comprehension of the wrap's scope binds `name`, and no plain
+    assignment other than the wrap does."""
+    scope = source.scope_of(statement)
+    loops = [node for node in ast.walk(scope) if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension))
+             and source.scope_of(node) is scope and name in _names_in(node.target)]
+    assigned = any(other is not statement and not isinstance(other, (ast.For, ast.AsyncFor))
+                   and name in assigned_targets(other) for other in source.statements_in(scope))
+    return bool(loops) and not assigned
+
+
+def _names_in(target: ast.AST) -> set[str]:
+    return {node.id for node in ast.walk(target) if isinstance(node, ast.Name)}
 
 
 def _anchor(source: Source, statement: ast.stmt) -> ast.stmt:

@@ -71,6 +71,10 @@ CASES = (
     Flags(_MOVED, _MOVED.replace("model.to(device)\n", ""), "DDP910"),
     Flags(TRAINING, TRAINING.replace("optimizer = torch", "model = DDP(model)\nmodel.to(device)\noptimizer = torch"),
           "DDP911"),
+    # A wrap of a loop variable: the dict the training reads keeps its models unwrapped.
+    Flags(TRAINING, _JOINED.replace("model = torch.nn.Linear(4, 1).to(device)\n",
+                                    "models = {\"a\": torch.nn.Linear(4, 1)}\nfor name, m in models.items():\n"
+                                    "    m.to(device)\nm = DDP(m)\nmodel = models[\"a\"]\n"), "DDP911"),
     # Joined and training with no wrap at all: each rank trains its own copy.
     Flags(TRAINING, _JOINED, "DDP911"),
     Flags(TRAINING, _JOINED, "DDP912"),
