@@ -433,6 +433,15 @@ def _guard_object(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code:
                 edits.report("DDP307", reference)
             return False
         uses.append(statement)
+    model_names = {model.name for model in facts.models}
+    for statement in uses:
+        # `writer.add_scalar("acc", evaluate(model, val_loader), epoch)`: the evaluation (its
+        # forward, the gather of a sharded evaluation) runs on every rank, before the guard.
+        expression = _single_expression(statement)
+        if expression is not None and _runs_model(facts, expression.value, model_names) and not _hoist_model_runs(
+                facts, edits, statement, expression.value, model_names):
+            edits.report("DDP308", statement)
+            return False
     for statement in [creation] + uses:
         _guard(facts, edits, setup, statement, None)
     edits.report(code, creation)
@@ -556,4 +565,14 @@ CASES = (
           .replace("for epoch", "writer = SummaryWriter()\n\n\ndef log(writer, value):\n"
                    '    writer.add_scalar("loss", value)\n\n\nfor epoch'), "DDP307"),
     Emits(TRAINING + "print(model(torch.zeros(1, 4).to(device)).item())\n", "DDP308"),
+    # A tracker's call that runs the model: the run on every rank, the call on rank 0.
+    Emits(_TENSORBOARD.replace("    print(epoch, loss.item())\n",
+                               '    writer.add_scalar("out", model(torch.zeros(1, 4).to(device)).item(), epoch)\n')
+          .replace("for epoch", "writer = SummaryWriter()\nfor epoch"),
+          "DDP308", ("    model_value = model(torch.zeros(1, 4).to(device))\n    if is_main:\n",)),
+    Emits(TRAINING.replace("print(epoch, loss.item())", 'print(epoch, loss.item(), file=log)')
+          .replace("for epoch", 'log = open("log.txt", "a")\nfor epoch'), "DDP302",
+          ('log = open("log.txt" if is_main else os.devnull, "a")',)),
+    Emits("def stop(trace_func=print):\n    trace_func('stop')\n\n\n" + TRAINING, "DDP301",
+          ("def stop(trace_func=print_on_rank0):",)),
 )
