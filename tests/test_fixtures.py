@@ -77,6 +77,13 @@ def test_emitted_code_needs_no_numpy(case):
         assert added == set()
 
 
+@pytest.mark.parametrize("case", params(RUNNABLE))
+def test_runnable_fixtures_need_no_numpy(case):
+    """The fresh-clone CI installs torch without numpy: a fixture that imports it cannot run
+    there (its original fails before anything is compared)."""
+    assert not re.search(r"^\s*(import numpy|from numpy)", case.input.read_text(), re.MULTILINE)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", params(RUNNABLE))
 def test_migrated_script_runs(case, tmp_path):
