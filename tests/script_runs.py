@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Optional
 
 GLOO_TEARDOWN_ABORT = "terminate called without an active exception"
-GLOO_ABORT_RETRIES = 2
+GLOO_ABORT_RETRIES = 4
 TORCHRUN_ENV_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                      "MASTER_PORT", "GROUP_RANK", "TORCHELASTIC_RUN_ID")
 # The evaluation check's shim (tests/eval_site/sitecustomize.py) and the variable that turns it
