@@ -17,7 +17,7 @@ from ddpify.analysis import names
 from ddpify.analysis.control import Facts, handed_in, parameter_names
 from ddpify.analysis.facts import ExternalLoader, Holder, Loader
 from ddpify.analysis.figures import Figures, figures_of, loader_name_in
-from ddpify.analysis.nodes import calls_within, dotted_name, string_value
+from ddpify.analysis.nodes import calls_within, dotted_name, find_all, string_value
 from ddpify.analysis.values import keyword_names, known_dict_keys
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import collectives
@@ -319,22 +319,9 @@ def _first_reading(function: cst.FunctionDef, name: str) -> cst.BaseStatement:
     """The statement of the function's body that first reads `name` (a name or `self.x`)."""
     body = function.body.body if isinstance(function.body, cst.IndentedBlock) else ()
     for statement in body:
-        if any(isinstance(node, (cst.Name, cst.Attribute)) and dotted_name(node) == name
-               for node in _nodes(statement)):
+        if any(dotted_name(node) == name for node in find_all(statement, cst.BaseExpression)):
             return statement
     return body[-1]
-
-
-def _nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
-    found: list[cst.CSTNode] = []
-
-    class _All(cst.CSTVisitor):
-        def on_visit(self, visited: cst.CSTNode) -> bool:
-            found.append(visited)
-            return True
-
-    node.visit(_All())
-    return found
 
 
 # --- which loaders -------------------------------------------------------------------------------
