@@ -319,7 +319,9 @@ def _first_reading(function: cst.FunctionDef, name: str) -> cst.BaseStatement:
     """The statement of the function's body that first reads `name` (a name or `self.x`)."""
     body = function.body.body if isinstance(function.body, cst.IndentedBlock) else ()
     for statement in body:
-        if any(dotted_name(node) == name for node in find_all(statement, cst.BaseExpression)):
+        # A name is read as a Name (`loader`) or an Attribute (`self.loader`).
+        readers = [*find_all(statement, cst.Name), *find_all(statement, cst.Attribute)]
+        if any(dotted_name(node) == name for node in readers):
             return statement
     return body[-1]
 
