@@ -71,6 +71,9 @@ class Case:
         CPU would take minutes; the compiled run has a test of its own). "dcp": checkpoint
         folders written by dcp.save; "needs": modules the run needs that torch does not install.
 
+        "training_fetches": true checks that each training pass under torchrun is this rank's
+        share and changes from epoch to epoch (tests/script_runs.py, problems_training_fetches).
+
         "evaluation", a regex matching the lines that print evaluation figures, runs the
         evaluation check as well (tests/script_runs.py, problems_evaluation_*).
         """

@@ -12,6 +12,7 @@ from script_runs import (
     problems_evaluation_lines,
     problems_full_checkpoint,
     problems_single_process,
+    problems_training_fetches,
     run_three_ways,
 )
 
@@ -94,7 +95,10 @@ def test_migrated_script_runs(case, tmp_path):
     evaluation = spec.get("evaluation")
 
     # "evaluation" runs all three under the shim: frozen weights and a fetch log per run.
-    logged = ("original", "single", "torchrun") if evaluation else ()
+    # "training_fetches": the torchrun run logs its fetches too, and each training pass must be
+    # this rank's share, changing from epoch to epoch (a loader class that shards itself).
+    logged = ("original", "single", "torchrun") if evaluation else (
+        ("torchrun",) if spec.get("training_fetches") else ())
     original, single, distributed = run_three_ways(case.input, case.expected, tmp_path, args, logged,
                                                    extra_env=spec.get("env"))
     assert problems_single_process(original, single) == []
@@ -108,6 +112,8 @@ def test_migrated_script_runs(case, tmp_path):
         # --checkpoint dcp: the path the original saved to is a folder of every rank's shards.
         assert [problem for name in spec.get("dcp", []) for problem in problems_dcp_checkpoint(
             original.workdir / name, distributed.workdir / name)] == []
+    if spec.get("training_fetches"):
+        assert problems_training_fetches(evaluation_log(distributed.workdir), 2) == []
     if evaluation:
         assert problems_evaluation_fetches(evaluation_log(original.workdir), 1) == []
         # "evaluation_whole": each rank evaluates the whole set (fewer batches than ranks, or

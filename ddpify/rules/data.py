@@ -70,15 +70,41 @@ DATASET_CODE = "{dataset} = {expression}\n"
 
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
+    sharding_classes = _shard_subclass_samplers(facts, edits, setup)
     for loader in facts.loaders:
-        if not any(loader is taken for taken in setup.loaders_in_dicts):  # loader_dicts.py's
+        if any(loader is taken for taken in setup.loaders_in_dicts):  # loader_dicts.py's
+            continue
+        if isinstance(loader.call.func, cst.Name) and loader.call.func.value in sharding_classes \
+                and not keyword_names(facts, loader) & {"sampler", "batch_sampler"}:
+            _plan_self_sharding_loader(facts, edits, loader)
+        else:
             _plan_loader(facts, edits, setup, loader)
-    _shard_subclass_samplers(facts, edits, setup)
     plan_external(facts, edits)
     hand_batches.plan(facts, edits, setup)
     hand_batches.report_batch_loops(facts, edits, setup)
     downloads.plan(facts, edits, setup)
     splits.plan(facts, edits, setup)
+
+
+# A loader class that shards itself gives its instances a DistributedSampler only under
+# torchrun; as a group of one they keep the sampler the class chose.
+SET_EPOCH_IF_SHARDED_CODE = (
+    "if isinstance({sampler}, DistributedSampler):\n    {sampler}.set_epoch({epoch})\n"
+)
+
+
+def _plan_self_sharding_loader(facts: Facts, edits: Edits, loader: Loader) -> None:
+    """An instance of a loader class that shards itself under torchrun (a template's
+    BaseDataLoader): a training loader needs only set_epoch in its epoch loop. An evaluation
+    loader of that class would evaluate this rank's share, and its figures would be rank
+    0's alone: a person must give it a class that does not shard (DDP207)."""
+    if not is_training_loader(facts, loader):
+        edits.report("DDP207", loader.call, f"`{edits.code(loader.call.func)}` shards itself under "
+                     "torchrun, so this evaluation loader would evaluate one rank's share: build it "
+                     "with a plain DataLoader, or gather its figures")
+        return
+    edits.imports.add("DistributedSampler")
+    set_epoch(facts, edits, loader, f"{loader.name}.sampler", SET_EPOCH_IF_SHARDED_CODE)
 
 
 def _plan_loader(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> None:
@@ -420,15 +446,34 @@ if {condition} and {sampler} is not None:
     {sampler} = DistributedSamplerWrapper({sampler})
 """
 
+# The same, and where the class has no sampler to give (no validation split), this rank's
+# share of the whole dataset, shuffled as the loader was asked to.
+OWN_OR_NEW_SAMPLER_CODE = """\
+# Under torchrun, this rank's share of what the sampler draws, or with no sampler, of the
+# whole dataset, shuffled as the loader was asked to.
+if {condition}:
+    if {sampler} is not None:
+        {sampler} = DistributedSamplerWrapper({sampler})
+    else:
+        {sampler} = DistributedSampler({dataset}, shuffle={shuffle})
+{shuffle_off}"""
 
-def _shard_subclass_samplers(facts: Facts, edits: Edits, setup: Plan) -> None:
+# DataLoader(dataset, batch_size, shuffle, sampler, ...): where the positional arguments go.
+_POSITIONS = {"dataset": 0, "shuffle": 2}
+
+
+def _shard_subclass_samplers(facts: Facts, edits: Edits, setup: Plan) -> set[str]:
     """A DataLoader subclass that hands its own sampler to DataLoader (`super().__init__(
     sampler=self.sampler, **kwargs)`, a train/validation split with SubsetRandomSampler):
-    under torchrun each rank takes its share of what that sampler draws. Where the sampler
-    is None the loader orders itself, unsharded: a person must say how (DDP207)."""
+    under torchrun each rank takes its share of what that sampler draws, and where the
+    sampler is None (no split) a DistributedSampler over the dataset the call passes, with
+    the call's shuffle, and the call's own shuffle turned off (DataLoader refuses both).
+    Where the dataset or shuffle cannot be read from the call, the None case is left to a
+    person (DDP207). Returns the classes that shard themselves in both cases: their
+    instances need no sampler from outside, only set_epoch."""
+    sharding: set[str] = set()
     for call in facts.super_init_calls:
-        function = facts.function_of(call)
-        owner = facts.class_of(function) if function is not None else None
+        owner = _class_around(facts, call)
         sampler = next((arg for arg in call.args if arg.keyword is not None and arg.keyword.value == "sampler"), None)
         if owner is None or owner.name.value not in facts.loader_classes or sampler is None:
             continue
@@ -437,13 +482,111 @@ def _shard_subclass_samplers(facts: Facts, edits: Edits, setup: Plan) -> None:
             continue  # `sampler=None`, or an expression: nothing of its own to shard
         condition = "distributed" if setup.sees_setup(facts, call) else OUT_OF_SETUP_CONDITION
         edits.imports.add("dist")
-        code = OWN_SAMPLER_CODE.format(sampler=name, condition=condition)
+        arguments = _own_loader_arguments(facts, edits, call)
+        if arguments is None:
+            code = OWN_SAMPLER_CODE.format(sampler=name, condition=condition)
+        else:
+            dataset, shuffle, shuffle_off = arguments
+            code = OWN_OR_NEW_SAMPLER_CODE.format(sampler=name, condition=condition, dataset=dataset,
+                                                  shuffle=shuffle, shuffle_off=shuffle_off(name))
+            edits.imports.add("DistributedSampler")
+            sharding.add(owner.name.value)
         edits.insert_before(facts.statement_of(call), Insertion(edits.statements(code)))
         edits.add_helper("DistributedSamplerWrapper", SAMPLER_WRAPPER_HELPER, "DistributedSampler", "torch")
         edits.report("DDP201", call)
-        edits.report("DDP207", call, f"`{owner.name.value}` shards the sampler it is given, but when "
-                     f"`{name}` is None it orders its batches itself on every rank: give that case a "
-                     "DistributedSampler too")
+        if arguments is None:
+            edits.report("DDP207", call, f"`{owner.name.value}` shards the sampler it is given, but when "
+                         f"`{name}` is None it orders its batches itself on every rank: give that case a "
+                         "DistributedSampler too")
+    return sharding | _subclasses_of(facts, sharding)
+
+
+def _own_loader_arguments(facts: Facts, edits: Edits, call: cst.Call
+                          ) -> Optional[tuple[str, str, Callable[[str], str]]]:
+    """The dataset and shuffle a DataLoader subclass passes to `super().__init__`, as code,
+    and how its shuffle is turned off under torchrun once the sampler is given: a local
+    name or an entry of the `**arguments` dict is set to False in the inserted code; any
+    literal False keeps the new sampler in order. None when the dataset is not a name (it
+    would be built twice), cannot be read (`*args`, a `**dict` built elsewhere), or the
+    shuffle is an expression nothing can turn off."""
+    keywords = {arg.keyword.value: arg for arg in call.args if arg.keyword is not None}
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    stars = [arg for arg in call.args if arg.star]
+    if any(arg.star == "*" for arg in stars) or len(stars) > 1:
+        return None
+    entries: Optional[set[str]] = _dict_entries(facts, stars[0].value) if stars else set()
+    if entries is None:
+        return None
+    dict_name = dotted_name(stars[0].value) if stars else None
+
+    def found(key: str) -> Optional[cst.Arg]:
+        if key in keywords:
+            return keywords[key]
+        position = _POSITIONS[key]
+        return positional[position] if position < len(positional) else None
+
+    dataset_arg, shuffle_arg = found("dataset"), found("shuffle")
+    if dataset_arg is not None:
+        dataset = dotted_name(dataset_arg.value)
+        if dataset is None:
+            return None
+    elif "dataset" in entries:
+        dataset = f'{dict_name}["dataset"]'
+    else:
+        return None
+    if shuffle_arg is None and "shuffle" not in entries:
+        return dataset, "False", lambda _sampler: ""
+    if shuffle_arg is None:
+        entry = f'{dict_name}["shuffle"]'
+        return dataset, entry, lambda _sampler: f"        {entry} = False\n"
+    value = shuffle_arg.value
+    if isinstance(value, cst.Name) and value.value not in ("True", "False", "None"):
+        return dataset, value.value, lambda _sampler: f"        {value.value} = False\n"
+    if isinstance(value, cst.Name) and value.value in ("False", "None"):
+        return dataset, "False", lambda _sampler: ""
+    return None  # `shuffle=True` or an expression: a person says how it is turned off
+
+
+def _dict_entries(facts: Facts, value: cst.BaseExpression) -> Optional[set[str]]:
+    """The keys of a `**name` dict assigned once, from a literal or `dict(key=...)`."""
+    name = dotted_name(value)
+    values = facts.assigned_values.get(name, []) if name is not None else []
+    if len(values) != 1 or facts.calls_by_callee.get(f"{name}.update"):
+        return None
+    literal = values[0]
+    if isinstance(literal, cst.Call) and isinstance(literal.func, cst.Name) and literal.func.value == "dict" \
+            and all(arg.keyword is not None for arg in literal.args):
+        return {arg.keyword.value for arg in literal.args if arg.keyword is not None}
+    if isinstance(literal, cst.Dict) and all(isinstance(element, cst.DictElement) for element in literal.elements):
+        keys = known_dict_keys(facts, name) if name is not None else None
+        return keys
+    return None
+
+
+def _class_around(facts: Facts, node: cst.CSTNode) -> Optional[cst.ClassDef]:
+    function = facts.function_of(node)
+    return facts.class_of(function) if function is not None else None
+
+
+def _subclasses_of(facts: Facts, classes: set[str]) -> set[str]:
+    """Loader classes built on one of `classes` whose own `super().__init__` passes no
+    sampler: they shard as their base does."""
+    found: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for name, node in facts.classes.items():
+            if name in classes | found or name not in facts.loader_classes:
+                continue
+            bases = {base.value.value for base in node.bases if isinstance(base.value, cst.Name)}
+            passes_sampler = any(
+                arg.keyword is not None and arg.keyword.value == "sampler"
+                for call in facts.super_init_calls if _class_around(facts, call) is node
+                for arg in call.args)
+            if bases & (classes | found) and not passes_sampler:
+                found.add(name)
+                changed = True
+    return found
 
 
 def _is_assigned_or_returned(loader: Loader) -> bool:

@@ -101,6 +101,8 @@ def _samplers_without_set_epoch(source: Source) -> Iterator[Finding]:
             continue
         if _loader_handed_out(source, call, names) or _loader_handed_on(source, call, names):
             continue
+        if _given_to_own_init(source, names):
+            continue
         yield "DDP912", call.lineno, "this shuffling DistributedSampler never gets set_epoch(epoch)"
 
 
@@ -146,6 +148,19 @@ def _loaders_built_with(source: Source, sampler: ast.Call, names: list[str]) -> 
             if value is not None and any(each is sampler or loose_dotted(each) in names for each in ast.walk(value)):
                 built.update(loose_dotted(target) or "" for target in node.targets)
     return built
+
+
+def _given_to_own_init(source: Source, names: list[str]) -> bool:
+    """The sampler is the one a DataLoader subclass hands to `super().__init__(sampler=...)`:
+    the instance is the loader, and whoever iterates it sets the epoch (in this module or in
+    the one that builds it)."""
+    for call in source.calls:
+        func = call.func
+        if isinstance(func, ast.Attribute) and func.attr == "__init__" and isinstance(func.value, ast.Call) \
+                and isinstance(func.value.func, ast.Name) and func.value.func.id == "super" and any(
+                    keyword.arg == "sampler" and loose_dotted(keyword.value) in names for keyword in call.keywords):
+            return True
+    return False
 
 
 def _given_to_a_loader(source: Source, sampler: ast.Call, names: list[str]) -> bool:
