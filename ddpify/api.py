@@ -148,6 +148,8 @@ class _MigrateCommand(CodemodCommand):
         edits = Edits(facts, tree.config_for_parsing, self.options)
         plan = setup.choose(facts)
         plan.library = facts.library
+        if facts.unseen_callers and facts.training_calls:
+            edits.report("DDP918", facts.training_calls[0])
         for concern in CONCERNS:
             concern.plan(facts, edits, plan)
         if hand_batches.only_hand_made_batches(facts, plan):

@@ -131,6 +131,8 @@ class FactRecord:
     # A helper module of a project: what trains here runs when another module calls it, and
     # that module's script sets up the process group (library-style migration, plan.library).
     library: bool = False
+    # A helper module that nothing in the project imports: its callers are out of view.
+    unseen_callers: bool = False
     # In a helper module: `self.X` its classes, or the project's classes derived from them,
     # use as a torch module (`self.model.train()`).
     module_attributes: set[str] = field(default_factory=set)

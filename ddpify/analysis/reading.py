@@ -38,6 +38,16 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
         facts.library = bool(reached_when_run(facts.module, collector.names_in_top,
                                               collector.project.used_elsewhere))
         facts.trains = facts.library
+    if not facts.trains and collector.training_tops and not collector.project.used_elsewhere:
+        # Training code that nothing in this module runs and no module of the project
+        # imports (a notebook's helpers, an engine kept for another repository): migrated as
+        # a helper module is, for every caller it may have, and reported (DDP918).
+        surface = {statement.name.value for statement in facts.module.body
+                   if isinstance(statement, (cst.FunctionDef, cst.ClassDef))
+                   and not statement.name.value.startswith("_")}
+        facts.library = facts.unseen_callers = bool(
+            collector.training_tops & reached_when_run(facts.module, collector.names_in_top, surface))
+        facts.trains = facts.library
     facts.training_calls = collector.training_calls
     note_helper_output(facts, collector.helper_calls)
     mark_loops_calling_training_functions(facts, collector.training_calls)

@@ -50,8 +50,10 @@ def plan_external(facts: Facts, edits: Edits) -> None:
         holders = facts.holders_from(loader.function, loader.name)
         trains = any(facts.loop_trains(loop) for loop in facts.loops_over_values(holders))
         if trains or _handed_to_project_training(facts, loader):
-            edits.imports.add("DistributedSampler")
+            before = sum(diagnostic.code == "DDP202" for diagnostic in edits.diagnostics)
             set_epoch(facts, edits, loader, f"{loader.name}.sampler", SET_EPOCH_EXTERNAL_CODE)
+            if sum(diagnostic.code == "DDP202" for diagnostic in edits.diagnostics) > before:
+                edits.imports.add("DistributedSampler")  # (the code set_epoch wrote names it)
 
 
 def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader], sampler: str,

@@ -1,5 +1,6 @@
 """Verdicts on a whole file: left unchanged because it is already distributed, trains nothing,
-feeds its training by hand, or is run by another file (DDP900, DDP901, DDP904, DDP905).
+feeds its training by hand, or is run by another file (DDP900, DDP901, DDP904, DDP905), and a
+helper module migrated for callers out of view (DDP918).
 
 The decisions are taken in api.py (and frameworks.py for another framework's scripts); this
 unit holds their rules and cases.
@@ -29,6 +30,15 @@ RULES = (
          "Migrate the script that runs the training, then guard this module's output with "
          "`if not dist.is_initialized() or dist.get_rank() == 0:` and give its training loader "
          "a DistributedSampler (with set_epoch) by hand."),
+    Rule("DDP918", Severity.WARNING, "helper module migrated for callers no file of the project shows",
+         "Nothing in this module runs its training code and no module of the project imports "
+         "it (a notebook's helpers, an engine used by another repository). Its output, saves "
+         "and the loaders it builds are migrated as for a helper module, so that it works under "
+         "torchrun and in one process; but the process group, the DDP wrap and the samplers of "
+         "the loaders it is handed belong to the caller, which ddpify has not seen.",
+         "Run ddpify on the script that calls this module (it migrates the caller and this "
+         "module together), or set up the process group, wrap the model and shard its loaders "
+         "there by hand."),
 )
 
 
@@ -47,6 +57,18 @@ import torch
 
 
 def train_one_epoch(model, optimizer, loader, device):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+''', "DDP918"),
+    # Only a private function trains, and nothing public reaches it: no caller can run it.
+    Emits('''\
+import torch
+
+
+def _train_one_epoch(model, optimizer, loader, device):
     for x, y in loader:
         loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
         optimizer.zero_grad()
