@@ -42,9 +42,11 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
         # Training code that nothing in this module runs and no module of the project
         # imports (a notebook's helpers, an engine kept for another repository): migrated as
         # a helper module is, for every caller it may have, and reported (DDP918).
+        # Its public names, less what pytest collects (`test_*`, `Test*`): a test module is
+        # run by pytest, one process, and stays as it is.
         surface = {statement.name.value for statement in facts.module.body
                    if isinstance(statement, (cst.FunctionDef, cst.ClassDef))
-                   and not statement.name.value.startswith("_")}
+                   and not statement.name.value.startswith(("_", "test", "Test"))}
         facts.library = facts.unseen_callers = bool(
             collector.training_tops & reached_when_run(facts.module, collector.names_in_top, surface))
         facts.trains = facts.library
