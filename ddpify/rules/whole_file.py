@@ -63,6 +63,21 @@ def train_one_epoch(model, optimizer, loader, device):
         loss.backward()
         optimizer.step()
 ''', "DDP918"),
+    # A test module: pytest runs it, in one process.
+    Silent('''\
+import torch
+
+
+def test_loss_goes_down():
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(16, 4), torch.randn(16, 1)
+    for _ in range(5):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+''', "DDP918"),
     # Only a private function trains, and nothing public reaches it: no caller can run it.
     Emits('''\
 import torch
