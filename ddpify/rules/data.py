@@ -122,7 +122,7 @@ def _plan_loader(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> Non
                      "of its own, and every rank evaluates all it draws")
     elif "sampler" in keys:
         if not _wrap_random_sampler(facts, edits, setup, loader) and not _shard_existing_sampler(
-                facts, edits, setup, loader):
+                facts, edits, setup, loader) and not _fill_sampler_left_none(facts, edits, setup, loader):
             edits.report("DDP207", loader.call)
     elif not is_training_loader(facts, loader):
         setup.evaluation_loaders.append(loader)  # evaluation.py shards it or says why not
@@ -440,6 +440,64 @@ def _shard_existing_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loa
     return True
 
 
+def _fill_sampler_left_none(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> bool:
+    """`train_sampler = None` then `DataLoader(dataset, shuffle=(train_sampler is None),
+    sampler=train_sampler)`: the place pytorch/examples' ImageNet script keeps for a
+    DistributedSampler. The placeholder gets one under torchrun, shuffling as the loader
+    shuffles without it; `shuffle=(train_sampler is None)` then turns the loader's own
+    shuffle off by itself, and plain `python` keeps None. Only where every value the name
+    is given is None, and the loader's shuffle is that test or absent."""
+    arg = loader.keywords.get("sampler")
+    name = dotted_name(arg.value) if arg is not None else None
+    dataset = dotted_name(loader.dataset) if loader.dataset is not None else None
+    if name is None or dataset is None or not is_training_loader(facts, loader):
+        return False
+    condition = "distributed" if setup.sees_setup(facts, loader.call) else OUT_OF_SETUP_CONDITION
+    if condition != "distributed" and not setup.library and not group_joined_before(facts, setup, loader.call):
+        return False  # (the condition must hold where it is placed)
+    values = facts.assigned_values.get(name, [])
+    if not values or not all(isinstance(value, cst.Name) and value.value == "None" for value in values):
+        return False
+    shuffle_arg = loader.keywords.get("shuffle")
+    if shuffle_arg is None:
+        shuffle = "False"
+    elif _is_none_test(shuffle_arg.value, name):
+        shuffle = "True"
+    else:
+        return False
+    assignments = [facts.statement_of(value) for value in values]
+    if any(not _assigns_alone(statement, value) or facts.function_of(statement) is not loader.function
+           for statement, value in zip(assignments, values)):
+        return False
+    sampler = f"DistributedSampler({dataset}, shuffle={shuffle}) if {condition} else None"
+    for value in values:
+        edits.expressions[value] = lambda _node: edits.expression(sampler)
+    edits.imports.add("DistributedSampler")
+    if condition != "distributed":
+        edits.imports.add("dist")
+    setup.sharded_loaders.append(loader)
+    setup.loaders_given_a_sampler.append(loader)
+    edits.report("DDP201", loader.call)
+    edits.report("DDP206", loader.call)
+    if shuffle == "True":
+        set_epoch(facts, edits, loader, name)
+    return True
+
+
+def _assigns_alone(statement: Statement, value: cst.BaseExpression) -> bool:
+    """`name = value` alone on its line."""
+    return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+        and isinstance(statement.body[0], cst.Assign) and len(statement.body[0].targets) == 1 \
+        and statement.body[0].value is value
+
+
+def _is_none_test(node: cst.BaseExpression, name: str) -> bool:
+    """`name is None`, parenthesized or not."""
+    return isinstance(node, cst.Comparison) and dotted_name(node.left) == name and len(node.comparisons) == 1 \
+        and isinstance(node.comparisons[0].operator, cst.Is) \
+        and isinstance(node.comparisons[0].comparator, cst.Name) and node.comparisons[0].comparator.value == "None"
+
+
 OWN_SAMPLER_CODE = """\
 # Under torchrun, this rank's share of what the sampler draws.
 if {condition} and {sampler} is not None:
@@ -602,6 +660,19 @@ def _is_assigned_or_returned(loader: Loader) -> bool:
 
 
 CASES = (
+    # `train_sampler = None`, the place pytorch/examples' ImageNet script keeps for one.
+    Emits(TRAINING.replace("loader = DataLoader(dataset, batch_size=8, shuffle=True)",
+                           "train_sampler = None\n"
+                           "loader = DataLoader(dataset, batch_size=8, shuffle=(train_sampler is None), "
+                           "sampler=train_sampler)"),
+          "DDP201", ("train_sampler = DistributedSampler(dataset, shuffle=True) if distributed else None",)),
+    # A sampler given a value besides None is the user's own: left as it is.
+    Emits(TRAINING.replace("loader = DataLoader(dataset, batch_size=8, shuffle=True)",
+                           "train_sampler = None\n"
+                           "if len(dataset) > 10:\n"
+                           "    train_sampler = MySampler(dataset)\n"
+                           "loader = DataLoader(dataset, batch_size=8, shuffle=(train_sampler is None), "
+                           "sampler=train_sampler)"), "DDP207"),
     Emits(TRAINING, "DDP201", ("sampler = DistributedSampler(dataset, shuffle=True) if distributed else None",
                                "shuffle=sampler is None, sampler=sampler")),
     Emits(TRAINING, "DDP206"),

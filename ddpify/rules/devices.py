@@ -13,6 +13,7 @@ from ddpify.diagnostics import Rule, Severity, Status
 from ddpify.emit.edits import Edits, replacement
 from ddpify.plan import Plan
 from ddpify.rules.cases import TRAINING, Emits, Silent
+from ddpify.rules.setup import group_joined_before
 
 RULES = (
     Rule("DDP002", Severity.EDIT, "device move rewritten to this rank's device",
@@ -50,6 +51,11 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     _index_of_this_rank_in_string_choice(facts, edits, setup)
     for call in facts.fixed_device_moves:
         if not setup.sees_setup(facts, call):
+            if group_joined_before(facts, setup, call):
+                # Only after the setup: its set_device has made this rank's GPU the current
+                # one, so `.cuda()` there is right as written, and `.cuda(0)` becomes it.
+                _to_current_device(edits, call)
+                continue
             edits.report("DDP003", call, f"fixed GPU here cannot see `{device}`: pass it in and use .to({device})")
             continue
         edits.expressions[call] = _move_to(device)
@@ -91,17 +97,22 @@ def _current_device_in_helper_module(facts: Facts, edits: Edits) -> None:
         edits.expressions[string] = replacement(edits, f"{quote}cuda{string.quote}")
         edits.report("DDP002", string)
     for call in facts.fixed_device_moves:
-        func = cast(cst.Attribute, call.func)
-        positional = [arg for arg in call.args if arg.keyword is None]
-        if not positional or isinstance(positional[0].value, cst.SimpleString):
-            continue  # `.cuda()` is already the current GPU; strings are done above
-        if func.attr.value == "cuda":
-            kept = [arg for arg in call.args if arg.keyword is not None]
-        else:
-            kept = [cst.Arg(cst.SimpleString('"cuda"')), *positional[1:],
-                    *[arg for arg in call.args if arg.keyword is not None]]
-        edits.expressions[call] = _with_args([arg.with_changes(comma=cst.MaybeSentinel.DEFAULT) for arg in kept])
-        edits.report("DDP002", call)
+        _to_current_device(edits, call)
+
+
+def _to_current_device(edits: Edits, call: cst.Call) -> None:
+    """`.cuda(0)` -> `.cuda()`, `.to(0)` -> `.to("cuda")`: the GPU set_device made current."""
+    func = cast(cst.Attribute, call.func)
+    positional = [arg for arg in call.args if arg.keyword is None]
+    if not positional or isinstance(positional[0].value, cst.SimpleString):
+        return  # `.cuda()` is already the current GPU; strings are done apart
+    if func.attr.value == "cuda":
+        kept = [arg for arg in call.args if arg.keyword is not None]
+    else:
+        kept = [cst.Arg(cst.SimpleString('"cuda"')), *positional[1:],
+                *[arg for arg in call.args if arg.keyword is not None]]
+    edits.expressions[call] = _with_args([arg.with_changes(comma=cst.MaybeSentinel.DEFAULT) for arg in kept])
+    edits.report("DDP002", call)
 
 
 def _with_args(args: list[cst.Arg]) -> Callable[[cst.Call], cst.Call]:
@@ -195,7 +206,38 @@ CASES = (
     Emits(TRAINING.replace("device = torch.device(\"cuda\" if torch.cuda.is_available() else \"cpu\")\n", "")
           .replace(".to(device)", ".cuda()"), "DDP002", ("model = torch.nn.Linear(4, 1).to(device)",)),
     Silent(TRAINING, "DDP002"),
+    # A helper that moves to the GPU and runs before the setup (here: a warm-up at import):
+    # no set_device has made the rank's GPU the current one yet.
     Emits('''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def make_probe():
+    return torch.randn(8, 4).cuda()
+
+
+PROBE = make_probe()
+
+
+def main():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = torch.nn.Linear(4, 1).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+    for epoch in range(3):
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+main()
+''', "DDP003", ("return torch.randn(8, 4).cuda()",)),
+    # The same helper called by the training after the setup: set_device made the rank's
+    # GPU the current one, so `.cuda()` is right as written.
+    Silent('''\
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -218,7 +260,7 @@ def main():
 
 
 main()
-''', "DDP003", ("model(x.cuda())",)),
+''', "DDP003"),
     Emits('import os\nos.environ["CUDA_VISIBLE_DEVICES"] = "0"\n' + TRAINING, "DDP004",
           ('os.environ["CUDA_VISIBLE_DEVICES"] = "0"',)),
     Silent(TRAINING, "DDP004"),
