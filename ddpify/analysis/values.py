@@ -311,6 +311,9 @@ def known_dict_keys(facts: ValueFlow, name: str) -> Optional[set[str]]:
     keys: set[str] = set()
     for value in values:
         for option in (value.body, value.orelse) if isinstance(value, cst.IfExp) else (value,):
+            if is_dict_call(option):
+                keys |= dict_keys(option)
+                continue
             if not isinstance(option, cst.Dict) or any(
                     not isinstance(element, cst.DictElement) or string_value(element.key) is None
                     for element in option.elements):
@@ -319,9 +322,17 @@ def known_dict_keys(facts: ValueFlow, name: str) -> Optional[set[str]]:
     return keys if values else None
 
 
+def is_dict_call(value: cst.BaseExpression) -> bool:
+    """`dict(batch_size=8, num_workers=2)`: keyword arguments only, so every key is known."""
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "dict" \
+        and all(arg.keyword is not None and not arg.star for arg in value.args)
+
+
 def dict_keys(value: cst.BaseExpression) -> set[str]:
     if isinstance(value, cst.IfExp):
         return dict_keys(value.body) | dict_keys(value.orelse)
+    if is_dict_call(value):
+        return {arg.keyword.value for arg in cast(cst.Call, value).args if arg.keyword is not None}
     if not isinstance(value, cst.Dict):
         return set()
     keys = (string_value(element.key) for element in value.elements

@@ -137,12 +137,26 @@ def with_keyword(keyword: str, value: str, edits: Edits,
     to a line of their own, as black writes a call that no longer fits."""
     def rewrite(call: cst.Call) -> cst.Call:
         args = list(call.args)
+        closing: Optional[cst.BaseParenthesizableWhitespace] = None
         if args:
             last = args[-1]
+            between: cst.BaseParenthesizableWhitespace = cst.SimpleWhitespace(" ")
+            if isinstance(last.whitespace_after_arg, cst.ParenthesizedWhitespace):
+                # One argument per line and `)` on a line of its own: the new argument gets a
+                # line of its own too, indented as the one above it, and `)` stays below.
+                closing = last.whitespace_after_arg
+                above = args[-2].comma.whitespace_after if len(args) > 1 and isinstance(
+                    args[-2].comma, cst.Comma) else call.whitespace_before_args
+                if isinstance(above, cst.ParenthesizedWhitespace):
+                    between = above
+                last = last.with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
             if last.comma is cst.MaybeSentinel.DEFAULT or last.comma is None:
-                args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+                last = last.with_changes(comma=cst.Comma(whitespace_after=between))
+            args[-1] = last
         args.append(cst.Arg(keyword=cst.Name(keyword), value=edits.expression(value),
                             equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+        if closing is not None:
+            args[-1] = args[-1].with_changes(whitespace_after_arg=closing)
         if wrap_at is None:
             return call.with_changes(args=args)
         args[-1] = args[-1].with_changes(whitespace_after_arg=_new_line(" " * wrap_at))

@@ -608,17 +608,9 @@ def _own_loader_arguments(facts: Facts, edits: Edits, call: cst.Call
 def _dict_entries(facts: Facts, value: cst.BaseExpression) -> Optional[set[str]]:
     """The keys of a `**name` dict assigned once, from a literal or `dict(key=...)`."""
     name = dotted_name(value)
-    values = facts.assigned_values.get(name, []) if name is not None else []
-    if len(values) != 1 or facts.calls_by_callee.get(f"{name}.update"):
+    if name is None or len(facts.assigned_values.get(name, [])) != 1:
         return None
-    literal = values[0]
-    if isinstance(literal, cst.Call) and isinstance(literal.func, cst.Name) and literal.func.value == "dict" \
-            and all(arg.keyword is not None for arg in literal.args):
-        return {arg.keyword.value for arg in literal.args if arg.keyword is not None}
-    if isinstance(literal, cst.Dict) and all(isinstance(element, cst.DictElement) for element in literal.elements):
-        keys = known_dict_keys(facts, name) if name is not None else None
-        return keys
-    return None
+    return known_dict_keys(facts, name)
 
 
 def _class_around(facts: Facts, node: cst.CSTNode) -> Optional[cst.ClassDef]:
