@@ -196,6 +196,21 @@ def test_loaders_and_samplers_kept_in_dicts_pass():
     assert codes(ORIGINAL, migrated.replace(".set_epoch(epoch)", ".epoch = epoch")) == ["DDP912"]
 
 
+def test_a_loader_handed_to_an_object_of_another_module_passes():
+    """`trainer = Trainer(...); trainer.fit(loader)` with Trainer imported: its module sets the
+    epoch where it iterates the loader. The same call on an object of this file's own class
+    hands it nowhere else."""
+    loop = ORIGINAL[ORIGINAL.index("for epoch in range"):]
+    migrated = with_defect("set_epoch dropped")
+    migrated = migrated[:migrated.index("for epoch in range")] + "trainer = Trainer(model)\ntrainer.fit(loader)\n"
+    original = ORIGINAL.replace(loop, "trainer = Trainer(model)\ntrainer.fit(loader)\n")
+    imported = "from engine import Trainer\n"
+    assert codes(imported + original, imported + migrated) == []
+    own = "class Trainer:\n    def __init__(self, model):\n        self.model = model\n\n    def fit(self, loader):\n" \
+          "        pass\n\n\n"
+    assert codes(own + original, own + migrated) == ["DDP912"]
+
+
 def test_a_sampler_built_by_a_helper_the_migration_added_passes():
     """ddpify's own helpers (evaluation_shard, a wrapper of the user's sampler) shard."""
     helper = "def rank_share(sampler):\n    return sampler\n\n\n"

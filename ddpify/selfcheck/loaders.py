@@ -130,14 +130,24 @@ def _loader_handed_on(source: Source, sampler: ast.Call, names: list[str]) -> bo
     """The loader built with the sampler is handed to a function or class imported from
     another module (the project's Trainer): that module sets the epoch where it iterates it."""
     built = _loaders_built_with(source, sampler, names)
+    elsewhere = source.imported_from_elsewhere | _objects_of_imported_classes(source)
     for call in source.calls:
         root = call.func
         while isinstance(root, (ast.Attribute, ast.Call)):
             root = root.value if isinstance(root, ast.Attribute) else root.func
-        if isinstance(root, ast.Name) and root.id in source.imported_from_elsewhere and any(
+        if isinstance(root, ast.Name) and root.id in elsewhere and any(
                 loose_dotted(arg) in built for arg in [*call.args, *(k.value for k in call.keywords)]):
             return True
     return False
+
+
+def _objects_of_imported_classes(source: Source) -> set[str]:
+    """`simclr = SimCLR(...)` of a class imported from another module: `simclr.train(loader)`
+    hands the loader to that module too."""
+    return {target.id for node in ast.walk(source.tree) if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
+            and node.value.func.id in source.imported_from_elsewhere
+            for target in node.targets if isinstance(target, ast.Name)}
 
 
 def _loaders_built_with(source: Source, sampler: ast.Call, names: list[str]) -> set[str]:
