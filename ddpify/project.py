@@ -72,6 +72,11 @@ class Project:
             definition = self._modules.definition(f"{found}.__init__")
         return ([], set()) if definition is None else definition[0].moved_parameters(definition[1])
 
+    def moves_returned(self, qualified: str) -> bool:
+        """`qualified` returns what it moved to a device (`get_network(args)`, effects.py)."""
+        definition = self._definition(qualified)
+        return definition is not None and definition[0].moves_returned(definition[1])
+
     def optimizer_parameters(self, qualified: str) -> set[int]:
         """Which positional arguments of `qualified` the optimizer it builds trains."""
         definition = self._definition(qualified)

@@ -38,6 +38,7 @@ WITHOUT_A_FIXTURE = {
     "DDP915": "self-check: tests/test_selfcheck.py",
     "DDP916": "self-check: tests/test_selfcheck.py",
     "DDP917": "self-check: tests/test_selfcheck.py",
+    "DDP919": "self-check: tests/test_selfcheck.py",
     # A `# ddpify: ignore` comment that silences nothing: tests/test_suppressions.py.
     "DDP920": "unused suppression comment: tests/test_suppressions.py",
 }

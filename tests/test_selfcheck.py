@@ -94,12 +94,29 @@ def planted(old, new, text=MIGRATED):
     return text.replace(old, new, 1)
 
 
-def codes(original, migrated, diagnostics=()):
-    return [d.code for d in check(original, migrated, diagnostics)]
+def codes(original, migrated, diagnostics=(), unbound_names=False):
+    """The codes found; DDP919 (a name nothing binds) only when asked, since most tests
+    plant a statement in the output alone, whose names the original never binds."""
+    return [d.code for d in check(original, migrated, diagnostics)
+            if unbound_names or d.code != "DDP919"]
 
 
 def test_the_correct_output_passes():
     assert check(ORIGINAL, MIGRATED, []) == []
+
+
+def test_a_name_the_output_reads_and_nothing_binds_is_found():
+    """`map_location=device` written where the setup named no device: NameError on every rank.
+    A name the original already read unbound (a `from x import *` is the user's) is not ours."""
+    migrated = planted("model.to(device)", "model.to(rank_device)", MIGRATED)
+    assert codes(ORIGINAL, migrated, unbound_names=True) == ["DDP919"]
+    assert codes(ORIGINAL, MIGRATED, unbound_names=True) == []
+    assert codes(ORIGINAL + "print(config)\n", MIGRATED + "print(config)\n", unbound_names=True) == ["DDP913"]
+    in_a_function = MIGRATED + "\n\ndef report():\n    return undefined_here\n"
+    assert codes(ORIGINAL, in_a_function, unbound_names=True) == ["DDP919"]
+    # A function's own parameter or local, or a name bound under a guard, is bound.
+    bound = MIGRATED + "\n\ndef report(value):\n    total = value\n    return total\n"
+    assert codes(ORIGINAL, bound, unbound_names=True) == []
 
 
 DESTROY = "\nif distributed:\n    dist.destroy_process_group()\n"

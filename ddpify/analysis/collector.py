@@ -404,6 +404,8 @@ class Collector(cst.CSTVisitor):
     def _note_helper(self, node: cst.Call, qualified: str) -> None:
         if self.project.defines(qualified):
             self.facts.project_calls.add(node)
+            if self.project.moves_returned(qualified):
+                self.facts.calls_returning_moved.add(node)
         self._note_optimizer_made_elsewhere(node, qualified)
         if self.project.trains(qualified):
             # `engine.train_one_epoch(model, loader, optimizer)`: the steps are in there.

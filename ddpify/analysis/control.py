@@ -128,7 +128,9 @@ class Facts(ValueFlow):
     def _iterates_a_loader(self, loop: cst.For, holders: set[Holder], external: set[Holder]) -> bool:
         """The loop goes over a loader built here, or one another module builds (external)."""
         function = self.function_of(loop)
-        if any((function, name) in external or name.startswith("self.") and any(
+        # (A module-level name a function reads without binding it is the module's loader.)
+        if any((function, name) in external or (None, name) in external and not self.binds_locally(
+                function, name) or name.startswith("self.") and any(
                 held == name for _, held in external) for name in self.names_iterated_by(loop)):
             return True
         return any((function, name) in holders or (None, name) in holders and not self.binds_locally(

@@ -156,6 +156,25 @@ class FunctionEffects:
                 moved.add(str(receiver.slice.value))
         return positional, moved
 
+    def moves_returned(self, name: str) -> bool:
+        """The function returns what it moved to a device: `net = net.cuda(); return net`,
+        `model.to(device)` then `return model`, or `return Net().to(device)`."""
+        function = self._functions.get(name)
+        if function is None:
+            return False
+        moved: set[str] = set()
+        returned: list[ast.expr] = []
+        for node in ast.walk(function):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cuda"):
+                receiver = node.func.value
+                if isinstance(receiver, ast.Name):
+                    moved.add(receiver.id)  # (modules move in place: `net.cuda()` alone moves it)
+            elif isinstance(node, ast.Assign) and _moves(node.value):
+                moved.update(target.id for target in node.targets if isinstance(target, ast.Name))
+            elif isinstance(node, ast.Return) and node.value is not None:
+                returned.extend(node.value.elts if isinstance(node.value, ast.Tuple) else [node.value])
+        return any(_moves(value) or isinstance(value, ast.Name) and value.id in moved for value in returned)
+
     def optimizer_parameters(self, name: str) -> set[int]:
         """Positions of the parameters whose `.parameters()` (or `.named_parameters()`) an
         optimizer the function builds trains: `set_optimizer(lr, model)` -> {1}."""
@@ -521,3 +540,8 @@ def absolute_module(node: ast.ImportFrom, package: str) -> Optional[str]:
         return None
     base = parts[: len(parts) - (node.level - 1)]
     return ".".join(base + ([node.module] if node.module else [])) or None
+
+
+def _moves(value: ast.expr) -> bool:
+    """`x.to(...)` or `x.cuda(...)`, the outermost call of the value."""
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda")

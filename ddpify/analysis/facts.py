@@ -177,6 +177,8 @@ class FactRecord:
     helper_attribute_readers: dict[cst.Call, set[int]] = field(default_factory=dict)
     # Calls of a function or class of another module of the project, whatever it does.
     project_calls: set[cst.Call] = field(default_factory=set)
+    # Those whose function returns what it moved to a device (`net = get_network(args)`).
+    calls_returning_moved: set[cst.Call] = field(default_factory=set)
     # Calls of the project's helpers that take training steps (engine.train_one_epoch).
     training_helper_calls: list[cst.Call] = field(default_factory=list)
     # `Trainer(model, loader, ...)` of a project class whose methods train.

@@ -109,8 +109,10 @@ GET_LOGGER = "logging.getLogger"
 
 # Names the emitted script relies on; the module path is what AddImportsVisitor needs.
 # What a DDP wrapper answers itself: reading anything else of a wrapped model needs `.module`.
+# (Not `children()` or `modules()`: on the wrapper they hold the wrapper and its one child,
+# so `list(net.children())[-1]` would be the whole model.)
 WRAPPER_ATTRIBUTES = frozenset({
-    "train", "eval", "parameters", "to", "cuda", "cpu", "zero_grad", "modules", "children",
+    "train", "eval", "parameters", "to", "cuda", "cpu", "zero_grad",
     "buffers", "requires_grad_", "apply", "half", "float", "double", "bfloat16", "forward",
     "no_sync", "module", "training", "type", "share_memory", "register_forward_hook",
     "register_forward_pre_hook", "register_full_backward_hook",

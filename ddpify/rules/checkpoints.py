@@ -43,7 +43,9 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             continue
         # The rank's device where the setup's own code loads; elsewhere (a function that
         # may run before the setup, such as a dataset's __init__) the CPU, which is always there.
-        in_setup_scope = setup.sees_setup(facts, call) and facts.function_of(call) is setup.function
+        # (With the device chosen in another module, no device is named here at all.)
+        in_setup_scope = setup.sees_setup(facts, call) and facts.function_of(call) is setup.function \
+            and not setup.device_elsewhere
         location = setup.device if in_setup_scope else '"cpu"'
         edits.expressions[call] = with_keyword("map_location", location, edits)
         edits.report("DDP303", call)

@@ -43,7 +43,8 @@ RULES = (
 
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
-    if setup.library:
+    if setup.library or setup.device_elsewhere:
+        # (No device is named here: the setup made this rank's accelerator the current one.)
         _current_device_in_helper_module(facts, edits)
         return
     device = setup.device

@@ -300,14 +300,15 @@ def _when_trainable(facts: Facts, code: str, model: str) -> str:
 
 def _never_moved(facts: Facts, model: Model) -> bool:
     """No `.to()` / `.cuda()` reaches the model anywhere its value goes: neither a move of
-    the name (`model.to(device)`) nor one in what it is assigned (`Net().to(device)`)."""
+    the name (`model.to(device)`) nor one in what it is assigned (`Net().to(device)`, or a
+    project function that returns the model it moved, `get_network(args)`)."""
     for _, name in facts.model_holders(model):
         if facts.device_moves.get(name):
             return False
         for value in facts.assigned_values.get(name, ()):
             # calls_within includes the value itself: `Net().to(device)` is a move.
             if any(isinstance(call.func, cst.Attribute) and call.func.attr.value in ("to", "cuda")
-                   for call in calls_within(value)):
+                   or call in facts.calls_returning_moved for call in calls_within(value)):
                 return False
     return True
 

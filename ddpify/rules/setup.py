@@ -73,13 +73,23 @@ def choose(facts: Facts) -> Plan:
                          device_is_string=True)
     function = _training_function(facts)
     block = function.body if function is not None else facts.module
-    if facts.training_helper_calls:
-        # The device is chosen where the training is, in another module of the project: the
-        # group uses each device type's default backend, and this rank's accelerator is
-        # made current, so that "cuda" there means this process's own GPU.
+    if facts.training_helper_calls or _models_moved_elsewhere(facts):
+        # The device is chosen where the training is, or where the model is built and moved
+        # (`net = get_network(args)`, on the GPU only when a flag says so), in another module
+        # of the project: the group uses each device type's default backend, and this rank's
+        # accelerator is made current, so that "cuda" there means this process's own GPU.
         return Plan(function, block, "device", None, device_elsewhere=True)
     cpu_only = not facts.fixed_device_moves and not facts.fixed_device_values
     return Plan(function, block, "device", None, cpu_only=cpu_only)
+
+
+def _models_moved_elsewhere(facts: Facts) -> bool:
+    """Every model is what a function of another module of the project returns after moving
+    it to a device, and nothing here moves it again."""
+    return bool(facts.models) and all(
+        not facts.device_moves.get(model.name) and any(
+            value in facts.calls_returning_moved for value in facts.assigned_values.get(model.name, ()))
+        for model in facts.models)
 
 
 def _device_named_elsewhere(facts: Facts) -> Optional[tuple[str, Statement, Optional[cst.FunctionDef]]]:
@@ -386,10 +396,18 @@ def _calls_of_functions_holding(facts: Facts, nodes: Iterable[cst.CSTNode],
 
 
 def _first_code_statement(body: Sequence[BlockItem]) -> Optional[BlockItem]:
+    """The first statement that runs code: not a definition, an import or the docstring."""
     for statement in body:
-        if not isinstance(statement, (cst.FunctionDef, cst.ClassDef)) and not imports_of(statement):
+        if not isinstance(statement, (cst.FunctionDef, cst.ClassDef)) and not imports_of(statement) \
+                and not _is_docstring(statement):
             return statement
     return None
+
+
+def _is_docstring(statement: BlockItem) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+        and isinstance(statement.body[0], cst.Expr) \
+        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
 
 
 def add_guard_helper(edits: Edits, plan: Plan) -> None:

@@ -459,7 +459,12 @@ def _references(facts: Facts, name: str, function: Optional[cst.FunctionDef]) ->
                 return
             if isinstance(parent, cst.Arg) and parent.keyword is node:
                 return
-            if node.value == name and facts.function_of(node) is function:
+            if node.value != name:
+                return
+            where = facts.function_of(node)
+            # A module-level object is also read by the functions that do not bind the name
+            # (`writer.add_scalar(...)` in a train() the script defines).
+            if where is function or function is None and not facts.binds_locally(where, name):
                 found.append(node)
 
     root.visit(_Names())
@@ -564,6 +569,12 @@ CASES = (
     Emits(_TENSORBOARD.replace("    print(epoch, loss.item())\n", "    log(writer, loss.item())\n")
           .replace("for epoch", "writer = SummaryWriter()\n\n\ndef log(writer, value):\n"
                    '    writer.add_scalar("loss", value)\n\n\nfor epoch'), "DDP307"),
+    # A module-level writer a function of the script reads as a global: guarded there too,
+    # or the other ranks would read a name they never bound.
+    Emits(_TENSORBOARD.replace("    print(epoch, loss.item())\n", "    log(loss.item())\n")
+          .replace("for epoch", "writer = SummaryWriter()\n\n\ndef log(value):\n"
+                   '    writer.add_scalar("loss", value)\n\n\nfor epoch'),
+          "DDP306", ('def log(value):\n    if is_main:\n        writer.add_scalar("loss", value)',)),
     Emits(TRAINING + "print(model(torch.zeros(1, 4).to(device)).item())\n", "DDP308"),
     # A tracker's call that runs the model: the run on every rank, the call on rank 0.
     Emits(_TENSORBOARD.replace("    print(epoch, loss.item())\n",

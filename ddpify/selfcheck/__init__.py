@@ -3,7 +3,7 @@ cannot show the contract's properties there.
 
 Like black's safe mode, it is a second opinion that shares nothing with the first: the
 transforms read the script with libcst and ddpify.analysis; this reads the original and the
-output with the stdlib `ast` and a few simple, conservative rules (DDP910-DDP917). What it
+output with the stdlib `ast` and a few simple, conservative rules (DDP910-DDP917, DDP919). What it
 cannot show is a warning naming the line of the original where the defect is (the output
 line is in the message), so the run exits 1 and the file is still written.
 """
@@ -21,6 +21,7 @@ from ddpify.selfcheck.models import (
     trained_but_unwrapped,
     training_without_a_wrap,
 )
+from ddpify.selfcheck.names import names_read_unbound
 from ddpify.selfcheck.output import shared_work_on_rank0, unguarded_output
 from ddpify.selfcheck.setup import device_types_changed, joins_on_import, samplers_before_the_group
 from ddpify.selfcheck.source import Source
@@ -48,6 +49,7 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
         *joins_on_import(before, after),
         *device_types_changed(before, after),
         *samplers_before_the_group(after),
+        *names_read_unbound(before, original, after, migrated),
     ]
     found = [Diagnostic(code, line, 1, f"{rule_of(code).summary}: {detail}") for code, line, detail in in_original]
     found += [Diagnostic(code, to_original(line), 1, f"{rule_of(code).summary} (output line {line}): {detail}")

@@ -1,4 +1,4 @@
-"""The self-check's rules (DDP910-DDP917): what a second reading of ddpify's own output can
+"""The self-check's rules (DDP910-DDP917, DDP919): what a second reading of ddpify's own output can
 find wrong. The detection is in this package (loaders, models, output, setup); the rules and
 their cases live here, beside it, rather than in ddpify/rules/, whose units plan edits.
 """
@@ -53,6 +53,13 @@ RULES = (
          "Trainer whose __init__ joins the group give every rank the whole dataset.",
          "Join the group above the loaders (`if \"WORLD_SIZE\" in os.environ: "
          "dist.init_process_group()`), or build them after the setup has run."),
+    Rule("DDP919", Severity.WARNING, "self-check: the output reads a name nothing binds",
+         "A rewrite names something of the setup (`device`, `is_main`, a helper) in a scope "
+         "where the setup did not define it: the output raises NameError there, on every rank. "
+         "Found with Python's own scoping rules (`symtable`); names the original already read "
+         "unbound are not counted.",
+         "Define the name where it is read (pass `device` in, or use `getattr(model, \"module\", "
+         "model)`), and report the rewrite as a ddpify bug."),
 )
 
 
@@ -84,6 +91,7 @@ CASES = (
     Flags(TRAINING, _JOINED.replace("        loss.backward()", "        if is_main:\n            loss.backward()"),
           "DDP916"),
     Flags(TRAINING, _LATE_GROUP, "DDP917"),
+    Flags(TRAINING, TRAINING.replace("model(x.to(device))", "model(x.to(rank_device))"), "DDP919"),
     Flags('device = "cuda"\nwith torch.autocast(device_type=device):\n    pass\n',
           'device = torch.device("cuda", 0)\nwith torch.autocast(device_type=device):\n    pass\n', "DDP915"),
 )
