@@ -31,5 +31,5 @@ def every_rank(value):
 
 def use(edits: Edits) -> str:
     """Add the helper (once) and its imports; the name to call."""
-    edits.add_helper(NAME, HELPER, "dist", "pickle")
+    edits.add_helper(NAME, HELPER, "dist", "pickle", "torch")
     return NAME

@@ -43,9 +43,9 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             continue
         # The rank's device where the setup's own code loads; elsewhere (a function that
         # may run before the setup, such as a dataset's __init__) the CPU, which is always there.
-        # (With the device chosen in another module, no device is named here at all.)
+        # (With the device chosen in another module, or none at all, no device is named here.)
         in_setup_scope = setup.sees_setup(facts, call) and facts.function_of(call) is setup.function \
-            and not setup.device_elsewhere
+            and not setup.device_elsewhere and not setup.cpu_only
         location = setup.device if in_setup_scope else '"cpu"'
         edits.expressions[call] = with_keyword("map_location", location, edits)
         edits.report("DDP303", call)
@@ -130,6 +130,11 @@ _CHECKPOINT = TRAINING + 'torch.save(model.state_dict(), "model.pt")\n'
 CASES = (
     Emits(TRAINING.replace("optimizer = torch", 'model.load_state_dict(torch.load("model.pt"))\noptimizer = torch'),
           "DDP303", ("map_location=",)),
+    # A script that never names a device: the setup names none either, so the CPU.
+    Emits(TRAINING.replace('device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n', "")
+          .replace(".to(device)", "")
+          .replace("optimizer = torch", 'model.load_state_dict(torch.load("model.pt"))\noptimizer = torch'),
+          "DDP303", ('torch.load("model.pt", map_location="cpu")',)),
     Emits(_CHECKPOINT + 'model.load_state_dict(torch.load("model.pt"))\n', "DDP309", ("dist.barrier()",)),
     Silent(_CHECKPOINT, "DDP309"),
 )
