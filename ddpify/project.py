@@ -35,8 +35,13 @@ class Project:
     when a call asks for them."""
 
     def __init__(self, modules: Optional["_Modules"] = None, imported: Iterable[str] = (),
-                 star_names: Optional[Mapping[str, str]] = None, used_elsewhere: Iterable[str] = ()) -> None:
+                 star_names: Optional[Mapping[str, str]] = None, used_elsewhere: Iterable[str] = (),
+                 in_project_folder: bool = False) -> None:
         self._modules = modules
+        # The module sits in a folder of the user's project, among other modules of it (not
+        # in an installed package, not alone): a training helper there that nothing imports
+        # has callers ddpify cannot see (a notebook), and is migrated for them (DDP918).
+        self.in_project_folder = in_project_folder or modules is not None
         self._imported = frozenset(imported)
         self._star_names = dict(star_names or {})
         # The top-level functions and classes of this module that other modules of the
@@ -181,7 +186,7 @@ def read(script: str, source: str) -> Project:
                                   if not name.startswith("_") and "." not in name)
     used = names_used_elsewhere(root, name)
     if not imported and not used:
-        return Project()
+        return Project(in_project_folder=True)
     found = Project(modules, imported, star_names, used)
     found.module = name
     return found

@@ -38,10 +38,12 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
         facts.library = bool(reached_when_run(facts.module, collector.names_in_top,
                                               collector.project.used_elsewhere))
         facts.trains = facts.library
-    if not facts.trains and collector.training_tops and not collector.project.used_elsewhere:
+    if not facts.trains and collector.training_tops and not collector.project.used_elsewhere \
+            and collector.project.in_project_folder:
         # Training code that nothing in this module runs and no module of the project
         # imports (a notebook's helpers, an engine kept for another repository): migrated as
-        # a helper module is, for every caller it may have, and reported (DDP918).
+        # a helper module is, for every caller it may have, and reported (DDP918). Not in an
+        # installed package, nor through the API without a project: a library stays as it is.
         # Its public names, less what pytest collects (`test_*`, `Test*`): a test module is
         # run by pytest, one process, and stays as it is.
         surface = {statement.name.value for statement in facts.module.body
