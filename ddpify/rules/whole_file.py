@@ -62,7 +62,7 @@ def train_one_epoch(model, optimizer, loader, device):
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-''', "DDP918"),
+''', "DDP905"),  # (read without a project: in a project's folder it is DDP918, fixtures/helper_modules)
     # A test module: pytest runs it, in one process.
     Silent('''\
 import torch
