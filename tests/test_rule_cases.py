@@ -45,6 +45,8 @@ WITHOUT_A_CASE = {
     "DDP212": "download out of the setup's scope: the short shapes tried got DDP209 (the barrier) "
               "instead; tests/test_data_transform.py has one",
     "DDP311": "a helper of another module prints: a case is one file, with no Project",
+    "DDP918": "a module in a project's folder: a case is one file, with no Project "
+              "(fixtures helper_modules/*_no_caller_in_view show it)",
     "DDP404": "accumulation that no_sync() cannot wrap: no test or fixture reaches it either",
 }
 
