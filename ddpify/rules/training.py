@@ -12,7 +12,7 @@ import libcst as cst
 
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Statement
-from ddpify.analysis.nodes import assigned_names, calls_within, dotted_name, names_in, statements_in
+from ddpify.analysis.nodes import assigned_names, calls_within, dotted_name, find_all, names_in, statements_in
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import collectives, fsdp2
 from ddpify.emit.edits import Edits, Insertion
@@ -70,13 +70,48 @@ def batch_loops(facts: Facts) -> list[cst.For]:
 
 # --- gradient accumulation -----------------------------------------------------------------------
 
+# Calls whose result is the same on every rank when their arguments are: a sharded loader has
+# the same length on every rank (DistributedSampler pads), and arithmetic is arithmetic.
+_UNIFORM_CALLS = frozenset({"len", "int", "float", "min", "max", "abs", "round"})
+
+
+def _same_on_every_rank(facts: Facts, loop: cst.For, name: str) -> bool:
+    """`batches_done = epoch * len(dataloader) + i`: every value the loop gives `name` is
+    computed from step counters (a range loop's variable, an enumerate index), from names the
+    loop does not bind (the script's options), and from len(): every rank steps the same
+    number of batches, so it holds the same value on every rank."""
+    counters: set[str] = set()
+    for each in [loop, *facts.enclosing_loops(loop)]:
+        target, iterated = each.target, each.iter
+        callee = dotted_name(iterated.func) if isinstance(iterated, cst.Call) else None
+        if callee == "range" and isinstance(target, cst.Name):
+            counters.add(target.value)
+        elif callee == "enumerate" and isinstance(target, cst.Tuple) and target.elements \
+                and isinstance(target.elements[0].value, cst.Name):
+            counters.add(target.elements[0].value.value)
+    bound_here = assigned_names(loop.body) | assigned_names(loop.target)
+    values = [assign.value for assign in find_all(loop.body, cst.Assign) if any(
+        isinstance(target.target, cst.Name) and target.target.value == name for target in assign.targets)]
+    augmented = [node for node in find_all(loop.body, cst.AugAssign)
+                 if isinstance(node.target, cst.Name) and node.target.value == name]
+    if not values and not augmented:
+        return False
+    for value in [*values, *(node.value for node in augmented)]:
+        if any(dotted_name(call.func) not in _UNIFORM_CALLS for call in calls_within(value)):
+            return False
+        if any(read in bound_here and read not in counters and read != name for read in names_in(value)):
+            return False
+    return True
+
+
 def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: Plan, loop: cst.For) -> None:
     body = list(loop.body.body)
     conditional_step = next((s for s in body if isinstance(s, cst.If) and _steps_optimizer(s)), None)
     if conditional_step is not None and not _counts_modulo(conditional_step.test):
         # Not accumulation. A step decided on this rank's own loss, though, lets the ranks'
         # models drift apart: some step and some do not.
-        local = sorted(names_in(conditional_step.test) & assigned_names(loop.body))
+        local = sorted(name for name in names_in(conditional_step.test) & assigned_names(loop.body)
+                       if not _same_on_every_rank(facts, loop, name))
         if local:
             edits.report("DDP902", conditional_step, "optimizer step decided on a per-rank value: "
                          f"`{', '.join(local)}` differs per rank and the models drift apart")
@@ -503,7 +538,16 @@ def _augmented_names(node: cst.CSTNode) -> set[str]:
     return found
 
 
+_WARMUP_STEP = TRAINING.replace("for x, y in loader:", "for i, (x, y) in enumerate(loader):").replace(
+    "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n",
+    "        optimizer.zero_grad()\n        loss.backward()\n        step = epoch * len(loader) + i\n"
+    "        if step < 10:\n            optimizer.step()\n            continue\n        optimizer.step()\n")
+
 CASES = (
+    # A step decided on a counter every rank shares (batches done so far) is no divergence;
+    # one decided on the rank's own loss is.
+    Silent(_WARMUP_STEP, "DDP902"),
+    Emits(_WARMUP_STEP.replace("step = epoch * len(loader) + i", "step = loss.item()"), "DDP902"),
     Emits(TRAINING.replace("for x, y in loader:", "for i, (x, y) in enumerate(loader):")
           .replace("        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n",
                    "        (loss / 4).backward()\n        if (i + 1) % 4 == 0:\n"
