@@ -89,3 +89,33 @@ for epoch in range(2):
     result = migrate_source(source)
     assert "DDP404" not in {d.code for d in result.diagnostics}
     assert "no_sync" not in result.code
+
+
+def _reduced(increment: str) -> str:
+    """The line that reads `figure` back after the epoch's all-reduce, for `figure += increment`
+    on a sum that starts from the integer 0."""
+    source = HEAD + (
+        "for epoch in range(2):\n"
+        "    figure = 0\n"
+        "    for x, y in loader:\n"
+        "        loss = model(x).sum()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        f"        figure += {increment}\n"
+        "    print(figure)\n"
+    )
+    return next(line.strip() for line in migrate_source(source).code.splitlines()
+                if line.strip().startswith("figure = ") and "totals" in line)
+
+
+def test_a_count_started_from_zero_is_read_back_as_an_int():
+    for count in ("(model(x).argmax(1) == y).sum().item()", "y.size(0)", "len(y)", "y.shape[0]",
+                  "model(x).argmax(1).eq(y).sum().item()"):
+        assert _reduced(count) == "figure = int(totals[0])", count
+
+
+def test_a_float_sum_started_from_zero_stays_a_float():
+    # int() would cut the fraction off the summed loss (printed 1.0625 for 1.17).
+    for value in ("loss.item() * x.size(0)", "(loss * y.shape[0]).item()", "loss.item() / len(y)",
+                  "(model(x).argmax(1) == y).float().sum().item()"):
+        assert _reduced(value) == "figure = totals[0].item()", value

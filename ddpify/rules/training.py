@@ -392,7 +392,8 @@ def _python_number(value: cst.BaseExpression) -> bool:
 
 def _counts(node: cst.CSTNode, name: str) -> bool:
     """Every `name += ...` adds a whole number (a count of correct predictions, a batch
-    size): `train_loss = 0` that sums `loss.item()` is a float and stays one."""
+    size): `train_loss = 0` that sums `loss.item()` or `loss.item() * x.size(0)` is a float
+    and stays one."""
     increments = _increments(node, name)
     return bool(increments) and all(_whole_number(value) for value in increments)
 
@@ -410,27 +411,46 @@ def _increments(node: cst.CSTNode, name: str) -> list[cst.BaseExpression]:
     return increments
 
 
+# Methods whose result is a whole number when what they are called on is: `.sum()` of a count,
+# `.item()` of it, and the integer casts and moves on the way. (`.float()` makes the Python value
+# a float, which the float sum keeps as it is.)
+WHOLE_IF_RECEIVER_IS = frozenset({"item", "sum", "long", "int", "cpu", "detach"})
+# Methods that give a whole number, or booleans that sum to one, whatever they are called on.
+WHOLE_METHODS = frozenset({"size", "numel", "count_nonzero", "argmax", "eq", "ne"})
+WHOLE_OPERATORS = (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide)
+
+
 def _whole_number(value: cst.BaseExpression) -> bool:
+    """A Python int, read from how the value is built: an integer, a size (`x.size(0)`,
+    `len(y)`, `x.shape[0]`, `y.numel()`), a count of matches (a comparison or `.eq()`,
+    summed, `.item()`), and +, -, * and // of those. One factor that is not (`loss.item() *
+    x.size(0)`, `(loss * n).item()`, a true division, a `.float()` on the way) makes a float:
+    cast back with int() after the all-reduce it would lose its fraction."""
     if isinstance(value, cst.Integer):
         return True
-    calls = calls_within(value)
-    methods = {call.func.attr.value for call in calls if isinstance(call.func, cst.Attribute)}
-    functions = {dotted_name(call.func) for call in calls}
-    has_comparison = any(isinstance(node, cst.Comparison) for node in _walk(value))
-    return bool(methods & {"eq", "size", "numel", "argmax", "count_nonzero"}
-                or "len" in functions or has_comparison)
-
-
-def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
-    found: list[cst.CSTNode] = []
-
-    class _All(cst.CSTVisitor):
-        def on_visit(self, inner: cst.CSTNode) -> bool:
-            found.append(inner)
-            return True
-
-    node.visit(_All())
-    return found
+    if isinstance(value, cst.Comparison):
+        return True
+    if isinstance(value, cst.UnaryOperation):
+        return _whole_number(value.expression)
+    if isinstance(value, cst.BinaryOperation):
+        return isinstance(value.operator, WHOLE_OPERATORS) and _whole_number(value.left) and _whole_number(value.right)
+    if isinstance(value, cst.Subscript):  # `x.shape[0]`
+        return isinstance(value.value, cst.Attribute) and value.value.attr.value == "shape"
+    if isinstance(value, (cst.GeneratorExp, cst.ListComp)):  # `sum(p == t for p, t in ...)`
+        return _whole_number(value.elt)
+    if not isinstance(value, cst.Call):
+        return False
+    function = dotted_name(value.func) or ""
+    if function in ("len", "int"):
+        return True
+    if function in ("sum", "torch.sum", "torch.count_nonzero") and value.args:
+        return function == "torch.count_nonzero" or _whole_number(value.args[0].value)
+    if not isinstance(value.func, cst.Attribute):
+        return False
+    method = value.func.attr.value
+    if method in WHOLE_METHODS:
+        return True
+    return method in WHOLE_IF_RECEIVER_IS and _whole_number(value.func.value)
 
 
 def _batch_index(loop: cst.For) -> Optional[str]:
