@@ -115,6 +115,7 @@ DROP_SHUFFLE_CODE = (
 TABLE_SUMS = {
     "dict": "{name} = {{key: sum({each}[key] for share in {shares}) for key in {name}}}",
     "list": "{name} = [sum(column) for column in zip(*({each} for share in {shares}))]",
+    "matrix": "{name} = [[sum(cells) for cells in zip(*rows)] for rows in zip(*({each} for share in {shares}))]",
     "tensor": "{name} = sum({each} for share in {shares})",
 }
 
