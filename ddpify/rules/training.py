@@ -346,12 +346,14 @@ def _gather_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
 
 
 def _sharded(facts: Facts, setup: Plan, loop: cst.For) -> bool:
-    """The loop runs over a loader that data.py gave a DistributedSampler, over batches cut
+    """The loop runs over a loader that data.py gave a sampler that shards it (whatever its
+    kind: each rank draws 1/N of a WeightedRandomSampler's draw too), over batches cut
     by hand that each rank takes its share of, or over a dict of loaders some of whose
     entries are sharded (loader_dicts.py)."""
     if loop in setup.sharded_loops or loop in setup.partly_sharded_loops:
         return True
-    return any(loop in facts.loops_over_values(facts.loader_holders_of(loader)) for loader in setup.sharded_loaders)
+    return any(loop in facts.loops_over_values(facts.loader_holders_of(loader))
+               for loader in setup.loaders_given_a_sampler)
 
 
 def _sums_python_numbers(facts: Facts, node: cst.CSTNode, name: str) -> bool:
