@@ -119,3 +119,39 @@ def test_a_float_sum_started_from_zero_stays_a_float():
     for value in ("loss.item() * x.size(0)", "(loss * y.shape[0]).item()", "loss.item() / len(y)",
                   "(model(x).argmax(1) == y).float().sum().item()"):
         assert _reduced(value) == "figure = totals[0].item()", value
+
+
+def test_a_division_after_the_name_is_bound_again_is_another_figure():
+    # After the epoch loop `total` is an evaluation's own sum: its `/ len(...)` says nothing of
+    # the training sum, which is no mean of batch means.
+    source = HEAD + (
+        "for epoch in range(2):\n"
+        "    total = 0.0\n"
+        "    for x in loader:\n"
+        "        loss = model(x).sum()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        total += loss.item()\n"
+        "    print(total)\n"
+        "total = 0.0\n"
+        "for x in loader:\n"
+        "    total += 1.0\n"
+        "print(total / len(loader))\n"
+    )
+    code = migrate_source(source).code
+    assert "total = totals[0].item()\n" in code
+    assert "get_world_size()" not in code
+
+
+def test_a_mean_taken_after_the_epoch_loop_is_the_mean_of_the_ranks_sums():
+    source = HEAD + (
+        "for epoch in range(2):\n"
+        "    total = 0.0\n"
+        "    for x in loader:\n"
+        "        loss = model(x).sum()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        total += loss.item()\n"
+        "print(total / len(loader))\n"
+    )
+    assert "total = totals[0].item() / dist.get_world_size()" in migrate_source(source).code

@@ -10,6 +10,7 @@ from typing import Callable, Optional, cast
 
 import libcst as cst
 
+from ddpify.analysis.bindings import names_read_after
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Statement
 from ddpify.analysis.nodes import assigned_names, calls_within, dotted_name, names_in, statements_in
@@ -216,7 +217,7 @@ def epoch_accumulators(facts: Facts, loop: cst.For) -> dict[str, cst.BaseExpress
                         and isinstance(small.value, (cst.Integer, cst.Float))):
                     initial[small.targets[0].target.value] = small.value
     added = _augmented_names(loop.body)
-    used_after = set().union(set(), *(names_in(s) for s in statements[index + 1:]))
+    used_after = _used_after(facts, loop, statements[index + 1:])
     return {name: value for name, value in initial.items() if name in added and name in used_after}
 
 
@@ -235,8 +236,32 @@ def epoch_lists(facts: Facts, loop: cst.For) -> list[str]:
                if isinstance(small, cst.Assign) and len(small.targets) == 1
                and isinstance(small.targets[0].target, cst.Name)
                and isinstance(small.value, cst.List) and not small.value.elements]
-    used_after = set().union(set(), *(names_in(s) for s in statements[index + 1:]))
+    used_after = _used_after(facts, loop, statements[index + 1:])
     return [name for name in dict.fromkeys(emptied) if name in used_after and _appends_numbers(loop.body, name)]
+
+
+def _statements_after(facts: Facts, loop: cst.For) -> list[cst.CSTNode]:
+    """The statements after the loop in its block and in each block around it, up to its
+    function: where the epoch's figure is divided (`epoch_loss / len(loader)` once the epoch
+    loop is over counts this rank's batches too)."""
+    following: list[cst.CSTNode] = []
+    node: cst.CSTNode = loop
+    while True:
+        block = facts.parents.get(node)
+        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+            return following
+        body: list[cst.CSTNode] = list(block.body)
+        following.extend(body[body.index(node) + 1:])
+        owner = facts.parents.get(block)
+        if owner is None or isinstance(owner, (cst.FunctionDef, cst.ClassDef)):
+            return following
+        node = owner
+
+
+def _used_after(facts: Facts, loop: cst.For, following: list[cst.BaseStatement]) -> set[str]:
+    """Names the rest of the loop's block mentions, or that are read after the loop on any
+    path: `print(epoch_loss / len(loader))` after the epoch loop reads the last epoch's sum."""
+    return set().union(names_read_after(facts, loop), *(names_in(s) for s in following))
 
 
 def _appends_numbers(body: cst.CSTNode, name: str) -> bool:
@@ -262,8 +287,7 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
     lists = epoch_lists(facts, loop)
     if not (accumulators or lists) or not _sharded(facts, setup, loop):
         return
-    block = facts.block_of(loop)
-    after = list(block.body)[list(block.body).index(loop) + 1:]
+    after = _statements_after(facts, loop)
     # A pass over a dict of loaders counts its own batches too (`len(loaders[phase])`).
     loaders = {name for _, name in facts.loader_holders()} | set(facts.names_iterated_by(loop))
     per_batch = _divided_by_len(after, loaders, _batch_index(loop))
@@ -485,11 +509,14 @@ def _divided_by_len(statements: Iterable[cst.CSTNode], loaders: set[str],
 
         def divided(self, name: str, divisor: cst.BaseExpression) -> None:
             count = _rank_batch_count(divisor, loaders, batch_index)
-            if count is not None:
+            if count is not None and name not in rebound:
                 found[name] = count
 
+    # A name bound again (a later evaluation's `total = 0.0`) is another figure from there on.
+    rebound: set[str] = set()
     for statement in statements:
         statement.visit(_Divisions())
+        rebound |= assigned_names(statement)
     return found
 
 
