@@ -57,13 +57,15 @@ def saved(path, module_prefix=False, wrapped=False, scope="cwd"):
     return {"ev": "save", "path": path, "scope": scope, "module_prefix": module_prefix, "wrapped": wrapped}
 
 
-def training(indices_per_epoch, dataset_len, batch=4, shuffle=True, drop_last=False, complete=True, loader=0):
+def training(indices_per_epoch, dataset_len, batch=4, shuffle=True, drop_last=False, complete=True, loader=0,
+             replacement=False):
     """A rank's events for a loop that steps once per batch."""
     events, n = [], 0
     for epoch, indices in enumerate(indices_per_epoch):
         events.append({"ev": "iter", "loader": loader, "epoch": epoch, "map_style": True,
                        "dataset_len": dataset_len, "sampler": "X", "shuffle": shuffle,
-                       "batch_size": batch, "drop_last": drop_last, "num_workers": 0})
+                       "batch_size": batch, "drop_last": drop_last, "num_workers": 0,
+                       "replacement": replacement})
         for first in range(0, len(indices), batch):
             events.append({"ev": "fetch", "loader": loader, "epoch": epoch, "indices": indices[first:first + batch]})
             n += 1
@@ -281,6 +283,29 @@ def test_data_sharded_only_judges_training_loaders():
     per_rank = sharded(32, 2, epochs=2)
     run = make_run(TORCHRUN, {rank: training(epochs, 32) + evaluation for rank, epochs in per_rank.items()})
     assert check_data_sharded({TORCHRUN: run}).status == PASS
+
+
+def _draws_with_replacement(length, epochs, seed=0):
+    """What a WeightedRandomSampler with replacement draws: repeats, and some never drawn."""
+    generator = random.Random(seed)
+    return [[generator.randrange(length) for _ in range(length)] for _ in range(epochs)]
+
+
+def test_data_sharded_accepts_repeats_and_misses_of_a_sampler_with_replacement_split_between_ranks():
+    draws = _draws_with_replacement(40, 2)
+    original = make_run(ORIGINAL, {0: training(draws, 40, replacement=True)})
+    per_rank = {rank: [draw[rank::2] for draw in draws] for rank in range(2)}
+    result = check_data_sharded({ORIGINAL: original, TORCHRUN: sharded_run(per_rank, 40, replacement=True)})
+    assert result.status == PASS, result.evidence
+    assert any("with replacement" in note for note in result.notes) and "its share" in result.summary
+
+
+def test_data_sharded_fails_when_every_rank_draws_the_whole_epoch_with_replacement():
+    draws = _draws_with_replacement(40, 2)
+    original = make_run(ORIGINAL, {0: training(draws, 40, replacement=True)})
+    per_rank = {rank: _draws_with_replacement(40, 2, seed=rank + 1) for rank in range(2)}
+    result = check_data_sharded({ORIGINAL: original, TORCHRUN: sharded_run(per_rank, 40, replacement=True)})
+    assert result.status == FAIL and "more than its share (20) of the 40" in result.summary
 
 
 def test_data_sharded_is_na_without_training_batches():
