@@ -116,6 +116,15 @@ def test_runs_name_the_hung_ranks_and_where_they_wait():
     assert not any("rank 1" in line for line in result.evidence)
 
 
+def test_runs_say_a_hang_after_epochs_cut_to_one_batch_may_be_the_cut():
+    cut = {"ev": "iter", "loader": 0, "epoch": 2, "cut": True}
+    hung = make_run(ORIGINAL, {0: [start(0), cut]}, ok=False, timed_out=True)
+    result = check_runs({ORIGINAL: hung})
+    assert result.status == FAIL and "rerun with --full-epochs 0" in "\n".join(result.evidence)
+    uncut = make_run(ORIGINAL, {0: [start(0), dict(cut, cut=False)]}, ok=False, timed_out=True)
+    assert "--full-epochs" not in "\n".join(check_runs({ORIGINAL: uncut}).evidence)
+
+
 def test_runs_report_a_crash_with_its_error():
     events = {0: [start(0), {"ev": "end", "status": "error", "error": "RuntimeError('boom')"}]}
     result = check_runs({SINGLE: make_run(SINGLE, events, ok=False)})
