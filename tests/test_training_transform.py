@@ -155,3 +155,33 @@ def test_a_mean_taken_after_the_epoch_loop_is_the_mean_of_the_ranks_sums():
         "print(total / len(loader))\n"
     )
     assert "total = totals[0].item() / dist.get_world_size()" in migrate_source(source).code
+
+
+def test_a_count_of_this_ranks_batches_or_samples_makes_the_mean_of_the_ranks_sums():
+    for before, divisor in (("num_batches = len(loader)\n", "num_batches"), ("", "len(loader.sampler)"),
+                            ("n = len(loader.sampler)\n", "n")):
+        source = HEAD + before + (
+            "for epoch in range(2):\n"
+            "    total = 0.0\n"
+            "    for x in loader:\n"
+            "        loss = model(x).sum()\n"
+            "        loss.backward()\n"
+            "        optimizer.step()\n"
+            "        total += loss.item()\n"
+            f"    print(total / {divisor})\n"
+        )
+        assert "total = totals[0].item() / dist.get_world_size()" in migrate_source(source).code, divisor
+
+
+def test_a_division_by_the_whole_dataset_takes_the_sum_as_it_is():
+    source = HEAD + (
+        "for epoch in range(2):\n"
+        "    total = 0.0\n"
+        "    for x in loader:\n"
+        "        loss = model(x).sum()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        total += loss.item() * len(x)\n"
+        "    print(total / len(loader.dataset))\n"
+    )
+    assert "total = totals[0].item()\n" in migrate_source(source).code

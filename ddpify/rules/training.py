@@ -290,7 +290,7 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
     after = _statements_after(facts, loop)
     # A pass over a dict of loaders counts its own batches too (`len(loaders[phase])`).
     loaders = {name for _, name in facts.loader_holders()} | set(facts.names_iterated_by(loop))
-    per_batch = _divided_by_len(after, loaders, _batch_index(loop))
+    per_batch = _divided_by_len(after, loaders, _batch_index(loop), facts.assigned_values)
     names = list(accumulators)
     # A pass over a dict of loaders whose evaluation entries stay whole is a shard only for
     # the training keys: its sums are summed across ranks under that test alone.
@@ -319,7 +319,7 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
         else:
             value = f"totals[{position}].item()"
         if name in per_batch:
-            lines.append(f"    # Each rank ran {per_batch[name]} batches: the mean of the ranks' sums.")
+            lines.append(f"    # Each rank ran {per_batch[name]}: the mean of the ranks' sums.")
             value += " / dist.get_world_size()"
         if not fits(indent, f"    {name} = {value}"):
             lines.extend([f"    {name} = (", f"        {value}", "    )"])  # as black wraps it
@@ -359,7 +359,7 @@ def _gather_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
     for position, name in enumerate(names):
         total = f"sum({shares})" if len(names) == 1 else f"sum(share[{position}] for share in {shares})"
         if name in per_batch:
-            lines.append(f"    # Each rank ran {per_batch[name]} batches: the mean of the ranks' sums.")
+            lines.append(f"    # Each rank ran {per_batch[name]}: the mean of the ranks' sums.")
             total += " / dist.get_world_size()"
         lines.append(f"    {name} = {total}")
     lines += _merged_lists(facts, edits, lists)
@@ -489,8 +489,8 @@ def _batch_index(loop: cst.For) -> Optional[str]:
     return None
 
 
-def _divided_by_len(statements: Iterable[cst.CSTNode], loaders: set[str],
-                    batch_index: Optional[str] = None) -> dict[str, str]:
+def _divided_by_len(statements: Iterable[cst.CSTNode], loaders: set[str], batch_index: Optional[str] = None,
+                    assigned: Optional[dict[str, list[cst.BaseExpression]]] = None) -> dict[str, str]:
     """A sum over this rank's batches divided by this rank's batch count, by name: however the
     division is spelled (`running_loss / len(train_loader)`, `epoch_loss /= len(loader)`,
     `total / i` or `total / (step + 1)` with the batch loop's enumerate index). The figure is
@@ -508,7 +508,7 @@ def _divided_by_len(statements: Iterable[cst.CSTNode], loaders: set[str],
                 self.divided(node.target.value, node.value)
 
         def divided(self, name: str, divisor: cst.BaseExpression) -> None:
-            count = _rank_batch_count(divisor, loaders, batch_index)
+            count = _rank_batch_count(divisor, loaders, batch_index, assigned or {})
             if count is not None and name not in rebound:
                 found[name] = count
 
@@ -520,22 +520,34 @@ def _divided_by_len(statements: Iterable[cst.CSTNode], loaders: set[str],
     return found
 
 
-def _rank_batch_count(divisor: cst.BaseExpression, loaders: set[str], batch_index: Optional[str]) -> Optional[str]:
-    """The divisor's code when it counts this rank's batches: `len(loader)` (`len(loaders[phase])`),
-    the batch loop's enumerate index `i`, or `i + 1`."""
+def _rank_batch_count(divisor: cst.BaseExpression, loaders: set[str], batch_index: Optional[str],
+                      assigned: dict[str, list[cst.BaseExpression]]) -> Optional[str]:
+    """What the divisor counts, in words, when it is this rank's count: `len(loader)` batches
+    (`len(loaders[phase])`), the batch loop's enumerate index `i` or `i + 1`, `len(loader.sampler)`
+    samples (a sharding sampler hands each rank its share), or a name that only ever holds one
+    of those (`num_batches = len(loader)` before the epoch loop)."""
     if batch_index is not None:
         if isinstance(divisor, cst.Name) and divisor.value == batch_index:
-            return batch_index
+            return f"{batch_index} batches"
         if (isinstance(divisor, cst.BinaryOperation) and isinstance(divisor.operator, cst.Add)
                 and isinstance(divisor.left, cst.Name) and divisor.left.value == batch_index
                 and isinstance(divisor.right, cst.Integer) and divisor.right.value == "1"):
-            return f"{batch_index} + 1"
+            return f"{batch_index} + 1 batches"
+    if isinstance(divisor, cst.Name):
+        values = assigned.get(divisor.value, [])
+        counts = [_rank_batch_count(value, loaders, None, {}) for value in values]
+        if counts and all(count is not None for count in counts):
+            return f"{divisor.value} {str(counts[0]).rsplit(' ', 1)[-1]}"
+        return None
     if not (isinstance(divisor, cst.Call) and dotted_name(divisor.func) == "len" and divisor.args):
         return None
+    code = cst.Module(body=[]).code_for_node(divisor)
     counted = divisor.args[0].value
+    if isinstance(counted, cst.Attribute) and counted.attr.value == "sampler":
+        return f"{code} samples" if dotted_name(counted.value) in loaders else None
     if isinstance(counted, cst.Subscript):  # `len(loaders[phase])`
         counted = counted.value
-    return cst.Module(body=[]).code_for_node(divisor) if dotted_name(counted) in loaders else None
+    return f"{code} batches" if dotted_name(counted) in loaders else None
 
 
 # --- helpers ---------------------------------------------------------------------------------------
