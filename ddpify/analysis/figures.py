@@ -42,12 +42,15 @@ class Figures:
     batch_counts: list[str] = field(default_factory=list)
     # `len(loader)` read after the loop: replaced by a gathered count.
     batch_count_reads: list[cst.Call] = field(default_factory=list)
+    # `len(loader.sampler)` read after the loop (the samples this rank drew once sharded):
+    # replaced by a gathered count.
+    sample_count_reads: list[cst.Call] = field(default_factory=list)
     # Tables of counts filled by `table[key] += ...`: name -> "dict", "list" or "tensor".
     tables: dict[str, str] = field(default_factory=dict)
 
     @property
     def gathers(self) -> bool:
-        return bool(self.sums or self.lists or self.batch_count_reads or self.tables)
+        return bool(self.sums or self.lists or self.batch_count_reads or self.sample_count_reads or self.tables)
 
 
 def figures_of(facts: Facts, loop: cst.For, batch_size: str, iterable: Optional[str] = None):
@@ -84,6 +87,7 @@ def figures_of(facts: Facts, loop: cst.For, batch_size: str, iterable: Optional[
     if iterable is not None:
         found.batch_counts = _batch_counts_before(facts, loop, iterable, outside)
         found.batch_count_reads = _batch_count_reads_after(facts, loop, iterable)
+        found.sample_count_reads = _batch_count_reads_after(facts, loop, f"{iterable}.sampler")
     if not found.gathers:
         return "the loop keeps no figure ddpify can gather"
     return found
@@ -511,12 +515,13 @@ def _whole_names_in(node: cst.CSTNode) -> list[str]:
 
 
 def _batch_counts_before(facts: Facts, loop: cst.For, iterable: str, read_after: set[str]) -> list[str]:
-    """`num_batches = len(dataloader)` before the loop, read after it: this rank's count of
-    batches, gathered like a sum."""
+    """`num_batches = len(dataloader)` (or `num_samples = len(dataloader.sampler)`) before the
+    loop, read after it: this rank's count of batches (samples) once sharded, gathered like a sum."""
     before, _ = _nodes_around(facts, loop, into_definitions=True)
     return [node.targets[0].target.value for node in before
             if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name)
-            and _is_len_of(node.value, iterable) and node.targets[0].target.value in read_after]
+            and (_is_len_of(node.value, iterable) or _is_len_of(node.value, f"{iterable}.sampler"))
+            and node.targets[0].target.value in read_after]
 
 
 def _nodes_around(facts: Facts, loop: cst.For, *,
@@ -549,6 +554,6 @@ def _is_len_of(value: cst.BaseExpression, iterable: str) -> bool:
 
 
 def _batch_count_reads_after(facts: Facts, loop: cst.For, iterable: str) -> list[cst.Call]:
-    """`len(test_loader)` after the loop, in its scope."""
+    """`len(test_loader)` (`iterable`: `test_loader.sampler`, its sampler's) after the loop, in its scope."""
     _, after = _nodes_around(facts, loop, into_definitions=False)
     return [node for node in after if isinstance(node, cst.Call) and _is_len_of(node, iterable)]

@@ -497,6 +497,13 @@ def _gather(facts: Facts, edits: Edits, setup: Plan, loop: cst.For, figures: Fig
         for read in figures.batch_count_reads:
             edits.expressions[read] = _named(counted)
         figures.batch_counts.append(counted)
+    if figures.sample_count_reads:
+        assert iterated is not None
+        counted = facts.free_name(_batches_name(iterated).removesuffix("batches") + "samples")
+        lines.append(f"{counted} = len({iterated}.sampler)")
+        for read in figures.sample_count_reads:
+            edits.expressions[read] = _named(counted)
+        figures.batch_counts.append(counted)
     gathered = figures.sums + figures.batch_counts + list(figures.lists) + list(figures.tables)
     shares = facts.free_name("shares")
     gather = collectives.use(edits)
