@@ -41,6 +41,9 @@ class Plan:
     device_elsewhere: bool = False
     # The device is a string ("cuda" if ... else "cpu"), and stays one.
     device_is_string: bool = False
+    # The device comes in with a parameter of the training function (`cfg.device` of a
+    # `train(cfg)`): the setup opens that function, refining what the caller chose.
+    device_from_parameter: bool = False
     # That string names a GPU by index (`f"cuda:{local_rank}"`), so it is not its own type.
     device_string_indexed: bool = False
     # Models wrapped in the setup's scope, and how many of them the script never moves off
