@@ -527,7 +527,11 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
                 model.name.startswith("self.") or facts.function_of(call) is facts.function_of(wrap)):
             edits.expressions[copied] = _unwrapped(model.name, edits, _quote_for(facts, copied))
             edits.report("DDP103", copied)
-    for access in facts.attribute_reads.get(model.name, ()):
+    # An attribute set on the wrapper (`model.hidden = None` to reset an RNN's state) would
+    # stay on the wrapper, where the module's forward never reads it: it is set on the module,
+    # as its reads are made there.
+    accesses = [*facts.attribute_reads.get(model.name, ()), *facts.attribute_writes.get(model.name, ())]
+    for access in sorted(accesses, key=facts.start_of):
         if access.attr.value in names.WRAPPER_ATTRIBUTES or _under_wrapper_check(facts, access, model.name):
             continue
         if _before_wrap(facts, access, wrap) or _rebound_since_wrap(facts, access, model.name, wrap):
