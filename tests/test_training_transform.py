@@ -185,3 +185,19 @@ def test_a_division_by_the_whole_dataset_takes_the_sum_as_it_is():
         "    print(total / len(loader.dataset))\n"
     )
     assert "total = totals[0].item()\n" in migrate_source(source).code
+
+
+def test_an_attribute_set_on_the_model_by_a_helper_is_set_on_the_module():
+    source = HEAD + (
+        "def reset_state(net):\n"
+        "    net.hidden = None\n"
+        "for epoch in range(2):\n"
+        "    reset_state(model)\n"
+        "    model.step_size = 0.1 * epoch\n"
+        "    for x in loader:\n"
+        "        model(x).sum().backward()\n"
+        "        optimizer.step()\n"
+    )
+    code = migrate_source(source).code
+    assert 'getattr(net, "module", net).hidden = None' in code
+    assert 'getattr(model, "module", model).step_size = 0.1 * epoch' in code

@@ -548,8 +548,14 @@ def _unwrap_in_callees(facts: Facts, edits: Edits, model: Model, holders: set[Ho
     into helpers for its state dict). Not in a function that trains: a method that runs the
     forward there must go through the wrapper, or its gradients are not synchronised."""
     for function, name in holders:
-        if (function is None or name == model.name or name not in parameter_names(function)
-                or function in facts.training_functions):
+        if function is None or name == model.name or name not in parameter_names(function):
+            continue
+        # `def reset_state(net): net.hidden = None`: set on the module wherever it is set.
+        for write in facts.attribute_writes.get(name, ()):
+            if facts.function_of(write) is function and write.attr.value not in names.WRAPPER_ATTRIBUTES:
+                edits.expressions[write.value] = _unwrapped(name, edits)
+                edits.report("DDP103", write)
+        if function in facts.training_functions:
             continue
         for access in facts.attribute_reads.get(name, ()):
             if facts.function_of(access) is not function or access.attr.value in names.WRAPPER_ATTRIBUTES:
