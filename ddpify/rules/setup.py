@@ -89,8 +89,8 @@ def _device_named_elsewhere(facts: Facts) -> Optional[tuple[str, Optional[Statem
     """`model.to(args.device)`: a device the script takes, as a string, from its command line
     or a config object (the expression, the statement that makes that object, its function).
     The setup follows that statement; the string stays the user's. An object the function
-    is handed (`def train(cfg): ... model.to(cfg.device)`) has no such statement (None): the
-    setup opens the function."""
+    is handed (`def train(cfg): ... model.to(cfg.device)`), or a global of the module, has no
+    such statement there (None): the setup opens the function."""
     for call in _moves_to_a_named_device(facts):
         device = dotted_name(call.args[0].value)
         if device is None or "." not in device or device.startswith("self."):
@@ -104,8 +104,13 @@ def _device_named_elsewhere(facts: Facts) -> Optional[tuple[str, Optional[Statem
                     for small in statement.body)]
         if made:
             return device, made[-1], function
-        if function is not None and owner in parameter_names(function) and not any(
-                facts.function_of(statement) is function for statement in facts.statements_touching.get(owner, ())
+        touching = facts.statements_touching.get(owner, ())
+        # Known when the function starts: a parameter, or a global the module sets (`args =
+        # parser.parse_args()` at the top of the script), not set again in the function.
+        known = owner in parameter_names(function) if function is not None else False
+        known = known or any(facts.function_of(statement) is None for statement in touching)
+        if function is not None and known and not any(
+                facts.function_of(statement) is function for statement in touching
                 if facts.start_of(statement) < facts.start_of(call)):
             return device, None, function
     return None
