@@ -41,6 +41,9 @@ class Plan:
     device_elsewhere: bool = False
     # The device is a string ("cuda" if ... else "cpu"), and stays one.
     device_is_string: bool = False
+    # The device comes in with a parameter of the training function (`cfg.device` of a
+    # `train(cfg)`): the setup opens that function, refining what the caller chose.
+    device_from_parameter: bool = False
     # That string names a GPU by index (`f"cuda:{local_rank}"`), so it is not its own type.
     device_string_indexed: bool = False
     # Models wrapped in the setup's scope, and how many of them the script never moves off
@@ -60,9 +63,6 @@ class Plan:
     library: bool = False
     # Nodes whose edits need only the rank-0 guard, not the process group.
     guard_nodes: set[cst.CSTNode] = field(default_factory=set)
-    # Loaders that got a DistributedSampler (data.py), for the rules that reduce the
-    # figures of a sharded epoch (training.py).
-    sharded_loaders: list[Loader] = field(default_factory=list)
     # Dicts of loaders whose training entries got a DistributedSampler (loader_dicts.py).
     sharded_loader_dicts: list[LoaderDict] = field(default_factory=list)
     # Loaders built by name and kept in such a dict (`{"train": train_loader}`): loader_dicts.py
@@ -93,7 +93,9 @@ class Plan:
     # and torch.load calls that became dcp.load (checkpoints.py adds no map_location or barrier).
     collective_saves: set[cst.Call] = field(default_factory=set)
     collective_loads: set[cst.Call] = field(default_factory=set)
-    # Loaders given a sampler that shards them (data.py, DDP201), whatever its kind.
+    # Loaders given a sampler that shards them (data.py, DDP201), whatever its kind: a
+    # DistributedSampler, or one over the script's own RandomSampler or WeightedRandomSampler
+    # (DistributedSamplerWrapper). The figures of their epochs are summed across ranks (training.py).
     loaders_given_a_sampler: list[Loader] = field(default_factory=list)
     # Training loops fed by batches built by hand or by loaders kept in a dict, reported as
     # such (hand_batches.py, DDP208/DDP218): with no sampler anywhere, the file stays

@@ -94,3 +94,21 @@ def test_current_accelerator_choice_is_kept():
     assert "device = torch.accelerator.current_accelerator()\n" in code
     assert "torch.accelerator.set_device_index(local_rank)" in code
     assert "dist.init_process_group(dist.get_default_backend_for_device(device))" in code
+
+
+def test_a_device_of_a_global_config_read_in_the_training_function_is_refined_there():
+    # `args` is set when the module runs, before train() is called: the setup opens train()
+    # and this rank's accelerator takes the string the command line gave, not Gloo on GPU 0.
+    source = (
+        "import argparse\nimport torch\n"
+        "parser = argparse.ArgumentParser()\n"
+        'parser.add_argument("--device", default="cuda")\n'
+        "args = parser.parse_args()\n"
+        "def train():\n"
+        "    model = torch.nn.Linear(2, 1).to(args.device)\n"
+        + "".join("    " + line + "\n" for line in TRAIN.splitlines())
+        + "train()\n"
+    )
+    code = migrate_source(source).code
+    assert "dist.init_process_group(dist.get_default_backend_for_device(args.device))" in code
+    assert 'init_process_group("gloo")' not in code

@@ -89,3 +89,115 @@ for epoch in range(2):
     result = migrate_source(source)
     assert "DDP404" not in {d.code for d in result.diagnostics}
     assert "no_sync" not in result.code
+
+
+def _reduced(increment: str) -> str:
+    """The line that reads `figure` back after the epoch's all-reduce, for `figure += increment`
+    on a sum that starts from the integer 0."""
+    source = HEAD + (
+        "for epoch in range(2):\n"
+        "    figure = 0\n"
+        "    for x, y in loader:\n"
+        "        loss = model(x).sum()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        f"        figure += {increment}\n"
+        "    print(figure)\n"
+    )
+    return next(line.strip() for line in migrate_source(source).code.splitlines()
+                if line.strip().startswith("figure = ") and "totals" in line)
+
+
+def test_a_count_started_from_zero_is_read_back_as_an_int():
+    for count in ("(model(x).argmax(1) == y).sum().item()", "y.size(0)", "len(y)", "y.shape[0]",
+                  "model(x).argmax(1).eq(y).sum().item()"):
+        assert _reduced(count) == "figure = int(totals[0])", count
+
+
+def test_a_float_sum_started_from_zero_stays_a_float():
+    # int() would cut the fraction off the summed loss (printed 1.0625 for 1.17).
+    for value in ("loss.item() * x.size(0)", "(loss * y.shape[0]).item()", "loss.item() / len(y)",
+                  "(model(x).argmax(1) == y).float().sum().item()"):
+        assert _reduced(value) == "figure = totals[0].item()", value
+
+
+def test_a_division_after_the_name_is_bound_again_is_another_figure():
+    # After the epoch loop `total` is an evaluation's own sum: its `/ len(...)` says nothing of
+    # the training sum, which is no mean of batch means.
+    source = HEAD + (
+        "for epoch in range(2):\n"
+        "    total = 0.0\n"
+        "    for x in loader:\n"
+        "        loss = model(x).sum()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        total += loss.item()\n"
+        "    print(total)\n"
+        "total = 0.0\n"
+        "for x in loader:\n"
+        "    total += 1.0\n"
+        "print(total / len(loader))\n"
+    )
+    code = migrate_source(source).code
+    assert "total = totals[0].item()\n" in code
+    assert "get_world_size()" not in code
+
+
+def test_a_mean_taken_after_the_epoch_loop_is_the_mean_of_the_ranks_sums():
+    source = HEAD + (
+        "for epoch in range(2):\n"
+        "    total = 0.0\n"
+        "    for x in loader:\n"
+        "        loss = model(x).sum()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        total += loss.item()\n"
+        "print(total / len(loader))\n"
+    )
+    assert "total = totals[0].item() / dist.get_world_size()" in migrate_source(source).code
+
+
+def test_a_count_of_this_ranks_batches_or_samples_makes_the_mean_of_the_ranks_sums():
+    for before, divisor in (("num_batches = len(loader)\n", "num_batches"), ("", "len(loader.sampler)"),
+                            ("n = len(loader.sampler)\n", "n")):
+        source = HEAD + before + (
+            "for epoch in range(2):\n"
+            "    total = 0.0\n"
+            "    for x in loader:\n"
+            "        loss = model(x).sum()\n"
+            "        loss.backward()\n"
+            "        optimizer.step()\n"
+            "        total += loss.item()\n"
+            f"    print(total / {divisor})\n"
+        )
+        assert "total = totals[0].item() / dist.get_world_size()" in migrate_source(source).code, divisor
+
+
+def test_a_division_by_the_whole_dataset_takes_the_sum_as_it_is():
+    source = HEAD + (
+        "for epoch in range(2):\n"
+        "    total = 0.0\n"
+        "    for x in loader:\n"
+        "        loss = model(x).sum()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        total += loss.item() * len(x)\n"
+        "    print(total / len(loader.dataset))\n"
+    )
+    assert "total = totals[0].item()\n" in migrate_source(source).code
+
+
+def test_an_attribute_set_on_the_model_by_a_helper_is_set_on_the_module():
+    source = HEAD + (
+        "def reset_state(net):\n"
+        "    net.hidden = None\n"
+        "for epoch in range(2):\n"
+        "    reset_state(model)\n"
+        "    model.step_size = 0.1 * epoch\n"
+        "    for x in loader:\n"
+        "        model(x).sum().backward()\n"
+        "        optimizer.step()\n"
+    )
+    code = migrate_source(source).code
+    assert 'getattr(net, "module", net).hidden = None' in code
+    assert 'getattr(model, "module", model).step_size = 0.1 * epoch' in code

@@ -57,13 +57,15 @@ def saved(path, module_prefix=False, wrapped=False, scope="cwd"):
     return {"ev": "save", "path": path, "scope": scope, "module_prefix": module_prefix, "wrapped": wrapped}
 
 
-def training(indices_per_epoch, dataset_len, batch=4, shuffle=True, drop_last=False, complete=True, loader=0):
+def training(indices_per_epoch, dataset_len, batch=4, shuffle=True, drop_last=False, complete=True, loader=0,
+             replacement=False):
     """A rank's events for a loop that steps once per batch."""
     events, n = [], 0
     for epoch, indices in enumerate(indices_per_epoch):
         events.append({"ev": "iter", "loader": loader, "epoch": epoch, "map_style": True,
                        "dataset_len": dataset_len, "sampler": "X", "shuffle": shuffle,
-                       "batch_size": batch, "drop_last": drop_last, "num_workers": 0})
+                       "batch_size": batch, "drop_last": drop_last, "num_workers": 0,
+                       "replacement": replacement})
         for first in range(0, len(indices), batch):
             events.append({"ev": "fetch", "loader": loader, "epoch": epoch, "indices": indices[first:first + batch]})
             n += 1
@@ -112,6 +114,15 @@ def test_runs_name_the_hung_ranks_and_where_they_wait():
     assert "hung: torchrun" in result.summary
     assert "rank 0 waits at train_ddp.py:66, in barrier (distributed_c10d.py:5356)" in "\n".join(result.evidence)
     assert not any("rank 1" in line for line in result.evidence)
+
+
+def test_runs_say_a_hang_after_epochs_cut_to_one_batch_may_be_the_cut():
+    cut = {"ev": "iter", "loader": 0, "epoch": 2, "cut": True}
+    hung = make_run(ORIGINAL, {0: [start(0), cut]}, ok=False, timed_out=True)
+    result = check_runs({ORIGINAL: hung})
+    assert result.status == FAIL and "rerun with --full-epochs 0" in "\n".join(result.evidence)
+    uncut = make_run(ORIGINAL, {0: [start(0), dict(cut, cut=False)]}, ok=False, timed_out=True)
+    assert "--full-epochs" not in "\n".join(check_runs({ORIGINAL: uncut}).evidence)
 
 
 def test_runs_report_a_crash_with_its_error():
@@ -281,6 +292,29 @@ def test_data_sharded_only_judges_training_loaders():
     per_rank = sharded(32, 2, epochs=2)
     run = make_run(TORCHRUN, {rank: training(epochs, 32) + evaluation for rank, epochs in per_rank.items()})
     assert check_data_sharded({TORCHRUN: run}).status == PASS
+
+
+def _draws_with_replacement(length, epochs, seed=0):
+    """What a WeightedRandomSampler with replacement draws: repeats, and some never drawn."""
+    generator = random.Random(seed)
+    return [[generator.randrange(length) for _ in range(length)] for _ in range(epochs)]
+
+
+def test_data_sharded_accepts_repeats_and_misses_of_a_sampler_with_replacement_split_between_ranks():
+    draws = _draws_with_replacement(40, 2)
+    original = make_run(ORIGINAL, {0: training(draws, 40, replacement=True)})
+    per_rank = {rank: [draw[rank::2] for draw in draws] for rank in range(2)}
+    result = check_data_sharded({ORIGINAL: original, TORCHRUN: sharded_run(per_rank, 40, replacement=True)})
+    assert result.status == PASS, result.evidence
+    assert any("with replacement" in note for note in result.notes) and "its share" in result.summary
+
+
+def test_data_sharded_fails_when_every_rank_draws_the_whole_epoch_with_replacement():
+    draws = _draws_with_replacement(40, 2)
+    original = make_run(ORIGINAL, {0: training(draws, 40, replacement=True)})
+    per_rank = {rank: _draws_with_replacement(40, 2, seed=rank + 1) for rank in range(2)}
+    result = check_data_sharded({ORIGINAL: original, TORCHRUN: sharded_run(per_rank, 40, replacement=True)})
+    assert result.status == FAIL and "more than its share (20) of the 40" in result.summary
 
 
 def test_data_sharded_is_na_without_training_batches():

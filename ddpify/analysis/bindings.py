@@ -24,8 +24,12 @@ def scope_statements(facts: Facts, loop: cst.For) -> Sequence[cst.CSTNode]:
 
 
 def names_read_after(facts: Facts, loop: cst.For) -> set[str]:
-    """Names read after the loop before anything binds them again: the rest of each block
-    around it up to its function, and for an enclosing loop the start of its next pass."""
+    """Names read after the loop before anything binds them again, on any path: the rest of
+    each block around it up to its function, and for an enclosing loop either the start of
+    its next pass or, after its last pass, what follows it. The two are alternatives: a
+    name the next pass binds anew (`confusion = [...]` at the top of the epoch) is still read
+    by the code after the epoch loop."""
+    paths: list[list[cst.CSTNode]] = []
     following: list[cst.CSTNode] = []
     node: cst.CSTNode = loop
     while True:
@@ -34,14 +38,15 @@ def names_read_after(facts: Facts, loop: cst.For) -> set[str]:
             break
         body: list[cst.CSTNode] = list(block.body)
         index = body.index(node)
-        following.extend(body[index + 1:])
+        following = following + body[index + 1:]
         owner = facts.parents.get(block)
         if owner is None or isinstance(owner, (cst.FunctionDef, cst.ClassDef)):
             break
         if isinstance(owner, (cst.For, cst.While)):
-            following.extend(body[:index])
+            paths.append(following + body[:index])
         node = owner
-    return _reads_before_rebinding(following)
+    paths.append(following)
+    return set().union(*(_reads_before_rebinding(path) for path in paths))
 
 
 def _reads_before_rebinding(statements: Sequence[cst.CSTNode], bound: Optional[set[str]] = None) -> set[str]:

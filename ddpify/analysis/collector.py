@@ -202,6 +202,8 @@ class Collector(cst.CSTVisitor):
             self.facts.module_accesses.setdefault(receiver, []).append(node)
         elif not isinstance(self.parents.get(node), cst.AssignTarget):
             self.facts.attribute_reads.setdefault(receiver, []).append(node)
+        else:
+            self.facts.attribute_writes.setdefault(receiver, []).append(node)
 
     def _in_import(self, node: cst.Attribute) -> bool:
         """`import model.model as arch` names a module, not an attribute of a value `model`."""

@@ -205,6 +205,8 @@ class FactRecord:
     module_accesses: dict[str, list[cst.Attribute]] = field(default_factory=dict)
     # `x.attr` read (not assigned) on a dotted name, by that name.
     attribute_reads: dict[str, list[cst.Attribute]] = field(default_factory=dict)
+    # `x.attr = ...` on a dotted name, by that name.
+    attribute_writes: dict[str, list[cst.Attribute]] = field(default_factory=dict)
     # Data: DataLoader and IterableDataset subclasses defined here (a loader class maps to
     # whether its constructor takes `sampler=`), what each name is assigned, loops whose
     # body trains, statements that download a dataset, loops that slice batches by hand.

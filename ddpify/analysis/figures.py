@@ -18,7 +18,12 @@ NO_GRAD = ("no_grad", "inference_mode")
 # Methods that change an object's state: a metric or meter filled batch by batch holds this
 # rank's share only, and ddpify cannot merge it.
 STATEFUL_METHODS = frozenset({"update", "add", "add_", "accumulate", "insert", "record",
-                              "compute", "__setitem__", "copy_", "index_add_"})
+                              "compute", "__setitem__", "copy_", "index_add_", "setdefault"})
+# Methods that fill a list or a dict: `errors[group].append(e)` fills an outer value's item.
+FILLING_METHODS = frozenset({"append", "extend", "setdefault", "pop", "remove", "clear"})
+# How many subscripts an update of each kind of table takes: `counts[c] += 1`,
+# `confusion[t][p] += 1`; a tensor takes either (`cm[t, p]`, `cm[t][p]`).
+TABLE_DEPTHS = {"dict": (1,), "list": (1,), "matrix": (2,), "tensor": (1, 2)}
 HOST_METHODS = frozenset({"cpu", "tolist", "item", "numpy"})
 SCALAR_METHODS = frozenset({"item", "size", "numel", "dim", "nelement"})
 MATH_FUNCTIONS = frozenset({"log", "log10", "log2", "exp", "sqrt", "pow", "floor", "ceil", "fabs"})
@@ -37,12 +42,15 @@ class Figures:
     batch_counts: list[str] = field(default_factory=list)
     # `len(loader)` read after the loop: replaced by a gathered count.
     batch_count_reads: list[cst.Call] = field(default_factory=list)
+    # `len(loader.sampler)` read after the loop (the samples this rank drew once sharded):
+    # replaced by a gathered count.
+    sample_count_reads: list[cst.Call] = field(default_factory=list)
     # Tables of counts filled by `table[key] += ...`: name -> "dict", "list" or "tensor".
     tables: dict[str, str] = field(default_factory=dict)
 
     @property
     def gathers(self) -> bool:
-        return bool(self.sums or self.lists or self.batch_count_reads or self.tables)
+        return bool(self.sums or self.lists or self.batch_count_reads or self.sample_count_reads or self.tables)
 
 
 def figures_of(facts: Facts, loop: cst.For, batch_size: str, iterable: Optional[str] = None):
@@ -79,6 +87,7 @@ def figures_of(facts: Facts, loop: cst.For, batch_size: str, iterable: Optional[
     if iterable is not None:
         found.batch_counts = _batch_counts_before(facts, loop, iterable, outside)
         found.batch_count_reads = _batch_count_reads_after(facts, loop, iterable)
+        found.sample_count_reads = _batch_count_reads_after(facts, loop, f"{iterable}.sampler")
     if not found.gathers:
         return "the loop keeps no figure ddpify can gather"
     return found
@@ -318,19 +327,30 @@ class _Mutations(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value in STATEFUL_METHODS:
-            owner = dotted_name(func.value)
-            if owner is not None and self._outer(owner) and not _progress_bar(self.facts, self.loop, owner):
-                self.found.append(f"`{owner}.{func.attr.value}(...)` keeps this rank's share only")
+        if not isinstance(func, cst.Attribute):
+            return
+        owner = dotted_name(func.value)
+        if owner is None:
+            # A method of an item of an outer value (`errors[group].append(e)`,
+            # `stats["loss"].update(v)`) changes that value: its root owns the change.
+            root = _root_owner(func.value)
+            if root is not None and self._outer(root) and func.attr.value in STATEFUL_METHODS | FILLING_METHODS:
+                code = self.facts.module.code_for_node(func.value)
+                self.found.append(f"`{code}.{func.attr.value}(...)` keeps this rank's share only")
+            return
+        if func.attr.value in STATEFUL_METHODS and self._outer(owner) and not _progress_bar(
+                self.facts, self.loop, owner):
+            self.found.append(f"`{owner}.{func.attr.value}(...)` keeps this rank's share only")
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         target = node.target
-        if isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name) and isinstance(
-                node.operator, cst.AddAssign) and self._outer(target.value.value):
-            owner = target.value.value
+        depth, base = _subscript_depth(target)
+        if depth and isinstance(base, cst.Name) and isinstance(node.operator, cst.AddAssign) and self._outer(
+                base.value):
+            owner = base.value
             kind = _table_kind(self.facts, self.loop, owner)
-            if kind is not None and _python_number(node.value, self.assigned_in_loop) and self.tables.get(
-                    owner, kind) == kind:
+            if kind is not None and depth in TABLE_DEPTHS[kind] and _python_number(
+                    node.value, self.assigned_in_loop) and self.tables.get(owner, kind) == kind:
                 self.tables[owner] = kind
                 return
         self._target(node.target)
@@ -340,7 +360,8 @@ class _Mutations(cst.CSTVisitor):
 
     def _target(self, target: cst.BaseExpression) -> None:
         if isinstance(target, (cst.Subscript, cst.Attribute)):
-            owner = dotted_name(target.value)
+            # `confusion[t][p] = ...` changes `confusion`, however deep the item.
+            owner = _root_owner(target.value)
             if owner is not None and self._outer(owner):
                 self.found.append(f"`{self.facts.module.code_for_node(target)}` is updated in place, per rank")
 
@@ -349,32 +370,58 @@ class _Mutations(cst.CSTVisitor):
         return root == "self" or root not in self.bound_in_loop and root in self.outside
 
 
+def _root_owner(expression: cst.BaseExpression) -> Optional[str]:
+    """The name whose value an item or attribute chain reaches into: `confusion` in
+    `confusion[t]`, `self.stats` in `self.stats["loss"][i]`."""
+    while dotted_name(expression) is None and isinstance(expression, (cst.Subscript, cst.Attribute)):
+        expression = expression.value
+    return dotted_name(expression)
+
+
+def _subscript_depth(target: cst.BaseExpression) -> tuple[int, cst.BaseExpression]:
+    """How many subscripts `target` takes, and of what: (2, `confusion`) for `confusion[t][p]`."""
+    depth = 0
+    while isinstance(target, cst.Subscript):
+        depth, target = depth + 1, target.value
+    return depth, target
+
+
 def _table_kind(facts: Facts, loop: cst.For, owner: str) -> Optional[str]:
-    """"dict", "list" or "tensor" when `owner` starts as a table of zeros before the loop:
-    `{c: 0 for c in classes}`, `[0.0] * 10`, `list(0. for i in range(10))`, `torch.zeros(n, n)`."""
+    """"dict", "list", "matrix" or "tensor" when `owner` starts as a table of zeros before the
+    loop: `{c: 0 for c in classes}`, `[0.0] * 10`, `list(0. for i in range(10))`, a list of
+    such lists (`[[0] * n for _ in range(n)]`, a confusion matrix), `torch.zeros(n, n)`."""
     values = _values_before(facts, loop, owner)
     kinds = {_table_of_zeros(value) for value in values}
     return kinds.pop() if len(kinds) == 1 else None
 
 
 def _table_of_zeros(value: cst.BaseExpression) -> Optional[str]:
-    numbers = (cst.Integer, cst.Float)
-    if isinstance(value, cst.DictComp) and isinstance(value.value, numbers):
+    """The kind of table `value` builds when every entry starts at zero. Only zeros: the
+    ranks' tables are summed, so a start of 1 (`[1] * n`, smoothed counts) would be counted
+    once per rank."""
+    if isinstance(value, cst.DictComp) and _zero(value.value):
         return "dict"
     if isinstance(value, cst.Dict) and value.elements and all(
-            isinstance(element, cst.DictElement) and isinstance(element.value, numbers)
-            for element in value.elements):
+            isinstance(element, cst.DictElement) and _zero(element.value) for element in value.elements):
         return "dict"
     if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply) and isinstance(
-            value.left, cst.List) and len(value.left.elements) == 1 and isinstance(
-            value.left.elements[0].value, numbers):
+            value.left, cst.List) and len(value.left.elements) == 1 and _zero(value.left.elements[0].value):
         return "list"
-    if isinstance(value, cst.ListComp) and isinstance(value.elt, numbers):
+    if isinstance(value, cst.ListComp) and _zero(value.elt):
         return "list"
+    if isinstance(value, cst.List) and value.elements and all(_zero(element.value) for element in value.elements):
+        return "list"
+    if isinstance(value, cst.ListComp) and _table_of_zeros(value.elt) == "list":
+        # A fresh row per item; `[[0] * n] * n` would share one row and is left alone.
+        return "matrix"
+    if isinstance(value, cst.List) and value.elements and all(
+            isinstance(element.value, cst.List) and _table_of_zeros(element.value) == "list"
+            for element in value.elements):
+        return "matrix"  # `[[0, 0], [0, 0]]`
     if isinstance(value, cst.Call):
         name = dotted_name(value.func) or ""
         if name == "list" and len(value.args) == 1 and isinstance(value.args[0].value, cst.GeneratorExp) \
-                and isinstance(value.args[0].value.elt, numbers):
+                and _zero(value.args[0].value.elt):
             return "list"
         # A CPU tensor pickles without a device; one made on the GPU would land on rank 1's
         # GPU in rank 0's sum.
@@ -382,6 +429,13 @@ def _table_of_zeros(value: cst.BaseExpression) -> Optional[str]:
                 arg.keyword is not None and arg.keyword.value == "device" for arg in value.args):
             return "tensor"
     return None
+
+
+def _zero(value: cst.BaseExpression) -> bool:
+    """`0`, `0.0`, `0.`"""
+    if isinstance(value, cst.Integer):
+        return value.evaluated_value == 0
+    return isinstance(value, cst.Float) and value.evaluated_value == 0.0
 
 
 def _progress_bar(facts: Facts, loop: cst.For, owner: str) -> bool:
@@ -461,12 +515,13 @@ def _whole_names_in(node: cst.CSTNode) -> list[str]:
 
 
 def _batch_counts_before(facts: Facts, loop: cst.For, iterable: str, read_after: set[str]) -> list[str]:
-    """`num_batches = len(dataloader)` before the loop, read after it: this rank's count of
-    batches, gathered like a sum."""
+    """`num_batches = len(dataloader)` (or `num_samples = len(dataloader.sampler)`) before the
+    loop, read after it: this rank's count of batches (samples) once sharded, gathered like a sum."""
     before, _ = _nodes_around(facts, loop, into_definitions=True)
     return [node.targets[0].target.value for node in before
             if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name)
-            and _is_len_of(node.value, iterable) and node.targets[0].target.value in read_after]
+            and (_is_len_of(node.value, iterable) or _is_len_of(node.value, f"{iterable}.sampler"))
+            and node.targets[0].target.value in read_after]
 
 
 def _nodes_around(facts: Facts, loop: cst.For, *,
@@ -499,6 +554,6 @@ def _is_len_of(value: cst.BaseExpression, iterable: str) -> bool:
 
 
 def _batch_count_reads_after(facts: Facts, loop: cst.For, iterable: str) -> list[cst.Call]:
-    """`len(test_loader)` after the loop, in its scope."""
+    """`len(test_loader)` (`iterable`: `test_loader.sampler`, its sampler's) after the loop, in its scope."""
     _, after = _nodes_around(facts, loop, into_definitions=False)
     return [node for node in after if isinstance(node, cst.Call) and _is_len_of(node, iterable)]

@@ -115,6 +115,7 @@ DROP_SHUFFLE_CODE = (
 TABLE_SUMS = {
     "dict": "{name} = {{key: sum({each}[key] for share in {shares}) for key in {name}}}",
     "list": "{name} = [sum(column) for column in zip(*({each} for share in {shares}))]",
+    "matrix": "{name} = [[sum(cells) for cells in zip(*rows)] for rows in zip(*({each} for share in {shares}))]",
     "tensor": "{name} = sum({each} for share in {shares})",
 }
 
@@ -494,6 +495,13 @@ def _gather(facts: Facts, edits: Edits, setup: Plan, loop: cst.For, figures: Fig
         counted = facts.free_name(_batches_name(iterable))
         lines.append(f"{counted} = len({iterable})")
         for read in figures.batch_count_reads:
+            edits.expressions[read] = _named(counted)
+        figures.batch_counts.append(counted)
+    if figures.sample_count_reads:
+        assert iterated is not None
+        counted = facts.free_name(_batches_name(iterated).removesuffix("batches") + "samples")
+        lines.append(f"{counted} = len({iterated}.sampler)")
+        for read in figures.sample_count_reads:
             edits.expressions[read] = _named(counted)
         figures.batch_counts.append(counted)
     gathered = figures.sums + figures.batch_counts + list(figures.lists) + list(figures.tables)

@@ -528,7 +528,11 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
                 model.name.startswith("self.") or facts.function_of(call) is facts.function_of(wrap)):
             edits.expressions[copied] = _unwrapped(model.name, edits, _quote_for(facts, copied))
             edits.report("DDP103", copied)
-    for access in facts.attribute_reads.get(model.name, ()):
+    # An attribute set on the wrapper (`model.hidden = None` to reset an RNN's state) would
+    # stay on the wrapper, where the module's forward never reads it: it is set on the module,
+    # as its reads are made there.
+    accesses = [*facts.attribute_reads.get(model.name, ()), *facts.attribute_writes.get(model.name, ())]
+    for access in sorted(accesses, key=facts.start_of):
         if access.attr.value in names.WRAPPER_ATTRIBUTES or _under_wrapper_check(facts, access, model.name):
             continue
         if _before_wrap(facts, access, wrap) or _rebound_since_wrap(facts, access, model.name, wrap):
@@ -545,8 +549,14 @@ def _unwrap_in_callees(facts: Facts, edits: Edits, model: Model, holders: set[Ho
     into helpers for its state dict). Not in a function that trains: a method that runs the
     forward there must go through the wrapper, or its gradients are not synchronised."""
     for function, name in holders:
-        if (function is None or name == model.name or name not in parameter_names(function)
-                or function in facts.training_functions):
+        if function is None or name == model.name or name not in parameter_names(function):
+            continue
+        # `def reset_state(net): net.hidden = None`: set on the module wherever it is set.
+        for write in facts.attribute_writes.get(name, ()):
+            if facts.function_of(write) is function and write.attr.value not in names.WRAPPER_ATTRIBUTES:
+                edits.expressions[write.value] = _unwrapped(name, edits)
+                edits.report("DDP103", write)
+        if function in facts.training_functions:
             continue
         for access in facts.attribute_reads.get(name, ()):
             if facts.function_of(access) is not function or access.attr.value in names.WRAPPER_ATTRIBUTES:

@@ -8,7 +8,7 @@ from typing import Optional, Union
 
 import libcst as cst
 
-from ddpify.analysis.control import Facts
+from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.facts import BlockItem, DeviceAssignment, Statement
 from ddpify.analysis.nodes import dotted_name
 from ddpify.diagnostics import Rule, Severity
@@ -68,6 +68,9 @@ def choose(facts: Facts) -> Plan:
     named = _device_named_elsewhere(facts)
     if named is not None:
         device, statement, function = named
+        if statement is None and function is not None:
+            return Plan(function, function.body, device, None, device_is_string=True, device_from_parameter=True)
+        assert statement is not None  # only a parameter of a function comes without its statement
         block = _scope_block(facts, statement, function)
         return Plan(function, block, device, None, choice_statement=facts.ancestor_in(statement, block),
                          device_is_string=True)
@@ -92,27 +95,47 @@ def _models_moved_elsewhere(facts: Facts) -> bool:
         for model in facts.models)
 
 
-def _device_named_elsewhere(facts: Facts) -> Optional[tuple[str, Statement, Optional[cst.FunctionDef]]]:
+def _device_named_elsewhere(facts: Facts) -> Optional[tuple[str, Optional[Statement], Optional[cst.FunctionDef]]]:
     """`model.to(args.device)`: a device the script takes, as a string, from its command line
     or a config object (the expression, the statement that makes that object, its function).
-    The setup follows that statement; the string stays the user's."""
-    for model in facts.models:
-        for call in facts.device_moves.get(model.name, ()):
-            if not call.args or not isinstance(call.func, cst.Attribute) or call.func.attr.value != "to":
-                continue
-            device = dotted_name(call.args[0].value)
-            if device is None or "." not in device or device.startswith("self."):
-                continue
-            owner = device.split(".", 1)[0]
-            function = facts.function_of(call)
-            made = [statement for statement in facts.statements_touching.get(owner, ())
-                    if facts.function_of(statement) is function and facts.start_of(statement) < facts.start_of(call)
-                    and isinstance(statement, cst.SimpleStatementLine) and any(
-                        isinstance(small, cst.Assign) and any(dotted_name(t.target) == owner for t in small.targets)
-                        for small in statement.body)]
-            if made:
-                return device, made[-1], function
+    The setup follows that statement; the string stays the user's. An object the function
+    is handed (`def train(cfg): ... model.to(cfg.device)`), or a global of the module, has no
+    such statement there (None): the setup opens the function."""
+    for call in _moves_to_a_named_device(facts):
+        device = dotted_name(call.args[0].value)
+        if device is None or "." not in device or device.startswith("self."):
+            continue
+        owner = device.split(".", 1)[0]
+        function = facts.function_of(call)
+        made = [statement for statement in facts.statements_touching.get(owner, ())
+                if facts.function_of(statement) is function and facts.start_of(statement) < facts.start_of(call)
+                and isinstance(statement, cst.SimpleStatementLine) and any(
+                    isinstance(small, cst.Assign) and any(dotted_name(t.target) == owner for t in small.targets)
+                    for small in statement.body)]
+        if made:
+            return device, made[-1], function
+        touching = facts.statements_touching.get(owner, ())
+        # Known when the function starts: a parameter, or a global the module sets (`args =
+        # parser.parse_args()` at the top of the script), not set again in the function.
+        known = owner in parameter_names(function) if function is not None else False
+        known = known or any(facts.function_of(statement) is None for statement in touching)
+        if function is not None and known and not any(
+                facts.function_of(statement) is function for statement in touching
+                if facts.start_of(statement) < facts.start_of(call)):
+            return device, None, function
     return None
+
+
+def _moves_to_a_named_device(facts: Facts) -> list[cst.Call]:
+    """`.to(...)` calls that move a model (`model.to(...)`, or `Net().to(...)` where it is
+    built), then those that move anything else (a batch: `x.to(cfg.device)`)."""
+    models = {model.name for model in facts.models}
+    built = [value for name in models for value in facts.assigned_values.get(name, ())]
+    moves = [call for name in models for call in facts.device_moves.get(name, ())]
+    moves += [value for value in built if isinstance(value, cst.Call)]
+    moves += [call for name, calls in facts.device_moves.items() if name not in models for call in calls]
+    return [call for call in moves if call.args and isinstance(call.func, cst.Attribute)
+            and call.func.attr.value == "to"]
 
 
 def _device_choice(facts: Facts) -> list[DeviceAssignment]:
@@ -257,26 +280,18 @@ def place(facts: Facts, edits: Edits, plan: Plan) -> None:
     if plan.choice_statement is not None:
         _place_after_choice(facts, edits, plan)
         return
-    if plan.device_elsewhere:
-        edits.imports.add("torch")
-        code = ENVIRONMENT_CODE + EARLY_GROUP_CODE
-    elif plan.cpu_only:
-        code = ENVIRONMENT_CODE + CPU_ONLY_CODE
-    else:
-        setup_code = fsdp2.bound_to_device(SETUP_CODE) if edits.options.fsdp2 else SETUP_CODE
-        code = plan.gpu_condition_code + setup_code.format(device=plan.device, use_gpu=plan.use_gpu)
-    if plan.needs_world_size:
-        first_line, rest = code.split("\n", 1)
-        code = first_line + "\n" + WORLD_SIZE_CODE + rest
-    if "is_main" in plan.guards_used:
-        code += IS_MAIN_CODE
-    setup = edits.statements(_for_this_script(code, facts, plan))
+    setup = edits.statements(_for_this_script(_setup_code(edits, plan), facts, plan))
     comment = cst.EmptyLine(comment=cst.Comment(SETUP_COMMENT))
     anchor = _first_statement_needing_setup(facts, edits, plan)
     if plan.device_elsewhere:
         # Before anything of the project runs: a module there may choose "cuda" and move a
         # model to it, which must already mean this rank's GPU.
         anchor = _first_code_statement(list(plan.block.body))
+    elif plan.device_from_parameter:
+        # The device is known from the function's first line: the setup opens it (after its
+        # docstring), before anything there moves a tensor.
+        anchor = _first_code_statement([statement for statement in plan.block.body
+                                        if not _is_docstring(statement)])
     assignment = plan.device_assignment
     if assignment is not None and anchor is assignment.statement:
         lines = list(assignment.statement.leading_lines) + [comment]
@@ -292,6 +307,27 @@ def place(facts: Facts, edits: Edits, plan: Plan) -> None:
         return
     edits.insert_before(anchor, Insertion(setup, takes_blank_lines=True), first=True)
     edits.report("DDP001", anchor)
+
+
+def _setup_code(edits: Edits, plan: Plan) -> str:
+    """The setup block of a plan without a device choice statement to follow."""
+    if plan.device_elsewhere:
+        edits.imports.add("torch")
+        code = ENVIRONMENT_CODE + EARLY_GROUP_CODE
+    elif plan.device_from_parameter:
+        edits.imports.add("torch")
+        code = ENVIRONMENT_CODE + REFINE_STRING_CODE.format(device=plan.device)
+    elif plan.cpu_only:
+        code = ENVIRONMENT_CODE + CPU_ONLY_CODE
+    else:
+        setup_code = fsdp2.bound_to_device(SETUP_CODE) if edits.options.fsdp2 else SETUP_CODE
+        code = plan.gpu_condition_code + setup_code.format(device=plan.device, use_gpu=plan.use_gpu)
+    if plan.needs_world_size:
+        first_line, rest = code.split("\n", 1)
+        code = first_line + "\n" + WORLD_SIZE_CODE + rest
+    if "is_main" in plan.guards_used:
+        code += IS_MAIN_CODE
+    return code
 
 
 def _join_early(facts: Facts, edits: Edits, plan: Plan) -> None:
@@ -395,6 +431,12 @@ def _calls_of_functions_holding(facts: Facts, nodes: Iterable[cst.CSTNode],
     return calls
 
 
+def _is_docstring(statement: BlockItem) -> bool:
+    return (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Expr)
+            and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))
+
+
 def _first_code_statement(body: Sequence[BlockItem]) -> Optional[BlockItem]:
     """The first statement that runs code: not a definition, an import or the docstring."""
     for statement in body:
@@ -402,12 +444,6 @@ def _first_code_statement(body: Sequence[BlockItem]) -> Optional[BlockItem]:
                 and not _is_docstring(statement):
             return statement
     return None
-
-
-def _is_docstring(statement: BlockItem) -> bool:
-    return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
-        and isinstance(statement.body[0], cst.Expr) \
-        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
 
 
 def add_guard_helper(edits: Edits, plan: Plan) -> None:

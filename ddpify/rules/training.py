@@ -10,6 +10,7 @@ from typing import Callable, Optional, cast
 
 import libcst as cst
 
+from ddpify.analysis.bindings import names_read_after
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Statement
 from ddpify.analysis.nodes import assigned_names, calls_within, dotted_name, find_all, names_in, statements_in
@@ -251,7 +252,7 @@ def epoch_accumulators(facts: Facts, loop: cst.For) -> dict[str, cst.BaseExpress
                         and isinstance(small.value, (cst.Integer, cst.Float))):
                     initial[small.targets[0].target.value] = small.value
     added = _augmented_names(loop.body)
-    used_after = set().union(set(), *(names_in(s) for s in statements[index + 1:]))
+    used_after = _used_after(facts, loop, statements[index + 1:])
     return {name: value for name, value in initial.items() if name in added and name in used_after}
 
 
@@ -270,8 +271,32 @@ def epoch_lists(facts: Facts, loop: cst.For) -> list[str]:
                if isinstance(small, cst.Assign) and len(small.targets) == 1
                and isinstance(small.targets[0].target, cst.Name)
                and isinstance(small.value, cst.List) and not small.value.elements]
-    used_after = set().union(set(), *(names_in(s) for s in statements[index + 1:]))
+    used_after = _used_after(facts, loop, statements[index + 1:])
     return [name for name in dict.fromkeys(emptied) if name in used_after and _appends_numbers(loop.body, name)]
+
+
+def _statements_after(facts: Facts, loop: cst.For) -> list[cst.CSTNode]:
+    """The statements after the loop in its block and in each block around it, up to its
+    function: where the epoch's figure is divided (`epoch_loss / len(loader)` once the epoch
+    loop is over counts this rank's batches too)."""
+    following: list[cst.CSTNode] = []
+    node: cst.CSTNode = loop
+    while True:
+        block = facts.parents.get(node)
+        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+            return following
+        body: list[cst.CSTNode] = list(block.body)
+        following.extend(body[body.index(node) + 1:])
+        owner = facts.parents.get(block)
+        if owner is None or isinstance(owner, (cst.FunctionDef, cst.ClassDef)):
+            return following
+        node = owner
+
+
+def _used_after(facts: Facts, loop: cst.For, following: list[cst.BaseStatement]) -> set[str]:
+    """Names the rest of the loop's block mentions, or that are read after the loop on any
+    path: `print(epoch_loss / len(loader))` after the epoch loop reads the last epoch's sum."""
+    return set().union(names_read_after(facts, loop), *(names_in(s) for s in following))
 
 
 def _appends_numbers(body: cst.CSTNode, name: str) -> bool:
@@ -297,11 +322,10 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
     lists = epoch_lists(facts, loop)
     if not (accumulators or lists) or not _sharded(facts, setup, loop):
         return
-    block = facts.block_of(loop)
-    after = list(block.body)[list(block.body).index(loop) + 1:]
+    after = _statements_after(facts, loop)
     # A pass over a dict of loaders counts its own batches too (`len(loaders[phase])`).
     loaders = {name for _, name in facts.loader_holders()} | set(facts.names_iterated_by(loop))
-    per_batch = _divided_by_len(after, loaders, _batch_index(loop))
+    per_batch = _divided_by_len(after, loaders, _batch_index(loop), facts.assigned_values)
     names = list(accumulators)
     # A pass over a dict of loaders whose evaluation entries stay whole is a shard only for
     # the training keys: its sums are summed across ranks under that test alone.
@@ -330,7 +354,7 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
         else:
             value = f"totals[{position}].item()"
         if name in per_batch:
-            lines.append(f"    # Each rank ran {per_batch[name]} batches: the mean of the ranks' sums.")
+            lines.append(f"    # Each rank ran {per_batch[name]}: the mean of the ranks' sums.")
             value += " / dist.get_world_size()"
         if not fits(indent, f"    {name} = {value}"):
             lines.extend([f"    {name} = (", f"        {value}", "    )"])  # as black wraps it
@@ -370,7 +394,7 @@ def _gather_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
     for position, name in enumerate(names):
         total = f"sum({shares})" if len(names) == 1 else f"sum(share[{position}] for share in {shares})"
         if name in per_batch:
-            lines.append(f"    # Each rank ran {per_batch[name]} batches: the mean of the ranks' sums.")
+            lines.append(f"    # Each rank ran {per_batch[name]}: the mean of the ranks' sums.")
             total += " / dist.get_world_size()"
         lines.append(f"    {name} = {total}")
     lines += _merged_lists(facts, edits, lists)
@@ -381,12 +405,14 @@ def _gather_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
 
 
 def _sharded(facts: Facts, setup: Plan, loop: cst.For) -> bool:
-    """The loop runs over a loader that data.py gave a DistributedSampler, over batches cut
+    """The loop runs over a loader that data.py gave a sampler that shards it (whatever its
+    kind: each rank draws 1/N of a WeightedRandomSampler's draw too), over batches cut
     by hand that each rank takes its share of, or over a dict of loaders some of whose
     entries are sharded (loader_dicts.py)."""
     if loop in setup.sharded_loops or loop in setup.partly_sharded_loops:
         return True
-    return any(loop in facts.loops_over_values(facts.loader_holders_of(loader)) for loader in setup.sharded_loaders)
+    return any(loop in facts.loops_over_values(facts.loader_holders_of(loader))
+               for loader in setup.loaders_given_a_sampler)
 
 
 def _sums_python_numbers(facts: Facts, node: cst.CSTNode, name: str) -> bool:
@@ -427,7 +453,8 @@ def _python_number(value: cst.BaseExpression) -> bool:
 
 def _counts(node: cst.CSTNode, name: str) -> bool:
     """Every `name += ...` adds a whole number (a count of correct predictions, a batch
-    size): `train_loss = 0` that sums `loss.item()` is a float and stays one."""
+    size): `train_loss = 0` that sums `loss.item()` or `loss.item() * x.size(0)` is a float
+    and stays one."""
     increments = _increments(node, name)
     return bool(increments) and all(_whole_number(value) for value in increments)
 
@@ -445,27 +472,46 @@ def _increments(node: cst.CSTNode, name: str) -> list[cst.BaseExpression]:
     return increments
 
 
+# Methods whose result is a whole number when what they are called on is: `.sum()` of a count,
+# `.item()` of it, and the integer casts and moves on the way. (`.float()` makes the Python value
+# a float, which the float sum keeps as it is.)
+WHOLE_IF_RECEIVER_IS = frozenset({"item", "sum", "long", "int", "cpu", "detach"})
+# Methods that give a whole number, or booleans that sum to one, whatever they are called on.
+WHOLE_METHODS = frozenset({"size", "numel", "count_nonzero", "argmax", "eq", "ne"})
+WHOLE_OPERATORS = (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide)
+
+
 def _whole_number(value: cst.BaseExpression) -> bool:
+    """A Python int, read from how the value is built: an integer, a size (`x.size(0)`,
+    `len(y)`, `x.shape[0]`, `y.numel()`), a count of matches (a comparison or `.eq()`,
+    summed, `.item()`), and +, -, * and // of those. One factor that is not (`loss.item() *
+    x.size(0)`, `(loss * n).item()`, a true division, a `.float()` on the way) makes a float:
+    cast back with int() after the all-reduce it would lose its fraction."""
     if isinstance(value, cst.Integer):
         return True
-    calls = calls_within(value)
-    methods = {call.func.attr.value for call in calls if isinstance(call.func, cst.Attribute)}
-    functions = {dotted_name(call.func) for call in calls}
-    has_comparison = any(isinstance(node, cst.Comparison) for node in _walk(value))
-    return bool(methods & {"eq", "size", "numel", "argmax", "count_nonzero"}
-                or "len" in functions or has_comparison)
-
-
-def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
-    found: list[cst.CSTNode] = []
-
-    class _All(cst.CSTVisitor):
-        def on_visit(self, inner: cst.CSTNode) -> bool:
-            found.append(inner)
-            return True
-
-    node.visit(_All())
-    return found
+    if isinstance(value, cst.Comparison):
+        return True
+    if isinstance(value, cst.UnaryOperation):
+        return _whole_number(value.expression)
+    if isinstance(value, cst.BinaryOperation):
+        return isinstance(value.operator, WHOLE_OPERATORS) and _whole_number(value.left) and _whole_number(value.right)
+    if isinstance(value, cst.Subscript):  # `x.shape[0]`
+        return isinstance(value.value, cst.Attribute) and value.value.attr.value == "shape"
+    if isinstance(value, (cst.GeneratorExp, cst.ListComp)):  # `sum(p == t for p, t in ...)`
+        return _whole_number(value.elt)
+    if not isinstance(value, cst.Call):
+        return False
+    function = dotted_name(value.func) or ""
+    if function in ("len", "int"):
+        return True
+    if function in ("sum", "torch.sum", "torch.count_nonzero") and value.args:
+        return function == "torch.count_nonzero" or _whole_number(value.args[0].value)
+    if not isinstance(value.func, cst.Attribute):
+        return False
+    method = value.func.attr.value
+    if method in WHOLE_METHODS:
+        return True
+    return method in WHOLE_IF_RECEIVER_IS and _whole_number(value.func.value)
 
 
 def _batch_index(loop: cst.For) -> Optional[str]:
@@ -478,8 +524,8 @@ def _batch_index(loop: cst.For) -> Optional[str]:
     return None
 
 
-def _divided_by_len(statements: Iterable[cst.CSTNode], loaders: set[str],
-                    batch_index: Optional[str] = None) -> dict[str, str]:
+def _divided_by_len(statements: Iterable[cst.CSTNode], loaders: set[str], batch_index: Optional[str] = None,
+                    assigned: Optional[dict[str, list[cst.BaseExpression]]] = None) -> dict[str, str]:
     """A sum over this rank's batches divided by this rank's batch count, by name: however the
     division is spelled (`running_loss / len(train_loader)`, `epoch_loss /= len(loader)`,
     `total / i` or `total / (step + 1)` with the batch loop's enumerate index). The figure is
@@ -497,31 +543,46 @@ def _divided_by_len(statements: Iterable[cst.CSTNode], loaders: set[str],
                 self.divided(node.target.value, node.value)
 
         def divided(self, name: str, divisor: cst.BaseExpression) -> None:
-            count = _rank_batch_count(divisor, loaders, batch_index)
-            if count is not None:
+            count = _rank_batch_count(divisor, loaders, batch_index, assigned or {})
+            if count is not None and name not in rebound:
                 found[name] = count
 
+    # A name bound again (a later evaluation's `total = 0.0`) is another figure from there on.
+    rebound: set[str] = set()
     for statement in statements:
         statement.visit(_Divisions())
+        rebound |= assigned_names(statement)
     return found
 
 
-def _rank_batch_count(divisor: cst.BaseExpression, loaders: set[str], batch_index: Optional[str]) -> Optional[str]:
-    """The divisor's code when it counts this rank's batches: `len(loader)` (`len(loaders[phase])`),
-    the batch loop's enumerate index `i`, or `i + 1`."""
+def _rank_batch_count(divisor: cst.BaseExpression, loaders: set[str], batch_index: Optional[str],
+                      assigned: dict[str, list[cst.BaseExpression]]) -> Optional[str]:
+    """What the divisor counts, in words, when it is this rank's count: `len(loader)` batches
+    (`len(loaders[phase])`), the batch loop's enumerate index `i` or `i + 1`, `len(loader.sampler)`
+    samples (a sharding sampler hands each rank its share), or a name that only ever holds one
+    of those (`num_batches = len(loader)` before the epoch loop)."""
     if batch_index is not None:
         if isinstance(divisor, cst.Name) and divisor.value == batch_index:
-            return batch_index
+            return f"{batch_index} batches"
         if (isinstance(divisor, cst.BinaryOperation) and isinstance(divisor.operator, cst.Add)
                 and isinstance(divisor.left, cst.Name) and divisor.left.value == batch_index
                 and isinstance(divisor.right, cst.Integer) and divisor.right.value == "1"):
-            return f"{batch_index} + 1"
+            return f"{batch_index} + 1 batches"
+    if isinstance(divisor, cst.Name):
+        values = assigned.get(divisor.value, [])
+        counts = [_rank_batch_count(value, loaders, None, {}) for value in values]
+        if counts and all(count is not None for count in counts):
+            return f"{divisor.value} {str(counts[0]).rsplit(' ', 1)[-1]}"
+        return None
     if not (isinstance(divisor, cst.Call) and dotted_name(divisor.func) == "len" and divisor.args):
         return None
+    code = cst.Module(body=[]).code_for_node(divisor)
     counted = divisor.args[0].value
+    if isinstance(counted, cst.Attribute) and counted.attr.value == "sampler":
+        return f"{code} samples" if dotted_name(counted.value) in loaders else None
     if isinstance(counted, cst.Subscript):  # `len(loaders[phase])`
         counted = counted.value
-    return cst.Module(body=[]).code_for_node(divisor) if dotted_name(counted) in loaders else None
+    return f"{code} batches" if dotted_name(counted) in loaders else None
 
 
 # --- helpers ---------------------------------------------------------------------------------------

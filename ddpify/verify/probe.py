@@ -54,6 +54,7 @@ from ddpify.verify.probing.paths import (
 from ddpify.verify.probing.recorders import ORIGINAL_OPEN, LineRecorder, Recorder
 from ddpify.verify.probing.torch_objects import (
     has_module_prefix,
+    sampler_replaces,
     sampler_shuffles,
     saved_tensors,
     shard_figures,
@@ -215,6 +216,7 @@ class Probe:
             dataset_len=len(loader.dataset) if map_style and hasattr(loader.dataset, "__len__") else None,
             sampler=type(loader.sampler).__name__,
             shuffle=sampler_shuffles(loader.sampler),
+            replacement=sampler_replaces(loader.sampler),
             batch_size=loader.batch_size,
             drop_last=loader.drop_last,
             num_workers=loader.num_workers,

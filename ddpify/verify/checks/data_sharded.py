@@ -59,11 +59,36 @@ def original_shuffles(runs: Runs, migrated: RunResult, loader: int) -> bool | No
     return loader_info(migrated.events.get(0, []), loader).get("shuffle")
 
 
-def sharding_problems(run: RunResult, loader: int, notes: list[str]) -> list[str]:
+def replacement_problems(runs: Runs, run: RunResult, loader: int, notes: list[str]) -> list[str]:
+    """A sampler that draws with replacement repeats some samples and misses others in every
+    epoch, sharded or not: what shows that the ranks split its draw is that no rank draws more
+    than its share (1/N, rounded up) of what the original drew in that epoch."""
+    notes.append(f"loader {loader}: the sampler draws with replacement, so repeated and unfetched "
+                 "samples are expected; judged by each rank's share of the draw")
+    original = usable(runs, ORIGINAL)
+    if original is None:
+        return []
+    drawn = epoch_indices(original.events.get(0, []), loader)
+    world_size = len(run.events)
+    problems = []
+    for rank, rank_events in sorted(run.events.items()):
+        complete = exhausted_epochs(rank_events, loader)
+        for epoch, indices in sorted(epoch_indices(rank_events, loader).items()):
+            whole = len(drawn.get(epoch, []))
+            share = -(-whole // world_size)
+            if epoch in complete and whole and len(indices) > share:
+                problems.append(f"loader {loader}, epoch {epoch}: rank {rank} drew {len(indices)} samples, "
+                                f"more than its share ({share}) of the {whole} the original drew")
+    return problems
+
+
+def sharding_problems(run: RunResult, loader: int, notes: list[str], runs: Runs | None = None) -> list[str]:
     problems = []
     world_size = len(run.events)
     per_rank = {rank: epoch_indices(rank_events, loader) for rank, rank_events in run.events.items()}
     info = loader_info(run.events.get(0, []), loader)
+    if info.get("replacement"):
+        return replacement_problems(runs or {}, run, loader, notes)
     epochs = sorted({epoch for indices in per_rank.values() for epoch in indices})
     for epoch in epochs:
         counts = Counter(index for indices in per_rank.values() for index in indices.get(epoch, []))
@@ -122,7 +147,7 @@ def data_sharded_in(runs: Runs, run: RunResult) -> CheckResult:
     problems: list[str] = []
     notes: list[str] = []
     for loader in loaders:
-        problems.extend(sharding_problems(run, loader, notes))
+        problems.extend(sharding_problems(run, loader, notes, runs))
         order = shuffle_problem(runs, run, loader, notes)
         if order:
             problems.append(order)
@@ -134,7 +159,10 @@ def data_sharded_in(runs: Runs, run: RunResult) -> CheckResult:
     observed = f"{len(epochs - cut)} full epoch(s)"
     if epochs & cut:
         observed += f", {len(epochs & cut)} cut to one batch"
-    summary = f"each sample fetched once per epoch across {len(run.events)} ranks ({observed})"
+    if loader_info(run.events.get(0, []), loaders[0]).get("replacement"):
+        summary = f"each of {len(run.events)} ranks drew its share of the sampler's draw per epoch ({observed})"
+    else:
+        summary = f"each sample fetched once per epoch across {len(run.events)} ranks ({observed})"
     if not any("not compared" in note for note in notes):
         summary += ", order changes between epochs"
     return CheckResult(check_id, title, PASS, summary, notes=notes)

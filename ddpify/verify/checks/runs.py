@@ -5,10 +5,11 @@ the runs that a check launches for itself (hand-off, import) are judged by that 
 """
 from __future__ import annotations
 
-from ddpify.verify.checks.events import capped
+from ddpify.verify.checks.events import capped, events_of
 from ddpify.verify.checks.failed_runs import describe_failed_run, hung
 from ddpify.verify.checks.handoff import early_reads
 from ddpify.verify.checks.result import FAIL, PASS, CheckResult, na
+from ddpify.verify.records import RunResult
 from ddpify.verify.run_set import HANDOFF, IMPORT, ORIGINAL_IMPORT, RUN_TITLES, Runs
 
 # Runs whose failure is their own check's finding, not a failure of `runs`.
@@ -31,5 +32,14 @@ def check_runs(runs: Runs) -> CheckResult:
     if any(early_reads(run) for run in failed):
         evidence.append("a rank read a file before rank 0 finished writing it: see hand-off")
     hung_runs = [RUN_TITLES.get(run.name, run.name) for run in failed if hung(run)]
+    if any(hung(run) and _epochs_cut(run) for run in failed):
+        evidence.append("it hung after verify cut its epochs to one batch (--full-epochs): a loop that needs "
+                        "more batches of an epoch to get on (`if i < skip: continue`, resuming mid-epoch) "
+                        "never ends there; rerun with --full-epochs 0")
     summary = f"{len(failed)} of {len(judged)} runs failed" + (f"; hung: {', '.join(hung_runs)}" if hung_runs else "")
     return CheckResult("runs", title, FAIL, summary, evidence, notes)
+
+
+def _epochs_cut(run: RunResult) -> bool:
+    """verify cut a training loader's epochs to one batch in this run."""
+    return any(event.get("cut") for rank_events in run.events.values() for event in events_of(rank_events, "iter"))

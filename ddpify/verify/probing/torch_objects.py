@@ -39,6 +39,16 @@ def sampler_shuffles(sampler) -> bool | None:
     return shuffle if isinstance(shuffle, bool) else None
 
 
+def sampler_replaces(sampler) -> bool:
+    """Whether the sampler draws with replacement (a WeightedRandomSampler's default), itself
+    or the sampler a wrapper shards (`DistributedSamplerWrapper(sampler)`): its epoch repeats
+    some samples and misses others by design."""
+    for candidate in (sampler, getattr(sampler, "sampler", None)):
+        if getattr(candidate, "replacement", False) is True:
+            return True
+    return False
+
+
 # A checkpoint's tensors are recorded by name up to this many (a huge model's file need not
 # be listed whole to show that it is sharded or incomplete).
 SAVED_TENSORS_LIMIT = 5000
