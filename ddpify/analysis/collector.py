@@ -40,6 +40,15 @@ def qualified_is_path_edit(qualified: set[str]) -> bool:
     return any(name.startswith("sys.path.") for name in qualified)
 
 
+def _constructed(value: cst.BaseExpression) -> cst.BaseExpression:
+    """`Trainer(net).cuda()`, `Solver(cfg).to(device).train()`: the object the constructor
+    made, moved or put in a mode by calls that return it."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and (
+            value.func.attr.value in _RETURNS_MODULE) and isinstance(value.func.value, cst.Call):
+        value = value.func.value
+    return value
+
+
 class Collector(cst.CSTVisitor):
     def __init__(self, facts: Facts, project: Project) -> None:
         super().__init__()
@@ -427,7 +436,7 @@ class Collector(cst.CSTVisitor):
         self._note_chained_training_calls()
         for callee, calls in self.facts.calls_by_callee.items():
             owner, _, method = callee.rpartition(".")
-            values = self.facts.assigned_values.get(owner, [])
+            values = [_constructed(value) for value in self.facts.assigned_values.get(owner, [])]
             if not owner or not values or not all(isinstance(value, cst.Call) for value in values):
                 continue
             methods = [f"{qualified}.{method}"
@@ -457,6 +466,7 @@ class Collector(cst.CSTVisitor):
         for call in [*self.training_constructors, *self.facts.training_helper_calls]:
             self._note_models_moved_by(call)
             if any(self.project.builds_optimizer(q) for q in self._qualified(call.func)):
+                self.facts.helpers_build_optimizer = True
                 continue
             for arg in call.args:
                 name = dotted_name(arg.value) if not arg.star else None

@@ -78,6 +78,8 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
                      f"`{params}`): wrap that module in DDP by hand, or all-reduce these gradients")
     if setup.library:
         _unwrap_models_handed_in(facts, edits)
+    elif facts.training_helper_calls and not facts.models and not facts.helpers_build_optimizer:
+        _report_model_trained_out_of_sight(facts, edits)
     for model in facts.models:
         if setup.library and model.function is not None and model.name not in facts.models_moved_here and handed_in(
                 facts, model.function, model.name):
@@ -91,6 +93,18 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
                 _wrap(facts, edits, setup, caller_model)
         if not handed:
             _wrap(facts, edits, setup, model)
+
+
+def _report_model_trained_out_of_sight(facts: Facts, edits: Edits) -> None:
+    """`trainer = Trainer(Detector()).to(device)` ... `trainer.train_step(x, y)`: the steps
+    run in another module of the project, which builds no optimizer of its own (so it names
+    no model to wrap there), and this script names no model either. Nothing would be wrapped
+    and every rank would train its own copy: say so, at the first training call, rather
+    than exit 0."""
+    call = facts.training_helper_calls[0]
+    edits.report("DDP903", call, f"the training steps run in `{edits.code(call.func)}()`, in another module, "
+                 f"on a model this script does not name: wrap that model in DDP by hand, after it "
+                 f"reaches its device and before the first step")
 
 
 def _handed_in_by_callers(facts: Facts, model: Model) -> list[Model]:
