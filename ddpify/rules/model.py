@@ -639,7 +639,7 @@ def _replace_data_parallel(facts: Facts, edits: Edits) -> None:
         edits.report("DDP102", call)
         wrapped = call.args[0].value if call.args else None
         statement = facts.statement_of(call)
-        if _assigns_back(statement, wrapped):
+        if _assigns_back(statement, call, wrapped):
             edits.removed.add(_multi_gpu_branch(facts, statement) or statement)
         elif wrapped is not None:
             edits.expressions[call] = _original(wrapped)
@@ -655,14 +655,15 @@ def _original(node: cst.BaseExpression) -> Rewrite:
     return lambda _node: node
 
 
-def _assigns_back(statement: cst.BaseStatement, wrapped: Optional[cst.BaseExpression]) -> bool:
-    """`model = nn.DataParallel(model)`: without the wrap the statement does nothing."""
+def _assigns_back(statement: cst.BaseStatement, call: cst.Call, wrapped: Optional[cst.BaseExpression]) -> bool:
+    """`model = nn.DataParallel(model)`: without the wrap the statement does nothing. Not
+    `model = nn.DataParallel(model).to(device)`, whose move stays (`model = model.to(device)`)."""
     if wrapped is None or not isinstance(statement, cst.SimpleStatementLine):
         return False
     small = statement.body[0]
     return (
         len(statement.body) == 1 and isinstance(small, cst.Assign) and len(small.targets) == 1
-        and dotted_name(small.targets[0].target) == dotted_name(wrapped) is not None
+        and small.value is call and dotted_name(small.targets[0].target) == dotted_name(wrapped) is not None
     )
 
 
