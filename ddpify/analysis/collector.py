@@ -350,7 +350,8 @@ class Collector(cst.CSTVisitor):
         one kind each, checked in this order."""
         facts = self.facts
         func = node.func
-        if isinstance(func, cst.Name) and func.value == "print" and self._is_statement_call(node):
+        if (isinstance(func, cst.Name) and func.value == "print" or self._calls(node, names.STDOUT_WRITES)) \
+                and self._is_statement_call(node):
             facts.output_statements.append(self._statement(node))
         elif self._calls(node, names.TORCH_SAVE):
             facts.save_calls.append(node)

@@ -21,7 +21,7 @@ Finding = tuple[str, int, str]
 # run on the others with `mode=`.)
 WRITERS = frozenset({"print", "torch.save", "os.makedirs", "os.mkdir", "json.dump", "pickle.dump",
                      "np.save", "np.savez", "np.savetxt", "numpy.save", "save_image", "shutil.copy",
-                     "shutil.copyfile", "SummaryWriter"})
+                     "shutil.copyfile", "SummaryWriter", "sys.stdout.write", "pprint.pprint"})
 # Called as a method of anything: `fig.savefig(...)`, `frame.to_csv(...)`.
 WRITING_METHODS = frozenset({"savefig", "to_csv"})
 JOINS = "init_process_group"
