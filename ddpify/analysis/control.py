@@ -6,7 +6,7 @@ from typing import Optional, Union
 import libcst as cst
 
 from ddpify.analysis.facts import DictPass, ExternalLoader, Holder, Loader, Model
-from ddpify.analysis.nodes import dotted_name, names_in, string_value
+from ddpify.analysis.nodes import dotted_name, find_all, names_in, string_value
 from ddpify.analysis.values import ValueFlow
 
 
@@ -306,6 +306,8 @@ def reached_when_run(module: cst.Module, names_in_top: dict[cst.CSTNode, set[str
     else:
         pending = [statement for statement in module.body
                    if not isinstance(statement, (cst.FunctionDef, cst.ClassDef))]
+        if any(_exposes_every_function(statement) for statement in pending):
+            pending += [definition for definition in definitions.values() if isinstance(definition, cst.FunctionDef)]
     reached: set[cst.CSTNode] = set(pending)
     while pending:
         for name in names_in_top.get(pending.pop(), ()):
@@ -314,6 +316,13 @@ def reached_when_run(module: cst.Module, names_in_top: dict[cst.CSTNode, set[str
                 reached.add(definition)
                 pending.append(definition)
     return reached
+
+
+def _exposes_every_function(statement: cst.CSTNode) -> bool:
+    """`fire.Fire()` with no argument: the command line names the function to run (`python
+    train.py train --lr 0.01`), so every top-level function may run."""
+    return any(isinstance(call.func, (cst.Name, cst.Attribute)) and (dotted_name(call.func) or "").split(".")[-1]
+               == "Fire" and not call.args for call in find_all(statement, cst.Call))
 
 
 def innermost_common_block(facts: Facts, nodes: list[cst.CSTNode]) -> cst.CSTNode:

@@ -134,7 +134,9 @@ def _training_function(facts: Facts) -> Optional[cst.FunctionDef]:
     the group exists before the model is wrapped."""
     model_function = facts.models[0].function if facts.models else None
     for loader in facts.loaders:
-        for loop in facts.loops_over.get(loader.name, ()):
+        # A loop that trains first: an `eval(dataloader, model)` whose parameter has the
+        # training loader's name iterates something else.
+        for loop in sorted(facts.loops_over.get(loader.name, ()), key=lambda loop: not facts.loop_trains(loop)):
             function = facts.function_of(loop)
             if model_function is not None and function is not None and any(
                     facts.function_of(call) is model_function for call in facts.calls_of(function)):
