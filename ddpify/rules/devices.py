@@ -50,7 +50,8 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     _index_of_this_rank_in_string_choice(facts, edits, setup)
     for call in facts.fixed_device_moves:
         if not setup.sees_setup(facts, call):
-            edits.report("DDP003", call, f"fixed GPU here cannot see `{device}`: pass it in and use .to({device})")
+            if not _current_gpu_during_training(facts, call):
+                edits.report("DDP003", call, f"fixed GPU here cannot see `{device}`: pass it in and use .to({device})")
             continue
         edits.expressions[call] = _move_to(device)
         edits.report("DDP002", call)
@@ -67,6 +68,30 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     for statement in facts.visible_devices_statements:
         edits.report("DDP004", statement)
     _keep_device_comparisons(facts, edits, setup)
+
+
+def _current_gpu_during_training(facts: Facts, call: cst.Call) -> bool:
+    """`def create_variable(t): return t.cuda()` called only from the training loop: a bare
+    `.cuda()` names the current GPU, which the setup has made this rank's own before any
+    training runs (as in a helper module), so it stays as written. Not `.cuda(0)`, and not
+    in a function that may run before the setup (called anywhere but inside a loop that
+    trains, directly or through other functions of the file)."""
+    function = facts.function_of(call)
+    return (isinstance(call.func, cst.Attribute) and call.func.attr.value == "cuda" and not call.args
+            and function is not None and _runs_only_while_training(facts, function))
+
+
+def _runs_only_while_training(facts: Facts, function: cst.FunctionDef, depth: int = 0) -> bool:
+    calls = facts.calls_of(function)
+    if depth > 3 or not calls:
+        return False
+    for site in calls:
+        if any(facts.loop_trains(loop) for loop in facts.enclosing_loops(site)):
+            continue
+        caller = facts.function_of(site)
+        if caller is None or caller is function or not _runs_only_while_training(facts, caller, depth + 1):
+            return False
+    return True
 
 
 def _index_of_this_rank_in_string_choice(facts: Facts, edits: Edits, setup: Plan) -> None:
