@@ -226,6 +226,31 @@ from torch.utils.data import DataLoader, TensorDataset
 
 
 def train_step(model, optimizer, x, y):
+    loss = torch.nn.functional.mse_loss(model(x.cuda(0)), y.cuda(0))
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+def main():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = torch.nn.Linear(4, 1).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+    for epoch in range(3):
+        for x, y in loader:
+            train_step(model, optimizer, x, y)
+
+
+main()
+''', "DDP003", ("model(x.cuda(0))",)),
+    # A bare .cuda() that runs only while training is the current GPU, the rank's own by then.
+    Silent('''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train_step(model, optimizer, x, y):
     loss = torch.nn.functional.mse_loss(model(x.cuda()), y.cuda())
     optimizer.zero_grad()
     loss.backward()
@@ -243,7 +268,7 @@ def main():
 
 
 main()
-''', "DDP003", ("model(x.cuda())",)),
+''', "DDP003"),
     Emits('import os\nos.environ["CUDA_VISIBLE_DEVICES"] = "0"\n' + TRAINING, "DDP004",
           ('os.environ["CUDA_VISIBLE_DEVICES"] = "0"',)),
     Silent(TRAINING, "DDP004"),
