@@ -483,6 +483,7 @@ class Collector(cst.CSTVisitor):
             positional, moved = self.project.moved_parameters(qualified)
             if not moved:
                 continue
+            self.facts.helpers_move_models = True
             index = 0
             for arg in call.args:
                 if arg.star:

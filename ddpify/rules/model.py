@@ -78,7 +78,8 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
                      f"`{params}`): wrap that module in DDP by hand, or all-reduce these gradients")
     if setup.library:
         _unwrap_models_handed_in(facts, edits)
-    elif facts.training_helper_calls and not facts.models and not facts.helpers_build_optimizer:
+    elif facts.training_helper_calls and not facts.models and not (
+            facts.helpers_build_optimizer or facts.helpers_move_models):
         _report_model_trained_out_of_sight(facts, edits)
     for model in facts.models:
         if setup.library and model.function is not None and model.name not in facts.models_moved_here and handed_in(
@@ -97,8 +98,9 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
 
 def _report_model_trained_out_of_sight(facts: Facts, edits: Edits) -> None:
     """`trainer = Trainer(Detector()).to(device)` ... `trainer.train_step(x, y)`: the steps
-    run in another module of the project, which builds no optimizer of its own (so it names
-    no model to wrap there), and this script names no model either. Nothing would be wrapped
+    run in another module of the project, which builds no optimizer of its own and moves no
+    model it is handed (either would name the model it wraps there), and this script names
+    no model either. Nothing would be wrapped
     and every rank would train its own copy: say so, at the first training call, rather
     than exit 0."""
     call = facts.training_helper_calls[0]
