@@ -154,6 +154,12 @@ def trains_when_run(source: str) -> bool:
                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     pending = [node for node in tree.body if not isinstance(
         node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    if any(isinstance(child, ast.Call) and not child.args and (
+            isinstance(child.func, ast.Name) and child.func.id == "Fire"
+            or isinstance(child.func, ast.Attribute) and child.func.attr == "Fire")
+           for node in pending for child in ast.walk(node)):
+        # `fire.Fire()`: the command line names the function to run, any of them.
+        pending += [node for node in definitions.values() if not isinstance(node, ast.ClassDef)]
     reached = set()
     while pending:
         node = pending.pop()

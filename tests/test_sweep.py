@@ -76,6 +76,7 @@ def test_an_unwanted_change_is_caught(tmp_path, monkeypatch):
     ("def main():\n    train()\n\n\ndef train():\n    optimizer.step()\n\n\n"
      "if __name__ == '__main__':\n    main()\n", True),
     ("class Trainer:\n    def fit(self):\n        self.opt.step()\n\n\nTrainer().fit()\n", True),
+    ("import fire\n\n\ndef train():\n    optimizer.step()\n\n\nfire.Fire()\n", True),
 ])
 def test_what_trains_when_run(source, trains):
     assert sweep.trains_when_run(source) is trains

@@ -40,6 +40,15 @@ def qualified_is_path_edit(qualified: set[str]) -> bool:
     return any(name.startswith("sys.path.") for name in qualified)
 
 
+def _constructed(value: cst.BaseExpression) -> cst.BaseExpression:
+    """`Trainer(net).cuda()`, `Solver(cfg).to(device).train()`: the object the constructor
+    made, moved or put in a mode by calls that return it."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and (
+            value.func.attr.value in _RETURNS_MODULE) and isinstance(value.func.value, cst.Call):
+        value = value.func.value
+    return value
+
+
 class Collector(cst.CSTVisitor):
     def __init__(self, facts: Facts, project: Project) -> None:
         super().__init__()
@@ -343,7 +352,8 @@ class Collector(cst.CSTVisitor):
         one kind each, checked in this order."""
         facts = self.facts
         func = node.func
-        if isinstance(func, cst.Name) and func.value == "print" and self._is_statement_call(node):
+        if (isinstance(func, cst.Name) and func.value == "print" or self._calls(node, names.STDOUT_WRITES)) \
+                and self._is_statement_call(node):
             facts.output_statements.append(self._statement(node))
         elif self._calls(node, names.TORCH_SAVE):
             facts.save_calls.append(node)
@@ -431,7 +441,7 @@ class Collector(cst.CSTVisitor):
         self._note_chained_training_calls()
         for callee, calls in self.facts.calls_by_callee.items():
             owner, _, method = callee.rpartition(".")
-            values = self.facts.assigned_values.get(owner, [])
+            values = [_constructed(value) for value in self.facts.assigned_values.get(owner, [])]
             if not owner or not values or not all(isinstance(value, cst.Call) for value in values):
                 continue
             methods = [f"{qualified}.{method}"
@@ -461,6 +471,7 @@ class Collector(cst.CSTVisitor):
         for call in [*self.training_constructors, *self.facts.training_helper_calls]:
             self._note_models_moved_by(call)
             if any(self.project.builds_optimizer(q) for q in self._qualified(call.func)):
+                self.facts.helpers_build_optimizer = True
                 continue
             for arg in call.args:
                 name = dotted_name(arg.value) if not arg.star else None
@@ -476,6 +487,7 @@ class Collector(cst.CSTVisitor):
             positional, moved = self.project.moved_parameters(qualified)
             if not moved:
                 continue
+            self.facts.helpers_move_models = True
             index = 0
             for arg in call.args:
                 if arg.star:

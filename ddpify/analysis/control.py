@@ -6,7 +6,7 @@ from typing import Optional, Union
 import libcst as cst
 
 from ddpify.analysis.facts import DictPass, ExternalLoader, Holder, Loader, Model
-from ddpify.analysis.nodes import dotted_name, names_in, string_value
+from ddpify.analysis.nodes import dotted_name, find_all, names_in, string_value
 from ddpify.analysis.values import ValueFlow
 
 
@@ -209,7 +209,7 @@ def _star_keywords(function: cst.FunctionDef) -> set[str]:
 def handed_in(facts: Facts, function: cst.FunctionDef, name: str, depth: int = 0) -> bool:
     """The value comes from a parameter: directly, through `self.x = x` in another method,
     or through a local name assigned only such values."""
-    if depth > 3:
+    if depth > 3 or name == receiver_of(facts, function):
         return False
     if name.startswith("self."):
         values = [value for assigned in facts.self_assignments.values() for value in assigned.get(name, ())]
@@ -220,6 +220,18 @@ def handed_in(facts: Facts, function: cst.FunctionDef, name: str, depth: int = 0
         return True
     values = [value for value in facts.assigned_values.get(name, ()) if facts.function_of(value) is function]
     return bool(values) and all(_value_handed_in(facts, function, value, depth + 1) for value in values)
+
+
+def receiver_of(facts: Facts, function: cst.FunctionDef) -> Optional[str]:
+    """The first parameter of a method (`self`, `cls`): the object the method runs on, not a
+    value a caller hands in. Inside an nn.Module's own methods `self` is the module itself,
+    never its DDP wrapper, so nothing read through it goes through `.module`."""
+    if facts.class_of(function) is None or any(
+            isinstance(decorator.decorator, cst.Name) and decorator.decorator.value == "staticmethod"
+            for decorator in function.decorators):
+        return None
+    parameters = [*function.params.posonly_params, *function.params.params]
+    return parameters[0].name.value if parameters else None
 
 
 def _value_handed_in(facts: Facts, function: cst.FunctionDef, value: cst.BaseExpression, depth: int) -> bool:
@@ -250,6 +262,7 @@ def mark_loops_calling_training_functions(facts: Facts, training_calls: list[cst
         for call in facts.calls_of(function):
             facts.training_loops.update(facts.enclosing_loops(call)[:1])
     facts.training_functions = training
+    _mark_loader_loops_calling_training_helpers(facts)
     pending = list(training)
     while pending:
         function = pending.pop()
@@ -259,6 +272,19 @@ def mark_loops_calling_training_functions(facts: Facts, training_calls: list[cst
             if caller is not None and caller not in training:
                 training.add(caller)
                 pending.append(caller)
+
+
+def _mark_loader_loops_calling_training_helpers(facts: Facts) -> None:
+    """`for x, y in loader: trainer.train_step(x, y)`, where the step (backward, optimizer)
+    is a method or function of another module of the project: the loop over the loader
+    trains, as if the step were written in it. Only a loop over a loader: an epoch loop
+    around `engine.train_one_epoch(model, loader)` is not a batch loop."""
+    over_loaders = {loop for loader in facts.loaders
+                    for loop in facts.loops_over_values(facts.loader_holders_of(loader))}
+    for call in facts.training_helper_calls:
+        innermost = facts.enclosing_loops(call)[:1]
+        if innermost and innermost[0] in over_loaders:
+            facts.training_loops.add(innermost[0])
 
 
 def functions_of(facts: Facts, calls: Iterable[cst.Call]) -> set[cst.FunctionDef]:
@@ -282,6 +308,8 @@ def reached_when_run(module: cst.Module, names_in_top: dict[cst.CSTNode, set[str
     else:
         pending = [statement for statement in module.body
                    if not isinstance(statement, (cst.FunctionDef, cst.ClassDef))]
+        if any(_exposes_every_function(statement) for statement in pending):
+            pending += [definition for definition in definitions.values() if isinstance(definition, cst.FunctionDef)]
     reached: set[cst.CSTNode] = set(pending)
     while pending:
         for name in names_in_top.get(pending.pop(), ()):
@@ -290,6 +318,13 @@ def reached_when_run(module: cst.Module, names_in_top: dict[cst.CSTNode, set[str
                 reached.add(definition)
                 pending.append(definition)
     return reached
+
+
+def _exposes_every_function(statement: cst.CSTNode) -> bool:
+    """`fire.Fire()` with no argument: the command line names the function to run (`python
+    train.py train --lr 0.01`), so every top-level function may run."""
+    return any(isinstance(call.func, (cst.Name, cst.Attribute)) and (dotted_name(call.func) or "").split(".")[-1]
+               == "Fire" and not call.args for call in find_all(statement, cst.Call))
 
 
 def innermost_common_block(facts: Facts, nodes: list[cst.CSTNode]) -> cst.CSTNode:

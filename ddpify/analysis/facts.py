@@ -183,6 +183,11 @@ class FactRecord:
     training_helper_calls: list[cst.Call] = field(default_factory=list)
     # `Trainer(model, loader, ...)` of a project class whose methods train.
     training_constructors: list[cst.Call] = field(default_factory=list)
+    # A training helper or constructor of another module builds an optimizer itself: it names
+    # the model it trains and wraps it there.
+    helpers_build_optimizer: bool = False
+    # One moves a model it is handed to its device (`self.net = net.to(device)`): it wraps it there.
+    helpers_move_models: bool = False
     load_calls: list[cst.Call] = field(default_factory=list)
     main_guard: Optional[cst.If] = None
     data_parallel_calls: list[cst.Call] = field(default_factory=list)

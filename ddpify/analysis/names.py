@@ -79,6 +79,8 @@ PROGRESS_BARS = frozenset(
 )
 PROGRESS_WRITE = frozenset(f"{bar}.write" for bar in PROGRESS_BARS if bar.endswith("tqdm"))
 OPEN = frozenset({"builtins.open", "io.open"})
+# Printing by another name: a progress line written to stdout (`sys.stdout.write('\r...')`).
+STDOUT_WRITES = frozenset({"sys.stdout.write", "sys.stdout.flush", "pprint.pprint"})
 MAKE_DIRECTORIES = frozenset({"os.makedirs", "os.mkdir"})
 DUMP_TO_FILE = frozenset(
     {"json.dump", "pickle.dump", "yaml.dump", "yaml.safe_dump", "numpy.save", "numpy.savez",

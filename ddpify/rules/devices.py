@@ -52,9 +52,10 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     _index_of_this_rank_in_string_choice(facts, edits, setup)
     for call in facts.fixed_device_moves:
         if not setup.sees_setup(facts, call):
-            if group_joined_before(facts, setup, call):
-                # Only after the setup: its set_device has made this rank's GPU the current
-                # one, so `.cuda()` there is right as written, and `.cuda(0)` becomes it.
+            if group_joined_before(facts, setup, call) or _current_gpu_during_training(facts, call):
+                # Only after the setup (or only while training): its set_device has made this
+                # rank's GPU the current one, so `.cuda()` there is right as written, and
+                # `.cuda(0)` becomes it.
                 _to_current_device(edits, call)
                 continue
             edits.report("DDP003", call, f"fixed GPU here cannot see `{device}`: pass it in and use .to({device})")
@@ -74,6 +75,30 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     for statement in facts.visible_devices_statements:
         edits.report("DDP004", statement)
     _keep_device_comparisons(facts, edits, setup)
+
+
+def _current_gpu_during_training(facts: Facts, call: cst.Call) -> bool:
+    """`def create_variable(t): return t.cuda()` called only from the training loop: a bare
+    `.cuda()` names the current GPU, which the setup has made this rank's own before any
+    training runs (as in a helper module), so it stays as written. Not `.cuda(0)`, and not
+    in a function that may run before the setup (called anywhere but inside a loop that
+    trains, directly or through other functions of the file)."""
+    function = facts.function_of(call)
+    return (isinstance(call.func, cst.Attribute) and call.func.attr.value == "cuda" and not call.args
+            and function is not None and _runs_only_while_training(facts, function))
+
+
+def _runs_only_while_training(facts: Facts, function: cst.FunctionDef, depth: int = 0) -> bool:
+    calls = facts.calls_of(function)
+    if depth > 3 or not calls:
+        return False
+    for site in calls:
+        if any(facts.loop_trains(loop) for loop in facts.enclosing_loops(site)):
+            continue
+        caller = facts.function_of(site)
+        if caller is None or caller is function or not _runs_only_while_training(facts, caller, depth + 1):
+            return False
+    return True
 
 
 def _index_of_this_rank_in_string_choice(facts: Facts, edits: Edits, setup: Plan) -> None:
@@ -236,8 +261,33 @@ def main():
 
 main()
 ''', "DDP003", ("return torch.randn(8, 4).cuda()",)),
-    # The same helper called by the training after the setup: set_device made the rank's
-    # GPU the current one, so `.cuda()` is right as written.
+    # A helper called by the training after the setup: set_device made the rank's GPU the
+    # current one, so `.cuda(0)` becomes `.cuda()`, GPU 0 no more.
+    Emits('''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train_step(model, optimizer, x, y):
+    loss = torch.nn.functional.mse_loss(model(x.cuda(0)), y.cuda(0))
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+def main():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = torch.nn.Linear(4, 1).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+    for epoch in range(3):
+        for x, y in loader:
+            train_step(model, optimizer, x, y)
+
+
+main()
+''', "DDP002", ("model(x.cuda())",)),
+    # A bare .cuda() that runs only while training is the current GPU, the rank's own by then.
     Silent('''\
 import torch
 from torch.utils.data import DataLoader, TensorDataset

@@ -78,6 +78,9 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
                      f"`{params}`): wrap that module in DDP by hand, or all-reduce these gradients")
     if setup.library:
         _unwrap_models_handed_in(facts, edits)
+    elif facts.training_helper_calls and not facts.models and not (
+            facts.helpers_build_optimizer or facts.helpers_move_models):
+        _report_model_trained_out_of_sight(facts, edits)
     for model in facts.models:
         if setup.library and model.function is not None and model.name not in facts.models_moved_here and handed_in(
                 facts, model.function, model.name):
@@ -91,6 +94,19 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
                 _wrap(facts, edits, setup, caller_model)
         if not handed:
             _wrap(facts, edits, setup, model)
+
+
+def _report_model_trained_out_of_sight(facts: Facts, edits: Edits) -> None:
+    """`trainer = Trainer(Detector()).to(device)` ... `trainer.train_step(x, y)`: the steps
+    run in another module of the project, which builds no optimizer of its own and moves no
+    model it is handed (either would name the model it wraps there), and this script names
+    no model either. Nothing would be wrapped
+    and every rank would train its own copy: say so, at the first training call, rather
+    than exit 0."""
+    call = facts.training_helper_calls[0]
+    edits.report("DDP903", call, f"the training steps run in `{edits.code(call.func)}()`, in another module, "
+                 f"on a model this script does not name: wrap that model in DDP by hand, after it "
+                 f"reaches its device and before the first step")
 
 
 def _handed_in_by_callers(facts: Facts, model: Model) -> list[Model]:
@@ -636,7 +652,7 @@ def _replace_data_parallel(facts: Facts, edits: Edits) -> None:
         edits.report("DDP102", call)
         wrapped = call.args[0].value if call.args else None
         statement = facts.statement_of(call)
-        if _assigns_back(statement, wrapped):
+        if _assigns_back(statement, call, wrapped):
             edits.removed.add(_multi_gpu_branch(facts, statement) or statement)
         elif wrapped is not None:
             edits.expressions[call] = _original(wrapped)
@@ -652,14 +668,15 @@ def _original(node: cst.BaseExpression) -> Rewrite:
     return lambda _node: node
 
 
-def _assigns_back(statement: cst.BaseStatement, wrapped: Optional[cst.BaseExpression]) -> bool:
-    """`model = nn.DataParallel(model)`: without the wrap the statement does nothing."""
+def _assigns_back(statement: cst.BaseStatement, call: cst.Call, wrapped: Optional[cst.BaseExpression]) -> bool:
+    """`model = nn.DataParallel(model)`: without the wrap the statement does nothing. Not
+    `model = nn.DataParallel(model).to(device)`, whose move stays (`model = model.to(device)`)."""
     if wrapped is None or not isinstance(statement, cst.SimpleStatementLine):
         return False
     small = statement.body[0]
     return (
         len(statement.body) == 1 and isinstance(small, cst.Assign) and len(small.targets) == 1
-        and dotted_name(small.targets[0].target) == dotted_name(wrapped) is not None
+        and small.value is call and dotted_name(small.targets[0].target) == dotted_name(wrapped) is not None
     )
 
 

@@ -166,9 +166,18 @@ def _training_function(facts: Facts) -> Optional[cst.FunctionDef]:
     calls it and builds the model (`main()` calling `train(...)` once per epoch), so that
     the group exists before the model is wrapped."""
     model_function = facts.models[0].function if facts.models else None
+    # A flat script: the model is built at module level and `def train(epoch)` loops over a
+    # module-level loader. The setup goes at module level too, where the model's wrap and
+    # the loaders can see it, not into train().
+    flat = bool(facts.models) and model_function is None
     for loader in facts.loaders:
-        for loop in facts.loops_over.get(loader.name, ()):
+        # A loop that trains first: an `eval(dataloader, model)` whose parameter has the
+        # training loader's name iterates something else.
+        for loop in sorted(facts.loops_over.get(loader.name, ()), key=lambda loop: not facts.loop_trains(loop)):
             function = facts.function_of(loop)
+            if flat and function is not None and facts.calls_of(function) and all(
+                    facts.function_of(call) is None for call in facts.calls_of(function)):
+                return None
             if model_function is not None and function is not None and any(
                     facts.function_of(call) is model_function for call in facts.calls_of(function)):
                 return model_function

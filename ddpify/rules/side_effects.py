@@ -101,7 +101,7 @@ def _guard_prints_and_saves(facts: Facts, edits: Edits, setup: Plan) -> None:
                 facts, edits, statement, call, model_names):
             edits.report("DDP308", statement)
             continue
-        if call in facts.save_calls and _saves_to_memory(facts, call):
+        if _saves_to_memory(facts, call):
             continue  # serialising into a buffer writes no file
         if call in setup.collective_saves:
             continue  # dcp.save: every rank writes its own shards
@@ -133,13 +133,20 @@ def _prints_handed_on(facts: Facts, edits: Edits) -> None:
 
 
 def _saves_to_memory(facts: Facts, call: cst.BaseExpression) -> bool:
-    """`torch.save(obj, buffer)` where `buffer = io.BytesIO()`."""
-    if not isinstance(call, cst.Call) or len(call.args) < 2:
+    """`torch.save(obj, buffer)`, `plt.savefig(buf)`, `json.dump(d, out)` where the name is
+    only ever an in-memory file (`buf = io.BytesIO()`, `io.StringIO()`): it writes no file,
+    and the ranks that read the buffer back need it filled, so it stays on every rank."""
+    if not isinstance(call, cst.Call):
         return False
-    target = dotted_name(call.args[1].value)
-    return target is not None and any(
-        isinstance(value, cst.Call) and (dotted_name(value.func) or "").endswith("BytesIO")
-        for value in facts.assigned_values.get(target, ()))
+    return any(_in_memory_file(facts, arg.value) for arg in call.args if not arg.star)
+
+
+def _in_memory_file(facts: Facts, value: cst.BaseExpression) -> bool:
+    name = dotted_name(value)
+    assigned = facts.assigned_values.get(name, []) if name is not None else []
+    return bool(assigned) and all(
+        isinstance(each, cst.Call) and (dotted_name(each.func) or "").endswith(("BytesIO", "StringIO"))
+        for each in assigned)
 
 
 def _runs_model(facts: Facts, call: cst.BaseExpression, model_names: set[str]) -> bool:
@@ -497,7 +504,7 @@ def _guard_statement_call(facts: Facts, edits: Edits, setup: Plan, call: cst.Cal
     if not isinstance(parent, cst.Expr):
         return False
     statement = facts.statement_of(parent)
-    if not _is_single_call_line(statement):
+    if not _is_single_call_line(statement) or code == "DDP302" and _saves_to_memory(facts, call):
         return False
     _guard(facts, edits, setup, statement, code)
     return True

@@ -355,6 +355,8 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
             value = f"totals[{position}].item()"
         if name in per_batch:
             lines.append(f"    # Each rank ran {per_batch[name]}: the mean of the ranks' sums.")
+            if " if " in value:
+                value = f"({value})"  # the mean of either kind of total, not of the else branch alone
             value += " / dist.get_world_size()"
         if not fits(indent, f"    {name} = {value}"):
             lines.extend([f"    {name} = (", f"        {value}", "    )"])  # as black wraps it

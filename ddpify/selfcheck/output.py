@@ -4,7 +4,15 @@ import ast
 from collections.abc import Iterator
 from typing import Optional
 
-from ddpify.selfcheck.source import FUNCTIONS, Scope, Source, dotted, is_rank_zero_test, last_part
+from ddpify.selfcheck.source import (
+    FUNCTIONS,
+    Scope,
+    Source,
+    assigned_targets,
+    dotted,
+    is_rank_zero_test,
+    last_part,
+)
 
 Finding = tuple[str, int, str]
 
@@ -13,7 +21,7 @@ Finding = tuple[str, int, str]
 # run on the others with `mode=`.)
 WRITERS = frozenset({"print", "torch.save", "os.makedirs", "os.mkdir", "json.dump", "pickle.dump",
                      "np.save", "np.savez", "np.savetxt", "numpy.save", "save_image", "shutil.copy",
-                     "shutil.copyfile", "SummaryWriter"})
+                     "shutil.copyfile", "SummaryWriter", "sys.stdout.write", "pprint.pprint"})
 # Called as a method of anything: `fig.savefig(...)`, `frame.to_csv(...)`.
 WRITING_METHODS = frozenset({"savefig", "to_csv"})
 JOINS = "init_process_group"
@@ -21,8 +29,10 @@ JOINS = "init_process_group"
 
 def unguarded_output(migrated: Source) -> Iterator[Finding]:
     reach = _Reach(migrated)
+    buffers = _in_memory_files(migrated)
     for call in migrated.calls:
-        if _writes(call) and not migrated.guarded(call) and reach.after_join(call):
+        if _writes(call) and not migrated.guarded(call) and reach.after_join(call) and not any(
+                dotted(arg) in buffers for arg in call.args):
             yield "DDP913", call.lineno, f"`{_short(call)}` runs on every rank"
 
 
@@ -63,6 +73,17 @@ def _writes(call: ast.Call) -> bool:
         return isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(
             letter in mode.value for letter in "wax+")
     return False
+
+
+def _in_memory_files(source: Source) -> set[str]:
+    """Names bound only to `io.BytesIO()` / `io.StringIO()`: a save into one writes no file."""
+    bound: dict[str, bool] = {}
+    for assignment in source.assignments:
+        value = assignment.value
+        in_memory = isinstance(value, ast.Call) and (last_part(value.func) or "") in ("BytesIO", "StringIO")
+        for target in assigned_targets(assignment):
+            bound[target] = bound.get(target, True) and in_memory
+    return {name for name, in_memory in bound.items() if in_memory}
 
 
 def _rank_zero_path(call: ast.Call) -> bool:

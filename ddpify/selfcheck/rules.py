@@ -76,6 +76,9 @@ _LATE_GROUP = (
 
 CASES = (
     Flags(_MOVED, _MOVED.replace("model.to(device)\n", ""), "DDP910"),
+    # `nn.DataParallel(model).to(device)` moves the model it wraps: dropping the whole line drops the move.
+    Flags(_MOVED.replace("model.to(device)", "model = torch.nn.DataParallel(model).to(device)"),
+          _MOVED.replace("model.to(device)\n", ""), "DDP910"),
     Flags(TRAINING, TRAINING.replace("optimizer = torch", "model = DDP(model)\nmodel.to(device)\noptimizer = torch"),
           "DDP911"),
     # A wrap of a loop variable: the dict the training reads keeps its models unwrapped.

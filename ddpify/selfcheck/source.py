@@ -197,13 +197,18 @@ class Source:
         return self._calls_by_scope.get(id(scope), [])
 
     def move_receiver(self, call: ast.Call) -> Optional[str]:
-        """`model` for `model.cuda()`, `model.to(device)` or `model.eval().cpu()`."""
+        """`model` for `model.cuda()`, `model.to(device)`, `model.eval().cpu()` or
+        `nn.DataParallel(model).to(device)` (which moves the module it wraps)."""
         if not isinstance(call.func, ast.Attribute) or call.func.attr not in MOVE_METHODS:
             return None
         receiver = call.func.value
-        while (isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute)
-               and receiver.func.attr in CHAINABLE_METHODS):
-            receiver = receiver.func.value
+        while isinstance(receiver, ast.Call):
+            if isinstance(receiver.func, ast.Attribute) and receiver.func.attr in CHAINABLE_METHODS:
+                receiver = receiver.func.value
+            elif last_part(receiver.func) == "DataParallel" and receiver.args:
+                receiver = receiver.args[0]
+            else:
+                break
         name = dotted(receiver)
         return None if name is None or name.split(".")[0] in self.module_names else name
 
