@@ -7,6 +7,7 @@ case is named by its idiom alone (idiom names are unique across families), so py
 import json
 import shlex
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Optional
 
@@ -60,8 +61,10 @@ class Case:
         return read_project(str(self.input), self.input.read_text())
 
     def migrate(self, text: Optional[str] = None) -> Result:
-        """ddpify on input.py (or on `text`, as if it sat there), as the command line runs it."""
-        return migrate_source(self.input.read_text() if text is None else text, self.options, self.project)
+        """ddpify on input.py (or on `text`, as if it sat there), as the command line runs it.
+        Several tests migrate every fixture (output, diagnostics, removed codes): the result
+        for a given text is computed once per test session."""
+        return _migrated(self.directory, self.input.read_text() if text is None else text)
 
     @property
     def run_spec(self) -> Optional[dict]:
@@ -112,3 +115,9 @@ def format_diagnostics(diagnostics, path: str = "input.py") -> str:
     its path in the tree). With the edits listed, a rule's code leads to the fixtures that
     show it (`grep -rl DDP201 fixtures`)."""
     return "".join(diagnostic.format(path) + "\n" for diagnostic in diagnostics)
+
+
+@cache
+def _migrated(directory: Path, text: str) -> Result:
+    case = Case(directory)
+    return migrate_source(text, case.options, case.project)
