@@ -116,7 +116,7 @@ class Plan:
     def device_type(self) -> str:
         """An expression for the type of this rank's device ("cuda", "cpu", ...)."""
         # A string choice is "cuda" or "cpu" (analysis._is_string_choice): the string is its type.
-        if self.device_is_string and not self.device_string_indexed:
+        if self.device_is_string and not self.device_string_indexed and not self.device_from_parameter:
             return self.device
         return f"torch.device({self.device}).type" if self.device_is_string else f"{self.device}.type"
 

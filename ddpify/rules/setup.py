@@ -8,7 +8,7 @@ from typing import Optional, Union
 
 import libcst as cst
 
-from ddpify.analysis.control import Facts, parameter_names
+from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import BlockItem, DeviceAssignment, Statement
 from ddpify.analysis.nodes import dotted_name
 from ddpify.diagnostics import Rule, Severity
@@ -23,6 +23,7 @@ from ddpify.emit.ddp import (
     IS_MAIN_FROM_ENVIRONMENT_CODE,
     IS_MAIN_HELPER,
     REFINE_AFTER_EARLY_GROUP_CODE,
+    REFINE_ANY_CODE,
     REFINE_CODE,
     REFINE_STRING_CODE,
     RUN_NOT_IMPORTED,
@@ -68,9 +69,9 @@ def choose(facts: Facts) -> Plan:
     named = _device_named_elsewhere(facts)
     if named is not None:
         device, statement, function = named
-        if statement is None and function is not None:
-            return Plan(function, function.body, device, None, device_is_string=True, device_from_parameter=True)
-        assert statement is not None  # only a parameter of a function comes without its statement
+        if statement is None:
+            return Plan(function, function.body if function is not None else facts.module, device, None,
+                        device_is_string=True, device_from_parameter=True)
         block = _scope_block(facts, statement, function)
         return Plan(function, block, device, None, choice_statement=facts.ancestor_in(statement, block),
                          device_is_string=True)
@@ -89,8 +90,9 @@ def _device_named_elsewhere(facts: Facts) -> Optional[tuple[str, Optional[Statem
     """`model.to(args.device)`: a device the script takes, as a string, from its command line
     or a config object (the expression, the statement that makes that object, its function).
     The setup follows that statement; the string stays the user's. An object the function
-    is handed (`def train(cfg): ... model.to(cfg.device)`), or a global of the module, has no
-    such statement there (None): the setup opens the function."""
+    is handed (`def train(cfg): ... model.to(cfg.device)`), a global of the module or an
+    imported config (`config.DEVICE`) has no such statement there (None): the setup opens the
+    function, or the module after its imports."""
     for call in _moves_to_a_named_device(facts):
         device = dotted_name(call.args[0].value)
         if device is None or "." not in device or device.startswith("self."):
@@ -104,14 +106,10 @@ def _device_named_elsewhere(facts: Facts) -> Optional[tuple[str, Optional[Statem
                     for small in statement.body)]
         if made:
             return device, made[-1], function
-        touching = facts.statements_touching.get(owner, ())
-        # Known when the function starts: a parameter, or a global the module sets (`args =
-        # parser.parse_args()` at the top of the script), not set again in the function.
-        known = owner in parameter_names(function) if function is not None else False
-        known = known or any(facts.function_of(statement) is None for statement in touching)
-        if function is not None and known and not any(
-                facts.function_of(statement) is function for statement in touching
-                if facts.start_of(statement) < facts.start_of(call)):
+        # Not set in the move's scope before it: known when that scope starts (a parameter, a
+        # global the module sets such as `args = parser.parse_args()`, an imported config).
+        if not any(facts.function_of(statement) is function and facts.start_of(statement) < facts.start_of(call)
+                   for statement in facts.statements_touching.get(owner, ())):
             return device, None, function
     return None
 
@@ -306,7 +304,7 @@ def _setup_code(edits: Edits, plan: Plan) -> str:
         code = ENVIRONMENT_CODE + EARLY_GROUP_CODE
     elif plan.device_from_parameter:
         edits.imports.add("torch")
-        code = ENVIRONMENT_CODE + REFINE_STRING_CODE.format(device=plan.device)
+        code = ENVIRONMENT_CODE + REFINE_ANY_CODE.format(device=plan.device)
     elif plan.cpu_only:
         code = ENVIRONMENT_CODE + CPU_ONLY_CODE
     else:
