@@ -116,12 +116,15 @@ def _device_named_elsewhere(facts: Facts) -> Optional[tuple[str, Optional[Statem
 
 def _moves_to_a_named_device(facts: Facts) -> list[cst.Call]:
     """`.to(...)` calls that move a model (`model.to(...)`, or `Net().to(...)` where it is
-    built), then those that move anything else (a batch: `x.to(cfg.device)`)."""
+    built), then those that move anything else where a model is built (a batch:
+    `x.to(cfg.device)`)."""
     models = {model.name for model in facts.models}
+    functions = {model.function for model in facts.models}
     built = [value for name in models for value in facts.assigned_values.get(name, ())]
     moves = [call for name in models for call in facts.device_moves.get(name, ())]
     moves += [value for value in built if isinstance(value, cst.Call)]
-    moves += [call for name, calls in facts.device_moves.items() if name not in models for call in calls]
+    moves += [call for name, calls in facts.device_moves.items() if name not in models for call in calls
+              if facts.function_of(call) in functions]
     return [call for call in moves if call.args and isinstance(call.func, cst.Attribute)
             and call.func.attr.value == "to"]
 
