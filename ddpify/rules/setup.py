@@ -94,10 +94,10 @@ def _device_named_elsewhere(facts: Facts) -> Optional[tuple[str, Optional[Statem
     imported config (`config.DEVICE`) has no such statement there (None): the setup opens the
     function, or the module after its imports."""
     for call in _moves_to_a_named_device(facts):
-        device = dotted_name(call.args[0].value)
-        if device is None or "." not in device or device.startswith("self."):
+        named = _config_entry(facts, call.args[0].value)
+        if named is None:
             continue
-        owner = device.split(".", 1)[0]
+        device, owner = named
         function = facts.function_of(call)
         made = [statement for statement in facts.statements_touching.get(owner, ())
                 if facts.function_of(statement) is function and facts.start_of(statement) < facts.start_of(call)
@@ -112,6 +112,19 @@ def _device_named_elsewhere(facts: Facts) -> Optional[tuple[str, Optional[Statem
                    for statement in facts.statements_touching.get(owner, ())):
             return device, None, function
     return None
+
+
+def _config_entry(facts: Facts, value: cst.BaseExpression) -> Optional[tuple[str, str]]:
+    """The code of a device read from a config object, and the object's name: `args.device`,
+    `cfg.train.device`, `cfg["device"]` (not `self.device`, which a class sets)."""
+    key = value
+    while isinstance(key, cst.Subscript) and len(key.slice) == 1 and isinstance(key.slice[0].slice, cst.Index) \
+            and isinstance(key.slice[0].slice.value, cst.SimpleString):
+        key = key.value
+    name = dotted_name(key)
+    if name is None or (key is value and "." not in name) or name.split(".", 1)[0] == "self":
+        return None
+    return facts.module.code_for_node(value), name.split(".", 1)[0]
 
 
 def _moves_to_a_named_device(facts: Facts) -> list[cst.Call]:
