@@ -44,6 +44,9 @@ class Plan:
     # The device comes in with a parameter of the training function (`cfg.device` of a
     # `train(cfg)`): the setup opens that function, refining what the caller chose.
     device_from_parameter: bool = False
+    # The device is a config entry or a name for one (`device = cfg.device`): a string or a
+    # torch.device, so its type is read through torch.device(...).type.
+    device_kind_unknown: bool = False
     # That string names a GPU by index (`f"cuda:{local_rank}"`), so it is not its own type.
     device_string_indexed: bool = False
     # Models wrapped in the setup's scope, and how many of them the script never moves off
@@ -116,7 +119,7 @@ class Plan:
     def device_type(self) -> str:
         """An expression for the type of this rank's device ("cuda", "cpu", ...)."""
         # A string choice is "cuda" or "cpu" (analysis._is_string_choice): the string is its type.
-        if self.device_is_string and not self.device_string_indexed and not self.device_from_parameter:
+        if self.device_is_string and not self.device_string_indexed and not self.device_kind_unknown:
             return self.device
         return f"torch.device({self.device}).type" if self.device_is_string else f"{self.device}.type"
 

@@ -71,10 +71,10 @@ def choose(facts: Facts) -> Plan:
         device, statement, function = named
         if statement is None:
             return Plan(function, function.body if function is not None else facts.module, device, None,
-                        device_is_string=True, device_from_parameter=True)
+                        device_is_string=True, device_from_parameter=True, device_kind_unknown=True)
         block = _scope_block(facts, statement, function)
         return Plan(function, block, device, None, choice_statement=facts.ancestor_in(statement, block),
-                         device_is_string=True)
+                    device_is_string=True, device_kind_unknown=device.isidentifier())
     function = _training_function(facts)
     block = function.body if function is not None else facts.module
     if facts.training_helper_calls:
@@ -94,6 +94,10 @@ def _device_named_elsewhere(facts: Facts) -> Optional[tuple[str, Optional[Statem
     imported config (`config.DEVICE`) has no such statement there (None): the setup opens the
     function, or the module after its imports."""
     for call in _moves_to_a_named_device(facts):
+        alias = _name_for_a_config_entry(facts, call.args[0].value)
+        if alias is not None:
+            # `device = args.device` (or `cfg["device"]`): the setup follows that statement.
+            return alias
         named = _config_entry(facts, call.args[0].value)
         if named is None:
             continue
@@ -112,6 +116,21 @@ def _device_named_elsewhere(facts: Facts) -> Optional[tuple[str, Optional[Statem
                    for statement in facts.statements_touching.get(owner, ())):
             return device, None, function
     return None
+
+
+def _name_for_a_config_entry(facts: Facts, value: cst.BaseExpression
+                             ) -> Optional[tuple[str, Optional[Statement], Optional[cst.FunctionDef]]]:
+    """`device` where the script once set `device = cfg.device`: the name, that statement and
+    its function."""
+    if not isinstance(value, cst.Name):
+        return None
+    values = facts.assigned_values.get(value.value, [])
+    if len(values) != 1 or _config_entry(facts, values[0]) is None:
+        return None
+    statement = facts.statement_of(values[0])
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return None
+    return value.value, statement, facts.function_of(statement)
 
 
 def _config_entry(facts: Facts, value: cst.BaseExpression) -> Optional[tuple[str, str]]:
@@ -371,8 +390,9 @@ def _place_after_choice(facts: Facts, edits: Edits, plan: Plan) -> None:
         chosen = f'{plan.device} if {plan.device} is not None else "cpu"'
     if plan.device_is_string:
         # EARLY_GROUP_CODE already made the accelerator current: the string needs nothing more.
-        string_code = (fsdp2.bound_to_device(REFINE_STRING_CODE, fsdp2.BOUND_TO_STRING_DEVICE)
-                       if edits.options.fsdp2 else REFINE_STRING_CODE)
+        refine_string = REFINE_ANY_CODE if plan.device_kind_unknown else REFINE_STRING_CODE
+        string_code = (fsdp2.bound_to_device(refine_string, fsdp2.BOUND_TO_STRING_DEVICE)
+                       if edits.options.fsdp2 else refine_string)
         refine = "" if group_early else string_code.format(device=plan.device)
     else:
         refine_code = fsdp2.bound_to_device(REFINE_CODE) if edits.options.fsdp2 else REFINE_CODE
