@@ -44,6 +44,9 @@ class Plan:
     # The device comes in with a parameter of the training function (`cfg.device` of a
     # `train(cfg)`): the setup opens that function, refining what the caller chose.
     device_from_parameter: bool = False
+    # The device is a config entry or a name for one (`device = cfg.device`): a string or a
+    # torch.device, so its type is read through torch.device(...).type.
+    device_kind_unknown: bool = False
     # That string names a GPU by index (`f"cuda:{local_rank}"`), so it is not its own type.
     device_string_indexed: bool = False
     # Models wrapped in the setup's scope, and how many of them the script never moves off
@@ -63,6 +66,10 @@ class Plan:
     library: bool = False
     # Nodes whose edits need only the rank-0 guard, not the process group.
     guard_nodes: set[cst.CSTNode] = field(default_factory=set)
+    # Loaders that got a DistributedSampler of their own (data.py). The rules that reduce
+    # the figures of a sharded epoch read loaders_given_a_sampler, which also holds the
+    # loaders whose own sampler was wrapped.
+    sharded_loaders: list[Loader] = field(default_factory=list)
     # Dicts of loaders whose training entries got a DistributedSampler (loader_dicts.py).
     sharded_loader_dicts: list[LoaderDict] = field(default_factory=list)
     # Loaders built by name and kept in such a dict (`{"train": train_loader}`): loader_dicts.py
@@ -116,7 +123,7 @@ class Plan:
     def device_type(self) -> str:
         """An expression for the type of this rank's device ("cuda", "cpu", ...)."""
         # A string choice is "cuda" or "cpu" (analysis._is_string_choice): the string is its type.
-        if self.device_is_string and not self.device_string_indexed:
+        if self.device_is_string and not self.device_string_indexed and not self.device_kind_unknown:
             return self.device
         return f"torch.device({self.device}).type" if self.device_is_string else f"{self.device}.type"
 

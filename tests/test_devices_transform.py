@@ -112,3 +112,17 @@ def test_a_device_of_a_global_config_read_in_the_training_function_is_refined_th
     code = migrate_source(source).code
     assert "dist.init_process_group(dist.get_default_backend_for_device(args.device))" in code
     assert 'init_process_group("gloo")' not in code
+
+
+def test_a_device_from_a_config_dict_handed_to_main_is_refined_there():
+    source = (
+        "import torch\n"
+        'CONFIG = {"device": "cuda" if torch.cuda.is_available() else "cpu"}\n'
+        "def main(cfg):\n"
+        '    model = torch.nn.Linear(2, 1).to(cfg["device"])\n'
+        + "".join("    " + line + "\n" for line in TRAIN.splitlines())
+        + 'if __name__ == "__main__":\n    main(CONFIG)\n'
+    )
+    code = migrate_source(source).code
+    assert 'dist.init_process_group(dist.get_default_backend_for_device(cfg["device"]))' in code
+    assert 'torch.device(cfg["device"]).type == "cuda"' in code

@@ -192,7 +192,12 @@ class Collector(cst.CSTVisitor):
             self.facts.main_guard = node
 
     def visit_Name(self, node: cst.Name) -> None:
-        self.facts.bound_names.add(node.value)
+        parent = self.parents.get(node)
+        # `loader.dataset` and `DataLoader(sampler=...)` name no variable: a `dataset` or
+        # `sampler` ddpify makes cannot clash with them.
+        if not (isinstance(parent, cst.Attribute) and parent.attr is node
+                or isinstance(parent, cst.Arg) and parent.keyword is node):
+            self.facts.bound_names.add(node.value)
         if node.value == "print":
             parent = self.parents.get(node)
             if not (isinstance(parent, cst.Call) and parent.func is node) and self._qualified(node) == {

@@ -49,6 +49,16 @@ if distributed:
 """
 
 
+# A device from elsewhere (a parameter, a config module): a string or a torch.device, so its
+# type is read through torch.device, which takes both.
+REFINE_ANY_CODE = """\
+if distributed:
+    if torch.device({device}).type != "cpu":  # "cuda" now means this process's own GPU
+        torch.accelerator.set_device_index(local_rank)
+    dist.init_process_group(dist.get_default_backend_for_device({device}))
+"""
+
+
 # The same after EARLY_GROUP_CODE, which already made the accelerator current and the group.
 REFINE_AFTER_EARLY_GROUP_CODE = "".join(
     line for line in REFINE_CODE.splitlines(keepends=True)

@@ -8,7 +8,7 @@ from typing import Optional, Union
 
 import libcst as cst
 
-from ddpify.analysis.control import Facts, parameter_names
+from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import BlockItem, DeviceAssignment, Statement
 from ddpify.analysis.nodes import dotted_name
 from ddpify.diagnostics import Rule, Severity
@@ -23,6 +23,7 @@ from ddpify.emit.ddp import (
     IS_MAIN_FROM_ENVIRONMENT_CODE,
     IS_MAIN_HELPER,
     REFINE_AFTER_EARLY_GROUP_CODE,
+    REFINE_ANY_CODE,
     REFINE_CODE,
     REFINE_STRING_CODE,
     RUN_NOT_IMPORTED,
@@ -68,12 +69,12 @@ def choose(facts: Facts) -> Plan:
     named = _device_named_elsewhere(facts)
     if named is not None:
         device, statement, function = named
-        if statement is None and function is not None:
-            return Plan(function, function.body, device, None, device_is_string=True, device_from_parameter=True)
-        assert statement is not None  # only a parameter of a function comes without its statement
+        if statement is None:
+            return Plan(function, function.body if function is not None else facts.module, device, None,
+                        device_is_string=True, device_from_parameter=True, device_kind_unknown=True)
         block = _scope_block(facts, statement, function)
         return Plan(function, block, device, None, choice_statement=facts.ancestor_in(statement, block),
-                         device_is_string=True)
+                    device_is_string=True, device_kind_unknown=device.isidentifier())
     function = _training_function(facts)
     block = function.body if function is not None else facts.module
     if facts.training_helper_calls or _models_moved_elsewhere(facts):
@@ -99,13 +100,18 @@ def _device_named_elsewhere(facts: Facts) -> Optional[tuple[str, Optional[Statem
     """`model.to(args.device)`: a device the script takes, as a string, from its command line
     or a config object (the expression, the statement that makes that object, its function).
     The setup follows that statement; the string stays the user's. An object the function
-    is handed (`def train(cfg): ... model.to(cfg.device)`), or a global of the module, has no
-    such statement there (None): the setup opens the function."""
+    is handed (`def train(cfg): ... model.to(cfg.device)`), a global of the module or an
+    imported config (`config.DEVICE`) has no such statement there (None): the setup opens the
+    function, or the module after its imports."""
     for call in _moves_to_a_named_device(facts):
-        device = dotted_name(call.args[0].value)
-        if device is None or "." not in device or device.startswith("self."):
+        alias = _name_for_a_config_entry(facts, call.args[0].value)
+        if alias is not None:
+            # `device = args.device` (or `cfg["device"]`): the setup follows that statement.
+            return alias
+        named = _config_entry(facts, call.args[0].value)
+        if named is None:
             continue
-        owner = device.split(".", 1)[0]
+        device, owner = named
         function = facts.function_of(call)
         made = [statement for statement in facts.statements_touching.get(owner, ())
                 if facts.function_of(statement) is function and facts.start_of(statement) < facts.start_of(call)
@@ -114,26 +120,53 @@ def _device_named_elsewhere(facts: Facts) -> Optional[tuple[str, Optional[Statem
                     for small in statement.body)]
         if made:
             return device, made[-1], function
-        touching = facts.statements_touching.get(owner, ())
-        # Known when the function starts: a parameter, or a global the module sets (`args =
-        # parser.parse_args()` at the top of the script), not set again in the function.
-        known = owner in parameter_names(function) if function is not None else False
-        known = known or any(facts.function_of(statement) is None for statement in touching)
-        if function is not None and known and not any(
-                facts.function_of(statement) is function for statement in touching
-                if facts.start_of(statement) < facts.start_of(call)):
+        # Not set in the move's scope before it: known when that scope starts (a parameter, a
+        # global the module sets such as `args = parser.parse_args()`, an imported config).
+        if not any(facts.function_of(statement) is function and facts.start_of(statement) < facts.start_of(call)
+                   for statement in facts.statements_touching.get(owner, ())):
             return device, None, function
     return None
 
 
+def _name_for_a_config_entry(facts: Facts, value: cst.BaseExpression
+                             ) -> Optional[tuple[str, Optional[Statement], Optional[cst.FunctionDef]]]:
+    """`device` where the script once set `device = cfg.device`: the name, that statement and
+    its function."""
+    if not isinstance(value, cst.Name):
+        return None
+    values = facts.assigned_values.get(value.value, [])
+    if len(values) != 1 or _config_entry(facts, values[0]) is None:
+        return None
+    statement = facts.statement_of(values[0])
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return None
+    return value.value, statement, facts.function_of(statement)
+
+
+def _config_entry(facts: Facts, value: cst.BaseExpression) -> Optional[tuple[str, str]]:
+    """The code of a device read from a config object, and the object's name: `args.device`,
+    `cfg.train.device`, `cfg["device"]` (not `self.device`, which a class sets)."""
+    key = value
+    while isinstance(key, cst.Subscript) and len(key.slice) == 1 and isinstance(key.slice[0].slice, cst.Index) \
+            and isinstance(key.slice[0].slice.value, cst.SimpleString):
+        key = key.value
+    name = dotted_name(key)
+    if name is None or (key is value and "." not in name) or name.split(".", 1)[0] == "self":
+        return None
+    return facts.module.code_for_node(value), name.split(".", 1)[0]
+
+
 def _moves_to_a_named_device(facts: Facts) -> list[cst.Call]:
     """`.to(...)` calls that move a model (`model.to(...)`, or `Net().to(...)` where it is
-    built), then those that move anything else (a batch: `x.to(cfg.device)`)."""
+    built), then those that move anything else where a model is built (a batch:
+    `x.to(cfg.device)`)."""
     models = {model.name for model in facts.models}
+    functions = {model.function for model in facts.models}
     built = [value for name in models for value in facts.assigned_values.get(name, ())]
     moves = [call for name in models for call in facts.device_moves.get(name, ())]
     moves += [value for value in built if isinstance(value, cst.Call)]
-    moves += [call for name, calls in facts.device_moves.items() if name not in models for call in calls]
+    moves += [call for name, calls in facts.device_moves.items() if name not in models for call in calls
+              if facts.function_of(call) in functions]
     return [call for call in moves if call.args and isinstance(call.func, cst.Attribute)
             and call.func.attr.value == "to"]
 
@@ -325,7 +358,7 @@ def _setup_code(edits: Edits, plan: Plan) -> str:
         code = ENVIRONMENT_CODE + EARLY_GROUP_CODE
     elif plan.device_from_parameter:
         edits.imports.add("torch")
-        code = ENVIRONMENT_CODE + REFINE_STRING_CODE.format(device=plan.device)
+        code = ENVIRONMENT_CODE + REFINE_ANY_CODE.format(device=plan.device)
     elif plan.cpu_only:
         code = ENVIRONMENT_CODE + CPU_ONLY_CODE
     else:
@@ -376,8 +409,9 @@ def _place_after_choice(facts: Facts, edits: Edits, plan: Plan) -> None:
         chosen = f'{plan.device} if {plan.device} is not None else "cpu"'
     if plan.device_is_string:
         # EARLY_GROUP_CODE already made the accelerator current: the string needs nothing more.
-        string_code = (fsdp2.bound_to_device(REFINE_STRING_CODE, fsdp2.BOUND_TO_STRING_DEVICE)
-                       if edits.options.fsdp2 else REFINE_STRING_CODE)
+        refine_string = REFINE_ANY_CODE if plan.device_kind_unknown else REFINE_STRING_CODE
+        string_code = (fsdp2.bound_to_device(refine_string, fsdp2.BOUND_TO_STRING_DEVICE)
+                       if edits.options.fsdp2 else refine_string)
         refine = "" if group_early else string_code.format(device=plan.device)
     else:
         refine_code = fsdp2.bound_to_device(REFINE_CODE) if edits.options.fsdp2 else REFINE_CODE
