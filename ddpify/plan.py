@@ -66,10 +66,6 @@ class Plan:
     library: bool = False
     # Nodes whose edits need only the rank-0 guard, not the process group.
     guard_nodes: set[cst.CSTNode] = field(default_factory=set)
-    # Loaders that got a DistributedSampler of their own (data.py). The rules that reduce
-    # the figures of a sharded epoch read loaders_given_a_sampler, which also holds the
-    # loaders whose own sampler was wrapped.
-    sharded_loaders: list[Loader] = field(default_factory=list)
     # Dicts of loaders whose training entries got a DistributedSampler (loader_dicts.py).
     sharded_loader_dicts: list[LoaderDict] = field(default_factory=list)
     # Loaders built by name and kept in such a dict (`{"train": train_loader}`): loader_dicts.py

@@ -224,7 +224,6 @@ def add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: Plan, epoch: 
         lambda dataset: f"DistributedSampler({dataset}, shuffle={shuffle})",
         divide_batch=edits.options.keep_global_batch, only_when=role)
     edits.imports.add("DistributedSampler")
-    setup.sharded_loaders.append(loader)
     setup.loaders_given_a_sampler.append(loader)
     edits.report("DDP201", loader.call)
     if not edits.options.keep_global_batch:
