@@ -77,6 +77,17 @@ class Project:
             definition = self._modules.definition(f"{found}.__init__")
         return ([], set()) if definition is None else definition[0].moved_parameters(definition[1])
 
+    def moves_own_model(self, qualified: str) -> bool:
+        """For a class (its __init__) or a function: it moves a module it keeps on the object
+        to a device (`self.model = Net().to(device)`), and so wraps it there (effects.py)."""
+        found = self._local(qualified) if self._modules is not None else None
+        if found is None or self._modules is None:
+            return False
+        definition = self._modules.definition(found)
+        if definition is not None and definition[1] in definition[0].classes:
+            definition = self._modules.definition(f"{found}.__init__")
+        return definition is not None and definition[0].moves_own_model(definition[1])
+
     def moves_returned(self, qualified: str) -> bool:
         """`qualified` returns what it moved to a device (`get_network(args)`, effects.py)."""
         definition = self._definition(qualified)

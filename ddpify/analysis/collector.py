@@ -489,6 +489,8 @@ class Collector(cst.CSTVisitor):
         """`SimCLR(model=model, ...)` whose __init__ moves the model to its device: the wrap
         belongs after that move, in that module, not here."""
         for qualified in self._qualified(call.func):
+            if self.project.moves_own_model(qualified):
+                self.facts.helpers_move_models = True  # `self.model = Net().to(device)`: wrapped there
             positional, moved = self.project.moved_parameters(qualified)
             if not moved:
                 continue

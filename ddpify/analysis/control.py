@@ -234,11 +234,18 @@ def receiver_of(facts: Facts, function: cst.FunctionDef) -> Optional[str]:
     return parameters[0].name.value if parameters else None
 
 
+# Methods that return the module they are called on, moved or in another mode.
+_MOVES_AND_MODES = frozenset({"to", "cuda", "cpu", "train", "eval", "float", "double", "half", "bfloat16"})
+
+
 def _value_handed_in(facts: Facts, function: cst.FunctionDef, value: cst.BaseExpression, depth: int) -> bool:
     """A name handed in, or a call that wraps one (`inf_loop(loader)`, `tqdm(loader)`)."""
     if isinstance(value, cst.Call):
         if isinstance(value.func, cst.Name) and value.func.value in ("iter", "next"):
             return False  # an iterator over the loader: its restarts are the loader's passes
+        if isinstance(value.func, cst.Attribute) and value.func.attr.value in _MOVES_AND_MODES and isinstance(
+                value.func.value, cst.Call):
+            return False  # `Net().to(device)`: a module made here, whatever device it is handed
         return any(not arg.star and arg.keyword is None and _value_handed_in(facts, function, arg.value, depth)
                    for arg in value.args[:1])
     name = dotted_name(value)

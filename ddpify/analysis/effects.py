@@ -156,6 +156,24 @@ class FunctionEffects:
                 moved.add(str(receiver.slice.value))
         return positional, moved
 
+    def moves_own_model(self, name: str) -> bool:
+        """The method moves a module it keeps on the object: `self.model = Net().to(device)`,
+        `self.net.cuda()`."""
+        function = self._functions.get(name)
+        if function is None:
+            return False
+        for node in ast.walk(function):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cuda"):
+                receiver = node.func.value
+                if isinstance(receiver, ast.Attribute) and isinstance(receiver.value, ast.Name) \
+                        and receiver.value.id == "self":
+                    return True
+            if isinstance(node, ast.Assign) and _moved_in_chain(node.value) and any(
+                    isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                    and target.value.id == "self" for target in node.targets):
+                return True
+        return False
+
     def moves_returned(self, name: str) -> bool:
         """The function returns what it moved to a device: `net = net.cuda(); return net`,
         `model.to(device)` then `return model`, or `return Net().to(device)`."""
@@ -513,6 +531,16 @@ def dotted_ast(node: ast.expr) -> Optional[str]:
         return None
     parts.append(node.id)
     return ".".join(reversed(parts))
+
+
+def _moved_in_chain(value: ast.expr) -> bool:
+    """`Net().to(device)`, `Net().to(device).train()`, `Net().cuda().eval()`."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in (
+            "to", "cuda", "train", "eval", "float", "double", "half", "bfloat16"):
+        if value.func.attr in ("to", "cuda"):
+            return True
+        value = value.func.value
+    return False
 
 
 def _import_table(tree: ast.Module, package: str) -> dict[str, str]:
