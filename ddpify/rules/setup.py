@@ -51,6 +51,13 @@ RULES = (
          "or the __init__ of a Trainer built once per fold or per stage); a second "
          "init_process_group would raise.",
          "Nothing to do."),
+    Rule("DDP007", Severity.WARNING, "model moved to a device ddpify cannot follow",
+         "The device comes from a function or value ddpify cannot read (`get_device()` of "
+         "another module, a helper that may return \"cuda:0\"). The setup makes this rank's "
+         "GPU the current one, so \"cuda\" means it; a fixed index (\"cuda:0\") would still "
+         "put every rank on that GPU.",
+         "Make the device this rank's own: `torch.device(\"cuda\", int(os.environ.get(\"LOCAL_RANK\", 0)))`, "
+         "or \"cuda\" without an index, then silence this with `# ddpify: ignore[DDP007]`."),
 )
 
 
@@ -84,7 +91,104 @@ def choose(facts: Facts) -> Plan:
         # accelerator is made current, so that "cuda" there means this process's own GPU.
         return Plan(function, block, "device", None, device_elsewhere=True)
     cpu_only = not facts.fixed_device_moves and not facts.fixed_device_values
+    unfollowed = _moves_to_an_unfollowed_device(facts) if cpu_only else []
+    if unfollowed:
+        # Not the CPU: the models go where `get_device()` says. The group takes each device
+        # type's default backend and this rank's accelerator is made current before anything
+        # runs, so that "cuda" there means this process's own GPU; what ddpify cannot read
+        # is reported (DDP007), unless it is a function of this file that only ever returns
+        # "cuda" or "cpu" without an index.
+        return Plan(function, block, "device", None, device_elsewhere=True,
+                    unfollowed_device_moves=[call for call in unfollowed if not _device_type_only(facts, call)])
     return Plan(function, block, "device", None, cpu_only=cpu_only)
+
+
+def _moves_to_an_unfollowed_device(facts: Facts) -> list[cst.Call]:
+    """Rule: a script that chooses no device ddpify knows, but moves a model (or a batch
+    where a model is built) with `.to(X)`, X a call of a function (`get_device()`, not a
+    torch API), a name assigned from one (`device = get_device()`) or a name or attribute
+    that says it is a device, is not CPU-only: its device is one ddpify cannot follow."""
+    found = []
+    for call in _moves_to_a_named_device(facts):
+        argument = call.args[0]
+        if argument.keyword is not None and argument.keyword.value != "device":
+            continue
+        if _device_call(facts, argument.value) is not None:
+            found.append(call)
+            continue
+        name = dotted_name(argument.value)
+        if name is not None and "device" in name.rsplit(".", 1)[-1].lower():
+            found.append(call)
+    return found
+
+
+def _device_call(facts: Facts, value: cst.BaseExpression) -> Optional[cst.Call]:
+    """The call of a function that gives this device: the value itself, or the one value
+    of the name (`device = get_device()`)."""
+    if isinstance(value, cst.Name):
+        values = facts.assigned_values.get(value.value, [])
+        if len(values) != 1:
+            return None
+        value = values[0]
+    if not isinstance(value, cst.Call):
+        return None
+    callee = dotted_name(value.func)
+    if callee is None or callee.split(".", 1)[0] == "torch":
+        return None
+    return value
+
+
+def _returns_and_assignments(definition: cst.FunctionDef
+                              ) -> tuple[list[cst.Return], dict[str, list[cst.BaseExpression]]]:
+    """The returns of a function, and what it assigns to each plain name (not in nested
+    functions)."""
+    returns: list[cst.Return] = []
+    assigned: dict[str, list[cst.BaseExpression]] = {}
+
+    class Visitor(cst.CSTVisitor):
+        def visit_Return(self, node: cst.Return) -> None:
+            returns.append(node)
+
+        def visit_Assign(self, node: cst.Assign) -> None:
+            for target in node.targets:
+                if isinstance(target.target, cst.Name):
+                    assigned.setdefault(target.target.value, []).append(node.value)
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is definition
+
+    definition.visit(Visitor())
+    return returns, assigned
+
+
+def _device_type_only(facts: Facts, move: cst.Call) -> bool:
+    """`get_device()` of this file, each of whose returns is "cuda" or "cpu" (a string or a
+    torch.device, chosen by a conditional or not), never a GPU index: under the setup "cuda"
+    is this rank's own GPU."""
+    call = _device_call(facts, move.args[0].value)
+    if call is None or not isinstance(call.func, cst.Name):
+        return False
+    definitions = [statement for statement in facts.module.body
+                   if isinstance(statement, cst.FunctionDef) and statement.name.value == call.func.value]
+    if len(definitions) != 1:
+        return False
+    returns, assigned = _returns_and_assignments(definitions[0])
+
+    def type_only(value: Optional[cst.BaseExpression], depth: int = 0) -> bool:
+        if value is None or depth > 3:
+            return False
+        if isinstance(value, cst.IfExp):
+            return type_only(value.body, depth) and type_only(value.orelse, depth)
+        if isinstance(value, cst.Call) and dotted_name(value.func) == "torch.device":
+            return len(value.args) == 1 and value.args[0].keyword is None and type_only(value.args[0].value, depth)
+        if isinstance(value, cst.Name):
+            values = assigned.get(value.value, [])
+            return bool(values) and all(type_only(v, depth + 1) for v in values)
+        # "cuda:0" here becomes "cuda" (rules/devices.py): the GPU the setup made current.
+        return isinstance(value, cst.SimpleString) and (
+            value.evaluated_value in ("cuda", "cpu") or value in facts.fixed_gpu_strings)
+
+    return bool(returns) and all(type_only(node.value) for node in returns)
 
 
 def _models_moved_elsewhere(facts: Facts) -> bool:
@@ -319,6 +423,16 @@ def place(facts: Facts, edits: Edits, plan: Plan) -> None:
     if plan.called_repeatedly and plan.function is not None:  # only a function runs repeatedly
         _report_repeated(edits, facts, plan.function)
     _join_early(facts, edits, plan)
+    reported = set()
+    for call in plan.unfollowed_device_moves:
+        source = _device_call(facts, call.args[0].value) or call.args[0].value
+        where = facts.module.code_for_node(source)
+        if where in reported:
+            continue  # once for each device: the model's move comes first
+        reported.add(where)
+        edits.report("DDP007", call, f"device `{where}` is one ddpify cannot follow: the setup makes \"cuda\" this "
+                                     f"rank's GPU, but a fixed index (\"cuda:0\") puts every rank on that GPU; "
+                                     f"make it torch.device(\"cuda\", local_rank) or \"cuda\"")
     if plan.choice_statement is not None:
         _place_after_choice(facts, edits, plan)
         return
@@ -572,4 +686,9 @@ for epoch in range(3):
         optimizer.step()
 ''', "DDP009", ("if not dist.is_initialized():",)),
     Silent(TRAINING, "DDP009"),
+    # A device from a helper of another module: not the CPU, and not one ddpify can read.
+    Emits(TRAINING.replace('device = torch.device("cuda" if torch.cuda.is_available() else "cpu")',
+                           "device = pick_device()").replace("import torch\n", "import torch\nfrom hw import pick_device\n", 1),
+          "DDP007", ("dist.init_process_group()",)),
+    Silent(TRAINING, "DDP007"),
 )
