@@ -75,6 +75,23 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     for statement in facts.visible_devices_statements:
         edits.report("DDP004", statement)
     _keep_device_comparisons(facts, edits, setup)
+    if not setup.cpu_only:
+        _fixed_gpu_strings_left(facts, edits, setup)
+
+
+def _fixed_gpu_strings_left(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """Rule: a "cuda:0" no other edit rewrites (a config class's `device = "cuda:0"`, an
+    argparse default, a settings dict) names GPU 0 on every rank. The setup makes this
+    rank's GPU the current one, so it becomes "cuda", still a string: that GPU once the
+    setup has run, and GPU 0 as before under plain `python`."""
+    edited = [*edits.expressions, *edits.removed, *edits.replaced]
+    for string in facts.fixed_gpu_strings:
+        if _in_choice(facts, setup, string) or any(
+                node is string or facts.ancestor_in(string, node) is not None for node in edited):
+            continue
+        edits.expressions[string] = replacement(edits, f"{string.prefix}{string.quote}cuda{string.quote}")
+        edits.standalone.add(string)
+        edits.report("DDP002", string)
 
 
 def _current_gpu_during_training(facts: Facts, call: cst.Call) -> bool:

@@ -688,7 +688,8 @@ for epoch in range(3):
     Silent(TRAINING, "DDP009"),
     # A device from a helper of another module: not the CPU, and not one ddpify can read.
     Emits(TRAINING.replace('device = torch.device("cuda" if torch.cuda.is_available() else "cpu")',
-                           "device = pick_device()").replace("import torch\n", "import torch\nfrom hw import pick_device\n", 1),
+                           "device = pick_device()")
+          .replace("import torch\n", "import torch\nfrom hw import pick_device\n", 1),
           "DDP007", ("dist.init_process_group()",)),
     Silent(TRAINING, "DDP007"),
 )
