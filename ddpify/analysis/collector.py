@@ -639,6 +639,9 @@ class Collector(cst.CSTVisitor):
             method == "to" and node.args and is_fixed_gpu(node.args[0].value)
         ):
             self.facts.fixed_device_moves.append(node)
+        if method == "to" and node.args and any(self.project.names_fixed_gpu(qualified)
+                                                for qualified in self._qualified(node.args[0].value)):
+            self.facts.moves_to_imported_fixed_gpu.append(node)
         if method in ("to", "cpu", "cuda"):
             base = func.value
             # Only through calls that return the module itself (`model.eval().cpu()`),

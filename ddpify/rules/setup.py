@@ -424,6 +424,14 @@ def place(facts: Facts, edits: Edits, plan: Plan) -> None:
         _report_repeated(edits, facts, plan.function)
     _join_early(facts, edits, plan)
     reported = set()
+    for call in facts.moves_to_imported_fixed_gpu:
+        where = facts.module.code_for_node(call.args[0].value)
+        if where in reported:
+            continue
+        reported.add(where)
+        edits.report("DDP007", call, f"`{where}` names a fixed GPU (\"cuda:0\") in another module: every rank "
+                                     f"would use that GPU; make it \"cuda\" there, the GPU the setup makes "
+                                     f"this rank's own")
     for call in plan.unfollowed_device_moves:
         source = _device_call(facts, call.args[0].value) or call.args[0].value
         where = facts.module.code_for_node(source)
