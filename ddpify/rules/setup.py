@@ -113,6 +113,9 @@ def _moves_to_an_unfollowed_device(facts: Facts) -> list[cst.Call]:
         argument = call.args[0]
         if argument.keyword is not None and argument.keyword.value != "device":
             continue
+        written = dotted_name(argument.value) or ""
+        if any(word in written.rsplit(".", 1)[-1].lower() for word in ("dtype", "precision")):
+            continue  # `.to(dtype)`: a type, not a device
         if _device_call(facts, argument.value) is not None:
             found.append(call)
             continue
