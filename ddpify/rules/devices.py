@@ -13,7 +13,7 @@ from ddpify.diagnostics import Rule, Severity, Status
 from ddpify.emit.edits import Edits, replacement
 from ddpify.plan import Plan
 from ddpify.rules.cases import TRAINING, Emits, Silent
-from ddpify.rules.setup import group_joined_before
+from ddpify.rules.setup import group_joined_before, moves_to_a_gpu_index
 
 RULES = (
     Rule("DDP002", Severity.EDIT, "device move rewritten to this rank's device",
@@ -50,7 +50,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     device = setup.device
     _keep_device_choice(edits, setup)
     _index_of_this_rank_in_string_choice(facts, edits, setup)
-    for call in facts.fixed_device_moves:
+    for call in [*facts.fixed_device_moves, *moves_to_a_gpu_index(facts)]:
         if not setup.sees_setup(facts, call):
             if group_joined_before(facts, setup, call) or _current_gpu_during_training(facts, call):
                 # Only after the setup (or only while training): its set_device has made this

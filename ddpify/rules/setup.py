@@ -210,7 +210,10 @@ def _device_named_elsewhere(facts: Facts) -> Optional[tuple[str, Optional[Statem
     is handed (`def train(cfg): ... model.to(cfg.device)`), a global of the module or an
     imported config (`config.DEVICE`) has no such statement there (None): the setup opens the
     function, or the module after its imports."""
+    indices = gpu_index_codes(facts)
     for call in _moves_to_a_named_device(facts):
+        if facts.module.code_for_node(call.args[0].value) in indices:
+            continue  # `x.to(args.gpu)` beside `.cuda(args.gpu)`: a GPU index, not a device
         alias = _name_for_a_config_entry(facts, call.args[0].value)
         if alias is not None:
             # `device = args.device` (or `cfg["device"]`): the setup follows that statement.
@@ -233,6 +236,26 @@ def _device_named_elsewhere(facts: Facts) -> Optional[tuple[str, Optional[Statem
                    for statement in facts.statements_touching.get(owner, ())):
             return device, None, function
     return None
+
+
+def gpu_index_codes(facts: Facts) -> set[str]:
+    """The code of what `.cuda(X)` is handed (`args.gpu`): a GPU index, so that `.to(X)`
+    names that same fixed GPU."""
+    return {facts.module.code_for_node(call.args[0].value) for call in facts.fixed_device_moves
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value == "cuda"
+            and call.args and call.args[0].keyword is None}
+
+
+def moves_to_a_gpu_index(facts: Facts) -> list[cst.Call]:
+    """`.to(X)` where X is what `.cuda(X)` is handed elsewhere (a GPU index)."""
+    indices = gpu_index_codes(facts)
+    if not indices:
+        return []
+    fixed = set(facts.fixed_device_moves)
+    return [call for calls in facts.device_moves.values() for call in calls
+            if call not in fixed and isinstance(call.func, cst.Attribute) and call.func.attr.value == "to"
+            and call.args and call.args[0].keyword is None
+            and facts.module.code_for_node(call.args[0].value) in indices]
 
 
 def _name_for_a_config_entry(facts: Facts, value: cst.BaseExpression
