@@ -39,6 +39,9 @@ class Plan:
     cpu_only: bool = False
     # The script trains through another module of the project, which chooses the device.
     device_elsewhere: bool = False
+    # Moves to a device ddpify cannot follow (`model.to(get_device())` of another module):
+    # planned as device_elsewhere, and reported (DDP007).
+    unfollowed_device_moves: list[cst.Call] = field(default_factory=list)
     # The device is a string ("cuda" if ... else "cpu"), and stays one.
     device_is_string: bool = False
     # The device comes in with a parameter of the training function (`cfg.device` of a

@@ -7,6 +7,7 @@ that only prints is guarded like a print, one that writes files like a `torch.sa
 """
 import ast
 import os
+import re
 from collections import deque
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
@@ -120,6 +121,26 @@ class Project:
             if effects is not None:
                 found |= effects.module_attributes(name)
         return found
+
+    def names_fixed_gpu(self, qualified: str) -> bool:
+        """Whether `qualified` (config.DEVICE) is a global of a module of the project that
+        names a GPU by index (`DEVICE = "cuda:0"`, `torch.device("cuda:0" if ... )`)."""
+        local = self._local(qualified) if self._modules is not None else None
+        module, _, name = (local or "").rpartition(".")
+        if self._modules is None or not module:
+            return False
+        found = _module_file(self._modules.root, module)
+        tree = _parsed(str(found[0]), *_stamp(found[0])) if found is not None else None
+        if tree is None:
+            return False
+        for statement in tree.body:
+            targets = statement.targets if isinstance(statement, ast.Assign) else (
+                [statement.target] if isinstance(statement, ast.AnnAssign) and statement.value else [])
+            if any(isinstance(target, ast.Name) and target.id == name for target in targets):
+                value = cast(Union[ast.Assign, ast.AnnAssign], statement).value
+                return value is not None and any(isinstance(node, ast.Constant) and isinstance(node.value, str)
+                           and re.fullmatch(r"cuda:\d+", node.value) is not None for node in ast.walk(value))
+        return False
 
     def has_module(self, module: str) -> bool:
         """`module` ("utils", "models.resnet") is one of the project's own files."""

@@ -259,13 +259,21 @@ class Collector(cst.CSTVisitor):
             self.facts.self_assignments.setdefault(function, {}).setdefault(target, []).append(value)
         if isinstance(value, cst.Call) and self._is_loader_class(value.func):
             self.facts.loaders.append(self._loader(target, value, node))
-        elif self._devices.is_device_value(value, target):
+        elif self._devices.is_device_value(value, target) and not self._in_class_body(node):
+            # (`class Config: device = "cuda:0"` is a config attribute, read as `cfg.device`.)
             self.facts.device_assignments.append(
                 DeviceAssignment(target, self._statement(node), self._function(),
                                  self._devices.gpu_condition(value), self._devices.is_accelerator(value),
                                  self._devices.cuda_or_cpu(value),
                                  isinstance(value, cst.IfExp) and is_string_choice(value))
             )
+
+    def _in_class_body(self, node: cst.CSTNode) -> bool:
+        """Whether the statement runs in a class body, not in a function or the module."""
+        parent = self.parents.get(node)
+        while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.ClassDef)):
+            parent = self.parents.get(parent)
+        return isinstance(parent, cst.ClassDef)
 
     def _note_values_from_other_modules(self, node: cst.Assign) -> None:
         """`train_dl, val_dl = utils.get_loaders(cfg)`: names made by a function of another
@@ -633,6 +641,9 @@ class Collector(cst.CSTVisitor):
             method == "to" and node.args and is_fixed_gpu(node.args[0].value)
         ):
             self.facts.fixed_device_moves.append(node)
+        if method == "to" and node.args and any(self.project.names_fixed_gpu(qualified)
+                                                for qualified in self._qualified(node.args[0].value)):
+            self.facts.moves_to_imported_fixed_gpu.append(node)
         if method in ("to", "cpu", "cuda"):
             base = func.value
             # Only through calls that return the module itself (`model.eval().cpu()`),

@@ -161,6 +161,8 @@ class FactRecord:
     # `device == "cuda"`, `"cuda" in device`: comparisons of a name with a string.
     string_comparisons: list[cst.Comparison] = field(default_factory=list)
     fixed_device_values: list[cst.BaseExpression] = field(default_factory=list)
+    # `.to(config.DEVICE)` where another module of the project sets DEVICE = "cuda:0".
+    moves_to_imported_fixed_gpu: list[cst.Call] = field(default_factory=list)
     # Every string literal naming a fixed GPU (`"cuda:0"`), wherever it is.
     fixed_gpu_strings: list[cst.SimpleString] = field(default_factory=list)
     set_device_statements: list[Statement] = field(default_factory=list)

@@ -39,6 +39,9 @@ class Edits:
     config: cst.PartialParserConfig
     options: Options = Options()
     expressions: dict[cst.CSTNode, Rewrite] = field(default_factory=dict)
+    # Expressions rewritten to code that names nothing of the setup ("cuda:0" -> "cuda"):
+    # the setup need not come before them.
+    standalone: set[cst.CSTNode] = field(default_factory=set)
     # Keyed by the statements of the original tree; ApplyEdits rebuilds the module and
     # indented blocks, so a key from a one-line suite (a small statement) is never applied.
     before: dict[BlockItem, list[Insertion]] = field(default_factory=dict)
@@ -122,7 +125,7 @@ class Edits:
         setup block must come before the first of them that runs. `include_guarded=False`
         leaves out the rank-0 guards, which need the guard's name but not the group."""
         nodes: list[cst.CSTNode] = [*self.before, *self.after, *self.replaced, *self.guarded,
-                                    *self.expressions]
+                                    *(node for node in self.expressions if node not in self.standalone)]
         return nodes if include_guarded else [node for node in nodes if node not in self.guarded]
 
     def edits_any(self, statements: Iterable[cst.CSTNode]) -> bool:

@@ -13,7 +13,7 @@ from ddpify.diagnostics import Rule, Severity, Status
 from ddpify.emit.edits import Edits, replacement
 from ddpify.plan import Plan
 from ddpify.rules.cases import TRAINING, Emits, Silent
-from ddpify.rules.setup import group_joined_before
+from ddpify.rules.setup import group_joined_before, moves_to_a_gpu_index
 
 RULES = (
     Rule("DDP002", Severity.EDIT, "device move rewritten to this rank's device",
@@ -50,7 +50,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     device = setup.device
     _keep_device_choice(edits, setup)
     _index_of_this_rank_in_string_choice(facts, edits, setup)
-    for call in facts.fixed_device_moves:
+    for call in [*facts.fixed_device_moves, *moves_to_a_gpu_index(facts)]:
         if not setup.sees_setup(facts, call):
             if group_joined_before(facts, setup, call) or _current_gpu_during_training(facts, call):
                 # Only after the setup (or only while training): its set_device has made this
@@ -75,6 +75,23 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     for statement in facts.visible_devices_statements:
         edits.report("DDP004", statement)
     _keep_device_comparisons(facts, edits, setup)
+    if not setup.cpu_only:
+        _fixed_gpu_strings_left(facts, edits, setup)
+
+
+def _fixed_gpu_strings_left(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """Rule: a "cuda:0" no other edit rewrites (a config class's `device = "cuda:0"`, an
+    argparse default, a settings dict) names GPU 0 on every rank. The setup makes this
+    rank's GPU the current one, so it becomes "cuda", still a string: that GPU once the
+    setup has run, and GPU 0 as before under plain `python`."""
+    edited = [*edits.expressions, *edits.removed, *edits.replaced]
+    for string in facts.fixed_gpu_strings:
+        if _in_choice(facts, setup, string) or any(
+                node is string or facts.ancestor_in(string, node) is not None for node in edited):
+            continue
+        edits.expressions[string] = replacement(edits, f"{string.prefix}{string.quote}cuda{string.quote}")
+        edits.standalone.add(string)
+        edits.report("DDP002", string)
 
 
 def _current_gpu_during_training(facts: Facts, call: cst.Call) -> bool:

@@ -51,6 +51,13 @@ RULES = (
          "or the __init__ of a Trainer built once per fold or per stage); a second "
          "init_process_group would raise.",
          "Nothing to do."),
+    Rule("DDP007", Severity.WARNING, "model moved to a device ddpify cannot follow",
+         "The device comes from a function or value ddpify cannot read (`get_device()` of "
+         "another module, a helper that may return \"cuda:0\"). The setup makes this rank's "
+         "GPU the current one, so \"cuda\" means it; a fixed index (\"cuda:0\") would still "
+         "put every rank on that GPU.",
+         "Make the device this rank's own: `torch.device(\"cuda\", int(os.environ.get(\"LOCAL_RANK\", 0)))`, "
+         "or \"cuda\" without an index, then silence this with `# ddpify: ignore[DDP007]`."),
 )
 
 
@@ -84,7 +91,107 @@ def choose(facts: Facts) -> Plan:
         # accelerator is made current, so that "cuda" there means this process's own GPU.
         return Plan(function, block, "device", None, device_elsewhere=True)
     cpu_only = not facts.fixed_device_moves and not facts.fixed_device_values
+    unfollowed = _moves_to_an_unfollowed_device(facts) if cpu_only else []
+    if unfollowed:
+        # Not the CPU: the models go where `get_device()` says. The group takes each device
+        # type's default backend and this rank's accelerator is made current before anything
+        # runs, so that "cuda" there means this process's own GPU; what ddpify cannot read
+        # is reported (DDP007), unless it is a function of this file that only ever returns
+        # "cuda" or "cpu" without an index.
+        return Plan(function, block, "device", None, device_elsewhere=True,
+                    unfollowed_device_moves=[call for call in unfollowed if not _device_type_only(facts, call)])
     return Plan(function, block, "device", None, cpu_only=cpu_only)
+
+
+def _moves_to_an_unfollowed_device(facts: Facts) -> list[cst.Call]:
+    """Rule: a script that chooses no device ddpify knows, but moves a model (or a batch
+    where a model is built) with `.to(X)`, X a call of a function (`get_device()`, not a
+    torch API), a name assigned from one (`device = get_device()`) or a name or attribute
+    that says it is a device, is not CPU-only: its device is one ddpify cannot follow."""
+    found = []
+    for call in _moves_to_a_named_device(facts):
+        argument = call.args[0]
+        if argument.keyword is not None and argument.keyword.value != "device":
+            continue
+        written = dotted_name(argument.value) or ""
+        if any(word in written.rsplit(".", 1)[-1].lower() for word in ("dtype", "precision")):
+            continue  # `.to(dtype)`: a type, not a device
+        if _device_call(facts, argument.value) is not None:
+            found.append(call)
+            continue
+        name = dotted_name(argument.value)
+        if name is not None and "device" in name.rsplit(".", 1)[-1].lower():
+            found.append(call)
+    return found
+
+
+def _device_call(facts: Facts, value: cst.BaseExpression) -> Optional[cst.Call]:
+    """The call of a function that gives this device: the value itself, or the one value
+    of the name (`device = get_device()`)."""
+    if isinstance(value, cst.Name):
+        values = facts.assigned_values.get(value.value, [])
+        if len(values) != 1:
+            return None
+        value = values[0]
+    if not isinstance(value, cst.Call):
+        return None
+    callee = dotted_name(value.func)
+    if callee is None or callee.split(".", 1)[0] == "torch":
+        return None
+    return value
+
+
+def _returns_and_assignments(definition: cst.FunctionDef
+                              ) -> tuple[list[cst.Return], dict[str, list[cst.BaseExpression]]]:
+    """The returns of a function, and what it assigns to each plain name (not in nested
+    functions)."""
+    returns: list[cst.Return] = []
+    assigned: dict[str, list[cst.BaseExpression]] = {}
+
+    class Visitor(cst.CSTVisitor):
+        def visit_Return(self, node: cst.Return) -> None:
+            returns.append(node)
+
+        def visit_Assign(self, node: cst.Assign) -> None:
+            for target in node.targets:
+                if isinstance(target.target, cst.Name):
+                    assigned.setdefault(target.target.value, []).append(node.value)
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is definition
+
+    definition.visit(Visitor())
+    return returns, assigned
+
+
+def _device_type_only(facts: Facts, move: cst.Call) -> bool:
+    """`get_device()` of this file, each of whose returns is "cuda" or "cpu" (a string or a
+    torch.device, chosen by a conditional or not), never a GPU index: under the setup "cuda"
+    is this rank's own GPU."""
+    call = _device_call(facts, move.args[0].value)
+    if call is None or not isinstance(call.func, cst.Name):
+        return False
+    definitions = [statement for statement in facts.module.body
+                   if isinstance(statement, cst.FunctionDef) and statement.name.value == call.func.value]
+    if len(definitions) != 1:
+        return False
+    returns, assigned = _returns_and_assignments(definitions[0])
+
+    def type_only(value: Optional[cst.BaseExpression], depth: int = 0) -> bool:
+        if value is None or depth > 3:
+            return False
+        if isinstance(value, cst.IfExp):
+            return type_only(value.body, depth) and type_only(value.orelse, depth)
+        if isinstance(value, cst.Call) and dotted_name(value.func) == "torch.device":
+            return len(value.args) == 1 and value.args[0].keyword is None and type_only(value.args[0].value, depth)
+        if isinstance(value, cst.Name):
+            values = assigned.get(value.value, [])
+            return bool(values) and all(type_only(v, depth + 1) for v in values)
+        # "cuda:0" here becomes "cuda" (rules/devices.py): the GPU the setup made current.
+        return isinstance(value, cst.SimpleString) and (
+            value.evaluated_value in ("cuda", "cpu") or value in facts.fixed_gpu_strings)
+
+    return bool(returns) and all(type_only(node.value) for node in returns)
 
 
 def _models_moved_elsewhere(facts: Facts) -> bool:
@@ -103,7 +210,10 @@ def _device_named_elsewhere(facts: Facts) -> Optional[tuple[str, Optional[Statem
     is handed (`def train(cfg): ... model.to(cfg.device)`), a global of the module or an
     imported config (`config.DEVICE`) has no such statement there (None): the setup opens the
     function, or the module after its imports."""
+    indices = gpu_index_codes(facts)
     for call in _moves_to_a_named_device(facts):
+        if facts.module.code_for_node(call.args[0].value) in indices:
+            continue  # `x.to(args.gpu)` beside `.cuda(args.gpu)`: a GPU index, not a device
         alias = _name_for_a_config_entry(facts, call.args[0].value)
         if alias is not None:
             # `device = args.device` (or `cfg["device"]`): the setup follows that statement.
@@ -126,6 +236,26 @@ def _device_named_elsewhere(facts: Facts) -> Optional[tuple[str, Optional[Statem
                    for statement in facts.statements_touching.get(owner, ())):
             return device, None, function
     return None
+
+
+def gpu_index_codes(facts: Facts) -> set[str]:
+    """The code of what `.cuda(X)` is handed (`args.gpu`): a GPU index, so that `.to(X)`
+    names that same fixed GPU."""
+    return {facts.module.code_for_node(call.args[0].value) for call in facts.fixed_device_moves
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value == "cuda"
+            and call.args and call.args[0].keyword is None}
+
+
+def moves_to_a_gpu_index(facts: Facts) -> list[cst.Call]:
+    """`.to(X)` where X is what `.cuda(X)` is handed elsewhere (a GPU index)."""
+    indices = gpu_index_codes(facts)
+    if not indices:
+        return []
+    fixed = set(facts.fixed_device_moves)
+    return [call for calls in facts.device_moves.values() for call in calls
+            if call not in fixed and isinstance(call.func, cst.Attribute) and call.func.attr.value == "to"
+            and call.args and call.args[0].keyword is None
+            and facts.module.code_for_node(call.args[0].value) in indices]
 
 
 def _name_for_a_config_entry(facts: Facts, value: cst.BaseExpression
@@ -319,6 +449,24 @@ def place(facts: Facts, edits: Edits, plan: Plan) -> None:
     if plan.called_repeatedly and plan.function is not None:  # only a function runs repeatedly
         _report_repeated(edits, facts, plan.function)
     _join_early(facts, edits, plan)
+    reported = set()
+    for call in facts.moves_to_imported_fixed_gpu:
+        where = facts.module.code_for_node(call.args[0].value)
+        if where in reported:
+            continue
+        reported.add(where)
+        edits.report("DDP007", call, f"`{where}` names a fixed GPU (\"cuda:0\") in another module: every rank "
+                                     f"would use that GPU; make it \"cuda\" there, the GPU the setup makes "
+                                     f"this rank's own")
+    for call in plan.unfollowed_device_moves:
+        source = _device_call(facts, call.args[0].value) or call.args[0].value
+        where = facts.module.code_for_node(source)
+        if where in reported:
+            continue  # once for each device: the model's move comes first
+        reported.add(where)
+        edits.report("DDP007", call, f"device `{where}` is one ddpify cannot follow: the setup makes \"cuda\" this "
+                                     f"rank's GPU, but a fixed index (\"cuda:0\") puts every rank on that GPU; "
+                                     f"make it torch.device(\"cuda\", local_rank) or \"cuda\"")
     if plan.choice_statement is not None:
         _place_after_choice(facts, edits, plan)
         return
@@ -572,4 +720,10 @@ for epoch in range(3):
         optimizer.step()
 ''', "DDP009", ("if not dist.is_initialized():",)),
     Silent(TRAINING, "DDP009"),
+    # A device from a helper of another module: not the CPU, and not one ddpify can read.
+    Emits(TRAINING.replace('device = torch.device("cuda" if torch.cuda.is_available() else "cpu")',
+                           "device = pick_device()")
+          .replace("import torch\n", "import torch\nfrom hw import pick_device\n", 1),
+          "DDP007", ("dist.init_process_group()",)),
+    Silent(TRAINING, "DDP007"),
 )
