@@ -14,7 +14,7 @@ import libcst as cst
 from ddpify.analysis import effects, names
 from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.facts import BlockItem, Statement
-from ddpify.analysis.nodes import calls_within, dotted_name, find_all, first_free, names_in, string_value
+from ddpify.analysis.nodes import calls_within, dotted_name, find_all, first_free, names_within, string_value
 from ddpify.diagnostics import Rule, Severity, Status
 from ddpify.emit import guards
 from ddpify.emit.arguments import add_keyword
@@ -168,8 +168,20 @@ def _runs_the_model(facts: Facts, inner: cst.Call, model_names: set[str]) -> boo
         return True
     if any(dotted_name(arg.value) in model_names for arg in inner.args):
         return True
-    function = facts.functions.get(dotted_name(inner.func) or "")
-    return function is not None and (bool(names_in(function.body) & model_names) or _calls_a_parameter(function))
+    function = facts.functions.get(dotted_name(inner.func) or "") or facts.method_called(inner)
+    return function is not None and _function_runs_model(facts, function, model_names, set())
+
+
+def _function_runs_model(facts: Facts, function: cst.FunctionDef, model_names: set[str],
+                         seen: set[cst.FunctionDef]) -> bool:
+    """A function of this file that names a model (`model`, `self.model`), runs one it is
+    handed, or calls a method of its own class that does (`self.validate()` in `fit()`)."""
+    seen.add(function)
+    if set(names_within(function.body)) & model_names or _calls_a_parameter(function):
+        return True
+    return any(method not in seen and _function_runs_model(facts, method, model_names, seen)
+               for call in calls_within(function.body)
+               for method in [facts.method_called(call)] if method is not None)
 
 
 def _calls_a_parameter(function: cst.FunctionDef) -> bool:
