@@ -217,6 +217,23 @@ def _hoist_model_runs(facts: Facts, edits: Edits, statement: Statement, call: cs
     return True
 
 
+def _model_runs_kept_on_every_rank(facts: Facts, edits: Edits, statement: cst.BaseStatement) -> bool:
+    """Any line about to run on rank 0 alone (`tqdm.write(f"{evaluate(loader)}")`,
+    `json.dump({"val": trainer.validate()}, open(path, "w"))`), as a print: the runs of the
+    model in it go first, on every rank, into names. False (the line stays on every rank,
+    DDP308) where they cannot be moved."""
+    expression = _single_expression(statement)
+    if expression is None or not isinstance(statement, cst.SimpleStatementLine):
+        return True
+    model_names = {model.name for model in facts.models}
+    if not _runs_model(facts, expression.value, model_names):
+        return True
+    if _hoist_model_runs(facts, edits, statement, expression.value, model_names):
+        return True
+    edits.report("DDP308", statement)
+    return False
+
+
 def _inside_a_scope(facts: Facts, node: cst.CSTNode, statement: Statement) -> bool:
     """In a comprehension or lambda, where a hoisted name would not be the same value."""
     parent = facts.parents.get(node)
@@ -276,13 +293,14 @@ def _open_on_rank0(facts: Facts, edits: Edits, setup: Plan, call: cst.Call) -> N
 
 def _only_writes(facts: Facts, block: cst.With) -> bool:
     """A `with open(...)` block that can run on rank 0 alone (a download written chunk by
-    chunk): no training loop, no call of a model or of a function of this file (the
-    training, an evaluation that gathers)."""
+    chunk): no training loop, no call of a model or of a function or method of this file
+    (the training, an evaluation that gathers: `trainer.validate()`)."""
     if any(loop in facts.training_loops or loop in facts.loops_calling_training
            for loop in find_all(block.body, cst.For)):
         return False
     models = {model.name for model in facts.models}
     return not any((dotted_name(call.func) or "") in models or (dotted_name(call.func) or "") in facts.functions
+                   or facts.method_called(call) is not None
                    for call in calls_within(block.body))
 
 
@@ -525,6 +543,8 @@ def _guard_statement_call(facts: Facts, edits: Edits, setup: Plan, call: cst.Cal
 def _guard(facts: Facts, edits: Edits, setup: Plan, statement: cst.BaseStatement,
            code: Optional[str]) -> None:
     if statement not in edits.guarded and not _in_dataset_class(facts, statement):
+        if not _model_runs_kept_on_every_rank(facts, edits, statement):
+            return
         edits.guarded[statement] = setup.guard_for(facts, statement)
         if code is not None:
             edits.report(code, statement)
