@@ -207,6 +207,15 @@ class ValueFlow(Navigation):
         owner = self.parents.get(block) if block is not None else None
         return owner if isinstance(owner, cst.ClassDef) else None
 
+    def attribute_on_instances(self, name: str, function: Optional[cst.FunctionDef]) -> list[str]:
+        """`trainer.model` for `self.model` of a method of class Trainer: the same attribute
+        read from outside the class, on each name assigned `Trainer(...)`."""
+        owner = self.class_of(function) if function is not None and name.startswith("self.") else None
+        if owner is None:
+            return []
+        attribute = name[len("self."):]
+        return [f"{instance}.{attribute}" for instance in self._instances_of(owner.name.value)]
+
     def _instances_of(self, class_name: str) -> list[str]:
         """Names assigned `ClassName(...)` (`trainer = Trainer(model, loader)`)."""
         return [name for name, values in self.assigned_values.items()
