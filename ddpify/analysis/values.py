@@ -176,10 +176,45 @@ class ValueFlow(Navigation):
                 calls.extend(self.calls_by_callee.get(f"{instance}.{function.name.value}", ()))
         return calls
 
+    def method_called(self, call: cst.Call) -> Optional[cst.FunctionDef]:
+        """The method of a class of this file that `self.validate()` (in one of the class's
+        methods) or `trainer.validate()` (on a name only ever assigned `Trainer(...)`) calls;
+        None when the call is no such method, or when it is inherited from elsewhere."""
+        if not isinstance(call.func, cst.Attribute) or not isinstance(call.func.value, cst.Name):
+            return None
+        owner, method = call.func.value.value, call.func.attr.value
+        if owner == "self":
+            function = self.function_of(call)
+            owning = self.class_of(function) if function is not None else None
+            return self._method_named(owning, method)
+        values = [unmoved(value) for value in self.assigned_values.get(owner, [])]
+        classes = {value.func.value for value in values
+                   if isinstance(value, cst.Call) and isinstance(value.func, cst.Name)}
+        if not values or len(classes) != 1 or len(values) != sum(
+                isinstance(value, cst.Call) and isinstance(value.func, cst.Name) for value in values):
+            return None
+        return self._method_named(self.classes.get(classes.pop()), method)
+
+    @staticmethod
+    def _method_named(owner: Optional[cst.ClassDef], method: str) -> Optional[cst.FunctionDef]:
+        if owner is None or not isinstance(owner.body, cst.IndentedBlock):
+            return None
+        return next((statement for statement in owner.body.body
+                     if isinstance(statement, cst.FunctionDef) and statement.name.value == method), None)
+
     def class_of(self, function: cst.FunctionDef) -> Optional[cst.ClassDef]:
         block = self.parents.get(function)
         owner = self.parents.get(block) if block is not None else None
         return owner if isinstance(owner, cst.ClassDef) else None
+
+    def attribute_on_instances(self, name: str, function: Optional[cst.FunctionDef]) -> list[str]:
+        """`trainer.model` for `self.model` of a method of class Trainer: the same attribute
+        read from outside the class, on each name assigned `Trainer(...)`."""
+        owner = self.class_of(function) if function is not None and name.startswith("self.") else None
+        if owner is None:
+            return []
+        attribute = name[len("self."):]
+        return [f"{instance}.{attribute}" for instance in self._instances_of(owner.name.value)]
 
     def _instances_of(self, class_name: str) -> list[str]:
         """Names assigned `ClassName(...)` (`trainer = Trainer(model, loader)`)."""

@@ -5,7 +5,7 @@ import libcst as cst
 
 from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.facts import BlockItem, ExternalLoader, Loader, Statement
-from ddpify.analysis.nodes import dotted_name, find_all, names_within
+from ddpify.analysis.nodes import calls_within, dotted_name, find_all, names_within
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.rules.cases import TRAINING, Emits, Silent
@@ -207,7 +207,27 @@ def _iterators_restarted_in_training(facts: Facts, loader: Union[Loader, Externa
     return [facts.statement_of(call) for call in facts.calls_named.get("builtins.iter", ())
             if call.args and dotted_name(call.args[0].value) == loader.name
             and facts.function_of(call) is loader.function
-            and any(facts.loop_trains(loop) for loop in facts.enclosing_loops(call))]
+            and (any(facts.loop_trains(loop) for loop in facts.enclosing_loops(call))
+                 or any(_while_trains(facts, loop) for loop in _enclosing_whiles(facts, call)))]
+
+
+def _enclosing_whiles(facts: Facts, node: cst.CSTNode) -> list[cst.While]:
+    """While loops whose body (not test) holds node, up to the function."""
+    loops: list[cst.While] = []
+    child, parent = node, facts.parents.get(node)
+    while parent is not None and not isinstance(parent, cst.FunctionDef):
+        if isinstance(parent, cst.While) and child is parent.body:
+            loops.append(parent)
+        child, parent = parent, facts.parents.get(parent)
+    return loops
+
+
+def _while_trains(facts: Facts, loop: cst.While) -> bool:
+    """`while step < max_steps:` whose body takes training steps: backward() or step()
+    inside it, or a call of a function of this file that trains."""
+    inside = set(calls_within(loop.body))
+    return any(call in inside for call in facts.training_calls) or any(
+        facts.functions.get(dotted_name(call.func) or "") in facts.training_functions for call in inside)
 
 
 CASES = (

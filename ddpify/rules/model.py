@@ -555,6 +555,26 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
             continue
         edits.expressions[access.value] = _unwrapped(model.name, edits, _quote_for(facts, access))
         edits.report("DDP103", access)
+    _unwrap_on_instances(facts, edits, model)
+
+
+def _unwrap_on_instances(facts: Facts, edits: Edits, model: Model) -> None:
+    """`torch.save(trainer.model.state_dict(), path)` after `trainer.fit()`, where the class
+    wraps `self.model`: outside the class the attribute holds the wrapper too, so its own
+    attributes and a whole-model save go through `getattr(trainer.model, "module", ...)`
+    (the same value with or without the wrap, whichever runs first)."""
+    for spelling in facts.attribute_on_instances(model.name, model.function):
+        for call in facts.save_calls:
+            for saved in _saved_values(facts, call.args[0].value) if call.args else ():
+                if dotted_name(saved) == spelling:
+                    edits.expressions[saved] = _unwrapped(spelling, edits)
+                    edits.report("DDP103", saved)
+        accesses = [*facts.attribute_reads.get(spelling, ()), *facts.attribute_writes.get(spelling, ())]
+        for access in sorted(accesses, key=facts.start_of):
+            if access.attr.value in names.WRAPPER_ATTRIBUTES or _under_wrapper_check(facts, access, spelling):
+                continue
+            edits.expressions[access.value] = _unwrapped(spelling, edits, _quote_for(facts, access))
+            edits.report("DDP103", access)
 
 
 def _unwrap_in_callees(facts: Facts, edits: Edits, model: Model, holders: set[Holder]) -> None:

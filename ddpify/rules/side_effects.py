@@ -14,7 +14,7 @@ import libcst as cst
 from ddpify.analysis import effects, names
 from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.facts import BlockItem, Statement
-from ddpify.analysis.nodes import calls_within, dotted_name, find_all, first_free, names_in, string_value
+from ddpify.analysis.nodes import calls_within, dotted_name, find_all, first_free, names_within, string_value
 from ddpify.diagnostics import Rule, Severity, Status
 from ddpify.emit import guards
 from ddpify.emit.arguments import add_keyword
@@ -168,8 +168,20 @@ def _runs_the_model(facts: Facts, inner: cst.Call, model_names: set[str]) -> boo
         return True
     if any(dotted_name(arg.value) in model_names for arg in inner.args):
         return True
-    function = facts.functions.get(dotted_name(inner.func) or "")
-    return function is not None and (bool(names_in(function.body) & model_names) or _calls_a_parameter(function))
+    function = facts.functions.get(dotted_name(inner.func) or "") or facts.method_called(inner)
+    return function is not None and _function_runs_model(facts, function, model_names, set())
+
+
+def _function_runs_model(facts: Facts, function: cst.FunctionDef, model_names: set[str],
+                         seen: set[cst.FunctionDef]) -> bool:
+    """A function of this file that names a model (`model`, `self.model`), runs one it is
+    handed, or calls a method of its own class that does (`self.validate()` in `fit()`)."""
+    seen.add(function)
+    if set(names_within(function.body)) & model_names or _calls_a_parameter(function):
+        return True
+    return any(method not in seen and _function_runs_model(facts, method, model_names, seen)
+               for call in calls_within(function.body)
+               for method in [facts.method_called(call)] if method is not None)
 
 
 def _calls_a_parameter(function: cst.FunctionDef) -> bool:
@@ -203,6 +215,23 @@ def _hoist_model_runs(facts: Facts, edits: Edits, statement: Statement, call: cs
     edits.before.setdefault(statement, []).append(Insertion(hoisted, takes_comments=True))
     edits.report("DDP308", statement)
     return True
+
+
+def _model_runs_kept_on_every_rank(facts: Facts, edits: Edits, statement: cst.BaseStatement) -> bool:
+    """Any line about to run on rank 0 alone (`tqdm.write(f"{evaluate(loader)}")`,
+    `json.dump({"val": trainer.validate()}, open(path, "w"))`), as a print: the runs of the
+    model in it go first, on every rank, into names. False (the line stays on every rank,
+    DDP308) where they cannot be moved."""
+    expression = _single_expression(statement)
+    if expression is None or not isinstance(statement, cst.SimpleStatementLine):
+        return True
+    model_names = {model.name for model in facts.models}
+    if not _runs_model(facts, expression.value, model_names):
+        return True
+    if _hoist_model_runs(facts, edits, statement, expression.value, model_names):
+        return True
+    edits.report("DDP308", statement)
+    return False
 
 
 def _inside_a_scope(facts: Facts, node: cst.CSTNode, statement: Statement) -> bool:
@@ -264,13 +293,14 @@ def _open_on_rank0(facts: Facts, edits: Edits, setup: Plan, call: cst.Call) -> N
 
 def _only_writes(facts: Facts, block: cst.With) -> bool:
     """A `with open(...)` block that can run on rank 0 alone (a download written chunk by
-    chunk): no training loop, no call of a model or of a function of this file (the
-    training, an evaluation that gathers)."""
+    chunk): no training loop, no call of a model or of a function or method of this file
+    (the training, an evaluation that gathers: `trainer.validate()`)."""
     if any(loop in facts.training_loops or loop in facts.loops_calling_training
            for loop in find_all(block.body, cst.For)):
         return False
     models = {model.name for model in facts.models}
     return not any((dotted_name(call.func) or "") in models or (dotted_name(call.func) or "") in facts.functions
+                   or facts.method_called(call) is not None
                    for call in calls_within(block.body))
 
 
@@ -513,6 +543,8 @@ def _guard_statement_call(facts: Facts, edits: Edits, setup: Plan, call: cst.Cal
 def _guard(facts: Facts, edits: Edits, setup: Plan, statement: cst.BaseStatement,
            code: Optional[str]) -> None:
     if statement not in edits.guarded and not _in_dataset_class(facts, statement):
+        if not _model_runs_kept_on_every_rank(facts, edits, statement):
+            return
         edits.guarded[statement] = setup.guard_for(facts, statement)
         if code is not None:
             edits.report(code, statement)
