@@ -49,6 +49,9 @@ class Run:
         return self.stdout.splitlines()
 
 
+TORCHRUN_LAUNCHER = Path(__file__).resolve().parent / "torchrun_launcher.py"
+
+
 def _environment(overrides: Optional[Mapping[str, str]] = None) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV_VARS}
     env["PYTHONHASHSEED"] = "0"
@@ -96,10 +99,18 @@ def run_torchrun(script: Path, workdir: Path, args: Sequence[str] = (), nproc: i
     `other_ranks` holds what the others printed."""
     logs = workdir.parent / f"{workdir.name}-ranks"
     redirects = ["--log-dir", str(logs), "--redirects", "1"] if rank_logs else []
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc_per_node={nproc}", *redirects, script.name, *args]
+    launch_args = ["--standalone", f"--nproc_per_node={nproc}", *redirects, script.name, *args]
+    command = [sys.executable, "-m", "torch.distributed.run", *launch_args]
+
+    def launch() -> Run:
+        if os.environ.get("DDPIFY_TESTS_NO_FORK"):
+            return _run(command, script, workdir, timeout, env)
+        # The launcher forked from the torch-loaded server; the ranks are fresh interpreters.
+        _copy_with_modules(script, workdir)
+        return run_forked(TORCHRUN_LAUNCHER, launch_args, workdir, _environment(env), timeout)
+
     shutil.rmtree(logs, ignore_errors=True)
-    run = _run(command, script, workdir, timeout, env)
+    run = launch()
     for _ in range(GLOO_ABORT_RETRIES):
         if run.returncode == 0 or GLOO_TEARDOWN_ABORT not in run.stderr:
             break
@@ -109,7 +120,7 @@ def run_torchrun(script: Path, workdir: Path, args: Sequence[str] = (), nproc: i
         warnings.warn(f"{script.name}: Gloo aborted at exit; running it again", stacklevel=2)
         shutil.rmtree(workdir)
         shutil.rmtree(logs, ignore_errors=True)
-        run = _run(command, script, workdir, timeout, env)
+        run = launch()
     return _split_by_rank(run, logs) if rank_logs else run
 
 
