@@ -180,17 +180,11 @@ class FunctionEffects:
         function = self._functions.get(name)
         if function is None:
             return False
-        moved: set[str] = set()
-        returned: list[ast.expr] = []
-        for node in ast.walk(function):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cuda"):
-                receiver = node.func.value
-                if isinstance(receiver, ast.Name):
-                    moved.add(receiver.id)  # (modules move in place: `net.cuda()` alone moves it)
-            elif isinstance(node, ast.Assign) and _moves(node.value):
-                moved.update(target.id for target in node.targets if isinstance(target, ast.Name))
-            elif isinstance(node, ast.Return) and node.value is not None:
-                returned.extend(node.value.elts if isinstance(node.value, ast.Tuple) else [node.value])
+        returned, bound = _returned_and_bound(function)
+        moved = {target for target, values in bound.items() if any(_moves(value) for value in values)}
+        # (Modules move in place: `net.cuda()` alone moves `net`.)
+        moved |= {node.func.value.id for node in ast.walk(function) if isinstance(node, ast.Call)
+                  and _moves(node) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)}
         return any(_moves(value) or isinstance(value, ast.Name) and value.id in moved for value in returned)
 
     def optimizer_parameters(self, name: str) -> set[int]:
@@ -265,15 +259,9 @@ class FunctionEffects:
         function = self._functions.get(name)
         if function is None:
             return False
-        loaders: set[str] = set()
-        returned: list[ast.expr] = []
-        for node in ast.walk(function):
-            if isinstance(node, ast.Assign) and self._builds_loader(node.value):
-                loaders.update(target.id for target in node.targets if isinstance(target, ast.Name))
-            elif isinstance(node, ast.Return) and node.value is not None:
-                returned.extend(node.value.elts if isinstance(node.value, ast.Tuple) else [node.value])
-        return any(self._builds_loader(value) or isinstance(value, ast.Name) and value.id in loaders
-                   for value in returned)
+        returned, bound = _returned_and_bound(function)
+        return any(self._builds_loader(value) or isinstance(value, ast.Name) and any(
+            self._builds_loader(made) for made in bound.get(value.id, ())) for value in returned)
 
     def _builds_loader(self, value: ast.expr) -> bool:
         return isinstance(value, ast.Call) and self.qualified(dotted_ast(value.func) or "") in names.DATALOADER_ALIASES
@@ -573,3 +561,18 @@ def absolute_module(node: ast.ImportFrom, package: str) -> Optional[str]:
 def _moves(value: ast.expr) -> bool:
     """`x.to(...)` or `x.cuda(...)`, the outermost call of the value."""
     return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda")
+
+
+def _returned_and_bound(function: ast.AST) -> tuple[list[ast.expr], dict[str, list[ast.expr]]]:
+    """What the function returns (each element of a returned tuple) and, per plain name it
+    assigns, the values it is given."""
+    returned: list[ast.expr] = []
+    bound: dict[str, list[ast.expr]] = {}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    bound.setdefault(target.id, []).append(node.value)
+        elif isinstance(node, ast.Return) and node.value is not None:
+            returned.extend(node.value.elts if isinstance(node.value, ast.Tuple) else [node.value])
+    return returned, bound

@@ -202,7 +202,10 @@ class ValueFlow(Navigation):
         return next((statement for statement in owner.body.body
                      if isinstance(statement, cst.FunctionDef) and statement.name.value == method), None)
 
-    def class_of(self, function: cst.FunctionDef) -> Optional[cst.ClassDef]:
+    def class_of(self, function: Optional[cst.FunctionDef]) -> Optional[cst.ClassDef]:
+        """The class a method belongs to; None for a function, or for module level (None)."""
+        if function is None:
+            return None
         block = self.parents.get(function)
         owner = self.parents.get(block) if block is not None else None
         return owner if isinstance(owner, cst.ClassDef) else None

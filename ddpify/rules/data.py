@@ -529,7 +529,7 @@ def _shard_subclass_samplers(facts: Facts, edits: Edits, setup: Plan) -> set[str
     instances need no sampler from outside, only set_epoch."""
     sharding: set[str] = set()
     for call in facts.super_init_calls:
-        owner = _class_around(facts, call)
+        owner = facts.class_of(facts.function_of(call))
         sampler = next((arg for arg in call.args if arg.keyword is not None and arg.keyword.value == "sampler"), None)
         if owner is None or owner.name.value not in facts.loader_classes or sampler is None:
             continue
@@ -611,11 +611,6 @@ def _dict_entries(facts: Facts, value: cst.BaseExpression) -> Optional[set[str]]
     return known_dict_keys(facts, name)
 
 
-def _class_around(facts: Facts, node: cst.CSTNode) -> Optional[cst.ClassDef]:
-    function = facts.function_of(node)
-    return facts.class_of(function) if function is not None else None
-
-
 def _subclasses_of(facts: Facts, classes: set[str]) -> set[str]:
     """Loader classes built on one of `classes` whose own `super().__init__` passes no
     sampler: they shard as their base does."""
@@ -629,7 +624,7 @@ def _subclasses_of(facts: Facts, classes: set[str]) -> set[str]:
             bases = {base.value.value for base in node.bases if isinstance(base.value, cst.Name)}
             passes_sampler = any(
                 arg.keyword is not None and arg.keyword.value == "sampler"
-                for call in facts.super_init_calls if _class_around(facts, call) is node
+                for call in facts.super_init_calls if facts.class_of(facts.function_of(call)) is node
                 for arg in call.args)
             if bases & (classes | found) and not passes_sampler:
                 found.add(name)

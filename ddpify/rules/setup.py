@@ -382,7 +382,7 @@ def called_repeatedly(facts: Facts, function: Optional[cst.FunctionDef]) -> bool
     """Whether the setup's function may run more than once. A class's `__init__` runs once
     per instance: each `Trainer(...)` counts, one in a loop counts many, and a class this
     file never builds (a factory, another module) may be built any number of times."""
-    owner = facts.class_of(function) if function is not None else None
+    owner = facts.class_of(function)
     if owner is not None and function is not None and function.name.value == "__init__":
         calls = facts.calls_by_callee.get(owner.name.value, [])
         return len(calls) != 1 or any(facts.enclosing_loops(call) for call in calls)
