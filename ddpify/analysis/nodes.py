@@ -90,6 +90,18 @@ def positional_args(call: cst.Call) -> list[cst.BaseExpression]:
     return [arg.value for arg in call.args if arg.keyword is None and not arg.star]
 
 
+def argument_for(call: cst.Call, parameter: str, position: Optional[int]) -> Optional[cst.BaseExpression]:
+    """The value a call passes for a parameter, by keyword or by position. A position is not
+    read past a `*args`, whose length nothing here knows."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == parameter:
+            return arg.value
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    if position is not None and position < len(positional) and not any(arg.star for arg in call.args):
+        return positional[position].value
+    return None
+
+
 def init_takes_sampler(node: cst.ClassDef) -> bool:
     """A DataLoader subclass forwards `sampler=` unless its own __init__ drops it."""
     for statement in node.body.body:

@@ -17,7 +17,7 @@ from ddpify.analysis import names
 from ddpify.analysis.control import Facts, handed_in, parameter_names
 from ddpify.analysis.facts import ExternalLoader, Holder, Loader
 from ddpify.analysis.figures import Figures, figures_of, loader_name_in
-from ddpify.analysis.nodes import calls_within, dotted_name, find_all, string_value
+from ddpify.analysis.nodes import argument_for, calls_within, dotted_name, find_all, string_value
 from ddpify.analysis.values import keyword_names, known_dict_keys
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import collectives
@@ -437,7 +437,7 @@ def _other_value_reaching_holders(facts: Facts, loop: cst.For, mine: set[Holder]
         if parameter is None:
             continue  # not a loader at all (an `enumerate` target, a tensor): not gathered
         for call in facts.calls_of(function):
-            argument = _argument(call, parameter, name)
+            argument = argument_for(call, name, parameter)
             caller = facts.function_of(call)
             held = dotted_name(argument) if argument is not None else None
             if held is None or not ((caller, held) in mine or held.startswith("self.") and any(
@@ -453,14 +453,6 @@ def _parameter_index(function: Optional[cst.FunctionDef], name: str) -> Optional
     if parameters[:1] == ["self"]:
         parameters = parameters[1:]
     return parameters.index(name) if name in parameters else None
-
-
-def _argument(call: cst.Call, index: int, name: str) -> Optional[cst.BaseExpression]:
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == name:
-            return arg.value
-    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
-    return positional[index].value if index < len(positional) else None
 
 
 # --- the edits -------------------------------------------------------------------------------------

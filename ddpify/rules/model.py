@@ -13,7 +13,7 @@ from ddpify.analysis import effects, names
 from ddpify.analysis.control import Facts, handed_in, innermost_common_block, parameter_names
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
 from ddpify.analysis.facts import Holder, Model, Statement
-from ddpify.analysis.nodes import calls_within, dotted_name, find_all, names_within
+from ddpify.analysis.nodes import argument_for, calls_within, dotted_name, find_all, names_within
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.ddp import (
     ONLY_IF_TRAINABLE_COMMENT,
@@ -127,7 +127,7 @@ def _handed_in_by_callers(facts: Facts, model: Model) -> list[Model]:
     position = positional.index(model.name) if model.name in positional else None
     found: list[Model] = []
     for call in facts.calls_of(function):
-        argument = _argument_for(call, model.name, position)
+        argument = argument_for(call, model.name, position)
         name = dotted_name(argument) if argument is not None else None
         if name is None or name.startswith("self."):
             return []
@@ -135,17 +135,6 @@ def _handed_in_by_callers(facts: Facts, model: Model) -> list[Model]:
         if all(each.name != name or each.function is not caller for each in found):
             found.append(Model(name, facts.statement_of(call), caller))  # once, however often it is handed
     return found
-
-
-def _argument_for(call: cst.Call, parameter: str, position: Optional[int]) -> Optional[cst.BaseExpression]:
-    """The value a call passes for a parameter, by keyword or by position."""
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == parameter:
-            return arg.value
-    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
-    if position is not None and position < len(positional) and not any(arg.star for arg in call.args):
-        return positional[position].value
-    return None
 
 
 def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:

@@ -14,7 +14,15 @@ import libcst as cst
 from ddpify.analysis import effects, names
 from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.facts import BlockItem, Statement
-from ddpify.analysis.nodes import calls_within, dotted_name, find_all, first_free, names_within, string_value
+from ddpify.analysis.nodes import (
+    argument_for,
+    calls_within,
+    dotted_name,
+    find_all,
+    first_free,
+    names_within,
+    string_value,
+)
 from ddpify.diagnostics import Rule, Severity, Status
 from ddpify.emit import guards
 from ddpify.emit.arguments import add_keyword
@@ -309,7 +317,7 @@ def _open_nothing_elsewhere(facts: Facts, edits: Edits, setup: Plan, call: cst.C
     training inside `with open(log) as f:`, a handle printed to from everywhere): the other
     ranks open os.devnull instead, so every statement runs everywhere and only rank 0's
     writes reach the file."""
-    path = _opened_path(call)
+    path = argument_for(call, "file", 0)
     mode = _mode_of(call)
     if path is None or mode is None or "x" in mode:
         edits.report("DDP307", call)  # `open(p, "x")` fails on os.devnull, which exists
@@ -318,14 +326,6 @@ def _open_nothing_elsewhere(facts: Facts, edits: Edits, setup: Plan, call: cst.C
     edits.expressions[path] = replacement(edits, f"{edits.code(path)} if {guard} else os.devnull")
     edits.imports.add("os")
     edits.report("DDP302", call)
-
-
-def _opened_path(call: cst.Call) -> Optional[cst.BaseExpression]:
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == "file":
-            return arg.value
-    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
-    return positional[0].value if positional else None
 
 
 def _trackers(facts: Facts, edits: Edits, setup: Plan) -> None:
