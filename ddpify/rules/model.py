@@ -646,7 +646,30 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
             continue
         edits.expressions[access.value] = _unwrapped(model.name, edits, _quote_for(facts, access))
         edits.report("DDP103", access)
+    _unwrap_indexes(facts, edits, model, wrap)
     _unwrap_on_instances(facts, edits, model)
+
+
+def _unwrap_indexes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
+    """`model[0].weight`, `model[:-1](x)`: a DDP wrapper has no layers to index (TypeError:
+    'DistributedDataParallel' object is not subscriptable); the Sequential inside has."""
+    for subscript in _subscripts_of(facts.module, model.name):
+        if _before_wrap(facts, subscript, wrap) or _rebound_since_wrap(facts, subscript, model.name, wrap):
+            continue
+        edits.expressions[subscript.value] = _unwrapped(model.name, edits, _quote_for(facts, subscript))
+        edits.report("DDP103", subscript)
+
+
+def _subscripts_of(module: cst.Module, name: str) -> list[cst.Subscript]:
+    found: list[cst.Subscript] = []
+
+    class _Subscripts(cst.CSTVisitor):
+        def visit_Subscript(self, node: cst.Subscript) -> None:
+            if dotted_name(node.value) == name:
+                found.append(node)
+
+    module.visit(_Subscripts())
+    return found
 
 
 def _unwrap_on_instances(facts: Facts, edits: Edits, model: Model) -> None:
