@@ -651,24 +651,44 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
 
 
 def _unwrap_indexes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
-    """`model[0].weight`, `model[:-1](x)`: a DDP wrapper has no layers to index (TypeError:
-    'DistributedDataParallel' object is not subscriptable); the Sequential inside has."""
-    for subscript in _subscripts_of(facts.module, model.name):
-        if _before_wrap(facts, subscript, wrap) or _rebound_since_wrap(facts, subscript, model.name, wrap):
+    """`model[0].weight`, `model[:-1](x)`, `len(model)`, `for layer in model:`: a DDP wrapper
+    has no layers to index, count or iterate (TypeError: 'DistributedDataParallel' object is
+    not subscriptable); the Sequential or ModuleList inside has."""
+    for use in _layer_uses_of(facts.module, model.name):
+        if _before_wrap(facts, use, wrap) or _rebound_since_wrap(facts, use, model.name, wrap):
             continue
-        edits.expressions[subscript.value] = _unwrapped(model.name, edits, _quote_for(facts, subscript))
-        edits.report("DDP103", subscript)
+        edits.expressions[use] = _unwrapped(model.name, edits, _quote_for(facts, use))
+        edits.report("DDP103", use)
 
 
-def _subscripts_of(module: cst.Module, name: str) -> list[cst.Subscript]:
-    found: list[cst.Subscript] = []
+# Builtins that count or iterate their first argument's items.
+_ITERATING_BUILTINS = frozenset({"len", "iter", "enumerate", "list", "tuple", "reversed"})
 
-    class _Subscripts(cst.CSTVisitor):
+
+def _layer_uses_of(module: cst.Module, name: str) -> list[cst.BaseExpression]:
+    """The spellings of `name` that index, count or iterate it."""
+    found: list[cst.BaseExpression] = []
+
+    class _Uses(cst.CSTVisitor):
         def visit_Subscript(self, node: cst.Subscript) -> None:
             if dotted_name(node.value) == name:
-                found.append(node)
+                found.append(node.value)
 
-    module.visit(_Subscripts())
+        def visit_Call(self, node: cst.Call) -> None:
+            if isinstance(node.func, cst.Name) and node.func.value in _ITERATING_BUILTINS and node.args \
+                    and node.args[0].keyword is None and not node.args[0].star \
+                    and dotted_name(node.args[0].value) == name:
+                found.append(node.args[0].value)
+
+        def visit_For(self, node: cst.For) -> None:
+            if dotted_name(node.iter) == name:
+                found.append(node.iter)
+
+        def visit_CompFor(self, node: cst.CompFor) -> None:
+            if dotted_name(node.iter) == name:
+                found.append(node.iter)
+
+    module.visit(_Uses())
     return found
 
 
