@@ -71,7 +71,7 @@ def _report_handed_out(facts: Facts, edits: Edits, followed: set[cst.Call]) -> N
         edits.report("DDP218", call, (
             f"{SUMMARY}: {holder} hands it out without a name, and ddpify follows a loader out of "
             "its function only by name: build the training loader by name "
-            "(train_loader = DataLoader(...)) and return the name"))
+            "(train_loader = DataLoader(...)) and return the names (return train_loader, val_loader)"))
 
 
 def _handed_out_by(facts: Facts, call: cst.Call) -> Optional[str]:
