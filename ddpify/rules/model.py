@@ -647,7 +647,24 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
         edits.expressions[access.value] = _unwrapped(model.name, edits, _quote_for(facts, access))
         edits.report("DDP103", access)
     _unwrap_indexes(facts, edits, model, wrap)
+    _unwrap_for_exporters(facts, edits, model, wrap)
     _unwrap_on_instances(facts, edits, model)
+
+
+def _unwrap_for_exporters(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
+    """`torch.jit.script(model)`, `torch.jit.trace(model, x)`, `torch.onnx.export(model, x,
+    path)` after the wrap: the raw module. A DDP wrapper does not script (its forward takes
+    *inputs), and an exported file should hold the model, as a checkpoint does."""
+    for qualified in sorted(names.MODEL_EXPORTERS):
+        for call in facts.calls_named.get(qualified, ()):
+            positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+            if not positional or dotted_name(positional[0].value) != model.name:
+                continue
+            if _before_wrap(facts, call, wrap) or _rebound_since_wrap(facts, call, model.name, wrap):
+                continue
+            value = positional[0].value
+            edits.expressions[value] = _unwrapped(model.name, edits, _quote_for(facts, value))
+            edits.report("DDP103", value)
 
 
 def _unwrap_indexes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
