@@ -129,6 +129,17 @@ class Collector(cst.CSTVisitor):
     def _touch(self, name: str, node: cst.CSTNode) -> None:
         self.facts.statements_touching.setdefault(name, []).append(self._statement(node))
 
+    def _touch_model_of_part(self, part: cst.BaseExpression, node: cst.CSTNode) -> None:
+        """`model.backbone.requires_grad_(False)`, `model[0].weight.requires_grad = False`: a
+        freeze of part of `model` works on the model, and its wrap must come after it (DDP
+        registers the parameters that require grad when it wraps), as for a loop over
+        `model.backbone.parameters()` (visit_For)."""
+        root = part
+        while isinstance(root, (cst.Subscript, cst.Attribute)):
+            root = root.value
+        if isinstance(root, cst.Name) and root is not part:
+            self._touch(root.value, node)
+
     # --- imports -------------------------------------------------------------------------------
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:
@@ -242,6 +253,9 @@ class Collector(cst.CSTVisitor):
         if any(isinstance(t.target, cst.Attribute) and t.target.attr.value == "requires_grad"
                for t in node.targets):
             self.facts.freezes_parameters = True
+            for t in node.targets:
+                if isinstance(t.target, cst.Attribute):
+                    self._touch_model_of_part(t.target.value, node)
         if len(node.targets) != 1:
             return
         self._note_values_from_other_modules(node)
@@ -637,6 +651,8 @@ class Collector(cst.CSTVisitor):
             self._touch(receiver, node)
         if method == "requires_grad_" and not (node.args and is_true(node.args[0].value)):
             self.facts.freezes_parameters = True
+        if method == "requires_grad_" and self._is_statement_call(node):
+            self._touch_model_of_part(func.value, node)
         if method == "cuda" or (
             method == "to" and node.args and is_fixed_gpu(node.args[0].value)
         ):

@@ -86,8 +86,17 @@ DUMP_TO_FILE = frozenset(
     {"json.dump", "pickle.dump", "yaml.dump", "yaml.safe_dump", "numpy.save", "numpy.savez",
      "numpy.savetxt", "numpy.savez_compressed", "shutil.copy", "shutil.copyfile",
      "shutil.copytree", "shutil.rmtree", "torchvision.utils.save_image",
-     "matplotlib.pyplot.savefig", "matplotlib.pyplot.imsave", "torch.onnx.export"}
+     "matplotlib.pyplot.savefig", "matplotlib.pyplot.imsave", "torch.onnx.export",
+     "torch.jit.save", "torch.export.save"}
 )
+# Calls that compile or export a module they are handed: a DDP wrapper is not scriptable
+# (its forward takes *inputs), and the exported file should hold the model, not the wrapper.
+MODEL_EXPORTERS = frozenset(
+    {"torch.jit.trace", "torch.jit.script", "torch.jit.trace_module", "torch.onnx.export",
+     "torch.export.export"}
+)
+# Exporters whose result saves itself (`traced.save(path)`): a file write.
+SELF_SAVING_EXPORTS = frozenset({"torch.jit.trace", "torch.jit.script", "torch.jit.trace_module"})
 # A value that differs between ranks run at once: a folder named from it must be rank 0's
 # (rules/shared_names.py).
 CLOCK_OR_CHANCE = frozenset(

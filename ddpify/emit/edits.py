@@ -14,7 +14,7 @@ from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import BlockItem, Statement
 from ddpify.analysis.nodes import statements_in
 from ddpify.diagnostics import Diagnostic, rule_of
-from ddpify.emit.imports import ImportSpec, import_block
+from ddpify.emit.imports import ImportSpec, import_block, imports_of
 from ddpify.options import Options
 
 # A rewrite of one node: it receives the updated node of the key's own type (a Call for a
@@ -211,7 +211,7 @@ class ApplyEdits(cst.CSTTransformer):
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         body = self._rebuild(original_node.body, updated_node.body)
         if self.edits.module_prelude:
-            _, end = import_block(body)
+            end = _end_of_imports(body)
             body = body[:end] + list(self.edits.module_prelude) + body[end:]
         return updated_node.with_changes(body=body + list(self.edits.module_end))
 
@@ -302,6 +302,29 @@ def _guard(statements: Sequence[Statement], guard: str, edits: Edits) -> cst.If:
         body=cst.IndentedBlock(body=inner),
         leading_lines=first.leading_lines,
     )
+
+
+def _end_of_imports(body: Sequence[Statement]) -> int:
+    """Where the helpers go: after the leading import block and the imports that follow it,
+    in the same paragraph, behind a few bare calls (`import matplotlib`,
+    `matplotlib.use("Agg")`, `import matplotlib.pyplot as plt` on consecutive lines), so that
+    no helper splits the script's imports. A helper only runs when called, later. A blank
+    line or a comment ends the paragraph: what follows it is another part of the script."""
+    _, end = import_block(body)
+    while True:
+        after = end
+        while after < len(body) and _bare_call(body[after]) and not body[after].leading_lines:
+            after += 1
+        if after == end or after == len(body) or not imports_of(body[after]) or body[after].leading_lines:
+            return end
+        end = after
+        while end < len(body) and imports_of(body[end]) and not body[end].leading_lines:
+            end += 1
+
+
+def _bare_call(statement: Statement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) for small in statement.body)
 
 
 def _try_finally(statement: Statement, cleanup: Sequence[Statement], edits: Edits) -> cst.Try:

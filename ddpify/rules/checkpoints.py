@@ -103,6 +103,12 @@ def _saved_before(facts: Facts, save: cst.Call, load: cst.Call) -> bool:
     save_function = facts.function_of(save)
     if save_function is load_function and facts.line_of(save) < facts.line_of(load):
         return True
+    # `torch.save(init, path)` then `build_model(name, pretrained=path)`, whose body loads
+    # it: the save comes before a call of the load's function in the save's own scope.
+    if load_function is not None and any(
+            facts.function_of(call) is save_function and facts.line_of(save) < facts.line_of(call)
+            for call in facts.calls_of(load_function)):
+        return True
     if save_function is None:
         return False
     if any(facts.function_of(call) is load_function and facts.line_of(call) < facts.line_of(load)

@@ -15,9 +15,9 @@ from typing import Optional
 
 import libcst as cst
 
-from ddpify.analysis.control import Facts
+from ddpify.analysis.control import EVALUATION_WORDS, Facts
 from ddpify.analysis.facts import DictPass, LoaderDict
-from ddpify.analysis.nodes import is_false, keyword_args, positional_args
+from ddpify.analysis.nodes import dotted_name, is_false, keyword_args, positional_args, string_value
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.emit.layout import fits
@@ -44,8 +44,91 @@ SAMPLER_CODE = "DistributedSampler({dataset}, shuffle={shuffle})"
 
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
+    followed: set[cst.Call] = set()
     for loaders in facts.loader_dicts():
         _plan_dict(facts, edits, setup, loaders)
+        if facts.dict_passes(loaders):  # (a string, too: what stopped _plan_dict)
+            followed.update(loaders.entries.values())  # this module's loops decide (above)
+    _report_handed_out(facts, edits, followed)
+
+
+def _report_handed_out(facts: Facts, edits: Edits, followed: set[cst.Call]) -> None:
+    """A training DataLoader that a function hands out without a name: in the tuple or dict it
+    returns (`return DataLoader(a), DataLoader(b)`, `return {"train": DataLoader(...)}`, or
+    `loaders = {...}` then `return loaders`). No loop of this module goes over it, so no rule
+    here gives it a sampler, and the code that loops over it (often another module) cannot
+    reach its call: left as it is and reported (DDP218) rather than every rank training on the
+    whole set. Its
+    role is read from its key, its dataset's name and its shuffle, as for a named loader
+    with no loop in sight (control.is_training_loader)."""
+    named = {loader.call for loader in facts.loaders}
+    for call in facts.loader_calls:
+        if call in named or call in followed or facts.function_of(call) is None:
+            continue
+        holder = _handed_out_by(facts, call)
+        if holder is None or not _trains_by_look(facts, call):
+            continue
+        edits.report("DDP218", call, (
+            f"{SUMMARY}: {holder} hands it out without a name, and ddpify follows a loader out of "
+            "its function only by name: build the training loader by name "
+            "(train_loader = DataLoader(...)) and return the names (return train_loader, val_loader)"))
+
+
+def _handed_out_by(facts: Facts, call: cst.Call) -> Optional[str]:
+    """What hands the loader out of its function: the return statement it sits in, or the
+    tuple, list or dict literal assigned to a name that the function returns."""
+    function = facts.function_of(call)
+    child: cst.CSTNode = call
+    parent = facts.parents.get(call)
+    while parent is not None and isinstance(parent, (cst.Element, cst.DictElement, cst.Tuple, cst.List,
+                                                     cst.Dict, cst.StarredElement)):
+        child, parent = parent, facts.parents.get(parent)
+    if child is call:
+        return None  # an argument, a call's value: another rule's
+    if isinstance(parent, cst.Return):
+        return f"`return` in `{function.name.value}()`" if function is not None else None
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
+        name = parent.targets[0].target.value
+        if function is not None and any(
+                isinstance(node, cst.Return) and node.value is not None and name in _names_in(node.value)
+                for node in _returns_of(function)):
+            return f"`{name}`, returned by `{function.name.value}()`,"
+    return None
+
+
+def _returns_of(function: cst.FunctionDef) -> list[cst.Return]:
+    found: list[cst.Return] = []
+
+    class _Returns(cst.CSTVisitor):
+        def visit_Return(self, node: cst.Return) -> None:
+            found.append(node)
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is function  # not the returns of a function defined inside
+
+    function.visit(_Returns())
+    return found
+
+
+def _names_in(node: cst.BaseExpression) -> set[str]:
+    if isinstance(node, cst.Name):
+        return {node.value}
+    if isinstance(node, (cst.Tuple, cst.List)):
+        return {name for element in node.elements for name in _names_in(element.value)}
+    return set()
+
+
+def _trains_by_look(facts: Facts, call: cst.Call) -> bool:
+    """A `train` key or dataset name, or a shuffle on; an evaluation word says no."""
+    parent = facts.parents.get(call)
+    key = string_value(parent.key) if isinstance(parent, cst.DictElement) else None
+    dataset = _dataset(call)
+    words = " ".join(word for word in (key, dotted_name(dataset) if dataset is not None else None) if word).lower()
+    if "train" in words:
+        return True
+    if any(word in words for word in EVALUATION_WORDS):
+        return False
+    return _shuffles(call)
 
 
 def _plan_dict(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDict) -> None:

@@ -57,6 +57,14 @@ RULES = (
          "new parameters that DDP's gradient hooks do not watch: gradients stop being "
          "synchronised without an error. The model stays on its device.",
          "Nothing to do; load the checkpoint with map_location."),
+    Rule("DDP111", Severity.WARNING, "requires_grad of part of the wrapped model changed after the wrap",
+         "DDP registers the parameters that require grad when it wraps the model. A part frozen "
+         "then and unfrozen later (fine-tuning stages) trains with gradients no rank shares, so "
+         "the ranks' copies drift apart without an error; a part frozen later leaves DDP waiting "
+         "for gradients that never come (\"Expected to have finished reduction in the prior "
+         "iteration\"). Freezing or unfreezing the whole wrapped model at once is safe.",
+         "Wrap the model again after the change (`model = DDP(model.module, device_ids=...)`, and "
+         "rebuild the optimizer over its parameters), or set requires_grad before the wrap."),
     Rule("DDP903", Severity.WARNING, "could not find the model to wrap, or where it reaches its device",
          "DDP must wrap the model after it is on its device and before training; ddpify "
          "could not tell where that is, or which module an optimizer trains (its parameters "
@@ -188,6 +196,89 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
     _drop_moves_after_wrap(facts, edits, model, anchor)
     _unwrap_attributes(facts, edits, model, anchor)
     _unwrap_module_accesses(facts, edits, model)
+    _report_parts_frozen_after_wrap(facts, edits, model, anchor)
+
+
+def _report_parts_frozen_after_wrap(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
+    """`for p in model.backbone.parameters(): p.requires_grad = True` at epoch 2,
+    `model[0].requires_grad_(False)`, or `if "head" not in name: p.requires_grad = ...` in a
+    loop over the model's named_parameters(), after the wrap: DDP's set of synchronised
+    parameters is fixed at the wrap (DDP111). The whole model toggled at once
+    (`netG.requires_grad_(not warmup)`, a GAN's `for p in netD.parameters(): ...`) is safe:
+    all of it is registered, and a step without any of its gradients reduces nothing."""
+    if not facts.freezes_parameters:
+        return
+    for node in _requires_grad_changes(facts.module):
+        if _before_wrap(facts, node, wrap) or _rebound_since_wrap(facts, node, model.name, wrap):
+            continue
+        if facts.function_of(node) is not facts.function_of(wrap) and not model.name.startswith("self."):
+            continue  # another function's `model` may be another model
+        if _changes_a_part_of(facts, node, model.name):
+            edits.report("DDP111", node, (
+                f"requires_grad of part of `{model.name}` changed after its wrap (line "
+                f"{facts.line_of(wrap)}): DDP syncs only the parameters that required grad when it "
+                "wrapped; wrap it again after the change, or change it before the wrap"))
+            return
+
+
+def _requires_grad_changes(module: cst.Module) -> list[cst.CSTNode]:
+    """`X.requires_grad_(...)` calls and `X.requires_grad = ...` assignments."""
+    found: list[cst.CSTNode] = []
+
+    class _Changes(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value == "requires_grad_":
+                found.append(node)
+
+        def visit_Assign(self, node: cst.Assign) -> None:
+            if any(isinstance(t.target, cst.Attribute) and t.target.attr.value == "requires_grad"
+                   for t in node.targets):
+                found.append(node)
+
+    module.visit(_Changes())
+    return found
+
+
+def _changes_a_part_of(facts: Facts, node: cst.CSTNode, name: str) -> bool:
+    """The change reaches part of `name`, not all of it: through an attribute or an index
+    of the model, or, for a loop variable over the model's parameters, under a test."""
+    if isinstance(node, cst.Call):
+        owner = cast(cst.Attribute, node.func).value
+    else:
+        target = next(t.target for t in cast(cst.Assign, node).targets
+                      if isinstance(t.target, cst.Attribute) and t.target.attr.value == "requires_grad")
+        owner = cast(cst.Attribute, target).value
+    if _part_of(owner, name):
+        return True
+    variable = dotted_name(owner)
+    if variable is None or "." in variable:
+        return False
+    parent = facts.parents.get(node)
+    conditional = False
+    while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.Module)):
+        if isinstance(parent, cst.If):
+            conditional = True
+        if isinstance(parent, cst.For) and variable in names_within(parent.target):
+            iterated = [call for call in calls_within(parent.iter) if isinstance(call.func, cst.Attribute)
+                        and call.func.attr.value in ("parameters", "named_parameters")]
+            return any(_part_of(cast(cst.Attribute, call.func).value, name)
+                       or conditional and dotted_name(cast(cst.Attribute, call.func).value) == name
+                       for call in iterated)
+        parent = facts.parents.get(parent)
+    return False
+
+
+def _part_of(node: cst.BaseExpression, name: str) -> bool:
+    """`model.backbone`, `model[0]`, `model.layers[-1].fc`: reached from `name`, not `name`
+    itself (nor `model.module`, the whole model again)."""
+    steps = 0
+    while isinstance(node, (cst.Attribute, cst.Subscript)):
+        if dotted_name(node) == name:
+            return steps > 0
+        if not (isinstance(node, cst.Attribute) and node.attr.value == "module"):
+            steps += 1
+        node = node.value
+    return dotted_name(node) == name and steps > 0
 
 
 def _loop_binding(facts: Facts, model: Model) -> Optional[cst.For]:
@@ -544,7 +635,67 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
             continue
         edits.expressions[access.value] = _unwrapped(model.name, edits, _quote_for(facts, access))
         edits.report("DDP103", access)
+    _unwrap_indexes(facts, edits, model, wrap)
+    _unwrap_for_exporters(facts, edits, model, wrap)
     _unwrap_on_instances(facts, edits, model)
+
+
+def _unwrap_for_exporters(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
+    """`torch.jit.script(model)`, `torch.jit.trace(model, x)`, `torch.onnx.export(model, x,
+    path)` after the wrap: the raw module. A DDP wrapper does not script (its forward takes
+    *inputs), and an exported file should hold the model, as a checkpoint does."""
+    for qualified in sorted(names.MODEL_EXPORTERS):
+        for call in facts.calls_named.get(qualified, ()):
+            positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+            if not positional or dotted_name(positional[0].value) != model.name:
+                continue
+            if _before_wrap(facts, call, wrap) or _rebound_since_wrap(facts, call, model.name, wrap):
+                continue
+            value = positional[0].value
+            edits.expressions[value] = _unwrapped(model.name, edits, _quote_for(facts, value))
+            edits.report("DDP103", value)
+
+
+def _unwrap_indexes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
+    """`model[0].weight`, `model[:-1](x)`, `len(model)`, `for layer in model:`: a DDP wrapper
+    has no layers to index, count or iterate (TypeError: 'DistributedDataParallel' object is
+    not subscriptable); the Sequential or ModuleList inside has."""
+    for use in _layer_uses_of(facts.module, model.name):
+        if _before_wrap(facts, use, wrap) or _rebound_since_wrap(facts, use, model.name, wrap):
+            continue
+        edits.expressions[use] = _unwrapped(model.name, edits, _quote_for(facts, use))
+        edits.report("DDP103", use)
+
+
+# Builtins that count or iterate their first argument's items.
+_ITERATING_BUILTINS = frozenset({"len", "iter", "enumerate", "list", "tuple", "reversed"})
+
+
+def _layer_uses_of(module: cst.Module, name: str) -> list[cst.BaseExpression]:
+    """The spellings of `name` that index, count or iterate it."""
+    found: list[cst.BaseExpression] = []
+
+    class _Uses(cst.CSTVisitor):
+        def visit_Subscript(self, node: cst.Subscript) -> None:
+            if dotted_name(node.value) == name:
+                found.append(node.value)
+
+        def visit_Call(self, node: cst.Call) -> None:
+            if isinstance(node.func, cst.Name) and node.func.value in _ITERATING_BUILTINS and node.args \
+                    and node.args[0].keyword is None and not node.args[0].star \
+                    and dotted_name(node.args[0].value) == name:
+                found.append(node.args[0].value)
+
+        def visit_For(self, node: cst.For) -> None:
+            if dotted_name(node.iter) == name:
+                found.append(node.iter)
+
+        def visit_CompFor(self, node: cst.CompFor) -> None:
+            if dotted_name(node.iter) == name:
+                found.append(node.iter)
+
+    module.visit(_Uses())
+    return found
 
 
 def _unwrap_on_instances(facts: Facts, edits: Edits, model: Model) -> None:
@@ -724,6 +875,8 @@ def _under_wrapper_check(facts: Facts, node: cst.CSTNode, model: str) -> bool:
     return False
 
 
+_SEQUENTIAL = TRAINING.replace("torch.nn.Linear(4, 1)",
+                               "torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1))")
 _BATCHNORM = TRAINING.replace("torch.nn.Linear(4, 1)",
                              "torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8))")
 
@@ -752,4 +905,8 @@ class Net(torch.nn.Module):
 model = Net().to(device)
 '''), "DDP105", ("find_unused_parameters=True",)),
     Emits(TRAINING + 'model.cpu()\ntorch.save(model.state_dict(), "model.pt")\n', "DDP106"),
+    Emits(_SEQUENTIAL.replace("for epoch in range(3):\n",
+                              "for epoch in range(3):\n    model[0].requires_grad_(epoch < 2)\n"), "DDP111"),
+    Silent(_SEQUENTIAL.replace("for epoch in range(3):\n",
+                               "for epoch in range(3):\n    model.requires_grad_(epoch < 2)\n"), "DDP111"),
 )

@@ -271,8 +271,11 @@ def _file_writes(facts: Facts, edits: Edits, setup: Plan) -> None:
         for call in facts.calls_named.get(qualified, ()):
             _guard_statement_call(facts, edits, setup, call, "DDP302")
     # `run_dir.mkdir(parents=True, exist_ok=False)`: pathlib, on a path of any name.
+    # `traced = torch.jit.trace(model, x)` ... `traced.save(path)`: a TorchScript module saving itself.
+    exported = {call for qualified in names.SELF_SAVING_EXPORTS for call in facts.calls_named.get(qualified, ())}
     for callee, calls in sorted(facts.calls_by_callee.items()):
-        if callee.endswith(".mkdir"):
+        if callee.endswith(".mkdir") or callee.endswith(".save") and any(
+                value in exported for value in facts.assigned_values.get(callee[: -len(".save")], ())):
             for call in calls:
                 _guard_statement_call(facts, edits, setup, call, "DDP302")
     for qualified in sorted(names.OPEN):
