@@ -105,14 +105,31 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
     handed_in = isinstance(loader, ExternalLoader) and loader.statement is loader.function
     if not handed_in and not _handed_to_project_training(facts, loader):
         # (A loader this helper module is handed gets its epoch from the caller's loop.)
-        edits.report("DDP211", loader.call)
+        edits.report("DDP211", loader.call, _no_epoch_loop_reason(facts, edits, loader))
+
+
+def _no_epoch_loop_reason(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader]) -> Optional[str]:
+    """A loader built as the argument of a call ddpify cannot look into (a library's
+    `fit(model, DataLoader(...))`): the epochs are counted in there."""
+    arg = facts.parents.get(loader.call) if isinstance(loader, Loader) and loader.inline is not None else None
+    call = facts.parents.get(arg) if isinstance(arg, cst.Arg) else None
+    if not isinstance(call, cst.Call):
+        return None
+    return (f"no epoch loop found for set_epoch: the loader goes to `{edits.code(call.func)}(...)`, whose "
+            "epochs ddpify cannot see; call `loader.sampler.set_epoch(epoch)` there at the start of each "
+            "epoch, or every epoch repeats the first one's order")
 
 
 def _insert_set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader], epoch_loop: cst.For,
                       name_there: str, code: str) -> bool:
     """The set_epoch code where the epoch loop starts a pass; False when that loop has it
     already."""
-    if facts.ancestor_in(loader.statement, epoch_loop.body) is not None:
+    if isinstance(loader, Loader) and loader.inline is not None and facts.ancestor_in(
+            loader.statement, epoch_loop.body) is not None:
+        # Built anew each epoch where it is used (`for x, y in DataLoader(...)`): its new
+        # sampler learns the epoch right after it is made, before that statement runs.
+        edits.insert_before(loader.statement, Insertion(edits.statements(code)))
+    elif facts.ancestor_in(loader.statement, epoch_loop.body) is not None:
         # A loader built anew each epoch: its sampler learns the epoch where it is made.
         edits.insert_after(loader.statement, edits.statements(code))
     elif (rebound := _bound_inside(facts, epoch_loop, name_there)) is not None:
@@ -159,7 +176,7 @@ def _handed_to_project_training(facts: Facts, loader: Union[Loader, ExternalLoad
     """The loader goes to a Trainer or training function of another module of the project,
     which sets the epoch where it iterates it (library mode, plan_external)."""
     names = {name for _, name in facts.holders_from(loader.function, loader.name)}
-    return any(not arg.star and dotted_name(arg.value) in names
+    return any(not arg.star and facts.held_name(arg.value) in names
                for call in [*facts.training_helper_calls, *facts.training_constructors] for arg in call.args)
 
 
@@ -234,6 +251,11 @@ CASES = (
     Emits(TRAINING, "DDP202", ("sampler.set_epoch(epoch)",)),
     Emits(TRAINING.replace("for epoch in range(3):\n", "if True:\n"), "DDP211"),
     Silent(TRAINING, "DDP211"),
+    # A loader built as the argument of a library's function: sharded, its epochs out of sight.
+    Emits(TRAINING.replace("from torch.utils", "from somelib import fine_tune\nfrom torch.utils")
+          + "fine_tune(model, DataLoader(dataset, batch_size=4, shuffle=True), optimizer)\n", "DDP211",
+          ("fine_tune_sampler = DistributedSampler(dataset, shuffle=True) if distributed else None",
+           "shuffle=fine_tune_sampler is None, sampler=fine_tune_sampler")),
     # A second training phase over the same loader counts its epochs on from the first's.
     Emits(TRAINING.replace("    print(epoch, loss.item())\n", "    print(epoch, loss.item())\n"
                            "for epoch in range(2):\n    for x, y in loader:\n"
