@@ -97,8 +97,12 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
         return
     # `def _train_epoch(self, epoch): for batch in self.loader:` called once per epoch from
     # code this file does not hold (a base class, another module): the epoch is handed in.
-    for loop, epoch in _passes_given_the_epoch(facts, loader):
+    for loop, epoch, name_there in _passes_given_the_epoch(facts, loader):
         code = template.format(sampler=sampler, epoch=epoch, loader=loader.name)
+        if isinstance(loader, Loader) and not sampler.startswith("self.") \
+                and facts.function_of(loop) is not loader.function:
+            # The sampler variable is not in scope there; the loader handed in carries it.
+            code = SET_EPOCH_VIA_LOADER_CODE.format(loader=name_there, epoch=epoch)
         edits.insert_before(loop, Insertion(edits.statements(code)))
         edits.report("DDP202", loop)
         return
@@ -180,18 +184,22 @@ def _handed_to_project_training(facts: Facts, loader: Union[Loader, ExternalLoad
                for call in [*facts.training_helper_calls, *facts.training_constructors] for arg in call.args)
 
 
-def _passes_given_the_epoch(facts: Facts, loader: Union[Loader, ExternalLoader]) -> list[tuple[cst.For, str]]:
+def _passes_given_the_epoch(facts: Facts, loader: Union[Loader, ExternalLoader]
+                            ) -> list[tuple[cst.For, str, str]]:
     """Training passes over the loader, not inside another loop, in a function that takes
-    the epoch as a parameter (`epoch`, `cur_epoch`, `epoch_idx`)."""
-    found: list[tuple[cst.For, str]] = []
-    for loop in facts.loops_over_values(facts.holders_from(loader.function, loader.name)):
+    the epoch as a parameter (`epoch`, `cur_epoch`, `epoch_idx`), with the loader's name there."""
+    found: list[tuple[cst.For, str, str]] = []
+    holders = facts.holders_from(loader.function, loader.name)
+    for loop in facts.loops_over_values(holders):
         function = facts.function_of(loop)
         if function is None or facts.enclosing_loops(loop) or not facts.loop_trains(loop):
             continue
         epoch = next((name for name in sorted(parameter_names(function)) if "epoch" in name.lower()
                       and not name.lower().startswith(("n_", "num", "max", "total"))), None)
+        name_there = next((name for held_in, name in sorted(holders, key=lambda held: held[1])
+                           if held_in is function and name in facts.names_iterated_by(loop)), loader.name)
         if epoch is not None:
-            found.append((loop, epoch))
+            found.append((loop, epoch, name_there))
     return found
 
 
