@@ -73,6 +73,9 @@ SAMPLER_VALUE_CODE = "{sampler} = {value} if {condition} else None\n"
 # Where the setup's `distributed` is out of scope (a loader built in a helper function).
 OUT_OF_SETUP_CONDITION = "dist.is_initialized()"
 DATASET_CODE = "{dataset} = {expression}\n"
+IN_PLACE_WITH_OWN_SAMPLER = ("training loader built where it is used, with a sampler of its own: name it first "
+                             "(`train_loader = DataLoader(...)`) so that its sampler can be sharded and its "
+                             "epoch set")
 
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
@@ -80,7 +83,12 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     for loader in facts.loaders:
         if any(loader is taken for taken in setup.loaders_in_dicts):  # loader_dicts.py's
             continue
-        if isinstance(loader.call.func, cst.Name) and loader.call.func.value in sharding_classes \
+        own_sampler = isinstance(loader.call.func, cst.Name) and loader.call.func.value in sharding_classes \
+            or "sampler" in keyword_names(facts, loader)
+        if loader.inline is not None and own_sampler and is_training_loader(facts, loader):
+            # Its sampler's epoch would be set through a name it does not have.
+            edits.report("DDP210", loader.call, IN_PLACE_WITH_OWN_SAMPLER)
+        elif isinstance(loader.call.func, cst.Name) and loader.call.func.value in sharding_classes \
                 and not keyword_names(facts, loader) & {"sampler", "batch_sampler"}:
             _plan_self_sharding_loader(facts, edits, loader)
         else:
@@ -704,6 +712,11 @@ class FixedLoader(DataLoader):
 
 loader = FixedLoader(dataset)
 '''), "DDP210"),
+    # Built where it is used, with a sampler of its own: named first by a person.
+    Emits(TRAINING.replace("loader = DataLoader(dataset, batch_size=8, shuffle=True)\n", "")
+          .replace("for x, y in loader:",
+                   "for x, y in DataLoader(dataset, batch_size=8, sampler=RandomSampler(dataset)):")
+          .replace("from torch.utils.data import", "from torch.utils.data import RandomSampler,"), "DDP210"),
     Emits(TRAINING + '''\
 with torch.no_grad():
     for x, y in loader:
