@@ -52,6 +52,9 @@ class Plan:
     device_kind_unknown: bool = False
     # That string names a GPU by index (`f"cuda:{local_rank}"`), so it is not its own type.
     device_string_indexed: bool = False
+    # The device string is given at run time (`--device cuda:1`, a config entry), not chosen
+    # by the script from literals: it may name one GPU, which each rank replaces by its own.
+    device_given: bool = False
     # Models wrapped in the setup's scope, and how many of them the script never moves off
     # the CPU: when none is moved, the process group uses Gloo whatever the machine has.
     wrapped_models: int = 0

@@ -1,4 +1,5 @@
 """The one traversal of a module that records its facts (see facts.FactRecord)."""
+import dataclasses
 import re
 from collections.abc import Set as AbstractSet
 from typing import Optional, Union, cast
@@ -81,6 +82,10 @@ class Collector(cst.CSTVisitor):
         # in that name goes over.
         self.iteration_wrappers: dict[tuple[Optional[cst.FunctionDef], str], list[str]] = {}
         self.next_calls: list[cst.Call] = []
+        # DataLoader calls with no name: (call, function, the loop iterating it, or the call
+        # it is handed to).
+        self.built_in_place: list[tuple[cst.Call, Optional[cst.FunctionDef], Optional[cst.For],
+                                        Optional[cst.Call]]] = []
         # For loops over `X.parameters()` or `X.named_parameters()`, for parameter groups.
         self._loops_over_parameters: list[cst.For] = []
         self._devices = DeviceValues(facts.module, self._calls)
@@ -318,6 +323,53 @@ class Collector(cst.CSTVisitor):
         return Loader(name, call, self._statement(node), self._function(), dataset, keywords,
                       dotted_name(star[0]) if len(star) == 1 else None, returned)
 
+    def _note_loader_built_in_place(self, call: cst.Call) -> None:
+        """`for x, y in DataLoader(...)` (also inside enumerate(), zip() or a progress bar)
+        and `fit(model, DataLoader(...))`: a loader with no name, which the loop or the
+        callee's parameter is the only holder of. Kept for note_loaders_built_in_place."""
+        child: cst.CSTNode = call
+        parent = self.parents.get(call)
+        while isinstance(parent, cst.Arg) and not parent.star:
+            outer = self.parents.get(parent)
+            if not isinstance(outer, cst.Call) or outer.func is child:
+                return
+            if not self._qualified(outer.func) & (ITERATION_WRAPPERS - {"builtins.iter"}):
+                if child is call:  # handed to a function as it is
+                    self.built_in_place.append((call, self._function(), None, outer))
+                return
+            if not (outer.args[0] is parent or self._calls(outer, "builtins.zip")):
+                return
+            child, parent = outer, self.parents.get(outer)
+        if isinstance(parent, cst.For) and parent.iter is child:
+            self.built_in_place.append((call, self._function(), parent, None))
+
+    def note_loaders_built_in_place(self) -> None:
+        """The loaders _note_loader_built_in_place kept, once every function is known: one
+        iterated where it is built is held by its loop; one handed to a function, method or
+        class of this file is held by that parameter (and named after it); one handed to a
+        function of elsewhere is named after that function (its epochs are out of sight,
+        DDP211). One handed to a builtin (`iter(DataLoader(...))`) is no loader ddpify can
+        follow (DDP210 where it feeds training)."""
+        facts = self.facts
+        for index, (call, function, loop, receiver) in enumerate(self.built_in_place):
+            name = f"<loader built in place {index + 1}>"
+            facts.inline_loader_names[call] = name
+            used_as = "loader"
+            if loop is not None:
+                facts.loops_over.setdefault(name, []).append(loop)
+            elif receiver is not None:
+                parameters = facts.parameters_given(name, function, receiver)
+                callee = dotted_name(receiver.func)
+                if parameters:
+                    used_as = parameters[0]
+                elif any(qualified.startswith("builtins.") for qualified in self._qualified(receiver.func)):
+                    del facts.inline_loader_names[call]
+                    continue
+                elif callee is not None:  # `fine_tune(model, DataLoader(...))`: fine_tune_sampler
+                    used_as = callee.rsplit(".", 1)[-1] + "_loader"
+            loader = self._loader(name, call, call)
+            facts.loaders.append(dataclasses.replace(loader, function=function, inline=used_as))
+
     def _is_loader_class(self, func: cst.BaseExpression) -> bool:
         if isinstance(func, cst.Name) and func.value in self.facts.loader_classes:
             return True
@@ -400,6 +452,7 @@ class Collector(cst.CSTVisitor):
         facts = self.facts
         if self._is_loader_class(node.func):
             facts.loader_calls.append(node)
+            self._note_loader_built_in_place(node)
         if self._calls(node, "builtins.next") and node.args:
             self.next_calls.append(node)
         if self._calls(node, names.RANDOM_SAMPLER):

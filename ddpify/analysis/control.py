@@ -41,7 +41,7 @@ class Facts(ValueFlow):
             # The loader handed to a helper module's training function, once per epoch.
             outer = self.enclosing_loops(call)
             if outer and self.sees_value(call, name, function) and any(
-                    not arg.star and dotted_name(arg.value) == name for arg in call.args):
+                    not arg.star and self.held_name(arg.value) == name for arg in call.args):
                 found.append((outer[0], name))
         for callee, parameter, call in self._calls_passing(name, function):
             outer = self.enclosing_loops(call)
@@ -365,7 +365,7 @@ def is_training_loader(facts: Facts, loader: Loader) -> bool:
     loops = facts.loops_over_values(facts.loader_holders_of(loader))
     if loops:
         return any(facts.loop_trains(loop) for loop in loops)
-    name = loader.name.rsplit(".", 1)[-1].lower()
+    name = (loader.inline or loader.name).rsplit(".", 1)[-1].lower()
     if "train" in name:
         return True
     if any(word in name for word in EVALUATION_WORDS):

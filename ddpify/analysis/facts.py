@@ -36,6 +36,10 @@ class Loader:
     kwargs_name: Optional[str] = None
     # `return DataLoader(...)`: the loader has no name here, only at the call sites.
     returned: bool = False
+    # Built where it is used (`for x, y in DataLoader(...)`, `fit(model, DataLoader(...))`):
+    # `name` is a stand-in no script can bind, and this is what the loader is called where it
+    # is used (the parameter it is passed to, or "loader"); None for a loader with a name.
+    inline: Optional[str] = None
 
     @property
     def shuffles(self) -> bool:
@@ -223,6 +227,8 @@ class FactRecord:
     random_sampler_calls: set[cst.Call] = field(default_factory=set)
     # Every DataLoader call, also those that are no `name = DataLoader(...)` (a dict of them).
     loader_calls: list[cst.Call] = field(default_factory=list)
+    # The stand-in names of the loaders built where they are used (Loader.inline), by call.
+    inline_loader_names: dict[cst.CSTNode, str] = field(default_factory=dict)
     # `super().__init__(...)` calls: in a DataLoader subclass, the loader being built.
     super_init_calls: list[cst.Call] = field(default_factory=list)
     training_loops: set[cst.For] = field(default_factory=set)
@@ -248,5 +254,7 @@ class FactRecord:
     self_assignments: dict[cst.FunctionDef, dict[str, list[cst.BaseExpression]]] = field(
         default_factory=dict)
     local_names: dict[cst.FunctionDef, set[str]] = field(default_factory=dict, repr=False)
+    # ValueFlow._callee's answers, by callee name.
+    callees: dict[str, tuple[Optional[cst.FunctionDef], bool]] = field(default_factory=dict, repr=False)
     positions: Mapping[cst.CSTNode, CodeRange] = field(default_factory=dict, repr=False)
     parents: dict[cst.CSTNode, cst.CSTNode] = field(default_factory=dict, repr=False)

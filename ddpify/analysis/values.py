@@ -269,23 +269,46 @@ class ValueFlow(Navigation):
     def _iterates(self, name: str, function: cst.FunctionDef) -> bool:
         return any(self.function_of(loop) is function for loop in self.loops_over.get(name, ()))
 
+    def held_name(self, value: cst.BaseExpression) -> Optional[str]:
+        """The name a value passed on goes by: its dotted name, or the stand-in of a loader
+        built right there (`fit(model, DataLoader(...))`)."""
+        return dotted_name(value) or self.inline_loader_names.get(value)
+
+    def _callee(self, callee_name: str, call: cst.Call) -> tuple[Optional[cst.FunctionDef], bool]:
+        """The function of this file a call runs, and whether it is a method called on an
+        object (`self` not among the arguments): `self.fit(...)`, `Trainer(...)` (its
+        __init__), and `trainer.fit(...)` on a name only ever assigned `Trainer(...)`."""
+        if callee_name not in self.callees:
+            callee = self.functions.get(callee_name)
+            if callee is not None:
+                self.callees[callee_name] = callee, callee_name.startswith("self.")
+            elif callee_name in self.class_inits:
+                self.callees[callee_name] = self.class_inits[callee_name], True
+            elif "." in callee_name and not callee_name.startswith("self."):
+                self.callees[callee_name] = self.method_called(call), True
+            else:
+                self.callees[callee_name] = None, False
+        return self.callees[callee_name]
+
+    def parameters_given(self, name: str, function: Optional[cst.FunctionDef], call: cst.Call) -> list[str]:
+        """The parameters of the function `call` runs that receive `name`."""
+        return [parameter for _, parameter, passing in self._calls_passing(name, function) if passing is call]
+
     def _calls_passing(self, name: str,
                        function: Optional[cst.FunctionDef]) -> Iterator[tuple[cst.FunctionDef, str, cst.Call]]:
         """(callee, its parameter, call) for each call in `function` that passes `name`."""
         for callee_name, calls in self.calls_by_callee.items():
-            callee = self.functions.get(callee_name) or self.class_inits.get(callee_name)
+            callee, on_object = self._callee(callee_name, calls[0])
             if callee is None:
                 continue
             parameters = [p.name.value for p in callee.params.params]
-            if parameters[:1] == ["self"] and (
-                callee_name.startswith("self.") or callee_name in self.class_inits
-            ):
+            if parameters[:1] == ["self"] and on_object:
                 parameters = parameters[1:]
             for call in calls:
                 if not (name.startswith("self.") or self.function_of(call) is function):
                     continue
                 for index, arg in enumerate(call.args):
-                    if dotted_name(arg.value) != name or arg.star:
+                    if self.held_name(arg.value) != name or arg.star:
                         continue
                     if arg.keyword is not None:
                         parameter = arg.keyword.value

@@ -113,6 +113,22 @@ def loader_statement(facts: Facts, edits: Edits, loader: Loader, args: list[str]
     )
 
 
+def loader_call_in_place(facts: Facts, edits: Edits, loader: Loader, args: list[str]) -> str:
+    """A loader call built where it is used (`for x, y in DataLoader(...):`), rebuilt from
+    its arguments: on its line when the line still fits, else its arguments on the lines
+    below, as black would wrap them (libcst indents those lines by the block's indent)."""
+    call = edits.code(loader.call)
+    head = edits.code(loader.call.func)
+    one_line = f"{head}({', '.join(args)})"
+    line = _source_line(facts, loader.call)
+    statement_indent = facts.positions[loader.statement].start.column
+    if "\n" not in call and fits(0, line.rstrip().replace(call, one_line, 1)):
+        return one_line
+    if fits(statement_indent + 4, ", ".join(args)):
+        return f"{head}(\n    {', '.join(args)}\n)"
+    return f"{head}(\n" + "".join(f"    {arg},\n" for arg in args) + ")"
+
+
 def add_keyword(facts: Facts, edits: Edits, call: cst.Call, keyword: str, value: str) -> None:
     line = _source_line(facts, call)
     too_long = not fits(len(line), f", {keyword}={value}")

@@ -49,6 +49,18 @@ if distributed:
 """
 
 
+# The same for a string given at run time (`--device cuda:1`): one GPU named for a one-GPU
+# run would put every rank on it (NCCL refuses two ranks on one GPU); each rank keeps the
+# device type and takes its own GPU, the current one, as "cuda" without an index.
+REFINE_GIVEN_STRING_CODE = """\
+if distributed:
+    if {device} != "cpu":  # the device type now means this process's own accelerator
+        {device} = {device}.split(":")[0]  # "cuda:1" too: each rank on its own GPU
+        torch.accelerator.set_device_index(local_rank)
+    dist.init_process_group(dist.get_default_backend_for_device({device}))
+"""
+
+
 # A device from elsewhere (a parameter, a config module): a string or a torch.device, so its
 # type is read through torch.device, which takes both.
 REFINE_ANY_CODE = """\

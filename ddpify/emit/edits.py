@@ -241,6 +241,10 @@ class ApplyEdits(cst.CSTTransformer):
                 blanks, _ = _split_blank_lines(new.leading_lines)
                 if blanks and original is not originals[-1]:
                     carried_blank_lines = blanks
+                # What goes after it (a DDP wrap after the DataParallel branch it replaces)
+                # goes where it stood.
+                flush()
+                body.extend(edits.after.get(original, ()))
                 continue
             if carried_blank_lines and replacement and not _split_blank_lines(replacement[0].leading_lines)[0]:
                 replacement[0] = replacement[0].with_changes(

@@ -16,8 +16,14 @@ from ddpify.analysis.facts import Loader, Statement
 from ddpify.analysis.nodes import dotted_name, first_free
 from ddpify.analysis.values import keyword_names, known_dict_keys
 from ddpify.diagnostics import Rule, Severity
-from ddpify.emit.arguments import edit_loader_arguments, fit_conditional, loader_statement, shuffle_beside
-from ddpify.emit.edits import Edits, Insertion
+from ddpify.emit.arguments import (
+    edit_loader_arguments,
+    fit_conditional,
+    loader_call_in_place,
+    loader_statement,
+    shuffle_beside,
+)
+from ddpify.emit.edits import Edits, Insertion, replacement
 from ddpify.options import Options
 from ddpify.plan import Plan
 from ddpify.rules import downloads, hand_batches, splits
@@ -67,6 +73,9 @@ SAMPLER_VALUE_CODE = "{sampler} = {value} if {condition} else None\n"
 # Where the setup's `distributed` is out of scope (a loader built in a helper function).
 OUT_OF_SETUP_CONDITION = "dist.is_initialized()"
 DATASET_CODE = "{dataset} = {expression}\n"
+IN_PLACE_WITH_OWN_SAMPLER = ("training loader built where it is used, with a sampler of its own: name it first "
+                             "(`train_loader = DataLoader(...)`) so that its sampler can be sharded and its "
+                             "epoch set")
 
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
@@ -74,7 +83,12 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     for loader in facts.loaders:
         if any(loader is taken for taken in setup.loaders_in_dicts):  # loader_dicts.py's
             continue
-        if isinstance(loader.call.func, cst.Name) and loader.call.func.value in sharding_classes \
+        own_sampler = isinstance(loader.call.func, cst.Name) and loader.call.func.value in sharding_classes \
+            or "sampler" in keyword_names(facts, loader)
+        if loader.inline is not None and own_sampler and is_training_loader(facts, loader):
+            # Its sampler's epoch would be set through a name it does not have.
+            edits.report("DDP210", loader.call, IN_PLACE_WITH_OWN_SAMPLER)
+        elif isinstance(loader.call.func, cst.Name) and loader.call.func.value in sharding_classes \
                 and not keyword_names(facts, loader) & {"sampler", "batch_sampler"}:
             _plan_self_sharding_loader(facts, edits, loader)
         else:
@@ -184,7 +198,7 @@ def can_shard(facts: Facts, setup: Plan, loader: Loader) -> bool:
 def _can_add_sampler(facts: Facts, setup: Plan, loader: Loader) -> bool:
     if loader.dataset is None:
         return False
-    if not isinstance(loader.statement, cst.SimpleStatementLine):
+    if not isinstance(loader.statement, cst.SimpleStatementLine) and loader.inline is None:
         return False
     if isinstance(loader.call.func, cst.Name) and not facts.loader_classes.get(
         loader.call.func.value, True
@@ -250,12 +264,16 @@ def attach_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loader,
     if only_when is not None:
         condition = f"{condition} and {parenthesized(only_when)}"
     sampler = derived_name(loader, "sampler", taken)
+    # Taken from now on: a loader built in place is named after the parameter it is passed
+    # to, which may give another loader's sampler name.
+    facts.bound_names.add(sampler)
     inserted: list[Statement] = []
     assert loader.dataset is not None  # the callers' checks require one
     dataset = edits.code(loader.dataset)
     if dotted_name(loader.dataset) is None:
         # `DataLoader(TensorDataset(x, y), ...)`: the sampler needs the dataset too.
         dataset = derived_name(loader, "dataset", taken)
+        facts.bound_names.add(dataset)
         inserted.append(edits.statement(DATASET_CODE.format(
             dataset=dataset, expression=edits.code(loader.dataset))))
     inserted.append(edits.statement(fit_conditional(SAMPLER_VALUE_CODE.format(
@@ -270,7 +288,10 @@ def attach_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loader,
         args = _loader_args(edits, loader, sampler, dataset)
         if divide_batch:
             args = _divide_batch_size(facts, edits, setup, loader, args)
-        edits.replace(loader.statement, [loader_statement(facts, edits, loader, args)])
+        if loader.inline is not None:
+            edits.expressions[loader.call] = replacement(edits, loader_call_in_place(facts, edits, loader, args))
+        else:
+            edits.replace(loader.statement, [loader_statement(facts, edits, loader, args)])
     return sampler
 
 
@@ -284,6 +305,8 @@ def derived_name(loader: Loader, kind: str, taken: Collection[str]) -> str:
     """`train_loader` -> `train_sampler` / `train_dataset`; `loader` -> `sampler`."""
     if loader.returned:
         base, prefix = "loader", ""
+    elif loader.inline is not None:
+        base, prefix = loader.inline, ""
     else:
         base = loader.name.rsplit(".", 1)[-1]
         prefix = loader.name[: len(loader.name) - len(base)]
@@ -689,6 +712,11 @@ class FixedLoader(DataLoader):
 
 loader = FixedLoader(dataset)
 '''), "DDP210"),
+    # Built where it is used, with a sampler of its own: named first by a person.
+    Emits(TRAINING.replace("loader = DataLoader(dataset, batch_size=8, shuffle=True)\n", "")
+          .replace("for x, y in loader:",
+                   "for x, y in DataLoader(dataset, batch_size=8, sampler=RandomSampler(dataset)):")
+          .replace("from torch.utils.data import", "from torch.utils.data import RandomSampler,"), "DDP210"),
     Emits(TRAINING + '''\
 with torch.no_grad():
     for x, y in loader:

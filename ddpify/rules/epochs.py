@@ -97,22 +97,43 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
         return
     # `def _train_epoch(self, epoch): for batch in self.loader:` called once per epoch from
     # code this file does not hold (a base class, another module): the epoch is handed in.
-    for loop, epoch in _passes_given_the_epoch(facts, loader):
+    for loop, epoch, name_there in _passes_given_the_epoch(facts, loader):
         code = template.format(sampler=sampler, epoch=epoch, loader=loader.name)
+        if isinstance(loader, Loader) and not sampler.startswith("self.") \
+                and facts.function_of(loop) is not loader.function:
+            # The sampler variable is not in scope there; the loader handed in carries it.
+            code = SET_EPOCH_VIA_LOADER_CODE.format(loader=name_there, epoch=epoch)
         edits.insert_before(loop, Insertion(edits.statements(code)))
         edits.report("DDP202", loop)
         return
     handed_in = isinstance(loader, ExternalLoader) and loader.statement is loader.function
     if not handed_in and not _handed_to_project_training(facts, loader):
         # (A loader this helper module is handed gets its epoch from the caller's loop.)
-        edits.report("DDP211", loader.call)
+        edits.report("DDP211", loader.call, _no_epoch_loop_reason(facts, edits, loader))
+
+
+def _no_epoch_loop_reason(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader]) -> Optional[str]:
+    """A loader built as the argument of a call ddpify cannot look into (a library's
+    `fit(model, DataLoader(...))`): the epochs are counted in there."""
+    arg = facts.parents.get(loader.call) if isinstance(loader, Loader) and loader.inline is not None else None
+    call = facts.parents.get(arg) if isinstance(arg, cst.Arg) else None
+    if not isinstance(call, cst.Call):
+        return None
+    return (f"no epoch loop found for set_epoch: the loader goes to `{edits.code(call.func)}(...)`, whose "
+            "epochs ddpify cannot see; call `loader.sampler.set_epoch(epoch)` there at the start of each "
+            "epoch, or every epoch repeats the first one's order")
 
 
 def _insert_set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader], epoch_loop: cst.For,
                       name_there: str, code: str) -> bool:
     """The set_epoch code where the epoch loop starts a pass; False when that loop has it
     already."""
-    if facts.ancestor_in(loader.statement, epoch_loop.body) is not None:
+    if isinstance(loader, Loader) and loader.inline is not None and facts.ancestor_in(
+            loader.statement, epoch_loop.body) is not None:
+        # Built anew each epoch where it is used (`for x, y in DataLoader(...)`): its new
+        # sampler learns the epoch right after it is made, before that statement runs.
+        edits.insert_before(loader.statement, Insertion(edits.statements(code)))
+    elif facts.ancestor_in(loader.statement, epoch_loop.body) is not None:
         # A loader built anew each epoch: its sampler learns the epoch where it is made.
         edits.insert_after(loader.statement, edits.statements(code))
     elif (rebound := _bound_inside(facts, epoch_loop, name_there)) is not None:
@@ -159,22 +180,26 @@ def _handed_to_project_training(facts: Facts, loader: Union[Loader, ExternalLoad
     """The loader goes to a Trainer or training function of another module of the project,
     which sets the epoch where it iterates it (library mode, plan_external)."""
     names = {name for _, name in facts.holders_from(loader.function, loader.name)}
-    return any(not arg.star and dotted_name(arg.value) in names
+    return any(not arg.star and facts.held_name(arg.value) in names
                for call in [*facts.training_helper_calls, *facts.training_constructors] for arg in call.args)
 
 
-def _passes_given_the_epoch(facts: Facts, loader: Union[Loader, ExternalLoader]) -> list[tuple[cst.For, str]]:
+def _passes_given_the_epoch(facts: Facts, loader: Union[Loader, ExternalLoader]
+                            ) -> list[tuple[cst.For, str, str]]:
     """Training passes over the loader, not inside another loop, in a function that takes
-    the epoch as a parameter (`epoch`, `cur_epoch`, `epoch_idx`)."""
-    found: list[tuple[cst.For, str]] = []
-    for loop in facts.loops_over_values(facts.holders_from(loader.function, loader.name)):
+    the epoch as a parameter (`epoch`, `cur_epoch`, `epoch_idx`), with the loader's name there."""
+    found: list[tuple[cst.For, str, str]] = []
+    holders = facts.holders_from(loader.function, loader.name)
+    for loop in facts.loops_over_values(holders):
         function = facts.function_of(loop)
         if function is None or facts.enclosing_loops(loop) or not facts.loop_trains(loop):
             continue
         epoch = next((name for name in sorted(parameter_names(function)) if "epoch" in name.lower()
                       and not name.lower().startswith(("n_", "num", "max", "total"))), None)
+        name_there = next((name for held_in, name in sorted(holders, key=lambda held: held[1])
+                           if held_in is function and name in facts.names_iterated_by(loop)), loader.name)
         if epoch is not None:
-            found.append((loop, epoch))
+            found.append((loop, epoch, name_there))
     return found
 
 
@@ -234,6 +259,11 @@ CASES = (
     Emits(TRAINING, "DDP202", ("sampler.set_epoch(epoch)",)),
     Emits(TRAINING.replace("for epoch in range(3):\n", "if True:\n"), "DDP211"),
     Silent(TRAINING, "DDP211"),
+    # A loader built as the argument of a library's function: sharded, its epochs out of sight.
+    Emits(TRAINING.replace("from torch.utils", "from somelib import fine_tune\nfrom torch.utils")
+          + "fine_tune(model, DataLoader(dataset, batch_size=4, shuffle=True), optimizer)\n", "DDP211",
+          ("fine_tune_sampler = DistributedSampler(dataset, shuffle=True) if distributed else None",
+           "shuffle=fine_tune_sampler is None, sampler=fine_tune_sampler")),
     # A second training phase over the same loader counts its epochs on from the first's.
     Emits(TRAINING.replace("    print(epoch, loss.item())\n", "    print(epoch, loss.item())\n"
                            "for epoch in range(2):\n    for x, y in loader:\n"

@@ -344,6 +344,9 @@ def _why_whole(facts: Facts, edits: Edits, loader: Loader, loops: list[cst.For])
                 "when it can gather the figures")
     if not loops:
         return "no loop over it in this file"
+    if loader.inline is not None:
+        return ("it is built where it is used: name it (`val_loader = DataLoader(...)`) to have its "
+                "batches shared between the ranks and its figures gathered")
     if loader.dataset is None or not isinstance(loader.statement, cst.SimpleStatementLine):
         return "its dataset is not named in the call"
     if any(arg.star == "*" for arg in loader.call.args):
@@ -371,7 +374,7 @@ def _handed_out(facts: Facts, holders: set[Holder]) -> Optional[cst.Call]:
         if callee in LOADER_READERS or _defined_here(facts, callee):
             continue
         for call in calls:
-            if any(not arg.star and (function, dotted_name(arg.value)) in holders
+            if any(not arg.star and (function, facts.held_name(arg.value)) in holders
                    and facts.sees_value(call, name, function)
                    for arg in call.args for function, name in holders):
                 return call

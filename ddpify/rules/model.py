@@ -813,7 +813,7 @@ def _replace_data_parallel(facts: Facts, edits: Edits) -> None:
         wrapped = call.args[0].value if call.args else None
         statement = facts.statement_of(call)
         if _assigns_back(statement, call, wrapped):
-            edits.removed.add(_multi_gpu_branch(facts, statement) or statement)
+            _remove_data_parallel_wrap(facts, edits, statement)
         elif wrapped is not None:
             edits.expressions[call] = _original(wrapped)
     for reference in facts.data_parallel_references:
@@ -840,18 +840,49 @@ def _assigns_back(statement: cst.BaseStatement, call: cst.Call, wrapped: Optiona
     )
 
 
-def _multi_gpu_branch(facts: Facts, statement: Statement) -> Optional[cst.If]:
-    """`if torch.cuda.device_count() > 1:` holding only the wrap (and a print about it)."""
+# Calls a branch's test may make and still only read: removing the branch loses nothing.
+_READING_CALLS = frozenset({"builtins.len", "builtins.isinstance", "builtins.hasattr", "builtins.getattr",
+                            "builtins.min", "builtins.max", "torch.cuda.device_count",
+                            "torch.cuda.is_available", "torch.accelerator.device_count",
+                            "torch.accelerator.is_available"})
+
+# What stays of a branch whose only statement was the DataParallel wrap, when the branch
+# itself must stay (an `else:` follows, or its test does more than read).
+DATA_PARALLEL_GONE_CODE = "pass  # one process per device: DDP below takes DataParallel's place\n"
+
+
+def _remove_data_parallel_wrap(facts: Facts, edits: Edits, statement: Statement) -> None:
+    """`model = DataParallel(model)` does nothing once DDP wraps the model, so it goes. The
+    branch that only chose DataParallel (`if torch.cuda.device_count() > 1:`, `if
+    len(device_ids) > 1:`: no other statement but output about it, no `else`, a test that
+    only reads) goes with it, whatever its test reads. A branch that must stay (an `else`
+    follows, or its test calls something that may do more) keeps its test, and its body
+    says why it is empty instead of a bare `pass`; its output about DataParallel stays."""
+    branch = _data_parallel_branch(facts, statement)
+    if branch is not None and branch.orelse is None and _only_reads(facts, branch.test) \
+            and isinstance(facts.parents.get(branch), (cst.IndentedBlock, cst.Module)):
+        edits.removed.add(branch)
+    elif branch is not None and len(facts.block_of(statement).body) == 1:
+        edits.replace(statement, [edits.statement(DATA_PARALLEL_GONE_CODE).with_changes(
+            leading_lines=statement.leading_lines)])
+    else:
+        edits.removed.add(statement)
+
+
+def _data_parallel_branch(facts: Facts, statement: Statement) -> Optional[cst.If]:
+    """The `if` whose body holds only the wrap (and output about it)."""
     block = facts.block_of(statement)
     branch = facts.parents.get(block)
-    if not isinstance(branch, cst.If) or branch.orelse is not None:
-        return None
-    if "device_count" not in facts.module.code_for_node(branch.test):
+    if not isinstance(branch, cst.If) or branch.body is not block:
         return None
     others = [s for s in block.body if s is not statement]
-    if all(s in facts.output_statements for s in others):
-        return branch
-    return None
+    return branch if all(s in facts.output_statements for s in others) else None
+
+
+def _only_reads(facts: Facts, test: cst.BaseExpression) -> bool:
+    """The test reads names, attributes, literals and calls of _READING_CALLS only."""
+    reading = {call for qualified in _READING_CALLS for call in facts.calls_named.get(qualified, ())}
+    return all(call in reading for call in find_all(test, cst.Call)) and not find_all(test, cst.NamedExpr)
 
 
 def _unwrap_module_accesses(facts: Facts, edits: Edits, model: Model) -> None:

@@ -8,9 +8,10 @@ from typing import Optional, Union
 
 import libcst as cst
 
+from ddpify.analysis import names
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import BlockItem, DeviceAssignment, Statement
-from ddpify.analysis.nodes import dotted_name
+from ddpify.analysis.nodes import dotted_name, find_all, names_in, target_names, targets_bound_in
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import fsdp2
 from ddpify.emit.ddp import (
@@ -25,6 +26,7 @@ from ddpify.emit.ddp import (
     REFINE_AFTER_EARLY_GROUP_CODE,
     REFINE_ANY_CODE,
     REFINE_CODE,
+    REFINE_GIVEN_STRING_CODE,
     REFINE_STRING_CODE,
     RUN_NOT_IMPORTED,
     SETUP_CODE,
@@ -81,7 +83,7 @@ def choose(facts: Facts) -> Plan:
                         device_is_string=True, device_from_parameter=True, device_kind_unknown=True)
         block = _scope_block(facts, statement, function)
         return Plan(function, block, device, None, choice_statement=facts.ancestor_in(statement, block),
-                    device_is_string=True, device_kind_unknown=device.isidentifier())
+                    device_is_string=True, device_kind_unknown=device.isidentifier(), device_given=True)
     function = _training_function(facts)
     block = function.body if function is not None else facts.module
     if facts.training_helper_calls or _models_moved_elsewhere(facts):
@@ -467,12 +469,14 @@ def place(facts: Facts, edits: Edits, plan: Plan) -> None:
         edits.report("DDP007", call, f"device `{where}` is one ddpify cannot follow: the setup makes \"cuda\" this "
                                      f"rank's GPU, but a fixed index (\"cuda:0\") puts every rank on that GPU; "
                                      f"make it torch.device(\"cuda\", local_rank) or \"cuda\"")
+    _keep_a_choice_whose_test_comes_later(facts, edits, plan)
     if plan.choice_statement is not None:
         _place_after_choice(facts, edits, plan)
         return
+    anchor = _first_statement_needing_setup(facts, edits, plan)
+    _follow_the_moves_test(facts, edits, plan, anchor)
     setup = edits.statements(_for_this_script(_setup_code(edits, plan), facts, plan))
     comment = cst.EmptyLine(comment=cst.Comment(SETUP_COMMENT))
-    anchor = _first_statement_needing_setup(facts, edits, plan)
     if plan.device_elsewhere:
         # Before anything of the project runs: a module there may choose "cuda" and move a
         # model to it, which must already mean this rank's GPU.
@@ -497,6 +501,92 @@ def place(facts: Facts, edits: Edits, plan: Plan) -> None:
         return
     edits.insert_before(anchor, Insertion(setup, takes_blank_lines=True), first=True)
     edits.report("DDP001", anchor)
+
+
+def _keep_a_choice_whose_test_comes_later(facts: Facts, edits: Edits, plan: Plan) -> None:
+    """The setup would take the device choice's place above it (a loader needs it first),
+    but the choice's test reads a name set in between (`n_gpu` in `"cuda:0" if n_gpu > 0
+    else "cpu"`), which would not exist there yet: the choice stays where it is, and the
+    setup follows it (the group joined early, the device refined to this rank's)."""
+    assignment = plan.device_assignment
+    if plan.choice_statement is not None or assignment is None:
+        return
+    if not _reads_only_names_bound_before(facts, plan, _first_statement_needing_setup(facts, edits, plan),
+                                          assignment.gpu_condition or "True"):
+        plan.choice_statement = facts.ancestor_in(assignment.statement, plan.block)
+        plan.device_assignment = None
+
+
+def _follow_the_moves_test(facts: Facts, edits: Edits, plan: Plan, anchor: Optional[BlockItem]) -> None:
+    """No device is chosen by name, and every model reaches the GPU only under the script's
+    own test (`if opt.cuda: netG.cuda()`, a `--cuda` flag): the setup's GPU test is that
+    test, so that without the flag the model stays on the CPU and so do the rank's device, the
+    wrap (no device_ids) and the backend (Gloo), as in the original. torch.cuda.is_available()
+    there would wrap a CPU model with device_ids on a GPU machine, which DDP refuses. Where
+    the test reads a name set only after the setup must run, it cannot be followed (DDP007)."""
+    if plan.device_assignment is not None or plan.device_elsewhere or plan.device_from_parameter or plan.cpu_only:
+        return
+    tests: dict[str, cst.BaseExpression] = {}
+    for model in facts.models:
+        for move in facts.device_moves.get(model.name, ()):
+            if move not in facts.fixed_device_moves:
+                continue
+            test = _test_around(facts, move)
+            if test is None:
+                return  # moved to the GPU whatever the script's flags say
+            tests.setdefault(facts.module.code_for_node(test), test)
+    if len(tests) != 1:
+        return
+    code, test = tests.popitem()
+    if _only_asks_for_cuda(facts, test):
+        return  # the setup's own test already
+    if not _reads_only_names_bound_before(facts, plan, anchor, code):
+        edits.report("DDP007", test, f"the models go to the GPU only when `{code}`, which is set after "
+                     "the point where the distributed setup must run: the setup takes the GPU whenever "
+                     f"there is one; set `{code}` earlier, or choose the device by name")
+        return
+    if dotted_name(test) is None:
+        name = facts.free_name("use_cuda")
+        plan.gpu_condition_code = f"{name} = {code}\n"
+        code = name
+    plan.use_gpu = code
+
+
+def _only_asks_for_cuda(facts: Facts, test: cst.BaseExpression, depth: int = 0) -> bool:
+    """`torch.cuda.is_available()`, or a name only ever given that (`cuda = True if
+    torch.cuda.is_available() else False`): the test the setup makes itself."""
+    available = facts.calls_named.get(names.CUDA_IS_AVAILABLE, ())
+    if any(call in available for call in find_all(test, cst.Call)):
+        return names_in(test) <= {"torch", "True", "False"}
+    values = facts.assigned_values.get(test.value, []) if isinstance(test, cst.Name) else []
+    return depth < 2 and bool(values) and all(_only_asks_for_cuda(facts, value, depth + 1) for value in values)
+
+
+def _test_around(facts: Facts, node: cst.CSTNode) -> Optional[cst.BaseExpression]:
+    """The test of the innermost `if` whose body (not its else) holds node, in its function."""
+    child, parent = node, facts.parents.get(node)
+    while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.ClassDef)):
+        if isinstance(parent, cst.If) and child is parent.body:
+            return parent.test
+        child, parent = parent, facts.parents.get(parent)
+    return None
+
+
+def _reads_only_names_bound_before(facts: Facts, plan: Plan, anchor: Optional[BlockItem], code: str) -> bool:
+    """Whether every name `code` reads that the setup's block binds is bound by a statement
+    above `anchor` (where the setup goes): a name the block binds only from there on would
+    not exist yet. Names the block never binds (parameters, globals, imports) are there."""
+    body: list[BlockItem] = list(plan.block.body)
+    if anchor is None or anchor not in body:
+        return True
+    cut = body.index(anchor)
+
+    def bound(statements: Sequence[BlockItem]) -> set[str]:
+        return {name for statement in statements for target in targets_bound_in(statement)
+                for name in target_names(target)}
+
+    later = bound(body[cut:]) - bound(body[:cut])
+    return not names_in(cst.parse_expression(code)) & later
 
 
 def _setup_code(edits: Edits, plan: Plan) -> str:
@@ -557,7 +647,8 @@ def _place_after_choice(facts: Facts, edits: Edits, plan: Plan) -> None:
         chosen = f'{plan.device} if {plan.device} is not None else "cpu"'
     if plan.device_is_string:
         # EARLY_GROUP_CODE already made the accelerator current: the string needs nothing more.
-        refine_string = REFINE_ANY_CODE if plan.device_kind_unknown else REFINE_STRING_CODE
+        refine_string = REFINE_ANY_CODE if plan.device_kind_unknown else (
+            REFINE_GIVEN_STRING_CODE if plan.device_given else REFINE_STRING_CODE)
         string_code = (fsdp2.bound_to_device(refine_string, fsdp2.BOUND_TO_STRING_DEVICE)
                        if edits.options.fsdp2 else refine_string)
         refine = "" if group_early else string_code.format(device=plan.device)

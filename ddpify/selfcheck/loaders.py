@@ -136,9 +136,16 @@ def _loader_handed_on(source: Source, sampler: ast.Call, names: list[str]) -> bo
         while isinstance(root, (ast.Attribute, ast.Call)):
             root = root.value if isinstance(root, ast.Attribute) else root.func
         if isinstance(root, ast.Name) and root.id in elsewhere and any(
-                loose_dotted(arg) in built for arg in [*call.args, *(k.value for k in call.keywords)]):
+                loose_dotted(arg) in built or _built_here_with(source, arg, sampler, names)
+                for arg in [*call.args, *(k.value for k in call.keywords)]):
             return True
     return False
+
+
+def _built_here_with(source: Source, value: ast.AST, sampler: ast.Call, names: list[str]) -> bool:
+    """`train(model, DataLoader(data, sampler=train_sampler))`: the loader built in the call."""
+    given = _sampler_argument(value) if isinstance(value, ast.Call) and value in loader_calls(source) else None
+    return given is not None and any(each is sampler or loose_dotted(each) in names for each in ast.walk(given))
 
 
 def _objects_of_imported_classes(source: Source) -> set[str]:
