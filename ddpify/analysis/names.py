@@ -98,7 +98,13 @@ CLOCK_OR_CHANCE = frozenset(
 TEMPORARY_DIRECTORY = "tempfile.TemporaryDirectory"
 SUMMARY_WRITER = frozenset(
     {"torch.utils.tensorboard.SummaryWriter", "torch.utils.tensorboard.writer.SummaryWriter",
-     "tensorboardX.SummaryWriter"}
+     "tensorboardX.SummaryWriter", "tensorboard_logger.Logger"}
+)
+# tensorboard_logger's module functions: `configure(logdir)` opens an event file and
+# `log_value(...)` writes to it; both on rank 0 only, like the statements of a SummaryWriter
+# (a rank that never configured must not log either: the library raises then).
+TENSORBOARD_LOGGER_CALLS = frozenset(
+    f"tensorboard_logger.{name}" for name in ("configure", "log_value", "log_histogram", "log_images")
 )
 # Calls whose arguments name files or folders.
 FILE_PATH_CALLS = OPEN | MAKE_DIRECTORIES | DUMP_TO_FILE | SUMMARY_WRITER | frozenset(

@@ -334,6 +334,10 @@ def _trackers(facts: Facts, edits: Edits, setup: Plan) -> None:
     for qualified in sorted(names.SUMMARY_WRITER):
         for call in facts.calls_named.get(qualified, ()):
             _guard_object(facts, edits, setup, call, "DDP306")
+    for qualified in sorted(names.TENSORBOARD_LOGGER_CALLS):
+        for call in facts.calls_named.get(qualified, ()):
+            if not _guard_statement_call(facts, edits, setup, call, "DDP306"):
+                edits.report("DDP307", call)
     for call in facts.calls_named.get(names.WANDB_INIT, ()):
         # A disabled run accepts every call and records nothing: one keyword instead of a
         # guard on each wandb.log, wandb.watch and run.finish.
