@@ -17,8 +17,8 @@ from ddpify.selfcheck.source import (
 Finding = tuple[str, int, str]
 
 # Called as `name(...)` or `module.name(...)`: each prints, writes or makes a file, or opens or
-# writes a TensorBoard log (tensorboard_logger's functions too). (wandb is left out: ddpify keeps its calls on every rank and disables the
-# run on the others with `mode=`.)
+# writes a TensorBoard log (tensorboard_logger's functions too). (wandb is left out: ddpify
+# keeps its calls on every rank and disables the run on the others with `mode=`.)
 WRITERS = frozenset({"print", "torch.save", "os.makedirs", "os.mkdir", "json.dump", "pickle.dump",
                      "np.save", "np.savez", "np.savetxt", "numpy.save", "save_image", "shutil.copy",
                      "shutil.copyfile", "SummaryWriter", "sys.stdout.write", "pprint.pprint",
