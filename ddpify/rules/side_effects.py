@@ -230,7 +230,8 @@ def _model_runs_kept_on_every_rank(facts: Facts, edits: Edits, statement: cst.Ba
     model_names = {model.name for model in facts.models}
     if not _runs_model(facts, expression.value, model_names):
         return True
-    if _hoist_model_runs(facts, edits, statement, expression.value, model_names):
+    if isinstance(statement, (cst.SimpleStatementLine, cst.If)) and _hoist_model_runs(
+            facts, edits, statement, expression.value, model_names):
         return True
     edits.report("DDP308", statement)
     return False
