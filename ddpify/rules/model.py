@@ -726,10 +726,12 @@ def _load_without_module_prefix(facts: Facts, edits: Edits) -> None:
 def _strip_prefix_on_load(facts: Facts, edits: Edits, load: cst.Call) -> None:
     state = next((arg for arg in load.args if arg.keyword is None and not arg.star), None) or next(
         (arg for arg in load.args if arg.keyword is not None and arg.keyword.value == "state_dict"), None)
-    if state is None or state.value in edits.expressions:
+    if state is None or state in edits.expressions:
         return
-    edits.expressions[state.value] = lambda node: cst.Call(
-        func=cst.Name("without_module_prefix"), args=[cst.Arg(value=cast(cst.BaseExpression, node))])
+    # The argument, not its value: an edit of the value itself (`torch.load(path)` given its
+    # map_location) is applied first, inside.
+    edits.expressions[state] = lambda node: cast(cst.Arg, node).with_changes(value=cst.Call(
+        func=cst.Name("without_module_prefix"), args=[cst.Arg(value=cast(cst.Arg, node).value)]))
     edits.add_helper("without_module_prefix", WITHOUT_MODULE_PREFIX_HELPER, "torch")
     edits.report("DDP111", load)
 
@@ -795,6 +797,13 @@ CASES = (
     Emits(TRAINING, "DDP101", ("model = DDP(model, device_ids=[local_rank]",)),
     Emits(TRAINING.replace("model = torch.nn.Linear(4, 1)", "model = torch.nn.DataParallel(torch.nn.Linear(4, 1))"),
           "DDP102", ("model = torch.nn.Linear(4, 1).to(device)",)),
+    Emits(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)",
+                           'model = torch.nn.DataParallel(torch.nn.Linear(4, 1)).to(device)\n'
+                           'model.load_state_dict(torch.load("last.pt"))'),
+          "DDP111", ('model.load_state_dict(without_module_prefix(torch.load("last.pt"',)),
+    Silent(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)",
+                            'model = torch.nn.Linear(4, 1).to(device)\nmodel.load_state_dict(torch.load("last.pt"))'),
+           "DDP111"),
     Emits(TRAINING + 'torch.save(model.state_dict(), "model.pt")\n', "DDP103",
           ('getattr(model, "module", model).state_dict()',)),
     Silent(TRAINING, "DDP103"),
