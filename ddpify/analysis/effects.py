@@ -8,6 +8,7 @@ call ddpify does not know, a change to an object it was handed - makes it OPAQUE
 call stays on every rank as it was. The modules are read with `ast`, never rewritten.
 """
 import ast
+import builtins
 from collections.abc import Iterator
 from typing import Callable, Optional, Union
 
@@ -24,7 +25,6 @@ OUTPUT_CALLS = frozenset({
 }) | names.PROGRESS_WRITE
 WRITE_CALLS = names.MAKE_DIRECTORIES | names.DUMP_TO_FILE | frozenset({
     names.TORCH_SAVE, "shutil.copy2", "shutil.move", "os.remove", "os.replace", "os.rename",
-    "cv2.imwrite", "imageio.imwrite", "imageio.imsave",
 })
 # Computations with no effect outside their result.
 PURE_CALLS = frozenset(f"builtins.{name}" for name in (
@@ -35,7 +35,11 @@ PURE_CALLS = frozenset(f"builtins.{name}" for name in (
     "time.time", "time.perf_counter", "time.monotonic", "time.strftime", "time.localtime",
     "time.gmtime", "datetime.datetime.now", "datetime.timedelta", "shutil.get_terminal_size",
     "os.get_terminal_size", "os.getcwd", "json.dumps",
-})
+    # reading an image file
+    "imageio.imread", "imageio.v2.imread", "imageio.v3.imread", "cv2.imread", "skimage.io.imread",
+}) | frozenset(  # building an exception to raise: `raise ValueError(...)`
+    f"builtins.{name}" for name in dir(builtins)
+    if isinstance(getattr(builtins, name), type) and issubclass(getattr(builtins, name), BaseException))
 # Libraries that cannot reach another rank or the model: image and array computations.
 PURE_PREFIXES = ("math.", "os.path.", "datetime.", "string.", "numpy.", "PIL.", "torch.nn.functional.")
 TENSOR_FUNCTIONS = frozenset(f"torch.{name}" for name in (

@@ -87,6 +87,9 @@ DUMP_TO_FILE = frozenset(
      "numpy.savetxt", "numpy.savez_compressed", "shutil.copy", "shutil.copyfile",
      "shutil.copytree", "shutil.rmtree", "torchvision.utils.save_image",
      "matplotlib.pyplot.savefig", "matplotlib.pyplot.imsave", "torch.onnx.export"}
+) | frozenset(  # image files, through the imaging libraries samples are written with
+    {"imageio.imwrite", "imageio.imsave", "imageio.mimwrite", "imageio.mimsave", "imageio.v2.imwrite",
+     "imageio.v2.mimsave", "imageio.v3.imwrite", "cv2.imwrite", "scipy.misc.imsave", "skimage.io.imsave"}
 )
 # A value that differs between ranks run at once: a folder named from it must be rank 0's
 # (rules/shared_names.py).
