@@ -515,7 +515,10 @@ class Collector(cst.CSTVisitor):
                     self.facts.models_moved_elsewhere.add(name)
 
     def _is_module(self, name: str) -> bool:
-        return any(read.attr.value in effects.MODULE_ONLY_METHODS for read in self.facts.attribute_reads.get(name, ()))
+        # `model.train()`, not `config.train.lr`: a module's method, called.
+        return any(read.attr.value in effects.MODULE_ONLY_METHODS
+                   and getattr(self.parents.get(read), "func", None) is read
+                   for read in self.facts.attribute_reads.get(name, ()))
 
     def note_dynamic_imports(self) -> None:
         """`importlib.import_module(name)`, `__import__`, `sys.path` edits: a module chosen when

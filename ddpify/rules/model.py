@@ -270,7 +270,7 @@ def _unwrap_models_handed_in(facts: Facts, edits: Edits) -> None:
     own = {model.name for model in facts.models}
     for name, reads in sorted(facts.attribute_reads.items()):
         if name in own or name not in facts.module_attributes and not any(
-                read.attr.value in MODULE_ONLY_METHODS for read in reads):
+                read.attr.value in MODULE_ONLY_METHODS and _called(facts, read) for read in reads):
             continue
         functions = [function for function in map(facts.function_of, reads) if function is not None]
         if not functions or not all(handed_in(facts, function, name) for function in functions):
@@ -283,6 +283,12 @@ def _unwrap_models_handed_in(facts: Facts, edits: Edits) -> None:
         for value in _type_reads(facts, name):
             edits.expressions[value] = _unwrapped(name, edits, _quote_for(facts, value))
             edits.report("DDP103", value)
+
+
+def _called(facts: Facts, read: cst.Attribute) -> bool:
+    """`model.train()`, not `config.train.lr`: a module's method is called."""
+    parent = facts.parents.get(read)
+    return isinstance(parent, cst.Call) and parent.func is read
 
 
 def _unwrap_for_helpers(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
