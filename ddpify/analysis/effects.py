@@ -537,9 +537,10 @@ def _moved_in_chain(value: ast.expr) -> bool:
 
 def _import_table(tree: ast.Module, package: str) -> dict[str, str]:
     """What each imported name of the module stands for (`np` -> "numpy"; in package `utils`,
-    `from .misc import bar` -> "utils.misc.bar")."""
+    `from .misc import bar` -> "utils.misc.bar"): imports at module level, also inside a
+    `try:` / `if` there (`try: import imageio except ImportError: imageio = None`)."""
     table: dict[str, str] = {}
-    for node in tree.body:
+    for node in _module_level_statements(tree.body):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 names.add_import(table, alias.name, alias.asname)
@@ -549,6 +550,22 @@ def _import_table(tree: ast.Module, package: str) -> dict[str, str]:
                 if module is not None and alias.name != "*":
                     names.add_import_from(table, module, alias.name, alias.asname)
     return table
+
+
+def _module_level_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The statements that run when the module is imported, through try and if blocks (not
+    into functions or classes)."""
+    for statement in body:
+        yield statement
+        if isinstance(statement, ast.Try):
+            blocks = [statement.body, *(handler.body for handler in statement.handlers), statement.orelse,
+                      statement.finalbody]
+        elif isinstance(statement, ast.If):
+            blocks = [statement.body, statement.orelse]
+        else:
+            continue
+        for block in blocks:
+            yield from _module_level_statements(block)
 
 
 def absolute_module(node: ast.ImportFrom, package: str) -> Optional[str]:
