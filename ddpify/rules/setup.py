@@ -533,9 +533,8 @@ def _join_early(facts: Facts, edits: Edits, plan: Plan) -> None:
             firsts[block] = statement
     for block, first in list(firsts.items()):
         for anchor in plan.wrap_points.values():
-            earlier = facts.ancestor_in(anchor, block)
-            if earlier is not None and facts.start_of(earlier) < facts.start_of(first):
-                first = firsts[block] = earlier
+            if facts.parents.get(anchor) is block and facts.start_of(anchor) < facts.start_of(first):
+                first = firsts[block] = anchor
     for block, statement in firsts.items():
         edits.imports.add("torch")
         imported_too = block is facts.module and facts.main_guard is not None
