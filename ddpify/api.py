@@ -153,7 +153,7 @@ class _MigrateCommand(CodemodCommand):
         for concern in CONCERNS:
             concern.plan(facts, edits, plan)
         if hand_batches.only_hand_made_batches(facts, plan):
-            self._leave_single_process(plan)
+            self._leave_single_process(plan, edits)
         if not plan.library:
             setup.place(facts, edits, plan)
             setup.teardown(facts, edits, plan)
@@ -168,11 +168,13 @@ class _MigrateCommand(CodemodCommand):
             new_tree = remove_unused_imports(new_tree, sorted(edits.unused_imports))
         return new_tree
 
-    def _leave_single_process(self, plan: Plan) -> None:
+    def _leave_single_process(self, plan: Plan, edits: Edits) -> None:
         hand_made = list(plan.hand_made_batches)
         first = min(hand_made, key=lambda d: (d.line, d.column))
+        # An import ddpify cannot follow (DDP909) often says where the batches really come from.
+        unfollowed = [d for d in edits.diagnostics if d.code == "DDP909"]
         self.diagnostics = sorted(
-            hand_made + [Diagnostic("DDP904", first.line, first.column, RULES["DDP904"].summary)],
+            hand_made + unfollowed + [Diagnostic("DDP904", first.line, first.column, RULES["DDP904"].summary)],
             key=lambda d: (d.line, d.column, d.code, d.message))
         raise SkipFile("training data built by hand")
 

@@ -6,17 +6,21 @@ the project around it (`ddpify.project`): migrating every file of `files_of(trai
 the migrated project. This module decides which files those are, under which names they are
 shown, and where a copy of the tree goes; it migrates nothing itself.
 """
+import ast
 import os
+import re
 import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ddpify.files import SourceError
+from ddpify.emit import ddp
+from ddpify.files import SourceError, read_source
 from ddpify.jobs import ERROR, NOTEBOOK_SUFFIX, TREE, Job, Report, patch_path
 from ddpify.options import Options
 from ddpify.project_files import files_of
+from ddpify.rules import frameworks
 from ddpify.walk import Entry, is_skipped_directory, matches_any
 
 
@@ -45,9 +49,27 @@ def with_project_modules(entries: Sequence[Entry], excludes: Sequence[str] = ())
 
 def project_modules(entry: str, excludes: Sequence[str] = ()) -> list[str]:
     """The modules `entry` imports, transitively, named as the entry is (relative to the
-    current directory when it is), but those that `--exclude` globs match."""
+    current directory when it is), but those that `--exclude` globs match. None for an entry
+    that is already distributed (DDP900): it is left as it is, and so are its modules, which
+    belong to its own distributed design (a rank-0 guard or a sampler added there would be
+    a second one beside the entry's)."""
+    if _already_distributed(entry):
+        return []
     shown = (shown_path(entry, module) for module in files_of(entry)[1:])
     return [module for module in shown if not matches_any(module, excludes)]
+
+
+def _already_distributed(entry: str) -> bool:
+    """The entry's own verdict (rules/frameworks.py), when its author distributed it: an
+    entry ddpify migrated (its setup, guard helper or teardown in it) still brings its modules,
+    so that --check and a second run see them. One that cannot be read or parsed is the
+    migration's to report, with its modules as usual."""
+    try:
+        text = read_source(entry).text
+        tree = ast.parse(text)
+    except (SourceError, SyntaxError, ValueError):
+        return False
+    return frameworks.already_distributed(tree, text) is not None and not re.search(ddp.OWN_OUTPUT, text)
 
 
 def shown_path(entry: str, module: Path) -> str:

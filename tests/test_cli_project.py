@@ -205,6 +205,27 @@ def test_output_directory_is_a_migrated_copy_of_the_tree(tree, tmp_path):
     assert f"{out}/: a migrated copy of {tree}" in result.stderr
 
 
+# The entry distributes itself: its helper modules are part of its own design.
+DISTRIBUTED_TRAIN = TRAIN.replace("def main():\n", """def main():
+    torch.distributed.init_process_group("gloo")
+""", 1)
+
+
+@pytest.mark.parametrize("mode", [("--diff",), ("--check",), ("-i",), ("-o", "out/")])
+def test_an_entry_already_distributed_leaves_its_helper_modules_alone(tree, monkeypatch, mode):
+    (tree / "train.py").write_text(DISTRIBUTED_TRAIN)
+    assert own_migration(tree / "pretrain.py").code != PRETRAIN  # on its own it would change
+    monkeypatch.chdir(tree.parent)
+    before = state(tree)
+    result = invoke(*[arg if arg != "out/" else str(tree.parent / "out") + "/" for arg in mode], "proj/train.py")
+    assert result.exit_code == 0, result.stderr
+    assert "proj/train.py:9:5: info: DDP900 already distributed: left unchanged" in result.stderr
+    assert "pretrain.py" not in result.stdout + result.stderr
+    assert state(tree) == before
+    if mode[0] == "-o":
+        assert (tree.parent / "out" / "pretrain.py").read_text() == PRETRAIN
+
+
 def test_output_directory_of_a_folder_migrates_each_script(tree, tmp_path):
     out = tmp_path / "copy"
     out.mkdir()

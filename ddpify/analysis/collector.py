@@ -301,7 +301,7 @@ class Collector(cst.CSTVisitor):
             return
         made_by = next((q for q in sorted(self._qualified(node.value.func)) if self.project.defines(q)), None)
         if made_by is not None:
-            for name in names_within(node.targets[0].target):
+            for name in _bound_names(node.targets[0].target):
                 self.facts.made_in_other_modules[name] = made_by
                 if self.project.makes_loader(made_by):
                     self.facts.external_loaders.append(ExternalLoader(
@@ -582,7 +582,10 @@ class Collector(cst.CSTVisitor):
                     self.facts.models_moved_elsewhere.add(name)
 
     def _is_module(self, name: str) -> bool:
-        return any(read.attr.value in effects.MODULE_ONLY_METHODS for read in self.facts.attribute_reads.get(name, ()))
+        # `model.train()`, not `config.train.lr`: a module's method, called.
+        return any(read.attr.value in effects.MODULE_ONLY_METHODS
+                   and getattr(self.parents.get(read), "func", None) is read
+                   for read in self.facts.attribute_reads.get(name, ()))
 
     def note_dynamic_imports(self) -> None:
         """`importlib.import_module(name)`, `__import__`, `sys.path` edits: a module chosen when
@@ -775,3 +778,14 @@ class Collector(cst.CSTVisitor):
             parent = self.parents.get(node)
             if isinstance(parent, cst.AssignTarget):
                 self.facts.visible_devices_statements.append(self._statement(node))
+
+
+def _bound_names(target: cst.BaseExpression) -> list[str]:
+    """The names an assignment binds, `self.d2` for `self.d2 = ...` (not `self`, which it
+    only reads), each element of a tuple or list, in order."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [name for element in target.elements for name in _bound_names(element.value)]
+    if isinstance(target, cst.StarredElement):
+        return _bound_names(target.value)
+    name = dotted_name(target)
+    return [name] if name is not None else []

@@ -6,7 +6,7 @@ from typing import Optional, Union
 import libcst as cst
 
 from ddpify.analysis.facts import DictPass, ExternalLoader, Holder, Loader, Model
-from ddpify.analysis.nodes import dotted_name, find_all, names_in, string_value
+from ddpify.analysis.nodes import calls_within, dotted_name, find_all, names_in, names_within, string_value
 from ddpify.analysis.values import ValueFlow
 
 
@@ -166,9 +166,16 @@ def note_loaders_from_callers(facts: Facts) -> None:
     caller's DataLoader, which the caller's module shards: only set_epoch is this module's."""
     for loop in facts.batch_loops_without_loader():
         function = facts.function_of(loop)
+        # `for step in range(self.steps)`: a count, whatever the caller handed in for it (not
+        # `range(len(self.loader))`, whose loader the loop may draw from with next()).
+        ranges = [call for call in calls_within(loop.iter) if dotted_name(call.func) == "range"]
+        sized = {name for call in ranges for inner in calls_within(call) if dotted_name(inner.func) == "len"
+                 for name in names_within(inner)}
+        counted = {name for call in ranges for name in names_within(call)} - sized
         for name in facts.names_iterated_by(loop):
             # (`self` is named by `next(self.it)`: the object, not what it iterates.)
-            if function is not None and name not in ("self", "cls") and handed_in(facts, function, name):
+            if function is not None and name not in ("self", "cls") and name not in counted and handed_in(
+                    facts, function, name):
                 facts.external_loaders.append(ExternalLoader(name, function, function, loop, "its caller"))
 
 

@@ -8,6 +8,7 @@ call ddpify does not know, a change to an object it was handed - makes it OPAQUE
 call stays on every rank as it was. The modules are read with `ast`, never rewritten.
 """
 import ast
+import builtins
 from collections.abc import Iterator
 from typing import Callable, Optional, Union
 
@@ -24,7 +25,6 @@ OUTPUT_CALLS = frozenset({
 }) | names.PROGRESS_WRITE
 WRITE_CALLS = names.MAKE_DIRECTORIES | names.DUMP_TO_FILE | frozenset({
     names.TORCH_SAVE, "shutil.copy2", "shutil.move", "os.remove", "os.replace", "os.rename",
-    "cv2.imwrite", "imageio.imwrite", "imageio.imsave",
 })
 # Computations with no effect outside their result.
 PURE_CALLS = frozenset(f"builtins.{name}" for name in (
@@ -35,7 +35,11 @@ PURE_CALLS = frozenset(f"builtins.{name}" for name in (
     "time.time", "time.perf_counter", "time.monotonic", "time.strftime", "time.localtime",
     "time.gmtime", "datetime.datetime.now", "datetime.timedelta", "shutil.get_terminal_size",
     "os.get_terminal_size", "os.getcwd", "json.dumps",
-})
+    # reading an image file
+    "imageio.imread", "imageio.v2.imread", "imageio.v3.imread", "cv2.imread", "skimage.io.imread",
+}) | frozenset(  # building an exception to raise: `raise ValueError(...)`
+    f"builtins.{name}" for name in dir(builtins)
+    if isinstance(getattr(builtins, name), type) and issubclass(getattr(builtins, name), BaseException))
 # Libraries that cannot reach another rank or the model: image and array computations.
 PURE_PREFIXES = ("math.", "os.path.", "datetime.", "string.", "numpy.", "PIL.", "torch.nn.functional.")
 TENSOR_FUNCTIONS = frozenset(f"torch.{name}" for name in (
@@ -533,9 +537,10 @@ def _moved_in_chain(value: ast.expr) -> bool:
 
 def _import_table(tree: ast.Module, package: str) -> dict[str, str]:
     """What each imported name of the module stands for (`np` -> "numpy"; in package `utils`,
-    `from .misc import bar` -> "utils.misc.bar")."""
+    `from .misc import bar` -> "utils.misc.bar"): imports at module level, also inside a
+    `try:` / `if` there (`try: import imageio except ImportError: imageio = None`)."""
     table: dict[str, str] = {}
-    for node in tree.body:
+    for node in _module_level_statements(tree.body):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 names.add_import(table, alias.name, alias.asname)
@@ -545,6 +550,22 @@ def _import_table(tree: ast.Module, package: str) -> dict[str, str]:
                 if module is not None and alias.name != "*":
                     names.add_import_from(table, module, alias.name, alias.asname)
     return table
+
+
+def _module_level_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The statements that run when the module is imported, through try and if blocks (not
+    into functions or classes)."""
+    for statement in body:
+        yield statement
+        if isinstance(statement, ast.Try):
+            blocks = [statement.body, *(handler.body for handler in statement.handlers), statement.orelse,
+                      statement.finalbody]
+        elif isinstance(statement, ast.If):
+            blocks = [statement.body, statement.orelse]
+        else:
+            continue
+        for block in blocks:
+            yield from _module_level_statements(block)
 
 
 def absolute_module(node: ast.ImportFrom, package: str) -> Optional[str]:

@@ -250,6 +250,9 @@ class FactRecord:
     # Every call by the qualified name of what it calls (`tqdm.tqdm`, `builtins.open`).
     calls_named: dict[str, list[cst.Call]] = field(default_factory=dict)
     bound_names: set[str] = field(default_factory=set)
+    # Names ddpify gave a loader's sampler or dataset, by (function, loader name, kind).
+    derived_names: dict[tuple[Optional[cst.FunctionDef], str, str], str] = field(
+        default_factory=dict, repr=False)
     # `self.x = value` in each method: {method: {"self.x": [value, ...]}}.
     self_assignments: dict[cst.FunctionDef, dict[str, list[cst.BaseExpression]]] = field(
         default_factory=dict)

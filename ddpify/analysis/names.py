@@ -88,6 +88,9 @@ DUMP_TO_FILE = frozenset(
      "shutil.copytree", "shutil.rmtree", "torchvision.utils.save_image",
      "matplotlib.pyplot.savefig", "matplotlib.pyplot.imsave", "torch.onnx.export",
      "torch.jit.save", "torch.export.save"}
+) | frozenset(  # image files, through the imaging libraries samples are written with
+     {"imageio.imwrite", "imageio.imsave", "imageio.mimwrite", "imageio.mimsave", "imageio.v2.imwrite",
+      "imageio.v2.mimsave", "imageio.v3.imwrite", "cv2.imwrite", "scipy.misc.imsave", "skimage.io.imsave"}
 )
 # Calls that compile or export a module they are handed: a DDP wrapper is not scriptable
 # (its forward takes *inputs), and the exported file should hold the model, not the wrapper.
@@ -107,7 +110,13 @@ CLOCK_OR_CHANCE = frozenset(
 TEMPORARY_DIRECTORY = "tempfile.TemporaryDirectory"
 SUMMARY_WRITER = frozenset(
     {"torch.utils.tensorboard.SummaryWriter", "torch.utils.tensorboard.writer.SummaryWriter",
-     "tensorboardX.SummaryWriter"}
+     "tensorboardX.SummaryWriter", "tensorboard_logger.Logger"}
+)
+# tensorboard_logger's module functions: `configure(logdir)` opens an event file and
+# `log_value(...)` writes to it; both on rank 0 only, like the statements of a SummaryWriter
+# (a rank that never configured must not log either: the library raises then).
+TENSORBOARD_LOGGER_CALLS = frozenset(
+    f"tensorboard_logger.{name}" for name in ("configure", "log_value", "log_histogram", "log_images")
 )
 # Calls whose arguments name files or folders.
 FILE_PATH_CALLS = OPEN | MAKE_DIRECTORIES | DUMP_TO_FILE | SUMMARY_WRITER | frozenset(

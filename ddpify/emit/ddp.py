@@ -133,6 +133,14 @@ def is_main_process():
 
 TEARDOWN_CODE = "\nif distributed:\n    dist.destroy_process_group()\n"
 
+# Lines ddpify writes into a script it migrates, as a pattern: a distributed script with none
+# of them was distributed by its author (ddpify.project_jobs leaves its helper modules alone).
+OWN_OUTPUT = (
+    r"# Distributed setup:"
+    r"|if (dist\.is_initialized\(\)|distributed):\s*\n\s*dist\.destroy_process_group\(\)"
+    r"|True in the process that prints and writes files"
+)
+
 
 TEARDOWN_IF_INITIALIZED = "if dist.is_initialized():\n    dist.destroy_process_group()\n"
 

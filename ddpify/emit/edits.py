@@ -191,10 +191,7 @@ class ApplyEdits(cst.CSTTransformer):
         inner = cast(cst.If, block.body[0])
         body = list(cast(cst.IndentedBlock, inner.body).body)
         body[0] = body[0].with_changes(leading_lines=inner.leading_lines)
-        test = updated_node.test
-        if isinstance(test, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr)) and not test.lpar:
-            test = test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-        combined = cst.BooleanOperation(left=test, operator=cst.And(), right=self.edits.expression(guard))
+        combined = _and_guard(updated_node.test, guard, self.edits)
         return updated_node.with_changes(test=combined, body=block.with_changes(body=body))
 
     def _sole_guard(self, node: cst.If) -> Optional[str]:
@@ -291,8 +288,12 @@ def _split_blank_lines(lines: Iterable[cst.EmptyLine]) -> tuple[list[cst.EmptyLi
 
 
 def _guard(statements: Sequence[Statement], guard: str, edits: Edits) -> cst.If:
-    """`if is_main:` around statements; the comments above the first move above the if."""
+    """`if is_main:` around statements; the comments above the first move above the if. A
+    one-line `if test: print(x)` alone takes the guard into its test instead."""
     first = statements[0]
+    if len(statements) == 1 and isinstance(first, cst.If) and first.orelse is None \
+            and isinstance(first.body, cst.SimpleStatementSuite):
+        return first.with_changes(test=_and_guard(first.test, guard, edits))
     # A blank line moved into the new block must stay blank, not gain the block's indent.
     inner = [first.with_changes(leading_lines=())] + [
         statement.with_changes(leading_lines=[
@@ -329,6 +330,13 @@ def _end_of_imports(body: Sequence[Statement]) -> int:
 def _bare_call(statement: Statement) -> bool:
     return isinstance(statement, cst.SimpleStatementLine) and all(
         isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) for small in statement.body)
+
+
+def _and_guard(test: cst.BaseExpression, guard: str, edits: Edits) -> cst.BooleanOperation:
+    """`test and is_main`, the test in parentheses where `and` would bind into it."""
+    if isinstance(test, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr)) and not test.lpar:
+        test = test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return cst.BooleanOperation(left=test, operator=cst.And(), right=edits.expression(guard))
 
 
 def _try_finally(statement: Statement, cleanup: Sequence[Statement], edits: Edits) -> cst.Try:

@@ -253,7 +253,6 @@ def attach_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loader,
     """`{sampler} = <sampler_for(dataset)> if distributed else None` before the loader and
     `sampler=` in its call (the dataset named first when it is an expression); the
     sampler's name. `after_sampler`: lines between the two, where `{sampler}` is named."""
-    taken = facts.bound_names
     condition = "distributed"
     if not setup.sees_setup(facts, loader.call):
         condition = OUT_OF_SETUP_CONDITION
@@ -263,17 +262,13 @@ def attach_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loader,
             setup.early_joins.append(loader.statement)
     if only_when is not None:
         condition = f"{condition} and {parenthesized(only_when)}"
-    sampler = derived_name(loader, "sampler", taken)
-    # Taken from now on: a loader built in place is named after the parameter it is passed
-    # to, which may give another loader's sampler name.
-    facts.bound_names.add(sampler)
+    sampler = _own_name(facts, loader, "sampler")
     inserted: list[Statement] = []
     assert loader.dataset is not None  # the callers' checks require one
     dataset = edits.code(loader.dataset)
     if dotted_name(loader.dataset) is None:
         # `DataLoader(TensorDataset(x, y), ...)`: the sampler needs the dataset too.
-        dataset = derived_name(loader, "dataset", taken)
-        facts.bound_names.add(dataset)
+        dataset = _own_name(facts, loader, "dataset")
         inserted.append(edits.statement(DATASET_CODE.format(
             dataset=dataset, expression=edits.code(loader.dataset))))
     inserted.append(edits.statement(fit_conditional(SAMPLER_VALUE_CODE.format(
@@ -299,6 +294,19 @@ def parenthesized(expression: str) -> str:
     if expression.isidentifier() or expression.startswith("(") and expression.endswith(")"):
         return expression
     return f"({expression})"
+
+
+def _own_name(facts: Facts, loader: Loader, kind: str) -> str:
+    """The name of the sampler (or dataset) ddpify adds for a loader, taken from then on: a
+    loader built in place is named after the parameter it is passed to, which may give
+    another loader's sampler name. A loader of the same name in the same function (one per
+    branch of a dataset choice) gets the same one, so that one set_epoch after the branches
+    covers whichever branch ran."""
+    key = (loader.function, loader.name, kind)
+    if loader.inline is not None or loader.returned or key not in facts.derived_names:
+        facts.derived_names[key] = derived_name(loader, kind, facts.bound_names)
+        facts.bound_names.add(facts.derived_names[key])
+    return facts.derived_names[key]
 
 
 def derived_name(loader: Loader, kind: str, taken: Collection[str]) -> str:

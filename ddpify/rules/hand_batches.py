@@ -13,7 +13,7 @@ import libcst as cst
 
 from ddpify.analysis import names
 from ddpify.analysis.control import Facts, is_training_loader
-from ddpify.analysis.nodes import calls_within, names_in
+from ddpify.analysis.nodes import calls_within, dotted_name, find_all, names_in, target_names
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits
 from ddpify.plan import Plan
@@ -255,9 +255,34 @@ def report_batch_loops(facts: Facts, edits: Edits, setup: Plan) -> None:
                 "which ddpify reads but does not rewrite: every rank trains on the same data; give "
                 "its DataLoader a DistributedSampler there"))
             continue
+        unread = _made_by_unread_import(facts, loop)
+        if unread is not None:
+            setup.hand_made_batches.append(edits.report(
+                "DDP208", loop, f"batches come from `{unread}()`, imported from a module ddpify does not "
+                "read: every rank trains on the same data; give its DataLoader a DistributedSampler "
+                "there, or make that import one ddpify can follow"))
+            continue
         setup.hand_made_batches.append(edits.report(
             "DDP208", loop, "batches built by hand: every rank trains on the same data; shard it by "
             "rank (e.g. data[rank::world_size])"))
+
+
+def _made_by_unread_import(facts: Facts, loop: cst.For) -> Optional[str]:
+    """The imported function (`TCN.mnist_pixel.utils.data_generator`, found through an import
+    ddpify cannot follow, or a library's) whose result the loop goes over: the batches come
+    from there, not from code built by hand here."""
+    iterated = set(facts.names_iterated_by(loop))
+    # (`train_loader, test_loader = data_generator(...)` unpacks: read the assignments.)
+    values = [assign.value for assign in find_all(facts.module, cst.Assign)
+              if any(target_names(target.target) & iterated for target in assign.targets)]
+    for value in values:
+        if isinstance(value, cst.Call):
+            written = dotted_name(value.func)
+            for qualified, calls in facts.calls_named.items():
+                if value in calls and qualified != written and "." in qualified and not qualified.startswith(
+                        ("torch.", "builtins.")):
+                    return qualified
+    return None
 
 
 CASES = (

@@ -39,6 +39,11 @@ RULES = (
          "DataParallel runs one process that scatters to all GPUs; under torchrun each "
          "process owns one GPU, so DataParallel would replicate onto GPUs other ranks own.",
          "Nothing to do."),
+    Rule("DDP112", Severity.EDIT, "checkpoint of the DataParallel model loads with its `module.` prefix stripped",
+         "DataParallel saved its model's keys as `module.conv1.weight`; once DataParallel is "
+         "gone the model's own keys have no prefix, so a checkpoint written before the "
+         "migration (or a released one) would no longer load.",
+         "Nothing to do; the prefix is stripped only where present."),
     Rule("DDP103", Severity.EDIT, "raw model reached through `.module`",
          "A DDP wrapper prefixes every state_dict key with `module.`; checkpoints must hold "
          "the unwrapped model so that they load without DDP.",
@@ -345,7 +350,7 @@ def _unwrap_models_handed_in(facts: Facts, edits: Edits) -> None:
     own = {model.name for model in facts.models}
     for name, reads in sorted(facts.attribute_reads.items()):
         if name in own or name not in facts.module_attributes and not any(
-                read.attr.value in MODULE_ONLY_METHODS for read in reads):
+                read.attr.value in MODULE_ONLY_METHODS and _called(facts, read) for read in reads):
             continue
         functions = [function for function in map(facts.function_of, reads) if function is not None]
         if not functions or not all(handed_in(facts, function, name) for function in functions):
@@ -358,6 +363,12 @@ def _unwrap_models_handed_in(facts: Facts, edits: Edits) -> None:
         for value in _type_reads(facts, name):
             edits.expressions[value] = _unwrapped(name, edits, _quote_for(facts, value))
             edits.report("DDP103", value)
+
+
+def _called(facts: Facts, read: cst.Attribute) -> bool:
+    """`model.train()`, not `config.train.lr`: a module's method is called."""
+    parent = facts.parents.get(read)
+    return isinstance(parent, cst.Call) and parent.func is read
 
 
 def _unwrap_for_helpers(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
@@ -821,6 +832,54 @@ def _replace_data_parallel(facts: Facts, edits: Edits) -> None:
         edits.imports.add("DDP")
     if facts.data_parallel_calls or facts.data_parallel_references:
         edits.unused_imports.update(names.DATA_PARALLEL_IMPORTS)
+    _load_without_module_prefix(facts, edits)
+
+
+WITHOUT_MODULE_PREFIX_HELPER = '''\
+
+
+def without_module_prefix(state_dict):
+    """A state dict saved from a DataParallel model, keyed `module.<name>`, as the unwrapped
+    model names its tensors (a state dict without the prefix is returned as it is)."""
+    torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(state_dict, "module.")
+    return state_dict
+'''
+
+
+def _load_without_module_prefix(facts: Facts, edits: Edits) -> None:
+    """`model.load_state_dict(state)` where `model` was a DataParallel: the state was saved by
+    it, keyed `module.<name>`, and loads into the model DataParallel no longer wraps once the
+    prefix goes. Loads that the script runs after the DataParallel assignment (by line, in
+    the same function; any method for a `self.` attribute) take `without_module_prefix(...)`;
+    saves need nothing, since DDP103 saves the unwrapped model."""
+    for call in facts.data_parallel_calls:
+        statement = facts.statement_of(call)
+        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            continue
+        assign = statement.body[0]
+        if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+            continue
+        target = dotted_name(assign.targets[0].target)
+        if target is None:
+            continue
+        function = facts.function_of(call)
+        for load in facts.calls_by_callee.get(f"{target}.load_state_dict", ()):
+            if target.startswith("self.") or (
+                    facts.function_of(load) is function and facts.line_of(load) > facts.line_of(call)):
+                _strip_prefix_on_load(facts, edits, load)
+
+
+def _strip_prefix_on_load(facts: Facts, edits: Edits, load: cst.Call) -> None:
+    state = next((arg for arg in load.args if arg.keyword is None and not arg.star), None) or next(
+        (arg for arg in load.args if arg.keyword is not None and arg.keyword.value == "state_dict"), None)
+    if state is None or state in edits.expressions:
+        return
+    # The argument, not its value: an edit of the value itself (`torch.load(path)` given its
+    # map_location) is applied first, inside.
+    edits.expressions[state] = lambda node: cast(cst.Arg, node).with_changes(value=cst.Call(
+        func=cst.Name("without_module_prefix"), args=[cst.Arg(value=cast(cst.Arg, node).value)]))
+    edits.add_helper("without_module_prefix", WITHOUT_MODULE_PREFIX_HELPER, "torch")
+    edits.report("DDP112", load)
 
 
 def _original(node: cst.BaseExpression) -> Rewrite:
@@ -917,6 +976,13 @@ CASES = (
     Emits(TRAINING, "DDP101", ("model = DDP(model, device_ids=[local_rank]",)),
     Emits(TRAINING.replace("model = torch.nn.Linear(4, 1)", "model = torch.nn.DataParallel(torch.nn.Linear(4, 1))"),
           "DDP102", ("model = torch.nn.Linear(4, 1).to(device)",)),
+    Emits(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)",
+                           'model = torch.nn.DataParallel(torch.nn.Linear(4, 1)).to(device)\n'
+                           'model.load_state_dict(torch.load("last.pt"))'),
+          "DDP112", ('model.load_state_dict(without_module_prefix(torch.load("last.pt"',)),
+    Silent(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)",
+                            'model = torch.nn.Linear(4, 1).to(device)\nmodel.load_state_dict(torch.load("last.pt"))'),
+           "DDP112"),
     Emits(TRAINING + 'torch.save(model.state_dict(), "model.pt")\n', "DDP103",
           ('getattr(model, "module", model).state_dict()',)),
     Silent(TRAINING, "DDP103"),

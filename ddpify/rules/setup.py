@@ -611,12 +611,20 @@ def _setup_code(edits: Edits, plan: Plan) -> str:
 
 
 def _join_early(facts: Facts, edits: Edits, plan: Plan) -> None:
-    """Above the first loader of each block that is sharded before the setup has run."""
+    """Above the first loader of each block that is sharded before the setup has run, or
+    above an earlier device move in that block after which a model is wrapped out of the
+    setup's sight (`if dist.is_initialized(): self.net = DDP(self.net)`, which a group
+    joined only at the loader would never see, leaving the model unwrapped on every rank;
+    joined above the move, the device index is set before `.cuda()` too)."""
     firsts: dict = {}
     for statement in plan.early_joins:
         block = facts.block_of(statement)
         if block not in firsts or facts.start_of(statement) < facts.start_of(firsts[block]):
             firsts[block] = statement
+    for block, first in list(firsts.items()):
+        for anchor in plan.wrap_points.values():
+            if facts.parents.get(anchor) is block and facts.start_of(anchor) < facts.start_of(first):
+                first = firsts[block] = anchor
     for block, statement in firsts.items():
         edits.imports.add("torch")
         imported_too = block is facts.module and facts.main_guard is not None

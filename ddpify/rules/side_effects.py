@@ -208,6 +208,8 @@ def _hoist_model_runs(facts: Facts, edits: Edits, statement: Statement, call: cs
     """`print(f"... {evaluate(val_data):.2f}")`: the evaluation runs on every rank, into a
     name, before the print that only rank 0 makes (a DDP forward on rank 0 alone would wait
     for the others). False when a run of the model is not an argument's own call."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False  # out of `if test: print(evaluate(model))` the run would lose its test
     runs = [inner for inner in calls_within(call) if inner is not call and _runs_the_model(facts, inner, model_names)]
     outermost = [inner for inner in runs if not any(other is not inner and inner in calls_within(other)
                                                    for other in runs)]
@@ -231,12 +233,13 @@ def _model_runs_kept_on_every_rank(facts: Facts, edits: Edits, statement: cst.Ba
     model in it go first, on every rank, into names. False (the line stays on every rank,
     DDP308) where they cannot be moved."""
     expression = _single_expression(statement)
-    if expression is None or not isinstance(statement, cst.SimpleStatementLine):
+    if expression is None:
         return True
     model_names = {model.name for model in facts.models}
     if not _runs_model(facts, expression.value, model_names):
         return True
-    if _hoist_model_runs(facts, edits, statement, expression.value, model_names):
+    if isinstance(statement, (cst.SimpleStatementLine, cst.If)) and _hoist_model_runs(
+            facts, edits, statement, expression.value, model_names):
         return True
     edits.report("DDP308", statement)
     return False
@@ -335,6 +338,10 @@ def _trackers(facts: Facts, edits: Edits, setup: Plan) -> None:
     for qualified in sorted(names.SUMMARY_WRITER):
         for call in facts.calls_named.get(qualified, ()):
             _guard_object(facts, edits, setup, call, "DDP306")
+    for qualified in sorted(names.TENSORBOARD_LOGGER_CALLS):
+        for call in facts.calls_named.get(qualified, ()):
+            if not _guard_statement_call(facts, edits, setup, call, "DDP306"):
+                edits.report("DDP307", call)
     for call in facts.calls_named.get(names.WANDB_INIT, ()):
         # A disabled run accepts every call and records nothing: one keyword instead of a
         # guard on each wandb.log, wandb.watch and run.finish.
@@ -575,11 +582,35 @@ def _is_single_call_line(statement: cst.BaseStatement) -> bool:
 
 
 def _single_expression(statement: cst.BaseStatement) -> Optional[cst.Expr]:
-    """The expression of a line that holds nothing else (`print(x)`); None otherwise."""
-    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+    """The expression of a line that holds nothing else (`print(x)`), or of a one-line `if`
+    that holds nothing else and whose test only reads (`if args.verbose: print(x)`,
+    `if not os.path.exists(d): os.makedirs(d)`): rank 0 alone can run the whole `if`, the
+    test included, and the other ranks skip nothing else. None otherwise."""
+    if isinstance(statement, cst.If) and statement.orelse is None \
+            and isinstance(statement.body, cst.SimpleStatementSuite) and _only_reads(statement.test):
+        body = statement.body.body
+    elif isinstance(statement, cst.SimpleStatementLine):
+        body = statement.body
+    else:
         return None
-    small = statement.body[0]
+    if len(body) != 1:
+        return None
+    small = body[0]
     return small if isinstance(small, cst.Expr) else None
+
+
+# Calls a test of a one-line `if` may make and still only read: the file system, lengths.
+READING_CALLS = frozenset({
+    "os.path.exists", "os.path.isdir", "os.path.isfile", "os.path.join", "len", "isinstance",
+    "hasattr", "getattr", "int", "float", "str", "bool",
+})
+
+
+def _only_reads(test: cst.BaseExpression) -> bool:
+    """A test with no call but those of READING_CALLS (by their written name) and no `:=`:
+    running it on rank 0 alone changes nothing any rank sees."""
+    return not find_all(test, cst.NamedExpr) and all(
+        dotted_name(call.func) in READING_CALLS for call in find_all(test, cst.Call))
 
 
 def _in_dataset_class(facts: Facts, node: cst.CSTNode) -> bool:

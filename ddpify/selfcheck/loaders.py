@@ -70,9 +70,10 @@ def loose_dotted(node: ast.AST) -> Optional[str]:
     return dotted(node)
 
 
-def _sharder_bindings(source: Source, sharders: set[str]) -> dict[str, ast.Call]:
-    """`sampler` in `sampler = DistributedSampler(...) if distributed else None`."""
-    bindings = {}
+def _sharder_bindings(source: Source, sharders: set[str]) -> dict[str, list[ast.Call]]:
+    """`sampler` in `sampler = DistributedSampler(...) if distributed else None`. A name may
+    be bound by several calls: one per branch of a dataset choice."""
+    bindings: dict[str, list[ast.Call]] = {}
     for call in source.calls:
         if last_part(call.func) in sharders:
             statement = source.statement_of(call)
@@ -80,7 +81,7 @@ def _sharder_bindings(source: Source, sharders: set[str]) -> dict[str, ast.Call]
                 for target in statement.targets if isinstance(statement, ast.Assign) else [statement.target]:
                     name = dotted(target)
                     if name is not None:
-                        bindings[name] = call
+                        bindings.setdefault(name, []).append(call)
     return bindings
 
 
@@ -94,7 +95,7 @@ def _samplers_without_set_epoch(source: Source) -> Iterator[Finding]:
     for call in source.calls:
         if last_part(call.func) != "DistributedSampler" or not _shuffles(call):
             continue
-        names = [name for name, bound in bindings.items() if bound is call]
+        names = [name for name, bound in bindings.items() if any(each is call for each in bound)]
         if any(name in epoch_receivers for name in names):
             continue
         if through_loader and _given_to_a_loader(source, call, names):

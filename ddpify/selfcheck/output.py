@@ -16,12 +16,14 @@ from ddpify.selfcheck.source import (
 
 Finding = tuple[str, int, str]
 
-# Called as `name(...)` or `module.name(...)`: each prints, writes or makes a file, or opens a
-# TensorBoard log. (wandb is left out: ddpify keeps its calls on every rank and disables the
-# run on the others with `mode=`.)
+# Called as `name(...)` or `module.name(...)`: each prints, writes or makes a file, or opens or
+# writes a TensorBoard log (tensorboard_logger's functions too). (wandb is left out: ddpify
+# keeps its calls on every rank and disables the run on the others with `mode=`.)
 WRITERS = frozenset({"print", "torch.save", "os.makedirs", "os.mkdir", "json.dump", "pickle.dump",
                      "np.save", "np.savez", "np.savetxt", "numpy.save", "save_image", "shutil.copy",
-                     "shutil.copyfile", "SummaryWriter", "sys.stdout.write", "pprint.pprint"})
+                     "shutil.copyfile", "SummaryWriter", "sys.stdout.write", "pprint.pprint",
+                     "log_value", "tensorboard_logger.configure", "tensorboard_logger.log_value",
+                     "tensorboard_logger.Logger"})
 # Called as a method of anything: `fig.savefig(...)`, `frame.to_csv(...)`.
 WRITING_METHODS = frozenset({"savefig", "to_csv"})
 JOINS = "init_process_group"
