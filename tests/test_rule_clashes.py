@@ -6,6 +6,7 @@ The watch wraps each rule's plan step and compares the edits it found with those
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
 from fixture_cases import all_cases
 
 from ddpify import api
@@ -38,6 +39,7 @@ def watching_clashes(concerns, monkeypatch) -> Iterator[list]:
     yield clashes
 
 
+@pytest.mark.slow  # every fixture migrated a second time, watched (about 17 s)
 def test_no_two_rules_edit_the_same_node_in_any_fixture(monkeypatch):
     with watching_clashes(CONCERNS, monkeypatch) as clashes:
         for case in all_cases():
