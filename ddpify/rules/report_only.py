@@ -8,12 +8,13 @@ not pay for; the person who owns the script chooses.
 """
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 import libcst as cst
 
 from ddpify.analysis.control import Facts
-from ddpify.analysis.facts import BlockItem
-from ddpify.analysis.nodes import assigned_names, calls_within, find_all, names_in
+from ddpify.analysis.facts import BlockItem, Statement
+from ddpify.analysis.nodes import assigned_names, calls_within, find_all, names_in, returns_in
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits
 from ddpify.plan import Plan
@@ -49,11 +50,8 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     reported: set[cst.If] = set()
     clock_reads = {call for qualified in CLOCKS for call in facts.calls_named.get(qualified, ())}
     for loop in training.batch_loops(facts):
-        # A step counter (`global_step += 1`) counts the same batches on every rank: each
-        # rank's sampler hands it the same number of them.
-        rank_local = assigned_names(loop.body) - _step_counters(loop.body)
-        if loop in setup.reduced_epoch_loops:  # the epoch sums training.py all-reduces
-            rank_local -= set(training.epoch_accumulators(facts, loop)) | set(training.epoch_lists(facts, loop))
+        rank_local = _rank_local_in(facts, setup, loop)
+        _report_stops_on_returned(facts, edits, loop, rank_local, reported)
         candidates = find_all(loop.body, cst.If, into_functions=False)
         after = _after_batch_loop(facts, loop, rank_local, clock_reads)
         candidates.extend(after.ifs)
@@ -73,6 +71,75 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
                 why = ("each rank reads its own clock; check the budget once per epoch, after the batch "
                        "loop, where rank 0 decides for every rank")
             edits.report("DDP902", node, f"rank-divergent control flow may hang a collective: {why}")
+
+
+def _rank_local_in(facts: Facts, setup: Plan, loop: cst.For) -> set[str]:
+    """Names the batch loop binds from this rank's own batches. A step counter (`global_step
+    += 1`) counts the same batches on every rank: each rank's sampler hands it the same number
+    of them; the epoch sums training.py all-reduces are the same on every rank too."""
+    rank_local = assigned_names(loop.body) - _step_counters(loop.body)
+    if loop in setup.reduced_epoch_loops:
+        rank_local -= set(training.epoch_accumulators(facts, loop)) | set(training.epoch_lists(facts, loop))
+    return rank_local
+
+
+def _report_stops_on_returned(facts: Facts, edits: Edits, loop: cst.For, rank_local: set[str],
+                              reported: set[cst.If]) -> None:
+    """A function whose batch loop trains hands back a per-rank value (`return loss.item()`,
+    the last batch's loss; a tuple holding one): where it is called in a loop, a break or
+    return decided on that value stops one rank while the others wait in the next
+    all-reduce. The names the call's result is assigned to (each element of a tuple to the
+    element returned there) are rank-local in the calling loop, and so is the call itself
+    read in a test."""
+    function = facts.function_of(loop)
+    if function is None or not rank_local:
+        return
+    local_positions: set[Optional[int]] = set()  # None: the whole value
+    for returned in returns_in(function):
+        value = returned.value
+        if value is None:
+            continue
+        if isinstance(value, cst.Tuple):
+            local_positions |= {index for index, element in enumerate(value.elements)
+                                if names_in(element.value) & rank_local}
+        elif names_in(value) & rank_local:
+            local_positions.add(None)
+    if not local_positions:
+        return
+    for call in facts.calls_of(function):
+        callers = facts.enclosing_loops(call)
+        if not callers:
+            continue
+        statement = facts.statement_of(call)
+        local = _names_given(statement, call, local_positions)
+        for node in find_all(callers[0].body, cst.If, into_functions=False):
+            if node in reported or not _leaves_loop(node):
+                continue
+            read = names_in(node.test) & local
+            if not read and not any(inner is call for inner in calls_within(node.test)):
+                continue
+            reported.add(node)
+            what = f"`{', '.join(sorted(read))}`" if read else f"`{function.name.value}()`"
+            edits.report("DDP902", node, (
+                f"rank-divergent control flow may hang a collective: {what} differs per rank "
+                f"(`{function.name.value}()` returns a value from this rank's own batches)"))
+
+
+def _names_given(statement: Statement, call: cst.Call, positions: set[Optional[int]]) -> set[str]:
+    """The names `statement` assigns the rank-local part of what `call` returns."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return set()
+    names: set[str] = set()
+    for small in statement.body:
+        if not isinstance(small, cst.Assign) or small.value is not call:
+            continue
+        for target in small.targets:
+            if isinstance(target.target, (cst.Tuple, cst.List)) and None not in positions:
+                names |= {name for index, element in enumerate(target.target.elements)
+                          if index in positions for name in names_in(element.value)}
+            else:
+                names |= assigned_names(target)
+    return names
 
 
 @dataclass
@@ -154,11 +221,30 @@ def _leaves_loop(statement: cst.If) -> bool:
     return False
 
 
+_EPOCH_FUNCTION = TRAINING.replace("for epoch in range(3):\n", """\
+def train_epoch():
+    total = 0.0
+""").replace("        optimizer.step()\n", """\
+        optimizer.step()
+        total += loss.item()
+    return {returned}
+
+
+for epoch in range(3):
+    last = train_epoch()
+    if last < 0.01:
+        break
+""").replace("    print(epoch, loss.item())\n", "")
+
 CASES = (
     Emits(TRAINING.replace("        optimizer.step()\n",
                            "        optimizer.step()\n        if loss.item() < 0.01:\n            break\n"),
           "DDP902"),
     Silent(TRAINING, "DDP902"),
+    # The epoch in a function: a stop on the last batch's loss it returns is per rank; one on
+    # the epoch's mean, which training.py all-reduces, is the same on every rank.
+    Emits(_EPOCH_FUNCTION.format(returned="loss.item()"), "DDP902"),
+    Silent(_EPOCH_FUNCTION.format(returned="total / len(loader)"), "DDP902"),
     # A time budget checked at every step: each rank reads its own clock.
     Emits(TRAINING.replace("import torch\n", "import time\n\nimport torch\n", 1)
           .replace("for epoch in range(3):\n", "start = time.time()\nfor epoch in range(3):\n")
