@@ -23,7 +23,7 @@ from ddpify.selfcheck.models import (
 )
 from ddpify.selfcheck.names import names_read_unbound
 from ddpify.selfcheck.output import shared_work_on_rank0, unguarded_output
-from ddpify.selfcheck.setup import device_types_changed, joins_on_import, samplers_before_the_group
+from ddpify.selfcheck.setup import asked_before_the_group, device_types_changed, joins_on_import
 from ddpify.selfcheck.source import Source
 
 
@@ -48,7 +48,7 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
         *shared_work_on_rank0(after),
         *joins_on_import(before, after),
         *device_types_changed(before, after),
-        *samplers_before_the_group(after),
+        *asked_before_the_group(after),
         *names_read_unbound(before, original, after, migrated),
     ]
     found = [Diagnostic(code, line, 1, f"{rule_of(code).summary}: {detail}") for code, line, detail in in_original]

@@ -47,10 +47,12 @@ RULES = (
          "(`torch.autocast(device_type=device)`, `device.startswith(\"cuda\")`) raises once it "
          "is a torch.device.",
          "Keep the string: `device = f\"cuda:{local_rank}\"` (or give the torch.device another name)."),
-    Rule("DDP917", Severity.WARNING, "self-check: a sampler asks for the process group before it is joined",
+    Rule("DDP917", Severity.WARNING, "self-check: a sampler or a wrap asks for the process group before it is joined",
          "`DistributedSampler(dataset) if dist.is_initialized() else None` is None wherever it "
          "runs before init_process_group: loaders built in the `__main__` block before the "
-         "Trainer whose __init__ joins the group give every rank the whole dataset.",
+         "Trainer whose __init__ joins the group give every rank the whole dataset. Likewise "
+         "`if dist.is_initialized(): model = DDP(model)` wraps nothing there, and each rank "
+         "trains its own copy.",
          "Join the group above the loaders (`if \"WORLD_SIZE\" in os.environ: "
          "dist.init_process_group()`), or build them after the setup has run."),
     Rule("DDP919", Severity.WARNING, "self-check: the output reads a name nothing binds",
@@ -74,6 +76,13 @@ _LATE_GROUP = (
     "dataset = list(range(8))\nsampler = DistributedSampler(dataset) if dist.is_initialized() else None\nsetup()\n"
 )
 
+# The wrap asks for the group before the function that joins it runs.
+_LATE_WRAP = (
+    "import torch\nimport torch.distributed as dist\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n\n\n"
+    "def setup():\n    dist.init_process_group(\"gloo\")\n\n\n"
+    "model = torch.nn.Linear(4, 1)\nif dist.is_initialized():\n    model = DDP(model)\nsetup()\n"
+)
+
 CASES = (
     Flags(_MOVED, _MOVED.replace("model.to(device)\n", ""), "DDP910"),
     # `nn.DataParallel(model).to(device)` moves the model it wraps: dropping the whole line drops the move.
@@ -94,6 +103,7 @@ CASES = (
     Flags(TRAINING, _JOINED.replace("        loss.backward()", "        if is_main:\n            loss.backward()"),
           "DDP916"),
     Flags(TRAINING, _LATE_GROUP, "DDP917"),
+    Flags(TRAINING, _LATE_WRAP, "DDP917"),
     Flags(TRAINING, TRAINING.replace("model(x.to(device))", "model(x.to(rank_device))"), "DDP919"),
     Flags('device = "cuda"\nwith torch.autocast(device_type=device):\n    pass\n',
           'device = torch.device("cuda", 0)\nwith torch.autocast(device_type=device):\n    pass\n', "DDP915"),

@@ -1,5 +1,5 @@
 """The setup block keeps the module importable (DDP914), the device its type (DDP915), and
-comes before the samplers that ask whether it ran (DDP917)."""
+comes before the samplers and wraps that ask whether it ran (DDP917)."""
 import ast
 from collections.abc import Iterator
 from typing import Optional
@@ -45,7 +45,7 @@ def joins_on_import(original: Source, migrated: Source) -> Iterator[Finding]:
             yield "DDP914", call.lineno, f"`{ast.unparse(call.func)}(...)` runs when the module is imported"
 
 
-def samplers_before_the_group(source: Source) -> Iterator[Finding]:
+def asked_before_the_group(source: Source) -> Iterator[Finding]:
     """`DistributedSampler(ds) if dist.is_initialized() else None` must run where the group is
     already joined under torchrun, or every rank trains on the whole dataset: a call that joins
     it (init_process_group, or a function or class of the file that calls it) comes first in
@@ -59,6 +59,26 @@ def samplers_before_the_group(source: Source) -> Iterator[Finding]:
                 and not _joined_before(source, call, joining, frozenset())):
             yield ("DDP917", call.lineno,
                    "`dist.is_initialized()` is False here under torchrun: the group is joined later")
+        elif (last_part(call.func) in WRAPS and _wrapped_once_initialized(source, call)
+                and not _joined_before(source, call, joining, frozenset())):
+            # `if dist.is_initialized(): self.net = DDP(self.net)` above the join: no rank
+            # wraps, and each trains its own copy without an error.
+            yield ("DDP917", call.lineno,
+                   "`dist.is_initialized()` is False here under torchrun: the group is joined later, "
+                   "so the model is never wrapped")
+
+
+WRAPS = ("DDP", "DistributedDataParallel")
+
+
+def _wrapped_once_initialized(source: Source, call: ast.Call) -> bool:
+    """The wrap sits in the body of an `if` that asks whether the group exists."""
+    child: ast.AST = call
+    for ancestor in source.ancestors(call):
+        if isinstance(ancestor, ast.If) and _asks_initialized(ancestor.test) and child in ancestor.body:
+            return True
+        child = ancestor
+    return False
 
 
 def _asks_initialized(test: ast.AST) -> bool:
