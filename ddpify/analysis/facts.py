@@ -97,6 +97,9 @@ class DictPass:
     # The loop that picks the entry (`for phase in ...`, `for phase, loader in ...items()`),
     # which is not the epoch loop.
     key_loop: Optional[cst.For] = None
+    # The call that hands the entry to the function whose loop this is
+    # (`train_one_epoch(model, loaders["train"], ...)`): the epochs are counted around it.
+    handed_by: Optional[cst.Call] = None
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Value flow: where a loader or a model goes from the name it was built under, through
 returns, call arguments and `self.` attributes."""
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Optional, Union, cast
+from typing import Literal, Optional, Union, cast, overload
 
 import libcst as cst
 
@@ -88,7 +88,19 @@ class ValueFlow(Navigation):
                 if isinstance(found, str):
                     return found
                 passes.extend(found)
+            passes.extend(self._entries_handed_on(name, function, keys))
         return sorted(passes, key=lambda each: self.start_of(each.loop))
+
+    def _entries_handed_on(self, name: str, function: Optional[cst.FunctionDef],
+                           keys: tuple[str, ...]) -> Iterator[DictPass]:
+        """`train_one_epoch(model, loaders["train"], ...)`: an entry by literal key handed to a
+        function of this file, whose loops over that parameter are passes over the entry."""
+        for callee, parameter, call, key in self._calls_passing(name, function, entries=True):
+            if key not in keys:
+                continue
+            for loop in self.loops_over.get(parameter, ()):
+                if self.function_of(loop) is callee:
+                    yield DictPass(loop, name, (key,), None, handed_by=call)
 
     def _passes_in(self, loop: cst.For, name: str, keys: tuple[str, ...]) -> Union[list[DictPass], str]:
         iterated = _unwrapped(loop.iter, name)
@@ -294,9 +306,18 @@ class ValueFlow(Navigation):
         """The parameters of the function `call` runs that receive `name`."""
         return [parameter for _, parameter, passing in self._calls_passing(name, function) if passing is call]
 
-    def _calls_passing(self, name: str,
-                       function: Optional[cst.FunctionDef]) -> Iterator[tuple[cst.FunctionDef, str, cst.Call]]:
-        """(callee, its parameter, call) for each call in `function` that passes `name`."""
+    @overload
+    def _calls_passing(self, name: str, function: Optional[cst.FunctionDef]
+                       ) -> Iterator[tuple[cst.FunctionDef, str, cst.Call]]: ...
+
+    @overload
+    def _calls_passing(self, name: str, function: Optional[cst.FunctionDef], entries: Literal[True]
+                       ) -> Iterator[tuple[cst.FunctionDef, str, cst.Call, str]]: ...
+
+    def _calls_passing(self, name: str, function: Optional[cst.FunctionDef],
+                       entries: bool = False) -> Iterator[tuple]:
+        """(callee, its parameter, call) for each call in `function` that passes `name`;
+        with `entries`, (callee, parameter, call, key) for each that passes `name["key"]`."""
         for callee_name, calls in self.calls_by_callee.items():
             callee, on_object = self._callee(callee_name, calls[0])
             if callee is None:
@@ -308,7 +329,8 @@ class ValueFlow(Navigation):
                 if not (name.startswith("self.") or self.function_of(call) is function):
                     continue
                 for index, arg in enumerate(call.args):
-                    if self.held_name(arg.value) != name or arg.star:
+                    key = _literal_entry(arg.value, name) if entries else None
+                    if arg.star or (key is None if entries else self.held_name(arg.value) != name):
                         continue
                     if arg.keyword is not None:
                         parameter = arg.keyword.value
@@ -316,7 +338,7 @@ class ValueFlow(Navigation):
                         parameter = parameters[index]
                     else:
                         continue
-                    yield callee, parameter, call
+                    yield (callee, parameter, call, key) if entries else (callee, parameter, call)
 
 
 def note_loops_taking_batches_with_next(facts: ValueFlow, next_calls: list[cst.Call],
@@ -448,3 +470,11 @@ def _unwrapped(iterated: cst.BaseExpression, name: str) -> cst.BaseExpression:
            and not (isinstance(iterated.func, cst.Attribute) and dotted_name(iterated.func.value) == name)):
         iterated = iterated.args[0].value
     return iterated
+
+
+def _literal_entry(value: cst.BaseExpression, name: str) -> Optional[str]:
+    """`name["train"]`: the literal key; None for anything else."""
+    if not (isinstance(value, cst.Subscript) and dotted_name(value.value) == name and len(value.slice) == 1):
+        return None
+    index = value.slice[0].slice
+    return string_value(index.value) if isinstance(index, cst.Index) else None

@@ -426,7 +426,9 @@ def _set_epoch(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDict, pas
     for each in passes:
         if not facts.loop_trains(each.loop):
             continue
-        around = [loop for loop in facts.enclosing_loops(each.loop) if loop is not each.key_loop]
+        # An entry handed to a function (`train_one_epoch(model, loaders["train"])`) counts its
+        # epochs around that call, where the dict's name is in scope.
+        around = [loop for loop in facts.enclosing_loops(each.handed_by or each.loop) if loop is not each.key_loop]
         epoch_loop = next((loop for loop in around if isinstance(loop.target, cst.Name)), None)
         if epoch_loop is None:
             edits.report("DDP211", loaders.entries[shuffled[0]])
@@ -452,7 +454,24 @@ _PHASES = TRAINING.replace(
 ).replace("        loss.backward()\n        optimizer.step()\n",
           '        if phase == "train":\n            loss.backward()\n            optimizer.step()\n')
 
+# The entry handed to the function that runs the epoch's batches, keyword or position.
+_HANDED_ON = TRAINING.replace(
+    "loader = DataLoader(dataset, batch_size=8, shuffle=True)\n",
+    'loaders = {split: DataLoader(dataset, batch_size=8, shuffle=True) for split in ("train", "val")}\n\n\n'
+    "def run(batches):\n    for x, y in batches:\n"
+    "        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))\n"
+    "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n    return loss\n\n\n",
+).replace("""    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+""", '    loss = run(loaders["train"])\n')
+
 CASES = (
+    Emits(_HANDED_ON, "DDP202", ('loaders["train"].sampler.set_epoch(epoch)', 'if distributed and split == "train"')),
+    Emits(_HANDED_ON.replace('run(loaders["train"])', 'run(batches=loaders["train"])'), "DDP202",
+          ('loaders["train"].sampler.set_epoch(epoch)',)),
     Emits(TRAINING.replace("loader = DataLoader(dataset, batch_size=8, shuffle=True)\n",
                            'loaders = {split: DataLoader(dataset, batch_size=8) for split in ("train", "val")}\n')
           .replace("in loader:", 'in loaders["train"]:'), "DDP201",
