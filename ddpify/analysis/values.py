@@ -71,7 +71,30 @@ class ValueFlow(Navigation):
                     order = [key for key in [*names, *entries] if key in entries]  # the dict's
                     found.append(LoaderDict(name, value, self.statement_of(value), function,
                                             {key: entries[key] for key in dict.fromkeys(order)}, variable, named))
+        found.extend(self._returned_loader_dicts(loader_calls))
         return sorted(found, key=lambda loaders: self.start_of(loaders.value))
+
+    def _returned_loader_dicts(self, loader_calls: set[cst.Call]) -> Iterator[LoaderDict]:
+        """`return {"train": DataLoader(...), "val": DataLoader(...)}` in a function whose
+        one call site names what it returns (`self.loaders = self._make_loaders()`): the dict
+        goes by that name, there. A dict of several call sites stays DDP218's: one sampler
+        edit in the dict would serve callers ddpify would have to follow each."""
+        for function in dict.fromkeys(self.functions.values()):
+            for returned in returns_in(function):
+                if returned.value is None:
+                    continue
+                entries, variable, names = _loader_entries(returned.value, loader_calls)
+                sites = self.calls_of(function)
+                if not entries or any(names.values()) or len(sites) != 1:
+                    continue
+                assign = self.parents.get(sites[0])
+                if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+                    continue
+                holder = dotted_name(assign.targets[0].target)
+                if holder is None:
+                    continue
+                yield LoaderDict(holder, returned.value, self.statement_of(returned), self.function_of(sites[0]),
+                                 entries, variable, {})
 
     def dict_passes(self, loaders: LoaderDict) -> Union[list[DictPass], str]:
         """Every loop over the batches of one of the dict's entries, wherever the dict goes
