@@ -468,7 +468,17 @@ _HANDED_ON = TRAINING.replace(
         optimizer.step()
 """, '    loss = run(loaders["train"])\n')
 
+# A dict literal returned to the one call site that names it; made anew each epoch, it is left.
+_RETURNED = TRAINING.replace(
+    "loader = DataLoader(dataset, batch_size=8, shuffle=True)\n",
+    'def make_loaders():\n    return {"train": DataLoader(dataset, batch_size=8, shuffle=True)}\n\n\n'
+    "loaders = make_loaders()\n",
+).replace("    for x, y in loader:\n", '    for x, y in loaders["train"]:\n')
+
 CASES = (
+    Emits(_RETURNED, "DDP202", ('loaders["train"].sampler.set_epoch(epoch)', "DistributedSampler(dataset")),
+    Silent(_RETURNED.replace("loaders = make_loaders()\n", "").replace(
+        "for epoch in range(3):\n", "for epoch in range(3):\n    loaders = make_loaders()\n"), "DDP201"),
     Emits(_HANDED_ON, "DDP202", ('loaders["train"].sampler.set_epoch(epoch)', 'if distributed and split == "train"')),
     Emits(_HANDED_ON.replace('run(loaders["train"])', 'run(batches=loaders["train"])'), "DDP202",
           ('loaders["train"].sampler.set_epoch(epoch)',)),
