@@ -262,9 +262,42 @@ def report_batch_loops(facts: Facts, edits: Edits, setup: Plan) -> None:
                 "read: every rank trains on the same data; give its DataLoader a DistributedSampler "
                 "there, or make that import one ddpify can follow"))
             continue
+        builder = _loader_builder_feeding(facts, loop)
+        if builder is not None:
+            setup.hand_made_batches.append(edits.report(
+                "DDP208", loop, f"batches come from the DataLoaders `{builder}()` builds, handed here in "
+                "a form ddpify cannot follow (a dict or list made anew in a loop, or one that several "
+                "calls share): every rank trains on the same data; build the training loader by name "
+                "where its epochs are counted, or give it a DistributedSampler and set_epoch by hand"))
+            continue
         setup.hand_made_batches.append(edits.report(
             "DDP208", loop, "batches built by hand: every rank trains on the same data; shard it by "
             "rank (e.g. data[rank::world_size])"))
+
+
+_UNWRAPPING = ("enumerate", "tqdm", "iter")
+
+
+def _loader_builder_feeding(facts: Facts, loop: cst.For) -> Optional[str]:
+    """The function of this file, one that builds DataLoaders, whose result the loop goes
+    over through a subscript or unwrapping (`loaders = make_loaders()` ... `for x, y in
+    loaders["train"]`): the batches are no hand-made ones."""
+    iterated: cst.BaseExpression = loop.iter
+    while True:
+        if isinstance(iterated, cst.Subscript):
+            iterated = iterated.value
+        elif isinstance(iterated, cst.Call) and iterated.args and dotted_name(iterated.func) in _UNWRAPPING:
+            iterated = iterated.args[0].value
+        else:
+            break
+    name = dotted_name(iterated)
+    loader_calls = set(facts.loader_calls)
+    for value in facts.assigned_values.get(name, []) if name is not None else []:
+        callee = dotted_name(value.func) if isinstance(value, cst.Call) else None
+        function = facts.functions.get(callee) if callee is not None else None
+        if function is not None and any(call in loader_calls for call in calls_within(function)):
+            return callee
+    return None
 
 
 def _made_by_unread_import(facts: Facts, loop: cst.For) -> Optional[str]:
@@ -296,4 +329,10 @@ CASES = (
                    "loader = DataLoader(dataset, batch_size=8, shuffle=True)\n",
                    "inputs, targets = torch.randn(64, 4), torch.randn(64, 1)\n"), "DDP217", ("rank_share(",)),
     Silent(TRAINING, "DDP217"),
+    # A dict of loaders made anew each epoch by a function of the file: named as the source.
+    Emits(TRAINING.replace("loader = DataLoader(dataset, batch_size=8, shuffle=True)\n",
+                           'def make_loaders():\n'
+                           '    return {"train": DataLoader(dataset, batch_size=8, shuffle=True)}\n')
+          .replace("    for x, y in loader:\n", '    loaders = make_loaders()\n    for x, y in loaders["train"]:\n'),
+          "DDP208"),
 )
