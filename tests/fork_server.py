@@ -9,11 +9,19 @@ Protocol, one JSON object per line: requests on stdin {"id", "script", "args", "
 "stdout", "stderr"}; on stdout, for each run that ended, {"id", "pid"} when it started and
 {"id", "returncode"} when it ended. The server is single-threaded: forking a process with
 other Python threads running is not safe.
+
+torchrun's ranks come over a Unix socket (the path in DDPIFY_RANK_SOCKET): tests/rank_client.py,
+the process torchrun starts for a rank, sends {"script", "args", "cwd", "env"} with its stdin,
+stdout and stderr, and gets {"pid"} then {"returncode"} back. A client that goes away (killed
+with its launcher at a test's timeout) takes its rank with it.
 """
+import contextlib
 import importlib.util
 import json
 import os
 import select
+import signal
+import socket
 import sys
 
 import torch  # noqa: F401  (the point of this process)
@@ -21,49 +29,125 @@ import torch  # noqa: F401  (the point of this process)
 SERVER_PATH = list(sys.path[1:])  # without this file's own folder
 
 
-def main() -> None:
-    pending = {}
-    buffer = b""
-    stdin = sys.stdin.fileno()
-    open_input = True
-    while open_input or pending:
-        if open_input:
-            ready, _, _ = select.select([stdin], [], [], 0.02)
-            if ready:
-                chunk = os.read(stdin, 1 << 16)
-                if not chunk:
-                    open_input = False
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    request = json.loads(line)
-                    pid = os.fork()
-                    if pid == 0:
-                        _run(request)  # never returns
-                    pending[pid] = request["id"]
-                    _reply({"id": request["id"], "pid": pid})
-        else:
-            select.select([], [], [], 0.02)
-        while pending:
+class _Server:
+    """The runs the tests asked for on stdin (by id) and the ranks clients asked for."""
+
+    def __init__(self) -> None:
+        self.pending: dict[int, int] = {}  # pid -> the tests' request id
+        self.ranks: dict[int, socket.socket] = {}  # rank pid -> its client's connection
+        self.listener = _rank_listener()
+        self.buffer = b""
+        self.open_input = True
+
+    def serve(self) -> None:
+        stdin = sys.stdin.fileno()
+        while self.open_input or self.pending or self.ranks:
+            watched = [*([stdin] if self.open_input else []), *([self.listener] if self.listener else []),
+                       *self.ranks.values()]
+            ready, _, _ = select.select(watched, [], [], 0.02)
+            if stdin in ready:
+                self._read_requests(stdin)
+            if self.listener is not None and self.listener in ready:
+                self._start_rank()
+            for pid, connection in list(self.ranks.items()):
+                if connection in ready and not connection.recv(1):  # the client is gone
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+            self._reap()
+
+    def _read_requests(self, stdin: int) -> None:
+        chunk = os.read(stdin, 1 << 16)
+        if not chunk:
+            self.open_input = False
+        self.buffer += chunk
+        while b"\n" in self.buffer:
+            line, self.buffer = self.buffer.split(b"\n", 1)
+            request = json.loads(line)
+            pid = os.fork()
+            if pid == 0:
+                _close_in_child(self.listener, self.ranks.values())
+                _run(request)  # never returns
+            self.pending[pid] = request["id"]
+            _reply({"id": request["id"], "pid": pid})
+
+    def _start_rank(self) -> None:
+        assert self.listener is not None
+        connection, _ = self.listener.accept()
+        request, fds = _rank_request(connection)
+        pid = os.fork()
+        if pid == 0:
+            _close_in_child(self.listener, [*self.ranks.values(), connection])
+            _run(request, fds)  # never returns
+        for fd in fds:
+            os.close(fd)
+        self.ranks[pid] = connection
+        connection.sendall((json.dumps({"pid": pid}) + "\n").encode())
+
+    def _reap(self) -> None:
+        while self.pending or self.ranks:
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
-                break
-            _reply({"id": pending.pop(pid), "returncode": os.waitstatus_to_exitcode(status)})
+                return
+            code = os.waitstatus_to_exitcode(status)
+            if pid in self.pending:
+                _reply({"id": self.pending.pop(pid), "returncode": code})
+            elif pid in self.ranks:
+                connection = self.ranks.pop(pid)
+                with contextlib.suppress(OSError):
+                    connection.sendall((json.dumps({"returncode": code}) + "\n").encode())
+                connection.close()
+
+
+def main() -> None:
+    _Server().serve()
+
+
+def _close_in_child(listener, connections) -> None:
+    """The server's sockets are not the child's: a rank's client must see its end close."""
+    for each in [listener, *connections]:
+        if each is not None:
+            each.close()
+
+
+def _rank_listener():
+    path = os.environ.get("DDPIFY_RANK_SOCKET")
+    if not path:
+        return None
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    return listener
+
+
+def _rank_request(connection: socket.socket) -> tuple[dict, list]:
+    data, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
+    while not data.endswith(b"\n"):
+        more = connection.recv(1 << 20)
+        if not more:
+            break
+        data += more
+    return json.loads(data), list(fds)
 
 
 def _reply(message: dict) -> None:
     os.write(sys.stdout.fileno(), (json.dumps(message) + "\n").encode())
 
 
-def _run(request: dict) -> None:
-    """In the child: become `python script args...` run in cwd with env, then exit."""
+def _run(request: dict, fds: list = ()) -> None:
+    """In the child: become `python script args...` run in cwd with env, then exit. A rank
+    (`fds`: its client's stdin, stdout and stderr) stays in the server's process group; a run
+    of the tests' own goes into a group of its own, which a timeout kills whole."""
     code = 1
     try:
-        os.setpgid(0, 0)  # a timeout kills the run and whatever it started
+        if fds:
+            for fd, target in zip(fds, (0, 1, 2)):
+                _redirect(fd, target)
+        else:
+            os.setpgid(0, 0)  # a timeout kills the run and whatever it started
+            _redirect(os.open(os.devnull, os.O_RDONLY), 0)
+            _redirect(os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 1)
+            _redirect(os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
         os.chdir(request["cwd"])
-        _redirect(os.open(os.devnull, os.O_RDONLY), 0)
-        _redirect(os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 1)
-        _redirect(os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
         env = request["env"]
         os.environ.clear()
         os.environ.update(env)

@@ -50,6 +50,7 @@ class Run:
 
 
 TORCHRUN_LAUNCHER = Path(__file__).resolve().parent / "torchrun_launcher.py"
+RANK_CLIENT = Path(__file__).resolve().parent / "rank_client.py"
 
 
 def _environment(overrides: Optional[Mapping[str, str]] = None) -> dict:
@@ -93,21 +94,31 @@ def run_forked(script: Path, args: Sequence[str], workdir: Path, env: Mapping[st
 
 
 def run_torchrun(script: Path, workdir: Path, args: Sequence[str] = (), nproc: int = 2,
-                 timeout: int = 180, env: Optional[Mapping[str, str]] = None, rank_logs: bool = False) -> Run:
+                 timeout: int = 180, env: Optional[Mapping[str, str]] = None, rank_logs: bool = False,
+                 fresh_ranks: bool = False) -> Run:
     """torchrun on script in workdir. With rank_logs each rank's stdout goes to a file of its
     own (torchrun --redirects, beside workdir): the run's stdout is rank 0's, and
-    `other_ranks` holds what the others printed."""
+    `other_ranks` holds what the others printed. `fresh_ranks`: each rank a new interpreter,
+    not a fork of the torch-loaded server (a run that must not find what the server imported)."""
     logs = workdir.parent / f"{workdir.name}-ranks"
     redirects = ["--log-dir", str(logs), "--redirects", "1"] if rank_logs else []
-    launch_args = ["--standalone", f"--nproc_per_node={nproc}", *redirects, script.name, *args]
+    options = ["--standalone", f"--nproc_per_node={nproc}", *redirects]
+    launch_args = [*options, script.name, *args]
     command = [sys.executable, "-m", "torch.distributed.run", *launch_args]
 
     def launch() -> Run:
         if os.environ.get("DDPIFY_TESTS_NO_FORK"):
             return _run(command, script, workdir, timeout, env)
-        # The launcher forked from the torch-loaded server; the ranks are fresh interpreters.
+        # The launcher and the ranks are forks of the torch-loaded server: each rank's process
+        # is tests/rank_client.py, which has the server fork the rank (tests/fork_server.py).
         _copy_with_modules(script, workdir)
-        return run_forked(TORCHRUN_LAUNCHER, launch_args, workdir, _environment(env), timeout)
+        if fresh_ranks or any(name.startswith("TORCH_") for name in env or {}):
+            # torch reads these when it is imported (TORCH_LOGS): the ranks must import it anew.
+            return run_forked(TORCHRUN_LAUNCHER, launch_args, workdir, _environment(env), timeout)
+        server = _fork_server()
+        forked_ranks = [*options, "--no-python", sys.executable, "-S", str(RANK_CLIENT), script.name, *args]
+        return run_forked(TORCHRUN_LAUNCHER, forked_ranks, workdir,
+                          {**_environment(env), "DDPIFY_RANK_SOCKET": server.rank_socket}, timeout)
 
     shutil.rmtree(logs, ignore_errors=True)
     run = launch()
@@ -173,9 +184,11 @@ class _ForkServer:
     """The client side of tests/fork_server.py: runs from several threads at once."""
 
     def __init__(self) -> None:
+        self._sockets = Path(tempfile.mkdtemp(prefix="ddpify-ranks-"))
+        self.rank_socket = str(self._sockets / "ranks.sock")
         self._process = subprocess.Popen(
             [sys.executable, str(Path(__file__).with_name("fork_server.py"))], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, env=_environment())
+            stdout=subprocess.PIPE, env={**_environment(), "DDPIFY_RANK_SOCKET": self.rank_socket})
         self._lock = threading.Lock()
         self._next_id = 0
         self._waiting: dict[int, queue.Queue[dict]] = {}
@@ -219,6 +232,7 @@ class _ForkServer:
             self._process.stdin.close()
             self._process.wait(timeout=60)
         shutil.rmtree(self._outputs, ignore_errors=True)
+        shutil.rmtree(self._sockets, ignore_errors=True)
 
 
 _server: Optional[_ForkServer] = None

@@ -74,7 +74,8 @@ def test_dcp_under_torchrun_fails_without_numpy(tmp_path):
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(NO_NUMPY)
-    run = run_torchrun(DCP / "expected.py", tmp_path / "run", ["--epochs", "1"], env={"PYTHONPATH": str(site)})
+    run = run_torchrun(DCP / "expected.py", tmp_path / "run", ["--epochs", "1"], env={"PYTHONPATH": str(site)},
+                       fresh_ranks=True)  # (the test server's ranks would find numpy imported)
     assert run.returncode != 0
     assert "Numpy is not available" in run.stderr
     # As a group of one, dcp.save and dcp.load exchange nothing: no numpy needed. A fresh
