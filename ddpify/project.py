@@ -70,23 +70,13 @@ class Project:
     def moved_parameters(self, qualified: str) -> tuple[list[str], set[str]]:
         """For a function, or a class (its __init__): its positional parameters and those it
         moves to a device (effects.py)."""
-        found = self._local(qualified) if self._modules is not None else None
-        if found is None or self._modules is None:
-            return [], set()
-        definition = self._modules.definition(found)
-        if definition is not None and definition[1] in definition[0].classes:
-            definition = self._modules.definition(f"{found}.__init__")
+        definition = self._callable_definition(qualified)
         return ([], set()) if definition is None else definition[0].moved_parameters(definition[1])
 
     def moves_own_model(self, qualified: str) -> bool:
         """For a class (its __init__) or a function: it moves a module it keeps on the object
         to a device (`self.model = Net().to(device)`), and so wraps it there (effects.py)."""
-        found = self._local(qualified) if self._modules is not None else None
-        if found is None or self._modules is None:
-            return False
-        definition = self._modules.definition(found)
-        if definition is not None and definition[1] in definition[0].classes:
-            definition = self._modules.definition(f"{found}.__init__")
+        definition = self._callable_definition(qualified)
         return definition is not None and definition[0].moves_own_model(definition[1])
 
     def moves_returned(self, qualified: str) -> bool:
@@ -176,6 +166,16 @@ class Project:
         """Where a project module defines what `qualified` names (`_Modules.definition`)."""
         found = self._local(qualified) if self._modules is not None else None
         return self._modules.definition(found) if found is not None and self._modules is not None else None
+
+    def _callable_definition(self, qualified: str) -> Optional[tuple[FunctionEffects, str]]:
+        """What runs when `qualified` is called: a function, or a class's __init__."""
+        found = self._local(qualified) if self._modules is not None else None
+        if found is None or self._modules is None:
+            return None
+        definition = self._modules.definition(found)
+        if definition is not None and definition[1] in definition[0].classes:
+            return self._modules.definition(f"{found}.__init__")
+        return definition
 
     def _local(self, qualified: str) -> Optional[str]:
         """The full name, when it names something in one of the project's imported modules."""

@@ -25,6 +25,13 @@ class Navigation(FactRecord):
             parent = self.parents.get(parent)
         return parent
 
+    def call_taking(self, node: cst.CSTNode) -> Optional[cst.Call]:
+        """The call `node` is an argument of (`iter(DataLoader(...))`, `fit(model,
+        DataLoader(...))`); None when it is no argument."""
+        arg = self.parents.get(node)
+        around = self.parents.get(arg) if isinstance(arg, cst.Arg) else None
+        return around if isinstance(around, cst.Call) else None
+
     def statement_of(self, node: cst.CSTNode) -> Statement:
         """The statement that holds a node (the node itself if it is one)."""
         while not isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):

@@ -84,8 +84,10 @@ class ValueFlow(Navigation):
                 if returned.value is None:
                     continue
                 entries, variable, names = _loader_entries(returned.value, loader_calls)
+                if not entries or any(names.values()):
+                    continue
                 sites = self.calls_of(function)
-                if not entries or any(names.values()) or len(sites) != 1 or self.enclosing_loops(sites[0]):
+                if len(sites) != 1 or self.enclosing_loops(sites[0]):
                     continue  # (a dict made anew in a loop: set_epoch would reach the last one)
                 assign = self.parents.get(sites[0])
                 if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:

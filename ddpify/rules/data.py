@@ -83,13 +83,12 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     for loader in facts.loaders:
         if any(loader is taken for taken in setup.loaders_in_dicts):  # loader_dicts.py's
             continue
-        own_sampler = isinstance(loader.call.func, cst.Name) and loader.call.func.value in sharding_classes \
-            or "sampler" in keyword_names(facts, loader)
-        if loader.inline is not None and own_sampler and is_training_loader(facts, loader):
+        shards_itself = isinstance(loader.call.func, cst.Name) and loader.call.func.value in sharding_classes
+        keywords = keyword_names(facts, loader)
+        if loader.inline is not None and (shards_itself or "sampler" in keywords) and is_training_loader(facts, loader):
             # Its sampler's epoch would be set through a name it does not have.
             edits.report("DDP210", loader.call, IN_PLACE_WITH_OWN_SAMPLER)
-        elif isinstance(loader.call.func, cst.Name) and loader.call.func.value in sharding_classes \
-                and not keyword_names(facts, loader) & {"sampler", "batch_sampler"}:
+        elif shards_itself and not keywords & {"sampler", "batch_sampler"}:
             _plan_self_sharding_loader(facts, edits, loader)
         else:
             _plan_loader(facts, edits, setup, loader)

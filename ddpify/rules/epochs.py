@@ -115,9 +115,8 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
 def _no_epoch_loop_reason(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader]) -> Optional[str]:
     """A loader built as the argument of a call ddpify cannot look into (a library's
     `fit(model, DataLoader(...))`): the epochs are counted in there."""
-    arg = facts.parents.get(loader.call) if isinstance(loader, Loader) and loader.inline is not None else None
-    call = facts.parents.get(arg) if isinstance(arg, cst.Arg) else None
-    if not isinstance(call, cst.Call):
+    call = facts.call_taking(loader.call) if isinstance(loader, Loader) and loader.inline is not None else None
+    if call is None:
         return None
     return (f"no epoch loop found for set_epoch: the loader goes to `{edits.code(call.func)}(...)`, whose "
             "epochs ddpify cannot see; call `loader.sampler.set_epoch(epoch)` there at the start of each "

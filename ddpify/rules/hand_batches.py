@@ -207,13 +207,6 @@ def loader_in_a_container(facts: Facts, loop: cst.For) -> Optional[cst.Call]:
     return None
 
 
-def _call_taking(facts: Facts, loader_call: cst.Call) -> Optional[cst.Call]:
-    """The call a DataLoader call is an argument of (`iter(DataLoader(...))`), if any."""
-    arg = facts.parents.get(loader_call)
-    around = facts.parents.get(arg) if isinstance(arg, cst.Arg) else None
-    return around if isinstance(around, cst.Call) else None
-
-
 def only_hand_made_batches(facts: Facts, plan: Plan) -> bool:
     """No training loop is fed by a DataLoader ddpify can shard, and some train on data built
     by hand or on loaders kept in a dict: the file stays single-process (DDP904) rather than
@@ -238,7 +231,7 @@ def report_batch_loops(facts: Facts, edits: Edits, setup: Plan) -> None:
         if contained is not None:
             if contained not in reported:
                 reported.add(contained)
-                handed_to = _call_taking(facts, contained)
+                handed_to = facts.call_taking(contained)
                 if handed_to is None:
                     setup.hand_made_batches.append(edits.report("DDP218", contained))
                 else:

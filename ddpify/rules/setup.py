@@ -11,7 +11,7 @@ import libcst as cst
 from ddpify.analysis import names
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import BlockItem, DeviceAssignment, Statement
-from ddpify.analysis.nodes import dotted_name, find_all, names_in, target_names, targets_bound_in
+from ddpify.analysis.nodes import dotted_name, find_all, names_in, returns_in, target_names, targets_bound_in
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import fsdp2
 from ddpify.emit.ddp import (
@@ -147,13 +147,9 @@ def _returns_and_assignments(definition: cst.FunctionDef
                               ) -> tuple[list[cst.Return], dict[str, list[cst.BaseExpression]]]:
     """The returns of a function, and what it assigns to each plain name (not in nested
     functions)."""
-    returns: list[cst.Return] = []
     assigned: dict[str, list[cst.BaseExpression]] = {}
 
     class Visitor(cst.CSTVisitor):
-        def visit_Return(self, node: cst.Return) -> None:
-            returns.append(node)
-
         def visit_Assign(self, node: cst.Assign) -> None:
             for target in node.targets:
                 if isinstance(target.target, cst.Name):
@@ -163,7 +159,7 @@ def _returns_and_assignments(definition: cst.FunctionDef
             return node is definition
 
     definition.visit(Visitor())
-    return returns, assigned
+    return returns_in(definition), assigned
 
 
 def _device_type_only(facts: Facts, move: cst.Call) -> bool:

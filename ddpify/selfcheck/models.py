@@ -8,7 +8,8 @@ from typing import Callable, Optional
 from ddpify.selfcheck.source import LOOPS, Source, assigned_targets, dotted, last_part
 
 # FSDP2's fully_shard(model) shards the model in place: the same place as a DDP wrap.
-WRAPPERS = ("DDP", "DistributedDataParallel", "fully_shard")
+DDP_WRAPPERS = ("DDP", "DistributedDataParallel")
+WRAPPERS = (*DDP_WRAPPERS, "fully_shard")
 # A move ddpify drops on purpose and says so: a wrapped model moved to the CPU and back.
 DROPPED_MOVE_CODES = ("DDP106",)
 

@@ -4,6 +4,7 @@ import ast
 from collections.abc import Iterator
 from typing import Optional
 
+from ddpify.selfcheck.models import DDP_WRAPPERS
 from ddpify.selfcheck.source import FUNCTIONS, Source, assigned_targets, dotted, last_part
 
 Finding = tuple[str, int, str]
@@ -59,16 +60,13 @@ def asked_before_the_group(source: Source) -> Iterator[Finding]:
                 and not _joined_before(source, call, joining, frozenset())):
             yield ("DDP917", call.lineno,
                    "`dist.is_initialized()` is False here under torchrun: the group is joined later")
-        elif (last_part(call.func) in WRAPS and _wrapped_once_initialized(source, call)
+        elif (last_part(call.func) in DDP_WRAPPERS and _wrapped_once_initialized(source, call)
                 and not _joined_before(source, call, joining, frozenset())):
             # `if dist.is_initialized(): self.net = DDP(self.net)` above the join: no rank
             # wraps, and each trains its own copy without an error.
             yield ("DDP917", call.lineno,
                    "`dist.is_initialized()` is False here under torchrun: the group is joined later, "
                    "so the model is never wrapped")
-
-
-WRAPS = ("DDP", "DistributedDataParallel")
 
 
 def _wrapped_once_initialized(source: Source, call: ast.Call) -> bool:
