@@ -141,6 +141,12 @@ class Project:
         definition = self._definition(qualified)
         return definition is not None and definition[0].returns_loader(definition[1])
 
+    def loader_dict(self, qualified: str) -> Optional[dict[str, bool]]:
+        """Calling `qualified` returns a dict of DataLoaders it builds: key -> whether its
+        module shards the entry (`data.get_dataloaders(cfg)`, returned_loaders.py)."""
+        definition = self._definition(qualified)
+        return None if definition is None else definition[0].returned_loader_dict(definition[1])
+
     def defines(self, qualified: str) -> bool:
         """`qualified` is a function or class of one of the project's own modules."""
         return self._definition(qualified) is not None

@@ -9,7 +9,7 @@ import libcst as cst
 from ddpify.analysis import effects, names
 from ddpify.analysis.control import Facts
 from ddpify.analysis.devices import DeviceValues
-from ddpify.analysis.facts import DeviceAssignment, ExternalLoader, Loader, Model, Statement
+from ddpify.analysis.facts import DeviceAssignment, ExternalLoader, ExternalLoaderDict, Loader, Model, Statement
 from ddpify.analysis.nodes import (
     calls_within,
     dotted_name,
@@ -306,6 +306,12 @@ class Collector(cst.CSTVisitor):
                 if self.project.makes_loader(made_by):
                     self.facts.external_loaders.append(ExternalLoader(
                         name, self._function(), self._statement(node), node.value, made_by))
+            sharded = self.project.loader_dict(made_by)
+            # (`self.loaders = data.get_dataloaders(cfg)` too: a Trainer's methods loop over it.)
+            held = dotted_name(node.targets[0].target) if len(node.targets) == 1 else None
+            if sharded is not None and held is not None:
+                self.facts.external_loader_dicts.append(ExternalLoaderDict(
+                    held, self._function(), self._statement(node), node.value, made_by, sharded))
 
     def visit_Return(self, node: cst.Return) -> None:
         value = node.value

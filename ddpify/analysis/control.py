@@ -5,7 +5,8 @@ from typing import Optional, Union
 
 import libcst as cst
 
-from ddpify.analysis.facts import DictPass, ExternalLoader, Holder, Loader, Model
+from ddpify.analysis.facts import DictPass, ExternalLoader, ExternalLoaderDict, Holder, Loader, Model
+from ddpify.analysis.names import trains_by_look
 from ddpify.analysis.nodes import calls_within, dotted_name, find_all, names_in, names_within, string_value
 from ddpify.analysis.values import ValueFlow
 
@@ -92,7 +93,7 @@ class Facts(ValueFlow):
                 if mentioned & derived:
                     return (f"training is decided by `{sorted(mentioned & derived)[0]}`, which ddpify "
                             f"cannot read as a key of `{dict_pass.holder}`")
-                allowed = _keys_where(test, variable, set(dict_pass.keys), child is parent.body)
+                allowed = keys_where(test, variable, set(dict_pass.keys), child is parent.body)
                 if allowed is None:
                     return (f"ddpify cannot tell which keys of `{dict_pass.holder}` "
                             f"`if {self.module.code_for_node(parent.test)}:` trains")
@@ -174,9 +175,16 @@ def note_loaders_from_callers(facts: Facts) -> None:
         counted = {name for call in ranges for name in names_within(call)} - sized
         for name in facts.names_iterated_by(loop):
             # (`self` is named by `next(self.it)`: the object, not what it iterates.)
-            if function is not None and name not in ("self", "cls") and name not in counted and handed_in(
-                    facts, function, name):
+            if function is None or name in ("self", "cls") or name in counted or not handed_in(facts, function, name):
+                continue
+            keys = facts.entry_keys_taken(loop, name)
+            if keys is None:
                 facts.external_loaders.append(ExternalLoader(name, function, function, loop, "its caller"))
+            elif not any(received.name == name for received in facts.external_loader_dicts):
+                # `for x, y in self.loaders["train"]`: a dict of loaders the caller's module
+                # builds; whichever entries it shards get their epochs here (loader_dicts.py).
+                facts.external_loader_dicts.append(ExternalLoaderDict(
+                    name, function, function, loop, "its caller", dict.fromkeys(keys, True)))
 
 
 def note_models_moved_here(facts: Facts) -> None:
@@ -363,32 +371,25 @@ def blocks_around(facts: Facts, node: cst.CSTNode) -> list[cst.CSTNode]:
     return blocks[::-1]
 
 
-EVALUATION_WORDS = ("val", "test", "eval", "dev")
-
-
 def is_training_loader(facts: Facts, loader: Loader) -> bool:
     """Does a loop over this loader train? The loader is followed wherever its value goes
     (returned, passed, stored on self); if no loop is in sight, the name and shuffle tell."""
     loops = facts.loops_over_values(facts.loader_holders_of(loader))
     if loops:
         return any(facts.loop_trains(loop) for loop in loops)
-    name = (loader.inline or loader.name).rsplit(".", 1)[-1].lower()
-    if "train" in name:
-        return True
-    if any(word in name for word in EVALUATION_WORDS):
-        return False
-    return loader.shuffles or loader.kwargs_name is not None
+    name = (loader.inline or loader.name).rsplit(".", 1)[-1]
+    return trains_by_look(name, loader.shuffles or loader.kwargs_name is not None)
 
 
-def _keys_where(test: cst.BaseExpression, variable: str, keys: set[str], holds: bool) -> Optional[set[str]]:
+def keys_where(test: cst.BaseExpression, variable: str, keys: set[str], holds: bool) -> Optional[set[str]]:
     """The keys for which `test` is `holds` when `variable` takes them; None when the test
     reads the key in a way this cannot evaluate."""
     if variable not in names_in(test):
         return set(keys)
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        return _keys_where(test.expression, variable, keys, not holds)
+        return keys_where(test.expression, variable, keys, not holds)
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And) and holds:
-        both = _keys_where(test.left, variable, keys, True), _keys_where(test.right, variable, keys, True)
+        both = keys_where(test.left, variable, keys, True), keys_where(test.right, variable, keys, True)
         return None if both[0] is None or both[1] is None else both[0] & both[1]
     if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
         return None

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Callable, Optional, Union
 
 from ddpify.analysis import names
+from ddpify.analysis.returned_loaders import returned_loader_dict
 
 PURE, SPEAKS, WRITES, OPAQUE = "pure", "speaks", "writes", "opaque"
 # Opaque, and prints as well: its output appears once per rank (DDP311).
@@ -266,6 +267,12 @@ class FunctionEffects:
         returned, bound = _returned_and_bound(function)
         return any(self._builds_loader(value) or isinstance(value, ast.Name) and any(
             self._builds_loader(made) for made in bound.get(value.id, ())) for value in returned)
+
+    def returned_loader_dict(self, name: str) -> Optional[dict[str, bool]]:
+        """The function returns a dict of DataLoaders it builds: key -> whether its own
+        module's migration shards the entry (returned_loaders.py)."""
+        function = self._functions.get(name)
+        return None if function is None else returned_loader_dict(function, self._builds_loader)
 
     def _builds_loader(self, value: ast.expr) -> bool:
         return isinstance(value, ast.Call) and self.qualified(dotted_ast(value.func) or "") in names.DATALOADER_ALIASES

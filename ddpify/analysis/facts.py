@@ -64,6 +64,24 @@ class ExternalLoader:
 
 
 @dataclass
+class ExternalLoaderDict:
+    """A dict of DataLoaders that a function of another module of the project builds and
+    returns (`loaders = data.get_dataloaders(cfg)`); that module shards the entries that look
+    like training ones (returned_loaders.py). This module sets their epochs."""
+
+    name: str
+    function: Optional[cst.FunctionDef]
+    # Where this module receives it: the factory call's statement, or the function handed it.
+    statement: Union[Statement, cst.FunctionDef]
+    # Where a report about it points: the factory call, or a loop over an entry.
+    call: cst.CSTNode
+    made_by: str
+    # Every key, and whether its entry is sharded where it is built (all True for a dict
+    # handed in: whichever the caller's module shards).
+    sharded: dict[str, bool]
+
+
+@dataclass
 class LoaderDict:
     """DataLoaders kept in a dict by key: `{split: DataLoader(...) for split in ["train",
     "val"]}`, a dict literal of them, or `dict(train=DataLoader(...), ...)`."""
@@ -146,6 +164,7 @@ class FactRecord:
     device_assignments: list[DeviceAssignment] = field(default_factory=list)
     loaders: list[Loader] = field(default_factory=list)
     external_loaders: list[ExternalLoader] = field(default_factory=list)
+    external_loader_dicts: list[ExternalLoaderDict] = field(default_factory=list)
     # Models handed to a Trainer of the project that moves them to their device itself: they
     # are wrapped there, after that move.
     models_moved_elsewhere: set[str] = field(default_factory=set)

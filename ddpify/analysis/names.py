@@ -14,6 +14,20 @@ ITERABLE_DATASET = frozenset(
     {"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"}
 )
 DISTRIBUTED_SAMPLER = "torch.utils.data.distributed.DistributedSampler"
+# Words in a loader's name (or its dict key, or its dataset's name) that say it evaluates.
+EVALUATION_WORDS = ("val", "test", "eval", "dev")
+
+
+def trains_by_look(words: str, shuffles: bool) -> bool:
+    """A loader whose loops are out of sight (another module iterates it): `train` in its
+    name, key or dataset's name says it trains, an evaluation word says it does not, and
+    otherwise a shuffle on says it trains."""
+    words = words.lower()
+    if "train" in words:
+        return True
+    if any(word in words for word in EVALUATION_WORDS):
+        return False
+    return shuffles
 RANDOM_SPLIT = "torch.utils.data.random_split"
 # Data fetched or unpacked by hand: like `download=True`, once per machine before the rest.
 FETCH_OR_UNPACK = frozenset({

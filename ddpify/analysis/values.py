@@ -77,7 +77,8 @@ class ValueFlow(Navigation):
     def _returned_loader_dicts(self, loader_calls: set[cst.Call]) -> Iterator[LoaderDict]:
         """`return {"train": DataLoader(...), "val": DataLoader(...)}` in a function whose
         one call site names what it returns (`self.loaders = self._make_loaders()`): the dict
-        goes by that name, there. A dict of several call sites stays DDP218's: one sampler
+        goes by that name, there; with no call site here, by the function's return. A dict
+        of several call sites stays DDP218's: one sampler
         edit in the dict would serve callers ddpify would have to follow each."""
         for function in dict.fromkeys(self.functions.values()):
             for returned in returns_in(function):
@@ -87,6 +88,12 @@ class ValueFlow(Navigation):
                 if not entries or any(names.values()):
                     continue
                 sites = self.calls_of(function)
+                if not sites:
+                    # Called from another module, or from nothing ddpify sees: it goes by the
+                    # function's return (rules/loader_dicts.py, `_plan_handed_out`).
+                    yield LoaderDict(returned_name(function), returned.value, self.statement_of(returned), function,
+                                     entries, variable, {})
+                    continue
                 if len(sites) != 1 or self.enclosing_loops(sites[0]):
                     continue  # (a dict made anew in a loop: set_epoch would reach the last one)
                 assign = self.parents.get(sites[0])
@@ -193,6 +200,31 @@ class ValueFlow(Navigation):
 
     def is_loader_call(self, node: cst.CSTNode) -> bool:
         return any(loader.call is node for loader in self.loaders)
+
+    def entry_keys_taken(self, loop: cst.For, name: str) -> Optional[list[str]]:
+        """When the loop goes over an entry of `name` (`for x, y in loaders["train"]`,
+        `loaders[phase]` under `for phase in ("train", "val")`): every key that the module's
+        loops take from `name` that way; None when the loop takes `name` itself, or a key that
+        is no literal."""
+        if not _entry_of(_unwrapped(loop.iter, name), name):
+            return None
+        keys: list[str] = []
+        for each in self.loops_over.get(name, ()):
+            iterated = _unwrapped(each.iter, name)
+            index = _entry_of(iterated, name)
+            if index is None:
+                continue
+            literal = string_value(index)
+            if literal is not None:
+                keys.append(literal)
+                continue
+            key_loop = next((outer for outer in self.enclosing_loops(each) if isinstance(index, cst.Name)
+                             and isinstance(outer.target, cst.Name) and outer.target.value == index.value), None)
+            domain = _literal_strings(key_loop.iter) if key_loop is not None else None
+            if domain is None:
+                return None
+            keys.extend(domain)
+        return list(dict.fromkeys(keys))
 
     def names_iterated_by(self, loop: cst.For) -> list[str]:
         """The names whose items the loop goes over (`for x in loader`, through `tqdm(loader)`
@@ -495,6 +527,14 @@ def _unwrapped(iterated: cst.BaseExpression, name: str) -> cst.BaseExpression:
            and not (isinstance(iterated.func, cst.Attribute) and dotted_name(iterated.func.value) == name)):
         iterated = iterated.args[0].value
     return iterated
+
+
+def _entry_of(value: cst.BaseExpression, name: str) -> Optional[cst.BaseExpression]:
+    """`name[key]`: the key; None for anything else."""
+    if not (isinstance(value, cst.Subscript) and dotted_name(value.value) == name and len(value.slice) == 1):
+        return None
+    index = value.slice[0].slice
+    return index.value if isinstance(index, cst.Index) else None
 
 
 def _literal_entry(value: cst.BaseExpression, name: str) -> Optional[str]:

@@ -11,20 +11,31 @@ original's as they stand, and every rank takes the same best-model decision from
 without a collective. Only the training phase's sums are all-reduced, under the key test
 (training.py, `partly_sharded_loops`). The price is every rank evaluating the whole split.
 """
-from typing import Optional
+from collections.abc import Sequence
+from typing import Optional, cast
 
 import libcst as cst
 
-from ddpify.analysis.control import EVALUATION_WORDS, Facts
-from ddpify.analysis.facts import DictPass, LoaderDict
-from ddpify.analysis.nodes import dotted_name, is_false, keyword_args, positional_args, string_value
+from ddpify.analysis.control import Facts, keys_where, parameter_names
+from ddpify.analysis.facts import BlockItem, DictPass, ExternalLoaderDict, LoaderDict, Statement
+from ddpify.analysis.names import trains_by_look
+from ddpify.analysis.nodes import (
+    calls_within,
+    dotted_name,
+    is_false,
+    keyword_args,
+    names_in,
+    positional_args,
+    returned_name,
+    string_value,
+)
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.emit.layout import fits
 from ddpify.plan import Plan
 from ddpify.rules import data
 from ddpify.rules.cases import TRAINING, Emits, Silent
-from ddpify.rules.epochs import SET_EPOCH_VIA_LOADER_CODE
+from ddpify.rules.epochs import SET_EPOCH_EXTERNAL_CODE, SET_EPOCH_VIA_LOADER_CODE
 
 RULES = (
     Rule("DDP218", Severity.WARNING, "DataLoader built inside a dict or list: not sharded",
@@ -46,13 +57,18 @@ SAMPLER_CODE = "DistributedSampler({dataset}, shuffle={shuffle})"
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     followed: set[cst.Call] = set()
     for loaders in facts.loader_dicts():
-        _plan_dict(facts, edits, setup, loaders)
-        if facts.dict_passes(loaders):  # (a string, too: what stopped _plan_dict)
+        passes = facts.dict_passes(loaders)
+        if passes:  # (a string, too: what stopped _plan_dict)
+            _plan_dict(facts, edits, setup, loaders)
             followed.update(loaders.entries.values())  # this module's loops decide (above)
-    _report_handed_out(facts, edits, followed)
+        elif _handed_out_of_module(facts, loaders):
+            _plan_handed_out(facts, edits, setup, loaders)
+            followed.update(loaders.entries.values())
+    _report_handed_out(facts, edits, setup, followed)
+    _plan_received(facts, edits, setup)
 
 
-def _report_handed_out(facts: Facts, edits: Edits, followed: set[cst.Call]) -> None:
+def _report_handed_out(facts: Facts, edits: Edits, setup: Plan, followed: set[cst.Call]) -> None:
     """A training DataLoader that a function hands out without a name: in the tuple or dict it
     returns (`return DataLoader(a), DataLoader(b)`, `return {"train": DataLoader(...)}`, or
     `loaders = {...}` then `return loaders`). No loop of this module goes over it, so no rule
@@ -66,12 +82,61 @@ def _report_handed_out(facts: Facts, edits: Edits, followed: set[cst.Call]) -> N
         if call in named or call in followed or facts.function_of(call) is None:
             continue
         holder = _handed_out_by(facts, call)
-        if holder is None or not _trains_by_look(facts, call):
+        parent = facts.parents.get(call)
+        key = string_value(parent.key) if isinstance(parent, cst.DictElement) else None
+        if holder is None or not _trains_by_look(call, key):
+            continue
+        returned = _returned_sequence(facts, call)
+        if returned is not None:
+            reason = _why_call_not_sharded(facts, edits, call, "the training loader")
+            if reason is None:
+                _shard_returned_sequence(facts, edits, setup, *returned)
+                followed.update(calls_within(returned[1]))  # (the tuple's other loaders: done)
+                continue
+            edits.report("DDP218", call, f"{SUMMARY}: {reason}")
             continue
         edits.report("DDP218", call, (
             f"{SUMMARY}: {holder} hands it out without a name, and ddpify follows a loader out of "
             "its function only by name: build the training loader by name "
             "(train_loader = DataLoader(...)) and return the names (return train_loader, val_loader)"))
+
+
+def _returned_sequence(facts: Facts, call: cst.Call) -> Optional[tuple[Statement, cst.BaseExpression]]:
+    """`return DataLoader(train_set, ...), DataLoader(val_set, ...)` (a tuple or list of
+    calls) in a function that nothing in this module calls: its statement and the tuple. The
+    module that calls it unpacks the loaders into names, which it follows (ExternalLoader)."""
+    sequence = facts.parents.get(facts.parents.get(call) or call)
+    statement = facts.parents.get(sequence) if isinstance(sequence, (cst.Tuple, cst.List)) else None
+    function = facts.function_of(call)
+    if not isinstance(statement, cst.Return) or function is None or facts.calls_of(function):
+        return None
+    line = facts.statement_of(statement)
+    return (line, cast(cst.BaseExpression, sequence)) if isinstance(line, cst.SimpleStatementLine) else None
+
+
+def _shard_returned_sequence(facts: Facts, edits: Edits, setup: Plan, statement: Statement,
+                             sequence: cst.BaseExpression) -> None:
+    """The loaders of a returned tuple whose loops are in another module: by look, as for a
+    named loader returned (control.is_training_loader), the training ones get a sampler under
+    `dist.is_initialized()`; the others go whole to the code that evaluates them."""
+    calls = [element.value for element in cast(cst.Tuple, sequence).elements
+             if isinstance(element.value, cst.Call) and element.value in facts.loader_calls]
+    trained = [call for call in calls if _trains_by_look(call, None)]
+    if any(_why_call_not_sharded(facts, edits, call, "the training loader") is not None for call in trained):
+        return
+    condition = "distributed" if setup.sees_setup(facts, sequence) else OUT_OF_SETUP_CONDITION
+    if condition == OUT_OF_SETUP_CONDITION:
+        edits.imports.add("dist")
+    _rewrite(facts, edits, statement, sequence, {call: _arguments(edits, call, condition) for call in trained})
+    edits.imports.add("DistributedSampler")
+    for call in calls:
+        if call in trained:
+            edits.report("DDP201", call)
+            edits.report("DDP206", call)
+        else:
+            edits.report("DDP203", call, "evaluation loader left unsharded: it does not look like training "
+                         "data (its dataset and shuffle), and goes whole to the code that evaluates it, which "
+                         "takes this rank's share there when it can gather the figures")
 
 
 def _handed_out_by(facts: Facts, call: cst.Call) -> Optional[str]:
@@ -118,17 +183,19 @@ def _names_in(node: cst.BaseExpression) -> set[str]:
     return set()
 
 
-def _trains_by_look(facts: Facts, call: cst.Call) -> bool:
-    """A `train` key or dataset name, or a shuffle on; an evaluation word says no."""
-    parent = facts.parents.get(call)
-    key = string_value(parent.key) if isinstance(parent, cst.DictElement) else None
+def _trains_by_look(call: cst.Call, key: Optional[str], key_variable: Optional[str] = None) -> bool:
+    """A `train` key or dataset name, or a shuffle on; an evaluation word says no. A
+    comprehension's `shuffle=split == "train"` is read for the key. (returned_loaders.py reads
+    the same decision with `ast` for the module that loops over the dict.)"""
     dataset = _dataset(call)
-    words = " ".join(word for word in (key, dotted_name(dataset) if dataset is not None else None) if word).lower()
-    if "train" in words:
-        return True
-    if any(word in words for word in EVALUATION_WORDS):
-        return False
-    return _shuffles(call)
+    words = " ".join(word for word in (key, dotted_name(dataset) if dataset is not None else None) if word)
+    shuffle = keyword_args(call).get("shuffle")
+    if shuffle is not None and key is not None and key_variable is not None \
+            and key_variable in names_in(shuffle.value):
+        keys = keys_where(shuffle.value, key_variable, {key}, True)
+        if keys is not None:
+            return trains_by_look(words, key in keys)
+    return trains_by_look(words, _shuffles(call))
 
 
 def _plan_dict(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDict) -> None:
@@ -181,20 +248,27 @@ def _why_not_sharded(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDic
             if not data.can_shard(facts, setup, named):
                 return f"the `{key}` loader, `{named.name}`, cannot be given a sampler"
             continue
-        if edits.options.keep_global_batch:
-            return "--keep-global-batch does not divide the batch size of a loader built in a dict"
-        call = loaders.entries[key]
-        keywords = keyword_args(call)
-        dataset = _dataset(call)
-        if "sampler" in keywords or "batch_sampler" in keywords:
-            return f"the `{key}` loader has a sampler of its own"
-        if any(arg.star for arg in call.args):
-            return f"the `{key}` loader takes arguments from `*` or `**`"
-        if isinstance(call.func, cst.Name) and not facts.loader_classes.get(call.func.value, True):
-            return f"`{call.func.value}` takes no sampler"
-        if dataset is None or not _plain(dataset):
-            what = "no dataset" if dataset is None else f"its dataset `{edits.code(dataset)}` built in the call"
-            return f"the `{key}` loader has {what}: name the dataset first"
+        reason = _why_call_not_sharded(facts, edits, loaders.entries[key], f"the `{key}` loader")
+        if reason is not None:
+            return reason
+    return None
+
+
+def _why_call_not_sharded(facts: Facts, edits: Edits, call: cst.Call, shown: str) -> Optional[str]:
+    """What stops an inline sampler in a DataLoader call built in a dict, tuple or list."""
+    if edits.options.keep_global_batch:
+        return "--keep-global-batch does not divide the batch size of a loader built in a dict or tuple"
+    keywords = keyword_args(call)
+    dataset = _dataset(call)
+    if "sampler" in keywords or "batch_sampler" in keywords:
+        return f"{shown} has a sampler of its own"
+    if any(arg.star for arg in call.args):
+        return f"{shown} takes arguments from `*` or `**`"
+    if isinstance(call.func, cst.Name) and not facts.loader_classes.get(call.func.value, True):
+        return f"`{call.func.value}` takes no sampler"
+    if dataset is None or not _plain(dataset):
+        what = "no dataset" if dataset is None else f"its dataset `{edits.code(dataset)}` built in the call"
+        return f"{shown} has {what}: name the dataset first"
     return None
 
 
@@ -216,6 +290,119 @@ def _plain(node: cst.BaseExpression) -> bool:
     if isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
         return _plain(node.value) and _plain(node.slice[0].slice.value)
     return False
+
+
+# --- a dict of loaders handed to another module, and one received from it ----------------------
+
+def _handed_out_of_module(facts: Facts, loaders: LoaderDict) -> bool:
+    """The dict leaves its function by `return` (itself, or the name it is bound to), and
+    nothing in this module calls that function: another module of the project loops over it
+    (`loaders = data.get_dataloaders(cfg)`), or nothing ddpify can see does."""
+    function = loaders.function
+    if function is None or facts.calls_of(function):
+        return False
+    return loaders.name == returned_name(function) or any(
+        node.value is not None and loaders.name in _names_in(node.value) for node in _returns_of(function))
+
+
+def _plan_handed_out(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDict) -> None:
+    """A dict of loaders whose loops are in another module: no loop here tells which entries
+    train, so, as for a loader built by name and returned (control.is_training_loader), the
+    key and dataset name tell, then the shuffle (`_trains_by_look`). The training entries get
+    a DistributedSampler under `dist.is_initialized()` (no group is joined in this module),
+    the others stay whole for the code that evaluates them, which takes its share where it can
+    gather the figures (evaluation.py). Entries built by name first are the data rule's, by
+    their names. The module that loops over the dict sets the epochs (`_plan_received`), and
+    reads the same decision (returned_loaders.py)."""
+    built_here = [key for key in loaders.entries if key not in loaders.named]
+    trained = {key for key in built_here if _trains_by_look(loaders.entries[key], key, loaders.key_variable)}
+    if not trained:
+        return
+    reason = _why_not_sharded(facts, edits, setup, loaders, trained)
+    if reason is not None:
+        first = min((loaders.entries[key] for key in trained), key=facts.start_of)
+        edits.report("DDP218", first, f"{SUMMARY}: {reason}")
+        return
+    _shard_built_here(facts, edits, setup, loaders, trained)
+    shown = f"the dict `{function_name(loaders)}()` returns"
+    for key in built_here:
+        if key not in trained:
+            edits.report("DDP203", loaders.entries[key], "evaluation loader left unsharded: the "
+                         f"`{key}` entry of {shown} does not look like training data (its key, dataset "
+                         "and shuffle), and goes whole to the code that evaluates it, which takes this "
+                         "rank's share there when it can gather the figures")
+    setup.sharded_loader_dicts.append(loaders)
+
+
+def function_name(loaders: LoaderDict) -> str:
+    return loaders.function.name.value if loaders.function is not None else loaders.name
+
+
+def _plan_received(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """`loaders = data.get_dataloaders(cfg)`: a dict of loaders that another module of the
+    project builds and shards by look (`_plan_handed_out` there). Here, where its entries are
+    looped over (`for x, y in loaders["train"]`, `for phase in ...: loaders[phase]`) or handed
+    to a function that trains (`train_one_epoch(model, loaders["train"])`, this module's or
+    another's): each training entry's epoch is set at the top of the epoch loop around it, the
+    sums of a pass over a sharded entry are the shard's (training.py all-reduces them), and a
+    training pass over an entry that module leaves whole is reported (DDP218): every rank
+    would train on all of it."""
+    for received in facts.external_loader_dicts:
+        # (Only its name, function and keys matter to dict_passes: no call here builds it.)
+        at = cast(cst.Call, received.call)
+        loaders = LoaderDict(received.name, at, cast(Statement, received.statement), received.function,
+                             dict.fromkeys(received.sharded, at))
+        passes = facts.dict_passes(loaders)
+        if isinstance(passes, str):
+            if any(received.sharded.values()):
+                edits.report("DDP211", received.call, f"no epoch loop found for set_epoch: {passes}")
+            continue
+        trained: set[str] = set()
+        for each in passes:
+            keys = facts.keys_trained(each)
+            if isinstance(keys, str):
+                edits.report("DDP211", each.loop, f"no epoch loop found for set_epoch: {keys}")
+                continue
+            trained |= keys
+        handed = _entries_handed_to_training(facts, received)
+        trained |= {key for _, _, key in handed}
+        whole = [key for key in received.sharded if key in trained and not received.sharded[key]]
+        if whole:
+            diagnostic = edits.report("DDP218", received.call, (
+                f"{SUMMARY}: the `{whole[0]}` entry of `{received.name}` trains here, but `{received.made_by}()` "
+                "builds it as an evaluation loader (by its key, dataset and shuffle) and leaves it whole, so "
+                "every rank would train on all of it: call the key `train` there, or give that entry "
+                "sampler=DistributedSampler(...) by hand"))
+            if not any(received.sharded[key] for key in trained):
+                setup.hand_made_batches.append(diagnostic)
+        sharded = [key for key in received.sharded if key in trained and received.sharded[key]]
+        _note_passes(facts, edits, setup, passes, set(sharded))
+        if sharded:
+            setup.sharded_loader_dicts.append(loaders)
+            uses = [(each.handed_by or each.loop, each.key_loop, each.holder) for each in passes
+                    if facts.loop_trains(each.loop)]
+            uses += [(call, None, holder) for call, holder, _ in handed]
+            _set_epoch_at(facts, edits, setup, uses, sharded, received.call, received.statement)
+
+
+def _entries_handed_to_training(facts: Facts, received: ExternalLoaderDict) -> list[tuple[cst.Call, str, str]]:
+    """`engine.train_one_epoch(model, loaders["train"], ...)`: an entry by literal key handed
+    to a function of another module of the project that trains, or a Trainer built with it:
+    (the call, the dict's name there, the key)."""
+    found: list[tuple[cst.Call, str, str]] = []
+    holders = facts.holders_from(received.function, received.name)
+    for call in [*facts.training_helper_calls, *facts.training_constructors]:
+        for arg in call.args:
+            value = arg.value
+            if arg.star or not isinstance(value, cst.Subscript) or len(value.slice) != 1:
+                continue
+            index = value.slice[0].slice
+            key = string_value(index.value) if isinstance(index, cst.Index) else None
+            holder = dotted_name(value.value)
+            if key is not None and holder is not None and any(
+                    held == holder and facts.sees_value(call, holder, function) for function, held in holders):
+                found.append((call, holder, key))
+    return found
 
 
 # --- the edits -------------------------------------------------------------------------------------
@@ -254,7 +441,8 @@ def _shard_built_here(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDi
     if loaders.key_variable is not None and set(keys) - trained:
         # One call builds every entry: only the training keys get the sampler.
         condition = f"{condition} and {_key_test(loaders.key_variable, [k for k in keys if k in trained])}"
-    _rewrite(facts, edits, loaders, {call: _arguments(edits, call, condition) for call in calls})
+    _rewrite(facts, edits, loaders.statement, loaders.value,
+             {call: _arguments(edits, call, condition) for call in calls})
     edits.imports.add("DistributedSampler")
     for call in calls:
         edits.report("DDP201", call)
@@ -328,14 +516,14 @@ def _shuffle_unless(shuffle: str, condition: str) -> Optional[str]:
 
 # --- layout, as black writes it ----------------------------------------------------------------------
 
-def _rewrite(facts: Facts, edits: Edits, loaders: LoaderDict, arguments: dict[cst.Call, list[str]]) -> None:
-    statement = loaders.statement
+def _rewrite(facts: Facts, edits: Edits, statement: Statement, value: cst.BaseExpression,
+             arguments: dict[cst.Call, list[str]]) -> None:
     column = facts.positions[statement].start.column
     one_line = facts.positions[statement].start.line == facts.positions[statement].end.line
     if one_line:
         grown = sum(len(_call(edits, call, args)) - len(edits.code(call)) for call, args in arguments.items())
         line = facts.module.code.splitlines()[facts.line_of(statement) - 1]
-        rebuilt = _rebuilt_statement(edits, loaders, arguments, column)
+        rebuilt = _rebuilt_statement(edits, statement, value, arguments, column)
         if not fits(0, line.rstrip() + " " * grown) and rebuilt is not None:
             edits.replace(statement, [edits.statement(rebuilt).with_changes(
                 leading_lines=statement.leading_lines)])
@@ -382,16 +570,15 @@ def _argument_lines(arg: str, indent: int, column: int) -> str:
     return f"{pad}{keyword}=(\n{inner}{body}\n{inner}if {test}\n{inner}else {rest}\n{pad}),\n"
 
 
-def _rebuilt_statement(edits: Edits, loaders: LoaderDict, arguments: dict[cst.Call, list[str]],
-                       column: int) -> Optional[str]:
-    """`name = {...}` split over lines as black splits it, the loaders' calls exploded."""
-    statement = loaders.statement
+def _rebuilt_statement(edits: Edits, statement: Statement, value: cst.BaseExpression,
+                       arguments: dict[cst.Call, list[str]], column: int) -> Optional[str]:
+    """`name = {...}` (or `return {...}`) split over lines as black splits it, the loaders'
+    calls exploded."""
     assert isinstance(statement, cst.SimpleStatementLine)
     small = statement.body[0]
-    if len(statement.body) != 1 or not isinstance(small, cst.Assign) or small.value is not loaders.value:
+    if len(statement.body) != 1 or not isinstance(small, (cst.Assign, cst.Return)) or small.value is not value:
         return None
-    head = f"{edits.code(small.targets[0].target)} = "
-    value = loaders.value
+    head = f"{edits.code(small.targets[0].target)} = " if isinstance(small, cst.Assign) else "return "
 
     def entry(prefix: str, node: cst.BaseExpression) -> str:
         """`prefix` then the value, at one level in; a rebuilt call explodes if need be."""
@@ -422,29 +609,75 @@ def _set_epoch(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDict, pas
                shuffled: list[str]) -> None:
     """`loaders["train"].sampler.set_epoch(epoch)` at the top of each epoch loop around a
     training pass: the sampler has no name of its own, the loader carries it."""
-    placed: set[cst.For] = set()
-    for each in passes:
-        if not facts.loop_trains(each.loop):
-            continue
-        # An entry handed to a function (`train_one_epoch(model, loaders["train"])`) counts its
-        # epochs around that call, where the dict's name is in scope.
-        around = [loop for loop in facts.enclosing_loops(each.handed_by or each.loop) if loop is not each.key_loop]
-        epoch_loop = next((loop for loop in around if isinstance(loop.target, cst.Name)), None)
-        if epoch_loop is None:
-            edits.report("DDP211", loaders.entries[shuffled[0]])
+    # An entry handed to a function (`train_one_epoch(model, loaders["train"])`) counts its
+    # epochs around that call, where the dict's name is in scope.
+    uses = [(each.handed_by or each.loop, each.key_loop, each.holder)
+            for each in passes if facts.loop_trains(each.loop)]
+    _set_epoch_at(facts, edits, setup, uses, shuffled, loaders.entries[shuffled[0]])
+
+
+def _set_epoch_at(facts: Facts, edits: Edits, setup: Plan, uses: Sequence[tuple[cst.CSTNode, Optional[cst.For], str]],
+                  keys: list[str], report_at: cst.CSTNode, received: Optional[cst.CSTNode] = None) -> None:
+    """set_epoch for the entries `keys` at the top of the epoch loop around each training use
+    (a pass, or the call an entry is handed to), with the dict's name there. `received`: the
+    statement that takes a dict another module builds, whose entries may have no
+    DistributedSampler (made anew inside the epoch loop: its set_epoch follows it)."""
+    placed: set[BlockItem] = set()
+    for anchor, key_loop, holder in uses:
+        found = _epoch_loop_around(facts, anchor, key_loop, holder)
+        if found is None:
+            edits.report("DDP211", report_at)
             return
-        if epoch_loop in placed:
+        where, epoch = found
+        if where in placed:
             continue
-        placed.add(epoch_loop)
-        epoch = epoch_loop.target.value if isinstance(epoch_loop.target, cst.Name) else "epoch"
-        entries = [f"{each.holder}[{_quoted(key)}]" for key in shuffled]
-        if setup.sees_setup(facts, epoch_loop):
+        placed.add(where)
+        entries = [f"{holder}[{_quoted(key)}]" for key in keys]
+        if received is not None:
+            code = "".join(SET_EPOCH_EXTERNAL_CODE.format(loader=entry, epoch=epoch) for entry in entries)
+            edits.imports.add("DistributedSampler")
+        elif setup.sees_setup(facts, where):
             code = SET_EPOCH_CODE.format(lines="".join(
                 f"    {entry}.sampler.set_epoch({epoch})\n" for entry in entries))
         else:
             code = "".join(SET_EPOCH_VIA_LOADER_CODE.format(loader=entry, epoch=epoch) for entry in entries)
-        edits.insert_before(epoch_loop.body.body[0], Insertion(edits.statements(code)))
-        edits.report("DDP202", epoch_loop)
+        if not isinstance(where, cst.For):
+            # A pass in a method handed the epoch (`def _run_epoch(self, epoch)`): before it.
+            edits.insert_before(where, Insertion(edits.statements(code)))
+            edits.report("DDP202", where)
+            continue
+        made_inside = facts.ancestor_in(received, where.body) if received is not None else None
+        if made_inside is not None:
+            edits.insert_after(made_inside, edits.statements(code))
+        else:
+            edits.insert_before(where.body.body[0], Insertion(edits.statements(code)))
+        edits.report("DDP202", where)
+
+
+def _epoch_loop_around(facts: Facts, anchor: cst.CSTNode, key_loop: Optional[cst.For], holder: str
+                       ) -> Optional[tuple[BlockItem, str]]:
+    """Where the epochs of a training use of a dict entry are counted, and the epoch's name
+    there: the loop around it (not the loop that picks the key); for a dict kept on `self`,
+    else the loop around a call of the method (`for epoch ...: self._run_epoch(epoch)`); else,
+    in a method handed the epoch as a parameter, the statement that starts the pass."""
+    around = [loop for loop in facts.enclosing_loops(anchor) if loop is not key_loop]
+    epoch_loop = next((loop for loop in around if isinstance(loop.target, cst.Name)), None)
+    if epoch_loop is not None:
+        return epoch_loop, cast(cst.Name, epoch_loop.target).value
+    function = facts.function_of(anchor)
+    if function is None:
+        return None
+    if holder.startswith("self."):  # (the same attribute in the method that calls this one)
+        for call in facts.calls_of(function):
+            outer = next((loop for loop in facts.enclosing_loops(call) if isinstance(loop.target, cst.Name)), None)
+            if outer is not None:
+                return outer, cast(cst.Name, outer.target).value
+    epoch = next((name for name in sorted(parameter_names(function)) if "epoch" in name.lower()
+                  and not name.lower().startswith(("n_", "num", "max", "total"))), None)
+    start = facts.ancestor_in(key_loop or anchor, function.body)
+    if epoch is None or start is None or around:
+        return None
+    return start, epoch
 
 
 _PHASES = TRAINING.replace(

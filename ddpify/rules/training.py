@@ -235,14 +235,29 @@ def agree_on_clock_stop(facts: Facts, edits: Edits, setup: Plan, stop: cst.If) -
 
 # --- epoch figures ---------------------------------------------------------------------------------
 
+def figures_anchor(facts: Facts, loop: cst.For) -> cst.BaseStatement:
+    """The statement whose block holds the epoch's figures: the batch loop, or the `with`
+    around it (`with tqdm(total=n) as bar:`, `with torch.set_grad_enabled(train):`), with
+    `epoch_loss = 0` set before it and read after it. The figures are the epoch's once that
+    statement ends, and are summed across ranks there."""
+    anchor: cst.BaseStatement = loop
+    while True:
+        block = facts.parents.get(anchor)
+        owner = facts.parents.get(block) if isinstance(block, cst.IndentedBlock) else None
+        if not isinstance(owner, cst.With):
+            return anchor
+        anchor = owner
+
+
 def epoch_accumulators(facts: Facts, loop: cst.For) -> dict[str, cst.BaseExpression]:
     """`running_loss = 0.0` before the batch loop, `running_loss += ...` inside it, and used
     after it: the name and its initial literal, in the order they were set."""
-    block = facts.parents.get(loop)
+    anchor = figures_anchor(facts, loop)
+    block = facts.parents.get(anchor)
     if not isinstance(block, (cst.IndentedBlock, cst.Module)):
         return {}
     statements = list(block.body)
-    index = statements.index(loop)
+    index = statements.index(anchor)
     initial: dict[str, cst.BaseExpression] = {}
     for statement in statements[:index]:
         if isinstance(statement, cst.SimpleStatementLine):
@@ -261,11 +276,12 @@ def epoch_lists(facts: Facts, loop: cst.For) -> list[str]:
     after it (`np.mean(losses)`, `sum(losses) / len(losses)`): the same epoch figure as a
     running sum, kept a value per batch. Only lists of Python numbers: a tensor appended may
     sit on the GPU or hold its graph."""
-    block = facts.parents.get(loop)
+    anchor = figures_anchor(facts, loop)
+    block = facts.parents.get(anchor)
     if not isinstance(block, (cst.IndentedBlock, cst.Module)):
         return []
     statements = list(block.body)
-    index = statements.index(loop)
+    index = statements.index(anchor)
     emptied = [small.targets[0].target.value for statement in statements[:index]
                if isinstance(statement, cst.SimpleStatementLine) for small in statement.body
                if isinstance(small, cst.Assign) and len(small.targets) == 1
@@ -363,7 +379,7 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
         else:
             lines.append(f"    {name} = {value}")
     lines += _merged_lists(facts, edits, lists)
-    edits.insert_after(loop, edits.statements("\n".join(lines) + "\n"))
+    edits.insert_after(figures_anchor(facts, loop), edits.statements("\n".join(lines) + "\n"))
     setup.reduced_epoch_loops.add(loop)
     edits.report("DDP402", loop)
 
@@ -401,7 +417,7 @@ def _gather_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
         lines.append(f"    {name} = {total}")
     lines += _merged_lists(facts, edits, lists)
     edits.imports.add("dist")
-    edits.insert_after(loop, edits.statements("\n".join(lines) + "\n"))
+    edits.insert_after(figures_anchor(facts, loop), edits.statements("\n".join(lines) + "\n"))
     setup.reduced_epoch_loops.add(loop)
     edits.report("DDP402", loop)
 
@@ -617,6 +633,12 @@ CASES = (
                    "            optimizer.step()\n            optimizer.zero_grad()\n"), "DDP401", ("no_sync()",)),
     Silent(TRAINING, "DDP401"),
     Emits(TRAINING.replace("    for x, y in loader:\n", "    total = 0.0\n    for x, y in loader:\n")
+          .replace("        optimizer.step()\n    print(epoch, loss.item())\n",
+                   "        optimizer.step()\n        total += loss.item()\n    print(epoch, total / len(loader))\n"),
+          "DDP402", ("dist.all_reduce(",)),
+    # The batch loop inside a `with` (autocast, a progress bar): summed once the `with` ends.
+    Emits(TRAINING.replace("    for x, y in loader:\n", "    total = 0.0\n    with torch.autocast(\"cpu\"):\n"
+                           "     for x, y in loader:\n")
           .replace("        optimizer.step()\n    print(epoch, loss.item())\n",
                    "        optimizer.step()\n        total += loss.item()\n    print(epoch, total / len(loader))\n"),
           "DDP402", ("dist.all_reduce(",)),

@@ -118,13 +118,45 @@ def _loader_handed_out(source: Source, sampler: ast.Call, names: list[str]) -> b
     """The loader built with the sampler is returned to the caller (a helper module's
     `get_loader()`): the caller starts the passes over it, and sets the epoch there."""
     built = _loaders_built_with(source, sampler, names)
-    returned = [value for node in ast.walk(source.tree) if isinstance(node, ast.Return) and node.value is not None
-                for value in (node.value.elts if isinstance(node.value, ast.Tuple) else [node.value])]
+    returned = _returned_parts(source)
     # `return DataLoader(dataset, sampler=sampler, ...)` hands it out too.
     built_in_return = any(isinstance(value, ast.Call) and value in loader_calls(source) and any(
         each is sampler or loose_dotted(each) in names for each in ast.walk(_sampler_argument(value) or value.func))
         for value in returned)
     return built_in_return or bool(built & {loose_dotted(value) for value in returned})
+
+
+def _returned_parts(source: Source) -> list[ast.expr]:
+    """What the functions return, opened up: each element of a returned tuple, each entry of
+    a returned dict (a literal, a comprehension, `dict(...)`), also of a dict bound to a name
+    first (`loaders = {...}` then `return loaders`)."""
+    bound: dict[str, list[ast.expr]] = {}
+    for node in ast.walk(source.tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    bound.setdefault(target.id, []).append(node.value)
+    parts: list[ast.expr] = []
+    work = [node.value for node in ast.walk(source.tree) if isinstance(node, ast.Return) and node.value is not None]
+    seen: set[int] = set()
+    while work:
+        value = work.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        parts.append(value)
+        if isinstance(value, ast.Tuple):
+            work.extend(value.elts)
+        elif isinstance(value, ast.Dict):
+            work.extend(value.values)
+        elif isinstance(value, ast.DictComp):
+            work.append(value.value)
+        elif isinstance(value, ast.Call) and dotted(value.func) == "dict":
+            work.extend(keyword.value for keyword in value.keywords)
+        elif isinstance(value, ast.Name):
+            containers = (ast.Dict, ast.DictComp, ast.Call)
+            work.extend(each for each in bound.get(value.id, []) if isinstance(each, containers))
+    return parts
 
 
 def _loader_handed_on(source: Source, sampler: ast.Call, names: list[str]) -> bool:

@@ -1,0 +1,148 @@
+"""A dict of DataLoaders that a function of the project returns, read with `ast` from the
+module that calls it (`loaders = data.get_dataloaders(cfg)`): its keys, and which entries
+the function's own module shards when it is migrated.
+
+That module has no loop over the dict in sight, so it shards by look (rules/loader_dicts.py,
+`_trains_by_look`, with names.trains_by_look): the entry's key and its dataset's name (or the
+name of a loader built before and put in the dict), then its `shuffle=`. The caller's module
+reads the same decision here, so that it sets the epoch of exactly the entries that get a
+DistributedSampler and reports a training pass over an entry left whole.
+"""
+import ast
+from typing import Callable, Optional
+
+from ddpify.analysis.names import trains_by_look
+
+# An entry: the DataLoader call that builds it, and the name it was built under first.
+_Entry = tuple[ast.Call, Optional[str]]
+
+
+def returned_loader_dict(function: ast.FunctionDef, builds_loader: Callable[[ast.expr], bool]
+                         ) -> Optional[dict[str, bool]]:
+    """Key -> whether the entry is sharded, for the dict of DataLoaders the function returns
+    (a literal, a comprehension over literal keys, `dict(key=...)`, or a name bound to one of
+    them once); None when it returns anything else, or more than one such dict."""
+    bound: dict[str, list[ast.expr]] = {}
+    returns: list[ast.Return] = []
+    for node in _own_nodes(function):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            bound.setdefault(node.targets[0].id, []).append(node.value)
+        elif isinstance(node, ast.Return):
+            returns.append(node)
+    if len(returns) != 1 or returns[0].value is None:
+        return None
+    value = returns[0].value
+    if isinstance(value, ast.Name):
+        values = bound.get(value.id, [])
+        if len(values) != 1:
+            return None
+        value = values[0]
+    entries = _entries(value, bound, builds_loader)
+    if not entries:
+        return None
+    variable = _key_variable(value)
+    return {key: _sharded(key, call, built_as, variable) for key, (call, built_as) in entries.items()}
+
+
+def _own_nodes(function: ast.FunctionDef) -> list[ast.AST]:
+    """The nodes of the function, not of a function or class defined inside it."""
+    found: list[ast.AST] = []
+    work: list[ast.AST] = list(function.body)
+    while work:
+        node = work.pop()
+        found.append(node)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            work.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _entries(value: ast.expr, bound: dict[str, list[ast.expr]], builds_loader: Callable[[ast.expr], bool]
+             ) -> dict[str, _Entry]:
+    pairs: list[tuple[Optional[str], ast.expr]] = []
+    if isinstance(value, ast.Dict):
+        pairs = [(key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else None, entry)
+                 for key, entry in zip(value.keys, value.values) if key is not None]
+    elif isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "dict" \
+            and not value.args:
+        pairs = [(keyword.arg, keyword.value) for keyword in value.keywords]
+    elif isinstance(value, ast.DictComp) and len(value.generators) == 1:
+        keys = _literal_strings(value.generators[0].iter)
+        if keys is None or not isinstance(value.key, ast.Name) or not isinstance(value.generators[0].target, ast.Name) \
+                or value.key.id != value.generators[0].target.id or not isinstance(value.value, ast.Call) \
+                or not builds_loader(value.value):
+            return {}
+        call = value.value
+        return {key: (call, None) for key in keys}
+    entries: dict[str, _Entry] = {}
+    for key, entry in pairs:
+        if key is None:
+            return {}
+        made = bound.get(entry.id, []) if isinstance(entry, ast.Name) else []
+        if isinstance(entry, ast.Call) and builds_loader(entry):
+            entries[key] = (entry, None)
+        elif isinstance(entry, ast.Name) and len(made) == 1 and isinstance(made[0], ast.Call) \
+                and builds_loader(made[0]):
+            entries[key] = (made[0], entry.id)
+        else:
+            return {}  # an entry that is not a loader: not a dict of loaders
+    return entries
+
+
+def _key_variable(value: ast.expr) -> Optional[str]:
+    if isinstance(value, ast.DictComp) and isinstance(value.generators[0].target, ast.Name):
+        return value.generators[0].target.id
+    return None
+
+
+def _sharded(key: str, call: ast.Call, built_as: Optional[str], variable: Optional[str]) -> bool:
+    """The migration's decision for the entry: by the name it was built under, for a loader
+    built by name first (rules/data.py reads it like any named loader), else by key and
+    dataset."""
+    if built_as is not None:
+        return trains_by_look(built_as, _shuffles(call, key, None))
+    dataset = _dataset(call)
+    words = " ".join(word for word in (key, _dotted(dataset) if dataset is not None else None) if word)
+    return trains_by_look(words, _shuffles(call, key, variable))
+
+
+def _shuffles(call: ast.Call, key: str, variable: Optional[str]) -> bool:
+    """`shuffle=` is on for this key: absent or False is off; a test of the comprehension's
+    key variable (`shuffle=split == "train"`) is read for the key; anything else is on."""
+    shuffle = next((keyword.value for keyword in call.keywords if keyword.arg == "shuffle"), None)
+    if shuffle is None or isinstance(shuffle, ast.Constant) and (shuffle.value is False or shuffle.value is None):
+        return False
+    if variable is not None and isinstance(shuffle, ast.Compare) and len(shuffle.ops) == 1 \
+            and isinstance(shuffle.left, ast.Name) and shuffle.left.id == variable:
+        values = _literal_strings(shuffle.comparators[0])
+        if values is None and isinstance(shuffle.comparators[0], ast.Constant) \
+                and isinstance(shuffle.comparators[0].value, str):
+            values = [shuffle.comparators[0].value]
+        operator = shuffle.ops[0]
+        if values is not None and isinstance(operator, (ast.Eq, ast.In)):
+            return key in values
+        if values is not None and isinstance(operator, (ast.NotEq, ast.NotIn)):
+            return key not in values
+    return True
+
+
+def _dataset(call: ast.Call) -> Optional[ast.expr]:
+    keyword = next((keyword.value for keyword in call.keywords if keyword.arg == "dataset"), None)
+    if keyword is not None:
+        return keyword
+    return call.args[0] if call.args and not isinstance(call.args[0], ast.Starred) else None
+
+
+def _dotted(node: ast.expr) -> Optional[str]:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return None if head is None else f"{head}.{node.attr}"
+    return None
+
+
+def _literal_strings(node: ast.expr) -> Optional[list[str]]:
+    if isinstance(node, (ast.Tuple, ast.List)) and node.elts and all(
+            isinstance(element, ast.Constant) and isinstance(element.value, str) for element in node.elts):
+        return [element.value for element in node.elts]  # type: ignore[attr-defined]
+    return None
