@@ -187,6 +187,39 @@ def note_loaders_from_callers(facts: Facts) -> None:
                     name, function, function, loop, "its caller", dict.fromkeys(keys, True)))
 
 
+def note_entries_of_received_dicts(facts: Facts) -> None:
+    """`train_loader = loaders["train"]` (or `train_dl, val_dl = loaders["train"],
+    loaders["val"]`) where `loaders` is a dict of DataLoaders another module of the project
+    builds: the name holds that module's loader, like a loader it returns by name
+    (ExternalLoader), so its epoch is set where this module loops over it."""
+    for received in facts.external_loader_dicts:
+        for assign in find_all(facts.module, cst.Assign):
+            if len(assign.targets) != 1:
+                continue
+            target, value = assign.targets[0].target, assign.value
+            pairs: list[tuple[cst.BaseExpression, cst.BaseExpression]] = [(target, value)]
+            if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)) \
+                    and len(target.elements) == len(value.elements):
+                pairs = [(each.value, given.value) for each, given in zip(target.elements, value.elements)]
+            for bound, given in pairs:
+                name = dotted_name(bound)
+                key = _literal_key(given, received.name)
+                if name is None or key not in received.sharded \
+                        or not facts.sees_value(assign, received.name, received.function):
+                    continue
+                facts.external_loaders.append(ExternalLoader(
+                    name, facts.function_of(assign), facts.statement_of(assign), given, received.made_by))
+                if not received.sharded[key]:
+                    facts.whole_entries[name] = f'{received.name}["{key}"]'
+
+
+def _literal_key(value: cst.BaseExpression, name: str) -> Optional[str]:
+    if not (isinstance(value, cst.Subscript) and dotted_name(value.value) == name and len(value.slice) == 1):
+        return None
+    index = value.slice[0].slice
+    return string_value(index.value) if isinstance(index, cst.Index) else None
+
+
 def note_models_moved_here(facts: Facts) -> None:
     """In a helper module, `self.model = model.to(device)` (or `kwargs["model"].to(...)`) on a
     model its caller hands in: the model reaches its device here, and is wrapped here. A

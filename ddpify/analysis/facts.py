@@ -165,6 +165,9 @@ class FactRecord:
     loaders: list[Loader] = field(default_factory=list)
     external_loaders: list[ExternalLoader] = field(default_factory=list)
     external_loader_dicts: list[ExternalLoaderDict] = field(default_factory=list)
+    # Names given an entry of such a dict that its module leaves whole (an evaluation
+    # loader by look), with the entry: `val_loader` -> `loaders["val"]`.
+    whole_entries: dict[str, str] = field(default_factory=dict)
     # Models handed to a Trainer of the project that moves them to their device itself: they
     # are wrapped there, after that move.
     models_moved_elsewhere: set[str] = field(default_factory=set)

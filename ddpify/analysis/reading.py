@@ -10,6 +10,7 @@ from ddpify.analysis.collector import Collector
 from ddpify.analysis.control import (
     Facts,
     mark_loops_calling_training_functions,
+    note_entries_of_received_dicts,
     note_loaders_from_callers,
     note_models_moved_here,
     reached_when_run,
@@ -54,6 +55,7 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
             collector.training_tops & reached_when_run(facts.module, collector.names_in_top, surface))
         facts.trains = facts.library
     facts.training_calls = collector.training_calls
+    note_entries_of_received_dicts(facts)
     note_helper_output(facts, collector.helper_calls)
     mark_loops_calling_training_functions(facts, collector.training_calls)
     note_loops_taking_batches_with_next(facts, collector.next_calls, collector.iteration_wrappers)

@@ -66,6 +66,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             followed.update(loaders.entries.values())
     _report_handed_out(facts, edits, setup, followed)
     _plan_received(facts, edits, setup)
+    _report_whole_entries_trained(facts, edits)
 
 
 def _report_handed_out(facts: Facts, edits: Edits, setup: Plan, followed: set[cst.Call]) -> None:
@@ -383,6 +384,23 @@ def _plan_received(facts: Facts, edits: Edits, setup: Plan) -> None:
                     if facts.loop_trains(each.loop)]
             uses += [(call, None, holder) for call, holder, _ in handed]
             _set_epoch_at(facts, edits, setup, uses, sharded, received.call, received.statement)
+
+
+def _report_whole_entries_trained(facts: Facts, edits: Edits) -> None:
+    """`val_loader = loaders["val"]`, where `loaders` comes from another module that leaves
+    that entry whole, then a training loop over `val_loader`: every rank would train on all
+    of it (DDP218)."""
+    for loader in facts.external_loaders:
+        entry = facts.whole_entries.get(loader.name)
+        if entry is None:
+            continue
+        loops = [loop for loop in facts.loops_over_values(facts.holders_from(loader.function, loader.name))
+                 if facts.loop_trains(loop)]
+        if loops:
+            edits.report("DDP218", loops[0], (
+                f"{SUMMARY}: `{loader.name}` is `{entry}`, which `{loader.made_by}()` builds as an evaluation "
+                "loader (by its key, dataset and shuffle) and leaves whole, so every rank would train on all "
+                "of it: call the key `train` there, or give that entry sampler=DistributedSampler(...) by hand"))
 
 
 def _entries_handed_to_training(facts: Facts, received: ExternalLoaderDict) -> list[tuple[cst.Call, str, str]]:
