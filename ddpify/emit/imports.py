@@ -176,6 +176,16 @@ def _insert_sorted(body: list[Statement], start: int, end: int, statement: State
     next_section = _key_of(body[index])[0] if index < end else None
     if previous_section == key[0]:
         statement = statement.with_changes(leading_lines=())
+    elif index == end and index < len(body):
+        # A new section at the end of the imports: the code below keeps the blank lines that
+        # set it apart from the imports (two before a def or class).
+        following = body[index]
+        if previous_section is not None:
+            statement = statement.with_changes(leading_lines=[cst.EmptyLine()])
+        else:
+            statement = statement.with_changes(leading_lines=following.leading_lines)
+            blank = 2 if isinstance(following, (cst.FunctionDef, cst.ClassDef)) else 1
+            body[index] = following.with_changes(leading_lines=[cst.EmptyLine()] * blank)
     elif index < len(body):
         # First of its section: it takes the blank lines and comments that led into the
         # next line, and a blank line separates it from a following section.
