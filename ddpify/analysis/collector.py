@@ -13,6 +13,7 @@ from ddpify.analysis.facts import DeviceAssignment, ExternalLoader, ExternalLoad
 from ddpify.analysis.nodes import (
     calls_within,
     dotted_name,
+    find_all,
     init_takes_sampler,
     is_false,
     is_fixed_gpu,
@@ -301,17 +302,46 @@ class Collector(cst.CSTVisitor):
             return
         made_by = next((q for q in sorted(self._qualified(node.value.func)) if self.project.defines(q)), None)
         if made_by is not None:
-            for name in _bound_names(node.targets[0].target):
-                self.facts.made_in_other_modules[name] = made_by
-                if self.project.makes_loader(made_by):
-                    self.facts.external_loaders.append(ExternalLoader(
-                        name, self._function(), self._statement(node), node.value, made_by))
-            sharded = self.project.loader_dict(made_by)
-            # (`self.loaders = data.get_dataloaders(cfg)` too: a Trainer's methods loop over it.)
-            held = dotted_name(node.targets[0].target) if len(node.targets) == 1 else None
-            if sharded is not None and held is not None:
-                self.facts.external_loader_dicts.append(ExternalLoaderDict(
-                    held, self._function(), self._statement(node), node.value, made_by, sharded))
+            self._note_made_by(node, made_by, self._function(), self._statement(node))
+
+    def _note_made_by(self, node: cst.Assign, made_by: str, function: Optional[cst.FunctionDef],
+                      statement: Statement) -> None:
+        """The names `node` binds to what `made_by`, a function or method of another module
+        of the project, returns: a DataLoader, or a dict of them, which that module shards."""
+        call = cast(cst.Call, node.value)
+        for name in _bound_names(node.targets[0].target):
+            self.facts.made_in_other_modules[name] = made_by
+            if self.project.makes_loader(made_by):
+                self.facts.external_loaders.append(ExternalLoader(name, function, statement, call, made_by))
+        sharded = self.project.loader_dict(made_by)
+        # (`self.loaders = data.get_dataloaders(cfg)` too: a Trainer's methods loop over it.)
+        held = dotted_name(node.targets[0].target) if len(node.targets) == 1 else None
+        if sharded is not None and held is not None:
+            self.facts.external_loader_dicts.append(ExternalLoaderDict(
+                held, function, statement, call, made_by, sharded))
+
+    def note_loaders_from_methods(self) -> None:
+        """`train_loader = dm.train_dataloader()` where every `dm = ToyDataModule(...)` makes
+        an object of a class of the project's modules: what that method returns, like a
+        function of another module (`_note_values_from_other_modules`)."""
+        for assign in find_all(self.facts.module, cst.Assign):
+            value = assign.value
+            if len(assign.targets) != 1 or not isinstance(value, cst.Call) or not isinstance(value.func, cst.Attribute):
+                continue
+            methods = self._methods_of_project_objects(dotted_name(value.func) or "")
+            made_by = methods[0] if methods and len(set(methods)) == 1 and self.project.defines(methods[0]) else None
+            if made_by is not None:
+                self._note_made_by(assign, made_by, self.facts.function_of(assign), self.facts.statement_of(assign))
+
+    def _methods_of_project_objects(self, callee: str) -> list[str]:
+        """`progress.display` where every `progress = ProgressMeter(...)` constructs a class
+        of another module of the project: "utils.ProgressMeter.display", once per value."""
+        owner, _, method = callee.rpartition(".")
+        values = [_constructed(value) for value in self.facts.assigned_values.get(owner, [])]
+        if not owner or not values or not all(isinstance(value, cst.Call) for value in values):
+            return []
+        return [f"{qualified}.{method}"
+                for value in values for qualified in self._qualified(cast(cst.Call, value).func)]
 
     def visit_Return(self, node: cst.Return) -> None:
         value = node.value
@@ -526,12 +556,8 @@ class Collector(cst.CSTVisitor):
         of a class of the project's modules: the effect of ProgressMeter.display."""
         self._note_chained_training_calls()
         for callee, calls in self.facts.calls_by_callee.items():
-            owner, _, method = callee.rpartition(".")
-            values = [_constructed(value) for value in self.facts.assigned_values.get(owner, [])]
-            if not owner or not values or not all(isinstance(value, cst.Call) for value in values):
-                continue
-            methods = [f"{qualified}.{method}"
-                       for value in values for qualified in self._qualified(cast(cst.Call, value).func)]
+            methods = self._methods_of_project_objects(callee)
+            values = [_constructed(value) for value in self.facts.assigned_values.get(callee.rpartition(".")[0], [])]
             if methods and all(self.project.trains(name) for name in methods):
                 # `solver.train()` on a Solver of another module: the steps are in there,
                 # on what its constructor was handed.
