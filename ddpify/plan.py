@@ -77,9 +77,11 @@ class Plan:
     # Loaders built by name and kept in such a dict (`{"train": train_loader}`): loader_dicts.py
     # shards or keeps them whole, and data.py leaves them alone.
     loaders_in_dicts: list[Loader] = field(default_factory=list)
-    # Passes over a dict of loaders that are a shard only for some keys, with the test, in the
-    # loop's scope, that says so (`phase == "train"`): training.py sums their epoch figures
-    # across ranks under it, and leaves the passes over whole entries as they are.
+    # Passes that are a shard only under a test, in the loop's scope, that says so: a pass
+    # over a dict of loaders for some keys (`phase == "train"`), or a pass over a loader
+    # another module builds and shards by look (`isinstance(getattr(train_dl, "sampler",
+    # None), DistributedSampler)`). training.py sums their epoch figures across ranks under
+    # it, and leaves the passes over whole loaders as they are.
     partly_sharded_loops: dict[cst.For, str] = field(default_factory=dict)
     # Every pass over a dict of loaders that loader_dicts.py sharded or reported, so that
     # hand_batches.py does not report it again.

@@ -92,7 +92,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             _plan_self_sharding_loader(facts, edits, loader)
         else:
             _plan_loader(facts, edits, setup, loader)
-    plan_external(facts, edits)
+    plan_external(facts, edits, setup)
     hand_batches.plan(facts, edits, setup)
     hand_batches.report_batch_loops(facts, edits, setup)
     downloads.plan(facts, edits, setup)

@@ -8,6 +8,7 @@ from ddpify.analysis.facts import BlockItem, ExternalLoader, Loader, Statement
 from ddpify.analysis.nodes import calls_within, dotted_name, find_all, names_within
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
+from ddpify.plan import Plan
 from ddpify.rules.cases import TRAINING, Emits, Silent
 
 RULES = (
@@ -41,13 +42,24 @@ SET_EPOCH_EXTERNAL_CODE = (
 )
 
 
-def plan_external(facts: Facts, edits: Edits) -> None:
+# The test under which a pass over a loader another module builds is a shard.
+SHARDED_THERE = 'isinstance(getattr({loader}, "sampler", None), DistributedSampler)'
+
+
+def plan_external(facts: Facts, edits: Edits, setup: Plan) -> None:
     """set_epoch for the loaders that another module of the project builds and shards, where
-    this module starts each pass over them."""
+    this module starts each pass over them. The epoch figures of a training pass over one are
+    its rank's share when that module gave it a DistributedSampler: summed across ranks under
+    that test (SHARDED_THERE, training.py)."""
     for loader in facts.external_loaders:
+        holders = facts.holders_from(loader.function, loader.name)
+        for loop in facts.loops_over_values(holders):
+            iterated = [name for name in facts.names_iterated_by(loop) if (facts.function_of(loop), name) in holders
+                        or (None, name) in holders]
+            if iterated and facts.loop_trains(loop) and loop not in setup.partly_sharded_loops:
+                setup.partly_sharded_loops[loop] = SHARDED_THERE.format(loader=iterated[0])
         if facts.calls_by_callee.get(f"{loader.name}.sampler.set_epoch"):
             continue  # its epoch is set already (this module was migrated before)
-        holders = facts.holders_from(loader.function, loader.name)
         trains = any(facts.loop_trains(loop) for loop in facts.loops_over_values(holders))
         if trains or _handed_to_project_training(facts, loader):
             before = sum(diagnostic.code == "DDP202" for diagnostic in edits.diagnostics)

@@ -35,7 +35,7 @@ from ddpify.emit.layout import fits
 from ddpify.plan import Plan
 from ddpify.rules import data
 from ddpify.rules.cases import TRAINING, Emits, Silent
-from ddpify.rules.epochs import SET_EPOCH_EXTERNAL_CODE, SET_EPOCH_VIA_LOADER_CODE
+from ddpify.rules.epochs import SET_EPOCH_EXTERNAL_CODE, SET_EPOCH_VIA_LOADER_CODE, SHARDED_THERE
 
 RULES = (
     Rule("DDP218", Severity.WARNING, "DataLoader built inside a dict or list: not sharded",
@@ -377,7 +377,7 @@ def _plan_received(facts: Facts, edits: Edits, setup: Plan) -> None:
             if not any(received.sharded[key] for key in trained):
                 setup.hand_made_batches.append(diagnostic)
         sharded = [key for key in received.sharded if key in trained and received.sharded[key]]
-        _note_passes(facts, edits, setup, passes, set(sharded))
+        _note_received_passes(facts, edits, setup, passes, set(sharded))
         if sharded:
             setup.sharded_loader_dicts.append(loaders)
             uses = [(each.handed_by or each.loop, each.key_loop, each.holder) for each in passes
@@ -401,6 +401,18 @@ def _report_whole_entries_trained(facts: Facts, edits: Edits) -> None:
                 f"{SUMMARY}: `{loader.name}` is `{entry}`, which `{loader.made_by}()` builds as an evaluation "
                 "loader (by its key, dataset and shuffle) and leaves whole, so every rank would train on all "
                 "of it: call the key `train` there, or give that entry sampler=DistributedSampler(...) by hand"))
+
+
+def _note_received_passes(facts: Facts, edits: Edits, setup: Plan, passes: list[DictPass], sharded: set[str]) -> None:
+    """The passes over entries of a dict another module builds: a shard when that module gave
+    the entry a DistributedSampler, which the pass's figures are summed under (the entry's
+    key and shuffle decided it there, by look)."""
+    for each in passes:
+        setup.loader_dict_loops.add(each.loop)
+        if not facts.loop_trains(each.loop) or not sharded & set(each.keys):
+            continue
+        key = each.key_variable if each.key_variable is not None else _quoted(each.keys[0])
+        setup.partly_sharded_loops.setdefault(each.loop, SHARDED_THERE.format(loader=f"{each.holder}[{key}]"))
 
 
 def _entries_handed_to_training(facts: Facts, received: ExternalLoaderDict) -> list[tuple[cst.Call, str, str]]:

@@ -347,11 +347,13 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
     # the training keys: its sums are summed across ranks under that test alone.
     key_test = setup.partly_sharded_loops.get(loop)
     shard_test = "" if key_test is None else f" and {key_test}"
+    if key_test is not None and "DistributedSampler" in key_test:
+        edits.imports.add("DistributedSampler")  # (epochs.SHARDED_THERE: a loader another module shards)
     if not setup.sees_setup(facts, loop):
         _gather_epoch_figures(facts, edits, setup, loop, names, per_batch, shard_test, lists)
         return
     indent = facts.column_of(loop) - 1
-    lines = [f"if distributed{shard_test}:"]
+    lines = _if_lines(indent, f"distributed{shard_test}")
     if names:
         # A script that never chooses a device sums on the CPU, as its Gloo group needs.
         device = "" if setup.cpu_only else f", device={setup.device}"
@@ -384,6 +386,18 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
     edits.report("DDP402", loop)
 
 
+def _if_lines(indent: int, test: str) -> list[str]:
+    """`if test:`, or, too long for its line, split as black splits it: inside the last call's
+    parentheses (`isinstance(getattr(loader, "sampler", None), DistributedSampler)`)."""
+    line = f"if {test}:"
+    if fits(indent, line) or not test.endswith(")") or "(" not in test:
+        return [line]
+    head, _, inner = test.partition("isinstance(") if "isinstance(" in test else ("", "", "")
+    if not inner:
+        return [line]
+    return [f"if {head}isinstance(", f"    {inner[:-1]}", "):"]
+
+
 def _merged_lists(facts: Facts, edits: Edits, lists: list[str]) -> list[str]:
     """Each rank's per-batch values, joined in rank order, in one gather: a mean, sum or
     count of the list is then the epoch's, as one process kept it."""
@@ -406,7 +420,7 @@ def _gather_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
     figure's type."""
     shares = facts.free_name("shares")
     gathered = names[0] if len(names) == 1 else f"({', '.join(names)})"
-    lines = [f"if dist.is_initialized(){shard_test}:"]
+    lines = _if_lines(facts.column_of(figures_anchor(facts, loop)) - 1, f"dist.is_initialized(){shard_test}")
     if names:
         lines += [f"    {REDUCE_COMMENT}", f"    {shares} = {collectives.use(edits)}({gathered})"]
     for position, name in enumerate(names):
