@@ -333,6 +333,24 @@ class Collector(cst.CSTVisitor):
             if made_by is not None:
                 self._note_made_by(assign, made_by, self.facts.function_of(assign), self.facts.statement_of(assign))
 
+    def note_loaders_made_in_place(self) -> None:
+        """`for x, y in data.get_loader("train", bs)`, `for batch in tqdm(dm.train_dataloader())`:
+        a pass over a DataLoader that a function or method of another module of the project
+        makes right there (and shards, by look)."""
+        for loop in find_all(self.facts.module, cst.For):
+            iterated = loop.iter
+            while isinstance(iterated, cst.Call) and iterated.args and not iterated.args[0].star \
+                    and self._qualified(iterated.func) & (ITERATION_WRAPPERS - {"builtins.zip"}):
+                iterated = iterated.args[0].value
+            if not isinstance(iterated, cst.Call):
+                continue
+            dotted = dotted_name(iterated.func) or ""
+            made = [q for q in self._qualified(iterated.func) if self.project.defines(q)] \
+                or self._methods_of_project_objects(dotted)
+            if made and len(set(made)) == 1 and self.project.makes_loader(made[0]):
+                self.facts.external_inline_loaders[loop] = ExternalLoader(
+                    dotted, self.facts.function_of(loop), loop, iterated, made[0])
+
     def _methods_of_project_objects(self, callee: str) -> list[str]:
         """`progress.display` where every `progress = ProgressMeter(...)` constructs a class
         of another module of the project: "utils.ProgressMeter.display", once per value."""

@@ -128,6 +128,8 @@ class Facts(ValueFlow):
 
     def _iterates_a_loader(self, loop: cst.For, holders: set[Holder], external: set[Holder]) -> bool:
         """The loop goes over a loader built here, or one another module builds (external)."""
+        if loop in self.external_inline_loaders:
+            return True
         function = self.function_of(loop)
         # (A module-level name a function reads without binding it is the module's loader.)
         if any((function, name) in external or (None, name) in external and not self.binds_locally(

@@ -165,6 +165,10 @@ class FactRecord:
     loaders: list[Loader] = field(default_factory=list)
     external_loaders: list[ExternalLoader] = field(default_factory=list)
     external_loader_dicts: list[ExternalLoaderDict] = field(default_factory=list)
+    # Passes over a loader made right there by another module of the project
+    # (`for x, y in data.get_loader("train")`, `for batch in dm.train_dataloader()`): the
+    # loop, with the call.
+    external_inline_loaders: dict[cst.For, ExternalLoader] = field(default_factory=dict)
     # Names given an entry of such a dict that its module leaves whole (an evaluation
     # loader by look), with the entry: `val_loader` -> `loaders["val"]`.
     whole_entries: dict[str, str] = field(default_factory=dict)

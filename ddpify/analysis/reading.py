@@ -29,6 +29,7 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
     facts.parents = collector.parents
     collector.note_helper_methods()
     collector.note_loaders_from_methods()
+    collector.note_loaders_made_in_place()
     collector.note_loaders_built_in_place()
     collector.note_models_handed_to_training()
     collector.note_models_building_their_optimizer()

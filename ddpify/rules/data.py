@@ -28,7 +28,7 @@ from ddpify.options import Options
 from ddpify.plan import Plan
 from ddpify.rules import downloads, hand_batches, splits
 from ddpify.rules.cases import TRAINING, Emits, Silent
-from ddpify.rules.epochs import SET_EPOCH_IF_DISTRIBUTED_CODE, plan_external, set_epoch
+from ddpify.rules.epochs import SET_EPOCH_IF_DISTRIBUTED_CODE, plan_external, plan_external_in_place, set_epoch
 from ddpify.rules.setup import group_joined_before
 
 RULES = (
@@ -93,6 +93,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         else:
             _plan_loader(facts, edits, setup, loader)
     plan_external(facts, edits, setup)
+    plan_external_in_place(facts, edits, setup)
     hand_batches.plan(facts, edits, setup)
     hand_batches.report_batch_loops(facts, edits, setup)
     downloads.plan(facts, edits, setup)

@@ -1,4 +1,5 @@
 """sampler.set_epoch(epoch) where each new pass over a sharded loader begins (DDP202, DDP211)."""
+from collections.abc import Callable
 from typing import Optional, Union, cast
 
 import libcst as cst
@@ -66,6 +67,34 @@ def plan_external(facts: Facts, edits: Edits, setup: Plan) -> None:
             set_epoch(facts, edits, loader, f"{loader.name}.sampler", SET_EPOCH_EXTERNAL_CODE)
             if sum(diagnostic.code == "DDP202" for diagnostic in edits.diagnostics) > before:
                 edits.imports.add("DistributedSampler")  # (the code set_epoch wrote names it)
+
+
+def plan_external_in_place(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """`for x, y in data.get_loader("train", bs):` inside an epoch loop: the other module makes
+    (and, by look, shards) a new loader each epoch, whose sampler starts at epoch 0 every time.
+    The loader is named just before the pass, so that its epoch can be set and the pass's
+    figures summed under the test that it is sharded; a pass outside any epoch loop, or one
+    that does not train, is left as it is."""
+    for loop, loader in facts.external_inline_loaders.items():
+        if not facts.loop_trains(loop):
+            continue
+        epoch_loop = next((outer for outer in facts.enclosing_loops(loop) if isinstance(outer.target, cst.Name)), None)
+        if epoch_loop is None:
+            continue
+        name = facts.free_name("train_loader")
+        epoch = cast(cst.Name, epoch_loop.target).value
+        code = f"{name} = {edits.code(loader.call)}\n" + SET_EPOCH_EXTERNAL_CODE.format(loader=name, epoch=epoch)
+        edits.insert_before(loop, Insertion(edits.statements(code)))
+        edits.expressions[cast(cst.Call, loader.call)] = _named(name)
+        edits.imports.add("DistributedSampler")
+        setup.partly_sharded_loops[loop] = SHARDED_THERE.format(loader=name)
+        edits.report("DDP202", epoch_loop)
+
+
+def _named(name: str) -> Callable[[cst.Call], cst.BaseExpression]:
+    def rewrite(_node: cst.Call) -> cst.BaseExpression:
+        return cst.Name(name)
+    return rewrite
 
 
 def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader], sampler: str,
