@@ -297,7 +297,7 @@ class Collector(cst.CSTVisitor):
 
     def _note_values_from_other_modules(self, node: cst.Assign) -> None:
         """`train_dl, val_dl = utils.get_loaders(cfg)`: names made by a function of another
-        module of the project, which ddpify reads but does not rewrite."""
+        module of the project (migrated in its own module)."""
         if not isinstance(node.value, cst.Call):
             return
         made_by = next((q for q in sorted(self._qualified(node.value.func)) if self.project.defines(q)), None)

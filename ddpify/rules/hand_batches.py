@@ -245,8 +245,9 @@ def report_batch_loops(facts: Facts, edits: Edits, setup: Plan) -> None:
         if made_by is not None:
             setup.hand_made_batches.append(edits.report(
                 "DDP208", loop, f"batches come from `{made_by}()` in another module of the project, "
-                "which ddpify reads but does not rewrite: every rank trains on the same data; give "
-                "its DataLoader a DistributedSampler there"))
+                "which hands out no DataLoader ddpify can follow (one returned alone, by name, in a "
+                "tuple or in a dict): every rank trains on the same data; return the DataLoader "
+                "itself, or give it a DistributedSampler there"))
             continue
         unread = _made_by_unread_import(facts, loop)
         if unread is not None:
