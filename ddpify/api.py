@@ -147,6 +147,7 @@ class _MigrateCommand(CodemodCommand):
             raise SkipFile("no training code")
         edits = Edits(facts, tree.config_for_parsing, self.options)
         plan = setup.choose(facts)
+        plan.torch_imported_in = setup.compound_importing_torch(facts)
         plan.library = facts.library
         if facts.unseen_callers and facts.training_calls:
             edits.report("DDP918", facts.training_calls[0])

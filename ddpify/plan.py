@@ -86,6 +86,9 @@ class Plan:
     # Every pass over a dict of loaders that loader_dicts.py sharded or reported, so that
     # hand_batches.py does not report it again.
     loader_dict_loops: set[cst.For] = field(default_factory=set)
+    # `try: import torch ... except ImportError:` at the top of the script: the setup reads
+    # torch, so it comes after that statement, and code in it cannot read the setup's names.
+    torch_imported_in: Optional[cst.BaseCompoundStatement] = None
     # Loops over batches cut by hand that each rank now takes its share of (hand_batches.py).
     sharded_loops: list[cst.For] = field(default_factory=list)
     # Training loops whose random batches each rank now draws with a seed of its own
@@ -138,7 +141,8 @@ class Plan:
         if self.function is not None:
             return facts.function_of(node) is self.function
         if self.block is facts.module:
-            return True
+            # (Not inside the `try: import torch` block: the setup comes after it.)
+            return self.torch_imported_in is None or facts.ancestor_in(node, facts.module) is not self.torch_imported_in
         # Under `if __name__ == "__main__":` only that block sees the names: the module's
         # functions may be imported and called from elsewhere.
         return facts.function_of(node) is None and facts.ancestor_in(node, self.block) is not None

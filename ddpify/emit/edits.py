@@ -209,7 +209,10 @@ class ApplyEdits(cst.CSTTransformer):
         body = self._rebuild(original_node.body, updated_node.body)
         if self.edits.module_prelude:
             end = _end_of_imports(body)
-            body = body[:end] + list(self.edits.module_prelude) + body[end:]
+            following = body[end:]
+            if following:
+                following[0] = _two_blank_lines_above(following[0])
+            body = body[:end] + list(self.edits.module_prelude) + following
         return updated_node.with_changes(body=body + list(self.edits.module_end))
 
     def _rebuild(self, originals: Sequence[Statement], updated: Sequence[Statement]) -> list[Statement]:
@@ -325,6 +328,16 @@ def _end_of_imports(body: Sequence[Statement]) -> int:
         end = after
         while end < len(body) and imports_of(body[end]) and not body[end].leading_lines:
             end += 1
+
+
+def _two_blank_lines_above(statement: Statement) -> Statement:
+    """The code below the helpers starts two blank lines after the last one, as PEP 8 has it
+    after a function (its comments, if any, below those lines)."""
+    lines = list(statement.leading_lines)
+    blank = next((index for index, line in enumerate(lines) if line.comment is not None), len(lines))
+    if blank >= 2:
+        return statement
+    return statement.with_changes(leading_lines=[cst.EmptyLine()] * (2 - blank) + lines)
 
 
 def _bare_call(statement: Statement) -> bool:

@@ -469,14 +469,14 @@ def place(facts: Facts, edits: Edits, plan: Plan) -> None:
     if plan.choice_statement is not None:
         _place_after_choice(facts, edits, plan)
         return
-    anchor = _first_statement_needing_setup(facts, edits, plan)
+    anchor = _after_torch_import(facts, plan, _first_statement_needing_setup(facts, edits, plan))
     _follow_the_moves_test(facts, edits, plan, anchor)
     setup = edits.statements(_for_this_script(_setup_code(edits, plan), facts, plan))
     comment = cst.EmptyLine(comment=cst.Comment(SETUP_COMMENT))
     if plan.device_elsewhere:
         # Before anything of the project runs: a module there may choose "cuda" and move a
         # model to it, which must already mean this rank's GPU.
-        anchor = _first_code_statement(list(plan.block.body))
+        anchor = _after_torch_import(facts, plan, _first_code_statement(list(plan.block.body)))
     elif plan.device_from_parameter:
         # The device is known from the function's first line: the setup opens it (after its
         # docstring), before anything there moves a tensor.
@@ -721,6 +721,31 @@ def _is_docstring(statement: BlockItem) -> bool:
     return (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
             and isinstance(statement.body[0], cst.Expr)
             and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))
+
+
+def compound_importing_torch(facts: Facts) -> Optional[cst.BaseCompoundStatement]:
+    """`try: import torch ... except ImportError: print(e)` at the top of a script: the
+    statement that binds `torch`, which the setup reads, when it is not a plain import;
+    None when a plain import binds it first."""
+    for statement in facts.module.body:
+        imported = imports_of(statement) if not isinstance(statement, cst.BaseCompoundStatement) \
+            else find_all(statement, cst.Import)
+        if any(isinstance(node, cst.Import) and any(
+                alias.asname is None and (dotted_name(alias.name) or "").split(".")[0] == "torch"
+                for alias in node.names) for node in imported):
+            return statement if isinstance(statement, cst.BaseCompoundStatement) else None
+    return None
+
+
+def _after_torch_import(facts: Facts, plan: Plan, anchor: Optional[BlockItem]) -> Optional[BlockItem]:
+    """The setup reads `torch`: never above the statement that imports it."""
+    binding = plan.torch_imported_in
+    body: list[BlockItem] = list(plan.block.body)
+    if binding is None or anchor is None or plan.block is not facts.module or anchor not in body \
+            or body.index(anchor) > body.index(binding):
+        return anchor
+    following = body[body.index(binding) + 1:]
+    return following[0] if following else None
 
 
 def _first_code_statement(body: Sequence[BlockItem]) -> Optional[BlockItem]:
