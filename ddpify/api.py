@@ -63,7 +63,7 @@ def migrate_source(code: str, options: Options = Options(),  # noqa: B008 (froze
     other_framework = frameworks.already_distributed(tree, code)
     if other_framework is not None:
         return _result(code, code, (other_framework, *selfcheck.check_distributed(code, tree)), options)
-    if "torch" not in code and not project.used_elsewhere:
+    if "torch" not in code and not project.used_elsewhere and not project.reads_modules:
         # Nothing to migrate, and no reason to pay for libcst's parse.
         return _result(code, code, (NO_TRAINING,), options)
     if inert.nothing_to_migrate(tree):

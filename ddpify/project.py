@@ -55,6 +55,12 @@ class Project:
         # script asks, so each name is resolved once.
         self._known: dict[str, tuple[Optional[str], bool]] = {}
 
+    @property
+    def reads_modules(self) -> bool:
+        """The script's own modules are read: a script that never names torch may still
+        train through them (`from core import train_src`)."""
+        return self._modules is not None
+
     def effect(self, qualified: str) -> Optional[str]:
         return self._facts_of(qualified)[0]
 

@@ -329,6 +329,18 @@ def test_local_rank_zero_going_first_at_a_barrier_passes():
                                    "torch.manual_seed(0)\n")) == ["DDP913"]
 
 
+def test_output_after_rank_zero_releases_the_others_needs_a_guard():
+    """After `if local_rank == 0: dist.barrier()` every rank runs again: a table written
+    there is written by each of them."""
+    download = ('if distributed and local_rank != 0:\n    dist.barrier()\nos.makedirs("data", exist_ok=True)\n'
+                'if distributed and local_rank == 0:\n    dist.barrier()\n')
+    written = 'frame.to_csv("stats.csv")\n'
+    migrated = planted("torch.manual_seed(0)\n", download + written + "torch.manual_seed(0)\n")
+    assert codes(ORIGINAL, migrated) == ["DDP913"]
+    text_only = planted("torch.manual_seed(0)\n", download + "text = frame.to_csv()\ntorch.manual_seed(0)\n")
+    assert codes(ORIGINAL, text_only) == []
+
+
 def _as_main_function(text):
     """The flat script's body as `main()`, run under `if __name__ == "__main__":`."""
     head, _, body = text.partition('device = "cuda"')

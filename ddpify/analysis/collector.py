@@ -51,6 +51,17 @@ def _constructed(value: cst.BaseExpression) -> cst.BaseExpression:
     return value
 
 
+def _pairs(target: cst.BaseExpression,
+           value: cst.BaseExpression) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
+    """The (target, value) pairs of an assignment: `a, b, bar = 0.0, 0, tqdm(loader)` binds
+    each name to its own element, as three assignments would; anything else is one pair."""
+    if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)) and len(
+            target.elements) == len(value.elements) and not any(
+            isinstance(element, cst.StarredElement) for element in (*target.elements, *value.elements)):
+        return [(left.value, right.value) for left, right in zip(target.elements, value.elements)]
+    return [(target, value)]
+
+
 class Collector(cst.CSTVisitor):
     def __init__(self, facts: Facts, project: Project) -> None:
         super().__init__()
@@ -265,11 +276,26 @@ class Collector(cst.CSTVisitor):
         if len(node.targets) != 1:
             return
         self._note_values_from_other_modules(node)
-        target = dotted_name(node.targets[0].target)
+        pairs = _pairs(node.targets[0].target, node.value)
+        if len(pairs) == 1:
+            self._note_assigned(node, *pairs[0])
+            return
+        # Several names bound at once: only the batches a loop goes over are read from it
+        # (`total_loss, total_num, train_bar = 0.0, 0, tqdm(loader)`); a loader, model or
+        # device among them stays unread, so that no edit rewrites one element of the tuple.
+        for target_node, value in pairs:
+            target = dotted_name(target_node)
+            if target is not None and isinstance(value, cst.Call) and self._qualified(value.func) & ITERATION_WRAPPERS:
+                self._touch(target, node)
+                self.facts.assigned_values.setdefault(target, []).append(value)
+                wrapped = [name for arg in positional_args(value)[:1] for name in names_within(arg)]
+                self.iteration_wrappers[(self._function(), target)] = wrapped
+
+    def _note_assigned(self, node: cst.Assign, target_node: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        target = dotted_name(target_node)
         if target is None:
             return
         self._touch(target, node)
-        value = node.value
         self.facts.assigned_values.setdefault(target, []).append(value)
         function = self._function()
         if isinstance(value, cst.Call) and self._qualified(value.func) & ITERATION_WRAPPERS:

@@ -179,18 +179,29 @@ class FunctionEffects:
                 return True
         return False
 
-    def moves_returned(self, name: str) -> bool:
+    def moves_returned(self, name: str, depth: int = 0) -> bool:
         """The function returns what it moved to a device: `net = net.cuda(); return net`,
-        `model.to(device)` then `return model`, or `return Net().to(device)`."""
+        `model.to(device)` then `return model`, or `return Net().to(device)`; or what a
+        function of this module that does so returns (`return init_net(net, gpu_id)`, a
+        factory that hands its network to a helper which moves and initialises it)."""
         function = self._functions.get(name)
-        if function is None:
+        if function is None or depth > 3:
             return False
+
+        def moves(value: ast.expr) -> bool:
+            if _moves(value):
+                return True
+            if not isinstance(value, ast.Call):
+                return False
+            callee = self.qualified(dotted_ast(value.func) or "")
+            return callee != name and callee in self._functions and self.moves_returned(callee, depth + 1)
+
         returned, bound = _returned_and_bound(function)
-        moved = {target for target, values in bound.items() if any(_moves(value) for value in values)}
+        moved = {target for target, values in bound.items() if any(moves(value) for value in values)}
         # (Modules move in place: `net.cuda()` alone moves `net`.)
         moved |= {node.func.value.id for node in ast.walk(function) if isinstance(node, ast.Call)
                   and _moves(node) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)}
-        return any(_moves(value) or isinstance(value, ast.Name) and value.id in moved for value in returned)
+        return any(moves(value) or isinstance(value, ast.Name) and value.id in moved for value in returned)
 
     def optimizer_parameters(self, name: str) -> set[int]:
         """Positions of the parameters whose `.parameters()` (or `.named_parameters()`) an

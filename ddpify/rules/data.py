@@ -11,7 +11,7 @@ from typing import Callable, Optional, cast
 import libcst as cst
 
 from ddpify.analysis import names
-from ddpify.analysis.control import Facts, is_training_loader
+from ddpify.analysis.control import Facts, is_training_loader, parameter_names
 from ddpify.analysis.facts import Loader, Statement
 from ddpify.analysis.nodes import dotted_name, first_free
 from ddpify.analysis.values import keyword_names, known_dict_keys
@@ -233,6 +233,8 @@ def add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: Plan, epoch: 
         # shuffle train on it (sharded); the others evaluate, and keep the whole set on every
         # rank, so that their figures stay the original's.
         role, shuffle = shuffle, "True"
+    elif handed_out:
+        role = _split_parameter(facts, loader)
     sampler = attach_sampler(
         facts, edits, setup, loader,
         lambda dataset: f"DistributedSampler({dataset}, shuffle={shuffle})",
@@ -245,6 +247,26 @@ def add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: Plan, epoch: 
     if shuffle != "False" and not handed_out and epoch:
         # (A loader handed out gets its epoch where its callers iterate it.)
         set_epoch(facts, edits, loader, sampler)
+
+
+def _split_parameter(facts: Facts, loader: Loader) -> Optional[str]:
+    """`def get_mnist(train): dataset = datasets.MNIST(..., train=train)` then a loader over
+    it, returned: the helper makes the training loader and the evaluation loader alike, as
+    its callers ask. The parameter that chooses the split (torchvision's `train=`) also
+    decides the sampler: the training split is sharded, the evaluation split stays whole on
+    every rank, so that the figures computed over it stay the original's."""
+    if loader.function is None or loader.dataset is None:
+        return None
+    name = dotted_name(loader.dataset)
+    made = [loader.dataset] if name is None else [
+        value for value in facts.assigned_values.get(name, ()) if facts.function_of(value) is loader.function]
+    parameters = parameter_names(loader.function)
+    flags = {dotted_name(arg.value) for value in made if isinstance(value, cst.Call)
+             for arg in value.args if arg.keyword is not None and arg.keyword.value == "train"}
+    if len(made) != 1 or len(flags) != 1:
+        return None
+    flag = flags.pop()
+    return flag if flag in parameters else None
 
 
 def attach_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loader,

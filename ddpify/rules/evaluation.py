@@ -155,6 +155,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             if loop in figures:
                 _gather(facts, edits, setup, loop, figures.pop(loop))
     _plan_received(facts, edits, setup)
+    _report_received_training_loaders_evaluated(facts, edits)
 
 
 def _figures_or_reason(facts: Facts, edits: Edits, loader: Loader, loops: list[cst.For],
@@ -215,6 +216,36 @@ def _plan_received(facts: Facts, edits: Edits, setup: Plan) -> None:
                 _gather(facts, edits, setup, loop, found, loader_name_in(facts, loop, held))
         elif reason:
             edits.report("DDP203", received.call, f"{RULE_SUMMARY_WHOLE}: {reason}")
+
+
+TRAINING_LOADER_EVALUATED = "a loader built for training is also used for evaluation"
+
+
+def _report_received_training_loaders_evaluated(facts: Facts, edits: Edits) -> None:
+    """In a helper module, a loader its caller hands in that a function trains over and
+    also evaluates a model over (`eval_src(encoder, classifier, data_loader)` every few
+    epochs of `train_src`): under torchrun the training loader is this rank's share, so the
+    figures of that evaluation would be rank 0's share alone. Said as for a training loader
+    evaluated in its own file (DDP213), never left to exit 0."""
+    if not facts.library:
+        return
+    reported: set[cst.For] = set()
+    for name, loops in sorted(facts.loops_over.items()):
+        for loop in loops:
+            function = facts.function_of(loop)
+            if function is None or not _trains(facts, loop) or not _received_by(facts, function, name):
+                continue
+            holders = facts.holders_from(function, name)
+            evaluations = [other for other in facts.loops_over_values(holders) if not _trains(facts, other) and any(
+                _runs_a_model_over(facts, evaluating, other, holder) for _, holder in holders
+                for evaluating in [facts.function_of(other)] if evaluating is not None)]
+            if evaluations and not reported.intersection(evaluations):
+                first = min(evaluations, key=facts.line_of)
+                reported.add(first)
+                edits.report("DDP213", first, f"{TRAINING_LOADER_EVALUATED}: the loop at line "
+                             f"{facts.line_of(loop)} trains on `{name}`, this rank's share under torchrun, "
+                             "and this loop evaluates over it, so its figures would be rank 0's share: "
+                             "evaluate on a loader built without the DistributedSampler")
 
 
 def _received_loaders(facts: Facts) -> list[ExternalLoader]:

@@ -90,13 +90,12 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         edits.report("DDP903", optimizer, f"could not find which module this optimizer trains (parameters: "
                      f"`{params}`): wrap that module in DDP by hand, or all-reduce these gradients")
     if setup.library:
-        _unwrap_models_handed_in(facts, edits)
+        _unwrap_models_handed_in(facts, edits, setup)
     elif facts.training_helper_calls and not facts.models and not (
             facts.helpers_build_optimizer or facts.helpers_move_models):
         _report_model_trained_out_of_sight(facts, edits)
     for model in facts.models:
-        if setup.library and model.function is not None and model.name not in facts.models_moved_here and handed_in(
-                facts, model.function, model.name):
+        if _handed_in_to_library(facts, setup, model):
             continue  # a model its caller hands in: the caller wraps it where it reaches its device
         if model.name in facts.models_moved_elsewhere:
             continue  # the Trainer it is handed to moves it to its device, and wraps it there
@@ -343,11 +342,24 @@ def _wrap_statement(facts: Facts, setup: Plan, model: Model, anchor: Statement, 
                       extra)
 
 
-def _unwrap_models_handed_in(facts: Facts, edits: Edits) -> None:
+def _handed_in_to_library(facts: Facts, setup: Plan, model: Model) -> bool:
+    """A model of a helper module that its caller hands in and that is not moved here
+    (`def train_src(encoder, classifier, loader)` building the optimizer over them): the
+    caller wraps it, so here it may be the DDP wrapper."""
+    return setup.library and model.function is not None and model.name not in facts.models_moved_here and handed_in(
+        facts, model.function, model.name)
+
+
+def _unwrap_models_handed_in(facts: Facts, edits: Edits, setup: Plan) -> None:
     """In a helper module, a model its caller hands in (`Trainer(model, ...)`, stored as
-    `self.model`) may be the DDP wrapper: its state dict and its own attributes are read
-    through `.module`, so that checkpoints keep the single-GPU keys."""
-    own = {model.name for model in facts.models}
+    `self.model`, or a training function's parameter it builds the optimizer over) may be
+    the DDP wrapper: its state dict and its own attributes are read through `.module`, and
+    a helper that saves or reads it (`save_model(encoder, path)`) gets the raw module, so
+    that checkpoints keep the single-GPU keys."""
+    own = {model.name for model in facts.models if not _handed_in_to_library(facts, setup, model)}
+    for model in facts.models:
+        if model.name not in own and model.function is not None:
+            _unwrap_for_helpers(facts, edits, model, None)
     for name, reads in sorted(facts.attribute_reads.items()):
         if name in own or name not in facts.module_attributes and not any(
                 read.attr.value in MODULE_ONLY_METHODS and _called(facts, read) for read in reads):
@@ -371,7 +383,7 @@ def _called(facts: Facts, read: cst.Attribute) -> bool:
     return isinstance(parent, cst.Call) and parent.func is read
 
 
-def _unwrap_for_helpers(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
+def _unwrap_for_helpers(facts: Facts, edits: Edits, model: Model, wrap: Optional[cst.BaseStatement]) -> None:
     """A helper of the project that saves or reads the model it is handed
     (`utils.save_checkpoint(model, path)`) gets the raw module: its state dict has no
     "module." prefix, whether or not the model was wrapped. One that runs the model but does
@@ -382,7 +394,9 @@ def _unwrap_for_helpers(facts: Facts, edits: Edits, model: Model, wrap: cst.Base
         for position, arg in enumerate(call.args):
             if effect == effects.MIXED and (arg.keyword is not None or position not in readers):
                 continue  # it may run the model: the wrapper must take that forward
-            if not arg.star and dotted_name(arg.value) == model.name and not _before_wrap(facts, call, wrap):
+            if not arg.star and dotted_name(arg.value) == model.name and (
+                    wrap is None and facts.function_of(call) is model.function
+                    or wrap is not None and not _before_wrap(facts, call, wrap)):
                 edits.expressions[arg.value] = _unwrapped(model.name, edits, _quote_for(facts, arg.value))
                 edits.report("DDP103", arg.value)
 

@@ -695,7 +695,11 @@ def _first_statement_needing_setup(facts: Facts, edits: Edits, plan: Plan,
     touched = edits.edited_nodes(include_guarded=guards_too)
     if not guards_too:
         touched = [node for node in touched if node not in plan.guard_nodes]
-    for node in touched + _calls_of_functions_holding(facts, touched, plan):
+    # `train_loader = get_blobs(train=True)`: a loader another module of the project builds,
+    # which gets its DistributedSampler there only if the group is joined when it is built.
+    made_elsewhere = [loader.call for loader in facts.external_loaders
+                      if not isinstance(loader.statement, cst.FunctionDef)]
+    for node in touched + _calls_of_functions_holding(facts, touched, plan) + made_elsewhere:
         statement = facts.ancestor_in(node, plan.block)
         # Definitions run nothing: code inside them needs the setup only when called.
         if statement is not None and not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):

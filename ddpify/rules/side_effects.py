@@ -269,6 +269,12 @@ def _progress_bars(facts: Facts, edits: Edits, setup: Plan) -> None:
             _guard_statement_call(facts, edits, setup, call, "DDP301")
 
 
+# Methods by which a table or a figure writes itself to a file.
+FILE_WRITING_METHODS = frozenset({"to_csv", "to_json", "to_parquet", "to_excel", "to_pickle", "savefig"})
+# The keywords that name the file they write to.
+PATH_KEYWORDS = frozenset({"path_or_buf", "path", "excel_writer", "fname"})
+
+
 def _file_writes(facts: Facts, edits: Edits, setup: Plan) -> None:
     for qualified in sorted(names.MAKE_DIRECTORIES | names.DUMP_TO_FILE):
         for call in facts.calls_named.get(qualified, ()):
@@ -281,6 +287,12 @@ def _file_writes(facts: Facts, edits: Edits, setup: Plan) -> None:
                 value in exported for value in facts.assigned_values.get(callee[: -len(".save")], ())):
             for call in calls:
                 _guard_statement_call(facts, edits, setup, call, "DDP302")
+        elif callee.rsplit(".", 1)[-1] in FILE_WRITING_METHODS:
+            # `data_frame.to_csv("results/stats.csv")`, `fig.savefig(path)`: an object of any
+            # name writing itself to the path it is given (with no path, to_csv returns text).
+            for call in calls:
+                if any(arg.keyword is None or arg.keyword.value in PATH_KEYWORDS for arg in call.args):
+                    _guard_statement_call(facts, edits, setup, call, "DDP302")
     for qualified in sorted(names.OPEN):
         for call in facts.calls_named.get(qualified, ()):
             if _opens_for_writing(call) and facts.statement_of(call) not in edits.guarded:

@@ -24,8 +24,10 @@ WRITERS = frozenset({"print", "torch.save", "os.makedirs", "os.mkdir", "json.dum
                      "shutil.copyfile", "SummaryWriter", "sys.stdout.write", "pprint.pprint",
                      "log_value", "tensorboard_logger.configure", "tensorboard_logger.log_value",
                      "tensorboard_logger.Logger"})
-# Called as a method of anything: `fig.savefig(...)`, `frame.to_csv(...)`.
-WRITING_METHODS = frozenset({"savefig", "to_csv"})
+# Called as a method of anything, given a path: `fig.savefig(...)`, `frame.to_csv(path)`
+# (with no path, `frame.to_csv()` returns the text and writes nothing).
+WRITING_METHODS = frozenset({"savefig", "to_csv", "to_json", "to_parquet", "to_excel", "to_pickle"})
+PATH_KEYWORDS = frozenset({"path_or_buf", "path", "excel_writer", "fname"})
 JOINS = "init_process_group"
 
 
@@ -65,7 +67,8 @@ def _under_rank_zero_if(source: Source, node: ast.AST) -> bool:
 
 def _writes(call: ast.Call) -> bool:
     name = dotted(call.func)
-    if name in WRITERS or (isinstance(call.func, ast.Attribute) and call.func.attr in WRITING_METHODS):
+    if name in WRITERS or (isinstance(call.func, ast.Attribute) and call.func.attr in WRITING_METHODS and (
+            call.args or any(keyword.arg in PATH_KEYWORDS for keyword in call.keywords))):
         return True
     if name == "open":
         if _rank_zero_path(call):

@@ -260,11 +260,19 @@ class Source:
     @staticmethod
     def _after_others_wait(statement: ast.stmt, parent: ast.AST) -> bool:
         """Local rank 0 goes first while the others wait at a barrier (`if local_rank != 0:
-        dist.barrier()`, ddpify's download block): what it makes there, the others find made."""
+        dist.barrier()`, ddpify's download block): what it makes there, the others find made.
+        Only until rank 0 releases them (`if local_rank == 0: dist.barrier()`): from there on
+        every rank runs again."""
         for field in ("body", "orelse", "finalbody"):
             block = getattr(parent, field, None)
             if isinstance(block, list) and statement in block:
-                return any(_is_others_wait(earlier) for earlier in block[:block.index(statement)])
+                waiting = False
+                for earlier in block[:block.index(statement)]:
+                    if _is_others_wait(earlier):
+                        waiting = True
+                    elif _is_release(earlier):
+                        waiting = False
+                return waiting
         return False
 
 
@@ -301,6 +309,16 @@ def _names_a_rank(node: ast.AST) -> bool:
         return last_part(node.func) in ("get_rank", "get_local_rank")
     name = last_part(node) or ""
     return name.endswith("rank")
+
+
+def _is_release(statement: ast.stmt) -> bool:
+    """`if local_rank == 0: dist.barrier()`: rank 0 lets the waiting ranks go."""
+    if not isinstance(statement, ast.If) or not any(
+            isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.Eq) and any(
+                _names_a_rank(side) for side in [node.left, *node.comparators])
+            for node in ast.walk(statement.test)):
+        return False
+    return any(isinstance(node, ast.Call) and last_part(node.func) == "barrier" for node in ast.walk(statement))
 
 
 def _is_others_wait(statement: ast.stmt) -> bool:
