@@ -201,7 +201,8 @@ class ValueFlow(Navigation):
 
     def calls_of(self, function: Optional[cst.FunctionDef]) -> list[cst.Call]:
         """The calls of a function of this file, by its name or, for a method, `self.name`
-        and `instance.name` on a name assigned an instance of its class."""
+        and `instance.name` on a name assigned an instance of its class; for `__call__`,
+        the calls of such an instance itself (`early_stopping(val_loss, model)`)."""
         if function is None:
             return []
         calls = [call for callee in (function.name.value, "self." + function.name.value)
@@ -211,6 +212,8 @@ class ValueFlow(Navigation):
         if owner is not None:
             for instance in self._instances_of(owner.name.value):
                 calls.extend(self.calls_by_callee.get(f"{instance}.{function.name.value}", ()))
+                if function.name.value == "__call__":
+                    calls.extend(self.calls_by_callee.get(instance, ()))
         return calls
 
     def method_called(self, call: cst.Call) -> Optional[cst.FunctionDef]:
