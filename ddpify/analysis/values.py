@@ -294,6 +294,26 @@ class ValueFlow(Navigation):
         for position in self._return_positions(name, function):
             yield from self._call_site_targets(function, position)
 
+    def returned_to_sites(self, name: str, function: Optional[cst.FunctionDef]) -> list[tuple[str, cst.Call]]:
+        """(name, call) for each call of `function` whose result (or the element of it that
+        `function` returns `name` in) a name receives: `net, last = fit(model)`."""
+        if function is None:
+            return []
+        found: list[tuple[str, cst.Call]] = []
+        for position in self._return_positions(name, function):
+            for call in self.calls_by_callee.get(function.name.value, ()):
+                assign = self.parents.get(call)
+                if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+                    continue
+                target: Optional[cst.BaseExpression] = assign.targets[0].target
+                if position is not None:
+                    elements = target.elements if isinstance(target, (cst.Tuple, cst.List)) else []
+                    target = elements[position].value if position < len(elements) else None
+                holder = dotted_name(target) if target is not None else None
+                if holder:
+                    found.append((holder, call))
+        return found
+
     def _call_site_targets(self, function: cst.FunctionDef,
                            position: Optional[int]) -> Iterator[tuple[str, Optional[cst.FunctionDef]]]:
         """The names that receive a function's return value (or its k-th element)."""
