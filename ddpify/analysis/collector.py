@@ -563,6 +563,26 @@ class Collector(cst.CSTVisitor):
                 call = calls[0]
                 self.facts.models.append(Model(owner, self.facts.statement_of(call), self.facts.function_of(call)))
 
+    def note_parts_trained_through_their_model(self) -> None:
+        """Rule: an optimizer over a part of a model (`Adam(model.head.parameters())`, the
+        backbone frozen), where the part itself is never moved but the model holding it is
+        (`model = model.to(device)`), trains that model: the forward runs through `model`,
+        so `model` is what DDP wraps, after its move. The frozen parameters stay out of
+        DDP's buckets; `model.head` then reads through `.module` like any attribute."""
+        models = self.facts.models
+        for model in list(models):
+            if model.name.count(".") == 0 or self.facts.device_moves.get(model.name):
+                continue
+            parts = model.name.split(".")
+            holders = [".".join(parts[:end]) for end in range(len(parts) - 1, 0, -1)]
+            holder = next((each for each in holders if each != "self" and self.facts.device_moves.get(each)), None)
+            if holder is None:
+                continue
+            if any(other.name == holder and other.function is model.function for other in models):
+                models.remove(model)
+            else:
+                models[models.index(model)] = Model(holder, model.optimizer_statement, model.function)
+
     def _note_optimizer_made_elsewhere(self, node: cst.Call, qualified: str) -> None:
         """`optimizer = util.set_optimizer(opt, model)`: a function of the project builds the
         optimizer over the model it is handed, which is a model here."""

@@ -33,6 +33,7 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
     collector.note_loaders_built_in_place()
     collector.note_models_handed_to_training()
     collector.note_models_building_their_optimizer()
+    collector.note_parts_trained_through_their_model()
     collector.note_dynamic_imports()
     facts.trains = bool(collector.training_tops & reached_when_run(facts.module, collector.names_in_top))
     if not facts.trains and collector.project.used_elsewhere:

@@ -233,7 +233,8 @@ class ValueFlow(Navigation):
 
     def calls_of(self, function: Optional[cst.FunctionDef]) -> list[cst.Call]:
         """The calls of a function of this file, by its name or, for a method, `self.name`
-        and `instance.name` on a name assigned an instance of its class."""
+        and `instance.name` on a name assigned an instance of its class; for `__call__`,
+        the calls of such an instance itself (`early_stopping(val_loss, model)`)."""
         if function is None:
             return []
         calls = [call for callee in (function.name.value, "self." + function.name.value)
@@ -243,13 +244,23 @@ class ValueFlow(Navigation):
         if owner is not None:
             for instance in self._instances_of(owner.name.value):
                 calls.extend(self.calls_by_callee.get(f"{instance}.{function.name.value}", ()))
+            if function.name.value == "__call__":
+                calls.extend(call for instance in self._instances_of(owner.name.value, on_self=True)
+                             for call in self.calls_by_callee.get(instance, ()))
         return calls
 
     def method_called(self, call: cst.Call) -> Optional[cst.FunctionDef]:
         """The method of a class of this file that `self.validate()` (in one of the class's
         methods) or `trainer.validate()` (on a name only ever assigned `Trainer(...)`) calls;
-        None when the call is no such method, or when it is inherited from elsewhere."""
-        if not isinstance(call.func, cst.Attribute) or not isinstance(call.func.value, cst.Name):
+        None when the call is no such method, or when it is inherited from elsewhere. Also
+        `Trainer(model, loader).fit(epochs)`: the method of a class of this file called on
+        an instance made in place."""
+        if not isinstance(call.func, cst.Attribute):
+            return None
+        made = call.func.value
+        if isinstance(made, cst.Call) and isinstance(made.func, cst.Name) and made.func.value in self.classes:
+            return self._method_named(self.classes[made.func.value], call.func.attr.value)
+        if not isinstance(call.func.value, cst.Name):
             return None
         owner, method = call.func.value.value, call.func.attr.value
         if owner == "self":
@@ -263,6 +274,16 @@ class ValueFlow(Navigation):
                 isinstance(value, cst.Call) and isinstance(value.func, cst.Name) for value in values):
             return None
         return self._method_named(self.classes.get(classes.pop()), method)
+
+    def _instance_call(self, name: str) -> Optional[cst.FunctionDef]:
+        """The `__call__` of the one class of this file whose instances `name` is only ever
+        assigned."""
+        values = [unmoved(value) for value in self.assigned_values.get(name, [])]
+        classes = {value.func.value for value in values
+                   if isinstance(value, cst.Call) and isinstance(value.func, cst.Name)}
+        if not values or len(classes) != 1 or not all(isinstance(value, cst.Call) for value in values):
+            return None
+        return self._method_named(self.classes.get(classes.pop()), "__call__")
 
     @staticmethod
     def _method_named(owner: Optional[cst.ClassDef], method: str) -> Optional[cst.FunctionDef]:
@@ -288,10 +309,11 @@ class ValueFlow(Navigation):
         attribute = name[len("self."):]
         return [f"{instance}.{attribute}" for instance in self._instances_of(owner.name.value)]
 
-    def _instances_of(self, class_name: str) -> list[str]:
-        """Names assigned `ClassName(...)` (`trainer = Trainer(model, loader)`)."""
+    def _instances_of(self, class_name: str, on_self: bool = False) -> list[str]:
+        """Names assigned `ClassName(...)` (`trainer = Trainer(model, loader)`), and with
+        on_self attributes too (`self.stopper = EarlyStopper()`)."""
         return [name for name, values in self.assigned_values.items()
-                if not name.startswith("self.") and any(
+                if (on_self or not name.startswith("self.")) and any(
                     isinstance(value, cst.Call) and isinstance(value.func, cst.Name)
                     and value.func.value == class_name for value in values)]
 
@@ -303,6 +325,26 @@ class ValueFlow(Navigation):
             return
         for position in self._return_positions(name, function):
             yield from self._call_site_targets(function, position)
+
+    def returned_to_sites(self, name: str, function: Optional[cst.FunctionDef]) -> list[tuple[str, cst.Call]]:
+        """(name, call) for each call of `function` whose result (or the element of it that
+        `function` returns `name` in) a name receives: `net, last = fit(model)`."""
+        if function is None:
+            return []
+        found: list[tuple[str, cst.Call]] = []
+        for position in self._return_positions(name, function):
+            for call in self.calls_by_callee.get(function.name.value, ()):
+                assign = self.parents.get(call)
+                if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+                    continue
+                target: Optional[cst.BaseExpression] = assign.targets[0].target
+                if position is not None:
+                    elements = target.elements if isinstance(target, (cst.Tuple, cst.List)) else []
+                    target = elements[position].value if position < len(elements) else None
+                holder = dotted_name(target) if target is not None else None
+                if holder:
+                    found.append((holder, call))
+        return found
 
     def _call_site_targets(self, function: cst.FunctionDef,
                            position: Optional[int]) -> Iterator[tuple[str, Optional[cst.FunctionDef]]]:
@@ -346,10 +388,15 @@ class ValueFlow(Navigation):
     def _callee(self, callee_name: str, call: cst.Call) -> tuple[Optional[cst.FunctionDef], bool]:
         """The function of this file a call runs, and whether it is a method called on an
         object (`self` not among the arguments): `self.fit(...)`, `Trainer(...)` (its
-        __init__), and `trainer.fit(...)` on a name only ever assigned `Trainer(...)`."""
+        __init__), `trainer.fit(...)` on a name only ever assigned `Trainer(...)`, and
+        `stopper(loss, model)` (its class's __call__) on a name or `self.` attribute only
+        ever assigned `EarlyStopper(...)`."""
         if callee_name not in self.callees:
             callee = self.functions.get(callee_name)
-            if callee is not None:
+            instance_call = self._instance_call(callee_name) if callee is None else None
+            if instance_call is not None:
+                self.callees[callee_name] = instance_call, True
+            elif callee is not None:
                 self.callees[callee_name] = callee, callee_name.startswith("self.")
             elif callee_name in self.class_inits:
                 self.callees[callee_name] = self.class_inits[callee_name], True

@@ -201,6 +201,21 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
     _unwrap_attributes(facts, edits, model, anchor)
     _unwrap_module_accesses(facts, edits, model)
     _report_parts_frozen_after_wrap(facts, edits, model, anchor)
+    _unwrap_where_returned(facts, edits, model)
+
+
+def _unwrap_where_returned(facts: Facts, edits: Edits, model: Model) -> None:
+    """Rule: a function that wraps the model and returns it (`return model`, or `return
+    model, loss` unpacked as `net, last = fit(...)`) hands its caller the DDP wrapper: the
+    caller's name reads the raw module after the call as the model's own name does after
+    the wrap (`net.state_dict()` saved without a `module.` prefix)."""
+    if model.function is None or model.name.startswith("self."):
+        return
+    for holder, call in facts.returned_to_sites(model.name, model.function):
+        if holder == model.name:
+            continue  # the model's own name: its reads are unwrapped already, wherever they are
+        _unwrap_attributes(facts, edits, Model(holder, model.optimizer_statement, facts.function_of(call)),
+                           facts.statement_of(call))
 
 
 def _report_parts_frozen_after_wrap(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:

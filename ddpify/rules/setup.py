@@ -3,13 +3,15 @@
 The setup block goes where the script chose its device, so the diff reads as "the device
 choice became a distributed setup"; it moves up only when earlier code already needs it.
 """
+import textwrap
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Optional, Union
 
 import libcst as cst
 
 from ddpify.analysis import names
-from ddpify.analysis.control import Facts
+from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.facts import BlockItem, DeviceAssignment, Statement
 from ddpify.analysis.nodes import dotted_name, find_all, names_in, returns_in, target_names, targets_bound_in
 from ddpify.diagnostics import Rule, Severity
@@ -165,31 +167,82 @@ def _returns_and_assignments(definition: cst.FunctionDef
 def _device_type_only(facts: Facts, move: cst.Call) -> bool:
     """`get_device()` of this file, each of whose returns is "cuda" or "cpu" (a string or a
     torch.device, chosen by a conditional or not), never a GPU index: under the setup "cuda"
-    is this rank's own GPU."""
+    is this rank's own GPU. Also a name of the move's function set only that way, or from a
+    parameter that no call of the function gives (`device = device or ("cuda" if ... else
+    "cpu")` in `def run(epochs, device=None)`, called as `run()`): its default, None, falls
+    through to the choice."""
     call = _device_call(facts, move.args[0].value)
-    if call is None or not isinstance(call.func, cst.Name):
+    if call is None:
+        return _name_set_to_device_type(facts, move)
+    if not isinstance(call.func, cst.Name):
         return False
     definitions = [statement for statement in facts.module.body
                    if isinstance(statement, cst.FunctionDef) and statement.name.value == call.func.value]
     if len(definitions) != 1:
         return False
     returns, assigned = _returns_and_assignments(definitions[0])
+    return bool(returns) and all(_type_only(facts, node.value, assigned) for node in returns)
 
-    def type_only(value: Optional[cst.BaseExpression], depth: int = 0) -> bool:
-        if value is None or depth > 3:
-            return False
-        if isinstance(value, cst.IfExp):
-            return type_only(value.body, depth) and type_only(value.orelse, depth)
-        if isinstance(value, cst.Call) and dotted_name(value.func) == "torch.device":
-            return len(value.args) == 1 and value.args[0].keyword is None and type_only(value.args[0].value, depth)
-        if isinstance(value, cst.Name):
-            values = assigned.get(value.value, [])
-            return bool(values) and all(type_only(v, depth + 1) for v in values)
-        # "cuda:0" here becomes "cuda" (rules/devices.py): the GPU the setup made current.
-        return isinstance(value, cst.SimpleString) and (
-            value.evaluated_value in ("cuda", "cpu") or value in facts.fixed_gpu_strings)
 
-    return bool(returns) and all(type_only(node.value) for node in returns)
+def _name_set_to_device_type(facts: Facts, move: cst.Call) -> bool:
+    value = move.args[0].value
+    function = facts.function_of(move)
+    if not isinstance(value, cst.Name) or function is None:
+        return False
+    _, assigned = _returns_and_assignments(function)
+    values = assigned.get(value.value, [])
+    given = _parameters_given_by_a_call(facts, function)
+    if value.value in given:
+        return False  # a caller's device, which may name a GPU
+    return bool(values) and all(_type_only(facts, each, assigned, ungiven=parameter_names(function) - given,
+                                           name=value.value) for each in values)
+
+
+def _parameters_given_by_a_call(facts: Facts, function: cst.FunctionDef) -> set[str]:
+    """The parameters some call of the function passes (all of them where a call passes
+    `*args` or `**kwargs`, or where the function is handed on rather than called)."""
+    every = parameter_names(function)
+    calls = facts.calls_of(function)
+    mentions = sum(isinstance(node, cst.Name) and node.value == function.name.value
+                   for node in find_all(facts.module, cst.Name))
+    if facts.class_of(function) is not None or mentions != len(calls) + 1:  # the def names it once
+        return every  # a method, or a function handed on (`Thread(target=run)`): not all its calls are seen
+    given: set[str] = set()
+    positional = [param.name.value for param in [*function.params.posonly_params, *function.params.params]]
+    for call in calls:
+        for index, arg in enumerate(call.args):
+            if arg.star:
+                return every
+            if arg.keyword is not None:
+                given.add(arg.keyword.value)
+            elif index < len(positional):
+                given.add(positional[index])
+    return given
+
+
+def _type_only(facts: Facts, value: Optional[cst.BaseExpression], assigned: dict[str, list[cst.BaseExpression]],
+               depth: int = 0, ungiven: AbstractSet[str] = frozenset(), name: str = "") -> bool:
+    """"cuda" or "cpu", never an index: a string, torch.device of one, a conditional between
+    them, a name assigned only those, or `name or <one of them>` on a parameter `name` that
+    no call gives (None, its default, falls through)."""
+    if value is None or depth > 3:
+        return False
+    if isinstance(value, cst.BooleanOperation) and isinstance(value.operator, cst.Or):
+        left = value.left
+        return isinstance(left, cst.Name) and left.value == name and name in ungiven and _type_only(
+            facts, value.right, assigned, depth, ungiven, name)
+    if isinstance(value, cst.IfExp):
+        return _type_only(facts, value.body, assigned, depth, ungiven, name) and _type_only(
+            facts, value.orelse, assigned, depth, ungiven, name)
+    if isinstance(value, cst.Call) and dotted_name(value.func) == "torch.device":
+        return len(value.args) == 1 and value.args[0].keyword is None and _type_only(
+            facts, value.args[0].value, assigned, depth, ungiven, name)
+    if isinstance(value, cst.Name):
+        values = assigned.get(value.value, [])
+        return bool(values) and all(_type_only(facts, v, assigned, depth + 1) for v in values)
+    # "cuda:0" here becomes "cuda" (rules/devices.py): the GPU the setup made current.
+    return isinstance(value, cst.SimpleString) and (
+        value.evaluated_value in ("cuda", "cpu") or value in facts.fixed_gpu_strings)
 
 
 def _models_moved_elsewhere(facts: Facts) -> bool:
@@ -820,7 +873,15 @@ def _call_of_function_under_main(facts: Facts, function_name: str) -> Optional[c
     return None
 
 
+_HEAD, _BODY = TRAINING.split('device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n')
+_DEVICE_PARAMETER = _HEAD + "\n\ndef run(device=None):\n" + textwrap.indent(
+    'device = device or ("cuda" if torch.cuda.is_available() else "cpu")\n' + _BODY, "    ")
+
 CASES = (
+    # `device = device or "cuda"...` on a parameter no call gives: the choice, followed.
+    Silent(_DEVICE_PARAMETER + "\n\nrun()\n", "DDP007"),
+    # A caller that gives the device may give a fixed GPU.
+    Emits(_DEVICE_PARAMETER + '\n\nrun(device="cuda:1")\n', "DDP007", ()),
     Emits(TRAINING, "DDP001", ("dist.init_process_group(", 'local_rank = int(os.environ.get("LOCAL_RANK", 0))')),
     Emits(TRAINING, "DDP005", ("dist.destroy_process_group()",)),
     Emits('''\

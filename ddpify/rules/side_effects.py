@@ -217,7 +217,8 @@ def _hoist_model_runs(facts: Facts, edits: Edits, statement: Statement, call: cs
         return False
     hoisted: list[Statement] = []
     for inner in outermost:
-        base = (dotted_name(inner.func) or "result").rsplit(".", 1)[-1] + HOISTED_SUFFIX
+        called = inner.func.attr.value if isinstance(inner.func, cst.Attribute) else dotted_name(inner.func)
+        base = (called or "result").rsplit(".", 1)[-1] + HOISTED_SUFFIX
         name = first_free(base, lambda candidate: candidate in facts.bound_names or any(
             candidate in edits.code(h) for h in hoisted))
         hoisted.append(edits.statement(f"{name} = {edits.code(inner)}\n"))

@@ -260,12 +260,9 @@ def epoch_accumulators(facts: Facts, loop: cst.For) -> dict[str, cst.BaseExpress
     index = statements.index(anchor)
     initial: dict[str, cst.BaseExpression] = {}
     for statement in statements[:index]:
-        if isinstance(statement, cst.SimpleStatementLine):
-            for small in statement.body:
-                if (isinstance(small, cst.Assign) and len(small.targets) == 1
-                        and isinstance(small.targets[0].target, cst.Name)
-                        and isinstance(small.value, (cst.Integer, cst.Float))):
-                    initial[small.targets[0].target.value] = small.value
+        for name, value in _names_set_before(statement):
+            if isinstance(value, (cst.Integer, cst.Float)):
+                initial[name] = value
     added = _augmented_names(loop.body)
     used_after = _used_after(facts, loop, statements[index + 1:])
     return {name: value for name, value in initial.items() if name in added and name in used_after}
@@ -282,13 +279,32 @@ def epoch_lists(facts: Facts, loop: cst.For) -> list[str]:
         return []
     statements = list(block.body)
     index = statements.index(anchor)
-    emptied = [small.targets[0].target.value for statement in statements[:index]
-               if isinstance(statement, cst.SimpleStatementLine) for small in statement.body
-               if isinstance(small, cst.Assign) and len(small.targets) == 1
-               and isinstance(small.targets[0].target, cst.Name)
-               and isinstance(small.value, cst.List) and not small.value.elements]
+    emptied = [name for statement in statements[:index] for name, value in _names_set_before(statement)
+               if isinstance(value, cst.List) and not value.elements]
     used_after = _used_after(facts, loop, statements[index + 1:])
     return [name for name in dict.fromkeys(emptied) if name in used_after and _appends_numbers(loop.body, name)]
+
+
+def _names_set_before(statement: cst.CSTNode) -> list[tuple[str, cst.BaseExpression]]:
+    """The names a line of the epoch's set-up binds, each with its own value, in every
+    spelling people reset their figures: `total = 0.0`, `correct = total = 0` (each name
+    the same value) and `running_loss, correct, total = 0.0, 0, 0` (element by element)."""
+    found: list[tuple[str, cst.BaseExpression]] = []
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return found
+    for small in statement.body:
+        if not isinstance(small, cst.Assign):
+            continue
+        for assign_target in small.targets:
+            target, value = assign_target.target, small.value
+            if isinstance(target, cst.Name):
+                found.append((target.value, value))
+            elif isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)) and len(
+                    target.elements) == len(value.elements) and not any(
+                    isinstance(element, cst.StarredElement) for element in (*target.elements, *value.elements)):
+                found.extend((element.value.value, item.value) for element, item in zip(target.elements, value.elements)
+                             if isinstance(element.value, cst.Name))
+    return found
 
 
 def _statements_after(facts: Facts, loop: cst.For) -> list[cst.CSTNode]:
