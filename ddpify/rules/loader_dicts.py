@@ -325,7 +325,7 @@ def _plan_handed_out(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDic
         edits.report("DDP218", first, f"{SUMMARY}: {reason}")
         return
     _shard_built_here(facts, edits, setup, loaders, trained)
-    shown = f"the dict `{function_name(loaders)}()` returns"
+    shown = f"the dict `{_function_name(loaders)}()` returns"
     for key in built_here:
         if key not in trained:
             edits.report("DDP203", loaders.entries[key], "evaluation loader left unsharded: the "
@@ -335,7 +335,7 @@ def _plan_handed_out(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDic
     setup.sharded_loader_dicts.append(loaders)
 
 
-def function_name(loaders: LoaderDict) -> str:
+def _function_name(loaders: LoaderDict) -> str:
     return loaders.function.name.value if loaders.function is not None else loaders.name
 
 
@@ -369,15 +369,12 @@ def _plan_received(facts: Facts, edits: Edits, setup: Plan) -> None:
         trained |= {key for _, _, key in handed}
         whole = [key for key in received.sharded if key in trained and not received.sharded[key]]
         if whole:
-            diagnostic = edits.report("DDP218", received.call, (
-                f"{SUMMARY}: the `{whole[0]}` entry of `{received.name}` trains here, but `{received.made_by}()` "
-                "builds it as an evaluation loader (by its key, dataset and shuffle) and leaves it whole, so "
-                "every rank would train on all of it: call the key `train` there, or give that entry "
-                "sampler=DistributedSampler(...) by hand"))
+            diagnostic = edits.report("DDP218", received.call, _whole_entry_trained(
+                f"the `{whole[0]}` entry of `{received.name}` trains here, but", received.made_by))
             if not any(received.sharded[key] for key in trained):
                 setup.hand_made_batches.append(diagnostic)
         sharded = [key for key in received.sharded if key in trained and received.sharded[key]]
-        _note_received_passes(facts, edits, setup, passes, set(sharded))
+        _note_received_passes(facts, setup, passes, set(sharded))
         if sharded:
             setup.sharded_loader_dicts.append(loaders)
             uses = [(each.handed_by or each.loop, each.key_loop, each.holder) for each in passes
@@ -397,13 +394,17 @@ def _report_whole_entries_trained(facts: Facts, edits: Edits) -> None:
         loops = [loop for loop in facts.loops_over_values(facts.holders_from(loader.function, loader.name))
                  if facts.loop_trains(loop)]
         if loops:
-            edits.report("DDP218", loops[0], (
-                f"{SUMMARY}: `{loader.name}` is `{entry}`, which `{loader.made_by}()` builds as an evaluation "
-                "loader (by its key, dataset and shuffle) and leaves whole, so every rank would train on all "
-                "of it: call the key `train` there, or give that entry sampler=DistributedSampler(...) by hand"))
+            edits.report("DDP218", loops[0], _whole_entry_trained(f"`{loader.name}` is `{entry}`, and",
+                                                                 loader.made_by))
 
 
-def _note_received_passes(facts: Facts, edits: Edits, setup: Plan, passes: list[DictPass], sharded: set[str]) -> None:
+def _whole_entry_trained(what: str, made_by: str) -> str:
+    return (f"{SUMMARY}: {what} `{made_by}()` builds it as an evaluation loader (by its key, dataset and "
+            "shuffle) and leaves it whole, so every rank would train on all of it: call the key `train` "
+            "there, or give that entry sampler=DistributedSampler(...) by hand")
+
+
+def _note_received_passes(facts: Facts, setup: Plan, passes: list[DictPass], sharded: set[str]) -> None:
     """The passes over entries of a dict another module builds: a shard when that module gave
     the entry a DistributedSampler, which the pass's figures are summed under (the entry's
     key and shuffle decided it there, by look)."""
