@@ -10,6 +10,7 @@ from ddpify.analysis import effects, names
 from ddpify.analysis.control import Facts
 from ddpify.analysis.devices import DeviceValues
 from ddpify.analysis.facts import DeviceAssignment, ExternalLoader, Loader, Model, Statement
+from ddpify.analysis.freezing import models_frozen_in_part, walked_modules
 from ddpify.analysis.nodes import (
     calls_within,
     dotted_name,
@@ -740,6 +741,7 @@ class Collector(cst.CSTVisitor):
                            and call.func.attr.value in ("parameters", "named_parameters")]
         if parameter_calls:
             self._loops_over_parameters.append(node)
+        touched: list[str] = []
         for call in parameter_calls:
             # `for p in model[0].parameters(): p.requires_grad = False`: the loop works on the
             # model (a freeze), and the wrap must come after it.
@@ -747,7 +749,13 @@ class Collector(cst.CSTVisitor):
             while isinstance(root, (cst.Subscript, cst.Attribute)):
                 root = root.value
             if isinstance(root, cst.Name) and root is not cast(cst.Attribute, call.func).value:
-                self.facts.statements_touching.setdefault(root.value, []).append(node)
+                touched.append(root.value)
+        if walked_modules(node):
+            # `for m in model.modules(): if isinstance(m, nn.BatchNorm2d): m.weight.requires_grad
+            # = False`: a freeze of part of the model through a loop variable, as above.
+            touched.extend(models_frozen_in_part(node))
+        for name in dict.fromkeys(touched):
+            self.facts.statements_touching.setdefault(name, []).append(node)
 
     def _mark_training_loops(self, node: cst.CSTNode) -> None:
         """Every For loop whose body (not header) holds this backward() or step()."""
