@@ -272,7 +272,8 @@ def report_batch_loops(facts: Facts, edits: Edits, setup: Plan) -> None:
 def _report_full_batch_steps(facts: Facts, edits: Edits, setup: Plan) -> None:
     """Rule: training whose steps run in no loop at all, in a file that builds no DataLoader
     (`loss = optimizer.step(closure)` of L-BFGS over the whole tensors, its iterations the
-    optimizer's own max_iter; in a function or in a Trainer's method), trains on the full
+    optimizer's own max_iter; in a function or in a Trainer's method; or such closure steps
+    repeated by a while loop, with no batch drawn per step), trains on the full
     data at once: every rank would repeat the same work on the same data, as with batches
     built by hand (DDP208), and the file stays single-process (DDP904). Not in a helper
     module of a project: its step runs in a loop of the module that calls it."""
@@ -280,10 +281,12 @@ def _report_full_batch_steps(facts: Facts, edits: Edits, setup: Plan) -> None:
         return  # a step another module calls, from its own loop
     if facts.training_loops or facts.loader_calls or facts.external_loaders or facts.training_helper_calls:
         return
-    if not facts.training_calls or any(_in_a_loop(facts, call) for call in facts.training_calls):
-        return
     steps = [call for call in facts.training_calls
              if isinstance(call.func, cst.Attribute) and call.func.attr.value == "step"]
+    # `while loss > tol: optimizer.step(closure)`: the closure re-reads the same whole data.
+    closures_only = bool(steps) and all(step.args for step in steps)
+    if not facts.training_calls or any(_in_a_loop(facts, call, closures_only) for call in facts.training_calls):
+        return
     step = (steps or facts.training_calls)[0]
     setup.hand_made_batches.append(edits.report(
         "DDP208", step, "the whole data in each step (full-batch training, no batch loop): every rank "
@@ -291,16 +294,18 @@ def _report_full_batch_steps(facts: Facts, edits: Edits, setup: Plan) -> None:
         "on one process"))
 
 
-def _in_a_loop(facts: Facts, node: cst.CSTNode, depth: int = 0) -> bool:
-    """Inside a for or while loop, in its own function or around a call of that function."""
+def _in_a_loop(facts: Facts, node: cst.CSTNode, for_only: bool, depth: int = 0) -> bool:
+    """Inside a for loop (or a while loop, unless for_only), in its own function or around a
+    call of that function."""
+    loops = (cst.For,) if for_only else (cst.For, cst.While)
     parent = facts.parents.get(node)
     while parent is not None and not isinstance(parent, cst.FunctionDef):
-        if isinstance(parent, (cst.For, cst.While)):
+        if isinstance(parent, loops):
             return True
         parent = facts.parents.get(parent)
     if parent is None or depth > 3:
         return False
-    return any(_in_a_loop(facts, call, depth + 1) for call in facts.calls_of(parent))
+    return any(_in_a_loop(facts, call, for_only, depth + 1) for call in facts.calls_of(parent))
 
 
 _UNWRAPPING = ("enumerate", "tqdm", "iter")
