@@ -771,6 +771,11 @@ class Collector(cst.CSTVisitor):
         if "cuda:" in node.value and FIXED_GPU.fullmatch(str(node.evaluated_value)):
             self.facts.fixed_gpu_strings.append(node)
 
+    def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:
+        name = dotted_name(node.expression)
+        if name is not None and node.equal is None:  # not `f"{model=}"`, which shows its own text
+            self.facts.formatted_values.setdefault(name, []).append(node.expression)
+
     def visit_Comparison(self, node: cst.Comparison) -> None:
         if len(node.comparisons) != 1:
             return

@@ -341,11 +341,23 @@ def _unwrap_for_helpers(facts: Facts, edits: Edits, model: Model, wrap: cst.Base
                 edits.report("DDP103", arg.value)
 
 
+# Builtins whose result shows the module itself: its class, its printed architecture.
+_SHOWING_BUILTINS = ("builtins.type", "builtins.print", "builtins.repr", "builtins.str")
+
+
 def _type_reads(facts: Facts, name: str) -> list[cst.BaseExpression]:
-    """`type(model).__name__` (an "arch" entry of a checkpoint): the class of the raw module,
-    not DistributedDataParallel."""
-    return [call.args[0].value for call in facts.calls_named.get("builtins.type", ())
-            if len(call.args) == 1 and dotted_name(call.args[0].value) == name]
+    """Reads that show the model itself, which after the wrap would show the DDP wrapper:
+    `type(model).__name__` (an "arch" entry of a checkpoint), `print(model)`, `repr(model)`,
+    `logger.info(model)` and `f"{model}"` (its architecture, printed once by rank 0). Each
+    reads the raw module instead, as the single-GPU script showed it."""
+    found = [call.args[0].value for qualified in _SHOWING_BUILTINS for call in facts.calls_named.get(qualified, ())
+             if call.args and call.args[0].keyword is None and not call.args[0].star
+             and dotted_name(call.args[0].value) == name]
+    found += [call.args[0].value for callee, calls in facts.calls_by_callee.items()
+              if "." in callee and callee.rsplit(".", 1)[1] in effects.LOG_METHODS for call in calls
+              if call.args and call.args[0].keyword is None and not call.args[0].star
+              and dotted_name(call.args[0].value) == name]
+    return found + list(facts.formatted_values.get(name, ()))
 
 
 def _when_trainable(facts: Facts, code: str, model: str) -> str:
@@ -579,7 +591,8 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
                 edits.report("DDP103", saved)
     _unwrap_for_helpers(facts, edits, model, wrap)
     for value in _type_reads(facts, model.name):
-        if not _before_wrap(facts, value, wrap) and not _rebound_since_wrap(facts, value, model.name, wrap):
+        if not _before_wrap(facts, value, wrap) and not _rebound_since_wrap(facts, value, model.name, wrap) and (
+                model.name.startswith("self.") or facts.function_of(value) is facts.function_of(wrap)):
             edits.expressions[value] = _unwrapped(model.name, edits, _quote_for(facts, value))
             edits.report("DDP103", value)
     _unwrap_in_callees(facts, edits, model, holders)
