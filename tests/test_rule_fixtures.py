@@ -19,7 +19,6 @@ WITHOUT_A_FIXTURE = {
     "DDP207": "existing sampler= left as is: tests/test_data_transform.py, tests/test_cli*.py",
     "DDP211": "no epoch loop for set_epoch: tests/test_selfcheck.py, ddpify/rules/epochs.py CASES",
     "DDP212": "download racing between ranks: tests/test_data_transform.py",
-    "DDP307": "rank-0-only writer used beyond its guard: tests/test_side_effects.py",
     "DDP404": "accumulation that no_sync() cannot wrap: tests/test_training_transform.py",
     # --strategy fsdp2, shapes it cannot migrate: the cases beside the rule (rules/sharding.py
     # CASES, run by tests/test_rule_cases.py).
@@ -32,7 +31,6 @@ WITHOUT_A_FIXTURE = {
     # migrate (no model wrapped at all): fixture helper_modules/optimizer_made_by_helper_module.
     "DDP910": "self-check: tests/test_selfcheck.py",
     "DDP912": "self-check: tests/test_selfcheck.py",
-    "DDP913": "self-check: tests/test_selfcheck.py",
     "DDP914": "self-check: tests/test_selfcheck.py",
     "DDP915": "self-check: tests/test_selfcheck.py",
     "DDP916": "self-check: tests/test_selfcheck.py",

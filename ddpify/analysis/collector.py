@@ -10,6 +10,7 @@ from ddpify.analysis import effects, names
 from ddpify.analysis.control import Facts
 from ddpify.analysis.devices import DeviceValues
 from ddpify.analysis.facts import DeviceAssignment, ExternalLoader, ExternalLoaderDict, Loader, Model, Statement
+from ddpify.analysis.freezing import models_frozen_in_part, walked_modules
 from ddpify.analysis.nodes import (
     calls_within,
     dotted_name,
@@ -836,6 +837,7 @@ class Collector(cst.CSTVisitor):
                            and call.func.attr.value in ("parameters", "named_parameters")]
         if parameter_calls:
             self._loops_over_parameters.append(node)
+        touched: list[str] = []
         for call in parameter_calls:
             # `for p in model[0].parameters(): p.requires_grad = False`: the loop works on the
             # model (a freeze), and the wrap must come after it.
@@ -843,7 +845,13 @@ class Collector(cst.CSTVisitor):
             while isinstance(root, (cst.Subscript, cst.Attribute)):
                 root = root.value
             if isinstance(root, cst.Name) and root is not cast(cst.Attribute, call.func).value:
-                self.facts.statements_touching.setdefault(root.value, []).append(node)
+                touched.append(root.value)
+        if walked_modules(node):
+            # `for m in model.modules(): if isinstance(m, nn.BatchNorm2d): m.weight.requires_grad
+            # = False`: a freeze of part of the model through a loop variable, as above.
+            touched.extend(models_frozen_in_part(node))
+        for name in dict.fromkeys(touched):
+            self.facts.statements_touching.setdefault(name, []).append(node)
 
     def _mark_training_loops(self, node: cst.CSTNode) -> None:
         """Every For loop whose body (not header) holds this backward() or step()."""
@@ -858,6 +866,11 @@ class Collector(cst.CSTVisitor):
         # `"cuda:0"` anywhere (a helper module's device choice): read once, here.
         if "cuda:" in node.value and FIXED_GPU.fullmatch(str(node.evaluated_value)):
             self.facts.fixed_gpu_strings.append(node)
+
+    def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:
+        name = dotted_name(node.expression)
+        if name is not None and node.equal is None:  # not `f"{model=}"`, which shows its own text
+            self.facts.formatted_values.setdefault(name, []).append(node.expression)
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
         if len(node.comparisons) != 1:

@@ -276,6 +276,8 @@ class FactRecord:
     # Every class defined here, by name (FSDP2 looks in a model class for its repeated blocks).
     classes: dict[str, cst.ClassDef] = field(default_factory=dict)
     calls_by_callee: dict[str, list[cst.Call]] = field(default_factory=dict)
+    # Names and attributes an f-string formats whole (`f"{model}"`), by dotted name.
+    formatted_values: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
     # Every call by the qualified name of what it calls (`tqdm.tqdm`, `builtins.open`).
     calls_named: dict[str, list[cst.Call]] = field(default_factory=dict)
     bound_names: set[str] = field(default_factory=set)

@@ -61,12 +61,28 @@ if distributed:
 """
 
 
-# A device from elsewhere (a parameter, a config module): a string or a torch.device, so its
-# type is read through torch.device, which takes both.
+# A device from elsewhere (a config module): a string or a torch.device, so its type is
+# read through torch.device, which takes both.
 REFINE_ANY_CODE = """\
 if distributed:
     if torch.device({device}).type != "cpu":  # "cuda" now means this process's own GPU
         torch.accelerator.set_device_index(local_rank)
+    dist.init_process_group(dist.get_default_backend_for_device({device}))
+"""
+
+
+# The same for a device given at run time or handed in (`device = args.device`, a parameter
+# of the training function, `cfg.device` of a config it is handed): it may name one GPU
+# (`--device cuda:1`, `torch.device(f"cuda:{args.gpu}")`), as for REFINE_GIVEN_STRING_CODE:
+# each rank keeps the device type, on its own GPU, and a string stays a string.
+REFINE_ANY_GIVEN_CODE = """\
+if distributed:
+    if torch.device({device}).type != "cpu":  # "cuda" now means this process's own GPU
+        torch.accelerator.set_device_index(local_rank)
+        if isinstance({device}, str):
+            {device} = {device}.split(":")[0]  # "cuda:1" too: each rank on its own GPU
+        else:
+            {device} = torch.device(torch.device({device}).type, local_rank)
     dist.init_process_group(dist.get_default_backend_for_device({device}))
 """
 

@@ -267,6 +267,46 @@ def report_batch_loops(facts: Facts, edits: Edits, setup: Plan) -> None:
         setup.hand_made_batches.append(edits.report(
             "DDP208", loop, "batches built by hand: every rank trains on the same data; shard it by "
             "rank (e.g. data[rank::world_size])"))
+    _report_full_batch_steps(facts, edits, setup)
+
+
+def _report_full_batch_steps(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """Rule: training whose steps run in no loop at all, in a file that builds no DataLoader
+    (`loss = optimizer.step(closure)` of L-BFGS over the whole tensors, its iterations the
+    optimizer's own max_iter; in a function or in a Trainer's method; or such closure steps
+    repeated by a while loop, with no batch drawn per step), trains on the full
+    data at once: every rank would repeat the same work on the same data, as with batches
+    built by hand (DDP208), and the file stays single-process (DDP904). Not in a helper
+    module of a project: its step runs in a loop of the module that calls it."""
+    if facts.library or facts.unseen_callers:
+        return  # a step another module calls, from its own loop
+    if facts.training_loops or facts.loader_calls or facts.external_loaders or facts.training_helper_calls:
+        return
+    steps = [call for call in facts.training_calls
+             if isinstance(call.func, cst.Attribute) and call.func.attr.value == "step"]
+    # `while loss > tol: optimizer.step(closure)`: the closure re-reads the same whole data.
+    closures_only = bool(steps) and all(step.args for step in steps)
+    if not facts.training_calls or any(_in_a_loop(facts, call, closures_only) for call in facts.training_calls):
+        return
+    step = (steps or facts.training_calls)[0]
+    setup.hand_made_batches.append(edits.report(
+        "DDP208", step, "the whole data in each step (full-batch training, no batch loop): every rank "
+        "would train on the same data; shard it by rank (e.g. data[rank::world_size]), or keep it "
+        "on one process"))
+
+
+def _in_a_loop(facts: Facts, node: cst.CSTNode, for_only: bool, depth: int = 0) -> bool:
+    """Inside a for loop (or a while loop, unless for_only), in its own function or around a
+    call of that function."""
+    loops = (cst.For,) if for_only else (cst.For, cst.While)
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, cst.FunctionDef):
+        if isinstance(parent, loops):
+            return True
+        parent = facts.parents.get(parent)
+    if parent is None or depth > 3:
+        return False
+    return any(_in_a_loop(facts, call, for_only, depth + 1) for call in facts.calls_of(parent))
 
 
 _UNWRAPPING = ("enumerate", "tqdm", "iter")
@@ -329,4 +369,22 @@ CASES = (
                            '    return {"train": DataLoader(dataset, batch_size=8, shuffle=True)}\n')
           .replace("    for x, y in loader:\n", '    loaders = make_loaders()\n    for x, y in loaders["train"]:\n'),
           "DDP208"),
+    # One L-BFGS step over the whole tensors, in no loop: full-batch.
+    Emits("""\
+import torch
+
+model = torch.nn.Linear(4, 1)
+x, y = torch.randn(64, 4), torch.randn(64, 1)
+optimizer = torch.optim.LBFGS(model.parameters(), max_iter=20)
+
+
+def closure():
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    return loss
+
+
+optimizer.step(closure)
+""", "DDP208"),
 )

@@ -9,7 +9,7 @@ from typing import Optional, cast
 
 import libcst as cst
 
-from ddpify.analysis import effects, names
+from ddpify.analysis import effects, freezing, names
 from ddpify.analysis.control import Facts, handed_in, innermost_common_block, parameter_names
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
 from ddpify.analysis.facts import Holder, Model, Statement
@@ -227,7 +227,7 @@ def _report_parts_frozen_after_wrap(facts: Facts, edits: Edits, model: Model, wr
     all of it is registered, and a step without any of its gradients reduces nothing."""
     if not facts.freezes_parameters:
         return
-    for node in _requires_grad_changes(facts.module):
+    for node in freezing.requires_grad_changes(facts.module):
         if _before_wrap(facts, node, wrap) or _rebound_since_wrap(facts, node, model.name, wrap):
             continue
         if facts.function_of(node) is not facts.function_of(wrap) and not model.name.startswith("self."):
@@ -240,64 +240,18 @@ def _report_parts_frozen_after_wrap(facts: Facts, edits: Edits, model: Model, wr
             return
 
 
-def _requires_grad_changes(module: cst.Module) -> list[cst.CSTNode]:
-    """`X.requires_grad_(...)` calls and `X.requires_grad = ...` assignments."""
-    found: list[cst.CSTNode] = []
-
-    class _Changes(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            if isinstance(node.func, cst.Attribute) and node.func.attr.value == "requires_grad_":
-                found.append(node)
-
-        def visit_Assign(self, node: cst.Assign) -> None:
-            if any(isinstance(t.target, cst.Attribute) and t.target.attr.value == "requires_grad"
-                   for t in node.targets):
-                found.append(node)
-
-    module.visit(_Changes())
-    return found
-
-
-def _changes_a_part_of(facts: Facts, node: cst.CSTNode, name: str) -> bool:
+def _changes_a_part_of(facts: Facts, node: freezing.Change, name: str) -> bool:
     """The change reaches part of `name`, not all of it: through an attribute or an index
-    of the model, or, for a loop variable over the model's parameters, under a test."""
-    if isinstance(node, cst.Call):
-        owner = cast(cst.Attribute, node.func).value
-    else:
-        target = next(t.target for t in cast(cst.Assign, node).targets
-                      if isinstance(t.target, cst.Attribute) and t.target.attr.value == "requires_grad")
-        owner = cast(cst.Attribute, target).value
-    if _part_of(owner, name):
+    of the model, or through the variable of a loop that freezes part of it
+    (analysis/freezing.py)."""
+    if freezing.part_of(freezing.changed_owner(node), name):
         return True
-    variable = dotted_name(owner)
-    if variable is None or "." in variable:
-        return False
     parent = facts.parents.get(node)
-    conditional = False
     while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.Module)):
-        if isinstance(parent, cst.If):
-            conditional = True
-        if isinstance(parent, cst.For) and variable in names_within(parent.target):
-            iterated = [call for call in calls_within(parent.iter) if isinstance(call.func, cst.Attribute)
-                        and call.func.attr.value in ("parameters", "named_parameters")]
-            return any(_part_of(cast(cst.Attribute, call.func).value, name)
-                       or conditional and dotted_name(cast(cst.Attribute, call.func).value) == name
-                       for call in iterated)
+        if isinstance(parent, cst.For) and freezing.loop_freezes_part_of(parent, name):
+            return True
         parent = facts.parents.get(parent)
     return False
-
-
-def _part_of(node: cst.BaseExpression, name: str) -> bool:
-    """`model.backbone`, `model[0]`, `model.layers[-1].fc`: reached from `name`, not `name`
-    itself (nor `model.module`, the whole model again)."""
-    steps = 0
-    while isinstance(node, (cst.Attribute, cst.Subscript)):
-        if dotted_name(node) == name:
-            return steps > 0
-        if not (isinstance(node, cst.Attribute) and node.attr.value == "module"):
-            steps += 1
-        node = node.value
-    return dotted_name(node) == name and steps > 0
 
 
 def _loop_binding(facts: Facts, model: Model) -> Optional[cst.For]:
@@ -416,11 +370,23 @@ def _unwrap_for_helpers(facts: Facts, edits: Edits, model: Model, wrap: Optional
                 edits.report("DDP103", arg.value)
 
 
+# Builtins whose result shows the module itself: its class, its printed architecture.
+_SHOWING_BUILTINS = ("builtins.type", "builtins.print", "builtins.repr", "builtins.str")
+
+
 def _type_reads(facts: Facts, name: str) -> list[cst.BaseExpression]:
-    """`type(model).__name__` (an "arch" entry of a checkpoint): the class of the raw module,
-    not DistributedDataParallel."""
-    return [call.args[0].value for call in facts.calls_named.get("builtins.type", ())
-            if len(call.args) == 1 and dotted_name(call.args[0].value) == name]
+    """Reads that show the model itself, which after the wrap would show the DDP wrapper:
+    `type(model).__name__` (an "arch" entry of a checkpoint), `print(model)`, `repr(model)`,
+    `logger.info(model)` and `f"{model}"` (its architecture, printed once by rank 0). Each
+    reads the raw module instead, as the single-GPU script showed it."""
+    found = [call.args[0].value for qualified in _SHOWING_BUILTINS for call in facts.calls_named.get(qualified, ())
+             if call.args and call.args[0].keyword is None and not call.args[0].star
+             and dotted_name(call.args[0].value) == name]
+    found += [call.args[0].value for callee, calls in facts.calls_by_callee.items()
+              if "." in callee and callee.rsplit(".", 1)[1] in effects.LOG_METHODS for call in calls
+              if call.args and call.args[0].keyword is None and not call.args[0].star
+              and dotted_name(call.args[0].value) == name]
+    return found + list(facts.formatted_values.get(name, ()))
 
 
 def _when_trainable(facts: Facts, code: str, model: str) -> str:
@@ -654,7 +620,8 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
                 edits.report("DDP103", saved)
     _unwrap_for_helpers(facts, edits, model, wrap)
     for value in _type_reads(facts, model.name):
-        if not _before_wrap(facts, value, wrap) and not _rebound_since_wrap(facts, value, model.name, wrap):
+        if not _before_wrap(facts, value, wrap) and not _rebound_since_wrap(facts, value, model.name, wrap) and (
+                model.name.startswith("self.") or facts.function_of(value) is facts.function_of(wrap)):
             edits.expressions[value] = _unwrapped(model.name, edits, _quote_for(facts, value))
             edits.report("DDP103", value)
     _unwrap_in_callees(facts, edits, model, holders)
@@ -1035,4 +1002,9 @@ model = Net().to(device)
                               "for epoch in range(3):\n    model[0].requires_grad_(epoch < 2)\n"), "DDP111"),
     Silent(_SEQUENTIAL.replace("for epoch in range(3):\n",
                                "for epoch in range(3):\n    model.requires_grad_(epoch < 2)\n"), "DDP111"),
+    # Through a loop variable: a test picks the part (DDP111); all of the model is safe.
+    Emits(_SEQUENTIAL.replace("for epoch in range(3):\n", "for epoch in range(3):\n    for m in model.modules():\n"
+                              "        if m is model[0]:\n            m.weight.requires_grad = epoch < 2\n"), "DDP111"),
+    Silent(_SEQUENTIAL.replace("for epoch in range(3):\n", "for epoch in range(3):\n    for p in model.parameters():\n"
+                               "        p.requires_grad = epoch < 2\n"), "DDP111"),
 )

@@ -8,13 +8,22 @@ not pay for; the person who owns the script chooses.
 """
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, cast
 
 import libcst as cst
 
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import BlockItem, Statement
-from ddpify.analysis.nodes import assigned_names, calls_within, find_all, names_in, returns_in
+from ddpify.analysis.nodes import (
+    assigned_names,
+    calls_within,
+    dotted_name,
+    find_all,
+    names_in,
+    names_within,
+    returns_in,
+    targets_bound_in,
+)
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits
 from ddpify.plan import Plan
@@ -66,11 +75,39 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             if node in per_epoch and local <= clock_names and training.agree_on_clock_stop(facts, edits, setup, node):
                 continue  # once per epoch, rank 0's clock decides for every rank
             if local - clock_names:
-                why = f"`{', '.join(sorted(local - clock_names))}` differs per rank"
+                updated = _assigned_attributes([loop, *facts.enclosing_loops(loop)[:1]])
+                named = _attributes_named(node.test, local - clock_names, updated)
+                why = f"`{', '.join(sorted(named))}` differs per rank"
             else:
                 why = ("each rank reads its own clock; check the budget once per epoch, after the batch "
                        "loop, where rank 0 decides for every rank")
             edits.report("DDP902", node, f"rank-divergent control flow may hang a collective: {why}")
+
+
+def _assigned_attributes(loops: list[cst.For]) -> set[str]:
+    """`self.k` for `self.k = ...` (or `+=`, or in a tuple) in these loops' bodies: the batch
+    loop and the epoch loop around it."""
+    found: set[str] = set()
+    targets = [target for loop in loops for target in targets_bound_in(loop.body)]
+    while targets:
+        target = targets.pop()
+        if isinstance(target, (cst.Tuple, cst.List)):
+            targets.extend(element.value for element in target.elements)
+        elif isinstance(target, cst.Attribute) and dotted_name(target) is not None:
+            found.add(cast(str, dotted_name(target)))
+    return found
+
+
+def _attributes_named(test: cst.BaseExpression, local: set[str], attributes: set[str]) -> set[str]:
+    """What a message names for the rank-local names a test reads: the attribute the loop
+    updates (`self.k`, the balance a BEGAN trainer keeps) rather than the object that holds
+    it (`self`), which an assignment to an attribute makes rank-local as a whole."""
+    read = set(names_within(test))
+    named: set[str] = set()
+    for name in local:
+        held = {attribute for attribute in read & attributes if attribute.startswith(name + ".")}
+        named |= held or {name}
+    return named
 
 
 def _rank_local_in(facts: Facts, setup: Plan, loop: cst.For) -> set[str]:
@@ -174,7 +211,32 @@ def _after_batch_loop(facts: Facts, loop: cst.For, rank_local: set[str], clock_r
         if isinstance(statement, cst.If):
             found.per_epoch.append(statement)
         found.ifs.extend(find_all(statement, cst.If, into_functions=False))
+    later = statements[statements.index(_child_of(facts, loop, outer[0])) + 1:]
+    for _ in range(2):  # what one pass makes rank-local may feed an earlier statement next epoch
+        for statement in later:
+            _spread_rank_local(statement, found.rank_local, False)
     return found
+
+
+def _spread_rank_local(node: cst.CSTNode, rank_local: set[str], decided_locally: bool) -> None:
+    """Names assigned from a rank-local value (`best = last`, `bad_epochs += last > best`), or
+    under a test that reads one (`if last < best: ... else: bad_epochs += 1`), are rank-local
+    too: an early stop on a patience counter kept after the batch loop differs per rank."""
+    if isinstance(node, cst.If):
+        local = decided_locally or bool(names_in(node.test) & rank_local)
+        for block in (node.body, node.orelse):
+            if block is not None:
+                _spread_rank_local(block, rank_local, local)
+        return
+    if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+        value = node.value
+        if decided_locally or value is not None and names_in(value) & rank_local:
+            rank_local |= assigned_names(node)
+        return
+    if isinstance(node, cst.FunctionDef):
+        return
+    for child in node.children:
+        _spread_rank_local(child, rank_local, decided_locally)
 
 
 def _reads(node: cst.CSTNode, calls: set[cst.Call]) -> bool:
@@ -236,11 +298,28 @@ for epoch in range(3):
         break
 """).replace("    print(epoch, loss.item())\n", "")
 
+_PATIENCE = """\
+    last = {value}
+    if last < best:
+        best, bad = last, 0
+    else:
+        bad += 1
+    if bad >= 2:
+        break
+"""
+
 CASES = (
     Emits(TRAINING.replace("        optimizer.step()\n",
                            "        optimizer.step()\n        if loss.item() < 0.01:\n            break\n"),
           "DDP902"),
     Silent(TRAINING, "DDP902"),
+    # A patience counter kept after the batch loop, counted under a test on the last batch's
+    # loss: per rank. The same on the epoch's mean, which training.py all-reduces, is not.
+    Emits(TRAINING.replace("for epoch in range(3):\n", "best, bad = 1e9, 0\nfor epoch in range(3):\n")
+          .replace("    print(epoch, loss.item())\n", _PATIENCE.format(value="loss.item()")), "DDP902"),
+    Silent(TRAINING.replace("for epoch in range(3):\n", "best, bad = 1e9, 0\nfor epoch in range(3):\n    total = 0.0\n")
+           .replace("        optimizer.step()\n", "        optimizer.step()\n        total += loss.item()\n")
+           .replace("    print(epoch, loss.item())\n", _PATIENCE.format(value="total / len(loader)")), "DDP902"),
     # The epoch in a function: a stop on the last batch's loss it returns is per rank; one on
     # the epoch's mean, which training.py all-reduces, is the same on every rank.
     Emits(_EPOCH_FUNCTION.format(returned="loss.item()"), "DDP902"),

@@ -13,7 +13,16 @@ import libcst as cst
 from ddpify.analysis import names
 from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.facts import BlockItem, DeviceAssignment, Statement
-from ddpify.analysis.nodes import dotted_name, find_all, names_in, returns_in, target_names, targets_bound_in
+from ddpify.analysis.nodes import (
+    argument_for,
+    assigned_names,
+    dotted_name,
+    find_all,
+    names_in,
+    returns_in,
+    target_names,
+    targets_bound_in,
+)
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import fsdp2
 from ddpify.emit.ddp import (
@@ -27,6 +36,7 @@ from ddpify.emit.ddp import (
     IS_MAIN_HELPER,
     REFINE_AFTER_EARLY_GROUP_CODE,
     REFINE_ANY_CODE,
+    REFINE_ANY_GIVEN_CODE,
     REFINE_CODE,
     REFINE_GIVEN_STRING_CODE,
     REFINE_STRING_CODE,
@@ -80,12 +90,14 @@ def choose(facts: Facts) -> Plan:
     named = _device_named_elsewhere(facts)
     if named is not None:
         device, statement, function = named
+        given = not _read_from_a_module(facts, device if statement is None else statement)
         if statement is None:
             return Plan(function, function.body if function is not None else facts.module, device, None,
-                        device_is_string=True, device_from_parameter=True, device_kind_unknown=True)
+                        device_is_string=True, device_from_parameter=True, device_kind_unknown=True,
+                        device_given=given)
         block = _scope_block(facts, statement, function)
         return Plan(function, block, device, None, choice_statement=facts.ancestor_in(statement, block),
-                    device_is_string=True, device_kind_unknown=device.isidentifier(), device_given=True)
+                    device_is_string=True, device_kind_unknown=device.isidentifier(), device_given=given)
     function = _training_function(facts)
     block = function.body if function is not None else facts.module
     if facts.training_helper_calls or _models_moved_elsewhere(facts):
@@ -269,6 +281,9 @@ def _device_named_elsewhere(facts: Facts) -> Optional[tuple[str, Optional[Statem
         if alias is not None:
             # `device = args.device` (or `cfg["device"]`): the setup follows that statement.
             return alias
+        parameter = _device_parameter(facts, call)
+        if parameter is not None:
+            return parameter, None, facts.function_of(call)
         named = _config_entry(facts, call.args[0].value)
         if named is None:
             continue
@@ -287,6 +302,65 @@ def _device_named_elsewhere(facts: Facts) -> Optional[tuple[str, Optional[Statem
                    for statement in facts.statements_touching.get(owner, ())):
             return device, None, function
     return None
+
+
+def _read_from_a_module(facts: Facts, device: Union[str, Statement]) -> bool:
+    """`config.DEVICE` of an imported settings module (or `device = config.DEVICE`): a
+    device the code there chose, not one given at run time that may name one GPU."""
+    if isinstance(device, str):
+        root = device.split(".", 1)[0].split("[", 1)[0]
+    else:
+        values = [small.value for small in getattr(device, "body", ()) if isinstance(small, cst.Assign)]
+        read = dotted_name(values[0]) if len(values) == 1 else None
+        if read is None:
+            return False
+        root = read.split(".", 1)[0]
+    for alias in find_all(facts.module, cst.ImportAlias):
+        bound: cst.BaseExpression = alias.asname.name if alias.asname is not None else alias.name
+        while isinstance(bound, cst.Attribute) and isinstance(facts.parents.get(alias), cst.Import):
+            bound = bound.value  # `import a.b` binds `a`
+        if isinstance(bound, cst.Name) and bound.value == root:
+            return True
+    return False
+
+
+def _device_parameter(facts: Facts, move: cst.Call) -> Optional[str]:
+    """Rule: `def train(args, device): ... model.to(device)`, the device a parameter of the
+    function that moves the model, is the device given at run time, as `args.device` is: the
+    caller may hand in one GPU (`torch.device(f"cuda:{args.gpu}")`, `args.device` from
+    `--device cuda:1`). The setup opens the function and makes it this rank's own. A
+    parameter counts when its name says device or a caller hands it a device (a
+    torch.device, a "cuda..." or "cpu" string or f-string, a name that says device); not when
+    the function assigns it before the move."""
+    value = move.args[0].value
+    function = facts.function_of(move)
+    if not isinstance(value, cst.Name) or function is None or value.value not in parameter_names(function):
+        return None
+    touching = facts.statements_touching.get(value.value, ())
+    if any(facts.function_of(statement) is function and facts.start_of(statement) < facts.start_of(move)
+           and value.value in assigned_names(statement) for statement in touching):
+        return None
+    if "device" in value.value.lower():
+        return value.value
+    positional = [param.name.value for param in [*function.params.posonly_params, *function.params.params]]
+    position = positional.index(value.value) if value.value in positional else None
+    for call in facts.calls_of(function):
+        handed = argument_for(call, value.value, position)
+        if handed is not None and _names_a_device(facts, handed):
+            return value.value
+    return None
+
+
+def _names_a_device(facts: Facts, value: cst.BaseExpression) -> bool:
+    if isinstance(value, cst.IfExp):
+        return _names_a_device(facts, value.body) or _names_a_device(facts, value.orelse)
+    if isinstance(value, cst.Call):
+        return value in facts.calls_named.get(names.TORCH_DEVICE, ())
+    if isinstance(value, (cst.SimpleString, cst.FormattedString)):
+        text = facts.module.code_for_node(value).lstrip("rbfuRBFU").strip("\"'")
+        return text.startswith(("cuda", "cpu"))
+    name = dotted_name(value)
+    return name is not None and "device" in name.rsplit(".", 1)[-1].lower()
 
 
 def gpu_index_codes(facts: Facts) -> set[str]:
@@ -645,7 +719,8 @@ def _setup_code(edits: Edits, plan: Plan) -> str:
         code = ENVIRONMENT_CODE + EARLY_GROUP_CODE
     elif plan.device_from_parameter:
         edits.imports.add("torch")
-        code = ENVIRONMENT_CODE + REFINE_ANY_CODE.format(device=plan.device)
+        refine = REFINE_ANY_GIVEN_CODE if plan.device_given else REFINE_ANY_CODE
+        code = ENVIRONMENT_CODE + refine.format(device=plan.device)
     elif plan.cpu_only:
         code = ENVIRONMENT_CODE + CPU_ONLY_CODE
     else:
@@ -704,8 +779,10 @@ def _place_after_choice(facts: Facts, edits: Edits, plan: Plan) -> None:
         chosen = f'{plan.device} if {plan.device} is not None else "cpu"'
     if plan.device_is_string:
         # EARLY_GROUP_CODE already made the accelerator current: the string needs nothing more.
-        refine_string = REFINE_ANY_CODE if plan.device_kind_unknown else (
-            REFINE_GIVEN_STRING_CODE if plan.device_given else REFINE_STRING_CODE)
+        if plan.device_kind_unknown:
+            refine_string = REFINE_ANY_GIVEN_CODE if plan.device_given else REFINE_ANY_CODE
+        else:
+            refine_string = REFINE_GIVEN_STRING_CODE if plan.device_given else REFINE_STRING_CODE
         string_code = (fsdp2.bound_to_device(refine_string, fsdp2.BOUND_TO_STRING_DEVICE)
                        if edits.options.fsdp2 else refine_string)
         refine = "" if group_early else string_code.format(device=plan.device)

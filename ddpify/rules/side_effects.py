@@ -475,16 +475,14 @@ def _guard_object(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code:
     """`writer = SummaryWriter(...)`: the assignment and every statement that uses `writer`
     run on rank 0 only, unless a use is part of a larger statement (DDP307, or False when
     the caller has another way)."""
-    assign = facts.parents.get(call)
-    if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1
-            and isinstance(assign.targets[0].target, cst.Name)):
+    held = _held_object(facts, call)
+    if held is None:
         if report_failure:
             edits.report("DDP307", call)
         return False
-    name = assign.targets[0].target.value
-    creation = facts.statement_of(assign)
+    name, creation, references = held
     uses = []
-    for reference in _references(facts, name, facts.function_of(call)):
+    for reference in references:
         statement = facts.statement_of(reference)
         if statement is creation:
             continue
@@ -506,6 +504,46 @@ def _guard_object(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code:
         _guard(facts, edits, setup, statement, None)
     edits.report(code, creation)
     return True
+
+
+def _held_object(facts: Facts, call: cst.Call
+                 ) -> Optional[tuple[str, Statement, list[cst.BaseExpression]]]:
+    """The name that holds what `call` makes (`writer`, `self.writer`), the statement that
+    assigns it, and every read of the name; None when it is not held so."""
+    assign = facts.parents.get(call)
+    if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
+        return None
+    target = assign.targets[0].target
+    references: Optional[list[cst.BaseExpression]] = None
+    if isinstance(target, cst.Name):
+        name = target.value
+        references = list(_references(facts, name, facts.function_of(call)))
+    elif isinstance(target, cst.Attribute):
+        name = dotted_name(target) or ""
+        references = _attribute_references(facts, name, facts.function_of(call))
+    return None if references is None else (name, facts.statement_of(assign), references)
+
+
+def _attribute_references(facts: Facts, name: str, function: Optional[cst.FunctionDef]
+                          ) -> Optional[list[cst.BaseExpression]]:
+    """`self.writer = SummaryWriter(log_dir)` in a Trainer's __init__, used in its methods as
+    `self.writer.add_scalar(...)`: every read of `self.writer` in the class, so that the
+    creation and each use run on rank 0 only, as for a writer held in a variable. None (not
+    followed) when the attribute is not `self.X` of a method, or an object's `.X` is read
+    anywhere else (`trainer.writer.close()`, a subclass's method): there the other ranks
+    would find no such attribute."""
+    owner = facts.class_of(function)
+    if owner is None or not name.startswith("self.") or name.count(".") != 1:
+        return None
+    attribute = name.split(".", 1)[1]
+    found: list[cst.BaseExpression] = []
+    for node in find_all(facts.module, cst.Attribute):
+        if node.attr.value != attribute:
+            continue
+        if dotted_name(node) != name or facts.class_of(facts.function_of(node)) is not owner:
+            return None
+        found.append(node)
+    return found
 
 
 def _references(facts: Facts, name: str, function: Optional[cst.FunctionDef]) -> list[cst.Name]:
@@ -538,15 +576,18 @@ def _only_uses(statement: cst.BaseStatement, name: str) -> bool:
         return False
     small = statement.body[0]
     if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
-        return _rooted_at(small.value.func, name) and not isinstance(small.value.func, cst.Name)
+        return _rooted_at(small.value.func, name) and dotted_name(small.value.func) != name
     if isinstance(small, cst.Assign):
-        return all(_rooted_at(target.target, name) and not isinstance(target.target, cst.Name)
+        return all(_rooted_at(target.target, name) and dotted_name(target.target) != name
                    for target in small.targets)
     return False
 
 
 def _rooted_at(node: cst.BaseExpression, name: str) -> bool:
+    """`writer.add_scalar`, `self.writer.flush`: reached from `name` (a dotted name too)."""
     while isinstance(node, (cst.Attribute, cst.Subscript)):
+        if dotted_name(node) == name:
+            return True
         node = node.value
     return isinstance(node, cst.Name) and node.value == name
 
