@@ -1,6 +1,6 @@
 """Loops and training: the epoch loop around a pass over a loader, where training starts,
 which functions and loops train, and which top-level code runs when the file runs."""
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Optional, Union
 
 import libcst as cst
@@ -163,10 +163,12 @@ class Facts(ValueFlow):
         return min(here, key=self.start_of, default=None)
 
 
-def note_loaders_from_callers(facts: Facts) -> None:
+def note_loaders_from_callers(facts: Facts, wrappers: Mapping[Holder, list[str]]) -> None:
     """In a helper module (facts.library), a training loop over a value its caller hands in
     (`def train(self): for x, y in self.loader`, `Solver(loader, ...)`) goes over the
-    caller's DataLoader, which the caller's module shards: only set_epoch is this module's."""
+    caller's DataLoader, which the caller's module shards: only set_epoch is this module's.
+    A name bound to an iteration wrapper of those values (`data_zip = enumerate(zip(src,
+    tgt))`) is no loader: the loaders it wraps are."""
     for loop in facts.batch_loops_without_loader():
         function = facts.function_of(loop)
         # `for step in range(self.steps)`: a count, whatever the caller handed in for it (not
@@ -177,7 +179,8 @@ def note_loaders_from_callers(facts: Facts) -> None:
         counted = {name for call in ranges for name in names_within(call)} - sized
         for name in facts.names_iterated_by(loop):
             # (`self` is named by `next(self.it)`: the object, not what it iterates.)
-            if function is None or name in ("self", "cls") or name in counted or not handed_in(facts, function, name):
+            if function is None or name in ("self", "cls") or name in counted or wrappers.get((function, name)) \
+                    or not handed_in(facts, function, name):
                 continue
             keys = facts.entry_keys_taken(loop, name)
             if keys is None:

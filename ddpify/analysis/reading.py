@@ -63,7 +63,7 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
     mark_loops_calling_training_functions(facts, collector.training_calls)
     note_loops_taking_batches_with_next(facts, collector.next_calls, collector.iteration_wrappers)
     if facts.library:
-        note_loaders_from_callers(facts)
+        note_loaders_from_callers(facts, collector.iteration_wrappers)
         project = collector.project
         facts.module_attributes = {attribute for statement in facts.module.body if isinstance(statement, cst.ClassDef)
                                    for attribute in project.module_attributes(project.module, statement.name.value)}
