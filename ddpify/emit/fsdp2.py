@@ -111,12 +111,17 @@ BOUND_TO_DEVICE = {
         '        device_id={device} if {device}.type != "cpu" else None,\n'
         "    )\n"),
 }
-# A device kept as a string ("cuda") names no index: the group gets the rank's own.
+# A device kept as a string ("cuda") names no index: the group gets the rank's own. Read
+# through torch.device(), as it may also be a torch.device handed in (`cfg.device`).
 BOUND_TO_STRING_DEVICE = {
     "    dist.init_process_group(dist.get_default_backend_for_device({device}))\n": (
         "    dist.init_process_group(\n"
         "        dist.get_default_backend_for_device({device}),\n"
-        '        device_id=torch.device({device}, local_rank) if {device} != "cpu" else None,\n'
+        "        device_id=(\n"
+        "            torch.device(torch.device({device}).type, local_rank)\n"
+        '            if torch.device({device}).type != "cpu"\n'
+        "            else None\n"
+        "        ),\n"
         "    )\n"),
 }
 
