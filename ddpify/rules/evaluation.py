@@ -237,8 +237,8 @@ def _report_received_training_loaders_evaluated(facts: Facts, edits: Edits) -> N
                 continue
             holders = facts.holders_from(function, name)
             evaluations = [other for other in facts.loops_over_values(holders) if not _trains(facts, other) and any(
-                _runs_a_model_over(facts, evaluating, other, holder) for _, holder in holders
-                for evaluating in [facts.function_of(other)] if evaluating is not None)]
+                _runs_a_model_over(facts, evaluating, other, holder) and _runs_within(facts, evaluating, function)
+                for _, holder in holders for evaluating in [facts.function_of(other)] if evaluating is not None)]
             if evaluations and not reported.intersection(evaluations):
                 first = min(evaluations, key=facts.line_of)
                 reported.add(first)
@@ -246,6 +246,26 @@ def _report_received_training_loaders_evaluated(facts: Facts, edits: Edits) -> N
                              f"{facts.line_of(loop)} trains on `{name}`, this rank's share under torchrun, "
                              "and this loop evaluates over it, so its figures would be rank 0's share: "
                              "evaluate on a loader built without the DistributedSampler")
+
+
+def _runs_within(facts: Facts, evaluating: cst.FunctionDef, training: cst.FunctionDef) -> bool:
+    """The evaluation runs in the same run as the training: in its function, or in one it
+    calls, directly or through calls of this module (`accuracy(model, loader)` every few
+    epochs, a Trainer's `validate()` from `run()`). A `test()` the caller runs instead of
+    `train()` (`if mode == "train": solver.train() else: solver.test()`) is another run, over
+    the loader built for that mode."""
+    seen: set[cst.FunctionDef] = set()
+    work = [evaluating]
+    while work:
+        function = work.pop()
+        if function is training:
+            return True
+        if function in seen or len(seen) > 16:
+            continue
+        seen.add(function)
+        work.extend(caller for call in facts.calls_of(function)
+                    for caller in [facts.function_of(call)] if caller is not None)
+    return False
 
 
 def _received_loaders(facts: Facts) -> list[ExternalLoader]:
