@@ -277,7 +277,8 @@ def _report_full_batch_steps(facts: Facts, edits: Edits, setup: Plan) -> None:
     repeated by a while loop, with no batch drawn per step), trains on the full
     data at once: every rank would repeat the same work on the same data, as with batches
     built by hand (DDP208), and the file stays single-process (DDP904). Not in a helper
-    module of a project: its step runs in a loop of the module that calls it."""
+    module of a project: its step runs in a loop of the module that calls it; nor where no
+    optimizer steps (`out.backward()` to show a gradient)."""
     if facts.library or facts.unseen_callers:
         return  # a step another module calls, from its own loop
     if facts.training_loops or facts.loader_calls or facts.external_loaders or facts.training_helper_calls:
@@ -288,7 +289,9 @@ def _report_full_batch_steps(facts: Facts, edits: Edits, setup: Plan) -> None:
     closures_only = bool(steps) and all(step.args for step in steps)
     if not facts.training_calls or any(_in_a_loop(facts, call, closures_only) for call in facts.training_calls):
         return
-    step = (steps or facts.training_calls)[0]
+    if not steps:
+        return  # backward() alone takes no step: an autograd demo, not training on the data
+    step = steps[0]
     setup.hand_made_batches.append(edits.report(
         "DDP208", step, "the whole data in each step (full-batch training, no batch loop): every rank "
         "would train on the same data; shard it by rank (e.g. data[rank::world_size]), or keep it "
