@@ -630,6 +630,11 @@ class Collector(cst.CSTVisitor):
                     self.training_tops.add(cast(cst.CSTNode, self.facts.ancestor_in(call, self.facts.module)))
                 self.training_constructors.extend(cast(cst.Call, value) for value in values)
                 continue
+            if any(self.project.trains(name) for name in methods):
+                # `trainer = Trainer(...)` on one path, `OtherTrainer(...)` that no module of
+                # the project defines on another: whether this call trains depends on the path.
+                self.facts.partly_followed_training.extend(calls)
+                continue
             found = {self.project.effect(name) for name in methods}
             if len(found) != 1 or None in found:
                 continue
