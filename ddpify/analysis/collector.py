@@ -128,6 +128,11 @@ class Collector(cst.CSTVisitor):
             return set()
         return {names.qualify(dotted, self._aliases)}
 
+    def _is_project_module(self, name: Optional[str]) -> bool:
+        """`utils.cuda(x)` after `import utils`: a function of a module of the project that
+        happens to be called `cuda` (or `to`), whose arguments are its own, not a device."""
+        return name is not None and name in self._aliases and self.project.has_module(self._aliases[name])
+
     def _calls(self, call: cst.Call, wanted: Union[str, AbstractSet[str]]) -> bool:
         qualified = self._qualified(call.func)
         if isinstance(wanted, str):
@@ -810,9 +815,9 @@ class Collector(cst.CSTVisitor):
             self.facts.freezes_parameters = True
         if method == "requires_grad_" and self._is_statement_call(node):
             self._touch_model_of_part(func.value, node)
-        if method == "cuda" or (
+        if (method == "cuda" or (
             method == "to" and node.args and is_fixed_gpu(node.args[0].value)
-        ):
+        )) and not self._is_project_module(receiver):
             self.facts.fixed_device_moves.append(node)
         if method == "to" and node.args and any(self.project.names_fixed_gpu(qualified)
                                                 for qualified in self._qualified(node.args[0].value)):
