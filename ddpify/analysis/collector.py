@@ -580,13 +580,22 @@ class Collector(cst.CSTVisitor):
                 continue
             parts = model.name.split(".")
             holders = [".".join(parts[:end]) for end in range(len(parts) - 1, 0, -1)]
-            holder = next((each for each in holders if each != "self" and self.facts.device_moves.get(each)), None)
+            holder = next((each for each in holders if each != "self" and (
+                self.facts.device_moves.get(each) or self._built_on_its_device(each))), None)
             if holder is None:
                 continue
             if any(other.name == holder and other.function is model.function for other in models):
                 models.remove(model)
             else:
                 models[models.index(model)] = Model(holder, model.optimizer_statement, model.function)
+
+    def _built_on_its_device(self, name: str) -> bool:
+        """`model = SRCNN().to(device)`: every value of the name is moved where it is made."""
+        values = self.facts.assigned_values.get(name, [])
+        return bool(values) and all(
+            isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value in ("to", "cuda") and isinstance(value.func.value, cst.Call)
+            for value in values)
 
     def _note_optimizer_made_elsewhere(self, node: cst.Call, qualified: str) -> None:
         """`optimizer = util.set_optimizer(opt, model)`: a function of the project builds the
