@@ -151,6 +151,8 @@ class _MigrateCommand(CodemodCommand):
         plan.library = facts.library
         if facts.unseen_callers and facts.training_calls:
             edits.report("DDP918", facts.training_calls[0])
+        for call in facts.partly_followed_training:
+            edits.report("DDP921", call)
         for concern in CONCERNS:
             concern.plan(facts, edits, plan)
         if hand_batches.only_hand_made_batches(facts, plan):
@@ -182,6 +184,13 @@ class _MigrateCommand(CodemodCommand):
     def _note_no_training(self, facts: Facts) -> None:
         """A module of training code that nothing in it runs (a Trainer class, an engine's
         train_one_epoch) is part of a training program that ddpify cannot see whole."""
+        if facts.partly_followed_training:
+            # The training runs through an object ddpify reads on one path only: an entry
+            # left as it is would run its migrated modules without a process group (DDP921).
+            call = facts.partly_followed_training[0]
+            self.diagnostics.append(Diagnostic(
+                "DDP921", facts.line_of(call), facts.column_of(call), RULES["DDP921"].summary))
+            return
         if facts.training_calls:
             call = facts.training_calls[0]
             self.diagnostics.append(Diagnostic(

@@ -48,6 +48,8 @@ WITHOUT_A_CASE = {
     "DDP918": "a module in a project's folder: a case is one file, with no Project "
               "(fixtures helper_modules/*_no_caller_in_view show it)",
     "DDP404": "accumulation that no_sync() cannot wrap: no test or fixture reaches it either",
+    "DDP921": "a training class of another module of the project: a case is one file, with no Project "
+              "(fixtures projects/trainer_chosen_between_project_and_optional_class shows it)",
 }
 
 

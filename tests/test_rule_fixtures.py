@@ -38,6 +38,8 @@ WITHOUT_A_FIXTURE = {
     "DDP919": "self-check: tests/test_selfcheck.py",
     # A `# ddpify: ignore` comment that silences nothing: tests/test_suppressions.py.
     "DDP920": "unused suppression comment: tests/test_suppressions.py",
+    # An entry whose Trainer is a class of another module on one path only: a project.
+    "DDP921": "project fixture: projects/trainer_chosen_between_project_and_optional_class",
 }
 
 LINE = re.compile(r"^input\.py:\d+:\d+: (DDP\d{3}) ", re.MULTILINE)

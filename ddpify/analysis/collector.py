@@ -129,6 +129,11 @@ class Collector(cst.CSTVisitor):
             return set()
         return {names.qualify(dotted, self._aliases)}
 
+    def _is_project_module(self, name: Optional[str]) -> bool:
+        """`utils.cuda(x)` after `import utils`: a function of a module of the project that
+        happens to be called `cuda` (or `to`), whose arguments are its own, not a device."""
+        return name is not None and name in self._aliases and self.project.has_module(self._aliases[name])
+
     def _calls(self, call: cst.Call, wanted: Union[str, AbstractSet[str]]) -> bool:
         qualified = self._qualified(call.func)
         if isinstance(wanted, str):
@@ -576,13 +581,22 @@ class Collector(cst.CSTVisitor):
                 continue
             parts = model.name.split(".")
             holders = [".".join(parts[:end]) for end in range(len(parts) - 1, 0, -1)]
-            holder = next((each for each in holders if each != "self" and self.facts.device_moves.get(each)), None)
+            holder = next((each for each in holders if each != "self" and (
+                self.facts.device_moves.get(each) or self._built_on_its_device(each))), None)
             if holder is None:
                 continue
             if any(other.name == holder and other.function is model.function for other in models):
                 models.remove(model)
             else:
                 models[models.index(model)] = Model(holder, model.optimizer_statement, model.function)
+
+    def _built_on_its_device(self, name: str) -> bool:
+        """`model = SRCNN().to(device)`: every value of the name is moved where it is made."""
+        values = self.facts.assigned_values.get(name, [])
+        return bool(values) and all(
+            isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value in ("to", "cuda") and isinstance(value.func.value, cst.Call)
+            for value in values)
 
     def _note_optimizer_made_elsewhere(self, node: cst.Call, qualified: str) -> None:
         """`optimizer = util.set_optimizer(opt, model)`: a function of the project builds the
@@ -630,6 +644,11 @@ class Collector(cst.CSTVisitor):
                     self.facts.training_helper_calls.append(call)
                     self.training_tops.add(cast(cst.CSTNode, self.facts.ancestor_in(call, self.facts.module)))
                 self.training_constructors.extend(cast(cst.Call, value) for value in values)
+                continue
+            if any(self.project.trains(name) for name in methods):
+                # `trainer = Trainer(...)` on one path, `OtherTrainer(...)` that no module of
+                # the project defines on another: whether this call trains depends on the path.
+                self.facts.partly_followed_training.extend(calls)
                 continue
             found = {self.project.effect(name) for name in methods}
             if len(found) != 1 or None in found:
@@ -806,9 +825,9 @@ class Collector(cst.CSTVisitor):
             self.facts.freezes_parameters = True
         if method == "requires_grad_" and self._is_statement_call(node):
             self._touch_model_of_part(func.value, node)
-        if method == "cuda" or (
+        if (method == "cuda" or (
             method == "to" and node.args and is_fixed_gpu(node.args[0].value)
-        ):
+        )) and not self._is_project_module(receiver):
             self.facts.fixed_device_moves.append(node)
         if method == "to" and node.args and any(self.project.names_fixed_gpu(qualified)
                                                 for qualified in self._qualified(node.args[0].value)):

@@ -201,7 +201,10 @@ class FunctionEffects:
         # (Modules move in place: `net.cuda()` alone moves `net`.)
         moved |= {node.func.value.id for node in ast.walk(function) if isinstance(node, ast.Call)
                   and _moves(node) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)}
-        return any(moves(value) or isinstance(value, ast.Name) and value.id in moved for value in returned)
+        # `return x.cuda() if torch.cuda.is_available() else x`: either branch may be taken.
+        branches = [branch for value in returned for branch in (
+            (value.body, value.orelse) if isinstance(value, ast.IfExp) else (value,))]
+        return any(moves(value) or isinstance(value, ast.Name) and value.id in moved for value in branches)
 
     def optimizer_parameters(self, name: str) -> set[int]:
         """Positions of the parameters whose `.parameters()` (or `.named_parameters()`) an

@@ -216,6 +216,9 @@ class FactRecord:
     calls_returning_moved: set[cst.Call] = field(default_factory=set)
     # Calls of the project's helpers that take training steps (engine.train_one_epoch).
     training_helper_calls: list[cst.Call] = field(default_factory=list)
+    # `trainer.train()` where `trainer` is a training class of the project on one path and
+    # something ddpify cannot read on another (DDP921): followed on neither.
+    partly_followed_training: list[cst.Call] = field(default_factory=list)
     # `Trainer(model, loader, ...)` of a project class whose methods train.
     training_constructors: list[cst.Call] = field(default_factory=list)
     # A training helper or constructor of another module builds an optimizer itself: it names

@@ -263,10 +263,37 @@ def _split_parameter(facts: Facts, loader: Loader) -> Optional[str]:
     parameters = parameter_names(loader.function)
     flags = {dotted_name(arg.value) for value in made if isinstance(value, cst.Call)
              for arg in value.args if arg.keyword is not None and arg.keyword.value == "train"}
+    if len(made) == 1 and not flags:
+        return _split_by_name(loader.function, made[0])
     if len(made) != 1 or len(flags) != 1:
         return None
     flag = flags.pop()
     return flag if flag in parameters else None
+
+
+# Keywords by which a dataset takes the name of its split, and the names of a training split.
+SPLIT_KEYWORDS = frozenset({"mode", "split", "phase", "subset"})
+TRAINING_SPLITS = frozenset({"train", "training"})
+
+
+def _split_by_name(function: cst.FunctionDef, dataset: cst.BaseExpression) -> Optional[str]:
+    """`def get_loader(root, mode="train"): dataset = ImageFolder(root, mode=mode)`: the split
+    is named by a parameter whose default names the training split; the callers ask for
+    "train" when they train and for "valid" or "test" when they evaluate. The sampler goes
+    to the split the default names (`mode == "train"`), as for torchvision's `train=`."""
+    if not isinstance(dataset, cst.Call):
+        return None
+    named = {dotted_name(arg.value) for arg in dataset.args
+             if arg.keyword is not None and arg.keyword.value in SPLIT_KEYWORDS}
+    if len(named) != 1:
+        return None
+    name = named.pop()
+    for param in [*function.params.params, *function.params.kwonly_params]:
+        default = param.default
+        if param.name.value == name and isinstance(default, cst.SimpleString) and isinstance(
+                default.evaluated_value, str) and default.evaluated_value in TRAINING_SPLITS:
+            return f"{name} == {default.value}"
+    return None
 
 
 def attach_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loader,

@@ -224,7 +224,7 @@ def agree_on_clock_stop(facts: Facts, edits: Edits, setup: Plan, stop: cst.If) -
         return False
     flag = facts.free_name("out_of_time")
     decision = facts.free_name("decision")
-    device = "" if setup.cpu_only else f", device={setup.device}"
+    device = "" if setup.cpu_only or _no_device_bound(facts, setup) else f", device={setup.device}"
     code = STOP_ON_CLOCK_CODE.format(flag=flag, test=edits.code(stop.test), decision=decision, device=device)
     edits.insert_before(stop, Insertion(edits.statements(code), takes_comments=True))
     edits.expressions[stop.test] = lambda _: cst.Name(flag)
@@ -371,8 +371,10 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
     indent = facts.column_of(loop) - 1
     lines = _if_lines(indent, f"distributed{shard_test}")
     if names:
-        # A script that never chooses a device sums on the CPU, as its Gloo group needs.
-        device = "" if setup.cpu_only else f", device={setup.device}"
+        # A script that never chooses a device sums on the CPU, as its Gloo group needs; one
+        # whose device is chosen in another module names none here, and its group (each
+        # device type's default backend) sums CPU tensors with Gloo.
+        device = "" if setup.cpu_only or _no_device_bound(facts, setup) else f", device={setup.device}"
         tensor = f"torch.tensor([{', '.join(names)}], dtype=torch.float64{device})"
         if not fits(indent + 4 + len("totals = "), tensor):
             tensor = f"torch.tensor(\n        [{', '.join(names)}], dtype=torch.float64{device}\n    )"
@@ -691,3 +693,10 @@ CASES = (
                    "    print(epoch, loss.item())\n    if time.time() - start > 3600:\n        break\n"),
           "DDP405", ("dist.broadcast(decision, src=0)",)),
 )
+
+
+def _no_device_bound(facts: Facts, setup: Plan) -> bool:
+    """A device chosen in another module (`model = utils.cuda(Net())`) names no device here:
+    the sums stay on the CPU, which the group (each device type's default backend) reduces
+    with Gloo."""
+    return setup.device_elsewhere and not facts.assigned_values.get(setup.device)

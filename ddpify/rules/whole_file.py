@@ -1,6 +1,7 @@
 """Verdicts on a whole file: left unchanged because it is already distributed, trains nothing,
-feeds its training by hand, or is run by another file (DDP900, DDP901, DDP904, DDP905), and a
-helper module migrated for callers out of view (DDP918).
+feeds its training by hand, or is run by another file (DDP900, DDP901, DDP904, DDP905), a
+helper module migrated for callers out of view (DDP918), and training through an object
+ddpify reads on one path only (DDP921).
 
 The decisions are taken in api.py (and frameworks.py for another framework's scripts); this
 unit holds their rules and cases.
@@ -30,6 +31,17 @@ RULES = (
          "Migrate the script that runs the training, then guard this module's output with "
          "`if not dist.is_initialized() or dist.get_rank() == 0:` and give its training loader "
          "a DistributedSampler (with set_epoch) by hand."),
+    Rule("DDP921", Severity.WARNING, "training through an object that is a training class of the project on one path "
+         "only: the call is left as it is",
+         "`trainer = Trainer(...)` in one branch and `trainer = OtherTrainer(...)` (from a "
+         "package, a registry or a name no module of the project defines) in another, then "
+         "`trainer.train()`. ddpify cannot tell whether the call trains, so the process group "
+         "is not set up around it; yet the project's Trainer module is migrated (its wrap, "
+         "samplers and rank-0 guards wait for a process group), and under torchrun every rank "
+         "would train the whole data set on its own.",
+         "Build the trainer from classes of the project on every path, or set up the process "
+         "group by hand before the call (`dist.init_process_group()`, the rank's device from "
+         "LOCAL_RANK) and tear it down after it."),
     Rule("DDP918", Severity.WARNING, "helper module migrated for callers no file of the project shows",
          "Nothing in this module runs its training code and no module of the project imports "
          "it (a notebook's helpers, an engine used by another repository). Its output, saves "
