@@ -77,14 +77,16 @@ SHARE_HELPER = '''\
 def evaluation_share(loader):
     """This rank's whole batches of an evaluation DataLoader built in another module, in turn
     with the other ranks (evaluation_shard), marked `is_rank_share`: its figures are gathered
-    after the loop. The loader itself, evaluated whole on every rank, outside a process group
-    and when it is not a plain DataLoader over its set in order (a training loader's
-    DistributedSampler, a sampler of the user's own)."""
+    after the loop. Also for a loader that module gave a DistributedSampler (a factory that
+    shards every split): its set is read in order, without the padding. The loader itself,
+    evaluated whole on every rank, outside a process group and when it is not a plain
+    DataLoader over its set (a sampler of the user's own)."""
     if getattr(loader, "is_rank_share", False) or not dist.is_initialized():
         return loader
     if getattr(loader, "rank_share", None) is None:
         data = torch.utils.data
-        in_order = type(loader) is data.DataLoader and type(loader.sampler) is data.SequentialSampler
+        over_set = (data.SequentialSampler, data.DistributedSampler)
+        in_order = type(loader) is data.DataLoader and type(loader.sampler) in over_set
         if not in_order or not loader.batch_size:
             return loader
         indices = evaluation_shard(loader.dataset, loader.batch_size)
