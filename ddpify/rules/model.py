@@ -581,14 +581,31 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
                 statement in moving or _moves(statement, model.name) or _assigns(statement, model.name)):
             continue  # trained where this file cannot see: only what builds or moves it counts
         reaching.append(statement)
-    if not reaching:
-        return None
-    block = innermost_common_block(facts, [*reaching, *([training] if training is not None else [])])
-    anchors = [facts.ancestor_in(statement, block) for statement in reaching]
-    anchor = max((a for a in anchors if a is not None), key=facts.start_of)
-    if training is not None and facts.ancestor_in(training, block) is anchor:
-        return None
-    return cast(Statement, anchor)
+    while reaching:
+        block = innermost_common_block(facts, [*reaching, *([training] if training is not None else [])])
+        anchors = [facts.ancestor_in(statement, block) for statement in reaching]
+        anchor = max((a for a in anchors if a is not None), key=facts.start_of)
+        if training is None or facts.ancestor_in(training, block) is not anchor:
+            return cast(Statement, anchor)
+        reaching = _reaching_inside(facts, anchor, reaching, training)
+    return None
+
+
+def _reaching_inside(facts: Facts, compound: cst.CSTNode, reaching: list[Statement],
+                     training: cst.CSTNode) -> list[Statement]:
+    """`net = Net()` at module level, then `net = net.to(device)` and the training inside
+    `if __name__ == "__main__":` (or a `with` or `try` body): the last statement that reaches
+    the model and the training share a compound statement. The wrap goes inside it, after the
+    statements in its body that reach the model (the statements before it, the build, come
+    first on every path into the body): those are returned, to look for the anchor among
+    them. Empty, so no wrap is placed, when the compound is a loop (a wrap in its body would
+    wrap anew on each pass), or the training or every such statement is outside its body
+    (an `else` branch, a handler)."""
+    if not isinstance(compound, (cst.If, cst.With, cst.Try)):
+        return []
+    if facts.ancestor_in(training, compound.body) is None:
+        return []
+    return [statement for statement in reaching if facts.ancestor_in(statement, compound.body) is not None]
 
 
 # ModelEMA, ModelEmaV2, EMA, create_ema, ema_model: not "schema" or "remat".
