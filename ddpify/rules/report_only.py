@@ -78,9 +78,28 @@ def _rank_local_in(facts: Facts, setup: Plan, loop: cst.For) -> set[str]:
     += 1`) counts the same batches on every rank: each rank's sampler hands it the same number
     of them; the epoch sums training.py all-reduces are the same on every rank too."""
     rank_local = assigned_names(loop.body) - _step_counters(loop.body)
+    rank_local |= _fed_rank_local(loop.body, rank_local)
     if loop in setup.reduced_epoch_loops:
         rank_local -= set(training.epoch_accumulators(facts, loop)) | set(training.epoch_lists(facts, loop))
     return rank_local
+
+
+def _fed_rank_local(body: cst.CSTNode, rank_local: set[str]) -> set[str]:
+    """Objects the batch loop feeds this rank's values through a method call
+    (`losses.update(loss.item(), x.size(0))`, `history.append(loss.item())`): what they hold
+    afterwards (`losses.avg`, `history[-1]`) comes from this rank's batches only, as a name
+    the loop assigns does. Only a call made for its effect (a statement of its own) on a plain
+    name feeds: `self.model(x)` or `x.to(device)` computes a value and changes nothing."""
+    fed: set[str] = set()
+    for expression in find_all(body, cst.Expr, into_functions=False):
+        call = expression.value
+        if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Attribute):
+            continue
+        receiver = call.func.value
+        if isinstance(receiver, cst.Name) and receiver.value not in ("self", "cls") and any(
+                names_in(arg.value) & rank_local for arg in call.args):
+            fed.add(receiver.value)
+    return fed
 
 
 def _report_stops_on_returned(facts: Facts, edits: Edits, loop: cst.For, rank_local: set[str],
