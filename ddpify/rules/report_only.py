@@ -264,6 +264,11 @@ CASES = (
     # the epoch's mean, which training.py all-reduces, is the same on every rank.
     Emits(_EPOCH_FUNCTION.format(returned="loss.item()"), "DDP902"),
     Silent(_EPOCH_FUNCTION.format(returned="total / len(loader)"), "DDP902"),
+    # A meter the batch loop feeds this rank's losses: its average is this rank's own.
+    Emits(TRAINING.replace("for epoch in range(3):\n", "for epoch in range(3):\n    meter = Meter()\n")
+          .replace("        optimizer.step()\n", "        optimizer.step()\n        meter.update(loss.item())\n")
+          .replace("    print(epoch, loss.item())\n", "    if meter.avg < 0.01:\n        break\n"),
+          "DDP902"),
     # A time budget checked at every step: each rank reads its own clock.
     Emits(TRAINING.replace("import torch\n", "import time\n\nimport torch\n", 1)
           .replace("for epoch in range(3):\n", "start = time.time()\nfor epoch in range(3):\n")
