@@ -1,4 +1,4 @@
-"""Patterns ddpify reports and never rewrites (DDP902, DDP909).
+"""Patterns ddpify reports and never rewrites (DDP902, DDP909, DDP921).
 
 A `break` decided on this rank's own batch loss, or on its own clock (a time budget:
 `time.time() - start > budget`), stops one rank while the others wait in the next all-reduce.
@@ -14,7 +14,7 @@ import libcst as cst
 
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import BlockItem, Statement
-from ddpify.analysis.nodes import assigned_names, calls_within, find_all, names_in, returns_in
+from ddpify.analysis.nodes import assigned_names, calls_within, dotted_name, find_all, names_in, returns_in
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits
 from ddpify.plan import Plan
@@ -26,6 +26,13 @@ RULES = (
          "A break or return decided on a value only one rank has leaves the other ranks "
          "waiting in the next all-reduce.",
          "Decide on a value all ranks share (all-reduce it first), or decide on every rank."),
+    Rule("DDP921", Severity.WARNING, "state kept per sample is written from this rank's samples only",
+         "A tensor kept across batches (a memory bank, per-sample soft labels or weights) is "
+         "written at the indices of the batch. Under DDP each rank sees only its shard, so each "
+         "rank's copy is updated for its own samples: the copies drift apart, and every rank "
+         "reads stale entries for the samples the other ranks saw.",
+         "Gather the indices and values from every rank (dist.all_gather) and write all of them "
+         "on every rank, or keep a state that each rank only reads for its own samples."),
     Rule("DDP909", Severity.WARNING, "an import ddpify cannot follow: the module it loads is not migrated",
          "The module is chosen when the script runs (importlib, __import__, a sys.path "
          "entry added by the script), so ddpify cannot tell which of the project's files it "
@@ -45,8 +52,59 @@ def report_dynamic_imports(facts: Facts, edits: Edits) -> None:
         edits.report("DDP909", call)
 
 
+# In-place tensor methods that write at given indices (`bank.index_copy_(0, idx, feats)`).
+INDEX_WRITES = frozenset({"index_copy_", "index_add_", "index_fill_", "index_put_", "scatter_",
+                          "scatter_add_", "scatter_reduce_", "put_"})
+
+
+def report_per_sample_state(facts: Facts, edits: Edits) -> None:
+    """A training batch loop that writes, at positions read from the batch itself (`for x, y,
+    idx in loader`), into a tensor it does not bind: `bank[idx] = feats`,
+    `soft_labels[index] = ...`, `memory.index_copy_(0, idx, feats)`. The tensor outlives the
+    batch (a memory bank, per-sample labels), and each rank writes its own shard's entries
+    only. Reported, not rewritten: gathering costs a collective per step the original did not
+    pay. (A write through a method of the user's own class is not followed.)"""
+    for loop in training.batch_loops(facts):
+        from_batch = names_in(loop.target)
+        bound = from_batch | _plainly_bound(loop.body)
+        for assign in find_all(loop.body, cst.Assign, into_functions=False):
+            for target in assign.targets:
+                written = target.target
+                if isinstance(written, cst.Subscript) and _kept(written.value, bound) and any(
+                        names_in(element) & from_batch for element in written.slice):
+                    _report_written(edits, assign, written.value)
+        for call in find_all(loop.body, cst.Call, into_functions=False):
+            func = call.func
+            if (isinstance(func, cst.Attribute) and func.attr.value in INDEX_WRITES
+                    and _kept(func.value, bound) and any(names_in(arg.value) & from_batch for arg in call.args)):
+                _report_written(edits, call, func.value)
+
+
+def _report_written(edits: Edits, node: cst.CSTNode, state: cst.BaseExpression) -> None:
+    edits.report("DDP921", node, f"state kept per sample is written from this rank's samples only: "
+                                 f"gather the batch's indices and values from every rank "
+                                 f"(dist.all_gather) and write them all into `{edits.code(state)}`")
+
+
+def _kept(value: cst.BaseExpression, bound: set[str]) -> bool:
+    """A plain or dotted name (`bank`, `self.bank`) the loop does not bind itself."""
+    name = dotted_name(value)
+    return name is not None and (name.split(".")[0] == "self" or name.split(".")[0] not in bound)
+
+
+def _plainly_bound(body: cst.CSTNode) -> set[str]:
+    """Names assigned whole in `body` (`x = ...`, `a, b = ...`), not those written into."""
+    bound: set[str] = set()
+    for assign in find_all(body, cst.Assign, into_functions=False):
+        for target in assign.targets:
+            if isinstance(target.target, (cst.Name, cst.Tuple, cst.List)):
+                bound |= names_in(target.target)
+    return bound
+
+
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     report_dynamic_imports(facts, edits)
+    report_per_sample_state(facts, edits)
     reported: set[cst.If] = set()
     clock_reads = {call for qualified in CLOCKS for call in facts.calls_named.get(qualified, ())}
     for loop in training.batch_loops(facts):
@@ -275,6 +333,15 @@ CASES = (
           .replace("        optimizer.step()\n",
                    "        optimizer.step()\n        if time.time() - start > 3600:\n            break\n"),
           "DDP902"),
+    # A tensor kept across batches written at the batch's own indices: each rank's copy drifts.
+    Emits(TRAINING.replace("TensorDataset(torch.randn(64, 4), torch.randn(64, 1))",
+                           "TensorDataset(torch.randn(64, 4), torch.randn(64, 1), torch.arange(64))")
+          .replace("for x, y in loader:", "for x, y, idx in loader:")
+          .replace("        optimizer.step()\n", "        optimizer.step()\n        bank[idx] = loss.detach()\n"),
+          "DDP921"),
+    # Written into the batch itself (a mask of its own targets): nothing outlives the batch.
+    Silent(TRAINING.replace("        optimizer.step()\n", "        optimizer.step()\n        y[x > 0] = 0\n"),
+           "DDP921"),
     Emits(TRAINING.replace("import torch\n", "import importlib\n\nimport torch\n", 1)
           .replace("device = torch", 'plugins = importlib.import_module("plugins." + NAME)\ndevice = torch', 1),
           "DDP909", ('importlib.import_module("plugins." + NAME)',)),
