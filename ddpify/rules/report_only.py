@@ -63,27 +63,53 @@ def report_per_sample_state(facts: Facts, edits: Edits) -> None:
     `soft_labels[index] = ...`, `memory.index_copy_(0, idx, feats)`. The tensor outlives the
     batch (a memory bank, per-sample labels), and each rank writes its own shard's entries
     only. Reported, not rewritten: gathering costs a collective per step the original did not
-    pay. (A write through a method of the user's own class is not followed.)"""
+    pay. A method of a class of this file the loop hands the batch's indices
+    (`bank.update(idx, feats)`) is followed one level: a write there into an attribute of the
+    instance (`self.bank[idx] = ...`) at the parameter that receives them is reported at
+    the call."""
     for loop in training.batch_loops(facts):
         from_batch = names_in(loop.target)
         bound = from_batch | _plainly_bound(loop.body)
-        for assign in find_all(loop.body, cst.Assign, into_functions=False):
-            for target in assign.targets:
-                written = target.target
-                if isinstance(written, cst.Subscript) and _kept(written.value, bound) and any(
-                        names_in(element) & from_batch for element in written.slice):
-                    _report_written(edits, assign, written.value)
+        for node, state in _index_writes(loop.body, from_batch, bound):
+            _report_written(edits, node, edits.code(state))
         for call in find_all(loop.body, cst.Call, into_functions=False):
-            func = call.func
-            if (isinstance(func, cst.Attribute) and func.attr.value in INDEX_WRITES
-                    and _kept(func.value, bound) and any(names_in(arg.value) & from_batch for arg in call.args)):
-                _report_written(edits, call, func.value)
+            method = facts.method_called(call)
+            if method is None or not isinstance(call.func, cst.Attribute):
+                continue
+            params = [param.name.value for param in method.params.params][1:]  # after self
+            given = {param for param, arg in zip(params, call.args)
+                     if arg.keyword is None and not arg.star and names_in(arg.value) & from_batch}
+            given |= {arg.keyword.value for arg in call.args
+                      if arg.keyword is not None and names_in(arg.value) & from_batch}
+            for _, state in _index_writes(method.body, given, set(params)):
+                if edits.code(state).startswith("self."):
+                    _report_written(edits, call, edits.code(call.func.value) + edits.code(state)[4:])
+                    break
 
 
-def _report_written(edits: Edits, node: cst.CSTNode, state: cst.BaseExpression) -> None:
+def _index_writes(body: cst.CSTNode, indices: set[str],
+                  bound: set[str]) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
+    """(the write, the tensor written) for each write in `body` into a tensor `body` does not
+    bind, at positions read from `indices`."""
+    found: list[tuple[cst.CSTNode, cst.BaseExpression]] = []
+    for assign in find_all(body, cst.Assign, into_functions=False):
+        for target in assign.targets:
+            written = target.target
+            if isinstance(written, cst.Subscript) and _kept(written.value, bound) and any(
+                    names_in(element) & indices for element in written.slice):
+                found.append((assign, written.value))
+    for call in find_all(body, cst.Call, into_functions=False):
+        func = call.func
+        if (isinstance(func, cst.Attribute) and func.attr.value in INDEX_WRITES
+                and _kept(func.value, bound) and any(names_in(arg.value) & indices for arg in call.args)):
+            found.append((call, func.value))
+    return found
+
+
+def _report_written(edits: Edits, node: cst.CSTNode, state: str) -> None:
     edits.report("DDP921", node, f"state kept per sample is written from this rank's samples only: "
                                  f"gather the batch's indices and values from every rank "
-                                 f"(dist.all_gather) and write them all into `{edits.code(state)}`")
+                                 f"(dist.all_gather) and write them all into `{state}`")
 
 
 def _kept(value: cst.BaseExpression, bound: set[str]) -> bool:
