@@ -547,14 +547,45 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
                 statement in moving or _moves(statement, model.name) or _assigns(statement, model.name)):
             continue  # trained where this file cannot see: only what builds or moves it counts
         reaching.append(statement)
-    if not reaching:
-        return None
-    block = innermost_common_block(facts, [*reaching, *([training] if training is not None else [])])
-    anchors = [facts.ancestor_in(statement, block) for statement in reaching]
-    anchor = max((a for a in anchors if a is not None), key=facts.start_of)
-    if training is not None and facts.ancestor_in(training, block) is anchor:
-        return None
-    return cast(Statement, anchor)
+    while reaching:
+        block = innermost_common_block(facts, [*reaching, *([training] if training is not None else [])])
+        anchors = [facts.ancestor_in(statement, block) for statement in reaching]
+        anchor = max((a for a in anchors if a is not None), key=facts.start_of)
+        if training is None or facts.ancestor_in(training, block) is not anchor:
+            return cast(Statement, anchor)
+        reaching = _reaching_inside(facts, anchor, reaching, training)
+    return None
+
+
+def _reaching_inside(facts: Facts, compound: cst.CSTNode, reaching: list[Statement],
+                     training: cst.CSTNode) -> list[Statement]:
+    """`net = Net()` at module level, then `net = net.to(device)` and the training inside
+    `if __name__ == "__main__":` (or a `with` or `try` body): the last statement that reaches
+    the model and the training share a compound statement. The wrap goes inside it, after the
+    statements in its body that reach the model (the statements before it, the build, come
+    first on every path into the body): those are returned, to look for the anchor among
+    them. Empty, so no wrap is placed, when the compound is a loop or such a statement sits in
+    a loop inside it (a fold loop that moves the model built before it: a wrap there would
+    wrap the wrapper on the next pass), or the training or every such statement is outside
+    its body (an `else` branch, a handler)."""
+    if not isinstance(compound, (cst.If, cst.With, cst.Try)):
+        return []
+    if facts.ancestor_in(training, compound.body) is None:
+        return []
+    inside = [statement for statement in reaching if facts.ancestor_in(statement, compound.body) is not None]
+    if any(_in_loop_below(facts, statement, compound) for statement in inside):
+        return []
+    return inside
+
+
+def _in_loop_below(facts: Facts, node: cst.CSTNode, top: cst.CSTNode) -> bool:
+    """Does a for or while loop between `node` and `top` hold `node`?"""
+    parent = facts.parents.get(node)
+    while parent is not None and parent is not top:
+        if isinstance(parent, (cst.For, cst.While)):
+            return True
+        parent = facts.parents.get(parent)
+    return False
 
 
 # ModelEMA, ModelEmaV2, EMA, create_ema, ema_model: not "schema" or "remat".

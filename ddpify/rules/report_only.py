@@ -1,4 +1,4 @@
-"""Patterns ddpify reports and never rewrites (DDP902, DDP909).
+"""Patterns ddpify reports and never rewrites (DDP902, DDP909, DDP406).
 
 A `break` decided on this rank's own batch loss, or on its own clock (a time budget:
 `time.time() - start > budget`), stops one rank while the others wait in the next all-reduce.
@@ -35,6 +35,13 @@ RULES = (
          "A break or return decided on a value only one rank has leaves the other ranks "
          "waiting in the next all-reduce.",
          "Decide on a value all ranks share (all-reduce it first), or decide on every rank."),
+    Rule("DDP406", Severity.WARNING, "state kept per sample is written from this rank's samples only",
+         "A tensor kept across batches (a memory bank, per-sample soft labels or weights) is "
+         "written at the indices of the batch. Under DDP each rank sees only its shard, so each "
+         "rank's copy is updated for its own samples: the copies drift apart, and every rank "
+         "reads stale entries for the samples the other ranks saw.",
+         "Gather the indices and values from every rank (dist.all_gather) and write all of them "
+         "on every rank, or keep a state that each rank only reads for its own samples."),
     Rule("DDP909", Severity.WARNING, "an import ddpify cannot follow: the module it loads is not migrated",
          "The module is chosen when the script runs (importlib, __import__, a sys.path "
          "entry added by the script), so ddpify cannot tell which of the project's files it "
@@ -54,8 +61,85 @@ def report_dynamic_imports(facts: Facts, edits: Edits) -> None:
         edits.report("DDP909", call)
 
 
+# In-place tensor methods that write at given indices (`bank.index_copy_(0, idx, feats)`).
+INDEX_WRITES = frozenset({"index_copy_", "index_add_", "index_fill_", "index_put_", "scatter_",
+                          "scatter_add_", "scatter_reduce_", "put_"})
+
+
+def report_per_sample_state(facts: Facts, edits: Edits) -> None:
+    """A training batch loop that writes, at positions read from the batch itself (`for x, y,
+    idx in loader`), into a tensor it does not bind: `bank[idx] = feats`,
+    `soft_labels[index] = ...`, `memory.index_copy_(0, idx, feats)`. The tensor outlives the
+    batch (a memory bank, per-sample labels), and each rank writes its own shard's entries
+    only. Reported, not rewritten: gathering costs a collective per step the original did not
+    pay. A method of a class of this file the loop hands the batch's indices
+    (`bank.update(idx, feats)`) is followed one level: a write there into an attribute of the
+    instance (`self.bank[idx] = ...`) at the parameter that receives them is reported at
+    the call."""
+    for loop in training.batch_loops(facts):
+        from_batch = names_in(loop.target)
+        bound = from_batch | _plainly_bound(loop.body)
+        for node, state in _index_writes(loop.body, from_batch, bound):
+            _report_written(edits, node, edits.code(state))
+        for call in find_all(loop.body, cst.Call, into_functions=False):
+            method = facts.method_called(call)
+            if method is None or not isinstance(call.func, cst.Attribute):
+                continue
+            params = [param.name.value for param in method.params.params][1:]  # after self
+            given = {param for param, arg in zip(params, call.args)
+                     if arg.keyword is None and not arg.star and names_in(arg.value) & from_batch}
+            given |= {arg.keyword.value for arg in call.args
+                      if arg.keyword is not None and names_in(arg.value) & from_batch}
+            for _, state in _index_writes(method.body, given, set(params)):
+                if edits.code(state).startswith("self."):
+                    _report_written(edits, call, edits.code(call.func.value) + edits.code(state)[4:])
+                    break
+
+
+def _index_writes(body: cst.CSTNode, indices: set[str],
+                  bound: set[str]) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
+    """(the write, the tensor written) for each write in `body` into a tensor `body` does not
+    bind, at positions read from `indices`."""
+    found: list[tuple[cst.CSTNode, cst.BaseExpression]] = []
+    for assign in find_all(body, cst.Assign, into_functions=False):
+        for target in assign.targets:
+            written = target.target
+            if isinstance(written, cst.Subscript) and _kept(written.value, bound) and any(
+                    names_in(element) & indices for element in written.slice):
+                found.append((assign, written.value))
+    for call in find_all(body, cst.Call, into_functions=False):
+        func = call.func
+        if (isinstance(func, cst.Attribute) and func.attr.value in INDEX_WRITES
+                and _kept(func.value, bound) and any(names_in(arg.value) & indices for arg in call.args)):
+            found.append((call, func.value))
+    return found
+
+
+def _report_written(edits: Edits, node: cst.CSTNode, state: str) -> None:
+    edits.report("DDP406", node, f"state kept per sample is written from this rank's samples only: "
+                                 f"gather the batch's indices and values from every rank "
+                                 f"(dist.all_gather) and write them all into `{state}`")
+
+
+def _kept(value: cst.BaseExpression, bound: set[str]) -> bool:
+    """A plain or dotted name (`bank`, `self.bank`) the loop does not bind itself."""
+    name = dotted_name(value)
+    return name is not None and (name.split(".")[0] == "self" or name.split(".")[0] not in bound)
+
+
+def _plainly_bound(body: cst.CSTNode) -> set[str]:
+    """Names assigned whole in `body` (`x = ...`, `a, b = ...`), not those written into."""
+    bound: set[str] = set()
+    for assign in find_all(body, cst.Assign, into_functions=False):
+        for target in assign.targets:
+            if isinstance(target.target, (cst.Name, cst.Tuple, cst.List)):
+                bound |= names_in(target.target)
+    return bound
+
+
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     report_dynamic_imports(facts, edits)
+    report_per_sample_state(facts, edits)
     reported: set[cst.If] = set()
     clock_reads = {call for qualified in CLOCKS for call in facts.calls_named.get(qualified, ())}
     for loop in training.batch_loops(facts):
@@ -115,9 +199,28 @@ def _rank_local_in(facts: Facts, setup: Plan, loop: cst.For) -> set[str]:
     += 1`) counts the same batches on every rank: each rank's sampler hands it the same number
     of them; the epoch sums training.py all-reduces are the same on every rank too."""
     rank_local = assigned_names(loop.body) - _step_counters(loop.body)
+    rank_local |= _fed_rank_local(loop.body, rank_local)
     if loop in setup.reduced_epoch_loops:
         rank_local -= set(training.epoch_accumulators(facts, loop)) | set(training.epoch_lists(facts, loop))
     return rank_local
+
+
+def _fed_rank_local(body: cst.CSTNode, rank_local: set[str]) -> set[str]:
+    """Objects the batch loop feeds this rank's values through a method call
+    (`losses.update(loss.item(), x.size(0))`, `history.append(loss.item())`): what they hold
+    afterwards (`losses.avg`, `history[-1]`) comes from this rank's batches only, as a name
+    the loop assigns does. Only a call made for its effect (a statement of its own) on a plain
+    name feeds: `self.model(x)` or `x.to(device)` computes a value and changes nothing."""
+    fed: set[str] = set()
+    for expression in find_all(body, cst.Expr, into_functions=False):
+        call = expression.value
+        if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Attribute):
+            continue
+        receiver = call.func.value
+        if isinstance(receiver, cst.Name) and receiver.value not in ("self", "cls") and any(
+                names_in(arg.value) & rank_local for arg in call.args):
+            fed.add(receiver.value)
+    return fed
 
 
 def _report_stops_on_returned(facts: Facts, edits: Edits, loop: cst.For, rank_local: set[str],
@@ -324,12 +427,26 @@ CASES = (
     # the epoch's mean, which training.py all-reduces, is the same on every rank.
     Emits(_EPOCH_FUNCTION.format(returned="loss.item()"), "DDP902"),
     Silent(_EPOCH_FUNCTION.format(returned="total / len(loader)"), "DDP902"),
+    # A meter the batch loop feeds this rank's losses: its average is this rank's own.
+    Emits(TRAINING.replace("for epoch in range(3):\n", "for epoch in range(3):\n    meter = Meter()\n")
+          .replace("        optimizer.step()\n", "        optimizer.step()\n        meter.update(loss.item())\n")
+          .replace("    print(epoch, loss.item())\n", "    if meter.avg < 0.01:\n        break\n"),
+          "DDP902"),
     # A time budget checked at every step: each rank reads its own clock.
     Emits(TRAINING.replace("import torch\n", "import time\n\nimport torch\n", 1)
           .replace("for epoch in range(3):\n", "start = time.time()\nfor epoch in range(3):\n")
           .replace("        optimizer.step()\n",
                    "        optimizer.step()\n        if time.time() - start > 3600:\n            break\n"),
           "DDP902"),
+    # A tensor kept across batches written at the batch's own indices: each rank's copy drifts.
+    Emits(TRAINING.replace("TensorDataset(torch.randn(64, 4), torch.randn(64, 1))",
+                           "TensorDataset(torch.randn(64, 4), torch.randn(64, 1), torch.arange(64))")
+          .replace("for x, y in loader:", "for x, y, idx in loader:")
+          .replace("        optimizer.step()\n", "        optimizer.step()\n        bank[idx] = loss.detach()\n"),
+          "DDP406"),
+    # Written into the batch itself (a mask of its own targets): nothing outlives the batch.
+    Silent(TRAINING.replace("        optimizer.step()\n", "        optimizer.step()\n        y[x > 0] = 0\n"),
+           "DDP406"),
     Emits(TRAINING.replace("import torch\n", "import importlib\n\nimport torch\n", 1)
           .replace("device = torch", 'plugins = importlib.import_module("plugins." + NAME)\ndevice = torch', 1),
           "DDP909", ('importlib.import_module("plugins." + NAME)',)),
