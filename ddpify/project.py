@@ -153,6 +153,14 @@ class Project:
         definition = self._definition(qualified)
         return None if definition is None else definition[0].returned_loader_dict(definition[1])
 
+    def gradless_submodules(self, qualified: str) -> list[str]:
+        """For a class of the project: the submodules it builds that run with no gradients
+        (effects.gradless_submodules)."""
+        definition = self._definition(qualified)
+        if definition is None or definition[1] not in definition[0].classes:
+            return []
+        return definition[0].gradless_submodules(definition[1])
+
     def defines(self, qualified: str) -> bool:
         """`qualified` is a function or class of one of the project's own modules."""
         return self._definition(qualified) is not None

@@ -25,6 +25,7 @@ from ddpify.analysis.nodes import (
     positional_args,
     returned_name,
     self_attributes,
+    self_reads,
     slices_batches,
     string_value,
 )
@@ -196,24 +197,40 @@ class Collector(cst.CSTVisitor):
         self._function_stack.pop()
 
     def _record_unused_submodules(self, node: cst.ClassDef) -> None:
+        """Submodules __init__ creates that no method runs with gradients: never read, or
+        read only under `torch.no_grad()` (a frozen feature extractor whose parameters still
+        ask for gradients): none comes to their parameters, and DDP must be told (DDP105)."""
         created: dict[str, cst.Assign] = {}
         used: set[str] = set()
         for method in node.body.body:
             if not isinstance(method, cst.FunctionDef):
                 continue
-            for attribute, assign in self_attributes(method):
-                if method.name.value == "__init__" and assign is not None:
-                    if isinstance(assign.value, cst.Call) and any(
-                        q.startswith("torch.nn.") for q in self._qualified(assign.value.func)
-                    ):
+            if method.name.value == "__init__":
+                for attribute, assign in self_attributes(method):
+                    if assign is not None and isinstance(assign.value, cst.Call) and any(
+                            q.startswith("torch.nn.") for q in self._qualified(assign.value.func)):
                         created[attribute] = assign
-                elif assign is None:
-                    used.add(attribute)
+            without_grad = {id(inner) for with_ in find_all(method.body, cst.With) if self._without_grad(with_)
+                            for inner in find_all(with_.body, cst.Attribute)}
+            used |= {attribute for attribute, read in self_reads(method) if id(read) not in without_grad}
         unused = [assign for attribute, assign in created.items() if attribute not in used]
         has_forward = any(isinstance(m, cst.FunctionDef) and m.name.value == "forward"
                           for m in node.body.body)
         if unused and has_forward:
             self.facts.unused_submodules[node.name.value] = unused
+
+    def _without_grad(self, node: cst.With) -> bool:
+        """`with torch.no_grad():`, `torch.inference_mode()`, `torch.set_grad_enabled(False)`."""
+        for item in node.items:
+            call = item.item
+            if not isinstance(call, cst.Call):
+                continue
+            qualified = self._qualified(call.func)
+            if qualified & {"torch.no_grad", "torch.inference_mode"}:
+                return True
+            if "torch.set_grad_enabled" in qualified and call.args and is_false(call.args[0].value):
+                return True
+        return False
 
     def visit_If(self, node: cst.If) -> None:
         test = node.test
@@ -611,6 +628,10 @@ class Collector(cst.CSTVisitor):
     def _note_helper(self, node: cst.Call, qualified: str) -> None:
         if self.project.defines(qualified):
             self.facts.project_calls.add(node)
+            gradless = self.project.gradless_submodules(qualified)
+            called = dotted_name(node.func)
+            if gradless and called is not None:
+                self.facts.gradless_project_classes[called] = gradless
             if self.project.moves_returned(qualified):
                 self.facts.calls_returning_moved.add(node)
         self._note_optimizer_made_elsewhere(node, qualified)

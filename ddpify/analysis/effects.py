@@ -247,6 +247,45 @@ class FunctionEffects:
                         found.add(owner)
         return found
 
+    def gradless_submodules(self, class_name: str) -> list[str]:
+        """Submodules the class's __init__ builds (`self.resnet = nn.Sequential(...)`) that
+        none of its methods reads with gradients: never read, or read only under
+        `torch.no_grad()` (collector._record_unused_submodules does the same in the file)."""
+        init = self._functions.get(f"{class_name}.__init__")
+        if init is None or f"{class_name}.forward" not in self._functions:
+            return []
+        created = [target.attr for node in ast.walk(init) if isinstance(node, ast.Assign)
+                   and isinstance(node.value, ast.Call)
+                   and self.qualified(dotted_ast(node.value.func) or "").startswith("torch.nn.")
+                   for target in node.targets
+                   if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                   and target.value.id == "self"]
+        used: set[str] = set()
+        for key, function in self._functions.items():
+            if self._class_of.get(key) != class_name:
+                continue
+            gradless = {id(inner) for node in ast.walk(function) if isinstance(node, ast.With)
+                        and self._without_grad(node) for inner in ast.walk(node)}
+            targets = {id(target) for node in ast.walk(function) if isinstance(node, ast.Assign)
+                       for target in node.targets}
+            used |= {node.attr for node in ast.walk(function) if isinstance(node, ast.Attribute)
+                     and isinstance(node.value, ast.Name) and node.value.id == "self"
+                     and id(node) not in gradless and id(node) not in targets}
+        return [name for name in created if name not in used]
+
+    def _without_grad(self, node: ast.With) -> bool:
+        for item in node.items:
+            call = item.context_expr
+            if not isinstance(call, ast.Call):
+                continue
+            qualified = self.qualified(dotted_ast(call.func) or "")
+            if qualified in ("torch.no_grad", "torch.inference_mode"):
+                return True
+            if qualified == "torch.set_grad_enabled" and call.args and isinstance(call.args[0], ast.Constant) \
+                    and call.args[0].value is False:
+                return True
+        return False
+
     def self_calls(self, name: str) -> set[str]:
         """The methods a method calls on its own object (`self._train_epoch(epoch)`)."""
         function = self._functions.get(name)

@@ -240,6 +240,9 @@ class FactRecord:
     dataset_classes: set[str] = field(default_factory=set)
     # Submodules a module class creates in __init__ but no other method uses, by class name.
     unused_submodules: dict[str, list[cst.Assign]] = field(default_factory=dict)
+    # The same for classes of other modules of the project, by the name this module calls
+    # them by (`EncoderCNN` -> ["resnet"]).
+    gradless_project_classes: dict[str, list[str]] = field(default_factory=dict)
     # `m = torch.compile(m)` statements, by model name.
     compile_statements: dict[str, list[Statement]] = field(default_factory=dict)
     # Other mentions of DataParallel, such as isinstance(model, nn.DataParallel).

@@ -158,6 +158,14 @@ def self_attributes(method: cst.FunctionDef) -> list[tuple[str, Optional[cst.Ass
     return found
 
 
+def self_reads(method: cst.FunctionDef) -> list[tuple[str, cst.Attribute]]:
+    """(attribute, the node) for each read of `self.x` in a method, as self_attributes finds
+    them (not the targets of assignments)."""
+    assigned = {id(target.target) for assign in find_all(method.body, cst.Assign) for target in assign.targets}
+    return [(node.attr.value, node) for node in find_all(method.body, cst.Attribute)
+            if isinstance(node.value, cst.Name) and node.value.value == "self" and id(node) not in assigned]
+
+
 def returns_in(function: cst.FunctionDef) -> list[cst.Return]:
     """The function's own return statements, not those of functions defined inside it."""
     return find_all(function.body, cst.Return, into_functions=False)

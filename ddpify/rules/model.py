@@ -187,8 +187,13 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
     unused = _unused_submodules(facts, model, anchor)
     for assign in unused:
         edits.report("DDP105", assign)
+    elsewhere = _gradless_parts_elsewhere(facts, model, anchor)
+    if elsewhere:
+        edits.report("DDP105", anchor, "submodule unused in forward: DDP told to expect unused parameters: "
+                     f"{', '.join(elsewhere)}, built by a class of another module of the project, runs "
+                     "without gradients (never, or only under torch.no_grad())")
     # DDP waits for a gradient from every parameter unless told some may not come.
-    extra = ", find_unused_parameters=True" if unused else ""
+    extra = ", find_unused_parameters=True" if unused or elsewhere else ""
     code = _wrap_statement(facts, setup, model, anchor, edits.options.sync_batchnorm, extra)
     if entry is not None:
         code = code.replace(f"{model.name} = DDP(", f"{entry} = DDP(", 1)
@@ -495,6 +500,20 @@ def _unused_submodules(facts: Facts, model: Model, anchor: cst.BaseStatement) ->
             if f"{class_name}(" in code:
                 unused.extend(assigns)
     return unused
+
+
+def _gradless_parts_elsewhere(facts: Facts, model: Model, anchor: cst.BaseStatement) -> list[str]:
+    """`encoder = EncoderCNN(embed).to(device)`, where EncoderCNN, in another module of the
+    project, runs its `self.resnet` only under torch.no_grad(): `EncoderCNN.resnet`."""
+    found: list[str] = []
+    for statement in facts.statements_touching.get(model.name, ()):
+        if facts.line_of(statement) > facts.line_of(anchor):
+            continue
+        code = facts.module.code_for_node(statement)
+        for called, parts in facts.gradless_project_classes.items():
+            if f"{called}(" in code:
+                found.extend(f"`{called.rsplit('.', 1)[-1]}.{part}`" for part in parts)
+    return list(dict.fromkeys(found))
 
 
 def _wrap_code(facts: Facts, anchor: cst.BaseStatement, model: str, device_type: str,
