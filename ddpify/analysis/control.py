@@ -8,7 +8,7 @@ import libcst as cst
 from ddpify.analysis.facts import DictPass, ExternalLoader, ExternalLoaderDict, Holder, Loader, Model
 from ddpify.analysis.names import trains_by_look
 from ddpify.analysis.nodes import calls_within, dotted_name, find_all, names_in, names_within, string_value
-from ddpify.analysis.values import ValueFlow
+from ddpify.analysis.values import ValueFlow, literal_entry
 
 
 class Facts(ValueFlow):
@@ -197,8 +197,9 @@ def note_entries_of_received_dicts(facts: Facts) -> None:
     loaders["val"]`) where `loaders` is a dict of DataLoaders another module of the project
     builds: the name holds that module's loader, like a loader it returns by name
     (ExternalLoader), so its epoch is set where this module loops over it."""
+    assigns = find_all(facts.module, cst.Assign) if facts.external_loader_dicts else []
     for received in facts.external_loader_dicts:
-        for assign in find_all(facts.module, cst.Assign):
+        for assign in assigns:
             if len(assign.targets) != 1:
                 continue
             target, value = assign.targets[0].target, assign.value
@@ -208,7 +209,7 @@ def note_entries_of_received_dicts(facts: Facts) -> None:
                 pairs = [(each.value, given.value) for each, given in zip(target.elements, value.elements)]
             for bound, given in pairs:
                 name = dotted_name(bound)
-                key = _literal_key(given, received.name)
+                key = literal_entry(given, received.name)
                 if name is None or key not in received.sharded \
                         or not facts.sees_value(assign, received.name, received.function):
                     continue
@@ -216,13 +217,6 @@ def note_entries_of_received_dicts(facts: Facts) -> None:
                     name, facts.function_of(assign), facts.statement_of(assign), given, received.made_by))
                 if not received.sharded[key]:
                     facts.whole_entries[name] = f'{received.name}["{key}"]'
-
-
-def _literal_key(value: cst.BaseExpression, name: str) -> Optional[str]:
-    if not (isinstance(value, cst.Subscript) and dotted_name(value.value) == name and len(value.slice) == 1):
-        return None
-    index = value.slice[0].slice
-    return string_value(index.value) if isinstance(index, cst.Index) else None
 
 
 def note_models_moved_here(facts: Facts) -> None:

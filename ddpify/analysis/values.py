@@ -433,7 +433,7 @@ class ValueFlow(Navigation):
                 if not (name.startswith("self.") or self.function_of(call) is function):
                     continue
                 for index, arg in enumerate(call.args):
-                    key = _literal_entry(arg.value, name) if entries else None
+                    key = literal_entry(arg.value, name) if entries else None
                     if arg.star or (key is None if entries else self.held_name(arg.value) != name):
                         continue
                     if arg.keyword is not None:
@@ -584,9 +584,7 @@ def _entry_of(value: cst.BaseExpression, name: str) -> Optional[cst.BaseExpressi
     return index.value if isinstance(index, cst.Index) else None
 
 
-def _literal_entry(value: cst.BaseExpression, name: str) -> Optional[str]:
+def literal_entry(value: cst.BaseExpression, name: str) -> Optional[str]:
     """`name["train"]`: the literal key; None for anything else."""
-    if not (isinstance(value, cst.Subscript) and dotted_name(value.value) == name and len(value.slice) == 1):
-        return None
-    index = value.slice[0].slice
-    return string_value(index.value) if isinstance(index, cst.Index) else None
+    key = _entry_of(value, name)
+    return string_value(key) if key is not None else None

@@ -29,6 +29,7 @@ from ddpify.analysis.nodes import (
     returned_name,
     string_value,
 )
+from ddpify.analysis.values import literal_entry
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.emit.layout import fits
@@ -425,11 +426,8 @@ def _entries_handed_to_training(facts: Facts, received: ExternalLoaderDict) -> l
     for call in [*facts.training_helper_calls, *facts.training_constructors]:
         for arg in call.args:
             value = arg.value
-            if arg.star or not isinstance(value, cst.Subscript) or len(value.slice) != 1:
-                continue
-            index = value.slice[0].slice
-            key = string_value(index.value) if isinstance(index, cst.Index) else None
-            holder = dotted_name(value.value)
+            holder = dotted_name(value.value) if isinstance(value, cst.Subscript) and not arg.star else None
+            key = literal_entry(value, holder) if holder is not None else None
             if key is not None and holder is not None and any(
                     held == holder and facts.sees_value(call, holder, function) for function, held in holders):
                 found.append((call, holder, key))
