@@ -14,7 +14,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional, Union, cast
 
-from ddpify.analysis.effects import OPAQUE, FunctionEffects, absolute_module, dotted_ast
+from ddpify.analysis.ast_names import dotted_ast
+from ddpify.analysis.effects import OPAQUE, FunctionEffects, absolute_module
 
 # Folders of installed packages: a script there is not part of a project being migrated.
 INSTALLED = frozenset({"site-packages", "dist-packages"})

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Callable, Optional, Union
 
 from ddpify.analysis import names
+from ddpify.analysis.ast_names import dotted_ast
 from ddpify.analysis.returned_loaders import returned_loader_dict
 
 PURE, SPEAKS, WRITES, OPAQUE = "pure", "speaks", "writes", "opaque"
@@ -571,18 +572,6 @@ def _base_name(node: ast.expr) -> Optional[str]:
     while isinstance(node, (ast.Attribute, ast.Subscript)):
         node = node.value
     return node.id if isinstance(node, ast.Name) else None
-
-
-def dotted_ast(node: ast.expr) -> Optional[str]:
-    """`a.b.c` for a chain of attributes on a name; None for anything else."""
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(node.id)
-    return ".".join(reversed(parts))
 
 
 def _moved_in_chain(value: ast.expr) -> bool:

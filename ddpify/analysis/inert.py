@@ -14,7 +14,7 @@ import ast
 from typing import Optional
 
 from ddpify.analysis import effects, names
-from ddpify.analysis.effects import dotted_ast
+from ddpify.analysis.ast_names import dotted_ast
 
 # Builtins that compute or build, and the exceptions a helper raises.
 _BUILTIN_CALLS = frozenset(f"builtins.{name}" for name in (

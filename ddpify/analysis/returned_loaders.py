@@ -11,6 +11,7 @@ DistributedSampler and reports a training pass over an entry left whole.
 import ast
 from typing import Callable, Optional
 
+from ddpify.analysis.ast_names import dotted_ast
 from ddpify.analysis.names import trains_by_look
 
 # An entry: the DataLoader call that builds it, and the name it was built under first.
@@ -101,7 +102,7 @@ def _sharded(key: str, call: ast.Call, built_as: Optional[str], variable: Option
     if built_as is not None:
         return trains_by_look(built_as, _shuffles(call, key, None))
     dataset = _dataset(call)
-    words = " ".join(word for word in (key, _dotted(dataset) if dataset is not None else None) if word)
+    words = " ".join(word for word in (key, dotted_ast(dataset) if dataset is not None else None) if word)
     return trains_by_look(words, _shuffles(call, key, variable))
 
 
@@ -130,15 +131,6 @@ def _dataset(call: ast.Call) -> Optional[ast.expr]:
     if keyword is not None:
         return keyword
     return call.args[0] if call.args and not isinstance(call.args[0], ast.Starred) else None
-
-
-def _dotted(node: ast.expr) -> Optional[str]:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        head = _dotted(node.value)
-        return None if head is None else f"{head}.{node.attr}"
-    return None
 
 
 def _literal_strings(node: ast.expr) -> Optional[list[str]]:
