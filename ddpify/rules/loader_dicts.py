@@ -27,7 +27,9 @@ from ddpify.analysis.nodes import (
     names_in,
     positional_args,
     returned_name,
+    returns_in,
     string_value,
+    target_names,
 )
 from ddpify.analysis.values import literal_entry
 from ddpify.diagnostics import Rule, Severity
@@ -157,32 +159,9 @@ def _handed_out_by(facts: Facts, call: cst.Call) -> Optional[str]:
     if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
         name = parent.targets[0].target.value
         if function is not None and any(
-                isinstance(node, cst.Return) and node.value is not None and name in _names_in(node.value)
-                for node in _returns_of(function)):
+                node.value is not None and name in target_names(node.value) for node in returns_in(function)):
             return f"`{name}`, returned by `{function.name.value}()`,"
     return None
-
-
-def _returns_of(function: cst.FunctionDef) -> list[cst.Return]:
-    found: list[cst.Return] = []
-
-    class _Returns(cst.CSTVisitor):
-        def visit_Return(self, node: cst.Return) -> None:
-            found.append(node)
-
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return node is function  # not the returns of a function defined inside
-
-    function.visit(_Returns())
-    return found
-
-
-def _names_in(node: cst.BaseExpression) -> set[str]:
-    if isinstance(node, cst.Name):
-        return {node.value}
-    if isinstance(node, (cst.Tuple, cst.List)):
-        return {name for element in node.elements for name in _names_in(element.value)}
-    return set()
 
 
 def _trains_by_look(call: cst.Call, key: Optional[str], key_variable: Optional[str] = None) -> bool:
@@ -304,7 +283,7 @@ def _handed_out_of_module(facts: Facts, loaders: LoaderDict) -> bool:
     if function is None or facts.calls_of(function):
         return False
     return loaders.name == returned_name(function) or any(
-        node.value is not None and loaders.name in _names_in(node.value) for node in _returns_of(function))
+        node.value is not None and loaders.name in target_names(node.value) for node in returns_in(function))
 
 
 def _plan_handed_out(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDict) -> None:
