@@ -7,7 +7,15 @@ import libcst as cst
 
 from ddpify.analysis.facts import DictPass, ExternalLoader, ExternalLoaderDict, Holder, Loader, Model
 from ddpify.analysis.names import trains_by_look
-from ddpify.analysis.nodes import calls_within, dotted_name, find_all, names_in, names_within, string_value
+from ddpify.analysis.nodes import (
+    calls_within,
+    dotted_name,
+    find_all,
+    names_in,
+    names_within,
+    positional_parameters,
+    string_value,
+)
 from ddpify.analysis.values import ValueFlow, literal_entry
 
 
@@ -277,8 +285,8 @@ def receiver_of(facts: Facts, function: cst.FunctionDef) -> Optional[str]:
             isinstance(decorator.decorator, cst.Name) and decorator.decorator.value == "staticmethod"
             for decorator in function.decorators):
         return None
-    parameters = [*function.params.posonly_params, *function.params.params]
-    return parameters[0].name.value if parameters else None
+    parameters = positional_parameters(function)
+    return parameters[0] if parameters else None
 
 
 # Methods that return the module they are called on, moved or in another mode.

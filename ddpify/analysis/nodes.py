@@ -102,6 +102,18 @@ def argument_for(call: cst.Call, parameter: str, position: Optional[int]) -> Opt
     return None
 
 
+def positional_parameters(function: cst.FunctionDef) -> list[str]:
+    """The names a call can fill by position, in order."""
+    return [param.name.value for param in [*function.params.posonly_params, *function.params.params]]
+
+
+def handed_for(call: cst.Call, function: cst.FunctionDef, parameter: str) -> Optional[cst.BaseExpression]:
+    """The value a call of `function` passes for one of its parameters (argument_for, with
+    the parameter's position read from the definition)."""
+    positional = positional_parameters(function)
+    return argument_for(call, parameter, positional.index(parameter) if parameter in positional else None)
+
+
 def init_takes_sampler(node: cst.ClassDef) -> bool:
     """A DataLoader subclass forwards `sampler=` unless its own __init__ drops it."""
     for statement in node.body.body:

@@ -13,7 +13,7 @@ from ddpify.analysis import effects, freezing, names
 from ddpify.analysis.control import Facts, handed_in, innermost_common_block, parameter_names
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
 from ddpify.analysis.facts import Holder, Model, Statement
-from ddpify.analysis.nodes import argument_for, calls_within, dotted_name, find_all, names_within
+from ddpify.analysis.nodes import calls_within, dotted_name, find_all, handed_for, names_within
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.ddp import (
     ONLY_IF_TRAINABLE_COMMENT,
@@ -135,11 +135,9 @@ def _handed_in_by_callers(facts: Facts, model: Model) -> list[Model]:
             _assigns(statement, model.name) or _moves(statement, model.name))
            for statement in facts.statements_touching.get(model.name, ())):
         return []
-    positional = [param.name.value for param in [*function.params.posonly_params, *function.params.params]]
-    position = positional.index(model.name) if model.name in positional else None
     found: list[Model] = []
     for call in facts.calls_of(function):
-        argument = argument_for(call, model.name, position)
+        argument = handed_for(call, function, model.name)
         name = dotted_name(argument) if argument is not None else None
         if name is None or name.startswith("self."):
             return []

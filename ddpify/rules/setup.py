@@ -14,11 +14,12 @@ from ddpify.analysis import names
 from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.facts import BlockItem, DeviceAssignment, Statement
 from ddpify.analysis.nodes import (
-    argument_for,
     assigned_names,
     dotted_name,
     find_all,
+    handed_for,
     names_in,
+    positional_parameters,
     returns_in,
     target_names,
     targets_bound_in,
@@ -220,7 +221,7 @@ def _parameters_given_by_a_call(facts: Facts, function: cst.FunctionDef) -> set[
     if facts.class_of(function) is not None or mentions != len(calls) + 1:  # the def names it once
         return every  # a method, or a function handed on (`Thread(target=run)`): not all its calls are seen
     given: set[str] = set()
-    positional = [param.name.value for param in [*function.params.posonly_params, *function.params.params]]
+    positional = positional_parameters(function)
     for call in calls:
         for index, arg in enumerate(call.args):
             if arg.star:
@@ -342,10 +343,8 @@ def _device_parameter(facts: Facts, move: cst.Call) -> Optional[str]:
         return None
     if "device" in value.value.lower():
         return value.value
-    positional = [param.name.value for param in [*function.params.posonly_params, *function.params.params]]
-    position = positional.index(value.value) if value.value in positional else None
     for call in facts.calls_of(function):
-        handed = argument_for(call, value.value, position)
+        handed = handed_for(call, function, value.value)
         if handed is not None and _names_a_device(facts, handed):
             return value.value
     return None
