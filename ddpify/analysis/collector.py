@@ -12,6 +12,7 @@ from ddpify.analysis.devices import DeviceValues
 from ddpify.analysis.facts import DeviceAssignment, ExternalLoader, ExternalLoaderDict, Loader, Model, Statement
 from ddpify.analysis.freezing import models_frozen_in_part, walked_modules
 from ddpify.analysis.nodes import (
+    assignment_pairs,
     calls_within,
     dotted_name,
     find_all,
@@ -51,17 +52,6 @@ def _constructed(value: cst.BaseExpression) -> cst.BaseExpression:
             value.func.attr.value in _RETURNS_MODULE) and isinstance(value.func.value, cst.Call):
         value = value.func.value
     return value
-
-
-def _pairs(target: cst.BaseExpression,
-           value: cst.BaseExpression) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
-    """The (target, value) pairs of an assignment: `a, b, bar = 0.0, 0, tqdm(loader)` binds
-    each name to its own element, as three assignments would; anything else is one pair."""
-    if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)) and len(
-            target.elements) == len(value.elements) and not any(
-            isinstance(element, cst.StarredElement) for element in (*target.elements, *value.elements)):
-        return [(left.value, right.value) for left, right in zip(target.elements, value.elements)]
-    return [(target, value)]
 
 
 class Collector(cst.CSTVisitor):
@@ -299,7 +289,7 @@ class Collector(cst.CSTVisitor):
         if len(node.targets) != 1:
             return
         self._note_values_from_other_modules(node)
-        pairs = _pairs(node.targets[0].target, node.value)
+        pairs = assignment_pairs(node.targets[0].target, node.value)
         if len(pairs) == 1:
             self._note_assigned(node, *pairs[0])
             return

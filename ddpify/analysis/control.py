@@ -8,6 +8,7 @@ import libcst as cst
 from ddpify.analysis.facts import DictPass, ExternalLoader, ExternalLoaderDict, Holder, Loader, Model
 from ddpify.analysis.names import trains_by_look
 from ddpify.analysis.nodes import (
+    assignment_pairs,
     calls_within,
     dotted_name,
     find_all,
@@ -210,12 +211,7 @@ def note_entries_of_received_dicts(facts: Facts) -> None:
         for assign in assigns:
             if len(assign.targets) != 1:
                 continue
-            target, value = assign.targets[0].target, assign.value
-            pairs: list[tuple[cst.BaseExpression, cst.BaseExpression]] = [(target, value)]
-            if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)) \
-                    and len(target.elements) == len(value.elements):
-                pairs = [(each.value, given.value) for each, given in zip(target.elements, value.elements)]
-            for bound, given in pairs:
+            for bound, given in assignment_pairs(assign.targets[0].target, assign.value):
                 name = dotted_name(bound)
                 key = literal_entry(given, received.name)
                 if name is None or key not in received.sharded \

@@ -221,6 +221,17 @@ def target_names(target: cst.BaseExpression) -> set[str]:
     return set()
 
 
+def assignment_pairs(target: cst.BaseExpression,
+                     value: cst.BaseExpression) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
+    """The (target, value) pairs of an assignment: `a, b, bar = 0.0, 0, tqdm(loader)` binds
+    each name to its own element, as three assignments would; anything else is one pair."""
+    if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)) and len(
+            target.elements) == len(value.elements) and not any(
+            isinstance(element, cst.StarredElement) for element in (*target.elements, *value.elements)):
+        return [(left.value, right.value) for left, right in zip(target.elements, value.elements)]
+    return [(target, value)]
+
+
 def find_all(node: cst.CSTNode, kind: type[_Found], *, into_functions: bool = True) -> list[_Found]:
     """Every node of `kind` within node (node included), in source order; with
     `into_functions=False` no function definition (node itself neither) is searched."""
