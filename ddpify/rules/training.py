@@ -13,7 +13,15 @@ import libcst as cst
 from ddpify.analysis.bindings import names_read_after
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Statement
-from ddpify.analysis.nodes import assigned_names, calls_within, dotted_name, find_all, names_in, statements_in
+from ddpify.analysis.nodes import (
+    assigned_names,
+    assignment_pairs,
+    calls_within,
+    dotted_name,
+    find_all,
+    names_in,
+    statements_in,
+)
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import collectives, fsdp2
 from ddpify.emit.edits import Edits, Insertion
@@ -296,14 +304,8 @@ def _names_set_before(statement: cst.CSTNode) -> list[tuple[str, cst.BaseExpress
         if not isinstance(small, cst.Assign):
             continue
         for assign_target in small.targets:
-            target, value = assign_target.target, small.value
-            if isinstance(target, cst.Name):
-                found.append((target.value, value))
-            elif isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)) and len(
-                    target.elements) == len(value.elements) and not any(
-                    isinstance(element, cst.StarredElement) for element in (*target.elements, *value.elements)):
-                found.extend((element.value.value, item.value) for element, item in zip(target.elements, value.elements)
-                             if isinstance(element.value, cst.Name))
+            found.extend((target.value, value) for target, value in assignment_pairs(assign_target.target, small.value)
+                         if isinstance(target, cst.Name))
     return found
 
 
