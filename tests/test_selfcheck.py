@@ -425,3 +425,14 @@ def test_migrate_source_adds_the_self_check_and_honours_ignore_and_suppressions(
     assert planted_finding not in migrate_source(ORIGINAL, Options(ignore=("DDP91",))).diagnostics
     suppressed = ORIGINAL.replace('.4f}")\n', '.4f}")  # ddpify: ignore[DDP913]\n')
     assert planted_finding not in migrate_source(suppressed).diagnostics
+
+
+def test_the_self_check_knows_every_file_writing_method_the_transform_guards():
+    """The self-check shares no code with the transform (a second opinion), so its list of
+    methods by which an object writes itself to a path is its own copy: a method the
+    transform learns to guard and the self-check does not would go unchecked."""
+    from ddpify.rules import side_effects
+    from ddpify.selfcheck import output
+
+    assert output.WRITING_METHODS == side_effects.FILE_WRITING_METHODS
+    assert output.PATH_KEYWORDS == side_effects.PATH_KEYWORDS
