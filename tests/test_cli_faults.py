@@ -88,6 +88,7 @@ def test_sigint_during_a_migration_exits_130_and_writes_nothing(tmp_path):
 
 
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc")
+@pytest.mark.slow  # a process-level shell test of several seconds; CI runs it
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_sigint_stops_a_walk(tmp_path, workers):
     """Files done before Ctrl-C are migrated and were reported; the rest are untouched; no
@@ -160,7 +161,7 @@ def test_output_onto_a_fifo_streams_to_it(script, tmp_path):
 
 
 @pytest.mark.skipif(not Path("/dev/stdout").exists(), reason="needs /dev/stdout")
-@pytest.mark.parametrize("append", [False, True])
+@pytest.mark.parametrize("append", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_output_to_dev_stdout_streams_into_what_the_caller_opened(script, tmp_path, append):
     """/dev/stdout -> /proc/self/fd/1 -> a pipe or a file: streamed to, never replaced."""
     piped = _ddpify(script, "-o", "/dev/stdout")
@@ -262,8 +263,12 @@ DEEP = "import torch\n\nx = " + "(" * 10_000 + "1" + ")" * 10_000 + "\n"
 LONG_CHAIN = "import torch\n\nx = " + " and ".join(["a"] * 10_000) + "\n"
 
 
-@pytest.mark.parametrize("args", [["--check", "-j", "1"], ["--check", "-j", "2"],
-                                  ["-i", "-j", "2"]])
+@pytest.mark.parametrize("args", [
+    ["--check", "-j", "1"],
+    # the same walk with workers and in place: seconds each, so CI (the slow tier) runs them
+    pytest.param(["--check", "-j", "2"], marks=pytest.mark.slow),
+    pytest.param(["-i", "-j", "2"], marks=pytest.mark.slow),
+])
 def test_deep_nesting_is_an_error_and_the_walk_goes_on(tmp_path, args):
     tree = tmp_path / "src"
     tree.mkdir()
@@ -283,6 +288,7 @@ def test_deep_nesting_is_an_error_and_the_walk_goes_on(tmp_path, args):
         assert (tree / "c.py").read_text() == migrated(guide_text())
 
 
+@pytest.mark.slow  # a process-level shell test of several seconds; CI runs it
 def test_an_and_chain_that_crashes_libcst_is_an_error_and_the_walk_goes_on(tmp_path):
     tree = tmp_path / "src"
     tree.mkdir()

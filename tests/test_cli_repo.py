@@ -111,6 +111,7 @@ def test_in_place_on_a_directory(repo):
     assert result.stderr.splitlines()[-1] == "3 files: 1 migrated, 1 unchanged, 1 skipped, 0 failed"
 
 
+@pytest.mark.slow  # a process-level shell test of several seconds; CI runs it
 def test_workers_keep_input_order(repo):
     (repo / "more").mkdir()
     for index in range(6):

@@ -207,6 +207,7 @@ def _readme_config(hook_repository: Path) -> str:
             .replace("<commit>", newest))
 
 
+@pytest.mark.slow  # a process-level shell test of several seconds; CI runs it
 def test_readme_snippet_from_a_fresh_clone(tmp_path):
     """Offline: the hooks run this install (`language: system`); test_hooks_as_published
     installs them as users get them, through `pre-commit try-repo`."""

@@ -28,6 +28,7 @@ def _assert_no_findings(records):
     assert not findings, "\n\n".join(f"{r.outcome}: {r.path}\n{r.details}" for r in findings)
 
 
+@pytest.mark.slow  # a process-level shell test of several seconds; CI runs it
 def test_small_torch_files():
     """Fast: 20 small files that mention torch (they reach analysis and the transforms)."""
     small = [path for path in _installed_files() if os.path.getsize(path) < 8000]

@@ -65,6 +65,7 @@ def escaper_launch(tmp_path, wait_s):
     return Launch([sys.executable, "-c", ESCAPER, str(wait_s)], str(tmp_path), dict(os.environ))
 
 
+@pytest.mark.slow  # a process-level shell test of several seconds; CI runs it
 def test_a_timeout_kills_processes_that_left_the_process_group(tmp_path):
     log = tmp_path / "out.txt"
     returncodes, timed_out = launch_and_wait([escaper_launch(tmp_path, 300)], [str(log)], time.time() + 3,
