@@ -100,6 +100,9 @@ class Collector(cst.CSTVisitor):
             self.training_tops.add(self._top)
 
     def on_visit(self, node: cst.CSTNode) -> bool:
+        self.facts.nodes_by_type.setdefault(type(node), []).append(node)
+        if isinstance(node, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+            self.facts.statements_by_function.setdefault((self._function(), type(node)), []).append(node)
         if self._ancestors:
             self.parents[node] = self._ancestors[-1]
             if isinstance(self._ancestors[-1], cst.Module):
@@ -363,7 +366,7 @@ class Collector(cst.CSTVisitor):
         """`train_loader = dm.train_dataloader()` where every `dm = ToyDataModule(...)` makes
         an object of a class of the project's modules: what that method returns, like a
         function of another module (`_note_values_from_other_modules`)."""
-        for assign in find_all(self.facts.module, cst.Assign):
+        for assign in self.facts.nodes_of(cst.Assign):
             value = assign.value
             if len(assign.targets) != 1 or not isinstance(value, cst.Call) or not isinstance(value.func, cst.Attribute):
                 continue
@@ -376,7 +379,7 @@ class Collector(cst.CSTVisitor):
         """`for x, y in data.get_loader("train", bs)`, `for batch in tqdm(dm.train_dataloader())`:
         a pass over a DataLoader that a function or method of another module of the project
         makes right there (and shards, by look)."""
-        for loop in find_all(self.facts.module, cst.For):
+        for loop in self.facts.nodes_of(cst.For):
             iterated = loop.iter
             while isinstance(iterated, cst.Call) and iterated.args and not iterated.args[0].star \
                     and self._qualified(iterated.func) & (ITERATION_WRAPPERS - {"builtins.zip"}):

@@ -11,7 +11,6 @@ from ddpify.analysis.nodes import (
     assignment_pairs,
     calls_within,
     dotted_name,
-    find_all,
     names_in,
     names_within,
     positional_parameters,
@@ -206,7 +205,7 @@ def note_entries_of_received_dicts(facts: Facts) -> None:
     loaders["val"]`) where `loaders` is a dict of DataLoaders another module of the project
     builds: the name holds that module's loader, like a loader it returns by name
     (ExternalLoader), so its epoch is set where this module loops over it."""
-    assigns = find_all(facts.module, cst.Assign) if facts.external_loader_dicts else []
+    assigns = facts.nodes_of(cst.Assign) if facts.external_loader_dicts else []
     for received in facts.external_loader_dicts:
         for assign in assigns:
             if len(assign.targets) != 1:
@@ -350,7 +349,7 @@ def functions_of(facts: Facts, calls: Iterable[cst.Call]) -> set[cst.FunctionDef
     return {function for function in map(facts.function_of, calls) if function is not None}
 
 
-def reached_when_run(module: cst.Module, names_in_top: dict[cst.CSTNode, set[str]],
+def reached_when_run(facts: Facts, names_in_top: dict[cst.CSTNode, set[str]],
                      called_from_elsewhere: Iterable[str] = ()) -> set[cst.CSTNode]:
     """Top-level statements that run when the file runs: module-level code, and the
     functions and classes it names, and those they name in turn. A library whose methods
@@ -358,6 +357,7 @@ def reached_when_run(module: cst.Module, names_in_top: dict[cst.CSTNode, set[str
 
     With `called_from_elsewhere` (names other modules of the project import), what those
     definitions reach instead: the part of a helper module that runs when the program does."""
+    module = facts.module
     definitions = {statement.name.value: statement for statement in module.body
                    if isinstance(statement, (cst.FunctionDef, cst.ClassDef))}
     roots = set(called_from_elsewhere)
@@ -366,7 +366,8 @@ def reached_when_run(module: cst.Module, names_in_top: dict[cst.CSTNode, set[str
     else:
         pending = [statement for statement in module.body
                    if not isinstance(statement, (cst.FunctionDef, cst.ClassDef))]
-        if any(_exposes_every_function(statement) for statement in pending):
+        exposing = {facts.ancestor_in(call, module) for call in facts.nodes_of(cst.Call) if _is_bare_fire(call)}
+        if any(statement in exposing for statement in pending):
             pending += [definition for definition in definitions.values() if isinstance(definition, cst.FunctionDef)]
     reached: set[cst.CSTNode] = set(pending)
     while pending:
@@ -378,11 +379,11 @@ def reached_when_run(module: cst.Module, names_in_top: dict[cst.CSTNode, set[str
     return reached
 
 
-def _exposes_every_function(statement: cst.CSTNode) -> bool:
+def _is_bare_fire(call: cst.Call) -> bool:
     """`fire.Fire()` with no argument: the command line names the function to run (`python
     train.py train --lr 0.01`), so every top-level function may run."""
-    return any(isinstance(call.func, (cst.Name, cst.Attribute)) and (dotted_name(call.func) or "").split(".")[-1]
-               == "Fire" and not call.args for call in find_all(statement, cst.Call))
+    return isinstance(call.func, (cst.Name, cst.Attribute)) and (dotted_name(call.func) or "").split(".")[-1] \
+        == "Fire" and not call.args
 
 
 def innermost_common_block(facts: Facts, nodes: list[cst.CSTNode]) -> cst.CSTNode:

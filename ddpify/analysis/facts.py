@@ -238,6 +238,13 @@ class FactRecord:
     freezes_parameters: bool = False
     # Map-style Dataset subclasses defined in the file.
     dataset_classes: set[str] = field(default_factory=set)
+    # Every node of the module by its exact type, in source order, and the statements of
+    # each function's own body (None: module level and class bodies) by type: the
+    # collector's one walk fills both, so queries over the whole module or a function's body
+    # do not walk it again (navigation.Navigation.nodes_of, own_statements).
+    nodes_by_type: dict[type, list[cst.CSTNode]] = field(default_factory=dict)
+    statements_by_function: dict[tuple[Optional[cst.FunctionDef], type], list[cst.CSTNode]] = field(
+        default_factory=dict)
     # Submodules a module class creates in __init__ but no other method uses, by class name.
     unused_submodules: dict[str, list[cst.Assign]] = field(default_factory=dict)
     # The same for classes of other modules of the project, by the name this module calls

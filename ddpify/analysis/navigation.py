@@ -1,13 +1,27 @@
 """Where a node sits: its statement, block, function and loops, and its position."""
-from typing import Optional, cast, overload
+from typing import Optional, TypeVar, Union, cast, overload
 
 import libcst as cst
 
 from ddpify.analysis.facts import Block, BlockItem, FactRecord, Statement
 from ddpify.analysis.nodes import first_free
 
+_Kind = TypeVar("_Kind", bound=cst.CSTNode)
+_StatementKind = TypeVar("_StatementKind", bound=Union[cst.BaseSmallStatement, cst.BaseCompoundStatement])
+
 
 class Navigation(FactRecord):
+    def nodes_of(self, kind: type[_Kind]) -> list[_Kind]:
+        """Every node of exactly this type in the module, in source order: what
+        `find_all(module, kind)` gives for a concrete libcst class, without a walk."""
+        return cast(list[_Kind], self.nodes_by_type.get(kind, []))
+
+    def own_statements(self, function: Optional[cst.FunctionDef], kind: type[_StatementKind]) -> list[_StatementKind]:
+        """The statements of exactly this type in the function's own body, not in functions
+        defined inside it (at module level, None: those of no function), in source order:
+        `find_all(function.body, kind, into_functions=False)` without a walk."""
+        return cast(list[_StatementKind], self.statements_by_function.get((function, kind), []))
+
     def free_name(self, name: str) -> str:
         """`name`, or `name_`, `name__`, ...: the first the script does not bind."""
         return first_free(name, self.bound_names.__contains__)

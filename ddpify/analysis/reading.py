@@ -35,12 +35,12 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
     collector.note_models_building_their_optimizer()
     collector.note_parts_trained_through_their_model()
     collector.note_dynamic_imports()
-    facts.trains = bool(collector.training_tops & reached_when_run(facts.module, collector.names_in_top))
+    facts.trains = bool(collector.training_tops & reached_when_run(facts, collector.names_in_top))
     if not facts.trains and collector.project.used_elsewhere:
         # A helper module of a project: what other modules import from it runs when their
         # script runs; its training code, the loaders it hands out and its output are
         # migrated here, where they are written.
-        facts.library = bool(reached_when_run(facts.module, collector.names_in_top,
+        facts.library = bool(reached_when_run(facts, collector.names_in_top,
                                               collector.project.used_elsewhere))
         facts.trains = facts.library
     if not facts.trains and collector.training_tops and not collector.project.used_elsewhere \
@@ -55,7 +55,7 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
                    if isinstance(statement, (cst.FunctionDef, cst.ClassDef))
                    and not statement.name.value.startswith(("_", "test", "Test"))}
         facts.library = facts.unseen_callers = bool(
-            collector.training_tops & reached_when_run(facts.module, collector.names_in_top, surface))
+            collector.training_tops & reached_when_run(facts, collector.names_in_top, surface))
         facts.trains = facts.library
     facts.training_calls = collector.training_calls
     note_entries_of_received_dicts(facts)

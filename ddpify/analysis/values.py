@@ -13,7 +13,6 @@ from ddpify.analysis.nodes import (
     names_bound_in,
     names_within,
     returned_name,
-    returns_in,
     string_value,
     unmoved,
 )
@@ -81,7 +80,7 @@ class ValueFlow(Navigation):
         of several call sites stays DDP218's: one sampler
         edit in the dict would serve callers ddpify would have to follow each."""
         for function in dict.fromkeys(self.functions.values()):
-            for returned in returns_in(function):
+            for returned in self.own_statements(function, cst.Return):
                 if returned.value is None:
                     continue
                 entries, variable, names = _loader_entries(returned.value, loader_calls)
@@ -366,7 +365,7 @@ class ValueFlow(Navigation):
     def _return_positions(self, name: str, function: cst.FunctionDef) -> set[Optional[int]]:
         """None when `return name`, k when name is the k-th element of a returned tuple."""
         positions: set[Optional[int]] = set()
-        for statement in returns_in(function):
+        for statement in self.own_statements(function, cst.Return):
             value = statement.value
             if value is not None and (name == returned_name(function) and self.is_loader_call(value)
                                       or dotted_name(value) == name):

@@ -282,9 +282,9 @@ def _dcp_save(call: cst.Call) -> cst.Call:
 
 def _imports_numpy(facts: Facts) -> bool:
     return any(dotted_name(alias.name) == "numpy" or (dotted_name(alias.name) or "").startswith("numpy.")
-               for node in find_all(facts.module, cst.Import) for alias in node.names) or any(
+               for node in facts.nodes_of(cst.Import) for alias in node.names) or any(
         node.module is not None and (dotted_name(node.module) or "").split(".")[0] == "numpy"
-        for node in find_all(facts.module, cst.ImportFrom))
+        for node in facts.nodes_of(cst.ImportFrom))
 
 
 FSDP2_DCP = Options(strategy="fsdp2", checkpoint="dcp")

@@ -13,7 +13,7 @@ import libcst as cst
 
 from ddpify.analysis import names
 from ddpify.analysis.control import Facts, is_training_loader
-from ddpify.analysis.nodes import calls_within, dotted_name, find_all, names_in, target_names
+from ddpify.analysis.nodes import calls_within, dotted_name, names_in, target_names
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits
 from ddpify.plan import Plan
@@ -343,7 +343,7 @@ def _made_by_unread_import(facts: Facts, loop: cst.For) -> Optional[str]:
     from there, not from code built by hand here."""
     iterated = set(facts.names_iterated_by(loop))
     # (`train_loader, test_loader = data_generator(...)` unpacks: read the assignments.)
-    values = [assign.value for assign in find_all(facts.module, cst.Assign)
+    values = [assign.value for assign in facts.nodes_of(cst.Assign)
               if any(target_names(target.target) & iterated for target in assign.targets)]
     for value in values:
         if isinstance(value, cst.Call):

@@ -549,8 +549,7 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
     # A move inside another statement (`m = model.to(device)`) touches the model too.
     moving = [facts.statement_of(call) for call in facts.device_moves.get(model.name, ())]
     # `model, criterion = set_model()`: unpacked from what a helper returns, moved there.
-    unpacked = [facts.statement_of(assign) for assign in find_all(
-        function.body if function is not None else facts.module, cst.Assign, into_functions=False)
+    unpacked = [facts.statement_of(assign) for assign in facts.own_statements(function, cst.Assign)
         if any(isinstance(target.target, cst.Tuple) and model.name in names_within(target.target)
                for target in assign.targets)]
     # `ema = copy.deepcopy(model)`, `AveragedModel(model)`: a copy of the raw module, not of DDP.

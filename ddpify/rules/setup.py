@@ -217,7 +217,7 @@ def _parameters_given_by_a_call(facts: Facts, function: cst.FunctionDef) -> set[
     every = parameter_names(function)
     calls = facts.calls_of(function)
     mentions = sum(isinstance(node, cst.Name) and node.value == function.name.value
-                   for node in find_all(facts.module, cst.Name))
+                   for node in facts.nodes_of(cst.Name))
     if facts.class_of(function) is not None or mentions != len(calls) + 1:  # the def names it once
         return every  # a method, or a function handed on (`Thread(target=run)`): not all its calls are seen
     given: set[str] = set()
@@ -316,7 +316,7 @@ def _read_from_a_module(facts: Facts, device: Union[str, Statement]) -> bool:
         if read is None:
             return False
         root = read.split(".", 1)[0]
-    for alias in find_all(facts.module, cst.ImportAlias):
+    for alias in facts.nodes_of(cst.ImportAlias):
         bound: cst.BaseExpression = alias.asname.name if alias.asname is not None else alias.name
         while isinstance(bound, cst.Attribute) and isinstance(facts.parents.get(alias), cst.Import):
             bound = bound.value  # `import a.b` binds `a`

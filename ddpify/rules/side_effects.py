@@ -537,7 +537,7 @@ def _attribute_references(facts: Facts, name: str, function: Optional[cst.Functi
         return None
     attribute = name.split(".", 1)[1]
     found: list[cst.BaseExpression] = []
-    for node in find_all(facts.module, cst.Attribute):
+    for node in facts.nodes_of(cst.Attribute):
         if node.attr.value != attribute:
             continue
         if dotted_name(node) != name or facts.class_of(facts.function_of(node)) is not owner:
