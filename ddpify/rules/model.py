@@ -334,7 +334,8 @@ def _unwrap_models_handed_in(facts: Facts, edits: Edits, setup: Plan) -> None:
             _unwrap_for_helpers(facts, edits, model, None)
     for name, reads in sorted(facts.attribute_reads.items()):
         if name in own or name not in facts.module_attributes and not any(
-                read.attr.value in MODULE_ONLY_METHODS and _called(facts, read) for read in reads):
+                read.attr.value in MODULE_ONLY_METHODS and _called(facts, read)
+                or _weights_loaded_elsewhere(facts, read) for read in reads):
             continue
         functions = [function for function in map(facts.function_of, reads) if function is not None]
         if not functions or not all(handed_in(facts, function, name) for function in functions):
@@ -347,6 +348,37 @@ def _unwrap_models_handed_in(facts: Facts, edits: Edits, setup: Plan) -> None:
         for value in _type_reads(facts, name):
             edits.expressions[value] = _unwrapped(name, edits, _quote_for(facts, value))
             edits.report("DDP103", value)
+
+
+def _weights_loaded_elsewhere(facts: Facts, read: cst.Attribute) -> bool:
+    """`shadow.load_state_dict(net.state_dict())` (an EMA restarted, a target network synced),
+    also through a copy (`copy.deepcopy(net.state_dict())`) or a name of the same function
+    (`weights = net.state_dict()` ... `target.load_state_dict(weights)`): one module's weights
+    loaded into another, so the value read is a module, and the wrapper's state dict, keyed
+    `module.*`, would not load. (An optimizer's state dict is copied the same way; for it
+    `getattr(opt, "module", opt)` is the optimizer itself.)"""
+    call = facts.parents.get(read)
+    if read.attr.value != "state_dict" or not isinstance(call, cst.Call) or call.func is not read:
+        return False
+    node: Optional[cst.CSTNode] = call
+    while node is not None and not isinstance(node, cst.BaseSmallStatement):
+        parent = facts.parents.get(node)
+        if isinstance(parent, cst.Arg) and _loads_state(facts.parents.get(parent)):
+            return True
+        node = parent
+    if not isinstance(node, cst.Assign) or node.value is not call or len(node.targets) != 1:
+        return False
+    held = dotted_name(node.targets[0].target)
+    function = facts.function_of(call)
+    return held is not None and any(
+        _loads_state(load) and facts.function_of(load) is function
+        and any(dotted_name(arg.value) == held for arg in load.args)
+        for callee, loads in facts.calls_by_callee.items() if callee.endswith(".load_state_dict") for load in loads)
+
+
+def _loads_state(node: Optional[cst.CSTNode]) -> bool:
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and \
+        node.func.attr.value == "load_state_dict"
 
 
 def _called(facts: Facts, read: cst.Attribute) -> bool:
