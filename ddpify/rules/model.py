@@ -190,8 +190,9 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
         edits.report("DDP105", anchor, "submodule unused in forward: DDP told to expect unused parameters: "
                      f"{', '.join(elsewhere)}, built by a class of another module of the project, runs "
                      "without gradients (never, or only under torch.no_grad())")
+    skipped = _report_arguments_none_on_some_steps(facts, edits, model)
     # DDP waits for a gradient from every parameter unless told some may not come.
-    extra = ", find_unused_parameters=True" if unused or elsewhere else ""
+    extra = ", find_unused_parameters=True" if unused or elsewhere or skipped else ""
     code = _wrap_statement(facts, setup, model, anchor, edits.options.sync_batchnorm, extra)
     if entry is not None:
         code = code.replace(f"{model.name} = DDP(", f"{entry} = DDP(", 1)
@@ -455,6 +456,8 @@ def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, an
     __init__): wrap it there when a process group exists. DDP takes the device from the
     module itself when device_ids is None, so no device name is needed."""
     code = WRAP_OUT_OF_SETUP_CODE.format(model=model.name)
+    if _report_arguments_none_on_some_steps(facts, edits, model):
+        code = code.replace(f"DDP({model.name})", f"DDP({model.name}, find_unused_parameters=True)")
     edits.insert_after(anchor, edits.statements(_when_trainable(facts, code, model.name)))
     edits.imports.update({"DDP", "dist"})
     edits.report("DDP101", anchor)
@@ -530,6 +533,49 @@ def _unused_submodules(facts: Facts, model: Model, anchor: cst.BaseStatement) ->
             if f"{class_name}(" in code:
                 unused.extend(assigns)
     return unused
+
+
+def _report_arguments_none_on_some_steps(facts: Facts, edits: Edits, model: Model) -> bool:
+    """`if random.random() < p_uncond: labels = None` ... `model(x, t, labels)` in a training
+    loop (classifier-free guidance's dropped labels, an optional mask): on those steps the
+    parameters the argument feeds get no gradient, which DDP, waiting for every gradient,
+    fails on at the next step; and where the step is drawn at random, the ranks differ.
+    Rule: a call of the model inside a training loop that passes a name the same loop sets
+    to None (`x = None`, `x = a if test else None`) makes the wrap expect unused parameters
+    (DDP105). True when one was found."""
+    found = False
+    for call in facts.calls_by_callee.get(model.name, ()):
+        loop = _training_loop_around(facts, call)
+        if loop is None:
+            continue
+        for arg in call.args:
+            if not arg.star and isinstance(arg.value, cst.Name) and _set_to_none_in(loop, arg.value.value):
+                edits.report("DDP105", call, "submodule unused in forward: DDP told to expect unused "
+                             f"parameters: `{arg.value.value}` is None on some training steps, and what it "
+                             "feeds in the forward then gets no gradient")
+                found = True
+                break
+    return found
+
+
+def _training_loop_around(facts: Facts, node: cst.CSTNode) -> Optional[cst.For]:
+    current = facts.parents.get(node)
+    while current is not None and not isinstance(current, (cst.FunctionDef, cst.ClassDef)):
+        if isinstance(current, cst.For) and current in facts.training_loops:
+            return current
+        current = facts.parents.get(current)
+    return None
+
+
+def _set_to_none_in(loop: cst.For, name: str) -> bool:
+    for assign in find_all(loop.body, cst.Assign):
+        if len(assign.targets) != 1 or dotted_name(assign.targets[0].target) != name:
+            continue
+        value = assign.value
+        branches = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+        if any(isinstance(branch, cst.Name) and branch.value == "None" for branch in branches):
+            return True
+    return False
 
 
 def _gradless_parts_elsewhere(facts: Facts, model: Model, anchor: cst.BaseStatement) -> list[str]:
