@@ -305,6 +305,7 @@ def test_output_in_a_helper_counts_where_the_helper_is_called(call, expected):
 @pytest.mark.parametrize("statement", [
     'print("done")', 'torch.save(model, "m.pt")', 'log = open("log.txt", "a")', 'os.makedirs("out")',
     'json.dump({}, log)', 'figure.savefig("loss.png")', 'writer = SummaryWriter("runs")',
+    'Image.fromarray(pixels).convert("L").save("sample.png")', 'T.ToPILImage()(x[0]).save("x.png")',
 ])
 def test_each_kind_of_output_after_the_join_needs_a_guard(statement):
     unguarded = MIGRATED + statement + "\n"
@@ -312,6 +313,13 @@ def test_each_kind_of_output_after_the_join_needs_a_guard(statement):
     assert codes(ORIGINAL, unguarded) == ["DDP913"]
     assert codes(ORIGINAL, guarded) == []
     assert codes(ORIGINAL, MIGRATED + 'with open("log.txt") as log:\n    pass\n') == []  # reading
+
+
+def test_a_pillow_image_bound_to_a_name_saves_itself():
+    made = planted("torch.manual_seed(0)\n", "picture = Image.new(\"RGB\", (4, 4))\ntorch.manual_seed(0)\n")
+    assert codes(ORIGINAL, made + 'picture.save("sample.png")\n') == ["DDP913"]
+    assert codes(ORIGINAL, made + 'if is_main:\n    picture.save("sample.png")\n') == []
+    assert codes(ORIGINAL, MIGRATED + 'trainer.save("run")\n') == []  # not an image: not named
 
 
 def test_output_before_the_group_is_joined_needs_no_guard():

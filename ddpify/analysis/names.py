@@ -114,6 +114,15 @@ MODEL_EXPORTERS = frozenset(
 )
 # Exporters whose result saves itself (`traced.save(path)`): a file write.
 SELF_SAVING_EXPORTS = frozenset({"torch.jit.trace", "torch.jit.script", "torch.jit.trace_module"})
+# Calls that make a Pillow image, which writes itself to a file with `.save(path)`
+# (`Image.fromarray(array).save(path)`, `to_pil_image(tensor).save(path)`); ToPILImage makes
+# the transform that makes one.
+IMAGE_MAKERS = frozenset({
+    "PIL.Image.fromarray", "PIL.Image.new", "PIL.Image.open", "PIL.Image.frombytes",
+    "PIL.Image.frombuffer", "PIL.Image.merge", "PIL.Image.blend", "PIL.Image.composite",
+    "torchvision.transforms.functional.to_pil_image",
+})
+IMAGE_TRANSFORM_MAKERS = frozenset({"torchvision.transforms.ToPILImage", "torchvision.transforms.v2.ToPILImage"})
 # A value that differs between ranks run at once: a folder named from it must be rank 0's
 # (rules/shared_names.py).
 CLOCK_OR_CHANCE = frozenset(

@@ -92,12 +92,12 @@ def positional_args(call: cst.Call) -> list[cst.BaseExpression]:
 
 def argument_for(call: cst.Call, parameter: str, position: Optional[int]) -> Optional[cst.BaseExpression]:
     """The value a call passes for a parameter, by keyword or by position. A position is not
-    read past a `*args`, whose length nothing here knows."""
+    read past a `*args`, whose length nothing here knows (a `**kwargs` moves no position)."""
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == parameter:
             return arg.value
     positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
-    if position is not None and position < len(positional) and not any(arg.star for arg in call.args):
+    if position is not None and position < len(positional) and not any(arg.star == "*" for arg in call.args):
         return positional[position].value
     return None
 

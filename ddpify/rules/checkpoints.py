@@ -10,7 +10,9 @@ import libcst as cst
 
 from ddpify.analysis import effects, names
 from ddpify.analysis.control import Facts
+from ddpify.analysis.effects import MODULE_ONLY_METHODS
 from ddpify.analysis.facts import Statement
+from ddpify.analysis.nodes import calls_within, dotted_name, handed_for, positional_parameters
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.arguments import with_keyword
 from ddpify.emit.edits import Edits, Insertion
@@ -47,8 +49,76 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         in_setup_scope = setup.sees_setup(facts, call) and facts.function_of(call) is setup.function \
             and not setup.device_elsewhere and not setup.cpu_only
         location = setup.device if in_setup_scope else '"cpu"'
+        if not in_setup_scope and _module_used_in_place(facts, call):
+            location = "on_this_process_device"
+            edits.add_helper(location, ON_THIS_PROCESS_DEVICE_HELPER, "torch")
         edits.expressions[call] = with_keyword("map_location", location, edits)
         edits.report("DDP303", call)
+
+
+ON_THIS_PROCESS_DEVICE_HELPER = '''\
+
+
+def on_this_process_device(storage, location):
+    """torch.load's map_location for a whole pickled module: what was saved on GPU N comes back
+    on this process's own GPU (the one the setup's set_device chose), the rest where it was
+    saved; one process alone gets what the original got from a checkpoint of GPU 0."""
+    return torch.serialization.default_restore_location(storage, location.split(":")[0])
+'''
+
+
+def _module_used_in_place(facts: Facts, load: cst.Call) -> bool:
+    """`teacher = torch.load(path)` then `teacher.eval()` or `teacher(x)`, never moved in that
+    function: a whole module used where it was unpickled. Mapped to the CPU it would meet
+    inputs on this rank's GPU, where the original had it on the GPU it was saved from; so
+    its GPU tensors come to this process's GPU instead. (A state dict or a checkpoint dict,
+    or a module moved afterwards, keeps map_location="cpu".)"""
+    assign = facts.parents.get(load)
+    if not isinstance(assign, cst.Assign) or assign.value is not load or len(assign.targets) != 1:
+        return False
+    name = dotted_name(assign.targets[0].target)
+    function = facts.function_of(load)
+    if name is None:
+        return False
+    called = [read.attr.value for read in facts.attribute_reads.get(name, ())
+              if facts.function_of(read) is function and _is_called(facts, read)]
+    runs = any(facts.function_of(call) is function for call in facts.calls_by_callee.get(name, ()))
+    return (runs or any(method in MODULE_ONLY_METHODS for method in called)
+            or _run_by_a_function_it_is_handed_to(facts, name, function)) and not any(
+        method in MOVES for method in called)
+
+
+def _run_by_a_function_it_is_handed_to(facts: Facts, name: str, function: Optional[cst.FunctionDef]) -> bool:
+    """`print(generate(decoder, "Wh"))` where this file's `def generate(decoder, prime):`
+    calls `decoder(...)` and never moves it."""
+    for callee, calls in facts.calls_by_callee.items():
+        defined = facts.functions.get(callee)
+        if defined is None:
+            continue
+        for call in calls:
+            if facts.function_of(call) is not function:
+                continue
+            for parameter in positional_parameters(defined):
+                handed = handed_for(call, defined, parameter)
+                if handed is not None and dotted_name(handed) == name and _runs_unmoved(defined, parameter):
+                    return True
+    return False
+
+
+def _runs_unmoved(function: cst.FunctionDef, parameter: str) -> bool:
+    inner = calls_within(function.body)
+    return any(isinstance(call.func, cst.Name) and call.func.value == parameter for call in inner) and not any(
+        isinstance(call.func, cst.Attribute) and call.func.attr.value in MOVES
+        and dotted_name(call.func.value) == parameter for call in inner)
+
+
+# Methods that put a module where it is used, after which the CPU copy is moved anyway.
+MOVES = frozenset({"to", "cuda", "cpu", "to_empty", "load_state_dict"})
+
+
+def _is_called(facts: Facts, read: cst.Attribute) -> bool:
+    call = facts.parents.get(read)
+    return isinstance(call, cst.Call) and call.func is read
 
 
 def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan) -> None:

@@ -190,8 +190,9 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
         edits.report("DDP105", anchor, "submodule unused in forward: DDP told to expect unused parameters: "
                      f"{', '.join(elsewhere)}, built by a class of another module of the project, runs "
                      "without gradients (never, or only under torch.no_grad())")
+    skipped = _report_arguments_none_on_some_steps(facts, edits, model)
     # DDP waits for a gradient from every parameter unless told some may not come.
-    extra = ", find_unused_parameters=True" if unused or elsewhere else ""
+    extra = ", find_unused_parameters=True" if unused or elsewhere or skipped else ""
     code = _wrap_statement(facts, setup, model, anchor, edits.options.sync_batchnorm, extra)
     if entry is not None:
         code = code.replace(f"{model.name} = DDP(", f"{entry} = DDP(", 1)
@@ -334,7 +335,8 @@ def _unwrap_models_handed_in(facts: Facts, edits: Edits, setup: Plan) -> None:
             _unwrap_for_helpers(facts, edits, model, None)
     for name, reads in sorted(facts.attribute_reads.items()):
         if name in own or name not in facts.module_attributes and not any(
-                read.attr.value in MODULE_ONLY_METHODS and _called(facts, read) for read in reads):
+                read.attr.value in MODULE_ONLY_METHODS and _called(facts, read)
+                or _weights_loaded_elsewhere(facts, read) for read in reads):
             continue
         functions = [function for function in map(facts.function_of, reads) if function is not None]
         if not functions or not all(handed_in(facts, function, name) for function in functions):
@@ -347,6 +349,37 @@ def _unwrap_models_handed_in(facts: Facts, edits: Edits, setup: Plan) -> None:
         for value in _type_reads(facts, name):
             edits.expressions[value] = _unwrapped(name, edits, _quote_for(facts, value))
             edits.report("DDP103", value)
+
+
+def _weights_loaded_elsewhere(facts: Facts, read: cst.Attribute) -> bool:
+    """`shadow.load_state_dict(net.state_dict())` (an EMA restarted, a target network synced),
+    also through a copy (`copy.deepcopy(net.state_dict())`) or a name of the same function
+    (`weights = net.state_dict()` ... `target.load_state_dict(weights)`): one module's weights
+    loaded into another, so the value read is a module, and the wrapper's state dict, keyed
+    `module.*`, would not load. (An optimizer's state dict is copied the same way; for it
+    `getattr(opt, "module", opt)` is the optimizer itself.)"""
+    call = facts.parents.get(read)
+    if read.attr.value != "state_dict" or not isinstance(call, cst.Call) or call.func is not read:
+        return False
+    node: Optional[cst.CSTNode] = call
+    while node is not None and not isinstance(node, cst.BaseSmallStatement):
+        parent = facts.parents.get(node)
+        if isinstance(parent, cst.Arg) and _loads_state(facts.parents.get(parent)):
+            return True
+        node = parent
+    if not isinstance(node, cst.Assign) or node.value is not call or len(node.targets) != 1:
+        return False
+    held = dotted_name(node.targets[0].target)
+    function = facts.function_of(call)
+    return held is not None and any(
+        _loads_state(load) and facts.function_of(load) is function
+        and any(dotted_name(arg.value) == held for arg in load.args)
+        for callee, loads in facts.calls_by_callee.items() if callee.endswith(".load_state_dict") for load in loads)
+
+
+def _loads_state(node: Optional[cst.CSTNode]) -> bool:
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and \
+        node.func.attr.value == "load_state_dict"
 
 
 def _called(facts: Facts, read: cst.Attribute) -> bool:
@@ -423,6 +456,8 @@ def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, an
     __init__): wrap it there when a process group exists. DDP takes the device from the
     module itself when device_ids is None, so no device name is needed."""
     code = WRAP_OUT_OF_SETUP_CODE.format(model=model.name)
+    if _report_arguments_none_on_some_steps(facts, edits, model):
+        code = code.replace(f"DDP({model.name})", f"DDP({model.name}, find_unused_parameters=True)")
     edits.insert_after(anchor, edits.statements(_when_trainable(facts, code, model.name)))
     edits.imports.update({"DDP", "dist"})
     edits.report("DDP101", anchor)
@@ -498,6 +533,49 @@ def _unused_submodules(facts: Facts, model: Model, anchor: cst.BaseStatement) ->
             if f"{class_name}(" in code:
                 unused.extend(assigns)
     return unused
+
+
+def _report_arguments_none_on_some_steps(facts: Facts, edits: Edits, model: Model) -> bool:
+    """`if random.random() < p_uncond: labels = None` ... `model(x, t, labels)` in a training
+    loop (classifier-free guidance's dropped labels, an optional mask): on those steps the
+    parameters the argument feeds get no gradient, which DDP, waiting for every gradient,
+    fails on at the next step; and where the step is drawn at random, the ranks differ.
+    Rule: a call of the model inside a training loop that passes a name the same loop sets
+    to None (`x = None`, `x = a if test else None`) makes the wrap expect unused parameters
+    (DDP105). True when one was found."""
+    found = False
+    for call in facts.calls_by_callee.get(model.name, ()):
+        loop = _training_loop_around(facts, call)
+        if loop is None:
+            continue
+        for arg in call.args:
+            if not arg.star and isinstance(arg.value, cst.Name) and _set_to_none_in(loop, arg.value.value):
+                edits.report("DDP105", call, "submodule unused in forward: DDP told to expect unused "
+                             f"parameters: `{arg.value.value}` is None on some training steps, and what it "
+                             "feeds in the forward then gets no gradient")
+                found = True
+                break
+    return found
+
+
+def _training_loop_around(facts: Facts, node: cst.CSTNode) -> Optional[cst.For]:
+    current = facts.parents.get(node)
+    while current is not None and not isinstance(current, (cst.FunctionDef, cst.ClassDef)):
+        if isinstance(current, cst.For) and current in facts.training_loops:
+            return current
+        current = facts.parents.get(current)
+    return None
+
+
+def _set_to_none_in(loop: cst.For, name: str) -> bool:
+    for assign in find_all(loop.body, cst.Assign):
+        if len(assign.targets) != 1 or dotted_name(assign.targets[0].target) != name:
+            continue
+        value = assign.value
+        branches = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+        if any(isinstance(branch, cst.Name) and branch.value == "None" for branch in branches):
+            return True
+    return False
 
 
 def _gradless_parts_elsewhere(facts: Facts, model: Model, anchor: cst.BaseStatement) -> list[str]:

@@ -86,6 +86,8 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     _prints_handed_on(facts, edits)
     _progress_bars(facts, edits, setup)
     _file_writes(facts, edits, setup)
+    for call in _image_saves(facts):
+        _guard_statement_call(facts, edits, setup, call, "DDP302")
     _trackers(facts, edits, setup)
     _lower_log_level(facts, edits, setup)
     _log_files_on_rank0(facts, edits, setup)
@@ -299,6 +301,42 @@ def _file_writes(facts: Facts, edits: Edits, setup: Plan) -> None:
             if _opens_for_writing(call) and facts.statement_of(call) not in edits.guarded:
                 # (A statement guarded as a whole: `json.dump(history, open(path, "w"))`.)
                 _open_on_rank0(facts, edits, setup, call)
+
+
+# Methods of a Pillow image that return another image (`.convert("L").resize(size)`).
+IMAGE_METHODS = frozenset({"convert", "resize", "rotate", "crop", "transpose", "copy", "filter", "point",
+                           "quantize", "reduce", "transform"})
+
+
+def _image_saves(facts: Facts) -> list[cst.Call]:
+    """`picture = Image.fromarray(pixels)` ... `picture.save(path)`,
+    `Image.fromarray(pixels).convert("L").save(path)`, `to_pil_image(x).save(path)`,
+    `to_image = T.ToPILImage()` ... `to_image(x).save(path)`: a Pillow image writes itself to
+    the file it is given, once per rank unless rank 0 alone saves it. Only a value the
+    script made with Pillow (or torchvision's conversion to it) counts: `.save` of anything
+    else is not a file write ddpify can name."""
+    makers = {call for qualified in names.IMAGE_MAKERS for call in facts.calls_named.get(qualified, ())}
+    transforms = {call for qualified in names.IMAGE_TRANSFORM_MAKERS for call in facts.calls_named.get(qualified, ())}
+    if not makers and not transforms:
+        return []
+
+    def made_by(value: cst.BaseExpression, depth: int = 0) -> bool:
+        while isinstance(value, cst.Call):
+            if value in makers or value.func in transforms:
+                return True
+            if isinstance(value.func, cst.Attribute) and value.func.attr.value in IMAGE_METHODS:
+                value = value.func.value
+                continue
+            name = dotted_name(value.func)  # `to_image(x)`, `to_image = T.ToPILImage()`
+            return name is not None and depth < 3 and any(
+                each in transforms for each in facts.assigned_values.get(name, ()))
+        name = dotted_name(value)
+        return name is not None and depth < 3 and any(
+            made_by(each, depth + 1) for each in facts.assigned_values.get(name, ()))
+
+    return [call for call in find_all(facts.module, cst.Call)
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value == "save"
+            and call.args and made_by(call.func.value)]
 
 
 def _open_on_rank0(facts: Facts, edits: Edits, setup: Plan, call: cst.Call) -> None:

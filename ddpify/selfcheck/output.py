@@ -29,13 +29,19 @@ WRITERS = frozenset({"print", "torch.save", "os.makedirs", "os.mkdir", "json.dum
 WRITING_METHODS = frozenset({"savefig", "to_csv", "to_json", "to_parquet", "to_excel", "to_pickle"})
 PATH_KEYWORDS = frozenset({"path_or_buf", "path", "excel_writer", "fname"})
 JOINS = "init_process_group"
+# Calls that make a Pillow image (last part of the name), which writes itself with `.save(path)`;
+# ToPILImage makes a transform that makes one.
+IMAGE_MAKERS = frozenset({"fromarray", "to_pil_image", "frombytes", "frombuffer"})
+IMAGE_MAKERS_ON_IMAGE = frozenset({"new", "open", "merge", "blend", "composite"})  # `Image.new(...)`
+IMAGE_TRANSFORMS = frozenset({"ToPILImage"})
 
 
 def unguarded_output(migrated: Source) -> Iterator[Finding]:
     reach = _Reach(migrated)
     buffers = _in_memory_files(migrated)
+    images = _Images(migrated)
     for call in migrated.calls:
-        if _writes(call) and not migrated.guarded(call) and reach.after_join(call) and not any(
+        if (_writes(call) or images.saves(call)) and not migrated.guarded(call) and reach.after_join(call) and not any(
                 dotted(arg) in buffers for arg in call.args):
             yield "DDP913", call.lineno, f"`{_short(call)}` runs on every rank"
 
@@ -78,6 +84,42 @@ def _writes(call: ast.Call) -> bool:
         return isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(
             letter in mode.value for letter in "wax+")
     return False
+
+
+class _Images:
+    """`picture.save(path)`, `Image.fromarray(a).convert("L").save(path)`,
+    `to_image(x).save(path)`: `.save` of a Pillow image, made by a call named above or
+    bound to a name assigned one (anywhere in the file)."""
+
+    def __init__(self, source: Source) -> None:
+        self.bound: dict[str, list[ast.expr]] = {}
+        for assignment in source.assignments:
+            if assignment.value is not None:
+                for target in assigned_targets(assignment):
+                    self.bound.setdefault(target, []).append(assignment.value)
+
+    def saves(self, call: ast.Call) -> bool:
+        return isinstance(call.func, ast.Attribute) and call.func.attr == "save" and bool(
+            call.args) and self._image(call.func.value, 0)
+
+    def _image(self, value: ast.expr, depth: int) -> bool:
+        if depth > 3:
+            return False
+        if isinstance(value, ast.Name):
+            return any(self._image(each, depth + 1) for each in self.bound.get(value.id, ()))
+        if not isinstance(value, ast.Call):
+            return False
+        name = dotted(value.func) or ""
+        if last_part(value.func) in IMAGE_MAKERS or name.endswith(tuple(
+                f"Image.{maker}" for maker in IMAGE_MAKERS_ON_IMAGE)):
+            return True
+        if isinstance(value.func, ast.Call):  # `T.ToPILImage()(x)`
+            return last_part(value.func.func) in IMAGE_TRANSFORMS
+        if isinstance(value.func, ast.Attribute):  # `.convert("L")` on an image
+            return self._image(value.func.value, depth + 1)
+        return isinstance(value.func, ast.Name) and any(  # `to_image = T.ToPILImage()`
+            isinstance(each, ast.Call) and last_part(each.func) in IMAGE_TRANSFORMS
+            for each in self.bound.get(value.func.id, ()))
 
 
 def _in_memory_files(source: Source) -> set[str]:
