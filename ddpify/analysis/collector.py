@@ -348,6 +348,9 @@ class Collector(cst.CSTVisitor):
         """The names `node` binds to what `made_by`, a function or method of another module
         of the project, returns: a DataLoader, or a dict of them, which that module shards."""
         call = cast(cst.Call, node.value)
+        kind = self.project.running_mean_kind(made_by)
+        if kind is not None:
+            self.facts.running_mean_makers[made_by] = kind
         for name in _bound_names(node.targets[0].target):
             self.facts.made_in_other_modules[name] = made_by
             if self.project.makes_loader(made_by):

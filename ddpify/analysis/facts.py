@@ -233,6 +233,8 @@ class FactRecord:
     # Names bound to what a function of another module of the project returns, by the
     # function's full name (`utils.get_loaders`).
     made_in_other_modules: dict[str, str] = field(default_factory=dict)
+    # The callables of `made_in_other_modules` that are running-mean classes (meters.py).
+    running_mean_makers: dict[str, str] = field(default_factory=dict)
     # Some parameter's requires_grad is set (`p.requires_grad = fine_tune`,
     # `requires_grad_(False)`): a model may reach its wrap with nothing to train.
     freezes_parameters: bool = False
