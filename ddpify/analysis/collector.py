@@ -22,6 +22,7 @@ from ddpify.analysis.nodes import (
     is_string_choice,
     is_true,
     keyword_args,
+    names_a_values_device,
     names_within,
     positional_args,
     returned_name,
@@ -839,7 +840,7 @@ class Collector(cst.CSTVisitor):
             self.facts.freezes_parameters = True
         if method == "requires_grad_" and self._is_statement_call(node):
             self._touch_model_of_part(func.value, node)
-        if (method == "cuda" or (
+        if (method == "cuda" and not _follows_a_value(node) or (
             method == "to" and node.args and is_fixed_gpu(node.args[0].value)
         )) and not self._is_project_module(receiver):
             self.facts.fixed_device_moves.append(node)
@@ -920,6 +921,14 @@ class Collector(cst.CSTVisitor):
             parent = self.parents.get(node)
             if isinstance(parent, cst.AssignTarget):
                 self.facts.visible_devices_statements.append(self._statement(node))
+
+
+def _follows_a_value(call: cst.Call) -> bool:
+    """`.cuda(img.get_device())`, `.cuda(device=x.device)`: the GPU of another value, kept
+    as written (nodes.names_a_values_device)."""
+    device = next((arg.value for arg in call.args if not arg.star and (
+        arg.keyword is None or arg.keyword.value == "device")), None)
+    return device is not None and names_a_values_device(device)
 
 
 def _bound_names(target: cst.BaseExpression) -> list[str]:
