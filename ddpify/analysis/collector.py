@@ -531,10 +531,12 @@ class Collector(cst.CSTVisitor):
         if (isinstance(func, cst.Name) and func.value == "print" or self._calls(node, names.STDOUT_WRITES)) \
                 and self._is_statement_call(node):
             facts.output_statements.append(self._statement(node))
+            self._note_output_in_suite(node)
         elif self._calls(node, names.TORCH_SAVE):
             facts.save_calls.append(node)
             if self._is_statement_call(node):
                 facts.output_statements.append(self._statement(node))
+                self._note_output_in_suite(node)
         elif self._calls(node, names.TORCH_LOAD):
             facts.load_calls.append(node)
         elif self._calls(node, names.CUDA_SET_DEVICE) and self._is_statement_call(node):
@@ -543,6 +545,13 @@ class Collector(cst.CSTVisitor):
             facts.fixed_device_values.append(node)
         elif self._is_optimizer(node):
             self._record_optimizer(node)
+
+    def _note_output_in_suite(self, node: cst.Call) -> None:
+        """A print or save that is one small statement of a one-line suite
+        (`except ImportError: ok = False; print(msg)`)."""
+        expression = self.parents.get(node)
+        if expression is not None and isinstance(self.parents.get(expression), cst.SimpleStatementSuite):
+            self.facts.output_calls_in_suites.append(node)
 
     def _note_data_calls(self, node: cst.Call) -> None:
         """Loaders, next() on an iterator, random samplers, downloads."""

@@ -233,6 +233,8 @@ class FactRecord:
     # Names bound to what a function of another module of the project returns, by the
     # function's full name (`utils.get_loaders`).
     made_in_other_modules: dict[str, str] = field(default_factory=dict)
+    # Output calls (print, torch.save) that are one small statement of a one-line suite.
+    output_calls_in_suites: list[cst.Call] = field(default_factory=list)
     # The callables of `made_in_other_modules` that are running-mean classes (meters.py).
     running_mean_makers: dict[str, str] = field(default_factory=dict)
     # Some parameter's requires_grad is set (`p.requires_grad = fine_tune`,
