@@ -98,6 +98,9 @@ class LoaderDict:
     # Entries that name a loader built before (`{"train": train_loader, ...}`): its call is
     # the entry's in `entries`.
     named: dict[str, Loader] = field(default_factory=dict)
+    # Filled one key a pass of a loop (`for split in ["train", "val"]: ... loaders[split] = dl`):
+    # the loader `dl` named in the loop, which the dict's rule takes over from the data rule.
+    filled_by: Optional[Loader] = None
 
 
 @dataclass
