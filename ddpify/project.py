@@ -162,6 +162,12 @@ class Project:
             return []
         return definition[0].gradless_submodules(definition[1])
 
+    def running_mean_kind(self, qualified: str) -> Optional[str]:
+        """For a class of the project whose objects keep a running mean that summing `sum` and
+        `count` across ranks makes the whole run's, how its average follows (meters.py)."""
+        definition = self._definition(qualified)
+        return None if definition is None else definition[0].running_mean_kind(definition[1])
+
     def defines(self, qualified: str) -> bool:
         """`qualified` is a function or class of one of the project's own modules."""
         return self._definition(qualified) is not None

@@ -22,6 +22,7 @@ from ddpify.analysis.nodes import (
     is_string_choice,
     is_true,
     keyword_args,
+    names_a_values_device,
     names_within,
     positional_args,
     returned_name,
@@ -351,6 +352,9 @@ class Collector(cst.CSTVisitor):
         """The names `node` binds to what `made_by`, a function or method of another module
         of the project, returns: a DataLoader, or a dict of them, which that module shards."""
         call = cast(cst.Call, node.value)
+        kind = self.project.running_mean_kind(made_by)
+        if kind is not None:
+            self.facts.running_mean_makers[made_by] = kind
         for name in _bound_names(node.targets[0].target):
             self.facts.made_in_other_modules[name] = made_by
             if self.project.makes_loader(made_by):
@@ -530,10 +534,12 @@ class Collector(cst.CSTVisitor):
         if (isinstance(func, cst.Name) and func.value == "print" or self._calls(node, names.STDOUT_WRITES)) \
                 and self._is_statement_call(node):
             facts.output_statements.append(self._statement(node))
+            self._note_output_in_suite(node)
         elif self._calls(node, names.TORCH_SAVE):
             facts.save_calls.append(node)
             if self._is_statement_call(node):
                 facts.output_statements.append(self._statement(node))
+                self._note_output_in_suite(node)
         elif self._calls(node, names.TORCH_LOAD):
             facts.load_calls.append(node)
         elif self._calls(node, names.CUDA_SET_DEVICE) and self._is_statement_call(node):
@@ -542,6 +548,13 @@ class Collector(cst.CSTVisitor):
             facts.fixed_device_values.append(node)
         elif self._is_optimizer(node):
             self._record_optimizer(node)
+
+    def _note_output_in_suite(self, node: cst.Call) -> None:
+        """A print or save that is one small statement of a one-line suite
+        (`except ImportError: ok = False; print(msg)`)."""
+        expression = self.parents.get(node)
+        if expression is not None and isinstance(self.parents.get(expression), cst.SimpleStatementSuite):
+            self.facts.output_calls_in_suites.append(node)
 
     def _note_data_calls(self, node: cst.Call) -> None:
         """Loaders, next() on an iterator, random samplers, downloads."""
@@ -839,7 +852,7 @@ class Collector(cst.CSTVisitor):
             self.facts.freezes_parameters = True
         if method == "requires_grad_" and self._is_statement_call(node):
             self._touch_model_of_part(func.value, node)
-        if (method == "cuda" or (
+        if (method == "cuda" and not _follows_a_value(node) or (
             method == "to" and node.args and is_fixed_gpu(node.args[0].value)
         )) and not self._is_project_module(receiver):
             self.facts.fixed_device_moves.append(node)
@@ -920,6 +933,14 @@ class Collector(cst.CSTVisitor):
             parent = self.parents.get(node)
             if isinstance(parent, cst.AssignTarget):
                 self.facts.visible_devices_statements.append(self._statement(node))
+
+
+def _follows_a_value(call: cst.Call) -> bool:
+    """`.cuda(img.get_device())`, `.cuda(device=x.device)`: the GPU of another value, kept
+    as written (nodes.names_a_values_device)."""
+    device = next((arg.value for arg in call.args if not arg.star and (
+        arg.keyword is None or arg.keyword.value == "device")), None)
+    return device is not None and names_a_values_device(device)
 
 
 def _bound_names(target: cst.BaseExpression) -> list[str]:

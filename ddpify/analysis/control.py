@@ -230,13 +230,17 @@ def note_models_moved_here(facts: Facts) -> None:
     known = {model.name for model in facts.models}
     for function, assigned in facts.self_assignments.items():
         for target, values in assigned.items():
-            if target in known or target not in called | facts.module_attributes:
+            if target not in known and target not in called | facts.module_attributes:
                 continue
             for value in values:
                 if _moves_handed_in(facts, function, value):
-                    known.add(target)
-                    facts.models.append(Model(target, facts.statement_of(value), function))
+                    # Known already when an optimizer trains it (`SGD(self.model.parameters())`):
+                    # moved here all the same, so wrapped here, not by the caller, which leaves
+                    # the wrap to the class that moves what it is handed.
                     facts.models_moved_here.add(target)
+                    if target not in known:
+                        known.add(target)
+                        facts.models.append(Model(target, facts.statement_of(value), function))
                     break
 
 

@@ -12,7 +12,7 @@ import builtins
 from collections.abc import Iterator
 from typing import Callable, Optional, Union
 
-from ddpify.analysis import names
+from ddpify.analysis import meters, names
 from ddpify.analysis.ast_names import dotted_ast
 from ddpify.analysis.returned_loaders import returned_loader_dict
 
@@ -312,6 +312,13 @@ class FunctionEffects:
         """The positional parameters a caller passes: a method's object is not one of them."""
         positional = [a.arg for a in function.args.posonlyargs + function.args.args]
         return positional[1:] if self.class_of(name) is not None else positional
+
+    def running_mean_kind(self, name: str) -> Optional[str]:
+        """For a class whose update() keeps a sum and a count, how its average follows
+        (meters.ASSIGNED or DERIVED); None for anything else."""
+        if name not in self.classes:
+            return None
+        return meters.running_mean_kind(self._functions.get(f"{name}.update"), self._functions.get(f"{name}.avg"))
 
     def returns_loader(self, name: str) -> bool:
         """The function returns a DataLoader it builds, alone or in a tuple."""

@@ -98,6 +98,9 @@ class LoaderDict:
     # Entries that name a loader built before (`{"train": train_loader, ...}`): its call is
     # the entry's in `entries`.
     named: dict[str, Loader] = field(default_factory=dict)
+    # Filled one key a pass of a loop (`for split in ["train", "val"]: ... loaders[split] = dl`):
+    # the loader `dl` named in the loop, which the dict's rule takes over from the data rule.
+    filled_by: Optional[Loader] = None
 
 
 @dataclass
@@ -233,6 +236,10 @@ class FactRecord:
     # Names bound to what a function of another module of the project returns, by the
     # function's full name (`utils.get_loaders`).
     made_in_other_modules: dict[str, str] = field(default_factory=dict)
+    # Output calls (print, torch.save) that are one small statement of a one-line suite.
+    output_calls_in_suites: list[cst.Call] = field(default_factory=list)
+    # The callables of `made_in_other_modules` that are running-mean classes (meters.py).
+    running_mean_makers: dict[str, str] = field(default_factory=dict)
     # Some parameter's requires_grad is set (`p.requires_grad = fine_tune`,
     # `requires_grad_(False)`): a model may reach its wrap with nothing to train.
     freezes_parameters: bool = False

@@ -65,6 +65,17 @@ def is_fixed_gpu(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Integer)
 
 
+def names_a_values_device(node: cst.BaseExpression) -> bool:
+    """`img.get_device()`, `x.device`, `torch.cuda.current_device()`: a device read from a value
+    (or the current one, which the setup makes this rank's), not one fixed in the source.
+    `.cuda(img.get_device())` moves onto the GPU another tensor already sits on, which is this
+    rank's under DDP: it is right as written and kept (nothing of the user's deleted)."""
+    if isinstance(node, cst.Attribute):
+        return node.attr.value == "device"
+    return (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and not node.args
+            and (node.func.attr.value == "get_device" or dotted_name(node.func) == "torch.cuda.current_device"))
+
+
 def is_string_choice(value: cst.BaseExpression) -> bool:
     """`"cuda" if cond else "cpu"`, or `"cuda:0" if cond else "cpu"`: a string stays a string
     (its GPU index becomes the rank's own, `f"cuda:{local_rank}"`)."""

@@ -10,6 +10,7 @@ from ddpify.analysis.facts import DictPass, Holder, Loader, LoaderDict, Model, S
 from ddpify.analysis.navigation import Navigation
 from ddpify.analysis.nodes import (
     dotted_name,
+    find_all,
     names_bound_in,
     names_within,
     returned_name,
@@ -71,7 +72,68 @@ class ValueFlow(Navigation):
                     found.append(LoaderDict(name, value, self.statement_of(value), function,
                                             {key: entries[key] for key in dict.fromkeys(order)}, variable, named))
         found.extend(self._returned_loader_dicts(loader_calls))
+        found.extend(self._loop_filled_loader_dicts(loader_calls))
         return sorted(found, key=lambda loaders: self.start_of(loaders.value))
+
+    def _loop_filled_loader_dicts(self, loader_calls: set[cst.Call]) -> Iterator[LoaderDict]:
+        """`loaders = {}`, then `for split in ["train", "val", "test"]:` whose pass builds one
+        DataLoader (`dl = DataLoader(ds, shuffle=(split == "train"))`, under a filter such as
+        `if split in types:` or not) and stores it by the loop's key (`loaders[split] = dl`):
+        the comprehension's dict, filled a key a pass. It goes by the name that holds it where
+        it is used: its own, or the one its function's single call site assigns it to."""
+        for assign in find_all(self.module, cst.Assign):
+            target = assign.targets[0].target if len(assign.targets) == 1 else None
+            if not (isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name)
+                    and len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index)
+                    and isinstance(target.slice[0].slice.value, cst.Name)):
+                continue
+            key_variable = target.slice[0].slice.value.value
+            key_loop = next((loop for loop in self.enclosing_loops(assign) if isinstance(loop.target, cst.Name)
+                             and loop.target.value == key_variable), None)
+            keys = _literal_strings(key_loop.iter) if key_loop is not None else None
+            function = self.function_of(assign)
+            name = target.value.value
+            if key_loop is None or keys is None or self.function_of(key_loop) is not function \
+                    or not any(isinstance(value, cst.Dict) and not value.elements
+                               for value in self.assigned_values.get(name, ())):
+                continue
+            call, loader = self._built_in_pass(assign.value, key_loop, loader_calls)
+            if call is None:
+                continue
+            holder = self._held_where_used(name, function)
+            if holder is not None:
+                yield LoaderDict(holder[1], call, self.statement_of(call), holder[0], dict.fromkeys(keys, call),
+                                 key_variable, {}, loader)
+
+    def _built_in_pass(self, value: cst.BaseExpression, key_loop: cst.For, loader_calls: set[cst.Call]
+                       ) -> tuple[Optional[cst.Call], Optional[Loader]]:
+        """The DataLoader call a dict entry stores: the value itself, or the loader named once
+        in the same pass (`dl = DataLoader(...)`)."""
+        if value in loader_calls:
+            return cast(cst.Call, value), None
+        if not isinstance(value, cst.Name):
+            return None, None
+        named = [loader for loader in self.loaders if loader.name == value.value
+                 and key_loop in self.enclosing_loops(loader.call)]
+        if len(named) != 1 or len(self.assigned_values.get(value.value, ())) != 1:
+            return None, None
+        return named[0].call, named[0]
+
+    def _held_where_used(self, name: str, function: Optional[cst.FunctionDef]
+                         ) -> Optional[tuple[Optional[cst.FunctionDef], str]]:
+        """The dict's own name, or, returned from its function (`return loaders`), the name its
+        one call site assigns it to; None for a dict several call sites share."""
+        if function is None or not any(isinstance(returned.value, cst.Name) and returned.value.value == name
+                                       for returned in returns_in(function)):
+            return function, name
+        sites = self.calls_of(function)
+        if len(sites) != 1 or self.enclosing_loops(sites[0]):
+            return None
+        assign = self.parents.get(sites[0])
+        if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+            return None
+        holder = dotted_name(assign.targets[0].target)
+        return None if holder is None else (self.function_of(sites[0]), holder)
 
     def _returned_loader_dicts(self, loader_calls: set[cst.Call]) -> Iterator[LoaderDict]:
         """`return {"train": DataLoader(...), "val": DataLoader(...)}` in a function whose

@@ -49,6 +49,10 @@ class Edits:
     replaced: dict[BlockItem, list[Statement]] = field(default_factory=dict)
     removed: set[BlockItem] = field(default_factory=set)
     guarded: dict[BlockItem, str] = field(default_factory=dict)
+    # A small statement of a one-line suite (`except ImportError: ok = False; print(msg)`) to
+    # run under a guard: its suite becomes an indented block, a line per small statement, as
+    # the same code written over several lines would be.
+    guarded_in_suites: dict[cst.BaseSmallStatement, str] = field(default_factory=dict)
     # Statements wrapped in try/finally, with the code for the finally block.
     finally_bodies: dict[BlockItem, list[Statement]] = field(default_factory=dict)
     module_end: list[Statement] = field(default_factory=list)
@@ -140,6 +144,7 @@ class Edits:
         return bool(
             self.expressions or self.before or self.after or self.replaced or self.removed
             or self.guarded or self.finally_bodies or self.module_end or self.module_prelude
+            or self.guarded_in_suites
         )
 
 
@@ -156,7 +161,7 @@ class ApplyEdits(cst.CSTTransformer):
         # it is, which keeps this pass cheap on long files with few edits.
         self.on_path: set[cst.CSTNode] = set()
         for key in (*edits.expressions, *edits.before, *edits.after, *edits.replaced,
-                    *edits.removed, *edits.guarded, *edits.finally_bodies):
+                    *edits.removed, *edits.guarded, *edits.finally_bodies, *edits.guarded_in_suites):
             node: Optional[cst.CSTNode] = key
             while node is not None and node not in self.on_path:
                 self.on_path.add(node)
@@ -179,6 +184,24 @@ class ApplyEdits(cst.CSTTransformer):
                             updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
         return updated_node.with_changes(
             body=self._rebuild(statements_in(original_node), statements_in(updated_node)))
+
+    def leave_SimpleStatementSuite(self, original_node: cst.SimpleStatementSuite,
+                                   updated_node: cst.SimpleStatementSuite) -> cst.BaseSuite:
+        """A one-line suite holding a guarded small statement, as an indented block: each
+        small statement on its own line, the guarded ones under their guard."""
+        if not any(small in self.edits.guarded_in_suites for small in original_node.body):
+            return updated_node
+        body: list[Statement] = []
+        for original, new in zip(original_node.body, updated_node.body):
+            line = cst.SimpleStatementLine(body=[new.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)])
+            guard = self.edits.guarded_in_suites.get(original)
+            if guard is not None and body and isinstance(body[-1], cst.If) \
+                    and self.edits.code(body[-1].test) == guard:
+                inner = cast(cst.IndentedBlock, body[-1].body)
+                body[-1] = body[-1].with_changes(body=inner.with_changes(body=[*inner.body, line]))
+            else:
+                body.append(line if guard is None else _guard([line], guard, self.edits))
+        return cst.IndentedBlock(body=body, header=updated_node.trailing_whitespace)
 
     def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.If:
         """`if step % 10 == 0:` around guarded code only becomes `if step % 10 == 0 and is_main:`."""

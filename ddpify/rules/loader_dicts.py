@@ -182,6 +182,12 @@ def _trains_by_look(call: cst.Call, key: Optional[str], key_variable: Optional[s
 def _plan_dict(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDict) -> None:
     if any(facts.loops_over_values(facts.loader_holders_of(loader)) for loader in loaders.named.values()):
         return  # a loader also iterated by its own name: the data rule's, as any other
+    if loaders.filled_by is not None:
+        if facts.loops_over_values(facts.loader_holders_of(loaders.filled_by)):
+            return
+        # `dl = DataLoader(...)` then `loaders[split] = dl`: an entry of the dict, not a loader
+        # of its own for the data rule (which would shard every split).
+        setup.loaders_in_dicts.append(loaders.filled_by)
     passes = facts.dict_passes(loaders)
     if isinstance(passes, str):
         _report(facts, edits, setup, loaders, passes)
@@ -219,7 +225,11 @@ def _report(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDict, reason
 
 def _why_not_sharded(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDict,
                      trained: set[str]) -> Optional[str]:
-    if facts.enclosing_loops(loaders.value):
+    outer = facts.enclosing_loops(loaders.value)
+    if outer and loaders.value in loaders.entries.values() and isinstance(outer[0].target, cst.Name) \
+            and outer[0].target.value == loaders.key_variable:
+        outer = outer[1:]  # (the loop over the keys that fills it a key a pass)
+    if outer:
         return f"`{loaders.name}` is built anew inside a loop"
     if not isinstance(loaders.statement, cst.SimpleStatementLine):
         return f"`{loaders.name}` is not built by an assignment"
@@ -605,6 +615,11 @@ def _rebuilt_statement(edits: Edits, statement: Statement, value: cst.BaseExpres
         elements = [entry(f"{edits.code(element.key)}: ", element.value)
                     for element in value.elements if isinstance(element, cst.DictElement)]
         return f"{head}{{\n" + "".join(f"{line},\n" for line in elements) + "}\n"
+    if isinstance(value, cst.Call) and value in arguments:  # `dl = DataLoader(...)`, an entry a pass
+        text = _call(edits, value, arguments[value])
+        if fits(column + len(head), text):
+            return f"{head}{text}\n"
+        return f"{head}{_exploded(edits, value, arguments[value], 0, column)}\n"
     if isinstance(value, cst.Call):
         elements = [entry(f"{arg.keyword.value}=", arg.value) for arg in value.args if arg.keyword is not None]
         return f"{head}{edits.code(value.func)}(\n" + "".join(f"{line},\n" for line in elements) + ")\n"
@@ -716,7 +731,16 @@ _RETURNED = TRAINING.replace(
     "loaders = make_loaders()\n",
 ).replace("    for x, y in loader:\n", '    for x, y in loaders["train"]:\n')
 
+_FILLED_IN_A_LOOP = TRAINING.replace(
+    "loader = DataLoader(dataset, batch_size=8, shuffle=True)\n",
+    "loaders = {}\nfor split in [\"train\", \"val\"]:\n"
+    "    loaders[split] = DataLoader(dataset, batch_size=8, shuffle=split == \"train\")\n",
+).replace("    for x, y in loader:\n", "    for x, y in loaders[\"train\"]:\n")
+
 CASES = (
+    # A dict filled a key a pass of a loop over literal splits: the comprehension's dict.
+    Emits(_FILLED_IN_A_LOOP, "DDP202", ('loaders["train"].sampler.set_epoch(epoch)',
+                                        'if distributed and split == "train"')),
     Emits(_RETURNED, "DDP202", ('loaders["train"].sampler.set_epoch(epoch)', "DistributedSampler(dataset")),
     Silent(_RETURNED.replace("loaders = make_loaders()\n", "").replace(
         "for epoch in range(3):\n", "for epoch in range(3):\n    loaders = make_loaders()\n"), "DDP201"),

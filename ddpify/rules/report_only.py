@@ -202,6 +202,7 @@ def _rank_local_in(facts: Facts, setup: Plan, loop: cst.For) -> set[str]:
     rank_local |= _fed_rank_local(loop.body, rank_local)
     if loop in setup.reduced_epoch_loops:
         rank_local -= set(training.epoch_accumulators(facts, loop)) | set(training.epoch_lists(facts, loop))
+        rank_local -= setup.reduced_meters.get(loop, set())
     return rank_local
 
 

@@ -7,7 +7,7 @@ a keyword where the API has one (`tqdm(..., disable=not is_main)`, `wandb.init(m
 body is nothing but guarded statements.
 """
 from collections.abc import Sequence
-from typing import Optional
+from typing import Optional, cast
 
 import libcst as cst
 
@@ -98,6 +98,12 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
 
 def _guard_prints_and_saves(facts: Facts, edits: Edits, setup: Plan) -> None:
     model_names = {model.name for model in facts.models}
+    for output in facts.output_calls_in_suites:
+        statement = facts.statement_of(output)
+        if _single_expression(statement) is None and output not in setup.collective_saves \
+                and not (output in facts.save_calls and _saves_to_memory(facts, output)):
+            _guard_in_one_line_suite(facts, edits, setup, cast(cst.Expr, facts.parents.get(output)), statement,
+                                     "DDP302" if output in facts.save_calls else "DDP301")
     for statement in facts.output_statements:
         expression = _single_expression(statement)
         if expression is None:
@@ -636,9 +642,26 @@ def _guard_statement_call(facts: Facts, edits: Edits, setup: Plan, call: cst.Cal
     if not isinstance(parent, cst.Expr):
         return False
     statement = facts.statement_of(parent)
-    if not _is_single_call_line(statement) or code == "DDP302" and _saves_to_memory(facts, call):
+    if code == "DDP302" and _saves_to_memory(facts, call):
         return False
+    if not _is_single_call_line(statement):
+        return _guard_in_one_line_suite(facts, edits, setup, parent, statement, code)
     _guard(facts, edits, setup, statement, code)
+    return True
+
+
+def _guard_in_one_line_suite(facts: Facts, edits: Edits, setup: Plan, expression: cst.Expr,
+                             statement: cst.BaseStatement, code: str) -> bool:
+    """`except ImportError: HAS_TB = False; print("no tensorboard")`, `except Exception as e:
+    print(e); continue`: output in a one-line suite is output like any other, guarded as the
+    same code over several lines is (the suite becomes a block, the rest of it runs on every
+    rank). A print at import time too: every rank would repeat it."""
+    if not isinstance(facts.parents.get(expression), cst.SimpleStatementSuite) or _in_dataset_class(facts, statement):
+        return False
+    if _runs_model(facts, expression.value, {model.name for model in facts.models}):
+        return False  # its model run must stay on every rank, and a suite has no line to hoist it to
+    edits.guarded_in_suites[expression] = setup.guard_for(facts, statement)
+    edits.report(code, expression)
     return True
 
 

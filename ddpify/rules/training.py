@@ -10,6 +10,7 @@ from typing import Callable, Optional, cast
 
 import libcst as cst
 
+from ddpify.analysis import meters
 from ddpify.analysis.bindings import names_read_after
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Statement
@@ -21,6 +22,7 @@ from ddpify.analysis.nodes import (
     find_all,
     names_in,
     statements_in,
+    string_value,
 )
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import collectives, fsdp2
@@ -43,6 +45,12 @@ RULES = (
          "start the next epoch and wait in its first all-reduce. One broadcast per epoch makes "
          "every rank stop with rank 0.",
          "Nothing to do."),
+    Rule("DDP407", Severity.WARNING, "running figure held by an object ddpify cannot read",
+         "A meter filled batch by batch (`meter.update(loss.item(), n)`) and read after the loop "
+         "holds this rank's share of the epoch. ddpify sums `sum` and `count` across ranks only "
+         "for a class whose update() it reads as a sum and a count (the AverageMeter shape).",
+         "After the loop, all-reduce the meter's sum and count and recompute its average, "
+         "or give its class the AverageMeter shape."),
     Rule("DDP404", Severity.WARNING, "gradient accumulation not wrapped in no_sync()",
          "ddpify found an optimizer step under a condition but could not tell which forward "
          "and backward passes belong to the micro-batches, so every micro-batch all-reduces.",
@@ -259,7 +267,13 @@ def figures_anchor(facts: Facts, loop: cst.For) -> cst.BaseStatement:
 
 def epoch_accumulators(facts: Facts, loop: cst.For) -> dict[str, cst.BaseExpression]:
     """`running_loss = 0.0` before the batch loop, `running_loss += ...` inside it, and used
-    after it: the name and its initial literal, in the order they were set."""
+    after it: the name and its initial literal, in the order they were set.
+
+    A running figure read after the loop is the whole run's figure, whatever holds it: the
+    entries of a dict set before the loop (`running = {"loss": 0.0, "batch_sizes": 0}` or
+    `dict(loss=0.0, ...)`) that the loop adds to (`running["loss"] += loss.item() * n`) are
+    such figures each, named as the code reads them (`running["loss"]`), when the dict is
+    read after the loop (printed, written to a CSV row, appended to a history)."""
     anchor = figures_anchor(facts, loop)
     block = facts.parents.get(anchor)
     if not isinstance(block, (cst.IndentedBlock, cst.Module)):
@@ -271,9 +285,43 @@ def epoch_accumulators(facts: Facts, loop: cst.For) -> dict[str, cst.BaseExpress
         for name, value in _names_set_before(statement):
             if isinstance(value, (cst.Integer, cst.Float)):
                 initial[name] = value
+            for key, entry in _numeric_entries(value).items():
+                initial[f'{name}["{key}"]'] = entry
     added = _augmented_names(loop.body)
     used_after = _used_after(facts, loop, statements[index + 1:])
-    return {name: value for name, value in initial.items() if name in added and name in used_after}
+    return {name: value for name, value in initial.items()
+            if name in added and name.partition("[")[0] in used_after}
+
+
+def _numeric_entries(value: cst.BaseExpression) -> dict[str, cst.BaseExpression]:
+    """The entries of a dict literal (`{"loss": 0.0}`) or of `dict(loss=0.0)` whose key is a
+    plain string and whose value a number literal: what a running figure starts from."""
+    pairs: list[tuple[Optional[str], cst.BaseExpression]] = []
+    if isinstance(value, cst.Dict):
+        pairs = [(string_value(element.key), element.value) if isinstance(element, cst.DictElement)
+                 else (None, element.value) for element in value.elements]
+    elif isinstance(value, cst.Call) and dotted_name(value.func) == "dict":
+        pairs = [(arg.keyword.value if arg.keyword is not None and not arg.star else None, arg.value)
+                 for arg in value.args]
+    return {key: entry for key, entry in pairs if key is not None and _plain_key(key)
+            and isinstance(entry, (cst.Integer, cst.Float))}
+
+
+def _plain_key(key: str) -> bool:
+    return '"' not in key and "\\" not in key and "\n" not in key
+
+
+def figure_named(target: cst.BaseExpression) -> Optional[str]:
+    """The running figure an assignment target names: `running_loss`, or a dict's entry
+    `running["loss"]` (either quote), spelled as epoch_accumulators names it."""
+    if isinstance(target, cst.Name):
+        return target.value
+    if (isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name) and len(target.slice) == 1
+            and isinstance(target.slice[0].slice, cst.Index)):
+        key = string_value(target.slice[0].slice.value)
+        if key is not None and _plain_key(key):
+            return f'{target.value.value}["{key}"]'
+    return None
 
 
 def epoch_lists(facts: Facts, loop: cst.For) -> list[str]:
@@ -351,11 +399,101 @@ def _item_value(value: cst.BaseExpression) -> bool:
     return isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "item"
 
 
+def epoch_meters(facts: Facts, loop: cst.For) -> dict[str, list[cst.Call]]:
+    """`losses = AverageMeter()` before the batch loop, `losses.update(loss.item(), n)` in it,
+    and `losses.avg` (`.sum`, `.count`) read after it: the same running figure as a sum kept
+    by hand, held by an object. The meter's name -> its update() calls in the loop."""
+    anchor = figures_anchor(facts, loop)
+    block = facts.parents.get(anchor)
+    if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+        return {}
+    statements = list(block.body)
+    index = statements.index(anchor)
+    made = {name for statement in statements[:index] for name, value in _names_set_before(statement)
+            if isinstance(value, cst.Call)}
+    updates: dict[str, list[cst.Call]] = {}
+    for call in calls_within(loop.body):
+        if isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) \
+                and call.func.value.value in made and call.func.attr.value == "update":
+            updates.setdefault(call.func.value.value, []).append(call)
+    read = {node.value.value for statement in [*statements[index + 1:], *_statements_after(facts, loop)]
+            for node in find_all(statement, cst.Attribute) if isinstance(node.value, cst.Name)
+            and node.attr.value in meters.RUNNING_MEAN_ATTRIBUTES}
+    return {name: calls for name, calls in updates.items() if name in read}
+
+
+def _meter_read_with_certainty(facts: Facts, loop: cst.For, name: str, updates: list[cst.Call]) -> Optional[str]:
+    """The meter's class is one meters.py reads as a running mean (in this file or another
+    module of the project), the loop calls nothing on it but update(), and each update adds
+    a Python number (`loss.item()`, `acc1[0].item()`), which a float64 sum carries."""
+    callee = _maker_of(facts, loop, name) or ""
+    kind = meters.running_mean_class(facts.classes[callee]) if callee in facts.classes \
+        else facts.running_mean_makers.get(facts.made_in_other_modules.get(name, ""))
+    other_calls = [call for call in calls_within(loop.body) if isinstance(call.func, cst.Attribute)
+                   and isinstance(call.func.value, cst.Name) and call.func.value.value == name
+                   and call not in updates]
+    if other_calls or not all(
+            call.args and len(call.args) <= 2 and not any(arg.star or arg.keyword for arg in call.args)
+            and _number_argument(loop.body, call.args[0].value) for call in updates):
+        return None
+    return kind
+
+
+def _maker_of(facts: Facts, loop: cst.For, name: str) -> Optional[str]:
+    """What `name = Maker(...)` before the batch loop calls."""
+    anchor = figures_anchor(facts, loop)
+    block = facts.parents.get(anchor)
+    if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+        return None
+    statements = list(block.body)
+    for statement in statements[:statements.index(anchor)]:
+        for bound, value in _names_set_before(statement):
+            if bound == name and isinstance(value, cst.Call):
+                return dotted_name(value.func)
+    return None
+
+
+def _number_argument(body: cst.CSTNode, value: cst.BaseExpression) -> bool:
+    """A Python number: made with .item(), float() or int() (a name the loop binds only to
+    such values), not a tensor that may sit on the GPU with its graph."""
+    if isinstance(value, cst.Name):
+        values = [assign.value for assign in find_all(body, cst.Assign) if any(
+            isinstance(target.target, cst.Name) and target.target.value == value.value for target in assign.targets)]
+        return bool(values) and all(not isinstance(each, cst.Name) and _number_argument(body, each) for each in values)
+    return _item_value(value) or any(isinstance(call.func, cst.Attribute) and call.func.attr.value == "item"
+                                     for call in calls_within(value))
+
+
+def _meter_figures(facts: Facts, edits: Edits, loop: cst.For) -> dict[str, tuple[bool, str]]:
+    """The meters whose sums are summed across ranks (name -> whether their counts are whole
+    numbers, and how their average follows); each meter ddpify cannot read with certainty is
+    reported (DDP407)."""
+    summed: dict[str, tuple[bool, str]] = {}
+    for name, updates in epoch_meters(facts, loop).items():
+        kind = _meter_read_with_certainty(facts, loop, name, updates)
+        if kind is not None:
+            summed[name] = (all(len(call.args) < 2 or _whole_number(call.args[1].value)
+                                or _whole_name(loop.body, call.args[1].value) for call in updates), kind)
+        else:
+            edits.report("DDP407", updates[0], f"running figure `{name}` read after the loop holds this rank's share: "
+                         "ddpify cannot read its class as a sum and a count")
+    return summed
+
+
 def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For) -> None:
     accumulators = epoch_accumulators(facts, loop)
     lists = epoch_lists(facts, loop)
-    if not (accumulators or lists) or not _sharded(facts, setup, loop):
+    if not _sharded(facts, setup, loop):
         return
+    meter_kinds = _meter_figures(facts, edits, loop)
+    meter_counts = {meter: whole for meter, (whole, _) in meter_kinds.items()}
+    averaged = [meter for meter, (_, kind) in meter_kinds.items() if kind == meters.ASSIGNED]
+    for meter in meter_counts:
+        accumulators[f"{meter}.sum"] = cst.Float("0.0")
+        accumulators[f"{meter}.count"] = cst.Integer("0") if meter_counts[meter] else cst.Float("0.0")
+    if not (accumulators or lists):
+        return
+    setup.reduced_meters.setdefault(loop, set()).update(meter_counts)
     after = _statements_after(facts, loop)
     # A pass over a dict of loaders counts its own batches too (`len(loaders[phase])`).
     loaders = {name for _, name in facts.loader_holders()} | set(facts.names_iterated_by(loop))
@@ -368,7 +506,7 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
     if key_test is not None and "DistributedSampler" in key_test:
         edits.imports.add("DistributedSampler")  # (epochs.SHARDED_THERE: a loader another module shards)
     if not setup.sees_setup(facts, loop):
-        _gather_epoch_figures(facts, edits, setup, loop, names, per_batch, shard_test, lists)
+        _gather_epoch_figures(facts, edits, setup, loop, names, per_batch, shard_test, lists, averaged)
         return
     indent = facts.column_of(loop) - 1
     lines = _if_lines(indent, f"distributed{shard_test}")
@@ -377,20 +515,10 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
         # whose device is chosen in another module names none here, and its group (each
         # device type's default backend) sums CPU tensors with Gloo.
         device = "" if setup.cpu_only or _no_device_bound(facts, setup) else f", device={setup.device}"
-        tensor = f"torch.tensor([{', '.join(names)}], dtype=torch.float64{device})"
-        if not fits(indent + 4 + len("totals = "), tensor):
-            tensor = f"torch.tensor(\n        [{', '.join(names)}], dtype=torch.float64{device}\n    )"
-        lines += [f"    {REDUCE_COMMENT}", f"    totals = {tensor}", "    dist.all_reduce(totals)"]
+        lines += [f"    {REDUCE_COMMENT}", f"    totals = {_totals_tensor(indent, names, device)}",
+                  "    dist.all_reduce(totals)"]
     for position, name in enumerate(names):
-        if not _sums_python_numbers(facts, loop.body, name):
-            # `running_corrects += torch.sum(preds == labels)` sums tensors: the total stays
-            # a tensor like the one it replaces (`running_corrects.double()` after the loop).
-            value = (f"totals[{position}].to({name}) if torch.is_tensor({name}) "
-                     f"else totals[{position}].item()")
-        elif isinstance(accumulators[name], cst.Integer) and _counts(loop.body, name):
-            value = f"int(totals[{position}])"
-        else:
-            value = f"totals[{position}].item()"
+        value = _total_value(facts, loop, name, position, accumulators[name], meter_counts)
         if name in per_batch:
             lines.append(f"    # Each rank ran {per_batch[name]}: the mean of the ranks' sums.")
             if " if " in value:
@@ -400,10 +528,45 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
             lines.extend([f"    {name} = (", f"        {value}", "    )"])  # as black wraps it
         else:
             lines.append(f"    {name} = {value}")
+    lines += _averages_again(averaged)
     lines += _merged_lists(facts, edits, lists)
     edits.insert_after(figures_anchor(facts, loop), edits.statements("\n".join(lines) + "\n"))
     setup.reduced_epoch_loops.add(loop)
     edits.report("DDP402", loop)
+
+
+def _totals_tensor(indent: int, names: list[str], device: str) -> str:
+    """`torch.tensor([a, b], dtype=torch.float64, device=device)`, split as black splits it
+    where it does not fit its line: inside the call, then one figure a line."""
+    inner = f"[{', '.join(names)}], dtype=torch.float64{device}"
+    if fits(indent + 4 + len("totals = "), f"torch.tensor({inner})"):
+        return f"torch.tensor({inner})"
+    if fits(indent + 8, inner):
+        return f"torch.tensor(\n        {inner}\n    )"
+    figures = "".join(f"            {name},\n" for name in names)
+    keywords = "".join(f"        {keyword.strip()},\n" for keyword in f"dtype=torch.float64{device}".split(","))
+    return f"torch.tensor(\n        [\n{figures}        ],\n{keywords}    )"
+
+
+def _total_value(facts: Facts, loop: cst.For, name: str, position: int, initial: cst.BaseExpression,
+                 meter_counts: dict[str, bool]) -> str:
+    """The summed figure, of the type the loop kept it in."""
+    meter = name[:-len(".count")] if name.endswith(".count") else None
+    if meter in meter_counts:
+        return f"int(totals[{position}])" if meter_counts[meter] else f"totals[{position}].item()"
+    if not _sums_python_numbers(facts, loop.body, name):
+        # `running_corrects += torch.sum(preds == labels)` sums tensors: the total stays
+        # a tensor like the one it replaces (`running_corrects.double()` after the loop).
+        return f"totals[{position}].to({name}) if torch.is_tensor({name}) else totals[{position}].item()"
+    if isinstance(initial, cst.Integer) and _counts(loop.body, name):
+        return f"int(totals[{position}])"
+    return f"totals[{position}].item()"
+
+
+def _averages_again(meters: Iterable[str]) -> list[str]:
+    """A meter's average, from its sum and count summed across ranks (a meter whose `avg` is a
+    property of the two computes it again itself)."""
+    return [f"    {meter}.avg = {meter}.sum / {meter}.count" for meter in meters]
 
 
 def _if_lines(indent: int, test: str) -> list[str]:
@@ -434,7 +597,8 @@ def _merged_lists(facts: Facts, edits: Edits, lists: list[str]) -> list[str]:
 
 
 def _gather_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For, names: list[str],
-                          per_batch: dict[str, str], shard_test: str, lists: list[str]) -> None:
+                          per_batch: dict[str, str], shard_test: str, lists: list[str],
+                          meter_names: list[str]) -> None:
     """The same sums in a function the setup's names do not reach (a train_model(model,
     loader) helper): gathered as Python numbers, which needs no device and keeps each
     figure's type."""
@@ -449,6 +613,7 @@ def _gather_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
             lines.append(f"    # Each rank ran {per_batch[name]}: the mean of the ranks' sums.")
             total += " / dist.get_world_size()"
         lines.append(f"    {name} = {total}")
+    lines += _averages_again(meter_names)
     lines += _merged_lists(facts, edits, lists)
     edits.imports.add("dist")
     edits.insert_after(figures_anchor(facts, loop), edits.statements("\n".join(lines) + "\n"))
@@ -508,7 +673,17 @@ def _counts(node: cst.CSTNode, name: str) -> bool:
     size): `train_loss = 0` that sums `loss.item()` or `loss.item() * x.size(0)` is a float
     and stays one."""
     increments = _increments(node, name)
-    return bool(increments) and all(_whole_number(value) for value in increments)
+    return bool(increments) and all(_whole_number(value) or _whole_name(node, value) for value in increments)
+
+
+def _whole_name(node: cst.CSTNode, value: cst.BaseExpression) -> bool:
+    """`batch_size = x.size(0)` in the loop, then `total += batch_size`: a name every
+    assignment of the loop gives a whole number."""
+    if not isinstance(value, cst.Name):
+        return False
+    values = [assign.value for assign in find_all(node, cst.Assign) if any(
+        isinstance(target.target, cst.Name) and target.target.value == value.value for target in assign.targets)]
+    return bool(values) and all(_whole_number(each) for each in values)
 
 
 def _increments(node: cst.CSTNode, name: str) -> list[cst.BaseExpression]:
@@ -517,7 +692,7 @@ def _increments(node: cst.CSTNode, name: str) -> list[cst.BaseExpression]:
 
     class _Increments(cst.CSTVisitor):
         def visit_AugAssign(self, assign: cst.AugAssign) -> None:
-            if isinstance(assign.target, cst.Name) and assign.target.value == name:
+            if figure_named(assign.target) == name:
                 increments.append(assign.value)
 
     node.visit(_Increments())
@@ -587,16 +762,18 @@ def _divided_by_len(statements: Iterable[cst.CSTNode], loaders: set[str], batch_
 
     class _Divisions(cst.CSTVisitor):
         def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
-            if isinstance(node.operator, cst.Divide) and isinstance(node.left, cst.Name):
-                self.divided(node.left.value, node.right)
+            figure = figure_named(node.left)
+            if isinstance(node.operator, cst.Divide) and figure is not None:
+                self.divided(figure, node.right)
 
         def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            if isinstance(node.operator, cst.DivideAssign) and isinstance(node.target, cst.Name):
-                self.divided(node.target.value, node.value)
+            figure = figure_named(node.target)
+            if isinstance(node.operator, cst.DivideAssign) and figure is not None:
+                self.divided(figure, node.value)
 
         def divided(self, name: str, divisor: cst.BaseExpression) -> None:
             count = _rank_batch_count(divisor, loaders, batch_index, assigned or {})
-            if count is not None and name not in rebound:
+            if count is not None and name.partition("[")[0] not in rebound:
                 found[name] = count
 
     # A name bound again (a later evaluation's `total = 0.0`) is another figure from there on.
@@ -644,8 +821,9 @@ def _augmented_names(node: cst.CSTNode) -> set[str]:
 
     class _Augmented(cst.CSTVisitor):
         def visit_AugAssign(self, assign: cst.AugAssign) -> None:
-            if isinstance(assign.operator, cst.AddAssign) and isinstance(assign.target, cst.Name):
-                found.add(assign.target.value)
+            figure = figure_named(assign.target)
+            if isinstance(assign.operator, cst.AddAssign) and figure is not None:
+                found.add(figure)
 
     node.visit(_Augmented())
     return found
@@ -688,6 +866,21 @@ CASES = (
                    "        optimizer.step()\n        losses.append(loss.item())\n"
                    "    print(epoch, sum(losses) / len(losses))\n"),
           "DDP402", ("every_rank(losses)",)),
+    # Running figures kept in a dict's entries: each entry the loop adds to is summed.
+    Emits(TRAINING.replace("    for x, y in loader:\n", "    stats = {'loss': 0.0, 'seen': 0}\n"
+                           "    for x, y in loader:\n")
+          .replace("        optimizer.step()\n    print(epoch, loss.item())\n",
+                   "        optimizer.step()\n        stats['loss'] += loss.item()\n"
+                   "        stats['seen'] += x.size(0)\n"
+                   "    print(epoch, stats['loss'] / len(loader), stats['seen'])\n"),
+          "DDP402", ('stats["loss"] = totals[0].item() / dist.get_world_size()', 'stats["seen"] = int(totals[1])')),
+    # A meter whose class ddpify cannot read as a sum and a count: named, not guessed at.
+    Emits(TRAINING.replace("for epoch in range(3):\n", "class Meter:\n    def update(self, value, n=1):\n"
+                           "        self.last = max(value, getattr(self, 'last', value))\n\n\nfor epoch in range(3):\n")
+          .replace("    for x, y in loader:\n", "    meter = Meter()\n    for x, y in loader:\n")
+          .replace("        optimizer.step()\n    print(epoch, loss.item())\n",
+                   "        optimizer.step()\n        meter.update(loss.item())\n    print(epoch, meter.avg)\n"),
+          "DDP407"),
     # A time budget checked once per epoch: rank 0's clock decides for every rank.
     Emits(TRAINING.replace("import torch\n", "import time\n\nimport torch\n", 1)
           .replace("for epoch in range(3):\n", "start = time.time()\nfor epoch in range(3):\n")
