@@ -124,7 +124,7 @@ class ValueFlow(Navigation):
         """The dict's own name, or, returned from its function (`return loaders`), the name its
         one call site assigns it to; None for a dict several call sites share."""
         if function is None or not any(isinstance(returned.value, cst.Name) and returned.value.value == name
-                                       for returned in returns_in(function)):
+                                       for returned in self.own_statements(function, cst.Return)):
             return function, name
         sites = self.calls_of(function)
         if len(sites) != 1 or self.enclosing_loops(sites[0]):
