@@ -161,6 +161,9 @@ class FactRecord:
     # In a helper module: `self.X` its classes, or the project's classes derived from them,
     # use as a torch module (`self.model.train()`).
     module_attributes: set[str] = field(default_factory=set)
+    # In a helper module: `X` where a class of the project keeps a module it moves, and wraps,
+    # as `self.X` (Project.moved_self_attributes).
+    moved_self_attributes: set[str] = field(default_factory=set)
     device_assignments: list[DeviceAssignment] = field(default_factory=list)
     loaders: list[Loader] = field(default_factory=list)
     external_loaders: list[ExternalLoader] = field(default_factory=list)

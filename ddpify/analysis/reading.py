@@ -67,6 +67,7 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
         project = collector.project
         facts.module_attributes = {attribute for statement in facts.module.body if isinstance(statement, cst.ClassDef)
                                    for attribute in project.module_attributes(project.module, statement.name.value)}
+        facts.moved_self_attributes = project.moved_self_attributes()
         note_models_moved_here(facts)
     return facts
 
