@@ -127,7 +127,8 @@ def _open_mode(call: cst.Call) -> frozenset[str]:
 def _reads_once(facts: Facts, setup: Plan, call: cst.Call) -> bool:
     """`open(path)` for reading that every rank runs the same number of times: not on rank 0
     alone, not in a loop of its function, not in a method that runs per item or per batch,
-    in a function (or a class's __init__) called from outside any loop."""
+    in a function (or a class's __init__) called from outside any loop and never from a
+    statement rank 0 alone runs (`print(read_vocab())`: a barrier there would wait forever)."""
     if _open_mode(call) & _WRITING_MODES or _on_rank0_only(facts, setup, call) or _in_loop(facts, call):
         return False
     function = facts.function_of(call)
@@ -136,8 +137,9 @@ def _reads_once(facts: Facts, setup: Plan, call: cst.Call) -> bool:
     if function.name.value in _PER_ITEM_METHODS:
         return False
     callers = _calls_of(facts, function)
-    return bool(callers) and not any(_in_loop(facts, caller) or facts.function_of(caller) is function
-                                     for caller in callers)
+    return bool(callers) and not any(
+        _in_loop(facts, caller) or _on_rank0_only(facts, setup, caller) or facts.function_of(caller) is function
+        for caller in callers)
 
 
 def _in_loop(facts: Facts, node: cst.CSTNode) -> bool:
@@ -230,4 +232,5 @@ CASES = (
     Silent(_NOTES + 'class Lines(torch.utils.data.Dataset):\n    def __getitem__(self, i):\n'
            '        return open("notes.txt").read()\n\n\nlines = Lines()\n', "DDP309"),
     Silent(_NOTES + 'print(open("notes.txt").read())\n', "DDP309"),
+    Silent(_NOTES + 'def read_notes():\n    return open("notes.txt").read()\n\n\nprint(read_notes())\n', "DDP309"),
 )
