@@ -236,6 +236,9 @@ class FactRecord:
     # Names bound to what a function of another module of the project returns, by the
     # function's full name (`utils.get_loaders`).
     made_in_other_modules: dict[str, str] = field(default_factory=dict)
+    # Functions of this file that return a tuple of DataLoaders their callers unpack into
+    # names (values.note_loaders_returned_in_a_tuple): sharded by look, like another module's.
+    tuple_loader_factories: set[cst.FunctionDef] = field(default_factory=set)
     # Some parameter's requires_grad is set (`p.requires_grad = fine_tune`,
     # `requires_grad_(False)`): a model may reach its wrap with nothing to train.
     freezes_parameters: bool = False
