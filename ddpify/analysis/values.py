@@ -9,7 +9,9 @@ from ddpify.analysis import effects
 from ddpify.analysis.facts import DictPass, ExternalLoader, Holder, Loader, LoaderDict, Model, Statement
 from ddpify.analysis.navigation import Navigation
 from ddpify.analysis.nodes import (
+    calls_within,
     dotted_name,
+    find_all,
     names_bound_in,
     names_within,
     returned_name,
@@ -451,9 +453,14 @@ def note_loops_taking_batches_with_next(facts: ValueFlow, next_calls: list[cst.C
     over the loader, as `for x, y in loader` would."""
     for call in next_calls:
         loops = facts.enclosing_loops(call)
+        function = facts.function_of(call)
+        if not loops and function is not None and _restarts_iterator(facts, function):
+            # `def get_batch(it): try: return next(it) ... except StopIteration: it =
+            # iter(loader)`, called in the step loop: the loop takes its batches there.
+            loops = [loop for caller in facts.calls_of(function) for loop in facts.enclosing_loops(caller)[:1]]
+            loops = loops[:1] if len(set(loops)) == 1 else []
         if not loops:
             continue
-        function = facts.function_of(call)
         for name in names_within(call.args[0].value):
             for taken in [name, *iteration_wrappers.get((function, name), ())]:
                 if loops[0] not in facts.loops_over.get(taken, ()):
@@ -501,6 +508,15 @@ def _unpacked_into(facts: ValueFlow, call: cst.Call, size: int) -> Optional[list
     names = [element.value.value for element in target.elements
              if isinstance(element, cst.Element) and isinstance(element.value, cst.Name)]
     return names if len(names) == size else None
+
+
+def _restarts_iterator(facts: ValueFlow, function: cst.FunctionDef) -> bool:
+    """The function starts a new iterator with `iter(...)` inside an `except StopIteration:`."""
+    for handler in find_all(function.body, cst.ExceptHandler, into_functions=False):
+        if handler.type is not None and dotted_name(handler.type) == "StopIteration" and any(
+                dotted_name(call.func) == "iter" for call in calls_within(handler.body)):
+            return True
+    return False
 
 
 def note_helper_output(facts: ValueFlow, calls: Mapping[cst.Call, tuple[str, Optional[Statement]]]) -> None:
