@@ -57,7 +57,8 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan)
     has written it (or it reads a missing or half-written file). The same for a file opened
     for reading after rank 0 alone wrote one (`write_samples(path)` then a dataset whose
     __init__ reads it), where the open runs once per rank (_reads_once)."""
-    reads = facts.load_calls + [call for call in _opens(facts) if _reads_once(facts, setup, call)]
+    reads = [call for call in facts.load_calls if not _read_by_rank0_alone(facts, setup, call)] + [
+        call for call in _opens(facts) if _reads_once(facts, setup, call)]
     waiting: set[Statement] = set()  # (`with open(path, "rb") as f: torch.load(f)`: one barrier)
     for call in reads:
         if call in setup.collective_loads:
@@ -124,12 +125,24 @@ def _open_mode(call: cst.Call) -> frozenset[str]:
     return _WRITING_MODES if text is None else frozenset(text)
 
 
+def _read_by_rank0_alone(facts: Facts, setup: Plan, call: cst.Call) -> bool:
+    """The read runs on rank 0 alone, which wrote the file itself: in a statement rank 0 alone
+    runs, or in a function that only such statements call (`print(stored_keys())`, whose
+    body loads the checkpoint). A barrier there would wait for ranks that never come. (A
+    function that every rank calls too keeps it: `build_model(arch)` saved on rank 0, then
+    `build_model(arch, pretrained=path)` on every rank, which alone reaches the load.)"""
+    if _on_rank0_only(facts, setup, call):
+        return True
+    callers = _calls_of(facts, facts.function_of(call))
+    return bool(callers) and all(_on_rank0_only(facts, setup, caller) for caller in callers)
+
+
 def _reads_once(facts: Facts, setup: Plan, call: cst.Call) -> bool:
     """`open(path)` for reading that every rank runs the same number of times: not on rank 0
     alone, not in a loop of its function, not in a method that runs per item or per batch,
     in a function (or a class's __init__) called from outside any loop and never from a
     statement rank 0 alone runs (`print(read_vocab())`: a barrier there would wait forever)."""
-    if _open_mode(call) & _WRITING_MODES or _on_rank0_only(facts, setup, call) or _in_loop(facts, call):
+    if _open_mode(call) & _WRITING_MODES or _read_by_rank0_alone(facts, setup, call) or _in_loop(facts, call):
         return False
     function = facts.function_of(call)
     if function is None:
@@ -137,9 +150,8 @@ def _reads_once(facts: Facts, setup: Plan, call: cst.Call) -> bool:
     if function.name.value in _PER_ITEM_METHODS:
         return False
     callers = _calls_of(facts, function)
-    return bool(callers) and not any(
-        _in_loop(facts, caller) or _on_rank0_only(facts, setup, caller) or facts.function_of(caller) is function
-        for caller in callers)
+    return bool(callers) and not any(_in_loop(facts, caller) or facts.function_of(caller) is function
+                                     for caller in callers)
 
 
 def _in_loop(facts: Facts, node: cst.CSTNode) -> bool:
@@ -233,4 +245,6 @@ CASES = (
            '        return open("notes.txt").read()\n\n\nlines = Lines()\n', "DDP309"),
     Silent(_NOTES + 'print(open("notes.txt").read())\n', "DDP309"),
     Silent(_NOTES + 'def read_notes():\n    return open("notes.txt").read()\n\n\nprint(read_notes())\n', "DDP309"),
+    Silent(_CHECKPOINT + 'def stored_keys():\n    return list(torch.load("model.pt"))\n\n\nprint(stored_keys())\n',
+           "DDP309"),
 )
