@@ -119,6 +119,20 @@ class Project:
                 found |= effects.module_attributes(name)
         return found
 
+    def moved_self_attributes(self) -> set[str]:
+        """`X` for every `self.X` that a class of any module of the project moves to a device,
+        and so wraps there (`self.model = model.to(device)` in a Trainer): what another module
+        handed that object (`on_epoch_end(self, trainer)`) finds as `trainer.X` may be the
+        DDP wrapper."""
+        if self._modules is None:
+            return set()
+        found: set[str] = set()
+        for file in self._modules.files():
+            effects = self._modules.effects(module_name(file, self._modules.root))
+            if effects is not None:
+                found |= effects.moved_self_attributes()
+        return found
+
     def names_fixed_gpu(self, qualified: str) -> bool:
         """Whether `qualified` (config.DEVICE) is a global of a module of the project that
         names a GPU by index (`DEVICE = "cuda:0"`, `torch.device("cuda:0" if ... )`)."""

@@ -180,6 +180,24 @@ class FunctionEffects:
                 return True
         return False
 
+    def moved_self_attributes(self) -> set[str]:
+        """`X` for every `self.X` a method of a class here moves to a device (`self.model =
+        model.to(device)`, `self.net.cuda()`): where a Trainer keeps the model it wraps."""
+        found: set[str] = set()
+        for key, function in self._functions.items():
+            if key not in self._class_of:
+                continue
+            for node in ast.walk(function):
+                moved: list[ast.expr] = []
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                        and node.func.attr in ("to", "cuda"):
+                    moved.append(node.func.value)
+                if isinstance(node, ast.Assign) and _moved_in_chain(node.value):
+                    moved.extend(node.targets)
+                found.update(target.attr for target in moved if isinstance(target, ast.Attribute)
+                             and isinstance(target.value, ast.Name) and target.value.id == "self")
+        return found
+
     def moves_returned(self, name: str, depth: int = 0) -> bool:
         """The function returns what it moved to a device: `net = net.cuda(); return net`,
         `model.to(device)` then `return model`, or `return Net().to(device)`; or what a

@@ -164,6 +164,9 @@ class FactRecord:
     # In a helper module: `self.X` its classes, or the project's classes derived from them,
     # use as a torch module (`self.model.train()`).
     module_attributes: set[str] = field(default_factory=set)
+    # In a helper module: `X` where a class of the project keeps a module it moves, and wraps,
+    # as `self.X` (Project.moved_self_attributes).
+    moved_self_attributes: set[str] = field(default_factory=set)
     device_assignments: list[DeviceAssignment] = field(default_factory=list)
     loaders: list[Loader] = field(default_factory=list)
     external_loaders: list[ExternalLoader] = field(default_factory=list)
@@ -240,6 +243,9 @@ class FactRecord:
     output_calls_in_suites: list[cst.Call] = field(default_factory=list)
     # The callables of `made_in_other_modules` that are running-mean classes (meters.py).
     running_mean_makers: dict[str, str] = field(default_factory=dict)
+    # Functions of this file that return a tuple of DataLoaders their callers unpack into
+    # names (values.note_loaders_returned_in_a_tuple): sharded by look, like another module's.
+    tuple_loader_factories: set[cst.FunctionDef] = field(default_factory=set)
     # Some parameter's requires_grad is set (`p.requires_grad = fine_tune`,
     # `requires_grad_(False)`): a model may reach its wrap with nothing to train.
     freezes_parameters: bool = False

@@ -15,7 +15,11 @@ from ddpify.analysis.control import (
     note_models_moved_here,
     reached_when_run,
 )
-from ddpify.analysis.values import note_helper_output, note_loops_taking_batches_with_next
+from ddpify.analysis.values import (
+    note_helper_output,
+    note_loaders_returned_in_a_tuple,
+    note_loops_taking_batches_with_next,
+)
 from ddpify.project import Project
 
 
@@ -62,11 +66,13 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
     note_helper_output(facts, collector.helper_calls)
     mark_loops_calling_training_functions(facts, collector.training_calls)
     note_loops_taking_batches_with_next(facts, collector.next_calls, collector.iteration_wrappers)
+    note_loaders_returned_in_a_tuple(facts)
     if facts.library:
         note_loaders_from_callers(facts, collector.iteration_wrappers)
         project = collector.project
         facts.module_attributes = {attribute for statement in facts.module.body if isinstance(statement, cst.ClassDef)
                                    for attribute in project.module_attributes(project.module, statement.name.value)}
+        facts.moved_self_attributes = project.moved_self_attributes()
         note_models_moved_here(facts)
     return facts
 

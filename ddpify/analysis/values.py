@@ -6,9 +6,10 @@ from typing import Literal, Optional, Union, cast, overload
 import libcst as cst
 
 from ddpify.analysis import effects
-from ddpify.analysis.facts import DictPass, Holder, Loader, LoaderDict, Model, Statement
+from ddpify.analysis.facts import DictPass, ExternalLoader, Holder, Loader, LoaderDict, Model, Statement
 from ddpify.analysis.navigation import Navigation
 from ddpify.analysis.nodes import (
+    calls_within,
     dotted_name,
     find_all,
     names_bound_in,
@@ -512,13 +513,70 @@ def note_loops_taking_batches_with_next(facts: ValueFlow, next_calls: list[cst.C
     over the loader, as `for x, y in loader` would."""
     for call in next_calls:
         loops = facts.enclosing_loops(call)
+        function = facts.function_of(call)
+        if not loops and function is not None and _restarts_iterator(facts, function):
+            # `def get_batch(it): try: return next(it) ... except StopIteration: it =
+            # iter(loader)`, called in the step loop: the loop takes its batches there.
+            loops = [loop for caller in facts.calls_of(function) for loop in facts.enclosing_loops(caller)[:1]]
+            loops = loops[:1] if len(set(loops)) == 1 else []
         if not loops:
             continue
-        function = facts.function_of(call)
         for name in names_within(call.args[0].value):
             for taken in [name, *iteration_wrappers.get((function, name), ())]:
                 if loops[0] not in facts.loops_over.get(taken, ()):
                     facts.loops_over.setdefault(taken, []).append(loops[0])
+
+
+def note_loaders_returned_in_a_tuple(facts: ValueFlow) -> None:
+    """`def build_data(cfg): ... return DataLoader(train, ...), DataLoader(val, ...)` and
+    `train_loader, val_loader = build_data(cfg)`: the loaders have no name in the function,
+    only where its caller unpacks them. The function shards its returned tuple by look, as
+    for a function another module calls (loader_dicts.py, _shard_returned_sequence); here the
+    names that receive the loaders are followed as that module's caller follows them
+    (ExternalLoader: set_epoch where a training pass starts, evaluation shares). Only for a
+    top-level function with one return, of a tuple or list, called only to unpack it whole
+    into as many plain names."""
+    loader_calls = set(facts.loader_calls)
+    for function in facts.functions.values():
+        if facts.function_of(function) is not None or facts.class_of(function) is not None:
+            continue
+        returns = facts.own_statements(function, cst.Return)
+        value = returns[0].value if len(returns) == 1 else None
+        if not isinstance(value, (cst.Tuple, cst.List)) or not any(
+                element.value in loader_calls for element in value.elements):
+            continue
+        calls = facts.calls_of(function)
+        targets = [_unpacked_into(facts, call, len(value.elements)) for call in calls]
+        if not calls or any(names is None for names in targets):
+            continue
+        facts.tuple_loader_factories.add(function)
+        for call, names in zip(calls, targets):
+            for element, name in zip(value.elements, names or ()):
+                if element.value in loader_calls:
+                    facts.external_loaders.append(ExternalLoader(
+                        name, facts.function_of(call), facts.statement_of(call), call, function.name.value))
+
+
+def _unpacked_into(facts: ValueFlow, call: cst.Call, size: int) -> Optional[list[str]]:
+    """`a, b = f(...)`: the names, when there are `size` plain ones."""
+    assign = facts.parents.get(call)
+    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+        return None
+    target = assign.targets[0].target
+    if not isinstance(target, (cst.Tuple, cst.List)) or len(target.elements) != size:
+        return None
+    names = [element.value.value for element in target.elements
+             if isinstance(element, cst.Element) and isinstance(element.value, cst.Name)]
+    return names if len(names) == size else None
+
+
+def _restarts_iterator(facts: ValueFlow, function: cst.FunctionDef) -> bool:
+    """The function starts a new iterator with `iter(...)` inside an `except StopIteration:`."""
+    for handler in find_all(function.body, cst.ExceptHandler, into_functions=False):
+        if handler.type is not None and dotted_name(handler.type) == "StopIteration" and any(
+                dotted_name(call.func) == "iter" for call in calls_within(handler.body)):
+            return True
+    return False
 
 
 def note_helper_output(facts: ValueFlow, calls: Mapping[cst.Call, tuple[str, Optional[Statement]]]) -> None:

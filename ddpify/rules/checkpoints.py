@@ -12,7 +12,7 @@ from ddpify.analysis import effects, names
 from ddpify.analysis.control import Facts
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
 from ddpify.analysis.facts import Statement
-from ddpify.analysis.nodes import calls_within, dotted_name, handed_for, positional_parameters
+from ddpify.analysis.nodes import calls_within, dotted_name, handed_for, positional_parameters, string_value
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.arguments import with_keyword
 from ddpify.emit.edits import Edits, Insertion
@@ -123,8 +123,13 @@ def _is_called(facts: Facts, read: cst.Attribute) -> bool:
 
 def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan) -> None:
     """Only rank 0 saves; a rank that loads a checkpoint after that must wait until rank 0
-    has written it (or it reads a missing or half-written file)."""
-    for call in facts.load_calls:
+    has written it (or it reads a missing or half-written file). The same for a file opened
+    for reading after rank 0 alone wrote one (`write_samples(path)` then a dataset whose
+    __init__ reads it), where the open runs once per rank (_reads_once)."""
+    reads = [call for call in facts.load_calls if not _read_by_rank0_alone(facts, setup, call)] + [
+        call for call in _opens(facts) if _reads_once(facts, setup, call)]
+    waiting: set[Statement] = set()  # (`with open(path, "rb") as f: torch.load(f)`: one barrier)
+    for call in reads:
         if call in setup.collective_loads:
             continue
         if not any(_saved_before(facts, save, call) and _on_rank0_only(facts, setup, save)
@@ -139,6 +144,9 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan)
             current = cast(cst.With, facts.parents[facts.parents[current]])  # just checked
             if _opens_a_file(facts, current):
                 statement = current
+        if statement in waiting:
+            continue
+        waiting.add(statement)
         condition = "distributed" if setup.sees_setup(facts, statement) else "dist.is_initialized()"
         edits.before.setdefault(statement, []).append(
             Insertion(edits.statements(BARRIER_CODE.format(condition=condition)), takes_comments=True))
@@ -153,8 +161,92 @@ def _opens_a_file(facts: Facts, node: Optional[cst.CSTNode]) -> bool:
 
 
 def _writes(facts: Facts) -> list[cst.Call]:
-    """torch.save calls and calls of the project's helpers that write files."""
-    return facts.save_calls + [call for call, effect in facts.helper_effects.items() if effect == effects.WRITES]
+    """torch.save calls, files opened for writing and calls of the project's helpers that
+    write files."""
+    return facts.save_calls + [call for call in _opens(facts) if _open_mode(call) & _WRITING_MODES] + [
+        call for call, effect in facts.helper_effects.items() if effect == effects.WRITES]
+
+
+_WRITING_MODES = frozenset("wax+")
+# Methods that run per sample or per batch (a dataset's __getitem__, in the loader's
+# workers too): a barrier there would run a different number of times on each rank.
+_PER_ITEM_METHODS = frozenset({"__getitem__", "__getitems__", "__iter__", "__next__", "__len__", "__call__"})
+
+
+def _opens(facts: Facts) -> list[cst.Call]:
+    return [call for qualified in names.OPEN for call in facts.calls_named.get(qualified, ())]
+
+
+def _open_mode(call: cst.Call) -> frozenset[str]:
+    """The letters of `open(path, mode)`'s literal mode ("r" when there is none); the
+    writing letters when the mode is not written out, so that nothing unknown counts as a
+    read."""
+    mode: Optional[cst.BaseExpression] = None
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    if len(positional) >= 2:
+        mode = positional[1].value
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "mode":
+            mode = arg.value
+    if mode is None:
+        return frozenset("r")
+    text = string_value(mode)
+    return _WRITING_MODES if text is None else frozenset(text)
+
+
+def _read_by_rank0_alone(facts: Facts, setup: Plan, call: cst.Call) -> bool:
+    """The read runs on rank 0 alone, which wrote the file itself: in a statement rank 0 alone
+    runs, or in a function that only such statements call (`print(stored_keys())`, whose
+    body loads the checkpoint). A barrier there would wait for ranks that never come. (A
+    function that every rank calls too keeps it: `build_model(arch)` saved on rank 0, then
+    `build_model(arch, pretrained=path)` on every rank, which alone reaches the load.)"""
+    if _on_rank0_only(facts, setup, call):
+        return True
+    callers = _calls_of(facts, facts.function_of(call))
+    return bool(callers) and all(_on_rank0_only(facts, setup, caller) for caller in callers)
+
+
+def _reads_once(facts: Facts, setup: Plan, call: cst.Call) -> bool:
+    """`open(path)` for reading that every rank runs the same number of times: not on rank 0
+    alone, not in a loop of its function, not in a method that runs per item or per batch,
+    in a function (or a class's __init__) called from outside any loop and never from a
+    statement rank 0 alone runs (`print(read_vocab())`: a barrier there would wait forever)."""
+    if _open_mode(call) & _WRITING_MODES or _read_by_rank0_alone(facts, setup, call) or _in_loop(facts, call):
+        return False
+    function = facts.function_of(call)
+    if function is None:
+        return True
+    if function.name.value in _PER_ITEM_METHODS:
+        return False
+    callers = _calls_of(facts, function)
+    return bool(callers) and not any(_in_loop(facts, caller) or facts.function_of(caller) is function
+                                     for caller in callers)
+
+
+def _in_loop(facts: Facts, node: cst.CSTNode) -> bool:
+    """In the body of a for or while loop of its function (or of the module)."""
+    child: cst.CSTNode = node
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.Lambda)):
+        if isinstance(parent, (cst.For, cst.While)) and child in (parent.body, parent.orelse):
+            return True
+        if isinstance(parent, cst.CompFor):
+            return True
+        child, parent = parent, facts.parents.get(parent)
+    return False
+
+
+def _calls_of(facts: Facts, function: Optional[cst.FunctionDef]) -> list[cst.Call]:
+    """The calls of a function of this file; for a class's __init__, the class's own calls
+    (`CSVData(path)`) as well."""
+    if function is None:
+        return []
+    calls = list(facts.calls_of(function))
+    owner = facts.class_of(function)
+    if owner is not None and function.name.value == "__init__" \
+            and facts.class_inits.get(owner.name.value) is function:
+        calls.extend(facts.calls_by_callee.get(owner.name.value, ()))
+    return calls
 
 
 def _on_rank0_only(facts: Facts, setup: Plan, node: cst.CSTNode) -> bool:
@@ -177,12 +269,12 @@ def _saved_before(facts: Facts, save: cst.Call, load: cst.Call) -> bool:
     # it: the save comes before a call of the load's function in the save's own scope.
     if load_function is not None and any(
             facts.function_of(call) is save_function and facts.line_of(save) < facts.line_of(call)
-            for call in facts.calls_of(load_function)):
+            for call in _calls_of(facts, load_function)):
         return True
     if save_function is None:
         return False
     if any(facts.function_of(call) is load_function and facts.line_of(call) < facts.line_of(load)
-           for call in facts.calls_of(save_function)):
+           for call in _calls_of(facts, save_function)):
         return True
     # `train(resume=False)` then `train(resume=True)`, `train()` then `resume()`, or
     # `save_checkpoint(...)` in the epoch loop then `load_checkpoint(path)` after it: a call
@@ -190,7 +282,7 @@ def _saved_before(facts: Facts, save: cst.Call, load: cst.Call) -> bool:
     # of it that comes first (not the two branches of `if args.subcommand == "train": ...
     # else: ...`).
     return any(_runs_before(facts, saving, loading)
-               for saving in facts.calls_of(save_function) for loading in facts.calls_of(load_function))
+               for saving in _calls_of(facts, save_function) for loading in _calls_of(facts, load_function))
 
 
 def _runs_before(facts: Facts, first: cst.Call, then: cst.Call) -> bool:
@@ -202,6 +294,7 @@ def _runs_before(facts: Facts, first: cst.Call, then: cst.Call) -> bool:
 
 
 _CHECKPOINT = TRAINING + 'torch.save(model.state_dict(), "model.pt")\n'
+_NOTES = TRAINING + 'with open("notes.txt", "w") as f:\n    f.write("trained")\n'
 
 CASES = (
     Emits(TRAINING.replace("optimizer = torch", 'model.load_state_dict(torch.load("model.pt"))\noptimizer = torch'),
@@ -213,4 +306,14 @@ CASES = (
           "DDP303", ('torch.load("model.pt", map_location="cpu")',)),
     Emits(_CHECKPOINT + 'model.load_state_dict(torch.load("model.pt"))\n', "DDP309", ("dist.barrier()",)),
     Silent(_CHECKPOINT, "DDP309"),
+    # A file rank 0 wrote, opened for reading by every rank once; not per item, in a loop,
+    # nor where rank 0 alone reads it.
+    Emits(_NOTES + 'notes = open("notes.txt").read()\n', "DDP309", ("dist.barrier()",)),
+    Silent(_NOTES + 'for name in ["notes.txt"]:\n    notes = open(name).read()\n', "DDP309"),
+    Silent(_NOTES + 'class Lines(torch.utils.data.Dataset):\n    def __getitem__(self, i):\n'
+           '        return open("notes.txt").read()\n\n\nlines = Lines()\n', "DDP309"),
+    Silent(_NOTES + 'print(open("notes.txt").read())\n', "DDP309"),
+    Silent(_NOTES + 'def read_notes():\n    return open("notes.txt").read()\n\n\nprint(read_notes())\n', "DDP309"),
+    Silent(_CHECKPOINT + 'def stored_keys():\n    return list(torch.load("model.pt"))\n\n\nprint(stored_keys())\n',
+           "DDP309"),
 )

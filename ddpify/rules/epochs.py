@@ -271,9 +271,32 @@ def _iterators_restarted_in_training(facts: Facts, loader: Union[Loader, Externa
     a step loop that takes its batches with next() and starts over when they run out."""
     return [facts.statement_of(call) for call in facts.calls_named.get("builtins.iter", ())
             if call.args and dotted_name(call.args[0].value) == loader.name
-            and facts.function_of(call) is loader.function
-            and (any(facts.loop_trains(loop) for loop in facts.enclosing_loops(call))
-                 or any(_while_trains(facts, loop) for loop in _enclosing_whiles(facts, call)))]
+            and (facts.function_of(call) is loader.function
+                 and (any(facts.loop_trains(loop) for loop in facts.enclosing_loops(call))
+                      or any(_while_trains(facts, loop) for loop in _enclosing_whiles(facts, call)))
+                 or _restarted_by_helper(facts, loader, call))]
+
+
+def _restarted_by_helper(facts: Facts, loader: Union[Loader, ExternalLoader], call: cst.Call) -> bool:
+    """`def get_batch(it): ... except StopIteration: it = iter(train_loader)` at module level,
+    the loader a global of the script, called only in training loops: each restart there is
+    a new pass, wherever the steps are."""
+    function = facts.function_of(call)
+    if function is None or loader.function is not None or facts.function_of(function) is not None \
+            or facts.binds_locally(function, loader.name) or not _in_stop_iteration_handler(facts, call):
+        return False
+    callers = facts.calls_of(function)
+    return bool(callers) and all(
+        any(facts.loop_trains(loop) for loop in facts.enclosing_loops(caller)) for caller in callers)
+
+
+def _in_stop_iteration_handler(facts: Facts, node: cst.CSTNode) -> bool:
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, cst.FunctionDef):
+        if isinstance(parent, cst.ExceptHandler):
+            return parent.type is not None and dotted_name(parent.type) == "StopIteration"
+        parent = facts.parents.get(parent)
+    return False
 
 
 def _enclosing_whiles(facts: Facts, node: cst.CSTNode) -> list[cst.While]:

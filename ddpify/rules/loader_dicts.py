@@ -107,12 +107,14 @@ def _report_handed_out(facts: Facts, edits: Edits, setup: Plan, followed: set[cs
 
 def _returned_sequence(facts: Facts, call: cst.Call) -> Optional[tuple[Statement, cst.BaseExpression]]:
     """`return DataLoader(train_set, ...), DataLoader(val_set, ...)` (a tuple or list of
-    calls) in a function that nothing in this module calls: its statement and the tuple. The
+    calls) in a function that nothing in this module calls, or that this module calls only to
+    unpack it into names (facts.tuple_loader_factories): its statement and the tuple. The
     module that calls it unpacks the loaders into names, which it follows (ExternalLoader)."""
     sequence = facts.parents.get(facts.parents.get(call) or call)
     statement = facts.parents.get(sequence) if isinstance(sequence, (cst.Tuple, cst.List)) else None
     function = facts.function_of(call)
-    if not isinstance(statement, cst.Return) or function is None or facts.calls_of(function):
+    if not isinstance(statement, cst.Return) or function is None or (
+            facts.calls_of(function) and function not in facts.tuple_loader_factories):
         return None
     line = facts.statement_of(statement)
     return (line, cast(cst.BaseExpression, sequence)) if isinstance(line, cst.SimpleStatementLine) else None
@@ -737,6 +739,13 @@ _FILLED_IN_A_LOOP = TRAINING.replace(
     "    loaders[split] = DataLoader(dataset, batch_size=8, shuffle=split == \"train\")\n",
 ).replace("    for x, y in loader:\n", "    for x, y in loaders[\"train\"]:\n")
 
+_TUPLE_RETURNED = TRAINING.replace(
+    "dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n"
+    "loader = DataLoader(dataset, batch_size=8, shuffle=True)\n",
+    "\n\ndef make_loaders():\n    dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n"
+    "    return DataLoader(dataset, batch_size=8, shuffle=True), DataLoader(dataset, batch_size=8)\n\n\n"
+    "loader, _ = make_loaders()\n")
+
 CASES = (
     # A dict filled a key a pass of a loop over literal splits: the comprehension's dict.
     Emits(_FILLED_IN_A_LOOP, "DDP202", ('loaders["train"].sampler.set_epoch(epoch)',
@@ -773,4 +782,9 @@ CASES = (
                            'loaders = {split: DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), '
                            'batch_size=8) for split in ("train", "val")}\n')
           .replace("in loader:", 'in loaders["train"]:'), "DDP218"),
+    # A function of the script returning a tuple of loaders, called only to unpack it: sharded
+    # by look; kept whole (and reported) when a call keeps the tuple whole.
+    Emits(_TUPLE_RETURNED, "DDP201", ("sampler.set_epoch(epoch)",)),
+    Silent(_TUPLE_RETURNED.replace("loader, _ = make_loaders()\n", "loaders = make_loaders()\nloader = loaders[0]\n"),
+           "DDP201"),
 )

@@ -10,7 +10,7 @@ from typing import Optional, cast
 import libcst as cst
 
 from ddpify.analysis import effects, freezing, names
-from ddpify.analysis.control import Facts, handed_in, innermost_common_block, parameter_names
+from ddpify.analysis.control import Facts, handed_in, innermost_common_block, parameter_names, receiver_of
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
 from ddpify.analysis.facts import Holder, Model, Statement
 from ddpify.analysis.nodes import calls_within, dotted_name, find_all, handed_for, names_within
@@ -349,6 +349,30 @@ def _unwrap_models_handed_in(facts: Facts, edits: Edits, setup: Plan) -> None:
         for value in _type_reads(facts, name):
             edits.expressions[value] = _unwrapped(name, edits, _quote_for(facts, value))
             edits.report("DDP103", value)
+    _unwrap_attributes_of_objects_handed_in(facts, edits)
+
+
+def _unwrap_attributes_of_objects_handed_in(facts: Facts, edits: Edits) -> None:
+    """`def on_epoch_end(self, trainer): torch.save(trainer.model.state_dict(), path)` in a
+    helper module, where a class of the project keeps the model it moves (and so wraps) as
+    `self.model`: the object handed in may be that class's instance, so `trainer.model` may
+    be the DDP wrapper. Its state dict and its own attributes are read through `.module`
+    (the same module with or without the wrap), so that checkpoints keep the single-GPU keys.
+    Only for `param.X` with `param` a parameter of every function that reads it, never the
+    method's own receiver."""
+    for name, reads in sorted(facts.attribute_reads.items()):
+        owner, _, attribute = name.partition(".")
+        if not attribute or "." in attribute or attribute not in facts.moved_self_attributes:
+            continue
+        functions = [facts.function_of(read) for read in reads]
+        if not all(function is not None and owner in parameter_names(function)
+                   and owner != receiver_of(facts, function) for function in functions):
+            continue
+        for access in reads:
+            if access.attr.value in names.WRAPPER_ATTRIBUTES or _under_wrapper_check(facts, access, name):
+                continue
+            edits.expressions[access.value] = _unwrapped(name, edits, _quote_for(facts, access))
+            edits.report("DDP103", access)
 
 
 def _weights_loaded_elsewhere(facts: Facts, read: cst.Attribute) -> bool:

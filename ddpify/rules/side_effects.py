@@ -90,6 +90,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         _guard_statement_call(facts, edits, setup, call, "DDP302")
     _trackers(facts, edits, setup)
     _lower_log_level(facts, edits, setup)
+    _logger_levels_on_rank0(facts, edits, setup)
     _log_files_on_rank0(facts, edits, setup)
     guards.fold_into_loops_and_withs(edits, keep_inside=facts.training_loops)
     guards.drop_guards_inside_guards(edits)
@@ -493,6 +494,47 @@ def _lower_log_level(facts: Facts, edits: Edits, setup: Plan) -> None:
             return
 
 
+def _logger_levels_on_rank0(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """`logger = logging.getLogger(name); logger.setLevel(logging.INFO)` with a handler of its
+    own (a `get_logger()` helper adding a StreamHandler): that logger logs on every rank, and
+    lowering the root logger's level does not reach it. The level it is given becomes rank
+    0's; the other ranks keep errors only (`logging.INFO if is_main else logging.ERROR`), as
+    for basicConfig (_lower_log_level). Every logging call stays as it is."""
+    for call in _set_level_calls(facts):
+        statement = facts.statement_of(call)
+        positional = [arg for arg in call.args if not arg.star]
+        if len(positional) != 1 or statement in edits.guarded or _on_guarded_path(facts, edits, statement):
+            continue
+        level = positional[0].value
+        edits.expressions[level] = replacement(
+            edits, f"{edits.code(level)} if {setup.guard_for(facts, call)} else logging.ERROR")
+        edits.imports.add("logging")
+        edits.report("DDP304", call)
+
+
+def _set_level_calls(facts: Facts) -> list[cst.Call]:
+    """`X.setLevel(...)` on a name given `logging.getLogger(...)`, or on that call itself."""
+    found = [call for name in sorted(_logger_names(facts) - {"logging"})
+             for call in facts.calls_by_callee.get(f"{name}.setLevel", ())]
+    for made in facts.calls_named.get(names.GET_LOGGER, ()):
+        attribute = facts.parents.get(made)
+        call = facts.parents.get(attribute) if isinstance(attribute, cst.Attribute) else None
+        if isinstance(attribute, cst.Attribute) and attribute.attr.value == "setLevel" \
+                and isinstance(call, cst.Call) and call.func is attribute:
+            found.append(call)
+    return sorted(set(found), key=facts.start_of)
+
+
+def _on_guarded_path(facts: Facts, edits: Edits, statement: cst.CSTNode) -> bool:
+    """Inside a statement that rank 0 alone runs."""
+    current = facts.parents.get(statement)
+    while current is not None:
+        if current in edits.guarded:
+            return True
+        current = facts.parents.get(current)
+    return False
+
+
 def _logger_names(facts: Facts) -> set[str]:
     loggers = {"logging"}
     for call in facts.calls_named.get(names.GET_LOGGER, ()):
@@ -774,4 +816,9 @@ CASES = (
           ('log = open("log.txt" if is_main else os.devnull, "a")',)),
     Emits("def stop(trace_func=print):\n    trace_func('stop')\n\n\n" + TRAINING, "DDP301",
           ("def stop(trace_func=print_on_rank0):",)),
+    # A named logger with a level and a handler of its own: rank 0 keeps the level.
+    Emits("import logging\n" + TRAINING.replace("device = torch", 'log = logging.getLogger("run")\n'
+          'log.setLevel(logging.INFO)\nlog.addHandler(logging.StreamHandler())\ndevice = torch')
+          .replace("    print(epoch, loss.item())", '    log.info("%d %f", epoch, loss.item())'),
+          "DDP304", ("log.setLevel(logging.INFO if is_main else logging.ERROR)",)),
 )

@@ -24,10 +24,13 @@ def unsharded_loaders(original: Source, migrated: Source, reported_lines: set[in
     """A loader without a distributed sampler passes when a diagnostic of the migration names
     its call in the original (the n-th loader of the output is the n-th of the original). A
     missing set_epoch passes when the migration said so (DDP211)."""
-    sharders = set(SHARDERS) | _helpers_added(original, migrated)
+    added = _helpers_added(original, migrated)
+    sharders = set(SHARDERS) | added
     sharding_names = set(_sharder_bindings(migrated, sharders))
     original_loaders = loader_calls(original)
-    migrated_loaders = loader_calls(migrated)
+    # (Not the loaders of the helpers the migration defined, evaluation_share's own: the
+    # n-th of the user's loaders stays the n-th.)
+    migrated_loaders = [call for call in loader_calls(migrated) if not _inside(call, migrated, added)]
     for index, call in enumerate(migrated_loaders):
         sampler = _sampler_argument(call)
         if sampler is not None and _shards(sampler, sharders, sharding_names):
@@ -39,6 +42,12 @@ def unsharded_loaders(original: Source, migrated: Source, reported_lines: set[in
         yield "DDP912", call.lineno, "this DataLoader has no DistributedSampler and no diagnostic says why"
     if not set_epoch_reported:
         yield from _samplers_without_set_epoch(migrated)
+
+
+def _inside(call: ast.Call, source: Source, definitions: set[str]) -> bool:
+    """The call sits in one of these top-level definitions of the source."""
+    return any(isinstance(node, (*FUNCTIONS, ast.ClassDef)) and node.name in definitions
+               and node.lineno <= call.lineno <= (node.end_lineno or node.lineno) for node in source.tree.body)
 
 
 def _sampler_argument(call: ast.Call) -> Optional[ast.AST]:
