@@ -148,6 +148,18 @@ class Project:
         definition = self._definition(qualified)
         return definition is not None and definition[0].returns_loader(definition[1])
 
+    def hands_out_batches(self, qualified: str) -> bool:
+        """Calling `qualified` gives batches made by hand, certainly no DataLoader: a generator,
+        or an iterator class of the project's own (`utils.build_iterator(data, config)`)."""
+        definition = self._definition(qualified)
+        return definition is not None and definition[0].hands_out_batches(definition[1])
+
+    def iterated_parameters(self, qualified: str) -> tuple[list[str], set[str]]:
+        """For a function or a class: its positional parameters and those it iterates
+        (effects.iterated_parameters)."""
+        definition = self._definition(qualified)
+        return ([], set()) if definition is None else definition[0].iterated_parameters(definition[1])
+
     def loader_dict(self, qualified: str) -> Optional[dict[str, bool]]:
         """Calling `qualified` returns a dict of DataLoaders it builds: key -> whether its
         module shards the entry (`data.get_dataloaders(cfg)`, returned_loaders.py)."""

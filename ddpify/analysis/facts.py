@@ -233,6 +233,11 @@ class FactRecord:
     # Names bound to what a function of another module of the project returns, by the
     # function's full name (`utils.get_loaders`).
     made_in_other_modules: dict[str, str] = field(default_factory=dict)
+    # Those of them that are batches made by hand (a generator, an iterator class of the
+    # project's own), by the same full name: no DataLoader, so nothing shards them.
+    batches_made_in_other_modules: dict[str, str] = field(default_factory=dict)
+    # Per call of the project's training function or Trainer: the arguments it iterates.
+    iterated_arguments: dict[cst.Call, list[cst.BaseExpression]] = field(default_factory=dict)
     # Some parameter's requires_grad is set (`p.requires_grad = fine_tune`,
     # `requires_grad_(False)`): a model may reach its wrap with nothing to train.
     freezes_parameters: bool = False
