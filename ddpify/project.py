@@ -154,6 +154,11 @@ class Project:
         definition = self._definition(qualified)
         return definition is not None and definition[0].hands_out_batches(definition[1])
 
+    def loads_checkpoint(self, qualified: str) -> bool:
+        """Calling `qualified` reads a file with torch.load (effects.loads_checkpoint)."""
+        definition = self._definition(qualified)
+        return definition is not None and definition[0].loads_checkpoint(definition[1])
+
     def iterated_parameters(self, qualified: str) -> tuple[list[str], set[str]]:
         """For a function or a class: its positional parameters and those it iterates
         (effects.iterated_parameters)."""

@@ -627,6 +627,8 @@ class Collector(cst.CSTVisitor):
                 self.facts.gradless_project_classes[called] = gradless
             if self.project.moves_returned(qualified):
                 self.facts.calls_returning_moved.add(node)
+            if self.project.loads_checkpoint(qualified):
+                self.facts.helper_load_calls.append(node)
         self._note_optimizer_made_elsewhere(node, qualified)
         if self.project.trains(qualified):
             # `engine.train_one_epoch(model, loader, optimizer)`: the steps are in there.

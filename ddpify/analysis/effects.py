@@ -341,6 +341,13 @@ class FunctionEffects:
             isinstance(value, ast.Call) and self._iterator_class(dotted_ast(value.func) or "")
             for value in values) for values in made)
 
+    def loads_checkpoint(self, name: str) -> bool:
+        """The function, or the class's __init__, reads a file with torch.load itself."""
+        function = self._functions.get(f"{name}.__init__" if name in self.classes else name)
+        return function is not None and any(
+            isinstance(node, ast.Call) and self.qualified(dotted_ast(node.func) or "") == names.TORCH_LOAD
+            for node in ast.walk(function))
+
     def iterated_parameters(self, name: str) -> tuple[list[str], set[str]]:
         """(the positional parameters, those whose value a `for` loop iterates) of a function,
         or of a class's __init__ whose `self.X = parameter` a method's loop iterates (`for x,

@@ -158,6 +158,8 @@ class FactRecord:
     library: bool = False
     # A helper module that nothing in the project imports: its callers are out of view.
     unseen_callers: bool = False
+    # The top-level names of this module that other modules of the project import.
+    used_elsewhere: frozenset[str] = frozenset()
     # In a helper module: `self.X` its classes, or the project's classes derived from them,
     # use as a torch module (`self.model.train()`).
     module_attributes: set[str] = field(default_factory=set)
@@ -227,6 +229,8 @@ class FactRecord:
     # One moves a model it is handed to its device (`self.net = net.to(device)`): it wraps it there.
     helpers_move_models: bool = False
     load_calls: list[cst.Call] = field(default_factory=list)
+    # Calls of a function of another module of the project that reads a file with torch.load.
+    helper_load_calls: list[cst.Call] = field(default_factory=list)
     main_guard: Optional[cst.If] = None
     data_parallel_calls: list[cst.Call] = field(default_factory=list)
     batchnorm_calls: list[cst.Call] = field(default_factory=list)

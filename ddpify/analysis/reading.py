@@ -58,6 +58,7 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
             collector.training_tops & reached_when_run(facts.module, collector.names_in_top, surface))
         facts.trains = facts.library
     facts.training_calls = collector.training_calls
+    facts.used_elsewhere = collector.project.used_elsewhere
     note_entries_of_received_dicts(facts)
     note_helper_output(facts, collector.helper_calls)
     mark_loops_calling_training_functions(facts, collector.training_calls)

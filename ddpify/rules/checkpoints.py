@@ -53,8 +53,10 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
 
 def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan) -> None:
     """Only rank 0 saves; a rank that loads a checkpoint after that must wait until rank 0
-    has written it (or it reads a missing or half-written file)."""
-    for call in facts.load_calls:
+    has written it (or it reads a missing or half-written file). A call of a function of
+    another module of the project that loads with torch.load (a second script's main()
+    reading the backbone this one saved) is such a load too."""
+    for call in [*facts.load_calls, *facts.helper_load_calls]:
         if call in setup.collective_loads:
             continue
         if not any(_saved_before(facts, save, call) and _on_rank0_only(facts, setup, save)
