@@ -119,6 +119,40 @@ class Project:
                 found |= effects.module_attributes(name)
         return found
 
+    def attributes_read_in_derived(self, own_module: str, class_name: str) -> set[str]:
+        """`self.X` that classes of other modules of the project derived from `class_name`
+        read (a Trainer's `self.writer.add_scalar(...)` on the writer its BaseTrainer makes)."""
+        if self._modules is None:
+            return set()
+        found: set[str] = set()
+        for module, name in self._modules.classes_derived_from(own_module, class_name):
+            effects = self._modules.effects(module)
+            if module != own_module and effects is not None:
+                found |= effects.self_attributes_read(name)
+        return found
+
+    def inherited_attributes_from_parameters(self, own_module: str, class_name: str) -> set[str]:
+        """`self.X` that the project's classes which `class_name` of `own_module` derives from
+        set from their __init__'s parameters (`BaseTrainer.__init__(self, model, train_loader,
+        ...)` in another module: `self.train_loader = train_loader`)."""
+        if self._modules is None:
+            return set()
+        found: set[str] = set()
+        effects = self._modules.effects(own_module)
+        pending = [] if effects is None else list(effects.bases.get(class_name, ()))
+        seen: set[str] = set()
+        while pending and len(seen) < 8:
+            base = pending.pop()
+            if base in seen:
+                continue
+            seen.add(base)
+            definition = self._modules.definition(base)
+            if definition is None or definition[1] not in definition[0].classes:
+                continue
+            found |= definition[0].attributes_from_parameters(definition[1])
+            pending.extend(definition[0].bases.get(definition[1], ()))
+        return found
+
     def names_fixed_gpu(self, qualified: str) -> bool:
         """Whether `qualified` (config.DEVICE) is a global of a module of the project that
         names a GPU by index (`DEVICE = "cuda:0"`, `torch.device("cuda:0" if ... )`)."""

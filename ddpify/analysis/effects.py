@@ -248,6 +248,25 @@ class FunctionEffects:
                         found.add(owner)
         return found
 
+    def self_attributes_read(self, class_name: str) -> set[str]:
+        """`self.X` that the class's methods read (`self.writer.add_scalar(...)`)."""
+        methods = [function for key, function in self._functions.items() if self._class_of.get(key) == class_name]
+        return {f"self.{node.attr}" for function in methods for node in ast.walk(function)
+                if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)
+                and isinstance(node.value, ast.Name) and node.value.id == "self"}
+
+    def attributes_from_parameters(self, class_name: str) -> set[str]:
+        """`self.X` that the class's __init__ sets to one of its parameters, as it was handed
+        in (`self.train_loader = train_loader`): "self.train_loader"."""
+        function = self._functions.get(f"{class_name}.__init__")
+        if function is None:
+            return set()
+        parameters = {arg.arg for arg in [*function.args.args[1:], *function.args.kwonlyargs]}
+        return {f"self.{target.attr}" for node in ast.walk(function)
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in parameters
+                for target in node.targets if isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Name) and target.value.id == "self"}
+
     def gradless_submodules(self, class_name: str) -> list[str]:
         """Submodules the class's __init__ builds (`self.resnet = nn.Sequential(...)`) that
         none of its methods reads with gradients: never read, or read only under

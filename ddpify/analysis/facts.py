@@ -158,6 +158,11 @@ class FactRecord:
     library: bool = False
     # A helper module that nothing in the project imports: its callers are out of view.
     unseen_callers: bool = False
+    # In a helper module: `self.X` that a base class of this module's classes, in another
+    # module of the project, sets from its __init__'s parameters (handed in by the caller).
+    inherited_from_parameters: set[str] = field(default_factory=set)
+    # In a helper module: `self.X` that classes of other modules derived from its classes read.
+    read_by_derived_classes: set[str] = field(default_factory=set)
     # The top-level names of this module that other modules of the project import.
     used_elsewhere: frozenset[str] = frozenset()
     # In a helper module: `self.X` its classes, or the project's classes derived from them,

@@ -64,8 +64,14 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
     mark_loops_calling_training_functions(facts, collector.training_calls)
     note_loops_taking_batches_with_next(facts, collector.next_calls, collector.iteration_wrappers)
     if facts.library:
-        note_loaders_from_callers(facts, collector.iteration_wrappers)
         project = collector.project
+        facts.read_by_derived_classes = {
+            attribute for statement in facts.module.body if isinstance(statement, cst.ClassDef)
+            for attribute in project.attributes_read_in_derived(project.module, statement.name.value)}
+        facts.inherited_from_parameters = {
+            attribute for statement in facts.module.body if isinstance(statement, cst.ClassDef)
+            for attribute in project.inherited_attributes_from_parameters(project.module, statement.name.value)}
+        note_loaders_from_callers(facts, collector.iteration_wrappers)
         facts.module_attributes = {attribute for statement in facts.module.body if isinstance(statement, cst.ClassDef)
                                    for attribute in project.module_attributes(project.module, statement.name.value)}
         note_models_moved_here(facts)
