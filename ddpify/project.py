@@ -188,6 +188,12 @@ class Project:
         definition = self._definition(qualified)
         return definition is not None and definition[0].hands_out_batches(definition[1])
 
+    def loader_subclass(self, qualified: str) -> Optional[bool]:
+        """A DataLoader subclass of another module of the project (`data.AudioDataLoader`):
+        whether it forwards `sampler=`; None when `qualified` is no such class."""
+        definition = self._definition(qualified)
+        return None if definition is None else definition[0].loader_subclass(definition[1])
+
     def loads_checkpoint(self, qualified: str) -> bool:
         """Calling `qualified` reads a file with torch.load (effects.loads_checkpoint)."""
         definition = self._definition(qualified)

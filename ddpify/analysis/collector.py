@@ -469,6 +469,14 @@ class Collector(cst.CSTVisitor):
     def _is_loader_class(self, func: cst.BaseExpression) -> bool:
         if isinstance(func, cst.Name) and func.value in self.facts.loader_classes:
             return True
+        if isinstance(func, cst.Name):
+            # `from data import AudioDataLoader`: a DataLoader subclass another module of the
+            # project defines builds a DataLoader, as one defined here does.
+            for qualified in sorted(self._qualified(func)):
+                takes_sampler = self.project.loader_subclass(qualified)
+                if takes_sampler is not None:
+                    self.facts.loader_classes[func.value] = takes_sampler
+                    return True
         return bool(self._qualified(func) & names.DATALOADER_ALIASES)
 
     # --- data classes ----------------------------------------------------------------------------

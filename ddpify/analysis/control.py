@@ -318,6 +318,14 @@ def _value_handed_in(facts: Facts, function: cst.FunctionDef, value: cst.BaseExp
             return False  # `Net().to(device)`: a module made here, whatever device it is handed
         return any(not arg.star and arg.keyword is None and _value_handed_in(facts, function, arg.value, depth)
                    for arg in value.args[:1])
+    if isinstance(value, cst.IfExp):
+        # `self.tr_loader if not cross_valid else self.cv_loader`: either is handed in.
+        return _value_handed_in(facts, function, value.body, depth) and _value_handed_in(
+            facts, function, value.orelse, depth)
+    if isinstance(value, cst.Subscript) and len(value.slice) == 1 and isinstance(
+            value.slice[0].slice, cst.Index) and isinstance(value.slice[0].slice.value, cst.SimpleString):
+        # `data["tr_loader"]` of a dict the caller hands in: the caller's loader.
+        return _value_handed_in(facts, function, value.value, depth)
     name = dotted_name(value)
     return name is not None and handed_in(facts, function, name, depth)
 

@@ -401,6 +401,17 @@ class FunctionEffects:
                 iterated |= {held.get(found, found) for found in read} & parameters
         return positional, iterated
 
+    def loader_subclass(self, name: str) -> Optional[bool]:
+        """For a class of this module derived directly from torch's DataLoader: whether its
+        __init__ forwards `sampler=` (takes **kwargs or a sampler parameter); None otherwise."""
+        if name not in self.classes or not any(base in names.DATALOADER_ALIASES for base in self.bases.get(name, ())):
+            return None
+        init = self._functions.get(f"{name}.__init__")
+        if init is None:
+            return True
+        return init.args.kwarg is not None or any(
+            arg.arg == "sampler" for arg in [*init.args.args, *init.args.kwonlyargs])
+
     def _iterator_class(self, name: str) -> bool:
         plain = all(base in ("object", "builtins.object") for base in self.bases.get(name, ()))
         return name in self.classes and plain and any(
