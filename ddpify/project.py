@@ -133,6 +133,40 @@ class Project:
                 found |= effects.moved_self_attributes()
         return found
 
+    def attributes_read_in_derived(self, own_module: str, class_name: str) -> set[str]:
+        """`self.X` that classes of other modules of the project derived from `class_name`
+        read (a Trainer's `self.writer.add_scalar(...)` on the writer its BaseTrainer makes)."""
+        if self._modules is None:
+            return set()
+        found: set[str] = set()
+        for module, name in self._modules.classes_derived_from(own_module, class_name):
+            effects = self._modules.effects(module)
+            if module != own_module and effects is not None:
+                found |= effects.self_attributes_read(name)
+        return found
+
+    def inherited_attributes_from_parameters(self, own_module: str, class_name: str) -> set[str]:
+        """`self.X` that the project's classes which `class_name` of `own_module` derives from
+        set from their __init__'s parameters (`BaseTrainer.__init__(self, model, train_loader,
+        ...)` in another module: `self.train_loader = train_loader`)."""
+        if self._modules is None:
+            return set()
+        found: set[str] = set()
+        effects = self._modules.effects(own_module)
+        pending = [] if effects is None else list(effects.bases.get(class_name, ()))
+        seen: set[str] = set()
+        while pending and len(seen) < 8:
+            base = pending.pop()
+            if base in seen:
+                continue
+            seen.add(base)
+            definition = self._modules.definition(base)
+            if definition is None or definition[1] not in definition[0].classes:
+                continue
+            found |= definition[0].attributes_from_parameters(definition[1])
+            pending.extend(definition[0].bases.get(definition[1], ()))
+        return found
+
     def names_fixed_gpu(self, qualified: str) -> bool:
         """Whether `qualified` (config.DEVICE) is a global of a module of the project that
         names a GPU by index (`DEVICE = "cuda:0"`, `torch.device("cuda:0" if ... )`)."""
@@ -161,6 +195,29 @@ class Project:
         """Calling `qualified` returns a DataLoader it builds (`utils.get_loaders(cfg)`)."""
         definition = self._definition(qualified)
         return definition is not None and definition[0].returns_loader(definition[1])
+
+    def hands_out_batches(self, qualified: str) -> bool:
+        """Calling `qualified` gives batches made by hand, certainly no DataLoader: a generator,
+        or an iterator class of the project's own (`utils.build_iterator(data, config)`)."""
+        definition = self._definition(qualified)
+        return definition is not None and definition[0].hands_out_batches(definition[1])
+
+    def loader_subclass(self, qualified: str) -> Optional[bool]:
+        """A DataLoader subclass of another module of the project (`data.AudioDataLoader`):
+        whether it forwards `sampler=`; None when `qualified` is no such class."""
+        definition = self._definition(qualified)
+        return None if definition is None else definition[0].loader_subclass(definition[1])
+
+    def loads_checkpoint(self, qualified: str) -> bool:
+        """Calling `qualified` reads a file with torch.load (effects.loads_checkpoint)."""
+        definition = self._definition(qualified)
+        return definition is not None and definition[0].loads_checkpoint(definition[1])
+
+    def iterated_parameters(self, qualified: str) -> tuple[list[str], set[str]]:
+        """For a function or a class: its positional parameters and those it iterates
+        (effects.iterated_parameters)."""
+        definition = self._definition(qualified)
+        return ([], set()) if definition is None else definition[0].iterated_parameters(definition[1])
 
     def loader_dict(self, qualified: str) -> Optional[dict[str, bool]]:
         """Calling `qualified` returns a dict of DataLoaders it builds: key -> whether its

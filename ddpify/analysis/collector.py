@@ -12,6 +12,7 @@ from ddpify.analysis.devices import DeviceValues
 from ddpify.analysis.facts import DeviceAssignment, ExternalLoader, ExternalLoaderDict, Loader, Model, Statement
 from ddpify.analysis.freezing import models_frozen_in_part, walked_modules
 from ddpify.analysis.nodes import (
+    argument_for,
     assignment_pairs,
     calls_within,
     dotted_name,
@@ -357,6 +358,8 @@ class Collector(cst.CSTVisitor):
             self.facts.running_mean_makers[made_by] = kind
         for name in _bound_names(node.targets[0].target):
             self.facts.made_in_other_modules[name] = made_by
+            if self.project.hands_out_batches(made_by):
+                self.facts.batches_made_in_other_modules[name] = made_by
             if self.project.makes_loader(made_by):
                 self.facts.external_loaders.append(ExternalLoader(name, function, statement, call, made_by))
         sharded = self.project.loader_dict(made_by)
@@ -473,6 +476,14 @@ class Collector(cst.CSTVisitor):
     def _is_loader_class(self, func: cst.BaseExpression) -> bool:
         if isinstance(func, cst.Name) and func.value in self.facts.loader_classes:
             return True
+        if isinstance(func, cst.Name):
+            # `from data import AudioDataLoader`: a DataLoader subclass another module of the
+            # project defines builds a DataLoader, as one defined here does.
+            for qualified in sorted(self._qualified(func)):
+                takes_sampler = self.project.loader_subclass(qualified)
+                if takes_sampler is not None:
+                    self.facts.loader_classes[func.value] = takes_sampler
+                    return True
         return bool(self._qualified(func) & names.DATALOADER_ALIASES)
 
     # --- data classes ----------------------------------------------------------------------------
@@ -640,6 +651,8 @@ class Collector(cst.CSTVisitor):
                 self.facts.gradless_project_classes[called] = gradless
             if self.project.moves_returned(qualified):
                 self.facts.calls_returning_moved.add(node)
+            if self.project.loads_checkpoint(qualified):
+                self.facts.helper_load_calls.append(node)
         self._note_optimizer_made_elsewhere(node, qualified)
         if self.project.trains(qualified):
             # `engine.train_one_epoch(model, loader, optimizer)`: the steps are in there.
@@ -692,6 +705,7 @@ class Collector(cst.CSTVisitor):
         parameters or modes the script reads (`model.parameters()`, `model.train()`)."""
         known = {model.name for model in self.facts.models}
         for call in [*self.training_constructors, *self.facts.training_helper_calls]:
+            self._note_iterated_arguments(call)
             self._note_models_moved_by(call)
             if any(self.project.builds_optimizer(q) for q in self._qualified(call.func)):
                 self.facts.helpers_build_optimizer = True
@@ -702,6 +716,15 @@ class Collector(cst.CSTVisitor):
                     continue
                 known.add(name)
                 self.facts.models.append(Model(name, self.facts.statement_of(call), self.facts.function_of(call)))
+
+    def _note_iterated_arguments(self, call: cst.Call) -> None:
+        """The arguments a training function or Trainer of the project loops over."""
+        for qualified in sorted(self._qualified(call.func)):
+            positional, iterated = self.project.iterated_parameters(qualified)
+            for parameter in sorted(iterated):
+                value = argument_for(call, parameter, positional.index(parameter) if parameter in positional else None)
+                if value is not None:
+                    self.facts.iterated_arguments.setdefault(call, []).append(value)
 
     def _note_models_moved_by(self, call: cst.Call) -> None:
         """`SimCLR(model=model, ...)` whose __init__ moves the model to its device: the wrap

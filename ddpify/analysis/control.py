@@ -242,6 +242,23 @@ def note_models_moved_here(facts: Facts) -> None:
                         known.add(target)
                         facts.models.append(Model(target, facts.statement_of(value), function))
                     break
+    # `self.model = model` and then `self.model.to(self.device)` as a statement of its own
+    # (BaseTrainer.__init__): the model its caller hands in reaches its device at that
+    # statement, and is wrapped after it (known already when its optimizer is built here).
+    for callee, calls in sorted(facts.calls_by_callee.items()):
+        target, _, method = callee.rpartition(".")
+        if method not in ("to", "cuda") or target in facts.models_moved_here \
+                or target not in called | facts.module_attributes:
+            continue
+        for call in calls:
+            mover = facts.function_of(call)
+            if mover is None or not isinstance(facts.parents.get(call), cst.Expr) \
+                    or not handed_in(facts, mover, target):
+                continue
+            facts.models[:] = [model for model in facts.models if model.name != target]
+            facts.models.append(Model(target, facts.statement_of(call), mover))
+            facts.models_moved_here.add(target)
+            break
 
 
 def _moves_handed_in(facts: Facts, function: cst.FunctionDef, value: cst.BaseExpression) -> bool:
@@ -267,6 +284,8 @@ def handed_in(facts: Facts, function: cst.FunctionDef, name: str, depth: int = 0
         return False
     if name.startswith("self."):
         values = [value for assigned in facts.self_assignments.values() for value in assigned.get(name, ())]
+        if not values and name in facts.inherited_from_parameters:
+            return True  # set by a base class of another module from what its caller handed in
         return bool(values) and all(
             _value_handed_in(facts, method, value, depth + 1)
             for method, assigned in facts.self_assignments.items() for value in assigned.get(name, ()))
@@ -302,6 +321,14 @@ def _value_handed_in(facts: Facts, function: cst.FunctionDef, value: cst.BaseExp
             return False  # `Net().to(device)`: a module made here, whatever device it is handed
         return any(not arg.star and arg.keyword is None and _value_handed_in(facts, function, arg.value, depth)
                    for arg in value.args[:1])
+    if isinstance(value, cst.IfExp):
+        # `self.tr_loader if not cross_valid else self.cv_loader`: either is handed in.
+        return _value_handed_in(facts, function, value.body, depth) and _value_handed_in(
+            facts, function, value.orelse, depth)
+    if isinstance(value, cst.Subscript) and len(value.slice) == 1 and isinstance(
+            value.slice[0].slice, cst.Index) and isinstance(value.slice[0].slice.value, cst.SimpleString):
+        # `data["tr_loader"]` of a dict the caller hands in: the caller's loader.
+        return _value_handed_in(facts, function, value.value, depth)
     name = dotted_name(value)
     return name is not None and handed_in(facts, function, name, depth)
 

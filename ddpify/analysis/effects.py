@@ -266,6 +266,25 @@ class FunctionEffects:
                         found.add(owner)
         return found
 
+    def self_attributes_read(self, class_name: str) -> set[str]:
+        """`self.X` that the class's methods read (`self.writer.add_scalar(...)`)."""
+        methods = [function for key, function in self._functions.items() if self._class_of.get(key) == class_name]
+        return {f"self.{node.attr}" for function in methods for node in ast.walk(function)
+                if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)
+                and isinstance(node.value, ast.Name) and node.value.id == "self"}
+
+    def attributes_from_parameters(self, class_name: str) -> set[str]:
+        """`self.X` that the class's __init__ sets to one of its parameters, as it was handed
+        in (`self.train_loader = train_loader`): "self.train_loader"."""
+        function = self._functions.get(f"{class_name}.__init__")
+        if function is None:
+            return set()
+        parameters = {arg.arg for arg in [*function.args.args[1:], *function.args.kwonlyargs]}
+        return {f"self.{target.attr}" for node in ast.walk(function)
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in parameters
+                for target in node.targets if isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Name) and target.value.id == "self"}
+
     def gradless_submodules(self, class_name: str) -> list[str]:
         """Submodules the class's __init__ builds (`self.resnet = nn.Sequential(...)`) that
         none of its methods reads with gradients: never read, or read only under
@@ -346,6 +365,82 @@ class FunctionEffects:
         returned, bound = _returned_and_bound(function)
         return any(self._builds_loader(value) or isinstance(value, ast.Name) and any(
             self._builds_loader(made) for made in bound.get(value.id, ())) for value in returned)
+
+    def hands_out_batches(self, name: str) -> bool:
+        """What calling `name` gives is certainly no DataLoader but batches the project makes
+        by hand: `name` is a generator function (it yields), a class with no base but
+        `object` that defines `__iter__` or `__next__` (a batch iterator of its own), or a
+        function that returns only such objects (`return DatasetIterater(data, bs)`)."""
+        if name in self.classes:
+            return self._iterator_class(name)
+        function = self._functions.get(name)
+        if function is None:
+            return False
+        if _yields(function):
+            return True
+        returned, bound = _returned_and_bound(function)
+        # (A returned name counts by every value the function gives it: none is a parameter.)
+        made = [bound.get(value.id, []) if isinstance(value, ast.Name) else [value] for value in returned]
+        return bool(made) and all(values and all(
+            isinstance(value, ast.Call) and self._iterator_class(dotted_ast(value.func) or "")
+            for value in values) for values in made)
+
+    def loads_checkpoint(self, name: str) -> bool:
+        """The function, or the class's __init__, reads a file with torch.load itself."""
+        function = self._functions.get(f"{name}.__init__" if name in self.classes else name)
+        return function is not None and any(
+            isinstance(node, ast.Call) and self.qualified(dotted_ast(node.func) or "") == names.TORCH_LOAD
+            for node in ast.walk(function))
+
+    def iterated_parameters(self, name: str) -> tuple[list[str], set[str]]:
+        """(the positional parameters, those whose value a `for` loop iterates) of a function,
+        or of a class's __init__ whose `self.X = parameter` a method's loop iterates (`for x,
+        y in self.train_iter`); through one name between (`loader = self.tr_loader if train
+        else self.cv_loader`)."""
+        owner = name if name in self.classes else None
+        key = f"{name}.__init__" if owner is not None else name
+        function = self._functions.get(key)
+        if function is None:
+            return [], set()
+        positional = self._positional(key, function)
+        parameters = set(positional) | {arg.arg for arg in function.args.kwonlyargs}
+        held: dict[str, str] = {}  # "self.train_iter" -> "train_iter"
+        if owner is not None:
+            for node in ast.walk(function):
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in parameters:
+                    for target in node.targets:
+                        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
+                                and target.value.id == "self":
+                            held[f"self.{target.attr}"] = node.value.id
+        bodies = [function] if owner is None else [
+            method for key_, method in self._functions.items() if self._class_of.get(key_) == owner]
+        iterated: set[str] = set()
+        for body in bodies:
+            _, bound = _returned_and_bound(body)
+            for loop in ast.walk(body):
+                if not isinstance(loop, (ast.For, ast.AsyncFor)):
+                    continue
+                read = _dotted_reads(loop.iter)
+                for local in list(read):
+                    read |= {found for value in bound.get(local, ()) for found in _dotted_reads(value)}
+                iterated |= {held.get(found, found) for found in read} & parameters
+        return positional, iterated
+
+    def loader_subclass(self, name: str) -> Optional[bool]:
+        """For a class of this module derived directly from torch's DataLoader: whether its
+        __init__ forwards `sampler=` (takes **kwargs or a sampler parameter); None otherwise."""
+        if name not in self.classes or not any(base in names.DATALOADER_ALIASES for base in self.bases.get(name, ())):
+            return None
+        init = self._functions.get(f"{name}.__init__")
+        if init is None:
+            return True
+        return init.args.kwarg is not None or any(
+            arg.arg == "sampler" for arg in [*init.args.args, *init.args.kwonlyargs])
+
+    def _iterator_class(self, name: str) -> bool:
+        plain = all(base in ("object", "builtins.object") for base in self.bases.get(name, ()))
+        return name in self.classes and plain and any(
+            f"{name}.{method}" in self._functions for method in ("__iter__", "__next__"))
 
     def returned_loader_dict(self, name: str) -> Optional[dict[str, bool]]:
         """The function returns a dict of DataLoaders it builds: key -> whether its own
@@ -656,6 +751,29 @@ def absolute_module(node: ast.ImportFrom, package: str) -> Optional[str]:
 def _moves(value: ast.expr) -> bool:
     """`x.to(...)` or `x.cuda(...)`, the outermost call of the value."""
     return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda")
+
+
+def _dotted_reads(node: ast.expr) -> set[str]:
+    """The names and `self.X` attributes an expression reads."""
+    found: set[str] = set()
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.Name):
+            found.add(inner.id)
+        elif isinstance(inner, ast.Attribute) and isinstance(inner.value, ast.Name) and inner.value.id == "self":
+            found.add(f"self.{inner.attr}")
+    return found
+
+
+def _yields(function: ast.FunctionDef) -> bool:
+    """The function's own body yields (not a function or lambda nested in it)."""
+    pending: list[ast.AST] = list(function.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            return True
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            pending.extend(ast.iter_child_nodes(node))
+    return False
 
 
 def _returned_and_bound(function: ast.AST) -> tuple[list[ast.expr], dict[str, list[ast.expr]]]:

@@ -161,6 +161,13 @@ class FactRecord:
     library: bool = False
     # A helper module that nothing in the project imports: its callers are out of view.
     unseen_callers: bool = False
+    # In a helper module: `self.X` that a base class of this module's classes, in another
+    # module of the project, sets from its __init__'s parameters (handed in by the caller).
+    inherited_from_parameters: set[str] = field(default_factory=set)
+    # In a helper module: `self.X` that classes of other modules derived from its classes read.
+    read_by_derived_classes: set[str] = field(default_factory=set)
+    # The top-level names of this module that other modules of the project import.
+    used_elsewhere: frozenset[str] = frozenset()
     # In a helper module: `self.X` its classes, or the project's classes derived from them,
     # use as a torch module (`self.model.train()`).
     module_attributes: set[str] = field(default_factory=set)
@@ -233,6 +240,8 @@ class FactRecord:
     # One moves a model it is handed to its device (`self.net = net.to(device)`): it wraps it there.
     helpers_move_models: bool = False
     load_calls: list[cst.Call] = field(default_factory=list)
+    # Calls of a function of another module of the project that reads a file with torch.load.
+    helper_load_calls: list[cst.Call] = field(default_factory=list)
     main_guard: Optional[cst.If] = None
     data_parallel_calls: list[cst.Call] = field(default_factory=list)
     batchnorm_calls: list[cst.Call] = field(default_factory=list)
@@ -246,6 +255,11 @@ class FactRecord:
     # Functions of this file that return a tuple of DataLoaders their callers unpack into
     # names (values.note_loaders_returned_in_a_tuple): sharded by look, like another module's.
     tuple_loader_factories: set[cst.FunctionDef] = field(default_factory=set)
+    # Those of them that are batches made by hand (a generator, an iterator class of the
+    # project's own), by the same full name: no DataLoader, so nothing shards them.
+    batches_made_in_other_modules: dict[str, str] = field(default_factory=dict)
+    # Per call of the project's training function or Trainer: the arguments it iterates.
+    iterated_arguments: dict[cst.Call, list[cst.BaseExpression]] = field(default_factory=dict)
     # Some parameter's requires_grad is set (`p.requires_grad = fine_tune`,
     # `requires_grad_(False)`): a model may reach its wrap with nothing to train.
     freezes_parameters: bool = False

@@ -100,6 +100,9 @@ DUMP_TO_FILE = frozenset(
     {"json.dump", "pickle.dump", "yaml.dump", "yaml.safe_dump", "numpy.save", "numpy.savez",
      "numpy.savetxt", "numpy.savez_compressed", "shutil.copy", "shutil.copyfile",
      "shutil.copytree", "shutil.rmtree", "torchvision.utils.save_image",
+     # Files copied, moved, renamed or removed: on every rank, the second rank finds the
+     # file gone (FileNotFoundError) or a half-copied one.
+     "shutil.copy2", "shutil.move", "os.rename", "os.replace", "os.remove", "os.unlink",
      "matplotlib.pyplot.savefig", "matplotlib.pyplot.imsave", "torch.onnx.export",
      "torch.jit.save", "torch.export.save"}
 ) | frozenset(  # image files, through the imaging libraries samples are written with

@@ -62,14 +62,21 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
             collector.training_tops & reached_when_run(facts, collector.names_in_top, surface))
         facts.trains = facts.library
     facts.training_calls = collector.training_calls
+    facts.used_elsewhere = collector.project.used_elsewhere
     note_entries_of_received_dicts(facts)
     note_helper_output(facts, collector.helper_calls)
     mark_loops_calling_training_functions(facts, collector.training_calls)
     note_loops_taking_batches_with_next(facts, collector.next_calls, collector.iteration_wrappers)
     note_loaders_returned_in_a_tuple(facts)
     if facts.library:
-        note_loaders_from_callers(facts, collector.iteration_wrappers)
         project = collector.project
+        facts.read_by_derived_classes = {
+            attribute for statement in facts.module.body if isinstance(statement, cst.ClassDef)
+            for attribute in project.attributes_read_in_derived(project.module, statement.name.value)}
+        facts.inherited_from_parameters = {
+            attribute for statement in facts.module.body if isinstance(statement, cst.ClassDef)
+            for attribute in project.inherited_attributes_from_parameters(project.module, statement.name.value)}
+        note_loaders_from_callers(facts, collector.iteration_wrappers)
         facts.module_attributes = {attribute for statement in facts.module.body if isinstance(statement, cst.ClassDef)
                                    for attribute in project.module_attributes(project.module, statement.name.value)}
         facts.moved_self_attributes = project.moved_self_attributes()

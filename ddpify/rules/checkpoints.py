@@ -12,7 +12,14 @@ from ddpify.analysis import effects, names
 from ddpify.analysis.control import Facts
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
 from ddpify.analysis.facts import Statement
-from ddpify.analysis.nodes import calls_within, dotted_name, handed_for, positional_parameters, string_value
+from ddpify.analysis.nodes import (
+    argument_for,
+    calls_within,
+    dotted_name,
+    handed_for,
+    positional_parameters,
+    string_value,
+)
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.arguments import with_keyword
 from ddpify.emit.edits import Edits, Insertion
@@ -37,7 +44,8 @@ if {condition}:
 
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
-    _barrier_before_reading_saved_files(facts, edits, setup)
+    waiting = _barrier_before_reading_saved_files(facts, edits, setup)
+    _barrier_before_reading_written_paths(facts, edits, setup, waiting)
     for call in facts.load_calls:
         if call in setup.collective_loads:
             continue  # dcp.load: each rank reads its own shards, after a save every rank joined
@@ -121,12 +129,15 @@ def _is_called(facts: Facts, read: cst.Attribute) -> bool:
     return isinstance(call, cst.Call) and call.func is read
 
 
-def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan) -> None:
+def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan) -> set[Statement]:
     """Only rank 0 saves; a rank that loads a checkpoint after that must wait until rank 0
     has written it (or it reads a missing or half-written file). The same for a file opened
     for reading after rank 0 alone wrote one (`write_samples(path)` then a dataset whose
-    __init__ reads it), where the open runs once per rank (_reads_once)."""
-    reads = [call for call in facts.load_calls if not _read_by_rank0_alone(facts, setup, call)] + [
+    __init__ reads it), where the open runs once per rank (_reads_once). A call of a function
+    of another module of the project that loads with torch.load (a second script's main()
+    reading the backbone this one saved) is such a load too. Returns where it waits."""
+    reads = [call for call in [*facts.load_calls, *facts.helper_load_calls]
+             if not _read_by_rank0_alone(facts, setup, call)] + [
         call for call in _opens(facts) if _reads_once(facts, setup, call)]
     waiting: set[Statement] = set()  # (`with open(path, "rb") as f: torch.load(f)`: one barrier)
     for call in reads:
@@ -152,6 +163,81 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan)
             Insertion(edits.statements(BARRIER_CODE.format(condition=condition)), takes_comments=True))
         edits.imports.add("dist")
         edits.report("DDP309", statement)
+    return waiting
+
+
+def _opens_for_writing(call: cst.Call) -> bool:
+    """A literal writing mode (an unknown mode is not taken for a write here: no barrier on a guess)."""
+    mode = argument_for(call, "mode", 1)
+    text = string_value(mode) if mode is not None else None
+    return text is not None and any(letter in text for letter in "wax")
+
+
+# Calls that name a path without reading the file (or that only rank 0 makes anyway).
+_NOT_READS = frozenset({"os.path.join", "os.path.basename", "os.path.dirname", "os.path.splitext",
+                        "builtins.print", "builtins.str"})
+
+
+def _barrier_before_reading_written_paths(facts: Facts, edits: Edits, setup: Plan,
+                                         waiting: set[Statement]) -> None:
+    """Rule: a file that rank 0 alone writes (`json.dump(results, open(path, "w"))`, `with
+    open(path, "w")`, `torch.save(obj, path)`, put on rank 0 by side_effects.py) and that
+    the same function then hands, by the same path expression, to a call on every rank
+    (`coco.loadRes(path)`, `score(path)`): the other ranks would read it before rank 0 has
+    written it, or last epoch's copy. A barrier goes before the reading statement (DDP309),
+    as before a torch.load of a saved checkpoint. Not again where that rule waits already,
+    nor before a call of a function that loads (it waits inside)."""
+    write_calls = [call for call in _opens(facts) if _opens_for_writing(call)] + list(facts.save_calls)
+    # (Calls of a function that loads, or that already waits before its own read: the
+    # barrier is inside it.)
+    readers = {facts.function_of(node) for node in [*facts.load_calls, *waiting]} - {None}
+    loads = set(facts.load_calls) | set(facts.helper_load_calls) | {
+        call for reader in readers if reader is not None for call in facts.calls_of(reader)}
+    not_reads = {call for qualified in _NOT_READS for call in facts.calls_named.get(qualified, ())}
+    done: set[Statement] = set(waiting)
+    # (A function that downloads runs its files on local rank 0 while the others wait at
+    # downloads.py's barrier: another barrier there would pair with that one.)
+    downloading = {facts.function_of(statement) for statement in facts.download_statements}
+    for write in write_calls:
+        function = facts.function_of(write)
+        if not _on_rank0_only(facts, setup, write) or function in downloading:
+            continue
+        # The file: open's first argument, torch.save's second (json.dump and the like write
+        # to an open() of their own).
+        is_open = write not in facts.save_calls
+        path = argument_for(write, "file" if is_open else "f", 0 if is_open else 1)
+        if path is None or not (isinstance(path, (cst.SimpleString, cst.FormattedString, cst.Name, cst.Attribute,
+                                                  cst.ConcatenatedString)) or _path_made_of_names(path)):
+            continue
+        paths = {edits.code(path)}
+        for calls in facts.calls_by_callee.values():
+            for call in calls:
+                if call in loads or facts.function_of(call) is not function or facts.line_of(call) <= facts.line_of(
+                        write) or _on_rank0_only(facts, setup, call) or call in not_reads:
+                    continue
+                if not any(not arg.star and edits.code(arg.value) in paths for arg in call.args):
+                    continue
+                statement: Statement = facts.statement_of(call)
+                if statement in done:
+                    continue
+                done.add(statement)
+                condition = "distributed" if setup.sees_setup(facts, statement) else "dist.is_initialized()"
+                edits.before.setdefault(statement, []).append(
+                    Insertion(edits.statements(BARRIER_CODE.format(condition=condition)), takes_comments=True))
+                edits.imports.add("dist")
+                edits.report("DDP309", statement)
+
+
+def _path_made_of_names(path: Optional[cst.BaseExpression]) -> bool:
+    """`"{}_results.json".format(dataset.set_name)`, `os.path.join(out_dir, "preds.json")`: a
+    path put together from names and strings, the same file wherever it is written alike."""
+    if not isinstance(path, cst.Call) or not isinstance(path.func, cst.Attribute):
+        return False
+    joined = path.func.attr.value == "join" and dotted_name(path.func.value) in ("os.path", "osp", "path")
+    formatted = path.func.attr.value == "format" and isinstance(path.func.value, cst.SimpleString)
+    return (joined or formatted) and all(
+        not arg.star and isinstance(arg.value, (cst.SimpleString, cst.Name, cst.Attribute)) for arg in path.args)
+
 
 
 def _opens_a_file(facts: Facts, node: Optional[cst.CSTNode]) -> bool:
@@ -174,7 +260,8 @@ _PER_ITEM_METHODS = frozenset({"__getitem__", "__getitems__", "__iter__", "__nex
 
 
 def _opens(facts: Facts) -> list[cst.Call]:
-    return [call for qualified in names.OPEN for call in facts.calls_named.get(qualified, ())]
+    # (sorted: the order of a set of strings changes from run to run, the output must not)
+    return [call for qualified in sorted(names.OPEN) for call in facts.calls_named.get(qualified, ())]
 
 
 def _open_mode(call: cst.Call) -> frozenset[str]:

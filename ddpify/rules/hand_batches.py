@@ -267,7 +267,30 @@ def report_batch_loops(facts: Facts, edits: Edits, setup: Plan) -> None:
         setup.hand_made_batches.append(edits.report(
             "DDP208", loop, "batches built by hand: every rank trains on the same data; shard it by "
             "rank (e.g. data[rank::world_size])"))
+    _report_batches_handed_to_training(facts, edits, setup)
     _report_full_batch_steps(facts, edits, setup)
+
+
+def _report_batches_handed_to_training(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """Rule: batches that another module of the project makes by hand (a generator, or an
+    iterator class of its own: `train_iter = build_iterator(data, config)` returning a
+    `DatasetIterater`), handed to the project's training function or Trainer
+    (`train(model, train_iter)`), are no DataLoader: nothing gives them a sampler, so every
+    rank would train on the same batches. Reported at the call (DDP208), and a file that
+    shards no other training loader stays single-process (DDP904). Only what that function or
+    Trainer loops over counts (a `dev_iter` it hands on to its evaluation does not)."""
+    for call in [*facts.training_helper_calls, *facts.training_constructors]:
+        for value in facts.iterated_arguments.get(call, ()):
+            name = dotted_name(value)
+            made_by = facts.batches_made_in_other_modules.get(name) if name is not None else None
+            if made_by is None:
+                continue
+            setup.hand_made_batches.append(edits.report(
+                "DDP208", call, f"`{name}` handed to `{edits.code(call.func)}(...)` is batches that "
+                f"`{made_by.rpartition('.')[2]}()` of another module of the project makes by hand, "
+                "no DataLoader: every rank would train on the same batches; build a DataLoader over "
+                "the data (ddpify shards it), or take this rank's share there "
+                "(data[rank::world_size])"))
 
 
 def _report_full_batch_steps(facts: Facts, edits: Edits, setup: Plan) -> None:

@@ -510,8 +510,18 @@ def called_repeatedly(facts: Facts, function: Optional[cst.FunctionDef]) -> bool
     if owner is not None and function is not None and function.name.value == "__init__":
         calls = facts.calls_by_callee.get(owner.name.value, [])
         return len(calls) != 1 or any(facts.enclosing_loops(call) for call in calls)
+    if _called_from_other_modules(facts, function):
+        return True
     calls = facts.calls_of(function)
     return len(calls) > 1 or any(facts.enclosing_loops(call) for call in calls)
+
+
+def _called_from_other_modules(facts: Facts, function: Optional[cst.FunctionDef]) -> bool:
+    """A top-level function that another module of the project imports (`from linear_eval
+    import main as linear_eval`, called after that script's training): it may run after
+    the caller's own setup has joined the group, where a second init_process_group raises."""
+    return function is not None and facts.class_of(function) is None and facts.function_of(
+        function) is None and function.name.value in facts.used_elsewhere
 
 
 def _calls_running(facts: Facts, function: cst.FunctionDef) -> list[cst.Call]:
@@ -562,6 +572,10 @@ def _report_repeated(edits: Edits, facts: Facts, function: cst.FunctionDef) -> N
     if owner is not None and function.name.value == "__init__":
         edits.report("DDP009", function, f"setup in {owner.name.value}.__init__, which may run once per "
                                           f"{owner.name.value}(...): the group is created once")
+    elif _called_from_other_modules(facts, function):
+        edits.report("DDP009", function, f"setup in {function.name.value}(), which another module of the "
+                                          "project also calls, maybe after its own setup: the group is "
+                                          "created once")
     else:
         edits.report("DDP009", function)
 

@@ -619,8 +619,8 @@ def _attribute_references(facts: Facts, name: str, function: Optional[cst.Functi
     anywhere else (`trainer.writer.close()`, a subclass's method): there the other ranks
     would find no such attribute."""
     owner = facts.class_of(function)
-    if owner is None or not name.startswith("self.") or name.count(".") != 1:
-        return None
+    if owner is None or not name.startswith("self.") or name.count(".") != 1 or name in facts.read_by_derived_classes:
+        return None  # (read by a subclass in another module, whose uses this module cannot guard)
     attribute = name.split(".", 1)[1]
     found: list[cst.BaseExpression] = []
     for node in facts.nodes_of(cst.Attribute):

@@ -21,7 +21,8 @@ Finding = tuple[str, int, str]
 # keeps its calls on every rank and disables the run on the others with `mode=`.)
 WRITERS = frozenset({"print", "torch.save", "os.makedirs", "os.mkdir", "json.dump", "pickle.dump",
                      "np.save", "np.savez", "np.savetxt", "numpy.save", "save_image", "shutil.copy",
-                     "shutil.copyfile", "SummaryWriter", "sys.stdout.write", "pprint.pprint",
+                     "shutil.copyfile", "shutil.copy2", "shutil.move", "os.rename", "os.replace",
+                     "os.remove", "os.unlink", "SummaryWriter", "sys.stdout.write", "pprint.pprint",
                      "log_value", "tensorboard_logger.configure", "tensorboard_logger.log_value",
                      "tensorboard_logger.Logger"})
 # Called as a method of anything, given a path: `fig.savefig(...)`, `frame.to_csv(path)`
