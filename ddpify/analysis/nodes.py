@@ -113,6 +113,20 @@ def argument_for(call: cst.Call, parameter: str, position: Optional[int]) -> Opt
     return None
 
 
+def literal_open_mode(call: cst.Call) -> Optional[str]:
+    """The mode of `open(path, mode)` when it is written out as a string; None when it is
+    not given or not a literal."""
+    mode = argument_for(call, "mode", 1)
+    return string_value(mode) if mode is not None else None
+
+
+def opens_for_writing(call: cst.Call) -> bool:
+    """`open(path, mode)` with a literal mode that writes ("w", "a", "x" or "+"); a mode not
+    written out is not taken for a write."""
+    mode = literal_open_mode(call)
+    return mode is not None and any(letter in mode for letter in "wax+")
+
+
 def positional_parameters(function: cst.FunctionDef) -> list[str]:
     """The names a call can fill by position, in order."""
     return [param.name.value for param in [*function.params.posonly_params, *function.params.params]]

@@ -17,6 +17,7 @@ from ddpify.analysis.nodes import (
     calls_within,
     dotted_name,
     handed_for,
+    opens_for_writing,
     positional_parameters,
     string_value,
 )
@@ -158,19 +159,18 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan)
         if statement in waiting:
             continue
         waiting.add(statement)
-        condition = "distributed" if setup.sees_setup(facts, statement) else "dist.is_initialized()"
-        edits.before.setdefault(statement, []).append(
-            Insertion(edits.statements(BARRIER_CODE.format(condition=condition)), takes_comments=True))
-        edits.imports.add("dist")
-        edits.report("DDP309", statement)
+        _wait_before(facts, edits, setup, statement)
     return waiting
 
 
-def _opens_for_writing(call: cst.Call) -> bool:
-    """A literal writing mode (an unknown mode is not taken for a write here: no barrier on a guess)."""
-    mode = argument_for(call, "mode", 1)
-    text = string_value(mode) if mode is not None else None
-    return text is not None and any(letter in text for letter in "wax")
+def _wait_before(facts: Facts, edits: Edits, setup: Plan, statement: Statement) -> None:
+    """A barrier before the statement, so that every rank reads what rank 0 has finished
+    writing (DDP309)."""
+    condition = "distributed" if setup.sees_setup(facts, statement) else "dist.is_initialized()"
+    edits.before.setdefault(statement, []).append(
+        Insertion(edits.statements(BARRIER_CODE.format(condition=condition)), takes_comments=True))
+    edits.imports.add("dist")
+    edits.report("DDP309", statement)
 
 
 # Calls that name a path without reading the file (or that only rank 0 makes anyway).
@@ -187,7 +187,7 @@ def _barrier_before_reading_written_paths(facts: Facts, edits: Edits, setup: Pla
     written it, or last epoch's copy. A barrier goes before the reading statement (DDP309),
     as before a torch.load of a saved checkpoint. Not again where that rule waits already,
     nor before a call of a function that loads (it waits inside)."""
-    write_calls = [call for call in _opens(facts) if _opens_for_writing(call)] + list(facts.save_calls)
+    write_calls = [call for call in _opens(facts) if opens_for_writing(call)] + list(facts.save_calls)
     # (Calls of a function that loads, or that already waits before its own read: the
     # barrier is inside it.)
     readers = {facts.function_of(node) for node in [*facts.load_calls, *waiting]} - {None}
@@ -221,11 +221,7 @@ def _barrier_before_reading_written_paths(facts: Facts, edits: Edits, setup: Pla
                 if statement in done:
                     continue
                 done.add(statement)
-                condition = "distributed" if setup.sees_setup(facts, statement) else "dist.is_initialized()"
-                edits.before.setdefault(statement, []).append(
-                    Insertion(edits.statements(BARRIER_CODE.format(condition=condition)), takes_comments=True))
-                edits.imports.add("dist")
-                edits.report("DDP309", statement)
+                _wait_before(facts, edits, setup, statement)
 
 
 def _path_made_of_names(path: Optional[cst.BaseExpression]) -> bool:
@@ -268,13 +264,7 @@ def _open_mode(call: cst.Call) -> frozenset[str]:
     """The letters of `open(path, mode)`'s literal mode ("r" when there is none); the
     writing letters when the mode is not written out, so that nothing unknown counts as a
     read."""
-    mode: Optional[cst.BaseExpression] = None
-    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
-    if len(positional) >= 2:
-        mode = positional[1].value
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == "mode":
-            mode = arg.value
+    mode = argument_for(call, "mode", 1)
     if mode is None:
         return frozenset("r")
     text = string_value(mode)

@@ -5,6 +5,7 @@ its optimizer is created: DDP must see the model on its final device, and checkp
 loaded before the wrap need no `.module`.
 """
 import re
+from collections.abc import Iterable
 from typing import Optional, cast
 
 import libcst as cst
@@ -341,11 +342,7 @@ def _unwrap_models_handed_in(facts: Facts, edits: Edits, setup: Plan) -> None:
         functions = [function for function in map(facts.function_of, reads) if function is not None]
         if not functions or not all(handed_in(facts, function, name) for function in functions):
             continue
-        for access in reads:
-            if access.attr.value in names.WRAPPER_ATTRIBUTES or _under_wrapper_check(facts, access, name):
-                continue
-            edits.expressions[access.value] = _unwrapped(name, edits, _quote_for(facts, access))
-            edits.report("DDP103", access)
+        _read_through_module(facts, edits, name, reads)
         for value in _type_reads(facts, name):
             edits.expressions[value] = _unwrapped(name, edits, _quote_for(facts, value))
             edits.report("DDP103", value)
@@ -368,11 +365,17 @@ def _unwrap_attributes_of_objects_handed_in(facts: Facts, edits: Edits) -> None:
         if not all(function is not None and owner in parameter_names(function)
                    and owner != receiver_of(facts, function) for function in functions):
             continue
-        for access in reads:
-            if access.attr.value in names.WRAPPER_ATTRIBUTES or _under_wrapper_check(facts, access, name):
-                continue
-            edits.expressions[access.value] = _unwrapped(name, edits, _quote_for(facts, access))
-            edits.report("DDP103", access)
+        _read_through_module(facts, edits, name, reads)
+
+
+def _read_through_module(facts: Facts, edits: Edits, name: str, reads: Iterable[cst.Attribute]) -> None:
+    """Each `name.X` read as `getattr(name, "module", name).X` (DDP103), but the wrapper's own
+    attributes and reads already behind a check of the wrapper."""
+    for access in reads:
+        if access.attr.value in names.WRAPPER_ATTRIBUTES or _under_wrapper_check(facts, access, name):
+            continue
+        edits.expressions[access.value] = _unwrapped(name, edits, _quote_for(facts, access))
+        edits.report("DDP103", access)
 
 
 def _weights_loaded_elsewhere(facts: Facts, read: cst.Attribute) -> bool:

@@ -20,8 +20,9 @@ from ddpify.analysis.nodes import (
     dotted_name,
     find_all,
     first_free,
+    literal_open_mode,
     names_within,
-    string_value,
+    opens_for_writing,
 )
 from ddpify.diagnostics import Rule, Severity, Status
 from ddpify.emit import guards
@@ -305,7 +306,7 @@ def _file_writes(facts: Facts, edits: Edits, setup: Plan) -> None:
                     _guard_statement_call(facts, edits, setup, call, "DDP302")
     for qualified in sorted(names.OPEN):
         for call in facts.calls_named.get(qualified, ()):
-            if _opens_for_writing(call) and facts.statement_of(call) not in edits.guarded:
+            if opens_for_writing(call) and facts.statement_of(call) not in edits.guarded:
                 # (A statement guarded as a whole: `json.dump(history, open(path, "w"))`.)
                 _open_on_rank0(facts, edits, setup, call)
 
@@ -382,7 +383,7 @@ def _open_nothing_elsewhere(facts: Facts, edits: Edits, setup: Plan, call: cst.C
     ranks open os.devnull instead, so every statement runs everywhere and only rank 0's
     writes reach the file."""
     path = argument_for(call, "file", 0)
-    mode = _mode_of(call)
+    mode = literal_open_mode(call)
     if path is None or mode is None or "x" in mode:
         edits.report("DDP307", call)  # `open(p, "x")` fails on os.devnull, which exists
         return
@@ -717,21 +718,6 @@ def _guard(facts: Facts, edits: Edits, setup: Plan, statement: cst.BaseStatement
             edits.report(code, statement)
 
 
-def _opens_for_writing(call: cst.Call) -> bool:
-    text = _mode_of(call)
-    return text is not None and any(letter in text for letter in "wax+")
-
-
-def _mode_of(call: cst.Call) -> Optional[str]:
-    """The literal mode of `open(path, mode)`; None when it is not written out."""
-    mode = None
-    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
-    if len(positional) >= 2:
-        mode = positional[1].value
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == "mode":
-            mode = arg.value
-    return string_value(mode) if mode is not None else None
 
 
 def _is_single_call_line(statement: cst.BaseStatement) -> bool:

@@ -265,6 +265,18 @@ def figures_anchor(facts: Facts, loop: cst.For) -> cst.BaseStatement:
         anchor = owner
 
 
+def _block_around_figures(facts: Facts, loop: cst.For) -> Optional[tuple[list[cst.BaseStatement], int]]:
+    """The statements of the block that holds the batch loop's figures anchor (the loop, or
+    the `with` around it), and the anchor's index among them: figures are set before it and
+    read after it. None when the anchor is not directly in a block."""
+    anchor = figures_anchor(facts, loop)
+    block = facts.parents.get(anchor)
+    if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+        return None
+    statements: list[cst.BaseStatement] = list(block.body)
+    return statements, statements.index(anchor)
+
+
 def epoch_accumulators(facts: Facts, loop: cst.For) -> dict[str, cst.BaseExpression]:
     """`running_loss = 0.0` before the batch loop, `running_loss += ...` inside it, and used
     after it: the name and its initial literal, in the order they were set.
@@ -274,12 +286,10 @@ def epoch_accumulators(facts: Facts, loop: cst.For) -> dict[str, cst.BaseExpress
     `dict(loss=0.0, ...)`) that the loop adds to (`running["loss"] += loss.item() * n`) are
     such figures each, named as the code reads them (`running["loss"]`), when the dict is
     read after the loop (printed, written to a CSV row, appended to a history)."""
-    anchor = figures_anchor(facts, loop)
-    block = facts.parents.get(anchor)
-    if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+    around = _block_around_figures(facts, loop)
+    if around is None:
         return {}
-    statements = list(block.body)
-    index = statements.index(anchor)
+    statements, index = around
     initial: dict[str, cst.BaseExpression] = {}
     for statement in statements[:index]:
         for name, value in _names_set_before(statement):
@@ -403,12 +413,10 @@ def epoch_meters(facts: Facts, loop: cst.For) -> dict[str, list[cst.Call]]:
     """`losses = AverageMeter()` before the batch loop, `losses.update(loss.item(), n)` in it,
     and `losses.avg` (`.sum`, `.count`) read after it: the same running figure as a sum kept
     by hand, held by an object. The meter's name -> its update() calls in the loop."""
-    anchor = figures_anchor(facts, loop)
-    block = facts.parents.get(anchor)
-    if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+    around = _block_around_figures(facts, loop)
+    if around is None:
         return {}
-    statements = list(block.body)
-    index = statements.index(anchor)
+    statements, index = around
     made = {name for statement in statements[:index] for name, value in _names_set_before(statement)
             if isinstance(value, cst.Call)}
     updates: dict[str, list[cst.Call]] = {}
