@@ -36,6 +36,11 @@ RULES = (
          "Only rank 0 saves; the other ranks would read the checkpoint before it exists, or "
          "while it is half written.",
          "Nothing to do."),
+    Rule("DDP314", Severity.WARNING, "file rank 0 writes read in a branch chosen by a file test",
+         "`if not os.path.exists(path): <write, rank 0 only> else: <read>`: while rank 0 writes, "
+         "ranks may take different branches, and a barrier in one of them would wait forever.",
+         "Write on rank 0 first, then `dist.barrier()` on every rank, then read on every rank "
+         "(the read left as it was here)."),
 )
 
 BARRIER_CODE = """\
@@ -144,8 +149,9 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan)
     for call in reads:
         if call in setup.collective_loads:
             continue
-        if not any(_saved_before(facts, save, call) and _on_rank0_only(facts, setup, save)
-                   for save in _writes(facts)):
+        writes = [save for save in _writes(facts) if _saved_before(facts, save, call)
+                  and _on_rank0_only(facts, setup, save)]
+        if not writes:
             continue
         statement: Statement = facts.statement_of(call)
         # `with open(path, "rb") as f: model = torch.load(f)`, also with another `with`
@@ -159,18 +165,62 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan)
         if statement in waiting:
             continue
         waiting.add(statement)
-        _wait_before(facts, edits, setup, statement)
+        waited = _wait_before(facts, edits, setup, statement, writes)
+        if waited is not None:
+            waiting.add(waited)
     return waiting
 
 
-def _wait_before(facts: Facts, edits: Edits, setup: Plan, statement: Statement) -> None:
+# Calls whose result tells whether a file or folder is there (`os.path.exists(path)`,
+# `Path(path).is_file()`, `os.listdir(folder)`), by the name of the function or method.
+_FILE_TESTS = frozenset({"exists", "lexists", "isfile", "isdir", "is_file", "is_dir", "listdir", "glob", "iglob"})
+
+
+def _wait_before(facts: Facts, edits: Edits, setup: Plan, statement: Statement,
+                 writes: list[cst.Call]) -> Optional[Statement]:
     """A barrier before the statement, so that every rank reads what rank 0 has finished
-    writing (DDP309)."""
+    writing (DDP309); where it waits, or None.
+
+    Rule: a barrier is a collective, so every rank must reach it the same number of times.
+    A read under an `if` that tests whether the file is there (`if os.path.exists(path):`)
+    is not: while rank 0 writes, one rank may find the file and another not. The barrier
+    goes before the outermost such `if` of the function instead, where every rank passes,
+    when the write comes before that `if`; when the write is inside it (`if not
+    exists(path): download and write, else: read`), no place is certain and the read is
+    reported (DDP314), left as it was."""
+    tests = [node for node in _ancestors(facts, statement, facts.function_of(statement))
+             if isinstance(node, cst.If) and _tests_files(node.test)]
+    if tests:
+        outermost = cast(cst.If, tests[-1])
+        if any(_ancestor_of(facts, outermost, write) for write in writes):
+            edits.report("DDP314", statement)
+            return None
+        statement = outermost
     condition = "distributed" if setup.sees_setup(facts, statement) else "dist.is_initialized()"
     edits.before.setdefault(statement, []).append(
         Insertion(edits.statements(BARRIER_CODE.format(condition=condition)), takes_comments=True))
     edits.imports.add("dist")
     edits.report("DDP309", statement)
+    return statement
+
+
+def _ancestors(facts: Facts, node: cst.CSTNode, stop: Optional[cst.CSTNode]) -> list[cst.CSTNode]:
+    """The nodes around `node`, innermost first, up to (not including) `stop`."""
+    found: list[cst.CSTNode] = []
+    current = facts.parents.get(node)
+    while current is not None and current is not stop:
+        found.append(current)
+        current = facts.parents.get(current)
+    return found
+
+
+def _ancestor_of(facts: Facts, container: cst.CSTNode, node: cst.CSTNode) -> bool:
+    return container in _ancestors(facts, node, None)
+
+
+def _tests_files(test: cst.BaseExpression) -> bool:
+    return any(isinstance(call.func, (cst.Attribute, cst.Name)) and (dotted_name(call.func) or "").rpartition(".")[2]
+               in _FILE_TESTS for call in calls_within(test))
 
 
 # Calls that name a path without reading the file (or that only rank 0 makes anyway).
@@ -221,7 +271,9 @@ def _barrier_before_reading_written_paths(facts: Facts, edits: Edits, setup: Pla
                 if statement in done:
                     continue
                 done.add(statement)
-                _wait_before(facts, edits, setup, statement)
+                waited = _wait_before(facts, edits, setup, statement, [write])
+                if waited is not None:
+                    done.add(waited)
 
 
 def _path_made_of_names(path: Optional[cst.BaseExpression]) -> bool:
