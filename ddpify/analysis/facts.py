@@ -146,8 +146,11 @@ class DeviceAssignment:
     # setup block may take the statement's place. Any other choice (an accelerator, MPS, an
     # if/else over several statements) is kept as written and refined after it.
     cuda_or_cpu: bool = True
-    # `"cuda" if ... else "cpu"`: a string that the script may print or compare; the setup
-    # keeps it a string for plain `python`.
+    # `"cuda" if ... else "cpu"`, or a lone string (`args.device = "cuda"`, `device =
+    # "cuda:0"`): a string that the script may print, compare or format. Rule: a string device
+    # stays a string of the same form: kept as written and refined after it ("cuda" is this
+    # rank's GPU once the setup made it current; a GPU index becomes f"cuda:{local_rank}"),
+    # never replaced by a torch.device with a CPU fallback the script did not have.
     is_string: bool = False
 
 

@@ -86,20 +86,54 @@ def _module_used_in_place(facts: Facts, load: cst.Call) -> bool:
     function: a whole module used where it was unpickled. Mapped to the CPU it would meet
     inputs on this rank's GPU, where the original had it on the GPU it was saved from; so
     its GPU tensors come to this process's GPU instead. (A state dict or a checkpoint dict,
-    or a module moved afterwards, keeps map_location="cpu".)"""
-    assign = facts.parents.get(load)
-    if not isinstance(assign, cst.Assign) or assign.value is not load or len(assign.targets) != 1:
-        return False
-    name = dotted_name(assign.targets[0].target)
+    or a module moved afterwards, keeps map_location="cpu".)
+
+    Through a returned value too: `def load_model(p): return torch.load(p)` (or `m =
+    torch.load(p)` ... `return m`), when every call of that function of this file assigns
+    the result to a name its caller uses in place as above (`m = load_model(p); m.eval()`).
+    A call whose result goes anywhere else leaves it uncertain: "cpu" is kept."""
+    parent = facts.parents.get(load)
     function = facts.function_of(load)
+    if isinstance(parent, cst.Return) and parent.value is load:
+        return _returned_to_callers_using_it(facts, function)
+    if not isinstance(parent, cst.Assign) or parent.value is not load or len(parent.targets) != 1:
+        return False
+    name = dotted_name(parent.targets[0].target)
     if name is None:
         return False
+    if _used_in_place(facts, name, function):
+        return True
+    returned = [ret for ret in facts.own_statements(function, cst.Return)
+                if ret.value is not None and dotted_name(ret.value) == name]
+    return bool(returned) and not _moved_in(facts, name, function) and _returned_to_callers_using_it(facts, function)
+
+
+def _returned_to_callers_using_it(facts: Facts, function: Optional[cst.FunctionDef]) -> bool:
+    calls = facts.calls_of(function)
+    if function is None or not calls:
+        return False
+    for call in calls:
+        assign = facts.parents.get(call)
+        if not isinstance(assign, cst.Assign) or assign.value is not call or len(assign.targets) != 1:
+            return False
+        name = dotted_name(assign.targets[0].target)
+        if name is None or not _used_in_place(facts, name, facts.function_of(call)):
+            return False
+    return True
+
+
+def _used_in_place(facts: Facts, name: str, function: Optional[cst.FunctionDef]) -> bool:
     called = [read.attr.value for read in facts.attribute_reads.get(name, ())
               if facts.function_of(read) is function and _is_called(facts, read)]
     runs = any(facts.function_of(call) is function for call in facts.calls_by_callee.get(name, ()))
     return (runs or any(method in MODULE_ONLY_METHODS for method in called)
             or _run_by_a_function_it_is_handed_to(facts, name, function)) and not any(
         method in MOVES for method in called)
+
+
+def _moved_in(facts: Facts, name: str, function: Optional[cst.FunctionDef]) -> bool:
+    return any(read.attr.value in MOVES for read in facts.attribute_reads.get(name, ())
+               if facts.function_of(read) is function and _is_called(facts, read))
 
 
 def _run_by_a_function_it_is_handed_to(facts: Facts, name: str, function: Optional[cst.FunctionDef]) -> bool:

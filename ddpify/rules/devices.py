@@ -86,12 +86,39 @@ def _fixed_gpu_strings_left(facts: Facts, edits: Edits, setup: Plan) -> None:
     setup has run, and GPU 0 as before under plain `python`."""
     edited = [*edits.expressions, *edits.removed, *edits.replaced]
     for string in facts.fixed_gpu_strings:
-        if _in_choice(facts, setup, string) or any(
+        if _in_choice(facts, setup, string) or _default_the_setup_refines(facts, setup, string) or any(
                 node is string or facts.ancestor_in(string, node) is not None for node in edited):
             continue
-        edits.expressions[string] = replacement(edits, f"{string.prefix}{string.quote}cuda{string.quote}")
+        _to_current_gpu(facts, edits, string)
         edits.standalone.add(string)
-        edits.report("DDP002", string)
+
+
+def _default_the_setup_refines(facts: Facts, setup: Plan, string: cst.SimpleString) -> bool:
+    """`def train(device="cuda:1")` where the setup block takes `device` from that parameter:
+    under torchrun the setup itself drops the index (each rank on its own GPU), so the
+    default stays as written and plain `python` still runs on GPU 1."""
+    param = facts.parents.get(string)
+    return (setup.device_from_parameter and isinstance(param, cst.Param) and param.default is string
+            and param.name.value == setup.device and facts.function_of(param) is setup.function)
+
+
+def _to_current_gpu(facts: Facts, edits: Edits, string: cst.SimpleString) -> None:
+    """Rule: a fixed GPU string becomes the current GPU, the one the setup makes this rank's,
+    and stays a string. "cuda:0" becomes "cuda", which is GPU 0 under plain `python` too;
+    "cuda:1" (any other index) becomes `"cuda" if "WORLD_SIZE" in os.environ else "cuda:1"`,
+    so plain `python` still runs on the GPU the user named and only torchrun's ranks each
+    take their own."""
+    quote = f"{string.prefix}{string.quote}"
+    current = f"{quote}cuda{string.quote}"
+    if str(string.evaluated_value).split(":")[1].strip() not in ("0", ""):
+        current = f'{current} if "WORLD_SIZE" in os.environ else {string.value}'
+        parent = facts.parents.get(string)
+        if not isinstance(parent, (cst.Arg, cst.Param, cst.Assign, cst.AnnAssign, cst.DictElement,
+                                   cst.Element, cst.Return)):
+            current = f"({current})"
+        edits.imports.add("os")
+    edits.expressions[string] = replacement(edits, current)
+    edits.report("DDP002", string)
 
 
 def _current_gpu_during_training(facts: Facts, call: cst.Call) -> bool:
@@ -121,12 +148,17 @@ def _runs_only_while_training(facts: Facts, function: cst.FunctionDef, depth: in
 def _index_of_this_rank_in_string_choice(facts: Facts, edits: Edits, setup: Plan) -> None:
     """`"cuda:0" if ... else "cpu"` names GPU 0 on every rank. The device keeps its type, a
     string (a config dict written as JSON, `device.startswith(...)`): only its index becomes
-    the rank's own, `f"cuda:{local_rank}"`, which is "cuda:0" under plain `python`."""
+    the rank's own, `f"cuda:{local_rank}"`, which is "cuda:0" under plain `python`. Another
+    index is kept where plain `python` reads it: `(f"cuda:{local_rank}" if distributed else
+    "cuda:1")`, so only torchrun's ranks change GPU."""
     if not setup.device_is_string or setup.choice_statement is None:
         return
     for string in facts.fixed_gpu_strings:
         if facts.ancestor_in(string, setup.choice_statement) is not None:
-            edits.expressions[string] = replacement(edits, f"f{string.quote}cuda:{{local_rank}}{string.quote}")
+            code = f"f{string.quote}cuda:{{local_rank}}{string.quote}"
+            if str(string.evaluated_value).split(":")[1].strip() not in ("0", ""):
+                code = f"({code} if distributed else {string.value})"
+            edits.expressions[string] = replacement(edits, code)
             edits.report("DDP002", string)
             setup.device_string_indexed = True
 
@@ -136,9 +168,7 @@ def _current_device_in_helper_module(facts: Facts, edits: Edits) -> None:
     fixed GPU becomes "the current GPU": `"cuda:0"` -> `"cuda"` (still a string), `.cuda(0)`
     -> `.cuda()`, `.to(0)` -> `.to("cuda")`."""
     for string in facts.fixed_gpu_strings:
-        quote = string.prefix + string.quote
-        edits.expressions[string] = replacement(edits, f"{quote}cuda{string.quote}")
-        edits.report("DDP002", string)
+        _to_current_gpu(facts, edits, string)
     for call in facts.fixed_device_moves:
         _to_current_device(edits, call)
 

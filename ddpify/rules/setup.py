@@ -290,11 +290,18 @@ def _device_named_elsewhere(facts: Facts) -> Optional[tuple[str, Optional[Statem
             continue
         device, owner = named
         function = facts.function_of(call)
-        made = [statement for statement in facts.statements_touching.get(owner, ())
+        made: list[Statement] = [
+                statement for statement in facts.statements_touching.get(owner, ())
                 if facts.function_of(statement) is function and facts.start_of(statement) < facts.start_of(call)
                 and isinstance(statement, cst.SimpleStatementLine) and any(
                     isinstance(small, cst.Assign) and any(dotted_name(t.target) == owner for t in small.targets)
                     for small in statement.body)]
+        # `cfg["device"] = "cuda"` (or `args.device = ...`) after the object is made: the
+        # setup reads the entry, so it follows the last statement that sets it.
+        made += [facts.statement_of(assign) for assign in facts.own_statements(function, cst.Assign)
+                 if facts.start_of(assign) < facts.start_of(call)
+                 and any(facts.module.code_for_node(t.target) == device for t in assign.targets)]
+        made.sort(key=facts.start_of)
         if made:
             return device, made[-1], function
         # Not set in the move's scope before it: known when that scope starts (a parameter, a
