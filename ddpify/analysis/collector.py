@@ -725,6 +725,11 @@ class Collector(cst.CSTVisitor):
                 value = argument_for(call, parameter, positional.index(parameter) if parameter in positional else None)
                 if value is not None:
                     self.facts.iterated_arguments.setdefault(call, []).append(value)
+            positional, entries = self.project.iterated_entries(qualified)
+            for parameter, key in sorted(entries):
+                value = argument_for(call, parameter, positional.index(parameter) if parameter in positional else None)
+                if value is not None:
+                    self.facts.iterated_entries.setdefault(call, []).append((value, key))
 
     def _note_models_moved_by(self, call: cst.Call) -> None:
         """`SimCLR(model=model, ...)` whose __init__ moves the model to its device: the wrap

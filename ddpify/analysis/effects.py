@@ -412,6 +412,46 @@ class FunctionEffects:
                         if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
                                 and target.value.id == "self":
                             held[f"self.{target.attr}"] = node.value.id
+        return positional, {held.get(found, found) for found in self._iterated_reads(function, owner)} & parameters
+
+    def iterated_entries(self, name: str) -> tuple[list[str], set[tuple[str, str]]]:
+        """(the positional parameters, the (parameter, key) pairs whose entry a `for` loop
+        iterates) of a function or of a class's __init__: `self.tr_loader = data["tr_loader"]`
+        in `Solver.__init__(self, data, ...)`, then `for batch in self.tr_loader` (or through
+        one name between) in a method iterates the `"tr_loader"` entry of the dict handed in
+        at `data`. Only string keys count."""
+        owner = name if name in self.classes else None
+        key = f"{name}.__init__" if owner is not None else name
+        function = self._functions.get(key)
+        if function is None:
+            return [], set()
+        positional = self._positional(key, function)
+        parameters = set(positional) | {arg.arg for arg in function.args.kwonlyargs}
+        held: dict[str, tuple[str, str]] = {}  # "self.tr_loader" -> ("data", "tr_loader")
+        for node in ast.walk(function):
+            if not isinstance(node, ast.Assign):
+                continue
+            value = node.value
+            if isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name) \
+                    and value.value.id in parameters and isinstance(value.slice, ast.Constant) \
+                    and isinstance(value.slice.value, str):
+                for target in node.targets:
+                    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
+                            and target.value.id == "self" and owner is not None:
+                        held[f"self.{target.attr}"] = (value.value.id, value.slice.value)
+                    elif isinstance(target, ast.Name):
+                        held[target.id] = (value.value.id, value.slice.value)
+        entries = {held[found] for found in self._iterated_reads(function, owner) if found in held}
+        if owner is None:  # `for x, y in loaders["train"]:` right in the function
+            entries |= {(loop.iter.value.id, loop.iter.slice.value) for loop in ast.walk(function)
+                        if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, ast.Subscript)
+                        and isinstance(loop.iter.value, ast.Name) and loop.iter.value.id in parameters
+                        and isinstance(loop.iter.slice, ast.Constant) and isinstance(loop.iter.slice.value, str)}
+        return positional, entries
+
+    def _iterated_reads(self, function: ast.FunctionDef, owner: Optional[str]) -> set[str]:
+        """The names and `self.X` attributes that `for` loops of the function (of every method
+        of the class `owner`) iterate, through one name between."""
         bodies = [function] if owner is None else [
             method for key_, method in self._functions.items() if self._class_of.get(key_) == owner]
         iterated: set[str] = set()
@@ -423,8 +463,8 @@ class FunctionEffects:
                 read = _dotted_reads(loop.iter)
                 for local in list(read):
                     read |= {found for value in bound.get(local, ()) for found in _dotted_reads(value)}
-                iterated |= {held.get(found, found) for found in read} & parameters
-        return positional, iterated
+                iterated |= read
+        return iterated
 
     def loader_subclass(self, name: str) -> Optional[bool]:
         """For a class of this module derived directly from torch's DataLoader: whether its

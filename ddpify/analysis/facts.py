@@ -260,6 +260,8 @@ class FactRecord:
     batches_made_in_other_modules: dict[str, str] = field(default_factory=dict)
     # Per call of the project's training function or Trainer: the arguments it iterates.
     iterated_arguments: dict[cst.Call, list[cst.BaseExpression]] = field(default_factory=dict)
+    # ... and the entries of a dict argument it iterates: (the argument, the string key).
+    iterated_entries: dict[cst.Call, list[tuple[cst.BaseExpression, str]]] = field(default_factory=dict)
     # Some parameter's requires_grad is set (`p.requires_grad = fine_tune`,
     # `requires_grad_(False)`): a model may reach its wrap with nothing to train.
     freezes_parameters: bool = False
