@@ -121,6 +121,9 @@ class DictPass:
     # The call that hands the entry to the function whose loop this is
     # (`train_one_epoch(model, loaders["train"], ...)`): the epochs are counted around it.
     handed_by: Optional[cst.Call] = None
+    # The entry's own name where `handed_by` runs, when that is a function the entry was handed
+    # to (`train_dataloader`, a parameter): set_epoch goes on it there.
+    handed_as: Optional[str] = None
 
 
 @dataclass
