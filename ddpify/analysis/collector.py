@@ -653,6 +653,9 @@ class Collector(cst.CSTVisitor):
                 self.facts.calls_returning_moved.add(node)
             if self.project.loads_checkpoint(qualified):
                 self.facts.helper_load_calls.append(node)
+            clock_line = self.project.names_from_clock(qualified)
+            if clock_line is not None:
+                self.facts.clock_named_calls[node] = (qualified, clock_line)
         self._note_optimizer_made_elsewhere(node, qualified)
         if self.project.trains(qualified):
             # `engine.train_one_epoch(model, loader, optimizer)`: the steps are in there.

@@ -392,6 +392,25 @@ class FunctionEffects:
             isinstance(node, ast.Call) and self.qualified(dotted_ast(node.func) or "") == names.TORCH_LOAD
             for node in ast.walk(function))
 
+    def names_from_clock(self, name: str) -> Optional[int]:
+        """The line where the function (the class's __init__) itself assigns a name or path
+        built from the clock or a random draw (`args.log_dir = os.path.join(args.log_dir,
+        "in-progress_" + datetime.now().strftime("%m%d%H%M%S"))`): a clock or chance call
+        (names.CLOCK_OR_CHANCE) in an expression that also holds a string (a folder's name,
+        a strftime format); a bare `start = time.time()` for timings does not count."""
+        function = self._functions.get(f"{name}.__init__" if name in self.classes else name)
+        if function is None:
+            return None
+        for node in ast.walk(function):
+            if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+                continue
+            inner = list(ast.walk(node.value))
+            if any(isinstance(each, ast.Call) and self.qualified(dotted_ast(each.func) or "") in names.CLOCK_OR_CHANCE
+                   for each in inner) and any(isinstance(each, ast.JoinedStr) or isinstance(
+                       each, ast.Constant) and isinstance(each.value, str) for each in inner):
+                return node.lineno
+        return None
+
     def iterated_parameters(self, name: str) -> tuple[list[str], set[str]]:
         """(the positional parameters, those whose value a `for` loop iterates) of a function,
         or of a class's __init__ whose `self.X = parameter` a method's loop iterates (`for x,

@@ -228,6 +228,9 @@ class FactRecord:
     helper_attribute_readers: dict[cst.Call, set[int]] = field(default_factory=dict)
     # Calls of a function or class of another module of the project, whatever it does.
     project_calls: set[cst.Call] = field(default_factory=set)
+    # Calls of a function of another module that names a folder from the clock there:
+    # (the function's qualified name, the line in its module).
+    clock_named_calls: dict[cst.Call, tuple[str, int]] = field(default_factory=dict)
     # Those whose function returns what it moved to a device (`net = get_network(args)`).
     calls_returning_moved: set[cst.Call] = field(default_factory=set)
     # Calls of the project's helpers that take training steps (engine.train_one_epoch).
