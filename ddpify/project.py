@@ -219,6 +219,18 @@ class Project:
         definition = self._definition(qualified)
         return ([], set()) if definition is None else definition[0].iterated_parameters(definition[1])
 
+    def names_from_clock(self, qualified: str) -> Optional[int]:
+        """The line where `qualified`, a function or class of another module, names a folder
+        or run from the clock (effects.names_from_clock)."""
+        definition = self._definition(qualified)
+        return definition[0].names_from_clock(definition[1]) if definition is not None else None
+
+    def iterated_entries(self, qualified: str) -> tuple[list[str], set[tuple[str, str]]]:
+        """For a function or a class: its positional parameters and the (parameter, key)
+        entries of a dict handed in that it iterates (effects.iterated_entries)."""
+        definition = self._definition(qualified)
+        return ([], set()) if definition is None else definition[0].iterated_entries(definition[1])
+
     def loader_dict(self, qualified: str) -> Optional[dict[str, bool]]:
         """Calling `qualified` returns a dict of DataLoaders it builds: key -> whether its
         module shards the entry (`data.get_dataloaders(cfg)`, returned_loaders.py)."""

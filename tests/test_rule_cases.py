@@ -50,6 +50,9 @@ WITHOUT_A_CASE = {
     "DDP404": "accumulation that no_sync() cannot wrap: no test or fixture reaches it either",
     "DDP921": "a training class of another module of the project: a case is one file, with no Project "
               "(fixtures projects/trainer_chosen_between_project_and_optional_class shows it)",
+    "DDP315": "a function of another module of the project names a folder from the clock: a case is one "
+              "file, with no Project (fixtures projects/run_folder_from_clock_in_*_before_setup_reported "
+              "show it)",
 }
 
 

@@ -653,6 +653,9 @@ class Collector(cst.CSTVisitor):
                 self.facts.calls_returning_moved.add(node)
             if self.project.loads_checkpoint(qualified):
                 self.facts.helper_load_calls.append(node)
+            clock_line = self.project.names_from_clock(qualified)
+            if clock_line is not None:
+                self.facts.clock_named_calls[node] = (qualified, clock_line)
         self._note_optimizer_made_elsewhere(node, qualified)
         if self.project.trains(qualified):
             # `engine.train_one_epoch(model, loader, optimizer)`: the steps are in there.
@@ -725,6 +728,11 @@ class Collector(cst.CSTVisitor):
                 value = argument_for(call, parameter, positional.index(parameter) if parameter in positional else None)
                 if value is not None:
                     self.facts.iterated_arguments.setdefault(call, []).append(value)
+            positional, entries = self.project.iterated_entries(qualified)
+            for parameter, key in sorted(entries):
+                value = argument_for(call, parameter, positional.index(parameter) if parameter in positional else None)
+                if value is not None:
+                    self.facts.iterated_entries.setdefault(call, []).append((value, key))
 
     def _note_models_moved_by(self, call: cst.Call) -> None:
         """`SimCLR(model=model, ...)` whose __init__ moves the model to its device: the wrap

@@ -392,6 +392,25 @@ class FunctionEffects:
             isinstance(node, ast.Call) and self.qualified(dotted_ast(node.func) or "") == names.TORCH_LOAD
             for node in ast.walk(function))
 
+    def names_from_clock(self, name: str) -> Optional[int]:
+        """The line where the function (the class's __init__) itself assigns a name or path
+        built from the clock or a random draw (`args.log_dir = os.path.join(args.log_dir,
+        "in-progress_" + datetime.now().strftime("%m%d%H%M%S"))`): a clock or chance call
+        (names.CLOCK_OR_CHANCE) in an expression that also holds a string (a folder's name,
+        a strftime format); a bare `start = time.time()` for timings does not count."""
+        function = self._functions.get(f"{name}.__init__" if name in self.classes else name)
+        if function is None:
+            return None
+        for node in ast.walk(function):
+            if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+                continue
+            inner = list(ast.walk(node.value))
+            if any(isinstance(each, ast.Call) and self.qualified(dotted_ast(each.func) or "") in names.CLOCK_OR_CHANCE
+                   for each in inner) and any(isinstance(each, ast.JoinedStr) or isinstance(
+                       each, ast.Constant) and isinstance(each.value, str) for each in inner):
+                return node.lineno
+        return None
+
     def iterated_parameters(self, name: str) -> tuple[list[str], set[str]]:
         """(the positional parameters, those whose value a `for` loop iterates) of a function,
         or of a class's __init__ whose `self.X = parameter` a method's loop iterates (`for x,
@@ -412,6 +431,46 @@ class FunctionEffects:
                         if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
                                 and target.value.id == "self":
                             held[f"self.{target.attr}"] = node.value.id
+        return positional, {held.get(found, found) for found in self._iterated_reads(function, owner)} & parameters
+
+    def iterated_entries(self, name: str) -> tuple[list[str], set[tuple[str, str]]]:
+        """(the positional parameters, the (parameter, key) pairs whose entry a `for` loop
+        iterates) of a function or of a class's __init__: `self.tr_loader = data["tr_loader"]`
+        in `Solver.__init__(self, data, ...)`, then `for batch in self.tr_loader` (or through
+        one name between) in a method iterates the `"tr_loader"` entry of the dict handed in
+        at `data`. Only string keys count."""
+        owner = name if name in self.classes else None
+        key = f"{name}.__init__" if owner is not None else name
+        function = self._functions.get(key)
+        if function is None:
+            return [], set()
+        positional = self._positional(key, function)
+        parameters = set(positional) | {arg.arg for arg in function.args.kwonlyargs}
+        held: dict[str, tuple[str, str]] = {}  # "self.tr_loader" -> ("data", "tr_loader")
+        for node in ast.walk(function):
+            if not isinstance(node, ast.Assign):
+                continue
+            value = node.value
+            if isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name) \
+                    and value.value.id in parameters and isinstance(value.slice, ast.Constant) \
+                    and isinstance(value.slice.value, str):
+                for target in node.targets:
+                    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
+                            and target.value.id == "self" and owner is not None:
+                        held[f"self.{target.attr}"] = (value.value.id, value.slice.value)
+                    elif isinstance(target, ast.Name):
+                        held[target.id] = (value.value.id, value.slice.value)
+        entries = {held[found] for found in self._iterated_reads(function, owner) if found in held}
+        if owner is None:  # `for x, y in loaders["train"]:` right in the function
+            entries |= {(loop.iter.value.id, loop.iter.slice.value) for loop in ast.walk(function)
+                        if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, ast.Subscript)
+                        and isinstance(loop.iter.value, ast.Name) and loop.iter.value.id in parameters
+                        and isinstance(loop.iter.slice, ast.Constant) and isinstance(loop.iter.slice.value, str)}
+        return positional, entries
+
+    def _iterated_reads(self, function: ast.FunctionDef, owner: Optional[str]) -> set[str]:
+        """The names and `self.X` attributes that `for` loops of the function (of every method
+        of the class `owner`) iterate, through one name between."""
         bodies = [function] if owner is None else [
             method for key_, method in self._functions.items() if self._class_of.get(key_) == owner]
         iterated: set[str] = set()
@@ -423,8 +482,8 @@ class FunctionEffects:
                 read = _dotted_reads(loop.iter)
                 for local in list(read):
                     read |= {found for value in bound.get(local, ()) for found in _dotted_reads(value)}
-                iterated |= {held.get(found, found) for found in read} & parameters
-        return positional, iterated
+                iterated |= read
+        return iterated
 
     def loader_subclass(self, name: str) -> Optional[bool]:
         """For a class of this module derived directly from torch's DataLoader: whether its

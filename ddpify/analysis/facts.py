@@ -121,6 +121,9 @@ class DictPass:
     # The call that hands the entry to the function whose loop this is
     # (`train_one_epoch(model, loaders["train"], ...)`): the epochs are counted around it.
     handed_by: Optional[cst.Call] = None
+    # The entry's own name where `handed_by` runs, when that is a function the entry was handed
+    # to (`train_dataloader`, a parameter): set_epoch goes on it there.
+    handed_as: Optional[str] = None
 
 
 @dataclass
@@ -228,6 +231,9 @@ class FactRecord:
     helper_attribute_readers: dict[cst.Call, set[int]] = field(default_factory=dict)
     # Calls of a function or class of another module of the project, whatever it does.
     project_calls: set[cst.Call] = field(default_factory=set)
+    # Calls of a function of another module that names a folder from the clock there:
+    # (the function's qualified name, the line in its module).
+    clock_named_calls: dict[cst.Call, tuple[str, int]] = field(default_factory=dict)
     # Those whose function returns what it moved to a device (`net = get_network(args)`).
     calls_returning_moved: set[cst.Call] = field(default_factory=set)
     # Calls of the project's helpers that take training steps (engine.train_one_epoch).
@@ -263,6 +269,8 @@ class FactRecord:
     batches_made_in_other_modules: dict[str, str] = field(default_factory=dict)
     # Per call of the project's training function or Trainer: the arguments it iterates.
     iterated_arguments: dict[cst.Call, list[cst.BaseExpression]] = field(default_factory=dict)
+    # ... and the entries of a dict argument it iterates: (the argument, the string key).
+    iterated_entries: dict[cst.Call, list[tuple[cst.BaseExpression, str]]] = field(default_factory=dict)
     # Some parameter's requires_grad is set (`p.requires_grad = fine_tune`,
     # `requires_grad_(False)`): a model may reach its wrap with nothing to train.
     freezes_parameters: bool = False

@@ -189,12 +189,38 @@ class ValueFlow(Navigation):
                            keys: tuple[str, ...]) -> Iterator[DictPass]:
         """`train_one_epoch(model, loaders["train"], ...)`: an entry by literal key handed to a
         function of this file, whose loops over that parameter are passes over the entry."""
-        for callee, parameter, call, key in self._calls_passing(name, function, entries=True):
+        handed = [(callee, parameter, call, key)
+                  for callee, parameter, call, key in self._calls_passing(name, function, entries=True)]
+        handed += [(callee, parameter, call, key) for alias, key in self._entry_aliases(name, function, keys)
+                   for callee, parameter, call in self._calls_passing(alias, function)]
+        for callee, parameter, call, key in handed:
             if key not in keys:
                 continue
             for loop in self.loops_over.get(parameter, ()):
                 if self.function_of(loop) is callee:
                     yield DictPass(loop, name, (key,), None, handed_by=call)
+            # One function further (cs230's train_and_evaluate(model, train_dl, ...) counts the
+            # epochs and hands the loader on to train(model, optimizer, dataloader)): the epochs
+            # are counted around that inner call, where the entry goes by the parameter's name.
+            for inner, inner_parameter, inner_call in self._calls_passing(parameter, callee):
+                if inner is callee:
+                    continue
+                for loop in self.loops_over.get(inner_parameter, ()):
+                    if self.function_of(loop) is inner:
+                        yield DictPass(loop, name, (key,), None, handed_by=inner_call, handed_as=parameter)
+
+    def _entry_aliases(self, name: str, function: Optional[cst.FunctionDef],
+                       keys: tuple[str, ...]) -> Iterator[tuple[str, str]]:
+        """Rule: `train_dl = loaders["train"]`, the name's only assignment in the function that
+        holds the dict, is the entry under another name (cs230: then `train_and_evaluate(model,
+        train_dl, val_dl, ...)`): a call of a function of this file handing the alias on hands
+        it the entry, and that function's loops over its parameter are passes over the entry.
+        A name assigned anything else as well in that function is not followed."""
+        for alias, values in self.assigned_values.items():
+            own = [value for value in values if self.function_of(value) is function]
+            key = literal_entry(own[0], name) if len(own) == 1 and alias != name else None
+            if key is not None and key in keys:
+                yield alias, key
 
     def _passes_in(self, loop: cst.For, name: str, keys: tuple[str, ...]) -> Union[list[DictPass], str]:
         iterated = _unwrapped(loop.iter, name)

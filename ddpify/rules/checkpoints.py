@@ -458,6 +458,8 @@ def _runs_before(facts: Facts, first: cst.Call, then: cst.Call) -> bool:
 
 _CHECKPOINT = TRAINING + 'torch.save(model.state_dict(), "model.pt")\n'
 _NOTES = TRAINING + 'with open("notes.txt", "w") as f:\n    f.write("trained")\n'
+_FETCHED_OR_READ = TRAINING + ('import os\nif not os.path.exists("notes.txt"):\n    with open("notes.txt", "w") as f:\n'
+                               '        f.write("trained")\nelse:\n    notes = open("notes.txt").read()\n')
 
 CASES = (
     Emits(TRAINING.replace("optimizer = torch", 'model.load_state_dict(torch.load("model.pt"))\noptimizer = torch'),
@@ -479,4 +481,10 @@ CASES = (
     Silent(_NOTES + 'def read_notes():\n    return open("notes.txt").read()\n\n\nprint(read_notes())\n', "DDP309"),
     Silent(_CHECKPOINT + 'def stored_keys():\n    return list(torch.load("model.pt"))\n\n\nprint(stored_keys())\n',
            "DDP309"),
+    # Under a test of the file: the barrier waits before the test, where every rank passes...
+    Emits(_NOTES + 'import os\nif os.path.exists("notes.txt"):\n    notes = open("notes.txt").read()\n', "DDP309",
+          ('    dist.barrier()  # rank 0 has finished writing what is read next\nif os.path.exists("notes.txt"):',)),
+    # ...unless the write is inside the test too: then nothing is certain, and it is reported.
+    Emits(_FETCHED_OR_READ, "DDP314"),
+    Silent(_FETCHED_OR_READ, "DDP309"),
 )

@@ -28,7 +28,13 @@ from ddpify.options import Options
 from ddpify.plan import Plan
 from ddpify.rules import downloads, hand_batches, splits
 from ddpify.rules.cases import TRAINING, Emits, Silent
-from ddpify.rules.epochs import SET_EPOCH_IF_DISTRIBUTED_CODE, plan_external, plan_external_in_place, set_epoch
+from ddpify.rules.epochs import (
+    SET_EPOCH_IF_DISTRIBUTED_CODE,
+    handed_to_project_training,
+    plan_external,
+    plan_external_in_place,
+    set_epoch,
+)
 from ddpify.rules.setup import group_joined_before
 
 RULES = (
@@ -172,7 +178,9 @@ def _evaluation_loops(facts: Facts, loader: Loader) -> list[cst.For]:
 
 
 def _other_factory_calls(facts: Facts, loader: Loader) -> list[cst.Call]:
-    """Calls of a loader factory (`return DataLoader(...)`) whose loader does not train."""
+    """Calls of a loader factory (`return DataLoader(...)`) whose loader does not train: not
+    iterated in training here, nor handed to the project's training function or Trainer
+    (`Trainer(model, data={"train": train_loader})`), which trains on it there."""
     if not loader.returned or loader.function is None:
         return []
     found: list[cst.Call] = []
@@ -182,7 +190,8 @@ def _other_factory_calls(facts: Facts, loader: Loader) -> list[cst.Call]:
         name = dotted_name(target) if target is not None else None
         trains = name is not None and any(
             facts.loop_trains(loop)
-            for loop in facts.loops_over_values(facts.holders_from(facts.function_of(call), name)))
+            for loop in facts.loops_over_values(facts.holders_from(facts.function_of(call), name))
+        ) or (name is not None and handed_to_project_training(facts, facts.function_of(call), name))
         if not trains:
             found.append(call)
     return found

@@ -62,7 +62,7 @@ def plan_external(facts: Facts, edits: Edits, setup: Plan) -> None:
         if facts.calls_by_callee.get(f"{loader.name}.sampler.set_epoch"):
             continue  # its epoch is set already (this module was migrated before)
         trains = any(facts.loop_trains(loop) for loop in facts.loops_over_values(holders))
-        if trains or _handed_to_project_training(facts, loader):
+        if trains or handed_to_project_training(facts, loader.function, loader.name):
             before = sum(diagnostic.code == "DDP202" for diagnostic in edits.diagnostics)
             set_epoch(facts, edits, loader, f"{loader.name}.sampler", SET_EPOCH_EXTERNAL_CODE)
             if sum(diagnostic.code == "DDP202" for diagnostic in edits.diagnostics) > before:
@@ -148,7 +148,7 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
         edits.report("DDP202", loop)
         return
     handed_in = isinstance(loader, ExternalLoader) and loader.statement is loader.function
-    if not handed_in and not _handed_to_project_training(facts, loader):
+    if not handed_in and not handed_to_project_training(facts, loader.function, loader.name):
         # (A loader this helper module is handed gets its epoch from the caller's loop.)
         edits.report("DDP211", loader.call, _no_epoch_loop_reason(facts, edits, loader))
 
@@ -216,12 +216,36 @@ def _epoch_loops(facts: Facts, loader: Union[Loader, ExternalLoader]) -> list[tu
     return training or found[:1]
 
 
-def _handed_to_project_training(facts: Facts, loader: Union[Loader, ExternalLoader]) -> bool:
-    """The loader goes to a Trainer or training function of another module of the project,
-    which sets the epoch where it iterates it (library mode, plan_external)."""
-    names = {name for _, name in facts.holders_from(loader.function, loader.name)}
-    return any(not arg.star and facts.held_name(arg.value) in names
-               for call in [*facts.training_helper_calls, *facts.training_constructors] for arg in call.args)
+def handed_to_project_training(facts: Facts, function: Optional[cst.FunctionDef], name: str) -> bool:
+    """The loader `name` holds in `function` goes to a Trainer or training function of another
+    module of the project, which sets the epoch where it iterates it (library mode,
+    plan_external); by itself or inside a dict (_dict_entries)."""
+    names = {held for _, held in facts.holders_from(function, name)}
+    calls = [*facts.training_helper_calls, *facts.training_constructors]
+    return any(not arg.star and facts.held_name(arg.value) in names for call in calls for arg in call.args) or any(
+        facts.held_name(entry) in names
+        for call in calls for value, key in facts.iterated_entries.get(call, ())
+        for entry in _dict_entries(facts, call, value, key))
+
+
+def _dict_entries(facts: Facts, call: cst.Call, value: cst.BaseExpression, key: str) -> list[cst.BaseExpression]:
+    """Rule: a loader handed inside a dict (`data = {"tr_loader": tr_loader, ...}` then
+    `Solver(data, model, optimizer, args)`, or the literal in the call) to a function or Trainer
+    of another module of the project that iterates that entry (`self.tr_loader =
+    data["tr_loader"]`, then `for batch in self.tr_loader`) is handed to project training, as a
+    loader passed by itself is: that module sets the epoch where it iterates it. The dict is a
+    literal with string keys, bound once in the calling function; any other dict is not read."""
+    dicts: list[cst.BaseExpression] = [value]
+    if isinstance(value, cst.Name):
+        function = facts.function_of(call)
+        dicts = [each for each in facts.assigned_values.get(value.value, ()) if facts.function_of(each) is function]
+        if len(dicts) != 1:
+            return []
+    literal = dicts[0]
+    if not isinstance(literal, cst.Dict):
+        return []
+    return [element.value for element in literal.elements if isinstance(element, cst.DictElement)
+            and isinstance(element.key, cst.SimpleString) and element.key.evaluated_value == key]
 
 
 def _passes_given_the_epoch(facts: Facts, loader: Union[Loader, ExternalLoader]

@@ -369,9 +369,8 @@ def _plan_received(facts: Facts, edits: Edits, setup: Plan) -> None:
         _note_received_passes(facts, setup, passes, set(sharded))
         if sharded:
             setup.sharded_loader_dicts.append(loaders)
-            uses = [(each.handed_by or each.loop, each.key_loop, each.holder) for each in passes
-                    if facts.loop_trains(each.loop)]
-            uses += [(call, None, holder) for call, holder, _ in handed]
+            uses = [_use(each) for each in passes if facts.loop_trains(each.loop)]
+            uses += [(call, None, holder, None) for call, holder, _ in handed]
             _set_epoch_at(facts, edits, setup, uses, sharded, received.call, received.statement)
 
 
@@ -636,19 +635,31 @@ def _set_epoch(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDict, pas
     training pass: the sampler has no name of its own, the loader carries it."""
     # An entry handed to a function (`train_one_epoch(model, loaders["train"])`) counts its
     # epochs around that call, where the dict's name is in scope.
-    uses = [(each.handed_by or each.loop, each.key_loop, each.holder)
-            for each in passes if facts.loop_trains(each.loop)]
+    uses = [_use(each) for each in passes if facts.loop_trains(each.loop)]
     _set_epoch_at(facts, edits, setup, uses, shuffled, loaders.entries[shuffled[0]])
 
 
-def _set_epoch_at(facts: Facts, edits: Edits, setup: Plan, uses: Sequence[tuple[cst.CSTNode, Optional[cst.For], str]],
+# (where the epochs are counted around, the loop that picks the key, the dict's name there,
+# the entry's own name and key there when it was handed on to a function by itself)
+Use = tuple[cst.CSTNode, Optional[cst.For], str, Optional[tuple[str, str]]]
+
+
+def _use(each: DictPass) -> Use:
+    handed_as = (each.handed_as, each.keys[0]) if each.handed_as is not None else None
+    return each.handed_by or each.loop, each.key_loop, each.holder, handed_as
+
+
+def _set_epoch_at(facts: Facts, edits: Edits, setup: Plan, uses: Sequence[Use],
                   keys: list[str], report_at: cst.CSTNode, received: Optional[cst.CSTNode] = None) -> None:
     """set_epoch for the entries `keys` at the top of the epoch loop around each training use
-    (a pass, or the call an entry is handed to), with the dict's name there. `received`: the
-    statement that takes a dict another module builds, whose entries may have no
-    DistributedSampler (made anew inside the epoch loop: its set_epoch follows it)."""
+    (a pass, or the call an entry is handed to), with the dict's name there, or the entry's own
+    name in the function it was handed to (`train_dataloader.sampler.set_epoch(epoch)`).
+    `received`: the statement that takes a dict another module builds, whose entries may have
+    no DistributedSampler (made anew inside the epoch loop: its set_epoch follows it)."""
     placed: set[BlockItem] = set()
-    for anchor, key_loop, holder in uses:
+    for anchor, key_loop, holder, handed_as in uses:
+        if handed_as is not None and handed_as[1] not in keys:
+            continue
         found = _epoch_loop_around(facts, anchor, key_loop, holder)
         if found is None:
             edits.report("DDP211", report_at)
@@ -657,11 +668,12 @@ def _set_epoch_at(facts: Facts, edits: Edits, setup: Plan, uses: Sequence[tuple[
         if where in placed:
             continue
         placed.add(where)
-        entries = [f"{holder}[{_quoted(key)}]" for key in keys]
+        entries = [f"{holder}[{_quoted(key)}]" for key in keys] if handed_as is None else [handed_as[0]]
         if received is not None:
             code = "".join(SET_EPOCH_EXTERNAL_CODE.format(loader=entry, epoch=epoch) for entry in entries)
             edits.imports.add("DistributedSampler")
-        elif setup.sees_setup(facts, where):
+        elif setup.sees_setup(facts, where) and handed_as is None:
+            # (A loader handed in by name gets the sampler test: the function may be handed others.)
             code = SET_EPOCH_CODE.format(lines="".join(
                 f"    {entry}.sampler.set_epoch({epoch})\n" for entry in entries))
         else:

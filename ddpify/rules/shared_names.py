@@ -21,6 +21,7 @@ from ddpify.emit import collectives
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan
 from ddpify.rules.cases import TRAINING, Emits, Silent
+from ddpify.rules.setup import group_joined_before
 
 RULES = (
     Rule("DDP310", Severity.EDIT, "folder named from the clock or a temporary folder chosen by rank 0",
@@ -30,6 +31,14 @@ RULES = (
          "it is made, and a temporary folder is left only when every rank is done with it. "
          "Across machines the folder must be on a file system every rank sees.",
          "Nothing to do on one machine; on several, keep run folders on shared storage."),
+    Rule("DDP315", Severity.WARNING, "folder named from the clock in another module before the group is joined",
+         "A function of another module of the project names a folder from the clock "
+         "(`args.log_dir = os.path.join(args.log_dir, datetime.now().strftime(...))` inside "
+         "`get_args()`), and this script calls it before the process group is joined: no rank "
+         "can learn rank 0's name yet, so each rank names its own folder, and a file rank 0 "
+         "writes there is missing from the folder another rank reads.",
+         "Call that function after the process-group setup (ddpify then has rank 0 choose the "
+         "name), or name the folder without the clock (a run name passed on the command line)."),
 )
 
 HELPER = '''\
@@ -48,6 +57,7 @@ if dist.is_initialized():
 
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
+    _report_clock_named_before_setup(facts, edits, setup)
     path_names = _names_in_paths(facts)
     for statement, target, value in _assignments_from_clock_or_chance(facts):
         if target in path_names:
@@ -63,6 +73,39 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         edits.insert_after(body[-1], edits.statements(LEAVE_TOGETHER_CODE))
         _add_helper(edits)
         edits.report("DDP310", with_statement)
+
+
+def _report_clock_named_before_setup(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """Rule: a call of a function of another module of the project that names a folder from
+    the clock (SimSiam: `args = get_args()`, whose `args.log_dir = os.path.join(...,
+    datetime.now().strftime(...))`), made where the process group is not yet joined, leaves
+    each rank its own folder: `chosen_by_rank_0` in that module cannot broadcast before the
+    group exists. ddpify cannot move the call (what runs between may need its result), so it
+    reports the call with the line in the other module (DDP315)."""
+    if facts.library:
+        return  # (a helper module: its callers' setup decides)
+    for call in sorted(facts.clock_named_calls, key=facts.start_of):
+        if group_joined_before(facts, setup, call) and not _above_setup(facts, setup, call):
+            continue
+        qualified, line = facts.clock_named_calls[call]
+        module, _, function = qualified.rpartition(".")
+        edits.report("DDP315", call, f"`{edits.code(call.func)}()` names a folder from the clock "
+                     f"({module}, line {line}) before the process group is joined here: each rank "
+                     f"names its own folder; call `{function}()` after the setup, or name the folder "
+                     "without the clock")
+
+
+def _above_setup(facts: Facts, setup: Plan, call: cst.Call) -> bool:
+    """In the setup's own block, above the device choice the setup replaces or follows
+    (`cfg = Config()` then `device = torch.device(...)`): run before the group is joined."""
+    anchor = setup.device_assignment.statement if setup.device_assignment is not None else setup.choice_statement
+    if anchor is None or facts.function_of(call) is not setup.function:
+        return False
+    top = facts.ancestor_in(call, setup.block)
+    if top is None or any(facts.start_of(early) <= facts.start_of(top) for early in setup.early_joins
+                          if facts.block_of(early) is setup.block):
+        return False  # (the group is joined early, above a loader sharded before the choice)
+    return facts.start_of(top) < facts.start_of(anchor)
 
 
 def _assignments_from_clock_or_chance(facts: Facts):

@@ -171,17 +171,41 @@ def _returned_parts(source: Source) -> list[ast.expr]:
 def _loader_handed_on(source: Source, sampler: ast.Call, names: list[str]) -> bool:
     """The loader built with the sampler is handed to a function or class imported from
     another module (the project's Trainer): that module sets the epoch where it iterates it."""
-    built = _loaders_built_with(source, sampler, names)
+    built = _loaders_built_with(source, sampler, names) | _given_the_sampler(source, sampler, names)
+    dicts = _dicts_holding(source, built)
     elsewhere = source.imported_from_elsewhere | _objects_of_imported_classes(source)
     for call in source.calls:
         root = call.func
         while isinstance(root, (ast.Attribute, ast.Call)):
             root = root.value if isinstance(root, ast.Attribute) else root.func
         if isinstance(root, ast.Name) and root.id in elsewhere and any(
-                loose_dotted(arg) in built or _built_here_with(source, arg, sampler, names)
+                loose_dotted(arg) in built | dicts or _built_here_with(source, arg, sampler, names)
+                or isinstance(arg, ast.Dict) and any(loose_dotted(each) in built for each in arg.values)
                 for arg in [*call.args, *(k.value for k in call.keywords)]):
             return True
     return False
+
+
+def _given_the_sampler(source: Source, sampler: ast.Call, names: list[str]) -> set[str]:
+    """Names bound to a call given `sampler=` the sampler: a loader of a DataLoader subclass
+    of another module (`tr_loader = AudioDataLoader(dataset, sampler=tr_sampler)`)."""
+    built: set[str] = set()
+    for node in ast.walk(source.tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and any(
+                keyword.arg == "sampler" and any(each is sampler or loose_dotted(each) in names
+                                                 for each in ast.walk(keyword.value))
+                for keyword in node.value.keywords):
+            built.update(loose_dotted(target) or "" for target in node.targets)
+    return built
+
+
+def _dicts_holding(source: Source, built: set[str]) -> set[str]:
+    """Rule (the self-check's own reading): a name bound to a dict literal one of whose values
+    is such a loader (`data = {"tr_loader": tr_loader, ...}`) hands that loader on with it when
+    it is passed to another module (`Solver(data, model, optimizer, args)`)."""
+    return {target.id for node in ast.walk(source.tree) if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Dict) and any(loose_dotted(each) in built for each in node.value.values)
+            for target in node.targets if isinstance(target, ast.Name)}
 
 
 def _built_here_with(source: Source, value: ast.AST, sampler: ast.Call, names: list[str]) -> bool:
