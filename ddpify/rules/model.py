@@ -501,8 +501,6 @@ def _drop_moves_after_wrap(facts: Facts, edits: Edits, model: Model, wrap: cst.B
     for call in facts.device_moves.get(model.name, ()):
         if _before_wrap(facts, call, wrap) or _rebound_since_wrap(facts, call, model.name, wrap):
             continue
-        if _after_last_use(facts, call, model.name, wrap):
-            continue
         if not model.name.startswith("self.") and facts.function_of(call) is not facts.function_of(wrap):
             continue
         receiver = cast(cst.Attribute, call.func).value  # a device move is a method call
@@ -514,40 +512,6 @@ def _drop_moves_after_wrap(facts: Facts, edits: Edits, model: Model, wrap: cst.B
         else:
             edits.expressions[call] = lambda node: node.func.value
         edits.report("DDP106", call)
-
-
-# What may follow a move that ends training: reading the weights to save them.
-_READS_AFTER_LAST_MOVE = frozenset({"state_dict", "eval", "module"})
-
-
-def _after_last_use(facts: Facts, call: cst.Call, name: str, wrap: cst.BaseStatement) -> bool:
-    """`model.eval().cpu()` then `torch.save(model.state_dict(), ...)` when training is over
-    is the user's and stays as written, on every rank: a move is local to the process (no
-    collective), and the DDP wrapper only talks to the other ranks in its forward and
-    backward passes, so moving the module (the wrapper is a Module too) after its last one
-    is safe on NCCL, and the file holds CPU tensors as before. Kept only when certain: the
-    move is in the wrap's function, in no loop, and after it the model is only read for
-    saving (`.state_dict()`, `.eval()`, `.module`, an argument of `torch.save`). Any other
-    use (a call, a move back, a helper it is handed to) drops it as before (DDP106)."""
-    function = facts.function_of(call)
-    if function is not facts.function_of(wrap) or _in_loop_below(facts, call, function or facts.module):
-        return False
-    end = facts.end_of(facts.statement_of(call))
-    for kind in (cst.Name, cst.Attribute):
-        for node in facts.nodes_of(kind):
-            if dotted_name(node) != name or facts.start_of(node) < end or facts.function_of(node) is not function:
-                continue
-            parent = facts.parents.get(node)
-            if isinstance(parent, cst.Attribute) and parent.attr is node:
-                continue  # `net` in `self.net`
-            if isinstance(parent, cst.Attribute) and parent.value is node \
-                    and parent.attr.value in _READS_AFTER_LAST_MOVE:
-                continue
-            around = facts.call_taking(node)
-            if around is not None and dotted_name(around.func) == "torch.save":
-                continue
-            return False
-    return True
 
 
 def _moved_elsewhere(facts: Facts, model: Model,
@@ -1185,9 +1149,7 @@ class Net(torch.nn.Module):
 
 model = Net().to(device)
 '''), "DDP105", ("find_unused_parameters=True",)),
-    Emits(TRAINING + 'model.cpu()\ntorch.save(model.state_dict(), "model.pt")\nmodel.to(device)\n', "DDP106"),
-    # After its last use, only read to be saved: the move stays as written.
-    Silent(TRAINING + 'model.cpu()\ntorch.save(model.state_dict(), "model.pt")\n', "DDP106"),
+    Emits(TRAINING + 'model.cpu()\ntorch.save(model.state_dict(), "model.pt")\n', "DDP106"),
     Emits(_SEQUENTIAL.replace("for epoch in range(3):\n",
                               "for epoch in range(3):\n    model[0].requires_grad_(epoch < 2)\n"), "DDP111"),
     Silent(_SEQUENTIAL.replace("for epoch in range(3):\n",
