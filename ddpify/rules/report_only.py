@@ -7,6 +7,7 @@ Making it safe would need an all-reduce of the decision on every step, which the
 not pay for; the person who owns the script chooses.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Optional, cast
 
@@ -137,8 +138,126 @@ def _plainly_bound(body: cst.CSTNode) -> set[str]:
     return bound
 
 
+# Exceptions every rank receives at once (torchrun forwards a signal to each worker) or that
+# end the process: a handler for these alone does not let one rank go on by itself.
+_SHARED_EXCEPTIONS = frozenset({"KeyboardInterrupt", "SystemExit", "GeneratorExit"})
+_EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit", "os.abort"})
+
+
+def report_skipped_steps(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """A training step inside `try:` whose handler swallows the error and goes on: `try:
+    loss.backward(); optimizer.step() except RuntimeError: continue`, the out-of-memory skip
+    (`except torch.cuda.OutOfMemoryError: torch.cuda.empty_cache(); continue`), `except
+    Exception as e: print(e); return None` in a step function called from a loop. Under DDP
+    the rank that failed skips its backward (or its wrapped model's forward, which broadcasts
+    buffers) while the others wait for it in the all-reduce: NCCL hangs until its timeout,
+    Gloo errors at the next collective. Rule: a `try` whose body (not its handlers) holds a
+    backward, an optimizer step, a call of a function of this file that trains, or, in a loop
+    that trains, a call of a model being wrapped, and that sits in a loop (or in a function
+    called from one), is reported (DDP902, at the handler) for each handler that can end
+    without re-raising: some way through it does not reach a `raise` (or sys.exit). A handler
+    for KeyboardInterrupt or SystemExit alone is left alone (every rank gets the signal), and
+    so is a `try` around evaluation only. Never rewritten: the fix is the author's (let it
+    raise, or decide the skip on every rank: all_reduce a failure flag, skip when any rank
+    failed)."""
+    steps: list[cst.CSTNode] = [*facts.training_calls, *facts.training_helper_calls]
+    models = set(setup.wrap_points)
+    for loop in facts.training_loops:
+        steps.extend(call for call in find_all(loop.body, cst.Call, into_functions=False)
+                     if dotted_name(call.func) in models)
+    seen: set[cst.Try] = set()
+    for call in steps:
+        child: cst.CSTNode = call
+        parent = facts.parents.get(call)
+        while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.Module)):
+            if isinstance(parent, cst.Try) and child is parent.body and parent not in seen:
+                seen.add(parent)
+                if _goes_on_in_a_loop(facts, parent):
+                    for handler in parent.handlers:
+                        if not _shared_exception(handler) and not _always_leaves(facts, _statements(handler.body)):
+                            _report_skipped(edits, facts, parent, handler)
+            child, parent = parent, facts.parents.get(parent)
+
+
+def _goes_on_in_a_loop(facts: Facts, node: cst.Try) -> bool:
+    """The try sits in a loop of its function, or in a function called from a loop."""
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.Module)):
+        if isinstance(parent, (cst.For, cst.While)):
+            return True
+        parent = facts.parents.get(parent)
+    function = facts.function_of(node)
+    return function is not None and any(facts.enclosing_loops(call) for call in facts.calls_of(function))
+
+
+def _shared_exception(handler: cst.ExceptHandler) -> bool:
+    caught = handler.type
+    if caught is None:
+        return False
+    names = [element.value for element in caught.elements] if isinstance(caught, cst.Tuple) else [caught]
+    return all((dotted_name(name) or "").split(".")[-1] in _SHARED_EXCEPTIONS for name in names)
+
+
+def _always_leaves(facts: Facts, body: Sequence[cst.BaseStatement]) -> bool:
+    """Every way through the statements raises (or exits the process): a statement that
+    raises is reached before any that could go on (`continue`, `break`, `return`), and an
+    `if` raises only if both its branches do."""
+    for statement in body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Raise):
+                    return True
+                if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and _exits(facts, small.value):
+                    return True
+                if isinstance(small, (cst.Continue, cst.Break, cst.Return)):
+                    return False
+        elif isinstance(statement, cst.If) and _if_always_leaves(facts, statement):
+            return True
+        elif _may_go_on(statement):
+            return False
+    return False
+
+
+def _if_always_leaves(facts: Facts, statement: cst.If) -> bool:
+    orelse = statement.orelse
+    if orelse is None or not _always_leaves(facts, _statements(statement.body)):
+        return False
+    if isinstance(orelse, cst.If):
+        return _if_always_leaves(facts, orelse)
+    return _always_leaves(facts, _statements(orelse.body))
+
+
+def _statements(suite: cst.BaseSuite) -> Sequence[cst.BaseStatement]:
+    """The statements of a block, a one-line one (`except E: continue`) as one line."""
+    if isinstance(suite, cst.IndentedBlock):
+        return suite.body
+    return [cst.SimpleStatementLine(body=cast(cst.SimpleStatementSuite, suite).body)]
+
+
+def _may_go_on(node: cst.CSTNode) -> bool:
+    """A continue, break or return somewhere in the statement."""
+    return bool(find_all(node, cst.Continue, into_functions=False) or find_all(node, cst.Break, into_functions=False)
+                or find_all(node, cst.Return, into_functions=False))
+
+
+def _exits(facts: Facts, call: cst.Call) -> bool:
+    return dotted_name(call.func) in _EXITS or any(
+        call in facts.calls_named.get(qualified, ()) for qualified in _EXITS)
+
+
+def _report_skipped(edits: Edits, facts: Facts, node: cst.Try, handler: cst.ExceptHandler) -> None:
+    line = facts.positions[node].start.line
+    caught = f"except {edits.code(handler.type)}" if handler.type is not None else "except"
+    edits.report("DDP902", handler, (
+        f"rank-divergent control flow may hang a collective: the training step in the `try:` at "
+        f"line {line} goes on after `{caught}` without re-raising, so this rank skips its backward "
+        f"while the other ranks wait for it in the all-reduce (NCCL hangs); let it raise, or skip "
+        f"on every rank: all_reduce a failure flag (op=MAX) and skip when any rank failed"))
+
+
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     report_dynamic_imports(facts, edits)
+    report_skipped_steps(facts, edits, setup)
     report_per_sample_state(facts, edits)
     reported: set[cst.If] = set()
     clock_reads = {call for qualified in CLOCKS for call in facts.calls_named.get(qualified, ())}
@@ -459,4 +578,12 @@ CASES = (
     Emits(TRAINING.replace("import torch\n", "import sys\n\nimport torch\n", 1)
           .replace("device = torch", 'sys.path.insert(0, "../lib")\ndevice = torch', 1), "DDP909"),
     Silent(TRAINING, "DDP909"),
+    # A step inside try: a handler that goes on skips this rank's backward; one for Ctrl-C
+    # (every rank gets the signal) does not.
+    Emits(TRAINING.replace("        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n",
+                           "        try:\n            loss.backward()\n            optimizer.step()\n"
+                           "        except Exception:\n            pass\n"), "DDP902"),
+    Silent(TRAINING.replace("        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n",
+                            "        try:\n            loss.backward()\n            optimizer.step()\n"
+                            "        except KeyboardInterrupt:\n            break\n"), "DDP902"),
 )
