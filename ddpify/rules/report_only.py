@@ -43,6 +43,14 @@ RULES = (
          "reads stale entries for the samples the other ranks saw.",
          "Gather the indices and values from every rank (dist.all_gather) and write all of them "
          "on every rank, or keep a state that each rank only reads for its own samples."),
+    Rule("DDP408", Severity.WARNING, "a training setting chosen from this rank's own losses differs per rank",
+         "A value picked by comparing this rank's own batch losses (an LR finder's best "
+         "learning rate, `lr = lrs[argmin(losses)]`) is handed to an optimizer or scheduler. "
+         "Each rank saw other batches, so each may pick another value: the replicas then "
+         "step with different settings and drift apart, silently (DDP averages gradients, "
+         "not the settings that apply them).",
+         "Decide on figures every rank shares (all_reduce the losses before comparing them), "
+         "or pick on rank 0 and broadcast the value (dist.broadcast) before building the optimizer."),
     Rule("DDP909", Severity.WARNING, "an import ddpify cannot follow: the module it loads is not migrated",
          "The module is chosen when the script runs (importlib, __import__, a sys.path "
          "entry added by the script), so ddpify cannot tell which of the project's files it "
@@ -255,9 +263,118 @@ def _report_skipped(edits: Edits, facts: Facts, node: cst.Try, handler: cst.Exce
         f"on every rank: all_reduce a failure flag (op=MAX) and skip when any rank failed"))
 
 
+def report_settings_chosen_per_rank(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """Rule: a training setting must be the same on every rank. A name is per-rank when a
+    training batch loop binds it from its batch (the loop's target, `xb, yb = next(it)`),
+    or assigns it from a per-rank name or under a test that reads one (`if loss.item() <
+    best_loss: best_loss, best_lr = loss.item(), lr`); after the loop the same spreads on
+    through the statements of its function, and through a call of that function to the
+    names its per-rank result is assigned (`lr = lr_finder(model, loader)`). A per-rank
+    name read by an optimizer or scheduler of torch.optim (`SGD(params, lr=lr)`,
+    `OneCycleLR(opt, max_lr=lr)`) or written into a param group (`group["lr"] = lr`) is
+    reported (DDP408) there: nothing hangs, the replicas drift apart. Never rewritten (which
+    rank's choice, or a shared one, is the author's). Epoch figures that training.py sums
+    across ranks are shared, and so is what is decided on them."""
+    for loop in training.batch_loops(facts):
+        local = _from_batches(facts, loop)
+        if loop in setup.reduced_epoch_loops:  # the epoch sums training.py all-reduces are shared
+            local -= set(training.epoch_accumulators(facts, loop)) | set(training.epoch_lists(facts, loop))
+            local -= setup.reduced_meters.get(loop, set())
+        function = facts.function_of(loop)
+        scope: cst.CSTNode = function.body if function is not None else facts.module
+        for _ in range(2):
+            _spread_rank_local(scope, local, False)
+            local |= _fed_rank_local(scope, local)
+        _report_settings_read(facts, edits, function, local)
+        if function is None:
+            continue
+        positions: set[Optional[int]] = set()
+        for returned in returns_in(function):
+            value = returned.value
+            if isinstance(value, cst.Tuple):
+                positions |= {index for index, element in enumerate(value.elements) if names_in(element.value) & local}
+            elif value is not None and names_in(value) & local:
+                positions.add(None)
+        if not positions:
+            continue
+        for call in facts.calls_of(function):
+            caller = facts.function_of(call)
+            given = _names_given(facts.statement_of(call), call, positions)
+            if not given:
+                continue
+            for _ in range(2):
+                _spread_rank_local(caller.body if caller is not None else facts.module, given, False)
+                given |= _fed_rank_local(caller.body if caller is not None else facts.module, given)
+            _report_settings_read(facts, edits, caller, given)
+
+
+def _from_batches(facts: Facts, loop: cst.For) -> set[str]:
+    """The names a batch loop binds from its batches, spread through its body."""
+    target: cst.BaseExpression = loop.target
+    counting = dotted_name(loop.iter.func) if isinstance(loop.iter, cst.Call) else None
+    if counting == "range":
+        target = cst.Tuple([])  # a step count, the same on every rank
+    elif counting == "enumerate" and isinstance(target, cst.Tuple) and len(target.elements) == 2:
+        target = target.elements[1].value  # `for i, (x, y) in enumerate(loader)`: not `i`
+    local = set(names_in(target)) - _step_counters(loop.body)
+    for assign in find_all(loop.body, cst.Assign, into_functions=False):
+        if any(dotted_name(call.func) == "next" for call in calls_within(assign.value)):
+            local |= assigned_names(assign)
+    for _ in range(3):
+        _spread_rank_local(loop.body, local, False)
+        local |= _fed_rank_local(loop.body, local)
+    return local
+
+
+def _report_settings_read(facts: Facts, edits: Edits, function: Optional[cst.FunctionDef], local: set[str]) -> None:
+    if not local:
+        return
+    reported = {(d.line, d.code) for d in edits.diagnostics}
+    # An optimizer built with a per-rank setting is not itself the setting to name.
+    local = local - {name for qualified, calls in facts.calls_named.items() if qualified.startswith("torch.optim.")
+                     for call in calls for name in _assigned_by(facts, call)}
+    for qualified, calls in facts.calls_named.items():
+        if not qualified.startswith("torch.optim."):
+            continue
+        for call in calls:
+            if facts.function_of(call) is not function:
+                continue
+            # The settings: not the parameters, optimizer or model it is built on (the first
+            # argument, `params=`, `optimizer=`, `model=`).
+            settings = [arg for index, arg in enumerate(call.args) if (
+                arg.keyword.value not in ("params", "optimizer", "model") if arg.keyword is not None
+                else index > 0 and not arg.star)]
+            read = {name for arg in settings for name in names_in(arg.value)} & local
+            if read and (facts.positions[call].start.line, "DDP408") not in reported:
+                _report_setting(edits, call, read, edits.code(call.func))
+    for assign in facts.nodes_of(cst.Assign):
+        if facts.function_of(assign) is not function or not names_in(assign.value) & local:
+            continue
+        for target in assign.targets:
+            written = target.target
+            if isinstance(written, cst.Subscript) and len(written.slice) == 1 and isinstance(
+                    written.slice[0].slice, cst.Index) and isinstance(written.slice[0].slice.value, cst.SimpleString) \
+                    and written.slice[0].slice.value.evaluated_value in ("lr", "momentum", "weight_decay") \
+                    and (facts.positions[assign].start.line, "DDP408") not in reported:
+                _report_setting(edits, assign, names_in(assign.value) & local, edits.code(written))
+
+
+def _assigned_by(facts: Facts, call: cst.Call) -> set[str]:
+    assign = facts.parents.get(call)
+    return assigned_names(assign) if isinstance(assign, cst.Assign) else set()
+
+
+def _report_setting(edits: Edits, node: cst.CSTNode, read: set[str], where: str) -> None:
+    edits.report("DDP408", node, (
+        f"a training setting chosen from this rank's own losses differs per rank: `{', '.join(sorted(read))}` "
+        f"(handed to `{where}`) is picked from this rank's batches; all_reduce the figures it is "
+        f"picked from, or pick on rank 0 and dist.broadcast it"))
+
+
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     report_dynamic_imports(facts, edits)
     report_skipped_steps(facts, edits, setup)
+    report_settings_chosen_per_rank(facts, edits, setup)
     report_per_sample_state(facts, edits)
     reported: set[cst.If] = set()
     clock_reads = {call for qualified in CLOCKS for call in facts.calls_named.get(qualified, ())}
@@ -578,6 +695,14 @@ CASES = (
     Emits(TRAINING.replace("import torch\n", "import sys\n\nimport torch\n", 1)
           .replace("device = torch", 'sys.path.insert(0, "../lib")\ndevice = torch', 1), "DDP909"),
     Silent(TRAINING, "DDP909"),
+    # A learning rate picked by this rank's last batch loss, then handed to a new optimizer:
+    # per rank. A decay on the epoch count alone is the same everywhere.
+    Emits(TRAINING.replace("for epoch in range(3):\n", "best_loss, best_lr = 1e9, 0.1\nfor epoch in range(3):\n")
+          .replace("    print(epoch, loss.item())\n", "    if loss.item() < best_loss:\n"
+                   "        best_loss, best_lr = loss.item(), 0.1 / (epoch + 1)\n"
+                   "optimizer = torch.optim.SGD(model.parameters(), lr=best_lr)\n"), "DDP408"),
+    Silent(TRAINING.replace("    print(epoch, loss.item())\n", "    for group in optimizer.param_groups:\n"
+                            "        group[\"lr\"] = 0.1 * 0.5 ** epoch\n"), "DDP408"),
     # A step inside try: a handler that goes on skips this rank's backward; one for Ctrl-C
     # (every rank gets the signal) does not.
     Emits(TRAINING.replace("        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n",
