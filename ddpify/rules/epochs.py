@@ -98,6 +98,25 @@ def plan_external_in_place(facts: Facts, edits: Edits, setup: Plan) -> None:
         edits.report("DDP202", epoch_loop)
 
 
+def _counts_epochs(facts: Facts, loop: cst.For) -> bool:
+    """The loop's target is an integer count: `for epoch in range(...)` (also through
+    `tqdm(range(...))`, `trange(...)`), or a name ddpify cannot see the items of, which
+    stays as it always was. A loop over a literal list or tuple of other values (`for lr in
+    [1e-3, 1e-2]`) or over a name assigned only such a list does not count."""
+    iterated: cst.BaseExpression = loop.iter
+    while isinstance(iterated, cst.Call) and iterated.args and (dotted_name(iterated.func) or "").split(".")[-1] in (
+            "tqdm", "trange", "range"):
+        if (dotted_name(iterated.func) or "").split(".")[-1] in ("trange", "range"):
+            return True
+        iterated = iterated.args[0].value
+    name = dotted_name(iterated)
+    values = facts.assigned_values.get(name, []) if name is not None else []
+    if values and all(isinstance(value, (cst.List, cst.Tuple)) for value in values):
+        iterated = values[0]
+    return not isinstance(iterated, (cst.List, cst.Tuple)) or all(
+        isinstance(element.value, cst.Integer) for element in iterated.elements)
+
+
 def _named(name: str) -> Callable[[cst.Call], cst.BaseExpression]:
     def rewrite(_node: cst.Call) -> cst.BaseExpression:
         return cst.Name(name)
@@ -116,7 +135,9 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
         epoch = cast(cst.Name, epoch_loop.target).value
         via_loader = not isinstance(loader, ExternalLoader) and not (
             sampler.startswith("self.") or facts.function_of(epoch_loop) is loader.function)
-        if position:
+        if position or not _counts_epochs(facts, epoch_loop):
+            # A loop over something else than a count (`for lr in candidates:`, a float each
+            # time) has no epoch number to hand set_epoch: it counts on from the sampler's.
             # A later phase over the same loader (`for epoch in range(finetune_epochs)` after
             # the warm-up's loop): its epochs count on from the sampler's own, so no phase
             # replays an order of another.
