@@ -203,12 +203,13 @@ def _passed_over_once(facts: Facts, loader: Union[Loader, ExternalLoader]) -> Op
     batches of its first pass, so the original trained on one order too, and so does a
     single `iter` never restarted. Anything else (a `for` over the loader, a second
     iterator, a peek with `next(iter(loader))`) is no single pass: the caller reports
-    DDP211. Returns the call that makes the iterator."""
+    DDP211. An iterator made in a top-level function nothing calls or names makes no pass.
+    Returns the call that makes the iterator."""
     holders = facts.holders_from(loader.function, loader.name)
     made: list[cst.Call] = []
     for call in dict.fromkeys(call for qualified in sorted(_ONE_PASS_ITERATORS)
                               for call in facts.calls_named.get(qualified, ())):
-        if not call.args or call.args[0].star:
+        if not call.args or call.args[0].star or _never_called(facts, facts.function_of(call)):
             continue
         held = dotted_name(call.args[0].value)
         if held is not None and any(name == held and facts.sees_value(call, name, function)
@@ -232,6 +233,18 @@ def _passed_over_once(facts: Facts, loader: Union[Loader, ExternalLoader]) -> Op
     if not loops or any(loop not in taking for loop in loops):
         return None
     return call
+
+
+def _never_called(facts: Facts, function: Optional[cst.FunctionDef]) -> bool:
+    """A top-level function of this file that nothing calls, nor hands on by name (a
+    restart helper left over, `def get_batch(it): ... except StopIteration: it =
+    iter(loader)`): its iterators make no pass."""
+    if function is None or facts.function_of(function) is not None or facts.class_of(function) is not None:
+        return False
+    name = function.name.value
+    return not facts.calls_of(function) and not any(
+        isinstance(node, cst.Name) and node.value == name for node in facts.nodes_of(cst.Name)
+        if facts.parents.get(node) is not function)
 
 
 def _in_a_loop(facts: Facts, node: cst.CSTNode) -> bool:
@@ -430,6 +443,9 @@ CASES = (
     # One iterator made outside every loop: one pass, no epoch to set (DDP220, not DDP211).
     Emits(_CYCLED, "DDP220"),
     Silent(_CYCLED, "DDP211"),
+    # A restart helper nothing calls makes no second pass.
+    Emits(_CYCLED.replace("batches = ", "def restart(it):\n    try:\n        return next(it)\n"
+                          "    except StopIteration:\n        return next(iter(loader))\n\n\nbatches = "), "DDP220"),
     # A peek at the first batch before it is a second pass over the loader.
     Emits(_CYCLED.replace("batches = ", "shapes = next(iter(loader))\nbatches = "), "DDP211"),
 )
