@@ -35,7 +35,7 @@ from ddpify.analysis.nodes import (
 from ddpify.project import Project
 
 # Calls whose result yields the items of their first argument.
-ITERATION_WRAPPERS = names.PROGRESS_BARS | {"builtins.enumerate", "builtins.iter", "builtins.zip"}
+ITERATION_WRAPPERS = names.PROGRESS_BARS | {"builtins.enumerate", "builtins.iter", "builtins.zip", "itertools.cycle"}
 _RETURNS_MODULE = frozenset({"to", "cpu", "cuda", "train", "eval", "float", "double", "half",
                              "bfloat16", "requires_grad_"})
 

@@ -21,6 +21,13 @@ RULES = (
          "DistributedSampler shuffles with a seed derived from the epoch; without "
          "set_epoch(epoch) every epoch repeats the same order.",
          "Call sampler.set_epoch(epoch) at the start of every epoch."),
+    Rule("DDP220", Severity.INFO, "sharded loader passed over once: there is no epoch to set",
+         "The training loader is iterated once, through one iterator made outside every loop "
+         "(`itertools.cycle(loader)`, which replays the batches of its first pass, or "
+         "`iter(loader)` never restarted). Its sampler draws one order, epoch 0's, as the "
+         "original's drew one; set_epoch would change nothing.",
+         "Nothing to do. To reshuffle between passes, restart the iterator "
+         "(`except StopIteration: sampler.set_epoch(...); it = iter(loader)`)."),
 )
 
 SET_EPOCH_CODE = "if {sampler} is not None:\n    {sampler}.set_epoch({epoch})\n"
@@ -91,6 +98,25 @@ def plan_external_in_place(facts: Facts, edits: Edits, setup: Plan) -> None:
         edits.report("DDP202", epoch_loop)
 
 
+def _counts_epochs(facts: Facts, loop: cst.For) -> bool:
+    """The loop's target is an integer count: `for epoch in range(...)` (also through
+    `tqdm(range(...))`, `trange(...)`), or a name ddpify cannot see the items of, which
+    stays as it always was. A loop over a literal list or tuple of other values (`for lr in
+    [1e-3, 1e-2]`) or over a name assigned only such a list does not count."""
+    iterated: cst.BaseExpression = loop.iter
+    while isinstance(iterated, cst.Call) and iterated.args and (dotted_name(iterated.func) or "").split(".")[-1] in (
+            "tqdm", "trange", "range"):
+        if (dotted_name(iterated.func) or "").split(".")[-1] in ("trange", "range"):
+            return True
+        iterated = iterated.args[0].value
+    name = dotted_name(iterated)
+    values = facts.assigned_values.get(name, []) if name is not None else []
+    if values and all(isinstance(value, (cst.List, cst.Tuple)) for value in values):
+        iterated = values[0]
+    return not isinstance(iterated, (cst.List, cst.Tuple)) or all(
+        isinstance(element.value, cst.Integer) for element in iterated.elements)
+
+
 def _named(name: str) -> Callable[[cst.Call], cst.BaseExpression]:
     def rewrite(_node: cst.Call) -> cst.BaseExpression:
         return cst.Name(name)
@@ -109,7 +135,9 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
         epoch = cast(cst.Name, epoch_loop.target).value
         via_loader = not isinstance(loader, ExternalLoader) and not (
             sampler.startswith("self.") or facts.function_of(epoch_loop) is loader.function)
-        if position:
+        if position or not _counts_epochs(facts, epoch_loop):
+            # A loop over something else than a count (`for lr in candidates:`, a float each
+            # time) has no epoch number to hand set_epoch: it counts on from the sampler's.
             # A later phase over the same loader (`for epoch in range(finetune_epochs)` after
             # the warm-up's loop): its epochs count on from the sampler's own, so no phase
             # replays an order of another.
@@ -148,9 +176,84 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
         edits.report("DDP202", loop)
         return
     handed_in = isinstance(loader, ExternalLoader) and loader.statement is loader.function
-    if not handed_in and not handed_to_project_training(facts, loader.function, loader.name):
+    if not handed_in and not handed_to_project_training(facts, loader.function, loader.name) \
+            and not _report_one_pass(facts, edits, loader):
         # (A loader this helper module is handed gets its epoch from the caller's loop.)
         edits.report("DDP211", loader.call, _no_epoch_loop_reason(facts, edits, loader))
+
+
+def _report_one_pass(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader]) -> bool:
+    """DDP220 for a loader passed over once (_passed_over_once): no set_epoch, and why."""
+    once = _passed_over_once(facts, loader)
+    if once is not None:
+        edits.report("DDP220", loader.call, (
+            f"sharded loader passed over once: there is no epoch to set (`{edits.code(once)}` "
+            "draws its order once, for epoch 0, as in the original)"))
+    return once is not None
+
+
+_ONE_PASS_ITERATORS = frozenset({"builtins.iter", "itertools.cycle"})
+
+
+def _passed_over_once(facts: Facts, loader: Union[Loader, ExternalLoader]) -> Optional[cst.Call]:
+    """Rule: a training loader iterated exactly once needs no set_epoch. That is, where the
+    loader goes (its holders), exactly one `iter(...)` or `itertools.cycle(...)` of it is made,
+    assigned to a plain name, outside every loop (and in a function no loop calls), and
+    every loop that takes its batches does so by `next()` on that name. `cycle` replays the
+    batches of its first pass, so the original trained on one order too, and so does a
+    single `iter` never restarted. Anything else (a `for` over the loader, a second
+    iterator, a peek with `next(iter(loader))`) is no single pass: the caller reports
+    DDP211. An iterator made in a top-level function nothing calls or names makes no pass.
+    Returns the call that makes the iterator."""
+    holders = facts.holders_from(loader.function, loader.name)
+    made: list[cst.Call] = []
+    for call in dict.fromkeys(call for qualified in sorted(_ONE_PASS_ITERATORS)
+                              for call in facts.calls_named.get(qualified, ())):
+        if not call.args or call.args[0].star or _never_called(facts, facts.function_of(call)):
+            continue
+        held = dotted_name(call.args[0].value)
+        if held is not None and any(name == held and facts.sees_value(call, name, function)
+                                    for function, name in holders):
+            made.append(call)
+    if len(made) != 1:
+        return None
+    call = made[0]
+    assign = facts.parents.get(call)
+    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1 or not isinstance(
+            assign.targets[0].target, cst.Name):
+        return None
+    iterator = assign.targets[0].target.value
+    if _in_a_loop(facts, assign):
+        return None
+    function = facts.function_of(call)
+    if function is not None and any(_in_a_loop(facts, caller) for caller in facts.calls_of(function)):
+        return None
+    loops = facts.loops_over_values(holders)
+    taking = facts.loops_over.get(iterator, [])
+    if not loops or any(loop not in taking for loop in loops):
+        return None
+    return call
+
+
+def _never_called(facts: Facts, function: Optional[cst.FunctionDef]) -> bool:
+    """A top-level function of this file that nothing calls, nor hands on by name (a
+    restart helper left over, `def get_batch(it): ... except StopIteration: it =
+    iter(loader)`): its iterators make no pass."""
+    if function is None or facts.function_of(function) is not None or facts.class_of(function) is not None:
+        return False
+    name = function.name.value
+    return not facts.calls_of(function) and not any(
+        isinstance(node, cst.Name) and node.value == name for node in facts.nodes_of(cst.Name)
+        if facts.parents.get(node) is not function)
+
+
+def _in_a_loop(facts: Facts, node: cst.CSTNode) -> bool:
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, cst.FunctionDef):
+        if isinstance(parent, (cst.For, cst.While)):
+            return True
+        parent = facts.parents.get(parent)
+    return False
 
 
 def _no_epoch_loop_reason(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader]) -> Optional[str]:
@@ -342,6 +445,10 @@ def _while_trains(facts: Facts, loop: cst.While) -> bool:
         facts.functions.get(dotted_name(call.func) or "") in facts.training_functions for call in inside)
 
 
+_CYCLED = TRAINING.replace("import torch\n", "import itertools\n\nimport torch\n", 1).replace(
+    "for epoch in range(3):\n    for x, y in loader:\n", "batches = itertools.cycle(loader)\nfor step in range(20):\n"
+    "    if True:\n        x, y = next(batches)\n").replace("print(epoch,", "print(step,")
+
 CASES = (
     Emits(TRAINING, "DDP202", ("sampler.set_epoch(epoch)",)),
     Emits(TRAINING.replace("for epoch in range(3):\n", "if True:\n"), "DDP211"),
@@ -357,4 +464,12 @@ CASES = (
                            "        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))\n"
                            "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n"),
           "DDP202", ("sampler.set_epoch(epoch)", "sampler.set_epoch(sampler.epoch + 1)")),
+    # One iterator made outside every loop: one pass, no epoch to set (DDP220, not DDP211).
+    Emits(_CYCLED, "DDP220"),
+    Silent(_CYCLED, "DDP211"),
+    # A restart helper nothing calls makes no second pass.
+    Emits(_CYCLED.replace("batches = ", "def restart(it):\n    try:\n        return next(it)\n"
+                          "    except StopIteration:\n        return next(iter(loader))\n\n\nbatches = "), "DDP220"),
+    # A peek at the first batch before it is a second pass over the loader.
+    Emits(_CYCLED.replace("batches = ", "shapes = next(iter(loader))\nbatches = "), "DDP211"),
 )

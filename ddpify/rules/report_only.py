@@ -7,6 +7,7 @@ Making it safe would need an all-reduce of the decision on every step, which the
 not pay for; the person who owns the script chooses.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Optional, cast
 
@@ -42,6 +43,14 @@ RULES = (
          "reads stale entries for the samples the other ranks saw.",
          "Gather the indices and values from every rank (dist.all_gather) and write all of them "
          "on every rank, or keep a state that each rank only reads for its own samples."),
+    Rule("DDP408", Severity.WARNING, "a training setting chosen from this rank's own losses differs per rank",
+         "A value picked by comparing this rank's own batch losses (an LR finder's best "
+         "learning rate, `lr = lrs[argmin(losses)]`) is handed to an optimizer or scheduler. "
+         "Each rank saw other batches, so each may pick another value: the replicas then "
+         "step with different settings and drift apart, silently (DDP averages gradients, "
+         "not the settings that apply them).",
+         "Decide on figures every rank shares (all_reduce the losses before comparing them), "
+         "or pick on rank 0 and broadcast the value (dist.broadcast) before building the optimizer."),
     Rule("DDP909", Severity.WARNING, "an import ddpify cannot follow: the module it loads is not migrated",
          "The module is chosen when the script runs (importlib, __import__, a sys.path "
          "entry added by the script), so ddpify cannot tell which of the project's files it "
@@ -137,8 +146,235 @@ def _plainly_bound(body: cst.CSTNode) -> set[str]:
     return bound
 
 
+# Exceptions every rank receives at once (torchrun forwards a signal to each worker) or that
+# end the process: a handler for these alone does not let one rank go on by itself.
+_SHARED_EXCEPTIONS = frozenset({"KeyboardInterrupt", "SystemExit", "GeneratorExit"})
+_EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit", "os.abort"})
+
+
+def report_skipped_steps(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """A training step inside `try:` whose handler swallows the error and goes on: `try:
+    loss.backward(); optimizer.step() except RuntimeError: continue`, the out-of-memory skip
+    (`except torch.cuda.OutOfMemoryError: torch.cuda.empty_cache(); continue`), `except
+    Exception as e: print(e); return None` in a step function called from a loop. Under DDP
+    the rank that failed skips its backward (or its wrapped model's forward, which broadcasts
+    buffers) while the others wait for it in the all-reduce: NCCL hangs until its timeout,
+    Gloo errors at the next collective. Rule: a `try` whose body (not its handlers) holds a
+    backward, an optimizer step, a call of a function of this file that trains, or, in a loop
+    that trains, a call of a model being wrapped, and that sits in a loop (or in a function
+    called from one), is reported (DDP902, at the handler) for each handler that can end
+    without re-raising: some way through it does not reach a `raise` (or sys.exit). A handler
+    for KeyboardInterrupt or SystemExit alone is left alone (every rank gets the signal), and
+    so is a `try` around evaluation only. Never rewritten: the fix is the author's (let it
+    raise, or decide the skip on every rank: all_reduce a failure flag, skip when any rank
+    failed)."""
+    steps: list[cst.CSTNode] = [*facts.training_calls, *facts.training_helper_calls]
+    models = set(setup.wrap_points)
+    for loop in facts.training_loops:
+        steps.extend(call for call in find_all(loop.body, cst.Call, into_functions=False)
+                     if dotted_name(call.func) in models)
+    seen: set[cst.Try] = set()
+    for call in steps:
+        child: cst.CSTNode = call
+        parent = facts.parents.get(call)
+        while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.Module)):
+            if isinstance(parent, cst.Try) and child is parent.body and parent not in seen:
+                seen.add(parent)
+                if _goes_on_in_a_loop(facts, parent):
+                    for handler in parent.handlers:
+                        if not _shared_exception(handler) and not _always_leaves(facts, _statements(handler.body)):
+                            _report_skipped(edits, facts, parent, handler)
+            child, parent = parent, facts.parents.get(parent)
+
+
+def _goes_on_in_a_loop(facts: Facts, node: cst.Try) -> bool:
+    """The try sits in a loop of its function, or in a function called from a loop."""
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.Module)):
+        if isinstance(parent, (cst.For, cst.While)):
+            return True
+        parent = facts.parents.get(parent)
+    function = facts.function_of(node)
+    return function is not None and any(facts.enclosing_loops(call) for call in facts.calls_of(function))
+
+
+def _shared_exception(handler: cst.ExceptHandler) -> bool:
+    caught = handler.type
+    if caught is None:
+        return False
+    names = [element.value for element in caught.elements] if isinstance(caught, cst.Tuple) else [caught]
+    return all((dotted_name(name) or "").split(".")[-1] in _SHARED_EXCEPTIONS for name in names)
+
+
+def _always_leaves(facts: Facts, body: Sequence[cst.BaseStatement]) -> bool:
+    """Every way through the statements raises (or exits the process): a statement that
+    raises is reached before any that could go on (`continue`, `break`, `return`), and an
+    `if` raises only if both its branches do."""
+    for statement in body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Raise):
+                    return True
+                if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and _exits(facts, small.value):
+                    return True
+                if isinstance(small, (cst.Continue, cst.Break, cst.Return)):
+                    return False
+        elif isinstance(statement, cst.If) and _if_always_leaves(facts, statement):
+            return True
+        elif _may_go_on(statement):
+            return False
+    return False
+
+
+def _if_always_leaves(facts: Facts, statement: cst.If) -> bool:
+    orelse = statement.orelse
+    if orelse is None or not _always_leaves(facts, _statements(statement.body)):
+        return False
+    if isinstance(orelse, cst.If):
+        return _if_always_leaves(facts, orelse)
+    return _always_leaves(facts, _statements(orelse.body))
+
+
+def _statements(suite: cst.BaseSuite) -> Sequence[cst.BaseStatement]:
+    """The statements of a block, a one-line one (`except E: continue`) as one line."""
+    if isinstance(suite, cst.IndentedBlock):
+        return suite.body
+    return [cst.SimpleStatementLine(body=cast(cst.SimpleStatementSuite, suite).body)]
+
+
+def _may_go_on(node: cst.CSTNode) -> bool:
+    """A continue, break or return somewhere in the statement."""
+    return bool(find_all(node, cst.Continue, into_functions=False) or find_all(node, cst.Break, into_functions=False)
+                or find_all(node, cst.Return, into_functions=False))
+
+
+def _exits(facts: Facts, call: cst.Call) -> bool:
+    return dotted_name(call.func) in _EXITS or any(
+        call in facts.calls_named.get(qualified, ()) for qualified in _EXITS)
+
+
+def _report_skipped(edits: Edits, facts: Facts, node: cst.Try, handler: cst.ExceptHandler) -> None:
+    line = facts.positions[node].start.line
+    caught = f"except {edits.code(handler.type)}" if handler.type is not None else "except"
+    edits.report("DDP902", handler, (
+        f"rank-divergent control flow may hang a collective: the training step in the `try:` at "
+        f"line {line} goes on after `{caught}` without re-raising, so this rank skips its backward "
+        f"while the other ranks wait for it in the all-reduce (NCCL hangs); let it raise, or skip "
+        f"on every rank: all_reduce a failure flag (op=MAX) and skip when any rank failed"))
+
+
+def report_settings_chosen_per_rank(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """Rule: a training setting must be the same on every rank. A name is per-rank when a
+    training batch loop binds it from its batch (the loop's target, `xb, yb = next(it)`),
+    or assigns it from a per-rank name or under a test that reads one (`if loss.item() <
+    best_loss: best_loss, best_lr = loss.item(), lr`); after the loop the same spreads on
+    through the statements of its function, and through a call of that function to the
+    names its per-rank result is assigned (`lr = lr_finder(model, loader)`). A per-rank
+    name read by an optimizer or scheduler of torch.optim (`SGD(params, lr=lr)`,
+    `OneCycleLR(opt, max_lr=lr)`) or written into a param group (`group["lr"] = lr`) is
+    reported (DDP408) there: nothing hangs, the replicas drift apart. Never rewritten (which
+    rank's choice, or a shared one, is the author's). Epoch figures that training.py sums
+    across ranks are shared, and so is what is decided on them."""
+    for loop in training.batch_loops(facts):
+        local = _from_batches(facts, loop)
+        if loop in setup.reduced_epoch_loops:  # the epoch sums training.py all-reduces are shared
+            local -= set(training.epoch_accumulators(facts, loop)) | set(training.epoch_lists(facts, loop))
+            local -= setup.reduced_meters.get(loop, set())
+        function = facts.function_of(loop)
+        scope: cst.CSTNode = function.body if function is not None else facts.module
+        for _ in range(2):
+            _spread_rank_local(scope, local, False)
+            local |= _fed_rank_local(scope, local)
+        _report_settings_read(facts, edits, function, local)
+        if function is None:
+            continue
+        positions: set[Optional[int]] = set()
+        for returned in returns_in(function):
+            value = returned.value
+            if isinstance(value, cst.Tuple):
+                positions |= {index for index, element in enumerate(value.elements) if names_in(element.value) & local}
+            elif value is not None and names_in(value) & local:
+                positions.add(None)
+        if not positions:
+            continue
+        for call in facts.calls_of(function):
+            caller = facts.function_of(call)
+            given = _names_given(facts.statement_of(call), call, positions)
+            if not given:
+                continue
+            for _ in range(2):
+                _spread_rank_local(caller.body if caller is not None else facts.module, given, False)
+                given |= _fed_rank_local(caller.body if caller is not None else facts.module, given)
+            _report_settings_read(facts, edits, caller, given)
+
+
+def _from_batches(facts: Facts, loop: cst.For) -> set[str]:
+    """The names a batch loop binds from its batches, spread through its body."""
+    target: cst.BaseExpression = loop.target
+    counting = dotted_name(loop.iter.func) if isinstance(loop.iter, cst.Call) else None
+    if counting == "range":
+        target = cst.Tuple([])  # a step count, the same on every rank
+    elif counting == "enumerate" and isinstance(target, cst.Tuple) and len(target.elements) == 2:
+        target = target.elements[1].value  # `for i, (x, y) in enumerate(loader)`: not `i`
+    local = set(names_in(target)) - _step_counters(loop.body)
+    for assign in find_all(loop.body, cst.Assign, into_functions=False):
+        if any(dotted_name(call.func) == "next" for call in calls_within(assign.value)):
+            local |= assigned_names(assign)
+    for _ in range(3):
+        _spread_rank_local(loop.body, local, False)
+        local |= _fed_rank_local(loop.body, local)
+    return local
+
+
+def _report_settings_read(facts: Facts, edits: Edits, function: Optional[cst.FunctionDef], local: set[str]) -> None:
+    if not local:
+        return
+    reported = {(d.line, d.code) for d in edits.diagnostics}
+    # An optimizer built with a per-rank setting is not itself the setting to name.
+    local = local - {name for qualified, calls in facts.calls_named.items() if qualified.startswith("torch.optim.")
+                     for call in calls for name in _assigned_by(facts, call)}
+    for qualified, calls in facts.calls_named.items():
+        if not qualified.startswith("torch.optim."):
+            continue
+        for call in calls:
+            if facts.function_of(call) is not function:
+                continue
+            # The settings: not the parameters, optimizer or model it is built on (the first
+            # argument, `params=`, `optimizer=`, `model=`).
+            settings = [arg for index, arg in enumerate(call.args) if (
+                arg.keyword.value not in ("params", "optimizer", "model") if arg.keyword is not None
+                else index > 0 and not arg.star)]
+            read = {name for arg in settings for name in names_in(arg.value)} & local
+            if read and (facts.positions[call].start.line, "DDP408") not in reported:
+                _report_setting(edits, call, read, edits.code(call.func))
+    for assign in facts.nodes_of(cst.Assign):
+        if facts.function_of(assign) is not function or not names_in(assign.value) & local:
+            continue
+        for target in assign.targets:
+            written = target.target
+            if isinstance(written, cst.Subscript) and len(written.slice) == 1 and isinstance(
+                    written.slice[0].slice, cst.Index) and isinstance(written.slice[0].slice.value, cst.SimpleString) \
+                    and written.slice[0].slice.value.evaluated_value in ("lr", "momentum", "weight_decay") \
+                    and (facts.positions[assign].start.line, "DDP408") not in reported:
+                _report_setting(edits, assign, names_in(assign.value) & local, edits.code(written))
+
+
+def _assigned_by(facts: Facts, call: cst.Call) -> set[str]:
+    assign = facts.parents.get(call)
+    return assigned_names(assign) if isinstance(assign, cst.Assign) else set()
+
+
+def _report_setting(edits: Edits, node: cst.CSTNode, read: set[str], where: str) -> None:
+    edits.report("DDP408", node, (
+        f"a training setting chosen from this rank's own losses differs per rank: `{', '.join(sorted(read))}` "
+        f"(handed to `{where}`) is picked from this rank's batches; all_reduce the figures it is "
+        f"picked from, or pick on rank 0 and dist.broadcast it"))
+
+
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     report_dynamic_imports(facts, edits)
+    report_skipped_steps(facts, edits, setup)
+    report_settings_chosen_per_rank(facts, edits, setup)
     report_per_sample_state(facts, edits)
     reported: set[cst.If] = set()
     clock_reads = {call for qualified in CLOCKS for call in facts.calls_named.get(qualified, ())}
@@ -459,4 +695,20 @@ CASES = (
     Emits(TRAINING.replace("import torch\n", "import sys\n\nimport torch\n", 1)
           .replace("device = torch", 'sys.path.insert(0, "../lib")\ndevice = torch', 1), "DDP909"),
     Silent(TRAINING, "DDP909"),
+    # A learning rate picked by this rank's last batch loss, then handed to a new optimizer:
+    # per rank. A decay on the epoch count alone is the same everywhere.
+    Emits(TRAINING.replace("for epoch in range(3):\n", "best_loss, best_lr = 1e9, 0.1\nfor epoch in range(3):\n")
+          .replace("    print(epoch, loss.item())\n", "    if loss.item() < best_loss:\n"
+                   "        best_loss, best_lr = loss.item(), 0.1 / (epoch + 1)\n"
+                   "optimizer = torch.optim.SGD(model.parameters(), lr=best_lr)\n"), "DDP408"),
+    Silent(TRAINING.replace("    print(epoch, loss.item())\n", "    for group in optimizer.param_groups:\n"
+                            "        group[\"lr\"] = 0.1 * 0.5 ** epoch\n"), "DDP408"),
+    # A step inside try: a handler that goes on skips this rank's backward; one for Ctrl-C
+    # (every rank gets the signal) does not.
+    Emits(TRAINING.replace("        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n",
+                           "        try:\n            loss.backward()\n            optimizer.step()\n"
+                           "        except Exception:\n            pass\n"), "DDP902"),
+    Silent(TRAINING.replace("        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n",
+                            "        try:\n            loss.backward()\n            optimizer.step()\n"
+                            "        except KeyboardInterrupt:\n            break\n"), "DDP902"),
 )

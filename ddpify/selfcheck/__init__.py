@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Callable, Optional
 
 from ddpify.diagnostics import Diagnostic, rule_of
-from ddpify.selfcheck.loaders import LEFT_WHOLE_CODES, NO_EPOCH_LOOP_CODE, unsharded_loaders
+from ddpify.selfcheck.loaders import LEFT_WHOLE_CODES, NO_EPOCH_LOOP_CODES, unsharded_loaders
 from ddpify.selfcheck.models import (
     DROPPED_MOVE_CODES,
     deleted_moves,
@@ -43,7 +43,7 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
         *misplaced_wraps(after),
         *training_without_a_wrap(after, any(d.code == "DDP903" for d in diagnostics)),
         *unsharded_loaders(before, after, loaders_left_whole,
-                           any(d.code == NO_EPOCH_LOOP_CODE for d in diagnostics)),
+                           any(d.code in NO_EPOCH_LOOP_CODES for d in diagnostics)),
         *unguarded_output(after),
         *shared_work_on_rank0(after),
         *joins_on_import(before, after),
