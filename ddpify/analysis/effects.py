@@ -280,10 +280,7 @@ class FunctionEffects:
         if function is None:
             return set()
         parameters = {arg.arg for arg in [*function.args.args[1:], *function.args.kwonlyargs]}
-        return {f"self.{target.attr}" for node in ast.walk(function)
-                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in parameters
-                for target in node.targets if isinstance(target, ast.Attribute)
-                and isinstance(target.value, ast.Name) and target.value.id == "self"}
+        return set(_kept_parameters(function, parameters))
 
     def gradless_submodules(self, class_name: str) -> list[str]:
         """Submodules the class's __init__ builds (`self.resnet = nn.Sequential(...)`) that
@@ -387,7 +384,7 @@ class FunctionEffects:
 
     def loads_checkpoint(self, name: str) -> bool:
         """The function, or the class's __init__, reads a file with torch.load itself."""
-        function = self._functions.get(f"{name}.__init__" if name in self.classes else name)
+        _, _, function = self._function_or_init(name)
         return function is not None and any(
             isinstance(node, ast.Call) and self.qualified(dotted_ast(node.func) or "") == names.TORCH_LOAD
             for node in ast.walk(function))
@@ -398,7 +395,7 @@ class FunctionEffects:
         "in-progress_" + datetime.now().strftime("%m%d%H%M%S"))`): a clock or chance call
         (names.CLOCK_OR_CHANCE) in an expression that also holds a string (a folder's name,
         a strftime format); a bare `start = time.time()` for timings does not count."""
-        function = self._functions.get(f"{name}.__init__" if name in self.classes else name)
+        _, _, function = self._function_or_init(name)
         if function is None:
             return None
         for node in ast.walk(function):
@@ -416,21 +413,12 @@ class FunctionEffects:
         or of a class's __init__ whose `self.X = parameter` a method's loop iterates (`for x,
         y in self.train_iter`); through one name between (`loader = self.tr_loader if train
         else self.cv_loader`)."""
-        owner = name if name in self.classes else None
-        key = f"{name}.__init__" if owner is not None else name
-        function = self._functions.get(key)
+        owner, key, function = self._function_or_init(name)
         if function is None:
             return [], set()
         positional = self._positional(key, function)
         parameters = set(positional) | {arg.arg for arg in function.args.kwonlyargs}
-        held: dict[str, str] = {}  # "self.train_iter" -> "train_iter"
-        if owner is not None:
-            for node in ast.walk(function):
-                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in parameters:
-                    for target in node.targets:
-                        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
-                                and target.value.id == "self":
-                            held[f"self.{target.attr}"] = node.value.id
+        held = _kept_parameters(function, parameters) if owner is not None else {}
         return positional, {held.get(found, found) for found in self._iterated_reads(function, owner)} & parameters
 
     def iterated_entries(self, name: str) -> tuple[list[str], set[tuple[str, str]]]:
@@ -439,9 +427,7 @@ class FunctionEffects:
         in `Solver.__init__(self, data, ...)`, then `for batch in self.tr_loader` (or through
         one name between) in a method iterates the `"tr_loader"` entry of the dict handed in
         at `data`. Only string keys count."""
-        owner = name if name in self.classes else None
-        key = f"{name}.__init__" if owner is not None else name
-        function = self._functions.get(key)
+        owner, key, function = self._function_or_init(name)
         if function is None:
             return [], set()
         positional = self._positional(key, function)
@@ -467,6 +453,13 @@ class FunctionEffects:
                         and isinstance(loop.iter.value, ast.Name) and loop.iter.value.id in parameters
                         and isinstance(loop.iter.slice, ast.Constant) and isinstance(loop.iter.slice.value, str)}
         return positional, entries
+
+    def _function_or_init(self, name: str) -> tuple[Optional[str], str, Optional[ast.FunctionDef]]:
+        """What calling `name` runs: (the class when `name` is one, the key of the function
+        or of the class's __init__, its definition or None)."""
+        owner = name if name in self.classes else None
+        key = f"{name}.__init__" if owner is not None else name
+        return owner, key, self._functions.get(key)
 
     def _iterated_reads(self, function: ast.FunctionDef, owner: Optional[str]) -> set[str]:
         """The names and `self.X` attributes that `for` loops of the function (of every method
@@ -810,6 +803,14 @@ def absolute_module(node: ast.ImportFrom, package: str) -> Optional[str]:
 def _moves(value: ast.expr) -> bool:
     """`x.to(...)` or `x.cuda(...)`, the outermost call of the value."""
     return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda")
+
+
+def _kept_parameters(function: ast.FunctionDef, parameters: set[str]) -> dict[str, str]:
+    """`self.X = parameter` in the function, as it was handed in: "self.X" -> the parameter."""
+    return {f"self.{target.attr}": node.value.id for node in ast.walk(function)
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in parameters
+            for target in node.targets if isinstance(target, ast.Attribute)
+            and isinstance(target.value, ast.Name) and target.value.id == "self"}
 
 
 def _dotted_reads(node: ast.expr) -> set[str]:
