@@ -22,7 +22,6 @@ from ddpify.analysis.nodes import (
     find_all,
     names_in,
     names_within,
-    returns_in,
     targets_bound_in,
 )
 from ddpify.diagnostics import Rule, Severity
@@ -281,20 +280,11 @@ def report_settings_chosen_per_rank(facts: Facts, edits: Edits, setup: Plan) -> 
             local -= set(training.epoch_accumulators(facts, loop)) | set(training.epoch_lists(facts, loop))
             local -= setup.reduced_meters.get(loop, set())
         function = facts.function_of(loop)
-        scope: cst.CSTNode = function.body if function is not None else facts.module
-        for _ in range(2):
-            _spread_rank_local(scope, local, False)
-            local |= _fed_rank_local(scope, local)
+        _spread_through(function.body if function is not None else facts.module, local, rounds=2)
         _report_settings_read(facts, edits, function, local)
         if function is None:
             continue
-        positions: set[Optional[int]] = set()
-        for returned in returns_in(function):
-            value = returned.value
-            if isinstance(value, cst.Tuple):
-                positions |= {index for index, element in enumerate(value.elements) if names_in(element.value) & local}
-            elif value is not None and names_in(value) & local:
-                positions.add(None)
+        positions = _rank_local_positions(facts, function, local)
         if not positions:
             continue
         for call in facts.calls_of(function):
@@ -302,10 +292,29 @@ def report_settings_chosen_per_rank(facts: Facts, edits: Edits, setup: Plan) -> 
             given = _names_given(facts.statement_of(call), call, positions)
             if not given:
                 continue
-            for _ in range(2):
-                _spread_rank_local(caller.body if caller is not None else facts.module, given, False)
-                given |= _fed_rank_local(caller.body if caller is not None else facts.module, given)
+            _spread_through(caller.body if caller is not None else facts.module, given, rounds=2)
             _report_settings_read(facts, edits, caller, given)
+
+
+def _spread_through(scope: cst.CSTNode, local: set[str], rounds: int) -> None:
+    """Add to `local` the names the scope assigns from per-rank names or under tests that read
+    them, and the objects it feeds them to, `rounds` times over (a chain of a few steps)."""
+    for _ in range(rounds):
+        _spread_rank_local(scope, local, False)
+        local |= _fed_rank_local(scope, local)
+
+
+def _rank_local_positions(facts: Facts, function: cst.FunctionDef, local: set[str]) -> set[Optional[int]]:
+    """Where the function's returns hold a per-rank name: None for the whole value, k for the
+    k-th element of a returned tuple."""
+    positions: set[Optional[int]] = set()
+    for returned in facts.own_statements(function, cst.Return):
+        value = returned.value
+        if isinstance(value, cst.Tuple):
+            positions |= {index for index, element in enumerate(value.elements) if names_in(element.value) & local}
+        elif value is not None and names_in(value) & local:
+            positions.add(None)
+    return positions
 
 
 def _from_batches(facts: Facts, loop: cst.For) -> set[str]:
@@ -320,9 +329,7 @@ def _from_batches(facts: Facts, loop: cst.For) -> set[str]:
     for assign in find_all(loop.body, cst.Assign, into_functions=False):
         if any(dotted_name(call.func) == "next" for call in calls_within(assign.value)):
             local |= assigned_names(assign)
-    for _ in range(3):
-        _spread_rank_local(loop.body, local, False)
-        local |= _fed_rank_local(loop.body, local)
+    _spread_through(loop.body, local, rounds=3)
     return local
 
 
@@ -471,16 +478,7 @@ def _report_stops_on_returned(facts: Facts, edits: Edits, loop: cst.For, rank_lo
     function = facts.function_of(loop)
     if function is None or not rank_local:
         return
-    local_positions: set[Optional[int]] = set()  # None: the whole value
-    for returned in returns_in(function):
-        value = returned.value
-        if value is None:
-            continue
-        if isinstance(value, cst.Tuple):
-            local_positions |= {index for index, element in enumerate(value.elements)
-                                if names_in(element.value) & rank_local}
-        elif names_in(value) & rank_local:
-            local_positions.add(None)
+    local_positions = _rank_local_positions(facts, function, rank_local)
     if not local_positions:
         return
     for call in facts.calls_of(function):
