@@ -86,6 +86,16 @@ class Navigation(FactRecord):
         end = self.positions[node].end
         return end.line, end.column
 
+    def within_a_loop(self, node: cst.CSTNode) -> bool:
+        """A for or while loop of the node's own function (or of the module) holds it,
+        header included (rules/checkpoints.py's `_in_loop` counts loop bodies alone)."""
+        parent = self.parents.get(node)
+        while parent is not None and not isinstance(parent, cst.FunctionDef):
+            if isinstance(parent, (cst.For, cst.While)):
+                return True
+            parent = self.parents.get(parent)
+        return False
+
     def enclosing_loops(self, node: cst.CSTNode) -> list[cst.For]:
         """For loops whose body (not header) holds node, innermost first, up to the function."""
         loops: list[cst.For] = []

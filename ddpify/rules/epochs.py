@@ -223,10 +223,10 @@ def _passed_over_once(facts: Facts, loader: Union[Loader, ExternalLoader]) -> Op
             assign.targets[0].target, cst.Name):
         return None
     iterator = assign.targets[0].target.value
-    if _in_a_loop(facts, assign):
+    if facts.within_a_loop(assign):
         return None
     function = facts.function_of(call)
-    if function is not None and any(_in_a_loop(facts, caller) for caller in facts.calls_of(function)):
+    if function is not None and any(facts.within_a_loop(caller) for caller in facts.calls_of(function)):
         return None
     loops = facts.loops_over_values(holders)
     taking = facts.loops_over.get(iterator, [])
@@ -245,15 +245,6 @@ def _never_called(facts: Facts, function: Optional[cst.FunctionDef]) -> bool:
     return not facts.calls_of(function) and not any(
         isinstance(node, cst.Name) and node.value == name for node in facts.nodes_of(cst.Name)
         if facts.parents.get(node) is not function)
-
-
-def _in_a_loop(facts: Facts, node: cst.CSTNode) -> bool:
-    parent = facts.parents.get(node)
-    while parent is not None and not isinstance(parent, cst.FunctionDef):
-        if isinstance(parent, (cst.For, cst.While)):
-            return True
-        parent = facts.parents.get(parent)
-    return False
 
 
 def _no_epoch_loop_reason(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader]) -> Optional[str]:

@@ -188,11 +188,8 @@ def report_skipped_steps(facts: Facts, edits: Edits, setup: Plan) -> None:
 
 def _goes_on_in_a_loop(facts: Facts, node: cst.Try) -> bool:
     """The try sits in a loop of its function, or in a function called from a loop."""
-    parent = facts.parents.get(node)
-    while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.Module)):
-        if isinstance(parent, (cst.For, cst.While)):
-            return True
-        parent = facts.parents.get(parent)
+    if facts.within_a_loop(node):
+        return True
     function = facts.function_of(node)
     return function is not None and any(facts.enclosing_loops(call) for call in facts.calls_of(function))
 
