@@ -11,6 +11,7 @@ from ddpify.analysis.nodes import (
     assignment_pairs,
     calls_within,
     dotted_name,
+    handed_for,
     names_in,
     names_within,
     positional_parameters,
@@ -192,12 +193,41 @@ def note_loaders_from_callers(facts: Facts, wrappers: Mapping[Holder, list[str]]
                 continue
             keys = facts.entry_keys_taken(loop, name)
             if keys is None:
-                facts.external_loaders.append(ExternalLoader(name, function, function, loop, "its caller"))
+                receiver, received = _handed_down_from(facts, function, name)
+                if any(known.function is receiver and known.name == received for known in facts.external_loaders):
+                    continue
+                facts.external_loaders.append(ExternalLoader(received, receiver, receiver, loop, "its caller"))
             elif not any(received.name == name for received in facts.external_loader_dicts):
                 # `for x, y in self.loaders["train"]`: a dict of loaders the caller's module
                 # builds; whichever entries it shards get their epochs here (loader_dicts.py).
                 facts.external_loader_dicts.append(ExternalLoaderDict(
                     name, function, function, loop, "its caller", dict.fromkeys(keys, True)))
+
+
+def _handed_down_from(facts: Facts, function: cst.FunctionDef, name: str,
+                      depth: int = 0) -> tuple[cst.FunctionDef, str]:
+    """(function, parameter) by which a loader handed to `function` comes into this module:
+    `def train(model, train_loader, epochs): for epoch in range(epochs): train_step(model,
+    train_loader)` hands its own parameter down to `train_step`, whose pass over `dataloader`
+    is a pass over train's `train_loader`, so the epoch loop around it is train's. Rule: the
+    parameter is followed up while every call of the function in this module passes it a
+    parameter of the one calling function (the same one each time); otherwise the function
+    itself receives it."""
+    calls = facts.calls_of(function)
+    if depth > 3 or not calls:
+        return function, name
+    handed: set[tuple[cst.FunctionDef, str]] = set()
+    for call in calls:
+        caller = facts.function_of(call)
+        argument = handed_for(call, function, name)
+        held = dotted_name(argument) if argument is not None else None
+        if caller is None or held is None or held not in parameter_names(caller):
+            return function, name
+        handed.add((caller, held))
+    if len(handed) != 1:
+        return function, name
+    caller, held = handed.pop()
+    return _handed_down_from(facts, caller, held, depth + 1)
 
 
 def note_entries_of_received_dicts(facts: Facts) -> None:
@@ -259,6 +289,31 @@ def note_models_moved_here(facts: Facts) -> None:
             facts.models.append(Model(target, facts.statement_of(call), mover))
             facts.models_moved_here.add(target)
             break
+    _note_parameters_moved_here(facts)
+
+
+def _note_parameters_moved_here(facts: Facts) -> None:
+    """Rule: `def train(model, loader, device): model.to(device)` and then the training (a
+    step, or a call of a function that trains), in a helper module: the model its caller
+    hands in reaches its device at that statement, so it is wrapped there, after the move;
+    the caller, seeing the move, leaves the wrap to this function (else neither would wrap
+    it, and every rank would train its own copy). A device move whose result is dropped is
+    a module's (a tensor's `.to()` changes nothing in place); a function that only
+    evaluates what it moves is not one that wraps."""
+    for callee, calls in sorted(facts.calls_by_callee.items()):
+        target, _, method = callee.rpartition(".")
+        if method not in ("to", "cuda") or not target or "." in target:
+            continue
+        for call in calls:
+            mover = facts.function_of(call)
+            if mover is None or not isinstance(facts.parents.get(call), cst.Expr) \
+                    or target not in parameter_names(mover) or (mover, target) in facts.parameters_moved_here \
+                    or facts.first_training_call_in(mover, call) is None:
+                continue
+            facts.models[:] = [model for model in facts.models
+                               if model.name != target or model.function is not mover]
+            facts.models.append(Model(target, facts.statement_of(call), mover))
+            facts.parameters_moved_here.add((mover, target))
 
 
 def _moves_handed_in(facts: Facts, function: cst.FunctionDef, value: cst.BaseExpression) -> bool:

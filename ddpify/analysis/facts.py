@@ -198,6 +198,9 @@ class FactRecord:
     dynamic_imports: list[cst.Call] = field(default_factory=list)
     # In a helper module: models handed in that reach their device here (wrapped here).
     models_moved_here: set[str] = field(default_factory=set)
+    # In a helper module: a function's parameter moved there, a statement of its own, before
+    # the function trains it (`def train(model, ...): model.to(device)`): wrapped there.
+    parameters_moved_here: set[Holder] = field(default_factory=set)
     # For statements whose iterable mentions a name (a loader, usually), by that name.
     loops_over: dict[str, list[cst.For]] = field(default_factory=dict)
     models: list[Model] = field(default_factory=list)

@@ -320,8 +320,8 @@ def _handed_in_to_library(facts: Facts, setup: Plan, model: Model) -> bool:
     """A model of a helper module that its caller hands in and that is not moved here
     (`def train_src(encoder, classifier, loader)` building the optimizer over them): the
     caller wraps it, so here it may be the DDP wrapper."""
-    return setup.library and model.function is not None and model.name not in facts.models_moved_here and handed_in(
-        facts, model.function, model.name)
+    return setup.library and model.function is not None and model.name not in facts.models_moved_here and (
+        model.function, model.name) not in facts.parameters_moved_here and handed_in(facts, model.function, model.name)
 
 
 def _unwrap_models_handed_in(facts: Facts, edits: Edits, setup: Plan) -> None:
@@ -492,6 +492,24 @@ def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, an
     _drop_moves_after_wrap(facts, edits, model, anchor)
     _unwrap_attributes(facts, edits, model, anchor)
     _unwrap_module_accesses(facts, edits, model)
+    _hand_back_the_module(facts, edits, model)
+
+
+def _hand_back_the_module(facts: Facts, edits: Edits, model: Model) -> None:
+    """Rule: `def fit(net, loader, device): net.to(device)`, wrapped there, and then `return
+    net` (or `return net, history`): the caller handed in the module and gets the module
+    back, as before, not a wrapper it never made (`regressor = fit(regressor, ...)` then
+    `regressor.state_dict()` keeps the single-GPU keys, in another module ddpify does not
+    migrate with this one's facts)."""
+    if model.function is None or (model.function, model.name) not in facts.parameters_moved_here:
+        return
+    for returned in facts.own_statements(model.function, cst.Return):
+        value = returned.value
+        entries = [element.value for element in value.elements] if isinstance(value, cst.Tuple) else [value]
+        for entry in entries:
+            if isinstance(entry, cst.Name) and entry.value == model.name:
+                edits.expressions[entry] = _unwrapped(model.name, edits)
+                edits.report("DDP103", entry)
 
 
 def _drop_moves_after_wrap(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:

@@ -92,8 +92,8 @@ class Source:
         self.functions: dict[str, list[Scope]] = {}
         self.module_names: set[str] = set()  # `torch`, `np`: a call on them is no method of ours
         self.imported_as: dict[str, str] = {}  # `DL` -> `DataLoader` for `import DataLoader as DL`
-        # Names `from m import n` binds from a module that is not torch's: the project's own
-        # code, among others (a Trainer the script hands its loader to).
+        # Names `from m import n` (or `import m`) binds from a module that is not torch's: the
+        # project's own code, among others (a Trainer the script hands its loader to).
         self.imported_from_elsewhere: set[str] = set()
         self._scopes: dict[ast.AST, Scope] = {}
         self._calls_by_scope: dict[int, list[ast.Call]] = {}
@@ -133,6 +133,10 @@ class Source:
             elif kind is ast.Import:
                 self.module_names.update(alias.asname or alias.name.split(".")[0]
                                          for alias in node.names)  # type: ignore[attr-defined]
+                # `import engine` then `engine.train(model, loader)`: the project's own module.
+                self.imported_from_elsewhere.update(
+                    alias.asname or alias.name.split(".")[0] for alias in node.names  # type: ignore[attr-defined]
+                    if not alias.name.startswith("torch"))
             elif kind is ast.ImportFrom:
                 self.imported_as.update((alias.asname, alias.name)
                                         for alias in node.names if alias.asname)  # type: ignore[attr-defined]
