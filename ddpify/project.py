@@ -49,8 +49,10 @@ class Project:
         # The top-level functions and classes of this module that other modules of the
         # project import: what runs of it when the program runs, though nothing here calls it.
         self.used_elsewhere = frozenset(used_elsewhere)
-        # This module's own dotted name in the project ("trainer.trainer").
+        # This module's own dotted name in the project ("trainer.trainer"), and the package
+        # its relative imports start from ("trainer").
         self.module = ""
+        self.package = ""
 
         # Per name the script calls: (effect or None, whether it trains). Every call of the
         # script asks, so each name is resolved once.
@@ -331,6 +333,7 @@ def read(script: str, source: str) -> Project:
         return Project(in_project_folder=True)
     found = Project(modules, imported, star_names, used)
     found.module = name
+    found.package = package
     return found
 
 

@@ -169,15 +169,28 @@ class Collector(cst.CSTVisitor):
             names.add_import(self._aliases, module, asname.value if isinstance(asname, cst.Name) else None)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+        if isinstance(node.names, cst.ImportStar):
             return
-        module = dotted_name(node.module)
+        module = self._imported_module(node)
         for alias in node.names:
             name = dotted_name(alias.name)
             # libcst types AsName.name for `except`/`with` targets too; in an import it is a Name.
             bound = cast(cst.Name, alias.asname.name).value if alias.asname is not None else name
             if module and name and isinstance(bound, str):
                 names.add_import_from(self._aliases, module, name, bound)
+
+    def _imported_module(self, node: cst.ImportFrom) -> Optional[str]:
+        """The module a `from ... import` reads: `from .util import AverageMeter` in the
+        package `helper` reads `helper.util`, as its absolute spelling would (a relative
+        import outside a project of ddpify's reading names nothing it can follow)."""
+        module = dotted_name(node.module) if node.module is not None else None
+        if not node.relative:
+            return module
+        package = self.project.package
+        parts = package.split(".") if package else []
+        if not package or len(node.relative) - 1 > len(parts):
+            return None
+        return ".".join(parts[: len(parts) - (len(node.relative) - 1)] + ([module] if module else [])) or None
 
     # --- scopes ------------------------------------------------------------------------------
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
