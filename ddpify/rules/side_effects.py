@@ -287,9 +287,10 @@ PATH_KEYWORDS = frozenset({"path_or_buf", "path", "excel_writer", "fname"})
 
 
 def _file_writes(facts: Facts, edits: Edits, setup: Plan) -> None:
-    for qualified in sorted(names.MAKE_DIRECTORIES | names.DUMP_TO_FILE):
-        for call in facts.calls_named.get(qualified, ()):
-            _guard_statement_call(facts, edits, setup, call, "DDP302")
+    named = [call for qualified in sorted(names.MAKE_DIRECTORIES | names.DUMP_TO_FILE)
+             for call in facts.calls_named.get(qualified, ())]
+    for call in [*named, *_writes_of_objects_made_on_the_spot(facts)]:
+        _guard_statement_call(facts, edits, setup, call, "DDP302")
     # `run_dir.mkdir(parents=True, exist_ok=False)`: pathlib, on a path of any name.
     # `traced = torch.jit.trace(model, x)` ... `traced.save(path)`: a TorchScript module saving itself.
     exported = {call for qualified in names.SELF_SAVING_EXPORTS for call in facts.calls_named.get(qualified, ())}
@@ -309,6 +310,16 @@ def _file_writes(facts: Facts, edits: Edits, setup: Plan) -> None:
             if opens_for_writing(call) and facts.statement_of(call) not in edits.guarded:
                 # (A statement guarded as a whole: `json.dump(history, open(path, "w"))`.)
                 _open_on_rank0(facts, edits, setup, call)
+
+
+def _writes_of_objects_made_on_the_spot(facts: Facts) -> list[cst.Call]:
+    """Rule: `pd.DataFrame(log).to_csv(path)`, `pd.concat(frames).round(3).to_json(path)`,
+    `plt.gcf().savefig(path)`: a table or figure made on the spot, with no name to follow,
+    writes itself to the path it is given, once per rank unless rank 0 alone writes it."""
+    return [call for call in facts.nodes_of(cst.Call)
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value in FILE_WRITING_METHODS
+            and isinstance(call.func.value, cst.Call)
+            and any(arg.keyword is None or arg.keyword.value in PATH_KEYWORDS for arg in call.args)]
 
 
 # Methods of a Pillow image that return another image (`.convert("L").resize(size)`).
