@@ -430,21 +430,27 @@ def epoch_meters(facts: Facts, loop: cst.For) -> dict[str, list[cst.Call]]:
     return {name: calls for name, calls in updates.items() if name in read}
 
 
-def _meter_read_with_certainty(facts: Facts, loop: cst.For, name: str, updates: list[cst.Call]) -> Optional[str]:
+def _meter_read_with_certainty(facts: Facts, edits: Edits, loop: cst.For, name: str,
+                               updates: list[cst.Call]) -> tuple[Optional[str], str]:
     """The meter's class is one meters.py reads as a running mean (in this file or another
     module of the project), the loop calls nothing on it but update(), and each update adds
-    a Python number (`loss.item()`, `acc1[0].item()`), which a float64 sum carries."""
+    a Python number (`loss.item()`, `acc1[0].item()`), which a float64 sum carries. Else
+    None, with the reason (a tensor handed to update() may sit on the GPU with its graph)."""
     callee = _maker_of(facts, loop, name) or ""
     kind = meters.running_mean_class(facts.classes[callee]) if callee in facts.classes \
         else facts.running_mean_makers.get(facts.made_in_other_modules.get(name, ""))
     other_calls = [call for call in calls_within(loop.body) if isinstance(call.func, cst.Attribute)
                    and isinstance(call.func.value, cst.Name) and call.func.value.value == name
                    and call not in updates]
-    if other_calls or not all(
-            call.args and len(call.args) <= 2 and not any(arg.star or arg.keyword for arg in call.args)
-            and _number_argument(loop.body, call.args[0].value) for call in updates):
-        return None
-    return kind
+    if other_calls:
+        return None, f"the loop calls `{edits.code(other_calls[0].func)}()` on it besides update()"
+    for call in updates:
+        if not (call.args and len(call.args) <= 2 and not any(arg.star or arg.keyword for arg in call.args)):
+            return None, "ddpify cannot read what its update() is handed"
+        if not _number_argument(loop.body, call.args[0].value):
+            value = edits.code(call.args[0].value)
+            return None, f"its update() is handed `{value}`, not a Python number (`{value}.item()` is one)"
+    return kind, "ddpify cannot read its class as a sum and a count"
 
 
 def _maker_of(facts: Facts, loop: cst.For, name: str) -> Optional[str]:
@@ -478,13 +484,13 @@ def _meter_figures(facts: Facts, edits: Edits, loop: cst.For) -> dict[str, tuple
     reported (DDP407)."""
     summed: dict[str, tuple[bool, str]] = {}
     for name, updates in epoch_meters(facts, loop).items():
-        kind = _meter_read_with_certainty(facts, loop, name, updates)
+        kind, reason = _meter_read_with_certainty(facts, edits, loop, name, updates)
         if kind is not None:
             summed[name] = (all(len(call.args) < 2 or _whole_number(call.args[1].value)
                                 or _whole_name(loop.body, call.args[1].value) for call in updates), kind)
         else:
             edits.report("DDP407", updates[0], f"running figure `{name}` read after the loop holds this rank's share: "
-                         "ddpify cannot read its class as a sum and a count")
+                         f"{reason}")
     return summed
 
 
