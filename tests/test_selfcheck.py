@@ -228,6 +228,20 @@ def test_a_loader_handed_to_an_object_of_another_module_passes():
     assert codes(own + original, own + migrated) == ["DDP912"]
 
 
+def test_a_loader_handed_to_a_function_of_an_imported_module_passes():
+    """`import engine` then `engine.train(model, loader)`: that module sets the epoch where it
+    iterates the loader. A pass started here through such a module's wrapper (`for x, y in
+    tqdm.tqdm(loader)`) is this file's own, and needs set_epoch here."""
+    loop = ORIGINAL[ORIGINAL.index("for epoch in range"):]
+    migrated = with_defect("set_epoch dropped")
+    migrated = migrated[:migrated.index("for epoch in range")] + "engine.train(model, loader)\n"
+    original = ORIGINAL.replace(loop, "engine.train(model, loader)\n")
+    assert codes("import engine\n" + original, "import engine\n" + migrated) == []
+    wrapped = with_defect("set_epoch dropped").replace("for x, y in loader:", "for x, y in tqdm.tqdm(loader):")
+    assert codes("import tqdm\n" + ORIGINAL.replace("for x, y in loader:", "for x, y in tqdm.tqdm(loader):"),
+                 "import tqdm\n" + wrapped) == ["DDP912"]
+
+
 def test_a_sampler_built_by_a_helper_the_migration_added_passes():
     """ddpify's own helpers (evaluation_shard, a wrapper of the user's sampler) shard."""
     helper = "def rank_share(sampler):\n    return sampler\n\n\n"

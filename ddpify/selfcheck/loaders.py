@@ -177,6 +177,9 @@ def _loader_handed_on(source: Source, sampler: ast.Call, names: list[str]) -> bo
     dicts = _dicts_holding(source, built)
     elsewhere = source.imported_from_elsewhere | _objects_of_imported_classes(source)
     for call in source.calls:
+        parent = source.parents.get(call)
+        if isinstance(parent, (ast.For, ast.comprehension)) and parent.iter is call:
+            continue  # `for x, y in tqdm.tqdm(loader)`: the pass starts here, not elsewhere
         root = call.func
         while isinstance(root, (ast.Attribute, ast.Call)):
             root = root.value if isinstance(root, ast.Attribute) else root.func
