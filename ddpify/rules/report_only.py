@@ -7,7 +7,7 @@ Making it safe would need an all-reduce of the decision on every step, which the
 not pay for; the person who owns the script chooses.
 """
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Optional, cast
 
@@ -273,11 +273,13 @@ def report_settings_chosen_per_rank(facts: Facts, edits: Edits, setup: Plan) -> 
     across ranks are shared, and so is what is decided on them."""
     for loop in training.batch_loops(facts):
         local = _from_batches(facts, loop)
+        shared: set[str] = set()
         if loop in setup.reduced_epoch_loops:  # the epoch sums training.py all-reduces are shared
-            local -= set(training.epoch_accumulators(facts, loop)) | set(training.epoch_lists(facts, loop))
-            local -= setup.reduced_meters.get(loop, set())
+            shared = set(training.epoch_accumulators(facts, loop)) | set(training.epoch_lists(facts, loop))
+            shared |= setup.reduced_meters.get(loop, set())
+            local -= shared
         function = facts.function_of(loop)
-        _spread_through(function.body if function is not None else facts.module, local, rounds=2)
+        _spread_through(function.body if function is not None else facts.module, local, rounds=2, shared=shared)
         _report_settings_read(facts, edits, function, local)
         if function is None:
             continue
@@ -293,12 +295,14 @@ def report_settings_chosen_per_rank(facts: Facts, edits: Edits, setup: Plan) -> 
             _report_settings_read(facts, edits, caller, given)
 
 
-def _spread_through(scope: cst.CSTNode, local: set[str], rounds: int) -> None:
+def _spread_through(scope: cst.CSTNode, local: set[str], rounds: int, shared: Collection[str] = ()) -> None:
     """Add to `local` the names the scope assigns from per-rank names or under tests that read
-    them, and the objects it feeds them to, `rounds` times over (a chain of a few steps)."""
+    them, and the objects it feeds them to, `rounds` times over (a chain of a few steps).
+    `shared` names stay out: the epoch sums training.py all-reduces after the batch loop are
+    the same on every rank, though the loop adds this rank's losses to them."""
     for _ in range(rounds):
-        _spread_rank_local(scope, local, False)
-        local |= _fed_rank_local(scope, local)
+        _spread_rank_local(scope, local, False, shared)
+        local |= _fed_rank_local(scope, local) - set(shared)
 
 
 def _rank_local_positions(facts: Facts, function: cst.FunctionDef, local: set[str]) -> set[Optional[int]]:
@@ -351,6 +355,7 @@ def _report_settings_read(facts: Facts, edits: Edits, function: Optional[cst.Fun
             read = {name for arg in settings for name in names_in(arg.value)} & local
             if read and (facts.positions[call].start.line, "DDP408") not in reported:
                 _report_setting(edits, call, read, edits.code(call.func))
+    _step_plateaus_on_shared(facts, edits, function, local, reported)
     for assign in facts.nodes_of(cst.Assign):
         if facts.function_of(assign) is not function or not names_in(assign.value) & local:
             continue
@@ -361,6 +366,62 @@ def _report_settings_read(facts: Facts, edits: Edits, function: Optional[cst.Fun
                     and written.slice[0].slice.value.evaluated_value in ("lr", "momentum", "weight_decay") \
                     and (facts.positions[assign].start.line, "DDP408") not in reported:
                 _report_setting(edits, assign, names_in(assign.value) & local, edits.code(written))
+
+
+PLATEAU = "torch.optim.lr_scheduler.ReduceLROnPlateau"
+
+
+def _step_plateaus_on_shared(facts: Facts, edits: Edits, function: Optional[cst.FunctionDef], local: set[str],
+                             reported: set[tuple[int, str]]) -> None:
+    """`scheduler.step(loss)` on a ReduceLROnPlateau (`scheduler = ReduceLROnPlateau(opt)`,
+    `self.scheduler = lr_scheduler.ReduceLROnPlateau(...)`) with a per-rank figure: the
+    learning rate is a setting chosen from it. Rule: a figure a scheduler decides on must be
+    the same on every rank. Stepped once per epoch on every rank alike (not in a batch loop,
+    not in an except handler, not under a test that reads a per-rank figure), the figure is
+    made the ranks' mean where it is handed in (training.step_plateau_on_mean, DDP409: one
+    all-reduce per epoch). Anywhere else an all-reduce would run per batch or on some ranks
+    only: reported (DDP408) with the fix. Figures ddpify already shares (epoch sums, gathered
+    evaluation figures, an evaluation left whole on every rank) are not per-rank and pass."""
+    schedulers = {dotted_name(target.target) for call in facts.calls_named.get(PLATEAU, ())
+                  if isinstance(assign := facts.parents.get(call), cst.Assign) for target in assign.targets}
+    steps = {f"{name}.step" for name in schedulers if name is not None}
+    if not steps:
+        return
+    scope: cst.CSTNode = function.body if function is not None else facts.module
+    batch_loops = set(training.batch_loops(facts))
+    for call in find_all(scope, cst.Call, into_functions=False):
+        if dotted_name(call.func) not in steps or not call.args or call.args[0].star:
+            continue
+        figure = call.args[0].value
+        read = names_in(figure) & local
+        line = facts.positions[call].start.line
+        if not read or (line, "DDP408") in reported or (line, "DDP409") in reported:
+            continue
+        reported.add((line, "DDP409"))
+        why = _not_once_per_epoch(facts, call, local, batch_loops)
+        if why is None:
+            training.step_plateau_on_mean(edits, figure)
+            continue
+        edits.report("DDP408", call, (
+            f"a training setting chosen from this rank's own losses differs per rank: "
+            f"`{edits.code(call.func)}` lowers the learning rate on `{', '.join(sorted(read))}`, this rank's "
+            f"own figure, {why}; all_reduce the figure (op=SUM, then divide by the world size) once per "
+            f"epoch on every rank and step on that"))
+
+
+def _not_once_per_epoch(facts: Facts, call: cst.Call, local: set[str], batch_loops: set[cst.For]) -> Optional[str]:
+    """Why an all-reduce placed at the call would not run once per epoch on every rank alike
+    (None when it would)."""
+    if any(loop in batch_loops for loop in facts.enclosing_loops(call)):
+        return "stepped in the batch loop (an all-reduce there would run at every batch)"
+    node: Optional[cst.CSTNode] = facts.parents.get(call)
+    while node is not None and not isinstance(node, (cst.FunctionDef, cst.Module)):
+        if isinstance(node, (cst.ExceptHandler, cst.ExceptStarHandler)):
+            return "stepped in an except handler (some ranks only)"
+        if isinstance(node, (cst.If, cst.While)) and names_in(node.test) & local:
+            return "stepped under a test on this rank's own figures (some ranks only)"
+        node = facts.parents.get(node)
+    return None
 
 
 def _assigned_by(facts: Facts, call: cst.Call) -> set[str]:
@@ -553,7 +614,8 @@ def _after_batch_loop(facts: Facts, loop: cst.For, rank_local: set[str], clock_r
     return found
 
 
-def _spread_rank_local(node: cst.CSTNode, rank_local: set[str], decided_locally: bool) -> None:
+def _spread_rank_local(node: cst.CSTNode, rank_local: set[str], decided_locally: bool,
+                       shared: Collection[str] = ()) -> None:
     """Names assigned from a rank-local value (`best = last`, `bad_epochs += last > best`), or
     under a test that reads one (`if last < best: ... else: bad_epochs += 1`), are rank-local
     too: an early stop on a patience counter kept after the batch loop differs per rank."""
@@ -561,17 +623,17 @@ def _spread_rank_local(node: cst.CSTNode, rank_local: set[str], decided_locally:
         local = decided_locally or bool(names_in(node.test) & rank_local)
         for block in (node.body, node.orelse):
             if block is not None:
-                _spread_rank_local(block, rank_local, local)
+                _spread_rank_local(block, rank_local, local, shared)
         return
     if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
         value = node.value
         if decided_locally or value is not None and names_in(value) & rank_local:
-            rank_local |= assigned_names(node)
+            rank_local |= assigned_names(node) - set(shared)
         return
     if isinstance(node, cst.FunctionDef):
         return
     for child in node.children:
-        _spread_rank_local(child, rank_local, decided_locally)
+        _spread_rank_local(child, rank_local, decided_locally, shared)
 
 
 def _reads(node: cst.CSTNode, calls: set[cst.Call]) -> bool:
@@ -698,6 +760,16 @@ CASES = (
                    "optimizer = torch.optim.SGD(model.parameters(), lr=best_lr)\n"), "DDP408"),
     Silent(TRAINING.replace("    print(epoch, loss.item())\n", "    for group in optimizer.param_groups:\n"
                             "        group[\"lr\"] = 0.1 * 0.5 ** epoch\n"), "DDP408"),
+    # A plateau scheduler stepped on the last batch's loss: stepped on the ranks' mean. On
+    # the epoch's mean, which training.py all-reduces, it is left as it is.
+    Emits(TRAINING.replace("for epoch in range(3):\n", "scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau("
+                           "optimizer)\nfor epoch in range(3):\n")
+          .replace("    print(epoch, loss.item())\n", "    scheduler.step(loss.item())\n"), "DDP409",
+          ("scheduler.step(mean_over_ranks(loss.item()))",)),
+    Silent(TRAINING.replace("for epoch in range(3):\n", "scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau("
+                            "optimizer)\nfor epoch in range(3):\n    total = 0.0\n")
+           .replace("        optimizer.step()\n", "        optimizer.step()\n        total += loss.item()\n")
+           .replace("    print(epoch, loss.item())\n", "    scheduler.step(total / len(loader))\n"), "DDP409"),
     # A step inside try: a handler that goes on skips this rank's backward; one for Ctrl-C
     # (every rank gets the signal) does not.
     Emits(TRAINING.replace("        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n",
