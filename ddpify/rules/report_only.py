@@ -164,7 +164,8 @@ def report_skipped_steps(facts: Facts, edits: Edits, setup: Plan) -> None:
     called from one), is reported (DDP902, at the handler) for each handler that can end
     without re-raising: some way through it does not reach a `raise` (or sys.exit). A handler
     for KeyboardInterrupt or SystemExit alone is left alone (every rank gets the signal), and
-    so is a `try` around evaluation only. Never rewritten: the fix is the author's (let it
+    so is a `try` around an evaluation every rank runs whole; one around an evaluation whose
+    figures ddpify gathers is reported too (_gathered_evaluations). Never rewritten: the fix is the author's (let it
     raise, or decide the skip on every rank: all_reduce a failure flag, skip when any rank
     failed)."""
     steps: list[cst.CSTNode] = [*facts.training_calls, *facts.training_helper_calls]
@@ -173,17 +174,49 @@ def report_skipped_steps(facts: Facts, edits: Edits, setup: Plan) -> None:
         steps.extend(call for call in find_all(loop.body, cst.Call, into_functions=False)
                      if dotted_name(call.func) in models)
     seen: set[cst.Try] = set()
-    for call in steps:
-        child: cst.CSTNode = call
-        parent = facts.parents.get(call)
-        while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.Module)):
-            if isinstance(parent, cst.Try) and child is parent.body and parent not in seen:
-                seen.add(parent)
-                if _goes_on_in_a_loop(facts, parent):
-                    for handler in parent.handlers:
-                        if not _shared_exception(handler) and not _always_leaves(facts, _statements(handler.body)):
-                            _report_skipped(edits, facts, parent, handler)
-            child, parent = parent, facts.parents.get(parent)
+    for node in steps:
+        for guarded in _tries_around(facts, node, seen):
+            if _goes_on_in_a_loop(facts, guarded):
+                _report_handlers(edits, facts, guarded, "training")
+    for node in _gathered_evaluations(facts, setup):
+        for guarded in _tries_around(facts, node, seen):
+            _report_handlers(edits, facts, guarded, "evaluation")
+
+
+def _tries_around(facts: Facts, node: cst.CSTNode, seen: set[cst.Try]) -> list[cst.Try]:
+    """The `try` statements of node's own function whose body holds it, not seen before."""
+    found: list[cst.Try] = []
+    child: cst.CSTNode = node
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.Module)):
+        if isinstance(parent, cst.Try) and child is parent.body and parent not in seen:
+            seen.add(parent)
+            found.append(parent)
+        child, parent = parent, facts.parents.get(parent)
+    return found
+
+
+def _report_handlers(edits: Edits, facts: Facts, guarded: cst.Try, what: str) -> None:
+    for handler in guarded.handlers:
+        if not _shared_exception(handler) and not _always_leaves(facts, _statements(handler.body)):
+            _report_skipped(edits, facts, guarded, handler, what)
+
+
+def _gathered_evaluations(facts: Facts, setup: Plan) -> list[cst.CSTNode]:
+    """Rule: an evaluation whose figures ddpify gathers from every rank is a collective, as a
+    training step is. Each rank runs its shard and then waits for the others in the gather:
+    a rank whose error a handler swallows never arrives (or arrives at the next collective,
+    out of step). The gathered loops, and the calls of the functions of this file that hold
+    one, three calls deep (`validate()` calling `evaluate()`), are what a `try` must not
+    swallow an error of. Unlike a training step, no loop is needed around the `try`: the
+    ranks that did not fail are already waiting in the gather."""
+    found: list[cst.CSTNode] = list(setup.gathered_evaluations)
+    functions = {facts.function_of(loop) for loop in setup.gathered_evaluations} - {None}
+    for _ in range(3):
+        calls = [call for function in functions for call in facts.calls_of(function) if call not in found]
+        found.extend(calls)
+        functions = {facts.function_of(call) for call in calls} - {None}
+    return found
 
 
 def _goes_on_in_a_loop(facts: Facts, node: cst.Try) -> bool:
@@ -249,9 +282,16 @@ def _exits(facts: Facts, call: cst.Call) -> bool:
         call in facts.calls_named.get(qualified, ()) for qualified in _EXITS)
 
 
-def _report_skipped(edits: Edits, facts: Facts, node: cst.Try, handler: cst.ExceptHandler) -> None:
+def _report_skipped(edits: Edits, facts: Facts, node: cst.Try, handler: cst.ExceptHandler, what: str) -> None:
     line = facts.positions[node].start.line
     caught = f"except {edits.code(handler.type)}" if handler.type is not None else "except"
+    if what == "evaluation":
+        edits.report("DDP902", handler, (
+            f"rank-divergent control flow may hang a collective: the evaluation in the `try:` at line "
+            f"{line} gathers its figures from every rank, and it goes on after `{caught}` without "
+            f"re-raising, so a rank that fails skips the gather while the other ranks wait in it (NCCL "
+            f"hangs); let it raise, or evaluate the whole set on every rank (--no-shard-eval)"))
+        return
     edits.report("DDP902", handler, (
         f"rank-divergent control flow may hang a collective: the training step in the `try:` at "
         f"line {line} goes on after `{caught}` without re-raising, so this rank skips its backward "
