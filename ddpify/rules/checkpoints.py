@@ -8,7 +8,7 @@ from typing import Optional, cast
 
 import libcst as cst
 
-from ddpify.analysis import effects, names
+from ddpify.analysis import effects, names, shell
 from ddpify.analysis.control import Facts
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
 from ddpify.analysis.facts import Statement
@@ -329,10 +329,11 @@ def _opens_a_file(facts: Facts, node: Optional[cst.CSTNode]) -> bool:
 
 
 def _writes(facts: Facts) -> list[cst.Call]:
-    """torch.save calls, files opened for writing and calls of the project's helpers that
-    write files."""
+    """torch.save calls, files opened for writing, calls of the project's helpers that
+    write files and shell commands that write files (analysis/shell.py)."""
     return facts.save_calls + [call for call in _opens(facts) if _open_mode(call) & _WRITING_MODES] + [
-        call for call, effect in facts.helper_effects.items() if effect == effects.WRITES]
+        call for call, effect in facts.helper_effects.items() if effect == effects.WRITES] + shell.writing_commands(
+        facts.calls_named)
 
 
 _WRITING_MODES = frozenset("wax+")
