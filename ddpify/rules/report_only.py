@@ -84,11 +84,13 @@ def report_per_sample_state(facts: Facts, edits: Edits) -> None:
     (`bank.update(idx, feats)`) is followed one level: a write there into an attribute of the
     instance (`self.bank[idx] = ...`) at the parameter that receives them is reported at
     the call."""
+    shown = _Shown(facts)
     for loop in training.batch_loops(facts):
         from_batch = names_in(loop.target)
         bound = from_batch | _plainly_bound(loop.body)
         for node, state in _index_writes(loop.body, from_batch, bound):
-            _report_written(edits, node, edits.code(state))
+            if not shown.only_shown(loop, state):
+                _report_written(edits, node, edits.code(state))
         for call in find_all(loop.body, cst.Call, into_functions=False):
             method = facts.method_called(call)
             if method is None or not isinstance(call.func, cst.Attribute):
@@ -102,6 +104,95 @@ def report_per_sample_state(facts: Facts, edits: Edits) -> None:
                 if edits.code(state).startswith("self."):
                     _report_written(edits, call, edits.code(call.func.value) + edits.code(state)[4:])
                     break
+
+
+# What shows a value and decides nothing: printing, logging, plotting, and the objects that
+# draw or log (a visdom window, a TensorBoard writer, a logger, a figure's axes).
+_SHOWING_PREFIXES = ("matplotlib.", "visdom.", "logging.", "wandb.", "torch.utils.tensorboard.", "tensorboardX.")
+_SHOWING_CALLS = frozenset({"builtins.print", "pprint.pprint", "sys.stdout.write", "sys.stderr.write"})
+
+
+class _Shown:
+    """Rule: a tensor or list the batch loop writes at the batch's positions is not a state
+    that drifts when nothing but output reads it: `iter_losses[i] = loss.item()` drawn with
+    `vis.line(Y=iter_losses[: i + 1])` or `plt.plot(...)`, printed or logged. Each rank then
+    shows its own batches' figures, and only rank 0 shows anything (DDP301), which is what the
+    original showed for its batches. Every other read (a name assigned from it and read
+    elsewhere, a model, a loss, a return), or no read at all in the scope, keeps the report."""
+
+    def __init__(self, facts: Facts) -> None:
+        self.facts = facts
+        self.qualified = {call: name for name, calls in facts.calls_named.items() for call in calls}
+
+    def only_shown(self, loop: cst.For, state: cst.BaseExpression) -> bool:
+        name = dotted_name(state)
+        function = self.facts.function_of(loop)
+        if name is None:
+            return False
+        owner = self.facts.class_of(function) if name.startswith("self.") else None
+        scope: cst.CSTNode = owner or (function.body if function is not None else self.facts.module)
+        derived: set[str] = set()
+        reads = self._reads(scope, {name})
+        if not reads:
+            return False  # read nowhere here: another module or method may decide on it
+        for read in reads:
+            if self._shown(read):
+                continue
+            statement = self.facts.statement_of(read)
+            assigned = _plain_assignment(statement)
+            if assigned is None or assigned & {name}:
+                return False
+            derived |= assigned  # `y_axis = iter_losses[: i + 1]`, shown in turn
+        return all(self._shown(read) for read in self._reads(scope, derived)) if derived else True
+
+    def _reads(self, scope: cst.CSTNode, names: set[str]) -> list[cst.CSTNode]:
+        """Where the scope reads one of `names` (not where it assigns or writes into it)."""
+        found: list[cst.CSTNode] = []
+        for node in [*find_all(scope, cst.Name), *find_all(scope, cst.Attribute)]:
+            if dotted_name(node) in names and not self._written(node):
+                found.append(node)
+        return found
+
+    def _written(self, node: cst.CSTNode) -> bool:
+        child, parent = node, self.facts.parents.get(node)
+        while isinstance(parent, (cst.Subscript, cst.SubscriptElement, cst.Index, cst.Slice)) or (
+                isinstance(parent, cst.Attribute) and parent.value is child):
+            if isinstance(parent, cst.SubscriptElement):
+                return False  # an index read inside a subscript
+            child, parent = parent, self.facts.parents.get(parent)
+        return isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)) and getattr(
+            parent, "target", None) is child
+
+    def _shown(self, node: cst.CSTNode) -> bool:
+        """Inside an argument of a call that prints, logs or plots."""
+        child, parent = node, self.facts.parents.get(node)
+        while parent is not None and not isinstance(parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            if isinstance(parent, cst.Call) and child is not parent.func and self._shows(parent):
+                return True
+            child, parent = parent, self.facts.parents.get(parent)
+        return False
+
+    def _shows(self, call: cst.Call) -> bool:
+        qualified = self.qualified.get(call, "")
+        if qualified in _SHOWING_CALLS or qualified.startswith(_SHOWING_PREFIXES):
+            return True
+        if not isinstance(call.func, cst.Attribute):
+            return False
+        owner = dotted_name(call.func.value)
+        return owner is not None and any(
+            isinstance(value, cst.Call) and self.qualified.get(value, "").startswith(_SHOWING_PREFIXES)
+            for value in self.facts.assigned_values.get(owner, ()))
+
+
+def _plain_assignment(statement: Statement) -> Optional[set[str]]:
+    """The names a one-assignment statement binds (`y = x[: i + 1]`); None for anything else."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if not isinstance(small, cst.Assign):
+        return None
+    names = {dotted_name(target.target) for target in small.targets}
+    return None if None in names else cast(set[str], names)
 
 
 def _index_writes(body: cst.CSTNode, indices: set[str],

@@ -407,7 +407,7 @@ def _open_nothing_elsewhere(facts: Facts, edits: Edits, setup: Plan, call: cst.C
 
 
 def _trackers(facts: Facts, edits: Edits, setup: Plan) -> None:
-    for qualified in sorted(names.SUMMARY_WRITER):
+    for qualified in sorted(names.SUMMARY_WRITER | names.VISDOM):
         for call in facts.calls_named.get(qualified, ()):
             _guard_object(facts, edits, setup, call, "DDP306")
     for qualified in sorted(names.TENSORBOARD_LOGGER_CALLS):
