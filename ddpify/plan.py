@@ -118,6 +118,9 @@ class Plan:
     # Batch loops whose epoch sums are all-reduced after the epoch (training.py): their
     # figures no longer differ per rank (report_only.py).
     reduced_epoch_loops: set[cst.For] = field(default_factory=set)
+    # Evaluation loops whose figures evaluation.py gathers from every rank after them (DDP216):
+    # each rank that runs one must reach the gather (report_only.py).
+    gathered_evaluations: set[cst.For] = field(default_factory=set)
     # Per such loop, the meters (`losses = AverageMeter()`) whose sum and count it reduces.
     reduced_meters: dict[cst.For, set[str]] = field(default_factory=dict)
     # Set when --keep-global-batch divides a batch size by `world_size`.

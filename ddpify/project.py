@@ -210,6 +210,12 @@ class Project:
         definition = self._definition(qualified)
         return None if definition is None else definition[0].loader_subclass(definition[1])
 
+    def batch_sampler_by_rank(self, qualified: str) -> bool:
+        """A class of another module of the project that shards by rank itself and has
+        set_epoch (effects.batch_sampler_by_rank)."""
+        definition = self._definition(qualified)
+        return definition is not None and definition[0].batch_sampler_by_rank(definition[1])
+
     def loads_checkpoint(self, qualified: str) -> bool:
         """Calling `qualified` reads a file with torch.load (effects.loads_checkpoint)."""
         definition = self._definition(qualified)

@@ -53,6 +53,9 @@ WITHOUT_A_CASE = {
     "DDP315": "a function of another module of the project names a folder from the clock: a case is one "
               "file, with no Project (fixtures projects/run_folder_from_clock_in_*_before_setup_reported "
               "show it)",
+    "DDP221": "a rank-aware batch sampler of another module of the project: a case is one file, with no "
+              "Project, and one defined in the script makes it DDP900 (fixtures "
+              "projects/rank_aware_batch_sampler_of_its_own_module shows it)",
 }
 
 

@@ -42,6 +42,8 @@ WITHOUT_A_FIXTURE = {
     "DDP921": "project fixture: projects/trainer_chosen_between_project_and_optional_class",
     # A function of another module naming a folder from the clock: a project.
     "DDP315": "project fixture: projects/run_folder_from_clock_in_get_args_before_setup_reported",
+    # A rank-aware batch sampler of another module (one in the script makes it DDP900): a project.
+    "DDP221": "project fixture: projects/rank_aware_batch_sampler_of_its_own_module",
 }
 
 LINE = re.compile(r"^input\.py:\d+:\d+: (DDP\d{3}) ", re.MULTILINE)

@@ -549,6 +549,8 @@ class Collector(cst.CSTVisitor):
         for qualified in self._qualified(node.func):
             facts.calls_named.setdefault(qualified, []).append(node)
             self._note_helper(node, qualified)
+            if self.project.batch_sampler_by_rank(qualified):
+                facts.rank_aware_batch_samplers.add(node)
 
     def _note_output_and_devices(self, node: cst.Call) -> None:
         """print and torch.save (output), torch.load, set_device, fixed GPUs, optimizers:

@@ -489,6 +489,17 @@ class FunctionEffects:
         return init.args.kwarg is not None or any(
             arg.arg == "sampler" for arg in [*init.args.args, *init.args.kwonlyargs])
 
+    def batch_sampler_by_rank(self, name: str) -> bool:
+        """A class of this module that shards by rank itself and is told the epoch: a method
+        of it asks torch.distributed for the rank or the world size (`dist.get_rank()`), and it
+        has `set_epoch`. A batch sampler of that kind is kept as it is under DDP (data.py)."""
+        if name not in self.classes or f"{name}.set_epoch" not in self._functions:
+            return False
+        methods = [function for key, function in self._functions.items() if key.startswith(name + ".")]
+        asked = {self.qualified(dotted_ast(node.func) or "") for method in methods for node in ast.walk(method)
+                 if isinstance(node, ast.Call)}
+        return bool(asked & {"torch.distributed.get_rank", "torch.distributed.get_world_size"})
+
     def _iterator_class(self, name: str) -> bool:
         plain = all(base in ("object", "builtins.object") for base in self.bases.get(name, ()))
         return name in self.classes and plain and any(

@@ -277,6 +277,9 @@ class FactRecord:
     # Some parameter's requires_grad is set (`p.requires_grad = fine_tune`,
     # `requires_grad_(False)`): a model may reach its wrap with nothing to train.
     freezes_parameters: bool = False
+    # Calls that make a batch sampler of another module of the project that shards by rank
+    # itself and has set_epoch (project.batch_sampler_by_rank).
+    rank_aware_batch_samplers: set[cst.Call] = field(default_factory=set)
     # Map-style Dataset subclasses defined in the file.
     dataset_classes: set[str] = field(default_factory=set)
     # Every node of the module by its exact type, in source order, and the statements of

@@ -8,7 +8,7 @@ from typing import Optional, cast
 
 import libcst as cst
 
-from ddpify.analysis import effects, names
+from ddpify.analysis import effects, names, shell
 from ddpify.analysis.control import Facts
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
 from ddpify.analysis.facts import Statement
@@ -179,6 +179,8 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan)
     reads = [call for call in [*facts.load_calls, *facts.helper_load_calls]
              if not _read_by_rank0_alone(facts, setup, call)] + [
         call for call in _opens(facts) if _reads_once(facts, setup, call)]
+    datasets = _datasets_reading_later(facts, setup)
+    reads += datasets
     waiting: set[Statement] = set()  # (`with open(path, "rb") as f: torch.load(f)`: one barrier)
     for call in reads:
         if call in setup.collective_loads:
@@ -199,7 +201,9 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan)
         if statement in waiting:
             continue
         waiting.add(statement)
-        waited = _wait_before(facts, edits, setup, statement, writes)
+        # (Before what other rules put above a dataset's statement too: its sampler calls
+        # __len__, which may read the file.)
+        waited = _wait_before(facts, edits, setup, statement, writes, first=call in datasets)
         if waited is not None:
             waiting.add(waited)
     return waiting
@@ -211,7 +215,7 @@ _FILE_TESTS = frozenset({"exists", "lexists", "isfile", "isdir", "is_file", "is_
 
 
 def _wait_before(facts: Facts, edits: Edits, setup: Plan, statement: Statement,
-                 writes: list[cst.Call]) -> Optional[Statement]:
+                 writes: list[cst.Call], first: bool = False) -> Optional[Statement]:
     """A barrier before the statement, so that every rank reads what rank 0 has finished
     writing (DDP309); where it waits, or None.
 
@@ -231,8 +235,8 @@ def _wait_before(facts: Facts, edits: Edits, setup: Plan, statement: Statement,
             return None
         statement = outermost
     condition = "distributed" if setup.sees_setup(facts, statement) else "dist.is_initialized()"
-    edits.before.setdefault(statement, []).append(
-        Insertion(edits.statements(BARRIER_CODE.format(condition=condition)), takes_comments=True))
+    barrier = Insertion(edits.statements(BARRIER_CODE.format(condition=condition)), takes_comments=True)
+    edits.insert_before(statement, barrier, first=first)
     edits.imports.add("dist")
     edits.report("DDP309", statement)
     return statement
@@ -329,10 +333,11 @@ def _opens_a_file(facts: Facts, node: Optional[cst.CSTNode]) -> bool:
 
 
 def _writes(facts: Facts) -> list[cst.Call]:
-    """torch.save calls, files opened for writing and calls of the project's helpers that
-    write files."""
+    """torch.save calls, files opened for writing, calls of the project's helpers that
+    write files and shell commands that write files (analysis/shell.py)."""
     return facts.save_calls + [call for call in _opens(facts) if _open_mode(call) & _WRITING_MODES] + [
-        call for call, effect in facts.helper_effects.items() if effect == effects.WRITES]
+        call for call, effect in facts.helper_effects.items() if effect == effects.WRITES] + shell.writing_commands(
+        facts.calls_named)
 
 
 _WRITING_MODES = frozenset("wax+")
@@ -384,6 +389,33 @@ def _reads_once(facts: Facts, setup: Plan, call: cst.Call) -> bool:
     callers = _calls_of(facts, function)
     return bool(callers) and not any(_in_loop(facts, caller) or facts.function_of(caller) is function
                                      for caller in callers)
+
+
+def _datasets_reading_later(facts: Facts, setup: Plan) -> list[cst.Call]:
+    """Rule: a dataset class that opens a file for reading in a method that runs per item
+    or per pass (`__getitem__` opening its file lazily, an IterableDataset's `__iter__`)
+    reads it when its loader is iterated, in the loader's workers too, where no barrier can
+    go. Every such read comes after the dataset is made (`LineDataset(path)`), so the
+    barrier goes before the statement that makes it, where it runs once per rank (not in a
+    loop, not on rank 0 alone, in a function called from outside any loop), when rank 0
+    alone wrote a file before that statement. The calls that make such a dataset."""
+    classes: set[str] = set()
+    for call in _opens(facts):
+        function = facts.function_of(call)
+        owner = facts.class_of(function)
+        if function is not None and owner is not None and function.name.value in _PER_ITEM_METHODS \
+                and not _open_mode(call) & _WRITING_MODES:
+            classes.add(owner.name.value)
+    made: list[cst.Call] = []
+    for name in sorted(classes):
+        for call in facts.calls_by_callee.get(name, ()):
+            function = facts.function_of(call)
+            if _in_loop(facts, call) or _read_by_rank0_alone(facts, setup, call):
+                continue
+            callers = _calls_of(facts, function)
+            if function is None or callers and not any(_in_loop(facts, caller) for caller in callers):
+                made.append(call)
+    return made
 
 
 def _in_loop(facts: Facts, node: cst.CSTNode) -> bool:
@@ -471,12 +503,14 @@ CASES = (
           "DDP303", ('torch.load("model.pt", map_location="cpu")',)),
     Emits(_CHECKPOINT + 'model.load_state_dict(torch.load("model.pt"))\n', "DDP309", ("dist.barrier()",)),
     Silent(_CHECKPOINT, "DDP309"),
-    # A file rank 0 wrote, opened for reading by every rank once; not per item, in a loop,
-    # nor where rank 0 alone reads it.
+    # A file rank 0 wrote, opened for reading by every rank once; not in a loop, nor where
+    # rank 0 alone reads it.
     Emits(_NOTES + 'notes = open("notes.txt").read()\n', "DDP309", ("dist.barrier()",)),
     Silent(_NOTES + 'for name in ["notes.txt"]:\n    notes = open(name).read()\n', "DDP309"),
-    Silent(_NOTES + 'class Lines(torch.utils.data.Dataset):\n    def __getitem__(self, i):\n'
-           '        return open("notes.txt").read()\n\n\nlines = Lines()\n', "DDP309"),
+    # Read per item: the barrier goes before the dataset is made, not into __getitem__.
+    Emits(_NOTES + 'class Lines(torch.utils.data.Dataset):\n    def __getitem__(self, i):\n'
+          '        return open("notes.txt").read()\n\n\nlines = Lines()\n', "DDP309",
+          ("    dist.barrier()  # rank 0 has finished writing what is read next\nlines = Lines()",)),
     Silent(_NOTES + 'print(open("notes.txt").read())\n', "DDP309"),
     Silent(_NOTES + 'def read_notes():\n    return open("notes.txt").read()\n\n\nprint(read_notes())\n', "DDP309"),
     Silent(_CHECKPOINT + 'def stored_keys():\n    return list(torch.load("model.pt"))\n\n\nprint(stored_keys())\n',

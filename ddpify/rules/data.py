@@ -13,7 +13,7 @@ import libcst as cst
 from ddpify.analysis import names
 from ddpify.analysis.control import Facts, is_training_loader, parameter_names
 from ddpify.analysis.facts import Loader, Statement
-from ddpify.analysis.nodes import dotted_name, first_free
+from ddpify.analysis.nodes import argument_for, dotted_name, first_free
 from ddpify.analysis.values import keyword_names, known_dict_keys
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.arguments import (
@@ -46,6 +46,12 @@ RULES = (
          "A custom batch sampler decides which samples each batch holds; ddpify cannot "
          "split it between ranks without changing its meaning.",
          "Make the batch sampler rank-aware (take rank and world size) or use sampler=."),
+    Rule("DDP221", Severity.INFO, "batch sampler shards by rank itself: kept, told the epoch",
+         "The loader's batch sampler is a class of the project that asks torch.distributed "
+         "for the rank and the world size and has set_epoch: it already gives each rank its "
+         "own batches. It is kept as it is, and its set_epoch is called at the top of the "
+         "epoch loop, as a DistributedSampler's would be.",
+         "Nothing to do; check that its ranks draw the same number of batches."),
     Rule("DDP205", Severity.WARNING, "IterableDataset is not sharded by DistributedSampler",
          "Samplers do not apply to iterable datasets; every rank would stream the same data.",
          "Shard inside __iter__ with torch.distributed.get_rank() and get_world_size()."),
@@ -134,7 +140,7 @@ def _plan_loader(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> Non
         edits.report("DDP205", loader.call, f"IterableDataset `{iterable}` is not sharded by "
                      "DistributedSampler: shard it by rank inside __iter__")
     elif "batch_sampler" in keys:
-        edits.report("DDP204", loader.call)
+        _report_batch_sampler(facts, edits, loader)
     elif "sampler" in keys and not is_training_loader(facts, loader):
         # The sampler picks what is evaluated (a fold's held-out samples): all of it, on
         # every rank, so that the figures rank 0 prints are the original's.
@@ -153,6 +159,41 @@ def _plan_loader(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> Non
             edits.report("DDP213", min(evaluation, key=facts.line_of))
     else:
         edits.report("DDP210", loader.call)
+
+
+def _report_batch_sampler(facts: Facts, edits: Edits, loader: Loader) -> None:
+    """A batch sampler decides which samples each batch holds, and in what order: split by
+    ddpify, its batches would change. What it must do under DDP is said in full, so that the
+    author can write it: take this rank's share of the batches, the same number on every
+    rank, in an order all ranks draw alike each epoch. A training loader's batch sampler
+    made by a class of another module of the project that does so already (it asks
+    torch.distributed for the rank and has set_epoch: project.batch_sampler_by_rank) is kept,
+    and its set_epoch is called at the top of the epoch loop. (One defined in the script
+    itself calls torch.distributed there, which makes the whole file one ddpify leaves
+    alone, DDP900.)"""
+    value = argument_for(loader.call, "batch_sampler", None)
+    made = [value] if isinstance(value, cst.Call) else []
+    if value is not None and not made and dotted_name(value) is not None:
+        made = [made for made in facts.assigned_values.get(cast(str, dotted_name(value)), ())
+                if isinstance(made, cst.Call)]
+    if made and all(call in facts.rank_aware_batch_samplers for call in made) and is_training_loader(facts, loader):
+        # It shards itself: keep it, and tell it the epoch as a DistributedSampler is told, when
+        # distributed only (as a group of one it draws its batches as in the original).
+        held = dotted_name(value) if value is not None and not isinstance(value, cst.Call) else None
+        set_epoch(facts, edits, loader, held or f"{loader.name}.batch_sampler",
+                  "if dist.is_initialized():\n    {sampler}.set_epoch({epoch})\n",
+                  "if dist.is_initialized():\n    {loader}.batch_sampler.set_epoch({epoch})\n")
+        edits.imports.add("dist")
+        edits.report("DDP221", loader.call)
+        return
+    name = edits.code(made[0].func) if made else None
+    sampler = f"`{name}`" if name else "the batch sampler"
+    edits.report("DDP204", loader.call, (
+        f"batch_sampler= cannot be sharded automatically: make {sampler} rank-aware: give it "
+        f"`num_replicas=dist.get_world_size()` and `rank=dist.get_rank()`, shuffle its batches with "
+        f"a generator seeded by `seed + epoch` (the same on every rank), keep `batches[rank::num_replicas]` "
+        f"padded to the same count on every rank (its __len__ too), and call its `set_epoch(epoch)` at "
+        f"the top of each epoch"))
 
 
 def _iterable_dataset(facts: Facts, dataset: Optional[cst.BaseExpression]) -> Optional[str]:

@@ -124,7 +124,7 @@ def _named(name: str) -> Callable[[cst.Call], cst.BaseExpression]:
 
 
 def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader], sampler: str,
-               template: str = SET_EPOCH_CODE) -> None:
+               template: str = SET_EPOCH_CODE, via_loader_template: str = SET_EPOCH_VIA_LOADER_CODE) -> None:
     """At the top of the epoch loop: the loop around the pass over the loader, which may sit
     in another function than the loader (`for epoch ...: train(model, train_loader)`)."""
     restarts = _iterators_restarted_in_training(facts, loader)
@@ -149,7 +149,7 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
             code = template.format(sampler=sampler, epoch=epoch)
         else:
             # The sampler variable is not in scope here; the loader still carries it.
-            code = SET_EPOCH_VIA_LOADER_CODE.format(loader=name_there, epoch=epoch)
+            code = via_loader_template.format(loader=name_there, epoch=epoch)
         if _insert_set_epoch(facts, edits, loader, epoch_loop, name_there, code):
             edits.report("DDP202", epoch_loop)
     if epoch_loops:
@@ -171,7 +171,7 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
         if isinstance(loader, Loader) and not sampler.startswith("self.") \
                 and facts.function_of(loop) is not loader.function:
             # The sampler variable is not in scope there; the loader handed in carries it.
-            code = SET_EPOCH_VIA_LOADER_CODE.format(loader=name_there, epoch=epoch)
+            code = via_loader_template.format(loader=name_there, epoch=epoch)
         edits.insert_before(loop, Insertion(edits.statements(code)))
         edits.report("DDP202", loop)
         return

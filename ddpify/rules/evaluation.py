@@ -156,6 +156,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         for loop in loops_of[id(loader)]:
             if loop in figures:
                 _gather(facts, edits, setup, loop, figures.pop(loop))
+                setup.gathered_evaluations.add(loop)
     _plan_received(facts, edits, setup)
     _report_received_training_loaders_evaluated(facts, edits)
 

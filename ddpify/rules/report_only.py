@@ -7,7 +7,7 @@ Making it safe would need an all-reduce of the decision on every step, which the
 not pay for; the person who owns the script chooses.
 """
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Optional, cast
 
@@ -84,11 +84,13 @@ def report_per_sample_state(facts: Facts, edits: Edits) -> None:
     (`bank.update(idx, feats)`) is followed one level: a write there into an attribute of the
     instance (`self.bank[idx] = ...`) at the parameter that receives them is reported at
     the call."""
+    shown = _Shown(facts)
     for loop in training.batch_loops(facts):
         from_batch = names_in(loop.target)
         bound = from_batch | _plainly_bound(loop.body)
         for node, state in _index_writes(loop.body, from_batch, bound):
-            _report_written(edits, node, edits.code(state))
+            if not shown.only_shown(loop, state):
+                _report_written(edits, node, edits.code(state))
         for call in find_all(loop.body, cst.Call, into_functions=False):
             method = facts.method_called(call)
             if method is None or not isinstance(call.func, cst.Attribute):
@@ -102,6 +104,95 @@ def report_per_sample_state(facts: Facts, edits: Edits) -> None:
                 if edits.code(state).startswith("self."):
                     _report_written(edits, call, edits.code(call.func.value) + edits.code(state)[4:])
                     break
+
+
+# What shows a value and decides nothing: printing, logging, plotting, and the objects that
+# draw or log (a visdom window, a TensorBoard writer, a logger, a figure's axes).
+_SHOWING_PREFIXES = ("matplotlib.", "visdom.", "logging.", "wandb.", "torch.utils.tensorboard.", "tensorboardX.")
+_SHOWING_CALLS = frozenset({"builtins.print", "pprint.pprint", "sys.stdout.write", "sys.stderr.write"})
+
+
+class _Shown:
+    """Rule: a tensor or list the batch loop writes at the batch's positions is not a state
+    that drifts when nothing but output reads it: `iter_losses[i] = loss.item()` drawn with
+    `vis.line(Y=iter_losses[: i + 1])` or `plt.plot(...)`, printed or logged. Each rank then
+    shows its own batches' figures, and only rank 0 shows anything (DDP301), which is what the
+    original showed for its batches. Every other read (a name assigned from it and read
+    elsewhere, a model, a loss, a return), or no read at all in the scope, keeps the report."""
+
+    def __init__(self, facts: Facts) -> None:
+        self.facts = facts
+        self.qualified = {call: name for name, calls in facts.calls_named.items() for call in calls}
+
+    def only_shown(self, loop: cst.For, state: cst.BaseExpression) -> bool:
+        name = dotted_name(state)
+        function = self.facts.function_of(loop)
+        if name is None:
+            return False
+        owner = self.facts.class_of(function) if name.startswith("self.") else None
+        scope: cst.CSTNode = owner or (function.body if function is not None else self.facts.module)
+        derived: set[str] = set()
+        reads = self._reads(scope, {name})
+        if not reads:
+            return False  # read nowhere here: another module or method may decide on it
+        for read in reads:
+            if self._shown(read):
+                continue
+            statement = self.facts.statement_of(read)
+            assigned = _plain_assignment(statement)
+            if assigned is None or assigned & {name}:
+                return False
+            derived |= assigned  # `y_axis = iter_losses[: i + 1]`, shown in turn
+        return all(self._shown(read) for read in self._reads(scope, derived)) if derived else True
+
+    def _reads(self, scope: cst.CSTNode, names: set[str]) -> list[cst.CSTNode]:
+        """Where the scope reads one of `names` (not where it assigns or writes into it)."""
+        found: list[cst.CSTNode] = []
+        for node in [*find_all(scope, cst.Name), *find_all(scope, cst.Attribute)]:
+            if dotted_name(node) in names and not self._written(node):
+                found.append(node)
+        return found
+
+    def _written(self, node: cst.CSTNode) -> bool:
+        child, parent = node, self.facts.parents.get(node)
+        while isinstance(parent, (cst.Subscript, cst.SubscriptElement, cst.Index, cst.Slice)) or (
+                isinstance(parent, cst.Attribute) and parent.value is child):
+            if isinstance(parent, cst.SubscriptElement):
+                return False  # an index read inside a subscript
+            child, parent = parent, self.facts.parents.get(parent)
+        return isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)) and getattr(
+            parent, "target", None) is child
+
+    def _shown(self, node: cst.CSTNode) -> bool:
+        """Inside an argument of a call that prints, logs or plots."""
+        child, parent = node, self.facts.parents.get(node)
+        while parent is not None and not isinstance(parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            if isinstance(parent, cst.Call) and child is not parent.func and self._shows(parent):
+                return True
+            child, parent = parent, self.facts.parents.get(parent)
+        return False
+
+    def _shows(self, call: cst.Call) -> bool:
+        qualified = self.qualified.get(call, "")
+        if qualified in _SHOWING_CALLS or qualified.startswith(_SHOWING_PREFIXES):
+            return True
+        if not isinstance(call.func, cst.Attribute):
+            return False
+        owner = dotted_name(call.func.value)
+        return owner is not None and any(
+            isinstance(value, cst.Call) and self.qualified.get(value, "").startswith(_SHOWING_PREFIXES)
+            for value in self.facts.assigned_values.get(owner, ()))
+
+
+def _plain_assignment(statement: Statement) -> Optional[set[str]]:
+    """The names a one-assignment statement binds (`y = x[: i + 1]`); None for anything else."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if not isinstance(small, cst.Assign):
+        return None
+    names = {dotted_name(target.target) for target in small.targets}
+    return None if None in names else cast(set[str], names)
 
 
 def _index_writes(body: cst.CSTNode, indices: set[str],
@@ -164,7 +255,8 @@ def report_skipped_steps(facts: Facts, edits: Edits, setup: Plan) -> None:
     called from one), is reported (DDP902, at the handler) for each handler that can end
     without re-raising: some way through it does not reach a `raise` (or sys.exit). A handler
     for KeyboardInterrupt or SystemExit alone is left alone (every rank gets the signal), and
-    so is a `try` around evaluation only. Never rewritten: the fix is the author's (let it
+    so is a `try` around an evaluation every rank runs whole; one around an evaluation whose
+    figures ddpify gathers is reported too (_gathered_evaluations). Never rewritten: the fix is the author's (let it
     raise, or decide the skip on every rank: all_reduce a failure flag, skip when any rank
     failed)."""
     steps: list[cst.CSTNode] = [*facts.training_calls, *facts.training_helper_calls]
@@ -173,17 +265,49 @@ def report_skipped_steps(facts: Facts, edits: Edits, setup: Plan) -> None:
         steps.extend(call for call in find_all(loop.body, cst.Call, into_functions=False)
                      if dotted_name(call.func) in models)
     seen: set[cst.Try] = set()
-    for call in steps:
-        child: cst.CSTNode = call
-        parent = facts.parents.get(call)
-        while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.Module)):
-            if isinstance(parent, cst.Try) and child is parent.body and parent not in seen:
-                seen.add(parent)
-                if _goes_on_in_a_loop(facts, parent):
-                    for handler in parent.handlers:
-                        if not _shared_exception(handler) and not _always_leaves(facts, _statements(handler.body)):
-                            _report_skipped(edits, facts, parent, handler)
-            child, parent = parent, facts.parents.get(parent)
+    for node in steps:
+        for guarded in _tries_around(facts, node, seen):
+            if _goes_on_in_a_loop(facts, guarded):
+                _report_handlers(edits, facts, guarded, "training")
+    for node in _gathered_evaluations(facts, setup):
+        for guarded in _tries_around(facts, node, seen):
+            _report_handlers(edits, facts, guarded, "evaluation")
+
+
+def _tries_around(facts: Facts, node: cst.CSTNode, seen: set[cst.Try]) -> list[cst.Try]:
+    """The `try` statements of node's own function whose body holds it, not seen before."""
+    found: list[cst.Try] = []
+    child: cst.CSTNode = node
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.Module)):
+        if isinstance(parent, cst.Try) and child is parent.body and parent not in seen:
+            seen.add(parent)
+            found.append(parent)
+        child, parent = parent, facts.parents.get(parent)
+    return found
+
+
+def _report_handlers(edits: Edits, facts: Facts, guarded: cst.Try, what: str) -> None:
+    for handler in guarded.handlers:
+        if not _shared_exception(handler) and not _always_leaves(facts, _statements(handler.body)):
+            _report_skipped(edits, facts, guarded, handler, what)
+
+
+def _gathered_evaluations(facts: Facts, setup: Plan) -> list[cst.CSTNode]:
+    """Rule: an evaluation whose figures ddpify gathers from every rank is a collective, as a
+    training step is. Each rank runs its shard and then waits for the others in the gather:
+    a rank whose error a handler swallows never arrives (or arrives at the next collective,
+    out of step). The gathered loops, and the calls of the functions of this file that hold
+    one, three calls deep (`validate()` calling `evaluate()`), are what a `try` must not
+    swallow an error of. Unlike a training step, no loop is needed around the `try`: the
+    ranks that did not fail are already waiting in the gather."""
+    found: list[cst.CSTNode] = list(setup.gathered_evaluations)
+    functions = {facts.function_of(loop) for loop in setup.gathered_evaluations} - {None}
+    for _ in range(3):
+        calls = [call for function in functions for call in facts.calls_of(function) if call not in found]
+        found.extend(calls)
+        functions = {facts.function_of(call) for call in calls} - {None}
+    return found
 
 
 def _goes_on_in_a_loop(facts: Facts, node: cst.Try) -> bool:
@@ -249,9 +373,16 @@ def _exits(facts: Facts, call: cst.Call) -> bool:
         call in facts.calls_named.get(qualified, ()) for qualified in _EXITS)
 
 
-def _report_skipped(edits: Edits, facts: Facts, node: cst.Try, handler: cst.ExceptHandler) -> None:
+def _report_skipped(edits: Edits, facts: Facts, node: cst.Try, handler: cst.ExceptHandler, what: str) -> None:
     line = facts.positions[node].start.line
     caught = f"except {edits.code(handler.type)}" if handler.type is not None else "except"
+    if what == "evaluation":
+        edits.report("DDP902", handler, (
+            f"rank-divergent control flow may hang a collective: the evaluation in the `try:` at line "
+            f"{line} gathers its figures from every rank, and it goes on after `{caught}` without "
+            f"re-raising, so a rank that fails skips the gather while the other ranks wait in it (NCCL "
+            f"hangs); let it raise, or evaluate the whole set on every rank (--no-shard-eval)"))
+        return
     edits.report("DDP902", handler, (
         f"rank-divergent control flow may hang a collective: the training step in the `try:` at "
         f"line {line} goes on after `{caught}` without re-raising, so this rank skips its backward "
@@ -273,11 +404,13 @@ def report_settings_chosen_per_rank(facts: Facts, edits: Edits, setup: Plan) -> 
     across ranks are shared, and so is what is decided on them."""
     for loop in training.batch_loops(facts):
         local = _from_batches(facts, loop)
+        shared: set[str] = set()
         if loop in setup.reduced_epoch_loops:  # the epoch sums training.py all-reduces are shared
-            local -= set(training.epoch_accumulators(facts, loop)) | set(training.epoch_lists(facts, loop))
-            local -= setup.reduced_meters.get(loop, set())
+            shared = set(training.epoch_accumulators(facts, loop)) | set(training.epoch_lists(facts, loop))
+            shared |= setup.reduced_meters.get(loop, set())
+            local -= shared
         function = facts.function_of(loop)
-        _spread_through(function.body if function is not None else facts.module, local, rounds=2)
+        _spread_through(function.body if function is not None else facts.module, local, rounds=2, shared=shared)
         _report_settings_read(facts, edits, function, local)
         if function is None:
             continue
@@ -293,12 +426,14 @@ def report_settings_chosen_per_rank(facts: Facts, edits: Edits, setup: Plan) -> 
             _report_settings_read(facts, edits, caller, given)
 
 
-def _spread_through(scope: cst.CSTNode, local: set[str], rounds: int) -> None:
+def _spread_through(scope: cst.CSTNode, local: set[str], rounds: int, shared: Collection[str] = ()) -> None:
     """Add to `local` the names the scope assigns from per-rank names or under tests that read
-    them, and the objects it feeds them to, `rounds` times over (a chain of a few steps)."""
+    them, and the objects it feeds them to, `rounds` times over (a chain of a few steps).
+    `shared` names stay out: the epoch sums training.py all-reduces after the batch loop are
+    the same on every rank, though the loop adds this rank's losses to them."""
     for _ in range(rounds):
-        _spread_rank_local(scope, local, False)
-        local |= _fed_rank_local(scope, local)
+        _spread_rank_local(scope, local, False, shared)
+        local |= _fed_rank_local(scope, local) - set(shared)
 
 
 def _rank_local_positions(facts: Facts, function: cst.FunctionDef, local: set[str]) -> set[Optional[int]]:
@@ -351,6 +486,7 @@ def _report_settings_read(facts: Facts, edits: Edits, function: Optional[cst.Fun
             read = {name for arg in settings for name in names_in(arg.value)} & local
             if read and (facts.positions[call].start.line, "DDP408") not in reported:
                 _report_setting(edits, call, read, edits.code(call.func))
+    _step_plateaus_on_shared(facts, edits, function, local, reported)
     for assign in facts.nodes_of(cst.Assign):
         if facts.function_of(assign) is not function or not names_in(assign.value) & local:
             continue
@@ -361,6 +497,62 @@ def _report_settings_read(facts: Facts, edits: Edits, function: Optional[cst.Fun
                     and written.slice[0].slice.value.evaluated_value in ("lr", "momentum", "weight_decay") \
                     and (facts.positions[assign].start.line, "DDP408") not in reported:
                 _report_setting(edits, assign, names_in(assign.value) & local, edits.code(written))
+
+
+PLATEAU = "torch.optim.lr_scheduler.ReduceLROnPlateau"
+
+
+def _step_plateaus_on_shared(facts: Facts, edits: Edits, function: Optional[cst.FunctionDef], local: set[str],
+                             reported: set[tuple[int, str]]) -> None:
+    """`scheduler.step(loss)` on a ReduceLROnPlateau (`scheduler = ReduceLROnPlateau(opt)`,
+    `self.scheduler = lr_scheduler.ReduceLROnPlateau(...)`) with a per-rank figure: the
+    learning rate is a setting chosen from it. Rule: a figure a scheduler decides on must be
+    the same on every rank. Stepped once per epoch on every rank alike (not in a batch loop,
+    not in an except handler, not under a test that reads a per-rank figure), the figure is
+    made the ranks' mean where it is handed in (training.step_plateau_on_mean, DDP409: one
+    all-reduce per epoch). Anywhere else an all-reduce would run per batch or on some ranks
+    only: reported (DDP408) with the fix. Figures ddpify already shares (epoch sums, gathered
+    evaluation figures, an evaluation left whole on every rank) are not per-rank and pass."""
+    schedulers = {dotted_name(target.target) for call in facts.calls_named.get(PLATEAU, ())
+                  if isinstance(assign := facts.parents.get(call), cst.Assign) for target in assign.targets}
+    steps = {f"{name}.step" for name in schedulers if name is not None}
+    if not steps:
+        return
+    scope: cst.CSTNode = function.body if function is not None else facts.module
+    batch_loops = set(training.batch_loops(facts))
+    for call in find_all(scope, cst.Call, into_functions=False):
+        if dotted_name(call.func) not in steps or not call.args or call.args[0].star:
+            continue
+        figure = call.args[0].value
+        read = names_in(figure) & local
+        line = facts.positions[call].start.line
+        if not read or (line, "DDP408") in reported or (line, "DDP409") in reported:
+            continue
+        reported.add((line, "DDP409"))
+        why = _not_once_per_epoch(facts, call, local, batch_loops)
+        if why is None:
+            training.step_plateau_on_mean(edits, figure)
+            continue
+        edits.report("DDP408", call, (
+            f"a training setting chosen from this rank's own losses differs per rank: "
+            f"`{edits.code(call.func)}` lowers the learning rate on `{', '.join(sorted(read))}`, this rank's "
+            f"own figure, {why}; all_reduce the figure (op=SUM, then divide by the world size) once per "
+            f"epoch on every rank and step on that"))
+
+
+def _not_once_per_epoch(facts: Facts, call: cst.Call, local: set[str], batch_loops: set[cst.For]) -> Optional[str]:
+    """Why an all-reduce placed at the call would not run once per epoch on every rank alike
+    (None when it would)."""
+    if any(loop in batch_loops for loop in facts.enclosing_loops(call)):
+        return "stepped in the batch loop (an all-reduce there would run at every batch)"
+    node: Optional[cst.CSTNode] = facts.parents.get(call)
+    while node is not None and not isinstance(node, (cst.FunctionDef, cst.Module)):
+        if isinstance(node, (cst.ExceptHandler, cst.ExceptStarHandler)):
+            return "stepped in an except handler (some ranks only)"
+        if isinstance(node, (cst.If, cst.While)) and names_in(node.test) & local:
+            return "stepped under a test on this rank's own figures (some ranks only)"
+        node = facts.parents.get(node)
+    return None
 
 
 def _assigned_by(facts: Facts, call: cst.Call) -> set[str]:
@@ -553,7 +745,8 @@ def _after_batch_loop(facts: Facts, loop: cst.For, rank_local: set[str], clock_r
     return found
 
 
-def _spread_rank_local(node: cst.CSTNode, rank_local: set[str], decided_locally: bool) -> None:
+def _spread_rank_local(node: cst.CSTNode, rank_local: set[str], decided_locally: bool,
+                       shared: Collection[str] = ()) -> None:
     """Names assigned from a rank-local value (`best = last`, `bad_epochs += last > best`), or
     under a test that reads one (`if last < best: ... else: bad_epochs += 1`), are rank-local
     too: an early stop on a patience counter kept after the batch loop differs per rank."""
@@ -561,17 +754,17 @@ def _spread_rank_local(node: cst.CSTNode, rank_local: set[str], decided_locally:
         local = decided_locally or bool(names_in(node.test) & rank_local)
         for block in (node.body, node.orelse):
             if block is not None:
-                _spread_rank_local(block, rank_local, local)
+                _spread_rank_local(block, rank_local, local, shared)
         return
     if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
         value = node.value
         if decided_locally or value is not None and names_in(value) & rank_local:
-            rank_local |= assigned_names(node)
+            rank_local |= assigned_names(node) - set(shared)
         return
     if isinstance(node, cst.FunctionDef):
         return
     for child in node.children:
-        _spread_rank_local(child, rank_local, decided_locally)
+        _spread_rank_local(child, rank_local, decided_locally, shared)
 
 
 def _reads(node: cst.CSTNode, calls: set[cst.Call]) -> bool:
@@ -698,6 +891,16 @@ CASES = (
                    "optimizer = torch.optim.SGD(model.parameters(), lr=best_lr)\n"), "DDP408"),
     Silent(TRAINING.replace("    print(epoch, loss.item())\n", "    for group in optimizer.param_groups:\n"
                             "        group[\"lr\"] = 0.1 * 0.5 ** epoch\n"), "DDP408"),
+    # A plateau scheduler stepped on the last batch's loss: stepped on the ranks' mean. On
+    # the epoch's mean, which training.py all-reduces, it is left as it is.
+    Emits(TRAINING.replace("for epoch in range(3):\n", "scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau("
+                           "optimizer)\nfor epoch in range(3):\n")
+          .replace("    print(epoch, loss.item())\n", "    scheduler.step(loss.item())\n"), "DDP409",
+          ("scheduler.step(mean_over_ranks(loss.item()))",)),
+    Silent(TRAINING.replace("for epoch in range(3):\n", "scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau("
+                            "optimizer)\nfor epoch in range(3):\n    total = 0.0\n")
+           .replace("        optimizer.step()\n", "        optimizer.step()\n        total += loss.item()\n")
+           .replace("    print(epoch, loss.item())\n", "    scheduler.step(total / len(loader))\n"), "DDP409"),
     # A step inside try: a handler that goes on skips this rank's backward; one for Ctrl-C
     # (every rank gets the signal) does not.
     Emits(TRAINING.replace("        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n",

@@ -11,7 +11,7 @@ from typing import Optional, cast
 
 import libcst as cst
 
-from ddpify.analysis import effects, names
+from ddpify.analysis import effects, names, shell
 from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.facts import BlockItem, Statement
 from ddpify.analysis.nodes import (
@@ -305,6 +305,7 @@ def _file_writes(facts: Facts, edits: Edits, setup: Plan) -> None:
             for call in calls:
                 if any(arg.keyword is None or arg.keyword.value in PATH_KEYWORDS for arg in call.args):
                     _guard_statement_call(facts, edits, setup, call, "DDP302")
+    _shell_writes(facts, edits, setup)
     for qualified in sorted(names.OPEN):
         for call in facts.calls_named.get(qualified, ()):
             if opens_for_writing(call) and facts.statement_of(call) not in edits.guarded:
@@ -320,6 +321,18 @@ def _writes_of_objects_made_on_the_spot(facts: Facts) -> list[cst.Call]:
             if isinstance(call.func, cst.Attribute) and call.func.attr.value in FILE_WRITING_METHODS
             and isinstance(call.func.value, cst.Call)
             and any(arg.keyword is None or arg.keyword.value in PATH_KEYWORDS for arg in call.args)]
+
+
+def _shell_writes(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """A command that writes files (analysis/shell.py) is a write: its statement goes on rank
+    0. One whose result the script uses (`ret = os.system(...)`) cannot, and is reported."""
+    for call in shell.writing_commands(facts.calls_named):
+        if _guard_statement_call(facts, edits, setup, call, "DDP302") or facts.statement_of(call) in edits.guarded:
+            continue
+        edits.report("DDP307", call, (
+            f"rank-0-only writer used where its guard cannot follow: `{edits.code(call.func)}(...)` runs a "
+            f"command that writes files, and its result is used, so ddpify cannot put it on rank 0 alone; "
+            f"run it under `if dist.get_rank() == 0:` and give the other ranks what they need of its result"))
 
 
 # Methods of a Pillow image that return another image (`.convert("L").resize(size)`).
@@ -405,7 +418,7 @@ def _open_nothing_elsewhere(facts: Facts, edits: Edits, setup: Plan, call: cst.C
 
 
 def _trackers(facts: Facts, edits: Edits, setup: Plan) -> None:
-    for qualified in sorted(names.SUMMARY_WRITER):
+    for qualified in sorted(names.SUMMARY_WRITER | names.VISDOM):
         for call in facts.calls_named.get(qualified, ()):
             _guard_object(facts, edits, setup, call, "DDP306")
     for qualified in sorted(names.TENSORBOARD_LOGGER_CALLS):
@@ -784,6 +797,12 @@ CASES = (
     Silent(TRAINING.replace("    print(epoch, loss.item())\n", ""), "DDP301"),
     Emits(_CHECKPOINT, "DDP302", ("if is_main:\n    torch.save(",)),
     Silent(TRAINING + 'with open("labels.txt") as f:\n    labels = f.read().split()\n', "DDP302"),
+    # A shell command with a redirection writes a file; one ddpify cannot read as a write stays;
+    # one whose result is used cannot be guarded and is reported.
+    Emits("import os\n" + TRAINING + 'os.system("nvidia-smi > gpu.txt")\n', "DDP302",
+          ('if is_main:\n    os.system("nvidia-smi > gpu.txt")',)),
+    Silent("import os\n" + TRAINING + 'os.system("nvidia-smi")\n', "DDP302"),
+    Emits("import subprocess\n" + TRAINING + 'code = subprocess.call(["cp", "a.txt", "b.txt"])\n', "DDP307"),
     Emits("import logging\n"
           + TRAINING.replace("    print(epoch, loss.item())\n", '    logging.info("loss %f", loss.item())\n')
           .replace("device = torch", "logging.basicConfig(level=logging.INFO)\ndevice = torch"),

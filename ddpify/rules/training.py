@@ -1,5 +1,6 @@
 """The training loop: no_sync() on accumulation micro-batches, epoch figures summed across
-ranks, a stop on the clock decided alike on every rank (DDP401, DDP402, DDP404, DDP405).
+ranks, a stop on the clock decided alike on every rank, a plateau scheduler stepped on the
+ranks' mean (DDP401, DDP402, DDP404, DDP405, DDP409).
 
 Both keep the run as a group of one exactly as it was: no_sync() only when distributed, and
 the all-reduce only when distributed. Neither adds work per step: the all-reduce runs once per
@@ -45,6 +46,13 @@ RULES = (
          "start the next epoch and wait in its first all-reduce. One broadcast per epoch makes "
          "every rank stop with rank 0.",
          "Nothing to do."),
+    Rule("DDP409", Severity.EDIT, "a plateau scheduler steps on the mean of the ranks' figures",
+         "ReduceLROnPlateau lowers the learning rate when the figure it is stepped on stops "
+         "improving. Stepped on this rank's own loss, each rank decides on another figure: "
+         "their learning rates, and then their weights, drift apart (DDP averages gradients, "
+         "not learning rates). One all-reduce where it steps (once per epoch) makes the figure "
+         "the same on every rank; as a group of one the figure is passed on unchanged.",
+         "Nothing to do."),
     Rule("DDP407", Severity.WARNING, "running figure held by an object ddpify cannot read",
          "A meter filled batch by batch (`meter.update(loss.item(), n)`) and read after the loop "
          "holds this rank's share of the epoch. ddpify sums `sum` and `count` across ranks only "
@@ -67,6 +75,22 @@ if distributed:
     dist.broadcast({decision}, src=0)
     {flag} = bool({decision})
 """
+MEAN_NAME = "mean_over_ranks"
+MEAN_HELPER = '''\
+
+
+def mean_over_ranks(value):
+    """The mean of a number over the ranks (the number itself in a group of one): a learning
+    rate decided on it is then the same on every rank."""
+    if not dist.is_initialized():
+        return value
+    # Gloo reads the CPU; NCCL (and the other accelerator backends) the rank's own device.
+    on_cpu = "gloo" in dist.get_backend()
+    device = torch.device("cpu") if on_cpu else torch.accelerator.current_accelerator()
+    total = torch.tensor([float(value)], dtype=torch.float64, device=device)
+    dist.all_reduce(total)
+    return total.item() / dist.get_world_size()
+'''
 REDUCE_COMMENT = "# Sum the epoch's figures over all ranks, once per epoch, before they are used."
 LIST_COMMENT = "# Join every rank's per-batch values, once per epoch, before they are used."
 
@@ -247,6 +271,17 @@ def agree_on_clock_stop(facts: Facts, edits: Edits, setup: Plan, stop: cst.If) -
     edits.imports.add("dist")
     edits.report("DDP405", stop)
     return True
+
+
+def step_plateau_on_mean(edits: Edits, figure: cst.BaseExpression) -> None:
+    """`scheduler.step(loss.item())` -> `scheduler.step(mean_over_ranks(loss.item()))`: the
+    caller has made sure the step runs once per epoch on every rank (not per batch, not in an
+    except handler, not under a test on this rank's own figures), so the one all-reduce the
+    helper makes is reached by every rank, and by every rank the same number of times."""
+    helper = MEAN_NAME
+    edits.add_helper(MEAN_NAME, MEAN_HELPER, "dist", "torch")
+    edits.expressions[figure] = lambda updated: cst.Call(cst.Name(helper), [cst.Arg(cast(cst.BaseExpression, updated))])
+    edits.report("DDP409", figure)
 
 
 # --- epoch figures ---------------------------------------------------------------------------------

@@ -7,8 +7,9 @@ from typing import Optional
 from ddpify.selfcheck.source import FUNCTIONS, Source, calls_named, dotted, last_part
 
 SHARDERS = ("DistributedSampler", "evaluation_shard")
-# Diagnostics that say a loader was left whole on purpose, reported at the loader's call.
-LEFT_WHOLE_CODES = ("DDP203", "DDP204", "DDP205", "DDP207", "DDP210", "DDP213", "DDP218")
+# Diagnostics that say a loader was left whole on purpose, or is sharded by a batch sampler of
+# the user's own (DDP221), reported at the loader's call.
+LEFT_WHOLE_CODES = ("DDP203", "DDP204", "DDP205", "DDP207", "DDP210", "DDP213", "DDP218", "DDP221")
 # No set_epoch placed, and the migration says why: no epoch loop found (DDP211), or none needed
 # for a loader passed over once (DDP220).
 NO_EPOCH_LOOP_CODES = ("DDP211", "DDP220")
