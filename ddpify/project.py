@@ -16,6 +16,7 @@ from typing import Optional, Union, cast
 
 from ddpify.analysis.ast_names import dotted_ast
 from ddpify.analysis.effects import OPAQUE, FunctionEffects, absolute_module
+from ddpify.analysis.names import DATA_PARALLEL, qualify
 
 # Folders of installed packages: a script there is not part of a project being migrated.
 INSTALLED = frozenset({"site-packages", "dist-packages"})
@@ -64,6 +65,11 @@ class Project:
 
     def effect(self, qualified: str) -> Optional[str]:
         return self._facts_of(qualified)[0]
+
+    def wraps_in_data_parallel(self) -> bool:
+        """A module of the project wraps something in DataParallel, which the migration
+        removes: a `.module` read in any module may have read through it."""
+        return self._modules is not None and self._modules.wraps_in_data_parallel()
 
     def trains(self, qualified: str) -> bool:
         """Calling `qualified` takes training steps (`engine.train_one_epoch(...)`)."""
@@ -445,6 +451,12 @@ class _Modules:
         self.root = root
         self._read: dict[str, Optional[FunctionEffects]] = {}
         self._files: Optional[list[Path]] = None
+        self._data_parallel: Optional[bool] = None
+
+    def wraps_in_data_parallel(self) -> bool:
+        if self._data_parallel is None:
+            self._data_parallel = any(_calls_data_parallel(path) for path in self.files())
+        return self._data_parallel
 
     def files(self) -> list[Path]:
         if self._files is None:
@@ -549,6 +561,19 @@ class _Modules:
     def _own_method_trains(self, owner: str, method: str) -> bool:
         definition = self.definition(f"{owner}.{method}")
         return definition is not None and definition[0].trains(definition[1])
+
+
+def _calls_data_parallel(path: Path) -> bool:
+    """The file calls DataParallel (under any import of it)."""
+    tree = _parsed(str(path), *_stamp(path))
+    if tree is None:
+        return False
+    if not any(isinstance(node, (ast.Name, ast.Attribute)) and getattr(node, "id", getattr(node, "attr", None))
+               == "DataParallel" for node in ast.walk(tree)):
+        return False  # (the cheap look first: most files never name it)
+    imports = FunctionEffects(tree).imports
+    return any(isinstance(node, ast.Call) and qualify(dotted_ast(node.func) or "", imports) in DATA_PARALLEL
+               for node in ast.walk(tree))
 
 
 def _modules_beside(root: str) -> frozenset[str]:
