@@ -384,13 +384,50 @@ def project_root(path: Path) -> Path:
     """The folder the program's imports resolve from: the script's own folder, or above the
     packages it sits in (`trainer/trainer.py` belongs to the project beside `trainer/`)."""
     folder = path.parent
-    while (folder / "__init__.py").is_file() and folder.parent != folder:
+    while (folder / "__init__.py").is_file() and folder.parent != folder and (
+            (folder.parent / "__init__.py").is_file() or used_as_package(folder)):
         folder = folder.parent
     if folder != path.parent or folder.parent == folder:
         return folder
     # A folder without __init__.py that the scripts beside it import from (a namespace
     # package: `import data_loader.data_loaders as module_data`).
     return folder.parent if _imported_from_parent(folder) else folder
+
+
+def used_as_package(folder: Path) -> bool:
+    """A top-level folder with an `__init__.py` (its parent has none) is a package of the
+    project above it only when something imports it as one: its name in an absolute import (`from repo.models import
+    x`, in its own files or a script beside it) or a relative import that reaches it
+    (`from ..utils import x` in `repo/models/net.py`). A cloned repository often carries an
+    `__init__.py` at its top, yet `python train.py` runs it from its own folder, with
+    `import utils`: the repository is the project, not the folder it was cloned into (whose
+    other repositories `-o OUT_DIR/` would copy)."""
+    if not folder.name.isidentifier():
+        return False  # `fasterrcnn-pytorch-training-pipeline` cannot be imported by name
+    try:
+        stamp = _tree_stamp(folder)
+    except OSError:
+        return True
+    return _imports_itself(str(folder), stamp) or _imported_from_parent(folder)
+
+
+@lru_cache(maxsize=64)
+def _imports_itself(folder: str, stamp: tuple[tuple[str, int, int], ...]) -> bool:
+    name = os.path.basename(folder)
+    for file, mtime, size in stamp:
+        tree = _parsed(file, mtime, size)
+        if tree is None:
+            continue
+        depth = len(Path(file).relative_to(folder).parts) - 1  # 0 for a module of the folder itself
+        for node in import_statements(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                if node.level > depth:
+                    return True
+                continue
+            modules = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if any(module == name or module.startswith(name + ".") for module in modules):
+                return True
+    return False
 
 
 def _imported_from_parent(folder: Path) -> bool:
