@@ -138,6 +138,9 @@ SUMMARY_WRITER = frozenset(
     {"torch.utils.tensorboard.SummaryWriter", "torch.utils.tensorboard.writer.SummaryWriter",
      "tensorboardX.SummaryWriter", "tensorboard_logger.Logger"}
 )
+# A visdom client: every call plots to the server (`viz.line(..., update="append")`), so one
+# per rank draws each point N times into the same window; held and used on rank 0 only.
+VISDOM_CLIENT = frozenset({"visdom.Visdom"})
 # tensorboard_logger's module functions: `configure(logdir)` opens an event file and
 # `log_value(...)` writes to it; both on rank 0 only, like the statements of a SummaryWriter
 # (a rank that never configured must not log either: the library raises then).
