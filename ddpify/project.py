@@ -16,6 +16,7 @@ from typing import Optional, Union, cast
 
 from ddpify.analysis.ast_names import dotted_ast
 from ddpify.analysis.effects import OPAQUE, FunctionEffects, absolute_module
+from ddpify.analysis.names import DATA_PARALLEL, qualify
 
 # Folders of installed packages: a script there is not part of a project being migrated.
 INSTALLED = frozenset({"site-packages", "dist-packages"})
@@ -66,6 +67,11 @@ class Project:
 
     def effect(self, qualified: str) -> Optional[str]:
         return self._facts_of(qualified)[0]
+
+    def wraps_in_data_parallel(self) -> bool:
+        """A module of the project wraps something in DataParallel, which the migration
+        removes: a `.module` read in any module may have read through it."""
+        return self._modules is not None and self._modules.wraps_in_data_parallel()
 
     def trains(self, qualified: str) -> bool:
         """Calling `qualified` takes training steps (`engine.train_one_epoch(...)`)."""
@@ -387,13 +393,50 @@ def project_root(path: Path) -> Path:
     """The folder the program's imports resolve from: the script's own folder, or above the
     packages it sits in (`trainer/trainer.py` belongs to the project beside `trainer/`)."""
     folder = path.parent
-    while (folder / "__init__.py").is_file() and folder.parent != folder:
+    while (folder / "__init__.py").is_file() and folder.parent != folder and (
+            (folder.parent / "__init__.py").is_file() or used_as_package(folder)):
         folder = folder.parent
     if folder != path.parent or folder.parent == folder:
         return folder
     # A folder without __init__.py that the scripts beside it import from (a namespace
     # package: `import data_loader.data_loaders as module_data`).
     return folder.parent if _imported_from_parent(folder) else folder
+
+
+def used_as_package(folder: Path) -> bool:
+    """A top-level folder with an `__init__.py` (its parent has none) is a package of the
+    project above it only when something imports it as one: its name in an absolute import (`from repo.models import
+    x`, in its own files or a script beside it) or a relative import that reaches it
+    (`from ..utils import x` in `repo/models/net.py`). A cloned repository often carries an
+    `__init__.py` at its top, yet `python train.py` runs it from its own folder, with
+    `import utils`: the repository is the project, not the folder it was cloned into (whose
+    other repositories `-o OUT_DIR/` would copy)."""
+    if not folder.name.isidentifier():
+        return False  # `fasterrcnn-pytorch-training-pipeline` cannot be imported by name
+    try:
+        stamp = _tree_stamp(folder)
+    except OSError:
+        return True
+    return _imports_itself(str(folder), stamp) or _imported_from_parent(folder)
+
+
+@lru_cache(maxsize=64)
+def _imports_itself(folder: str, stamp: tuple[tuple[str, int, int], ...]) -> bool:
+    name = os.path.basename(folder)
+    for file, mtime, size in stamp:
+        tree = _parsed(file, mtime, size)
+        if tree is None:
+            continue
+        depth = len(Path(file).relative_to(folder).parts) - 1  # 0 for a module of the folder itself
+        for node in import_statements(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                if node.level > depth:
+                    return True
+                continue
+            modules = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if any(module == name or module.startswith(name + ".") for module in modules):
+                return True
+    return False
 
 
 def _imported_from_parent(folder: Path) -> bool:
@@ -454,6 +497,12 @@ class _Modules:
         self.root = root
         self._read: dict[str, Optional[FunctionEffects]] = {}
         self._files: Optional[list[Path]] = None
+        self._data_parallel: Optional[bool] = None
+
+    def wraps_in_data_parallel(self) -> bool:
+        if self._data_parallel is None:
+            self._data_parallel = any(_calls_data_parallel(path) for path in self.files())
+        return self._data_parallel
 
     def files(self) -> list[Path]:
         if self._files is None:
@@ -558,6 +607,19 @@ class _Modules:
     def _own_method_trains(self, owner: str, method: str) -> bool:
         definition = self.definition(f"{owner}.{method}")
         return definition is not None and definition[0].trains(definition[1])
+
+
+def _calls_data_parallel(path: Path) -> bool:
+    """The file calls DataParallel (under any import of it)."""
+    tree = _parsed(str(path), *_stamp(path))
+    if tree is None:
+        return False
+    if not any(isinstance(node, (ast.Name, ast.Attribute)) and getattr(node, "id", getattr(node, "attr", None))
+               == "DataParallel" for node in ast.walk(tree)):
+        return False  # (the cheap look first: most files never name it)
+    imports = FunctionEffects(tree).imports
+    return any(isinstance(node, ast.Call) and qualify(dotted_ast(node.func) or "", imports) in DATA_PARALLEL
+               for node in ast.walk(tree))
 
 
 def _modules_beside(root: str) -> frozenset[str]:

@@ -94,11 +94,27 @@ def test_a_module_that_does_not_parse_is_listed_but_not_followed(tmp_path):
 
 
 def test_project_root_climbs_out_of_packages(tmp_path):
-    root = _tree(tmp_path / "proj", {"pkg/__init__.py": "", "pkg/sub/__init__.py": "", "pkg/sub/run.py": "",
+    root = _tree(tmp_path / "proj", {"pkg/__init__.py": "", "pkg/sub/__init__.py": "",
+                                     "pkg/sub/run.py": "from pkg.sub import helpers\n", "pkg/sub/helpers.py": "",
                                      "train.py": ""})
     assert project_root(root / "pkg" / "sub" / "run.py") == root.resolve()
     assert project_root(root / "train.py") == root.resolve()
-    assert _names(root, files_of(root / "pkg" / "sub" / "run.py")) == ["pkg/sub/run.py"]
+    assert _names(root, files_of(root / "pkg" / "sub" / "run.py")) == ["pkg/sub/run.py", "pkg/__init__.py",
+                                                                       "pkg/sub/__init__.py", "pkg/sub/helpers.py"]
+
+
+def test_project_root_stays_in_a_repository_with_an_init_nothing_imports(tmp_path):
+    """A cloned repository with an `__init__.py` at its top, run as `python train.py` from
+    its own folder: the repository is the project, not the folder it was cloned into."""
+    clones = _tree(tmp_path / "clones", {"repo/__init__.py": "", "repo/train.py": "import utils\n",
+                                         "repo/utils.py": "", "repo/models/__init__.py": "",
+                                         "repo/models/net.py": "from models import layers\n",
+                                         "repo/models/layers.py": "", "other/big.py": ""})
+    assert project_root(clones / "repo" / "train.py") == (clones / "repo").resolve()
+    assert project_root(clones / "repo" / "models" / "net.py") == (clones / "repo").resolve()
+    named = _tree(tmp_path / "named", {"repo/__init__.py": "", "repo/train.py": "from repo import utils\n",
+                                       "repo/utils.py": ""})
+    assert project_root(named / "repo" / "train.py") == named.resolve()
 
 
 def test_relative_imports_of_an_entry_inside_a_package(tmp_path):

@@ -162,7 +162,10 @@ def test_project_alone_takes_the_entry_s_own_project(tmp_path):
     root = tmp_path / "proj"
     (root / "pkg").mkdir(parents=True)
     (root / "pkg" / "__init__.py").write_text("")
-    (root / "pkg" / "run.py").write_text("import torch\n\n\ndef norm(x):\n    return torch.linalg.norm(x)\n")
+    (root / "pkg" / "scale.py").write_text("SCALE = 2\n")
+    # (`from pkg.scale import`: run as `python -m pkg.run` from proj, whose tree it is)
+    (root / "pkg" / "run.py").write_text(
+        "import torch\n\nfrom pkg.scale import SCALE\n\n\ndef norm(x):\n    return SCALE * torch.linalg.norm(x)\n")
     result = invoke(str(root / "pkg" / "run.py"), "--project")
     assert result.exit_code == 0, result.output
     assert f"nothing to verify: ddpify leaves every file of {root} unchanged" in result.output

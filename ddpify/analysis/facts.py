@@ -174,6 +174,9 @@ class FactRecord:
     read_by_derived_classes: set[str] = field(default_factory=set)
     # The top-level names of this module that other modules of the project import.
     used_elsewhere: frozenset[str] = frozenset()
+    # A module of the project (this one included) wraps something in DataParallel, which
+    # the migration removes (Project.wraps_in_data_parallel).
+    data_parallel_in_project: bool = False
     # In a helper module: `self.X` its classes, or the project's classes derived from them,
     # use as a torch module (`self.model.train()`).
     module_attributes: set[str] = field(default_factory=set)

@@ -63,6 +63,7 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
         facts.trains = facts.library
     facts.training_calls = collector.training_calls
     facts.used_elsewhere = collector.project.used_elsewhere
+    facts.data_parallel_in_project = collector.project.wraps_in_data_parallel()
     note_entries_of_received_dicts(facts)
     note_helper_output(facts, collector.helper_calls)
     mark_loops_calling_training_functions(facts, collector.training_calls)

@@ -107,6 +107,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
                 _wrap(facts, edits, setup, caller_model)
         if not handed:
             _wrap(facts, edits, setup, model)
+    _unwrap_where_data_parallel_went(facts, edits)
 
 
 def _report_model_trained_out_of_sight(facts: Facts, edits: Edits) -> None:
@@ -1087,7 +1088,8 @@ def _remove_data_parallel_wrap(facts: Facts, edits: Edits, statement: Statement)
     if branch is not None and branch.orelse is None and _only_reads(facts, branch.test) \
             and isinstance(facts.parents.get(branch), (cst.IndentedBlock, cst.Module)):
         edits.removed.add(branch)
-    elif branch is not None and len(facts.block_of(statement).body) == 1:
+    elif branch is not None and facts.block_of(statement).body[0] is statement and not any(
+            s in facts.output_statements for s in facts.block_of(statement).body):
         edits.replace(statement, [edits.statement(DATA_PARALLEL_GONE_CODE).with_changes(
             leading_lines=statement.leading_lines)])
     else:
@@ -1095,13 +1097,16 @@ def _remove_data_parallel_wrap(facts: Facts, edits: Edits, statement: Statement)
 
 
 def _data_parallel_branch(facts: Facts, statement: Statement) -> Optional[cst.If]:
-    """The `if` whose body holds only the wrap (and output about it)."""
+    """The `if` whose body holds only DataParallel wraps (`model = DataParallel(model)`, one
+    per model: student and teacher) and output about them."""
     block = facts.block_of(statement)
     branch = facts.parents.get(block)
     if not isinstance(branch, cst.If) or branch.body is not block:
         return None
+    wraps = {facts.statement_of(call) for call in facts.data_parallel_calls
+             if _assigns_back(facts.statement_of(call), call, call.args[0].value if call.args else None)}
     others = [s for s in block.body if s is not statement]
-    return branch if all(s in facts.output_statements for s in others) else None
+    return branch if all(s in facts.output_statements or s in wraps for s in others) else None
 
 
 def _only_reads(facts: Facts, test: cst.BaseExpression) -> bool:
@@ -1117,6 +1122,69 @@ def _unwrap_module_accesses(facts: Facts, edits: Edits, model: Model) -> None:
         if not _under_wrapper_check(facts, access, model.name):
             edits.expressions[access] = _unwrapped(model.name, edits)
             edits.report("DDP103", access)
+
+
+def _unwrap_where_data_parallel_went(facts: Facts, edits: Edits) -> None:
+    """`scorer = nn.DataParallel(Scorer()).to(device)`, later `scorer.module.confidence`: once
+    the DataParallel goes, the name holds the bare module, which has no `.module` (and a DDP
+    wrap, where one comes, exists only when distributed). Every such read of the name that
+    held the DataParallel, in the function that made it (any method of the class, for a
+    `self.` attribute; the whole module, for a module-level name), reads
+    `getattr(scorer, "module", scorer)`: the object DataParallel's `.module` was, on every
+    path. A read under a check for the wrapper (`if hasattr(scorer, "module")`) stays; a
+    model's own reads are DDP103's already."""
+    for call in facts.data_parallel_calls:
+        holder = _data_parallel_holder(facts, call)
+        if holder is None:
+            continue
+        function = facts.function_of(call)
+        owner = facts.class_of(function) if holder.startswith("self.") else None
+        for access in facts.module_accesses.get(holder, ()):
+            if access in edits.expressions or _under_wrapper_check(facts, access, holder):
+                continue
+            if owner is not None:
+                if facts.class_of(facts.function_of(access)) is not owner:
+                    continue
+            elif function is not None and facts.function_of(access) is not function:
+                continue
+            edits.expressions[access] = _unwrapped(holder, edits, _quote_for(facts, access))
+            edits.report("DDP103", access)
+    if facts.data_parallel_calls or facts.data_parallel_in_project:
+        _unwrap_reads_through_module(facts, edits)
+
+
+def _unwrap_reads_through_module(facts: Facts, edits: Edits) -> None:
+    """`module.module.state_dict()` in a checkpoint helper that was handed the DataParallel
+    models of another module (`if self.data_parallel:`): the value is out of sight, but a
+    read of something of a `.module` (`X.module.Y`) in a project whose DataParallel goes
+    finds no `.module` where it found one. `getattr(X, "module", X)` is the same object
+    wherever `.module` exists (a wrapper of the user's own keeps its meaning)."""
+    for receiver, accesses in facts.module_accesses.items():
+        if receiver == "self":
+            continue  # a class's own `self.module`
+        for access in accesses:
+            parent = facts.parents.get(access)
+            if access in edits.expressions or not (isinstance(parent, cst.Attribute) and parent.value is access) \
+                    or _under_wrapper_check(facts, access, receiver):
+                continue
+            edits.expressions[access] = _unwrapped(receiver, edits, _quote_for(facts, access))
+            edits.report("DDP103", access)
+
+
+def _data_parallel_holder(facts: Facts, call: cst.Call) -> Optional[str]:
+    """The name a DataParallel is assigned to (`net = DataParallel(...)`, also through a
+    chain such as `.to(device)` or `.eval()`), or None."""
+    node: cst.CSTNode = call
+    parent = facts.parents.get(node)
+    while (isinstance(parent, cst.Attribute) and parent.value is node) or (
+            isinstance(parent, cst.Call) and parent.func is node):
+        node, parent = parent, facts.parents.get(parent)
+    if not (isinstance(parent, cst.Assign) and parent.value is node and len(parent.targets) == 1):
+        return None
+    holder = dotted_name(parent.targets[0].target)
+    if holder is None or holder.count(".") > 1 or ("." in holder and not holder.startswith("self.")):
+        return None
+    return holder
 
 
 def _under_wrapper_check(facts: Facts, node: cst.CSTNode, model: str) -> bool:

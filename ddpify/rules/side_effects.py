@@ -48,7 +48,8 @@ RULES = (
          "Each rank would draw its own bar over the same terminal line.",
          "Nothing to do."),
     Rule("DDP306", Severity.EDIT, "experiment tracker created and used only on rank 0",
-         "A TensorBoard writer or wandb run per rank logs every figure N times into N runs.",
+         "A TensorBoard writer or wandb run per rank logs every figure N times into N runs (a "
+         "visdom client per rank plots each point N times into the same window).",
          "Nothing to do."),
     Rule("DDP307", Severity.WARNING, "rank-0-only writer used where its guard cannot follow",
          "ddpify guards the statements that create and use a file, TensorBoard writer or wandb "
