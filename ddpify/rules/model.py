@@ -466,7 +466,8 @@ def _when_trainable(facts: Facts, code: str, model: str) -> str:
 def _never_moved(facts: Facts, model: Model) -> bool:
     """No `.to()` / `.cuda()` reaches the model anywhere its value goes: neither a move of
     the name (`model.to(device)`) nor one in what it is assigned (`Net().to(device)`, or a
-    project function that returns the model it moved, `get_network(args)`)."""
+    project function that returns the model it moved, `get_network(args)`), nor one of the
+    container it is taken out of (`net = modules["net"]`, see _entry_moves)."""
     for _, name in facts.model_holders(model):
         if facts.device_moves.get(name):
             return False
@@ -475,7 +476,53 @@ def _never_moved(facts: Facts, model: Model) -> bool:
             if any(isinstance(call.func, cst.Attribute) and call.func.attr.value in ("to", "cuda")
                    or call in facts.calls_returning_moved for call in calls_within(value)):
                 return False
+            container = dotted_name(value.value) if isinstance(value, cst.Subscript) else None
+            if container is not None and _entry_moves(facts, container, facts.function_of(value)):
+                return False
     return True
+
+
+def _container_moves(facts: Facts, model: Model) -> list[cst.Call]:
+    """The moves of the container's entries (_entry_moves) where the model's function takes
+    the model out of a container (`net = modules["net"]`): the wrap comes after them, even
+    when the model was taken out before them."""
+    found: list[cst.Call] = []
+    for value in facts.assigned_values.get(model.name, ()):
+        container = dotted_name(value.value) if isinstance(value, cst.Subscript) else None
+        if container is not None and facts.function_of(value) is model.function:
+            found.extend(_entry_moves(facts, container, model.function))
+    return found
+
+
+def _entry_moves(facts: Facts, container: str, function: Optional[cst.FunctionDef]) -> list[cst.Call]:
+    """The `.to()` / `.cuda()` calls of the function that may move the container's entries: the call
+    reads the container (`modules[name].to(device)`), or sits in a loop or comprehension
+    over it (`for m in modules.values(): m.to(device)`, `{k: v.to(device) for k, v in
+    modules.items()}`), or in a statement that stores into it (`modules[name] =
+    modules[name].to(device)`). A model taken out of that container afterwards may be on
+    the device, so it is not one that "never moved" (which would give it Gloo and a wrap
+    without device_ids on a GPU machine)."""
+    found: list[cst.Call] = []
+    for call in calls_within(function if function is not None else facts.module):
+        if not isinstance(call.func, cst.Attribute) or call.func.attr.value not in ("to", "cuda"):
+            continue
+        if facts.function_of(call) is not function:
+            continue
+        parts: list[cst.CSTNode] = [call.func.value]
+        node = facts.parents.get(call)
+        while node is not None and node is not function:
+            if isinstance(node, (cst.For, cst.CompFor)):
+                parts.append(node.iter)
+            elif isinstance(node, cst.Assign):
+                parts.extend(target.target for target in node.targets)
+            elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
+                parts.append(node.target)
+            node = facts.parents.get(node)
+        reads: list[cst.BaseExpression] = [
+            read for part in parts for kind in (cst.Name, cst.Attribute) for read in find_all(part, kind)]
+        if any(dotted_name(read) == container for read in reads):
+            found.append(call)
+    return found
 
 
 def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, anchor: cst.BaseStatement) -> None:
@@ -659,6 +706,8 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
                for target in assign.targets)]
     # `ema = copy.deepcopy(model)`, `AveragedModel(model)`: a copy of the raw module, not of DDP.
     derived = [facts.statement_of(call) for call in _derivations(facts, model.name)]
+    # `net = modules["net"]` and `for m in modules.values(): m.to(device)`, in either order.
+    moving += [facts.statement_of(call) for call in _container_moves(facts, model)]
     for statement in [*facts.statements_touching.get(model.name, ()), *moving, *unpacked, *derived]:
         if statement in compiles or statement in reaching or facts.function_of(statement) is not function:
             continue
