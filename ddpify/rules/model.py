@@ -431,6 +431,16 @@ def _unwrap_for_helpers(facts: Facts, edits: Edits, model: Model, wrap: Optional
                     or wrap is not None and not _before_wrap(facts, call, wrap)):
                 edits.expressions[arg.value] = _unwrapped(model.name, edits, _quote_for(facts, arg.value))
                 edits.report("DDP103", arg.value)
+    # `load_checkpoint(path, model, optimizer)` of another module, whose body calls
+    # `model.load_state_dict(ckpt["model"])`: after the wrap it gets the raw module, whose keys
+    # are the single-GPU checkpoint's (the wrapper's carry a "module." prefix and would not load).
+    for call, values in facts.helper_state_loads.items():
+        for value in values:
+            if value not in edits.expressions and dotted_name(value) == model.name and (
+                    wrap is None and facts.function_of(call) is model.function
+                    or wrap is not None and not _before_wrap(facts, call, wrap)):
+                edits.expressions[value] = _unwrapped(model.name, edits, _quote_for(facts, value))
+                edits.report("DDP103", value)
 
 
 # Builtins whose result shows the module itself: its class, its printed architecture.
