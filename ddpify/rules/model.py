@@ -11,6 +11,7 @@ from typing import Optional, cast
 import libcst as cst
 
 from ddpify.analysis import effects, freezing, names
+from ddpify.analysis.containers import container_moves, entry_moves
 from ddpify.analysis.control import Facts, handed_in, innermost_common_block, parameter_names, receiver_of
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
 from ddpify.analysis.facts import Holder, Model, Statement
@@ -477,7 +478,7 @@ def _never_moved(facts: Facts, model: Model) -> bool:
     """No `.to()` / `.cuda()` reaches the model anywhere its value goes: neither a move of
     the name (`model.to(device)`) nor one in what it is assigned (`Net().to(device)`, or a
     project function that returns the model it moved, `get_network(args)`), nor one of the
-    container it is taken out of (`net = modules["net"]`, see _entry_moves)."""
+    container it is taken out of (`net = modules["net"]`, see containers.entry_moves)."""
     for _, name in facts.model_holders(model):
         if facts.device_moves.get(name):
             return False
@@ -487,52 +488,9 @@ def _never_moved(facts: Facts, model: Model) -> bool:
                    or call in facts.calls_returning_moved for call in calls_within(value)):
                 return False
             container = dotted_name(value.value) if isinstance(value, cst.Subscript) else None
-            if container is not None and _entry_moves(facts, container, facts.function_of(value)):
+            if container is not None and entry_moves(facts, container, facts.function_of(value)):
                 return False
     return True
-
-
-def _container_moves(facts: Facts, model: Model) -> list[cst.Call]:
-    """The moves of the container's entries (_entry_moves) where the model's function takes
-    the model out of a container (`net = modules["net"]`): the wrap comes after them, even
-    when the model was taken out before them."""
-    found: list[cst.Call] = []
-    for value in facts.assigned_values.get(model.name, ()):
-        container = dotted_name(value.value) if isinstance(value, cst.Subscript) else None
-        if container is not None and facts.function_of(value) is model.function:
-            found.extend(_entry_moves(facts, container, model.function))
-    return found
-
-
-def _entry_moves(facts: Facts, container: str, function: Optional[cst.FunctionDef]) -> list[cst.Call]:
-    """The `.to()` / `.cuda()` calls of the function that may move the container's entries: the call
-    reads the container (`modules[name].to(device)`), or sits in a loop or comprehension
-    over it (`for m in modules.values(): m.to(device)`, `{k: v.to(device) for k, v in
-    modules.items()}`), or in a statement that stores into it (`modules[name] =
-    modules[name].to(device)`). A model taken out of that container afterwards may be on
-    the device, so it is not one that "never moved" (which would give it Gloo and a wrap
-    without device_ids on a GPU machine)."""
-    found: list[cst.Call] = []
-    for call in calls_within(function if function is not None else facts.module):
-        if not isinstance(call.func, cst.Attribute) or call.func.attr.value not in ("to", "cuda"):
-            continue
-        if facts.function_of(call) is not function:
-            continue
-        parts: list[cst.CSTNode] = [call.func.value]
-        node = facts.parents.get(call)
-        while node is not None and node is not function:
-            if isinstance(node, (cst.For, cst.CompFor)):
-                parts.append(node.iter)
-            elif isinstance(node, cst.Assign):
-                parts.extend(target.target for target in node.targets)
-            elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
-                parts.append(node.target)
-            node = facts.parents.get(node)
-        reads: list[cst.BaseExpression] = [
-            read for part in parts for kind in (cst.Name, cst.Attribute) for read in find_all(part, kind)]
-        if any(dotted_name(read) == container for read in reads):
-            found.append(call)
-    return found
 
 
 def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, anchor: cst.BaseStatement) -> None:
@@ -717,7 +675,7 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
     # `ema = copy.deepcopy(model)`, `AveragedModel(model)`: a copy of the raw module, not of DDP.
     derived = [facts.statement_of(call) for call in _derivations(facts, model.name)]
     # `net = modules["net"]` and `for m in modules.values(): m.to(device)`, in either order.
-    moving += [facts.statement_of(call) for call in _container_moves(facts, model)]
+    moving += [facts.statement_of(call) for call in container_moves(facts, model)]
     for statement in [*facts.statements_touching.get(model.name, ()), *moving, *unpacked, *derived]:
         if statement in compiles or statement in reaching or facts.function_of(statement) is not function:
             continue

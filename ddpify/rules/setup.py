@@ -11,6 +11,7 @@ from typing import Optional, Union
 import libcst as cst
 
 from ddpify.analysis import names
+from ddpify.analysis.containers import container_moves
 from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.facts import BlockItem, DeviceAssignment, Statement
 from ddpify.analysis.nodes import (
@@ -428,6 +429,8 @@ def _moves_to_a_named_device(facts: Facts) -> list[cst.Call]:
     moves += [value for value in built if isinstance(value, cst.Call)]
     moves += [call for name, calls in facts.device_moves.items() if name not in models for call in calls
               if facts.function_of(call) in functions]
+    # `modules[name] = modules[name].to(device)` before `net = modules["net"]`.
+    moves += [call for model in facts.models for call in container_moves(facts, model)]
     return [call for call in moves if call.args and isinstance(call.func, cst.Attribute)
             and call.func.attr.value == "to"]
 
