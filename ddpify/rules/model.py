@@ -15,7 +15,7 @@ from ddpify.analysis.containers import container_moves, entry_moves
 from ddpify.analysis.control import Facts, handed_in, innermost_common_block, parameter_names, receiver_of
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
 from ddpify.analysis.facts import Holder, Model, Statement
-from ddpify.analysis.nodes import calls_within, dotted_name, find_all, handed_for, names_within
+from ddpify.analysis.nodes import argument_for, calls_within, dotted_name, find_all, handed_for, names_within
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.ddp import (
     ONLY_IF_TRAINABLE_COMMENT,
@@ -244,6 +244,60 @@ def _report_parts_frozen_after_wrap(facts: Facts, edits: Edits, model: Model, wr
                 f"{facts.line_of(wrap)}): DDP syncs only the parameters that required grad when it "
                 "wrapped; wrap it again after the change, or change it before the wrap"))
             return
+    for call in _helper_calls_changing_a_part(facts, model, wrap):
+        edits.report("DDP111", call, (
+            f"requires_grad of part of `{model.name}` changed after its wrap (line "
+            f"{facts.line_of(wrap)}), in `{dotted_name(call.func)}`: DDP syncs only the parameters that "
+            "required grad when it wrapped; wrap it again after the change, or change it before the wrap"))
+        return
+
+
+def _helper_calls_changing_a_part(facts: Facts, model: Model, wrap: cst.BaseStatement) -> list[cst.Call]:
+    """Rule: the same change made by a function of this file that the script calls after the
+    wrap, in the wrap's function: `set_trainable(model.backbone, True)` whose body sets
+    requires_grad of every parameter of what it is handed (part of the model handed in), or
+    `unfreeze(model)` whose body changes part of it (`module.backbone.requires_grad_(True)`,
+    a loop over `module.backbone.parameters()`)."""
+    found: list[cst.Call] = []
+    for function in facts.module.body:
+        if not isinstance(function, cst.FunctionDef):
+            continue
+        changed = _parameters_changed(function)
+        positional = [param.name.value for param in [*function.params.posonly_params, *function.params.params]]
+        for call in facts.calls_by_callee.get(function.name.value, ()):
+            if _before_wrap(facts, call, wrap) or _rebound_since_wrap(facts, call, model.name, wrap):
+                continue
+            if facts.function_of(call) is not facts.function_of(wrap):
+                continue
+            for parameter, part_only in changed.items():
+                value = argument_for(call, parameter, positional.index(parameter) if parameter in positional else None)
+                if value is not None and (freezing.part_of(value, model.name)
+                                          or part_only and dotted_name(value) == model.name):
+                    found.append(call)
+                    break
+    return found
+
+
+def _parameters_changed(function: cst.FunctionDef) -> dict[str, bool]:
+    """The parameters of the function whose parameters' requires_grad it changes, each with
+    whether only part of them (through an attribute or index of it, or a loop that freezes
+    part of it)."""
+    parameters = parameter_names(function)
+    changed: dict[str, bool] = {}
+    for change in freezing.requires_grad_changes(function):
+        owner = freezing.changed_owner(change)
+        for parameter in parameters:
+            if dotted_name(owner) == parameter:
+                changed[parameter] = changed.get(parameter, False)
+            elif freezing.part_of(owner, parameter):
+                changed[parameter] = True
+    for loop in find_all(function, cst.For):
+        for module in freezing.walked_modules(loop):
+            for parameter in parameters:
+                if dotted_name(module) == parameter or freezing.part_of(module, parameter):
+                    part = freezing.part_of(module, parameter) or freezing.loop_freezes_part_of(loop, parameter)
+                    changed[parameter] = changed.get(parameter, False) or part
+    return changed
 
 
 def _changes_a_part_of(facts: Facts, node: freezing.Change, name: str) -> bool:
