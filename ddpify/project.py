@@ -88,6 +88,12 @@ class Project:
         definition = self._callable_definition(qualified)
         return ([], set()) if definition is None else definition[0].moved_parameters(definition[1])
 
+    def state_loaded_parameters(self, qualified: str) -> tuple[list[str], set[str]]:
+        """For a function, or a class (its __init__): its positional parameters and those it
+        loads a state dict into (effects.py)."""
+        definition = self._definition(qualified)
+        return ([], set()) if definition is None else definition[0].state_loaded_parameters(definition[1])
+
     def moves_own_model(self, qualified: str) -> bool:
         """For a class (its __init__) or a function: it moves a module it keeps on the object
         to a device (`self.model = Net().to(device)`), and so wraps it there (effects.py)."""

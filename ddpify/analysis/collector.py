@@ -668,6 +668,11 @@ class Collector(cst.CSTVisitor):
                 self.facts.calls_returning_moved.add(node)
             if self.project.loads_checkpoint(qualified):
                 self.facts.helper_load_calls.append(node)
+            positional, loaded = self.project.state_loaded_parameters(qualified)
+            for parameter in sorted(loaded):
+                value = argument_for(node, parameter, positional.index(parameter) if parameter in positional else None)
+                if value is not None:
+                    self.facts.helper_state_loads.setdefault(node, []).append(value)
             clock_line = self.project.names_from_clock(qualified)
             if clock_line is not None:
                 self.facts.clock_named_calls[node] = (qualified, clock_line)

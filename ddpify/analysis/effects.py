@@ -162,6 +162,22 @@ class FunctionEffects:
                 moved.add(str(receiver.slice.value))
         return positional, moved
 
+    def state_loaded_parameters(self, name: str) -> tuple[list[str], set[str]]:
+        """(the positional parameters, the ones the function, or the class's __init__, loads a
+        state dict into: `def load_checkpoint(path, model, optimizer=None):
+        model.load_state_dict(ckpt["model"])` -> {"model", "optimizer"} when it loads both).
+        None when it trains: a training forward must go through the wrapper."""
+        _, key, function = self._function_or_init(name)
+        if function is None or self.trains(key):
+            return [], set()
+        arguments = function.args
+        parameters = {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}
+        loaded = {node.func.value.id for node in ast.walk(function)
+                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and node.func.attr == "load_state_dict" and isinstance(node.func.value, ast.Name)
+                  and node.func.value.id in parameters}
+        return self._positional(key, function), loaded
+
     def moves_own_model(self, name: str) -> bool:
         """The method moves a module it keeps on the object: `self.model = Net().to(device)`,
         `self.net.cuda()`."""

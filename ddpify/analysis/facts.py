@@ -235,6 +235,9 @@ class FactRecord:
     helper_effects: dict[cst.Call, str] = field(default_factory=dict)
     # For a MIXED helper: the positions of the arguments whose own attributes it reads.
     helper_attribute_readers: dict[cst.Call, set[int]] = field(default_factory=dict)
+    # Calls of another module's function that loads a state dict into a parameter it is
+    # handed (`load_checkpoint(path, model, optimizer)`): the values passed for those.
+    helper_state_loads: dict[cst.Call, list[cst.BaseExpression]] = field(default_factory=dict)
     # Calls of a function or class of another module of the project, whatever it does.
     project_calls: set[cst.Call] = field(default_factory=set)
     # Calls of a function of another module that names a folder from the clock there:

@@ -11,10 +11,11 @@ from typing import Optional, cast
 import libcst as cst
 
 from ddpify.analysis import effects, freezing, names
+from ddpify.analysis.containers import container_moves, entry_moves
 from ddpify.analysis.control import Facts, handed_in, innermost_common_block, parameter_names, receiver_of
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
 from ddpify.analysis.facts import Holder, Model, Statement
-from ddpify.analysis.nodes import calls_within, dotted_name, find_all, handed_for, names_within
+from ddpify.analysis.nodes import argument_for, calls_within, dotted_name, find_all, handed_for, names_within
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.ddp import (
     ONLY_IF_TRAINABLE_COMMENT,
@@ -244,6 +245,60 @@ def _report_parts_frozen_after_wrap(facts: Facts, edits: Edits, model: Model, wr
                 f"{facts.line_of(wrap)}): DDP syncs only the parameters that required grad when it "
                 "wrapped; wrap it again after the change, or change it before the wrap"))
             return
+    for call in _helper_calls_changing_a_part(facts, model, wrap):
+        edits.report("DDP111", call, (
+            f"requires_grad of part of `{model.name}` changed after its wrap (line "
+            f"{facts.line_of(wrap)}), in `{dotted_name(call.func)}`: DDP syncs only the parameters that "
+            "required grad when it wrapped; wrap it again after the change, or change it before the wrap"))
+        return
+
+
+def _helper_calls_changing_a_part(facts: Facts, model: Model, wrap: cst.BaseStatement) -> list[cst.Call]:
+    """Rule: the same change made by a function of this file that the script calls after the
+    wrap, in the wrap's function: `set_trainable(model.backbone, True)` whose body sets
+    requires_grad of every parameter of what it is handed (part of the model handed in), or
+    `unfreeze(model)` whose body changes part of it (`module.backbone.requires_grad_(True)`,
+    a loop over `module.backbone.parameters()`)."""
+    found: list[cst.Call] = []
+    for function in facts.module.body:
+        if not isinstance(function, cst.FunctionDef):
+            continue
+        changed = _parameters_changed(function)
+        positional = [param.name.value for param in [*function.params.posonly_params, *function.params.params]]
+        for call in facts.calls_by_callee.get(function.name.value, ()):
+            if _before_wrap(facts, call, wrap) or _rebound_since_wrap(facts, call, model.name, wrap):
+                continue
+            if facts.function_of(call) is not facts.function_of(wrap):
+                continue
+            for parameter, part_only in changed.items():
+                value = argument_for(call, parameter, positional.index(parameter) if parameter in positional else None)
+                if value is not None and (freezing.part_of(value, model.name)
+                                          or part_only and dotted_name(value) == model.name):
+                    found.append(call)
+                    break
+    return found
+
+
+def _parameters_changed(function: cst.FunctionDef) -> dict[str, bool]:
+    """The parameters of the function whose parameters' requires_grad it changes, each with
+    whether only part of them (through an attribute or index of it, or a loop that freezes
+    part of it)."""
+    parameters = parameter_names(function)
+    changed: dict[str, bool] = {}
+    for change in freezing.requires_grad_changes(function):
+        owner = freezing.changed_owner(change)
+        for parameter in parameters:
+            if dotted_name(owner) == parameter:
+                changed[parameter] = changed.get(parameter, False)
+            elif freezing.part_of(owner, parameter):
+                changed[parameter] = True
+    for loop in find_all(function, cst.For):
+        for module in freezing.walked_modules(loop):
+            for parameter in parameters:
+                if dotted_name(module) == parameter or freezing.part_of(module, parameter):
+                    part = freezing.part_of(module, parameter) or freezing.loop_freezes_part_of(loop, parameter)
+                    changed[parameter] = changed.get(parameter, False) or part
+    return changed
 
 
 def _changes_a_part_of(facts: Facts, node: freezing.Change, name: str) -> bool:
@@ -432,6 +487,16 @@ def _unwrap_for_helpers(facts: Facts, edits: Edits, model: Model, wrap: Optional
                     or wrap is not None and not _before_wrap(facts, call, wrap)):
                 edits.expressions[arg.value] = _unwrapped(model.name, edits, _quote_for(facts, arg.value))
                 edits.report("DDP103", arg.value)
+    # `load_checkpoint(path, model, optimizer)` of another module, whose body calls
+    # `model.load_state_dict(ckpt["model"])`: after the wrap it gets the raw module, whose keys
+    # are the single-GPU checkpoint's (the wrapper's carry a "module." prefix and would not load).
+    for call, values in facts.helper_state_loads.items():
+        for value in values:
+            if value not in edits.expressions and dotted_name(value) == model.name and (
+                    wrap is None and facts.function_of(call) is model.function
+                    or wrap is not None and not _before_wrap(facts, call, wrap)):
+                edits.expressions[value] = _unwrapped(model.name, edits, _quote_for(facts, value))
+                edits.report("DDP103", value)
 
 
 # Builtins whose result shows the module itself: its class, its printed architecture.
@@ -467,7 +532,8 @@ def _when_trainable(facts: Facts, code: str, model: str) -> str:
 def _never_moved(facts: Facts, model: Model) -> bool:
     """No `.to()` / `.cuda()` reaches the model anywhere its value goes: neither a move of
     the name (`model.to(device)`) nor one in what it is assigned (`Net().to(device)`, or a
-    project function that returns the model it moved, `get_network(args)`)."""
+    project function that returns the model it moved, `get_network(args)`), nor one of the
+    container it is taken out of (`net = modules["net"]`, see containers.entry_moves)."""
     for _, name in facts.model_holders(model):
         if facts.device_moves.get(name):
             return False
@@ -475,6 +541,9 @@ def _never_moved(facts: Facts, model: Model) -> bool:
             # calls_within includes the value itself: `Net().to(device)` is a move.
             if any(isinstance(call.func, cst.Attribute) and call.func.attr.value in ("to", "cuda")
                    or call in facts.calls_returning_moved for call in calls_within(value)):
+                return False
+            container = dotted_name(value.value) if isinstance(value, cst.Subscript) else None
+            if container is not None and entry_moves(facts, container, facts.function_of(value)):
                 return False
     return True
 
@@ -678,6 +747,8 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
                for target in assign.targets)]
     # `ema = copy.deepcopy(model)`, `AveragedModel(model)`: a copy of the raw module, not of DDP.
     derived = [facts.statement_of(call) for call in _derivations(facts, model.name)]
+    # `net = modules["net"]` and `for m in modules.values(): m.to(device)`, in either order.
+    moving += [facts.statement_of(call) for call in container_moves(facts, model)]
     for statement in [*facts.statements_touching.get(model.name, ()), *moving, *unpacked, *derived]:
         if statement in compiles or statement in reaching or facts.function_of(statement) is not function:
             continue

@@ -11,6 +11,7 @@ from typing import Optional, Union
 import libcst as cst
 
 from ddpify.analysis import names
+from ddpify.analysis.containers import container_moves
 from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.facts import BlockItem, DeviceAssignment, Statement
 from ddpify.analysis.nodes import (
@@ -235,7 +236,7 @@ def _parameters_given_by_a_call(facts: Facts, function: cst.FunctionDef) -> set[
 
 def _type_only(facts: Facts, value: Optional[cst.BaseExpression], assigned: dict[str, list[cst.BaseExpression]],
                depth: int = 0, ungiven: AbstractSet[str] = frozenset(), name: str = "") -> bool:
-    """"cuda" or "cpu", never an index: a string, torch.device of one, a conditional between
+    """"cuda", "mps" or "cpu", never an index: a string, torch.device of one, a conditional between
     them, a name assigned only those, or `name or <one of them>` on a parameter `name` that
     no call gives (None, its default, falls through)."""
     if value is None or depth > 3:
@@ -254,8 +255,10 @@ def _type_only(facts: Facts, value: Optional[cst.BaseExpression], assigned: dict
         values = assigned.get(value.value, [])
         return bool(values) and all(_type_only(facts, v, assigned, depth + 1) for v in values)
     # "cuda:0" here becomes "cuda" (rules/devices.py): the GPU the setup made current.
+    # "mps" too: an Apple GPU's single device, which a CUDA machine never chooses; it has no
+    # index that could put every rank on one GPU.
     return isinstance(value, cst.SimpleString) and (
-        value.evaluated_value in ("cuda", "cpu") or value in facts.fixed_gpu_strings)
+        value.evaluated_value in ("cuda", "cpu", "mps") or value in facts.fixed_gpu_strings)
 
 
 def _models_moved_elsewhere(facts: Facts) -> bool:
@@ -428,6 +431,8 @@ def _moves_to_a_named_device(facts: Facts) -> list[cst.Call]:
     moves += [value for value in built if isinstance(value, cst.Call)]
     moves += [call for name, calls in facts.device_moves.items() if name not in models for call in calls
               if facts.function_of(call) in functions]
+    # `modules[name] = modules[name].to(device)` before `net = modules["net"]`.
+    moves += [call for model in facts.models for call in container_moves(facts, model)]
     return [call for call in moves if call.args and isinstance(call.func, cst.Attribute)
             and call.func.attr.value == "to"]
 
