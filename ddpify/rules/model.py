@@ -393,7 +393,8 @@ def _unwrap_models_handed_in(facts: Facts, edits: Edits, setup: Plan) -> None:
     for name, reads in sorted(facts.attribute_reads.items()):
         if name in own or name not in facts.module_attributes and not any(
                 read.attr.value in MODULE_ONLY_METHODS and _called(facts, read)
-                or _weights_loaded_elsewhere(facts, read) for read in reads):
+                or _weights_loaded_elsewhere(facts, read) for read in reads) and not _state_dict_of_a_called_module(
+                facts, name, reads):
             continue
         functions = [function for function in map(facts.function_of, reads) if function is not None]
         if not functions or not all(handed_in(facts, function, name) for function in functions):
@@ -403,6 +404,15 @@ def _unwrap_models_handed_in(facts: Facts, edits: Edits, setup: Plan) -> None:
             edits.expressions[value] = _unwrapped(name, edits, _quote_for(facts, value))
             edits.report("DDP103", value)
     _unwrap_attributes_of_objects_handed_in(facts, edits)
+
+
+def _state_dict_of_a_called_module(facts: Facts, name: str, reads: Iterable[cst.Attribute]) -> bool:
+    """`self.model(x)` and `torch.save(self.model.state_dict(), path)` on a value the caller
+    hands in (`Solver(net, loader, opt)` keeps it as `self.model`): something that is called
+    and has a state dict is a module, which the caller may have wrapped, so its state dict is
+    read through `.module` (an optimizer or a scheduler is never called)."""
+    return name in facts.calls_by_callee and any(
+        read.attr.value in _STATE_DICT_METHODS and _called(facts, read) for read in reads)
 
 
 def _unwrap_attributes_of_objects_handed_in(facts: Facts, edits: Edits) -> None:
@@ -856,8 +866,8 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
         # The model, or a parameter it is handed in as (`def save_checkpoint(epoch, model)`),
         # pickled whole: the raw module, not the DDP wrapper.
         for saved in _saved_values(facts, call.args[0].value):
-            name, function = dotted_name(saved), facts.function_of(saved)
-            if name == model.name or name is not None and function is not None and (function, name) in holders:
+            name = dotted_name(saved)
+            if name is not None and (name == model.name or _held_at(facts, holders, saved, name)):
                 edits.expressions[saved] = _unwrapped(name, edits)
                 edits.report("DDP103", saved)
     _unwrap_for_helpers(facts, edits, model, wrap)
@@ -971,24 +981,56 @@ def _unwrap_in_callees(facts: Facts, edits: Edits, model: Model, holders: set[Ho
     `sample(model, 4)`: a function of this file that the model is handed to under another
     name may receive the wrapper, so the model's own attributes and methods are read there
     through `getattr(net, "module", net)` too (the same value flow that follows the model
-    into helpers for its state dict). Not in a function that trains: a method that runs the
-    forward there must go through the wrapper, or its gradients are not synchronised."""
+    into helpers for its state dict). The same holds for a class of this file handed the
+    model (`Solver(net, loader, opt)`, by position, keyword or a setter) that keeps it as
+    `self.model`: in every method of that class `self.model.state_dict()` is read through
+    `getattr(self.model, "module", self.model)`. In a function that trains, only the state
+    dict (`state_dict()`, `load_state_dict()`) is read through `.module`, which runs no
+    forward: a method that runs the forward there must go through the wrapper, or its
+    gradients are not synchronised. Either way the checkpoint keeps the single-GPU keys."""
     for function, name in holders:
-        if function is None or name == model.name or name not in parameter_names(function):
+        if function is None or name == model.name:
+            continue
+        if name.startswith("self."):
+            owner = facts.class_of(function)
+            if owner is None:
+                continue
+            methods = {method for method in owner.body.body if isinstance(method, cst.FunctionDef)}
+        elif name in parameter_names(function):
+            methods = {function}
+        else:
             continue
         # `def reset_state(net): net.hidden = None`: set on the module wherever it is set.
         for write in facts.attribute_writes.get(name, ()):
-            if facts.function_of(write) is function and write.attr.value not in names.WRAPPER_ATTRIBUTES:
+            if facts.function_of(write) in methods and write.attr.value not in names.WRAPPER_ATTRIBUTES:
                 edits.expressions[write.value] = _unwrapped(name, edits)
                 edits.report("DDP103", write)
-        if function in facts.training_functions:
-            continue
         for access in facts.attribute_reads.get(name, ()):
-            if facts.function_of(access) is not function or access.attr.value in names.WRAPPER_ATTRIBUTES:
+            where = facts.function_of(access)
+            if where not in methods or access.attr.value in names.WRAPPER_ATTRIBUTES:
+                continue
+            if where in facts.training_functions and not (
+                    access.attr.value in _STATE_DICT_METHODS and _called(facts, access)):
                 continue
             if not _under_wrapper_check(facts, access, name):
                 edits.expressions[access.value] = _unwrapped(name, edits, _quote_for(facts, access))
                 edits.report("DDP103", access)
+
+
+# A module's own state dict methods: on a DDP wrapper their keys carry a "module." prefix.
+_STATE_DICT_METHODS = frozenset({"state_dict", "load_state_dict"})
+
+
+def _held_at(facts: Facts, holders: set[Holder], node: cst.CSTNode, name: Optional[str]) -> bool:
+    """Does `name` at node hold the model: a holder of that function, or a `self.` attribute
+    a method of the same class stored the model in."""
+    function = facts.function_of(node)
+    if name is None or function is None:
+        return False
+    if (function, name) in holders:
+        return True
+    owner = facts.class_of(function) if name.startswith("self.") else None
+    return owner is not None and any(held == name and facts.class_of(holder) is owner for holder, held in holders)
 
 
 def _saved_values(facts: Facts, saved: cst.BaseExpression) -> list[cst.BaseExpression]:
