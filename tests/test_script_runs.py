@@ -1,5 +1,6 @@
 """The checks the fixture runs apply (tests/script_runs.py) must catch broken scripts."""
 import json
+import socket
 import sys
 import types
 from pathlib import Path
@@ -126,8 +127,12 @@ def test_a_pickled_ddp_wrapper_is_caught_and_a_whole_model_of_the_scripts_own_cl
     monkeypatch.setattr(_ScriptModel, "__module__", "the_training_script")
     model = _ScriptModel()
     torch.save({"epoch": 1, "model": model}, tmp_path / "whole.pth")
-    for name, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29531"}.items():
-        monkeypatch.setenv(name, value)
+    # A port of its own: other pytest-xdist workers run torchrun and group tests meanwhile.
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
     torch.distributed.init_process_group("gloo", rank=0, world_size=1)
     try:
         wrapped = torch.nn.parallel.DistributedDataParallel(model)

@@ -2,9 +2,12 @@
 import io
 import os
 import runpy
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -134,8 +137,15 @@ def test_probe_records_epochs_steps_saves_writes_and_prints(tmp_path):
 
 
 @pytest.mark.slow
-def test_probe_records_indices_with_worker_processes_and_stops_after_max_steps(tmp_path):
-    _, events = run_probe(tmp_path, "--max-steps", "3", workers="2")
+def test_probe_records_indices_with_worker_processes_and_stops_after_max_steps():
+    # DataLoader workers bind a Unix socket in TMPDIR, whose path may be 107 characters at
+    # most: a pytest-xdist worker's tmp_path is too long for it (the workers fail, the probe
+    # waits on them), so this run lies in a short folder of its own.
+    short = Path(tempfile.mkdtemp(prefix="probe-", dir="/tmp"))
+    try:
+        _, events = run_probe(short, "--max-steps", "3", workers="2")
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
     steps = [event for event in events if event["ev"] == "step"]
     fetched = [i for event in events if event["ev"] == "fetch" for i in event["indices"]]
     assert len(steps) == 3 and events[-1] == {"ev": "stop", "reason": "max_steps", "steps": 3}
