@@ -233,6 +233,11 @@ class Project:
         definition = self._definition(qualified)
         return definition is not None and definition[0].loads_checkpoint(definition[1])
 
+    def writes_files(self, qualified: str) -> bool:
+        """Calling `qualified` writes a file somewhere inside (effects.writes_files)."""
+        definition = self._definition(qualified)
+        return definition is not None and definition[0].writes_files(definition[1])
+
     def iterated_parameters(self, qualified: str) -> tuple[list[str], set[str]]:
         """For a function or a class: its positional parameters and those it iterates
         (effects.iterated_parameters)."""

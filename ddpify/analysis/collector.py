@@ -668,6 +668,8 @@ class Collector(cst.CSTVisitor):
                 self.facts.calls_returning_moved.add(node)
             if self.project.loads_checkpoint(qualified):
                 self.facts.helper_load_calls.append(node)
+            if self.project.writes_files(qualified):
+                self.facts.helper_write_calls.append(node)
             positional, loaded = self.project.state_loaded_parameters(qualified)
             for parameter in sorted(loaded):
                 value = argument_for(node, parameter, positional.index(parameter) if parameter in positional else None)
@@ -699,6 +701,8 @@ class Collector(cst.CSTVisitor):
         self._note_chained_training_calls()
         for callee, calls in self.facts.calls_by_callee.items():
             methods = self._methods_of_project_objects(callee)
+            if any(self.project.writes_files(name) for name in methods):
+                self.facts.helper_write_calls.extend(calls)
             values = [_constructed(value) for value in self.facts.assigned_values.get(callee.rpartition(".")[0], [])]
             if methods and all(self.project.trains(name) for name in methods):
                 # `solver.train()` on a Solver of another module: the steps are in there,
@@ -814,6 +818,8 @@ class Collector(cst.CSTVisitor):
             func = cast(cst.Attribute, call.func)
             made = cast(cst.Call, func.value)
             methods = [f"{qualified}.{func.attr.value}" for qualified in self._qualified(made.func)]
+            if any(self.project.writes_files(name) for name in methods):
+                self.facts.helper_write_calls.append(call)
             if methods and all(self.project.trains(name) for name in methods):
                 self.facts.training_helper_calls.append(call)
                 self.training_tops.add(cast(cst.CSTNode, self.facts.ancestor_in(call, self.facts.module)))
@@ -893,6 +899,7 @@ class Collector(cst.CSTVisitor):
         receiver = dotted_name(func.value)
         if isinstance(func.value, cst.Call):
             self.chained_calls.append(node)
+            self.facts.chained_calls.append(node)
         if method == "backward" or (method == "step" and receiver and "optim" in receiver):
             self._note_training()
             self.training_calls.append(node)

@@ -398,6 +398,30 @@ class FunctionEffects:
             isinstance(value, ast.Call) and self._iterator_class(dotted_ast(value.func) or "")
             for value in values) for values in made)
 
+    def writes_files(self, name: str, depth: int = 0) -> bool:
+        """The function writes a file (torch.save, an open for writing, json.dump and the
+        like), itself or through a function of this module or a method it calls on its own
+        object (`fit` calling `self.save_checkpoint(path)`): a call of it, which trains on
+        every rank while its writes run on rank 0 alone, is followed by reads that must wait."""
+        function = self._functions.get(name)
+        if function is None or depth > 3:
+            return False
+        owner = self.class_of(name)
+        own = function.args.args[0].arg if owner is not None and function.args.args else None
+        for node in ast.walk(function):
+            if not isinstance(node, ast.Call):
+                continue
+            qualified = self.qualified(dotted_ast(node.func) or "")
+            if qualified == names.TORCH_SAVE or qualified in names.DUMP_TO_FILE or (
+                    qualified in names.OPEN and _opens_for_writing(node)):
+                return True
+            if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) \
+                    and node.func.value.id == own:
+                qualified = f"{owner}.{node.func.attr}"
+            if qualified != name and qualified in self._functions and self.writes_files(qualified, depth + 1):
+                return True
+        return False
+
     def loads_checkpoint(self, name: str) -> bool:
         """The function, or the class's __init__, reads a file with torch.load itself."""
         _, _, function = self._function_or_init(name)

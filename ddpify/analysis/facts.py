@@ -260,6 +260,11 @@ class FactRecord:
     load_calls: list[cst.Call] = field(default_factory=list)
     # Calls of a function of another module of the project that reads a file with torch.load.
     helper_load_calls: list[cst.Call] = field(default_factory=list)
+    # Calls of a function or method of another module of the project that writes a file
+    # somewhere inside (`fit(model, ...)` whose epoch loop saves the best model on rank 0).
+    helper_write_calls: list[cst.Call] = field(default_factory=list)
+    # `Trainer(model, loader).fit(epochs)`: methods called on an object made in place.
+    chained_calls: list[cst.Call] = field(default_factory=list)
     main_guard: Optional[cst.If] = None
     data_parallel_calls: list[cst.Call] = field(default_factory=list)
     batchnorm_calls: list[cst.Call] = field(default_factory=list)
