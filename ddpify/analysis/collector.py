@@ -84,6 +84,7 @@ class Collector(cst.CSTVisitor):
         # Methods of this file that build an optimizer over their own object's parameters.
         self.self_optimizer_methods: set[str] = set()
         self.training_calls: list[cst.Call] = []
+        self.input_gradient_scopes: dict[cst.CSTNode, bool] = {}
         # (function, name) -> the names of the iterable a progress bar or enumerate() held
         # in that name goes over.
         self.iteration_wrappers: dict[tuple[Optional[cst.FunctionDef], str], list[str]] = {}
@@ -894,13 +895,34 @@ class Collector(cst.CSTVisitor):
                 found.extend(self._calls_in_values_of(value, depth + 1))
         return found
 
+    def _backward_for_input_gradients(self, node: cst.Call) -> bool:
+        """Rule: a backward trains only when an update of the parameters can follow. One whose
+        outermost loop (or, outside any loop, its function or the module's own statements)
+        steps nothing (no `.step(` call) and reads `.grad` only of tensors that its function
+        marked as needing gradients (`x.requires_grad_()`, `x.requires_grad = True`,
+        `torch.zeros(..., requires_grad=True)`) computes input gradients: an FGSM or PGD
+        attack, a saliency map. It is no training step: its loop and loader are an
+        evaluation's, and a script that does nothing else does not train."""
+        function: cst.CSTNode = self._function() or self.facts.module
+        region = function
+        parent = self.parents.get(node)
+        while parent is not None and parent is not function:
+            if isinstance(parent, (cst.For, cst.While)):
+                region = parent
+            parent = self.parents.get(parent)
+        if region not in self.input_gradient_scopes:
+            self.input_gradient_scopes[region] = _reads_input_gradients_only(region, function)
+        return self.input_gradient_scopes[region]
+
     def _visit_method_call(self, node: cst.Call, func: cst.Attribute) -> None:
         method = func.attr.value
         receiver = dotted_name(func.value)
         if isinstance(func.value, cst.Call):
             self.chained_calls.append(node)
             self.facts.chained_calls.append(node)
-        if method == "backward" or (method == "step" and receiver and "optim" in receiver):
+        if method == "backward" and self._backward_for_input_gradients(node):
+            pass  # an attack or a saliency map: no parameter is updated
+        elif method == "backward" or (method == "step" and receiver and "optim" in receiver):
             self._note_training()
             self.training_calls.append(node)
             self._mark_training_loops(node)
@@ -1010,3 +1032,28 @@ def _bound_names(target: cst.BaseExpression) -> list[str]:
         return _bound_names(target.value)
     name = dotted_name(target)
     return [name] if name is not None else []
+
+
+def _reads_input_gradients_only(region: cst.CSTNode, function: cst.CSTNode) -> bool:
+    """No `.step(` call in `region`, and every `X.grad` it reads is of a name `function`
+    marked as needing gradients (collector._backward_for_input_gradients)."""
+    # (At module level, the module's own statements: a function there is a scope of its own.)
+    inner = not isinstance(function, cst.Module)
+    stepped = any(isinstance(call.func, cst.Attribute) and call.func.attr.value == "step"
+                  for call in find_all(region, cst.Call, into_functions=inner))
+    grads = {dotted_name(attribute.value) or "" for attribute in find_all(region, cst.Attribute, into_functions=inner)
+             if attribute.attr.value == "grad"}
+    marked = {dotted_name(call.func.value) or "" for call in find_all(function, cst.Call, into_functions=inner)
+              if isinstance(call.func, cst.Attribute) and call.func.attr.value == "requires_grad_"}
+    for node in find_all(function, cst.Assign, into_functions=inner):
+        for target in node.targets:
+            name = dotted_name(target.target)
+            if isinstance(target.target, cst.Attribute) and target.target.attr.value == "requires_grad":
+                marked.add(dotted_name(target.target.value) or "")
+            elif name is not None and isinstance(node.value, cst.Call) and (any(
+                    arg.keyword is not None and arg.keyword.value == "requires_grad" and is_true(arg.value)
+                    for arg in node.value.args) or isinstance(node.value.func, cst.Attribute)
+                    and node.value.func.attr.value == "requires_grad_"):
+                marked.add(name)  # `x = torch.zeros(..., requires_grad=True)`, `x = x.clone().requires_grad_()`
+    marked.discard("")
+    return not stepped and bool(grads) and grads <= marked
