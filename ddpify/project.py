@@ -233,6 +233,12 @@ class Project:
         definition = self._definition(qualified)
         return definition is not None and definition[0].loads_checkpoint(definition[1])
 
+    def kept_and_trained_parameters(self, qualified: str) -> tuple[list[str], dict[str, str]]:
+        """For a class of the project: the models handed to it that it trains without moving
+        them (effects.kept_and_trained_parameters)."""
+        definition = self._definition(qualified)
+        return ([], {}) if definition is None else definition[0].kept_and_trained_parameters(definition[1])
+
     def writes_files(self, qualified: str) -> bool:
         """Calling `qualified` writes a file somewhere inside (effects.writes_files)."""
         definition = self._definition(qualified)

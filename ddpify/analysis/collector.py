@@ -652,8 +652,23 @@ class Collector(cst.CSTVisitor):
         """`optimizer = util.set_optimizer(opt, model)`: a function of the project builds the
         optimizer over the model it is handed, which is a model here."""
         positional = [arg for arg in node.args if arg.keyword is None and not arg.star]
-        for position in sorted(self.project.optimizer_parameters(qualified)):
-            name = dotted_name(positional[position].value) if position < len(positional) else None
+        names = [dotted_name(positional[position].value) if position < len(positional) else None
+                 for position in sorted(self.project.optimizer_parameters(qualified))]
+        # `Trainer(model, loader)` whose __init__ keeps `self.model = model` and builds the
+        # optimizer over `self.model.parameters()`: the model is wrapped here, after its move.
+        kept_positional, kept = self.project.kept_and_trained_parameters(qualified)
+        assign = self.parents.get(node)
+        instance = dotted_name(assign.targets[0].target) if isinstance(assign, cst.Assign) and len(
+            assign.targets) == 1 and assign.value is node else None
+        for parameter, attribute in sorted(kept.items()):
+            value = argument_for(node, parameter, kept_positional.index(parameter)
+                                 if parameter in kept_positional else None)
+            name = dotted_name(value) if value is not None else None
+            names.append(name)
+            if name is not None and instance is not None:
+                # `trainer.model` outside the class holds the wrapper too.
+                self.facts.kept_on_instances.setdefault(name, []).append(f"{instance}.{attribute}")
+        for name in names:
             if name is not None and all(model.name != name for model in self.facts.models):
                 self._note_training()
                 self.facts.models.append(Model(name, self._statement(node), self._function()))

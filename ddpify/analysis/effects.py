@@ -250,6 +250,28 @@ class FunctionEffects:
         read = _parameters_read(function)
         return {index for index, parameter in enumerate(self._positional(name, function)) if parameter in read}
 
+    def kept_and_trained_parameters(self, name: str) -> tuple[list[str], dict[str, str]]:
+        """For a class: (its __init__'s parameters, those it keeps as they were handed in,
+        `self.model = model`, and builds an optimizer over, `SGD(self.model.parameters())`
+        in any method, each with the attribute that keeps it: {"model": "model"}), when it
+        moves none of them itself: the caller moves that model and wraps it there, before
+        the hand-off (a class that moves it wraps it itself)."""
+        init = self._functions.get(f"{name}.__init__")
+        if name not in self.classes or init is None or not self.builds_optimizer(name):
+            return [], {}
+        positional, moved = self.moved_parameters(f"{name}.__init__")
+        parameters = {a.arg for a in [*init.args.args[1:], *init.args.kwonlyargs]}
+        kept = _kept_parameters(init, parameters)
+        methods = [function for key, function in self._functions.items() if self._class_of.get(key) == name]
+        optimized = {f"self.{node.func.value.attr}" for function in methods for node in ast.walk(function)
+                     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                     and node.func.attr in ("parameters", "named_parameters")
+                     and isinstance(node.func.value, ast.Attribute) and isinstance(node.func.value.value, ast.Name)
+                     and node.func.value.value.id == "self"}
+        if moved or self.moves_own_model(f"{name}.__init__"):
+            return positional, {}
+        return positional, {kept[attribute]: attribute[len("self."):] for attribute in optimized if attribute in kept}
+
     def optimizer_over_self(self, name: str) -> bool:
         """A method that builds an optimizer over its own object's parameters."""
         function = self._functions.get(name)

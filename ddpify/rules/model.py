@@ -959,10 +959,13 @@ def _layer_uses_of(module: cst.Module, name: str) -> list[cst.BaseExpression]:
 
 def _unwrap_on_instances(facts: Facts, edits: Edits, model: Model) -> None:
     """`torch.save(trainer.model.state_dict(), path)` after `trainer.fit()`, where the class
-    wraps `self.model`: outside the class the attribute holds the wrapper too, so its own
-    attributes and a whole-model save go through `getattr(trainer.model, "module", ...)`
-    (the same value with or without the wrap, whichever runs first)."""
-    for spelling in facts.attribute_on_instances(model.name, model.function):
+    wraps `self.model`, or keeps as `self.model` the model wrapped here: outside the class
+    the attribute holds the wrapper too, so its own attributes and a whole-model save go
+    through `getattr(trainer.model, "module", ...)` (the same value with or without the
+    wrap, whichever runs first)."""
+    spellings = [*facts.attribute_on_instances(model.name, model.function),
+                 *facts.kept_on_instances.get(model.name, ())]
+    for spelling in spellings:
         for call in facts.save_calls:
             for saved in _saved_values(facts, call.args[0].value) if call.args else ():
                 if dotted_name(saved) == spelling:
