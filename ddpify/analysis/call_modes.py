@@ -16,6 +16,7 @@ from typing import Optional, Union
 import libcst as cst
 
 from ddpify.analysis.facts import FactRecord
+from ddpify.analysis.nodes import find_all
 
 
 class _Unknown:
@@ -68,7 +69,16 @@ def _given_values(callee: cst.FunctionDef, call: cst.Call, on_object: bool) -> d
 
 def _bind_flags(callee: cst.FunctionDef, values: dict[str, Value]) -> None:
     """`training = optimizer is not None`, `is_train = mode == "train"`: names the function
-    binds once, at its top level, from what the call tells."""
+    binds once, at its top level, from what the call tells. A parameter or flag bound again
+    anywhere else in the function (`if epoch > 5: training = False`) is not known."""
+    bound: dict[str, int] = {}
+    for target in find_all(callee.body, cst.AssignTarget) + find_all(callee.body, cst.AugAssign):
+        name = target.target.value if isinstance(target.target, cst.Name) else None
+        if name is not None:
+            bound[name] = bound.get(name, 0) + 1
+    for name in bound:
+        if name in values:
+            values[name] = UNKNOWN  # a parameter bound again in the body
     body = callee.body
     if not isinstance(body, cst.IndentedBlock):
         return
@@ -78,7 +88,8 @@ def _bind_flags(callee: cst.FunctionDef, values: dict[str, Value]) -> None:
         for small in statement.body:
             if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(
                     small.targets[0].target, cst.Name):
-                values[small.targets[0].target.value] = _evaluated(small.value, values)
+                name = small.targets[0].target.value
+                values[name] = _evaluated(small.value, values) if bound.get(name) == 1 else UNKNOWN
 
 
 def _skipped(facts: FactRecord, step: cst.CSTNode, callee: cst.FunctionDef, values: dict[str, Value]) -> bool:
