@@ -1071,4 +1071,38 @@ def _reads_input_gradients_only(region: cst.CSTNode, function: cst.CSTNode) -> b
                     and node.value.func.attr.value == "requires_grad_"):
                 marked.add(name)  # `x = torch.zeros(..., requires_grad=True)`, `x = x.clone().requires_grad_()`
     marked.discard("")
-    return not stepped and bool(grads) and grads <= marked
+    return not stepped and bool(grads) and grads <= marked and not _updated_in_place(region, marked, inner)
+
+
+# In-place methods that only clear a gradient or a flag, not a step of the tensor itself.
+_NOT_UPDATES = frozenset({"zero_", "requires_grad_", "detach_", "retain_grad"})
+
+
+def _updated_in_place(region: cst.CSTNode, marked: set[str], inner: bool) -> bool:
+    """A marked tensor is stepped like a parameter: `w -= lr * w.grad`, `w.data.sub_(...)`,
+    `delta.data = ...`, or bound again from its own gradient (`w = (w - lr * w.grad).detach()`).
+    Then the backward may be a hand-written training step (a model of bare tensors), or a
+    PGD attack's step on its input; either way it is not read as input gradients alone."""
+    def own(node: cst.BaseExpression) -> Optional[str]:
+        name = dotted_name(node)
+        if name is not None and name.endswith(".data"):
+            name = name[: -len(".data")]
+        return name if name in marked else None
+
+    for node in find_all(region, cst.AugAssign, into_functions=inner):
+        if own(node.target) is not None:
+            return True
+    for call in find_all(region, cst.Call, into_functions=inner):
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value.endswith("_") \
+                and call.func.attr.value not in _NOT_UPDATES and own(call.func.value) is not None:
+            return True
+    for assign in find_all(region, cst.Assign, into_functions=inner):
+        for target in assign.targets:
+            name = own(target.target)
+            if name is None:
+                continue
+            if (dotted_name(target.target) or "").endswith(".data") or any(
+                    dotted_name(read.value) == name and read.attr.value == "grad"
+                    for read in find_all(assign.value, cst.Attribute)):
+                return True
+    return False

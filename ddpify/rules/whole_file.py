@@ -65,6 +65,10 @@ CASES = (
     Silent("import torch\n\nmodel = torch.nn.Linear(4, 2)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
            "x = torch.randn(3, 4, requires_grad=True)\nloss = model(x).sum()\nloss.backward()\nopt.step()\n"
            "print(x.grad.abs())\n", "DDP901"),
+    # ...nor one that steps its own tensors by hand: that trains.
+    Silent("import torch\n\nx = torch.randn(8, 3)\nw = torch.zeros(3, requires_grad=True)\nfor step in range(5):\n"
+           "    loss = (x @ w).pow(2).mean()\n    loss.backward()\n    with torch.no_grad():\n"
+           "        w -= 0.1 * w.grad\n        w.grad.zero_()\n", "DDP901"),
     Emits(TRAINING.replace("    for x, y in loader:\n", "    for x, y in [(inputs, targets)]:\n")
           .replace("dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n"
                    "loader = DataLoader(dataset, batch_size=8, shuffle=True)\n",
