@@ -39,8 +39,12 @@ class Project:
 
     def __init__(self, modules: Optional["_Modules"] = None, imported: Iterable[str] = (),
                  star_names: Optional[Mapping[str, str]] = None, used_elsewhere: Iterable[str] = (),
-                 in_project_folder: bool = False) -> None:
+                 in_project_folder: bool = False, rewritten: Iterable[Path] = ()) -> None:
         self._modules = modules
+        # The project's files this run migrates as well, where the program will import them
+        # from (in place, or into the same migrated copy of the tree): a helper there guards
+        # its own output (DDP301, DDP302 in its module), so its callers need not.
+        self._rewritten = frozenset(rewritten)
         # The module sits in a folder of the user's project, among other modules of it (not
         # in an installed package, not alone): a training helper there that nothing imports
         # has callers ddpify cannot see (a notebook), and is migrated for them (DDP918).
@@ -67,6 +71,16 @@ class Project:
 
     def effect(self, qualified: str) -> Optional[str]:
         return self._facts_of(qualified)[0]
+
+    def guards_own_output(self, qualified: str) -> bool:
+        """`qualified` is defined in a module this run migrates too, which puts each of its
+        prints and writes on rank 0 itself (effects.guards_itself): a second guard around the
+        call would only repeat it."""
+        definition = self._definition(qualified) if self._rewritten else None
+        if definition is None or self._modules is None:
+            return False
+        path = self._modules.file_of(definition[0])
+        return path is not None and path in self._rewritten and definition[0].guards_itself(definition[1])
 
     def wraps_in_data_parallel(self) -> bool:
         """A module of the project wraps something in DataParallel, which the migration
@@ -322,9 +336,10 @@ class Project:
         return qualified
 
 
-def read(script: str, source: str) -> Project:
-    """The project around `script`, whose text is `source`. A script that does not parse is
-    not ddpify's to judge here: the migration itself reports it."""
+def read(script: str, source: str, rewritten: Iterable[str] = ()) -> Project:
+    """The project around `script`, whose text is `source`; `rewritten` names the files this
+    run migrates along with it, in place or into the same copy of the tree (Project). A
+    script that does not parse is not ddpify's to judge here: the migration itself reports it."""
     path = Path(script).resolve()
     if INSTALLED.intersection(path.parent.parts):
         return Project()  # installed code: its imports are other packages, not its project
@@ -354,7 +369,8 @@ def read(script: str, source: str) -> Project:
     used = names_used_elsewhere(root, name)
     if not imported and not used:
         return Project(in_project_folder=True)
-    found = Project(modules, imported, star_names, used)
+    found = Project(modules, imported, star_names, used,
+                    rewritten={Path(file).resolve() for file in rewritten})
     found.module = name
     found.package = package
     return found
@@ -602,6 +618,12 @@ class _Modules:
 
     def _module_of(self, effects: FunctionEffects) -> Optional[str]:
         return next((name for name, read in self._read.items() if read is effects), None)
+
+    def file_of(self, effects: FunctionEffects) -> Optional[Path]:
+        """The file a module read here comes from, resolved."""
+        module = self._module_of(effects)
+        found = _module_file(self.root, module) if module is not None else None
+        return found[0].resolve() if found is not None else None
 
     def method_trains(self, owner: str, method: str) -> bool:
         """`owner` (a class's qualified name) trains when `method` is called: the method

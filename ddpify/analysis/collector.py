@@ -688,8 +688,12 @@ class Collector(cst.CSTVisitor):
         if effect is not None:
             self._record_helper(node, qualified, effect)
 
-    def _record_helper(self, node: cst.Call, qualified: str, effect: str) -> None:
+    def _record_helper(self, node: cst.Call, qualified: str, effect: str, guarded_there: Optional[bool] = None
+                       ) -> None:
         self.facts.helper_effects[node] = effect
+        if effect in (effects.SPEAKS, effects.WRITES) and (
+                self.project.guards_own_output(qualified) if guarded_there is None else guarded_there):
+            self.facts.guarded_in_helper.add(node)
         if effect == effects.MIXED:
             self.facts.helper_attribute_readers[node] = self.project.attribute_readers(
                 qualified, names.WRAPPER_ATTRIBUTES)
@@ -722,9 +726,10 @@ class Collector(cst.CSTVisitor):
             if len(found) != 1 or None in found:
                 continue
             effect = cast(str, found.pop())
+            guarded_there = all(self.project.guards_own_output(name) for name in methods)
             for call in calls:
                 if call not in self.facts.helper_effects:
-                    self._record_helper(call, callee, effect)
+                    self._record_helper(call, callee, effect, guarded_there)
 
     def note_models_handed_to_training(self) -> None:
         """`Trainer(model, ...)` or `train(model, loader, ...)` of another module of the

@@ -50,6 +50,13 @@ TENSOR_FUNCTIONS = frozenset(f"torch.{name}" for name in (
     "zeros_like", "ones_like", "arange", "linspace", "no_grad", "inference_mode", "isfinite",
     "isnan", "topk", "sort", "flatten", "where", "from_numpy",
 ))
+# Calls that read a file: a helper that reads files as well as writing them (frames of the
+# images rank 0 wrote, made into an animation) keeps its callers' guard (guards_itself).
+FILE_READS = frozenset({
+    "imageio.imread", "imageio.v2.imread", "imageio.v3.imread", "cv2.imread", "skimage.io.imread",
+    "PIL.Image.open", "numpy.load", "numpy.loadtxt", "json.load", "pickle.load", "torch.load",
+    "os.listdir", "glob.glob",
+})
 # Methods that read their object; on anything the function did not make itself, only these.
 # Not `cpu`, `float`, `half`: on a model they move or convert it in place (a helper's
 # `model.cpu()` on rank 0 alone would leave the ranks' models on different devices).
@@ -106,6 +113,7 @@ class FunctionEffects:
                         for target in node.targets if isinstance(target, ast.Name)}
         self._resolve_elsewhere = resolve_elsewhere
         self._known: dict[str, str] = {}
+        self._guarding: dict[str, bool] = {}
 
     @property
     def functions(self) -> list[str]:
@@ -124,6 +132,22 @@ class FunctionEffects:
             if self._known[name] == OPAQUE and function is not None and self._prints(function):
                 self._known[name] = MIXED
         return self._known[name]
+
+    def guards_itself(self, name: str) -> bool:
+        """The function's prints and writes are each a statement that its module's own
+        migration puts on rank 0 (DDP301, DDP302 there): a call statement (`print(...)`,
+        `torch.save(...)`, `img.save(path)`), or inside a `with open(path, "w")` block. Not
+        a log call (ranks' log levels are set where logging is configured), a write in a
+        `return` or an assignment, nor a method of a dataset class (it runs in the loader's
+        workers, left alone)."""
+        if name not in self._guarding:
+            self._guarding[name] = False  # a recursive call is not followed
+            function = self._functions.get(name)
+            owner = self.class_of(name)
+            self._guarding[name] = function is not None and not (
+                owner is not None and any(base.endswith("Dataset") for base in self.bases.get(owner, ()))) \
+                and _Reader(self, function, owner).guarded(function.body)
+        return self._guarding[name]
 
     def trains(self, name: str, depth: int = 0) -> bool:
         """The function takes training steps: it calls `.backward()`, itself or through a
@@ -646,6 +670,46 @@ class _Reader:
         for block in _blocks_of(statement):
             effects += [self._statement(inner) for inner in block]
         return strongest(effects)
+
+    def guarded(self, statements: list[ast.stmt], in_written_file: bool = False) -> bool:
+        """Every print or write of the statements is one the module's migration guards
+        (FunctionEffects.guards_itself); `in_written_file`: inside `with open(path, "w")`."""
+        for statement in statements:
+            opens_to_write = isinstance(statement, ast.With) and any(
+                isinstance(item.context_expr, ast.Call) and _opens_for_writing(item.context_expr)
+                for item in statement.items)
+            inside = in_written_file or opens_to_write
+            for call in _calls_in(statement):
+                if self._reads_file(call):
+                    return False
+                if self._call(call) in (SPEAKS, WRITES) and not inside and not self._guarded_call(statement, call):
+                    return False
+            if not all(self.guarded(block, inside) for block in _blocks_of(statement)):
+                return False
+        return True
+
+    def _reads_file(self, call: ast.Call) -> bool:
+        """Reads a file on every rank once the call's guard is gone, maybe one rank 0 writes."""
+        qualified = self.module.qualified(dotted_ast(call.func) or "")
+        if qualified == "builtins.open":
+            return not _opens_for_writing(call)
+        return qualified in FILE_READS
+
+    def _guarded_call(self, statement: ast.stmt, call: ast.Call) -> bool:
+        """A call statement of its own, not a log call; one of this module's functions or
+        methods guards inside it (its migration leaves the call itself unguarded)."""
+        if not (isinstance(statement, ast.Expr) and statement.value is call):
+            return False
+        func = call.func
+        if isinstance(func, ast.Attribute) and func.attr in LOG_METHODS and _base_name(func) in self.module.loggers:
+            return False
+        if (self.self_name is not None and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+                and func.value.id == self.self_name and f"{self.owner}.{func.attr}" in self.module.functions):
+            return self.module.guards_itself(f"{self.owner}.{func.attr}")
+        qualified = self.module.qualified(dotted_ast(func) or "")
+        if qualified.startswith("logging."):
+            return False
+        return self.module.guards_itself(qualified) if qualified in self.module.functions else True
 
     def _own_target(self, target: ast.expr) -> bool:
         """An assignment to a name (a local, or a global the function declares), or into an

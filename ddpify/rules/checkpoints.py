@@ -450,6 +450,8 @@ def _calls_of(facts: Facts, function: Optional[cst.FunctionDef]) -> list[cst.Cal
 
 
 def _on_rank0_only(facts: Facts, setup: Plan, node: cst.CSTNode) -> bool:
+    if node in facts.guarded_in_helper:
+        return True  # a helper whose module, migrated in this run, writes on rank 0 alone
     current: Optional[cst.CSTNode] = node
     while current is not None:
         if current in setup.rank0_statements:

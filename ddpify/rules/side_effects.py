@@ -112,6 +112,8 @@ def _guard_prints_and_saves(facts: Facts, edits: Edits, setup: Plan) -> None:
         if expression is None:
             continue
         call = expression.value
+        if call in facts.guarded_in_helper:
+            continue  # its own module, migrated in this run, prints or writes on rank 0 alone
         writes = call in facts.save_calls or isinstance(call, cst.Call) and facts.helper_effects.get(
             call) == effects.WRITES
         # `save_image(G(z), path)`, `torch.save(G(z), path)`: rank 0 alone would run a DDP
