@@ -643,6 +643,11 @@ class _Reader:
         return all(self._own_target(target) for target in targets)
 
     def _call(self, call: ast.Call) -> str:
+        if isinstance(call.func, ast.Attribute) and call.func.attr in names.PATH_WRITING_METHODS:
+            return WRITES  # `Path(out_dir, "config.json").write_text(...)`, `(run / "DONE").touch()`
+        return self._other_call(call)
+
+    def _other_call(self, call: ast.Call) -> str:
         dotted = dotted_ast(call.func)
         if (self.self_name is not None and isinstance(call.func, ast.Attribute)
                 and isinstance(call.func.value, ast.Name) and call.func.value.id == self.self_name
