@@ -7,6 +7,7 @@ from typing import Optional, Union, cast
 import libcst as cst
 
 from ddpify.analysis import effects, names
+from ddpify.analysis.containers import iterated_elements, literal_elements
 from ddpify.analysis.control import Facts
 from ddpify.analysis.devices import DeviceValues
 from ddpify.analysis.facts import DeviceAssignment, ExternalLoader, ExternalLoaderDict, Loader, Model, Statement
@@ -94,6 +95,8 @@ class Collector(cst.CSTVisitor):
                                         Optional[cst.Call]]] = []
         # For loops over `X.parameters()` or `X.named_parameters()`, for parameter groups.
         self._loops_over_parameters: list[cst.For] = []
+        # Functions of this file that move each element of a positional parameter.
+        self._element_movers: dict[str, list[tuple[int, cst.Call]]] = {}
         self._devices = DeviceValues(facts.module, self._calls)
 
     def _note_training(self) -> None:
@@ -415,10 +418,14 @@ class Collector(cst.CSTVisitor):
 
     def _methods_of_project_objects(self, callee: str) -> list[str]:
         """`progress.display` where every `progress = ProgressMeter(...)` constructs a class
-        of another module of the project: "utils.ProgressMeter.display", once per value."""
+        of another module of the project: "utils.ProgressMeter.display", once per value
+        (`progress(i)`: "utils.ProgressMeter.__call__")."""
         owner, _, method = callee.rpartition(".")
+        if not owner:
+            # `saver(model, epoch)` where `saver = Saver(out_dir)`: the object is called.
+            owner, method = callee, "__call__"
         values = [_constructed(value) for value in self.facts.assigned_values.get(owner, [])]
-        if not owner or not values or not all(isinstance(value, cst.Call) for value in values):
+        if not values or not all(isinstance(value, cst.Call) for value in values):
             return []
         return [f"{qualified}.{method}"
                 for value in values for qualified in self._qualified(cast(cst.Call, value).func)]
@@ -668,11 +675,7 @@ class Collector(cst.CSTVisitor):
                 self.facts.calls_returning_moved.add(node)
             if self.project.loads_checkpoint(qualified):
                 self.facts.helper_load_calls.append(node)
-            positional, loaded = self.project.state_loaded_parameters(qualified)
-            for parameter in sorted(loaded):
-                value = argument_for(node, parameter, positional.index(parameter) if parameter in positional else None)
-                if value is not None:
-                    self.facts.helper_state_loads.setdefault(node, []).append(value)
+            self._note_state_handed(node, qualified)
             clock_line = self.project.names_from_clock(qualified)
             if clock_line is not None:
                 self.facts.clock_named_calls[node] = (qualified, clock_line)
@@ -684,6 +687,14 @@ class Collector(cst.CSTVisitor):
         effect = self.project.effect(qualified)
         if effect is not None:
             self._record_helper(node, qualified, effect)
+
+    def _note_state_handed(self, node: cst.Call, qualified: str) -> None:
+        """The arguments whose state dict the helper loads or reads (Project.state_loaded_parameters)."""
+        positional, loaded = self.project.state_loaded_parameters(qualified)
+        for parameter in sorted(loaded):
+            value = argument_for(node, parameter, positional.index(parameter) if parameter in positional else None)
+            if value is not None and value not in self.facts.helper_state_loads.get(node, ()):
+                self.facts.helper_state_loads.setdefault(node, []).append(value)
 
     def _record_helper(self, node: cst.Call, qualified: str, effect: str) -> None:
         self.facts.helper_effects[node] = effect
@@ -713,13 +724,17 @@ class Collector(cst.CSTVisitor):
                 # the project defines on another: whether this call trains depends on the path.
                 self.facts.partly_followed_training.extend(calls)
                 continue
+            if len(set(methods)) == 1:
+                for call in calls:
+                    self._note_state_handed(call, methods[0])
             found = {self.project.effect(name) for name in methods}
             if len(found) != 1 or None in found:
                 continue
             effect = cast(str, found.pop())
             for call in calls:
                 if call not in self.facts.helper_effects:
-                    self._record_helper(call, callee, effect)
+                    # (An object called by its bare name goes by its method's full name.)
+                    self._record_helper(call, callee if "." in callee else methods[0], effect)
 
     def note_models_handed_to_training(self) -> None:
         """`Trainer(model, ...)` or `train(model, loader, ...)` of another module of the
@@ -920,6 +935,61 @@ class Collector(cst.CSTVisitor):
             moved = dotted_name(base)
             if moved is not None:
                 self.facts.device_moves.setdefault(moved, []).append(node)
+            if isinstance(base, cst.Name):
+                self._note_element_moves(node, base.value)
+
+    def _note_element_moves(self, node: cst.Call, variable: str) -> None:
+        """A move of a loop variable over `(G, D)` moves G and D (containers.iterated_elements);
+        over a parameter of this function, the elements its callers hand in (note_element_movers)."""
+        function = self._function()
+        positional = [param.name.value for param in function.params.params] if function is not None else None
+        for element in iterated_elements(self.parents, node, variable, positional):
+            if element.startswith("#"):
+                if function is not None and self.parents.get(function) is self.facts.module:
+                    self._element_movers.setdefault(function.name.value, []).append((int(element[1:]), node))
+            else:
+                self.facts.device_moves.setdefault(element, []).append(node)
+
+    def note_factories_returning_moved(self) -> None:
+        """`G = build_g()` where a function of this file returns what it moved to a device
+        (`m = Generator(); return m.cuda()`, `return Net().to(device)`): the model is on its
+        device, as for a function of another module (Project.moves_returned), so it is wrapped
+        with this rank's device_ids and the group is not the CPU's Gloo."""
+        for statement in self.facts.module.body:
+            if isinstance(statement, cst.FunctionDef) and self._returns_moved(statement):
+                self.facts.calls_returning_moved.update(self.facts.calls_by_callee.get(statement.name.value, ()))
+
+    def _returns_moved(self, function: cst.FunctionDef) -> bool:
+        def moved(value: Optional[cst.BaseExpression]) -> bool:
+            if isinstance(value, cst.IfExp):
+                return moved(value.body) or moved(value.orelse)
+            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and (
+                    value.func.attr.value in _RETURNS_MODULE):
+                if value.func.attr.value in ("to", "cuda"):
+                    return True
+                value = value.func.value
+            name = dotted_name(value) if isinstance(value, (cst.Name, cst.Attribute)) else None
+            if name is None:
+                return False
+            facts = self.facts
+            return any(facts.function_of(call) is function for call in facts.device_moves.get(name, ())) or any(
+                facts.function_of(assigned) is function and assigned is not value and moved(assigned)
+                for assigned in facts.assigned_values.get(name, ()))
+
+        return any(moved(returned.value) for returned in self.facts.own_statements(function, cst.Return))
+
+    def note_element_movers(self) -> None:
+        """`G, D = to_gpu([G, D])` (or `to_gpu([G, D])` alone), where a function of this file
+        moves each element of what it is handed (`return [m.cuda() for m in models]`): G and D
+        are moved there, at the call."""
+        for callee, moves in self._element_movers.items():
+            for call in self.facts.calls_by_callee.get(callee, ()):
+                positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+                for position, move in moves:
+                    if position < len(positional):
+                        for element in literal_elements(positional[position].value):
+                            self.facts.device_moves.setdefault(element, []).append(move)
+                            self._touch(element, call)
 
     # --- loops -----------------------------------------------------------------------------------
     def visit_For(self, node: cst.For) -> None:
