@@ -7,6 +7,7 @@ from typing import Optional, Union, cast
 import libcst as cst
 
 from ddpify.analysis import effects, names
+from ddpify.analysis.containers import iterated_elements, literal_elements
 from ddpify.analysis.control import Facts
 from ddpify.analysis.devices import DeviceValues
 from ddpify.analysis.facts import DeviceAssignment, ExternalLoader, ExternalLoaderDict, Loader, Model, Statement
@@ -95,6 +96,8 @@ class Collector(cst.CSTVisitor):
                                         Optional[cst.Call]]] = []
         # For loops over `X.parameters()` or `X.named_parameters()`, for parameter groups.
         self._loops_over_parameters: list[cst.For] = []
+        # Functions of this file that move each element of a positional parameter.
+        self._element_movers: dict[str, list[tuple[int, cst.Call]]] = {}
         self._devices = DeviceValues(facts.module, self._calls)
 
     def _note_training(self) -> None:
@@ -416,10 +419,14 @@ class Collector(cst.CSTVisitor):
 
     def _methods_of_project_objects(self, callee: str) -> list[str]:
         """`progress.display` where every `progress = ProgressMeter(...)` constructs a class
-        of another module of the project: "utils.ProgressMeter.display", once per value."""
+        of another module of the project: "utils.ProgressMeter.display", once per value
+        (`progress(i)`: "utils.ProgressMeter.__call__")."""
         owner, _, method = callee.rpartition(".")
+        if not owner:
+            # `saver(model, epoch)` where `saver = Saver(out_dir)`: the object is called.
+            owner, method = callee, "__call__"
         values = [_constructed(value) for value in self.facts.assigned_values.get(owner, [])]
-        if not owner or not values or not all(isinstance(value, cst.Call) for value in values):
+        if not values or not all(isinstance(value, cst.Call) for value in values):
             return []
         return [f"{qualified}.{method}"
                 for value in values for qualified in self._qualified(cast(cst.Call, value).func)]
@@ -671,11 +678,7 @@ class Collector(cst.CSTVisitor):
                 self.facts.helper_load_calls.append(node)
             if self.project.writes_files(qualified):
                 self.facts.helper_write_calls.append(node)
-            positional, loaded = self.project.state_loaded_parameters(qualified)
-            for parameter in sorted(loaded):
-                value = argument_for(node, parameter, positional.index(parameter) if parameter in positional else None)
-                if value is not None:
-                    self.facts.helper_state_loads.setdefault(node, []).append(value)
+            self._note_state_handed(node, qualified)
             clock_line = self.project.names_from_clock(qualified)
             if clock_line is not None:
                 self.facts.clock_named_calls[node] = (qualified, clock_line)
@@ -687,6 +690,14 @@ class Collector(cst.CSTVisitor):
         effect = self.project.effect(qualified)
         if effect is not None:
             self._record_helper(node, qualified, effect)
+
+    def _note_state_handed(self, node: cst.Call, qualified: str) -> None:
+        """The arguments whose state dict the helper loads or reads (Project.state_loaded_parameters)."""
+        positional, loaded = self.project.state_loaded_parameters(qualified)
+        for parameter in sorted(loaded):
+            value = argument_for(node, parameter, positional.index(parameter) if parameter in positional else None)
+            if value is not None and value not in self.facts.helper_state_loads.get(node, ()):
+                self.facts.helper_state_loads.setdefault(node, []).append(value)
 
     def _record_helper(self, node: cst.Call, qualified: str, effect: str, guarded_there: Optional[bool] = None
                        ) -> None:
@@ -722,6 +733,9 @@ class Collector(cst.CSTVisitor):
                 # the project defines on another: whether this call trains depends on the path.
                 self.facts.partly_followed_training.extend(calls)
                 continue
+            if len(set(methods)) == 1:
+                for call in calls:
+                    self._note_state_handed(call, methods[0])
             found = {self.project.effect(name) for name in methods}
             if len(found) != 1 or None in found:
                 continue
@@ -729,7 +743,8 @@ class Collector(cst.CSTVisitor):
             guarded_there = all(self.project.guards_own_output(name) for name in methods)
             for call in calls:
                 if call not in self.facts.helper_effects:
-                    self._record_helper(call, callee, effect, guarded_there)
+                    # (An object called by its bare name goes by its method's full name.)
+                    self._record_helper(call, callee if "." in callee else methods[0], effect, guarded_there)
 
     def note_models_handed_to_training(self) -> None:
         """`Trainer(model, ...)` or `train(model, loader, ...)` of another module of the
@@ -945,15 +960,73 @@ class Collector(cst.CSTVisitor):
                                                 for qualified in self._qualified(node.args[0].value)):
             self.facts.moves_to_imported_fixed_gpu.append(node)
         if method in ("to", "cpu", "cuda"):
-            base = func.value
-            # Only through calls that return the module itself (`model.eval().cpu()`),
-            # never through its output (`model.decode(z).cpu()`).
-            while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute) and (
-                    base.func.attr.value in _RETURNS_MODULE):
-                base = base.func.value
-            moved = dotted_name(base)
-            if moved is not None:
-                self.facts.device_moves.setdefault(moved, []).append(node)
+            self._note_device_move(node, func)
+
+    def _note_device_move(self, node: cst.Call, func: cst.Attribute) -> None:
+        base = func.value
+        # Only through calls that return the module itself (`model.eval().cpu()`),
+        # never through its output (`model.decode(z).cpu()`).
+        while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute) and (
+                base.func.attr.value in _RETURNS_MODULE):
+            base = base.func.value
+        moved = dotted_name(base)
+        if moved is not None:
+            self.facts.device_moves.setdefault(moved, []).append(node)
+        if isinstance(base, cst.Name):
+            self._note_element_moves(node, base.value)
+
+    def _note_element_moves(self, node: cst.Call, variable: str) -> None:
+        """A move of a loop variable over `(G, D)` moves G and D (containers.iterated_elements);
+        over a parameter of this function, the elements its callers hand in (note_element_movers)."""
+        function = self._function()
+        positional = [param.name.value for param in function.params.params] if function is not None else None
+        for element in iterated_elements(self.parents, node, variable, positional):
+            if element.startswith("#"):
+                if function is not None and self.parents.get(function) is self.facts.module:
+                    self._element_movers.setdefault(function.name.value, []).append((int(element[1:]), node))
+            else:
+                self.facts.device_moves.setdefault(element, []).append(node)
+
+    def note_factories_returning_moved(self) -> None:
+        """`G = build_g()` where a function of this file returns what it moved to a device
+        (`m = Generator(); return m.cuda()`, `return Net().to(device)`): the model is on its
+        device, as for a function of another module (Project.moves_returned), so it is wrapped
+        with this rank's device_ids and the group is not the CPU's Gloo."""
+        for statement in self.facts.module.body:
+            if isinstance(statement, cst.FunctionDef) and self._returns_moved(statement):
+                self.facts.calls_returning_moved.update(self.facts.calls_by_callee.get(statement.name.value, ()))
+
+    def _returns_moved(self, function: cst.FunctionDef) -> bool:
+        def moved(value: Optional[cst.BaseExpression]) -> bool:
+            if isinstance(value, cst.IfExp):
+                return moved(value.body) or moved(value.orelse)
+            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and (
+                    value.func.attr.value in _RETURNS_MODULE):
+                if value.func.attr.value in ("to", "cuda"):
+                    return True
+                value = value.func.value
+            name = dotted_name(value) if isinstance(value, (cst.Name, cst.Attribute)) else None
+            if name is None:
+                return False
+            facts = self.facts
+            return any(facts.function_of(call) is function for call in facts.device_moves.get(name, ())) or any(
+                facts.function_of(assigned) is function and assigned is not value and moved(assigned)
+                for assigned in facts.assigned_values.get(name, ()))
+
+        return any(moved(returned.value) for returned in self.facts.own_statements(function, cst.Return))
+
+    def note_element_movers(self) -> None:
+        """`G, D = to_gpu([G, D])` (or `to_gpu([G, D])` alone), where a function of this file
+        moves each element of what it is handed (`return [m.cuda() for m in models]`): G and D
+        are moved there, at the call."""
+        for callee, moves in self._element_movers.items():
+            for call in self.facts.calls_by_callee.get(callee, ()):
+                positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+                for position, move in moves:
+                    if position < len(positional):
+                        for element in literal_elements(positional[position].value):
+                            self.facts.device_moves.setdefault(element, []).append(move)
+                            self._touch(element, call)
 
     # --- loops -----------------------------------------------------------------------------------
     def visit_For(self, node: cst.For) -> None:

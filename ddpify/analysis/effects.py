@@ -189,18 +189,46 @@ class FunctionEffects:
     def state_loaded_parameters(self, name: str) -> tuple[list[str], set[str]]:
         """(the positional parameters, the ones the function, or the class's __init__, loads a
         state dict into: `def load_checkpoint(path, model, optimizer=None):
-        model.load_state_dict(ckpt["model"])` -> {"model", "optimizer"} when it loads both).
-        None when it trains: a training forward must go through the wrapper."""
+        model.load_state_dict(ckpt["model"])` -> {"model", "optimizer"} when it loads both),
+        or reads the state dict of, never running it (`def __call__(self, model, epoch):
+        torch.save(model.state_dict(), path)`, a Saver's): the raw module's keys, without
+        DDP's `module.` prefix, are the checkpoint's. None when it trains: a training forward
+        must go through the wrapper."""
         _, key, function = self._function_or_init(name)
         if function is None or self.trains(key):
             return [], set()
+        return self._positional(key, function), self._state_read_parameters(key, function, 0)
+
+    def _state_read_parameters(self, key: str, function: ast.FunctionDef, depth: int) -> set[str]:
+        """The parameters whose state dict the function loads, or reads without running them,
+        itself or through a method of its class it hands them to (`self._restart(shadow, live)`)."""
         arguments = function.args
         parameters = {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}
-        loaded = {node.func.value.id for node in ast.walk(function)
-                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                  and node.func.attr == "load_state_dict" and isinstance(node.func.value, ast.Name)
-                  and node.func.value.id in parameters}
-        return self._positional(key, function), loaded
+        calls = [node for node in ast.walk(function) if isinstance(node, ast.Call)]
+        # A model it runs, or keeps (`self.model = model`) or hands back, may train through
+        # the wrapper later: only the wrapper will do there.
+        run = {call.func.id for call in calls if isinstance(call.func, ast.Name)} | _kept_or_returned(function)
+        loaded = {call.func.value.id for call in calls
+                  if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)
+                  and call.func.value.id in parameters and (
+                      call.func.attr == "load_state_dict"
+                      or call.func.attr == "state_dict" and call.func.value.id not in run)}
+        owner = self.class_of(key)
+        own = arguments.args[0].arg if owner is not None and arguments.args else None
+        for call in calls:
+            if depth >= 3 or own is None or not (isinstance(call.func, ast.Attribute) and isinstance(
+                    call.func.value, ast.Name) and call.func.value.id == own):
+                continue
+            method_key = f"{owner}.{call.func.attr}"
+            method = self._functions.get(method_key)
+            if method is None or self.trains(method_key):
+                continue
+            inner = self._state_read_parameters(method_key, method, depth + 1)
+            for position, parameter in enumerate(self._positional(method_key, method)):
+                argument = call.args[position] if position < len(call.args) else None
+                if parameter in inner and isinstance(argument, ast.Name) and argument.id in parameters:
+                    loaded.add(argument.id)
+        return loaded
 
     def moves_own_model(self, name: str) -> bool:
         """The method moves a module it keeps on the object: `self.model = Net().to(device)`,
@@ -731,6 +759,11 @@ class _Reader:
         return all(self._own_target(target) for target in targets)
 
     def _call(self, call: ast.Call) -> str:
+        if isinstance(call.func, ast.Attribute) and call.func.attr in names.PATH_WRITING_METHODS:
+            return WRITES  # `Path(out_dir, "config.json").write_text(...)`, `(run / "DONE").touch()`
+        return self._other_call(call)
+
+    def _other_call(self, call: ast.Call) -> str:
         dotted = dotted_ast(call.func)
         if (self.self_name is not None and isinstance(call.func, ast.Attribute)
                 and isinstance(call.func.value, ast.Name) and call.func.value.id == self.self_name
@@ -913,6 +946,23 @@ def absolute_module(node: ast.ImportFrom, package: str) -> Optional[str]:
         return None
     base = parts[: len(parts) - (node.level - 1)]
     return ".".join(base + ([node.module] if node.module else [])) or None
+
+
+def _kept_or_returned(function: ast.FunctionDef) -> set[str]:
+    """The names the function stores as they are (`self.model = model`, `kept = [a, b]`),
+    returns, or hands to `append`."""
+    found: set[str] = set()
+    for node in ast.walk(function):
+        values: list[Optional[ast.expr]] = []
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.Return)):
+            values.append(node.value)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                "append", "extend", "insert", "add"):
+            values.extend(node.args)
+        for value in values:
+            elements = value.elts if isinstance(value, (ast.Tuple, ast.List)) else [value]
+            found.update(element.id for element in elements if isinstance(element, ast.Name))
+    return found
 
 
 def _moves(value: ast.expr) -> bool:
