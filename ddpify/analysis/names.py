@@ -108,6 +108,10 @@ DUMP_TO_FILE = frozenset(
 ) | frozenset(  # image files, through the imaging libraries samples are written with
      {"imageio.imwrite", "imageio.imsave", "imageio.mimwrite", "imageio.mimsave", "imageio.v2.imwrite",
       "imageio.v2.mimsave", "imageio.v3.imwrite", "cv2.imwrite", "scipy.misc.imsave", "skimage.io.imsave"}
+) | frozenset(  # audio and video files: generated samples of a vocoder or a video model
+     {"scipy.io.wavfile.write", "soundfile.write", "torchaudio.save", "librosa.output.write_wav",
+      "torchvision.io.write_video", "torchvision.io.write_png", "torchvision.io.write_jpeg",
+      "torchvision.io.write_file"}
 )
 # Calls that compile or export a module they are handed: a DDP wrapper is not scriptable
 # (its forward takes *inputs), and the exported file should hold the model, not the wrapper.
