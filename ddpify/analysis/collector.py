@@ -94,6 +94,9 @@ class Collector(cst.CSTVisitor):
                                         Optional[cst.Call]]] = []
         # For loops over `X.parameters()` or `X.named_parameters()`, for parameter groups.
         self._loops_over_parameters: list[cst.For] = []
+        # What a list was extended with after it was made (`params += list(fine.parameters())`,
+        # `params.extend(head.parameters())`), for the models an optimizer over it trains.
+        self._values_added: dict[str, list[cst.BaseExpression]] = {}
         self._devices = DeviceValues(facts.module, self._calls)
 
     def _note_training(self) -> None:
@@ -883,14 +886,21 @@ class Collector(cst.CSTVisitor):
         if node is None or depth > 1:
             return found
         for name in set(names_within(node)):
-            for value in self.facts.assigned_values.get(name, ()):
+            for value in [*self.facts.assigned_values.get(name, ()), *self._values_added.get(name, ())]:
                 found.extend(calls_within(value))
                 found.extend(self._calls_in_values_of(value, depth + 1))
         return found
 
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        target = dotted_name(node.target)
+        if target is not None and isinstance(node.operator, cst.AddAssign):
+            self._values_added.setdefault(target, []).append(node.value)
+
     def _visit_method_call(self, node: cst.Call, func: cst.Attribute) -> None:
         method = func.attr.value
         receiver = dotted_name(func.value)
+        if method in ("extend", "append") and receiver is not None and node.args:
+            self._values_added.setdefault(receiver, []).append(node.args[0].value)
         if isinstance(func.value, cst.Call):
             self.chained_calls.append(node)
         if method == "backward" or (method == "step" and receiver and "optim" in receiver):
