@@ -218,8 +218,10 @@ class Collector(cst.CSTVisitor):
                 continue
             if method.name.value == "__init__":
                 for attribute, assign in self_attributes(method):
-                    if assign is not None and isinstance(assign.value, cst.Call) and any(
-                            q.startswith("torch.nn.") for q in self._qualified(assign.value.func)):
+                    qualified = self._qualified(assign.value.func) if assign is not None and isinstance(
+                        assign.value, cst.Call) else set()
+                    if assign is not None and any(q.startswith("torch.nn.") for q in qualified) and not (
+                            qualified & names.PARAMETERLESS_LAYERS):
                         created[attribute] = assign
             without_grad = {id(inner) for with_ in find_all(method.body, cst.With) if self._without_grad(with_)
                             for inner in find_all(with_.body, cst.Attribute)}

@@ -1155,11 +1155,17 @@ def _rebound_since_wrap(facts: Facts, node: cst.CSTNode, name: str, wrap: cst.Ba
 
 def _assigns(statement: cst.BaseStatement, name: str) -> bool:
     """`model = Net()`; not `model = train_model(model, ...)`, which hands the same (wrapped)
-    model back."""
+    model back, nor `model = model.train()` / `model = model.eval()`, which return the module
+    (or its DDP wrapper) itself: a mode switch in the loop, not a model built anew."""
     return isinstance(statement, cst.SimpleStatementLine) and any(
         isinstance(small, cst.Assign) and any(dotted_name(t.target) == name for t in small.targets)
-        and not _passes(small.value, name)
+        and not _passes(small.value, name) and not _switches_mode(small.value, name)
         for small in statement.body)
+
+
+def _switches_mode(value: cst.BaseExpression, name: str) -> bool:
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in (
+        "train", "eval") and dotted_name(value.func.value) == name
 
 
 def _passes(value: cst.BaseExpression, name: str) -> bool:
