@@ -426,8 +426,36 @@ def project_root(path: Path) -> Path:
     if folder != path.parent or folder.parent == folder:
         return folder
     # A folder without __init__.py that the scripts beside it import from (a namespace
-    # package: `import data_loader.data_loaders as module_data`).
-    return folder.parent if _imported_from_parent(folder) else folder
+    # package: `import data_loader.data_loaders as module_data`), or a folder of scripts
+    # that import a package beside it (`scripts/train.py` with `from mel2wav.dataset import`).
+    if _imported_from_parent(folder) or _imports_a_package_beside(path, folder):
+        return folder.parent
+    return folder
+
+
+def _imports_a_package_beside(path: Path, folder: Path) -> bool:
+    """A script in a folder of scripts (`scripts/`, `tools/`, `utils/`, no `__init__.py`)
+    whose absolute imports name a package of the folder above, one its own folder does not
+    offer: it runs as `PYTHONPATH=. python scripts/train.py` (or after `pip install -e .`),
+    and that package is the project's own code, which ddpify follows and migrates."""
+    if (folder / "__init__.py").is_file() or INSTALLED.intersection(folder.parts):
+        return False
+    try:
+        tree = _parsed(str(path), *_stamp(path))
+    except OSError:
+        return False
+    if tree is None:
+        return False
+    beside, above = _modules_beside(str(folder)), _modules_beside(str(folder.parent))
+    for node in import_statements(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            continue
+        modules = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        for module in modules:
+            top = module.partition(".")[0]
+            if top and top not in beside and top in above and (folder.parent / top / "__init__.py").is_file():
+                return True
+    return False
 
 
 def used_as_package(folder: Path) -> bool:
@@ -708,10 +736,22 @@ def _python_files(root: Path) -> list[str]:
     for folder, subfolders, files in os.walk(root):
         subfolders[:] = sorted(name for name in subfolders
                                if name not in SKIPPED_DIRECTORIES and not name.startswith("."))
-        found.extend(os.path.join(folder, file) for file in sorted(files) if file.endswith(".py"))
+        found.extend(os.path.join(folder, file) for file in sorted(files)
+                     if file.endswith(".py") or "." not in file and _python_script(os.path.join(folder, file)))
         if len(found) > MAX_SCANNED:
             return found[:MAX_SCANNED]
     return found
+
+
+def _python_script(path: str) -> bool:
+    """A script without `.py` that runs by its `#!/usr/bin/env python` line (`./train`): its
+    imports of the project's modules count as any entry script's do."""
+    try:
+        with open(path, "rb") as handle:
+            first = handle.readline(200)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
 
 
 def _tree_stamp(root: Path) -> tuple[tuple[str, int, int], ...]:

@@ -19,8 +19,8 @@ from ddpify.emit import ddp
 from ddpify.files import SourceError, read_source
 from ddpify.jobs import ERROR, NOTEBOOK_SUFFIX, TREE, Job, Report, patch_path
 from ddpify.options import Options
-from ddpify.project import used_as_package
-from ddpify.project_files import files_of, project_root
+from ddpify.project import project_root
+from ddpify.project_files import files_of
 from ddpify.rules import frameworks
 from ddpify.walk import Entry, is_skipped_directory, matches_any
 
@@ -121,10 +121,11 @@ def tree_of(path: str, output: str, walked: Sequence[Entry], excludes: Sequence[
     if os.path.isdir(path):
         return Tree(os.path.abspath(path), tuple(entry.path for entry in walked), output)
     root = os.path.dirname(os.path.abspath(path))
-    while os.path.isfile(os.path.join(root, "__init__.py")) and os.path.dirname(root) != root and (
-            os.path.isfile(os.path.join(os.path.dirname(root), "__init__.py"))
-            or used_as_package(Path(root).resolve())):
-        root = os.path.dirname(root)
+    resolved = Path(path).resolve()
+    project = project_root(resolved)
+    if project in resolved.parents:
+        for _level in range(len(resolved.parent.parts) - len(project.parts)):
+            root = os.path.dirname(root)
     return Tree(root, (path, *project_modules(path, excludes)), output, entry=path)
 
 
@@ -146,7 +147,7 @@ def together(planned: list[Job]) -> list[Job]:
         if job.path != "-":
             folder = os.path.dirname(os.path.abspath(job.path))
             if folder not in root_of_folder:
-                root_of_folder[folder] = project_root(job.path)
+                root_of_folder[folder] = project_root(Path(job.path).resolve())
             root = root_of_folder[folder]
         roots.append(root)
         if root is not None:

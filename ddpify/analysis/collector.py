@@ -98,6 +98,9 @@ class Collector(cst.CSTVisitor):
         self._loops_over_parameters: list[cst.For] = []
         # Functions of this file that move each element of a positional parameter.
         self._element_movers: dict[str, list[tuple[int, cst.Call]]] = {}
+        # What a list was extended with after it was made (`params += list(fine.parameters())`,
+        # `params.extend(head.parameters())`), for the models an optimizer over it trains.
+        self._values_added: dict[str, list[cst.BaseExpression]] = {}
         self._devices = DeviceValues(facts.module, self._calls)
 
     def _note_training(self) -> None:
@@ -219,8 +222,10 @@ class Collector(cst.CSTVisitor):
                 continue
             if method.name.value == "__init__":
                 for attribute, assign in self_attributes(method):
-                    if assign is not None and isinstance(assign.value, cst.Call) and any(
-                            q.startswith("torch.nn.") for q in self._qualified(assign.value.func)):
+                    qualified = self._qualified(assign.value.func) if assign is not None and isinstance(
+                        assign.value, cst.Call) else set()
+                    if assign is not None and any(q.startswith("torch.nn.") for q in qualified) and not (
+                            qualified & names.PARAMETERLESS_LAYERS):
                         created[attribute] = assign
             without_grad = {id(inner) for with_ in find_all(method.body, cst.With) if self._without_grad(with_)
                             for inner in find_all(with_.body, cst.Attribute)}
@@ -910,7 +915,7 @@ class Collector(cst.CSTVisitor):
         if node is None or depth > 1:
             return found
         for name in set(names_within(node)):
-            for value in self.facts.assigned_values.get(name, ()):
+            for value in [*self.facts.assigned_values.get(name, ()), *self._values_added.get(name, ())]:
                 found.extend(calls_within(value))
                 found.extend(self._calls_in_values_of(value, depth + 1))
         return found
@@ -934,9 +939,16 @@ class Collector(cst.CSTVisitor):
             self.input_gradient_scopes[region] = _reads_input_gradients_only(region, function)
         return self.input_gradient_scopes[region]
 
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        target = dotted_name(node.target)
+        if target is not None and isinstance(node.operator, cst.AddAssign):
+            self._values_added.setdefault(target, []).append(node.value)
+
     def _visit_method_call(self, node: cst.Call, func: cst.Attribute) -> None:
         method = func.attr.value
         receiver = dotted_name(func.value)
+        if method in ("extend", "append") and receiver is not None and node.args:
+            self._values_added.setdefault(receiver, []).append(node.args[0].value)
         if isinstance(func.value, cst.Call):
             self.chained_calls.append(node)
             self.facts.chained_calls.append(node)

@@ -360,6 +360,7 @@ class FunctionEffects:
         created = [target.attr for node in ast.walk(init) if isinstance(node, ast.Assign)
                    and isinstance(node.value, ast.Call)
                    and self.qualified(dotted_ast(node.value.func) or "").startswith("torch.nn.")
+                   and self.qualified(dotted_ast(node.value.func) or "") not in names.PARAMETERLESS_LAYERS
                    for target in node.targets
                    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
                    and target.value.id == "self"]

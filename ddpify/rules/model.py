@@ -927,6 +927,7 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
         edits.expressions[access.value] = _unwrapped(model.name, edits, _quote_for(facts, access))
         edits.report("DDP103", access)
     _unwrap_indexes(facts, edits, model, wrap)
+    _unwrap_dict_entries(facts, edits, model, wrap)
     _unwrap_for_exporters(facts, edits, model, wrap)
     _unwrap_on_instances(facts, edits, model)
 
@@ -945,6 +946,96 @@ def _unwrap_for_exporters(facts: Facts, edits: Edits, model: Model, wrap: cst.Ba
             value = positional[0].value
             edits.expressions[value] = _unwrapped(model.name, edits, _quote_for(facts, value))
             edits.report("DDP103", value)
+
+
+def _unwrap_dict_entries(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
+    """Rule: the wrapped model stored in a dict literal under a string key (`render_kwargs =
+    {"network_fn": model, ...}`), that dict read by the key (`render_kwargs["network_fn"]`) in
+    its own function or, where the function returns it (alone or in a tuple), in the
+    function that unpacks the call: its state dict is read through `.module`
+    (`getattr(d["network_fn"], "module", d["network_fn"]).state_dict()`), so that the
+    checkpoint keeps the single-GPU keys and loads into the raw model on resume."""
+    for holder, function, key in _dicts_holding(facts, model, wrap):
+        for subscript in facts.nodes_of(cst.Subscript):
+            if dotted_name(subscript.value) != holder or _string_key(subscript) != key:
+                continue
+            if facts.function_of(subscript) is not function or _before_wrap(facts, subscript, wrap):
+                continue
+            read = facts.parents.get(subscript)
+            call = facts.parents.get(read) if isinstance(read, cst.Attribute) else None
+            if not (isinstance(read, cst.Attribute) and read.attr.value in _STATE_DICT_METHODS
+                    and isinstance(call, cst.Call) and call.func is read):
+                continue
+            edits.expressions[subscript] = _unwrapped(edits.code(subscript), edits)
+            edits.report("DDP103", subscript)
+
+
+def _dicts_holding(facts: Facts, model: Model,
+                   wrap: cst.BaseStatement) -> list[tuple[str, Optional[cst.FunctionDef], str]]:
+    """(name, function, key): where a dict literal holding the wrapped model by a string key
+    is named, in its own function or in the callers that unpack the function's return."""
+    found: list[tuple[str, Optional[cst.FunctionDef], str]] = []
+    for literal in facts.nodes_of(cst.Dict):
+        if facts.function_of(literal) is not facts.function_of(wrap) or _before_wrap(facts, literal, wrap):
+            continue
+        keys = [_literal_string(element.key) for element in literal.elements
+                if isinstance(element, cst.DictElement) and dotted_name(element.value) == model.name]
+        for key in [key for key in keys if key is not None]:
+            found.extend((name, function, key) for name, function in _names_of_value(facts, literal))
+    return found
+
+
+def _names_of_value(facts: Facts, value: cst.BaseExpression) -> list[tuple[str, Optional[cst.FunctionDef]]]:
+    """`d = {...}` in its function; `return d` or `return d, other` (or the literal itself
+    returned): the names the callers bind it to (`d2, other = make(...)`)."""
+    parent = facts.parents.get(value)
+    function = facts.function_of(value)
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
+        name = parent.targets[0].target.value
+        found = [(name, function)]
+        if function is not None:
+            for returned in facts.own_statements(function, cst.Return):
+                found.extend(_bound_by_callers(facts, function, returned.value, name))
+        return found
+    return []
+
+
+def _bound_by_callers(facts: Facts, function: cst.FunctionDef, returned: Optional[cst.BaseExpression],
+                      name: str) -> list[tuple[str, Optional[cst.FunctionDef]]]:
+    if returned is None:
+        return []
+    elements = [element.value for element in returned.elements] if isinstance(returned, cst.Tuple) else [returned]
+    positions = [index for index, element in enumerate(elements) if dotted_name(element) == name]
+    if len(positions) != 1:
+        return []
+    position, found = positions[0], []
+    for call in facts.calls_of(function):
+        assign = facts.parents.get(call)
+        if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+            continue
+        target = assign.targets[0].target
+        if isinstance(target, cst.Tuple) and isinstance(returned, cst.Tuple) and len(target.elements) == len(elements):
+            bound = target.elements[position].value
+        elif not isinstance(returned, cst.Tuple):
+            bound = target
+        else:
+            continue
+        if isinstance(bound, cst.Name):
+            found.append((bound.value, facts.function_of(call)))
+    return found
+
+
+def _string_key(subscript: cst.Subscript) -> Optional[str]:
+    if len(subscript.slice) != 1 or not isinstance(subscript.slice[0].slice, cst.Index):
+        return None
+    return _literal_string(subscript.slice[0].slice.value)
+
+
+def _literal_string(node: Optional[cst.BaseExpression]) -> Optional[str]:
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
 
 
 def _unwrap_indexes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
@@ -1096,11 +1187,17 @@ def _rebound_since_wrap(facts: Facts, node: cst.CSTNode, name: str, wrap: cst.Ba
 
 def _assigns(statement: cst.BaseStatement, name: str) -> bool:
     """`model = Net()`; not `model = train_model(model, ...)`, which hands the same (wrapped)
-    model back."""
+    model back, nor `model = model.train()` / `model = model.eval()`, which return the module
+    (or its DDP wrapper) itself: a mode switch in the loop, not a model built anew."""
     return isinstance(statement, cst.SimpleStatementLine) and any(
         isinstance(small, cst.Assign) and any(dotted_name(t.target) == name for t in small.targets)
-        and not _passes(small.value, name)
+        and not _passes(small.value, name) and not _switches_mode(small.value, name)
         for small in statement.body)
+
+
+def _switches_mode(value: cst.BaseExpression, name: str) -> bool:
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in (
+        "train", "eval") and dotted_name(value.func.value) == name
 
 
 def _passes(value: cst.BaseExpression, name: str) -> bool:
