@@ -80,7 +80,13 @@ class Project:
         if definition is None or self._modules is None:
             return False
         path = self._modules.file_of(definition[0])
-        return path is not None and path in self._rewritten and definition[0].guards_itself(definition[1])
+        if path is None or path not in self._rewritten or not definition[0].guards_itself(definition[1]):
+            return False
+        # The helper's own migration guards only what its project view sees used by other
+        # modules (api.migrate_source leaves a module nobody imports as it is, DDP901): the
+        # same index, from the helper's side, so both ends agree on who guards.
+        root = project_root(path)
+        return definition[1].partition(".")[0] in names_used_elsewhere(root, module_name(path, root))
 
     def wraps_in_data_parallel(self) -> bool:
         """A module of the project wraps something in DataParallel, which the migration
@@ -495,8 +501,18 @@ def _imports_itself(folder: str, stamp: tuple[tuple[str, int, int], ...]) -> boo
 
 
 def _imported_from_parent(folder: Path) -> bool:
+    """A script beside the folder imports it by name, or one in a folder of scripts beside
+    it (`tools/train.py` with `from segkit.io import x`, no `__init__.py` in tools/): the
+    same scripts for which project_root climbs above their own folder, so that the
+    package's modules see the entry that imports them (and a helper that guards its own
+    output is known to, in both directions)."""
     try:
-        scripts = sorted(folder.parent.glob("*.py"))[:MAX_MODULES]
+        scripts = sorted(folder.parent.glob("*.py"))
+        for sibling in sorted(folder.parent.iterdir()):
+            if sibling.is_dir() and sibling != folder and sibling.name not in SKIPPED_DIRECTORIES and (
+                    not sibling.name.startswith(".")) and not (sibling / "__init__.py").is_file():
+                scripts.extend(sorted(sibling.glob("*.py")))
+        scripts = scripts[:MAX_MODULES]
     except OSError:
         return False
     stamps = []
