@@ -172,7 +172,7 @@ def test_a_run_folder_too_long_for_a_unix_socket_gets_a_short_tmpdir(tmp_path):
     try:
         assert scratch_directory(short_run) == os.path.join(short_run, "tmp")
     finally:
-        os.rmdir(short_run)
+        shutil.rmtree(short_run, ignore_errors=True)
 
 
 WORKERS_SCRIPT = (
