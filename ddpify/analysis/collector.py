@@ -673,6 +673,7 @@ class Collector(cst.CSTVisitor):
                 value = argument_for(node, parameter, positional.index(parameter) if parameter in positional else None)
                 if value is not None:
                     self.facts.helper_state_loads.setdefault(node, []).append(value)
+            self._note_grad_changes(node, qualified)
             clock_line = self.project.names_from_clock(qualified)
             if clock_line is not None:
                 self.facts.clock_named_calls[node] = (qualified, clock_line)
@@ -684,6 +685,19 @@ class Collector(cst.CSTVisitor):
         effect = self.project.effect(qualified)
         if effect is not None:
             self._record_helper(node, qualified, effect)
+
+    def _note_grad_changes(self, node: cst.Call, qualified: str) -> None:
+        """What a function or method of another module changes requires_grad of, by the
+        values this call hands it (the object itself for a method's `self`)."""
+        positional, changed = self.project.grad_changed_parameters(qualified)
+        for parameter, part_only in sorted(changed.items()):
+            if parameter == "self" and isinstance(node.func, cst.Attribute):
+                value: Optional[cst.BaseExpression] = node.func.value
+            else:
+                value = argument_for(node, parameter, positional.index(parameter) if parameter in positional else None)
+            if value is not None:
+                self.facts.helper_grad_changes.setdefault(node, []).append((value, part_only))
+                self.facts.freezes_parameters = True
 
     def _record_helper(self, node: cst.Call, qualified: str, effect: str) -> None:
         self.facts.helper_effects[node] = effect
@@ -713,6 +727,9 @@ class Collector(cst.CSTVisitor):
                 # the project defines on another: whether this call trains depends on the path.
                 self.facts.partly_followed_training.extend(calls)
                 continue
+            for call in calls:
+                for name in sorted(set(methods)):
+                    self._note_grad_changes(call, name)
             found = {self.project.effect(name) for name in methods}
             if len(found) != 1 or None in found:
                 continue

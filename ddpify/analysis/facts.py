@@ -238,6 +238,11 @@ class FactRecord:
     # Calls of another module's function that loads a state dict into a parameter it is
     # handed (`load_checkpoint(path, model, optimizer)`): the values passed for those.
     helper_state_loads: dict[cst.Call, list[cst.BaseExpression]] = field(default_factory=dict)
+    # Calls of a function or method of another module that changes requires_grad of what it
+    # is handed (`utils.set_trainable(model.backbone, True)`, `model.unfreeze_backbone()` on
+    # an object of a project class): each value handed in (the object for a method), with
+    # whether only part of it changes.
+    helper_grad_changes: dict[cst.Call, list[tuple[cst.BaseExpression, bool]]] = field(default_factory=dict)
     # Calls of a function or class of another module of the project, whatever it does.
     project_calls: set[cst.Call] = field(default_factory=set)
     # Calls of a function of another module that names a folder from the clock there:
