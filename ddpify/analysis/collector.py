@@ -850,6 +850,10 @@ class Collector(cst.CSTVisitor):
 
     def _record_optimizer(self, node: cst.Call) -> None:
         self._note_training()
+        assign = self.parents.get(node)
+        if isinstance(assign, (cst.Assign, cst.AnnAssign)):
+            targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
+            self.facts.optimizer_names.update(name for name in map(dotted_name, targets) if name is not None)
         positional = positional_args(node)
         params = keyword_args(node).get("params")
         first = params.value if params is not None else (positional[0] if positional else None)
@@ -910,7 +914,8 @@ class Collector(cst.CSTVisitor):
         receiver = dotted_name(func.value)
         if isinstance(func.value, cst.Call):
             self.chained_calls.append(node)
-        if method == "backward" or (method == "step" and receiver and "optim" in receiver):
+        if method == "backward" or (method == "step" and receiver and (
+                "optim" in receiver or receiver in self.facts.optimizer_names)):
             self._note_training()
             self.training_calls.append(node)
             self._mark_training_loops(node)

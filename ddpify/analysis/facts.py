@@ -288,6 +288,9 @@ class FactRecord:
     # Some parameter's requires_grad is set (`p.requires_grad = fine_tune`,
     # `requires_grad_(False)`): a model may reach its wrap with nothing to train.
     freezes_parameters: bool = False
+    # The names an optimizer is assigned to (`opt = torch.optim.Adam(...)`, `self.opt = ...`):
+    # `opt.step()` steps it, whatever the name says.
+    optimizer_names: set[str] = field(default_factory=set)
     # Calls that make a batch sampler of another module of the project that shards by rank
     # itself and has set_epoch (project.batch_sampler_by_rank).
     rank_aware_batch_samplers: set[cst.Call] = field(default_factory=set)

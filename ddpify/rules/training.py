@@ -116,7 +116,7 @@ def batch_loops(facts: Facts) -> list[cst.For]:
 _UNIFORM_CALLS = frozenset({"len", "int", "float", "min", "max", "abs", "round"})
 
 
-def _same_on_every_rank(facts: Facts, loop: cst.For, name: str) -> bool:
+def same_on_every_rank(facts: Facts, loop: cst.For, name: str) -> bool:
     """`batches_done = epoch * len(dataloader) + i`: every value the loop gives `name` is
     computed from step counters (a range loop's variable, an enumerate index), from names the
     loop does not bind (the script's options), and from len(): every rank steps the same
@@ -147,12 +147,12 @@ def _same_on_every_rank(facts: Facts, loop: cst.For, name: str) -> bool:
 
 def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: Plan, loop: cst.For) -> None:
     body = list(loop.body.body)
-    conditional_step = next((s for s in body if isinstance(s, cst.If) and _steps_optimizer(s)), None)
+    conditional_step = next((s for s in body if isinstance(s, cst.If) and _steps_optimizer(facts, s)), None)
     if conditional_step is not None and not _counts_modulo(conditional_step.test):
         # Not accumulation. A step decided on this rank's own loss, though, lets the ranks'
         # models drift apart: some step and some do not.
         local = sorted(name for name in names_in(conditional_step.test) & assigned_names(loop.body)
-                       if not _same_on_every_rank(facts, loop, name))
+                       if not same_on_every_rank(facts, loop, name))
         if local:
             edits.report("DDP902", conditional_step, "optimizer step decided on a per-rank value: "
                          f"`{', '.join(local)}` differs per rank and the models drift apart")
@@ -223,14 +223,22 @@ def _wrap_range(start: int, stop: int, count: int, prefix: list[Statement],
     return rewrite
 
 
-def _steps_optimizer(statement: cst.If) -> bool:
-    """`optimizer.step()` or `scaler.step(optimizer)` in the if's body."""
+def _steps_optimizer(facts: Facts, statement: cst.If) -> bool:
+    """`optimizer.step()` or `scaler.step(optimizer)` in the if's body: a name that says so,
+    or one an optimizer was assigned to (`opt = torch.optim.Adam(...)`, `self.opt`)."""
     return any(
         isinstance(call.func, cst.Attribute) and call.func.attr.value == "step"
         # `optimizer.step()` or `scaler.step(optimizer)`, not `scheduler.step()`.
-        and any("optim" in name for name in names_in(call))
+        and any("optim" in name or name in facts.optimizer_names for name in _step_names(call))
         for call in calls_within(statement.body)
     )
+
+
+def _step_names(call: cst.Call) -> set[str]:
+    """The names in a `.step()` call, and the dotted names of its receiver and arguments
+    (`self.opt` of `self.opt.step()`)."""
+    dotted = [dotted_name(cast(cst.Attribute, call.func).value), *(dotted_name(arg.value) for arg in call.args)]
+    return names_in(call) | {name for name in dotted if name is not None}
 
 
 def _counts_modulo(test: cst.BaseExpression) -> bool:
@@ -893,6 +901,13 @@ CASES = (
                    "        (loss / 4).backward()\n        if (i + 1) % 4 == 0:\n"
                    "            optimizer.step()\n            optimizer.zero_grad()\n"), "DDP401", ("no_sync()",)),
     Silent(TRAINING, "DDP401"),
+    # An optimizer known by its value, whatever its name (`opt`, `solver`): its step is the step.
+    Emits(TRAINING.replace("optimizer", "solver").replace("for x, y in loader:", "for i, (x, y) in enumerate(loader):")
+          .replace("        solver.zero_grad()\n        loss.backward()\n        solver.step()\n",
+                   "        (loss / 4).backward()\n        if (i + 1) % 4 == 0:\n"
+                   "            solver.step()\n            solver.zero_grad()\n"), "DDP401", ("no_sync()",)),
+    Emits(_WARMUP_STEP.replace("optimizer", "opt").replace("step = epoch * len(loader) + i", "step = loss.item()"),
+          "DDP902"),
     Emits(TRAINING.replace("    for x, y in loader:\n", "    total = 0.0\n    for x, y in loader:\n")
           .replace("        optimizer.step()\n    print(epoch, loss.item())\n",
                    "        optimizer.step()\n        total += loss.item()\n    print(epoch, total / len(loader))\n"),
