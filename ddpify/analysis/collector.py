@@ -945,7 +945,7 @@ class Collector(cst.CSTVisitor):
 
     # --- loops -----------------------------------------------------------------------------------
     def visit_For(self, node: cst.For) -> None:
-        for name in names_within(node.iter):
+        for name in self._iterated_names(node.iter):
             self.facts.loops_over.setdefault(name, []).append(node)
             # `loop = tqdm(loader)` ... `for x in loop`: the loop goes over the loader too.
             for wrapped in self.iteration_wrappers.get((self._function(), name), ()):
@@ -971,6 +971,20 @@ class Collector(cst.CSTVisitor):
             touched.extend(models_frozen_in_part(node))
         for name in dict.fromkeys(touched):
             self.facts.statements_touching.setdefault(name, []).append(node)
+
+    def _iterated_names(self, node: cst.BaseExpression) -> list[str]:
+        """The names a `for` goes over: through a progress bar, enumerate() or iter(), only its
+        iterable (the first positional argument or `iterable=`), not `desc=desc`, `total=n` or
+        `tqdm(loader, "train")`'s description; through zip(), each of its iterables."""
+        if not isinstance(node, cst.Call) or not self._qualified(node.func) & ITERATION_WRAPPERS:
+            return names_within(node)
+        positional = [arg.value for arg in node.args if arg.keyword is None]
+        if "builtins.zip" in self._qualified(node.func):
+            iterated = positional
+        else:
+            keyword = [arg.value for arg in node.args if arg.keyword is not None and arg.keyword.value == "iterable"]
+            iterated = positional[:1] or keyword
+        return [name for value in iterated for name in self._iterated_names(value)]
 
     def _mark_training_loops(self, node: cst.CSTNode) -> None:
         """Every For loop whose body (not header) holds this backward() or step()."""
