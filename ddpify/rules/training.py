@@ -66,7 +66,7 @@ RULES = (
 )
 
 NO_SYNC_COMMENT = "# DDP all-reduces gradients only on the micro-batch that steps the optimizer."
-NO_SYNC_CONTEXT = "contextlib.nullcontext() if {sync} or not distributed else {model}.no_sync()"
+NO_SYNC_CONTEXT = "contextlib.nullcontext() if {sync} or not {distributed} else {model}.no_sync()"
 STOP_ON_CLOCK_CODE = """\
 {flag} = {test}
 if distributed:
@@ -162,7 +162,10 @@ def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: Plan, loop: cst
         # `if i % n_critic == 0: g_loss.backward(); optimizer_G.step()`: the backward goes with
         # its step (a WGAN's generator every n-th batch), so no gradient is accumulated.
         return
-    if len(facts.models) != 1 or not setup.sees_setup(facts, loop):
+    # Where the setup's names are out of view (a method of a class the `__main__` block
+    # drives, a helper module), the group itself says whether the model was wrapped.
+    in_view = setup.sees_setup(facts, loop)
+    if len(facts.models) != 1 or not in_view and edits.options.fsdp2:
         edits.report("DDP404", step_if)
         return
     model = facts.models[0].name
@@ -187,7 +190,10 @@ def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: Plan, loop: cst
         edits.report("DDP401", step_if)
         return
     indent = facts.column_of(body[start]) - 1
-    context = NO_SYNC_CONTEXT.format(sync=sync, model=model)
+    context = NO_SYNC_CONTEXT.format(sync=sync, model=model,
+                                     distributed="distributed" if in_view else "dist.is_initialized()")
+    if not in_view:
+        edits.imports.add("dist")
     with_line = f"with {context}:" if fits(indent + 6, context) else \
         f"with (\n    {context}\n):"
     prefix = [edits.statement(f"{sync} = {edits.code(step_if.test)}\n").with_changes(
@@ -908,6 +914,33 @@ CASES = (
                    "            solver.step()\n            solver.zero_grad()\n"), "DDP401", ("no_sync()",)),
     Emits(_WARMUP_STEP.replace("optimizer", "opt").replace("step = epoch * len(loader) + i", "step = loss.item()"),
           "DDP902"),
+    # Accumulation in a method the `__main__` block drives: the group says whether to skip.
+    Emits('''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Trainer:
+    def __init__(self, model, loader):
+        self.model, self.loader = model, loader
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def epoch(self):
+        for i, (x, y) in enumerate(self.loader):
+            (torch.nn.functional.mse_loss(self.model(x), y) / 2).backward()
+            if (i + 1) % 2 == 0:
+                self.opt.step()
+                self.opt.zero_grad()
+
+
+if __name__ == "__main__":
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    data = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+    loader = DataLoader(data, batch_size=4, shuffle=True)
+    trainer = Trainer(torch.nn.Linear(4, 1).to(device), loader)
+    for _ in range(2):
+        trainer.epoch()
+''', "DDP401", ("not dist.is_initialized() else self.model.no_sync()",)),
     Emits(TRAINING.replace("    for x, y in loader:\n", "    total = 0.0\n    for x, y in loader:\n")
           .replace("        optimizer.step()\n    print(epoch, loss.item())\n",
                    "        optimizer.step()\n        total += loss.item()\n    print(epoch, total / len(loader))\n"),
