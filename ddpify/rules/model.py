@@ -15,7 +15,15 @@ from ddpify.analysis.containers import container_moves, entry_moves
 from ddpify.analysis.control import Facts, handed_in, innermost_common_block, parameter_names, receiver_of
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
 from ddpify.analysis.facts import Holder, Model, Statement
-from ddpify.analysis.nodes import argument_for, calls_within, dotted_name, find_all, handed_for, names_within
+from ddpify.analysis.nodes import (
+    argument_for,
+    calls_within,
+    dotted_name,
+    find_all,
+    handed_for,
+    names_within,
+    positional_parameters,
+)
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.ddp import (
     ONLY_IF_TRAINABLE_COMMENT,
@@ -563,7 +571,48 @@ def _never_moved(facts: Facts, model: Model) -> bool:
             container = dotted_name(value.value) if isinstance(value, cst.Subscript) else None
             if container is not None and entry_moves(facts, container, facts.function_of(value)):
                 return False
-    return True
+    return not _moved_where_handed_in(facts, model)
+
+
+def _moved_where_handed_in(facts: Facts, model: Model) -> bool:
+    """Rule: a model a function or a class of this file is handed (`self.model = model` in a
+    Trainer's __init__, a `fit(net, ...)` parameter) reaches its device where its caller
+    moves it: `Trainer(Net().to(device), loader)`, `fit(model.to(device), ...)`."""
+    for function, name in facts.model_holders(model):
+        if function is None:
+            continue
+        if name.startswith("self."):
+            handed = [(method, value.value) for method, assigned in facts.self_assignments.items()
+                      for value in assigned.get(name, ()) if isinstance(value, cst.Name)]
+        else:
+            handed = [(function, name)]
+        for method, parameter in handed:
+            positional = positional_parameters(method)
+            if facts.class_of(method) is not None and positional[:1] == [receiver_of(facts, method)]:
+                positional = positional[1:]
+            if parameter not in parameter_names(method):
+                continue
+            owner = facts.class_of(method)
+            calls = list(facts.calls_of(method))
+            if owner is not None and method.name.value == "__init__":
+                calls.extend(facts.calls_by_callee.get(owner.name.value, ()))
+            for call in calls:
+                value = argument_for(call, parameter, positional.index(parameter) if parameter in positional else None)
+                if value is not None and _moved_value(facts, value):
+                    return True
+    return False
+
+
+def _moved_value(facts: Facts, value: cst.BaseExpression) -> bool:
+    """`Net().to(device)` handed in, or a name moved (`model.to(device)`, `model =
+    Net().to(device)`) before it is handed in."""
+    if any(isinstance(call.func, cst.Attribute) and call.func.attr.value in ("to", "cuda")
+           for call in calls_within(value)):
+        return True
+    name = dotted_name(value)
+    return name is not None and (bool(facts.device_moves.get(name)) or any(
+        isinstance(call.func, cst.Attribute) and call.func.attr.value in ("to", "cuda")
+        for assigned in facts.assigned_values.get(name, ()) for call in calls_within(assigned)))
 
 
 def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, anchor: cst.BaseStatement) -> None:
