@@ -313,9 +313,18 @@ class Collector(cst.CSTVisitor):
             return
         # Several names bound at once: only the batches a loop goes over are read from it
         # (`total_loss, total_num, train_bar = 0.0, 0, tqdm(loader)`); a loader, model or
-        # device among them stays unread, so that no edit rewrites one element of the tuple.
+        # device made among them stays unread, so that no edit rewrites one element of the
+        # tuple. A value handed on as it is (`self.model, self.loader = model, loader` in a
+        # Trainer's __init__) is followed, as `self.loader = loader` is: nothing in the
+        # statement needs rewriting for it.
         for target_node, value in pairs:
             target = dotted_name(target_node)
+            if target is not None and isinstance(value, cst.Name) and target.startswith("self."):
+                self._touch(target, node)
+                self.facts.assigned_values.setdefault(target, []).append(value)
+                function = self._function()
+                if function is not None and target.count(".") == 1:
+                    self.facts.self_assignments.setdefault(function, {}).setdefault(target, []).append(value)
             if target is not None and isinstance(value, cst.Call) and self._qualified(value.func) & ITERATION_WRAPPERS:
                 self._touch(target, node)
                 self.facts.assigned_values.setdefault(target, []).append(value)
