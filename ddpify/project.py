@@ -114,6 +114,12 @@ class Project:
         definition = self._definition(qualified)
         return ([], set()) if definition is None else definition[0].state_loaded_parameters(definition[1])
 
+    def grad_changed_parameters(self, qualified: str) -> tuple[list[str], dict[str, bool]]:
+        """For a function or method: its positional parameters and those whose requires_grad
+        it changes, each with whether only part of it (effects.py)."""
+        definition = self._definition(qualified)
+        return ([], {}) if definition is None else definition[0].grad_changed_parameters(definition[1])
+
     def moves_own_model(self, qualified: str) -> bool:
         """For a class (its __init__) or a function: it moves a module it keeps on the object
         to a device (`self.model = Net().to(device)`), and so wraps it there (effects.py)."""

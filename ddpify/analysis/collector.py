@@ -322,9 +322,18 @@ class Collector(cst.CSTVisitor):
             return
         # Several names bound at once: only the batches a loop goes over are read from it
         # (`total_loss, total_num, train_bar = 0.0, 0, tqdm(loader)`); a loader, model or
-        # device among them stays unread, so that no edit rewrites one element of the tuple.
+        # device made among them stays unread, so that no edit rewrites one element of the
+        # tuple. A value handed on as it is (`self.model, self.loader = model, loader` in a
+        # Trainer's __init__) is followed, as `self.loader = loader` is: nothing in the
+        # statement needs rewriting for it.
         for target_node, value in pairs:
             target = dotted_name(target_node)
+            if target is not None and isinstance(value, cst.Name) and target.startswith("self."):
+                self._touch(target, node)
+                self.facts.assigned_values.setdefault(target, []).append(value)
+                function = self._function()
+                if function is not None and target.count(".") == 1:
+                    self.facts.self_assignments.setdefault(function, {}).setdefault(target, []).append(value)
             if target is not None and isinstance(value, cst.Call) and self._qualified(value.func) & ITERATION_WRAPPERS:
                 self._touch(target, node)
                 self.facts.assigned_values.setdefault(target, []).append(value)
@@ -684,6 +693,7 @@ class Collector(cst.CSTVisitor):
             if self.project.writes_files(qualified):
                 self.facts.helper_write_calls.append(node)
             self._note_state_handed(node, qualified)
+            self._note_grad_changes(node, qualified)
             clock_line = self.project.names_from_clock(qualified)
             if clock_line is not None:
                 self.facts.clock_named_calls[node] = (qualified, clock_line)
@@ -703,6 +713,19 @@ class Collector(cst.CSTVisitor):
             value = argument_for(node, parameter, positional.index(parameter) if parameter in positional else None)
             if value is not None and value not in self.facts.helper_state_loads.get(node, ()):
                 self.facts.helper_state_loads.setdefault(node, []).append(value)
+
+    def _note_grad_changes(self, node: cst.Call, qualified: str) -> None:
+        """What a function or method of another module changes requires_grad of, by the
+        values this call hands it (the object itself for a method's `self`)."""
+        positional, changed = self.project.grad_changed_parameters(qualified)
+        for parameter, part_only in sorted(changed.items()):
+            if parameter == "self" and isinstance(node.func, cst.Attribute):
+                value: Optional[cst.BaseExpression] = node.func.value
+            else:
+                value = argument_for(node, parameter, positional.index(parameter) if parameter in positional else None)
+            if value is not None:
+                self.facts.helper_grad_changes.setdefault(node, []).append((value, part_only))
+                self.facts.freezes_parameters = True
 
     def _record_helper(self, node: cst.Call, qualified: str, effect: str, guarded_there: Optional[bool] = None
                        ) -> None:
@@ -738,18 +761,26 @@ class Collector(cst.CSTVisitor):
                 # the project defines on another: whether this call trains depends on the path.
                 self.facts.partly_followed_training.extend(calls)
                 continue
-            if len(set(methods)) == 1:
-                for call in calls:
-                    self._note_state_handed(call, methods[0])
-            found = {self.project.effect(name) for name in methods}
-            if len(found) != 1 or None in found:
-                continue
-            effect = cast(str, found.pop())
-            guarded_there = all(self.project.guards_own_output(name) for name in methods)
+            self._note_method_calls(callee, calls, methods)
+
+    def _note_method_calls(self, callee: str, calls: list[cst.Call], methods: list[str]) -> None:
+        """What calls of a method of a project object (none of which trains) hand over and do:
+        state dicts read, requires_grad changed, printing or writing."""
+        if len(set(methods)) == 1:
             for call in calls:
-                if call not in self.facts.helper_effects:
-                    # (An object called by its bare name goes by its method's full name.)
-                    self._record_helper(call, callee if "." in callee else methods[0], effect, guarded_there)
+                self._note_state_handed(call, methods[0])
+        for call in calls:
+            for name in sorted(set(methods)):
+                self._note_grad_changes(call, name)
+        found = {self.project.effect(name) for name in methods}
+        if len(found) != 1 or None in found:
+            return
+        effect = cast(str, found.pop())
+        guarded_there = all(self.project.guards_own_output(name) for name in methods)
+        for call in calls:
+            if call not in self.facts.helper_effects:
+                # (An object called by its bare name goes by its method's full name.)
+                self._record_helper(call, callee if "." in callee else methods[0], effect, guarded_there)
 
     def note_models_handed_to_training(self) -> None:
         """`Trainer(model, ...)` or `train(model, loader, ...)` of another module of the
@@ -865,6 +896,10 @@ class Collector(cst.CSTVisitor):
 
     def _record_optimizer(self, node: cst.Call) -> None:
         self._note_training()
+        assign = self.parents.get(node)
+        if isinstance(assign, (cst.Assign, cst.AnnAssign)):
+            targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
+            self.facts.optimizer_names.update(name for name in map(dotted_name, targets) if name is not None)
         positional = positional_args(node)
         params = keyword_args(node).get("params")
         first = params.value if params is not None else (positional[0] if positional else None)
@@ -954,7 +989,8 @@ class Collector(cst.CSTVisitor):
             self.facts.chained_calls.append(node)
         if method == "backward" and self._backward_for_input_gradients(node):
             pass  # an attack or a saliency map: no parameter is updated
-        elif method == "backward" or (method == "step" and receiver and "optim" in receiver):
+        elif method == "backward" or (method == "step" and receiver and (
+                "optim" in receiver or receiver in self.facts.optimizer_names)):
             self._note_training()
             self.training_calls.append(node)
             self._mark_training_loops(node)
@@ -1042,7 +1078,7 @@ class Collector(cst.CSTVisitor):
 
     # --- loops -----------------------------------------------------------------------------------
     def visit_For(self, node: cst.For) -> None:
-        for name in names_within(node.iter):
+        for name in self._iterated_names(node.iter):
             self.facts.loops_over.setdefault(name, []).append(node)
             # `loop = tqdm(loader)` ... `for x in loop`: the loop goes over the loader too.
             for wrapped in self.iteration_wrappers.get((self._function(), name), ()):
@@ -1068,6 +1104,20 @@ class Collector(cst.CSTVisitor):
             touched.extend(models_frozen_in_part(node))
         for name in dict.fromkeys(touched):
             self.facts.statements_touching.setdefault(name, []).append(node)
+
+    def _iterated_names(self, node: cst.BaseExpression) -> list[str]:
+        """The names a `for` goes over: through a progress bar, enumerate() or iter(), only its
+        iterable (the first positional argument or `iterable=`), not `desc=desc`, `total=n` or
+        `tqdm(loader, "train")`'s description; through zip(), each of its iterables."""
+        if not isinstance(node, cst.Call) or not self._qualified(node.func) & ITERATION_WRAPPERS:
+            return names_within(node)
+        positional = [arg.value for arg in node.args if arg.keyword is None]
+        if "builtins.zip" in self._qualified(node.func):
+            iterated = positional
+        else:
+            keyword = [arg.value for arg in node.args if arg.keyword is not None and arg.keyword.value == "iterable"]
+            iterated = positional[:1] or keyword
+        return [name for value in iterated for name in self._iterated_names(value)]
 
     def _mark_training_loops(self, node: cst.CSTNode) -> None:
         """Every For loop whose body (not header) holds this backward() or step()."""

@@ -12,7 +12,9 @@ import builtins
 from collections.abc import Iterator
 from typing import Callable, Optional, Union
 
-from ddpify.analysis import meters, names
+import libcst as cst
+
+from ddpify.analysis import freezing, meters, names
 from ddpify.analysis.ast_names import dotted_ast
 from ddpify.analysis.returned_loaders import returned_loader_dict
 
@@ -229,6 +231,23 @@ class FunctionEffects:
                 if parameter in inner and isinstance(argument, ast.Name) and argument.id in parameters:
                     loaded.add(argument.id)
         return loaded
+
+    def grad_changed_parameters(self, name: str) -> tuple[list[str], dict[str, bool]]:
+        """(the positional parameters, the parameters whose requires_grad the function changes,
+        each with whether only part of it: `def set_trainable(module, flag): for p in
+        module.parameters(): p.requires_grad = flag` -> {"module": False}, `def unfreeze(model):
+        model.backbone.requires_grad_(True)` -> {"model": True}). A method's own object is
+        "self": `def unfreeze_backbone(self): ...self.backbone...` -> {"self": True}. The same
+        reading as for a function of the script itself (freezing.parameters_changed)."""
+        function = self._functions.get(name)
+        if function is None or not any(
+                isinstance(node, ast.Attribute) and node.attr in ("requires_grad", "requires_grad_")
+                for node in ast.walk(function)):
+            return [], {}
+        definition = cst.parse_statement(ast.unparse(function))
+        if not isinstance(definition, cst.FunctionDef):
+            return [], {}
+        return self._positional(name, function), freezing.parameters_changed(definition)
 
     def moves_own_model(self, name: str) -> bool:
         """The method moves a module it keeps on the object: `self.model = Net().to(device)`,

@@ -23,6 +23,7 @@ from ddpify.analysis.nodes import (
     find_all,
     handed_for,
     names_within,
+    positional_parameters,
 )
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.ddp import (
@@ -262,51 +263,59 @@ def _report_parts_frozen_after_wrap(facts: Facts, edits: Edits, model: Model, wr
 
 
 def _helper_calls_changing_a_part(facts: Facts, model: Model, wrap: cst.BaseStatement) -> list[cst.Call]:
-    """Rule: the same change made by a function of this file that the script calls after the
-    wrap, in the wrap's function: `set_trainable(model.backbone, True)` whose body sets
+    """Rule: the same change made by a function or method that the script calls after the
+    wrap, in the wrap's function (any method, for a model kept as `self.X`): a function of
+    this file or of a helper module, `set_trainable(model.backbone, True)` whose body sets
     requires_grad of every parameter of what it is handed (part of the model handed in), or
     `unfreeze(model)` whose body changes part of it (`module.backbone.requires_grad_(True)`,
-    a loop over `module.backbone.parameters()`)."""
+    a loop over `module.backbone.parameters()`); or a method of the model's own class,
+    `model.unfreeze_backbone()`, whose body changes part of `self`."""
     found: list[cst.Call] = []
-    for function in facts.module.body:
-        if not isinstance(function, cst.FunctionDef):
+    for call, handed in _calls_changing_requires_grad(facts, model):
+        if _before_wrap(facts, call, wrap) or _rebound_since_wrap(facts, call, model.name, wrap):
             continue
-        changed = _parameters_changed(function)
-        positional = [param.name.value for param in [*function.params.posonly_params, *function.params.params]]
-        for call in facts.calls_by_callee.get(function.name.value, ()):
-            if _before_wrap(facts, call, wrap) or _rebound_since_wrap(facts, call, model.name, wrap):
-                continue
-            if facts.function_of(call) is not facts.function_of(wrap):
-                continue
-            for parameter, part_only in changed.items():
-                value = argument_for(call, parameter, positional.index(parameter) if parameter in positional else None)
-                if value is not None and (freezing.part_of(value, model.name)
-                                          or part_only and dotted_name(value) == model.name):
-                    found.append(call)
-                    break
+        if facts.function_of(call) is not facts.function_of(wrap) and not model.name.startswith("self."):
+            continue
+        if any(freezing.part_of(value, model.name) or part_only and dotted_name(value) == model.name
+               for value, part_only in handed):
+            found.append(call)
     return found
 
 
-def _parameters_changed(function: cst.FunctionDef) -> dict[str, bool]:
-    """The parameters of the function whose parameters' requires_grad it changes, each with
-    whether only part of them (through an attribute or index of it, or a loop that freezes
-    part of it)."""
-    parameters = parameter_names(function)
-    changed: dict[str, bool] = {}
-    for change in freezing.requires_grad_changes(function):
-        owner = freezing.changed_owner(change)
-        for parameter in parameters:
-            if dotted_name(owner) == parameter:
-                changed[parameter] = changed.get(parameter, False)
-            elif freezing.part_of(owner, parameter):
-                changed[parameter] = True
-    for loop in find_all(function, cst.For):
-        for module in freezing.walked_modules(loop):
-            for parameter in parameters:
-                if dotted_name(module) == parameter or freezing.part_of(module, parameter):
-                    part = freezing.part_of(module, parameter) or freezing.loop_freezes_part_of(loop, parameter)
-                    changed[parameter] = changed.get(parameter, False) or part
-    return changed
+def _calls_changing_requires_grad(
+        facts: Facts, model: Model) -> Iterable[tuple[cst.Call, list[tuple[cst.BaseExpression, bool]]]]:
+    """Each call of a function of this file, of a helper module's function or method, or of
+    a method of the model's class defined here, that changes requires_grad of what it is
+    handed: the values handed in (the object for `self`), each with whether only part of it."""
+    yield from facts.helper_grad_changes.items()
+    for function in facts.module.body:
+        if not isinstance(function, cst.FunctionDef):
+            continue
+        changed = freezing.parameters_changed(function)
+        positional = [param.name.value for param in [*function.params.posonly_params, *function.params.params]]
+        for call in facts.calls_by_callee.get(function.name.value, ()):
+            handed = [(value, part_only) for parameter, part_only in changed.items()
+                      for value in [argument_for(call, parameter, positional.index(parameter)
+                                                 if parameter in positional else None)] if value is not None]
+            yield call, handed
+    for class_def in facts.module.body:
+        if not isinstance(class_def, cst.ClassDef) or not _constructs(facts, model.name, class_def.name.value):
+            continue
+        for method in class_def.body.body:
+            if isinstance(method, cst.FunctionDef) and freezing.parameters_changed(method).get("self"):
+                for call in facts.calls_by_callee.get(f"{model.name}.{method.name.value}", ()):
+                    yield call, [(cast(cst.Attribute, call.func).value, True)]
+
+
+def _constructs(facts: Facts, name: str, class_name: str) -> bool:
+    """Some value of `name` is an object of `class_name` (`Net()`, `Net().to(device)`)."""
+    for value in facts.assigned_values.get(name, ()):
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and isinstance(
+                value.func.value, cst.Call) and value.func.attr.value in ("to", "cuda", "train", "float"):
+            value = value.func.value
+        if isinstance(value, cst.Call) and dotted_name(value.func) == class_name:
+            return True
+    return False
 
 
 def _changes_a_part_of(facts: Facts, node: freezing.Change, name: str) -> bool:
@@ -572,7 +581,48 @@ def _never_moved(facts: Facts, model: Model) -> bool:
             if dotted_name(target) == model.name and container is not None and entry_moves(
                     facts, container, model.function):
                 return False
-    return True
+    return not _moved_where_handed_in(facts, model)
+
+
+def _moved_where_handed_in(facts: Facts, model: Model) -> bool:
+    """Rule: a model a function or a class of this file is handed (`self.model = model` in a
+    Trainer's __init__, a `fit(net, ...)` parameter) reaches its device where its caller
+    moves it: `Trainer(Net().to(device), loader)`, `fit(model.to(device), ...)`."""
+    for function, name in facts.model_holders(model):
+        if function is None:
+            continue
+        if name.startswith("self."):
+            handed = [(method, value.value) for method, assigned in facts.self_assignments.items()
+                      for value in assigned.get(name, ()) if isinstance(value, cst.Name)]
+        else:
+            handed = [(function, name)]
+        for method, parameter in handed:
+            positional = positional_parameters(method)
+            if facts.class_of(method) is not None and positional[:1] == [receiver_of(facts, method)]:
+                positional = positional[1:]
+            if parameter not in parameter_names(method):
+                continue
+            owner = facts.class_of(method)
+            calls = list(facts.calls_of(method))
+            if owner is not None and method.name.value == "__init__":
+                calls.extend(facts.calls_by_callee.get(owner.name.value, ()))
+            for call in calls:
+                value = argument_for(call, parameter, positional.index(parameter) if parameter in positional else None)
+                if value is not None and _moved_value(facts, value):
+                    return True
+    return False
+
+
+def _moved_value(facts: Facts, value: cst.BaseExpression) -> bool:
+    """`Net().to(device)` handed in, or a name moved (`model.to(device)`, `model =
+    Net().to(device)`) before it is handed in."""
+    if any(isinstance(call.func, cst.Attribute) and call.func.attr.value in ("to", "cuda")
+           for call in calls_within(value)):
+        return True
+    name = dotted_name(value)
+    return name is not None and (bool(facts.device_moves.get(name)) or any(
+        isinstance(call.func, cst.Attribute) and call.func.attr.value in ("to", "cuda")
+        for assigned in facts.assigned_values.get(name, ()) for call in calls_within(assigned)))
 
 
 def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, anchor: cst.BaseStatement) -> None:
@@ -1446,6 +1496,22 @@ _SEQUENTIAL = TRAINING.replace("torch.nn.Linear(4, 1)",
 _BATCHNORM = TRAINING.replace("torch.nn.Linear(4, 1)",
                              "torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8))")
 
+_MODEL_CLASS = TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)\n", '''\
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1))
+
+    def thaw(self, epoch):
+        self.body[0].requires_grad_(epoch > 0)
+
+    def forward(self, x):
+        return self.body(x)
+
+
+model = Net().to(device)
+''')
+
 CASES = (
     Emits(TRAINING.replace("torch.nn.Linear(4, 1)", "torch.nn.ModuleList([torch.nn.Linear(4, 1)])")
           .replace("model.parameters()", "model[0].parameters()"), "DDP903"),
@@ -1487,4 +1553,10 @@ model = Net().to(device)
                               "        if m is model[0]:\n            m.weight.requires_grad = epoch < 2\n"), "DDP111"),
     Silent(_SEQUENTIAL.replace("for epoch in range(3):\n", "for epoch in range(3):\n    for p in model.parameters():\n"
                                "        p.requires_grad = epoch < 2\n"), "DDP111"),
+    # A method of the model's own class: thawing part of `self` after the wrap (DDP111);
+    # toggling all of it is safe.
+    Emits(_MODEL_CLASS.replace("for epoch in range(3):\n", "for epoch in range(3):\n    model.thaw(epoch)\n"),
+          "DDP111"),
+    Silent(_MODEL_CLASS.replace("self.body[0].requires_grad_(epoch > 0)", "self.requires_grad_(epoch > 0)")
+           .replace("for epoch in range(3):\n", "for epoch in range(3):\n    model.thaw(epoch)\n"), "DDP111"),
 )
