@@ -11,7 +11,7 @@ import os
 import re
 import shutil
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -19,7 +19,7 @@ from ddpify.emit import ddp
 from ddpify.files import SourceError, read_source
 from ddpify.jobs import ERROR, NOTEBOOK_SUFFIX, TREE, Job, Report, patch_path
 from ddpify.options import Options
-from ddpify.project import used_as_package
+from ddpify.project import project_root
 from ddpify.project_files import files_of
 from ddpify.rules import frameworks
 from ddpify.walk import Entry, is_skipped_directory, matches_any
@@ -121,17 +121,40 @@ def tree_of(path: str, output: str, walked: Sequence[Entry], excludes: Sequence[
     if os.path.isdir(path):
         return Tree(os.path.abspath(path), tuple(entry.path for entry in walked), output)
     root = os.path.dirname(os.path.abspath(path))
-    while os.path.isfile(os.path.join(root, "__init__.py")) and os.path.dirname(root) != root and (
-            os.path.isfile(os.path.join(os.path.dirname(root), "__init__.py"))
-            or used_as_package(Path(root).resolve())):
-        root = os.path.dirname(root)
+    resolved = Path(path).resolve()
+    project = project_root(resolved)
+    if project in resolved.parents:
+        for _level in range(len(resolved.parent.parts) - len(project.parts)):
+            root = os.path.dirname(root)
     return Tree(root, (path, *project_modules(path, excludes)), output, entry=path)
 
 
 def tree_jobs(tree: Tree, options: Options) -> list[Job]:
     """One job per Python file to migrate, each writing to its place in the copy."""
-    return [Job(path, TREE, options, output=tree.target(path), explicit=path == tree.entry)
-            for path in tree.migrated]
+    return together([Job(path, TREE, options, output=tree.target(path), explicit=path == tree.entry)
+                     for path in tree.migrated])
+
+
+def together(planned: list[Job]) -> list[Job]:
+    """The jobs, each told which other files of its project the run migrates as well (a
+    helper module there guards its own output, so its callers need not: Project). Only
+    the files under the job's project root: one tuple per root, not the whole run per job."""
+    by_root: dict[Path, list[str]] = {}
+    roots: list[Optional[Path]] = []
+    root_of_folder: dict[str, Path] = {}  # (a walk's files share a few folders)
+    for job in planned:
+        root = None
+        if job.path != "-":
+            folder = os.path.dirname(os.path.abspath(job.path))
+            if folder not in root_of_folder:
+                root_of_folder[folder] = project_root(Path(job.path).resolve())
+            root = root_of_folder[folder]
+        roots.append(root)
+        if root is not None:
+            by_root.setdefault(root, []).append(job.path)
+    shared = {root: tuple(paths) for root, paths in by_root.items()}
+    return [job if root is None or len(shared[root]) < 2 else replace(job, rewritten=shared[root])
+            for job, root in zip(planned, roots)]
 
 
 def overlap(tree: Tree) -> Optional[str]:

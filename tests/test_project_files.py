@@ -123,3 +123,37 @@ def test_relative_imports_of_an_entry_inside_a_package(tmp_path):
     assert _names(root, files_of(root / "pkg" / "run.py")) == ["pkg/run.py", "pkg/__init__.py", "pkg/data.py"]
 
 
+
+
+def test_project_root_of_a_scripts_folder_that_imports_the_package_beside_it(tmp_path):
+    """`scripts/train.py` (run as `PYTHONPATH=. python scripts/train.py`) importing the
+    repository's own package `from vocoder.data import X`: the project is the folder above,
+    so the package's modules are followed. Not for a package the scripts folder has itself,
+    nor for a module (not a package) above it, nor for a folder that is a package."""
+    root = _tree(tmp_path / "repo", {"vocoder/__init__.py": "", "vocoder/data.py": "",
+                                     "scripts/train.py": "import torch\nfrom vocoder.data import Clips\n",
+                                     "tools/run.py": "import segkit.models as models\n",
+                                     "segkit/__init__.py": "", "segkit/models.py": "",
+                                     "own/train.py": "from vocoder import data\n", "own/vocoder/__init__.py": "",
+                                     "loose/train.py": "import helpers\n", "helpers.py": "",
+                                     "pkg/__init__.py": "", "pkg/train.py": "from vocoder import data\n"})
+    assert project_root(root / "scripts" / "train.py") == root.resolve()
+    assert project_root(root / "tools" / "run.py") == root.resolve()
+    assert _names(root, files_of(root / "scripts" / "train.py")) == [
+        "scripts/train.py", "vocoder/__init__.py", "vocoder/data.py"]
+    assert project_root(root / "own" / "train.py") == (root / "own").resolve()
+    assert project_root(root / "loose" / "train.py") == (root / "loose").resolve()
+    assert project_root(root / "pkg" / "train.py") == (root / "pkg").resolve()
+
+
+def test_a_script_run_by_its_shebang_line_imports_like_any_entry(tmp_path):
+    """`./train` (no `.py`, `#!/usr/bin/env python`) importing `from utils import Logger`:
+    utils.py is used by the project, so its writes are migrated as a helper module's."""
+    from ddpify.project import imported_elsewhere, names_used_elsewhere
+    root = _tree(tmp_path / "proj", {"train": "#!/usr/bin/python3\nfrom utils import Logger\n",
+                                     "utils.py": "class Logger:\n    pass\n",
+                                     "LICENSE": "MIT\n", "run": "#!/bin/sh\npython -c 'import stats'\n",
+                                     "stats.py": "def mean():\n    pass\n"})
+    assert imported_elsewhere(str(root / "utils.py"))
+    assert names_used_elsewhere(root.resolve(), "utils") == frozenset({"Logger"})
+    assert not imported_elsewhere(str(root / "stats.py"))

@@ -7,6 +7,7 @@ from typing import Optional, Union, cast
 import libcst as cst
 
 from ddpify.analysis import effects, names
+from ddpify.analysis.containers import iterated_elements, literal_elements
 from ddpify.analysis.control import Facts
 from ddpify.analysis.devices import DeviceValues
 from ddpify.analysis.facts import DeviceAssignment, ExternalLoader, ExternalLoaderDict, Loader, Model, Statement
@@ -95,6 +96,11 @@ class Collector(cst.CSTVisitor):
                                         Optional[cst.Call]]] = []
         # For loops over `X.parameters()` or `X.named_parameters()`, for parameter groups.
         self._loops_over_parameters: list[cst.For] = []
+        # Functions of this file that move each element of a positional parameter.
+        self._element_movers: dict[str, list[tuple[int, cst.Call]]] = {}
+        # What a list was extended with after it was made (`params += list(fine.parameters())`,
+        # `params.extend(head.parameters())`), for the models an optimizer over it trains.
+        self._values_added: dict[str, list[cst.BaseExpression]] = {}
         self._devices = DeviceValues(facts.module, self._calls)
 
     def _note_training(self) -> None:
@@ -216,8 +222,10 @@ class Collector(cst.CSTVisitor):
                 continue
             if method.name.value == "__init__":
                 for attribute, assign in self_attributes(method):
-                    if assign is not None and isinstance(assign.value, cst.Call) and any(
-                            q.startswith("torch.nn.") for q in self._qualified(assign.value.func)):
+                    qualified = self._qualified(assign.value.func) if assign is not None and isinstance(
+                        assign.value, cst.Call) else set()
+                    if assign is not None and any(q.startswith("torch.nn.") for q in qualified) and not (
+                            qualified & names.PARAMETERLESS_LAYERS):
                         created[attribute] = assign
             without_grad = {id(inner) for with_ in find_all(method.body, cst.With) if self._without_grad(with_)
                             for inner in find_all(with_.body, cst.Attribute)}
@@ -314,9 +322,18 @@ class Collector(cst.CSTVisitor):
             return
         # Several names bound at once: only the batches a loop goes over are read from it
         # (`total_loss, total_num, train_bar = 0.0, 0, tqdm(loader)`); a loader, model or
-        # device among them stays unread, so that no edit rewrites one element of the tuple.
+        # device made among them stays unread, so that no edit rewrites one element of the
+        # tuple. A value handed on as it is (`self.model, self.loader = model, loader` in a
+        # Trainer's __init__) is followed, as `self.loader = loader` is: nothing in the
+        # statement needs rewriting for it.
         for target_node, value in pairs:
             target = dotted_name(target_node)
+            if target is not None and isinstance(value, cst.Name) and target.startswith("self."):
+                self._touch(target, node)
+                self.facts.assigned_values.setdefault(target, []).append(value)
+                function = self._function()
+                if function is not None and target.count(".") == 1:
+                    self.facts.self_assignments.setdefault(function, {}).setdefault(target, []).append(value)
             if target is not None and isinstance(value, cst.Call) and self._qualified(value.func) & ITERATION_WRAPPERS:
                 self._touch(target, node)
                 self.facts.assigned_values.setdefault(target, []).append(value)
@@ -416,10 +433,14 @@ class Collector(cst.CSTVisitor):
 
     def _methods_of_project_objects(self, callee: str) -> list[str]:
         """`progress.display` where every `progress = ProgressMeter(...)` constructs a class
-        of another module of the project: "utils.ProgressMeter.display", once per value."""
+        of another module of the project: "utils.ProgressMeter.display", once per value
+        (`progress(i)`: "utils.ProgressMeter.__call__")."""
         owner, _, method = callee.rpartition(".")
+        if not owner:
+            # `saver(model, epoch)` where `saver = Saver(out_dir)`: the object is called.
+            owner, method = callee, "__call__"
         values = [_constructed(value) for value in self.facts.assigned_values.get(owner, [])]
-        if not owner or not values or not all(isinstance(value, cst.Call) for value in values):
+        if not values or not all(isinstance(value, cst.Call) for value in values):
             return []
         return [f"{qualified}.{method}"
                 for value in values for qualified in self._qualified(cast(cst.Call, value).func)]
@@ -686,11 +707,8 @@ class Collector(cst.CSTVisitor):
                 self.facts.helper_load_calls.append(node)
             if self.project.writes_files(qualified):
                 self.facts.helper_write_calls.append(node)
-            positional, loaded = self.project.state_loaded_parameters(qualified)
-            for parameter in sorted(loaded):
-                value = argument_for(node, parameter, positional.index(parameter) if parameter in positional else None)
-                if value is not None:
-                    self.facts.helper_state_loads.setdefault(node, []).append(value)
+            self._note_state_handed(node, qualified)
+            self._note_grad_changes(node, qualified)
             clock_line = self.project.names_from_clock(qualified)
             if clock_line is not None:
                 self.facts.clock_named_calls[node] = (qualified, clock_line)
@@ -703,8 +721,33 @@ class Collector(cst.CSTVisitor):
         if effect is not None:
             self._record_helper(node, qualified, effect)
 
-    def _record_helper(self, node: cst.Call, qualified: str, effect: str) -> None:
+    def _note_state_handed(self, node: cst.Call, qualified: str) -> None:
+        """The arguments whose state dict the helper loads or reads (Project.state_loaded_parameters)."""
+        positional, loaded = self.project.state_loaded_parameters(qualified)
+        for parameter in sorted(loaded):
+            value = argument_for(node, parameter, positional.index(parameter) if parameter in positional else None)
+            if value is not None and value not in self.facts.helper_state_loads.get(node, ()):
+                self.facts.helper_state_loads.setdefault(node, []).append(value)
+
+    def _note_grad_changes(self, node: cst.Call, qualified: str) -> None:
+        """What a function or method of another module changes requires_grad of, by the
+        values this call hands it (the object itself for a method's `self`)."""
+        positional, changed = self.project.grad_changed_parameters(qualified)
+        for parameter, part_only in sorted(changed.items()):
+            if parameter == "self" and isinstance(node.func, cst.Attribute):
+                value: Optional[cst.BaseExpression] = node.func.value
+            else:
+                value = argument_for(node, parameter, positional.index(parameter) if parameter in positional else None)
+            if value is not None:
+                self.facts.helper_grad_changes.setdefault(node, []).append((value, part_only))
+                self.facts.freezes_parameters = True
+
+    def _record_helper(self, node: cst.Call, qualified: str, effect: str, guarded_there: Optional[bool] = None
+                       ) -> None:
         self.facts.helper_effects[node] = effect
+        if effect in (effects.SPEAKS, effects.WRITES) and (
+                self.project.guards_own_output(qualified) if guarded_there is None else guarded_there):
+            self.facts.guarded_in_helper.add(node)
         if effect == effects.MIXED:
             self.facts.helper_attribute_readers[node] = self.project.attribute_readers(
                 qualified, names.WRAPPER_ATTRIBUTES)
@@ -733,13 +776,26 @@ class Collector(cst.CSTVisitor):
                 # the project defines on another: whether this call trains depends on the path.
                 self.facts.partly_followed_training.extend(calls)
                 continue
-            found = {self.project.effect(name) for name in methods}
-            if len(found) != 1 or None in found:
-                continue
-            effect = cast(str, found.pop())
+            self._note_method_calls(callee, calls, methods)
+
+    def _note_method_calls(self, callee: str, calls: list[cst.Call], methods: list[str]) -> None:
+        """What calls of a method of a project object (none of which trains) hand over and do:
+        state dicts read, requires_grad changed, printing or writing."""
+        if len(set(methods)) == 1:
             for call in calls:
-                if call not in self.facts.helper_effects:
-                    self._record_helper(call, callee, effect)
+                self._note_state_handed(call, methods[0])
+        for call in calls:
+            for name in sorted(set(methods)):
+                self._note_grad_changes(call, name)
+        found = {self.project.effect(name) for name in methods}
+        if len(found) != 1 or None in found:
+            return
+        effect = cast(str, found.pop())
+        guarded_there = all(self.project.guards_own_output(name) for name in methods)
+        for call in calls:
+            if call not in self.facts.helper_effects:
+                # (An object called by its bare name goes by its method's full name.)
+                self._record_helper(call, callee if "." in callee else methods[0], effect, guarded_there)
 
     def note_models_handed_to_training(self) -> None:
         """`Trainer(model, ...)` or `train(model, loader, ...)` of another module of the
@@ -855,6 +911,10 @@ class Collector(cst.CSTVisitor):
 
     def _record_optimizer(self, node: cst.Call) -> None:
         self._note_training()
+        assign = self.parents.get(node)
+        if isinstance(assign, (cst.Assign, cst.AnnAssign)):
+            targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
+            self.facts.optimizer_names.update(name for name in map(dotted_name, targets) if name is not None)
         positional = positional_args(node)
         params = keyword_args(node).get("params")
         first = params.value if params is not None else (positional[0] if positional else None)
@@ -905,7 +965,7 @@ class Collector(cst.CSTVisitor):
         if node is None or depth > 1:
             return found
         for name in set(names_within(node)):
-            for value in self.facts.assigned_values.get(name, ()):
+            for value in [*self.facts.assigned_values.get(name, ()), *self._values_added.get(name, ())]:
                 found.extend(calls_within(value))
                 found.extend(self._calls_in_values_of(value, depth + 1))
         return found
@@ -929,15 +989,23 @@ class Collector(cst.CSTVisitor):
             self.input_gradient_scopes[region] = _reads_input_gradients_only(region, function)
         return self.input_gradient_scopes[region]
 
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        target = dotted_name(node.target)
+        if target is not None and isinstance(node.operator, cst.AddAssign):
+            self._values_added.setdefault(target, []).append(node.value)
+
     def _visit_method_call(self, node: cst.Call, func: cst.Attribute) -> None:
         method = func.attr.value
         receiver = dotted_name(func.value)
+        if method in ("extend", "append") and receiver is not None and node.args:
+            self._values_added.setdefault(receiver, []).append(node.args[0].value)
         if isinstance(func.value, cst.Call):
             self.chained_calls.append(node)
             self.facts.chained_calls.append(node)
         if method == "backward" and self._backward_for_input_gradients(node):
             pass  # an attack or a saliency map: no parameter is updated
-        elif method == "backward" or (method == "step" and receiver and "optim" in receiver):
+        elif method == "backward" or (method == "step" and receiver and (
+                "optim" in receiver or receiver in self.facts.optimizer_names)):
             self._note_training()
             self.training_calls.append(node)
             self._mark_training_loops(node)
@@ -955,19 +1023,77 @@ class Collector(cst.CSTVisitor):
                                                 for qualified in self._qualified(node.args[0].value)):
             self.facts.moves_to_imported_fixed_gpu.append(node)
         if method in ("to", "cpu", "cuda"):
-            base = func.value
-            # Only through calls that return the module itself (`model.eval().cpu()`),
-            # never through its output (`model.decode(z).cpu()`).
-            while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute) and (
-                    base.func.attr.value in _RETURNS_MODULE):
-                base = base.func.value
-            moved = dotted_name(base)
-            if moved is not None:
-                self.facts.device_moves.setdefault(moved, []).append(node)
+            self._note_device_move(node, func)
+
+    def _note_device_move(self, node: cst.Call, func: cst.Attribute) -> None:
+        base = func.value
+        # Only through calls that return the module itself (`model.eval().cpu()`),
+        # never through its output (`model.decode(z).cpu()`).
+        while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute) and (
+                base.func.attr.value in _RETURNS_MODULE):
+            base = base.func.value
+        moved = dotted_name(base)
+        if moved is not None:
+            self.facts.device_moves.setdefault(moved, []).append(node)
+        if isinstance(base, cst.Name):
+            self._note_element_moves(node, base.value)
+
+    def _note_element_moves(self, node: cst.Call, variable: str) -> None:
+        """A move of a loop variable over `(G, D)` moves G and D (containers.iterated_elements);
+        over a parameter of this function, the elements its callers hand in (note_element_movers)."""
+        function = self._function()
+        positional = [param.name.value for param in function.params.params] if function is not None else None
+        for element in iterated_elements(self.parents, node, variable, positional):
+            if element.startswith("#"):
+                if function is not None and self.parents.get(function) is self.facts.module:
+                    self._element_movers.setdefault(function.name.value, []).append((int(element[1:]), node))
+            else:
+                self.facts.device_moves.setdefault(element, []).append(node)
+
+    def note_factories_returning_moved(self) -> None:
+        """`G = build_g()` where a function of this file returns what it moved to a device
+        (`m = Generator(); return m.cuda()`, `return Net().to(device)`): the model is on its
+        device, as for a function of another module (Project.moves_returned), so it is wrapped
+        with this rank's device_ids and the group is not the CPU's Gloo."""
+        for statement in self.facts.module.body:
+            if isinstance(statement, cst.FunctionDef) and self._returns_moved(statement):
+                self.facts.calls_returning_moved.update(self.facts.calls_by_callee.get(statement.name.value, ()))
+
+    def _returns_moved(self, function: cst.FunctionDef) -> bool:
+        def moved(value: Optional[cst.BaseExpression]) -> bool:
+            if isinstance(value, cst.IfExp):
+                return moved(value.body) or moved(value.orelse)
+            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and (
+                    value.func.attr.value in _RETURNS_MODULE):
+                if value.func.attr.value in ("to", "cuda"):
+                    return True
+                value = value.func.value
+            name = dotted_name(value) if isinstance(value, (cst.Name, cst.Attribute)) else None
+            if name is None:
+                return False
+            facts = self.facts
+            return any(facts.function_of(call) is function for call in facts.device_moves.get(name, ())) or any(
+                facts.function_of(assigned) is function and assigned is not value and moved(assigned)
+                for assigned in facts.assigned_values.get(name, ()))
+
+        return any(moved(returned.value) for returned in self.facts.own_statements(function, cst.Return))
+
+    def note_element_movers(self) -> None:
+        """`G, D = to_gpu([G, D])` (or `to_gpu([G, D])` alone), where a function of this file
+        moves each element of what it is handed (`return [m.cuda() for m in models]`): G and D
+        are moved there, at the call."""
+        for callee, moves in self._element_movers.items():
+            for call in self.facts.calls_by_callee.get(callee, ()):
+                positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+                for position, move in moves:
+                    if position < len(positional):
+                        for element in literal_elements(positional[position].value):
+                            self.facts.device_moves.setdefault(element, []).append(move)
+                            self._touch(element, call)
 
     # --- loops -----------------------------------------------------------------------------------
     def visit_For(self, node: cst.For) -> None:
-        for name in names_within(node.iter):
+        for name in self._iterated_names(node.iter):
             self.facts.loops_over.setdefault(name, []).append(node)
             # `loop = tqdm(loader)` ... `for x in loop`: the loop goes over the loader too.
             for wrapped in self.iteration_wrappers.get((self._function(), name), ()):
@@ -993,6 +1119,20 @@ class Collector(cst.CSTVisitor):
             touched.extend(models_frozen_in_part(node))
         for name in dict.fromkeys(touched):
             self.facts.statements_touching.setdefault(name, []).append(node)
+
+    def _iterated_names(self, node: cst.BaseExpression) -> list[str]:
+        """The names a `for` goes over: through a progress bar, enumerate() or iter(), only its
+        iterable (the first positional argument or `iterable=`), not `desc=desc`, `total=n` or
+        `tqdm(loader, "train")`'s description; through zip(), each of its iterables."""
+        if not isinstance(node, cst.Call) or not self._qualified(node.func) & ITERATION_WRAPPERS:
+            return names_within(node)
+        positional = [arg.value for arg in node.args if arg.keyword is None]
+        if "builtins.zip" in self._qualified(node.func):
+            iterated = positional
+        else:
+            keyword = [arg.value for arg in node.args if arg.keyword is not None and arg.keyword.value == "iterable"]
+            iterated = positional[:1] or keyword
+        return [name for value in iterated for name in self._iterated_names(value)]
 
     def _mark_training_loops(self, node: cst.CSTNode) -> None:
         """Every For loop whose body (not header) holds this backward() or step()."""

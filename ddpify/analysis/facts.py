@@ -233,11 +233,19 @@ class FactRecord:
     # (ddpify/project.py), or also print beside work every rank must do (MIXED), with that
     # effect; a statement call of one that prints or writes is in output_statements too.
     helper_effects: dict[cst.Call, str] = field(default_factory=dict)
+    # Those of them defined in a module this run migrates too, which guards their output in
+    # there (Project.guards_own_output): the call itself stays on every rank.
+    guarded_in_helper: set[cst.Call] = field(default_factory=set)
     # For a MIXED helper: the positions of the arguments whose own attributes it reads.
     helper_attribute_readers: dict[cst.Call, set[int]] = field(default_factory=dict)
     # Calls of another module's function that loads a state dict into a parameter it is
     # handed (`load_checkpoint(path, model, optimizer)`): the values passed for those.
     helper_state_loads: dict[cst.Call, list[cst.BaseExpression]] = field(default_factory=dict)
+    # Calls of a function or method of another module that changes requires_grad of what it
+    # is handed (`utils.set_trainable(model.backbone, True)`, `model.unfreeze_backbone()` on
+    # an object of a project class): each value handed in (the object for a method), with
+    # whether only part of it changes.
+    helper_grad_changes: dict[cst.Call, list[tuple[cst.BaseExpression, bool]]] = field(default_factory=dict)
     # Calls of a function or class of another module of the project, whatever it does.
     project_calls: set[cst.Call] = field(default_factory=set)
     # Calls of a function of another module that names a folder from the clock there:
@@ -291,6 +299,9 @@ class FactRecord:
     # Some parameter's requires_grad is set (`p.requires_grad = fine_tune`,
     # `requires_grad_(False)`): a model may reach its wrap with nothing to train.
     freezes_parameters: bool = False
+    # The names an optimizer is assigned to (`opt = torch.optim.Adam(...)`, `self.opt = ...`):
+    # `opt.step()` steps it, whatever the name says.
+    optimizer_names: set[str] = field(default_factory=set)
     # Calls that make a batch sampler of another module of the project that shards by rank
     # itself and has set_epoch (project.batch_sampler_by_rank).
     rank_aware_batch_samplers: set[cst.Call] = field(default_factory=set)

@@ -19,7 +19,7 @@ from typing import Optional, Union, cast
 import libcst as cst
 
 from ddpify.analysis import traversal
-from ddpify.analysis.nodes import calls_within, dotted_name, names_within
+from ddpify.analysis.nodes import calls_within, dotted_name, find_all, names_within
 
 # Methods of an nn.Module that walk its parameters or its submodules.
 MODULE_WALKS = frozenset({
@@ -90,6 +90,30 @@ def models_frozen_in_part(loop: cst.For) -> list[str]:
         found.extend(name for name in candidates if name is not None and name not in found
                      and loop_freezes_part_of(loop, name))
     return found
+
+
+def parameters_changed(function: cst.FunctionDef) -> dict[str, bool]:
+    """The parameters of the function whose parameters' requires_grad it changes, each with
+    whether only part of them (through an attribute or index of it, or a loop that freezes
+    part of it)."""
+    arguments = function.params
+    parameters = {param.name.value for param in [*arguments.posonly_params, *arguments.params,
+                                                 *arguments.kwonly_params]}
+    changed: dict[str, bool] = {}
+    for change in requires_grad_changes(function):
+        owner = changed_owner(change)
+        for parameter in parameters:
+            if dotted_name(owner) == parameter:
+                changed[parameter] = changed.get(parameter, False)
+            elif part_of(owner, parameter):
+                changed[parameter] = True
+    for loop in find_all(function, cst.For):
+        for module in walked_modules(loop):
+            for parameter in parameters:
+                if dotted_name(module) == parameter or part_of(module, parameter):
+                    part = part_of(module, parameter) or loop_freezes_part_of(loop, parameter)
+                    changed[parameter] = changed.get(parameter, False) or part
+    return changed
 
 
 def _loop_variable_changes(loop: cst.For) -> dict[Change, bool]:

@@ -96,6 +96,10 @@ OPEN = frozenset({"builtins.open", "io.open"})
 # Printing by another name: a progress line written to stdout (`sys.stdout.write('\r...')`).
 STDOUT_WRITES = frozenset({"sys.stdout.write", "sys.stdout.flush", "pprint.pprint"})
 MAKE_DIRECTORIES = frozenset({"os.makedirs", "os.mkdir"})
+# pathlib's methods that write: a path (`Path(d, "cfg.json")`, `run_dir / "log.txt"`, a
+# parameter holding one) writes, makes or removes its file, on every rank unless rank 0 alone.
+PATH_WRITING_METHODS = frozenset({"write_text", "write_bytes", "touch", "mkdir", "unlink", "rmdir",
+                                  "symlink_to", "hardlink_to"})
 DUMP_TO_FILE = frozenset(
     {"json.dump", "pickle.dump", "yaml.dump", "yaml.safe_dump", "numpy.save", "numpy.savez",
      "numpy.savetxt", "numpy.savez_compressed", "shutil.copy", "shutil.copyfile",
@@ -108,6 +112,10 @@ DUMP_TO_FILE = frozenset(
 ) | frozenset(  # image files, through the imaging libraries samples are written with
      {"imageio.imwrite", "imageio.imsave", "imageio.mimwrite", "imageio.mimsave", "imageio.v2.imwrite",
       "imageio.v2.mimsave", "imageio.v3.imwrite", "cv2.imwrite", "scipy.misc.imsave", "skimage.io.imsave"}
+) | frozenset(  # audio and video files: generated samples of a vocoder or a video model
+     {"scipy.io.wavfile.write", "soundfile.write", "torchaudio.save", "librosa.output.write_wav",
+      "torchvision.io.write_video", "torchvision.io.write_png", "torchvision.io.write_jpeg",
+      "torchvision.io.write_file"}
 )
 # Calls that compile or export a module they are handed: a DDP wrapper is not scriptable
 # (its forward takes *inputs), and the exported file should hold the model, not the wrapper.
@@ -224,3 +232,16 @@ def qualify(dotted: str, aliases: Mapping[str, str]) -> str:
     if head in _BUILTINS:
         return "builtins." + dotted
     return dotted
+
+# Layers that hold no parameters: one that forward never runs leaves no gradient missing,
+# so it needs no find_unused_parameters (which costs a graph walk every step).
+PARAMETERLESS_LAYERS = frozenset(f"torch.nn.{layer}" for layer in (
+    "ReLU", "ReLU6", "LeakyReLU", "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish", "Hardswish", "Hardsigmoid",
+    "Hardtanh", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Softmin", "Softplus", "Softsign", "Tanhshrink",
+    "Threshold", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout",
+    "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d",
+    "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d",
+    "Flatten", "Unflatten", "Identity", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d",
+    "PixelShuffle", "PixelUnshuffle", "ZeroPad2d", "ConstantPad1d", "ConstantPad2d", "ConstantPad3d",
+    "ReflectionPad1d", "ReflectionPad2d", "ReplicationPad1d", "ReplicationPad2d", "ReplicationPad3d",
+))

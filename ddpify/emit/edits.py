@@ -230,12 +230,13 @@ class ApplyEdits(cst.CSTTransformer):
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         body = self._rebuild(original_node.body, updated_node.body)
-        if self.edits.module_prelude:
+        prelude = _called_helpers(self.edits.module_prelude, [*body, *self.edits.module_end])
+        if prelude:
             end = _end_of_imports(body)
             following = body[end:]
             if following:
                 following[0] = _two_blank_lines_above(following[0])
-            body = body[:end] + list(self.edits.module_prelude) + following
+            body = body[:end] + prelude + following
         return updated_node.with_changes(body=body + list(self.edits.module_end))
 
     def _rebuild(self, originals: Sequence[Statement], updated: Sequence[Statement]) -> list[Statement]:
@@ -381,3 +382,34 @@ def _try_finally(statement: Statement, cleanup: Sequence[Statement], edits: Edit
         finalbody=cst.Finally(body=cst.IndentedBlock(body=cleanup)),
         leading_lines=statement.leading_lines,
     )
+
+
+def _called_helpers(prelude: Sequence[Statement], code: Sequence[Statement]) -> list[Statement]:
+    """The helpers the emitted code calls, itself or through another helper it calls: a
+    helper a rule asked for whose call another edit then left out (a guard merged into an
+    enclosing one) is not emitted unused."""
+    called = _names_called(code)
+    kept: list[Statement] = []
+    pending = list(prelude)
+    while True:
+        found = [helper for helper in pending if not isinstance(helper, cst.FunctionDef) or helper.name.value in called]
+        if not found:
+            break
+        for helper in found:
+            pending.remove(helper)
+            called |= _names_called([helper])
+        kept.extend(found)
+    return [helper for helper in prelude if helper in kept]
+
+
+def _names_called(statements: Sequence[Statement]) -> set[str]:
+    """The names the statements read: a helper is called, or handed on (`worker_init_fn=f`)."""
+    found: set[str] = set()
+
+    class _Names(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            found.add(name.value)
+
+    for statement in statements:
+        statement.visit(_Names())
+    return found

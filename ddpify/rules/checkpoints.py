@@ -202,10 +202,10 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan)
                 statement = current
         if statement in waiting:
             continue
-        waiting.add(statement)
         # (Before what other rules put above a dataset's statement too: its sampler calls
         # __len__, which may read the file.)
-        waited = _wait_before(facts, edits, setup, statement, writes, first=call in datasets)
+        waited = _wait_before(facts, edits, setup, statement, writes, first=call in datasets, waited_at=waiting)
+        waiting.add(statement)
         if waited is not None:
             waiting.add(waited)
     return waiting
@@ -217,7 +217,8 @@ _FILE_TESTS = frozenset({"exists", "lexists", "isfile", "isdir", "is_file", "is_
 
 
 def _wait_before(facts: Facts, edits: Edits, setup: Plan, statement: Statement,
-                 writes: list[cst.Call], first: bool = False) -> Optional[Statement]:
+                 writes: list[cst.Call], first: bool = False,
+                 waited_at: frozenset[Statement] | set[Statement] = frozenset()) -> Optional[Statement]:
     """A barrier before the statement, so that every rank reads what rank 0 has finished
     writing (DDP309); where it waits, or None.
 
@@ -227,7 +228,9 @@ def _wait_before(facts: Facts, edits: Edits, setup: Plan, statement: Statement,
     goes before the outermost such `if` of the function instead, where every rank passes,
     when the write comes before that `if`; when the write is inside it (`if not
     exists(path): download and write, else: read`), no place is certain and the read is
-    reported (DDP314), left as it was."""
+    reported (DDP314), left as it was. One barrier before an `if` that guards several reads
+    (`if os.path.exists(ckpt_dir):` loading the model, then the optimizer): `waited_at` holds
+    where a barrier already waits."""
     tests = [node for node in _ancestors(facts, statement, facts.function_of(statement))
              if isinstance(node, cst.If) and _tests_files(node.test)]
     if tests:
@@ -236,6 +239,8 @@ def _wait_before(facts: Facts, edits: Edits, setup: Plan, statement: Statement,
             edits.report("DDP314", statement)
             return None
         statement = outermost
+    if statement in waited_at:
+        return statement
     condition = "distributed" if setup.sees_setup(facts, statement) else "dist.is_initialized()"
     barrier = Insertion(edits.statements(BARRIER_CODE.format(condition=condition)), takes_comments=True)
     edits.insert_before(statement, barrier, first=first)
@@ -310,8 +315,8 @@ def _barrier_before_reading_written_paths(facts: Facts, edits: Edits, setup: Pla
                 statement: Statement = facts.statement_of(call)
                 if statement in done:
                     continue
+                waited = _wait_before(facts, edits, setup, statement, [write], waited_at=done)
                 done.add(statement)
-                waited = _wait_before(facts, edits, setup, statement, [write])
                 if waited is not None:
                     done.add(waited)
 
@@ -450,6 +455,8 @@ def _calls_of(facts: Facts, function: Optional[cst.FunctionDef]) -> list[cst.Cal
 
 
 def _on_rank0_only(facts: Facts, setup: Plan, node: cst.CSTNode) -> bool:
+    if node in facts.guarded_in_helper:
+        return True  # a helper whose module, migrated in this run, writes on rank 0 alone
     current: Optional[cst.CSTNode] = node
     while current is not None:
         if current in setup.rank0_statements:

@@ -15,7 +15,16 @@ from ddpify.analysis.containers import container_moves, entry_moves
 from ddpify.analysis.control import Facts, handed_in, innermost_common_block, parameter_names, receiver_of
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
 from ddpify.analysis.facts import Holder, Model, Statement
-from ddpify.analysis.nodes import argument_for, calls_within, dotted_name, find_all, handed_for, names_within
+from ddpify.analysis.nodes import (
+    argument_for,
+    assignment_pairs,
+    calls_within,
+    dotted_name,
+    find_all,
+    handed_for,
+    names_within,
+    positional_parameters,
+)
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.ddp import (
     ONLY_IF_TRAINABLE_COMMENT,
@@ -254,51 +263,59 @@ def _report_parts_frozen_after_wrap(facts: Facts, edits: Edits, model: Model, wr
 
 
 def _helper_calls_changing_a_part(facts: Facts, model: Model, wrap: cst.BaseStatement) -> list[cst.Call]:
-    """Rule: the same change made by a function of this file that the script calls after the
-    wrap, in the wrap's function: `set_trainable(model.backbone, True)` whose body sets
+    """Rule: the same change made by a function or method that the script calls after the
+    wrap, in the wrap's function (any method, for a model kept as `self.X`): a function of
+    this file or of a helper module, `set_trainable(model.backbone, True)` whose body sets
     requires_grad of every parameter of what it is handed (part of the model handed in), or
     `unfreeze(model)` whose body changes part of it (`module.backbone.requires_grad_(True)`,
-    a loop over `module.backbone.parameters()`)."""
+    a loop over `module.backbone.parameters()`); or a method of the model's own class,
+    `model.unfreeze_backbone()`, whose body changes part of `self`."""
     found: list[cst.Call] = []
-    for function in facts.module.body:
-        if not isinstance(function, cst.FunctionDef):
+    for call, handed in _calls_changing_requires_grad(facts, model):
+        if _before_wrap(facts, call, wrap) or _rebound_since_wrap(facts, call, model.name, wrap):
             continue
-        changed = _parameters_changed(function)
-        positional = [param.name.value for param in [*function.params.posonly_params, *function.params.params]]
-        for call in facts.calls_by_callee.get(function.name.value, ()):
-            if _before_wrap(facts, call, wrap) or _rebound_since_wrap(facts, call, model.name, wrap):
-                continue
-            if facts.function_of(call) is not facts.function_of(wrap):
-                continue
-            for parameter, part_only in changed.items():
-                value = argument_for(call, parameter, positional.index(parameter) if parameter in positional else None)
-                if value is not None and (freezing.part_of(value, model.name)
-                                          or part_only and dotted_name(value) == model.name):
-                    found.append(call)
-                    break
+        if facts.function_of(call) is not facts.function_of(wrap) and not model.name.startswith("self."):
+            continue
+        if any(freezing.part_of(value, model.name) or part_only and dotted_name(value) == model.name
+               for value, part_only in handed):
+            found.append(call)
     return found
 
 
-def _parameters_changed(function: cst.FunctionDef) -> dict[str, bool]:
-    """The parameters of the function whose parameters' requires_grad it changes, each with
-    whether only part of them (through an attribute or index of it, or a loop that freezes
-    part of it)."""
-    parameters = parameter_names(function)
-    changed: dict[str, bool] = {}
-    for change in freezing.requires_grad_changes(function):
-        owner = freezing.changed_owner(change)
-        for parameter in parameters:
-            if dotted_name(owner) == parameter:
-                changed[parameter] = changed.get(parameter, False)
-            elif freezing.part_of(owner, parameter):
-                changed[parameter] = True
-    for loop in find_all(function, cst.For):
-        for module in freezing.walked_modules(loop):
-            for parameter in parameters:
-                if dotted_name(module) == parameter or freezing.part_of(module, parameter):
-                    part = freezing.part_of(module, parameter) or freezing.loop_freezes_part_of(loop, parameter)
-                    changed[parameter] = changed.get(parameter, False) or part
-    return changed
+def _calls_changing_requires_grad(
+        facts: Facts, model: Model) -> Iterable[tuple[cst.Call, list[tuple[cst.BaseExpression, bool]]]]:
+    """Each call of a function of this file, of a helper module's function or method, or of
+    a method of the model's class defined here, that changes requires_grad of what it is
+    handed: the values handed in (the object for `self`), each with whether only part of it."""
+    yield from facts.helper_grad_changes.items()
+    for function in facts.module.body:
+        if not isinstance(function, cst.FunctionDef):
+            continue
+        changed = freezing.parameters_changed(function)
+        positional = [param.name.value for param in [*function.params.posonly_params, *function.params.params]]
+        for call in facts.calls_by_callee.get(function.name.value, ()):
+            handed = [(value, part_only) for parameter, part_only in changed.items()
+                      for value in [argument_for(call, parameter, positional.index(parameter)
+                                                 if parameter in positional else None)] if value is not None]
+            yield call, handed
+    for class_def in facts.module.body:
+        if not isinstance(class_def, cst.ClassDef) or not _constructs(facts, model.name, class_def.name.value):
+            continue
+        for method in class_def.body.body:
+            if isinstance(method, cst.FunctionDef) and freezing.parameters_changed(method).get("self"):
+                for call in facts.calls_by_callee.get(f"{model.name}.{method.name.value}", ()):
+                    yield call, [(cast(cst.Attribute, call.func).value, True)]
+
+
+def _constructs(facts: Facts, name: str, class_name: str) -> bool:
+    """Some value of `name` is an object of `class_name` (`Net()`, `Net().to(device)`)."""
+    for value in facts.assigned_values.get(name, ()):
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and isinstance(
+                value.func.value, cst.Call) and value.func.attr.value in ("to", "cuda", "train", "float"):
+            value = value.func.value
+        if isinstance(value, cst.Call) and dotted_name(value.func) == class_name:
+            return True
+    return False
 
 
 def _changes_a_part_of(facts: Facts, node: freezing.Change, name: str) -> bool:
@@ -555,7 +572,57 @@ def _never_moved(facts: Facts, model: Model) -> bool:
             container = dotted_name(value.value) if isinstance(value, cst.Subscript) else None
             if container is not None and entry_moves(facts, container, facts.function_of(value)):
                 return False
-    return True
+    # `G, D = nets["G"], nets["D"]`: several models taken out of a container at once.
+    for assign in facts.own_statements(model.function, cst.Assign):
+        if len(assign.targets) != 1:
+            continue
+        for target, value in assignment_pairs(assign.targets[0].target, assign.value):
+            container = dotted_name(value.value) if isinstance(value, cst.Subscript) else None
+            if dotted_name(target) == model.name and container is not None and entry_moves(
+                    facts, container, model.function):
+                return False
+    return not _moved_where_handed_in(facts, model)
+
+
+def _moved_where_handed_in(facts: Facts, model: Model) -> bool:
+    """Rule: a model a function or a class of this file is handed (`self.model = model` in a
+    Trainer's __init__, a `fit(net, ...)` parameter) reaches its device where its caller
+    moves it: `Trainer(Net().to(device), loader)`, `fit(model.to(device), ...)`."""
+    for function, name in facts.model_holders(model):
+        if function is None:
+            continue
+        if name.startswith("self."):
+            handed = [(method, value.value) for method, assigned in facts.self_assignments.items()
+                      for value in assigned.get(name, ()) if isinstance(value, cst.Name)]
+        else:
+            handed = [(function, name)]
+        for method, parameter in handed:
+            positional = positional_parameters(method)
+            if facts.class_of(method) is not None and positional[:1] == [receiver_of(facts, method)]:
+                positional = positional[1:]
+            if parameter not in parameter_names(method):
+                continue
+            owner = facts.class_of(method)
+            calls = list(facts.calls_of(method))
+            if owner is not None and method.name.value == "__init__":
+                calls.extend(facts.calls_by_callee.get(owner.name.value, ()))
+            for call in calls:
+                value = argument_for(call, parameter, positional.index(parameter) if parameter in positional else None)
+                if value is not None and _moved_value(facts, value):
+                    return True
+    return False
+
+
+def _moved_value(facts: Facts, value: cst.BaseExpression) -> bool:
+    """`Net().to(device)` handed in, or a name moved (`model.to(device)`, `model =
+    Net().to(device)`) before it is handed in."""
+    if any(isinstance(call.func, cst.Attribute) and call.func.attr.value in ("to", "cuda")
+           for call in calls_within(value)):
+        return True
+    name = dotted_name(value)
+    return name is not None and (bool(facts.device_moves.get(name)) or any(
+        isinstance(call.func, cst.Attribute) and call.func.attr.value in ("to", "cuda")
+        for assigned in facts.assigned_values.get(name, ()) for call in calls_within(assigned)))
 
 
 def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, anchor: cst.BaseStatement) -> None:
@@ -602,6 +669,13 @@ def _drop_moves_after_wrap(facts: Facts, edits: Edits, model: Model, wrap: cst.B
         if not model.name.startswith("self.") and facts.function_of(call) is not facts.function_of(wrap):
             continue
         receiver = cast(cst.Attribute, call.func).value  # a device move is a method call
+        if dotted_name(_chain_base(receiver)) != model.name:
+            # A loop variable over the models (`for m in (G, D): m.cpu()`): the loop moves the
+            # others too, and is the user's to change.
+            edits.report("DDP903", call, f"`{model.name}` is moved after its wrap (line {facts.line_of(wrap)}) by a "
+                         f"loop over several models: DDP's gradient hooks stop seeing its parameters; "
+                         f"move it before the wrap, or only after training")
+            continue
         parent = facts.parents.get(call)
         if isinstance(receiver, (cst.Name, cst.Attribute)) and isinstance(parent, cst.Expr):
             edits.removed.add(facts.statement_of(call))  # `model.to(device)` alone
@@ -610,6 +684,14 @@ def _drop_moves_after_wrap(facts: Facts, edits: Edits, model: Model, wrap: cst.B
         else:
             edits.expressions[call] = lambda node: node.func.value
         edits.report("DDP106", call)
+
+
+def _chain_base(value: cst.BaseExpression) -> cst.BaseExpression:
+    """`model` for `model.eval()` (a call that returns the module itself)."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in (
+            "to", "cpu", "cuda", "train", "eval", "float", "double", "half", "bfloat16", "requires_grad_"):
+        value = value.func.value
+    return value
 
 
 def _moved_elsewhere(facts: Facts, model: Model,
@@ -895,6 +977,7 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
         edits.expressions[access.value] = _unwrapped(model.name, edits, _quote_for(facts, access))
         edits.report("DDP103", access)
     _unwrap_indexes(facts, edits, model, wrap)
+    _unwrap_dict_entries(facts, edits, model, wrap)
     _unwrap_for_exporters(facts, edits, model, wrap)
     _unwrap_on_instances(facts, edits, model)
 
@@ -913,6 +996,96 @@ def _unwrap_for_exporters(facts: Facts, edits: Edits, model: Model, wrap: cst.Ba
             value = positional[0].value
             edits.expressions[value] = _unwrapped(model.name, edits, _quote_for(facts, value))
             edits.report("DDP103", value)
+
+
+def _unwrap_dict_entries(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
+    """Rule: the wrapped model stored in a dict literal under a string key (`render_kwargs =
+    {"network_fn": model, ...}`), that dict read by the key (`render_kwargs["network_fn"]`) in
+    its own function or, where the function returns it (alone or in a tuple), in the
+    function that unpacks the call: its state dict is read through `.module`
+    (`getattr(d["network_fn"], "module", d["network_fn"]).state_dict()`), so that the
+    checkpoint keeps the single-GPU keys and loads into the raw model on resume."""
+    for holder, function, key in _dicts_holding(facts, model, wrap):
+        for subscript in facts.nodes_of(cst.Subscript):
+            if dotted_name(subscript.value) != holder or _string_key(subscript) != key:
+                continue
+            if facts.function_of(subscript) is not function or _before_wrap(facts, subscript, wrap):
+                continue
+            read = facts.parents.get(subscript)
+            call = facts.parents.get(read) if isinstance(read, cst.Attribute) else None
+            if not (isinstance(read, cst.Attribute) and read.attr.value in _STATE_DICT_METHODS
+                    and isinstance(call, cst.Call) and call.func is read):
+                continue
+            edits.expressions[subscript] = _unwrapped(edits.code(subscript), edits)
+            edits.report("DDP103", subscript)
+
+
+def _dicts_holding(facts: Facts, model: Model,
+                   wrap: cst.BaseStatement) -> list[tuple[str, Optional[cst.FunctionDef], str]]:
+    """(name, function, key): where a dict literal holding the wrapped model by a string key
+    is named, in its own function or in the callers that unpack the function's return."""
+    found: list[tuple[str, Optional[cst.FunctionDef], str]] = []
+    for literal in facts.nodes_of(cst.Dict):
+        if facts.function_of(literal) is not facts.function_of(wrap) or _before_wrap(facts, literal, wrap):
+            continue
+        keys = [_literal_string(element.key) for element in literal.elements
+                if isinstance(element, cst.DictElement) and dotted_name(element.value) == model.name]
+        for key in [key for key in keys if key is not None]:
+            found.extend((name, function, key) for name, function in _names_of_value(facts, literal))
+    return found
+
+
+def _names_of_value(facts: Facts, value: cst.BaseExpression) -> list[tuple[str, Optional[cst.FunctionDef]]]:
+    """`d = {...}` in its function; `return d` or `return d, other` (or the literal itself
+    returned): the names the callers bind it to (`d2, other = make(...)`)."""
+    parent = facts.parents.get(value)
+    function = facts.function_of(value)
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
+        name = parent.targets[0].target.value
+        found = [(name, function)]
+        if function is not None:
+            for returned in facts.own_statements(function, cst.Return):
+                found.extend(_bound_by_callers(facts, function, returned.value, name))
+        return found
+    return []
+
+
+def _bound_by_callers(facts: Facts, function: cst.FunctionDef, returned: Optional[cst.BaseExpression],
+                      name: str) -> list[tuple[str, Optional[cst.FunctionDef]]]:
+    if returned is None:
+        return []
+    elements = [element.value for element in returned.elements] if isinstance(returned, cst.Tuple) else [returned]
+    positions = [index for index, element in enumerate(elements) if dotted_name(element) == name]
+    if len(positions) != 1:
+        return []
+    position, found = positions[0], []
+    for call in facts.calls_of(function):
+        assign = facts.parents.get(call)
+        if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+            continue
+        target = assign.targets[0].target
+        if isinstance(target, cst.Tuple) and isinstance(returned, cst.Tuple) and len(target.elements) == len(elements):
+            bound = target.elements[position].value
+        elif not isinstance(returned, cst.Tuple):
+            bound = target
+        else:
+            continue
+        if isinstance(bound, cst.Name):
+            found.append((bound.value, facts.function_of(call)))
+    return found
+
+
+def _string_key(subscript: cst.Subscript) -> Optional[str]:
+    if len(subscript.slice) != 1 or not isinstance(subscript.slice[0].slice, cst.Index):
+        return None
+    return _literal_string(subscript.slice[0].slice.value)
+
+
+def _literal_string(node: Optional[cst.BaseExpression]) -> Optional[str]:
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
 
 
 def _unwrap_indexes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
@@ -1067,11 +1240,17 @@ def _rebound_since_wrap(facts: Facts, node: cst.CSTNode, name: str, wrap: cst.Ba
 
 def _assigns(statement: cst.BaseStatement, name: str) -> bool:
     """`model = Net()`; not `model = train_model(model, ...)`, which hands the same (wrapped)
-    model back."""
+    model back, nor `model = model.train()` / `model = model.eval()`, which return the module
+    (or its DDP wrapper) itself: a mode switch in the loop, not a model built anew."""
     return isinstance(statement, cst.SimpleStatementLine) and any(
         isinstance(small, cst.Assign) and any(dotted_name(t.target) == name for t in small.targets)
-        and not _passes(small.value, name)
+        and not _passes(small.value, name) and not _switches_mode(small.value, name)
         for small in statement.body)
+
+
+def _switches_mode(value: cst.BaseExpression, name: str) -> bool:
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in (
+        "train", "eval") and dotted_name(value.func.value) == name
 
 
 def _passes(value: cst.BaseExpression, name: str) -> bool:
@@ -1320,6 +1499,22 @@ _SEQUENTIAL = TRAINING.replace("torch.nn.Linear(4, 1)",
 _BATCHNORM = TRAINING.replace("torch.nn.Linear(4, 1)",
                              "torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8))")
 
+_MODEL_CLASS = TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)\n", '''\
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1))
+
+    def thaw(self, epoch):
+        self.body[0].requires_grad_(epoch > 0)
+
+    def forward(self, x):
+        return self.body(x)
+
+
+model = Net().to(device)
+''')
+
 CASES = (
     Emits(TRAINING.replace("torch.nn.Linear(4, 1)", "torch.nn.ModuleList([torch.nn.Linear(4, 1)])")
           .replace("model.parameters()", "model[0].parameters()"), "DDP903"),
@@ -1361,4 +1556,10 @@ model = Net().to(device)
                               "        if m is model[0]:\n            m.weight.requires_grad = epoch < 2\n"), "DDP111"),
     Silent(_SEQUENTIAL.replace("for epoch in range(3):\n", "for epoch in range(3):\n    for p in model.parameters():\n"
                                "        p.requires_grad = epoch < 2\n"), "DDP111"),
+    # A method of the model's own class: thawing part of `self` after the wrap (DDP111);
+    # toggling all of it is safe.
+    Emits(_MODEL_CLASS.replace("for epoch in range(3):\n", "for epoch in range(3):\n    model.thaw(epoch)\n"),
+          "DDP111"),
+    Silent(_MODEL_CLASS.replace("self.body[0].requires_grad_(epoch > 0)", "self.requires_grad_(epoch > 0)")
+           .replace("for epoch in range(3):\n", "for epoch in range(3):\n    model.thaw(epoch)\n"), "DDP111"),
 )

@@ -13,7 +13,7 @@ from typing import Optional
 import libcst as cst
 
 from ddpify.analysis.control import Facts
-from ddpify.analysis.nodes import calls_within
+from ddpify.analysis.nodes import calls_within, dotted_name, find_all, names_in
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan
@@ -43,7 +43,15 @@ def seed_per_rank(facts: Facts, edits: Edits, setup: Plan, loop: cst.For) -> boo
     """Give each rank its own draws when the training loop's batches are drawn at random
     from torch's global generator (in the loop or in a function of this file it calls);
     False when they are not, or the setup's names are out of reach there."""
-    if _random_draw_feeding(facts, loop) is None or not setup.sees_setup(facts, loop):
+    if _random_draw_feeding(facts, loop) is None:
+        return False
+    reason = _not_all_drawn_by_torch(facts, loop)
+    if reason is not None:
+        setup.hand_made_batches.append(edits.report(
+            "DDP208", loop, f"batches built by hand: every rank trains on the same data: {reason}; draw "
+            "every index from torch (seeded per rank), or use a DataLoader with a DistributedSampler"))
+        return True
+    if not setup.sees_setup(facts, loop):
         return False
     outermost = ([loop] + facts.enclosing_loops(loop))[-1]
     if outermost not in setup.reseeded_loops:
@@ -61,6 +69,43 @@ def _random_draw_feeding(facts: Facts, loop: cst.For) -> Optional[cst.Call]:
                 continue  # a generator of its own, which the script seeds as it likes
             if facts.ancestor_in(draw, loop.body) is not None or facts.function_of(draw) in functions_called:
                 return draw
+    return None
+
+
+# Draws from the numpy and random modules' global generators that pick samples: seeding
+# torch per rank leaves them alike on every rank.
+OTHER_INDEX_DRAWS = ("numpy.random.choice", "numpy.random.randint", "numpy.random.permutation",
+                     "numpy.random.shuffle", "random.choice", "random.choices", "random.sample",
+                     "random.randint", "random.randrange", "random.shuffle")
+
+
+def _not_all_drawn_by_torch(facts: Facts, loop: cst.For) -> Optional[str]:
+    """Rule: reseeding torch per rank shards random batches only when torch draws them all.
+    A loop that also picks samples with numpy or random (`img_i = np.random.choice(ids)`),
+    or walks its data by a counter of its own (`batch = rays[i:i + n]; i += n`, torch only
+    reshuffling after a pass), would give every rank the same batches: reported (DDP208)."""
+    functions_called = {facts.functions[name] for name in _called_names(loop.body) if name in facts.functions}
+    for qualified in OTHER_INDEX_DRAWS:
+        for draw in facts.calls_named.get(qualified, ()):
+            if facts.ancestor_in(draw, loop.body) is not None or facts.function_of(draw) in functions_called:
+                return (f"`{qualified.replace('numpy.', 'np.')}` at line {facts.line_of(draw)} draws from a generator "
+                        "seeded alike on every rank")
+    counter = _walking_counter(loop)
+    if counter is not None:
+        return f"the loop walks its data by its own counter `{counter}`, from the same start on every rank"
+    return None
+
+
+def _walking_counter(loop: cst.For) -> Optional[str]:
+    """`i` in `data[i:i + n]` in the loop's body, where the body also advances `i += n`."""
+    advanced = {name for statement in find_all(loop.body, cst.AugAssign)
+                if isinstance(statement.operator, cst.AddAssign) and (name := dotted_name(statement.target))}
+    for subscript in find_all(loop.body, cst.Subscript):
+        for element in subscript.slice:
+            if isinstance(element.slice, cst.Slice) and element.slice.lower is not None:
+                start = dotted_name(element.slice.lower)
+                if start in advanced and start not in names_in(loop.target):
+                    return start
     return None
 
 
@@ -91,4 +136,22 @@ for step in range(100):
     optimizer.step()
 ''', "DDP219", ("torch.manual_seed(",)),
     Silent(TRAINING, "DDP219"),
+    # An index also drawn by numpy: seeding torch per rank leaves it alike on every rank.
+    Emits('''\
+import numpy as np
+import torch
+
+torch.manual_seed(0)
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+data = torch.randn(10, 100, 4)
+model = torch.nn.Linear(4, 1).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+for step in range(100):
+    rows = data[np.random.randint(10)]
+    loss = model(rows[torch.randint(100, (8,))].to(device)).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+''', "DDP208"),
 )

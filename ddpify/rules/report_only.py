@@ -585,7 +585,11 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         for node in candidates:
             local = set(names_in(node.test) & rank_local)
             on_clock = _reads(node.test, clock_reads) or bool(local & clock_names)
-            if node in reported or not _leaves_loop(node) or not (local or on_clock):
+            skips = not _leaves_loop(node) and _skips_a_step(facts, node, loop)
+            if skips:
+                # (A skip on a counter every rank shares, `if step < warmup: continue`, is none.)
+                local = {name for name in local if not training.same_on_every_rank(facts, loop, name)}
+            if node in reported or not (_leaves_loop(node) or skips) or not (local or on_clock):
                 continue
             reported.add(node)
             if node in per_epoch and local <= clock_names and training.agree_on_clock_stop(facts, edits, setup, node):
@@ -801,6 +805,19 @@ def _child_of(facts: Facts, node: cst.CSTNode, loop: cst.For) -> BlockItem:
 
 
 
+def _skips_a_step(facts: Facts, statement: cst.If, loop: cst.For) -> bool:
+    """A `continue` of the batch loop among the statements of the if's own body, with a
+    backward or an optimizer step after the if in that loop (`if torch.isnan(loss):
+    continue` before `loss.backward()`): the rank that skips leaves the others waiting in
+    the step's all-reduce. A `continue` after the step (skipping a log line) skips none."""
+    continues = any(isinstance(inner, cst.SimpleStatementLine) and any(
+        isinstance(small, cst.Continue) for small in inner.body) for inner in statement.body.body)
+    if not continues or facts.enclosing_loops(statement)[:1] != [loop]:
+        return False
+    end = facts.end_of(statement)
+    return any(loop in facts.enclosing_loops(call) and facts.start_of(call) > end for call in facts.training_calls)
+
+
 def _leaves_loop(statement: cst.If) -> bool:
     """A break or return among the statements of the if's own body."""
     for inner in statement.body.body:
@@ -841,6 +858,14 @@ CASES = (
                            "        optimizer.step()\n        if loss.item() < 0.01:\n            break\n"),
           "DDP902"),
     Silent(TRAINING, "DDP902"),
+    # A batch skipped on this rank's loss before its backward: the other ranks wait in the
+    # all-reduce. A skip after the step leaves no collective behind.
+    Emits(TRAINING.replace("        optimizer.zero_grad()\n",
+                           "        if torch.isnan(loss):\n            continue\n        optimizer.zero_grad()\n"),
+          "DDP902"),
+    Silent(TRAINING.replace("        optimizer.step()\n",
+                            "        optimizer.step()\n        if loss.item() > 1.0:\n            continue\n"
+                            "        print(loss.item())\n"), "DDP902"),
     # A patience counter kept after the batch loop, counted under a test on the last batch's
     # loss: per rank. The same on the epoch's mean, which training.py all-reduces, is not.
     Emits(TRAINING.replace("for epoch in range(3):\n", "best, bad = 1e9, 0\nfor epoch in range(3):\n")

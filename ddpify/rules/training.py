@@ -66,7 +66,7 @@ RULES = (
 )
 
 NO_SYNC_COMMENT = "# DDP all-reduces gradients only on the micro-batch that steps the optimizer."
-NO_SYNC_CONTEXT = "contextlib.nullcontext() if {sync} or not distributed else {model}.no_sync()"
+NO_SYNC_CONTEXT = "contextlib.nullcontext() if {sync} or not {distributed} else {model}.no_sync()"
 STOP_ON_CLOCK_CODE = """\
 {flag} = {test}
 if distributed:
@@ -116,7 +116,7 @@ def batch_loops(facts: Facts) -> list[cst.For]:
 _UNIFORM_CALLS = frozenset({"len", "int", "float", "min", "max", "abs", "round"})
 
 
-def _same_on_every_rank(facts: Facts, loop: cst.For, name: str) -> bool:
+def same_on_every_rank(facts: Facts, loop: cst.For, name: str) -> bool:
     """`batches_done = epoch * len(dataloader) + i`: every value the loop gives `name` is
     computed from step counters (a range loop's variable, an enumerate index), from names the
     loop does not bind (the script's options), and from len(): every rank steps the same
@@ -147,12 +147,12 @@ def _same_on_every_rank(facts: Facts, loop: cst.For, name: str) -> bool:
 
 def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: Plan, loop: cst.For) -> None:
     body = list(loop.body.body)
-    conditional_step = next((s for s in body if isinstance(s, cst.If) and _steps_optimizer(s)), None)
+    conditional_step = next((s for s in body if isinstance(s, cst.If) and _steps_optimizer(facts, s)), None)
     if conditional_step is not None and not _counts_modulo(conditional_step.test):
         # Not accumulation. A step decided on this rank's own loss, though, lets the ranks'
         # models drift apart: some step and some do not.
         local = sorted(name for name in names_in(conditional_step.test) & assigned_names(loop.body)
-                       if not _same_on_every_rank(facts, loop, name))
+                       if not same_on_every_rank(facts, loop, name))
         if local:
             edits.report("DDP902", conditional_step, "optimizer step decided on a per-rank value: "
                          f"`{', '.join(local)}` differs per rank and the models drift apart")
@@ -162,7 +162,10 @@ def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: Plan, loop: cst
         # `if i % n_critic == 0: g_loss.backward(); optimizer_G.step()`: the backward goes with
         # its step (a WGAN's generator every n-th batch), so no gradient is accumulated.
         return
-    if len(facts.models) != 1 or not setup.sees_setup(facts, loop):
+    # Where the setup's names are out of view (a method of a class the `__main__` block
+    # drives, a helper module), the group itself says whether the model was wrapped.
+    in_view = setup.sees_setup(facts, loop)
+    if len(facts.models) != 1 or not in_view and edits.options.fsdp2:
         edits.report("DDP404", step_if)
         return
     model = facts.models[0].name
@@ -187,7 +190,10 @@ def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: Plan, loop: cst
         edits.report("DDP401", step_if)
         return
     indent = facts.column_of(body[start]) - 1
-    context = NO_SYNC_CONTEXT.format(sync=sync, model=model)
+    context = NO_SYNC_CONTEXT.format(sync=sync, model=model,
+                                     distributed="distributed" if in_view else "dist.is_initialized()")
+    if not in_view:
+        edits.imports.add("dist")
     with_line = f"with {context}:" if fits(indent + 6, context) else \
         f"with (\n    {context}\n):"
     prefix = [edits.statement(f"{sync} = {edits.code(step_if.test)}\n").with_changes(
@@ -223,14 +229,22 @@ def _wrap_range(start: int, stop: int, count: int, prefix: list[Statement],
     return rewrite
 
 
-def _steps_optimizer(statement: cst.If) -> bool:
-    """`optimizer.step()` or `scaler.step(optimizer)` in the if's body."""
+def _steps_optimizer(facts: Facts, statement: cst.If) -> bool:
+    """`optimizer.step()` or `scaler.step(optimizer)` in the if's body: a name that says so,
+    or one an optimizer was assigned to (`opt = torch.optim.Adam(...)`, `self.opt`)."""
     return any(
         isinstance(call.func, cst.Attribute) and call.func.attr.value == "step"
         # `optimizer.step()` or `scaler.step(optimizer)`, not `scheduler.step()`.
-        and any("optim" in name for name in names_in(call))
+        and any("optim" in name or name in facts.optimizer_names for name in _step_names(call))
         for call in calls_within(statement.body)
     )
+
+
+def _step_names(call: cst.Call) -> set[str]:
+    """The names in a `.step()` call, and the dotted names of its receiver and arguments
+    (`self.opt` of `self.opt.step()`)."""
+    dotted = [dotted_name(cast(cst.Attribute, call.func).value), *(dotted_name(arg.value) for arg in call.args)]
+    return names_in(call) | {name for name in dotted if name is not None}
 
 
 def _counts_modulo(test: cst.BaseExpression) -> bool:
@@ -893,6 +907,40 @@ CASES = (
                    "        (loss / 4).backward()\n        if (i + 1) % 4 == 0:\n"
                    "            optimizer.step()\n            optimizer.zero_grad()\n"), "DDP401", ("no_sync()",)),
     Silent(TRAINING, "DDP401"),
+    # An optimizer known by its value, whatever its name (`opt`, `solver`): its step is the step.
+    Emits(TRAINING.replace("optimizer", "solver").replace("for x, y in loader:", "for i, (x, y) in enumerate(loader):")
+          .replace("        solver.zero_grad()\n        loss.backward()\n        solver.step()\n",
+                   "        (loss / 4).backward()\n        if (i + 1) % 4 == 0:\n"
+                   "            solver.step()\n            solver.zero_grad()\n"), "DDP401", ("no_sync()",)),
+    Emits(_WARMUP_STEP.replace("optimizer", "opt").replace("step = epoch * len(loader) + i", "step = loss.item()"),
+          "DDP902"),
+    # Accumulation in a method the `__main__` block drives: the group says whether to skip.
+    Emits('''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Trainer:
+    def __init__(self, model, loader):
+        self.model, self.loader = model, loader
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def epoch(self):
+        for i, (x, y) in enumerate(self.loader):
+            (torch.nn.functional.mse_loss(self.model(x), y) / 2).backward()
+            if (i + 1) % 2 == 0:
+                self.opt.step()
+                self.opt.zero_grad()
+
+
+if __name__ == "__main__":
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    data = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+    loader = DataLoader(data, batch_size=4, shuffle=True)
+    trainer = Trainer(torch.nn.Linear(4, 1).to(device), loader)
+    for _ in range(2):
+        trainer.epoch()
+''', "DDP401", ("not dist.is_initialized() else self.model.no_sync()",)),
     Emits(TRAINING.replace("    for x, y in loader:\n", "    total = 0.0\n    for x, y in loader:\n")
           .replace("        optimizer.step()\n    print(epoch, loss.item())\n",
                    "        optimizer.step()\n        total += loss.item()\n    print(epoch, total / len(loader))\n"),
