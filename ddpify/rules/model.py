@@ -35,7 +35,7 @@ from ddpify.emit.ddp import (
     WRAP_ON_CPU_CODE,
     WRAP_OUT_OF_SETUP_CODE,
 )
-from ddpify.emit.edits import Edits, Rewrite
+from ddpify.emit.edits import Edits, Insertion, Rewrite
 from ddpify.emit.layout import fits
 from ddpify.options import Options
 from ddpify.plan import Plan
@@ -71,7 +71,9 @@ RULES = (
     Rule("DDP106", Severity.EDIT, "device move of the wrapped model dropped",
          "Moving a DDP model (`.cpu()` to save a checkpoint, then `.to(device)` back) gives it "
          "new parameters that DDP's gradient hooks do not watch: gradients stop being "
-         "synchronised without an error. The model stays on its device.",
+         "synchronised without an error. The model stays on its device, and a state dict saved "
+         "in between is a CPU copy, as the checkpoint was. (A move once training is over stays, "
+         "on the module itself: DDP103.)",
          "Nothing to do; load the checkpoint with map_location."),
     Rule("DDP111", Severity.WARNING, "requires_grad of part of the wrapped model changed after the wrap",
          "DDP registers the parameters that require grad when it wraps the model. A part frozen "
@@ -214,6 +216,7 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
     setup.wrap_points[model.name] = anchor
     setup.wrapped_models += 1
     _drop_moves_after_wrap(facts, edits, model, anchor)
+    _unwrap_once_training_is_over(facts, edits, model, anchor)
     _unwrap_attributes(facts, edits, model, anchor)
     _unwrap_module_accesses(facts, edits, model)
     _report_parts_frozen_after_wrap(facts, edits, model, anchor)
@@ -681,9 +684,104 @@ def _drop_moves_after_wrap(facts: Facts, edits: Edits, model: Model, wrap: cst.B
             edits.removed.add(facts.statement_of(call))  # `model.to(device)` alone
         elif isinstance(receiver, (cst.Name, cst.Attribute)) and isinstance(parent, cst.Assign):
             edits.removed.add(facts.statement_of(call))  # `model = model.cpu()`
+        elif dotted_name(receiver) == model.name and isinstance(parent, cst.Attribute) \
+                and parent.attr.value == "state_dict" and isinstance(facts.parents.get(parent), cst.Call):
+            # `model.cpu().state_dict()`: the module's, a CPU copy where the move was to the CPU.
+            edits.expressions[call] = _unwrapped(model.name, edits, _quote_for(facts, call))
+            if _to_cpu(call):
+                edits.expressions[facts.parents[parent]] = _as_cpu_copy
         else:
             edits.expressions[call] = lambda node: node.func.value
         edits.report("DDP106", call)
+        if _to_cpu(call):
+            _save_cpu_copies(facts, edits, model, call)
+
+
+def _to_cpu(call: cst.Call) -> bool:
+    """`.cpu()`, `.to("cpu")`, `.to(torch.device("cpu"))`."""
+    method = cast(cst.Attribute, call.func).attr.value
+    if method == "cpu":
+        return True
+    target = call.args[0].value if method == "to" and call.args else None
+    if isinstance(target, cst.Call) and dotted_name(target.func) in ("torch.device", "device") and target.args:
+        target = target.args[0].value
+    return isinstance(target, cst.SimpleString) and target.evaluated_value == "cpu"
+
+
+CPU_COPY = cst.parse_expression("{name: tensor.cpu() for name, tensor in STATE.items()}")
+
+
+def _as_cpu_copy(state: cst.BaseExpression) -> cst.BaseExpression:
+    comprehension = cast(cst.DictComp, CPU_COPY)
+    items = cast(cst.Call, comprehension.for_in.iter)
+    return comprehension.with_changes(for_in=comprehension.for_in.with_changes(
+        iter=items.with_changes(func=cast(cst.Attribute, items.func).with_changes(value=state))))
+
+
+def _save_cpu_copies(facts: Facts, edits: Edits, model: Model, move: cst.Call) -> None:
+    """The model stays on its device where the script moved it to the CPU to save it (and
+    back after): the state dict it saves there is a CPU copy, as the checkpoint was (a
+    file that loads without map_location on a machine without the GPU)."""
+    start, function = facts.end_of(move), facts.function_of(move)
+    later_moves = [facts.start_of(other) for other in facts.device_moves.get(model.name, ())
+                   if facts.function_of(other) is function and facts.start_of(other) > start]
+    until = min(later_moves, default=None)
+    saves = set(facts.save_calls)
+    for access in facts.attribute_reads.get(model.name, ()):
+        call = facts.parents.get(access)
+        if access.attr.value != "state_dict" or not isinstance(call, cst.Call) or call.func is not access \
+                or facts.function_of(call) is not function or facts.start_of(call) < start \
+                or (until is not None and facts.start_of(call) > until):
+            continue
+        node: Optional[cst.CSTNode] = call
+        while node is not None and node not in saves and not isinstance(node, cst.BaseStatement):
+            node = facts.parents.get(node)
+        if node in saves:
+            edits.expressions[call] = _as_cpu_copy
+
+
+UNWRAP_AFTER_TRAINING_CODE = '{model} = getattr({model}, "module", {model})  # training is over: the module itself\n'
+
+
+def _unwrap_once_training_is_over(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
+    """Rule: a device move of the wrapped model once nothing trains it any more
+    (`model.cpu()`, `model.to("cpu")`, `model.eval().cpu()`, `torch.save(model.cpu().state_dict(),
+    path)` after the last epoch): the name is given back the module itself just before it
+    (DDP103), and the user's move, save and later uses stay as written. The checkpoint is
+    then the CPU state dict of the module, with the single-GPU keys, a whole-model pickle
+    pickles the module, and a later forward on CPU inputs runs the module on the CPU, as in
+    the original; moving the DDP wrapper instead would leave its buffer broadcasts on NCCL
+    with CPU tensors, and dropping the move would leave the model on the GPU."""
+    move = _move_after_training(facts, model.name, wrap)
+    if move is None:
+        return
+    code = UNWRAP_AFTER_TRAINING_CODE.format(model=model.name)
+    edits.insert_before(facts.statement_of(move), Insertion(edits.statements(code), takes_comments=True))
+    edits.report("DDP103", move)
+
+
+def _move_after_training(facts: Facts, name: str, wrap: cst.BaseStatement) -> Optional[cst.Call]:
+    """The first device move of the wrapped model `name` (a plain name) in the wrap's own
+    function, after the wrap, in a statement of the function's own body (so every later
+    statement comes after it, on every path), outside any loop, with no training after it
+    there: no backward or step, no call of a function that trains."""
+    function = facts.function_of(wrap)
+    if "." in name:
+        return None
+    body = function.body if function is not None else facts.module
+    later_training = [*facts.training_calls, *facts.training_helper_calls] + [
+        call for trainer in facts.training_functions for call in facts.calls_of(trainer)]
+    for move in sorted(facts.device_moves.get(name, ()), key=facts.start_of):
+        statement = facts.statement_of(move)
+        if facts.function_of(move) is not function or facts.start_of(move) < facts.end_of(wrap) \
+                or facts.parents.get(statement) is not body or facts.within_a_loop(move) \
+                or _rebound_between(facts, name, wrap, move):
+            continue
+        if any(facts.function_of(call) is function and facts.start_of(call) > facts.start_of(move)
+               for call in later_training):
+            return None
+        return move
+    return None
 
 
 def _chain_base(value: cst.BaseExpression) -> cst.BaseExpression:
@@ -942,16 +1040,7 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
     raw module, whether the model was wrapped (torchrun) or not (plain python); so does
     `torch.save(model, f)`, which would otherwise pickle the DDP wrapper."""
     holders = facts.model_holders(model)
-    for call in facts.save_calls:
-        if not call.args or _before_wrap(facts, call, wrap):
-            continue
-        # The model, or a parameter it is handed in as (`def save_checkpoint(epoch, model)`),
-        # pickled whole: the raw module, not the DDP wrapper.
-        for saved in _saved_values(facts, call.args[0].value):
-            name = dotted_name(saved)
-            if name is not None and (name == model.name or _held_at(facts, holders, saved, name)):
-                edits.expressions[saved] = _unwrapped(name, edits)
-                edits.report("DDP103", saved)
+    _unwrap_pickled_models(facts, edits, model, wrap, holders)
     _unwrap_for_helpers(facts, edits, model, wrap)
     for value in _type_reads(facts, model.name):
         if not _before_wrap(facts, value, wrap) and not _rebound_since_wrap(facts, value, model.name, wrap) and (
@@ -980,6 +1069,22 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
     _unwrap_dict_entries(facts, edits, model, wrap)
     _unwrap_for_exporters(facts, edits, model, wrap)
     _unwrap_on_instances(facts, edits, model)
+
+
+def _unwrap_pickled_models(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement,
+                           holders: set[Holder]) -> None:
+    """The model, or a parameter it is handed in as (`def save_checkpoint(epoch, model)`),
+    pickled whole (`torch.save(model, path)`): the raw module, not the DDP wrapper."""
+    for call in facts.save_calls:
+        if not call.args or _before_wrap(facts, call, wrap):
+            continue
+        for saved in _saved_values(facts, call.args[0].value):
+            name = dotted_name(saved)
+            if name == model.name and _rebound_since_wrap(facts, saved, name, wrap):
+                continue
+            if name is not None and (name == model.name or _held_at(facts, holders, saved, name)):
+                edits.expressions[saved] = _unwrapped(name, edits)
+                edits.report("DDP103", saved)
 
 
 def _unwrap_for_exporters(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
@@ -1226,14 +1331,23 @@ def _saved_values(facts: Facts, saved: cst.BaseExpression) -> list[cst.BaseExpre
 
 
 def _rebound_since_wrap(facts: Facts, node: cst.CSTNode, name: str, wrap: cst.BaseStatement) -> bool:
-    """`model = Net()` again after the wrap (to load a checkpoint into): a plain module."""
+    """`model = Net()` again after the wrap (to load a checkpoint into): a plain module; or
+    the module given back to the name once training is over (_unwrap_once_training_is_over)."""
     function = facts.function_of(node)
     if function is not facts.function_of(wrap):
         return False
+    over = _move_after_training(facts, name, wrap)
+    if over is not None and facts.start_of(facts.statement_of(over)) <= facts.start_of(node):
+        return True
+    return _rebound_between(facts, name, wrap, node)
+
+
+def _rebound_between(facts: Facts, name: str, wrap: cst.BaseStatement, node: cst.CSTNode) -> bool:
+    function = facts.function_of(node)
     for statement in facts.statements_touching.get(name, ()):
         if (facts.function_of(statement) is function
                 and facts.end_of(wrap) <= facts.start_of(statement) < facts.start_of(node)
-                and _assigns(statement, name)):
+                and _assigns(statement, name) and not _moves_itself(statement, name)):
             return True
     return False
 
@@ -1255,6 +1369,24 @@ def _switches_mode(value: cst.BaseExpression, name: str) -> bool:
 
 def _passes(value: cst.BaseExpression, name: str) -> bool:
     return isinstance(value, cst.Call) and any(dotted_name(arg.value) == name for arg in value.args)
+
+
+def _moves_itself(statement: cst.BaseStatement, name: str) -> bool:
+    """`model = model.cpu()`, `model = model.eval().to(device)`: the same object, moved."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    for small in statement.body:
+        if isinstance(small, cst.Assign) and any(dotted_name(t.target) == name for t in small.targets):
+            receiver = small.value
+            while isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute) \
+                    and receiver.func.attr.value in _SELF_RETURNING_METHODS:
+                receiver = receiver.func.value
+            return receiver is not small.value and dotted_name(receiver) == name
+    return False
+
+
+# nn.Module methods that return the module itself.
+_SELF_RETURNING_METHODS = frozenset({"cpu", "cuda", "to", "eval", "train", "float", "half", "double", "bfloat16"})
 
 
 def _before_wrap(facts: Facts, node: cst.CSTNode, wrap: cst.BaseStatement) -> bool:
@@ -1546,7 +1678,14 @@ class Net(torch.nn.Module):
 
 model = Net().to(device)
 '''), "DDP105", ("find_unused_parameters=True",)),
-    Emits(TRAINING + 'model.cpu()\ntorch.save(model.state_dict(), "model.pt")\n', "DDP106"),
+    # A round trip to the CPU for a checkpoint while training goes on: the move goes, the
+    # checkpoint is a CPU copy.
+    Emits(TRAINING.replace("    print(epoch, loss.item())\n", "    model.cpu()\n    torch.save(model.state_dict(), "
+                           "\"model.pt\")\n    model.to(device)\n"), "DDP106", ("tensor.cpu()",)),
+    # Once training is over the move stays, on the module itself (DDP103).
+    Silent(TRAINING + 'model.cpu()\ntorch.save(model.state_dict(), "model.pt")\n', "DDP106"),
+    Emits(TRAINING + 'model.cpu()\ntorch.save(model.state_dict(), "model.pt")\n', "DDP103",
+          ('model = getattr(model, "module", model)', "model.cpu()")),
     Emits(_SEQUENTIAL.replace("for epoch in range(3):\n",
                               "for epoch in range(3):\n    model[0].requires_grad_(epoch < 2)\n"), "DDP111"),
     Silent(_SEQUENTIAL.replace("for epoch in range(3):\n",

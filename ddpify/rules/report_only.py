@@ -13,7 +13,7 @@ from typing import Optional, cast
 
 import libcst as cst
 
-from ddpify.analysis.control import Facts
+from ddpify.analysis.control import Facts, receiver_of
 from ddpify.analysis.facts import BlockItem, Statement
 from ddpify.analysis.nodes import (
     assigned_names,
@@ -414,6 +414,7 @@ def report_settings_chosen_per_rank(facts: Facts, edits: Edits, setup: Plan) -> 
         _report_settings_read(facts, edits, function, local)
         if function is None:
             continue
+        _report_settings_kept_on_the_object(facts, edits, function, local)
         positions = _rank_local_positions(facts, function, local)
         if not positions:
             continue
@@ -424,6 +425,57 @@ def report_settings_chosen_per_rank(facts: Facts, edits: Edits, setup: Plan) -> 
                 continue
             _spread_through(caller.body if caller is not None else facts.module, given, rounds=2)
             _report_settings_read(facts, edits, caller, given)
+
+
+def _report_settings_kept_on_the_object(facts: Facts, edits: Edits, function: cst.FunctionDef,
+                                        local: set[str]) -> None:
+    """Rule: a per-rank value the method keeps on its object (`self.lr = lrs[argmin(losses)]`
+    in an LR finder) is per-rank wherever the class's other methods read it: `self.lr` there
+    is spread and reported as a per-rank name is (`group["lr"] = self.lr`, `OneCycleLR(opt,
+    max_lr=self.lr)`, DDP408)."""
+    owner = facts.class_of(function)
+    receiver = receiver_of(facts, function)
+    if owner is None or receiver is None:
+        return
+    kept: set[str] = set()
+    for assign in find_all(function.body, cst.Assign, into_functions=False):
+        if names_in(assign.value) & (local - {receiver}):
+            kept |= {target.attr.value for target in _flattened([t.target for t in assign.targets])
+                     if isinstance(target, cst.Attribute) and dotted_name(target.value) == receiver}
+    if not kept:
+        return
+    for method in owner.body.body:
+        if not isinstance(method, cst.FunctionDef) or method is function:
+            continue
+        own = receiver_of(facts, method)
+        if own is None:
+            continue
+        read = {f"{own}.{attribute}" for attribute in kept}
+        _spread_through(method.body, read, rounds=2)
+        _report_settings_read(facts, edits, method, read)
+
+
+def _flattened(targets: list[cst.BaseExpression]) -> list[cst.BaseExpression]:
+    """Assignment targets, with those of tuples and lists (`best, self.lr = ...`) one by one."""
+    found: list[cst.BaseExpression] = []
+    for target in targets:
+        if isinstance(target, (cst.Tuple, cst.List)):
+            found += _flattened([element.value for element in target.elements])
+        else:
+            found.append(target)
+    return found
+
+
+def _read_in(node: Optional[cst.CSTNode], local: set[str]) -> set[str]:
+    """The per-rank names `node` reads: names, and attributes (`self.lr`) where the per-rank
+    value is one kept on an object."""
+    if node is None:
+        return set()
+    found = names_in(node) & local
+    if any("." in name for name in local):
+        found |= {name for attribute in find_all(node, cst.Attribute, into_functions=False)
+                  if (name := dotted_name(attribute)) in local}
+    return found
 
 
 def _spread_through(scope: cst.CSTNode, local: set[str], rounds: int, shared: Collection[str] = ()) -> None:
@@ -483,12 +535,12 @@ def _report_settings_read(facts: Facts, edits: Edits, function: Optional[cst.Fun
             settings = [arg for index, arg in enumerate(call.args) if (
                 arg.keyword.value not in ("params", "optimizer", "model") if arg.keyword is not None
                 else index > 0 and not arg.star)]
-            read = {name for arg in settings for name in names_in(arg.value)} & local
+            read = {name for arg in settings for name in _read_in(arg.value, local)}
             if read and (facts.positions[call].start.line, "DDP408") not in reported:
                 _report_setting(edits, call, read, edits.code(call.func))
     _step_plateaus_on_shared(facts, edits, function, local, reported)
     for assign in facts.nodes_of(cst.Assign):
-        if facts.function_of(assign) is not function or not names_in(assign.value) & local:
+        if facts.function_of(assign) is not function or not _read_in(assign.value, local):
             continue
         for target in assign.targets:
             written = target.target
@@ -496,7 +548,7 @@ def _report_settings_read(facts: Facts, edits: Edits, function: Optional[cst.Fun
                     written.slice[0].slice, cst.Index) and isinstance(written.slice[0].slice.value, cst.SimpleString) \
                     and written.slice[0].slice.value.evaluated_value in ("lr", "momentum", "weight_decay") \
                     and (facts.positions[assign].start.line, "DDP408") not in reported:
-                _report_setting(edits, assign, names_in(assign.value) & local, edits.code(written))
+                _report_setting(edits, assign, _read_in(assign.value, local), edits.code(written))
 
 
 PLATEAU = "torch.optim.lr_scheduler.ReduceLROnPlateau"
@@ -565,6 +617,38 @@ def _report_setting(edits: Edits, node: cst.CSTNode, read: set[str], where: str)
         f"a training setting chosen from this rank's own losses differs per rank: `{', '.join(sorted(read))}` "
         f"(handed to `{where}`) is picked from this rank's batches; all_reduce the figures it is "
         f"picked from, or pick on rank 0 and dist.broadcast it"))
+
+
+_FINDER = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Finder:
+    def __init__(self):
+        self.model = torch.nn.Linear(4, 1).to("cuda" if torch.cuda.is_available() else "cpu")
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
+        self.lr = 0.1
+
+    def search(self):
+        best = 1e9
+        for lr, (x, y) in zip([0.01, 0.1, 1.0], self.loader):
+            loss = torch.nn.functional.mse_loss(self.model(x), y)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+            {pick}
+
+    def apply(self):
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr
+
+
+finder = Finder()
+finder.search()
+finder.apply()
+"""
 
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
@@ -755,14 +839,14 @@ def _spread_rank_local(node: cst.CSTNode, rank_local: set[str], decided_locally:
     under a test that reads one (`if last < best: ... else: bad_epochs += 1`), are rank-local
     too: an early stop on a patience counter kept after the batch loop differs per rank."""
     if isinstance(node, cst.If):
-        local = decided_locally or bool(names_in(node.test) & rank_local)
+        local = decided_locally or bool(_read_in(node.test, rank_local))
         for block in (node.body, node.orelse):
             if block is not None:
                 _spread_rank_local(block, rank_local, local, shared)
         return
     if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
         value = node.value
-        if decided_locally or value is not None and names_in(value) & rank_local:
+        if decided_locally or value is not None and _read_in(value, rank_local):
             rank_local |= assigned_names(node) - set(shared)
         return
     if isinstance(node, cst.FunctionDef):
@@ -916,6 +1000,10 @@ CASES = (
                    "optimizer = torch.optim.SGD(model.parameters(), lr=best_lr)\n"), "DDP408"),
     Silent(TRAINING.replace("    print(epoch, loss.item())\n", "    for group in optimizer.param_groups:\n"
                             "        group[\"lr\"] = 0.1 * 0.5 ** epoch\n"), "DDP408"),
+    # Kept on the object by the method that picks it, read as a setting by another method.
+    Emits(_FINDER.format(pick="if loss.item() < best:\n                best, self.lr = loss.item(), lr"), "DDP408",
+          ('group["lr"] = self.lr',)),
+    Silent(_FINDER.format(pick="self.lr = 0.05"), "DDP408"),
     # A plateau scheduler stepped on the last batch's loss: stepped on the ranks' mean. On
     # the epoch's mean, which training.py all-reduces, it is left as it is.
     Emits(TRAINING.replace("for epoch in range(3):\n", "scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau("
