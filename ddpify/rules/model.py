@@ -659,11 +659,26 @@ def _moved_elsewhere(facts: Facts, model: Model,
     for function, name in holders:
         if function is model.function and name == model.name:
             continue
+        if _moved_in_place_by_a_helper(facts, function, name, training):
+            continue  # the caller's model moves at the call, and is wrapped there
         for statement in facts.statements_touching.get(name, ()):
             in_scope = name.startswith("self.") or facts.function_of(statement) is function
             if in_scope and facts.function_of(statement) is not model.function and _moves(statement, name):
                 return statement, name
     return None
+
+
+def _moved_in_place_by_a_helper(facts: Facts, function: Optional[cst.FunctionDef], name: str,
+                                training: set[Optional[cst.FunctionDef]]) -> bool:
+    """Rule: `def prepare(net): net.apply(init); net.to(device)`, called as `prepare(model)`:
+    the parameter is moved in place and then dropped (neither returned, kept on `self` nor
+    trained there). A wrap of it would rebind the helper's local name only, and the caller's
+    model would train unwrapped on every rank; the wrap goes after the call instead."""
+    return function is not None and function not in training and not name.startswith("self.") \
+        and name in parameter_names(function) and not facts.returned_to_sites(name, function) \
+        and not facts.stored_in_self(name, function) and not any(
+            returned.value is not None and name in names_within(returned.value)
+            for returned in facts.own_statements(function, cst.Return))
 
 
 def _moves(statement: cst.BaseStatement, name: str) -> bool:
@@ -791,6 +806,12 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
     derived = [facts.statement_of(call) for call in _derivations(facts, model.name)]
     # `net = modules["net"]` and `for m in modules.values(): m.to(device)`, in either order.
     moving += [facts.statement_of(call) for call in container_moves(facts, model)]
+    # `prepare(model)` whose body moves its parameter in place (_moved_in_place_by_a_helper).
+    trains_in = {facts.function_of(call) for call in facts.training_calls}
+    moving += [facts.statement_of(call) for callee, parameter, call in facts._calls_passing(model.name, function)
+               if facts.device_moves.get(parameter) and any(facts.function_of(move) is callee
+                                                            for move in facts.device_moves[parameter])
+               and _moved_in_place_by_a_helper(facts, callee, parameter, trains_in)]
     for statement in [*facts.statements_touching.get(model.name, ()), *moving, *unpacked, *derived]:
         if statement in compiles or statement in reaching or facts.function_of(statement) is not function:
             continue
