@@ -553,7 +553,7 @@ def _never_moved(facts: Facts, model: Model) -> bool:
     project function that returns the model it moved, `get_network(args)`), nor one of the
     container it is taken out of (`net = modules["net"]`, see containers.entry_moves)."""
     for _, name in facts.model_holders(model):
-        if facts.device_moves.get(name):
+        if facts.device_moves.get(name) or facts.moved_by_helpers.get(name):
             return False
         for value in facts.assigned_values.get(name, ()):
             # calls_within includes the value itself: `Net().to(device)` is a move.
