@@ -563,16 +563,30 @@ def _never_moved(facts: Facts, model: Model) -> bool:
             container = dotted_name(value.value) if isinstance(value, cst.Subscript) else None
             if container is not None and entry_moves(facts, container, facts.function_of(value)):
                 return False
+            if _read_from_a_moved_object(facts, value):
+                return False
     # `G, D = nets["G"], nets["D"]`: several models taken out of a container at once.
     for assign in facts.own_statements(model.function, cst.Assign):
         if len(assign.targets) != 1:
             continue
         for target, value in assignment_pairs(assign.targets[0].target, assign.value):
             container = dotted_name(value.value) if isinstance(value, cst.Subscript) else None
-            if dotted_name(target) == model.name and container is not None and entry_moves(
-                    facts, container, model.function):
+            if dotted_name(target) == model.name and (container is not None and entry_moves(
+                    facts, container, model.function) or _read_from_a_moved_object(facts, value)):
                 return False
     return True
+
+
+def _read_from_a_moved_object(facts: Facts, value: cst.BaseExpression) -> bool:
+    """`encoder = pipe.encoder` after `pipe = Pipeline().to(device)` or `pipe.cuda()`: an
+    object the script moved (a module, or a class whose own `to()` moves its parts, even
+    with `setattr`) hands out a part that may be on the device."""
+    if not isinstance(value, cst.Attribute):
+        return False
+    owner = dotted_name(value.value)
+    return owner is not None and (bool(facts.device_moves.get(owner)) or any(
+        isinstance(call.func, cst.Attribute) and call.func.attr.value in ("to", "cuda")
+        for assigned in facts.assigned_values.get(owner, ()) for call in calls_within(assigned)))
 
 
 def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, anchor: cst.BaseStatement) -> None:
