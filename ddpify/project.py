@@ -108,6 +108,11 @@ class Project:
         definition = self._callable_definition(qualified)
         return ([], set()) if definition is None else definition[0].moved_parameters(definition[1])
 
+    def element_moved_parameters(self, qualified: str) -> tuple[list[str], set[str]]:
+        """Its positional parameters and those whose every element it moves (effects.py)."""
+        definition = self._callable_definition(qualified)
+        return ([], set()) if definition is None else definition[0].element_moved_parameters(definition[1])
+
     def state_loaded_parameters(self, qualified: str) -> tuple[list[str], set[str]]:
         """For a function, or a class (its __init__): its positional parameters and those it
         loads a state dict into (effects.py)."""

@@ -703,6 +703,8 @@ class Collector(cst.CSTVisitor):
                 self.facts.gradless_project_classes[called] = gradless
             if self.project.moves_returned(qualified):
                 self.facts.calls_returning_moved.add(node)
+            if not self.project.trains(qualified):
+                self._note_moved_in_place(node, qualified)
             if self.project.loads_checkpoint(qualified):
                 self.facts.helper_load_calls.append(node)
             if self.project.writes_files(qualified):
@@ -720,6 +722,24 @@ class Collector(cst.CSTVisitor):
         effect = self.project.effect(qualified)
         if effect is not None:
             self._record_helper(node, qualified, effect)
+
+    def _note_moved_in_place(self, node: cst.Call, qualified: str) -> None:
+        """`init_and_move(model, device)` whose body runs `net.to(device)`: a module moves in
+        place, so the caller's model is on its device after the call, and the wrap follows it;
+        `to_device([enc, dec], device)` whose body moves each element it is handed, the same."""
+        positional, moved = self.project.moved_parameters(qualified)
+        for parameter in sorted(moved):
+            value = argument_for(node, parameter, positional.index(parameter) if parameter in positional else None)
+            name = dotted_name(value) if value is not None else None
+            if name is not None and self._is_statement_call(node):
+                self.facts.moved_by_helpers.setdefault(name, []).append(node)
+                self._touch(name, node)
+        positional, moved = self.project.element_moved_parameters(qualified)
+        for parameter in sorted(moved):
+            value = argument_for(node, parameter, positional.index(parameter) if parameter in positional else None)
+            for name in literal_elements(value) if value is not None else []:
+                self.facts.moved_by_helpers.setdefault(name, []).append(node)
+                self._touch(name, node)
 
     def _note_state_handed(self, node: cst.Call, qualified: str) -> None:
         """The arguments whose state dict the helper loads or reads (Project.state_loaded_parameters)."""

@@ -188,6 +188,31 @@ class FunctionEffects:
                 moved.add(str(receiver.slice.value))
         return positional, moved
 
+    def element_moved_parameters(self, name: str) -> tuple[list[str], set[str]]:
+        """(the positional parameters, the ones whose elements the function moves): `def
+        to_device(nets, device): for net in nets: net.to(device)` -> {"nets"}; also
+        `[net.cuda() for net in nets]`. The caller's `to_device([enc, dec], device)` moves
+        enc and dec."""
+        function = self._functions.get(name)
+        if function is None:
+            return [], set()
+        positional = self._positional(name, function)
+        moved: set[str] = set()
+        loops: list[tuple[ast.expr, ast.expr, list[ast.AST]]] = []
+        for node in ast.walk(function):
+            if isinstance(node, ast.For):
+                loops.append((node.target, node.iter, list(node.body)))
+            elif isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp)) and len(node.generators) == 1:
+                loops.append((node.generators[0].target, node.generators[0].iter, [node.elt]))
+        for target, iterated, body in loops:
+            if not (isinstance(target, ast.Name) and isinstance(iterated, ast.Name) and iterated.id in positional):
+                continue
+            if any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                    "to", "cuda") and isinstance(node.func.value, ast.Name) and node.func.value.id == target.id
+                   for part in body for node in ast.walk(part)):
+                moved.add(iterated.id)
+        return positional, moved
+
     def state_loaded_parameters(self, name: str) -> tuple[list[str], set[str]]:
         """(the positional parameters, the ones the function, or the class's __init__, loads a
         state dict into: `def load_checkpoint(path, model, optimizer=None):

@@ -197,6 +197,9 @@ class FactRecord:
     # Models handed to a Trainer of the project that moves them to their device itself: they
     # are wrapped there, after that move.
     models_moved_elsewhere: set[str] = field(default_factory=set)
+    # `init_and_move(model, device)`, a function of another module of the project that moves
+    # the module it is handed in place (and does not train it): name -> those calls.
+    moved_by_helpers: dict[str, list[cst.Call]] = field(default_factory=dict)
     # Imports of a module chosen at run time that may be one of the project's (DDP909).
     dynamic_imports: list[cst.Call] = field(default_factory=list)
     # In a helper module: models handed in that reach their device here (wrapped here).

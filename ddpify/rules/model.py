@@ -565,7 +565,7 @@ def _never_moved(facts: Facts, model: Model) -> bool:
     project function that returns the model it moved, `get_network(args)`), nor one of the
     container it is taken out of (`net = modules["net"]`, see containers.entry_moves)."""
     for _, name in facts.model_holders(model):
-        if facts.device_moves.get(name):
+        if facts.device_moves.get(name) or facts.moved_by_helpers.get(name):
             return False
         for value in facts.assigned_values.get(name, ()):
             # calls_within includes the value itself: `Net().to(device)` is a move.
@@ -575,14 +575,16 @@ def _never_moved(facts: Facts, model: Model) -> bool:
             container = dotted_name(value.value) if isinstance(value, cst.Subscript) else None
             if container is not None and entry_moves(facts, container, facts.function_of(value)):
                 return False
+            if _read_from_a_moved_object(facts, value):
+                return False
     # `G, D = nets["G"], nets["D"]`: several models taken out of a container at once.
     for assign in facts.own_statements(model.function, cst.Assign):
         if len(assign.targets) != 1:
             continue
         for target, value in assignment_pairs(assign.targets[0].target, assign.value):
             container = dotted_name(value.value) if isinstance(value, cst.Subscript) else None
-            if dotted_name(target) == model.name and container is not None and entry_moves(
-                    facts, container, model.function):
+            if dotted_name(target) == model.name and (container is not None and entry_moves(
+                    facts, container, model.function) or _read_from_a_moved_object(facts, value)):
                 return False
     return not _moved_where_handed_in(facts, model)
 
@@ -626,6 +628,18 @@ def _moved_value(facts: Facts, value: cst.BaseExpression) -> bool:
     return name is not None and (bool(facts.device_moves.get(name)) or any(
         isinstance(call.func, cst.Attribute) and call.func.attr.value in ("to", "cuda")
         for assigned in facts.assigned_values.get(name, ()) for call in calls_within(assigned)))
+
+
+def _read_from_a_moved_object(facts: Facts, value: cst.BaseExpression) -> bool:
+    """`encoder = pipe.encoder` after `pipe = Pipeline().to(device)` or `pipe.cuda()`: an
+    object the script moved (a module, or a class whose own `to()` moves its parts, even
+    with `setattr`) hands out a part that may be on the device."""
+    if not isinstance(value, cst.Attribute):
+        return False
+    owner = dotted_name(value.value)
+    return owner is not None and (bool(facts.device_moves.get(owner)) or any(
+        isinstance(call.func, cst.Attribute) and call.func.attr.value in ("to", "cuda")
+        for assigned in facts.assigned_values.get(owner, ()) for call in calls_within(assigned)))
 
 
 def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, anchor: cst.BaseStatement) -> None:
@@ -807,11 +821,26 @@ def _moved_elsewhere(facts: Facts, model: Model,
     for function, name in holders:
         if function is model.function and name == model.name:
             continue
+        if _moved_in_place_by_a_helper(facts, function, name, training):
+            continue  # the caller's model moves at the call, and is wrapped there
         for statement in facts.statements_touching.get(name, ()):
             in_scope = name.startswith("self.") or facts.function_of(statement) is function
             if in_scope and facts.function_of(statement) is not model.function and _moves(statement, name):
                 return statement, name
     return None
+
+
+def _moved_in_place_by_a_helper(facts: Facts, function: Optional[cst.FunctionDef], name: str,
+                                training: set[Optional[cst.FunctionDef]]) -> bool:
+    """Rule: `def prepare(net): net.apply(init); net.to(device)`, called as `prepare(model)`:
+    the parameter is moved in place and then dropped (neither returned, kept on `self` nor
+    trained there). A wrap of it would rebind the helper's local name only, and the caller's
+    model would train unwrapped on every rank; the wrap goes after the call instead."""
+    return function is not None and function not in training and not name.startswith("self.") \
+        and name in parameter_names(function) and not facts.returned_to_sites(name, function) \
+        and not facts.stored_in_self(name, function) and not any(
+            returned.value is not None and name in names_within(returned.value)
+            for returned in facts.own_statements(function, cst.Return))
 
 
 def _moves(statement: cst.BaseStatement, name: str) -> bool:
@@ -939,6 +968,12 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
     derived = [facts.statement_of(call) for call in _derivations(facts, model.name)]
     # `net = modules["net"]` and `for m in modules.values(): m.to(device)`, in either order.
     moving += [facts.statement_of(call) for call in container_moves(facts, model)]
+    # `prepare(model)` whose body moves its parameter in place (_moved_in_place_by_a_helper).
+    trains_in = {facts.function_of(call) for call in facts.training_calls}
+    moving += [facts.statement_of(call) for callee, parameter, call in facts._calls_passing(model.name, function)
+               if facts.device_moves.get(parameter) and any(facts.function_of(move) is callee
+                                                            for move in facts.device_moves[parameter])
+               and _moved_in_place_by_a_helper(facts, callee, parameter, trains_in)]
     for statement in [*facts.statements_touching.get(model.name, ()), *moving, *unpacked, *derived]:
         if statement in compiles or statement in reaching or facts.function_of(statement) is not function:
             continue

@@ -712,10 +712,11 @@ def _only_asks_for_cuda(facts: Facts, test: cst.BaseExpression, depth: int = 0) 
 
 
 def _test_around(facts: Facts, node: cst.CSTNode) -> Optional[cst.BaseExpression]:
-    """The test of the innermost `if` whose body (not its else) holds node, in its function."""
+    """The test of the innermost `if` whose body (not its else) holds node, in its function;
+    also of a conditional expression (`model.cuda() if args.cuda else model`)."""
     child, parent = node, facts.parents.get(node)
     while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.ClassDef)):
-        if isinstance(parent, cst.If) and child is parent.body:
+        if isinstance(parent, (cst.If, cst.IfExp)) and child is parent.body:
             return parent.test
         child, parent = parent, facts.parents.get(parent)
     return None

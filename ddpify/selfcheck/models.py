@@ -116,6 +116,9 @@ def _wrap_problem(source: Source, model: str, wrap: ast.Call) -> Optional[str]:
     anchor = _anchor(source, statement)
     scope = source.scope_of(wrap)
     trains_on = [use.lineno for use in _training_uses(source, scope, [model, *wrapped], through_calls=True)]
+    if not trains_on and _dropped_parameter(source, scope, model):
+        return (f"the wrap rebinds `{model}`, a parameter its function neither trains, keeps nor returns: "
+                f"the caller's model stays unwrapped")
     for other in sorted(source.statements_in(scope), key=lambda node: node.lineno):
         if other is statement or not _places(source, other, model):
             continue
@@ -131,6 +134,29 @@ def _wrap_problem(source: Source, model: str, wrap: ast.Call) -> Optional[str]:
         if use.lineno < statement.lineno:
             return f"`{ast.unparse(use)}` trains on output line {use.lineno}, before its wrap"
     return None
+
+
+def _dropped_parameter(source: Source, scope: ast.AST, name: str) -> bool:
+    """`def prepare(net): net.to(device); net = DDP(net, ...)`: the wrapper is lost when the
+    function returns, unless it is returned or stored (`self.net = net`, `models.append(net)`)."""
+    if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    arguments = scope.args
+    if name not in {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}:
+        return False
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Return) and node.value is not None and any(
+                isinstance(inner, ast.Name) and inner.id == name for inner in ast.walk(node.value)):
+            return False
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and any(
+                isinstance(inner, ast.Name) and inner.id == name for inner in ast.walk(node.value)) and any(
+                not isinstance(target, ast.Name) for target in (
+                    node.targets if isinstance(node, ast.Assign) else [node.target])):
+            return False
+        if isinstance(node, ast.Call) and any(isinstance(argument, ast.Name) and argument.id == name
+                                              for argument in node.args) and last_part(node.func) not in WRAPPERS:
+            return False  # handed on (to a Trainer, a list's append): it may live on there
+    return True
 
 
 def _loop_bound(source: Source, statement: ast.stmt, name: str) -> bool:
