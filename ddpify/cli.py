@@ -189,9 +189,12 @@ def migrate(paths, output, in_place, show_diff, check, twin, select, ignore, exc
     elif mode == job_modes.WRITE and paths[0] != "-":
         reports = _write_entry(entries, output, options, excluded, workers, show)
     else:
-        if mode in (job_modes.IN_PLACE, job_modes.DIFF) or mode == job_modes.CHECK and not output:
+        beside = mode in (job_modes.IN_PLACE, job_modes.DIFF) or mode == job_modes.CHECK and not output
+        if beside:
             entries = project_jobs.with_project_modules(entries, excluded)
         planned = _jobs(entries, mode, output, options, stdin_filename)
+        if beside:  # the project's modules are migrated where their callers import them from
+            planned = project_jobs.together(planned)
         reports = _run(planned, workers, show)
     sys.exit(max((report.exit_code for report in reports), default=OK))
 

@@ -59,6 +59,9 @@ class Job:
     explicit: bool = True
     # --stdin-filename: the file that stdin's code stands for (an editor's buffer).
     stdin_filename: Optional[str] = None
+    # The other files of its project that this run migrates too, where the program imports
+    # them from (in place, or into the same copy of the tree): project.read.
+    rewritten: tuple[str, ...] = ()
 
     @property
     def shown(self) -> str:
@@ -201,7 +204,7 @@ def _twin_path(job: Job) -> str:
 def _project(job: Job, text: str) -> project.Project:
     """The helper modules beside the script: for stdin, beside the file it stands for."""
     path = job.stdin_filename if job.path == "-" else job.path
-    return project.read(path, text) if path else project.Project()
+    return project.read(path, text, job.rewritten) if path else project.Project()
 
 
 @contextlib.contextmanager

@@ -39,8 +39,12 @@ class Project:
 
     def __init__(self, modules: Optional["_Modules"] = None, imported: Iterable[str] = (),
                  star_names: Optional[Mapping[str, str]] = None, used_elsewhere: Iterable[str] = (),
-                 in_project_folder: bool = False) -> None:
+                 in_project_folder: bool = False, rewritten: Iterable[Path] = ()) -> None:
         self._modules = modules
+        # The project's files this run migrates as well, where the program will import them
+        # from (in place, or into the same migrated copy of the tree): a helper there guards
+        # its own output (DDP301, DDP302 in its module), so its callers need not.
+        self._rewritten = frozenset(rewritten)
         # The module sits in a folder of the user's project, among other modules of it (not
         # in an installed package, not alone): a training helper there that nothing imports
         # has callers ddpify cannot see (a notebook), and is migrated for them (DDP918).
@@ -67,6 +71,22 @@ class Project:
 
     def effect(self, qualified: str) -> Optional[str]:
         return self._facts_of(qualified)[0]
+
+    def guards_own_output(self, qualified: str) -> bool:
+        """`qualified` is defined in a module this run migrates too, which puts each of its
+        prints and writes on rank 0 itself (effects.guards_itself): a second guard around the
+        call would only repeat it."""
+        definition = self._definition(qualified) if self._rewritten else None
+        if definition is None or self._modules is None:
+            return False
+        path = self._modules.file_of(definition[0])
+        if path is None or path not in self._rewritten or not definition[0].guards_itself(definition[1]):
+            return False
+        # The helper's own migration guards only what its project view sees used by other
+        # modules (api.migrate_source leaves a module nobody imports as it is, DDP901): the
+        # same index, from the helper's side, so both ends agree on who guards.
+        root = project_root(path)
+        return definition[1].partition(".")[0] in names_used_elsewhere(root, module_name(path, root))
 
     def wraps_in_data_parallel(self) -> bool:
         """A module of the project wraps something in DataParallel, which the migration
@@ -233,6 +253,11 @@ class Project:
         definition = self._definition(qualified)
         return definition is not None and definition[0].loads_checkpoint(definition[1])
 
+    def writes_files(self, qualified: str) -> bool:
+        """Calling `qualified` writes a file somewhere inside (effects.writes_files)."""
+        definition = self._definition(qualified)
+        return definition is not None and definition[0].writes_files(definition[1])
+
     def iterated_parameters(self, qualified: str) -> tuple[list[str], set[str]]:
         """For a function or a class: its positional parameters and those it iterates
         (effects.iterated_parameters)."""
@@ -317,9 +342,10 @@ class Project:
         return qualified
 
 
-def read(script: str, source: str) -> Project:
-    """The project around `script`, whose text is `source`. A script that does not parse is
-    not ddpify's to judge here: the migration itself reports it."""
+def read(script: str, source: str, rewritten: Iterable[str] = ()) -> Project:
+    """The project around `script`, whose text is `source`; `rewritten` names the files this
+    run migrates along with it, in place or into the same copy of the tree (Project). A
+    script that does not parse is not ddpify's to judge here: the migration itself reports it."""
     path = Path(script).resolve()
     if INSTALLED.intersection(path.parent.parts):
         return Project()  # installed code: its imports are other packages, not its project
@@ -349,7 +375,8 @@ def read(script: str, source: str) -> Project:
     used = names_used_elsewhere(root, name)
     if not imported and not used:
         return Project(in_project_folder=True)
-    found = Project(modules, imported, star_names, used)
+    found = Project(modules, imported, star_names, used,
+                    rewritten={Path(file).resolve() for file in rewritten})
     found.module = name
     found.package = package
     return found
@@ -474,8 +501,18 @@ def _imports_itself(folder: str, stamp: tuple[tuple[str, int, int], ...]) -> boo
 
 
 def _imported_from_parent(folder: Path) -> bool:
+    """A script beside the folder imports it by name, or one in a folder of scripts beside
+    it (`tools/train.py` with `from segkit.io import x`, no `__init__.py` in tools/): the
+    same scripts for which project_root climbs above their own folder, so that the
+    package's modules see the entry that imports them (and a helper that guards its own
+    output is known to, in both directions)."""
     try:
-        scripts = sorted(folder.parent.glob("*.py"))[:MAX_MODULES]
+        scripts = sorted(folder.parent.glob("*.py"))
+        for sibling in sorted(folder.parent.iterdir()):
+            if sibling.is_dir() and sibling != folder and sibling.name not in SKIPPED_DIRECTORIES and (
+                    not sibling.name.startswith(".")) and not (sibling / "__init__.py").is_file():
+                scripts.extend(sorted(sibling.glob("*.py")))
+        scripts = scripts[:MAX_MODULES]
     except OSError:
         return False
     stamps = []
@@ -625,6 +662,12 @@ class _Modules:
 
     def _module_of(self, effects: FunctionEffects) -> Optional[str]:
         return next((name for name, read in self._read.items() if read is effects), None)
+
+    def file_of(self, effects: FunctionEffects) -> Optional[Path]:
+        """The file a module read here comes from, resolved."""
+        module = self._module_of(effects)
+        found = _module_file(self.root, module) if module is not None else None
+        return found[0].resolve() if found is not None else None
 
     def method_trains(self, owner: str, method: str) -> bool:
         """`owner` (a class's qualified name) trains when `method` is called: the method

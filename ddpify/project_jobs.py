@@ -11,7 +11,7 @@ import os
 import re
 import shutil
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -131,8 +131,30 @@ def tree_of(path: str, output: str, walked: Sequence[Entry], excludes: Sequence[
 
 def tree_jobs(tree: Tree, options: Options) -> list[Job]:
     """One job per Python file to migrate, each writing to its place in the copy."""
-    return [Job(path, TREE, options, output=tree.target(path), explicit=path == tree.entry)
-            for path in tree.migrated]
+    return together([Job(path, TREE, options, output=tree.target(path), explicit=path == tree.entry)
+                     for path in tree.migrated])
+
+
+def together(planned: list[Job]) -> list[Job]:
+    """The jobs, each told which other files of its project the run migrates as well (a
+    helper module there guards its own output, so its callers need not: Project). Only
+    the files under the job's project root: one tuple per root, not the whole run per job."""
+    by_root: dict[Path, list[str]] = {}
+    roots: list[Optional[Path]] = []
+    root_of_folder: dict[str, Path] = {}  # (a walk's files share a few folders)
+    for job in planned:
+        root = None
+        if job.path != "-":
+            folder = os.path.dirname(os.path.abspath(job.path))
+            if folder not in root_of_folder:
+                root_of_folder[folder] = project_root(Path(job.path).resolve())
+            root = root_of_folder[folder]
+        roots.append(root)
+        if root is not None:
+            by_root.setdefault(root, []).append(job.path)
+    shared = {root: tuple(paths) for root, paths in by_root.items()}
+    return [job if root is None or len(shared[root]) < 2 else replace(job, rewritten=shared[root])
+            for job, root in zip(planned, roots)]
 
 
 def overlap(tree: Tree) -> Optional[str]:

@@ -69,10 +69,12 @@ class ProjectCase:
         """ddpify on every module of the tree (input/ by default), each with its project view."""
         root = self.input if tree is None else tree
         results = {}
+        # One run migrates them all, as `ddpify input/ -o OUT_DIR/` does (project.read).
+        together = [str(root / module) for module in self.modules(root)]
         for module in self.modules(root):
             path = root / module
             text = path.read_text()
-            results[module] = migrate_source(text, self.options, read_project(str(path), text))
+            results[module] = migrate_source(text, self.options, read_project(str(path), text, together))
         return results
 
     def runs(self) -> list[dict]:

@@ -388,3 +388,71 @@ def test_the_readme_example_is_what_ddpify_prints(tmp_path, monkeypatch):
     result = invoke("tests/data/verify_project/train.py", "-o", f"{tmp_path}/")
     assert result.exit_code == 0
     assert result.stderr.replace(f"{tmp_path}/", "/tmp/regressor_ddp/") == shown
+
+
+# A helper module that prints and writes for the entry: migrated in the same run, it guards
+# its own output, and the call in the entry stays as it was (one guard, not two).
+LOGGING_TRAIN = '''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import report
+
+
+def main():
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=4)
+    for epoch in range(2):
+        for x, y in loader:
+            loss = ((model(x) - y) ** 2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        report.log(f"epoch {epoch}: {loss.item():.4f}")
+        report.save_curve("curve.csv", epoch, loss.item())
+
+
+if __name__ == "__main__":
+    main()
+'''
+REPORT = '''\
+def log(message):
+    print(message, flush=True)
+
+
+def save_curve(path, epoch, loss):
+    with open(path, "a") as f:
+        f.write(f"{epoch},{loss}\\n")
+'''
+
+
+@pytest.mark.parametrize("how", [("-i",), ("-o", "{out}/")])
+def test_a_helper_migrated_in_the_same_run_guards_its_output_and_its_calls_stay(tmp_path, monkeypatch, how):
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "train.py").write_text(LOGGING_TRAIN)
+    (root / "report.py").write_text(REPORT)
+    monkeypatch.chdir(root)
+    out = tmp_path / "out"
+    result = invoke(*(arg.format(out=out) for arg in how), "train.py")
+    assert result.exit_code == 0, result.stderr
+    migrated = out if "-o" in how else root
+    train, helper = (migrated / "train.py").read_text(), (migrated / "report.py").read_text()
+    assert helper.count("if is_main_process():") == 2
+    assert "        report.log(f\"epoch" in train and "is_main" not in train
+    assert "DDP30" not in "".join(line for line in result.stderr.splitlines(True) if line.startswith("train.py"))
+    if "-i" in how:
+        assert invoke("--check", "train.py").exit_code == 0  # and the migrated pair stays as it is
+
+
+def test_a_helper_left_out_of_the_run_is_guarded_where_it_is_called(tmp_path, monkeypatch):
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "train.py").write_text(LOGGING_TRAIN)
+    (root / "report.py").write_text(REPORT)
+    monkeypatch.chdir(root)
+    result = invoke("-i", "train.py", "--exclude", "report.py")
+    assert result.exit_code == 0, result.stderr
+    assert (root / "report.py").read_text() == REPORT
+    assert "        if is_main:\n            report.log(" in (root / "train.py").read_text()

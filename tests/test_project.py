@@ -317,3 +317,77 @@ def test_a_trainer_that_moves_the_model_it_is_handed_wraps_it_after_the_move(tmp
     assert ("        self.model = model.to(device)\n        if dist.is_initialized():\n"
             "            self.model = DDP(self.model)\n") in helper.code
     assert 'torch.save(getattr(self.model, "module", self.model).state_dict(), "model.pt")' in helper.code
+
+
+GUARDING = '''\
+import json
+import logging
+import os
+
+import imageio
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+def say(message):
+    print(message)
+
+
+def save_json(path, record):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(record, f)
+
+
+def through_say(message):
+    say(message)
+
+
+def logs(message):
+    logger.info(message)
+
+
+def returns_save(state, path):
+    return torch.save(state, path)
+
+
+def assigned(message):
+    shown = print(message)
+    return shown
+
+
+def animates(paths, out):
+    frames = [imageio.imread(path) for path in paths]
+    imageio.mimsave(out, frames)
+
+
+def through_logs(message):
+    logs(message)
+
+
+class Saver:
+    def save(self, state, path):
+        torch.save(state, path)
+        self.say(path)
+
+    def say(self, path):
+        print("saved", path)
+'''
+
+
+def test_which_helpers_guard_their_own_output_once_their_module_is_migrated(tmp_path):
+    """Each print or write a statement that the helper's own migration guards (a call
+    statement, a `with open(path, "w")` block) - not a log call, a write in a return or an
+    assignment, nor a helper that also reads files (rank 0's, maybe not written yet)."""
+    (tmp_path / "helpers.py").write_text(GUARDING)
+    source = "import helpers\n"
+    (tmp_path / "train.py").write_text(source)
+    alone = project.read(str(tmp_path / "train.py"), source)
+    together = project.read(str(tmp_path / "train.py"), source, [str(tmp_path / "helpers.py")])
+    names = ["say", "save_json", "through_say", "logs", "returns_save", "assigned", "animates", "through_logs",
+             "Saver.save"]
+    assert {name for name in names if together.guards_own_output(f"helpers.{name}")} == {
+        "say", "save_json", "through_say", "Saver.save"}
+    # Not migrated in this run: its callers guard it.
+    assert not any(alone.guards_own_output(f"helpers.{name}") for name in names)

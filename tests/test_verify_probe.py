@@ -71,8 +71,10 @@ def test_path_scope(tmp_path, monkeypatch):
     assert path_scope("ckpt.pth") == "cwd"
     assert path_scope("/dev/null") == "system"
     assert path_scope("/nonexistent-root-dir/ckpt.pth") == "outside"
-    assert path_scope("/runs/r1/tmp/x", run_dir="/runs/r1") == "run"
-    assert path_scope("/runs/r10/tmp/x", run_dir="/runs/r1") == "outside"
+    assert path_scope("/runs/r1/tmp/x", ["/runs/r1"]) == "run"
+    assert path_scope("/runs/r10/tmp/x", ["/runs/r1"]) == "outside"
+    # The short TMPDIR a run with a long directory gets under /tmp is the run's own too.
+    assert path_scope("/tmp/ddpify-tmp-ab12/pymp-x/f", ["/runs/r1", "/tmp/ddpify-tmp-ab12"]) == "run"
 
 
 def test_line_recorder_passes_through_and_records_whole_lines():

@@ -130,3 +130,67 @@ def test_a_failed_launch_stops_the_others_after_a_grace_instead_of_reaching_the_
     assert not timed_out and time.time() - started < 15
     assert returncodes[1] == 3 and returncodes[0] != 0
     assert wait_until(lambda: not processes_in(tmp_path), 5), processes_in(tmp_path)
+
+
+# -- a TMPDIR short enough for Unix sockets ------------------------------------------------
+
+def long_folder(tmp_path):
+    """A --temp-parent whose runs' own TMPDIR would be too long for a Unix socket's path."""
+    folder = tmp_path / ("x" * 60) / ("y" * 60)
+    folder.mkdir(parents=True)
+    return str(folder)
+
+
+def test_a_run_folder_too_long_for_a_unix_socket_gets_a_short_tmpdir(tmp_path):
+    from multiprocessing.connection import Listener
+
+    from ddpify.verify.runner import sandbox_environment, scratch_directory, socket_fits
+
+    run_dir = os.path.join(long_folder(tmp_path), "torchrun")
+    os.makedirs(run_dir)
+    assert not socket_fits(os.path.join(run_dir, "tmp"))
+    scratch = scratch_directory(run_dir)
+    try:
+        assert socket_fits(scratch) and not scratch.startswith(run_dir)
+        # Found from the run's folder, and named to the probe, which counts it as the run's own.
+        assert os.path.realpath(os.path.join(run_dir, "tmp")) == os.path.realpath(scratch)
+        env = sandbox_environment({}, run_dir, scratch)
+        assert env["TMPDIR"] == env["DDPIFY_VERIFY_SCRATCH"] == scratch
+        # Where multiprocessing (DataLoader workers) binds its socket, under that TMPDIR.
+        folder = os.path.join(scratch, "pymp-abcdefgh")
+        os.makedirs(folder)
+        Listener(os.path.join(folder, "listener-abcdefgh"), family="AF_UNIX").close()
+    finally:
+        import shutil
+
+        shutil.rmtree(scratch, ignore_errors=True)
+    # A short run folder keeps its TMPDIR inside it.
+    short_run = tmp_path / "r"
+    short_run.mkdir()
+    assert scratch_directory(str(short_run)) == str(short_run / "tmp")
+
+
+WORKERS_SCRIPT = (
+    "import tempfile, torch\n"
+    "from torch.utils.data import DataLoader, TensorDataset\n"
+    "loader = DataLoader(TensorDataset(torch.arange(8.0)), batch_size=2, num_workers=2)\n"
+    "print(sum(float(batch.sum()) for (batch,) in loader))\n"
+    "with open(tempfile.gettempdir() + '/scratch.txt', 'w') as scratch:\n"
+    "    scratch.write('cache')\n"
+)
+
+
+def test_dataloader_workers_run_under_a_long_temp_parent_and_its_short_tmpdir_is_removed(tmp_path):
+    from ddpify.verify.runner import Runner, RunSettings
+
+    script = tmp_path / "workers.py"
+    script.write_text(WORKERS_SCRIPT)
+    runner = Runner(RunSettings(timeout=60.0, temp_parent=long_folder(tmp_path)))
+    with runner:
+        result = runner.run_plain("original", str(script), gpus=[])
+        shorts = list(runner.short_scratch)
+    assert result.ok and not result.timed_out, result.output_tail
+    assert "28.0" in result.output_tail
+    writes = [event for event in result.events[0] if event["ev"] == "write"]
+    assert [event["scope"] for event in writes if event["path"].endswith("scratch.txt")] == ["run"]
+    assert shorts and not any(os.path.exists(short) for short in shorts)

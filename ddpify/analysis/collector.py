@@ -7,6 +7,7 @@ from typing import Optional, Union, cast
 import libcst as cst
 
 from ddpify.analysis import effects, names
+from ddpify.analysis.containers import iterated_elements, literal_elements
 from ddpify.analysis.control import Facts
 from ddpify.analysis.devices import DeviceValues
 from ddpify.analysis.facts import DeviceAssignment, ExternalLoader, ExternalLoaderDict, Loader, Model, Statement
@@ -84,6 +85,7 @@ class Collector(cst.CSTVisitor):
         # Methods of this file that build an optimizer over their own object's parameters.
         self.self_optimizer_methods: set[str] = set()
         self.training_calls: list[cst.Call] = []
+        self.input_gradient_scopes: dict[cst.CSTNode, bool] = {}
         # (function, name) -> the names of the iterable a progress bar or enumerate() held
         # in that name goes over.
         self.iteration_wrappers: dict[tuple[Optional[cst.FunctionDef], str], list[str]] = {}
@@ -94,6 +96,8 @@ class Collector(cst.CSTVisitor):
                                         Optional[cst.Call]]] = []
         # For loops over `X.parameters()` or `X.named_parameters()`, for parameter groups.
         self._loops_over_parameters: list[cst.For] = []
+        # Functions of this file that move each element of a positional parameter.
+        self._element_movers: dict[str, list[tuple[int, cst.Call]]] = {}
         # What a list was extended with after it was made (`params += list(fine.parameters())`,
         # `params.extend(head.parameters())`), for the models an optimizer over it trains.
         self._values_added: dict[str, list[cst.BaseExpression]] = {}
@@ -420,10 +424,14 @@ class Collector(cst.CSTVisitor):
 
     def _methods_of_project_objects(self, callee: str) -> list[str]:
         """`progress.display` where every `progress = ProgressMeter(...)` constructs a class
-        of another module of the project: "utils.ProgressMeter.display", once per value."""
+        of another module of the project: "utils.ProgressMeter.display", once per value
+        (`progress(i)`: "utils.ProgressMeter.__call__")."""
         owner, _, method = callee.rpartition(".")
+        if not owner:
+            # `saver(model, epoch)` where `saver = Saver(out_dir)`: the object is called.
+            owner, method = callee, "__call__"
         values = [_constructed(value) for value in self.facts.assigned_values.get(owner, [])]
-        if not owner or not values or not all(isinstance(value, cst.Call) for value in values):
+        if not values or not all(isinstance(value, cst.Call) for value in values):
             return []
         return [f"{qualified}.{method}"
                 for value in values for qualified in self._qualified(cast(cst.Call, value).func)]
@@ -675,11 +683,9 @@ class Collector(cst.CSTVisitor):
                 self.facts.calls_returning_moved.add(node)
             if self.project.loads_checkpoint(qualified):
                 self.facts.helper_load_calls.append(node)
-            positional, loaded = self.project.state_loaded_parameters(qualified)
-            for parameter in sorted(loaded):
-                value = argument_for(node, parameter, positional.index(parameter) if parameter in positional else None)
-                if value is not None:
-                    self.facts.helper_state_loads.setdefault(node, []).append(value)
+            if self.project.writes_files(qualified):
+                self.facts.helper_write_calls.append(node)
+            self._note_state_handed(node, qualified)
             clock_line = self.project.names_from_clock(qualified)
             if clock_line is not None:
                 self.facts.clock_named_calls[node] = (qualified, clock_line)
@@ -692,8 +698,20 @@ class Collector(cst.CSTVisitor):
         if effect is not None:
             self._record_helper(node, qualified, effect)
 
-    def _record_helper(self, node: cst.Call, qualified: str, effect: str) -> None:
+    def _note_state_handed(self, node: cst.Call, qualified: str) -> None:
+        """The arguments whose state dict the helper loads or reads (Project.state_loaded_parameters)."""
+        positional, loaded = self.project.state_loaded_parameters(qualified)
+        for parameter in sorted(loaded):
+            value = argument_for(node, parameter, positional.index(parameter) if parameter in positional else None)
+            if value is not None and value not in self.facts.helper_state_loads.get(node, ()):
+                self.facts.helper_state_loads.setdefault(node, []).append(value)
+
+    def _record_helper(self, node: cst.Call, qualified: str, effect: str, guarded_there: Optional[bool] = None
+                       ) -> None:
         self.facts.helper_effects[node] = effect
+        if effect in (effects.SPEAKS, effects.WRITES) and (
+                self.project.guards_own_output(qualified) if guarded_there is None else guarded_there):
+            self.facts.guarded_in_helper.add(node)
         if effect == effects.MIXED:
             self.facts.helper_attribute_readers[node] = self.project.attribute_readers(
                 qualified, names.WRAPPER_ATTRIBUTES)
@@ -706,6 +724,8 @@ class Collector(cst.CSTVisitor):
         self._note_chained_training_calls()
         for callee, calls in self.facts.calls_by_callee.items():
             methods = self._methods_of_project_objects(callee)
+            if any(self.project.writes_files(name) for name in methods):
+                self.facts.helper_write_calls.extend(calls)
             values = [_constructed(value) for value in self.facts.assigned_values.get(callee.rpartition(".")[0], [])]
             if methods and all(self.project.trains(name) for name in methods):
                 # `solver.train()` on a Solver of another module: the steps are in there,
@@ -720,13 +740,18 @@ class Collector(cst.CSTVisitor):
                 # the project defines on another: whether this call trains depends on the path.
                 self.facts.partly_followed_training.extend(calls)
                 continue
+            if len(set(methods)) == 1:
+                for call in calls:
+                    self._note_state_handed(call, methods[0])
             found = {self.project.effect(name) for name in methods}
             if len(found) != 1 or None in found:
                 continue
             effect = cast(str, found.pop())
+            guarded_there = all(self.project.guards_own_output(name) for name in methods)
             for call in calls:
                 if call not in self.facts.helper_effects:
-                    self._record_helper(call, callee, effect)
+                    # (An object called by its bare name goes by its method's full name.)
+                    self._record_helper(call, callee if "." in callee else methods[0], effect, guarded_there)
 
     def note_models_handed_to_training(self) -> None:
         """`Trainer(model, ...)` or `train(model, loader, ...)` of another module of the
@@ -821,6 +846,8 @@ class Collector(cst.CSTVisitor):
             func = cast(cst.Attribute, call.func)
             made = cast(cst.Call, func.value)
             methods = [f"{qualified}.{func.attr.value}" for qualified in self._qualified(made.func)]
+            if any(self.project.writes_files(name) for name in methods):
+                self.facts.helper_write_calls.append(call)
             if methods and all(self.project.trains(name) for name in methods):
                 self.facts.training_helper_calls.append(call)
                 self.training_tops.add(cast(cst.CSTNode, self.facts.ancestor_in(call, self.facts.module)))
@@ -895,6 +922,25 @@ class Collector(cst.CSTVisitor):
                 found.extend(self._calls_in_values_of(value, depth + 1))
         return found
 
+    def _backward_for_input_gradients(self, node: cst.Call) -> bool:
+        """Rule: a backward trains only when an update of the parameters can follow. One whose
+        outermost loop (or, outside any loop, its function or the module's own statements)
+        steps nothing (no `.step(` call) and reads `.grad` only of tensors that its function
+        marked as needing gradients (`x.requires_grad_()`, `x.requires_grad = True`,
+        `torch.zeros(..., requires_grad=True)`) computes input gradients: an FGSM or PGD
+        attack, a saliency map. It is no training step: its loop and loader are an
+        evaluation's, and a script that does nothing else does not train."""
+        function: cst.CSTNode = self._function() or self.facts.module
+        region = function
+        parent = self.parents.get(node)
+        while parent is not None and parent is not function:
+            if isinstance(parent, (cst.For, cst.While)):
+                region = parent
+            parent = self.parents.get(parent)
+        if region not in self.input_gradient_scopes:
+            self.input_gradient_scopes[region] = _reads_input_gradients_only(region, function)
+        return self.input_gradient_scopes[region]
+
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         target = dotted_name(node.target)
         if target is not None and isinstance(node.operator, cst.AddAssign):
@@ -907,7 +953,10 @@ class Collector(cst.CSTVisitor):
             self._values_added.setdefault(receiver, []).append(node.args[0].value)
         if isinstance(func.value, cst.Call):
             self.chained_calls.append(node)
-        if method == "backward" or (method == "step" and receiver and "optim" in receiver):
+            self.facts.chained_calls.append(node)
+        if method == "backward" and self._backward_for_input_gradients(node):
+            pass  # an attack or a saliency map: no parameter is updated
+        elif method == "backward" or (method == "step" and receiver and "optim" in receiver):
             self._note_training()
             self.training_calls.append(node)
             self._mark_training_loops(node)
@@ -925,15 +974,73 @@ class Collector(cst.CSTVisitor):
                                                 for qualified in self._qualified(node.args[0].value)):
             self.facts.moves_to_imported_fixed_gpu.append(node)
         if method in ("to", "cpu", "cuda"):
-            base = func.value
-            # Only through calls that return the module itself (`model.eval().cpu()`),
-            # never through its output (`model.decode(z).cpu()`).
-            while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute) and (
-                    base.func.attr.value in _RETURNS_MODULE):
-                base = base.func.value
-            moved = dotted_name(base)
-            if moved is not None:
-                self.facts.device_moves.setdefault(moved, []).append(node)
+            self._note_device_move(node, func)
+
+    def _note_device_move(self, node: cst.Call, func: cst.Attribute) -> None:
+        base = func.value
+        # Only through calls that return the module itself (`model.eval().cpu()`),
+        # never through its output (`model.decode(z).cpu()`).
+        while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute) and (
+                base.func.attr.value in _RETURNS_MODULE):
+            base = base.func.value
+        moved = dotted_name(base)
+        if moved is not None:
+            self.facts.device_moves.setdefault(moved, []).append(node)
+        if isinstance(base, cst.Name):
+            self._note_element_moves(node, base.value)
+
+    def _note_element_moves(self, node: cst.Call, variable: str) -> None:
+        """A move of a loop variable over `(G, D)` moves G and D (containers.iterated_elements);
+        over a parameter of this function, the elements its callers hand in (note_element_movers)."""
+        function = self._function()
+        positional = [param.name.value for param in function.params.params] if function is not None else None
+        for element in iterated_elements(self.parents, node, variable, positional):
+            if element.startswith("#"):
+                if function is not None and self.parents.get(function) is self.facts.module:
+                    self._element_movers.setdefault(function.name.value, []).append((int(element[1:]), node))
+            else:
+                self.facts.device_moves.setdefault(element, []).append(node)
+
+    def note_factories_returning_moved(self) -> None:
+        """`G = build_g()` where a function of this file returns what it moved to a device
+        (`m = Generator(); return m.cuda()`, `return Net().to(device)`): the model is on its
+        device, as for a function of another module (Project.moves_returned), so it is wrapped
+        with this rank's device_ids and the group is not the CPU's Gloo."""
+        for statement in self.facts.module.body:
+            if isinstance(statement, cst.FunctionDef) and self._returns_moved(statement):
+                self.facts.calls_returning_moved.update(self.facts.calls_by_callee.get(statement.name.value, ()))
+
+    def _returns_moved(self, function: cst.FunctionDef) -> bool:
+        def moved(value: Optional[cst.BaseExpression]) -> bool:
+            if isinstance(value, cst.IfExp):
+                return moved(value.body) or moved(value.orelse)
+            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and (
+                    value.func.attr.value in _RETURNS_MODULE):
+                if value.func.attr.value in ("to", "cuda"):
+                    return True
+                value = value.func.value
+            name = dotted_name(value) if isinstance(value, (cst.Name, cst.Attribute)) else None
+            if name is None:
+                return False
+            facts = self.facts
+            return any(facts.function_of(call) is function for call in facts.device_moves.get(name, ())) or any(
+                facts.function_of(assigned) is function and assigned is not value and moved(assigned)
+                for assigned in facts.assigned_values.get(name, ()))
+
+        return any(moved(returned.value) for returned in self.facts.own_statements(function, cst.Return))
+
+    def note_element_movers(self) -> None:
+        """`G, D = to_gpu([G, D])` (or `to_gpu([G, D])` alone), where a function of this file
+        moves each element of what it is handed (`return [m.cuda() for m in models]`): G and D
+        are moved there, at the call."""
+        for callee, moves in self._element_movers.items():
+            for call in self.facts.calls_by_callee.get(callee, ()):
+                positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+                for position, move in moves:
+                    if position < len(positional):
+                        for element in literal_elements(positional[position].value):
+                            self.facts.device_moves.setdefault(element, []).append(move)
+                            self._touch(element, call)
 
     # --- loops -----------------------------------------------------------------------------------
     def visit_For(self, node: cst.For) -> None:
@@ -1017,3 +1124,28 @@ def _bound_names(target: cst.BaseExpression) -> list[str]:
         return _bound_names(target.value)
     name = dotted_name(target)
     return [name] if name is not None else []
+
+
+def _reads_input_gradients_only(region: cst.CSTNode, function: cst.CSTNode) -> bool:
+    """No `.step(` call in `region`, and every `X.grad` it reads is of a name `function`
+    marked as needing gradients (collector._backward_for_input_gradients)."""
+    # (At module level, the module's own statements: a function there is a scope of its own.)
+    inner = not isinstance(function, cst.Module)
+    stepped = any(isinstance(call.func, cst.Attribute) and call.func.attr.value == "step"
+                  for call in find_all(region, cst.Call, into_functions=inner))
+    grads = {dotted_name(attribute.value) or "" for attribute in find_all(region, cst.Attribute, into_functions=inner)
+             if attribute.attr.value == "grad"}
+    marked = {dotted_name(call.func.value) or "" for call in find_all(function, cst.Call, into_functions=inner)
+              if isinstance(call.func, cst.Attribute) and call.func.attr.value == "requires_grad_"}
+    for node in find_all(function, cst.Assign, into_functions=inner):
+        for target in node.targets:
+            name = dotted_name(target.target)
+            if isinstance(target.target, cst.Attribute) and target.target.attr.value == "requires_grad":
+                marked.add(dotted_name(target.target.value) or "")
+            elif name is not None and isinstance(node.value, cst.Call) and (any(
+                    arg.keyword is not None and arg.keyword.value == "requires_grad" and is_true(arg.value)
+                    for arg in node.value.args) or isinstance(node.value.func, cst.Attribute)
+                    and node.value.func.attr.value == "requires_grad_"):
+                marked.add(name)  # `x = torch.zeros(..., requires_grad=True)`, `x = x.clone().requires_grad_()`
+    marked.discard("")
+    return not stepped and bool(grads) and grads <= marked

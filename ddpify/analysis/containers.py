@@ -1,6 +1,7 @@
 """Models kept in a container: `modules = {"net": Net(), ...}`, its entries moved to the
 device (`for k in modules: modules[k] = modules[k].to(device)`), the model taken out by key
 (`net = modules["net"]`). The model's own name is never moved, but its value is."""
+from collections.abc import Mapping
 from typing import Optional
 
 import libcst as cst
@@ -51,3 +52,49 @@ def entry_moves(facts: Facts, container: str, function: Optional[cst.FunctionDef
         if any(dotted_name(read) == container for read in reads):
             found.append(call)
     return found
+
+
+def iterated_elements(parents: Mapping[cst.CSTNode, cst.CSTNode], node: cst.CSTNode, name: str,
+                      parameters: Optional[list[str]] = None) -> list[str]:
+    """The names a loop variable stands for in turn where `node` reads it: `G` and `D` for
+    `m` in `for m in (G, D): m.to(device)`, `[m.cuda() for m in [enc, dec]]` or
+    `map(lambda m: m.to(device), (G, D))`. A move of the variable is a move of each of them:
+    the models reach their device there, so the wrap comes after the loop (and takes the
+    GPU's device_ids), never before it. Only a literal tuple or list of plain names or
+    attributes is followed; `parameters` (the enclosing function's positional parameters)
+    turns a loop over one of them into `#N`, its position (`def to_gpu(models): return
+    [m.cuda() for m in models]`), which the callers resolve."""
+    child, parent = node, parents.get(node)
+    while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.ClassDef, cst.Module)):
+        iterated: Optional[cst.BaseExpression] = None
+        if isinstance(parent, cst.For) and child is not parent.iter and _binds(parent.target, name):
+            iterated = parent.iter
+        elif isinstance(parent, (cst.ListComp, cst.SetComp, cst.GeneratorExp)) and _binds(parent.for_in.target, name):
+            iterated = parent.for_in.iter
+        elif isinstance(parent, cst.Lambda) and [param.name.value for param in parent.params.params] == [name]:
+            call = parents.get(parents.get(parent) or parent)
+            if isinstance(call, cst.Call) and dotted_name(call.func) == "map" and len(call.args) == 2 \
+                    and call.args[0].value is parent:
+                iterated = call.args[1].value
+            else:
+                return []
+        if iterated is not None:
+            return literal_elements(iterated, parameters)
+        child, parent = parent, parents.get(parent)
+    return []
+
+
+def literal_elements(value: cst.BaseExpression, parameters: Optional[list[str]] = None) -> list[str]:
+    """`["G", "D"]` for `(G, D)` or `[G, D]`; `["#0"]` for the first of `parameters`."""
+    if isinstance(value, (cst.Tuple, cst.List)):
+        found = [dotted_name(element.value) for element in value.elements
+                 if not isinstance(element, cst.StarredElement)]
+        return [name for name in found if name is not None] if all(found) else []
+    name = dotted_name(value)
+    if parameters is not None and name in parameters:
+        return [f"#{parameters.index(name)}"]
+    return []
+
+
+def _binds(target: cst.BaseExpression, name: str) -> bool:
+    return isinstance(target, cst.Name) and target.value == name

@@ -499,7 +499,10 @@ def is_training_loader(facts: Facts, loader: Loader) -> bool:
     (returned, passed, stored on self); if no loop is in sight, the name and shuffle tell."""
     loops = facts.loops_over_values(facts.loader_holders_of(loader))
     if loops:
-        return any(facts.loop_trains(loop) for loop in loops)
+        # (A loop that trains, reached only through calls that evaluate - `run_epoch(model,
+        # val_loader)` without the optimizer - does not train over this loader.)
+        return any(facts.loop_trains(loop) for loop in loops) and any(
+            facts.loop_trains(loop) for loop in facts.loops_over_values(facts.trained_holders_of(loader)))
     name = (loader.inline or loader.name).rsplit(".", 1)[-1]
     return trains_by_look(name, loader.shuffles or loader.kwargs_name is not None)
 

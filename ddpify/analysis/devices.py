@@ -20,12 +20,32 @@ class DeviceValues:
             if len(value.args) != 1 or len(arguments) != 1:
                 return None
             return self.gpu_condition(arguments[0])
+        if isinstance(value, cst.IfExp) and self.names_gpu(value.orelse) and self._names_cpu(value.body):
+            # `"cpu" if args.cpu or not torch.cuda.is_available() else "cuda"`: the GPU when the
+            # test fails, so the script's own `--cpu` flag keeps choosing the CPU.
+            return self._negated(value.test)
         if not isinstance(value, cst.IfExp) or not self.names_gpu(value.body):
             return None
         test = value.test
         if isinstance(test, cst.Call) and self.calls(test, names.CUDA_IS_AVAILABLE):
             return None
         return self.module.code_for_node(test)
+
+    def _names_cpu(self, value: cst.BaseExpression) -> bool:
+        if isinstance(value, cst.Call) and self.calls(value, names.TORCH_DEVICE):
+            return len(value.args) == 1 and self._names_cpu(value.args[0].value)
+        return string_value(value) == "cpu"
+
+    def _negated(self, test: cst.BaseExpression) -> Optional[str]:
+        """The code of `not test`; None where that is `torch.cuda.is_available()` itself."""
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            inner = test.expression
+            if isinstance(inner, cst.Call) and self.calls(inner, names.CUDA_IS_AVAILABLE):
+                return None
+            return self.module.code_for_node(inner)
+        code = self.module.code_for_node(test)
+        simple = isinstance(test, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) and not test.lpar
+        return f"not {code}" if simple else f"not ({code})"
 
     def names_gpu(self, value: cst.BaseExpression) -> bool:
         if isinstance(value, cst.Call) and self.calls(value, names.TORCH_DEVICE):

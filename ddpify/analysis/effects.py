@@ -50,6 +50,13 @@ TENSOR_FUNCTIONS = frozenset(f"torch.{name}" for name in (
     "zeros_like", "ones_like", "arange", "linspace", "no_grad", "inference_mode", "isfinite",
     "isnan", "topk", "sort", "flatten", "where", "from_numpy",
 ))
+# Calls that read a file: a helper that reads files as well as writing them (frames of the
+# images rank 0 wrote, made into an animation) keeps its callers' guard (guards_itself).
+FILE_READS = frozenset({
+    "imageio.imread", "imageio.v2.imread", "imageio.v3.imread", "cv2.imread", "skimage.io.imread",
+    "PIL.Image.open", "numpy.load", "numpy.loadtxt", "json.load", "pickle.load", "torch.load",
+    "os.listdir", "glob.glob",
+})
 # Methods that read their object; on anything the function did not make itself, only these.
 # Not `cpu`, `float`, `half`: on a model they move or convert it in place (a helper's
 # `model.cpu()` on rank 0 alone would leave the ranks' models on different devices).
@@ -106,6 +113,7 @@ class FunctionEffects:
                         for target in node.targets if isinstance(target, ast.Name)}
         self._resolve_elsewhere = resolve_elsewhere
         self._known: dict[str, str] = {}
+        self._guarding: dict[str, bool] = {}
 
     @property
     def functions(self) -> list[str]:
@@ -124,6 +132,22 @@ class FunctionEffects:
             if self._known[name] == OPAQUE and function is not None and self._prints(function):
                 self._known[name] = MIXED
         return self._known[name]
+
+    def guards_itself(self, name: str) -> bool:
+        """The function's prints and writes are each a statement that its module's own
+        migration puts on rank 0 (DDP301, DDP302 there): a call statement (`print(...)`,
+        `torch.save(...)`, `img.save(path)`), or inside a `with open(path, "w")` block. Not
+        a log call (ranks' log levels are set where logging is configured), a write in a
+        `return` or an assignment, nor a method of a dataset class (it runs in the loader's
+        workers, left alone)."""
+        if name not in self._guarding:
+            self._guarding[name] = False  # a recursive call is not followed
+            function = self._functions.get(name)
+            owner = self.class_of(name)
+            self._guarding[name] = function is not None and not (
+                owner is not None and any(base.endswith("Dataset") for base in self.bases.get(owner, ()))) \
+                and _Reader(self, function, owner).guarded(function.body)
+        return self._guarding[name]
 
     def trains(self, name: str, depth: int = 0) -> bool:
         """The function takes training steps: it calls `.backward()`, itself or through a
@@ -165,18 +189,46 @@ class FunctionEffects:
     def state_loaded_parameters(self, name: str) -> tuple[list[str], set[str]]:
         """(the positional parameters, the ones the function, or the class's __init__, loads a
         state dict into: `def load_checkpoint(path, model, optimizer=None):
-        model.load_state_dict(ckpt["model"])` -> {"model", "optimizer"} when it loads both).
-        None when it trains: a training forward must go through the wrapper."""
+        model.load_state_dict(ckpt["model"])` -> {"model", "optimizer"} when it loads both),
+        or reads the state dict of, never running it (`def __call__(self, model, epoch):
+        torch.save(model.state_dict(), path)`, a Saver's): the raw module's keys, without
+        DDP's `module.` prefix, are the checkpoint's. None when it trains: a training forward
+        must go through the wrapper."""
         _, key, function = self._function_or_init(name)
         if function is None or self.trains(key):
             return [], set()
+        return self._positional(key, function), self._state_read_parameters(key, function, 0)
+
+    def _state_read_parameters(self, key: str, function: ast.FunctionDef, depth: int) -> set[str]:
+        """The parameters whose state dict the function loads, or reads without running them,
+        itself or through a method of its class it hands them to (`self._restart(shadow, live)`)."""
         arguments = function.args
         parameters = {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}
-        loaded = {node.func.value.id for node in ast.walk(function)
-                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                  and node.func.attr == "load_state_dict" and isinstance(node.func.value, ast.Name)
-                  and node.func.value.id in parameters}
-        return self._positional(key, function), loaded
+        calls = [node for node in ast.walk(function) if isinstance(node, ast.Call)]
+        # A model it runs, or keeps (`self.model = model`) or hands back, may train through
+        # the wrapper later: only the wrapper will do there.
+        run = {call.func.id for call in calls if isinstance(call.func, ast.Name)} | _kept_or_returned(function)
+        loaded = {call.func.value.id for call in calls
+                  if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)
+                  and call.func.value.id in parameters and (
+                      call.func.attr == "load_state_dict"
+                      or call.func.attr == "state_dict" and call.func.value.id not in run)}
+        owner = self.class_of(key)
+        own = arguments.args[0].arg if owner is not None and arguments.args else None
+        for call in calls:
+            if depth >= 3 or own is None or not (isinstance(call.func, ast.Attribute) and isinstance(
+                    call.func.value, ast.Name) and call.func.value.id == own):
+                continue
+            method_key = f"{owner}.{call.func.attr}"
+            method = self._functions.get(method_key)
+            if method is None or self.trains(method_key):
+                continue
+            inner = self._state_read_parameters(method_key, method, depth + 1)
+            for position, parameter in enumerate(self._positional(method_key, method)):
+                argument = call.args[position] if position < len(call.args) else None
+                if parameter in inner and isinstance(argument, ast.Name) and argument.id in parameters:
+                    loaded.add(argument.id)
+        return loaded
 
     def moves_own_model(self, name: str) -> bool:
         """The method moves a module it keeps on the object: `self.model = Net().to(device)`,
@@ -398,6 +450,30 @@ class FunctionEffects:
         return bool(made) and all(values and all(
             isinstance(value, ast.Call) and self._iterator_class(dotted_ast(value.func) or "")
             for value in values) for values in made)
+
+    def writes_files(self, name: str, depth: int = 0) -> bool:
+        """The function writes a file (torch.save, an open for writing, json.dump and the
+        like), itself or through a function of this module or a method it calls on its own
+        object (`fit` calling `self.save_checkpoint(path)`): a call of it, which trains on
+        every rank while its writes run on rank 0 alone, is followed by reads that must wait."""
+        function = self._functions.get(name)
+        if function is None or depth > 3:
+            return False
+        owner = self.class_of(name)
+        own = function.args.args[0].arg if owner is not None and function.args.args else None
+        for node in ast.walk(function):
+            if not isinstance(node, ast.Call):
+                continue
+            qualified = self.qualified(dotted_ast(node.func) or "")
+            if qualified == names.TORCH_SAVE or qualified in names.DUMP_TO_FILE or (
+                    qualified in names.OPEN and _opens_for_writing(node)):
+                return True
+            if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) \
+                    and node.func.value.id == own:
+                qualified = f"{owner}.{node.func.attr}"
+            if qualified != name and qualified in self._functions and self.writes_files(qualified, depth + 1):
+                return True
+        return False
 
     def loads_checkpoint(self, name: str) -> bool:
         """The function, or the class's __init__, reads a file with torch.load itself."""
@@ -624,6 +700,46 @@ class _Reader:
             effects += [self._statement(inner) for inner in block]
         return strongest(effects)
 
+    def guarded(self, statements: list[ast.stmt], in_written_file: bool = False) -> bool:
+        """Every print or write of the statements is one the module's migration guards
+        (FunctionEffects.guards_itself); `in_written_file`: inside `with open(path, "w")`."""
+        for statement in statements:
+            opens_to_write = isinstance(statement, ast.With) and any(
+                isinstance(item.context_expr, ast.Call) and _opens_for_writing(item.context_expr)
+                for item in statement.items)
+            inside = in_written_file or opens_to_write
+            for call in _calls_in(statement):
+                if self._reads_file(call):
+                    return False
+                if self._call(call) in (SPEAKS, WRITES) and not inside and not self._guarded_call(statement, call):
+                    return False
+            if not all(self.guarded(block, inside) for block in _blocks_of(statement)):
+                return False
+        return True
+
+    def _reads_file(self, call: ast.Call) -> bool:
+        """Reads a file on every rank once the call's guard is gone, maybe one rank 0 writes."""
+        qualified = self.module.qualified(dotted_ast(call.func) or "")
+        if qualified == "builtins.open":
+            return not _opens_for_writing(call)
+        return qualified in FILE_READS
+
+    def _guarded_call(self, statement: ast.stmt, call: ast.Call) -> bool:
+        """A call statement of its own, not a log call; one of this module's functions or
+        methods guards inside it (its migration leaves the call itself unguarded)."""
+        if not (isinstance(statement, ast.Expr) and statement.value is call):
+            return False
+        func = call.func
+        if isinstance(func, ast.Attribute) and func.attr in LOG_METHODS and _base_name(func) in self.module.loggers:
+            return False
+        if (self.self_name is not None and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+                and func.value.id == self.self_name and f"{self.owner}.{func.attr}" in self.module.functions):
+            return self.module.guards_itself(f"{self.owner}.{func.attr}")
+        qualified = self.module.qualified(dotted_ast(func) or "")
+        if qualified.startswith("logging."):
+            return False
+        return self.module.guards_itself(qualified) if qualified in self.module.functions else True
+
     def _own_target(self, target: ast.expr) -> bool:
         """An assignment to a name (a local, or a global the function declares), or into an
         object the function made itself."""
@@ -644,6 +760,11 @@ class _Reader:
         return all(self._own_target(target) for target in targets)
 
     def _call(self, call: ast.Call) -> str:
+        if isinstance(call.func, ast.Attribute) and call.func.attr in names.PATH_WRITING_METHODS:
+            return WRITES  # `Path(out_dir, "config.json").write_text(...)`, `(run / "DONE").touch()`
+        return self._other_call(call)
+
+    def _other_call(self, call: ast.Call) -> str:
         dotted = dotted_ast(call.func)
         if (self.self_name is not None and isinstance(call.func, ast.Attribute)
                 and isinstance(call.func.value, ast.Name) and call.func.value.id == self.self_name
@@ -826,6 +947,23 @@ def absolute_module(node: ast.ImportFrom, package: str) -> Optional[str]:
         return None
     base = parts[: len(parts) - (node.level - 1)]
     return ".".join(base + ([node.module] if node.module else [])) or None
+
+
+def _kept_or_returned(function: ast.FunctionDef) -> set[str]:
+    """The names the function stores as they are (`self.model = model`, `kept = [a, b]`),
+    returns, or hands to `append`."""
+    found: set[str] = set()
+    for node in ast.walk(function):
+        values: list[Optional[ast.expr]] = []
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.Return)):
+            values.append(node.value)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                "append", "extend", "insert", "add"):
+            values.extend(node.args)
+        for value in values:
+            elements = value.elts if isinstance(value, (ast.Tuple, ast.List)) else [value]
+            found.update(element.id for element in elements if isinstance(element, ast.Name))
+    return found
 
 
 def _moves(value: ast.expr) -> bool:

@@ -235,6 +235,9 @@ class FactRecord:
     # (ddpify/project.py), or also print beside work every rank must do (MIXED), with that
     # effect; a statement call of one that prints or writes is in output_statements too.
     helper_effects: dict[cst.Call, str] = field(default_factory=dict)
+    # Those of them defined in a module this run migrates too, which guards their output in
+    # there (Project.guards_own_output): the call itself stays on every rank.
+    guarded_in_helper: set[cst.Call] = field(default_factory=set)
     # For a MIXED helper: the positions of the arguments whose own attributes it reads.
     helper_attribute_readers: dict[cst.Call, set[int]] = field(default_factory=dict)
     # Calls of another module's function that loads a state dict into a parameter it is
@@ -262,6 +265,11 @@ class FactRecord:
     load_calls: list[cst.Call] = field(default_factory=list)
     # Calls of a function of another module of the project that reads a file with torch.load.
     helper_load_calls: list[cst.Call] = field(default_factory=list)
+    # Calls of a function or method of another module of the project that writes a file
+    # somewhere inside (`fit(model, ...)` whose epoch loop saves the best model on rank 0).
+    helper_write_calls: list[cst.Call] = field(default_factory=list)
+    # `Trainer(model, loader).fit(epochs)`: methods called on an object made in place.
+    chained_calls: list[cst.Call] = field(default_factory=list)
     main_guard: Optional[cst.If] = None
     data_parallel_calls: list[cst.Call] = field(default_factory=list)
     batchnorm_calls: list[cst.Call] = field(default_factory=list)

@@ -98,6 +98,10 @@ OPEN = frozenset({"builtins.open", "io.open"})
 # Printing by another name: a progress line written to stdout (`sys.stdout.write('\r...')`).
 STDOUT_WRITES = frozenset({"sys.stdout.write", "sys.stdout.flush", "pprint.pprint"})
 MAKE_DIRECTORIES = frozenset({"os.makedirs", "os.mkdir"})
+# pathlib's methods that write: a path (`Path(d, "cfg.json")`, `run_dir / "log.txt"`, a
+# parameter holding one) writes, makes or removes its file, on every rank unless rank 0 alone.
+PATH_WRITING_METHODS = frozenset({"write_text", "write_bytes", "touch", "mkdir", "unlink", "rmdir",
+                                  "symlink_to", "hardlink_to"})
 DUMP_TO_FILE = frozenset(
     {"json.dump", "pickle.dump", "yaml.dump", "yaml.safe_dump", "numpy.save", "numpy.savez",
      "numpy.savetxt", "numpy.savez_compressed", "shutil.copy", "shutil.copyfile",

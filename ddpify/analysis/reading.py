@@ -31,6 +31,8 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
     facts = collector.facts
     facts.positions = _Positions(wrapper)
     facts.parents = collector.parents
+    collector.note_element_movers()
+    collector.note_factories_returning_moved()
     collector.note_helper_methods()
     collector.note_loaders_from_methods()
     collector.note_loaders_made_in_place()

@@ -6,6 +6,7 @@ from typing import Literal, Optional, Union, cast, overload
 import libcst as cst
 
 from ddpify.analysis import effects
+from ddpify.analysis.call_modes import evaluating_call
 from ddpify.analysis.facts import DictPass, ExternalLoader, Holder, Loader, LoaderDict, Model, Statement
 from ddpify.analysis.navigation import Navigation
 from ddpify.analysis.nodes import (
@@ -33,6 +34,11 @@ class ValueFlow(Navigation):
     def loader_holders_of(self, loader: Loader) -> set[Holder]:
         return self._holders([(loader.function, loader.name)])
 
+    def trained_holders_of(self, loader: Loader) -> set[Holder]:
+        """Where the loader goes, not through a call that evaluates (call_modes.py:
+        `run_epoch(model, val_loader)` of a function that trains when handed an optimizer)."""
+        return self._holders([(loader.function, loader.name)], through_evaluating_calls=False)
+
     def holders_from(self, function: Optional[cst.FunctionDef], name: str) -> set[Holder]:
         """Where the value `name` holds in `function` goes from there."""
         return self._holders([(function, name)])
@@ -44,7 +50,7 @@ class ValueFlow(Navigation):
                  if self.sees_value(loop, name, function)}
         return sorted(loops, key=self.start_of)
 
-    def _holders(self, work: list[Holder]) -> set[Holder]:
+    def _holders(self, work: list[Holder], through_evaluating_calls: bool = True) -> set[Holder]:
         holders: set[Holder] = set()
         while work:
             function, name = work.pop()
@@ -53,7 +59,9 @@ class ValueFlow(Navigation):
             holders.add((function, name))
             work.extend((caller, holder) for holder, caller in self._returned_to(name, function))
             work.extend((callee, parameter)
-                        for callee, parameter, _ in self._calls_passing(name, function))
+                        for callee, parameter, call in self._calls_passing(name, function)
+                        if through_evaluating_calls or not evaluating_call(
+                            self, callee, call, self._callee(dotted_name(call.func) or "", call)[1]))
             work.extend((function, attribute) for attribute in self.stored_in_self(name, function))
         return holders
 

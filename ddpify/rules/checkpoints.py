@@ -185,8 +185,10 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan)
     for call in reads:
         if call in setup.collective_loads:
             continue
+        # (A call of a helper that trains on every rank and writes on rank 0 inside, in the
+        # helper's own migration, counts as a write rank 0 alone makes.)
         writes = [save for save in _writes(facts) if _saved_before(facts, save, call)
-                  and _on_rank0_only(facts, setup, save)]
+                  and (_on_rank0_only(facts, setup, save) or save in facts.helper_write_calls)]
         if not writes:
             continue
         statement: Statement = facts.statement_of(call)
@@ -339,10 +341,11 @@ def _opens_a_file(facts: Facts, node: Optional[cst.CSTNode]) -> bool:
 
 def _writes(facts: Facts) -> list[cst.Call]:
     """torch.save calls, files opened for writing, calls of the project's helpers that
-    write files and shell commands that write files (analysis/shell.py)."""
+    write files (only that, or among training: `fit(model, ...)` saving the best model)
+    and shell commands that write files (analysis/shell.py)."""
     return facts.save_calls + [call for call in _opens(facts) if _open_mode(call) & _WRITING_MODES] + [
         call for call, effect in facts.helper_effects.items() if effect == effects.WRITES] + shell.writing_commands(
-        facts.calls_named)
+        facts.calls_named) + facts.helper_write_calls
 
 
 _WRITING_MODES = frozenset("wax+")
@@ -442,6 +445,8 @@ def _calls_of(facts: Facts, function: Optional[cst.FunctionDef]) -> list[cst.Cal
     if function is None:
         return []
     calls = list(facts.calls_of(function))
+    # `Trainer(model, loader).fit(epochs)`: a method called on an object made in place.
+    calls.extend(call for call in facts.chained_calls if facts.method_called(call) is function)
     owner = facts.class_of(function)
     if owner is not None and function.name.value == "__init__" \
             and facts.class_inits.get(owner.name.value) is function:
@@ -450,6 +455,8 @@ def _calls_of(facts: Facts, function: Optional[cst.FunctionDef]) -> list[cst.Cal
 
 
 def _on_rank0_only(facts: Facts, setup: Plan, node: cst.CSTNode) -> bool:
+    if node in facts.guarded_in_helper:
+        return True  # a helper whose module, migrated in this run, writes on rank 0 alone
     current: Optional[cst.CSTNode] = node
     while current is not None:
         if current in setup.rank0_statements:
@@ -473,8 +480,10 @@ def _saved_before(facts: Facts, save: cst.Call, load: cst.Call) -> bool:
         return True
     if save_function is None:
         return False
+    # (Also through calls in between: `trainer.fit()` whose method calls `self.save(path)`.)
+    saving_calls = _calls_reaching(facts, save_function)
     if any(facts.function_of(call) is load_function and facts.line_of(call) < facts.line_of(load)
-           for call in _calls_of(facts, save_function)):
+           for call in saving_calls):
         return True
     # `train(resume=False)` then `train(resume=True)`, `train()` then `resume()`, or
     # `save_checkpoint(...)` in the epoch loop then `load_checkpoint(path)` after it: a call
@@ -482,7 +491,26 @@ def _saved_before(facts: Facts, save: cst.Call, load: cst.Call) -> bool:
     # of it that comes first (not the two branches of `if args.subcommand == "train": ...
     # else: ...`).
     return any(_runs_before(facts, saving, loading)
-               for saving in _calls_of(facts, save_function) for loading in _calls_of(facts, load_function))
+               for saving in saving_calls for loading in _calls_of(facts, load_function))
+
+
+def _calls_reaching(facts: Facts, function: cst.FunctionDef) -> list[cst.Call]:
+    """The calls of this file from which `function` runs: its own calls, and the calls of the
+    functions and methods those sit in, a few levels up (`trainer.fit(4)` in main, whose
+    method calls `self.run(epochs)`, which calls `self.save(path)`)."""
+    found: list[cst.Call] = []
+    pending, seen = [function], {function}
+    for _ in range(4):
+        callers: list[cst.FunctionDef] = []
+        for current in pending:
+            for call in _calls_of(facts, current):
+                found.append(call)
+                caller = facts.function_of(call)
+                if caller is not None and caller not in seen:
+                    seen.add(caller)
+                    callers.append(caller)
+        pending = callers
+    return found
 
 
 def _runs_before(facts: Facts, first: cst.Call, then: cst.Call) -> bool:
@@ -508,6 +536,10 @@ CASES = (
           "DDP303", ('torch.load("model.pt", map_location="cpu")',)),
     Emits(_CHECKPOINT + 'model.load_state_dict(torch.load("model.pt"))\n', "DDP309", ("dist.barrier()",)),
     Silent(_CHECKPOINT, "DDP309"),
+    # Saved through calls of this file's methods (made in place, one calling the next).
+    Emits(TRAINING + 'class Saver:\n    def __init__(self, net):\n        self.net = net\n\n    def run(self):\n'
+          '        self.store()\n\n    def store(self):\n        torch.save(self.net.state_dict(), "model.pt")\n\n\n'
+          'Saver(model).run()\nmodel.load_state_dict(torch.load("model.pt"))\n', "DDP309", ("dist.barrier()",)),
     # A file rank 0 wrote, opened for reading by every rank once; not in a loop, nor where
     # rank 0 alone reads it.
     Emits(_NOTES + 'notes = open("notes.txt").read()\n', "DDP309", ("dist.barrier()",)),

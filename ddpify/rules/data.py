@@ -30,6 +30,7 @@ from ddpify.rules import downloads, hand_batches, splits
 from ddpify.rules.cases import TRAINING, Emits, Silent
 from ddpify.rules.epochs import (
     SET_EPOCH_IF_DISTRIBUTED_CODE,
+    SHARDED_THERE,
     handed_to_project_training,
     plan_external,
     plan_external_in_place,
@@ -133,6 +134,20 @@ def _plan_self_sharding_loader(facts: Facts, edits: Edits, loader: Loader) -> No
     set_epoch(facts, edits, loader, f"{loader.name}.sampler", SET_EPOCH_IF_SHARDED_CODE)
 
 
+def _sum_shared_loops_only_when_sharded(facts: Facts, setup: Plan, loader: Loader) -> None:
+    """An evaluation loader handed to a function that also trains when called otherwise
+    (`run_epoch(model, val_loader)` beside `run_epoch(model, train_loader, optimizer)`,
+    call_modes.py) stays whole; that function's loop then runs over a shard on one call and
+    the whole set on the other, so its epoch figures are summed across ranks only when the
+    loader it iterates has a DistributedSampler (training.py, SHARDED_THERE)."""
+    holders = facts.loader_holders_of(loader)
+    for loop in facts.loops_over_values(holders):
+        iterated = [name for name in facts.names_iterated_by(loop)
+                    if (facts.function_of(loop), name) in holders or (None, name) in holders]
+        if iterated and facts.loop_trains(loop) and loop not in setup.partly_sharded_loops:
+            setup.partly_sharded_loops[loop] = SHARDED_THERE.format(loader=iterated[0])
+
+
 def _plan_loader(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> None:
     iterable = _iterable_dataset(facts, loader.dataset)
     keys = keyword_names(facts, loader)
@@ -142,6 +157,7 @@ def _plan_loader(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> Non
     elif "batch_sampler" in keys:
         _report_batch_sampler(facts, edits, loader)
     elif "sampler" in keys and not is_training_loader(facts, loader):
+        _sum_shared_loops_only_when_sharded(facts, setup, loader)
         # The sampler picks what is evaluated (a fold's held-out samples): all of it, on
         # every rank, so that the figures rank 0 prints are the original's.
         edits.report("DDP203", loader.call, "evaluation loader left unsharded: it has a sampler "
@@ -151,6 +167,7 @@ def _plan_loader(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> Non
                 facts, edits, setup, loader) and not _fill_sampler_left_none(facts, edits, setup, loader):
             edits.report("DDP207", loader.call)
     elif not is_training_loader(facts, loader):
+        _sum_shared_loops_only_when_sharded(facts, setup, loader)
         setup.evaluation_loaders.append(loader)  # evaluation.py shards it or says why not
     elif _can_add_sampler(facts, setup, loader):
         add_sampler(facts, edits, loader, setup)

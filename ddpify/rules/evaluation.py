@@ -603,7 +603,31 @@ with torch.no_grad():
 print(total / len(val_loader))
 '''
 
+# One epoch function, called to train (with the optimizer) and to validate (without it).
+_SHARED_EPOCH = TRAINING.split("for epoch")[0] + '''\
+val_loader = DataLoader(dataset, batch_size=8)
+
+
+def run_epoch(loader, optimizer=None):
+    total = 0.0
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+        if optimizer is not None:
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        total += loss.item()
+    return total / len(loader)
+
+
+for epoch in range(3):
+    print(run_epoch(loader, optimizer), run_epoch(val_loader))
+'''
+
 CASES = (
+    # The validation loader stays whole; the figures are summed only over a sharded pass.
+    Emits(_SHARED_EPOCH, "DDP203", ('isinstance(getattr(loader, "sampler", None), DistributedSampler)',)),
+    Silent(_SHARED_EPOCH, "DDP215"),
     Emits(_EVALUATION, "DDP215", ("val_sampler = evaluation_shard(dataset, 8) if distributed else None",)),
     Emits(_EVALUATION, "DDP216", ("shares = every_rank((total, val_batches))",)),
     Silent(_EVALUATION, "DDP203"),

@@ -15,7 +15,15 @@ from ddpify.analysis.containers import container_moves, entry_moves
 from ddpify.analysis.control import Facts, handed_in, innermost_common_block, parameter_names, receiver_of
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
 from ddpify.analysis.facts import Holder, Model, Statement
-from ddpify.analysis.nodes import argument_for, calls_within, dotted_name, find_all, handed_for, names_within
+from ddpify.analysis.nodes import (
+    argument_for,
+    assignment_pairs,
+    calls_within,
+    dotted_name,
+    find_all,
+    handed_for,
+    names_within,
+)
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.ddp import (
     ONLY_IF_TRAINABLE_COMMENT,
@@ -555,6 +563,15 @@ def _never_moved(facts: Facts, model: Model) -> bool:
             container = dotted_name(value.value) if isinstance(value, cst.Subscript) else None
             if container is not None and entry_moves(facts, container, facts.function_of(value)):
                 return False
+    # `G, D = nets["G"], nets["D"]`: several models taken out of a container at once.
+    for assign in facts.own_statements(model.function, cst.Assign):
+        if len(assign.targets) != 1:
+            continue
+        for target, value in assignment_pairs(assign.targets[0].target, assign.value):
+            container = dotted_name(value.value) if isinstance(value, cst.Subscript) else None
+            if dotted_name(target) == model.name and container is not None and entry_moves(
+                    facts, container, model.function):
+                return False
     return True
 
 
@@ -602,6 +619,13 @@ def _drop_moves_after_wrap(facts: Facts, edits: Edits, model: Model, wrap: cst.B
         if not model.name.startswith("self.") and facts.function_of(call) is not facts.function_of(wrap):
             continue
         receiver = cast(cst.Attribute, call.func).value  # a device move is a method call
+        if dotted_name(_chain_base(receiver)) != model.name:
+            # A loop variable over the models (`for m in (G, D): m.cpu()`): the loop moves the
+            # others too, and is the user's to change.
+            edits.report("DDP903", call, f"`{model.name}` is moved after its wrap (line {facts.line_of(wrap)}) by a "
+                         f"loop over several models: DDP's gradient hooks stop seeing its parameters; "
+                         f"move it before the wrap, or only after training")
+            continue
         parent = facts.parents.get(call)
         if isinstance(receiver, (cst.Name, cst.Attribute)) and isinstance(parent, cst.Expr):
             edits.removed.add(facts.statement_of(call))  # `model.to(device)` alone
@@ -610,6 +634,14 @@ def _drop_moves_after_wrap(facts: Facts, edits: Edits, model: Model, wrap: cst.B
         else:
             edits.expressions[call] = lambda node: node.func.value
         edits.report("DDP106", call)
+
+
+def _chain_base(value: cst.BaseExpression) -> cst.BaseExpression:
+    """`model` for `model.eval()` (a call that returns the module itself)."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in (
+            "to", "cpu", "cuda", "train", "eval", "float", "double", "half", "bfloat16", "requires_grad_"):
+        value = value.func.value
+    return value
 
 
 def _moved_elsewhere(facts: Facts, model: Model,

@@ -22,6 +22,7 @@ from ddpify.analysis.nodes import (
     names_in,
     positional_parameters,
     returns_in,
+    string_value,
     target_names,
     targets_bound_in,
 )
@@ -833,6 +834,29 @@ def _place_after_choice(facts: Facts, edits: Edits, plan: Plan) -> None:
         after[0] = after[0].with_changes(leading_lines=[comment])
     edits.insert_after(choice, after, first=True)
     edits.report("DDP001", choice)
+    if not group_early:  # (the early group made this rank's accelerator current already)
+        _report_moves_inside_the_choice(facts, edits, choice)
+
+
+def _report_moves_inside_the_choice(facts: Facts, edits: Edits, choice: BlockItem) -> None:
+    """Rule: the setup follows the script's device choice, so a model moved inside that choice
+    (`if torch.cuda.is_available(): device = torch.device("cuda"); model = model.to(device)`)
+    moves before this rank's GPU is made current: every rank puts it on GPU 0, and the wrap's
+    device_ids=[local_rank] fails on the others (or they all share one GPU). DDP007 names
+    the move; the fix is to move the model after the choice."""
+    if not isinstance(choice, cst.BaseCompoundStatement):
+        return
+    for model in facts.models:
+        for call in facts.device_moves.get(model.name, ()):
+            if facts.ancestor_in(call, choice) is None:
+                continue
+            if call.args and string_value(call.args[0].value) == "cpu":
+                continue
+            edits.report("DDP007", call, (
+                f"`{edits.code(call)}` moves `{model.name}` inside the device choice, before the setup "
+                f"after it makes this rank's GPU the current one: every rank would put it on the first "
+                f"GPU; move it after the choice"))
+            return
 
 
 def _edited_inside(edits: Edits, facts: Facts, statement: BlockItem) -> bool:

@@ -112,6 +112,8 @@ def _guard_prints_and_saves(facts: Facts, edits: Edits, setup: Plan) -> None:
         if expression is None:
             continue
         call = expression.value
+        if call in facts.guarded_in_helper:
+            continue  # its own module, migrated in this run, prints or writes on rank 0 alone
         writes = call in facts.save_calls or isinstance(call, cst.Call) and facts.helper_effects.get(
             call) == effects.WRITES
         # `save_image(G(z), path)`, `torch.save(G(z), path)`: rank 0 alone would run a DDP
@@ -290,7 +292,7 @@ PATH_KEYWORDS = frozenset({"path_or_buf", "path", "excel_writer", "fname"})
 def _file_writes(facts: Facts, edits: Edits, setup: Plan) -> None:
     named = [call for qualified in sorted(names.MAKE_DIRECTORIES | names.DUMP_TO_FILE)
              for call in facts.calls_named.get(qualified, ())]
-    for call in [*named, *_writes_of_objects_made_on_the_spot(facts)]:
+    for call in [*named, *_writes_of_objects_made_on_the_spot(facts), *_path_writes(facts, set(named))]:
         _guard_statement_call(facts, edits, setup, call, "DDP302")
     # `run_dir.mkdir(parents=True, exist_ok=False)`: pathlib, on a path of any name.
     # `traced = torch.jit.trace(model, x)` ... `traced.save(path)`: a TorchScript module saving itself.
@@ -312,6 +314,15 @@ def _file_writes(facts: Facts, edits: Edits, setup: Plan) -> None:
             if opens_for_writing(call) and facts.statement_of(call) not in edits.guarded:
                 # (A statement guarded as a whole: `json.dump(history, open(path, "w"))`.)
                 _open_on_rank0(facts, edits, setup, call)
+
+
+def _path_writes(facts: Facts, named: set[cst.Call]) -> list[cst.Call]:
+    """Rule: pathlib's writing methods (names.PATH_WRITING_METHODS) on a path of any spelling,
+    `Path(out, "config.json").write_text(...)`, `(run_dir / "DONE").touch()`, write a file:
+    on rank 0 alone. (`os.unlink(path)` is a named write already; `run_dir.mkdir()` below.)"""
+    return [call for call in facts.nodes_of(cst.Call)
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value in names.PATH_WRITING_METHODS
+            and call not in named and not (call.func.attr.value == "mkdir" and dotted_name(call.func) is not None)]
 
 
 def _writes_of_objects_made_on_the_spot(facts: Facts) -> list[cst.Call]:

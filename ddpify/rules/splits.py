@@ -70,7 +70,13 @@ def _draws_in_output(facts: Facts) -> list[cst.Call]:
     the global generator after such a draw differs between ranks even in a seeded script: it
     gets a generator seeded alike on every rank (the rule for an unseeded script)."""
     return [call for statement in facts.output_statements for call in calls_within(statement)
-            if dotted_name(call.func) in TORCH_DRAWS]
+            if dotted_name(call.func) in TORCH_DRAWS and not _guarded_in_helper(facts, statement)]
+
+
+def _guarded_in_helper(facts: Facts, statement) -> bool:
+    """A helper's call that its own module guards: its arguments are drawn on every rank."""
+    expression = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and statement.body else None
+    return isinstance(expression, cst.Expr) and expression.value in facts.guarded_in_helper
 
 
 def _with_generator(edits: Edits, generator: str):

@@ -59,6 +59,12 @@ CASES = (
           .replace("device = torch", 'dist.init_process_group("nccl")\ndevice = torch'), "DDP900"),
     Silent(TRAINING, "DDP900"),
     Emits("import torch\n\nx = torch.ones(3)\nprint(x.sum())\n", "DDP901"),
+    # A backward for the input's gradient alone (a saliency map, an attack) trains nothing.
+    Emits("import torch\n\nmodel = torch.nn.Linear(4, 2)\nx = torch.randn(3, 4, requires_grad=True)\n"
+          "loss = model(x).sum()\nloss.backward()\nprint(x.grad.abs())\n", "DDP901"),
+    Silent("import torch\n\nmodel = torch.nn.Linear(4, 2)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+           "x = torch.randn(3, 4, requires_grad=True)\nloss = model(x).sum()\nloss.backward()\nopt.step()\n"
+           "print(x.grad.abs())\n", "DDP901"),
     Emits(TRAINING.replace("    for x, y in loader:\n", "    for x, y in [(inputs, targets)]:\n")
           .replace("dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n"
                    "loader = DataLoader(dataset, batch_size=8, shuffle=True)\n",

@@ -25,6 +25,10 @@ WRITERS = frozenset({"print", "torch.save", "os.makedirs", "os.mkdir", "json.dum
                      "os.remove", "os.unlink", "SummaryWriter", "sys.stdout.write", "pprint.pprint",
                      "log_value", "tensorboard_logger.configure", "tensorboard_logger.log_value",
                      "tensorboard_logger.Logger"})
+# Of those, names a project's own helper takes too (`from utils import save_image`): imported
+# from a module that is not torch's, the call is the project's, which guards its own writes
+# where its module is migrated as well, and is guarded here otherwise (the migration's effects).
+HELPER_NAMES_TOO = frozenset({"save_image"})
 # Called as a method of anything, given a path: `fig.savefig(...)`, `frame.to_csv(path)`
 # (with no path, `frame.to_csv()` returns the text and writes nothing).
 WRITING_METHODS = frozenset({"savefig", "to_csv", "to_json", "to_parquet", "to_excel", "to_pickle"})
@@ -43,7 +47,7 @@ def unguarded_output(migrated: Source) -> Iterator[Finding]:
     images = _Images(migrated)
     for call in migrated.calls:
         if (_writes(call) or images.saves(call)) and not migrated.guarded(call) and reach.after_join(call) and not any(
-                dotted(arg) in buffers for arg in call.args):
+                dotted(arg) in buffers for arg in call.args) and not _helper_of_elsewhere(migrated, call):
             yield "DDP913", call.lineno, f"`{_short(call)}` runs on every rank"
 
 
@@ -70,6 +74,11 @@ def _under_rank_zero_if(source: Source, node: ast.AST) -> bool:
             return True
         child = ancestor
     return False
+
+
+def _helper_of_elsewhere(source: Source, call: ast.Call) -> bool:
+    name = dotted(call.func)
+    return name in HELPER_NAMES_TOO and name in source.imported_from_elsewhere
 
 
 def _writes(call: ast.Call) -> bool:

@@ -238,7 +238,39 @@ class Source:
                 receiver = self.move_receiver(call)
                 if receiver is not None and self.is_statement_move(call):
                     self._moves.append((receiver, call))
+                if receiver is not None and "." not in receiver:
+                    self._moves.extend((element, call) for element in self._iterated_elements(call, receiver))
         return self._moves
+
+    def _iterated_elements(self, call: ast.Call, variable: str) -> list[str]:
+        """`G`, `D` for a move of `m` in `for m in (G, D):`, `[m.cuda() for m in [G, D]]` or
+        `map(lambda m: m.to(device), (G, D))`: the loop moves each of them."""
+        child: ast.AST = call
+        for parent in self.ancestors(call):
+            if isinstance(parent, (*FUNCTIONS, ast.ClassDef)):
+                return []
+            iterated: Optional[ast.expr] = None
+            if isinstance(parent, (ast.For, ast.AsyncFor)) and child is not parent.iter \
+                    and isinstance(parent.target, ast.Name) and parent.target.id == variable:
+                iterated = parent.iter
+            elif isinstance(parent, (ast.ListComp, ast.SetComp, ast.GeneratorExp)) and len(parent.generators) == 1:
+                target = parent.generators[0].target
+                if not (isinstance(target, ast.Name) and target.id == variable):
+                    return []
+                iterated = parent.generators[0].iter
+            elif isinstance(parent, ast.Lambda):
+                outer = self.parents.get(parent)
+                if not ([argument.arg for argument in parent.args.args] == [variable] and isinstance(outer, ast.Call)
+                        and dotted(outer.func) == "map" and len(outer.args) == 2 and outer.args[0] is parent):
+                    return []
+                iterated = outer.args[1]
+            if iterated is not None:
+                if not isinstance(iterated, (ast.Tuple, ast.List)):
+                    return []
+                elements = [dotted(element) for element in iterated.elts]
+                return [name for name in elements if name is not None] if all(elements) else []
+            child = parent
+        return []
 
     def moved_by(self, statement: ast.stmt) -> set[str]:
         """The names a statement moves (`x, y = x.to(device), y.to(device)`: x and y)."""

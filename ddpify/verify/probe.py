@@ -85,6 +85,9 @@ class Probe:
                  slow_writes: float = 0.0, slow_paths: Sequence[str] = (), script_dir: str = ""):
         self.record_dir = os.path.abspath(record_dir)
         self.run_dir = os.path.dirname(self.record_dir)
+        # The run's own directories: its folder, and the short TMPDIR outside it that a run
+        # whose folder's path is too long for a Unix socket gets (runner.scratch_directory).
+        self.run_dirs = (self.run_dir, os.environ.get(records.SCRATCH_ENV))
         # The working copy: every frame in a file under it is the user's code.
         self.script_dir = os.path.abspath(script_dir or os.getcwd())
         self.rank = int(os.environ.get("RANK", 0))
@@ -276,7 +279,7 @@ class Probe:
             "save",
             path=None if path is None else self.shown(path),
             abs=None if path is None else os.path.abspath(path),
-            scope=None if path is None else path_scope(path, self.run_dir),
+            scope=None if path is None else path_scope(path, self.run_dirs),
             module_prefix=has_module_prefix(obj),
             wrapped=isinstance(obj, (nn.parallel.DistributedDataParallel, nn.DataParallel)),
             tensors=saved_tensors(obj),
@@ -293,7 +296,7 @@ class Probe:
         path = self.shown(path)
         self.delay_write(path)
         started = time.time()
-        self.recorder.emit("write", path=path, abs=absolute, mode=mode, scope=path_scope(path, self.run_dir),
+        self.recorder.emit("write", path=path, abs=absolute, mode=mode, scope=path_scope(path, self.run_dirs),
                            where=self.where(), t=started, t_done=started)
 
     def on_read(self, path: str, absolute: str) -> None:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 EVENT_FILE = re.compile(r"^rank(\d+)\.jsonl$")
 STACK_FILE = re.compile(r"^stack_rank(\d+)\.txt$")
+# Names the run's TMPDIR for the probe when it lies outside the run's folder (a short one).
+SCRATCH_ENV = "DDPIFY_VERIFY_SCRATCH"
 
 
 def event_path(record_dir: str, rank: int) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ddpify.verify import records
+from ddpify.verify.probing.paths import inside
 from ddpify.verify.records import RunResult
 
 # Set by torchrun; a run that inherits them from a surrounding job would not be what it claims.
@@ -37,6 +38,12 @@ POLL_S = 0.1
 NOT_COPIED = (".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".mypy_cache", ".pytest_cache",
               "node_modules")
 OUTPUT_TAIL_CHARS = 4000
+# A Unix socket's path holds 107 characters (sun_path). DataLoader workers (num_workers > 0)
+# bind one at TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX, 32 characters below TMPDIR; with a
+# longer TMPDIR they fail and the script waits on them until the timeout. Margin for others.
+UNIX_SOCKET_PATH_MAX = 107
+SOCKET_PATH_BELOW_TMPDIR = 40
+SHORT_TEMP_PARENT = "/tmp"
 
 
 @dataclass(frozen=True)
@@ -97,19 +104,41 @@ def reaped(argv: list[str], report_path: str) -> list[str]:
     return [sys.executable, "-m", "ddpify.verify.reaper", "--report", report_path, "--", *argv]
 
 
-def sandbox_environment(env: dict[str, str], run_dir: str) -> dict[str, str]:
+def socket_fits(directory: str) -> bool:
+    """Whether Unix sockets made below `directory` (as multiprocessing makes them) fit."""
+    return len(os.path.abspath(directory)) + SOCKET_PATH_BELOW_TMPDIR <= UNIX_SOCKET_PATH_MAX
+
+
+def scratch_directory(run_dir: str) -> str:
+    """The run's TMPDIR: run_dir/tmp, or, when that path is too long for the Unix sockets
+    of DataLoader workers (a long --temp-parent or TMPDIR), a short folder under /tmp that
+    run_dir/tmp links to. The caller removes a short one (it lies outside run_dir)."""
+    import tempfile
+
+    scratch = os.path.join(run_dir, "tmp")
+    if not socket_fits(scratch) and os.path.isdir(SHORT_TEMP_PARENT):
+        short = tempfile.mkdtemp(prefix="ddpify-tmp-", dir=SHORT_TEMP_PARENT)
+        os.symlink(short, scratch)
+        return short
+    os.makedirs(scratch, exist_ok=True)
+    return scratch
+
+
+def sandbox_environment(env: dict[str, str], run_dir: str, scratch: str | None = None) -> dict[str, str]:
     """A HOME and a TMPDIR of the run's own, so caches and scratch files stay inside it.
 
     User-site packages (pip install --user) live under the real HOME: PYTHONUSERBASE keeps
     them importable."""
     import site
 
-    home, scratch = os.path.join(run_dir, "home"), os.path.join(run_dir, "tmp")
+    home = os.path.join(run_dir, "home")
+    scratch = scratch or os.path.join(run_dir, "tmp")
     os.makedirs(home, exist_ok=True)
     os.makedirs(scratch, exist_ok=True)
     env = dict(env)
     env.setdefault("PYTHONUSERBASE", site.getuserbase())
     env.update(HOME=home, TMPDIR=scratch, TMP=scratch, TEMP=scratch)
+    env[records.SCRATCH_ENV] = scratch
     return env
 
 
@@ -135,12 +164,16 @@ class Runner:
         # Set once Ctrl-C or SIGTERM ends the verification: no thread starts a run after that.
         self.stopping = False
         self.root = tempfile.mkdtemp(prefix="ddpify-verify-", dir=settings.temp_parent)
+        # Short TMPDIRs made outside root for runs whose own would be too long.
+        self.short_scratch: list[str] = []
 
     def close(self) -> None:
         self.stopping = True
         terminate(list(self.active))
         if not self.keep:
             shutil.rmtree(self.root, ignore_errors=True)
+            for scratch in self.short_scratch:
+                shutil.rmtree(scratch, ignore_errors=True)
 
     def __enter__(self) -> Runner:
         return self
@@ -285,8 +318,11 @@ class Runner:
         started = time.time()
         deadline = started + self.settings.timeout
         launches = plan(record_dir, workdir, deadline - stack_dump_margin(self.settings.timeout))
+        scratch = scratch_directory(run_dir)
+        if not inside(scratch, run_dir):
+            self.short_scratch.append(scratch)
         for launch in launches:
-            launch.env = sandbox_environment(launch.env, run_dir)
+            launch.env = sandbox_environment(launch.env, run_dir, scratch)
         log_paths = [os.path.join(run_dir, f"output{index}.txt") for index in range(len(launches))]
         reports = [os.path.join(run_dir, f"reaper{index}.json") for index in range(len(launches))]
         returncodes, timed_out = launch_and_wait(launches, log_paths, deadline, reports, self.active)

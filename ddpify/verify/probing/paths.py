@@ -7,6 +7,7 @@ event carries, so the rules for it are written once, here.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 WRITE_MODE_LETTERS = set("wax+")
@@ -21,15 +22,16 @@ def inside(path: str, directory: str | None) -> bool:
     return path.startswith(os.path.join(directory, ""))
 
 
-def path_scope(path: str, run_dir: str | None = None) -> str:
+def path_scope(path: str, run_dirs: Sequence[str | None] = ()) -> str:
     """Where a file lies: the working directory ("cwd"), the run's own HOME and TMPDIR
-    ("run"), a system directory, or anywhere else ("outside": shared with every run)."""
+    ("run": its directory, and the short TMPDIR it may have outside it), a system
+    directory, or anywhere else ("outside": shared with every run)."""
     absolute = os.path.abspath(path)
     if inside(absolute, os.getcwd()):
         return "cwd"
     if absolute.startswith(SYSTEM_PREFIXES):
         return "system"
-    if inside(absolute, run_dir):
+    if any(inside(absolute, directory) for directory in run_dirs):
         return "run"
     return "outside"
 
