@@ -164,10 +164,15 @@ def test_a_run_folder_too_long_for_a_unix_socket_gets_a_short_tmpdir(tmp_path):
         import shutil
 
         shutil.rmtree(scratch, ignore_errors=True)
-    # A short run folder keeps its TMPDIR inside it.
-    short_run = tmp_path / "r"
-    short_run.mkdir()
-    assert scratch_directory(str(short_run)) == str(short_run / "tmp")
+    # A short run folder keeps its TMPDIR inside it. (Not under tmp_path: an xdist
+    # worker's tmp_path is itself near the socket limit.)
+    import tempfile
+
+    short_run = tempfile.mkdtemp(prefix="r", dir="/tmp")
+    try:
+        assert scratch_directory(short_run) == os.path.join(short_run, "tmp")
+    finally:
+        shutil.rmtree(short_run, ignore_errors=True)
 
 
 WORKERS_SCRIPT = (
