@@ -592,6 +592,8 @@ class Collector(cst.CSTVisitor):
             facts.load_calls.append(node)
         elif self._calls(node, names.CUDA_SET_DEVICE) and self._is_statement_call(node):
             facts.set_device_statements.append(self._statement(node))
+        elif self._calls(node, names.CUDA_DEVICE_CONTEXT) and isinstance(self.parents.get(node), cst.WithItem):
+            facts.device_contexts.append(node)
         elif self._calls(node, names.TORCH_DEVICE) and node.args and is_fixed_gpu(node.args[0].value):
             facts.fixed_device_values.append(node)
         elif self._is_optimizer(node):

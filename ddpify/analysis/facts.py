@@ -227,6 +227,8 @@ class FactRecord:
     # Every string literal naming a fixed GPU (`"cuda:0"`), wherever it is.
     fixed_gpu_strings: list[cst.SimpleString] = field(default_factory=list)
     set_device_statements: list[Statement] = field(default_factory=list)
+    # `torch.cuda.device(i)` calls that a `with` enters.
+    device_contexts: list[cst.Call] = field(default_factory=list)
     visible_devices_statements: list[Statement] = field(default_factory=list)
     output_statements: list[Statement] = field(default_factory=list)
     save_calls: list[cst.Call] = field(default_factory=list)

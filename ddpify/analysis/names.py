@@ -53,6 +53,8 @@ TORCH_LOAD = "torch.load"
 TORCH_COMPILE = "torch.compile"
 CUDA_IS_AVAILABLE = "torch.cuda.is_available"
 CUDA_SET_DEVICE = "torch.cuda.set_device"
+# `with torch.cuda.device(i):` makes GPU i the current one while its block runs.
+CUDA_DEVICE_CONTEXT = "torch.cuda.device"
 CURRENT_ACCELERATOR = "torch.accelerator.current_accelerator"
 
 DATA_PARALLEL = frozenset(

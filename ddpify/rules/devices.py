@@ -72,11 +72,37 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         # The setup block pins the process to LOCAL_RANK; a fixed set_device would undo it.
         edits.removed.add(statement)
         edits.report("DDP002", statement)
+    _device_contexts_for_plain_python(facts, edits, setup)
     for statement in facts.visible_devices_statements:
         edits.report("DDP004", statement)
     _keep_device_comparisons(facts, edits, setup)
     if not setup.cpu_only:
         _fixed_gpu_strings_left(facts, edits, setup)
+
+
+DEVICE_CONTEXT_CODE = "contextlib.nullcontext() if {distributed} else {context}"
+
+
+def _device_contexts_for_plain_python(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """Rule: `with torch.cuda.device(args.gpu_index):` makes the script's GPU the current one
+    on every rank while its block runs (the training, often), undoing the setup's pin to
+    LOCAL_RANK: `.cuda()`, `device="cuda"` and the gathers of evaluation figures would all
+    land on that one GPU (NCCL: duplicate GPU, or tensors on two devices). Under torchrun the
+    context becomes `contextlib.nullcontext()`, the rank's GPU staying current; plain
+    `python` enters it as before. (The block is not re-indented.)"""
+    for call in facts.device_contexts:
+        distributed = "distributed" if setup.sees_setup(facts, call) else "dist.is_initialized()"
+        code = f"({DEVICE_CONTEXT_CODE.format(distributed=distributed, context=edits.code(call))})"
+        edits.expressions[call] = _expression_of(edits, code)
+        edits.imports.add("contextlib")
+        if distributed != "distributed":
+            edits.imports.add("dist")
+        edits.report("DDP002", call, "device context of the script's GPU entered by plain `python` only: "
+                     "under torchrun this rank's GPU stays the current one")
+
+
+def _expression_of(edits: Edits, code: str) -> Callable[[cst.BaseExpression], cst.BaseExpression]:
+    return lambda _node: edits.expression(code)
 
 
 def _fixed_gpu_strings_left(facts: Facts, edits: Edits, setup: Plan) -> None:
@@ -278,6 +304,22 @@ def _keep_device_choice(edits: Edits, setup: Plan) -> None:
 CASES = (
     Emits(TRAINING.replace("device = torch.device(\"cuda\" if torch.cuda.is_available() else \"cpu\")\n", "")
           .replace(".to(device)", ".cuda()"), "DDP002", ("model = torch.nn.Linear(4, 1).to(device)",)),
+    # A device context of a fixed GPU around the training: plain `python` only.
+    Emits('''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+device = torch.device("cuda")
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+with torch.cuda.device(0):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+''', "DDP002", ("with (contextlib.nullcontext() if distributed else torch.cuda.device(0)):",)),
     Silent(TRAINING, "DDP002"),
     # A helper that moves to the GPU and runs before the setup (here: a warm-up at import):
     # no set_device has made the rank's GPU the current one yet.

@@ -264,11 +264,31 @@ def report_batch_loops(facts: Facts, edits: Edits, setup: Plan) -> None:
                 "calls share): every rank trains on the same data; build the training loader by name "
                 "where its epochs are counted, or give it a DistributedSampler and set_epoch by hand"))
             continue
+        environment = _environment_made(facts)
+        if environment is not None:
+            setup.hand_made_batches.append(edits.report(
+                "DDP208", loop, f"batches come from an environment (`{edits.code(environment.func)}` at line "
+                f"{facts.line_of(environment)}) the loop plays, not from data to shard: under DDP each rank "
+                "would play its own episodes (seed each rank's environment differently) and every rank "
+                "must take the same number of optimizer steps; keep it single-process, or write that by hand"))
+            continue
         setup.hand_made_batches.append(edits.report(
             "DDP208", loop, "batches built by hand: every rank trains on the same data; shard it by "
             "rank (e.g. data[rank::world_size])"))
     _report_batches_handed_to_training(facts, edits, setup)
     _report_full_batch_steps(facts, edits, setup)
+
+
+# Calls that make a reinforcement-learning environment, whose episodes are the training data.
+ENVIRONMENT_MAKERS = ("gym.make", "gymnasium.make", "gym.vector.make", "gymnasium.vector.make",
+                      "gymnasium.make_vec", "gym.vector.SyncVectorEnv", "gymnasium.vector.SyncVectorEnv",
+                      "gym.vector.AsyncVectorEnv", "gymnasium.vector.AsyncVectorEnv")
+
+
+def _environment_made(facts: Facts) -> Optional[cst.Call]:
+    """The first call of the file that makes a gym / gymnasium environment."""
+    made = [call for qualified in ENVIRONMENT_MAKERS for call in facts.calls_named.get(qualified, ())]
+    return min(made, key=facts.start_of, default=None)
 
 
 def _report_batches_handed_to_training(facts: Facts, edits: Edits, setup: Plan) -> None:
