@@ -397,7 +397,33 @@ def epoch_lists(facts: Facts, loop: cst.For) -> list[str]:
     emptied = [name for statement in statements[:index] for name, value in _names_set_before(statement)
                if isinstance(value, cst.List) and not value.elements]
     used_after = _used_after(facts, loop, statements[index + 1:])
-    return [name for name in dict.fromkeys(emptied) if name in used_after and _appends_numbers(loop.body, name)]
+    return [name for name in dict.fromkeys(emptied) if name in used_after and _appends_numbers(loop.body, name)
+            and not _positions_read(statements[index + 1:], name)]
+
+
+# Calls whose result depends on where in the list a value sits.
+_POSITIONAL_CALLS = frozenset({"enumerate", "zip"})
+
+
+def _positions_read(statements: list[cst.BaseStatement], name: str) -> bool:
+    """After the loop, the list is read by position (`lrs[losses.index(min(losses))]`,
+    `np.argmin(losses)`, `losses[-1]`, `zip(lrs, losses)`): the k-th value is the k-th batch's
+    of this rank, lined up with other per-batch lists. Joined across ranks it would be
+    longer than they are and in another order, so it stays this rank's (a setting picked
+    from it is DDP408's to report)."""
+    for statement in statements:
+        for call in calls_within(statement):
+            function = call.func
+            if isinstance(function, cst.Attribute) and function.attr.value == "index" \
+                    and dotted_name(function.value) == name:
+                return True
+            called = dotted_name(function) or ""
+            if (called in _POSITIONAL_CALLS or called.rpartition(".")[2] in ("argmin", "argmax")) and any(
+                    dotted_name(arg.value) == name for arg in call.args):
+                return True
+        if any(dotted_name(subscript.value) == name for subscript in find_all(statement, cst.Subscript)):
+            return True
+    return False
 
 
 def _names_set_before(statement: cst.CSTNode) -> list[tuple[str, cst.BaseExpression]]:
@@ -963,6 +989,12 @@ if __name__ == "__main__":
                    "        optimizer.step()\n        losses.append(loss.item())\n"
                    "    print(epoch, sum(losses) / len(losses))\n"),
           "DDP402", ("every_rank(losses)",)),
+    # Read by position, lined up with another per-batch list: left as this rank's.
+    Silent(TRAINING.replace("    for x, y in loader:\n", "    losses, steps = [], []\n    for x, y in loader:\n")
+           .replace("        optimizer.step()\n    print(epoch, loss.item())\n",
+                    "        optimizer.step()\n        losses.append(loss.item())\n        steps.append(len(steps))\n"
+                    "    print(epoch, steps[losses.index(min(losses))])\n"),
+           "DDP402"),
     # Running figures kept in a dict's entries: each entry the loop adds to is summed.
     Emits(TRAINING.replace("    for x, y in loader:\n", "    stats = {'loss': 0.0, 'seen': 0}\n"
                            "    for x, y in loader:\n")
