@@ -2,7 +2,7 @@
 import dataclasses
 import re
 from collections.abc import Set as AbstractSet
-from typing import Optional, Union, cast
+from typing import Callable, Optional, Union, cast
 
 import libcst as cst
 
@@ -1065,7 +1065,7 @@ class Collector(cst.CSTVisitor):
         over a parameter of this function, the elements its callers hand in (note_element_movers)."""
         function = self._function()
         positional = [param.name.value for param in function.params.params] if function is not None else None
-        for element in iterated_elements(self.parents, node, variable, positional):
+        for element in iterated_elements(self.parents, node, variable, positional, self._one_literal_in(function)):
             if element.startswith("#"):
                 if function is not None and self.parents.get(function) is self.facts.module:
                     self._element_movers.setdefault(function.name.value, []).append((int(element[1:]), node))
@@ -1099,6 +1099,24 @@ class Collector(cst.CSTVisitor):
                 for assigned in facts.assigned_values.get(name, ()))
 
         return any(moved(returned.value) for returned in self.facts.own_statements(function, cst.Return))
+
+    def _one_literal_in(self, function: Optional[cst.FunctionDef]) -> Callable[[str], Optional[cst.BaseExpression]]:
+        """The tuple or list a name is bound to, when that is its only value in `function`."""
+        def named(name: str) -> Optional[cst.BaseExpression]:
+            values = [value for value in self.facts.assigned_values.get(name, ())
+                      if self._enclosing_function(value) is function]
+            if len(values) == 1 and isinstance(values[0], (cst.Tuple, cst.List)) and not self.facts.calls_by_callee.get(
+                    f"{name}.append"):
+                return values[0]
+            return None
+        return named
+
+    def _enclosing_function(self, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
+        """During the traversal (facts.function_of needs the finished parent links)."""
+        parent = self.parents.get(node)
+        while parent is not None and not isinstance(parent, cst.FunctionDef):
+            parent = self.parents.get(parent)
+        return parent
 
     def note_element_movers(self) -> None:
         """`G, D = to_gpu([G, D])` (or `to_gpu([G, D])` alone), where a function of this file

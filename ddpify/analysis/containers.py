@@ -1,7 +1,7 @@
 """Models kept in a container: `modules = {"net": Net(), ...}`, its entries moved to the
 device (`for k in modules: modules[k] = modules[k].to(device)`), the model taken out by key
 (`net = modules["net"]`). The model's own name is never moved, but its value is."""
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Optional
 
 import libcst as cst
@@ -55,7 +55,8 @@ def entry_moves(facts: Facts, container: str, function: Optional[cst.FunctionDef
 
 
 def iterated_elements(parents: Mapping[cst.CSTNode, cst.CSTNode], node: cst.CSTNode, name: str,
-                      parameters: Optional[list[str]] = None) -> list[str]:
+                      parameters: Optional[list[str]] = None,
+                      named: Optional[Callable[[str], Optional[cst.BaseExpression]]] = None) -> list[str]:
     """The names a loop variable stands for in turn where `node` reads it: `G` and `D` for
     `m` in `for m in (G, D): m.to(device)`, `[m.cuda() for m in [enc, dec]]` or
     `map(lambda m: m.to(device), (G, D))`. A move of the variable is a move of each of them:
@@ -63,7 +64,8 @@ def iterated_elements(parents: Mapping[cst.CSTNode, cst.CSTNode], node: cst.CSTN
     GPU's device_ids), never before it. Only a literal tuple or list of plain names or
     attributes is followed; `parameters` (the enclosing function's positional parameters)
     turns a loop over one of them into `#N`, its position (`def to_gpu(models): return
-    [m.cuda() for m in models]`), which the callers resolve."""
+    [m.cuda() for m in models]`), which the callers resolve; `named` gives the one literal
+    a plain name is bound to (`nets = [G, D]`), if any."""
     child, parent = node, parents.get(node)
     while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.ClassDef, cst.Module)):
         iterated: Optional[cst.BaseExpression] = None
@@ -79,7 +81,9 @@ def iterated_elements(parents: Mapping[cst.CSTNode, cst.CSTNode], node: cst.CSTN
             else:
                 return []
         if iterated is not None:
-            return literal_elements(iterated, parameters)
+            # `nets = [G, D]` then `for m in nets:`: the list the name holds.
+            held = named(iterated.value) if named is not None and isinstance(iterated, cst.Name) else None
+            return literal_elements(held if held is not None else iterated, parameters)
         child, parent = parent, parents.get(parent)
     return []
 

@@ -215,12 +215,49 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
     edits.report("DDP101", anchor)
     setup.wrap_points[model.name] = anchor
     setup.wrapped_models += 1
+    _report_training_around_the_wrapper(facts, edits, model)
     _drop_moves_after_wrap(facts, edits, model, anchor)
     _unwrap_once_training_is_over(facts, edits, model, anchor)
     _unwrap_attributes(facts, edits, model, anchor)
     _unwrap_module_accesses(facts, edits, model)
     _report_parts_frozen_after_wrap(facts, edits, model, anchor)
     _unwrap_where_returned(facts, edits, model)
+
+
+# Methods of a module that do not run its forward: reading or setting it up.
+_NOT_FORWARD = frozenset({
+    "parameters", "named_parameters", "buffers", "named_buffers", "modules", "named_modules", "children",
+    "named_children", "state_dict", "load_state_dict", "train", "eval", "to", "cuda", "cpu", "zero_grad",
+    "apply", "requires_grad_", "half", "float", "double", "bfloat16", "register_buffer", "add_module", "get_submodule",
+})
+
+
+def _report_training_around_the_wrapper(facts: Facts, edits: Edits, model: Model) -> None:
+    """Rule: DDP synchronises gradients only for a forward that goes through the wrapper,
+    `model(x)`. A model that trains only through its other methods or its entries
+    (`mu, logvar = model.encode(x)`, `model.decode(z)`, `nets["enc"](x)` of a ModuleDict) and
+    is never called itself would train with no gradient shared (those reads reach the raw
+    module), each rank drifting apart without an error: DDP903, at the first such call in a
+    training loop. Not when the model is handed to a function of another module, which may
+    call it."""
+    holders = {name for _, name in facts.model_holders(model)}
+    if any(facts.calls_by_callee.get(name) for name in holders):
+        return
+    if any(dotted_name(arg.value) in holders for call in facts.training_helper_calls for arg in call.args):
+        return
+    for loop in sorted(facts.training_loops, key=facts.start_of):
+        for call in calls_within(loop.body):
+            func = call.func
+            if isinstance(func, cst.Attribute) and func.attr.value in _NOT_FORWARD:
+                continue
+            base = func.value if isinstance(func, (cst.Attribute, cst.Subscript)) else None
+            if base is not None and dotted_name(base) in holders:
+                edits.report("DDP903", call, (
+                    f"`{model.name}` trains through `{edits.code(func)}(...)`, never as `{model.name}(...)`: DDP "
+                    f"shares gradients only for a forward through the wrapper, so every rank would train its own "
+                    f"copy; call the model itself (route the calls through its forward), or wrap the parts that "
+                    f"run in DDP by hand"))
+                return
 
 
 def _unwrap_where_returned(facts: Facts, edits: Edits, model: Model) -> None:
