@@ -72,8 +72,8 @@ RULES = (
          "Moving a DDP model (`.cpu()` to save a checkpoint, then `.to(device)` back) gives it "
          "new parameters that DDP's gradient hooks do not watch: gradients stop being "
          "synchronised without an error. The model stays on its device, and a state dict saved "
-         "in between is a CPU copy, as the checkpoint was. (A move once training is over stays, "
-         "on the module itself: DDP103.)",
+         "in between is a CPU copy, as the checkpoint was. (A move once training is over that "
+         "the model is used after, a forward on CPU inputs, stays, on the module itself: DDP103.)",
          "Nothing to do; load the checkpoint with map_location."),
     Rule("DDP111", Severity.WARNING, "requires_grad of part of the wrapped model changed after the wrap",
          "DDP registers the parameters that require grad when it wraps the model. A part frozen "
@@ -795,9 +795,11 @@ UNWRAP_AFTER_TRAINING_CODE = '{model} = getattr({model}, "module", {model})  # t
 
 
 def _unwrap_once_training_is_over(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
-    """Rule: a device move of the wrapped model once nothing trains it any more
-    (`model.cpu()`, `model.to("cpu")`, `model.eval().cpu()`, `torch.save(model.cpu().state_dict(),
-    path)` after the last epoch): the name is given back the module itself just before it
+    """Rule: a device move of the wrapped model once nothing trains it any more, which the
+    model is used after beyond its state dict (`model.cpu()` then a forward on CPU inputs, a
+    whole-model pickle, `return model`; a move only for the checkpoint is dropped with a CPU
+    copy saved, DDP106, so that the wrapped module is never moved after its wrap): the name
+    is given back the module itself just before it
     (DDP103), and the user's move, save and later uses stay as written. The checkpoint is
     then the CPU state dict of the module, with the single-GPU keys, a whole-model pickle
     pickles the module, and a later forward on CPU inputs runs the module on the CPU, as in
@@ -831,8 +833,30 @@ def _move_after_training(facts: Facts, name: str, wrap: cst.BaseStatement) -> Op
         if any(facts.function_of(call) is function and facts.start_of(call) > facts.start_of(move)
                for call in later_training):
             return None
-        return move
+        return move if _used_after(facts, name, move) else None
     return None
+
+
+# What a use of the model may be for it still to be dropped with its move: its state dict
+# read (a CPU copy then) or its mode set.
+_STATE_ONLY = frozenset({"state_dict", "eval", "train", "cpu", "to", "cuda"})
+
+
+def _used_after(facts: Facts, name: str, move: cst.Call) -> bool:
+    """The moved model is used after the move beyond its state dict: a forward on CPU
+    inputs, a whole-model pickle, handed on or returned. Only then does the move stay (on the
+    module itself); a move only for the checkpoint is dropped, and the checkpoint is a CPU
+    copy (DDP106), so the wrapped module is never moved after its wrap."""
+    function, start = facts.function_of(move), facts.end_of(facts.statement_of(move))
+    for node in facts.nodes_of(cst.Name):
+        if node.value != name or facts.start_of(node) < start or facts.function_of(node) is not function:
+            continue
+        parent = facts.parents.get(node)
+        if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in _STATE_ONLY:
+            continue
+        return True
+    # The move inside the save (`torch.save(model.cpu().state_dict(), p)`) is only for it.
+    return False
 
 
 def _chain_base(value: cst.BaseExpression) -> cst.BaseExpression:
@@ -1754,9 +1778,11 @@ model = Net().to(device)
     # checkpoint is a CPU copy.
     Emits(TRAINING.replace("    print(epoch, loss.item())\n", "    model.cpu()\n    torch.save(model.state_dict(), "
                            "\"model.pt\")\n    model.to(device)\n"), "DDP106", ("tensor.cpu()",)),
-    # Once training is over the move stays, on the module itself (DDP103).
-    Silent(TRAINING + 'model.cpu()\ntorch.save(model.state_dict(), "model.pt")\n', "DDP106"),
-    Emits(TRAINING + 'model.cpu()\ntorch.save(model.state_dict(), "model.pt")\n', "DDP103",
+    # Once training is over, a move only for the checkpoint goes too (a CPU copy is saved);
+    # one the model is used after (a forward on CPU inputs) stays, on the module itself.
+    Emits(TRAINING + 'model.cpu()\ntorch.save(model.state_dict(), "model.pt")\n', "DDP106", ("tensor.cpu()",)),
+    Silent(TRAINING + 'model.cpu()\nprint(model(torch.randn(2, 4)))\n', "DDP106"),
+    Emits(TRAINING + 'model.cpu()\nprint(model(torch.randn(2, 4)))\n', "DDP103",
           ('model = getattr(model, "module", model)', "model.cpu()")),
     Emits(_SEQUENTIAL.replace("for epoch in range(3):\n",
                               "for epoch in range(3):\n    model[0].requires_grad_(epoch < 2)\n"), "DDP111"),
