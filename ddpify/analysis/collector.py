@@ -674,9 +674,16 @@ class Collector(cst.CSTVisitor):
     def _note_optimizer_made_elsewhere(self, node: cst.Call, qualified: str) -> None:
         """`optimizer = util.set_optimizer(opt, model)`: a function of the project builds the
         optimizer over the model it is handed, which is a model here."""
-        positional = [arg for arg in node.args if arg.keyword is None and not arg.star]
-        names = [dotted_name(positional[position].value) if position < len(positional) else None
-                 for position in sorted(self.project.optimizer_parameters(qualified))]
+        trained_positional, trained = self.project.optimizer_parameters(qualified)
+        names: list[Optional[str]] = []
+        for parameter in sorted(trained):
+            value = argument_for(node, parameter, trained_positional.index(parameter)
+                                 if parameter in trained_positional else None)
+            if value is None:
+                continue
+            names.append(dotted_name(value))
+            if names[-1] is None:
+                self._note_model_handed_unnamed(node, qualified, parameter, value)
         # `Trainer(model, loader)` whose __init__ keeps `self.model = model` and builds the
         # optimizer over `self.model.parameters()`: the model is wrapped here, after its move.
         kept_positional, kept = self.project.kept_and_trained_parameters(qualified)
@@ -688,6 +695,8 @@ class Collector(cst.CSTVisitor):
                                  if parameter in kept_positional else None)
             name = dotted_name(value) if value is not None else None
             names.append(name)
+            if value is not None and name is None:
+                self._note_model_handed_unnamed(node, qualified, parameter, value)
             if name is not None and instance is not None:
                 # `trainer.model` outside the class holds the wrapper too.
                 self.facts.kept_on_instances.setdefault(name, []).append(f"{instance}.{attribute}")
@@ -695,6 +704,18 @@ class Collector(cst.CSTVisitor):
             if name is not None and all(model.name != name for model in self.facts.models):
                 self._note_training()
                 self.facts.models.append(Model(name, self._statement(node), self._function()))
+
+    def _note_model_handed_unnamed(self, node: cst.Call, qualified: str, parameter: str,
+                                   value: cst.BaseExpression) -> None:
+        """Rule: `fit(model.to(device), loader)` (or `fit(Net(), ...)`), where `fit`, in another
+        module of the project, builds the optimizer over what it is handed and moves none of
+        it: the caller wraps a model it names, after its move and before the hand-off; a value
+        made or moved inside the call has no statement between the two for the wrap. Not
+        wrapping would let every rank train its own copy: reported (DDP903) rather than exit 0."""
+        _, moved = self.project.moved_parameters(qualified)
+        if parameter in moved or self.project.moves_own_model(qualified):
+            return  # moved there, and wrapped there after that move
+        self.facts.models_handed_unnamed.append((node, value))
 
     def _note_helper(self, node: cst.Call, qualified: str) -> None:
         if self.project.defines(qualified):
@@ -831,12 +852,37 @@ class Collector(cst.CSTVisitor):
             if any(self.project.builds_optimizer(q) for q in self._qualified(call.func)):
                 self.facts.helpers_build_optimizer = True
                 continue
+            methods = self._methods_of_project_objects(dotted_name(call.func) or "")
+            if methods and any(self.project.builds_optimizer(method) for method in methods):
+                self.facts.helpers_build_optimizer = True
+                self._note_models_a_method_trains(call, methods, known)
+                continue
             for arg in call.args:
                 name = dotted_name(arg.value) if not arg.star else None
                 if name is None or name in known or not self._is_module(name):
                     continue
                 known.add(name)
                 self.facts.models.append(Model(name, self.facts.statement_of(call), self.facts.function_of(call)))
+
+    def _note_models_a_method_trains(self, call: cst.Call, methods: list[str], known: set[str]) -> None:
+        """Rule: `trainer.fit(model, loader)` where every `trainer` is an object of a class of
+        another module of the project whose `fit` builds the optimizer over the `model` it is
+        handed (and moves none of it): as for a function of the project
+        (_note_optimizer_made_elsewhere), the caller wraps the model it names, after its
+        move and before the hand-off; one moved inside the call is reported."""
+        for method in sorted(set(methods)):
+            positional, trained = self.project.optimizer_parameters(method)
+            _, moved = self.project.moved_parameters(method)
+            for parameter in sorted(trained - moved):
+                value = argument_for(call, parameter, positional.index(parameter) if parameter in positional else None)
+                if value is None:
+                    continue
+                name = dotted_name(value)
+                if name is None:
+                    self._note_model_handed_unnamed(call, method, parameter, value)
+                elif name not in known:
+                    known.add(name)
+                    self.facts.models.append(Model(name, self.facts.statement_of(call), self.facts.function_of(call)))
 
     def _note_iterated_arguments(self, call: cst.Call) -> None:
         """The arguments a training function or Trainer of the project loops over."""
