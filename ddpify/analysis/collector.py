@@ -8,7 +8,7 @@ import libcst as cst
 
 from ddpify.analysis import effects, names
 from ddpify.analysis.containers import iterated_elements, literal_elements
-from ddpify.analysis.control import Facts
+from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.devices import DeviceValues
 from ddpify.analysis.facts import DeviceAssignment, ExternalLoader, ExternalLoaderDict, Loader, Model, Statement
 from ddpify.analysis.freezing import models_frozen_in_part, walked_modules
@@ -319,6 +319,7 @@ class Collector(cst.CSTVisitor):
         pairs = assignment_pairs(node.targets[0].target, node.value)
         if len(pairs) == 1:
             self._note_assigned(node, *pairs[0])
+            self._note_unpacked_onto_self(node)
             return
         # Several names bound at once: only the batches a loop goes over are read from it
         # (`total_loss, total_num, train_bar = 0.0, 0, tqdm(loader)`); a loader, model or
@@ -339,6 +340,21 @@ class Collector(cst.CSTVisitor):
                 self.facts.assigned_values.setdefault(target, []).append(value)
                 wrapped = [name for arg in positional_args(value)[:1] for name in names_within(arg)]
                 self.iteration_wrappers[(self._function(), target)] = wrapped
+
+    def _note_unpacked_onto_self(self, node: cst.Assign) -> None:
+        """Rule: `self.train_loader, self.val_loader = loaders` in a Solver's __init__, where
+        `loaders` is a parameter: each attribute holds an element of what the caller hands in
+        (a tuple of its loaders), so a loop over `self.train_loader` goes over the caller's
+        DataLoader, as after `self.train_loader = train_loader` (control.handed_in)."""
+        target, value, function = node.targets[0].target, node.value, self._function()
+        if not isinstance(target, (cst.Tuple, cst.List)) or not isinstance(value, cst.Name) or function is None \
+                or value.value not in parameter_names(function):
+            return
+        for element in target.elements:
+            name = dotted_name(element.value) if not isinstance(element, cst.StarredElement) else None
+            if name is not None and name.startswith("self.") and name.count(".") == 1:
+                self._touch(name, node)
+                self.facts.self_assignments.setdefault(function, {}).setdefault(name, []).append(value)
 
     def _note_assigned(self, node: cst.Assign, target_node: cst.BaseExpression, value: cst.BaseExpression) -> None:
         target = dotted_name(target_node)
