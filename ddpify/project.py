@@ -136,10 +136,10 @@ class Project:
         definition = self._definition(qualified)
         return definition is not None and definition[0].moves_returned(definition[1])
 
-    def optimizer_parameters(self, qualified: str) -> set[int]:
-        """Which positional arguments of `qualified` the optimizer it builds trains."""
+    def optimizer_parameters(self, qualified: str) -> tuple[list[str], set[str]]:
+        """`qualified`'s positional parameters and those the optimizer it builds trains."""
         definition = self._definition(qualified)
-        return set() if definition is None else definition[0].optimizer_parameters(definition[1])
+        return ([], set()) if definition is None else definition[0].optimizer_parameters(definition[1])
 
     def optimizer_over_self(self, qualified: str) -> bool:
         """`qualified` is a method that builds an optimizer over its object's parameters."""

@@ -458,3 +458,39 @@ def test_the_self_check_knows_every_file_writing_method_the_transform_guards():
 
     assert output.WRITING_METHODS == side_effects.FILE_WRITING_METHODS
     assert output.PATH_KEYWORDS == side_effects.PATH_KEYWORDS
+
+
+JOINED_IN_AN_ARGUMENT = '''
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def get_config():
+    dist.init_process_group("gloo")
+    return {}
+
+
+def main(config):
+    model = build(config)
+    if dist.is_initialized():
+        model = DDP(model)
+
+
+if __name__ == "__main__":
+    main({call})
+'''
+
+
+def test_a_group_joined_in_the_arguments_of_the_call_comes_before_its_body():
+    """`main(get_config())`: Python runs get_config, which joins the group, before main's
+    body, so the wrap there sees the group; `main({})` followed by nothing joins it never."""
+    from ddpify.selfcheck.setup import asked_before_the_group
+    from ddpify.selfcheck.source import Source
+
+    joined = Source(JOINED_IN_AN_ARGUMENT.replace("{call}", "get_config()"))
+    assert list(asked_before_the_group(joined)) == []
+    never = Source(JOINED_IN_AN_ARGUMENT.replace("{call}", "{}"))
+    assert [code for code, _, _ in asked_before_the_group(never)] == ["DDP917"]
+    keyword = Source(JOINED_IN_AN_ARGUMENT.replace("def main(config)", "def main(config=None)")
+                     .replace("{call}", "config=get_config()"))
+    assert list(asked_before_the_group(keyword)) == []

@@ -8,7 +8,7 @@ import libcst as cst
 
 from ddpify.analysis import effects, names
 from ddpify.analysis.containers import iterated_elements, literal_elements
-from ddpify.analysis.control import Facts
+from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.devices import DeviceValues
 from ddpify.analysis.facts import DeviceAssignment, ExternalLoader, ExternalLoaderDict, Loader, Model, Statement
 from ddpify.analysis.freezing import models_frozen_in_part, walked_modules
@@ -319,6 +319,7 @@ class Collector(cst.CSTVisitor):
         pairs = assignment_pairs(node.targets[0].target, node.value)
         if len(pairs) == 1:
             self._note_assigned(node, *pairs[0])
+            self._note_unpacked_onto_self(node)
             return
         # Several names bound at once: only the batches a loop goes over are read from it
         # (`total_loss, total_num, train_bar = 0.0, 0, tqdm(loader)`); a loader, model or
@@ -339,6 +340,21 @@ class Collector(cst.CSTVisitor):
                 self.facts.assigned_values.setdefault(target, []).append(value)
                 wrapped = [name for arg in positional_args(value)[:1] for name in names_within(arg)]
                 self.iteration_wrappers[(self._function(), target)] = wrapped
+
+    def _note_unpacked_onto_self(self, node: cst.Assign) -> None:
+        """Rule: `self.train_loader, self.val_loader = loaders` in a Solver's __init__, where
+        `loaders` is a parameter: each attribute holds an element of what the caller hands in
+        (a tuple of its loaders), so a loop over `self.train_loader` goes over the caller's
+        DataLoader, as after `self.train_loader = train_loader` (control.handed_in)."""
+        target, value, function = node.targets[0].target, node.value, self._function()
+        if not isinstance(target, (cst.Tuple, cst.List)) or not isinstance(value, cst.Name) or function is None \
+                or value.value not in parameter_names(function):
+            return
+        for element in target.elements:
+            name = dotted_name(element.value) if not isinstance(element, cst.StarredElement) else None
+            if name is not None and name.startswith("self.") and name.count(".") == 1:
+                self._touch(name, node)
+                self.facts.self_assignments.setdefault(function, {}).setdefault(name, []).append(value)
 
     def _note_assigned(self, node: cst.Assign, target_node: cst.BaseExpression, value: cst.BaseExpression) -> None:
         target = dotted_name(target_node)
@@ -674,9 +690,16 @@ class Collector(cst.CSTVisitor):
     def _note_optimizer_made_elsewhere(self, node: cst.Call, qualified: str) -> None:
         """`optimizer = util.set_optimizer(opt, model)`: a function of the project builds the
         optimizer over the model it is handed, which is a model here."""
-        positional = [arg for arg in node.args if arg.keyword is None and not arg.star]
-        names = [dotted_name(positional[position].value) if position < len(positional) else None
-                 for position in sorted(self.project.optimizer_parameters(qualified))]
+        trained_positional, trained = self.project.optimizer_parameters(qualified)
+        names: list[Optional[str]] = []
+        for parameter in sorted(trained):
+            value = argument_for(node, parameter, trained_positional.index(parameter)
+                                 if parameter in trained_positional else None)
+            if value is None:
+                continue
+            names.append(dotted_name(value))
+            if names[-1] is None:
+                self._note_model_handed_unnamed(node, qualified, parameter, value)
         # `Trainer(model, loader)` whose __init__ keeps `self.model = model` and builds the
         # optimizer over `self.model.parameters()`: the model is wrapped here, after its move.
         kept_positional, kept = self.project.kept_and_trained_parameters(qualified)
@@ -688,6 +711,8 @@ class Collector(cst.CSTVisitor):
                                  if parameter in kept_positional else None)
             name = dotted_name(value) if value is not None else None
             names.append(name)
+            if value is not None and name is None:
+                self._note_model_handed_unnamed(node, qualified, parameter, value)
             if name is not None and instance is not None:
                 # `trainer.model` outside the class holds the wrapper too.
                 self.facts.kept_on_instances.setdefault(name, []).append(f"{instance}.{attribute}")
@@ -695,6 +720,18 @@ class Collector(cst.CSTVisitor):
             if name is not None and all(model.name != name for model in self.facts.models):
                 self._note_training()
                 self.facts.models.append(Model(name, self._statement(node), self._function()))
+
+    def _note_model_handed_unnamed(self, node: cst.Call, qualified: str, parameter: str,
+                                   value: cst.BaseExpression) -> None:
+        """Rule: `fit(model.to(device), loader)` (or `fit(Net(), ...)`), where `fit`, in another
+        module of the project, builds the optimizer over what it is handed and moves none of
+        it: the caller wraps a model it names, after its move and before the hand-off; a value
+        made or moved inside the call has no statement between the two for the wrap. Not
+        wrapping would let every rank train its own copy: reported (DDP903) rather than exit 0."""
+        _, moved = self.project.moved_parameters(qualified)
+        if parameter in moved or self.project.moves_own_model(qualified):
+            return  # moved there, and wrapped there after that move
+        self.facts.models_handed_unnamed.append((node, value))
 
     def _note_helper(self, node: cst.Call, qualified: str) -> None:
         if self.project.defines(qualified):
@@ -831,12 +868,37 @@ class Collector(cst.CSTVisitor):
             if any(self.project.builds_optimizer(q) for q in self._qualified(call.func)):
                 self.facts.helpers_build_optimizer = True
                 continue
+            methods = self._methods_of_project_objects(dotted_name(call.func) or "")
+            if methods and any(self.project.builds_optimizer(method) for method in methods):
+                self.facts.helpers_build_optimizer = True
+                self._note_models_a_method_trains(call, methods, known)
+                continue
             for arg in call.args:
                 name = dotted_name(arg.value) if not arg.star else None
                 if name is None or name in known or not self._is_module(name):
                     continue
                 known.add(name)
                 self.facts.models.append(Model(name, self.facts.statement_of(call), self.facts.function_of(call)))
+
+    def _note_models_a_method_trains(self, call: cst.Call, methods: list[str], known: set[str]) -> None:
+        """Rule: `trainer.fit(model, loader)` where every `trainer` is an object of a class of
+        another module of the project whose `fit` builds the optimizer over the `model` it is
+        handed (and moves none of it): as for a function of the project
+        (_note_optimizer_made_elsewhere), the caller wraps the model it names, after its
+        move and before the hand-off; one moved inside the call is reported."""
+        for method in sorted(set(methods)):
+            positional, trained = self.project.optimizer_parameters(method)
+            _, moved = self.project.moved_parameters(method)
+            for parameter in sorted(trained - moved):
+                value = argument_for(call, parameter, positional.index(parameter) if parameter in positional else None)
+                if value is None:
+                    continue
+                name = dotted_name(value)
+                if name is None:
+                    self._note_model_handed_unnamed(call, method, parameter, value)
+                elif name not in known:
+                    known.add(name)
+                    self.facts.models.append(Model(name, self.facts.statement_of(call), self.facts.function_of(call)))
 
     def _note_iterated_arguments(self, call: cst.Call) -> None:
         """The arguments a training function or Trainer of the project loops over."""

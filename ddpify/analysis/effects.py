@@ -337,14 +337,16 @@ class FunctionEffects:
             (value.body, value.orelse) if isinstance(value, ast.IfExp) else (value,))]
         return any(moves(value) or isinstance(value, ast.Name) and value.id in moved for value in branches)
 
-    def optimizer_parameters(self, name: str) -> set[int]:
-        """Positions of the parameters whose `.parameters()` (or `.named_parameters()`) an
-        optimizer the function builds trains: `set_optimizer(lr, model)` -> {1}."""
+    def optimizer_parameters(self, name: str) -> tuple[list[str], set[str]]:
+        """The function's positional parameters, and those whose `.parameters()` (or
+        `.named_parameters()`) an optimizer it builds trains, however the caller passes
+        them: `set_optimizer(lr, model)` -> (["lr", "model"], {"model"})."""
         function = self._functions.get(name)
         if function is None or not self.builds_optimizer(name):
-            return set()
+            return [], set()
         read = _parameters_read(function)
-        return {index for index, parameter in enumerate(self._positional(name, function)) if parameter in read}
+        named = {a.arg for a in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]}
+        return self._positional(name, function), read & named
 
     def kept_and_trained_parameters(self, name: str) -> tuple[list[str], dict[str, str]]:
         """For a class: (its __init__'s parameters, those it keeps as they were handed in,

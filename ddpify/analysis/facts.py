@@ -213,6 +213,9 @@ class FactRecord:
     # Optimizers whose parameters come from no `X.parameters()` ddpify can name
     # (`models[0].parameters()`, a list of raw tensors): what they train cannot be wrapped.
     optimizers_without_model: list[cst.Call] = field(default_factory=list)
+    # `fit(model.to(device), ...)`: a project function builds the optimizer over a value the
+    # call makes or moves inside its argument list (collector._note_model_handed_unnamed).
+    models_handed_unnamed: list[tuple[cst.Call, cst.BaseExpression]] = field(default_factory=list)
     # Statements that touch a name as a whole: `m = ...`, `m.to(...)`, `m.load_state_dict(...)`.
     statements_touching: dict[str, list[Statement]] = field(default_factory=dict)
     fixed_device_moves: list[cst.Call] = field(default_factory=list)

@@ -102,6 +102,14 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         params = edits.code(optimizer.args[0].value) if optimizer.args else "none given"
         edits.report("DDP903", optimizer, f"could not find which module this optimizer trains (parameters: "
                      f"`{params}`): wrap that module in DDP by hand, or all-reduce these gradients")
+    for call, value in facts.models_handed_unnamed:
+        moved = _chain_base(value) if _moved_value(facts, value) else None
+        fix = (f"move it on a line of its own before the call (`{edits.code(moved)} = {edits.code(value)}`) "
+               f"and hand in `{edits.code(moved)}`" if moved is not None and dotted_name(moved) is not None
+               else "name it before the call, move it and wrap it in DDP there")
+        edits.report("DDP903", call, f"`{edits.code(call.func)}()` builds the optimizer over `{edits.code(value)}`, "
+                     f"a model made or moved inside the call, with no line between its move and the "
+                     f"hand-off for the DDP wrap: {fix}")
     if setup.library:
         _unwrap_models_handed_in(facts, edits, setup)
     elif facts.training_helper_calls and not facts.models and not (

@@ -86,7 +86,7 @@ def _asks_initialized(test: ast.AST) -> bool:
 def _joined_before(source: Source, node: ast.AST, joining: set[str], seen: frozenset) -> bool:
     scope = source.scope_of(node)
     position = (node.lineno, node.col_offset)  # type: ignore[attr-defined]
-    if any((call.lineno, call.col_offset) < position
+    if any(((call.lineno, call.col_offset) < position or _argument_of(call, node))
            and (last_part(call.func) == "init_process_group" or dotted(call.func) in joining)
            for call in source.calls_in(scope)):
         return True
@@ -97,6 +97,15 @@ def _joined_before(source: Source, node: ast.AST, joining: set[str], seen: froze
         return False
     sites = [call for call in source.calls if dotted(call.func) in (key, f"self.{key}")]
     return all(_joined_before(source, site, joining, seen | {key}) for site in sites)
+
+
+def _argument_of(call: ast.Call, node: ast.AST) -> bool:
+    """`call` sits in the arguments of `node`, a call: Python runs it before `node`'s callee
+    (`main(get_config())`, where get_config joins the group, runs main's body after the join)."""
+    if not isinstance(node, ast.Call):
+        return False
+    return any(inner is call for argument in [*node.args, *(keyword.value for keyword in node.keywords)]
+               for inner in ast.walk(argument))
 
 
 def _joining_functions(source: Source) -> set[str]:
