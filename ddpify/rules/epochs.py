@@ -4,9 +4,18 @@ from typing import Optional, Union, cast
 
 import libcst as cst
 
+from ddpify.analysis.call_modes import evaluating_call
 from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.facts import BlockItem, ExternalLoader, Loader, Statement
-from ddpify.analysis.nodes import calls_within, dotted_name, find_all, names_within
+from ddpify.analysis.nodes import (
+    argument_for,
+    calls_within,
+    dotted_name,
+    find_all,
+    names_within,
+    positional_parameters,
+)
+from ddpify.analysis.values import literal_entry
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan
@@ -307,7 +316,38 @@ def _epoch_loops(facts: Facts, loader: Union[Loader, ExternalLoader]) -> list[tu
                 loop in facts.enclosing_loops(epoch_loop) or epoch_loop in facts.enclosing_loops(loop)
                 for loop, _ in training):
             training.append((epoch_loop, name_there))
+    if not found and isinstance(loader, ExternalLoader) and loader.statement is loader.function:
+        return _loops_around_training_calls(facts, loader)
     return training or found[:1]
+
+
+def _loops_around_training_calls(facts: Facts, loader: ExternalLoader) -> list[tuple[cst.For, str]]:
+    """Rule: a shared epoch function handed a different loader by each call (`run_epoch(
+    self.tr_loader, training=True)`, then `run_epoch(self.cv_loader, training=False)` in one
+    epoch loop) is no one caller's: the epoch is set where it is called, on the loader each
+    training call hands it (not on those of the calls that evaluate, call_modes.py), at the
+    top of the epoch loop around that call, under the test that it is sharded (the other
+    module decides that). The argument is a name, an attribute or a literal-keyed entry of one
+    (`self.loaders["train"]`); any other expression is left alone."""
+    function = cast(cst.FunctionDef, loader.function)
+    found: list[tuple[cst.For, str]] = []
+    for call in sorted(facts.calls_of(function), key=facts.start_of):
+        epoch_loop = next((loop for loop in facts.enclosing_loops(call) if isinstance(loop.target, cst.Name)), None)
+        # `self.run_epoch(loader, ...)`: a method called on its object fills `self` itself.
+        on_object = facts.class_of(function) is not None and isinstance(call.func, cst.Attribute)
+        positional = positional_parameters(function)[1 if on_object else 0:]
+        argument = argument_for(call, loader.name, positional.index(loader.name)
+                                if loader.name in positional else None)
+        if epoch_loop is None or argument is None or evaluating_call(facts, function, call, on_object):
+            continue
+        held = dotted_name(argument)
+        if held is None and isinstance(argument, cst.Subscript):
+            holder = dotted_name(argument.value)
+            key = literal_entry(argument, holder) if holder is not None else None
+            held = f'{holder}["{key}"]' if key is not None else None
+        if held is not None and (epoch_loop, held) not in found:
+            found.append((epoch_loop, held))
+    return found
 
 
 def handed_to_project_training(facts: Facts, function: Optional[cst.FunctionDef], name: str) -> bool:
