@@ -7,7 +7,7 @@ from typing import Callable, Optional, Union, cast
 import libcst as cst
 
 from ddpify.analysis import effects, names
-from ddpify.analysis.containers import iterated_elements, literal_elements
+from ddpify.analysis.containers import gathered_elements, iterated_elements, literal_elements
 from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.devices import DeviceValues
 from ddpify.analysis.facts import DeviceAssignment, ExternalLoader, ExternalLoaderDict, Loader, Model, Statement
@@ -1162,9 +1162,15 @@ class Collector(cst.CSTVisitor):
 
         return any(moved(returned.value) for returned in self.facts.own_statements(function, cst.Return))
 
-    def _one_literal_in(self, function: Optional[cst.FunctionDef]) -> Callable[[str], Optional[cst.BaseExpression]]:
-        """The tuple or list a name is bound to, when that is its only value in `function`."""
-        def named(name: str) -> Optional[cst.BaseExpression]:
+    def _one_literal_in(self, function: Optional[cst.FunctionDef]
+                        ) -> Callable[[str, cst.CSTNode], Optional[cst.BaseExpression]]:
+        """The tuple or list a name is bound to, when that is its only value in `function`, or
+        that the statements before the loop build from plain names (containers.gathered_elements)."""
+        def named(name: str, loop: cst.CSTNode) -> Optional[cst.BaseExpression]:
+            # `nets = []`, `nets.append(G)`, `nets += [D]` before the loop: the list it then holds.
+            gathered = gathered_elements(self.parents, loop, name)
+            if gathered:
+                return cst.List([cst.Element(cst.parse_expression(element)) for element in gathered])
             values = [value for value in self.facts.assigned_values.get(name, ())
                       if self._enclosing_function(value) is function]
             if len(values) == 1 and isinstance(values[0], (cst.Tuple, cst.List)) and not self.facts.calls_by_callee.get(

@@ -1,7 +1,7 @@
 """Models kept in a container: `modules = {"net": Net(), ...}`, its entries moved to the
 device (`for k in modules: modules[k] = modules[k].to(device)`), the model taken out by key
 (`net = modules["net"]`). The model's own name is never moved, but its value is."""
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Optional
 
 import libcst as cst
@@ -56,7 +56,8 @@ def entry_moves(facts: Facts, container: str, function: Optional[cst.FunctionDef
 
 def iterated_elements(parents: Mapping[cst.CSTNode, cst.CSTNode], node: cst.CSTNode, name: str,
                       parameters: Optional[list[str]] = None,
-                      named: Optional[Callable[[str], Optional[cst.BaseExpression]]] = None) -> list[str]:
+                      named: Optional[Callable[[str, cst.CSTNode], Optional[cst.BaseExpression]]] = None
+                      ) -> list[str]:
     """The names a loop variable stands for in turn where `node` reads it: `G` and `D` for
     `m` in `for m in (G, D): m.to(device)`, `[m.cuda() for m in [enc, dec]]` or
     `map(lambda m: m.to(device), (G, D))`. A move of the variable is a move of each of them:
@@ -65,7 +66,7 @@ def iterated_elements(parents: Mapping[cst.CSTNode, cst.CSTNode], node: cst.CSTN
     attributes is followed; `parameters` (the enclosing function's positional parameters)
     turns a loop over one of them into `#N`, its position (`def to_gpu(models): return
     [m.cuda() for m in models]`), which the callers resolve; `named` gives the one literal
-    a plain name is bound to (`nets = [G, D]`), if any."""
+    a plain name is bound to (`nets = [G, D]`) before the loop (`parent`), if any."""
     child, parent = node, parents.get(node)
     while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.ClassDef, cst.Module)):
         iterated: Optional[cst.BaseExpression] = None
@@ -82,10 +83,113 @@ def iterated_elements(parents: Mapping[cst.CSTNode, cst.CSTNode], node: cst.CSTN
                 return []
         if iterated is not None:
             # `nets = [G, D]` then `for m in nets:`: the list the name holds.
-            held = named(iterated.value) if named is not None and isinstance(iterated, cst.Name) else None
+            held = named(iterated.value, parent) if named is not None and isinstance(iterated, cst.Name) else None
             return literal_elements(held if held is not None else iterated, parameters)
         child, parent = parent, parents.get(parent)
     return []
+
+
+def gathered_elements(parents: Mapping[cst.CSTNode, cst.CSTNode], loop: cst.CSTNode, name: str) -> Optional[list[str]]:
+    """The names a list holds when `loop` runs, where the statements before it build it from
+    plain names: `nets = []`, `nets.append(G)`, `nets += [D]`, `nets.extend([E])` (G, D, E).
+    Only the statements that surely ran before the loop, in the blocks around it, are read;
+    None where the list is not built that way (no literal bound, an element that is not a
+    plain name, another change of the list, or one under an `if` or in a loop before it):
+    then no element is known to be moved there."""
+    elements: Optional[list[str]] = None
+    for statement in _statements_before(parents, loop):
+        small = statement.body if isinstance(statement, cst.SimpleStatementLine) else None
+        if small is None:
+            if any(read.value == name for read in find_all(statement, cst.Name)):
+                return None  # changed under a condition or in a loop, perhaps
+            continue
+        for part in small:
+            step = _list_step(part, name)
+            if step is None or (step is not _UNTOUCHED and step[0] == "add" and elements is None):
+                return None
+            if step is not _UNTOUCHED:
+                elements = list(step[1]) if step[0] == "bind" else [*(elements or []), *step[1]]
+    return elements
+
+
+def _statements_before(parents: Mapping[cst.CSTNode, cst.CSTNode], loop: cst.CSTNode) -> list[cst.CSTNode]:
+    """The statements that surely ran before `loop` in its function (or module), in order:
+    those before it in its block and in each block around it, up to the function, without
+    the functions and classes defined there."""
+    blocks: list[tuple[Sequence[cst.CSTNode], cst.CSTNode]] = []
+    child, parent = loop, parents.get(loop)
+    while parent is not None:
+        body = getattr(parent, "body", None)
+        if isinstance(parent, (cst.IndentedBlock, cst.Module)) and isinstance(body, Sequence) and child in body:
+            blocks.append((body, child))
+        if isinstance(parent, (cst.FunctionDef, cst.ClassDef, cst.Module, cst.Lambda)):
+            break
+        child, parent = parent, parents.get(parent)
+    found: list[cst.CSTNode] = []
+    for body, inner in reversed(blocks):
+        for statement in body:
+            if statement is inner:
+                break
+            if not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                found.append(statement)
+    return found
+
+
+_UNTOUCHED: tuple[str, list[str]] = ("untouched", [])
+
+
+def _list_step(statement: cst.BaseSmallStatement, name: str) -> Optional[tuple[str, list[str]]]:
+    """("bind", names) for `name = [G, D]`, ("add", names) for `name.append(G)`, `name += [G]`
+    or `name.extend([G])`; _UNTOUCHED where the statement does not name the list; None where it
+    changes it otherwise or adds something other than plain names."""
+    if not any(read.value == name for read in find_all(statement, cst.Name)):
+        return _UNTOUCHED
+
+    def names_of(value: cst.BaseExpression) -> Optional[list[str]]:
+        if not isinstance(value, (cst.Tuple, cst.List)) or any(
+                isinstance(element, cst.StarredElement) for element in value.elements):
+            return None
+        found = [dotted_name(element.value) for element in value.elements]
+        return [element for element in found if element is not None] if all(found) else None
+
+    if isinstance(statement, cst.Assign) and len(statement.targets) == 1 \
+            and isinstance(statement.targets[0].target, cst.Name) and statement.targets[0].target.value == name:
+        held = names_of(statement.value)
+        return ("bind", held) if held is not None else None
+    if isinstance(statement, cst.AugAssign) and isinstance(statement.target, cst.Name) \
+            and statement.target.value == name and isinstance(statement.operator, cst.AddAssign):
+        added = names_of(statement.value)
+        return ("add", added) if added is not None else None
+    call = statement.value if isinstance(statement, cst.Expr) else None
+    if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) \
+            and call.func.value.value == name and len(call.args) == 1 and call.args[0].keyword is None \
+            and not call.args[0].star:
+        if call.func.attr.value == "append":
+            element = dotted_name(call.args[0].value)
+            return ("add", [element]) if element is not None else None
+        if call.func.attr.value == "extend":
+            added = names_of(call.args[0].value)
+            return ("add", added) if added is not None else None
+    if isinstance(statement, (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Expr, cst.Del)) \
+            and not _only_reads(statement, name):
+        return None
+    return _UNTOUCHED
+
+
+def _only_reads(statement: cst.BaseSmallStatement, name: str) -> bool:
+    """Whether the list appears only as an argument or a value read (`print(len(nets))`), never
+    as a target or the receiver of a method (`nets.insert(0, E)`, `nets[0] = E`, `del nets[0]`)."""
+    if isinstance(statement, cst.Del):
+        return False
+    targets: list[cst.CSTNode] = []
+    if isinstance(statement, cst.Assign):
+        targets = [target.target for target in statement.targets]
+    elif isinstance(statement, (cst.AugAssign, cst.AnnAssign)):
+        targets = [statement.target]
+    if any(read.value == name for target in targets for read in find_all(target, cst.Name)):
+        return False
+    return not any(isinstance(node.value, cst.Name) and node.value.value == name
+                   for node in find_all(statement, cst.Attribute))
 
 
 def literal_elements(value: cst.BaseExpression, parameters: Optional[list[str]] = None) -> list[str]:

@@ -94,6 +94,10 @@ CASES = (
     Flags(TRAINING, _JOINED.replace("model = torch.nn.Linear(4, 1).to(device)\n",
                                     "models = {\"a\": torch.nn.Linear(4, 1)}\nfor name, m in models.items():\n"
                                     "    m.to(device)\nm = DDP(m)\nmodel = models[\"a\"]\n"), "DDP911"),
+    # A wrap before a loop over a list the model was appended to: the loop moves it after the wrap.
+    Flags(TRAINING, _JOINED.replace("model = torch.nn.Linear(4, 1).to(device)\n",
+                                    "model = torch.nn.Linear(4, 1)\nmodels = []\nmodels.append(model)\n"
+                                    "model = DDP(model)\nfor m in models:\n    m.to(device)\n"), "DDP911"),
     # Joined and training with no wrap at all: each rank trains its own copy.
     Flags(TRAINING, _JOINED, "DDP911"),
     Flags(TRAINING, _JOINED, "DDP912"),

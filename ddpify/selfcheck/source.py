@@ -265,12 +265,42 @@ class Source:
                     return []
                 iterated = outer.args[1]
             if iterated is not None:
+                if isinstance(iterated, ast.Name):
+                    return self._held_names(iterated.id, parent)
                 if not isinstance(iterated, (ast.Tuple, ast.List)):
                     return []
                 elements = [dotted(element) for element in iterated.elts]
                 return [name for name in elements if name is not None] if all(elements) else []
             child = parent
         return []
+
+    def _held_names(self, name: str, loop: ast.AST) -> list[str]:
+        """The plain names put into the list `name` before `loop` in its scope (`nets = [G]`,
+        `nets.append(D)`, `nets += [E]`, `nets.extend([F])`): the loop may move each of them,
+        whatever else the list holds, so a wrap of one of them before the loop is misplaced."""
+        def names_of(value: ast.expr) -> list[str]:
+            if isinstance(value, (ast.Tuple, ast.List)):
+                return [element for node in value.elts if (element := dotted(node)) is not None]
+            return []
+
+        held: list[str] = []
+        for statement in self.statements_in(self.scope_of(loop)):
+            if statement.lineno >= getattr(loop, "lineno", 0):
+                continue
+            targets = statement.targets if isinstance(statement, ast.Assign) else (
+                [statement.target] if isinstance(statement, ast.AugAssign) else [])
+            if isinstance(statement, (ast.Assign, ast.AugAssign)) and any(
+                    isinstance(target, ast.Name) and target.id == name for target in targets):
+                held.extend(names_of(statement.value))
+            elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+                call = statement.value
+                if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) \
+                        and call.func.value.id == name and len(call.args) == 1:
+                    if call.func.attr == "append" and (element := dotted(call.args[0])) is not None:
+                        held.append(element)
+                    elif call.func.attr == "extend":
+                        held.extend(names_of(call.args[0]))
+        return held
 
     def moved_by(self, statement: ast.stmt) -> set[str]:
         """The names a statement moves (`x, y = x.to(device), y.to(device)`: x and y)."""
