@@ -357,6 +357,7 @@ def _write_tree(path: str, output: str, entries: Sequence[Entry], options: Optio
     except SourceError as error:
         _fail(str(error))
     prepared = _prepared_all(planned, workers)
+    project_jobs.check_project(planned, prepared)
     if project_jobs.failed(prepared):
         for report in prepared:
             report.pending = None
