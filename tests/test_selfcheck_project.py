@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from cli_support import invoke
 
 from ddpify import project_jobs
 from ddpify.jobs import OK, PENDING, PendingWrite, prepare
@@ -48,13 +49,18 @@ if __name__ == "__main__":
 WRAP = "    if distributed:\n        net = DDP(net)\n"
 
 
-@pytest.fixture
-def migrated_project(tmp_path: Path):
-    """(jobs, reports) of `ddpify train.py -o out/` on the project, prepared, nothing written."""
+def _project(tmp_path: Path) -> Path:
     source = tmp_path / "project"
     source.mkdir()
     (source / "engine.py").write_text(ENGINE)
     (source / "train.py").write_text(TRAIN)
+    return source
+
+
+@pytest.fixture
+def migrated_project(tmp_path: Path):
+    """(jobs, reports) of `ddpify train.py -o out/` on the project, prepared, nothing written."""
+    source = _project(tmp_path)
     tree = project_jobs.Tree(str(source), (str(source / "train.py"), str(source / "engine.py")),
                              str(tmp_path / "out"), entry=str(source / "train.py"))
     jobs = project_jobs.tree_jobs(tree, Options())
@@ -139,3 +145,31 @@ def test_a_process_group_of_the_users_own_is_not_the_runs_doing():
 def test_no_process_group_no_finding():
     modules = [Module("train.py", TRAIN, frozenset()), Module("engine.py", ENGINE, frozenset())]
     assert unwrapped_training(modules) is None
+
+
+@pytest.mark.parametrize("mode", ["-o", "-i"])
+def test_the_command_line_fails_on_a_planted_unwrapped_project(tmp_path, monkeypatch, mode):
+    """`ddpify train.py -o OUT/` and `ddpify -i train.py` run the project's self-check on the
+    prepared files: with the wrap planted out of the migration, the run exits 1 naming the step."""
+    source = _project(tmp_path)
+    check_project = project_jobs.check_project
+
+    def planted(jobs, reports):
+        reports[:] = _unwrapped(reports)
+        check_project(jobs, reports)
+
+    monkeypatch.setattr(project_jobs, "check_project", planted)
+    args = ["-o", f"{tmp_path / 'out'}/", source / "train.py"] if mode == "-o" else ["-i", source / "train.py"]
+    result = invoke(*args, "-j", "1")
+    line = ENGINE.splitlines().index("            optimizer.step()") + 1
+    assert result.exit_code == 1, result.stderr
+    assert f"engine.py:{line}:1: warning: DDP911" in result.stderr
+
+
+@pytest.mark.parametrize("mode", ["-o", "-i"])
+def test_the_command_line_passes_the_correct_migration(tmp_path, mode):
+    source = _project(tmp_path)
+    args = ["-o", f"{tmp_path / 'out'}/", source / "train.py"] if mode == "-o" else ["-i", source / "train.py"]
+    result = invoke(*args)
+    assert result.exit_code == 0, result.stderr
+    assert "DDP911" not in result.stderr
