@@ -195,7 +195,9 @@ def migrate(paths, output, in_place, show_diff, check, twin, select, ignore, exc
         planned = _jobs(entries, mode, output, options, stdin_filename)
         if beside:  # the project's modules are migrated where their callers import them from
             planned = project_jobs.together(planned)
-        reports = _run(planned, workers, show)
+        one_project = mode == job_modes.IN_PLACE and len(paths) == 1 and len(entries) > 1 \
+            and project_jobs.is_entry_script(entries[0])
+        reports = _run_project(planned, workers, show) if one_project else _run(planned, workers, show)
     sys.exit(max((report.exit_code for report in reports), default=OK))
 
 
@@ -357,6 +359,7 @@ def _write_tree(path: str, output: str, entries: Sequence[Entry], options: Optio
     except SourceError as error:
         _fail(str(error))
     prepared = _prepared_all(planned, workers)
+    project_jobs.check_project(planned, prepared)
     if project_jobs.failed(prepared):
         for report in prepared:
             report.pending = None
@@ -374,6 +377,14 @@ def _write_tree(path: str, output: str, entries: Sequence[Entry], options: Optio
                    f"({sum(report.changed for report in reports)} of {len(reports)} Python "
                    "files of the project changed)", err=True)
     return reports
+
+
+def _run_project(planned: Sequence[Job], workers: int, show: Printer) -> list[Report]:
+    """`ddpify -i train.py`: one project, self-checked as a whole (project_jobs.check_project)
+    before its files are written."""
+    prepared = _prepared_all(planned, workers)
+    project_jobs.check_project(planned, prepared)
+    return _run(planned, workers, show, ready=prepared)
 
 
 def _prepared_all(planned: Sequence[Job], workers: int) -> list[Report]:

@@ -15,13 +15,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
+from ddpify.diagnostics import Diagnostic, rule_of
 from ddpify.emit import ddp
 from ddpify.files import SourceError, read_source
-from ddpify.jobs import ERROR, NOTEBOOK_SUFFIX, TREE, Job, Report, patch_path
+from ddpify.jobs import ERROR, NOTEBOOK_SUFFIX, PENDING, TREE, Job, Report, patch_path
 from ddpify.options import Options
 from ddpify.project import project_root
 from ddpify.project_files import files_of
 from ddpify.rules import frameworks
+from ddpify.selfcheck import _line_map
+from ddpify.selfcheck.project import Module, unwrapped_training
 from ddpify.walk import Entry, is_skipped_directory, matches_any
 
 
@@ -221,3 +224,29 @@ def _copy(source: str, target: str) -> None:
 
 def failed(reports: Sequence[Report]) -> bool:
     return any(report.exit_code == ERROR for report in reports)
+
+
+def check_project(planned: Sequence[Job], prepared: Sequence[Report]) -> None:
+    """The self-check over the whole migrated project (ddpify.selfcheck.project): a project
+    that joins a process group and steps an optimizer with no module wrapping a model gets
+    DDP911 on the optimizer step's report, which then cannot exit 0."""
+    modules, originals = [], []
+    for job, report in zip(planned, prepared):
+        try:
+            original = read_source(job.path).text
+        except SourceError:
+            return
+        text = original if report.pending is None else report.pending.data.decode("utf-8", "replace")
+        modules.append(Module(report.path, text, frozenset(d.code for d in report.diagnostics), original))
+        originals.append(original)
+    found = unwrapped_training(modules)
+    if found is None:
+        return
+    path, line, detail = found
+    index = next(i for i, module in enumerate(modules) if module.path == path)
+    report = prepared[index]
+    original_line = _line_map(originals[index], modules[index].text)(line)
+    message = f"{rule_of('DDP911').summary} (output line {line}): {detail}"
+    report.diagnostics = tuple(sorted((*report.diagnostics, Diagnostic("DDP911", original_line, 1, message)),
+                                      key=lambda d: (d.line, d.column, d.code)))
+    report.exit_code = max(report.exit_code, PENDING)

@@ -17,7 +17,9 @@ RULES = (
          "DDP must wrap the model after it reaches its device and before it trains, on every "
          "path: a move after the wrap gives the model parameters DDP's hooks do not watch, and a "
          "wrap inside one branch (a fresh model) leaves the other (a model resumed from a "
-         "checkpoint) unwrapped.",
+         "checkpoint) unwrapped. Over a project (`-o OUT_DIR/`, `-i train.py`), the run also fails where it made "
+         "the project join a process group and a module steps an optimizer but no module wraps a "
+         "model (each rank trains its own copy): the finding names the optimizer step.",
          "Move `if distributed: model = DDP(model, ...)` below the last assignment and move of "
          "the model, after the branches merge, and above the training loop."),
     Rule("DDP912", Severity.WARNING, "self-check: a loader is neither sharded nor reported",

@@ -1,0 +1,81 @@
+"""The self-check over a migrated project (`ddpify train.py -o OUT_DIR/`): each file is checked
+on its own (ddpify.selfcheck.check), which cannot see that the entry joins the process group
+while the optimizer steps in another module and no module of the run wraps the model. Each
+rank then trains its own copy, and the run must not exit 0 (DDP911)."""
+import ast
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Optional
+
+from ddpify.selfcheck.models import WRAPPERS
+from ddpify.selfcheck.source import Source, dotted, last_part
+
+# Sharding done some other way (FSDP1, a framework's own launcher) counts as a wrap.
+OTHER_WRAPPERS = ("FSDP", "FullyShardedDataParallel")
+FRAMEWORKS = ("accelerate", "lightning", "pytorch_lightning", "deepspeed", "ignite", "colossalai")
+# The migration said that the model stays unwrapped (DDP903) or the file single-process (DDP904).
+REPORTED = ("DDP903", "DDP904")
+
+
+@dataclass(frozen=True)
+class Module:
+    path: str  # as shown
+    text: str  # the migrated code (the original where the run left the file as it was)
+    codes: frozenset  # the codes the migration reported for it
+    original: str = ""  # the file before the run
+
+
+def unwrapped_training(modules: Sequence[Module]) -> Optional[tuple[str, int, str]]:
+    """(path, line, message) of an optimizer step in a project that the run made join a process
+    group (a project distributed by its own hand, DDP900, is not the run's doing) but where no
+    module wraps a model, or None."""
+    if any(module.codes & frozenset(REPORTED) for module in modules):
+        return None
+    sources = [(module, source) for module in modules if (source := _source(module.text)) is not None]
+    if not any(_joins(source) > _joins(_source(module.original)) for module, source in sources):
+        return None
+    if any(_distributes(source) for _, source in sources):
+        return None
+    for module, source in sources:
+        if not any(last_part(call.func) == "backward" for call in source.calls):
+            continue
+        step = next((call for call in source.calls if _optimizer_step(call)), None)
+        if step is not None:
+            return (module.path, step.lineno,
+                    f"`{ast.unparse(step)}` steps an optimizer in a project that joins a process group, "
+                    "but no module of the run wraps a model in DDP: each rank trains its own copy; "
+                    "wrap the model in DDP (`model = DDP(model, device_ids=[local_rank])`) after its "
+                    "move and before this optimizer is built")
+    return None
+
+
+def _source(text: str) -> Optional[Source]:
+    try:
+        return Source(text)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _joins(source: Optional[Source]) -> int:
+    return 0 if source is None else sum(last_part(call.func) == "init_process_group" for call in source.calls)
+
+
+def _distributes(source: Source) -> bool:
+    if any(last_part(call.func) in (*WRAPPERS, *OTHER_WRAPPERS) for call in source.calls):
+        return True
+    for node in ast.walk(source.tree):
+        names: Iterable[str] = ()
+        if isinstance(node, ast.Import):
+            names = (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = (node.module,)
+        if any(name.split(".", 1)[0] in FRAMEWORKS for name in names):
+            return True
+    return False
+
+
+def _optimizer_step(call: ast.Call) -> bool:
+    """`optimizer.step()`, `self.opt.step()`, `scaler.step(optimizer)`; not a scheduler's step."""
+    if last_part(call.func) != "step" or not isinstance(call.func, ast.Attribute):
+        return False
+    return "sched" not in (dotted(call.func.value) or "").lower()
