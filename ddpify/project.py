@@ -517,6 +517,10 @@ def _imports_itself(folder: str, stamp: tuple[tuple[str, int, int], ...]) -> boo
     return False
 
 
+# A repository's top holds a few folders (the package, scripts/, tools/, configs/, data/).
+MAX_SCRIPT_FOLDERS = 40
+
+
 def _imported_from_parent(folder: Path) -> bool:
     """A script beside the folder imports it by name, or one in a folder of scripts beside
     it (`tools/train.py` with `from segkit.io import x`, no `__init__.py` in tools/): the
@@ -525,10 +529,15 @@ def _imported_from_parent(folder: Path) -> bool:
     output is known to, in both directions)."""
     try:
         scripts = sorted(folder.parent.glob("*.py"))
-        for sibling in sorted(folder.parent.iterdir()):
-            if sibling.is_dir() and sibling != folder and sibling.name not in SKIPPED_DIRECTORIES and (
-                    not sibling.name.startswith(".")) and not (sibling / "__init__.py").is_file():
-                scripts.extend(sorted(sibling.glob("*.py")))
+        # Only for a package (a folder without __init__.py is a namespace package only to
+        # the scripts right beside it), and only a few sibling folders: the folder above a
+        # repository (~/projects) holds other repositories, which must not make it the root.
+        siblings = sorted(folder.parent.iterdir()) if (folder / "__init__.py").is_file() else []
+        if len(siblings) <= MAX_SCRIPT_FOLDERS:
+            for sibling in siblings:
+                if sibling.is_dir() and sibling != folder and sibling.name not in SKIPPED_DIRECTORIES and (
+                        not sibling.name.startswith(".")) and not (sibling / "__init__.py").is_file():
+                    scripts.extend(sorted(sibling.glob("*.py")))
         scripts = scripts[:MAX_MODULES]
     except OSError:
         return False

@@ -157,3 +157,22 @@ def test_a_script_run_by_its_shebang_line_imports_like_any_entry(tmp_path):
     assert imported_elsewhere(str(root / "utils.py"))
     assert names_used_elsewhere(root.resolve(), "utils") == frozenset({"Logger"})
     assert not imported_elsewhere(str(root / "stats.py"))
+
+
+def test_a_package_sees_the_scripts_folder_beside_it_but_a_repository_not_its_neighbours(tmp_path):
+    """`segkit/io.py` imported by `tools/train.py` (no __init__.py in tools/) belongs to the
+    project above both, as the script does; a repository (no __init__.py) that another
+    repository beside it imports from stays its own project."""
+    (tmp_path / "segkit").mkdir()
+    (tmp_path / "segkit" / "__init__.py").write_text("")
+    (tmp_path / "segkit" / "io.py").write_text("def save(path):\n    open(path, 'w').close()\n")
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "train.py").write_text("from segkit.io import save\nsave('x')\n")
+    assert project_root(tmp_path / "segkit" / "io.py") == tmp_path.resolve()
+    projects = tmp_path / "projects"
+    (projects / "foo").mkdir(parents=True)
+    (projects / "foo" / "train.py").write_text("import torch\n")
+    (projects / "foo" / "models.py").write_text("X = 1\n")
+    (projects / "bar").mkdir()
+    (projects / "bar" / "run.py").write_text("from foo.models import X\n")
+    assert project_root(projects / "foo" / "train.py") == (projects / "foo").resolve()
