@@ -6,6 +6,7 @@ with the reason it has none and where it is tested instead.
 """
 import re
 
+import pytest
 from fixture_cases import all_cases
 
 from ddpify.rules.registry import RULES
@@ -71,6 +72,7 @@ def test_fixtures_list_only_known_rules_and_never_a_removed_one():
     assert sorted(code for code in shown if code not in RULES or RULES[code].removed) == []
 
 
+@pytest.mark.slow  # migrates all 500 fixtures in one test (14 s); the fast tier reads expected.txt
 def test_no_removed_code_is_emitted():
     """A removed rule stays listed so that its code is never reused, and is never reported:
     migrate every fixture (expected.txt could be stale) and look at every diagnostic."""

@@ -185,6 +185,7 @@ WORKERS_SCRIPT = (
 )
 
 
+@pytest.mark.slow  # a real DataLoader(num_workers=2) run of several seconds; CI runs it
 def test_dataloader_workers_run_under_a_long_temp_parent_and_its_short_tmpdir_is_removed(tmp_path):
     from ddpify.verify.runner import Runner, RunSettings
 
