@@ -148,9 +148,9 @@ class _Order(cst.CSTVisitor):
         self.seen.append(("leave", id(original_node)))
 
 
-# A sample (the fast tier's budget): every sixth script, every second module of the projects.
-SOURCES = sorted((ROOT / "fixtures").glob("*/*/input.py"))[::6] + sorted(
-    (ROOT / "fixtures" / "projects").rglob("*.py"))[::2]
+# A sample (the fast tier's budget): every twelfth script, every fourth module of the projects.
+SOURCES = sorted((ROOT / "fixtures").glob("*/*/input.py"))[::12] + sorted(
+    (ROOT / "fixtures" / "projects").rglob("*.py"))[::4]
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda path: str(path.relative_to(ROOT / "fixtures")))
