@@ -6,7 +6,6 @@ with the reason it has none and where it is tested instead.
 """
 import re
 
-import pytest
 from fixture_cases import all_cases
 
 from ddpify.rules.registry import RULES
@@ -70,20 +69,6 @@ def test_every_rule_has_a_fixture_or_a_reason():
 def test_fixtures_list_only_known_rules_and_never_a_removed_one():
     shown = codes_in_fixtures()
     assert sorted(code for code in shown if code not in RULES or RULES[code].removed) == []
-
-
-@pytest.mark.slow  # migrates all 500 fixtures in one test (14 s); the fast tier reads expected.txt
-def test_no_removed_code_is_emitted():
-    """A removed rule stays listed so that its code is never reused, and is never reported:
-    migrate every fixture (expected.txt could be stale) and look at every diagnostic."""
-    removed = {code for code, rule in RULES.items() if rule.removed}
-    assert removed == {"DDP006", "DDP311"}
-    emitted = {}
-    for case in all_cases():
-        result = case.migrate()
-        for diagnostic in (*result.diagnostics, *result.unused_suppressions):
-            emitted.setdefault(diagnostic.code, case.path)
-    assert {code: where for code, where in emitted.items() if code in removed} == {}
 
 
 def test_expected_txt_lists_edits_too():
