@@ -13,6 +13,7 @@ from ddpify.analysis.devices import DeviceValues
 from ddpify.analysis.facts import DeviceAssignment, ExternalLoader, ExternalLoaderDict, Loader, Model, Statement
 from ddpify.analysis.freezing import models_frozen_in_part, walked_modules
 from ddpify.analysis.nodes import (
+    argument_among,
     argument_for,
     assignment_pairs,
     calls_within,
@@ -768,14 +769,14 @@ class Collector(cst.CSTVisitor):
         `to_device([enc, dec], device)` whose body moves each element it is handed, the same."""
         positional, moved = self.project.moved_parameters(qualified)
         for parameter in sorted(moved):
-            value = argument_for(node, parameter, positional.index(parameter) if parameter in positional else None)
+            value = argument_among(node, parameter, positional)
             name = dotted_name(value) if value is not None else None
             if name is not None and self._is_statement_call(node):
                 self.facts.moved_by_helpers.setdefault(name, []).append(node)
                 self._touch(name, node)
         positional, moved = self.project.element_moved_parameters(qualified)
         for parameter in sorted(moved):
-            value = argument_for(node, parameter, positional.index(parameter) if parameter in positional else None)
+            value = argument_among(node, parameter, positional)
             for name in literal_elements(value) if value is not None else []:
                 self.facts.moved_by_helpers.setdefault(name, []).append(node)
                 self._touch(name, node)
@@ -784,7 +785,7 @@ class Collector(cst.CSTVisitor):
         """The arguments whose state dict the helper loads or reads (Project.state_loaded_parameters)."""
         positional, loaded = self.project.state_loaded_parameters(qualified)
         for parameter in sorted(loaded):
-            value = argument_for(node, parameter, positional.index(parameter) if parameter in positional else None)
+            value = argument_among(node, parameter, positional)
             if value is not None and value not in self.facts.helper_state_loads.get(node, ()):
                 self.facts.helper_state_loads.setdefault(node, []).append(value)
 
@@ -796,7 +797,7 @@ class Collector(cst.CSTVisitor):
             if parameter == "self" and isinstance(node.func, cst.Attribute):
                 value: Optional[cst.BaseExpression] = node.func.value
             else:
-                value = argument_for(node, parameter, positional.index(parameter) if parameter in positional else None)
+                value = argument_among(node, parameter, positional)
             if value is not None:
                 self.facts.helper_grad_changes.setdefault(node, []).append((value, part_only))
                 self.facts.freezes_parameters = True
@@ -890,7 +891,7 @@ class Collector(cst.CSTVisitor):
             positional, trained = self.project.optimizer_parameters(method)
             _, moved = self.project.moved_parameters(method)
             for parameter in sorted(trained - moved):
-                value = argument_for(call, parameter, positional.index(parameter) if parameter in positional else None)
+                value = argument_among(call, parameter, positional)
                 if value is None:
                     continue
                 name = dotted_name(value)
@@ -905,12 +906,12 @@ class Collector(cst.CSTVisitor):
         for qualified in sorted(self._qualified(call.func)):
             positional, iterated = self.project.iterated_parameters(qualified)
             for parameter in sorted(iterated):
-                value = argument_for(call, parameter, positional.index(parameter) if parameter in positional else None)
+                value = argument_among(call, parameter, positional)
                 if value is not None:
                     self.facts.iterated_arguments.setdefault(call, []).append(value)
             positional, entries = self.project.iterated_entries(qualified)
             for parameter, key in sorted(entries):
-                value = argument_for(call, parameter, positional.index(parameter) if parameter in positional else None)
+                value = argument_among(call, parameter, positional)
                 if value is not None:
                     self.facts.iterated_entries.setdefault(call, []).append((value, key))
 

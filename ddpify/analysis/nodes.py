@@ -135,7 +135,13 @@ def positional_parameters(function: cst.FunctionDef) -> list[str]:
 def handed_for(call: cst.Call, function: cst.FunctionDef, parameter: str) -> Optional[cst.BaseExpression]:
     """The value a call of `function` passes for one of its parameters (argument_for, with
     the parameter's position read from the definition)."""
-    positional = positional_parameters(function)
+    return argument_among(call, parameter, positional_parameters(function))
+
+
+def argument_among(call: cst.Call, parameter: str, positional: list[str]) -> Optional[cst.BaseExpression]:
+    """The value a call passes for `parameter`, by keyword or by its place in `positional`
+    (the names the callee takes by position, as read from its definition here or in another
+    module)."""
     return argument_for(call, parameter, positional.index(parameter) if parameter in positional else None)
 
 

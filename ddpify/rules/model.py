@@ -16,6 +16,7 @@ from ddpify.analysis.control import Facts, handed_in, innermost_common_block, pa
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
 from ddpify.analysis.facts import Holder, Model, Statement
 from ddpify.analysis.nodes import (
+    argument_among,
     argument_for,
     assignment_pairs,
     calls_within,
@@ -657,7 +658,7 @@ def _moved_where_handed_in(facts: Facts, model: Model) -> bool:
             if owner is not None and method.name.value == "__init__":
                 calls.extend(facts.calls_by_callee.get(owner.name.value, ()))
             for call in calls:
-                value = argument_for(call, parameter, positional.index(parameter) if parameter in positional else None)
+                value = argument_among(call, parameter, positional)
                 if value is not None and _moved_value(facts, value):
                     return True
     return False
