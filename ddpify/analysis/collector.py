@@ -7,7 +7,14 @@ from typing import Callable, Optional, Union, cast
 import libcst as cst
 
 from ddpify.analysis import effects, names
-from ddpify.analysis.containers import gathered_elements, iterated_elements, literal_elements
+from ddpify.analysis.containers import (
+    Entry,
+    gathered_elements,
+    iterated_elements,
+    iterated_view,
+    keyed_loop,
+    literal_elements,
+)
 from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.devices import DeviceValues
 from ddpify.analysis.facts import DeviceAssignment, ExternalLoader, ExternalLoaderDict, Loader, Model, Statement
@@ -1122,18 +1129,36 @@ class Collector(cst.CSTVisitor):
             self.facts.device_moves.setdefault(moved, []).append(node)
         if isinstance(base, cst.Name):
             self._note_element_moves(node, base.value)
+        if isinstance(base, cst.Subscript) and isinstance(base.value, cst.Name) and len(base.slice) == 1 \
+                and isinstance(base.slice[0].slice, cst.Index) and isinstance(base.slice[0].slice.value, cst.Name):
+            self._note_keyed_moves(node, base.value.value, base.slice[0].slice.value.value)
+
+    def _note_keyed_moves(self, node: cst.Call, container: str, key: str) -> None:
+        """`for key in nets: nets[key].to(device)` over a dict built from plain names before the
+        loop (`nets["G"] = G`): each of them is moved there."""
+        loop = keyed_loop(self.parents, node, container, key)
+        entries = gathered_elements(self.parents, loop, container, "values") if loop is not None else None
+        for entry in entries or ():
+            self._note_entry_move(entry, node)
+
+    def _note_entry_move(self, entry: Entry, node: cst.Call) -> None:
+        self.facts.device_moves.setdefault(entry.name, []).append(node)
+        if entry.test is not None:
+            self.facts.moved_under[(entry.name, node)] = (entry.test, entry.holds)
 
     def _note_element_moves(self, node: cst.Call, variable: str) -> None:
         """A move of a loop variable over `(G, D)` moves G and D (containers.iterated_elements);
         over a parameter of this function, the elements its callers hand in (note_element_movers)."""
         function = self._function()
         positional = [param.name.value for param in function.params.params] if function is not None else None
-        for element in iterated_elements(self.parents, node, variable, positional, self._one_literal_in(function)):
+        gathered: dict[str, Entry] = {}
+        for element in iterated_elements(self.parents, node, variable, positional,
+                                         self._one_literal_in(function, gathered)):
             if element.startswith("#"):
                 if function is not None and self.parents.get(function) is self.facts.module:
                     self._element_movers.setdefault(function.name.value, []).append((int(element[1:]), node))
             else:
-                self.facts.device_moves.setdefault(element, []).append(node)
+                self._note_entry_move(gathered.get(element, Entry(element)), node)
 
     def note_factories_returning_moved(self) -> None:
         """`G = build_g()` where a function of this file returns what it moved to a device
@@ -1163,15 +1188,22 @@ class Collector(cst.CSTVisitor):
 
         return any(moved(returned.value) for returned in self.facts.own_statements(function, cst.Return))
 
-    def _one_literal_in(self, function: Optional[cst.FunctionDef]
-                        ) -> Callable[[str, cst.CSTNode], Optional[cst.BaseExpression]]:
+    def _one_literal_in(self, function: Optional[cst.FunctionDef], gathered: dict[str, Entry]
+                        ) -> Callable[[cst.BaseExpression, cst.CSTNode], Optional[cst.BaseExpression]]:
         """The tuple or list a name is bound to, when that is its only value in `function`, or
-        that the statements before the loop build from plain names (containers.gathered_elements)."""
-        def named(name: str, loop: cst.CSTNode) -> Optional[cst.BaseExpression]:
+        that the statements before the loop build from plain names (containers.gathered_elements,
+        whose entries, with the condition each was put in under, go into `gathered`)."""
+        def named(iterated: cst.BaseExpression, loop: cst.CSTNode) -> Optional[cst.BaseExpression]:
+            name, view = iterated_view(iterated)
+            if name is None or view == "keys":
+                return None
             # `nets = []`, `nets.append(G)`, `nets += [D]` before the loop: the list it then holds.
-            gathered = gathered_elements(self.parents, loop, name)
-            if gathered:
-                return cst.List([cst.Element(cst.parse_expression(element)) for element in gathered])
+            entries = gathered_elements(self.parents, loop, name, view)
+            if entries:
+                gathered.update((entry.name, entry) for entry in entries)
+                return cst.List([cst.Element(cst.parse_expression(entry.name)) for entry in entries])
+            if view is not None:
+                return None
             values = [value for value in self.facts.assigned_values.get(name, ())
                       if self._enclosing_function(value) is function]
             if len(values) == 1 and isinstance(values[0], (cst.Tuple, cst.List)) and not self.facts.calls_by_callee.get(

@@ -222,6 +222,10 @@ class FactRecord:
     # `.to(...)`, `.cpu()`, `.cuda()` on a name or an attribute chain, by that name
     # (`transformer.eval().cpu()` is under "transformer").
     device_moves: dict[str, list[cst.Call]] = field(default_factory=dict)
+    # (name, move) for a model moved by a loop over a container it was put into under an `if`
+    # (`if args.critic: models.append(critic)`): the test, and whether it holds there (False in
+    # the `else` branch); its wrap runs under it too.
+    moved_under: dict[tuple[str, cst.Call], tuple[cst.BaseExpression, bool]] = field(default_factory=dict)
     # `device == "cuda"`, `"cuda" in device`: comparisons of a name with a string.
     string_comparisons: list[cst.Comparison] = field(default_factory=list)
     fixed_device_values: list[cst.BaseExpression] = field(default_factory=list)

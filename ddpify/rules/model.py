@@ -6,12 +6,12 @@ loaded before the wrap need no `.module`.
 """
 import re
 from collections.abc import Iterable
-from typing import Optional, cast
+from typing import Optional, Union, cast
 
 import libcst as cst
 
 from ddpify.analysis import effects, freezing, names
-from ddpify.analysis.containers import container_moves, entry_moves
+from ddpify.analysis.containers import condition_code, container_moves, entry_moves
 from ddpify.analysis.control import Facts, handed_in, innermost_common_block, parameter_names, receiver_of
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
 from ddpify.analysis.facts import Holder, Model, Statement
@@ -200,6 +200,9 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
         edits.report("DDP903", model.optimizer_statement,
                      f"could not find where `{model.name}` reaches its device: wrap it in DDP by hand")
         return
+    condition = _entry_condition(facts, edits, model, anchor)
+    if condition is False:
+        return
     if edits.options.fsdp2:
         # The model stays the model: sharded in place, no wrapper and no `.module`.
         sharding.shard(facts, edits, setup, model, anchor, "distributed")
@@ -216,7 +219,7 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
     skipped = _report_arguments_none_on_some_steps(facts, edits, model)
     # DDP waits for a gradient from every parameter unless told some may not come.
     extra = ", find_unused_parameters=True" if unused or elsewhere or skipped else ""
-    code = _wrap_statement(facts, setup, model, anchor, edits.options.sync_batchnorm, extra)
+    code = _wrap_statement(facts, setup, model, anchor, edits.options.sync_batchnorm, extra, condition)
     if entry is not None:
         code = code.replace(f"{model.name} = DDP(", f"{entry} = DDP(", 1)
     edits.insert_after(anchor, edits.statements(_when_trainable(facts, code, model.name)))
@@ -425,7 +428,17 @@ def _dict_entry_moved_in(facts: Facts, loop: cst.For, name: str) -> Optional[tup
 
 
 def _wrap_statement(facts: Facts, setup: Plan, model: Model, anchor: Statement, sync_batchnorm: bool,
-                    extra: str) -> str:
+                    extra: str, condition: Optional[Union[str, bool]] = None) -> str:
+    """The wrap, under `if distributed and {condition}:` where the model reaches its device
+    only under that condition (_entry_condition)."""
+    code = _unconditional_wrap(facts, setup, model, anchor, sync_batchnorm, extra)
+    if isinstance(condition, str):
+        code = code.replace("if distributed:", f"if distributed and {condition}:", 1)
+    return code
+
+
+def _unconditional_wrap(facts: Facts, setup: Plan, model: Model, anchor: Statement, sync_batchnorm: bool,
+                        extra: str) -> str:
     if setup.device_elsewhere:
         # On the device another module of the project chose: DDP takes it from the module.
         return WRAP_ON_CPU_CODE.format(model=model.name, extra=extra)
@@ -592,6 +605,59 @@ def _type_reads(facts: Facts, name: str) -> list[cst.BaseExpression]:
               if call.args and call.args[0].keyword is None and not call.args[0].star
               and dotted_name(call.args[0].value) == name]
     return found + list(facts.formatted_values.get(name, ()))
+
+
+def _entry_condition(facts: Facts, edits: Edits, model: Model, anchor: Statement) -> Optional[Union[str, bool]]:
+    """Rule: `if args.critic: models.append(critic)` then `for m in models: m.to(device)`: the
+    critic reaches its device only when the test holds, so its wrap, after the loop, runs under
+    the same test (`if distributed and args.critic:`): a wrap outside it would wrap a module the
+    run left on the CPU, with the GPU's device_ids. The test is read again there, so it must be
+    one that gives the same answer: names and attributes compared and combined, none of them
+    assigned between the `if` and the wrap. None where the model is moved on every path (no
+    condition); the test's code; False where it cannot be repeated (reported: no wrap)."""
+    moves = [move for move in facts.device_moves.get(model.name, ()) if facts.function_of(move) is model.function]
+    tests = [facts.moved_under.get((model.name, move)) for move in moves]
+    if not tests or any(test is None for test in tests):
+        return None
+    codes = {condition_code(facts.module, *cast(tuple[cst.BaseExpression, bool], test)) for test in tests}
+    test = cast(tuple[cst.BaseExpression, bool], tests[0])[0]
+    if len(codes) == 1 and not edits.options.fsdp2 and _repeatable(facts, test, anchor):
+        return codes.pop()
+    edits.report("DDP903", anchor, f"`{model.name}` reaches its device only when "
+                 f"`{facts.module.code_for_node(test)}` held where it joined the models the loop moves, "
+                 f"a test that may not give the same answer after it: wrap it yourself where it is moved")
+    return False
+
+
+def _repeatable(facts: Facts, test: cst.BaseExpression, anchor: Statement) -> bool:
+    """Whether `test` reads only names and attributes (compared, negated, combined, with
+    literals) and none of them is assigned between the test and the end of `anchor`."""
+    allowed = (cst.Name, cst.Attribute, cst.Comparison, cst.ComparisonTarget, cst.BooleanOperation,
+               cst.UnaryOperation, cst.BaseBooleanOp, cst.BaseCompOp, cst.Not, cst.SimpleString, cst.Integer,
+               cst.Float, cst.LeftParen, cst.RightParen, cst.Dot, cst.BaseParenthesizableWhitespace, cst.Comment,
+               cst.EmptyLine, cst.TrailingWhitespace, cst.Newline)
+    nodes: list[cst.CSTNode] = []
+    pending: list[cst.CSTNode] = [test]
+    while pending:
+        node = pending.pop()
+        nodes.append(node)
+        pending.extend(node.children)
+    if not all(isinstance(node, allowed) for node in nodes):
+        return False
+    roots = {read.value for read in find_all(test, cst.Name)}
+    start, end = facts.start_of(test), facts.end_of(anchor)
+    scope = facts.function_of(anchor) or facts.module
+    for kind in (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.AsName, cst.NamedExpr, cst.Del):
+        for node in find_all(scope, kind):
+            target = getattr(node, "target", None) or getattr(node, "name", None)
+            if target is None or not start <= facts.start_of(node) <= end:
+                continue
+            base = target
+            while isinstance(base, (cst.Attribute, cst.Subscript)):
+                base = base.value
+            if any(read.value in roots for read in find_all(base, cst.Name)):
+                return False
+    return True
 
 
 def _when_trainable(facts: Facts, code: str, model: str) -> str:

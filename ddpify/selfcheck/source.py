@@ -240,7 +240,25 @@ class Source:
                     self._moves.append((receiver, call))
                 if receiver is not None and "." not in receiver:
                     self._moves.extend((element, call) for element in self._iterated_elements(call, receiver))
+                if receiver is None and isinstance(call.func, ast.Attribute) and call.func.attr in MOVE_METHODS:
+                    self._moves.extend((element, call) for element in self._keyed_elements(call, call.func.value))
         return self._moves
+
+    def _keyed_elements(self, call: ast.Call, receiver: ast.expr) -> list[str]:
+        """The names put into `nets` for `nets[key].to(device)` in `for key in nets:` (or
+        `nets.keys()`): the loop moves each value of the dict."""
+        if not (isinstance(receiver, ast.Subscript) and isinstance(receiver.value, ast.Name)
+                and isinstance(receiver.slice, ast.Name)):
+            return []
+        container, key = receiver.value.id, receiver.slice.id
+        for parent in self.ancestors(call):
+            if isinstance(parent, (*FUNCTIONS, ast.ClassDef)):
+                return []
+            if isinstance(parent, (ast.For, ast.AsyncFor)) and isinstance(parent.target, ast.Name) \
+                    and parent.target.id == key:
+                return self._held_names(container, parent) if _viewed(parent.iter) in (
+                    (container, None), (container, "keys")) else []
+        return []
 
     def _iterated_elements(self, call: ast.Call, variable: str) -> list[str]:
         """`G`, `D` for a move of `m` in `for m in (G, D):`, `[m.cuda() for m in [G, D]]` or
@@ -250,8 +268,11 @@ class Source:
             if isinstance(parent, (*FUNCTIONS, ast.ClassDef)):
                 return []
             iterated: Optional[ast.expr] = None
-            if isinstance(parent, (ast.For, ast.AsyncFor)) and child is not parent.iter \
-                    and isinstance(parent.target, ast.Name) and parent.target.id == variable:
+            if isinstance(parent, (ast.For, ast.AsyncFor)) and child is not parent.iter and (
+                    isinstance(parent.target, ast.Name) and parent.target.id == variable
+                    or isinstance(parent.target, ast.Tuple) and len(parent.target.elts) == 2
+                    and isinstance(parent.target.elts[1], ast.Name) and parent.target.elts[1].id == variable
+                    and _viewed(parent.iter)[1] == "items"):
                 iterated = parent.iter
             elif isinstance(parent, (ast.ListComp, ast.SetComp, ast.GeneratorExp)) and len(parent.generators) == 1:
                 target = parent.generators[0].target
@@ -265,8 +286,9 @@ class Source:
                     return []
                 iterated = outer.args[1]
             if iterated is not None:
-                if isinstance(iterated, ast.Name):
-                    return self._held_names(iterated.id, parent)
+                container, view = _viewed(iterated)
+                if container is not None and view != "keys":
+                    return self._held_names(container, parent)
                 if not isinstance(iterated, (ast.Tuple, ast.List)):
                     return []
                 elements = [dotted(element) for element in iterated.elts]
@@ -275,31 +297,14 @@ class Source:
         return []
 
     def _held_names(self, name: str, loop: ast.AST) -> list[str]:
-        """The plain names put into the list `name` before `loop` in its scope (`nets = [G]`,
-        `nets.append(D)`, `nets += [E]`, `nets.extend([F])`): the loop may move each of them,
-        whatever else the list holds, so a wrap of one of them before the loop is misplaced."""
-        def names_of(value: ast.expr) -> list[str]:
-            if isinstance(value, (ast.Tuple, ast.List)):
-                return [element for node in value.elts if (element := dotted(node)) is not None]
-            return []
-
+        """The plain names put into the list or dict `name` before `loop` in its scope (`nets =
+        [G]`, `nets.append(D)`, `nets.insert(0, D)`, `nets += [E]`, `nets.extend([F])`, `nets =
+        {"G": G}`, `nets["D"] = D`, `nets.update(E=E)`): the loop may move each of them, whatever
+        else the container holds, so a wrap of one of them before the loop is misplaced."""
         held: list[str] = []
         for statement in self.statements_in(self.scope_of(loop)):
-            if statement.lineno >= getattr(loop, "lineno", 0):
-                continue
-            targets = statement.targets if isinstance(statement, ast.Assign) else (
-                [statement.target] if isinstance(statement, ast.AugAssign) else [])
-            if isinstance(statement, (ast.Assign, ast.AugAssign)) and any(
-                    isinstance(target, ast.Name) and target.id == name for target in targets):
-                held.extend(names_of(statement.value))
-            elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
-                call = statement.value
-                if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) \
-                        and call.func.value.id == name and len(call.args) == 1:
-                    if call.func.attr == "append" and (element := dotted(call.args[0])) is not None:
-                        held.append(element)
-                    elif call.func.attr == "extend":
-                        held.extend(names_of(call.args[0]))
+            if statement.lineno < getattr(loop, "lineno", 0):
+                held.extend(_put_into(statement, name))
         return held
 
     def moved_by(self, statement: ast.stmt) -> set[str]:
@@ -394,3 +399,51 @@ def _is_others_wait(statement: ast.stmt) -> bool:
             for node in ast.walk(statement.test)):
         return False
     return any(isinstance(node, ast.Call) and last_part(node.func) == "barrier" for node in ast.walk(statement))
+
+
+def _viewed(iterated: ast.expr) -> tuple[Optional[str], Optional[str]]:
+    """("nets", None) for `nets`; ("nets", "values") for `nets.values()`, likewise `items` and
+    `keys`; (None, None) for anything else."""
+    if isinstance(iterated, ast.Name):
+        return iterated.id, None
+    if isinstance(iterated, ast.Call) and not iterated.args and isinstance(iterated.func, ast.Attribute) \
+            and isinstance(iterated.func.value, ast.Name) and iterated.func.attr in ("values", "items", "keys"):
+        return iterated.func.value.id, iterated.func.attr
+    return None, None
+
+
+def _put_into(statement: ast.stmt, name: str) -> list[str]:
+    """The plain names a statement puts into the container `name` (_held_names)."""
+    targets = statement.targets if isinstance(statement, ast.Assign) else (
+        [statement.target] if isinstance(statement, ast.AugAssign) else [])
+    if isinstance(statement, (ast.Assign, ast.AugAssign)) and any(
+            isinstance(target, ast.Name) and target.id == name for target in targets):
+        return _names_in(statement.value)
+    if isinstance(statement, ast.Assign) and any(
+            isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and target.value.id == name
+            for target in targets):
+        return [element for element in [dotted(statement.value)] if element is not None]
+    call = statement.value if isinstance(statement, ast.Expr) else None
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+            and isinstance(call.func.value, ast.Name) and call.func.value.id == name):
+        return []
+    if call.func.attr in ("append", "insert") and call.args:
+        return [element for element in [dotted(call.args[-1])] if element is not None]
+    if call.func.attr == "extend" and call.args:
+        return _names_in(call.args[0])
+    if call.func.attr == "update":
+        return _names_in(ast.Call(ast.Name("dict"), call.args, call.keywords))
+    return []
+
+
+def _names_in(value: ast.expr) -> list[str]:
+    """The plain names a list, tuple or dict literal (or `dict(...)`) holds."""
+    if isinstance(value, (ast.Tuple, ast.List)):
+        return [element for node in value.elts if (element := dotted(node)) is not None]
+    if isinstance(value, ast.Dict):
+        return [element for node in value.values if (element := dotted(node)) is not None]
+    if isinstance(value, ast.Call) and dotted(value.func) == "dict":
+        return [element for node in [*value.args, *(keyword.value for keyword in value.keywords)]
+                for element in (_names_in(node) if isinstance(node, ast.Dict) else [dotted(node)])
+                if element is not None]
+    return []
