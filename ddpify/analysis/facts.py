@@ -133,6 +133,9 @@ class Model:
     name: str
     optimizer_statement: Statement
     function: Optional[cst.FunctionDef]
+    # `fit(model.to(device), loader)`: the move in the call, hoisted onto a line of its own
+    # before it (`model = model.to(device)`), with the wrap between the two.
+    moved_in_call: Optional[cst.Call] = None
 
 
 @dataclass

@@ -104,13 +104,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         edits.report("DDP903", optimizer, f"could not find which module this optimizer trains (parameters: "
                      f"`{params}`): wrap that module in DDP by hand, or all-reduce these gradients")
     for call, value in facts.models_handed_unnamed:
-        moved = _chain_base(value) if _moved_value(facts, value) else None
-        fix = (f"move it on a line of its own before the call (`{edits.code(moved)} = {edits.code(value)}`) "
-               f"and hand in `{edits.code(moved)}`" if moved is not None and dotted_name(moved) is not None
-               else "name it before the call, move it and wrap it in DDP there")
-        edits.report("DDP903", call, f"`{edits.code(call.func)}()` builds the optimizer over `{edits.code(value)}`, "
-                     f"a model made or moved inside the call, with no line between its move and the "
-                     f"hand-off for the DDP wrap: {fix}")
+        _wrap_or_report_handed_unnamed(facts, edits, setup, call, value)
     if setup.library:
         _unwrap_models_handed_in(facts, edits, setup)
     elif facts.training_helper_calls and not facts.models and not (
@@ -129,6 +123,25 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         if not handed:
             _wrap(facts, edits, setup, model)
     _unwrap_where_data_parallel_went(facts, edits)
+
+
+def _wrap_or_report_handed_unnamed(facts: Facts, edits: Edits, setup: Plan, call: cst.Call,
+                                   value: cst.BaseExpression) -> None:
+    """`trainer.fit(model.to(DEVICE), loader)`, where `fit`, in another module, builds the
+    optimizer over what it is handed: the move is hoisted before the call and the wrap follows
+    it (_hoistable_move); any other value made or moved in the call is reported."""
+    hoisted = _hoistable_move(facts, call, value)
+    if hoisted is not None:
+        _wrap(facts, edits, setup, Model(hoisted, facts.statement_of(call), facts.function_of(call),
+                                         cast(cst.Call, value)))
+        return
+    moved = _chain_base(value) if _moved_value(facts, value) else None
+    fix = (f"move it on a line of its own before the call (`{edits.code(moved)} = {edits.code(value)}`) "
+           f"and hand in `{edits.code(moved)}`" if moved is not None and dotted_name(moved) is not None
+           else "name it before the call, move it and wrap it in DDP there")
+    edits.report("DDP903", call, f"`{edits.code(call.func)}()` builds the optimizer over `{edits.code(value)}`, "
+                 f"a model made or moved inside the call, with no line between its move and the "
+                 f"hand-off for the DDP wrap: {fix}")
 
 
 def _report_model_trained_out_of_sight(facts: Facts, edits: Edits) -> None:
@@ -161,17 +174,38 @@ def _handed_in_by_callers(facts: Facts, model: Model) -> list[Model]:
     found: list[Model] = []
     for call in facts.calls_of(function):
         argument = handed_for(call, function, model.name)
-        name = dotted_name(argument) if argument is not None else None
+        hoisted = _hoistable_move(facts, call, argument) if argument is not None else None
+        name = hoisted or (dotted_name(argument) if argument is not None else None)
         if name is None or name.startswith("self."):
             return []
         caller = facts.function_of(call)
+        moved_in_call = cast(cst.Call, argument) if hoisted else None
         if all(each.name != name or each.function is not caller for each in found):
-            found.append(Model(name, facts.statement_of(call), caller))  # once, however often it is handed
+            # once, however often it is handed
+            found.append(Model(name, facts.statement_of(call), caller, moved_in_call))
     return found
 
 
+def _hoistable_move(facts: Facts, call: cst.Call, argument: Optional[cst.BaseExpression]) -> Optional[str]:
+    """Rule: `fit(model.to(device), loader)`, where `fit` trains what it is handed: the model
+    reaches its device inside the call, with no line between the move and the hand-off for
+    the wrap. The move goes onto a line of its own before the call (`model =
+    model.to(device)`, the user's move kept, and still returning the module), the wrap
+    follows it and the call hands in `model`. Only for a plain name moved by `.to()` or
+    `.cuda()` as the argument itself, in a call that is the statement (or the value it
+    assigns or returns): the name given, else None."""
+    if not (isinstance(argument, cst.Call) and isinstance(argument.func, cst.Attribute)
+            and argument.func.attr.value in ("to", "cuda") and isinstance(argument.func.value, cst.Name)):
+        return None
+    statement = facts.statement_of(call)
+    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
+    if not isinstance(small, (cst.Expr, cst.Assign, cst.AnnAssign, cst.Return)) or small.value is not call:
+        return None
+    return argument.func.value.value
+
+
 def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
-    anchor = _wrap_anchor(facts, model)
+    anchor = _wrap_anchor(facts, model) if model.moved_in_call is None else model.optimizer_statement
     moved = _moved_elsewhere(facts, model, anchor)
     if moved is not None:
         anchor, holder = moved
@@ -189,19 +223,19 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
                          f"(`{container}[key] = DDP({container}[key], ...)`)")
             return
         entry, anchor = found
-    if anchor is not None and not setup.sees_setup(facts, anchor):
-        if edits.options.fsdp2:
-            edits.imports.add("dist")
-            sharding.shard(facts, edits, setup, model, anchor, "dist.is_initialized()")
-            return
-        _wrap_out_of_setup(facts, edits, setup, model, anchor)
-        return
     if anchor is None:
         edits.report("DDP903", model.optimizer_statement,
                      f"could not find where `{model.name}` reaches its device: wrap it in DDP by hand")
         return
     condition = _entry_condition(facts, edits, model, anchor)
     if condition is False:
+        return
+    if not setup.sees_setup(facts, anchor):
+        if edits.options.fsdp2:
+            edits.imports.add("dist")
+            sharding.shard(facts, edits, setup, model, anchor, "dist.is_initialized()")
+            return
+        _wrap_out_of_setup(facts, edits, setup, model, anchor, condition)
         return
     if edits.options.fsdp2:
         # The model stays the model: sharded in place, no wrapper and no `.module`.
@@ -222,7 +256,7 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
     code = _wrap_statement(facts, setup, model, anchor, edits.options.sync_batchnorm, extra, condition)
     if entry is not None:
         code = code.replace(f"{model.name} = DDP(", f"{entry} = DDP(", 1)
-    edits.insert_after(anchor, edits.statements(_when_trainable(facts, code, model.name)))
+    _insert_wrap(facts, edits, model, anchor, edits.statements(_when_trainable(facts, code, model.name)))
     edits.imports.add("DDP")
     edits.report("DDP101", anchor)
     setup.wrap_points[model.name] = anchor
@@ -234,6 +268,19 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
     _unwrap_module_accesses(facts, edits, model)
     _report_parts_frozen_after_wrap(facts, edits, model, anchor)
     _unwrap_where_returned(facts, edits, model)
+
+
+def _insert_wrap(facts: Facts, edits: Edits, model: Model, anchor: Statement, wrap: list[Statement]) -> None:
+    """The wrap after its anchor; for a model moved in the call that hands it in
+    (_hoistable_move), the move on a line of its own and the wrap before that call, which
+    then hands in the name."""
+    move = model.moved_in_call
+    if move is None:
+        edits.insert_after(anchor, wrap)
+        return
+    hoisted = edits.statement(f"{model.name} = {edits.code(move)}")
+    edits.insert_before(anchor, Insertion([hoisted, *wrap]))
+    edits.expressions[move] = lambda node: cst.Name(model.name)
 
 
 # Methods of a module that do not run its forward: reading or setting it up.
@@ -754,14 +801,17 @@ def _read_from_a_moved_object(facts: Facts, value: cst.BaseExpression) -> bool:
         for assigned in facts.assigned_values.get(owner, ()) for call in calls_within(assigned)))
 
 
-def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, anchor: cst.BaseStatement) -> None:
+def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, anchor: Statement,
+                       condition: Optional[Union[str, bool]]) -> None:
     """The model reaches its device in code that cannot see the setup block (a Trainer's
     __init__): wrap it there when a process group exists. DDP takes the device from the
     module itself when device_ids is None, so no device name is needed."""
     code = WRAP_OUT_OF_SETUP_CODE.format(model=model.name)
+    if isinstance(condition, str):
+        code = code.replace("if dist.is_initialized():", f"if dist.is_initialized() and {condition}:", 1)
     if _report_arguments_none_on_some_steps(facts, edits, model):
         code = code.replace(f"DDP({model.name})", f"DDP({model.name}, find_unused_parameters=True)")
-    edits.insert_after(anchor, edits.statements(_when_trainable(facts, code, model.name)))
+    _insert_wrap(facts, edits, model, anchor, edits.statements(_when_trainable(facts, code, model.name)))
     edits.imports.update({"DDP", "dist"})
     edits.report("DDP101", anchor)
     setup.wrap_points[model.name] = anchor
