@@ -13,7 +13,7 @@ import libcst as cst
 from ddpify.analysis import names
 from ddpify.analysis.control import Facts, is_training_loader, parameter_names
 from ddpify.analysis.facts import Loader, Statement
-from ddpify.analysis.nodes import argument_for, dotted_name, first_free
+from ddpify.analysis.nodes import argument_for, dotted_name, find_all, first_free
 from ddpify.analysis.values import keyword_names, known_dict_keys
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.arguments import (
@@ -250,9 +250,30 @@ def _other_factory_calls(facts: Facts, loader: Loader) -> list[cst.Call]:
             facts.loop_trains(loop)
             for loop in facts.loops_over_values(facts.holders_from(facts.function_of(call), name))
         ) or (name is not None and handed_to_project_training(facts, facts.function_of(call), name))
-        if not trains:
+        if not trains and not (isinstance(target, cst.Name) and _only_a_sample_batch_read(facts, target)):
             found.append(call)
     return found
+
+
+def _only_a_sample_batch_read(facts: Facts, target: cst.Name) -> bool:
+    """Rule: `test_loader = get_loader("test")`, read only by `next(iter(test_loader))` or
+    `_, (points, labels) = next(enumerate(test_loader))` (a batch drawn to show predictions,
+    point clouds or images): no pass over it computes a figure, so it is no evaluation of a
+    training loader (DDP213). The batch shown is then one of rank 0's share: the display is
+    rank 0's, like every output."""
+    reads = [node for node in find_all(facts.module, cst.Name) if node.value == target.value and node is not target]
+    return bool(reads) and all(_draws_one_batch(facts, read) for read in reads)
+
+
+def _draws_one_batch(facts: Facts, read: cst.Name) -> bool:
+    """`next(iter(read))` or `next(enumerate(read))`."""
+    arg = facts.parents.get(read)
+    inner = facts.parents.get(arg) if isinstance(arg, cst.Arg) else None
+    outer_arg = facts.parents.get(inner) if isinstance(inner, cst.Call) else None
+    outer = facts.parents.get(outer_arg) if isinstance(outer_arg, cst.Arg) else None
+    return isinstance(inner, cst.Call) and dotted_name(inner.func) in ("iter", "enumerate") \
+        and len(inner.args) == 1 and isinstance(outer, cst.Call) and dotted_name(outer.func) == "next" \
+        and len(outer.args) == 1
 
 
 def can_shard(facts: Facts, setup: Plan, loader: Loader) -> bool:
