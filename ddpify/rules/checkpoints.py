@@ -26,6 +26,7 @@ from ddpify.emit.arguments import with_keyword
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan
 from ddpify.rules.cases import TRAINING, Emits, Silent
+from ddpify.rules.side_effects import logger_names
 
 RULES = (
     Rule("DDP303", Severity.EDIT, "torch.load maps tensors to this rank's device",
@@ -270,7 +271,25 @@ def _tests_files(test: cst.BaseExpression) -> bool:
 
 # Calls that name a path without reading the file (or that only rank 0 makes anyway).
 _NOT_READS = frozenset({"os.path.join", "os.path.basename", "os.path.dirname", "os.path.splitext",
-                        "builtins.print", "builtins.str"})
+                        "os.path.abspath", "os.path.realpath", "os.path.relpath", "os.path.normpath",
+                        "builtins.print", "builtins.str", "builtins.repr", "tqdm.tqdm.write", "tqdm.auto.tqdm.write"})
+
+
+def _only_tells(facts: Facts, call: cst.Call, loggers: set[str]) -> bool:
+    """Rule: `logger.info("saved checkpoint to %s", path)` (a logger of `logging.getLogger`, or
+    one named so: `log`, `self.logger`) and `"saved to {}".format(path)` tell where the file
+    went and never open it, as print does (_NOT_READS): no barrier before them. A barrier is
+    a collective every rank must reach: one that guards no read is a cost and a hang risk."""
+    func = call.func
+    if not isinstance(func, cst.Attribute):
+        return False
+    if func.attr.value == "format" and isinstance(func.value, (cst.SimpleString, cst.ConcatenatedString)):
+        return True
+    receiver = dotted_name(func.value)
+    if receiver is None or func.attr.value not in effects.LOG_METHODS:
+        return False
+    last = receiver.split(".")[-1].lower().strip("_")
+    return receiver in loggers or last in ("log", "logging") or last.endswith("logger")
 
 
 def _barrier_before_reading_written_paths(facts: Facts, edits: Edits, setup: Plan,
@@ -289,6 +308,9 @@ def _barrier_before_reading_written_paths(facts: Facts, edits: Edits, setup: Pla
     loads = set(facts.load_calls) | set(facts.helper_load_calls) | {
         call for reader in readers if reader is not None for call in facts.calls_of(reader)}
     not_reads = {call for qualified in _NOT_READS for call in facts.calls_named.get(qualified, ())}
+    loggers = logger_names(facts)
+    not_reads |= {call for calls in facts.calls_by_callee.values() for call in calls
+                  if _only_tells(facts, call, loggers)}
     done: set[Statement] = set(waiting)
     # (A function that downloads runs its files on local rank 0 while the others wait at
     # downloads.py's barrier: another barrier there would pair with that one.)

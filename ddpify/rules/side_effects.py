@@ -516,7 +516,7 @@ def _lower_log_level(facts: Facts, edits: Edits, setup: Plan) -> None:
         (setup.block.body.index(statement) for statement in config_statements if statement is not None),
         default=-1,
     )
-    loggers = _logger_names(facts)
+    loggers = logger_names(facts)
     body: Sequence[BlockItem] = setup.block.body
     for index, statement in enumerate(body):
         if index <= first_allowed or isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
@@ -551,7 +551,7 @@ def _logger_levels_on_rank0(facts: Facts, edits: Edits, setup: Plan) -> None:
 
 def _set_level_calls(facts: Facts) -> list[cst.Call]:
     """`X.setLevel(...)` on a name given `logging.getLogger(...)`, or on that call itself."""
-    found = [call for name in sorted(_logger_names(facts) - {"logging"})
+    found = [call for name in sorted(logger_names(facts) - {"logging"})
              for call in facts.calls_by_callee.get(f"{name}.setLevel", ())]
     for made in facts.calls_named.get(names.GET_LOGGER, ()):
         attribute = facts.parents.get(made)
@@ -572,7 +572,8 @@ def _on_guarded_path(facts: Facts, edits: Edits, statement: cst.CSTNode) -> bool
     return False
 
 
-def _logger_names(facts: Facts) -> set[str]:
+def logger_names(facts: Facts) -> set[str]:
+    """`logging` and the names given `logging.getLogger(...)`."""
     loggers = {"logging"}
     for call in facts.calls_named.get(names.GET_LOGGER, ()):
         assign = facts.parents.get(call)
