@@ -432,7 +432,8 @@ def _open_nothing_elsewhere(facts: Facts, edits: Edits, setup: Plan, call: cst.C
 def _trackers(facts: Facts, edits: Edits, setup: Plan) -> None:
     for qualified in sorted(names.SUMMARY_WRITER | names.VISDOM):
         for call in facts.calls_named.get(qualified, ()):
-            _guard_object(facts, edits, setup, call, "DDP306")
+            if not _made_by_a_helper(facts, edits, setup, call):
+                _guard_object(facts, edits, setup, call, "DDP306")
     for qualified in sorted(names.TENSORBOARD_LOGGER_CALLS):
         for call in facts.calls_named.get(qualified, ()):
             if not _guard_statement_call(facts, edits, setup, call, "DDP306"):
@@ -604,8 +605,22 @@ def _guard_object(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code:
         if report_failure:
             edits.report("DDP307", call)
         return False
+    uses = _guardable_uses(facts, edits, held, report_failure)
+    if uses is None:
+        return False
+    for statement in [held[1]] + uses:
+        _guard(facts, edits, setup, statement, None)
+    edits.report(code, held[1])
+    return True
+
+
+def _guardable_uses(facts: Facts, edits: Edits, held: tuple[str, Statement, list[cst.BaseExpression]],
+                    report_failure: bool = True) -> Optional[list[Statement]]:
+    """The statements that use the object held by `name`, other than the one that makes it,
+    when each of them only uses it (a guard around it skips nothing else); None otherwise
+    (reported, DDP307 or DDP308, where `report_failure`)."""
     name, creation, references = held
-    uses = []
+    uses: list[Statement] = []
     for reference in references:
         statement = facts.statement_of(reference)
         if statement is creation:
@@ -613,7 +628,7 @@ def _guard_object(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code:
         if not _only_uses(statement, name):
             if report_failure:
                 edits.report("DDP307", reference)
-            return False
+            return None
         uses.append(statement)
     model_names = {model.name for model in facts.models}
     for statement in uses:
@@ -622,11 +637,35 @@ def _guard_object(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code:
         expression = _single_expression(statement)
         if expression is not None and _runs_model(facts, expression.value, model_names) and not _hoist_model_runs(
                 facts, edits, statement, expression.value, model_names):
-            edits.report("DDP308", statement)
-            return False
-    for statement in [creation] + uses:
+            if report_failure:
+                edits.report("DDP308", statement)
+            return None
+    return uses
+
+
+def _made_by_a_helper(facts: Facts, edits: Edits, setup: Plan, call: cst.Call) -> bool:
+    """Rule: `def make_writer(log_dir): ...; return SummaryWriter(log_dir)`, called as `writer
+    = make_writer(args.log_dir)`: the helper makes the writer on rank 0 only (`return
+    SummaryWriter(log_dir) if is_main_process() else None`), and every use of what each
+    caller holds runs on rank 0 only, as for a writer made in place (_guard_object). False
+    (nothing done) unless the function of this module returns the call itself and every call
+    of it is so held, with uses that a guard can take."""
+    function = facts.function_of(call)
+    if not isinstance(facts.parents.get(call), cst.Return) or function is None \
+            or facts.parents.get(function) is not facts.module:
+        return False
+    callers = facts.calls_of(function)
+    helds = [_held_object(facts, caller) for caller in callers]
+    if not callers or any(held is None for held in helds):
+        return False
+    uses = [_guardable_uses(facts, edits, held, report_failure=False) for held in helds if held is not None]
+    if any(found is None for found in uses):
+        return False
+    guard = setup.guard_for(facts, call)
+    edits.expressions[call] = replacement(edits, f"{edits.code(call)} if {guard} else None")
+    for statement in [statement for found in uses for statement in found or ()]:
         _guard(facts, edits, setup, statement, None)
-    edits.report(code, creation)
+    edits.report("DDP306", call)
     return True
 
 
