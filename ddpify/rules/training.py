@@ -13,7 +13,7 @@ import libcst as cst
 
 from ddpify.analysis import meters
 from ddpify.analysis.bindings import names_read_after
-from ddpify.analysis.control import Facts
+from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.facts import Statement
 from ddpify.analysis.nodes import (
     assigned_names,
@@ -21,6 +21,7 @@ from ddpify.analysis.nodes import (
     calls_within,
     dotted_name,
     find_all,
+    handed_for,
     names_in,
     statements_in,
     string_value,
@@ -168,7 +169,7 @@ def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: Plan, loop: cst
     if len(facts.models) != 1 or not in_view and edits.options.fsdp2:
         edits.report("DDP404", step_if)
         return
-    model = facts.models[0].name
+    model = _model_name_in(facts, loop)
     end = body.index(step_if)
     backward = [i for i in range(end) if _has_method_call(body[i], "backward")]
     forward = [i for i in range(end) if _calls_name(body[i], model)]
@@ -203,6 +204,24 @@ def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: Plan, loop: cst
     edits.imports.add("contextlib")
     edits.expressions[loop] = _wrap_range(start, stop, len(body), prefix, template)
     edits.report("DDP401", step_if)
+
+
+def _model_name_in(facts: Facts, loop: cst.For) -> str:
+    """The name the loop's function knows the model by: its own, or the parameter every call of
+    that function hands it in as (`def train_one_epoch(model, loader, optimizer, scaler,
+    accum_steps)` called as `train_one_epoch(net, ...)`): the micro-batches run the forward of
+    that name, and its `no_sync()` is the wrapper's."""
+    model = facts.models[0]
+    function = facts.function_of(loop)
+    if function is None or function is model.function:
+        return model.name
+    calls = facts.calls_of(function)
+    for parameter in sorted(parameter_names(function)):
+        handed = [handed_for(call, function, parameter) for call in calls]
+        if calls and all(value is not None and dotted_name(value) == model.name for value in handed) \
+                and all(facts.function_of(call) is model.function for call in calls):
+            return parameter
+    return model.name
 
 
 def _wrap_range(start: int, stop: int, count: int, prefix: list[Statement],
