@@ -22,6 +22,11 @@ from ddpify.options import Options
 Rewrite = Callable[[Any], cst.CSTNode]
 
 
+# Given an expression as updated: the lines that compute it before its statement, and what
+# stands in its place (Edits.hoisted).
+Hoist = Callable[[Any], tuple[list[Statement], cst.CSTNode]]
+
+
 @dataclass
 class Insertion:
     statements: list[Statement]
@@ -64,6 +69,10 @@ class Edits:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     # Helper functions already added to module_prelude, by name.
     helpers_added: set[str] = field(default_factory=set)
+    # An expression computed on lines of their own just before its statement, under the same
+    # guard (`state = model.state_dict()`): given the expression as updated, those lines and
+    # what stands in its place. Its statement is a line of an indented block or of the module.
+    hoisted: dict[cst.CSTNode, Hoist] = field(default_factory=dict)
 
     def statement(self, code: str) -> Statement:
         return cst.parse_statement(code, config=self.config)
@@ -128,7 +137,7 @@ class Edits:
         """The nodes emitted code sits beside, replaces or guards (not those only removed): the
         setup block must come before the first of them that runs. `include_guarded=False`
         leaves out the rank-0 guards, which need the guard's name but not the group."""
-        nodes: list[cst.CSTNode] = [*self.before, *self.after, *self.replaced, *self.guarded,
+        nodes: list[cst.CSTNode] = [*self.before, *self.after, *self.replaced, *self.guarded, *self.hoisted,
                                     *(node for node in self.expressions if node not in self.standalone)]
         return nodes if include_guarded else [node for node in nodes if node not in self.guarded]
 
@@ -144,7 +153,7 @@ class Edits:
         return bool(
             self.expressions or self.before or self.after or self.replaced or self.removed
             or self.guarded or self.finally_bodies or self.module_end or self.module_prelude
-            or self.guarded_in_suites
+            or self.guarded_in_suites or self.hoisted
         )
 
 
@@ -160,7 +169,9 @@ class ApplyEdits(cst.CSTTransformer):
         # Only nodes on the way to an edit are visited: the rest of the tree is left as
         # it is, which keeps this pass cheap on long files with few edits.
         self.on_path: set[cst.CSTNode] = set()
-        for key in (*edits.expressions, *edits.before, *edits.after, *edits.replaced,
+        # The lines of hoisted expressions, by the original statement they go before.
+        self.hoisted_lines: dict[cst.CSTNode, list[Statement]] = {}
+        for key in (*edits.expressions, *edits.before, *edits.after, *edits.replaced, *edits.hoisted,
                     *edits.removed, *edits.guarded, *edits.finally_bodies, *edits.guarded_in_suites):
             node: Optional[cst.CSTNode] = key
             while node is not None and node not in self.on_path:
@@ -178,6 +189,10 @@ class ApplyEdits(cst.CSTTransformer):
         rewrite = self.edits.expressions.get(original_node)
         if rewrite is not None:
             updated_node = rewrite(updated_node)
+        hoist = self.edits.hoisted.get(original_node)
+        if hoist is not None:
+            lines, updated_node = hoist(updated_node)
+            self.hoisted_lines.setdefault(self.edits.facts.statement_of(original_node), []).extend(lines)
         return super().on_leave(original_node, updated_node)
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock,
@@ -254,7 +269,8 @@ class ApplyEdits(cst.CSTTransformer):
 
         carried_blank_lines: list[cst.EmptyLine] = []
         for original, new in zip(originals, updated):
-            replacement = list(edits.replaced.get(original, [new]))
+            replacement = _after_hoisted(self.hoisted_lines.pop(original, []),
+                                         list(edits.replaced.get(original, [new])))
             if original in edits.finally_bodies:
                 replacement = [_try_finally(new, edits.finally_bodies[original], edits)]
             for insertion in edits.before.get(original, ()):
@@ -288,6 +304,15 @@ class ApplyEdits(cst.CSTTransformer):
                 body.extend(edits.after[original])
         flush()
         return body
+
+
+def _after_hoisted(hoisted: list[Statement], replacement: list[Statement]) -> list[Statement]:
+    """The lines of the statement's hoisted expressions (Edits.hoisted), then the statement:
+    the hoisted lines take over the comments above it."""
+    if not hoisted or not replacement:
+        return replacement
+    hoisted[0] = hoisted[0].with_changes(leading_lines=replacement[0].leading_lines)
+    return [*hoisted, replacement[0].with_changes(leading_lines=()), *replacement[1:]]
 
 
 def _inserted(insertion: Insertion, replacement: list[Statement]) -> list[Statement]:

@@ -37,7 +37,7 @@ from ddpify.emit.ddp import (
     WRAP_OUT_OF_SETUP_CODE,
 )
 from ddpify.emit.edits import Edits, Insertion, Rewrite
-from ddpify.emit.layout import fits
+from ddpify.emit.layout import LINE_LENGTH, fits
 from ddpify.options import Options
 from ddpify.plan import Plan
 from ddpify.rules import sharding
@@ -865,7 +865,7 @@ def _drop_moves_after_wrap(facts: Facts, edits: Edits, model: Model, wrap: cst.B
             # `model.cpu().state_dict()`: the module's, a CPU copy where the move was to the CPU.
             edits.expressions[call] = _unwrapped(model.name, edits, _quote_for(facts, call))
             if _to_cpu(call):
-                edits.expressions[facts.parents[parent]] = _as_cpu_copy
+                _copy_to_cpu(facts, edits, model.name, cast(cst.Call, facts.parents[parent]))
         else:
             edits.expressions[call] = lambda node: node.func.value
         edits.report("DDP106", call)
@@ -894,6 +894,40 @@ def _as_cpu_copy(state: cst.BaseExpression) -> cst.BaseExpression:
         iter=items.with_changes(func=cast(cst.Attribute, items.func).with_changes(value=state))))
 
 
+def _copy_to_cpu(facts: Facts, edits: Edits, model: str, state_dict: cst.Call) -> None:
+    """`model.state_dict()` in a save, as a CPU copy of the state dict (_as_cpu_copy): in place
+    where its line stays within the line length, else computed on lines of its own before the
+    save, under the same guard, as a reviewer would write it rather than one line of 120
+    characters: `model_state = getattr(model, "module", model).state_dict()`, `model_cpu_state =
+    {name: tensor.cpu() for name, tensor in model_state.items()}`, and the save takes
+    `model_cpu_state`."""
+    statement = facts.statement_of(state_dict)
+    line = facts.module.code.splitlines()[facts.line_of(state_dict) - 1]
+    # The copy around the state dict, and the unwrap of the model it may be taken through.
+    grown = len(line) + len(facts.module.code_for_node(CPU_COPY)) - len("STATE") \
+        + len(f'getattr({model}, "module", )')
+    in_block = isinstance(facts.parents.get(statement), (cst.IndentedBlock, cst.Module))
+    base = model.split(".")[-1]
+    state, copy = facts.free_name(f"{base}_state"), facts.free_name(f"{base}_cpu_state")
+    hoisted_here = [other for other in edits.hoisted if facts.statement_of(other) is statement]
+    if grown <= LINE_LENGTH or not in_block or any(
+            _model_of_state_dict(other) == model for other in hoisted_here):
+        edits.expressions[state_dict] = _as_cpu_copy
+        return
+
+    def hoist(updated: cst.BaseExpression) -> tuple[list[Statement], cst.CSTNode]:
+        return [edits.statement(f"{state} = {edits.code(updated)}\n"),
+                edits.statement(f"{copy} = {edits.code(_as_cpu_copy(cst.Name(state)))}\n")], cst.Name(copy)
+
+    edits.hoisted[state_dict] = hoist
+
+
+def _model_of_state_dict(call: cst.CSTNode) -> Optional[str]:
+    """`net` for `net.state_dict()` or `net.cpu().state_dict()`."""
+    func = call.func if isinstance(call, cst.Call) else None
+    return dotted_name(_chain_base(func.value)) if isinstance(func, cst.Attribute) else None
+
+
 def _save_cpu_copies(facts: Facts, edits: Edits, model: Model, move: cst.Call) -> None:
     """The model stays on its device where the script moved it to the CPU to save it (and
     back after): the state dict it saves there is a CPU copy, as the checkpoint was (a
@@ -913,7 +947,7 @@ def _save_cpu_copies(facts: Facts, edits: Edits, model: Model, move: cst.Call) -
         while node is not None and node not in saves and not isinstance(node, cst.BaseStatement):
             node = facts.parents.get(node)
         if node in saves:
-            edits.expressions[call] = _as_cpu_copy
+            _copy_to_cpu(facts, edits, model.name, call)
 
 
 UNWRAP_AFTER_TRAINING_CODE = '{model} = getattr({model}, "module", {model})  # training is over: the module itself\n'
