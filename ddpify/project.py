@@ -131,6 +131,11 @@ class Project:
         definition = self._callable_definition(qualified)
         return definition is not None and definition[0].moves_own_model(definition[1])
 
+    def returns_tracker(self, qualified: str) -> bool:
+        """`qualified` returns a SummaryWriter it makes (`make_writer(log_dir)`, effects.py)."""
+        definition = self._definition(qualified)
+        return definition is not None and definition[0].returns_tracker(definition[1])
+
     def moves_returned(self, qualified: str) -> bool:
         """`qualified` returns what it moved to a device (`get_network(args)`, effects.py)."""
         definition = self._definition(qualified)

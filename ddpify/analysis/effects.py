@@ -310,6 +310,22 @@ class FunctionEffects:
                              and isinstance(target.value, ast.Name) and target.value.id == "self")
         return found
 
+    def returns_tracker(self, name: str) -> bool:
+        """The function returns a TensorBoard writer or Visdom client it makes in the return
+        itself (`return SummaryWriter(log_dir)`): side_effects.py makes it on rank 0 only there,
+        and its callers guard what they hold."""
+        function = self._functions.get(name)
+        if function is None:
+            return False
+        # (Imported in the function too: `from torch.utils.tensorboard import SummaryWriter`
+        # only when it logs.)
+        local: list[ast.stmt] = [node for node in ast.walk(function) if isinstance(node, (ast.Import, ast.ImportFrom))]
+        table = {**self.imports, **_import_table(ast.Module(body=local, type_ignores=[]), "")}
+        return any(
+            isinstance(node, ast.Return) and isinstance(node.value, ast.Call)
+            and names.qualify(dotted_ast(node.value.func) or "", table) in names.SUMMARY_WRITER | names.VISDOM
+            for node in ast.walk(function))
+
     def moves_returned(self, name: str, depth: int = 0) -> bool:
         """The function returns what it moved to a device: `net = net.cuda(); return net`,
         `model.to(device)` then `return model`, or `return Net().to(device)`; or what a

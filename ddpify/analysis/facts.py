@@ -225,6 +225,9 @@ class FactRecord:
     # `.to(...)`, `.cpu()`, `.cuda()` on a name or an attribute chain, by that name
     # (`transformer.eval().cpu()` is under "transformer").
     device_moves: dict[str, list[cst.Call]] = field(default_factory=dict)
+    # Calls of a function of another module of the project that returns the SummaryWriter it
+    # makes (`writer = make_writer(log_dir)`): it is None on the other ranks.
+    calls_returning_trackers: list[cst.Call] = field(default_factory=list)
     # (name, move) for a model moved by a loop over a container it was put into under an `if`
     # (`if args.critic: models.append(critic)`): the test, and whether it holds there (False in
     # the `else` branch); its wrap runs under it too.

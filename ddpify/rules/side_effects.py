@@ -434,6 +434,8 @@ def _trackers(facts: Facts, edits: Edits, setup: Plan) -> None:
         for call in facts.calls_named.get(qualified, ()):
             if not _made_by_a_helper(facts, edits, setup, call):
                 _guard_object(facts, edits, setup, call, "DDP306")
+    for call in facts.calls_returning_trackers:
+        _guard_uses_of_a_helper_writer(facts, edits, setup, call)
     for qualified in sorted(names.TENSORBOARD_LOGGER_CALLS):
         for call in facts.calls_named.get(qualified, ()):
             if not _guard_statement_call(facts, edits, setup, call, "DDP306"):
@@ -654,9 +656,10 @@ def _made_by_a_helper(facts: Facts, edits: Edits, setup: Plan, call: cst.Call) -
     if not isinstance(facts.parents.get(call), cst.Return) or function is None \
             or facts.parents.get(function) is not facts.module:
         return False
+    # (Called only from other modules of the project: they guard what they hold, or say why not.)
     callers = facts.calls_of(function)
     helds = [_held_object(facts, caller) for caller in callers]
-    if not callers or any(held is None for held in helds):
+    if any(held is None for held in helds):
         return False
     uses = [_guardable_uses(facts, edits, held, report_failure=False) for held in helds if held is not None]
     if any(found is None for found in uses):
@@ -667,6 +670,21 @@ def _made_by_a_helper(facts: Facts, edits: Edits, setup: Plan, call: cst.Call) -
         _guard(facts, edits, setup, statement, None)
     edits.report("DDP306", call)
     return True
+
+
+def _guard_uses_of_a_helper_writer(facts: Facts, edits: Edits, setup: Plan, call: cst.Call) -> None:
+    """`writer = make_writer(log_dir)`, where `make_writer` in another module of the project
+    returns the SummaryWriter it makes, on rank 0 only (_made_by_a_helper, there): every use of
+    `writer` runs on rank 0 only (DDP306), or DDP307 where a use is part of a larger statement."""
+    held = _held_object(facts, call)
+    uses = _guardable_uses(facts, edits, held) if held is not None else None
+    if held is None:
+        edits.report("DDP307", call)
+    if uses is None:
+        return
+    for statement in uses:
+        _guard(facts, edits, setup, statement, None)
+    edits.report("DDP306", call)
 
 
 def _held_object(facts: Facts, call: cst.Call
