@@ -111,6 +111,9 @@ DUMP_TO_FILE = frozenset(
      "shutil.copy2", "shutil.move", "os.rename", "os.replace", "os.remove", "os.unlink",
      "matplotlib.pyplot.savefig", "matplotlib.pyplot.imsave", "torch.onnx.export",
      "torch.jit.save", "torch.export.save"}
+) | frozenset(  # weights written by safetensors (a state dict, a whole module, numpy arrays)
+     {"safetensors.torch.save_file", "safetensors.torch.save_model", "safetensors.numpy.save_file",
+      "safetensors.flax.save_file"}
 ) | frozenset(  # image files, through the imaging libraries samples are written with
      {"imageio.imwrite", "imageio.imsave", "imageio.mimwrite", "imageio.mimsave", "imageio.v2.imwrite",
       "imageio.v2.mimsave", "imageio.v3.imwrite", "cv2.imwrite", "scipy.misc.imsave", "skimage.io.imsave"}
@@ -123,7 +126,7 @@ DUMP_TO_FILE = frozenset(
 # (its forward takes *inputs), and the exported file should hold the model, not the wrapper.
 MODEL_EXPORTERS = frozenset(
     {"torch.jit.trace", "torch.jit.script", "torch.jit.trace_module", "torch.onnx.export",
-     "torch.export.export"}
+     "torch.export.export", "safetensors.torch.save_model"}
 )
 # Exporters whose result saves itself (`traced.save(path)`): a file write.
 SELF_SAVING_EXPORTS = frozenset({"torch.jit.trace", "torch.jit.script", "torch.jit.trace_module"})

@@ -6,7 +6,7 @@ a keyword where the API has one (`tqdm(..., disable=not is_main)`, `wandb.init(m
 `if is_main:` around whole statements otherwise, and one guard around a `for`/`with` whose
 body is nothing but guarded statements.
 """
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Optional, cast
 
 import libcst as cst
@@ -229,16 +229,30 @@ def _hoist_model_runs(facts: Facts, edits: Edits, statement: Statement, call: cs
     if any(_inside_a_scope(facts, inner, statement) for inner in outermost):
         return False
     hoisted: list[Statement] = []
+    insertion = Insertion(hoisted, takes_comments=True)
     for inner in outermost:
         called = inner.func.attr.value if isinstance(inner.func, cst.Attribute) else dotted_name(inner.func)
         base = (called or "result").rsplit(".", 1)[-1] + HOISTED_SUFFIX
         name = first_free(base, lambda candidate: candidate in facts.bound_names or any(
             candidate in edits.code(h) for h in hoisted))
         hoisted.append(edits.statement(f"{name} = {edits.code(inner)}\n"))
-        edits.expressions[inner] = replacement(edits, name)
-    edits.before.setdefault(statement, []).append(Insertion(hoisted, takes_comments=True))
+        edits.expressions[inner] = _hoisted_as(insertion, len(hoisted) - 1, name)
+    edits.before.setdefault(statement, []).append(insertion)
     edits.report("DDP308", statement)
     return True
+
+
+def _hoisted_as(insertion: Insertion, index: int, name: str) -> Callable[[cst.BaseExpression], cst.Name]:
+    """The run, as the other rules rewrote it (`torch.jit.script(getattr(model, "module",
+    model))`), assigned to `name` by the hoisted statement; `name` in its place. (The
+    statement is inserted when its block is rebuilt, after the run's own edits.)"""
+    def rewrite(updated: cst.BaseExpression) -> cst.Name:
+        assignment = cast(cst.SimpleStatementLine, insertion.statements[index])
+        assign = cast(cst.Assign, assignment.body[0])
+        insertion.statements[index] = assignment.with_changes(
+            body=[assign.with_changes(value=updated)])
+        return cst.Name(name)
+    return rewrite
 
 
 def _model_runs_kept_on_every_rank(facts: Facts, edits: Edits, statement: cst.BaseStatement) -> bool:
@@ -283,10 +297,13 @@ def _progress_bars(facts: Facts, edits: Edits, setup: Plan) -> None:
             _guard_statement_call(facts, edits, setup, call, "DDP301")
 
 
-# Methods by which a table or a figure writes itself to a file.
-FILE_WRITING_METHODS = frozenset({"to_csv", "to_json", "to_parquet", "to_excel", "to_pickle", "savefig"})
-# The keywords that name the file they write to.
-PATH_KEYWORDS = frozenset({"path_or_buf", "path", "excel_writer", "fname"})
+# Methods by which a table or a figure writes itself to a file, and by which a pretrained
+# model, its tokenizer, config or processor (Hugging Face's save_pretrained) writes itself
+# into a folder: config.json and the weights, once per rank unless rank 0 alone saves them.
+FILE_WRITING_METHODS = frozenset({"to_csv", "to_json", "to_parquet", "to_excel", "to_pickle", "savefig",
+                                  "save_pretrained"})
+# The keywords that name the file (or folder) they write to.
+PATH_KEYWORDS = frozenset({"path_or_buf", "path", "excel_writer", "fname", "save_directory"})
 
 
 def _file_writes(facts: Facts, edits: Edits, setup: Plan) -> None:
@@ -308,12 +325,29 @@ def _file_writes(facts: Facts, edits: Edits, setup: Plan) -> None:
             for call in calls:
                 if any(arg.keyword is None or arg.keyword.value in PATH_KEYWORDS for arg in call.args):
                     _guard_statement_call(facts, edits, setup, call, "DDP302")
+    for call in _saves_of_exports_made_on_the_spot(facts, exported):
+        _guard_statement_call(facts, edits, setup, call, "DDP302")
     _shell_writes(facts, edits, setup)
     for qualified in sorted(names.OPEN):
         for call in facts.calls_named.get(qualified, ()):
             if opens_for_writing(call) and facts.statement_of(call) not in edits.guarded:
                 # (A statement guarded as a whole: `json.dump(history, open(path, "w"))`.)
                 _open_on_rank0(facts, edits, setup, call)
+
+
+def _saves_of_exports_made_on_the_spot(facts: Facts, exported: set[cst.Call]) -> list[cst.Call]:
+    """Rule: `torch.jit.trace(model, x).save(path)`, `torch.jit.script(model).save(path)`: a
+    TorchScript module saved in the expression that makes it writes its file, once per rank
+    unless rank 0 alone saves it (as `traced = ...` then `traced.save(path)` does)."""
+    saves = []
+    for export in sorted(exported, key=facts.start_of):
+        method = facts.parents.get(export)
+        if not isinstance(method, cst.Attribute) or method.attr.value != "save":
+            continue
+        call = facts.parents.get(method)
+        if isinstance(call, cst.Call) and call.func is method:
+            saves.append(call)
+    return saves
 
 
 def _path_writes(facts: Facts, named: set[cst.Call]) -> list[cst.Call]:
