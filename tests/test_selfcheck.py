@@ -337,6 +337,13 @@ def test_each_kind_of_output_after_the_join_needs_a_guard(statement):
     ("from safetensors.torch import save_model as save_weights\n", 'save_weights(model, "m.safetensors")'),
     ("import safetensors.torch as st\n", 'st.save_file(model.state_dict(), "m.safetensors")'),
     ("import safetensors.torch\n", 'safetensors.torch.save_file(model.state_dict(), "m.safetensors")'),
+    ("import joblib\n", 'joblib.dump(history, "history.joblib")'),
+    ("import scipy.io as sio\n", 'sio.savemat("weights.mat", {"w": weights})'),
+    ("from omegaconf import OmegaConf\n", 'OmegaConf.save(config, "config.yaml")'),
+    ("import shutil\n", 'shutil.make_archive("run", "zip", "runs")'),
+    ("import h5py\n", 'features = h5py.File("features.h5", "w")'),
+    ("import zipfile\n", 'archive = zipfile.ZipFile("run.zip", mode="a")'),
+    ("import tarfile\n", 'archive = tarfile.open("run.tar.gz", "w:gz")'),
 ])
 def test_a_write_by_the_name_it_was_imported_from_needs_a_guard(imports, statement):
     unguarded = imports + MIGRATED + statement + "\n"
@@ -345,6 +352,10 @@ def test_a_write_by_the_name_it_was_imported_from_needs_a_guard(imports, stateme
     # A function of the script's own by that name is not the library's.
     own = MIGRATED + 'def save_file(state, path):\n    pass\nsave_file(model.state_dict(), "m.safetensors")\n'
     assert codes(ORIGINAL, own) == []
+
+
+def test_a_format_opened_for_reading_writes_nothing():
+    assert codes("import h5py\n" + ORIGINAL, "import h5py\n" + MIGRATED + 'features = h5py.File("f.h5", "r")\n') == []
 
 
 def test_a_torchscript_module_bound_to_a_name_saves_itself():

@@ -98,6 +98,10 @@ OPEN = frozenset({"builtins.open", "io.open"})
 # Printing by another name: a progress line written to stdout (`sys.stdout.write('\r...')`).
 STDOUT_WRITES = frozenset({"sys.stdout.write", "sys.stdout.flush", "pprint.pprint"})
 MAKE_DIRECTORIES = frozenset({"os.makedirs", "os.mkdir"})
+# Files of a format opened as `open` opens them, with a mode ("w", "a", "x", "r+"), which
+# write when it says so: HDF5 and archives. Unlike a text file, the other ranks cannot open
+# os.devnull in their place.
+FORMAT_OPENERS = frozenset({"h5py.File", "zipfile.ZipFile", "tarfile.open"})
 # pathlib's methods that write: a path (`Path(d, "cfg.json")`, `run_dir / "log.txt"`, a
 # parameter holding one) writes, makes or removes its file, on every rank unless rank 0 alone.
 PATH_WRITING_METHODS = frozenset({"write_text", "write_bytes", "touch", "mkdir", "unlink", "rmdir",
@@ -111,6 +115,8 @@ DUMP_TO_FILE = frozenset(
      "shutil.copy2", "shutil.move", "os.rename", "os.replace", "os.remove", "os.unlink",
      "matplotlib.pyplot.savefig", "matplotlib.pyplot.imsave", "torch.onnx.export",
      "torch.jit.save", "torch.export.save"}
+) | frozenset(  # other serialisers: joblib, MATLAB files, an OmegaConf (Hydra) config, an archive
+     {"joblib.dump", "scipy.io.savemat", "omegaconf.OmegaConf.save", "shutil.make_archive"}
 ) | frozenset(  # weights written by safetensors (a state dict, a whole module, numpy arrays)
      {"safetensors.torch.save_file", "safetensors.torch.save_model", "safetensors.numpy.save_file",
       "safetensors.flax.save_file"}

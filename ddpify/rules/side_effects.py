@@ -328,11 +328,22 @@ def _file_writes(facts: Facts, edits: Edits, setup: Plan) -> None:
     for call in _saves_of_exports_made_on_the_spot(facts, exported):
         _guard_statement_call(facts, edits, setup, call, "DDP302")
     _shell_writes(facts, edits, setup)
+    _files_opened_for_writing(facts, edits, setup)
+
+
+def _files_opened_for_writing(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """`open(path, "w")`, and a file of a format opened the same way, `h5py.File(path, "a")`."""
     for qualified in sorted(names.OPEN):
         for call in facts.calls_named.get(qualified, ()):
             if opens_for_writing(call) and facts.statement_of(call) not in edits.guarded:
                 # (A statement guarded as a whole: `json.dump(history, open(path, "w"))`.)
                 _open_on_rank0(facts, edits, setup, call)
+    for qualified in sorted(names.FORMAT_OPENERS):
+        for call in facts.calls_named.get(qualified, ()):
+            # (An archive written where data is fetched is made once per machine, as a download.)
+            if opens_for_writing(call) and facts.statement_of(call) not in edits.guarded \
+                    and facts.statement_of(call) not in facts.download_statements:
+                _open_on_rank0(facts, edits, setup, call, devnull_elsewhere=False)
 
 
 def _saves_of_exports_made_on_the_spot(facts: Facts, exported: set[cst.Call]) -> list[cst.Call]:
@@ -417,21 +428,22 @@ def _image_saves(facts: Facts) -> list[cst.Call]:
             and call.args and made_by(call.func.value)]
 
 
-def _open_on_rank0(facts: Facts, edits: Edits, setup: Plan, call: cst.Call) -> None:
+def _open_on_rank0(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, devnull_elsewhere: bool = True) -> None:
     """`with open(...)` around writes only, a line that only opens, a file object used in
-    whole statements: guarded; anything else opens os.devnull on the other ranks."""
+    whole statements: guarded; anything else opens os.devnull on the other ranks (a file of
+    a format, `h5py.File(path, "w")`, which cannot open os.devnull: reported, DDP307)."""
     expression = facts.parents.get(call)
     parent = facts.parents.get(expression) if expression is not None else None
     if isinstance(parent, cst.With) and len(parent.items) == 1:
         if _only_writes(facts, parent):
             _guard(facts, edits, setup, parent, "DDP302")
         else:
-            _open_nothing_elsewhere(facts, edits, setup, call)
+            _open_nothing_elsewhere(facts, edits, setup, call, devnull_elsewhere)
     elif _single_expression(facts.statement_of(call)) is not None:
         # `open(path, "wb").write(data)`: a line that does nothing but write.
         _guard(facts, edits, setup, facts.statement_of(call), "DDP302")
     elif not _guard_object(facts, edits, setup, call, "DDP302", report_failure=False):
-        _open_nothing_elsewhere(facts, edits, setup, call)
+        _open_nothing_elsewhere(facts, edits, setup, call, devnull_elsewhere)
 
 
 def _only_writes(facts: Facts, block: cst.With) -> bool:
@@ -447,14 +459,15 @@ def _only_writes(facts: Facts, block: cst.With) -> bool:
                    for call in calls_within(block.body))
 
 
-def _open_nothing_elsewhere(facts: Facts, edits: Edits, setup: Plan, call: cst.Call) -> None:
+def _open_nothing_elsewhere(facts: Facts, edits: Edits, setup: Plan, call: cst.Call,
+                            devnull_elsewhere: bool = True) -> None:
     """The file is opened where the script opens it, around work every rank must do (the
     training inside `with open(log) as f:`, a handle printed to from everywhere): the other
     ranks open os.devnull instead, so every statement runs everywhere and only rank 0's
     writes reach the file."""
     path = argument_for(call, "file", 0)
     mode = literal_open_mode(call)
-    if path is None or mode is None or "x" in mode:
+    if path is None or mode is None or "x" in mode or not devnull_elsewhere:
         edits.report("DDP307", call)  # `open(p, "x")` fails on os.devnull, which exists
         return
     guard = setup.guard_for(facts, call)

@@ -29,7 +29,10 @@ WRITERS = frozenset({"print", "torch.save", "os.makedirs", "os.mkdir", "json.dum
 # and exported programs, safetensors weights.
 QUALIFIED_WRITERS = frozenset({"torch.jit.save", "torch.onnx.export", "torch.export.save",
                                "safetensors.torch.save_file", "safetensors.torch.save_model",
-                               "safetensors.numpy.save_file"})
+                               "safetensors.numpy.save_file", "joblib.dump", "scipy.io.savemat",
+                               "omegaconf.OmegaConf.save", "shutil.make_archive"})
+# Files of a format opened with a mode, as `open` is: written when the mode says so.
+FORMAT_OPENERS = frozenset({"h5py.File", "zipfile.ZipFile", "tarfile.open"})
 # Of those, names a project's own helper takes too (`from utils import save_image`): imported
 # from a module that is not torch's, the call is the project's, which guards its own writes
 # where its module is migrated as well, and is guarded here otherwise (the migration's effects).
@@ -55,7 +58,9 @@ def unguarded_output(migrated: Source) -> Iterator[Finding]:
     buffers = _in_memory_files(migrated)
     images = _Images(migrated)
     for call in migrated.calls:
-        writes = _writes(call) or migrated.qualified(call.func) in QUALIFIED_WRITERS or images.saves(call)
+        qualified = migrated.qualified(call.func)
+        writes = _writes(call) or qualified in QUALIFIED_WRITERS or images.saves(call) or (
+            qualified in FORMAT_OPENERS and _opens_for_writing(call))
         if writes and not migrated.guarded(call) and reach.after_join(call) and not any(
                 dotted(arg) in buffers for arg in call.args) and not _helper_of_elsewhere(migrated, call):
             yield "DDP913", call.lineno, f"`{_short(call)}` runs on every rank"
@@ -97,13 +102,16 @@ def _writes(call: ast.Call) -> bool:
             call.args or any(keyword.arg in PATH_KEYWORDS for keyword in call.keywords))):
         return True
     if name == "open":
-        if _rank_zero_path(call):
-            return False
-        mode = call.args[1] if len(call.args) > 1 else next(
-            (keyword.value for keyword in call.keywords if keyword.arg == "mode"), None)
-        return isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(
-            letter in mode.value for letter in "wax+")
+        return not _rank_zero_path(call) and _opens_for_writing(call)
     return False
+
+
+def _opens_for_writing(call: ast.Call) -> bool:
+    """`open(path, mode)` (or a format's opener) with a literal mode that writes."""
+    mode = call.args[1] if len(call.args) > 1 else next(
+        (keyword.value for keyword in call.keywords if keyword.arg == "mode"), None)
+    return isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(
+        letter in mode.value for letter in "wax+")
 
 
 class _Images:
