@@ -197,8 +197,12 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
         _wrap_out_of_setup(facts, edits, setup, model, anchor)
         return
     if anchor is None:
-        edits.report("DDP903", model.optimizer_statement,
-                     f"could not find where `{model.name}` reaches its device: wrap it in DDP by hand")
+        moving = [facts.statement_of(call) for call in facts.device_moves.get(model.name, ())]
+        move = _moved_first_in_training(facts, model, _training_start(facts, model), moving)
+        edits.report("DDP903", model.optimizer_statement, (
+            f"could not find where `{model.name}` reaches its device: wrap it in DDP by hand") if move is None else (
+            f"`{model.name}` first reaches its device inside the training (line {facts.line_of(move)}): move it "
+            f"before the training loop (`{model.name}.to(device)`), where ddpify can wrap it in DDP"))
         return
     if edits.options.fsdp2:
         # The model stays the model: sharded in place, no wrapper and no `.module`.
@@ -1044,6 +1048,8 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
                if facts.device_moves.get(parameter) and any(facts.function_of(move) is callee
                                                             for move in facts.device_moves[parameter])
                and _moved_in_place_by_a_helper(facts, callee, parameter, trains_in)]
+    if _moved_first_in_training(facts, model, training, moving) is not None:
+        return None
     for statement in [*facts.statements_touching.get(model.name, ()), *moving, *unpacked, *derived]:
         if statement in compiles or statement in reaching or facts.function_of(statement) is not function:
             continue
@@ -1061,6 +1067,29 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
             return cast(Statement, anchor)
         reaching = _reaching_inside(facts, anchor, reaching, training)
     return None
+
+
+def _moved_first_in_training(facts: Facts, model: Model, training: Optional[cst.CSTNode],
+                             moving: list[Statement]) -> Optional[cst.Call]:
+    """Rule: `for epoch in ...: model.to(device).train()` (or `model.cuda()` at the top of
+    the epoch), and nothing moves the model before the training: it reaches its device only
+    inside the training, so no place before the training sees it there. A wrap before the
+    loop would wrap a CPU module (DDP with device_ids refuses it on a GPU; without, the
+    gradients sync on the CPU while the inputs go to the GPU), and the move after it would be
+    dropped as a round trip of the wrapped model (DDP106). No wrap: DDP903. (The move in
+    the training, or None.)"""
+    if training is None:
+        return None
+    start, end = facts.start_of(training), facts.end_of(training)
+    inside = [call for call in facts.device_moves.get(model.name, ())
+              if facts.function_of(call) is model.function and not _to_cpu(call)
+              and start <= facts.start_of(call) and facts.end_of(call) <= end]
+    if not inside or any(
+            facts.function_of(statement) is model.function and facts.end_of(statement) <= start
+            and (statement in moving or _moves(statement, model.name))
+            for statement in [*facts.statements_touching.get(model.name, ()), *moving]):
+        return None
+    return min(inside, key=facts.start_of)
 
 
 def _reaching_inside(facts: Facts, compound: cst.CSTNode, reaching: list[Statement],
