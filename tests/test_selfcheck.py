@@ -293,6 +293,17 @@ def test_ddp106_does_not_excuse_a_move_before_the_wrap():
     assert codes(ORIGINAL, migrated, [Diagnostic("DDP106", move_line, 1, "dropped")]) == ["DDP910"]
 
 
+def test_ddp106_does_not_excuse_the_move_that_puts_the_model_on_its_device():
+    """`for epoch ...: model.to(device).train()`, nothing moving it before: the wrap before
+    the loop wraps a CPU module, and the dropped move is not a round trip."""
+    original = ORIGINAL.replace("model.to(device)\n", "")
+    original = planted("    for x, y in loader:\n", "    model.to(device).train()\n    for x, y in loader:\n", original)
+    move_line = original.splitlines().index("    model.to(device).train()") + 1
+    migrated = MIGRATED.replace("model.to(device)\n", "")
+    migrated = planted("    for x, y in loader:\n", "    model.train()\n    for x, y in loader:\n", migrated)
+    assert codes(original, migrated, [Diagnostic("DDP106", move_line, 5, "dropped")]) == ["DDP910"]
+
+
 def test_a_model_reloaded_for_evaluation_after_training_passes():
     reload = 'model = nn.Linear(10, 2)\nmodel.load_state_dict(torch.load("model.pt"))\nmodel.to(device)\n'
     original = ORIGINAL + reload
