@@ -1048,6 +1048,11 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
                if facts.device_moves.get(parameter) and any(facts.function_of(move) is callee
                                                             for move in facts.device_moves[parameter])
                and _moved_in_place_by_a_helper(facts, callee, parameter, trains_in)]
+    # `model.encoder.to(device)`, or `head.to(device)` after `model = nn.Sequential(backbone,
+    # head)`: a part of the model reaches its device, and the model with it.
+    moving += [facts.statement_of(call) for part in _parts_of(facts, model)
+               for call in facts.device_moves.get(part, ())
+               if facts.function_of(call) is function and not _to_cpu(call)]
     if _moved_first_in_training(facts, model, training, moving) is not None:
         return None
     for statement in [*facts.statements_touching.get(model.name, ()), *moving, *unpacked, *derived]:
@@ -1067,6 +1072,25 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
             return cast(Statement, anchor)
         reaching = _reaching_inside(facts, anchor, reaching, training)
     return None
+
+
+def _parts_of(facts: Facts, model: Model) -> list[str]:
+    """The names of the model's parts: its attributes (`model.encoder`), and the modules it
+    is built from in its function (`backbone`, `head` of `model = nn.Sequential(backbone,
+    head)`, `nn.ModuleList([encoder, decoder])`). A move of one moves the model's parameters."""
+    parts = [name for name in facts.device_moves if name.startswith(f"{model.name}.")]
+    for statement in facts.statements_touching.get(model.name, ()):
+        if facts.function_of(statement) is not model.function or not _assigns(statement, model.name) \
+                or not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        value = getattr(statement.body[0], "value", None)
+        if not isinstance(value, cst.Call):
+            continue
+        handed = [arg.value for arg in value.args]
+        handed += [element.value for arg in handed if isinstance(arg, (cst.List, cst.Tuple))
+                   for element in arg.elements]
+        parts += [arg.value for arg in handed if isinstance(arg, cst.Name) and arg.value != model.name]
+    return parts
 
 
 def _moved_first_in_training(facts: Facts, model: Model, training: Optional[cst.CSTNode],
