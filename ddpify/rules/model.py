@@ -1055,6 +1055,11 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
                if facts.function_of(call) is function and not _to_cpu(call)]
     if _moved_first_in_training(facts, model, training, moving) is not None:
         return None
+    # `freeze(model.backbone)` before the training: DDP registers the parameters that require
+    # grad when it wraps, so the wrap comes after the change (else DDP111).
+    moving += [facts.statement_of(call) for call, handed in _calls_changing_requires_grad(facts, model)
+               if facts.function_of(call) is function and any(
+                   freezing.part_of(value, model.name) or dotted_name(value) == model.name for value, _ in handed)]
     for statement in [*facts.statements_touching.get(model.name, ()), *moving, *unpacked, *derived]:
         if statement in compiles or statement in reaching or facts.function_of(statement) is not function:
             continue
