@@ -355,6 +355,7 @@ def test_each_kind_of_output_after_the_join_needs_a_guard(statement):
     ("import h5py\n", 'features = h5py.File("features.h5", "w")'),
     ("import zipfile\n", 'archive = zipfile.ZipFile("run.zip", mode="a")'),
     ("import tarfile\n", 'archive = tarfile.open("run.tar.gz", "w:gz")'),
+    ("import mlflow\n", 'mlflow.log_metric("loss", 0.5, step=1)'),
 ])
 def test_a_write_by_the_name_it_was_imported_from_needs_a_guard(imports, statement):
     unguarded = imports + MIGRATED + statement + "\n"

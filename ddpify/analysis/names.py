@@ -132,7 +132,8 @@ DUMP_TO_FILE = frozenset(
 # (its forward takes *inputs), and the exported file should hold the model, not the wrapper.
 MODEL_EXPORTERS = frozenset(
     {"torch.jit.trace", "torch.jit.script", "torch.jit.trace_module", "torch.onnx.export",
-     "torch.export.export", "safetensors.torch.save_model"}
+     "torch.export.export", "safetensors.torch.save_model", "mlflow.pytorch.log_model",
+     "mlflow.pytorch.save_model"}
 )
 # Exporters whose result saves itself (`traced.save(path)`): a file write.
 SELF_SAVING_EXPORTS = frozenset({"torch.jit.trace", "torch.jit.script", "torch.jit.trace_module"})
@@ -166,6 +167,12 @@ VISDOM = frozenset({"visdom.Visdom"})
 TENSORBOARD_LOGGER_CALLS = frozenset(
     f"tensorboard_logger.{name}" for name in ("configure", "log_value", "log_histogram", "log_images")
 )
+# MLflow's tracking functions: each rank would log into a run of its own (or the same run N
+# times); rank 0 alone tracks, as with a TensorBoard writer.
+MLFLOW_CALLS = frozenset(f"mlflow.{name}" for name in (
+    "log_metric", "log_metrics", "log_param", "log_params", "log_artifact", "log_artifacts", "log_dict",
+    "log_figure", "log_text", "log_image", "log_table", "log_input", "set_tag", "set_tags", "set_experiment",
+    "start_run", "end_run", "pytorch.log_model", "pytorch.save_model"))
 # Calls whose arguments name files or folders.
 FILE_PATH_CALLS = OPEN | MAKE_DIRECTORIES | DUMP_TO_FILE | SUMMARY_WRITER | frozenset(
     {"torch.save", "torch.load", "os.path.join", "pathlib.Path", "os.listdir", "os.path.exists"}

@@ -484,6 +484,7 @@ def _trackers(facts: Facts, edits: Edits, setup: Plan) -> None:
         for call in facts.calls_named.get(qualified, ()):
             if not _guard_statement_call(facts, edits, setup, call, "DDP306"):
                 edits.report("DDP307", call)
+    _mlflow_on_rank0(facts, edits, setup)
     for call in facts.calls_named.get(names.WANDB_INIT, ()):
         # A disabled run accepts every call and records nothing: one keyword instead of a
         # guard on each wandb.log, wandb.watch and run.finish.
@@ -496,6 +497,27 @@ def _trackers(facts: Facts, edits: Edits, setup: Plan) -> None:
             value = edits.code(mode.value)
             edits.expressions[mode.value] = replacement(edits, f'{value} if {guard} else "disabled"')
         edits.report("DDP306", call)
+
+
+def _mlflow_on_rank0(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """Rule: MLflow's calls (`mlflow.log_metric(...)`, `mlflow.start_run()`) on rank 0 alone;
+    `with mlflow.start_run():` around the training opens the run on rank 0 and nothing on
+    the others (`contextlib.nullcontext()`), so the training inside still runs everywhere.
+    A run bound by `as` that the block reads stays, reported (DDP307)."""
+    for qualified in sorted(names.MLFLOW_CALLS):
+        for call in facts.calls_named.get(qualified, ()):
+            item = facts.parents.get(call)
+            if isinstance(item, cst.WithItem) and item.item is call:
+                if item.asname is not None:
+                    edits.report("DDP307", call)
+                    continue
+                guard = setup.guard_for(facts, call)
+                edits.expressions[call] = replacement(
+                    edits, f"{edits.code(call)} if {guard} else contextlib.nullcontext()")
+                edits.imports.add("contextlib")
+                edits.report("DDP306", call)
+            elif not _guard_statement_call(facts, edits, setup, call, "DDP306"):
+                edits.report("DDP307", call)
 
 
 LOGGING_FROM_CONFIG = frozenset({"logging.config.dictConfig", "logging.config.fileConfig"})

@@ -30,7 +30,9 @@ WRITERS = frozenset({"print", "torch.save", "os.makedirs", "os.mkdir", "json.dum
 QUALIFIED_WRITERS = frozenset({"torch.jit.save", "torch.onnx.export", "torch.export.save",
                                "safetensors.torch.save_file", "safetensors.torch.save_model",
                                "safetensors.numpy.save_file", "joblib.dump", "scipy.io.savemat",
-                               "omegaconf.OmegaConf.save", "shutil.make_archive"})
+                               "omegaconf.OmegaConf.save", "shutil.make_archive", "mlflow.log_metric",
+                               "mlflow.log_metrics", "mlflow.log_param", "mlflow.log_params",
+                               "mlflow.log_artifact", "mlflow.log_artifacts", "mlflow.pytorch.log_model"})
 # Files of a format opened with a mode, as `open` is: written when the mode says so.
 FORMAT_OPENERS = frozenset({"h5py.File", "zipfile.ZipFile", "tarfile.open"})
 # Of those, names a project's own helper takes too (`from utils import save_image`): imported
