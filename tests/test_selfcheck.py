@@ -293,6 +293,17 @@ def test_ddp106_does_not_excuse_a_move_before_the_wrap():
     assert codes(ORIGINAL, migrated, [Diagnostic("DDP106", move_line, 1, "dropped")]) == ["DDP910"]
 
 
+def test_ddp106_does_not_excuse_the_move_that_puts_the_model_on_its_device():
+    """`for epoch ...: model.to(device).train()`, nothing moving it before: the wrap before
+    the loop wraps a CPU module, and the dropped move is not a round trip."""
+    original = ORIGINAL.replace("model.to(device)\n", "")
+    original = planted("    for x, y in loader:\n", "    model.to(device).train()\n    for x, y in loader:\n", original)
+    move_line = original.splitlines().index("    model.to(device).train()") + 1
+    migrated = MIGRATED.replace("model.to(device)\n", "")
+    migrated = planted("    for x, y in loader:\n", "    model.train()\n    for x, y in loader:\n", migrated)
+    assert codes(original, migrated, [Diagnostic("DDP106", move_line, 5, "dropped")]) == ["DDP910"]
+
+
 def test_a_model_reloaded_for_evaluation_after_training_passes():
     reload = 'model = nn.Linear(10, 2)\nmodel.load_state_dict(torch.load("model.pt"))\nmodel.to(device)\n'
     original = ORIGINAL + reload
@@ -320,6 +331,9 @@ def test_output_in_a_helper_counts_where_the_helper_is_called(call, expected):
     'print("done")', 'torch.save(model, "m.pt")', 'log = open("log.txt", "a")', 'os.makedirs("out")',
     'json.dump({}, log)', 'figure.savefig("loss.png")', 'writer = SummaryWriter("runs")',
     'Image.fromarray(pixels).convert("L").save("sample.png")', 'T.ToPILImage()(x[0]).save("x.png")',
+    'model.save_pretrained("out")', 'tokenizer.save_pretrained(save_directory="out")',
+    'torch.jit.trace(model, x).save("model.ts")', 'torch.jit.save(scripted, "model.ts")',
+    'torch.onnx.export(model, x, "model.onnx")',
 ])
 def test_each_kind_of_output_after_the_join_needs_a_guard(statement):
     unguarded = MIGRATED + statement + "\n"
@@ -327,6 +341,39 @@ def test_each_kind_of_output_after_the_join_needs_a_guard(statement):
     assert codes(ORIGINAL, unguarded) == ["DDP913"]
     assert codes(ORIGINAL, guarded) == []
     assert codes(ORIGINAL, MIGRATED + 'with open("log.txt") as log:\n    pass\n') == []  # reading
+
+
+@pytest.mark.parametrize("imports, statement", [
+    ("from safetensors.torch import save_file\n", 'save_file(model.state_dict(), "m.safetensors")'),
+    ("from safetensors.torch import save_model as save_weights\n", 'save_weights(model, "m.safetensors")'),
+    ("import safetensors.torch as st\n", 'st.save_file(model.state_dict(), "m.safetensors")'),
+    ("import safetensors.torch\n", 'safetensors.torch.save_file(model.state_dict(), "m.safetensors")'),
+    ("import joblib\n", 'joblib.dump(history, "history.joblib")'),
+    ("import scipy.io as sio\n", 'sio.savemat("weights.mat", {"w": weights})'),
+    ("from omegaconf import OmegaConf\n", 'OmegaConf.save(config, "config.yaml")'),
+    ("import shutil\n", 'shutil.make_archive("run", "zip", "runs")'),
+    ("import h5py\n", 'features = h5py.File("features.h5", "w")'),
+    ("import zipfile\n", 'archive = zipfile.ZipFile("run.zip", mode="a")'),
+    ("import tarfile\n", 'archive = tarfile.open("run.tar.gz", "w:gz")'),
+    ("import mlflow\n", 'mlflow.log_metric("loss", 0.5, step=1)'),
+])
+def test_a_write_by_the_name_it_was_imported_from_needs_a_guard(imports, statement):
+    unguarded = imports + MIGRATED + statement + "\n"
+    assert codes(imports + ORIGINAL, unguarded) == ["DDP913"]
+    assert codes(imports + ORIGINAL, imports + MIGRATED + "if is_main:\n    " + statement + "\n") == []
+    # A function of the script's own by that name is not the library's.
+    own = MIGRATED + 'def save_file(state, path):\n    pass\nsave_file(model.state_dict(), "m.safetensors")\n'
+    assert codes(ORIGINAL, own) == []
+
+
+def test_a_format_opened_for_reading_writes_nothing():
+    assert codes("import h5py\n" + ORIGINAL, "import h5py\n" + MIGRATED + 'features = h5py.File("f.h5", "r")\n') == []
+
+
+def test_a_torchscript_module_bound_to_a_name_saves_itself():
+    made = planted("torch.manual_seed(0)\n", "traced = torch.jit.script(nn.Linear(2, 2))\ntorch.manual_seed(0)\n")
+    assert codes(ORIGINAL, made + 'traced.save("model.ts")\n') == ["DDP913"]
+    assert codes(ORIGINAL, made + 'if is_main:\n    traced.save("model.ts")\n') == []
 
 
 def test_a_pillow_image_bound_to_a_name_saves_itself():

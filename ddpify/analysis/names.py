@@ -98,6 +98,10 @@ OPEN = frozenset({"builtins.open", "io.open"})
 # Printing by another name: a progress line written to stdout (`sys.stdout.write('\r...')`).
 STDOUT_WRITES = frozenset({"sys.stdout.write", "sys.stdout.flush", "pprint.pprint"})
 MAKE_DIRECTORIES = frozenset({"os.makedirs", "os.mkdir"})
+# Files of a format opened as `open` opens them, with a mode ("w", "a", "x", "r+"), which
+# write when it says so: HDF5 and archives. Unlike a text file, the other ranks cannot open
+# os.devnull in their place.
+FORMAT_OPENERS = frozenset({"h5py.File", "zipfile.ZipFile", "tarfile.open"})
 # pathlib's methods that write: a path (`Path(d, "cfg.json")`, `run_dir / "log.txt"`, a
 # parameter holding one) writes, makes or removes its file, on every rank unless rank 0 alone.
 PATH_WRITING_METHODS = frozenset({"write_text", "write_bytes", "touch", "mkdir", "unlink", "rmdir",
@@ -111,6 +115,11 @@ DUMP_TO_FILE = frozenset(
      "shutil.copy2", "shutil.move", "os.rename", "os.replace", "os.remove", "os.unlink",
      "matplotlib.pyplot.savefig", "matplotlib.pyplot.imsave", "torch.onnx.export",
      "torch.jit.save", "torch.export.save"}
+) | frozenset(  # other serialisers: joblib, MATLAB files, an OmegaConf (Hydra) config, an archive
+     {"joblib.dump", "scipy.io.savemat", "omegaconf.OmegaConf.save", "shutil.make_archive"}
+) | frozenset(  # weights written by safetensors (a state dict, a whole module, numpy arrays)
+     {"safetensors.torch.save_file", "safetensors.torch.save_model", "safetensors.numpy.save_file",
+      "safetensors.flax.save_file"}
 ) | frozenset(  # image files, through the imaging libraries samples are written with
      {"imageio.imwrite", "imageio.imsave", "imageio.mimwrite", "imageio.mimsave", "imageio.v2.imwrite",
       "imageio.v2.mimsave", "imageio.v3.imwrite", "cv2.imwrite", "scipy.misc.imsave", "skimage.io.imsave"}
@@ -123,7 +132,8 @@ DUMP_TO_FILE = frozenset(
 # (its forward takes *inputs), and the exported file should hold the model, not the wrapper.
 MODEL_EXPORTERS = frozenset(
     {"torch.jit.trace", "torch.jit.script", "torch.jit.trace_module", "torch.onnx.export",
-     "torch.export.export"}
+     "torch.export.export", "safetensors.torch.save_model", "mlflow.pytorch.log_model",
+     "mlflow.pytorch.save_model"}
 )
 # Exporters whose result saves itself (`traced.save(path)`): a file write.
 SELF_SAVING_EXPORTS = frozenset({"torch.jit.trace", "torch.jit.script", "torch.jit.trace_module"})
@@ -157,6 +167,12 @@ VISDOM = frozenset({"visdom.Visdom"})
 TENSORBOARD_LOGGER_CALLS = frozenset(
     f"tensorboard_logger.{name}" for name in ("configure", "log_value", "log_histogram", "log_images")
 )
+# MLflow's tracking functions: each rank would log into a run of its own (or the same run N
+# times); rank 0 alone tracks, as with a TensorBoard writer.
+MLFLOW_CALLS = frozenset(f"mlflow.{name}" for name in (
+    "log_metric", "log_metrics", "log_param", "log_params", "log_artifact", "log_artifacts", "log_dict",
+    "log_figure", "log_text", "log_image", "log_table", "log_input", "set_tag", "set_tags", "set_experiment",
+    "start_run", "end_run", "pytorch.log_model", "pytorch.save_model"))
 # Calls whose arguments name files or folders.
 FILE_PATH_CALLS = OPEN | MAKE_DIRECTORIES | DUMP_TO_FILE | SUMMARY_WRITER | frozenset(
     {"torch.save", "torch.load", "os.path.join", "pathlib.Path", "os.listdir", "os.path.exists"}

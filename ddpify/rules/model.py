@@ -224,8 +224,12 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
             return
         entry, anchor = found
     if anchor is None:
-        edits.report("DDP903", model.optimizer_statement,
-                     f"could not find where `{model.name}` reaches its device: wrap it in DDP by hand")
+        moving = [facts.statement_of(call) for call in facts.device_moves.get(model.name, ())]
+        move = _moved_first_in_training(facts, model, _training_start(facts, model), moving)
+        edits.report("DDP903", model.optimizer_statement, (
+            f"could not find where `{model.name}` reaches its device: wrap it in DDP by hand") if move is None else (
+            f"`{model.name}` first reaches its device inside the training (line {facts.line_of(move)}): move it "
+            f"before the training loop (`{model.name}.to(device)`), where ddpify can wrap it in DDP"))
         return
     condition = _entry_condition(facts, edits, model, anchor)
     if condition is False:
@@ -1194,6 +1198,18 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
                if facts.device_moves.get(parameter) and any(facts.function_of(move) is callee
                                                             for move in facts.device_moves[parameter])
                and _moved_in_place_by_a_helper(facts, callee, parameter, trains_in)]
+    # `model.encoder.to(device)`, or `head.to(device)` after `model = nn.Sequential(backbone,
+    # head)`: a part of the model reaches its device, and the model with it.
+    moving += [facts.statement_of(call) for part in _parts_of(facts, model)
+               for call in facts.device_moves.get(part, ())
+               if facts.function_of(call) is function and not _to_cpu(call)]
+    if _moved_first_in_training(facts, model, training, moving) is not None:
+        return None
+    # `freeze(model.backbone)` before the training: DDP registers the parameters that require
+    # grad when it wraps, so the wrap comes after the change (else DDP111).
+    moving += [facts.statement_of(call) for call, handed in _calls_changing_requires_grad(facts, model)
+               if facts.function_of(call) is function and any(
+                   freezing.part_of(value, model.name) or dotted_name(value) == model.name for value, _ in handed)]
     for statement in [*facts.statements_touching.get(model.name, ()), *moving, *unpacked, *derived]:
         if statement in compiles or statement in reaching or facts.function_of(statement) is not function:
             continue
@@ -1211,6 +1227,48 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
             return cast(Statement, anchor)
         reaching = _reaching_inside(facts, anchor, reaching, training)
     return None
+
+
+def _parts_of(facts: Facts, model: Model) -> list[str]:
+    """The names of the model's parts: its attributes (`model.encoder`), and the modules it
+    is built from in its function (`backbone`, `head` of `model = nn.Sequential(backbone,
+    head)`, `nn.ModuleList([encoder, decoder])`). A move of one moves the model's parameters."""
+    parts = [name for name in facts.device_moves if name.startswith(f"{model.name}.")]
+    for statement in facts.statements_touching.get(model.name, ()):
+        if facts.function_of(statement) is not model.function or not _assigns(statement, model.name) \
+                or not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        value = getattr(statement.body[0], "value", None)
+        if not isinstance(value, cst.Call):
+            continue
+        handed = [arg.value for arg in value.args]
+        handed += [element.value for arg in handed if isinstance(arg, (cst.List, cst.Tuple))
+                   for element in arg.elements]
+        parts += [arg.value for arg in handed if isinstance(arg, cst.Name) and arg.value != model.name]
+    return parts
+
+
+def _moved_first_in_training(facts: Facts, model: Model, training: Optional[cst.CSTNode],
+                             moving: list[Statement]) -> Optional[cst.Call]:
+    """Rule: `for epoch in ...: model.to(device).train()` (or `model.cuda()` at the top of
+    the epoch), and nothing moves the model before the training: it reaches its device only
+    inside the training, so no place before the training sees it there. A wrap before the
+    loop would wrap a CPU module (DDP with device_ids refuses it on a GPU; without, the
+    gradients sync on the CPU while the inputs go to the GPU), and the move after it would be
+    dropped as a round trip of the wrapped model (DDP106). No wrap: DDP903. (The move in
+    the training, or None.)"""
+    if training is None:
+        return None
+    start, end = facts.start_of(training), facts.end_of(training)
+    inside = [call for call in facts.device_moves.get(model.name, ())
+              if facts.function_of(call) is model.function and not _to_cpu(call)
+              and start <= facts.start_of(call) and facts.end_of(call) <= end]
+    if not inside or any(
+            facts.function_of(statement) is model.function and facts.end_of(statement) <= start
+            and (statement in moving or _moves(statement, model.name))
+            for statement in [*facts.statements_touching.get(model.name, ()), *moving]):
+        return None
+    return min(inside, key=facts.start_of)
 
 
 def _reaching_inside(facts: Facts, compound: cst.CSTNode, reaching: list[Statement],

@@ -6,7 +6,7 @@ a keyword where the API has one (`tqdm(..., disable=not is_main)`, `wandb.init(m
 `if is_main:` around whole statements otherwise, and one guard around a `for`/`with` whose
 body is nothing but guarded statements.
 """
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Optional, cast
 
 import libcst as cst
@@ -229,16 +229,30 @@ def _hoist_model_runs(facts: Facts, edits: Edits, statement: Statement, call: cs
     if any(_inside_a_scope(facts, inner, statement) for inner in outermost):
         return False
     hoisted: list[Statement] = []
+    insertion = Insertion(hoisted, takes_comments=True)
     for inner in outermost:
         called = inner.func.attr.value if isinstance(inner.func, cst.Attribute) else dotted_name(inner.func)
         base = (called or "result").rsplit(".", 1)[-1] + HOISTED_SUFFIX
         name = first_free(base, lambda candidate: candidate in facts.bound_names or any(
             candidate in edits.code(h) for h in hoisted))
         hoisted.append(edits.statement(f"{name} = {edits.code(inner)}\n"))
-        edits.expressions[inner] = replacement(edits, name)
-    edits.before.setdefault(statement, []).append(Insertion(hoisted, takes_comments=True))
+        edits.expressions[inner] = _hoisted_as(insertion, len(hoisted) - 1, name)
+    edits.before.setdefault(statement, []).append(insertion)
     edits.report("DDP308", statement)
     return True
+
+
+def _hoisted_as(insertion: Insertion, index: int, name: str) -> Callable[[cst.BaseExpression], cst.Name]:
+    """The run, as the other rules rewrote it (`torch.jit.script(getattr(model, "module",
+    model))`), assigned to `name` by the hoisted statement; `name` in its place. (The
+    statement is inserted when its block is rebuilt, after the run's own edits.)"""
+    def rewrite(updated: cst.BaseExpression) -> cst.Name:
+        assignment = cast(cst.SimpleStatementLine, insertion.statements[index])
+        assign = cast(cst.Assign, assignment.body[0])
+        insertion.statements[index] = assignment.with_changes(
+            body=[assign.with_changes(value=updated)])
+        return cst.Name(name)
+    return rewrite
 
 
 def _model_runs_kept_on_every_rank(facts: Facts, edits: Edits, statement: cst.BaseStatement) -> bool:
@@ -283,10 +297,13 @@ def _progress_bars(facts: Facts, edits: Edits, setup: Plan) -> None:
             _guard_statement_call(facts, edits, setup, call, "DDP301")
 
 
-# Methods by which a table or a figure writes itself to a file.
-FILE_WRITING_METHODS = frozenset({"to_csv", "to_json", "to_parquet", "to_excel", "to_pickle", "savefig"})
-# The keywords that name the file they write to.
-PATH_KEYWORDS = frozenset({"path_or_buf", "path", "excel_writer", "fname"})
+# Methods by which a table or a figure writes itself to a file, and by which a pretrained
+# model, its tokenizer, config or processor (Hugging Face's save_pretrained) writes itself
+# into a folder: config.json and the weights, once per rank unless rank 0 alone saves them.
+FILE_WRITING_METHODS = frozenset({"to_csv", "to_json", "to_parquet", "to_excel", "to_pickle", "savefig",
+                                  "save_pretrained"})
+# The keywords that name the file (or folder) they write to.
+PATH_KEYWORDS = frozenset({"path_or_buf", "path", "excel_writer", "fname", "save_directory"})
 
 
 def _file_writes(facts: Facts, edits: Edits, setup: Plan) -> None:
@@ -308,12 +325,40 @@ def _file_writes(facts: Facts, edits: Edits, setup: Plan) -> None:
             for call in calls:
                 if any(arg.keyword is None or arg.keyword.value in PATH_KEYWORDS for arg in call.args):
                     _guard_statement_call(facts, edits, setup, call, "DDP302")
+    for call in _saves_of_exports_made_on_the_spot(facts, exported):
+        _guard_statement_call(facts, edits, setup, call, "DDP302")
     _shell_writes(facts, edits, setup)
+    _files_opened_for_writing(facts, edits, setup)
+
+
+def _files_opened_for_writing(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """`open(path, "w")`, and a file of a format opened the same way, `h5py.File(path, "a")`."""
     for qualified in sorted(names.OPEN):
         for call in facts.calls_named.get(qualified, ()):
             if opens_for_writing(call) and facts.statement_of(call) not in edits.guarded:
                 # (A statement guarded as a whole: `json.dump(history, open(path, "w"))`.)
                 _open_on_rank0(facts, edits, setup, call)
+    for qualified in sorted(names.FORMAT_OPENERS):
+        for call in facts.calls_named.get(qualified, ()):
+            # (An archive written where data is fetched is made once per machine, as a download.)
+            if opens_for_writing(call) and facts.statement_of(call) not in edits.guarded \
+                    and facts.statement_of(call) not in facts.download_statements:
+                _open_on_rank0(facts, edits, setup, call, devnull_elsewhere=False)
+
+
+def _saves_of_exports_made_on_the_spot(facts: Facts, exported: set[cst.Call]) -> list[cst.Call]:
+    """Rule: `torch.jit.trace(model, x).save(path)`, `torch.jit.script(model).save(path)`: a
+    TorchScript module saved in the expression that makes it writes its file, once per rank
+    unless rank 0 alone saves it (as `traced = ...` then `traced.save(path)` does)."""
+    saves = []
+    for export in sorted(exported, key=facts.start_of):
+        method = facts.parents.get(export)
+        if not isinstance(method, cst.Attribute) or method.attr.value != "save":
+            continue
+        call = facts.parents.get(method)
+        if isinstance(call, cst.Call) and call.func is method:
+            saves.append(call)
+    return saves
 
 
 def _path_writes(facts: Facts, named: set[cst.Call]) -> list[cst.Call]:
@@ -383,21 +428,22 @@ def _image_saves(facts: Facts) -> list[cst.Call]:
             and call.args and made_by(call.func.value)]
 
 
-def _open_on_rank0(facts: Facts, edits: Edits, setup: Plan, call: cst.Call) -> None:
+def _open_on_rank0(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, devnull_elsewhere: bool = True) -> None:
     """`with open(...)` around writes only, a line that only opens, a file object used in
-    whole statements: guarded; anything else opens os.devnull on the other ranks."""
+    whole statements: guarded; anything else opens os.devnull on the other ranks (a file of
+    a format, `h5py.File(path, "w")`, which cannot open os.devnull: reported, DDP307)."""
     expression = facts.parents.get(call)
     parent = facts.parents.get(expression) if expression is not None else None
     if isinstance(parent, cst.With) and len(parent.items) == 1:
         if _only_writes(facts, parent):
             _guard(facts, edits, setup, parent, "DDP302")
         else:
-            _open_nothing_elsewhere(facts, edits, setup, call)
+            _open_nothing_elsewhere(facts, edits, setup, call, devnull_elsewhere)
     elif _single_expression(facts.statement_of(call)) is not None:
         # `open(path, "wb").write(data)`: a line that does nothing but write.
         _guard(facts, edits, setup, facts.statement_of(call), "DDP302")
     elif not _guard_object(facts, edits, setup, call, "DDP302", report_failure=False):
-        _open_nothing_elsewhere(facts, edits, setup, call)
+        _open_nothing_elsewhere(facts, edits, setup, call, devnull_elsewhere)
 
 
 def _only_writes(facts: Facts, block: cst.With) -> bool:
@@ -413,14 +459,15 @@ def _only_writes(facts: Facts, block: cst.With) -> bool:
                    for call in calls_within(block.body))
 
 
-def _open_nothing_elsewhere(facts: Facts, edits: Edits, setup: Plan, call: cst.Call) -> None:
+def _open_nothing_elsewhere(facts: Facts, edits: Edits, setup: Plan, call: cst.Call,
+                            devnull_elsewhere: bool = True) -> None:
     """The file is opened where the script opens it, around work every rank must do (the
     training inside `with open(log) as f:`, a handle printed to from everywhere): the other
     ranks open os.devnull instead, so every statement runs everywhere and only rank 0's
     writes reach the file."""
     path = argument_for(call, "file", 0)
     mode = literal_open_mode(call)
-    if path is None or mode is None or "x" in mode:
+    if path is None or mode is None or "x" in mode or not devnull_elsewhere:
         edits.report("DDP307", call)  # `open(p, "x")` fails on os.devnull, which exists
         return
     guard = setup.guard_for(facts, call)
@@ -440,6 +487,7 @@ def _trackers(facts: Facts, edits: Edits, setup: Plan) -> None:
         for call in facts.calls_named.get(qualified, ()):
             if not _guard_statement_call(facts, edits, setup, call, "DDP306"):
                 edits.report("DDP307", call)
+    _mlflow_on_rank0(facts, edits, setup)
     for call in facts.calls_named.get(names.WANDB_INIT, ()):
         # A disabled run accepts every call and records nothing: one keyword instead of a
         # guard on each wandb.log, wandb.watch and run.finish.
@@ -452,6 +500,27 @@ def _trackers(facts: Facts, edits: Edits, setup: Plan) -> None:
             value = edits.code(mode.value)
             edits.expressions[mode.value] = replacement(edits, f'{value} if {guard} else "disabled"')
         edits.report("DDP306", call)
+
+
+def _mlflow_on_rank0(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """Rule: MLflow's calls (`mlflow.log_metric(...)`, `mlflow.start_run()`) on rank 0 alone;
+    `with mlflow.start_run():` around the training opens the run on rank 0 and nothing on
+    the others (`contextlib.nullcontext()`), so the training inside still runs everywhere.
+    A run bound by `as` that the block reads stays, reported (DDP307)."""
+    for qualified in sorted(names.MLFLOW_CALLS):
+        for call in facts.calls_named.get(qualified, ()):
+            item = facts.parents.get(call)
+            if isinstance(item, cst.WithItem) and item.item is call:
+                if item.asname is not None:
+                    edits.report("DDP307", call)
+                    continue
+                guard = setup.guard_for(facts, call)
+                edits.expressions[call] = replacement(
+                    edits, f"{edits.code(call)} if {guard} else contextlib.nullcontext()")
+                edits.imports.add("contextlib")
+                edits.report("DDP306", call)
+            elif not _guard_statement_call(facts, edits, setup, call, "DDP306"):
+                edits.report("DDP307", call)
 
 
 LOGGING_FROM_CONFIG = frozenset({"logging.config.dictConfig", "logging.config.fileConfig"})

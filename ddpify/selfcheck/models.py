@@ -28,7 +28,8 @@ def deleted_moves(original: Source, migrated: Source, dropped_lines: set[int],
     original_moves: dict[str, list[ast.Call]] = {}
     for receiver, call in original.moves():
         if call.lineno in dropped_lines and any(
-                to_original(line) < call.lineno for line in wrapped_after.get(receiver, [])):
+                to_original(line) < call.lineno and _placed_before(migrated, receiver, line)
+                for line in wrapped_after.get(receiver, [])):
             continue
         original_moves.setdefault(receiver, []).append(call)
     after: dict[str, list[int]] = {}
@@ -97,6 +98,24 @@ def trained_but_unwrapped(source: Source) -> Iterator[Finding]:
                     yield ("DDP903", call.lineno, f"`{name}` trains (this optimizer takes its parameters) but no "
                            f"DDP call wraps it: every rank trains its own copy; wrap it in DDP by hand")
                     wrapped.add(name)
+
+
+def _placed_before(source: Source, name: str, line: int) -> bool:
+    """`name` moved, or assigned a moved value (`model = Net().to(device)`), or built, before
+    output line `line` (its wrap): a move dropped after the wrap is then a round trip of a
+    model already on its device, not the move that put it there (`for epoch in ...:
+    model.to(device)` with the wrap before the loop wraps a CPU module)."""
+    for receiver, call in source.moves():
+        if receiver == name and call.lineno < line:
+            return True
+    for call in source.calls:
+        if call.lineno >= line or not isinstance(call.func, ast.Attribute) or call.func.attr not in ("to", "cuda"):
+            continue
+        statement = source.statement_of(call)
+        if isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is call \
+                and name in assigned_targets(statement):
+            return True
+    return False
 
 
 def misplaced_wraps(migrated: Source) -> Iterator[Finding]:

@@ -25,20 +25,34 @@ WRITERS = frozenset({"print", "torch.save", "os.makedirs", "os.mkdir", "json.dum
                      "os.remove", "os.unlink", "SummaryWriter", "sys.stdout.write", "pprint.pprint",
                      "log_value", "tensorboard_logger.configure", "tensorboard_logger.log_value",
                      "tensorboard_logger.Logger"})
+# Called by the name they were imported from (an alias resolved): model files, TorchScript
+# and exported programs, safetensors weights.
+QUALIFIED_WRITERS = frozenset({"torch.jit.save", "torch.onnx.export", "torch.export.save",
+                               "safetensors.torch.save_file", "safetensors.torch.save_model",
+                               "safetensors.numpy.save_file", "joblib.dump", "scipy.io.savemat",
+                               "omegaconf.OmegaConf.save", "shutil.make_archive", "mlflow.log_metric",
+                               "mlflow.log_metrics", "mlflow.log_param", "mlflow.log_params",
+                               "mlflow.log_artifact", "mlflow.log_artifacts", "mlflow.pytorch.log_model"})
+# Files of a format opened with a mode, as `open` is: written when the mode says so.
+FORMAT_OPENERS = frozenset({"h5py.File", "zipfile.ZipFile", "tarfile.open"})
 # Of those, names a project's own helper takes too (`from utils import save_image`): imported
 # from a module that is not torch's, the call is the project's, which guards its own writes
 # where its module is migrated as well, and is guarded here otherwise (the migration's effects).
 HELPER_NAMES_TOO = frozenset({"save_image"})
 # Called as a method of anything, given a path: `fig.savefig(...)`, `frame.to_csv(path)`
 # (with no path, `frame.to_csv()` returns the text and writes nothing).
-WRITING_METHODS = frozenset({"savefig", "to_csv", "to_json", "to_parquet", "to_excel", "to_pickle"})
-PATH_KEYWORDS = frozenset({"path_or_buf", "path", "excel_writer", "fname"})
+# `model.save_pretrained(folder)` (a Hugging Face model, tokenizer or config) writes a folder.
+WRITING_METHODS = frozenset({"savefig", "to_csv", "to_json", "to_parquet", "to_excel", "to_pickle",
+                             "save_pretrained"})
+PATH_KEYWORDS = frozenset({"path_or_buf", "path", "excel_writer", "fname", "save_directory"})
 JOINS = "init_process_group"
 # Calls that make a Pillow image (last part of the name), which writes itself with `.save(path)`;
 # ToPILImage makes a transform that makes one.
 IMAGE_MAKERS = frozenset({"fromarray", "to_pil_image", "frombytes", "frombuffer"})
 IMAGE_MAKERS_ON_IMAGE = frozenset({"new", "open", "merge", "blend", "composite"})  # `Image.new(...)`
 IMAGE_TRANSFORMS = frozenset({"ToPILImage"})
+# TorchScript modules, which save themselves too (`torch.jit.trace(model, x).save(path)`).
+SCRIPT_MAKERS = ("jit.trace", "jit.script", "jit.trace_module")
 
 
 def unguarded_output(migrated: Source) -> Iterator[Finding]:
@@ -46,7 +60,10 @@ def unguarded_output(migrated: Source) -> Iterator[Finding]:
     buffers = _in_memory_files(migrated)
     images = _Images(migrated)
     for call in migrated.calls:
-        if (_writes(call) or images.saves(call)) and not migrated.guarded(call) and reach.after_join(call) and not any(
+        qualified = migrated.qualified(call.func)
+        writes = _writes(call) or qualified in QUALIFIED_WRITERS or images.saves(call) or (
+            qualified in FORMAT_OPENERS and _opens_for_writing(call))
+        if writes and not migrated.guarded(call) and reach.after_join(call) and not any(
                 dotted(arg) in buffers for arg in call.args) and not _helper_of_elsewhere(migrated, call):
             yield "DDP913", call.lineno, f"`{_short(call)}` runs on every rank"
 
@@ -87,19 +104,23 @@ def _writes(call: ast.Call) -> bool:
             call.args or any(keyword.arg in PATH_KEYWORDS for keyword in call.keywords))):
         return True
     if name == "open":
-        if _rank_zero_path(call):
-            return False
-        mode = call.args[1] if len(call.args) > 1 else next(
-            (keyword.value for keyword in call.keywords if keyword.arg == "mode"), None)
-        return isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(
-            letter in mode.value for letter in "wax+")
+        return not _rank_zero_path(call) and _opens_for_writing(call)
     return False
+
+
+def _opens_for_writing(call: ast.Call) -> bool:
+    """`open(path, mode)` (or a format's opener) with a literal mode that writes."""
+    mode = call.args[1] if len(call.args) > 1 else next(
+        (keyword.value for keyword in call.keywords if keyword.arg == "mode"), None)
+    return isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(
+        letter in mode.value for letter in "wax+")
 
 
 class _Images:
     """`picture.save(path)`, `Image.fromarray(a).convert("L").save(path)`,
-    `to_image(x).save(path)`: `.save` of a Pillow image, made by a call named above or
-    bound to a name assigned one (anywhere in the file)."""
+    `to_image(x).save(path)`, `torch.jit.trace(model, x).save(path)`: `.save` of a Pillow
+    image or a TorchScript module, made by a call named above or bound to a name assigned
+    one (anywhere in the file)."""
 
     def __init__(self, source: Source) -> None:
         self.bound: dict[str, list[ast.expr]] = {}
@@ -121,7 +142,7 @@ class _Images:
             return False
         name = dotted(value.func) or ""
         if last_part(value.func) in IMAGE_MAKERS or name.endswith(tuple(
-                f"Image.{maker}" for maker in IMAGE_MAKERS_ON_IMAGE)):
+                f"Image.{maker}" for maker in IMAGE_MAKERS_ON_IMAGE)) or name.endswith(SCRIPT_MAKERS):
             return True
         if isinstance(value.func, ast.Call):  # `T.ToPILImage()(x)`
             return last_part(value.func.func) in IMAGE_TRANSFORMS

@@ -95,6 +95,10 @@ class Source:
         # Names `from m import n` (or `import m`) binds from a module that is not torch's: the
         # project's own code, among others (a Trainer the script hands its loader to).
         self.imported_from_elsewhere: set[str] = set()
+        # What an imported name stands for: `save_file` -> `safetensors.torch.save_file` for
+        # `from safetensors.torch import save_file`, `st` -> `safetensors.torch` for `import
+        # safetensors.torch as st`.
+        self.import_targets: dict[str, str] = {}
         self._scopes: dict[ast.AST, Scope] = {}
         self._calls_by_scope: dict[int, list[ast.Call]] = {}
         self._moves: Optional[list[tuple[str, ast.Call]]] = None
@@ -133,6 +137,8 @@ class Source:
             elif kind is ast.Import:
                 self.module_names.update(alias.asname or alias.name.split(".")[0]
                                          for alias in node.names)  # type: ignore[attr-defined]
+                self.import_targets.update((alias.asname, alias.name)
+                                           for alias in node.names if alias.asname)  # type: ignore[attr-defined]
                 # `import engine` then `engine.train(model, loader)`: the project's own module.
                 self.imported_from_elsewhere.update(
                     alias.asname or alias.name.split(".")[0] for alias in node.names  # type: ignore[attr-defined]
@@ -140,9 +146,23 @@ class Source:
             elif kind is ast.ImportFrom:
                 self.imported_as.update((alias.asname, alias.name)
                                         for alias in node.names if alias.asname)  # type: ignore[attr-defined]
+                if node.module and not node.level:  # type: ignore[attr-defined]
+                    self.import_targets.update(
+                        (alias.asname or alias.name, f"{node.module}.{alias.name}")  # type: ignore[attr-defined]
+                        for alias in node.names)  # type: ignore[attr-defined]
                 if not (node.module or "").startswith("torch"):  # type: ignore[attr-defined]
                     self.imported_from_elsewhere.update(
                         alias.asname or alias.name for alias in node.names)  # type: ignore[attr-defined]
+
+    def qualified(self, node: ast.AST) -> Optional[str]:
+        """The dotted name with its first part resolved through the imports
+        (`save_file` -> `safetensors.torch.save_file`)."""
+        name = dotted(node)
+        if name is None:
+            return None
+        first, _, rest = name.partition(".")
+        target = self.import_targets.get(first)
+        return name if target is None else f"{target}.{rest}" if rest else target
 
     def function_key(self, function: ast.AST) -> str:
         """A method is called by its name; `__init__` by its class's name."""
