@@ -448,6 +448,13 @@ class Collector(cst.CSTVisitor):
                 self.facts.external_inline_loaders[loop] = ExternalLoader(
                     dotted, self.facts.function_of(loop), loop, iterated, made[0])
 
+    def _objects_made_for(self, owner: str) -> list[cst.BaseExpression]:
+        """The values assigned to `owner`, as their constructors made them. `model = None`
+        before the branches that make the object is left out: a method called on None
+        raises, so a call that runs is on one of the objects made."""
+        return [_constructed(value) for value in self.facts.assigned_values.get(owner, [])
+                if not (isinstance(value, cst.Name) and value.value == "None")]
+
     def _methods_of_project_objects(self, callee: str) -> list[str]:
         """`progress.display` where every `progress = ProgressMeter(...)` constructs a class
         of another module of the project: "utils.ProgressMeter.display", once per value
@@ -456,7 +463,7 @@ class Collector(cst.CSTVisitor):
         if not owner:
             # `saver(model, epoch)` where `saver = Saver(out_dir)`: the object is called.
             owner, method = callee, "__call__"
-        values = [_constructed(value) for value in self.facts.assigned_values.get(owner, [])]
+        values = self._objects_made_for(owner)
         if not values or not all(isinstance(value, cst.Call) for value in values):
             return []
         return [f"{qualified}.{method}"
@@ -822,7 +829,7 @@ class Collector(cst.CSTVisitor):
             methods = self._methods_of_project_objects(callee)
             if any(self.project.writes_files(name) for name in methods):
                 self.facts.helper_write_calls.extend(calls)
-            values = [_constructed(value) for value in self.facts.assigned_values.get(callee.rpartition(".")[0], [])]
+            values = self._objects_made_for(callee.rpartition(".")[0])
             if methods and all(self.project.trains(name) for name in methods):
                 # `solver.train()` on a Solver of another module: the steps are in there,
                 # on what its constructor was handed.
