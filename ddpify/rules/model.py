@@ -1044,6 +1044,7 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
                if facts.device_moves.get(parameter) and any(facts.function_of(move) is callee
                                                             for move in facts.device_moves[parameter])
                and _moved_in_place_by_a_helper(facts, callee, parameter, trains_in)]
+    moving += _calls_of_methods_moving(facts, model)
     for statement in [*facts.statements_touching.get(model.name, ()), *moving, *unpacked, *derived]:
         if statement in compiles or statement in reaching or facts.function_of(statement) is not function:
             continue
@@ -1061,6 +1062,20 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
             return cast(Statement, anchor)
         reaching = _reaching_inside(facts, anchor, reaching, training)
     return None
+
+
+def _calls_of_methods_moving(facts: Facts, model: Model) -> list[Statement]:
+    """Rule: `self.net = Net()` then `self.enable_gpu(flag)` in __init__, whose body moves
+    `self.net` (`self.net.cuda()` under a flag): a method of the same class called where the
+    model is built moves it in place. That call is a move of the model, so the wrap follows
+    it, and the move in the method, before the wrap, stays as written."""
+    function = model.function
+    if function is None or not model.name.startswith("self.") or facts.class_of(function) is None:
+        return []
+    methods = {facts.function_of(call) for call in facts.device_moves.get(model.name, ())}
+    return [facts.statement_of(call) for method in methods
+            if method is not None and method is not function and facts.class_of(method) is facts.class_of(function)
+            for call in facts.calls_of(method) if facts.function_of(call) is function]
 
 
 def _reaching_inside(facts: Facts, compound: cst.CSTNode, reaching: list[Statement],
@@ -1495,9 +1510,18 @@ _SELF_RETURNING_METHODS = frozenset({"cpu", "cuda", "to", "eval", "train", "floa
 
 
 def _before_wrap(facts: Facts, node: cst.CSTNode, wrap: cst.BaseStatement) -> bool:
-    """In the wrap's function, before the wrap or inside the statement it follows."""
-    same_function = facts.function_of(node) is facts.function_of(wrap)
-    return same_function and facts.start_of(node) < facts.end_of(wrap)
+    """In the wrap's function, before the wrap or inside the statement it follows; or in a
+    method of the same class that only the wrap's function calls, each time before the wrap
+    (`self.enable_gpu(flag)` in __init__, whose body moves the model: _calls_of_methods_moving)."""
+    function, wrapping = facts.function_of(node), facts.function_of(wrap)
+    if function is wrapping:
+        return facts.start_of(node) < facts.end_of(wrap)
+    if function is None or wrapping is None or facts.class_of(function) is None \
+            or facts.class_of(function) is not facts.class_of(wrapping):
+        return False
+    calls = facts.calls_of(function)
+    return bool(calls) and all(facts.function_of(call) is wrapping and facts.start_of(call) < facts.end_of(wrap)
+                               for call in calls)
 
 
 def _unwrapped(name: str, edits: Edits, quote: str = '"') -> Rewrite:
