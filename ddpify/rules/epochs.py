@@ -143,7 +143,8 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
     for position, (epoch_loop, name_there) in enumerate(epoch_loops):
         epoch = cast(cst.Name, epoch_loop.target).value
         via_loader = not isinstance(loader, ExternalLoader) and not (
-            sampler.startswith("self.") or facts.function_of(epoch_loop) is loader.function)
+            _self_in_scope(facts, sampler, epoch_loop, loader.function)
+            or facts.function_of(epoch_loop) is loader.function)
         if position or not _counts_epochs(facts, epoch_loop):
             # A loop over something else than a count (`for lr in candidates:`, a float each
             # time) has no epoch number to hand set_epoch: it counts on from the sampler's.
@@ -265,6 +266,14 @@ def _no_epoch_loop_reason(facts: Facts, edits: Edits, loader: Union[Loader, Exte
     return (f"no epoch loop found for set_epoch: the loader goes to `{edits.code(call.func)}(...)`, whose "
             "epochs ddpify cannot see; call `loader.sampler.set_epoch(epoch)` there at the start of each "
             "epoch, or every epoch repeats the first one's order")
+
+
+def _self_in_scope(facts: Facts, sampler: str, epoch_loop: cst.For, function: Optional[cst.FunctionDef]) -> bool:
+    """`self.train_sampler` is this object's where the epoch loop is a method of the class
+    that made it; from main()'s loop over `trainer.training(epoch)` the loader carries it."""
+    loop_function = facts.function_of(epoch_loop)
+    return sampler.startswith("self.") and function is not None and loop_function is not None \
+        and facts.class_of(loop_function) is not None and facts.class_of(loop_function) is facts.class_of(function)
 
 
 def _insert_set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader], epoch_loop: cst.For,
