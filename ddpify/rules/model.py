@@ -23,6 +23,7 @@ from ddpify.analysis.nodes import (
     dotted_name,
     find_all,
     handed_for,
+    is_false,
     names_within,
     positional_parameters,
 )
@@ -56,6 +57,15 @@ RULES = (
          "gone the model's own keys have no prefix, so a checkpoint written before the "
          "migration (or a released one) would no longer load.",
          "Nothing to do; the prefix is stripped only where present."),
+    Rule("DDP113", Severity.WARNING, "gradient penalty through the wrapped model: give it no backward of its own",
+         "`torch.autograd.grad(..., create_graph=True)` over the output of a wrapped model (a WGAN-GP "
+         "or R1 penalty) builds a second backward that reaches only the parameters the input "
+         "gradient depends on (not the last layer's bias). A `.backward()` of the penalty alone "
+         "therefore leaves DDP waiting for the other gradients, and the next forward fails with "
+         "\"Expected to have finished reduction in the prior iteration\", even with "
+         "find_unused_parameters=True or static_graph=True.",
+         "Add the penalty to the loss and call backward once (`(d_loss + gp).backward()`); then "
+         "silence this with `# ddpify: ignore[DDP113]` on the autograd.grad line."),
     Rule("DDP103", Severity.EDIT, "raw model reached through `.module`",
          "A DDP wrapper prefixes every state_dict key with `module.`; checkpoints must hold "
          "the unwrapped model so that they load without DDP.",
@@ -96,6 +106,7 @@ RULES = (
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     _replace_data_parallel(facts, edits)
+    _report_gradient_penalties(facts, edits)
     if facts.batchnorm_calls and not edits.options.sync_batchnorm:
         edits.report("DDP104", facts.batchnorm_calls[0])
     for optimizer in facts.optimizers_without_model:
@@ -703,6 +714,19 @@ def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, an
     _unwrap_attributes(facts, edits, model, anchor)
     _unwrap_module_accesses(facts, edits, model)
     _hand_back_the_module(facts, edits, model)
+
+
+def _report_gradient_penalties(facts: Facts, edits: Edits) -> None:
+    """Rule: a second-order gradient (`torch.autograd.grad(..., create_graph=True)`) in a file
+    whose models are wrapped is a gradient penalty through a DDP model; its backward on its
+    own reaches only part of the parameters (DDP113). ddpify cannot tell whether the penalty
+    shares the loss's one backward, so it says what must hold."""
+    if not facts.models:
+        return
+    for call in facts.calls_named.get("torch.autograd.grad", ()):
+        if any(arg.keyword is not None and arg.keyword.value == "create_graph" and not is_false(arg.value)
+               for arg in call.args):
+            edits.report("DDP113", call)
 
 
 def _hand_back_the_module(facts: Facts, edits: Edits, model: Model) -> None:
@@ -1780,6 +1804,14 @@ CASES = (
     Emits(TRAINING.replace("torch.nn.Linear(4, 1)", "torch.nn.ModuleList([torch.nn.Linear(4, 1)])")
           .replace("model.parameters()", "model[0].parameters()"), "DDP903"),
     Emits(TRAINING, "DDP101", ("model = DDP(model, device_ids=[local_rank]",)),
+    Emits(TRAINING.replace("        loss.backward()\n",
+                           "        x = x.to(device).requires_grad_(True)\n"
+                           "        g, = torch.autograd.grad(model(x).sum(), x, create_graph=True)\n"
+                           "        (g.norm() ** 2).backward()\n        loss.backward()\n"), "DDP113"),
+    Silent(TRAINING.replace("        loss.backward()\n",
+                            "        x = x.to(device).requires_grad_(True)\n"
+                            "        g, = torch.autograd.grad(model(x).sum(), x)\n        loss.backward()\n"),
+           "DDP113"),
     Emits(TRAINING.replace("model = torch.nn.Linear(4, 1)", "model = torch.nn.DataParallel(torch.nn.Linear(4, 1))"),
           "DDP102", ("model = torch.nn.Linear(4, 1).to(device)",)),
     Emits(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)",
