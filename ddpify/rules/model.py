@@ -719,14 +719,58 @@ def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, an
 def _report_gradient_penalties(facts: Facts, edits: Edits) -> None:
     """Rule: a second-order gradient (`torch.autograd.grad(..., create_graph=True)`) in a file
     whose models are wrapped is a gradient penalty through a DDP model; its backward on its
-    own reaches only part of the parameters (DDP113). ddpify cannot tell whether the penalty
-    shares the loss's one backward, so it says what must hold."""
+    own reaches only part of the parameters (DDP113). Not reported where the penalty is
+    summed into a loss with other terms and only that sum is backpropagated (`d_loss = d_real
+    + d_fake + lambda_gp * d_loss_gp; d_loss.backward()`): one backward covers every
+    parameter. Where ddpify cannot follow the penalty to such a sum, it is reported."""
     if not facts.models:
         return
     for call in facts.calls_named.get("torch.autograd.grad", ()):
         if any(arg.keyword is not None and arg.keyword.value == "create_graph" and not is_false(arg.value)
-               for arg in call.args):
+               for arg in call.args) and not _summed_into_one_backward(facts, call):
             edits.report("DDP113", call)
+
+
+def _summed_into_one_backward(facts: Facts, call: cst.Call) -> bool:
+    """Rule: the call is in a function that returns the penalty (`def gradient_penalty(...):
+    ... return ((norm - 1) ** 2).mean()`); the names its callers assign it to have no
+    `.backward()` of their own, and a sum that reads one of them is backpropagated
+    (`d_loss = ... + lambda_gp * d_loss_gp` then `d_loss.backward()`, or `(loss + gp).backward()`).
+    A penalty computed inline is not followed (reported)."""
+    holders = _penalty_holders(facts, call)
+    backwards = [backward for callee, calls in facts.calls_by_callee.items() if callee.endswith(".backward")
+                 for backward in calls if isinstance(backward.func, cst.Attribute)]
+    receivers = [cast(cst.Attribute, backward.func).value for backward in backwards]
+    names = {dotted_name(receiver) for receiver in receivers}
+    if not holders or names & holders:
+        return False
+    summed = [receiver for receiver in receivers if isinstance(receiver, cst.BinaryOperation)]
+    summed += [value for name in names if name is not None for value in facts.assigned_values.get(name, ())
+               if isinstance(value, cst.BinaryOperation)]
+    return any(set(names_within(value)) & holders for value in summed)
+
+
+def _penalty_holders(facts: Facts, call: cst.Call) -> set[str]:
+    """The names the callers of the call's function assign its result to, where that function
+    returns what it computes from the gradient; empty otherwise."""
+    function = facts.function_of(call)
+    if function is None:
+        return set()
+    held = {name for assign in find_all(facts.statement_of(call), cst.Assign)
+            for target in assign.targets for name in names_within(target.target)}
+    for _ in range(3):
+        held |= {name for name, values in facts.assigned_values.items() for value in values
+                 if facts.function_of(value) is function and set(names_within(value)) & held}
+    returned = [each.value for each in facts.own_statements(function, cst.Return) if each.value is not None]
+    if not any(set(names_within(value)) & held or call in calls_within(value) for value in returned):
+        return set()
+    outside: set[str] = set()
+    for caller in facts.calls_of(function):
+        assign = facts.parents.get(caller)
+        if not isinstance(assign, cst.Assign):
+            return set()  # handed on unnamed: not followed
+        outside.update(name for target in assign.targets for name in names_within(target.target))
+    return outside
 
 
 def _hand_back_the_module(facts: Facts, edits: Edits, model: Model) -> None:
@@ -1812,6 +1856,12 @@ CASES = (
                             "        x = x.to(device).requires_grad_(True)\n"
                             "        g, = torch.autograd.grad(model(x).sum(), x)\n        loss.backward()\n"),
            "DDP113"),
+    Silent(TRAINING.replace("import torch\n", "import torch\n\n\ndef penalty(net, x):\n"
+                            "    x = x.requires_grad_(True)\n"
+                            "    g, = torch.autograd.grad(net(x).sum(), x, create_graph=True)\n"
+                            "    return (g.norm() - 1) ** 2\n\n", 1)
+           .replace("        loss.backward()\n", "        gp = penalty(model, x.to(device))\n"
+                    "        total = loss + 10 * gp\n        total.backward()\n"), "DDP113"),
     Emits(TRAINING.replace("model = torch.nn.Linear(4, 1)", "model = torch.nn.DataParallel(torch.nn.Linear(4, 1))"),
           "DDP102", ("model = torch.nn.Linear(4, 1).to(device)",)),
     Emits(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)",
