@@ -35,6 +35,7 @@ from ddpify.analysis.nodes import (
     names_a_values_device,
     names_within,
     positional_args,
+    positional_parameters,
     returned_name,
     self_attributes,
     self_reads,
@@ -455,6 +456,13 @@ class Collector(cst.CSTVisitor):
                 self.facts.external_inline_loaders[loop] = ExternalLoader(
                     dotted, self.facts.function_of(loop), loop, iterated, made[0])
 
+    def _objects_made_for(self, owner: str) -> list[cst.BaseExpression]:
+        """The values assigned to `owner`, as their constructors made them. `model = None`
+        before the branches that make the object is left out: a method called on None
+        raises, so a call that runs is on one of the objects made."""
+        return [_constructed(value) for value in self.facts.assigned_values.get(owner, [])
+                if not (isinstance(value, cst.Name) and value.value == "None")]
+
     def _methods_of_project_objects(self, callee: str) -> list[str]:
         """`progress.display` where every `progress = ProgressMeter(...)` constructs a class
         of another module of the project: "utils.ProgressMeter.display", once per value
@@ -463,7 +471,7 @@ class Collector(cst.CSTVisitor):
         if not owner:
             # `saver(model, epoch)` where `saver = Saver(out_dir)`: the object is called.
             owner, method = callee, "__call__"
-        values = [_constructed(value) for value in self.facts.assigned_values.get(owner, [])]
+        values = self._objects_made_for(owner)
         if not values or not all(isinstance(value, cst.Call) for value in values):
             return []
         return [f"{qualified}.{method}"
@@ -636,7 +644,8 @@ class Collector(cst.CSTVisitor):
         if self._is_loader_class(node.func):
             facts.loader_calls.append(node)
             self._note_loader_built_in_place(node)
-        if self._calls(node, "builtins.next") and node.args:
+        if self._calls(node, "builtins.next") and node.args or (
+                isinstance(node.func, cst.Attribute) and node.func.attr.value == "__next__" and not node.args):
             self.next_calls.append(node)
         if self._calls(node, names.RANDOM_SAMPLER):
             facts.random_sampler_calls.add(node)
@@ -831,7 +840,7 @@ class Collector(cst.CSTVisitor):
             methods = self._methods_of_project_objects(callee)
             if any(self.project.writes_files(name) for name in methods):
                 self.facts.helper_write_calls.extend(calls)
-            values = [_constructed(value) for value in self.facts.assigned_values.get(callee.rpartition(".")[0], [])]
+            values = self._objects_made_for(callee.rpartition(".")[0])
             if methods and all(self.project.trains(name) for name in methods):
                 # `solver.train()` on a Solver of another module: the steps are in there,
                 # on what its constructor was handed.
@@ -950,6 +959,58 @@ class Collector(cst.CSTVisitor):
         return any(read.attr.value in effects.MODULE_ONLY_METHODS
                    and getattr(self.parents.get(read), "func", None) is read
                    for read in self.facts.attribute_reads.get(name, ()))
+
+    def note_generators_over_loaders(self) -> None:
+        """Rule: `batches = endless(loader)` (or `self.data = self.get_infinite_batches(
+        loader)`) where the function is a generator of this file that passes over its
+        parameter again and again (`while True: for x, _ in loader: yield x`): `batches`
+        wraps the loader, as `iter(loader)` would, so the steps that draw from it with next()
+        train on the loader; each pass of the generator's own loop is an epoch."""
+        for target, values in self.facts.assigned_values.items():
+            for value in values:
+                if not isinstance(value, cst.Call):
+                    continue
+                generator = self._generator_called(value)
+                if generator is None:
+                    continue
+                function, parameter, passing = generator
+                on_object = isinstance(value.func, cst.Attribute)
+                positional = positional_parameters(function)[1 if on_object and self.facts.class_of(function) else 0:]
+                argument = argument_among(value, parameter, positional)
+                wrapped = dotted_name(argument) if argument is not None else None
+                if wrapped is None:
+                    continue
+                self.iteration_wrappers[(self.facts.function_of(value), target)] = [wrapped]
+                self.facts.generator_passes[value] = (passing, parameter)
+
+    def _generator_called(self, call: cst.Call) -> Optional[tuple[cst.FunctionDef, str, cst.For]]:
+        """(the function, its parameter, the loop of each pass) for a call of a generator of
+        this file whose body yields inside a `for` over one of its parameters, that loop
+        inside a `while` (endless: the generator starts a new pass when one ends)."""
+        callee = dotted_name(call.func)
+        function = self.facts.functions.get(callee) if callee is not None else None
+        if function is None and isinstance(call.func, cst.Attribute) and dotted_name(call.func.value) == "self":
+            function = self.facts.functions.get(f"self.{call.func.attr.value}")
+        if function is None:
+            return None
+        parameters = set(parameter_names(function))
+        for loop in find_all(function.body, cst.For, into_functions=False):
+            iterated = self._iterated_names(loop.iter)
+            if len(iterated) != 1 or iterated[0] not in parameters:
+                continue
+            if not find_all(loop.body, cst.Yield, into_functions=False):
+                continue
+            if any(isinstance(outer, cst.While) for outer in self._ancestors_within(loop, function)):
+                return function, iterated[0], loop
+        return None
+
+    def _ancestors_within(self, node: cst.CSTNode, function: cst.FunctionDef) -> list[cst.CSTNode]:
+        found: list[cst.CSTNode] = []
+        parent = self.parents.get(node)
+        while parent is not None and parent is not function:
+            found.append(parent)
+            parent = self.parents.get(parent)
+        return found
 
     def note_dynamic_imports(self) -> None:
         """`importlib.import_module(name)`, `__import__`, `sys.path` edits: a module chosen when

@@ -154,9 +154,22 @@ class Facts(ValueFlow):
         found: list[tuple[cst.For, str]] = []
         for call in self.calls_of(function):
             outer = self.enclosing_loops(call)
-            if outer:
-                found.append((outer[0], name))
+            name_there = self._attribute_seen_by(call, name)
+            if outer and name_there is not None:
+                found.append((outer[0], name_there))
         return found
+
+    def _attribute_seen_by(self, call: cst.Call, name: str) -> Optional[str]:
+        """Rule: `self.train_loader` of a method, called once per epoch as `trainer.training(
+        epoch)` from main()'s loop, is `trainer.train_loader` there (`self` means nothing in
+        main); from another method (`self.training(epoch)`) it stays `self.train_loader`. None
+        where the object has no name (`Trainer(args).training(epoch)`)."""
+        if not name.startswith("self."):
+            return name
+        receiver = dotted_name(call.func.value) if isinstance(call.func, cst.Attribute) else None
+        if receiver is None:
+            return None
+        return receiver + name[len("self"):]
 
     def first_training_call_in(self, function: Optional[cst.FunctionDef],
                                after: Optional[cst.CSTNode] = None) -> Optional[cst.Call]:
@@ -259,6 +272,8 @@ def note_models_moved_here(facts: Facts) -> None:
     called = {callee for callee in facts.calls_by_callee if callee.startswith("self.") and callee.count(".") == 1}
     known = {model.name for model in facts.models}
     for function, assigned in facts.self_assignments.items():
+        if _in_a_dataset_class(facts, function):
+            continue
         for target, values in assigned.items():
             if target not in known and target not in called | facts.module_attributes:
                 continue
@@ -283,13 +298,23 @@ def note_models_moved_here(facts: Facts) -> None:
         for call in calls:
             mover = facts.function_of(call)
             if mover is None or not isinstance(facts.parents.get(call), cst.Expr) \
-                    or not handed_in(facts, mover, target):
+                    or not handed_in(facts, mover, target) or _in_a_dataset_class(facts, mover):
                 continue
             facts.models[:] = [model for model in facts.models if model.name != target]
             facts.models.append(Model(target, facts.statement_of(call), mover))
             facts.models_moved_here.add(target)
             break
     _note_parameters_moved_here(facts)
+
+
+def _in_a_dataset_class(facts: Facts, function: cst.FunctionDef) -> bool:
+    """Rule: a Dataset (map-style or iterable) that is handed a module and moves it to its
+    device (`self.transformation = transformation.to(device)`: a spectrogram, a fixed
+    feature extractor) runs it to make samples, in every rank's own loader: a data
+    transform, not a model trained here, so it is never wrapped (DDP refuses a module with
+    no parameter that needs a gradient, and a wrap would sync nothing a step uses)."""
+    owner = facts.class_of(function)
+    return owner is not None and owner.name.value in facts.dataset_classes | facts.iterable_dataset_classes
 
 
 def _note_parameters_moved_here(facts: Facts) -> None:

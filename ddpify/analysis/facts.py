@@ -212,6 +212,9 @@ class FactRecord:
     parameters_moved_here: set[Holder] = field(default_factory=set)
     # For statements whose iterable mentions a name (a loader, usually), by that name.
     loops_over: dict[str, list[cst.For]] = field(default_factory=dict)
+    # Generator functions that pass over a parameter again and again (`while True: for x in
+    # loader: yield x`): each by the call that makes batches of it, with the loop of each pass.
+    generator_passes: dict[cst.Call, tuple[cst.For, str]] = field(default_factory=dict)
     models: list[Model] = field(default_factory=list)
     # Optimizers whose parameters come from no `X.parameters()` ddpify can name
     # (`models[0].parameters()`, a list of raw tensors): what they train cannot be wrapped.

@@ -16,6 +16,7 @@ from ddpify.analysis.control import (
     reached_when_run,
 )
 from ddpify.analysis.values import (
+    note_generator_passes_that_train,
     note_helper_output,
     note_loaders_returned_in_a_tuple,
     note_loops_taking_batches_with_next,
@@ -69,7 +70,9 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
     note_entries_of_received_dicts(facts)
     note_helper_output(facts, collector.helper_calls)
     mark_loops_calling_training_functions(facts, collector.training_calls)
+    collector.note_generators_over_loaders()
     note_loops_taking_batches_with_next(facts, collector.next_calls, collector.iteration_wrappers)
+    note_generator_passes_that_train(facts)
     note_loaders_returned_in_a_tuple(facts)
     if facts.library:
         project = collector.project

@@ -541,6 +541,18 @@ class ValueFlow(Navigation):
                     yield (callee, parameter, call, key) if entries else (callee, parameter, call)
 
 
+def note_generator_passes_that_train(facts: ValueFlow) -> None:
+    """The pass loop of a generator over a loader (collector.note_generators_over_loaders)
+    whose batches a training loop draws with next() is part of that training: its loader is
+    trained on, not evaluated."""
+    for call, (loop, _) in facts.generator_passes.items():
+        assign = facts.parents.get(call)
+        targets = [dotted_name(target.target) for target in assign.targets] if isinstance(assign, cst.Assign) else []
+        if any(taking in facts.training_loops or taking in facts.loops_calling_training
+               for target in targets if target is not None for taking in facts.loops_over.get(target, ())):
+            facts.loops_calling_training.add(loop)
+
+
 def note_loops_taking_batches_with_next(facts: ValueFlow, next_calls: list[cst.Call],
         iteration_wrappers: dict[tuple[Optional[cst.FunctionDef], str], list[str]]) -> None:
     """`it = iter(loader)` ... `for step in range(n): x, y = next(it)`: the step loop goes
@@ -555,7 +567,9 @@ def note_loops_taking_batches_with_next(facts: ValueFlow, next_calls: list[cst.C
             loops = loops[:1] if len(set(loops)) == 1 else []
         if not loops:
             continue
-        for name in names_within(call.args[0].value):
+        # `next(it)`, or `it.__next__()`.
+        source = call.args[0].value if call.args else cast(cst.Attribute, call.func).value
+        for name in names_within(source):
             for taken in [name, *iteration_wrappers.get((function, name), ())]:
                 if loops[0] not in facts.loops_over.get(taken, ()):
                     facts.loops_over.setdefault(taken, []).append(loops[0])

@@ -294,7 +294,13 @@ def _can_add_sampler(facts: Facts, setup: Plan, loader: Loader) -> bool:
         return False
     if loader.kwargs_name is not None:
         if "shuffle" in loader.keywords:
-            # `shuffle=True, **kwargs`: fine when the dict's keys are all known and it
+            if _literal_true(loader.keywords["shuffle"].value):
+                # Rule: `shuffle=True, **kwargs` (kwargs handed in by a caller, or read from a
+                # config): the dict holds no shuffle (a keyword given twice is a TypeError)
+                # and no sampler or batch_sampler (DataLoader refuses either beside
+                # shuffle=True), or the original would fail; the sampler can be added.
+                return True
+            # `shuffle=False, **kwargs`: fine when the dict's keys are all known and it
             # holds neither shuffle nor a sampler.
             keys = known_dict_keys(facts, loader.kwargs_name)
             return keys is not None and not keys & {"shuffle", "sampler", "batch_sampler"}
@@ -302,6 +308,10 @@ def _can_add_sampler(facts: Facts, setup: Plan, loader: Loader) -> bool:
         sharing = [other for other in facts.loaders if other.kwargs_name == loader.kwargs_name]
         return len(sharing) == 1
     return not any(arg.star for arg in loader.call.args)
+
+
+def _literal_true(value: cst.BaseExpression) -> bool:
+    return isinstance(value, cst.Name) and value.value == "True"
 
 
 def add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: Plan, epoch: bool = True) -> None:

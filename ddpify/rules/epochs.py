@@ -143,7 +143,8 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
     for position, (epoch_loop, name_there) in enumerate(epoch_loops):
         epoch = cast(cst.Name, epoch_loop.target).value
         via_loader = not isinstance(loader, ExternalLoader) and not (
-            sampler.startswith("self.") or facts.function_of(epoch_loop) is loader.function)
+            _self_in_scope(facts, sampler, epoch_loop, loader.function)
+            or facts.function_of(epoch_loop) is loader.function)
         if position or not _counts_epochs(facts, epoch_loop):
             # A loop over something else than a count (`for lr in candidates:`, a float each
             # time) has no epoch number to hand set_epoch: it counts on from the sampler's.
@@ -184,11 +185,44 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
         edits.insert_before(loop, Insertion(edits.statements(code)))
         edits.report("DDP202", loop)
         return
+    _without_an_epoch_loop(facts, edits, loader)
+
+
+def _without_an_epoch_loop(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader]) -> None:
+    """No loop counts this loader's epochs: a generator's passes over it do, or a single
+    pass needs none, or the caller's loop sets it; else DDP211."""
+    if _set_epoch_in_generator_passes(facts, edits, loader):
+        return
     handed_in = isinstance(loader, ExternalLoader) and loader.statement is loader.function
     if not handed_in and not handed_to_project_training(facts, loader.function, loader.name) \
             and not _report_one_pass(facts, edits, loader):
         # (A loader this helper module is handed gets its epoch from the caller's loop.)
         edits.report("DDP211", loader.call, _no_epoch_loop_reason(facts, edits, loader))
+
+
+def _set_epoch_in_generator_passes(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader]) -> bool:
+    """Rule: `def endless(loader): while True: for x, _ in loader: yield x`, handed this
+    loader, the training steps drawing from it with next(): each pass of the generator is an
+    epoch, so the sampler learns its next epoch at the top of each pass (counted on the
+    sampler itself), where the generator's parameter names the loader. Under plain `python`
+    the loader keeps its own sampler, and the test is False."""
+    holders = facts.holders_from(loader.function, loader.name)
+    done = False
+    for call, (loop, parameter) in facts.generator_passes.items():
+        if loop not in facts.loops_calling_training:
+            continue
+        handed = [facts.held_name(arg.value) for arg in call.args if not arg.star]
+        if not any((facts.function_of(call), name) in holders or (None, name) in holders or (
+                name is not None and name.startswith("self.") and any(held == name for _, held in holders))
+                for name in handed):
+            continue
+        code = SET_EPOCH_EXTERNAL_CODE.format(loader=parameter, epoch=f"{parameter}.sampler.epoch + 1")
+        statements = edits.statements(code)
+        if not _inserted_already(edits, loop, statements):
+            edits.insert_before(loop, Insertion(statements))
+            edits.report("DDP202", loop)
+        done = True
+    return done
 
 
 def _report_one_pass(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader]) -> bool:
@@ -265,6 +299,14 @@ def _no_epoch_loop_reason(facts: Facts, edits: Edits, loader: Union[Loader, Exte
     return (f"no epoch loop found for set_epoch: the loader goes to `{edits.code(call.func)}(...)`, whose "
             "epochs ddpify cannot see; call `loader.sampler.set_epoch(epoch)` there at the start of each "
             "epoch, or every epoch repeats the first one's order")
+
+
+def _self_in_scope(facts: Facts, sampler: str, epoch_loop: cst.For, function: Optional[cst.FunctionDef]) -> bool:
+    """`self.train_sampler` is this object's where the epoch loop is a method of the class
+    that made it; from main()'s loop over `trainer.training(epoch)` the loader carries it."""
+    loop_function = facts.function_of(epoch_loop)
+    return sampler.startswith("self.") and function is not None and loop_function is not None \
+        and facts.class_of(loop_function) is not None and facts.class_of(loop_function) is facts.class_of(function)
 
 
 def _insert_set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader], epoch_loop: cst.For,

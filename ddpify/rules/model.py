@@ -23,6 +23,7 @@ from ddpify.analysis.nodes import (
     dotted_name,
     find_all,
     handed_for,
+    is_false,
     names_within,
     positional_parameters,
 )
@@ -56,6 +57,15 @@ RULES = (
          "gone the model's own keys have no prefix, so a checkpoint written before the "
          "migration (or a released one) would no longer load.",
          "Nothing to do; the prefix is stripped only where present."),
+    Rule("DDP113", Severity.WARNING, "gradient penalty through the wrapped model: give it no backward of its own",
+         "`torch.autograd.grad(..., create_graph=True)` over the output of a wrapped model (a WGAN-GP "
+         "or R1 penalty) builds a second backward that reaches only the parameters the input "
+         "gradient depends on (not the last layer's bias). A `.backward()` of the penalty alone "
+         "therefore leaves DDP waiting for the other gradients, and the next forward fails with "
+         "\"Expected to have finished reduction in the prior iteration\", even with "
+         "find_unused_parameters=True or static_graph=True.",
+         "Add the penalty to the loss and call backward once (`(d_loss + gp).backward()`); then "
+         "silence this with `# ddpify: ignore[DDP113]` on the autograd.grad line."),
     Rule("DDP103", Severity.EDIT, "raw model reached through `.module`",
          "A DDP wrapper prefixes every state_dict key with `module.`; checkpoints must hold "
          "the unwrapped model so that they load without DDP.",
@@ -96,6 +106,7 @@ RULES = (
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     _replace_data_parallel(facts, edits)
+    _report_gradient_penalties(facts, edits)
     if facts.batchnorm_calls and not edits.options.sync_batchnorm:
         edits.report("DDP104", facts.batchnorm_calls[0])
     for optimizer in facts.optimizers_without_model:
@@ -825,6 +836,63 @@ def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, an
     _hand_back_the_module(facts, edits, model)
 
 
+def _report_gradient_penalties(facts: Facts, edits: Edits) -> None:
+    """Rule: a second-order gradient (`torch.autograd.grad(..., create_graph=True)`) in a file
+    whose models are wrapped is a gradient penalty through a DDP model; its backward on its
+    own reaches only part of the parameters (DDP113). Not reported where the penalty is
+    summed into a loss with other terms and only that sum is backpropagated (`d_loss = d_real
+    + d_fake + lambda_gp * d_loss_gp; d_loss.backward()`): one backward covers every
+    parameter. Where ddpify cannot follow the penalty to such a sum, it is reported."""
+    if not facts.models:
+        return
+    for call in facts.calls_named.get("torch.autograd.grad", ()):
+        if any(arg.keyword is not None and arg.keyword.value == "create_graph" and not is_false(arg.value)
+               for arg in call.args) and not _summed_into_one_backward(facts, call):
+            edits.report("DDP113", call)
+
+
+def _summed_into_one_backward(facts: Facts, call: cst.Call) -> bool:
+    """Rule: the call is in a function that returns the penalty (`def gradient_penalty(...):
+    ... return ((norm - 1) ** 2).mean()`); the names its callers assign it to have no
+    `.backward()` of their own, and a sum that reads one of them is backpropagated
+    (`d_loss = ... + lambda_gp * d_loss_gp` then `d_loss.backward()`, or `(loss + gp).backward()`).
+    A penalty computed inline is not followed (reported)."""
+    holders = _penalty_holders(facts, call)
+    backwards = [backward for callee, calls in facts.calls_by_callee.items() if callee.endswith(".backward")
+                 for backward in calls if isinstance(backward.func, cst.Attribute)]
+    receivers = [cast(cst.Attribute, backward.func).value for backward in backwards]
+    names = {dotted_name(receiver) for receiver in receivers}
+    if not holders or names & holders:
+        return False
+    summed = [receiver for receiver in receivers if isinstance(receiver, cst.BinaryOperation)]
+    summed += [value for name in names if name is not None for value in facts.assigned_values.get(name, ())
+               if isinstance(value, cst.BinaryOperation)]
+    return any(set(names_within(value)) & holders for value in summed)
+
+
+def _penalty_holders(facts: Facts, call: cst.Call) -> set[str]:
+    """The names the callers of the call's function assign its result to, where that function
+    returns what it computes from the gradient; empty otherwise."""
+    function = facts.function_of(call)
+    if function is None:
+        return set()
+    held = {name for assign in find_all(facts.statement_of(call), cst.Assign)
+            for target in assign.targets for name in names_within(target.target)}
+    for _ in range(3):
+        held |= {name for name, values in facts.assigned_values.items() for value in values
+                 if facts.function_of(value) is function and set(names_within(value)) & held}
+    returned = [each.value for each in facts.own_statements(function, cst.Return) if each.value is not None]
+    if not any(set(names_within(value)) & held or call in calls_within(value) for value in returned):
+        return set()
+    outside: set[str] = set()
+    for caller in facts.calls_of(function):
+        assign = facts.parents.get(caller)
+        if not isinstance(assign, cst.Assign):
+            return set()  # handed on unnamed: not followed
+        outside.update(name for target in assign.targets for name in names_within(target.target))
+    return outside
+
+
 def _hand_back_the_module(facts: Facts, edits: Edits, model: Model) -> None:
     """Rule: `def fit(net, loader, device): net.to(device)`, wrapped there, and then `return
     net` (or `return net, history`): the caller handed in the module and gets the module
@@ -1198,6 +1266,7 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
                if facts.device_moves.get(parameter) and any(facts.function_of(move) is callee
                                                             for move in facts.device_moves[parameter])
                and _moved_in_place_by_a_helper(facts, callee, parameter, trains_in)]
+    moving += _calls_of_methods_moving(facts, model)
     # `model.encoder.to(device)`, or `head.to(device)` after `model = nn.Sequential(backbone,
     # head)`: a part of the model reaches its device, and the model with it.
     moving += [facts.statement_of(call) for part in _parts_of(facts, model)
@@ -1269,6 +1338,20 @@ def _moved_first_in_training(facts: Facts, model: Model, training: Optional[cst.
             for statement in [*facts.statements_touching.get(model.name, ()), *moving]):
         return None
     return min(inside, key=facts.start_of)
+
+
+def _calls_of_methods_moving(facts: Facts, model: Model) -> list[Statement]:
+    """Rule: `self.net = Net()` then `self.enable_gpu(flag)` in __init__, whose body moves
+    `self.net` (`self.net.cuda()` under a flag): a method of the same class called where the
+    model is built moves it in place. That call is a move of the model, so the wrap follows
+    it, and the move in the method, before the wrap, stays as written."""
+    function = model.function
+    if function is None or not model.name.startswith("self.") or facts.class_of(function) is None:
+        return []
+    methods = {facts.function_of(call) for call in facts.device_moves.get(model.name, ())}
+    return [facts.statement_of(call) for method in methods
+            if method is not None and method is not function and facts.class_of(method) is facts.class_of(function)
+            for call in facts.calls_of(method) if facts.function_of(call) is function]
 
 
 def _reaching_inside(facts: Facts, compound: cst.CSTNode, reaching: list[Statement],
@@ -1703,9 +1786,18 @@ _SELF_RETURNING_METHODS = frozenset({"cpu", "cuda", "to", "eval", "train", "floa
 
 
 def _before_wrap(facts: Facts, node: cst.CSTNode, wrap: cst.BaseStatement) -> bool:
-    """In the wrap's function, before the wrap or inside the statement it follows."""
-    same_function = facts.function_of(node) is facts.function_of(wrap)
-    return same_function and facts.start_of(node) < facts.end_of(wrap)
+    """In the wrap's function, before the wrap or inside the statement it follows; or in a
+    method of the same class that only the wrap's function calls, each time before the wrap
+    (`self.enable_gpu(flag)` in __init__, whose body moves the model: _calls_of_methods_moving)."""
+    function, wrapping = facts.function_of(node), facts.function_of(wrap)
+    if function is wrapping:
+        return facts.start_of(node) < facts.end_of(wrap)
+    if function is None or wrapping is None or facts.class_of(function) is None \
+            or facts.class_of(function) is not facts.class_of(wrapping):
+        return False
+    calls = facts.calls_of(function)
+    return bool(calls) and all(facts.function_of(call) is wrapping and facts.start_of(call) < facts.end_of(wrap)
+                               for call in calls)
 
 
 def _unwrapped(name: str, edits: Edits, quote: str = '"') -> Rewrite:
@@ -1964,6 +2056,20 @@ CASES = (
     Emits(TRAINING.replace("torch.nn.Linear(4, 1)", "torch.nn.ModuleList([torch.nn.Linear(4, 1)])")
           .replace("model.parameters()", "model[0].parameters()"), "DDP903"),
     Emits(TRAINING, "DDP101", ("model = DDP(model, device_ids=[local_rank]",)),
+    Emits(TRAINING.replace("        loss.backward()\n",
+                           "        x = x.to(device).requires_grad_(True)\n"
+                           "        g, = torch.autograd.grad(model(x).sum(), x, create_graph=True)\n"
+                           "        (g.norm() ** 2).backward()\n        loss.backward()\n"), "DDP113"),
+    Silent(TRAINING.replace("        loss.backward()\n",
+                            "        x = x.to(device).requires_grad_(True)\n"
+                            "        g, = torch.autograd.grad(model(x).sum(), x)\n        loss.backward()\n"),
+           "DDP113"),
+    Silent(TRAINING.replace("import torch\n", "import torch\n\n\ndef penalty(net, x):\n"
+                            "    x = x.requires_grad_(True)\n"
+                            "    g, = torch.autograd.grad(net(x).sum(), x, create_graph=True)\n"
+                            "    return (g.norm() - 1) ** 2\n\n", 1)
+           .replace("        loss.backward()\n", "        gp = penalty(model, x.to(device))\n"
+                    "        total = loss + 10 * gp\n        total.backward()\n"), "DDP113"),
     Emits(TRAINING.replace("model = torch.nn.Linear(4, 1)", "model = torch.nn.DataParallel(torch.nn.Linear(4, 1))"),
           "DDP102", ("model = torch.nn.Linear(4, 1).to(device)",)),
     Emits(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)",

@@ -689,6 +689,11 @@ def _follow_the_moves_test(facts: Facts, edits: Edits, plan: Plan, anchor: Optio
     code, test = tests.popitem()
     if _only_asks_for_cuda(facts, test):
         return  # the setup's own test already
+    if _reads_names_of_another_function(facts, plan, test):
+        edits.report("DDP007", test, f"the models go to the GPU only when `{code}`, which reads names of "
+                     "the function that moves them, not where the distributed setup must run: the setup "
+                     f"cannot follow it; set `{code}` where the setup can read it, or choose the device by name")
+        return
     if not _reads_only_names_bound_before(facts, plan, anchor, code):
         edits.report("DDP007", test, f"the models go to the GPU only when `{code}`, which is set after "
                      "the point where the distributed setup must run: the setup takes the GPU whenever "
@@ -720,6 +725,19 @@ def _test_around(facts: Facts, node: cst.CSTNode) -> Optional[cst.BaseExpression
             return parent.test
         child, parent = parent, facts.parents.get(parent)
     return None
+
+
+def _reads_names_of_another_function(facts: Facts, plan: Plan, test: cst.BaseExpression) -> bool:
+    """Rule: `def enable_gpu(self, wanted): if wanted: self.net.cuda()`, with the setup in
+    another function (where the loader is, `train()`): the test reads a parameter or a local
+    name of the method that moves, which does not exist where the setup goes."""
+    function = facts.function_of(test)
+    if function is None or function is plan.function:
+        return False
+    local = set(parameter_names(function)) | {
+        name for statement in facts.own_statements(function, cst.Assign)
+        for target in statement.targets for name in target_names(target.target)}
+    return bool(names_in(test) & local)
 
 
 def _reads_only_names_bound_before(facts: Facts, plan: Plan, anchor: Optional[BlockItem], code: str) -> bool:
