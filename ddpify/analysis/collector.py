@@ -1027,7 +1027,8 @@ class Collector(cst.CSTVisitor):
         # they were built in (`params = [p for n, p in model.named_parameters() if ...]`).
         named = False
         for call in calls_within(first) + self._calls_in_values_of(first) + self._parameters_collected_in(first):
-            if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("parameters", "named_parameters"):
+            if isinstance(call.func, cst.Attribute) and (call.func.attr.value in ("parameters", "named_parameters")
+                                                         or self._hands_out_parameters(call)):
                 model = dotted_name(call.func.value)
                 named = named or model is not None
                 if model and model != "self" and all(m.name != model for m in self.facts.models):
@@ -1039,6 +1040,12 @@ class Collector(cst.CSTVisitor):
             self.self_optimizer_methods.add(cast(cst.FunctionDef, self._function()).name.value)
         elif not named:
             self.facts.optimizers_without_model.append(node)
+
+    def _hands_out_parameters(self, call: cst.Call) -> bool:
+        """`model.get_1x_lr_params()` where every `model = DeepLab(...)` makes an object of a
+        class of another module of the project whose method hands out its parameters."""
+        methods = self._methods_of_project_objects(dotted_name(call.func) or "")
+        return bool(methods) and all(self.project.hands_out_own_parameters(method) for method in methods)
 
     def _over_own_parameters(self, node: cst.Call) -> bool:
         """`configure_optimizers(self)` of a model class: groups built from

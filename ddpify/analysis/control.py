@@ -155,7 +155,7 @@ class Facts(ValueFlow):
         for call in self.calls_of(function):
             outer = self.enclosing_loops(call)
             if outer:
-                found.append((outer[0], name))
+                found.append((outer[0], _on_the_receiver(call, name)))
         return found
 
     def first_training_call_in(self, function: Optional[cst.FunctionDef],
@@ -170,6 +170,15 @@ class Facts(ValueFlow):
         here = [call for call in calls if self.function_of(call) is function
                 and (after is None or self.start_of(call) > self.start_of(after))]
         return min(here, key=self.start_of, default=None)
+
+
+def _on_the_receiver(call: cst.Call, name: str) -> str:
+    """`self.train_loader` as the caller of the method names it: `trainer.train_loader` at
+    `trainer.training(epoch)` in main(); unchanged inside the class (`self.train_epoch()`)."""
+    receiver = dotted_name(call.func.value) if isinstance(call.func, cst.Attribute) else None
+    if not name.startswith("self.") or receiver is None or receiver == "self":
+        return name
+    return receiver + name[len("self"):]
 
 
 def note_loaders_from_callers(facts: Facts, wrappers: Mapping[Holder, list[str]]) -> None:

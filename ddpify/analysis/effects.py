@@ -504,6 +504,18 @@ class FunctionEffects:
         return any(self._builds_loader(value) or isinstance(value, ast.Name) and any(
             self._builds_loader(made) for made in bound.get(value.id, ())) for value in returned)
 
+    def hands_out_own_parameters(self, name: str) -> bool:
+        """Rule: a method of a class that yields or returns what it reads from `.parameters()`
+        or `.named_parameters()` (DeepLab's `get_1x_lr_params(self)`, `optim_parameters(self,
+        args)`): `SGD([{"params": model.get_1x_lr_params()}, ...])` trains the object."""
+        function = self._functions.get(name)
+        if function is None or self.class_of(name) is None:
+            return False
+        reads = any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("parameters", "named_parameters") for node in ast.walk(function))
+        returned = [node for node in ast.walk(function) if isinstance(node, ast.Return) and node.value is not None]
+        return reads and (_yields(function) or bool(returned))
+
     def returns_optimizer_class(self, name: str) -> bool:
         """Rule: every return of the function is a class of torch.optim, not an optimizer
         (semseg's `get_optimizer(cfg)`: `return SGD`, `return key2opt[name]` of a module-level

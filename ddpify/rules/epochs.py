@@ -132,6 +132,13 @@ def _named(name: str) -> Callable[[cst.Call], cst.BaseExpression]:
     return rewrite
 
 
+def _self_in_scope(facts: Facts, node: cst.CSTNode) -> bool:
+    """`self` names the object at node: a method's (its first parameter is `self`)."""
+    function = facts.function_of(node)
+    parameters = function.params.params if function is not None else ()
+    return bool(parameters) and parameters[0].name.value == "self"
+
+
 def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader], sampler: str,
                template: str = SET_EPOCH_CODE, via_loader_template: str = SET_EPOCH_VIA_LOADER_CODE) -> None:
     """At the top of the epoch loop: the loop around the pass over the loader, which may sit
@@ -143,7 +150,8 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
     for position, (epoch_loop, name_there) in enumerate(epoch_loops):
         epoch = cast(cst.Name, epoch_loop.target).value
         via_loader = not isinstance(loader, ExternalLoader) and not (
-            sampler.startswith("self.") or facts.function_of(epoch_loop) is loader.function)
+            sampler.startswith("self.") and _self_in_scope(facts, epoch_loop)
+            or facts.function_of(epoch_loop) is loader.function)
         if position or not _counts_epochs(facts, epoch_loop):
             # A loop over something else than a count (`for lr in candidates:`, a float each
             # time) has no epoch number to hand set_epoch: it counts on from the sampler's.
