@@ -18,8 +18,12 @@ Finding = tuple[str, int, str]
 
 
 def loader_calls(source: Source) -> list[ast.Call]:
+    """Calls of torch's DataLoader, under any alias; not of a class of the same name that a
+    module other than torch's gives (cs230's `from model.data_loader import DataLoader`, a
+    batch maker of the project's own, which the migration reads as no DataLoader either)."""
     aliases = {"DataLoader"} | {alias for alias, name in source.imported_as.items() if name == "DataLoader"}
-    return [call for call in source.calls if last_part(call.func) in aliases]
+    return [call for call in source.calls if last_part(call.func) in aliases
+            and not (isinstance(call.func, ast.Name) and call.func.id in source.imported_from_elsewhere)]
 
 
 def unsharded_loaders(original: Source, migrated: Source, reported_lines: set[int],
