@@ -246,6 +246,16 @@ class Project:
         definition = self._definition(qualified)
         return definition is not None and definition[0].returns_loader(definition[1])
 
+    def hands_out_own_parameters(self, qualified: str) -> bool:
+        """`qualified` is a method that hands out parameters of its object (`model.get_1x_lr_params()`)."""
+        definition = self._definition(qualified)
+        return definition is not None and definition[0].hands_out_own_parameters(definition[1])
+
+    def returns_optimizer_class(self, qualified: str) -> bool:
+        """Calling `qualified` returns a class of torch.optim (`optimizer_cls = get_optimizer(cfg)`)."""
+        definition = self._definition(qualified)
+        return definition is not None and definition[0].returns_optimizer_class(definition[1])
+
     def hands_out_batches(self, qualified: str) -> bool:
         """Calling `qualified` gives batches made by hand, certainly no DataLoader: a generator,
         or an iterator class of the project's own (`utils.build_iterator(data, config)`)."""

@@ -213,6 +213,17 @@ def test_loaders_and_samplers_kept_in_dicts_pass():
     assert codes(ORIGINAL, migrated.replace(".set_epoch(epoch)", ".epoch = epoch")) == ["DDP912"]
 
 
+def test_a_class_named_dataloader_of_another_module_is_no_torch_loader():
+    """cs230's `from model.data_loader import DataLoader`: the project's own batch maker, not
+    torch's DataLoader; the self-check asks no DistributedSampler of it."""
+    own = "from model.data_loader import DataLoader as BatchMaker\nfrom model.data_loader import DataLoader\n"
+    script = own + "data_loader = DataLoader('data', None)\n"
+    assert codes(script, script) == []
+    torchs = "from torch.utils.data import DataLoader\n"
+    loader = "loader = DataLoader(list(range(8)), batch_size=2, shuffle=True)\n"
+    assert codes(torchs + loader, torchs + loader) == ["DDP912"]
+
+
 def test_a_loader_handed_to_an_object_of_another_module_passes():
     """`trainer = Trainer(...); trainer.fit(loader)` with Trainer imported: its module sets the
     epoch where it iterates the loader. The same call on an object of this file's own class

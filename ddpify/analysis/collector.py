@@ -1057,12 +1057,31 @@ class Collector(cst.CSTVisitor):
         return isinstance(parent, cst.Expr)
 
     def _is_optimizer(self, node: cst.Call) -> bool:
-        qualified = self._qualified(node.func)
-        return any(
-            q.startswith(names.OPTIMIZER_PREFIX) and not q.startswith(names.LR_SCHEDULER_PREFIX)
-            and q[len(names.OPTIMIZER_PREFIX):][:1].isupper()
-            for q in qualified
-        )
+        return self._optimizer_class(node.func, chosen_before=True)
+
+    def _optimizer_class(self, value: cst.BaseExpression, chosen_before: bool = False, depth: int = 0) -> bool:
+        """A class of torch.optim: named (`optim.Adam`), picked by name (`getattr(torch.optim,
+        cfg.name)`), by a test (`SGD if momentum else Adam`), by a function of the project that
+        returns one (`get_optimizer(cfg)`, here or in another module), or, for the callee of an
+        optimizer call, a name every assignment of which is one of these (`optimizer_cls =
+        get_optimizer(cfg)`)."""
+        if any(names.is_optimizer_class(q) for q in self._qualified(value)):
+            return True
+        if isinstance(value, cst.IfExp):
+            return self._optimizer_class(value.body, depth=depth) and self._optimizer_class(value.orelse, depth=depth)
+        if isinstance(value, cst.Call):
+            if isinstance(value.func, cst.Name) and value.func.value == "getattr" and value.args:
+                return any(names.is_optimizer_module(q) for q in self._qualified(value.args[0].value))
+            own = self.facts.functions.get(value.func.value) if isinstance(value.func, cst.Name) else None
+            if own is not None and depth < 2:
+                returned = [each.value for each in find_all(own.body, cst.Return, into_functions=False)]
+                return bool(returned) and all(each is not None and self._optimizer_class(each, depth=depth + 1)
+                                              for each in returned)
+            return any(self.project.returns_optimizer_class(q) for q in self._qualified(value.func))
+        if chosen_before and isinstance(value, cst.Name):
+            values = self.facts.assigned_values.get(value.value, [])
+            return bool(values) and all(self._optimizer_class(each, depth=depth) for each in values)
+        return False
 
     def _record_optimizer(self, node: cst.Call) -> None:
         self._note_training()
@@ -1078,7 +1097,8 @@ class Collector(cst.CSTVisitor):
         # they were built in (`params = [p for n, p in model.named_parameters() if ...]`).
         named = False
         for call in calls_within(first) + self._calls_in_values_of(first) + self._parameters_collected_in(first):
-            if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("parameters", "named_parameters"):
+            if isinstance(call.func, cst.Attribute) and (call.func.attr.value in ("parameters", "named_parameters")
+                                                         or self._hands_out_parameters(call)):
                 model = dotted_name(call.func.value)
                 named = named or model is not None
                 if model and model != "self" and all(m.name != model for m in self.facts.models):
@@ -1090,6 +1110,12 @@ class Collector(cst.CSTVisitor):
             self.self_optimizer_methods.add(cast(cst.FunctionDef, self._function()).name.value)
         elif not named:
             self.facts.optimizers_without_model.append(node)
+
+    def _hands_out_parameters(self, call: cst.Call) -> bool:
+        """`model.get_1x_lr_params()` where every `model = DeepLab(...)` makes an object of a
+        class of another module of the project whose method hands out its parameters."""
+        methods = self._methods_of_project_objects(dotted_name(call.func) or "")
+        return bool(methods) and all(self.project.hands_out_own_parameters(method) for method in methods)
 
     def _over_own_parameters(self, node: cst.Call) -> bool:
         """`configure_optimizers(self)` of a model class: groups built from

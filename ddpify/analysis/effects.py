@@ -113,6 +113,10 @@ class FunctionEffects:
                         and isinstance(node.value, ast.Call)
                         and self.qualified(dotted_ast(node.value.func) or "") == names.GET_LOGGER
                         for target in node.targets if isinstance(target, ast.Name)}
+        # Module-level `key2opt = {"sgd": SGD, ...}`: tables a function may return an entry of.
+        self._module_dicts = {target.id: node.value for node in tree.body if isinstance(node, ast.Assign)
+                              and isinstance(node.value, ast.Dict)
+                              for target in node.targets if isinstance(target, ast.Name)}
         self._resolve_elsewhere = resolve_elsewhere
         self._known: dict[str, str] = {}
         self._guarding: dict[str, bool] = {}
@@ -515,6 +519,42 @@ class FunctionEffects:
         returned, bound = _returned_and_bound(function)
         return any(self._builds_loader(value) or isinstance(value, ast.Name) and any(
             self._builds_loader(made) for made in bound.get(value.id, ())) for value in returned)
+
+    def hands_out_own_parameters(self, name: str) -> bool:
+        """Rule: a method of a class that yields or returns what it reads from `.parameters()`
+        or `.named_parameters()` (DeepLab's `get_1x_lr_params(self)`, `optim_parameters(self,
+        args)`): `SGD([{"params": model.get_1x_lr_params()}, ...])` trains the object."""
+        function = self._functions.get(name)
+        if function is None or self.class_of(name) is None:
+            return False
+        reads = any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("parameters", "named_parameters") for node in ast.walk(function))
+        returned = [node for node in ast.walk(function) if isinstance(node, ast.Return) and node.value is not None]
+        return reads and (_yields(function) or bool(returned))
+
+    def returns_optimizer_class(self, name: str) -> bool:
+        """Rule: every return of the function is a class of torch.optim, not an optimizer
+        (semseg's `get_optimizer(cfg)`: `return SGD`, `return key2opt[name]` of a module-level
+        dict of them, `return getattr(torch.optim, name)`): its caller builds the optimizer
+        by calling what it returns."""
+        function = self._functions.get(name)
+        if function is None:
+            return False
+        returned = [node.value for node in ast.walk(function) if isinstance(node, ast.Return)]
+        return bool(returned) and all(value is not None and self._optimizer_class(value) for value in returned)
+
+    def _optimizer_class(self, value: ast.expr) -> bool:
+        if isinstance(value, ast.IfExp):
+            return self._optimizer_class(value.body) and self._optimizer_class(value.orelse)
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "getattr" \
+                and value.args:
+            return names.is_optimizer_module(self.qualified(dotted_ast(value.args[0]) or ""))
+        if isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name):
+            table = self._module_dicts.get(value.value.id)
+            return table is not None and bool(table.values) and all(
+                entry is not None and self._optimizer_class(entry) for entry in table.values)
+        dotted = dotted_ast(value)
+        return dotted is not None and names.is_optimizer_class(self.qualified(dotted))
 
     def hands_out_batches(self, name: str) -> bool:
         """What calling `name` gives is certainly no DataLoader but batches the project makes

@@ -81,6 +81,18 @@ BATCHNORM = frozenset(
 
 OPTIMIZER_PREFIX = "torch.optim."
 LR_SCHEDULER_PREFIX = "torch.optim.lr_scheduler."
+
+
+def is_optimizer_class(qualified: str) -> bool:
+    """`torch.optim.SGD`: a class torch.optim itself names (not a scheduler, nor a class of
+    one of its modules, such as `torch.optim.swa_utils.AveragedModel`)."""
+    return qualified.startswith(OPTIMIZER_PREFIX) and not qualified.startswith(LR_SCHEDULER_PREFIX) \
+        and qualified[len(OPTIMIZER_PREFIX):][:1].isupper()
+
+
+def is_optimizer_module(qualified: str) -> bool:
+    """`torch.optim` itself: `getattr(torch.optim, name)` picks one of its classes."""
+    return qualified == OPTIMIZER_PREFIX[:-1]
 CLIP_GRAD = frozenset({"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_"})
 AUTOCAST = frozenset(
     {"torch.autocast", "torch.cuda.amp.autocast", "torch.amp.autocast",

@@ -9,7 +9,7 @@ reads the same decision here, so that it sets the epoch of exactly the entries t
 DistributedSampler and reports a training pass over an entry left whole.
 """
 import ast
-from typing import Callable, Optional
+from typing import Callable, Optional, Union, cast
 
 from ddpify.analysis.ast_names import dotted_ast
 from ddpify.analysis.names import trains_by_look
@@ -38,6 +38,8 @@ def returned_loader_dict(function: ast.FunctionDef, builds_loader: Callable[[ast
         if len(values) != 1:
             return None
         value = values[0]
+    if isinstance(value, ast.Dict) and not value.keys and isinstance(returns[0].value, ast.Name):
+        return _filled_per_key(function, returns[0].value.id, builds_loader)
     entries = _entries(value, bound, builds_loader)
     if not entries:
         return None
@@ -45,8 +47,100 @@ def returned_loader_dict(function: ast.FunctionDef, builds_loader: Callable[[ast
     return {key: _sharded(key, call, built_as, variable) for key, (call, built_as) in entries.items()}
 
 
-def _own_nodes(function: ast.FunctionDef) -> list[ast.AST]:
-    """The nodes of the function, not of a function or class defined inside it."""
+def _filled_per_key(function: ast.FunctionDef, name: str, builds_loader: Callable[[ast.expr], bool]
+                    ) -> Optional[dict[str, bool]]:
+    """`loaders = {}`, then `for split in ["train", "val", "test"]:` whose pass stores one
+    loader by the loop's key (`loaders[split] = dl`): the loader built in the pass, or, when
+    `if split == "train":` / `else:` build it apart, the one the key's branch builds. Tests
+    of anything but the key (`if split in types:`) keep every branch; keys whose loaders
+    the migration would shard differently, or that no loader is built for, say no."""
+    stores = [node for node in _own_nodes(function) if isinstance(node, ast.Assign) and len(node.targets) == 1
+              and isinstance(node.targets[0], ast.Subscript) and isinstance(node.targets[0].value, ast.Name)
+              and node.targets[0].value.id == name]
+    loops = [loop for loop in _own_nodes(function) if isinstance(loop, ast.For)
+             and any(store in _own_nodes(loop) for store in stores)]
+    if len(stores) != 1 or len(loops) != 1 or not isinstance(stores[0].targets[0], ast.Subscript):
+        return None
+    store, loop = stores[0], loops[0]
+    key_name, keys = _keys_looped(loop)
+    key = store.targets[0].slice  # type: ignore[attr-defined]
+    if key_name is None or keys is None or not isinstance(key, ast.Name) or key.id != key_name:
+        return None
+    stored = store.value
+    if isinstance(stored, ast.Call) and builds_loader(stored):
+        return {key: _sharded(key, stored, None, key_name) for key in keys}
+    if not isinstance(stored, ast.Name):
+        return None
+    built = [(node.value, _tests_on_the_way(loop, node)) for node in _own_nodes(loop)
+             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+             and node.targets[0].id == stored.id]
+    if not built or not all(isinstance(call, ast.Call) and builds_loader(call) for call, _ in built):
+        return None
+    sharded: dict[str, bool] = {}
+    for key in keys:
+        decisions = {_sharded(key, cast(ast.Call, call), stored.id, None) for call, tests in built
+                     if all(_holds(test, holds, key_name, key) is not False for test, holds in tests)}
+        if len(decisions) != 1:
+            return None
+        sharded[key] = decisions.pop()
+    return sharded
+
+
+def _keys_looped(loop: ast.For) -> tuple[Optional[str], Optional[list[str]]]:
+    """`for split in ["train", "val"]` or `for i, split in enumerate(("train", "val"))`: the
+    key's variable and the literal keys it takes."""
+    target, iterated = loop.target, loop.iter
+    if isinstance(target, ast.Tuple) and len(target.elts) == 2 and isinstance(iterated, ast.Call) \
+            and isinstance(iterated.func, ast.Name) and iterated.func.id == "enumerate" and len(iterated.args) == 1:
+        target, iterated = target.elts[1], iterated.args[0]
+    if not isinstance(target, ast.Name):
+        return None, None
+    return target.id, _literal_strings(iterated)
+
+
+def _tests_on_the_way(loop: ast.For, target: ast.AST) -> list[tuple[ast.expr, bool]]:
+    """The `if` tests between the loop and `target`, each with whether the branch taken
+    holds it (True in its body, False in its `else`)."""
+    def walk(statements: list[ast.stmt], tests: list[tuple[ast.expr, bool]]
+             ) -> Optional[list[tuple[ast.expr, bool]]]:
+        for statement in statements:
+            if statement is target:
+                return tests
+            if isinstance(statement, ast.If):
+                found = walk(statement.body, [*tests, (statement.test, True)]) \
+                    or walk(statement.orelse, [*tests, (statement.test, False)])
+            elif isinstance(statement, (ast.With, ast.Try)):
+                found = walk(statement.body, tests)
+            else:
+                found = None
+            if found is not None:
+                return found
+        return None
+    return walk(loop.body, []) or []
+
+
+def _holds(test: ast.expr, holds: bool, variable: str, key: str) -> Optional[bool]:
+    """Whether the branch is taken for `key`: a test of the key variable against literal
+    strings (`split == "train"`, `split in ("val", "test")`) is read; None for any other."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name)
+            and test.left.id == variable):
+        return None
+    comparator = test.comparators[0]
+    values = _literal_strings(comparator)
+    if values is None and isinstance(comparator, ast.Constant) and isinstance(comparator.value, str):
+        values = [comparator.value]
+    if values is None:
+        return None
+    operator = test.ops[0]
+    if isinstance(operator, (ast.Eq, ast.In)):
+        return (key in values) == holds
+    if isinstance(operator, (ast.NotEq, ast.NotIn)):
+        return (key not in values) == holds
+    return None
+
+
+def _own_nodes(function: Union[ast.FunctionDef, ast.For]) -> list[ast.AST]:
+    """The nodes of the function (or loop), not of a function or class defined inside it."""
     found: list[ast.AST] = []
     work: list[ast.AST] = list(function.body)
     while work:

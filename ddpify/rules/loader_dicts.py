@@ -404,7 +404,20 @@ def _note_received_passes(facts: Facts, setup: Plan, passes: list[DictPass], sha
         if not facts.loop_trains(each.loop) or not sharded & set(each.keys):
             continue
         key = each.key_variable if each.key_variable is not None else _quoted(each.keys[0])
-        setup.partly_sharded_loops.setdefault(each.loop, SHARDED_THERE.format(loader=f"{each.holder}[{key}]"))
+        loader = f"{each.holder}[{key}]"
+        if each.handed_by is not None:
+            # `train(model, optimizer, dataloader)` handed the entry: inside, the dict is out of
+            # sight, and the loop's own loader (its parameter) is the entry.
+            loader = dotted_name(_iterated_loader(each.loop)) or loader
+        setup.partly_sharded_loops.setdefault(each.loop, SHARDED_THERE.format(loader=loader))
+
+
+def _iterated_loader(loop: cst.For) -> cst.BaseExpression:
+    """`enumerate(dataloader)`, `tqdm(loader)`: the loader the wrappers go over."""
+    iterated = loop.iter
+    while isinstance(iterated, cst.Call) and iterated.args and not iterated.args[0].star:
+        iterated = iterated.args[0].value
+    return iterated
 
 
 def _entries_handed_to_training(facts: Facts, received: ExternalLoaderDict) -> list[tuple[cst.Call, str, str]]:

@@ -1117,7 +1117,18 @@ def _moved_elsewhere(facts: Facts, model: Model,
             continue  # the caller's model moves at the call, and is wrapped there
         for statement in facts.statements_touching.get(name, ()):
             in_scope = name.startswith("self.") or facts.function_of(statement) is function
-            if in_scope and facts.function_of(statement) is not model.function and _moves(statement, name):
+            # (Also in the same function, once stored on `self`: `self.model, self.optimizer =
+            # model, optimizer`, then `self.model = self.model.cuda()` further down __init__.)
+            later_on_self = name.startswith("self.") and anchor is not None \
+                and facts.start_of(statement) > facts.start_of(anchor)
+            if in_scope and (facts.function_of(statement) is not model.function or later_on_self) \
+                    and _moves(statement, name):
+                if later_on_self:
+                    # `if args.cuda: self.model = self.model.cuda()`: after the branch, so that
+                    # the model is wrapped on every path, on the device the branch chose.
+                    lifted = facts.ancestor_in(statement, facts.block_of(cast(Statement, anchor)))
+                    if isinstance(lifted, (cst.If, cst.With, cst.Try)):
+                        return lifted, name
                 return statement, name
     return None
 

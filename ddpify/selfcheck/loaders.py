@@ -18,8 +18,12 @@ Finding = tuple[str, int, str]
 
 
 def loader_calls(source: Source) -> list[ast.Call]:
+    """Calls of torch's DataLoader, under any alias; not of a class of the same name that a
+    module other than torch's gives (cs230's `from model.data_loader import DataLoader`, a
+    batch maker of the project's own, which the migration reads as no DataLoader either)."""
     aliases = {"DataLoader"} | {alias for alias, name in source.imported_as.items() if name == "DataLoader"}
-    return [call for call in source.calls if last_part(call.func) in aliases]
+    return [call for call in source.calls if last_part(call.func) in aliases
+            and not (isinstance(call.func, ast.Name) and call.func.id in source.imported_from_elsewhere)]
 
 
 def unsharded_loaders(original: Source, migrated: Source, reported_lines: set[int],
@@ -141,13 +145,9 @@ def _loader_handed_out(source: Source, sampler: ast.Call, names: list[str]) -> b
 def _returned_parts(source: Source) -> list[ast.expr]:
     """What the functions return, opened up: each element of a returned tuple, each entry of
     a returned dict (a literal, a comprehension, `dict(...)`), also of a dict bound to a name
-    first (`loaders = {...}` then `return loaders`)."""
-    bound: dict[str, list[ast.expr]] = {}
-    for node in ast.walk(source.tree):
-        if isinstance(node, ast.Assign):
-            for target in node.targets:
-                if isinstance(target, ast.Name):
-                    bound.setdefault(target.id, []).append(node.value)
+    first (`loaders = {...}` then `return loaders`), and what is stored into such a name by
+    key (`loaders = {}`, then `loaders[split] = dl` in a loop over the splits)."""
+    bound, stored = _bound_and_stored(source)
     parts: list[ast.expr] = []
     work = [node.value for node in ast.walk(source.tree) if isinstance(node, ast.Return) and node.value is not None]
     seen: set[int] = set()
@@ -168,7 +168,24 @@ def _returned_parts(source: Source) -> list[ast.expr]:
         elif isinstance(value, ast.Name):
             containers = (ast.Dict, ast.DictComp, ast.Call)
             work.extend(each for each in bound.get(value.id, []) if isinstance(each, containers))
+            if any(isinstance(each, ast.Dict) for each in bound.get(value.id, [])):
+                work.extend(stored.get(value.id, []))
     return parts
+
+
+def _bound_and_stored(source: Source) -> tuple[dict[str, list[ast.expr]], dict[str, list[ast.expr]]]:
+    """What each plain name is bound to (`loaders = {}`), and what is stored into it by key
+    (`loaders[split] = dl`)."""
+    bound: dict[str, list[ast.expr]] = {}
+    stored: dict[str, list[ast.expr]] = {}
+    for node in ast.walk(source.tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    bound.setdefault(target.id, []).append(node.value)
+                elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+                    stored.setdefault(target.value.id, []).append(node.value)
+    return bound, stored
 
 
 def _loader_handed_on(source: Source, sampler: ast.Call, names: list[str]) -> bool:
