@@ -3,7 +3,7 @@ find wrong. The detection is in this package (loaders, models, output, setup); t
 their cases live here, beside it, rather than in ddpify/rules/, whose units plan edits.
 """
 from ddpify.diagnostics import Rule, Severity
-from ddpify.rules.cases import TRAINING, Flags
+from ddpify.rules.cases import TRAINING, Flags, Silent
 
 RULES = (
     Rule("DDP910", Severity.WARNING, "self-check: a device move of the original is missing from the output",
@@ -85,6 +85,9 @@ _LATE_WRAP = (
     "model = torch.nn.Linear(4, 1)\nif dist.is_initialized():\n    model = DDP(model)\nsetup()\n"
 )
 
+_SAVES_FRESH_WEIGHTS = ('is_main = torch.distributed.get_rank() == 0\nif is_main:\n'
+                        '    torch.save(torch.nn.Linear(4, 1).state_dict(), "init.pt")\n')
+
 CASES = (
     Flags(_MOVED, _MOVED.replace("model.to(device)\n", ""), "DDP910"),
     # `nn.DataParallel(model).to(device)` moves the model it wraps: dropping the whole line drops the move.
@@ -108,6 +111,11 @@ CASES = (
           _JOINED.replace("for epoch", _MAIN_BLOCK + "for epoch"), "DDP914"),
     Flags(TRAINING, _JOINED.replace("        loss.backward()", "        if is_main:\n            loss.backward()"),
           "DDP916"),
+    # A layer made for its fresh weights on rank 0 only, before the data is drawn from the same
+    # generator: the ranks' datasets differ. Seeded again in between, the streams agree.
+    Flags(TRAINING, _JOINED.replace("dataset = ", _SAVES_FRESH_WEIGHTS + "dataset = "), "DDP916"),
+    Silent(TRAINING.replace("dataset = ", 'torch.save(torch.nn.Linear(4, 1).state_dict(), "init.pt")\n'
+                            "torch.manual_seed(0)\ndataset = "), "DDP916"),
     Flags(TRAINING, _LATE_GROUP, "DDP917"),
     Flags(TRAINING, _LATE_WRAP, "DDP917"),
     Flags(TRAINING, TRAINING.replace("model(x.to(device))", "model(x.to(rank_device))"), "DDP919"),
