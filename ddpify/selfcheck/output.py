@@ -86,8 +86,8 @@ def draws_on_rank0_only(migrated: Source) -> Iterator[Finding]:
     different data. A draw later in a loop (noise, dropout) may differ per rank as it is; a
     seed set again between the two makes the streams agree. Weights drawn later differ per
     rank too, but the wrap broadcasts rank 0's: only later samples count."""
-    drawn_on_rank0 = [(call, generator) for call in migrated.calls
-                      if (generator := _generator_drawn(migrated, call)) and _under_rank_zero_if(migrated, call)]
+    drawn_on_rank0 = [(call, generator) for call in migrated.calls if _under_rank_zero_if(migrated, call)
+                      and (generator := _generator_drawn(migrated, call) or _drawn_by_function(migrated, call))]
     for guarded, generator in drawn_on_rank0:
         later = next((call for call in migrated.calls if call.lineno > guarded.lineno
                       and _generator_drawn(migrated, call, samples_only=True) == generator
@@ -124,6 +124,19 @@ def _generator_drawn(source: Source, call: ast.Call, samples_only: bool = False)
     parent = source.parents.get(call)
     if isinstance(parent, ast.Attribute) and parent.attr == "state_dict" and last[:1].isupper():
         return "torch"
+    return None
+
+
+def _drawn_by_function(source: Source, call: ast.Call) -> Optional[str]:
+    """The generator a function of this file draws from, where `call` calls it by name
+    (`torch.save(make_series(), path)`): one level down, as the function's own calls show."""
+    if not isinstance(call.func, ast.Name):
+        return None
+    for function in source.functions.get(call.func.id, ()):
+        for inner in source.calls_in(function):
+            generator = _generator_drawn(source, inner)
+            if generator is not None:
+                return generator
     return None
 
 

@@ -114,6 +114,10 @@ CASES = (
     # A layer made for its fresh weights on rank 0 only, before the data is drawn from the same
     # generator: the ranks' datasets differ. Seeded again in between, the streams agree.
     Flags(TRAINING, _JOINED.replace("dataset = ", _SAVES_FRESH_WEIGHTS + "dataset = "), "DDP916"),
+    # The same draw one call down, in a function of the file the guarded save calls.
+    Flags(TRAINING, _JOINED.replace("dataset = ", "def fresh():\n    return torch.randn(3)\n\n\n"
+                                    + _SAVES_FRESH_WEIGHTS.replace("torch.nn.Linear(4, 1).state_dict()", "fresh()")
+                                    + "dataset = "), "DDP916"),
     Silent(TRAINING.replace("dataset = ", 'torch.save(torch.nn.Linear(4, 1).state_dict(), "init.pt")\n'
                             "torch.manual_seed(0)\ndataset = "), "DDP916"),
     Flags(TRAINING, _LATE_GROUP, "DDP917"),
