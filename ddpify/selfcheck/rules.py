@@ -41,9 +41,13 @@ RULES = (
     Rule("DDP916", Severity.WARNING, "self-check: work every rank must do runs on rank 0 only",
          "A backward, a collective or a sampler's set_epoch under a rank-0 guard (often a "
          "`with open(log)` block guarded as a whole with the training inside): rank 0 waits "
-         "in DDP's all-reduce for ranks that never join it, and on NCCL the job hangs.",
+         "in DDP's all-reduce for ranks that never join it, and on NCCL the job hangs. Also a "
+         "draw from a global random generator (a fresh model saved as 'pretrained' weights, "
+         "noise written to a file) that only rank 0 makes before the data is drawn from the "
+         "same generator: the ranks then build different datasets or splits, with no error.",
          "Guard only the writes: keep the training on every rank, and let the other ranks open "
-         "`os.devnull` (`open(path if is_main else os.devnull, \"w\")`)."),
+         "`os.devnull` (`open(path if is_main else os.devnull, \"w\")`). For a draw: make it on "
+         "every rank before the guard, or seed the generator again after the guarded block."),
     Rule("DDP915", Severity.WARNING, "self-check: a string device became a torch.device",
          "The original holds its device as a string; code that reads it as one "
          "(`torch.autocast(device_type=device)`, `device.startswith(\"cuda\")`) raises once it "
