@@ -33,7 +33,6 @@ WITHOUT_A_FIXTURE = {
     "DDP912": "self-check: tests/test_selfcheck.py",
     "DDP914": "self-check: tests/test_selfcheck.py",
     "DDP915": "self-check: tests/test_selfcheck.py",
-    "DDP916": "self-check: tests/test_selfcheck.py",
     "DDP917": "self-check: tests/test_selfcheck.py",
     "DDP919": "self-check: tests/test_selfcheck.py",
     # A `# ddpify: ignore` comment that silences nothing: tests/test_suppressions.py.

@@ -12,7 +12,7 @@ import libcst as cst
 
 from ddpify.analysis.bindings import in_order, names_read_after, rebound, scope_statements
 from ddpify.analysis.control import Facts
-from ddpify.analysis.nodes import calls_within, dotted_name, names_in
+from ddpify.analysis.nodes import calls_within, dotted_name, find_all, names_in
 
 NO_GRAD = ("no_grad", "inference_mode")
 # Methods that change an object's state: a metric or meter filled batch by batch holds this
@@ -229,9 +229,21 @@ def _accumulation(facts: Facts, loop: cst.For, name: str) -> Optional[str]:
     if not _starts_from_number(facts, loop, name):
         return None
     assigned_in_loop = _simple_assignments(loop.body)
-    if all(_python_number(value, assigned_in_loop) for value in increments):
+    if all(_python_number(value, assigned_in_loop) or _returns_python_numbers(facts, value)
+           for value in increments):
         return "sum"
     return None
+
+
+def _returns_python_numbers(facts: Facts, value: cst.BaseExpression) -> bool:
+    """`dice_score(preds, masks)`: a function of this file whose every return is a Python
+    number (`(2 * inter / union).item()`), as _python_number reads it in the function."""
+    function = facts.functions.get(dotted_name(value.func) or "") if isinstance(value, cst.Call) else None
+    if function is None:
+        return False
+    returned = [node.value for node in find_all(function.body, cst.Return, into_functions=False)]
+    assigned = _simple_assignments(function.body)
+    return bool(returned) and all(each is not None and _python_number(each, assigned) for each in returned)
 
 
 def _starts_from_number(facts: Facts, loop: cst.For, name: str) -> bool:

@@ -662,7 +662,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         rank_local = _rank_local_in(facts, setup, loop)
         _report_stops_on_returned(facts, edits, loop, rank_local, reported)
         candidates = find_all(loop.body, cst.If, into_functions=False)
-        after = _after_batch_loop(facts, loop, rank_local, clock_reads)
+        after = _after_batch_loop(facts, setup, loop, rank_local, clock_reads)
         candidates.extend(after.ifs)
         rank_local |= after.rank_local
         clock_names, per_epoch = after.clock_names, after.per_epoch
@@ -825,7 +825,8 @@ class _AfterBatchLoop:
     per_epoch: list[cst.If] = field(default_factory=list)
 
 
-def _after_batch_loop(facts: Facts, loop: cst.For, rank_local: set[str], clock_reads: set[cst.Call]) -> _AfterBatchLoop:
+def _after_batch_loop(facts: Facts, setup: Plan, loop: cst.For, rank_local: set[str],
+                      clock_reads: set[cst.Call]) -> _AfterBatchLoop:
     found = _AfterBatchLoop(rank_local=set(rank_local))
     outer = facts.enclosing_loops(loop)
     if not outer:
@@ -845,9 +846,12 @@ def _after_batch_loop(facts: Facts, loop: cst.For, rank_local: set[str], clock_r
             found.per_epoch.append(statement)
         found.ifs.extend(find_all(statement, cst.If, into_functions=False))
     later = statements[statements.index(_child_of(facts, loop, outer[0])) + 1:]
+    shared = _SharedPasses.of(setup)
     for _ in range(2):  # what one pass makes rank-local may feed an earlier statement next epoch
+        current = set(found.rank_local)
         for statement in later:
-            _spread_rank_local(statement, found.rank_local, False)
+            _spread_in_order([statement], current, shared)
+            found.rank_local |= current
     return found
 
 
@@ -871,6 +875,76 @@ def _spread_rank_local(node: cst.CSTNode, rank_local: set[str], decided_locally:
         return
     for child in node.children:
         _spread_rank_local(child, rank_local, decided_locally, shared)
+
+
+def _spread_in_order(statements: Sequence[cst.CSTNode], current: set[str],
+                     shared: "_SharedPasses") -> None:
+    """_spread_rank_local over statements that run one after the other (the epoch loop's body
+    after its batch loop, a `with` block's), where `current` holds what is rank-local at each
+    point: a plain assignment from values no rank-local name feeds rebinds its names to what
+    every rank shares (`val_loss = 0.0`, `X, y = X.to(device), y.to(device)` after they were
+    rebound), and so does a loop over what every rank shares (_spread_in_shared_loop). Inside
+    an `if`, which may not run, names are only added."""
+    for statement in statements:
+        if isinstance(statement, cst.With):
+            _spread_in_order(statement.body.body, current, shared)
+        elif isinstance(statement, cst.For) and shared.over_shared(statement, current):
+            after = _spread_in_shared_loop(statement, current, shared)
+            current.clear()
+            current |= after
+        elif isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign) and not _read_in(small.value, current):
+                    current -= _plain_names_bound(small)
+                else:
+                    _spread_rank_local(small, current, False)
+        else:
+            _spread_rank_local(statement, current, False)
+
+
+@dataclass
+class _SharedPasses:
+    """The passes over evaluation data whose figures are the same on every rank after them:
+    those evaluation.py gathers (DDP216), and those over an evaluation loader it leaves whole
+    (no sampler: every rank evaluates the same batches). A pass over a loader given a sampler
+    (the training loader, to measure its accuracy) stays this rank's own."""
+
+    gathered: set[cst.For]
+    whole_loaders: set[str]
+
+    @staticmethod
+    def of(setup: Plan) -> "_SharedPasses":
+        sharded = {loader.name for loader in setup.loaders_given_a_sampler}
+        whole = {loader.name for loader in setup.evaluation_loaders} - sharded
+        return _SharedPasses(set(setup.gathered_evaluations), whole)
+
+    def over_shared(self, loop: cst.For, current: set[str]) -> bool:
+        if _read_in(loop.iter, current):
+            return False
+        return loop in self.gathered or bool(names_in(loop.iter) & self.whole_loaders)
+
+
+def _spread_in_shared_loop(loop: cst.For, current: set[str], shared: _SharedPasses) -> set[str]:
+    """What is rank-local after a pass over what every rank shares (_SharedPasses): its target
+    holds the same on every rank (`for X, y in val_loader` after `for X, y in train_loader`),
+    and so does what its body computes from it in order (`out = model(X)`, `loss =
+    criterion(out, y)`). The loop is taken to run at least once (an evaluation loader is not
+    empty): the state after one batch, joined with that after later ones."""
+    target = set(names_in(loop.target))
+    after: set[str] = set()
+    inner = set(current)
+    for _ in range(2):  # the first batch, then the later ones
+        inner -= target
+        _spread_in_order(loop.body.body, inner, shared)
+        after |= inner
+    return after
+
+
+def _plain_names_bound(assign: cst.Assign) -> set[str]:
+    """The names an assignment rebinds as a whole (`out = ...`, `x, y = ...`); a target
+    `self.k` or `bank[i]` changes part of an object and rebinds nothing."""
+    return {element.value for element in _flattened([target.target for target in assign.targets])
+            if isinstance(element, cst.Name)}
 
 
 def _reads(node: cst.CSTNode, calls: set[cst.Call]) -> bool:
@@ -955,6 +1029,13 @@ _PATIENCE = """\
         break
 """
 
+_VALIDATION = """\
+    with torch.no_grad():
+        for x, y in {loader}:
+            {name} = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+"""
+_PATIENT = "val_loader = DataLoader(dataset, batch_size=16)\nbest, bad = 1e9, 0\nfor epoch in range(3):\n"
+
 CASES = (
     Emits(TRAINING.replace("        optimizer.step()\n",
                            "        optimizer.step()\n        if loss.item() < 0.01:\n            break\n"),
@@ -975,6 +1056,19 @@ CASES = (
     Silent(TRAINING.replace("for epoch in range(3):\n", "best, bad = 1e9, 0\nfor epoch in range(3):\n    total = 0.0\n")
            .replace("        optimizer.step()\n", "        optimizer.step()\n        total += loss.item()\n")
            .replace("    print(epoch, loss.item())\n", _PATIENCE.format(value="total / len(loader)")), "DDP902"),
+    # A validation loop that rebinds the batch loop's names (`x`, `y`, `loss`) from the
+    # evaluation loader: every rank then holds the same `loss` (the loader is evaluated whole,
+    # or sharded with what is read after it gathered). One that leaves `loss` alone does not,
+    # nor one over the training loader, which each rank goes through its share of.
+    Silent(TRAINING.replace("for epoch in range(3):\n", _PATIENT)
+           .replace("    print(epoch, loss.item())\n", _VALIDATION.format(loader="val_loader", name="loss")
+                    + _PATIENCE.format(value="loss.item()")), "DDP902"),
+    Emits(TRAINING.replace("for epoch in range(3):\n", _PATIENT)
+          .replace("    print(epoch, loss.item())\n", _VALIDATION.format(loader="val_loader", name="val")
+                   + _PATIENCE.format(value="loss.item()")), "DDP902"),
+    Emits(TRAINING.replace("for epoch in range(3):\n", _PATIENT)
+          .replace("    print(epoch, loss.item())\n", _VALIDATION.format(loader="loader", name="loss")
+                   + _PATIENCE.format(value="loss.item()")), "DDP902"),
     # The epoch in a function: a stop on the last batch's loss it returns is per rank; one on
     # the epoch's mean, which training.py all-reduces, is the same on every rank.
     Emits(_EPOCH_FUNCTION.format(returned="loss.item()"), "DDP902"),

@@ -22,7 +22,7 @@ from ddpify.selfcheck.models import (
     training_without_a_wrap,
 )
 from ddpify.selfcheck.names import names_read_unbound
-from ddpify.selfcheck.output import shared_work_on_rank0, unguarded_output
+from ddpify.selfcheck.output import draws_on_rank0_only, shared_work_on_rank0, unguarded_output
 from ddpify.selfcheck.setup import asked_before_the_group, device_types_changed, joins_on_import
 from ddpify.selfcheck.source import Source
 
@@ -46,6 +46,7 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
                            any(d.code in NO_EPOCH_LOOP_CODES for d in diagnostics)),
         *unguarded_output(after),
         *shared_work_on_rank0(after),
+        *draws_on_rank0_only(after),
         *joins_on_import(before, after),
         *device_types_changed(before, after),
         *asked_before_the_group(after),

@@ -1,5 +1,6 @@
 """Prints and writes that run once the process group is joined are on rank 0 only (DDP913),
-and what every rank must do together is never on rank 0 only (DDP916)."""
+and what every rank must do together (a backward, a collective, a draw from a random generator
+whose later draws must agree) is never on rank 0 only (DDP916)."""
 import ast
 from collections.abc import Iterator
 from typing import Optional
@@ -80,6 +81,94 @@ def shared_work_on_rank0(migrated: Source) -> Iterator[Finding]:
     for call in migrated.calls:
         if last_part(call.func) in SHARED_WORK and _under_rank_zero_if(migrated, call):
             yield "DDP916", call.lineno, f"`{_short(call)}` runs on rank 0 only"
+
+
+# Draws from a global random generator, by generator: torch's (its sampling functions, a
+# split that takes no generator of its own, the init of a layer's weights), numpy's, Python's.
+TORCH_DRAWS = frozenset({"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like",
+                         "normal", "bernoulli", "multinomial", "poisson"})
+WEIGHTED_LAYERS = frozenset({"Linear", "Bilinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
+                             "ConvTranspose2d", "ConvTranspose3d", "Embedding", "EmbeddingBag", "LSTM",
+                             "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell", "MultiheadAttention",
+                             "Transformer", "TransformerEncoderLayer", "TransformerDecoderLayer"})
+NOT_DRAWS = frozenset({"seed", "default_rng", "RandomState", "Generator", "get_state", "set_state",
+                       "getstate", "setstate", "Random", "SystemRandom"})
+RESEEDS = frozenset({"manual_seed", "seed", "set_seed", "seed_everything"})
+
+
+def draws_on_rank0_only(migrated: Source) -> Iterator[Finding]:
+    """`if is_main: torch.save(Backbone().state_dict(), path)` before the data is drawn: rank 0
+    alone takes numbers from the generator, so every later draw from it (the synthetic data,
+    random_split, the folds' permutation) differs per rank, with no error: the ranks train on
+    different data. A draw later in a loop (noise, dropout) may differ per rank as it is; a
+    seed set again between the two makes the streams agree. Weights drawn later differ per
+    rank too, but the wrap broadcasts rank 0's: only later samples count."""
+    drawn_on_rank0 = [(call, generator) for call in migrated.calls if _under_rank_zero_if(migrated, call)
+                      and (generator := _generator_drawn(migrated, call) or _drawn_by_function(migrated, call))]
+    for guarded, generator in drawn_on_rank0:
+        later = next((call for call in migrated.calls if call.lineno > guarded.lineno
+                      and _generator_drawn(migrated, call, samples_only=True) == generator
+                      and not migrated.guarded(call) and not _in_a_loop(migrated, call)), None)
+        if later is None or _reseeded_between(migrated, guarded.lineno, later.lineno):
+            continue
+        yield "DDP916", guarded.lineno, (
+            f"`{_short(guarded)}` draws from {generator}'s random generator on rank 0 only: what is drawn "
+            f"after it (`{_short(later)}`, output line {later.lineno}) differs per rank; draw it on every rank")
+
+
+def _generator_drawn(source: Source, call: ast.Call, samples_only: bool = False) -> Optional[str]:
+    """The global generator `call` draws from: "torch", "numpy", "Python"'s `random`, or None
+    (a call given a generator of its own draws from that one). `samples_only`: not the initial
+    weights of a layer or a model."""
+    name = dotted(call.func) or ""
+    name = source.imported_as.get(name, name)
+    last = name.rsplit(".", 1)[-1]
+    if last in NOT_DRAWS or any(keyword.arg == "generator" for keyword in call.keywords):
+        return None
+    if name.startswith(("np.random.", "numpy.random.")):
+        return "numpy"
+    if name.startswith("random.") and "random" in source.module_names:
+        return "Python"
+    if name.startswith("torch.") and last in TORCH_DRAWS or name.startswith(("torch.nn.init.", "nn.init.")):
+        return "torch"
+    if last == "random_split":
+        return "torch"
+    if samples_only:
+        return None
+    if name.startswith(("nn.", "torch.nn.")) and last in WEIGHTED_LAYERS:
+        return "torch"
+    # `Backbone().state_dict()`: a model (a class, by its name) made for its fresh weights.
+    parent = source.parents.get(call)
+    if isinstance(parent, ast.Attribute) and parent.attr == "state_dict" and last[:1].isupper():
+        return "torch"
+    return None
+
+
+def _drawn_by_function(source: Source, call: ast.Call) -> Optional[str]:
+    """The generator a function of this file draws from, where `call` calls it by name
+    (`torch.save(make_series(), path)`): one level down, as the function's own calls show."""
+    if not isinstance(call.func, ast.Name):
+        return None
+    for function in source.functions.get(call.func.id, ()):
+        for inner in source.calls_in(function):
+            generator = _generator_drawn(source, inner)
+            if generator is not None:
+                return generator
+    return None
+
+
+def _in_a_loop(source: Source, node: ast.AST) -> bool:
+    for ancestor in source.ancestors(node):
+        if isinstance(ancestor, (ast.For, ast.While, ast.AsyncFor)):
+            return True
+        if isinstance(ancestor, FUNCTIONS):
+            return False
+    return False
+
+
+def _reseeded_between(source: Source, first: int, last: int) -> bool:
+    return any(first < call.lineno < last and last_part(call.func) in RESEEDS and not source.guarded(call)
+               for call in source.calls)
 
 
 def _under_rank_zero_if(source: Source, node: ast.AST) -> bool:

@@ -3,7 +3,7 @@ find wrong. The detection is in this package (loaders, models, output, setup); t
 their cases live here, beside it, rather than in ddpify/rules/, whose units plan edits.
 """
 from ddpify.diagnostics import Rule, Severity
-from ddpify.rules.cases import TRAINING, Flags
+from ddpify.rules.cases import TRAINING, Flags, Silent
 
 RULES = (
     Rule("DDP910", Severity.WARNING, "self-check: a device move of the original is missing from the output",
@@ -41,9 +41,13 @@ RULES = (
     Rule("DDP916", Severity.WARNING, "self-check: work every rank must do runs on rank 0 only",
          "A backward, a collective or a sampler's set_epoch under a rank-0 guard (often a "
          "`with open(log)` block guarded as a whole with the training inside): rank 0 waits "
-         "in DDP's all-reduce for ranks that never join it, and on NCCL the job hangs.",
+         "in DDP's all-reduce for ranks that never join it, and on NCCL the job hangs. Also a "
+         "draw from a global random generator (a fresh model saved as 'pretrained' weights, "
+         "noise written to a file) that only rank 0 makes before the data is drawn from the "
+         "same generator: the ranks then build different datasets or splits, with no error.",
          "Guard only the writes: keep the training on every rank, and let the other ranks open "
-         "`os.devnull` (`open(path if is_main else os.devnull, \"w\")`)."),
+         "`os.devnull` (`open(path if is_main else os.devnull, \"w\")`). For a draw: make it on "
+         "every rank before the guard, or seed the generator again after the guarded block."),
     Rule("DDP915", Severity.WARNING, "self-check: a string device became a torch.device",
          "The original holds its device as a string; code that reads it as one "
          "(`torch.autocast(device_type=device)`, `device.startswith(\"cuda\")`) raises once it "
@@ -85,6 +89,9 @@ _LATE_WRAP = (
     "model = torch.nn.Linear(4, 1)\nif dist.is_initialized():\n    model = DDP(model)\nsetup()\n"
 )
 
+_SAVES_FRESH_WEIGHTS = ('is_main = torch.distributed.get_rank() == 0\nif is_main:\n'
+                        '    torch.save(torch.nn.Linear(4, 1).state_dict(), "init.pt")\n')
+
 CASES = (
     Flags(_MOVED, _MOVED.replace("model.to(device)\n", ""), "DDP910"),
     # `nn.DataParallel(model).to(device)` moves the model it wraps: dropping the whole line drops the move.
@@ -108,6 +115,15 @@ CASES = (
           _JOINED.replace("for epoch", _MAIN_BLOCK + "for epoch"), "DDP914"),
     Flags(TRAINING, _JOINED.replace("        loss.backward()", "        if is_main:\n            loss.backward()"),
           "DDP916"),
+    # A layer made for its fresh weights on rank 0 only, before the data is drawn from the same
+    # generator: the ranks' datasets differ. Seeded again in between, the streams agree.
+    Flags(TRAINING, _JOINED.replace("dataset = ", _SAVES_FRESH_WEIGHTS + "dataset = "), "DDP916"),
+    # The same draw one call down, in a function of the file the guarded save calls.
+    Flags(TRAINING, _JOINED.replace("dataset = ", "def fresh():\n    return torch.randn(3)\n\n\n"
+                                    + _SAVES_FRESH_WEIGHTS.replace("torch.nn.Linear(4, 1).state_dict()", "fresh()")
+                                    + "dataset = "), "DDP916"),
+    Silent(TRAINING.replace("dataset = ", 'torch.save(torch.nn.Linear(4, 1).state_dict(), "init.pt")\n'
+                            "torch.manual_seed(0)\ndataset = "), "DDP916"),
     Flags(TRAINING, _LATE_GROUP, "DDP917"),
     Flags(TRAINING, _LATE_WRAP, "DDP917"),
     Flags(TRAINING, TRAINING.replace("model(x.to(device))", "model(x.to(rank_device))"), "DDP919"),
