@@ -26,6 +26,16 @@ import sys
 
 import torch  # noqa: F401  (the point of this process)
 
+# What nearly every run imports later, lazily, each time anew: the first optimizer built
+# imports torch._dynamo (1.6 s of CPU here, as much again as torch itself), and DDP, the
+# process group, the sampler and torchrun's launcher come with every migrated script.
+# Importing them here leaves no thread behind (the server stays single-threaded; a test checks).
+import torch._dynamo  # noqa: F401,E402
+import torch.distributed.run  # noqa: F401,E402
+import torch.nn.parallel  # noqa: F401,E402
+import torch.optim  # noqa: F401,E402
+import torch.utils.data.distributed  # noqa: F401,E402
+
 SERVER_PATH = list(sys.path[1:])  # without this file's own folder
 
 
@@ -168,7 +178,6 @@ def _run(request: dict, fds: list = ()) -> None:
 
 def _execute(script: str, extra_path: list) -> int:
     import atexit
-    import runpy
     import threading
     import traceback
 
@@ -181,17 +190,51 @@ def _execute(script: str, extra_path: list) -> int:
                 sys.modules["sitecustomize"] = module
                 spec.loader.exec_module(module)
                 break
-        runpy.run_path(script, run_name="__main__")
+        _run_as_main(script)
         code = 0
     except SystemExit as exit_:
         code = _exit_code(exit_.code)
     except BaseException:  # what the interpreter prints for an uncaught exception
         traceback.print_exc()
         code = 1
-    # What interpreter exit does: wait for the script's threads, run its atexit handlers.
+    # What interpreter exit does: wait for the script's threads, run its atexit handlers,
+    # then flush what the script left open (finalization would close it).
     threading._shutdown()
     atexit._run_exitfuncs()
+    _flush_open_files()
     return code
+
+
+# The script's module, kept alive until the fork exits (os._exit, which runs no destructor).
+# Destroying its globals while the interpreter runs on deadlocks now and then: a DDP model's
+# Reducer frees its Gloo process group, whose destructor, holding the GIL, joins a worker
+# thread that waits for the GIL to free the last work item (at real interpreter exit the same
+# race aborts instead, pytorch/pytorch#179291, which the torchrun runs retry).
+_MAIN: list = []
+
+
+def _run_as_main(script: str) -> None:
+    """`runpy.run_path(script, run_name="__main__")`, the same globals, with the module kept."""
+    import io
+    import types
+
+    with io.open_code(script) as source:
+        code = compile(source.read(), script, "exec", dont_inherit=True)
+    module = types.ModuleType("__main__")
+    module.__dict__.update(__file__=script, __cached__=None, __loader__=None, __package__="", __spec__=None)
+    _MAIN.append(module)
+    sys.modules["__main__"] = module
+    exec(code, module.__dict__)
+
+
+def _flush_open_files() -> None:
+    import gc
+    import io
+
+    for thing in gc.get_objects():
+        if isinstance(thing, io.IOBase):
+            with contextlib.suppress(Exception):  # closed, detached, read-only: nothing to do
+                thing.flush()
 
 
 def _exit_code(value) -> int:

@@ -79,10 +79,16 @@ def run_python(script: Path, workdir: Path, args: Sequence[str] = (), timeout: i
                env: Optional[Mapping[str, str]] = None) -> Run:
     """`python script args...` in workdir: a fork of tests/fork_server.py, which has torch
     imported already (DDPIFY_TESTS_NO_FORK=1 starts a fresh interpreter instead)."""
-    if os.environ.get("DDPIFY_TESTS_NO_FORK"):
+    if os.environ.get("DDPIFY_TESTS_NO_FORK") or _read_at_import(env):
         return _run([sys.executable, script.name, *args], script, workdir, timeout, env)
     _copy_with_modules(script, workdir)
     return run_forked(workdir / script.name, args, workdir, _environment(env), timeout)
+
+
+def _read_at_import(env: Optional[Mapping[str, str]]) -> bool:
+    """Whether env sets what torch reads when it (or torch._dynamo, which the fork server has
+    imported too) is imported: TORCH_LOGS, TORCH_COMPILE_DISABLE. A fork would not see it."""
+    return any(name.startswith(("TORCH_", "TORCHDYNAMO_", "TORCHINDUCTOR_")) for name in env or {})
 
 
 def run_forked(script: Path, args: Sequence[str], workdir: Path, env: Mapping[str, str],
@@ -112,7 +118,7 @@ def run_torchrun(script: Path, workdir: Path, args: Sequence[str] = (), nproc: i
         # The launcher and the ranks are forks of the torch-loaded server: each rank's process
         # is tests/rank_client.py, which has the server fork the rank (tests/fork_server.py).
         _copy_with_modules(script, workdir)
-        if fresh_ranks or any(name.startswith("TORCH_") for name in env or {}):
+        if fresh_ranks or _read_at_import(env):
             # torch reads these when it is imported (TORCH_LOGS): the ranks must import it anew.
             return run_forked(TORCHRUN_LAUNCHER, launch_args, workdir, _environment(env), timeout)
         server = _fork_server()

@@ -312,3 +312,21 @@ def test_figures_not_gathered_fail_the_evaluation_lines_check(evaluated_once, tm
     assert problems_evaluation_fetches(evaluation_log(distributed.workdir), 2) == []  # sharded right
     problems = problems_evaluation_lines(evaluated_once, distributed, EVALUATION)
     assert problems and "evaluation lines differ under torchrun" in problems[0], problems
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc (Linux)")
+def test_fork_server_has_no_more_threads_than_torch_itself_starts(tmp_path):
+    """Forking copies only the calling thread: a thread the server's imports started would be
+    missing, holding whatever lock it held, in every run. The server may have only the native
+    threads that `import torch` alone starts, in the same environment."""
+    import subprocess
+
+    from script_runs import _environment, _fork_server
+
+    (tmp_path / "noop.py").write_text("")
+    server = _fork_server()
+    server.run(tmp_path / "noop.py", [], tmp_path, _environment(), 60)  # up and serving
+    bare = subprocess.run([sys.executable, "-c", "import os, torch; print(len(os.listdir('/proc/self/task')))"],
+                          capture_output=True, text=True, check=True, env=_environment())
+    assert len(list(Path(f"/proc/{server._process.pid}/task").iterdir())) == int(bare.stdout)
