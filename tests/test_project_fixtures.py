@@ -63,7 +63,9 @@ def test_expected_modules_compile(project):
         compile(path.read_text(), str(path), "exec")
 
 
-@pytest.mark.parametrize("project", PROJECTS, ids=lambda project: project.name)
+# One in four in the fast tier, as for single-file fixtures (tests/test_fixtures.py); the rest slow.
+@pytest.mark.parametrize("project", [pytest.param(project, id=project.name, marks=[] if index % 4 == 0 else [
+    pytest.mark.slow]) for index, project in enumerate(PROJECTS)])
 def test_migrating_the_expected_tree_changes_nothing(project):
     again = {module: result.code for module, result in migrated(project.name, "expected").items()}
     assert again == {module: (project.expected / module).read_text() for module in again}
