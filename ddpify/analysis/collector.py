@@ -19,6 +19,7 @@ from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.devices import DeviceValues
 from ddpify.analysis.facts import DeviceAssignment, ExternalLoader, ExternalLoaderDict, Loader, Model, Statement
 from ddpify.analysis.freezing import models_frozen_in_part, walked_modules
+from ddpify.analysis.navigation import ancestors_up_to
 from ddpify.analysis.nodes import (
     argument_among,
     argument_for,
@@ -1000,17 +1001,9 @@ class Collector(cst.CSTVisitor):
                 continue
             if not find_all(loop.body, cst.Yield, into_functions=False):
                 continue
-            if any(isinstance(outer, cst.While) for outer in self._ancestors_within(loop, function)):
+            if any(isinstance(outer, cst.While) for outer in ancestors_up_to(self.parents, loop, function)):
                 return function, iterated[0], loop
         return None
-
-    def _ancestors_within(self, node: cst.CSTNode, function: cst.FunctionDef) -> list[cst.CSTNode]:
-        found: list[cst.CSTNode] = []
-        parent = self.parents.get(node)
-        while parent is not None and parent is not function:
-            found.append(parent)
-            parent = self.parents.get(parent)
-        return found
 
     def note_dynamic_imports(self) -> None:
         """`importlib.import_module(name)`, `__import__`, `sys.path` edits: a module chosen when

@@ -1,4 +1,5 @@
 """Where a node sits: its statement, block, function and loops, and its position."""
+from collections.abc import Mapping
 from typing import Optional, TypeVar, Union, cast, overload
 
 import libcst as cst
@@ -8,6 +9,17 @@ from ddpify.analysis.nodes import first_free
 
 _Kind = TypeVar("_Kind", bound=cst.CSTNode)
 _StatementKind = TypeVar("_StatementKind", bound=Union[cst.BaseSmallStatement, cst.BaseCompoundStatement])
+
+
+def ancestors_up_to(parents: Mapping[cst.CSTNode, cst.CSTNode], node: cst.CSTNode,
+                    stop: Optional[cst.CSTNode]) -> list[cst.CSTNode]:
+    """The nodes around `node`, innermost first, up to (not including) `stop` (None: the module)."""
+    found: list[cst.CSTNode] = []
+    current = parents.get(node)
+    while current is not None and current is not stop:
+        found.append(current)
+        current = parents.get(current)
+    return found
 
 
 class Navigation(FactRecord):

@@ -12,6 +12,7 @@ from ddpify.analysis import effects, names, shell
 from ddpify.analysis.control import Facts
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
 from ddpify.analysis.facts import Statement
+from ddpify.analysis.navigation import ancestors_up_to
 from ddpify.analysis.nodes import (
     argument_for,
     calls_within,
@@ -232,7 +233,7 @@ def _wait_before(facts: Facts, edits: Edits, setup: Plan, statement: Statement,
     reported (DDP314), left as it was. One barrier before an `if` that guards several reads
     (`if os.path.exists(ckpt_dir):` loading the model, then the optimizer): `waited_at` holds
     where a barrier already waits."""
-    tests = [node for node in _ancestors(facts, statement, facts.function_of(statement))
+    tests = [node for node in ancestors_up_to(facts.parents, statement, facts.function_of(statement))
              if isinstance(node, cst.If) and _tests_files(node.test)]
     if tests:
         outermost = cast(cst.If, tests[-1])
@@ -250,18 +251,8 @@ def _wait_before(facts: Facts, edits: Edits, setup: Plan, statement: Statement,
     return statement
 
 
-def _ancestors(facts: Facts, node: cst.CSTNode, stop: Optional[cst.CSTNode]) -> list[cst.CSTNode]:
-    """The nodes around `node`, innermost first, up to (not including) `stop`."""
-    found: list[cst.CSTNode] = []
-    current = facts.parents.get(node)
-    while current is not None and current is not stop:
-        found.append(current)
-        current = facts.parents.get(current)
-    return found
-
-
 def _ancestor_of(facts: Facts, container: cst.CSTNode, node: cst.CSTNode) -> bool:
-    return container in _ancestors(facts, node, None)
+    return container in ancestors_up_to(facts.parents, node, None)
 
 
 def _tests_files(test: cst.BaseExpression) -> bool:
