@@ -29,6 +29,7 @@ from ddpify.emit import guards
 from ddpify.emit.arguments import add_keyword
 from ddpify.emit.edits import Edits, Insertion, replacement
 from ddpify.plan import Plan
+from ddpify.rules import downloads
 from ddpify.rules.cases import TRAINING, Emits, Silent
 
 RULES = (
@@ -315,6 +316,8 @@ def _file_writes(facts: Facts, edits: Edits, setup: Plan) -> None:
     # `run_dir.mkdir(parents=True, exist_ok=False)`: pathlib, on a path of any name.
     # `traced = torch.jit.trace(model, x)` ... `traced.save(path)`: a TorchScript module saving itself.
     exported = {call for qualified in names.SELF_SAVING_EXPORTS for call in facts.calls_named.get(qualified, ())}
+    # (A tokenizer saved where its file is missing is saved by local rank 0 while the others wait: downloads.py.)
+    saved_where_missing = set(downloads.tokenizer_saves_where_missing(facts, setup))
     for callee, calls in sorted(facts.calls_by_callee.items()):
         if callee.endswith(".mkdir") or callee.endswith(".save") and any(
                 value in exported for value in facts.assigned_values.get(callee[: -len(".save")], ())):
@@ -324,10 +327,15 @@ def _file_writes(facts: Facts, edits: Edits, setup: Plan) -> None:
             # `data_frame.to_csv("results/stats.csv")`, `fig.savefig(path)`: an object of any
             # name writing itself to the path it is given (with no path, to_csv returns text).
             for call in calls:
+                if call in saved_where_missing:
+                    continue
                 if any(arg.keyword is None or arg.keyword.value in PATH_KEYWORDS for arg in call.args):
                     _guard_statement_call(facts, edits, setup, call, "DDP302")
     for call in _saves_of_exports_made_on_the_spot(facts, exported):
         _guard_statement_call(facts, edits, setup, call, "DDP302")
+    for call in downloads.tokenizer_saves(facts):
+        if call not in saved_where_missing:
+            _guard_statement_call(facts, edits, setup, call, "DDP302")
     _shell_writes(facts, edits, setup)
     _files_opened_for_writing(facts, edits, setup)
 
