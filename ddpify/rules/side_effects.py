@@ -616,8 +616,13 @@ def _loguru_on_rank0(facts: Facts, edits: Edits, setup: Plan) -> None:
     body: Sequence[BlockItem] = setup.block.body
     chosen: Optional[BlockItem] = None
     after_setup = setup.choice_statement in body
+    # (Not before the block's own import of loguru: the name would not exist yet.)
+    imported_at = max((index for index, item in enumerate(body) if isinstance(item, cst.SimpleStatementLine)
+                       and "loguru" in edits.code(item) and any(
+                           isinstance(small, (cst.Import, cst.ImportFrom)) for small in item.body)), default=-1)
     for index, item in enumerate(body):
-        if isinstance(item, (cst.FunctionDef, cst.ClassDef)) or isinstance(item, cst.SimpleStatementLine) \
+        if index <= imported_at or isinstance(item, (cst.FunctionDef, cst.ClassDef)) \
+                or isinstance(item, cst.SimpleStatementLine) \
                 and all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in item.body):
             continue
         if any(call in loguru_calls for call in calls_within(item)) \
