@@ -49,9 +49,17 @@ if dist.is_initialized() and int(os.environ.get("LOCAL_RANK", 0)) == 0:
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     """Barriers around each run of statements that download a dataset (`download=True`,
-    urlretrieve, unpacking an archive), or call a helper of the script's that does."""
-    for group in _consecutive_groups(facts, _download_sites(facts, setup)):
+    urlretrieve, unpacking an archive), or call a helper of the script's that does. A tokenizer
+    built and saved when its file is missing (`if not path.exists(): ... tokenizer.save(path)
+    else: Tokenizer.from_file(path)`) is the same shape: local rank 0 builds and saves it while
+    the others wait, then they read the file it wrote (rank 0 alone saving it would leave the
+    others reading a half-written file, or none on another machine)."""
+    saved = [facts.statement_of(call) for call in tokenizer_saves_where_missing(facts, setup)]
+    dataset_sites = _download_sites(facts, setup, facts.download_statements)
+    tokenizer_sites = [site for site in _download_sites(facts, setup, saved) if site not in dataset_sites]
+    for group in _consecutive_groups(facts, sorted(dataset_sites + tokenizer_sites, key=facts.line_of)):
         first, last = group[0], group[-1]
+        tokenizer_only = all(statement in tokenizer_sites for statement in group)
         if _inside_class(facts, first) and not setup.library:
             continue
         before, after = DOWNLOAD_BEFORE_CODE, DOWNLOAD_AFTER_CODE
@@ -64,18 +72,24 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             continue
         # First of all that goes before the statement: a dataset hoisted out of the loader
         # call (`DataLoader(MNIST(download=True), ...)`) downloads too.
+        message = None
+        if tokenizer_only:
+            before = before.replace("downloads the data", "builds and saves the tokenizer")
+            after = after.replace("the data is in place", "the tokenizer's file is in place")
+            message = ("one process per machine builds and saves the tokenizer whose file is missing; the others "
+                       "wait, then read that file")
         edits.insert_before(first, Insertion(edits.statements(before), takes_comments=True), first=True)
         edits.insert_after(last, edits.statements(after))
         edits.imports.add("dist")
-        edits.report("DDP209", first)
+        edits.report("DDP209", first, message)
 
 
-def _download_sites(facts: Facts, setup: Plan) -> list[Statement]:
+def _download_sites(facts: Facts, setup: Plan, statements: Sequence[Statement]) -> list[Statement]:
     """Each download statement, or, inside a helper that the setup's scope calls, each
     call of that helper. A test of the file system around it (`if not os.path.exists`)
     goes inside the barriers: the ranks that wait see the files once they are there."""
     sites: list[Statement] = []
-    for statement in facts.download_statements:
+    for statement in statements:
         function = facts.function_of(statement)
         calls = facts.calls_of(function)
         if function is not None and not setup.sees_setup(facts, statement) and calls and all(
@@ -88,6 +102,41 @@ def _download_sites(facts: Facts, setup: Plan) -> list[Statement]:
             if candidate not in sites:
                 sites.append(candidate)
     return sorted(sites, key=facts.line_of)
+
+
+# The methods by which a tokenizer writes itself: `tokenizer.save("tokenizer.json")` (the
+# `tokenizers` library), `.save_model(folder)` (its vocabulary files), `.save_pretrained(folder)`.
+TOKENIZER_SAVING_METHODS = ("save", "save_model", "save_pretrained")
+
+
+def tokenizer_saves(facts: Facts) -> list[cst.Call]:
+    """Rule: a tokenizer made by Hugging Face's `tokenizers` or `transformers` (`Tokenizer(WordLevel(...))`,
+    `Tokenizer.from_file(p)`, `ByteLevelBPETokenizer()`, `AutoTokenizer.from_pretrained(name)`),
+    held by a name, writes its file with `tokenizer.save(path)` (or `.save_model`/`.save_pretrained`),
+    once per rank unless rank 0 alone saves it (side_effects.py), or local rank 0 while the
+    others wait where it is saved when its file is missing (tokenizer_saves_where_missing)."""
+    makers = {call for qualified, calls in facts.calls_named.items()
+              if qualified.split(".", 1)[0] in ("tokenizers", "transformers")
+              and any(part.endswith(("Tokenizer", "TokenizerFast")) for part in qualified.split("."))
+              for call in calls}
+    if not makers:
+        return []
+    saves: list[cst.Call] = []
+    for callee, calls in facts.calls_by_callee.items():
+        holder, _, method = callee.rpartition(".")
+        if method in TOKENIZER_SAVING_METHODS and holder and any(
+                value in makers for value in facts.assigned_values.get(holder, ())):
+            saves.extend(call for call in calls if call.args)
+    return sorted(saves, key=facts.start_of)
+
+
+def tokenizer_saves_where_missing(facts: Facts, setup: Plan) -> list[cst.Call]:
+    """The tokenizer saves under a test of the file system (`if not path.exists():`) in the
+    setup's scope or in a helper it calls: local rank 0 runs them first, the others wait."""
+    if setup.library:
+        return []
+    return [call for call in tokenizer_saves(facts)
+            if _outside_file_tests(facts, facts.statement_of(call)) is not facts.statement_of(call)]
 
 
 def _outside_file_tests(facts: Facts, statement: Statement) -> Statement:
@@ -127,4 +176,8 @@ CASES = (
                            'dataset = torchvision.datasets.MNIST("data", download=True)')
           .replace("import torch\n", "import torch\nimport torchvision\n", 1), "DDP209", ("dist.barrier()",)),
     Silent(TRAINING, "DDP209"),
+    Emits("import os\nfrom tokenizers import Tokenizer\nfrom tokenizers.models import WordLevel\n"
+          + TRAINING.replace("device = torch", 'if not os.path.exists("tok.json"):\n    tok = Tokenizer(WordLevel())\n'
+                             '    tok.save("tok.json")\ndevice = torch', 1), "DDP209",
+          ("dist.barrier()  # wait while local rank 0 builds and saves the tokenizer",)),
 )

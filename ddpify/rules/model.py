@@ -1843,6 +1843,55 @@ def _replace_data_parallel(facts: Facts, edits: Edits) -> None:
     if facts.data_parallel_calls or facts.data_parallel_references:
         edits.unused_imports.update(names.DATA_PARALLEL_IMPORTS)
     _load_without_module_prefix(facts, edits)
+    _drop_data_parallel_callbacks(facts, edits)
+
+
+# Helpers that take a DataParallel and assert it is one: SynchronizedBatchNorm's
+# `patch_replication_callback(model)` (it hooks DataParallel's replicate; DDP has no replicas).
+DATA_PARALLEL_ONLY_HELPERS = frozenset({"patch_replication_callback"})
+# What takes the place of such a call, once DataParallel is gone.
+DATA_PARALLEL_CALLBACK_GONE_CODE = "pass  # {call}: a DataParallel hook, gone with DataParallel\n"
+
+
+def _drop_data_parallel_callbacks(facts: Facts, edits: Edits) -> None:
+    """Rule: `model = DataParallel(model)` then `patch_replication_callback(model)`: the helper
+    asserts that it is handed a DataParallel, which ddpify has removed, so it would fail (on
+    the GPU path that made the DataParallel). A line that only makes that call, on the name the
+    DataParallel was assigned to (in the same function, or any method for a `self.` attribute),
+    becomes a `pass` that says why; a call part of a larger statement is reported (DDP903)
+    with its line."""
+    targets: dict[str, Optional[cst.FunctionDef]] = {}
+    for call in facts.data_parallel_calls:
+        assign = facts.parents.get(call)
+        while assign is not None and not isinstance(assign, (cst.Assign, cst.BaseStatement)):
+            assign = facts.parents.get(assign)
+        if isinstance(assign, cst.Assign) and len(assign.targets) == 1:
+            target = dotted_name(assign.targets[0].target)
+            if target is not None:
+                targets[target] = facts.function_of(call)
+    if not targets:
+        return
+    for call in sorted(_data_parallel_helper_calls(facts), key=facts.start_of):
+        callee = edits.code(call.func)
+        handed = dotted_name(call.args[0].value) if call.args else None
+        if handed is None or handed not in targets or not (
+                handed.startswith("self.") or facts.function_of(call) is targets[handed]):
+            continue
+        statement = facts.statement_of(call)
+        if any(node in edits.removed for node in _ancestors(facts, statement)):
+            edits.report("DDP102", call, (  # (gone with the branch that chose DataParallel)
+                f"nn.DataParallel replaced by DistributedDataParallel: `{callee}({handed})`, a hook of DataParallel's "
+                f"replicas that asserts it is handed one, goes with it"))
+        elif _data_parallel_only_call(facts, statement):
+            edits.replace(statement, [edits.statement(DATA_PARALLEL_CALLBACK_GONE_CODE.format(
+                call=f"{callee}(...)")).with_changes(leading_lines=statement.leading_lines)])
+            edits.report("DDP102", call, (
+                f"nn.DataParallel replaced by DistributedDataParallel: `{callee}({handed})`, a hook of DataParallel's "
+                f"replicas that asserts it is handed one, goes with it"))
+        else:
+            edits.report("DDP903", call, (
+                f"`{callee}({handed})` is handed the DataParallel that ddpify removes, and it asserts it "
+                f"is one: remove the call (one process per device has no replicas to patch)"))
 
 
 WITHOUT_MODULE_PREFIX_HELPER = '''\
@@ -1949,7 +1998,32 @@ def _data_parallel_branch(facts: Facts, statement: Statement) -> Optional[cst.If
     wraps = {facts.statement_of(call) for call in facts.data_parallel_calls
              if _assigns_back(facts.statement_of(call), call, call.args[0].value if call.args else None)}
     others = [s for s in block.body if s is not statement]
-    return branch if all(s in facts.output_statements or s in wraps for s in others) else None
+    return branch if all(s in facts.output_statements or s in wraps or _data_parallel_only_call(facts, s)
+                         for s in others) else None
+
+
+def _ancestors(facts: Facts, node: cst.CSTNode) -> list[cst.CSTNode]:
+    found = []
+    current: Optional[cst.CSTNode] = node
+    while current is not None:
+        found.append(current)
+        current = facts.parents.get(current)
+    return found
+
+
+def _data_parallel_helper_calls(facts: Facts) -> set[cst.Call]:
+    """Calls of DATA_PARALLEL_ONLY_HELPERS, by the name written or the name imported."""
+    return {call for found in (facts.calls_by_callee, facts.calls_named) for callee, calls in found.items()
+            if callee.rsplit(".", 1)[-1] in DATA_PARALLEL_ONLY_HELPERS for call in calls}
+
+
+def _data_parallel_only_call(facts: Facts, statement: cst.CSTNode) -> bool:
+    """A line that only calls a helper of DATA_PARALLEL_ONLY_HELPERS."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return False
+    small = statement.body[0]
+    return isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) \
+        and small.value in _data_parallel_helper_calls(facts)
 
 
 def _only_reads(facts: Facts, test: cst.BaseExpression) -> bool:

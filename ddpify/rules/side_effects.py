@@ -29,6 +29,7 @@ from ddpify.emit import guards
 from ddpify.emit.arguments import add_keyword
 from ddpify.emit.edits import Edits, Insertion, replacement
 from ddpify.plan import Plan
+from ddpify.rules import downloads
 from ddpify.rules.cases import TRAINING, Emits, Silent
 
 RULES = (
@@ -94,6 +95,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     _lower_log_level(facts, edits, setup)
     _logger_levels_on_rank0(facts, edits, setup)
     _log_files_on_rank0(facts, edits, setup)
+    _loguru_on_rank0(facts, edits, setup)
     guards.fold_into_loops_and_withs(edits, keep_inside=facts.training_loops)
     guards.drop_guards_inside_guards(edits)
     setup.rank0_statements.update(edits.guarded)
@@ -314,6 +316,8 @@ def _file_writes(facts: Facts, edits: Edits, setup: Plan) -> None:
     # `run_dir.mkdir(parents=True, exist_ok=False)`: pathlib, on a path of any name.
     # `traced = torch.jit.trace(model, x)` ... `traced.save(path)`: a TorchScript module saving itself.
     exported = {call for qualified in names.SELF_SAVING_EXPORTS for call in facts.calls_named.get(qualified, ())}
+    # (A tokenizer saved where its file is missing is saved by local rank 0 while the others wait: downloads.py.)
+    saved_where_missing = set(downloads.tokenizer_saves_where_missing(facts, setup))
     for callee, calls in sorted(facts.calls_by_callee.items()):
         if callee.endswith(".mkdir") or callee.endswith(".save") and any(
                 value in exported for value in facts.assigned_values.get(callee[: -len(".save")], ())):
@@ -323,10 +327,15 @@ def _file_writes(facts: Facts, edits: Edits, setup: Plan) -> None:
             # `data_frame.to_csv("results/stats.csv")`, `fig.savefig(path)`: an object of any
             # name writing itself to the path it is given (with no path, to_csv returns text).
             for call in calls:
+                if call in saved_where_missing:
+                    continue
                 if any(arg.keyword is None or arg.keyword.value in PATH_KEYWORDS for arg in call.args):
                     _guard_statement_call(facts, edits, setup, call, "DDP302")
     for call in _saves_of_exports_made_on_the_spot(facts, exported):
         _guard_statement_call(facts, edits, setup, call, "DDP302")
+    for call in downloads.tokenizer_saves(facts):
+        if call not in saved_where_missing:
+            _guard_statement_call(facts, edits, setup, call, "DDP302")
     _shell_writes(facts, edits, setup)
     _files_opened_for_writing(facts, edits, setup)
 
@@ -575,6 +584,59 @@ def _log_files_on_rank0(facts: Facts, edits: Edits, setup: Plan) -> None:
             edits.replace(statement, statements)
             edits.imports.add("logging")
             edits.report("DDP304", call)
+
+
+LOGURU_REMOVE_CODE = """\
+if not {guard}:  # rank 0 logs as configured; loguru's sinks are removed on the other ranks
+    {logger}.remove()
+"""
+
+
+def _loguru_on_rank0(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """Rule: loguru's `logger` writes to stderr from the import on, and to every sink given to
+    `logger.add(...)` (a log file most often), on every rank: each line N times, N ranks
+    appending to one file. Each `logger.add(...)` line runs on rank 0 alone, and the other
+    ranks remove loguru's sinks once (`if not is_main: logger.remove()`), before the first
+    statement of the setup's block that logs with loguru, or right after the setup. Every
+    logging call stays as it is. An `add` whose result is kept, or one the guard cannot
+    hold alone, is reported (DDP307)."""
+    loguru_calls = sorted((call for qualified, calls in facts.calls_named.items()
+                           if qualified.startswith("loguru.logger.") for call in calls), key=facts.start_of)
+    if not loguru_calls or setup.library:
+        return
+    for call in facts.calls_named.get("loguru.logger.add", ()):
+        statement = facts.statement_of(call)
+        if statement in edits.guarded or _on_guarded_path(facts, edits, statement):
+            continue
+        if isinstance(facts.parents.get(call), cst.Expr) and isinstance(statement, cst.SimpleStatementLine) \
+                and len(statement.body) == 1:
+            _guard(facts, edits, setup, statement, "DDP302")
+        else:
+            edits.report("DDP307", call)
+    body: Sequence[BlockItem] = setup.block.body
+    chosen: Optional[BlockItem] = None
+    after_setup = setup.choice_statement in body
+    # (Not before the block's own import of loguru: the name would not exist yet.)
+    imported_at = max((index for index, item in enumerate(body) if isinstance(item, cst.SimpleStatementLine)
+                       and "loguru" in edits.code(item) and any(
+                           isinstance(small, (cst.Import, cst.ImportFrom)) for small in item.body)), default=-1)
+    for index, item in enumerate(body):
+        if index <= imported_at or isinstance(item, (cst.FunctionDef, cst.ClassDef)) \
+                or isinstance(item, cst.SimpleStatementLine) \
+                and all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in item.body):
+            continue
+        if any(call in loguru_calls for call in calls_within(item)) \
+                or after_setup and index > body.index(cast(BlockItem, setup.choice_statement)):
+            chosen = item
+            break
+    if chosen is None:
+        edits.report("DDP307", loguru_calls[0])
+        return
+    first = loguru_calls[0].func
+    logger = edits.code(first.value) if isinstance(first, cst.Attribute) else "logger"
+    code = LOGURU_REMOVE_CODE.format(guard=setup.guard_for(facts, chosen), logger=logger)
+    edits.before.setdefault(chosen, []).append(Insertion(edits.statements(code), takes_comments=True))
+    edits.report("DDP301", chosen)
 
 
 def _lower_log_level(facts: Facts, edits: Edits, setup: Plan) -> None:
@@ -946,6 +1008,11 @@ CASES = (
           + TRAINING.replace("    print(epoch, loss.item())\n", '    logging.info("loss %f", loss.item())\n')
           .replace("device = torch", "logging.basicConfig(level=logging.INFO)\ndevice = torch"),
           "DDP304", ("logging.ERROR",)),
+    Emits("from loguru import logger\n" + TRAINING.replace("device = torch", 'logger.add("train.log")\ndevice = torch')
+          .replace("print(epoch, loss.item())", "logger.info(loss.item())"), "DDP302",
+          ('if is_main:\n    logger.add("train.log")',
+           "if not is_main:  # rank 0 logs as configured; loguru's sinks are removed on the other ranks\n"
+           "    logger.remove()")),
     Emits("from tqdm import tqdm\n" + TRAINING.replace("in loader:", "in tqdm(loader):"), "DDP305",
           ("disable=not is_main",)),
     Emits(_TENSORBOARD.replace("    print(epoch, loss.item())\n", '    writer.add_scalar("loss", loss.item(), epoch)\n')
