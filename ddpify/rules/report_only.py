@@ -664,6 +664,19 @@ _LENGTH_SETTING = re.compile(r"epoch|iter|(^|_)(num|n|max|total)_?steps?|^steps$
 _SCHEDULE_SETTING = re.compile(r"(^|_)lr($|_)|learning_rate|decay|warmup|milestone|step_size", re.IGNORECASE)
 
 
+def seeded_before(facts: Facts, seed: cst.Call, draw: cst.Call) -> bool:
+    """The seed runs before the draw: above it in the same function (or at module level, where
+    a module-level seed runs at import, before any function is called), or in a function
+    called above the draw in the draw's own function (`set_seed(0)` then the draws)."""
+    where, scope = facts.function_of(seed), facts.function_of(draw)
+    if where is None:
+        return scope is not None or facts.start_of(seed) < facts.start_of(draw)
+    if where is scope:
+        return facts.start_of(seed) < facts.start_of(draw)
+    return any(facts.function_of(call) is scope and facts.start_of(call) < facts.start_of(draw)
+               for call in facts.calls_of(where))
+
+
 def report_settings_drawn_at_random(facts: Facts, edits: Edits) -> None:
     """Rule: a training setting drawn from the global generator of `random` or `numpy.random`
     that nothing seeded above the draw (`num_epochs = random.choice([100, 150])`, `lr =
@@ -688,7 +701,7 @@ def report_settings_drawn_at_random(facts: Facts, edits: Edits) -> None:
     for qualified in sorted(GLOBAL_DRAWS):
         generator = qualified.rpartition(".")[0]
         for draw in facts.calls_named.get(qualified, ()):
-            if any(facts.start_of(seed) < facts.start_of(draw) for seed in seeds[generator]) \
+            if any(seeded_before(facts, seed, draw) for seed in seeds[generator]) \
                     or any(loop in facts.training_loops for loop in facts.enclosing_loops(draw)):
                 continue  # (seeded alike; or a draw per batch or epoch, data randomness, not a setting)
             statement = facts.statement_of(draw)
