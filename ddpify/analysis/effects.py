@@ -325,9 +325,17 @@ class FunctionEffects:
         # only when it logs.)
         local: list[ast.stmt] = [node for node in ast.walk(function) if isinstance(node, (ast.Import, ast.ImportFrom))]
         table = {**self.imports, **_import_table(ast.Module(body=local, type_ignores=[]), "")}
+        def makes_tracker(value: Optional[ast.expr]) -> bool:
+            return isinstance(value, ast.Call) and names.qualify(
+                dotted_ast(value.func) or "", table) in names.SUMMARY_WRITER | names.VISDOM
+
+        # (Or held in a local first: `writer = SummaryWriter(log_dir)` ... `return writer`.)
+        locals_made = {node.targets[0].id for node in ast.walk(function) if isinstance(node, ast.Assign)
+                       and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                       and makes_tracker(node.value)}
         return any(
-            isinstance(node, ast.Return) and isinstance(node.value, ast.Call)
-            and names.qualify(dotted_ast(node.value.func) or "", table) in names.SUMMARY_WRITER | names.VISDOM
+            isinstance(node, ast.Return) and (makes_tracker(node.value) or isinstance(
+                node.value, ast.Name) and node.value.id in locals_made)
             for node in ast.walk(function))
 
     def moves_returned(self, name: str, depth: int = 0) -> bool:

@@ -856,7 +856,12 @@ def _summed_into_one_backward(facts: Facts, call: cst.Call) -> bool:
     ... return ((norm - 1) ** 2).mean()`); the names its callers assign it to have no
     `.backward()` of their own, and a sum that reads one of them is backpropagated
     (`d_loss = ... + lambda_gp * d_loss_gp` then `d_loss.backward()`, or `(loss + gp).backward()`).
-    A penalty computed inline is not followed (reported)."""
+    Or the penalty is computed inline (`gradient_penalty = ((grad.norm(2, dim=1) - 1) ** 2).mean()
+    * lambda_gp`): every backward that reads it backpropagates a sum in which it is one term
+    among others (`d_loss = d_real + d_fake + gradient_penalty; d_loss.backward()`), and there
+    is at least one such backward."""
+    if not _returned_by_its_function(facts, call):
+        return _inline_penalty_summed(facts, call)
     holders = _penalty_holders(facts, call)
     backwards = [backward for callee, calls in facts.calls_by_callee.items() if callee.endswith(".backward")
                  for backward in calls if isinstance(backward.func, cst.Attribute)]
@@ -868,6 +873,63 @@ def _summed_into_one_backward(facts: Facts, call: cst.Call) -> bool:
     summed += [value for name in names if name is not None for value in facts.assigned_values.get(name, ())
                if isinstance(value, cst.BinaryOperation)]
     return any(set(names_within(value)) & holders for value in summed)
+
+
+def _derived_in_scope(facts: Facts, call: cst.Call) -> set[str]:
+    """The names the call's statement assigns and those computed from them in the same
+    function (or at module level), a few steps on."""
+    function = facts.function_of(call)
+    held = {name for assign in find_all(facts.statement_of(call), cst.Assign)
+            for target in assign.targets for name in names_within(target.target)}
+    for _ in range(3):
+        held |= {name for name, values in facts.assigned_values.items() for value in values
+                 if facts.function_of(value) is function and set(names_within(value)) & held}
+    return held
+
+
+def _returned_by_its_function(facts: Facts, call: cst.Call) -> bool:
+    function = facts.function_of(call)
+    if function is None:
+        return False
+    held = _derived_in_scope(facts, call)
+    return any(set(names_within(each.value)) & held or call in calls_within(each.value)
+               for each in facts.own_statements(function, cst.Return) if each.value is not None)
+
+
+def _additive_terms(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """`a + b - c` as [a, b, c]; anything else as itself."""
+    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, (cst.Add, cst.Subtract)):
+        return _additive_terms(value.left) + _additive_terms(value.right)
+    return [value]
+
+
+def _inline_penalty_summed(facts: Facts, call: cst.Call) -> bool:
+    """Rule: each backward in the penalty's scope whose receiver reads the penalty (by name, or
+    a name computed from it) backpropagates a sum with a term that does not read it, and at
+    least one backward does."""
+    function = facts.function_of(call)
+    held = _derived_in_scope(facts, call)
+
+    def a_sum_with_other_terms(value: cst.BaseExpression) -> bool:
+        terms = _additive_terms(value)
+        return (len(terms) > 1 and any(set(names_within(term)) & held for term in terms)
+                and any(not set(names_within(term)) & held for term in terms))
+
+    found = False
+    for backward in facts.training_calls:
+        if not isinstance(backward.func, cst.Attribute) or backward.func.attr.value != "backward" \
+                or facts.function_of(backward) is not function:
+            continue
+        receiver = backward.func.value
+        if not set(names_within(receiver)) & held:
+            continue
+        name = dotted_name(receiver)
+        values = ([value for value in facts.assigned_values.get(name, ()) if facts.function_of(value) is function]
+                  if name is not None else [receiver])
+        if not values or not all(a_sum_with_other_terms(value) for value in values):
+            return False
+        found = True
+    return found
 
 
 def _penalty_holders(facts: Facts, call: cst.Call) -> set[str]:
@@ -2155,6 +2217,11 @@ CASES = (
                             "    return (g.norm() - 1) ** 2\n\n", 1)
            .replace("        loss.backward()\n", "        gp = penalty(model, x.to(device))\n"
                     "        total = loss + 10 * gp\n        total.backward()\n"), "DDP113"),
+    Silent(TRAINING.replace("        loss.backward()\n",
+                            "        x = x.to(device).requires_grad_(True)\n"
+                            "        g, = torch.autograd.grad(model(x).sum(), x, create_graph=True)\n"
+                            "        gp = ((g.norm(2, dim=1) - 1) ** 2).mean() * 10\n"
+                            "        total = loss + gp\n        total.backward()\n"), "DDP113"),
     Emits(TRAINING.replace("model = torch.nn.Linear(4, 1)", "model = torch.nn.DataParallel(torch.nn.Linear(4, 1))"),
           "DDP102", ("model = torch.nn.Linear(4, 1).to(device)",)),
     Emits(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)",

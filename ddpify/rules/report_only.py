@@ -7,6 +7,7 @@ Making it safe would need an all-reduce of the decision on every step, which the
 not pay for; the person who owns the script chooses.
 """
 
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Optional, cast
@@ -651,8 +652,93 @@ finder.apply()
 """
 
 
+# Draws from a process-wide generator that every rank seeds on its own (or never).
+GLOBAL_DRAWS = frozenset(
+    {f"random.{name}" for name in ("random", "choice", "choices", "randint", "randrange", "uniform", "sample",
+                                   "gauss", "normalvariate", "lognormvariate", "betavariate")}
+    | {f"numpy.random.{name}" for name in ("random", "rand", "randn", "randint", "choice", "uniform",
+                                           "normal", "random_sample", "lognormal")})
+_TRAINING_SETTING = re.compile(r"epoch|iter|step|(^|_)lr($|_)|learning_rate|decay|warmup|milestone|patience",
+                               re.IGNORECASE)
+_LENGTH_SETTING = re.compile(r"epoch|iter|(^|_)(num|n|max|total)_?steps?|^steps$|patience", re.IGNORECASE)
+_SCHEDULE_SETTING = re.compile(r"(^|_)lr($|_)|learning_rate|decay|warmup|milestone|step_size", re.IGNORECASE)
+
+
+def seeded_before(facts: Facts, seed: cst.Call, draw: cst.Call) -> bool:
+    """The seed runs before the draw: above it in the same function (or at module level, where
+    a module-level seed runs at import, before any function is called), or in a function
+    called above the draw in the draw's own function (`set_seed(0)` then the draws)."""
+    where, scope = facts.function_of(seed), facts.function_of(draw)
+    if where is None:
+        return scope is not None or facts.start_of(seed) < facts.start_of(draw)
+    if where is scope:
+        return facts.start_of(seed) < facts.start_of(draw)
+    return any(facts.function_of(call) is scope and facts.start_of(call) < facts.start_of(draw)
+               for call in facts.calls_of(where))
+
+
+def report_settings_drawn_at_random(facts: Facts, edits: Edits) -> None:
+    """Rule: a training setting drawn from the global generator of `random` or `numpy.random`
+    that nothing seeded above the draw (`num_epochs = random.choice([100, 150])`, `lr =
+    random.random() * 5e-4`, `decay_epoch = random.randint(...)`, a random search run once
+    per launch) is drawn on each rank on its own: each rank gets its own value. A setting is
+    a name assigned from the draw (a plain name or an attribute, `config.num_epochs`) that
+    says it is one (epoch, iteration, step, lr, learning rate, decay, warmup, milestone,
+    patience), or one a `for` loop's `range(...)` reads. One that sets the training's length
+    (an epoch, iteration or step count, or a loop bound; not a decay epoch, a warmup or a
+    step size) is reported DDP902: the ranks run
+    different numbers of steps, and the first to finish leaves the others waiting in an
+    all-reduce (a hang). Another (a rate, a decay) is reported DDP408: the replicas step with
+    different settings and drift apart. Never rewritten: the fix is to seed the generator
+    alike on every rank before the draw, or to broadcast rank 0's value."""
+    if not (facts.training_calls or facts.training_helper_calls or facts.models):
+        return
+    seeds = {"random": facts.calls_named.get("random.seed", []),
+             "numpy.random": facts.calls_named.get("numpy.random.seed", [])}
+    bounds = {name for loop in facts.nodes_of(cst.For) if isinstance(loop.iter, cst.Call)
+              and dotted_name(loop.iter.func) == "range" for name in names_within(loop.iter)}
+    reported: set[Statement] = set()
+    for qualified in sorted(GLOBAL_DRAWS):
+        generator = qualified.rpartition(".")[0]
+        for draw in facts.calls_named.get(qualified, ()):
+            if any(seeded_before(facts, seed, draw) for seed in seeds[generator]) \
+                    or any(loop in facts.training_loops for loop in facts.enclosing_loops(draw)):
+                continue  # (seeded alike; or a draw per batch or epoch, data randomness, not a setting)
+            statement = facts.statement_of(draw)
+            assign = facts.parents.get(draw)
+            while assign is not None and not isinstance(assign, (cst.Assign, cst.AnnAssign, cst.BaseSmallStatement,
+                                                                   cst.BaseCompoundStatement)):
+                assign = facts.parents.get(assign)
+            if not isinstance(assign, (cst.Assign, cst.AnnAssign)) or statement in reported:
+                continue
+            targets = [target.target for target in assign.targets] if isinstance(assign, cst.Assign) \
+                else [assign.target]
+            named = [name for name in (dotted_name(target) for target in targets) if name is not None]
+            settings = [name for name in named if _TRAINING_SETTING.search(name.rpartition(".")[2])
+                        or name in bounds]
+            if not settings:
+                continue
+            reported.add(statement)
+            setting = settings[0]
+            where = f"`{setting}` is drawn by `{edits.code(draw.func)}()`"
+            fix = (f"seed `{generator}` with the same value on every rank before the draw "
+                   f"(`{edits.code(draw.func).rpartition('.')[0] or generator}.seed(0)`), or draw on rank 0 and "
+                   "broadcast the value (`dist.broadcast_object_list`)")
+            last = setting.rpartition(".")[2]
+            if setting in bounds or _LENGTH_SETTING.search(last) and not _SCHEDULE_SETTING.search(last):
+                edits.report("DDP902", assign, (
+                    f"{where} from the unseeded global generator, on each rank on its own: "
+                    "each rank gets its own value, runs its own number of epochs or steps, and the first to "
+                    f"finish leaves the others waiting in an all-reduce (a hang); {fix}"))
+            else:
+                edits.report("DDP408", assign, (
+                    f"{where} from the unseeded global generator, on each rank on its own: "
+                    f"each rank trains with its own value and the replicas drift apart; {fix}"))
+
+
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     report_dynamic_imports(facts, edits)
+    report_settings_drawn_at_random(facts, edits)
     report_skipped_steps(facts, edits, setup)
     report_settings_chosen_per_rank(facts, edits, setup)
     report_per_sample_state(facts, edits)
@@ -1037,6 +1123,15 @@ _VALIDATION = """\
 _PATIENT = "val_loader = DataLoader(dataset, batch_size=16)\nbest, bad = 1e9, 0\nfor epoch in range(3):\n"
 
 CASES = (
+    Emits(TRAINING.replace("import torch\n", "import random\n\nimport torch\n", 1)
+          .replace("for epoch in range(3):", "num_epochs = random.choice([3, 4])\nfor epoch in range(num_epochs):"),
+          "DDP902"),
+    Emits(TRAINING.replace("import torch\n", "import random\n\nimport torch\n", 1)
+          .replace("lr=0.1)", "lr=lr)").replace("device = ", "lr = random.uniform(0.01, 0.1)\ndevice = ", 1),
+          "DDP408"),
+    Silent(TRAINING.replace("import torch\n", "import random\n\nimport torch\n", 1)
+           .replace("for epoch in range(3):", "random.seed(0)\nnum_epochs = random.choice([3, 4])\n"
+                    "for epoch in range(num_epochs):"), "DDP902"),
     Emits(TRAINING.replace("        optimizer.step()\n",
                            "        optimizer.step()\n        if loss.item() < 0.01:\n            break\n"),
           "DDP902"),

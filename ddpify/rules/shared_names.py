@@ -15,11 +15,12 @@ import libcst as cst
 from ddpify.analysis import names
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Statement
-from ddpify.analysis.nodes import dotted_name, names_in
+from ddpify.analysis.nodes import dotted_name, find_all, names_in
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import collectives
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan
+from ddpify.rules import report_only
 from ddpify.rules.cases import TRAINING, Emits, Silent
 from ddpify.rules.setup import group_joined_before
 
@@ -89,10 +90,45 @@ def _report_clock_named_before_setup(facts: Facts, edits: Edits, setup: Plan) ->
             continue
         qualified, line = facts.clock_named_calls[call]
         module, _, function = qualified.rpartition(".")
+        drawn = _drawn_at_random(facts, call)
+        if drawn is not None:
+            handed, draw = drawn
+            edits.report("DDP315", call, (
+                f"`{edits.code(call.func)}()` is handed `{handed}`, named from a random draw "
+                f"(`{edits.code(draw.func)}()`, line {facts.start_of(draw)[0]}) that no seed precedes, made on "
+                "each rank before the process group is joined: each rank names its own folder (the clock "
+                f"in {module}, line {line}, adds to it); seed the generator alike on every rank before the "
+                "draw, or draw after the setup and broadcast rank 0's value"))
+            continue
         edits.report("DDP315", call, f"`{edits.code(call.func)}()` names a folder from the clock "
                      f"({module}, line {line}) before the process group is joined here: each rank "
                      f"names its own folder; call `{function}()` after the setup, or name the folder "
                      "without the clock")
+
+
+def _drawn_at_random(facts: Facts, call: cst.Call) -> Optional[tuple[str, cst.Call]]:
+    """Rule: the name the call is handed (`get_logger(logdir)`) is built, in this file and
+    within two assignments, from a draw of the global `random` or `numpy.random` generator
+    that no seed of it precedes (`run_id = random.randint(1, 100000)`, `logdir =
+    os.path.join("runs", str(run_id))`): that draw is what differs per rank. The name and
+    the draw; None otherwise."""
+    seeds = [seed for qualified in ("random.seed", "numpy.random.seed")
+             for seed in facts.calls_named.get(qualified, ())]
+    draws = {draw for qualified in report_only.GLOBAL_DRAWS for draw in facts.calls_named.get(qualified, ())}
+    for argument in call.args:
+        for handed in names_in(argument.value):
+            seen, frontier = {handed}, [handed]
+            for _ in range(3):
+                values = [value for name in frontier for value in facts.assigned_values.get(name, ())]
+                for value in values:
+                    for inner in (value, *find_all(value, cst.Call)):
+                        if not isinstance(inner, cst.Call):
+                            continue
+                        if inner in draws and not any(report_only.seeded_before(facts, seed, inner) for seed in seeds):
+                            return handed, inner
+                frontier = [name for value in values for name in names_in(value) if name not in seen]
+                seen.update(frontier)
+    return None
 
 
 def _above_setup(facts: Facts, setup: Plan, call: cst.Call) -> bool:

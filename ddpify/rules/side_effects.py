@@ -782,11 +782,21 @@ def _made_by_a_helper(facts: Facts, edits: Edits, setup: Plan, call: cst.Call) -
     SummaryWriter(log_dir) if is_main_process() else None`), and every use of what each
     caller holds runs on rank 0 only, as for a writer made in place (_guard_object). False
     (nothing done) unless the function of this module returns the call itself and every call
-    of it is so held, with uses that a guard can take."""
+    of it is so held, with uses that a guard can take. The writer held in a local first and
+    returned by name (`writer = SummaryWriter(log_dir); return writer`) is the same: made on
+    rank 0 only, None elsewhere, its other uses in the helper guarded."""
     function = facts.function_of(call)
-    if not isinstance(facts.parents.get(call), cst.Return) or function is None \
-            or facts.parents.get(function) is not facts.module:
+    if function is None or facts.parents.get(function) is not facts.module:
         return False
+    inner: list[Statement] = []
+    if not isinstance(facts.parents.get(call), cst.Return):
+        local = _returned_local(facts, call, function)
+        if local is None:
+            return False
+        found = _guardable_uses(facts, edits, local, report_failure=False)
+        if found is None:
+            return False
+        inner = found
     # (Called only from other modules of the project: they guard what they hold, or say why not.)
     callers = facts.calls_of(function)
     helds = [_held_object(facts, caller) for caller in callers]
@@ -797,10 +807,28 @@ def _made_by_a_helper(facts: Facts, edits: Edits, setup: Plan, call: cst.Call) -
         return False
     guard = setup.guard_for(facts, call)
     edits.expressions[call] = replacement(edits, f"{edits.code(call)} if {guard} else None")
-    for statement in [statement for found in uses for statement in found or ()]:
+    for statement in inner + [statement for found in uses for statement in found or ()]:
         _guard(facts, edits, setup, statement, None)
     edits.report("DDP306", call)
     return True
+
+
+def _returned_local(facts: Facts, call: cst.Call, function: cst.FunctionDef
+                    ) -> Optional[tuple[str, Statement, list[cst.BaseExpression]]]:
+    """`writer = SummaryWriter(log_dir)` in `function`, later `return writer`: the local, the
+    statement that makes it and its reads other than the returns; None unless it is a plain
+    name assigned once and returned as it is (`return writer`, not `return writer, path`)."""
+    held = _held_object(facts, call)
+    if held is None or not isinstance(cast(cst.Assign, facts.parents.get(call)).targets[0].target, cst.Name):
+        return None
+    name, creation, references = held
+    if len(facts.assigned_values.get(name, ())) != 1 and sum(
+            facts.function_of(value) is function for value in facts.assigned_values.get(name, ())) != 1:
+        return None
+    returned = [reference for reference in references if isinstance(facts.parents.get(reference), cst.Return)]
+    if not returned:
+        return None
+    return name, creation, [reference for reference in references if reference not in returned]
 
 
 def _guard_uses_of_a_helper_writer(facts: Facts, edits: Edits, setup: Plan, call: cst.Call) -> None:
