@@ -155,3 +155,15 @@ def test_projects_evaluation_is_sharded_and_gathered(project, spec, project_runs
     assert problems_evaluation_fetches(evaluation_log(original.workdir), 1) == []
     assert problems_evaluation_fetches(evaluation_log(distributed.workdir), 2) == []
     assert problems_evaluation_lines(original, distributed, spec["evaluation"]) == []
+
+
+@pytest.mark.parametrize("project", PROJECTS, ids=lambda project: project.name)
+def test_expected_modules_import_nothing_torch_does_not_install(project):
+    """CI's environment has torch alone (no numpy, no Pillow), and the import check above runs
+    there: a module that imports them at its top fails it. Checked by reading, so that a machine
+    that has numpy (torchvision brings it) catches it too."""
+    import re
+    found = [module for module in project.modules(project.expected) if re.search(
+        r"^(import|from) (numpy|PIL|pandas|matplotlib|scipy|sklearn)\b", (project.expected / module).read_text(),
+        re.MULTILINE)]
+    assert found == []
