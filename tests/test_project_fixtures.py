@@ -90,7 +90,9 @@ def dotted(module: str) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-@pytest.mark.parametrize("project", PROJECTS, ids=lambda project: project.name)
+# A process per project: one in four in the fast tier, the rest in the slow tier (CI runs both).
+@pytest.mark.parametrize("project", [pytest.param(project, id=project.name, marks=[] if index % 4 == 0 else [
+    pytest.mark.slow]) for index, project in enumerate(PROJECTS)])
 def test_every_expected_module_imports_without_joining_a_group(project, tmp_path):
     importer = tmp_path / "importer" / "import_all.py"
     importer.parent.mkdir()
