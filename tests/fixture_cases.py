@@ -121,3 +121,14 @@ def format_diagnostics(diagnostics, path: str = "input.py") -> str:
 def _migrated(directory: Path, text: str) -> Result:
     case = Case(directory)
     return migrate_source(text, case.options, case.project)
+
+
+# Checks that repeat a whole migration or a process per fixture run on one fixture in
+# FAST_SAMPLE in the fast tier (`-m "not slow"`); the others are marked slow, and CI runs both.
+FAST_SAMPLE = 4
+
+
+def slow_unless_sampled(index: int) -> list:
+    """The marks for the index-th fixture of such a check."""
+    import pytest
+    return [] if index % FAST_SAMPLE == 0 else [pytest.mark.slow]

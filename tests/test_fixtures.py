@@ -3,7 +3,7 @@ import re
 from collections import Counter
 
 import pytest
-from fixture_cases import FIXTURES, all_cases, format_diagnostics
+from fixture_cases import FIXTURES, all_cases, format_diagnostics, slow_unless_sampled
 from script_runs import (
     evaluation_log,
     problems_dcp_checkpoint,
@@ -27,14 +27,10 @@ def params(cases):
             for case in cases]
 
 
-# The fast tier migrates each fixture's input; migrating its expected output too doubles that.
-# It checks one fixture in IDEMPOTENCE_SAMPLE there; the rest run in the slow tier (CI runs both).
-IDEMPOTENCE_SAMPLE = 4
-
-
+# The fast tier migrates each fixture's input; migrating its expected output too doubles that:
+# one fixture in FAST_SAMPLE there, the rest in the slow tier.
 def sampled(cases):
-    return [pytest.param(*param.values, marks=[*param.marks, *([] if index % IDEMPOTENCE_SAMPLE == 0
-                                                               else [pytest.mark.slow])], id=param.id)
+    return [pytest.param(*param.values, marks=[*param.marks, *slow_unless_sampled(index)], id=param.id)
             for index, param in enumerate(params(cases))]
 
 

@@ -9,7 +9,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from fixture_cases import all_cases
+from fixture_cases import all_cases, slow_unless_sampled
 from project_cases import all_project_cases, format_project_diagnostics
 from script_runs import (
     evaluation_log,
@@ -25,6 +25,8 @@ from script_runs import (
 
 PROJECTS = all_project_cases()
 BY_NAME = {project.name: project for project in PROJECTS}
+SAMPLED = [pytest.param(project, id=project.name, marks=slow_unless_sampled(index))
+           for index, project in enumerate(PROJECTS)]
 
 # Known defects of the migration these fixtures show (the fixture stays as ddpify writes it;
 # the core is to change): (idiom, entry) -> why the run fails.
@@ -63,9 +65,8 @@ def test_expected_modules_compile(project):
         compile(path.read_text(), str(path), "exec")
 
 
-# One in four in the fast tier, as for single-file fixtures (tests/test_fixtures.py); the rest slow.
-@pytest.mark.parametrize("project", [pytest.param(project, id=project.name, marks=[] if index % 4 == 0 else [
-    pytest.mark.slow]) for index, project in enumerate(PROJECTS)])
+# A second migration of every tree: sampled in the fast tier (fixture_cases.slow_unless_sampled).
+@pytest.mark.parametrize("project", SAMPLED)
 def test_migrating_the_expected_tree_changes_nothing(project):
     again = {module: result.code for module, result in migrated(project.name, "expected").items()}
     assert again == {module: (project.expected / module).read_text() for module in again}
@@ -90,9 +91,8 @@ def dotted(module: str) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-# A process per project: one in four in the fast tier, the rest in the slow tier (CI runs both).
-@pytest.mark.parametrize("project", [pytest.param(project, id=project.name, marks=[] if index % 4 == 0 else [
-    pytest.mark.slow]) for index, project in enumerate(PROJECTS)])
+# A process per project: sampled in the fast tier, as above.
+@pytest.mark.parametrize("project", SAMPLED)
 def test_every_expected_module_imports_without_joining_a_group(project, tmp_path):
     importer = tmp_path / "importer" / "import_all.py"
     importer.parent.mkdir()
