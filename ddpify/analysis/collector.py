@@ -1368,8 +1368,21 @@ class Collector(cst.CSTVisitor):
     # --- environment ---------------------------------------------------------------------------
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         # `"cuda:0"` anywhere (a helper module's device choice): read once, here.
-        if "cuda:" in node.value and FIXED_GPU.fullmatch(str(node.evaluated_value)):
+        if "cuda:" in node.value and FIXED_GPU.fullmatch(str(node.evaluated_value)) \
+                and not self._saved_location(node):
             self.facts.fixed_gpu_strings.append(node)
+
+    def _saved_location(self, node: cst.SimpleString) -> bool:
+        """A key of torch.load's map_location dict (`{"cuda:0": ...}`): where the file was
+        saved, not a device of this run. Made "cuda", it would match nothing, and what was
+        saved on GPU 0 would load there on every rank."""
+        element = self.parents.get(node)
+        if not isinstance(element, cst.DictElement) or element.key is not node:
+            return False
+        mapping = self.parents.get(element)
+        argument = self.parents.get(mapping) if mapping is not None else None
+        return isinstance(argument, cst.Arg) and argument.keyword is not None \
+            and argument.keyword.value == "map_location"
 
     def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:
         name = dotted_name(node.expression)
