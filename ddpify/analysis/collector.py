@@ -592,6 +592,7 @@ class Collector(cst.CSTVisitor):
                     value.func, cst.Name) and value.func.value == "super":
                 facts.super_init_calls.append(node)
         self._note_data_calls(node)
+        self._note_visible_devices_set(node)
         if self._calls(node, names.BATCHNORM):
             facts.batchnorm_calls.append(node)
         if self._calls(node, names.TORCH_COMPILE) and node.args:
@@ -1368,8 +1369,21 @@ class Collector(cst.CSTVisitor):
     # --- environment ---------------------------------------------------------------------------
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         # `"cuda:0"` anywhere (a helper module's device choice): read once, here.
-        if "cuda:" in node.value and FIXED_GPU.fullmatch(str(node.evaluated_value)):
+        if "cuda:" in node.value and FIXED_GPU.fullmatch(str(node.evaluated_value)) \
+                and not self._saved_location(node):
             self.facts.fixed_gpu_strings.append(node)
+
+    def _saved_location(self, node: cst.SimpleString) -> bool:
+        """A key of torch.load's map_location dict (`{"cuda:0": ...}`): where the file was
+        saved, not a device of this run. Made "cuda", it would match nothing, and what was
+        saved on GPU 0 would load there on every rank."""
+        element = self.parents.get(node)
+        if not isinstance(element, cst.DictElement) or element.key is not node:
+            return False
+        mapping = self.parents.get(element)
+        argument = self.parents.get(mapping) if mapping is not None else None
+        return isinstance(argument, cst.Arg) and argument.keyword is not None \
+            and argument.keyword.value == "map_location"
 
     def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:
         name = dotted_name(node.expression)
@@ -1382,6 +1396,21 @@ class Collector(cst.CSTVisitor):
         right = node.comparisons[0].comparator
         if string_value(node.left) is not None or string_value(right) is not None:
             self.facts.string_comparisons.append(node)
+
+    def _note_visible_devices_set(self, node: cst.Call) -> None:
+        """`os.environ.setdefault("CUDA_VISIBLE_DEVICES", gpus)`, `os.putenv(...)` (which CUDA
+        reads too) and `os.environ.update(CUDA_VISIBLE_DEVICES=...)` or with a dict: the
+        same as an assignment to `os.environ["CUDA_VISIBLE_DEVICES"]`."""
+        qualified = self._qualified(node.func)
+        if not qualified & {"os.environ.setdefault", "os.putenv", "os.environ.update"}:
+            return
+        named = any(string_value(arg.value) == "CUDA_VISIBLE_DEVICES" for arg in node.args[:1]) or any(
+            arg.keyword is not None and arg.keyword.value == "CUDA_VISIBLE_DEVICES" for arg in node.args) or any(
+            isinstance(arg.value, cst.Dict) and any(
+                isinstance(element, cst.DictElement) and string_value(element.key) == "CUDA_VISIBLE_DEVICES"
+                for element in arg.value.elements) for arg in node.args)
+        if named:
+            self.facts.visible_devices_statements.append(self._statement(node))
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         if dotted_name(node.value) != "os.environ" or len(node.slice) != 1:

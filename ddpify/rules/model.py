@@ -10,7 +10,7 @@ from typing import Optional, Union, cast
 
 import libcst as cst
 
-from ddpify.analysis import effects, freezing, names
+from ddpify.analysis import effects, figures, freezing, names
 from ddpify.analysis.containers import condition_code, container_moves, entry_moves
 from ddpify.analysis.control import Facts, handed_in, innermost_common_block, parameter_names, receiver_of
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
@@ -314,10 +314,12 @@ def _report_training_around_the_wrapper(facts: Facts, edits: Edits, model: Model
     module), each rank drifting apart without an error: DDP903, at the first such call in a
     training loop. Not when the model is handed to a function of another module, which may
     call it."""
-    holders = {name for _, name in facts.model_holders(model)}
-    if any(facts.calls_by_callee.get(name) for name in holders):
-        return
+    held = facts.model_holders(model)
+    holders = {name for _, name in held}
     if any(dotted_name(arg.value) in holders for call in facts.training_helper_calls for arg in call.args):
+        return
+    if any(facts.calls_by_callee.get(name) for name in holders):
+        _report_steps_around_the_wrapper(facts, edits, model, held)
         return
     for loop in sorted(facts.training_loops, key=facts.start_of):
         for call in calls_within(loop.body):
@@ -331,6 +333,39 @@ def _report_training_around_the_wrapper(facts: Facts, edits: Edits, model: Model
                     f"shares gradients only for a forward through the wrapper, so every rank would train its own "
                     f"copy; call the model itself (route the calls through its forward), or wrap the parts that "
                     f"run in DDP by hand"))
+                return
+
+
+def _report_steps_around_the_wrapper(facts: Facts, edits: Edits, model: Model, held: set[Holder]) -> None:
+    """Rule: the same for one training step. A function that holds the model or is handed it
+    (`def adversarial_step(net, opt): fake = net.sample(32); ...; loss.backward(); opt.step()`)
+    and takes its own backward, reaching the model there only through its other methods with
+    gradients on, never calling it, steps on gradients DDP never shares: that backward comes
+    after no forward through the wrapper, so DDP's hooks ignore it and the ranks drift apart
+    silently, though another function calls the model (DDP903, at the first such call).
+    Calls under `torch.no_grad()` (samples drawn for a log) train nothing."""
+    backwards = {facts.function_of(call) for call in facts.training_calls
+                 if isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"}
+    steps = {(f, n) for f, n in held if f is not None}
+    for function, name in list(steps):
+        owner = facts.class_of(function) if name.startswith("self.") else None
+        if owner is not None:  # `self.model`: every method of the class holds it
+            steps |= {(method, name) for method in owner.body.body if isinstance(method, cst.FunctionDef)}
+    for function, name in sorted(steps, key=lambda step: facts.start_of(step[0])):
+        if function not in backwards:
+            continue
+        own = [call for call in calls_within(function.body) if facts.function_of(call) is function]
+        if any(dotted_name(call.func) == name for call in own):
+            continue
+        for call in own:
+            func = call.func
+            if isinstance(func, cst.Attribute) and func.attr.value not in _NOT_FORWARD \
+                    and dotted_name(func.value) == name and not figures.under_no_grad(facts, call):
+                edits.report("DDP903", call, (
+                    f"`{function.name.value}` trains `{model.name}` through `{edits.code(func)}(...)` with its own "
+                    f"backward, never calling `{name}(...)`: DDP shares gradients only for a forward through the "
+                    f"wrapper, so every rank would step on its own gradients there; route the call through the "
+                    f"model's forward, or wrap the part that runs in DDP by hand"))
                 return
 
 
@@ -830,6 +865,7 @@ def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, an
     edits.imports.update({"DDP", "dist"})
     edits.report("DDP101", anchor)
     setup.wrap_points[model.name] = anchor
+    _report_training_around_the_wrapper(facts, edits, model)
     _drop_moves_after_wrap(facts, edits, model, anchor)
     _unwrap_attributes(facts, edits, model, anchor)
     _unwrap_module_accesses(facts, edits, model)
