@@ -338,6 +338,10 @@ class Project:
         if qualified not in self._known:
             found = self._local(qualified)
             definition = self._modules.definition(found) if found is not None else None
+            if definition is None and found is not None and found.endswith(".__call__"):
+                # `learner(x, y)` on an nn.Module of the project runs its forward.
+                found = found.removesuffix("__call__") + "forward"
+                definition = self._modules.definition(found)
             if definition is None:
                 self._known[qualified] = (None, False)
             else:

@@ -568,6 +568,10 @@ class Collector(cst.CSTVisitor):
                or (isinstance(base, cst.Name) and base.value in self.facts.dataset_classes)
                for base in bases):
             self.facts.dataset_classes.add(node.name.value)
+        if any("torch.nn.Module" in self._qualified(base)
+               or (isinstance(base, cst.Name) and base.value in self.facts.module_classes)
+               for base in bases):
+            self.facts.module_classes.add(node.name.value)
         if any(self._is_loader_class(base) for base in bases):
             self.facts.loader_classes[node.name.value] = init_takes_sampler(node)
         if any(

@@ -328,6 +328,9 @@ class FactRecord:
     rank_aware_batch_samplers: set[cst.Call] = field(default_factory=set)
     # Map-style Dataset subclasses defined in the file.
     dataset_classes: set[str] = field(default_factory=set)
+    # Classes of the file that are torch.nn.Module subclasses (directly, or through another
+    # such class of the file): `.to(device)` on one of their objects moves every part.
+    module_classes: set[str] = field(default_factory=set)
     # Every node of the module by its exact type, in source order, and the statements of
     # each function's own body (None: module level and class bodies) by type: the
     # collector's one walk fills both, so queries over the whole module or a function's body

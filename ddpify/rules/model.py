@@ -243,7 +243,7 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
             f"before the training loop (`{model.name}.to(device)`), where ddpify can wrap it in DDP"))
         return
     condition = _entry_condition(facts, edits, model, anchor)
-    if condition is False:
+    if condition is False or _reported_moved_with_its_holder(facts, edits, model, anchor):
         return
     if not setup.sees_setup(facts, anchor):
         if edits.options.fsdp2:
@@ -766,6 +766,35 @@ def _when_trainable(facts: Facts, code: str, model: str) -> str:
     condition = first_line[len("if "):-len(":")]
     return (f"{ONLY_IF_TRAINABLE_COMMENT}\n"
             f"if {condition} and any(p.requires_grad for p in {model}.parameters()):\n{rest}")
+
+
+def _reported_moved_with_its_holder(facts: Facts, edits: Edits, model: Model, anchor: Statement) -> bool:
+    holder = _module_holder_moved_after_init(facts, model)
+    if holder is not None:
+        edits.report("DDP903", anchor, (
+            f"`{model.name}` is a part of `{holder}`, an nn.Module that reaches its device when the "
+            f"object is moved, after its method has built `{model.name}`: a wrap there would come "
+            f"before the move (DDP needs the module on its device); move `{model.name}` to the device "
+            f"in the class, or wrap it in DDP by hand after the object is moved"))
+    return holder is not None
+
+
+def _module_holder_moved_after_init(facts: Facts, model: Model) -> Optional[str]:
+    """Rule: `self.net`, a part that a class which is itself an nn.Module builds and never
+    moves (`class Agent(nn.Module)` holding its network and the optimizer over it), reaches
+    its device with the object (`Agent().to(device)`, `agent.cuda()`), after the method that
+    built it has returned: no place in the class sees it on its device, and a wrap there
+    would hold CPU weights that NCCL cannot broadcast. The class's name, when an object of
+    it is moved in this file, or when none is made here (its callers are elsewhere)."""
+    owner = facts.class_of(model.function) if model.name.startswith("self.") else None
+    if owner is None or owner.name.value not in facts.module_classes:
+        return None
+    if not _never_moved(facts, model) or facts.device_moves.get("self"):
+        return None
+    instances = facts._instances_of(owner.name.value)
+    if instances and not any(_moved_value(facts, cst.Name(instance)) for instance in instances):
+        return None  # every object of it stays where it was made
+    return owner.name.value
 
 
 def _never_moved(facts: Facts, model: Model) -> bool:
@@ -2235,9 +2264,40 @@ class Net(torch.nn.Module):
 model = Net().to(device)
 ''')
 
+# An nn.Module that holds its network and optimizer and steps them itself.
+SELF_STEPPING = '''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Learner(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(4, 1)
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1)
+
+    def step(self, x, y):
+        loss = torch.nn.functional.mse_loss(self.net(x), y)
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+learner = Learner().to(device)
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+for epoch in range(3):
+    for x, y in loader:
+        learner.step(x.to(device), y.to(device))
+'''
+
 CASES = (
     Emits(TRAINING.replace("torch.nn.Linear(4, 1)", "torch.nn.ModuleList([torch.nn.Linear(4, 1)])")
           .replace("model.parameters()", "model[0].parameters()"), "DDP903"),
+    # Moved with the object, after __init__: no place in the class sees it on its device.
+    Emits(SELF_STEPPING, "DDP903"),
+    Silent(SELF_STEPPING.replace("self.net = torch.nn.Linear(4, 1)",
+                                 "self.net = torch.nn.Linear(4, 1).to(device)"), "DDP903"),
     Emits(TRAINING, "DDP101", ("model = DDP(model, device_ids=[local_rank]",)),
     Emits(TRAINING.replace("        loss.backward()\n",
                            "        x = x.to(device).requires_grad_(True)\n"

@@ -12,9 +12,10 @@ from typing import Optional, cast
 import libcst as cst
 
 from ddpify.analysis import effects, names, shell
-from ddpify.analysis.control import Facts, parameter_names
+from ddpify.analysis.control import Facts, parameter_names, receiver_of
 from ddpify.analysis.facts import BlockItem, Statement
 from ddpify.analysis.nodes import (
+    argument_among,
     argument_for,
     calls_within,
     dotted_name,
@@ -23,6 +24,7 @@ from ddpify.analysis.nodes import (
     literal_open_mode,
     names_within,
     opens_for_writing,
+    positional_parameters,
 )
 from ddpify.diagnostics import Rule, Severity, Status
 from ddpify.emit import guards
@@ -738,6 +740,21 @@ def _guard_object(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code:
         if report_failure:
             edits.report("DDP307", call)
         return False
+    handed = _handed_to_functions(facts, edits, held)
+    if handed is not None:
+        name, creation, references = held
+        arguments, inside = handed
+        uses = _guardable_uses(facts, edits, (name, creation, [r for r in references if r not in arguments]),
+                               report_failure)
+        if uses is None:
+            return False
+        # Made on rank 0 only, None elsewhere: the calls that hand it on still run everywhere.
+        guard = setup.guard_for(facts, call)
+        edits.expressions[call] = replacement(edits, f"{edits.code(call)} if {guard} else None")
+        for statement in uses + inside:
+            _guard(facts, edits, setup, statement, None)
+        edits.report(code, creation)
+        return True
     uses = _guardable_uses(facts, edits, held, report_failure)
     if uses is None:
         return False
@@ -745,6 +762,46 @@ def _guard_object(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code:
         _guard(facts, edits, setup, statement, None)
     edits.report(code, held[1])
     return True
+
+
+def _handed_to_functions(facts: Facts, edits: Edits, held: tuple[str, Statement, list[cst.BaseExpression]]
+                         ) -> Optional[tuple[list[cst.BaseExpression], list[Statement]]]:
+    """Rule: `train(loader, model, optimizer, writer)` or `test(..., writer=writer)`, where the
+    function is this file's and only uses the parameter it receives (`writer.add_scalar(...)`
+    statements, nothing that hands it on or rebinds it): the references passed so, and the
+    statements in the functions that use it, which run on rank 0 alone while the object is
+    made there only (None on the other ranks). None when no reference is such an argument,
+    or when one argument cannot be followed so (the caller reports, DDP307)."""
+    name, creation, references = held
+    arguments: list[cst.BaseExpression] = []
+    inside: list[Statement] = []
+    for reference in references:
+        arg = facts.parents.get(reference)
+        if not isinstance(arg, cst.Arg) or arg.value is not reference or arg.star:
+            continue
+        call = facts.parents.get(arg)
+        if not isinstance(call, cst.Call):
+            continue
+        callee = facts.functions.get(dotted_name(call.func) or "") or facts.method_called(call)
+        if callee is None:
+            return None
+        positional = positional_parameters(callee)
+        if facts.class_of(callee) is not None and positional[:1] == [receiver_of(facts, callee)] and not (
+                isinstance(call.func, cst.Name)):
+            positional = positional[1:]
+        parameter = next((p for p in sorted(parameter_names(callee))
+                          if argument_among(call, p, positional) is reference), None)
+        if parameter is None or any(value is not None and facts.function_of(value) is callee
+                                    for value in facts.assigned_values.get(parameter, ())):
+            return None
+        reads = [read for read in _references(facts, parameter, callee)
+                 if not isinstance(facts.parents.get(read), cst.Param)]
+        uses = _guardable_uses(facts, edits, (parameter, creation, list(reads)), report_failure=False)
+        if uses is None:
+            return None
+        arguments.append(reference)
+        inside.extend(statement for statement in uses if statement not in inside)
+    return (arguments, inside) if arguments else None
 
 
 def _guardable_uses(facts: Facts, edits: Edits, held: tuple[str, Statement, list[cst.BaseExpression]],
@@ -1046,9 +1103,17 @@ CASES = (
     Emits(_TENSORBOARD.replace("    print(epoch, loss.item())\n", '    writer.add_scalar("loss", loss.item(), epoch)\n')
           .replace("for epoch", "writer = SummaryWriter()\nfor epoch"),
           "DDP306", ("if is_main:\n    writer = SummaryWriter()",)),
+    # Handed to a function of the script that only logs with it: made on rank 0 alone (None
+    # elsewhere, so the call still runs everywhere), its uses in there guarded.
     Emits(_TENSORBOARD.replace("    print(epoch, loss.item())\n", "    log(writer, loss.item())\n")
           .replace("for epoch", "writer = SummaryWriter()\n\n\ndef log(writer, value):\n"
-                   '    writer.add_scalar("loss", value)\n\n\nfor epoch'), "DDP307"),
+                   '    writer.add_scalar("loss", value)\n\n\nfor epoch'), "DDP306",
+          ("writer = SummaryWriter() if is_main else None",
+           '    if is_main:\n        writer.add_scalar("loss", value)')),
+    # ...but one that does more with it than log cannot be guarded around it.
+    Emits(_TENSORBOARD.replace("    print(epoch, loss.item())\n", "    log(writer, loss.item())\n")
+          .replace("for epoch", "writer = SummaryWriter()\n\n\ndef log(writer, value):\n"
+                   '    print(writer.log_dir, value)\n\n\nfor epoch'), "DDP307"),
     # A module-level writer a function of the script reads as a global: guarded there too,
     # or the other ranks would read a name they never bound.
     Emits(_TENSORBOARD.replace("    print(epoch, loss.item())\n", "    log(loss.item())\n")
