@@ -246,6 +246,14 @@ class Project:
         definition = self._definition(qualified)
         return definition is not None and definition[0].returns_loader(definition[1])
 
+    def loader_attributes(self, qualified: str) -> frozenset[str]:
+        """For a class of another module of the project: the attributes its methods set to a
+        DataLoader they build (effects.loader_attributes)."""
+        definition = self._definition(qualified)
+        if definition is None or definition[1] not in definition[0].classes:
+            return frozenset()
+        return definition[0].loader_attributes(definition[1])
+
     def hands_out_own_parameters(self, qualified: str) -> bool:
         """`qualified` is a method that hands out parameters of its object (`model.get_1x_lr_params()`)."""
         definition = self._definition(qualified)
