@@ -1071,7 +1071,20 @@ class Collector(cst.CSTVisitor):
         return isinstance(parent, cst.Expr)
 
     def _is_optimizer(self, node: cst.Call) -> bool:
-        return self._optimizer_class(node.func, chosen_before=True)
+        return self._optimizer_class(node.func, chosen_before=True) or self._wraps_a_base_optimizer(node)
+
+    def _wraps_a_base_optimizer(self, node: cst.Call) -> bool:
+        """Rule: a call handed a model's parameters and a torch.optim class to step them with
+        (`SAM(model.parameters(), base_optimizer, rho=2.0)` after `base_optimizer =
+        torch.optim.SGD`, ASAM, GSAM): an optimizer of its own over that model."""
+        positional = positional_args(node)
+        params = keyword_args(node).get("params")
+        first = params.value if params is not None else (positional[0] if positional else None)
+        if first is None or not any(isinstance(call.func, cst.Attribute) and call.func.attr.value in (
+                "parameters", "named_parameters") for call in calls_within(first)):
+            return False
+        return any(arg.value is not first and self._optimizer_class(arg.value, chosen_before=True)
+                   for arg in node.args)
 
     def _optimizer_class(self, value: cst.BaseExpression, chosen_before: bool = False, depth: int = 0) -> bool:
         """A class of torch.optim: named (`optim.Adam`), picked by name (`getattr(torch.optim,
