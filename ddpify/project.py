@@ -246,6 +246,14 @@ class Project:
         definition = self._definition(qualified)
         return definition is not None and definition[0].returns_loader(definition[1])
 
+    def loader_attributes(self, qualified: str) -> frozenset[str]:
+        """For a class of another module of the project: the attributes its methods set to a
+        DataLoader they build (effects.loader_attributes)."""
+        definition = self._definition(qualified)
+        if definition is None or definition[1] not in definition[0].classes:
+            return frozenset()
+        return definition[0].loader_attributes(definition[1])
+
     def hands_out_own_parameters(self, qualified: str) -> bool:
         """`qualified` is a method that hands out parameters of its object (`model.get_1x_lr_params()`)."""
         definition = self._definition(qualified)
@@ -386,7 +394,7 @@ def read(script: str, source: str, rewritten: Iterable[str] = ()) -> Project:
     if INSTALLED.intersection(path.parent.parts):
         return Project()  # installed code: its imports are other packages, not its project
     root = project_root(path)
-    if root == path.parent and not _modules_beside(str(root)) - {path.stem}:
+    if root == path.parent and not _modules_beside(str(root)) - {path.stem} and not _namespace_folders(str(root)):
         return Project()  # a script alone in its folder: nothing to read, not even the script
     tree = _tree_of(path, source)
     if tree is None:
@@ -755,6 +763,26 @@ def _modules_beside(root: str) -> frozenset[str]:
                 or entry.is_dir() and os.path.isfile(os.path.join(entry.path, "__init__.py")))
     except OSError:
         return frozenset()
+
+
+def _namespace_folders(root: str) -> bool:
+    """The folder holds a folder of Python modules without `__init__.py`: a namespace package
+    (PEP 420) that `from utils.config import x` imports all the same."""
+    try:
+        with os.scandir(root) as entries:
+            folders = [entry.path for entry in entries if entry.is_dir() and not entry.name.startswith(".")
+                       and entry.name.isidentifier() and entry.name not in SKIPPED_DIRECTORIES]
+    except OSError:
+        return False
+    return any(_holds_python(folder) for folder in folders[:MAX_SCRIPT_FOLDERS])
+
+
+def _holds_python(folder: str) -> bool:
+    try:
+        with os.scandir(folder) as entries:
+            return any(entry.name.endswith(".py") and entry.is_file() for entry in entries)
+    except OSError:
+        return False
 
 
 def _module_file(root: Path, module: str) -> Optional[tuple[Path, bool]]:

@@ -439,6 +439,27 @@ class Collector(cst.CSTVisitor):
             if made_by is not None:
                 self._note_made_by(assign, made_by, self.facts.function_of(assign), self.facts.statement_of(assign))
 
+    def note_loaders_held_by_project_objects(self) -> None:
+        """`for batch in dataset.train` where every `dataset = Cifar(...)` makes an object of a
+        class of another module of the project that sets `self.train = DataLoader(...)`: a
+        loader that module builds (and shards), held on the object (loader_attributes)."""
+        for assign in self.facts.nodes_of(cst.Assign):
+            owner = dotted_name(assign.targets[0].target) if len(assign.targets) == 1 else None
+            if owner is None or not isinstance(assign.value, cst.Call):
+                continue
+            values = self._objects_made_for(owner)
+            classes = {q for value in values if isinstance(value, cst.Call)
+                       for q in self._qualified(value.func) if self.project.loader_attributes(q)}
+            if len(classes) != 1 or len(values) != 1:
+                continue
+            made_by = classes.pop()
+            for attribute in sorted(self.project.loader_attributes(made_by)):
+                held = f"{owner}.{attribute}"
+                if held in self.facts.loops_over:
+                    self.facts.external_loaders.append(ExternalLoader(
+                        held, self.facts.function_of(assign), self.facts.statement_of(assign), assign.value,
+                        f"{made_by}.{attribute}"))
+
     def note_loaders_made_in_place(self) -> None:
         """`for x, y in data.get_loader("train", bs)`, `for batch in tqdm(dm.train_dataloader())`:
         a pass over a DataLoader that a function or method of another module of the project
@@ -1055,7 +1076,20 @@ class Collector(cst.CSTVisitor):
         return isinstance(parent, cst.Expr)
 
     def _is_optimizer(self, node: cst.Call) -> bool:
-        return self._optimizer_class(node.func, chosen_before=True)
+        return self._optimizer_class(node.func, chosen_before=True) or self._wraps_a_base_optimizer(node)
+
+    def _wraps_a_base_optimizer(self, node: cst.Call) -> bool:
+        """Rule: a call handed a model's parameters and a torch.optim class to step them with
+        (`SAM(model.parameters(), base_optimizer, rho=2.0)` after `base_optimizer =
+        torch.optim.SGD`, ASAM, GSAM): an optimizer of its own over that model."""
+        positional = positional_args(node)
+        params = keyword_args(node).get("params")
+        first = params.value if params is not None else (positional[0] if positional else None)
+        if first is None or not any(isinstance(call.func, cst.Attribute) and call.func.attr.value in (
+                "parameters", "named_parameters") for call in calls_within(first)):
+            return False
+        return any(arg.value is not first and self._optimizer_class(arg.value, chosen_before=True)
+                   for arg in node.args)
 
     def _optimizer_class(self, value: cst.BaseExpression, chosen_before: bool = False, depth: int = 0) -> bool:
         """A class of torch.optim: named (`optim.Adam`), picked by name (`getattr(torch.optim,

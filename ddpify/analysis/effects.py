@@ -528,6 +528,20 @@ class FunctionEffects:
         return any(self._builds_loader(value) or isinstance(value, ast.Name) and any(
             self._builds_loader(made) for made in bound.get(value.id, ())) for value in returned)
 
+    def loader_attributes(self, class_name: str) -> frozenset[str]:
+        """Rule: the attributes a method of the class sets to a DataLoader it builds
+        (`self.train = DataLoader(train_set, shuffle=True)` in a data holder's __init__):
+        `for batch in dataset.train` then goes over a loader this module shards."""
+        found: set[str] = set()
+        for name, function in self._functions.items():
+            if self.class_of(name) != class_name:
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Assign) and self._builds_loader(node.value):
+                    found.update(target.attr for target in node.targets if isinstance(target, ast.Attribute)
+                                 and isinstance(target.value, ast.Name) and target.value.id == "self")
+        return frozenset(found)
+
     def hands_out_own_parameters(self, name: str) -> bool:
         """Rule: a method of a class that yields or returns what it reads from `.parameters()`
         or `.named_parameters()` (DeepLab's `get_1x_lr_params(self)`, `optim_parameters(self,

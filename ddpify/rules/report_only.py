@@ -1198,6 +1198,10 @@ CASES = (
            "DDP909"),
     Emits(TRAINING.replace("import torch\n", "import sys\n\nimport torch\n", 1)
           .replace("device = torch", 'sys.path.insert(0, "../lib")\ndevice = torch', 1), "DDP909"),
+    # A package's __init__.py that loads its agents from its folder names no torch: still read.
+    Emits("import os\n\nfor name in os.listdir(os.path.dirname(__file__)):\n"
+          "    __import__(__name__ + '.' + name[:-3])\n", "DDP909", ("__import__(__name__ + '.' + name[:-3])",)),
+    Silent("import os\n\nplugin = __import__('json')\nprint(os.getcwd(), plugin)\n", "DDP909"),
     Silent(TRAINING, "DDP909"),
     # A learning rate picked by this rank's last batch loss, then handed to a new optimizer:
     # per rank. A decay on the epoch count alone is the same everywhere.
