@@ -774,6 +774,9 @@ class Collector(cst.CSTVisitor):
     def _note_helper(self, node: cst.Call, qualified: str) -> None:
         if self.project.defines(qualified):
             self.facts.project_calls.add(node)
+            picked_there = self.project.picked_from_own_batches(qualified)
+            if picked_there:
+                self.facts.calls_returning_picked[node] = picked_there
             gradless = self.project.gradless_submodules(qualified)
             called = dotted_name(node.func)
             if gradless and called is not None:
