@@ -336,6 +336,12 @@ class Project:
         definition = self._definition(qualified)
         return None if definition is None else definition[0].running_mean_kind(definition[1])
 
+    def picked_from_own_batches(self, qualified: str) -> set[Optional[int]]:
+        """For a training function of the project: where its return holds a value picked from
+        its own batches, per rank under DDP (effects.picked_from_own_batches)."""
+        definition = self._definition(qualified)
+        return set() if definition is None else definition[0].picked_from_own_batches(definition[1])
+
     def defines(self, qualified: str) -> bool:
         """`qualified` is a function or class of one of the project's own modules."""
         return self._definition(qualified) is not None

@@ -14,7 +14,7 @@ from typing import Callable, Optional, Union
 
 import libcst as cst
 
-from ddpify.analysis import freezing, meters, names
+from ddpify.analysis import freezing, meters, names, picked
 from ddpify.analysis.ast_names import dotted_ast
 from ddpify.analysis.returned_loaders import returned_loader_dict
 
@@ -506,6 +506,14 @@ class FunctionEffects:
         read = {node.value.id for node in ast.walk(function) if isinstance(node, ast.Attribute)
                 and isinstance(node.value, ast.Name) and node.attr not in wrapper_attributes}
         return {index for index, parameter in enumerate(self._positional(name, function)) if parameter in read}
+
+    def picked_from_own_batches(self, name: str) -> set[Optional[int]]:
+        """For a function that trains: where its return holds a value picked from its own
+        batches (picked.py; None for the whole value, k for a tuple's k-th element)."""
+        function = self._functions.get(name)
+        if function is None or not self.trains(name):
+            return set()
+        return picked.picked_positions(function)
 
     def _positional(self, name: str, function: ast.FunctionDef) -> list[str]:
         """The positional parameters a caller passes: a method's object is not one of them."""

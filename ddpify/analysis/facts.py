@@ -295,6 +295,9 @@ class FactRecord:
     # A model handed to a class of another module that keeps it as self.X: "model" ->
     # ["trainer.model"], where it is read from outside the class.
     kept_on_instances: dict[str, list[str]] = field(default_factory=dict)
+    # Calls of a training function of another module that returns a value picked from its
+    # own batches (an LR finder's choice, picked.py): where in the returned value it sits.
+    calls_returning_picked: dict[cst.Call, set[Optional[int]]] = field(default_factory=dict)
     # `Trainer(model, loader).fit(epochs)`: methods called on an object made in place.
     chained_calls: list[cst.Call] = field(default_factory=list)
     main_guard: Optional[cst.If] = None

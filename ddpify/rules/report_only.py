@@ -426,6 +426,14 @@ def report_settings_chosen_per_rank(facts: Facts, edits: Edits, setup: Plan) -> 
                 continue
             _spread_through(caller.body if caller is not None else facts.module, given, rounds=2)
             _report_settings_read(facts, edits, caller, given)
+    # `suggested_lr, lrs, losses = find_lr(model, train_loader, ...)` with find_lr in another
+    # module of the project: what it picks from its own batches is per-rank here.
+    for call, positions in facts.calls_returning_picked.items():
+        caller = facts.function_of(call)
+        given = _names_given(facts.statement_of(call), call, positions)
+        if given:
+            _spread_through(caller.body if caller is not None else facts.module, given, rounds=2)
+            _report_settings_read(facts, edits, caller, given)
 
 
 def _report_settings_kept_on_the_object(facts: Facts, edits: Edits, function: cst.FunctionDef,
