@@ -16,6 +16,7 @@ from typing import Optional, Union, cast
 
 from ddpify.analysis.ast_names import dotted_ast
 from ddpify.analysis.effects import OPAQUE, FunctionEffects, absolute_module
+from ddpify.analysis.facts import Slot
 from ddpify.analysis.names import DATA_PARALLEL, qualify
 
 # Folders of installed packages: a script there is not part of a project being migrated.
@@ -131,10 +132,11 @@ class Project:
         definition = self._callable_definition(qualified)
         return definition is not None and definition[0].moves_own_model(definition[1])
 
-    def returns_tracker(self, qualified: str) -> bool:
-        """`qualified` returns a SummaryWriter it makes (`make_writer(log_dir)`, effects.py)."""
+    def returned_tracker(self, qualified: str) -> Optional[Slot]:
+        """Where what `qualified` returns holds a SummaryWriter it makes (`make_writer(log_dir)`,
+        effects.py); None when it returns none."""
         definition = self._definition(qualified)
-        return definition is not None and definition[0].returns_tracker(definition[1])
+        return None if definition is None else definition[0].returned_tracker(definition[1])
 
     def moves_returned(self, qualified: str) -> bool:
         """`qualified` returns what it moved to a device (`get_network(args)`, effects.py)."""

@@ -760,8 +760,9 @@ class Collector(cst.CSTVisitor):
                 self.facts.gradless_project_classes[called] = gradless
             if self.project.moves_returned(qualified):
                 self.facts.calls_returning_moved.add(node)
-            if self.project.returns_tracker(qualified):
-                self.facts.calls_returning_trackers.append(node)
+            slot = self.project.returned_tracker(qualified)
+            if slot is not None:
+                self.facts.calls_returning_trackers.append((node, slot))
             if not self.project.trains(qualified):
                 self._note_moved_in_place(node, qualified)
             if self.project.loads_checkpoint(qualified):

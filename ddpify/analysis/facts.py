@@ -22,6 +22,12 @@ BlockItem = Union[cst.BaseStatement, cst.BaseSmallStatement]
 Holder = tuple[Optional[cst.FunctionDef], str]
 
 
+
+# Where a function's result holds a value: (its index, the size of the returned tuple) for
+# `return writer, log_dir`; WHOLE_VALUE for `return writer`.
+Slot = tuple[int, int]
+WHOLE_VALUE: Slot = (0, 0)
+
 @dataclass
 class Loader:
     """A `name = DataLoader(...)` assignment."""
@@ -229,8 +235,9 @@ class FactRecord:
     # (`transformer.eval().cpu()` is under "transformer").
     device_moves: dict[str, list[cst.Call]] = field(default_factory=dict)
     # Calls of a function of another module of the project that returns the SummaryWriter it
-    # makes (`writer = make_writer(log_dir)`): it is None on the other ranks.
-    calls_returning_trackers: list[cst.Call] = field(default_factory=list)
+    # makes (`writer = make_writer(log_dir)`, `writer, log_dir = make_run(root)`): it is None on
+    # the other ranks. Each with the writer's place in what the function returns.
+    calls_returning_trackers: list[tuple[cst.Call, Slot]] = field(default_factory=list)
     # (name, move) for a model moved by a loop over a container it was put into under an `if`
     # (`if args.critic: models.append(critic)`): the test, and whether it holds there (False in
     # the `else` branch); its wrap runs under it too.
