@@ -112,6 +112,10 @@ class Collector(cst.CSTVisitor):
         # `params.extend(head.parameters())`), for the models an optimizer over it trains.
         self._values_added: dict[str, list[cst.BaseExpression]] = {}
         self._devices = DeviceValues(facts.module, self._calls)
+        # DataParallel subclasses this file defines, and those of the project's other modules
+        # (by full name): whether their constructor takes the module first.
+        self._data_parallel_classes: dict[str, bool] = {}
+        self._project_data_parallel: dict[str, Optional[bool]] = {}
 
     def _note_training(self) -> None:
         # Training calls sit inside a top-level statement: _top is set by then.
@@ -308,12 +312,72 @@ class Collector(cst.CSTVisitor):
         parent = self.parents.get(node)
         if isinstance(parent, cst.Attribute) and parent.value is node:
             return  # only the whole dotted name counts
-        if isinstance(parent, (cst.ImportAlias, cst.ImportFrom)) or not (self._qualified(node) & names.DATA_PARALLEL):
+        if isinstance(parent, (cst.ImportAlias, cst.ImportFrom, cst.AsName)):
+            self._note_data_parallel_import(node, parent)
+            return
+        kind = self._data_parallel_kind(node)
+        if kind is None or self._in_data_parallel_class(node):
             return
         if isinstance(parent, cst.Call) and parent.func is node:
-            self.facts.data_parallel_calls.append(parent)
-        else:
+            if kind:
+                self.facts.data_parallel_calls.append(parent)
+            else:
+                self.facts.unreadable_data_parallel_calls.append(parent)
+        elif kind:
             self.facts.data_parallel_references.append(node)
+
+    def _calls_synchronized_batchnorm(self, node: cst.Call) -> bool:
+        """`SynchronizedBatchNorm2d(64)` of the vendored synchronized-BatchNorm package, imported
+        under any path: a BatchNorm like torch's once DataParallel's replicas are gone."""
+        dotted = dotted_name(node.func)
+        return dotted is not None and dotted.partition(".")[0] in self._aliases and names.qualify(
+            dotted, self._aliases).rpartition(".")[2] in names.SYNCHRONIZED_BATCHNORM_NAMES
+
+    def _note_data_parallel_import(self, node: cst.BaseExpression, parent: cst.CSTNode) -> None:
+        """`from torch.nn import DataParallel as DP`, `from sync_batchnorm import
+        DataParallelWithCallback`: an import the migration may leave unused (never a name to
+        rewrite: `as DP` would become `as DDP`, and shadow the wrap)."""
+        statement = self.parents.get(parent)
+        if not (isinstance(parent, cst.ImportAlias) and parent.name is node and isinstance(statement, cst.ImportFrom)
+                and statement.module is not None and isinstance(node, cst.Name)):
+            return
+        bound = parent.asname.name if parent.asname is not None else node
+        if isinstance(bound, cst.Name) and self._data_parallel_kind(bound):
+            asname = bound.value if parent.asname is not None else None
+            self.facts.data_parallel_imports.append((dotted_name(statement.module) or "", node.value, asname))
+
+    def _data_parallel_kind(self, node: cst.BaseExpression) -> Optional[bool]:
+        """Rule: DataParallel, or a subclass of it: one this file defines (`class
+        MyDataParallel(nn.DataParallel)`), one another module of the project defines, or a
+        known one of a vendored package (names.DATA_PARALLEL_SUBCLASS_NAMES), under any import
+        or alias. True when its constructor takes the module first, as DataParallel's does (it
+        defines no `__init__`, or one whose first parameter is `module` or `*args`); False for
+        a subclass ddpify cannot read so; None for anything else."""
+        dotted = dotted_name(node)
+        if dotted is None:
+            return None
+        if dotted in self._data_parallel_classes:
+            return self._data_parallel_classes[dotted]
+        head = dotted.partition(".")[0]
+        if head not in self._aliases:
+            return None
+        qualified = names.qualify(dotted, self._aliases)
+        if qualified in names.DATA_PARALLEL or qualified.rpartition(".")[2] in names.DATA_PARALLEL_SUBCLASS_NAMES:
+            return True
+        if qualified.startswith("torch."):
+            return None
+        if qualified not in self._project_data_parallel:
+            self._project_data_parallel[qualified] = self.project.data_parallel_class(qualified)
+        return self._project_data_parallel[qualified]
+
+    def _in_data_parallel_class(self, node: cst.BaseExpression) -> bool:
+        """A base of a DataParallel subclass, or a name inside its body (`super(
+        DataParallelWithCallback, self)`), or inside a helper that hooks DataParallel's replicas
+        (`def patch_replication_callback(data_parallel): assert isinstance(data_parallel,
+        DataParallel)`): DataParallel's own code, which stays as it is."""
+        return any(isinstance(ancestor, cst.ClassDef) and ancestor.name.value in self._data_parallel_classes
+                   or isinstance(ancestor, cst.FunctionDef)
+                   and ancestor.name.value in names.DATA_PARALLEL_ONLY_HELPERS for ancestor in self._ancestors)
 
     # --- assignments ---------------------------------------------------------------------------
     def visit_Assign(self, node: cst.Assign) -> None:
@@ -557,6 +621,9 @@ class Collector(cst.CSTVisitor):
     # --- data classes ----------------------------------------------------------------------------
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self._record_unused_submodules(node)
+        kinds = [self._data_parallel_kind(base.value) for base in node.bases if base.keyword is None]
+        if any(kind is not None for kind in kinds):
+            self._data_parallel_classes[node.name.value] = any(kinds) and _takes_module_first(node)
         self.facts.classes[node.name.value] = node
         self.facts.class_inits[node.name.value] = next(
             (statement for statement in node.body.body
@@ -592,7 +659,7 @@ class Collector(cst.CSTVisitor):
                     value.func, cst.Name) and value.func.value == "super":
                 facts.super_init_calls.append(node)
         self._note_data_calls(node)
-        if self._calls(node, names.BATCHNORM):
+        if self._calls(node, names.BATCHNORM) or self._calls_synchronized_batchnorm(node):
             facts.batchnorm_calls.append(node)
         if self._calls(node, names.TORCH_COMPILE) and node.args:
             compiled = dotted_name(node.args[0].value)
@@ -1470,3 +1537,16 @@ def _updated_in_place(region: cst.CSTNode, marked: set[str], inner: bool) -> boo
                     for read in find_all(assign.value, cst.Attribute)):
                 return True
     return False
+
+
+def _takes_module_first(node: cst.ClassDef) -> bool:
+    """The class defines no `__init__`, or one that takes the module first as DataParallel's
+    does (`def __init__(self, module, ...)`, `def __init__(self, *args, **kwargs)`)."""
+    init = next((statement for statement in node.body.body
+                 if isinstance(statement, cst.FunctionDef) and statement.name.value == "__init__"), None)
+    if init is None:
+        return True
+    params = list(init.params.posonly_params) + list(init.params.params)
+    if len(params) >= 2:
+        return params[1].name.value == "module"
+    return len(params) == 1 and isinstance(init.params.star_arg, cst.Param)

@@ -127,6 +127,18 @@ class FunctionEffects:
         """Top-level functions and methods ("Class.method")."""
         return list(self._functions)
 
+    def init_takes_module_first(self, class_name: str) -> Optional[bool]:
+        """Whether the class's own `__init__` takes a module first, as DataParallel's does
+        (`def __init__(self, module, ...)`, `def __init__(self, *args, **kwargs)`); None when
+        the class defines none."""
+        init = self._functions.get(f"{class_name}.__init__")
+        if init is None:
+            return None
+        params = init.args.posonlyargs + init.args.args
+        if len(params) >= 2:
+            return params[1].arg == "module"
+        return len(params) == 1 and init.args.vararg is not None
+
     def class_of(self, method: str) -> Optional[str]:
         return self._class_of.get(method)
 

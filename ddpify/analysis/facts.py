@@ -306,6 +306,9 @@ class FactRecord:
     chained_calls: list[cst.Call] = field(default_factory=list)
     main_guard: Optional[cst.If] = None
     data_parallel_calls: list[cst.Call] = field(default_factory=list)
+    # Calls of a DataParallel subclass whose constructor does not take the module first
+    # (`BalancedDataParallel(gpu0_bsz, model)`): ddpify cannot tell what it wraps.
+    unreadable_data_parallel_calls: list[cst.Call] = field(default_factory=list)
     batchnorm_calls: list[cst.Call] = field(default_factory=list)
     # Names bound to what a function of another module of the project returns, by the
     # function's full name (`utils.get_loaders`).
@@ -349,6 +352,8 @@ class FactRecord:
     gradless_project_classes: dict[str, list[str]] = field(default_factory=dict)
     # `m = torch.compile(m)` statements, by model name.
     compile_statements: dict[str, list[Statement]] = field(default_factory=dict)
+    # `from M import DataParallel as DP` (a subclass too): (M, the name, the alias or None).
+    data_parallel_imports: list[tuple[str, str, Optional[str]]] = field(default_factory=list)
     # Other mentions of DataParallel, such as isinstance(model, nn.DataParallel).
     data_parallel_references: list[cst.BaseExpression] = field(default_factory=list)
     # `model.module`, by the dotted name of the model.
