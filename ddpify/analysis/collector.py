@@ -748,7 +748,10 @@ class Collector(cst.CSTVisitor):
         backbone frozen), where the part itself is never moved but the model holding it is
         (`model = model.to(device)`), trains that model: the forward runs through `model`,
         so `model` is what DDP wraps, after its move. The frozen parameters stay out of
-        DDP's buckets; `model.head` then reads through `.module` like any attribute."""
+        DDP's buckets; `model.head` then reads through `.module` like any attribute. A part
+        called on its own while its holder never is (`self.nets.G(z)` of `self.nets =
+        nn.ModuleDict(...).to(device)`) would train outside a wrap of the holder: reported
+        (DDP903, facts.parts_called_apart), never wrapped so."""
         models = self.facts.models
         for model in list(models):
             if model.name.count(".") == 0 or self.facts.device_moves.get(model.name):
@@ -758,6 +761,11 @@ class Collector(cst.CSTVisitor):
             holder = next((each for each in holders if each != "self" and (
                 self.facts.device_moves.get(each) or self._built_on_its_device(each))), None)
             if holder is None:
+                continue
+            if self.facts.calls_by_callee.get(model.name) and not self.facts.calls_by_callee.get(holder):
+                # `self.nets.G(z)`, never `self.nets(...)`: the forward skips a wrap of the holder.
+                models.remove(model)
+                self.facts.parts_called_apart.append((model, holder))
                 continue
             if any(other.name == holder and other.function is model.function for other in models):
                 models.remove(model)
@@ -1157,15 +1165,16 @@ class Collector(cst.CSTVisitor):
         # searched for the same `X.parameters()` call inside them, also through the names
         # they were built in (`params = [p for n, p in model.named_parameters() if ...]`).
         named = False
+        values = self._values_of(first)
         for call in calls_within(first) + self._calls_in_values_of(first) + self._parameters_collected_in(first):
             if isinstance(call.func, cst.Attribute) and (call.func.attr.value in ("parameters", "named_parameters")
                                                          or self._hands_out_parameters(call)):
                 model = dotted_name(call.func.value)
                 named = named or model is not None
-                if model and model != "self" and all(m.name != model for m in self.facts.models):
-                    self.facts.models.append(
-                        Model(model, self._statement(node), self._function())
-                    )
+                elements = self._modules_looped_over(call, model, [first, *values]) if model and first else None
+                for each in elements or ([model] if model else []):
+                    if each != "self" and all(m.name != each for m in self.facts.models):
+                        self.facts.models.append(Model(each, self._statement(node), self._function()))
         if self._over_own_parameters(node):
             # `def configure_optimizers(self)`: whoever calls it holds the model.
             self.self_optimizer_methods.add(cast(cst.FunctionDef, self._function()).name.value)
@@ -1200,6 +1209,67 @@ class Collector(cst.CSTVisitor):
                 found.extend(call for call in calls_within(loop.iter) if isinstance(call.func, cst.Attribute)
                              and call.func.attr.value in ("parameters", "named_parameters"))
         return found
+
+    def _values_of(self, node: Optional[cst.BaseExpression], depth: int = 0) -> list[cst.BaseExpression]:
+        """What the names read by `node` were assigned so far (two levels)."""
+        found: list[cst.BaseExpression] = []
+        if node is None or depth > 1:
+            return found
+        for name in set(names_within(node)):
+            for value in [*self.facts.assigned_values.get(name, ()), *self._values_added.get(name, ())]:
+                found.append(value)
+                found.extend(self._values_of(value, depth + 1))
+        return found
+
+    def _modules_looped_over(self, call: cst.Call, name: str, roots: list[cst.BaseExpression]
+                             ) -> Optional[list[str]]:
+        """Rule: an optimizer over the parameters of each module of a collection
+        (`[p for m in models for p in m.parameters()]`, `itertools.chain(*(m.parameters() for
+        m in models))`, `sum([list(m.parameters()) for m in (encoder, decoder)], [])`, or a
+        loop `for m in models: params += list(m.parameters())`) trains the modules the
+        collection holds: `models = [encoder, decoder]` names them. Their wraps may follow
+        the optimizer, which holds the same parameter tensors as the wrapped modules. The
+        names, or None when `name` is no loop variable over a collection of named modules."""
+        for root in roots:
+            comprehensions = [found for kind in COMPREHENSIONS for found in find_all(root, kind)]
+            for comprehension in comprehensions:
+                if call not in calls_within(comprehension):
+                    continue
+                for_in: Optional[cst.CompFor] = comprehension.for_in
+                while for_in is not None:
+                    if isinstance(for_in.target, cst.Name) and for_in.target.value == name:
+                        return self._named_elements(for_in.iter)
+                    for_in = for_in.inner_for_in
+        node = self.parents.get(call)
+        while node is not None:
+            if isinstance(node, cst.For) and isinstance(node.target, cst.Name) and node.target.value == name:
+                return self._named_elements(node.iter)
+            node = self.parents.get(node)
+        return None
+
+    def _named_elements(self, collection: cst.BaseExpression, depth: int = 0) -> Optional[list[str]]:
+        """`[encoder, decoder]`, `(G, D)`, `nets.values()` of `nets = {"G": G, "D": D}`, or a name
+        assigned one such literal: the names it holds; None otherwise."""
+        if isinstance(collection, (cst.List, cst.Tuple, cst.Set)):
+            found = [dotted_name(element.value) for element in collection.elements
+                     if isinstance(element, cst.Element)]
+            return cast(list[str], found) if found and len(found) == len(collection.elements) and all(found) else None
+        if isinstance(collection, cst.Dict):
+            values = [dotted_name(element.value) for element in collection.elements
+                      if isinstance(element, cst.DictElement)]
+            return cast(list[str], values) if values and len(values) == len(collection.elements) and all(
+                values) else None
+        if isinstance(collection, cst.Call) and isinstance(collection.func, cst.Attribute) \
+                and collection.func.attr.value == "values" and not collection.args:
+            holder = dotted_name(collection.func.value)
+            assigned = self.facts.assigned_values.get(holder or "", [])
+            return self._named_elements(assigned[0]) if len(assigned) == 1 and isinstance(
+                assigned[0], cst.Dict) and depth < 2 else None
+        holder = dotted_name(collection)
+        assigned = self.facts.assigned_values.get(holder or "", [])
+        if len(assigned) == 1 and isinstance(assigned[0], (cst.List, cst.Tuple)) and depth < 2:
+            return self._named_elements(assigned[0], depth + 1)
+        return None
 
     def _calls_in_values_of(self, node: Optional[cst.BaseExpression], depth: int = 0) -> list[cst.Call]:
         """The calls in what the names read by `node` were assigned so far (two levels)."""
@@ -1537,6 +1607,9 @@ def _updated_in_place(region: cst.CSTNode, marked: set[str], inner: bool) -> boo
                     for read in find_all(assign.value, cst.Attribute)):
                 return True
     return False
+
+
+COMPREHENSIONS: tuple[type[cst.BaseComp], ...] = (cst.ListComp, cst.GeneratorExp, cst.SetComp, cst.DictComp)
 
 
 def _takes_module_first(node: cst.ClassDef) -> bool:

@@ -225,6 +225,11 @@ class FactRecord:
     # Optimizers whose parameters come from no `X.parameters()` ddpify can name
     # (`models[0].parameters()`, a list of raw tensors): what they train cannot be wrapped.
     optimizers_without_model: list[cst.Call] = field(default_factory=list)
+    # (part, holder): a module of a container trained and called on its own (`self.nets.G(z)`,
+    # `Adam(self.nets.G.parameters())`) where only the container reaches its device (`self.nets
+    # = nn.ModuleDict(...).to(device)`) and is never called: a wrap of the container would
+    # never run.
+    parts_called_apart: list[tuple[Model, str]] = field(default_factory=list)
     # `fit(model.to(device), ...)`: a project function builds the optimizer over a value the
     # call makes or moves inside its argument list (collector._note_model_handed_unnamed).
     models_handed_unnamed: list[tuple[cst.Call, cst.BaseExpression]] = field(default_factory=list)

@@ -114,6 +114,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         params = edits.code(optimizer.args[0].value) if optimizer.args else "none given"
         edits.report("DDP903", optimizer, f"could not find which module this optimizer trains (parameters: "
                      f"`{params}`): wrap that module in DDP by hand, or all-reduce these gradients")
+    _report_parts_called_apart(facts, edits)
     for call, value in facts.models_handed_unnamed:
         _wrap_or_report_handed_unnamed(facts, edits, setup, call, value)
     if setup.library:
@@ -1888,6 +1889,16 @@ def _quote_for(facts: Facts, node: cst.CSTNode) -> str:
     return '"'
 
 
+def _report_parts_called_apart(facts: Facts, edits: Edits) -> None:
+    """`self.nets.G(z)` trained on its own, where only `self.nets` (an nn.ModuleDict moved as
+    a whole) reaches its device and is never called: ddpify wraps no such part (DDP903)."""
+    for part, holder in facts.parts_called_apart:
+        edits.report("DDP903", part.optimizer_statement, (
+            f"`{part.name}` is trained and called on its own, while `{holder}`, which holds it, reaches its device "
+            f"and is never called: a DDP wrap of `{holder}` would never run; wrap `{part.name}` in DDP by hand "
+            f"after `{holder}` reaches its device"))
+
+
 def _replace_data_parallel(facts: Facts, edits: Edits) -> None:
     """One process per GPU replaces DataParallel: its wrap goes, the DDP wrap takes over, and
     `isinstance(model, DataParallel)` asks about DDP instead."""
@@ -2206,6 +2217,9 @@ CASES = (
     Emits(TRAINING.replace("torch.nn.Linear(4, 1)", "torch.nn.ModuleList([torch.nn.Linear(4, 1)])")
           .replace("model.parameters()", "model[0].parameters()"), "DDP903"),
     Emits(TRAINING, "DDP101", ("model = DDP(model, device_ids=[local_rank]",)),
+    # An optimizer over every module of a collection trains the modules it names.
+    Emits(TRAINING.replace("model.parameters()", "[p for m in [model] for p in m.parameters()]"), "DDP101",
+          ("model = DDP(model, device_ids=[local_rank]",)),
     Emits(TRAINING.replace("        loss.backward()\n",
                            "        x = x.to(device).requires_grad_(True)\n"
                            "        g, = torch.autograd.grad(model(x).sum(), x, create_graph=True)\n"

@@ -55,6 +55,10 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
     found = [Diagnostic(code, line, 1, f"{rule_of(code).summary}: {detail}") for code, line, detail in in_original]
     found += [Diagnostic(code, to_original(line), 1, f"{rule_of(code).summary} (output line {line}): {detail}")
               for code, line, detail in in_output]
+    # A writer the migration reported it could not put on rank 0 (DDP307, `with h5py.File(p,
+    # "a") as store:` around the training) is the write found here again: said once.
+    writers_reported = _lines_of(diagnostics, ("DDP307",))
+    found = [d for d in found if not (d.code == "DDP913" and d.line in writers_reported)]
     return sorted(set(found), key=lambda d: (d.line, d.code, d.message))
 
 
