@@ -20,6 +20,7 @@ from ddpify.selfcheck.models import (
     misplaced_wraps,
     trained_but_unwrapped,
     training_without_a_wrap,
+    wrapper_handed_to_an_exporter,
 )
 from ddpify.selfcheck.names import names_read_unbound
 from ddpify.selfcheck.output import draws_on_rank0_only, shared_work_on_rank0, unguarded_output
@@ -42,6 +43,7 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
     in_output = [
         *misplaced_wraps(after),
         *training_without_a_wrap(after, any(d.code == "DDP903" for d in diagnostics)),
+        *wrapper_handed_to_an_exporter(after),
         *unsharded_loaders(before, after, loaders_left_whole,
                            any(d.code in NO_EPOCH_LOOP_CODES for d in diagnostics)),
         *unguarded_output(after),
