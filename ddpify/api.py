@@ -181,7 +181,8 @@ class _MigrateCommand(CodemodCommand):
         new_tree = wrapper.module.visit(ApplyEdits(edits))
         new_tree = add_imports(new_tree, [names.EMITTED_IMPORTS[key] for key in sorted(edits.imports)])
         if edits.unused_imports:
-            new_tree = remove_unused_imports(new_tree, sorted(edits.unused_imports))
+            new_tree = remove_unused_imports(
+                new_tree, sorted(edits.unused_imports, key=lambda spec: tuple(part or "" for part in spec)))
         return new_tree
 
     def _leave_single_process(self, plan: Plan, edits: Edits) -> None:

@@ -16,7 +16,8 @@ from typing import Optional, Union, cast
 
 from ddpify.analysis.ast_names import dotted_ast
 from ddpify.analysis.effects import OPAQUE, FunctionEffects, absolute_module
-from ddpify.analysis.names import DATA_PARALLEL, qualify
+from ddpify.analysis.facts import Slot
+from ddpify.analysis.names import DATA_PARALLEL, DATA_PARALLEL_SUBCLASS_NAMES, qualify
 
 # Folders of installed packages: a script there is not part of a project being migrated.
 INSTALLED = frozenset({"site-packages", "dist-packages"})
@@ -131,10 +132,11 @@ class Project:
         definition = self._callable_definition(qualified)
         return definition is not None and definition[0].moves_own_model(definition[1])
 
-    def returns_tracker(self, qualified: str) -> bool:
-        """`qualified` returns a SummaryWriter it makes (`make_writer(log_dir)`, effects.py)."""
+    def returned_tracker(self, qualified: str) -> Optional[Slot]:
+        """Where what `qualified` returns holds a SummaryWriter it makes (`make_writer(log_dir)`,
+        effects.py); None when it returns none."""
         definition = self._definition(qualified)
-        return definition is not None and definition[0].returns_tracker(definition[1])
+        return None if definition is None else definition[0].returned_tracker(definition[1])
 
     def moves_returned(self, qualified: str) -> bool:
         """`qualified` returns what it moved to a device (`get_network(args)`, effects.py)."""
@@ -341,6 +343,22 @@ class Project:
         its own batches, per rank under DDP (effects.picked_from_own_batches)."""
         definition = self._definition(qualified)
         return set() if definition is None else definition[0].picked_from_own_batches(definition[1])
+
+    def data_parallel_class(self, qualified: str, depth: int = 0) -> Optional[bool]:
+        """`qualified` is a class of the project's own modules that derives from DataParallel
+        (directly, through another such class, or from a known subclass of a vendored package):
+        True when its constructor takes the module first, as DataParallel's does, False when
+        not; None for anything else."""
+        definition = self._definition(qualified)
+        if definition is None or definition[1] not in definition[0].classes or depth > MAX_REEXPORTS:
+            return None
+        effects, name = definition
+        kinds = [True if _is_data_parallel(base) else self.data_parallel_class(base, depth + 1)
+                 for base in effects.bases.get(name, ())]
+        if not any(kind is not None for kind in kinds):
+            return None
+        own = effects.init_takes_module_first(name)
+        return any(kinds) if own is None else own
 
     def defines(self, qualified: str) -> bool:
         """`qualified` is a function or class of one of the project's own modules."""
@@ -746,16 +764,23 @@ class _Modules:
 
 
 def _calls_data_parallel(path: Path) -> bool:
-    """The file calls DataParallel (under any import of it)."""
+    """The file calls DataParallel, or a known subclass of it (under any import of it)."""
     tree = _parsed(str(path), *_stamp(path))
     if tree is None:
         return False
     if not any(isinstance(node, (ast.Name, ast.Attribute)) and getattr(node, "id", getattr(node, "attr", None))
-               == "DataParallel" for node in ast.walk(tree)):
+               in DATA_PARALLEL_NAMES for node in ast.walk(tree)):
         return False  # (the cheap look first: most files never name it)
     imports = FunctionEffects(tree).imports
-    return any(isinstance(node, ast.Call) and qualify(dotted_ast(node.func) or "", imports) in DATA_PARALLEL
+    return any(isinstance(node, ast.Call) and _is_data_parallel(qualify(dotted_ast(node.func) or "", imports))
                for node in ast.walk(tree))
+
+
+DATA_PARALLEL_NAMES = DATA_PARALLEL_SUBCLASS_NAMES | {"DataParallel"}
+
+
+def _is_data_parallel(qualified: str) -> bool:
+    return qualified in DATA_PARALLEL or qualified.rpartition(".")[2] in DATA_PARALLEL_SUBCLASS_NAMES
 
 
 def _modules_beside(root: str) -> frozenset[str]:

@@ -343,8 +343,8 @@ def test_output_in_a_helper_counts_where_the_helper_is_called(call, expected):
     'json.dump({}, log)', 'figure.savefig("loss.png")', 'writer = SummaryWriter("runs")',
     'Image.fromarray(pixels).convert("L").save("sample.png")', 'T.ToPILImage()(x[0]).save("x.png")',
     'model.save_pretrained("out")', 'tokenizer.save_pretrained(save_directory="out")',
-    'torch.jit.trace(model, x).save("model.ts")', 'torch.jit.save(scripted, "model.ts")',
-    'torch.onnx.export(model, x, "model.onnx")',
+    'torch.jit.trace(getattr(model, "module", model), x).save("model.ts")', 'torch.jit.save(scripted, "model.ts")',
+    'torch.onnx.export(getattr(model, "module", model), x, "model.onnx")',
 ])
 def test_each_kind_of_output_after_the_join_needs_a_guard(statement):
     unguarded = MIGRATED + statement + "\n"

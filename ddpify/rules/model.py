@@ -114,6 +114,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         params = edits.code(optimizer.args[0].value) if optimizer.args else "none given"
         edits.report("DDP903", optimizer, f"could not find which module this optimizer trains (parameters: "
                      f"`{params}`): wrap that module in DDP by hand, or all-reduce these gradients")
+    _report_parts_called_apart(facts, edits)
     for call, value in facts.models_handed_unnamed:
         _wrap_or_report_handed_unnamed(facts, edits, setup, call, value)
     if setup.library:
@@ -1953,6 +1954,16 @@ def _quote_for(facts: Facts, node: cst.CSTNode) -> str:
     return '"'
 
 
+def _report_parts_called_apart(facts: Facts, edits: Edits) -> None:
+    """`self.nets.G(z)` trained on its own, where only `self.nets` (an nn.ModuleDict moved as
+    a whole) reaches its device and is never called: ddpify wraps no such part (DDP903)."""
+    for part, holder in facts.parts_called_apart:
+        edits.report("DDP903", part.optimizer_statement, (
+            f"`{part.name}` is trained and called on its own, while `{holder}`, which holds it, reaches its device "
+            f"and is never called: a DDP wrap of `{holder}` would never run; wrap `{part.name}` in DDP by hand "
+            f"after `{holder}` reaches its device"))
+
+
 def _replace_data_parallel(facts: Facts, edits: Edits) -> None:
     """One process per GPU replaces DataParallel: its wrap goes, the DDP wrap takes over, and
     `isinstance(model, DataParallel)` asks about DDP instead."""
@@ -1969,13 +1980,16 @@ def _replace_data_parallel(facts: Facts, edits: Edits) -> None:
         edits.imports.add("DDP")
     if facts.data_parallel_calls or facts.data_parallel_references:
         edits.unused_imports.update(names.DATA_PARALLEL_IMPORTS)
+        edits.unused_imports.update(facts.data_parallel_imports)
     _load_without_module_prefix(facts, edits)
     _drop_data_parallel_callbacks(facts, edits)
+    for call in facts.unreadable_data_parallel_calls:
+        edits.report("DDP903", call, (
+            f"`{edits.code(call.func)}(...)` is a DataParallel whose constructor does not take the module first, so "
+            f"ddpify cannot tell which module it wraps: replace it with the module itself (DDP takes its place, "
+            f"one process per device)"))
 
 
-# Helpers that take a DataParallel and assert it is one: SynchronizedBatchNorm's
-# `patch_replication_callback(model)` (it hooks DataParallel's replicate; DDP has no replicas).
-DATA_PARALLEL_ONLY_HELPERS = frozenset({"patch_replication_callback"})
 # What takes the place of such a call, once DataParallel is gone.
 DATA_PARALLEL_CALLBACK_GONE_CODE = "pass  # {call}: a DataParallel hook, gone with DataParallel\n"
 
@@ -2139,13 +2153,13 @@ def _ancestors(facts: Facts, node: cst.CSTNode) -> list[cst.CSTNode]:
 
 
 def _data_parallel_helper_calls(facts: Facts) -> set[cst.Call]:
-    """Calls of DATA_PARALLEL_ONLY_HELPERS, by the name written or the name imported."""
+    """Calls of names.DATA_PARALLEL_ONLY_HELPERS, by the name written or the name imported."""
     return {call for found in (facts.calls_by_callee, facts.calls_named) for callee, calls in found.items()
-            if callee.rsplit(".", 1)[-1] in DATA_PARALLEL_ONLY_HELPERS for call in calls}
+            if callee.rsplit(".", 1)[-1] in names.DATA_PARALLEL_ONLY_HELPERS for call in calls}
 
 
 def _data_parallel_only_call(facts: Facts, statement: cst.CSTNode) -> bool:
-    """A line that only calls a helper of DATA_PARALLEL_ONLY_HELPERS."""
+    """A line that only calls a helper of names.DATA_PARALLEL_ONLY_HELPERS."""
     if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
         return False
     small = statement.body[0]
@@ -2299,6 +2313,9 @@ CASES = (
     Silent(SELF_STEPPING.replace("self.net = torch.nn.Linear(4, 1)",
                                  "self.net = torch.nn.Linear(4, 1).to(device)"), "DDP903"),
     Emits(TRAINING, "DDP101", ("model = DDP(model, device_ids=[local_rank]",)),
+    # An optimizer over every module of a collection trains the modules it names.
+    Emits(TRAINING.replace("model.parameters()", "[p for m in [model] for p in m.parameters()]"), "DDP101",
+          ("model = DDP(model, device_ids=[local_rank]",)),
     Emits(TRAINING.replace("        loss.backward()\n",
                            "        x = x.to(device).requires_grad_(True)\n"
                            "        g, = torch.autograd.grad(model(x).sum(), x, create_graph=True)\n"
@@ -2320,6 +2337,19 @@ CASES = (
                             "        total = loss + gp\n        total.backward()\n"), "DDP113"),
     Emits(TRAINING.replace("model = torch.nn.Linear(4, 1)", "model = torch.nn.DataParallel(torch.nn.Linear(4, 1))"),
           "DDP102", ("model = torch.nn.Linear(4, 1).to(device)",)),
+    # A DataParallel subclass (defined here, or the synchronized-BatchNorm package's) is one:
+    # its wrap goes, its class stays as it is.
+    Emits(TRAINING.replace("model = torch.nn.Linear(4, 1)", "model = MyDataParallel(torch.nn.Linear(4, 1))")
+          .replace("device = torch", "class MyDataParallel(torch.nn.DataParallel):\n    pass\n\n\ndevice = torch"),
+          "DDP102", ("class MyDataParallel(torch.nn.DataParallel):", "model = torch.nn.Linear(4, 1).to(device)")),
+    Emits(TRAINING.replace("model = torch.nn.Linear(4, 1)", "model = DPWC(torch.nn.Linear(4, 1))")
+          .replace("import torch\n", "import torch\nfrom sync_batchnorm import DataParallelWithCallback as DPWC\n", 1),
+          "DDP102", ("model = torch.nn.Linear(4, 1).to(device)",)),
+    # One whose constructor takes something else first: what it wraps is unknown.
+    Emits(TRAINING.replace("model = torch.nn.Linear(4, 1)", "model = SplitDataParallel(2, torch.nn.Linear(4, 1))")
+          .replace("device = torch", "class SplitDataParallel(torch.nn.DataParallel):\n"
+                   "    def __init__(self, first, *args):\n        super().__init__(*args)\n\n\ndevice = torch"),
+          "DDP903"),
     Emits(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)",
                            'model = torch.nn.DataParallel(torch.nn.Linear(4, 1)).to(device)\n'
                            'model.load_state_dict(torch.load("last.pt"))'),
