@@ -552,3 +552,40 @@ def test_a_group_joined_in_the_arguments_of_the_call_comes_before_its_body():
     keyword = Source(JOINED_IN_AN_ARGUMENT.replace("def main(config)", "def main(config=None)")
                      .replace("{call}", "config=get_config()"))
     assert list(asked_before_the_group(keyword)) == []
+
+
+GATHER = "        q, k = gather_with_grad(q), gather_with_grad(k)\n"
+GATHER_DEFECTS = {
+    # name: the replacements that plant it in the migrated InfoNCE script
+    "similarity made before the gather": [(GATHER, ""), ("        loss = ", GATHER + "        loss = ")],
+    "labels sized by the rank's inputs": [("len(logits)", "x.size(0)")],
+    "a later per-sample use": [("        optimizer.zero_grad()\n",
+                                "        loss = loss + q.pow(2).mean()\n        optimizer.zero_grad()\n")],
+    "only one embedding gathered": [(GATHER, "        q = gather_with_grad(q)\n")],
+    "gathered in an evaluation loop": [
+        (GATHER, ""), ("        optimizer.step()\n",
+                       "        optimizer.step()\n    with torch.no_grad():\n        for (x,) in loader:\n"
+                       "            q, k = model(x), model(x)\n" + "    " + GATHER
+                       + "            logits = q @ k.T\n            labels = torch.arange(len(logits))\n")],
+}
+
+
+@pytest.fixture(scope="module")
+def gathered_info_nce():
+    from ddpify.rules import in_batch
+    return in_batch._INFO_NCE, migrate_source(in_batch._INFO_NCE, Options()).code
+
+
+def test_the_gather_of_in_batch_negatives_passes(gathered_info_nce):
+    original, migrated = gathered_info_nce
+    assert GATHER in migrated
+    assert codes(original, migrated) == []
+
+
+@pytest.mark.parametrize("name", GATHER_DEFECTS)
+def test_a_misplaced_gather_is_caught(gathered_info_nce, name):
+    original, migrated = gathered_info_nce
+    for old, new in GATHER_DEFECTS[name]:
+        migrated = planted(old, new, migrated)
+    compile(migrated, name, "exec")
+    assert codes(original, migrated) == ["DDP922"]
