@@ -589,3 +589,38 @@ def test_a_misplaced_gather_is_caught(gathered_info_nce, name):
         migrated = planted(old, new, migrated)
     compile(migrated, name, "exec")
     assert codes(original, migrated) == ["DDP922"]
+
+
+LOSS_FUNCTION = '''import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def info_nce(queries, keys):
+    logits = queries @ keys.T / 0.1
+    return F.cross_entropy(logits, torch.arange(logits.size(0)))
+
+
+model = torch.nn.Linear(8, 4)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(64, 8)), batch_size=16, shuffle=True)
+for epoch in range(3):
+    for (x,) in loader:
+        q, k = model(x), model(x + 0.1)
+        loss = info_nce(q, k)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+'''
+
+
+def test_a_gather_before_a_loss_function_is_checked_inside_it():
+    """The gather goes before the call of a loss function of the module: the similarity and the
+    labels are read in that function, where a defect is caught."""
+    migrated = migrate_source(LOSS_FUNCTION, Options()).code
+    assert "q, k = gather_with_grad(q), gather_with_grad(k)\n        loss = info_nce(q, k)" in migrated
+    assert codes(LOSS_FUNCTION, migrated) == []
+    assert codes(LOSS_FUNCTION, planted("logits.size(0)", "16", migrated)) == ["DDP922"]
+    cut = planted("    return F.cross_entropy(", "    keys = keys[:16]\n    return F.cross_entropy(", migrated)
+    assert codes(LOSS_FUNCTION, cut) == ["DDP922"]
+    assert codes(LOSS_FUNCTION, planted("info_nce(q, k)", "info_nce(q, x)", migrated)) == ["DDP922"]

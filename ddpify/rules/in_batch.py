@@ -7,6 +7,7 @@ embeddings from every rank, with their gradient, before the similarity (open_cli
 gather_features, SimCLR's GatherLayer). Where the shape is certain ddpify does the same
 (DDP410); elsewhere it says where and how (DDP206, at the loss).
 """
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional
 
@@ -90,15 +91,16 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             continue
         reported.add(statement)
         point = _gather_point(facts, contrast)
-        if isinstance(point, _Gather):
-            if point.similarity in reported:
-                continue
-            reported.add(point.similarity)
-            gathered = ", ".join(f"gather_with_grad({name})" for name in point.names)
-            edits.insert_before(point.similarity, Insertion(edits.statements(
-                f"{GATHER_COMMENT}\n{', '.join(point.names)} = {gathered}\n")))
-            edits.add_helper("gather_with_grad", GATHER_HELPER, "dist", "torch")
-            edits.report("DDP410", point.similarity)
+        if not isinstance(point, str):
+            for gather in point:
+                if gather.similarity in reported:
+                    continue
+                reported.add(gather.similarity)
+                gathered = ", ".join(f"gather_with_grad({name})" for name in gather.names)
+                edits.insert_before(gather.similarity, Insertion(edits.statements(
+                    f"{GATHER_COMMENT}\n{', '.join(gather.names)} = {gathered}\n")))
+                edits.add_helper("gather_with_grad", GATHER_HELPER, "dist", "torch")
+                edits.report("DDP410", gather.similarity)
             continue
         edits.report("DDP206", contrast.loss, (
             "in-batch negatives: under DDP this loss scores each sample against its own rank's shard only, "
@@ -194,50 +196,106 @@ def _bound(assign: cst.Assign) -> set[str]:
     return bound
 
 
-def _gather_point(facts: Facts, contrast: Contrast) -> "_Gather | str":
+def _gather_point(facts: Facts, contrast: Contrast) -> "list[_Gather] | str":
     """Rule: the gather is certain when, in a training batch loop's own body, (1) the logits
     are a name assigned `a @ b.T` (or `torch.matmul(a, b.t())`, `torch.mm`, scaled or not),
     (2) a and b are names that this loop body assigns from a forward of the model (the
     batch's embeddings, one row per sample), (3) the labels are `torch.arange(n)` with n the
     size of the logits, a or b (so they follow the gathered batch), and (4) nothing after the
-    similarity reads a or b but the labels' size. Otherwise the reason it is not."""
+    similarity reads a or b but the labels' size. The same holds for a loss function of the
+    module (`def clip_loss(a, b): ...`) whose similarity is of two of its parameters, never
+    rebound: the gather goes before each call of it in a training loop, on the embeddings
+    handed in, when every such call is certain. Otherwise the reason it is not."""
     loops = facts.enclosing_loops(contrast.loss)
-    loop = loops[0] if loops else None
-    if loop is None or loop not in training.batch_loops(facts):
+    scope = facts.function_of(contrast.loss)
+    if loops and loops[0] in training.batch_loops(facts):
+        loop = loops[0]
+        found = _block_contrast(facts, contrast, loop.body)
+        if isinstance(found, str):
+            return found
+        similarity, names = found
+        if not all(_embedding_of_this_batch(facts, loop, name, similarity) for name in names):
+            return "the similarity's operands are not this batch's embeddings from the model's forward"
+        return [_Gather(similarity, names)]
+    if loops or scope is None or facts.class_of(scope) is not None:
         return "the loss is computed outside the training loop's body"
-    body = list(loop.body.body)
+    found = _block_contrast(facts, contrast, scope.body)
+    if isinstance(found, str):
+        return found
+    similarity, names = found
+    parameters = [parameter.name.value for parameter in scope.params.params]
+    before = list(scope.body.body)[:list(scope.body.body).index(similarity)]
+    if not set(names) <= set(parameters) or any(set(names) & _bound(assign) for assign in facts.nodes_of(cst.Assign)
+                                                if facts.function_of(assign) is scope) \
+            or any(set(names) & names_in(statement) for statement in before):
+        return "the similarity is not of the loss function's own parameters"
+    gathers = []
+    for call in facts.calls_of(scope):
+        call_loops = facts.enclosing_loops(call)
+        if not call_loops or call_loops[0] not in training.batch_loops(facts):
+            continue
+        gather = _call_site(facts, call, call_loops[0], [parameters.index(name) for name in names])
+        if gather is None:
+            return f"its call on line {facts.line_of(call)} is not handed this batch's embeddings alone"
+        gathers.append(gather)
+    return gathers or "the loss function is not called in a training loop"
+
+
+def _block_contrast(facts: Facts, contrast: Contrast, block: cst.BaseSuite) -> "tuple[Statement, list[str]] | str":
+    """The similarity statement and its two operands, where the block's own statements make
+    the similarity, then the labels, and read the operands after it for their size only."""
     scope = facts.function_of(contrast.loss)
     logits = _base(contrast.logits)
     if not isinstance(logits, cst.Name):
-        return "the similarity is not assigned to a name in the loop"
+        return "the similarity is not assigned to a name"
     similarity_assign = _assignment(facts, logits.value, scope, contrast.loss)
-    if similarity_assign is None or facts.ancestor_in(similarity_assign, loop.body) is None:
-        return "the similarity is not made in the training loop's body"
+    body = list(block.body)
+    if similarity_assign is None or facts.statement_of(similarity_assign) not in body:
+        return "the similarity is not made beside the loss, in the same block"
     similarity = facts.statement_of(similarity_assign)
     operands = _operands(facts, similarity_assign.value)
     if operands is None:
         return "the similarity is not `a @ b.T` of two embeddings"
     names = list(dict.fromkeys(operands))
-    if not all(_embedding_of_this_batch(facts, loop, name, similarity_assign) for name in names):
-        return "the similarity's operands are not this batch's embeddings from the model's forward"
     labels = contrast.labels
     if isinstance(labels, cst.Name):
         labels_assign = _assignment(facts, labels.value, scope, contrast.loss)
-        if labels_assign is None or facts.ancestor_in(labels_assign, loop.body) is None \
+        if labels_assign is None or facts.statement_of(labels_assign) not in body \
                 or facts.start_of(labels_assign) < facts.start_of(similarity_assign):
-            return "the labels are not made after the similarity in the training loop's body"
+            return "the labels are not made after the similarity, beside it"
         labels = labels_assign.value
     sized_by = {similarity_assign.targets[0].target.value, *names} \
         if isinstance(similarity_assign.targets[0].target, cst.Name) else set(names)
     aranges = [call for call in find_all(labels, cst.Call) if call in facts.calls_named.get(ARANGE, ())]
     if len(aranges) != 1 or not aranges[0].args or not _size_of(aranges[0].args[0].value, sized_by):
         return "the labels are not `torch.arange` of the similarity's own size"
-    index = body.index(similarity)
-    for later in body[index + 1:]:
+    problem = _read_again(body[body.index(similarity) + 1:], names)
+    return problem if problem is not None else (similarity, names)
+
+
+def _read_again(statements: Sequence[cst.CSTNode], names: list[str]) -> Optional[str]:
+    for later in statements:
         read = names_in(later) & set(names)
         if read and not all(_size_of(node, set(names)) for node in _reads_of(later, read)):
             return f"`{sorted(read)[0]}` is read again after the similarity"
-    return _Gather(similarity, names)
+    return None
+
+
+def _call_site(facts: Facts, call: cst.Call, loop: cst.For, positions: list[int]) -> Optional[_Gather]:
+    """`loss = clip_loss(a, b)` in the loop's own body, handed this batch's embeddings at the
+    parameters the similarity reads, which nothing after the call reads but for their size."""
+    statement = facts.statement_of(call)
+    body: list[cst.CSTNode] = list(loop.body.body)
+    arguments = [arg.value for arg in call.args]
+    if statement not in body or any(arg.keyword is not None or arg.star for arg in call.args) \
+            or max(positions) >= len(arguments):
+        return None
+    names = [argument.value for argument in (arguments[position] for position in positions)
+             if isinstance(argument, cst.Name)]
+    if len(names) != len(positions) or not all(_embedding_of_this_batch(facts, loop, name, call) for name in names) \
+            or _read_again(body[body.index(statement) + 1:], names) is not None:
+        return None
+    return _Gather(statement, list(dict.fromkeys(names)))
 
 
 def _base(node: cst.BaseExpression) -> cst.BaseExpression:
@@ -274,9 +332,10 @@ def _operands(facts: Facts, value: cst.BaseExpression) -> Optional[tuple[str, st
     return left.value, transposed.value
 
 
-def _embedding_of_this_batch(facts: Facts, loop: cst.For, name: str, similarity: cst.Assign) -> bool:
-    """`name` is assigned once in the loop's body, above the similarity, from an expression
-    that calls the model (`z = model(x)`, `F.normalize(model(x), dim=1)`, `a, b = model(x, y)`)."""
+def _embedding_of_this_batch(facts: Facts, loop: cst.For, name: str, similarity: cst.CSTNode) -> bool:
+    """`name` is assigned once in the loop's body, above the similarity (or the loss's call),
+    from an expression that calls the model (`z = model(x)`, `F.normalize(model(x), dim=1)`,
+    `a, b = model(x, y)`)."""
     scope = facts.function_of(similarity)
     assigns = [assign for assign in facts.nodes_of(cst.Assign)
                if facts.function_of(assign) is scope and name in _bound(assign)

@@ -78,18 +78,53 @@ def _problem(source: Source, statement: ast.stmt, gathers: set[str]) -> Optional
         return "a gathered name is not made earlier in the same loop body"
     if index + 1 == len(loop.body):
         return "no similarity follows the gather"
-    similarity = loop.body[index + 1]
-    if not (isinstance(similarity, ast.Assign) and len(similarity.targets) == 1
-            and isinstance(similarity.targets[0], ast.Name) and _similarity_of(similarity.value, set(names))):
+    loss_function = _loss_function_called(source, loop.body[index + 1], names)
+    if loss_function is not None:
+        function, parameters = loss_function
+        start = next((position for position, statement in enumerate(function.body)
+                      if set(parameters) & {node.id for node in ast.walk(statement) if isinstance(node, ast.Name)}), 0)
+        problem = _similarity_block(function.body, start, parameters, require_labels=True)
+        if problem is not None:
+            return f"in `{function.name}`, which the gathered embeddings are handed to: {problem}"
+        return _similarity_block(loop.body, index + 1, names, require_labels=False, made=True)
+    return _similarity_block(loop.body, index + 1, names, require_labels=True)
+
+
+def _loss_function_called(source: Source, statement: ast.stmt, names: list[str]
+                          ) -> Optional[tuple[ast.FunctionDef, list[str]]]:
+    """A module-level function the statement calls with the gathered names as positional
+    arguments (`loss = clip_loss(a, b)`), and its parameters they bind, in order."""
+    for call in (node for node in ast.walk(statement) if isinstance(node, ast.Call)):
+        positions = {argument.id: position for position, argument in enumerate(call.args)
+                     if isinstance(argument, ast.Name) and argument.id in names}
+        function = next((node for node in source.tree.body if isinstance(node, ast.FunctionDef)
+                         and node.name == dotted(call.func)), None)
+        if function is not None and set(positions) == set(names) and not call.keywords \
+                and max(positions.values()) < len(function.args.args):
+            return function, [function.args.args[positions[name]].arg for name in names]
+    return None
+
+
+def _similarity_block(body: list[ast.stmt], index: int, names: list[str], require_labels: bool,
+                      made: bool = False) -> Optional[str]:
+    """body[index] makes the similarity of `names` (`made`: a call handed them did), the
+    statements after it read them for their size only, and every torch.arange after it (at
+    least one, where required) is sized by the similarity."""
+    similarity = body[index]
+    if made:
+        sizes = set(names)
+    elif not (isinstance(similarity, ast.Assign) and len(similarity.targets) == 1
+              and isinstance(similarity.targets[0], ast.Name) and _similarity_of(similarity.value, set(names))):
         return "the statement after the gather is not the similarity of the gathered embeddings"
-    global_sizes = {*names, similarity.targets[0].id}
+    else:
+        sizes = {*names, similarity.targets[0].id}
     aranges = []
-    for later in loop.body[index + 2:]:
+    for later in body[index + 1:]:
         for node in _reads(later, set(names)):
             if not _size_of(node, set(names)):
                 return f"`{dotted(node) or names[0]}` is read after the similarity for more than its size"
         aranges += [sub for sub in ast.walk(later) if isinstance(sub, ast.Call) and last_part(sub.func) == "arange"]
-    if not aranges or not all(sub.args and _size_of(sub.args[0], global_sizes) for sub in aranges):
+    if (require_labels and not aranges) or not all(sub.args and _size_of(sub.args[0], sizes) for sub in aranges):
         return "the labels (torch.arange) are not sized by the gathered similarity"
     return None
 
