@@ -552,3 +552,75 @@ def test_a_group_joined_in_the_arguments_of_the_call_comes_before_its_body():
     keyword = Source(JOINED_IN_AN_ARGUMENT.replace("def main(config)", "def main(config=None)")
                      .replace("{call}", "config=get_config()"))
     assert list(asked_before_the_group(keyword)) == []
+
+
+GATHER = "        q, k = gather_with_grad(q), gather_with_grad(k)\n"
+GATHER_DEFECTS = {
+    # name: the replacements that plant it in the migrated InfoNCE script
+    "similarity made before the gather": [(GATHER, ""), ("        loss = ", GATHER + "        loss = ")],
+    "labels sized by the rank's inputs": [("len(logits)", "x.size(0)")],
+    "a later per-sample use": [("        optimizer.zero_grad()\n",
+                                "        loss = loss + q.pow(2).mean()\n        optimizer.zero_grad()\n")],
+    "only one embedding gathered": [(GATHER, "        q = gather_with_grad(q)\n")],
+    "gathered in an evaluation loop": [
+        (GATHER, ""), ("        optimizer.step()\n",
+                       "        optimizer.step()\n    with torch.no_grad():\n        for (x,) in loader:\n"
+                       "            q, k = model(x), model(x)\n" + "    " + GATHER
+                       + "            logits = q @ k.T\n            labels = torch.arange(len(logits))\n")],
+}
+
+
+@pytest.fixture(scope="module")
+def gathered_info_nce():
+    from ddpify.rules import in_batch
+    return in_batch._INFO_NCE, migrate_source(in_batch._INFO_NCE, Options()).code
+
+
+def test_the_gather_of_in_batch_negatives_passes(gathered_info_nce):
+    original, migrated = gathered_info_nce
+    assert GATHER in migrated
+    assert codes(original, migrated) == []
+
+
+@pytest.mark.parametrize("name", GATHER_DEFECTS)
+def test_a_misplaced_gather_is_caught(gathered_info_nce, name):
+    original, migrated = gathered_info_nce
+    for old, new in GATHER_DEFECTS[name]:
+        migrated = planted(old, new, migrated)
+    compile(migrated, name, "exec")
+    assert codes(original, migrated) == ["DDP923"]
+
+
+LOSS_FUNCTION = '''import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def info_nce(queries, keys):
+    logits = queries @ keys.T / 0.1
+    return F.cross_entropy(logits, torch.arange(logits.size(0)))
+
+
+model = torch.nn.Linear(8, 4)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(64, 8)), batch_size=16, shuffle=True)
+for epoch in range(3):
+    for (x,) in loader:
+        q, k = model(x), model(x + 0.1)
+        loss = info_nce(q, k)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+'''
+
+
+def test_a_gather_before_a_loss_function_is_checked_inside_it():
+    """The gather goes before the call of a loss function of the module: the similarity and the
+    labels are read in that function, where a defect is caught."""
+    migrated = migrate_source(LOSS_FUNCTION, Options()).code
+    assert "q, k = gather_with_grad(q), gather_with_grad(k)\n        loss = info_nce(q, k)" in migrated
+    assert codes(LOSS_FUNCTION, migrated) == []
+    assert codes(LOSS_FUNCTION, planted("logits.size(0)", "16", migrated)) == ["DDP923"]
+    cut = planted("    return F.cross_entropy(", "    keys = keys[:16]\n    return F.cross_entropy(", migrated)
+    assert codes(LOSS_FUNCTION, cut) == ["DDP923"]
+    assert codes(LOSS_FUNCTION, planted("info_nce(q, k)", "info_nce(q, x)", migrated)) == ["DDP923"]

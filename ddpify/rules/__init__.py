@@ -13,6 +13,7 @@ from ddpify.rules import (
     data,
     devices,
     evaluation,
+    in_batch,
     loader_dicts,
     model,
     report_only,
@@ -23,7 +24,7 @@ from ddpify.rules import (
 )
 
 CONCERNS = (devices, model, loader_dicts, data, evaluation, side_effects, checkpoints, shared_names, training,
-            report_only)
+            in_batch, report_only)
 
-__all__ = ["CONCERNS", "checkpoints", "data", "devices", "evaluation", "loader_dicts", "model", "report_only", "setup",
-           "shared_names", "side_effects", "training"]
+__all__ = ["CONCERNS", "checkpoints", "data", "devices", "evaluation", "in_batch", "loader_dicts", "model",
+           "report_only", "setup", "shared_names", "side_effects", "training"]

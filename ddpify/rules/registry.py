@@ -21,6 +21,7 @@ from ddpify.rules import (
     evaluation,
     frameworks,
     hand_batches,
+    in_batch,
     loader_dicts,
     model,
     random_batches,
@@ -38,7 +39,7 @@ from ddpify.selfcheck import rules as selfcheck
 
 UNITS: tuple[ModuleType, ...] = (
     setup, devices, model, sharding, dcp, data, epochs, downloads, splits, evaluation, hand_batches, loader_dicts,
-    random_batches, side_effects, checkpoints, shared_names, training, report_only, frameworks, whole_file,
+    random_batches, side_effects, checkpoints, shared_names, training, in_batch, report_only, frameworks, whole_file,
     selfcheck, suppressions,
 )
 

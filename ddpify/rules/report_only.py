@@ -672,6 +672,48 @@ _LENGTH_SETTING = re.compile(r"epoch|iter|(^|_)(num|n|max|total)_?steps?|^steps$
 _SCHEDULE_SETTING = re.compile(r"(^|_)lr($|_)|learning_rate|decay|warmup|milestone|step_size", re.IGNORECASE)
 
 
+_RANK_WORD = re.compile(r"rank", re.IGNORECASE)
+
+
+def _reads_the_rank(facts: Facts, value: cst.BaseExpression, scope: Optional[cst.FunctionDef],
+                    hops: int = 1) -> bool:
+    """Rule: a value read from the rank (`args.seed + args.local_rank`, `dist.get_rank()`,
+    `int(os.environ["RANK"])`): a name, attribute, call or environment key naming a rank, or a
+    name of the same scope assigned such a value (`seed = base + rank`, one hop)."""
+    words = [*names_within(value), *(string.evaluated_value for string in find_all(value, cst.SimpleString)
+                                     if isinstance(string.evaluated_value, str))]
+    if any(_RANK_WORD.search(word.rpartition(".")[2]) for word in words):
+        return True
+    if hops == 0:
+        return False
+    read = set(names_in(value))
+    return any(facts.function_of(assign) is scope and assign.value is not None
+               and read & assigned_names(assign)
+               and _reads_the_rank(facts, assign.value, scope, hops - 1)
+               for assign in facts.nodes_of(cst.Assign))
+
+
+def seeded_per_rank(facts: Facts, seed: cst.Call, draw: cst.Call) -> Optional[cst.Call]:
+    """Rule: the seed that runs before the draw reads the rank (`random.seed(args.seed + rank)`,
+    or a helper's parameter that its call above the draw hands such a value, `set_seed(42 +
+    rank)`): each rank's generator starts from its own seed, so what it draws differs per rank,
+    as an unseeded draw does. Returns the call that hands the generator the rank's seed."""
+    where = facts.function_of(seed)
+    if not seed.args:
+        return None
+    if _reads_the_rank(facts, seed.args[0].value, where):
+        return seed
+    if where is None or where is facts.function_of(draw):
+        return None
+    parameters = {parameter.name.value for parameter in where.params.params}
+    if not parameters & set(names_in(seed.args[0].value)):
+        return None
+    scope = facts.function_of(draw)
+    return next((call for call in facts.calls_of(where)
+                 if facts.function_of(call) is scope and facts.start_of(call) < facts.start_of(draw)
+                 and any(_reads_the_rank(facts, argument.value, scope) for argument in call.args)), None)
+
+
 def seeded_before(facts: Facts, seed: cst.Call, draw: cst.Call) -> bool:
     """The seed runs before the draw: above it in the same function (or at module level, where
     a module-level seed runs at import, before any function is called), or in a function
@@ -709,7 +751,9 @@ def report_settings_drawn_at_random(facts: Facts, edits: Edits) -> None:
     for qualified in sorted(GLOBAL_DRAWS):
         generator = qualified.rpartition(".")[0]
         for draw in facts.calls_named.get(qualified, ()):
-            if any(seeded_before(facts, seed, draw) for seed in seeds[generator]) \
+            seeded = [seed for seed in seeds[generator] if seeded_before(facts, seed, draw)]
+            per_rank = [call for call in (seeded_per_rank(facts, seed, draw) for seed in seeded) if call is not None]
+            if len(per_rank) < len(seeded) \
                     or any(loop in facts.training_loops for loop in facts.enclosing_loops(draw)):
                 continue  # (seeded alike; or a draw per batch or epoch, data randomness, not a setting)
             statement = facts.statement_of(draw)
@@ -728,19 +772,21 @@ def report_settings_drawn_at_random(facts: Facts, edits: Edits) -> None:
                 continue
             reported.add(statement)
             setting = settings[0]
-            where = f"`{setting}` is drawn by `{edits.code(draw.func)}()`"
+            source = (f"from a generator seeded per rank (`{edits.code(per_rank[-1])}`)" if per_rank
+                      else "from the unseeded global generator")
+            where = f"`{setting}` is drawn by `{edits.code(draw.func)}()` {source}"
             fix = (f"seed `{generator}` with the same value on every rank before the draw "
                    f"(`{edits.code(draw.func).rpartition('.')[0] or generator}.seed(0)`), or draw on rank 0 and "
                    "broadcast the value (`dist.broadcast_object_list`)")
             last = setting.rpartition(".")[2]
             if setting in bounds or _LENGTH_SETTING.search(last) and not _SCHEDULE_SETTING.search(last):
                 edits.report("DDP902", assign, (
-                    f"{where} from the unseeded global generator, on each rank on its own: "
+                    f"{where}, on each rank on its own: "
                     "each rank gets its own value, runs its own number of epochs or steps, and the first to "
                     f"finish leaves the others waiting in an all-reduce (a hang); {fix}"))
             else:
                 edits.report("DDP408", assign, (
-                    f"{where} from the unseeded global generator, on each rank on its own: "
+                    f"{where}, on each rank on its own: "
                     f"each rank trains with its own value and the replicas drift apart; {fix}"))
 
 
@@ -1140,6 +1186,10 @@ CASES = (
     Silent(TRAINING.replace("import torch\n", "import random\n\nimport torch\n", 1)
            .replace("for epoch in range(3):", "random.seed(0)\nnum_epochs = random.choice([3, 4])\n"
                     "for epoch in range(num_epochs):"), "DDP902"),
+    # A seed offset by the rank is no seed alike: each rank draws its own count.
+    Emits(TRAINING.replace("import torch\n", "import os\nimport random\n\nimport torch\n", 1)
+          .replace("for epoch in range(3):", "random.seed(1 + int(os.environ.get('LOCAL_RANK', 0)))\n"
+                   "num_epochs = random.choice([3, 4])\nfor epoch in range(num_epochs):"), "DDP902"),
     Emits(TRAINING.replace("        optimizer.step()\n",
                            "        optimizer.step()\n        if loss.item() < 0.01:\n            break\n"),
           "DDP902"),

@@ -3,7 +3,8 @@ cannot show the contract's properties there.
 
 Like black's safe mode, it is a second opinion that shares nothing with the first: the
 transforms read the script with libcst and ddpify.analysis; this reads the original and the
-output with the stdlib `ast` and a few simple, conservative rules (DDP910-DDP917, DDP919). What it
+output with the stdlib `ast` and a few simple, conservative rules (DDP910-DDP917, DDP919, DDP922, DDP923). What
+it
 cannot show is a warning naming the line of the original where the defect is (the output
 line is in the message), so the run exits 1 and the file is still written.
 """
@@ -13,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Callable, Optional
 
 from ddpify.diagnostics import Diagnostic, rule_of
+from ddpify.selfcheck.gathers import misplaced_gathers
 from ddpify.selfcheck.loaders import LEFT_WHOLE_CODES, NO_EPOCH_LOOP_CODES, unsharded_loaders
 from ddpify.selfcheck.models import (
     DROPPED_MOVE_CODES,
@@ -53,6 +55,7 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
         *device_types_changed(before, after),
         *asked_before_the_group(after),
         *names_read_unbound(before, original, after, migrated),
+        *misplaced_gathers(after),
     ]
     found = [Diagnostic(code, line, 1, f"{rule_of(code).summary}: {detail}") for code, line, detail in in_original]
     found += [Diagnostic(code, to_original(line), 1, f"{rule_of(code).summary} (output line {line}): {detail}")

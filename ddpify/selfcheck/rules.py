@@ -1,5 +1,5 @@
-"""The self-check's rules (DDP910-DDP917, DDP919, DDP922): what a second reading of ddpify's own output can
-find wrong. The detection is in this package (loaders, models, output, setup); the rules and
+"""The self-check's rules (DDP910-DDP917, DDP919, DDP922, DDP923): what a second reading of ddpify's own output can
+find wrong. The detection is in this package (gathers, loaders, models, output, setup); the rules and
 their cases live here, beside it, rather than in ddpify/rules/, whose units plan edits.
 """
 from ddpify.diagnostics import Rule, Severity
@@ -74,6 +74,14 @@ RULES = (
          "unbound are not counted.",
          "Define the name where it is read (pass `device` in, or use `getattr(model, \"module\", "
          "model)`), and report the rewrite as a ddpify bug."),
+    Rule("DDP923", Severity.WARNING, "self-check: embeddings gathered from every rank where they feed more "
+         "than an in-batch similarity",
+         "A gather with gradient (DDP410) is right only just before the similarity of a loss over "
+         "in-batch negatives in a training loop, with labels sized by the gathered batch. Anywhere "
+         "else it is silently wrong: in evaluation it repeats the batch, labels sized by this rank's "
+         "inputs no longer match, and a later per-sample use reads other ranks' rows.",
+         "Move the gather to just before the similarity, size the labels by the similarity, and "
+         "report the rewrite as a ddpify bug."),
 )
 
 
@@ -98,7 +106,24 @@ _LATE_WRAP = (
 _SAVES_FRESH_WEIGHTS = ('is_main = torch.distributed.get_rank() == 0\nif is_main:\n'
                         '    torch.save(torch.nn.Linear(4, 1).state_dict(), "init.pt")\n')
 
+_CONTRASTIVE = (
+    "import torch\nimport torch.nn.functional as F\n\nmodel = torch.nn.Linear(8, 4)\n"
+    "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "for x in torch.randn(4, 16, 8):\n"
+    "    q, k = model(x), model(x + 0.1)\n"
+    "    logits = q @ k.T\n"
+    "    loss = F.cross_entropy(logits, torch.arange(len(logits)))\n"
+    "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+)
+_GATHERING = _CONTRASTIVE.replace("import torch\n", "import torch\nimport torch.distributed as dist\n\n\n"
+                                  "def gather_with_grad(tensor):\n"
+                                  "    from torch.distributed.nn.functional import all_gather\n\n"
+                                  "    return torch.cat(all_gather(tensor))\n\n\n", 1)
+
 CASES = (
+    # The labels sized by this rank's inputs, after a gather of the embeddings.
+    Flags(_CONTRASTIVE, _GATHERING.replace("    logits = ", "    q, k = gather_with_grad(q), gather_with_grad(k)\n"
+                                           "    logits = ").replace("len(logits)", "len(x)"), "DDP923"),
     Flags(_MOVED, _MOVED.replace("model.to(device)\n", ""), "DDP910"),
     # `nn.DataParallel(model).to(device)` moves the model it wraps: dropping the whole line drops the move.
     Flags(_MOVED.replace("model.to(device)", "model = torch.nn.DataParallel(model).to(device)"),

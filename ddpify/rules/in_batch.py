@@ -1,0 +1,409 @@
+"""Losses over in-batch negatives (CLIP, InfoNCE, NT-Xent): a rank sees only its shard.
+
+A contrastive loss scores each sample against every other sample of its batch: its value is
+not a mean of per-sample terms, so under DDP each rank's loss sees batch_size - 1 negatives
+where one process on the global batch saw batch_size x world_size - 1. An expert gathers the
+embeddings from every rank, with their gradient, before the similarity (open_clip's
+gather_features, SimCLR's GatherLayer). Where the shape is certain ddpify does the same
+(DDP410); elsewhere it says where and how (DDP206, at the loss).
+"""
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Optional
+
+import libcst as cst
+
+from ddpify.analysis.control import Facts
+from ddpify.analysis.facts import Statement
+from ddpify.analysis.nodes import dotted_name, find_all, names_in
+from ddpify.diagnostics import Rule, Severity
+from ddpify.emit.edits import Edits, Insertion
+from ddpify.plan import Plan
+from ddpify.rules import training
+from ddpify.rules.cases import Emits, Silent
+
+RULES = (
+    Rule("DDP410", Severity.EDIT, "in-batch negatives gathered from every rank, with their gradient",
+         "The loss scores each embedding against every other one of the batch (a similarity "
+         "matrix with the matching pair on its diagonal). Under DDP a rank's batch is its "
+         "shard, so each rank would contrast against its own samples only. The two embeddings "
+         "are gathered from every rank just before the similarity (the gradient flows back "
+         "to each rank's own rows), so every rank computes the one-process loss over the "
+         "global batch, and DDP's averaged gradient is that loss's gradient.",
+         "Nothing to do."),
+)
+
+CROSS_ENTROPY = "torch.nn.functional.cross_entropy"
+CROSS_ENTROPY_CLASS = "torch.nn.CrossEntropyLoss"
+SIMILARITIES = ("torch.matmul", "torch.mm", "torch.einsum", "torch.nn.functional.cosine_similarity", "torch.bmm")
+IN_BATCH_LABELS = ("torch.arange", "torch.zeros", "torch.eye")
+ARANGE = "torch.arange"
+TRANSPOSES = frozenset({"T", "mT"})
+
+GATHER_COMMENT = "# In-batch negatives from every rank: the loss is the one-process loss over the global batch."
+GATHER_HELPER = '''\
+
+
+class GatherWithGrad(torch.autograd.Function):
+    """all_gather whose backward hands each rank the gradient of its own rows, summed over the
+    ranks (each rank's loss reads every rank's rows)."""
+
+    @staticmethod
+    def forward(ctx, tensor):
+        rows = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+        dist.all_gather(rows, tensor.contiguous())
+        return torch.cat(rows)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad)
+        return grad.chunk(dist.get_world_size())[dist.get_rank()]
+
+
+def gather_with_grad(tensor):
+    """Every rank's rows of `tensor`, in rank order, for a loss over in-batch negatives."""
+    if not dist.is_initialized():
+        return tensor
+    return GatherWithGrad.apply(tensor)
+'''
+
+
+@dataclass
+class Contrast:
+    loss: cst.Call
+    logits: cst.BaseExpression
+    labels: cst.BaseExpression
+
+
+def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """Rule: a cross-entropy whose logits come from a similarity of tensors (`a @ b.T`,
+    torch.matmul/mm/einsum, cosine_similarity) and whose labels come from torch.arange (or
+    torch.zeros, the positive in column 0) is a loss over in-batch negatives. Where the
+    gather is certain (_gather_point), the two embeddings are gathered just before the
+    similarity; elsewhere DDP206 names the loss and the fix."""
+    if not facts.models:
+        return
+    reported: set[Statement] = set()
+    for contrast in _contrasts(facts):
+        statement = facts.statement_of(contrast.loss)
+        if statement in reported:
+            continue
+        reported.add(statement)
+        point = _gather_point(facts, contrast)
+        if not isinstance(point, str):
+            for gather in point:
+                if gather.similarity in reported:
+                    continue
+                reported.add(gather.similarity)
+                gathered = ", ".join(f"gather_with_grad({name})" for name in gather.names)
+                edits.insert_before(gather.similarity, Insertion(edits.statements(
+                    f"{GATHER_COMMENT}\n{', '.join(gather.names)} = {gathered}\n")))
+                edits.add_helper("gather_with_grad", GATHER_HELPER, "dist", "torch")
+                edits.report("DDP410", gather.similarity)
+            continue
+        edits.report("DDP206", contrast.loss, (
+            "in-batch negatives: under DDP this loss scores each sample against its own rank's shard only, "
+            f"not the global batch (ddpify gathers only where it is certain, and here {point}); to keep the "
+            "global batch's negatives, gather the embeddings from every rank with their gradient "
+            "(`torch.cat(torch.distributed.nn.functional.all_gather(z))`) before the similarity and size the "
+            "labels by the gathered batch (or offset them by rank x local batch when only the keys are "
+            "gathered, as open_clip's gather_features with local_loss does)"))
+
+
+@dataclass
+class _Gather:
+    similarity: Statement
+    names: list[str]
+
+
+def _contrasts(facts: Facts) -> list[Contrast]:
+    criteria = {dotted_name(target.target) for call in facts.calls_named.get(CROSS_ENTROPY_CLASS, ())
+                for assign in [facts.parents.get(call)] if isinstance(assign, cst.Assign)
+                for target in assign.targets}
+    losses = list(facts.calls_named.get(CROSS_ENTROPY, ()))
+    losses += [call for name in criteria if name for call in facts.calls_by_callee.get(name, ())]
+    similarity_calls = {call for qualified in SIMILARITIES for call in facts.calls_named.get(qualified, ())}
+    torch_calls = {call for qualified, calls in facts.calls_named.items() if qualified.startswith("torch.")
+                   for call in calls}
+    label_calls = {call for qualified in IN_BATCH_LABELS for call in facts.calls_named.get(qualified, ())}
+    found = []
+    for loss in sorted(losses, key=facts.start_of):
+        arguments = [arg.value for arg in loss.args if arg.keyword is None and not arg.star]
+        if len(arguments) < 2:
+            continue
+        logits, labels = arguments[:2]
+        scope = facts.function_of(loss)
+        if _derives(facts, logits, scope, loss, lambda node: _similarity(node, similarity_calls, torch_calls)) \
+                and _derives(facts, labels, scope, loss, lambda node: node in label_calls):
+            found.append(Contrast(loss, logits, labels))
+    return found
+
+
+def _similarity(node: cst.CSTNode, similarity_calls: set[cst.Call], torch_calls: set[cst.Call]) -> bool:
+    """A similarity of this batch's tensors: `a @ b.T` or a similarity call whose operands
+    read no attribute (a memory bank or a queue, `bank.feats`, `self.queue`, holds other
+    batches' samples: its negatives do not shrink with the shard)."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
+        left = node.left.right if isinstance(node.left, cst.BinaryOperation) \
+            and isinstance(node.left.operator, cst.Multiply) else node.left
+        operands: list[cst.CSTNode] = [left, node.right]
+    elif isinstance(node, cst.Call) and node in similarity_calls:
+        operands = [arg.value for arg in node.args]
+    else:
+        return False
+    return not any(_reads_state(operand, torch_calls) for operand in operands)
+
+
+def _reads_state(operand: cst.CSTNode, torch_calls: set[cst.Call]) -> bool:
+    """The operand reads an attribute other than a transpose, a method it calls, or a torch
+    function's path (`F.normalize`)."""
+    paths = {id(attribute) for call in find_all(operand, cst.Call) if call in torch_calls
+             for attribute in find_all(call.func, cst.Attribute)}
+    methods = {id(call.func) for call in find_all(operand, cst.Call)}
+    return any(id(attribute) not in paths | methods and attribute.attr.value not in TRANSPOSES
+               for attribute in find_all(operand, cst.Attribute))
+
+
+def _derives(facts: Facts, value: cst.BaseExpression, scope: Optional[cst.FunctionDef], before: cst.CSTNode,
+             test, hops: int = 4) -> bool:
+    """The value holds a node that passes `test`, or reads a name of its scope assigned one
+    above `before` (a few assignments back)."""
+    if any(test(node) for node in [*find_all(value, cst.BinaryOperation), *find_all(value, cst.Call)]):
+        return True
+    if hops == 0:
+        return False
+    return any(_derives(facts, assign.value, scope, assign, test, hops - 1)
+               for name in names_in(value) for assign in [_assignment(facts, name, scope, before)]
+               if assign is not None)
+
+
+def _assignment(facts: Facts, name: str, scope: Optional[cst.FunctionDef], before: cst.CSTNode
+                ) -> Optional[cst.Assign]:
+    """The last assignment of `name` in `scope` above `before`."""
+    found = [assign for assign in facts.nodes_of(cst.Assign)
+             if facts.function_of(assign) is scope and facts.start_of(assign) < facts.start_of(before)
+             and name in _bound(assign)]
+    return max(found, key=facts.start_of, default=None)
+
+
+def _bound(assign: cst.Assign) -> set[str]:
+    bound: set[str] = set()
+    for target in assign.targets:
+        elements = target.target.elements if isinstance(target.target, (cst.Tuple, cst.List)) \
+            else [cst.Element(target.target)]
+        bound.update(element.value.value for element in elements if isinstance(element.value, cst.Name))
+    return bound
+
+
+def _gather_point(facts: Facts, contrast: Contrast) -> "list[_Gather] | str":
+    """Rule: the gather is certain when, in a training batch loop's own body, (1) the logits
+    are a name assigned `a @ b.T` (or `torch.matmul(a, b.t())`, `torch.mm`, scaled or not),
+    (2) a and b are names that this loop body assigns from a forward of the model (the
+    batch's embeddings, one row per sample), (3) the labels are `torch.arange(n)` with n the
+    size of the logits, a or b (so they follow the gathered batch), and (4) nothing after the
+    similarity reads a or b but the labels' size. The same holds for a loss function of the
+    module (`def clip_loss(a, b): ...`) whose similarity is of two of its parameters, never
+    rebound: the gather goes before each call of it in a training loop, on the embeddings
+    handed in, when every such call is certain. Otherwise the reason it is not."""
+    loops = facts.enclosing_loops(contrast.loss)
+    scope = facts.function_of(contrast.loss)
+    if loops and loops[0] in training.batch_loops(facts):
+        loop = loops[0]
+        found = _block_contrast(facts, contrast, loop.body)
+        if isinstance(found, str):
+            return found
+        similarity, names = found
+        if not all(_embedding_of_this_batch(facts, loop, name, similarity) for name in names):
+            return "the similarity's operands are not this batch's embeddings from the model's forward"
+        return [_Gather(similarity, names)]
+    if loops or scope is None or facts.class_of(scope) is not None:
+        return "the loss is computed outside the training loop's body"
+    found = _block_contrast(facts, contrast, scope.body)
+    if isinstance(found, str):
+        return found
+    similarity, names = found
+    parameters = [parameter.name.value for parameter in scope.params.params]
+    before = list(scope.body.body)[:list(scope.body.body).index(similarity)]
+    if not set(names) <= set(parameters) or any(set(names) & _bound(assign) for assign in facts.nodes_of(cst.Assign)
+                                                if facts.function_of(assign) is scope) \
+            or any(set(names) & names_in(statement) for statement in before):
+        return "the similarity is not of the loss function's own parameters"
+    gathers = []
+    for call in facts.calls_of(scope):
+        call_loops = facts.enclosing_loops(call)
+        if not call_loops or call_loops[0] not in training.batch_loops(facts):
+            continue
+        gather = _call_site(facts, call, call_loops[0], [parameters.index(name) for name in names])
+        if gather is None:
+            return f"its call on line {facts.line_of(call)} is not handed this batch's embeddings alone"
+        gathers.append(gather)
+    return gathers or "the loss function is not called in a training loop"
+
+
+def _block_contrast(facts: Facts, contrast: Contrast, block: cst.BaseSuite) -> "tuple[Statement, list[str]] | str":
+    """The similarity statement and its two operands, where the block's own statements make
+    the similarity, then the labels, and read the operands after it for their size only."""
+    scope = facts.function_of(contrast.loss)
+    logits = _base(contrast.logits)
+    if not isinstance(logits, cst.Name):
+        return "the similarity is not assigned to a name"
+    similarity_assign = _assignment(facts, logits.value, scope, contrast.loss)
+    body = list(block.body)
+    if similarity_assign is None or facts.statement_of(similarity_assign) not in body:
+        return "the similarity is not made beside the loss, in the same block"
+    similarity = facts.statement_of(similarity_assign)
+    operands = _operands(facts, similarity_assign.value)
+    if operands is None:
+        return "the similarity is not `a @ b.T` of two embeddings"
+    names = list(dict.fromkeys(operands))
+    labels = contrast.labels
+    if isinstance(labels, cst.Name):
+        labels_assign = _assignment(facts, labels.value, scope, contrast.loss)
+        if labels_assign is None or facts.statement_of(labels_assign) not in body \
+                or facts.start_of(labels_assign) < facts.start_of(similarity_assign):
+            return "the labels are not made after the similarity, beside it"
+        labels = labels_assign.value
+    sized_by = {similarity_assign.targets[0].target.value, *names} \
+        if isinstance(similarity_assign.targets[0].target, cst.Name) else set(names)
+    aranges = [call for call in find_all(labels, cst.Call) if call in facts.calls_named.get(ARANGE, ())]
+    if len(aranges) != 1 or not aranges[0].args or not _size_of(aranges[0].args[0].value, sized_by):
+        return "the labels are not `torch.arange` of the similarity's own size"
+    problem = _read_again(body[body.index(similarity) + 1:], names)
+    return problem if problem is not None else (similarity, names)
+
+
+def _read_again(statements: Sequence[cst.CSTNode], names: list[str]) -> Optional[str]:
+    for later in statements:
+        read = names_in(later) & set(names)
+        if read and not all(_size_of(node, set(names)) for node in _reads_of(later, read)):
+            return f"`{sorted(read)[0]}` is read again after the similarity"
+    return None
+
+
+def _call_site(facts: Facts, call: cst.Call, loop: cst.For, positions: list[int]) -> Optional[_Gather]:
+    """`loss = clip_loss(a, b)` in the loop's own body, handed this batch's embeddings at the
+    parameters the similarity reads, which nothing after the call reads but for their size."""
+    statement = facts.statement_of(call)
+    body: list[cst.CSTNode] = list(loop.body.body)
+    arguments = [arg.value for arg in call.args]
+    if statement not in body or any(arg.keyword is not None or arg.star for arg in call.args) \
+            or max(positions) >= len(arguments):
+        return None
+    names = [argument.value for argument in (arguments[position] for position in positions)
+             if isinstance(argument, cst.Name)]
+    if len(names) != len(positions) or not all(_embedding_of_this_batch(facts, loop, name, call) for name in names) \
+            or _read_again(body[body.index(statement) + 1:], names) is not None:
+        return None
+    return _Gather(statement, list(dict.fromkeys(names)))
+
+
+def _base(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`logits.T` / `logits.t()` -> `logits` (the symmetric loss of CLIP)."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "t" \
+            and not node.args:
+        return node.func.value
+    if isinstance(node, cst.Attribute) and node.attr.value in TRANSPOSES:
+        return node.value
+    return node
+
+
+def _operands(facts: Facts, value: cst.BaseExpression) -> Optional[tuple[str, str]]:
+    """(a, b) of `a @ b.T`, `scale * a @ b.T`, `torch.matmul(a, b.t())`, `torch.mm(a, b.T)`,
+    under a scale."""
+    products = [node for node in [*find_all(value, cst.BinaryOperation), *find_all(value, cst.Call)]
+                if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply)
+                or node in facts.calls_named.get("torch.matmul", ()) or node in facts.calls_named.get("torch.mm", ())]
+    if len(products) != 1:
+        return None
+    product = products[0]
+    if isinstance(product, cst.BinaryOperation):
+        left, right = product.left, product.right
+    else:
+        assert isinstance(product, cst.Call)
+        if len(product.args) != 2:
+            return None
+        left, right = product.args[0].value, product.args[1].value
+    if isinstance(left, cst.BinaryOperation) and isinstance(left.operator, cst.Multiply):
+        left = left.right  # `logit_scale * a @ b.T`
+    transposed = _base(right)
+    if transposed is right or not isinstance(left, cst.Name) or not isinstance(transposed, cst.Name):
+        return None
+    return left.value, transposed.value
+
+
+def _embedding_of_this_batch(facts: Facts, loop: cst.For, name: str, similarity: cst.CSTNode) -> bool:
+    """`name` is assigned once in the loop's body, above the similarity (or the loss's call),
+    from an expression that calls the model (`z = model(x)`, `F.normalize(model(x), dim=1)`,
+    `a, b = model(x, y)`)."""
+    scope = facts.function_of(similarity)
+    assigns = [assign for assign in facts.nodes_of(cst.Assign)
+               if facts.function_of(assign) is scope and name in _bound(assign)
+               and facts.ancestor_in(assign, loop.body) is not None]
+    if len(assigns) != 1 or facts.start_of(assigns[0]) > facts.start_of(similarity):
+        return False
+    held = {holder for model in facts.models for holder in facts.model_holders(model)}
+    return any((scope, dotted_name(call.func)) in held for call in find_all(assigns[0].value, cst.Call))
+
+
+def _size_of(node: cst.BaseExpression, names: set[str]) -> bool:
+    """`x.shape[0]`, `x.size(0)`, `len(x)` of one of `names`."""
+    if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Attribute) \
+            and node.value.attr.value == "shape" and isinstance(node.value.value, cst.Name):
+        index = node.slice[0].slice if len(node.slice) == 1 else None
+        return node.value.value.value in names and isinstance(index, cst.Index) \
+            and isinstance(index.value, cst.Integer) and index.value.value == "0"
+    if isinstance(node, cst.Call) and len(node.args) == 1:
+        argument = node.args[0].value
+        if dotted_name(node.func) == "len":
+            return isinstance(argument, cst.Name) and argument.value in names
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "size" \
+                and isinstance(node.func.value, cst.Name):
+            return node.func.value.value in names and isinstance(argument, cst.Integer) and argument.value == "0"
+    return False
+
+
+def _reads_of(statement: cst.CSTNode, names: set[str]) -> list[cst.BaseExpression]:
+    """The outermost expressions of `statement` that read one of `names`: the size read when
+    the name is read for its size, the name itself otherwise."""
+    reads: list[cst.BaseExpression] = []
+
+    class _Reads(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if isinstance(node, cst.BaseExpression) and _size_of(node, names):
+                reads.append(node)
+                return False
+            if isinstance(node, cst.Name) and node.value in names:
+                reads.append(node)
+            return True
+
+    statement.visit(_Reads())
+    return reads
+
+
+_INFO_NCE = '''\
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = nn.Linear(8, 4).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(64, 8)), batch_size=16, shuffle=True)
+for epoch in range(3):
+    for (x,) in loader:
+        x = x.to(device)
+        q, k = model(x), model(x + 0.1)
+        logits = q @ k.T / 0.1
+        loss = F.cross_entropy(logits, torch.arange(len(logits), device=device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+'''
+
+CASES = (
+    Emits(_INFO_NCE, "DDP410", ("gather_with_grad(q), gather_with_grad(k)",)),
+    # Labels sized by the input batch do not follow a gathered similarity: reported.
+    Silent(_INFO_NCE.replace("len(logits)", "x.size(0)"), "DDP410"),
+)

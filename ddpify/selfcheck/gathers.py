@@ -1,0 +1,211 @@
+"""A gather of embeddings with their gradient (DDP410) feeds only a loss over in-batch negatives.
+
+Gathering a batch's embeddings from every rank is right for exactly one use: the similarity
+of a contrastive loss, whose labels follow the gathered size. Anywhere else it is silently
+wrong: in an evaluation loop every rank holds the whole batch already (the gather repeats
+it); a similarity built before the gather sees the shard only; labels sized by this rank's
+inputs no longer match; a later per-sample use (a penalty, a classifier against this rank's
+targets) reads rows of other ranks. The check reads the output alone, in the shape ddpify
+writes: `a, b = gather(a), gather(b)` in a training loop's body, right after both are made,
+right before the similarity, and nothing after it reading them but for their size.
+"""
+import ast
+from collections.abc import Iterator
+from typing import Optional
+
+from ddpify.selfcheck.source import Source, dotted, last_part
+
+Finding = tuple[str, int, str]
+
+
+def misplaced_gathers(migrated: Source) -> Iterator[Finding]:
+    gathers = _gather_functions(migrated.tree)
+    if not gathers:
+        return
+    seen: set[ast.stmt] = set()
+    for call in migrated.calls:
+        if dotted(call.func) not in gathers:
+            continue
+        statement = _statement_of(migrated, call)
+        if statement in seen:
+            continue
+        seen.add(statement)
+        problem = _problem(migrated, statement, gathers)
+        if problem is not None:
+            yield "DDP923", statement.lineno, problem
+
+
+def _gather_functions(tree: ast.Module) -> set[str]:
+    """Module-level functions that all_gather with the gradient: through an autograd Function
+    of the module that all_gathers (its `apply`), or torch.distributed.nn's all_gather."""
+    gathering_classes = {node.name for node in tree.body if isinstance(node, ast.ClassDef) and _all_gathers(node)
+                         and any(isinstance(sub, ast.FunctionDef) and sub.name == "backward" for sub in node.body)}
+    return {node.name for node in tree.body if isinstance(node, ast.FunctionDef)
+            and any(_gathers_with_grad(sub, gathering_classes) for sub in ast.walk(node))}
+
+
+def _all_gathers(node: ast.AST) -> bool:
+    return any(isinstance(sub, ast.Call) and last_part(sub.func) == "all_gather" for sub in ast.walk(node))
+
+
+def _gathers_with_grad(node: ast.AST, gathering_classes: set[str]) -> bool:
+    if isinstance(node, ast.ImportFrom):
+        return (node.module or "").startswith("torch.distributed.nn")
+    if isinstance(node, ast.Call):
+        name = dotted(node.func) or ""
+        return name.startswith("torch.distributed.nn.") or isinstance(node.func, ast.Attribute) \
+            and node.func.attr == "apply" and dotted(node.func.value) in gathering_classes
+    return False
+
+
+def _statement_of(source: Source, node: ast.AST) -> ast.stmt:
+    while not isinstance(node, ast.stmt):
+        node = source.parents[node]
+    return node
+
+
+def _problem(source: Source, statement: ast.stmt, gathers: set[str]) -> Optional[str]:
+    names = _rebound(statement, gathers)
+    if names is None:
+        return "the gather does not rebind the embeddings it gathers (`a, b = gather(a), gather(b)`)"
+    loop = source.parents.get(statement)
+    if not isinstance(loop, (ast.For, ast.AsyncFor)) or statement not in loop.body \
+            or not any(isinstance(sub, ast.Call) and last_part(sub.func) == "backward" for sub in ast.walk(loop)):
+        return "the gather is not in the body of a training loop (one that calls backward)"
+    index = loop.body.index(statement)
+    made = {name for earlier in loop.body[:index] for name in _bound_by(earlier)}
+    if not set(names) <= made:
+        return "a gathered name is not made earlier in the same loop body"
+    if index + 1 == len(loop.body):
+        return "no similarity follows the gather"
+    loss_function = _loss_function_called(source, loop.body[index + 1], names)
+    if loss_function is not None:
+        function, parameters = loss_function
+        start = next((position for position, statement in enumerate(function.body)
+                      if set(parameters) & {node.id for node in ast.walk(statement) if isinstance(node, ast.Name)}), 0)
+        problem = _similarity_block(function.body, start, parameters, require_labels=True)
+        if problem is not None:
+            return f"in `{function.name}`, which the gathered embeddings are handed to: {problem}"
+        return _similarity_block(loop.body, index + 1, names, require_labels=False, made=True)
+    return _similarity_block(loop.body, index + 1, names, require_labels=True)
+
+
+def _loss_function_called(source: Source, statement: ast.stmt, names: list[str]
+                          ) -> Optional[tuple[ast.FunctionDef, list[str]]]:
+    """A module-level function the statement calls with the gathered names as positional
+    arguments (`loss = clip_loss(a, b)`), and its parameters they bind, in order."""
+    for call in (node for node in ast.walk(statement) if isinstance(node, ast.Call)):
+        positions = {argument.id: position for position, argument in enumerate(call.args)
+                     if isinstance(argument, ast.Name) and argument.id in names}
+        function = next((node for node in source.tree.body if isinstance(node, ast.FunctionDef)
+                         and node.name == dotted(call.func)), None)
+        if function is not None and set(positions) == set(names) and not call.keywords \
+                and max(positions.values()) < len(function.args.args):
+            return function, [function.args.args[positions[name]].arg for name in names]
+    return None
+
+
+def _similarity_block(body: list[ast.stmt], index: int, names: list[str], require_labels: bool,
+                      made: bool = False) -> Optional[str]:
+    """body[index] makes the similarity of `names` (`made`: a call handed them did), the
+    statements after it read them for their size only, and every torch.arange after it (at
+    least one, where required) is sized by the similarity."""
+    similarity = body[index]
+    if made:
+        sizes = set(names)
+    elif not (isinstance(similarity, ast.Assign) and len(similarity.targets) == 1
+              and isinstance(similarity.targets[0], ast.Name) and _similarity_of(similarity.value, set(names))):
+        return "the statement after the gather is not the similarity of the gathered embeddings"
+    else:
+        sizes = {*names, similarity.targets[0].id}
+    aranges = []
+    for later in body[index + 1:]:
+        for node in _reads(later, set(names)):
+            if not _size_of(node, set(names)):
+                return f"`{dotted(node) or names[0]}` is read after the similarity for more than its size"
+        aranges += [sub for sub in ast.walk(later) if isinstance(sub, ast.Call) and last_part(sub.func) == "arange"]
+    if (require_labels and not aranges) or not all(sub.args and _size_of(sub.args[0], sizes) for sub in aranges):
+        return "the labels (torch.arange) are not sized by the gathered similarity"
+    return None
+
+
+def _rebound(statement: ast.stmt, gathers: set[str]) -> Optional[list[str]]:
+    """[a, b] for `a, b = gather(a), gather(b)` (or `a = gather(a)`), else None."""
+    if not isinstance(statement, ast.Assign) or len(statement.targets) != 1:
+        return None
+    target, value = statement.targets[0], statement.value
+    targets = target.elts if isinstance(target, ast.Tuple) else [target]
+    values = value.elts if isinstance(value, ast.Tuple) else [value]
+    if len(targets) != len(values):
+        return None
+    names = []
+    for each_target, each_value in zip(targets, values):
+        if not (isinstance(each_target, ast.Name) and isinstance(each_value, ast.Call)
+                and dotted(each_value.func) in gathers and len(each_value.args) == 1
+                and isinstance(each_value.args[0], ast.Name) and each_value.args[0].id == each_target.id):
+            return None
+        names.append(each_target.id)
+    return names
+
+
+def _bound_by(statement: ast.stmt) -> set[str]:
+    if not isinstance(statement, ast.Assign):
+        return set()
+    return {node.id for target in statement.targets for node in ast.walk(target) if isinstance(node, ast.Name)}
+
+
+def _similarity_of(value: ast.expr, names: set[str]) -> bool:
+    """The value multiplies gathered embeddings, and only those, as matrices (`a @ b.T`,
+    `scale * a @ b.T`, torch.matmul/mm)."""
+    for node in ast.walk(value):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+            operands = [node.left, node.right]
+        elif isinstance(node, ast.Call) and last_part(node.func) in ("matmul", "mm"):
+            operands = list(node.args)
+        else:
+            continue
+        if len(operands) == 2 and all(_embedding(operand) in names for operand in operands):
+            return True
+    return False
+
+
+def _embedding(operand: ast.expr) -> Optional[str]:
+    """`a` of the operand `a`, `a.T`, `a.t()`, `scale * a`."""
+    if isinstance(operand, ast.BinOp) and isinstance(operand.op, ast.Mult):
+        operand = operand.right
+    if isinstance(operand, ast.Call) and isinstance(operand.func, ast.Attribute) and operand.func.attr == "t" \
+            and not operand.args:
+        operand = operand.func.value
+    if isinstance(operand, ast.Attribute) and operand.attr in ("T", "mT"):
+        operand = operand.value
+    return operand.id if isinstance(operand, ast.Name) else None
+
+
+def _size_of(node: ast.AST, names: set[str]) -> bool:
+    """`x.shape[0]`, `x.size(0)` or `len(x)` of one of `names`."""
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "shape":
+        return isinstance(node.value.value, ast.Name) and node.value.value.id in names \
+            and isinstance(node.slice, ast.Constant) and node.slice.value == 0
+    if isinstance(node, ast.Call) and len(node.args) == 1:
+        argument = node.args[0]
+        if isinstance(node.func, ast.Name) and node.func.id == "len":
+            return isinstance(argument, ast.Name) and argument.id in names
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "size":
+            return isinstance(node.func.value, ast.Name) and node.func.value.id in names \
+                and isinstance(argument, ast.Constant) and argument.value == 0
+    return False
+
+
+def _reads(statement: ast.stmt, names: set[str]) -> list[ast.AST]:
+    """The outermost reads of `names` in `statement`: a size read whole, else the name."""
+    reads: list[ast.AST] = []
+
+    def visit(node: ast.AST) -> None:
+        if _size_of(node, names) or isinstance(node, ast.Name) and node.id in names:
+            reads.append(node)
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(statement)
+    return reads
