@@ -31,10 +31,13 @@ WITHOUT_A_FIXTURE = {
     # migrate (no model wrapped at all): fixture helper_modules/optimizer_made_by_helper_module.
     "DDP910": "self-check: tests/test_selfcheck.py",
     "DDP912": "self-check: tests/test_selfcheck.py",
+    "DDP913": "self-check: tests/test_selfcheck.py",
     "DDP914": "self-check: tests/test_selfcheck.py",
     "DDP915": "self-check: tests/test_selfcheck.py",
     "DDP917": "self-check: tests/test_selfcheck.py",
     "DDP919": "self-check: tests/test_selfcheck.py",
+    "DDP922": "self-check: a broken output in selfcheck/rules.py CASES",
+    "DDP923": "self-check: tests/test_selfcheck.py",
     # A `# ddpify: ignore` comment that silences nothing: tests/test_suppressions.py.
     "DDP920": "unused suppression comment: tests/test_suppressions.py",
     # An entry whose Trainer is a class of another module on one path only: a project.
