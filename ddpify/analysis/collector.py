@@ -115,6 +115,9 @@ class Collector(cst.CSTVisitor):
         # DataParallel subclasses this file defines, and those of the project's other modules
         # (by full name): whether their constructor takes the module first.
         self._data_parallel_classes: dict[str, bool] = {}
+        self._class_bases: dict[str, list[str]] = {}  # each class of the file: its bases' full names
+        # Optimizers built, with the top-level statement each is built in.
+        self._optimizers_made: list[tuple[cst.Call, cst.CSTNode]] = []
         self._project_data_parallel: dict[str, Optional[bool]] = {}
 
     def _note_training(self) -> None:
@@ -662,6 +665,8 @@ class Collector(cst.CSTVisitor):
     # --- data classes ----------------------------------------------------------------------------
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self._record_unused_submodules(node)
+        self._class_bases[node.name.value] = [names.qualify(dotted, self._aliases) for base in node.bases
+                                              if (dotted := dotted_name(base.value)) is not None]
         kinds = [self._data_parallel_kind(base.value) for base in node.bases if base.keyword is None]
         if any(kind is not None for kind in kinds):
             self._data_parallel_classes[node.name.value] = any(kinds) and _takes_module_first(node)
@@ -788,6 +793,43 @@ class Collector(cst.CSTVisitor):
                 known.add(owner)
                 call = calls[0]
                 self.facts.models.append(Model(owner, self.facts.statement_of(call), self.facts.function_of(call)))
+
+    def note_optimizers_that_train(self) -> None:
+        """Rule: an optimizer is training code, unless all that is done with it is driving a
+        learning-rate scheduler: handed to a scheduler (torch's, or a class of this file
+        derived from one) and its `param_groups` read (`if __name__ == "__main__":` of a
+        scheduler module that plots its schedule, with no backward and no step). Such a
+        file trains nothing (DDP901)."""
+        for node, top in self._optimizers_made:
+            if top not in self.training_tops and not self._only_drives_a_scheduler(node):
+                self.training_tops.add(top)
+
+    def _only_drives_a_scheduler(self, node: cst.Call) -> bool:
+        assign = self.parents.get(node)
+        if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1 and assign.value is node
+                and isinstance(assign.targets[0].target, cst.Name)):
+            return False
+        name = assign.targets[0].target.value
+        schedulers = {cls for cls, bases in self._class_bases.items()
+                      if any(base.rsplit(".", 1)[-1] in ("_LRScheduler", "LRScheduler") for base in bases)}
+        scope = self.facts.function_of(node)
+        uses = [each for each in self.facts.nodes_of(cst.Name) if each.value == name
+                and each is not assign.targets[0].target and self.facts.function_of(each) is scope]
+        for use in uses:
+            parent = self.parents.get(use)
+            if isinstance(parent, cst.Attribute) and parent.value is use and parent.attr.value == "param_groups":
+                continue
+            call = self.parents.get(parent) if isinstance(parent, cst.Arg) else None
+            if isinstance(call, cst.Call) and (self._makes_scheduler(call, schedulers) or all(
+                    isinstance(value, cst.Call) and self._makes_scheduler(value, schedulers)
+                    for value in self.facts.assigned_values.get(dotted_name(call.func) or "", [None]))):
+                continue  # `OneCycle(optimizer, ...)`, or such a scheduler called (`scheduler(optimizer, i)`)
+            return False
+        return True
+
+    def _makes_scheduler(self, call: cst.Call, schedulers: set[str]) -> bool:
+        return any(q.startswith(names.LR_SCHEDULER_PREFIX) for q in self._qualified(call.func)) or dotted_name(
+            call.func) in schedulers
 
     def note_parts_trained_through_their_model(self) -> None:
         """Rule: an optimizer over a part of a model (`Adam(model.head.parameters())`, the
@@ -1215,7 +1257,8 @@ class Collector(cst.CSTVisitor):
         return False
 
     def _record_optimizer(self, node: cst.Call) -> None:
-        self._note_training()
+        if self._top is not None:
+            self._optimizers_made.append((node, self._top))
         assign = self.parents.get(node)
         if isinstance(assign, (cst.Assign, cst.AnnAssign)):
             targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]

@@ -65,6 +65,10 @@ CASES = (
     Silent("import torch\n\nmodel = torch.nn.Linear(4, 2)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
            "x = torch.randn(3, 4, requires_grad=True)\nloss = model(x).sum()\nloss.backward()\nopt.step()\n"
            "print(x.grad.abs())\n", "DDP901"),
+    # An optimizer that only drives a learning-rate scheduler (a schedule printed) trains nothing.
+    Emits("import torch\n\nmodel = torch.nn.Linear(4, 2)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+          "sched = torch.optim.lr_scheduler.StepLR(opt, 10)\nfor step in range(30):\n    sched.step()\n"
+          "    print(opt.param_groups[0]['lr'])\n", "DDP901"),
     # ...nor one that steps its own tensors by hand: that trains.
     Silent("import torch\n\nx = torch.randn(8, 3)\nw = torch.zeros(3, requires_grad=True)\nfor step in range(5):\n"
            "    loss = (x @ w).pow(2).mean()\n    loss.backward()\n    with torch.no_grad():\n"
