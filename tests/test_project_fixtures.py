@@ -161,11 +161,12 @@ def test_projects_evaluation_is_sharded_and_gathered(project, spec, project_runs
 
 @pytest.mark.parametrize("project", PROJECTS, ids=lambda project: project.name)
 def test_expected_modules_import_nothing_torch_does_not_install(project):
-    """CI's environment has torch alone (no numpy, no Pillow), and the import check above runs
-    there: a module that imports them at its top fails it. Checked by reading, so that a machine
-    that has numpy (torchvision brings it) catches it too."""
+    """CI's environment has torch alone (no numpy, no Pillow, no tensorboard), and the import
+    check above runs there: a module that imports them at its top fails it. Checked by reading,
+    so that a machine that has them (torchvision brings numpy) catches it too."""
     import re
     found = [module for module in project.modules(project.expected) if re.search(
-        r"^(import|from) (numpy|PIL|pandas|matplotlib|scipy|sklearn)\b", (project.expected / module).read_text(),
+        r"^(import|from) (numpy|PIL|pandas|matplotlib|scipy|sklearn|torchvision|tensorboard|wandb|h5py"
+        r"|torch\.utils\.tensorboard)\b", (project.expected / module).read_text(),
         re.MULTILINE)]
     assert found == []
