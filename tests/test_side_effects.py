@@ -11,11 +11,25 @@ def test_reading_a_file_is_not_guarded():
     assert "DDP302" not in codes(source)
 
 
-def test_writer_passed_to_a_function_is_left_on_every_rank():
+def test_writer_passed_to_a_function_that_logs_is_made_on_rank_0_only():
     source = HEAD + (
         "from torch.utils.tensorboard import SummaryWriter\n"
         "writer = SummaryWriter()\n"
         "def log(writer, value):\n    writer.add_scalar('x', value)\n"
+        "for x in loader:\n    optimizer.step()\n    log(writer, 1.0)\n"
+    )
+    assert "DDP307" not in codes(source)
+    code = migrate_source(source).code
+    assert "writer = SummaryWriter() if is_main else None" in code
+    assert "def log(writer, value):\n    if is_main:\n        writer.add_scalar('x', value)" in code
+    assert "    log(writer, 1.0)\n" in code
+
+
+def test_writer_passed_to_a_function_that_does_more_is_left_on_every_rank():
+    source = HEAD + (
+        "from torch.utils.tensorboard import SummaryWriter\n"
+        "writer = SummaryWriter()\n"
+        "def log(writer, value):\n    print(writer.log_dir, value)\n"
         "for x in loader:\n    optimizer.step()\n    log(writer, 1.0)\n"
     )
     assert "DDP307" in codes(source)
