@@ -33,6 +33,7 @@ from ddpify.analysis.nodes import (
     is_string_choice,
     is_true,
     keyword_args,
+    made_one_each,
     names_a_values_device,
     names_within,
     positional_args,
@@ -466,7 +467,7 @@ class Collector(cst.CSTVisitor):
     def _note_values_from_other_modules(self, node: cst.Assign) -> None:
         """`train_dl, val_dl = utils.get_loaders(cfg)`: names made by a function of another
         module of the project (migrated in its own module)."""
-        if isinstance(node.value, (cst.Tuple, cst.List)):
+        if isinstance(node.value, (cst.Tuple, cst.List, cst.ListComp, cst.GeneratorExp)):
             self._note_objects_made_pairwise(node, node.value)
         if not isinstance(node.value, cst.Call):
             return
@@ -495,23 +496,24 @@ class Collector(cst.CSTVisitor):
             self.facts.external_loader_dicts.append(ExternalLoaderDict(
                 held, function, statement, call, made_by, sharded))
 
-    def _note_objects_made_pairwise(self, node: cst.Assign, values: Union[cst.Tuple, cst.List]) -> None:
-        """`losses, top1 = AverageMeter(), AverageMeter()` with the class from another module
-        of the project: each name is made by the call beside it, as if assigned alone (a
-        running-mean class read there, meters.py). Rule: a tuple of calls unpacked into as
-        many names pairs them by position; any other shape is not guessed at."""
+    def _note_objects_made_pairwise(self, node: cst.Assign, values: cst.BaseExpression) -> None:
+        """`losses, top1 = AverageMeter(), AverageMeter()` (or `= [AverageMeter() for _ in
+        range(2)]`) with the class from another module of the project: each name is made by
+        the call beside it, as if assigned alone (a running-mean class read there, meters.py).
+        Rule: a tuple of calls unpacked into as many names pairs them by position, a
+        comprehension of one call gives each name one object; any other shape is not guessed
+        at."""
         target = node.targets[0].target if len(node.targets) == 1 else None
-        if not isinstance(target, (cst.Tuple, cst.List)) or len(target.elements) != len(values.elements):
+        if not isinstance(target, (cst.Tuple, cst.List)):
             return
-        for bound, made in zip(target.elements, values.elements):
-            if not isinstance(bound, cst.Element) or not isinstance(made, cst.Element) \
-                    or not isinstance(bound.value, cst.Name) or not isinstance(made.value, cst.Call):
+        for bound, made in made_one_each(target, values):
+            if not isinstance(bound, cst.Name) or not isinstance(made, cst.Call):
                 continue
-            made_by = next((q for q in sorted(self._qualified(made.value.func)) if self.project.defines(q)), None)
+            made_by = next((q for q in sorted(self._qualified(made.func)) if self.project.defines(q)), None)
             kind = self.project.running_mean_kind(made_by) if made_by is not None else None
             if made_by is not None and kind is not None:
                 self.facts.running_mean_makers[made_by] = kind
-                self.facts.made_in_other_modules[bound.value.value] = made_by
+                self.facts.made_in_other_modules[bound.value] = made_by
 
     def note_loaders_from_methods(self) -> None:
         """`train_loader = dm.train_dataloader()` where every `dm = ToyDataModule(...)` makes

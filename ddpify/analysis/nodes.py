@@ -263,6 +263,18 @@ def assignment_pairs(target: cst.BaseExpression,
     return [(target, value)]
 
 
+def made_one_each(target: cst.BaseExpression,
+                  value: cst.BaseExpression) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
+    """assignment_pairs, and `a, b = [Maker() for _ in range(2)]` (or a generator): each name
+    is bound to one object the comprehension's call makes."""
+    if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.ListComp, cst.GeneratorExp)) \
+            and isinstance(value.elt, cst.Call) and value.for_in.inner_for_in is None and not value.for_in.ifs \
+            and not any(isinstance(element, cst.StarredElement) for element in target.elements):
+        return [(element.value, value.elt) for element in target.elements]
+    return assignment_pairs(target, value)
+
+
+
 def find_all(node: cst.CSTNode, kind: type[_Found], *, into_functions: bool = True) -> list[_Found]:
     """Every node of `kind` within node (node included), in source order; with
     `into_functions=False` no function definition (node itself neither) is searched."""

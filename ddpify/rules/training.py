@@ -17,11 +17,11 @@ from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.facts import Statement
 from ddpify.analysis.nodes import (
     assigned_names,
-    assignment_pairs,
     calls_within,
     dotted_name,
     find_all,
     handed_for,
+    made_one_each,
     names_in,
     statements_in,
     string_value,
@@ -483,7 +483,9 @@ def _positions_read(statements: list[cst.BaseStatement], name: str) -> bool:
 def _names_set_before(statement: cst.CSTNode) -> list[tuple[str, cst.BaseExpression]]:
     """The names a line of the epoch's set-up binds, each with its own value, in every
     spelling people reset their figures: `total = 0.0`, `correct = total = 0` (each name
-    the same value) and `running_loss, correct, total = 0.0, 0, 0` (element by element)."""
+    the same value), `running_loss, correct, total = 0.0, 0, 0` (element by element) and
+    `losses, top1 = [AverageMeter() for _ in range(2)]` (each name one object the
+    comprehension makes)."""
     found: list[tuple[str, cst.BaseExpression]] = []
     if not isinstance(statement, cst.SimpleStatementLine):
         return found
@@ -491,9 +493,10 @@ def _names_set_before(statement: cst.CSTNode) -> list[tuple[str, cst.BaseExpress
         if not isinstance(small, cst.Assign):
             continue
         for assign_target in small.targets:
-            found.extend((target.value, value) for target, value in assignment_pairs(assign_target.target, small.value)
+            found.extend((target.value, value) for target, value in made_one_each(assign_target.target, small.value)
                          if isinstance(target, cst.Name))
     return found
+
 
 
 def _statements_after(facts: Facts, loop: cst.For) -> list[cst.CSTNode]:
