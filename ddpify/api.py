@@ -16,6 +16,7 @@ from libcst.metadata import MetadataWrapper
 
 from ddpify import selfcheck, suppressions, syntax
 from ddpify.analysis import inert, names
+from ddpify.analysis.ast_names import dotted_ast
 from ddpify.analysis.control import Facts
 from ddpify.analysis.reading import analyse
 from ddpify.diagnostics import Diagnostic, is_selected
@@ -65,11 +66,12 @@ def migrate_source(code: str, options: Options = Options(),  # noqa: B008 (froze
         return _result(code, code, (other_framework, *selfcheck.check_distributed(code, tree)), options)
     if "torch" not in code and not project.used_elsewhere and not project.reads_modules:
         # Nothing to migrate, and no reason to pay for libcst's parse.
-        return _result(code, code, (NO_TRAINING,), options)
+        return _result(code, code, (NO_TRAINING, *_modules_loaded_by_name(tree)), options)
     if inert.nothing_to_migrate(tree):
         # What the full reading concludes on such a module, for a fraction of its cost: a
         # helper whose definitions other modules use has nothing to change or report.
-        return _result(code, code, () if _defines_any(tree, project.used_elsewhere) else (NO_TRAINING,), options)
+        return _result(code, code, (*(() if _defines_any(tree, project.used_elsewhere) else (NO_TRAINING,)),
+                                    *_modules_loaded_by_name(tree)), options)
     codemod = _MigrateCommand(CodemodContext(), options, project)
     outcome = transform_module(codemod, code)
     if isinstance(outcome, TransformExit):
@@ -95,6 +97,17 @@ def _defines_any(tree: ast.Module, used: frozenset[str]) -> bool:
     helper module whose imported definitions run when the program does)."""
     return any(isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and statement.name in used
                for statement in tree.body)
+
+
+def _modules_loaded_by_name(tree: ast.Module) -> list[Diagnostic]:
+    """DDP909 for each module this one imports by a computed name (`__import__(name)`,
+    `importlib.import_module(f"{__name__}.{py}")`): a package's `__init__.py` that loads its
+    agents or solvers from its folder names no torch, yet what it loads may train, and stays
+    as it was."""
+    return [Diagnostic("DDP909", node.lineno, node.col_offset + 1, RULES["DDP909"].summary, node.end_lineno or 0)
+            for node in ast.walk(tree) if isinstance(node, ast.Call) and node.args
+            and (dotted_ast(node.func) or "").rpartition(".")[2] in ("__import__", "import_module")
+            and not isinstance(node.args[0], ast.Constant)]
 
 
 def _self_check(code: str, new_code: str, diagnostics: list[Diagnostic], tree) -> list[Diagnostic]:
@@ -168,7 +181,8 @@ class _MigrateCommand(CodemodCommand):
         new_tree = wrapper.module.visit(ApplyEdits(edits))
         new_tree = add_imports(new_tree, [names.EMITTED_IMPORTS[key] for key in sorted(edits.imports)])
         if edits.unused_imports:
-            new_tree = remove_unused_imports(new_tree, sorted(edits.unused_imports))
+            new_tree = remove_unused_imports(
+                new_tree, sorted(edits.unused_imports, key=lambda spec: tuple(part or "" for part in spec)))
         return new_tree
 
     def _leave_single_process(self, plan: Plan, edits: Edits) -> None:

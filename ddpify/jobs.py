@@ -152,7 +152,7 @@ def _prepare(job: Job) -> Report:
             require_regular_file(job.path)
         data = _bytes_of(job)
         if b"torch" not in data and job.mode != WRITE and not job.explicit and not project.imported_elsewhere(
-                job.path):
+                job.path) and not _loads_modules_by_name(data):
             # Cheap: a file that never mentions torch trains nothing, so a walk does not parse
             # it (unless the project's training imports it: its output, its run folders). A
             # file named on the command line is still checked: it must be Python.
@@ -184,6 +184,16 @@ def _prepare(job: Job) -> Report:
                     diagnostics=diagnostics, changed=changed)
     _deliver(job, report, source.text, result.code, source.encoding)
     return report
+
+
+# A package's `__init__.py` that imports its modules by computed name (`__import__(name)`
+# over os.listdir, importlib.import_module): it never names torch, yet the modules it loads
+# may train; it is read, so that the import ddpify cannot follow is reported (DDP909).
+DYNAMIC_LOADS = (b"__import__(", b"import_module(")
+
+
+def _loads_modules_by_name(data: bytes) -> bool:
+    return any(marker in data for marker in DYNAMIC_LOADS)
 
 
 def _bytes_of(job: Job) -> bytes:

@@ -16,7 +16,8 @@ from typing import Optional, Union, cast
 
 from ddpify.analysis.ast_names import dotted_ast
 from ddpify.analysis.effects import OPAQUE, FunctionEffects, absolute_module
-from ddpify.analysis.names import DATA_PARALLEL, qualify
+from ddpify.analysis.facts import Slot
+from ddpify.analysis.names import DATA_PARALLEL, DATA_PARALLEL_SUBCLASS_NAMES, qualify
 
 # Folders of installed packages: a script there is not part of a project being migrated.
 INSTALLED = frozenset({"site-packages", "dist-packages"})
@@ -131,10 +132,11 @@ class Project:
         definition = self._callable_definition(qualified)
         return definition is not None and definition[0].moves_own_model(definition[1])
 
-    def returns_tracker(self, qualified: str) -> bool:
-        """`qualified` returns a SummaryWriter it makes (`make_writer(log_dir)`, effects.py)."""
+    def returned_tracker(self, qualified: str) -> Optional[Slot]:
+        """Where what `qualified` returns holds a SummaryWriter it makes (`make_writer(log_dir)`,
+        effects.py); None when it returns none."""
         definition = self._definition(qualified)
-        return definition is not None and definition[0].returns_tracker(definition[1])
+        return None if definition is None else definition[0].returned_tracker(definition[1])
 
     def moves_returned(self, qualified: str) -> bool:
         """`qualified` returns what it moved to a device (`get_network(args)`, effects.py)."""
@@ -246,6 +248,14 @@ class Project:
         definition = self._definition(qualified)
         return definition is not None and definition[0].returns_loader(definition[1])
 
+    def loader_attributes(self, qualified: str) -> frozenset[str]:
+        """For a class of another module of the project: the attributes its methods set to a
+        DataLoader they build (effects.loader_attributes)."""
+        definition = self._definition(qualified)
+        if definition is None or definition[1] not in definition[0].classes:
+            return frozenset()
+        return definition[0].loader_attributes(definition[1])
+
     def hands_out_own_parameters(self, qualified: str) -> bool:
         """`qualified` is a method that hands out parameters of its object (`model.get_1x_lr_params()`)."""
         definition = self._definition(qualified)
@@ -328,6 +338,28 @@ class Project:
         definition = self._definition(qualified)
         return None if definition is None else definition[0].running_mean_kind(definition[1])
 
+    def picked_from_own_batches(self, qualified: str) -> set[Optional[int]]:
+        """For a training function of the project: where its return holds a value picked from
+        its own batches, per rank under DDP (effects.picked_from_own_batches)."""
+        definition = self._definition(qualified)
+        return set() if definition is None else definition[0].picked_from_own_batches(definition[1])
+
+    def data_parallel_class(self, qualified: str, depth: int = 0) -> Optional[bool]:
+        """`qualified` is a class of the project's own modules that derives from DataParallel
+        (directly, through another such class, or from a known subclass of a vendored package):
+        True when its constructor takes the module first, as DataParallel's does, False when
+        not; None for anything else."""
+        definition = self._definition(qualified)
+        if definition is None or definition[1] not in definition[0].classes or depth > MAX_REEXPORTS:
+            return None
+        effects, name = definition
+        kinds = [True if _is_data_parallel(base) else self.data_parallel_class(base, depth + 1)
+                 for base in effects.bases.get(name, ())]
+        if not any(kind is not None for kind in kinds):
+            return None
+        own = effects.init_takes_module_first(name)
+        return any(kinds) if own is None else own
+
     def defines(self, qualified: str) -> bool:
         """`qualified` is a function or class of one of the project's own modules."""
         return self._definition(qualified) is not None
@@ -338,6 +370,10 @@ class Project:
         if qualified not in self._known:
             found = self._local(qualified)
             definition = self._modules.definition(found) if found is not None else None
+            if definition is None and found is not None and found.endswith(".__call__"):
+                # `learner(x, y)` on an nn.Module of the project runs its forward.
+                found = found.removesuffix("__call__") + "forward"
+                definition = self._modules.definition(found)
             if definition is None:
                 self._known[qualified] = (None, False)
             else:
@@ -382,7 +418,7 @@ def read(script: str, source: str, rewritten: Iterable[str] = ()) -> Project:
     if INSTALLED.intersection(path.parent.parts):
         return Project()  # installed code: its imports are other packages, not its project
     root = project_root(path)
-    if root == path.parent and not _modules_beside(str(root)) - {path.stem}:
+    if root == path.parent and not _modules_beside(str(root)) - {path.stem} and not _namespace_folders(str(root)):
         return Project()  # a script alone in its folder: nothing to read, not even the script
     tree = _tree_of(path, source)
     if tree is None:
@@ -728,16 +764,23 @@ class _Modules:
 
 
 def _calls_data_parallel(path: Path) -> bool:
-    """The file calls DataParallel (under any import of it)."""
+    """The file calls DataParallel, or a known subclass of it (under any import of it)."""
     tree = _parsed(str(path), *_stamp(path))
     if tree is None:
         return False
     if not any(isinstance(node, (ast.Name, ast.Attribute)) and getattr(node, "id", getattr(node, "attr", None))
-               == "DataParallel" for node in ast.walk(tree)):
+               in DATA_PARALLEL_NAMES for node in ast.walk(tree)):
         return False  # (the cheap look first: most files never name it)
     imports = FunctionEffects(tree).imports
-    return any(isinstance(node, ast.Call) and qualify(dotted_ast(node.func) or "", imports) in DATA_PARALLEL
+    return any(isinstance(node, ast.Call) and _is_data_parallel(qualify(dotted_ast(node.func) or "", imports))
                for node in ast.walk(tree))
+
+
+DATA_PARALLEL_NAMES = DATA_PARALLEL_SUBCLASS_NAMES | {"DataParallel"}
+
+
+def _is_data_parallel(qualified: str) -> bool:
+    return qualified in DATA_PARALLEL or qualified.rpartition(".")[2] in DATA_PARALLEL_SUBCLASS_NAMES
 
 
 def _modules_beside(root: str) -> frozenset[str]:
@@ -751,6 +794,26 @@ def _modules_beside(root: str) -> frozenset[str]:
                 or entry.is_dir() and os.path.isfile(os.path.join(entry.path, "__init__.py")))
     except OSError:
         return frozenset()
+
+
+def _namespace_folders(root: str) -> bool:
+    """The folder holds a folder of Python modules without `__init__.py`: a namespace package
+    (PEP 420) that `from utils.config import x` imports all the same."""
+    try:
+        with os.scandir(root) as entries:
+            folders = [entry.path for entry in entries if entry.is_dir() and not entry.name.startswith(".")
+                       and entry.name.isidentifier() and entry.name not in SKIPPED_DIRECTORIES]
+    except OSError:
+        return False
+    return any(_holds_python(folder) for folder in folders[:MAX_SCRIPT_FOLDERS])
+
+
+def _holds_python(folder: str) -> bool:
+    try:
+        with os.scandir(folder) as entries:
+            return any(entry.name.endswith(".py") and entry.is_file() for entry in entries)
+    except OSError:
+        return False
 
 
 def _module_file(root: Path, module: str) -> Optional[tuple[Path, bool]]:

@@ -97,8 +97,8 @@ def _files_of_module(module: str, root: Path, entry_folder: Path, packages: bool
         if not packages:
             return [target[0].resolve()]
         parts = module.split(".")
+        # A folder on the way without __init__.py is a namespace package (PEP 420): Python 3
+        # imports `utils.config` from `utils/config.py` all the same, with no file of its own.
         inits = [_module_file(base, ".".join(parts[:depth])) for depth in range(1, len(parts))]
-        if any(init is None for init in inits):
-            continue  # not importable as written: a folder on the way is no package
         return [init[0].resolve() for init in inits if init is not None] + [target[0].resolve()]
     return []

@@ -87,6 +87,23 @@ def test_sigint_during_a_migration_exits_130_and_writes_nothing(tmp_path):
     assert _temporaries(tmp_path) == []
 
 
+def test_sigint_while_ddpify_loads_exits_130_without_a_traceback():
+    """On a busy machine the command's modules take a second or more to load; Ctrl-C then
+    reads as it does during a migration. `-X importtime` reports each module as it loads,
+    so the signal lands while ddpify.cli's own imports are still running."""
+    process = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "ddpify", "--version"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in process.stderr:
+        if "ddpify.selfcheck" in line:
+            process.send_signal(signal.SIGINT)
+            break
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert stderr.endswith("ddpify: interrupted\n")
+    assert "Traceback" not in stderr
+    assert stdout == ""
+
+
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc")
 @pytest.mark.slow  # a process-level shell test of several seconds; CI runs it
 @pytest.mark.parametrize("workers", ["1", "2"])

@@ -43,6 +43,16 @@ def test_every_fixture_sits_in_a_family_under_a_name_of_its_own():
     assert [name for name, count in Counter(case.name for case in CASES).items() if count > 1] == []
 
 
+@pytest.mark.parametrize("case", params(CASES[:1]))
+def test_a_fixtures_checks_are_grouped_on_one_worker(case, request):
+    """Each fixture is migrated once per worker only if xdist keeps its checks together
+    (tests/conftest.py); pytest 9.2 silently undid that, and the fast tier ran each
+    migration twice."""
+    if not getattr(request.config.option, "loadgroup", False):
+        pytest.skip("not distributed with --dist loadgroup")
+    assert request.node.nodeid.endswith(f"@case:{case.name}")
+
+
 @pytest.mark.parametrize("case", params(CASES))
 def test_output_matches_expected(case):
     assert case.migrate().code == case.expected.read_text()

@@ -72,10 +72,15 @@ def test_a_link_out_of_the_root_and_installed_code_are_not_followed(tmp_path):
     assert files_of(installed) == [installed.resolve()]
 
 
-def test_a_folder_without_init_is_no_package(tmp_path):
-    root = _tree(tmp_path / "proj", {"train.py": "from tools.helpers import f\n", "tools/helpers.py": ""})
-    # Python 3 would import it as a namespace package; ddpify follows regular packages only.
-    assert _names(root, files_of(root / "train.py")) == ["train.py"]
+def test_a_folder_without_init_is_a_namespace_package(tmp_path):
+    # Python 3 imports `tools.helpers` from tools/helpers.py (PEP 420), at any depth, and a
+    # regular package inside a namespace folder runs its own __init__.py.
+    root = _tree(tmp_path / "proj", {
+        "train.py": "from tools.helpers import f\nimport lib.data.loaders\nfrom lib.engine import loop\n",
+        "tools/helpers.py": "", "lib/data/loaders.py": "", "lib/engine/__init__.py": "",
+        "lib/engine/loop.py": "", "tools/unused.py": ""})
+    assert _names(root, files_of(root / "train.py")) == [
+        "train.py", "tools/helpers.py", "lib/data/loaders.py", "lib/engine/__init__.py", "lib/engine/loop.py"]
 
 
 def test_cycles_and_the_bound(tmp_path):

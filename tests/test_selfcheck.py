@@ -343,8 +343,8 @@ def test_output_in_a_helper_counts_where_the_helper_is_called(call, expected):
     'json.dump({}, log)', 'figure.savefig("loss.png")', 'writer = SummaryWriter("runs")',
     'Image.fromarray(pixels).convert("L").save("sample.png")', 'T.ToPILImage()(x[0]).save("x.png")',
     'model.save_pretrained("out")', 'tokenizer.save_pretrained(save_directory="out")',
-    'torch.jit.trace(model, x).save("model.ts")', 'torch.jit.save(scripted, "model.ts")',
-    'torch.onnx.export(model, x, "model.onnx")',
+    'torch.jit.trace(getattr(model, "module", model), x).save("model.ts")', 'torch.jit.save(scripted, "model.ts")',
+    'torch.onnx.export(getattr(model, "module", model), x, "model.onnx")',
 ])
 def test_each_kind_of_output_after_the_join_needs_a_guard(statement):
     unguarded = MIGRATED + statement + "\n"
@@ -588,7 +588,7 @@ def test_a_misplaced_gather_is_caught(gathered_info_nce, name):
     for old, new in GATHER_DEFECTS[name]:
         migrated = planted(old, new, migrated)
     compile(migrated, name, "exec")
-    assert codes(original, migrated) == ["DDP922"]
+    assert codes(original, migrated) == ["DDP923"]
 
 
 LOSS_FUNCTION = '''import torch
@@ -620,10 +620,10 @@ def test_a_gather_before_a_loss_function_is_checked_inside_it():
     migrated = migrate_source(LOSS_FUNCTION, Options()).code
     assert "q, k = gather_with_grad(q), gather_with_grad(k)\n        loss = info_nce(q, k)" in migrated
     assert codes(LOSS_FUNCTION, migrated) == []
-    assert codes(LOSS_FUNCTION, planted("logits.size(0)", "16", migrated)) == ["DDP922"]
+    assert codes(LOSS_FUNCTION, planted("logits.size(0)", "16", migrated)) == ["DDP923"]
     cut = planted("    return F.cross_entropy(", "    keys = keys[:16]\n    return F.cross_entropy(", migrated)
-    assert codes(LOSS_FUNCTION, cut) == ["DDP922"]
-    assert codes(LOSS_FUNCTION, planted("info_nce(q, k)", "info_nce(q, x)", migrated)) == ["DDP922"]
+    assert codes(LOSS_FUNCTION, cut) == ["DDP923"]
+    assert codes(LOSS_FUNCTION, planted("info_nce(q, k)", "info_nce(q, x)", migrated)) == ["DDP923"]
 
 
 def test_a_gather_before_a_loss_module_is_checked_in_its_forward():
@@ -636,4 +636,4 @@ def test_a_gather_before_a_loss_module_is_checked_in_its_forward():
     migrated = migrate_source(source, Options()).code
     assert "q, k = gather_with_grad(q), gather_with_grad(k)\n        loss = info_nce(q, k)" in migrated
     assert codes(source, migrated) == []
-    assert codes(source, planted("logits.size(0)", "16", migrated)) == ["DDP922"]
+    assert codes(source, planted("logits.size(0)", "16", migrated)) == ["DDP923"]

@@ -112,6 +112,10 @@ class Collector(cst.CSTVisitor):
         # `params.extend(head.parameters())`), for the models an optimizer over it trains.
         self._values_added: dict[str, list[cst.BaseExpression]] = {}
         self._devices = DeviceValues(facts.module, self._calls)
+        # DataParallel subclasses this file defines, and those of the project's other modules
+        # (by full name): whether their constructor takes the module first.
+        self._data_parallel_classes: dict[str, bool] = {}
+        self._project_data_parallel: dict[str, Optional[bool]] = {}
 
     def _note_training(self) -> None:
         # Training calls sit inside a top-level statement: _top is set by then.
@@ -308,12 +312,72 @@ class Collector(cst.CSTVisitor):
         parent = self.parents.get(node)
         if isinstance(parent, cst.Attribute) and parent.value is node:
             return  # only the whole dotted name counts
-        if isinstance(parent, (cst.ImportAlias, cst.ImportFrom)) or not (self._qualified(node) & names.DATA_PARALLEL):
+        if isinstance(parent, (cst.ImportAlias, cst.ImportFrom, cst.AsName)):
+            self._note_data_parallel_import(node, parent)
+            return
+        kind = self._data_parallel_kind(node)
+        if kind is None or self._in_data_parallel_class(node):
             return
         if isinstance(parent, cst.Call) and parent.func is node:
-            self.facts.data_parallel_calls.append(parent)
-        else:
+            if kind:
+                self.facts.data_parallel_calls.append(parent)
+            else:
+                self.facts.unreadable_data_parallel_calls.append(parent)
+        elif kind:
             self.facts.data_parallel_references.append(node)
+
+    def _calls_synchronized_batchnorm(self, node: cst.Call) -> bool:
+        """`SynchronizedBatchNorm2d(64)` of the vendored synchronized-BatchNorm package, imported
+        under any path: a BatchNorm like torch's once DataParallel's replicas are gone."""
+        dotted = dotted_name(node.func)
+        return dotted is not None and dotted.partition(".")[0] in self._aliases and names.qualify(
+            dotted, self._aliases).rpartition(".")[2] in names.SYNCHRONIZED_BATCHNORM_NAMES
+
+    def _note_data_parallel_import(self, node: cst.BaseExpression, parent: cst.CSTNode) -> None:
+        """`from torch.nn import DataParallel as DP`, `from sync_batchnorm import
+        DataParallelWithCallback`: an import the migration may leave unused (never a name to
+        rewrite: `as DP` would become `as DDP`, and shadow the wrap)."""
+        statement = self.parents.get(parent)
+        if not (isinstance(parent, cst.ImportAlias) and parent.name is node and isinstance(statement, cst.ImportFrom)
+                and statement.module is not None and isinstance(node, cst.Name)):
+            return
+        bound = parent.asname.name if parent.asname is not None else node
+        if isinstance(bound, cst.Name) and self._data_parallel_kind(bound):
+            asname = bound.value if parent.asname is not None else None
+            self.facts.data_parallel_imports.append((dotted_name(statement.module) or "", node.value, asname))
+
+    def _data_parallel_kind(self, node: cst.BaseExpression) -> Optional[bool]:
+        """Rule: DataParallel, or a subclass of it: one this file defines (`class
+        MyDataParallel(nn.DataParallel)`), one another module of the project defines, or a
+        known one of a vendored package (names.DATA_PARALLEL_SUBCLASS_NAMES), under any import
+        or alias. True when its constructor takes the module first, as DataParallel's does (it
+        defines no `__init__`, or one whose first parameter is `module` or `*args`); False for
+        a subclass ddpify cannot read so; None for anything else."""
+        dotted = dotted_name(node)
+        if dotted is None:
+            return None
+        if dotted in self._data_parallel_classes:
+            return self._data_parallel_classes[dotted]
+        head = dotted.partition(".")[0]
+        if head not in self._aliases:
+            return None
+        qualified = names.qualify(dotted, self._aliases)
+        if qualified in names.DATA_PARALLEL or qualified.rpartition(".")[2] in names.DATA_PARALLEL_SUBCLASS_NAMES:
+            return True
+        if qualified.startswith("torch."):
+            return None
+        if qualified not in self._project_data_parallel:
+            self._project_data_parallel[qualified] = self.project.data_parallel_class(qualified)
+        return self._project_data_parallel[qualified]
+
+    def _in_data_parallel_class(self, node: cst.BaseExpression) -> bool:
+        """A base of a DataParallel subclass, or a name inside its body (`super(
+        DataParallelWithCallback, self)`), or inside a helper that hooks DataParallel's replicas
+        (`def patch_replication_callback(data_parallel): assert isinstance(data_parallel,
+        DataParallel)`): DataParallel's own code, which stays as it is."""
+        return any(isinstance(ancestor, cst.ClassDef) and ancestor.name.value in self._data_parallel_classes
+                   or isinstance(ancestor, cst.FunctionDef)
+                   and ancestor.name.value in names.DATA_PARALLEL_ONLY_HELPERS for ancestor in self._ancestors)
 
     # --- assignments ---------------------------------------------------------------------------
     def visit_Assign(self, node: cst.Assign) -> None:
@@ -399,6 +463,8 @@ class Collector(cst.CSTVisitor):
     def _note_values_from_other_modules(self, node: cst.Assign) -> None:
         """`train_dl, val_dl = utils.get_loaders(cfg)`: names made by a function of another
         module of the project (migrated in its own module)."""
+        if isinstance(node.value, (cst.Tuple, cst.List)):
+            self._note_objects_made_pairwise(node, node.value)
         if not isinstance(node.value, cst.Call):
             return
         made_by = next((q for q in sorted(self._qualified(node.value.func)) if self.project.defines(q)), None)
@@ -426,6 +492,24 @@ class Collector(cst.CSTVisitor):
             self.facts.external_loader_dicts.append(ExternalLoaderDict(
                 held, function, statement, call, made_by, sharded))
 
+    def _note_objects_made_pairwise(self, node: cst.Assign, values: Union[cst.Tuple, cst.List]) -> None:
+        """`losses, top1 = AverageMeter(), AverageMeter()` with the class from another module
+        of the project: each name is made by the call beside it, as if assigned alone (a
+        running-mean class read there, meters.py). Rule: a tuple of calls unpacked into as
+        many names pairs them by position; any other shape is not guessed at."""
+        target = node.targets[0].target if len(node.targets) == 1 else None
+        if not isinstance(target, (cst.Tuple, cst.List)) or len(target.elements) != len(values.elements):
+            return
+        for bound, made in zip(target.elements, values.elements):
+            if not isinstance(bound, cst.Element) or not isinstance(made, cst.Element) \
+                    or not isinstance(bound.value, cst.Name) or not isinstance(made.value, cst.Call):
+                continue
+            made_by = next((q for q in sorted(self._qualified(made.value.func)) if self.project.defines(q)), None)
+            kind = self.project.running_mean_kind(made_by) if made_by is not None else None
+            if made_by is not None and kind is not None:
+                self.facts.running_mean_makers[made_by] = kind
+                self.facts.made_in_other_modules[bound.value.value] = made_by
+
     def note_loaders_from_methods(self) -> None:
         """`train_loader = dm.train_dataloader()` where every `dm = ToyDataModule(...)` makes
         an object of a class of the project's modules: what that method returns, like a
@@ -438,6 +522,27 @@ class Collector(cst.CSTVisitor):
             made_by = methods[0] if methods and len(set(methods)) == 1 and self.project.defines(methods[0]) else None
             if made_by is not None:
                 self._note_made_by(assign, made_by, self.facts.function_of(assign), self.facts.statement_of(assign))
+
+    def note_loaders_held_by_project_objects(self) -> None:
+        """`for batch in dataset.train` where every `dataset = Cifar(...)` makes an object of a
+        class of another module of the project that sets `self.train = DataLoader(...)`: a
+        loader that module builds (and shards), held on the object (loader_attributes)."""
+        for assign in self.facts.nodes_of(cst.Assign):
+            owner = dotted_name(assign.targets[0].target) if len(assign.targets) == 1 else None
+            if owner is None or not isinstance(assign.value, cst.Call):
+                continue
+            values = self._objects_made_for(owner)
+            classes = {q for value in values if isinstance(value, cst.Call)
+                       for q in self._qualified(value.func) if self.project.loader_attributes(q)}
+            if len(classes) != 1 or len(values) != 1:
+                continue
+            made_by = classes.pop()
+            for attribute in sorted(self.project.loader_attributes(made_by)):
+                held = f"{owner}.{attribute}"
+                if held in self.facts.loops_over:
+                    self.facts.external_loaders.append(ExternalLoader(
+                        held, self.facts.function_of(assign), self.facts.statement_of(assign), assign.value,
+                        f"{made_by}.{attribute}"))
 
     def note_loaders_made_in_place(self) -> None:
         """`for x, y in data.get_loader("train", bs)`, `for batch in tqdm(dm.train_dataloader())`:
@@ -557,6 +662,9 @@ class Collector(cst.CSTVisitor):
     # --- data classes ----------------------------------------------------------------------------
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self._record_unused_submodules(node)
+        kinds = [self._data_parallel_kind(base.value) for base in node.bases if base.keyword is None]
+        if any(kind is not None for kind in kinds):
+            self._data_parallel_classes[node.name.value] = any(kinds) and _takes_module_first(node)
         self.facts.classes[node.name.value] = node
         self.facts.class_inits[node.name.value] = next(
             (statement for statement in node.body.body
@@ -568,6 +676,10 @@ class Collector(cst.CSTVisitor):
                or (isinstance(base, cst.Name) and base.value in self.facts.dataset_classes)
                for base in bases):
             self.facts.dataset_classes.add(node.name.value)
+        if any("torch.nn.Module" in self._qualified(base)
+               or (isinstance(base, cst.Name) and base.value in self.facts.module_classes)
+               for base in bases):
+            self.facts.module_classes.add(node.name.value)
         if any(self._is_loader_class(base) for base in bases):
             self.facts.loader_classes[node.name.value] = init_takes_sampler(node)
         if any(
@@ -592,7 +704,8 @@ class Collector(cst.CSTVisitor):
                     value.func, cst.Name) and value.func.value == "super":
                 facts.super_init_calls.append(node)
         self._note_data_calls(node)
-        if self._calls(node, names.BATCHNORM):
+        self._note_visible_devices_set(node)
+        if self._calls(node, names.BATCHNORM) or self._calls_synchronized_batchnorm(node):
             facts.batchnorm_calls.append(node)
         if self._calls(node, names.TORCH_COMPILE) and node.args:
             compiled = dotted_name(node.args[0].value)
@@ -681,7 +794,10 @@ class Collector(cst.CSTVisitor):
         backbone frozen), where the part itself is never moved but the model holding it is
         (`model = model.to(device)`), trains that model: the forward runs through `model`,
         so `model` is what DDP wraps, after its move. The frozen parameters stay out of
-        DDP's buckets; `model.head` then reads through `.module` like any attribute."""
+        DDP's buckets; `model.head` then reads through `.module` like any attribute. A part
+        called on its own while its holder never is (`self.nets.G(z)` of `self.nets =
+        nn.ModuleDict(...).to(device)`) would train outside a wrap of the holder: reported
+        (DDP903, facts.parts_called_apart), never wrapped so."""
         models = self.facts.models
         for model in list(models):
             if model.name.count(".") == 0 or self.facts.device_moves.get(model.name):
@@ -691,6 +807,11 @@ class Collector(cst.CSTVisitor):
             holder = next((each for each in holders if each != "self" and (
                 self.facts.device_moves.get(each) or self._built_on_its_device(each))), None)
             if holder is None:
+                continue
+            if self.facts.calls_by_callee.get(model.name) and not self.facts.calls_by_callee.get(holder):
+                # `self.nets.G(z)`, never `self.nets(...)`: the forward skips a wrap of the holder.
+                models.remove(model)
+                self.facts.parts_called_apart.append((model, holder))
                 continue
             if any(other.name == holder and other.function is model.function for other in models):
                 models.remove(model)
@@ -754,14 +875,18 @@ class Collector(cst.CSTVisitor):
     def _note_helper(self, node: cst.Call, qualified: str) -> None:
         if self.project.defines(qualified):
             self.facts.project_calls.add(node)
+            picked_there = self.project.picked_from_own_batches(qualified)
+            if picked_there:
+                self.facts.calls_returning_picked[node] = picked_there
             gradless = self.project.gradless_submodules(qualified)
             called = dotted_name(node.func)
             if gradless and called is not None:
                 self.facts.gradless_project_classes[called] = gradless
             if self.project.moves_returned(qualified):
                 self.facts.calls_returning_moved.add(node)
-            if self.project.returns_tracker(qualified):
-                self.facts.calls_returning_trackers.append(node)
+            slot = self.project.returned_tracker(qualified)
+            if slot is not None:
+                self.facts.calls_returning_trackers.append((node, slot))
             if not self.project.trains(qualified):
                 self._note_moved_in_place(node, qualified)
             if self.project.loads_checkpoint(qualified):
@@ -1050,7 +1175,20 @@ class Collector(cst.CSTVisitor):
         return isinstance(parent, cst.Expr)
 
     def _is_optimizer(self, node: cst.Call) -> bool:
-        return self._optimizer_class(node.func, chosen_before=True)
+        return self._optimizer_class(node.func, chosen_before=True) or self._wraps_a_base_optimizer(node)
+
+    def _wraps_a_base_optimizer(self, node: cst.Call) -> bool:
+        """Rule: a call handed a model's parameters and a torch.optim class to step them with
+        (`SAM(model.parameters(), base_optimizer, rho=2.0)` after `base_optimizer =
+        torch.optim.SGD`, ASAM, GSAM): an optimizer of its own over that model."""
+        positional = positional_args(node)
+        params = keyword_args(node).get("params")
+        first = params.value if params is not None else (positional[0] if positional else None)
+        if first is None or not any(isinstance(call.func, cst.Attribute) and call.func.attr.value in (
+                "parameters", "named_parameters") for call in calls_within(first)):
+            return False
+        return any(arg.value is not first and self._optimizer_class(arg.value, chosen_before=True)
+                   for arg in node.args)
 
     def _optimizer_class(self, value: cst.BaseExpression, chosen_before: bool = False, depth: int = 0) -> bool:
         """A class of torch.optim: named (`optim.Adam`), picked by name (`getattr(torch.optim,
@@ -1089,15 +1227,16 @@ class Collector(cst.CSTVisitor):
         # searched for the same `X.parameters()` call inside them, also through the names
         # they were built in (`params = [p for n, p in model.named_parameters() if ...]`).
         named = False
+        values = self._values_of(first)
         for call in calls_within(first) + self._calls_in_values_of(first) + self._parameters_collected_in(first):
             if isinstance(call.func, cst.Attribute) and (call.func.attr.value in ("parameters", "named_parameters")
                                                          or self._hands_out_parameters(call)):
                 model = dotted_name(call.func.value)
                 named = named or model is not None
-                if model and model != "self" and all(m.name != model for m in self.facts.models):
-                    self.facts.models.append(
-                        Model(model, self._statement(node), self._function())
-                    )
+                elements = self._modules_looped_over(call, model, [first, *values]) if model and first else None
+                for each in elements or ([model] if model else []):
+                    if each != "self" and all(m.name != each for m in self.facts.models):
+                        self.facts.models.append(Model(each, self._statement(node), self._function()))
         if self._over_own_parameters(node):
             # `def configure_optimizers(self)`: whoever calls it holds the model.
             self.self_optimizer_methods.add(cast(cst.FunctionDef, self._function()).name.value)
@@ -1132,6 +1271,67 @@ class Collector(cst.CSTVisitor):
                 found.extend(call for call in calls_within(loop.iter) if isinstance(call.func, cst.Attribute)
                              and call.func.attr.value in ("parameters", "named_parameters"))
         return found
+
+    def _values_of(self, node: Optional[cst.BaseExpression], depth: int = 0) -> list[cst.BaseExpression]:
+        """What the names read by `node` were assigned so far (two levels)."""
+        found: list[cst.BaseExpression] = []
+        if node is None or depth > 1:
+            return found
+        for name in set(names_within(node)):
+            for value in [*self.facts.assigned_values.get(name, ()), *self._values_added.get(name, ())]:
+                found.append(value)
+                found.extend(self._values_of(value, depth + 1))
+        return found
+
+    def _modules_looped_over(self, call: cst.Call, name: str, roots: list[cst.BaseExpression]
+                             ) -> Optional[list[str]]:
+        """Rule: an optimizer over the parameters of each module of a collection
+        (`[p for m in models for p in m.parameters()]`, `itertools.chain(*(m.parameters() for
+        m in models))`, `sum([list(m.parameters()) for m in (encoder, decoder)], [])`, or a
+        loop `for m in models: params += list(m.parameters())`) trains the modules the
+        collection holds: `models = [encoder, decoder]` names them. Their wraps may follow
+        the optimizer, which holds the same parameter tensors as the wrapped modules. The
+        names, or None when `name` is no loop variable over a collection of named modules."""
+        for root in roots:
+            comprehensions = [found for kind in COMPREHENSIONS for found in find_all(root, kind)]
+            for comprehension in comprehensions:
+                if call not in calls_within(comprehension):
+                    continue
+                for_in: Optional[cst.CompFor] = comprehension.for_in
+                while for_in is not None:
+                    if isinstance(for_in.target, cst.Name) and for_in.target.value == name:
+                        return self._named_elements(for_in.iter)
+                    for_in = for_in.inner_for_in
+        node = self.parents.get(call)
+        while node is not None:
+            if isinstance(node, cst.For) and isinstance(node.target, cst.Name) and node.target.value == name:
+                return self._named_elements(node.iter)
+            node = self.parents.get(node)
+        return None
+
+    def _named_elements(self, collection: cst.BaseExpression, depth: int = 0) -> Optional[list[str]]:
+        """`[encoder, decoder]`, `(G, D)`, `nets.values()` of `nets = {"G": G, "D": D}`, or a name
+        assigned one such literal: the names it holds; None otherwise."""
+        if isinstance(collection, (cst.List, cst.Tuple, cst.Set)):
+            found = [dotted_name(element.value) for element in collection.elements
+                     if isinstance(element, cst.Element)]
+            return cast(list[str], found) if found and len(found) == len(collection.elements) and all(found) else None
+        if isinstance(collection, cst.Dict):
+            values = [dotted_name(element.value) for element in collection.elements
+                      if isinstance(element, cst.DictElement)]
+            return cast(list[str], values) if values and len(values) == len(collection.elements) and all(
+                values) else None
+        if isinstance(collection, cst.Call) and isinstance(collection.func, cst.Attribute) \
+                and collection.func.attr.value == "values" and not collection.args:
+            holder = dotted_name(collection.func.value)
+            assigned = self.facts.assigned_values.get(holder or "", [])
+            return self._named_elements(assigned[0]) if len(assigned) == 1 and isinstance(
+                assigned[0], cst.Dict) and depth < 2 else None
+        holder = dotted_name(collection)
+        assigned = self.facts.assigned_values.get(holder or "", [])
+        if len(assigned) == 1 and isinstance(assigned[0], (cst.List, cst.Tuple)) and depth < 2:
+            return self._named_elements(assigned[0], depth + 1)
+        return None
 
     def _calls_in_values_of(self, node: Optional[cst.BaseExpression], depth: int = 0) -> list[cst.Call]:
         """The calls in what the names read by `node` were assigned so far (two levels)."""
@@ -1368,8 +1568,21 @@ class Collector(cst.CSTVisitor):
     # --- environment ---------------------------------------------------------------------------
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         # `"cuda:0"` anywhere (a helper module's device choice): read once, here.
-        if "cuda:" in node.value and FIXED_GPU.fullmatch(str(node.evaluated_value)):
+        if "cuda:" in node.value and FIXED_GPU.fullmatch(str(node.evaluated_value)) \
+                and not self._saved_location(node):
             self.facts.fixed_gpu_strings.append(node)
+
+    def _saved_location(self, node: cst.SimpleString) -> bool:
+        """A key of torch.load's map_location dict (`{"cuda:0": ...}`): where the file was
+        saved, not a device of this run. Made "cuda", it would match nothing, and what was
+        saved on GPU 0 would load there on every rank."""
+        element = self.parents.get(node)
+        if not isinstance(element, cst.DictElement) or element.key is not node:
+            return False
+        mapping = self.parents.get(element)
+        argument = self.parents.get(mapping) if mapping is not None else None
+        return isinstance(argument, cst.Arg) and argument.keyword is not None \
+            and argument.keyword.value == "map_location"
 
     def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:
         name = dotted_name(node.expression)
@@ -1382,6 +1595,21 @@ class Collector(cst.CSTVisitor):
         right = node.comparisons[0].comparator
         if string_value(node.left) is not None or string_value(right) is not None:
             self.facts.string_comparisons.append(node)
+
+    def _note_visible_devices_set(self, node: cst.Call) -> None:
+        """`os.environ.setdefault("CUDA_VISIBLE_DEVICES", gpus)`, `os.putenv(...)` (which CUDA
+        reads too) and `os.environ.update(CUDA_VISIBLE_DEVICES=...)` or with a dict: the
+        same as an assignment to `os.environ["CUDA_VISIBLE_DEVICES"]`."""
+        qualified = self._qualified(node.func)
+        if not qualified & {"os.environ.setdefault", "os.putenv", "os.environ.update"}:
+            return
+        named = any(string_value(arg.value) == "CUDA_VISIBLE_DEVICES" for arg in node.args[:1]) or any(
+            arg.keyword is not None and arg.keyword.value == "CUDA_VISIBLE_DEVICES" for arg in node.args) or any(
+            isinstance(arg.value, cst.Dict) and any(
+                isinstance(element, cst.DictElement) and string_value(element.key) == "CUDA_VISIBLE_DEVICES"
+                for element in arg.value.elements) for arg in node.args)
+        if named:
+            self.facts.visible_devices_statements.append(self._statement(node))
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         if dotted_name(node.value) != "os.environ" or len(node.slice) != 1:
@@ -1469,3 +1697,19 @@ def _updated_in_place(region: cst.CSTNode, marked: set[str], inner: bool) -> boo
                     for read in find_all(assign.value, cst.Attribute)):
                 return True
     return False
+
+
+COMPREHENSIONS: tuple[type[cst.BaseComp], ...] = (cst.ListComp, cst.GeneratorExp, cst.SetComp, cst.DictComp)
+
+
+def _takes_module_first(node: cst.ClassDef) -> bool:
+    """The class defines no `__init__`, or one that takes the module first as DataParallel's
+    does (`def __init__(self, module, ...)`, `def __init__(self, *args, **kwargs)`)."""
+    init = next((statement for statement in node.body.body
+                 if isinstance(statement, cst.FunctionDef) and statement.name.value == "__init__"), None)
+    if init is None:
+        return True
+    params = list(init.params.posonly_params) + list(init.params.params)
+    if len(params) >= 2:
+        return params[1].name.value == "module"
+    return len(params) == 1 and isinstance(init.params.star_arg, cst.Param)

@@ -14,8 +14,9 @@ from typing import Callable, Optional, Union
 
 import libcst as cst
 
-from ddpify.analysis import freezing, meters, names
+from ddpify.analysis import freezing, meters, names, picked
 from ddpify.analysis.ast_names import dotted_ast
+from ddpify.analysis.facts import WHOLE_VALUE, Slot
 from ddpify.analysis.returned_loaders import returned_loader_dict
 
 PURE, SPEAKS, WRITES, OPAQUE = "pure", "speaks", "writes", "opaque"
@@ -125,6 +126,18 @@ class FunctionEffects:
     def functions(self) -> list[str]:
         """Top-level functions and methods ("Class.method")."""
         return list(self._functions)
+
+    def init_takes_module_first(self, class_name: str) -> Optional[bool]:
+        """Whether the class's own `__init__` takes a module first, as DataParallel's does
+        (`def __init__(self, module, ...)`, `def __init__(self, *args, **kwargs)`); None when
+        the class defines none."""
+        init = self._functions.get(f"{class_name}.__init__")
+        if init is None:
+            return None
+        params = init.args.posonlyargs + init.args.args
+        if len(params) >= 2:
+            return params[1].arg == "module"
+        return len(params) == 1 and init.args.vararg is not None
 
     def class_of(self, method: str) -> Optional[str]:
         return self._class_of.get(method)
@@ -314,13 +327,15 @@ class FunctionEffects:
                              and isinstance(target.value, ast.Name) and target.value.id == "self")
         return found
 
-    def returns_tracker(self, name: str) -> bool:
-        """The function returns a TensorBoard writer or Visdom client it makes in the return
-        itself (`return SummaryWriter(log_dir)`): side_effects.py makes it on rank 0 only there,
-        and its callers guard what they hold."""
+    def returned_tracker(self, name: str) -> Optional[Slot]:
+        """Where the function's result holds a TensorBoard writer or Visdom client it makes in
+        the return itself (`return SummaryWriter(log_dir)`, `return log_dir, SummaryWriter(...)`)
+        or in a local it returns (`writer = SummaryWriter(log_dir)` ... `return writer, log_dir`):
+        side_effects.py makes it on rank 0 only there, and its callers guard what they hold at
+        that place. None when it returns none, or not in the same place of every return."""
         function = self._functions.get(name)
         if function is None:
-            return False
+            return None
         # (Imported in the function too: `from torch.utils.tensorboard import SummaryWriter`
         # only when it logs.)
         local: list[ast.stmt] = [node for node in ast.walk(function) if isinstance(node, (ast.Import, ast.ImportFrom))]
@@ -333,10 +348,27 @@ class FunctionEffects:
         locals_made = {node.targets[0].id for node in ast.walk(function) if isinstance(node, ast.Assign)
                        and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
                        and makes_tracker(node.value)}
-        return any(
-            isinstance(node, ast.Return) and (makes_tracker(node.value) or isinstance(
-                node.value, ast.Name) and node.value.id in locals_made)
-            for node in ast.walk(function))
+        def is_tracker(value: Optional[ast.expr]) -> bool:
+            return makes_tracker(value) or isinstance(value, ast.Name) and value.id in locals_made
+
+        slots: set[Slot] = set()
+        for node in ast.walk(function):
+            if not isinstance(node, ast.Return):
+                continue
+            if is_tracker(node.value):
+                slots.add(WHOLE_VALUE)
+            elif isinstance(node.value, ast.Tuple) and not any(
+                    isinstance(item, ast.Starred) for item in node.value.elts):
+                items = node.value.elts
+                slots.update((index, len(items)) for index, item in enumerate(items) if is_tracker(item))
+                if not any(is_tracker(item) for item in items):
+                    slots.add((-1, len(items)))  # a tuple without the writer: the same size, at least
+            else:
+                slots.add((-1, 0))
+        if WHOLE_VALUE in slots:
+            return WHOLE_VALUE
+        found = {slot for slot in slots if slot[0] >= 0}
+        return found.pop() if len(found) == 1 and len({slot[1] for slot in slots}) == 1 else None
 
     def moves_returned(self, name: str, depth: int = 0) -> bool:
         """The function returns what it moved to a device: `net = net.cuda(); return net`,
@@ -507,6 +539,14 @@ class FunctionEffects:
                 and isinstance(node.value, ast.Name) and node.attr not in wrapper_attributes}
         return {index for index, parameter in enumerate(self._positional(name, function)) if parameter in read}
 
+    def picked_from_own_batches(self, name: str) -> set[Optional[int]]:
+        """For a function that trains: where its return holds a value picked from its own
+        batches (picked.py; None for the whole value, k for a tuple's k-th element)."""
+        function = self._functions.get(name)
+        if function is None or not self.trains(name):
+            return set()
+        return picked.picked_positions(function)
+
     def _positional(self, name: str, function: ast.FunctionDef) -> list[str]:
         """The positional parameters a caller passes: a method's object is not one of them."""
         positional = [a.arg for a in function.args.posonlyargs + function.args.args]
@@ -527,6 +567,20 @@ class FunctionEffects:
         returned, bound = _returned_and_bound(function)
         return any(self._builds_loader(value) or isinstance(value, ast.Name) and any(
             self._builds_loader(made) for made in bound.get(value.id, ())) for value in returned)
+
+    def loader_attributes(self, class_name: str) -> frozenset[str]:
+        """Rule: the attributes a method of the class sets to a DataLoader it builds
+        (`self.train = DataLoader(train_set, shuffle=True)` in a data holder's __init__):
+        `for batch in dataset.train` then goes over a loader this module shards."""
+        found: set[str] = set()
+        for name, function in self._functions.items():
+            if self.class_of(name) != class_name:
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Assign) and self._builds_loader(node.value):
+                    found.update(target.attr for target in node.targets if isinstance(target, ast.Attribute)
+                                 and isinstance(target.value, ast.Name) and target.value.id == "self")
+        return frozenset(found)
 
     def hands_out_own_parameters(self, name: str) -> bool:
         """Rule: a method of a class that yields or returns what it reads from `.parameters()`

@@ -22,6 +22,12 @@ BlockItem = Union[cst.BaseStatement, cst.BaseSmallStatement]
 Holder = tuple[Optional[cst.FunctionDef], str]
 
 
+
+# Where a function's result holds a value: (its index, the size of the returned tuple) for
+# `return writer, log_dir`; WHOLE_VALUE for `return writer`.
+Slot = tuple[int, int]
+WHOLE_VALUE: Slot = (0, 0)
+
 @dataclass
 class Loader:
     """A `name = DataLoader(...)` assignment."""
@@ -219,6 +225,11 @@ class FactRecord:
     # Optimizers whose parameters come from no `X.parameters()` ddpify can name
     # (`models[0].parameters()`, a list of raw tensors): what they train cannot be wrapped.
     optimizers_without_model: list[cst.Call] = field(default_factory=list)
+    # (part, holder): a module of a container trained and called on its own (`self.nets.G(z)`,
+    # `Adam(self.nets.G.parameters())`) where only the container reaches its device (`self.nets
+    # = nn.ModuleDict(...).to(device)`) and is never called: a wrap of the container would
+    # never run.
+    parts_called_apart: list[tuple[Model, str]] = field(default_factory=list)
     # `fit(model.to(device), ...)`: a project function builds the optimizer over a value the
     # call makes or moves inside its argument list (collector._note_model_handed_unnamed).
     models_handed_unnamed: list[tuple[cst.Call, cst.BaseExpression]] = field(default_factory=list)
@@ -229,8 +240,9 @@ class FactRecord:
     # (`transformer.eval().cpu()` is under "transformer").
     device_moves: dict[str, list[cst.Call]] = field(default_factory=dict)
     # Calls of a function of another module of the project that returns the SummaryWriter it
-    # makes (`writer = make_writer(log_dir)`): it is None on the other ranks.
-    calls_returning_trackers: list[cst.Call] = field(default_factory=list)
+    # makes (`writer = make_writer(log_dir)`, `writer, log_dir = make_run(root)`): it is None on
+    # the other ranks. Each with the writer's place in what the function returns.
+    calls_returning_trackers: list[tuple[cst.Call, Slot]] = field(default_factory=list)
     # (name, move) for a model moved by a loop over a container it was put into under an `if`
     # (`if args.critic: models.append(critic)`): the test, and whether it holds there (False in
     # the `else` branch); its wrap runs under it too.
@@ -295,10 +307,16 @@ class FactRecord:
     # A model handed to a class of another module that keeps it as self.X: "model" ->
     # ["trainer.model"], where it is read from outside the class.
     kept_on_instances: dict[str, list[str]] = field(default_factory=dict)
+    # Calls of a training function of another module that returns a value picked from its
+    # own batches (an LR finder's choice, picked.py): where in the returned value it sits.
+    calls_returning_picked: dict[cst.Call, set[Optional[int]]] = field(default_factory=dict)
     # `Trainer(model, loader).fit(epochs)`: methods called on an object made in place.
     chained_calls: list[cst.Call] = field(default_factory=list)
     main_guard: Optional[cst.If] = None
     data_parallel_calls: list[cst.Call] = field(default_factory=list)
+    # Calls of a DataParallel subclass whose constructor does not take the module first
+    # (`BalancedDataParallel(gpu0_bsz, model)`): ddpify cannot tell what it wraps.
+    unreadable_data_parallel_calls: list[cst.Call] = field(default_factory=list)
     batchnorm_calls: list[cst.Call] = field(default_factory=list)
     # Names bound to what a function of another module of the project returns, by the
     # function's full name (`utils.get_loaders`).
@@ -328,6 +346,9 @@ class FactRecord:
     rank_aware_batch_samplers: set[cst.Call] = field(default_factory=set)
     # Map-style Dataset subclasses defined in the file.
     dataset_classes: set[str] = field(default_factory=set)
+    # Classes of the file that are torch.nn.Module subclasses (directly, or through another
+    # such class of the file): `.to(device)` on one of their objects moves every part.
+    module_classes: set[str] = field(default_factory=set)
     # Every node of the module by its exact type, in source order, and the statements of
     # each function's own body (None: module level and class bodies) by type: the
     # collector's one walk fills both, so queries over the whole module or a function's body
@@ -342,6 +363,8 @@ class FactRecord:
     gradless_project_classes: dict[str, list[str]] = field(default_factory=dict)
     # `m = torch.compile(m)` statements, by model name.
     compile_statements: dict[str, list[Statement]] = field(default_factory=dict)
+    # `from M import DataParallel as DP` (a subclass too): (M, the name, the alias or None).
+    data_parallel_imports: list[tuple[str, str, Optional[str]]] = field(default_factory=list)
     # Other mentions of DataParallel, such as isinstance(model, nn.DataParallel).
     data_parallel_references: list[cst.BaseExpression] = field(default_factory=list)
     # `model.module`, by the dotted name of the model.

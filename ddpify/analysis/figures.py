@@ -108,13 +108,13 @@ def _without_gradients(facts: Facts, loop: cst.For) -> bool:
     """Gradients are off where the model runs: around the loop (a no_grad block or a
     decorated function), or inside it, around every call of the model the loop makes
     (`for x, y in loader: with torch.no_grad(): logits = model(x)`)."""
-    if _under_no_grad(facts, loop):
+    if under_no_grad(facts, loop):
         return True
     model_calls = _model_calls_in(facts, loop)
-    return bool(model_calls) and all(_under_no_grad(facts, call, within=loop) for call in model_calls)
+    return bool(model_calls) and all(under_no_grad(facts, call, within=loop) for call in model_calls)
 
 
-def _under_no_grad(facts: Facts, node: cst.CSTNode, within: Optional[cst.For] = None) -> bool:
+def under_no_grad(facts: Facts, node: cst.CSTNode, within: Optional[cst.For] = None) -> bool:
     """A no_grad block or decorator around node; with `within`, one inside that loop."""
     current: Optional[cst.CSTNode] = node
     while current is not None and current is not within:

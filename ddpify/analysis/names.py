@@ -61,6 +61,18 @@ DATA_PARALLEL = frozenset(
     {"torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
      "torch.nn.parallel.data_parallel.DataParallel"}
 )
+# DataParallel subclasses of packages that projects vendor under many paths, known by their
+# class name: the synchronized-BatchNorm package's `DataParallelWithCallback` (`from
+# sync_batchnorm import DataParallelWithCallback`, `from lib.nn import ...`), which takes the
+# module first as DataParallel does and only adds a hook to its replicas.
+DATA_PARALLEL_SUBCLASS_NAMES = frozenset({"DataParallelWithCallback"})
+# Helpers that take a DataParallel and assert it is one: SynchronizedBatchNorm's
+# `patch_replication_callback(model)` (it hooks DataParallel's replicate; DDP has no replicas).
+DATA_PARALLEL_ONLY_HELPERS = frozenset({"patch_replication_callback"})
+# That package's BatchNorm layers, synchronized across DataParallel's replicas only: under
+# DDP they normalise per rank, as nn.BatchNorm does (their base is torch's _BatchNorm).
+SYNCHRONIZED_BATCHNORM_NAMES = frozenset({"SynchronizedBatchNorm1d", "SynchronizedBatchNorm2d",
+                                          "SynchronizedBatchNorm3d"})
 # The imports that bring DataParallel in by name; removed once nothing uses them.
 DATA_PARALLEL_IMPORTS = (
     ("torch.nn", "DataParallel", None),

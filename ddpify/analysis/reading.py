@@ -36,6 +36,7 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
     collector.note_factories_returning_moved()
     collector.note_helper_methods()
     collector.note_loaders_from_methods()
+    collector.note_loaders_held_by_project_objects()
     collector.note_loaders_made_in_place()
     collector.note_loaders_built_in_place()
     collector.note_models_handed_to_training()

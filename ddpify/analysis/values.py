@@ -329,8 +329,10 @@ class ValueFlow(Navigation):
 
     def calls_of(self, function: Optional[cst.FunctionDef]) -> list[cst.Call]:
         """The calls of a function of this file, by its name or, for a method, `self.name`
-        and `instance.name` on a name assigned an instance of its class; for `__call__`,
-        the calls of such an instance itself (`early_stopping(val_loss, model)`)."""
+        and `instance.name` on a name assigned an instance of its class; for `__call__` (and
+        an nn.Module's `forward`), the calls of such an instance itself
+        (`early_stopping(val_loss, model)`, `learner(x, y)`); and `Scaler().fit(loader)`, the
+        method called on an instance made in place."""
         if function is None:
             return []
         calls = [call for callee in (function.name.value, "self." + function.name.value)
@@ -338,9 +340,11 @@ class ValueFlow(Navigation):
                  for call in self.calls_by_callee.get(callee, ())]
         owner = self.class_of(function)
         if owner is not None:
+            calls.extend(call for call in self.chained_calls if self.method_called(call) is function)
             for instance in self._instances_of(owner.name.value):
                 calls.extend(self.calls_by_callee.get(f"{instance}.{function.name.value}", ()))
-            if function.name.value == "__call__":
+            if function.name.value == "__call__" or (
+                    function.name.value == "forward" and owner.name.value in self.module_classes):
                 calls.extend(call for instance in self._instances_of(owner.name.value, on_self=True)
                              for call in self.calls_by_callee.get(instance, ()))
         return calls
@@ -406,12 +410,13 @@ class ValueFlow(Navigation):
         return [f"{instance}.{attribute}" for instance in self._instances_of(owner.name.value)]
 
     def _instances_of(self, class_name: str, on_self: bool = False) -> list[str]:
-        """Names assigned `ClassName(...)` (`trainer = Trainer(model, loader)`), and with
-        on_self attributes too (`self.stopper = EarlyStopper()`)."""
+        """Names assigned `ClassName(...)` (`trainer = Trainer(model, loader)`), also moved or
+        put in a mode as it is made (`agent = Agent().to(device)`: a module's `.to()` returns
+        the module), and with on_self attributes too (`self.stopper = EarlyStopper()`)."""
         return [name for name, values in self.assigned_values.items()
                 if (on_self or not name.startswith("self.")) and any(
-                    isinstance(value, cst.Call) and isinstance(value.func, cst.Name)
-                    and value.func.value == class_name for value in values)]
+                    isinstance(made, cst.Call) and isinstance(made.func, cst.Name)
+                    and made.func.value == class_name for made in map(unmoved, values))]
 
     def _returned_to(self, name: str,
                      function: Optional[cst.FunctionDef]) -> Iterator[tuple[str, Optional[cst.FunctionDef]]]:
@@ -517,9 +522,11 @@ class ValueFlow(Navigation):
     def _calls_passing(self, name: str, function: Optional[cst.FunctionDef],
                        entries: bool = False) -> Iterator[tuple]:
         """(callee, its parameter, call) for each call in `function` that passes `name`;
-        with `entries`, (callee, parameter, call, key) for each that passes `name["key"]`."""
-        for callee_name, calls in self.calls_by_callee.items():
-            callee, on_object = self._callee(callee_name, calls[0])
+        with `entries`, (callee, parameter, call, key) for each that passes `name["key"]`.
+        A method called on an instance made in place (`Scaler().fit(loader)`) too."""
+        chained = [([call], (self.method_called(call), True)) for call in self.chained_calls]
+        named = [(calls, self._callee(callee_name, calls[0])) for callee_name, calls in self.calls_by_callee.items()]
+        for calls, (callee, on_object) in [*named, *chained]:
             if callee is None:
                 continue
             parameters = [p.name.value for p in callee.params.params]

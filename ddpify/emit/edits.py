@@ -251,6 +251,8 @@ class ApplyEdits(cst.CSTTransformer):
             following = body[end:]
             if following:
                 following[0] = _two_blank_lines_above(following[0])
+            if end == 0:  # nothing above: the imports the helpers need go first, then them
+                prelude = [prelude[0].with_changes(leading_lines=[]), *prelude[1:]]
             body = body[:end] + prelude + following
         return updated_node.with_changes(body=body + list(self.edits.module_end))
 

@@ -182,6 +182,11 @@ def _insert_sorted(body: list[Statement], start: int, end: int, statement: State
         following = body[index]
         if previous_section is not None:
             statement = statement.with_changes(leading_lines=[cst.EmptyLine()])
+        elif index == 0 and all(line.comment is None for line in following.leading_lines):
+            # The file's first line: blank lines before it (two before an inserted helper
+            # function, in a file with no imports) would open the file.
+            blank = 2 if isinstance(following, (cst.FunctionDef, cst.ClassDef)) else 1
+            body[index] = following.with_changes(leading_lines=[cst.EmptyLine()] * blank)
         else:
             statement = statement.with_changes(leading_lines=following.leading_lines)
             blank = 2 if isinstance(following, (cst.FunctionDef, cst.ClassDef)) else 1

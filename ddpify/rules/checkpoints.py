@@ -457,9 +457,7 @@ def _calls_of(facts: Facts, function: Optional[cst.FunctionDef]) -> list[cst.Cal
     (`CSVData(path)`) as well."""
     if function is None:
         return []
-    calls = list(facts.calls_of(function))
-    # `Trainer(model, loader).fit(epochs)`: a method called on an object made in place.
-    calls.extend(call for call in facts.chained_calls if facts.method_called(call) is function)
+    calls = list(facts.calls_of(function))  # `Trainer(model, loader).fit(epochs)` too
     owner = facts.class_of(function)
     if owner is not None and function.name.value == "__init__" \
             and facts.class_inits.get(owner.name.value) is function:

@@ -171,7 +171,8 @@ def _plan_loader(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> Non
         setup.evaluation_loaders.append(loader)  # evaluation.py shards it or says why not
     elif _can_add_sampler(facts, setup, loader):
         add_sampler(facts, edits, loader, setup)
-        evaluation = _evaluation_loops(facts, loader) + _other_factory_calls(facts, loader)
+        evaluation = _evaluation_loops(facts, loader) + _other_factory_calls(facts, loader) \
+            + _comprehension_passes(facts, loader)
         if evaluation:
             edits.report("DDP213", min(evaluation, key=facts.line_of))
     else:
@@ -232,6 +233,21 @@ def _evaluation_loops(facts: Facts, loader: Loader) -> list[cst.For]:
         loop for loop in facts.loops_over_values(facts.loader_holders_of(loader))
         if not facts.loop_trains(loop)
         and not any(outer in facts.training_loops for outer in facts.enclosing_loops(loop))
+    ), key=facts.line_of)
+
+
+def _comprehension_passes(facts: Facts, loader: Loader) -> list[cst.CompFor]:
+    """Rule: a comprehension or generator over the training loader (`torch.cat([x for x, _ in
+    train_loader])`, `sum(len(y) for _, y in loader)`) outside the training loops is a pass
+    over it that does not train, like a for loop that does not: under its DistributedSampler
+    it sees this rank's share, and what it computes (a mean and a std, class counts) differs
+    per rank (DDP213)."""
+    holders = facts.loader_holders_of(loader)
+    return sorted((
+        comprehension for comprehension in find_all(facts.module, cst.CompFor)
+        if (name := dotted_name(comprehension.iter)) is not None
+        and any(held == name and facts.sees_value(comprehension, name, function) for function, held in holders)
+        and not any(outer in facts.training_loops for outer in facts.enclosing_loops(comprehension))
     ), key=facts.line_of)
 
 

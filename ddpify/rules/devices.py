@@ -7,13 +7,20 @@ from typing import Callable, cast
 
 import libcst as cst
 
+from ddpify.analysis import names
 from ddpify.analysis.control import Facts
-from ddpify.analysis.nodes import dotted_name
+from ddpify.analysis.nodes import dotted_name, string_value
 from ddpify.diagnostics import Rule, Severity, Status
 from ddpify.emit.edits import Edits, replacement
 from ddpify.plan import Plan
 from ddpify.rules.cases import TRAINING, Emits, Silent
-from ddpify.rules.setup import group_joined_before, moves_to_a_gpu_index
+from ddpify.rules.setup import (
+    gpu_index_codes,
+    group_joined_before,
+    integer_options,
+    is_gpu_index,
+    moves_to_a_gpu_index,
+)
 
 RULES = (
     Rule("DDP002", Severity.EDIT, "device move rewritten to this rank's device",
@@ -78,6 +85,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     _keep_device_comparisons(facts, edits, setup)
     if not setup.cpu_only:
         _fixed_gpu_strings_left(facts, edits, setup)
+        _devices_built_from_a_gpu_index(facts, edits, setup)
 
 
 DEVICE_CONTEXT_CODE = "contextlib.nullcontext() if {distributed} else {context}"
@@ -117,6 +125,72 @@ def _fixed_gpu_strings_left(facts: Facts, edits: Edits, setup: Plan) -> None:
             continue
         _to_current_gpu(facts, edits, string)
         edits.standalone.add(string)
+
+
+def _devices_built_from_a_gpu_index(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """Rule: a device made from the script's GPU index (`args.gpu`, what `.cuda(X)` or
+    set_device is handed; is_gpu_index), `device=args.gpu`, `f"cuda:{args.gpu}"`,
+    `"cuda:{}".format(args.gpu)`, `"cuda:%d" % args.gpu`, `torch.device("cuda", args.gpu)`,
+    names that one GPU on every rank: noise drawn there meets a batch on this rank's GPU
+    (NCCL: tensors on two devices), and `torch.load(..., map_location=loc)` puts every
+    rank's copy of the checkpoint on it. As `.cuda(args.gpu)` becomes `.cuda()`, it becomes
+    the current GPU, the one the setup made this rank's: `"cuda"` (still a string) or
+    `torch.device("cuda")`, and the setup's own `device` where it is in view for a bare index.
+    A device handed to the function that holds the setup (`train(args, torch.device(
+    f"cuda:{args.gpu}" ...))`) stays: the setup refines that parameter itself, and plain
+    `python` keeps the user's GPU."""
+    indices, options = gpu_index_codes(facts), integer_options(facts)
+    if not indices and not options:
+        return
+    edited = [*edits.expressions, *edits.removed, *edits.replaced]
+    handed_to_setup = [arg for call in facts.calls_of(setup.function) for arg in call.args] \
+        if setup.device_from_parameter and setup.function is not None else []
+    kept = [*edited, *handed_to_setup]
+    def index(value: cst.BaseExpression) -> bool:
+        return is_gpu_index(facts, value, indices, options)
+
+    for node, current in _devices_from_an_index(facts, setup, index):
+        if _in_choice(facts, setup, node) or any(
+                other is node or facts.ancestor_in(node, other) is not None for other in kept):
+            continue
+        edits.expressions[node] = replacement(edits, current)
+        edits.report("DDP002", node)
+
+
+def _devices_from_an_index(facts: Facts, setup: Plan, index: Callable[[cst.BaseExpression], bool]
+                           ) -> list[tuple[cst.BaseExpression, str]]:
+    """The expressions that make a device of a GPU index, each with what replaces it."""
+    found: list[tuple[cst.BaseExpression, str]] = []
+    torch_devices = set(facts.calls_named.get(names.TORCH_DEVICE, ()))
+    for call in facts.nodes_of(cst.Call):
+        found += [(arg.value, setup.device if setup.sees_setup(facts, arg.value) else '"cuda"') for arg in call.args
+                  if arg.keyword is not None and arg.keyword.value == "device" and index(arg.value)]
+        if call in torch_devices and len(call.args) == 2 and string_value(call.args[0].value) == "cuda" \
+                and index(call.args[1].value):
+            found.append((call, 'torch.device("cuda")'))
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "format" and len(call.args) == 1 \
+                and string_value(func.value) in ("cuda:{}", "cuda:{0}") and index(call.args[0].value):
+            found.append((call, '"cuda"'))
+    for formatted in facts.nodes_of(cst.FormattedString):
+        parts = formatted.parts
+        if len(parts) == 2 and isinstance(parts[0], cst.FormattedStringText) and parts[0].value == "cuda:" \
+                and isinstance(parts[1], cst.FormattedStringExpression) and index(parts[1].expression):
+            found.append((formatted, '"cuda"'))
+    found += [(operation, '"cuda"') for operation in facts.nodes_of(cst.BinaryOperation)
+              if _formats_an_index(operation, index)]
+    return found
+
+
+def _formats_an_index(operation: cst.BinaryOperation, index: Callable[[cst.BaseExpression], bool]) -> bool:
+    """`"cuda:%d" % gpu` or `"cuda:" + str(gpu)`."""
+    right = operation.right
+    if isinstance(operation.operator, cst.Modulo) and string_value(operation.left) in ("cuda:%d", "cuda:%s", "cuda:%i"):
+        single = right.elements[0].value if isinstance(right, cst.Tuple) and len(right.elements) == 1 else right
+        return index(single)
+    return isinstance(operation.operator, cst.Add) and string_value(operation.left) == "cuda:" \
+        and isinstance(right, cst.Call) and dotted_name(right.func) == "str" and len(right.args) == 1 \
+        and index(right.args[0].value)
 
 
 def _default_the_setup_refines(facts: Facts, setup: Plan, string: cst.SimpleString) -> bool:

@@ -63,8 +63,9 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         if _inside_class(facts, first) and not setup.library:
             continue
         before, after = DOWNLOAD_BEFORE_CODE, DOWNLOAD_AFTER_CODE
-        if setup.library:
-            # A helper module's loader class or factory, which every rank runs.
+        if setup.library or _in_training_called_after_setup(facts, setup, first):
+            # A helper module's loader class or factory, which every rank runs; or a function
+            # of the script that trains after it downloads, called once the group exists.
             before, after = DOWNLOAD_BEFORE_IN_HELPER_CODE, DOWNLOAD_AFTER_IN_HELPER_CODE
             edits.imports.add("os")
         elif not setup.sees_setup(facts, first):
@@ -84,16 +85,29 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         edits.report("DDP209", first, message)
 
 
+def _in_training_called_after_setup(facts: Facts, setup: Plan, statement: Statement) -> bool:
+    """`statement` sits in a function that trains, which the setup's scope alone calls (the
+    `__main__` block that chose the device, then `main(args)`): no name of the setup reaches
+    it, but the process group exists when it runs, so the barriers ask for it at run time."""
+    function = facts.function_of(statement)
+    calls = facts.calls_of(function)
+    return (function in facts.training_functions and not setup.sees_setup(facts, statement)
+            and bool(calls) and all(setup.sees_setup(facts, call) for call in calls))
+
+
 def _download_sites(facts: Facts, setup: Plan, statements: Sequence[Statement]) -> list[Statement]:
     """Each download statement, or, inside a helper that the setup's scope calls, each
-    call of that helper. A test of the file system around it (`if not os.path.exists`)
+    call of that helper. Not the call of a function that also trains (`main(args)` that
+    downloads, then trains): the ranks held at a barrier around it would leave local rank 0
+    alone in the training's collectives, a hang; the barriers go around the download in
+    there (_in_training_called_after_setup). A test of the file system around it (`if not os.path.exists`)
     goes inside the barriers: the ranks that wait see the files once they are there."""
     sites: list[Statement] = []
     for statement in statements:
         function = facts.function_of(statement)
         calls = facts.calls_of(function)
         if function is not None and not setup.sees_setup(facts, statement) and calls and all(
-                setup.sees_setup(facts, call) for call in calls):
+                setup.sees_setup(facts, call) for call in calls) and function not in facts.training_functions:
             candidates = [facts.statement_of(call) for call in calls]
         else:
             candidates = [statement]
@@ -171,11 +185,38 @@ def _inside_class(facts: Facts, node: cst.CSTNode) -> bool:
     return False
 
 
+DOWNLOADS_THEN_TRAINS = """\
+import torch
+import torchvision
+from torch.utils.data import DataLoader
+
+
+def fit(device):
+    dataset = torchvision.datasets.MNIST("data", download=True)
+    loader = DataLoader(dataset, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 1).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    fit(device)
+"""
+
 CASES = (
     Emits(TRAINING.replace("dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))",
                            'dataset = torchvision.datasets.MNIST("data", download=True)')
           .replace("import torch\n", "import torch\nimport torchvision\n", 1), "DDP209", ("dist.barrier()",)),
     Silent(TRAINING, "DDP209"),
+    # A function that downloads and then trains, called where the device is chosen: the
+    # barriers go around the download in there, not around the call (a hang).
+    Emits(DOWNLOADS_THEN_TRAINS, "DDP209",
+          ('    if dist.is_initialized() and int(os.environ.get("LOCAL_RANK", 0)) != 0:',)),
     Emits("import os\nfrom tokenizers import Tokenizer\nfrom tokenizers.models import WordLevel\n"
           + TRAINING.replace("device = torch", 'if not os.path.exists("tok.json"):\n    tok = Tokenizer(WordLevel())\n'
                              '    tok.save("tok.json")\ndevice = torch', 1), "DDP209",

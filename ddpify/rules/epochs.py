@@ -9,6 +9,7 @@ from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.facts import BlockItem, ExternalLoader, Loader, Statement
 from ddpify.analysis.nodes import (
     argument_for,
+    assigned_names,
     calls_within,
     dotted_name,
     find_all,
@@ -111,7 +112,9 @@ def _counts_epochs(facts: Facts, loop: cst.For) -> bool:
     """The loop's target is an integer count: `for epoch in range(...)` (also through
     `tqdm(range(...))`, `trange(...)`), or a name ddpify cannot see the items of, which
     stays as it always was. A loop over a literal list or tuple of other values (`for lr in
-    [1e-3, 1e-2]`) or over a name assigned only such a list does not count."""
+    [1e-3, 1e-2]`) or over a name assigned only such a list does not count, nor one over a
+    parameter whose default is such a list and that the function never rebinds (`def
+    sweep(model, loader, lrs=(1e-3, 1e-2)): for lr in lrs:`)."""
     iterated: cst.BaseExpression = loop.iter
     while isinstance(iterated, cst.Call) and iterated.args and (dotted_name(iterated.func) or "").split(".")[-1] in (
             "tqdm", "trange", "range"):
@@ -122,6 +125,8 @@ def _counts_epochs(facts: Facts, loop: cst.For) -> bool:
     values = facts.assigned_values.get(name, []) if name is not None else []
     if values and all(isinstance(value, (cst.List, cst.Tuple)) for value in values):
         iterated = values[0]
+    elif not values and isinstance(iterated, cst.Name):
+        iterated = _literal_default(facts, loop, iterated.value) or iterated
     return not isinstance(iterated, (cst.List, cst.Tuple)) or all(
         isinstance(element.value, cst.Integer) for element in iterated.elements)
 
@@ -186,6 +191,18 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
         edits.report("DDP202", loop)
         return
     _without_an_epoch_loop(facts, edits, loader)
+
+
+def _literal_default(facts: Facts, loop: cst.For, name: str) -> Optional[cst.BaseExpression]:
+    """The literal list or tuple that `name`, a parameter of the loop's function that the
+    function never rebinds, defaults to."""
+    function = facts.function_of(loop)
+    if function is None or any(name in assigned_names(assign) for assign in find_all(function.body, cst.Assign)):
+        return None
+    for parameter in [*function.params.params, *function.params.kwonly_params]:
+        if parameter.name.value == name and isinstance(parameter.default, (cst.List, cst.Tuple)):
+            return parameter.default
+    return None
 
 
 def _without_an_epoch_loop(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader]) -> None:

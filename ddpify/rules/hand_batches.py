@@ -388,14 +388,30 @@ def _made_by_unread_import(facts: Facts, loop: cst.For) -> Optional[str]:
     # (`train_loader, test_loader = data_generator(...)` unpacks: read the assignments.)
     values = [assign.value for assign in facts.nodes_of(cst.Assign)
               if any(target_names(target.target) & iterated for target in assign.targets)]
+    qualified_of = {call: qualified for qualified, calls in facts.calls_named.items() for call in calls}
     for value in values:
+        value = _source_inside(value, qualified_of)
         if isinstance(value, cst.Call):
             written = dotted_name(value.func)
-            for qualified, calls in facts.calls_named.items():
-                if value in calls and qualified != written and "." in qualified and not qualified.startswith(
-                        ("torch.", "builtins.")):
-                    return qualified
+            qualified = qualified_of.get(value)
+            if qualified is not None and qualified != written and "." in qualified and not qualified.startswith(
+                    ("torch.", "builtins.")) and qualified not in names.PROGRESS_BARS:
+                return qualified
     return None
+
+
+# What hands on the items of its first argument: the batches come from that argument.
+PASSING_ON = frozenset({"builtins.iter", "builtins.enumerate"}) | names.PROGRESS_BARS
+
+
+def _source_inside(value: cst.BaseExpression, qualified_of: dict[cst.Call, str]) -> cst.BaseExpression:
+    """Rule: `iter(make_batches(...))`, `tqdm(make_batches(...))`, `enumerate(...)`: the batches
+    come from the call inside; a progress bar over a count (`trange(steps)`, the loop's step
+    counter while `next(data_iterator)` draws the batches) is no source of batches."""
+    while isinstance(value, cst.Call) and qualified_of.get(value) in PASSING_ON and value.args \
+            and value.args[0].keyword is None and not value.args[0].star:
+        value = value.args[0].value
+    return value
 
 
 CASES = (

@@ -10,7 +10,7 @@ from typing import Optional, Union, cast
 
 import libcst as cst
 
-from ddpify.analysis import effects, freezing, names
+from ddpify.analysis import effects, figures, freezing, names
 from ddpify.analysis.containers import condition_code, container_moves, entry_moves
 from ddpify.analysis.control import Facts, handed_in, innermost_common_block, parameter_names, receiver_of
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
@@ -114,6 +114,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         params = edits.code(optimizer.args[0].value) if optimizer.args else "none given"
         edits.report("DDP903", optimizer, f"could not find which module this optimizer trains (parameters: "
                      f"`{params}`): wrap that module in DDP by hand, or all-reduce these gradients")
+    _report_parts_called_apart(facts, edits)
     for call, value in facts.models_handed_unnamed:
         _wrap_or_report_handed_unnamed(facts, edits, setup, call, value)
     if setup.library:
@@ -243,7 +244,7 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
             f"before the training loop (`{model.name}.to(device)`), where ddpify can wrap it in DDP"))
         return
     condition = _entry_condition(facts, edits, model, anchor)
-    if condition is False:
+    if condition is False or _reported_moved_with_its_holder(facts, edits, model, anchor):
         return
     if not setup.sees_setup(facts, anchor):
         if edits.options.fsdp2:
@@ -314,10 +315,12 @@ def _report_training_around_the_wrapper(facts: Facts, edits: Edits, model: Model
     module), each rank drifting apart without an error: DDP903, at the first such call in a
     training loop. Not when the model is handed to a function of another module, which may
     call it."""
-    holders = {name for _, name in facts.model_holders(model)}
-    if any(facts.calls_by_callee.get(name) for name in holders):
-        return
+    held = facts.model_holders(model)
+    holders = {name for _, name in held}
     if any(dotted_name(arg.value) in holders for call in facts.training_helper_calls for arg in call.args):
+        return
+    if any(facts.calls_by_callee.get(name) for name in holders):
+        _report_steps_around_the_wrapper(facts, edits, model, held)
         return
     for loop in sorted(facts.training_loops, key=facts.start_of):
         for call in calls_within(loop.body):
@@ -331,6 +334,39 @@ def _report_training_around_the_wrapper(facts: Facts, edits: Edits, model: Model
                     f"shares gradients only for a forward through the wrapper, so every rank would train its own "
                     f"copy; call the model itself (route the calls through its forward), or wrap the parts that "
                     f"run in DDP by hand"))
+                return
+
+
+def _report_steps_around_the_wrapper(facts: Facts, edits: Edits, model: Model, held: set[Holder]) -> None:
+    """Rule: the same for one training step. A function that holds the model or is handed it
+    (`def adversarial_step(net, opt): fake = net.sample(32); ...; loss.backward(); opt.step()`)
+    and takes its own backward, reaching the model there only through its other methods with
+    gradients on, never calling it, steps on gradients DDP never shares: that backward comes
+    after no forward through the wrapper, so DDP's hooks ignore it and the ranks drift apart
+    silently, though another function calls the model (DDP903, at the first such call).
+    Calls under `torch.no_grad()` (samples drawn for a log) train nothing."""
+    backwards = {facts.function_of(call) for call in facts.training_calls
+                 if isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"}
+    steps = {(f, n) for f, n in held if f is not None}
+    for function, name in list(steps):
+        owner = facts.class_of(function) if name.startswith("self.") else None
+        if owner is not None:  # `self.model`: every method of the class holds it
+            steps |= {(method, name) for method in owner.body.body if isinstance(method, cst.FunctionDef)}
+    for function, name in sorted(steps, key=lambda step: facts.start_of(step[0])):
+        if function not in backwards:
+            continue
+        own = [call for call in calls_within(function.body) if facts.function_of(call) is function]
+        if any(dotted_name(call.func) == name for call in own):
+            continue
+        for call in own:
+            func = call.func
+            if isinstance(func, cst.Attribute) and func.attr.value not in _NOT_FORWARD \
+                    and dotted_name(func.value) == name and not figures.under_no_grad(facts, call):
+                edits.report("DDP903", call, (
+                    f"`{function.name.value}` trains `{model.name}` through `{edits.code(func)}(...)` with its own "
+                    f"backward, never calling `{name}(...)`: DDP shares gradients only for a forward through the "
+                    f"wrapper, so every rank would step on its own gradients there; route the call through the "
+                    f"model's forward, or wrap the part that runs in DDP by hand"))
                 return
 
 
@@ -733,6 +769,35 @@ def _when_trainable(facts: Facts, code: str, model: str) -> str:
             f"if {condition} and any(p.requires_grad for p in {model}.parameters()):\n{rest}")
 
 
+def _reported_moved_with_its_holder(facts: Facts, edits: Edits, model: Model, anchor: Statement) -> bool:
+    holder = _module_holder_moved_after_init(facts, model)
+    if holder is not None:
+        edits.report("DDP903", anchor, (
+            f"`{model.name}` is a part of `{holder}`, an nn.Module that reaches its device when the "
+            f"object is moved, after its method has built `{model.name}`: a wrap there would come "
+            f"before the move (DDP needs the module on its device); move `{model.name}` to the device "
+            f"in the class, or wrap it in DDP by hand after the object is moved"))
+    return holder is not None
+
+
+def _module_holder_moved_after_init(facts: Facts, model: Model) -> Optional[str]:
+    """Rule: `self.net`, a part that a class which is itself an nn.Module builds and never
+    moves (`class Agent(nn.Module)` holding its network and the optimizer over it), reaches
+    its device with the object (`Agent().to(device)`, `agent.cuda()`), after the method that
+    built it has returned: no place in the class sees it on its device, and a wrap there
+    would hold CPU weights that NCCL cannot broadcast. The class's name, when an object of
+    it is moved in this file, or when none is made here (its callers are elsewhere)."""
+    owner = facts.class_of(model.function) if model.name.startswith("self.") else None
+    if owner is None or owner.name.value not in facts.module_classes:
+        return None
+    if not _never_moved(facts, model) or facts.device_moves.get("self"):
+        return None
+    instances = facts._instances_of(owner.name.value)
+    if instances and not any(_moved_value(facts, cst.Name(instance)) for instance in instances):
+        return None  # every object of it stays where it was made
+    return owner.name.value
+
+
 def _never_moved(facts: Facts, model: Model) -> bool:
     """No `.to()` / `.cuda()` reaches the model anywhere its value goes: neither a move of
     the name (`model.to(device)`) nor one in what it is assigned (`Net().to(device)`, or a
@@ -830,6 +895,7 @@ def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, an
     edits.imports.update({"DDP", "dist"})
     edits.report("DDP101", anchor)
     setup.wrap_points[model.name] = anchor
+    _report_training_around_the_wrapper(facts, edits, model)
     _drop_moves_after_wrap(facts, edits, model, anchor)
     _unwrap_attributes(facts, edits, model, anchor)
     _unwrap_module_accesses(facts, edits, model)
@@ -1888,6 +1954,16 @@ def _quote_for(facts: Facts, node: cst.CSTNode) -> str:
     return '"'
 
 
+def _report_parts_called_apart(facts: Facts, edits: Edits) -> None:
+    """`self.nets.G(z)` trained on its own, where only `self.nets` (an nn.ModuleDict moved as
+    a whole) reaches its device and is never called: ddpify wraps no such part (DDP903)."""
+    for part, holder in facts.parts_called_apart:
+        edits.report("DDP903", part.optimizer_statement, (
+            f"`{part.name}` is trained and called on its own, while `{holder}`, which holds it, reaches its device "
+            f"and is never called: a DDP wrap of `{holder}` would never run; wrap `{part.name}` in DDP by hand "
+            f"after `{holder}` reaches its device"))
+
+
 def _replace_data_parallel(facts: Facts, edits: Edits) -> None:
     """One process per GPU replaces DataParallel: its wrap goes, the DDP wrap takes over, and
     `isinstance(model, DataParallel)` asks about DDP instead."""
@@ -1904,13 +1980,16 @@ def _replace_data_parallel(facts: Facts, edits: Edits) -> None:
         edits.imports.add("DDP")
     if facts.data_parallel_calls or facts.data_parallel_references:
         edits.unused_imports.update(names.DATA_PARALLEL_IMPORTS)
+        edits.unused_imports.update(facts.data_parallel_imports)
     _load_without_module_prefix(facts, edits)
     _drop_data_parallel_callbacks(facts, edits)
+    for call in facts.unreadable_data_parallel_calls:
+        edits.report("DDP903", call, (
+            f"`{edits.code(call.func)}(...)` is a DataParallel whose constructor does not take the module first, so "
+            f"ddpify cannot tell which module it wraps: replace it with the module itself (DDP takes its place, "
+            f"one process per device)"))
 
 
-# Helpers that take a DataParallel and assert it is one: SynchronizedBatchNorm's
-# `patch_replication_callback(model)` (it hooks DataParallel's replicate; DDP has no replicas).
-DATA_PARALLEL_ONLY_HELPERS = frozenset({"patch_replication_callback"})
 # What takes the place of such a call, once DataParallel is gone.
 DATA_PARALLEL_CALLBACK_GONE_CODE = "pass  # {call}: a DataParallel hook, gone with DataParallel\n"
 
@@ -2074,13 +2153,13 @@ def _ancestors(facts: Facts, node: cst.CSTNode) -> list[cst.CSTNode]:
 
 
 def _data_parallel_helper_calls(facts: Facts) -> set[cst.Call]:
-    """Calls of DATA_PARALLEL_ONLY_HELPERS, by the name written or the name imported."""
+    """Calls of names.DATA_PARALLEL_ONLY_HELPERS, by the name written or the name imported."""
     return {call for found in (facts.calls_by_callee, facts.calls_named) for callee, calls in found.items()
-            if callee.rsplit(".", 1)[-1] in DATA_PARALLEL_ONLY_HELPERS for call in calls}
+            if callee.rsplit(".", 1)[-1] in names.DATA_PARALLEL_ONLY_HELPERS for call in calls}
 
 
 def _data_parallel_only_call(facts: Facts, statement: cst.CSTNode) -> bool:
-    """A line that only calls a helper of DATA_PARALLEL_ONLY_HELPERS."""
+    """A line that only calls a helper of names.DATA_PARALLEL_ONLY_HELPERS."""
     if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
         return False
     small = statement.body[0]
@@ -2199,10 +2278,44 @@ class Net(torch.nn.Module):
 model = Net().to(device)
 ''')
 
+# An nn.Module that holds its network and optimizer and steps them itself.
+SELF_STEPPING = '''\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Learner(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(4, 1)
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1)
+
+    def step(self, x, y):
+        loss = torch.nn.functional.mse_loss(self.net(x), y)
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+learner = Learner().to(device)
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+for epoch in range(3):
+    for x, y in loader:
+        learner.step(x.to(device), y.to(device))
+'''
+
 CASES = (
     Emits(TRAINING.replace("torch.nn.Linear(4, 1)", "torch.nn.ModuleList([torch.nn.Linear(4, 1)])")
           .replace("model.parameters()", "model[0].parameters()"), "DDP903"),
+    # Moved with the object, after __init__: no place in the class sees it on its device.
+    Emits(SELF_STEPPING, "DDP903"),
+    Silent(SELF_STEPPING.replace("self.net = torch.nn.Linear(4, 1)",
+                                 "self.net = torch.nn.Linear(4, 1).to(device)"), "DDP903"),
     Emits(TRAINING, "DDP101", ("model = DDP(model, device_ids=[local_rank]",)),
+    # An optimizer over every module of a collection trains the modules it names.
+    Emits(TRAINING.replace("model.parameters()", "[p for m in [model] for p in m.parameters()]"), "DDP101",
+          ("model = DDP(model, device_ids=[local_rank]",)),
     Emits(TRAINING.replace("        loss.backward()\n",
                            "        x = x.to(device).requires_grad_(True)\n"
                            "        g, = torch.autograd.grad(model(x).sum(), x, create_graph=True)\n"
@@ -2224,6 +2337,19 @@ CASES = (
                             "        total = loss + gp\n        total.backward()\n"), "DDP113"),
     Emits(TRAINING.replace("model = torch.nn.Linear(4, 1)", "model = torch.nn.DataParallel(torch.nn.Linear(4, 1))"),
           "DDP102", ("model = torch.nn.Linear(4, 1).to(device)",)),
+    # A DataParallel subclass (defined here, or the synchronized-BatchNorm package's) is one:
+    # its wrap goes, its class stays as it is.
+    Emits(TRAINING.replace("model = torch.nn.Linear(4, 1)", "model = MyDataParallel(torch.nn.Linear(4, 1))")
+          .replace("device = torch", "class MyDataParallel(torch.nn.DataParallel):\n    pass\n\n\ndevice = torch"),
+          "DDP102", ("class MyDataParallel(torch.nn.DataParallel):", "model = torch.nn.Linear(4, 1).to(device)")),
+    Emits(TRAINING.replace("model = torch.nn.Linear(4, 1)", "model = DPWC(torch.nn.Linear(4, 1))")
+          .replace("import torch\n", "import torch\nfrom sync_batchnorm import DataParallelWithCallback as DPWC\n", 1),
+          "DDP102", ("model = torch.nn.Linear(4, 1).to(device)",)),
+    # One whose constructor takes something else first: what it wraps is unknown.
+    Emits(TRAINING.replace("model = torch.nn.Linear(4, 1)", "model = SplitDataParallel(2, torch.nn.Linear(4, 1))")
+          .replace("device = torch", "class SplitDataParallel(torch.nn.DataParallel):\n"
+                   "    def __init__(self, first, *args):\n        super().__init__(*args)\n\n\ndevice = torch"),
+          "DDP903"),
     Emits(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)",
                            'model = torch.nn.DataParallel(torch.nn.Linear(4, 1)).to(device)\n'
                            'model.load_state_dict(torch.load("last.pt"))'),

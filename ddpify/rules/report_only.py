@@ -426,6 +426,14 @@ def report_settings_chosen_per_rank(facts: Facts, edits: Edits, setup: Plan) -> 
                 continue
             _spread_through(caller.body if caller is not None else facts.module, given, rounds=2)
             _report_settings_read(facts, edits, caller, given)
+    # `suggested_lr, lrs, losses = find_lr(model, train_loader, ...)` with find_lr in another
+    # module of the project: what it picks from its own batches is per-rank here.
+    for call, positions in facts.calls_returning_picked.items():
+        caller = facts.function_of(call)
+        given = _names_given(facts.statement_of(call), call, positions)
+        if given:
+            _spread_through(caller.body if caller is not None else facts.module, given, rounds=2)
+            _report_settings_read(facts, edits, caller, given)
 
 
 def _report_settings_kept_on_the_object(facts: Facts, edits: Edits, function: cst.FunctionDef,
@@ -1248,6 +1256,10 @@ CASES = (
            "DDP909"),
     Emits(TRAINING.replace("import torch\n", "import sys\n\nimport torch\n", 1)
           .replace("device = torch", 'sys.path.insert(0, "../lib")\ndevice = torch', 1), "DDP909"),
+    # A package's __init__.py that loads its agents from its folder names no torch: still read.
+    Emits("import os\n\nfor name in os.listdir(os.path.dirname(__file__)):\n"
+          "    __import__(__name__ + '.' + name[:-3])\n", "DDP909", ("__import__(__name__ + '.' + name[:-3])",)),
+    Silent("import os\n\nplugin = __import__('json')\nprint(os.getcwd(), plugin)\n", "DDP909"),
     Silent(TRAINING, "DDP909"),
     # A learning rate picked by this rank's last batch loss, then handed to a new optimizer:
     # per rank. A decay on the epoch count alone is the same everywhere.

@@ -16,6 +16,7 @@ from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.facts import BlockItem, DeviceAssignment, Statement
 from ddpify.analysis.nodes import (
     assigned_names,
+    calls_within,
     dotted_name,
     find_all,
     handed_for,
@@ -109,7 +110,7 @@ def choose(facts: Facts) -> Plan:
         # of the project: the group uses each device type's default backend, and this rank's
         # accelerator is made current, so that "cuda" there means this process's own GPU.
         return Plan(function, block, "device", None, device_elsewhere=True)
-    cpu_only = not facts.fixed_device_moves and not facts.fixed_device_values
+    cpu_only = not facts.fixed_device_moves and not facts.fixed_device_values and not moves_to_a_gpu_index(facts)
     unfollowed = _moves_to_an_unfollowed_device(facts) if cpu_only else []
     if unfollowed:
         # Not the CPU: the models go where `get_device()` says. The group takes each device
@@ -278,9 +279,9 @@ def _device_named_elsewhere(facts: Facts) -> Optional[tuple[str, Optional[Statem
     is handed (`def train(cfg): ... model.to(cfg.device)`), a global of the module or an
     imported config (`config.DEVICE`) has no such statement there (None): the setup opens the
     function, or the module after its imports."""
-    indices = gpu_index_codes(facts)
+    indices, options = gpu_index_codes(facts), integer_options(facts)
     for call in _moves_to_a_named_device(facts):
-        if facts.module.code_for_node(call.args[0].value) in indices:
+        if is_gpu_index(facts, call.args[0].value, indices, options):
             continue  # `x.to(args.gpu)` beside `.cuda(args.gpu)`: a GPU index, not a device
         alias = _name_for_a_config_entry(facts, call.args[0].value)
         if alias is not None:
@@ -374,23 +375,66 @@ def _names_a_device(facts: Facts, value: cst.BaseExpression) -> bool:
 
 
 def gpu_index_codes(facts: Facts) -> set[str]:
-    """The code of what `.cuda(X)` is handed (`args.gpu`): a GPU index, so that `.to(X)`
-    names that same fixed GPU."""
-    return {facts.module.code_for_node(call.args[0].value) for call in facts.fixed_device_moves
-            if isinstance(call.func, cst.Attribute) and call.func.attr.value == "cuda"
-            and call.args and call.args[0].keyword is None}
+    """The code of what `.cuda(X)` or `torch.cuda.set_device(X)` is handed (`args.gpu`): a GPU
+    index, so that `.to(X)`, `device=X` and `f"cuda:{X}"` name that same fixed GPU."""
+    codes = {facts.module.code_for_node(call.args[0].value) for call in facts.fixed_device_moves
+             if isinstance(call.func, cst.Attribute) and call.func.attr.value == "cuda"
+             and call.args and call.args[0].keyword is None}
+    for statement in facts.set_device_statements:
+        for call in calls_within(statement):
+            if dotted_name(call.func) in ("torch.cuda.set_device", "cuda.set_device") and call.args \
+                    and not isinstance(call.args[0].value, cst.Integer):
+                codes.add(facts.module.code_for_node(call.args[0].value))
+    return codes
+
+
+def integer_options(facts: Facts) -> set[str]:
+    """The attributes that `parser.add_argument("--gpu", type=int)` (or an integer default
+    and no type) gives the parsed arguments: numbers, so one handed as a device
+    (`.to(args.gpu)`) is a GPU index, never a device string."""
+    found = set()
+    for callee, calls in facts.calls_by_callee.items():
+        if not callee.endswith(".add_argument"):
+            continue
+        for call in calls:
+            keywords = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+            kind = keywords.get("type")
+            default = keywords.get("default")
+            if not (isinstance(kind, cst.Name) and kind.value == "int" or kind is None
+                    and "action" not in keywords and isinstance(default, cst.Integer)):
+                continue
+            given = keywords.get("dest")
+            flags = [str(arg.value.evaluated_value) for arg in call.args
+                     if arg.keyword is None and isinstance(arg.value, cst.SimpleString)]
+            if isinstance(given, cst.SimpleString):
+                found.add(str(given.evaluated_value))
+            elif flags:
+                long = [flag for flag in flags if flag.startswith("--")]
+                found.add((long or flags)[0].lstrip("-").replace("-", "_"))
+    return found
+
+
+def is_gpu_index(facts: Facts, value: cst.BaseExpression, indices: AbstractSet[str],
+                 options: AbstractSet[str]) -> bool:
+    """Rule: a value handed as a device that is a GPU index of the script (what `.cuda(X)` or
+    set_device is handed, or an integer command-line option such as `args.gpu`): it names
+    one GPU for every rank. (`indices` and `options`: gpu_index_codes and integer_options.)"""
+    if facts.module.code_for_node(value) in indices:
+        return True
+    return isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name) \
+        and value.value.value != "self" and value.attr.value in options
 
 
 def moves_to_a_gpu_index(facts: Facts) -> list[cst.Call]:
-    """`.to(X)` where X is what `.cuda(X)` is handed elsewhere (a GPU index)."""
-    indices = gpu_index_codes(facts)
-    if not indices:
+    """`.to(X)` where X is a GPU index (is_gpu_index)."""
+    indices, options = gpu_index_codes(facts), integer_options(facts)
+    if not indices and not options:
         return []
     fixed = set(facts.fixed_device_moves)
-    return [call for calls in facts.device_moves.values() for call in calls
+    return [call for call in facts.nodes_of(cst.Call)
             if call not in fixed and isinstance(call.func, cst.Attribute) and call.func.attr.value == "to"
             and call.args and call.args[0].keyword is None
-            and facts.module.code_for_node(call.args[0].value) in indices]
+            and is_gpu_index(facts, call.args[0].value, indices, options)]
 
 
 def _name_for_a_config_entry(facts: Facts, value: cst.BaseExpression

@@ -12,9 +12,10 @@ from typing import Optional, cast
 import libcst as cst
 
 from ddpify.analysis import effects, names, shell
-from ddpify.analysis.control import Facts, parameter_names
-from ddpify.analysis.facts import BlockItem, Statement
+from ddpify.analysis.control import Facts, parameter_names, receiver_of
+from ddpify.analysis.facts import WHOLE_VALUE, BlockItem, Slot, Statement
 from ddpify.analysis.nodes import (
+    argument_among,
     argument_for,
     calls_within,
     dotted_name,
@@ -23,6 +24,7 @@ from ddpify.analysis.nodes import (
     literal_open_mode,
     names_within,
     opens_for_writing,
+    positional_parameters,
 )
 from ddpify.diagnostics import Rule, Severity, Status
 from ddpify.emit import guards
@@ -490,8 +492,8 @@ def _trackers(facts: Facts, edits: Edits, setup: Plan) -> None:
         for call in facts.calls_named.get(qualified, ()):
             if not _made_by_a_helper(facts, edits, setup, call):
                 _guard_object(facts, edits, setup, call, "DDP306")
-    for call in facts.calls_returning_trackers:
-        _guard_uses_of_a_helper_writer(facts, edits, setup, call)
+    for call, slot in facts.calls_returning_trackers:
+        _guard_uses_of_a_helper_writer(facts, edits, setup, call, slot)
     for qualified in sorted(names.TENSORBOARD_LOGGER_CALLS):
         for call in facts.calls_named.get(qualified, ()):
             if not _guard_statement_call(facts, edits, setup, call, "DDP306"):
@@ -738,6 +740,21 @@ def _guard_object(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code:
         if report_failure:
             edits.report("DDP307", call)
         return False
+    handed = _handed_to_functions(facts, edits, held)
+    if handed is not None:
+        name, creation, references = held
+        arguments, inside = handed
+        uses = _guardable_uses(facts, edits, (name, creation, [r for r in references if r not in arguments]),
+                               report_failure)
+        if uses is None:
+            return False
+        # Made on rank 0 only, None elsewhere: the calls that hand it on still run everywhere.
+        guard = setup.guard_for(facts, call)
+        edits.expressions[call] = replacement(edits, f"{edits.code(call)} if {guard} else None")
+        for statement in uses + inside:
+            _guard(facts, edits, setup, statement, None)
+        edits.report(code, creation)
+        return True
     uses = _guardable_uses(facts, edits, held, report_failure)
     if uses is None:
         return False
@@ -745,6 +762,46 @@ def _guard_object(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code:
         _guard(facts, edits, setup, statement, None)
     edits.report(code, held[1])
     return True
+
+
+def _handed_to_functions(facts: Facts, edits: Edits, held: tuple[str, Statement, list[cst.BaseExpression]]
+                         ) -> Optional[tuple[list[cst.BaseExpression], list[Statement]]]:
+    """Rule: `train(loader, model, optimizer, writer)` or `test(..., writer=writer)`, where the
+    function is this file's and only uses the parameter it receives (`writer.add_scalar(...)`
+    statements, nothing that hands it on or rebinds it): the references passed so, and the
+    statements in the functions that use it, which run on rank 0 alone while the object is
+    made there only (None on the other ranks). None when no reference is such an argument,
+    or when one argument cannot be followed so (the caller reports, DDP307)."""
+    name, creation, references = held
+    arguments: list[cst.BaseExpression] = []
+    inside: list[Statement] = []
+    for reference in references:
+        arg = facts.parents.get(reference)
+        if not isinstance(arg, cst.Arg) or arg.value is not reference or arg.star:
+            continue
+        call = facts.parents.get(arg)
+        if not isinstance(call, cst.Call):
+            continue
+        callee = facts.functions.get(dotted_name(call.func) or "") or facts.method_called(call)
+        if callee is None:
+            return None
+        positional = positional_parameters(callee)
+        if facts.class_of(callee) is not None and positional[:1] == [receiver_of(facts, callee)] and not (
+                isinstance(call.func, cst.Name)):
+            positional = positional[1:]
+        parameter = next((p for p in sorted(parameter_names(callee))
+                          if argument_among(call, p, positional) is reference), None)
+        if parameter is None or any(value is not None and facts.function_of(value) is callee
+                                    for value in facts.assigned_values.get(parameter, ())):
+            return None
+        reads = [read for read in _references(facts, parameter, callee)
+                 if not isinstance(facts.parents.get(read), cst.Param)]
+        uses = _guardable_uses(facts, edits, (parameter, creation, list(reads)), report_failure=False)
+        if uses is None:
+            return None
+        arguments.append(reference)
+        inside.extend(statement for statement in uses if statement not in inside)
+    return (arguments, inside) if arguments else None
 
 
 def _guardable_uses(facts: Facts, edits: Edits, held: tuple[str, Statement, list[cst.BaseExpression]],
@@ -784,22 +841,29 @@ def _made_by_a_helper(facts: Facts, edits: Edits, setup: Plan, call: cst.Call) -
     (nothing done) unless the function of this module returns the call itself and every call
     of it is so held, with uses that a guard can take. The writer held in a local first and
     returned by name (`writer = SummaryWriter(log_dir); return writer`) is the same: made on
-    rank 0 only, None elsewhere, its other uses in the helper guarded."""
+    rank 0 only, None elsewhere, its other uses in the helper guarded. So is a writer returned
+    as one item of a tuple (`return writer, log_dir`, `return log_dir, SummaryWriter(log_dir)`)
+    that every caller unpacks into names (`writer, log_dir = make_writer()`): the name at the
+    writer's place holds it, None on the other ranks, and its uses are guarded."""
     function = facts.function_of(call)
     if function is None or facts.parents.get(function) is not facts.module:
         return False
     inner: list[Statement] = []
-    if not isinstance(facts.parents.get(call), cst.Return):
+    slot = _returned_slot(facts, call)
+    if slot is None:
         local = _returned_local(facts, call, function)
         if local is None:
             return False
-        found = _guardable_uses(facts, edits, local, report_failure=False)
+        held, slot = local
+        found = _guardable_uses(facts, edits, held, report_failure=False)
         if found is None:
             return False
         inner = found
+    elif slot != WHOLE_VALUE and not _same_slot_in_every_return(facts, function, slot):
+        return False
     # (Called only from other modules of the project: they guard what they hold, or say why not.)
     callers = facts.calls_of(function)
-    helds = [_held_object(facts, caller) for caller in callers]
+    helds = [_held_object(facts, caller, slot) for caller in callers]
     if any(held is None for held in helds):
         return False
     uses = [_guardable_uses(facts, edits, held, report_failure=False) for held in helds if held is not None]
@@ -813,11 +877,32 @@ def _made_by_a_helper(facts: Facts, edits: Edits, setup: Plan, call: cst.Call) -
     return True
 
 
+def _returned_slot(facts: Facts, value: cst.BaseExpression) -> Optional[Slot]:
+    """`return value` (the whole value) or `return value, log_dir` (its place in the tuple);
+    None when `value` is not returned so."""
+    parent = facts.parents.get(value)
+    if isinstance(parent, cst.Return):
+        return WHOLE_VALUE
+    returned = facts.parents.get(parent) if isinstance(parent, cst.Element) else None
+    if not isinstance(returned, cst.Tuple) or not isinstance(facts.parents.get(returned), cst.Return) \
+            or any(isinstance(element, cst.StarredElement) for element in returned.elements):
+        return None
+    return list(returned.elements).index(cast(cst.Element, parent)), len(returned.elements)
+
+
+def _same_slot_in_every_return(facts: Facts, function: cst.FunctionDef, slot: Slot) -> bool:
+    """Every `return` of the helper hands back a tuple of the same size, so that each caller's
+    unpacking puts the writer in the same name (not `return None` on an early exit)."""
+    returns = [node for node in find_all(function.body, cst.Return) if facts.function_of(node) is function]
+    return all(isinstance(node.value, cst.Tuple) and len(node.value.elements) == slot[1] for node in returns)
+
+
 def _returned_local(facts: Facts, call: cst.Call, function: cst.FunctionDef
-                    ) -> Optional[tuple[str, Statement, list[cst.BaseExpression]]]:
-    """`writer = SummaryWriter(log_dir)` in `function`, later `return writer`: the local, the
-    statement that makes it and its reads other than the returns; None unless it is a plain
-    name assigned once and returned as it is (`return writer`, not `return writer, path`)."""
+                    ) -> Optional[tuple[tuple[str, Statement, list[cst.BaseExpression]], Slot]]:
+    """`writer = SummaryWriter(log_dir)` in `function`, later `return writer` or `return writer,
+    log_dir`: the local, the statement that makes it and its reads other than the returns,
+    with where the returns hold it; None unless it is a plain name assigned once and returned
+    as it is, in the same place of every return."""
     held = _held_object(facts, call)
     if held is None or not isinstance(cast(cst.Assign, facts.parents.get(call)).targets[0].target, cst.Name):
         return None
@@ -825,17 +910,22 @@ def _returned_local(facts: Facts, call: cst.Call, function: cst.FunctionDef
     if len(facts.assigned_values.get(name, ())) != 1 and sum(
             facts.function_of(value) is function for value in facts.assigned_values.get(name, ())) != 1:
         return None
-    returned = [reference for reference in references if isinstance(facts.parents.get(reference), cst.Return)]
-    if not returned:
+    slots = {reference: _returned_slot(facts, reference) for reference in references}
+    found = {slot for slot in slots.values() if slot is not None}
+    if len(found) != 1:
         return None
-    return name, creation, [reference for reference in references if reference not in returned]
+    slot = found.pop()
+    if slot != WHOLE_VALUE and not _same_slot_in_every_return(facts, function, slot):
+        return None
+    return (name, creation, [reference for reference, where in slots.items() if where is None]), slot
 
 
-def _guard_uses_of_a_helper_writer(facts: Facts, edits: Edits, setup: Plan, call: cst.Call) -> None:
-    """`writer = make_writer(log_dir)`, where `make_writer` in another module of the project
-    returns the SummaryWriter it makes, on rank 0 only (_made_by_a_helper, there): every use of
-    `writer` runs on rank 0 only (DDP306), or DDP307 where a use is part of a larger statement."""
-    held = _held_object(facts, call)
+def _guard_uses_of_a_helper_writer(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, slot: Slot) -> None:
+    """`writer = make_writer(log_dir)` (`writer, log_dir = make_run(root)`), where `make_writer`
+    in another module of the project returns the SummaryWriter it makes, on rank 0 only
+    (_made_by_a_helper, there): every use of `writer` runs on rank 0 only (DDP306), or DDP307
+    where a use is part of a larger statement."""
+    held = _held_object(facts, call, slot)
     uses = _guardable_uses(facts, edits, held) if held is not None else None
     if held is None:
         edits.report("DDP307", call)
@@ -846,14 +936,20 @@ def _guard_uses_of_a_helper_writer(facts: Facts, edits: Edits, setup: Plan, call
     edits.report("DDP306", call)
 
 
-def _held_object(facts: Facts, call: cst.Call
+def _held_object(facts: Facts, call: cst.Call, slot: Slot = WHOLE_VALUE
                  ) -> Optional[tuple[str, Statement, list[cst.BaseExpression]]]:
-    """The name that holds what `call` makes (`writer`, `self.writer`), the statement that
-    assigns it, and every read of the name; None when it is not held so."""
+    """The name that holds what `call` makes (`writer`, `self.writer`; with a slot of a returned
+    tuple, the name unpacked at that place: `writer, log_dir = make_writer()`), the statement
+    that assigns it, and every read of the name; None when it is not held so."""
     assign = facts.parents.get(call)
     if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
         return None
-    target = assign.targets[0].target
+    target: cst.BaseExpression = assign.targets[0].target
+    if slot != WHOLE_VALUE:
+        if not isinstance(target, (cst.Tuple, cst.List)) or len(target.elements) != slot[1] or any(
+                isinstance(element, cst.StarredElement) for element in target.elements):
+            return None
+        target = target.elements[slot[0]].value
     references: Optional[list[cst.BaseExpression]] = None
     if isinstance(target, cst.Name):
         name = target.value
@@ -1046,15 +1142,30 @@ CASES = (
     Emits(_TENSORBOARD.replace("    print(epoch, loss.item())\n", '    writer.add_scalar("loss", loss.item(), epoch)\n')
           .replace("for epoch", "writer = SummaryWriter()\nfor epoch"),
           "DDP306", ("if is_main:\n    writer = SummaryWriter()",)),
+    # Handed to a function of the script that only logs with it: made on rank 0 alone (None
+    # elsewhere, so the call still runs everywhere), its uses in there guarded.
     Emits(_TENSORBOARD.replace("    print(epoch, loss.item())\n", "    log(writer, loss.item())\n")
           .replace("for epoch", "writer = SummaryWriter()\n\n\ndef log(writer, value):\n"
-                   '    writer.add_scalar("loss", value)\n\n\nfor epoch'), "DDP307"),
+                   '    writer.add_scalar("loss", value)\n\n\nfor epoch'), "DDP306",
+          ("writer = SummaryWriter() if is_main else None",
+           '    if is_main:\n        writer.add_scalar("loss", value)')),
+    # ...but one that does more with it than log cannot be guarded around it.
+    Emits(_TENSORBOARD.replace("    print(epoch, loss.item())\n", "    log(writer, loss.item())\n")
+          .replace("for epoch", "writer = SummaryWriter()\n\n\ndef log(writer, value):\n"
+                   '    print(writer.log_dir, value)\n\n\nfor epoch'), "DDP307"),
     # A module-level writer a function of the script reads as a global: guarded there too,
     # or the other ranks would read a name they never bound.
     Emits(_TENSORBOARD.replace("    print(epoch, loss.item())\n", "    log(loss.item())\n")
           .replace("for epoch", "writer = SummaryWriter()\n\n\ndef log(value):\n"
                    '    writer.add_scalar("loss", value)\n\n\nfor epoch'),
           "DDP306", ('def log(value):\n    if is_main:\n        writer.add_scalar("loss", value)',)),
+    # A helper handing back the writer with its folder: made on rank 0, None elsewhere, and
+    # what the caller unpacks at its place is used on rank 0 only.
+    Emits(_TENSORBOARD.replace("    print(epoch, loss.item())\n", '    writer.add_scalar("loss", loss.item(), epoch)\n')
+          .replace("for epoch", "def make_writer(path):\n    writer = SummaryWriter(path)\n"
+                   '    return writer, path\n\n\nwriter, log_dir = make_writer("runs")\nfor epoch'),
+          "DDP306", ("    writer = SummaryWriter(path) if is_main else None\n",
+                     '    if is_main:\n        writer.add_scalar("loss", loss.item(), epoch)')),
     Emits(TRAINING + "print(model(torch.zeros(1, 4).to(device)).item())\n", "DDP308"),
     # A tracker's call that runs the model: the run on every rank, the call on rank 0.
     Emits(_TENSORBOARD.replace("    print(epoch, loss.item())\n",

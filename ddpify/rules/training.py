@@ -179,14 +179,15 @@ def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: Plan, loop: cst
     start, stop = forward[0], backward[-1]
     wrapped = body[start:stop + 1]
     assigned = set().union(*(assigned_names(s) for s in wrapped))
-    if names_in(step_if.test) & assigned or edits.edits_any(body):
+    test = _test_as_the_step_sees_it(step_if.test, body[stop + 1:end])
+    if names_in(step_if.test) & assigned or test is None or edits.edits_any(body):
         edits.report("DDP404", step_if)
         return
     sync = facts.free_name("sync")
     if edits.options.fsdp2:
         # An FSDP2 module has no no_sync(): it is told, before each forward, whether to sync.
         gradient_sync = edits.statements(fsdp2.GRADIENT_SYNC_CODE.format(sync=sync, condition=edits.code(
-            step_if.test), model=model))
+            test), model=model))
         edits.insert_before(cast(Statement, body[start]), Insertion(gradient_sync, takes_blank_lines=True))
         edits.report("DDP401", step_if)
         return
@@ -197,13 +198,47 @@ def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: Plan, loop: cst
         edits.imports.add("dist")
     with_line = f"with {context}:" if fits(indent + 6, context) else \
         f"with (\n    {context}\n):"
-    prefix = [edits.statement(f"{sync} = {edits.code(step_if.test)}\n").with_changes(
+    prefix = [edits.statement(f"{sync} = {edits.code(test)}\n").with_changes(
         leading_lines=[cst.EmptyLine(comment=cst.Comment(NO_SYNC_COMMENT))]
     )]
     template = cast(cst.With, edits.statement(f"{with_line}\n    pass\n"))  # parsed from `with ...:`
     edits.imports.add("contextlib")
     edits.expressions[loop] = _wrap_range(start, stop, len(body), prefix, template)
     edits.report("DDP401", step_if)
+
+
+def _test_as_the_step_sees_it(test: cst.BaseExpression, between: list[cst.CSTNode]
+                              ) -> Optional[cst.BaseExpression]:
+    """Rule: the sync test is computed before the forward, the step's own test after the
+    backward; a counter it reads that changes in between (`loss.backward(); step += 1; if step
+    % accum == 0: optimizer.step()`) must be read as the step will see it, `(step + 1) % accum
+    == 0`, or the all-reduce falls on the micro-batch after the step: the step then applies
+    gradients no rank shared. A counter changed there any other way: None (DDP404)."""
+    read = names_in(test)
+    added: dict[str, cst.BaseExpression] = {}
+    for statement in between:
+        changed = assigned_names(statement) & read
+        if not changed:
+            continue
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+            else None
+        if not (isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign)
+                and isinstance(small.target, cst.Name) and isinstance(small.value, cst.Integer)
+                and small.target.value not in added):
+            return None
+        added[small.target.value] = small.value
+
+    class _Ahead(cst.CSTTransformer):
+        def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+            if updated.value not in added:
+                return updated
+            return cst.BinaryOperation(updated, cst.Add(), added[updated.value],
+                                       lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+        def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+            return updated.with_changes(attr=original.attr)  # `args.step` is no counter
+
+    return cast(cst.BaseExpression, test.visit(_Ahead())) if added else test
 
 
 def _model_name_in(facts: Facts, loop: cst.For) -> str:

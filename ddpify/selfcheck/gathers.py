@@ -32,7 +32,7 @@ def misplaced_gathers(migrated: Source) -> Iterator[Finding]:
         seen.add(statement)
         problem = _problem(migrated, statement, gathers)
         if problem is not None:
-            yield "DDP922", statement.lineno, problem
+            yield "DDP923", statement.lineno, problem
 
 
 def _gather_functions(tree: ast.Module) -> set[str]:

@@ -118,7 +118,7 @@ def _samplers_without_set_epoch(source: Source) -> Iterator[Finding]:
             continue
         if _loader_handed_out(source, call, names) or _loader_handed_on(source, call, names):
             continue
-        if _given_to_own_init(source, names):
+        if _given_to_own_init(source, names) or _loader_kept_on_the_object(source, call, names):
             continue
         yield "DDP912", call.lineno, "this shuffling DistributedSampler never gets set_epoch(epoch)"
 
@@ -254,6 +254,15 @@ def _loaders_built_with(source: Source, sampler: ast.Call, names: list[str]) -> 
             if value is not None and any(each is sampler or loose_dotted(each) in names for each in ast.walk(value)):
                 built.update(loose_dotted(target) or "" for target in node.targets)
     return built
+
+
+def _loader_kept_on_the_object(source: Source, sampler: ast.Call, names: list[str]) -> bool:
+    """The loader built with the sampler is kept on the object (`self.train = DataLoader(...)`
+    in a data holder's __init__) and no loop of this module goes over it: the module that
+    holds the object starts the passes (`for batch in dataset.train`), and sets the epoch there."""
+    kept = {name for name in _loaders_built_with(source, sampler, names) if name.startswith("self.")}
+    iterated = {loose_dotted(node.iter) for node in ast.walk(source.tree) if isinstance(node, ast.For)}
+    return bool(kept) and not kept & iterated
 
 
 def _given_to_own_init(source: Source, names: list[str]) -> bool:

@@ -253,3 +253,34 @@ def _training_uses(source: Source, scope, names: Sequence[str], through_calls: b
                 dotted(argument) in names for argument in [*call.args, *(k.value for k in call.keywords)]):
             uses.append(call)
     return uses
+
+
+# Exporters that compile or serialise the module they are handed: given the DDP wrapper,
+# `torch.jit.script` fails on DDP's forward, `torch.onnx.export` and `torch.jit.trace` record
+# the wrapper (its `module.` names, its hooks), and a file made on rank 0 no longer loads into
+# the bare model.
+EXPORTERS = frozenset({"torch.jit.script", "torch.jit.trace", "torch.jit.trace_module", "torch.onnx.export",
+                       "torch.onnx.dynamo_export", "torch.export.export"})
+
+
+def wrapper_handed_to_an_exporter(migrated: Source) -> Iterator[Finding]:
+    """Rule: `torch.jit.script(model)`, `torch.jit.trace(model, x)`, `torch.onnx.export(model,
+    ...)` after `model = DDP(model, ...)` in the same function (or both at module level) hand
+    the exporter the wrapper: it must be given the bare model (`getattr(model, "module",
+    model)`, `model.module`)."""
+    wrapped: dict[tuple[int, str], int] = {}  # (scope, name) -> the line of its first wrap
+    for name, call in wraps(migrated):
+        if last_part(call.func) not in DDP_WRAPPERS:
+            continue  # (FSDP2's fully_shard keeps the module itself)
+        key = (id(migrated.scope_of(call)), name)
+        wrapped[key] = min(wrapped.get(key, call.lineno), call.lineno)
+    if not wrapped:
+        return
+    for call in migrated.calls:
+        if not call.args or migrated.qualified(call.func) not in EXPORTERS:
+            continue
+        handed = dotted(call.args[0])
+        line = wrapped.get((id(migrated.scope_of(call)), handed or ""))
+        if handed is not None and line is not None and line < call.lineno:
+            yield ("DDP922", call.lineno, f"`{ast.unparse(call.func)}({handed}, ...)` is handed the DDP wrapper "
+                   f"made at output line {line}")

@@ -1,4 +1,4 @@
-"""The self-check's rules (DDP910-DDP917, DDP919, DDP922): what a second reading of ddpify's own output can
+"""The self-check's rules (DDP910-DDP917, DDP919, DDP922, DDP923): what a second reading of ddpify's own output can
 find wrong. The detection is in this package (gathers, loaders, models, output, setup); the rules and
 their cases live here, beside it, rather than in ddpify/rules/, whose units plan edits.
 """
@@ -61,6 +61,12 @@ RULES = (
          "trains its own copy.",
          "Join the group above the loaders (`if \"WORLD_SIZE\" in os.environ: "
          "dist.init_process_group()`), or build them after the setup has run."),
+    Rule("DDP922", Severity.WARNING, "self-check: an exporter is handed the DDP wrapper",
+         "`torch.jit.script`, `torch.jit.trace` and `torch.onnx.export` compile or record the module "
+         "they are given: given the DDP wrapper, scripting fails on DDP's forward, and a trace or "
+         "an ONNX file records the wrapper, whose names carry `module.` and which the bare model "
+         "does not load.",
+         "Hand the exporter the bare model: `torch.jit.script(getattr(model, \"module\", model))`."),
     Rule("DDP919", Severity.WARNING, "self-check: the output reads a name nothing binds",
          "A rewrite names something of the setup (`device`, `is_main`, a helper) in a scope "
          "where the setup did not define it: the output raises NameError there, on every rank. "
@@ -68,7 +74,7 @@ RULES = (
          "unbound are not counted.",
          "Define the name where it is read (pass `device` in, or use `getattr(model, \"module\", "
          "model)`), and report the rewrite as a ddpify bug."),
-    Rule("DDP922", Severity.WARNING, "self-check: embeddings gathered from every rank where they feed more "
+    Rule("DDP923", Severity.WARNING, "self-check: embeddings gathered from every rank where they feed more "
          "than an in-batch similarity",
          "A gather with gradient (DDP410) is right only just before the similarity of a loss over "
          "in-batch negatives in a training loop, with labels sized by the gathered batch. Anywhere "
@@ -117,7 +123,7 @@ _GATHERING = _CONTRASTIVE.replace("import torch\n", "import torch\nimport torch.
 CASES = (
     # The labels sized by this rank's inputs, after a gather of the embeddings.
     Flags(_CONTRASTIVE, _GATHERING.replace("    logits = ", "    q, k = gather_with_grad(q), gather_with_grad(k)\n"
-                                           "    logits = ").replace("len(logits)", "len(x)"), "DDP922"),
+                                           "    logits = ").replace("len(logits)", "len(x)"), "DDP923"),
     Flags(_MOVED, _MOVED.replace("model.to(device)\n", ""), "DDP910"),
     # `nn.DataParallel(model).to(device)` moves the model it wraps: dropping the whole line drops the move.
     Flags(_MOVED.replace("model.to(device)", "model = torch.nn.DataParallel(model).to(device)"),
@@ -149,6 +155,14 @@ CASES = (
                                     + "dataset = "), "DDP916"),
     Silent(TRAINING.replace("dataset = ", 'torch.save(torch.nn.Linear(4, 1).state_dict(), "init.pt")\n'
                             "torch.manual_seed(0)\ndataset = "), "DDP916"),
+    # The exporter handed the wrapper, not the bare model ddpify unwraps for it.
+    Flags(TRAINING + 'torch.jit.script(model).save("model.pt")\n',
+          _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
+          + 'torch.jit.script(model).save("model.pt")\n', "DDP922"),
+    Flags(TRAINING + 'torch.onnx.export(model, torch.zeros(1, 4), "model.onnx")\n',
+          _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
+          + 'torch.onnx.export(model, torch.zeros(1, 4), "model.onnx")\n', "DDP922"),
+    Silent(TRAINING + 'torch.jit.script(model).save("model.pt")\n', "DDP922"),
     Flags(TRAINING, _LATE_GROUP, "DDP917"),
     Flags(TRAINING, _LATE_WRAP, "DDP917"),
     Flags(TRAINING, TRAINING.replace("model(x.to(device))", "model(x.to(rank_device))"), "DDP919"),
