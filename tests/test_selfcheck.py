@@ -624,3 +624,16 @@ def test_a_gather_before_a_loss_function_is_checked_inside_it():
     cut = planted("    return F.cross_entropy(", "    keys = keys[:16]\n    return F.cross_entropy(", migrated)
     assert codes(LOSS_FUNCTION, cut) == ["DDP923"]
     assert codes(LOSS_FUNCTION, planted("info_nce(q, k)", "info_nce(q, x)", migrated)) == ["DDP923"]
+
+
+def test_a_gather_before_a_loss_module_is_checked_in_its_forward():
+    """`criterion = Loss()`, `loss = criterion(q, k)`: the similarity is read in Loss.forward."""
+    source = LOSS_FUNCTION.replace(
+        "def info_nce(queries, keys):\n    logits = queries @ keys.T / 0.1\n    return F.cross_entropy(",
+        "class InfoNCE(torch.nn.Module):\n    def forward(self, queries, keys):\n"
+        "        logits = queries @ keys.T / 0.1\n        return F.cross_entropy(",
+    ).replace("loader = DataLoader", "info_nce = InfoNCE()\nloader = DataLoader")
+    migrated = migrate_source(source, Options()).code
+    assert "q, k = gather_with_grad(q), gather_with_grad(k)\n        loss = info_nce(q, k)" in migrated
+    assert codes(source, migrated) == []
+    assert codes(source, planted("logits.size(0)", "16", migrated)) == ["DDP923"]

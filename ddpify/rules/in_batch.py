@@ -38,6 +38,7 @@ CROSS_ENTROPY_CLASS = "torch.nn.CrossEntropyLoss"
 SIMILARITIES = ("torch.matmul", "torch.mm", "torch.einsum", "torch.nn.functional.cosine_similarity", "torch.bmm")
 IN_BATCH_LABELS = ("torch.arange", "torch.zeros", "torch.eye")
 ARANGE = "torch.arange"
+NORMALIZE = "torch.nn.functional.normalize"
 TRANSPOSES = frozenset({"T", "mT"})
 
 GATHER_COMMENT = "# In-batch negatives from every rank: the loss is the one-process loss over the global batch."
@@ -203,9 +204,10 @@ def _gather_point(facts: Facts, contrast: Contrast) -> "list[_Gather] | str":
     batch's embeddings, one row per sample), (3) the labels are `torch.arange(n)` with n the
     size of the logits, a or b (so they follow the gathered batch), and (4) nothing after the
     similarity reads a or b but the labels' size. The same holds for a loss function of the
-    module (`def clip_loss(a, b): ...`) whose similarity is of two of its parameters, never
-    rebound: the gather goes before each call of it in a training loop, on the embeddings
-    handed in, when every such call is certain. Otherwise the reason it is not."""
+    module (`def clip_loss(a, b): ...`), or the forward of a loss module's class (`criterion =
+    ClipLoss()`), whose similarity is of two of its parameters, never rebound: the gather goes
+    before each call of it in a training loop, on the embeddings handed in, when every such
+    call is certain. Otherwise the reason it is not."""
     loops = facts.enclosing_loops(contrast.loss)
     scope = facts.function_of(contrast.loss)
     if loops and loops[0] in training.batch_loops(facts):
@@ -217,20 +219,21 @@ def _gather_point(facts: Facts, contrast: Contrast) -> "list[_Gather] | str":
         if not all(_embedding_of_this_batch(facts, loop, name, similarity) for name in names):
             return "the similarity's operands are not this batch's embeddings from the model's forward"
         return [_Gather(similarity, names)]
-    if loops or scope is None or facts.class_of(scope) is not None:
+    owner = facts.class_of(scope)
+    if loops or scope is None or owner is not None and scope.name.value != "forward":
         return "the loss is computed outside the training loop's body"
     found = _block_contrast(facts, contrast, scope.body)
     if isinstance(found, str):
         return found
     similarity, names = found
-    parameters = [parameter.name.value for parameter in scope.params.params]
+    parameters = [parameter.name.value for parameter in scope.params.params][1 if owner is not None else 0:]
     before = list(scope.body.body)[:list(scope.body.body).index(similarity)]
     if not set(names) <= set(parameters) or any(set(names) & _bound(assign) for assign in facts.nodes_of(cst.Assign)
                                                 if facts.function_of(assign) is scope) \
             or any(set(names) & names_in(statement) for statement in before):
         return "the similarity is not of the loss function's own parameters"
     gathers = []
-    for call in facts.calls_of(scope):
+    for call in (_instance_calls(facts, owner) if owner is not None else facts.calls_of(scope)):
         call_loops = facts.enclosing_loops(call)
         if not call_loops or call_loops[0] not in training.batch_loops(facts):
             continue
@@ -239,6 +242,15 @@ def _gather_point(facts: Facts, contrast: Contrast) -> "list[_Gather] | str":
             return f"its call on line {facts.line_of(call)} is not handed this batch's embeddings alone"
         gathers.append(gather)
     return gathers or "the loss function is not called in a training loop"
+
+
+def _instance_calls(facts: Facts, owner: cst.ClassDef) -> list[cst.Call]:
+    """The calls of the loss module's instances (`criterion = ClipLoss()`, `criterion(a, b)`),
+    which run its forward."""
+    instances = {dotted_name(target.target) for assign in facts.nodes_of(cst.Assign)
+                 if isinstance(assign.value, cst.Call) and dotted_name(assign.value.func) == owner.name.value
+                 for target in assign.targets}
+    return [call for name in instances if name for call in facts.calls_by_callee.get(name, ())]
 
 
 def _block_contrast(facts: Facts, contrast: Contrast, block: cst.BaseSuite) -> "tuple[Statement, list[str]] | str":
@@ -299,7 +311,16 @@ def _call_site(facts: Facts, call: cst.Call, loop: cst.For, positions: list[int]
 
 
 def _base(node: cst.BaseExpression) -> cst.BaseExpression:
-    """`logits.T` / `logits.t()` -> `logits` (the symmetric loss of CLIP)."""
+    """`logits.T` / `logits.t()` -> `logits` (the symmetric loss of CLIP); `logits * scale`,
+    `logits / t` -> `logits`."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Multiply, cst.Divide)) \
+            and isinstance(node.left, cst.Name):
+        return node.left
+    return _untransposed(node)
+
+
+def _untransposed(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`b` of `b.T`, `b.t()`; the node itself otherwise."""
     if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "t" \
             and not node.args:
         return node.func.value
@@ -310,7 +331,7 @@ def _base(node: cst.BaseExpression) -> cst.BaseExpression:
 
 def _operands(facts: Facts, value: cst.BaseExpression) -> Optional[tuple[str, str]]:
     """(a, b) of `a @ b.T`, `scale * a @ b.T`, `torch.matmul(a, b.t())`, `torch.mm(a, b.T)`,
-    under a scale."""
+    under a scale, each side possibly normalized (`F.normalize(a, dim=-1)`)."""
     products = [node for node in [*find_all(value, cst.BinaryOperation), *find_all(value, cst.Call)]
                 if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply)
                 or node in facts.calls_named.get("torch.matmul", ()) or node in facts.calls_named.get("torch.mm", ())]
@@ -326,10 +347,22 @@ def _operands(facts: Facts, value: cst.BaseExpression) -> Optional[tuple[str, st
         left, right = product.args[0].value, product.args[1].value
     if isinstance(left, cst.BinaryOperation) and isinstance(left.operator, cst.Multiply):
         left = left.right  # `logit_scale * a @ b.T`
-    transposed = _base(right)
-    if transposed is right or not isinstance(left, cst.Name) or not isinstance(transposed, cst.Name):
+    transposed = _untransposed(right)
+    if transposed is right:
+        return None
+    left, transposed = _normalized(facts, left), _normalized(facts, transposed)
+    if not isinstance(left, cst.Name) or not isinstance(transposed, cst.Name):
         return None
     return left.value, transposed.value
+
+
+def _normalized(facts: Facts, node: cst.BaseExpression) -> cst.BaseExpression:
+    """`x` of `F.normalize(x, dim=-1)`: a row-wise normalization, the same before or after
+    the gather."""
+    if isinstance(node, cst.Call) and node in facts.calls_named.get(NORMALIZE, ()) and node.args \
+            and node.args[0].keyword is None:
+        return node.args[0].value
+    return node
 
 
 def _embedding_of_this_batch(facts: Facts, loop: cst.For, name: str, similarity: cst.CSTNode) -> bool:

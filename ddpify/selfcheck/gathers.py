@@ -97,12 +97,29 @@ def _loss_function_called(source: Source, statement: ast.stmt, names: list[str]
     for call in (node for node in ast.walk(statement) if isinstance(node, ast.Call)):
         positions = {argument.id: position for position, argument in enumerate(call.args)
                      if isinstance(argument, ast.Name) and argument.id in names}
-        function = next((node for node in source.tree.body if isinstance(node, ast.FunctionDef)
-                         and node.name == dotted(call.func)), None)
+        function, parameters = _called_function(source, dotted(call.func))
         if function is not None and set(positions) == set(names) and not call.keywords \
-                and max(positions.values()) < len(function.args.args):
-            return function, [function.args.args[positions[name]].arg for name in names]
+                and max(positions.values()) < len(parameters):
+            return function, [parameters[positions[name]] for name in names]
     return None
+
+
+def _called_function(source: Source, callee: Optional[str]) -> tuple[Optional[ast.FunctionDef], list[str]]:
+    """The module's function of that name, or the forward of the module's class an instance of
+    that name was made from (`criterion = ClipLoss()`), with its parameters but `self`."""
+    for node in source.tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == callee:
+            return node, [argument.arg for argument in node.args.args]
+    made_from = {dotted(assignment.value.func) for assignment in source.assignments
+                 if isinstance(assignment, ast.Assign) and isinstance(assignment.value, ast.Call)
+                 and any(dotted(target) == callee for target in assignment.targets)}
+    for node in source.tree.body:
+        if isinstance(node, ast.ClassDef) and node.name in made_from and len(made_from) == 1:
+            forward = next((method for method in node.body if isinstance(method, ast.FunctionDef)
+                            and method.name == "forward"), None)
+            if forward is not None:
+                return forward, [argument.arg for argument in forward.args.args[1:]]
+    return None, []
 
 
 def _similarity_block(body: list[ast.stmt], index: int, names: list[str], require_labels: bool,
@@ -170,7 +187,7 @@ def _similarity_of(value: ast.expr, names: set[str]) -> bool:
 
 
 def _embedding(operand: ast.expr) -> Optional[str]:
-    """`a` of the operand `a`, `a.T`, `a.t()`, `scale * a`."""
+    """`a` of the operand `a`, `a.T`, `a.t()`, `scale * a`, `F.normalize(a, dim=-1)`."""
     if isinstance(operand, ast.BinOp) and isinstance(operand.op, ast.Mult):
         operand = operand.right
     if isinstance(operand, ast.Call) and isinstance(operand.func, ast.Attribute) and operand.func.attr == "t" \
@@ -178,6 +195,8 @@ def _embedding(operand: ast.expr) -> Optional[str]:
         operand = operand.func.value
     if isinstance(operand, ast.Attribute) and operand.attr in ("T", "mT"):
         operand = operand.value
+    if isinstance(operand, ast.Call) and last_part(operand.func) == "normalize" and operand.args:
+        operand = operand.args[0]
     return operand.id if isinstance(operand, ast.Name) else None
 
 
