@@ -1,4 +1,4 @@
-"""The self-check's rules (DDP910-DDP917, DDP919): what a second reading of ddpify's own output can
+"""The self-check's rules (DDP910-DDP917, DDP919, DDP922): what a second reading of ddpify's own output can
 find wrong. The detection is in this package (loaders, models, output, setup); the rules and
 their cases live here, beside it, rather than in ddpify/rules/, whose units plan edits.
 """
@@ -68,6 +68,13 @@ RULES = (
          "unbound are not counted.",
          "Define the name where it is read (pass `device` in, or use `getattr(model, \"module\", "
          "model)`), and report the rewrite as a ddpify bug."),
+    Rule("DDP922", Severity.WARNING, "self-check: a device still names the script's own GPU index",
+         "The original picks its GPU by an index (`.cuda(args.gpu)`, `torch.cuda.set_device(args.gpu)`); "
+         "under torchrun each rank has its own GPU, but the output still makes a device of that "
+         "index (`f\"cuda:{args.gpu}\"`, `device=args.gpu`, `map_location=\"cuda:{}\".format(args.gpu)`): "
+         "tensors made there meet the rank's batches on another GPU, and checkpoints load onto "
+         "one GPU from every rank.",
+         "Use the setup's `device` (or `\"cuda\"`, the GPU the setup made current) there."),
 )
 
 
@@ -127,6 +134,9 @@ CASES = (
     Flags(TRAINING, _LATE_GROUP, "DDP917"),
     Flags(TRAINING, _LATE_WRAP, "DDP917"),
     Flags(TRAINING, TRAINING.replace("model(x.to(device))", "model(x.to(rank_device))"), "DDP919"),
+    Flags(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)", "model = torch.nn.Linear(4, 1).cuda(args.gpu)"),
+          _JOINED.replace("model(x.to(device))", "model(x.to(device) + torch.randn(1, device=f\"cuda:{args.gpu}\"))"),
+          "DDP922"),
     Flags('device = "cuda"\nwith torch.autocast(device_type=device):\n    pass\n',
           'device = torch.device("cuda", 0)\nwith torch.autocast(device_type=device):\n    pass\n', "DDP915"),
 )
