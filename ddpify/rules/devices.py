@@ -9,7 +9,7 @@ import libcst as cst
 
 from ddpify.analysis import names
 from ddpify.analysis.control import Facts
-from ddpify.analysis.nodes import dotted_name, string_value
+from ddpify.analysis.nodes import dotted_name, is_fixed_gpu, string_value
 from ddpify.diagnostics import Rule, Severity, Status
 from ddpify.emit.edits import Edits, replacement
 from ddpify.plan import Plan
@@ -135,19 +135,19 @@ def _devices_built_from_a_gpu_index(facts: Facts, edits: Edits, setup: Plan) -> 
     (NCCL: tensors on two devices), and `torch.load(..., map_location=loc)` puts every
     rank's copy of the checkpoint on it. As `.cuda(args.gpu)` becomes `.cuda()`, it becomes
     the current GPU, the one the setup made this rank's: `"cuda"` (still a string) or
-    `torch.device("cuda")`, and the setup's own `device` where it is in view for a bare index.
+    `torch.device("cuda")`, and the setup's own `device` where it is in view for a bare index
+    (`device=0` as well, GPU 0 named by its number).
     A device handed to the function that holds the setup (`train(args, torch.device(
     f"cuda:{args.gpu}" ...))`) stays: the setup refines that parameter itself, and plain
     `python` keeps the user's GPU."""
     indices, options = gpu_index_codes(facts), integer_options(facts)
-    if not indices and not options:
-        return
     edited = [*edits.expressions, *edits.removed, *edits.replaced]
     handed_to_setup = [arg for call in facts.calls_of(setup.function) for arg in call.args] \
         if setup.device_from_parameter and setup.function is not None else []
     kept = [*edited, *handed_to_setup]
     def index(value: cst.BaseExpression) -> bool:
-        return is_gpu_index(facts, value, indices, options)
+        # (`device=0` too: GPU 0, as `.to(0)` is.)
+        return isinstance(value, cst.Integer) and is_fixed_gpu(value) or is_gpu_index(facts, value, indices, options)
 
     for node, current in _devices_from_an_index(facts, setup, index):
         if _in_choice(facts, setup, node) or any(

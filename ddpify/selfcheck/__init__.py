@@ -3,10 +3,9 @@ cannot show the contract's properties there.
 
 Like black's safe mode, it is a second opinion that shares nothing with the first: the
 transforms read the script with libcst and ddpify.analysis; this reads the original and the
-output with the stdlib `ast` and a few simple, conservative rules (DDP910-DDP917, DDP919, DDP922, DDP923). What
-it
-cannot show is a warning naming the line of the original where the defect is (the output
-line is in the message), so the run exits 1 and the file is still written.
+output with the stdlib `ast` and a few simple, conservative rules (DDP910-DDP917, DDP919,
+DDP922-DDP924). What it cannot show is a warning naming the line of the original where the
+defect is (the output line is in the message), so the run exits 1 and the file is still written.
 """
 import ast
 import difflib
@@ -26,7 +25,7 @@ from ddpify.selfcheck.models import (
 )
 from ddpify.selfcheck.names import names_read_unbound
 from ddpify.selfcheck.output import draws_on_rank0_only, shared_work_on_rank0, unguarded_output
-from ddpify.selfcheck.setup import asked_before_the_group, device_types_changed, joins_on_import
+from ddpify.selfcheck.setup import asked_before_the_group, device_types_changed, gpu_indices_left, joins_on_import
 from ddpify.selfcheck.source import Source
 
 
@@ -53,13 +52,17 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
         *draws_on_rank0_only(after),
         *joins_on_import(before, after),
         *device_types_changed(before, after),
+        *gpu_indices_left(before, after),
         *asked_before_the_group(after),
         *names_read_unbound(before, original, after, migrated),
         *misplaced_gathers(after),
     ]
+    # A fixed GPU the migration already reported where it is (DDP003) is not counted twice.
+    reported_gpus = _lines_of(diagnostics, ("DDP003",))
     found = [Diagnostic(code, line, 1, f"{rule_of(code).summary}: {detail}") for code, line, detail in in_original]
     found += [Diagnostic(code, to_original(line), 1, f"{rule_of(code).summary} (output line {line}): {detail}")
-              for code, line, detail in in_output]
+              for code, line, detail in in_output
+              if not (code == "DDP924" and to_original(line) in reported_gpus)]
     # A writer the migration reported it could not put on rank 0 (DDP307, `with h5py.File(p,
     # "a") as store:` around the training) is the write found here again: said once.
     writers_reported = _lines_of(diagnostics, ("DDP307",))

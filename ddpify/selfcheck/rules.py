@@ -1,6 +1,7 @@
-"""The self-check's rules (DDP910-DDP917, DDP919, DDP922, DDP923): what a second reading of ddpify's own output can
-find wrong. The detection is in this package (gathers, loaders, models, output, setup); the rules and
-their cases live here, beside it, rather than in ddpify/rules/, whose units plan edits.
+"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP924): what a second reading of
+ddpify's own output can find wrong. The detection is in this package (gathers, loaders,
+models, output, setup); the rules and their cases live here, beside it, rather than in
+ddpify/rules/, whose units plan edits.
 """
 from ddpify.diagnostics import Rule, Severity
 from ddpify.rules.cases import TRAINING, Flags, Silent
@@ -82,6 +83,13 @@ RULES = (
          "inputs no longer match, and a later per-sample use reads other ranks' rows.",
          "Move the gather to just before the similarity, size the labels by the similarity, and "
          "report the rewrite as a ddpify bug."),
+    Rule("DDP924", Severity.WARNING, "self-check: a device still names the script's own GPU index",
+         "The original picks its GPU by an index (`.cuda(args.gpu)`, `torch.cuda.set_device(args.gpu)`); "
+         "under torchrun each rank has its own GPU, but the output still makes a device of that "
+         "index (`f\"cuda:{args.gpu}\"`, `device=args.gpu`, `map_location=\"cuda:{}\".format(args.gpu)`): "
+         "tensors made there meet the rank's batches on another GPU, and checkpoints load onto "
+         "one GPU from every rank.",
+         "Use the setup's `device` (or `\"cuda\"`, the GPU the setup made current) there."),
 )
 
 
@@ -166,6 +174,9 @@ CASES = (
     Flags(TRAINING, _LATE_GROUP, "DDP917"),
     Flags(TRAINING, _LATE_WRAP, "DDP917"),
     Flags(TRAINING, TRAINING.replace("model(x.to(device))", "model(x.to(rank_device))"), "DDP919"),
+    Flags(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)", "model = torch.nn.Linear(4, 1).cuda(args.gpu)"),
+          _JOINED.replace("model(x.to(device))", "model(x.to(device) + torch.randn(1, device=f\"cuda:{args.gpu}\"))"),
+          "DDP924"),
     Flags('device = "cuda"\nwith torch.autocast(device_type=device):\n    pass\n',
           'device = torch.device("cuda", 0)\nwith torch.autocast(device_type=device):\n    pass\n', "DDP915"),
 )

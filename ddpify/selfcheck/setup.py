@@ -1,5 +1,6 @@
 """The setup block keeps the module importable (DDP914), the device its type (DDP915), and
-comes before the samplers and wraps that ask whether it ran (DDP917)."""
+comes before the samplers and wraps that ask whether it ran (DDP917); no device names the
+script's own GPU index once the group is joined (DDP924)."""
 import ast
 from collections.abc import Iterator
 from typing import Optional
@@ -222,3 +223,59 @@ def _is_torch_device(value: ast.AST) -> bool:
     if isinstance(value, ast.IfExp):
         return _is_torch_device(value.body) or _is_torch_device(value.orelse)
     return isinstance(value, ast.Call) and dotted(value.func) == "torch.device"
+
+
+def gpu_indices_left(original: Source, migrated: Source) -> Iterator[Finding]:
+    """The script's own GPU index (what the original hands `.cuda(X)` or
+    `torch.cuda.set_device(X)`: `args.gpu`, `gpu_ids[0]`) names one GPU for every rank; in an
+    output that joins a group, no device may still be made of it: `.to(X)`, `.cuda(X)`,
+    `device=X`, `torch.device("cuda", X)`, `f"cuda:{X}"`, `"cuda:{}".format(X)`,
+    `"cuda:%d" % X`. One under a test of the environment (`... if "WORLD_SIZE" in os.environ
+    else f"cuda:{X}"`) is plain `python`'s own and passes."""
+    if not any(last_part(call.func) == "init_process_group" for call in migrated.calls):
+        return
+    modules = {(alias.asname or alias.name).split(".")[0] for node in ast.walk(original.tree)
+               if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+    indices = {ast.unparse(call.args[0]) for call in original.calls if call.args
+               and (isinstance(call.func, ast.Attribute) and call.func.attr == "cuda"
+                    and not (isinstance(call.func.value, ast.Name) and call.func.value.id in modules)
+                    or dotted(call.func) in ("torch.cuda.set_device", "cuda.set_device"))
+               and isinstance(call.args[0], (ast.Name, ast.Attribute, ast.Subscript))
+               and "device" not in ast.unparse(call.args[0]).rsplit(".", 1)[-1]}
+    if not indices:
+        return
+    for node, index in _devices_of_an_index(migrated, indices):
+        if not any(isinstance(parent, (ast.IfExp, ast.If)) and "WORLD_SIZE" in ast.unparse(parent.test)
+                   for parent in migrated.ancestors(node)):
+            yield "DDP924", node.lineno, f"`{ast.unparse(node)}` names GPU `{index}` on every rank"
+
+
+def _devices_of_an_index(source: Source, indices: set[str]) -> Iterator[tuple[ast.expr, str]]:
+    def index_in(node: Optional[ast.AST]) -> Optional[str]:
+        code = ast.unparse(node) if node is not None else None
+        return code if code in indices else None
+
+    for call in source.calls:
+        method = last_part(call.func) if isinstance(call.func, ast.Attribute) else None
+        first = call.args[0] if call.args else None
+        found = index_in(first) if method in ("to", "cuda") else None
+        if method == "format" and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Constant) \
+                and call.func.value.value in ("cuda:{}", "cuda:{0}"):
+            found = index_in(first)
+        if dotted(call.func) == "torch.device" and len(call.args) == 2:
+            found = index_in(call.args[1])
+        found = found or next((index_in(keyword.value) for keyword in call.keywords
+                               if keyword.arg == "device" and index_in(keyword.value)), None)
+        if found:
+            yield call, found
+    for node in ast.walk(source.tree):
+        if isinstance(node, ast.JoinedStr) and len(node.values) == 2 and isinstance(node.values[0], ast.Constant) \
+                and node.values[0].value == "cuda:" and isinstance(node.values[1], ast.FormattedValue):
+            found = index_in(node.values[1].value)
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant) \
+                and node.left.value in ("cuda:%d", "cuda:%s", "cuda:%i"):
+            found = index_in(node.right)
+        else:
+            continue
+        if found:
+            yield node, found
