@@ -104,6 +104,9 @@ class Collector(cst.CSTVisitor):
         # it is handed to).
         self.built_in_place: list[tuple[cst.Call, Optional[cst.FunctionDef], Optional[cst.For],
                                         Optional[cst.Call]]] = []
+        # DataLoader calls with no name that a comprehension or generator goes over where they
+        # are built (`torch.cat([x for x, _ in DataLoader(ds)])`), with their function.
+        self.built_for_comprehension: list[tuple[cst.Call, Optional[cst.FunctionDef]]] = []
         # For loops over `X.parameters()` or `X.named_parameters()`, for parameter groups.
         self._loops_over_parameters: list[cst.For] = []
         # Functions of this file that move each element of a positional parameter.
@@ -621,6 +624,8 @@ class Collector(cst.CSTVisitor):
             child, parent = outer, self.parents.get(outer)
         if isinstance(parent, cst.For) and parent.iter is child:
             self.built_in_place.append((call, self._function(), parent, None))
+        elif isinstance(parent, cst.CompFor) and parent.iter is child:
+            self.built_for_comprehension.append((call, self._function()))
 
     def note_loaders_built_in_place(self) -> None:
         """The loaders _note_loader_built_in_place kept, once every function is known: one
@@ -648,6 +653,15 @@ class Collector(cst.CSTVisitor):
                     used_as = callee.rsplit(".", 1)[-1] + "_loader"
             loader = self._loader(name, call, call)
             facts.loaders.append(dataclasses.replace(loader, function=function, inline=used_as))
+        # Rule: a loader a comprehension goes over where it is built is read in that one pass
+        # and by nothing else (the pass over the data that computes its mean and std). It has
+        # no loop for a sampler's epoch, and no figure ddpify could gather: it stays whole on
+        # every rank, which then computes the same values (evaluation.py says so, DDP203).
+        for index, (call, function) in enumerate(self.built_for_comprehension):
+            name = f"<loader built for a comprehension {index + 1}>"
+            loader = self._loader(name, call, call)
+            facts.loaders.append(dataclasses.replace(loader, function=function, inline="loader",
+                                                     comprehension=True))
 
     def _is_loader_class(self, func: cst.BaseExpression) -> bool:
         if isinstance(func, cst.Name) and func.value in self.facts.loader_classes:

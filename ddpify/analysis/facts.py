@@ -46,6 +46,9 @@ class Loader:
     # `name` is a stand-in no script can bind, and this is what the loader is called where it
     # is used (the parameter it is passed to, or "loader"); None for a loader with a name.
     inline: Optional[str] = None
+    # Built as the iterable of a comprehension or generator, its only reader (`inline` is
+    # then "loader"): a single pass, such as the one computing the data set's mean and std.
+    comprehension: bool = False
 
     @property
     def shuffles(self) -> bool:
