@@ -154,9 +154,17 @@ class Project:
         return definition is not None and definition[0].optimizer_over_self(definition[1])
 
     def builds_optimizer(self, qualified: str) -> bool:
-        """The function or class `qualified` builds an optimizer itself (effects.py)."""
+        """The function or class `qualified` builds an optimizer itself (effects.py), or
+        through a function of the project that does (`optimizer = get_optimizer(config,
+        model.parameters())` in `Runner.train`, get_optimizer in another package)."""
         definition = self._definition(qualified)
-        return definition is not None and definition[0].builds_optimizer(definition[1])
+        if definition is None or self._modules is None:
+            return False
+        if definition[0].builds_optimizer(definition[1]):
+            return True
+        modules = self._modules
+        return any(found is not None and found[0].builds_optimizer(found[1])
+                   for found in map(modules.definition, sorted(definition[0].callees(definition[1]))))
 
     def module_attributes(self, own_module: str, class_name: str) -> set[str]:
         """`self.X` attributes that class `class_name` of `own_module`, or a class of the
@@ -590,15 +598,37 @@ def _imported_from_parent(folder: Path) -> bool:
                         not sibling.name.startswith(".")) and not (sibling / "__init__.py").is_file():
                     scripts.extend(sorted(sibling.glob("*.py")))
         scripts = scripts[:MAX_MODULES]
+        packages = [sibling for sibling in siblings if sibling.is_dir() and sibling != folder
+                    and sibling.name.isidentifier() and sibling.name not in SKIPPED_DIRECTORIES
+                    and (sibling / "__init__.py").is_file()]
     except OSError:
         return False
+    stamps = _stamps(scripts)
+    if _scripts_import(folder.name, stamps):
+        return True
+    # Rule: a package that the top's scripts import belongs to their project, and so does a
+    # package its modules import (`main.py` imports `runners.diffusion`, which imports
+    # `functions`): each is a package of the folder above, whose root is that folder.
+    for package in packages:
+        if not _scripts_import(package.name, stamps):
+            continue
+        try:
+            modules = sorted(package.rglob("*.py"))[:MAX_MODULES]
+        except OSError:
+            continue
+        if _scripts_import(folder.name, _stamps(modules)):
+            return True
+    return False
+
+
+def _stamps(scripts: list[Path]) -> tuple[tuple[str, int, int], ...]:
     stamps = []
     for script in scripts:
         try:
             stamps.append((str(script), *_stamp(script)))
         except OSError:
             continue
-    return _scripts_import(folder.name, tuple(stamps))
+    return tuple(stamps)
 
 
 @lru_cache(maxsize=64)

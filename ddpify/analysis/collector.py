@@ -892,6 +892,7 @@ class Collector(cst.CSTVisitor):
                                  if parameter in trained_positional else None)
             if value is None:
                 continue
+            value = self._model_of_parameters(value)
             names.append(dotted_name(value))
             if names[-1] is None:
                 self._note_model_handed_unnamed(node, qualified, parameter, value)
@@ -915,6 +916,16 @@ class Collector(cst.CSTVisitor):
             if name is not None and all(model.name != name for model in self.facts.models):
                 self._note_training()
                 self.facts.models.append(Model(name, self._statement(node), self._function()))
+
+    @staticmethod
+    def _model_of_parameters(value: cst.BaseExpression) -> cst.BaseExpression:
+        """`model.parameters()`, or `filter(lambda p: p.requires_grad, model.parameters())`,
+        handed to a function that builds the optimizer over what it is given: the model."""
+        owners = [call.func.value for call in calls_within(value) if isinstance(call.func, cst.Attribute)
+                  and call.func.attr.value in ("parameters", "named_parameters") and dotted_name(call.func.value)]
+        if isinstance(value, cst.Call) and owners and len({dotted_name(owner) for owner in owners}) == 1:
+            return owners[0]
+        return value
 
     def _note_model_handed_unnamed(self, node: cst.Call, qualified: str, parameter: str,
                                    value: cst.BaseExpression) -> None:
