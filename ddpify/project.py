@@ -247,6 +247,31 @@ class Project:
                            and re.fullmatch(r"cuda:\d+", node.value) is not None for node in ast.walk(value))
         return False
 
+    def names_device_type(self, qualified: str) -> bool:
+        """Whether `qualified` (config.device) is a global of a module of the project set, once,
+        to a device type only: "cuda" or "cpu", as a string or `torch.device(...)`, chosen by a
+        conditional or not (`device = torch.device("cuda" if torch.cuda.is_available() else
+        "cpu")`). Under the setup, which makes this rank's GPU the current one before the
+        project's modules run, "cuda" is that GPU."""
+        value = self._global_value(qualified)
+        return value is not None and _device_type_value(value)
+
+    def _global_value(self, qualified: str) -> Optional[ast.expr]:
+        """The value of the one top-level assignment of a global of a project module."""
+        local = self._local(qualified) if self._modules is not None else None
+        module, _, name = (local or "").rpartition(".")
+        if self._modules is None or not module:
+            return None
+        found = _module_file(self._modules.root, module)
+        tree = _parsed(str(found[0]), *_stamp(found[0])) if found is not None else None
+        if tree is None:
+            return None
+        values = [statement.value for statement in ast.walk(tree) if isinstance(statement, ast.Assign)
+                  and any(isinstance(target, ast.Name) and target.id == name for target in statement.targets)]
+        top = [statement.value for statement in tree.body if isinstance(statement, ast.Assign)
+               and any(isinstance(target, ast.Name) and target.id == name for target in statement.targets)]
+        return top[0] if len(values) == 1 and len(top) == 1 else None
+
     def has_module(self, module: str) -> bool:
         """`module` ("utils", "models.resnet") is one of the project's own files."""
         return self._modules is not None and self._modules.effects(module) is not None
@@ -643,6 +668,18 @@ def _scripts_import(package: str, scripts: tuple[tuple[str, int, int], ...]) -> 
             continue
         if any(prefix in text for prefix in prefixes):
             return True
+    return False
+
+
+def _device_type_value(value: ast.expr) -> bool:
+    """"cuda" or "cpu", a conditional choosing one, or torch.device of one of these."""
+    if isinstance(value, ast.Constant):
+        return value.value in ("cuda", "cpu")
+    if isinstance(value, ast.IfExp):
+        return _device_type_value(value.body) and _device_type_value(value.orelse)
+    if isinstance(value, ast.Call) and dotted_ast(value.func) == "torch.device" and len(value.args) == 1 \
+            and not value.keywords:
+        return _device_type_value(value.args[0])
     return False
 
 

@@ -1464,6 +1464,9 @@ class Collector(cst.CSTVisitor):
         if method == "to" and node.args and any(self.project.names_fixed_gpu(qualified)
                                                 for qualified in self._qualified(node.args[0].value)):
             self.facts.moves_to_imported_fixed_gpu.append(node)
+        elif method == "to" and node.args and any(self.project.names_device_type(qualified)
+                                                  for qualified in self._qualified(node.args[0].value)):
+            self.facts.moves_to_imported_device_type.append(node)
         if method in ("to", "cpu", "cuda"):
             self._note_device_move(node, func)
 
