@@ -154,9 +154,17 @@ class Project:
         return definition is not None and definition[0].optimizer_over_self(definition[1])
 
     def builds_optimizer(self, qualified: str) -> bool:
-        """The function or class `qualified` builds an optimizer itself (effects.py)."""
+        """The function or class `qualified` builds an optimizer itself (effects.py), or
+        through a function of the project that does (`optimizer = get_optimizer(config,
+        model.parameters())` in `Runner.train`, get_optimizer in another package)."""
         definition = self._definition(qualified)
-        return definition is not None and definition[0].builds_optimizer(definition[1])
+        if definition is None or self._modules is None:
+            return False
+        if definition[0].builds_optimizer(definition[1]):
+            return True
+        modules = self._modules
+        return any(found is not None and found[0].builds_optimizer(found[1])
+                   for found in map(modules.definition, sorted(definition[0].callees(definition[1]))))
 
     def module_attributes(self, own_module: str, class_name: str) -> set[str]:
         """`self.X` attributes that class `class_name` of `own_module`, or a class of the
@@ -238,6 +246,31 @@ class Project:
                 return value is not None and any(isinstance(node, ast.Constant) and isinstance(node.value, str)
                            and re.fullmatch(r"cuda:\d+", node.value) is not None for node in ast.walk(value))
         return False
+
+    def names_device_type(self, qualified: str) -> bool:
+        """Whether `qualified` (config.device) is a global of a module of the project set, once,
+        to a device type only: "cuda" or "cpu", as a string or `torch.device(...)`, chosen by a
+        conditional or not (`device = torch.device("cuda" if torch.cuda.is_available() else
+        "cpu")`). Under the setup, which makes this rank's GPU the current one before the
+        project's modules run, "cuda" is that GPU."""
+        value = self._global_value(qualified)
+        return value is not None and _device_type_value(value)
+
+    def _global_value(self, qualified: str) -> Optional[ast.expr]:
+        """The value of the one top-level assignment of a global of a project module."""
+        local = self._local(qualified) if self._modules is not None else None
+        module, _, name = (local or "").rpartition(".")
+        if self._modules is None or not module:
+            return None
+        found = _module_file(self._modules.root, module)
+        tree = _parsed(str(found[0]), *_stamp(found[0])) if found is not None else None
+        if tree is None:
+            return None
+        values = [statement.value for statement in ast.walk(tree) if isinstance(statement, ast.Assign)
+                  and any(isinstance(target, ast.Name) and target.id == name for target in statement.targets)]
+        top = [statement.value for statement in tree.body if isinstance(statement, ast.Assign)
+               and any(isinstance(target, ast.Name) and target.id == name for target in statement.targets)]
+        return top[0] if len(values) == 1 and len(top) == 1 else None
 
     def has_module(self, module: str) -> bool:
         """`module` ("utils", "models.resnet") is one of the project's own files."""
@@ -590,15 +623,37 @@ def _imported_from_parent(folder: Path) -> bool:
                         not sibling.name.startswith(".")) and not (sibling / "__init__.py").is_file():
                     scripts.extend(sorted(sibling.glob("*.py")))
         scripts = scripts[:MAX_MODULES]
+        packages = [sibling for sibling in siblings if sibling.is_dir() and sibling != folder
+                    and sibling.name.isidentifier() and sibling.name not in SKIPPED_DIRECTORIES
+                    and (sibling / "__init__.py").is_file()]
     except OSError:
         return False
+    stamps = _stamps(scripts)
+    if _scripts_import(folder.name, stamps):
+        return True
+    # Rule: a package that the top's scripts import belongs to their project, and so does a
+    # package its modules import (`main.py` imports `runners.diffusion`, which imports
+    # `functions`): each is a package of the folder above, whose root is that folder.
+    for package in packages:
+        if not _scripts_import(package.name, stamps):
+            continue
+        try:
+            modules = sorted(package.rglob("*.py"))[:MAX_MODULES]
+        except OSError:
+            continue
+        if _scripts_import(folder.name, _stamps(modules)):
+            return True
+    return False
+
+
+def _stamps(scripts: list[Path]) -> tuple[tuple[str, int, int], ...]:
     stamps = []
     for script in scripts:
         try:
             stamps.append((str(script), *_stamp(script)))
         except OSError:
             continue
-    return _scripts_import(folder.name, tuple(stamps))
+    return tuple(stamps)
 
 
 @lru_cache(maxsize=64)
@@ -613,6 +668,18 @@ def _scripts_import(package: str, scripts: tuple[tuple[str, int, int], ...]) -> 
             continue
         if any(prefix in text for prefix in prefixes):
             return True
+    return False
+
+
+def _device_type_value(value: ast.expr) -> bool:
+    """"cuda" or "cpu", a conditional choosing one, or torch.device of one of these."""
+    if isinstance(value, ast.Constant):
+        return value.value in ("cuda", "cpu")
+    if isinstance(value, ast.IfExp):
+        return _device_type_value(value.body) and _device_type_value(value.orelse)
+    if isinstance(value, ast.Call) and dotted_ast(value.func) == "torch.device" and len(value.args) == 1 \
+            and not value.keywords:
+        return _device_type_value(value.args[0])
     return False
 
 

@@ -105,6 +105,9 @@ class Collector(cst.CSTVisitor):
         # it is handed to).
         self.built_in_place: list[tuple[cst.Call, Optional[cst.FunctionDef], Optional[cst.For],
                                         Optional[cst.Call]]] = []
+        # DataLoader calls with no name that a comprehension or generator goes over where they
+        # are built (`torch.cat([x for x, _ in DataLoader(ds)])`), with their function.
+        self.built_for_comprehension: list[tuple[cst.Call, Optional[cst.FunctionDef]]] = []
         # For loops over `X.parameters()` or `X.named_parameters()`, for parameter groups.
         self._loops_over_parameters: list[cst.For] = []
         # Functions of this file that move each element of a positional parameter.
@@ -623,6 +626,8 @@ class Collector(cst.CSTVisitor):
             child, parent = outer, self.parents.get(outer)
         if isinstance(parent, cst.For) and parent.iter is child:
             self.built_in_place.append((call, self._function(), parent, None))
+        elif isinstance(parent, cst.CompFor) and parent.iter is child:
+            self.built_for_comprehension.append((call, self._function()))
 
     def note_loaders_built_in_place(self) -> None:
         """The loaders _note_loader_built_in_place kept, once every function is known: one
@@ -650,6 +655,15 @@ class Collector(cst.CSTVisitor):
                     used_as = callee.rsplit(".", 1)[-1] + "_loader"
             loader = self._loader(name, call, call)
             facts.loaders.append(dataclasses.replace(loader, function=function, inline=used_as))
+        # Rule: a loader a comprehension goes over where it is built is read in that one pass
+        # and by nothing else (the pass over the data that computes its mean and std). It has
+        # no loop for a sampler's epoch, and no figure ddpify could gather: it stays whole on
+        # every rank, which then computes the same values (evaluation.py says so, DDP203).
+        for index, (call, function) in enumerate(self.built_for_comprehension):
+            name = f"<loader built for a comprehension {index + 1}>"
+            loader = self._loader(name, call, call)
+            facts.loaders.append(dataclasses.replace(loader, function=function, inline="loader",
+                                                     comprehension=True))
 
     def _is_loader_class(self, func: cst.BaseExpression) -> bool:
         if isinstance(func, cst.Name) and func.value in self.facts.loader_classes:
@@ -880,6 +894,7 @@ class Collector(cst.CSTVisitor):
                                  if parameter in trained_positional else None)
             if value is None:
                 continue
+            value = self._model_of_parameters(value)
             names.append(dotted_name(value))
             if names[-1] is None:
                 self._note_model_handed_unnamed(node, qualified, parameter, value)
@@ -903,6 +918,16 @@ class Collector(cst.CSTVisitor):
             if name is not None and all(model.name != name for model in self.facts.models):
                 self._note_training()
                 self.facts.models.append(Model(name, self._statement(node), self._function()))
+
+    @staticmethod
+    def _model_of_parameters(value: cst.BaseExpression) -> cst.BaseExpression:
+        """`model.parameters()`, or `filter(lambda p: p.requires_grad, model.parameters())`,
+        handed to a function that builds the optimizer over what it is given: the model."""
+        owners = [call.func.value for call in calls_within(value) if isinstance(call.func, cst.Attribute)
+                  and call.func.attr.value in ("parameters", "named_parameters") and dotted_name(call.func.value)]
+        if isinstance(value, cst.Call) and owners and len({dotted_name(owner) for owner in owners}) == 1:
+            return owners[0]
+        return value
 
     def _note_model_handed_unnamed(self, node: cst.Call, qualified: str, parameter: str,
                                    value: cst.BaseExpression) -> None:
@@ -1441,6 +1466,9 @@ class Collector(cst.CSTVisitor):
         if method == "to" and node.args and any(self.project.names_fixed_gpu(qualified)
                                                 for qualified in self._qualified(node.args[0].value)):
             self.facts.moves_to_imported_fixed_gpu.append(node)
+        elif method == "to" and node.args and any(self.project.names_device_type(qualified)
+                                                  for qualified in self._qualified(node.args[0].value)):
+            self.facts.moves_to_imported_device_type.append(node)
         if method in ("to", "cpu", "cuda"):
             self._note_device_move(node, func)
 

@@ -404,9 +404,24 @@ class FunctionEffects:
         function = self._functions.get(name)
         if function is None or not self.builds_optimizer(name):
             return [], set()
-        read = _parameters_read(function)
+        read = _parameters_read(function) | self._parameters_optimized(function)
         named = {a.arg for a in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]}
         return self._positional(name, function), read & named
+
+    def _parameters_optimized(self, function: ast.FunctionDef) -> set[str]:
+        """The names a torch.optim optimizer the function builds is handed as its params
+        (`optim.Adam(parameters, lr=...)` in `get_optimizer(config, parameters)`): the caller
+        hands `model.parameters()` there, which names the model."""
+        found: set[str] = set()
+        for node in ast.walk(function):
+            if not isinstance(node, ast.Call):
+                continue
+            qualified = self.qualified(dotted_ast(node.func) or "")
+            if not qualified.startswith(names.OPTIMIZER_PREFIX) or qualified.startswith(names.LR_SCHEDULER_PREFIX):
+                continue
+            params = [keyword.value for keyword in node.keywords if keyword.arg == "params"] or node.args[:1]
+            found.update(value.id for value in params if isinstance(value, ast.Name))
+        return found
 
     def kept_and_trained_parameters(self, name: str) -> tuple[list[str], dict[str, str]]:
         """For a class: (its __init__'s parameters, those it keeps as they were handed in,
@@ -437,6 +452,13 @@ class FunctionEffects:
             return False
         own = function.args.args[0].arg if function.args.args else "self"
         return own in _parameters_read(function)
+
+    def callees(self, name: str) -> set[str]:
+        """The full names of what the function, or any method of the class `name`, calls."""
+        functions = [node for key, node in self._functions.items()
+                     if key == name or self._class_of.get(key) == name]
+        return {self.qualified(dotted) for function in functions for node in ast.walk(function)
+                if isinstance(node, ast.Call) and (dotted := dotted_ast(node.func)) is not None}
 
     def builds_optimizer(self, name: str) -> bool:
         """The function, or any method of the class `name`, builds a torch.optim optimizer:

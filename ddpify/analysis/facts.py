@@ -46,6 +46,9 @@ class Loader:
     # `name` is a stand-in no script can bind, and this is what the loader is called where it
     # is used (the parameter it is passed to, or "loader"); None for a loader with a name.
     inline: Optional[str] = None
+    # Built as the iterable of a comprehension or generator, its only reader (`inline` is
+    # then "loader"): a single pass, such as the one computing the data set's mean and std.
+    comprehension: bool = False
 
     @property
     def shuffles(self) -> bool:
@@ -252,6 +255,9 @@ class FactRecord:
     fixed_device_values: list[cst.BaseExpression] = field(default_factory=list)
     # `.to(config.DEVICE)` where another module of the project sets DEVICE = "cuda:0".
     moves_to_imported_fixed_gpu: list[cst.Call] = field(default_factory=list)
+    # `model.to(device)` after `from config import device`, where config.py sets it to a device
+    # type only (`torch.device("cuda" if ... else "cpu")`): this rank's GPU under the setup.
+    moves_to_imported_device_type: list[cst.Call] = field(default_factory=list)
     # Every string literal naming a fixed GPU (`"cuda:0"`), wherever it is.
     fixed_gpu_strings: list[cst.SimpleString] = field(default_factory=list)
     set_device_statements: list[Statement] = field(default_factory=list)

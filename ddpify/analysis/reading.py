@@ -68,6 +68,9 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
         facts.trains = facts.library
     facts.training_calls = collector.training_calls
     facts.used_elsewhere = collector.project.used_elsewhere
+    if facts.library:
+        facts.optimizers_without_model = [optimizer for optimizer in facts.optimizers_without_model
+                                          if not _over_a_parameter_callers_hand(facts, optimizer)]
     facts.data_parallel_in_project = collector.project.wraps_in_data_parallel()
     note_entries_of_received_dicts(facts)
     note_helper_output(facts, collector.helper_calls)
@@ -90,6 +93,21 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
         facts.moved_self_attributes = project.moved_self_attributes()
         note_models_moved_here(facts)
     return facts
+
+
+def _over_a_parameter_callers_hand(facts: Facts, optimizer: cst.Call) -> bool:
+    """Rule: in a helper module, an optimizer whose params are a parameter of its function
+    (`optim.Adam(parameters, ...)` in `get_optimizer(config, parameters)`), a function other
+    modules import: each caller hands `model.parameters()` there, which names the model it
+    wraps (the caller's side, Collector._note_optimizer_made_elsewhere)."""
+    function = facts.function_of(optimizer)
+    if function is None or function not in facts.module.body or function.name.value not in facts.used_elsewhere:
+        return False
+    params = [arg.value for arg in optimizer.args if arg.keyword is not None and arg.keyword.value == "params"] or [
+        arg.value for arg in optimizer.args[:1] if arg.keyword is None and not arg.star]
+    parameters = {param.name.value for param in [*function.params.posonly_params, *function.params.params,
+                                                   *function.params.kwonly_params]}
+    return len(params) == 1 and isinstance(params[0], cst.Name) and params[0].value in parameters
 
 
 class _Positions(Mapping[cst.CSTNode, CodeRange]):

@@ -393,14 +393,9 @@ def _why_whole(facts: Facts, edits: Edits, loader: Loader, loops: list[cst.For])
                     "over it when it can gather the figures there")
         return (f"it is handed to `{dotted_name(handed.func)}` at line {facts.line_of(handed)}, whose "
                 "loop ddpify cannot see (its figures would be one rank's share)")
-    if not loops and (loader.returned or facts.library):
-        return ("it goes to the module that evaluates it, which takes this rank's share there "
-                "when it can gather the figures")
-    if not loops:
-        return "no loop over it in this file"
-    if loader.inline is not None:
-        return ("it is built where it is used: name it (`val_loader = DataLoader(...)`) to have its "
-                "batches shared between the ranks and its figures gathered")
+    where = _why_whole_where_read(facts, loader, loops)
+    if where is not None:
+        return where
     if loader.dataset is None or not isinstance(loader.statement, cst.SimpleStatementLine):
         return "its dataset is not named in the call"
     if any(arg.star == "*" for arg in loader.call.args):
@@ -413,6 +408,23 @@ def _why_whole(facts: Facts, edits: Edits, loader: Loader, loops: list[cst.For])
             return f"`**{loader.kwargs_name}` may hold shuffle= and is shared with another loader"
     if _batch_size(facts, edits, loader) is None:
         return "its batch size is not known"
+    return None
+
+
+def _why_whole_where_read(facts: Facts, loader: Loader, loops: list[cst.For]) -> Optional[str]:
+    """Why the loader stays whole for where it is read: in a comprehension, in no loop of
+    this file, or in a loop over the call itself."""
+    if loader.comprehension:
+        return ("a comprehension reads it once where it is built (a pass over the data, as for its "
+                "mean and std): every rank reads the whole set and computes the same values")
+    if not loops and (loader.returned or facts.library):
+        return ("it goes to the module that evaluates it, which takes this rank's share there "
+                "when it can gather the figures")
+    if not loops:
+        return "no loop over it in this file"
+    if loader.inline is not None:
+        return ("it is built where it is used: name it (`val_loader = DataLoader(...)`) to have its "
+                "batches shared between the ranks and its figures gathered")
     return None
 
 
@@ -634,4 +646,7 @@ CASES = (
     Emits(_EVALUATION, "DDP203", options=Options(shard_evaluation=False)),
     Silent(_EVALUATION, "DDP215", Options(shard_evaluation=False)),
     Silent(_EVALUATION, "DDP215", Options(strategy="fsdp2")),
+    # A comprehension over a loader built in place (the data's mean): whole on every rank.
+    Emits(TRAINING.replace("loader = DataLoader(", "mean = torch.cat([x for x, _ in DataLoader(dataset)]).mean(dim=0)\n"
+                           "loader = DataLoader("), "DDP203", ("[x for x, _ in DataLoader(dataset)]",)),
 )

@@ -187,6 +187,8 @@ def _device_type_only(facts: Facts, move: cst.Call) -> bool:
     parameter that no call of the function gives (`device = device or ("cuda" if ... else
     "cpu")` in `def run(epochs, device=None)`, called as `run()`): its default, None, falls
     through to the choice."""
+    if move in facts.moves_to_imported_device_type:
+        return True  # `from config import device`, set there to "cuda" or "cpu"
     call = _device_call(facts, move.args[0].value)
     if call is None:
         return _name_set_to_device_type(facts, move)
