@@ -272,6 +272,15 @@ class Project:
                and any(isinstance(target, ast.Name) and target.id == name for target in statement.targets)]
         return top[0] if len(values) == 1 and len(top) == 1 else None
 
+    def star_exports(self, module: str) -> dict[str, str]:
+        """What `from module import *` binds beside the module's own functions and classes:
+        the public names it imported itself (`AdamW` -> "torch.optim.AdamW"), also through
+        its own star imports. Empty when the module is not one of the project's files."""
+        effects = self._modules.effects(module) if self._modules is not None else None
+        if effects is None:
+            return {}
+        return {name: qualified for name, qualified in effects.imports.items() if not name.startswith("_")}
+
     def has_module(self, module: str) -> bool:
         """`module` ("utils", "models.resnet") is one of the project's own files."""
         return self._modules is not None and self._modules.effects(module) is not None
@@ -736,7 +745,15 @@ class _Modules:
                 tree = _parsed(str(path), *_stamp(path))
                 if tree is not None:
                     package = module if is_package else module.rpartition(".")[0]
-                    self._read[module] = FunctionEffects(tree, package, self.effect_of)
+                    effects = FunctionEffects(tree, package, self.effect_of)
+                    self._read[module] = effects
+                    # `from config import *` also binds what config imported (`AdamW`,
+                    # `DataLoader`, `nn`): Python's star import takes every public name.
+                    for star in effects.star_modules:
+                        exported = self.effects(star)
+                        for name, qualified in (exported.imports.items() if exported is not None else ()):
+                            if not name.startswith("_"):
+                                effects.imports.setdefault(name, qualified)
         return self._read[module]
 
     def effect_of(self, qualified: str) -> str:

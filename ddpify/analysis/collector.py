@@ -198,6 +198,10 @@ class Collector(cst.CSTVisitor):
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         if isinstance(node.names, cst.ImportStar):
+            # `from funcs import *` of a project module: the names funcs imported come along.
+            star = self._imported_module(node)
+            if star is not None:
+                self._aliases.update(self.project.star_exports(star))
             return
         module = self._imported_module(node)
         for alias in node.names:

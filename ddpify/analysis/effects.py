@@ -465,9 +465,10 @@ class FunctionEffects:
         then it names the model it trains, and wraps it where it does."""
         functions = [node for key, node in self._functions.items()
                      if key == name or self._class_of.get(key) == name]
-        return any(isinstance(node, ast.Call) and self.qualified(dotted_ast(node.func) or "").startswith(
+        return any(isinstance(node, ast.Call) and (self.qualified(dotted_ast(node.func) or "").startswith(
             names.OPTIMIZER_PREFIX) and not self.qualified(dotted_ast(node.func) or "").startswith(
-            names.LR_SCHEDULER_PREFIX) for function in functions for node in ast.walk(function))
+            names.LR_SCHEDULER_PREFIX) or names.is_optimizer_class(self.qualified(dotted_ast(node.func) or "")))
+            for function in functions for node in ast.walk(function))
 
     def module_attributes(self, class_name: str) -> set[str]:
         """`self.X` that the class's methods use as a torch module (`self.model.train()`,

@@ -95,11 +95,32 @@ OPTIMIZER_PREFIX = "torch.optim."
 LR_SCHEDULER_PREFIX = "torch.optim.lr_scheduler."
 
 
+# Optimizer libraries whose classes step a model's parameters as torch.optim's do
+# (`from transformers import AdamW`, `bnb.optim.AdamW8bit`, `timm.optim.Lamb`,
+# `apex.optimizers.FusedAdam`, `torch_optimizer.RAdam`, `lion_pytorch.Lion`): a capitalized
+# name directly in one of these modules is an optimizer class. Their schedulers are functions
+# (`get_linear_schedule_with_warmup`), and `transformers.Trainer` or `timm.optim.Lookahead`
+# style wrappers are not listed by name below.
+OTHER_OPTIMIZER_MODULES = (
+    "transformers.optimization.", "timm.optim.", "apex.optimizers.", "bitsandbytes.optim.",
+    "torch_optimizer.", "lion_pytorch.", "deepspeed.ops.adam.", "deepspeed.ops.lamb.",
+)
+OTHER_OPTIMIZER_CLASSES = frozenset({"transformers.AdamW", "transformers.Adafactor"})
+NOT_OPTIMIZER_CLASSES = frozenset({"timm.optim.Lookahead", "transformers.optimization.AdafactorSchedule"})
+
+
 def is_optimizer_class(qualified: str) -> bool:
     """`torch.optim.SGD`: a class torch.optim itself names (not a scheduler, nor a class of
-    one of its modules, such as `torch.optim.swa_utils.AveragedModel`)."""
-    return qualified.startswith(OPTIMIZER_PREFIX) and not qualified.startswith(LR_SCHEDULER_PREFIX) \
-        and qualified[len(OPTIMIZER_PREFIX):][:1].isupper()
+    one of its modules, such as `torch.optim.swa_utils.AveragedModel`); or an optimizer class
+    of one of the optimizer libraries above (`transformers.AdamW`, `timm.optim.Lamb`)."""
+    if qualified.startswith(OPTIMIZER_PREFIX):
+        return not qualified.startswith(LR_SCHEDULER_PREFIX) and qualified[len(OPTIMIZER_PREFIX):][:1].isupper()
+    if qualified in OTHER_OPTIMIZER_CLASSES:
+        return True
+    if qualified in NOT_OPTIMIZER_CLASSES:
+        return False
+    return any(qualified.startswith(prefix) and "." not in qualified[len(prefix):]
+               and qualified[len(prefix):][:1].isupper() for prefix in OTHER_OPTIMIZER_MODULES)
 
 
 def is_optimizer_module(qualified: str) -> bool:

@@ -154,6 +154,7 @@ def with_keyword(keyword: str, value: str, edits: Edits,
     def rewrite(call: cst.Call) -> cst.Call:
         args = list(call.args)
         closing: Optional[cst.BaseParenthesizableWhitespace] = None
+        trailing: Optional[cst.Comma] = None
         if args:
             last = args[-1]
             between: cst.BaseParenthesizableWhitespace = cst.SimpleWhitespace(" ")
@@ -166,11 +167,27 @@ def with_keyword(keyword: str, value: str, edits: Edits,
                 if isinstance(above, cst.ParenthesizedWhitespace):
                     between = above
                 last = last.with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
+            if isinstance(last.comma, cst.Comma) and isinstance(last.comma.whitespace_after,
+                                                                cst.ParenthesizedWhitespace):
+                # `name="n",` then `)` on a line of its own (a magic trailing comma): the new
+                # argument takes a line of its own, indented as the one above, and keeps the
+                # trailing comma before `)`.
+                trailing = last.comma
+                above = next((arg.comma.whitespace_after for arg in reversed(args[:-1])
+                              if isinstance(arg.comma, cst.Comma)
+                              and isinstance(arg.comma.whitespace_after, cst.ParenthesizedWhitespace)),
+                             call.whitespace_before_args)
+                if isinstance(above, cst.ParenthesizedWhitespace):
+                    last = last.with_changes(comma=last.comma.with_changes(whitespace_after=above))
+                else:
+                    trailing = None
             if last.comma is cst.MaybeSentinel.DEFAULT or last.comma is None:
                 last = last.with_changes(comma=cst.Comma(whitespace_after=between))
             args[-1] = last
         args.append(cst.Arg(keyword=cst.Name(keyword), value=edits.expression(value),
                             equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+        if trailing is not None:
+            args[-1] = args[-1].with_changes(comma=trailing)
         if closing is not None:
             args[-1] = args[-1].with_changes(whitespace_after_arg=closing)
         if wrap_at is None:
