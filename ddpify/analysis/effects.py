@@ -588,8 +588,18 @@ class FunctionEffects:
         if function is None:
             return False
         returned, bound = _returned_and_bound(function)
-        return any(self._builds_loader(value) or isinstance(value, ast.Name) and any(
-            self._builds_loader(made) for made in bound.get(value.id, ())) for value in returned)
+        return any(self._builds_loader(value) or isinstance(value, ast.Name) and self._bound_to_loader(
+            value.id, bound) for value in returned)
+
+    def _bound_to_loader(self, name: str, bound: dict[str, list[ast.expr]]) -> bool:
+        """`name` is given a DataLoader the function builds: directly, or, when every value
+        it is given is a name given one (`if types == "train": dl = train_loader` / `else:
+        dl = dev_loader`), through those names, one step."""
+        values = bound.get(name, [])
+        if any(self._builds_loader(made) for made in values):
+            return True
+        return bool(values) and all(isinstance(made, ast.Name) and made.id != name and any(
+            self._builds_loader(each) for each in bound.get(made.id, ())) for made in values)
 
     def loader_attributes(self, class_name: str) -> frozenset[str]:
         """Rule: the attributes a method of the class sets to a DataLoader it builds

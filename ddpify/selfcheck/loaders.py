@@ -145,7 +145,8 @@ def _loader_handed_out(source: Source, sampler: ast.Call, names: list[str]) -> b
 def _returned_parts(source: Source) -> list[ast.expr]:
     """What the functions return, opened up: each element of a returned tuple, each entry of
     a returned dict (a literal, a comprehension, `dict(...)`), also of a dict bound to a name
-    first (`loaders = {...}` then `return loaders`), and what is stored into such a name by
+    first (`loaders = {...}` then `return loaders`), the loader names a returned name is given,
+    and what is stored into such a name by
     key (`loaders = {}`, then `loaders[split] = dl` in a loop over the splits)."""
     bound, stored = _bound_and_stored(source)
     parts: list[ast.expr] = []
@@ -166,7 +167,8 @@ def _returned_parts(source: Source) -> list[ast.expr]:
         elif isinstance(value, ast.Call) and dotted(value.func) == "dict":
             work.extend(keyword.value for keyword in value.keywords)
         elif isinstance(value, ast.Name):
-            containers = (ast.Dict, ast.DictComp, ast.Call)
+            # (`dl = train_loader` in one branch, `dl = dev_loader` in the other: either.)
+            containers = (ast.Dict, ast.DictComp, ast.Call, ast.Name)
             work.extend(each for each in bound.get(value.id, []) if isinstance(each, containers))
             if any(isinstance(each, ast.Dict) for each in bound.get(value.id, [])):
                 work.extend(stored.get(value.id, []))
