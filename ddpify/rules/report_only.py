@@ -411,7 +411,8 @@ def report_settings_chosen_per_rank(facts: Facts, edits: Edits, setup: Plan) -> 
             shared |= setup.reduced_meters.get(loop, set())
             local -= shared
         function = facts.function_of(loop)
-        _spread_through(function.body if function is not None else facts.module, local, rounds=2, shared=shared)
+        _spread_through(function.body if function is not None else facts.module, local, rounds=2, shared=shared,
+                        modules=_imported_modules(facts))
         _report_settings_read(facts, edits, function, local)
         if function is None:
             continue
@@ -424,7 +425,8 @@ def report_settings_chosen_per_rank(facts: Facts, edits: Edits, setup: Plan) -> 
             given = _names_given(facts.statement_of(call), call, positions)
             if not given:
                 continue
-            _spread_through(caller.body if caller is not None else facts.module, given, rounds=2)
+            _spread_through(caller.body if caller is not None else facts.module, given, rounds=2,
+                            modules=_imported_modules(facts))
             _report_settings_read(facts, edits, caller, given)
     # `suggested_lr, lrs, losses = find_lr(model, train_loader, ...)` with find_lr in another
     # module of the project: what it picks from its own batches is per-rank here.
@@ -432,7 +434,8 @@ def report_settings_chosen_per_rank(facts: Facts, edits: Edits, setup: Plan) -> 
         caller = facts.function_of(call)
         given = _names_given(facts.statement_of(call), call, positions)
         if given:
-            _spread_through(caller.body if caller is not None else facts.module, given, rounds=2)
+            _spread_through(caller.body if caller is not None else facts.module, given, rounds=2,
+                            modules=_imported_modules(facts))
             _report_settings_read(facts, edits, caller, given)
 
 
@@ -460,7 +463,7 @@ def _report_settings_kept_on_the_object(facts: Facts, edits: Edits, function: cs
         if own is None:
             continue
         read = {f"{own}.{attribute}" for attribute in kept}
-        _spread_through(method.body, read, rounds=2)
+        _spread_through(method.body, read, rounds=2, modules=_imported_modules(facts))
         _report_settings_read(facts, edits, method, read)
 
 
@@ -487,14 +490,23 @@ def _read_in(node: Optional[cst.CSTNode], local: set[str]) -> set[str]:
     return found
 
 
-def _spread_through(scope: cst.CSTNode, local: set[str], rounds: int, shared: Collection[str] = ()) -> None:
+def _imported_modules(facts: Facts) -> frozenset[str]:
+    """Names `import X` / `import X as Y` bind in this module: modules, not objects."""
+    return frozenset(
+        (alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name)
+         else (dotted_name(alias.name) or "").partition(".")[0])
+        for node in find_all(facts.module, cst.Import) for alias in node.names)
+
+
+def _spread_through(scope: cst.CSTNode, local: set[str], rounds: int, shared: Collection[str] = (),
+                    modules: Collection[str] = ()) -> None:
     """Add to `local` the names the scope assigns from per-rank names or under tests that read
     them, and the objects it feeds them to, `rounds` times over (a chain of a few steps).
     `shared` names stay out: the epoch sums training.py all-reduces after the batch loop are
     the same on every rank, though the loop adds this rank's losses to them."""
     for _ in range(rounds):
         _spread_rank_local(scope, local, False, shared)
-        local |= _fed_rank_local(scope, local) - set(shared)
+        local |= _fed_rank_local(scope, local, modules) - set(shared)
 
 
 def _rank_local_positions(facts: Facts, function: cst.FunctionDef, local: set[str]) -> set[Optional[int]]:
@@ -522,7 +534,7 @@ def _from_batches(facts: Facts, loop: cst.For) -> set[str]:
     for assign in find_all(loop.body, cst.Assign, into_functions=False):
         if any(dotted_name(call.func) == "next" for call in calls_within(assign.value)):
             local |= assigned_names(assign)
-    _spread_through(loop.body, local, rounds=3)
+    _spread_through(loop.body, local, rounds=3, modules=_imported_modules(facts))
     return local
 
 
@@ -877,26 +889,28 @@ def _rank_local_in(facts: Facts, setup: Plan, loop: cst.For) -> set[str]:
     += 1`) counts the same batches on every rank: each rank's sampler hands it the same number
     of them; the epoch sums training.py all-reduces are the same on every rank too."""
     rank_local = assigned_names(loop.body) - _step_counters(loop.body)
-    rank_local |= _fed_rank_local(loop.body, rank_local)
+    rank_local |= _fed_rank_local(loop.body, rank_local, _imported_modules(facts))
     if loop in setup.reduced_epoch_loops:
         rank_local -= set(training.epoch_accumulators(facts, loop)) | set(training.epoch_lists(facts, loop))
         rank_local -= setup.reduced_meters.get(loop, set())
     return rank_local
 
 
-def _fed_rank_local(body: cst.CSTNode, rank_local: set[str]) -> set[str]:
+def _fed_rank_local(body: cst.CSTNode, rank_local: set[str], modules: Collection[str] = ()) -> set[str]:
     """Objects the batch loop feeds this rank's values through a method call
     (`losses.update(loss.item(), x.size(0))`, `history.append(loss.item())`): what they hold
     afterwards (`losses.avg`, `history[-1]`) comes from this rank's batches only, as a name
     the loop assigns does. Only a call made for its effect (a statement of its own) on a plain
-    name feeds: `self.model(x)` or `x.to(device)` computes a value and changes nothing."""
+    name feeds: `self.model(x)` or `x.to(device)` computes a value and changes nothing. A
+    function of an imported module (`wandb.log({"loss": loss})`, `mlflow.log_metric(...)`) is
+    no object the loop fills: `wandb.config`, read for the learning rate, stays shared."""
     fed: set[str] = set()
     for expression in find_all(body, cst.Expr, into_functions=False):
         call = expression.value
         if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Attribute):
             continue
         receiver = call.func.value
-        if isinstance(receiver, cst.Name) and receiver.value not in ("self", "cls") and any(
+        if isinstance(receiver, cst.Name) and receiver.value not in ("self", "cls", *modules) and any(
                 names_in(arg.value) & rank_local for arg in call.args):
             fed.add(receiver.value)
     return fed
