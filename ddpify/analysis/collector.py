@@ -1658,8 +1658,27 @@ class Collector(cst.CSTVisitor):
             return False
         mapping = self.parents.get(element)
         argument = self.parents.get(mapping) if mapping is not None else None
+        if isinstance(argument, cst.Assign) and len(argument.targets) == 1 \
+                and isinstance(argument.targets[0].target, cst.Name):
+            # `loc = {"cuda:0": f"cuda:{gpu}"}`, then `torch.load(path, map_location=loc)`.
+            return argument.targets[0].target.value in self._map_location_names(argument)
         return isinstance(argument, cst.Arg) and argument.keyword is not None \
             and argument.keyword.value == "map_location"
+
+    def _map_location_names(self, node: cst.CSTNode) -> set[str]:
+        """The plain names handed as `map_location=` anywhere in the module of `node`."""
+        root: cst.CSTNode = node
+        while self.parents.get(root) is not None:
+            root = cast(cst.CSTNode, self.parents.get(root))
+        handed: set[str] = set()
+
+        class _Handed(cst.CSTVisitor):
+            def visit_Arg(self, arg: cst.Arg) -> None:
+                if arg.keyword is not None and arg.keyword.value == "map_location" and isinstance(arg.value, cst.Name):
+                    handed.add(arg.value.value)
+
+        root.visit(_Handed())
+        return handed
 
     def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:
         name = dotted_name(node.expression)

@@ -426,6 +426,42 @@ class ValueFlow(Navigation):
             return
         for position in self._return_positions(name, function):
             yield from self._call_site_targets(function, position)
+        yield from self._returned_through_alias(name, function)
+
+    def _returned_through_alias(self, name: str,
+                                function: cst.FunctionDef) -> Iterator[tuple[str, Optional[cst.FunctionDef]]]:
+        """`if types == "train": dl = train_loader` / `else: dl = dev_loader`, then `return dl`:
+        `train_loader` reaches the names that receive the calls whose literal argument takes
+        its branch (`train_dl = fetch_dataloader("train", params)`). Rule: the `if` tests
+        between the function's body and the alias are read when they compare a parameter
+        with literal strings and the call gives that parameter a literal string; a call
+        whose branch cannot be read that way is not followed."""
+        for assign in self.own_statements(function, cst.Assign):
+            if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name) \
+                    or not isinstance(assign.value, cst.Name) or assign.value.value != name:
+                continue
+            alias = assign.targets[0].target.value
+            if alias == name or None not in self._return_positions(alias, function):
+                continue
+            tests = self._tests_on_the_way(assign, function)
+            for call in self.calls_by_callee.get(function.name.value, ()):
+                parent = self.parents.get(call)
+                if not isinstance(parent, cst.Assign) or len(parent.targets) != 1:
+                    continue
+                holder = dotted_name(parent.targets[0].target)
+                if holder and all(_branch_taken(test, holds, function, call) for test, holds in tests):
+                    yield holder, self.function_of(call)
+
+    def _tests_on_the_way(self, node: cst.CSTNode, function: cst.FunctionDef) -> list[tuple[cst.If, bool]]:
+        """The `if` statements around `node` up to the function, each with whether `node`
+        sits in its body (True) or its else/elif (False)."""
+        tests: list[tuple[cst.If, bool]] = []
+        child, parent = node, self.parents.get(node)
+        while parent is not None and parent is not function:
+            if isinstance(parent, cst.If):
+                tests.append((parent, child is parent.body))
+            child, parent = parent, self.parents.get(parent)
+        return tests
 
     def returned_to_sites(self, name: str, function: Optional[cst.FunctionDef]) -> list[tuple[str, cst.Call]]:
         """(name, call) for each call of `function` whose result (or the element of it that
@@ -762,3 +798,35 @@ def literal_entry(value: cst.BaseExpression, name: str) -> Optional[str]:
     """`name["train"]`: the literal key; None for anything else."""
     key = _entry_of(value, name)
     return string_value(key) if key is not None else None
+
+
+def _branch_taken(statement: cst.If, holds: bool, function: cst.FunctionDef, call: cst.Call) -> bool:
+    """Whether the call surely takes this side of the test: `types == "train"`, `split in
+    ("val", "test")`, `!=`, `not in`, of a parameter the call gives a literal string."""
+    test = statement.test
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1 or not isinstance(test.left, cst.Name):
+        return False
+    parameter = test.left.value
+    names = [param.name.value for param in [*function.params.posonly_params, *function.params.params]]
+    given: Optional[cst.BaseExpression] = next((arg.value for arg in call.args if arg.keyword is not None
+                                                and arg.keyword.value == parameter), None)
+    if given is None and parameter in names:
+        positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+        index = names.index(parameter)
+        given = positional[index] if index < len(positional) else None
+    if not isinstance(given, cst.SimpleString):
+        return False
+    comparison = test.comparisons[0]
+    target = comparison.comparator
+    elements = [element.value for element in target.elements] if isinstance(target, (cst.Tuple, cst.List)) \
+        else [target]
+    if not all(isinstance(element, cst.SimpleString) for element in elements):
+        return False
+    values = {cast(cst.SimpleString, element).evaluated_value for element in elements}
+    inside = given.evaluated_value in values
+    operator = comparison.operator
+    if isinstance(operator, (cst.Equal, cst.In)):
+        return inside == holds
+    if isinstance(operator, (cst.NotEqual, cst.NotIn)):
+        return (not inside) == holds
+    return False

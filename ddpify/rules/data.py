@@ -13,7 +13,7 @@ import libcst as cst
 from ddpify.analysis import names
 from ddpify.analysis.control import Facts, is_training_loader, parameter_names
 from ddpify.analysis.facts import Loader, Statement
-from ddpify.analysis.nodes import argument_for, dotted_name, find_all, first_free
+from ddpify.analysis.nodes import argument_for, calls_within, dotted_name, find_all, first_free
 from ddpify.analysis.values import keyword_names, known_dict_keys
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.arguments import (
@@ -70,11 +70,13 @@ RULES = (
          "Pass `sampler=DistributedSampler(dataset)` when distributed (and drop shuffle=), "
          "and call sampler.set_epoch(epoch) at the top of each epoch."),
     Rule("DDP213", Severity.WARNING, "a loader built for training is also used for evaluation",
-         "The same loader (or the function that builds it) feeds training and an evaluation "
-         "loop; its DistributedSampler shards both, so each rank evaluates 1/N of the data "
-         "and the figures rank 0 prints are its shard's only.",
-         "Build the evaluation loader without the sampler, or all-reduce the evaluation sums "
-         "and counts before printing them."),
+         "The same loader (or the function that builds it) feeds training and a pass that does "
+         "not train: an evaluation loop, or a statistics pass (a scaler fitted over it, class "
+         "counts). Its DistributedSampler shards both, so each rank evaluates 1/N of the data "
+         "and the figures rank 0 prints are its shard's only, and statistics computed from "
+         "one rank's share differ per rank.",
+         "Build the evaluation (or statistics) loader without the sampler, or all-reduce the "
+         "sums and counts before they are used."),
     Rule("DDP403", Severity.EDIT, "per-process batch size divided by the world size",
          "With --keep-global-batch each rank draws batch_size // world_size samples, so one "
          "step still consumes the original batch (rounded down to a multiple of the world "
@@ -174,7 +176,8 @@ def _plan_loader(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> Non
         evaluation = _evaluation_loops(facts, loader) + _other_factory_calls(facts, loader) \
             + _comprehension_passes(facts, loader)
         if evaluation:
-            edits.report("DDP213", min(evaluation, key=facts.line_of))
+            first = min(evaluation, key=facts.line_of)
+            edits.report("DDP213", first, None if _runs_a_model(facts, first) else STATISTICS_PASS)
     else:
         edits.report("DDP210", loader.call)
 
@@ -225,6 +228,30 @@ def _iterable_dataset(facts: Facts, dataset: Optional[cst.BaseExpression]) -> Op
                 value.func.value in facts.iterable_dataset_classes):
             return value.func.value
     return None
+
+
+STATISTICS_PASS = ("a loader built for training is also read by a statistics pass: under torchrun it "
+                   "sees this rank's share, so what it computes (a scaler's mean, class counts) differs "
+                   "per rank: compute it over a loader built without the DistributedSampler")
+
+
+def _runs_a_model(facts: Facts, node: cst.CSTNode) -> bool:
+    """A pass over the training loader that calls a model (`model(x)`, a parameter or
+    `self.` attribute that holds one) is an evaluation; one that only reads the batches
+    (fitting a scaler, counting classes) computes statistics. A factory call elsewhere
+    counts as an evaluation, as before."""
+    if not isinstance(node, (cst.For, cst.CompFor)):
+        return True
+    held = {name for model in facts.models for _, name in facts.model_holders(model)}
+    body: Optional[cst.CSTNode] = node.body if isinstance(node, cst.For) else facts.parents.get(node)
+    function = facts.function_of(node)
+    parameters = parameter_names(function) if function is not None else set()
+    for call in calls_within(body):
+        called = dotted_name(call.func) or ""
+        if called in held or called.split(".")[0] in held or called in parameters \
+                or called.startswith("self.") and called.count(".") == 1:
+            return True
+    return False
 
 
 def _evaluation_loops(facts: Facts, loader: Loader) -> list[cst.For]:
