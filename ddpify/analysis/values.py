@@ -341,6 +341,11 @@ class ValueFlow(Navigation):
         owner = self.class_of(function)
         if owner is not None:
             calls.extend(call for call in self.chained_calls if self.method_called(call) is function)
+            if self.functions.get("self." + function.name.value) is not function:
+                # An override (`Exp_Main._get_data` over `Exp_Basic._get_data`): the calls
+                # that the caller's own class resolves to it.
+                calls.extend(call for call in self.calls_by_callee.get("self." + function.name.value, ())
+                             if self.method_called(call) is function)
             for instance in self._instances_of(owner.name.value):
                 calls.extend(self.calls_by_callee.get(f"{instance}.{function.name.value}", ()))
             if function.name.value == "__call__" or (
@@ -485,8 +490,10 @@ class ValueFlow(Navigation):
 
     def _call_site_targets(self, function: cst.FunctionDef,
                            position: Optional[int]) -> Iterator[tuple[str, Optional[cst.FunctionDef]]]:
-        """The names that receive a function's return value (or its k-th element)."""
-        for call in self.calls_by_callee.get(function.name.value, ()):
+        """The names that receive a function's return value (or its k-th element), by its
+        name or, for a method, `self.name(...)` (`train_data, train_loader =
+        self._get_data(flag="train")`, which returns what a data factory returned to it)."""
+        for call in self.calls_of(function):
             assign = self.parents.get(call)
             if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
                 continue

@@ -217,11 +217,10 @@ def _hoistable_move(facts: Facts, call: cst.Call, argument: Optional[cst.BaseExp
 
 
 def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
-    anchor = _wrap_anchor(facts, model) if model.moved_in_call is None else model.optimizer_statement
-    moved = _moved_elsewhere(facts, model, anchor)
-    if moved is not None:
-        anchor, holder = moved
-        model = Model(holder, model.optimizer_statement, facts.function_of(anchor))
+    followed = _follow_the_move(facts, edits, setup, model)
+    if followed is None:
+        return
+    anchor, model = followed
     entry: Optional[str] = None
     loop = _loop_binding(facts, model)
     if loop is not None:
@@ -1239,12 +1238,16 @@ def _moved_elsewhere(facts: Facts, model: Model,
                      key=lambda held: (held[0] not in training and not held[1].startswith("self."),
                                        held[1]))
     for function, name in holders:
-        if function is model.function and name == model.name:
-            continue
+        if function is model.function and name == model.name and (
+                anchor is not None or not _kept_on_self_elsewhere(facts, model)):
+            continue  # (the trained attribute itself: only where nothing here moves it)
         if _moved_in_place_by_a_helper(facts, function, name, training):
             continue  # the caller's model moves at the call, and is wrapped there
         for statement in facts.statements_touching.get(name, ()):
             in_scope = name.startswith("self.") or facts.function_of(statement) is function
+            if function is model.function and name == model.name and not _same_object(
+                    facts, facts.function_of(statement), function):
+                continue  # the trained attribute itself: only where the same object moves it
             # (Also in the same function, once stored on `self`: `self.model, self.optimizer =
             # model, optimizer`, then `self.model = self.model.cuda()` further down __init__.)
             later_on_self = name.startswith("self.") and anchor is not None \
@@ -1257,8 +1260,102 @@ def _moved_elsewhere(facts: Facts, model: Model,
                     lifted = facts.ancestor_in(statement, facts.block_of(cast(Statement, anchor)))
                     if isinstance(lifted, (cst.If, cst.With, cst.Try)):
                         return lifted, name
+                if function is model.function and name == model.name:
+                    return _after_its_branch(facts, statement), name
                 return statement, name
     return None
+
+
+def _follow_the_move(facts: Facts, edits: Edits, setup: Plan,
+                     model: Model) -> Optional[tuple[Optional[Statement], Model]]:
+    """The wrap's anchor and the model it wraps: where the model reaches its device, followed
+    to the holder that is moved elsewhere (_moved_elsewhere); None once reported."""
+    anchor = _wrap_anchor(facts, model) if model.moved_in_call is None else model.optimizer_statement
+    moved = _moved_elsewhere(facts, model, anchor)
+    if moved is None:
+        return anchor, model
+    if _reported_moved_before_the_setup(facts, edits, setup, model, moved):
+        return None
+    anchor, holder = moved
+    return anchor, Model(holder, model.optimizer_statement, facts.function_of(anchor))
+
+
+def _reported_moved_before_the_setup(facts: Facts, edits: Edits, setup: Plan, model: Model,
+                                     moved: tuple[Statement, str]) -> bool:
+    """Rule: `self.model` moved in another method of its object (the base class's __init__)
+    that runs before the distributed setup (placed later, where the device is chosen): a wrap
+    there would find no process group and the model would train alone on every rank (DDP903)."""
+    statement, name = moved
+    if name != model.name or facts.function_of(statement) is model.function \
+            or _setup_runs_before(facts, setup, statement):
+        return False
+    edits.report("DDP903", statement, (
+        f"`{model.name}` reaches its device here, before the distributed setup runs (it goes "
+        f"where the device is chosen, later): choose the device in this method, before the "
+        f"move (`self.device = torch.device(...)`), or wrap `{model.name}` in DDP by hand"))
+    return True
+
+
+def _setup_runs_before(facts: Facts, setup: Plan, anchor: Statement) -> bool:
+    """The distributed setup has run when `anchor` runs: it sits in the same function, or in
+    a method of the object that the anchor's function calls before it
+    (`self.device = self._acquire_device()`, then the move)."""
+    if setup.sees_setup(facts, anchor):
+        return True
+    function = facts.function_of(anchor)
+    if setup.function is None or function is None:
+        return False
+    return any(facts.function_of(call) is function and facts.start_of(call) < facts.start_of(anchor)
+               and dotted_name(call.func) == f"self.{setup.function.name.value}"
+               for call in facts.calls_of(setup.function))
+
+
+def _after_its_branch(facts: Facts, statement: Statement) -> Statement:
+    """`if cuda: self.model = self.model.cuda()` in the base class's __init__: the
+    statement of that method's body that holds the move, so that the wrap comes after the
+    branch and the model is wrapped on every path."""
+    function = facts.function_of(statement)
+    if function is None or not isinstance(function.body, cst.IndentedBlock):
+        return statement
+    lifted = facts.ancestor_in(statement, function.body)
+    return lifted if isinstance(lifted, (cst.If, cst.With, cst.Try)) else statement
+
+
+def _kept_on_self_elsewhere(facts: Facts, model: Model) -> bool:
+    """Rule: `self.model` trained in `Exp_Main.train()` and moved in `Exp_Basic.__init__`
+    (`self.model = self._build_model().to(self.device)`, the model built by a subclass's
+    override): the move of the attribute in another method of the same object is where it
+    reaches its device, and the wrap follows it there."""
+    return model.name.startswith("self.") and model.function is not None and facts.class_of(model.function) is not None
+
+
+def _same_object(facts: Facts, one: Optional[cst.FunctionDef], other: Optional[cst.FunctionDef]) -> bool:
+    """Both are methods of one class, or of a class and a base class of it defined in this
+    file (their `self` may be the same object); `self.x` of unrelated classes is not."""
+    first, second = facts.class_of(one), facts.class_of(other)
+    if first is None or second is None:
+        return False
+    return first is second or _derives_in_file(facts, first, second) or _derives_in_file(facts, second, first)
+
+
+def _derives_in_file(facts: Facts, derived: cst.ClassDef, base: cst.ClassDef) -> bool:
+    """`derived` inherits from `base`, directly or through other classes of this file."""
+    seen: set[str] = set()
+    pending = [derived]
+    while pending:
+        current = pending.pop()
+        for argument in current.bases:
+            named = dotted_name(argument.value)
+            last = named.rsplit(".", 1)[-1] if named else None
+            if last is None or last in seen:
+                continue
+            seen.add(last)
+            if last == base.name.value:
+                return True
+            found = facts.classes.get(last)
+            if isinstance(found, cst.ClassDef):
+                pending.append(found)
+    return False
 
 
 def _moved_in_place_by_a_helper(facts: Facts, function: Optional[cst.FunctionDef], name: str,
