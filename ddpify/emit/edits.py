@@ -12,7 +12,7 @@ import libcst as cst
 
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import BlockItem, Statement
-from ddpify.analysis.nodes import statements_in
+from ddpify.analysis.nodes import find_all, statements_in
 from ddpify.diagnostics import Diagnostic, rule_of
 from ddpify.emit.imports import ImportSpec, import_block, imports_of
 from ddpify.options import Options
@@ -431,12 +431,4 @@ def _called_helpers(prelude: Sequence[Statement], code: Sequence[Statement]) -> 
 
 def _names_called(statements: Sequence[Statement]) -> set[str]:
     """The names the statements read: a helper is called, or handed on (`worker_init_fn=f`)."""
-    found: set[str] = set()
-
-    class _Names(cst.CSTVisitor):
-        def visit_Name(self, name: cst.Name) -> None:
-            found.add(name.value)
-
-    for statement in statements:
-        statement.visit(_Names())
-    return found
+    return {name.value for statement in statements for name in find_all(statement, cst.Name)}

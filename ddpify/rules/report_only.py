@@ -403,8 +403,9 @@ def report_settings_chosen_per_rank(facts: Facts, edits: Edits, setup: Plan) -> 
     reported (DDP408) there: nothing hangs, the replicas drift apart. Never rewritten (which
     rank's choice, or a shared one, is the author's). Epoch figures that training.py sums
     across ranks are shared, and so is what is decided on them."""
+    modules = _imported_modules(facts)
     for loop in training.batch_loops(facts):
-        local = _from_batches(facts, loop)
+        local = _from_batches(facts, loop, modules)
         shared: set[str] = set()
         if loop in setup.reduced_epoch_loops:  # the epoch sums training.py all-reduces are shared
             shared = set(training.epoch_accumulators(facts, loop)) | set(training.epoch_lists(facts, loop))
@@ -412,11 +413,11 @@ def report_settings_chosen_per_rank(facts: Facts, edits: Edits, setup: Plan) -> 
             local -= shared
         function = facts.function_of(loop)
         _spread_through(function.body if function is not None else facts.module, local, rounds=2, shared=shared,
-                        modules=_imported_modules(facts))
+                        modules=modules)
         _report_settings_read(facts, edits, function, local)
         if function is None:
             continue
-        _report_settings_kept_on_the_object(facts, edits, function, local)
+        _report_settings_kept_on_the_object(facts, edits, function, local, modules)
         positions = _rank_local_positions(facts, function, local)
         if not positions:
             continue
@@ -426,7 +427,7 @@ def report_settings_chosen_per_rank(facts: Facts, edits: Edits, setup: Plan) -> 
             if not given:
                 continue
             _spread_through(caller.body if caller is not None else facts.module, given, rounds=2,
-                            modules=_imported_modules(facts))
+                            modules=modules)
             _report_settings_read(facts, edits, caller, given)
     # `suggested_lr, lrs, losses = find_lr(model, train_loader, ...)` with find_lr in another
     # module of the project: what it picks from its own batches is per-rank here.
@@ -435,12 +436,12 @@ def report_settings_chosen_per_rank(facts: Facts, edits: Edits, setup: Plan) -> 
         given = _names_given(facts.statement_of(call), call, positions)
         if given:
             _spread_through(caller.body if caller is not None else facts.module, given, rounds=2,
-                            modules=_imported_modules(facts))
+                            modules=modules)
             _report_settings_read(facts, edits, caller, given)
 
 
 def _report_settings_kept_on_the_object(facts: Facts, edits: Edits, function: cst.FunctionDef,
-                                        local: set[str]) -> None:
+                                        local: set[str], modules: frozenset[str]) -> None:
     """Rule: a per-rank value the method keeps on its object (`self.lr = lrs[argmin(losses)]`
     in an LR finder) is per-rank wherever the class's other methods read it: `self.lr` there
     is spread and reported as a per-rank name is (`group["lr"] = self.lr`, `OneCycleLR(opt,
@@ -463,7 +464,7 @@ def _report_settings_kept_on_the_object(facts: Facts, edits: Edits, function: cs
         if own is None:
             continue
         read = {f"{own}.{attribute}" for attribute in kept}
-        _spread_through(method.body, read, rounds=2, modules=_imported_modules(facts))
+        _spread_through(method.body, read, rounds=2, modules=modules)
         _report_settings_read(facts, edits, method, read)
 
 
@@ -522,7 +523,7 @@ def _rank_local_positions(facts: Facts, function: cst.FunctionDef, local: set[st
     return positions
 
 
-def _from_batches(facts: Facts, loop: cst.For) -> set[str]:
+def _from_batches(facts: Facts, loop: cst.For, modules: frozenset[str]) -> set[str]:
     """The names a batch loop binds from its batches, spread through its body."""
     target: cst.BaseExpression = loop.target
     counting = dotted_name(loop.iter.func) if isinstance(loop.iter, cst.Call) else None
@@ -534,7 +535,7 @@ def _from_batches(facts: Facts, loop: cst.For) -> set[str]:
     for assign in find_all(loop.body, cst.Assign, into_functions=False):
         if any(dotted_name(call.func) == "next" for call in calls_within(assign.value)):
             local |= assigned_names(assign)
-    _spread_through(loop.body, local, rounds=3, modules=_imported_modules(facts))
+    _spread_through(loop.body, local, rounds=3, modules=modules)
     return local
 
 
