@@ -13,7 +13,7 @@ import libcst as cst
 from ddpify.analysis import names
 from ddpify.analysis.control import Facts, is_training_loader, parameter_names
 from ddpify.analysis.facts import Loader, Statement
-from ddpify.analysis.nodes import argument_for, calls_within, dotted_name, find_all, first_free
+from ddpify.analysis.nodes import argument_for, calls_within, dotted_name, first_free
 from ddpify.analysis.values import keyword_names, known_dict_keys
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.arguments import (
@@ -271,7 +271,7 @@ def _comprehension_passes(facts: Facts, loader: Loader) -> list[cst.CompFor]:
     per rank (DDP213)."""
     holders = facts.loader_holders_of(loader)
     return sorted((
-        comprehension for comprehension in find_all(facts.module, cst.CompFor)
+        comprehension for comprehension in facts.nodes_of(cst.CompFor)
         if (name := dotted_name(comprehension.iter)) is not None
         and any(held == name and facts.sees_value(comprehension, name, function) for function, held in holders)
         and not any(outer in facts.training_loops for outer in facts.enclosing_loops(comprehension))
@@ -304,7 +304,7 @@ def _only_a_sample_batch_read(facts: Facts, target: cst.Name) -> bool:
     point clouds or images): no pass over it computes a figure, so it is no evaluation of a
     training loader (DDP213). The batch shown is then one of rank 0's share: the display is
     rank 0's, like every output."""
-    reads = [node for node in find_all(facts.module, cst.Name) if node.value == target.value and node is not target]
+    reads = [node for node in facts.nodes_of(cst.Name) if node.value == target.value and node is not target]
     return bool(reads) and all(_draws_one_batch(facts, read) for read in reads)
 
 

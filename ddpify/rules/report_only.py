@@ -496,7 +496,7 @@ def _imported_modules(facts: Facts) -> frozenset[str]:
     return frozenset(
         (alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name)
          else (dotted_name(alias.name) or "").partition(".")[0])
-        for node in find_all(facts.module, cst.Import) for alias in node.names)
+        for node in facts.nodes_of(cst.Import) for alias in node.names)
 
 
 def _spread_through(scope: cst.CSTNode, local: set[str], rounds: int, shared: Collection[str] = (),
