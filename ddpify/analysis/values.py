@@ -10,6 +10,7 @@ from ddpify.analysis.call_modes import evaluating_call
 from ddpify.analysis.facts import DictPass, ExternalLoader, Holder, Loader, LoaderDict, Model, Statement
 from ddpify.analysis.navigation import Navigation
 from ddpify.analysis.nodes import (
+    argument_for,
     calls_within,
     dotted_name,
     find_all,
@@ -813,27 +814,18 @@ def _branch_taken(statement: cst.If, holds: bool, function: cst.FunctionDef, cal
     test = statement.test
     if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1 or not isinstance(test.left, cst.Name):
         return False
-    parameter = test.left.value
     names = [param.name.value for param in [*function.params.posonly_params, *function.params.params]]
-    given: Optional[cst.BaseExpression] = next((arg.value for arg in call.args if arg.keyword is not None
-                                                and arg.keyword.value == parameter), None)
-    if given is None and parameter in names:
-        positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
-        index = names.index(parameter)
-        given = positional[index] if index < len(positional) else None
-    if not isinstance(given, cst.SimpleString):
-        return False
+    parameter = test.left.value
+    given = argument_for(call, parameter, names.index(parameter) if parameter in names else None)
+    text = string_value(given) if given is not None else None
     comparison = test.comparisons[0]
-    target = comparison.comparator
-    elements = [element.value for element in target.elements] if isinstance(target, (cst.Tuple, cst.List)) \
-        else [target]
-    if not all(isinstance(element, cst.SimpleString) for element in elements):
+    single = string_value(comparison.comparator)
+    values = _literal_strings(comparison.comparator) or ([single] if single is not None else None)
+    if text is None or values is None:
         return False
-    values = {cast(cst.SimpleString, element).evaluated_value for element in elements}
-    inside = given.evaluated_value in values
-    operator = comparison.operator
-    if isinstance(operator, (cst.Equal, cst.In)):
+    inside = text in values
+    if isinstance(comparison.operator, (cst.Equal, cst.In)):
         return inside == holds
-    if isinstance(operator, (cst.NotEqual, cst.NotIn)):
+    if isinstance(comparison.operator, (cst.NotEqual, cst.NotIn)):
         return (not inside) == holds
     return False
