@@ -1254,9 +1254,7 @@ class Collector(cst.CSTVisitor):
         """Rule: a call handed a model's parameters and a torch.optim class to step them with
         (`SAM(model.parameters(), base_optimizer, rho=2.0)` after `base_optimizer =
         torch.optim.SGD`, ASAM, GSAM): an optimizer of its own over that model."""
-        positional = positional_args(node)
-        params = keyword_args(node).get("params")
-        first = params.value if params is not None else (positional[0] if positional else None)
+        first = argument_for(node, "params", 0)
         if first is None or not any(isinstance(call.func, cst.Attribute) and call.func.attr.value in (
                 "parameters", "named_parameters") for call in calls_within(first)):
             return False
