@@ -162,6 +162,17 @@ def test_the_read_only_walk_visits_what_libcst_visits_in_its_order(path):
     assert ours.seen == theirs.seen
 
 
+@pytest.mark.parametrize("path", SOURCES[::10], ids=lambda path: str(path.relative_to(ROOT / "fixtures")))
+def test_children_and_the_preorder_are_libcsts_children_and_visit_order(path):
+    tree = cst.parse_module(path.read_text(encoding="utf-8"))
+    visited = _Order()
+    tree.visit(visited)
+    walked = [id(node) for node in traversal.preorder(tree, lambda node: not isinstance(node, cst.Lambda))]
+    assert walked == [node for event, node in visited.seen if event == "visit"]
+    for node in traversal.preorder(tree, lambda node: True):
+        assert [id(child) for child in traversal.children(node)] == [id(child) for child in node.children]
+
+
 def test_the_walk_visits_an_f_string_format_spec_only_where_there_is_one():
     tree = cst.parse_module('a = f"{x}"\nb = f"{y:>{width}}"\nc = f"{z}"\n')
     theirs, ours = _Order(), _Order()

@@ -5,6 +5,7 @@ from typing import Optional
 
 import libcst as cst
 
+from ddpify.analysis import traversal
 from ddpify.analysis.control import Facts
 from ddpify.analysis.nodes import names_in, targets_bound_in
 
@@ -115,5 +116,5 @@ def in_order(loop: cst.For, names: set[str]) -> list[str]:
             if node.value in names and node.value not in ordered:
                 ordered.append(node.value)
 
-    loop.body.visit(_Order())
+    traversal.visit(loop.body, _Order())
     return ordered

@@ -6,7 +6,7 @@ from typing import Callable, Optional, Union, cast
 
 import libcst as cst
 
-from ddpify.analysis import effects, names
+from ddpify.analysis import effects, names, traversal
 from ddpify.analysis.containers import (
     Entry,
     gathered_elements,
@@ -1675,7 +1675,7 @@ class Collector(cst.CSTVisitor):
                 if arg.keyword is not None and arg.keyword.value == "map_location" and isinstance(arg.value, cst.Name):
                     handed.add(arg.value.value)
 
-        root.visit(_Handed())
+        traversal.visit(root, _Handed())
         return handed
 
     def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:

@@ -10,6 +10,7 @@ from typing import Optional
 
 import libcst as cst
 
+from ddpify.analysis import traversal
 from ddpify.analysis.bindings import in_order, names_read_after, rebound, scope_statements
 from ddpify.analysis.control import Facts
 from ddpify.analysis.nodes import calls_within, dotted_name, find_all, names_in
@@ -174,7 +175,7 @@ def _exit_in(facts: Facts, loop: cst.For) -> Optional[str]:
         def visit_While(self, node: cst.While) -> bool:
             return False
 
-    loop.visit(_Exits())
+    traversal.visit(loop, _Exits())
     return found[0] if found else None
 
 
@@ -223,7 +224,7 @@ def _accumulation(facts: Facts, loop: cst.For, name: str) -> Optional[str]:
             if node is not loop and name in names_in(node.target):
                 other = True
 
-    loop.body.visit(_Bindings())
+    traversal.visit(loop.body, _Bindings())
     if other or not increments:
         return None
     if not _starts_from_number(facts, loop, name):
@@ -274,7 +275,7 @@ def _values_before(facts: Facts, loop: cst.For, name: str) -> list[cst.BaseExpre
 
     function = facts.function_of(loop)
     for node in scope_statements(facts, loop):
-        node.visit(_Assignments())
+        traversal.visit(node, _Assignments())
     return found
 
 
@@ -287,7 +288,7 @@ def _simple_assignments(body: cst.CSTNode) -> dict[str, list[cst.BaseExpression]
                 if isinstance(target.target, cst.Name):
                     found.setdefault(target.target.value, []).append(node.value)
 
-    body.visit(_Assignments())
+    traversal.visit(body, _Assignments())
     return found
 
 
@@ -323,7 +324,7 @@ def _stateful_call(facts: Facts, loop: cst.For, outside: set[str], tables: dict[
     counts (`correct_pred[classname] += 1` into a dict, a list or a CPU tensor of numbers)
     go into `tables`, by name and kind, to be summed across ranks."""
     mutations = _Mutations(facts, loop, outside, tables)
-    loop.body.visit(mutations)
+    traversal.visit(loop.body, mutations)
     return mutations.found[0] if mutations.found else None
 
 
@@ -483,7 +484,7 @@ def _filled_lists(facts: Facts, loop: cst.For, outside: set[str]) -> dict[str, O
             else:
                 found[owner] = method
 
-    loop.body.visit(_Fills())
+    traversal.visit(loop.body, _Fills())
     return found
 
 
@@ -522,7 +523,7 @@ def _whole_names_in(node: cst.CSTNode) -> list[str]:
         def visit_Name(self, name: cst.Name) -> None:
             found.append(name.value)
 
-    node.visit(_Names())
+    traversal.visit(node, _Names())
     return found
 
 
@@ -556,7 +557,7 @@ def _nodes_around(facts: Facts, loop: cst.For, *,
             return into_definitions or not isinstance(node, (cst.FunctionDef, cst.ClassDef)) or node is own_function
 
     for node in scope_statements(facts, loop):
-        node.visit(_Walk())
+        traversal.visit(node, _Walk())
     return before, after
 
 

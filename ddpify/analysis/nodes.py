@@ -278,16 +278,10 @@ def made_one_each(target: cst.BaseExpression,
 def find_all(node: cst.CSTNode, kind: type[_Found], *, into_functions: bool = True) -> list[_Found]:
     """Every node of `kind` within node (node included), in source order; with
     `into_functions=False` no function definition (node itself neither) is searched."""
-    found: list[_Found] = []
+    def descend(child: cst.CSTNode) -> bool:
+        return into_functions or not isinstance(child, cst.FunctionDef)
 
-    class _Find(cst.CSTVisitor):
-        def on_visit(self, child: cst.CSTNode) -> bool:
-            if isinstance(child, kind):
-                found.append(child)
-            return into_functions or not isinstance(child, cst.FunctionDef)
-
-    traversal.visit(node, _Find())
-    return found
+    return [child for child in traversal.preorder(node, descend) if isinstance(child, kind)]
 
 
 def calls_within(node: Optional[cst.CSTNode]) -> list[cst.Call]:
@@ -307,7 +301,7 @@ def names_within(node: cst.CSTNode) -> list[str]:
             if dotted:
                 found.append(dotted)
             # `self.train_loader` reads `self`, not a variable named `train_loader`.
-            attribute.value.visit(self)
+            traversal.visit(attribute.value, self)
             return False
 
     traversal.visit(node, _Names())

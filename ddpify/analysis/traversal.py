@@ -9,6 +9,7 @@ once per node class from that method itself, so that the walk sees what libcst's
 Attribute hooks (`visit_Call_func`) are not called: no visitor of ddpify defines one.
 """
 import dataclasses
+from collections.abc import Callable, Iterator
 
 import libcst as cst
 
@@ -50,23 +51,41 @@ def _fields_of(node: cst.CSTNode) -> tuple[str, ...]:
         known = _FIELDS[type(node)] = (order, tuple(
             field.name for field in dataclasses.fields(node)
             if field.name not in order and getattr(node, field.name) in (None, (), [])))
-    if any(_holds_children(getattr(node, field)) for field in known[1]):
-        # A field libcst visits only when it is set (an f-string's format_spec): the first
-        # node of the class had none, this one has; its own order, not cached.
-        return _visited_fields(node)
+    for field in known[1]:
+        if _holds_children(getattr(node, field)):
+            # A field libcst visits only when it is set (an f-string's format_spec): the
+            # first node of the class had none, this one has; its own order, not cached.
+            return _visited_fields(node)
     return known[0]
+
+
+def children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """`node.children`, in the same order, without libcst's visitor run to collect them."""
+    found: list[cst.CSTNode] = []
+    for field in _fields_of(node):
+        value = getattr(node, field)
+        if isinstance(value, cst.CSTNode):
+            found.append(value)
+        elif isinstance(value, (tuple, list)):
+            found.extend(child for child in value if isinstance(child, cst.CSTNode))
+    return found
 
 
 def visit(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     """`node.visit(visitor)` for a visitor that only reads: on_visit (its visit_X), the
     children unless it returned False, then on_leave (its leave_X)."""
     if visitor.on_visit(node):
-        for field in _fields_of(node):
-            value = getattr(node, field)
-            if isinstance(value, cst.CSTNode):
-                visit(value, visitor)
-            elif isinstance(value, (tuple, list)):
-                for child in value:
-                    if isinstance(child, cst.CSTNode):
-                        visit(child, visitor)
+        for child in children(node):
+            visit(child, visitor)
     visitor.on_leave(node)
+
+
+def preorder(node: cst.CSTNode, descend: Callable[[cst.CSTNode], bool]) -> Iterator[cst.CSTNode]:
+    """The nodes `visit` would visit, in its order (node first), entering the children of
+    those `descend` accepts."""
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        yield current
+        if descend(current):
+            pending.extend(reversed(children(current)))

@@ -12,6 +12,7 @@ from typing import Optional, Union, cast
 
 import libcst as cst
 
+from ddpify.analysis import traversal
 from ddpify.analysis.facts import Statement
 from ddpify.analysis.nodes import dotted_name
 from ddpify.emit.layout import LINE_LENGTH
@@ -78,7 +79,7 @@ def _used_elsewhere(module: cst.Module, import_statement: cst.BaseStatement, nam
 
     for statement in module.body:
         if statement is not import_statement:
-            statement.visit(_Uses())
+            traversal.visit(statement, _Uses())
     return bool(used)
 
 

@@ -11,7 +11,7 @@ from typing import Optional
 
 import libcst as cst
 
-from ddpify.analysis import names
+from ddpify.analysis import names, traversal
 from ddpify.analysis.control import Facts, is_training_loader
 from ddpify.analysis.nodes import calls_within, dotted_name, names_in, target_names
 from ddpify.diagnostics import Rule, Severity
@@ -173,7 +173,7 @@ def _assigned(statement: cst.CSTNode) -> set[str]:
             if isinstance(target.target, (cst.Name, cst.Tuple, cst.List)):
                 found.update(names_in(target.target))
 
-    statement.visit(_Targets())
+    traversal.visit(statement, _Targets())
     return found
 
 

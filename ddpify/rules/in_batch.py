@@ -13,6 +13,7 @@ from typing import Optional
 
 import libcst as cst
 
+from ddpify.analysis import traversal
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Statement
 from ddpify.analysis.nodes import dotted_name, find_all, names_in
@@ -410,7 +411,7 @@ def _reads_of(statement: cst.CSTNode, names: set[str]) -> list[cst.BaseExpressio
                 reads.append(node)
             return True
 
-    statement.visit(_Reads())
+    traversal.visit(statement, _Reads())
     return reads
 
 

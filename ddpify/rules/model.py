@@ -10,7 +10,7 @@ from typing import Optional, Union, cast
 
 import libcst as cst
 
-from ddpify.analysis import effects, figures, freezing, names
+from ddpify.analysis import effects, figures, freezing, names, traversal
 from ddpify.analysis.containers import condition_code, container_moves, entry_moves
 from ddpify.analysis.control import Facts, handed_in, innermost_common_block, parameter_names, receiver_of
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
@@ -738,7 +738,7 @@ def _repeatable(facts: Facts, test: cst.BaseExpression, anchor: Statement) -> bo
     while pending:
         node = pending.pop()
         nodes.append(node)
-        pending.extend(node.children)
+        pending.extend(traversal.children(node))
     if not all(isinstance(node, allowed) for node in nodes):
         return False
     roots = {read.value for read in find_all(test, cst.Name)}
@@ -1863,7 +1863,7 @@ def _layer_uses_of(module: cst.Module, name: str) -> list[cst.BaseExpression]:
             if dotted_name(node.iter) == name:
                 found.append(node.iter)
 
-    module.visit(_Uses())
+    traversal.visit(module, _Uses())
     return found
 
 

@@ -7,13 +7,15 @@ Making it safe would need an all-reduce of the decision on every step, which the
 not pay for; the person who owns the script chooses.
 """
 
+import functools
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Optional, cast
+from typing import Optional, Union, cast
 
 import libcst as cst
 
+from ddpify.analysis import traversal
 from ddpify.analysis.control import Facts, receiver_of
 from ddpify.analysis.facts import BlockItem, Statement
 from ddpify.analysis.nodes import (
@@ -905,16 +907,21 @@ def _fed_rank_local(body: cst.CSTNode, rank_local: set[str], modules: Collection
     name feeds: `self.model(x)` or `x.to(device)` computes a value and changes nothing. A
     function of an imported module (`wandb.log({"loss": loss})`, `mlflow.log_metric(...)`) is
     no object the loop fills: `wandb.config`, read for the learning rate, stays shared."""
-    fed: set[str] = set()
-    for expression in find_all(body, cst.Expr, into_functions=False):
-        call = expression.value
-        if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Attribute):
-            continue
-        receiver = call.func.value
-        if isinstance(receiver, cst.Name) and receiver.value not in ("self", "cls", *modules) and any(
-                names_in(arg.value) & rank_local for arg in call.args):
-            fed.add(receiver.value)
-    return fed
+    excluded = {"self", "cls", *modules}
+    return {receiver for receiver, read in _feeding_calls(body)
+            if receiver not in excluded and any(names & rank_local for names in read)}
+
+
+@functools.lru_cache(maxsize=1024)
+def _feeding_calls(body: cst.CSTNode) -> tuple[tuple[str, tuple[frozenset[str], ...]], ...]:
+    """The method calls made for their effect in `body` on a plain name, each with the names
+    each of its arguments reads: what _fed_rank_local tests, once per body however often a
+    spread asks (libcst nodes never change, so a body's calls stay the same)."""
+    return tuple(
+        (call.func.value.value, tuple(frozenset(names_in(arg.value)) for arg in call.args))
+        for expression in find_all(body, cst.Expr, into_functions=False)
+        if isinstance(call := expression.value, cst.Call) and isinstance(call.func, cst.Attribute)
+        and isinstance(call.func.value, cst.Name))
 
 
 def _report_stops_on_returned(facts: Facts, edits: Edits, loop: cst.For, rank_local: set[str],
@@ -1015,21 +1022,67 @@ def _spread_rank_local(node: cst.CSTNode, rank_local: set[str], decided_locally:
     """Names assigned from a rank-local value (`best = last`, `bad_epochs += last > best`), or
     under a test that reads one (`if last < best: ... else: bad_epochs += 1`), are rank-local
     too: an early stop on a patience counter kept after the batch loop differs per rank."""
-    if isinstance(node, cst.If):
-        local = decided_locally or bool(_read_in(node.test, rank_local))
-        for block in (node.body, node.orelse):
-            if block is not None:
-                _spread_rank_local(block, rank_local, local, shared)
-        return
-    if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
-        value = node.value
-        if decided_locally or value is not None and _read_in(value, rank_local):
-            rank_local |= assigned_names(node) - set(shared)
-        return
-    if isinstance(node, cst.FunctionDef):
-        return
-    for child in node.children:
-        _spread_rank_local(child, rank_local, decided_locally, shared)
+    decided = {_NO_TEST: decided_locally}
+    kept_shared = set(shared)
+    for step in _spread_steps(node):
+        if isinstance(step, _TestStep):
+            decided[step.test] = decided[step.inside] or bool(step.reads & rank_local)
+        elif decided[step.inside] or step.reads is not None and step.reads & rank_local:
+            rank_local |= step.assigned - kept_shared
+
+
+# The `if` tests a spread step sits under, numbered in the order a walk meets them.
+_NO_TEST = -1
+
+
+@dataclass(frozen=True)
+class _TestStep:
+    """An `if` whose test (reading `reads`) decides its blocks, under test `inside`."""
+
+    test: int
+    inside: int
+    reads: frozenset[str]
+
+
+@dataclass(frozen=True)
+class _AssignStep:
+    """An assignment binding `assigned` from a value reading `reads` (None: no value)."""
+
+    inside: int
+    reads: Optional[frozenset[str]]
+    assigned: frozenset[str]
+
+
+@functools.lru_cache(maxsize=1024)
+def _spread_steps(node: cst.CSTNode) -> tuple[Union[_TestStep, _AssignStep], ...]:
+    """The tests and assignments _spread_rank_local weighs, in the order its walk meets them:
+    a function body is spread a few rounds per batch loop and per caller, and its tree
+    (libcst nodes never change) is read once."""
+    steps: list[Union[_TestStep, _AssignStep]] = []
+
+    def walk(node: cst.CSTNode, inside: int) -> None:
+        if isinstance(node, cst.If):
+            test = len(steps)
+            steps.append(_TestStep(test, inside, _reads_of(node.test)))
+            for block in (node.body, node.orelse):
+                if block is not None:
+                    walk(block, test)
+        elif isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+            value = node.value
+            steps.append(_AssignStep(inside, None if value is None else _reads_of(value),
+                                     frozenset(assigned_names(node))))
+        elif not isinstance(node, cst.FunctionDef):
+            for child in traversal.children(node):
+                walk(child, inside)
+
+    walk(node, _NO_TEST)
+    return tuple(steps)
+
+
+def _reads_of(node: cst.CSTNode) -> frozenset[str]:
+    """Every name _read_in can find in `node`, whatever is per-rank."""
+    return frozenset(names_in(node)) | {name for attribute in find_all(node, cst.Attribute, into_functions=False)
+                                        if (name := dotted_name(attribute)) is not None}
 
 
 def _spread_in_order(statements: Sequence[cst.CSTNode], current: set[str],
@@ -1124,7 +1177,7 @@ def _step_counters(body: cst.CSTNode) -> set[str]:
         def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
             other.update(names_in(node.target))
 
-    body.visit(_Assignments())
+    traversal.visit(body, _Assignments())
     return counted - other
 
 

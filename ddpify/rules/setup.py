@@ -10,7 +10,7 @@ from typing import Optional, Union
 
 import libcst as cst
 
-from ddpify.analysis import names
+from ddpify.analysis import names, traversal
 from ddpify.analysis.containers import container_moves
 from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.facts import BlockItem, DeviceAssignment, Statement
@@ -176,7 +176,7 @@ def _returns_and_assignments(definition: cst.FunctionDef
         def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
             return node is definition
 
-    definition.visit(Visitor())
+    traversal.visit(definition, Visitor())
     return returns_in(definition), assigned
 
 

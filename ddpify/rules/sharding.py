@@ -11,7 +11,7 @@ from typing import Optional, cast
 
 import libcst as cst
 
-from ddpify.analysis import effects, names
+from ddpify.analysis import effects, names, traversal
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Model, Statement
 from ddpify.analysis.nodes import calls_within, dotted_name, first_free, names_in
@@ -214,7 +214,7 @@ def _assigns_in(node: cst.CSTNode) -> list[cst.Assign]:
         def visit_Assign(self, assign: cst.Assign) -> None:
             found.append(assign)
 
-    node.visit(_Assigns())
+    traversal.visit(node, _Assigns())
     return found
 
 
@@ -225,7 +225,7 @@ def _loops(node: cst.CSTNode) -> list[cst.For]:
         def visit_For(self, loop: cst.For) -> None:
             found.append(loop)
 
-    node.visit(_Loops())
+    traversal.visit(node, _Loops())
     return found
 
 

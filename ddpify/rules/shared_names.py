@@ -12,7 +12,7 @@ from typing import Optional
 
 import libcst as cst
 
-from ddpify.analysis import names
+from ddpify.analysis import names, traversal
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Statement
 from ddpify.analysis.nodes import dotted_name, find_all, names_in
@@ -196,7 +196,7 @@ def _dotted_names_in(node: cst.CSTNode) -> list[str]:
             if name is not None:
                 found.append(name)
 
-    node.visit(_Attributes())
+    traversal.visit(node, _Attributes())
     return found
 
 

@@ -11,7 +11,7 @@ from typing import Optional, cast
 
 import libcst as cst
 
-from ddpify.analysis import effects, names, shell
+from ddpify.analysis import effects, names, shell, traversal
 from ddpify.analysis.control import Facts, parameter_names, receiver_of
 from ddpify.analysis.facts import WHOLE_VALUE, BlockItem, Slot, Statement
 from ddpify.analysis.nodes import (
@@ -1001,7 +1001,7 @@ def _references(facts: Facts, name: str, function: Optional[cst.FunctionDef]) ->
             if where is function or function is None and not facts.binds_locally(where, name):
                 found.append(node)
 
-    root.visit(_Names())
+    traversal.visit(root, _Names())
     return found
 
 

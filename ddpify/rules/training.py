@@ -11,7 +11,7 @@ from typing import Callable, Optional, cast
 
 import libcst as cst
 
-from ddpify.analysis import meters
+from ddpify.analysis import meters, traversal
 from ddpify.analysis.bindings import names_read_after
 from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.facts import Statement
@@ -309,7 +309,7 @@ def _counts_modulo(test: cst.BaseExpression) -> bool:
             if isinstance(node.operator, cst.Modulo):
                 found.append(node)
 
-    test.visit(_Modulo())
+    traversal.visit(test, _Modulo())
     return bool(found)
 
 
@@ -799,7 +799,7 @@ def _returns_python_numbers(facts: Facts, value: cst.BaseExpression) -> bool:
         def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
             return node is function
 
-    function.visit(_Returns())
+    traversal.visit(function, _Returns())
     return bool(returned) and all(value is not None and _python_number(value) for value in returned)
 
 
@@ -841,7 +841,7 @@ def _increments(node: cst.CSTNode, name: str) -> list[cst.BaseExpression]:
             if figure_named(assign.target) == name:
                 increments.append(assign.value)
 
-    node.visit(_Increments())
+    traversal.visit(node, _Increments())
     return increments
 
 
@@ -925,7 +925,7 @@ def _divided_by_len(statements: Iterable[cst.CSTNode], loaders: set[str], batch_
     # A name bound again (a later evaluation's `total = 0.0`) is another figure from there on.
     rebound: set[str] = set()
     for statement in statements:
-        statement.visit(_Divisions())
+        traversal.visit(statement, _Divisions())
         rebound |= assigned_names(statement)
     return found
 
@@ -971,7 +971,7 @@ def _augmented_names(node: cst.CSTNode) -> set[str]:
             if isinstance(assign.operator, cst.AddAssign) and figure is not None:
                 found.add(figure)
 
-    node.visit(_Augmented())
+    traversal.visit(node, _Augmented())
     return found
 
 
