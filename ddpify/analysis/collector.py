@@ -490,6 +490,8 @@ class Collector(cst.CSTVisitor):
         kind = self.project.running_mean_kind(made_by)
         if kind is not None:
             self.facts.running_mean_makers[made_by] = kind
+        if self.project.returns_python_numbers(made_by):
+            self.facts.number_functions.add(dotted_name(call.func) or "")
         for name in _bound_names(node.targets[0].target):
             self.facts.made_in_other_modules[name] = made_by
             if self.project.hands_out_batches(made_by):

@@ -579,7 +579,7 @@ def _meter_read_with_certainty(facts: Facts, edits: Edits, loop: cst.For, name: 
     for call in updates:
         if not (call.args and len(call.args) <= 2 and not any(arg.star or arg.keyword for arg in call.args)):
             return None, "ddpify cannot read what its update() is handed"
-        if not _number_argument(loop.body, call.args[0].value):
+        if not _number_argument(facts, loop.body, call.args[0].value):
             value = edits.code(call.args[0].value)
             return None, f"its update() is handed `{value}`, not a Python number (`{value}.item()` is one)"
     return kind, "ddpify cannot read its class as a sum and a count"
@@ -599,13 +599,20 @@ def _maker_of(facts: Facts, loop: cst.For, name: str) -> Optional[str]:
     return None
 
 
-def _number_argument(body: cst.CSTNode, value: cst.BaseExpression) -> bool:
+def _number_argument(facts: Facts, body: cst.CSTNode, value: cst.BaseExpression) -> bool:
     """A Python number: made with .item(), float() or int() (a name the loop binds only to
-    such values), not a tensor that may sit on the GPU with its graph."""
+    such values), or returned by a function of this file or of another module of the
+    project that returns only Python numbers (`acc1 = accuracy(preds, targets, 1)` whose
+    return is `correct.item() * 100.0 / n`), not a tensor that may sit on the GPU with its
+    graph."""
     if isinstance(value, cst.Name):
         values = [assign.value for assign in find_all(body, cst.Assign) if any(
             isinstance(target.target, cst.Name) and target.target.value == value.value for target in assign.targets)]
-        return bool(values) and all(not isinstance(each, cst.Name) and _number_argument(body, each) for each in values)
+        return bool(values) and all(not isinstance(each, cst.Name) and _number_argument(facts, body, each)
+                                    for each in values)
+    if isinstance(value, cst.Call) and (dotted_name(value.func) in facts.number_functions
+                                        or _returns_python_numbers(facts, value)):
+        return True
     return _item_value(value) or any(isinstance(call.func, cst.Attribute) and call.func.attr.value == "item"
                                      for call in calls_within(value))
 
