@@ -380,6 +380,12 @@ class Project:
         definition = self._definition(qualified)
         return None if definition is None else definition[0].running_mean_kind(definition[1])
 
+    def returns_python_numbers(self, qualified: str) -> bool:
+        """A function of the project that returns a Python number on every return
+        (effects.returns_python_numbers)."""
+        definition = self._definition(qualified)
+        return definition is not None and definition[0].returns_python_numbers(definition[1])
+
     def picked_from_own_batches(self, qualified: str) -> set[Optional[int]]:
         """For a training function of the project: where its return holds a value picked from
         its own batches, per rank under DDP (effects.picked_from_own_batches)."""

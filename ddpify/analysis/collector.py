@@ -490,6 +490,8 @@ class Collector(cst.CSTVisitor):
         kind = self.project.running_mean_kind(made_by)
         if kind is not None:
             self.facts.running_mean_makers[made_by] = kind
+        if self.project.returns_python_numbers(made_by):
+            self.facts.number_functions.add(dotted_name(call.func) or "")
         for name in _bound_names(node.targets[0].target):
             self.facts.made_in_other_modules[name] = made_by
             if self.project.hands_out_batches(made_by):
@@ -879,6 +881,72 @@ class Collector(cst.CSTVisitor):
                 models.remove(model)
             else:
                 models[models.index(model)] = Model(holder, model.optimizer_statement, model.function)
+
+    def note_models_trained_through_a_holder(self) -> None:
+        """Rule: a model that is neither moved nor called itself but handed to the constructor
+        of another module (`trainer = DiffusionLoss(net, betas).to(device)`, the single-GPU
+        `DataParallel(trainer)` idiom), where that holder is moved and called in a training
+        loop with gradients on (`loss = trainer(x).mean()`), trains through the holder: the
+        forward and the device move both go through it, so the holder is what DDP wraps, after
+        its move. A wrap of the model itself would sit before the holder's move (DDP built over
+        CPU weights, then moved: it fails under NCCL) or, after it, outside the forward (no
+        gradient is averaged). The model keeps its name and stays unwrapped: its optimizer,
+        EMA copy and state dict read the same parameters as before."""
+        models = self.facts.models
+        for model in list(models):
+            name = model.name
+            if (self.facts.device_moves.get(name) or self.facts.moved_by_helpers.get(name)
+                    or self._built_on_its_device(name) or self.facts.calls_by_callee.get(name)):
+                continue
+            holders = self._holders_trained(name, model.function)
+            if len(holders) != 1:
+                continue
+            holder = holders[0]
+            if any(other.name == holder and other.function is model.function for other in models):
+                models.remove(model)
+            else:
+                models[models.index(model)] = Model(holder, model.optimizer_statement, model.function)
+
+    def _holders_trained(self, name: str, function: Optional[cst.FunctionDef]) -> list[str]:
+        """The names assigned once, in `function`, a module built with `name` as an argument
+        (`Holder(name, ...)`, optionally `.to(device)` where it is made), which reach their
+        device and are called in a training loop outside no_grad. Not torch's own wrappers or
+        copies (`DataParallel(model)`, `torch.compile(model)`, `copy.deepcopy(model)`)."""
+        found = []
+        for holder, assigned in self.facts.assigned_values.items():
+            # `if args.parallel: trainer = nn.DataParallel(trainer)` is the holder again.
+            values = [value for value in assigned if not self._data_parallel_of(value, holder)]
+            if holder == name or len(values) != 1 or not isinstance(values[0], cst.Call):
+                continue
+            value = values[0]
+            built = value.func.value if isinstance(value.func, cst.Attribute) and value.func.attr.value in (
+                "to", "cuda") else value
+            if not isinstance(built, cst.Call) or self.facts.function_of(value) is not function or not any(
+                    dotted_name(argument.value) == name for argument in built.args):
+                continue
+            if any(q.startswith(("torch.", "copy.")) for q in self._qualified(built.func)):
+                continue
+            if built is value and not self.facts.device_moves.get(holder):
+                continue
+            if any(self._trains_with_gradients(call) for call in self.facts.calls_by_callee.get(holder, ())):
+                found.append(holder)
+        return found
+
+    def _data_parallel_of(self, value: cst.BaseExpression, name: str) -> bool:
+        """`nn.DataParallel(name, ...)`."""
+        return isinstance(value, cst.Call) and bool(self._qualified(value.func) & names.DATA_PARALLEL) and bool(
+            value.args) and dotted_name(value.args[0].value) == name
+
+    def _trains_with_gradients(self, call: cst.Call) -> bool:
+        """The call sits in a training loop and no no_grad block around it."""
+        if not any(loop in self.facts.training_loops for loop in self.facts.enclosing_loops(call)):
+            return False
+        parent = self.parents.get(call)
+        while parent is not None and not isinstance(parent, cst.FunctionDef):
+            if isinstance(parent, cst.With) and self._without_grad(parent):
+                return False
+            parent = self.parents.get(parent)
+        return True
 
     def _built_on_its_device(self, name: str) -> bool:
         """`model = SRCNN().to(device)`: every value of the name is moved where it is made."""

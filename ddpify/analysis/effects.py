@@ -582,6 +582,22 @@ class FunctionEffects:
             return None
         return meters.running_mean_kind(self._functions.get(f"{name}.update"), self._functions.get(f"{name}.avg"))
 
+    def returns_python_numbers(self, name: str) -> bool:
+        """The function (not a method) returns a Python int or float on every return, never
+        a tensor (`return correct.item() * 100.0 / batch_size`): what a running meter's
+        update() or a sum across ranks can carry, as figures._python_number reads it in the
+        module itself."""
+        function = self._functions.get(name)
+        if function is None or self.class_of(name) is not None:
+            return False
+        returns = [node for node in ast.walk(function) if isinstance(node, ast.Return)]
+        bound: dict[str, list[ast.expr]] = {}
+        for node in ast.walk(function):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                bound.setdefault(node.targets[0].id, []).append(node.value)
+        return bool(returns) and all(node.value is not None and _python_number(node.value, bound)
+                                     for node in returns)
+
     def returns_loader(self, name: str) -> bool:
         """The function returns a DataLoader it builds, alone or in a tuple."""
         function = self._functions.get(name)
@@ -1218,6 +1234,31 @@ def _yields(function: ast.FunctionDef) -> bool:
             return True
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
             pending.extend(ast.iter_child_nodes(node))
+    return False
+
+
+_SCALAR_METHODS = frozenset({"item", "size", "numel", "dim", "nelement"})
+_SCALAR_FUNCTIONS = frozenset({"len", "int", "float", "round"})
+
+
+def _python_number(value: ast.expr, bound: dict[str, list[ast.expr]], depth: int = 0) -> bool:
+    """A Python int or float, not a tensor: `x.item() * 100.0 / n`, `len(y)`, `2`, a name
+    the function gives only such values."""
+    if isinstance(value, ast.Constant):
+        return isinstance(value.value, (int, float)) and not isinstance(value.value, bool)
+    if isinstance(value, ast.BinOp):
+        return _python_number(value.left, bound, depth) and _python_number(value.right, bound, depth)
+    if isinstance(value, ast.UnaryOp):
+        return _python_number(value.operand, bound, depth)
+    if isinstance(value, ast.Call):
+        if isinstance(value.func, ast.Attribute):
+            return value.func.attr in _SCALAR_METHODS
+        return isinstance(value.func, ast.Name) and value.func.id in _SCALAR_FUNCTIONS
+    if isinstance(value, ast.Subscript):
+        return isinstance(value.value, ast.Attribute) and value.value.attr == "shape"
+    if isinstance(value, ast.Name) and depth < 3:
+        values = bound.get(value.id, [])
+        return bool(values) and all(_python_number(each, bound, depth + 1) for each in values)
     return False
 
 

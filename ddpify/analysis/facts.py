@@ -327,6 +327,9 @@ class FactRecord:
     # Names bound to what a function of another module of the project returns, by the
     # function's full name (`utils.get_loaders`).
     made_in_other_modules: dict[str, str] = field(default_factory=dict)
+    # Callees, as this module spells them (`accuracy`, `metrics.psnr`), of functions of
+    # another module of the project that return a Python number on every return.
+    number_functions: set[str] = field(default_factory=set)
     # Output calls (print, torch.save) that are one small statement of a one-line suite.
     output_calls_in_suites: list[cst.Call] = field(default_factory=list)
     # The callables of `made_in_other_modules` that are running-mean classes (meters.py).

@@ -8,7 +8,15 @@ from collections.abc import Mapping
 from typing import Optional
 
 DATALOADER = "torch.utils.data.DataLoader"
-DATALOADER_ALIASES = frozenset({DATALOADER, "torch.utils.data.dataloader.DataLoader"})
+# PyTorch Geometric's graph loaders are DataLoader subclasses that only set collate_fn and
+# hand sampler=, shuffle= and the rest to DataLoader: a DistributedSampler shards them as it
+# shards DataLoader (PyG's own multi-GPU examples do so).
+GRAPH_DATALOADERS = frozenset({
+    "torch_geometric.loader.DataLoader", "torch_geometric.loader.dataloader.DataLoader",
+    "torch_geometric.data.DataLoader", "torch_geometric.loader.DenseDataLoader",
+    "torch_geometric.loader.dense_data_loader.DenseDataLoader", "torch_geometric.data.DenseDataLoader",
+})
+DATALOADER_ALIASES = frozenset({DATALOADER, "torch.utils.data.dataloader.DataLoader"}) | GRAPH_DATALOADERS
 DATASET = frozenset({"torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset"})
 ITERABLE_DATASET = frozenset(
     {"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"}

@@ -42,6 +42,7 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
     collector.note_models_handed_to_training()
     collector.note_models_building_their_optimizer()
     collector.note_parts_trained_through_their_model()
+    collector.note_models_trained_through_a_holder()
     collector.note_optimizers_that_train()
     collector.note_dynamic_imports()
     facts.trains = bool(collector.training_tops & reached_when_run(facts, collector.names_in_top))

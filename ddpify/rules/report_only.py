@@ -828,7 +828,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             if skips:
                 # (A skip on a counter every rank shares, `if step < warmup: continue`, is none.)
                 local = {name for name in local if not training.same_on_every_rank(facts, loop, name)
-                         and not _read_for_its_size_only(node.test, name)}
+                         and not training.read_for_its_size_only(node.test, name)}
             if node in reported or not (_leaves_loop(node) or skips) or not (local or on_clock):
                 continue
             reported.add(node)
@@ -842,23 +842,6 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
                 why = ("each rank reads its own clock; check the budget once per epoch, after the batch "
                        "loop, where rank 0 decides for every rank")
             edits.report("DDP902", node, f"rank-divergent control flow may hang a collective: {why}")
-
-
-def _read_for_its_size_only(test: cst.BaseExpression, name: str) -> bool:
-    """Rule: `if images.size(0) != batch_size: continue` (also `.size()[0]`, `.shape[0]`,
-    `len(images)`) skips the short last batch. A DistributedSampler hands every rank the same
-    number of samples (it pads, or drops, to an equal share), so the ranks' batches have the
-    same sizes step by step and the skip is the same on every rank: the batch is read here
-    for its size only."""
-    reads = [node for node in find_all(test, cst.Name) if node.value == name]
-    return bool(reads) and all(_is_size_read(test, read) for read in reads)
-
-
-def _is_size_read(test: cst.BaseExpression, read: cst.Name) -> bool:
-    return any(dotted_name(call.func) == "len" and len(call.args) == 1 and call.args[0].value is read
-               for call in find_all(test, cst.Call)) or any(
-        attribute.value is read and attribute.attr.value in ("size", "shape")
-        for attribute in find_all(test, cst.Attribute))
 
 
 def _assigned_attributes(loops: list[cst.For]) -> set[str]:

@@ -149,6 +149,18 @@ def same_on_every_rank(facts: Facts, loop: cst.For, name: str) -> bool:
 def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: Plan, loop: cst.For) -> None:
     body = list(loop.body.body)
     conditional_step = next((s for s in body if isinstance(s, cst.If) and _steps_optimizer(facts, s)), None)
+    skipped_step = next((s for s in body if isinstance(s, cst.If) and _steps_optimizer_otherwise(facts, s)), None)
+    if conditional_step is None and skipped_step is not None:
+        # `if batch.x.shape[0] == 1: pass` / `else: loss.backward(); optimizer.step()`: the
+        # step taken on the other branch is as conditional as one under the `if`.
+        local = sorted(name for name in names_in(skipped_step.test) & assigned_names(loop.body)
+                       if not same_on_every_rank(facts, loop, name)
+                       and not read_for_its_size_only(skipped_step.test, name))
+        if local and not _counts_modulo(skipped_step.test):
+            edits.report("DDP902", skipped_step, "optimizer step decided on a per-rank value: "
+                         f"`{', '.join(local)}` differs per rank: a rank that skips its backward leaves "
+                         "the others waiting in the gradient all-reduce (and the models drift apart)")
+        return
     if conditional_step is not None and not _counts_modulo(conditional_step.test):
         # Not accumulation. A step decided on this rank's own loss, though, lets the ranks'
         # models drift apart: some step and some do not.
@@ -292,6 +304,31 @@ def _steps_optimizer(facts: Facts, statement: cst.If) -> bool:
         and any("optim" in name or name in facts.optimizer_names for name in _step_names(call))
         for call in calls_within(statement.body)
     )
+
+
+def read_for_its_size_only(test: cst.BaseExpression, name: str) -> bool:
+    """Rule: `if images.size(0) != batch_size: continue` (also `.size()[0]`, `.shape[0]`,
+    `len(images)`) skips the short last batch. A DistributedSampler hands every rank the same
+    number of samples (it pads, or drops, to an equal share), so the ranks' batches have the
+    same sizes step by step and the skip is the same on every rank: the batch is read here
+    for its size only."""
+    reads = [node for node in find_all(test, cst.Name) if node.value == name]
+    return bool(reads) and all(_is_size_read(test, read) for read in reads)
+
+
+def _is_size_read(test: cst.BaseExpression, read: cst.Name) -> bool:
+    return any(dotted_name(call.func) == "len" and len(call.args) == 1 and call.args[0].value is read
+               for call in find_all(test, cst.Call)) or any(
+        attribute.value is read and attribute.attr.value in ("size", "shape")
+        for attribute in find_all(test, cst.Attribute))
+
+
+def _steps_optimizer_otherwise(facts: Facts, statement: cst.If) -> bool:
+    """`optimizer.step()` in the if's else (or elif) branch and not in its body."""
+    return statement.orelse is not None and any(
+        isinstance(call.func, cst.Attribute) and call.func.attr.value == "step"
+        and any("optim" in name or name in facts.optimizer_names for name in _step_names(call))
+        for call in calls_within(statement.orelse))
 
 
 def _step_names(call: cst.Call) -> set[str]:
@@ -579,7 +616,7 @@ def _meter_read_with_certainty(facts: Facts, edits: Edits, loop: cst.For, name: 
     for call in updates:
         if not (call.args and len(call.args) <= 2 and not any(arg.star or arg.keyword for arg in call.args)):
             return None, "ddpify cannot read what its update() is handed"
-        if not _number_argument(loop.body, call.args[0].value):
+        if not _number_argument(facts, loop.body, call.args[0].value):
             value = edits.code(call.args[0].value)
             return None, f"its update() is handed `{value}`, not a Python number (`{value}.item()` is one)"
     return kind, "ddpify cannot read its class as a sum and a count"
@@ -599,13 +636,20 @@ def _maker_of(facts: Facts, loop: cst.For, name: str) -> Optional[str]:
     return None
 
 
-def _number_argument(body: cst.CSTNode, value: cst.BaseExpression) -> bool:
+def _number_argument(facts: Facts, body: cst.CSTNode, value: cst.BaseExpression) -> bool:
     """A Python number: made with .item(), float() or int() (a name the loop binds only to
-    such values), not a tensor that may sit on the GPU with its graph."""
+    such values), or returned by a function of this file or of another module of the
+    project that returns only Python numbers (`acc1 = accuracy(preds, targets, 1)` whose
+    return is `correct.item() * 100.0 / n`), not a tensor that may sit on the GPU with its
+    graph."""
     if isinstance(value, cst.Name):
         values = [assign.value for assign in find_all(body, cst.Assign) if any(
             isinstance(target.target, cst.Name) and target.target.value == value.value for target in assign.targets)]
-        return bool(values) and all(not isinstance(each, cst.Name) and _number_argument(body, each) for each in values)
+        return bool(values) and all(not isinstance(each, cst.Name) and _number_argument(facts, body, each)
+                                    for each in values)
+    if isinstance(value, cst.Call) and (dotted_name(value.func) in facts.number_functions
+                                        or _returns_python_numbers(facts, value)):
+        return True
     return _item_value(value) or any(isinstance(call.func, cst.Attribute) and call.func.attr.value == "item"
                                      for call in calls_within(value))
 
