@@ -593,7 +593,20 @@ class Collector(cst.CSTVisitor):
         if not values or not all(isinstance(value, cst.Call) for value in values):
             return []
         return [f"{qualified}.{method}"
-                for value in values for qualified in self._qualified(cast(cst.Call, value).func)]
+                for value in values for qualified in self._classes_constructed(cast(cst.Call, value).func)]
+
+    def _classes_constructed(self, func: cst.BaseExpression) -> set[str]:
+        """Rule: `Exp = Exp_Informer` (or one class per branch: `if args.task_name ==
+        "long_term_forecast": Exp = Exp_Long_Term_Forecast`), then `exp = Exp(args)`: the
+        object is made by one of the classes the name is bound to, each a plain name or
+        attribute of a class of the project. Otherwise the name the call resolves to."""
+        qualified = self._qualified(func)
+        bound = self.facts.assigned_values.get(func.value, []) if isinstance(func, cst.Name) else []
+        if not bound or any(self.project.defines(name) for name in qualified) or not all(
+                isinstance(value, (cst.Name, cst.Attribute)) for value in bound):
+            return qualified
+        classes = {name for value in bound for name in self._qualified(value)}
+        return classes if all(self.project.defines(name) for name in classes) else qualified
 
     def visit_Return(self, node: cst.Return) -> None:
         value = node.value
@@ -1083,7 +1096,7 @@ class Collector(cst.CSTVisitor):
         for call in [*self.training_constructors, *self.facts.training_helper_calls]:
             self._note_iterated_arguments(call)
             self._note_models_moved_by(call)
-            if any(self.project.builds_optimizer(q) for q in self._qualified(call.func)):
+            if any(self.project.builds_optimizer(q) for q in self._classes_constructed(call.func)):
                 self.facts.helpers_build_optimizer = True
                 continue
             methods = self._methods_of_project_objects(dotted_name(call.func) or "")
@@ -1135,7 +1148,7 @@ class Collector(cst.CSTVisitor):
     def _note_models_moved_by(self, call: cst.Call) -> None:
         """`SimCLR(model=model, ...)` whose __init__ moves the model to its device: the wrap
         belongs after that move, in that module, not here."""
-        for qualified in self._qualified(call.func):
+        for qualified in self._classes_constructed(call.func):
             if self.project.moves_own_model(qualified):
                 self.facts.helpers_move_models = True  # `self.model = Net().to(device)`: wrapped there
             positional, moved = self.project.moved_parameters(qualified)
