@@ -1053,9 +1053,12 @@ class Collector(cst.CSTVisitor):
             if any(self.project.writes_files(name) for name in methods):
                 self.facts.helper_write_calls.extend(calls)
             values = self._objects_made_for(callee.rpartition(".")[0])
-            if methods and all(self.project.trains(name) for name in methods):
+            if methods and any(self.project.trains(name) for name in methods) and all(
+                    self.project.trains(name) or self.project.defines(name) for name in methods):
                 # `solver.train()` on a Solver of another module: the steps are in there,
-                # on what its constructor was handed.
+                # on what its constructor was handed. (`exp.train(setting)` where one of the
+                # classes `Exp` may be inherits a `train` that does nothing, read in the
+                # project all the same: the call trains on the other paths, and is followed.)
                 for call in calls:
                     self.facts.training_helper_calls.append(call)
                     self.training_tops.add(cast(cst.CSTNode, self.facts.ancestor_in(call, self.facts.module)))
