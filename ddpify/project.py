@@ -227,6 +227,48 @@ class Project:
             pending.extend(definition[0].bases.get(definition[1], ()))
         return found
 
+    def attributes_trained_in_derived(self, own_module: str, class_name: str) -> set[str]:
+        """`X` for every `self.X` of class `class_name` of `own_module` that a class derived
+        from it in another module of the project trains without moving it itself
+        (`Exp_Main(Exp_Basic)` builds its optimizer over `self.model.parameters()`, moved in
+        `Exp_Basic.__init__`): this module moves it, and so wraps it
+        (base_moved_attributes, from the other side)."""
+        if self._modules is None:
+            return set()
+        found: set[str] = set()
+        for module, name in self._modules.classes_derived_from(own_module, class_name):
+            effects = self._modules.effects(module)
+            if module != own_module and effects is not None:
+                found |= effects.optimized_self_attributes(name) - effects.own_moved_self_attributes(name)
+        return found
+
+    def base_moved_attributes(self, own_module: str, class_name: str) -> set[str]:
+        """`X` for every `self.X` that a class of another module of the project, which
+        `class_name` of `own_module` derives from, moves to a device (`self.model =
+        self._build_model().to(self.device)` in `Exp_Basic.__init__`), and that this class
+        does not move itself: that module wraps it where it moves it
+        (attributes_trained_in_derived), and here it may be the DDP wrapper."""
+        if self._modules is None:
+            return set()
+        effects = self._modules.effects(own_module)
+        if effects is None:
+            return set()
+        found: set[str] = set()
+        pending = list(effects.bases.get(class_name, ()))
+        seen: set[str] = set()
+        while pending and len(seen) < 8:
+            base = pending.pop()
+            if base in seen:
+                continue
+            seen.add(base)
+            definition = self._modules.definition(base)
+            if definition is None or definition[1] not in definition[0].classes:
+                continue
+            if definition[0] is not effects:
+                found |= definition[0].own_moved_self_attributes(definition[1])
+            pending.extend(definition[0].bases.get(definition[1], ()))
+        return found - effects.own_moved_self_attributes(class_name)
+
     def names_fixed_gpu(self, qualified: str) -> bool:
         """Whether `qualified` (config.DEVICE) is a global of a module of the project that
         names a GPU by index (`DEVICE = "cuda:0"`, `torch.device("cuda:0" if ... )`)."""

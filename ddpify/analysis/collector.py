@@ -595,7 +595,20 @@ class Collector(cst.CSTVisitor):
         if not values or not all(isinstance(value, cst.Call) for value in values):
             return []
         return [f"{qualified}.{method}"
-                for value in values for qualified in self._qualified(cast(cst.Call, value).func)]
+                for value in values for qualified in self._classes_constructed(cast(cst.Call, value).func)]
+
+    def _classes_constructed(self, func: cst.BaseExpression) -> set[str]:
+        """Rule: `Exp = Exp_Informer` (or one class per branch: `if args.task_name ==
+        "long_term_forecast": Exp = Exp_Long_Term_Forecast`), then `exp = Exp(args)`: the
+        object is made by one of the classes the name is bound to, each a plain name or
+        attribute of a class of the project. Otherwise the name the call resolves to."""
+        qualified = self._qualified(func)
+        bound = self.facts.assigned_values.get(func.value, []) if isinstance(func, cst.Name) else []
+        if not bound or any(self.project.defines(name) for name in qualified) or not all(
+                isinstance(value, (cst.Name, cst.Attribute)) for value in bound):
+            return qualified
+        classes = {name for value in bound for name in self._qualified(value)}
+        return classes if all(self.project.defines(name) for name in classes) else qualified
 
     def visit_Return(self, node: cst.Return) -> None:
         value = node.value
@@ -1108,9 +1121,12 @@ class Collector(cst.CSTVisitor):
             if any(self.project.writes_files(name) for name in methods):
                 self.facts.helper_write_calls.extend(calls)
             values = self._objects_made_for(callee.rpartition(".")[0])
-            if methods and all(self.project.trains(name) for name in methods):
+            if methods and any(self.project.trains(name) for name in methods) and all(
+                    self.project.trains(name) or self.project.defines(name) for name in methods):
                 # `solver.train()` on a Solver of another module: the steps are in there,
-                # on what its constructor was handed.
+                # on what its constructor was handed. (`exp.train(setting)` where one of the
+                # classes `Exp` may be inherits a `train` that does nothing, read in the
+                # project all the same: the call trains on the other paths, and is followed.)
                 for call in calls:
                     self.facts.training_helper_calls.append(call)
                     self.training_tops.add(cast(cst.CSTNode, self.facts.ancestor_in(call, self.facts.module)))
@@ -1151,7 +1167,7 @@ class Collector(cst.CSTVisitor):
         for call in [*self.training_constructors, *self.facts.training_helper_calls]:
             self._note_iterated_arguments(call)
             self._note_models_moved_by(call)
-            if any(self.project.builds_optimizer(q) for q in self._qualified(call.func)):
+            if any(self.project.builds_optimizer(q) for q in self._classes_constructed(call.func)):
                 self.facts.helpers_build_optimizer = True
                 continue
             methods = self._methods_of_project_objects(dotted_name(call.func) or "")
@@ -1203,7 +1219,7 @@ class Collector(cst.CSTVisitor):
     def _note_models_moved_by(self, call: cst.Call) -> None:
         """`SimCLR(model=model, ...)` whose __init__ moves the model to its device: the wrap
         belongs after that move, in that module, not here."""
-        for qualified in self._qualified(call.func):
+        for qualified in self._classes_constructed(call.func):
             if self.project.moves_own_model(qualified):
                 self.facts.helpers_move_models = True  # `self.model = Net().to(device)`: wrapped there
             positional, moved = self.project.moved_parameters(qualified)

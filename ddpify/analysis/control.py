@@ -305,6 +305,51 @@ def note_models_moved_here(facts: Facts) -> None:
             facts.models_moved_here.add(target)
             break
     _note_parameters_moved_here(facts)
+    _note_models_trained_by_derived_classes(facts)
+
+
+def _note_models_trained_by_derived_classes(facts: Facts) -> None:
+    """Rule: `self.model = self._build_model().to(self.device)` in `Exp_Basic.__init__`, and
+    `Exp_Main(Exp_Basic)`, in another module of the project, builds the optimizer over
+    `self.model.parameters()` and trains it without moving it: the model reaches its device
+    here, so it is wrapped here, after the move (the subclass's module leaves the wrap to this
+    one, facts.wrapped_in_bases there)."""
+    known = {model.name for model in facts.models}
+    for function, assigned in facts.self_assignments.items():
+        owner = facts.class_of(function)
+        trained = facts.trained_in_derived.get(owner.name.value, set()) if owner is not None else set()
+        for target, values in assigned.items():
+            if target in known or target[len("self."):] not in trained:
+                continue
+            moving = [value for value in values if _moved_in_chain(value)]
+            if moving:
+                known.add(target)
+                facts.models.append(Model(target, facts.statement_of(moving[0]), function))
+                facts.models_moved_here.add(target)
+    for callee, calls in sorted(facts.calls_by_callee.items()):
+        target, _, method = callee.rpartition(".")
+        if method not in ("to", "cuda") or target in known or target[len("self."):] not in {
+                attribute for attributes in facts.trained_in_derived.values() for attribute in attributes}:
+            continue
+        for call in calls:
+            mover = facts.function_of(call)
+            owner = facts.class_of(mover)
+            if owner is None or target[len("self."):] not in facts.trained_in_derived.get(owner.name.value, set()):
+                continue
+            known.add(target)
+            facts.models.append(Model(target, facts.statement_of(call), mover))
+            facts.models_moved_here.add(target)
+            break
+
+
+def _moved_in_chain(value: cst.BaseExpression) -> bool:
+    """`Net().to(device)`, `self._build_model().to(self.device)`, `Net().cuda().eval()`."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in (
+            "to", "cuda", "train", "eval", "float", "double", "half", "bfloat16"):
+        if value.func.attr.value in ("to", "cuda"):
+            return True
+        value = value.func.value
+    return False
 
 
 def _in_a_dataset_class(facts: Facts, function: cst.FunctionDef) -> bool:

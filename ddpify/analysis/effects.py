@@ -314,17 +314,8 @@ class FunctionEffects:
         model.to(device)`, `self.net.cuda()`): where a Trainer keeps the model it wraps."""
         found: set[str] = set()
         for key, function in self._functions.items():
-            if key not in self._class_of:
-                continue
-            for node in ast.walk(function):
-                moved: list[ast.expr] = []
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                        and node.func.attr in ("to", "cuda"):
-                    moved.append(node.func.value)
-                if isinstance(node, ast.Assign) and _moved_in_chain(node.value):
-                    moved.extend(node.targets)
-                found.update(target.attr for target in moved if isinstance(target, ast.Attribute)
-                             and isinstance(target.value, ast.Name) and target.value.id == "self")
+            if key in self._class_of:
+                found |= _self_attributes_moved_in(function)
         return found
 
     def returned_tracker(self, name: str) -> Optional[Slot]:
@@ -483,6 +474,31 @@ class FunctionEffects:
                     owner = dotted_ast(node.func.value)
                     if owner is not None and owner.startswith("self.") and owner.count(".") == 1:
                         found.add(owner)
+        return found
+
+    def optimized_self_attributes(self, class_name: str) -> set[str]:
+        """`X` for every `self.X` whose parameters an optimizer that a method of the class
+        builds trains (`optim.Adam(self.model.parameters(), lr=...)` in `_select_optimizer`):
+        the model that class trains."""
+        found: set[str] = set()
+        for key, function in self._functions.items():
+            if self._class_of.get(key) != class_name or not self.builds_optimizer(key):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                        and node.func.attr in ("parameters", "named_parameters"):
+                    owner = dotted_ast(node.func.value)
+                    if owner is not None and owner.startswith("self.") and owner.count(".") == 1:
+                        found.add(owner[len("self."):])
+        return found
+
+    def own_moved_self_attributes(self, class_name: str) -> set[str]:
+        """`X` for every `self.X` that a method of the class moves to a device (`self.model =
+        self._build_model().to(self.device)` in its __init__)."""
+        found: set[str] = set()
+        for key, function in self._functions.items():
+            if self._class_of.get(key) == class_name:
+                found |= _self_attributes_moved_in(function)
         return found
 
     def self_attributes_read(self, class_name: str) -> set[str]:
@@ -871,6 +887,21 @@ class FunctionEffects:
         return OPAQUE
 
 
+
+
+def _self_attributes_moved_in(function: ast.FunctionDef) -> set[str]:
+    """`X` for every `self.X` the method moves to a device (`self.model = model.to(device)`,
+    `self.net.cuda()`)."""
+    found: set[str] = set()
+    for node in ast.walk(function):
+        moved: list[ast.expr] = []
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cuda"):
+            moved.append(node.func.value)
+        if isinstance(node, ast.Assign) and _moved_in_chain(node.value):
+            moved.extend(node.targets)
+        found.update(target.attr for target in moved if isinstance(target, ast.Attribute)
+                     and isinstance(target.value, ast.Name) and target.value.id == "self")
+    return found
 
 
 def _parameters_read(function: ast.FunctionDef) -> set[str]:

@@ -192,6 +192,12 @@ class FactRecord:
     # In a helper module: `self.X` its classes, or the project's classes derived from them,
     # use as a torch module (`self.model.train()`).
     module_attributes: set[str] = field(default_factory=set)
+    # In a helper module, by class name: `X` for every `self.X` that a class derived from it
+    # in another module of the project trains, and that this class moves (and so wraps).
+    trained_in_derived: dict[str, set[str]] = field(default_factory=dict)
+    # By class name: `X` for every `self.X` that a base class in another module of the project
+    # moves, and wraps there (Project.base_moved_attributes).
+    wrapped_in_bases: dict[str, set[str]] = field(default_factory=dict)
     # In a helper module: `X` where a class of the project keeps a module it moves, and wraps,
     # as `self.X` (Project.moved_self_attributes).
     moved_self_attributes: set[str] = field(default_factory=set)

@@ -44,6 +44,11 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
     collector.note_parts_trained_through_their_model()
     collector.note_models_trained_through_a_holder()
     collector.note_optimizers_that_train()
+    if collector.project.reads_modules:
+        project = collector.project
+        facts.wrapped_in_bases = {
+            statement.name.value: project.base_moved_attributes(project.module, statement.name.value)
+            for statement in facts.module.body if isinstance(statement, cst.ClassDef)}
     collector.note_dynamic_imports()
     facts.trains = bool(collector.training_tops & reached_when_run(facts, collector.names_in_top))
     if not facts.trains and collector.project.used_elsewhere:
@@ -92,6 +97,9 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
         facts.module_attributes = {attribute for statement in facts.module.body if isinstance(statement, cst.ClassDef)
                                    for attribute in project.module_attributes(project.module, statement.name.value)}
         facts.moved_self_attributes = project.moved_self_attributes()
+        facts.trained_in_derived = {
+            statement.name.value: project.attributes_trained_in_derived(project.module, statement.name.value)
+            for statement in facts.module.body if isinstance(statement, cst.ClassDef)}
         note_models_moved_here(facts)
     return facts
 

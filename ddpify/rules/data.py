@@ -13,7 +13,15 @@ import libcst as cst
 from ddpify.analysis import names
 from ddpify.analysis.control import Facts, is_training_loader, parameter_names
 from ddpify.analysis.facts import Loader, Statement
-from ddpify.analysis.nodes import argument_for, calls_within, dotted_name, first_free
+from ddpify.analysis.nodes import (
+    argument_among,
+    argument_for,
+    calls_within,
+    dotted_name,
+    first_free,
+    positional_parameters,
+    string_value,
+)
 from ddpify.analysis.values import keyword_names, known_dict_keys
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.arguments import (
@@ -172,10 +180,11 @@ def _plan_loader(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> Non
         _sum_shared_loops_only_when_sharded(facts, setup, loader)
         setup.evaluation_loaders.append(loader)  # evaluation.py shards it or says why not
     elif _can_add_sampler(facts, setup, loader):
-        add_sampler(facts, edits, loader, setup)
         evaluation = _evaluation_loops(facts, loader) + _other_factory_calls(facts, loader) \
             + _comprehension_passes(facts, loader)
-        if evaluation:
+        role = _role_by_flag(facts, edits, loader) if evaluation else None
+        add_sampler(facts, edits, loader, setup, role=role)
+        if evaluation and role is None:
             first = min(evaluation, key=facts.line_of)
             edits.report("DDP213", first, None if _runs_a_model(facts, first) else STATISTICS_PASS)
     else:
@@ -357,8 +366,10 @@ def _literal_true(value: cst.BaseExpression) -> bool:
     return isinstance(value, cst.Name) and value.value == "True"
 
 
-def add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: Plan, epoch: bool = True) -> None:
-    """`epoch=False`: the caller puts set_epoch where the loader's passes are (a dict of them)."""
+def add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: Plan, epoch: bool = True,
+                role: Optional[str] = None) -> None:
+    """`epoch=False`: the caller puts set_epoch where the loader's passes are (a dict of them);
+    `role`: the test that says the loader is the training one (_role_by_flag)."""
     shuffle_arg = loader.keywords.get("shuffle")
     if shuffle_arg is not None:
         shuffle = edits.code(shuffle_arg.value)
@@ -368,8 +379,9 @@ def add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: Plan, epoch: 
     else:
         shuffle = "False"
     handed_out = setup.library and not facts.loops_over_values(facts.loader_holders_of(loader))
-    role = None
-    if handed_out and shuffle not in ("True", "False"):
+    if role is not None:
+        pass
+    elif handed_out and shuffle not in ("True", "False"):
         # A helper module builds it for its callers, shuffling as they ask: the callers that
         # shuffle train on it (sharded); the others evaluate, and keep the whole set on every
         # rank, so that their figures stay the original's.
@@ -388,6 +400,56 @@ def add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: Plan, epoch: 
     if shuffle != "False" and not handed_out and epoch:
         # (A loader handed out gets its epoch where its callers iterate it.)
         set_epoch(facts, edits, loader, sampler)
+
+
+def _role_by_flag(facts: Facts, edits: Edits, loader: Loader) -> Optional[str]:
+    """Rule: `def _get_data(self, flag)` builds the loader of every split on one DataLoader
+    line, and its callers name the split with a string (`self._get_data(flag="train")`,
+    `flag="val"`, `flag="test"`): the callers whose loader trains all name one split, the
+    others evaluate. The sampler goes only to that split (`flag == "train"`), so that the
+    evaluation loaders stay whole on every rank and what is decided from their figures
+    (EarlyStopping's `break`) is decided alike on every rank; a rank that stopped alone
+    would leave the others waiting in a collective. None when the callers say no such thing."""
+    function = loader.function
+    calls = facts.calls_of(function) if function is not None else []
+    if function is None or len(calls) < 2:
+        return None
+    positional = positional_parameters(function)
+    if facts.class_of(function) is not None and positional:
+        positional = positional[1:]  # `self._get_data("train")`: the first is the object's own
+    for parameter in positional + [param.name.value for param in function.params.kwonly_params]:
+        trained: set[str] = set()
+        evaluated: set[str] = set()
+        spelled: dict[str, str] = {}
+        for call in calls:
+            value = argument_among(call, parameter, positional)
+            text = string_value(value) if value is not None else None
+            if text is None:
+                break
+            spelled[text] = edits.code(cast(cst.BaseExpression, value))
+            (trained if _loader_of_call_trains(facts, call) else evaluated).add(text)
+        else:
+            if len(trained) == 1 and evaluated and not trained & evaluated:
+                return f"{parameter} == {spelled[next(iter(trained))]}"
+    return None
+
+
+def _loader_of_call_trains(facts: Facts, call: cst.Call) -> bool:
+    """A name the call's result is bound to (`train_data, train_loader = self._get_data(...)`)
+    is iterated by a training loop, or handed to the project's training."""
+    assign = facts.parents.get(call)
+    if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1 and assign.value is call):
+        return False
+    target = assign.targets[0].target
+    bound = [element.value for element in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
+    function = facts.function_of(call)
+    for each in bound:
+        name = dotted_name(each)
+        if name is not None and (any(
+                facts.loop_trains(loop) for loop in facts.loops_over_values(facts.holders_from(function, name)))
+                or handed_to_project_training(facts, function, name)):
+            return True
+    return False
 
 
 def _split_parameter(facts: Facts, loader: Loader) -> Optional[str]:

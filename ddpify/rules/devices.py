@@ -53,6 +53,8 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     if setup.library or setup.device_elsewhere:
         # (No device is named here: the setup made this rank's accelerator the current one.)
         _current_device_in_helper_module(facts, edits)
+        if setup.library:
+            _current_index_for_a_computed_gpu(facts, edits)
         return
     device = setup.device
     _keep_device_choice(edits, setup)
@@ -271,6 +273,53 @@ def _current_device_in_helper_module(facts: Facts, edits: Edits) -> None:
         _to_current_gpu(facts, edits, string)
     for call in facts.fixed_device_moves:
         _to_current_device(edits, call)
+
+
+CURRENT_INDEX_CODE = """\
+if dist.is_initialized():  # this rank's own GPU, the one its setup made current
+    {device} = torch.device({device}.type, torch.accelerator.current_device_index())
+"""
+
+
+def _current_index_for_a_computed_gpu(facts: Facts, edits: Edits) -> None:
+    """Rule: in a helper module, `device = torch.device("cuda:{}".format(self.args.gpu))`
+    (an f-string, `"cuda:" + str(...)`, `torch.device("cuda", args.gpu)`): a GPU index read
+    from the configuration, the same on every rank, so that every rank would put its model on
+    that one GPU (NCCL refuses two ranks on one device). Under torchrun the device becomes
+    this rank's own, the GPU the script's setup made current; plain `python` keeps the choice."""
+    for assignment in facts.device_assignments:
+        statement = assignment.statement
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) \
+            and len(statement.body) == 1 else None
+        if not (isinstance(small, cst.Assign) and len(small.targets) == 1
+                and _gpu_by_a_computed_index(small.value)):
+            continue
+        target = dotted_name(small.targets[0].target)
+        if target is None:
+            continue
+        edits.insert_after(statement, edits.statements(CURRENT_INDEX_CODE.format(device=target)))
+        edits.imports.add("dist")
+        edits.report("DDP002", statement)
+
+
+def _gpu_by_a_computed_index(value: cst.BaseExpression) -> bool:
+    """`torch.device("cuda:{}".format(i))`, `torch.device(f"cuda:{i}")`, `torch.device("cuda:" +
+    str(i))`, `torch.device("cuda", i)`: one GPU, by an index that is not a literal."""
+    if not (isinstance(value, cst.Call) and dotted_name(value.func) == "torch.device") or not value.args:
+        return False
+    first = value.args[0].value
+    if len(value.args) == 2:
+        return string_value(first) == "cuda" and not isinstance(value.args[1].value, cst.Integer)
+    if isinstance(first, cst.FormattedString):
+        return any(isinstance(part, cst.FormattedStringText) and part.value.startswith("cuda:")
+                   for part in first.parts[:1])
+    if isinstance(first, cst.Call) and isinstance(first.func, cst.Attribute) and first.func.attr.value == "format":
+        text = string_value(first.func.value)
+        return text is not None and text.startswith("cuda:")
+    if isinstance(first, cst.BinaryOperation) and isinstance(first.operator, cst.Add):
+        text = string_value(first.left)
+        return text is not None and text == "cuda:"
+    return False
 
 
 def _to_current_device(edits: Edits, call: cst.Call) -> None:

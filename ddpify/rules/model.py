@@ -125,8 +125,10 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     for model in facts.models:
         if _handed_in_to_library(facts, setup, model):
             continue  # a model its caller hands in: the caller wraps it where it reaches its device
-        if model.name in facts.models_moved_elsewhere:
-            continue  # the Trainer it is handed to moves it to its device, and wraps it there
+        if model.name in facts.models_moved_elsewhere or _unwrapped_after_a_base_wrap(facts, edits, model):
+            # The Trainer it is handed to moves it to its device, and wraps it there; or a
+            # base class of another module does, where it moves it.
+            continue
         handed = [] if setup.library else _handed_in_by_callers(facts, model)
         for caller_model in handed:
             if all(known.name != caller_model.name or known.function is not caller_model.function
@@ -135,6 +137,22 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         if not handed:
             _wrap(facts, edits, setup, model)
     _unwrap_where_data_parallel_went(facts, edits)
+
+
+def _unwrapped_after_a_base_wrap(facts: Facts, edits: Edits, model: Model) -> bool:
+    """Rule: `self.model` trained in `Exp_Main.train()`, where `Exp_Main` derives from
+    `Exp_Basic` of another module of the project, whose __init__ moves it (`self.model =
+    self._build_model().to(self.device)`), and nothing of `Exp_Main` moves it: that module
+    wraps it after its move (control._note_models_trained_by_derived_classes there), which
+    runs before any method here. Here it may be the DDP wrapper, so its state dict and its
+    own attributes are read through `.module` (as after a wrap at the top of the class)."""
+    owner = facts.class_of(model.function)
+    if owner is None or not model.name.startswith("self.") or model.name.count(".") != 1 \
+            or model.name[len("self."):] not in facts.wrapped_in_bases.get(owner.name.value, set()):
+        return False
+    _unwrap_attributes(facts, edits, model, owner)
+    _unwrap_module_accesses(facts, edits, model)
+    return True
 
 
 def _wrap_or_report_handed_unnamed(facts: Facts, edits: Edits, setup: Plan, call: cst.Call,
