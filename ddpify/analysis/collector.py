@@ -1611,6 +1611,10 @@ class Collector(cst.CSTVisitor):
                 self.facts.calls_returning_moved.update(self.facts.calls_by_callee.get(statement.name.value, ()))
 
     def _returns_moved(self, function: cst.FunctionDef) -> bool:
+        # Names already followed: `t = t.half()` (or `a = b.float()` with `b = a.cpu()`)
+        # binds a name to a cast of itself, which would otherwise be followed forever.
+        followed: set[str] = set()
+
         def moved(value: Optional[cst.BaseExpression]) -> bool:
             if isinstance(value, cst.IfExp):
                 return moved(value.body) or moved(value.orelse)
@@ -1620,8 +1624,9 @@ class Collector(cst.CSTVisitor):
                     return True
                 value = value.func.value
             name = dotted_name(value) if isinstance(value, (cst.Name, cst.Attribute)) else None
-            if name is None:
+            if name is None or name in followed:
                 return False
+            followed.add(name)
             facts = self.facts
             return any(facts.function_of(call) is function for call in facts.device_moves.get(name, ())) or any(
                 facts.function_of(assigned) is function and assigned is not value and moved(assigned)

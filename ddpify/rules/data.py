@@ -556,9 +556,33 @@ def _own_name(facts: Facts, loader: Loader, kind: str) -> str:
     covers whichever branch ran."""
     key = (loader.function, loader.name, kind)
     if loader.inline is not None or loader.returned or key not in facts.derived_names:
-        facts.derived_names[key] = derived_name(loader, kind, facts.bound_names)
+        placeholder = _placeholder_of_a_namesake(facts, loader) if kind == "sampler" else None
+        facts.derived_names[key] = placeholder or derived_name(loader, kind, facts.bound_names)
         facts.bound_names.add(facts.derived_names[key])
     return facts.derived_names[key]
+
+
+def _placeholder_of_a_namesake(facts: Facts, loader: Loader) -> Optional[str]:
+    """Rule: `train_loader` built in each branch of a data set choice, one branch keeping the
+    ImageNet example's placeholder (`train_sampler = None`, then `sampler=train_sampler`), which
+    _fill_sampler_left_none fills: the sampler added in the other branches takes the
+    placeholder's name, so that the one set_epoch after the branches names a sampler bound on
+    whichever branch ran (a name of its own would be unbound on the placeholder's branch, and
+    the placeholder on the others). Only a plain name the function binds to None alone."""
+    if loader.inline is not None or loader.returned:
+        return None
+    for other in facts.loaders:
+        if other is loader or other.name != loader.name or other.function is not loader.function:
+            continue
+        arg = other.keywords.get("sampler")
+        if arg is None or not isinstance(arg.value, cst.Name):
+            continue
+        name = arg.value.value
+        values = facts.assigned_values.get(name, [])
+        if values and all(isinstance(value, cst.Name) and value.value == "None"
+                          and facts.function_of(value) is loader.function for value in values):
+            return name
+    return None
 
 
 def derived_name(loader: Loader, kind: str, taken: Collection[str]) -> str:

@@ -207,6 +207,18 @@ def loader_in_a_container(facts: Facts, loop: cst.For) -> Optional[cst.Call]:
     return None
 
 
+def _names_counted_by_range(loop: cst.For) -> set[str]:
+    """The bounds the loop counts with, given to its `range(...)` as they are (`for epoch in
+    range(start_epoch, epochs)`, `start_epoch` from a resume helper): numbers, not data, so
+    what made them is not where the batches come from. (`range(0, len(X), bs)` reads X's
+    length: X stays a source.)"""
+    iterable = loop.iter
+    if not isinstance(iterable, cst.Call) or dotted_name(iterable.func) != "range":
+        return set()
+    bounds = (dotted_name(arg.value) for arg in iterable.args)
+    return {bound for bound in bounds if bound is not None}
+
+
 def only_hand_made_batches(facts: Facts, plan: Plan) -> bool:
     """No training loop is fed by a DataLoader ddpify can shard, and some train on data built
     by hand or on loaders kept in a dict: the file stays single-process (DDP904) rather than
@@ -240,8 +252,9 @@ def report_batch_loops(facts: Facts, edits: Edits, setup: Plan) -> None:
                         "ddpify can follow to its epochs: name it first (`train_loader = DataLoader(...)`, "
                         f"then `{edits.code(handed_to.func)}(train_loader)`) and run ddpify again")))
             continue
+        counts = _names_counted_by_range(loop)
         made_by = next((facts.made_in_other_modules[name] for name in facts.names_iterated_by(loop)
-                        if name in facts.made_in_other_modules), None)
+                        if name in facts.made_in_other_modules and name not in counts), None)
         if made_by is not None:
             setup.hand_made_batches.append(edits.report(
                 "DDP208", loop, f"batches come from `{made_by}()` in another module of the project, "
@@ -384,7 +397,7 @@ def _made_by_unread_import(facts: Facts, loop: cst.For) -> Optional[str]:
     """The imported function (`TCN.mnist_pixel.utils.data_generator`, found through an import
     ddpify cannot follow, or a library's) whose result the loop goes over: the batches come
     from there, not from code built by hand here."""
-    iterated = set(facts.names_iterated_by(loop))
+    iterated = set(facts.names_iterated_by(loop)) - _names_counted_by_range(loop)
     # (`train_loader, test_loader = data_generator(...)` unpacks: read the assignments.)
     values = [assign.value for assign in facts.nodes_of(cst.Assign)
               if any(target_names(target.target) & iterated for target in assign.targets)]
