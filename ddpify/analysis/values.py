@@ -14,8 +14,10 @@ from ddpify.analysis.nodes import (
     calls_within,
     dotted_name,
     find_all,
+    handed_for,
     names_bound_in,
     names_within,
+    positional_parameters,
     returned_name,
     string_value,
     unmoved,
@@ -474,19 +476,24 @@ class ValueFlow(Navigation):
         `function` returns `name` in) a name receives: `net, last = fit(model)`."""
         if function is None:
             return []
+        return [site for position in self._return_positions(name, function)
+                for site in self.results_assigned(function, position)]
+
+    def results_assigned(self, function: cst.FunctionDef, position: Optional[int] = None) -> list[tuple[str, cst.Call]]:
+        """(name, call) for each call of `function` whose result (or its element at
+        `position`) a name receives."""
         found: list[tuple[str, cst.Call]] = []
-        for position in self._return_positions(name, function):
-            for call in self.calls_by_callee.get(function.name.value, ()):
-                assign = self.parents.get(call)
-                if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
-                    continue
-                target: Optional[cst.BaseExpression] = assign.targets[0].target
-                if position is not None:
-                    elements = target.elements if isinstance(target, (cst.Tuple, cst.List)) else []
-                    target = elements[position].value if position < len(elements) else None
-                holder = dotted_name(target) if target is not None else None
-                if holder:
-                    found.append((holder, call))
+        for call in self.calls_by_callee.get(function.name.value, ()):
+            assign = self.parents.get(call)
+            if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+                continue
+            target: Optional[cst.BaseExpression] = assign.targets[0].target
+            if position is not None:
+                elements = target.elements if isinstance(target, (cst.Tuple, cst.List)) else []
+                target = elements[position].value if position < len(elements) else None
+            holder = dotted_name(target) if target is not None else None
+            if holder:
+                found.append((holder, call))
         return found
 
     def _call_site_targets(self, function: cst.FunctionDef,
@@ -508,19 +515,42 @@ class ValueFlow(Navigation):
             if holder:
                 yield holder, self.function_of(call)
 
-    def _return_positions(self, name: str, function: cst.FunctionDef) -> set[Optional[int]]:
-        """None when `return name`, k when name is the k-th element of a returned tuple."""
+    def _return_positions(self, name: str, function: cst.FunctionDef,
+                          seen: frozenset[cst.FunctionDef] = frozenset()) -> set[Optional[int]]:
+        """None when `return name`, k when name is the k-th element of a returned tuple.
+        `return fit(name, loader)`, where `fit` is a function of this file that returns the
+        parameter it is handed `name` for (`return model`), returns `name` too."""
         positions: set[Optional[int]] = set()
         for statement in self.own_statements(function, cst.Return):
             value = statement.value
             if value is not None and (name == returned_name(function) and self.is_loader_call(value)
-                                      or dotted_name(value) == name):
+                                      or dotted_name(value) == name
+                                      or self._hands_back(value, name, seen | {function})):
                 positions.add(None)
             elif isinstance(value, cst.Tuple):
                 for index, element in enumerate(value.elements):
                     if dotted_name(element.value) == name:
                         positions.add(index)
         return positions
+
+    def _hands_back(self, value: cst.BaseExpression, name: str, seen: frozenset[cst.FunctionDef],
+                    argument: Optional[cst.BaseExpression] = None) -> bool:
+        if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
+            return False
+        callee = self.functions.get(value.func.value)
+        if callee is None or callee in seen or self.class_of(callee) is not None:
+            return False
+        for parameter in positional_parameters(callee):
+            handed = handed_for(value, callee, parameter)
+            if handed is not None and (dotted_name(handed) == name or handed is argument) \
+                    and None in self._return_positions(parameter, callee, seen):
+                return True
+        return False
+
+    def hands_back(self, call: cst.Call, argument: cst.BaseExpression) -> bool:
+        """`fit(make_model(), loader)`, `fit` a function of this file that returns the
+        parameter this argument goes to: the call's value is what the argument made."""
+        return self._hands_back(call, "", frozenset(), argument)
 
     def _iterates(self, name: str, function: cst.FunctionDef) -> bool:
         return any(self.function_of(loop) is function for loop in self.loops_over.get(name, ()))

@@ -17,6 +17,7 @@ from ddpify.rules import (
     loader_dicts,
     model,
     report_only,
+    set_order,
     setup,
     shared_names,
     side_effects,
@@ -24,7 +25,7 @@ from ddpify.rules import (
 )
 
 CONCERNS = (devices, model, loader_dicts, data, evaluation, side_effects, checkpoints, shared_names, training,
-            in_batch, report_only)
+            in_batch, report_only, set_order)
 
 __all__ = ["CONCERNS", "checkpoints", "data", "devices", "evaluation", "in_batch", "loader_dicts", "model",
-           "report_only", "setup", "shared_names", "side_effects", "training"]
+           "report_only", "set_order", "setup", "shared_names", "side_effects", "training"]

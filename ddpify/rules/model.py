@@ -24,6 +24,7 @@ from ddpify.analysis.nodes import (
     find_all,
     handed_for,
     is_false,
+    names_in,
     names_within,
     positional_parameters,
 )
@@ -205,6 +206,7 @@ def _handed_in_by_callers(facts: Facts, model: Model) -> list[Model]:
     for call in facts.calls_of(function):
         argument = handed_for(call, function, model.name)
         hoisted = _hoistable_move(facts, call, argument) if argument is not None else None
+        hoisted = hoisted or _hoistable_factory(facts, call, argument, model.name)
         name = hoisted or (dotted_name(argument) if argument is not None else None)
         if name is None or name.startswith("self."):
             return []
@@ -214,6 +216,69 @@ def _handed_in_by_callers(facts: Facts, model: Model) -> list[Model]:
             # once, however often it is handed
             found.append(Model(name, facts.statement_of(call), caller, moved_in_call))
     return found
+
+
+def _hoistable_factory(facts: Facts, call: cst.Call, argument: Optional[cst.BaseExpression],
+                       parameter: str) -> Optional[str]:
+    """Rule: `model = fit(make_model(), loader)`, where `make_model`, a function of this file,
+    returns its model already on its device (`return Net().to(device)`, or `net =
+    Net().to(device)` ... `return net`) and `fit` trains what it is handed: the model reaches
+    its device inside the call, as in _hoistable_move. The factory's call goes onto a line of
+    its own before the call, the wrap follows it and the call hands in the name: the name the
+    statement assigns (`model`, `final_model`: rebound by the statement anyway) unless the call
+    reads it, else the parameter's name where nothing there reads it, else a free name after
+    it. Only for a call that is the statement (or the value it assigns or returns); the name
+    given, else None."""
+    if not (isinstance(argument, cst.Call) and isinstance(argument.func, cst.Name)
+            and argument.func.value in facts.functions):
+        return None
+    factory = facts.functions[argument.func.value]
+    if facts.class_of(factory) is not None or not _returns_moved_models(facts, factory):
+        return None
+    statement = facts.statement_of(call)
+    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
+    if not isinstance(small, (cst.Expr, cst.Assign, cst.AnnAssign, cst.Return)) or small.value is not call:
+        return None
+    if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name) \
+            and small.targets[0].target.value not in names_in(call):
+        return small.targets[0].target.value
+    return parameter if _unused_where_called(facts, facts.function_of(call), parameter) \
+        else facts.free_name(parameter)
+
+
+def _unused_where_called(facts: Facts, caller: Optional[cst.FunctionDef], name: str) -> bool:
+    """The name may be bound where the call is without changing what any code reads: in a
+    function, it appears nowhere in it; at module level, nowhere outside functions, and every
+    function that mentions it binds its own (a parameter, or a plain assignment)."""
+    if caller is not None:
+        return name not in names_in(caller)
+    for statement in facts.module.body:
+        if isinstance(statement, cst.FunctionDef):
+            continue
+        if not isinstance(statement, cst.ClassDef) and name in names_in(statement):
+            return False
+    for function in find_all(facts.module, cst.FunctionDef):
+        if name in names_in(function.body) and name not in parameter_names(function) and not any(
+                isinstance(target.target, cst.Name) and target.target.value == name
+                for assign in find_all(function.body, cst.Assign, into_functions=False) for target in assign.targets):
+            return False
+    return True
+
+
+def _returns_moved_models(facts: Facts, function: cst.FunctionDef) -> bool:
+    """Every return of the function hands back a model on its device: a `.to(...)`/`.cuda()`
+    of it, or a name the function moves (`net = Net().to(device)`, `net.to(device)`)."""
+    def a_move(value: Optional[cst.BaseExpression]) -> bool:
+        return isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+            and value.func.attr.value in ("to", "cuda")
+
+    returns = find_all(function.body, cst.Return, into_functions=False)
+    moved = {name for name, moves in facts.device_moves.items()
+             if any(facts.function_of(move) is function for move in moves)}
+    moved |= {target.target.value for assign in find_all(function.body, cst.Assign, into_functions=False)
+              if a_move(assign.value) for target in assign.targets if isinstance(target.target, cst.Name)}
+    return bool(returns) and all(
+        a_move(each.value) or isinstance(each.value, cst.Name) and each.value.value in moved for each in returns)
 
 
 def _hoistable_move(facts: Facts, call: cst.Call, argument: Optional[cst.BaseExpression]) -> Optional[str]:
@@ -394,11 +459,23 @@ def _unwrap_where_returned(facts: Facts, edits: Edits, model: Model) -> None:
     the wrap (`net.state_dict()` saved without a `module.` prefix)."""
     if model.function is None or model.name.startswith("self."):
         return
-    for holder, call in facts.returned_to_sites(model.name, model.function):
+    sites = facts.returned_to_sites(model.name, model.function)
+    if _returned_as_hoisted(facts, model):
+        sites += facts.results_assigned(model.function)
+    for holder, call in sites:
         if holder == model.name:
             continue  # the model's own name: its reads are unwrapped already, wherever they are
         _unwrap_attributes(facts, edits, Model(holder, model.optimizer_statement, facts.function_of(call)),
                            facts.statement_of(call))
+
+
+def _returned_as_hoisted(facts: Facts, model: Model) -> bool:
+    """`return fit(make_model(), loader)` whose factory call is hoisted (_hoistable_factory)
+    and whose `fit` returns what it is handed: the function returns the wrapped model."""
+    statement = model.optimizer_statement
+    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
+    return model.moved_in_call is not None and isinstance(small, cst.Return) and isinstance(small.value, cst.Call) \
+        and facts.hands_back(small.value, model.moved_in_call)
 
 
 def _report_parts_frozen_after_wrap(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
@@ -820,6 +897,8 @@ def _never_moved(facts: Facts, model: Model) -> bool:
     the name (`model.to(device)`) nor one in what it is assigned (`Net().to(device)`, or a
     project function that returns the model it moved, `get_network(args)`), nor one of the
     container it is taken out of (`net = modules["net"]`, see containers.entry_moves)."""
+    if model.moved_in_call is not None:
+        return False  # moved in the call that hands it in, or made on its device by a factory
     for _, name in facts.model_holders(model):
         if facts.device_moves.get(name) or facts.moved_by_helpers.get(name):
             return False
@@ -2420,6 +2499,33 @@ for epoch in range(3):
         learner.step(x.to(device), y.to(device))
 '''
 
+_FACTORY_FIT = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+
+
+def make():
+    return torch.nn.{made}
+
+
+def fit(model):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return model
+
+
+net = fit(make())
+torch.save(net.state_dict(), "net.pt")
+"""
+
 CASES = (
     Emits(TRAINING.replace("torch.nn.Linear(4, 1)", "torch.nn.ModuleList([torch.nn.Linear(4, 1)])")
           .replace("model.parameters()", "model[0].parameters()"), "DDP903"),
@@ -2428,6 +2534,12 @@ CASES = (
     Silent(SELF_STEPPING.replace("self.net = torch.nn.Linear(4, 1)",
                                  "self.net = torch.nn.Linear(4, 1).to(device)"), "DDP903"),
     Emits(TRAINING, "DDP101", ("model = DDP(model, device_ids=[local_rank]",)),
+    # A model made on its device by a factory of the file, inside the call that trains it:
+    # the factory's call on a line of its own, then the wrap (a factory that does not move
+    # it leaves nothing to wrap after).
+    Emits(_FACTORY_FIT.format(made="Linear(4, 1).to(device)"), "DDP101",
+          ("net = make()\nif distributed:\n    net = DDP(net, device_ids=[local_rank]", "net = fit(net)")),
+    Emits(_FACTORY_FIT.format(made="Linear(4, 1)"), "DDP903"),
     # An optimizer over every module of a collection trains the modules it names.
     Emits(TRAINING.replace("model.parameters()", "[p for m in [model] for p in m.parameters()]"), "DDP101",
           ("model = DDP(model, device_ids=[local_rank]",)),

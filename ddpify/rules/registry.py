@@ -26,6 +26,7 @@ from ddpify.rules import (
     model,
     random_batches,
     report_only,
+    set_order,
     setup,
     sharding,
     shared_names,
@@ -39,8 +40,8 @@ from ddpify.selfcheck import rules as selfcheck
 
 UNITS: tuple[ModuleType, ...] = (
     setup, devices, model, sharding, dcp, data, epochs, downloads, splits, evaluation, hand_batches, loader_dicts,
-    random_batches, side_effects, checkpoints, shared_names, training, in_batch, report_only, frameworks, whole_file,
-    selfcheck, suppressions,
+    random_batches, set_order, side_effects, checkpoints, shared_names, training, in_batch, report_only, frameworks,
+    whole_file, selfcheck, suppressions,
 )
 
 
