@@ -9,6 +9,8 @@ is its sampler's length, `len(loader.sampler)`: a DistributedSampler's share und
 and the data set's length as a group of one (the loader's own RandomSampler or
 SequentialSampler), so plain `python` cuts where the original did.
 """
+from typing import Union
+
 import libcst as cst
 
 from ddpify.analysis.control import Facts
@@ -77,16 +79,16 @@ def _break_tests(loop: cst.For) -> list[cst.BaseExpression]:
     for branch in find_all(loop.body, cst.If, into_functions=False):
         if id(branch) in inner:
             continue
-        if any(isinstance(small, cst.Break) for line in _lines(branch.body)
-               for small in getattr(line, "body", ())):
+        if any(isinstance(small, cst.Break) for line in _simple_lines(branch.body) for small in line.body):
             tests.append(branch.test)
     return tests
 
 
-def _lines(suite: cst.BaseSuite) -> list[cst.CSTNode]:
+def _simple_lines(suite: cst.BaseSuite) -> list[Union[cst.SimpleStatementSuite, cst.SimpleStatementLine]]:
+    """The lines of small statements of a suite (a nested `if` or `with` is none of them)."""
     if isinstance(suite, cst.SimpleStatementSuite):
         return [suite]
-    return list(suite.body)
+    return [line for line in suite.body if isinstance(line, cst.SimpleStatementLine)]
 
 
 def _dataset_length(call: cst.Call, loader: str, datasets: set[str]) -> bool:
@@ -117,4 +119,9 @@ CASES = (
     Emits(_cut("step == len(dataset) // 8"), "DDP224", ("len(loader.sampler) // 8",)),
     # A cut at a count of its own (a debugging limit) is not the data set's.
     Silent(_cut("step == 3"), "DDP224"),
+    # A break under a test whose body also holds a block of its own (`if args.dry_run:`).
+    Silent(TRAINING.replace("        optimizer.step()\n",
+                            "        optimizer.step()\n        if epoch == 2:\n"
+                            "            if loss.item() < 0.1:\n                print(loss.item())\n"
+                            "            break\n"), "DDP224"),
 )
