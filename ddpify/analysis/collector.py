@@ -53,6 +53,8 @@ _RETURNS_MODULE = frozenset({"to", "cpu", "cuda", "train", "eval", "float", "dou
 
 
 FIXED_GPU = re.compile(r"cuda:\d+")
+# The calls that walk a module's parts or parameters (`for name, m in model.named_modules()`).
+MODULE_WALKS = frozenset({"parameters", "named_parameters", "modules", "named_modules", "children", "named_children"})
 
 
 def qualified_is_path_edit(qualified: set[str]) -> bool:
@@ -1393,11 +1395,31 @@ class Collector(cst.CSTVisitor):
                 for each in elements or ([model] if model else []):
                     if each != "self" and all(m.name != each for m in self.facts.models):
                         self.facts.models.append(Model(each, self._statement(node), self._function()))
+            elif (walked := self._module_walked_by_own_function(call)) is not None:
+                named = True
+                if all(m.name != walked for m in self.facts.models):
+                    self.facts.models.append(Model(walked, self._statement(node), self._function()))
         if self._over_own_parameters(node):
             # `def configure_optimizers(self)`: whoever calls it holds the model.
             self.self_optimizer_methods.add(cast(cst.FunctionDef, self._function()).name.value)
         elif not named:
             self.facts.optimizers_without_model.append(node)
+
+    def _module_walked_by_own_function(self, call: cst.Call) -> Optional[str]:
+        """Rule: `get_params(model.module, key="1x")`, a function of this file that walks the
+        module handed to it (`for name, m in model.named_modules(): ... yield m.weight`), hands
+        out that module's parameters: the optimizer trains it (a DataParallel's `.module`,
+        `getattr(model, "module", model)`, is the model itself). The module's name, or None."""
+        function = self.facts.functions.get(call.func.value) if isinstance(call.func, cst.Name) else None
+        if function is None:
+            return None
+        walks = {dotted_name(each.func.value) for each in calls_within(function.body)
+                 if isinstance(each.func, cst.Attribute) and each.func.attr.value in MODULE_WALKS}
+        for parameter in positional_parameters(function):
+            handed = argument_among(call, parameter, positional_parameters(function))
+            if parameter in walks and handed is not None:
+                return _unwrapped_name(handed)
+        return None
 
     def _hands_out_parameters(self, call: cst.Call) -> bool:
         """`model.get_1x_lr_params()` where every `model = DeepLab(...)` makes an object of a
@@ -1802,6 +1824,15 @@ class Collector(cst.CSTVisitor):
             parent = self.parents.get(node)
             if isinstance(parent, cst.AssignTarget):
                 self.facts.visible_devices_statements.append(self._statement(node))
+
+
+def _unwrapped_name(value: cst.BaseExpression) -> Optional[str]:
+    """`model`, `model.module` or `getattr(model, "module", model)`: "model"."""
+    if isinstance(value, cst.Call) and dotted_name(value.func) == "getattr" and len(value.args) == 3 \
+            and string_value(value.args[1].value) == "module":
+        return dotted_name(value.args[0].value)
+    name = dotted_name(value)
+    return name.removesuffix(".module") if name is not None else None
 
 
 def _follows_a_value(call: cst.Call) -> bool:

@@ -17,6 +17,7 @@ from ddpify.rules import (
     dcp,
     devices,
     downloads,
+    epoch_cut,
     epochs,
     evaluation,
     frameworks,
@@ -39,9 +40,9 @@ from ddpify.rules.cases import Case
 from ddpify.selfcheck import rules as selfcheck
 
 UNITS: tuple[ModuleType, ...] = (
-    setup, devices, model, sharding, dcp, data, epochs, downloads, splits, evaluation, hand_batches, loader_dicts,
-    random_batches, set_order, side_effects, checkpoints, shared_names, training, in_batch, report_only, frameworks,
-    whole_file, selfcheck, suppressions,
+    setup, devices, model, sharding, dcp, data, epochs, downloads, splits, epoch_cut, evaluation, hand_batches,
+    loader_dicts, random_batches, set_order, side_effects, checkpoints, shared_names, training, in_batch, report_only,
+    frameworks, whole_file, selfcheck, suppressions,
 )
 
 

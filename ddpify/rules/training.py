@@ -673,7 +673,7 @@ def _meter_figures(facts: Facts, edits: Edits, loop: cst.For) -> dict[str, tuple
 def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For) -> None:
     accumulators = epoch_accumulators(facts, loop)
     lists = epoch_lists(facts, loop)
-    if not _sharded(facts, setup, loop):
+    if not _sharded(facts, setup, loop) or _micro_batches_of_one_step(facts, loop):
         return
     meter_kinds = _meter_figures(facts, edits, loop)
     meter_counts = {meter: whole for meter, (whole, _) in meter_kinds.items()}
@@ -723,6 +723,32 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
     edits.insert_after(figures_anchor(facts, loop), edits.statements("\n".join(lines) + "\n"))
     setup.reduced_epoch_loops.add(loop)
     edits.report("DDP402", loop)
+
+
+def _micro_batches_of_one_step(facts: Facts, loop: cst.For) -> bool:
+    """Rule: `for _ in range(iter_size): x, y = next(loader_iter); ...; loss.backward()` with
+    the optimizer's step after the loop, in the loop around it: the loop draws the
+    micro-batches of one step, so what it sums (`loss += float(iter_loss)`) is that step's
+    figure, not the epoch's. It stays this rank's, as any per-step figure does: no
+    collective is added to every step, and the figure keeps the original's scale."""
+    if not _has_method_call(loop.body, "backward") or _steps_in(facts, loop.body):
+        return False
+    outer = next(iter(facts.enclosing_loops(loop)), None)
+    return outer is not None and any(_steps_in(facts, statement) for statement in _statements_after_in(outer, loop))
+
+
+def _steps_in(facts: Facts, node: cst.CSTNode) -> bool:
+    return any(isinstance(call.func, cst.Attribute) and call.func.attr.value == "step"
+               and any("optim" in name or name in facts.optimizer_names for name in _step_names(call))
+               for call in calls_within(node))
+
+
+def _statements_after_in(outer: cst.For, loop: cst.For) -> list[cst.CSTNode]:
+    """The statements of the outer loop's body after the one that holds `loop`."""
+    body: list[cst.CSTNode] = list(outer.body.body) if isinstance(outer.body, cst.IndentedBlock) else []
+    holding = next((i for i, statement in enumerate(body) if statement is loop
+                    or any(found is loop for found in find_all(statement, cst.For))), None)
+    return body[holding + 1:] if holding is not None else []
 
 
 def _totals_tensor(indent: int, names: list[str], device: str) -> str:

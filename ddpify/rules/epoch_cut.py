@@ -1,0 +1,127 @@
+"""An epoch cut at the whole data set's count of batches (DDP224).
+
+GAN code often ends each pass one batch early, where the last, smaller batch would start:
+`if i == len(loader.dataset) // batch_size: break` (or `loader.dataset.__len__()`), so that
+targets made once with `torch.ones(batch_size, 1)` always match the batch. Sharded, a rank's
+loader yields 1/world_size of the data set, so that step is never reached: the last partial
+batch arrives, and the loss fails on its shape (or trains on it). The count a rank can reach
+is its sampler's length, `len(loader.sampler)`: a DistributedSampler's share under torchrun,
+and the data set's length as a group of one (the loader's own RandomSampler or
+SequentialSampler), so plain `python` cuts where the original did.
+"""
+from typing import Union
+
+import libcst as cst
+
+from ddpify.analysis.control import Facts
+from ddpify.analysis.nodes import dotted_name, find_all
+from ddpify.diagnostics import Rule, Severity
+from ddpify.emit.edits import Edits, replacement
+from ddpify.plan import Plan
+from ddpify.rules.cases import TRAINING, Emits, Silent
+
+RULES = (
+    Rule("DDP224", Severity.EDIT, "the epoch cut at the data set's count of batches counts this rank's share",
+         "The training pass stops at a step computed from the whole data set's length "
+         "(`if i == len(loader.dataset) // batch_size: break`), to leave out the last, "
+         "smaller batch. Sharded, a rank's loader yields only its share of the data set, so "
+         "that step is never reached and the last partial batch is trained on (or fails "
+         "against targets made for a full batch). The length is read from the loader's "
+         "sampler instead: the rank's share under torchrun, the whole data set as a group of "
+         "one.",
+         "Nothing to do; `drop_last=True` on the DataLoader says the same in one place."),
+)
+
+
+def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """In each training pass over a loader that is sharded (here, or by the module of the
+    project that builds it), a `break` under a test that reads the loader's data set's length reads its
+    sampler's length instead."""
+    loaders: dict[cst.For, set[str]] = {}
+    datasets: dict[cst.For, set[str]] = {}
+    for loader in setup.loaders_given_a_sampler:
+        if loader.keywords.keys() & {"sampler", "batch_sampler"}:
+            continue  # the script's own sampler: its length is not the data set's
+        holders = facts.loader_holders_of(loader)
+        dataset = dotted_name(loader.dataset) if loader.dataset is not None else None
+        for loop in facts.loops_over_values(holders):
+            loaders.setdefault(loop, set()).update(
+                name for name in facts.names_iterated_by(loop)
+                if (facts.function_of(loop), name) in holders or (None, name) in holders)
+            if dataset is not None and facts.function_of(loop) is loader.function:
+                datasets.setdefault(loop, set()).add(dataset)
+    for external in facts.external_loaders:  # built, and sharded by look, by another module
+        holders = facts.holders_from(external.function, external.name)
+        for loop in facts.loops_over_values(holders):
+            loaders.setdefault(loop, set()).update(
+                name for name in facts.names_iterated_by(loop)
+                if any(name == held and facts.sees_value(loop, held, function) for function, held in holders))
+    for loop, iterated in loaders.items():
+        if facts.loop_trains(loop) and len(iterated) == 1:  # else which sampler stands for the set is a guess
+            _cut_by_sampler(edits, loop, next(iter(iterated)), datasets.get(loop, set()))
+
+
+def _cut_by_sampler(edits: Edits, loop: cst.For, loader: str, datasets: set[str]) -> None:
+    for test in _break_tests(loop):
+        for call in find_all(test, cst.Call):
+            if _dataset_length(call, loader, datasets):
+                edits.expressions[call] = replacement(edits, f"len({loader}.sampler)")
+                edits.standalone.add(call)
+                edits.report("DDP224", call)
+
+
+def _break_tests(loop: cst.For) -> list[cst.BaseExpression]:
+    """The tests of the `if`s of the loop's body (not of a loop nested in it) that break
+    out of it."""
+    nested = [node for kind in (cst.For, cst.While) for node in find_all(loop.body, kind, into_functions=False)]
+    inner = {id(node) for outer in nested for node in find_all(outer.body, cst.If, into_functions=False)}
+    tests = []
+    for branch in find_all(loop.body, cst.If, into_functions=False):
+        if id(branch) in inner:
+            continue
+        if any(isinstance(small, cst.Break) for line in _simple_lines(branch.body) for small in line.body):
+            tests.append(branch.test)
+    return tests
+
+
+def _simple_lines(suite: cst.BaseSuite) -> list[Union[cst.SimpleStatementSuite, cst.SimpleStatementLine]]:
+    """The lines of small statements of a suite (a nested `if` or `with` is none of them)."""
+    if isinstance(suite, cst.SimpleStatementSuite):
+        return [suite]
+    return [line for line in suite.body if isinstance(line, cst.SimpleStatementLine)]
+
+
+def _dataset_length(call: cst.Call, loader: str, datasets: set[str]) -> bool:
+    """`len(loader.dataset)`, `loader.dataset.__len__()`, or `len(train_set)` of the data
+    set the loader was built over."""
+    func = call.func
+    if isinstance(func, cst.Name) and func.value == "len" and len(call.args) == 1 and not call.args[0].star:
+        read = _data_set_of(call.args[0].value, loader)
+        return read or dotted_name(call.args[0].value) in datasets
+    if isinstance(func, cst.Attribute) and func.attr.value == "__len__" and not call.args:
+        return _data_set_of(func.value, loader)
+    return False
+
+
+def _data_set_of(node: cst.BaseExpression, loader: str) -> bool:
+    return (isinstance(node, cst.Attribute) and node.attr.value == "dataset"
+            and dotted_name(node.value) == loader)
+
+
+def _cut(step: str) -> str:
+    return TRAINING.replace("    for x, y in loader:\n",
+                            f"    for step, (x, y) in enumerate(loader):\n        if {step}:\n            break\n")
+
+
+CASES = (
+    Emits(_cut("step == len(loader.dataset) // 8"), "DDP224", ("len(loader.sampler) // 8",)),
+    Emits(_cut("step >= loader.dataset.__len__() // 8"), "DDP224", ("len(loader.sampler) // 8",)),
+    Emits(_cut("step == len(dataset) // 8"), "DDP224", ("len(loader.sampler) // 8",)),
+    # A cut at a count of its own (a debugging limit) is not the data set's.
+    Silent(_cut("step == 3"), "DDP224"),
+    # A break under a test whose body also holds a block of its own (`if args.dry_run:`).
+    Silent(TRAINING.replace("        optimizer.step()\n",
+                            "        optimizer.step()\n        if epoch == 2:\n"
+                            "            if loss.item() < 0.1:\n                print(loss.item())\n"
+                            "            break\n"), "DDP224"),
+)
