@@ -40,6 +40,7 @@ SIMILARITIES = ("torch.matmul", "torch.mm", "torch.einsum", "torch.nn.functional
 IN_BATCH_LABELS = ("torch.arange", "torch.zeros", "torch.eye")
 ARANGE = "torch.arange"
 CAT = "torch.cat"
+CDIST = "torch.cdist"
 EINSUM = "torch.einsum"
 COSINE = "torch.nn.functional.cosine_similarity"
 PLACEMENTS = frozenset({"to", "cuda", "long", "float", "contiguous"})
@@ -94,7 +95,10 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     if not facts.models:
         return
     reported: set[Statement] = set()
-    for contrast in _contrasts(facts):
+    contrasts = _contrasts(facts)
+    _report_pairwise(facts, edits, contrasts)
+    _report_queues(facts, edits)
+    for contrast in contrasts:
         statement = facts.statement_of(contrast.loss)
         if statement in reported:
             continue
@@ -119,6 +123,111 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             "concatenated, as NT-Xent does: each view before the concatenation, so each row's positive stays "
             "N rows away) and size the labels and masks by the gathered batch (or offset them by rank x local "
             "batch when only the keys are gathered, as open_clip's gather_features with local_loss does)"))
+
+
+def _report_pairwise(facts: Facts, edits: Edits, contrasts: list[Contrast]) -> None:
+    """Rule: a similarity or distance of every embedding of the batch with every other one
+    (`torch.cdist(emb, emb)`, `f @ f.T`, `torch.matmul(f, f.T)`) of this batch's embeddings,
+    in a training loop's body or in a loss function (or loss module) called there with them,
+    feeds a loss whose positives and negatives are the batch (SupCon's label mask, batch-hard
+    triplet mining) when no cross-entropy over it was found (those are DDP410's). Under DDP
+    each rank mines its own shard: reported (DDP206) with the fix, never rewritten, since
+    the labels must be gathered alongside and the mining's shape varies."""
+    scopes = {(facts.function_of(contrast.loss), _innermost(facts, contrast.loss)) for contrast in contrasts}
+    shown: set[Statement] = set()
+    for node in [*facts.calls_named.get(CDIST, ()), *facts.calls_named.get("torch.matmul", ()),
+                 *facts.calls_named.get("torch.mm", ()), *facts.nodes_of(cst.BinaryOperation)]:
+        operands = _pair(facts, node)
+        statement = facts.statement_of(node)
+        if operands is None or statement in shown \
+                or (facts.function_of(node), _innermost(facts, node)) in scopes \
+                or not _of_the_training_batch(facts, node, operands):
+            continue
+        shown.add(statement)
+        edits.report("DDP206", node, (
+            "pairwise similarities of the batch's embeddings (positives and negatives mined in the batch): "
+            "under DDP each rank compares its own shard only; to keep the global batch, gather the "
+            "embeddings with their gradient and their labels from every rank before "
+            f"`{cst.Module([]).code_for_node(node)}` (as a GatherLayer does), or accept per-rank mining"))
+
+
+def _innermost(facts: Facts, node: cst.CSTNode) -> Optional[cst.For]:
+    loops = facts.enclosing_loops(node)
+    return loops[0] if loops else None
+
+
+def _pair(facts: Facts, node: cst.CSTNode) -> Optional[tuple[str, str]]:
+    """(a, b) of `torch.cdist(a, b)`, `a @ b.T`, `torch.matmul(a, b.t())`, names each."""
+    if isinstance(node, cst.BinaryOperation):
+        if not isinstance(node.operator, cst.MatrixMultiply):
+            return None
+        left, right = node.left, node.right
+    elif isinstance(node, cst.Call) and len(node.args) >= 2 and all(arg.keyword is None for arg in node.args[:2]):
+        left, right = node.args[0].value, node.args[1].value
+        if node in facts.calls_named.get(CDIST, ()):  # every row of a with every row of b, as they are
+            return (left.value, right.value) if isinstance(left, cst.Name) and isinstance(right, cst.Name) else None
+    else:
+        return None
+    transposed = _untransposed(right)
+    if transposed is right or not isinstance(left, cst.Name) or not isinstance(transposed, cst.Name):
+        return None
+    return left.value, transposed.value
+
+
+def _of_the_training_batch(facts: Facts, node: cst.CSTNode, operands: tuple[str, str]) -> bool:
+    """Both operands are this batch's embeddings: made from the model's forward in the body of
+    the training loop around `node`, or handed, as the parameters they are, to a function
+    (or a loss module's forward) called in a training loop with such embeddings."""
+    loop = _innermost(facts, node)
+    if loop is not None:
+        return loop in training.batch_loops(facts) and all(
+            _embedding_of_this_batch(facts, loop, name, node) for name in operands)
+    scope = facts.function_of(node)
+    if scope is None:
+        return False
+    owner = facts.class_of(scope)
+    if owner is not None and scope.name.value != "forward":
+        return False
+    parameters = [parameter.name.value for parameter in scope.params.params][1 if owner is not None else 0:]
+    if not set(operands) <= set(parameters):
+        return False
+    positions = [parameters.index(name) for name in operands]
+    for call in (_instance_calls(facts, owner) if owner is not None else facts.calls_of(scope)):
+        loop = _innermost(facts, call)
+        arguments = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+        if loop is None or loop not in training.batch_loops(facts) or max(positions) >= len(arguments):
+            continue
+        handed = [arguments[position] for position in positions]
+        if all(isinstance(each, cst.Name) and _embedding_of_this_batch(facts, loop, each.value, call)
+               for each in handed):
+            return True
+    return False
+
+
+def _report_queues(facts: Facts, edits: Edits) -> None:
+    """Rule: a ring buffer of keys (MoCo's queue) filled from this batch: a write into a slice
+    of an attribute of the instance whose bounds read a pointer (`self.queue[:, ptr:ptr + n] =
+    keys.T`), of a value that reads a parameter of the method. Under DDP each rank would
+    enqueue its own keys only (and DDP's buffer broadcast keeps rank 0's): the queue holds half
+    the keys, older. Reported (DDP406) with the fix MoCo's own DDP code uses."""
+    for assign in facts.nodes_of(cst.Assign):
+        scope = facts.function_of(assign)
+        if scope is None or facts.class_of(scope) is None or len(assign.targets) != 1:
+            continue
+        target = assign.targets[0].target
+        if not (isinstance(target, cst.Subscript) and (dotted_name(target.value) or "").startswith("self.")):
+            continue
+        pointers = [names_in(element.slice.lower) & names_in(element.slice.upper) for element in target.slice
+                    if isinstance(element.slice, cst.Slice) and element.slice.lower is not None
+                    and element.slice.upper is not None]
+        parameters = {parameter.name.value for parameter in scope.params.params[1:]}
+        if not any(pointers) or not names_in(assign.value) & parameters:
+            continue
+        edits.report("DDP406", assign, (
+            f"a queue of keys is filled from this rank's batch only (`{dotted_name(target.value)}`): gather "
+            "the keys from every rank before the enqueue (MoCo's concat_all_gather: dist.all_gather, no "
+            "gradient needed), advance the pointer by the gathered size, and keep the queue's length "
+            "divisible by the global batch"))
 
 
 @dataclass
