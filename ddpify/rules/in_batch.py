@@ -148,7 +148,8 @@ def _report_pairwise(facts: Facts, edits: Edits, contrasts: list[Contrast]) -> N
             "pairwise similarities of the batch's embeddings (positives and negatives mined in the batch): "
             "under DDP each rank compares its own shard only; to keep the global batch, gather the "
             "embeddings with their gradient and their labels from every rank before "
-            f"`{cst.Module([]).code_for_node(node)}` (as a GatherLayer does), or accept per-rank mining"))
+            f"`{cst.Module([]).code_for_node(node)}` (as a GatherLayer does; two views concatenated: each view "
+            "before the concatenation), or accept per-rank mining"))
 
 
 def _innermost(facts: Facts, node: cst.CSTNode) -> Optional[cst.For]:
@@ -168,10 +169,25 @@ def _pair(facts: Facts, node: cst.CSTNode) -> Optional[tuple[str, str]]:
             return (left.value, right.value) if isinstance(left, cst.Name) and isinstance(right, cst.Name) else None
     else:
         return None
+    if isinstance(right, cst.Call) and isinstance(right.func, cst.Attribute) \
+            and right.func.attr.value == "contiguous" and not right.args:
+        right = right.func.value  # `out.t().contiguous()`
     transposed = _untransposed(right)
     if transposed is right or not isinstance(left, cst.Name) or not isinstance(transposed, cst.Name):
         return None
     return left.value, transposed.value
+
+
+def _views_of_this_batch(facts: Facts, loop: cst.For, name: str, node: cst.CSTNode) -> bool:
+    """`name` is this batch's embeddings, or assigned once in the loop's body the concatenation
+    of two of them (`out = torch.cat([out_1, out_2])`, SimCLR's two views)."""
+    if _embedding_of_this_batch(facts, loop, name, node):
+        return True
+    assigns = [assign for assign in facts.nodes_of(cst.Assign) if facts.function_of(assign) is facts.function_of(node)
+               and name in _bound(assign) and facts.ancestor_in(assign, loop.body) is not None]
+    parts = _concatenated(facts, assigns[0].value) if len(assigns) == 1 else None
+    return parts is not None and facts.start_of(assigns[0]) < facts.start_of(node) \
+        and all(_embedding_of_this_batch(facts, loop, part, assigns[0]) for part in parts)
 
 
 def _of_the_training_batch(facts: Facts, node: cst.CSTNode, operands: tuple[str, str]) -> bool:
@@ -181,7 +197,7 @@ def _of_the_training_batch(facts: Facts, node: cst.CSTNode, operands: tuple[str,
     loop = _innermost(facts, node)
     if loop is not None:
         return loop in training.batch_loops(facts) and all(
-            _embedding_of_this_batch(facts, loop, name, node) for name in operands)
+            _views_of_this_batch(facts, loop, name, node) for name in operands)
     scope = facts.function_of(node)
     if scope is None:
         return False
