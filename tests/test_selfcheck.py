@@ -637,3 +637,58 @@ def test_a_gather_before_a_loss_module_is_checked_in_its_forward():
     assert "q, k = gather_with_grad(q), gather_with_grad(k)\n        loss = info_nce(q, k)" in migrated
     assert codes(source, migrated) == []
     assert codes(source, planted("logits.size(0)", "16", migrated)) == ["DDP923"]
+
+
+NUMERICS = Path(__file__).resolve().parent.parent / "fixtures" / "numerics"
+VIEWS_GATHER = ("        z_i, z_j = gather_with_grad(z_i), gather_with_grad(z_j)\n"
+                "        z = torch.cat([z_i, z_j], dim=0)\n")
+PLAIN_ALL_GATHER = ("    rows = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]\n"
+                    "    dist.all_gather(rows, tensor.contiguous())\n    return torch.cat(rows)\n")
+VIEWS_DEFECTS = {
+    # name: the replacements that plant it in the migrated NT-Xent loop (each view gathered, then concatenated)
+    "the concatenation gathered whole (a view's pair is no longer N rows away)": [
+        (VIEWS_GATHER, "        z = torch.cat([z_i, z_j], dim=0)\n        z = gather_with_grad(z)\n"),
+        ("n = z_i.shape[0]", "n = z.shape[0] // 2")],
+    "labels from a configured batch size": [("n = z_i.shape[0]", "n = 32")],
+    "a gather without gradient": [("    return GatherWithGrad.apply(tensor)\n", PLAIN_ALL_GATHER)],
+    "a view read per sample after the similarity": [
+        ("        optimizer.zero_grad()\n",
+         "        loss = loss + z_i.pow(2).mean()\n        optimizer.zero_grad()\n")],
+    "only one view gathered": [
+        (VIEWS_GATHER, "        z_i = gather_with_grad(z_i)\n        z = torch.cat([z_i, z_j], dim=0)\n")],
+}
+
+
+@pytest.fixture(scope="module")
+def gathered_views():
+    original = (NUMERICS / "nt_xent_of_concatenated_views_in_the_loop_gathered" / "input.py").read_text()
+    return original, migrate_source(original, Options()).code
+
+
+def test_views_gathered_before_their_concatenation_pass(gathered_views):
+    original, migrated = gathered_views
+    assert VIEWS_GATHER in migrated
+    assert codes(original, migrated) == []
+
+
+@pytest.mark.parametrize("name", VIEWS_DEFECTS)
+def test_a_broken_gather_of_views_is_caught(gathered_views, name):
+    original, migrated = gathered_views
+    for old, new in VIEWS_DEFECTS[name]:
+        migrated = planted(old, new, migrated)
+    compile(migrated, name, "exec")
+    assert codes(original, migrated) == ["DDP923"]
+
+
+@pytest.mark.parametrize("idiom, defect", [
+    ("nt_xent_function_with_cosine_similarity_gathered", ("batch = z1.size(0)", "batch = 64")),
+    ("nt_xent_module_scoring_views_with_einsum_gathered", ("n = len(z_a)", "n = 20")),
+    ("info_nce_spelled_as_einsum_gathered", ("torch.arange(q.shape[0]", "torch.arange(16")),
+])
+def test_views_and_einsum_similarities_are_read_by_the_check(idiom, defect):
+    """cosine_similarity of every row with every row, einsum "nc,mc->nm", and a loss function
+    or module handed the views: the check reads them; a fixed label size is caught."""
+    original = (NUMERICS / idiom / "input.py").read_text()
+    migrated = migrate_source(original, Options()).code
+    assert codes(original, migrated) == []
+    assert codes(original, planted(*defect, migrated)) == ["DDP923"]

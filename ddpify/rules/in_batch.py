@@ -7,6 +7,7 @@ embeddings from every rank, with their gradient, before the similarity (open_cli
 gather_features, SimCLR's GatherLayer). Where the shape is certain ddpify does the same
 (DDP410); elsewhere it says where and how (DDP206, at the loss).
 """
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional
@@ -16,7 +17,7 @@ import libcst as cst
 from ddpify.analysis import traversal
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Statement
-from ddpify.analysis.nodes import dotted_name, find_all, names_in
+from ddpify.analysis.nodes import dotted_name, find_all, names_in, string_value
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan
@@ -39,6 +40,14 @@ CROSS_ENTROPY_CLASS = "torch.nn.CrossEntropyLoss"
 SIMILARITIES = ("torch.matmul", "torch.mm", "torch.einsum", "torch.nn.functional.cosine_similarity", "torch.bmm")
 IN_BATCH_LABELS = ("torch.arange", "torch.zeros", "torch.eye")
 ARANGE = "torch.arange"
+CAT = "torch.cat"
+CDIST = "torch.cdist"
+EINSUM = "torch.einsum"
+COSINE = "torch.nn.functional.cosine_similarity"
+PLACEMENTS = frozenset({"to", "cuda", "long", "float", "contiguous"})
+BUILTINS = frozenset({"float", "int", "len", "bool"})
+# tensor factories and how many of their leading positional arguments are sizes
+FACTORIES = {"torch.arange": 3, "torch.eye": 2, "torch.zeros": 3, "torch.ones": 3, "torch.empty": 3, "torch.full": 1}
 NORMALIZE = "torch.nn.functional.normalize"
 TRANSPOSES = frozenset({"T", "mT"})
 
@@ -87,7 +96,10 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     if not facts.models:
         return
     reported: set[Statement] = set()
-    for contrast in _contrasts(facts):
+    contrasts = _contrasts(facts)
+    _report_pairwise(facts, edits, contrasts)
+    _report_queues(facts, edits)
+    for contrast in contrasts:
         statement = facts.statement_of(contrast.loss)
         if statement in reported:
             continue
@@ -108,9 +120,131 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             "in-batch negatives: under DDP this loss scores each sample against its own rank's shard only, "
             f"not the global batch (ddpify gathers only where it is certain, and here {point}); to keep the "
             "global batch's negatives, gather the embeddings from every rank with their gradient "
-            "(`torch.cat(torch.distributed.nn.functional.all_gather(z))`) before the similarity and size the "
-            "labels by the gathered batch (or offset them by rank x local batch when only the keys are "
-            "gathered, as open_clip's gather_features with local_loss does)"))
+            "(`torch.cat(torch.distributed.nn.functional.all_gather(z))`) before the similarity (two views "
+            "concatenated, as NT-Xent does: each view before the concatenation, so each row's positive stays "
+            "N rows away) and size the labels and masks by the gathered batch (or offset them by rank x local "
+            "batch when only the keys are gathered, as open_clip's gather_features with local_loss does)"))
+
+
+def _report_pairwise(facts: Facts, edits: Edits, contrasts: list[Contrast]) -> None:
+    """Rule: a similarity or distance of every embedding of the batch with every other one
+    (`torch.cdist(emb, emb)`, `f @ f.T`, `torch.matmul(f, f.T)`) of this batch's embeddings,
+    in a training loop's body or in a loss function (or loss module) called there with them,
+    feeds a loss whose positives and negatives are the batch (SupCon's label mask, batch-hard
+    triplet mining) when no cross-entropy over it was found (those are DDP410's). Under DDP
+    each rank mines its own shard: reported (DDP206) with the fix, never rewritten, since
+    the labels must be gathered alongside and the mining's shape varies."""
+    scopes = {(facts.function_of(contrast.loss), _innermost(facts, contrast.loss)) for contrast in contrasts}
+    shown: set[Statement] = set()
+    for node in [*facts.calls_named.get(CDIST, ()), *facts.calls_named.get("torch.matmul", ()),
+                 *facts.calls_named.get("torch.mm", ()), *facts.nodes_of(cst.BinaryOperation)]:
+        operands = _pair(facts, node)
+        statement = facts.statement_of(node)
+        if operands is None or statement in shown \
+                or (facts.function_of(node), _innermost(facts, node)) in scopes \
+                or not _of_the_training_batch(facts, node, operands):
+            continue
+        shown.add(statement)
+        edits.report("DDP206", node, (
+            "pairwise similarities of the batch's embeddings (positives and negatives mined in the batch): "
+            "under DDP each rank compares its own shard only; to keep the global batch, gather the "
+            "embeddings with their gradient and their labels from every rank before "
+            f"`{cst.Module([]).code_for_node(node)}` (as a GatherLayer does; two views concatenated: each view "
+            "before the concatenation), or accept per-rank mining"))
+
+
+def _innermost(facts: Facts, node: cst.CSTNode) -> Optional[cst.For]:
+    loops = facts.enclosing_loops(node)
+    return loops[0] if loops else None
+
+
+def _pair(facts: Facts, node: cst.CSTNode) -> Optional[tuple[str, str]]:
+    """(a, b) of `torch.cdist(a, b)`, `a @ b.T`, `torch.matmul(a, b.t())`, names each."""
+    if isinstance(node, cst.BinaryOperation):
+        if not isinstance(node.operator, cst.MatrixMultiply):
+            return None
+        left, right = node.left, node.right
+    elif isinstance(node, cst.Call) and len(node.args) >= 2 and all(arg.keyword is None for arg in node.args[:2]):
+        left, right = node.args[0].value, node.args[1].value
+        if node in facts.calls_named.get(CDIST, ()):  # every row of a with every row of b, as they are
+            return (left.value, right.value) if isinstance(left, cst.Name) and isinstance(right, cst.Name) else None
+    else:
+        return None
+    if isinstance(right, cst.Call) and isinstance(right.func, cst.Attribute) \
+            and right.func.attr.value == "contiguous" and not right.args:
+        right = right.func.value  # `out.t().contiguous()`
+    transposed = _untransposed(right)
+    if transposed is right or not isinstance(left, cst.Name) or not isinstance(transposed, cst.Name):
+        return None
+    return left.value, transposed.value
+
+
+def _views_of_this_batch(facts: Facts, loop: cst.For, name: str, node: cst.CSTNode) -> bool:
+    """`name` is this batch's embeddings, or assigned once in the loop's body the concatenation
+    of two of them (`out = torch.cat([out_1, out_2])`, SimCLR's two views)."""
+    if _embedding_of_this_batch(facts, loop, name, node):
+        return True
+    assigns = [assign for assign in facts.nodes_of(cst.Assign) if facts.function_of(assign) is facts.function_of(node)
+               and name in _bound(assign) and facts.ancestor_in(assign, loop.body) is not None]
+    parts = _concatenated(facts, assigns[0].value) if len(assigns) == 1 else None
+    return parts is not None and facts.start_of(assigns[0]) < facts.start_of(node) \
+        and all(_embedding_of_this_batch(facts, loop, part, assigns[0]) for part in parts)
+
+
+def _of_the_training_batch(facts: Facts, node: cst.CSTNode, operands: tuple[str, str]) -> bool:
+    """Both operands are this batch's embeddings: made from the model's forward in the body of
+    the training loop around `node`, or handed, as the parameters they are, to a function
+    (or a loss module's forward) called in a training loop with such embeddings."""
+    loop = _innermost(facts, node)
+    if loop is not None:
+        return loop in training.batch_loops(facts) and all(
+            _views_of_this_batch(facts, loop, name, node) for name in operands)
+    scope = facts.function_of(node)
+    if scope is None:
+        return False
+    owner = facts.class_of(scope)
+    if owner is not None and scope.name.value != "forward":
+        return False
+    parameters = [parameter.name.value for parameter in scope.params.params][1 if owner is not None else 0:]
+    if not set(operands) <= set(parameters):
+        return False
+    positions = [parameters.index(name) for name in operands]
+    for call in (_instance_calls(facts, owner) if owner is not None else facts.calls_of(scope)):
+        loop = _innermost(facts, call)
+        arguments = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+        if loop is None or loop not in training.batch_loops(facts) or max(positions) >= len(arguments):
+            continue
+        handed = [arguments[position] for position in positions]
+        if all(isinstance(each, cst.Name) and _embedding_of_this_batch(facts, loop, each.value, call)
+               for each in handed):
+            return True
+    return False
+
+
+def _report_queues(facts: Facts, edits: Edits) -> None:
+    """Rule: a ring buffer of keys (MoCo's queue) filled from this batch: a write into a slice
+    of an attribute of the instance whose bounds read a pointer (`self.queue[:, ptr:ptr + n] =
+    keys.T`), of a value that reads a parameter of the method. Under DDP each rank would
+    enqueue its own keys only (and DDP's buffer broadcast keeps rank 0's): the queue holds half
+    the keys, older. Reported (DDP406) with the fix MoCo's own DDP code uses."""
+    for assign in facts.nodes_of(cst.Assign):
+        scope = facts.function_of(assign)
+        if scope is None or facts.class_of(scope) is None or len(assign.targets) != 1:
+            continue
+        target = assign.targets[0].target
+        if not (isinstance(target, cst.Subscript) and (dotted_name(target.value) or "").startswith("self.")):
+            continue
+        pointers = [names_in(element.slice.lower) & names_in(element.slice.upper) for element in target.slice
+                    if isinstance(element.slice, cst.Slice) and element.slice.lower is not None
+                    and element.slice.upper is not None]
+        parameters = {parameter.name.value for parameter in scope.params.params[1:]}
+        if not any(pointers) or not names_in(assign.value) & parameters:
+            continue
+        edits.report("DDP406", assign, (
+            f"a queue of keys is filled from this rank's batch only (`{dotted_name(target.value)}`): gather "
+            "the keys from every rank before the enqueue (MoCo's concat_all_gather: dist.all_gather, no "
+            "gradient needed), advance the pointer by the gathered size, and keep the queue's length "
+            "divisible by the global batch"))
 
 
 @dataclass
@@ -262,6 +396,10 @@ def _block_contrast(facts: Facts, contrast: Contrast, block: cst.BaseSuite) -> "
     if not isinstance(logits, cst.Name):
         return "the similarity is not assigned to a name"
     similarity_assign = _assignment(facts, logits.value, scope, contrast.loss)
+    while similarity_assign is not None and _operands(facts, similarity_assign.value) is None \
+            and logits.value in names_in(similarity_assign.value):
+        # `sim = sim.masked_fill(mask, -inf)`, `logits = logits / t`: the similarity is made above
+        similarity_assign = _assignment(facts, logits.value, scope, similarity_assign)
     body = list(block.body)
     if similarity_assign is None or facts.statement_of(similarity_assign) not in body:
         return "the similarity is not made beside the loss, in the same block"
@@ -270,6 +408,8 @@ def _block_contrast(facts: Facts, contrast: Contrast, block: cst.BaseSuite) -> "
     if operands is None:
         return "the similarity is not `a @ b.T` of two embeddings"
     names = list(dict.fromkeys(operands))
+    if len(names) == 1:
+        return _views_contrast(facts, contrast, body, similarity, names[0])
     labels = contrast.labels
     if isinstance(labels, cst.Name):
         labels_assign = _assignment(facts, labels.value, scope, contrast.loss)
@@ -280,10 +420,132 @@ def _block_contrast(facts: Facts, contrast: Contrast, block: cst.BaseSuite) -> "
     sized_by = {similarity_assign.targets[0].target.value, *names} \
         if isinstance(similarity_assign.targets[0].target, cst.Name) else set(names)
     aranges = [call for call in find_all(labels, cst.Call) if call in facts.calls_named.get(ARANGE, ())]
-    if len(aranges) != 1 or not aranges[0].args or not _size_of(aranges[0].args[0].value, sized_by):
+    if len(aranges) != 1 or not aranges[0].args or not _size_of(aranges[0].args[0].value, sized_by) \
+            or _placed(labels) is not aranges[0]:
         return "the labels are not `torch.arange` of the similarity's own size"
     problem = _read_again(body[body.index(similarity) + 1:], names)
     return problem if problem is not None else (similarity, names)
+
+
+def _placed(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`torch.arange(n)` of `torch.arange(n).to(device)`, `.long()`, `.cuda()`: the labels on
+    the diagonal, each row's positive its own column (arithmetic on them moves it)."""
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+            and node.func.attr.value in PLACEMENTS:
+        node = node.func.value
+    return node
+
+
+def _views_contrast(facts: Facts, contrast: Contrast, body: list[cst.CSTNode], similarity: Statement,
+                    name: str) -> "tuple[Statement, list[str]] | str":
+    """NT-Xent (SimCLR): the similarity of one tensor with itself, `z = torch.cat([z_i, z_j])`,
+    each row's positive N rows away. Gathering `z` would put the ranks' rows between a view and
+    its pair (rank 0's z_i, rank 0's z_j, rank 1's z_i, ...), so the two views are gathered,
+    each, before the concatenation, which then holds every rank's first views and then every
+    rank's second views, as one process's batch would. The certain shape: the concatenation
+    is made in the block, once, above the similarity, of two names along the rows, and every
+    statement from it to the loss reads only what it and the similarity made, the sizes of
+    those, constants, torch functions and a device (so labels and masks follow the gathered
+    batch: `n = z_i.shape[0]`, `torch.arange(n, 2 * n)`, never a configured batch size)."""
+    scope = facts.function_of(contrast.loss)
+    concat_assign = _assignment(facts, name, scope, similarity)
+    if concat_assign is None or facts.statement_of(concat_assign) not in body:
+        return f"`{name}` is compared with itself but is not made beside the similarity"
+    parts = _concatenated(facts, concat_assign.value)
+    if parts is None:
+        return (f"`{name}` is compared with itself but is not the concatenation of two views "
+                "(`torch.cat([z_i, z_j])`) made beside it")
+    concat = facts.statement_of(concat_assign)
+    loss = facts.statement_of(contrast.loss)
+    if loss not in body:
+        return "the loss is not computed in the block of the similarity"
+    start, end = body.index(concat), body.index(loss)
+    made = {*parts, *_bound(concat_assign)}
+    for statement in body[start + 1:end + 1]:
+        read = _foreign_read(facts, statement, made, contrast.loss) or _fixed_size(facts, statement, made)
+        if read is not None:
+            return (f"`{read}` is read between the concatenation of the views and the loss: the labels and "
+                    "masks must follow the gathered batch (sized by the views)")
+        made |= {bound for assign in find_all(statement, cst.Assign) if names_in(assign.value) & made
+                 for bound in _bound(assign)}
+    problem = _read_again(body[body.index(similarity) + 1:], [*parts, name])
+    return problem if problem is not None else (concat, parts)
+
+
+def _concatenated(facts: Facts, value: cst.BaseExpression) -> Optional[list[str]]:
+    """[a, b] of `torch.cat([a, b])`, `torch.cat((a, b), dim=0)`, row-wise normalized or not."""
+    value = _normalized(facts, value)
+    if not (isinstance(value, cst.Call) and value in facts.calls_named.get(CAT, ()) and value.args
+            and value.args[0].keyword is None and isinstance(value.args[0].value, (cst.List, cst.Tuple))):
+        return None
+    dims = [arg.value for arg in value.args[1:]]
+    if any(not (isinstance(dim, cst.Integer) and dim.value == "0") for dim in dims):
+        return None
+    parts = [element.value for element in value.args[0].value.elements]
+    if len(parts) != 2 or not all(isinstance(part, cst.Name) for part in parts):
+        return None
+    names = [part.value for part in parts if isinstance(part, cst.Name)]
+    return names if len(set(names)) == 2 else None
+
+
+def _fixed_size(facts: Facts, statement: cst.CSTNode, made: set[str]) -> Optional[str]:
+    """A tensor made with a size that reads nothing of the views (`torch.arange(16, 32)`,
+    `torch.eye(2 * 16)`): it would not follow the gathered batch."""
+    for qualified, sized in FACTORIES.items():
+        for call in facts.calls_named.get(qualified, ()):
+            if facts.ancestor_in(call, statement) is None:
+                continue
+            sizes = [arg.value for arg in call.args if arg.keyword is None][:sized]
+            if any(not names_in(size) & made for size in sizes):
+                return cst.Module([]).code_for_node(call)
+    return None
+
+
+def _foreign_read(facts: Facts, statement: cst.CSTNode, made: set[str], loss: cst.Call) -> Optional[str]:
+    """The first value the statement reads that is none of `made`, a torch function, a
+    builtin, a device or dtype (`.to(device)`, `device=`), or a scale (`sim / self.temperature`)."""
+    free: set[int] = set()
+    torch_calls = {call for qualified, calls in facts.calls_named.items() if qualified.startswith("torch.")
+                   for call in calls}
+    for call in find_all(statement, cst.Call):
+        if call is loss or dotted_name(call.func) in BUILTINS or call in torch_calls:
+            free |= _ids(call.func)
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value in PLACEMENTS:
+            free |= {each for arg in call.args for each in _ids(arg.value)}
+        free |= {each for arg in call.args if arg.keyword is not None and arg.keyword.value in ("device", "dtype")
+                 for each in _ids(arg.value)}
+    for operation in find_all(statement, cst.BinaryOperation):
+        if isinstance(operation.operator, (cst.Divide, cst.Multiply)) \
+                and not find_all(operation.right, cst.Call) and not find_all(operation.right, cst.Subscript):
+            free |= _ids(operation.right)
+    for attribute in find_all(statement, cst.Attribute):
+        if attribute.attr.value in ("device", "dtype"):
+            free |= _ids(attribute)
+        free.add(id(attribute.attr))
+    targets = {id(node) for assign in find_all(statement, cst.Assign) for target in assign.targets
+               for node in find_all(target.target, cst.Name) if not find_all(target.target, cst.Attribute)}
+    for arg in find_all(statement, cst.Arg):
+        if arg.keyword is not None:
+            free.add(id(arg.keyword))
+    for name in find_all(statement, cst.Name):
+        if id(name) not in free and id(name) not in targets and name.value not in made:
+            chains = [dotted for attribute in find_all(statement, cst.Attribute)
+                      for dotted in [dotted_name(attribute)] if dotted and dotted.startswith(name.value + ".")]
+            return max(chains, key=len, default=name.value)
+    return None
+
+
+def _ids(node: cst.CSTNode) -> set[int]:
+    """The ids of the node and of every node within it."""
+    found: set[int] = set()
+
+    class _All(cst.CSTVisitor):
+        def on_visit(self, child: cst.CSTNode) -> bool:
+            found.add(id(child))
+            return True
+
+    node.visit(_All())
+    return found
 
 
 def _read_again(statements: Sequence[cst.CSTNode], names: list[str]) -> Optional[str]:
@@ -335,10 +597,15 @@ def _operands(facts: Facts, value: cst.BaseExpression) -> Optional[tuple[str, st
     under a scale, each side possibly normalized (`F.normalize(a, dim=-1)`)."""
     products = [node for node in [*find_all(value, cst.BinaryOperation), *find_all(value, cst.Call)]
                 if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply)
-                or node in facts.calls_named.get("torch.matmul", ()) or node in facts.calls_named.get("torch.mm", ())]
+                or node in facts.calls_named.get("torch.matmul", ()) or node in facts.calls_named.get("torch.mm", ())
+                or node in facts.calls_named.get(EINSUM, ()) or node in facts.calls_named.get(COSINE, ())]
     if len(products) != 1:
         return None
     product = products[0]
+    if isinstance(product, cst.Call) and product in facts.calls_named.get(EINSUM, ()):
+        return _einsum_operands(facts, product)
+    if isinstance(product, cst.Call) and product in facts.calls_named.get(COSINE, ()):
+        return _cosine_operands(facts, product)
     if isinstance(product, cst.BinaryOperation):
         left, right = product.left, product.right
     else:
@@ -355,6 +622,52 @@ def _operands(facts: Facts, value: cst.BaseExpression) -> Optional[tuple[str, st
     if not isinstance(left, cst.Name) or not isinstance(transposed, cst.Name):
         return None
     return left.value, transposed.value
+
+
+def _einsum_operands(facts: Facts, call: cst.Call) -> Optional[tuple[str, str]]:
+    """(a, b) of `torch.einsum("nc,mc->nm", a, b)` (or `[a, b]`): every row of a with every row of b."""
+    arguments = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+    spec = string_value(arguments[0]) if arguments else None
+    if len(arguments) == 2 and isinstance(arguments[1], (cst.List, cst.Tuple)):
+        arguments = [arguments[0], *(element.value for element in arguments[1].elements)]
+    match = re.fullmatch(r"(\w)(\w),(\w)(\w)->(\w)(\w)", (spec or "").replace(" ", ""))
+    if len(arguments) != 3 or match is None:
+        return None
+    row, column, other_row, other_column, out_row, out_column = match.groups()
+    if column != other_column or row == other_row or (out_row, out_column) != (row, other_row) or column == row:
+        return None
+    left, right = _normalized(facts, arguments[1]), _normalized(facts, arguments[2])
+    if not isinstance(left, cst.Name) or not isinstance(right, cst.Name):
+        return None
+    return left.value, right.value
+
+
+def _cosine_operands(facts: Facts, call: cst.Call) -> Optional[tuple[str, str]]:
+    """(a, b) of `F.cosine_similarity(a.unsqueeze(1), b.unsqueeze(0), dim=2)` (dim=-1 too)."""
+    arguments = [arg.value for arg in call.args if arg.keyword is None]
+    dims = [arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "dim"]
+    if len(arguments) == 3:
+        dims, arguments = [arguments[2]], arguments[:2]
+    if len(arguments) != 2 or len(dims) != 1 or not _integer(dims[0], ("2", "-1")):
+        return None
+    names = []
+    for argument, axis in zip(arguments, ("1", "0")):
+        if not (isinstance(argument, cst.Call) and isinstance(argument.func, cst.Attribute)
+                and argument.func.attr.value == "unsqueeze" and len(argument.args) == 1
+                and _integer(argument.args[0].value, (axis,))):
+            return None
+        inner = _normalized(facts, argument.func.value)
+        if not isinstance(inner, cst.Name):
+            return None
+        names.append(inner.value)
+    return names[0], names[1]
+
+
+def _integer(node: cst.BaseExpression, values: tuple[str, ...]) -> bool:
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus) \
+            and isinstance(node.expression, cst.Integer):
+        return "-" + node.expression.value in values
+    return isinstance(node, cst.Integer) and node.value in values
 
 
 def _normalized(facts: Facts, node: cst.BaseExpression) -> cst.BaseExpression:
@@ -407,6 +720,9 @@ def _reads_of(statement: cst.CSTNode, names: set[str]) -> list[cst.BaseExpressio
             if isinstance(node, cst.BaseExpression) and _size_of(node, names):
                 reads.append(node)
                 return False
+            if isinstance(node, cst.Attribute) and node.attr.value in ("device", "dtype") \
+                    and isinstance(node.value, cst.Name):
+                return False  # where the tensor lives, the same before and after the gather
             if isinstance(node, cst.Name) and node.value in names:
                 reads.append(node)
             return True
@@ -436,8 +752,19 @@ for epoch in range(3):
         optimizer.step()
 '''
 
+_NT_XENT = _INFO_NCE.replace(
+    "        logits = q @ k.T / 0.1\n"
+    "        loss = F.cross_entropy(logits, torch.arange(len(logits), device=device))\n",
+    "        z = torch.cat([q, k])\n        logits = z @ z.T / 0.1\n        logits.fill_diagonal_(float(\"-inf\"))\n"
+    "        n = len(q)\n"
+    "        loss = F.cross_entropy(logits, torch.cat([torch.arange(n, 2 * n), torch.arange(n)]))\n")
+
 CASES = (
     Emits(_INFO_NCE, "DDP410", ("gather_with_grad(q), gather_with_grad(k)",)),
+    # NT-Xent: each view gathered before their concatenation, so a row's positive stays N rows away.
+    Emits(_NT_XENT, "DDP410", ("q, k = gather_with_grad(q), gather_with_grad(k)\n        z = torch.cat",)),
+    # Its labels from a configured batch size would not follow the gathered views: reported.
+    Silent(_NT_XENT.replace("n = len(q)", "n = 16"), "DDP410"),
     # Labels sized by the input batch do not follow a gathered similarity: reported.
     Silent(_INFO_NCE.replace("len(logits)", "x.size(0)"), "DDP410"),
 )

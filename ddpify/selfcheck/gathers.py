@@ -10,6 +10,7 @@ writes: `a, b = gather(a), gather(b)` in a training loop's body, right after bot
 right before the similarity, and nothing after it reading them but for their size.
 """
 import ast
+import re
 from collections.abc import Iterator
 from typing import Optional
 
@@ -20,24 +21,36 @@ Finding = tuple[str, int, str]
 
 def misplaced_gathers(migrated: Source) -> Iterator[Finding]:
     gathers = _gather_functions(migrated.tree)
-    if not gathers:
+    without_grad = _gather_functions(migrated.tree, with_grad=False) - gathers
+    if not gathers and not without_grad:
         return
     seen: set[ast.stmt] = set()
     for call in migrated.calls:
-        if dotted(call.func) not in gathers:
+        if dotted(call.func) not in gathers | without_grad:
             continue
         statement = _statement_of(migrated, call)
         if statement in seen:
             continue
         seen.add(statement)
+        if dotted(call.func) in without_grad:
+            # A gather of figures (evaluation) is not this check's; one in the shape of DDP410's,
+            # feeding an in-batch similarity in a training loop, must carry the gradient.
+            if _rebound(statement, without_grad) is None or _problem(migrated, statement, without_grad) is not None:
+                continue
+            yield "DDP923", statement.lineno, ("the gather carries no gradient (a plain all_gather): the "
+                                               "other ranks' losses send none of theirs back to this rank's rows")
+            continue
         problem = _problem(migrated, statement, gathers)
         if problem is not None:
             yield "DDP923", statement.lineno, problem
 
 
-def _gather_functions(tree: ast.Module) -> set[str]:
+def _gather_functions(tree: ast.Module, with_grad: bool = True) -> set[str]:
     """Module-level functions that all_gather with the gradient: through an autograd Function
-    of the module that all_gathers (its `apply`), or torch.distributed.nn's all_gather."""
+    of the module that all_gathers (its `apply`), or torch.distributed.nn's all_gather. With
+    `with_grad` False: those that all_gather at all (a plain `dist.all_gather` into a list)."""
+    if not with_grad:
+        return {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and _all_gathers(node)}
     gathering_classes = {node.name for node in tree.body if isinstance(node, ast.ClassDef) and _all_gathers(node)
                          and any(isinstance(sub, ast.FunctionDef) and sub.name == "backward" for sub in node.body)}
     return {node.name for node in tree.body if isinstance(node, ast.FunctionDef)
@@ -76,6 +89,11 @@ def _problem(source: Source, statement: ast.stmt, gathers: set[str]) -> Optional
     made = {name for earlier in loop.body[:index] for name in _bound_by(earlier)}
     if not set(names) <= made:
         return "a gathered name is not made earlier in the same loop body"
+    for name in names:
+        making = [earlier for earlier in loop.body[:index] if name in _bound_by(earlier)][-1]
+        if isinstance(making, ast.Assign) and _views_of(making.value) is not None:
+            return (f"`{name}` is a concatenation of two views, gathered whole: the ranks' rows fall between "
+                    "each view and its pair; gather each view before the concatenation")
     if index + 1 == len(loop.body):
         return "no similarity follows the gather"
     loss_function = _loss_function_called(source, loop.body[index + 1], names)
@@ -127,6 +145,14 @@ def _similarity_block(body: list[ast.stmt], index: int, names: list[str], requir
     """body[index] makes the similarity of `names` (`made`: a call handed them did), the
     statements after it read them for their size only, and every torch.arange after it (at
     least one, where required) is sized by the similarity."""
+    concat = body[index]
+    views = _views_of(concat.value) if isinstance(concat, ast.Assign) and not made else None
+    if views is not None:
+        assert isinstance(concat, ast.Assign)
+        if sorted(views) != sorted(names) or len(concat.targets) != 1 or not isinstance(concat.targets[0], ast.Name) \
+                or index + 1 == len(body):
+            return "the concatenation after the gather is not of the two gathered views alone"
+        return _views_block(body, index + 1, [*names, concat.targets[0].id], require_labels)
     similarity = body[index]
     if made:
         sizes = set(names)
@@ -138,12 +164,74 @@ def _similarity_block(body: list[ast.stmt], index: int, names: list[str], requir
     aranges = []
     for later in body[index + 1:]:
         for node in _reads(later, set(names)):
-            if not _size_of(node, set(names)):
+            if not _size_of(node, set(names)) and not _device_of(node, set(names)):
                 return f"`{dotted(node) or names[0]}` is read after the similarity for more than its size"
         aranges += [sub for sub in ast.walk(later) if isinstance(sub, ast.Call) and last_part(sub.func) == "arange"]
     if (require_labels and not aranges) or not all(sub.args and _size_of(sub.args[0], sizes) for sub in aranges):
         return "the labels (torch.arange) are not sized by the gathered similarity"
     return None
+
+
+def _views_of(value: ast.expr) -> Optional[list[str]]:
+    """[a, b] of `torch.cat([a, b])` (dim 0), row-wise normalized or not: two views of a batch."""
+    if isinstance(value, ast.Call) and last_part(value.func) == "normalize" and value.args:
+        value = value.args[0]
+    if not (isinstance(value, ast.Call) and last_part(value.func) == "cat" and value.args
+            and isinstance(value.args[0], (ast.List, ast.Tuple)) and len(value.args[0].elts) == 2):
+        return None
+    dims = [*value.args[1:], *(keyword.value for keyword in value.keywords if keyword.arg == "dim")]
+    if any(not (isinstance(dim, ast.Constant) and dim.value == 0) for dim in dims):
+        return None
+    names = [element.id for element in value.args[0].elts if isinstance(element, ast.Name)]
+    return names if len(set(names)) == 2 else None
+
+
+def _views_block(body: list[ast.stmt], index: int, names: list[str], require_labels: bool) -> Optional[str]:
+    """NT-Xent after a gather of each view and their concatenation (names[-1]): body[index]
+    compares the concatenation with itself, the views and it are read after that for their
+    size or device only, and every torch.arange after it is sized by them (a size of one of
+    them, a name made from such sizes, sums and products of those with integers), never by
+    a constant or a setting."""
+    similarity = body[index]
+    concatenation = names[-1]
+    if not (isinstance(similarity, ast.Assign) and len(similarity.targets) == 1
+            and isinstance(similarity.targets[0], ast.Name) and _similarity_of(similarity.value, {concatenation})):
+        return "the statement after the concatenation of the gathered views is not its similarity with itself"
+    tensors = {*names, similarity.targets[0].id}
+    sizes: set[str] = set()
+    aranges = []
+    for later in body[index + 1:]:
+        for node in _reads(later, set(names)):
+            if not _size_of(node, set(names)) and not _device_of(node, set(names)):
+                return f"`{dotted(node) or names[0]}` is read after the similarity for more than its size"
+        if isinstance(later, ast.Assign) and len(later.targets) == 1 and isinstance(later.targets[0], ast.Name):
+            if _gathered_size(later.value, tensors, sizes):
+                sizes.add(later.targets[0].id)
+            elif later.targets[0].id == similarity.targets[0].id or _reads(later, {similarity.targets[0].id}):
+                tensors.add(later.targets[0].id)
+        aranges += [sub for sub in ast.walk(later) if isinstance(sub, ast.Call) and last_part(sub.func) == "arange"]
+    if (require_labels and not aranges) or not all(
+            sub.args and all(_gathered_size(argument, tensors, sizes) for argument in sub.args) for sub in aranges):
+        return "the labels (torch.arange) are not sized by the gathered views"
+    return None
+
+
+def _gathered_size(node: ast.expr, tensors: set[str], sizes: set[str]) -> bool:
+    """A size of the gathered tensors: `z_i.shape[0]`, a name made from one, and sums,
+    differences, products and floor divisions of those with each other or integers."""
+    if _size_of(node, tensors) or isinstance(node, ast.Name) and node.id in sizes:
+        return True
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv)):
+        sides = [node.left, node.right]
+        sized = [_gathered_size(side, tensors, sizes) for side in sides]
+        return any(sized) and all(each or isinstance(side, ast.Constant) and isinstance(side.value, int)
+                                  for each, side in zip(sized, sides))
+    return False
+
+
+def _device_of(node: ast.AST, names: set[str]) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr in ("device", "dtype") \
+        and isinstance(node.value, ast.Name) and node.value.id in names
 
 
 def _rebound(statement: ast.stmt, gathers: set[str]) -> Optional[list[str]]:
@@ -179,11 +267,27 @@ def _similarity_of(value: ast.expr, names: set[str]) -> bool:
             operands = [node.left, node.right]
         elif isinstance(node, ast.Call) and last_part(node.func) in ("matmul", "mm"):
             operands = list(node.args)
+        elif isinstance(node, ast.Call) and last_part(node.func) == "einsum" and node.args \
+                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str) \
+                and re.fullmatch(r"(\w)(\w),(?!\1)(\w)\2->\1\3", node.args[0].value.replace(" ", "")):
+            listed = len(node.args) == 2 and isinstance(node.args[1], (ast.List, ast.Tuple))
+            operands = list(node.args[1].elts) if listed else list(node.args[1:])  # type: ignore[attr-defined]
+        elif isinstance(node, ast.Call) and last_part(node.func) == "cosine_similarity" and len(node.args) >= 2:
+            operands = [_unsqueezed(node.args[0], 1), _unsqueezed(node.args[1], 0)]
         else:
             continue
         if len(operands) == 2 and all(_embedding(operand) in names for operand in operands):
             return True
     return False
+
+
+def _unsqueezed(node: ast.expr, axis: int) -> ast.expr:
+    """`x` of `x.unsqueeze(axis)` (cosine_similarity's every row against every row), else a
+    node no name matches."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "unsqueeze" \
+            and len(node.args) == 1 and isinstance(node.args[0], ast.Constant) and node.args[0].value == axis:
+        return node.func.value
+    return ast.Constant(None)
 
 
 def _embedding(operand: ast.expr) -> Optional[str]:
@@ -220,7 +324,7 @@ def _reads(statement: ast.stmt, names: set[str]) -> list[ast.AST]:
     reads: list[ast.AST] = []
 
     def visit(node: ast.AST) -> None:
-        if _size_of(node, names) or isinstance(node, ast.Name) and node.id in names:
+        if _size_of(node, names) or _device_of(node, names) or isinstance(node, ast.Name) and node.id in names:
             reads.append(node)
             return
         for child in ast.iter_child_nodes(node):
