@@ -323,6 +323,18 @@ class Project:
             return {}
         return {name: qualified for name, qualified in effects.imports.items() if not name.startswith("_")}
 
+    def follows_path_edit(self, code: str) -> bool:
+        """`sys.path.append('core')`, the code of a call: it adds a folder of the project that
+        path_folders reads, so the modules imported from there are followed (no DDP909)."""
+        if self._modules is None:
+            return False
+        try:
+            node = ast.parse(code, mode="eval").body
+        except SyntaxError:
+            return False
+        folder = path_edit_folder(node, self._modules.root) if isinstance(node, ast.Call) else None
+        return folder is not None and folder in path_folders(self._modules.root)
+
     def has_module(self, module: str) -> bool:
         """`module` ("utils", "models.resnet") is one of the project's own files."""
         return self._modules is not None and self._modules.effects(module) is not None
@@ -594,7 +606,8 @@ def project_root(path: Path) -> Path:
     # that import a package beside it (`scripts/train.py` with `from mel2wav.dataset import`).
     if _imported_from_parent(folder) or _imports_a_package_beside(path, folder):
         return folder.parent
-    return folder
+    # `core/raft.py`, after a script of the folder above runs `sys.path.append('core')`.
+    return folder.parent if folder.resolve() in path_folders(folder.parent.resolve()) else folder
 
 
 def _imports_a_package_beside(path: Path, folder: Path) -> bool:
@@ -741,8 +754,13 @@ def _device_type_value(value: ast.expr) -> bool:
 
 
 def module_name(path: Path, root: Path) -> str:
-    """`trainer/trainer.py` under root -> "trainer.trainer"; a package's `__init__.py` -> its name."""
-    parts = list(path.relative_to(root).with_suffix("").parts)
+    """`trainer/trainer.py` under root -> "trainer.trainer"; a package's `__init__.py` -> its name.
+    Under a folder a script puts on sys.path (path_folders), the name it is imported by from
+    there: `core/raft.py` -> "raft" after `sys.path.append('core')`."""
+    base = max((folder for folder in path_folders(root) if folder in path.resolve().parents),
+               key=lambda folder: len(folder.parts), default=None)
+    parts = list(path.resolve().relative_to(base).with_suffix("").parts if base is not None
+                 else path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -949,12 +967,120 @@ def _holds_python(folder: str) -> bool:
 
 
 def _module_file(root: Path, module: str) -> Optional[tuple[Path, bool]]:
-    base = root.joinpath(*module.split("."))
+    """The module's file under `root`, or under a folder of the project that a script at
+    `root` puts on sys.path (path_folders: RAFT's `sys.path.append('core')`)."""
+    found = _module_file_in(root, module)
+    if found is None:
+        for folder in path_folders(root):
+            found = _module_file_in(folder, module)
+            if found is not None:
+                break
+    return found
+
+
+def _module_file_in(base_folder: Path, module: str) -> Optional[tuple[Path, bool]]:
+    base = base_folder.joinpath(*module.split("."))
     if (base / "__init__.py").is_file():
         return base / "__init__.py", True
     if base.with_suffix(".py").is_file():
         return base.with_suffix(".py"), False
     return None
+
+
+def path_folders(root: Path) -> tuple[Path, ...]:
+    """The folders inside `root` that the scripts directly in it add to sys.path with a
+    literal: `sys.path.append('core')`, `sys.path.insert(0, os.path.join(os.path.dirname(
+    __file__), 'lib'))`, `sys.path.insert(0, str(Path(__file__).parent / 'lib'))`. Their
+    modules are the project's own, imported by their bare names (`from raft import RAFT`)."""
+    try:
+        stamp = root.stat().st_mtime_ns
+    except OSError:
+        return ()
+    return _path_folders(str(root), stamp)
+
+
+@lru_cache(maxsize=64)
+def _path_folders(root: str, _stamp_ns: int) -> tuple[Path, ...]:
+    folders: dict[Path, None] = {}
+    try:
+        scripts = sorted(entry.path for entry in os.scandir(root) if entry.name.endswith(".py") and entry.is_file())
+    except OSError:
+        return ()
+    for script in scripts:
+        try:
+            with open(script, "rb") as handle:
+                if b"sys.path" not in handle.read():
+                    continue
+        except OSError:
+            continue
+        tree = _parsed(script, *_stamp(Path(script)))
+        if tree is None:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                folder = path_edit_folder(node, Path(root))
+                if folder is not None:
+                    folders[folder] = None
+    return tuple(folders)
+
+
+def path_edit_folder(call: ast.Call, script_folder: Path) -> Optional[Path]:
+    """The folder a `sys.path.append(X)` / `sys.path.insert(i, X)` of a script in
+    `script_folder` adds, when X is a literal folder of the project: a string (taken from the
+    script's folder, where it is run from) or the script's folder joined with strings. None
+    for anything else, a folder outside `script_folder`, or one that does not exist."""
+    callee = dotted_ast(call.func)
+    if callee == "sys.path.append" and len(call.args) == 1:
+        value = call.args[0]
+    elif callee == "sys.path.insert" and len(call.args) == 2:
+        value = call.args[1]
+    else:
+        return None
+    parts = _literal_parts_below_the_script(value)
+    if not parts:
+        return None
+    folder = script_folder.joinpath(*parts).resolve()
+    inside = script_folder.resolve() in folder.parents
+    return folder if inside and folder.is_dir() else None
+
+
+def _literal_parts_below_the_script(value: ast.expr) -> Optional[list[str]]:
+    """`'core'`, `os.path.join(os.path.dirname(__file__), 'lib')` (abspath/realpath of
+    __file__ too), `str(Path(__file__).parent / 'lib')`: the path parts below the script's folder."""
+    if isinstance(value, ast.Constant) and isinstance(value.value, str):
+        return [value.value]
+    if isinstance(value, ast.Call) and dotted_ast(value.func) == "str" and len(value.args) == 1:
+        value = value.args[0]
+    if isinstance(value, ast.Call) and dotted_ast(value.func) == "os.path.join" and value.args \
+            and _the_scripts_folder(value.args[0]):
+        strings = [arg.value for arg in value.args[1:] if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
+        return strings if len(strings) == len(value.args) - 1 else None
+    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Div) and isinstance(value.right, ast.Constant) \
+            and isinstance(value.right.value, str):
+        if _the_scripts_folder(value.left):
+            return [value.right.value]
+        left = _literal_parts_below_the_script(value.left)
+        return [*left, value.right.value] if left and not isinstance(value.left, ast.Constant) else None
+    return None
+
+
+def _the_scripts_folder(value: ast.expr) -> bool:
+    """`os.path.dirname(__file__)` (of its abspath or realpath), `Path(__file__).parent`
+    (of its resolve() or absolute())."""
+    if isinstance(value, ast.Call) and dotted_ast(value.func) == "os.path.dirname" and len(value.args) == 1:
+        inner = value.args[0]
+        if isinstance(inner, ast.Call) and dotted_ast(inner.func) in ("os.path.abspath", "os.path.realpath") \
+                and len(inner.args) == 1:
+            inner = inner.args[0]
+        return isinstance(inner, ast.Name) and inner.id == "__file__"
+    if isinstance(value, ast.Attribute) and value.attr == "parent":
+        inner = value.value
+        if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) \
+                and inner.func.attr in ("resolve", "absolute") and not inner.args:
+            inner = inner.func.value
+        return isinstance(inner, ast.Call) and dotted_ast(inner.func) in ("Path", "pathlib.Path") \
+            and len(inner.args) == 1 and isinstance(inner.args[0], ast.Name) and inner.args[0].id == "__file__"
+    return False
 
 
 def _stamp(path: Path) -> tuple[int, int]:

@@ -5,6 +5,7 @@ expected module is the migration byte for byte, the diagnostics are expected.txt
 module compiles and migrates to itself, and the whole migrated tree imports without joining
 a process group. The slow runs start the entry scripts with python and torchrun.
 """
+import os
 from functools import cache
 from pathlib import Path
 
@@ -22,6 +23,8 @@ from script_runs import (
     run_python,
     run_three_ways,
 )
+
+from ddpify.project import path_folders
 
 PROJECTS = all_project_cases()
 BY_NAME = {project.name: project for project in PROJECTS}
@@ -76,10 +79,10 @@ def test_migrating_the_expected_tree_changes_nothing(project):
 # tree's root: `importlib`, not runpy.run_path, because a package's modules need their package
 # (`from .base import BaseTrainer`). __name__ is never "__main__" this way.
 IMPORT_ALL = """\
-import importlib, sys
+import importlib, os, sys
 import torch.distributed as dist
 sys.dont_write_bytecode = True  # no __pycache__ left in the fixture
-sys.path.insert(0, sys.argv[1])
+sys.path[:0] = sys.argv[1].split(os.pathsep)  # the tree, and the folders its scripts put on sys.path
 for name in sys.argv[2:]:
     importlib.import_module(name)
     print(name, "joined a process group" if dist.is_initialized() else "single process")
@@ -115,7 +118,9 @@ def test_every_expected_module_imports_without_joining_a_group(project, tmp_path
     # (A tree's own top-level `__init__.py`, a cloned repository's, is no module of it.)
     names = [name for name in map(dotted, importable(project.expected, project.modules(project.expected)))
              if name]
-    run = run_python(importer, tmp_path / "run", [str(project.expected), *names])  # no WORLD_SIZE
+    # (`sys.path.append('core')` in a script names a folder of the tree: on sys.path as it runs.)
+    folders = [str(project.expected), *map(str, path_folders(project.expected.resolve()))]
+    run = run_python(importer, tmp_path / "run", [os.pathsep.join(folders), *names])  # no WORLD_SIZE
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.lines == [f"{name} single process" for name in names]
 

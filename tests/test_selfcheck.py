@@ -462,6 +462,28 @@ def test_a_wrap_in_one_branch_of_a_resumed_model_is_caught():
     assert codes(original, after_the_merge) == []
 
 
+def test_a_wrap_in_each_branch_that_builds_and_trains_passes_and_a_branch_left_out_is_caught():
+    """`if mode == "teacher": model = A(); ...; train` / `else: model = B(); ...; train`: each
+    branch is its own path; a wrap in each passes, a branch without one trains alone."""
+    branches = ('if os.environ.get("MODE") == "small":\n    model = nn.Linear(10, 2)\n    model.to(device)\n'
+                "{wrap}    train(model)\nelse:\n    model = nn.Sequential(nn.Linear(10, 2))\n    model.to(device)\n"
+                "{wrap}    train(model)\n")
+    body = ("def train(net):\n    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+            "    for epoch in range(2):\n{set_epoch}        for x, y in loader:\n            optimizer.zero_grad()\n"
+            "            nn.functional.cross_entropy(net(x), y).backward()\n            optimizer.step()\n\n\n")
+    head, _, _ = ORIGINAL.partition("model = nn.Linear(10, 2)\n")
+    original = "import os\n" + head + body.format(set_epoch="") + branches.format(wrap="")
+    migrated_head, _, _ = MIGRATED.partition("model = nn.Linear(10, 2)\n")
+    indented_wrap = "".join("    " + line + "\n" for line in WRAP.splitlines())
+    set_epoch = "        if sampler is not None:\n            sampler.set_epoch(epoch)\n"
+    each = migrated_head + body.format(set_epoch=set_epoch) + branches.format(wrap=indented_wrap)
+    assert codes(original, each) == []
+    one = each.replace(indented_wrap + "    train(model)\nelse", "    train(model)\nelse", 1)
+    assert one != each and codes(original, one) == ["DDP911"]
+    other = each[::-1].replace(indented_wrap[::-1], "", 1)[::-1]
+    assert other != each and codes(original, other) == ["DDP911"]
+
+
 # Scripts written fresh for issue 17 that today's ddpify migrates wrongly with exit 0; their
 # outputs as ddpify wrote them then, and the diagnostics it gave beside the plain edits.
 TODAYS_WRONG = {

@@ -76,13 +76,18 @@ def names_a_values_device(node: cst.BaseExpression) -> bool:
             and (node.func.attr.value == "get_device" or dotted_name(node.func) == "torch.cuda.current_device"))
 
 
+# The device types a script names by a bare string ("mps" on a Mac, "xpu" on Intel GPUs).
+DEVICE_TYPE_STRINGS = ("cuda", "cpu", "mps", "xpu", "npu", "hpu", "mtia")
+
+
 def is_string_choice(value: cst.BaseExpression) -> bool:
-    """`"cuda" if cond else "cpu"`, or `"cuda:0" if cond else "cpu"`: a string stays a string
-    (its GPU index becomes the rank's own, `f"cuda:{local_rank}"`)."""
+    """`"cuda" if cond else "cpu"`, `"cuda:0" if cond else "cpu"`, or `"cuda" if ... else "mps"
+    if ... else "cpu"`: a string stays a string (its GPU index becomes the rank's own,
+    `f"cuda:{local_rank}"`)."""
     if isinstance(value, cst.IfExp):
         return is_string_choice(value.body) and is_string_choice(value.orelse)
     text = string_value(value)
-    return text is not None and (text in ("cuda", "cpu") or is_fixed_gpu(value))
+    return text is not None and (text in DEVICE_TYPE_STRINGS or is_fixed_gpu(value))
 
 
 def is_true(node: cst.BaseExpression) -> bool:

@@ -719,19 +719,26 @@ def _shard_existing_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loa
     what the sampler draws (DistributedSamplerWrapper), with set_epoch in the epoch loop;
     plain `python` keeps the sampler as it is."""
     arg = loader.keywords.get("sampler")
-    if arg is None or not is_training_loader(facts, loader) or not setup.sees_setup(facts, loader.call):
+    if arg is None or not is_training_loader(facts, loader) or not (
+            setup.sees_setup(facts, loader.call) or setup.library):
         return False
     name = dotted_name(arg.value)
     values = facts.assigned_values.get(name, []) if name is not None else [arg.value]
     if len(values) != 1 or not any(values[0] is call for qualified in names.SAMPLERS_WITH_GENERATOR
                                    for call in facts.calls_named.get(qualified, ())):
         return False
+    handed_out = not setup.sees_setup(facts, loader.call)
+    if handed_out and not _indices_alike_on_every_rank(facts, loader, values[0]):
+        return False
+    condition = OUT_OF_SETUP_CONDITION if handed_out else "distributed"
     if name is None:
         # `sampler=SubsetRandomSampler(train_ids)`: named first, so that it is written once.
         name = derived_name(loader, "sampler", facts.bound_names)
         edits.insert_before(loader.statement, Insertion(
             [edits.statement(f"{name} = {edits.code(arg.value)}\n")], takes_comments=True))
-    wrapped = f"DistributedSamplerWrapper({name}) if distributed else {name}"
+    wrapped = f"DistributedSamplerWrapper({name}) if {condition} else {name}"
+    if handed_out:
+        edits.imports.add("dist")
     if "#" in edits.code(loader.call) or not _is_assigned_or_returned(loader):
         edits.expressions[arg.value] = lambda _node: edits.expression(wrapped)
     else:  # the call rebuilt, wrapped as black would where the line grows too long
@@ -743,7 +750,40 @@ def _shard_existing_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loa
     setup.loaders_given_a_sampler.append(loader)
     edits.report("DDP201", loader.call)
     edits.report("DDP206", loader.call)
-    set_epoch(facts, edits, loader, f"{loader.name}.sampler", SET_EPOCH_IF_DISTRIBUTED_CODE)
+    if not (handed_out and not facts.loops_over_values(facts.loader_holders_of(loader))):
+        # (A loader a helper module hands out gets its epoch where its callers iterate it.)
+        set_epoch(facts, edits, loader, f"{loader.name}.sampler", SET_EPOCH_IF_DISTRIBUTED_CODE)
+    return True
+
+
+# Calls that fix what the random draws after them give: the same on every rank.
+_SEEDING_CALLS = frozenset({"np.random.seed", "numpy.random.seed", "random.seed", "torch.manual_seed",
+                            "np.random.RandomState", "numpy.random.RandomState", "np.random.default_rng",
+                            "numpy.random.default_rng", "random.Random"})
+_DRAWS = frozenset({"shuffle", "permutation", "randperm", "choice", "sample", "random_split", "train_test_split"})
+
+
+def _indices_alike_on_every_rank(facts: Facts, loader: Loader, sampler: cst.BaseExpression) -> bool:
+    """Rule: a helper module's `train_sampler = SubsetRandomSampler(train_idx)`
+    (`get_train_valid_loader`) is sharded by DistributedSamplerWrapper only when every rank
+    holds the same `train_idx`: the function draws nothing at random before the sampler
+    (`indices[split:]`), or seeds what it draws first (`np.random.seed(random_seed);
+    np.random.shuffle(indices)`, `train_test_split(..., random_state=seed)`). A list
+    shuffled with an unseeded generator differs per rank, and the split stays a person's
+    call (DDP207)."""
+    function = loader.function
+    if function is None:
+        return False
+    before = [call for call in calls_within(function.body) if facts.start_of(call) < facts.start_of(sampler)]
+    seeded = False
+    for call in sorted(before, key=facts.start_of):
+        callee = dotted_name(call.func) or ""
+        if callee in _SEEDING_CALLS and call.args:  # (`np.random.seed()` reseeds from the OS)
+            seeded = True
+        elif callee.rsplit(".", 1)[-1] in _DRAWS and not seeded and not any(
+                arg.keyword is not None and arg.keyword.value in ("random_state", "generator", "seed")
+                for arg in call.args):
+            return False
     return True
 
 

@@ -3,7 +3,7 @@
 `.cuda()`, `.to("cuda")`, `.to(0)` and `torch.device("cuda:0")` all name GPU 0 on every rank
 and fail on a CPU-only machine; the setup block's device names the rank's own GPU, or the CPU.
 """
-from typing import Callable, cast
+from typing import Callable, Optional, cast
 
 import libcst as cst
 
@@ -52,7 +52,7 @@ RULES = (
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     if setup.library or setup.device_elsewhere:
         # (No device is named here: the setup made this rank's accelerator the current one.)
-        _current_device_in_helper_module(facts, edits)
+        _current_device_in_helper_module(facts, edits, setup)
         if setup.library:
             _current_index_for_a_computed_gpu(facts, edits)
         return
@@ -71,12 +71,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             continue
         edits.expressions[call] = _move_to(device)
         edits.report("DDP002", call)
-    for value in facts.fixed_device_values:
-        if _in_choice(facts, setup, value):
-            continue  # the setup takes the choice's place, or keeps it as written
-        if setup.sees_setup(facts, value):
-            edits.expressions[value] = lambda _node: cst.Name(device)
-            edits.report("DDP002", value)
+    _fixed_device_values(facts, edits, setup)
     for statement in facts.set_device_statements:
         # The setup block pins the process to LOCAL_RANK; a fixed set_device would undo it.
         edits.removed.add(statement)
@@ -88,6 +83,26 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     if not setup.cpu_only:
         _fixed_gpu_strings_left(facts, edits, setup)
         _devices_built_from_a_gpu_index(facts, edits, setup)
+
+
+def _fixed_device_values(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """`torch.device("cuda:0")`, `torch.device(1)`: the setup's device where it is in view; a
+    literal index out of its view names that GPU on every rank, and becomes the current GPU
+    where the setup has run (`torch.device("cuda")`), else is reported (DDP003)."""
+    device = setup.device
+    for value in facts.fixed_device_values:
+        if _in_choice(facts, setup, value):
+            continue  # the setup takes the choice's place, or keeps it as written
+        if setup.sees_setup(facts, value):
+            edits.expressions[value] = lambda _node: cst.Name(device)
+            edits.report("DDP002", value)
+        elif isinstance(value, cst.Call) and isinstance(value.args[0].value, cst.Integer):
+            function = facts.function_of(value)
+            if group_joined_before(facts, setup, value) or (
+                    function is not None and _runs_only_while_training(facts, function)):
+                _index_to_current_gpu(edits, value.args[0].value)
+            else:
+                edits.report("DDP003", value, f"fixed GPU here cannot see `{device}`: pass it in and use it")
 
 
 DEVICE_CONTEXT_CODE = "contextlib.nullcontext() if {distributed} else {context}"
@@ -265,7 +280,7 @@ def _index_of_this_rank_in_string_choice(facts: Facts, edits: Edits, setup: Plan
             setup.device_string_indexed = True
 
 
-def _current_device_in_helper_module(facts: Facts, edits: Edits) -> None:
+def _current_device_in_helper_module(facts: Facts, edits: Edits, setup: Plan) -> None:
     """In a helper module the script's setup has made this rank's GPU the current one, so a
     fixed GPU becomes "the current GPU": `"cuda:0"` -> `"cuda"` (still a string), `.cuda(0)`
     -> `.cuda()`, `.to(0)` -> `.to("cuda")`."""
@@ -273,6 +288,30 @@ def _current_device_in_helper_module(facts: Facts, edits: Edits) -> None:
         _to_current_gpu(facts, edits, string)
     for call in facts.fixed_device_moves:
         _to_current_device(edits, call)
+    _literal_gpu_indices_to_current_gpu(facts, edits, setup)
+
+
+def _literal_gpu_indices_to_current_gpu(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """Rule: where the setup has made this rank's GPU the current one and its device is not
+    in view (a helper module, a project whose device is chosen elsewhere), a GPU named by a
+    literal index, `torch.device(1)`, `torch.ones(3, device=1)`, `torch.device("cuda", 1)`,
+    names that GPU on every rank: it becomes the current GPU, `"cuda"` (as `.cuda(1)` becomes
+    `.cuda()`)."""
+    edited = [*edits.expressions, *edits.removed, *edits.replaced]
+    for value in facts.fixed_device_values:
+        if isinstance(value, cst.Call) and isinstance(value.args[0].value, cst.Integer) and value not in edited:
+            _index_to_current_gpu(edits, value.args[0].value)
+    for node, _ in _devices_from_an_index(facts, setup, lambda index: isinstance(index, cst.Integer)):
+        if any(other is node or facts.ancestor_in(node, other) is not None for other in edited):
+            continue
+        edits.expressions[node] = replacement(edits, 'torch.device("cuda")' if isinstance(node, cst.Call) else '"cuda"')
+        edits.report("DDP002", node)
+
+
+def _index_to_current_gpu(edits: Edits, index: cst.Integer) -> None:
+    """`torch.device(1)` -> `torch.device("cuda")`: the GPU the setup made current."""
+    edits.expressions[index] = lambda _node: cst.SimpleString('"cuda"')
+    edits.report("DDP002", index)
 
 
 CURRENT_INDEX_CODE = """\
@@ -323,18 +362,27 @@ def _gpu_by_a_computed_index(value: cst.BaseExpression) -> bool:
 
 
 def _to_current_device(edits: Edits, call: cst.Call) -> None:
-    """`.cuda(0)` -> `.cuda()`, `.to(0)` -> `.to("cuda")`: the GPU set_device made current."""
+    """`.cuda(0)` -> `.cuda()`, `.to(0)` -> `.to("cuda")`, `.to(device=1)` -> `.to(device="cuda")`:
+    the GPU set_device made current."""
     func = cast(cst.Attribute, call.func)
-    positional = [arg for arg in call.args if arg.keyword is None]
-    if not positional or isinstance(positional[0].value, cst.SimpleString):
+    given = _device_argument(call)
+    if given is None or isinstance(given.value, cst.SimpleString):
         return  # `.cuda()` is already the current GPU; strings are done apart
     if func.attr.value == "cuda":
-        kept = [arg for arg in call.args if arg.keyword is not None]
+        kept = [arg for arg in call.args if arg is not given]
     else:
-        kept = [cst.Arg(cst.SimpleString('"cuda"')), *positional[1:],
-                *[arg for arg in call.args if arg.keyword is not None]]
+        kept = [arg.with_changes(value=cst.SimpleString('"cuda"')) if arg is given else arg for arg in call.args]
     edits.expressions[call] = _with_args([arg.with_changes(comma=cst.MaybeSentinel.DEFAULT) for arg in kept])
     edits.report("DDP002", call)
+
+
+def _device_argument(call: cst.Call) -> Optional[cst.Arg]:
+    """The argument of `.cuda(...)` or `.to(...)` that names the device: the first
+    positional one, or `device=` (`.cuda(device=1)`, `.to(device=0, non_blocking=True)`)."""
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    if positional:
+        return positional[0]
+    return next((arg for arg in call.args if arg.keyword is not None and arg.keyword.value == "device"), None)
 
 
 def _with_args(args: list[cst.Arg]) -> Callable[[cst.Call], cst.Call]:
@@ -392,15 +440,15 @@ def _device_side_becomes(device: str, kind: str,
 
 def _move_to(device: str) -> Callable[[cst.Call], cst.Call]:
     def rewrite(call: cst.Call) -> cst.Call:
-        keywords = [arg for arg in call.args if arg.keyword is not None]
-        positional = [arg for arg in call.args if arg.keyword is None]
+        given = _device_argument(call)
         func = cast(cst.Attribute, call.func)  # a fixed device move is a method: `.cuda()`, `.to(0)`
-        if func.attr.value == "to":
-            # `.to("cuda", dtype)`: only the device changes.
-            args = [positional[0].with_changes(value=cst.Name(device))] + positional[1:] + keywords
+        if func.attr.value == "to" and given is not None:
+            # `.to("cuda", dtype)`, `.to(device=0)`: only the device changes.
+            args = [arg.with_changes(value=cst.Name(device)) if arg is given else arg for arg in call.args]
         else:
-            # `.cuda(1, non_blocking=True)`: the index goes, the keywords stay.
-            args = [cst.Arg(cst.Name(device))] + keywords
+            # `.cuda(1, non_blocking=True)`, `.cuda(device=1)`: the index goes, the keywords stay.
+            args = [cst.Arg(cst.Name(device))] + [arg for arg in call.args if arg.keyword is not None
+                                                   and arg is not given]
         args = [arg.with_changes(comma=cst.MaybeSentinel.DEFAULT) for arg in args]
         return call.with_changes(func=func.with_changes(attr=cst.Name("to")), args=args)
 

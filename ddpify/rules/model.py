@@ -355,6 +355,7 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
     if entry is not None:
         code = code.replace(f"{model.name} = DDP(", f"{entry} = DDP(", 1)
     _insert_wrap(facts, edits, model, anchor, edits.statements(_when_trainable(facts, code, model.name)))
+    others = _wrap_in_other_branches(facts, edits, model, anchor, code) if entry is None else []
     edits.imports.add("DDP")
     edits.report("DDP101", anchor)
     setup.wrap_points[model.name] = anchor
@@ -366,6 +367,96 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
     _unwrap_module_accesses(facts, edits, model)
     _report_parts_frozen_after_wrap(facts, edits, model, anchor)
     _unwrap_where_returned(facts, edits, model)
+    _after_wraps_in_other_branches(facts, edits, model, others)
+
+
+def _wrap_in_other_branches(facts: Facts, edits: Edits, model: Model, anchor: Statement, code: str) -> list[Statement]:
+    """The same wrap after each anchor of _anchors_in_other_branches; those anchors."""
+    if model.moved_in_call is not None:
+        return []
+    others = _anchors_in_other_branches(facts, model, anchor)
+    for other in others:
+        edits.insert_after(other, edits.statements(_when_trainable(facts, code, model.name)))
+    return others
+
+
+def _after_wraps_in_other_branches(facts: Facts, edits: Edits, model: Model, wraps: list[Statement]) -> None:
+    """The model wrapped in a branch of its own (_anchors_in_other_branches): what follows
+    that wrap reads the wrapper too (`torch.save(model.state_dict(), ...)` in the branch).
+    What follows both wraps was changed, and reported, for the first already: said once."""
+    for wrap in wraps:
+        known = set(edits.diagnostics)
+        start = len(edits.diagnostics)
+        _drop_moves_after_wrap(facts, edits, model, wrap)
+        _unwrap_attributes(facts, edits, model, wrap)
+        _report_parts_frozen_after_wrap(facts, edits, model, wrap)
+        edits.diagnostics[start:] = [d for d in dict.fromkeys(edits.diagnostics[start:]) if d not in known]
+
+
+def _anchors_in_other_branches(facts: Facts, model: Model, anchor: Statement) -> list[Statement]:
+    """Rule: `if args.mode == "teacher": model = Teacher().to(device); train(model)` / `else:
+    model = Student().to(device); train(model)`: each branch of an if (elif, else) that builds
+    the model anew and trains it within the branch is a path of its own, which the wrap after
+    `anchor` (in another branch) does not reach. Each such branch gets the same wrap, after
+    the last statement of the branch that builds or moves the model before the branch
+    trains (dominance per branch). A branch whose training shares a statement with the last
+    such move (a loop that builds and trains) gets none: the self-check names it."""
+    anchors: list[Statement] = []
+    for clauses in _if_chains_around(facts, anchor):
+        for clause in clauses:
+            if facts.ancestor_in(anchor, clause) is not None:
+                continue
+            found = _anchor_in_branch(facts, model, clause)
+            if found is not None:
+                anchors.append(found)
+    return anchors
+
+
+def _if_chains_around(facts: Facts, node: cst.CSTNode) -> list[list[cst.BaseSuite]]:
+    """The bodies of every if/elif/else chain around `node` inside its function, innermost
+    first: `if a: ... elif b: ... else: ...` gives its three bodies."""
+    chains: list[list[cst.BaseSuite]] = []
+    child, parent = node, facts.parents.get(node)
+    while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.ClassDef)):
+        if isinstance(parent, (cst.If, cst.Else)) and child is parent.body:
+            top = parent if isinstance(parent, cst.If) else facts.parents.get(parent)
+            while isinstance(top, cst.If) and isinstance(facts.parents.get(top), cst.If) \
+                    and cast(cst.If, facts.parents[top]).orelse is top:
+                top = facts.parents[top]  # an elif: the chain starts at the first if
+            if isinstance(top, cst.If):
+                clauses: list[cst.BaseSuite] = []
+                link: Union[cst.If, cst.Else, None] = top
+                while link is not None:
+                    clauses.append(link.body)
+                    link = link.orelse if isinstance(link, cst.If) else None
+                if all(clauses[0] is not known[0] for known in chains):
+                    chains.append(clauses)
+        child, parent = parent, facts.parents.get(parent)
+    return chains
+
+
+def _anchor_in_branch(facts: Facts, model: Model, clause: cst.BaseSuite) -> Optional[Statement]:
+    """The statement of `clause` after which the model, built anew in the clause, is on its
+    device before the clause trains it; None when the clause does not build it or does not
+    train after building it."""
+    touching = [statement for statement in facts.statements_touching.get(model.name, ())
+                if facts.function_of(statement) is model.function and facts.ancestor_in(statement, clause) is not None]
+    built = [statement for statement in touching if _assigns(statement, model.name)]
+    if not built:
+        return None
+    first = min(built, key=facts.start_of)
+    training = facts.first_training_call_in(model.function, first)
+    if training is None or facts.ancestor_in(training, clause) is None:
+        return None
+    trains_at = facts.ancestor_in(training, clause)
+    reaching = [facts.ancestor_in(statement, clause) for statement in touching
+                if _assigns(statement, model.name) or _moves(statement, model.name)]
+    before = [statement for statement in reaching
+              if statement is not None and facts.start_of(statement) < facts.start_of(training)]
+    if not before:
+        return None
+    last = max(before, key=facts.start_of)
+    return None if last is trains_at else cast(Statement, last)
 
 
 def _insert_wrap(facts: Facts, edits: Edits, model: Model, anchor: Statement, wrap: list[Statement]) -> None:

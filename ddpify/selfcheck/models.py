@@ -143,7 +143,9 @@ def _wrap_problem(source: Source, model: str, wrap: ast.Call) -> Optional[str]:
             continue
         # A model reloaded for evaluation after training is a new value, not the one wrapped.
         trains_later = any(line > other.lineno for line in trains_on)
-        if not _on_every_path_to(source, other, anchor) and trains_later:
+        if not _on_every_path_to(source, other, anchor):
+            if not trains_later or _wrapped_again_on_its_path(source, model, wrap, other):
+                continue
             return (f"the wrap of `{model}` sits in one branch: output line {other.lineno} assigns or moves "
                     f"it on a path that does not reach the wrap, and it trains after that")
         if other.lineno > statement.lineno and trains_later and not _derived_from_wrapped(source, other, wrapped):
@@ -153,6 +155,20 @@ def _wrap_problem(source: Source, model: str, wrap: ast.Call) -> Optional[str]:
         if use.lineno < statement.lineno:
             return f"`{ast.unparse(use)}` trains on output line {use.lineno}, before its wrap"
     return None
+
+
+def _wrapped_again_on_its_path(source: Source, model: str, wrap: ast.Call, other: ast.stmt) -> bool:
+    """`if teacher: model = A().to(dev); <wrap>; train(model)` / `else: model = B().to(dev);
+    <wrap>; train(model)`: a statement on a path the first wrap does not reach is followed by
+    another wrap of the same model, in the same scope, on its own path (that wrap is checked
+    on its own)."""
+    scope = source.scope_of(wrap)
+    others = [call for name, call in wraps(source)
+              if call is not wrap and name == model and source.scope_of(call) is scope]
+    if any(source.statement_of(call) is other for call in others):
+        return True  # the other wrap itself
+    return any(call.lineno > other.lineno
+               and _on_every_path_to(source, other, _anchor(source, source.statement_of(call))) for call in others)
 
 
 def _dropped_parameter(source: Source, scope: ast.AST, name: str) -> bool:

@@ -86,7 +86,8 @@ RULES = (
     Rule("DDP924", Severity.WARNING, "self-check: a device still names the script's own GPU index",
          "The original picks its GPU by an index (`.cuda(args.gpu)`, `torch.cuda.set_device(args.gpu)`); "
          "under torchrun each rank has its own GPU, but the output still makes a device of that "
-         "index (`f\"cuda:{args.gpu}\"`, `device=args.gpu`, `map_location=\"cuda:{}\".format(args.gpu)`): "
+         "index (`f\"cuda:{args.gpu}\"`, `device=args.gpu`, `map_location=\"cuda:{}\".format(args.gpu)`), "
+         "or a literal one (`.cuda(1)`, `.to(device=1)`, `torch.zeros(3, device=1)`, `torch.device(1)`): "
          "tensors made there meet the rank's batches on another GPU, and checkpoints load onto "
          "one GPU from every rank.",
          "Use the setup's `device` (or `\"cuda\"`, the GPU the setup made current) there."),
@@ -177,6 +178,7 @@ CASES = (
     Flags(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)", "model = torch.nn.Linear(4, 1).cuda(args.gpu)"),
           _JOINED.replace("model(x.to(device))", "model(x.to(device) + torch.randn(1, device=f\"cuda:{args.gpu}\"))"),
           "DDP924"),
+    Flags(TRAINING, _JOINED.replace("model(x.to(device))", "model(x.to(device) + torch.ones(1, device=1))"), "DDP924"),
     Flags('device = "cuda"\nwith torch.autocast(device_type=device):\n    pass\n',
           'device = torch.device("cuda", 0)\nwith torch.autocast(device_type=device):\n    pass\n', "DDP915"),
 )

@@ -3,7 +3,7 @@ comes before the samplers and wraps that ask whether it ran (DDP917); no device 
 script's own GPU index once the group is joined (DDP924)."""
 import ast
 from collections.abc import Iterator
-from typing import Optional
+from typing import Optional, cast
 
 from ddpify.selfcheck.models import DDP_WRAPPERS
 from ddpify.selfcheck.source import FUNCTIONS, Source, assigned_targets, dotted, last_part
@@ -234,6 +234,9 @@ def gpu_indices_left(original: Source, migrated: Source) -> Iterator[Finding]:
     else f"cuda:{X}"`) is plain `python`'s own and passes."""
     if not any(last_part(call.func) == "init_process_group" for call in migrated.calls):
         return
+    for call, literal in _literal_gpu_indices(migrated):
+        if not _under_an_environment_test(migrated, call) and not _refined_to_the_rank(migrated, call):
+            yield "DDP924", call.lineno, f"`{ast.unparse(call)}` names GPU {literal} on every rank"
     modules = {(alias.asname or alias.name).split(".")[0] for node in ast.walk(original.tree)
                if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
     indices = {ast.unparse(call.args[0]) for call in original.calls if call.args
@@ -245,9 +248,48 @@ def gpu_indices_left(original: Source, migrated: Source) -> Iterator[Finding]:
     if not indices:
         return
     for node, index in _devices_of_an_index(migrated, indices):
-        if not any(isinstance(parent, (ast.IfExp, ast.If)) and "WORLD_SIZE" in ast.unparse(parent.test)
-                   for parent in migrated.ancestors(node)):
+        if not _under_an_environment_test(migrated, node):
             yield "DDP924", node.lineno, f"`{ast.unparse(node)}` names GPU `{index}` on every rank"
+
+
+def _under_an_environment_test(source: Source, node: ast.AST) -> bool:
+    return any(isinstance(parent, (ast.IfExp, ast.If)) and "WORLD_SIZE" in ast.unparse(parent.test)
+               for parent in source.ancestors(node))
+
+
+def _refined_to_the_rank(source: Source, node: ast.AST) -> bool:
+    """`device = torch.device("cuda", 1)`, the script's choice kept as written, then made
+    this rank's by the setup below it (`device = torch.device(device.type, local_rank)`):
+    a later assignment of the same name, in the same scope, from the rank's index."""
+    statement = source.statement_of(node)
+    names = assigned_targets(statement)
+    if not names:
+        return False
+    return any(other.lineno > statement.lineno and set(names) & set(assigned_targets(other))
+               and "local_rank" in ast.unparse(getattr(other, "value", None) or other)
+               for other in source.statements_in(source.scope_of(statement)) if isinstance(other, ast.Assign))
+
+
+def _literal_gpu_indices(source: Source) -> Iterator[tuple[ast.Call, int]]:
+    """A GPU named by a literal index, the same on every rank: `.cuda(1)`, `.to(0)`,
+    `.cuda(device=1)`, `.to(device=1)`, `device=1` (`torch.zeros(3, device=1)`),
+    `torch.device(1)`, `torch.device("cuda", 1)`."""
+    def literal(node: Optional[ast.AST]) -> Optional[int]:
+        is_index = isinstance(node, ast.Constant) and type(node.value) is int
+        return cast(int, cast(ast.Constant, node).value) if is_index else None
+
+    for call in source.calls:
+        method = call.func.attr if isinstance(call.func, ast.Attribute) else None
+        keywords = {keyword.arg: keyword.value for keyword in call.keywords if keyword.arg is not None}
+        found = literal(keywords.get("device"))
+        if method in ("to", "cuda") and call.args:
+            found = literal(call.args[0]) if found is None else found
+        if dotted(call.func) == "torch.device" and call.args:
+            last = call.args[-1]
+            if len(call.args) == 1 or isinstance(call.args[0], ast.Constant) and call.args[0].value == "cuda":
+                found = literal(last) if found is None else found
+        if found is not None:
+            yield call, found
 
 
 def _devices_of_an_index(source: Source, indices: set[str]) -> Iterator[tuple[ast.expr, str]]:
