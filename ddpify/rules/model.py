@@ -2210,7 +2210,8 @@ _SELF_RETURNING_METHODS = frozenset({"cpu", "cuda", "to", "eval", "train", "floa
 
 
 def _before_wrap(facts: Facts, node: cst.CSTNode, wrap: cst.BaseStatement) -> bool:
-    """In the wrap's function, before the wrap or inside the statement it follows; or in a
+    """In the wrap's function, before the wrap or inside the statement it follows; in the
+    __init__ of the wrap's class (which runs before any method of the instance); or in a
     method of the same class that only the wrap's function calls, each time before the wrap
     (`self.enable_gpu(flag)` in __init__, whose body moves the model: _calls_of_methods_moving)."""
     function, wrapping = facts.function_of(node), facts.function_of(wrap)
@@ -2219,6 +2220,11 @@ def _before_wrap(facts: Facts, node: cst.CSTNode, wrap: cst.BaseStatement) -> bo
     if function is None or wrapping is None or facts.class_of(function) is None \
             or facts.class_of(function) is not facts.class_of(wrapping):
         return False
+    if function.name.value == "__init__":
+        # The instance's other methods run only after its __init__ has made it: a move there
+        # comes first, unless __init__ itself calls the wrap's method before the move.
+        return not any(facts.function_of(call) is function and facts.start_of(call) < facts.start_of(node)
+                       for call in facts.calls_of(wrapping))
     calls = facts.calls_of(function)
     return bool(calls) and all(facts.function_of(call) is wrapping and facts.start_of(call) < facts.end_of(wrap)
                                for call in calls)

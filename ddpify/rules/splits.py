@@ -1,4 +1,5 @@
-"""The ranks draw the same random_split (DDP214): a generator seeded alike on every rank."""
+"""The ranks draw the same random_split (DDP214): a generator seeded alike on every rank.
+An unseeded shuffle before a split by slices is reported (DDP230)."""
 
 import libcst as cst
 
@@ -17,6 +18,14 @@ RULES = (
          "training. Under torchrun the split uses a generator seeded the same on every rank.",
          "Nothing to do; seed it yourself (generator=torch.Generator().manual_seed(s)) to "
          "choose the split."),
+    Rule("DDP230", Severity.WARNING, "unseeded shuffle before a train/validation split: each rank splits its own way",
+         "A permutation drawn from an unseeded generator (`dataset.shuffle()`, `random.shuffle(idx)`, "
+         "`np.random.shuffle(idx)`, `torch.randperm(n)`) and then cut into a training and a "
+         "validation part by slices (`ds[:k]`, `ds[k:]`) differs on every rank: the ranks' "
+         "shards overlap and validation samples leak into training.",
+         "Seed the generator alike on every rank before the shuffle (`torch.manual_seed(s)`, "
+         "`np.random.seed(s)`, `random.seed(s)`), or draw it from a seeded generator "
+         "(`torch.randperm(n, generator=torch.Generator().manual_seed(s))`)."),
 )
 
 SPLIT_GENERATOR = "torch.Generator().manual_seed(0) if {condition} else torch.default_generator"
@@ -55,6 +64,93 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
                          "rank 0 makes, so the ranks' seeded generators no longer agree")
         else:
             edits.report("DDP214", call)
+    _report_unseeded_shuffles(facts, edits)
+
+
+# Draws of a permutation from a global generator, by the family whose seed fixes them.
+_SHUFFLE_CALLS = {"random.shuffle": "random", "numpy.random.shuffle": "numpy",
+                  "numpy.random.permutation": "numpy", "torch.randperm": "torch"}
+_SEEDS = {"random": frozenset({"random.seed"}), "numpy": frozenset({"numpy.random.seed"}),
+          "torch": names.MANUAL_SEEDS}
+
+
+def _report_unseeded_shuffles(facts: Facts, edits: Edits) -> None:
+    """Rule: a permutation drawn from a global generator the script never seeds, then cut into
+    a training and a validation part by slices (`ds = ds.shuffle()`, `train, val = ds[:k],
+    ds[k:]`; `random.shuffle(idx)`, `idx[:k]`, `idx[k:]`), differs on every rank: the ranks'
+    shards overlap and validation leaks into training (DDP230, with the fix). A seed of that
+    generator anywhere in the script (the same on every rank), or a call of a function named
+    for seeding (`set_seed(args.seed)`, `seed_everything(s)`), keeps it quiet."""
+    seeded_by_helper = any("seed" in callee.rsplit(".", 1)[-1].lower() and callee not in names.MANUAL_SEEDS
+                           for callee in facts.calls_by_callee)
+    if seeded_by_helper:
+        return
+    draws = {call: qualified for qualified in _SHUFFLE_CALLS for call in facts.calls_named.get(qualified, ())}
+    for call in facts.nodes_of(cst.Call):
+        drawn = _shuffled(facts, call, draws)
+        if drawn is None:
+            continue
+        family, target = drawn
+        families = ("torch", "numpy") if family == "method" else (family,)
+        if any(facts.calls_named.get(seed) for each in families for seed in _SEEDS[each]):
+            continue
+        split = _split_by_slices(facts, call, target)
+        if split is None:
+            continue
+        edits.report("DDP230", call, (
+            f"unseeded shuffle before a train/validation split: `{edits.code(call)}` (line {facts.line_of(call)}) "
+            f"draws its own permutation on each rank, and `{edits.code(split)}` (line {facts.line_of(split)}) "
+            "cuts it into parts: the ranks' shards overlap and validation samples leak into training. "
+            "Seed it alike on every rank before the shuffle (torch.manual_seed(s), np.random.seed(s), "
+            "random.seed(s)) or draw it from a seeded generator"))
+
+
+def _shuffled(facts: Facts, call: cst.Call, draws: dict[cst.Call, str]) -> "tuple[str, str] | None":
+    """(the generator's family, the name that holds the permutation) for a draw of one."""
+    statement = facts.statement_of(call)
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    qualified = draws.get(call)
+    if any(arg.keyword is not None and arg.keyword.value in ("generator", "seed") for arg in call.args):
+        return None
+    if qualified in ("random.shuffle", "numpy.random.shuffle"):
+        if isinstance(small, cst.Expr) and small.value is call and call.args:
+            target = dotted_name(call.args[0].value)
+            return (_SHUFFLE_CALLS[qualified], target) if target else None
+        return None
+    if qualified is not None:
+        family = _SHUFFLE_CALLS[qualified]
+    elif (isinstance(call.func, cst.Attribute) and call.func.attr.value == "shuffle" and not call.args
+          and dotted_name(call.func) not in ("random.shuffle", "np.random.shuffle", "numpy.random.shuffle")):
+        family = "method"  # `dataset.shuffle()`: PyG's draws from torch, a datasets.Dataset's from numpy
+    else:
+        return None
+    if isinstance(small, cst.Assign) and small.value is call and len(small.targets) == 1:
+        target = dotted_name(small.targets[0].target)
+        return (family, target) if target else None
+    return None
+
+
+def _split_by_slices(facts: Facts, draw: cst.Call, target: str) -> "cst.Subscript | None":
+    """A slice of `target` from the start (`ds[:k]`) and one to the end (`ds[k:]`) after the
+    draw in its function: a train/validation split. The first of them."""
+    function = facts.function_of(draw)
+    heads, tails = [], []
+    for subscript in facts.nodes_of(cst.Subscript):
+        if dotted_name(subscript.value) != target or facts.function_of(subscript) is not function \
+                or facts.start_of(subscript) <= facts.start_of(draw) or len(subscript.slice) != 1:
+            continue
+        index = subscript.slice[0].slice
+        if not isinstance(index, cst.Slice) or index.step is not None:
+            continue
+        if index.lower is None and index.upper is not None:
+            heads.append(subscript)
+        elif index.lower is not None and index.upper is None:
+            tails.append(subscript)
+    if heads and tails:
+        return min(heads + tails, key=facts.start_of)
+    return None
 
 
 # torch's draws from its global generator.
@@ -104,4 +200,24 @@ CASES = (
                            "torch.manual_seed(0)\nprint(\"noise sample\", torch.randn(2))\n"
                            "train_set, val_set = torch.utils.data.random_split(dataset, [48, 16])\n"
                            "loader = DataLoader(train_set,"), "DDP214", ("generator=",)),
+    # An unseeded permutation cut into a training and a validation part: reported with the fix.
+    Emits(TRAINING.replace("loader = DataLoader(dataset,",
+                           "perm = torch.randperm(len(dataset))\n"
+                           "train_set = torch.utils.data.Subset(dataset, perm[:48])\n"
+                           "val_set = torch.utils.data.Subset(dataset, perm[48:])\n"
+                           "loader = DataLoader(train_set,"), "DDP230"),
+    Emits("import random\n" + TRAINING.replace("loader = DataLoader(dataset,",
+                                                "order = list(range(64))\nrandom.shuffle(order)\n"
+                                                "val_set = torch.utils.data.Subset(dataset, order[:16])\n"
+                                                "train_set = torch.utils.data.Subset(dataset, order[16:])\n"
+                                                "loader = DataLoader(train_set,"), "DDP230"),
+    Silent(TRAINING.replace("loader = DataLoader(dataset,",
+                            "perm = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0))\n"
+                            "train_set = torch.utils.data.Subset(dataset, perm[:48])\n"
+                            "loader = DataLoader(train_set,"), "DDP230"),
+    # Slices of a permutation that are not a split from the start and one to the end.
+    Silent(TRAINING.replace("loader = DataLoader(dataset,",
+                            "perm = torch.randperm(len(dataset))\n"
+                            "first = torch.utils.data.Subset(dataset, perm[0:8])\n"
+                            "loader = DataLoader(dataset,"), "DDP230"),
 )
