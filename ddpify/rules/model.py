@@ -14,7 +14,7 @@ from ddpify.analysis import effects, figures, freezing, names
 from ddpify.analysis.containers import condition_code, container_moves, entry_moves
 from ddpify.analysis.control import Facts, handed_in, innermost_common_block, parameter_names, receiver_of
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
-from ddpify.analysis.facts import Holder, Model, Statement
+from ddpify.analysis.facts import ConditionalPart, Holder, Model, Statement
 from ddpify.analysis.nodes import (
     argument_among,
     argument_for,
@@ -24,6 +24,7 @@ from ddpify.analysis.nodes import (
     find_all,
     handed_for,
     is_false,
+    is_true,
     names_within,
     positional_parameters,
 )
@@ -266,6 +267,7 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
                      f"{', '.join(elsewhere)}, built by a class of another module of the project, runs "
                      "without gradients (never, or only under torch.no_grad())")
     skipped = _report_arguments_none_on_some_steps(facts, edits, model)
+    skipped = skipped or _report_parts_run_on_some_calls(facts, edits, model, anchor)
     # DDP waits for a gradient from every parameter unless told some may not come.
     extra = ", find_unused_parameters=True" if unused or elsewhere or skipped else ""
     code = _wrap_statement(facts, setup, model, anchor, edits.options.sync_batchnorm, extra, condition)
@@ -1395,6 +1397,77 @@ def _unused_submodules(facts: Facts, model: Model, anchor: cst.BaseStatement) ->
             if f"{class_name}(" in code:
                 unused.extend(assigns)
     return unused
+
+
+def _report_parts_run_on_some_calls(facts: Facts, edits: Edits, model: Model, anchor: cst.BaseStatement) -> bool:
+    """`def forward(self, x, with_aux=False): ... if with_aux: return out, self.aux_head(h)`
+    and a training loop that asks for the auxiliary output every k steps, or a part run on a
+    random draw: on the steps without it, the part's parameters get no gradient, and DDP,
+    waiting for every gradient, fails at the next step. Rule: a submodule of the model's
+    class that forward runs only under a test on one of its parameters or on a random draw
+    (analysis.conditional_parts) makes the wrap expect unused parameters (DDP105), unless
+    every call of the model in a training loop passes that parameter a literal (or leaves
+    its default) under which the part runs. True when one was found."""
+    for statement in facts.statements_touching.get(model.name, ()):
+        if facts.line_of(statement) > facts.line_of(anchor):
+            continue
+        code = facts.module.code_for_node(statement)
+        for class_name, (forward, parts) in facts.conditional_submodules.items():
+            if f"{class_name}(" not in code:
+                continue
+            for part in parts:
+                if part.parameter is not None and _runs_on_every_training_call(facts, model, forward, part):
+                    continue
+                why = (f"`{part.parameter}` decides" if part.parameter is not None
+                       else "a random draw decides")
+                edits.report("DDP105", part.test, "submodule unused in forward: DDP told to expect unused "
+                             f"parameters: {why} whether forward runs `self.{part.attribute}`, and on the steps "
+                             "it does not, its parameters get no gradient")
+                return True
+    return False
+
+
+def _runs_on_every_training_call(facts: Facts, model: Model, forward: cst.FunctionDef, part: ConditionalPart) -> bool:
+    """Every call of the model in a training loop gives `part.parameter` a literal (or
+    leaves its default) under which `part.test` lets the part run. Tests read: `p`, `not p`,
+    `p is None`, `p is not None`."""
+    calls = [call for call in facts.calls_by_callee.get(model.name, ()) if _training_loop_around(facts, call)]
+    parameter = part.parameter
+    if not calls or parameter is None:
+        return False
+    defaults = {param.name.value: param.default for param in [*forward.params.params, *forward.params.kwonly_params]}
+    positional = positional_parameters(forward)[1:]
+    for call in calls:
+        value = argument_among(call, parameter, positional) or defaults.get(parameter)
+        if any(arg.star == "**" for arg in call.args) or value is None:
+            return False
+        outcome = _literal_test(part.test, parameter, value)
+        if outcome is None or outcome != part.runs_when:
+            return False
+    return True
+
+
+def _literal_test(test: cst.BaseExpression, parameter: str, value: cst.BaseExpression) -> Optional[bool]:
+    """The outcome of `test` with `parameter` bound to the literal `value`; None where
+    either is not one of the plain shapes."""
+    truth: Optional[bool] = True if is_true(value) else False if is_false(value) else None
+    if truth is None:
+        return None
+    if isinstance(test, cst.Name) and test.value == parameter:
+        return truth
+    if (isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
+            and isinstance(test.expression, cst.Name) and test.expression.value == parameter):
+        return not truth
+    if (isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name) and test.left.value == parameter
+            and len(test.comparisons) == 1 and isinstance(test.comparisons[0].comparator, cst.Name)
+            and test.comparisons[0].comparator.value == "None"):
+        is_none = isinstance(value, cst.Name) and value.value == "None"
+        operator = test.comparisons[0].operator
+        if isinstance(operator, cst.Is):
+            return is_none
+        if isinstance(operator, cst.IsNot):
+            return not is_none
+    return None
 
 
 def _report_arguments_none_on_some_steps(facts: Facts, edits: Edits, model: Model) -> bool:
