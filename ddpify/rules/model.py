@@ -1703,14 +1703,31 @@ def _derivations(facts: Facts, name: str) -> list[cst.Call]:
     `AveragedModel(model, ...)`, `ModelEMA(model)`. The wrap goes after those that come
     before the training; one that comes after it (a best-epoch snapshot) reads the raw module
     through `getattr(model, "module", model)`. Either way the copy is the single-GPU module,
-    whose checkpoint keys have no "module." prefix. (An EMA class is known by its name.)"""
+    whose checkpoint keys have no "module." prefix. (An EMA class is known by its name, or,
+    defined in this file, by an `__init__` or body that deep-copies what it is handed first:
+    `WeightAverager(model)` whose `__init__` keeps `copy.deepcopy(model)`.)"""
     found: list[cst.Call] = []
     for qualified, calls in facts.calls_named.items():
         last = qualified.rsplit(".", 1)[-1]
-        if qualified == "copy.deepcopy" or last == "AveragedModel" or _EMA_NAME.search(last):
+        if qualified == "copy.deepcopy" or last == "AveragedModel" or _EMA_NAME.search(last) or (
+                _copies_what_it_is_handed(facts, last)):
             found.extend(call for call in calls if call.args and call.args[0].keyword is None
                          and not call.args[0].star and dotted_name(call.args[0].value) == name)
     return found
+
+
+def _copies_what_it_is_handed(facts: Facts, name: str) -> bool:
+    """A class of this file whose `__init__`, or a function of this file whose body, hands its
+    first parameter to `copy.deepcopy`."""
+    function = facts.class_inits.get(name) if name in facts.classes else facts.functions.get(name)
+    if function is None:
+        return False
+    parameters = positional_parameters(function)[1 if name in facts.classes else 0:]
+    if not parameters:
+        return False
+    return any(facts.function_of(call) is function and call.args and call.args[0].keyword is None
+               and dotted_name(call.args[0].value) == parameters[0]
+               for call in facts.calls_named.get("copy.deepcopy", ()))
 
 
 def _training_start(facts: Facts, model: Model) -> Optional[cst.CSTNode]:
