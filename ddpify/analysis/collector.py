@@ -264,7 +264,9 @@ class Collector(cst.CSTVisitor):
         forward = next((m for m in node.body.body if isinstance(m, cst.FunctionDef) and m.name.value == "forward"),
                        None)
         if forward is not None:
-            parts = conditional_parts(forward, set(created) & used, self._qualified)
+            containers = {attribute for attribute, assign in created.items() if isinstance(assign.value, cst.Call)
+                          and self._qualified(assign.value.func) & names.MODULE_CONTAINERS}
+            parts = conditional_parts(forward, set(created) & used, containers, self._qualified)
             if parts:
                 self.facts.conditional_submodules[node.name.value] = (forward, parts)
 

@@ -17,11 +17,13 @@ Guard = tuple[Optional[str], cst.BaseExpression, bool]
 _RANDOM_DRAWS = ("random.", "numpy.random.", "torch.rand", "torch.bernoulli", "torch.multinomial")
 
 
-def conditional_parts(forward: cst.FunctionDef, attributes: set[str], qualified: Qualifier) -> list[ConditionalPart]:
+def conditional_parts(forward: cst.FunctionDef, attributes: set[str], containers: set[str],
+                      qualified: Qualifier) -> list[ConditionalPart]:
     """Of `attributes` (submodules __init__ creates), those every read of which in forward
-    lies under a test on a parameter of forward or a random draw; the first such test
-    found for each."""
-    walk = _Walk(forward, attributes, qualified)
+    lies under a test on a parameter of forward or a random draw, or, for `containers` (an
+    nn.ModuleDict or nn.ModuleList), is indexed by one (`self.heads[task](h)`: the other
+    heads get no gradient on that call); the first such test or index found for each."""
+    walk = _Walk(forward, attributes, containers, qualified)
     walk.node(forward.body, None)
     found: list[ConditionalPart] = []
     for attribute, seen in walk.guards.items():
@@ -34,10 +36,12 @@ def conditional_parts(forward: cst.FunctionDef, attributes: set[str], qualified:
 class _Walk:
     """Forward's body in source order, each read of a submodule with the test it runs under."""
 
-    def __init__(self, forward: cst.FunctionDef, attributes: set[str], qualified: Qualifier) -> None:
+    def __init__(self, forward: cst.FunctionDef, attributes: set[str], containers: set[str],
+                 qualified: Qualifier) -> None:
         self.parameters = {param.name.value for param in [*forward.params.params, *forward.params.kwonly_params]}
         self.parameters.discard("self")
         self.attributes = attributes
+        self.containers = containers
         self.qualified = qualified
         self.guards: dict[str, list[Optional[Guard]]] = {}
 
@@ -51,6 +55,14 @@ class _Walk:
                 return ""
         return None
 
+    def picks_an_entry(self, node: cst.Subscript) -> bool:
+        """`self.heads[task]`: an entry of a module container picked by a parameter or a draw."""
+        container = node.value
+        return (isinstance(container, cst.Attribute) and isinstance(container.value, cst.Name)
+                and container.value.value == "self" and container.attr.value in self.containers
+                and any(self.reason(element.slice.value) is not None for element in node.slice
+                        if isinstance(element.slice, cst.Index)))
+
     def record(self, node: cst.CSTNode, guard: Optional[Guard]) -> None:
         for read in find_all(node, cst.Attribute):
             if isinstance(read.value, cst.Name) and read.value.value == "self" and read.attr.value in self.attributes:
@@ -63,6 +75,10 @@ class _Walk:
             self.block(node.body, guard)
         elif isinstance(node, cst.Attribute):
             self.record(node, guard)
+        elif isinstance(node, cst.Subscript) and self.picks_an_entry(node):
+            self.record(node.value, guard or (self.reason(node) or None, node, True))
+            for element in node.slice:
+                self.node(element, guard)
         else:
             for child in node.children:
                 self.node(child, guard)

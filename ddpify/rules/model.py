@@ -1421,8 +1421,8 @@ def _report_parts_run_on_some_calls(facts: Facts, edits: Edits, model: Model, an
                 why = (f"`{part.parameter}` decides" if part.parameter is not None
                        else "a random draw decides")
                 edits.report("DDP105", part.test, "submodule unused in forward: DDP told to expect unused "
-                             f"parameters: {why} whether forward runs `self.{part.attribute}`, and on the steps "
-                             "it does not, its parameters get no gradient")
+                             f"parameters: {why} what forward runs of `self.{part.attribute}`, and on the steps "
+                             "it leaves a part out, that part's parameters get no gradient")
                 return True
     return False
 
