@@ -1,6 +1,7 @@
 """Submodules a model's forward runs only on some calls: under a test on one of forward's
 parameters (`if with_aux: return out, self.aux_head(h)`, after an early `if return_features:
-return feats`) or on a random draw (`if random.random() < self.p_drop:`). On a step where
+return feats`), on a random draw (`if random.random() < self.p_drop:`) or on the mode
+alone (`if not self.training:`, a part run in evaluation only). On a step where
 the test keeps such a part out of the forward, its parameters get no gradient, and DDP,
 waiting for every gradient, fails at the next step unless told to expect unused parameters
 (DDP105)."""
@@ -10,10 +11,11 @@ from typing import Callable, Optional, Union
 import libcst as cst
 
 from ddpify.analysis.facts import ConditionalPart
-from ddpify.analysis.nodes import find_all
+from ddpify.analysis.nodes import dotted_name, find_all
 
 Qualifier = Callable[[cst.BaseExpression], set[str]]
 Guard = tuple[Optional[str], cst.BaseExpression, bool]
+TRAINING_MODE = "self.training"
 _RANDOM_DRAWS = ("random.", "numpy.random.", "torch.rand", "torch.bernoulli", "torch.multinomial")
 
 
@@ -46,14 +48,17 @@ class _Walk:
         self.guards: dict[str, list[Optional[Guard]]] = {}
 
     def reason(self, test: cst.BaseExpression) -> Optional[str]:
-        """The parameter the test reads, "" for a random draw, None for neither."""
+        """The parameter the test reads, "" for a random draw, "self.training" for a plain
+        test of the mode (`if not self.training:`, a part run in evaluation only), None for
+        none of these."""
         for name in find_all(test, cst.Name):
             if name.value in self.parameters:
                 return name.value
         for call in find_all(test, cst.Call):
             if any(q.startswith(_RANDOM_DRAWS) for q in self.qualified(call.func)):
                 return ""
-        return None
+        plain = test.expression if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) else test
+        return TRAINING_MODE if dotted_name(plain) == TRAINING_MODE else None
 
     def picks_an_entry(self, node: cst.Subscript) -> bool:
         """`self.heads[task]`: an entry of a module container picked by a parameter or a draw."""

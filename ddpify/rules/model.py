@@ -11,6 +11,7 @@ from typing import Optional, Union, cast
 import libcst as cst
 
 from ddpify.analysis import effects, figures, freezing, names
+from ddpify.analysis.conditional_parts import TRAINING_MODE
 from ddpify.analysis.containers import condition_code, container_moves, entry_moves
 from ddpify.analysis.control import Facts, handed_in, innermost_common_block, parameter_names, receiver_of
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
@@ -1404,7 +1405,8 @@ def _report_parts_run_on_some_calls(facts: Facts, edits: Edits, model: Model, an
     and a training loop that asks for the auxiliary output every k steps, or a part run on a
     random draw: on the steps without it, the part's parameters get no gradient, and DDP,
     waiting for every gradient, fails at the next step. Rule: a submodule of the model's
-    class that forward runs only under a test on one of its parameters or on a random draw
+    class that forward runs only under a test on one of its parameters, on a random draw, or
+    only in evaluation (`if not self.training: return self.calibrate(logits)`)
     (analysis.conditional_parts) makes the wrap expect unused parameters (DDP105), unless
     every call of the model in a training loop passes that parameter a literal (or leaves
     its default) under which the part runs. True when one was found."""
@@ -1430,9 +1432,11 @@ def _report_parts_run_on_some_calls(facts: Facts, edits: Edits, model: Model, an
 def _runs_on_every_training_call(facts: Facts, model: Model, forward: cst.FunctionDef, part: ConditionalPart) -> bool:
     """Every call of the model in a training loop gives `part.parameter` a literal (or
     leaves its default) under which `part.test` lets the part run. Tests read: `p`, `not p`,
-    `p is None`, `p is not None`."""
-    calls = [call for call in facts.calls_by_callee.get(model.name, ()) if _training_loop_around(facts, call)]
+    `p is None`, `p is not None`; `self.training` is True in training."""
     parameter = part.parameter
+    if parameter == TRAINING_MODE:  # a training loop runs the model in training mode
+        return _literal_test(part.test, parameter, cst.Name("True")) == part.runs_when
+    calls = [call for call in facts.calls_by_callee.get(model.name, ()) if _training_loop_around(facts, call)]
     if not calls or parameter is None:
         return False
     defaults = {param.name.value: param.default for param in [*forward.params.params, *forward.params.kwonly_params]}
@@ -1453,10 +1457,10 @@ def _literal_test(test: cst.BaseExpression, parameter: str, value: cst.BaseExpre
     truth: Optional[bool] = True if is_true(value) else False if is_false(value) else None
     if truth is None:
         return None
-    if isinstance(test, cst.Name) and test.value == parameter:
+    if dotted_name(test) == parameter:
         return truth
     if (isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
-            and isinstance(test.expression, cst.Name) and test.expression.value == parameter):
+            and dotted_name(test.expression) == parameter):
         return not truth
     if (isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name) and test.left.value == parameter
             and len(test.comparisons) == 1 and isinstance(test.comparisons[0].comparator, cst.Name)
