@@ -30,7 +30,10 @@ def conditional_parts(forward: cst.FunctionDef, attributes: set[str], containers
     found: list[ConditionalPart] = []
     for attribute, seen in walk.guards.items():
         guards = [guard for guard in seen if guard is not None]
-        if guards and len(guards) == len(seen):
+        # Read on both sides of one test (`if x.is_cuda and self.ngpu > 1: data_parallel(self.main,
+        # ...) else: self.main(x)`), the part runs whichever way the test goes.
+        outcomes = {(id(test), runs_when) for _, test, runs_when in guards}
+        if guards and len(guards) == len(seen) and not any((key, not runs) in outcomes for key, runs in outcomes):
             found.append(ConditionalPart(attribute, *guards[0]))
     return found
 

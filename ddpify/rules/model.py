@@ -1414,10 +1414,10 @@ def _report_parts_run_on_some_calls(facts: Facts, edits: Edits, model: Model, an
         if facts.line_of(statement) > facts.line_of(anchor):
             continue
         code = facts.module.code_for_node(statement)
-        for class_name, (forward, parts) in facts.conditional_submodules.items():
-            if f"{class_name}(" not in code:
-                continue
-            for part in parts:
+        for class_name in [name for name in facts.classes if f"{name}(" in code]:
+            for part, forward, nested in _conditional_parts_within(facts, class_name):
+                if nested and part.parameter not in (None, TRAINING_MODE):
+                    continue  # what the outer forward hands an inner one is not read here
                 if part.parameter is not None and _runs_on_every_training_call(facts, model, forward, part):
                     continue
                 why = (f"`{part.parameter}` decides" if part.parameter is not None
@@ -1427,6 +1427,27 @@ def _report_parts_run_on_some_calls(facts: Facts, edits: Edits, model: Model, an
                              "it leaves a part out, that part's parameters get no gradient")
                 return True
     return False
+
+
+def _conditional_parts_within(facts: Facts, class_name: str) -> list[tuple[ConditionalPart, cst.FunctionDef, bool]]:
+    """The conditional parts of a class of this file and of the classes of this file its
+    `__init__` builds (`Block(dim, p_drop)` layers of a layer-drop), at any depth; each with
+    its forward and whether it belongs to an inner class."""
+    found: list[tuple[ConditionalPart, cst.FunctionDef, bool]] = []
+    seen: set[str] = set()
+    pending = [class_name]
+    while pending:
+        name = pending.pop(0)
+        if name in seen:
+            continue
+        seen.add(name)
+        forward, parts = facts.conditional_submodules.get(name, (None, []))
+        found += [(part, forward, name != class_name) for part in parts if forward is not None]
+        init = facts.class_inits.get(name)
+        if init is not None:
+            pending += [call.func.value for call in find_all(init.body, cst.Call)
+                        if isinstance(call.func, cst.Name) and call.func.value in facts.classes]
+    return found
 
 
 def _runs_on_every_training_call(facts: Facts, model: Model, forward: cst.FunctionDef, part: ConditionalPart) -> bool:
