@@ -1475,6 +1475,13 @@ def _runs_on_every_training_call(facts: Facts, model: Model, forward: cst.Functi
 def _literal_test(test: cst.BaseExpression, parameter: str, value: cst.BaseExpression) -> Optional[bool]:
     """The outcome of `test` with `parameter` bound to the literal `value`; None where
     either is not one of the plain shapes."""
+    if (isinstance(test, cst.Comparison) and dotted_name(test.left) == parameter and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, (cst.Is, cst.IsNot))
+            and dotted_name(test.comparisons[0].comparator) == "None"):
+        # A value other than the literal None is taken for a value: a name the loop sets to
+        # None on some steps is _report_arguments_none_on_some_steps's case, read first.
+        is_none = dotted_name(value) == "None"
+        return is_none if isinstance(test.comparisons[0].operator, cst.Is) else not is_none
     truth: Optional[bool] = True if is_true(value) else False if is_false(value) else None
     if truth is None:
         return None
@@ -1483,15 +1490,6 @@ def _literal_test(test: cst.BaseExpression, parameter: str, value: cst.BaseExpre
     if (isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
             and dotted_name(test.expression) == parameter):
         return not truth
-    if (isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name) and test.left.value == parameter
-            and len(test.comparisons) == 1 and isinstance(test.comparisons[0].comparator, cst.Name)
-            and test.comparisons[0].comparator.value == "None"):
-        is_none = isinstance(value, cst.Name) and value.value == "None"
-        operator = test.comparisons[0].operator
-        if isinstance(operator, cst.Is):
-            return is_none
-        if isinstance(operator, cst.IsNot):
-            return not is_none
     return None
 
 
