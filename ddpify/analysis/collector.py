@@ -7,6 +7,7 @@ from typing import Callable, Optional, Union, cast
 import libcst as cst
 
 from ddpify.analysis import effects, names, traversal
+from ddpify.analysis.conditional_parts import conditional_parts
 from ddpify.analysis.containers import (
     Entry,
     gathered_elements,
@@ -262,6 +263,14 @@ class Collector(cst.CSTVisitor):
                           for m in node.body.body)
         if unused and has_forward:
             self.facts.unused_submodules[node.name.value] = unused
+        forward = next((m for m in node.body.body if isinstance(m, cst.FunctionDef) and m.name.value == "forward"),
+                       None)
+        if forward is not None:
+            containers = {attribute for attribute, assign in created.items() if isinstance(assign.value, cst.Call)
+                          and self._qualified(assign.value.func) & names.MODULE_CONTAINERS}
+            parts = conditional_parts(forward, set(created) & used, containers, self._qualified)
+            if parts:
+                self.facts.conditional_submodules[node.name.value] = (forward, parts)
 
     def _without_grad(self, node: cst.With) -> bool:
         """`with torch.no_grad():`, `torch.inference_mode()`, `torch.set_grad_enabled(False)`."""

@@ -28,6 +28,19 @@ Holder = tuple[Optional[cst.FunctionDef], str]
 Slot = tuple[int, int]
 WHOLE_VALUE: Slot = (0, 0)
 
+
+@dataclass(frozen=True)
+class ConditionalPart:
+    """`self.<attribute>`, which forward runs only where `test` (its outcome `runs_when`
+    as the part runs) allows. `parameter` names the forward parameter the test reads, or is
+    None where the test draws at random (every step may differ, so it always counts)."""
+
+    attribute: str
+    parameter: Optional[str]
+    test: cst.BaseExpression
+    runs_when: bool
+
+
 @dataclass
 class Loader:
     """A `name = DataLoader(...)` assignment."""
@@ -373,6 +386,10 @@ class FactRecord:
         default_factory=dict)
     # Submodules a module class creates in __init__ but no other method uses, by class name.
     unused_submodules: dict[str, list[cst.Assign]] = field(default_factory=dict)
+    # Submodules forward runs only on some calls (a test on a parameter of forward, a random
+    # draw), with that forward, by class name (analysis.conditional_parts).
+    conditional_submodules: dict[str, tuple[cst.FunctionDef, list[ConditionalPart]]] = field(
+        default_factory=dict)
     # The same for classes of other modules of the project, by the name this module calls
     # them by (`EncoderCNN` -> ["resnet"]).
     gradless_project_classes: dict[str, list[str]] = field(default_factory=dict)

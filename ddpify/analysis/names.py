@@ -37,6 +37,8 @@ def trains_by_look(words: str, shuffles: bool) -> bool:
         return False
     return shuffles
 RANDOM_SPLIT = "torch.utils.data.random_split"
+# Containers of submodules a forward may pick one entry of (`self.heads[task]`).
+MODULE_CONTAINERS = frozenset({"torch.nn.ModuleDict", "torch.nn.ModuleList"})
 # Data fetched or unpacked by hand: like `download=True`, once per machine before the rest.
 FETCH_OR_UNPACK = frozenset({
     "urllib.request.urlretrieve", "torch.hub.download_url_to_file", "shutil.unpack_archive",

@@ -11,10 +11,11 @@ from typing import Optional, Union, cast
 import libcst as cst
 
 from ddpify.analysis import effects, figures, freezing, names, traversal
+from ddpify.analysis.conditional_parts import TRAINING_MODE
 from ddpify.analysis.containers import condition_code, container_moves, entry_moves
 from ddpify.analysis.control import Facts, handed_in, innermost_common_block, parameter_names, receiver_of
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
-from ddpify.analysis.facts import Holder, Model, Statement
+from ddpify.analysis.facts import ConditionalPart, Holder, Model, Statement
 from ddpify.analysis.nodes import (
     argument_among,
     argument_for,
@@ -24,6 +25,7 @@ from ddpify.analysis.nodes import (
     find_all,
     handed_for,
     is_false,
+    is_true,
     names_in,
     names_within,
     positional_parameters,
@@ -349,6 +351,7 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
                      f"{', '.join(elsewhere)}, built by a class of another module of the project, runs "
                      "without gradients (never, or only under torch.no_grad())")
     skipped = _report_arguments_none_on_some_steps(facts, edits, model)
+    skipped = skipped or _report_parts_run_on_some_calls(facts, edits, model, anchor)
     # DDP waits for a gradient from every parameter unless told some may not come.
     extra = ", find_unused_parameters=True" if unused or elsewhere or skipped else ""
     code = _wrap_statement(facts, setup, model, anchor, edits.options.sync_batchnorm, extra, condition)
@@ -1585,6 +1588,99 @@ def _unused_submodules(facts: Facts, model: Model, anchor: cst.BaseStatement) ->
     return unused
 
 
+def _report_parts_run_on_some_calls(facts: Facts, edits: Edits, model: Model, anchor: cst.BaseStatement) -> bool:
+    """`def forward(self, x, with_aux=False): ... if with_aux: return out, self.aux_head(h)`
+    and a training loop that asks for the auxiliary output every k steps, or a part run on a
+    random draw: on the steps without it, the part's parameters get no gradient, and DDP,
+    waiting for every gradient, fails at the next step. Rule: a submodule of the model's
+    class that forward runs only under a test on one of its parameters, on a random draw, or
+    only in evaluation (`if not self.training: return self.calibrate(logits)`)
+    (analysis.conditional_parts) makes the wrap expect unused parameters (DDP105), unless
+    every call of the model in a training loop passes that parameter a literal (or leaves
+    its default) under which the part runs. True when one was found."""
+    for statement in facts.statements_touching.get(model.name, ()):
+        if facts.line_of(statement) > facts.line_of(anchor):
+            continue
+        code = facts.module.code_for_node(statement)
+        for class_name in [name for name in facts.classes if f"{name}(" in code]:
+            for part, forward, nested in _conditional_parts_within(facts, class_name):
+                if nested and part.parameter not in (None, TRAINING_MODE):
+                    continue  # what the outer forward hands an inner one is not read here
+                if part.parameter is not None and _runs_on_every_training_call(facts, model, forward, part):
+                    continue
+                why = (f"`{part.parameter}` decides" if part.parameter is not None
+                       else "a random draw decides")
+                edits.report("DDP105", part.test, "submodule unused in forward: DDP told to expect unused "
+                             f"parameters: {why} what forward runs of `self.{part.attribute}`, and on the steps "
+                             "it leaves a part out, that part's parameters get no gradient")
+                return True
+    return False
+
+
+def _conditional_parts_within(facts: Facts, class_name: str) -> list[tuple[ConditionalPart, cst.FunctionDef, bool]]:
+    """The conditional parts of a class of this file and of the classes of this file its
+    `__init__` builds (`Block(dim, p_drop)` layers of a layer-drop), at any depth; each with
+    its forward and whether it belongs to an inner class."""
+    found: list[tuple[ConditionalPart, cst.FunctionDef, bool]] = []
+    seen: set[str] = set()
+    pending = [class_name]
+    while pending:
+        name = pending.pop(0)
+        if name in seen:
+            continue
+        seen.add(name)
+        forward, parts = facts.conditional_submodules.get(name, (None, []))
+        found += [(part, forward, name != class_name) for part in parts if forward is not None]
+        init = facts.class_inits.get(name)
+        if init is not None:
+            pending += [call.func.value for call in find_all(init.body, cst.Call)
+                        if isinstance(call.func, cst.Name) and call.func.value in facts.classes]
+    return found
+
+
+def _runs_on_every_training_call(facts: Facts, model: Model, forward: cst.FunctionDef, part: ConditionalPart) -> bool:
+    """Every call of the model in a training loop gives `part.parameter` a literal (or
+    leaves its default) under which `part.test` lets the part run. Tests read: `p`, `not p`,
+    `p is None`, `p is not None`; `self.training` is True in training."""
+    parameter = part.parameter
+    if parameter == TRAINING_MODE:  # a training loop runs the model in training mode
+        return _literal_test(part.test, parameter, cst.Name("True")) == part.runs_when
+    calls = [call for call in facts.calls_by_callee.get(model.name, ()) if _training_loop_around(facts, call)]
+    if not calls or parameter is None:
+        return False
+    defaults = {param.name.value: param.default for param in [*forward.params.params, *forward.params.kwonly_params]}
+    positional = positional_parameters(forward)[1:]
+    for call in calls:
+        value = argument_among(call, parameter, positional) or defaults.get(parameter)
+        if any(arg.star == "**" for arg in call.args) or value is None:
+            return False
+        outcome = _literal_test(part.test, parameter, value)
+        if outcome is None or outcome != part.runs_when:
+            return False
+    return True
+
+
+def _literal_test(test: cst.BaseExpression, parameter: str, value: cst.BaseExpression) -> Optional[bool]:
+    """The outcome of `test` with `parameter` bound to the literal `value`; None where
+    either is not one of the plain shapes."""
+    if (isinstance(test, cst.Comparison) and dotted_name(test.left) == parameter and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, (cst.Is, cst.IsNot))
+            and dotted_name(test.comparisons[0].comparator) == "None"):
+        # A value other than the literal None is taken for a value: a name the loop sets to
+        # None on some steps is _report_arguments_none_on_some_steps's case, read first.
+        is_none = dotted_name(value) == "None"
+        return is_none if isinstance(test.comparisons[0].operator, cst.Is) else not is_none
+    truth: Optional[bool] = True if is_true(value) else False if is_false(value) else None
+    if truth is None:
+        return None
+    if dotted_name(test) == parameter:
+        return truth
+    if (isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
+            and dotted_name(test.expression) == parameter):
+        return not truth
+    return None
+
+
 def _report_arguments_none_on_some_steps(facts: Facts, edits: Edits, model: Model) -> bool:
     """`if random.random() < p_uncond: labels = None` ... `model(x, t, labels)` in a training
     loop (classifier-free guidance's dropped labels, an optional mask): on those steps the
@@ -1818,14 +1914,31 @@ def _derivations(facts: Facts, name: str) -> list[cst.Call]:
     `AveragedModel(model, ...)`, `ModelEMA(model)`. The wrap goes after those that come
     before the training; one that comes after it (a best-epoch snapshot) reads the raw module
     through `getattr(model, "module", model)`. Either way the copy is the single-GPU module,
-    whose checkpoint keys have no "module." prefix. (An EMA class is known by its name.)"""
+    whose checkpoint keys have no "module." prefix. (An EMA class is known by its name, or,
+    defined in this file, by an `__init__` or body that deep-copies what it is handed first:
+    `WeightAverager(model)` whose `__init__` keeps `copy.deepcopy(model)`.)"""
     found: list[cst.Call] = []
     for qualified, calls in facts.calls_named.items():
         last = qualified.rsplit(".", 1)[-1]
-        if qualified == "copy.deepcopy" or last == "AveragedModel" or _EMA_NAME.search(last):
+        if qualified == "copy.deepcopy" or last == "AveragedModel" or _EMA_NAME.search(last) or (
+                _copies_what_it_is_handed(facts, last)):
             found.extend(call for call in calls if call.args and call.args[0].keyword is None
                          and not call.args[0].star and dotted_name(call.args[0].value) == name)
     return found
+
+
+def _copies_what_it_is_handed(facts: Facts, name: str) -> bool:
+    """A class of this file whose `__init__`, or a function of this file whose body, hands its
+    first parameter to `copy.deepcopy`."""
+    function = facts.class_inits.get(name) if name in facts.classes else facts.functions.get(name)
+    if function is None:
+        return False
+    parameters = positional_parameters(function)[1 if name in facts.classes else 0:]
+    if not parameters:
+        return False
+    return any(facts.function_of(call) is function and call.args and call.args[0].keyword is None
+               and dotted_name(call.args[0].value) == parameters[0]
+               for call in facts.calls_named.get("copy.deepcopy", ()))
 
 
 def _training_start(facts: Facts, model: Model) -> Optional[cst.CSTNode]:
