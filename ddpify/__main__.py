@@ -4,15 +4,16 @@ Ctrl-C while the command's modules are still loading (torch-free, but a second o
 busy machine) exits 130 without a traceback, as it does once the migration runs."""
 import sys
 
-INTERRUPTED = 130  # 128 + SIGINT, as shells report it (ddpify.cli.INTERRUPTED, not yet importable)
+from ddpify import interrupts
 
 
 def run() -> None:
     try:
-        from ddpify.cli import main
+        with interrupts.deferred():
+            from ddpify.cli import main
     except KeyboardInterrupt:
         sys.stderr.write("\nddpify: interrupted\n")
-        sys.exit(INTERRUPTED)
+        sys.exit(interrupts.INTERRUPTED)
     main()
 
 

@@ -4,30 +4,27 @@ Exit codes: 0 all good; 1 changes pending (--check, --diff, --twin) or diagnosti
 need a person; 2 usage, parse or internal error; 130 interrupted (Ctrl-C). Results go to
 stdout, messages to stderr.
 """
-import contextlib
 import json
 import os
-import signal
 import sys
 from collections.abc import Sequence
 from typing import Optional
 
 import click
 
-from ddpify import __version__, project_jobs
+from ddpify import __version__, interrupts, project_jobs
 from ddpify import jobs as job_modes
 from ddpify.config import Config, ConfigError
 from ddpify.config import load as load_config
 from ddpify.diagnostics import explain, registry, unknown_codes
 from ddpify.files import TWIN_SUFFIX, SourceError, source_of_twin, twin_of
 from ddpify.formats import FORMATS, Printer, printer, summary_line
+from ddpify.interrupts import INTERRUPTED
 from ddpify.jobs import ERROR, OK, Job, Report
 from ddpify.launch.command import launch_command
 from ddpify.options import CHECKPOINT_FORMATS, STRATEGIES, Options
 from ddpify.progress import Progress
 from ddpify.walk import Entry, expand, notebooks_under
-
-INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
 class _MigrateByDefault(click.Group):
@@ -415,7 +412,7 @@ def _run(planned: Sequence[Job], workers: int, show: Printer,
     try:
         for prepared in results:
             # A file written is a file reported: Ctrl-C waits until both are done.
-            with _interrupts_deferred():
+            with interrupts.deferred():
                 report = job_modes.commit(prepared)
                 show.report(report)
                 progress.advance(report.path)
@@ -434,19 +431,6 @@ def _run(planned: Sequence[Job], workers: int, show: Printer,
                                  job_modes.TREE) if planned else True
     show.finish(reports, summary_line(reports, writes))
     return reports
-
-
-@contextlib.contextmanager
-def _interrupts_deferred():
-    """Ctrl-C inside the block is raised when the block is done."""
-    interrupted = []
-    previous = signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if interrupted:
-        raise KeyboardInterrupt
 
 
 def _results(planned: Sequence[Job], workers: int):

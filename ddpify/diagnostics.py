@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from ddpify import interrupts
+
 
 class Severity(str, Enum):
     # A rewrite ddpify made; listed in --format json, not printed by default.
@@ -59,7 +61,8 @@ def registry() -> Mapping[str, Rule]:
     """Every rule by code. The units that define the rules import this module (and emit, which
     reports through it), so the registry is imported here on first use, not at import time:
     this is the one place that breaks the cycle."""
-    from ddpify.rules.registry import RULES
+    with interrupts.deferred():  # (ddpify.interrupts: why an import is not cut short)
+        from ddpify.rules.registry import RULES
 
     return RULES
 

@@ -13,7 +13,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ddpify import project, twins
+from ddpify import interrupts, project, twins
 from ddpify.diagnostics import Diagnostic, Severity
 from ddpify.files import (
     SourceError,
@@ -141,7 +141,8 @@ def _internal_error(shown: str, error: Exception) -> Report:
 
 
 def _prepare(job: Job) -> Report:
-    from ddpify.api import MigrationError, migrate_source
+    with interrupts.deferred():  # (ddpify.interrupts: why an import is not cut short)
+        from ddpify.api import MigrationError, migrate_source
 
     shown = job.shown
     if job.path.endswith(NOTEBOOK_SUFFIX):

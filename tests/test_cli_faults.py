@@ -104,6 +104,31 @@ def test_sigint_while_ddpify_loads_exits_130_without_a_traceback():
     assert stdout == ""
 
 
+@pytest.mark.slow  # four ddpify processes; CI runs it
+def test_sigint_while_a_dataclass_is_built_in_a_lazy_import_exits_130(tmp_path):
+    """libcst.matchers builds hundreds of dataclasses, each by `exec` of a string, when the
+    migration first imports ddpify.api; CPython 3.11 remembers a KeyboardInterrupt that
+    escapes such an `exec` and, at exit, kills the process with SIGINT (-2) whatever status
+    ddpify gave. The signal is sent at four moments of that package's body (a quarter of a
+    second of `exec`s after its last submodule loaded): before ddpify.interrupts, about
+    two in three of these runs exited -2."""
+    source = write(tmp_path / "train.py", "import torch\nx = torch.ones(1)\n")
+    out = tmp_path / "train_ddp.py"
+    for delay in (0.03, 0.06, 0.09, 0.12):
+        process = subprocess.Popen(
+            [sys.executable, "-X", "importtime", "-m", "ddpify", str(source), "-o", str(out)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for line in process.stderr:
+            if line.rstrip().endswith("libcst.matchers._visitors"):
+                time.sleep(delay)
+                process.send_signal(signal.SIGINT)
+                break
+        _, stderr = process.communicate(timeout=60)
+        assert process.returncode == 130, (delay, stderr[-2000:])
+        assert stderr.endswith("ddpify: interrupted\n")
+        assert not out.exists()
+
+
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc")
 @pytest.mark.slow  # a process-level shell test of several seconds; CI runs it
 @pytest.mark.parametrize("workers", ["1", "2"])
