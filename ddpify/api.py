@@ -15,7 +15,7 @@ from libcst.codemod import (
 from libcst.metadata import MetadataWrapper
 
 from ddpify import selfcheck, suppressions, syntax
-from ddpify.analysis import inert, names
+from ddpify.analysis import inert, memo, names
 from ddpify.analysis.ast_names import dotted_ast
 from ddpify.analysis.control import Facts
 from ddpify.analysis.reading import analyse
@@ -57,6 +57,13 @@ def migrate_source(code: str, options: Options = Options(),  # noqa: B008 (froze
                    project: Project = Project()) -> Result:  # noqa: B008 (reads nothing)
     """Migrate one script; `project` says what the helper modules it imports do
     (project.read). Raises MigrationError when the source does not parse."""
+    try:
+        return _migrate_source(code, options, project)
+    finally:
+        memo.clear()
+
+
+def _migrate_source(code: str, options: Options, project: Project) -> Result:
     try:
         tree = syntax.checked_tree(code)
     except syntax.Rejected as rejected:

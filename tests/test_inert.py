@@ -9,7 +9,7 @@ import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ddpify import api, project
-from ddpify.analysis import inert, reading, traversal
+from ddpify.analysis import inert, memo, reading, traversal
 from ddpify.options import Options
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -213,3 +213,12 @@ def test_positions_are_libcsts(path):
     wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
     ours = reading._Positions(wrapper)
     assert dict(ours) == dict(wrapper.resolve(PositionProvider))
+
+
+def test_no_memo_outlives_its_migration():
+    """The memos of ddpify.analysis.memo are keyed by nodes: one left filled after its
+    migration would keep that file's whole tree alive through a walk over many files."""
+    source = (ROOT / "fixtures" / "guide" / "guide_image_classifier" / "input.py").read_text(encoding="utf-8")
+    assert api.migrate_source(source).diagnostics
+    assert [memo_ for memo_ in memo._MEMOS if memo_.cache_info().currsize] == []
+    assert len(memo._MEMOS) >= 3

@@ -7,7 +7,7 @@ from typing import Callable, Optional, TypeVar, Union, cast
 
 import libcst as cst
 
-from ddpify.analysis import traversal
+from ddpify.analysis import memo, traversal
 
 _Found = TypeVar("_Found", bound=cst.CSTNode)
 
@@ -283,10 +283,17 @@ def made_one_each(target: cst.BaseExpression,
 def find_all(node: cst.CSTNode, kind: type[_Found], *, into_functions: bool = True) -> list[_Found]:
     """Every node of `kind` within node (node included), in source order; with
     `into_functions=False` no function definition (node itself neither) is searched."""
+    return [child for child in _subtree(node, into_functions) if isinstance(child, kind)]
+
+
+@memo.per_migration
+def _subtree(node: cst.CSTNode, into_functions: bool) -> tuple[cst.CSTNode, ...]:
+    """The nodes find_all searches, in source order: the rules search the same function and
+    loop bodies for one kind of node after another (ddpify.analysis.memo)."""
     def descend(child: cst.CSTNode) -> bool:
         return into_functions or not isinstance(child, cst.FunctionDef)
 
-    return [child for child in traversal.preorder(node, descend) if isinstance(child, kind)]
+    return tuple(traversal.preorder(node, descend))
 
 
 def calls_within(node: Optional[cst.CSTNode]) -> list[cst.Call]:

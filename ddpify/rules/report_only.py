@@ -7,7 +7,6 @@ Making it safe would need an all-reduce of the decision on every step, which the
 not pay for; the person who owns the script chooses.
 """
 
-import functools
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -15,7 +14,7 @@ from typing import Optional, Union, cast
 
 import libcst as cst
 
-from ddpify.analysis import traversal
+from ddpify.analysis import memo, traversal
 from ddpify.analysis.control import Facts, receiver_of
 from ddpify.analysis.facts import BlockItem, Statement
 from ddpify.analysis.nodes import (
@@ -895,11 +894,11 @@ def _fed_rank_local(body: cst.CSTNode, rank_local: set[str], modules: Collection
             if receiver not in excluded and any(names & rank_local for names in read)}
 
 
-@functools.lru_cache(maxsize=1024)
+@memo.per_migration
 def _feeding_calls(body: cst.CSTNode) -> tuple[tuple[str, tuple[frozenset[str], ...]], ...]:
     """The method calls made for their effect in `body` on a plain name, each with the names
     each of its arguments reads: what _fed_rank_local tests, once per body however often a
-    spread asks (libcst nodes never change, so a body's calls stay the same)."""
+    spread asks (ddpify.analysis.memo)."""
     return tuple(
         (call.func.value.value, tuple(frozenset(names_in(arg.value)) for arg in call.args))
         for expression in find_all(body, cst.Expr, into_functions=False)
@@ -1036,11 +1035,11 @@ class _AssignStep:
     assigned: frozenset[str]
 
 
-@functools.lru_cache(maxsize=1024)
+@memo.per_migration
 def _spread_steps(node: cst.CSTNode) -> tuple[Union[_TestStep, _AssignStep], ...]:
     """The tests and assignments _spread_rank_local weighs, in the order its walk meets them:
-    a function body is spread a few rounds per batch loop and per caller, and its tree
-    (libcst nodes never change) is read once."""
+    a function body is spread a few rounds per batch loop and per caller, and its tree is
+    read once (ddpify.analysis.memo)."""
     steps: list[Union[_TestStep, _AssignStep]] = []
 
     def walk(node: cst.CSTNode, inside: int) -> None:
