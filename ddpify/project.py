@@ -9,7 +9,7 @@ import ast
 import os
 import re
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Optional, Union, cast
@@ -211,21 +211,11 @@ class Project:
         ...)` in another module: `self.train_loader = train_loader`)."""
         if self._modules is None:
             return set()
-        found: set[str] = set()
         effects = self._modules.effects(own_module)
-        pending = [] if effects is None else list(effects.bases.get(class_name, ()))
-        seen: set[str] = set()
-        while pending and len(seen) < 8:
-            base = pending.pop()
-            if base in seen:
-                continue
-            seen.add(base)
-            definition = self._modules.definition(base)
-            if definition is None or definition[1] not in definition[0].classes:
-                continue
-            found |= definition[0].attributes_from_parameters(definition[1])
-            pending.extend(definition[0].bases.get(definition[1], ()))
-        return found
+        if effects is None:
+            return set()
+        return set().union(*(base.attributes_from_parameters(name)
+                             for base, name in self._base_classes(effects, class_name)))
 
     def attributes_trained_in_derived(self, own_module: str, class_name: str) -> set[str]:
         """`X` for every `self.X` of class `class_name` of `own_module` that a class derived
@@ -253,7 +243,16 @@ class Project:
         effects = self._modules.effects(own_module)
         if effects is None:
             return set()
-        found: set[str] = set()
+        found: set[str] = set().union(*(base.own_moved_self_attributes(name)
+                                        for base, name in self._base_classes(effects, class_name)
+                                        if base is not effects))
+        return found - effects.own_moved_self_attributes(class_name)
+
+    def _base_classes(self, effects: FunctionEffects, class_name: str) -> Iterator[tuple[FunctionEffects, str]]:
+        """The project classes `class_name` of the module `effects` derives from, directly or
+        through other bases (eight at most: a hierarchy is read, not a cycle), each as the
+        module that defines it and its name there."""
+        assert self._modules is not None
         pending = list(effects.bases.get(class_name, ()))
         seen: set[str] = set()
         while pending and len(seen) < 8:
@@ -264,10 +263,8 @@ class Project:
             definition = self._modules.definition(base)
             if definition is None or definition[1] not in definition[0].classes:
                 continue
-            if definition[0] is not effects:
-                found |= definition[0].own_moved_self_attributes(definition[1])
+            yield definition
             pending.extend(definition[0].bases.get(definition[1], ()))
-        return found - effects.own_moved_self_attributes(class_name)
 
     def names_fixed_gpu(self, qualified: str) -> bool:
         """Whether `qualified` (config.DEVICE) is a global of a module of the project that
