@@ -380,15 +380,14 @@ def add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: Plan, epoch: 
     else:
         shuffle = "False"
     handed_out = setup.library and not facts.loops_over_values(facts.loader_holders_of(loader))
-    if role is not None:
-        pass
-    elif handed_out and shuffle not in ("True", "False"):
-        # A helper module builds it for its callers, shuffling as they ask: the callers that
-        # shuffle train on it (sharded); the others evaluate, and keep the whole set on every
-        # rank, so that their figures stay the original's.
-        role, shuffle = shuffle, "True"
-    elif handed_out:
-        role = _split_parameter(facts, loader)
+    if role is None and handed_out:
+        if shuffle not in ("True", "False"):
+            # A helper module builds it for its callers, shuffling as they ask: the callers
+            # that shuffle train on it (sharded); the others evaluate, and keep the whole set
+            # on every rank, so that their figures stay the original's.
+            role, shuffle = shuffle, "True"
+        else:
+            role = _split_parameter(facts, loader)
     sampler = attach_sampler(
         facts, edits, setup, loader,
         lambda dataset: f"DistributedSampler({dataset}, shuffle={shuffle})",

@@ -9,7 +9,7 @@ import libcst as cst
 
 from ddpify.analysis import names
 from ddpify.analysis.control import Facts
-from ddpify.analysis.nodes import dotted_name, is_fixed_gpu, string_value
+from ddpify.analysis.nodes import argument_for, dotted_name, is_fixed_gpu, string_value
 from ddpify.diagnostics import Rule, Severity, Status
 from ddpify.emit.edits import Edits, replacement
 from ddpify.plan import Plan
@@ -379,10 +379,8 @@ def _to_current_device(edits: Edits, call: cst.Call) -> None:
 def _device_argument(call: cst.Call) -> Optional[cst.Arg]:
     """The argument of `.cuda(...)` or `.to(...)` that names the device: the first
     positional one, or `device=` (`.cuda(device=1)`, `.to(device=0, non_blocking=True)`)."""
-    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
-    if positional:
-        return positional[0]
-    return next((arg for arg in call.args if arg.keyword is not None and arg.keyword.value == "device"), None)
+    value = argument_for(call, "device", 0)
+    return None if value is None else next(arg for arg in call.args if arg.value is value)
 
 
 def _with_args(args: list[cst.Arg]) -> Callable[[cst.Call], cst.Call]:
