@@ -68,7 +68,7 @@ class _Sets:
         if isinstance(node, cst.Name):
             scope = self.facts.function_of(around)
             kept = self.names.get((scope, node.value))
-            if kept is None and scope is not None and not _binds(scope, node.value):
+            if kept is None and scope is not None and not _binds(self.facts, scope, node.value):
                 kept = self.names.get((None, node.value))
             return bool(kept)
         return _makes_a_set(node, self.qualified) and not _of_numbers(node)
@@ -143,13 +143,12 @@ def _names_bound_to_sets(facts: Facts,
     return bound
 
 
-def _binds(function: cst.FunctionDef, name: str) -> bool:
+def _binds(facts: Facts, function: cst.FunctionDef, name: str) -> bool:
     """The function assigns the name itself (or takes it as a parameter)."""
     if any(param.name.value == name for param in function.params.params):
         return True
     return any(isinstance(target.target, cst.Name) and target.target.value == name
-               for assign in find_all(function.body, cst.Assign, into_functions=False)
-               for target in assign.targets)
+               for assign in facts.own_statements(function, cst.Assign) for target in assign.targets)
 
 
 def _numbers_or_lists(body: cst.BaseSuite) -> bool:
