@@ -492,6 +492,8 @@ def _mark_loader_loops_calling_training_helpers(facts: Facts) -> None:
     is a method or function of another module of the project: the loop over the loader
     trains, as if the step were written in it. Only a loop over a loader: an epoch loop
     around `engine.train_one_epoch(model, loader)` is not a batch loop."""
+    if not facts.training_helper_calls:
+        return  # most scripts step in their own code: no need to find the loops over loaders
     over_loaders = {loop for loader in facts.loaders
                     for loop in facts.loops_over_values(facts.loader_holders_of(loader))}
     for call in facts.training_helper_calls:
