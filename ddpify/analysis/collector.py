@@ -6,7 +6,7 @@ from typing import Callable, Optional, Union, cast
 
 import libcst as cst
 
-from ddpify.analysis import effects, names, traversal
+from ddpify.analysis import effects, names, shell, traversal
 from ddpify.analysis.conditional_parts import conditional_parts
 from ddpify.analysis.containers import (
     Entry,
@@ -817,7 +817,8 @@ class Collector(cst.CSTVisitor):
         if any(
             arg.keyword is not None and arg.keyword.value == "download" and not is_false(arg.value)
             for arg in node.args
-        ) or self._calls(node, names.FETCH_OR_UNPACK):
+        ) or self._calls(node, names.FETCH_OR_UNPACK) or any(
+                self._calls(node, runner) and shell.call_fetches(node, runner) for runner in shell.RUNNERS):
             statement = self._statement(node)
             if statement not in facts.download_statements:
                 facts.download_statements.append(statement)

@@ -357,8 +357,10 @@ def _writes(facts: Facts) -> list[cst.Call]:
     write files (only that, or among training: `fit(model, ...)` saving the best model)
     and shell commands that write files (analysis/shell.py)."""
     return facts.save_calls + [call for call in _opens(facts) if _open_mode(call) & _WRITING_MODES] + [
-        call for call, effect in facts.helper_effects.items() if effect == effects.WRITES] + shell.writing_commands(
-        facts.calls_named) + facts.helper_write_calls
+        call for call, effect in facts.helper_effects.items() if effect == effects.WRITES] + [
+        call for call in shell.writing_commands(facts.calls_named)
+        if not shell.after_a_download(facts.statement_of(call), facts.parents, facts.download_statements)
+    ] + facts.helper_write_calls
 
 
 _WRITING_MODES = frozenset("wax+")
