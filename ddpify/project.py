@@ -332,6 +332,24 @@ class Project:
         folder = path_edit_folder(node, self._modules.root) if isinstance(node, ast.Call) else None
         return folder is not None and folder in path_folders(self._modules.root)
 
+    def edits_path_out_of_view(self, module: str) -> bool:
+        """`module` is one of the project's files (`_init_paths.py`, imported for its effect)
+        that adds to sys.path a folder ddpify does not follow (`osp.join(this_dir, '..',
+        'lib')`): the modules imported after it are not the project's files ddpify migrates."""
+        found = _module_file(self._modules.root, module) if self._modules is not None else None
+        if found is None:
+            return False
+        tree = _parsed(str(found[0]), *_stamp(found[0]))
+        if tree is None:
+            return False
+        followed = path_folders(self._modules.root) if self._modules is not None else ()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and dotted_ast(node.func) in _PATH_EDITS:
+                folder = path_edit_folder(node, found[0].parent)
+                if folder is None or folder not in followed:
+                    return True
+        return False
+
     def has_module(self, module: str) -> bool:
         """`module` ("utils", "models.resnet") is one of the project's own files."""
         return self._modules is not None and self._modules.effects(module) is not None
@@ -1019,6 +1037,9 @@ def _path_folders(root: str, _stamp_ns: int) -> tuple[Path, ...]:
                 if folder is not None:
                     folders[folder] = None
     return tuple(folders)
+
+
+_PATH_EDITS = frozenset({"sys.path.append", "sys.path.insert", "sys.path.extend"})
 
 
 def path_edit_folder(call: ast.Call, script_folder: Path) -> Optional[Path]:

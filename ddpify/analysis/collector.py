@@ -1311,6 +1311,15 @@ class Collector(cst.CSTVisitor):
                 loaded = self._strings_loaded_by(call)
                 if loaded is None or any(self.project.has_module(name) for name in loaded):
                     self.facts.dynamic_imports.append(call)
+        # `import _init_paths`: a module of the project imported for the folder it puts on
+        # sys.path (HRNet's `osp.join(this_dir, '..', 'lib')`), one ddpify does not follow.
+        for statement in self.facts.module.body:
+            if isinstance(statement, cst.SimpleStatementLine):
+                for small in statement.body:
+                    if isinstance(small, cst.Import) and any(
+                            self.project.edits_path_out_of_view(dotted_name(alias.name) or "")
+                            for alias in small.names):
+                        self.facts.dynamic_imports.append(small)
 
     def _strings_loaded_by(self, call: cst.Call) -> Optional[list[str]]:
         if not call.args or qualified_is_path_edit(self._qualified(call.func)):

@@ -1306,6 +1306,12 @@ CASES = (
            "DDP909"),
     Emits(TRAINING.replace("import torch\n", "import sys\n\nimport torch\n", 1)
           .replace("device = torch", 'sys.path.insert(0, "../lib")\ndevice = torch', 1), "DDP909"),
+    # No training in sight, but the modules it hands its model and loader to come through a
+    # sys.path entry ddpify does not follow (`python tools/train.py` from the repository root):
+    # not "no training code" (exit 0), the training may be there.
+    Emits("import sys\n\nimport torch\n\nsys.path.append('.')\nfrom engine.trainer import do_train\n\n"
+          "model = torch.nn.Linear(4, 1)\ndo_train(model, torch.utils.data.DataLoader(range(8)))\n",
+          "DDP909", ("sys.path.append('.')",)),
     # A package's __init__.py that loads its agents from its folder names no torch: still read.
     Emits("import os\n\nfor name in os.listdir(os.path.dirname(__file__)):\n"
           "    __import__(__name__ + '.' + name[:-3])\n", "DDP909", ("__import__(__name__ + '.' + name[:-3])",)),
