@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional, Union, cast
 
 from ddpify.analysis.ast_names import dotted_ast
-from ddpify.analysis.effects import OPAQUE, FunctionEffects, absolute_module
+from ddpify.analysis.effects import OPAQUE, WRITES, FunctionEffects, absolute_module
 from ddpify.analysis.facts import Slot
 from ddpify.analysis.names import DATA_PARALLEL, DATA_PARALLEL_SUBCLASS_NAMES, qualify
 
@@ -40,8 +40,12 @@ class Project:
 
     def __init__(self, modules: Optional["_Modules"] = None, imported: Iterable[str] = (),
                  star_names: Optional[Mapping[str, str]] = None, used_elsewhere: Iterable[str] = (),
-                 in_project_folder: bool = False, rewritten: Iterable[Path] = ()) -> None:
+                 in_project_folder: bool = False, rewritten: Iterable[Path] = (),
+                 folder: Optional["_Modules"] = None) -> None:
         self._modules = modules
+        # The project's modules, also for a script that imports none of them by name: those it
+        # loads by a computed name are looked up there (modules_named_from).
+        self._folder = folder or modules
         # The project's files this run migrates as well, where the program will import them
         # from (in place, or into the same migrated copy of the tree): a helper there guards
         # its own output (DDP301, DDP302 in its module), so its callers need not.
@@ -354,6 +358,34 @@ class Project:
         """`module` ("utils", "models.resnet") is one of the project's own files."""
         return self._modules is not None and self._modules.effects(module) is not None
 
+    def modules_named_from(self, prefix: str) -> Optional[list[str]]:
+        """The project's modules a name beginning with `prefix` ("models.") can load: the
+        modules of that package, in its own folder; None when no package of the project has
+        that name."""
+        package = prefix.removesuffix(".")
+        if self._folder is None or not prefix.endswith(".") or not package:
+            return None
+        found = _module_file(self._folder.root, package)
+        if found is None or not found[1]:
+            folder = self._folder.root.joinpath(*package.split("."))
+            if not folder.is_dir():
+                return None
+        else:
+            folder = found[0].parent
+        return [f"{package}.{path.stem}" for path in sorted(folder.glob("*.py")) if path.stem != "__init__"]
+
+    def module_is_definitions(self, module: str) -> bool:
+        """The module is one of the project's and none of its functions or methods trains or
+        writes a file: a model's definition, which runs the same on every rank."""
+        found = _module_file(self._folder.root, module) if self._folder is not None else None
+        tree = _parsed(str(found[0]), *_stamp(found[0])) if found is not None else None
+        if tree is None:
+            return False
+        # Read on its own, not through the project's bounded cache: a registry of forty models
+        # must not crowd out the modules the migration asks about next.
+        effects = FunctionEffects(tree, module if cast(tuple[Path, bool], found)[1] else module.rpartition(".")[0])
+        return not any(effects.trains(name) or effects.of(name) == WRITES for name in effects.functions)
+
     def makes_loader(self, qualified: str) -> bool:
         """Calling `qualified` returns a DataLoader it builds (`utils.get_loaders(cfg)`)."""
         definition = self._definition(qualified)
@@ -559,7 +591,9 @@ def read(script: str, source: str, rewritten: Iterable[str] = ()) -> Project:
                                   if not name.startswith("_") and "." not in name)
     used = names_used_elsewhere(root, name)
     if not imported and not used:
-        return Project(in_project_folder=True)
+        alone = Project(in_project_folder=True, folder=modules)
+        alone.module, alone.package = name, package
+        return alone
     found = Project(modules, imported, star_names, used,
                     rewritten={Path(file).resolve() for file in rewritten})
     found.module = name

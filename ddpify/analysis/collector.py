@@ -20,6 +20,7 @@ from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.devices import DeviceValues
 from ddpify.analysis.facts import DeviceAssignment, ExternalLoader, ExternalLoaderDict, Loader, Model, Statement
 from ddpify.analysis.freezing import models_frozen_in_part, walked_modules
+from ddpify.analysis.import_names import LoadedNames
 from ddpify.analysis.navigation import ancestors_up_to
 from ddpify.analysis.nodes import (
     argument_among,
@@ -1309,6 +1310,9 @@ class Collector(cst.CSTVisitor):
                 if qualified_is_path_edit({qualified}) and self.project.follows_path_edit(code):
                     continue  # `sys.path.append('core')`: a folder of the project, followed
                 loaded = self._strings_loaded_by(call)
+                if loaded is None and not qualified_is_path_edit(self._qualified(call.func)) \
+                        and self._loads_only_definitions(call):
+                    continue
                 if loaded is None or any(self.project.has_module(name) for name in loaded):
                     self.facts.dynamic_imports.append(call)
         # `import _init_paths`: a module of the project imported for the folder it puts on
@@ -1320,6 +1324,22 @@ class Collector(cst.CSTVisitor):
                             self.project.edits_path_out_of_view(dotted_name(alias.name) or "")
                             for alias in small.names):
                         self.facts.dynamic_imports.append(small)
+
+    def _loads_only_definitions(self, call: cst.Call) -> bool:
+        """Rule: an import by a name the code builds from a package's name (`"models." +
+        args.model`, a table of `f"{models_dir}.{name}"` read by a lazy dict) loads one of that
+        package's modules; when each of them only defines (a model class: nothing in it
+        trains or writes a file), which one the command line picks changes nothing ddpify
+        migrates: the model it builds is wrapped where it reaches its device, whatever its
+        class. A registry of trainers or agents still needs a person (DDP909)."""
+        names = LoadedNames(self.facts.module, self.parents, self.project.module).loaded_by(call)
+        if not names:
+            return False
+        for name in names:
+            modules = self.project.modules_named_from(name.value) if name.open else [name.value]
+            if not modules or not all(self.project.module_is_definitions(module) for module in modules):
+                return False
+        return True
 
     def _strings_loaded_by(self, call: cst.Call) -> Optional[list[str]]:
         if not call.args or qualified_is_path_edit(self._qualified(call.func)):
