@@ -714,3 +714,18 @@ def test_views_and_einsum_similarities_are_read_by_the_check(idiom, defect):
     migrated = migrate_source(original, Options()).code
     assert codes(original, migrated) == []
     assert codes(original, planted(*defect, migrated)) == ["DDP923"]
+
+
+def test_a_wrap_before_a_helper_that_moves_the_model_or_inside_one_whose_result_is_dropped_is_caught():
+    """`def to_device(m, d): return m.to(d)` called as a statement moves the model in place:
+    a wrap before that call wraps a CPU module; a wrap inside the helper rebinds its local
+    name, and the caller, which drops what the helper returns, trains unwrapped."""
+    helper = "def to_device(m, d):\n    return m.to(d)\n\n\n"
+    original = helper + ORIGINAL.replace("model.to(device)\n", "to_device(model, device)\n", 1)
+    right = helper + MIGRATED.replace("model.to(device)\n", "to_device(model, device)\n", 1)
+    assert codes(original, right) == []
+    before = helper + MIGRATED.replace("model.to(device)\n" + WRAP, WRAP + "to_device(model, device)\n", 1)
+    assert codes(original, before) == ["DDP911"]
+    inside = ("def to_device(m, d):\n    m = m.to(d)\n    if distributed:\n        m = DDP(m)\n    return m\n\n\n"
+              + MIGRATED.replace("model.to(device)\n" + WRAP, "to_device(model, device)\n", 1))
+    assert "DDP911" in codes(original, inside)

@@ -1432,7 +1432,9 @@ def _moved_elsewhere(facts: Facts, model: Model,
         if function is model.function and name == model.name and (
                 anchor is not None or not _kept_on_self_elsewhere(facts, model)):
             continue  # (the trained attribute itself: only where nothing here moves it)
-        if _moved_in_place_by_a_helper(facts, function, name, training):
+        if _moved_in_place_by_a_helper(facts, function, name, training) or (
+                _moves_what_it_is_handed(facts, function, name, training)
+                and _handed_and_dropped(facts, model, function, name)):
             continue  # the caller's model moves at the call, and is wrapped there
         for statement in facts.statements_touching.get(name, ()):
             in_scope = name.startswith("self.") or facts.function_of(statement) is function
@@ -1560,6 +1562,28 @@ def _moved_in_place_by_a_helper(facts: Facts, function: Optional[cst.FunctionDef
         and not facts.stored_in_self(name, function) and not any(
             returned.value is not None and name in names_within(returned.value)
             for returned in facts.own_statements(function, cst.Return))
+
+
+def _result_dropped(facts: Facts, call: cst.Call) -> bool:
+    """`to_device(model, device)` as a statement of its own: what the call returns is dropped."""
+    return isinstance(facts.parents.get(call), cst.Expr)
+
+
+def _handed_and_dropped(facts: Facts, model: Model, function: Optional[cst.FunctionDef], name: str) -> bool:
+    """The model is handed to `function` as its parameter `name` by a call whose result is
+    dropped: a wrap there would rebind the helper's local name only."""
+    return any(callee is function and parameter == name and _result_dropped(facts, call)
+               for callee, parameter, call in facts._calls_passing(model.name, model.function))
+
+
+def _moves_what_it_is_handed(facts: Facts, function: Optional[cst.FunctionDef], name: str,
+                             training: set[Optional[cst.FunctionDef]]) -> bool:
+    """Rule: `def to_device(m, d): return m.to(d)` called as a statement, `to_device(model,
+    device)`: `nn.Module.to` moves the module in place, so the caller's model is on its device
+    after the call even though the helper's result is dropped, and the wrap follows the call
+    (before: the wrap came right after the build, DDP wrapped a CPU module, exit 0)."""
+    return function is not None and function not in training and not name.startswith("self.") \
+        and name in parameter_names(function) and not facts.stored_in_self(name, function)
 
 
 def _moves(statement: cst.BaseStatement, name: str) -> bool:
@@ -1785,7 +1809,8 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
     moving += [facts.statement_of(call) for callee, parameter, call in facts._calls_passing(model.name, function)
                if facts.device_moves.get(parameter) and any(facts.function_of(move) is callee
                                                             for move in facts.device_moves[parameter])
-               and _moved_in_place_by_a_helper(facts, callee, parameter, trains_in)]
+               and (_moved_in_place_by_a_helper(facts, callee, parameter, trains_in)
+                    or _result_dropped(facts, call) and _moves_what_it_is_handed(facts, callee, parameter, trains_in))]
     moving += _calls_of_methods_moving(facts, model)
     # `model.encoder.to(device)`, or `head.to(device)` after `model = nn.Sequential(backbone,
     # head)`: a part of the model reaches its device, and the model with it.

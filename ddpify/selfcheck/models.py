@@ -3,7 +3,7 @@ after every assignment and move of `x` on every path, before `x` trains, and no 
 a process group without any wrap (DDP911)."""
 import ast
 from collections.abc import Iterator, Sequence
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 from ddpify.selfcheck.source import LOOPS, Source, assigned_targets, dotted, last_part
 
@@ -179,8 +179,9 @@ def _dropped_parameter(source: Source, scope: ast.AST, name: str) -> bool:
     arguments = scope.args
     if name not in {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}:
         return False
+    results_dropped = _results_dropped(source, scope)
     for node in ast.walk(scope):
-        if isinstance(node, ast.Return) and node.value is not None and any(
+        if isinstance(node, ast.Return) and not results_dropped and node.value is not None and any(
                 isinstance(inner, ast.Name) and inner.id == name for inner in ast.walk(node.value)):
             return False
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and any(
@@ -192,6 +193,14 @@ def _dropped_parameter(source: Source, scope: ast.AST, name: str) -> bool:
                                               for argument in node.args) and last_part(node.func) not in WRAPPERS:
             return False  # handed on (to a Trainer, a list's append): it may live on there
     return True
+
+
+def _results_dropped(source: Source, function: Union[ast.FunctionDef, ast.AsyncFunctionDef]) -> bool:
+    """Every call of `function` in the script is a statement of its own (`to_gpu(head)`): what
+    it returns is dropped, so returning the wrapper does not hand it to the caller."""
+    calls = [call for call in source.calls if isinstance(call.func, ast.Name) and call.func.id == function.name]
+    return bool(calls) and source.functions.get(function.name) == [function] and all(
+        isinstance(source.parents.get(call), ast.Expr) for call in calls)
 
 
 def _loop_bound(source: Source, statement: ast.stmt, name: str) -> bool:
@@ -227,7 +236,7 @@ def _places(source: Source, statement: ast.stmt, model: str) -> bool:
 def _derived_from_wrapped(source: Source, statement: ast.stmt, wrapped: Sequence[str]) -> bool:
     """`model = torch.compile(model)` after the wrap builds on the wrapped model; a move
     (`model = model.to(device)`) does not count as that."""
-    value = getattr(statement, "value", None)
+    value = statement.value if isinstance(statement, (ast.Assign, ast.AnnAssign)) else None
     if value is None or any(isinstance(node, ast.Call) and source.move_receiver(node) for node in ast.walk(value)):
         return False
     return any(dotted(node) in wrapped for node in ast.walk(value))

@@ -262,7 +262,37 @@ class Source:
                     self._moves.extend((element, call) for element in self._iterated_elements(call, receiver))
                 if receiver is None and isinstance(call.func, ast.Attribute) and call.func.attr in MOVE_METHODS:
                     self._moves.extend((element, call) for element in self._keyed_elements(call, call.func.value))
+            self._moves.extend(self._moves_through_helpers(self._moves))
+            self._moves.sort(key=lambda move: (move[1].lineno, move[1].col_offset))
         return self._moves
+
+    def _moves_through_helpers(self, moves: list[tuple[str, ast.Call]]) -> list[tuple[str, ast.Call]]:
+        """`to_device(model, device)` as a statement, where a function of this file moves the
+        parameter it is handed to an accelerator (`def to_device(m, d): return m.to(d)`) and
+        never runs it: `nn.Module.to` moves in place, so the call moves `model`."""
+        movers: dict[str, list[str]] = {}
+        for receiver, call in moves:
+            scope = self.scope_of(call)
+            if isinstance(scope, FUNCTIONS) and self.functions.get(scope.name) == [scope] \
+                    and last_part(call.func) in ("to", "cuda") and not _to_the_cpu(call):
+                parameters = [argument.arg for argument in scope.args.posonlyargs + scope.args.args]
+                if receiver in parameters and not any(
+                        isinstance(node, ast.Call) and dotted(node.func) == receiver for node in ast.walk(scope)):
+                    movers.setdefault(scope.name, parameters)
+        found: list[tuple[str, ast.Call]] = []
+        for call in self.calls:
+            if not (isinstance(call.func, ast.Name) and isinstance(self.parents.get(call), ast.Expr)):
+                continue
+            callee = call.func.id
+            handed_as = movers.get(callee)
+            if handed_as is None:
+                continue
+            moved = {receiver for receiver, move in moves if getattr(self.scope_of(move), "name", None) == callee}
+            for parameter, argument in zip(handed_as, call.args):
+                name = dotted(argument)
+                if parameter in moved and name is not None:
+                    found.append((name, call))
+        return found
 
     def _keyed_elements(self, call: ast.Call, receiver: ast.expr) -> list[str]:
         """The names put into `nets` for `nets[key].to(device)` in `for key in nets:` (or
@@ -419,6 +449,12 @@ def _is_others_wait(statement: ast.stmt) -> bool:
             for node in ast.walk(statement.test)):
         return False
     return any(isinstance(node, ast.Call) and last_part(node.func) == "barrier" for node in ast.walk(statement))
+
+
+def _to_the_cpu(call: ast.Call) -> bool:
+    """`m.to("cpu")`, `m.to(device="cpu")`."""
+    arguments = [*call.args, *(keyword.value for keyword in call.keywords if keyword.arg == "device")]
+    return bool(arguments) and isinstance(arguments[0], ast.Constant) and arguments[0].value == "cpu"
 
 
 def _viewed(iterated: ast.expr) -> tuple[Optional[str], Optional[str]]:
