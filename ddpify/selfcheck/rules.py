@@ -72,7 +72,10 @@ RULES = (
          "A rewrite names something of the setup (`device`, `is_main`, a helper) in a scope "
          "where the setup did not define it: the output raises NameError there, on every rank. "
          "Found with Python's own scoping rules (`symtable`); names the original already read "
-         "unbound are not counted.",
+         "unbound are not counted. Likewise a name the output binds on some paths only and reads "
+         "where the others lead (a sampler made in one arm of an `if` and read after it, a name "
+         "read above its assignment): UnboundLocalError on the path that skipped it, unless the "
+         "original's same scope already read that name so.",
          "Define the name where it is read (pass `device` in, or use `getattr(model, \"module\", "
          "model)`), and report the rewrite as a ddpify bug."),
     Rule("DDP923", Severity.WARNING, "self-check: embeddings gathered from every rank where they feed more "
@@ -129,6 +132,23 @@ _GATHERING = _CONTRASTIVE.replace("import torch\n", "import torch\nimport torch.
                                   "    from torch.distributed.nn.functional import all_gather\n\n"
                                   "    return torch.cat(all_gather(tensor))\n\n\n", 1)
 
+# A loader per branch; the migration names the sampler differently in each arm, and one
+# set_epoch block reads a name the other arm never binds (UnboundLocalError there).
+_BRANCH_LOADERS = (
+    "from torch.utils.data import DataLoader\n\n\ndef main(small, a, b):\n"
+    "    if small:\n        loader = DataLoader(a, batch_size=8, shuffle=True)\n"
+    "    else:\n        loader = DataLoader(b, batch_size=8, shuffle=True)\n"
+    "    for epoch in range(2):\n        for x in loader:\n            print(x)\n"
+)
+_BRANCH_SAMPLERS = (
+    _BRANCH_LOADERS.replace("DataLoader(a, batch_size=8, shuffle=True)",
+                            "DataLoader(a, batch_size=8, sampler=sampler)")
+    .replace("        loader = DataLoader(a", "        sampler = DistributedSampler(a)\n        loader = DataLoader(a")
+    .replace("DataLoader(b, batch_size=8, shuffle=True)", "DataLoader(b, batch_size=8, sampler=sampler_)")
+    .replace("        loader = DataLoader(b", "        sampler_ = DistributedSampler(b)\n        loader = DataLoader(b")
+    .replace("    for epoch in range(2):\n", "    for epoch in range(2):\n        sampler.set_epoch(epoch)\n")
+)
+
 CASES = (
     # The labels sized by this rank's inputs, after a gather of the embeddings.
     Flags(_CONTRASTIVE, _GATHERING.replace("    logits = ", "    q, k = gather_with_grad(q), gather_with_grad(k)\n"
@@ -175,6 +195,9 @@ CASES = (
     Flags(TRAINING, _LATE_GROUP, "DDP917"),
     Flags(TRAINING, _LATE_WRAP, "DDP917"),
     Flags(TRAINING, TRAINING.replace("model(x.to(device))", "model(x.to(rank_device))"), "DDP919"),
+    Flags(_BRANCH_LOADERS, _BRANCH_SAMPLERS, "DDP919"),
+    # Both arms bind the one name the set_epoch reads: bound on every path.
+    Silent(_BRANCH_SAMPLERS.replace("sampler_", "sampler"), "DDP919"),
     Flags(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)", "model = torch.nn.Linear(4, 1).cuda(args.gpu)"),
           _JOINED.replace("model(x.to(device))", "model(x.to(device) + torch.randn(1, device=f\"cuda:{args.gpu}\"))"),
           "DDP924"),
