@@ -164,6 +164,17 @@ def test_a_module_name_a_function_reads_is_bound_on_every_path_of_the_module():
     assert found("def train():\n    print(args)\n\n\nif __name__ == '__main__':\n    args = 1\n    train()\n") == []
 
 
+def test_a_second_join_on_the_same_path_is_found():
+    """DDP933: init_process_group twice on one path raises on every rank under torchrun. A join
+    asked for first (`if not dist.is_initialized():`), one in each arm of an `if`, or one per
+    function is not that."""
+    join = '    dist.init_process_group("nccl" if device != "cpu" else "gloo")\n'
+    assert codes(ORIGINAL, planted(join, join + join)) == ["DDP933"]
+    assert codes(ORIGINAL, planted(join, join + "    if not dist.is_initialized():\n    " + join)) == []
+    arms = join + "else:\n" + join.replace("nccl", "mpi")
+    assert codes(ORIGINAL, planted(join, arms.replace("else:\n    ", "else:\n    "))) == []
+
+
 DESTROY = "\nif distributed:\n    dist.destroy_process_group()\n"
 TORCH_DEVICE = ('    device = torch.device(device)\n    if device.type != "cpu":\n'
                 '        device = torch.device(device.type, local_rank)\n')

@@ -1,4 +1,4 @@
-"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP924): what a second reading of
+"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP924, DDP933): what a second reading of
 ddpify's own output can find wrong. The detection is in this package (gathers, loaders,
 models, output, setup); the rules and their cases live here, beside it, rather than in
 ddpify/rules/, whose units plan edits.
@@ -62,6 +62,13 @@ RULES = (
          "trains its own copy.",
          "Join the group above the loaders (`if \"WORLD_SIZE\" in os.environ: "
          "dist.init_process_group()`), or build them after the setup has run."),
+    Rule("DDP933", Severity.WARNING, "self-check: the process group is joined twice on one path",
+         "Two `init_process_group` calls run one after the other (a setup block inserted where "
+         "another already joins, a call copied into a helper the setup also runs): torch raises "
+         "\"trying to initialize the default process group twice\" on every rank, and only under "
+         "torchrun, so a plain `python` run does not show it.",
+         "Keep one join, or ask first: `if not dist.is_initialized(): dist.init_process_group(...)`; "
+         "report the rewrite as a ddpify bug."),
     Rule("DDP922", Severity.WARNING, "self-check: an exporter is handed the DDP wrapper",
          "`torch.jit.script`, `torch.jit.trace` and `torch.onnx.export` compile or record the module "
          "they are given: given the DDP wrapper, scripting fails on DDP's forward, and a trace or "
@@ -196,6 +203,9 @@ CASES = (
     Flags(TRAINING, _LATE_WRAP, "DDP917"),
     Flags(TRAINING, TRAINING.replace("model(x.to(device))", "model(x.to(rank_device))"), "DDP919"),
     Flags(_BRANCH_LOADERS, _BRANCH_SAMPLERS, "DDP919"),
+    # The join written twice on one path (tests/test_selfcheck.py: asked first, it is silent).
+    Flags(TRAINING, _JOINED.replace("device = torch", 'torch.distributed.init_process_group("gloo")\ndevice = torch'),
+          "DDP933"),
     # Both arms bind the one name the set_epoch reads: bound on every path.
     Silent(_BRANCH_SAMPLERS.replace("sampler_", "sampler"), "DDP919"),
     Flags(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)", "model = torch.nn.Linear(4, 1).cuda(args.gpu)"),
