@@ -119,6 +119,62 @@ def test_a_name_the_output_reads_and_nothing_binds_is_found():
     assert codes(ORIGINAL, bound, unbound_names=True) == []
 
 
+def test_a_name_bound_on_some_paths_only_is_found_where_the_output_reads_it():
+    """DDP919 also for a name the output binds in one arm of an `if` (or reads above its
+    assignment) and reads where the other paths lead: UnboundLocalError there. Silent where
+    the read's own condition is the binding's, where every arm or the handler binds it, where
+    a handler ends its path, for loop bodies (taken to run), globals, comprehension variables,
+    and where the original's same scope already reads the name so (the user's own pattern)."""
+    main = "def main(flag, items):\n{}\n\n\nmain(True, [1])\n"
+
+    def found(body, before="    pass"):
+        return [d.code for d in check(main.format(before), main.format(body), [])]
+
+    assert found("    if flag:\n        sampler = 1\n    print(sampler)") == ["DDP919"]
+    assert found("    print(sampler)\n    sampler = 1") == ["DDP919"]
+    assert found("    try:\n        sampler = int(flag)\n    except ValueError:\n        pass\n    print(sampler)") \
+        == ["DDP919"]
+    assert found("    sampler = 1\n    del sampler\n    print(sampler)") == ["DDP919"]
+    for bound in ("    if flag:\n        sampler = 1\n    if flag:\n        print(sampler)",
+                  "    if flag:\n        sampler = 1\n    print(sampler if flag else None)",
+                  "    if flag:\n        sampler = 1\n    else:\n        sampler = None\n    print(sampler)",
+                  "    try:\n        sampler = int(flag)\n    except ValueError:\n        raise SystemExit(1)\n"
+                  "    print(sampler)",
+                  "    for item in items:\n        sampler = item\n    print(sampler, item)",
+                  "    while True:\n        sampler = 1\n        break\n    print(sampler)",
+                  "    print([sampler for sampler in items])",
+                  "    if (sampler := len(items)) > 1:\n        pass\n    print(sampler)",
+                  "    global sampler\n    if flag:\n        sampler = 1\n    print(sampler)"):
+        assert found(bound) == [], bound
+    users_own = "    if flag:\n        sampler = 1\n    print(sampler)"
+    assert found(users_own + "\n    print(sampler)", before=users_own) == []
+
+
+def test_a_module_name_a_function_reads_is_bound_on_every_path_of_the_module():
+    """A function reads module names after the module's top level has run: `is_main` bound
+    only under `if distributed:` raises NameError in a plain `python` run. The `__main__`
+    block's bindings count (the functions run from there), as does the read's own condition."""
+    def found(module):
+        return [d.code for d in check("import os\n", "import os\n" + module, [])]
+
+    assert found("if 'RANK' in os.environ:\n    is_main = True\n\n\ndef log():\n    print(is_main)\n") \
+        == ["DDP919"]
+    assert found("distributed = 'RANK' in os.environ\nif distributed:\n    is_main = True\n\n\n"
+                 "def log():\n    if distributed:\n        print(is_main)\n") == []
+    assert found("def train():\n    print(args)\n\n\nif __name__ == '__main__':\n    args = 1\n    train()\n") == []
+
+
+def test_a_second_join_on_the_same_path_is_found():
+    """DDP933: init_process_group twice on one path raises on every rank under torchrun. A join
+    asked for first (`if not dist.is_initialized():`), one in each arm of an `if`, or one per
+    function is not that."""
+    join = '    dist.init_process_group("nccl" if device != "cpu" else "gloo")\n'
+    assert codes(ORIGINAL, planted(join, join + join)) == ["DDP933"]
+    assert codes(ORIGINAL, planted(join, join + "    if not dist.is_initialized():\n    " + join)) == []
+    arms = join + "else:\n" + join.replace("nccl", "mpi")
+    assert codes(ORIGINAL, planted(join, arms.replace("else:\n    ", "else:\n    "))) == []
+
+
 DESTROY = "\nif distributed:\n    dist.destroy_process_group()\n"
 TORCH_DEVICE = ('    device = torch.device(device)\n    if device.type != "cpu":\n'
                 '        device = torch.device(device.type, local_rank)\n')
