@@ -1413,6 +1413,23 @@ class Collector(cst.CSTVisitor):
             return bool(values) and all(self._optimizer_class(each, depth=depth) for each in values)
         return False
 
+    def _model_known(self, name: str) -> bool:
+        """Rule: a model of this name is already known here. Two functions that each bind
+        their own `model` (`pretrain()` and `finetune()`, each building a network and its
+        optimizer) train two objects: each is a model of its own, wrapped where it reaches its
+        device. A function reading a module-level model or handed one as a parameter, or the
+        same function again, may hold the same model."""
+        function = self._function()
+        return any(model.name == name and (model.function is function or not (
+            self._builds_its_own(function, name) and self._builds_its_own(model.function, name)))
+            for model in self.facts.models)
+
+    def _builds_its_own(self, function: Optional[cst.FunctionDef], name: str) -> bool:
+        """The function assigns `name` itself: not a parameter, which may be handed the
+        caller's model, nor a module-level name it reads."""
+        return function is not None and self.facts.binds_locally(function, name) \
+            and name not in parameter_names(function)
+
     def _record_optimizer(self, node: cst.Call) -> None:
         if self._top is not None:
             self._optimizers_made.append((node, self._top))
@@ -1435,7 +1452,7 @@ class Collector(cst.CSTVisitor):
                 named = named or model is not None
                 elements = self._modules_looped_over(call, model, [first, *values]) if model and first else None
                 for each in elements or ([model] if model else []):
-                    if each != "self" and all(m.name != each for m in self.facts.models):
+                    if each != "self" and not self._model_known(each):
                         self.facts.models.append(Model(each, self._statement(node), self._function()))
             elif (walked := self._module_walked_by_own_function(call)) is not None:
                 named = True

@@ -2019,7 +2019,8 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
     for access in sorted(accesses, key=facts.start_of):
         if access.attr.value in names.WRAPPER_ATTRIBUTES or _under_wrapper_check(facts, access, model.name):
             continue
-        if _before_wrap(facts, access, wrap) or _rebound_since_wrap(facts, access, model.name, wrap):
+        if _before_wrap(facts, access, wrap) or _rebound_since_wrap(facts, access, model.name, wrap) \
+                or _read_of_another_model(facts, model, access):
             continue
         edits.expressions[access.value] = _unwrapped(model.name, edits, _quote_for(facts, access))
         edits.report("DDP103", access)
@@ -2027,6 +2028,15 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
     _unwrap_dict_entries(facts, edits, model, wrap)
     _unwrap_for_exporters(facts, edits, model, wrap)
     _unwrap_on_instances(facts, edits, model)
+
+
+def _read_of_another_model(facts: Facts, model: Model, node: cst.CSTNode) -> bool:
+    """A read in another function that builds and trains a model of the same name of its
+    own (`pretrain()` and `finetune()` each with its `net`): that model, wrapped there."""
+    function = facts.function_of(node)
+    return function is not None and function is not model.function and model.name not in parameter_names(
+        function) and facts.binds_locally(function, model.name) and any(
+        other.name == model.name and other.function is function for other in facts.models)
 
 
 def _unwrap_pickled_models(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement,

@@ -81,6 +81,12 @@ RULES = (
 
 def choose(facts: Facts) -> Plan:
     """Pick the scope of the setup: the device choice, else the training loop's function."""
+    caller = _caller_of_every_training_function(facts)
+    if caller is not None:
+        function, block = caller
+        # Each training function keeps its own device choice: "cuda" there is this rank's
+        # GPU once the setup, run first in their one caller, has made it current.
+        return Plan(function, block, "device", None, device_elsewhere=True)
     choice = _device_choice(facts)
     if choice:
         first = choice[0]
@@ -121,6 +127,44 @@ def choose(facts: Facts) -> Plan:
         return Plan(function, block, "device", None, device_elsewhere=True,
                     unfollowed_device_moves=[call for call in unfollowed if not _device_type_only(facts, call)])
     return Plan(function, block, "device", None, cpu_only=cpu_only)
+
+
+def _caller_of_every_training_function(
+        facts: Facts) -> Optional[tuple[Optional[cst.FunctionDef], Union[cst.Module, cst.BaseSuite]]]:
+    """Rule: a script trains in stages, each a function that chooses its device, builds its
+    model and loaders and trains (`pretrain()` then `finetune()`, `train_teacher()` then
+    `train_student()`). One setup block serves them all when a single block calls each of
+    them exactly once, as a statement of that block itself (not under an if or a loop):
+    the body of `if __name__ == "__main__":`, of a `main()` called once, or the module.
+    Its first statement dominates every stage, so the group is joined there once and torn
+    down once at its end; the stages' own choices of "cuda" mean this rank's GPU."""
+    stages = {model.function for model in facts.models}
+    if len(stages) < 2 or None in stages or not facts.device_assignments or any(
+            assignment.function not in stages for assignment in facts.device_assignments):
+        return None
+    blocks = set()
+    for stage in stages:
+        calls = facts.calls_of(stage)
+        if len(calls) != 1:
+            return None
+        statement = facts.statement_of(calls[0])
+        block = facts.parents.get(statement)
+        if not isinstance(block, (cst.Module, cst.IndentedBlock)):
+            return None
+        blocks.add(block)
+    if len(blocks) != 1:
+        return None
+    block = blocks.pop()
+    if isinstance(block, cst.Module):
+        return None, block
+    owner = facts.parents.get(block)
+    guard = facts.main_guard
+    if guard is not None and owner is guard:
+        return None, block
+    if isinstance(owner, cst.FunctionDef) and owner not in stages and facts.function_of(owner) is None \
+            and not called_repeatedly(facts, owner):
+        return owner, block
+    return None
 
 
 def _moves_to_an_unfollowed_device(facts: Facts) -> list[cst.Call]:

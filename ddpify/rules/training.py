@@ -138,12 +138,41 @@ def same_on_every_rank(facts: Facts, loop: cst.For, name: str) -> bool:
                  if isinstance(node.target, cst.Name) and node.target.value == name]
     if not values and not augmented:
         return False
+    if values and not augmented and all(_norm_of_reduced_gradients(facts, loop, value) for value in values):
+        return True
     for value in [*values, *(node.value for node in augmented)]:
         if any(dotted_name(call.func) not in _UNIFORM_CALLS for call in calls_within(value)):
             return False
         if any(read in bound_here and read not in counters and read != name for read in names_in(value)):
             return False
     return True
+
+
+# The total norm of the gradients: clip_grad_norm_ returns it, get_total_norm computes it.
+_GRADIENT_NORMS = frozenset({"clip_grad_norm_", "clip_grad_norm", "get_total_norm"})
+
+
+def _norm_of_reduced_gradients(facts: Facts, loop: cst.For, value: cst.BaseExpression) -> bool:
+    """Rule: which values are the same on every rank after the backward. The backward of the
+    DDP-wrapped model all-reduces every gradient, so each `.grad` holds the same average on
+    every rank; the total norm of those gradients (`clip_grad_norm_(model.parameters(), c)`,
+    also through `.item()` or float()) read after a backward of the same batch loop is the
+    same on every rank, and so is a test on it (`if torch.isfinite(grad_norm): step()`). The
+    loss, the outputs and anything computed from the rank's own batch stay per rank."""
+    while isinstance(value, cst.Call):
+        callee = dotted_name(value.func) or ""
+        if callee in ("float", "abs") and value.args:
+            value = value.args[0].value
+        elif isinstance(value.func, cst.Attribute) and value.func.attr.value in ("item", "cpu", "detach") \
+                and not value.args:
+            value = value.func.value
+        else:
+            break
+    if not isinstance(value, cst.Call) or (dotted_name(value.func) or "").rpartition(".")[2] not in _GRADIENT_NORMS:
+        return False
+    backwards = [call for call in calls_within(loop.body) if isinstance(call.func, cst.Attribute)
+                 and call.func.attr.value == "backward"]
+    return any(facts.start_of(call) < facts.start_of(value) for call in backwards)
 
 
 def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: Plan, loop: cst.For) -> None:
