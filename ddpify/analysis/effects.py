@@ -1185,6 +1185,8 @@ def _import_table(tree: ast.Module, package: str) -> dict[str, str]:
             for alias in node.names:
                 if module is not None and alias.name != "*":
                     names.add_import_from(table, module, alias.name, alias.asname)
+                elif module is not None:
+                    names.add_star_import(table, module)
     return table
 
 
