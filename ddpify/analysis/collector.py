@@ -205,6 +205,7 @@ class Collector(cst.CSTVisitor):
             # `from funcs import *` of a project module: the names funcs imported come along.
             star = self._imported_module(node)
             if star is not None:
+                names.add_star_import(self._aliases, star)  # (a library's: `from tqdm import *`)
                 self._aliases.update(self.project.star_exports(star))
             return
         module = self._imported_module(node)

@@ -292,6 +292,25 @@ def add_import(aliases: dict[str, str], module: str, asname: Optional[str]) -> N
         aliases[head] = head
 
 
+# What `from <library> import *` binds, of the names ddpify reads (each library's `__all__`):
+# `from tqdm import *` then `pbar = tqdm(loader)` is the progress bar over the loader.
+_DATA = ("DataLoader", "Dataset", "IterableDataset", "TensorDataset", "Subset", "ConcatDataset", "random_split",
+         "Sampler", "BatchSampler", "RandomSampler", "SequentialSampler", "SubsetRandomSampler",
+         "WeightedRandomSampler", "DistributedSampler", "get_worker_info", "default_collate")
+_OPTIMIZERS = ("SGD", "Adam", "AdamW", "Adamax", "Adagrad", "Adadelta", "ASGD", "LBFGS", "NAdam", "RAdam", "RMSprop",
+               "Rprop", "SparseAdam", "Optimizer", "lr_scheduler")
+LIBRARY_STAR_EXPORTS: Mapping[str, tuple[str, ...]] = {
+    "tqdm": ("tqdm", "trange"), "tqdm.auto": ("tqdm", "trange"), "tqdm.notebook": ("tqdm", "trange"),
+    "torch.utils.data": _DATA, "torch.optim": _OPTIMIZERS,
+}
+
+
+def add_star_import(aliases: dict[str, str], module: str) -> None:
+    """`from tqdm import *`: the names a library's `__all__` binds (LIBRARY_STAR_EXPORTS)."""
+    for name in LIBRARY_STAR_EXPORTS.get(module, ()):
+        aliases[name] = f"{module}.{name}"
+
+
 def add_import_from(aliases: dict[str, str], module: str, name: str, asname: Optional[str]) -> None:
     """`from a import b as c` binds `c` (or `b`) to `a.b`."""
     aliases[asname or name] = f"{module}.{name}"

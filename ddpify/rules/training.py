@@ -16,6 +16,7 @@ from ddpify.analysis.bindings import names_read_after
 from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.facts import Statement
 from ddpify.analysis.nodes import (
+    argument_for,
     assigned_names,
     calls_within,
     dotted_name,
@@ -565,7 +566,7 @@ def _names_set_before(statement: cst.CSTNode) -> list[tuple[str, cst.BaseExpress
 
 
 
-def _statements_after(facts: Facts, loop: cst.For) -> list[cst.CSTNode]:
+def _statements_after(facts: Facts, loop: cst.CSTNode) -> list[cst.CSTNode]:
     """The statements after the loop in its block and in each block around it, up to its
     function: where the epoch's figure is divided (`epoch_loss / len(loader)` once the epoch
     loop is over counts this rank's batches too)."""
@@ -717,6 +718,7 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
     # A pass over a dict of loaders counts its own batches too (`len(loaders[phase])`).
     loaders = {name for _, name in facts.loader_holders()} | set(facts.names_iterated_by(loop))
     per_batch = _divided_by_len(after, loaders, _batch_index(loop), facts.assigned_values)
+    per_batch = {**_divided_by_callers(facts, loop), **per_batch}
     names = list(accumulators)
     # A pass over a dict of loaders whose evaluation entries stay whole is a shard only for
     # the training keys: its sums are summed across ranks under that test alone.
@@ -1027,6 +1029,56 @@ def _divided_by_len(statements: Iterable[cst.CSTNode], loaders: set[str], batch_
         traversal.visit(statement, _Divisions())
         rebound |= assigned_names(statement)
     return found
+
+
+def _divided_by_callers(facts: Facts, loop: cst.For) -> dict[str, str]:
+    """Rule: a function that returns the sums of its pass over a loader it is given
+    (`return loss_epoch, accuracy_epoch`), each of whose calls binds them
+    (`loss_epoch, accuracy_epoch = train(args, train_loader, ...)`) and then divides them by
+    that loader's batch count (`loss_epoch / len(train_loader)`), has them divided by this
+    rank's count, as a division after the loop in the function itself would: summed across
+    ranks, the figure is the mean of the ranks' sums. By name inside the function; empty
+    unless every call divides a figure the same way."""
+    function = facts.function_of(loop)
+    returns = [found for found in find_all(function.body, cst.Return) if found.value is not None] if (
+        function is not None) else []
+    if function is None or len(returns) != 1 or returns[0].value is None:
+        return {}
+    value = returns[0].value
+    elements = [element.value for element in value.elements] if isinstance(value, cst.Tuple) else [value]
+    figures = [figure_named(element) for element in elements]
+    parameters = [param.name.value for param in function.params.params]
+    iterated = [name for name in facts.names_iterated_by(loop) if name in parameters]
+    calls = facts.calls_of(function)
+    if len(iterated) != 1 or not calls:
+        return {}
+    found: Optional[dict[str, str]] = None
+    for call in calls:
+        loader = argument_for(call, iterated[0], parameters.index(iterated[0]))
+        loader_name = dotted_name(loader) if loader is not None else None
+        if loader_name is None:
+            return {}
+        around = facts.parents.get(call)
+        if isinstance(around, cst.BinaryOperation) and isinstance(around.operator, cst.Divide) \
+                and around.left is call and len(figures) == 1 and figures[0] is not None:
+            # `mean = fit(loader, ...) / len(loader)`: the one figure, divided on the spot.
+            count = _rank_batch_count(around.right, {loader_name}, None, facts.assigned_values)
+            here = {figures[0]: count} if count is not None else {}
+            found = here if found is None else {figure: n for figure, n in found.items() if here.get(figure) == n}
+            continue
+        statement = facts.statement_of(call)
+        assign = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        if not isinstance(assign, cst.Assign) or assign.value is not call or len(assign.targets) != 1:
+            return {}
+        target = assign.targets[0].target
+        bound = [element.value for element in target.elements] if isinstance(target, cst.Tuple) else [target]
+        if len(bound) != len(figures):
+            return {}
+        divided = _divided_by_len(_statements_after(facts, statement), {loader_name}, None, facts.assigned_values)
+        here = {figure: divided[name] for name, figure in zip((figure_named(each) for each in bound), figures)
+                if figure is not None and name is not None and name in divided}
+        found = here if found is None else {figure: n for figure, n in found.items() if here.get(figure) == n}
+    return found or {}
 
 
 def _rank_batch_count(divisor: cst.BaseExpression, loaders: set[str], batch_index: Optional[str],
