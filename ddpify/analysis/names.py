@@ -26,6 +26,12 @@ DISTRIBUTED_SAMPLER = "torch.utils.data.distributed.DistributedSampler"
 EVALUATION_WORDS = ("val", "test", "eval", "dev")
 
 
+def has_role_word(words: str) -> bool:
+    """A training or an evaluation word in a name: what trains_by_look reads first."""
+    words = words.lower()
+    return "train" in words or any(word in words for word in EVALUATION_WORDS)
+
+
 def trains_by_look(words: str, shuffles: bool) -> bool:
     """A loader whose loops are out of sight (another module iterates it): `train` in its
     name, key or dataset's name says it trains, an evaluation word says it does not, and
