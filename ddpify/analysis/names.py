@@ -77,6 +77,11 @@ DATA_PARALLEL = frozenset(
     {"torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
      "torch.nn.parallel.data_parallel.DataParallel"}
 )
+# The functional form, `data_parallel(module, inputs)`: a DataParallel forward in one call,
+# over every visible GPU unless device_ids says otherwise.
+DATA_PARALLEL_FUNCTION = frozenset(
+    {"torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel"}
+)
 # DataParallel subclasses of packages that projects vendor under many paths, known by their
 # class name: the synchronized-BatchNorm package's `DataParallelWithCallback` (`from
 # sync_batchnorm import DataParallelWithCallback`, `from lib.nn import ...`), which takes the
@@ -93,6 +98,7 @@ SYNCHRONIZED_BATCHNORM_NAMES = frozenset({"SynchronizedBatchNorm1d", "Synchroniz
 DATA_PARALLEL_IMPORTS = (
     ("torch.nn", "DataParallel", None),
     ("torch.nn.parallel", "DataParallel", None),
+    ("torch.nn.parallel", "data_parallel", None),
 )
 DISTRIBUTED_DATA_PARALLEL = frozenset(
     {"torch.nn.parallel.DistributedDataParallel",
