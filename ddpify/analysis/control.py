@@ -6,7 +6,7 @@ from typing import Optional, Union
 import libcst as cst
 
 from ddpify.analysis.facts import DictPass, ExternalLoader, ExternalLoaderDict, Holder, Loader, Model
-from ddpify.analysis.names import trains_by_look
+from ddpify.analysis.names import has_role_word, trains_by_look
 from ddpify.analysis.nodes import (
     assignment_pairs,
     calls_within,
@@ -576,6 +576,11 @@ def is_training_loader(facts: Facts, loader: Loader) -> bool:
         return any(facts.loop_trains(loop) for loop in loops) and any(
             facts.loop_trains(loop) for loop in facts.loops_over_values(facts.trained_holders_of(loader)))
     name = (loader.inline or loader.name).rsplit(".", 1)[-1]
+    if loader.function is not None and not has_role_word(name):
+        # Rule: a loader whose own name says nothing (`loader = DataLoader(...)`, `return
+        # DataLoader(...)`) takes its role from the function that builds it
+        # (`def train_dataloader(params)`, `def get_val_loader(cfg)`).
+        name = f"{name} {loader.function.name.value}"
     return trains_by_look(name, loader.shuffles or loader.kwargs_name is not None)
 
 

@@ -2417,7 +2417,10 @@ def _replace_data_parallel(facts: Facts, edits: Edits) -> None:
     for reference in facts.data_parallel_references:
         edits.expressions[reference] = lambda _node: cst.Name("DDP")
         edits.imports.add("DDP")
-    if facts.data_parallel_calls or facts.data_parallel_references:
+    forwards = [call for qualified in names.DATA_PARALLEL_FUNCTION for call in facts.calls_named.get(qualified, ())]
+    for call in forwards:
+        _call_the_module_itself(edits, call)
+    if facts.data_parallel_calls or facts.data_parallel_references or forwards:
         edits.unused_imports.update(names.DATA_PARALLEL_IMPORTS)
         edits.unused_imports.update(facts.data_parallel_imports)
     _load_without_module_prefix(facts, edits)
@@ -2427,6 +2430,46 @@ def _replace_data_parallel(facts: Facts, edits: Edits) -> None:
             f"`{edits.code(call.func)}(...)` is a DataParallel whose constructor does not take the module first, so "
             f"ddpify cannot tell which module it wraps: replace it with the module itself (DDP takes its place, "
             f"one process per device)"))
+
+
+# data_parallel's parameters in order; one process per device has no use for the device ones.
+_DATA_PARALLEL_PARAMETERS = ("module", "inputs", "device_ids", "output_device", "dim", "module_kwargs")
+
+
+def _call_the_module_itself(edits: Edits, call: cst.Call) -> None:
+    """Rule: `data_parallel(model, images)` (torch.nn.parallel's functional DataParallel)
+    scatters the batch over every visible GPU from the first one, where it wants the module's
+    parameters; under torchrun each rank's model sits on its own GPU and is the DDP wrapper,
+    so it would fail on every rank but 0 of a machine, or replicate the wrapper. One process
+    per device calls the module itself: `model(images)`, a tuple of inputs spread
+    (`data_parallel(model, (x, mask))` -> `model(x, mask)`), `module_kwargs` passed as
+    keywords; device_ids, output_device and dim go, by keyword or position
+    (`data_parallel(self.main, input, range(self.ngpu))`). Arguments from `*`/`**` are
+    reported (DDP903)."""
+    positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+    keywords = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+    keywords.update(zip(_DATA_PARALLEL_PARAMETERS, positional))
+    module, inputs = keywords.get("module"), keywords.get("inputs")
+    extra = len(positional) > len(_DATA_PARALLEL_PARAMETERS) or any(arg.star for arg in call.args) or any(
+        key not in _DATA_PARALLEL_PARAMETERS for key in keywords)
+    if module is None or inputs is None or extra:
+        edits.report("DDP903", call, (
+            f"`{edits.code(call)}` runs a DataParallel forward in a form ddpify cannot read: call the module "
+            "itself on its inputs (DDP takes DataParallel's place, one process per device)"))
+        return
+    if isinstance(inputs, cst.Tuple):
+        arguments = [edits.code(element.value) if not isinstance(element, cst.StarredElement)
+                     else f"*{edits.code(element.value)}" for element in inputs.elements]
+    else:
+        arguments = [edits.code(inputs)]
+    kwargs = keywords.get("module_kwargs")
+    if kwargs is not None:
+        arguments.append(f"**{edits.code(kwargs)}")
+    text = f"{edits.code(module)}({', '.join(arguments)})"
+    edits.expressions[call] = lambda _node: edits.expression(text)
+    edits.report("DDP102", call, (
+        f"nn.DataParallel replaced by DistributedDataParallel: `{edits.code(call.func)}(...)`, DataParallel's "
+        f"forward over every GPU, becomes `{text}`, one process per device"))
 
 
 # What takes the place of such a call, once DataParallel is gone.
@@ -2771,7 +2814,19 @@ net = fit(make())
 torch.save(net.state_dict(), "net.pt")
 """
 
+_FUNCTIONAL_DATA_PARALLEL = "from torch.nn.parallel import data_parallel\n" + TRAINING.replace(
+    "loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))",
+    "loss = torch.nn.functional.mse_loss(data_parallel(model, x.to(device)), y.to(device))")
+
 CASES = (
+    # The functional DataParallel forward becomes a call of the module (its device arguments
+    # by keyword or position go); arguments from `*` are reported.
+    Emits(_FUNCTIONAL_DATA_PARALLEL, "DDP102", ("mse_loss(model(x.to(device)), y.to(device))",)),
+    Emits(_FUNCTIONAL_DATA_PARALLEL.replace("data_parallel(model, x.to(device))",
+                                            "data_parallel(model, *(x.to(device),))"), "DDP903"),
+    Emits(_FUNCTIONAL_DATA_PARALLEL.replace("data_parallel(model, x.to(device))",
+                                            "data_parallel(model, (x.to(device),), [0], None, 0, {})"), "DDP102",
+          ("mse_loss(model(x.to(device), **{}), y.to(device))",)),
     Emits(TRAINING.replace("torch.nn.Linear(4, 1)", "torch.nn.ModuleList([torch.nn.Linear(4, 1)])")
           .replace("model.parameters()", "model[0].parameters()"), "DDP903"),
     # Moved with the object, after __init__: no place in the class sees it on its device.
