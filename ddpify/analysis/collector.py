@@ -1307,8 +1307,7 @@ class Collector(cst.CSTVisitor):
         module of the project (`for m in ["torch.utils.tensorboard", "tensorboardX"]`)."""
         for qualified in sorted(names.DYNAMIC_IMPORTS):
             for call in self.facts.calls_named.get(qualified, ()):
-                code = self.facts.module.code_for_node(call)
-                if qualified_is_path_edit({qualified}) and self.project.follows_path_edit(code):
+                if qualified_is_path_edit({qualified}) and self.project.follows_path_edit(self.facts.line_of(call)):
                     continue  # `sys.path.append('core')`: a folder of the project, followed
                 loaded = self._strings_loaded_by(call)
                 if loaded is None and not qualified_is_path_edit(self._qualified(call.func)) \

@@ -201,7 +201,9 @@ def note_loaders_from_callers(facts: Facts, wrappers: Mapping[Holder, list[str]]
         counted = {name for call in ranges for name in names_within(call)} - sized
         for name in facts.names_iterated_by(loop):
             # (`self` is named by `next(self.it)`: the object, not what it iterates.)
-            if function is None or name in ("self", "cls") or name in counted or wrappers.get((function, name)) \
+            # (`data_loader = tqdm(data_loader)`: the name wraps itself, the loader handed in.)
+            wrapped = wrappers.get((function, name))
+            if function is None or name in ("self", "cls") or name in counted or wrapped and name not in wrapped \
                     or not handed_in(facts, function, name):
                 continue
             keys = facts.entry_keys_taken(loop, name)

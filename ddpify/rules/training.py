@@ -473,6 +473,44 @@ def epoch_accumulators(facts: Facts, loop: cst.For) -> dict[str, cst.BaseExpress
             if name in added and name.partition("[")[0] in used_after}
 
 
+def _reported_tensor_sums(facts: Facts, edits: Edits, loop: cst.For) -> bool:
+    """Running figures kept in tensors are reported; summing the Python figures beside them
+    would mix scopes (`accu_num.item() / sample_num`: this rank's hits over every rank's
+    samples), so none is summed."""
+    tensor_sums = tensor_accumulators(facts, loop)
+    for name in tensor_sums:
+        edits.report("DDP407", loop, f"running figure `{name}` read after the loop holds this rank's share: "
+                     "a tensor ddpify does not sum across ranks (all_reduce it, and the figures read with it, "
+                     "after the loop)")
+    return bool(tensor_sums)
+
+
+# Calls that make a fresh tensor a running figure starts from (`torch.zeros(1).to(device)`).
+_TENSOR_MAKERS = frozenset({"torch.zeros", "torch.tensor", "torch.zeros_like", "torch.FloatTensor"})
+
+
+def tensor_accumulators(facts: Facts, loop: cst.For) -> list[str]:
+    """Rule: `accu_num = torch.zeros(1).to(device)` before the batch loop, `accu_num += ...`
+    inside it, and read after it (the ratio a train_one_epoch returns): a running figure kept
+    in a tensor, which holds this rank's share of a sharded pass."""
+    around = _block_around_figures(facts, loop)
+    if around is None:
+        return []
+    statements, index = around
+    started: list[str] = []
+    for statement in statements[:index]:
+        for name, value in _names_set_before(statement):
+            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and isinstance(
+                    value.func.value, cst.Call) and value.func.attr.value in ("to", "cuda", "float", "double"):
+                value = value.func.value
+            if isinstance(value, cst.Call) and any(value is call for maker in _TENSOR_MAKERS
+                                                   for call in facts.calls_named.get(maker, ())):
+                started.append(name)
+    used_after = _used_after(facts, loop, statements[index + 1:])
+    added = _augmented_names(loop.body)
+    return [name for name in dict.fromkeys(started) if name in added and name in used_after]
+
+
 def _numeric_entries(value: cst.BaseExpression) -> dict[str, cst.BaseExpression]:
     """The entries of a dict literal (`{"loss": 0.0}`) or of `dict(loss=0.0)` whose key is a
     plain string and whose value a number literal: what a running figure starts from."""
@@ -704,6 +742,8 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
     accumulators = epoch_accumulators(facts, loop)
     lists = epoch_lists(facts, loop)
     if not _sharded(facts, setup, loop) or _micro_batches_of_one_step(facts, loop):
+        return
+    if _reported_tensor_sums(facts, edits, loop):
         return
     meter_kinds = _meter_figures(facts, edits, loop)
     meter_counts = {meter: whole for meter, (whole, _) in meter_kinds.items()}
@@ -1179,6 +1219,15 @@ if __name__ == "__main__":
           .replace("        optimizer.step()\n    print(epoch, loss.item())\n",
                    "        optimizer.step()\n        total += loss.item()\n    print(epoch, total / len(loader))\n"),
           "DDP402", ("dist.all_reduce(",)),
+    # A running figure kept in a zero tensor (`correct = torch.zeros(1)`) beside a Python count:
+    # neither is summed (the ratio would mix this rank's hits with every rank's samples).
+    Emits(TRAINING.replace("    for x, y in loader:\n",
+                           "    correct, seen = torch.zeros(1), 0\n    for x, y in loader:\n")
+          .replace("        optimizer.step()\n    print(epoch, loss.item())\n",
+                   "        optimizer.step()\n        correct += (out > 0).sum()\n        seen += len(y)\n"
+                   "    print(epoch, correct.item() / seen)\n")
+          .replace("loss = ", "out = model(x)\n        loss = ", 1),
+          "DDP407"),
     # The batch loop inside a `with` (autocast, a progress bar): summed once the `with` ends.
     Emits(TRAINING.replace("    for x, y in loader:\n", "    total = 0.0\n    with torch.autocast(\"cpu\"):\n"
                            "     for x, y in loader:\n")
