@@ -1308,12 +1308,33 @@ class Collector(cst.CSTVisitor):
                 code = self.facts.module.code_for_node(call)
                 if qualified_is_path_edit({qualified}) and self.project.follows_path_edit(code):
                     continue  # `sys.path.append('core')`: a folder of the project, followed
+                if qualified_is_path_edit({qualified}) and self._path_edit_serves_other_packages(call):
+                    continue
                 loaded = self._strings_loaded_by(call)
                 if loaded is None and not qualified_is_path_edit(self._qualified(call.func)) \
                         and self._loads_only_definitions(call):
                     continue
                 if loaded is None or any(self.project.has_module(name) for name in loaded):
                     self.facts.dynamic_imports.append(call)
+
+    def _path_edit_serves_other_packages(self, call: cst.Call) -> bool:
+        """Rule: a folder put on sys.path (`sys.path.append(osp.join(root, COCO_API))`) for the
+        imports right after it (`from pycocotools.coco import COCO`), when none of them can
+        load a file of the project: no file or folder of the project has their names. The
+        folder holds another package, nothing ddpify would migrate. Without imports after it,
+        or with one the project could answer, it still needs a person (DDP909)."""
+        statement = self.parents.get(self.parents.get(call) or call)
+        block = self.parents.get(statement) if isinstance(statement, cst.SimpleStatementLine) else None
+        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+            return False
+        following = list(block.body)[list(block.body).index(cast(cst.SimpleStatementLine, statement)) + 1:]
+        imported = [alias.name for line in following if isinstance(line, cst.SimpleStatementLine)
+                    for small in line.body if isinstance(small, cst.Import) for alias in small.names]
+        imported += [small.module for line in following if isinstance(line, cst.SimpleStatementLine)
+                     for small in line.body if isinstance(small, cst.ImportFrom) and not small.relative
+                     and small.module is not None]
+        tops = {(dotted_name(name) or "").partition(".")[0] for name in imported}
+        return bool(tops) and "" not in tops and all(self.project.names_a_file_or_folder(top) is False for top in tops)
 
     def _loads_only_definitions(self, call: cst.Call) -> bool:
         """Rule: an import by a name the code builds from a package's name (`"models." +
