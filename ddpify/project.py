@@ -370,6 +370,14 @@ class Project:
             folder = found[0].parent
         return [f"{package}.{path.stem}" for path in sorted(folder.glob("*.py")) if path.stem != "__init__"]
 
+    def names_a_file_or_folder(self, name: str) -> Optional[bool]:
+        """Some file (`name.py`) or folder (`name/`) anywhere in the project carries this name:
+        a folder put on sys.path could make `import name` load it. None without a project."""
+        if self._folder is None:
+            return None
+        return any(path.stem == name or name in path.relative_to(self._folder.root).parts[:-1]
+                   for path in self._folder.files())
+
     def module_is_definitions(self, module: str) -> bool:
         """The module is one of the project's and none of its functions or methods trains or
         writes a file: a model's definition, which runs the same on every rank."""

@@ -1309,6 +1309,8 @@ class Collector(cst.CSTVisitor):
             for call in self.facts.calls_named.get(qualified, ()):
                 if qualified_is_path_edit({qualified}) and self.project.follows_path_edit(self.facts.line_of(call)):
                     continue  # `sys.path.append('core')`: a folder of the project, followed
+                if qualified_is_path_edit({qualified}) and self._path_edit_serves_other_packages(call):
+                    continue
                 loaded = self._strings_loaded_by(call)
                 if loaded is None and not qualified_is_path_edit(self._qualified(call.func)) \
                         and self._loads_only_definitions(call):
@@ -1324,6 +1326,25 @@ class Collector(cst.CSTVisitor):
                             self.project.edits_path_out_of_view(dotted_name(alias.name) or "")
                             for alias in small.names):
                         self.facts.dynamic_imports.append(small)
+
+    def _path_edit_serves_other_packages(self, call: cst.Call) -> bool:
+        """Rule: a folder put on sys.path (`sys.path.append(osp.join(root, COCO_API))`) for the
+        imports right after it (`from pycocotools.coco import COCO`), when none of them can
+        load a file of the project: no file or folder of the project has their names. The
+        folder holds another package, nothing ddpify would migrate. Without imports after it,
+        or with one the project could answer, it still needs a person (DDP909)."""
+        statement = self.parents.get(self.parents.get(call) or call)
+        block = self.parents.get(statement) if isinstance(statement, cst.SimpleStatementLine) else None
+        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+            return False
+        following = list(block.body)[list(block.body).index(cast(cst.SimpleStatementLine, statement)) + 1:]
+        imported = [alias.name for line in following if isinstance(line, cst.SimpleStatementLine)
+                    for small in line.body if isinstance(small, cst.Import) for alias in small.names]
+        imported += [small.module for line in following if isinstance(line, cst.SimpleStatementLine)
+                     for small in line.body if isinstance(small, cst.ImportFrom) and not small.relative
+                     and small.module is not None]
+        tops = {(dotted_name(name) or "").partition(".")[0] for name in imported}
+        return bool(tops) and "" not in tops and all(self.project.names_a_file_or_folder(top) is False for top in tops)
 
     def _loads_only_definitions(self, call: cst.Call) -> bool:
         """Rule: an import by a name the code builds from a package's name (`"models." +

@@ -531,12 +531,39 @@ def reached_when_run(facts: Facts, names_in_top: dict[cst.CSTNode, set[str]],
             pending += [definition for definition in definitions.values() if isinstance(definition, cst.FunctionDef)]
     reached: set[cst.CSTNode] = set(pending)
     while pending:
-        for name in names_in_top.get(pending.pop(), ()):
-            definition = definitions.get(name)
-            if definition is not None and definition not in reached:
-                reached.add(definition)
-                pending.append(definition)
+        while pending:
+            for name in names_in_top.get(pending.pop(), ()):
+                definition = definitions.get(name)
+                if definition is not None and definition not in reached:
+                    reached.add(definition)
+                    pending.append(definition)
+        if not roots:
+            pending = _commands_of_reached_groups(definitions, reached, names_in_top)
+            reached.update(pending)
     return reached
+
+
+def _commands_of_reached_groups(definitions: dict[str, Union[cst.FunctionDef, cst.ClassDef]],
+                                reached: set[cst.CSTNode],
+                                names_in_top: dict[cst.CSTNode, set[str]]) -> list[cst.CSTNode]:
+    """Rule: a function registered as a command of a click group or a typer app that runs
+    (`@main.command()` under `@click.group() def main`, `@app.command()` with `app()` called)
+    runs when the command line names it (`python main.py train -c cfg.yaml`), though no line
+    of the file calls it: the group dispatches to it, as `fire.Fire()` does."""
+    named = {name for node in reached for name in names_in_top.get(node, ())}
+    named |= {name for name, definition in definitions.items() if definition in reached}
+    return [definition for definition in definitions.values()
+            if definition not in reached and isinstance(definition, cst.FunctionDef)
+            and any(registering_group(decorator.decorator) in named for decorator in definition.decorators)]
+
+
+def registering_group(decorator: cst.BaseExpression) -> Optional[str]:
+    """`main` for `@main.command()`, `@main.command("test")`, `@cli.group()`, `@app.command`."""
+    target = decorator.func if isinstance(decorator, cst.Call) else decorator
+    if isinstance(target, cst.Attribute) and target.attr.value in ("command", "group") \
+            and isinstance(target.value, cst.Name):
+        return target.value.value
+    return None
 
 
 def _is_bare_fire(call: cst.Call) -> bool:
