@@ -12,6 +12,7 @@ from ddpify.analysis.containers import (
     Entry,
     gathered_elements,
     iterated_elements,
+    iterated_module,
     iterated_view,
     keyed_loop,
     literal_elements,
@@ -257,6 +258,7 @@ class Collector(cst.CSTVisitor):
                         created[attribute] = assign
             without_grad = {id(inner) for with_ in find_all(method.body, cst.With) if self._without_grad(with_)
                             for inner in find_all(with_.body, cst.Attribute)}
+            without_grad |= _detached_calls(method)
             used |= {attribute for attribute, read in self_reads(method) if id(read) not in without_grad}
         unused = [assign for attribute, assign in created.items() if attribute not in used]
         has_forward = any(isinstance(m, cst.FunctionDef) and m.name.value == "forward"
@@ -1634,6 +1636,9 @@ class Collector(cst.CSTVisitor):
                     self._element_movers.setdefault(function.name.value, []).append((int(element[1:]), node))
             else:
                 self._note_entry_move(gathered.get(element, Entry(element)), node)
+        module = iterated_module(self.parents, node, variable)
+        if module is not None:
+            self._note_entry_move(Entry(module), node)
 
     def note_factories_returning_moved(self) -> None:
         """`G = build_g()` where a function of this file returns what it moved to a device
@@ -1939,3 +1944,13 @@ def _takes_module_first(node: cst.ClassDef) -> bool:
     if len(params) >= 2:
         return params[1].name.value == "module"
     return len(params) == 1 and isinstance(init.params.star_arg, cst.Param)
+
+
+def _detached_calls(method: cst.FunctionDef) -> set[int]:
+    """The ids of the called parts in `self.backbone(x).detach()` (or `.detach_()`, `.data`):
+    no gradient flows back into a part whose output is cut from the graph where it is made."""
+    detached = {id(call.func.value.func) for call in find_all(method.body, cst.Call)
+                if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("detach", "detach_")
+                and isinstance(call.func.value, cst.Call)}
+    return detached | {id(node.value.func) for node in find_all(method.body, cst.Attribute)
+                       if node.attr.value == "data" and isinstance(node.value, cst.Call)}

@@ -12,10 +12,11 @@ import libcst as cst
 
 from ddpify.analysis import effects, figures, freezing, names, traversal
 from ddpify.analysis.conditional_parts import TRAINING_MODE
-from ddpify.analysis.containers import condition_code, container_moves, entry_moves
+from ddpify.analysis.containers import condition_code, container_moves, entry_moves, module_looped_over
 from ddpify.analysis.control import Facts, handed_in, innermost_common_block, parameter_names, receiver_of
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
 from ddpify.analysis.facts import ConditionalPart, Holder, Model, Statement
+from ddpify.analysis.navigation import ancestors_up_to
 from ddpify.analysis.nodes import (
     argument_among,
     argument_for,
@@ -26,6 +27,7 @@ from ddpify.analysis.nodes import (
     handed_for,
     is_false,
     is_true,
+    names_bound_in,
     names_in,
     names_within,
     positional_parameters,
@@ -504,7 +506,9 @@ def _report_training_around_the_wrapper(facts: Facts, edits: Edits, model: Model
             if isinstance(func, cst.Attribute) and func.attr.value in _NOT_FORWARD:
                 continue
             base = func.value if isinstance(func, (cst.Attribute, cst.Subscript)) else None
-            if base is not None and dotted_name(base) in holders:
+            # `for layer in model: h = layer(h)` (an nn.ModuleList run a layer at a time).
+            looped = module_looped_over(facts.parents, call, func.value) if isinstance(func, cst.Name) else None
+            if base is not None and dotted_name(base) in holders or looped in holders:
                 edits.report("DDP903", call, (
                     f"`{model.name}` trains through `{edits.code(func)}(...)`, never as `{model.name}(...)`: DDP "
                     f"shares gradients only for a forward through the wrapper, so every rank would train its own "
@@ -1812,6 +1816,7 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
                and (_moved_in_place_by_a_helper(facts, callee, parameter, trains_in)
                     or _result_dropped(facts, call) and _moves_what_it_is_handed(facts, callee, parameter, trains_in))]
     moving += _calls_of_methods_moving(facts, model)
+    moving += _calls_of_functions_moving(facts, model)
     # `model.encoder.to(device)`, or `head.to(device)` after `model = nn.Sequential(backbone,
     # head)`: a part of the model reaches its device, and the model with it.
     moving += [facts.statement_of(call) for part in _parts_of(facts, model)
@@ -1897,6 +1902,29 @@ def _calls_of_methods_moving(facts: Facts, model: Model) -> list[Statement]:
     return [facts.statement_of(call) for method in methods
             if method is not None and method is not function and facts.class_of(method) is facts.class_of(function)
             for call in facts.calls_of(method) if facts.function_of(call) is function]
+
+
+def _calls_of_functions_moving(facts: Facts, model: Model) -> list[Statement]:
+    """Rule: `def place(): model.to(device)` (or `global model; model = model.to(device)`), a
+    function of this file that moves the model it reads from an enclosing scope, called as
+    `place()` where the model is built: the call moves the model, so the wrap follows it (as
+    a method moving `self.net` does, _calls_of_methods_moving). Not a function with a
+    parameter or a local of that name (another object)."""
+    if "." in model.name:
+        return []
+    movers = {facts.function_of(call) for call in facts.device_moves.get(model.name, ())}
+    return [facts.statement_of(call) for mover in movers
+            if mover is not None and mover is not model.function and _reads_outer(facts, mover, model)
+            for call in facts.calls_by_callee.get(mover.name.value, ())
+            if facts.function_of(call) is model.function]
+
+
+def _reads_outer(facts: Facts, function: cst.FunctionDef, model: Model) -> bool:
+    """`function` reads the model's own variable: it binds no parameter or local of that name,
+    and sits in the model's function (a closure) or the model is module level (a global)."""
+    if model.name in parameter_names(function) or model.name in names_bound_in(function):
+        return False
+    return model.function is None or model.function in ancestors_up_to(facts.parents, function, None)
 
 
 def _reaching_inside(facts: Facts, compound: cst.CSTNode, reaching: list[Statement],
