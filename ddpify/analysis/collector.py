@@ -1737,7 +1737,11 @@ class Collector(cst.CSTVisitor):
             root = cast(cst.Attribute, call.func).value
             while isinstance(root, (cst.Subscript, cst.Attribute)):
                 root = root.value
-            if isinstance(root, cst.Name) and root is not cast(cst.Attribute, call.func).value:
+            if isinstance(root, cst.Name) and (root is not cast(cst.Attribute, call.func).value
+                                               or _sets_requires_grad(node)):
+                # (The whole model too when the loop sets requires_grad: `student =
+                # copy.deepcopy(frozen_teacher)`, then `for p in student.parameters():
+                # p.requires_grad = True`; a wrap before it would find nothing to train.)
                 touched.append(root.value)
         if walked_modules(node):
             # `for m in model.modules(): if isinstance(m, nn.BatchNorm2d): m.weight.requires_grad
@@ -1954,3 +1958,16 @@ def _detached_calls(method: cst.FunctionDef) -> set[int]:
                 and isinstance(call.func.value, cst.Call)}
     return detached | {id(node.value.func) for node in find_all(method.body, cst.Attribute)
                        if node.attr.value == "data" and isinstance(node.value, cst.Call)}
+
+
+def _sets_requires_grad(loop: cst.For) -> bool:
+    """The loop's body sets requires_grad of its variable (`p.requires_grad = flag`,
+    `p.requires_grad_(flag)`)."""
+    variable = loop.target.value if isinstance(loop.target, cst.Name) else None
+    if variable is None:
+        return False
+    assigned = any(isinstance(target.target, cst.Attribute) and target.target.attr.value == "requires_grad"
+                   and dotted_name(target.target.value) == variable
+                   for assign in find_all(loop.body, cst.Assign) for target in assign.targets)
+    return assigned or any(isinstance(call.func, cst.Attribute) and call.func.attr.value == "requires_grad_"
+                           and dotted_name(call.func.value) == variable for call in find_all(loop.body, cst.Call))

@@ -585,6 +585,8 @@ def _report_parts_frozen_after_wrap(facts: Facts, edits: Edits, model: Model, wr
     all of it is registered, and a step without any of its gradients reduces nothing."""
     if not facts.freezes_parameters:
         return
+    if _report_unfrozen_after_a_wrap_it_skipped(facts, edits, model, wrap):
+        return
     for node in freezing.requires_grad_changes(facts.module):
         if _before_wrap(facts, node, wrap) or _rebound_since_wrap(facts, node, model.name, wrap):
             continue
@@ -602,6 +604,29 @@ def _report_parts_frozen_after_wrap(facts: Facts, edits: Edits, model: Model, wr
             f"{facts.line_of(wrap)}), in `{dotted_name(call.func)}`: DDP syncs only the parameters that "
             "required grad when it wrapped; wrap it again after the change, or change it before the wrap"))
         return
+
+
+def _report_unfrozen_after_a_wrap_it_skipped(facts: Facts, edits: Edits, model: Model,
+                                             wrap: cst.BaseStatement) -> bool:
+    """Rule: `D.requires_grad_(False)` before the wrap (a warm-up that trains G alone), then
+    `D.requires_grad_(True)` after it, at epoch k: at the wrap D has nothing to train, so the
+    runtime guard leaves it unwrapped, and once unfrozen it trains on every rank with no
+    gradient shared (the ranks drift apart silently). DDP111 at the unfreeze. (A whole model
+    toggled only after its wrap, a GAN's per-step toggle, is safe: see above.)"""
+    function = facts.function_of(wrap)
+    toggles = [call for call in facts.calls_by_callee.get(f"{model.name}.requires_grad_", ())
+               if facts.function_of(call) is function]
+    if not any(_before_wrap(facts, call, wrap) and call.args and is_false(call.args[0].value) for call in toggles):
+        return False
+    for call in toggles:
+        if not _before_wrap(facts, call, wrap) and not (call.args and is_false(call.args[0].value)) \
+                and not _rebound_since_wrap(facts, call, model.name, wrap):
+            edits.report("DDP111", call, (
+                f"`{model.name}` is frozen where it is wrapped (line {facts.line_of(wrap)}), so the wrap leaves it "
+                f"out, and it trains unwrapped once this unfreezes it: no gradient shared, the ranks drift apart; "
+                f"wrap it before the freeze (its gradients are then shared whenever it trains), or by hand here"))
+            return True
+    return False
 
 
 def _helper_calls_changing_a_part(facts: Facts, model: Model, wrap: cst.BaseStatement) -> list[cst.Call]:
@@ -990,6 +1015,17 @@ def _module_holder_moved_after_init(facts: Facts, model: Model) -> Optional[str]
     return owner.name.value
 
 
+def _copy_of_a_moved_module(facts: Facts, value: cst.BaseExpression) -> bool:
+    """`copy.deepcopy(teacher)` of a module moved in the same function: the copy's parameters
+    sit where the original's are (a student copied from a teacher on the GPU)."""
+    if not (isinstance(value, cst.Call) and value.args and value in facts.calls_named.get("copy.deepcopy", ())):
+        return False
+    copied = dotted_name(value.args[0].value)
+    return copied is not None and any(
+        facts.function_of(move) is facts.function_of(value) and facts.start_of(move) < facts.start_of(value)
+        and not _to_cpu(move) for move in facts.device_moves.get(copied, ()))
+
+
 def _never_moved(facts: Facts, model: Model) -> bool:
     """No `.to()` / `.cuda()` reaches the model anywhere its value goes: neither a move of
     the name (`model.to(device)`) nor one in what it is assigned (`Net().to(device)`, or a
@@ -1008,7 +1044,7 @@ def _never_moved(facts: Facts, model: Model) -> bool:
             container = dotted_name(value.value) if isinstance(value, cst.Subscript) else None
             if container is not None and entry_moves(facts, container, facts.function_of(value)):
                 return False
-            if _read_from_a_moved_object(facts, value):
+            if _read_from_a_moved_object(facts, value) or _copy_of_a_moved_module(facts, value):
                 return False
     # `G, D = nets["G"], nets["D"]`: several models taken out of a container at once.
     for assign in facts.own_statements(model.function, cst.Assign):
