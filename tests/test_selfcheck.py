@@ -785,3 +785,17 @@ def test_a_wrap_before_a_helper_that_moves_the_model_or_inside_one_whose_result_
     inside = ("def to_device(m, d):\n    m = m.to(d)\n    if distributed:\n        m = DDP(m)\n    return m\n\n\n"
               + MIGRATED.replace("model.to(device)\n" + WRAP, "to_device(model, device)\n", 1))
     assert "DDP911" in codes(original, inside)
+
+
+def test_a_wrap_before_a_loop_moving_the_submodules_or_a_call_moving_the_model_from_outside_is_caught():
+    """`for layer in model: layer.to(device)` moves the model one submodule at a time, and
+    `def place(): model.to(device)` called as `place()` moves the model it reads from the
+    module: a wrap before either wraps a CPU module."""
+    for move in ("for layer in model:\n    layer.to(device)\n",
+                 "for _, child in model.named_children():\n    child.to(device)\n",
+                 "def place():\n    model.to(device)\n\n\nplace()\n"):
+        original = ORIGINAL.replace("model.to(device)\n", move, 1)
+        right = MIGRATED.replace("model.to(device)\n", move, 1)
+        assert codes(original, right) == []
+        before = MIGRATED.replace("model.to(device)\n" + WRAP, WRAP + move, 1)
+        assert codes(original, before) == ["DDP911"]

@@ -12,6 +12,7 @@ from ddpify.analysis.containers import (
     Entry,
     gathered_elements,
     iterated_elements,
+    iterated_module,
     iterated_view,
     keyed_loop,
     literal_elements,
@@ -259,6 +260,7 @@ class Collector(cst.CSTVisitor):
                         created[attribute] = assign
             without_grad = {id(inner) for with_ in find_all(method.body, cst.With) if self._without_grad(with_)
                             for inner in find_all(with_.body, cst.Attribute)}
+            without_grad |= _detached_calls(method)
             used |= {attribute for attribute, read in self_reads(method) if id(read) not in without_grad}
         unused = [assign for attribute, assign in created.items() if attribute not in used]
         has_forward = any(isinstance(m, cst.FunctionDef) and m.name.value == "forward"
@@ -1702,6 +1704,9 @@ class Collector(cst.CSTVisitor):
                     self._element_movers.setdefault(function.name.value, []).append((int(element[1:]), node))
             else:
                 self._note_entry_move(gathered.get(element, Entry(element)), node)
+        module = iterated_module(self.parents, node, variable)
+        if module is not None:
+            self._note_entry_move(Entry(module), node)
 
     def note_factories_returning_moved(self) -> None:
         """`G = build_g()` where a function of this file returns what it moved to a device
@@ -1800,7 +1805,11 @@ class Collector(cst.CSTVisitor):
             root = cast(cst.Attribute, call.func).value
             while isinstance(root, (cst.Subscript, cst.Attribute)):
                 root = root.value
-            if isinstance(root, cst.Name) and root is not cast(cst.Attribute, call.func).value:
+            if isinstance(root, cst.Name) and (root is not cast(cst.Attribute, call.func).value
+                                               or _sets_requires_grad(node)):
+                # (The whole model too when the loop sets requires_grad: `student =
+                # copy.deepcopy(frozen_teacher)`, then `for p in student.parameters():
+                # p.requires_grad = True`; a wrap before it would find nothing to train.)
                 touched.append(root.value)
         if walked_modules(node):
             # `for m in model.modules(): if isinstance(m, nn.BatchNorm2d): m.weight.requires_grad
@@ -2007,3 +2016,26 @@ def _takes_module_first(node: cst.ClassDef) -> bool:
     if len(params) >= 2:
         return params[1].name.value == "module"
     return len(params) == 1 and isinstance(init.params.star_arg, cst.Param)
+
+
+def _detached_calls(method: cst.FunctionDef) -> set[int]:
+    """The ids of the called parts in `self.backbone(x).detach()` (or `.detach_()`, `.data`):
+    no gradient flows back into a part whose output is cut from the graph where it is made."""
+    detached = {id(call.func.value.func) for call in find_all(method.body, cst.Call)
+                if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("detach", "detach_")
+                and isinstance(call.func.value, cst.Call)}
+    return detached | {id(node.value.func) for node in find_all(method.body, cst.Attribute)
+                       if node.attr.value == "data" and isinstance(node.value, cst.Call)}
+
+
+def _sets_requires_grad(loop: cst.For) -> bool:
+    """The loop's body sets requires_grad of its variable (`p.requires_grad = flag`,
+    `p.requires_grad_(flag)`)."""
+    variable = loop.target.value if isinstance(loop.target, cst.Name) else None
+    if variable is None:
+        return False
+    assigned = any(isinstance(target.target, cst.Attribute) and target.target.attr.value == "requires_grad"
+                   and dotted_name(target.target.value) == variable
+                   for assign in find_all(loop.body, cst.Assign) for target in assign.targets)
+    return assigned or any(isinstance(call.func, cst.Attribute) and call.func.attr.value == "requires_grad_"
+                           and dotted_name(call.func.value) == variable for call in find_all(loop.body, cst.Call))

@@ -548,6 +548,12 @@ class FunctionEffects:
                 continue
             gradless = {id(inner) for node in ast.walk(function) if isinstance(node, ast.With)
                         and self._without_grad(node) for inner in ast.walk(node)}
+            # `self.backbone(x).detach()`: the part's output is cut from the graph where it is made.
+            gradless |= {id(node.func.value.func) for node in ast.walk(function) if isinstance(node, ast.Call)
+                         and isinstance(node.func, ast.Attribute) and node.func.attr in ("detach", "detach_")
+                         and isinstance(node.func.value, ast.Call)}
+            gradless |= {id(node.value.func) for node in ast.walk(function) if isinstance(node, ast.Attribute)
+                         and node.attr == "data" and isinstance(node.value, ast.Call)}
             targets = {id(target) for node in ast.walk(function) if isinstance(node, ast.Assign)
                        for target in node.targets}
             used |= {node.attr for node in ast.walk(function) if isinstance(node, ast.Attribute)

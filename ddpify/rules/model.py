@@ -12,10 +12,11 @@ import libcst as cst
 
 from ddpify.analysis import effects, figures, freezing, names, traversal
 from ddpify.analysis.conditional_parts import TRAINING_MODE
-from ddpify.analysis.containers import condition_code, container_moves, entry_moves
+from ddpify.analysis.containers import condition_code, container_moves, entry_moves, module_looped_over
 from ddpify.analysis.control import Facts, handed_in, innermost_common_block, parameter_names, receiver_of
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
 from ddpify.analysis.facts import ConditionalPart, Holder, Model, Statement
+from ddpify.analysis.navigation import ancestors_up_to
 from ddpify.analysis.nodes import (
     argument_among,
     argument_for,
@@ -26,6 +27,7 @@ from ddpify.analysis.nodes import (
     handed_for,
     is_false,
     is_true,
+    names_bound_in,
     names_in,
     names_within,
     positional_parameters,
@@ -504,7 +506,9 @@ def _report_training_around_the_wrapper(facts: Facts, edits: Edits, model: Model
             if isinstance(func, cst.Attribute) and func.attr.value in _NOT_FORWARD:
                 continue
             base = func.value if isinstance(func, (cst.Attribute, cst.Subscript)) else None
-            if base is not None and dotted_name(base) in holders:
+            # `for layer in model: h = layer(h)` (an nn.ModuleList run a layer at a time).
+            looped = module_looped_over(facts.parents, call, func.value) if isinstance(func, cst.Name) else None
+            if base is not None and dotted_name(base) in holders or looped in holders:
                 edits.report("DDP903", call, (
                     f"`{model.name}` trains through `{edits.code(func)}(...)`, never as `{model.name}(...)`: DDP "
                     f"shares gradients only for a forward through the wrapper, so every rank would train its own "
@@ -581,6 +585,8 @@ def _report_parts_frozen_after_wrap(facts: Facts, edits: Edits, model: Model, wr
     all of it is registered, and a step without any of its gradients reduces nothing."""
     if not facts.freezes_parameters:
         return
+    if _report_unfrozen_after_a_wrap_it_skipped(facts, edits, model, wrap):
+        return
     for node in freezing.requires_grad_changes(facts.module):
         if _before_wrap(facts, node, wrap) or _rebound_since_wrap(facts, node, model.name, wrap):
             continue
@@ -598,6 +604,29 @@ def _report_parts_frozen_after_wrap(facts: Facts, edits: Edits, model: Model, wr
             f"{facts.line_of(wrap)}), in `{dotted_name(call.func)}`: DDP syncs only the parameters that "
             "required grad when it wrapped; wrap it again after the change, or change it before the wrap"))
         return
+
+
+def _report_unfrozen_after_a_wrap_it_skipped(facts: Facts, edits: Edits, model: Model,
+                                             wrap: cst.BaseStatement) -> bool:
+    """Rule: `D.requires_grad_(False)` before the wrap (a warm-up that trains G alone), then
+    `D.requires_grad_(True)` after it, at epoch k: at the wrap D has nothing to train, so the
+    runtime guard leaves it unwrapped, and once unfrozen it trains on every rank with no
+    gradient shared (the ranks drift apart silently). DDP111 at the unfreeze. (A whole model
+    toggled only after its wrap, a GAN's per-step toggle, is safe: see above.)"""
+    function = facts.function_of(wrap)
+    toggles = [call for call in facts.calls_by_callee.get(f"{model.name}.requires_grad_", ())
+               if facts.function_of(call) is function]
+    if not any(_before_wrap(facts, call, wrap) and call.args and is_false(call.args[0].value) for call in toggles):
+        return False
+    for call in toggles:
+        if not _before_wrap(facts, call, wrap) and not (call.args and is_false(call.args[0].value)) \
+                and not _rebound_since_wrap(facts, call, model.name, wrap):
+            edits.report("DDP111", call, (
+                f"`{model.name}` is frozen where it is wrapped (line {facts.line_of(wrap)}), so the wrap leaves it "
+                f"out, and it trains unwrapped once this unfreezes it: no gradient shared, the ranks drift apart; "
+                f"wrap it before the freeze (its gradients are then shared whenever it trains), or by hand here"))
+            return True
+    return False
 
 
 def _helper_calls_changing_a_part(facts: Facts, model: Model, wrap: cst.BaseStatement) -> list[cst.Call]:
@@ -986,6 +1015,17 @@ def _module_holder_moved_after_init(facts: Facts, model: Model) -> Optional[str]
     return owner.name.value
 
 
+def _copy_of_a_moved_module(facts: Facts, value: cst.BaseExpression) -> bool:
+    """`copy.deepcopy(teacher)` of a module moved in the same function: the copy's parameters
+    sit where the original's are (a student copied from a teacher on the GPU)."""
+    if not (isinstance(value, cst.Call) and value.args and value in facts.calls_named.get("copy.deepcopy", ())):
+        return False
+    copied = dotted_name(value.args[0].value)
+    return copied is not None and any(
+        facts.function_of(move) is facts.function_of(value) and facts.start_of(move) < facts.start_of(value)
+        and not _to_cpu(move) for move in facts.device_moves.get(copied, ()))
+
+
 def _never_moved(facts: Facts, model: Model) -> bool:
     """No `.to()` / `.cuda()` reaches the model anywhere its value goes: neither a move of
     the name (`model.to(device)`) nor one in what it is assigned (`Net().to(device)`, or a
@@ -1004,7 +1044,7 @@ def _never_moved(facts: Facts, model: Model) -> bool:
             container = dotted_name(value.value) if isinstance(value, cst.Subscript) else None
             if container is not None and entry_moves(facts, container, facts.function_of(value)):
                 return False
-            if _read_from_a_moved_object(facts, value):
+            if _read_from_a_moved_object(facts, value) or _copy_of_a_moved_module(facts, value):
                 return False
     # `G, D = nets["G"], nets["D"]`: several models taken out of a container at once.
     for assign in facts.own_statements(model.function, cst.Assign):
@@ -1812,6 +1852,7 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
                and (_moved_in_place_by_a_helper(facts, callee, parameter, trains_in)
                     or _result_dropped(facts, call) and _moves_what_it_is_handed(facts, callee, parameter, trains_in))]
     moving += _calls_of_methods_moving(facts, model)
+    moving += _calls_of_functions_moving(facts, model)
     # `model.encoder.to(device)`, or `head.to(device)` after `model = nn.Sequential(backbone,
     # head)`: a part of the model reaches its device, and the model with it.
     moving += [facts.statement_of(call) for part in _parts_of(facts, model)
@@ -1897,6 +1938,29 @@ def _calls_of_methods_moving(facts: Facts, model: Model) -> list[Statement]:
     return [facts.statement_of(call) for method in methods
             if method is not None and method is not function and facts.class_of(method) is facts.class_of(function)
             for call in facts.calls_of(method) if facts.function_of(call) is function]
+
+
+def _calls_of_functions_moving(facts: Facts, model: Model) -> list[Statement]:
+    """Rule: `def place(): model.to(device)` (or `global model; model = model.to(device)`), a
+    function of this file that moves the model it reads from an enclosing scope, called as
+    `place()` where the model is built: the call moves the model, so the wrap follows it (as
+    a method moving `self.net` does, _calls_of_methods_moving). Not a function with a
+    parameter or a local of that name (another object)."""
+    if "." in model.name:
+        return []
+    movers = {facts.function_of(call) for call in facts.device_moves.get(model.name, ())}
+    return [facts.statement_of(call) for mover in movers
+            if mover is not None and mover is not model.function and _reads_outer(facts, mover, model)
+            for call in facts.calls_by_callee.get(mover.name.value, ())
+            if facts.function_of(call) is model.function]
+
+
+def _reads_outer(facts: Facts, function: cst.FunctionDef, model: Model) -> bool:
+    """`function` reads the model's own variable: it binds no parameter or local of that name,
+    and sits in the model's function (a closure) or the model is module level (a global)."""
+    if model.name in parameter_names(function) or model.name in names_bound_in(function):
+        return False
+    return model.function is None or model.function in ancestors_up_to(facts.parents, function, None)
 
 
 def _reaching_inside(facts: Facts, compound: cst.CSTNode, reaching: list[Statement],
