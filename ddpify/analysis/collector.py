@@ -505,8 +505,6 @@ class Collector(cst.CSTVisitor):
         kind = self.project.running_mean_kind(made_by)
         if kind is not None:
             self.facts.running_mean_makers[made_by] = kind
-        if self.project.returns_python_numbers(made_by):
-            self.facts.number_functions.add(dotted_name(call.func) or "")
         for name in _bound_names(node.targets[0].target):
             self.facts.made_in_other_modules[name] = made_by
             if self.project.hands_out_batches(made_by):
@@ -1042,6 +1040,17 @@ class Collector(cst.CSTVisitor):
             return  # moved there, and wrapped there after that move
         self.facts.models_handed_unnamed.append((node, value))
 
+    def _note_files_and_numbers(self, node: cst.Call, qualified: str) -> None:
+        """A call of a function of another module of the project that loads a checkpoint,
+        writes files, or returns a Python number on every return (wherever it is called:
+        `top1.update(accuracy(out, y), n)`, `correct += metrics.count(out, y)`)."""
+        if self.project.loads_checkpoint(qualified):
+            self.facts.helper_load_calls.append(node)
+        if self.project.writes_files(qualified):
+            self.facts.helper_write_calls.append(node)
+        if self.project.returns_python_numbers(qualified):
+            self.facts.number_functions.add(dotted_name(node.func) or "")
+
     def _note_helper(self, node: cst.Call, qualified: str) -> None:
         if self.project.defines(qualified):
             self.facts.project_calls.add(node)
@@ -1059,10 +1068,7 @@ class Collector(cst.CSTVisitor):
                 self.facts.calls_returning_trackers.append((node, slot))
             if not self.project.trains(qualified):
                 self._note_moved_in_place(node, qualified)
-            if self.project.loads_checkpoint(qualified):
-                self.facts.helper_load_calls.append(node)
-            if self.project.writes_files(qualified):
-                self.facts.helper_write_calls.append(node)
+            self._note_files_and_numbers(node, qualified)
             self._note_state_handed(node, qualified)
             self._note_grad_changes(node, qualified)
             clock_line = self.project.names_from_clock(qualified)

@@ -928,6 +928,10 @@ def _sums_python_numbers(facts: Facts, node: cst.CSTNode, name: str) -> bool:
 
 
 def _returns_python_numbers(facts: Facts, value: cst.BaseExpression) -> bool:
+    """A call of a function of this file, or of another module of the project
+    (facts.number_functions), whose every return is a Python number."""
+    if isinstance(value, cst.Call) and dotted_name(value.func) in facts.number_functions:
+        return True
     function = facts.functions.get(dotted_name(value.func) or "") if isinstance(value, cst.Call) else None
     if function is None:
         return False
