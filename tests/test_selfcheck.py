@@ -164,6 +164,33 @@ def test_a_module_name_a_function_reads_is_bound_on_every_path_of_the_module():
     assert found("def train():\n    print(args)\n\n\nif __name__ == '__main__':\n    args = 1\n    train()\n") == []
 
 
+def test_a_checkpoint_of_the_wrappers_state_dict_is_found():
+    """DDP922: `torch.save(model.state_dict(), ...)` after the wrap writes `module.` keys. An
+    in-memory copy loaded back into the wrapper, the unwrapped name, and the other arm of an
+    isinstance test are not that."""
+    unwrapped = 'torch.save(getattr(model, "module", model).state_dict(), "model.pt")'
+    assert codes(ORIGINAL, planted(unwrapped, 'torch.save(model.state_dict(), "model.pt")')) == ["DDP922"]
+    assert codes(ORIGINAL, planted(unwrapped, 'state = {"model": model.state_dict()}\n'
+                                              '        torch.save(state, "model.pt")')) == ["DDP922"]
+    for kept in ('best = model.state_dict()\n        model.load_state_dict(best)',
+                 'torch.save(model.module.state_dict() if isinstance(model, DDP) else model.state_dict(), "m.pt")'):
+        assert codes(ORIGINAL, planted(unwrapped, kept)) == [], kept
+
+
+def test_a_wrap_of_a_module_with_nothing_to_train_is_found():
+    """DDP911: DDP raises when handed a module with no parameter that requires a gradient (a
+    loss, a teacher frozen before the wrap). A module unfrozen again, or in part, is not that."""
+    wrap_of = 'if distributed:\n    {0} = DDP({0}, device_ids=[local_rank] if device.startswith("cuda") else None)\n'
+    frozen = planted(WRAP, WRAP + "teacher = nn.Linear(10, 2).to(device)\nteacher.requires_grad_(False)\n"
+                     + wrap_of.format("teacher"))
+    assert codes(ORIGINAL, frozen) == ["DDP911"]
+    assert codes(ORIGINAL, planted(WRAP, WRAP + "criterion = nn.CrossEntropyLoss()\n"
+                                   + wrap_of.format("criterion"))) == ["DDP911"]
+    unfrozen = frozen.replace("teacher.requires_grad_(False)\n", "teacher.requires_grad_(False)\n"
+                              "for p in teacher.bias_head.parameters():\n    p.requires_grad = True\n")
+    assert codes(ORIGINAL, unfrozen) == []
+
+
 def test_a_second_join_on_the_same_path_is_found():
     """DDP933: init_process_group twice on one path raises on every rank under torchrun. A join
     asked for first (`if not dist.is_initialized():`), one in each arm of an `if`, or one per
@@ -410,11 +437,14 @@ def test_each_kind_of_output_after_the_join_needs_a_guard(statement):
     assert codes(ORIGINAL, MIGRATED + 'with open("log.txt") as log:\n    pass\n') == []  # reading
 
 
+BARE = 'getattr(model, "module", model)'  # the model a save is handed (DDP922)
+
+
 @pytest.mark.parametrize("imports, statement", [
-    ("from safetensors.torch import save_file\n", 'save_file(model.state_dict(), "m.safetensors")'),
+    ("from safetensors.torch import save_file\n", f'save_file({BARE}.state_dict(), "m.safetensors")'),
     ("from safetensors.torch import save_model as save_weights\n", 'save_weights(model, "m.safetensors")'),
-    ("import safetensors.torch as st\n", 'st.save_file(model.state_dict(), "m.safetensors")'),
-    ("import safetensors.torch\n", 'safetensors.torch.save_file(model.state_dict(), "m.safetensors")'),
+    ("import safetensors.torch as st\n", f'st.save_file({BARE}.state_dict(), "m.safetensors")'),
+    ("import safetensors.torch\n", f'safetensors.torch.save_file({BARE}.state_dict(), "m.safetensors")'),
     ("import joblib\n", 'joblib.dump(history, "history.joblib")'),
     ("import scipy.io as sio\n", 'sio.savemat("weights.mat", {"w": weights})'),
     ("from omegaconf import OmegaConf\n", 'OmegaConf.save(config, "config.yaml")'),
@@ -429,7 +459,7 @@ def test_a_write_by_the_name_it_was_imported_from_needs_a_guard(imports, stateme
     assert codes(imports + ORIGINAL, unguarded) == ["DDP913"]
     assert codes(imports + ORIGINAL, imports + MIGRATED + "if is_main:\n    " + statement + "\n") == []
     # A function of the script's own by that name is not the library's.
-    own = MIGRATED + 'def save_file(state, path):\n    pass\nsave_file(model.state_dict(), "m.safetensors")\n'
+    own = MIGRATED + 'def save_file(state, path):\n    pass\nsave_file(' + BARE + '.state_dict(), "m.safetensors")\n'
     assert codes(ORIGINAL, own) == []
 
 

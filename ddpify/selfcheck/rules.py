@@ -20,7 +20,9 @@ RULES = (
          "wrap inside one branch (a fresh model) leaves the other (a model resumed from a "
          "checkpoint) unwrapped. Over a project (`-o OUT_DIR/`, `-i train.py`), the run also fails where it made "
          "the project join a process group and a module steps an optimizer but no module wraps a "
-         "model (each rank trains its own copy): the finding names the optimizer step.",
+         "model (each rank trains its own copy): the finding names the optimizer step. Also a wrap "
+         "of a module with no trainable parameter (a torch.nn loss or activation, or one frozen with "
+         "`requires_grad_(False)` before the wrap): DDP raises when it is built.",
          "Move `if distributed: model = DDP(model, ...)` below the last assignment and move of "
          "the model, after the branches merge, and above the training loop."),
     Rule("DDP912", Severity.WARNING, "self-check: a loader is neither sharded nor reported",
@@ -69,12 +71,14 @@ RULES = (
          "torchrun, so a plain `python` run does not show it.",
          "Keep one join, or ask first: `if not dist.is_initialized(): dist.init_process_group(...)`; "
          "report the rewrite as a ddpify bug."),
-    Rule("DDP922", Severity.WARNING, "self-check: an exporter is handed the DDP wrapper",
+    Rule("DDP922", Severity.WARNING, "self-check: an exporter or a checkpoint is handed the DDP wrapper",
          "`torch.jit.script`, `torch.jit.trace` and `torch.onnx.export` compile or record the module "
          "they are given: given the DDP wrapper, scripting fails on DDP's forward, and a trace or "
          "an ONNX file records the wrapper, whose names carry `module.` and which the bare model "
-         "does not load.",
-         "Hand the exporter the bare model: `torch.jit.script(getattr(model, \"module\", model))`."),
+         "does not load. Likewise a `state_dict()` of the wrapper that a save writes "
+         "(`torch.save(model.state_dict(), path)`, `ckpt = {\"model\": model.state_dict()}` then "
+         "`torch.save(ckpt, path)`): every key carries `module.`.",
+         "Hand the exporter or the save the bare model: `getattr(model, \"module\", model)`."),
     Rule("DDP919", Severity.WARNING, "self-check: the output reads a name nothing binds",
          "A rewrite names something of the setup (`device`, `is_main`, a helper) in a scope "
          "where the setup did not define it: the output raises NameError there, on every rank. "
@@ -174,6 +178,10 @@ CASES = (
     Flags(TRAINING, _JOINED.replace("model = torch.nn.Linear(4, 1).to(device)\n",
                                     "model = torch.nn.Linear(4, 1)\nmodels = []\nmodels.append(model)\n"
                                     "model = DDP(model)\nfor m in models:\n    m.to(device)\n"), "DDP911"),
+    # A frozen teacher wrapped: DDP refuses a module with no parameter that requires a gradient.
+    Flags(TRAINING, _JOINED.replace("optimizer = torch", "teacher = torch.nn.Linear(4, 1).to(device)\n"
+                                    "teacher.requires_grad_(False)\nteacher = DDP(teacher)\nmodel = DDP(model)\n"
+                                    "optimizer = torch"), "DDP911"),
     # Joined and training with no wrap at all: each rank trains its own copy.
     Flags(TRAINING, _JOINED, "DDP911"),
     Flags(TRAINING, _JOINED, "DDP912"),
@@ -199,6 +207,10 @@ CASES = (
           _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
           + 'torch.onnx.export(model, torch.zeros(1, 4), "model.onnx")\n', "DDP922"),
     Silent(TRAINING + 'torch.jit.script(model).save("model.pt")\n', "DDP922"),
+    # The checkpoint saved from the wrapper's state_dict: its keys carry `module.`.
+    Flags(TRAINING + 'torch.save(model.state_dict(), "model.pt")\n',
+          _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
+          + 'torch.save({"model": model.state_dict()}, "model.pt")\n', "DDP922"),
     Flags(TRAINING, _LATE_GROUP, "DDP917"),
     Flags(TRAINING, _LATE_WRAP, "DDP917"),
     Flags(TRAINING, TRAINING.replace("model(x.to(device))", "model(x.to(rank_device))"), "DDP919"),
