@@ -1842,13 +1842,20 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
     after the if, is wrapped once, after the move; a `net.cuda()` or `net.apply(init)` a
     hundred lines after the optimizer still comes before the wrap (DDP broadcasts rank 0's
     weights once, when it wraps). A `model = torch.compile(model)` comes after the wrap:
-    compiling the DDP module lets the compiler split graphs at DDP's gradient buckets. None
+    compiling the DDP module lets the compiler split graphs at DDP's gradient buckets; but
+    not for a model whose state dict the script saves or loads, whose keys must stay the
+    compiled module's (`_orig_mod.*`, as the single-process script writes them). None
     when a move sits inside the training itself: no place before it sees the model on its
     device.
     """
     function = model.function
     training = _training_start(facts, model)
     compiles = facts.compile_statements.get(model.name, ())
+    if compiles and _state_dict_read(facts, model):
+        # Its checkpoint holds the compiled module's keys (`_orig_mod.*`): wrapped after the
+        # compile, the wrapper's `.module` is that compiled module, under torchrun and plain
+        # python alike, and the saved keys are the single-process script's.
+        compiles = ()
     reaching: list[Statement] = []
     # A move inside another statement (`m = model.to(device)`) touches the model too.
     moving = [facts.statement_of(call) for call in facts.device_moves.get(model.name, ())]
@@ -1896,6 +1903,13 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
             return cast(Statement, anchor)
         reaching = _reaching_inside(facts, anchor, reaching, training)
     return None
+
+
+def _state_dict_read(facts: Facts, model: Model) -> bool:
+    """The script saves or loads the model's weights (`model.state_dict()`,
+    `model.load_state_dict(...)`) in the model's function."""
+    return any(read.attr.value in ("state_dict", "load_state_dict") and facts.function_of(read) is model.function
+               for read in facts.attribute_reads.get(model.name, ()))
 
 
 def _parts_of(facts: Facts, model: Model) -> list[str]:
