@@ -3,7 +3,7 @@ An unseeded shuffle before a split by slices is reported (DDP230)."""
 
 import libcst as cst
 
-from ddpify.analysis import names
+from ddpify.analysis import names, seeding
 from ddpify.analysis.control import Facts
 from ddpify.analysis.nodes import calls_within, dotted_name
 from ddpify.diagnostics import Rule, Severity
@@ -38,7 +38,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     keeps the global one (the split's own default)."""
     # A script that seeds torch (with the same seed on every rank) draws the same split,
     # unless a draw that only rank 0 makes comes first.
-    seeded = any(facts.calls_named.get(qualified) for qualified in names.MANUAL_SEEDS)
+    seeded = seeding.seeded_anywhere(facts, "torch")
     rank0_draws = _draws_in_output(facts)
     for call in facts.calls_named.get(names.RANDOM_SPLIT, ()):
         drawn_before = [draw for draw in rank0_draws if facts.start_of(draw) < facts.start_of(call)]
@@ -70,8 +70,6 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
 # Draws of a permutation from a global generator, by the family whose seed fixes them.
 _SHUFFLE_CALLS = {"random.shuffle": "random", "numpy.random.shuffle": "numpy",
                   "numpy.random.permutation": "numpy", "torch.randperm": "torch"}
-_SEEDS = {"random": frozenset({"random.seed"}), "numpy": frozenset({"numpy.random.seed"}),
-          "torch": names.MANUAL_SEEDS}
 
 
 def _report_unseeded_shuffles(facts: Facts, edits: Edits) -> None:
@@ -81,9 +79,7 @@ def _report_unseeded_shuffles(facts: Facts, edits: Edits) -> None:
     shards overlap and validation leaks into training (DDP230, with the fix). A seed of that
     generator anywhere in the script (the same on every rank), or a call of a function named
     for seeding (`set_seed(args.seed)`, `seed_everything(s)`), keeps it quiet."""
-    seeded_by_helper = any("seed" in callee.rsplit(".", 1)[-1].lower() and callee not in names.MANUAL_SEEDS
-                           for callee in facts.calls_by_callee)
-    if seeded_by_helper:
+    if seeding.seeded_by_a_helper(facts):
         return
     draws = {call: qualified for qualified in _SHUFFLE_CALLS for call in facts.calls_named.get(qualified, ())}
     for call in facts.nodes_of(cst.Call):
@@ -92,7 +88,7 @@ def _report_unseeded_shuffles(facts: Facts, edits: Edits) -> None:
             continue
         family, target = drawn
         families = ("torch", "numpy") if family == "method" else (family,)
-        if any(facts.calls_named.get(seed) for each in families for seed in _SEEDS[each]):
+        if seeding.seeded_anywhere(facts, *families):
             continue
         split = _split_by_slices(facts, call, target)
         if split is None:
@@ -112,7 +108,7 @@ def _shuffled(facts: Facts, call: cst.Call, draws: dict[cst.Call, str]) -> "tupl
         return None
     small = statement.body[0]
     qualified = draws.get(call)
-    if any(arg.keyword is not None and arg.keyword.value in ("generator", "seed") for arg in call.args):
+    if seeding.has_its_own_seed(call):
         return None
     if qualified in ("random.shuffle", "numpy.random.shuffle"):
         if isinstance(small, cst.Expr) and small.value is call and call.args:
