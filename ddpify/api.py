@@ -25,7 +25,7 @@ from ddpify.emit.imports import add_imports, remove_unused_imports
 from ddpify.options import Options
 from ddpify.plan import Plan
 from ddpify.project import Project
-from ddpify.rules import CONCERNS, frameworks, hand_batches, setup
+from ddpify.rules import CONCERNS, frameworks, hand_batches, set_order, setup
 from ddpify.rules.registry import RULES
 
 
@@ -164,6 +164,12 @@ class _MigrateCommand(CodemodCommand):
             raise SkipFile("already distributed")
         if not facts.trains:
             self._note_no_training(facts)
+            if facts.used_elsewhere:
+                # A helper module that does not train still builds what the training reads
+                # (a vocabulary, the class names): a set's order there is reported too.
+                edits = Edits(facts, tree.config_for_parsing, self.options)
+                set_order.report_in_helper(facts, edits)
+                self.diagnostics += edits.diagnostics
             raise SkipFile("no training code")
         edits = Edits(facts, tree.config_for_parsing, self.options)
         plan = setup.choose(facts)

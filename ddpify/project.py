@@ -65,7 +65,7 @@ class Project:
         self.package = ""
         # The module's own tree and folder, where its sys.path edits are read from.
         self._tree: Optional[ast.Module] = None
-        self._folder: Optional[Path] = None
+        self._script_folder: Optional[Path] = None
 
         # Per name the script calls: (effect or None, whether it trains). Every call of the
         # script asks, so each name is resolved once.
@@ -330,11 +330,11 @@ class Project:
     def follows_path_edit(self, line: int) -> bool:
         """The sys.path edit at `line` of this module adds a folder of the project that
         path_folders reads, so the modules imported from there are followed (no DDP909)."""
-        if self._modules is None or self._tree is None or self._folder is None:
+        if self._modules is None or self._tree is None or self._script_folder is None:
             return False
         followed = path_folders(self._modules.root)
         return any(at == line and folder is not None and folder in followed
-                   for at, folder in script_path_edits(self._tree, self._folder, self._modules.root))
+                   for at, folder in script_path_edits(self._tree, self._script_folder, self._modules.root))
 
     def edits_path_out_of_view(self, module: str) -> bool:
         """`module` is one of the project's files (`_init_paths.py`, imported for its effect)
@@ -602,7 +602,7 @@ def read(script: str, source: str, rewritten: Iterable[str] = ()) -> Project:
                     rewritten={Path(file).resolve() for file in rewritten})
     found.module = name
     found.package = package
-    found._tree, found._folder = tree, path.parent
+    found._tree, found._script_folder = tree, path.parent
     return found
 
 

@@ -272,7 +272,8 @@ class Collector(cst.CSTVisitor):
         if forward is not None:
             containers = {attribute for attribute, assign in created.items() if isinstance(assign.value, cst.Call)
                           and self._qualified(assign.value.func) & names.MODULE_CONTAINERS}
-            parts = conditional_parts(forward, set(created) & used, containers, self._qualified)
+            methods = {m.name.value: m for m in node.body.body if isinstance(m, cst.FunctionDef)}
+            parts = conditional_parts(forward, set(created) & used, containers, self._qualified, methods)
             if parts:
                 self.facts.conditional_submodules[node.name.value] = (forward, parts)
 

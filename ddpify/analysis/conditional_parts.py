@@ -21,12 +21,17 @@ _RANDOM_DRAWS = ("random.", "numpy.random.", "torch.rand", "torch.bernoulli", "t
 
 
 def conditional_parts(forward: cst.FunctionDef, attributes: set[str], containers: set[str],
-                      qualified: Qualifier) -> list[ConditionalPart]:
+                      qualified: Qualifier, methods: Optional[dict[str, cst.FunctionDef]] = None
+                      ) -> list[ConditionalPart]:
     """Of `attributes` (submodules __init__ creates), those every read of which in forward
     lies under a test on a parameter of forward or a random draw, or, for `containers` (an
     nn.ModuleDict or nn.ModuleList), is indexed by one (`self.heads[task](h)`: the other
-    heads get no gradient on that call); the first such test or index found for each."""
-    walk = _Walk(forward, attributes, containers, qualified)
+    heads get no gradient on that call); the first such test or index found for each.
+
+    A read in another method of the class that forward calls (`self._aux(h)` under `if
+    with_aux:`, the read of `self.aux_head` in `_aux`) counts as a read at that call, under
+    the test around the call: `methods` are the class's own methods by name."""
+    walk = _Walk(forward, attributes, containers, qualified, methods or {})
     walk.node(forward.body, None)
     found: list[ConditionalPart] = []
     for attribute, seen in walk.guards.items():
@@ -43,9 +48,11 @@ class _Walk:
     """Forward's body in source order, each read of a submodule with the test it runs under."""
 
     def __init__(self, forward: cst.FunctionDef, attributes: set[str], containers: set[str],
-                 qualified: Qualifier) -> None:
+                 qualified: Qualifier, methods: dict[str, cst.FunctionDef]) -> None:
         self.parameters = {param.name.value for param in [*forward.params.params, *forward.params.kwonly_params]}
         self.parameters.discard("self")
+        self.methods = {name: method for name, method in methods.items() if method is not forward}
+        self.entered: list[str] = []
         self.attributes = attributes
         self.containers = containers
         self.qualified = qualified
@@ -84,6 +91,10 @@ class _Walk:
             self.block(node.body, guard)
         elif isinstance(node, cst.Attribute):
             self.record(node, guard)
+        elif isinstance(node, cst.Call) and self.own_method(node) is not None:
+            for child in traversal.children(node):
+                self.node(child, guard)
+            self.method(self.own_method(node), guard)
         elif isinstance(node, cst.Subscript) and self.picks_an_entry(node):
             self.record(node.value, guard or (self.reason(node) or None, node, True))
             for element in node.slice:
@@ -91,6 +102,25 @@ class _Walk:
         else:
             for child in traversal.children(node):
                 self.node(child, guard)
+
+    def own_method(self, call: cst.Call) -> Optional[str]:
+        """`self._aux(h)`: a method of the class, not yet being walked."""
+        func = call.func
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self" \
+                and func.attr.value in self.methods and func.attr.value not in self.entered:
+            return func.attr.value
+        return None
+
+    def method(self, name: Optional[str], guard: Optional[Guard]) -> None:
+        """The called method's body under the call's test. Its own parameters are not
+        forward's: a test on one of them is read as no test (the part counts as run)."""
+        if name is None:
+            return
+        parameters, self.parameters = self.parameters, set()
+        self.entered.append(name)
+        self.node(self.methods[name].body, guard)
+        self.entered.pop()
+        self.parameters = parameters
 
     def branches(self, node: Union[cst.If, cst.IfExp], guard: Optional[Guard]) -> None:
         reason = self.reason(node.test)

@@ -16,10 +16,11 @@ from typing import Optional
 from ddpify.analysis import effects, names
 from ddpify.analysis.ast_names import dotted_ast
 
-# Builtins that compute or build, and the exceptions a helper raises.
+# Builtins that compute or build, and the exceptions a helper raises. Not set(): a set read
+# in its order (a vocabulary) is reported even in a module that does not train (DDP227).
 _BUILTIN_CALLS = frozenset(f"builtins.{name}" for name in (
     "len", "int", "float", "str", "bool", "round", "min", "max", "abs", "range", "enumerate",
-    "zip", "format", "repr", "isinstance", "sum", "sorted", "list", "dict", "tuple", "set",
+    "zip", "format", "repr", "isinstance", "sum", "sorted", "list", "dict", "tuple",
     "divmod", "map", "filter", "any", "all", "reversed", "super", "ValueError", "TypeError",
     "KeyError", "IndexError", "RuntimeError", "NotImplementedError", "AssertionError",
 ))
@@ -122,6 +123,8 @@ class _Module:
             return isinstance(node, (ast.Import, ast.ImportFrom)) and node in self.tree.body or (
                 isinstance(node, ast.Compare) and not any(_is_string(side) for side in
                                                           [node.left, *node.comparators]))
+        if isinstance(node, ast.SetComp):
+            return False
         if isinstance(node, ast.Constant):
             return not isinstance(node.value, str) or not _names_a_device(node.value)
         if isinstance(node, ast.FunctionDef):

@@ -10,7 +10,7 @@ from typing import Callable, Optional, cast
 
 import libcst as cst
 
-from ddpify.analysis import names
+from ddpify.analysis import names, seeding
 from ddpify.analysis.control import Facts, is_training_loader, parameter_names
 from ddpify.analysis.facts import Loader, Statement
 from ddpify.analysis.nodes import (
@@ -756,9 +756,6 @@ def _shard_existing_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loa
 
 
 # Calls that fix what the random draws after them give: the same on every rank.
-_SEEDING_CALLS = frozenset({"np.random.seed", "numpy.random.seed", "random.seed", "torch.manual_seed",
-                            "np.random.RandomState", "numpy.random.RandomState", "np.random.default_rng",
-                            "numpy.random.default_rng", "random.Random"})
 _DRAWS = frozenset({"shuffle", "permutation", "randperm", "choice", "sample", "random_split", "train_test_split"})
 
 
@@ -774,14 +771,13 @@ def _indices_alike_on_every_rank(facts: Facts, loader: Loader, sampler: cst.Base
     if function is None:
         return False
     before = [call for call in calls_within(function.body) if facts.start_of(call) < facts.start_of(sampler)]
+    qualified = seeding.qualified_names(facts)
     seeded = False
     for call in sorted(before, key=facts.start_of):
-        callee = dotted_name(call.func) or ""
-        if callee in _SEEDING_CALLS and call.args:  # (`np.random.seed()` reseeds from the OS)
+        callee = seeding.callee_of(call, qualified)
+        if seeding.seeds_a_generator(callee, call):
             seeded = True
-        elif callee.rsplit(".", 1)[-1] in _DRAWS and not seeded and not any(
-                arg.keyword is not None and arg.keyword.value in ("random_state", "generator", "seed")
-                for arg in call.args):
+        elif callee.rsplit(".", 1)[-1] in _DRAWS and not seeded and not seeding.has_its_own_seed(call):
             return False
     return True
 

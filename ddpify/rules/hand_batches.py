@@ -11,7 +11,7 @@ from typing import Optional
 
 import libcst as cst
 
-from ddpify.analysis import names, traversal
+from ddpify.analysis import names, seeding, traversal
 from ddpify.analysis.control import Facts, is_training_loader
 from ddpify.analysis.nodes import calls_within, dotted_name, names_in, target_names
 from ddpify.diagnostics import Rule, Severity
@@ -143,7 +143,7 @@ def _why_not(facts: Facts, loop: cst.For) -> Optional[str]:
     if carried:
         return (f"`{sorted(carried)[0]}` is carried from one batch to the next, so ranks cannot "
                 "take batches out of order")
-    seeded = any(facts.calls_named.get(qualified) for qualified in names.MANUAL_SEEDS)
+    seeded = seeding.seeded_anywhere(facts, "torch")
     shuffled = [call for qualified in sorted(SHUFFLES) for call in facts.calls_named.get(qualified, ())]
     if shuffled and not seeded:
         return (f"the data is shuffled at line {facts.line_of(shuffled[0])} without a seed, so "

@@ -31,6 +31,7 @@ from ddpify.analysis.nodes import (
     names_in,
     names_within,
     positional_parameters,
+    self_attributes,
 )
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.ddp import (
@@ -1669,8 +1670,9 @@ def _report_parts_run_on_some_calls(facts: Facts, edits: Edits, model: Model, an
         for class_name in [name for name in facts.classes if f"{name}(" in code]:
             for part, forward, nested in _conditional_parts_within(facts, class_name):
                 if nested and part.parameter not in (None, TRAINING_MODE):
-                    continue  # what the outer forward hands an inner one is not read here
-                if part.parameter is not None and _runs_on_every_training_call(facts, model, forward, part):
+                    if _handed_so_it_runs(facts, model, class_name, forward, part):
+                        continue
+                elif part.parameter is not None and _runs_on_every_training_call(facts, model, forward, part):
                     continue
                 why = (f"`{part.parameter}` decides" if part.parameter is not None
                        else "a random draw decides")
@@ -1720,6 +1722,84 @@ def _runs_on_every_training_call(facts: Facts, model: Model, forward: cst.Functi
             return False
         outcome = _literal_test(part.test, parameter, value)
         if outcome is None or outcome != part.runs_when:
+            return False
+    return True
+
+
+def _handed_so_it_runs(facts: Facts, model: Model, class_name: str, forward: cst.FunctionDef,
+                       part: ConditionalPart) -> bool:
+    """Rule: a part of an inner class that its forward runs under a test on one of its own
+    parameters (`Block.forward(x, mask=None)`: `if mask is not None: self.gate(mask)`) runs
+    on every training call only when every call of that class's instances in the outer
+    classes' methods (`self.block(h, mask)`, `for block in self.blocks: h = block(h, mask)`)
+    hands it a literal (or leaves its default) under which the test lets it run, or hands
+    it a parameter of the model's forward that every call of the model in a training loop
+    gives such a literal. Any other value, or a call not found, leaves the part conditional."""
+    inner = facts.class_of(forward)
+    parameter = cast(str, part.parameter)
+    if inner is None:
+        return False
+    calls = _calls_of_inner_instances(facts, inner)
+    if not calls:
+        return False
+    defaults = {param.name.value: param.default for param in [*forward.params.params, *forward.params.kwonly_params]}
+    positional = positional_parameters(forward)[1:]
+    outer = facts.classes.get(class_name)
+    for call, method in calls:
+        if any(arg.star for arg in call.args):
+            return False
+        value = argument_among(call, parameter, positional) or defaults.get(parameter)
+        if value is None:
+            return False
+        handed = dotted_name(value)
+        if handed is None or handed in ("None", "True", "False"):
+            if _literal_test(part.test, parameter, value) != part.runs_when:
+                return False
+            continue
+        if handed is None or method.name.value != "forward" or facts.class_of(method) is not outer \
+                or handed not in parameter_names(method):
+            return False
+        if not _model_calls_give(facts, model, method, handed, part):
+            return False
+    return True
+
+
+def _calls_of_inner_instances(facts: Facts, inner: cst.ClassDef) -> list[tuple[cst.Call, cst.FunctionDef]]:
+    """Calls of the instances of `inner` that other classes of this file keep (`self.block =
+    Block(...)`, `self.blocks = nn.ModuleList([Block(...) for ...])`) in their methods: of
+    `self.block(...)`, and of the loop variable of `for block in self.blocks:`."""
+    found: list[tuple[cst.Call, cst.FunctionDef]] = []
+    for name, outer in facts.classes.items():
+        init = facts.class_inits.get(name)
+        if outer is inner or init is None:
+            continue
+        holders = {f"self.{attribute}" for attribute, assign in self_attributes(init) if assign is not None and any(
+            dotted_name(call.func) == inner.name.value for call in find_all(assign.value, cst.Call))}
+        if not holders:
+            continue
+        for method in outer.body.body:
+            if not isinstance(method, cst.FunctionDef) or method is init:
+                continue
+            names = set(holders) | {loop.target.value for loop in find_all(method.body, cst.For)
+                                    if isinstance(loop.target, cst.Name) and dotted_name(loop.iter) in holders}
+            found += [(call, method) for call in find_all(method.body, cst.Call) if dotted_name(call.func) in names]
+    return found
+
+
+def _model_calls_give(facts: Facts, model: Model, forward: cst.FunctionDef, parameter: str,
+                      part: ConditionalPart) -> bool:
+    """Every call of the model in a training loop gives the model's forward `parameter` (or
+    leaves its default) a literal under which the inner part's test lets it run."""
+    calls = [call for call in facts.calls_by_callee.get(model.name, ()) if _training_loop_around(facts, call)]
+    if not calls:
+        return False
+    defaults = {param.name.value: param.default for param in [*forward.params.params, *forward.params.kwonly_params]}
+    positional = positional_parameters(forward)[1:]
+    for call in calls:
+        value = argument_among(call, parameter, positional) or defaults.get(parameter)
+        if any(arg.star == "**" for arg in call.args) or value is None:
+            return False
+        if _literal_test(part.test, cast(str, part.parameter), value) != part.runs_when:
             return False
     return True
 
@@ -1826,13 +1906,20 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
     after the if, is wrapped once, after the move; a `net.cuda()` or `net.apply(init)` a
     hundred lines after the optimizer still comes before the wrap (DDP broadcasts rank 0's
     weights once, when it wraps). A `model = torch.compile(model)` comes after the wrap:
-    compiling the DDP module lets the compiler split graphs at DDP's gradient buckets. None
+    compiling the DDP module lets the compiler split graphs at DDP's gradient buckets; but
+    not for a model whose state dict the script saves or loads, whose keys must stay the
+    compiled module's (`_orig_mod.*`, as the single-process script writes them). None
     when a move sits inside the training itself: no place before it sees the model on its
     device.
     """
     function = model.function
     training = _training_start(facts, model)
     compiles = facts.compile_statements.get(model.name, ())
+    if compiles and _state_dict_read(facts, model):
+        # Its checkpoint holds the compiled module's keys (`_orig_mod.*`): wrapped after the
+        # compile, the wrapper's `.module` is that compiled module, under torchrun and plain
+        # python alike, and the saved keys are the single-process script's.
+        compiles = ()
     reaching: list[Statement] = []
     # A move inside another statement (`m = model.to(device)`) touches the model too.
     moving = [facts.statement_of(call) for call in facts.device_moves.get(model.name, ())]
@@ -1882,6 +1969,13 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
             return cast(Statement, anchor)
         reaching = _reaching_inside(facts, anchor, reaching, training)
     return None
+
+
+def _state_dict_read(facts: Facts, model: Model) -> bool:
+    """The script saves or loads the model's weights (`model.state_dict()`,
+    `model.load_state_dict(...)`) in the model's function."""
+    return any(read.attr.value in ("state_dict", "load_state_dict") and facts.function_of(read) is model.function
+               for read in facts.attribute_reads.get(model.name, ()))
 
 
 def _parts_of(facts: Facts, model: Model) -> list[str]:

@@ -14,7 +14,7 @@ from typing import Optional, Union, cast
 
 import libcst as cst
 
-from ddpify.analysis import memo, traversal
+from ddpify.analysis import memo, seeding, traversal
 from ddpify.analysis.control import Facts, receiver_of
 from ddpify.analysis.facts import BlockItem, Statement
 from ddpify.analysis.nodes import (
@@ -757,19 +757,6 @@ def seeded_per_rank(facts: Facts, seed: cst.Call, draw: cst.Call) -> Optional[cs
                  and any(_reads_the_rank(facts, argument.value, scope) for argument in call.args)), None)
 
 
-def seeded_before(facts: Facts, seed: cst.Call, draw: cst.Call) -> bool:
-    """The seed runs before the draw: above it in the same function (or at module level, where
-    a module-level seed runs at import, before any function is called), or in a function
-    called above the draw in the draw's own function (`set_seed(0)` then the draws)."""
-    where, scope = facts.function_of(seed), facts.function_of(draw)
-    if where is None:
-        return scope is not None or facts.start_of(seed) < facts.start_of(draw)
-    if where is scope:
-        return facts.start_of(seed) < facts.start_of(draw)
-    return any(facts.function_of(call) is scope and facts.start_of(call) < facts.start_of(draw)
-               for call in facts.calls_of(where))
-
-
 def report_settings_drawn_at_random(facts: Facts, edits: Edits) -> None:
     """Rule: a training setting drawn from the global generator of `random` or `numpy.random`
     that nothing seeded above the draw (`num_epochs = random.choice([100, 150])`, `lr =
@@ -786,15 +773,14 @@ def report_settings_drawn_at_random(facts: Facts, edits: Edits) -> None:
     alike on every rank before the draw, or to broadcast rank 0's value."""
     if not (facts.training_calls or facts.training_helper_calls or facts.models):
         return
-    seeds = {"random": facts.calls_named.get("random.seed", []),
-             "numpy.random": facts.calls_named.get("numpy.random.seed", [])}
+    seeds = {"random": seeding.seed_calls(facts, "random"), "numpy.random": seeding.seed_calls(facts, "numpy")}
     bounds = {name for loop in facts.nodes_of(cst.For) if isinstance(loop.iter, cst.Call)
               and dotted_name(loop.iter.func) == "range" for name in names_within(loop.iter)}
     reported: set[Statement] = set()
     for qualified in sorted(GLOBAL_DRAWS):
         generator = qualified.rpartition(".")[0]
         for draw in facts.calls_named.get(qualified, ()):
-            seeded = [seed for seed in seeds[generator] if seeded_before(facts, seed, draw)]
+            seeded = [seed for seed in seeds[generator] if seeding.seeded_before(facts, seed, draw)]
             per_rank = [call for call in (seeded_per_rank(facts, seed, draw) for seed in seeded) if call is not None]
             if len(per_rank) < len(seeded) \
                     or any(loop in facts.training_loops for loop in facts.enclosing_loops(draw)):

@@ -52,10 +52,38 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         if where in reported:
             continue
         reported.add(where)
-        edits.report("DDP227", where, (
-            f"a set's order numbers the data differently on each rank: `{edits.code(items)}` is read in "
-            "its iteration order, which for strings differs per process (hash salt), so each rank numbers "
-            f"the items its own way; sort it (`sorted({edits.code(items)})`)"))
+        _report(edits, where, items)
+
+
+def report_in_helper(facts: Facts, edits: Edits) -> None:
+    """Rule: a module of the project that does not train, whose functions other modules
+    import (`build_vocab(texts)` in vocab.py): the vocabulary or class list it builds is what
+    every rank's training reads, so a set read in its order there is reported as in the
+    script, where it runs when the script runs (module level, or a function or class that
+    another module imports)."""
+    sets = _Sets(facts)
+    reported: set[cst.CSTNode] = set()
+    for where, items in sets.read_in_order():
+        top = _top_level_statement(facts, where)
+        if where in reported or isinstance(top, (cst.FunctionDef, cst.ClassDef)) and (
+                top.name.value not in facts.used_elsewhere):
+            continue
+        reported.add(where)
+        _report(edits, where, items)
+
+
+def _top_level_statement(facts: Facts, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+    current: Optional[cst.CSTNode] = node
+    while current is not None and facts.parents.get(current) is not facts.module:
+        current = facts.parents.get(current)
+    return current
+
+
+def _report(edits: Edits, where: cst.CSTNode, items: cst.BaseExpression) -> None:
+    edits.report("DDP227", where, (
+        f"a set's order numbers the data differently on each rank: `{edits.code(items)}` is read in "
+        "its iteration order, which for strings differs per process (hash salt), so each rank numbers "
+        f"the items its own way; sort it (`sorted({edits.code(items)})`)"))
 
 
 class _Sets:
@@ -64,13 +92,21 @@ class _Sets:
         self.qualified = {call: name for name, calls in facts.calls_named.items() for call in calls}
         self.names = _names_bound_to_sets(facts, self.qualified)
 
-    def is_set(self, node: cst.BaseExpression, around: cst.CSTNode) -> bool:
+    def is_set(self, node: cst.BaseExpression, around: cst.CSTNode, depth: int = 0) -> bool:
         if isinstance(node, cst.Name):
             scope = self.facts.function_of(around)
             kept = self.names.get((scope, node.value))
             if kept is None and scope is not None and not _binds(self.facts, scope, node.value):
                 kept = self.names.get((None, node.value))
             return bool(kept)
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and depth < 2:
+            # `enumerate(unique_words(texts))`: a function of this file whose every return is
+            # a set of items that may be strings.
+            function = self.facts.functions.get(node.func.value)
+            returned = [each.value for each in find_all(function.body, cst.Return, into_functions=False)] \
+                if function is not None else []
+            if returned and all(value is not None and self.is_set(value, value, depth + 1) for value in returned):
+                return True
         return _makes_a_set(node, self.qualified) and not _of_numbers(node)
 
     def order_dropped(self, node: cst.CSTNode) -> bool:

@@ -140,8 +140,11 @@ def _caller_of_every_training_function(
     down once at its end; the stages' own choices of "cuda" mean this rank's GPU."""
     stages = {model.function for model in facts.models}
     if len(stages) < 2 or None in stages or not facts.device_assignments or any(
-            assignment.function not in stages for assignment in facts.device_assignments):
+            assignment.function not in stages or not _device_type_only_choice(facts, assignment)
+            for assignment in facts.device_assignments):
         return None
+    if facts.fixed_device_moves or facts.fixed_device_values or moves_to_a_gpu_index(facts):
+        return None  # a GPU named by index there: the setup must replace that choice
     blocks = set()
     for stage in stages:
         calls = facts.calls_of(stage)
@@ -165,6 +168,14 @@ def _caller_of_every_training_function(
             and not called_repeatedly(facts, owner):
         return owner, block
     return None
+
+
+def _device_type_only_choice(facts: Facts, assignment: DeviceAssignment) -> bool:
+    """`torch.device("cuda" if torch.cuda.is_available() else "cpu")`, `"cuda" if ... else
+    "cpu"`: device types only, no GPU index (`"cuda:0"`, `torch.device("cuda", 0)`)."""
+    code = facts.module.code_for_node(assignment.statement)
+    return (assignment.cuda_or_cpu or assignment.is_string) and "cuda:" not in code \
+        and not find_all(assignment.statement, cst.Integer)
 
 
 def _moves_to_an_unfollowed_device(facts: Facts) -> list[cst.Call]:

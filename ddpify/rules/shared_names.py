@@ -12,7 +12,7 @@ from typing import Optional
 
 import libcst as cst
 
-from ddpify.analysis import names, traversal
+from ddpify.analysis import names, seeding, traversal
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Statement
 from ddpify.analysis.nodes import dotted_name, find_all, names_in
@@ -112,8 +112,7 @@ def _drawn_at_random(facts: Facts, call: cst.Call) -> Optional[tuple[str, cst.Ca
     that no seed of it precedes (`run_id = random.randint(1, 100000)`, `logdir =
     os.path.join("runs", str(run_id))`): that draw is what differs per rank. The name and
     the draw; None otherwise."""
-    seeds = [seed for qualified in ("random.seed", "numpy.random.seed")
-             for seed in facts.calls_named.get(qualified, ())]
+    seeds = seeding.seed_calls(facts, "random", "numpy")
     draws = {draw for qualified in report_only.GLOBAL_DRAWS for draw in facts.calls_named.get(qualified, ())}
     for argument in call.args:
         for handed in names_in(argument.value):
@@ -124,7 +123,7 @@ def _drawn_at_random(facts: Facts, call: cst.Call) -> Optional[tuple[str, cst.Ca
                     for inner in (value, *find_all(value, cst.Call)):
                         if not isinstance(inner, cst.Call):
                             continue
-                        if inner in draws and not any(report_only.seeded_before(facts, seed, inner) for seed in seeds):
+                        if inner in draws and not any(seeding.seeded_before(facts, seed, inner) for seed in seeds):
                             return handed, inner
                 frontier = [name for value in values for name in names_in(value) if name not in seen]
                 seen.update(frontier)

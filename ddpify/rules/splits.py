@@ -3,9 +3,9 @@ An unseeded shuffle before a split by slices is reported (DDP230)."""
 
 import libcst as cst
 
-from ddpify.analysis import names
+from ddpify.analysis import names, seeding
 from ddpify.analysis.control import Facts
-from ddpify.analysis.nodes import calls_within, dotted_name, names_in
+from ddpify.analysis.nodes import calls_within, dotted_name
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan
@@ -38,7 +38,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     keeps the global one (the split's own default)."""
     # A script that seeds torch (with the same seed on every rank) draws the same split,
     # unless a draw that only rank 0 makes comes first.
-    seeded = bool(_alike_seeds(facts, "torch"))
+    seeded = seeding.seeded_alike(facts, "torch")
     rank0_draws = _draws_in_output(facts)
     for call in facts.calls_named.get(names.RANDOM_SPLIT, ()):
         drawn_before = [draw for draw in rank0_draws if facts.start_of(draw) < facts.start_of(call)]
@@ -70,8 +70,6 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
 # Draws of a permutation from a global generator, by the family whose seed fixes them.
 _SHUFFLE_CALLS = {"random.shuffle": "random", "numpy.random.shuffle": "numpy",
                   "numpy.random.permutation": "numpy", "torch.randperm": "torch"}
-_SEEDS = {"random": frozenset({"random.seed"}), "numpy": frozenset({"numpy.random.seed"}),
-          "torch": names.MANUAL_SEEDS}
 
 
 def _report_unseeded_shuffles(facts: Facts, edits: Edits) -> None:
@@ -81,11 +79,7 @@ def _report_unseeded_shuffles(facts: Facts, edits: Edits) -> None:
     shards overlap and validation leaks into training (DDP230, with the fix). A seed of that
     generator anywhere in the script (the same on every rank), or a call of a function named
     for seeding (`set_seed(args.seed)`, `seed_everything(s)`), keeps it quiet."""
-    generator_seeds = {call for family in _SEEDS for seed in _SEEDS[family] for call in facts.calls_named.get(seed, ())}
-    seeded_by_helper = any("seed" in callee.rsplit(".", 1)[-1].lower() and call not in generator_seeds
-                           and not _differs(facts, call) for callee, calls in facts.calls_by_callee.items()
-                           for call in calls)
-    if seeded_by_helper:
+    if seeding.seeded_by_a_helper(facts):
         return
     draws = {call: qualified for qualified in _SHUFFLE_CALLS for call in facts.calls_named.get(qualified, ())}
     for call in facts.nodes_of(cst.Call):
@@ -94,12 +88,12 @@ def _report_unseeded_shuffles(facts: Facts, edits: Edits) -> None:
             continue
         family, target = drawn
         families = ("torch", "numpy") if family == "method" else (family,)
-        if any(_alike_seeds(facts, each) for each in families):
+        if seeding.seeded_alike(facts, *families):
             continue
         split = _split_by_slices(facts, call, target)
         if split is None:
             continue
-        differing = [seed for each in families for name in _SEEDS[each] for seed in facts.calls_named.get(name, ())]
+        differing = seeding.seed_calls(facts, *families)
         seeded_apart = (f", seeded by `{edits.code(differing[0])}` (line {facts.line_of(differing[0])}) with a "
                         "value that differs per process,") if differing else ""
         edits.report("DDP230", call, (
@@ -111,50 +105,6 @@ def _report_unseeded_shuffles(facts: Facts, edits: Edits) -> None:
             "random.seed(s)) or draw it from a seeded generator"))
 
 
-# Values that differ from process to process: the clock and the process id, and the draws of
-# a generator, by its family, when nothing seeds that generator.
-_PER_PROCESS = frozenset({"time.time", "time.time_ns", "time.perf_counter", "time.monotonic", "os.getpid",
-                          "datetime.datetime.now", "torch.seed", "torch.random.seed"})
-_DRAWS = {"random": ("random.randint", "random.random", "random.randrange", "random.uniform",
-                     "random.getrandbits", "random.choice"),
-          "numpy": ("numpy.random.randint", "numpy.random.rand", "numpy.random.random", "numpy.random.uniform",
-                    "numpy.random.choice"),
-          "torch": ("torch.randint",)}
-
-
-def _alike_seeds(facts: Facts, family: str) -> list[cst.Call]:
-    """The calls that seed `family`'s global generator with the same value on every rank."""
-    return [call for seed in _SEEDS[family] for call in facts.calls_named.get(seed, ())
-            if call.args and not _differs(facts, call)]
-
-
-def _differs(facts: Facts, node: cst.CSTNode, depth: int = 0) -> bool:
-    """Rule: a seed is no seed across ranks when its value comes from the clock, the process
-    id or a draw of a generator the script never seeds (`random_seed = random.randint(1, 100)`
-    then `np.random.seed(random_seed)`; `torch.manual_seed(int(time.time()))`), in the call or
-    through a name bound to such a value: each rank seeds its own way. `np.random.seed()` and
-    `random.seed()` without a value seed from the system, which differs per process too."""
-    for call in calls_within(node):
-        qualified = _qualified(facts, call)
-        if qualified in _PER_PROCESS or (qualified in ("random.seed", "numpy.random.seed") and not call.args):
-            return True
-        family = next((each for each, draws in _DRAWS.items() if qualified in draws), None)
-        if family is not None and not any(seed.args for name in _SEEDS[family]
-                                          for seed in facts.calls_named.get(name, ())):
-            return True
-    if depth >= 2:
-        return False
-    values = [arg.value for arg in node.args] if isinstance(node, cst.Call) else [node]
-    return any(_differs(facts, bound, depth + 1) for value in values for name in names_in(value)
-               for bound in facts.assigned_values.get(name, ()))
-
-
-def _qualified(facts: Facts, call: cst.Call) -> "str | None":
-    return next((qualified for qualified in (*_PER_PROCESS, *(d for ds in _DRAWS.values() for d in ds),
-                                             "random.seed", "numpy.random.seed")
-                 if call in facts.calls_named.get(qualified, ())), None)
-
-
 def _shuffled(facts: Facts, call: cst.Call, draws: dict[cst.Call, str]) -> "tuple[str, str] | None":
     """(the generator's family, the name that holds the permutation) for a draw of one."""
     statement = facts.statement_of(call)
@@ -162,7 +112,7 @@ def _shuffled(facts: Facts, call: cst.Call, draws: dict[cst.Call, str]) -> "tupl
         return None
     small = statement.body[0]
     qualified = draws.get(call)
-    if any(arg.keyword is not None and arg.keyword.value in ("generator", "seed") for arg in call.args):
+    if seeding.has_its_own_seed(call):
         return None
     if qualified in ("random.shuffle", "numpy.random.shuffle"):
         if isinstance(small, cst.Expr) and small.value is call and call.args:
