@@ -189,6 +189,11 @@ def test_a_wrap_of_a_module_with_nothing_to_train_is_found():
     unfrozen = frozen.replace("teacher.requires_grad_(False)\n", "teacher.requires_grad_(False)\n"
                               "for p in teacher.bias_head.parameters():\n    p.requires_grad = True\n")
     assert codes(ORIGINAL, unfrozen) == []
+    # The guard ddpify emits where a model may be frozen at its wrap: DDP is then never built.
+    guarded = frozen.replace("if distributed:\n    teacher = DDP(", "if distributed and any(p.requires_grad for p "
+                             "in teacher.parameters()):\n    teacher = DDP(")
+    assert guarded != frozen
+    assert codes(ORIGINAL, guarded) == []
 
 
 def test_a_second_join_on_the_same_path_is_found():

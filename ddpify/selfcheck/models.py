@@ -136,7 +136,7 @@ def _nothing_to_train(source: Source, model: str, wrap: ast.Call) -> Optional[st
     no parameter (a loss, an activation) or one its scope froze before the wrap
     (`teacher.requires_grad_(False)`, `for p in teacher.parameters(): p.requires_grad = False`)
     with no later unfreezing before the wrap."""
-    if "." in model:
+    if "." in model or _guarded_by_a_trainable_test(source, model, wrap):
         return None
     scope = source.scope_of(wrap)
     frozen: Optional[str] = None
@@ -151,6 +151,25 @@ def _nothing_to_train(source: Source, model: str, wrap: ast.Call) -> Optional[st
     if frozen is None:
         return None
     return f"the wrap is handed a module with no trainable parameter ({frozen}): DDP raises when it is built"
+
+
+def _guarded_by_a_trainable_test(source: Source, model: str, wrap: ast.Call) -> bool:
+    """The wrap runs only when the model has a parameter to train: under the guard ddpify
+    emits for a model frozen on some path (`if distributed and any(p.requires_grad for p in
+    model.parameters()):`). A frozen model then stays unwrapped; DDP is never built."""
+    for ancestor in source.ancestors(wrap):
+        if not isinstance(ancestor, ast.If):
+            continue
+        for node in ast.walk(ancestor.test):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "any" \
+                    and node.args and isinstance(node.args[0], ast.GeneratorExp):
+                generator = node.args[0]
+                over = generator.generators[0].iter
+                if isinstance(generator.elt, ast.Attribute) and generator.elt.attr == "requires_grad" \
+                        and isinstance(over, ast.Call) and isinstance(over.func, ast.Attribute) \
+                        and over.func.attr == "parameters" and dotted(over.func.value) == model:
+                    return True
+    return False
 
 
 def _parameterless(source: Source, value: Optional[ast.expr]) -> Optional[str]:
