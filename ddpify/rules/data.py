@@ -764,8 +764,9 @@ def _indices_alike_on_every_rank(facts: Facts, loader: Loader, sampler: cst.Base
     (`get_train_valid_loader`) is sharded by DistributedSamplerWrapper only when every rank
     holds the same `train_idx`: the function draws nothing at random before the sampler
     (`indices[split:]`), or seeds what it draws first (`np.random.seed(random_seed);
-    np.random.shuffle(indices)`, `train_test_split(..., random_state=seed)`). A list
-    shuffled with an unseeded generator differs per rank, and the split stays a person's
+    np.random.shuffle(indices)`, `train_test_split(..., random_state=seed)`) with a value alike
+    on every rank (not `random_seed = random.randint(1, 100)`: seeding.differs_per_process).
+    A list shuffled with an unseeded generator differs per rank, and the split stays a person's
     call (DDP207)."""
     function = loader.function
     if function is None:
@@ -775,7 +776,7 @@ def _indices_alike_on_every_rank(facts: Facts, loader: Loader, sampler: cst.Base
     seeded = False
     for call in sorted(before, key=facts.start_of):
         callee = seeding.callee_of(call, qualified)
-        if seeding.seeds_a_generator(callee, call):
+        if seeding.seeds_a_generator(callee, call) and not seeding.differs_per_process(facts, call):
             seeded = True
         elif callee.rsplit(".", 1)[-1] in _DRAWS and not seeded and not seeding.has_its_own_seed(call):
             return False
