@@ -120,6 +120,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     _report_parts_called_apart(facts, edits)
     for call, value in facts.models_handed_unnamed:
         _wrap_or_report_handed_unnamed(facts, edits, setup, call, value)
+    _unwrap_state_of_trainers_made_here(facts, edits, setup)
     if setup.library:
         _unwrap_models_handed_in(facts, edits, setup)
     elif facts.training_helper_calls and not facts.models and not (
@@ -797,6 +798,26 @@ def _unwrap_attributes_of_objects_handed_in(facts: Facts, edits: Edits) -> None:
                    and owner != receiver_of(facts, function) for function in functions):
             continue
         _read_through_module(facts, edits, name, reads)
+
+
+def _unwrap_state_of_trainers_made_here(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """Rule: `trainer = Trainer(generator, discriminator, ...)`, a class of another module of the
+    project that moves what it keeps as `self.G` (and so wraps it there), then
+    `torch.save(trainer.G.state_dict(), path)` here: `trainer.G` is the DDP wrapper, so its
+    state dict (saved or loaded) is read through `.module`, and checkpoints keep the
+    single-GPU keys. Only the state-dict methods: a call of `trainer.G(z)` stays on the wrapper."""
+    if setup.library:
+        return  # (a helper module's own objects: _unwrap_models_handed_in)
+    made = {id(call) for call in facts.training_constructors}
+    for name, reads in sorted(facts.attribute_reads.items()):
+        owner, _, attribute = name.partition(".")
+        values = facts.assigned_values.get(owner, [])
+        if not attribute or "." in attribute or attribute not in facts.moved_self_attributes or not values or not all(
+                id(value) in made for value in values):
+            continue
+        state_reads = [read for read in reads if read.attr.value in _STATE_DICT_METHODS]
+        if state_reads:
+            _read_through_module(facts, edits, name, state_reads)
 
 
 def _read_through_module(facts: Facts, edits: Edits, name: str, reads: Iterable[cst.Attribute]) -> None:
