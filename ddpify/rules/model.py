@@ -117,6 +117,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         params = edits.code(optimizer.args[0].value) if optimizer.args else "none given"
         edits.report("DDP903", optimizer, f"could not find which module this optimizer trains (parameters: "
                      f"`{params}`): wrap that module in DDP by hand, or all-reduce these gradients")
+    _report_optimized_collections(facts, edits)
     _report_parts_called_apart(facts, edits)
     for call, value in facts.models_handed_unnamed:
         _wrap_or_report_handed_unnamed(facts, edits, setup, call, value)
@@ -798,6 +799,17 @@ def _unwrap_attributes_of_objects_handed_in(facts: Facts, edits: Edits) -> None:
                    and owner != receiver_of(facts, function) for function in functions):
             continue
         _read_through_module(facts, edits, name, reads)
+
+
+def _report_optimized_collections(facts: Facts, edits: Edits) -> None:
+    """Rule: an optimizer over the parameters of each module of a collection ddpify cannot
+    name (`chain(student.parameters(), *[c.parameters() for c in criterionKD[1:]])`, the
+    trainable regressors of a distillation): DDP holds none of them, so their gradients would
+    differ on each rank; the loop variable is no model to wrap. Reported (DDP903), never exit 0."""
+    for optimizer, collection in facts.optimized_collections:
+        edits.report("DDP903", optimizer, f"this optimizer also trains each module of `{edits.code(collection)}`, "
+                     f"which ddpify cannot name one by one: wrap each of them in DDP by hand (after it reaches its "
+                     f"device), or all-reduce their gradients")
 
 
 def _unwrap_state_of_trainers_made_here(facts: Facts, edits: Edits, setup: Plan) -> None:
