@@ -38,6 +38,7 @@ from ddpify.analysis.nodes import (
     keyword_args,
     made_one_each,
     names_a_values_device,
+    names_in,
     names_within,
     positional_args,
     positional_parameters,
@@ -1481,6 +1482,14 @@ class Collector(cst.CSTVisitor):
                 model = dotted_name(call.func.value)
                 named = named or model is not None
                 elements = self._modules_looped_over(call, model, [first, *values]) if model and first else None
+                collection = self._loop_collection(call, model, [first, *values]) if model and first else None
+                if elements is None and collection is not None and model and not self._bound_by_a_for_statement(model):
+                    # `*[c.parameters() for c in criteria[1:]]`, `c` bound by comprehensions
+                    # alone: no statement could take a wrap of it, and the collection's modules
+                    # cannot be named; rules/model.py reports them. (A `for name, m in
+                    # models.items():` loop that moves each takes the wraps: rules/model.py.)
+                    self.facts.optimized_collections.append((node, collection))
+                    continue
                 for each in elements or ([model] if model else []):
                     if each != "self" and not self._model_known(each):
                         self.facts.models.append(Model(each, self._statement(node), self._function()))
@@ -1573,6 +1582,31 @@ class Collector(cst.CSTVisitor):
         while node is not None:
             if isinstance(node, cst.For) and isinstance(node.target, cst.Name) and node.target.value == name:
                 return self._named_elements(node.iter)
+            node = self.parents.get(node)
+        return None
+
+    def _bound_by_a_for_statement(self, name: str) -> bool:
+        """A `for` statement of this file binds `name` (`for name, module in models.items():`)."""
+        return any(name in names_in(loop.target)
+                   for loop in find_all(self.facts.module, cst.For))
+
+    def _loop_collection(self, call: cst.Call, name: str, roots: list[cst.BaseExpression]
+                         ) -> Optional[cst.BaseExpression]:
+        """What `name` loops over, where it is the variable of a comprehension or loop around
+        `call` (`[c.parameters() for c in criteria[1:]]` -> `criteria[1:]`); None otherwise."""
+        for root in roots:
+            for comprehension in (found for kind in COMPREHENSIONS for found in find_all(root, kind)):
+                if call not in calls_within(comprehension):
+                    continue
+                for_in: Optional[cst.CompFor] = comprehension.for_in
+                while for_in is not None:
+                    if isinstance(for_in.target, cst.Name) and for_in.target.value == name:
+                        return for_in.iter
+                    for_in = for_in.inner_for_in
+        node = self.parents.get(call)
+        while node is not None:
+            if isinstance(node, cst.For) and isinstance(node.target, cst.Name) and node.target.value == name:
+                return node.iter
             node = self.parents.get(node)
         return None
 

@@ -247,6 +247,9 @@ class FactRecord:
     # Optimizers whose parameters come from no `X.parameters()` ddpify can name
     # (`models[0].parameters()`, a list of raw tensors): what they train cannot be wrapped.
     optimizers_without_model: list[cst.Call] = field(default_factory=list)
+    # Optimizers over the parameters of each module of a collection ddpify cannot name
+    # (`*[c.parameters() for c in criteria[1:]]`), with that collection.
+    optimized_collections: list[tuple[cst.Call, cst.BaseExpression]] = field(default_factory=list)
     # (part, holder): a module of a container trained and called on its own (`self.nets.G(z)`,
     # `Adam(self.nets.G.parameters())`) where only the container reaches its device (`self.nets
     # = nn.ModuleDict(...).to(device)`) and is never called: a wrap of the container would

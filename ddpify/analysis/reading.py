@@ -101,6 +101,9 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
             statement.name.value: project.attributes_trained_in_derived(project.module, statement.name.value)
             for statement in facts.module.body if isinstance(statement, cst.ClassDef)}
         note_models_moved_here(facts)
+    else:
+        # (A script that makes a project's Trainer, which wraps what it keeps: rules/model.py.)
+        facts.moved_self_attributes = collector.project.moved_self_attributes()
     return facts
 
 

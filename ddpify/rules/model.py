@@ -120,9 +120,11 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         params = edits.code(optimizer.args[0].value) if optimizer.args else "none given"
         edits.report("DDP903", optimizer, f"could not find which module this optimizer trains (parameters: "
                      f"`{params}`): wrap that module in DDP by hand, or all-reduce these gradients")
+    _report_optimized_collections(facts, edits)
     _report_parts_called_apart(facts, edits)
     for call, value in facts.models_handed_unnamed:
         _wrap_or_report_handed_unnamed(facts, edits, setup, call, value)
+    _unwrap_state_of_trainers_made_here(facts, edits, setup)
     if setup.library:
         _unwrap_models_handed_in(facts, edits, setup)
     elif facts.training_helper_calls and not facts.models and not (
@@ -827,6 +829,37 @@ def _unwrap_attributes_of_objects_handed_in(facts: Facts, edits: Edits) -> None:
                    and owner != receiver_of(facts, function) for function in functions):
             continue
         _read_through_module(facts, edits, name, reads)
+
+
+def _report_optimized_collections(facts: Facts, edits: Edits) -> None:
+    """Rule: an optimizer over the parameters of each module of a collection ddpify cannot
+    name (`chain(student.parameters(), *[c.parameters() for c in criterionKD[1:]])`, the
+    trainable regressors of a distillation): DDP holds none of them, so their gradients would
+    differ on each rank; the loop variable is no model to wrap. Reported (DDP903), never exit 0."""
+    for optimizer, collection in facts.optimized_collections:
+        edits.report("DDP903", optimizer, f"this optimizer also trains each module of `{edits.code(collection)}`, "
+                     f"which ddpify cannot name one by one: wrap each of them in DDP by hand (after it reaches its "
+                     f"device), or all-reduce their gradients")
+
+
+def _unwrap_state_of_trainers_made_here(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """Rule: `trainer = Trainer(generator, discriminator, ...)`, a class of another module of the
+    project that moves what it keeps as `self.G` (and so wraps it there), then
+    `torch.save(trainer.G.state_dict(), path)` here: `trainer.G` is the DDP wrapper, so its
+    state dict (saved or loaded) is read through `.module`, and checkpoints keep the
+    single-GPU keys. Only the state-dict methods: a call of `trainer.G(z)` stays on the wrapper."""
+    if setup.library:
+        return  # (a helper module's own objects: _unwrap_models_handed_in)
+    made = {id(call) for call in facts.training_constructors}
+    for name, reads in sorted(facts.attribute_reads.items()):
+        owner, _, attribute = name.partition(".")
+        values = facts.assigned_values.get(owner, [])
+        if not attribute or "." in attribute or attribute not in facts.moved_self_attributes or not values or not all(
+                id(value) in made for value in values):
+            continue
+        state_reads = [read for read in reads if read.attr.value in _STATE_DICT_METHODS]
+        if state_reads:
+            _read_through_module(facts, edits, name, state_reads)
 
 
 def _read_through_module(facts: Facts, edits: Edits, name: str, reads: Iterable[cst.Attribute]) -> None:
