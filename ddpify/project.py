@@ -453,6 +453,12 @@ class Project:
         definition = self._definition(qualified)
         return ([], set()) if definition is None else definition[0].iterated_parameters(definition[1])
 
+    def walked_parameters(self, qualified: str) -> tuple[list[str], set[str]]:
+        """For a function: its positional parameters and those whose parameters or submodules
+        it walks (effects.walked_parameters)."""
+        definition = self._definition(qualified)
+        return ([], set()) if definition is None else definition[0].walked_parameters(definition[1])
+
     def names_from_clock(self, qualified: str) -> Optional[int]:
         """The line where `qualified`, a function or class of another module, names a folder
         or run from the clock (effects.names_from_clock)."""

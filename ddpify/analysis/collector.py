@@ -1510,13 +1510,26 @@ class Collector(cst.CSTVisitor):
         `getattr(model, "module", model)`, is the model itself). The module's name, or None."""
         function = self.facts.functions.get(call.func.value) if isinstance(call.func, cst.Name) else None
         if function is None:
-            return None
+            return self._module_walked_by_project_function(call)
         walks = {dotted_name(each.func.value) for each in calls_within(function.body)
                  if isinstance(each.func, cst.Attribute) and each.func.attr.value in MODULE_WALKS}
         for parameter in positional_parameters(function):
             handed = argument_among(call, parameter, positional_parameters(function))
             if parameter in walks and handed is not None:
                 return _unwrapped_name(handed)
+        return None
+
+    def _module_walked_by_project_function(self, call: cst.Call) -> Optional[str]:
+        """Rule: the same for a function of another module of the project
+        (`pg = get_params_groups(model, weight_decay=args.wd)` from utils.py, which fills
+        decay / no-decay groups from `model.named_parameters()`): the optimizer trains the
+        module handed at the walked parameter."""
+        for qualified in self._qualified(call.func):
+            positional, walked = self.project.walked_parameters(qualified)
+            for parameter in positional:
+                handed = argument_among(call, parameter, positional)
+                if parameter in walked and handed is not None:
+                    return _unwrapped_name(handed)
         return None
 
     def _hands_out_parameters(self, call: cst.Call) -> bool:

@@ -782,6 +782,19 @@ class FunctionEffects:
         held = _kept_parameters(function, parameters) if owner is not None else {}
         return positional, {held.get(found, found) for found in self._iterated_reads(function, owner)} & parameters
 
+    def walked_parameters(self, name: str) -> tuple[list[str], set[str]]:
+        """(the positional parameters, those whose parameters or submodules the function walks:
+        `for n, p in model.named_parameters()`) of a function, not a class: what it returns
+        from that walk (`get_params_groups(model, weight_decay)`'s groups) is that module's."""
+        owner, key, function = self._function_or_init(name)
+        if function is None or owner is not None:
+            return [], set()
+        positional = self._positional(key, function)
+        walked = {node.func.value.id for node in ast.walk(function) if isinstance(node, ast.Call)
+                  and isinstance(node.func, ast.Attribute) and node.func.attr in freezing.MODULE_WALKS
+                  and isinstance(node.func.value, ast.Name)}
+        return positional, walked & set(positional)
+
     def iterated_entries(self, name: str) -> tuple[list[str], set[tuple[str, str]]]:
         """(the positional parameters, the (parameter, key) pairs whose entry a `for` loop
         iterates) of a function or of a class's __init__: `self.tr_loader = data["tr_loader"]`
