@@ -1771,6 +1771,28 @@ class Collector(cst.CSTVisitor):
             if isinstance(statement, cst.FunctionDef) and self._returns_moved(statement):
                 self.facts.calls_returning_moved.update(self.facts.calls_by_callee.get(statement.name.value, ()))
 
+    def note_moves_through_lambdas(self) -> None:
+        """`move = lambda m: m.to(device)` then `move(model)`, or `model.apply(lambda m:
+        m.to(device))`: nn.Module.to moves in place, so the statement moves the model (the
+        wrap follows it, with this rank's device_ids), as a helper function's call does
+        (_note_moved_in_place)."""
+        movers = {name for name, values in self.facts.assigned_values.items()
+                  if len(values) == 1 and _moving_lambda(values[0])}
+        for callee, calls in self.facts.calls_by_callee.items():
+            for call in calls:
+                if not call.args or not isinstance(self.parents.get(call), cst.Expr):
+                    continue
+                handed = call.args[0].value
+                if callee in movers:
+                    name = dotted_name(handed)
+                elif callee.endswith(".apply") and (_moving_lambda(handed) or dotted_name(handed) in movers):
+                    name = callee[: -len(".apply")]
+                else:
+                    continue
+                if name is not None:
+                    self.facts.moved_by_helpers.setdefault(name, []).append(call)
+                    self._touch(name, call)
+
     def _returns_moved(self, function: cst.FunctionDef) -> bool:
         # Names already followed: `t = t.half()` (or `a = b.float()` with `b = a.cpu()`)
         # binds a name to a cast of itself, which would otherwise be followed forever.
@@ -2093,3 +2115,16 @@ def _sets_requires_grad(loop: cst.For) -> bool:
                    for assign in find_all(loop.body, cst.Assign) for target in assign.targets)
     return assigned or any(isinstance(call.func, cst.Attribute) and call.func.attr.value == "requires_grad_"
                            and dotted_name(call.func.value) == variable for call in find_all(loop.body, cst.Call))
+
+
+def _moving_lambda(value: cst.BaseExpression) -> bool:
+    """`lambda m: m.to(device)` (or `m.cuda()`, `m.float().to(device)`): a lambda that moves
+    the module it is handed."""
+    if not (isinstance(value, cst.Lambda) and len(value.params.params) == 1):
+        return False
+    body, moved = value.body, False
+    while isinstance(body, cst.Call) and isinstance(body.func, cst.Attribute) \
+            and body.func.attr.value in _RETURNS_MODULE:
+        moved = moved or body.func.attr.value in ("to", "cuda")
+        body = body.func.value
+    return moved and isinstance(body, cst.Name) and body.value == value.params.params[0].name.value

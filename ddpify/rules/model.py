@@ -1049,6 +1049,20 @@ def _module_holder_moved_after_init(facts: Facts, model: Model) -> Optional[str]
     return owner.name.value
 
 
+def _default_device_set_before(facts: Facts, model: Model) -> bool:
+    """Rule: `torch.set_default_device(device)` before the model is built (in its function, or
+    at module level): the model's parameters are made on that device, as if moved there, so it
+    is wrapped with this rank's device_ids on NCCL, not on Gloo as a CPU model."""
+    start = facts.start_of(model.optimizer_statement)
+    for call in facts.calls_named.get("torch.set_default_device", ()):
+        argument = call.args[0].value if call.args else None
+        if argument is None or isinstance(argument, cst.SimpleString) and "cpu" in argument.value:
+            continue
+        if facts.function_of(call) in (None, model.function) and facts.start_of(call) < start:
+            return True
+    return False
+
+
 def _copy_of_a_moved_module(facts: Facts, value: cst.BaseExpression) -> bool:
     """`copy.deepcopy(teacher)` of a module moved in the same function: the copy's parameters
     sit where the original's are (a student copied from a teacher on the GPU)."""
@@ -1065,8 +1079,10 @@ def _never_moved(facts: Facts, model: Model) -> bool:
     the name (`model.to(device)`) nor one in what it is assigned (`Net().to(device)`, or a
     project function that returns the model it moved, `get_network(args)`), nor one of the
     container it is taken out of (`net = modules["net"]`, see containers.entry_moves)."""
-    if model.moved_in_call is not None:
-        return False  # moved in the call that hands it in, or made on its device by a factory
+    if model.moved_in_call is not None or _default_device_set_before(facts, model):
+        # Moved in the call that hands it in, made on its device by a factory, or built after
+        # `torch.set_default_device(device)`.
+        return False
     for _, name in facts.model_holders(model):
         if facts.device_moves.get(name) or facts.moved_by_helpers.get(name):
             return False
