@@ -185,8 +185,12 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan)
     # (A dataset that lists its folder in __init__ and loads each file per item: the one
     # barrier before it is made covers both reads.)
     made_before = {name for call in datasets if (name := dotted_name(call.func)) is not None}
-    reads = [call for call in reads if not _in_init_of(facts, call, made_before)] + datasets
+    # (In the order they first run, so that a later read can find the barrier an earlier one
+    # placed: _waited_for_already.)
+    reads = sorted(datasets + [call for call in reads if not _in_init_of(facts, call, made_before)],
+                   key=lambda call: _first_run(facts, call))
     waiting: set[Statement] = set()  # (`with open(path, "rb") as f: torch.load(f)`: one barrier)
+    placed: list[Statement] = []
     for call in reads:
         if call in setup.collective_loads:
             continue
@@ -205,7 +209,7 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan)
             current = cast(cst.With, facts.parents[facts.parents[current]])  # just checked
             if _opens_a_file(facts, current):
                 statement = current
-        if statement in waiting:
+        if statement in waiting or _waited_for_already(facts, placed, writes, call):
             continue
         # (Before what other rules put above a dataset's statement too: its sampler calls
         # __len__, which may read the file.)
@@ -213,7 +217,44 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan)
         waiting.add(statement)
         if waited is not None:
             waiting.add(waited)
+            placed.append(waited)
     return waiting
+
+
+def _first_run(facts: Facts, node: cst.CSTNode) -> int:
+    """The line where `node` first runs: its own, or that of the first call of its function."""
+    callers = _calls_of(facts, facts.function_of(node))
+    return min([facts.line_of(caller) for caller in callers], default=facts.line_of(node))
+
+
+def _waited_for_already(facts: Facts, placed: list[Statement], writes: list[cst.Call], read: cst.Call) -> bool:
+    """Rule: one barrier serves every later read of what rank 0 wrote before it. A read in a
+    function of this file whose every call comes after a barrier already placed in that
+    call's block, where every write it waits for has run before that barrier, needs no
+    second one (`predict_folder(model, "test_images")` after the barrier before the training
+    set is made, both folders written by `fake_folder` calls before it)."""
+    function = facts.function_of(read)
+    callers = _calls_of(facts, function)
+    return function is not None and bool(callers) and all(any(
+        _comes_after(facts, place, caller) and all(_written_before(facts, write, place) for write in writes)
+        for place in placed) for caller in callers)
+
+
+def _comes_after(facts: Facts, place: Statement, node: cst.CSTNode) -> bool:
+    """`node` runs after the barrier placed before `place`: in `place` or a later statement of its block."""
+    holder = facts.ancestor_in(node, facts.block_of(place))
+    return holder is not None and facts.line_of(holder) >= facts.line_of(place)
+
+
+def _written_before(facts: Facts, write: cst.Call, place: Statement) -> bool:
+    """The write runs before `place` and not after it: in an earlier statement of its block,
+    or in a function that calls in such statements reach, and in no later one (a checkpoint
+    saved again after the barrier needs a barrier of its own)."""
+    block = facts.block_of(place)
+    function = facts.function_of(write)
+    reaching = [write] + (_calls_reaching(facts, function) if function is not None else [])
+    lines = [facts.line_of(holder) for node in reaching if (holder := facts.ancestor_in(node, block)) is not None]
+    return bool(lines) and all(line < facts.line_of(place) for line in lines)
 
 
 def _in_init_of(facts: Facts, call: cst.Call, classes: set[str]) -> bool:
@@ -580,6 +621,9 @@ _NOTES = TRAINING + 'with open("notes.txt", "w") as f:\n    f.write("trained")\n
 _FETCHED_OR_READ = TRAINING + ('import os\nif not os.path.exists("notes.txt"):\n    with open("notes.txt", "w") as f:\n'
                                '        f.write("trained")\nelse:\n    notes = open("notes.txt").read()\n')
 
+_READ_BACK = ('import numpy as np\n\n\ndef read_back():\n    return np.load("w.npy")\n\n\n'
+              'np.save("w.npy", np.ones(2))\nfirst = np.load("w.npy")\nsecond = read_back()\n')
+
 CASES = (
     Emits(TRAINING.replace("optimizer = torch", 'model.load_state_dict(torch.load("model.pt"))\noptimizer = torch'),
           "DDP303", ("map_location=",)),
@@ -620,6 +664,11 @@ CASES = (
     Emits(TRAINING + 'import glob\nimport numpy as np\nnp.save("out/w.npy", np.ones(2))\n'
           'files = glob.glob("out/*.npy")\n', "DDP309", ("dist.barrier()",)),
     Silent(TRAINING + 'import numpy as np\nnp.save("losses.npy", np.ones(2))\n', "DDP309"),
+    # One barrier serves a later read of what was written before it (read_back() runs after
+    # it); written again after that barrier, the later read waits again.
+    Emits(TRAINING + _READ_BACK, "DDP309", ('def read_back():\n    return np.load("w.npy")',)),
+    Emits(TRAINING + _READ_BACK.replace("second = read_back()", 'np.save("w.npy", np.zeros(2))\nsecond = read_back()'),
+          "DDP309", ('def read_back():\n    if distributed:\n        dist.barrier()',)),
     # (Read before anything is written: nothing to wait for.)
     Silent('import pandas as pd\ntable = pd.read_csv("t.csv")\n' + TRAINING
            + 'pd.DataFrame({"a": [1]}).to_csv("out.csv")\n', "DDP309"),
