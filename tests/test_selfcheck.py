@@ -203,6 +203,8 @@ def test_a_second_join_on_the_same_path_is_found():
     join = '    dist.init_process_group("nccl" if device != "cpu" else "gloo")\n'
     assert codes(ORIGINAL, planted(join, join + join)) == ["DDP933"]
     assert codes(ORIGINAL, planted(join, join + "    if not dist.is_initialized():\n    " + join)) == []
+    asked_once = "    if not dist.is_initialized():\n    " + join
+    assert codes(ORIGINAL, planted(join, asked_once + "    " + join)) == ["DDP933"]
     arms = join + "else:\n" + join.replace("nccl", "mpi")
     assert codes(ORIGINAL, planted(join, arms.replace("else:\n    ", "else:\n    "))) == []
 

@@ -187,6 +187,8 @@ class _Scope:
             return None
         if isinstance(node, ast.If):
             self.read(node.test, state, facts)
+            if isinstance(node.test, ast.Constant):  # `if True:`: one arm only ever runs
+                return self.block(node.body if node.test.value else node.orelse, state, facts)
             yes, no = _literals(node.test, True), _literals(node.test, False)
             body = self.block(node.body, state.copy(), facts | yes)
             orelse = self.block(node.orelse, state.copy(), facts | no)

@@ -79,7 +79,7 @@ RULES = (
          "(`torch.save(model.state_dict(), path)`, `ckpt = {\"model\": model.state_dict()}` then "
          "`torch.save(ckpt, path)`): every key carries `module.`.",
          "Hand the exporter or the save the bare model: `getattr(model, \"module\", model)`."),
-    Rule("DDP919", Severity.WARNING, "self-check: the output reads a name nothing binds",
+    Rule("DDP919", Severity.WARNING, "self-check: the output reads a name not bound on every path to the read",
          "A rewrite names something of the setup (`device`, `is_main`, a helper) in a scope "
          "where the setup did not define it: the output raises NameError there, on every rank. "
          "Found with Python's own scoping rules (`symtable`); names the original already read "
