@@ -224,3 +224,10 @@ class _MigrateCommand(CodemodCommand):
                 "DDP905", facts.line_of(call), facts.column_of(call), RULES["DDP905"].summary))
             return
         self.diagnostics.append(NO_TRAINING)
+        # Rule: a module whose training ddpify cannot find is not known to have none when
+        # it imports modules through a sys.path entry ddpify does not follow (HRNet's
+        # `import _init_paths`, `sys.path.append('.')` in tools/): the training may be
+        # there, left single-process (DDP909, a warning: not exit 0).
+        self.diagnostics.extend(
+            Diagnostic("DDP909", facts.line_of(node), facts.column_of(node), RULES["DDP909"].summary)
+            for node in facts.dynamic_imports)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional, Union, cast
 
 from ddpify.analysis.ast_names import dotted_ast
-from ddpify.analysis.effects import OPAQUE, FunctionEffects, absolute_module
+from ddpify.analysis.effects import OPAQUE, WRITES, FunctionEffects, absolute_module
 from ddpify.analysis.facts import Slot
 from ddpify.analysis.names import DATA_PARALLEL, DATA_PARALLEL_SUBCLASS_NAMES, qualify
 
@@ -40,8 +40,12 @@ class Project:
 
     def __init__(self, modules: Optional["_Modules"] = None, imported: Iterable[str] = (),
                  star_names: Optional[Mapping[str, str]] = None, used_elsewhere: Iterable[str] = (),
-                 in_project_folder: bool = False, rewritten: Iterable[Path] = ()) -> None:
+                 in_project_folder: bool = False, rewritten: Iterable[Path] = (),
+                 folder: Optional["_Modules"] = None) -> None:
         self._modules = modules
+        # The project's modules, also for a script that imports none of them by name: those it
+        # loads by a computed name are looked up there (modules_named_from).
+        self._folder = folder or modules
         # The project's files this run migrates as well, where the program will import them
         # from (in place, or into the same migrated copy of the tree): a helper there guards
         # its own output (DDP301, DDP302 in its module), so its callers need not.
@@ -59,6 +63,9 @@ class Project:
         # its relative imports start from ("trainer").
         self.module = ""
         self.package = ""
+        # The module's own tree and folder, where its sys.path edits are read from.
+        self._tree: Optional[ast.Module] = None
+        self._script_folder: Optional[Path] = None
 
         # Per name the script calls: (effect or None, whether it trains). Every call of the
         # script asks, so each name is resolved once.
@@ -320,21 +327,68 @@ class Project:
             return {}
         return {name: qualified for name, qualified in effects.imports.items() if not name.startswith("_")}
 
-    def follows_path_edit(self, code: str) -> bool:
-        """`sys.path.append('core')`, the code of a call: it adds a folder of the project that
+    def follows_path_edit(self, line: int) -> bool:
+        """The sys.path edit at `line` of this module adds a folder of the project that
         path_folders reads, so the modules imported from there are followed (no DDP909)."""
+        if self._modules is None or self._tree is None or self._script_folder is None:
+            return False
+        followed = path_folders(self._modules.root)
+        return any(at == line and folder is not None and folder in followed
+                   for at, folder in script_path_edits(self._tree, self._script_folder, self._modules.root))
+
+    def edits_path_out_of_view(self, module: str) -> bool:
+        """`module` is one of the project's files (`_init_paths.py`, imported for its effect)
+        that adds to sys.path a folder ddpify does not follow: the modules imported after it
+        are not the project's files ddpify migrates."""
         if self._modules is None:
             return False
-        try:
-            node = ast.parse(code, mode="eval").body
-        except SyntaxError:
+        found = _module_file(self._modules.root, module)
+        tree = _parsed(str(found[0]), *_stamp(found[0])) if found is not None else None
+        if found is None or tree is None:
             return False
-        folder = path_edit_folder(node, self._modules.root) if isinstance(node, ast.Call) else None
-        return folder is not None and folder in path_folders(self._modules.root)
+        followed = path_folders(self._modules.root)
+        return any(folder is None or folder not in followed
+                   for _, folder in script_path_edits(tree, found[0].parent, self._modules.root))
 
     def has_module(self, module: str) -> bool:
         """`module` ("utils", "models.resnet") is one of the project's own files."""
         return self._modules is not None and self._modules.effects(module) is not None
+
+    def modules_named_from(self, prefix: str) -> Optional[list[str]]:
+        """The project's modules a name beginning with `prefix` ("models.") can load: the
+        modules of that package, in its own folder; None when no package of the project has
+        that name."""
+        package = prefix.removesuffix(".")
+        if self._folder is None or not prefix.endswith(".") or not package:
+            return None
+        found = _module_file(self._folder.root, package)
+        if found is None or not found[1]:
+            folder = self._folder.root.joinpath(*package.split("."))
+            if not folder.is_dir():
+                return None
+        else:
+            folder = found[0].parent
+        return [f"{package}.{path.stem}" for path in sorted(folder.glob("*.py")) if path.stem != "__init__"]
+
+    def names_a_file_or_folder(self, name: str) -> Optional[bool]:
+        """Some file (`name.py`) or folder (`name/`) anywhere in the project carries this name:
+        a folder put on sys.path could make `import name` load it. None without a project."""
+        if self._folder is None:
+            return None
+        return any(path.stem == name or name in path.relative_to(self._folder.root).parts[:-1]
+                   for path in self._folder.files())
+
+    def module_is_definitions(self, module: str) -> bool:
+        """The module is one of the project's and none of its functions or methods trains or
+        writes a file: a model's definition, which runs the same on every rank."""
+        found = _module_file(self._folder.root, module) if self._folder is not None else None
+        tree = _parsed(str(found[0]), *_stamp(found[0])) if found is not None else None
+        if tree is None:
+            return False
+        # Read on its own, not through the project's bounded cache: a registry of forty models
+        # must not crowd out the modules the migration asks about next.
+        effects = FunctionEffects(tree, module if cast(tuple[Path, bool], found)[1] else module.rpartition(".")[0])
+        return not any(effects.trains(name) or effects.of(name) == WRITES for name in effects.functions)
 
     def makes_loader(self, qualified: str) -> bool:
         """Calling `qualified` returns a DataLoader it builds (`utils.get_loaders(cfg)`)."""
@@ -541,11 +595,14 @@ def read(script: str, source: str, rewritten: Iterable[str] = ()) -> Project:
                                   if not name.startswith("_") and "." not in name)
     used = names_used_elsewhere(root, name)
     if not imported and not used:
-        return Project(in_project_folder=True)
+        alone = Project(in_project_folder=True, folder=modules)
+        alone.module, alone.package = name, package
+        return alone
     found = Project(modules, imported, star_names, used,
                     rewritten={Path(file).resolve() for file in rewritten})
     found.module = name
     found.package = package
+    found._tree, found._script_folder = tree, path.parent
     return found
 
 
@@ -596,15 +653,51 @@ def project_root(path: Path) -> Path:
     while (folder / "__init__.py").is_file() and folder.parent != folder and (
             (folder.parent / "__init__.py").is_file() or used_as_package(folder)):
         folder = folder.parent
-    if folder != path.parent or folder.parent == folder:
+    if folder.parent == folder:
         return folder
+    if folder != path.parent:
+        return _above_the_folder_put_on_path(folder) or folder
     # A folder without __init__.py that the scripts beside it import from (a namespace
     # package: `import data_loader.data_loaders as module_data`), or a folder of scripts
     # that import a package beside it (`scripts/train.py` with `from mel2wav.dataset import`).
     if _imported_from_parent(folder) or _imports_a_package_beside(path, folder):
         return folder.parent
-    # `core/raft.py`, after a script of the folder above runs `sys.path.append('core')`.
-    return folder.parent if folder.resolve() in path_folders(folder.parent.resolve()) else folder
+    # `core/raft.py`, after a script of the folder above runs `sys.path.append('core')`;
+    # `tools/train.py`, whose `_init_paths.py` beside it puts `../lib` on sys.path.
+    if _puts_a_folder_beside_on_path(folder):
+        return folder.parent
+    return _above_the_folder_put_on_path(folder) or folder
+
+
+def _above_the_folder_put_on_path(folder: Path) -> Optional[Path]:
+    """The folder above the one, `folder` or a package it sits in, that a script of the
+    project puts on sys.path: `core/raft.py` after `sys.path.append('core')`,
+    `lib/core/function.py` after `tools/_init_paths.py` puts `lib` there."""
+    candidate = folder
+    for _ in range(4):
+        if candidate.parent == candidate:
+            return None
+        if candidate.resolve() in path_folders(candidate.parent.resolve()):
+            return candidate.parent
+        if not (candidate / "__init__.py").is_file():
+            return None
+        candidate = candidate.parent
+    return None
+
+
+def _puts_a_folder_beside_on_path(folder: Path) -> bool:
+    """A script of a folder of scripts (no `__init__.py`) puts a folder beside it on sys.path
+    (`osp.join(this_dir, '..', 'lib')`): the project is the folder above, whose modules
+    under that folder the scripts import by their bare names."""
+    if (folder / "__init__.py").is_file() or INSTALLED.intersection(folder.parts):
+        return False
+    try:
+        scripts = sorted(entry.path for entry in os.scandir(folder) if entry.name.endswith(".py") and entry.is_file())
+    except OSError:
+        return False
+    inside = folder.resolve()
+    return any(inside not in found.parents and found != inside
+               for script in scripts for found in _folders_put_on_path(Path(script), folder.parent.resolve()))
 
 
 def _imports_a_package_beside(path: Path, folder: Path) -> bool:
@@ -996,29 +1089,126 @@ def path_folders(root: Path) -> tuple[Path, ...]:
     return _path_folders(str(root), stamp)
 
 
+_PATH_EDITS = frozenset({"sys.path.append", "sys.path.insert", "sys.path.extend"})
+
+
 @lru_cache(maxsize=64)
 def _path_folders(root: str, _stamp_ns: int) -> tuple[Path, ...]:
     folders: dict[Path, None] = {}
-    try:
-        scripts = sorted(entry.path for entry in os.scandir(root) if entry.name.endswith(".py") and entry.is_file())
-    except OSError:
-        return ()
-    for script in scripts:
+    for script_folder in (Path(root), *_script_folders(Path(root))):
         try:
-            with open(script, "rb") as handle:
-                if b"sys.path" not in handle.read():
-                    continue
+            scripts = sorted(entry.path for entry in os.scandir(script_folder)
+                             if entry.name.endswith(".py") and entry.is_file())
         except OSError:
             continue
-        tree = _parsed(script, *_stamp(Path(script)))
-        if tree is None:
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call):
-                folder = path_edit_folder(node, Path(root))
-                if folder is not None:
-                    folders[folder] = None
+        for script in scripts:
+            for folder in _folders_put_on_path(Path(script), Path(root)):
+                folders[folder] = None
     return tuple(folders)
+
+
+def _script_folders(root: Path) -> list[Path]:
+    """The folders of scripts right under `root` (`tools/`, `scripts/`: no `__init__.py`), whose
+    scripts may put a folder beside them on sys.path (`osp.join(this_dir, '..', 'lib')`)."""
+    try:
+        return sorted(entry for entry in root.iterdir()
+                      if entry.is_dir() and entry.name not in SKIPPED_DIRECTORIES and not entry.name.startswith(".")
+                      and not (entry / "__init__.py").is_file())[:MAX_SCRIPT_FOLDERS]
+    except OSError:
+        return []
+
+
+def _folders_put_on_path(script: Path, within: Path) -> list[Path]:
+    """The folders inside `within` that `script` puts on sys.path (path_edit_folder)."""
+    try:
+        with open(script, "rb") as handle:
+            if b"sys.path" not in handle.read():
+                return []
+    except OSError:
+        return []
+    tree = _parsed(str(script), *_stamp(script))
+    if tree is None:
+        return []
+    return [folder for _, folder in script_path_edits(tree, script.parent, within) if folder is not None]
+
+
+def script_path_edits(tree: ast.Module, script_folder: Path,
+                      within: Optional[Path] = None) -> list[tuple[int, Optional[Path]]]:
+    """Each sys.path edit of a module, by line, with the folder it adds (None when ddpify
+    cannot tell, or it is not a folder inside `within`). Names are read through the module's
+    own assignments and imports (`this_dir = osp.dirname(__file__)`, `import os.path as
+    osp`), and an edit made by a function of the module from its parameter is made once per
+    call of it at module level (the `add_path(lib_path)` of `_init_paths.py`)."""
+    context = _PathContext(tree)
+    parameters = {id(node): [arg.arg for arg in function.args.args] + [function.name]
+                  for function in tree.body if isinstance(function, ast.FunctionDef) for node in ast.walk(function)}
+    edits: list[tuple[int, Optional[Path]]] = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and context.canonical(dotted_ast(node.func)) in _PATH_EDITS):
+            continue
+        value = _edited_value(node)
+        *params, function = parameters.get(id(node), [""])
+        if isinstance(value, ast.Name) and value.id in params:
+            for given in context.arguments_of(function, params.index(value.id)):
+                edits.append((node.lineno, _edit_folder(given, script_folder, within, context)))
+            continue
+        edits.append((node.lineno, _edit_folder(value, script_folder, within, context)))
+    return edits
+
+
+class _PathContext:
+    """What a module's names stand for, for reading the folders it puts on sys.path."""
+
+    def __init__(self, tree: Optional[ast.Module] = None) -> None:
+        self.aliases: dict[str, str] = {}
+        self.values: dict[str, ast.expr] = {}
+        self.calls: dict[str, list[ast.Call]] = {}
+        if tree is None:
+            return
+        for statement in tree.body:
+            if isinstance(statement, ast.Import):
+                for alias in statement.names:
+                    if alias.asname:
+                        self.aliases[alias.asname] = alias.name
+            elif isinstance(statement, ast.ImportFrom) and statement.module and not statement.level:
+                for alias in statement.names:
+                    self.aliases[alias.asname or alias.name] = f"{statement.module}.{alias.name}"
+            elif isinstance(statement, ast.Assign) and len(statement.targets) == 1 \
+                    and isinstance(statement.targets[0], ast.Name):
+                # A name bound twice stands for nothing ddpify can tell.
+                name = statement.targets[0].id
+                self.values[name] = statement.value if name not in self.values else ast.Constant(None)
+            elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call) \
+                    and isinstance(statement.value.func, ast.Name):
+                self.calls.setdefault(statement.value.func.id, []).append(statement.value)
+
+    def canonical(self, dotted: Optional[str]) -> Optional[str]:
+        if dotted is None:
+            return None
+        head, dot, rest = dotted.partition(".")
+        return self.aliases.get(head, head) + dot + rest
+
+    def arguments_of(self, function: str, position: int) -> list[ast.expr]:
+        return [call.args[position] for call in self.calls.get(function, ()) if len(call.args) > position]
+
+    def value_of(self, node: ast.expr) -> ast.expr:
+        for _ in range(8):
+            if not (isinstance(node, ast.Name) and node.id in self.values):
+                break
+            node = self.values[node.id]
+        return node
+
+
+_EMPTY_CONTEXT = _PathContext()
+
+
+def _edited_value(call: ast.Call) -> Optional[ast.expr]:
+    callee = dotted_ast(call.func) or ""
+    if callee.endswith(".append") and len(call.args) == 1:
+        return call.args[0]
+    if callee.endswith(".insert") and len(call.args) == 2:
+        return call.args[1]
+    return None
 
 
 def path_edit_folder(call: ast.Call, script_folder: Path) -> Optional[Path]:
@@ -1026,48 +1216,60 @@ def path_edit_folder(call: ast.Call, script_folder: Path) -> Optional[Path]:
     `script_folder` adds, when X is a literal folder of the project: a string (taken from the
     script's folder, where it is run from) or the script's folder joined with strings. None
     for anything else, a folder outside `script_folder`, or one that does not exist."""
-    callee = dotted_ast(call.func)
-    if callee == "sys.path.append" and len(call.args) == 1:
-        value = call.args[0]
-    elif callee == "sys.path.insert" and len(call.args) == 2:
-        value = call.args[1]
-    else:
+    if dotted_ast(call.func) not in _PATH_EDITS:
         return None
-    parts = _literal_parts_below_the_script(value)
+    return _edit_folder(_edited_value(call), script_folder, None, _EMPTY_CONTEXT)
+
+
+def _edit_folder(value: Optional[ast.expr], script_folder: Path, within: Optional[Path],
+                 context: "_PathContext") -> Optional[Path]:
+    parts = _literal_parts_below_the_script(value, context) if value is not None else None
     if not parts:
         return None
     folder = script_folder.joinpath(*parts).resolve()
-    inside = script_folder.resolve() in folder.parents
+    inside = (within or script_folder).resolve() in folder.parents
     return folder if inside and folder.is_dir() else None
 
 
-def _literal_parts_below_the_script(value: ast.expr) -> Optional[list[str]]:
+def _literal_parts_below_the_script(value: ast.expr, context: "_PathContext") -> Optional[list[str]]:
     """`'core'`, `os.path.join(os.path.dirname(__file__), 'lib')` (abspath/realpath of
-    __file__ too), `str(Path(__file__).parent / 'lib')`: the path parts below the script's folder."""
+    __file__ too, `os.pardir` or '..' among the parts), `str(Path(__file__).parent / 'lib')`:
+    the path parts from the script's folder."""
+    value = context.value_of(value)
     if isinstance(value, ast.Constant) and isinstance(value.value, str):
         return [value.value]
     if isinstance(value, ast.Call) and dotted_ast(value.func) == "str" and len(value.args) == 1:
-        value = value.args[0]
-    if isinstance(value, ast.Call) and dotted_ast(value.func) == "os.path.join" and value.args \
-            and _the_scripts_folder(value.args[0]):
-        strings = [arg.value for arg in value.args[1:] if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
-        return strings if len(strings) == len(value.args) - 1 else None
+        value = context.value_of(value.args[0])
+    if isinstance(value, ast.Call) and context.canonical(dotted_ast(value.func)) in (
+            "os.path.abspath", "os.path.realpath", "os.path.normpath") and len(value.args) == 1:
+        value = context.value_of(value.args[0])
+    if isinstance(value, ast.Call) and context.canonical(dotted_ast(value.func)) == "os.path.join" and value.args \
+            and _the_scripts_folder(context.value_of(value.args[0]), context):
+        strings = [_path_part(context.value_of(arg), context) for arg in value.args[1:]]
+        return [part for part in strings if part is not None] if None not in strings else None
     if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Div) and isinstance(value.right, ast.Constant) \
             and isinstance(value.right.value, str):
-        if _the_scripts_folder(value.left):
+        if _the_scripts_folder(context.value_of(value.left), context):
             return [value.right.value]
-        left = _literal_parts_below_the_script(value.left)
+        left = _literal_parts_below_the_script(value.left, context)
         return [*left, value.right.value] if left and not isinstance(value.left, ast.Constant) else None
     return None
 
 
-def _the_scripts_folder(value: ast.expr) -> bool:
+def _path_part(value: ast.expr, context: "_PathContext") -> Optional[str]:
+    if isinstance(value, ast.Constant) and isinstance(value.value, str):
+        return value.value
+    return ".." if context.canonical(dotted_ast(value)) == "os.pardir" else None
+
+
+def _the_scripts_folder(value: ast.expr, context: "_PathContext" = _EMPTY_CONTEXT) -> bool:
     """`os.path.dirname(__file__)` (of its abspath or realpath), `Path(__file__).parent`
     (of its resolve() or absolute())."""
-    if isinstance(value, ast.Call) and dotted_ast(value.func) == "os.path.dirname" and len(value.args) == 1:
-        inner = value.args[0]
-        if isinstance(inner, ast.Call) and dotted_ast(inner.func) in ("os.path.abspath", "os.path.realpath") \
-                and len(inner.args) == 1:
+    if isinstance(value, ast.Call) and context.canonical(dotted_ast(value.func)) == "os.path.dirname" \
+            and len(value.args) == 1:
+        inner = context.value_of(value.args[0])
+        if isinstance(inner, ast.Call) and context.canonical(dotted_ast(inner.func)) in (
+                "os.path.abspath", "os.path.realpath") and len(inner.args) == 1:
             inner = inner.args[0]
         return isinstance(inner, ast.Name) and inner.id == "__file__"
     if isinstance(value, ast.Attribute) and value.attr == "parent":
@@ -1075,7 +1277,7 @@ def _the_scripts_folder(value: ast.expr) -> bool:
         if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) \
                 and inner.func.attr in ("resolve", "absolute") and not inner.args:
             inner = inner.func.value
-        return isinstance(inner, ast.Call) and dotted_ast(inner.func) in ("Path", "pathlib.Path") \
+        return isinstance(inner, ast.Call) and context.canonical(dotted_ast(inner.func)) in ("Path", "pathlib.Path") \
             and len(inner.args) == 1 and isinstance(inner.args[0], ast.Name) and inner.args[0].id == "__file__"
     return False
 

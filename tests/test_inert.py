@@ -6,6 +6,7 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
+from fixture_cases import slow_unless_sampled
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ddpify import api, project
@@ -148,12 +149,15 @@ class _Order(cst.CSTVisitor):
         self.seen.append(("leave", id(original_node)))
 
 
-# A sample (the fast tier's budget): every twelfth script, every fourth module of the projects.
+# A sample: every twelfth script, every fourth module of the projects; of those, the fast tier
+# takes one in FAST_SAMPLE (fixture_cases.slow_unless_sampled) and CI's slow tier the rest.
 SOURCES = sorted((ROOT / "fixtures").glob("*/*/input.py"))[::12] + sorted(
     (ROOT / "fixtures" / "projects").rglob("*.py"))[::4]
+SAMPLED_SOURCES = [pytest.param(path, id=str(path.relative_to(ROOT / "fixtures")), marks=slow_unless_sampled(index))
+                   for index, path in enumerate(SOURCES)]
 
 
-@pytest.mark.parametrize("path", SOURCES, ids=lambda path: str(path.relative_to(ROOT / "fixtures")))
+@pytest.mark.parametrize("path", SAMPLED_SOURCES)
 def test_the_read_only_walk_visits_what_libcst_visits_in_its_order(path):
     tree = cst.parse_module(path.read_text(encoding="utf-8"))
     theirs, ours = _Order(), _Order()
@@ -181,7 +185,7 @@ def test_the_walk_visits_an_f_string_format_spec_only_where_there_is_one():
     assert ours.seen == theirs.seen
 
 
-@pytest.mark.parametrize("path", SOURCES, ids=lambda path: str(path.relative_to(ROOT / "fixtures")))
+@pytest.mark.parametrize("path", SAMPLED_SOURCES)
 def test_import_statements_come_in_the_order_of_ast_walk(path):
     tree = ast.parse(path.read_bytes())
     assert project.import_statements(tree) == [
@@ -207,7 +211,7 @@ def test_import_statements_inside_handlers_and_branches_keep_the_walks_order():
         alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
 
 
-@pytest.mark.parametrize("path", SOURCES, ids=lambda path: str(path.relative_to(ROOT / "fixtures")))
+@pytest.mark.parametrize("path", SAMPLED_SOURCES)
 def test_positions_are_libcsts(path):
     tree = cst.parse_module(path.read_text(encoding="utf-8"))
     wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)

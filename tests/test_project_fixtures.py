@@ -120,6 +120,11 @@ def test_every_expected_module_imports_without_joining_a_group(project, tmp_path
              if name]
     # (`sys.path.append('core')` in a script names a folder of the tree: on sys.path as it runs.)
     folders = [str(project.expected), *map(str, path_folders(project.expected.resolve()))]
+    # (`python tools/train.py` puts tools/ on sys.path: a folder of scripts, no `__init__.py`,
+    # whose `import _init_paths` is found there.)
+    folders += sorted({str(project.expected / Path(name).parent) for name in project.modules(project.expected)
+                       if "/" in name and not (project.expected / Path(name).parent / "__init__.py").is_file()}
+                      - set(folders))
     run = run_python(importer, tmp_path / "run", [os.pathsep.join(folders), *names])  # no WORLD_SIZE
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.lines == [f"{name} single process" for name in names]

@@ -39,6 +39,7 @@ WITHOUT_A_FIXTURE = {
     "DDP922": "self-check: a broken output in selfcheck/rules.py CASES",
     "DDP923": "self-check: tests/test_selfcheck.py",
     "DDP924": "self-check: a broken output in selfcheck/rules.py CASES",
+    "DDP933": "self-check: a broken output in selfcheck/rules.py CASES",
     # A `# ddpify: ignore` comment that silences nothing: tests/test_suppressions.py.
     "DDP920": "unused suppression comment: tests/test_suppressions.py",
     # An entry whose Trainer is a class of another module on one path only: a project.

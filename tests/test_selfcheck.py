@@ -119,6 +119,94 @@ def test_a_name_the_output_reads_and_nothing_binds_is_found():
     assert codes(ORIGINAL, bound, unbound_names=True) == []
 
 
+def test_a_name_bound_on_some_paths_only_is_found_where_the_output_reads_it():
+    """DDP919 also for a name the output binds in one arm of an `if` (or reads above its
+    assignment) and reads where the other paths lead: UnboundLocalError there. Silent where
+    the read's own condition is the binding's, where every arm or the handler binds it, where
+    a handler ends its path, for loop bodies (taken to run), globals, comprehension variables,
+    and where the original's same scope already reads the name so (the user's own pattern)."""
+    main = "def main(flag, items):\n{}\n\n\nmain(True, [1])\n"
+
+    def found(body, before="    pass"):
+        return [d.code for d in check(main.format(before), main.format(body), [])]
+
+    assert found("    if flag:\n        sampler = 1\n    print(sampler)") == ["DDP919"]
+    assert found("    print(sampler)\n    sampler = 1") == ["DDP919"]
+    assert found("    try:\n        sampler = int(flag)\n    except ValueError:\n        pass\n    print(sampler)") \
+        == ["DDP919"]
+    assert found("    sampler = 1\n    del sampler\n    print(sampler)") == ["DDP919"]
+    for bound in ("    if flag:\n        sampler = 1\n    if flag:\n        print(sampler)",
+                  "    if flag:\n        sampler = 1\n    print(sampler if flag else None)",
+                  "    if flag:\n        sampler = 1\n    else:\n        sampler = None\n    print(sampler)",
+                  "    try:\n        sampler = int(flag)\n    except ValueError:\n        raise SystemExit(1)\n"
+                  "    print(sampler)",
+                  "    for item in items:\n        sampler = item\n    print(sampler, item)",
+                  "    while True:\n        sampler = 1\n        break\n    print(sampler)",
+                  "    print([sampler for sampler in items])",
+                  "    if (sampler := len(items)) > 1:\n        pass\n    print(sampler)",
+                  "    global sampler\n    if flag:\n        sampler = 1\n    print(sampler)"):
+        assert found(bound) == [], bound
+    users_own = "    if flag:\n        sampler = 1\n    print(sampler)"
+    assert found(users_own + "\n    print(sampler)", before=users_own) == []
+
+
+def test_a_module_name_a_function_reads_is_bound_on_every_path_of_the_module():
+    """A function reads module names after the module's top level has run: `is_main` bound
+    only under `if distributed:` raises NameError in a plain `python` run. The `__main__`
+    block's bindings count (the functions run from there), as does the read's own condition."""
+    def found(module):
+        return [d.code for d in check("import os\n", "import os\n" + module, [])]
+
+    assert found("if 'RANK' in os.environ:\n    is_main = True\n\n\ndef log():\n    print(is_main)\n") \
+        == ["DDP919"]
+    assert found("distributed = 'RANK' in os.environ\nif distributed:\n    is_main = True\n\n\n"
+                 "def log():\n    if distributed:\n        print(is_main)\n") == []
+    assert found("def train():\n    print(args)\n\n\nif __name__ == '__main__':\n    args = 1\n    train()\n") == []
+
+
+def test_a_checkpoint_of_the_wrappers_state_dict_is_found():
+    """DDP922: `torch.save(model.state_dict(), ...)` after the wrap writes `module.` keys. An
+    in-memory copy loaded back into the wrapper, the unwrapped name, and the other arm of an
+    isinstance test are not that."""
+    unwrapped = 'torch.save(getattr(model, "module", model).state_dict(), "model.pt")'
+    assert codes(ORIGINAL, planted(unwrapped, 'torch.save(model.state_dict(), "model.pt")')) == ["DDP922"]
+    assert codes(ORIGINAL, planted(unwrapped, 'state = {"model": model.state_dict()}\n'
+                                              '        torch.save(state, "model.pt")')) == ["DDP922"]
+    for kept in ('best = model.state_dict()\n        model.load_state_dict(best)',
+                 'torch.save(model.module.state_dict() if isinstance(model, DDP) else model.state_dict(), "m.pt")'):
+        assert codes(ORIGINAL, planted(unwrapped, kept)) == [], kept
+
+
+def test_a_wrap_of_a_module_with_nothing_to_train_is_found():
+    """DDP911: DDP raises when handed a module with no parameter that requires a gradient (a
+    loss, a teacher frozen before the wrap). A module unfrozen again, or in part, is not that."""
+    wrap_of = 'if distributed:\n    {0} = DDP({0}, device_ids=[local_rank] if device.startswith("cuda") else None)\n'
+    frozen = planted(WRAP, WRAP + "teacher = nn.Linear(10, 2).to(device)\nteacher.requires_grad_(False)\n"
+                     + wrap_of.format("teacher"))
+    assert codes(ORIGINAL, frozen) == ["DDP911"]
+    assert codes(ORIGINAL, planted(WRAP, WRAP + "criterion = nn.CrossEntropyLoss()\n"
+                                   + wrap_of.format("criterion"))) == ["DDP911"]
+    unfrozen = frozen.replace("teacher.requires_grad_(False)\n", "teacher.requires_grad_(False)\n"
+                              "for p in teacher.bias_head.parameters():\n    p.requires_grad = True\n")
+    assert codes(ORIGINAL, unfrozen) == []
+    # The guard ddpify emits where a model may be frozen at its wrap: DDP is then never built.
+    guarded = frozen.replace("if distributed:\n    teacher = DDP(", "if distributed and any(p.requires_grad for p "
+                             "in teacher.parameters()):\n    teacher = DDP(")
+    assert guarded != frozen
+    assert codes(ORIGINAL, guarded) == []
+
+
+def test_a_second_join_on_the_same_path_is_found():
+    """DDP933: init_process_group twice on one path raises on every rank under torchrun. A join
+    asked for first (`if not dist.is_initialized():`), one in each arm of an `if`, or one per
+    function is not that."""
+    join = '    dist.init_process_group("nccl" if device != "cpu" else "gloo")\n'
+    assert codes(ORIGINAL, planted(join, join + join)) == ["DDP933"]
+    assert codes(ORIGINAL, planted(join, join + "    if not dist.is_initialized():\n    " + join)) == []
+    arms = join + "else:\n" + join.replace("nccl", "mpi")
+    assert codes(ORIGINAL, planted(join, arms.replace("else:\n    ", "else:\n    "))) == []
+
+
 DESTROY = "\nif distributed:\n    dist.destroy_process_group()\n"
 TORCH_DEVICE = ('    device = torch.device(device)\n    if device.type != "cpu":\n'
                 '        device = torch.device(device.type, local_rank)\n')
@@ -354,11 +442,14 @@ def test_each_kind_of_output_after_the_join_needs_a_guard(statement):
     assert codes(ORIGINAL, MIGRATED + 'with open("log.txt") as log:\n    pass\n') == []  # reading
 
 
+BARE = 'getattr(model, "module", model)'  # the model a save is handed (DDP922)
+
+
 @pytest.mark.parametrize("imports, statement", [
-    ("from safetensors.torch import save_file\n", 'save_file(model.state_dict(), "m.safetensors")'),
+    ("from safetensors.torch import save_file\n", f'save_file({BARE}.state_dict(), "m.safetensors")'),
     ("from safetensors.torch import save_model as save_weights\n", 'save_weights(model, "m.safetensors")'),
-    ("import safetensors.torch as st\n", 'st.save_file(model.state_dict(), "m.safetensors")'),
-    ("import safetensors.torch\n", 'safetensors.torch.save_file(model.state_dict(), "m.safetensors")'),
+    ("import safetensors.torch as st\n", f'st.save_file({BARE}.state_dict(), "m.safetensors")'),
+    ("import safetensors.torch\n", f'safetensors.torch.save_file({BARE}.state_dict(), "m.safetensors")'),
     ("import joblib\n", 'joblib.dump(history, "history.joblib")'),
     ("import scipy.io as sio\n", 'sio.savemat("weights.mat", {"w": weights})'),
     ("from omegaconf import OmegaConf\n", 'OmegaConf.save(config, "config.yaml")'),
@@ -373,7 +464,7 @@ def test_a_write_by_the_name_it_was_imported_from_needs_a_guard(imports, stateme
     assert codes(imports + ORIGINAL, unguarded) == ["DDP913"]
     assert codes(imports + ORIGINAL, imports + MIGRATED + "if is_main:\n    " + statement + "\n") == []
     # A function of the script's own by that name is not the library's.
-    own = MIGRATED + 'def save_file(state, path):\n    pass\nsave_file(model.state_dict(), "m.safetensors")\n'
+    own = MIGRATED + 'def save_file(state, path):\n    pass\nsave_file(' + BARE + '.state_dict(), "m.safetensors")\n'
     assert codes(ORIGINAL, own) == []
 
 
@@ -714,3 +805,32 @@ def test_views_and_einsum_similarities_are_read_by_the_check(idiom, defect):
     migrated = migrate_source(original, Options()).code
     assert codes(original, migrated) == []
     assert codes(original, planted(*defect, migrated)) == ["DDP923"]
+
+
+def test_a_wrap_before_a_helper_that_moves_the_model_or_inside_one_whose_result_is_dropped_is_caught():
+    """`def to_device(m, d): return m.to(d)` called as a statement moves the model in place:
+    a wrap before that call wraps a CPU module; a wrap inside the helper rebinds its local
+    name, and the caller, which drops what the helper returns, trains unwrapped."""
+    helper = "def to_device(m, d):\n    return m.to(d)\n\n\n"
+    original = helper + ORIGINAL.replace("model.to(device)\n", "to_device(model, device)\n", 1)
+    right = helper + MIGRATED.replace("model.to(device)\n", "to_device(model, device)\n", 1)
+    assert codes(original, right) == []
+    before = helper + MIGRATED.replace("model.to(device)\n" + WRAP, WRAP + "to_device(model, device)\n", 1)
+    assert codes(original, before) == ["DDP911"]
+    inside = ("def to_device(m, d):\n    m = m.to(d)\n    if distributed:\n        m = DDP(m)\n    return m\n\n\n"
+              + MIGRATED.replace("model.to(device)\n" + WRAP, "to_device(model, device)\n", 1))
+    assert "DDP911" in codes(original, inside)
+
+
+def test_a_wrap_before_a_loop_moving_the_submodules_or_a_call_moving_the_model_from_outside_is_caught():
+    """`for layer in model: layer.to(device)` moves the model one submodule at a time, and
+    `def place(): model.to(device)` called as `place()` moves the model it reads from the
+    module: a wrap before either wraps a CPU module."""
+    for move in ("for layer in model:\n    layer.to(device)\n",
+                 "for _, child in model.named_children():\n    child.to(device)\n",
+                 "def place():\n    model.to(device)\n\n\nplace()\n"):
+        original = ORIGINAL.replace("model.to(device)\n", move, 1)
+        right = MIGRATED.replace("model.to(device)\n", move, 1)
+        assert codes(original, right) == []
+        before = MIGRATED.replace("model.to(device)\n" + WRAP, WRAP + move, 1)
+        assert codes(original, before) == ["DDP911"]

@@ -6,12 +6,13 @@ from typing import Callable, Optional, Union, cast
 
 import libcst as cst
 
-from ddpify.analysis import effects, names, traversal
+from ddpify.analysis import effects, names, shell, traversal
 from ddpify.analysis.conditional_parts import conditional_parts
 from ddpify.analysis.containers import (
     Entry,
     gathered_elements,
     iterated_elements,
+    iterated_module,
     iterated_view,
     keyed_loop,
     literal_elements,
@@ -20,6 +21,7 @@ from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.devices import DeviceValues
 from ddpify.analysis.facts import DeviceAssignment, ExternalLoader, ExternalLoaderDict, Loader, Model, Statement
 from ddpify.analysis.freezing import models_frozen_in_part, walked_modules
+from ddpify.analysis.import_names import LoadedNames
 from ddpify.analysis.navigation import ancestors_up_to
 from ddpify.analysis.nodes import (
     argument_among,
@@ -204,6 +206,7 @@ class Collector(cst.CSTVisitor):
             # `from funcs import *` of a project module: the names funcs imported come along.
             star = self._imported_module(node)
             if star is not None:
+                names.add_star_import(self._aliases, star)  # (a library's: `from tqdm import *`)
                 self._aliases.update(self.project.star_exports(star))
             return
         module = self._imported_module(node)
@@ -257,6 +260,7 @@ class Collector(cst.CSTVisitor):
                         created[attribute] = assign
             without_grad = {id(inner) for with_ in find_all(method.body, cst.With) if self._without_grad(with_)
                             for inner in find_all(with_.body, cst.Attribute)}
+            without_grad |= _detached_calls(method)
             used |= {attribute for attribute, read in self_reads(method) if id(read) not in without_grad}
         unused = [assign for attribute, assign in created.items() if attribute not in used]
         has_forward = any(isinstance(m, cst.FunctionDef) and m.name.value == "forward"
@@ -502,8 +506,6 @@ class Collector(cst.CSTVisitor):
         kind = self.project.running_mean_kind(made_by)
         if kind is not None:
             self.facts.running_mean_makers[made_by] = kind
-        if self.project.returns_python_numbers(made_by):
-            self.facts.number_functions.add(dotted_name(call.func) or "")
         for name in _bound_names(node.targets[0].target):
             self.facts.made_in_other_modules[name] = made_by
             if self.project.hands_out_batches(made_by):
@@ -818,7 +820,8 @@ class Collector(cst.CSTVisitor):
         if any(
             arg.keyword is not None and arg.keyword.value == "download" and not is_false(arg.value)
             for arg in node.args
-        ) or self._calls(node, names.FETCH_OR_UNPACK):
+        ) or self._calls(node, names.FETCH_OR_UNPACK) or any(
+                self._calls(node, runner) and shell.call_fetches(node, runner) for runner in shell.RUNNERS):
             statement = self._statement(node)
             if statement not in facts.download_statements:
                 facts.download_statements.append(statement)
@@ -1038,6 +1041,17 @@ class Collector(cst.CSTVisitor):
             return  # moved there, and wrapped there after that move
         self.facts.models_handed_unnamed.append((node, value))
 
+    def _note_files_and_numbers(self, node: cst.Call, qualified: str) -> None:
+        """A call of a function of another module of the project that loads a checkpoint,
+        writes files, or returns a Python number on every return (wherever it is called:
+        `top1.update(accuracy(out, y), n)`, `correct += metrics.count(out, y)`)."""
+        if self.project.loads_checkpoint(qualified):
+            self.facts.helper_load_calls.append(node)
+        if self.project.writes_files(qualified):
+            self.facts.helper_write_calls.append(node)
+        if self.project.returns_python_numbers(qualified):
+            self.facts.number_functions.add(dotted_name(node.func) or "")
+
     def _note_helper(self, node: cst.Call, qualified: str) -> None:
         if self.project.defines(qualified):
             self.facts.project_calls.add(node)
@@ -1055,10 +1069,7 @@ class Collector(cst.CSTVisitor):
                 self.facts.calls_returning_trackers.append((node, slot))
             if not self.project.trains(qualified):
                 self._note_moved_in_place(node, qualified)
-            if self.project.loads_checkpoint(qualified):
-                self.facts.helper_load_calls.append(node)
-            if self.project.writes_files(qualified):
-                self.facts.helper_write_calls.append(node)
+            self._note_files_and_numbers(node, qualified)
             self._note_state_handed(node, qualified)
             self._note_grad_changes(node, qualified)
             clock_line = self.project.names_from_clock(qualified)
@@ -1305,12 +1316,60 @@ class Collector(cst.CSTVisitor):
         module of the project (`for m in ["torch.utils.tensorboard", "tensorboardX"]`)."""
         for qualified in sorted(names.DYNAMIC_IMPORTS):
             for call in self.facts.calls_named.get(qualified, ()):
-                code = self.facts.module.code_for_node(call)
-                if qualified_is_path_edit({qualified}) and self.project.follows_path_edit(code):
+                if qualified_is_path_edit({qualified}) and self.project.follows_path_edit(self.facts.line_of(call)):
                     continue  # `sys.path.append('core')`: a folder of the project, followed
+                if qualified_is_path_edit({qualified}) and self._path_edit_serves_other_packages(call):
+                    continue
                 loaded = self._strings_loaded_by(call)
+                if loaded is None and not qualified_is_path_edit(self._qualified(call.func)) \
+                        and self._loads_only_definitions(call):
+                    continue
                 if loaded is None or any(self.project.has_module(name) for name in loaded):
                     self.facts.dynamic_imports.append(call)
+        # `import _init_paths`: a module of the project imported for the folder it puts on
+        # sys.path (HRNet's `osp.join(this_dir, '..', 'lib')`), one ddpify does not follow.
+        for statement in self.facts.module.body:
+            if isinstance(statement, cst.SimpleStatementLine):
+                for small in statement.body:
+                    if isinstance(small, cst.Import) and any(
+                            self.project.edits_path_out_of_view(dotted_name(alias.name) or "")
+                            for alias in small.names):
+                        self.facts.dynamic_imports.append(small)
+
+    def _path_edit_serves_other_packages(self, call: cst.Call) -> bool:
+        """Rule: a folder put on sys.path (`sys.path.append(osp.join(root, COCO_API))`) for the
+        imports right after it (`from pycocotools.coco import COCO`), when none of them can
+        load a file of the project: no file or folder of the project has their names. The
+        folder holds another package, nothing ddpify would migrate. Without imports after it,
+        or with one the project could answer, it still needs a person (DDP909)."""
+        statement = self.parents.get(self.parents.get(call) or call)
+        block = self.parents.get(statement) if isinstance(statement, cst.SimpleStatementLine) else None
+        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+            return False
+        following = list(block.body)[list(block.body).index(cast(cst.SimpleStatementLine, statement)) + 1:]
+        imported = [alias.name for line in following if isinstance(line, cst.SimpleStatementLine)
+                    for small in line.body if isinstance(small, cst.Import) for alias in small.names]
+        imported += [small.module for line in following if isinstance(line, cst.SimpleStatementLine)
+                     for small in line.body if isinstance(small, cst.ImportFrom) and not small.relative
+                     and small.module is not None]
+        tops = {(dotted_name(name) or "").partition(".")[0] for name in imported}
+        return bool(tops) and "" not in tops and all(self.project.names_a_file_or_folder(top) is False for top in tops)
+
+    def _loads_only_definitions(self, call: cst.Call) -> bool:
+        """Rule: an import by a name the code builds from a package's name (`"models." +
+        args.model`, a table of `f"{models_dir}.{name}"` read by a lazy dict) loads one of that
+        package's modules; when each of them only defines (a model class: nothing in it
+        trains or writes a file), which one the command line picks changes nothing ddpify
+        migrates: the model it builds is wrapped where it reaches its device, whatever its
+        class. A registry of trainers or agents still needs a person (DDP909)."""
+        names = LoadedNames(self.facts.module, self.parents, self.project.module).loaded_by(call)
+        if not names:
+            return False
+        for name in names:
+            modules = self.project.modules_named_from(name.value) if name.open else [name.value]
+            if not modules or not all(self.project.module_is_definitions(module) for module in modules):
+                return False
+        return True
 
     def _strings_loaded_by(self, call: cst.Call) -> Optional[list[str]]:
         if not call.args or qualified_is_path_edit(self._qualified(call.func)):
@@ -1652,6 +1711,9 @@ class Collector(cst.CSTVisitor):
                     self._element_movers.setdefault(function.name.value, []).append((int(element[1:]), node))
             else:
                 self._note_entry_move(gathered.get(element, Entry(element)), node)
+        module = iterated_module(self.parents, node, variable)
+        if module is not None:
+            self._note_entry_move(Entry(module), node)
 
     def note_factories_returning_moved(self) -> None:
         """`G = build_g()` where a function of this file returns what it moved to a device
@@ -1750,7 +1812,11 @@ class Collector(cst.CSTVisitor):
             root = cast(cst.Attribute, call.func).value
             while isinstance(root, (cst.Subscript, cst.Attribute)):
                 root = root.value
-            if isinstance(root, cst.Name) and root is not cast(cst.Attribute, call.func).value:
+            if isinstance(root, cst.Name) and (root is not cast(cst.Attribute, call.func).value
+                                               or _sets_requires_grad(node)):
+                # (The whole model too when the loop sets requires_grad: `student =
+                # copy.deepcopy(frozen_teacher)`, then `for p in student.parameters():
+                # p.requires_grad = True`; a wrap before it would find nothing to train.)
                 touched.append(root.value)
         if walked_modules(node):
             # `for m in model.modules(): if isinstance(m, nn.BatchNorm2d): m.weight.requires_grad
@@ -1957,3 +2023,26 @@ def _takes_module_first(node: cst.ClassDef) -> bool:
     if len(params) >= 2:
         return params[1].name.value == "module"
     return len(params) == 1 and isinstance(init.params.star_arg, cst.Param)
+
+
+def _detached_calls(method: cst.FunctionDef) -> set[int]:
+    """The ids of the called parts in `self.backbone(x).detach()` (or `.detach_()`, `.data`):
+    no gradient flows back into a part whose output is cut from the graph where it is made."""
+    detached = {id(call.func.value.func) for call in find_all(method.body, cst.Call)
+                if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("detach", "detach_")
+                and isinstance(call.func.value, cst.Call)}
+    return detached | {id(node.value.func) for node in find_all(method.body, cst.Attribute)
+                       if node.attr.value == "data" and isinstance(node.value, cst.Call)}
+
+
+def _sets_requires_grad(loop: cst.For) -> bool:
+    """The loop's body sets requires_grad of its variable (`p.requires_grad = flag`,
+    `p.requires_grad_(flag)`)."""
+    variable = loop.target.value if isinstance(loop.target, cst.Name) else None
+    if variable is None:
+        return False
+    assigned = any(isinstance(target.target, cst.Attribute) and target.target.attr.value == "requires_grad"
+                   and dotted_name(target.target.value) == variable
+                   for assign in find_all(loop.body, cst.Assign) for target in assign.targets)
+    return assigned or any(isinstance(call.func, cst.Attribute) and call.func.attr.value == "requires_grad_"
+                           and dotted_name(call.func.value) == variable for call in find_all(loop.body, cst.Call))

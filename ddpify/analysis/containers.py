@@ -92,6 +92,44 @@ def iterated_elements(parents: Mapping[cst.CSTNode, cst.CSTNode], node: cst.CSTN
     return []
 
 
+# Views of a module that yield its submodules (the last element of each pair for the named ones).
+_SUBMODULE_VIEWS = frozenset({"children", "modules", "named_children", "named_modules", "values", "items"})
+
+
+def iterated_module(parents: Mapping[cst.CSTNode, cst.CSTNode], node: cst.CSTNode, name: str) -> Optional[str]:
+    """`model` where `node` moves the loop variable `name` of `for layer in model:`, `for
+    child in model.children():`, `for _, m in model.named_modules():` or `for m in
+    nets.values():`: a move of each submodule moves the module's parameters, so the module
+    reaches its device in that loop (the wrap follows it). Only a statement move of a plain
+    loop variable (`layer.to(device)`), in a `for` of the same function; None otherwise."""
+    if not isinstance(parents.get(node), cst.Expr):
+        return None
+    return module_looped_over(parents, node, name)
+
+
+def module_looped_over(parents: Mapping[cst.CSTNode, cst.CSTNode], node: cst.CSTNode, name: str) -> Optional[str]:
+    """`model` where `node` reads the loop variable `name` of `for layer in model:` (or of
+    its `.children()`, `.modules()`, `.named_children()`...); None otherwise."""
+    child, parent = node, parents.get(node)
+    while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.ClassDef, cst.Module, cst.Lambda)):
+        if isinstance(parent, cst.For) and child is not parent.iter:
+            iterated = parent.iter
+            view: Optional[str] = None
+            if isinstance(iterated, cst.Call) and not iterated.args and isinstance(iterated.func, cst.Attribute):
+                view, iterated = iterated.func.attr.value, iterated.func.value
+            target: cst.BaseExpression = parent.target
+            if isinstance(iterated, cst.Call) and dotted_name(iterated.func) == "enumerate" and iterated.args:
+                view, iterated = "enumerate", iterated.args[0].value  # `for i, layer in enumerate(layers)`
+            if view in ("named_children", "named_modules", "items", "enumerate") \
+                    and isinstance(target, cst.Tuple) and len(target.elements) == 2:
+                target = target.elements[1].value
+                view = None if view == "enumerate" else view
+            if _binds(target, name):
+                return dotted_name(iterated) if view is None or view in _SUBMODULE_VIEWS else None
+        child, parent = parent, parents.get(parent)
+    return None
+
+
 class Entry(NamedTuple):
     """A model put into a container before the loop that moves what it holds: its name, and
     the `if` test it was put in under (`if args.critic: models.append(critic)`), None when it

@@ -6,7 +6,7 @@ from typing import Optional, Union
 import libcst as cst
 
 from ddpify.analysis.facts import DictPass, ExternalLoader, ExternalLoaderDict, Holder, Loader, Model
-from ddpify.analysis.names import trains_by_look
+from ddpify.analysis.names import has_role_word, trains_by_look
 from ddpify.analysis.nodes import (
     assignment_pairs,
     calls_within,
@@ -201,7 +201,9 @@ def note_loaders_from_callers(facts: Facts, wrappers: Mapping[Holder, list[str]]
         counted = {name for call in ranges for name in names_within(call)} - sized
         for name in facts.names_iterated_by(loop):
             # (`self` is named by `next(self.it)`: the object, not what it iterates.)
-            if function is None or name in ("self", "cls") or name in counted or wrappers.get((function, name)) \
+            # (`data_loader = tqdm(data_loader)`: the name wraps itself, the loader handed in.)
+            wrapped = wrappers.get((function, name))
+            if function is None or name in ("self", "cls") or name in counted or wrapped and name not in wrapped \
                     or not handed_in(facts, function, name):
                 continue
             keys = facts.entry_keys_taken(loop, name)
@@ -492,6 +494,8 @@ def _mark_loader_loops_calling_training_helpers(facts: Facts) -> None:
     is a method or function of another module of the project: the loop over the loader
     trains, as if the step were written in it. Only a loop over a loader: an epoch loop
     around `engine.train_one_epoch(model, loader)` is not a batch loop."""
+    if not facts.training_helper_calls:
+        return  # most scripts step in their own code: no need to find the loops over loaders
     over_loaders = {loop for loader in facts.loaders
                     for loop in facts.loops_over_values(facts.loader_holders_of(loader))}
     for call in facts.training_helper_calls:
@@ -527,12 +531,39 @@ def reached_when_run(facts: Facts, names_in_top: dict[cst.CSTNode, set[str]],
             pending += [definition for definition in definitions.values() if isinstance(definition, cst.FunctionDef)]
     reached: set[cst.CSTNode] = set(pending)
     while pending:
-        for name in names_in_top.get(pending.pop(), ()):
-            definition = definitions.get(name)
-            if definition is not None and definition not in reached:
-                reached.add(definition)
-                pending.append(definition)
+        while pending:
+            for name in names_in_top.get(pending.pop(), ()):
+                definition = definitions.get(name)
+                if definition is not None and definition not in reached:
+                    reached.add(definition)
+                    pending.append(definition)
+        if not roots:
+            pending = _commands_of_reached_groups(definitions, reached, names_in_top)
+            reached.update(pending)
     return reached
+
+
+def _commands_of_reached_groups(definitions: dict[str, Union[cst.FunctionDef, cst.ClassDef]],
+                                reached: set[cst.CSTNode],
+                                names_in_top: dict[cst.CSTNode, set[str]]) -> list[cst.CSTNode]:
+    """Rule: a function registered as a command of a click group or a typer app that runs
+    (`@main.command()` under `@click.group() def main`, `@app.command()` with `app()` called)
+    runs when the command line names it (`python main.py train -c cfg.yaml`), though no line
+    of the file calls it: the group dispatches to it, as `fire.Fire()` does."""
+    named = {name for node in reached for name in names_in_top.get(node, ())}
+    named |= {name for name, definition in definitions.items() if definition in reached}
+    return [definition for definition in definitions.values()
+            if definition not in reached and isinstance(definition, cst.FunctionDef)
+            and any(registering_group(decorator.decorator) in named for decorator in definition.decorators)]
+
+
+def registering_group(decorator: cst.BaseExpression) -> Optional[str]:
+    """`main` for `@main.command()`, `@main.command("test")`, `@cli.group()`, `@app.command`."""
+    target = decorator.func if isinstance(decorator, cst.Call) else decorator
+    if isinstance(target, cst.Attribute) and target.attr.value in ("command", "group") \
+            and isinstance(target.value, cst.Name):
+        return target.value.value
+    return None
 
 
 def _is_bare_fire(call: cst.Call) -> bool:
@@ -574,6 +605,11 @@ def is_training_loader(facts: Facts, loader: Loader) -> bool:
         return any(facts.loop_trains(loop) for loop in loops) and any(
             facts.loop_trains(loop) for loop in facts.loops_over_values(facts.trained_holders_of(loader)))
     name = (loader.inline or loader.name).rsplit(".", 1)[-1]
+    if loader.function is not None and not has_role_word(name):
+        # Rule: a loader whose own name says nothing (`loader = DataLoader(...)`, `return
+        # DataLoader(...)`) takes its role from the function that builds it
+        # (`def train_dataloader(params)`, `def get_val_loader(cfg)`).
+        name = f"{name} {loader.function.name.value}"
     return trains_by_look(name, loader.shuffles or loader.kwargs_name is not None)
 
 

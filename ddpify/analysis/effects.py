@@ -179,6 +179,9 @@ class FunctionEffects:
                 if isinstance(node.func, ast.Attribute) and node.func.attr == "backward":
                     return True
                 callee = self.qualified(dotted_ast(node.func) or "")
+                owner = self.class_of(name)
+                if callee.startswith("self.") and callee.count(".") == 1 and owner is not None:
+                    callee = f"{owner}.{callee[len('self.'):]}"  # `self._train_epoch(loader)`: a method of its class
                 if callee in self._functions and callee != name and self.trains(callee, depth + 1):
                     return True
         return False
@@ -192,6 +195,11 @@ class FunctionEffects:
             return [], set()
         positional = self._positional(name, function)
         keywords = {function.args.kwarg.arg} if function.args.kwarg is not None else set()
+        # `self.G = generator` ... `self.G.cuda()`: a parameter kept on self and moved there.
+        kept = {target.attr: node.value.id for node in ast.walk(function) if isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Name) and node.value.id in positional
+                for target in node.targets if isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Name) and target.value.id == "self"}
         moved: set[str] = set()
         for node in ast.walk(function):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
@@ -200,6 +208,9 @@ class FunctionEffects:
             receiver = node.func.value
             if isinstance(receiver, ast.Name) and receiver.id in positional:
                 moved.add(receiver.id)
+            elif isinstance(receiver, ast.Attribute) and isinstance(receiver.value, ast.Name) and (
+                    receiver.value.id == "self") and receiver.attr in kept:
+                moved.add(kept[receiver.attr])
             elif isinstance(receiver, ast.Subscript) and isinstance(receiver.value, ast.Name) and (
                     receiver.value.id in keywords) and isinstance(receiver.slice, ast.Constant):
                 moved.add(str(receiver.slice.value))
@@ -537,6 +548,12 @@ class FunctionEffects:
                 continue
             gradless = {id(inner) for node in ast.walk(function) if isinstance(node, ast.With)
                         and self._without_grad(node) for inner in ast.walk(node)}
+            # `self.backbone(x).detach()`: the part's output is cut from the graph where it is made.
+            gradless |= {id(node.func.value.func) for node in ast.walk(function) if isinstance(node, ast.Call)
+                         and isinstance(node.func, ast.Attribute) and node.func.attr in ("detach", "detach_")
+                         and isinstance(node.func.value, ast.Call)}
+            gradless |= {id(node.value.func) for node in ast.walk(function) if isinstance(node, ast.Attribute)
+                         and node.attr == "data" and isinstance(node.value, ast.Call)}
             targets = {id(target) for node in ast.walk(function) if isinstance(node, ast.Assign)
                        for target in node.targets}
             used |= {node.attr for node in ast.walk(function) if isinstance(node, ast.Attribute)
@@ -1185,6 +1202,8 @@ def _import_table(tree: ast.Module, package: str) -> dict[str, str]:
             for alias in node.names:
                 if module is not None and alias.name != "*":
                     names.add_import_from(table, module, alias.name, alias.asname)
+                elif module is not None:
+                    names.add_star_import(table, module)
     return table
 
 

@@ -232,7 +232,7 @@ class FactRecord:
     # the module it is handed in place (and does not train it): name -> those calls.
     moved_by_helpers: dict[str, list[cst.Call]] = field(default_factory=dict)
     # Imports of a module chosen at run time that may be one of the project's (DDP909).
-    dynamic_imports: list[cst.Call] = field(default_factory=list)
+    dynamic_imports: list[cst.CSTNode] = field(default_factory=list)  # calls, `import _init_paths`
     # In a helper module: models handed in that reach their device here (wrapped here).
     models_moved_here: set[str] = field(default_factory=set)
     # In a helper module: a function's parameter moved there, a statement of its own, before

@@ -238,7 +238,10 @@ def _accumulation(facts: Facts, loop: cst.For, name: str) -> Optional[str]:
 
 def _returns_python_numbers(facts: Facts, value: cst.BaseExpression) -> bool:
     """`dice_score(preds, masks)`: a function of this file whose every return is a Python
-    number (`(2 * inter / union).item()`), as _python_number reads it in the function."""
+    number (`(2 * inter / union).item()`), as _python_number reads it in the function; or
+    one of another module of the project that the collector found so (`metrics.count(...)`)."""
+    if isinstance(value, cst.Call) and dotted_name(value.func) in facts.number_functions:
+        return True
     function = facts.functions.get(dotted_name(value.func) or "") if isinstance(value, cst.Call) else None
     if function is None:
         return False

@@ -26,6 +26,12 @@ DISTRIBUTED_SAMPLER = "torch.utils.data.distributed.DistributedSampler"
 EVALUATION_WORDS = ("val", "test", "eval", "dev")
 
 
+def has_role_word(words: str) -> bool:
+    """A training or an evaluation word in a name: what trains_by_look reads first."""
+    words = words.lower()
+    return "train" in words or any(word in words for word in EVALUATION_WORDS)
+
+
 def trains_by_look(words: str, shuffles: bool) -> bool:
     """A loader whose loops are out of sight (another module iterates it): `train` in its
     name, key or dataset's name says it trains, an evaluation word says it does not, and
@@ -71,6 +77,11 @@ DATA_PARALLEL = frozenset(
     {"torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
      "torch.nn.parallel.data_parallel.DataParallel"}
 )
+# The functional form, `data_parallel(module, inputs)`: a DataParallel forward in one call,
+# over every visible GPU unless device_ids says otherwise.
+DATA_PARALLEL_FUNCTION = frozenset(
+    {"torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel"}
+)
 # DataParallel subclasses of packages that projects vendor under many paths, known by their
 # class name: the synchronized-BatchNorm package's `DataParallelWithCallback` (`from
 # sync_batchnorm import DataParallelWithCallback`, `from lib.nn import ...`), which takes the
@@ -87,6 +98,7 @@ SYNCHRONIZED_BATCHNORM_NAMES = frozenset({"SynchronizedBatchNorm1d", "Synchroniz
 DATA_PARALLEL_IMPORTS = (
     ("torch.nn", "DataParallel", None),
     ("torch.nn.parallel", "DataParallel", None),
+    ("torch.nn.parallel", "data_parallel", None),
 )
 DISTRIBUTED_DATA_PARALLEL = frozenset(
     {"torch.nn.parallel.DistributedDataParallel",
@@ -290,6 +302,25 @@ def add_import(aliases: dict[str, str], module: str, asname: Optional[str]) -> N
     else:
         head = module.split(".")[0]
         aliases[head] = head
+
+
+# What `from <library> import *` binds, of the names ddpify reads (each library's `__all__`):
+# `from tqdm import *` then `pbar = tqdm(loader)` is the progress bar over the loader.
+_DATA = ("DataLoader", "Dataset", "IterableDataset", "TensorDataset", "Subset", "ConcatDataset", "random_split",
+         "Sampler", "BatchSampler", "RandomSampler", "SequentialSampler", "SubsetRandomSampler",
+         "WeightedRandomSampler", "DistributedSampler", "get_worker_info", "default_collate")
+_OPTIMIZERS = ("SGD", "Adam", "AdamW", "Adamax", "Adagrad", "Adadelta", "ASGD", "LBFGS", "NAdam", "RAdam", "RMSprop",
+               "Rprop", "SparseAdam", "Optimizer", "lr_scheduler")
+LIBRARY_STAR_EXPORTS: Mapping[str, tuple[str, ...]] = {
+    "tqdm": ("tqdm", "trange"), "tqdm.auto": ("tqdm", "trange"), "tqdm.notebook": ("tqdm", "trange"),
+    "torch.utils.data": _DATA, "torch.optim": _OPTIMIZERS,
+}
+
+
+def add_star_import(aliases: dict[str, str], module: str) -> None:
+    """`from tqdm import *`: the names a library's `__all__` binds (LIBRARY_STAR_EXPORTS)."""
+    for name in LIBRARY_STAR_EXPORTS.get(module, ()):
+        aliases[name] = f"{module}.{name}"
 
 
 def add_import_from(aliases: dict[str, str], module: str, name: str, asname: Optional[str]) -> None:

@@ -15,7 +15,7 @@ import libcst as cst
 
 from ddpify.analysis import names
 from ddpify.analysis.control import Facts
-from ddpify.analysis.nodes import dotted_name
+from ddpify.analysis.nodes import calls_within, dotted_name, names_in
 
 # The global generators, and the calls that seed each.
 SEEDS = {"torch": names.MANUAL_SEEDS, "random": frozenset({"random.seed"}),
@@ -37,11 +37,57 @@ def seeded_anywhere(facts: Facts, *families: str) -> bool:
     return bool(seed_calls(facts, *families))
 
 
+def seeded_alike(facts: Facts, *families: str) -> bool:
+    """A seed of one of these generators somewhere in the file, given a value that is the
+    same on every rank (differs_per_process)."""
+    return any(call.args and not differs_per_process(facts, call) for call in seed_calls(facts, *families))
+
+
 def seeded_by_a_helper(facts: Facts) -> bool:
     """A call of a function named for seeding (`set_seed(args.seed)`, `seed_everything(s)`),
-    other than torch's own seeds: it is taken to seed every generator alike."""
-    return any("seed" in callee.rsplit(".", 1)[-1].lower() and callee not in names.MANUAL_SEEDS
-               for callee in facts.calls_by_callee)
+    not a generator's own seed, with a value alike on every rank: it is taken to seed every
+    generator alike."""
+    own = set(seed_calls(facts, *SEEDS))
+    return any("seed" in callee.rsplit(".", 1)[-1].lower() and call not in own
+               and not differs_per_process(facts, call)
+               for callee, calls in facts.calls_by_callee.items() for call in calls)
+
+
+# Values that differ from process to process: the clock and the process id, and the draws of
+# a generator, by its family, when nothing seeds that generator.
+PER_PROCESS = frozenset({"time.time", "time.time_ns", "time.perf_counter", "time.monotonic", "os.getpid",
+                         "datetime.datetime.now", "torch.seed", "torch.random.seed"})
+DRAWS = {"random": ("random.randint", "random.random", "random.randrange", "random.uniform",
+                    "random.getrandbits", "random.choice"),
+         "numpy": ("numpy.random.randint", "numpy.random.rand", "numpy.random.random", "numpy.random.uniform",
+                   "numpy.random.choice"),
+         "torch": ("torch.randint",)}
+
+
+def differs_per_process(facts: Facts, node: cst.CSTNode, depth: int = 0) -> bool:
+    """Rule: a seed is no seed across ranks when its value comes from the clock, the process
+    id or a draw of a generator the script never seeds (`random_seed = random.randint(1, 100)`
+    then `np.random.seed(random_seed)`; `torch.manual_seed(int(time.time()))`), in the call or
+    through a name bound to such a value: each rank seeds its own way. `np.random.seed()` and
+    `random.seed()` without a value seed from the system, which differs per process too."""
+    for call in calls_within(node):
+        qualified = _per_process_name(facts, call)
+        if qualified in PER_PROCESS or (qualified in ("random.seed", "numpy.random.seed") and not call.args):
+            return True
+        family = next((each for each, draws in DRAWS.items() if qualified in draws), None)
+        if family is not None and not any(seed.args for seed in seed_calls(facts, family)):
+            return True
+    if depth >= 2:
+        return False
+    values = [arg.value for arg in node.args] if isinstance(node, cst.Call) else [node]
+    return any(differs_per_process(facts, bound, depth + 1) for value in values for name in names_in(value)
+               for bound in facts.assigned_values.get(name, ()))
+
+
+def _per_process_name(facts: Facts, call: cst.Call) -> Optional[str]:
+    return next((qualified for qualified in (*PER_PROCESS, *(d for ds in DRAWS.values() for d in ds),
+                                             "random.seed", "numpy.random.seed")
+                 if call in facts.calls_named.get(qualified, ())), None)
 
 
 def has_its_own_seed(call: cst.Call, keywords: tuple[str, ...] = OWN_SEED_KEYWORDS) -> bool:

@@ -180,9 +180,12 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan)
     reading the backbone this one saved) is such a load too. Returns where it waits."""
     reads = [call for call in [*facts.load_calls, *facts.helper_load_calls]
              if not _read_by_rank0_alone(facts, setup, call)] + [
-        call for call in _opens(facts) if _reads_once(facts, setup, call)]
+        call for call in [*_opens(facts), *_data_reads(facts)] if _reads_once(facts, setup, call)]
     datasets = _datasets_reading_later(facts, setup)
-    reads += datasets
+    # (A dataset that lists its folder in __init__ and loads each file per item: the one
+    # barrier before it is made covers both reads.)
+    made_before = {name for call in datasets if (name := dotted_name(call.func)) is not None}
+    reads = [call for call in reads if not _in_init_of(facts, call, made_before)] + datasets
     waiting: set[Statement] = set()  # (`with open(path, "rb") as f: torch.load(f)`: one barrier)
     for call in reads:
         if call in setup.collective_loads:
@@ -211,6 +214,13 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan)
         if waited is not None:
             waiting.add(waited)
     return waiting
+
+
+def _in_init_of(facts: Facts, call: cst.Call, classes: set[str]) -> bool:
+    function = facts.function_of(call)
+    owner = facts.class_of(function)
+    return function is not None and function.name.value == "__init__" and owner is not None \
+        and owner.name.value in classes
 
 
 # Calls whose result tells whether a file or folder is there (`os.path.exists(path)`,
@@ -353,12 +363,44 @@ def _opens_a_file(facts: Facts, node: Optional[cst.CSTNode]) -> bool:
 
 
 def _writes(facts: Facts) -> list[cst.Call]:
-    """torch.save calls, files opened for writing, calls of the project's helpers that
-    write files (only that, or among training: `fit(model, ...)` saving the best model)
-    and shell commands that write files (analysis/shell.py)."""
+    """torch.save calls, files opened for writing, data files written by numpy, pandas and
+    the like (_data_writes), calls of the project's helpers that write files (only that, or
+    among training: `fit(model, ...)` saving the best model) and shell commands that write
+    files (analysis/shell.py)."""
     return facts.save_calls + [call for call in _opens(facts) if _open_mode(call) & _WRITING_MODES] + [
-        call for call, effect in facts.helper_effects.items() if effect == effects.WRITES] + shell.writing_commands(
-        facts.calls_named) + facts.helper_write_calls
+        call for call, effect in facts.helper_effects.items() if effect == effects.WRITES] + [
+        call for call in shell.writing_commands(facts.calls_named)
+        if not shell.after_a_download(facts.statement_of(call), facts.parents, facts.download_statements)
+    ] + facts.helper_write_calls + _data_writes(facts)
+
+
+# Rule: data made once and read by every rank is a file rank 0 writes that the others read,
+# as a checkpoint is: `if not os.path.exists(csv): make_csv()` writing with `df.to_csv(csv)`,
+# then `pd.read_csv(csv)` in a dataset; arrays cached with `np.savez` and `np.load`ed back; a
+# folder of samples `np.save`d one by one, then listed (`os.listdir`, `glob.glob`) and loaded
+# per item. The writers: numpy's, joblib's and the imaging libraries' (image files), and a
+# DataFrame's `to_*` methods; the readers: their counterparts and the folder listings.
+_DATA_WRITERS = frozenset({
+    "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt", "joblib.dump",
+    "imageio.imwrite", "imageio.v2.imwrite", "imageio.v3.imwrite", "cv2.imwrite", "skimage.io.imsave",
+})
+_DATA_WRITING_METHODS = frozenset({"to_csv", "to_json", "to_parquet", "to_pickle", "to_feather"})
+_DATA_READERS = frozenset({
+    "pandas.read_csv", "pandas.read_table", "pandas.read_json", "pandas.read_parquet", "pandas.read_pickle",
+    "pandas.read_feather", "numpy.load", "numpy.loadtxt", "numpy.genfromtxt", "numpy.fromfile", "joblib.load",
+    "glob.glob", "glob.iglob", "os.listdir", "os.scandir", "PIL.Image.open", "cv2.imread", "imageio.imread",
+    "imageio.v2.imread", "imageio.v3.imread", "skimage.io.imread",
+})
+
+
+def _data_writes(facts: Facts) -> list[cst.Call]:
+    found = [call for qualified in sorted(_DATA_WRITERS) for call in facts.calls_named.get(qualified, ())]
+    return found + [call for call in facts.nodes_of(cst.Call)  # (`pd.DataFrame(rows).to_csv(path)` too)
+                    if isinstance(call.func, cst.Attribute) and call.func.attr.value in _DATA_WRITING_METHODS]
+
+
+def _data_reads(facts: Facts) -> list[cst.Call]:
+    return [call for qualified in sorted(_DATA_READERS) for call in facts.calls_named.get(qualified, ())]
 
 
 _WRITING_MODES = frozenset("wax+")
@@ -400,7 +442,8 @@ def _reads_once(facts: Facts, setup: Plan, call: cst.Call) -> bool:
     alone, not in a loop of its function, not in a method that runs per item or per batch,
     in a function (or a class's __init__) called from outside any loop and never from a
     statement rank 0 alone runs (`print(read_vocab())`: a barrier there would wait forever)."""
-    if _open_mode(call) & _WRITING_MODES or _read_by_rank0_alone(facts, setup, call) or _in_loop(facts, call):
+    writes = _open_mode(call) & _WRITING_MODES if call in _opens(facts) else False
+    if writes or _read_by_rank0_alone(facts, setup, call) or _in_loop(facts, call):
         return False
     function = facts.function_of(call)
     if function is None:
@@ -413,7 +456,7 @@ def _reads_once(facts: Facts, setup: Plan, call: cst.Call) -> bool:
 
 
 def _datasets_reading_later(facts: Facts, setup: Plan) -> list[cst.Call]:
-    """Rule: a dataset class that opens a file for reading in a method that runs per item
+    """Rule: a dataset class that opens a file for reading (or loads one, _DATA_READERS) in a method that runs per item
     or per pass (`__getitem__` opening its file lazily, an IterableDataset's `__iter__`)
     reads it when its loader is iterated, in the loader's workers too, where no barrier can
     go. Every such read comes after the dataset is made (`LineDataset(path)`), so the
@@ -421,11 +464,11 @@ def _datasets_reading_later(facts: Facts, setup: Plan) -> list[cst.Call]:
     loop, not on rank 0 alone, in a function called from outside any loop), when rank 0
     alone wrote a file before that statement. The calls that make such a dataset."""
     classes: set[str] = set()
-    for call in _opens(facts):
+    reads = [call for call in _opens(facts) if not _open_mode(call) & _WRITING_MODES] + _data_reads(facts)
+    for call in reads:
         function = facts.function_of(call)
         owner = facts.class_of(function)
-        if function is not None and owner is not None and function.name.value in _PER_ITEM_METHODS \
-                and not _open_mode(call) & _WRITING_MODES:
+        if function is not None and owner is not None and function.name.value in _PER_ITEM_METHODS:
             classes.add(owner.name.value)
     made: list[cst.Call] = []
     for name in sorted(classes):
@@ -569,4 +612,15 @@ CASES = (
     # ...unless the write is inside the test too: then nothing is certain, and it is reported.
     Emits(_FETCHED_OR_READ, "DDP314"),
     Silent(_FETCHED_OR_READ, "DDP309"),
+    # Data made once by numpy or pandas on rank 0, then read by every rank (_DATA_WRITERS).
+    Emits('import numpy as np\nnp.savez("cache.npz", x=np.ones(4))\n' + TRAINING + 'cached = np.load("cache.npz")\n',
+          "DDP309", ("dist.barrier()",)),
+    Emits('import pandas as pd\npd.DataFrame({"a": [1]}).to_csv("t.csv")\n' + TRAINING
+          + 'table = pd.read_csv("t.csv")\n', "DDP309", ("dist.barrier()",)),
+    Emits(TRAINING + 'import glob\nimport numpy as np\nnp.save("out/w.npy", np.ones(2))\n'
+          'files = glob.glob("out/*.npy")\n', "DDP309", ("dist.barrier()",)),
+    Silent(TRAINING + 'import numpy as np\nnp.save("losses.npy", np.ones(2))\n', "DDP309"),
+    # (Read before anything is written: nothing to wait for.)
+    Silent('import pandas as pd\ntable = pd.read_csv("t.csv")\n' + TRAINING
+           + 'pd.DataFrame({"a": [1]}).to_csv("out.csv")\n', "DDP309"),
 )

@@ -3,6 +3,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 
+from ddpify.analysis import shell
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Statement
 from ddpify.diagnostics import Rule, Severity
@@ -55,7 +56,10 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     the others wait, then they read the file it wrote (rank 0 alone saving it would leave the
     others reading a half-written file, or none on another machine)."""
     saved = [facts.statement_of(call) for call in tokenizer_saves_where_missing(facts, setup)]
-    dataset_sites = _download_sites(facts, setup, facts.download_statements)
+    # (A command that moves or removes what a download unpacked, after it in its block, is part of it.)
+    finishing = [facts.statement_of(call) for call in shell.writing_commands(facts.calls_named)
+                 if shell.after_a_download(facts.statement_of(call), facts.parents, facts.download_statements)]
+    dataset_sites = _download_sites(facts, setup, facts.download_statements + finishing)
     tokenizer_sites = [site for site in _download_sites(facts, setup, saved) if site not in dataset_sites]
     for group in _consecutive_groups(facts, sorted(dataset_sites + tokenizer_sites, key=facts.line_of)):
         first, last = group[0], group[-1]
@@ -221,4 +225,15 @@ CASES = (
           + TRAINING.replace("device = torch", 'if not os.path.exists("tok.json"):\n    tok = Tokenizer(WordLevel())\n'
                              '    tok.save("tok.json")\ndevice = torch', 1), "DDP209",
           ("dist.barrier()  # wait while local rank 0 builds and saves the tokenizer",)),
+    # A shell command that fetches or unpacks (wget, curl -o, unzip, tar -x) is a download; a
+    # command that moves what it unpacked, after it in its block, runs with it (not on rank 0 alone).
+    Emits("import os\n" + TRAINING.replace("device = torch", 'os.system("wget %s; unzip %s" % (URL, "d.zip"))\n'
+                                            'os.system("mv d " + ROOT)\ndevice = torch', 1), "DDP209",
+          ('dist.barrier()  # wait while local rank 0 downloads the data\nos.system("wget %s; unzip %s" % (URL, '
+           '"d.zip"))\nos.system("mv d " + ROOT)\n',)),
+    Emits("import subprocess\n" + TRAINING.replace(
+        "device = torch", 'subprocess.check_call("tar -xzf {} -C data".format(ARCHIVE), shell=True)\n'
+        'device = torch', 1), "DDP209", ("dist.barrier()",)),
+    Silent("import os\n" + TRAINING.replace("device = torch", 'os.system("tar -czf %s.tgz runs" % NAME)\n'
+                                             'device = torch', 1), "DDP209"),
 )

@@ -75,7 +75,12 @@ def plan_external(facts: Facts, edits: Edits, setup: Plan) -> None:
             iterated = [name for name in facts.names_iterated_by(loop) if (facts.function_of(loop), name) in holders
                         or (None, name) in holders]
             if iterated and facts.loop_trains(loop) and loop not in setup.partly_sharded_loops:
-                setup.partly_sharded_loops[loop] = SHARDED_THERE.format(loader=iterated[0])
+                name = iterated[0]
+                if _before_the_progress_bar(facts, loop, name) is not loop:
+                    # `data_loader = tqdm(data_loader)`: after the loop the name holds the bar,
+                    # whose `iterable` is the loader.
+                    name = f'getattr({name}, "iterable", {name})'
+                setup.partly_sharded_loops[loop] = SHARDED_THERE.format(loader=name)
         if facts.calls_by_callee.get(f"{loader.name}.sampler.set_epoch"):
             continue  # its epoch is set already (this module was migrated before)
         trains = any(facts.loop_trains(loop) for loop in facts.loops_over_values(holders))
@@ -187,10 +192,24 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
                 and facts.function_of(loop) is not loader.function:
             # The sampler variable is not in scope there; the loader handed in carries it.
             code = via_loader_template.format(loader=name_there, epoch=epoch)
-        edits.insert_before(loop, Insertion(edits.statements(code)))
+        edits.insert_before(_before_the_progress_bar(facts, loop, name_there), Insertion(edits.statements(code)))
         edits.report("DDP202", loop)
         return
     _without_an_epoch_loop(facts, edits, loader)
+
+
+def _before_the_progress_bar(facts: Facts, loop: cst.For, name: str) -> Statement:
+    """The pass, or the statement before it that rebinds the loader's name to a wrapper of
+    itself (`data_loader = tqdm(data_loader, file=sys.stdout)`): the sampler is the loader's,
+    and a progress bar has none, so its epoch is set before the name is rebound."""
+    function = facts.function_of(loop)
+    rebinds = [facts.statement_of(value) for value in facts.assigned_values.get(name, ())
+               if isinstance(value, cst.Call) and facts.function_of(value) is function and value.args
+               and name in names_within(value.args[0].value)]
+    earlier = [statement for statement in rebinds if statement is not None
+               and facts.start_of(statement) < facts.start_of(loop)
+               and facts.parents.get(statement) is facts.parents.get(loop)]
+    return min(earlier, key=facts.start_of, default=loop)
 
 
 def _literal_default(facts: Facts, loop: cst.For, name: str) -> Optional[cst.BaseExpression]:

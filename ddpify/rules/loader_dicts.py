@@ -17,7 +17,7 @@ from typing import Optional, cast
 import libcst as cst
 
 from ddpify.analysis.control import Facts, keys_where, parameter_names
-from ddpify.analysis.facts import BlockItem, DictPass, ExternalLoaderDict, LoaderDict, Statement
+from ddpify.analysis.facts import BlockItem, DictPass, LoaderDict, Statement
 from ddpify.analysis.names import trains_by_look
 from ddpify.analysis.nodes import (
     calls_within,
@@ -61,7 +61,8 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     followed: set[cst.Call] = set()
     for loaders in facts.loader_dicts():
         passes = facts.dict_passes(loaders)
-        if passes:  # (a string, too: what stopped _plan_dict)
+        if passes or _entries_handed_to_training(facts, loaders.function, loaders.name):
+            # (passes a string, too: what stopped _plan_dict)
             _plan_dict(facts, edits, setup, loaders)
             followed.update(loaders.entries.values())  # this module's loops decide (above)
         elif _handed_out_of_module(facts, loaders):
@@ -201,13 +202,19 @@ def _plan_dict(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDict) -> 
             _report(facts, edits, setup, loaders, keys)
             return
         trained |= keys
+    # Rule: an entry by literal key handed to a function of another module of the project that
+    # trains (`utils.train_epoch(loaders["train"], model, ...)`) trains, as a loader handed there
+    # by name does: that module's loops sum their figures under the sampler test (library mode).
+    handed = [(call, holder, key) for call, holder, key in
+              _entries_handed_to_training(facts, loaders.function, loaders.name) if key in loaders.entries]
+    trained |= {key for _, _, key in handed}
     if not trained:
         return  # evaluation only: evaluation.py's concern, not a training feed
     reason = _why_not_sharded(facts, edits, setup, loaders, trained)
     if reason is not None:
         _report(facts, edits, setup, loaders, reason)
         return
-    _shard(facts, edits, setup, loaders, passes, trained)
+    _shard(facts, edits, setup, loaders, passes, trained, handed)
 
 
 def _report(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDict, reason: str) -> None:
@@ -357,7 +364,7 @@ def _plan_received(facts: Facts, edits: Edits, setup: Plan) -> None:
                 edits.report("DDP211", each.loop, f"no epoch loop found for set_epoch: {keys}")
                 continue
             trained |= keys
-        handed = _entries_handed_to_training(facts, received)
+        handed = _entries_handed_to_training(facts, received.function, received.name)
         trained |= {key for _, _, key in handed}
         whole = [key for key in received.sharded if key in trained and not received.sharded[key]]
         if whole:
@@ -420,12 +427,13 @@ def _iterated_loader(loop: cst.For) -> cst.BaseExpression:
     return iterated
 
 
-def _entries_handed_to_training(facts: Facts, received: ExternalLoaderDict) -> list[tuple[cst.Call, str, str]]:
-    """`engine.train_one_epoch(model, loaders["train"], ...)`: an entry by literal key handed
-    to a function of another module of the project that trains, or a Trainer built with it:
-    (the call, the dict's name there, the key)."""
+def _entries_handed_to_training(facts: Facts, function: Optional[cst.FunctionDef], name: str
+                                ) -> list[tuple[cst.Call, str, str]]:
+    """`engine.train_one_epoch(model, loaders["train"], ...)`: an entry by literal key of the
+    dict `name` holds in `function`, handed to a function of another module of the project that
+    trains, or a Trainer built with it: (the call, the dict's name there, the key)."""
     found: list[tuple[cst.Call, str, str]] = []
-    holders = facts.holders_from(received.function, received.name)
+    holders = facts.holders_from(function, name)
     for call in [*facts.training_helper_calls, *facts.training_constructors]:
         for arg in call.args:
             value = arg.value
@@ -440,24 +448,32 @@ def _entries_handed_to_training(facts: Facts, received: ExternalLoaderDict) -> l
 # --- the edits -------------------------------------------------------------------------------------
 
 def _shard(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDict, passes: list[DictPass],
-           trained: set[str]) -> None:
+           trained: set[str], handed: Sequence[tuple[cst.Call, str, str]] = ()) -> None:
     _shard_built_here(facts, edits, setup, loaders, trained)
     for key, loader in loaders.named.items():
         setup.loaders_in_dicts.append(loader)
         if key in trained:
             data.add_sampler(facts, edits, loader, setup, epoch=False)
+    looped = {key for each in passes for key in each.keys}
     for key in loaders.entries:
-        if key not in trained:
+        if key in trained:
+            continue
+        if key in looped or not handed:
             edits.report("DDP203", loaders.entries[key], "evaluation loader left unsharded: the "
                          f"`{key}` entry of `{loaders.name}` does not train, and every rank evaluates "
                          "all of it, so its figures are the original's")
+        else:
+            edits.report("DDP203", loaders.entries[key], "evaluation loader left unsharded: the "
+                         f"`{key}` entry of `{loaders.name}` does not train here, and goes whole to the "
+                         "code that evaluates it, which takes this rank's share there when it can "
+                         "gather the figures")
     setup.sharded_loader_dicts.append(loaders)
     _note_passes(facts, edits, setup, passes, trained)
     shuffled = [key for key in loaders.entries if key in trained and (
         _shuffles(loaders.entries[key]) if key not in loaders.named
         else loaders.named[key].shuffles or loaders.named[key].kwargs_name is not None)]
     if shuffled:
-        _set_epoch(facts, edits, setup, loaders, passes, shuffled)
+        _set_epoch(facts, edits, setup, loaders, passes, shuffled, handed)
 
 
 def _shard_built_here(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDict, trained: set[str]) -> None:
@@ -643,12 +659,13 @@ def _rebuilt_statement(edits: Edits, statement: Statement, value: cst.BaseExpres
 # --- set_epoch -----------------------------------------------------------------------------------------
 
 def _set_epoch(facts: Facts, edits: Edits, setup: Plan, loaders: LoaderDict, passes: list[DictPass],
-               shuffled: list[str]) -> None:
+               shuffled: list[str], handed: Sequence[tuple[cst.Call, str, str]] = ()) -> None:
     """`loaders["train"].sampler.set_epoch(epoch)` at the top of each epoch loop around a
     training pass: the sampler has no name of its own, the loader carries it."""
-    # An entry handed to a function (`train_one_epoch(model, loaders["train"])`) counts its
-    # epochs around that call, where the dict's name is in scope.
+    # An entry handed to a function (`train_one_epoch(model, loaders["train"])`, this module's
+    # or another's) counts its epochs around that call, where the dict's name is in scope.
     uses = [_use(each) for each in passes if facts.loop_trains(each.loop)]
+    uses += [(call, None, holder, None) for call, holder, _ in handed]
     _set_epoch_at(facts, edits, setup, uses, shuffled, loaders.entries[shuffled[0]])
 
 

@@ -12,10 +12,11 @@ import libcst as cst
 
 from ddpify.analysis import effects, figures, freezing, names, traversal
 from ddpify.analysis.conditional_parts import TRAINING_MODE
-from ddpify.analysis.containers import condition_code, container_moves, entry_moves
+from ddpify.analysis.containers import condition_code, container_moves, entry_moves, module_looped_over
 from ddpify.analysis.control import Facts, handed_in, innermost_common_block, parameter_names, receiver_of
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
 from ddpify.analysis.facts import ConditionalPart, Holder, Model, Statement
+from ddpify.analysis.navigation import ancestors_up_to
 from ddpify.analysis.nodes import (
     argument_among,
     argument_for,
@@ -26,6 +27,7 @@ from ddpify.analysis.nodes import (
     handed_for,
     is_false,
     is_true,
+    names_bound_in,
     names_in,
     names_within,
     positional_parameters,
@@ -505,7 +507,9 @@ def _report_training_around_the_wrapper(facts: Facts, edits: Edits, model: Model
             if isinstance(func, cst.Attribute) and func.attr.value in _NOT_FORWARD:
                 continue
             base = func.value if isinstance(func, (cst.Attribute, cst.Subscript)) else None
-            if base is not None and dotted_name(base) in holders:
+            # `for layer in model: h = layer(h)` (an nn.ModuleList run a layer at a time).
+            looped = module_looped_over(facts.parents, call, func.value) if isinstance(func, cst.Name) else None
+            if base is not None and dotted_name(base) in holders or looped in holders:
                 edits.report("DDP903", call, (
                     f"`{model.name}` trains through `{edits.code(func)}(...)`, never as `{model.name}(...)`: DDP "
                     f"shares gradients only for a forward through the wrapper, so every rank would train its own "
@@ -582,6 +586,8 @@ def _report_parts_frozen_after_wrap(facts: Facts, edits: Edits, model: Model, wr
     all of it is registered, and a step without any of its gradients reduces nothing."""
     if not facts.freezes_parameters:
         return
+    if _report_unfrozen_after_a_wrap_it_skipped(facts, edits, model, wrap):
+        return
     for node in freezing.requires_grad_changes(facts.module):
         if _before_wrap(facts, node, wrap) or _rebound_since_wrap(facts, node, model.name, wrap):
             continue
@@ -599,6 +605,29 @@ def _report_parts_frozen_after_wrap(facts: Facts, edits: Edits, model: Model, wr
             f"{facts.line_of(wrap)}), in `{dotted_name(call.func)}`: DDP syncs only the parameters that "
             "required grad when it wrapped; wrap it again after the change, or change it before the wrap"))
         return
+
+
+def _report_unfrozen_after_a_wrap_it_skipped(facts: Facts, edits: Edits, model: Model,
+                                             wrap: cst.BaseStatement) -> bool:
+    """Rule: `D.requires_grad_(False)` before the wrap (a warm-up that trains G alone), then
+    `D.requires_grad_(True)` after it, at epoch k: at the wrap D has nothing to train, so the
+    runtime guard leaves it unwrapped, and once unfrozen it trains on every rank with no
+    gradient shared (the ranks drift apart silently). DDP111 at the unfreeze. (A whole model
+    toggled only after its wrap, a GAN's per-step toggle, is safe: see above.)"""
+    function = facts.function_of(wrap)
+    toggles = [call for call in facts.calls_by_callee.get(f"{model.name}.requires_grad_", ())
+               if facts.function_of(call) is function]
+    if not any(_before_wrap(facts, call, wrap) and call.args and is_false(call.args[0].value) for call in toggles):
+        return False
+    for call in toggles:
+        if not _before_wrap(facts, call, wrap) and not (call.args and is_false(call.args[0].value)) \
+                and not _rebound_since_wrap(facts, call, model.name, wrap):
+            edits.report("DDP111", call, (
+                f"`{model.name}` is frozen where it is wrapped (line {facts.line_of(wrap)}), so the wrap leaves it "
+                f"out, and it trains unwrapped once this unfreezes it: no gradient shared, the ranks drift apart; "
+                f"wrap it before the freeze (its gradients are then shared whenever it trains), or by hand here"))
+            return True
+    return False
 
 
 def _helper_calls_changing_a_part(facts: Facts, model: Model, wrap: cst.BaseStatement) -> list[cst.Call]:
@@ -987,6 +1016,17 @@ def _module_holder_moved_after_init(facts: Facts, model: Model) -> Optional[str]
     return owner.name.value
 
 
+def _copy_of_a_moved_module(facts: Facts, value: cst.BaseExpression) -> bool:
+    """`copy.deepcopy(teacher)` of a module moved in the same function: the copy's parameters
+    sit where the original's are (a student copied from a teacher on the GPU)."""
+    if not (isinstance(value, cst.Call) and value.args and value in facts.calls_named.get("copy.deepcopy", ())):
+        return False
+    copied = dotted_name(value.args[0].value)
+    return copied is not None and any(
+        facts.function_of(move) is facts.function_of(value) and facts.start_of(move) < facts.start_of(value)
+        and not _to_cpu(move) for move in facts.device_moves.get(copied, ()))
+
+
 def _never_moved(facts: Facts, model: Model) -> bool:
     """No `.to()` / `.cuda()` reaches the model anywhere its value goes: neither a move of
     the name (`model.to(device)`) nor one in what it is assigned (`Net().to(device)`, or a
@@ -1005,7 +1045,7 @@ def _never_moved(facts: Facts, model: Model) -> bool:
             container = dotted_name(value.value) if isinstance(value, cst.Subscript) else None
             if container is not None and entry_moves(facts, container, facts.function_of(value)):
                 return False
-            if _read_from_a_moved_object(facts, value):
+            if _read_from_a_moved_object(facts, value) or _copy_of_a_moved_module(facts, value):
                 return False
     # `G, D = nets["G"], nets["D"]`: several models taken out of a container at once.
     for assign in facts.own_statements(model.function, cst.Assign):
@@ -1433,7 +1473,9 @@ def _moved_elsewhere(facts: Facts, model: Model,
         if function is model.function and name == model.name and (
                 anchor is not None or not _kept_on_self_elsewhere(facts, model)):
             continue  # (the trained attribute itself: only where nothing here moves it)
-        if _moved_in_place_by_a_helper(facts, function, name, training):
+        if _moved_in_place_by_a_helper(facts, function, name, training) or (
+                _moves_what_it_is_handed(facts, function, name, training)
+                and _handed_and_dropped(facts, model, function, name)):
             continue  # the caller's model moves at the call, and is wrapped there
         for statement in facts.statements_touching.get(name, ()):
             in_scope = name.startswith("self.") or facts.function_of(statement) is function
@@ -1561,6 +1603,28 @@ def _moved_in_place_by_a_helper(facts: Facts, function: Optional[cst.FunctionDef
         and not facts.stored_in_self(name, function) and not any(
             returned.value is not None and name in names_within(returned.value)
             for returned in facts.own_statements(function, cst.Return))
+
+
+def _result_dropped(facts: Facts, call: cst.Call) -> bool:
+    """`to_device(model, device)` as a statement of its own: what the call returns is dropped."""
+    return isinstance(facts.parents.get(call), cst.Expr)
+
+
+def _handed_and_dropped(facts: Facts, model: Model, function: Optional[cst.FunctionDef], name: str) -> bool:
+    """The model is handed to `function` as its parameter `name` by a call whose result is
+    dropped: a wrap there would rebind the helper's local name only."""
+    return any(callee is function and parameter == name and _result_dropped(facts, call)
+               for callee, parameter, call in facts._calls_passing(model.name, model.function))
+
+
+def _moves_what_it_is_handed(facts: Facts, function: Optional[cst.FunctionDef], name: str,
+                             training: set[Optional[cst.FunctionDef]]) -> bool:
+    """Rule: `def to_device(m, d): return m.to(d)` called as a statement, `to_device(model,
+    device)`: `nn.Module.to` moves the module in place, so the caller's model is on its device
+    after the call even though the helper's result is dropped, and the wrap follows the call
+    (before: the wrap came right after the build, DDP wrapped a CPU module, exit 0)."""
+    return function is not None and function not in training and not name.startswith("self.") \
+        and name in parameter_names(function) and not facts.stored_in_self(name, function)
 
 
 def _moves(statement: cst.BaseStatement, name: str) -> bool:
@@ -1872,8 +1936,10 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
     moving += [facts.statement_of(call) for callee, parameter, call in facts._calls_passing(model.name, function)
                if facts.device_moves.get(parameter) and any(facts.function_of(move) is callee
                                                             for move in facts.device_moves[parameter])
-               and _moved_in_place_by_a_helper(facts, callee, parameter, trains_in)]
+               and (_moved_in_place_by_a_helper(facts, callee, parameter, trains_in)
+                    or _result_dropped(facts, call) and _moves_what_it_is_handed(facts, callee, parameter, trains_in))]
     moving += _calls_of_methods_moving(facts, model)
+    moving += _calls_of_functions_moving(facts, model)
     # `model.encoder.to(device)`, or `head.to(device)` after `model = nn.Sequential(backbone,
     # head)`: a part of the model reaches its device, and the model with it.
     moving += [facts.statement_of(call) for part in _parts_of(facts, model)
@@ -1966,6 +2032,29 @@ def _calls_of_methods_moving(facts: Facts, model: Model) -> list[Statement]:
     return [facts.statement_of(call) for method in methods
             if method is not None and method is not function and facts.class_of(method) is facts.class_of(function)
             for call in facts.calls_of(method) if facts.function_of(call) is function]
+
+
+def _calls_of_functions_moving(facts: Facts, model: Model) -> list[Statement]:
+    """Rule: `def place(): model.to(device)` (or `global model; model = model.to(device)`), a
+    function of this file that moves the model it reads from an enclosing scope, called as
+    `place()` where the model is built: the call moves the model, so the wrap follows it (as
+    a method moving `self.net` does, _calls_of_methods_moving). Not a function with a
+    parameter or a local of that name (another object)."""
+    if "." in model.name:
+        return []
+    movers = {facts.function_of(call) for call in facts.device_moves.get(model.name, ())}
+    return [facts.statement_of(call) for mover in movers
+            if mover is not None and mover is not model.function and _reads_outer(facts, mover, model)
+            for call in facts.calls_by_callee.get(mover.name.value, ())
+            if facts.function_of(call) is model.function]
+
+
+def _reads_outer(facts: Facts, function: cst.FunctionDef, model: Model) -> bool:
+    """`function` reads the model's own variable: it binds no parameter or local of that name,
+    and sits in the model's function (a closure) or the model is module level (a global)."""
+    if model.name in parameter_names(function) or model.name in names_bound_in(function):
+        return False
+    return model.function is None or model.function in ancestors_up_to(facts.parents, function, None)
 
 
 def _reaching_inside(facts: Facts, compound: cst.CSTNode, reaching: list[Statement],
@@ -2486,7 +2575,10 @@ def _replace_data_parallel(facts: Facts, edits: Edits) -> None:
     for reference in facts.data_parallel_references:
         edits.expressions[reference] = lambda _node: cst.Name("DDP")
         edits.imports.add("DDP")
-    if facts.data_parallel_calls or facts.data_parallel_references:
+    forwards = [call for qualified in names.DATA_PARALLEL_FUNCTION for call in facts.calls_named.get(qualified, ())]
+    for call in forwards:
+        _call_the_module_itself(edits, call)
+    if facts.data_parallel_calls or facts.data_parallel_references or forwards:
         edits.unused_imports.update(names.DATA_PARALLEL_IMPORTS)
         edits.unused_imports.update(facts.data_parallel_imports)
     _load_without_module_prefix(facts, edits)
@@ -2496,6 +2588,46 @@ def _replace_data_parallel(facts: Facts, edits: Edits) -> None:
             f"`{edits.code(call.func)}(...)` is a DataParallel whose constructor does not take the module first, so "
             f"ddpify cannot tell which module it wraps: replace it with the module itself (DDP takes its place, "
             f"one process per device)"))
+
+
+# data_parallel's parameters in order; one process per device has no use for the device ones.
+_DATA_PARALLEL_PARAMETERS = ("module", "inputs", "device_ids", "output_device", "dim", "module_kwargs")
+
+
+def _call_the_module_itself(edits: Edits, call: cst.Call) -> None:
+    """Rule: `data_parallel(model, images)` (torch.nn.parallel's functional DataParallel)
+    scatters the batch over every visible GPU from the first one, where it wants the module's
+    parameters; under torchrun each rank's model sits on its own GPU and is the DDP wrapper,
+    so it would fail on every rank but 0 of a machine, or replicate the wrapper. One process
+    per device calls the module itself: `model(images)`, a tuple of inputs spread
+    (`data_parallel(model, (x, mask))` -> `model(x, mask)`), `module_kwargs` passed as
+    keywords; device_ids, output_device and dim go, by keyword or position
+    (`data_parallel(self.main, input, range(self.ngpu))`). Arguments from `*`/`**` are
+    reported (DDP903)."""
+    positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+    keywords = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+    keywords.update(zip(_DATA_PARALLEL_PARAMETERS, positional))
+    module, inputs = keywords.get("module"), keywords.get("inputs")
+    extra = len(positional) > len(_DATA_PARALLEL_PARAMETERS) or any(arg.star for arg in call.args) or any(
+        key not in _DATA_PARALLEL_PARAMETERS for key in keywords)
+    if module is None or inputs is None or extra:
+        edits.report("DDP903", call, (
+            f"`{edits.code(call)}` runs a DataParallel forward in a form ddpify cannot read: call the module "
+            "itself on its inputs (DDP takes DataParallel's place, one process per device)"))
+        return
+    if isinstance(inputs, cst.Tuple):
+        arguments = [edits.code(element.value) if not isinstance(element, cst.StarredElement)
+                     else f"*{edits.code(element.value)}" for element in inputs.elements]
+    else:
+        arguments = [edits.code(inputs)]
+    kwargs = keywords.get("module_kwargs")
+    if kwargs is not None:
+        arguments.append(f"**{edits.code(kwargs)}")
+    text = f"{edits.code(module)}({', '.join(arguments)})"
+    edits.expressions[call] = lambda _node: edits.expression(text)
+    edits.report("DDP102", call, (
+        f"nn.DataParallel replaced by DistributedDataParallel: `{edits.code(call.func)}(...)`, DataParallel's "
+        f"forward over every GPU, becomes `{text}`, one process per device"))
 
 
 # What takes the place of such a call, once DataParallel is gone.
@@ -2840,7 +2972,19 @@ net = fit(make())
 torch.save(net.state_dict(), "net.pt")
 """
 
+_FUNCTIONAL_DATA_PARALLEL = "from torch.nn.parallel import data_parallel\n" + TRAINING.replace(
+    "loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))",
+    "loss = torch.nn.functional.mse_loss(data_parallel(model, x.to(device)), y.to(device))")
+
 CASES = (
+    # The functional DataParallel forward becomes a call of the module (its device arguments
+    # by keyword or position go); arguments from `*` are reported.
+    Emits(_FUNCTIONAL_DATA_PARALLEL, "DDP102", ("mse_loss(model(x.to(device)), y.to(device))",)),
+    Emits(_FUNCTIONAL_DATA_PARALLEL.replace("data_parallel(model, x.to(device))",
+                                            "data_parallel(model, *(x.to(device),))"), "DDP903"),
+    Emits(_FUNCTIONAL_DATA_PARALLEL.replace("data_parallel(model, x.to(device))",
+                                            "data_parallel(model, (x.to(device),), [0], None, 0, {})"), "DDP102",
+          ("mse_loss(model(x.to(device), **{}), y.to(device))",)),
     Emits(TRAINING.replace("torch.nn.Linear(4, 1)", "torch.nn.ModuleList([torch.nn.Linear(4, 1)])")
           .replace("model.parameters()", "model[0].parameters()"), "DDP903"),
     # Moved with the object, after __init__: no place in the class sees it on its device.

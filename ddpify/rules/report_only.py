@@ -532,12 +532,27 @@ def _from_batches(facts: Facts, loop: cst.For, modules: frozenset[str]) -> set[s
         target = cst.Tuple([])  # a step count, the same on every rank
     elif counting == "enumerate" and isinstance(target, cst.Tuple) and len(target.elements) == 2:
         target = target.elements[1].value  # `for i, (x, y) in enumerate(loader)`: not `i`
-    local = set(names_in(target)) - _step_counters(loop.body)
+    drawn: set[str] = set()
     for assign in find_all(loop.body, cst.Assign, into_functions=False):
         if any(dotted_name(call.func) == "next" for call in calls_within(assign.value)):
-            local |= assigned_names(assign)
+            drawn |= assigned_names(assign)
+    # Batches drawn by hand in the body (`xb, yb = next(it)`) of a loop over something that
+    # is no loader (`for lr in lrs:` of an LR sweep): its target is the same on every rank.
+    if drawn and not _iterates_a_loader(facts, loop):
+        target = cst.Tuple([])
+    local = (set(names_in(target)) | drawn) - _step_counters(loop.body)
     _spread_through(loop.body, local, rounds=3, modules=modules)
     return local
+
+
+def _iterates_a_loader(facts: Facts, loop: cst.For) -> bool:
+    """The loop's iterable names a DataLoader (of this module or another) or a parameter or
+    variable one goes to."""
+    function = facts.function_of(loop)
+    loaders = {name for holder, name in facts.loader_holders() if holder is function}
+    loaders |= {loader.name for loader in facts.external_loaders if loader.function is function}
+    loaders |= {loaders.name for loaders in facts.external_loader_dicts if loaders.function is function}
+    return bool(set(names_in(loop.iter)) & loaders)
 
 
 def _report_settings_read(facts: Facts, edits: Edits, function: Optional[cst.FunctionDef], local: set[str]) -> None:
@@ -640,6 +655,20 @@ def _report_setting(edits: Edits, node: cst.CSTNode, read: set[str], where: str)
         f"a training setting chosen from this rank's own losses differs per rank: `{', '.join(sorted(read))}` "
         f"(handed to `{where}`) is picked from this rank's batches; all_reduce the figures it is "
         f"picked from, or pick on rank 0 and dist.broadcast it"))
+
+
+_SWEEP = """\
+rates = [0.01, 0.03, 0.1]
+batches = iter(loader)
+{loop}
+    x, yb = next(batches)
+    for group in optimizer.param_groups:
+        group["lr"] = rate
+    loss = torch.nn.functional.mse_loss(model(x.to(device)), yb.to(device))
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
 
 
 _FINDER = """\
@@ -1292,6 +1321,12 @@ CASES = (
            "DDP909"),
     Emits(TRAINING.replace("import torch\n", "import sys\n\nimport torch\n", 1)
           .replace("device = torch", 'sys.path.insert(0, "../lib")\ndevice = torch', 1), "DDP909"),
+    # No training in sight, but the modules it hands its model and loader to come through a
+    # sys.path entry ddpify does not follow (`python tools/train.py` from the repository root):
+    # not "no training code" (exit 0), the training may be there.
+    Emits("import sys\n\nimport torch\n\nsys.path.append('.')\nfrom engine.trainer import do_train\n\n"
+          "model = torch.nn.Linear(4, 1)\ndo_train(model, torch.utils.data.DataLoader(range(8)))\n",
+          "DDP909", ("sys.path.append('.')",)),
     # A package's __init__.py that loads its agents from its folder names no torch: still read.
     Emits("import os\n\nfor name in os.listdir(os.path.dirname(__file__)):\n"
           "    __import__(__name__ + '.' + name[:-3])\n", "DDP909", ("__import__(__name__ + '.' + name[:-3])",)),
@@ -1309,6 +1344,12 @@ CASES = (
     Emits(_FINDER.format(pick="if loss.item() < best:\n                best, self.lr = loss.item(), lr"), "DDP408",
           ('group["lr"] = self.lr',)),
     Silent(_FINDER.format(pick="self.lr = 0.05"), "DDP408"),
+    # A sweep over rates the script lists, one batch each drawn by hand: the rate is the
+    # loop's own value, the same on every rank; the batch drawn is per rank, the rate is not.
+    Silent(TRAINING + _SWEEP.format(loop="for rate in [0.01, 0.03, 0.1]:"), "DDP408"),
+    Silent(TRAINING + _SWEEP.format(loop="for step, rate in enumerate(rates):"), "DDP408"),
+    Emits(TRAINING + _SWEEP.format(loop="for rate in [0.01, 0.03, 0.1]:").replace(
+        '        group["lr"] = rate\n', '        group["lr"] = rate * float(yb.mean())\n'), "DDP408"),
     # A plateau scheduler stepped on the last batch's loss: stepped on the ranks' mean. On
     # the epoch's mean, which training.py all-reduces, it is left as it is.
     Emits(TRAINING.replace("for epoch in range(3):\n", "scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau("

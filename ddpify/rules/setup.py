@@ -12,7 +12,7 @@ import libcst as cst
 
 from ddpify.analysis import names, traversal
 from ddpify.analysis.containers import container_moves
-from ddpify.analysis.control import Facts, parameter_names
+from ddpify.analysis.control import Facts, parameter_names, registering_group
 from ddpify.analysis.facts import BlockItem, DeviceAssignment, Statement
 from ddpify.analysis.nodes import (
     assigned_names,
@@ -1089,6 +1089,11 @@ def teardown(facts: Facts, edits: Edits, plan: Plan) -> None:
         edits.finally_bodies[call] = edits.statements(TEARDOWN_IF_INITIALIZED)
         edits.report("DDP005", call)
         return
+    if guard is not None and isinstance(guard.body, cst.IndentedBlock) and _dispatches_and_exits(
+            facts, guard.body.body[-1]):
+        edits.finally_bodies[guard.body.body[-1]] = edits.statements(TEARDOWN_IF_INITIALIZED)
+        edits.report("DDP005", guard.body.body[-1])
+        return
     # Code after the call (`model = main(); torch.save(...)`) still needs the group: its
     # rank-0 guard and its barriers ask it. The teardown goes after it, in the same block.
     cleanup = edits.statements(TEARDOWN_IF_INITIALIZED)
@@ -1099,6 +1104,20 @@ def teardown(facts: Facts, edits: Edits, plan: Plan) -> None:
     cleanup[0] = cleanup[0].with_changes(leading_lines=[cst.EmptyLine()])
     edits.module_end.extend(cleanup)
     edits.report("DDP005", facts.module.body[-1])
+
+
+def _dispatches_and_exits(facts: Facts, statement: BlockItem) -> bool:
+    """Rule: `main()` of a click group, `app()` of a typer app, `fire.Fire()`: the command
+    line picks the function that sets up, and the call ends with sys.exit() (click's
+    standalone mode), so a line after it never runs: the teardown goes in a `finally`."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1 \
+            or not isinstance(statement.body[0], cst.Expr) or not isinstance(statement.body[0].value, cst.Call):
+        return False
+    called = dotted_name(statement.body[0].value.func) or ""
+    if called.rpartition(".")[2] == "Fire":
+        return True
+    return any(registering_group(decorator.decorator) == called for definition in facts.module.body
+               if isinstance(definition, cst.FunctionDef) for decorator in definition.decorators)
 
 
 def _call_of_function_under_main(facts: Facts, function_name: str) -> Optional[cst.SimpleStatementLine]:
@@ -1130,6 +1149,11 @@ CASES = (
     Emits(_DEVICE_PARAMETER + '\n\nrun(device="cuda:1")\n', "DDP007", ()),
     Emits(TRAINING, "DDP001", ("dist.init_process_group(", 'local_rank = int(os.environ.get("LOCAL_RANK", 0))')),
     Emits(TRAINING, "DDP005", ("dist.destroy_process_group()",)),
+    # A typer app's command runs when the command line names it; app() ends in sys.exit().
+    Emits("import typer\n" + _HEAD + "\napp = typer.Typer()\n\n\n@app.command()\ndef fit(epochs: int = 2):\n"
+          + textwrap.indent('device = "cuda" if torch.cuda.is_available() else "cpu"\n' + _BODY, "    ")
+          + '\n\nif __name__ == "__main__":\n    app()\n', "DDP005",
+          ("dist.init_process_group(", "    try:\n        app()\n    finally:\n")),
     Emits('''\
 import torch
 from torch.utils.data import DataLoader, TensorDataset

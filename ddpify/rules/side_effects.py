@@ -395,6 +395,8 @@ def _shell_writes(facts: Facts, edits: Edits, setup: Plan) -> None:
     """A command that writes files (analysis/shell.py) is a write: its statement goes on rank
     0. One whose result the script uses (`ret = os.system(...)`) cannot, and is reported."""
     for call in shell.writing_commands(facts.calls_named):
+        if shell.after_a_download(facts.statement_of(call), facts.parents, facts.download_statements):
+            continue
         if _guard_statement_call(facts, edits, setup, call, "DDP302") or facts.statement_of(call) in edits.guarded:
             continue
         edits.report("DDP307", call, (
@@ -1127,6 +1129,14 @@ CASES = (
     Emits("import os\n" + TRAINING + 'os.system("nvidia-smi > gpu.txt")\n', "DDP302",
           ('if is_main:\n    os.system("nvidia-smi > gpu.txt")',)),
     Silent("import os\n" + TRAINING + 'os.system("nvidia-smi")\n', "DDP302"),
+    # A command built with `+`, `%` or `.format` is read with its values unknown.
+    Emits("import os\n" + TRAINING + 'os.system("cp train.py " + OUT + "/train.py.backup")\n', "DDP302",
+          ('if is_main:\n    os.system("cp train.py " + OUT',)),
+    Emits("import os\n" + TRAINING + 'os.system("git diff > %s/patch.diff" % OUT)\n', "DDP302",
+          ('if is_main:\n    os.system("git diff',)),
+    Emits("import subprocess\n" + TRAINING + 'subprocess.run("cp {} {}".format(A, B), shell=True)\n', "DDP302",
+          ("if is_main:\n    subprocess.run(",)),
+    Silent("import os\n" + TRAINING + 'os.system("echo %d%% done > /dev/null" % 5)\n', "DDP302"),
     Emits("import subprocess\n" + TRAINING + 'code = subprocess.call(["cp", "a.txt", "b.txt"])\n', "DDP307"),
     Emits("import logging\n"
           + TRAINING.replace("    print(epoch, loss.item())\n", '    logging.info("loss %f", loss.item())\n')

@@ -38,7 +38,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     keeps the global one (the split's own default)."""
     # A script that seeds torch (with the same seed on every rank) draws the same split,
     # unless a draw that only rank 0 makes comes first.
-    seeded = seeding.seeded_anywhere(facts, "torch")
+    seeded = seeding.seeded_alike(facts, "torch")
     rank0_draws = _draws_in_output(facts)
     for call in facts.calls_named.get(names.RANDOM_SPLIT, ()):
         drawn_before = [draw for draw in rank0_draws if facts.start_of(draw) < facts.start_of(call)]
@@ -88,14 +88,18 @@ def _report_unseeded_shuffles(facts: Facts, edits: Edits) -> None:
             continue
         family, target = drawn
         families = ("torch", "numpy") if family == "method" else (family,)
-        if seeding.seeded_anywhere(facts, *families):
+        if seeding.seeded_alike(facts, *families):
             continue
         split = _split_by_slices(facts, call, target)
         if split is None:
             continue
+        differing = seeding.seed_calls(facts, *families)
+        seeded_apart = (f", seeded by `{edits.code(differing[0])}` (line {facts.line_of(differing[0])}) with a "
+                        "value that differs per process,") if differing else ""
         edits.report("DDP230", call, (
-            f"unseeded shuffle before a train/validation split: `{edits.code(call)}` (line {facts.line_of(call)}) "
-            f"draws its own permutation on each rank, and `{edits.code(split)}` (line {facts.line_of(split)}) "
+            f"unseeded shuffle before a train/validation split: `{edits.code(call)}` (line {facts.line_of(call)})"
+            f"{seeded_apart} draws its own permutation on each rank, "
+            f"and `{edits.code(split)}` (line {facts.line_of(split)}) "
             "cuts it into parts: the ranks' shards overlap and validation samples leak into training. "
             "Seed it alike on every rank before the shuffle (torch.manual_seed(s), np.random.seed(s), "
             "random.seed(s)) or draw it from a seeded generator"))
@@ -211,6 +215,30 @@ CASES = (
                             "perm = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0))\n"
                             "train_set = torch.utils.data.Subset(dataset, perm[:48])\n"
                             "loader = DataLoader(train_set,"), "DDP230"),
+    # A seed whose value differs per process (an unseeded draw, the clock, none at all) is no
+    # seed across ranks; a draw of a generator seeded first is the same on every rank.
+    Emits("import random\nimport numpy as np\n" + TRAINING.replace(
+        "loader = DataLoader(dataset,", "random_seed = random.randint(1, 100)\nnp.random.seed(random_seed)\n"
+        "order = np.random.permutation(64)\ntrain_set = torch.utils.data.Subset(dataset, order[:48])\n"
+        "val_set = torch.utils.data.Subset(dataset, order[48:])\nloader = DataLoader(train_set,"),
+        "DDP230"),
+    Emits("import numpy as np\n" + TRAINING.replace(
+        "loader = DataLoader(dataset,", "indices = list(range(64))\nnp.random.seed()\nnp.random.shuffle(indices)\n"
+        "train_set = torch.utils.data.Subset(dataset, indices[16:])\nloader = DataLoader(train_set,")
+        .replace("for epoch in", "val_set = torch.utils.data.Subset(dataset, indices[:16])\nfor epoch in"), "DDP230"),
+    Silent("import random\nimport numpy as np\n" + TRAINING.replace(
+        "loader = DataLoader(dataset,", "random.seed(7)\nrandom_seed = random.randint(1, 100)\n"
+        "np.random.seed(random_seed)\norder = np.random.permutation(64)\n"
+        "train_set = torch.utils.data.Subset(dataset, order[:48])\n"
+        "val_set = torch.utils.data.Subset(dataset, order[48:])\nloader = DataLoader(train_set,"), "DDP230"),
+    Emits("import time\n" + TRAINING.replace("loader = DataLoader(dataset,",
+                                             "torch.manual_seed(int(time.time()))\n"
+                                             "train_set, val_set = torch.utils.data.random_split(dataset, [48, 16])\n"
+                                             "loader = DataLoader(train_set,"), "DDP214", ("generator=",)),
+    Silent("import random\n" + TRAINING.replace(
+        "loader = DataLoader(dataset,", "def seeding(seed):\n    random.seed(seed)\n\n\nseeding(42)\n"
+        "order = list(range(64))\nrandom.shuffle(order)\ntrain_set = torch.utils.data.Subset(dataset, order[:48])\n"
+        "val_set = torch.utils.data.Subset(dataset, order[48:])\nloader = DataLoader(train_set,"), "DDP230"),
     # Slices of a permutation that are not a split from the start and one to the end.
     Silent(TRAINING.replace("loader = DataLoader(dataset,",
                             "perm = torch.randperm(len(dataset))\n"

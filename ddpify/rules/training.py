@@ -16,6 +16,7 @@ from ddpify.analysis.bindings import names_read_after
 from ddpify.analysis.control import Facts, parameter_names
 from ddpify.analysis.facts import Statement
 from ddpify.analysis.nodes import (
+    argument_for,
     assigned_names,
     calls_within,
     dotted_name,
@@ -472,6 +473,44 @@ def epoch_accumulators(facts: Facts, loop: cst.For) -> dict[str, cst.BaseExpress
             if name in added and name.partition("[")[0] in used_after}
 
 
+def _reported_tensor_sums(facts: Facts, edits: Edits, loop: cst.For) -> bool:
+    """Running figures kept in tensors are reported; summing the Python figures beside them
+    would mix scopes (`accu_num.item() / sample_num`: this rank's hits over every rank's
+    samples), so none is summed."""
+    tensor_sums = tensor_accumulators(facts, loop)
+    for name in tensor_sums:
+        edits.report("DDP407", loop, f"running figure `{name}` read after the loop holds this rank's share: "
+                     "a tensor ddpify does not sum across ranks (all_reduce it, and the figures read with it, "
+                     "after the loop)")
+    return bool(tensor_sums)
+
+
+# Calls that make a fresh tensor a running figure starts from (`torch.zeros(1).to(device)`).
+_TENSOR_MAKERS = frozenset({"torch.zeros", "torch.tensor", "torch.zeros_like", "torch.FloatTensor"})
+
+
+def tensor_accumulators(facts: Facts, loop: cst.For) -> list[str]:
+    """Rule: `accu_num = torch.zeros(1).to(device)` before the batch loop, `accu_num += ...`
+    inside it, and read after it (the ratio a train_one_epoch returns): a running figure kept
+    in a tensor, which holds this rank's share of a sharded pass."""
+    around = _block_around_figures(facts, loop)
+    if around is None:
+        return []
+    statements, index = around
+    started: list[str] = []
+    for statement in statements[:index]:
+        for name, value in _names_set_before(statement):
+            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and isinstance(
+                    value.func.value, cst.Call) and value.func.attr.value in ("to", "cuda", "float", "double"):
+                value = value.func.value
+            if isinstance(value, cst.Call) and any(value is call for maker in _TENSOR_MAKERS
+                                                   for call in facts.calls_named.get(maker, ())):
+                started.append(name)
+    used_after = _used_after(facts, loop, statements[index + 1:])
+    added = _augmented_names(loop.body)
+    return [name for name in dict.fromkeys(started) if name in added and name in used_after]
+
+
 def _numeric_entries(value: cst.BaseExpression) -> dict[str, cst.BaseExpression]:
     """The entries of a dict literal (`{"loss": 0.0}`) or of `dict(loss=0.0)` whose key is a
     plain string and whose value a number literal: what a running figure starts from."""
@@ -565,7 +604,7 @@ def _names_set_before(statement: cst.CSTNode) -> list[tuple[str, cst.BaseExpress
 
 
 
-def _statements_after(facts: Facts, loop: cst.For) -> list[cst.CSTNode]:
+def _statements_after(facts: Facts, loop: cst.CSTNode) -> list[cst.CSTNode]:
     """The statements after the loop in its block and in each block around it, up to its
     function: where the epoch's figure is divided (`epoch_loss / len(loader)` once the epoch
     loop is over counts this rank's batches too)."""
@@ -704,6 +743,8 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
     lists = epoch_lists(facts, loop)
     if not _sharded(facts, setup, loop) or _micro_batches_of_one_step(facts, loop):
         return
+    if _reported_tensor_sums(facts, edits, loop):
+        return
     meter_kinds = _meter_figures(facts, edits, loop)
     meter_counts = {meter: whole for meter, (whole, _) in meter_kinds.items()}
     averaged = [meter for meter, (_, kind) in meter_kinds.items() if kind == meters.ASSIGNED]
@@ -717,6 +758,7 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
     # A pass over a dict of loaders counts its own batches too (`len(loaders[phase])`).
     loaders = {name for _, name in facts.loader_holders()} | set(facts.names_iterated_by(loop))
     per_batch = _divided_by_len(after, loaders, _batch_index(loop), facts.assigned_values)
+    per_batch = {**_divided_by_callers(facts, loop), **per_batch}
     names = list(accumulators)
     # A pass over a dict of loaders whose evaluation entries stay whole is a shard only for
     # the training keys: its sums are summed across ranks under that test alone.
@@ -886,6 +928,10 @@ def _sums_python_numbers(facts: Facts, node: cst.CSTNode, name: str) -> bool:
 
 
 def _returns_python_numbers(facts: Facts, value: cst.BaseExpression) -> bool:
+    """A call of a function of this file, or of another module of the project
+    (facts.number_functions), whose every return is a Python number."""
+    if isinstance(value, cst.Call) and dotted_name(value.func) in facts.number_functions:
+        return True
     function = facts.functions.get(dotted_name(value.func) or "") if isinstance(value, cst.Call) else None
     if function is None:
         return False
@@ -1029,6 +1075,56 @@ def _divided_by_len(statements: Iterable[cst.CSTNode], loaders: set[str], batch_
     return found
 
 
+def _divided_by_callers(facts: Facts, loop: cst.For) -> dict[str, str]:
+    """Rule: a function that returns the sums of its pass over a loader it is given
+    (`return loss_epoch, accuracy_epoch`), each of whose calls binds them
+    (`loss_epoch, accuracy_epoch = train(args, train_loader, ...)`) and then divides them by
+    that loader's batch count (`loss_epoch / len(train_loader)`), has them divided by this
+    rank's count, as a division after the loop in the function itself would: summed across
+    ranks, the figure is the mean of the ranks' sums. By name inside the function; empty
+    unless every call divides a figure the same way."""
+    function = facts.function_of(loop)
+    returns = [found for found in find_all(function.body, cst.Return) if found.value is not None] if (
+        function is not None) else []
+    if function is None or len(returns) != 1 or returns[0].value is None:
+        return {}
+    value = returns[0].value
+    elements = [element.value for element in value.elements] if isinstance(value, cst.Tuple) else [value]
+    figures = [figure_named(element) for element in elements]
+    parameters = [param.name.value for param in function.params.params]
+    iterated = [name for name in facts.names_iterated_by(loop) if name in parameters]
+    calls = facts.calls_of(function)
+    if len(iterated) != 1 or not calls:
+        return {}
+    found: Optional[dict[str, str]] = None
+    for call in calls:
+        loader = argument_for(call, iterated[0], parameters.index(iterated[0]))
+        loader_name = dotted_name(loader) if loader is not None else None
+        if loader_name is None:
+            return {}
+        around = facts.parents.get(call)
+        if isinstance(around, cst.BinaryOperation) and isinstance(around.operator, cst.Divide) \
+                and around.left is call and len(figures) == 1 and figures[0] is not None:
+            # `mean = fit(loader, ...) / len(loader)`: the one figure, divided on the spot.
+            count = _rank_batch_count(around.right, {loader_name}, None, facts.assigned_values)
+            here = {figures[0]: count} if count is not None else {}
+            found = here if found is None else {figure: n for figure, n in found.items() if here.get(figure) == n}
+            continue
+        statement = facts.statement_of(call)
+        assign = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        if not isinstance(assign, cst.Assign) or assign.value is not call or len(assign.targets) != 1:
+            return {}
+        target = assign.targets[0].target
+        bound = [element.value for element in target.elements] if isinstance(target, cst.Tuple) else [target]
+        if len(bound) != len(figures):
+            return {}
+        divided = _divided_by_len(_statements_after(facts, statement), {loader_name}, None, facts.assigned_values)
+        here = {figure: divided[name] for name, figure in zip((figure_named(each) for each in bound), figures)
+                if figure is not None and name is not None and name in divided}
+        found = here if found is None else {figure: n for figure, n in found.items() if here.get(figure) == n}
+    return found or {}
+
+
 def _rank_batch_count(divisor: cst.BaseExpression, loaders: set[str], batch_index: Optional[str],
                       assigned: dict[str, list[cst.BaseExpression]]) -> Optional[str]:
     """What the divisor counts, in words, when it is this rank's count: `len(loader)` batches
@@ -1127,6 +1223,15 @@ if __name__ == "__main__":
           .replace("        optimizer.step()\n    print(epoch, loss.item())\n",
                    "        optimizer.step()\n        total += loss.item()\n    print(epoch, total / len(loader))\n"),
           "DDP402", ("dist.all_reduce(",)),
+    # A running figure kept in a zero tensor (`correct = torch.zeros(1)`) beside a Python count:
+    # neither is summed (the ratio would mix this rank's hits with every rank's samples).
+    Emits(TRAINING.replace("    for x, y in loader:\n",
+                           "    correct, seen = torch.zeros(1), 0\n    for x, y in loader:\n")
+          .replace("        optimizer.step()\n    print(epoch, loss.item())\n",
+                   "        optimizer.step()\n        correct += (out > 0).sum()\n        seen += len(y)\n"
+                   "    print(epoch, correct.item() / seen)\n")
+          .replace("loss = ", "out = model(x)\n        loss = ", 1),
+          "DDP407"),
     # The batch loop inside a `with` (autocast, a progress bar): summed once the `with` ends.
     Emits(TRAINING.replace("    for x, y in loader:\n", "    total = 0.0\n    with torch.autocast(\"cpu\"):\n"
                            "     for x, y in loader:\n")

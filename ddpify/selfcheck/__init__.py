@@ -4,7 +4,7 @@ cannot show the contract's properties there.
 Like black's safe mode, it is a second opinion that shares nothing with the first: the
 transforms read the script with libcst and ddpify.analysis; this reads the original and the
 output with the stdlib `ast` and a few simple, conservative rules (DDP910-DDP917, DDP919,
-DDP922-DDP924). What it cannot show is a warning naming the line of the original where the
+DDP922-DDP924, DDP933). What it cannot show is a warning naming the line of the original where the
 defect is (the output line is in the message), so the run exits 1 and the file is still written.
 """
 import ast
@@ -26,7 +26,13 @@ from ddpify.selfcheck.models import (
 )
 from ddpify.selfcheck.names import names_read_unbound
 from ddpify.selfcheck.output import draws_on_rank0_only, shared_work_on_rank0, unguarded_output
-from ddpify.selfcheck.setup import asked_before_the_group, device_types_changed, gpu_indices_left, joins_on_import
+from ddpify.selfcheck.setup import (
+    asked_before_the_group,
+    device_types_changed,
+    gpu_indices_left,
+    joined_twice,
+    joins_on_import,
+)
 from ddpify.selfcheck.source import Source
 
 
@@ -53,6 +59,7 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
         *shared_work_on_rank0(after),
         *draws_on_rank0_only(after),
         *joins_on_import(before, after),
+        *joined_twice(before, after),
         *device_types_changed(before, after),
         *gpu_indices_left(before, after),
         *asked_before_the_group(after),

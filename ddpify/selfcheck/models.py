@@ -3,7 +3,7 @@ after every assignment and move of `x` on every path, before `x` trains, and no 
 a process group without any wrap (DDP911)."""
 import ast
 from collections.abc import Iterator, Sequence
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 from ddpify.selfcheck.source import FUNCTIONS, LOOPS, Scope, Source, assigned_targets, dotted, last_part
 
@@ -199,9 +199,105 @@ def _placed_before(source: Source, name: str, line: int) -> bool:
 
 def misplaced_wraps(migrated: Source) -> Iterator[Finding]:
     for model, call in wraps(migrated):
-        problem = _wrap_problem(migrated, model, call)
+        problem = _wrap_problem(migrated, model, call) or _nothing_to_train(migrated, model, call)
         if problem is not None:
             yield "DDP911", call.lineno, problem
+
+
+# torch.nn modules that hold no parameter: DDP refuses to wrap them.
+_PARAMETERLESS = frozenset({"ReLU", "LeakyReLU", "GELU", "SiLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax",
+                            "Identity", "Dropout", "Flatten", "Upsample", "MaxPool2d", "AvgPool2d"})
+
+
+def _nothing_to_train(source: Source, model: str, wrap: ast.Call) -> Optional[str]:
+    """Rule: DDP raises at construction ("DistributedDataParallel is not needed when a module
+    doesn't have any parameter that requires a gradient") when handed a torch.nn module with
+    no parameter (a loss, an activation) or one its scope froze before the wrap
+    (`teacher.requires_grad_(False)`, `for p in teacher.parameters(): p.requires_grad = False`)
+    with no later unfreezing before the wrap."""
+    if "." in model or _guarded_by_a_trainable_test(source, model, wrap):
+        return None
+    scope = source.scope_of(wrap)
+    frozen: Optional[str] = None
+    for statement in sorted(source.statements_in(scope), key=lambda node: node.lineno):
+        if statement.lineno >= wrap.lineno:
+            break
+        if isinstance(statement, (ast.Assign, ast.AnnAssign)) and model in assigned_targets(statement):
+            frozen = _parameterless(source, statement.value)
+        changed = _requires_grad_set(statement, model)
+        if changed is not None:
+            frozen = None if changed else f"`{model}` is frozen (requires_grad off) on output line {statement.lineno}"
+    if frozen is None:
+        return None
+    return f"the wrap is handed a module with no trainable parameter ({frozen}): DDP raises when it is built"
+
+
+def _guarded_by_a_trainable_test(source: Source, model: str, wrap: ast.Call) -> bool:
+    """The wrap runs only when the model has a parameter to train: under the guard ddpify
+    emits for a model frozen on some path (`if distributed and any(p.requires_grad for p in
+    model.parameters()):`). A frozen model then stays unwrapped; DDP is never built."""
+    for ancestor in source.ancestors(wrap):
+        if not isinstance(ancestor, ast.If):
+            continue
+        for node in ast.walk(ancestor.test):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "any" \
+                    and node.args and isinstance(node.args[0], ast.GeneratorExp):
+                generator = node.args[0]
+                over = generator.generators[0].iter
+                if isinstance(generator.elt, ast.Attribute) and generator.elt.attr == "requires_grad" \
+                        and isinstance(over, ast.Call) and isinstance(over.func, ast.Attribute) \
+                        and over.func.attr == "parameters" and dotted(over.func.value) == model:
+                    return True
+    return False
+
+
+def _parameterless(source: Source, value: Optional[ast.expr]) -> Optional[str]:
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda"):
+        value = value.func.value
+    if not isinstance(value, ast.Call):
+        return None
+    name = source.qualified(value.func) or ""
+    first, _, last = name.rpartition(".")
+    if first not in ("nn", "torch.nn") and not first.startswith("torch.nn."):
+        return None
+    if last in _PARAMETERLESS or (last.endswith("Loss") and "Adaptive" not in last):
+        return f"`{ast.unparse(value.func)}()` holds no parameter"
+    return None
+
+
+def _requires_grad_set(statement: ast.stmt, model: str) -> Optional[bool]:
+    """False where the statement freezes `model` (`model.requires_grad_(False)`, a loop over its
+    parameters setting `requires_grad = False`), True where it unfreezes it, else None."""
+    if isinstance(statement, (ast.For, ast.AsyncFor)):
+        over = statement.iter
+        if isinstance(over, ast.Call) and isinstance(over.func, ast.Attribute) and over.func.attr in (
+                "parameters", "named_parameters"):
+            for node in ast.walk(statement):
+                if isinstance(node, ast.Assign) and any(isinstance(target, ast.Attribute)
+                                                        and target.attr == "requires_grad" for target in node.targets) \
+                        and isinstance(node.value, ast.Constant):
+                    return _applies(dotted(over.func.value), model, bool(node.value.value))
+        return None
+    if not isinstance(statement, ast.Expr):
+        return None
+    for node in ast.walk(statement.value):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "requires_grad_":
+            receiver = node.func.value
+            while isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute):
+                receiver = receiver.func.value
+            values = [*node.args, *(keyword.value for keyword in node.keywords)]
+            if not values:
+                return _applies(dotted(receiver), model, True)
+            if isinstance(values[0], ast.Constant):
+                return _applies(dotted(receiver), model, bool(values[0].value))
+    return None
+
+
+def _applies(receiver: Optional[str], model: str, value: bool) -> Optional[bool]:
+    """The whole model frozen or unfrozen; a part of it (`model.head`) unfrozen unfreezes it."""
+    if receiver == model or (value and receiver is not None and receiver.startswith(model + ".")):
+        return value
+    return None
 
 
 def _wrap_problem(source: Source, model: str, wrap: ast.Call) -> Optional[str]:
@@ -258,8 +354,9 @@ def _dropped_parameter(source: Source, scope: ast.AST, name: str) -> bool:
     arguments = scope.args
     if name not in {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}:
         return False
+    results_dropped = _results_dropped(source, scope)
     for node in ast.walk(scope):
-        if isinstance(node, ast.Return) and node.value is not None and any(
+        if isinstance(node, ast.Return) and not results_dropped and node.value is not None and any(
                 isinstance(inner, ast.Name) and inner.id == name for inner in ast.walk(node.value)):
             return False
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and any(
@@ -271,6 +368,14 @@ def _dropped_parameter(source: Source, scope: ast.AST, name: str) -> bool:
                                               for argument in node.args) and last_part(node.func) not in WRAPPERS:
             return False  # handed on (to a Trainer, a list's append): it may live on there
     return True
+
+
+def _results_dropped(source: Source, function: Union[ast.FunctionDef, ast.AsyncFunctionDef]) -> bool:
+    """Every call of `function` in the script is a statement of its own (`to_gpu(head)`): what
+    it returns is dropped, so returning the wrapper does not hand it to the caller."""
+    calls = [call for call in source.calls if isinstance(call.func, ast.Name) and call.func.id == function.name]
+    return bool(calls) and source.functions.get(function.name) == [function] and all(
+        isinstance(source.parents.get(call), ast.Expr) for call in calls)
 
 
 def _loop_bound(source: Source, statement: ast.stmt, name: str) -> bool:
@@ -306,7 +411,7 @@ def _places(source: Source, statement: ast.stmt, model: str) -> bool:
 def _derived_from_wrapped(source: Source, statement: ast.stmt, wrapped: Sequence[str]) -> bool:
     """`model = torch.compile(model)` after the wrap builds on the wrapped model; a move
     (`model = model.to(device)`) does not count as that."""
-    value = getattr(statement, "value", None)
+    value = statement.value if isinstance(statement, (ast.Assign, ast.AnnAssign)) else None
     if value is None or any(isinstance(node, ast.Call) and source.move_receiver(node) for node in ast.walk(value)):
         return False
     return any(dotted(node) in wrapped for node in ast.walk(value))
@@ -354,6 +459,8 @@ def _training_uses(source: Source, scope, names: Sequence[str], through_calls: b
 # `torch.jit.script` fails on DDP's forward, `torch.onnx.export` and `torch.jit.trace` record
 # the wrapper (its `module.` names, its hooks), and a file made on rank 0 no longer loads into
 # the bare model.
+# Calls that write what they are handed to a file.
+SAVES = frozenset({"save", "save_file", "save_checkpoint"})
 EXPORTERS = frozenset({"torch.jit.script", "torch.jit.trace", "torch.jit.trace_module", "torch.onnx.export",
                        "torch.onnx.dynamo_export", "torch.export.export"})
 
@@ -379,3 +486,50 @@ def wrapper_handed_to_an_exporter(migrated: Source) -> Iterator[Finding]:
         if handed is not None and line is not None and line < call.lineno:
             yield ("DDP922", call.lineno, f"`{ast.unparse(call.func)}({handed}, ...)` is handed the DDP wrapper "
                    f"made at output line {line}")
+    yield from _wrapper_state_saved(migrated, wrapped)
+
+
+def _wrapper_state_saved(migrated: Source, wrapped: dict[tuple[int, str], int]) -> Iterator[Finding]:
+    """Rule: `model.state_dict()` after `model = DDP(model, ...)` in the same scope, in a
+    statement that saves (`torch.save(model.state_dict(), path)`) or that fills a value a save
+    of that scope writes (`checkpoint = {"model": model.state_dict()}`): the file holds the
+    wrapper's `module.`-prefixed keys, which the bare model does not load. An in-memory copy
+    loaded back into the same wrapper (`best = model.state_dict()`) is consistent and not
+    counted, nor is a name unwrapped again after the wrap, nor the other arm of a test (`if
+    isinstance(model, DDP)`, `if distributed`)."""
+    saves = [call for call in migrated.calls if last_part(call.func) in SAVES]
+    for call in migrated.calls:
+        if not (isinstance(call.func, ast.Attribute) and call.func.attr == "state_dict"):
+            continue
+        handed = dotted(call.func.value)
+        scope = migrated.scope_of(call)
+        line = wrapped.get((id(scope), handed or ""))
+        if handed is None or line is None or line >= call.lineno:
+            continue
+        statement = migrated.statement_of(call)
+        if _rebound_between(migrated, scope, handed, line, call.lineno) or _in_an_else(migrated, call):
+            continue  # `model = getattr(model, "module", model)`; `m.module... if isinstance(m, DDP) else m...`
+        filled = {name.split(".")[0] for name in assigned_targets(statement)}
+        filled |= {name for target in getattr(statement, "targets", [])
+                   if isinstance(target, ast.Subscript) and (name := dotted(target.value)) is not None}
+        if any(save.lineno >= statement.lineno and migrated.scope_of(save) is scope and (
+                migrated.statement_of(save) is statement or any(
+                    isinstance(node, ast.Name) and node.id in filled for node in ast.walk(save)))
+               for save in saves):
+            yield ("DDP922", call.lineno, f"`{handed}.state_dict()` is saved from the DDP wrapper made at output "
+                   f"line {line}: its keys carry `module.`")
+
+
+def _rebound_between(source: Source, scope, name: str, start: int, end: int) -> bool:
+    return any(start < statement.lineno < end and name in assigned_targets(statement)
+               for statement in source.statements_in(scope))
+
+
+def _in_an_else(source: Source, node: ast.AST) -> bool:
+    child = node
+    for ancestor in source.ancestors(node):
+        if isinstance(ancestor, ast.IfExp) and child is ancestor.orelse or \
+                isinstance(ancestor, ast.If) and child in ancestor.orelse:
+            return True
+        child = ancestor
+    return False

@@ -2,13 +2,17 @@
 `device` (or `is_main`, a helper) where the setup did not define it raises NameError on the
 first run, on every rank. Found with the stdlib's `symtable`, scope by scope, as Python
 resolves names; a name the original already read unbound (a `from x import *`, an `exec`)
-is the user's, not ours.
+is the user's, not ours. Also a name a scope binds on some paths only and reads where the
+others lead (ddpify.selfcheck.bound): a sampler bound in one arm of an `if` and read after
+it raises UnboundLocalError on the other arm; again only where the original's same scope
+did not already read that name so.
 """
 import ast
 import builtins
 import symtable
 from collections.abc import Iterator
 
+from ddpify.selfcheck.bound import possibly_unbound
 from ddpify.selfcheck.source import Source
 
 Finding = tuple[str, int, str]
@@ -24,12 +28,16 @@ def names_read_unbound(before: Source, original: str, after: Source, migrated: s
     if _star_import(after.tree):
         return  # anything may come from the star
     new = _unbound(migrated) - _unbound(original)
-    if not new:
-        return
     for node in ast.walk(after.tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in new:
+        if new and isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in new:
             new.discard(node.id)
             yield "DDP919", node.lineno, f"`{node.id}` is read here, and nothing in the file binds it"
+    already = possibly_unbound(before.tree)
+    for (scope, name), read in sorted(possibly_unbound(after.tree).items(), key=lambda item: item[1].lineno):
+        if (scope, name) not in already:
+            where = f"`{scope}`" if scope else "the module"
+            yield ("DDP919", read.lineno, f"`{name}` is read here, but {where} binds it only on some paths "
+                   f"to this line: the others raise UnboundLocalError or NameError")
 
 
 def _unbound(code: str) -> set[str]:

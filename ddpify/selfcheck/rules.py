@@ -1,4 +1,4 @@
-"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP924): what a second reading of
+"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP924, DDP933): what a second reading of
 ddpify's own output can find wrong. The detection is in this package (gathers, loaders,
 models, output, setup); the rules and their cases live here, beside it, rather than in
 ddpify/rules/, whose units plan edits.
@@ -20,7 +20,9 @@ RULES = (
          "wrap inside one branch (a fresh model) leaves the other (a model resumed from a "
          "checkpoint) unwrapped. Over a project (`-o OUT_DIR/`, `-i train.py`), the run also fails where it made "
          "the project join a process group and a module steps an optimizer but no module wraps a "
-         "model (each rank trains its own copy): the finding names the optimizer step.",
+         "model (each rank trains its own copy): the finding names the optimizer step. Also a wrap "
+         "of a module with no trainable parameter (a torch.nn loss or activation, or one frozen with "
+         "`requires_grad_(False)` before the wrap): DDP raises when it is built.",
          "Move `if distributed: model = DDP(model, ...)` below the last assignment and move of "
          "the model, after the branches merge, and above the training loop."),
     Rule("DDP912", Severity.WARNING, "self-check: a loader is neither sharded nor reported",
@@ -62,17 +64,29 @@ RULES = (
          "trains its own copy.",
          "Join the group above the loaders (`if \"WORLD_SIZE\" in os.environ: "
          "dist.init_process_group()`), or build them after the setup has run."),
-    Rule("DDP922", Severity.WARNING, "self-check: an exporter is handed the DDP wrapper",
+    Rule("DDP933", Severity.WARNING, "self-check: the process group is joined twice on one path",
+         "Two `init_process_group` calls run one after the other (a setup block inserted where "
+         "another already joins, a call copied into a helper the setup also runs): torch raises "
+         "\"trying to initialize the default process group twice\" on every rank, and only under "
+         "torchrun, so a plain `python` run does not show it.",
+         "Keep one join, or ask first: `if not dist.is_initialized(): dist.init_process_group(...)`; "
+         "report the rewrite as a ddpify bug."),
+    Rule("DDP922", Severity.WARNING, "self-check: an exporter or a checkpoint is handed the DDP wrapper",
          "`torch.jit.script`, `torch.jit.trace` and `torch.onnx.export` compile or record the module "
          "they are given: given the DDP wrapper, scripting fails on DDP's forward, and a trace or "
          "an ONNX file records the wrapper, whose names carry `module.` and which the bare model "
-         "does not load.",
-         "Hand the exporter the bare model: `torch.jit.script(getattr(model, \"module\", model))`."),
+         "does not load. Likewise a `state_dict()` of the wrapper that a save writes "
+         "(`torch.save(model.state_dict(), path)`, `ckpt = {\"model\": model.state_dict()}` then "
+         "`torch.save(ckpt, path)`): every key carries `module.`.",
+         "Hand the exporter or the save the bare model: `getattr(model, \"module\", model)`."),
     Rule("DDP919", Severity.WARNING, "self-check: the output reads a name nothing binds",
          "A rewrite names something of the setup (`device`, `is_main`, a helper) in a scope "
          "where the setup did not define it: the output raises NameError there, on every rank. "
          "Found with Python's own scoping rules (`symtable`); names the original already read "
-         "unbound are not counted.",
+         "unbound are not counted. Likewise a name the output binds on some paths only and reads "
+         "where the others lead (a sampler made in one arm of an `if` and read after it, a name "
+         "read above its assignment): UnboundLocalError on the path that skipped it, unless the "
+         "original's same scope already read that name so.",
          "Define the name where it is read (pass `device` in, or use `getattr(model, \"module\", "
          "model)`), and report the rewrite as a ddpify bug."),
     Rule("DDP923", Severity.WARNING, "self-check: embeddings gathered from every rank where they feed more "
@@ -144,6 +158,23 @@ _GATHERING = _CONTRASTIVE.replace("import torch\n", "import torch\nimport torch.
                                   "    from torch.distributed.nn.functional import all_gather\n\n"
                                   "    return torch.cat(all_gather(tensor))\n\n\n", 1)
 
+# A loader per branch; the migration names the sampler differently in each arm, and one
+# set_epoch block reads a name the other arm never binds (UnboundLocalError there).
+_BRANCH_LOADERS = (
+    "from torch.utils.data import DataLoader\n\n\ndef main(small, a, b):\n"
+    "    if small:\n        loader = DataLoader(a, batch_size=8, shuffle=True)\n"
+    "    else:\n        loader = DataLoader(b, batch_size=8, shuffle=True)\n"
+    "    for epoch in range(2):\n        for x in loader:\n            print(x)\n"
+)
+_BRANCH_SAMPLERS = (
+    _BRANCH_LOADERS.replace("DataLoader(a, batch_size=8, shuffle=True)",
+                            "DataLoader(a, batch_size=8, sampler=sampler)")
+    .replace("        loader = DataLoader(a", "        sampler = DistributedSampler(a)\n        loader = DataLoader(a")
+    .replace("DataLoader(b, batch_size=8, shuffle=True)", "DataLoader(b, batch_size=8, sampler=sampler_)")
+    .replace("        loader = DataLoader(b", "        sampler_ = DistributedSampler(b)\n        loader = DataLoader(b")
+    .replace("    for epoch in range(2):\n", "    for epoch in range(2):\n        sampler.set_epoch(epoch)\n")
+)
+
 CASES = (
     # The labels sized by this rank's inputs, after a gather of the embeddings.
     Flags(_CONTRASTIVE, _GATHERING.replace("    logits = ", "    q, k = gather_with_grad(q), gather_with_grad(k)\n"
@@ -162,6 +193,10 @@ CASES = (
     Flags(TRAINING, _JOINED.replace("model = torch.nn.Linear(4, 1).to(device)\n",
                                     "model = torch.nn.Linear(4, 1)\nmodels = []\nmodels.append(model)\n"
                                     "model = DDP(model)\nfor m in models:\n    m.to(device)\n"), "DDP911"),
+    # A frozen teacher wrapped: DDP refuses a module with no parameter that requires a gradient.
+    Flags(TRAINING, _JOINED.replace("optimizer = torch", "teacher = torch.nn.Linear(4, 1).to(device)\n"
+                                    "teacher.requires_grad_(False)\nteacher = DDP(teacher)\nmodel = DDP(model)\n"
+                                    "optimizer = torch"), "DDP911"),
     # Joined and training with no wrap at all: each rank trains its own copy.
     Flags(TRAINING, _JOINED, "DDP911"),
     # A second function's own model, trained there with no wrap of it (only the first stage's).
@@ -189,9 +224,19 @@ CASES = (
           _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
           + 'torch.onnx.export(model, torch.zeros(1, 4), "model.onnx")\n', "DDP922"),
     Silent(TRAINING + 'torch.jit.script(model).save("model.pt")\n', "DDP922"),
+    # The checkpoint saved from the wrapper's state_dict: its keys carry `module.`.
+    Flags(TRAINING + 'torch.save(model.state_dict(), "model.pt")\n',
+          _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
+          + 'torch.save({"model": model.state_dict()}, "model.pt")\n', "DDP922"),
     Flags(TRAINING, _LATE_GROUP, "DDP917"),
     Flags(TRAINING, _LATE_WRAP, "DDP917"),
     Flags(TRAINING, TRAINING.replace("model(x.to(device))", "model(x.to(rank_device))"), "DDP919"),
+    Flags(_BRANCH_LOADERS, _BRANCH_SAMPLERS, "DDP919"),
+    # The join written twice on one path (tests/test_selfcheck.py: asked first, it is silent).
+    Flags(TRAINING, _JOINED.replace("device = torch", 'torch.distributed.init_process_group("gloo")\ndevice = torch'),
+          "DDP933"),
+    # Both arms bind the one name the set_epoch reads: bound on every path.
+    Silent(_BRANCH_SAMPLERS.replace("sampler_", "sampler"), "DDP919"),
     Flags(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)", "model = torch.nn.Linear(4, 1).cuda(args.gpu)"),
           _JOINED.replace("model(x.to(device))", "model(x.to(device) + torch.randn(1, device=f\"cuda:{args.gpu}\"))"),
           "DDP924"),

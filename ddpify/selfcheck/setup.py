@@ -5,7 +5,7 @@ import ast
 from collections.abc import Iterator
 from typing import Optional, cast
 
-from ddpify.selfcheck.models import DDP_WRAPPERS
+from ddpify.selfcheck.models import DDP_WRAPPERS, _on_every_path_to
 from ddpify.selfcheck.source import FUNCTIONS, Source, assigned_targets, dotted, last_part
 
 Finding = tuple[str, int, str]
@@ -321,3 +321,29 @@ def _devices_of_an_index(source: Source, indices: set[str]) -> Iterator[tuple[as
             continue
         if found:
             yield node, found
+
+
+def joined_twice(original: Source, migrated: Source) -> Iterator[Finding]:
+    """Rule (DDP933): two `init_process_group` calls of one scope on one path, the later one
+    not under a test that the group is not joined yet (`if not dist.is_initialized():`):
+    torch raises "trying to initialize the default process group twice" on every rank.
+    Where the original itself calls it twice, the pattern is the user's."""
+    if sum(last_part(call.func) == "init_process_group" for call in original.calls) > 1:
+        return
+    joins = [call for call in migrated.calls if last_part(call.func) == "init_process_group"]
+    for index, later in enumerate(joins):
+        if _asks_whether_joined(migrated, later):
+            continue
+        for earlier in joins[:index]:
+            first, second = migrated.statement_of(earlier), migrated.statement_of(later)
+            if migrated.scope_of(earlier) is migrated.scope_of(later) and first is not second \
+                    and _on_every_path_to(migrated, first, second):
+                yield ("DDP933", later.lineno, f"the process group is joined again here, after output line "
+                       f"{earlier.lineno} on the same path, with no `if not dist.is_initialized():` before it")
+                break
+
+
+def _asks_whether_joined(source: Source, call: ast.Call) -> bool:
+    return any(isinstance(ancestor, (ast.If, ast.IfExp, ast.While)) and any(
+        last_part(node.func) == "is_initialized" for node in ast.walk(ancestor.test) if isinstance(node, ast.Call))
+        for ancestor in source.ancestors(call))

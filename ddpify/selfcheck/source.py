@@ -19,6 +19,8 @@ LOOPS = (ast.For, ast.AsyncFor, ast.While)
 MOVE_METHODS = frozenset({"to", "cuda", "cpu", "xpu", "half", "float", "double", "bfloat16", "to_empty"})
 # Methods that return the module they are called on: `net.eval().cpu()` moves `net`.
 CHAINABLE_METHODS = MOVE_METHODS | {"eval", "train", "requires_grad_", "share_memory"}
+# Views of a module that yield its submodules (the last of each pair for the named ones).
+SUBMODULE_VIEWS = frozenset({"children", "modules", "named_children", "named_modules", "values", "items"})
 # Names of a rank-0 flag or predicate (ddpify emits the first two).
 MAIN_FLAGS = frozenset({"is_main", "is_main_process", "is_master", "main_process", "master_process",
                         "is_rank_zero", "is_rank0"})
@@ -260,9 +262,46 @@ class Source:
                     self._moves.append((receiver, call))
                 if receiver is not None and "." not in receiver:
                     self._moves.extend((element, call) for element in self._iterated_elements(call, receiver))
+                    module = self._looped_module(call, receiver)
+                    if module is not None:
+                        self._moves.append((module, call))
                 if receiver is None and isinstance(call.func, ast.Attribute) and call.func.attr in MOVE_METHODS:
                     self._moves.extend((element, call) for element in self._keyed_elements(call, call.func.value))
+            self._moves.extend(self._moves_through_helpers(self._moves))
+            self._moves.sort(key=lambda move: (move[1].lineno, move[1].col_offset))
         return self._moves
+
+    def _moves_through_helpers(self, moves: list[tuple[str, ast.Call]]) -> list[tuple[str, ast.Call]]:
+        """`to_device(model, device)` as a statement, where a function of this file moves the
+        parameter it is handed to an accelerator (`def to_device(m, d): return m.to(d)`) and
+        never runs it: `nn.Module.to` moves in place, so the call moves `model`."""
+        movers: dict[str, list[str]] = {}
+        outer: dict[str, set[str]] = {}  # `def place(): model.to(device)`: the names read from outside
+        for receiver, call in moves:
+            scope = self.scope_of(call)
+            if isinstance(scope, FUNCTIONS) and self.functions.get(scope.name) == [scope] \
+                    and last_part(call.func) in ("to", "cuda") and not _to_the_cpu(call):
+                parameters = [argument.arg for argument in scope.args.posonlyargs + scope.args.args]
+                if receiver in parameters and not any(
+                        isinstance(node, ast.Call) and dotted(node.func) == receiver for node in ast.walk(scope)):
+                    movers.setdefault(scope.name, parameters)
+                elif "." not in receiver and receiver not in parameters and _reads_from_outside(scope, receiver):
+                    outer.setdefault(scope.name, set()).add(receiver)
+        found: list[tuple[str, ast.Call]] = []
+        for call in self.calls:
+            if not (isinstance(call.func, ast.Name) and isinstance(self.parents.get(call), ast.Expr)):
+                continue
+            callee = call.func.id
+            found.extend((name, call) for name in sorted(outer.get(callee, ())))
+            handed_as = movers.get(callee)
+            if handed_as is None:
+                continue
+            moved = {receiver for receiver, move in moves if getattr(self.scope_of(move), "name", None) == callee}
+            for parameter, argument in zip(handed_as, call.args):
+                name = dotted(argument)
+                if parameter in moved and name is not None:
+                    found.append((name, call))
+        return found
 
     def _keyed_elements(self, call: ast.Call, receiver: ast.expr) -> list[str]:
         """The names put into `nets` for `nets[key].to(device)` in `for key in nets:` (or
@@ -315,6 +354,30 @@ class Source:
                 return [name for name in elements if name is not None] if all(elements) else []
             child = parent
         return []
+
+    def _looped_module(self, call: ast.Call, variable: str) -> Optional[str]:
+        """`model` for a statement move of `layer` in `for layer in model:` (or over
+        `model.children()`, `model.named_modules()`, `getattr(model, "module", model)`...):
+        moving each submodule moves the module."""
+        if not isinstance(self.parents.get(call), ast.Expr):
+            return None
+        for parent in self.ancestors(call):
+            if isinstance(parent, (*FUNCTIONS, ast.ClassDef, ast.Lambda)):
+                return None
+            if isinstance(parent, (ast.For, ast.AsyncFor)):
+                iterated, target = parent.iter, parent.target
+                if isinstance(iterated, ast.Call) and not iterated.args and isinstance(iterated.func, ast.Attribute) \
+                        and iterated.func.attr in SUBMODULE_VIEWS:
+                    if iterated.func.attr in ("named_children", "named_modules", "items") \
+                            and isinstance(target, ast.Tuple) and len(target.elts) == 2:
+                        target = target.elts[1]
+                    iterated = iterated.func.value
+                if not (isinstance(target, ast.Name) and target.id == variable):
+                    return None
+                if isinstance(iterated, ast.Call) and last_part(iterated.func) == "getattr" and iterated.args:
+                    iterated = iterated.args[0]  # `getattr(model, "module", model)`: the raw module
+                return dotted(iterated)
+        return None
 
     def _held_names(self, name: str, loop: ast.AST) -> list[str]:
         """The plain names put into the list or dict `name` before `loop` in its scope (`nets =
@@ -419,6 +482,23 @@ def _is_others_wait(statement: ast.stmt) -> bool:
             for node in ast.walk(statement.test)):
         return False
     return any(isinstance(node, ast.Call) and last_part(node.func) == "barrier" for node in ast.walk(statement))
+
+
+def _reads_from_outside(function: Union[ast.FunctionDef, ast.AsyncFunctionDef], name: str) -> bool:
+    """`name` in `function` is the enclosing scope's variable: the function declares it global
+    (or nonlocal), or never binds it."""
+    declared = {declared for node in ast.walk(function) if isinstance(node, (ast.Global, ast.Nonlocal))
+                for declared in node.names}
+    if name in declared:
+        return True
+    return not any(isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store)
+                   for node in ast.walk(function))
+
+
+def _to_the_cpu(call: ast.Call) -> bool:
+    """`m.to("cpu")`, `m.to(device="cpu")`."""
+    arguments = [*call.args, *(keyword.value for keyword in call.keywords if keyword.arg == "device")]
+    return bool(arguments) and isinstance(arguments[0], ast.Constant) and arguments[0].value == "cpu"
 
 
 def _viewed(iterated: ast.expr) -> tuple[Optional[str], Optional[str]]:
