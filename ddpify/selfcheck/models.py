@@ -5,7 +5,7 @@ import ast
 from collections.abc import Iterator, Sequence
 from typing import Callable, Optional, Union
 
-from ddpify.selfcheck.source import LOOPS, Source, assigned_targets, dotted, last_part
+from ddpify.selfcheck.source import FUNCTIONS, LOOPS, Scope, Source, assigned_targets, dotted, last_part
 
 # FSDP2's fully_shard(model) shards the model in place: the same place as a DDP wrap.
 DDP_WRAPPERS = ("DDP", "DistributedDataParallel")
@@ -68,6 +68,85 @@ def training_without_a_wrap(migrated: Source, reported: bool) -> Iterator[Findin
     if backward is not None and steps:
         yield ("DDP911", backward.lineno, "the script joins a process group and trains, but no model is "
                "wrapped in DDP: each rank trains its own copy")
+
+
+def own_model_unwrapped(source: Source, reported: bool) -> Iterator[Finding]:
+    """In an output that wraps models in DDP: a function that builds a model of its own (the
+    name assigned there, not a parameter) and an optimizer over its parameters, with no DDP
+    call of that name in the function (`finetune()` beside a wrapped `pretrain()`, both with
+    their `model`): that model trains alone on every rank. A model that leaves the function
+    (returned, stored in another name or an attribute, handed whole to a callable that is not
+    a function of this file without a DDP call, `Trainer(model)`) may be wrapped elsewhere and
+    is left alone. `reported`: the migration already said a model is left unwrapped (DDP903)."""
+    scopes_wrapping = {(id(source.scope_of(call)), name) for name, call in wraps(source)}
+    if reported or not scopes_wrapping:
+        return  # distributed some other way (FSDP, a framework), or nothing to wrap
+    for call in source.calls:
+        callee = dotted(call.func) or ""
+        scope = source.scope_of(call)
+        if not (isinstance(scope, FUNCTIONS) and callee.startswith(("torch.optim.", "optim."))
+                and callee.rsplit(".", 1)[-1][:1].isupper() and "lr_scheduler" not in callee):
+            continue
+        for node in ast.walk(call):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("parameters", "named_parameters") and isinstance(node.func.value, ast.Name)):
+                continue
+            name = node.func.value.id
+            if (id(scope), name) in scopes_wrapping or not _built_here(source, scope, name) \
+                    or _handed_elsewhere(source, scope, name):
+                continue
+            yield ("DDP911", call.lineno, f"`{name}` is built in `{scope.name}` and trained there (this optimizer "
+                   f"takes its parameters), but no DDP call in `{scope.name}` wraps it: every rank trains its own "
+                   "copy")
+
+
+def _built_here(source: Source, scope: ast.AST, name: str) -> bool:
+    """The function assigns `name` itself, and does not take it as a parameter."""
+    assert isinstance(scope, FUNCTIONS)
+    arguments = scope.args
+    if name in {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}:
+        return False
+    return any(name in assigned_targets(statement) for statement in source.statements_in(scope))
+
+
+def _handed_elsewhere(source: Source, scope: Scope, name: str) -> bool:
+    """`name` leaves the function: returned, stored whole (`self.model = model`, `models =
+    [model]`), or handed whole to a call of anything but a function of this file with no DDP
+    call in it (or in its class)."""
+    for statement in source.statements_in(scope):
+        value = statement.value if isinstance(statement, (ast.Return, ast.Assign, ast.AnnAssign)) else None
+        if value is not None and name in _whole_names(value):
+            return True
+    for call in source.calls_in(scope):
+        callee = dotted(call.func) or ""
+        if callee in _READING_BUILTINS or name not in _whole_names(
+                *call.args, *(keyword.value for keyword in call.keywords)):
+            continue
+        own = source.functions.get(callee)
+        if not own or any(_wraps_within(source, function) for function in own):
+            return True
+    return False
+
+
+# Builtins that only read what they are handed (`getattr(model, "module", model)`).
+_READING_BUILTINS = frozenset({"getattr", "hasattr", "isinstance", "type", "id", "len", "print", "str", "repr"})
+
+
+def _whole_names(*values: Optional[ast.AST]) -> set[str]:
+    """Names given whole: the value itself, or an element of a tuple or list of them."""
+    found: set[str] = set()
+    for value in values:
+        for element in value.elts if isinstance(value, (ast.Tuple, ast.List)) else [value]:
+            if isinstance(element, ast.Name):
+                found.add(element.id)
+    return found
+
+
+def _wraps_within(source: Source, function: ast.AST) -> bool:
+    """A DDP call in the function, or, for a method, anywhere in its class."""
+    parent = source.parents.get(function)
+    where = parent if isinstance(parent, ast.ClassDef) else function
+    return any(isinstance(node, ast.Call) and last_part(node.func) in WRAPPERS for node in ast.walk(where))
 
 
 def trained_but_unwrapped(source: Source) -> Iterator[Finding]:

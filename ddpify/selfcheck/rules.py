@@ -126,6 +126,21 @@ _LATE_WRAP = (
     "model = torch.nn.Linear(4, 1)\nif dist.is_initialized():\n    model = DDP(model)\nsetup()\n"
 )
 
+# Two stages, each building and training its own `net`: only the first one's is wrapped.
+_STAGES = (
+    "import torch\n\n\n"
+    "def stage(lr):\n    net = torch.nn.Linear(4, 1)\n    opt = torch.optim.SGD(net.parameters(), lr=lr)\n"
+    "    for x in torch.randn(3, 8, 4):\n        loss = net(x).pow(2).mean()\n"
+    "        opt.zero_grad()\n        loss.backward()\n        opt.step()\n\n\n"
+)
+_STAGES_HALF_WRAPPED = (
+    "import torch\nimport torch.distributed as dist\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n\n\n"
+    + _STAGES.split("\n\n\n", 1)[1].replace("def stage(lr):", "def pretrain(lr):").replace(
+        "    opt = ", "    if dist.is_initialized():\n        net = DDP(net)\n    opt = ")
+    + _STAGES.split("\n\n\n", 1)[1].replace("def stage(lr):", "def finetune(lr):")
+    + "dist.init_process_group(\"gloo\")\npretrain(0.1)\nfinetune(0.01)\n"
+)
+
 _SAVES_FRESH_WEIGHTS = ('is_main = torch.distributed.get_rank() == 0\nif is_main:\n'
                         '    torch.save(torch.nn.Linear(4, 1).state_dict(), "init.pt")\n')
 
@@ -184,6 +199,8 @@ CASES = (
                                     "optimizer = torch"), "DDP911"),
     # Joined and training with no wrap at all: each rank trains its own copy.
     Flags(TRAINING, _JOINED, "DDP911"),
+    # A second function's own model, trained there with no wrap of it (only the first stage's).
+    Flags(_STAGES + "stage(0.1)\nstage(0.01)\n", _STAGES_HALF_WRAPPED, "DDP911"),
     Flags(TRAINING, _JOINED, "DDP912"),
     Flags(TRAINING, _JOINED, "DDP913"),
     Flags(TRAINING.replace("for epoch", _MAIN_BLOCK + "for epoch"),
