@@ -32,8 +32,9 @@ def names_read_unbound(before: Source, original: str, after: Source, migrated: s
         if new and isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in new:
             new.discard(node.id)
             yield "DDP919", node.lineno, f"`{node.id}` is read here, and nothing in the file binds it"
-    already = possibly_unbound(before.tree)
-    for (scope, name), read in sorted(possibly_unbound(after.tree).items(), key=lambda item: item[1].lineno):
+    found = possibly_unbound(after.tree)
+    already = possibly_unbound(before.tree) if found else {}  # (most outputs have none: skip the reading)
+    for (scope, name), read in sorted(found.items(), key=lambda item: item[1].lineno):
         if (scope, name) not in already:
             where = f"`{scope}`" if scope else "the module"
             yield ("DDP919", read.lineno, f"`{name}` is read here, but {where} binds it only on some paths "
