@@ -2012,6 +2012,11 @@ def _reads_input_gradients_only(region: cst.CSTNode, function: cst.CSTNode) -> b
                   for call in steps) if own_optimizers else stepped
     if stepped or not (grads or steps) or not grads <= marked:
         return False
+    if isinstance(region, (cst.For, cst.While)) and find_all(region.body, cst.Break, into_functions=False):
+        # An attack that stops early (`if len(index[0]) == 0: break`, all examples already
+        # fooled) runs a data-dependent number of backwards, each a collective through a DDP
+        # model: read as before, so that its rank-divergent exit is reported (DDP902).
+        return False
     return not _updated_in_place(region, marked, inner) or _fed_to_a_module(region, marked, inner)
 
 

@@ -493,6 +493,23 @@ def attack(model, x, y, steps=3):
 
 for epoch in range(3):
 """).replace("model(x.to(device))", "model(x.to(device) + attack(model, x.to(device), y.to(device)))"), "DDP208"),
+    # ...but one that stops early when every example is fooled runs a per-rank number of
+    # backwards through the DDP model, each a collective: its exit stays reported.
+    Emits(TRAINING.replace("for epoch in range(3):\n", """\
+def attack(model, x, y, steps=3):
+    delta = torch.zeros_like(x, requires_grad=True)
+    for _ in range(steps):
+        error = torch.nn.functional.mse_loss(model(x + delta), y)
+        if error.item() > 1.0:
+            break
+        error.backward()
+        delta.data = (delta + 0.01 * delta.grad.sign()).clamp(-0.1, 0.1)
+        delta.grad.zero_()
+    return delta.detach()
+
+
+for epoch in range(3):
+""").replace("model(x.to(device))", "model(x.to(device) + attack(model, x.to(device), y.to(device)))"), "DDP902"),
     # A model of bare tensors stepped by hand in a loop of its own still trains there.
     Emits("""\
 import torch
