@@ -411,7 +411,10 @@ class Collector(cst.CSTVisitor):
     def visit_Assign(self, node: cst.Assign) -> None:
         if any(isinstance(t.target, cst.Attribute) and t.target.attr.value == "requires_grad"
                for t in node.targets):
-            self.facts.freezes_parameters = True
+            if not (is_true(node.value) and all(
+                    isinstance(t.target, cst.Attribute) and self._made_as_a_tensor(t.target.value)
+                    for t in node.targets)):
+                self.facts.freezes_parameters = True
             for t in node.targets:
                 if isinstance(t.target, cst.Attribute):
                     self._touch_model_of_part(t.target.value, node)
@@ -1658,6 +1661,28 @@ class Collector(cst.CSTVisitor):
                 found.extend(self._calls_in_values_of(value, depth + 1))
         return found
 
+    def _made_as_a_tensor(self, node: cst.BaseExpression, depth: int = 0) -> bool:
+        """Rule: `delta.requires_grad = True` marks a tensor the script makes (an attack's
+        perturbation, an input for a saliency map), no parameter: it freezes and unfreezes no
+        model. A tensor made here is arithmetic (`x.detach() + 0.001 * noise`), a torch factory
+        (`torch.zeros_like(X)`, `torch.randn(...)`), a copy (`.clone()`, `.detach()`), or one
+        of those moved, filled or reshaped (`.uniform_(-e, e)`, `.to(device)`); a name bound
+        only to such values (two levels)."""
+        if isinstance(node, (cst.BinaryOperation, cst.UnaryOperation)):
+            return True
+        if isinstance(node, cst.Call):
+            if any(name.startswith("torch.") and name.rsplit(".", 1)[-1] in _TENSOR_FACTORIES
+                   for name in self._qualified(node.func)):
+                return True
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("clone", "detach"):
+                return True
+            return isinstance(node.func, cst.Attribute) and node.func.attr.value in _TENSOR_METHODS \
+                and self._made_as_a_tensor(node.func.value, depth)
+        if isinstance(node, cst.Name) and depth < 2:
+            values = self.facts.assigned_values.get(node.value, [])
+            return bool(values) and all(self._made_as_a_tensor(value, depth + 1) for value in values)
+        return False
+
     def _backward_for_input_gradients(self, node: cst.Call) -> bool:
         """Rule: a backward trains only when an update of the parameters can follow. One whose
         outermost loop (or, outside any loop, its function or the module's own statements)
@@ -1690,7 +1715,7 @@ class Collector(cst.CSTVisitor):
         if isinstance(func.value, cst.Call):
             self.chained_calls.append(node)
             self.facts.chained_calls.append(node)
-        if method == "backward" and self._backward_for_input_gradients(node):
+        if method in ("backward", "step") and self._backward_for_input_gradients(node):
             pass  # an attack or a saliency map: no parameter is updated
         elif method == "backward" or (method == "step" and receiver and (
                 "optim" in receiver or receiver in self.facts.optimizer_names)):
@@ -1699,8 +1724,8 @@ class Collector(cst.CSTVisitor):
             self._mark_training_loops(node)
         if receiver and self._is_statement_call(node):
             self._touch(receiver, node)
-        if method == "requires_grad_" and not (node.args and is_true(node.args[0].value)):
-            self.facts.freezes_parameters = True
+        if method == "requires_grad_" and not (not node.args or is_true(node.args[0].value)):
+            self.facts.freezes_parameters = True  # (`requires_grad_()` is `requires_grad_(True)`)
         if method == "requires_grad_" and self._is_statement_call(node):
             self._touch_model_of_part(func.value, node)
         if (method == "cuda" and not _follows_a_value(node) or (
@@ -2041,7 +2066,60 @@ def _reads_input_gradients_only(region: cst.CSTNode, function: cst.CSTNode) -> b
                     and node.value.func.attr.value == "requires_grad_"):
                 marked.add(name)  # `x = torch.zeros(..., requires_grad=True)`, `x = x.clone().requires_grad_()`
     marked.discard("")
-    return not stepped and bool(grads) and grads <= marked and not _updated_in_place(region, marked, inner)
+    # `optimizer_delta = optim.SGD([delta], lr=...)`: an optimizer over marked tensors only
+    # steps those tensors (TRADES' l2 attack), not the model's parameters.
+    own_optimizers: set[str] = set()
+    for node in find_all(function, cst.Assign, into_functions=inner):
+        name = dotted_name(node.targets[0].target) if len(node.targets) == 1 else None
+        first = node.value.args[0].value if isinstance(node.value, cst.Call) and node.value.args else None
+        if name is not None and isinstance(first, (cst.List, cst.Tuple)) and first.elements and all(
+                (dotted_name(element.value) or "") in marked for element in first.elements):
+            own_optimizers.add(name)
+    steps = [call for call in find_all(region, cst.Call, into_functions=inner)
+             if isinstance(call.func, cst.Attribute) and call.func.attr.value == "step"]
+    stepped = any(dotted_name(cast(cst.Attribute, call.func).value) not in own_optimizers
+                  for call in steps) if own_optimizers else stepped
+    if stepped or not (grads or steps) or not grads <= marked:
+        return False
+    if isinstance(region, (cst.For, cst.While)) and find_all(region.body, cst.Break, into_functions=False):
+        # An attack that stops early (`if len(index[0]) == 0: break`, all examples already
+        # fooled) runs a data-dependent number of backwards, each a collective through a DDP
+        # model: read as before, so that its rank-divergent exit is reported (DDP902).
+        return False
+    return not _updated_in_place(region, marked, inner) or _fed_to_a_module(region, marked, inner)
+
+
+# torch functions that make a new tensor, and tensor methods that keep one a tensor made here.
+_TENSOR_FACTORIES = frozenset({"zeros", "ones", "rand", "randn", "randint", "empty", "full", "tensor", "as_tensor",
+                               "zeros_like", "ones_like", "rand_like", "randn_like", "empty_like", "full_like",
+                               "from_numpy", "arange", "linspace", "clamp", "Tensor", "FloatTensor"})
+_TENSOR_METHODS = frozenset({"uniform_", "normal_", "zero_", "fill_", "to", "cuda", "float", "half", "double",
+                             "view", "reshape", "contiguous", "clamp", "clamp_"})
+
+
+# Roots of calls that are functions of a library, not a module of the script's own.
+_LIBRARY_ROOTS = frozenset({"torch", "F", "nn", "np", "numpy", "math", "len", "min", "max", "abs", "sum",
+                            "float", "int", "print", "range", "Variable"})
+
+
+def _fed_to_a_module(region: cst.CSTNode, marked: set[str], inner: bool) -> bool:
+    """Rule: a marked tensor stepped from its gradient is an INPUT being optimised (an FGSM or
+    PGD attack, TRADES' inner maximisation), not a parameter, when it (or a name bound from it
+    in the loop, `adv = x + delta`) is handed to a call of a module (`model(X + delta)`,
+    `self.net(x_adv)`): a called name, not a function of torch or a builtin. A model of bare
+    tensors computes with its tensors directly (`x @ w`, `torch.mm(x, w)`)."""
+    fed = set(marked)
+    for _ in range(2):
+        for assign in find_all(region, cst.Assign, into_functions=inner):
+            if set(names_within(assign.value)) & fed:
+                fed.update(name for target in assign.targets for name in [dotted_name(target.target)] if name)
+    for call in find_all(region, cst.Call, into_functions=inner):
+        callee = dotted_name(call.func)
+        if callee is None or callee.split(".")[0] in _LIBRARY_ROOTS or callee.split(".")[0] in fed:
+            continue
+        if any(set(names_within(arg.value)) & fed for arg in call.args):
+            return True
+    return False
 
 
 # In-place methods that only clear a gradient or a flag, not a step of the tensor itself.

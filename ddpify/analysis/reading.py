@@ -15,6 +15,7 @@ from ddpify.analysis.control import (
     note_models_moved_here,
     reached_when_run,
 )
+from ddpify.analysis.nodes import dotted_name
 from ddpify.analysis.values import (
     note_generator_passes_that_train,
     note_helper_output,
@@ -74,6 +75,8 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
             collector.training_tops & reached_when_run(facts, collector.names_in_top, surface))
         facts.trains = facts.library
     facts.training_calls = collector.training_calls
+    facts.optimizers_without_model = [optimizer for optimizer in facts.optimizers_without_model
+                                      if not _steps_only_inputs(facts, optimizer)]
     facts.used_elsewhere = collector.project.used_elsewhere
     if facts.library:
         facts.optimizers_without_model = [optimizer for optimizer in facts.optimizers_without_model
@@ -151,3 +154,17 @@ class _Positions(Mapping[cst.CSTNode, CodeRange]):
 
     def __len__(self) -> int:
         return len(self._resolved())
+
+
+def _steps_only_inputs(facts: Facts, optimizer: cst.Call) -> bool:
+    """`optimizer_delta = optim.SGD([delta], lr=...)`, stepped only where its backward fills
+    the gradient of an input (an attack's perturbation, collector._backward_for_input_gradients):
+    it trains no module, so no module is missing a wrap."""
+    assign = facts.parents.get(optimizer)
+    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+        return False
+    name = dotted_name(assign.targets[0].target)
+    steps = [call for call in facts.nodes_of(cst.Call) if isinstance(call.func, cst.Attribute)
+             and call.func.attr.value == "step" and dotted_name(call.func.value) == name
+             and facts.function_of(call) is facts.function_of(optimizer)]
+    return name is not None and bool(steps) and not any(step in facts.training_calls for step in steps)

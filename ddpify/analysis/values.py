@@ -607,7 +607,11 @@ class ValueFlow(Navigation):
             if parameters[:1] == ["self"] and on_object:
                 parameters = parameters[1:]
             for call in calls:
-                if not (name.startswith("self.") or self.function_of(call) is function):
+                caller = self.function_of(call)
+                # (A module-level name is read as it is by a function that binds no name of its
+                # own so called: `main()` handing the module's `train_loader` to `train(...)`.)
+                if not (name.startswith("self.") or caller is function or function is None and (
+                        "." not in name and not self.binds_locally(caller, name))):
                     continue
                 for index, arg in enumerate(call.args):
                     key = literal_entry(arg.value, name) if entries else None

@@ -462,4 +462,65 @@ def closure():
 
 optimizer.step(closure)
 """, "DDP208"),
+    # A PGD attack in a helper (the input perturbation stepped from its own gradient and fed
+    # to the model), called in the pass over the loader: no training loop of its own.
+    Silent(TRAINING.replace("for epoch in range(3):\n", """\
+def attack(model, x, y, steps=3):
+    delta = torch.zeros_like(x, requires_grad=True)
+    for _ in range(steps):
+        torch.nn.functional.mse_loss(model(x + delta), y).backward()
+        delta.data = (delta + 0.01 * delta.grad.sign()).clamp(-0.1, 0.1)
+        delta.grad.zero_()
+    return delta.detach()
+
+
+for epoch in range(3):
+""").replace("model(x.to(device))", "model(x.to(device) + attack(model, x.to(device), y.to(device)))"), "DDP208"),
+    # ...nor when an optimizer over the perturbation alone steps it (TRADES' l2 attack).
+    Silent(TRAINING.replace("for epoch in range(3):\n", """\
+def attack(model, x, y, steps=3):
+    delta = 0.001 * torch.randn_like(x)
+    delta.requires_grad_()
+    optimizer_delta = torch.optim.SGD([delta], lr=0.01)
+    for _ in range(steps):
+        adv = x + delta
+        optimizer_delta.zero_grad()
+        (-torch.nn.functional.mse_loss(model(adv), y)).backward()
+        optimizer_delta.step()
+        delta.data.clamp_(-0.1, 0.1)
+    return delta.detach()
+
+
+for epoch in range(3):
+""").replace("model(x.to(device))", "model(x.to(device) + attack(model, x.to(device), y.to(device)))"), "DDP208"),
+    # ...but one that stops early when every example is fooled runs a per-rank number of
+    # backwards through the DDP model, each a collective: its exit stays reported.
+    Emits(TRAINING.replace("for epoch in range(3):\n", """\
+def attack(model, x, y, steps=3):
+    delta = torch.zeros_like(x, requires_grad=True)
+    for _ in range(steps):
+        error = torch.nn.functional.mse_loss(model(x + delta), y)
+        if error.item() > 1.0:
+            break
+        error.backward()
+        delta.data = (delta + 0.01 * delta.grad.sign()).clamp(-0.1, 0.1)
+        delta.grad.zero_()
+    return delta.detach()
+
+
+for epoch in range(3):
+""").replace("model(x.to(device))", "model(x.to(device) + attack(model, x.to(device), y.to(device)))"), "DDP902"),
+    # A model of bare tensors stepped by hand in a loop of its own still trains there.
+    Emits("""\
+import torch
+
+x, y = torch.randn(64, 4), torch.randn(64)
+w = torch.zeros(4, requires_grad=True)
+for step in range(20):
+    loss = (torch.mv(x, w) - y).pow(2).mean()
+    loss.backward()
+    with torch.no_grad():
+        w.data = w - 0.1 * w.grad
+        w.grad.zero_()
+""", "DDP208"),
 )
