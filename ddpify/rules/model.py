@@ -1760,19 +1760,7 @@ def _runs_on_every_training_call(facts: Facts, model: Model, forward: cst.Functi
     parameter = part.parameter
     if parameter == TRAINING_MODE:  # a training loop runs the model in training mode
         return _literal_test(part.test, parameter, cst.Name("True")) == part.runs_when
-    calls = [call for call in facts.calls_by_callee.get(model.name, ()) if _training_loop_around(facts, call)]
-    if not calls or parameter is None:
-        return False
-    defaults = {param.name.value: param.default for param in [*forward.params.params, *forward.params.kwonly_params]}
-    positional = positional_parameters(forward)[1:]
-    for call in calls:
-        value = argument_among(call, parameter, positional) or defaults.get(parameter)
-        if any(arg.star == "**" for arg in call.args) or value is None:
-            return False
-        outcome = _literal_test(part.test, parameter, value)
-        if outcome is None or outcome != part.runs_when:
-            return False
-    return True
+    return parameter is not None and _model_calls_give(facts, model, forward, parameter, part)
 
 
 def _handed_so_it_runs(facts: Facts, model: Model, class_name: str, forward: cst.FunctionDef,
