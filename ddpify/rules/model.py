@@ -5,7 +5,7 @@ its optimizer is created: DDP must see the model on its final device, and checkp
 loaded before the wrap need no `.module`.
 """
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Optional, Union, cast
 
 import libcst as cst
@@ -2726,9 +2726,35 @@ def without_module_prefix(state_dict):
 def _load_without_module_prefix(facts: Facts, edits: Edits) -> None:
     """`model.load_state_dict(state)` where `model` was a DataParallel: the state was saved by
     it, keyed `module.<name>`, and loads into the model DataParallel no longer wraps once the
-    prefix goes. Loads that the script runs after the DataParallel assignment (by line, in
-    the same function; any method for a `self.` attribute) take `without_module_prefix(...)`;
-    saves need nothing, since DDP103 saves the unwrapped model."""
+    prefix goes. The model is a name the DataParallel was assigned to, or a name bound from a
+    call of a function here that returns one (`net = DataParallel(net).cuda(); return net`).
+    Loads that the script runs after that binding (by line, in the same function; any method
+    for a `self.` attribute) take `without_module_prefix(...)`, and so do the loads of a
+    function here handed the model (`load_pretrained(tnet, ckpt["net"])` ->
+    `def load_pretrained(model, state): ... model.load_state_dict(...)`). A load of the
+    model's own state dict filtered by its keys (`own = model.state_dict()`;
+    `{k: v for k, v in state.items() if k in own}`; `own.update(...)`) strips the prefix of
+    the filtered state, before the filter: after it nothing would be left to load (silently,
+    with `strict=False` or the update). Saves need nothing, since DDP103 saves the unwrapped model."""
+    loads: dict[cst.Call, str] = {}  # each load, once (a factory may assign DataParallel in two branches)
+    for target, function, line in _data_parallel_bindings(facts):
+        for load in facts.calls_by_callee.get(f"{target}.load_state_dict", ()):
+            if target.startswith("self.") or (facts.function_of(load) is function and facts.line_of(load) > line):
+                loads.setdefault(load, target)
+        if "." in target:
+            continue
+        for helper, parameter in _helpers_handed(facts, target, function, line):
+            for load in facts.calls_by_callee.get(f"{parameter}.load_state_dict", ()):
+                if facts.function_of(load) is helper:
+                    loads.setdefault(load, parameter)
+    for load, model in loads.items():
+        _strip_prefix_on_load(facts, edits, load, model)
+
+
+def _data_parallel_bindings(facts: Facts) -> Iterable[tuple[str, Optional[cst.FunctionDef], int]]:
+    """(name, function, line) of each name a DataParallel is assigned to, and of each name
+    bound from a call of a function here that returns such a name (or moves it: `return
+    model.cuda()`)."""
     for call in facts.data_parallel_calls:
         statement = facts.statement_of(call)
         if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
@@ -2740,16 +2766,71 @@ def _load_without_module_prefix(facts: Facts, edits: Edits) -> None:
         if target is None:
             continue
         function = facts.function_of(call)
-        for load in facts.calls_by_callee.get(f"{target}.load_state_dict", ()):
-            if target.startswith("self.") or (
-                    facts.function_of(load) is function and facts.line_of(load) > facts.line_of(call)):
-                _strip_prefix_on_load(facts, edits, load)
+        yield target, function, facts.line_of(call)
+        if function is None or "." in target or facts.functions.get(function.name.value) is not function:
+            continue
+        returns = [node for node in traversal.preorder(function, _outside_nested_definitions(function))
+                   if isinstance(node, cst.Return)]
+        if not any(_names_the_model(node.value, target) for node in returns):
+            continue
+        for made in facts.calls_by_callee.get(function.name.value, ()):
+            bound = facts.parents.get(made)
+            if isinstance(bound, cst.Assign) and len(bound.targets) == 1 and bound.value is made:
+                name = dotted_name(bound.targets[0].target)
+                if name is not None:
+                    yield name, facts.function_of(made), facts.line_of(made)
 
 
-def _strip_prefix_on_load(facts: Facts, edits: Edits, load: cst.Call) -> None:
+def _outside_nested_definitions(function: cst.FunctionDef) -> Callable[[cst.CSTNode], bool]:
+    return lambda node: node is function or not isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
+
+
+def _names_the_model(node: Optional[cst.BaseExpression], target: str) -> bool:
+    """`model`, `model.cuda()`, `model.to(device)`: what returns the model."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in (
+            "cuda", "to"):
+        node = node.func.value
+    return isinstance(node, cst.Name) and node.value == target
+
+
+def _helpers_handed(facts: Facts, target: str, function: Optional[cst.FunctionDef],
+                    line: int) -> Iterable[tuple[cst.FunctionDef, str]]:
+    """(function, parameter) for each function here whose call, after `line` in `function`,
+    hands it `target` (by position or keyword)."""
+    for name, helper in facts.functions.items():
+        if "." in name:
+            continue
+        parameters = [parameter.name.value for parameter in helper.params.params]
+        for call in facts.calls_by_callee.get(name, ()):
+            if facts.function_of(call) is not function or facts.line_of(call) <= line:
+                continue
+            for position, arg in enumerate(call.args):
+                if arg.star or not (isinstance(arg.value, cst.Name) and arg.value.value == target):
+                    continue
+                if arg.keyword is not None and arg.keyword.value in parameters:
+                    yield helper, arg.keyword.value
+                elif arg.keyword is None and position < len(parameters):
+                    yield helper, parameters[position]
+
+
+def _strip_prefix_on_load(facts: Facts, edits: Edits, load: cst.Call, model: str) -> None:
     state = next((arg for arg in load.args if arg.keyword is None and not arg.star), None) or next(
         (arg for arg in load.args if arg.keyword is not None and arg.keyword.value == "state_dict"), None)
     if state is None or state in edits.expressions:
+        return
+    own = _own_state_names(facts, load, model)
+    filtered = _filtered_states(facts, load, own, model)
+    if state.value in filtered or (isinstance(state.value, cst.Name) and state.value.value in own | {
+            name for name in (_bound_name(facts, comprehension) for comprehension in filtered) if name}):
+        sources = [filtered[state.value]] if isinstance(state.value, cst.DictComp) and state.value in filtered \
+            else list(filtered.values())
+        for source in sources:
+            if source not in edits.expressions:
+                edits.expressions[source] = lambda node: cst.Call(
+                    func=cst.Name("without_module_prefix"), args=[cst.Arg(value=cast(cst.BaseExpression, node))])
+        if sources:
+            edits.add_helper("without_module_prefix", WITHOUT_MODULE_PREFIX_HELPER, "torch")
+            edits.report("DDP112", load)
         return
     # The argument, not its value: an edit of the value itself (`torch.load(path)` given its
     # map_location) is applied first, inside.
@@ -2757,6 +2838,72 @@ def _strip_prefix_on_load(facts: Facts, edits: Edits, load: cst.Call) -> None:
         func=cst.Name("without_module_prefix"), args=[cst.Arg(value=cast(cst.Arg, node).value)]))
     edits.add_helper("without_module_prefix", WITHOUT_MODULE_PREFIX_HELPER, "torch")
     edits.report("DDP112", load)
+
+
+def _scope_nodes(facts: Facts, load: cst.Call) -> list[cst.CSTNode]:
+    """The nodes of the function that holds `load` (the module's outside functions at module level)."""
+    scope: cst.CSTNode = facts.function_of(load) or _root(facts, load)
+    return list(traversal.preorder(scope, lambda node: node is scope or not isinstance(
+        node, (cst.FunctionDef, cst.ClassDef))))
+
+
+def _root(facts: Facts, node: cst.CSTNode) -> cst.CSTNode:
+    while node in facts.parents:
+        node = facts.parents[node]
+    return node
+
+
+def _own_state_names(facts: Facts, load: cst.Call, model: str) -> set[str]:
+    """Names bound, where `load` is, to the model's own state dict (`own = model.state_dict()`)."""
+    own = set()
+    for node in _scope_nodes(facts, load):
+        if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) \
+                and isinstance(node.value, cst.Call) and isinstance(node.value.func, cst.Attribute) \
+                and node.value.func.attr.value == "state_dict" and dotted_name(node.value.func.value) == model:
+            own.add(node.targets[0].target.value)
+    return own
+
+
+def _filtered_states(facts: Facts, load: cst.Call, own: set[str],
+                     model: str) -> dict[cst.DictComp, cst.BaseExpression]:
+    """`state` of each `{k: v for k, v in state.items() if k in own ...}` where `load` is, by
+    its comprehension (`own` also `own.keys()`, `model.state_dict()` and its keys)."""
+    sources = {}
+    for node in _scope_nodes(facts, load):
+        if not isinstance(node, cst.DictComp) or not isinstance(node.for_in.target, cst.Tuple):
+            continue
+        elements = node.for_in.target.elements
+        iterated = node.for_in.iter
+        if not elements or not isinstance(elements[0].value, cst.Name) or not (
+                isinstance(iterated, cst.Call) and isinstance(iterated.func, cst.Attribute)
+                and iterated.func.attr.value == "items" and not iterated.args):
+            continue
+        key = elements[0].value.value
+        if any(isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name) and test.left.value == key
+               and any(isinstance(target.operator, cst.In) and _names_own(target.comparator, own, model)
+                       for target in test.comparisons)
+               for condition in node.for_in.ifs
+               for test in traversal.preorder(condition.test, lambda _node: True)):
+            sources[node] = iterated.func.value
+    return sources
+
+
+def _bound_name(facts: Facts, node: cst.CSTNode) -> Optional[str]:
+    """`name` of `name = node`."""
+    parent = facts.parents.get(node)
+    if isinstance(parent, cst.Assign) and parent.value is node and len(parent.targets) == 1 and isinstance(
+            parent.targets[0].target, cst.Name):
+        return parent.targets[0].target.value
+    return None
+
+
+def _names_own(node: cst.BaseExpression, own: set[str], model: str) -> bool:
+    """`own`, `model.state_dict()`, or their `.keys()`."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "keys":
+        node = node.func.value
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "state_dict":
+        return dotted_name(node.func.value) == model
+    return isinstance(node, cst.Name) and node.value in own
 
 
 def _original(node: cst.BaseExpression) -> Rewrite:
@@ -3078,6 +3225,25 @@ CASES = (
           "DDP112", ('model.load_state_dict(without_module_prefix(torch.load("last.pt"',)),
     Silent(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)",
                             'model = torch.nn.Linear(4, 1).to(device)\nmodel.load_state_dict(torch.load("last.pt"))'),
+           "DDP112"),
+    # A load filtered by the model's own keys: the prefix goes before the filter, or nothing is left.
+    Emits(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)",
+                           'model = torch.nn.DataParallel(torch.nn.Linear(4, 1)).to(device)\n'
+                           'own = model.state_dict()\nstate = torch.load("last.pt")\n'
+                           'model.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)'),
+          "DDP112", ("for k, v in without_module_prefix(state).items() if k in own}, strict=False)",)),
+    # A model made by a function that returns its DataParallel, loaded through a helper handed it.
+    Emits(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)",
+                           "def make():\n    net = torch.nn.DataParallel(torch.nn.Linear(4, 1))\n"
+                           "    return net.to(device)\n\n\n"
+                           "def restore(net, path):\n    net.load_state_dict(torch.load(path))\n\n\n"
+                           'model = make()\nrestore(model, "last.pt")'),
+          "DDP112", ("load_state_dict(without_module_prefix(torch.load(path",)),
+    # The function returns something else: its result is no DataParallel's model.
+    Silent(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)",
+                            "def make():\n    net = torch.nn.DataParallel(torch.nn.Linear(4, 1))\n"
+                            "    return torch.nn.Linear(4, 1).to(device)\n\n\n"
+                            'model = make()\nmodel.load_state_dict(torch.load("last.pt"))'),
            "DDP112"),
     Emits(TRAINING + 'torch.save(model.state_dict(), "model.pt")\n', "DDP103",
           ('getattr(model, "module", model).state_dict()',)),
