@@ -84,6 +84,10 @@ def choose(facts: Facts) -> Plan:
     caller = _caller_of_every_training_function(facts)
     if caller is not None:
         function, block = caller
+        if all(assignment.only_cpu for assignment in facts.device_assignments):
+            # Every stage chooses the CPU by name (`device = torch.device("cpu")`): it stays
+            # the CPU, so the group is Gloo and no accelerator is made current.
+            return Plan(function, block, "device", None, cpu_only=True)
         # Each training function keeps its own device choice: "cuda" there is this rank's
         # GPU once the setup, run first in their one caller, has made it current.
         return Plan(function, block, "device", None, device_elsewhere=True)
