@@ -20,7 +20,7 @@ class DeviceValues:
             if len(value.args) != 1 or len(arguments) != 1:
                 return None
             return self.gpu_condition(arguments[0])
-        if isinstance(value, cst.IfExp) and self.names_gpu(value.orelse) and self._names_cpu(value.body):
+        if isinstance(value, cst.IfExp) and self.names_gpu(value.orelse) and self.names_cpu(value.body):
             # `"cpu" if args.cpu or not torch.cuda.is_available() else "cuda"`: the GPU when the
             # test fails, so the script's own `--cpu` flag keeps choosing the CPU.
             return self._negated(value.test)
@@ -31,9 +31,9 @@ class DeviceValues:
             return None
         return self.module.code_for_node(test)
 
-    def _names_cpu(self, value: cst.BaseExpression) -> bool:
+    def names_cpu(self, value: cst.BaseExpression) -> bool:
         if isinstance(value, cst.Call) and self.calls(value, names.TORCH_DEVICE):
-            return len(value.args) == 1 and self._names_cpu(value.args[0].value)
+            return len(value.args) == 1 and self.names_cpu(value.args[0].value)
         return string_value(value) == "cpu"
 
     def _negated(self, test: cst.BaseExpression) -> Optional[str]:

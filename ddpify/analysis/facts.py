@@ -180,6 +180,10 @@ class DeviceAssignment:
     # rank's GPU once the setup made it current; a GPU index becomes f"cuda:{local_rank}"),
     # never replaced by a torch.device with a CPU fallback the script did not have.
     is_string: bool = False
+    # `torch.device("cpu")` or `"cpu"`, the CPU and nothing else: the user's explicit choice.
+    # Rule: it stays the CPU under torchrun (Gloo, no device_ids, no GPU made current); the
+    # setup never replaces it with a cuda-if-available device.
+    only_cpu: bool = False
 
 
 @dataclass

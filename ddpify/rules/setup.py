@@ -84,6 +84,10 @@ def choose(facts: Facts) -> Plan:
     caller = _caller_of_every_training_function(facts)
     if caller is not None:
         function, block = caller
+        if all(assignment.only_cpu for assignment in facts.device_assignments):
+            # Every stage chooses the CPU by name (`device = torch.device("cpu")`): it stays
+            # the CPU, so the group is Gloo and no accelerator is made current.
+            return Plan(function, block, "device", None, cpu_only=True)
         # Each training function keeps its own device choice: "cuda" there is this rank's
         # GPU once the setup, run first in their one caller, has made it current.
         return Plan(function, block, "device", None, device_elsewhere=True)
@@ -92,7 +96,10 @@ def choose(facts: Facts) -> Plan:
         first = choice[0]
         block = _scope_block(facts, first.statement, first.function)
         dominating = facts.ancestor_in(choice[-1].statement, block)
-        if len(choice) == 1 and first.cuda_or_cpu and not first.is_string and dominating is first.statement:
+        # A literal CPU choice (`torch.device("cpu")`) is the user's: kept, and the setup after
+        # it finds the CPU (Gloo); only a choice that can be CUDA is replaced.
+        if len(choice) == 1 and first.cuda_or_cpu and not first.is_string and not first.only_cpu \
+                and dominating is first.statement:
             return Plan(first.function, block, first.name, first)
         bare = any(a.any_accelerator and a.statement is dominating for a in choice)
         return Plan(first.function, block, first.name, None, choice_statement=dominating,
