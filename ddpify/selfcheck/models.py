@@ -478,6 +478,7 @@ def wrapper_handed_to_an_exporter(migrated: Source) -> Iterator[Finding]:
         wrapped[key] = min(wrapped.get(key, call.lineno), call.lineno)
     if not wrapped:
         return
+    _follow_into_callees(migrated, wrapped)
     for call in migrated.calls:
         if not call.args or migrated.qualified(call.func) not in EXPORTERS:
             continue
@@ -518,6 +519,66 @@ def _wrapper_state_saved(migrated: Source, wrapped: dict[tuple[int, str], int]) 
                for save in saves):
             yield ("DDP922", call.lineno, f"`{handed}.state_dict()` is saved from the DDP wrapper made at output "
                    f"line {line}: its keys carry `module.`")
+
+
+def _follow_into_callees(source: Source, wrapped: dict[tuple[int, str], int]) -> None:
+    """Rule: the wrapper handed on after the wrap is the wrapper where it lands: a parameter of
+    the file's own function or method it is passed to (`train(model, ...)`, `Trainer(model)`,
+    `save_checkpoint(model, path)`), from that function's first line, and an attribute of `self`
+    an `__init__` stores it in (`self.model = model`), in every other method of that class.
+    Followed to a fixed point (a call chain); a function defined more than once is not followed."""
+    scopes = {id(scope): scope for scope in [source.tree, *(f for fs in source.functions.values() for f in fs)]}
+    pending = list(wrapped.items())
+    while pending:
+        (scope_id, name), line = pending.pop()
+        scope = scopes.get(scope_id)
+        if scope is None:
+            continue
+        found = [landing for call in source.calls_in(scope)
+                 if call.lineno > line and not _in_an_else(source, call)
+                 for landing in _parameters_handed(source, call, name)]
+        found += _stored_on_self(source, scope, name, line)
+        for key, start in found:
+            if key not in wrapped:
+                wrapped[key] = start
+                pending.append((key, start))
+
+
+def _parameters_handed(source: Source, call: ast.Call, name: str) -> list[tuple[tuple[int, str], int]]:
+    """The parameters of the file's one function `call` calls that receive `name`."""
+    functions = source.functions.get(last_part(call.func) or "", [])
+    if len(functions) != 1:
+        return []
+    function = functions[0]
+    if not isinstance(function, FUNCTIONS):
+        return []
+    parameters = [argument.arg for argument in function.args.posonlyargs + function.args.args]
+    if isinstance(source.parents.get(function), ast.ClassDef) and parameters \
+            and not any(dotted(decorator) == "staticmethod" for decorator in function.decorator_list):
+        parameters = parameters[1:]  # `self`, `cls`
+    landed = []
+    for index, argument in enumerate(call.args):
+        if isinstance(argument, ast.Starred):
+            break
+        if dotted(argument) == name and index < len(parameters):
+            landed.append(parameters[index])
+    landed += [keyword.arg for keyword in call.keywords if keyword.arg is not None and dotted(keyword.value) == name]
+    return [((id(function), parameter), function.lineno) for parameter in landed]
+
+
+def _stored_on_self(source: Source, scope: Scope, name: str, line: int) -> list[tuple[tuple[int, str], int]]:
+    """`self.model = model` (or `self.model = DDP(self.model)`) in an `__init__`: every other
+    method of its class sees the wrapper in `self.model`."""
+    owner = source.parents.get(scope)
+    if not (isinstance(scope, FUNCTIONS) and scope.name == "__init__" and isinstance(owner, ast.ClassDef)):
+        return []
+    attributes = {name} if name.startswith("self.") else set()
+    for statement in source.statements_in(scope):
+        if isinstance(statement, ast.Assign) and statement.lineno > line and dotted(statement.value) == name:
+            attributes.update(target for target in assigned_targets(statement) if target.startswith("self."))
+    found = [((id(scope), attribute), line) for attribute in attributes if attribute != name]
+    return found + [((id(method), attribute), method.lineno) for attribute in attributes
+                    for method in owner.body if isinstance(method, FUNCTIONS) and method is not scope]
 
 
 def _rebound_between(source: Source, scope, name: str, start: int, end: int) -> bool:

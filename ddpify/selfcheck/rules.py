@@ -77,7 +77,10 @@ RULES = (
          "an ONNX file records the wrapper, whose names carry `module.` and which the bare model "
          "does not load. Likewise a `state_dict()` of the wrapper that a save writes "
          "(`torch.save(model.state_dict(), path)`, `ckpt = {\"model\": model.state_dict()}` then "
-         "`torch.save(ckpt, path)`): every key carries `module.`.",
+         "`torch.save(ckpt, path)`): every key carries `module.`. The wrapper is followed where it is "
+         "handed on: a parameter of the file's function it is passed to (`save_checkpoint(model, path)`, "
+         "`train(model, ...)`) and a `self.` attribute an `__init__` stores it in (a Trainer's "
+         "`self.model`, seen by every method).",
          "Hand the exporter or the save the bare model: `getattr(model, \"module\", model)`."),
     Rule("DDP919", Severity.WARNING, "self-check: the output reads a name not bound on every path to the read",
          "A rewrite names something of the setup (`device`, `is_main`, a helper) in a scope "
@@ -110,6 +113,10 @@ RULES = (
 
 _MOVED = TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)", "model = torch.nn.Linear(4, 1)\nmodel.to(device)")
 _MAIN_BLOCK = 'def main():\n    pass\n\n\nif __name__ == "__main__":\n    main()\n'
+_SAVE_HELPER = 'def save_checkpoint(net, path):\n    torch.save({"model": net.state_dict()}, path)\n\n\n'
+_SAVING_TRAINER = ("class Keeper:\n    def __init__(self, model):\n        self.model = model\n\n"
+                   "    def keep(self, path):\n        torch.save(self.model.state_dict(), path)\n\n\n")
+
 _JOINED = TRAINING.replace("device = torch", 'torch.distributed.init_process_group("gloo")\ndevice = torch')
 
 # The sampler asks for the group before a setup function that joins it is called.
@@ -228,6 +235,16 @@ CASES = (
     Flags(TRAINING + 'torch.save(model.state_dict(), "model.pt")\n',
           _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
           + 'torch.save({"model": model.state_dict()}, "model.pt")\n', "DDP922"),
+    # ... also where the wrapper is handed on: a helper's parameter, a Trainer's `self.model`.
+    Flags(TRAINING + 'torch.save(model.state_dict(), "model.pt")\n',
+          _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
+          + _SAVE_HELPER + 'save_checkpoint(model, "model.pt")\n', "DDP922"),
+    Flags(TRAINING + 'torch.save(model.state_dict(), "model.pt")\n',
+          _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
+          + _SAVING_TRAINER + 'Keeper(model).keep("model.pt")\n', "DDP922"),
+    Silent(_JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
+           + _SAVE_HELPER.replace("model.state_dict()", 'getattr(model, "module", model).state_dict()')
+           + 'save_checkpoint(model, "model.pt")\n', "DDP922"),
     Flags(TRAINING, _LATE_GROUP, "DDP917"),
     Flags(TRAINING, _LATE_WRAP, "DDP917"),
     Flags(TRAINING, TRAINING.replace("model(x.to(device))", "model(x.to(rank_device))"), "DDP919"),
