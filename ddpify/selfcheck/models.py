@@ -3,6 +3,7 @@ after every assignment and move of `x` on every path, before `x` trains, and no 
 a process group without any wrap (DDP911)."""
 import ast
 from collections.abc import Iterator, Sequence
+from operator import attrgetter
 from typing import Callable, Optional, Union
 
 from ddpify.selfcheck.source import FUNCTIONS, LOOPS, Scope, Source, assigned_targets, dotted, last_part
@@ -513,12 +514,32 @@ def _wrapper_state_saved(migrated: Source, wrapped: dict[tuple[int, str], int]) 
         filled = {name.split(".")[0] for name in assigned_targets(statement)}
         filled |= {name for target in getattr(statement, "targets", [])
                    if isinstance(target, ast.Subscript) and (name := dotted(target.value)) is not None}
+        filled |= _derived_names(migrated, scope, statement, filled)
         if any(save.lineno >= statement.lineno and migrated.scope_of(save) is scope and (
                 migrated.statement_of(save) is statement or any(
                     isinstance(node, ast.Name) and node.id in filled for node in ast.walk(save)))
                for save in saves):
             yield ("DDP922", call.lineno, f"`{handed}.state_dict()` is saved from the DDP wrapper made at output "
                    f"line {line}: its keys carry `module.`")
+
+
+def _derived_names(source: Source, scope, statement: ast.stmt, filled: set[str]) -> set[str]:
+    """Names later assignments of the scope build from `filled` (`state = model.state_dict()`, then
+    `cpu_state = {k: v.cpu() for k, v in state.items()}`), to a fixed point."""
+    later = sorted((other for other in source.statements_in(scope) if isinstance(other, (ast.Assign, ast.AnnAssign))
+                    and other.lineno > statement.lineno and other.value is not None), key=attrgetter("lineno"))
+    derived: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for other in later:
+            if other.value is not None and any(isinstance(node, ast.Name) and node.id in filled | derived
+                                               for node in ast.walk(other.value)):
+                new = {name.split(".")[0] for name in assigned_targets(other)} - filled - derived
+                if new:
+                    derived |= new
+                    changed = True
+    return derived
 
 
 def _follow_into_callees(source: Source, wrapped: dict[tuple[int, str], int]) -> None:
@@ -546,7 +567,7 @@ def _follow_into_callees(source: Source, wrapped: dict[tuple[int, str], int]) ->
 
 def _parameters_handed(source: Source, call: ast.Call, name: str) -> list[tuple[tuple[int, str], int]]:
     """The parameters of the file's one function `call` calls that receive `name`."""
-    functions = source.functions.get(last_part(call.func) or "", [])
+    functions = source.functions.get(last_part(call.func) or "", []) or _called_instance(source, call)
     if len(functions) != 1:
         return []
     function = functions[0]
@@ -564,6 +585,23 @@ def _parameters_handed(source: Source, call: ast.Call, name: str) -> list[tuple[
             landed.append(parameters[index])
     landed += [keyword.arg for keyword in call.keywords if keyword.arg is not None and dotted(keyword.value) == name]
     return [((id(function), parameter), function.lineno) for parameter in landed]
+
+
+def _called_instance(source: Source, call: ast.Call) -> list[Scope]:
+    """`stopper(loss, model)` where `stopper = EarlyStopping(...)`, a class of the file: its
+    `__call__` (the instance bound by one assignment only)."""
+    called = dotted(call.func)
+    bound = [assignment.value for assignment in source.assignments
+             if called is not None and called in assigned_targets(assignment)]
+    if len(bound) != 1 or not isinstance(bound[0], ast.Call):
+        return []
+    classes = [node for node in source.functions.get(last_part(bound[0].func) or "", [])
+               if isinstance(source.parents.get(node), ast.ClassDef)]
+    if len(classes) != 1:
+        return []
+    owner = source.parents[classes[0]]
+    return [method for method in owner.body  # type: ignore[attr-defined]
+            if isinstance(method, FUNCTIONS) and method.name == "__call__"]
 
 
 def _stored_on_self(source: Source, scope: Scope, name: str, line: int) -> list[tuple[tuple[int, str], int]]:

@@ -80,7 +80,8 @@ RULES = (
          "`torch.save(ckpt, path)`): every key carries `module.`. The wrapper is followed where it is "
          "handed on: a parameter of the file's function it is passed to (`save_checkpoint(model, path)`, "
          "`train(model, ...)`) and a `self.` attribute an `__init__` stores it in (a Trainer's "
-         "`self.model`, seen by every method).",
+         "`self.model`, seen by every method; the `__call__` of an early-stopping object called with it), "
+         "and through names built from the `state_dict()` before the save.",
          "Hand the exporter or the save the bare model: `getattr(model, \"module\", model)`."),
     Rule("DDP919", Severity.WARNING, "self-check: the output reads a name not bound on every path to the read",
          "A rewrite names something of the setup (`device`, `is_main`, a helper) in a scope "
@@ -117,6 +118,8 @@ _SAVE_HELPER = 'def save_checkpoint(net, path):\n    torch.save({"model": net.st
 _SAVING_TRAINER = ("class Keeper:\n    def __init__(self, model):\n        self.model = model\n\n"
                    "    def keep(self, path):\n        torch.save(self.model.state_dict(), path)\n\n\n")
 
+_STOPPER = ("class Stopper:\n    def __init__(self, path):\n        self.path = path\n\n"
+            "    def __call__(self, loss, net):\n        torch.save(net.state_dict(), self.path)\n\n\n")
 _JOINED = TRAINING.replace("device = torch", 'torch.distributed.init_process_group("gloo")\ndevice = torch')
 
 # The sampler asks for the group before a setup function that joins it is called.
@@ -242,6 +245,14 @@ CASES = (
     Flags(TRAINING + 'torch.save(model.state_dict(), "model.pt")\n',
           _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
           + _SAVING_TRAINER + 'Keeper(model).keep("model.pt")\n', "DDP922"),
+    # ... an early-stopping object's `__call__`, and a state built in two steps before the save.
+    Flags(TRAINING + 'torch.save(model.state_dict(), "model.pt")\n',
+          _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
+          + _STOPPER + 'stopper = Stopper("best.pt")\nstopper(0.5, model)\n', "DDP922"),
+    Flags(TRAINING + 'torch.save(model.state_dict(), "model.pt")\n',
+          _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
+          + 'state = model.state_dict()\ncpu_state = {k: v.cpu() for k, v in state.items()}\n'
+          + 'torch.save(cpu_state, "model.pt")\n', "DDP922"),
     Silent(_JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
            + _SAVE_HELPER.replace("model.state_dict()", 'getattr(model, "module", model).state_dict()')
            + 'save_checkpoint(model, "model.pt")\n', "DDP922"),
