@@ -324,13 +324,25 @@ def _wrap_problem(source: Source, model: str, wrap: ast.Call) -> Optional[str]:
                 continue
             return (f"the wrap of `{model}` sits in one branch: output line {other.lineno} assigns or moves "
                     f"it on a path that does not reach the wrap, and it trains after that")
-        if other.lineno > statement.lineno and trains_later and not _derived_from_wrapped(source, other, wrapped):
+        if other.lineno > statement.lineno and (trains_later or _trains_in_another_method(source, scope, model)) \
+                and not _derived_from_wrapped(source, other, wrapped):
             return (f"`{model}` is assigned or moved after its wrap, on output line {other.lineno}, "
                     f"and trains after that")
     for use in _training_uses(source, scope, wrapped, through_calls=False):
         if use.lineno < statement.lineno:
             return f"`{ast.unparse(use)}` trains on output line {use.lineno}, before its wrap"
     return None
+
+
+def _trains_in_another_method(source: Source, scope: Scope, model: str) -> bool:
+    """`self.model = DDP(self.model)` in a method (the `__init__` of a Trainer) whose class trains
+    `self.model` in another method: a later `self.model = ...` of the same method throws the
+    wrapper away before any training."""
+    owner = source.parents.get(scope)
+    if not model.startswith("self.") or not isinstance(owner, ast.ClassDef):
+        return False
+    return any(_training_uses(source, method, [model], through_calls=False) for method in owner.body
+               if isinstance(method, FUNCTIONS) and method is not scope)
 
 
 def _wrapped_again_on_its_path(source: Source, model: str, wrap: ast.Call, other: ast.stmt) -> bool:

@@ -120,6 +120,25 @@ _SAVING_TRAINER = ("class Keeper:\n    def __init__(self, model):\n        self.
 
 _STOPPER = ("class Stopper:\n    def __init__(self, path):\n        self.path = path\n\n"
             "    def __call__(self, loss, net):\n        torch.save(net.state_dict(), self.path)\n\n\n")
+_TRAINER = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Trainer:
+    def __init__(self, model, loader, device):
+        self.model = model.to(device)
+        self.loader = loader
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def fit(self):
+        for x, y in self.loader:
+            loss = torch.nn.functional.mse_loss(self.model(x), y)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+"""
 _JOINED = TRAINING.replace("device = torch", 'torch.distributed.init_process_group("gloo")\ndevice = torch')
 
 # The sampler asks for the group before a setup function that joins it is called.
@@ -256,6 +275,11 @@ CASES = (
     Silent(_JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
            + _SAVE_HELPER.replace("model.state_dict()", 'getattr(model, "module", model).state_dict()')
            + 'save_checkpoint(model, "model.pt")\n', "DDP922"),
+    # A Trainer's `__init__` that assigns `self.model` again after wrapping it: its other methods train no wrapper.
+    Flags(_TRAINER, _TRAINER.replace("        self.model = model.to(device)\n", "").replace(
+        "        self.loader = loader\n",
+        "        if dist.is_initialized():\n            self.model = DDP(self.model)\n"
+        "        self.model = model.to(device)\n        self.loader = loader\n"), "DDP911"),
     Flags(TRAINING, _LATE_GROUP, "DDP917"),
     Flags(TRAINING, _LATE_WRAP, "DDP917"),
     Flags(TRAINING, TRAINING.replace("model(x.to(device))", "model(x.to(rank_device))"), "DDP919"),
