@@ -3,6 +3,7 @@ after every assignment and move of `x` on every path, before `x` trains, and no 
 a process group without any wrap (DDP911)."""
 import ast
 from collections.abc import Iterator, Sequence
+from operator import attrgetter
 from typing import Callable, Optional, Union
 
 from ddpify.selfcheck.source import FUNCTIONS, LOOPS, Scope, Source, assigned_targets, dotted, last_part
@@ -323,13 +324,25 @@ def _wrap_problem(source: Source, model: str, wrap: ast.Call) -> Optional[str]:
                 continue
             return (f"the wrap of `{model}` sits in one branch: output line {other.lineno} assigns or moves "
                     f"it on a path that does not reach the wrap, and it trains after that")
-        if other.lineno > statement.lineno and trains_later and not _derived_from_wrapped(source, other, wrapped):
+        if other.lineno > statement.lineno and (trains_later or _trains_in_another_method(source, scope, model)) \
+                and not _derived_from_wrapped(source, other, wrapped):
             return (f"`{model}` is assigned or moved after its wrap, on output line {other.lineno}, "
                     f"and trains after that")
     for use in _training_uses(source, scope, wrapped, through_calls=False):
         if use.lineno < statement.lineno:
             return f"`{ast.unparse(use)}` trains on output line {use.lineno}, before its wrap"
     return None
+
+
+def _trains_in_another_method(source: Source, scope: Scope, model: str) -> bool:
+    """`self.model = DDP(self.model)` in a method (the `__init__` of a Trainer) whose class trains
+    `self.model` in another method: a later `self.model = ...` of the same method throws the
+    wrapper away before any training."""
+    owner = source.parents.get(scope)
+    if not model.startswith("self.") or not isinstance(owner, ast.ClassDef):
+        return False
+    return any(_training_uses(source, method, [model], through_calls=False) for method in owner.body
+               if isinstance(method, FUNCTIONS) and method is not scope)
 
 
 def _wrapped_again_on_its_path(source: Source, model: str, wrap: ast.Call, other: ast.stmt) -> bool:
@@ -478,6 +491,7 @@ def wrapper_handed_to_an_exporter(migrated: Source) -> Iterator[Finding]:
         wrapped[key] = min(wrapped.get(key, call.lineno), call.lineno)
     if not wrapped:
         return
+    _follow_into_callees(migrated, wrapped)
     for call in migrated.calls:
         if not call.args or migrated.qualified(call.func) not in EXPORTERS:
             continue
@@ -512,12 +526,109 @@ def _wrapper_state_saved(migrated: Source, wrapped: dict[tuple[int, str], int]) 
         filled = {name.split(".")[0] for name in assigned_targets(statement)}
         filled |= {name for target in getattr(statement, "targets", [])
                    if isinstance(target, ast.Subscript) and (name := dotted(target.value)) is not None}
+        filled |= _derived_names(migrated, scope, statement, filled)
         if any(save.lineno >= statement.lineno and migrated.scope_of(save) is scope and (
                 migrated.statement_of(save) is statement or any(
                     isinstance(node, ast.Name) and node.id in filled for node in ast.walk(save)))
                for save in saves):
             yield ("DDP922", call.lineno, f"`{handed}.state_dict()` is saved from the DDP wrapper made at output "
                    f"line {line}: its keys carry `module.`")
+
+
+def _derived_names(source: Source, scope, statement: ast.stmt, filled: set[str]) -> set[str]:
+    """Names later assignments of the scope build from `filled` (`state = model.state_dict()`, then
+    `cpu_state = {k: v.cpu() for k, v in state.items()}`), to a fixed point."""
+    later = sorted((other for other in source.statements_in(scope) if isinstance(other, (ast.Assign, ast.AnnAssign))
+                    and other.lineno > statement.lineno and other.value is not None), key=attrgetter("lineno"))
+    derived: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for other in later:
+            if other.value is not None and any(isinstance(node, ast.Name) and node.id in filled | derived
+                                               for node in ast.walk(other.value)):
+                new = {name.split(".")[0] for name in assigned_targets(other)} - filled - derived
+                if new:
+                    derived |= new
+                    changed = True
+    return derived
+
+
+def _follow_into_callees(source: Source, wrapped: dict[tuple[int, str], int]) -> None:
+    """Rule: the wrapper handed on after the wrap is the wrapper where it lands: a parameter of
+    the file's own function or method it is passed to (`train(model, ...)`, `Trainer(model)`,
+    `save_checkpoint(model, path)`), from that function's first line, and an attribute of `self`
+    an `__init__` stores it in (`self.model = model`), in every other method of that class.
+    Followed to a fixed point (a call chain); a function defined more than once is not followed."""
+    scopes = {id(scope): scope for scope in [source.tree, *(f for fs in source.functions.values() for f in fs)]}
+    pending = list(wrapped.items())
+    while pending:
+        (scope_id, name), line = pending.pop()
+        scope = scopes.get(scope_id)
+        if scope is None:
+            continue
+        found = [landing for call in source.calls_in(scope)
+                 if call.lineno > line and not _in_an_else(source, call)
+                 for landing in _parameters_handed(source, call, name)]
+        found += _stored_on_self(source, scope, name, line)
+        for key, start in found:
+            if key not in wrapped:
+                wrapped[key] = start
+                pending.append((key, start))
+
+
+def _parameters_handed(source: Source, call: ast.Call, name: str) -> list[tuple[tuple[int, str], int]]:
+    """The parameters of the file's one function `call` calls that receive `name`."""
+    functions = source.functions.get(last_part(call.func) or "", []) or _called_instance(source, call)
+    if len(functions) != 1:
+        return []
+    function = functions[0]
+    if not isinstance(function, FUNCTIONS):
+        return []
+    parameters = [argument.arg for argument in function.args.posonlyargs + function.args.args]
+    if isinstance(source.parents.get(function), ast.ClassDef) and parameters \
+            and not any(dotted(decorator) == "staticmethod" for decorator in function.decorator_list):
+        parameters = parameters[1:]  # `self`, `cls`
+    landed = []
+    for index, argument in enumerate(call.args):
+        if isinstance(argument, ast.Starred):
+            break
+        if dotted(argument) == name and index < len(parameters):
+            landed.append(parameters[index])
+    landed += [keyword.arg for keyword in call.keywords if keyword.arg is not None and dotted(keyword.value) == name]
+    return [((id(function), parameter), function.lineno) for parameter in landed]
+
+
+def _called_instance(source: Source, call: ast.Call) -> list[Scope]:
+    """`stopper(loss, model)` where `stopper = EarlyStopping(...)`, a class of the file: its
+    `__call__` (the instance bound by one assignment only)."""
+    called = dotted(call.func)
+    bound = [assignment.value for assignment in source.assignments
+             if called is not None and called in assigned_targets(assignment)]
+    if len(bound) != 1 or not isinstance(bound[0], ast.Call):
+        return []
+    classes = [node for node in source.functions.get(last_part(bound[0].func) or "", [])
+               if isinstance(source.parents.get(node), ast.ClassDef)]
+    if len(classes) != 1:
+        return []
+    owner = source.parents[classes[0]]
+    return [method for method in owner.body  # type: ignore[attr-defined]
+            if isinstance(method, FUNCTIONS) and method.name == "__call__"]
+
+
+def _stored_on_self(source: Source, scope: Scope, name: str, line: int) -> list[tuple[tuple[int, str], int]]:
+    """`self.model = model` (or `self.model = DDP(self.model)`) in an `__init__`: every other
+    method of its class sees the wrapper in `self.model`."""
+    owner = source.parents.get(scope)
+    if not (isinstance(scope, FUNCTIONS) and scope.name == "__init__" and isinstance(owner, ast.ClassDef)):
+        return []
+    attributes = {name} if name.startswith("self.") else set()
+    for statement in source.statements_in(scope):
+        if isinstance(statement, ast.Assign) and statement.lineno > line and dotted(statement.value) == name:
+            attributes.update(target for target in assigned_targets(statement) if target.startswith("self."))
+    found = [((id(scope), attribute), line) for attribute in attributes if attribute != name]
+    return found + [((id(method), attribute), method.lineno) for attribute in attributes
+                    for method in owner.body if isinstance(method, FUNCTIONS) and method is not scope]
 
 
 def _rebound_between(source: Source, scope, name: str, start: int, end: int) -> bool:

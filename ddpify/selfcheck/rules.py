@@ -77,7 +77,11 @@ RULES = (
          "an ONNX file records the wrapper, whose names carry `module.` and which the bare model "
          "does not load. Likewise a `state_dict()` of the wrapper that a save writes "
          "(`torch.save(model.state_dict(), path)`, `ckpt = {\"model\": model.state_dict()}` then "
-         "`torch.save(ckpt, path)`): every key carries `module.`.",
+         "`torch.save(ckpt, path)`): every key carries `module.`. The wrapper is followed where it is "
+         "handed on: a parameter of the file's function it is passed to (`save_checkpoint(model, path)`, "
+         "`train(model, ...)`) and a `self.` attribute an `__init__` stores it in (a Trainer's "
+         "`self.model`, seen by every method; the `__call__` of an early-stopping object called with it), "
+         "and through names built from the `state_dict()` before the save.",
          "Hand the exporter or the save the bare model: `getattr(model, \"module\", model)`."),
     Rule("DDP919", Severity.WARNING, "self-check: the output reads a name not bound on every path to the read",
          "A rewrite names something of the setup (`device`, `is_main`, a helper) in a scope "
@@ -110,6 +114,31 @@ RULES = (
 
 _MOVED = TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)", "model = torch.nn.Linear(4, 1)\nmodel.to(device)")
 _MAIN_BLOCK = 'def main():\n    pass\n\n\nif __name__ == "__main__":\n    main()\n'
+_SAVE_HELPER = 'def save_checkpoint(net, path):\n    torch.save({"model": net.state_dict()}, path)\n\n\n'
+_SAVING_TRAINER = ("class Keeper:\n    def __init__(self, model):\n        self.model = model\n\n"
+                   "    def keep(self, path):\n        torch.save(self.model.state_dict(), path)\n\n\n")
+
+_STOPPER = ("class Stopper:\n    def __init__(self, path):\n        self.path = path\n\n"
+            "    def __call__(self, loss, net):\n        torch.save(net.state_dict(), self.path)\n\n\n")
+_TRAINER = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Trainer:
+    def __init__(self, model, loader, device):
+        self.model = model.to(device)
+        self.loader = loader
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def fit(self):
+        for x, y in self.loader:
+            loss = torch.nn.functional.mse_loss(self.model(x), y)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+"""
 _JOINED = TRAINING.replace("device = torch", 'torch.distributed.init_process_group("gloo")\ndevice = torch')
 
 # The sampler asks for the group before a setup function that joins it is called.
@@ -228,6 +257,29 @@ CASES = (
     Flags(TRAINING + 'torch.save(model.state_dict(), "model.pt")\n',
           _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
           + 'torch.save({"model": model.state_dict()}, "model.pt")\n', "DDP922"),
+    # ... also where the wrapper is handed on: a helper's parameter, a Trainer's `self.model`.
+    Flags(TRAINING + 'torch.save(model.state_dict(), "model.pt")\n',
+          _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
+          + _SAVE_HELPER + 'save_checkpoint(model, "model.pt")\n', "DDP922"),
+    Flags(TRAINING + 'torch.save(model.state_dict(), "model.pt")\n',
+          _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
+          + _SAVING_TRAINER + 'Keeper(model).keep("model.pt")\n', "DDP922"),
+    # ... an early-stopping object's `__call__`, and a state built in two steps before the save.
+    Flags(TRAINING + 'torch.save(model.state_dict(), "model.pt")\n',
+          _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
+          + _STOPPER + 'stopper = Stopper("best.pt")\nstopper(0.5, model)\n', "DDP922"),
+    Flags(TRAINING + 'torch.save(model.state_dict(), "model.pt")\n',
+          _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
+          + 'state = model.state_dict()\ncpu_state = {k: v.cpu() for k, v in state.items()}\n'
+          + 'torch.save(cpu_state, "model.pt")\n', "DDP922"),
+    Silent(_JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
+           + _SAVE_HELPER.replace("model.state_dict()", 'getattr(model, "module", model).state_dict()')
+           + 'save_checkpoint(model, "model.pt")\n', "DDP922"),
+    # A Trainer's `__init__` that assigns `self.model` again after wrapping it: its other methods train no wrapper.
+    Flags(_TRAINER, _TRAINER.replace("        self.model = model.to(device)\n", "").replace(
+        "        self.loader = loader\n",
+        "        if dist.is_initialized():\n            self.model = DDP(self.model)\n"
+        "        self.model = model.to(device)\n        self.loader = loader\n"), "DDP911"),
     Flags(TRAINING, _LATE_GROUP, "DDP917"),
     Flags(TRAINING, _LATE_WRAP, "DDP917"),
     Flags(TRAINING, TRAINING.replace("model(x.to(device))", "model(x.to(rank_device))"), "DDP919"),
