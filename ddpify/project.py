@@ -150,6 +150,11 @@ class Project:
         definition = self._definition(qualified)
         return definition is not None and definition[0].moves_returned(definition[1])
 
+    def returns_data_parallel(self, qualified: str) -> bool:
+        """`qualified` returns a model it wrapped in DataParallel (effects.py)."""
+        definition = self._definition(qualified)
+        return definition is not None and definition[0].returns_data_parallel(definition[1])
+
     def optimizer_parameters(self, qualified: str) -> tuple[list[str], set[str]]:
         """`qualified`'s positional parameters and those the optimizer it builds trains."""
         definition = self._definition(qualified)

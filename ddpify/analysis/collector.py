@@ -1068,6 +1068,8 @@ class Collector(cst.CSTVisitor):
                 self.facts.gradless_project_classes[called] = gradless
             if self.project.moves_returned(qualified):
                 self.facts.calls_returning_moved.add(node)
+            if self.project.returns_data_parallel(qualified):
+                self.facts.calls_returning_data_parallel.add(node)
             slot = self.project.returned_tracker(qualified)
             if slot is not None:
                 self.facts.calls_returning_trackers.append((node, slot))

@@ -372,6 +372,29 @@ class FunctionEffects:
         found = {slot for slot in slots if slot[0] >= 0}
         return found.pop() if len(found) == 1 and len({slot[1] for slot in slots}) == 1 else None
 
+    def returns_data_parallel(self, name: str) -> bool:
+        """The function returns a model it wrapped in DataParallel, moved or not: `net =
+        torch.nn.DataParallel(net).cuda(); return net`, `return model.cuda()` after `model =
+        DataParallel(model)`, `return DataParallel(net)`."""
+        function = self._functions.get(name)
+        if function is None:
+            return False
+        returned, bound = _returned_and_bound(function)
+
+        def wrapped(value: ast.expr, names_too: bool) -> bool:
+            while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in (
+                    "cuda", "to"):
+                value = value.func.value
+            if isinstance(value, ast.Name) and names_too:
+                return any(wrapped(given, False) for given in bound.get(value.id, []))
+            if not isinstance(value, ast.Call):
+                return False
+            qualified = self.qualified(dotted_ast(value.func) or "")
+            return (qualified in names.DATA_PARALLEL
+                    or qualified.rpartition(".")[2] in names.DATA_PARALLEL_SUBCLASS_NAMES)
+
+        return any(wrapped(value, True) for value in returned)
+
     def moves_returned(self, name: str, depth: int = 0) -> bool:
         """The function returns what it moved to a device: `net = net.cuda(); return net`,
         `model.to(device)` then `return model`, or `return Net().to(device)`; or what a

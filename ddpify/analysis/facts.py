@@ -318,6 +318,8 @@ class FactRecord:
     clock_named_calls: dict[cst.Call, tuple[str, int]] = field(default_factory=dict)
     # Those whose function returns what it moved to a device (`net = get_network(args)`).
     calls_returning_moved: set[cst.Call] = field(default_factory=set)
+    # Those whose function returns a model it wrapped in DataParallel (`net = define_tsnet(...)`).
+    calls_returning_data_parallel: set[cst.Call] = field(default_factory=set)
     # Calls of the project's helpers that take training steps (engine.train_one_epoch).
     training_helper_calls: list[cst.Call] = field(default_factory=list)
     # `trainer.train()` where `trainer` is a training class of the project on one path and

@@ -2747,8 +2747,42 @@ def _load_without_module_prefix(facts: Facts, edits: Edits) -> None:
             for load in facts.calls_by_callee.get(f"{parameter}.load_state_dict", ()):
                 if facts.function_of(load) is helper:
                     loads.setdefault(load, parameter)
+        for call, handed in facts.helper_state_loads.items():
+            if facts.function_of(call) is function and facts.line_of(call) > line and any(
+                    isinstance(value, cst.Name) and value.value == target for value in handed):
+                _strip_prefix_of_handed_states(facts, edits, call, handed)
     for load, model in loads.items():
         _strip_prefix_on_load(facts, edits, load, model)
+
+
+def _strip_prefix_of_handed_states(facts: Facts, edits: Edits, call: cst.Call,
+                                   handed: list[cst.BaseExpression]) -> None:
+    """`load_pretrained_model(tnet, checkpoint["net"])`, a helper of another module that loads
+    a state into the model it is handed: the arguments read from a file (`torch.load(...)`,
+    or a name bound to it, subscripted or not) go to it without the prefix, which the
+    helper may otherwise filter out by the model's own keys."""
+    loaded_names = {name for load in facts.calls_named.get("torch.load", ())
+                    if facts.function_of(load) is facts.function_of(call)
+                    for name in [_bound_name(facts, load)] if name}
+    states = [arg for arg in call.args if not arg.star and arg.value not in handed
+              and _read_from_file(facts, arg.value, loaded_names)]
+    for arg in states:
+        if arg in edits.expressions:
+            continue
+        edits.expressions[arg] = lambda node: cast(cst.Arg, node).with_changes(value=cst.Call(
+            func=cst.Name("without_module_prefix"), args=[cst.Arg(value=cast(cst.Arg, node).value)]))
+    if states:
+        edits.add_helper("without_module_prefix", WITHOUT_MODULE_PREFIX_HELPER, "torch")
+        edits.report("DDP112", call)
+
+
+def _read_from_file(facts: Facts, value: cst.BaseExpression, loaded_names: set[str]) -> bool:
+    """`torch.load(...)`, a name bound to it, or a subscript of either (`checkpoint["net"]`)."""
+    while isinstance(value, cst.Subscript):
+        value = value.value
+    if isinstance(value, cst.Name):
+        return value.value in loaded_names
+    return isinstance(value, cst.Call) and value in facts.calls_named.get("torch.load", ())
 
 
 def _data_parallel_bindings(facts: Facts) -> Iterable[tuple[str, Optional[cst.FunctionDef], int]]:
@@ -2773,12 +2807,19 @@ def _data_parallel_bindings(facts: Facts) -> Iterable[tuple[str, Optional[cst.Fu
                    if isinstance(node, cst.Return)]
         if not any(_names_the_model(node.value, target) for node in returns):
             continue
-        for made in facts.calls_by_callee.get(function.name.value, ()):
-            bound = facts.parents.get(made)
-            if isinstance(bound, cst.Assign) and len(bound.targets) == 1 and bound.value is made:
-                name = dotted_name(bound.targets[0].target)
-                if name is not None:
-                    yield name, facts.function_of(made), facts.line_of(made)
+        yield from _bound_from(facts, facts.calls_by_callee.get(function.name.value, ()))
+    # Made by a function of another module of the project.
+    yield from _bound_from(facts, sorted(facts.calls_returning_data_parallel, key=facts.start_of))
+
+
+def _bound_from(facts: Facts, calls: Iterable[cst.Call]) -> Iterable[tuple[str, Optional[cst.FunctionDef], int]]:
+    """(name, function, line) of `name = call` for each call."""
+    for made in calls:
+        bound = facts.parents.get(made)
+        if isinstance(bound, cst.Assign) and len(bound.targets) == 1 and bound.value is made:
+            name = dotted_name(bound.targets[0].target)
+            if name is not None:
+                yield name, facts.function_of(made), facts.line_of(made)
 
 
 def _outside_nested_definitions(function: cst.FunctionDef) -> Callable[[cst.CSTNode], bool]:
