@@ -125,6 +125,9 @@ def choose(facts: Facts) -> Plan:
         return Plan(function, block, "device", None, device_elsewhere=True)
     cpu_only = not facts.fixed_device_moves and not facts.fixed_device_values and not moves_to_a_gpu_index(facts)
     unfollowed = _moves_to_an_unfollowed_device(facts) if cpu_only else []
+    if unfollowed and all(_only_the_cpu(facts, call) for call in unfollowed):
+        # `def get_device(): return torch.device("cpu")`: the CPU chosen by name, kept (Gloo).
+        return Plan(function, block, "device", None, cpu_only=True)
     if unfollowed:
         # Not the CPU: the models go where `get_device()` says. The group takes each device
         # type's default backend and this rank's accelerator is made current before anything
@@ -262,6 +265,32 @@ def _device_type_only(facts: Facts, move: cst.Call) -> bool:
         return False
     returns, assigned = _returns_and_assignments(definitions[0])
     return bool(returns) and all(_type_only(facts, node.value, assigned) for node in returns)
+
+
+def _only_the_cpu(facts: Facts, move: cst.Call) -> bool:
+    """`.to(get_device())` (or `.to(device)`, `device = get_device()`), `get_device()` a function
+    of this file each of whose returns is "cpu" or `torch.device("cpu")`, or a name assigned
+    only those: the user chose the CPU, which stays the CPU."""
+    call = _device_call(facts, move.args[0].value)
+    if call is None or not isinstance(call.func, cst.Name):
+        return False
+    definitions = [statement for statement in facts.module.body
+                   if isinstance(statement, cst.FunctionDef) and statement.name.value == call.func.value]
+    if len(definitions) != 1:
+        return False
+    returns, assigned = _returns_and_assignments(definitions[0])
+
+    def cpu(value: Optional[cst.BaseExpression], depth: int = 0) -> bool:
+        if value is None or depth > 3:
+            return False
+        if isinstance(value, cst.Call) and dotted_name(value.func) == "torch.device":
+            return len(value.args) == 1 and value.args[0].keyword is None and cpu(value.args[0].value, depth)
+        if isinstance(value, cst.Name):
+            values = assigned.get(value.value, [])
+            return bool(values) and all(cpu(each, depth + 1) for each in values)
+        return isinstance(value, cst.SimpleString) and value.evaluated_value == "cpu"
+
+    return bool(returns) and all(cpu(node.value) for node in returns)
 
 
 def _name_set_to_device_type(facts: Facts, move: cst.Call) -> bool:
