@@ -341,8 +341,17 @@ def _trains_in_another_method(source: Source, scope: Scope, model: str) -> bool:
     owner = source.parents.get(scope)
     if not model.startswith("self.") or not isinstance(owner, ast.ClassDef):
         return False
-    return any(_training_uses(source, method, [model], through_calls=False) for method in owner.body
-               if isinstance(method, FUNCTIONS) and method is not scope)
+    methods = [method for method in owner.body if isinstance(method, FUNCTIONS) and method is not scope]
+    if any(_training_uses(source, method, [model], through_calls=False) for method in methods):
+        return True
+    # The batch step in a method of its own (`_run_batch`: `self.model(x)`, `loss.backward()`),
+    # the loop in another.
+    def calls_model(call: ast.Call) -> bool:
+        callee = dotted(call.func) or ""
+        return callee == model or callee.startswith(model + ".")
+
+    return any(any(last_part(call.func) == "backward" for call in source.calls_in(method))
+               and any(calls_model(call) for call in source.calls_in(method)) for method in methods)
 
 
 def _wrapped_again_on_its_path(source: Source, model: str, wrap: ast.Call, other: ast.stmt) -> bool:

@@ -280,6 +280,16 @@ CASES = (
         "        self.loader = loader\n",
         "        if dist.is_initialized():\n            self.model = DDP(self.model)\n"
         "        self.model = model.to(device)\n        self.loader = loader\n"), "DDP911"),
+    # ... the batch step in a method of its own, the loop in another.
+    Flags(_TRAINER, _TRAINER.replace("        self.model = model.to(device)\n", "").replace(
+        "        self.loader = loader\n",
+        "        if dist.is_initialized():\n            self.model = DDP(self.model)\n"
+        "        self.model = model.to(device)\n        self.loader = loader\n").replace(
+        "            loss = torch.nn.functional.mse_loss(self.model(x), y)\n"
+        "            self.optimizer.zero_grad()\n            loss.backward()\n            self.optimizer.step()\n",
+        "            self.step(x, y)\n\n    def step(self, x, y):\n"
+        "        loss = torch.nn.functional.mse_loss(self.model(x), y)\n"
+        "        self.optimizer.zero_grad()\n        loss.backward()\n        self.optimizer.step()\n"), "DDP911"),
     Flags(TRAINING, _LATE_GROUP, "DDP917"),
     Flags(TRAINING, _LATE_WRAP, "DDP917"),
     Flags(TRAINING, TRAINING.replace("model(x.to(device))", "model(x.to(rank_device))"), "DDP919"),
