@@ -257,14 +257,20 @@ def _device_type_only(facts: Facts, move: cst.Call) -> bool:
     call = _device_call(facts, move.args[0].value)
     if call is None:
         return _name_set_to_device_type(facts, move)
-    if not isinstance(call.func, cst.Name):
+    definition = _device_function(facts, call)
+    if definition is None:
         return False
+    returns, assigned = _returns_and_assignments(definition)
+    return bool(returns) and all(_type_only(facts, node.value, assigned) for node in returns)
+
+
+def _device_function(facts: Facts, call: cst.Call) -> Optional[cst.FunctionDef]:
+    """The one function of this file a device call names (`get_device()`), if it is one."""
+    if not isinstance(call.func, cst.Name):
+        return None
     definitions = [statement for statement in facts.module.body
                    if isinstance(statement, cst.FunctionDef) and statement.name.value == call.func.value]
-    if len(definitions) != 1:
-        return False
-    returns, assigned = _returns_and_assignments(definitions[0])
-    return bool(returns) and all(_type_only(facts, node.value, assigned) for node in returns)
+    return definitions[0] if len(definitions) == 1 else None
 
 
 def _only_the_cpu(facts: Facts, move: cst.Call) -> bool:
@@ -272,13 +278,10 @@ def _only_the_cpu(facts: Facts, move: cst.Call) -> bool:
     of this file each of whose returns is "cpu" or `torch.device("cpu")`, or a name assigned
     only those: the user chose the CPU, which stays the CPU."""
     call = _device_call(facts, move.args[0].value)
-    if call is None or not isinstance(call.func, cst.Name):
+    definition = _device_function(facts, call) if call is not None else None
+    if definition is None:
         return False
-    definitions = [statement for statement in facts.module.body
-                   if isinstance(statement, cst.FunctionDef) and statement.name.value == call.func.value]
-    if len(definitions) != 1:
-        return False
-    returns, assigned = _returns_and_assignments(definitions[0])
+    returns, assigned = _returns_and_assignments(definition)
 
     def cpu(value: Optional[cst.BaseExpression], depth: int = 0) -> bool:
         if value is None or depth > 3:
