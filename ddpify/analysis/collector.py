@@ -17,7 +17,7 @@ from ddpify.analysis.containers import (
     keyed_loop,
     literal_elements,
 )
-from ddpify.analysis.control import Facts, parameter_names
+from ddpify.analysis.control import Facts
 from ddpify.analysis.devices import DeviceValues
 from ddpify.analysis.facts import DeviceAssignment, ExternalLoader, ExternalLoaderDict, Loader, Model, Statement
 from ddpify.analysis.freezing import models_frozen_in_part, walked_modules
@@ -40,6 +40,7 @@ from ddpify.analysis.nodes import (
     names_a_values_device,
     names_in,
     names_within,
+    parameter_names,
     positional_args,
     positional_parameters,
     returned_name,

@@ -14,6 +14,7 @@ from ddpify.analysis.nodes import (
     handed_for,
     names_in,
     names_within,
+    parameter_names,
     positional_parameters,
     string_value,
 )
@@ -459,11 +460,6 @@ def _value_handed_in(facts: Facts, function: cst.FunctionDef, value: cst.BaseExp
     name = dotted_name(value)
     return name is not None and handed_in(facts, function, name, depth)
 
-
-def parameter_names(function: cst.FunctionDef) -> set[str]:
-    parameters = function.params
-    return {param.name.value for param in [*parameters.posonly_params, *parameters.params,
-                                           *parameters.kwonly_params]}
 
 
 def mark_loops_calling_training_functions(facts: Facts, training_calls: list[cst.Call]) -> None:

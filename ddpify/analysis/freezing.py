@@ -19,7 +19,7 @@ from typing import Optional, Union, cast
 import libcst as cst
 
 from ddpify.analysis import traversal
-from ddpify.analysis.nodes import calls_within, dotted_name, find_all, names_within
+from ddpify.analysis.nodes import calls_within, dotted_name, find_all, names_within, parameter_names
 
 # Methods of an nn.Module that walk its parameters or its submodules.
 MODULE_WALKS = frozenset({
@@ -96,9 +96,7 @@ def parameters_changed(function: cst.FunctionDef) -> dict[str, bool]:
     """The parameters of the function whose parameters' requires_grad it changes, each with
     whether only part of them (through an attribute or index of it, or a loop that freezes
     part of it)."""
-    arguments = function.params
-    parameters = {param.name.value for param in [*arguments.posonly_params, *arguments.params,
-                                                 *arguments.kwonly_params]}
+    parameters = parameter_names(function)
     changed: dict[str, bool] = {}
     for change in requires_grad_changes(function):
         owner = changed_owner(change)

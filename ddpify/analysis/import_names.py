@@ -16,7 +16,7 @@ from typing import Optional, Union, cast
 
 import libcst as cst
 
-from ddpify.analysis.nodes import find_all, positional_parameters, string_value
+from ddpify.analysis.nodes import argument_among, find_all, parameter_names, positional_parameters, string_value
 from ddpify.analysis.traversal import preorder
 
 # A chain of names past this is following something it should not.
@@ -187,7 +187,7 @@ class LoadedNames:
                          for target in targets):
                     return None  # unpacked from a tuple: not followed
         if isinstance(value, cst.Name) and isinstance(scope, cst.FunctionDef) \
-                and value.value in _parameter_names(scope):
+                and value.value in parameter_names(scope):
             handed = self._handed(scope, value.value)
             if handed is None:
                 return None
@@ -203,12 +203,11 @@ class LoadedNames:
             positional = positional[1:]
         if parameter not in positional:
             return None
-        index = positional.index(parameter)
         handed: list[tuple[cst.BaseExpression, Scope]] = []
         for call in find_all(self.module, cst.Call):
             if not self._calls(call, function, owner):
                 continue
-            argument = _argument(call, parameter, index)
+            argument = argument_among(call, parameter, positional)
             if argument is None:
                 return None
             handed.append((argument, self._scope_of(call)))
@@ -313,21 +312,6 @@ def _bound_keys(node: cst.CSTNode) -> set[str]:
             if key is not None:
                 keys.add(key)
     return keys
-
-
-def _parameter_names(function: cst.FunctionDef) -> set[str]:
-    params = function.params
-    return {param.name.value for param in [*params.posonly_params, *params.params, *params.kwonly_params]}
-
-
-def _argument(call: cst.Call, parameter: str, index: int) -> Optional[cst.BaseExpression]:
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == parameter:
-            return arg.value
-    positional = [arg for arg in call.args if arg.keyword is None]
-    if any(arg.star for arg in positional):
-        return None
-    return positional[index].value if index < len(positional) else None
 
 
 def _method(owner: cst.ClassDef, name: str) -> Optional[cst.FunctionDef]:

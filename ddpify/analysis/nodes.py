@@ -137,6 +137,11 @@ def positional_parameters(function: cst.FunctionDef) -> list[str]:
     return [param.name.value for param in [*function.params.posonly_params, *function.params.params]]
 
 
+def parameter_names(function: cst.FunctionDef) -> set[str]:
+    """The names a call can fill, by position or by keyword (not *args, **kwargs)."""
+    return {*positional_parameters(function), *(param.name.value for param in function.params.kwonly_params)}
+
+
 def handed_for(call: cst.Call, function: cst.FunctionDef, parameter: str) -> Optional[cst.BaseExpression]:
     """The value a call of `function` passes for one of its parameters (argument_for, with
     the parameter's position read from the definition)."""

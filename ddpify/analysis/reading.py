@@ -15,7 +15,7 @@ from ddpify.analysis.control import (
     note_models_moved_here,
     reached_when_run,
 )
-from ddpify.analysis.nodes import dotted_name
+from ddpify.analysis.nodes import dotted_name, parameter_names
 from ddpify.analysis.values import (
     note_generator_passes_that_train,
     note_helper_output,
@@ -121,9 +121,7 @@ def _over_a_parameter_callers_hand(facts: Facts, optimizer: cst.Call) -> bool:
         return False
     params = [arg.value for arg in optimizer.args if arg.keyword is not None and arg.keyword.value == "params"] or [
         arg.value for arg in optimizer.args[:1] if arg.keyword is None and not arg.star]
-    parameters = {param.name.value for param in [*function.params.posonly_params, *function.params.params,
-                                                   *function.params.kwonly_params]}
-    return len(params) == 1 and isinstance(params[0], cst.Name) and params[0].value in parameters
+    return len(params) == 1 and isinstance(params[0], cst.Name) and params[0].value in parameter_names(function)
 
 
 class _Positions(Mapping[cst.CSTNode, CodeRange]):

@@ -10,7 +10,6 @@ from ddpify.analysis.call_modes import evaluating_call
 from ddpify.analysis.facts import DictPass, ExternalLoader, Holder, Loader, LoaderDict, Model, Statement
 from ddpify.analysis.navigation import Navigation
 from ddpify.analysis.nodes import (
-    argument_for,
     calls_within,
     dotted_name,
     find_all,
@@ -848,9 +847,8 @@ def _branch_taken(statement: cst.If, holds: bool, function: cst.FunctionDef, cal
     test = statement.test
     if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1 or not isinstance(test.left, cst.Name):
         return False
-    names = [param.name.value for param in [*function.params.posonly_params, *function.params.params]]
     parameter = test.left.value
-    given = argument_for(call, parameter, names.index(parameter) if parameter in names else None)
+    given = handed_for(call, function, parameter)
     text = string_value(given) if given is not None else None
     comparison = test.comparisons[0]
     single = string_value(comparison.comparator)

@@ -11,7 +11,7 @@ from typing import Callable, Optional, cast
 import libcst as cst
 
 from ddpify.analysis import names, seeding
-from ddpify.analysis.control import Facts, is_training_loader, parameter_names
+from ddpify.analysis.control import Facts, is_training_loader
 from ddpify.analysis.facts import Loader, Statement
 from ddpify.analysis.nodes import (
     argument_among,
@@ -19,6 +19,7 @@ from ddpify.analysis.nodes import (
     calls_within,
     dotted_name,
     first_free,
+    parameter_names,
     positional_parameters,
     string_value,
 )

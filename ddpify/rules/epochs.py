@@ -5,7 +5,7 @@ from typing import Optional, Union, cast
 import libcst as cst
 
 from ddpify.analysis.call_modes import evaluating_call
-from ddpify.analysis.control import Facts, parameter_names
+from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import BlockItem, ExternalLoader, Loader, Statement
 from ddpify.analysis.nodes import (
     argument_for,
@@ -14,6 +14,7 @@ from ddpify.analysis.nodes import (
     dotted_name,
     find_all,
     names_within,
+    parameter_names,
     positional_parameters,
 )
 from ddpify.analysis.values import literal_entry

@@ -14,10 +14,10 @@ from typing import Optional
 import libcst as cst
 
 from ddpify.analysis import names
-from ddpify.analysis.control import Facts, handed_in, parameter_names
+from ddpify.analysis.control import Facts, handed_in
 from ddpify.analysis.facts import ExternalLoader, Holder, Loader
 from ddpify.analysis.figures import Figures, figures_of, loader_name_in
-from ddpify.analysis.nodes import argument_for, calls_within, dotted_name, find_all, string_value
+from ddpify.analysis.nodes import argument_for, calls_within, dotted_name, find_all, parameter_names, string_value
 from ddpify.analysis.values import keyword_names, known_dict_keys
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import collectives

@@ -16,7 +16,7 @@ from typing import Optional, cast
 
 import libcst as cst
 
-from ddpify.analysis.control import Facts, keys_where, parameter_names
+from ddpify.analysis.control import Facts, keys_where
 from ddpify.analysis.facts import BlockItem, DictPass, LoaderDict, Statement
 from ddpify.analysis.names import trains_by_look
 from ddpify.analysis.nodes import (
@@ -25,6 +25,7 @@ from ddpify.analysis.nodes import (
     is_false,
     keyword_args,
     names_in,
+    parameter_names,
     positional_args,
     returned_name,
     returns_in,

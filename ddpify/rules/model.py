@@ -13,7 +13,7 @@ import libcst as cst
 from ddpify.analysis import effects, figures, freezing, names, traversal
 from ddpify.analysis.conditional_parts import TRAINING_MODE
 from ddpify.analysis.containers import condition_code, container_moves, entry_moves, module_looped_over
-from ddpify.analysis.control import Facts, handed_in, innermost_common_block, parameter_names, receiver_of
+from ddpify.analysis.control import Facts, handed_in, innermost_common_block, receiver_of
 from ddpify.analysis.effects import MODULE_ONLY_METHODS
 from ddpify.analysis.facts import ConditionalPart, Holder, Model, Statement
 from ddpify.analysis.navigation import ancestors_up_to
@@ -30,6 +30,7 @@ from ddpify.analysis.nodes import (
     names_bound_in,
     names_in,
     names_within,
+    parameter_names,
     positional_parameters,
     self_attributes,
 )
@@ -662,7 +663,7 @@ def _calls_changing_requires_grad(
         if not isinstance(function, cst.FunctionDef):
             continue
         changed = freezing.parameters_changed(function)
-        positional = [param.name.value for param in [*function.params.posonly_params, *function.params.params]]
+        positional = positional_parameters(function)
         for call in facts.calls_by_callee.get(function.name.value, ()):
             handed = [(value, part_only) for parameter, part_only in changed.items()
                       for value in [argument_for(call, parameter, positional.index(parameter)

@@ -12,7 +12,7 @@ import libcst as cst
 
 from ddpify.analysis import names, traversal
 from ddpify.analysis.containers import container_moves
-from ddpify.analysis.control import Facts, parameter_names, registering_group
+from ddpify.analysis.control import Facts, registering_group
 from ddpify.analysis.facts import BlockItem, DeviceAssignment, Statement
 from ddpify.analysis.nodes import (
     assigned_names,
@@ -21,6 +21,7 @@ from ddpify.analysis.nodes import (
     find_all,
     handed_for,
     names_in,
+    parameter_names,
     positional_parameters,
     returns_in,
     string_value,

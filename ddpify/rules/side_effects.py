@@ -12,7 +12,7 @@ from typing import Optional, cast
 import libcst as cst
 
 from ddpify.analysis import effects, names, shell, traversal
-from ddpify.analysis.control import Facts, parameter_names, receiver_of
+from ddpify.analysis.control import Facts, receiver_of
 from ddpify.analysis.facts import WHOLE_VALUE, BlockItem, Slot, Statement
 from ddpify.analysis.nodes import (
     argument_among,
@@ -24,6 +24,7 @@ from ddpify.analysis.nodes import (
     literal_open_mode,
     names_within,
     opens_for_writing,
+    parameter_names,
     positional_parameters,
 )
 from ddpify.diagnostics import Rule, Severity, Status

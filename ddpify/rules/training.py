@@ -13,7 +13,7 @@ import libcst as cst
 
 from ddpify.analysis import meters, traversal
 from ddpify.analysis.bindings import names_read_after
-from ddpify.analysis.control import Facts, parameter_names
+from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Statement
 from ddpify.analysis.nodes import (
     argument_for,
@@ -24,6 +24,7 @@ from ddpify.analysis.nodes import (
     handed_for,
     made_one_each,
     names_in,
+    parameter_names,
     statements_in,
     string_value,
 )
