@@ -86,6 +86,11 @@ class Collector(cst.CSTVisitor):
         # and a node's ancestors are always known by the time it is visited.
         self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
         self._ancestors: list[cst.CSTNode] = []
+        # Every node in visit order, where each one's subtree ends in it, and the order's
+        # index of each ancestor: nodes.remember_module_order makes find_all a slice.
+        self.order: list[cst.CSTNode] = []
+        self.subtree_ends: list[int] = []
+        self._ancestor_indices: list[int] = []
         # What each imported name stands for: `nn` -> "torch.nn", `DL` ->
         # "torch.utils.data.DataLoader". A table of the file's imports answers what libcst's
         # QualifiedNameProvider would, for a fraction of its cost (its scope analysis was
@@ -145,11 +150,15 @@ class Collector(cst.CSTVisitor):
             if isinstance(self._ancestors[-1], cst.Module):
                 self._top = node
         self._ancestors.append(node)
+        self._ancestor_indices.append(len(self.order))
+        self.order.append(node)
+        self.subtree_ends.append(0)
         return super().on_visit(node)
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
         super().on_leave(original_node)
         self._ancestors.pop()
+        self.subtree_ends[self._ancestor_indices.pop()] = len(self.order)
 
     # --- helpers ---------------------------------------------------------------------------
     def _qualified(self, node: cst.BaseExpression) -> set[str]:

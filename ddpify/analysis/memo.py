@@ -19,6 +19,12 @@ def per_migration(function: _Function) -> _Function:
     return memo  # type: ignore[return-value]
 
 
+def per_migration_store(store: Any) -> Any:
+    """A store with a `cache_clear()` of its own, emptied with the memos at `clear()`."""
+    _MEMOS.append(store)
+    return store
+
+
 def clear() -> None:
     for memo in _MEMOS:
         memo.cache_clear()

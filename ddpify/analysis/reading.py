@@ -15,7 +15,7 @@ from ddpify.analysis.control import (
     note_models_moved_here,
     reached_when_run,
 )
-from ddpify.analysis.nodes import dotted_name, parameter_names
+from ddpify.analysis.nodes import dotted_name, parameter_names, remember_module_order
 from ddpify.analysis.values import (
     note_generator_passes_that_train,
     note_helper_output,
@@ -30,6 +30,7 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
     modules that it calls do."""
     collector = Collector(Facts(module=wrapper.module), project or Project())
     traversal.visit(wrapper.module, collector)
+    remember_module_order(collector.order, collector.subtree_ends)
     facts = collector.facts
     facts.positions = _Positions(wrapper)
     facts.parents = collector.parents
