@@ -1519,10 +1519,13 @@ def _moved_elsewhere(facts: Facts, model: Model,
     holders = sorted(facts.model_holders(model),
                      key=lambda held: (held[0] not in training and not held[1].startswith("self."),
                                        held[1]))
+    callers = _callers_after_its_training(facts, model)
     for function, name in holders:
         if function is model.function and name == model.name and (
                 anchor is not None or not _kept_on_self_elsewhere(facts, model)):
             continue  # (the trained attribute itself: only where nothing here moves it)
+        if function in callers:
+            continue  # (what the caller does with the model it gets back comes after training)
         if _moved_in_place_by_a_helper(facts, function, name, training) or (
                 _moves_what_it_is_handed(facts, function, name, training)
                 and _handed_and_dropped(facts, model, function, name)):
@@ -1536,18 +1539,56 @@ def _moved_elsewhere(facts: Facts, model: Model,
             # model, optimizer`, then `self.model = self.model.cuda()` further down __init__.)
             later_on_self = name.startswith("self.") and anchor is not None \
                 and facts.start_of(statement) > facts.start_of(anchor)
+            the_model_itself = function is model.function and name == model.name
             if in_scope and (facts.function_of(statement) is not model.function or later_on_self) \
-                    and _moves(statement, name):
+                    and _moves(statement, name) and (
+                        the_model_itself or _moves_held_value(statement, _names_held_in(holders, function))):
                 if later_on_self:
                     # `if args.cuda: self.model = self.model.cuda()`: after the branch, so that
                     # the model is wrapped on every path, on the device the branch chose.
                     lifted = facts.ancestor_in(statement, facts.block_of(cast(Statement, anchor)))
                     if isinstance(lifted, (cst.If, cst.With, cst.Try)):
                         return lifted, name
-                if function is model.function and name == model.name:
+                if the_model_itself:
                     return _after_its_branch(facts, statement), name
                 return statement, name
     return None
+
+
+def _callers_after_its_training(facts: Facts, model: Model) -> set[Optional[cst.FunctionDef]]:
+    """Rule: `def train(loader): model = Net().to(device); ...; for epoch ...: <steps>; return
+    model`, called as `model = train(loader)`: the function trains the model before it returns
+    it, so whatever its callers do with the model they get back (`model.to(device)` again for a
+    test, or `model = Net().to(device)` in a test-only branch) runs after the training and
+    cannot be where the model reaches its device for it. The wrap stays in the function that
+    trains (after its last move there), and every caller of that function is left out of the
+    search for a move elsewhere. Empty when the model does not train in its own function (a
+    Trainer it is handed to trains it, after the caller may still move it)."""
+    if model.function is None or _training_start(facts, model) is None:
+        return set()
+    return {facts.function_of(call) for call in facts.calls_of(model.function)}
+
+
+def _names_held_in(holders: Iterable[Holder], function: Optional[cst.FunctionDef]) -> set[str]:
+    """The names that hold the model in `function`: its own, and the object's attributes."""
+    return {name for where, name in holders if where is function or name.startswith("self.")}
+
+
+def _moves_held_value(statement: cst.BaseStatement, held: set[str]) -> bool:
+    """`self.model = model.to(gpu)`, `net.cuda()`, `self.net = DataParallel(net).cuda()`: the
+    moved value reads a name that holds the model, so the move moves that model. `model =
+    Net().to(device)` binds a new module to the name instead: another model, whose move says
+    nothing about where the held one reaches its device (a caller building a fresh model for
+    a test-only mode, after the trained one came back)."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    for small in statement.body:
+        value = getattr(small, "value", None)
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+            if value.func.attr.value in ("to", "cuda") and held.intersection(names_within(value.func.value)):
+                return True
+            value = value.func.value
+    return False
 
 
 def _follow_the_move(facts: Facts, edits: Edits, setup: Plan,
