@@ -4,6 +4,7 @@ reads a file rank 0 wrote waits until rank 0 has written it (DDP309).
 The save itself is rank 0's (side_effects.py guards it, DDP302); which statements run on
 rank 0 only comes from the plan (`rank0_statements`), never from that rule's edits.
 """
+from collections.abc import Sequence
 from typing import Optional, cast
 
 import libcst as cst
@@ -65,7 +66,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         in_setup_scope = setup.sees_setup(facts, call) and facts.function_of(call) is setup.function \
             and not setup.device_elsewhere and not setup.cpu_only
         location = setup.device if in_setup_scope else '"cpu"'
-        if not in_setup_scope and _module_used_in_place(facts, call):
+        if not in_setup_scope and (_module_used_in_place(facts, call) or _optimizer_unpickled(facts, call)):
             location = "on_this_process_device"
             edits.add_helper(location, ON_THIS_PROCESS_DEVICE_HELPER, "torch")
         edits.expressions[call] = with_keyword("map_location", location, edits)
@@ -76,9 +77,10 @@ ON_THIS_PROCESS_DEVICE_HELPER = '''\
 
 
 def on_this_process_device(storage, location):
-    """torch.load's map_location for a whole pickled module: what was saved on GPU N comes back
-    on this process's own GPU (the one the setup's set_device chose), the rest where it was
-    saved; one process alone gets what the original got from a checkpoint of GPU 0."""
+    """torch.load's map_location for whole pickled objects (a module, an optimizer and its
+    state): what was saved on GPU N comes back on this process's own GPU (the one the
+    setup's set_device chose), the rest where it was saved; one process alone gets what the
+    original got from a checkpoint of GPU 0."""
     return torch.serialization.default_restore_location(storage, location.split(":")[0])
 '''
 
@@ -108,6 +110,37 @@ def _module_used_in_place(facts: Facts, load: cst.Call) -> bool:
     returned = [ret for ret in facts.own_statements(function, cst.Return)
                 if ret.value is not None and dotted_name(ret.value) == name]
     return bool(returned) and not _moved_in(facts, name, function) and _returned_to_callers_using_it(facts, function)
+
+
+def _optimizer_unpickled(facts: Facts, load: cst.Call) -> bool:
+    """Rule: `checkpoint = torch.load(path)` then `optimizer = checkpoint["optimizer"]` (or
+    `optimizer = torch.load(path)`), where the checkpoint holds the optimizer object itself
+    (`torch.save({"model": model, "optimizer": optimizer}, path)`) and the name then steps
+    (an optimizer is built under it elsewhere, or `.step()` / `.zero_grad()` is called on it).
+    Unpickled, its state (momentum, Adam's moments) stays where map_location put it: no
+    load_state_dict moves it next to the parameters, as it does for a state dict. Mapped to
+    the CPU, it would meet the parameters on this rank's GPU at the first step, where the
+    original had both on the GPU it saved from; so its GPU tensors come to this process's GPU."""
+    function = facts.function_of(load)
+    parent = facts.parents.get(load)
+    if isinstance(parent, cst.Subscript) and parent.value is load:
+        parent = facts.parents.get(parent)
+        return isinstance(parent, cst.Assign) and _steps_as_optimizer(facts, parent.targets)
+    if not isinstance(parent, cst.Assign) or parent.value is not load or len(parent.targets) != 1:
+        return False
+    if _steps_as_optimizer(facts, parent.targets):
+        return True
+    loaded = dotted_name(parent.targets[0].target)
+    return loaded is not None and any(
+        isinstance(assign.value, cst.Subscript) and dotted_name(assign.value.value) == loaded
+        and _steps_as_optimizer(facts, assign.targets) for assign in facts.own_statements(function, cst.Assign))
+
+
+def _steps_as_optimizer(facts: Facts, targets: Sequence[cst.AssignTarget]) -> bool:
+    names = {dotted_name(target.target) for target in targets}
+    return any(name is not None and (name in facts.optimizer_names or any(
+        read.attr.value in ("step", "zero_grad") and _is_called(facts, read)
+        for read in facts.attribute_reads.get(name, ()))) for name in names)
 
 
 def _returned_to_callers_using_it(facts: Facts, function: Optional[cst.FunctionDef]) -> bool:
@@ -609,11 +642,25 @@ def _calls_reaching(facts: Facts, function: cst.FunctionDef) -> list[cst.Call]:
 
 
 def _runs_before(facts: Facts, first: cst.Call, then: cst.Call) -> bool:
-    """`first` sits in a statement of `then`'s block that comes before `then`'s statement, or
-    in that block itself before it: the path to `then` has passed `first`."""
-    loading = facts.statement_of(then)
-    earlier = facts.ancestor_in(first, facts.block_of(loading))
-    return earlier is not None and earlier is not loading and facts.line_of(first) < facts.line_of(then)
+    """`first` sits in a statement that comes before the one holding `then`, in `then`'s block
+    or in a block around it within their function: the path to `then` has passed `first`, or
+    passed by it where `first` sits under a test of its own (`if mode in {"train", "full"}:
+    model = train(loader)`, then `if mode in {"test", "full"}: load(model)`: in "full" mode
+    the save has run). Two branches of one if (`if mode == "train": ... else: load(...)`) are
+    not: the statement around both is that if itself."""
+    if facts.line_of(first) >= facts.line_of(then):
+        return False
+    loading: Statement = facts.statement_of(then)
+    while True:
+        block = facts.block_of(loading)
+        earlier = facts.ancestor_in(first, block)
+        if earlier is not None:
+            return earlier is not loading
+        around = facts.parents.get(block)
+        if around is None or isinstance(around, (cst.FunctionDef, cst.ClassDef)) \
+                or facts.function_of(first) is not facts.function_of(then):
+            return False
+        loading = facts.statement_of(around)
 
 
 _CHECKPOINT = TRAINING + 'torch.save(model.state_dict(), "model.pt")\n'
@@ -632,6 +679,15 @@ CASES = (
           .replace(".to(device)", "")
           .replace("optimizer = torch", 'model.load_state_dict(torch.load("model.pt"))\noptimizer = torch'),
           "DDP303", ('torch.load("model.pt", map_location="cpu")',)),
+    # Outside the setup's scope: an unpickled optimizer object keeps its state where it is
+    # mapped, so its GPU tensors come to this rank's GPU; a state dict goes to the CPU, and
+    # load_state_dict moves it next to the parameters.
+    Emits(TRAINING + 'def restore(path):\n    state = torch.load(path, weights_only=False)\n'
+          '    opt = state["optimizer"]\n    opt.zero_grad()\n    return opt\n',
+          "DDP303", ("map_location=on_this_process_device",)),
+    Emits(TRAINING + 'def restore(path):\n    state = torch.load(path)\n'
+          '    optimizer.load_state_dict(state["optimizer"])\n',
+          "DDP303", ('torch.load(path, map_location="cpu")',)),
     Emits(_CHECKPOINT + 'model.load_state_dict(torch.load("model.pt"))\n', "DDP309", ("dist.barrier()",)),
     Silent(_CHECKPOINT, "DDP309"),
     # Saved through calls of this file's methods (made in place, one calling the next).

@@ -73,6 +73,13 @@ RULES = (
          "find_unused_parameters=True or static_graph=True.",
          "Add the penalty to the loss and call backward once (`(d_loss + gp).backward()`); then "
          "silence this with `# ddpify: ignore[DDP113]` on the autograd.grad line."),
+    Rule("DDP114", Severity.WARNING, "two backward passes through one forward of the wrapped model",
+         "`out2, out4 = model(x)`, then `loss2.backward(retain_graph=True)` and `loss4.backward()`: "
+         "DDP prepares one gradient reduction per forward, and the second backward marks the same "
+         "parameters ready again (\"Expected to mark a variable ready only once\"), even with "
+         "static_graph=True.",
+         "Call backward once on the sum (`(loss2 + loss4).backward()`: the same gradients), or run "
+         "a forward before each backward; then silence this with `# ddpify: ignore[DDP114]`."),
     Rule("DDP103", Severity.EDIT, "raw model reached through `.module`",
          "A DDP wrapper prefixes every state_dict key with `module.`; checkpoints must hold "
          "the unwrapped model so that they load without DDP.",
@@ -377,6 +384,7 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
     _report_parts_frozen_after_wrap(facts, edits, model, anchor)
     _unwrap_where_returned(facts, edits, model)
     _after_wraps_in_other_branches(facts, edits, model, others)
+    _report_backwards_sharing_a_forward(facts, edits, model)
 
 
 def _wrap_in_other_branches(facts: Facts, edits: Edits, model: Model, anchor: Statement, code: str) -> list[Statement]:
@@ -1198,6 +1206,96 @@ def _report_gradient_penalties(facts: Facts, edits: Edits) -> None:
             edits.report("DDP113", call)
 
 
+def _report_backwards_sharing_a_forward(facts: Facts, edits: Edits, model: Model) -> None:
+    """Rule (DDP114): two `.backward()` calls in one function with no forward of the wrapped
+    model between them, where both losses are computed from the outputs of the forward
+    before the first (`out2, out4 = model(x)`; `loss2.backward(retain_graph=True)`;
+    `loss4.backward()`, as in multi-scale super-resolution). Under DDP the second backward
+    fails: one reduction per forward. A loss computed from a detached output
+    (`netD(fake.detach())`, a GAN's discriminator step) does not reach the model, and a
+    forward between the two backwards (each GAN phase its own) prepares a new reduction:
+    neither is reported. Left as it was: summing the losses changes the float rounding of
+    the gradients that plain `python` reproduces."""
+    forwards = sorted(facts.calls_by_callee.get(model.name, ()), key=facts.start_of)
+    functions = {facts.function_of(call) for call in forwards}
+    backwards = sorted((call for call in facts.training_calls
+                        if isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"
+                        and facts.function_of(call) in functions), key=facts.start_of)
+    for first, second in zip(backwards, backwards[1:]):
+        function = facts.function_of(first)
+        if facts.function_of(second) is not function:
+            continue
+        before = [call for call in forwards if facts.function_of(call) is function
+                  and facts.start_of(call) < facts.start_of(first)]
+        if not before or any(facts.start_of(first) < facts.start_of(call) < facts.start_of(second)
+                             for call in forwards):
+            continue
+        forward = before[-1]
+        losses = [(cast(cst.Attribute, call.func).value, call) for call in (first, second)]
+        if _reaches(facts, first, second) and all(_computed_from(facts, forward, loss, call) for loss, call in losses):
+            edits.report("DDP114", second)
+
+
+def _reaches(facts: Facts, first: cst.Call, second: cst.Call) -> bool:
+    """A path runs `second` after `first`: not when they sit in two branches of one statement
+    (`if warmup: loss_pixel.backward(); ... else: loss_g.backward()`), nor when a `continue`,
+    `break`, `return` or `raise` follows `first` in a block that `second` is outside of."""
+    node: Statement = facts.statement_of(first)
+    while True:
+        block = facts.block_of(node)
+        holder = facts.ancestor_in(second, block)
+        if holder is not None:
+            return holder is not node
+        body = list(block.body)
+        if any(isinstance(later, cst.SimpleStatementLine) and any(
+                isinstance(small, (cst.Continue, cst.Break, cst.Return, cst.Raise)) for small in later.body)
+               for later in body[body.index(node) + 1:]):
+            return False
+        around = facts.parents.get(block)
+        if around is None or isinstance(around, (cst.FunctionDef, cst.ClassDef)):
+            return False
+        node = facts.statement_of(around)
+
+
+def _computed_from(facts: Facts, forward: cst.Call, value: cst.CSTNode, at: cst.CSTNode, depth: int = 0) -> bool:
+    """`value`, read at `at`, is computed from the forward's output: it reads (not through
+    `.detach()`, which cuts the graph) the forward itself, or a name whose last assignment
+    before `at` and after the forward is, a few steps back."""
+    if value is forward or forward in calls_within(value) and not _detached_within(value, forward):
+        return True
+    if depth > 4:
+        return False
+    function = facts.function_of(forward)
+    # `out2, out4 = model(x)`: the names the forward's own statement assigns.
+    outputs = {name for assign in find_all(facts.statement_of(forward), cst.Assign)
+               for target in assign.targets for name in names_within(target.target)}
+    for name in _attached_names(value):
+        earlier = [assigned for assigned in facts.assigned_values.get(name, ())
+                   if facts.function_of(assigned) is function and facts.start_of(assigned) < facts.start_of(at)]
+        if not earlier:
+            if name in outputs:
+                return True
+            continue
+        last = max(earlier, key=facts.start_of)
+        if facts.end_of(last) >= facts.end_of(forward) and _computed_from(facts, forward, last, last, depth + 1):
+            return True
+    return False
+
+
+def _detached_within(value: cst.CSTNode, forward: cst.Call) -> bool:
+    return any(isinstance(call.func, cst.Attribute) and call.func.attr.value == "detach"
+               and forward in calls_within(call.func.value) for call in calls_within(value))
+
+
+def _attached_names(node: cst.CSTNode) -> list[str]:
+    """The dotted names `node` reads, but not through `.detach()`."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "detach":
+        return []
+    if isinstance(node, (cst.Name, cst.Attribute)) and dotted_name(node) is not None:
+        return [cast(str, dotted_name(node)), *(_attached_names(node.value) if isinstance(node, cst.Attribute) else [])]
+    return [name for child in node.children for name in _attached_names(child)]
+
+
 def _summed_into_one_backward(facts: Facts, call: cst.Call) -> bool:
     """Rule: the call is in a function that returns the penalty (`def gradient_penalty(...):
     ... return ((norm - 1) ** 2).mean()`); the names its callers assign it to have no
@@ -1519,10 +1617,13 @@ def _moved_elsewhere(facts: Facts, model: Model,
     holders = sorted(facts.model_holders(model),
                      key=lambda held: (held[0] not in training and not held[1].startswith("self."),
                                        held[1]))
+    callers = _callers_after_its_training(facts, model)
     for function, name in holders:
         if function is model.function and name == model.name and (
                 anchor is not None or not _kept_on_self_elsewhere(facts, model)):
             continue  # (the trained attribute itself: only where nothing here moves it)
+        if function in callers:
+            continue  # (what the caller does with the model it gets back comes after training)
         if _moved_in_place_by_a_helper(facts, function, name, training) or (
                 _moves_what_it_is_handed(facts, function, name, training)
                 and _handed_and_dropped(facts, model, function, name)):
@@ -1536,18 +1637,56 @@ def _moved_elsewhere(facts: Facts, model: Model,
             # model, optimizer`, then `self.model = self.model.cuda()` further down __init__.)
             later_on_self = name.startswith("self.") and anchor is not None \
                 and facts.start_of(statement) > facts.start_of(anchor)
+            the_model_itself = function is model.function and name == model.name
             if in_scope and (facts.function_of(statement) is not model.function or later_on_self) \
-                    and _moves(statement, name):
+                    and _moves(statement, name) and (
+                        the_model_itself or _moves_held_value(statement, _names_held_in(holders, function))):
                 if later_on_self:
                     # `if args.cuda: self.model = self.model.cuda()`: after the branch, so that
                     # the model is wrapped on every path, on the device the branch chose.
                     lifted = facts.ancestor_in(statement, facts.block_of(cast(Statement, anchor)))
                     if isinstance(lifted, (cst.If, cst.With, cst.Try)):
                         return lifted, name
-                if function is model.function and name == model.name:
+                if the_model_itself:
                     return _after_its_branch(facts, statement), name
                 return statement, name
     return None
+
+
+def _callers_after_its_training(facts: Facts, model: Model) -> set[Optional[cst.FunctionDef]]:
+    """Rule: `def train(loader): model = Net().to(device); ...; for epoch ...: <steps>; return
+    model`, called as `model = train(loader)`: the function trains the model before it returns
+    it, so whatever its callers do with the model they get back (`model.to(device)` again for a
+    test, or `model = Net().to(device)` in a test-only branch) runs after the training and
+    cannot be where the model reaches its device for it. The wrap stays in the function that
+    trains (after its last move there), and every caller of that function is left out of the
+    search for a move elsewhere. Empty when the model does not train in its own function (a
+    Trainer it is handed to trains it, after the caller may still move it)."""
+    if model.function is None or _training_start(facts, model) is None:
+        return set()
+    return {facts.function_of(call) for call in facts.calls_of(model.function)}
+
+
+def _names_held_in(holders: Iterable[Holder], function: Optional[cst.FunctionDef]) -> set[str]:
+    """The names that hold the model in `function`: its own, and the object's attributes."""
+    return {name for where, name in holders if where is function or name.startswith("self.")}
+
+
+def _moves_held_value(statement: cst.BaseStatement, held: set[str]) -> bool:
+    """`self.model = model.to(gpu)`, `net.cuda()`, `self.net = DataParallel(net).cuda()`: the
+    moved value reads a name that holds the model, so the move moves that model. `model =
+    Net().to(device)` binds a new module to the name instead: another model, whose move says
+    nothing about where the held one reaches its device (a caller building a fresh model for
+    a test-only mode, after the trained one came back)."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    for small in statement.body:
+        value = getattr(small, "value", None)
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+            if value.func.attr.value in ("to", "cuda") and held.intersection(names_within(value.func.value)):
+                return True
+            value = value.func.value
+    return False
 
 
 def _follow_the_move(facts: Facts, edits: Edits, setup: Plan,
@@ -3218,6 +3357,20 @@ CASES = (
     Silent(SELF_STEPPING.replace("self.net = torch.nn.Linear(4, 1)",
                                  "self.net = torch.nn.Linear(4, 1).to(device)"), "DDP903"),
     Emits(TRAINING, "DDP101", ("model = DDP(model, device_ids=[local_rank]",)),
+    # Two backwards after one forward: reported; a forward before each, or a loss from a
+    # detached output, is not.
+    Emits(TRAINING.replace("        optimizer.zero_grad()\n        loss.backward()\n",
+                           "        optimizer.zero_grad()\n        loss.backward(retain_graph=True)\n"
+                           "        (2 * loss).backward()\n"), "DDP114"),
+    Silent(TRAINING.replace("        optimizer.zero_grad()\n        loss.backward()\n",
+                            "        optimizer.zero_grad()\n        loss.backward()\n"
+                            "        again = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))\n"
+                            "        again.backward()\n"), "DDP114"),
+    Silent(TRAINING.replace("        optimizer.zero_grad()\n        loss.backward()\n",
+                            "        optimizer.zero_grad()\n        out = model(x.to(device))\n"
+                            "        first = out.detach().sum() * 0 + loss\n        first.backward()\n"
+                            "        second = out.detach().mean()\n        second.requires_grad_()\n"
+                            "        second.backward()\n"), "DDP114"),
     # A model made on its device by a factory of the file, inside the call that trains it:
     # the factory's call on a line of its own, then the wrap (a factory that does not move
     # it leaves nothing to wrap after).
