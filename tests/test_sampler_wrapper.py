@@ -1,9 +1,11 @@
 """The DistributedSamplerWrapper ddpify emits (rules/data.py) shards what a sampler of the
 script's own draws: the ranks together take each drawn index once (padded like
 DistributedSampler), the same number each, in a new order every epoch."""
+import itertools
+
 import pytest
 import torch
-from torch.utils.data import SubsetRandomSampler, WeightedRandomSampler
+from torch.utils.data import RandomSampler, SubsetRandomSampler, WeightedRandomSampler
 from torch.utils.data.distributed import DistributedSampler
 
 from ddpify.rules.data import SAMPLER_WRAPPER_HELPER
@@ -16,7 +18,7 @@ def _wrapper_class(world_size, rank):
         def __init__(self, dataset, shuffle):
             super().__init__(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle)
 
-    namespace = {"torch": torch, "DistributedSampler": OneRankOf}
+    namespace = {"torch": torch, "itertools": itertools, "DistributedSampler": OneRankOf}
     exec(SAMPLER_WRAPPER_HELPER, namespace)
     return namespace["DistributedSamplerWrapper"]
 
@@ -55,3 +57,22 @@ def test_a_weighted_sampler_keeps_its_length_across_the_ranks():
     shares = _shares(lambda: WeightedRandomSampler(weights, num_samples=50, replacement=True), 2, epoch=3)
     assert [len(share) for share in shares] == [25, 25]
     assert sum(index >= 90 for share in shares for index in share) > 25  # the rare class, drawn often
+
+
+def test_a_sampler_drawing_more_than_memory_holds_is_read_as_it_draws():
+    """`RandomSampler(data, replacement=True, num_samples=10**12)`, a step loop's endless
+    stream: each rank takes its first indices without the whole draw being made first."""
+    shares = []
+    for rank in range(2):
+        wrapper = _wrapper_class(2, rank)(RandomSampler(range(10), replacement=True, num_samples=10**12))
+        wrapper.set_epoch(0)
+        shares.append(list(itertools.islice(iter(wrapper), 100)))
+    whole = RandomSampler(range(10), replacement=True, num_samples=200)
+    whole.generator = torch.Generator().manual_seed(0)
+    drawn = list(whole)
+    assert shares == [drawn[0::2], drawn[1::2]]
+
+
+def test_fewer_indices_than_ranks_are_padded_by_further_draws():
+    shares = _shares(lambda: SubsetRandomSampler([7]), 3, epoch=0)
+    assert shares == [[7], [7], [7]]

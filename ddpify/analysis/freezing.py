@@ -106,6 +106,11 @@ def parameters_changed(function: cst.FunctionDef) -> dict[str, bool]:
             elif part_of(owner, parameter):
                 changed[parameter] = True
     for loop in find_all(function, cst.For):
+        # Only a loop that sets requires_grad on what it walks changes it: the momentum update
+        # `for s, t in zip(self.student.parameters(), self.teacher.parameters()): t.mul_(m)`
+        # walks the same modules and freezes nothing.
+        if not _loop_variable_changes(loop):
+            continue
         for module in walked_modules(loop):
             for parameter in parameters:
                 if dotted_name(module) == parameter or part_of(module, parameter):

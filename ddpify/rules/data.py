@@ -699,8 +699,9 @@ SAMPLER_WRAPPER_HELPER = '''\
 
 class DistributedSamplerWrapper(DistributedSampler):
     """This rank's share of what `sampler` draws: every rank draws the same indices (the
-    sampler's generator seeded by the epoch), pads them to a multiple of the world size as
-    DistributedSampler does, and takes every N-th of them."""
+    sampler's generator seeded by the epoch), pads them to a multiple of the world size with
+    the sampler's next draws, and takes every N-th of them as they are drawn (a sampler may
+    draw more than memory holds, `RandomSampler(data, replacement=True, num_samples=10**10)`)."""
 
     def __init__(self, sampler):
         super().__init__(range(len(sampler)), shuffle=False)
@@ -708,8 +709,8 @@ class DistributedSamplerWrapper(DistributedSampler):
 
     def __iter__(self):
         self.sampler.generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        indices = (list(self.sampler) * self.num_replicas)[: self.total_size]
-        return iter(indices[self.rank : self.total_size : self.num_replicas])
+        drawn = itertools.chain.from_iterable(itertools.repeat(self.sampler, self.num_replicas))
+        return itertools.islice(drawn, self.rank, self.total_size, self.num_replicas)
 '''
 
 
@@ -746,7 +747,7 @@ def _shard_existing_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loa
                 edits.code(other.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip()
                 for other in loader.call.args]
         edits.replace(loader.statement, [loader_statement(facts, edits, loader, args)])
-    edits.add_helper("DistributedSamplerWrapper", SAMPLER_WRAPPER_HELPER, "DistributedSampler")
+    edits.add_helper("DistributedSamplerWrapper", SAMPLER_WRAPPER_HELPER, "DistributedSampler", "itertools")
     setup.loaders_given_a_sampler.append(loader)
     edits.report("DDP201", loader.call)
     edits.report("DDP206", loader.call)
@@ -893,7 +894,8 @@ def _shard_subclass_samplers(facts: Facts, edits: Edits, setup: Plan) -> set[str
             edits.imports.add("DistributedSampler")
             sharding.add(owner.name.value)
         edits.insert_before(facts.statement_of(call), Insertion(edits.statements(code)))
-        edits.add_helper("DistributedSamplerWrapper", SAMPLER_WRAPPER_HELPER, "DistributedSampler", "torch")
+        edits.add_helper("DistributedSamplerWrapper", SAMPLER_WRAPPER_HELPER, "DistributedSampler", "torch",
+                         "itertools")
         edits.report("DDP201", call)
         if arguments is None:
             edits.report("DDP207", call, f"`{owner.name.value}` shards the sampler it is given, but when "

@@ -497,6 +497,21 @@ _NOT_FORWARD = frozenset({
 })
 
 
+# Beside those, `forward`: `model.forward(x)` on the wrapper is DistributedDataParallel.forward.
+_NOT_FORWARD_OR_THE_WRAPPERS = _NOT_FORWARD | {"forward"}
+
+
+def _through_the_wrapper(call: cst.Call, holder: str) -> bool:
+    """`model(x)` or `model.forward(x)`: a forward DDP runs, and so shares the gradients of."""
+    return dotted_name(call.func) in (holder, f"{holder}.forward")
+
+
+def _called_with_gradients(facts: Facts, holder: str) -> bool:
+    """Whether some call through the wrapper held by this name runs with gradients on."""
+    calls = [*facts.calls_by_callee.get(holder, ()), *facts.calls_by_callee.get(f"{holder}.forward", ())]
+    return any(not figures.under_no_grad(facts, call) for call in calls)
+
+
 def _report_training_around_the_wrapper(facts: Facts, edits: Edits, model: Model) -> None:
     """Rule: DDP synchronises gradients only for a forward that goes through the wrapper,
     `model(x)`. A model that trains only through its other methods or its entries
@@ -504,28 +519,34 @@ def _report_training_around_the_wrapper(facts: Facts, edits: Edits, model: Model
     is never called itself would train with no gradient shared (those reads reach the raw
     module), each rank drifting apart without an error: DDP903, at the first such call in a
     training loop. Not when the model is handed to a function of another module, which may
-    call it."""
+    call it. A call through the wrapper that runs under `torch.no_grad()` (a statistics pass,
+    a validation forward, samples drawn for a log) shares no gradient, so it does not count:
+    a flow trained on `-model.log_probs(x).mean()`, or a diffusion model on
+    `model.training_loss(x)`, whose only `model(...)` is a no-grad pass, is reported too.
+    `model.forward(x)` is the wrapper's own forward and counts as a call of it."""
     held = facts.model_holders(model)
     holders = {name for _, name in held}
     if any(dotted_name(arg.value) in holders for call in facts.training_helper_calls for arg in call.args):
         return
-    if any(facts.calls_by_callee.get(name) for name in holders):
+    if any(_called_with_gradients(facts, name) for name in holders):
         _report_steps_around_the_wrapper(facts, edits, model, held)
         return
     for loop in sorted(facts.training_loops, key=facts.start_of):
         for call in calls_within(loop.body):
             func = call.func
-            if isinstance(func, cst.Attribute) and func.attr.value in _NOT_FORWARD:
+            if isinstance(func, cst.Attribute) and func.attr.value in _NOT_FORWARD_OR_THE_WRAPPERS \
+                    or figures.under_no_grad(facts, call):
                 continue
             base = func.value if isinstance(func, (cst.Attribute, cst.Subscript)) else None
             # `for layer in model: h = layer(h)` (an nn.ModuleList run a layer at a time).
             looped = module_looped_over(facts.parents, call, func.value) if isinstance(func, cst.Name) else None
             if base is not None and dotted_name(base) in holders or looped in holders:
+                no_grad_only = " with gradients on" if any(facts.calls_by_callee.get(name) for name in holders) else ""
                 edits.report("DDP903", call, (
-                    f"`{model.name}` trains through `{edits.code(func)}(...)`, never as `{model.name}(...)`: DDP "
-                    f"shares gradients only for a forward through the wrapper, so every rank would train its own "
-                    f"copy; call the model itself (route the calls through its forward), or wrap the parts that "
-                    f"run in DDP by hand"))
+                    f"`{model.name}` trains through `{edits.code(func)}(...)`, never as `{model.name}(...)`"
+                    f"{no_grad_only}: DDP shares gradients only for a forward through the wrapper, so every rank "
+                    f"would train its own copy; call the model itself (route the calls through its forward), or "
+                    f"wrap the parts that run in DDP by hand"))
                 return
 
 
@@ -548,11 +569,11 @@ def _report_steps_around_the_wrapper(facts: Facts, edits: Edits, model: Model, h
         if function not in backwards:
             continue
         own = [call for call in calls_within(function.body) if facts.function_of(call) is function]
-        if any(dotted_name(call.func) == name for call in own):
+        if any(_through_the_wrapper(call, name) and not figures.under_no_grad(facts, call) for call in own):
             continue
         for call in own:
             func = call.func
-            if isinstance(func, cst.Attribute) and func.attr.value not in _NOT_FORWARD \
+            if isinstance(func, cst.Attribute) and func.attr.value not in _NOT_FORWARD_OR_THE_WRAPPERS \
                     and dotted_name(func.value) == name and not figures.under_no_grad(facts, call):
                 edits.report("DDP903", call, (
                     f"`{function.name.value}` trains `{model.name}` through `{edits.code(func)}(...)` with its own "

@@ -996,6 +996,9 @@ def _references(facts: Facts, name: str, function: Optional[cst.FunctionDef]) ->
                 return
             if isinstance(parent, cst.Arg) and parent.keyword is node:
                 return
+            # `global step, writer`: a declaration, which neither reads nor uses the object.
+            if isinstance(parent, cst.NameItem):
+                return
             if node.value != name:
                 return
             where = facts.function_of(node)
