@@ -605,8 +605,36 @@ def is_training_loader(facts: Facts, loader: Loader) -> bool:
         # Rule: a loader whose own name says nothing (`loader = DataLoader(...)`, `return
         # DataLoader(...)`) takes its role from the function that builds it
         # (`def train_dataloader(params)`, `def get_val_loader(cfg)`).
-        name = f"{name} {loader.function.name.value}"
+        branch = _branch_words(facts, loader)
+        name = f"{name} {branch}" if has_role_word(branch) else f"{name} {loader.function.name.value}"
     return trains_by_look(name, loader.shuffles or loader.kwargs_name is not None)
+
+
+def _branch_words(facts: Facts, loader: Loader) -> str:
+    """Rule: a loader built in the branch that a split test picks (`def get_loader(root,
+    mode):` with `if mode.lower() == "train": return DataLoader(...)`, `if split in ("val",
+    "test"):`, `if is_train:`) plays the role that test names, whatever its shuffle: the
+    strings the test compares to, or the name it tests, as the loader's own name would.
+    Only the branch the test holds in is read (an `else:` is every other split)."""
+    words: list[str] = []
+    node: Optional[cst.CSTNode] = loader.statement
+    while node is not None and node is not loader.function:
+        parent = facts.parents.get(node)
+        if isinstance(parent, cst.If) and node is parent.body:
+            words.append(_words_tested(parent.test))
+        node = parent
+    return " ".join(word for word in words if word)
+
+
+def _words_tested(test: cst.BaseExpression) -> str:
+    """`mode == "train"` and `split in ("val", "test")`: the strings; `is_train`, `args.eval`: the name."""
+    if isinstance(test, (cst.Name, cst.Attribute)):
+        return dotted_name(test) or ""
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 \
+            and isinstance(test.comparisons[0].operator, (cst.Equal, cst.In)):
+        strings = _strings(test.comparisons[0].comparator) or _strings(test.left)
+        return " ".join(sorted(strings or ()))
+    return ""
 
 
 def keys_where(test: cst.BaseExpression, variable: str, keys: set[str], holds: bool) -> Optional[set[str]]:

@@ -277,6 +277,7 @@ EMITTED_IMPORTS = {
     "contextlib": ("contextlib", None, None),
     "itertools": ("itertools", None, None),
     "pickle": ("pickle", None, None),
+    "io": ("io", None, None),
     "fully_shard": ("torch.distributed.fsdp", "fully_shard", None),
     "MixedPrecisionPolicy": ("torch.distributed.fsdp", "MixedPrecisionPolicy", None),
     "StateDictOptions": ("torch.distributed.checkpoint.state_dict", "StateDictOptions", None),

@@ -138,6 +138,12 @@ def add_keyword(facts: Facts, edits: Edits, call: cst.Call, keyword: str, value:
     edits.expressions[call] = with_keyword(keyword, value, edits, wrap_at)
 
 
+def _line_break_only(whitespace: cst.ParenthesizedWhitespace) -> cst.ParenthesizedWhitespace:
+    """The line break and indent of an argument's line, without the comment it ends with or
+    the comment lines after it: copied to a new argument's line, they would repeat there."""
+    return whitespace.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=[])
+
+
 def _new_line(indent: str) -> cst.ParenthesizedWhitespace:
     return cst.ParenthesizedWhitespace(first_line=cst.TrailingWhitespace(), indent=False,
                                        last_line=cst.SimpleWhitespace(indent))
@@ -165,20 +171,24 @@ def with_keyword(keyword: str, value: str, edits: Edits,
                 above = args[-2].comma.whitespace_after if len(args) > 1 and isinstance(
                     args[-2].comma, cst.Comma) else call.whitespace_before_args
                 if isinstance(above, cst.ParenthesizedWhitespace):
-                    between = above
+                    between = _line_break_only(above)
                 last = last.with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
             if isinstance(last.comma, cst.Comma) and isinstance(last.comma.whitespace_after,
                                                                 cst.ParenthesizedWhitespace):
                 # `name="n",` then `)` on a line of its own (a magic trailing comma): the new
                 # argument takes a line of its own, indented as the one above, and keeps the
                 # trailing comma before `)`.
-                trailing = last.comma
+                own = last.comma.whitespace_after
+                trailing = last.comma.with_changes(whitespace_after=_line_break_only(own).with_changes(
+                    empty_lines=own.empty_lines))
                 above = next((arg.comma.whitespace_after for arg in reversed(args[:-1])
                               if isinstance(arg.comma, cst.Comma)
                               and isinstance(arg.comma.whitespace_after, cst.ParenthesizedWhitespace)),
                              call.whitespace_before_args)
                 if isinstance(above, cst.ParenthesizedWhitespace):
-                    last = last.with_changes(comma=last.comma.with_changes(whitespace_after=above))
+                    # (The last argument keeps the comment of its own line; the new one's line has none.)
+                    last = last.with_changes(comma=last.comma.with_changes(whitespace_after=own.with_changes(
+                        empty_lines=[], indent=above.indent, last_line=above.last_line)))
                 else:
                     trailing = None
             if last.comma is cst.MaybeSentinel.DEFAULT or last.comma is None:

@@ -376,7 +376,8 @@ def _barrier_before_reading_written_paths(facts: Facts, edits: Edits, setup: Pla
     written it, or last epoch's copy. A barrier goes before the reading statement (DDP309),
     as before a torch.load of a saved checkpoint. Not again where that rule waits already,
     nor before a call of a function that loads (it waits inside)."""
-    write_calls = [call for call in _opens(facts) if opens_for_writing(call)] + list(facts.save_calls)
+    write_calls = [call for call in _opens(facts) if opens_for_writing(call)] + list(facts.save_calls) + [
+        call for qualified in sorted(_PATH_OF_WRITER) for call in facts.calls_named.get(qualified, ())]
     # (Calls of a function that loads, or that already waits before its own read: the
     # barrier is inside it.)
     readers = {facts.function_of(node) for node in [*facts.load_calls, *waiting]} - {None}
@@ -394,10 +395,7 @@ def _barrier_before_reading_written_paths(facts: Facts, edits: Edits, setup: Pla
         function = facts.function_of(write)
         if not _on_rank0_only(facts, setup, write) or function in downloading:
             continue
-        # The file: open's first argument, torch.save's second (json.dump and the like write
-        # to an open() of their own).
-        is_open = write not in facts.save_calls
-        path = argument_for(write, "file" if is_open else "f", 0 if is_open else 1)
+        path = _path_written(facts, write)
         if path is None or not (isinstance(path, (cst.SimpleString, cst.FormattedString, cst.Name, cst.Attribute,
                                                   cst.ConcatenatedString)) or _path_made_of_names(path)):
             continue
@@ -416,6 +414,28 @@ def _barrier_before_reading_written_paths(facts: Facts, edits: Edits, setup: Pla
                 done.add(statement)
                 if waited is not None:
                     done.add(waited)
+
+
+# Writers of a file named by one of their arguments (keyword, position), beside open() and
+# torch.save: the image and array files a training loop writes on rank 0 (`save_image(fake,
+# "samples.png")`) that the same function may read back on every rank (`Image.open(...)` for
+# the run's logger).
+_PATH_OF_WRITER = {
+    "torchvision.utils.save_image": ("fp", 1), "numpy.save": ("file", 0), "numpy.savez": ("file", 0),
+    "numpy.savez_compressed": ("file", 0), "numpy.savetxt": ("fname", 0), "joblib.dump": ("filename", 1),
+    "imageio.imwrite": ("uri", 0), "imageio.v2.imwrite": ("uri", 0), "imageio.v3.imwrite": ("uri", 0),
+    "cv2.imwrite": ("filename", 0), "skimage.io.imsave": ("fname", 0),
+}
+
+
+def _path_written(facts: Facts, write: cst.Call) -> Optional[cst.BaseExpression]:
+    """The file a write names: open's first argument, torch.save's second, a data writer's
+    own (json.dump and the like write to an open() of their own)."""
+    if write in facts.save_calls:
+        return argument_for(write, "f", 1)
+    writer = next((_PATH_OF_WRITER[qualified] for qualified in _PATH_OF_WRITER
+                   if write in facts.calls_named.get(qualified, ())), None)
+    return argument_for(write, *writer) if writer is not None else argument_for(write, "file", 0)
 
 
 def _path_made_of_names(path: Optional[cst.BaseExpression]) -> bool:

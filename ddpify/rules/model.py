@@ -141,9 +141,10 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     for model in facts.models:
         if _handed_in_to_library(facts, setup, model):
             continue  # a model its caller hands in: the caller wraps it where it reaches its device
-        if model.name in facts.models_moved_elsewhere or _unwrapped_after_a_base_wrap(facts, edits, model):
+        if model.name in facts.models_moved_elsewhere or _unwrapped_after_a_base_wrap(facts, edits, model) \
+                or _reported_container_never_called(facts, edits, model):
             # The Trainer it is handed to moves it to its device, and wraps it there; or a
-            # base class of another module does, where it moves it.
+            # base class of another module does, where it moves it; or no wrap of it would run.
             continue
         handed = [] if setup.library else _handed_in_by_callers(facts, model)
         for caller_model in handed:
@@ -969,6 +970,25 @@ def _unwrap_for_helpers(facts: Facts, edits: Edits, model: Model, wrap: Optional
 
 # Builtins whose result shows the module itself: its class, its printed architecture.
 _SHOWING_BUILTINS = ("builtins.type", "builtins.print", "builtins.repr", "builtins.str")
+
+
+def _container_entries(facts: Facts, name: str) -> list[cst.BaseExpression]:
+    """Rule: `self.model = nn.ModuleList([self.compress, self.summarizer, self.critic])` (or a
+    ModuleDict) after each of them is wrapped would hold the wrappers: its state dict, saved
+    or loaded from a single-GPU checkpoint, would carry `module.` in every key. It holds the
+    raw modules instead: the same parameters and keys as before, while the forward still
+    goes through each wrapper by its own name (a ModuleList or ModuleDict is never called;
+    an nn.Sequential is, so its entries stay the wrappers that all-reduce)."""
+    found: list[cst.BaseExpression] = []
+    for qualified in sorted(names.MODULE_CONTAINERS):
+        for call in facts.calls_named.get(qualified, ()):
+            for arg in call.args:
+                if arg.star or not isinstance(arg.value, (cst.List, cst.Tuple, cst.Dict)):
+                    continue
+                found += [element.value for element in arg.value.elements
+                          if isinstance(element, (cst.Element, cst.DictElement))
+                          and dotted_name(element.value) == name]
+    return found
 
 
 def _type_reads(facts: Facts, name: str) -> list[cst.BaseExpression]:
@@ -2361,6 +2381,11 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
                 model.name.startswith("self.") or facts.function_of(value) is facts.function_of(wrap)):
             edits.expressions[value] = _unwrapped(model.name, edits, _quote_for(facts, value))
             edits.report("DDP103", value)
+    for entry in _container_entries(facts, model.name):
+        if not _before_wrap(facts, entry, wrap) and not _rebound_since_wrap(facts, entry, model.name, wrap) and (
+                model.name.startswith("self.") or facts.function_of(entry) is facts.function_of(wrap)):
+            edits.expressions[entry] = _unwrapped(model.name, edits, _quote_for(facts, entry))
+            edits.report("DDP103", entry)
     _unwrap_in_callees(facts, edits, model, holders)
     for call in _derivations(facts, model.name):
         copied = call.args[0].value
@@ -2747,6 +2772,25 @@ def _quote_for(facts: Facts, node: cst.CSTNode) -> str:
             return "'" if '"' in parent.start else '"'
         parent = facts.parents.get(parent)
     return '"'
+
+
+def _reported_container_never_called(facts: Facts, edits: Edits, model: Model) -> bool:
+    """Rule: the model the optimizer trains is an nn.ModuleList or nn.ModuleDict
+    (`self.model = nn.ModuleList([self.encoder, self.decoder])`, then
+    `Adam(self.model.parameters())`), while the training calls the modules it holds by their
+    own names. A container is never called, so a DDP wrap of it never runs a forward: its
+    reducer is never readied and the gradients are silently not all-reduced (the ranks
+    drift apart, with no error). Which entries to wrap is the user's call: reported
+    (DDP903), left as it was."""
+    values = facts.assigned_values.get(model.name, [])
+    containers = {id(call) for qualified in names.MODULE_CONTAINERS for call in facts.calls_named.get(qualified, ())}
+    if not values or not all(id(value) in containers for value in values):
+        return False
+    edits.report("DDP903", values[0], (
+        f"`{model.name}` is a container of modules, which is never called: a DDP wrap of it would never "
+        f"all-reduce the gradients; wrap each module it holds that the training calls in DDP by hand, after it "
+        f"reaches its device, and build the container from their `.module`"))
+    return True
 
 
 def _report_parts_called_apart(facts: Facts, edits: Edits) -> None:
