@@ -206,6 +206,10 @@ class FactRecord:
     # A module of the project (this one included) wraps something in DataParallel, which
     # the migration removes (Project.wraps_in_data_parallel).
     data_parallel_in_project: bool = False
+    # A module of the project (this one included) may freeze parameters
+    # (Project.freezes_parameters): a model this module is handed may be frozen where it is
+    # wrapped, though nothing here changes requires_grad.
+    freezes_parameters_in_project: bool = False
     # In a helper module: `self.X` its classes, or the project's classes derived from them,
     # use as a torch module (`self.model.train()`).
     module_attributes: set[str] = field(default_factory=set)
