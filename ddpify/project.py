@@ -471,7 +471,7 @@ class Project:
         definition = self._definition(qualified)
         return ([], set()) if definition is None else definition[0].walked_parameters(definition[1])
 
-    def names_from_clock(self, qualified: str) -> Optional[int]:
+    def names_from_clock(self, qualified: str) -> Optional[tuple[int, str]]:
         """The line where `qualified`, a function or class of another module, names a folder
         or run from the clock (effects.names_from_clock)."""
         definition = self._definition(qualified)

@@ -319,7 +319,7 @@ class FactRecord:
     project_calls: set[cst.Call] = field(default_factory=set)
     # Calls of a function of another module that names a folder from the clock there:
     # (the function's qualified name, the line in its module).
-    clock_named_calls: dict[cst.Call, tuple[str, int]] = field(default_factory=dict)
+    clock_named_calls: dict[cst.Call, tuple[str, int, str]] = field(default_factory=dict)
     # Those whose function returns what it moved to a device (`net = get_network(args)`).
     calls_returning_moved: set[cst.Call] = field(default_factory=set)
     # Those whose function returns a model it wrapped in DataParallel (`net = define_tsnet(...)`).
