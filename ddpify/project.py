@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional, Union, cast
 
-from ddpify.analysis.ast_names import dotted_ast
+from ddpify.analysis.ast_names import dotted_ast, main_guarded
 from ddpify.analysis.effects import OPAQUE, WRITES, FunctionEffects, absolute_module
 from ddpify.analysis.facts import Slot
 from ddpify.analysis.names import DATA_PARALLEL, DATA_PARALLEL_SUBCLASS_NAMES, qualify
@@ -100,6 +100,13 @@ class Project:
         """A module of the project wraps something in DataParallel, which the migration
         removes: a `.module` read in any module may have read through it."""
         return self._modules is not None and self._modules.wraps_in_data_parallel()
+
+    def freezes_parameters(self) -> bool:
+        """A module of the project sets requires_grad to something other than True
+        (`encoder.fine_tune(cfg.fine_tune_encoder)` in a model factory, a Trainer that freezes
+        its backbone): a model built there and wrapped in another module may reach its wrap
+        with nothing to train, where DDP raises (freezing_changes_in)."""
+        return self._modules is not None and self._modules.freezes_parameters()
 
     def trains(self, qualified: str) -> bool:
         """Calling `qualified` takes training steps (`engine.train_one_epoch(...)`)."""
@@ -464,7 +471,7 @@ class Project:
         definition = self._definition(qualified)
         return ([], set()) if definition is None else definition[0].walked_parameters(definition[1])
 
-    def names_from_clock(self, qualified: str) -> Optional[int]:
+    def names_from_clock(self, qualified: str) -> Optional[tuple[int, str]]:
         """The line where `qualified`, a function or class of another module, names a folder
         or run from the clock (effects.names_from_clock)."""
         definition = self._definition(qualified)
@@ -889,11 +896,23 @@ class _Modules:
         self._read: dict[str, Optional[FunctionEffects]] = {}
         self._files: Optional[list[Path]] = None
         self._data_parallel: Optional[bool] = None
+        self._freezes: Optional[bool] = None
 
     def wraps_in_data_parallel(self) -> bool:
         if self._data_parallel is None:
             self._data_parallel = any(_calls_data_parallel(path) for path in self.files())
         return self._data_parallel
+
+    def freezes_parameters(self) -> bool:
+        """A module of the project freezes parameters, not counting another program of it:
+        a script that nothing imports and that runs under its own `__main__` guard
+        (finetune.py beside train.py) freezes its own models, in its own process."""
+        if self._freezes is None:
+            imported = _import_index(str(self.root), _tree_stamp(self.root))
+            self._freezes = any(
+                _freezes_parameters(path) and not _another_program(path, module_name(path, self.root), imported)
+                for path in self.files())
+        return self._freezes
 
     def files(self) -> list[Path]:
         if self._files is None:
@@ -1028,6 +1047,32 @@ def _calls_data_parallel(path: Path) -> bool:
 
 
 DATA_PARALLEL_NAMES = DATA_PARALLEL_SUBCLASS_NAMES | {"DataParallel"}
+
+
+def _another_program(path: Path, module: str, imported: Mapping[str, frozenset[str]]) -> bool:
+    """A script of its own: guarded by `if __name__ == "__main__":` and imported by none of
+    the project's modules."""
+    tree = _parsed(str(path), *_stamp(path))
+    return tree is not None and main_guarded(tree) and module not in imported
+
+
+def _freezes_parameters(path: Path) -> bool:
+    """The file sets requires_grad to a value that may be False: `p.requires_grad = flag`,
+    `m.requires_grad_(False)` (not `requires_grad_()` nor `= True`, which only unfreeze). The
+    same reading as the collector's for the file being migrated (Facts.freezes_parameters)."""
+    tree = _parsed(str(path), *_stamp(path))
+    if tree is None:
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(
+                isinstance(target, ast.Attribute) and target.attr == "requires_grad" for target in node.targets):
+            if not (isinstance(node.value, ast.Constant) and node.value.value is True):
+                return True
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "requires_grad_" and node.args \
+                and not (isinstance(node.args[0], ast.Constant) and node.args[0].value is True):
+            return True
+    return False
 
 
 def _is_data_parallel(qualified: str) -> bool:

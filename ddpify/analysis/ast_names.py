@@ -15,3 +15,14 @@ def dotted_ast(node: ast.expr) -> Optional[str]:
         return None
     parts.append(node.id)
     return ".".join(reversed(parts))
+
+
+def main_guarded(tree: ast.Module) -> bool:
+    """The module keeps its work under `if __name__ == "__main__":` at its top level."""
+    for statement in tree.body:
+        if isinstance(statement, ast.If) and isinstance(statement.test, ast.Compare):
+            names = [statement.test.left, *statement.test.comparators]
+            if any(isinstance(node, ast.Name) and node.id == "__name__" for node in names) and any(
+                    isinstance(node, ast.Constant) and node.value == "__main__" for node in names):
+                return True
+    return False

@@ -1088,9 +1088,9 @@ class Collector(cst.CSTVisitor):
             self._note_files_and_numbers(node, qualified)
             self._note_state_handed(node, qualified)
             self._note_grad_changes(node, qualified)
-            clock_line = self.project.names_from_clock(qualified)
-            if clock_line is not None:
-                self.facts.clock_named_calls[node] = (qualified, clock_line)
+            clock = self.project.names_from_clock(qualified)
+            if clock is not None:
+                self.facts.clock_named_calls[node] = (qualified, *clock)
         self._note_optimizer_made_elsewhere(node, qualified)
         if self.project.trains(qualified):
             # `engine.train_one_epoch(model, loader, optimizer)`: the steps are in there.

@@ -23,6 +23,9 @@ PURE, SPEAKS, WRITES, OPAQUE = "pure", "speaks", "writes", "opaque"
 # Opaque, and prints as well: its output appears once per rank (DDP311).
 MIXED = "mixed"
 _RANK = {PURE: 0, SPEAKS: 1, WRITES: 2}
+# What a folder's name is read from when it differs between ranks (names_from_clock).
+CLOCK = "the clock"
+COUNTED_RUNS = "a count of the runs already there"
 
 OUTPUT_CALLS = frozenset({
     "builtins.print", "sys.stdout.write", "sys.stdout.flush", "sys.stderr.write",
@@ -773,12 +776,16 @@ class FunctionEffects:
             isinstance(node, ast.Call) and self.qualified(dotted_ast(node.func) or "") == names.TORCH_LOAD
             for node in ast.walk(function))
 
-    def names_from_clock(self, name: str) -> Optional[int]:
+    def names_from_clock(self, name: str) -> Optional[tuple[int, str]]:
         """The line where the function (the class's __init__) itself assigns a name or path
         built from the clock or a random draw (`args.log_dir = os.path.join(args.log_dir,
         "in-progress_" + datetime.now().strftime("%m%d%H%M%S"))`): a clock or chance call
         (names.CLOCK_OR_CHANCE) in an expression that also holds a string (a folder's name,
-        a strftime format); a bare `start = time.time()` for timings does not count."""
+        a strftime format); a bare `start = time.time()` for timings does not count. With the
+        line, what the name is read from (CLOCK, COUNTED_RUNS). So too
+        a run numbered by counting the runs already there (`run_id = len(glob.glob(
+        f"{root}/{name}-*"))`): each rank counts at its own moment, and a rank that counts after
+        rank 0 made this run's folder names the next one."""
         _, _, function = self._function_or_init(name)
         if function is None:
             return None
@@ -786,11 +793,19 @@ class FunctionEffects:
             if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
                 continue
             inner = list(ast.walk(node.value))
-            if any(isinstance(each, ast.Call) and self.qualified(dotted_ast(each.func) or "") in names.CLOCK_OR_CHANCE
-                   for each in inner) and any(isinstance(each, ast.JoinedStr) or isinstance(
-                       each, ast.Constant) and isinstance(each.value, str) for each in inner):
-                return node.lineno
+            counted = any(isinstance(each, ast.Call) and self._counts_a_listing(each) for each in inner)
+            timed = any(isinstance(each, ast.Call) and self.qualified(dotted_ast(each.func) or "")
+                        in names.CLOCK_OR_CHANCE for each in inner)
+            if (counted or timed) and any(isinstance(each, ast.JoinedStr) or isinstance(
+                    each, ast.Constant) and isinstance(each.value, str) for each in inner):
+                return node.lineno, COUNTED_RUNS if counted else CLOCK
         return None
+
+    def _counts_a_listing(self, call: ast.Call) -> bool:
+        """`len(glob.glob(...))`, `len(os.listdir(root))`: how many entries a folder holds now."""
+        return (isinstance(call.func, ast.Name) and call.func.id == "len" and len(call.args) == 1
+                and isinstance(call.args[0], ast.Call)
+                and self.qualified(dotted_ast(call.args[0].func) or "") in names.FOLDER_LISTINGS)
 
     def iterated_parameters(self, name: str) -> tuple[list[str], set[str]]:
         """(the positional parameters, those whose value a `for` loop iterates) of a function,

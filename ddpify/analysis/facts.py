@@ -206,6 +206,10 @@ class FactRecord:
     # A module of the project (this one included) wraps something in DataParallel, which
     # the migration removes (Project.wraps_in_data_parallel).
     data_parallel_in_project: bool = False
+    # A module of the project (this one included) may freeze parameters
+    # (Project.freezes_parameters): a model this module is handed may be frozen where it is
+    # wrapped, though nothing here changes requires_grad.
+    freezes_parameters_in_project: bool = False
     # In a helper module: `self.X` its classes, or the project's classes derived from them,
     # use as a torch module (`self.model.train()`).
     module_attributes: set[str] = field(default_factory=set)
@@ -315,7 +319,7 @@ class FactRecord:
     project_calls: set[cst.Call] = field(default_factory=set)
     # Calls of a function of another module that names a folder from the clock there:
     # (the function's qualified name, the line in its module).
-    clock_named_calls: dict[cst.Call, tuple[str, int]] = field(default_factory=dict)
+    clock_named_calls: dict[cst.Call, tuple[str, int, str]] = field(default_factory=dict)
     # Those whose function returns what it moved to a device (`net = get_network(args)`).
     calls_returning_moved: set[cst.Call] = field(default_factory=set)
     # Those whose function returns a model it wrapped in DataParallel (`net = define_tsnet(...)`).

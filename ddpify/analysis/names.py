@@ -220,6 +220,9 @@ CLOCK_OR_CHANCE = frozenset(
      "time.strftime", "time.time", "time.time_ns", "uuid.uuid1", "uuid.uuid4",
      "tempfile.mkdtemp", "secrets.token_hex"}
 )
+# Listings of a folder: their count (`len(glob.glob("runs/exp-*"))`) numbers the next run's
+# folder, and differs between ranks that look while rank 0 is creating that folder.
+FOLDER_LISTINGS = frozenset({"glob.glob", "glob.iglob", "os.listdir", "os.scandir"})
 TEMPORARY_DIRECTORY = "tempfile.TemporaryDirectory"
 SUMMARY_WRITER = frozenset(
     {"torch.utils.tensorboard.SummaryWriter", "torch.utils.tensorboard.writer.SummaryWriter",

@@ -83,6 +83,7 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
         facts.optimizers_without_model = [optimizer for optimizer in facts.optimizers_without_model
                                           if not _over_a_parameter_callers_hand(facts, optimizer)]
     facts.data_parallel_in_project = collector.project.wraps_in_data_parallel()
+    facts.freezes_parameters_in_project = collector.project.freezes_parameters()
     note_entries_of_received_dicts(facts)
     note_helper_output(facts, collector.helper_calls)
     mark_loops_calling_training_functions(facts, collector.training_calls)

@@ -1061,8 +1061,11 @@ def _repeatable(facts: Facts, test: cst.BaseExpression, anchor: Statement) -> bo
 
 def _when_trainable(facts: Facts, code: str, model: str) -> str:
     """Where the script freezes parameters, the wrap is decided when it runs: a module with
-    no parameter that requires a gradient is left as it is."""
-    if not facts.freezes_parameters:
+    no parameter that requires a gradient is left as it is. So too where another module of
+    the project freezes them: models cross modules (a factory that freezes the encoder by a
+    config flag, a Trainer handed it), so a model wrapped here may have nothing to train,
+    and DDP raises on it at the wrap."""
+    if not (facts.freezes_parameters or facts.freezes_parameters_in_project):
         return code
     first_line, rest = code.split("\n", 1)
     condition = first_line[len("if "):-len(":")]

@@ -14,6 +14,7 @@ import libcst as cst
 
 from ddpify.analysis import names, seeding, traversal
 from ddpify.analysis.control import Facts
+from ddpify.analysis.effects import COUNTED_RUNS
 from ddpify.analysis.facts import Statement
 from ddpify.analysis.nodes import dotted_name, find_all, names_in
 from ddpify.diagnostics import Rule, Severity
@@ -88,7 +89,7 @@ def _report_clock_named_before_setup(facts: Facts, edits: Edits, setup: Plan) ->
     for call in sorted(facts.clock_named_calls, key=facts.start_of):
         if group_joined_before(facts, setup, call) and not _above_setup(facts, setup, call):
             continue
-        qualified, line = facts.clock_named_calls[call]
+        qualified, line, source = facts.clock_named_calls[call]
         module, _, function = qualified.rpartition(".")
         drawn = _drawn_at_random(facts, call)
         if drawn is not None:
@@ -99,6 +100,13 @@ def _report_clock_named_before_setup(facts: Facts, edits: Edits, setup: Plan) ->
                 "each rank before the process group is joined: each rank names its own folder (the clock "
                 f"in {module}, line {line}, adds to it); seed the generator alike on every rank before the "
                 "draw, or draw after the setup and broadcast rank 0's value"))
+            continue
+        if source == COUNTED_RUNS:
+            # Rank 0 makes the run's folder while the others count: a late rank names the next run.
+            edits.report("DDP315", call, f"`{edits.code(call.func)}()` numbers a run's folder by {source} "
+                         f"({module}, line {line}) before the process group is joined here: a rank that "
+                         f"counts after rank 0 made the folder names the next one; call `{function}()` after "
+                         "the setup and broadcast rank 0's folder, or name the run on the command line")
             continue
         edits.report("DDP315", call, f"`{edits.code(call.func)}()` names a folder from the clock "
                      f"({module}, line {line}) before the process group is joined here: each rank "

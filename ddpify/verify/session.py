@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ddpify.analysis.ast_names import main_guarded
 from ddpify.verify.checks import CHECK_IDS, default_checks, evaluate, runs_needed
 from ddpify.verify.checks.handoff import early_reads, handoff_paths
 from ddpify.verify.checks.result import FAIL, CheckResult
@@ -100,13 +101,7 @@ def has_main_guard(path: str) -> bool:
         tree = ast.parse(read_source(path).text)
     except (SourceError, SyntaxError, ValueError):
         return False
-    for statement in tree.body:
-        if isinstance(statement, ast.If) and isinstance(statement.test, ast.Compare):
-            names = [statement.test.left, *statement.test.comparators]
-            if any(isinstance(node, ast.Name) and node.id == "__name__" for node in names) and any(
-                    isinstance(node, ast.Constant) and node.value == "__main__" for node in names):
-                return True
-    return False
+    return main_guarded(tree)
 
 
 def ordered_checks(requested: Sequence[str]) -> list[str]:
