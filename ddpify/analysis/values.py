@@ -640,7 +640,15 @@ def note_generator_passes_that_train(facts: ValueFlow) -> None:
 def note_loops_taking_batches_with_next(facts: ValueFlow, next_calls: list[cst.Call],
         iteration_wrappers: dict[tuple[Optional[cst.FunctionDef], str], list[str]]) -> None:
     """`it = iter(loader)` ... `for step in range(n): x, y = next(it)`: the step loop goes
-    over the loader, as `for x, y in loader` would."""
+    over the loader, as `for x, y in loader` would.
+
+    Rule: `next(iter(val_loader))`, an iterator made in place, draws the loader's first batch
+    each time (a sample to show or save), not the batches of a pass. For a loader that a for
+    loop of its own goes over, those passes say what it is for (an evaluation loop: sharded
+    in turn and its figures gathered), and the loop around the peek (the epoch loop, which
+    trains on another loader) is no pass over it: counting it would shard the evaluation
+    loader as a training one and leave its figures one rank's."""
+    passed = {name for name, loops in facts.loops_over.items() if loops}
     for call in next_calls:
         loops = facts.enclosing_loops(call)
         function = facts.function_of(call)
@@ -653,10 +661,19 @@ def note_loops_taking_batches_with_next(facts: ValueFlow, next_calls: list[cst.C
             continue
         # `next(it)`, or `it.__next__()`.
         source = call.args[0].value if call.args else cast(cst.Attribute, call.func).value
+        if _peeks_a_loader_with_passes(source, passed):
+            continue
         for name in names_within(source):
             for taken in [name, *iteration_wrappers.get((function, name), ())]:
                 if loops[0] not in facts.loops_over.get(taken, ()):
                     facts.loops_over.setdefault(taken, []).append(loops[0])
+
+
+def _peeks_a_loader_with_passes(source: cst.BaseExpression, passed: set[str]) -> bool:
+    """`iter(loader)` or `enumerate(loader)` made where `next()` reads it, of a name that a
+    for loop goes over."""
+    return isinstance(source, cst.Call) and dotted_name(source.func) in ("iter", "enumerate") \
+        and len(source.args) == 1 and dotted_name(source.args[0].value) in passed
 
 
 def note_loaders_returned_in_a_tuple(facts: ValueFlow) -> None:

@@ -252,44 +252,84 @@ def report_batch_loops(facts: Facts, edits: Edits, setup: Plan) -> None:
                         "ddpify can follow to its epochs: name it first (`train_loader = DataLoader(...)`, "
                         f"then `{edits.code(handed_to.func)}(train_loader)`) and run ddpify again")))
             continue
-        counts = _names_counted_by_range(loop)
-        made_by = next((facts.made_in_other_modules[name] for name in facts.names_iterated_by(loop)
-                        if name in facts.made_in_other_modules and name not in counts), None)
-        if made_by is not None:
-            setup.hand_made_batches.append(edits.report(
-                "DDP208", loop, f"batches come from `{made_by}()` in another module of the project, "
-                "which hands out no DataLoader ddpify can follow (one returned alone, by name, in a "
-                "tuple or in a dict): every rank trains on the same data; return the DataLoader "
-                "itself, or give it a DistributedSampler there"))
-            continue
-        unread = _made_by_unread_import(facts, loop)
-        if unread is not None:
-            setup.hand_made_batches.append(edits.report(
-                "DDP208", loop, f"batches come from `{unread}()`, imported from a module ddpify does not "
-                "read: every rank trains on the same data; give its DataLoader a DistributedSampler "
-                "there, or make that import one ddpify can follow"))
-            continue
-        builder = _loader_builder_feeding(facts, loop)
-        if builder is not None:
-            setup.hand_made_batches.append(edits.report(
-                "DDP208", loop, f"batches come from the DataLoaders `{builder}()` builds, handed here in "
-                "a form ddpify cannot follow (a dict or list made anew in a loop, or one that several "
-                "calls share): every rank trains on the same data; build the training loader by name "
-                "where its epochs are counted, or give it a DistributedSampler and set_epoch by hand"))
-            continue
-        environment = _environment_made(facts)
-        if environment is not None:
-            setup.hand_made_batches.append(edits.report(
-                "DDP208", loop, f"batches come from an environment (`{edits.code(environment.func)}` at line "
-                f"{facts.line_of(environment)}) the loop plays, not from data to shard: under DDP each rank "
-                "would play its own episodes (seed each rank's environment differently) and every rank "
-                "must take the same number of optimizer steps; keep it single-process, or write that by hand"))
-            continue
-        setup.hand_made_batches.append(edits.report(
-            "DDP208", loop, "batches built by hand: every rank trains on the same data; shard it by "
-            "rank (e.g. data[rank::world_size])"))
+        setup.hand_made_batches.append(edits.report("DDP208", loop, _what_feeds(facts, edits, loop)))
     _report_batches_handed_to_training(facts, edits, setup)
     _report_full_batch_steps(facts, edits, setup)
+
+
+def _what_feeds(facts: Facts, edits: Edits, loop: cst.For) -> str:
+    """The DDP208 message for a training loop over no DataLoader ddpify follows: what feeds
+    its batches, and the fix for that source."""
+    counts = _names_counted_by_range(loop)
+    made_by = next((facts.made_in_other_modules[name] for name in facts.names_iterated_by(loop)
+                    if name in facts.made_in_other_modules and name not in counts), None)
+    if made_by is not None:
+        return (f"batches come from `{made_by}()` in another module of the project, "
+                "which hands out no DataLoader ddpify can follow (one returned alone, by name, in a "
+                "tuple or in a dict): every rank trains on the same data; return the DataLoader "
+                "itself, or give it a DistributedSampler there")
+    unread = _made_by_unread_import(facts, loop)
+    if unread is not None:
+        return (f"batches come from `{unread}()`, imported from a module ddpify does not "
+                "read: every rank trains on the same data; give its DataLoader a DistributedSampler "
+                "there, or make that import one ddpify can follow")
+    builder = _loader_builder_feeding(facts, loop)
+    if builder is not None:
+        return (f"batches come from the DataLoaders `{builder}()` builds, handed here in "
+                "a form ddpify cannot follow (a dict or list made anew in a loop, or one that several "
+                "calls share): every rank trains on the same data; build the training loader by name "
+                "where its epochs are counted, or give it a DistributedSampler and set_epoch by hand")
+    environment = _environment_made(facts)
+    if environment is not None:
+        return (f"batches come from an environment (`{edits.code(environment.func)}` at line "
+                f"{facts.line_of(environment)}) the loop plays, not from data to shard: under DDP each rank "
+                "would play its own episodes (seed each rank's environment differently) and every rank "
+                "must take the same number of optimizer steps; keep it single-process, or write that by hand")
+    alias = _loader_picked_per_phase(facts, loop)
+    if alias is not None:
+        name, picked = alias
+        return (f"batches come from `{name}`, assigned {picked} per phase (the phase loop "
+                "of a fine-tuning tutorial): ddpify cannot tell which pass trains, nor gather the "
+                "figures of the one that evaluates; "
+                "loop over the loaders themselves (`for x, y in loaders[phase]:` over a dict "
+                "`{\"train\": train_loader, \"val\": val_loader}`) and run ddpify again")
+    return "batches built by hand: every rank trains on the same data; shard it by rank (e.g. data[rank::world_size])"
+
+
+def _loader_picked_per_phase(facts: Facts, loop: cst.For) -> Optional[tuple[str, str]]:
+    """Rule: `loader = train_loader` in one branch and `loader = val_loader` in the other (or
+    `loader = train_loader if phase == "train" else val_loader`, `loader = loaders[phase]`),
+    then `for x, y in loader`: every value the name is assigned in the loop's function is a
+    DataLoader or an entry of a dict of them, and not always the same one. The loop goes over
+    several loaders, and which of its passes train is decided by the phase: the loaders stay
+    as they are and the report names the spelling ddpify shards (a loop over `loaders[phase]`)."""
+    loader_names = {loader.name for loader in facts.loaders}
+    dict_names = {loader_dict.name for loader_dict in facts.loader_dicts()}
+    function = facts.function_of(loop)
+    for name in facts.names_iterated_by(loop):
+        values = [value for value in facts.assigned_values.get(name, ()) if facts.function_of(value) is function]
+        picked = [_loader_references(value, loader_names, dict_names) for value in values]
+        if not values or any(references is None for references in picked):
+            continue
+        distinct = list(dict.fromkeys(code for references in picked if references for code in references))
+        if len(distinct) > 1 or any(code.endswith("[...]") for code in distinct):
+            return name, " or ".join(f"`{code}`" for code in distinct)
+    return None
+
+
+def _loader_references(value: cst.BaseExpression, loader_names: set[str],
+                       dict_names: set[str]) -> Optional[list[str]]:
+    """`train_loader` (a DataLoader's name), `loaders[phase]` (an entry of a dict of them), or
+    a conditional expression choosing between such; None for anything else."""
+    if isinstance(value, cst.IfExp):
+        body = _loader_references(value.body, loader_names, dict_names)
+        orelse = _loader_references(value.orelse, loader_names, dict_names)
+        return None if body is None or orelse is None else body + orelse
+    if isinstance(value, cst.Name) and value.value in loader_names:
+        return [value.value]
+    if isinstance(value, cst.Subscript) and dotted_name(value.value) in dict_names:
+        return [f"{dotted_name(value.value)}[...]"]
+    return None
 
 
 # Calls that make a reinforcement-learning environment, whose episodes are the training data.
