@@ -620,7 +620,7 @@ def _loguru_on_rank0(facts: Facts, edits: Edits, setup: Plan) -> None:
             edits.report("DDP307", call)
     body: Sequence[BlockItem] = setup.block.body
     chosen: Optional[BlockItem] = None
-    after_setup = setup.choice_statement in body
+    after_setup = _setup_index(facts, setup)
     # (Not before the block's own import of loguru: the name would not exist yet.)
     imported_at = max((index for index, item in enumerate(body) if isinstance(item, cst.SimpleStatementLine)
                        and "loguru" in edits.code(item) and any(
@@ -631,7 +631,7 @@ def _loguru_on_rank0(facts: Facts, edits: Edits, setup: Plan) -> None:
                 and all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in item.body):
             continue
         if any(call in loguru_calls for call in calls_within(item)) \
-                or after_setup and index > body.index(cast(BlockItem, setup.choice_statement)):
+                or after_setup is not None and index > after_setup:
             chosen = item
             break
     if chosen is None:
@@ -660,8 +660,7 @@ def _lower_log_level(facts: Facts, edits: Edits, setup: Plan) -> None:
     body: Sequence[BlockItem] = setup.block.body
     first_allowed = max((body.index(statement) for statement in _configuring_statements(facts, setup, configs)),
                         default=-1)
-    anchor = facts.ancestor_in(setup.anchor, setup.block) if setup.anchor is not None else None
-    after_setup = body.index(anchor) if anchor in body else None
+    after_setup = _setup_index(facts, setup)
     loggers = logger_names(facts)
     for index, statement in enumerate(body):
         if index <= first_allowed or isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
@@ -674,6 +673,14 @@ def _lower_log_level(facts: Facts, edits: Edits, setup: Plan) -> None:
             )
             edits.report("DDP304", configs[0])
             return
+
+
+def _setup_index(facts: Facts, setup: Plan) -> Optional[int]:
+    """Where in its block the setup ends: the index of the device choice it follows (None when
+    the setup is not at a device choice of that block)."""
+    anchor = facts.ancestor_in(setup.anchor, setup.block) if setup.anchor is not None else None
+    body: Sequence[BlockItem] = setup.block.body
+    return body.index(anchor) if anchor in body else None
 
 
 def _configuring_statements(facts: Facts, setup: Plan, configs: Sequence[cst.Call]) -> Iterator[BlockItem]:
