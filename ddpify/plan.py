@@ -152,6 +152,12 @@ class Plan:
         # functions may be imported and called from elsewhere.
         return facts.function_of(node) is None and facts.ancestor_in(node, self.block) is not None
 
+    @property
+    def anchor(self) -> Optional[cst.CSTNode]:
+        """The device choice the setup replaces or follows (its assignment where there is
+        one): the group is joined and `is_main` exists from there on."""
+        return self.device_assignment.statement if self.device_assignment is not None else self.choice_statement
+
     def guard_for(self, facts: Facts, node: cst.CSTNode) -> str:
         guard = "is_main" if self.sees_setup(facts, node) else "is_main_process()"
         self.guards_used.add(guard)

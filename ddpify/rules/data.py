@@ -21,6 +21,7 @@ from ddpify.analysis.nodes import (
     first_free,
     parameter_names,
     positional_parameters,
+    returns_in,
     string_value,
 )
 from ddpify.analysis.values import keyword_names, known_dict_keys
@@ -725,8 +726,8 @@ def _shard_existing_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loa
         return False
     name = dotted_name(arg.value)
     values = facts.assigned_values.get(name, []) if name is not None else [arg.value]
-    if len(values) != 1 or not any(values[0] is call for qualified in names.SAMPLERS_WITH_GENERATOR
-                                   for call in facts.calls_named.get(qualified, ())):
+    if len(values) != 1 or not (_sampler_with_generator(facts, values[0])
+                                or _made_by_a_sampler_function(facts, values[0])):
         return False
     handed_out = not setup.sees_setup(facts, loader.call)
     if handed_out and not _indices_alike_on_every_rank(facts, loader, values[0]):
@@ -754,6 +755,35 @@ def _shard_existing_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loa
     if not (handed_out and not facts.loops_over_values(facts.loader_holders_of(loader))):
         # (A loader a helper module hands out gets its epoch where its callers iterate it.)
         set_epoch(facts, edits, loader, f"{loader.name}.sampler", SET_EPOCH_IF_DISTRIBUTED_CODE)
+    return True
+
+
+def _sampler_with_generator(facts: Facts, value: cst.CSTNode) -> bool:
+    """`WeightedRandomSampler(...)`, `SubsetRandomSampler(...)`, `RandomSampler(...)`."""
+    return any(value is call for qualified in names.SAMPLERS_WITH_GENERATOR
+               for call in facts.calls_named.get(qualified, ()))
+
+
+def _made_by_a_sampler_function(facts: Facts, value: cst.CSTNode) -> bool:
+    """Rule: `sampler=make_sampler(train_ds)`, a function of this file whose every return
+    is such a sampler (`return WeightedRandomSampler(weights, len(weights))`, or a name it
+    assigns one): the sampler it returns is sharded as one made in place. The weights come
+    from the dataset alike on every rank; DistributedSamplerWrapper seeds the draw by the
+    epoch, so every rank draws the same indices and takes its share."""
+    if not isinstance(value, cst.Call):
+        return False
+    function = facts.functions.get(dotted_name(value.func) or "")
+    if function is None or facts.class_of(function) is not None:
+        return False
+    returned = [each.value for each in returns_in(function) if each.value is not None]
+    if not returned or len(returned) != len(returns_in(function)):
+        return False
+    for each in returned:
+        held = dotted_name(each) if isinstance(each, cst.Name) else None
+        made = [bound for bound in facts.assigned_values.get(held, ()) if facts.function_of(bound) is function] \
+            if held is not None else [each]
+        if len(made) != 1 or not _sampler_with_generator(facts, made[0]):
+            return False
     return True
 
 

@@ -196,7 +196,42 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
         edits.insert_before(_before_the_progress_bar(facts, loop, name_there), Insertion(edits.statements(code)))
         edits.report("DDP202", loop)
         return
+    if _set_epoch_in_passes_called_from_while_loops(facts, edits, loader, sampler, template, via_loader_template):
+        return
     _without_an_epoch_loop(facts, edits, loader)
+
+
+def _set_epoch_in_passes_called_from_while_loops(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
+                                                 sampler: str, template: str, via_loader_template: str) -> bool:
+    """Rule: `def train_epoch(self): for batch in self.train_loader:` called inside `while
+    self.epoch < epochs:` (the count kept on an attribute or a name the loop adds one to):
+    each call is a new pass, and no `for` loop holds an epoch number to hand set_epoch. The
+    pass counts on from the sampler's own epoch (`set_epoch(sampler.epoch + 1)`), at its top,
+    so each epoch draws a new order on every rank alike, whatever counter the loop keeps.
+    Only a training pass that no loop of its own function holds, in a function of this file
+    called from inside a while loop's body."""
+    done = False
+    holders = facts.holders_from(loader.function, loader.name)
+    for loop in facts.loops_over_values(holders):
+        function = facts.function_of(loop)
+        if function is None or facts.enclosing_loops(loop) or _enclosing_whiles(facts, loop) \
+                or not facts.loop_trains(loop):
+            continue
+        if not any(_enclosing_whiles(facts, call) for call in facts.calls_of(function)):
+            continue
+        # (`self.train_loader` is held where __init__ sets it, read in every method.)
+        name_there = next((name for name in facts.names_iterated_by(loop) for held_in, held in holders
+                           if held == name and (held_in in (function, None) or name.startswith("self."))),
+                          loader.name)
+        if isinstance(loader, Loader) and not sampler.startswith("self.") and function is not loader.function:
+            # The sampler variable is not in scope there; the loader handed in carries it.
+            code = via_loader_template.format(loader=name_there, epoch=f"{name_there}.sampler.epoch + 1")
+        else:
+            code = template.format(sampler=sampler, epoch=f"{sampler}.epoch + 1", loader=name_there)
+        edits.insert_before(_before_the_progress_bar(facts, loop, name_there), Insertion(edits.statements(code)))
+        edits.report("DDP202", loop)
+        done = True
+    return done
 
 
 def _before_the_progress_bar(facts: Facts, loop: cst.For, name: str) -> Statement:

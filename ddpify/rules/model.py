@@ -2331,11 +2331,31 @@ def _derivations(facts: Facts, name: str) -> list[cst.Call]:
     return found
 
 
+def _trains_what_it_is_handed(facts: Facts, name: str, function: cst.FunctionDef) -> bool:
+    """`def fit(network, ...)` that trains `network` and keeps `copy.deepcopy(network)` of the
+    best epoch, or a Trainer class whose `__init__` keeps an EMA copy and whose methods train:
+    not a copier. It is handed the wrapper, which its training steps need (handed the raw
+    module, no rank would synchronise its gradients); the copy inside is unwrapped there."""
+    if name not in facts.classes:
+        return function in facts.training_functions
+    owner = facts.class_of(function)
+    return owner is not None and any(isinstance(method, cst.FunctionDef) and method in facts.training_functions
+                                     for method in owner.body.body)
+
+
+def _copier_handed_the_model(facts: Facts, call: cst.Call, holders: set[Holder]) -> bool:
+    """`EMA(student)` where the class `EMA` of this file deep-copies its parameter, and the
+    model's value reaches that parameter: the copy inside it is unwrapped there, once."""
+    callee = dotted_name(call.func) or ""
+    function = facts.class_inits.get(callee) if callee in facts.classes else facts.functions.get(callee)
+    return function is not None and any(held_in is function for held_in, _ in holders)
+
+
 def _copies_what_it_is_handed(facts: Facts, name: str) -> bool:
     """A class of this file whose `__init__`, or a function of this file whose body, hands its
     first parameter to `copy.deepcopy`."""
     function = facts.class_inits.get(name) if name in facts.classes else facts.functions.get(name)
-    if function is None:
+    if function is None or _trains_what_it_is_handed(facts, name, function):
         return False
     parameters = positional_parameters(function)[1 if name in facts.classes else 0:]
     if not parameters:
@@ -2389,7 +2409,7 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
                 model.name.startswith("self.") or facts.function_of(entry) is facts.function_of(wrap)):
             edits.expressions[entry] = _unwrapped(model.name, edits, _quote_for(facts, entry))
             edits.report("DDP103", entry)
-    _unwrap_in_callees(facts, edits, model, holders)
+    _unwrap_in_callees(facts, edits, model, holders, wrap)
     for call in _derivations(facts, model.name):
         copied = call.args[0].value
         if not _before_wrap(facts, call, wrap) and not _rebound_since_wrap(facts, call, model.name, wrap) and (
@@ -2609,7 +2629,8 @@ def _unwrap_on_instances(facts: Facts, edits: Edits, model: Model) -> None:
             edits.report("DDP103", access)
 
 
-def _unwrap_in_callees(facts: Facts, edits: Edits, model: Model, holders: set[Holder]) -> None:
+def _unwrap_in_callees(facts: Facts, edits: Edits, model: Model, holders: set[Holder],
+                       wrap: cst.BaseStatement) -> None:
     """`def sample(net, n): return net.decode(torch.randn(n, net.latent_dim))` called as
     `sample(model, 4)`: a function of this file that the model is handed to under another
     name may receive the wrapper, so the model's own attributes and methods are read there
@@ -2648,6 +2669,32 @@ def _unwrap_in_callees(facts: Facts, edits: Edits, model: Model, holders: set[Ho
             if not _under_wrapper_check(facts, access, name):
                 edits.expressions[access.value] = _unwrapped(name, edits, _quote_for(facts, access))
                 edits.report("DDP103", access)
+    _unwrap_derivations_in_callees(facts, edits, model, holders, wrap)
+
+
+def _unwrap_derivations_in_callees(facts: Facts, edits: Edits, model: Model, holders: set[Holder],
+                                   wrap: cst.BaseStatement) -> None:
+    """Rule: `self.ema = AveragedModel(model)` in `Trainer.__init__(self, model, ...)`, or
+    `copy.deepcopy(model)` in an EMA class of this file, handed the model (under its own name
+    or another): the copy is made of `getattr(model, "module", model)`, the module and not the
+    wrapper. A copy of the DDP wrapper would run DDP's own collectives in every forward of the
+    averaged model, and its checkpoint keys would carry one "module." more than the
+    single-GPU script's. (In the model's own function _unwrap_attributes does this; a
+    function the model's own function hands it to only before the wrap gets the module.)"""
+    handed = [(callee, _before_wrap(facts, call, wrap)) for callee, _, call in facts._calls_passing(
+        model.name, model.function)]
+    for function, name in holders:
+        if function is None or function is model.function or name.startswith("self.") \
+                or name not in parameter_names(function):
+            continue
+        before = [early for callee, early in handed if callee is function]
+        if before and all(before):
+            continue
+        for call in _derivations(facts, name):
+            if facts.function_of(call) is function and not _copier_handed_the_model(facts, call, holders):
+                copied = call.args[0].value
+                edits.expressions[copied] = _unwrapped(name, edits, _quote_for(facts, copied))
+                edits.report("DDP103", copied)
 
 
 # A module's own state dict methods: on a DDP wrapper their keys carry a "module." prefix.

@@ -141,7 +141,7 @@ def _drawn_at_random(facts: Facts, call: cst.Call) -> Optional[tuple[str, cst.Ca
 def _above_setup(facts: Facts, setup: Plan, call: cst.Call) -> bool:
     """In the setup's own block, above the device choice the setup replaces or follows
     (`cfg = Config()` then `device = torch.device(...)`): run before the group is joined."""
-    anchor = setup.device_assignment.statement if setup.device_assignment is not None else setup.choice_statement
+    anchor = setup.anchor
     if anchor is None or facts.function_of(call) is not setup.function:
         return False
     top = facts.ancestor_in(call, setup.block)

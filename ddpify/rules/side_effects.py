@@ -6,7 +6,7 @@ a keyword where the API has one (`tqdm(..., disable=not is_main)`, `wandb.init(m
 `if is_main:` around whole statements otherwise, and one guard around a `for`/`with` whose
 body is nothing but guarded statements.
 """
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Optional, cast
 
 import libcst as cst
@@ -620,7 +620,7 @@ def _loguru_on_rank0(facts: Facts, edits: Edits, setup: Plan) -> None:
             edits.report("DDP307", call)
     body: Sequence[BlockItem] = setup.block.body
     chosen: Optional[BlockItem] = None
-    after_setup = setup.choice_statement in body
+    after_setup = _setup_index(facts, setup)
     # (Not before the block's own import of loguru: the name would not exist yet.)
     imported_at = max((index for index, item in enumerate(body) if isinstance(item, cst.SimpleStatementLine)
                        and "loguru" in edits.code(item) and any(
@@ -631,7 +631,7 @@ def _loguru_on_rank0(facts: Facts, edits: Edits, setup: Plan) -> None:
                 and all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in item.body):
             continue
         if any(call in loguru_calls for call in calls_within(item)) \
-                or after_setup and index > body.index(cast(BlockItem, setup.choice_statement)):
+                or after_setup is not None and index > after_setup:
             chosen = item
             break
     if chosen is None:
@@ -645,22 +645,27 @@ def _loguru_on_rank0(facts: Facts, edits: Edits, setup: Plan) -> None:
 
 
 def _lower_log_level(facts: Facts, edits: Edits, setup: Plan) -> None:
-    """Rank 0 logs as before; the other ranks keep only errors. Lowering the level once, after
-    the setup, leaves every logging call of the script as it was."""
+    """Rank 0 logs as before; the other ranks keep only errors. Lowering the level once leaves
+    every logging call of the script as it was.
+
+    Rule: the level is lowered after the logging is configured (a `basicConfig` in the
+    setup's block, or a call of this file's function that makes it: basicConfig would set the
+    level back), before the first statement of the block that logs, and at the latest right
+    after the setup: a statement after it (`trainer.fit()`, `main()` under
+    `if __name__ == "__main__":`) may log through functions and methods ddpify does not
+    follow, once per rank on a real multi-GPU run."""
     configs = facts.calls_named.get(names.LOGGING_BASIC_CONFIG, [])
     if not configs:
         return
-    config_statements = [facts.ancestor_in(call, setup.block) for call in configs]
-    first_allowed = max(
-        (setup.block.body.index(statement) for statement in config_statements if statement is not None),
-        default=-1,
-    )
-    loggers = logger_names(facts)
     body: Sequence[BlockItem] = setup.block.body
+    first_allowed = max((body.index(statement) for statement in _configuring_statements(facts, setup, configs)),
+                        default=-1)
+    after_setup = _setup_index(facts, setup)
+    loggers = logger_names(facts)
     for index, statement in enumerate(body):
         if index <= first_allowed or isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
             continue
-        if _logs(statement, loggers):
+        if _logs(statement, loggers) or after_setup is not None and index > after_setup:
             guard = setup.guard_for(facts, statement)
             code = LOWER_LOG_LEVEL_CODE.format(guard=guard)
             edits.before.setdefault(statement, []).append(
@@ -668,6 +673,31 @@ def _lower_log_level(facts: Facts, edits: Edits, setup: Plan) -> None:
             )
             edits.report("DDP304", configs[0])
             return
+
+
+def _setup_index(facts: Facts, setup: Plan) -> Optional[int]:
+    """Where in its block the setup ends: the index of the device choice it follows (None when
+    the setup is not at a device choice of that block)."""
+    anchor = facts.ancestor_in(setup.anchor, setup.block) if setup.anchor is not None else None
+    body: Sequence[BlockItem] = setup.block.body
+    return body.index(anchor) if anchor in body else None
+
+
+def _configuring_statements(facts: Facts, setup: Plan, configs: Sequence[cst.Call]) -> Iterator[BlockItem]:
+    """The statements of the setup's block that configure logging: a `basicConfig(...)` there,
+    or a call of the function of this file that holds one (`setup_logging(args)`)."""
+    for call in configs:
+        statement = facts.ancestor_in(call, setup.block)
+        if statement is not None:
+            yield statement
+            continue
+        function = facts.function_of(call)
+        if function is None:
+            continue
+        for caller in facts.calls_by_callee.get(function.name.value, ()):
+            statement = facts.ancestor_in(caller, setup.block)
+            if statement is not None:
+                yield statement
 
 
 def _logger_levels_on_rank0(facts: Facts, edits: Edits, setup: Plan) -> None:

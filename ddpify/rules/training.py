@@ -1145,9 +1145,15 @@ def _rank_batch_count(divisor: cst.BaseExpression, loaders: set[str], batch_inde
         if counts and all(count is not None for count in counts):
             return f"{divisor.value} {str(counts[0]).rsplit(' ', 1)[-1]}"
         return None
-    if not (isinstance(divisor, cst.Call) and dotted_name(divisor.func) == "len" and divisor.args):
-        return None
     code = cst.Module(body=[]).code_for_node(divisor)
+    if not (isinstance(divisor, cst.Call) and dotted_name(divisor.func) == "len" and divisor.args):
+        # `math.ceil(len(loader) / accum_steps)` optimizer updates, `len(loader) * batch_size`:
+        # a fixed function of this rank's count, which a sharding sampler makes the same on
+        # every rank, so the ranks' sums over it average as over the count itself.
+        inner = [call for call in calls_within(divisor) if call is not divisor and dotted_name(call.func) == "len"
+                 and call.args and _rank_batch_count(call, loaders, None, {}) is not None]
+        return f"{code}, counted from its batches" if inner and isinstance(
+            divisor, (cst.Call, cst.BinaryOperation)) else None
     counted = divisor.args[0].value
     if isinstance(counted, cst.Attribute) and counted.attr.value == "sampler":
         return f"{code} samples" if dotted_name(counted.value) in loaders else None
