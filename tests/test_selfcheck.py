@@ -196,6 +196,25 @@ def test_a_wrap_of_a_module_with_nothing_to_train_is_found():
     assert codes(ORIGINAL, guarded) == []
 
 
+def test_a_forward_of_the_wrapped_model_on_rank0_only_is_found():
+    """DDP916: the DDP wrapper's forward broadcasts the model's buffers from rank 0, so a run of
+    it inside a rank-0 guard (`if is_main: torch.save(generator(z), path)`) waits for ranks
+    that never join. The fixture's real output runs the model on every rank first and passes;
+    the same output with the run put back under the guard is caught."""
+    fixture = Path(__file__).parent.parent / "fixtures" / "side_effects" / "model_run_inside_a_rank0_write"
+    original = (fixture / "input.py").read_text()
+    expected = (fixture / "expected.py").read_text()
+    assert codes(original, expected) == []
+    hoisted = ('    generator_value = generator(fixed_z)\n    if is_main:\n'
+               '        torch.save(generator_value.detach().cpu(), "samples/%d.pt" % batches_done)\n')
+    under_the_guard = ('    if is_main:\n'
+                       '        torch.save(generator(fixed_z).detach().cpu(), "samples/%d.pt" % batches_done)\n')
+    assert codes(original, planted(hoisted, under_the_guard, expected)) == ["DDP916"]
+    # The bare module under the guard is no collective.
+    bare = under_the_guard.replace("generator(fixed_z)", 'getattr(generator, "module", generator)(fixed_z)')
+    assert codes(original, planted(hoisted, bare, expected)) == []
+
+
 def test_a_second_join_on_the_same_path_is_found():
     """DDP933: init_process_group twice on one path raises on every rank under torchrun. A join
     asked for first (`if not dist.is_initialized():`), one in each arm of an `if`, or one per
@@ -587,8 +606,9 @@ TODAYS_WRONG = {
     "loaders_first": (["DDP917", "DDP917"], []),  # samplers asked for the group before Trainer joined it
     # the wrap in Trainer.__init__ above the join below it: no rank wraps (fixed in ad7f4e1)
     "wrap_before_join": (["DDP917"], []),
-    # the whole `with open(log)` block under `if is_main:`, the training inside it
-    "csv_log_around_training": (["DDP916", "DDP916"], []),
+    # the whole `with open(log)` block under `if is_main:`, the training inside it (its
+    # set_epoch, the wrapped model's forward, the backward)
+    "csv_log_around_training": (["DDP916", "DDP916", "DDP916"], []),
 }
 
 

@@ -1756,10 +1756,17 @@ class Collector(cst.CSTVisitor):
     def _note_device_move(self, node: cst.Call, func: cst.Attribute) -> None:
         base = func.value
         # Only through calls that return the module itself (`model.eval().cpu()`),
-        # never through its output (`model.decode(z).cpu()`).
-        while isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute) and (
-                base.func.attr.value in _RETURNS_MODULE):
-            base = base.func.value
+        # never through its output (`model.decode(z).cpu()`); and through a DataParallel
+        # wrapper (`nn.DataParallel(model).cuda()`): moving the wrapper moves the parameters
+        # of the module it holds, so that branch is one more path on which the model reaches
+        # the GPU (the wrapper itself is dropped by the migration, the move stays).
+        while isinstance(base, cst.Call):
+            if isinstance(base.func, cst.Attribute) and base.func.attr.value in _RETURNS_MODULE:
+                base = base.func.value
+            elif base.args and base.args[0].keyword is None and self._data_parallel_kind(base.func):
+                base = base.args[0].value
+            else:
+                break
         moved = dotted_name(base)
         if moved is not None:
             self.facts.device_moves.setdefault(moved, []).append(node)

@@ -204,20 +204,38 @@ class FunctionEffects:
                 for target in node.targets if isinstance(target, ast.Attribute)
                 and isinstance(target.value, ast.Name) and target.value.id == "self"}
         moved: set[str] = set()
-        for node in ast.walk(function):
+        own = {id(node) for node in ast.walk(function)}
+        for node in self._nodes_moving_what_it_keeps(name, function):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and node.func.attr in ("to", "cuda")):
                 continue
             receiver = node.func.value
-            if isinstance(receiver, ast.Name) and receiver.id in positional:
-                moved.add(receiver.id)
-            elif isinstance(receiver, ast.Attribute) and isinstance(receiver.value, ast.Name) and (
+            if isinstance(receiver, ast.Attribute) and isinstance(receiver.value, ast.Name) and (
                     receiver.value.id == "self") and receiver.attr in kept:
                 moved.add(kept[receiver.attr])
+            elif id(node) not in own:
+                continue  # another method's own names are not this function's parameters
+            elif isinstance(receiver, ast.Name) and receiver.id in positional:
+                moved.add(receiver.id)
             elif isinstance(receiver, ast.Subscript) and isinstance(receiver.value, ast.Name) and (
                     receiver.value.id in keywords) and isinstance(receiver.slice, ast.Constant):
                 moved.add(str(receiver.slice.value))
         return positional, moved
+
+    def _nodes_moving_what_it_keeps(self, name: str, function: ast.AST) -> Iterator[ast.AST]:
+        """The nodes of `function`; for a class's `__init__`, those of every method of the class
+        too: an object moves what it keeps later as well (`self.model = model` in `__init__`,
+        `self.model.to(self.device)` in the `setup()` that `fit()` calls), and the caller's
+        model then reaches its device inside the class, which wraps it there, after the move
+        (a wrap by the caller, before the hand-off, would wrap a CPU module that the class
+        moves and wraps again)."""
+        yield from ast.walk(function)
+        owner, _, method = name.rpartition(".")
+        if method != "__init__" or owner not in self.classes:
+            return
+        for key, other in self._functions.items():
+            if self._class_of.get(key) == owner and other is not function:
+                yield from ast.walk(other)
 
     def element_moved_parameters(self, name: str) -> tuple[list[str], set[str]]:
         """(the positional parameters, the ones whose elements the function moves): `def

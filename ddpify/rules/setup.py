@@ -813,7 +813,11 @@ def _follow_the_moves_test(facts: Facts, edits: Edits, plan: Plan, anchor: Optio
     test, so that without the flag the model stays on the CPU and so do the rank's device, the
     wrap (no device_ids) and the backend (Gloo), as in the original. torch.cuda.is_available()
     there would wrap a CPU model with device_ids on a GPU machine, which DDP refuses. Where
-    the test reads a name set only after the setup must run, it cannot be followed (DDP007)."""
+    the moves sit under several tests (`if args.gpu >= 0: model.cuda(args.gpu)` / `elif
+    args.data_parallel: model = nn.DataParallel(model).cuda()`), the model reaches the GPU
+    when any of them holds: the setup's test is their disjunction (an `elif`'s implicit `not`
+    of the tests above it changes nothing in an `or` of them all). Where a test reads a name
+    set only after the setup must run, it cannot be followed (DDP007)."""
     if plan.device_assignment is not None or plan.device_elsewhere or plan.device_from_parameter or plan.cpu_only:
         return
     tests: dict[str, cst.BaseExpression] = {}
@@ -825,26 +829,39 @@ def _follow_the_moves_test(facts: Facts, edits: Edits, plan: Plan, anchor: Optio
             if test is None:
                 return  # moved to the GPU whatever the script's flags say
             tests.setdefault(facts.module.code_for_node(test), test)
-    if len(tests) != 1:
-        return
-    code, test = tests.popitem()
-    if _only_asks_for_cuda(facts, test):
-        return  # the setup's own test already
-    if _reads_names_of_another_function(facts, plan, test):
-        edits.report("DDP007", test, f"the models go to the GPU only when `{code}`, which reads names of "
-                     "the function that moves them, not where the distributed setup must run: the setup "
-                     f"cannot follow it; set `{code}` where the setup can read it, or choose the device by name")
-        return
-    if not _reads_only_names_bound_before(facts, plan, anchor, code):
-        edits.report("DDP007", test, f"the models go to the GPU only when `{code}`, which is set after "
-                     "the point where the distributed setup must run: the setup takes the GPU whenever "
-                     f"there is one; set `{code}` earlier, or choose the device by name")
-        return
+    if not tests or any(_only_asks_for_cuda(facts, test) for test in tests.values()):
+        return  # the setup's own test already (a GPU path that needs no more than a GPU)
+    for code, test in tests.items():
+        if _reads_names_of_another_function(facts, plan, test):
+            edits.report("DDP007", test, f"the models go to the GPU only when `{code}`, which reads names of "
+                         "the function that moves them, not where the distributed setup must run: the setup "
+                         f"cannot follow it; set `{code}` where the setup can read it, or choose the device by name")
+            return
+        if not _reads_only_names_bound_before(facts, plan, anchor, code):
+            edits.report("DDP007", test, f"the models go to the GPU only when `{code}`, which is set after "
+                         "the point where the distributed setup must run: the setup takes the GPU whenever "
+                         f"there is one; set `{code}` earlier, or choose the device by name")
+            return
+    if len(tests) == 1:
+        code, test = tests.popitem()
+    else:
+        code = " or ".join(_operand_of_or(facts, test) for test in tests.values())
+        test = cst.parse_expression(code)
     if dotted_name(test) is None:
         name = facts.free_name("use_cuda")
         plan.gpu_condition_code = f"{name} = {code}\n"
         code = name
     plan.use_gpu = code
+
+
+def _operand_of_or(facts: Facts, test: cst.BaseExpression) -> str:
+    """The test's code as one operand of `a or b`: parenthesized where a lower-precedence
+    expression (`x if c else y`, a lambda) would otherwise change what the `or` joins."""
+    code = facts.module.code_for_node(test)
+    if isinstance(test, (cst.IfExp, cst.Lambda, cst.NamedExpr)) or isinstance(test, cst.BooleanOperation) \
+            and isinstance(test.operator, cst.Or):
+        return f"({code})"
+    return code
 
 
 def _only_asks_for_cuda(facts: Facts, test: cst.BaseExpression, depth: int = 0) -> bool:

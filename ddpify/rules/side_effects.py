@@ -190,7 +190,7 @@ def _runs_the_model(facts: Facts, inner: cst.Call, model_names: set[str]) -> boo
         return False
     if facts.helper_effects.get(inner, effects.MIXED) != effects.MIXED:
         return False  # a helper that only reads the model (its parameters, its state dict)
-    if dotted_name(inner.func) in model_names:
+    if dotted_name(inner.func) in model_names or _calls_own_parameter(facts, inner):
         return True
     if any(dotted_name(arg.value) in model_names for arg in inner.args):
         return True
@@ -208,6 +208,18 @@ def _function_runs_model(facts: Facts, function: cst.FunctionDef, model_names: s
     return any(method not in seen and _function_runs_model(facts, method, model_names, seen)
                for call in calls_within(function.body)
                for method in [facts.method_called(call)] if method is not None)
+
+
+def _calls_own_parameter(facts: Facts, inner: cst.Call) -> bool:
+    """`def save_embeddings(model, x, path): np.save(path, model(x).cpu().numpy())`: a call of
+    a parameter of the function it sits in may run the model a caller hands in, from this
+    file or from another module of the project where the model is never named here (the
+    reading _calls_a_parameter makes of a function called inside the line). Treated as a
+    run, it is hoisted to every rank before the write rank 0 alone makes: a DDP forward on
+    one rank syncs buffers with peers that never join."""
+    function = facts.function_of(inner)
+    return isinstance(inner.func, cst.Name) and function is not None and (
+        inner.func.value in parameter_names(function) - {"self", "cls"})
 
 
 def _calls_a_parameter(function: cst.FunctionDef) -> bool:
@@ -463,13 +475,14 @@ def _open_on_rank0(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, devn
 def _only_writes(facts: Facts, block: cst.With) -> bool:
     """A `with open(...)` block that can run on rank 0 alone (a download written chunk by
     chunk): no training loop, no call of a model or of a function or method of this file
-    (the training, an evaluation that gathers: `trainer.validate()`)."""
+    (the training, an evaluation that gathers: `trainer.validate()`), nor of a parameter of
+    its function, which may be the model a caller hands in (_calls_own_parameter)."""
     if any(loop in facts.training_loops or loop in facts.loops_calling_training
            for loop in find_all(block.body, cst.For)):
         return False
     models = {model.name for model in facts.models}
     return not any((dotted_name(call.func) or "") in models or (dotted_name(call.func) or "") in facts.functions
-                   or facts.method_called(call) is not None
+                   or facts.method_called(call) is not None or _calls_own_parameter(facts, call)
                    for call in calls_within(block.body))
 
 

@@ -25,7 +25,12 @@ from ddpify.selfcheck.models import (
     wrapper_handed_to_an_exporter,
 )
 from ddpify.selfcheck.names import names_read_unbound
-from ddpify.selfcheck.output import draws_on_rank0_only, shared_work_on_rank0, unguarded_output
+from ddpify.selfcheck.output import (
+    draws_on_rank0_only,
+    shared_work_on_rank0,
+    unguarded_output,
+    wrapped_forwards_on_rank0,
+)
 from ddpify.selfcheck.setup import (
     asked_before_the_group,
     device_types_changed,
@@ -57,6 +62,7 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
                            any(d.code in NO_EPOCH_LOOP_CODES for d in diagnostics)),
         *unguarded_output(after),
         *shared_work_on_rank0(after),
+        *wrapped_forwards_on_rank0(after),
         *draws_on_rank0_only(after),
         *joins_on_import(before, after),
         *joined_twice(before, after),

@@ -5,6 +5,7 @@ import ast
 from collections.abc import Iterator
 from typing import Optional
 
+from ddpify.selfcheck.models import wraps
 from ddpify.selfcheck.source import (
     FUNCTIONS,
     Scope,
@@ -81,6 +82,28 @@ def shared_work_on_rank0(migrated: Source) -> Iterator[Finding]:
     for call in migrated.calls:
         if last_part(call.func) in SHARED_WORK and _under_rank_zero_if(migrated, call):
             yield "DDP916", call.lineno, f"`{_short(call)}` runs on rank 0 only"
+
+
+def wrapped_forwards_on_rank0(migrated: Source) -> Iterator[Finding]:
+    """`if is_main: np.save(path, model(x).cpu().numpy())` after `model = DDP(model, ...)`:
+    the wrapper's forward syncs the model's buffers (BatchNorm statistics) from rank 0 in a
+    collective, so on rank 0 alone it waits for ranks that never join it (and, under
+    autograd, readies a gradient all-reduce they never make). A call of the wrapped name
+    under a rank-0 guard, in the wrap's own function (or anywhere, for a wrap of a global or
+    of a `self.` attribute), is that forward."""
+    wrapped: dict[str, list[ast.AST]] = {}
+    for name, call in wraps(migrated):
+        scope = migrated.scope_of(call)
+        wrapped.setdefault(name, []).append(
+            scope if isinstance(scope, FUNCTIONS) and not name.startswith("self.") else migrated.tree)
+    for call in migrated.calls:
+        called = dotted(call.func)
+        if called is None or called not in wrapped or not _under_rank_zero_if(migrated, call):
+            continue
+        if any(scope is migrated.tree or scope in migrated.ancestors(call) for scope in wrapped[called]):
+            yield "DDP916", call.lineno, (
+                f"`{_short(call)}` runs the DDP-wrapped `{called}` on rank 0 only: its forward is a collective "
+                "(buffers broadcast from rank 0); run it on every rank into a name, and guard only the write")
 
 
 # Draws from a global random generator, by generator: torch's (its sampling functions, a

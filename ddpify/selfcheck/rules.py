@@ -42,7 +42,8 @@ RULES = (
          "free; in the output the process group is created at import time.",
          "Move the setup block into the `__main__` block or into the function it calls."),
     Rule("DDP916", Severity.WARNING, "self-check: work every rank must do runs on rank 0 only",
-         "A backward, a collective or a sampler's set_epoch under a rank-0 guard (often a "
+         "A backward, a collective, a forward of the DDP-wrapped model (it broadcasts the "
+         "model's buffers) or a sampler's set_epoch under a rank-0 guard (often a "
          "`with open(log)` block guarded as a whole with the training inside): rank 0 waits "
          "in DDP's all-reduce for ranks that never join it, and on NCCL the job hangs. Also a "
          "draw from a global random generator (a fresh model saved as 'pretrained' weights, "
