@@ -2198,7 +2198,64 @@ def _detached_calls(method: cst.FunctionDef) -> set[int]:
                 if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("detach", "detach_")
                 and isinstance(call.func.value, cst.Call)}
     return detached | {id(node.value.func) for node in find_all(method.body, cst.Attribute)
-                       if node.attr.value == "data" and isinstance(node.value, cst.Call)}
+                       if node.attr.value == "data" and isinstance(node.value, cst.Call)} | _detached_later(method)
+
+
+_DETACHING = ("detach", "detach_", "data")
+
+
+def _detached_later(method: cst.FunctionDef) -> set[int]:
+    """The ids of the `self.X` read in `h = self.backbone(x)` whose name is cut from the graph
+    by the next statement that mentions it (`h = h.detach()`, `h = h.data`, `h.detach_()`):
+    the same cut as `self.backbone(x).detach()`, a line later. Everything the assigned value
+    reads reaches the loss only through `h`, so no gradient comes back to those parts (DDP
+    then waits for theirs: "Expected to have finished reduction"). Only within one block,
+    and only when the next mention rebinds `h` (or detaches it in place), so that no later
+    read of `h` can still carry the graph."""
+    cut: set[int] = set()
+    for block in find_all(method.body, cst.IndentedBlock):
+        statements = list(block.body)
+        for position, statement in enumerate(statements):
+            name, value = _name_bound_to_a_call(statement)
+            if name is None or value is None:
+                continue
+            following = next((later for later in statements[position + 1:]
+                              if any(node.value == name for node in find_all(later, cst.Name))), None)
+            if following is not None and _cuts_name(following, name):
+                cut |= {id(node) for node in find_all(value, cst.Attribute)
+                        if isinstance(node.value, cst.Name) and node.value.value == "self"}
+    return cut
+
+
+def _name_bound_to_a_call(statement: cst.BaseStatement) -> tuple[Optional[str], Optional[cst.Call]]:
+    """`h = <call>` as a statement of its own: ("h", the call)."""
+    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+        else None
+    if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name) \
+            and isinstance(small.value, cst.Call):
+        return small.targets[0].target.value, small.value
+    return None, None
+
+
+def _cuts_name(statement: cst.BaseStatement, name: str) -> bool:
+    """`name = name.detach()` (or `.data`, or a chain on it: `name.detach().flatten(1)`), or
+    `name.detach_()`: every read of `name` there is the receiver of a detach, and the
+    statement rebinds it or detaches it in place."""
+    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+        else None
+    if isinstance(small, cst.Assign):
+        if not (len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name)
+                and small.targets[0].target.value == name):
+            return False
+        value: cst.BaseExpression = small.value
+    elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) \
+            and isinstance(small.value.func, cst.Attribute) and small.value.func.attr.value == "detach_":
+        value = small.value
+    else:
+        return False
+    reads = [node for node in find_all(value, cst.Name) if node.value == name]
+    receivers = {id(node.value) for node in find_all(value, cst.Attribute) if node.attr.value in _DETACHING}
+    return bool(reads) and all(id(read) in receivers for read in reads)
 
 
 def _sets_requires_grad(loop: cst.For) -> bool:

@@ -598,6 +598,7 @@ class FunctionEffects:
                          and isinstance(node.func.value, ast.Call)}
             gradless |= {id(node.value.func) for node in ast.walk(function) if isinstance(node, ast.Attribute)
                          and node.attr == "data" and isinstance(node.value, ast.Call)}
+            gradless |= _detached_later(function)
             targets = {id(target) for node in ast.walk(function) if isinstance(node, ast.Assign)
                        for target in node.targets}
             used |= {node.attr for node in ast.walk(function) if isinstance(node, ast.Attribute)
@@ -1394,3 +1395,41 @@ def _returned_and_bound(function: ast.AST) -> tuple[list[ast.expr], dict[str, li
         elif isinstance(node, ast.Return) and node.value is not None:
             returned.extend(node.value.elts if isinstance(node.value, ast.Tuple) else [node.value])
     return returned, bound
+
+
+def _detached_later(function: Union[ast.FunctionDef, ast.AsyncFunctionDef]) -> set[int]:
+    """The ids of the `self.X` read in `h = self.backbone(x)` when the next statement of the
+    block that mentions `h` cuts it from the graph (`h = h.detach()`, `h = h.data`,
+    `h.detach_()`): collector._detached_later's rule, for a class of another module."""
+    cut: set[int] = set()
+    for node in ast.walk(function):
+        for block in (getattr(node, field, None) for field in ("body", "orelse", "finalbody")):
+            if not isinstance(block, list):
+                continue
+            for position, statement in enumerate(block):
+                if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+                        and isinstance(statement.targets[0], ast.Name) and isinstance(statement.value, ast.Call)):
+                    continue
+                name = statement.targets[0].id
+                following = next((later for later in block[position + 1:] if any(
+                    isinstance(inner, ast.Name) and inner.id == name for inner in ast.walk(later))), None)
+                if following is not None and _cuts_name(following, name):
+                    cut |= {id(inner) for inner in ast.walk(statement.value) if isinstance(inner, ast.Attribute)
+                            and isinstance(inner.value, ast.Name) and inner.value.id == "self"}
+    return cut
+
+
+def _cuts_name(statement: ast.stmt, name: str) -> bool:
+    """`name = name.detach()` (`.data`, a chain on it) or `name.detach_()`."""
+    if isinstance(statement, ast.Assign) and len(statement.targets) == 1 \
+            and isinstance(statement.targets[0], ast.Name) and statement.targets[0].id == name:
+        value: ast.expr = statement.value
+    elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call) \
+            and isinstance(statement.value.func, ast.Attribute) and statement.value.func.attr == "detach_":
+        value = statement.value
+    else:
+        return False
+    reads = [inner for inner in ast.walk(value) if isinstance(inner, ast.Name) and inner.id == name]
+    receivers = {id(inner.value) for inner in ast.walk(value)
+                 if isinstance(inner, ast.Attribute) and inner.attr in ("detach", "detach_", "data")}
+    return bool(reads) and all(id(read) in receivers for read in reads)

@@ -242,6 +242,11 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan)
             current = cast(cst.With, facts.parents[facts.parents[current]])  # just checked
             if _opens_a_file(facts, current):
                 statement = current
+        loop = _loop_around_read(facts, call) if call not in datasets else None
+        if loop is not None:
+            if any(_ancestor_of(facts, loop, write) for write in writes):
+                continue  # written in the same loop: see _loop_around_read
+            statement = loop
         if statement in waiting or _waited_for_already(facts, placed, writes, call):
             continue
         # (Before what other rules put above a dataset's statement too: its sampler calls
@@ -532,12 +537,14 @@ def _read_by_rank0_alone(facts: Facts, setup: Plan, call: cst.Call) -> bool:
 
 
 def _reads_once(facts: Facts, setup: Plan, call: cst.Call) -> bool:
-    """`open(path)` for reading that every rank runs the same number of times: not on rank 0
-    alone, not in a loop of its function, not in a method that runs per item or per batch,
-    in a function (or a class's __init__) called from outside any loop and never from a
-    statement rank 0 alone runs (`print(read_vocab())`: a barrier there would wait forever)."""
+    """`open(path)` for reading whose wait every rank reaches the same number of times: not
+    on rank 0 alone, not in a method that runs per item or per batch, in a function (or a
+    class's __init__) called from outside any loop and never from a statement rank 0 alone
+    runs (`print(read_vocab())`: a barrier there would wait forever). A read in a loop of its
+    function (`for name in names: rows.append(np.load(name))`, eager loading in a dataset's
+    __init__) waits once, before the outermost such loop (_loop_around_read)."""
     writes = _open_mode(call) & _WRITING_MODES if call in _opens(facts) else False
-    if writes or _read_by_rank0_alone(facts, setup, call) or _in_loop(facts, call):
+    if writes or _read_by_rank0_alone(facts, setup, call):
         return False
     function = facts.function_of(call)
     if function is None:
@@ -574,6 +581,24 @@ def _datasets_reading_later(facts: Facts, setup: Plan) -> list[cst.Call]:
             if function is None or callers and not any(_in_loop(facts, caller) for caller in callers):
                 made.append(call)
     return made
+
+
+def _loop_around_read(facts: Facts, call: cst.Call) -> Optional[Statement]:
+    """Rule: the outermost for or while loop of its function whose body holds the read: the
+    loop statement runs once per rank where the function runs once, so a barrier before it
+    is reached alike on every rank, however many times each rank goes round (a barrier in
+    the body would be a collective per file, and a hang where the ranks list different
+    numbers of files). It serves only writes that are done before the loop: a file rank 0
+    writes in the same loop (each epoch's checkpoint read back in that epoch) gets no
+    barrier from here. None when no loop holds it (a comprehension's statement runs once)."""
+    outermost: Optional[Statement] = None
+    child: cst.CSTNode = call
+    parent = facts.parents.get(call)
+    while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.Lambda)):
+        if isinstance(parent, (cst.For, cst.While)) and child in (parent.body, parent.orelse):
+            outermost = parent
+        child, parent = parent, facts.parents.get(parent)
+    return outermost
 
 
 def _in_loop(facts: Facts, node: cst.CSTNode) -> bool:
@@ -717,7 +742,15 @@ CASES = (
     # A file rank 0 wrote, opened for reading by every rank once; not in a loop, nor where
     # rank 0 alone reads it.
     Emits(_NOTES + 'notes = open("notes.txt").read()\n', "DDP309", ("dist.barrier()",)),
-    Silent(_NOTES + 'for name in ["notes.txt"]:\n    notes = open(name).read()\n', "DDP309"),
+    # Read in a loop: one barrier, before the loop (not one per pass)...
+    Emits(_NOTES + 'for name in ["notes.txt"]:\n    notes = open(name).read()\n', "DDP309",
+          ('    dist.barrier()  # rank 0 has finished writing what is read next\nfor name in ["notes.txt"]:',)),
+    # ...but not before a loop that writes the file again: there the wait stays before the
+    # read, in the loop (_barrier_before_reading_written_paths).
+    Emits(TRAINING.replace("    for x, y in loader:", '    with open("notes.txt", "w") as f:\n'
+                           '        f.write("trained")\n    notes = open("notes.txt").read()\n    for x, y in loader:'),
+          "DDP309", ('        dist.barrier()  # rank 0 has finished writing what is read next\n'
+                     '    notes = open("notes.txt").read()',)),
     # Read per item: the barrier goes before the dataset is made, not into __getitem__.
     Emits(_NOTES + 'class Lines(torch.utils.data.Dataset):\n    def __getitem__(self, i):\n'
           '        return open("notes.txt").read()\n\n\nlines = Lines()\n', "DDP309",

@@ -411,7 +411,12 @@ def _role_by_flag(facts: Facts, edits: Edits, loader: Loader) -> Optional[str]:
     others evaluate. The sampler goes only to that split (`flag == "train"`), so that the
     evaluation loaders stay whole on every rank and what is decided from their figures
     (EarlyStopping's `break`) is decided alike on every rank; a rank that stopped alone
-    would leave the others waiting in a collective. None when the callers say no such thing."""
+    would leave the others waiting in a collective. None when the callers say no such thing.
+    The same for a flag that is True or False (`make_loader(is_train=True)` to train,
+    `make_loader(False)` to evaluate, or the parameter's default where a call leaves it out):
+    the sampler goes to the loader the training callers' value builds (`is_train`, or
+    `not is_train`), whatever the factory does with the flag inside (`Digits(train=is_train)`,
+    `shuffle=is_train`)."""
     function = loader.function
     calls = facts.calls_of(function) if function is not None else []
     if function is None or len(calls) < 2:
@@ -419,21 +424,37 @@ def _role_by_flag(facts: Facts, edits: Edits, loader: Loader) -> Optional[str]:
     positional = positional_parameters(function)
     if facts.class_of(function) is not None and positional:
         positional = positional[1:]  # `self._get_data("train")`: the first is the object's own
+    defaults = {param.name.value: param.default for param in [*function.params.params, *function.params.kwonly_params]}
     for parameter in positional + [param.name.value for param in function.params.kwonly_params]:
-        trained: set[str] = set()
-        evaluated: set[str] = set()
-        spelled: dict[str, str] = {}
+        trained: set[tuple[str, str]] = set()
+        evaluated: set[tuple[str, str]] = set()
+        spelled: dict[tuple[str, str], str] = {}
         for call in calls:
-            value = argument_among(call, parameter, positional)
-            text = string_value(value) if value is not None else None
+            value = argument_among(call, parameter, positional) or defaults.get(parameter)
+            text = _flag_value(value) if value is not None else None
             if text is None:
                 break
             spelled[text] = edits.code(cast(cst.BaseExpression, value))
             (trained if _loader_of_call_trains(facts, call) else evaluated).add(text)
         else:
             if len(trained) == 1 and evaluated and not trained & evaluated:
-                return f"{parameter} == {spelled[next(iter(trained))]}"
+                flag = next(iter(trained))
+                if flag[0] == "bool":
+                    return parameter if flag[1] == "True" else f"not {parameter}"
+                return f"{parameter} == {spelled[flag]}"
     return None
+
+
+_BOOLEANS = {"True": ("bool", "True"), "False": ("bool", "False")}
+
+
+def _flag_value(value: cst.BaseExpression) -> Optional[tuple[str, str]]:
+    """The literal a call hands for a flag: ("bool", "True") for True, ("str", "train") for
+    "train" (kept apart, so that a string "True" is not taken for the boolean)."""
+    if isinstance(value, cst.Name) and value.value in _BOOLEANS:
+        return _BOOLEANS[value.value]
+    text = string_value(value)
+    return ("str", text) if text is not None else None
 
 
 def _loader_of_call_trains(facts: Facts, call: cst.Call) -> bool:

@@ -363,7 +363,7 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
     if elsewhere:
         edits.report("DDP105", anchor, "submodule unused in forward: DDP told to expect unused parameters: "
                      f"{', '.join(elsewhere)}, built by a class of another module of the project, runs "
-                     "without gradients (never, or only under torch.no_grad())")
+                     "without gradients (never, only under torch.no_grad(), or cut from the graph by .detach())")
     skipped = _report_arguments_none_on_some_steps(facts, edits, model)
     skipped = skipped or _report_parts_run_on_some_calls(facts, edits, model, anchor)
     # DDP waits for a gradient from every parameter unless told some may not come.

@@ -1014,6 +1014,8 @@ def _attribute_references(facts: Facts, name: str, function: Optional[cst.Functi
     followed) when the attribute is not `self.X` of a method, or an object's `.X` is read
     anywhere else (`trainer.writer.close()`, a subclass's method): there the other ranks
     would find no such attribute."""
+    if name.count(".") == 1 and not name.startswith("self."):
+        return _config_attribute_references(facts, name)
     owner = facts.class_of(function)
     if owner is None or not name.startswith("self.") or name.count(".") != 1 or name in facts.read_by_derived_classes:
         return None  # (read by a subclass in another module, whose uses this module cannot guard)
@@ -1025,6 +1027,32 @@ def _attribute_references(facts: Facts, name: str, function: Optional[cst.Functi
         if dotted_name(node) != name or facts.class_of(facts.function_of(node)) is not owner:
             return None
         found.append(node)
+    return found
+
+
+def _config_attribute_references(facts: Facts, name: str) -> Optional[list[cst.BaseExpression]]:
+    """Rule: `args.writer = SummaryWriter(args.logdir)`, a writer kept on the options or a
+    config object and used as `args.writer.add_scalar(...)`, here or in this file's
+    functions that are handed the object under the same name (`train(args, model)`): every
+    read of `.writer` in the file, when each is spelled `args.writer`, so that the creation
+    and each use run on rank 0 only (None on the others), as for a writer held in a variable.
+    None (not followed, DDP307) when `.writer` is read on another object, or when a function
+    that reads it or makes it hands the object to a function of another module, whose uses
+    this module cannot guard."""
+    base, attribute = name.split(".")
+    found: list[cst.BaseExpression] = []
+    for node in facts.nodes_of(cst.Attribute):
+        if node.attr.value != attribute:
+            continue
+        if dotted_name(node) != name:
+            return None
+        found.append(node)
+    functions = {facts.function_of(node) for node in found}
+    for call in facts.nodes_of(cst.Call):
+        if facts.function_of(call) in functions and any(
+                isinstance(arg.value, cst.Name) and arg.value.value == base for arg in call.args) and not (
+                facts.functions.get(dotted_name(call.func) or "") or facts.method_called(call)):
+            return None
     return found
 
 
@@ -1166,6 +1194,11 @@ _TENSORBOARD = TRAINING.replace("import torch\n",
                                "import torch\nfrom torch.utils.tensorboard import SummaryWriter\n", 1)
 _CHECKPOINT = TRAINING + 'torch.save(model.state_dict(), "model.pt")\n'
 
+_OPTIONS_WRITER = (_TENSORBOARD.replace("    print(epoch, loss.item())\n",
+                                        '    cfg.writer.add_scalar("loss", loss.item(), epoch)\n')
+                   .replace("for epoch", "import types\ncfg = types.SimpleNamespace()\ncfg.writer = SummaryWriter()\n"
+                            "for epoch"))
+
 CASES = (
     Emits(TRAINING, "DDP301", ("    if is_main:\n        print(epoch, loss.item())",)),
     Silent(TRAINING.replace("    print(epoch, loss.item())\n", ""), "DDP301"),
@@ -1223,6 +1256,12 @@ CASES = (
                    '    return writer, path\n\n\nwriter, log_dir = make_writer("runs")\nfor epoch'),
           "DDP306", ("    writer = SummaryWriter(path) if is_main else None\n",
                      '    if is_main:\n        writer.add_scalar("loss", loss.item(), epoch)')),
+    # Kept on an options object (`cfg.writer`), used through it: made and used on rank 0...
+    Emits(_OPTIONS_WRITER, "DDP306", ("if is_main:\n    cfg.writer = SummaryWriter()",
+                                      '    if is_main:\n        cfg.writer.add_scalar("loss", loss.item(), epoch)')),
+    # ...but not when another object's `.writer` is read too: which one is which is unknown.
+    Emits(_OPTIONS_WRITER.replace("for epoch", "other = types.SimpleNamespace(writer=cfg.writer)\n"
+                                  "other.writer.flush()\nfor epoch"), "DDP307"),
     Emits(TRAINING + "print(model(torch.zeros(1, 4).to(device)).item())\n", "DDP308"),
     # A tracker's call that runs the model: the run on every rank, the call on rank 0.
     Emits(_TENSORBOARD.replace("    print(epoch, loss.item())\n",

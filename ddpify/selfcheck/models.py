@@ -331,7 +331,36 @@ def _wrap_problem(source: Source, model: str, wrap: ast.Call) -> Optional[str]:
     for use in _training_uses(source, scope, wrapped, through_calls=False):
         if use.lineno < statement.lineno:
             return f"`{ast.unparse(use)}` trains on output line {use.lineno}, before its wrap"
+    return _moved_later_by_a_function(source, model, wrap) if scope is source.tree else None
+
+
+def _moved_later_by_a_function(source: Source, model: str, wrap: ast.Call) -> Optional[str]:
+    """Rule: a model of the module wrapped there, that a function of the file moves and trains
+    as the global it is (`def train(epoch): model.to(device); ...; loss.backward()`, called
+    once per epoch after the wrap): the wrap comes before the move, so DDP registered the
+    parameters where they were (the CPU) and the training runs on another device. The wrap
+    must follow the move: move the model once, before the wrap, or wrap where it is moved."""
+    for function in [scope for scopes in source.functions.values() for scope in scopes]:
+        if not isinstance(function, FUNCTIONS) or source.scope_of(function) is not source.tree \
+                or _binds(function, model):
+            continue
+        moves = [other for other in source.statements_in(function) if model in source.moved_by(other)]
+        called_after = any(last_part(call.func) == function.name and call.lineno > wrap.lineno
+                           for call in source.calls)
+        if moves and called_after and _training_uses(source, function, [model], through_calls=False):
+            return (f"`{model}` is moved in `{function.name}()` (output line {moves[0].lineno}), which trains it "
+                    f"and runs after its wrap: move it to its device before the wrap")
     return None
+
+
+def _binds(function: Union[ast.FunctionDef, ast.AsyncFunctionDef], name: str) -> bool:
+    """`name` is a parameter of the function or assigned in it without `global`: its own, not the module's."""
+    arguments = function.args
+    if name in {arg.arg for arg in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}:
+        return True
+    declared = {declared for node in ast.walk(function) if isinstance(node, ast.Global) for declared in node.names}
+    stored = {node.id for node in ast.walk(function) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+    return name in stored and name not in declared
 
 
 def _trains_in_another_method(source: Source, scope: Scope, model: str) -> bool:
