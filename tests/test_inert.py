@@ -10,7 +10,7 @@ from fixture_cases import slow_unless_sampled
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ddpify import api, project
-from ddpify.analysis import inert, memo, reading, traversal
+from ddpify.analysis import inert, memo, nodes, reading, traversal
 from ddpify.options import Options
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -226,3 +226,24 @@ def test_no_memo_outlives_its_migration():
     assert api.migrate_source(source).diagnostics
     assert [memo_ for memo_ in memo._MEMOS if memo_.cache_info().currsize] == []
     assert len(memo._MEMOS) >= 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", SAMPLED_SOURCES)
+def test_subtrees_read_from_the_visit_order_are_walks(path):
+    """nodes.find_all slices the analysed module's visit order (reading.analyse records it):
+    every function, class, loop and statement gives what a walk of it gives, with and without
+    the insides of nested functions."""
+    tree = cst.parse_module(path.read_text(encoding="utf-8"))
+    try:
+        reading.analyse(MetadataWrapper(tree, unsafe_skip_copy=True))
+        for node in traversal.preorder(tree, lambda _: True):
+            if not isinstance(node, (cst.Module, cst.FunctionDef, cst.ClassDef, cst.For, cst.While, cst.If,
+                                     cst.IndentedBlock, cst.SimpleStatementLine)):
+                continue
+            for into_functions in (True, False):
+                walked = tuple(traversal.preorder(
+                    node, lambda child, into=into_functions: into or not isinstance(child, cst.FunctionDef)))
+                assert nodes._subtree(node, into_functions) == walked
+    finally:
+        memo.clear()

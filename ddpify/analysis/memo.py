@@ -19,8 +19,20 @@ def per_migration(function: _Function) -> _Function:
     return memo  # type: ignore[return-value]
 
 
-def per_migration_store(store: Any) -> Any:
-    """A store with a `cache_clear()` of its own, emptied with the memos at `clear()`."""
+class Store(dict):  # type: ignore[type-arg]
+    """A dict of results keyed by nodes, emptied with the memos at `clear()`; it answers
+    `cache_info()` and `cache_clear()` as they do."""
+
+    def cache_clear(self) -> None:
+        self.clear()
+
+    def cache_info(self) -> Any:
+        return functools._CacheInfo(0, 0, None, len(self))  # type: ignore[attr-defined]
+
+
+def per_migration_store() -> Store:
+    """A new Store, kept until the migration ends."""
+    store = Store()
     _MEMOS.append(store)
     return store
 

@@ -291,36 +291,27 @@ def find_all(node: cst.CSTNode, kind: type[_Found], *, into_functions: bool = Tr
     return [child for child in _subtree(node, into_functions) if isinstance(child, kind)]
 
 
-class _ModuleOrder:
-    """Every node of an analysed module in the order `traversal.visit` meets them, and where
-    each node's subtree ends in that order: the subtree of any node of the module is then a
-    slice, not a walk. The analysis visits the whole module once anyway (reading.analyse
-    records the order on that visit); before this, find_all walked each function, loop and
-    statement it was asked about again, a tenth of a migration's time."""
-
-    def __init__(self) -> None:
-        self.where: dict[cst.CSTNode, tuple[list[cst.CSTNode], list[int], int]] = {}
-
-    def cache_clear(self) -> None:
-        self.where.clear()
-
-
-_MODULE_ORDER: _ModuleOrder = memo.per_migration_store(_ModuleOrder())
+# Every node of an analysed module mapped to the module's visit order (as `traversal.visit`
+# meets the nodes), where each node's subtree ends in that order, and the node's own index:
+# the subtree of any node of the module is then a slice, not a walk. The analysis visits the
+# whole module once anyway (reading.analyse records the order on that visit); before this,
+# find_all walked each function, loop and statement it was asked about again, a tenth of a
+# migration's time.
+_MODULE_ORDER: dict[cst.CSTNode, tuple[list[cst.CSTNode], list[int], int]] = memo.per_migration_store()
 
 
 def remember_module_order(order: list[cst.CSTNode], ends: list[int]) -> None:
     """A whole module's visit order (`order[i]`'s subtree is `order[i:ends[i]]`), kept
     until the migration ends (ddpify.analysis.memo)."""
-    where = _MODULE_ORDER.where
     for index, node in enumerate(order):
-        where[node] = (order, ends, index)
+        _MODULE_ORDER[node] = (order, ends, index)
 
 
 @memo.per_migration
 def _subtree(node: cst.CSTNode, into_functions: bool) -> tuple[cst.CSTNode, ...]:
     """The nodes find_all searches, in source order: the rules search the same function and
     loop bodies for one kind of node after another (ddpify.analysis.memo)."""
-    known = _MODULE_ORDER.where.get(node)
+    known = _MODULE_ORDER.get(node)
     if known is not None:
         order, ends, start = known
         if into_functions:
