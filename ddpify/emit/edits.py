@@ -4,12 +4,14 @@ Transforms never rewrite the tree themselves: they key edits by the original nod
 analysis recorded, and `ApplyEdits` visits the same tree once. One pass keeps node identity
 (libcst makes new nodes on every pass) and keeps the cost near one parse + one print.
 """
+import functools
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union, cast
 
 import libcst as cst
 
+from ddpify.analysis import memo
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import BlockItem, Statement
 from ddpify.analysis.nodes import find_all, statements_in
@@ -26,6 +28,19 @@ Rewrite = Callable[[Any], cst.CSTNode]
 # stands in its place (Edits.hoisted).
 Hoist = Callable[[Any], tuple[list[Statement], cst.CSTNode]]
 
+
+
+# The same templates (the helpers every migrated file gets, the setup block) are parsed for
+# file after file: a twentieth of a migration's time. libcst trees never change, so one parse
+# serves every migration; within one migration each template's statements are handed out
+# once, and a second request parses anew, so that no two places of one output share a node
+# (the rules key their edits by node).
+@functools.lru_cache(maxsize=512)
+def _parsed_template(code: str, config: cst.PartialParserConfig) -> cst.Module:
+    return cst.parse_module(code, config=config)
+
+
+_TEMPLATES_TAKEN: dict[str, bool] = memo.per_migration_store()
 
 @dataclass
 class Insertion:
@@ -80,7 +95,11 @@ class Edits:
     def statements(self, code: str) -> list[Statement]:
         """The statements of a template; a comment above the first one stays above it (libcst
         would keep it in the parsed module's header)."""
-        module = cst.parse_module(code, config=self.config)
+        if code in _TEMPLATES_TAKEN:
+            module = cst.parse_module(code, config=self.config)
+        else:
+            _TEMPLATES_TAKEN[code] = True
+            module = _parsed_template(code, self.config)
         body = list(module.body)
         if module.header and body:
             body[0] = body[0].with_changes(leading_lines=[*module.header, *body[0].leading_lines])
