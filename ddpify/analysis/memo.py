@@ -6,7 +6,7 @@ round can be read once. The memos are keyed by the nodes themselves (libcst hash
 by its identity) and emptied when a migration ends (api.migrate_source), so a walk over
 many files keeps no earlier file's tree alive."""
 import functools
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, NamedTuple, TypeVar
 
 _Function = TypeVar("_Function", bound=Callable[..., Any])
 _MEMOS: list[Any] = []
@@ -26,8 +26,14 @@ class Store(dict):  # type: ignore[type-arg]
     def cache_clear(self) -> None:
         self.clear()
 
-    def cache_info(self) -> Any:
-        return functools._CacheInfo(0, 0, None, len(self))  # type: ignore[attr-defined]
+    def cache_info(self) -> "StoreInfo":
+        return StoreInfo(len(self))
+
+
+class StoreInfo(NamedTuple):
+    """What `Store.cache_info()` answers: the field of functools' CacheInfo it has."""
+
+    currsize: int
 
 
 def per_migration_store() -> Store:

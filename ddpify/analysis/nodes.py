@@ -316,11 +316,11 @@ def _subtree(node: cst.CSTNode, into_functions: bool) -> tuple[cst.CSTNode, ...]
         order, ends, start = known
         if into_functions:
             return tuple(order[start:ends[start]])
+        if isinstance(node, cst.FunctionDef):
+            return (node,)
         # The node itself, then its subtree less every function definition's inside.
         found = [node]
         index, end = start + 1, ends[start]
-        if isinstance(node, cst.FunctionDef):
-            return (node,)
         while index < end:
             child = order[index]
             found.append(child)

@@ -2392,6 +2392,13 @@ def _training_start(facts: Facts, model: Model) -> Optional[cst.CSTNode]:
 # state dict, named parameters, the model's own attributes and methods) lives on `.module`.
 
 
+def _reads_the_wrapped_name(facts: Facts, node: cst.CSTNode, model: Model, wrap: cst.BaseStatement) -> bool:
+    """`node` reads the model's name where it holds the wrapper: after the wrap, with no
+    rebinding of the name since, in the wrap's function (or anywhere, for `self.` names)."""
+    return not _before_wrap(facts, node, wrap) and not _rebound_since_wrap(facts, node, model.name, wrap) and (
+        model.name.startswith("self.") or facts.function_of(node) is facts.function_of(wrap))
+
+
 def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
     """After the wrap, `model.state_dict()`, `model.hidden` and `model.generate()` read the
     raw module, whether the model was wrapped (torchrun) or not (plain python); so does
@@ -2399,21 +2406,14 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
     holders = facts.model_holders(model)
     _unwrap_pickled_models(facts, edits, model, wrap, holders)
     _unwrap_for_helpers(facts, edits, model, wrap)
-    for value in _type_reads(facts, model.name):
-        if not _before_wrap(facts, value, wrap) and not _rebound_since_wrap(facts, value, model.name, wrap) and (
-                model.name.startswith("self.") or facts.function_of(value) is facts.function_of(wrap)):
+    for value in [*_type_reads(facts, model.name), *_container_entries(facts, model.name)]:
+        if _reads_the_wrapped_name(facts, value, model, wrap):
             edits.expressions[value] = _unwrapped(model.name, edits, _quote_for(facts, value))
             edits.report("DDP103", value)
-    for entry in _container_entries(facts, model.name):
-        if not _before_wrap(facts, entry, wrap) and not _rebound_since_wrap(facts, entry, model.name, wrap) and (
-                model.name.startswith("self.") or facts.function_of(entry) is facts.function_of(wrap)):
-            edits.expressions[entry] = _unwrapped(model.name, edits, _quote_for(facts, entry))
-            edits.report("DDP103", entry)
     _unwrap_in_callees(facts, edits, model, holders, wrap)
     for call in _derivations(facts, model.name):
         copied = call.args[0].value
-        if not _before_wrap(facts, call, wrap) and not _rebound_since_wrap(facts, call, model.name, wrap) and (
-                model.name.startswith("self.") or facts.function_of(call) is facts.function_of(wrap)):
+        if _reads_the_wrapped_name(facts, call, model, wrap):
             edits.expressions[copied] = _unwrapped(model.name, edits, _quote_for(facts, copied))
             edits.report("DDP103", copied)
     # An attribute set on the wrapper (`model.hidden = None` to reset an RNN's state) would
