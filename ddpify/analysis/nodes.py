@@ -288,7 +288,23 @@ def made_one_each(target: cst.BaseExpression,
 def find_all(node: cst.CSTNode, kind: type[_Found], *, into_functions: bool = True) -> list[_Found]:
     """Every node of `kind` within node (node included), in source order; with
     `into_functions=False` no function definition (node itself neither) is searched."""
-    return [child for child in _subtree(node, into_functions) if isinstance(child, kind)]
+    members = _KIND_MEMBERS.get(kind)
+    if members is None:
+        members = _KIND_MEMBERS[kind] = {}
+    found: list[_Found] = []
+    for child in _subtree(node, into_functions):
+        member = members.get(child.__class__)
+        if member is None:
+            member = members[child.__class__] = isinstance(child, kind)
+        if member:
+            found.append(cast(_Found, child))
+    return found
+
+
+# For each kind find_all was asked for, whether a node class is of it: libcst's classes are
+# ABCs, whose isinstance is a Python-level call per node; the rules ask find_all for one kind
+# after another over the same subtrees.
+_KIND_MEMBERS: dict[type, dict[type, bool]] = {}
 
 
 # Every node of an analysed module mapped to the module's visit order (as `traversal.visit`
@@ -362,18 +378,12 @@ def names_in(node: Optional[cst.CSTNode]) -> set[str]:
 
 
 def _names_in(node: cst.CSTNode) -> set[str]:
-    found: set[str] = set()
-
-    class _Names(cst.CSTVisitor):
-        def visit_Name(self, name: cst.Name) -> None:
-            found.add(name.value)
-
-        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
-            traversal.visit(attribute.value, self)
-            return False
-
-    traversal.visit(node, _Names())
-    return found
+    """Every Name within node but an attribute's own (`self.train_loader` reads `self`, not
+    a variable named `train_loader`): read off find_all's subtree, not walked again."""
+    within = _subtree(node, True)
+    attributes = {id(child.attr) for child in within if child.__class__ is cst.Attribute}
+    return {child.value for child in within
+            if child.__class__ is cst.Name and id(child) not in attributes}
 
 
 def first_free(name: str, is_taken: Callable[[str], bool]) -> str:
@@ -388,24 +398,12 @@ def targets_bound_in(node: cst.CSTNode) -> list[cst.BaseExpression]:
     """The target of every binding in node: assignments (plain, augmented, annotated), for
     loops and `as` clauses, nested functions included."""
     found: list[cst.BaseExpression] = []
-
-    class _Targets(cst.CSTVisitor):
-        def visit_AssignTarget(self, target: cst.AssignTarget) -> None:
-            found.append(target.target)
-
-        def visit_AugAssign(self, assign: cst.AugAssign) -> None:
-            found.append(assign.target)
-
-        def visit_AnnAssign(self, assign: cst.AnnAssign) -> None:
-            found.append(assign.target)
-
-        def visit_For(self, loop: cst.For) -> None:
-            found.append(loop.target)
-
-        def visit_AsName(self, alias: cst.AsName) -> None:
-            found.append(alias.name)
-
-    traversal.visit(node, _Targets())
+    for child in _subtree(node, True):
+        kind = child.__class__
+        if kind is cst.AssignTarget or kind is cst.AugAssign or kind is cst.AnnAssign or kind is cst.For:
+            found.append(child.target)  # type: ignore[attr-defined]
+        elif kind is cst.AsName:
+            found.append(child.name)  # type: ignore[attr-defined]
     return found
 
 
