@@ -470,24 +470,21 @@ def _filled_lists(facts: Facts, loop: cst.For, outside: set[str]) -> dict[str, O
             top_level.update(id(small) for small in statement.body)
     bound_in_loop = rebound(loop.body)
 
-    class _Fills(cst.CSTVisitor):
-        def visit_Expr(self, node: cst.Expr) -> None:
-            call = node.value
-            if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
-                    and isinstance(call.func.value, cst.Name)):
-                return
-            method, owner = call.func.attr.value, call.func.value.value
-            if method not in ("append", "extend") or owner in bound_in_loop or owner not in outside:
-                return
-            if not any(isinstance(v, cst.List) and not v.elements for v in _values_before(facts, loop, owner)):
-                return
-            if id(node) not in top_level or owner in found or not call.args or not _on_host(
-                    call.args[0].value, loop):
-                found[owner] = None
-            else:
-                found[owner] = method
-
-    traversal.visit(loop.body, _Fills())
+    for node in find_all(loop.body, cst.Expr):
+        call = node.value
+        if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+                and isinstance(call.func.value, cst.Name)):
+            continue
+        method, owner = call.func.attr.value, call.func.value.value
+        if method not in ("append", "extend") or owner in bound_in_loop or owner not in outside:
+            continue
+        if not any(isinstance(v, cst.List) and not v.elements for v in _values_before(facts, loop, owner)):
+            continue
+        if id(node) not in top_level or owner in found or not call.args or not _on_host(
+                call.args[0].value, loop):
+            found[owner] = None
+        else:
+            found[owner] = method
     return found
 
 

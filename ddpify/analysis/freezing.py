@@ -18,8 +18,7 @@ from typing import Optional, Union, cast
 
 import libcst as cst
 
-from ddpify.analysis import traversal
-from ddpify.analysis.nodes import calls_within, dotted_name, find_all, names_within, parameter_names
+from ddpify.analysis.nodes import calls_within, dotted_name, find_all, names_within, parameter_names, within
 
 # Methods of an nn.Module that walk its parameters or its submodules.
 MODULE_WALKS = frozenset({
@@ -145,42 +144,20 @@ def _loop_variable_changes(loop: cst.For) -> dict[Change, bool]:
 
 
 def _loops_in(node: cst.CSTNode) -> list[cst.For]:
-    loops: list[cst.For] = []
-
-    class _Loops(cst.CSTVisitor):
-        def visit_For(self, found: cst.For) -> None:
-            loops.append(found)
-
-        def visit_FunctionDef(self, _: cst.FunctionDef) -> bool:
-            return False
-
-    traversal.visit(node, _Loops())
-    return loops
+    return find_all(node, cst.For, into_functions=False)
 
 
 def _changes_with_tests(node: cst.CSTNode) -> list[tuple[Change, bool]]:
     """Each requires_grad change within node, with whether an `if` within node holds it."""
+    # Every node an `if` within node holds (the `if` itself and its test included).
+    under_a_test = {id(inner) for test in find_all(node, cst.If) for inner in within(test)}
     found: list[tuple[Change, bool]] = []
-
-    class _Changes(cst.CSTVisitor):
-        def __init__(self) -> None:
-            super().__init__()
-            self.tests = 0
-
-        def visit_If(self, _: cst.If) -> None:
-            self.tests += 1
-
-        def leave_If(self, _: cst.If) -> None:
-            self.tests -= 1
-
-        def visit_Call(self, call: cst.Call) -> None:
-            if isinstance(call.func, cst.Attribute) and call.func.attr.value == "requires_grad_":
-                found.append((call, self.tests > 0))
-
-        def visit_Assign(self, assign: cst.Assign) -> None:
-            if any(isinstance(t.target, cst.Attribute) and t.target.attr.value == "requires_grad"
-                   for t in assign.targets):
-                found.append((assign, self.tests > 0))
-
-    traversal.visit(node, _Changes())
+    for inner in within(node):
+        if isinstance(inner, cst.Call):
+            if isinstance(inner.func, cst.Attribute) and inner.func.attr.value == "requires_grad_":
+                found.append((inner, id(inner) in under_a_test))
+        elif isinstance(inner, cst.Assign) and any(
+                isinstance(t.target, cst.Attribute) and t.target.attr.value == "requires_grad"
+                for t in inner.targets):
+            found.append((inner, id(inner) in under_a_test))
     return found

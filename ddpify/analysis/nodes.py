@@ -349,6 +349,12 @@ def _subtree(node: cst.CSTNode, into_functions: bool) -> tuple[cst.CSTNode, ...]
     return tuple(traversal.preorder(node, descend))
 
 
+def within(node: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
+    """Every node within node (node first), in the order a visit meets them: for a search for
+    several kinds at once whose results keep that order."""
+    return _subtree(node, True)
+
+
 def calls_within(node: Optional[cst.CSTNode]) -> list[cst.Call]:
     """Every call inside a node, the node itself included."""
     return [] if node is None else find_all(node, cst.Call)

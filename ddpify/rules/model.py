@@ -33,6 +33,7 @@ from ddpify.analysis.nodes import (
     parameter_names,
     positional_parameters,
     self_attributes,
+    within,
 )
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.ddp import (
@@ -2583,27 +2584,17 @@ _ITERATING_BUILTINS = frozenset({"len", "iter", "enumerate", "list", "tuple", "r
 def _layer_uses_of(module: cst.Module, name: str) -> list[cst.BaseExpression]:
     """The spellings of `name` that index, count or iterate it."""
     found: list[cst.BaseExpression] = []
-
-    class _Uses(cst.CSTVisitor):
-        def visit_Subscript(self, node: cst.Subscript) -> None:
+    for node in within(module):
+        if isinstance(node, cst.Subscript):
             if dotted_name(node.value) == name:
                 found.append(node.value)
-
-        def visit_Call(self, node: cst.Call) -> None:
+        elif isinstance(node, cst.Call):
             if isinstance(node.func, cst.Name) and node.func.value in _ITERATING_BUILTINS and node.args \
                     and node.args[0].keyword is None and not node.args[0].star \
                     and dotted_name(node.args[0].value) == name:
                 found.append(node.args[0].value)
-
-        def visit_For(self, node: cst.For) -> None:
-            if dotted_name(node.iter) == name:
-                found.append(node.iter)
-
-        def visit_CompFor(self, node: cst.CompFor) -> None:
-            if dotted_name(node.iter) == name:
-                found.append(node.iter)
-
-    traversal.visit(module, _Uses())
+        elif isinstance(node, (cst.For, cst.CompFor)) and dotted_name(node.iter) == name:
+            found.append(node.iter)
     return found
 
 

@@ -25,6 +25,7 @@ from ddpify.analysis.nodes import (
     names_in,
     names_within,
     targets_bound_in,
+    within,
 )
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits
@@ -1160,21 +1161,17 @@ def _step_counters(body: cst.CSTNode) -> set[str]:
     """Names every assignment of which in `body` adds a number literal (`step += 1`)."""
     counted: set[str] = set()
     other: set[str] = set()
-
-    class _Assignments(cst.CSTVisitor):
-        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+    for node in within(body):
+        if isinstance(node, cst.AugAssign):
             name = node.target.value if isinstance(node.target, cst.Name) else None
             if name is None:
-                return
+                continue
             if isinstance(node.operator, cst.AddAssign) and isinstance(node.value, (cst.Integer, cst.Float)):
                 counted.add(name)
             else:
                 other.add(name)
-
-        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        elif isinstance(node, cst.AssignTarget):
             other.update(names_in(node.target))
-
-    traversal.visit(body, _Assignments())
     return counted - other
 
 

@@ -1166,14 +1166,10 @@ def _rank_batch_count(divisor: cst.BaseExpression, loaders: set[str], batch_inde
 
 def _augmented_names(node: cst.CSTNode) -> set[str]:
     found: set[str] = set()
-
-    class _Augmented(cst.CSTVisitor):
-        def visit_AugAssign(self, assign: cst.AugAssign) -> None:
-            figure = figure_named(assign.target)
-            if isinstance(assign.operator, cst.AddAssign) and figure is not None:
-                found.add(figure)
-
-    traversal.visit(node, _Augmented())
+    for assign in find_all(node, cst.AugAssign):
+        figure = figure_named(assign.target)
+        if isinstance(assign.operator, cst.AddAssign) and figure is not None:
+            found.add(figure)
     return found
 
 
