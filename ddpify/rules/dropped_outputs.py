@@ -16,7 +16,7 @@ import libcst as cst
 from ddpify.analysis import figures
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Model, OutputKey, OutputParts
-from ddpify.analysis.nodes import find_all
+from ddpify.analysis.nodes import argument_among, dotted_name, find_all, positional_parameters
 from ddpify.emit.edits import Edits
 
 
@@ -50,8 +50,10 @@ def report_outputs_left_out(facts: Facts, edits: Edits, model: Model, anchor: cs
         if untrained:
             parts = ", ".join(f"`self.{part}`" for part in untrained)
             left = ", ".join(f"[{key!r}]" for key in dropped)
+            forward = f"{called.rsplit('.', 1)[-1]}.forward"
             edits.report("DDP105", call, "submodule unused in forward: DDP told to expect unused parameters: "
-                         f"this training step leaves output {left} of `{called.rsplit('.', 1)[-1]}.forward` out, "
+                         f"this training step leaves output {left} of `{forward}` out of its loss "
+                         "(on every step, or on those a test skips), "
                          f"and {parts}, which only that output comes from, gets no gradient")
             return True
     return False
@@ -74,14 +76,43 @@ def _output_parts(facts: Facts, model: Model, anchor: cst.BaseStatement) -> tupl
     before the wrap (`net = InceptionLike().to(device)`), and its output parts."""
     if not facts.forward_output_parts:
         return "", {}
+    sources: list[cst.CSTNode] = []
     for statement in facts.statements_touching.get(model.name, ()):
-        if facts.line_of(statement) > facts.line_of(anchor):
-            continue
-        code = facts.module.code_for_node(statement)
+        if facts.line_of(statement) <= facts.line_of(anchor):
+            sources.append(statement)
+            sources += _handed_in(facts, model.function, statement)
+    for source in sources:
+        code = facts.module.code_for_node(source)
         for called, outputs in facts.forward_output_parts.items():
             if re.search(rf"(?<![\w.]){re.escape(called)}\(", code):
                 return called, outputs
     return "", {}
+
+
+def _handed_in(facts: Facts, function: Optional[cst.FunctionDef], statement: cst.CSTNode) -> list[cst.CSTNode]:
+    """`self.model = model.to(device)` in a Trainer's __init__, a step's parameter: what the
+    calls of the function (of the class, for __init__) in this file hand that parameter
+    (`Trainer(Net(), loader)`), and the values a name handed there was assigned (`net =
+    Net()`)."""
+    if function is None:
+        return []
+    parameters = set(positional_parameters(function)) | {p.name.value for p in function.params.kwonly_params}
+    used = {name.value for name in find_all(statement, cst.Name)} & (parameters - {"self"})
+    if not used:
+        return []
+    owner = facts.class_of(function)
+    callee = owner.name.value if owner is not None and function.name.value == "__init__" else function.name.value
+    positional = positional_parameters(function)[1:] if owner is not None else positional_parameters(function)
+    found: list[cst.CSTNode] = []
+    for call in facts.calls_by_callee.get(callee, ()):
+        for parameter in used:
+            value = argument_among(call, parameter, positional)
+            if value is None:
+                continue
+            found.append(value)
+            name = dotted_name(value)
+            found += facts.assigned_values.get(name, []) if name is not None else []
+    return found
 
 
 def _training_calls(facts: Facts, model: Model) -> Iterator[cst.Call]:
@@ -127,12 +158,12 @@ def _kept_outputs(facts: Facts, call: cst.Call, outputs: OutputParts) -> Optiona
             if isinstance(element, cst.StarredElement):
                 return None
             value = element.value
-            if not isinstance(value, cst.Name) or value.value != "_" and _reads(scope, value):
+            if not isinstance(value, cst.Name) or value.value != "_" and _reads(facts, scope, value, call):
                 kept.add(position)
         return kept
     if isinstance(target, cst.Name):
         keys: set[OutputKey] = set()
-        for read in _reads(scope, target):
+        for read in _reads(facts, scope, target, call):
             subscript = facts.parents.get(read)
             key = _subscript_key(subscript, outputs) if isinstance(subscript, cst.Subscript) \
                 and subscript.value is read else None
@@ -174,6 +205,24 @@ def _scope(facts: Facts, call: cst.Call) -> cst.CSTNode:
     return outermost
 
 
-def _reads(scope: cst.CSTNode, target: cst.Name) -> list[cst.Name]:
-    """The other mentions of the name in scope: each may read it."""
-    return [name for name in find_all(scope, cst.Name) if name.value == target.value and name is not target]
+def _reads(facts: Facts, scope: cst.CSTNode, target: cst.Name, call: cst.Call) -> list[cst.Name]:
+    """The other mentions of the name in scope that run whenever the call does: each may
+    read it. One under a test the call is not under (`if epoch >= warmup: loss = loss +
+    0.4 * criterion(aux, y)`, a log every hundred steps) feeds the loss only on some
+    steps, and on the others the output is left out."""
+    return [name for name in find_all(scope, cst.Name) if name.value == target.value and name is not target
+            and not _under_a_test_the_call_is_not(facts, name, call, scope)]
+
+
+def _under_a_test_the_call_is_not(facts: Facts, node: cst.CSTNode, call: cst.Call, scope: cst.CSTNode) -> bool:
+    around_call = set()
+    current = facts.parents.get(call)
+    while current is not None and current is not scope:
+        around_call.add(id(current))
+        current = facts.parents.get(current)
+    current = facts.parents.get(node)
+    while current is not None and current is not scope:
+        if isinstance(current, (cst.If, cst.IfExp, cst.Else)) and id(current) not in around_call:
+            return True
+        current = facts.parents.get(current)
+    return False
