@@ -16,7 +16,7 @@ from typing import Optional, Union, cast
 
 from ddpify.analysis.ast_names import dotted_ast, main_guarded
 from ddpify.analysis.effects import OPAQUE, WRITES, FunctionEffects, absolute_module
-from ddpify.analysis.facts import Slot
+from ddpify.analysis.facts import OutputParts, Slot
 from ddpify.analysis.names import DATA_PARALLEL, DATA_PARALLEL_SUBCLASS_NAMES, qualify
 
 # Folders of installed packages: a script there is not part of a project being migrated.
@@ -496,6 +496,14 @@ class Project:
         if definition is None or definition[1] not in definition[0].classes:
             return []
         return definition[0].gradless_submodules(definition[1])
+
+    def forward_output_parts(self, qualified: str) -> OutputParts:
+        """For a class of the project whose forward returns several outputs, the submodules
+        each is computed from (analysis.forward_outputs)."""
+        definition = self._definition(qualified)
+        if definition is None or definition[1] not in definition[0].classes:
+            return {}
+        return definition[0].forward_output_parts(definition[1])
 
     def running_mean_kind(self, qualified: str) -> Optional[str]:
         """For a class of the project whose objects keep a running mean that summing `sum` and

@@ -1,12 +1,14 @@
 """The one traversal of a module that records its facts (see facts.FactRecord)."""
+import ast
 import dataclasses
 import re
+import textwrap
 from collections.abc import Set as AbstractSet
 from typing import Callable, Optional, Union, cast
 
 import libcst as cst
 
-from ddpify.analysis import effects, names, shell, traversal
+from ddpify.analysis import effects, forward_outputs, names, shell, traversal
 from ddpify.analysis.conditional_parts import conditional_parts
 from ddpify.analysis.containers import (
     Entry,
@@ -287,6 +289,31 @@ class Collector(cst.CSTVisitor):
             parts = conditional_parts(forward, set(created) & used, containers, self._qualified, methods)
             if parts:
                 self.facts.conditional_submodules[node.name.value] = (forward, parts)
+            if _returns_several_outputs(forward):
+                self._record_output_parts(node, set(created) | self._built_from_other_classes(node))
+
+    def _built_from_other_classes(self, node: cst.ClassDef) -> set[str]:
+        """`self.encoder = Encoder(...)`: attributes built by a call of a class that is not
+        torch's own (one of the file's, or one imported), which may hold parameters."""
+        init = next((m for m in node.body.body if isinstance(m, cst.FunctionDef) and m.name.value == "__init__"), None)
+        if init is None:
+            return set()
+        return {attribute for attribute, assign in self_attributes(init) if assign is not None
+                and isinstance(assign.value, cst.Call) and isinstance(assign.value.func, (cst.Name, cst.Attribute))
+                and not any(q.startswith(("torch.", "builtins.")) for q in self._qualified(assign.value.func))}
+
+    def _record_output_parts(self, node: cst.ClassDef, parts: set[str]) -> None:
+        """The submodules each output of forward comes from (analysis.forward_outputs),
+        read with `ast` from the class's own source, for the few classes whose forward
+        returns several outputs."""
+        try:
+            tree = ast.parse(textwrap.dedent(self.facts.module.code_for_node(node)))
+        except SyntaxError:
+            return
+        classes = [statement for statement in tree.body if isinstance(statement, ast.ClassDef)]
+        outputs = forward_outputs.output_parts(classes[0], parts) if classes else {}
+        if outputs:
+            self.facts.forward_output_parts[node.name.value] = outputs
 
     def _without_grad(self, node: cst.With) -> bool:
         """`with torch.no_grad():`, `torch.inference_mode()`, `torch.set_grad_enabled(False)`."""
@@ -1076,6 +1103,9 @@ class Collector(cst.CSTVisitor):
             called = dotted_name(node.func)
             if gradless and called is not None:
                 self.facts.gradless_project_classes[called] = gradless
+            outputs = self.project.forward_output_parts(qualified)
+            if outputs and called is not None:
+                self.facts.forward_output_parts[called] = outputs
             if self.project.moves_returned(qualified):
                 self.facts.calls_returning_moved.add(node)
             if self.project.returns_data_parallel(qualified):
@@ -2282,3 +2312,14 @@ def _moving_lambda(value: cst.BaseExpression) -> bool:
         moved = moved or body.func.attr.value in ("to", "cuda")
         body = body.func.value
     return moved and isinstance(body, cst.Name) and body.value == value.params.params[0].name.value
+
+
+def _returns_several_outputs(forward: cst.FunctionDef) -> bool:
+    """A `return a, b` or `return {"a": ..., "b": ...}` in forward: worth reading which
+    parts each output comes from."""
+    for statement in find_all(forward.body, cst.Return):
+        value = statement.value
+        if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) > 1 \
+                or isinstance(value, cst.Dict) and len(value.elements) > 1:
+            return True
+    return False

@@ -69,7 +69,33 @@ class _Walk:
             if any(q.startswith(_RANDOM_DRAWS) for q in self.qualified(call.func)):
                 return ""
         plain = test.expression if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) else test
-        return TRAINING_MODE if dotted_name(plain) == TRAINING_MODE else None
+        return TRAINING_MODE if dotted_name(plain) == TRAINING_MODE else self.flag(test)
+
+    def flag(self, test: cst.BaseExpression) -> Optional[str]:
+        """`if self.training and self.use_aux:`, `if self.deep_supervision:`: a setting of the
+        object (handed to its __init__, or set on it from outside between steps) that
+        ddpify cannot read at migration: "self.use_aux". Not a test of whether a part
+        exists (`self.downsample is not None`, `if self.norm:`), nor a setting every
+        assignment in the class sets to True."""
+        if isinstance(test, cst.Comparison) and any(isinstance(c.operator, (cst.Is, cst.IsNot))
+                                                    for c in test.comparisons):
+            return None
+        for read in find_all(test, cst.Attribute):
+            if not (isinstance(read.value, cst.Name) and read.value.value == "self"):
+                continue
+            attribute = read.attr.value
+            if attribute == "training" or attribute in self.attributes or attribute in self.containers \
+                    or attribute in self.methods:
+                continue
+            if self.always_true(attribute):
+                continue
+            return f"self.{attribute}"
+        return None
+
+    def always_true(self, attribute: str) -> bool:
+        values = [assign.value for method in self.methods.values() for assign in find_all(method.body, cst.Assign)
+                  for target in assign.targets if dotted_name(target.target) == f"self.{attribute}"]
+        return bool(values) and all(dotted_name(value) == "True" for value in values)
 
     def picks_an_entry(self, node: cst.Subscript) -> bool:
         """`self.heads[task]`: an entry of a module container picked by a parameter or a draw."""

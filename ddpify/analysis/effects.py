@@ -14,7 +14,7 @@ from typing import Callable, Optional, Union
 
 import libcst as cst
 
-from ddpify.analysis import freezing, meters, names, picked
+from ddpify.analysis import forward_outputs, freezing, meters, names, picked
 from ddpify.analysis.ast_names import dotted_ast
 from ddpify.analysis.facts import WHOLE_VALUE, Slot
 from ddpify.analysis.returned_loaders import returned_loader_dict
@@ -97,6 +97,7 @@ class FunctionEffects:
                  resolve_elsewhere: Optional[Resolve] = None) -> None:
         self._functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
         self.classes = [node.name for node in tree.body if isinstance(node, ast.ClassDef)]
+        self._class_nodes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
         self._class_of: dict[str, str] = {}
         for node in tree.body:
             if isinstance(node, ast.ClassDef):
@@ -571,6 +572,15 @@ class FunctionEffects:
             return set()
         parameters = {arg.arg for arg in [*function.args.args[1:], *function.args.kwonlyargs]}
         return set(_kept_parameters(function, parameters))
+
+    def forward_output_parts(self, class_name: str) -> forward_outputs.OutputParts:
+        """For a class whose forward returns several outputs, the submodules each is
+        computed from (analysis.forward_outputs)."""
+        node = self._class_nodes.get(class_name)
+        if node is None or f"{class_name}.forward" not in self._functions:
+            return {}
+        return forward_outputs.output_parts(
+            node, forward_outputs.submodules(node, self.qualified, set(self.classes)))
 
     def gradless_submodules(self, class_name: str) -> list[str]:
         """Submodules the class's __init__ builds (`self.resnet = nn.Sequential(...)`) that

@@ -26,6 +26,10 @@ Holder = tuple[Optional[cst.FunctionDef], str]
 # Where a function's result holds a value: (its index, the size of the returned tuple) for
 # `return writer, log_dir`; WHOLE_VALUE for `return writer`.
 Slot = tuple[int, int]
+# An output of a module's forward: a position of the tuple it returns, or a key of its dict;
+# and, per output, the submodules it is computed from (analysis.forward_outputs).
+OutputKey = Union[int, str]
+OutputParts = dict[OutputKey, frozenset[str]]
 WHOLE_VALUE: Slot = (0, 0)
 
 
@@ -406,6 +410,10 @@ class FactRecord:
     # The same for classes of other modules of the project, by the name this module calls
     # them by (`EncoderCNN` -> ["resnet"]).
     gradless_project_classes: dict[str, list[str]] = field(default_factory=dict)
+    # For a module class whose forward returns several outputs (`return logits, aux`), the
+    # submodules each output is computed from, by output (analysis.forward_outputs); by
+    # class name in this file, by the name this module calls them by for another module's.
+    forward_output_parts: dict[str, OutputParts] = field(default_factory=dict)
     # `m = torch.compile(m)` statements, by model name.
     compile_statements: dict[str, list[Statement]] = field(default_factory=dict)
     # `from M import DataParallel as DP` (a subclass too): (M, the name, the alias or None).

@@ -49,7 +49,7 @@ from ddpify.emit.edits import Edits, Insertion, Rewrite
 from ddpify.emit.layout import LINE_LENGTH, fits
 from ddpify.options import Options
 from ddpify.plan import Plan
-from ddpify.rules import sharding
+from ddpify.rules import dropped_outputs, sharding
 from ddpify.rules.cases import TRAINING, Emits, Silent
 
 RULES = (
@@ -357,18 +357,8 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
         sharding.shard(facts, edits, setup, model, anchor, "distributed")
         setup.wrapped_models += 1
         return
-    unused = _unused_submodules(facts, model, anchor)
-    for assign in unused:
-        edits.report("DDP105", assign)
-    elsewhere = _gradless_parts_elsewhere(facts, model, anchor)
-    if elsewhere:
-        edits.report("DDP105", anchor, "submodule unused in forward: DDP told to expect unused parameters: "
-                     f"{', '.join(elsewhere)}, built by a class of another module of the project, runs "
-                     "without gradients (never, only under torch.no_grad(), or cut from the graph by .detach())")
-    skipped = _report_arguments_none_on_some_steps(facts, edits, model)
-    skipped = skipped or _report_parts_run_on_some_calls(facts, edits, model, anchor)
     # DDP waits for a gradient from every parameter unless told some may not come.
-    extra = ", find_unused_parameters=True" if unused or elsewhere or skipped else ""
+    extra = ", find_unused_parameters=True" if _report_parameters_without_gradients(facts, edits, model, anchor) else ""
     code = _wrap_statement(facts, setup, model, anchor, edits.options.sync_batchnorm, extra, condition)
     if entry is not None:
         code = code.replace(f"{model.name} = DDP(", f"{entry} = DDP(", 1)
@@ -489,6 +479,27 @@ def _insert_wrap(facts: Facts, edits: Edits, model: Model, anchor: Statement, wr
     hoisted = edits.statement(f"{model.name} = {edits.code(move)}")
     edits.insert_before(anchor, Insertion([hoisted, *wrap]))
     edits.expressions[move] = lambda node: cst.Name(model.name)
+
+
+def _report_parameters_without_gradients(facts: Facts, edits: Edits, model: Model, anchor: cst.BaseStatement) -> bool:
+    """Rule: DDP waits, at every step, for a gradient of every parameter of the wrapped model
+    that requires one. Where ddpify finds parameters that get none on some step (a submodule
+    forward never runs or runs without gradients, one it runs only on some calls, an argument
+    that is None on some steps, an output the step leaves out of its loss), the wrap passes
+    find_unused_parameters=True and DDP105 says why, wherever the wrap is written. True when
+    one was found."""
+    unused = _unused_submodules(facts, model, anchor)
+    for assign in unused:
+        edits.report("DDP105", assign)
+    elsewhere = _gradless_parts_elsewhere(facts, model, anchor)
+    if elsewhere:
+        edits.report("DDP105", anchor, "submodule unused in forward: DDP told to expect unused parameters: "
+                     f"{', '.join(elsewhere)}, built by a class of another module of the project, runs "
+                     "without gradients (never, only under torch.no_grad(), or cut from the graph by .detach())")
+    skipped = _report_arguments_none_on_some_steps(facts, edits, model)
+    skipped = skipped or _report_parts_run_on_some_calls(facts, edits, model, anchor)
+    skipped = skipped or dropped_outputs.report_outputs_left_out(facts, edits, model, anchor)
+    return bool(unused or elsewhere or skipped)
 
 
 # Methods of a module that do not run its forward: reading or setting it up.
@@ -1223,7 +1234,7 @@ def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, an
     code = WRAP_OUT_OF_SETUP_CODE.format(model=model.name)
     if isinstance(condition, str):
         code = code.replace("if dist.is_initialized():", f"if dist.is_initialized() and {condition}:", 1)
-    if _report_arguments_none_on_some_steps(facts, edits, model):
+    if _report_parameters_without_gradients(facts, edits, model, anchor):
         code = code.replace(f"DDP({model.name})", f"DDP({model.name}, find_unused_parameters=True)")
     _insert_wrap(facts, edits, model, anchor, edits.statements(_when_trainable(facts, code, model.name)))
     edits.imports.update({"DDP", "dist"})
