@@ -420,6 +420,10 @@ def _why_whole_where_read(facts: Facts, loader: Loader, loops: list[cst.For]) ->
     if not loops and (loader.returned or facts.library):
         return ("it goes to the module that evaluates it, which takes this rank's share there "
                 "when it can gather the figures")
+    picked_by = next((pick.alias for pick in facts.phase_picks().values() if loader.name in pick.loaders), None)
+    if not loops and picked_by is not None:
+        return (f"a phase loop picks it into `{picked_by}` beside the training loader: every rank "
+                "evaluates all of it, so its figures are the original's")
     if not loops:
         return "no loop over it in this file"
     if loader.inline is not None:
