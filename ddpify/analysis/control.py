@@ -5,7 +5,8 @@ from typing import Optional, Union
 
 import libcst as cst
 
-from ddpify.analysis.facts import DictPass, ExternalLoader, ExternalLoaderDict, Holder, Loader, Model
+from ddpify.analysis import memo
+from ddpify.analysis.facts import DictPass, ExternalLoader, ExternalLoaderDict, Holder, Loader, Model, PhasePick
 from ddpify.analysis.names import has_role_word, trains_by_look
 from ddpify.analysis.nodes import (
     assignment_pairs,
@@ -19,6 +20,9 @@ from ddpify.analysis.nodes import (
     string_value,
 )
 from ddpify.analysis.values import ValueFlow, literal_entry
+
+# Facts.phase_picks of each module, read once per migration.
+_PHASE_PICKS: dict[cst.Module, dict[cst.For, PhasePick]] = memo.per_migration_store()
 
 
 class Facts(ValueFlow):
@@ -44,6 +48,7 @@ class Facts(ValueFlow):
                 elif name.startswith("self.") or self.function_of(loop) is not function:
                     # `for x in self.loader` in a method that fit() calls once per epoch.
                     found.extend(self._loops_around_calls_of(self.function_of(loop), name))
+        found.extend(self._loops_around_phase_picks(name, function))
         for holder, caller in self._returned_to(name, function):
             found.extend(self.epoch_loops(holder, caller, depth + 1))
         for attribute in self.stored_in_self(name, function):
@@ -63,6 +68,46 @@ class Facts(ValueFlow):
             else:
                 found.extend(self.epoch_loops(parameter, callee, depth + 1))
         return found
+
+    def _loops_around_phase_picks(self, name: str, function: Optional[cst.FunctionDef]) -> list[tuple[cst.For, str]]:
+        """`loader = train_loader` under `if phase == "train":` in a phase loop: the epoch
+        loop is the one around the phase loop."""
+        found: list[tuple[cst.For, str]] = []
+        for pick in self.phase_picks().values():
+            outer = self.enclosing_loops(pick.phase_loop)
+            if name in pick.loaders and self.function_of(pick.phase_loop) is function and outer:
+                found.append((outer[0], name))
+        return found
+
+    def phase_picks(self) -> dict[cst.For, PhasePick]:
+        """Rule: the batch loops over a name that a phase loop binds to one of several
+        DataLoaders, each by name (`loader = train_loader` under `if phase == "train":`,
+        `loader = val_loader` otherwise, or `dl = train_dl if phase == "train" else valid_dl`),
+        every binding of it in the loop's function made in that one phase loop around the
+        batch loop. Which pass is a shard is the picked loader's to say (its sampler); the
+        epoch loop is the loop around the phase loop."""
+        if self.module in _PHASE_PICKS:  # asked once per loader and per callee followed
+            return _PHASE_PICKS[self.module]
+        picks: dict[cst.For, PhasePick] = _PHASE_PICKS.setdefault(self.module, {})
+        holders = self.loader_holders()
+        for alias, loops in self.loops_over.items():
+            values = self.assigned_values.get(alias, ())
+            if not any(isinstance(value, (cst.Name, cst.IfExp)) for value in values):
+                continue
+            for loop in loops:
+                function = self.function_of(loop)
+                bound = [value for value in values if self.function_of(value) is function]
+                loader_names = {name for owner, name in holders if owner is function}
+                named = [_loaders_named(value, loader_names) for value in bound]
+                if not bound or any(names is None for names in named):
+                    continue
+                picked = tuple(dict.fromkeys(name for names in named if names for name in names))
+                phase_loops = {self.enclosing_loops(value)[0] if self.enclosing_loops(value) else None
+                               for value in bound}
+                phase_loop = phase_loops.pop() if len(phase_loops) == 1 else None
+                if len(picked) > 1 and phase_loop is not None and phase_loop in self.enclosing_loops(loop):
+                    picks[loop] = PhasePick(alias, picked, phase_loop)
+        return picks
 
     def loop_trains(self, loop: cst.For) -> bool:
         """The loop's body trains, itself or through a function it calls."""
@@ -675,4 +720,16 @@ def _strings(node: cst.BaseExpression) -> Optional[set[str]]:
     if isinstance(node, (cst.List, cst.Tuple, cst.Set)):
         values = {string_value(element.value) for element in node.elements}
         return None if None in values else {value for value in values if value is not None}
+    return None
+
+
+def _loaders_named(value: cst.BaseExpression, loader_names: set[str]) -> Optional[list[str]]:
+    """`train_loader` (a DataLoader's name), or a conditional expression choosing between
+    such names; None for anything else."""
+    if isinstance(value, cst.IfExp):
+        body = _loaders_named(value.body, loader_names)
+        orelse = _loaders_named(value.orelse, loader_names)
+        return None if body is None or orelse is None else body + orelse
+    if isinstance(value, cst.Name) and value.value in loader_names:
+        return [value.value]
     return None

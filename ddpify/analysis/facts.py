@@ -153,6 +153,18 @@ class DictPass:
 
 
 @dataclass
+class PhasePick:
+    """A name bound to one of several DataLoaders per phase (`loader = train_loader` under
+    `if phase == "train":`), whose batches a loop inside that phase loop goes over."""
+
+    alias: str
+    # The loaders' names, as the loop's function spells them, in source order.
+    loaders: tuple[str, ...]
+    # The loop that binds the alias (`for phase in ["train", "val"]`), not the epoch loop.
+    phase_loop: cst.For
+
+
+@dataclass
 class Model:
     """A model whose `.parameters()` an optimizer trains."""
 

@@ -411,6 +411,17 @@ def _why_whole(facts: Facts, edits: Edits, loader: Loader, loops: list[cst.For])
     return None
 
 
+def _picked_per_phase(facts: Facts, loader: Loader) -> Optional[str]:
+    """The name a phase loop picks the loader into (`loader = val_loader` under `else:`),
+    wherever the loader is handed to; None when none does."""
+    picks = facts.phase_picks().values()
+    if not picks:
+        return None
+    holders = facts.loader_holders_of(loader)
+    return next((pick.alias for pick in picks for name in pick.loaders
+                 if (facts.function_of(pick.phase_loop), name) in holders), None)
+
+
 def _why_whole_where_read(facts: Facts, loader: Loader, loops: list[cst.For]) -> Optional[str]:
     """Why the loader stays whole for where it is read: in a comprehension, in no loop of
     this file, or in a loop over the call itself."""
@@ -420,6 +431,12 @@ def _why_whole_where_read(facts: Facts, loader: Loader, loops: list[cst.For]) ->
     if not loops and (loader.returned or facts.library):
         return ("it goes to the module that evaluates it, which takes this rank's share there "
                 "when it can gather the figures")
+    picked_by = _picked_per_phase(facts, loader)
+    if picked_by is not None:
+        # A shard of its own (evaluation_shard) would be no DistributedSampler: that phase
+        # loop's sums, summed only for a pass over one, would be this rank's alone.
+        return (f"a phase loop picks it into `{picked_by}` beside the training loader: every rank "
+                "evaluates all of it, so its figures are the original's")
     if not loops:
         return "no loop over it in this file"
     if loader.inline is not None:

@@ -19,6 +19,7 @@ from ddpify.emit.edits import Edits
 from ddpify.plan import Plan
 from ddpify.rules import random_batches
 from ddpify.rules.cases import TRAINING, Emits, Silent
+from ddpify.rules.epochs import SHARDED_THERE
 
 RULES = (
     Rule("DDP208", Severity.WARNING, "batches sliced by hand: every rank trains on the full data",
@@ -251,6 +252,12 @@ def report_batch_loops(facts: Facts, edits: Edits, setup: Plan) -> None:
                         f"training loader built inside `{edits.code(handed_to.func)}(...)`, with no name "
                         "ddpify can follow to its epochs: name it first (`train_loader = DataLoader(...)`, "
                         f"then `{edits.code(handed_to.func)}(train_loader)`) and run ddpify again")))
+            continue
+        pick = facts.phase_picks().get(loop)
+        if pick is not None and facts.enclosing_loops(pick.phase_loop):
+            # `loader = train_loader` in the training phase: the pass is a shard when the
+            # loader picked is (its set_epoch is epochs.py's, at the top of the epoch loop).
+            setup.partly_sharded_loops.setdefault(loop, SHARDED_THERE.format(loader=pick.alias))
             continue
         setup.hand_made_batches.append(edits.report("DDP208", loop, _what_feeds(facts, edits, loop)))
     _report_batches_handed_to_training(facts, edits, setup)
