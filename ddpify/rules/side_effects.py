@@ -682,6 +682,10 @@ def _lower_log_level(facts: Facts, edits: Edits, setup: Plan) -> None:
     first_allowed = max((body.index(statement) for statement in _configuring_statements(facts, setup, configs)),
                         default=-1)
     after_setup = _setup_index(facts, setup)
+    if after_setup is None and setup.anchor is None and first_allowed >= 0:
+        # No device choice here (a Trainer of another module chooses it and logs): the setup
+        # opens the block, so the level is lowered right after the logging is configured.
+        after_setup = first_allowed
     loggers = logger_names(facts)
     for index, statement in enumerate(body):
         if index <= first_allowed or isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
