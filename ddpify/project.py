@@ -415,6 +415,12 @@ class Project:
             return frozenset()
         return definition[0].loader_attributes(definition[1])
 
+    def draws_from_own_loaders(self, qualified: str) -> bool:
+        """`qualified` is a method that hands out a batch drawn from DataLoaders its class
+        builds (effects.draws_from_own_loaders): `x, y = batches.get_batch()`."""
+        definition = self._definition(qualified)
+        return definition is not None and definition[0].draws_from_own_loaders(definition[1])
+
     def hands_out_own_parameters(self, qualified: str) -> bool:
         """`qualified` is a method that hands out parameters of its object (`model.get_1x_lr_params()`)."""
         definition = self._definition(qualified)

@@ -613,6 +613,17 @@ class Collector(cst.CSTVisitor):
                         held, self.facts.function_of(assign), self.facts.statement_of(assign), assign.value,
                         f"{made_by}.{attribute}"))
 
+    def note_batches_drawn_by_project_objects(self) -> None:
+        """`x, y = batches.get_batch()` where every `batches = MixedBatches(...)` makes an object
+        of a class of another module of the project whose method draws with next() from the
+        DataLoaders the class builds (and shards there)."""
+        for call in self.facts.nodes_of(cst.Call):
+            if not isinstance(call.func, cst.Attribute):
+                continue
+            made = self._methods_of_project_objects(dotted_name(call.func) or "")
+            if made and all(self.project.draws_from_own_loaders(each) for each in made):
+                self.facts.batches_from_project_loaders.add(call)
+
     def note_loaders_made_in_place(self) -> None:
         """`for x, y in data.get_loader("train", bs)`, `for batch in tqdm(dm.train_dataloader())`:
         a pass over a DataLoader that a function or method of another module of the project

@@ -185,6 +185,9 @@ class Facts(ValueFlow):
         """The loop goes over a loader built here, or one another module builds (external)."""
         if loop in self.external_inline_loaders:
             return True
+        if self.batches_from_project_loaders and any(
+                call in self.batches_from_project_loaders for call in calls_within(loop.body)):
+            return True  # `x, y = batches.get_batch()`: drawn from loaders another module shards
         function = self.function_of(loop)
         # (A module-level name a function reads without binding it is the module's loader.)
         if any((function, name) in external or (None, name) in external and not self.binds_locally(

@@ -719,6 +719,20 @@ class FunctionEffects:
                                  and isinstance(target.value, ast.Name) and target.value.id == "self")
         return frozenset(found)
 
+    def draws_from_own_loaders(self, name: str) -> bool:
+        """Rule: a method that takes batches with next() (`get_batch(self)`: `next(self.iterators[i])`,
+        restarted on StopIteration) of a class whose methods build DataLoaders: what it hands
+        out is a batch of a loader this module builds (and shards), not one made by hand."""
+        function = self._functions.get(name)
+        owner = self.class_of(name)
+        if function is None or owner is None or not any(
+                isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "next"
+                for node in ast.walk(function)):
+            return False
+        return any(self.class_of(other) == owner and any(
+            isinstance(node, ast.Call) and self._builds_loader(node) for node in ast.walk(method))
+            for other, method in self._functions.items())
+
     def hands_out_own_parameters(self, name: str) -> bool:
         """Rule: a method of a class that yields or returns what it reads from `.parameters()`
         or `.named_parameters()` (DeepLab's `get_1x_lr_params(self)`, `optim_parameters(self,

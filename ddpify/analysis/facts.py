@@ -331,6 +331,9 @@ class FactRecord:
     # an object of a project class): each value handed in (the object for a method), with
     # whether only part of it changes.
     helper_grad_changes: dict[cst.Call, list[tuple[cst.BaseExpression, bool]]] = field(default_factory=dict)
+    # `x, y = batches.get_batch()`: calls of a method of an object of another module's class
+    # that draws its batches from DataLoaders that class builds, and shards (draws_from_own_loaders).
+    batches_from_project_loaders: set[cst.Call] = field(default_factory=set)
     # Calls of a function or class of another module of the project, whatever it does.
     project_calls: set[cst.Call] = field(default_factory=set)
     # Calls of a function of another module that names a folder from the clock there:

@@ -41,6 +41,7 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
     collector.note_loaders_from_methods()
     collector.note_loaders_held_by_project_objects()
     collector.note_loaders_made_in_place()
+    collector.note_batches_drawn_by_project_objects()
     collector.note_loaders_built_in_place()
     collector.note_models_handed_to_training()
     collector.note_models_building_their_optimizer()

@@ -13,6 +13,7 @@ from ddpify.rules import (
     data,
     devices,
     evaluation,
+    gpu_count_batches,
     in_batch,
     loader_dicts,
     model,
@@ -25,7 +26,7 @@ from ddpify.rules import (
 )
 
 CONCERNS = (devices, model, loader_dicts, data, evaluation, side_effects, checkpoints, shared_names, training,
-            in_batch, report_only, set_order)
+            in_batch, report_only, gpu_count_batches, set_order)
 
-__all__ = ["CONCERNS", "checkpoints", "data", "devices", "evaluation", "in_batch", "loader_dicts", "model",
-           "report_only", "set_order", "setup", "shared_names", "side_effects", "training"]
+__all__ = ["CONCERNS", "checkpoints", "data", "devices", "evaluation", "gpu_count_batches", "in_batch",
+           "loader_dicts", "model", "report_only", "set_order", "setup", "shared_names", "side_effects", "training"]

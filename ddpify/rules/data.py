@@ -45,6 +45,7 @@ from ddpify.rules.epochs import (
     plan_external,
     plan_external_in_place,
     set_epoch,
+    set_epoch_at_restarts_of_listed_loaders,
 )
 from ddpify.rules.setup import group_joined_before
 
@@ -402,6 +403,9 @@ def add_sampler(facts: Facts, edits: Edits, loader: Loader, setup: Plan, epoch: 
     if shuffle != "False" and not handed_out and epoch:
         # (A loader handed out gets its epoch where its callers iterate it.)
         set_epoch(facts, edits, loader, sampler)
+    elif shuffle != "False" and epoch:
+        # (Unless its own class restarts it, `except StopIteration: iter(self.loaders[i])`.)
+        set_epoch_at_restarts_of_listed_loaders(facts, edits, loader)
 
 
 def _role_by_flag(facts: Facts, edits: Edits, loader: Loader) -> Optional[str]:
@@ -775,7 +779,10 @@ def _shard_existing_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loa
     edits.report("DDP206", loader.call)
     if not (handed_out and not facts.loops_over_values(facts.loader_holders_of(loader))):
         # (A loader a helper module hands out gets its epoch where its callers iterate it.)
-        set_epoch(facts, edits, loader, f"{loader.name}.sampler", SET_EPOCH_IF_DISTRIBUTED_CODE)
+        # Out of the setup's sight (a Trainer of a helper module) `distributed` is unbound:
+        # the epoch is set under the test the sampler was wrapped under.
+        template = SET_EPOCH_IF_DISTRIBUTED_CODE.replace("distributed", condition, 1)
+        set_epoch(facts, edits, loader, f"{loader.name}.sampler", template)
     return True
 
 

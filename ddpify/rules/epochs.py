@@ -265,6 +265,8 @@ def _without_an_epoch_loop(facts: Facts, edits: Edits, loader: Union[Loader, Ext
     pass needs none, or the caller's loop sets it; else DDP211."""
     if _set_epoch_in_generator_passes(facts, edits, loader):
         return
+    if isinstance(loader, Loader) and set_epoch_at_restarts_of_listed_loaders(facts, edits, loader):
+        return
     handed_in = isinstance(loader, ExternalLoader) and loader.statement is loader.function
     if not handed_in and not handed_to_project_training(facts, loader.function, loader.name) \
             and not _report_one_pass(facts, edits, loader):
@@ -547,6 +549,45 @@ def _iterators_restarted_in_training(facts: Facts, loader: Union[Loader, Externa
                  and (any(facts.loop_trains(loop) for loop in facts.enclosing_loops(call))
                       or any(_while_trains(facts, loop) for loop in _enclosing_whiles(facts, call)))
                  or _restarted_by_helper(facts, loader, call))]
+
+
+def set_epoch_at_restarts_of_listed_loaders(facts: Facts, edits: Edits, loader: Loader) -> bool:
+    """Rule: `self.loaders.append(loader)` where the loader is built, and in a method of the
+    same class `except StopIteration: self.iterators[i] = iter(self.loaders[i])` (a batch
+    drawn from each source in turn, `get_batch()`): each restart is a new pass over that
+    entry, so its sampler counts on from its own epoch right before it, through the entry
+    (the sampler's variable is not in scope there). Only a restart in a StopIteration
+    handler: a first `iter()` of each entry is epoch 0, as the sampler starts."""
+    lists = _lists_holding(facts, loader)
+    if not lists:
+        return False
+    owner = facts.class_of(loader.function)
+    done = False
+    for call in facts.calls_named.get("builtins.iter", ()):
+        entry = call.args[0].value if call.args else None
+        if not isinstance(entry, cst.Subscript) or dotted_name(entry.value) not in lists:
+            continue
+        if facts.class_of(facts.function_of(call)) is not owner or not _in_stop_iteration_handler(facts, call):
+            continue
+        statement = facts.statement_of(call)
+        name_there = edits.code(entry)
+        code = SET_EPOCH_EXTERNAL_CODE.format(loader=name_there, epoch=f"{name_there}.sampler.epoch + 1")
+        edits.insert_before(statement, Insertion(edits.statements(code)))
+        edits.report("DDP202", statement)
+        done = True
+    return done
+
+
+def _lists_holding(facts: Facts, loader: Loader) -> set[str]:
+    """`self.loaders` for `self.loaders.append(loader)` in the function that builds the loader."""
+    held: set[str] = set()
+    for call in calls_within(loader.function if loader.function is not None else facts.module):
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value == "append" and len(call.args) == 1 \
+                and dotted_name(call.args[0].value) == loader.name and facts.function_of(call) is loader.function:
+            container = dotted_name(call.func.value)
+            if container is not None and container.startswith("self."):
+                held.add(container)
+    return held
 
 
 def _restarted_by_helper(facts: Facts, loader: Union[Loader, ExternalLoader], call: cst.Call) -> bool:

@@ -2736,11 +2736,43 @@ def _rebound_since_wrap(facts: Facts, node: cst.CSTNode, name: str, wrap: cst.Ba
     the module given back to the name once training is over (_unwrap_once_training_is_over)."""
     function = facts.function_of(node)
     if function is not facts.function_of(wrap):
-        return False
+        return _built_anew_before_in_its_function(facts, name, node)
     over = _move_after_training(facts, name, wrap)
     if over is not None and facts.start_of(facts.statement_of(over)) <= facts.start_of(node):
         return True
     return _rebound_between(facts, name, wrap, node)
+
+
+def _built_anew_before_in_its_function(facts: Facts, name: str, node: cst.CSTNode) -> bool:
+    """Rule: `def load_model(self): self.model = Model.from_pretrained(dir); self.model.to(
+    self.device)`, a method other than the wrap's: the move there moves the module just built,
+    never wrapped, and is the user's to keep (dropping it leaves a reloaded model on the CPU
+    while its inputs go to the GPU). Only an attribute of the object (`self.model`), assigned
+    on every path to the move (in a block that holds the move, before it) what a call of no
+    function of this file makes (`net = fit(loader)` may hand back the wrapped model)."""
+    function = facts.function_of(node)
+    if function is None or not name.startswith("self."):
+        return False
+    for statement in facts.statements_touching.get(name, ()):
+        if facts.function_of(statement) is not function or facts.start_of(statement) >= facts.start_of(node) \
+                or not _assigns(statement, name) or _moves_itself(statement, name) \
+                or not _made_outside_this_file(facts, statement, name):
+            continue
+        block = facts.parents.get(statement)
+        if block is not None and facts.ancestor_in(node, block) is not None:
+            return True
+    return False
+
+
+def _made_outside_this_file(facts: Facts, statement: cst.BaseStatement, name: str) -> bool:
+    """`self.model = self.model_class.from_pretrained(path)`: a call of nothing this file
+    defines, neither a function nor a method of its classes (`self.build()`)."""
+    for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
+        if isinstance(small, cst.Assign) and any(dotted_name(t.target) == name for t in small.targets):
+            value = small.value
+            return isinstance(value, cst.Call) and (dotted_name(value.func) or "") not in facts.functions \
+                and facts.method_called(value) is None
+    return False
 
 
 def _rebound_between(facts: Facts, name: str, wrap: cst.BaseStatement, node: cst.CSTNode) -> bool:

@@ -21,6 +21,7 @@ from ddpify.rules import (
     epochs,
     evaluation,
     frameworks,
+    gpu_count_batches,
     hand_batches,
     in_batch,
     loader_dicts,
@@ -42,7 +43,7 @@ from ddpify.selfcheck import rules as selfcheck
 UNITS: tuple[ModuleType, ...] = (
     setup, devices, model, sharding, dcp, data, epochs, downloads, splits, epoch_cut, evaluation, hand_batches,
     loader_dicts, random_batches, set_order, side_effects, checkpoints, shared_names, training, in_batch, report_only,
-    frameworks, whole_file, selfcheck, suppressions,
+    frameworks, whole_file, gpu_count_batches, selfcheck, suppressions,
 )
 
 

@@ -476,14 +476,22 @@ def _only_writes(facts: Facts, block: cst.With) -> bool:
     """A `with open(...)` block that can run on rank 0 alone (a download written chunk by
     chunk): no training loop, no call of a model or of a function or method of this file
     (the training, an evaluation that gathers: `trainer.validate()`), nor of a parameter of
-    its function, which may be the model a caller hands in (_calls_own_parameter)."""
+    its function, which may be the model a caller hands in (_calls_own_parameter), nor of a
+    function of another module of the project handed the model (`validation(model, ...)` of
+    test.py: a DDP forward on rank 0 alone waits for a buffer broadcast the others never join)."""
     if any(loop in facts.training_loops or loop in facts.loops_calling_training
            for loop in find_all(block.body, cst.For)):
         return False
     models = {model.name for model in facts.models}
     return not any((dotted_name(call.func) or "") in models or (dotted_name(call.func) or "") in facts.functions
                    or facts.method_called(call) is not None or _calls_own_parameter(facts, call)
+                   or call in facts.project_calls and _hands_a_model(call, models)
                    for call in calls_within(block.body))
+
+
+def _hands_a_model(call: cst.Call, models: set[str]) -> bool:
+    """`validation(model, criterion, loader)`, `evaluate(net=self.net)`: the model is an argument."""
+    return any((dotted_name(arg.value) or "") in models for arg in call.args)
 
 
 def _open_nothing_elsewhere(facts: Facts, edits: Edits, setup: Plan, call: cst.Call,
@@ -674,6 +682,10 @@ def _lower_log_level(facts: Facts, edits: Edits, setup: Plan) -> None:
     first_allowed = max((body.index(statement) for statement in _configuring_statements(facts, setup, configs)),
                         default=-1)
     after_setup = _setup_index(facts, setup)
+    if after_setup is None and setup.anchor is None and first_allowed >= 0:
+        # No device choice here (a Trainer of another module chooses it and logs): the setup
+        # opens the block, so the level is lowered right after the logging is configured.
+        after_setup = first_allowed
     loggers = logger_names(facts)
     for index, statement in enumerate(body):
         if index <= first_allowed or isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
