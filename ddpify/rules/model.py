@@ -1803,14 +1803,22 @@ def _reported_moved_before_the_setup(facts: Facts, edits: Edits, setup: Plan, mo
 
 
 def _setup_runs_before(facts: Facts, setup: Plan, anchor: Statement) -> bool:
-    """The distributed setup has run when `anchor` runs: it sits in the same function, or in
-    a method of the object that the anchor's function calls before it
-    (`self.device = self._acquire_device()`, then the move)."""
+    """The distributed setup has run when `anchor` runs: it sits in the same function, in a
+    function that only the setup's function calls, after the device choice, or in a method
+    of the object that the anchor's function calls before it (`self.device =
+    self._acquire_device()`, then the move)."""
     if setup.sees_setup(facts, anchor):
         return True
     function = facts.function_of(anchor)
     if setup.function is None or function is None:
         return False
+    calls = facts.calls_of(function)
+    if setup.anchor is not None and calls and all(
+            facts.function_of(call) is setup.function and facts.start_of(call) > facts.end_of(setup.anchor)
+            for call in calls):
+        # `train(model, loader, device)`, called only from the setup's function, after the
+        # device choice the setup follows: its `model.to(device)` runs in the group.
+        return True
     return any(facts.function_of(call) is function and facts.start_of(call) < facts.start_of(anchor)
                and dotted_name(call.func) == f"self.{setup.function.name.value}"
                for call in facts.calls_of(setup.function))
