@@ -69,7 +69,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
                 continue
             edits.report("DDP003", call, f"fixed GPU here cannot see `{device}`: pass it in and use .to({device})")
             continue
-        edits.expressions[call] = _move_to(device)
+        edits.expressions[call] = _move_to(edits, device)
         edits.report("DDP002", call)
     _fixed_device_values(facts, edits, setup)
     for statement in facts.set_device_statements:
@@ -436,16 +436,18 @@ def _device_side_becomes(device: str, kind: str,
     return rewrite
 
 
-def _move_to(device: str) -> Callable[[cst.Call], cst.Call]:
+def _move_to(edits: Edits, device: str) -> Callable[[cst.Call], cst.Call]:
+    """`.cuda()` -> `.to(device)`; the device may be an attribute (`self.device`, chosen in
+    the object's `__init__`)."""
     def rewrite(call: cst.Call) -> cst.Call:
         given = _device_argument(call)
         func = cast(cst.Attribute, call.func)  # a fixed device move is a method: `.cuda()`, `.to(0)`
         if func.attr.value == "to" and given is not None:
             # `.to("cuda", dtype)`, `.to(device=0)`: only the device changes.
-            args = [arg.with_changes(value=cst.Name(device)) if arg is given else arg for arg in call.args]
+            args = [arg.with_changes(value=edits.expression(device)) if arg is given else arg for arg in call.args]
         else:
             # `.cuda(1, non_blocking=True)`, `.cuda(device=1)`: the index goes, the keywords stay.
-            args = [cst.Arg(cst.Name(device))] + [arg for arg in call.args if arg.keyword is not None
+            args = [cst.Arg(edits.expression(device))] + [arg for arg in call.args if arg.keyword is not None
                                                    and arg is not given]
         args = [arg.with_changes(comma=cst.MaybeSentinel.DEFAULT) for arg in args]
         return call.with_changes(func=func.with_changes(attr=cst.Name("to")), args=args)

@@ -10,7 +10,7 @@ from typing import Optional, Union, cast
 
 import libcst as cst
 
-from ddpify.analysis import effects, figures, freezing, names, traversal
+from ddpify.analysis import effects, figures, freezing, later_moves, names, traversal
 from ddpify.analysis.conditional_parts import TRAINING_MODE
 from ddpify.analysis.containers import condition_code, container_moves, entry_moves, module_looped_over
 from ddpify.analysis.control import Facts, handed_in, innermost_common_block, receiver_of
@@ -1144,9 +1144,11 @@ def _never_moved(facts: Facts, model: Model) -> bool:
     the name (`model.to(device)`) nor one in what it is assigned (`Net().to(device)`, or a
     project function that returns the model it moved, `get_network(args)`), nor one of the
     container it is taken out of (`net = modules["net"]`, see containers.entry_moves)."""
-    if model.moved_in_call is not None or _default_device_set_before(facts, model):
-        # Moved in the call that hands it in, made on its device by a factory, or built after
-        # `torch.set_default_device(device)`.
+    if model.moved_in_call is not None or _default_device_set_before(facts, model) or (
+            later_moves.entry_moves_of_containers_holding(facts, model, facts.class_of(model.function))):
+        # Moved in the call that hands it in, made on its device by a factory, built after
+        # `torch.set_default_device(device)`, or moved by a loop over an attribute of its
+        # object that holds it (`for net in self.nets.values(): net.cuda()`).
         return False
     for _, name in facts.model_holders(model):
         if facts.device_moves.get(name) or facts.moved_by_helpers.get(name):
@@ -1750,6 +1752,9 @@ def _follow_the_move(facts: Facts, edits: Edits, setup: Plan,
     """The wrap's anchor and the model it wraps: where the model reaches its device, followed
     to the holder that is moved elsewhere (_moved_elsewhere); None once reported."""
     anchor = _wrap_anchor(facts, model) if model.moved_in_call is None else model.optimizer_statement
+    later = _moved_by_a_later_method(facts, model, anchor)
+    if later is not None:
+        return later, Model(model.name, model.optimizer_statement, facts.function_of(later))
     moved = _moved_elsewhere(facts, model, anchor)
     if moved is None:
         return anchor, model
@@ -1757,6 +1762,40 @@ def _follow_the_move(facts: Facts, edits: Edits, setup: Plan,
         return None
     anchor, holder = moved
     return anchor, Model(holder, model.optimizer_statement, facts.function_of(anchor))
+
+
+def _moved_by_a_later_method(facts: Facts, model: Model, anchor: Optional[Statement]) -> Optional[Statement]:
+    """Rule (dominance across the methods of one object, DESIGN §2.9): `self.G` is built
+    with its optimizer in `build_model()`, which never moves it, and another method of the
+    object moves it once `build_model()` has run (later_moves.moves_after_the_build: the
+    method that calls it, after the call, `if self.use_cuda: self.G.cuda()` or a loop over
+    the nets; or, for a model `__init__` built, the method that trains it, before its
+    training loop). That move is where the model reaches its device: a wrap in
+    `build_model()` would wrap a CPU module on every path, and the move after it would be
+    dropped as a round trip of the wrapper. The wrap follows the last such move, after the
+    statement of that method's body that holds it (the `if`, the loop), so that it comes
+    after every move on every path. None when the model's own method moves it, or the moves
+    are in several methods: the wrap stays where the model is built."""
+    function = model.function
+    if anchor is None or function is None or _moved_within(facts, model, function):
+        return None
+    found: list[Statement] = []
+    for call in later_moves.moves_after_the_build(facts, model):
+        method = cast(cst.FunctionDef, facts.function_of(call))
+        lifted = facts.ancestor_in(call, method.body)
+        if lifted is not None and not _to_cpu(call):
+            found.append(cast(Statement, lifted))
+    if len({facts.function_of(statement) for statement in found}) != 1:
+        return None
+    return max(found, key=facts.start_of)
+
+
+def _moved_within(facts: Facts, model: Model, function: cst.FunctionDef) -> bool:
+    """The model's own function moves it: `self.G.to(device)`, `self.G = G().cuda()`, or a
+    call of a method that does."""
+    return any(facts.function_of(call) is function for call in facts.device_moves.get(model.name, ())) or any(
+        facts.function_of(statement) is function and _moves(statement, model.name)
+        for statement in facts.statements_touching.get(model.name, ())) or bool(_calls_of_methods_moving(facts, model))
 
 
 def _reported_moved_before_the_setup(facts: Facts, edits: Edits, setup: Plan, model: Model,
@@ -1776,14 +1815,22 @@ def _reported_moved_before_the_setup(facts: Facts, edits: Edits, setup: Plan, mo
 
 
 def _setup_runs_before(facts: Facts, setup: Plan, anchor: Statement) -> bool:
-    """The distributed setup has run when `anchor` runs: it sits in the same function, or in
-    a method of the object that the anchor's function calls before it
-    (`self.device = self._acquire_device()`, then the move)."""
+    """The distributed setup has run when `anchor` runs: it sits in the same function, in a
+    function that only the setup's function calls, after the device choice, or in a method
+    of the object that the anchor's function calls before it (`self.device =
+    self._acquire_device()`, then the move)."""
     if setup.sees_setup(facts, anchor):
         return True
     function = facts.function_of(anchor)
     if setup.function is None or function is None:
         return False
+    calls = facts.calls_of(function)
+    if setup.anchor is not None and calls and all(
+            facts.function_of(call) is setup.function and facts.start_of(call) > facts.end_of(setup.anchor)
+            for call in calls):
+        # `train(model, loader, device)`, called only from the setup's function, after the
+        # device choice the setup follows: its `model.to(device)` runs in the group.
+        return True
     return any(facts.function_of(call) is function and facts.start_of(call) < facts.start_of(anchor)
                and dotted_name(call.func) == f"self.{setup.function.name.value}"
                for call in facts.calls_of(setup.function))
@@ -2173,6 +2220,8 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
                     or _result_dropped(facts, call) and _moves_what_it_is_handed(facts, callee, parameter, trains_in))]
     moving += _calls_of_methods_moving(facts, model)
     moving += _calls_of_functions_moving(facts, model)
+    # `if args.resume: self.load(path)` / `else: self.model = Net().to(device)`: another path.
+    moving += _calls_of_methods_binding(facts, model)
     # `model.encoder.to(device)`, or `head.to(device)` after `model = nn.Sequential(backbone,
     # head)`: a part of the model reaches its device, and the model with it.
     moving += [facts.statement_of(call) for part in _parts_of(facts, model)
@@ -2264,6 +2313,24 @@ def _calls_of_methods_moving(facts: Facts, model: Model) -> list[Statement]:
     methods = {facts.function_of(call) for call in facts.device_moves.get(model.name, ())}
     return [facts.statement_of(call) for method in methods
             if method is not None and method is not function and facts.class_of(method) is facts.class_of(function)
+            for call in facts.calls_of(method) if facts.function_of(call) is function]
+
+
+def _calls_of_methods_binding(facts: Facts, model: Model) -> list[Statement]:
+    """Rule (every construction path is wrapped, DESIGN §2.9): `if args.resume:
+    self.load(args.resume)` / `else: self.model = Net().to(self.device)`, where the method
+    `load` of the same class binds `self.model` anew (`self.model = torch.load(path, ...)`):
+    the call is a construction path of the model, as the assignment in the other branch is.
+    Counted among the statements that reach the model, it lifts the wrap after the merge
+    point of the branches, so the resumed model is wrapped too (before: the wrap sat in the
+    fresh branch alone and the resumed model trained unsynchronised, exit 0)."""
+    function = model.function
+    if function is None or not model.name.startswith("self.") or facts.class_of(function) is None:
+        return []
+    binders = {facts.function_of(statement) for statement in facts.statements_touching.get(model.name, ())
+               if _assigns(statement, model.name)}
+    return [facts.statement_of(call) for method in binders
+            if method is not None and method is not function and _same_object(facts, method, function)
             for call in facts.calls_of(method) if facts.function_of(call) is function]
 
 

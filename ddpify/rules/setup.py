@@ -14,6 +14,7 @@ from ddpify.analysis import names, traversal
 from ddpify.analysis.containers import container_moves
 from ddpify.analysis.control import Facts, registering_group
 from ddpify.analysis.facts import BlockItem, DeviceAssignment, Statement
+from ddpify.analysis.later_moves import caller_moving_after_the_build, entry_moves_of_containers_holding
 from ddpify.analysis.nodes import (
     assigned_names,
     calls_within,
@@ -624,7 +625,10 @@ def _training_function(facts: Facts) -> Optional[cst.FunctionDef]:
                 return model_function
             return function
     if facts.models:
-        return facts.models[0].function
+        # `self.build_model()`, then `if self.use_cuda: self.G.cuda()`: the wrap follows the
+        # move in the caller, and the setup goes there, before the call, where the caller's
+        # own test (`self.use_cuda`) is in sight.
+        return caller_moving_after_the_build(facts, facts.models[0]) or facts.models[0].function
     if facts.training_helper_calls:
         return facts.function_of(facts.training_helper_calls[0])
     return None
@@ -822,7 +826,9 @@ def _follow_the_moves_test(facts: Facts, edits: Edits, plan: Plan, anchor: Optio
         return
     tests: dict[str, cst.BaseExpression] = {}
     for model in facts.models:
-        for move in facts.device_moves.get(model.name, ()):
+        # (`for net in self.nets.values(): net.cuda()` moves `self.G` of `self.nets = {"G": self.G}`.)
+        held = entry_moves_of_containers_holding(facts, model, facts.class_of(model.function))
+        for move in [*facts.device_moves.get(model.name, ()), *held]:
             if move not in facts.fixed_device_moves:
                 continue
             test = _test_around(facts, move)

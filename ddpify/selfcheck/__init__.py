@@ -4,7 +4,7 @@ cannot show the contract's properties there.
 Like black's safe mode, it is a second opinion that shares nothing with the first: the
 transforms read the script with libcst and ddpify.analysis; this reads the original and the
 output with the stdlib `ast` and a few simple, conservative rules (DDP910-DDP917, DDP919,
-DDP922-DDP924, DDP933). What it cannot show is a warning naming the line of the original where the
+DDP922-DDP924, DDP927, DDP933). What it cannot show is a warning naming the line of the original where the
 defect is (the output line is in the message), so the run exits 1 and the file is still written.
 """
 import ast
@@ -23,6 +23,7 @@ from ddpify.selfcheck.models import (
     trained_but_unwrapped,
     training_without_a_wrap,
     wrapper_handed_to_an_exporter,
+    wraps_across_methods,
 )
 from ddpify.selfcheck.names import names_read_unbound
 from ddpify.selfcheck.output import (
@@ -55,6 +56,7 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
     in_original = list(deleted_moves(before, after, dropped_moves, to_original))
     in_output = [
         *misplaced_wraps(after),
+        *wraps_across_methods(after),
         *training_without_a_wrap(after, any(d.code == "DDP903" for d in diagnostics)),
         *own_model_unwrapped(after, any(d.code == "DDP903" for d in diagnostics)),
         *wrapper_handed_to_an_exporter(after),

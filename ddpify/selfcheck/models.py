@@ -682,3 +682,86 @@ def _in_an_else(source: Source, node: ast.AST) -> bool:
             return True
         child = ancestor
     return False
+
+
+def wraps_across_methods(migrated: Source) -> Iterator[Finding]:
+    """DDP927: a wrap of `self.x` in one method that another method of the object undoes.
+
+    A wrap of an attribute must come after every move of it and on every path that builds
+    it, across the methods of its object too: `build_model()` wraps `self.G`, and
+    `__init__` calls `self.build_model()` and then moves `self.G` (`if self.use_cuda:
+    self.G.cuda()`, or a loop over `self.nets`, which holds it): DDP registered a CPU
+    module. Or the wrap sits in one branch (`else: self.model = Net().to(device)`) while
+    the other builds the model anew through a method (`if args.resume: self.load(path)`,
+    whose body assigns `self.model`): the resumed model trains unwrapped."""
+    for model, call in wraps(migrated):
+        method = migrated.scope_of(call)
+        owner = migrated.parents.get(method)
+        if not model.startswith("self.") or not isinstance(method, FUNCTIONS) or not isinstance(owner, ast.ClassDef):
+            continue
+        methods = [other for other in owner.body if isinstance(other, FUNCTIONS)]
+        problem = _moved_after_by_a_caller(migrated, model, method, methods, owner) or \
+            _built_anew_by_a_method_off_the_wraps_path(migrated, model, call, methods)
+        if problem is not None:
+            yield "DDP927", call.lineno, problem
+
+
+def _moved_after_by_a_caller(source: Source, model: str, method: Scope, methods: Sequence[Scope],
+                             owner: ast.ClassDef) -> Optional[str]:
+    """A method that calls the wrap's method, then moves the model (itself, or by a loop over
+    an attribute of the object that holds it)."""
+    holders = _containers_holding(owner, model)
+    name = getattr(method, "name", "")
+    for caller in methods:
+        if caller is method:
+            continue
+        called = [call.lineno for call in source.calls_in(caller) if dotted(call.func) == f"self.{name}"]
+        if not called:
+            continue
+        for statement in source.statements_in(caller):
+            if statement.lineno <= min(called):
+                continue
+            looped = isinstance(statement, (ast.For, ast.AsyncFor)) and _iterates_one_of(statement.iter, holders) \
+                and any(source.moved_by(inner) for inner in ast.walk(statement) if isinstance(inner, ast.stmt))
+            if model in source.moved_by(statement) or looped:
+                return (f"`{model}` is wrapped in `{name}()`, but `{getattr(caller, 'name', '')}()` calls it and then "
+                        f"moves `{model}` (output line {statement.lineno}): move the wrap below that move")
+    return None
+
+
+def _containers_holding(owner: ast.ClassDef, model: str) -> set[str]:
+    """`self.nets` for `self.nets = {"G": self.G, ...}` (or a list, a tuple) in a method."""
+    found: set[str] = set()
+    for node in ast.walk(owner):
+        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Dict, ast.List, ast.Tuple)):
+            elements = node.value.values if isinstance(node.value, ast.Dict) else node.value.elts
+            if any(dotted(element) == model for element in elements):
+                found.update(name for target in node.targets if (name := dotted(target)) is not None)
+    return found
+
+
+def _iterates_one_of(iterated: ast.expr, containers: set[str]) -> bool:
+    """`self.nets`, `self.nets.values()`, `self.nets.items()`."""
+    if isinstance(iterated, ast.Call) and isinstance(iterated.func, ast.Attribute) and not iterated.args:
+        iterated = iterated.func.value
+    return dotted(iterated) in containers
+
+
+def _built_anew_by_a_method_off_the_wraps_path(source: Source, model: str, wrap: ast.Call,
+                                               methods: Sequence[Scope]) -> Optional[str]:
+    """A call `self.load(...)` in the wrap's method, on a path that does not reach the wrap,
+    of a method whose body assigns the model."""
+    scope = source.scope_of(wrap)
+    anchor = _anchor(source, source.statement_of(wrap))
+    binders = {method.name for method in methods if isinstance(method, FUNCTIONS) and method is not scope
+               and any(model in assigned_targets(statement) for statement in source.statements_in(method))}
+    for call in source.calls_in(scope):
+        callee = dotted(call.func) or ""
+        if not callee.startswith("self.") or callee[len("self."):] not in binders:
+            continue
+        statement = source.statement_of(call)
+        if not _on_every_path_to(source, statement, anchor) and not _wrapped_again_on_its_path(
+                source, model, wrap, statement):
+            return (f"the wrap of `{model}` sits in one branch: output line {statement.lineno} builds it anew "
+                    f"through `{callee}()` on a path that does not reach the wrap")
+    return None

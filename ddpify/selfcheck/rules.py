@@ -1,4 +1,4 @@
-"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP924, DDP933): what a second reading of
+"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP924, DDP927, DDP933): what a second reading of
 ddpify's own output can find wrong. The detection is in this package (gathers, loaders,
 models, output, setup); the rules and their cases live here, beside it, rather than in
 ddpify/rules/, whose units plan edits.
@@ -102,6 +102,17 @@ RULES = (
          "inputs no longer match, and a later per-sample use reads other ranks' rows.",
          "Move the gather to just before the similarity, size the labels by the similarity, and "
          "report the rewrite as a ddpify bug."),
+    Rule("DDP927", Severity.WARNING, "self-check: a wrap of an attribute does not follow every move and build of it "
+         "in the other methods of its object",
+         "The wrap of `self.G` sits in one method (`build_model()`), but another method of the object "
+         "calls it and then moves `self.G` (`if self.use_cuda: self.G.cuda()`, or a loop over "
+         "`self.nets`, which holds it): DDP registered a CPU module, and on a GPU its gradients never "
+         "meet the inputs' device. Or the wrap sits in one branch (`else: self.model = "
+         "Net().to(device)`) while the other builds the model anew through a method of the object "
+         "(`if args.resume: self.load(path)`, whose body assigns `self.model`): the resumed model "
+         "trains unwrapped, each rank on its own copy.",
+         "Move `if distributed: self.G = DDP(self.G, ...)` below the last move of `self.G`, after the "
+         "branches that build it merge, in the method that calls the others."),
     Rule("DDP924", Severity.WARNING, "self-check: a device still names the script's own GPU index",
          "The original picks its GPU by an index (`.cuda(args.gpu)`, `torch.cuda.set_device(args.gpu)`); "
          "under torchrun each rank has its own GPU, but the output still makes a device of that "
@@ -205,6 +216,78 @@ _BRANCH_SAMPLERS = (
     .replace("    for epoch in range(2):\n", "    for epoch in range(2):\n        sampler.set_epoch(epoch)\n")
 )
 
+# A solver whose build_model() makes the net and its optimizer, and whose __init__ moves it.
+_SOLVER = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Solver:
+    def __init__(self, loader, use_cuda):
+        self.loader = loader
+        self.build_model()
+        if use_cuda:
+            self.net.cuda()
+
+    def build_model(self):
+        self.net = torch.nn.Linear(4, 1)
+        self.nets = {"net": self.net}
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1)
+
+    def train(self):
+        for x, y in self.loader:
+            loss = torch.nn.functional.mse_loss(self.net(x), y)
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+"""
+_WRAP_NET = "        if dist.is_initialized():\n            self.net = DDP(self.net)\n"
+_SOLVER_WRAPPED_IN_BUILD = _SOLVER.replace("        self.opt = ", _WRAP_NET + "        self.opt = ")
+_RUN_SOLVER = """
+if __name__ == "__main__":
+    from torch.utils.data import DataLoader, TensorDataset
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4, shuffle=True)
+    {made}.train()
+"""
+
+
+def _single_process(source: str) -> str:
+    return source.replace("import torch.distributed as dist\n", "").replace(
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n", "")
+
+
+# A trainer that resumes through its own load method, or builds the model afresh.
+_RESUMING = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Trainer:
+    def __init__(self, loader, resume):
+        self.loader = loader
+        if resume:
+            self.load(resume)
+        else:
+            self.net = torch.nn.Linear(4, 1)
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1)
+
+    def load(self, path):
+        self.net = torch.load(path, weights_only=False)
+
+    def train(self):
+        for x, y in self.loader:
+            loss = torch.nn.functional.mse_loss(self.net(x), y)
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+"""
+_RESUMING_WRAPPED_IN_ONE_BRANCH = _RESUMING.replace(
+    "            self.net = torch.nn.Linear(4, 1)\n",
+    "            self.net = torch.nn.Linear(4, 1)\n            if dist.is_initialized():\n"
+    "                self.net = DDP(self.net)\n")
+
 CASES = (
     # The labels sized by this rank's inputs, after a gather of the embeddings.
     Flags(_CONTRASTIVE, _GATHERING.replace("    logits = ", "    q, k = gather_with_grad(q), gather_with_grad(k)\n"
@@ -291,6 +374,16 @@ CASES = (
         "            self.step(x, y)\n\n    def step(self, x, y):\n"
         "        loss = torch.nn.functional.mse_loss(self.model(x), y)\n"
         "        self.optimizer.zero_grad()\n        loss.backward()\n        self.optimizer.step()\n"), "DDP911"),
+    # The wrap in build_model(), the move in __init__ after the call: a CPU module wrapped.
+    Flags(_SOLVER, _SOLVER_WRAPPED_IN_BUILD, "DDP927"),
+    Flags(_SOLVER, _SOLVER_WRAPPED_IN_BUILD.replace("            self.net.cuda()\n",
+                                                    "            for net in self.nets.values():\n"
+                                                    "                net.cuda()\n"), "DDP927"),
+    # ... where ddpify migrates the single-process solver, the wrap follows the move.
+    Silent(_single_process(_SOLVER) + _RUN_SOLVER.format(made="Solver(loader, torch.cuda.is_available())"), "DDP927"),
+    # The wrap in the fresh branch; the other branch builds the model anew through a method.
+    Flags(_RESUMING, _RESUMING_WRAPPED_IN_ONE_BRANCH, "DDP927"),
+    Silent(_single_process(_RESUMING) + _RUN_SOLVER.format(made="Trainer(loader, '')"), "DDP927"),
     Flags(TRAINING, _LATE_GROUP, "DDP917"),
     Flags(TRAINING, _LATE_WRAP, "DDP917"),
     Flags(TRAINING, TRAINING.replace("model(x.to(device))", "model(x.to(rank_device))"), "DDP919"),
