@@ -49,6 +49,7 @@ from ddpify.analysis.nodes import (
     slices_batches,
     string_value,
 )
+from ddpify.analysis.returned_parts import returned_parts
 from ddpify.project import Project
 
 # Calls whose result yields the items of their first argument.
@@ -287,6 +288,13 @@ class Collector(cst.CSTVisitor):
             parts = conditional_parts(forward, set(created) & used, containers, self._qualified, methods)
             if parts:
                 self.facts.conditional_submodules[node.name.value] = (forward, parts)
+            # Parts of any class, not only torch.nn's: `self.aux = AuxHead(64)` feeds an output too.
+            built = {attribute for method in node.body.body if isinstance(method, cst.FunctionDef)
+                     and method.name.value == "__init__" for attribute, assign in self_attributes(method)
+                     if assign is not None and isinstance(assign.value, cst.Call)}
+            outputs = returned_parts(forward, built, methods)
+            if len(set(outputs.values())) > 1:
+                self.facts.returned_parts[node.name.value] = outputs
 
     def _without_grad(self, node: cst.With) -> bool:
         """`with torch.no_grad():`, `torch.inference_mode()`, `torch.set_grad_enabled(False)`."""

@@ -403,6 +403,10 @@ class FactRecord:
     # draw), with that forward, by class name (analysis.conditional_parts).
     conditional_submodules: dict[str, tuple[cst.FunctionDef, list[ConditionalPart]]] = field(
         default_factory=dict)
+    # For a class whose forward returns several outputs, the submodules each output is
+    # computed from, by class name (analysis.returned_parts); only where some output has a
+    # submodule of its own.
+    returned_parts: dict[str, dict[Union[int, str], frozenset[str]]] = field(default_factory=dict)
     # The same for classes of other modules of the project, by the name this module calls
     # them by (`EncoderCNN` -> ["resnet"]).
     gradless_project_classes: dict[str, list[str]] = field(default_factory=dict)

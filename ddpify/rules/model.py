@@ -366,6 +366,7 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
                      "without gradients (never, only under torch.no_grad(), or cut from the graph by .detach())")
     skipped = _report_arguments_none_on_some_steps(facts, edits, model)
     skipped = skipped or _report_parts_run_on_some_calls(facts, edits, model, anchor)
+    skipped = _report_outputs_dropped_in_training(facts, edits, model, anchor) or skipped
     # DDP waits for a gradient from every parameter unless told some may not come.
     extra = ", find_unused_parameters=True" if unused or elsewhere or skipped else ""
     code = _wrap_statement(facts, setup, model, anchor, edits.options.sync_batchnorm, extra, condition)
@@ -2046,6 +2047,64 @@ def _literal_test(test: cst.BaseExpression, parameter: str, value: cst.BaseExpre
     return None
 
 
+def _report_outputs_dropped_in_training(facts: Facts, edits: Edits, model: Model,
+                                        anchor: cst.BaseStatement) -> bool:
+    """Rule: a forward that returns several outputs, each computed by submodules of its own
+    (`return validity, code` of a discriminator's adversarial and code heads), called with
+    gradients in a training loop that keeps only some of them (`validity, _ = D(fake)`,
+    `logits = model(x)[0]`): the submodules that feed only the dropped outputs get no
+    gradient on that step, and DDP, waiting for every gradient, fails at the next one
+    ("Expected to have finished reduction in the prior iteration"). The wrap expects unused
+    parameters (DDP105). An output is dropped when its target is `_` (or another name
+    starting with `_`); a submodule read by a kept output is no concern (an RNN's
+    `output, _ = rnn(x)`). Only for a class of this file, found as the other DDP105 rules
+    find it. True when one was found."""
+    classes = [name for name in facts.returned_parts if any(
+        f"{name}(" in facts.module.code_for_node(statement)
+        for statement in facts.statements_touching.get(model.name, ())
+        if facts.line_of(statement) <= facts.line_of(anchor))]
+    for class_name in classes:
+        outputs = facts.returned_parts[class_name]
+        for call in facts.calls_by_callee.get(model.name, ()):
+            if _training_loop_around(facts, call) is None or figures.under_no_grad(facts, call):
+                continue
+            kept = _outputs_kept(facts, call, list(outputs))
+            if kept is None:
+                continue
+            dropped = frozenset().union(*(outputs[key] for key in outputs if key not in kept)) - frozenset().union(
+                *(outputs[key] for key in kept))
+            if dropped:
+                parts = ", ".join(f"`self.{part}`" for part in sorted(dropped))
+                edits.report("DDP105", call, "submodule unused in forward: DDP told to expect unused "
+                             f"parameters: this training step drops the outputs of forward computed by {parts}, "
+                             "so their parameters get no gradient on it")
+                return True
+    return False
+
+
+def _outputs_kept(facts: Facts, call: cst.Call, keys: list[Union[int, str]]) -> Optional[set[Union[int, str]]]:
+    """The outputs a call keeps: `a, _ = model(x)` keeps index 0; `model(x)[0]` and
+    `model(x)["logits"]` the one they read; None where it keeps them all or ddpify cannot tell."""
+    parent = facts.parents.get(call)
+    if isinstance(parent, cst.Subscript) and parent.value is call and len(parent.slice) == 1:
+        index = parent.slice[0].slice
+        key: Optional[Union[int, str]] = None
+        if isinstance(index, cst.Index) and isinstance(index.value, cst.Integer):
+            key = int(index.value.value)
+        elif isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString):
+            evaluated = index.value.evaluated_value
+            key = evaluated if isinstance(evaluated, str) else None
+        return {key} if key in keys else None
+    if isinstance(parent, cst.Assign) and parent.value is call and len(parent.targets) == 1:
+        target = parent.targets[0].target
+        if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == len(keys) and all(
+                isinstance(element, cst.Element) for element in target.elements):
+            kept: set[Union[int, str]] = {index for index, element in enumerate(target.elements)
+                    if not (isinstance(element.value, cst.Name) and element.value.value.startswith("_"))}
+            return kept if len(kept) < len(keys) and set(keys) == set(range(len(keys))) else None
+    return None
+
+
 def _report_arguments_none_on_some_steps(facts: Facts, edits: Edits, model: Model) -> bool:
     """`if random.random() < p_uncond: labels = None` ... `model(x, t, labels)` in a training
     loop (classifier-free guidance's dropped labels, an optional mask): on those steps the
@@ -3573,6 +3632,22 @@ class Net(torch.nn.Module):
 
 model = Net().to(device)
 '''), "DDP105", ("find_unused_parameters=True",)),
+    # The output an RNN's step drops comes from the part that computes the kept one: no
+    # parameter goes without a gradient.
+    Silent(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)\n", '''\
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = torch.nn.GRU(4, 8, batch_first=True)
+        self.head = torch.nn.Linear(8, 1)
+
+    def forward(self, x):
+        out, hidden = self.rnn(x.unsqueeze(1))
+        return self.head(out[:, -1]), hidden
+
+
+model = Net().to(device)
+''').replace("model(x.to(device))", "model(x.to(device))[0]"), "DDP105"),
     # A round trip to the CPU for a checkpoint while training goes on: the move goes, the
     # checkpoint is a CPU copy.
     Emits(TRAINING.replace("    print(epoch, loss.item())\n", "    model.cpu()\n    torch.save(model.state_dict(), "
