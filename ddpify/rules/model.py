@@ -823,7 +823,7 @@ def _unwrap_models_handed_in(facts: Facts, edits: Edits, setup: Plan) -> None:
         if name in own or name not in facts.module_attributes and not any(
                 read.attr.value in MODULE_ONLY_METHODS and _called(facts, read)
                 or _weights_loaded_elsewhere(facts, read) for read in reads) and not _state_dict_of_a_called_module(
-                facts, name, reads):
+                facts, name, reads) and not _own_method_of_a_called_module(facts, name, reads):
             continue
         functions = [function for function in map(facts.function_of, reads) if function is not None]
         if not functions or not all(handed_in(facts, function, name) for function in functions):
@@ -842,6 +842,16 @@ def _state_dict_of_a_called_module(facts: Facts, name: str, reads: Iterable[cst.
     read through `.module` (an optimizer or a scheduler is never called)."""
     return name in facts.calls_by_callee and any(
         read.attr.value in _STATE_DICT_METHODS and _called(facts, read) for read in reads)
+
+
+def _own_method_of_a_called_module(facts: Facts, name: str, reads: Iterable[cst.Attribute]) -> bool:
+    """`hidden = decoder.init_hidden(1)` then `output, hidden = decoder(inp, hidden)` in a
+    helper module's `generate(decoder, ...)`, which the training script calls with its
+    model: something called for its output that also has a method of its own called is a
+    module the caller may have wrapped, and DDP has no `init_hidden` (an AttributeError on
+    every rank at the first sample). Its methods are read through `.module`."""
+    return name in facts.calls_by_callee and "." not in name and any(
+        _called(facts, read) and read.attr.value != "forward" for read in reads)
 
 
 def _unwrap_attributes_of_objects_handed_in(facts: Facts, edits: Edits) -> None:
