@@ -849,9 +849,10 @@ def _own_method_of_a_called_module(facts: Facts, name: str, reads: Iterable[cst.
     helper module's `generate(decoder, ...)`, which the training script calls with its
     model: something called for its output that also has a method of its own called is a
     module the caller may have wrapped, and DDP has no `init_hidden` (an AttributeError on
-    every rank at the first sample). Its methods are read through `.module`."""
+    every rank at the first sample). Its methods are read through `.module`; the methods the
+    wrapper has itself (`.train()`, `.to()`) do not count."""
     return name in facts.calls_by_callee and "." not in name and any(
-        _called(facts, read) and read.attr.value != "forward" for read in reads)
+        _called(facts, read) and read.attr.value not in names.WRAPPER_ATTRIBUTES for read in reads)
 
 
 def _unwrap_attributes_of_objects_handed_in(facts: Facts, edits: Edits) -> None:
