@@ -26,7 +26,9 @@ RULES = (
          "no sampler can shard it, and with one seed every rank would draw the same batches. "
          "Right before training each rank moves torch's generator to the script's seed plus "
          "its rank, so the ranks draw different batches and together see N times the data of "
-         "one process per step. As a group of one nothing changes.",
+         "one process per step. As a group of one nothing changes. Batches drawn only by "
+         "the `random` or numpy generators, which nothing in the file seeds, already differ "
+         "per process (each seeds itself from the operating system): nothing is changed.",
          "Nothing to do. Scale the number of steps (or the learning rate) for the larger "
          "global batch if you want the original's schedule."),
 )
