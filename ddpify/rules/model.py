@@ -2067,9 +2067,9 @@ def _report_outputs_dropped_in_training(facts: Facts, edits: Edits, model: Model
     gradient on that step, and DDP, waiting for every gradient, fails at the next one
     ("Expected to have finished reduction in the prior iteration"). The wrap expects unused
     parameters (DDP105). An output is dropped when its target is `_` (or another name
-    starting with `_`); a submodule read by a kept output is no concern (an RNN's
-    `output, _ = rnn(x)`). Only for a class of this file, found as the other DDP105 rules
-    find it. True when one was found."""
+    starting with `_`), or a name read nowhere else in its function; a submodule read by a
+    kept output is no concern (an RNN's `output, _ = rnn(x)`). Only for a class of this
+    file, found as the other DDP105 rules find it. True when one was found."""
     classes = [name for name in facts.returned_parts if any(
         f"{name}(" in facts.module.code_for_node(statement)
         for statement in facts.statements_touching.get(model.name, ())
@@ -2110,10 +2110,19 @@ def _outputs_kept(facts: Facts, call: cst.Call, keys: list[Union[int, str]]) -> 
         target = parent.targets[0].target
         if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == len(keys) and all(
                 isinstance(element, cst.Element) for element in target.elements):
+            scope = facts.function_of(call) or facts.module
             kept: set[Union[int, str]] = {index for index, element in enumerate(target.elements)
-                    if not (isinstance(element.value, cst.Name) and element.value.value.startswith("_"))}
+                                          if not _never_read(scope, element.value)}
             return kept if len(kept) < len(keys) and set(keys) == set(range(len(keys))) else None
     return None
+
+
+def _never_read(scope: cst.CSTNode, target: cst.BaseExpression) -> bool:
+    """`_`, `_aux`, or a name that appears nowhere else in its function (or module):
+    an output the step drops (`logits, aux = model(x)` with `aux` never used)."""
+    if not isinstance(target, cst.Name):
+        return False
+    return target.value.startswith("_") or sum(name == target.value for name in names_within(scope)) == 1
 
 
 def _report_arguments_none_on_some_steps(facts: Facts, edits: Edits, model: Model) -> bool:
@@ -3643,6 +3652,25 @@ class Net(torch.nn.Module):
 
 model = Net().to(device)
 '''), "DDP105", ("find_unused_parameters=True",)),
+    # A second head's output named but never read: its parameters get no gradient.
+    Emits(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)\n", '''\
+class TwoHeads(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Linear(4, 8)
+        self.head = torch.nn.Linear(8, 1)
+        self.aux = torch.nn.Linear(8, 1)
+
+    def forward(self, x):
+        h = self.body(x)
+        return self.head(h), self.aux(h)
+
+
+model = TwoHeads().to(device)
+''').replace("        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))\n",
+                 "        out, aux = model(x.to(device))\n"
+                 "        loss = torch.nn.functional.mse_loss(out, y.to(device))\n"), "DDP105",
+          ("find_unused_parameters=True",)),
     # The output an RNN's step drops comes from the part that computes the kept one: no
     # parameter goes without a gradient.
     Silent(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)\n", '''\
