@@ -6,6 +6,7 @@ import libcst as cst
 from ddpify.analysis import shell
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Statement
+from ddpify.analysis.nodes import is_false
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan
@@ -64,7 +65,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     for group in _consecutive_groups(facts, sorted(dataset_sites + tokenizer_sites, key=facts.line_of)):
         first, last = group[0], group[-1]
         tokenizer_only = all(statement in tokenizer_sites for statement in group)
-        if _inside_class(facts, first) and not setup.library:
+        if _inside_class(facts, first) and (not setup.library or in_a_dataset_downloading_on_request(facts, first)):
             continue
         before, after = DOWNLOAD_BEFORE_CODE, DOWNLOAD_AFTER_CODE
         if setup.library or _in_training_called_after_setup(facts, setup, first):
@@ -178,6 +179,25 @@ def _consecutive_groups(facts: Facts, statements: Sequence[Statement]) -> list[l
                 continue
         groups.append([statement])
     return groups
+
+
+def in_a_dataset_downloading_on_request(facts: Facts, node: cst.CSTNode) -> bool:
+    """Rule: code of a Dataset class whose `__init__` takes `download` (off unless asked,
+    torchvision style: `MNISTM(root, download=True)`) runs where a caller builds it with
+    `download=True`, and that construction is the download: local rank 0 builds it while
+    the others wait (the barriers go around the caller's call, as for torchvision's own
+    datasets). Barriers inside too would pair with the caller's (the inner one releases the
+    waiting ranks before the files are written, and they download again), and a rank-0
+    guard on its writes would leave the second machine's local rank 0 without its files."""
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, cst.ClassDef):
+        parent = facts.parents.get(parent)
+    if parent is None or parent.name.value not in facts.dataset_classes:
+        return False
+    init = facts.class_inits.get(parent.name.value)
+    parameters = [] if init is None else [*init.params.params, *init.params.kwonly_params]
+    return any(param.name.value == "download" and (param.default is None or is_false(param.default))
+               for param in parameters)
 
 
 def _inside_class(facts: Facts, node: cst.CSTNode) -> bool:

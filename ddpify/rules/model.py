@@ -834,7 +834,7 @@ def _unwrap_models_handed_in(facts: Facts, edits: Edits, setup: Plan) -> None:
         if name in own or name not in facts.module_attributes and not any(
                 read.attr.value in MODULE_ONLY_METHODS and _called(facts, read)
                 or _weights_loaded_elsewhere(facts, read) for read in reads) and not _state_dict_of_a_called_module(
-                facts, name, reads):
+                facts, name, reads) and not _own_method_of_a_called_module(facts, name, reads):
             continue
         functions = [function for function in map(facts.function_of, reads) if function is not None]
         if not functions or not all(handed_in(facts, function, name) for function in functions):
@@ -853,6 +853,17 @@ def _state_dict_of_a_called_module(facts: Facts, name: str, reads: Iterable[cst.
     read through `.module` (an optimizer or a scheduler is never called)."""
     return name in facts.calls_by_callee and any(
         read.attr.value in _STATE_DICT_METHODS and _called(facts, read) for read in reads)
+
+
+def _own_method_of_a_called_module(facts: Facts, name: str, reads: Iterable[cst.Attribute]) -> bool:
+    """`hidden = decoder.init_hidden(1)` then `output, hidden = decoder(inp, hidden)` in a
+    helper module's `generate(decoder, ...)`, which the training script calls with its
+    model: something called for its output that also has a method of its own called is a
+    module the caller may have wrapped, and DDP has no `init_hidden` (an AttributeError on
+    every rank at the first sample). Its methods are read through `.module`; the methods the
+    wrapper has itself (`.train()`, `.to()`) do not count."""
+    return name in facts.calls_by_callee and "." not in name and any(
+        _called(facts, read) and read.attr.value not in names.WRAPPER_ATTRIBUTES for read in reads)
 
 
 def _unwrap_attributes_of_objects_handed_in(facts: Facts, edits: Edits) -> None:
@@ -3674,6 +3685,41 @@ class Net(torch.nn.Module):
 
 model = Net().to(device)
 '''), "DDP105", ("find_unused_parameters=True",)),
+    # A second head's output named but never read: its parameters get no gradient.
+    Emits(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)\n", '''\
+class TwoHeads(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Linear(4, 8)
+        self.head = torch.nn.Linear(8, 1)
+        self.aux = torch.nn.Linear(8, 1)
+
+    def forward(self, x):
+        h = self.body(x)
+        return self.head(h), self.aux(h)
+
+
+model = TwoHeads().to(device)
+''').replace("        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))\n",
+                 "        out, aux = model(x.to(device))\n"
+                 "        loss = torch.nn.functional.mse_loss(out, y.to(device))\n"), "DDP105",
+          ("find_unused_parameters=True",)),
+    # The output an RNN's step drops comes from the part that computes the kept one: no
+    # parameter goes without a gradient.
+    Silent(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)\n", '''\
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = torch.nn.GRU(4, 8, batch_first=True)
+        self.head = torch.nn.Linear(8, 1)
+
+    def forward(self, x):
+        out, hidden = self.rnn(x.unsqueeze(1))
+        return self.head(out[:, -1]), hidden
+
+
+model = Net().to(device)
+''').replace("model(x.to(device))", "model(x.to(device))[0]"), "DDP105"),
     # A round trip to the CPU for a checkpoint while training goes on: the move goes, the
     # checkpoint is a CPU copy.
     Emits(TRAINING.replace("    print(epoch, loss.item())\n", "    model.cpu()\n    torch.save(model.state_dict(), "

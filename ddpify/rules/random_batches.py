@@ -12,6 +12,7 @@ from typing import Optional
 
 import libcst as cst
 
+from ddpify.analysis import seeding
 from ddpify.analysis.control import Facts
 from ddpify.analysis.nodes import calls_within, dotted_name, find_all, names_in
 from ddpify.diagnostics import Rule, Severity
@@ -25,7 +26,9 @@ RULES = (
          "no sampler can shard it, and with one seed every rank would draw the same batches. "
          "Right before training each rank moves torch's generator to the script's seed plus "
          "its rank, so the ranks draw different batches and together see N times the data of "
-         "one process per step. As a group of one nothing changes.",
+         "one process per step. As a group of one nothing changes. Batches drawn only by "
+         "the `random` or numpy generators, which nothing in the file seeds, already differ "
+         "per process (each seeds itself from the operating system): nothing is changed.",
          "Nothing to do. Scale the number of steps (or the learning rate) for the larger "
          "global batch if you want the original's schedule."),
 )
@@ -44,7 +47,7 @@ def seed_per_rank(facts: Facts, edits: Edits, setup: Plan, loop: cst.For) -> boo
     from torch's global generator (in the loop or in a function of this file it calls);
     False when they are not, or the setup's names are out of reach there."""
     if _random_draw_feeding(facts, loop) is None:
-        return False
+        return _drawn_apart_already(facts, edits, loop)
     reason = _not_all_drawn_by_torch(facts, loop)
     if reason is not None:
         setup.hand_made_batches.append(edits.report(
@@ -59,6 +62,34 @@ def seed_per_rank(facts: Facts, edits: Edits, setup: Plan, loop: cst.For) -> boo
         edits.insert_before(outermost, Insertion(edits.statements(SEED_PER_RANK_CODE)))
         edits.report("DDP219", outermost)
     return True
+
+
+def _drawn_apart_already(facts: Facts, edits: Edits, loop: cst.For) -> bool:
+    """Rule: batches drawn only from the `random` or numpy generators (`start =
+    random.randint(0, n - window)` in a helper the loop calls), none of which the file seeds:
+    each process seeds them from the operating system, so every rank already draws its own
+    batches, as DDP219 makes torch's draws do. Nothing to change (DDP219, reported with the
+    draw). A seed of that generator anywhere in the file, or a seeding helper, makes the
+    draws alike on every rank: reported as before (DDP208)."""
+    draws = _other_draws_feeding(facts, loop)
+    if not draws or seeding.seeded_by_a_helper(facts) or any(
+            seeding.seeded_anywhere(facts, _family(qualified)) for qualified, _ in draws):
+        return False
+    qualified, draw = draws[0]
+    edits.report("DDP219", loop, f"random batches drawn by hand: each rank draws its own: "
+                 f"`{qualified.replace('numpy.', 'np.')}` at line {facts.line_of(draw)} draws from a generator "
+                 "nothing seeds, which differs from process to process")
+    return True
+
+
+def _family(qualified: str) -> str:
+    return qualified.split(".", 1)[0]
+
+
+def _other_draws_feeding(facts: Facts, loop: cst.For) -> list[tuple[str, cst.Call]]:
+    functions_called = {facts.functions[name] for name in _called_names(loop.body) if name in facts.functions}
+    return [(qualified, draw) for qualified in OTHER_INDEX_DRAWS for draw in facts.calls_named.get(qualified, ())
+            if facts.ancestor_in(draw, loop.body) is not None or facts.function_of(draw) in functions_called]
 
 
 def _random_draw_feeding(facts: Facts, loop: cst.For) -> Optional[cst.Call]:
@@ -113,6 +144,29 @@ def _called_names(body: cst.BaseSuite) -> list[str]:
     return [call.func.value for call in calls_within(body) if isinstance(call.func, cst.Name)]
 
 
+_WINDOWS = '''\
+import random
+
+import torch
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+data = torch.randn(1000, 4)
+model = torch.nn.Linear(4, 1).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def get_batch():
+    start = random.randint(0, len(data) - 8)
+    return data[start:start + 8].to(device)
+
+
+for step in range(100):
+    loss = model(get_batch()).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+'''
+
 CASES = (
     Emits('''\
 import torch
@@ -136,6 +190,10 @@ for step in range(100):
     optimizer.step()
 ''', "DDP219", ("torch.manual_seed(",)),
     Silent(TRAINING, "DDP219"),
+    # Windows drawn by the random module, which nothing seeds: each rank draws its own already.
+    Emits(_WINDOWS, "DDP219", ("model = DDP(",)),
+    # Seeded alike on every rank, the same draws would give every rank the same batches.
+    Emits(_WINDOWS.replace("import torch\n", "import torch\n\nrandom.seed(0)\n", 1), "DDP208"),
     # An index also drawn by numpy: seeding torch per rank leaves it alike on every rank.
     Emits('''\
 import numpy as np

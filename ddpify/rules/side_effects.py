@@ -359,7 +359,8 @@ def _files_opened_for_writing(facts: Facts, edits: Edits, setup: Plan) -> None:
     """`open(path, "w")`, and a file of a format opened the same way, `h5py.File(path, "a")`."""
     for qualified in sorted(names.OPEN):
         for call in facts.calls_named.get(qualified, ()):
-            if opens_for_writing(call) and facts.statement_of(call) not in edits.guarded:
+            if opens_for_writing(call) and facts.statement_of(call) not in edits.guarded \
+                    and not downloads.in_a_dataset_downloading_on_request(facts, call):
                 # (A statement guarded as a whole: `json.dump(history, open(path, "w"))`.)
                 _open_on_rank0(facts, edits, setup, call)
     for qualified in sorted(names.FORMAT_OPENERS):
