@@ -10,6 +10,7 @@ from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan
 from ddpify.rules.cases import TRAINING, Emits, Silent
+from ddpify.rules.setup import group_joined_before
 
 RULES = (
     Rule("DDP209", Severity.EDIT, "one process per machine downloads the dataset; the others wait",
@@ -61,6 +62,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
                  if shell.after_a_download(facts.statement_of(call), facts.parents, facts.download_statements)]
     dataset_sites = _download_sites(facts, setup, facts.download_statements + finishing)
     tokenizer_sites = [site for site in _download_sites(facts, setup, saved) if site not in dataset_sites]
+    _report_helpers_downloading_before_setup(facts, edits, setup)
     for group in _consecutive_groups(facts, sorted(dataset_sites + tokenizer_sites, key=facts.line_of)):
         first, last = group[0], group[-1]
         tokenizer_only = all(statement in tokenizer_sites for statement in group)
@@ -87,6 +89,22 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         edits.insert_after(last, edits.statements(after))
         edits.imports.add("dist")
         edits.report("DDP209", first, message)
+
+
+def _report_helpers_downloading_before_setup(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """Rule: every barrier runs where the process group exists. A function of another module
+    that downloads (`data.prepare_data(root)`) gets barriers that ask at run time whether the
+    group is joined; the setup block moves above its calls in the setup's own function
+    (setup.py), but a call at module level or in the `__main__` block before that function
+    runs finds no group: every rank downloads into the same folder at once (DDP212)."""
+    if setup.library:
+        return
+    for call in facts.helper_download_calls:
+        if not group_joined_before(facts, setup, call):
+            edits.report("DDP212", call, (
+                f"`{edits.code(call.func)}()` downloads data in another module of the project before the "
+                "process group is joined: every rank downloads into the same folder at once; call it after "
+                "the distributed setup (ddpify then has local rank 0 download while the others wait)"))
 
 
 def _in_training_called_after_setup(facts: Facts, setup: Plan, statement: Statement) -> bool:

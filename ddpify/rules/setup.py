@@ -1055,6 +1055,9 @@ def _first_statement_needing_setup(facts: Facts, edits: Edits, plan: Plan,
     # which gets its DistributedSampler there only if the group is joined when it is built.
     made_elsewhere = [loader.call for loader in facts.external_loaders
                       if not isinstance(loader.statement, cst.FunctionDef)]
+    # `prepare_data(root)` of another module downloads between barriers that ask whether the
+    # group exists: joined only after the call, every rank would download at once.
+    made_elsewhere += facts.helper_download_calls
     for node in touched + _calls_of_functions_holding(facts, touched, plan) + made_elsewhere:
         statement = facts.ancestor_in(node, plan.block)
         # Definitions run nothing: code inside them needs the setup only when called.
@@ -1068,12 +1071,23 @@ def _first_statement_needing_setup(facts: Facts, edits: Edits, plan: Plan,
 def _calls_of_functions_holding(facts: Facts, nodes: Iterable[cst.CSTNode],
                                 plan: Plan) -> list[cst.Call]:
     """Calls of the functions that hold edited code: `make_loaders()` needs the process
-    group if the loader it builds now gets a DistributedSampler."""
+    group if the loader it builds now gets a DistributedSampler. Followed up through their
+    callers (`setup_run()` calling `make_run_dir()`), and `Logger(...)` runs
+    `Logger.__init__`: the chain's call in the setup's block is the one that must follow it."""
     calls: list[cst.Call] = []
     # (Their order does not matter: the caller takes the earliest statement of them all.)
     holding = {function for function in map(facts.function_of, nodes) if function is not None}
-    for function in holding - {plan.function}:
-        calls.extend(facts.calls_of(function))
+    seen = {plan.function}
+    for _ in range(3):  # (three calls deep, as the effects of other modules are read)
+        pending = holding - seen
+        seen |= pending
+        holding = set()
+        for function in pending:
+            for call in _calls_running(facts, function) if function is not None else ():
+                calls.append(call)
+                caller = facts.function_of(call)
+                if caller is not None:
+                    holding.add(caller)
     return calls
 
 
