@@ -1,5 +1,6 @@
 """One process per machine downloads the data while the others wait (DDP209, DDP212)."""
 from collections.abc import Sequence
+from typing import Optional
 
 import libcst as cst
 
@@ -10,7 +11,7 @@ from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan
 from ddpify.rules.cases import TRAINING, Emits, Silent
-from ddpify.rules.setup import group_joined_before
+from ddpify.rules.setup import calls_running, group_joined_before
 
 RULES = (
     Rule("DDP209", Severity.EDIT, "one process per machine downloads the dataset; the others wait",
@@ -127,17 +128,44 @@ def _download_sites(facts: Facts, setup: Plan, statements: Sequence[Statement]) 
     sites: list[Statement] = []
     for statement in statements:
         function = facts.function_of(statement)
-        calls = facts.calls_of(function)
-        if function is not None and not setup.sees_setup(facts, statement) and calls and all(
-                setup.sees_setup(facts, call) for call in calls) and function not in facts.training_functions:
-            candidates = [facts.statement_of(call) for call in calls]
-        else:
-            candidates = [statement]
+        calls = _calls_from_the_setups_scope(facts, setup, function) if not setup.sees_setup(
+            facts, statement) else None
+        candidates = [facts.statement_of(call) for call in calls] if calls else [statement]
         for candidate in candidates:
             candidate = _outside_file_tests(facts, candidate)
             if candidate not in sites:
                 sites.append(candidate)
     return sorted(sites, key=facts.line_of)
+
+
+def _calls_from_the_setups_scope(facts: Facts, setup: Plan,
+                                 function: Optional[cst.FunctionDef]) -> Optional[list[cst.Call]]:
+    """The calls, in the setup's scope, that run `function`: its own calls there, or those of
+    the functions that call it, up to three calls deep (`Puzzles("data")`, whose `__init__`
+    calls `self.download()`). None where a path to it starts outside that scope or passes
+    through a function that trains (barriers around a call that trains would leave local
+    rank 0 alone in the training's collectives)."""
+    sites: list[cst.Call] = []
+    frontier, seen = [function], {function}
+    for _ in range(3):
+        callers: list[Optional[cst.FunctionDef]] = []
+        for each in frontier:
+            calls = calls_running(facts, each) if each is not None else []
+            if not calls or each in facts.training_functions:
+                return None
+            for call in calls:
+                caller = facts.function_of(call)
+                if setup.sees_setup(facts, call):
+                    sites.append(call)
+                elif caller is None or caller in seen:
+                    return None
+                else:
+                    seen.add(caller)
+                    callers.append(caller)
+        if not callers:
+            return sites
+        frontier = callers
+    return None
 
 
 # The methods by which a tokenizer writes itself: `tokenizer.save("tokenizer.json")` (the

@@ -678,7 +678,7 @@ def _called_from_other_modules(facts: Facts, function: Optional[cst.FunctionDef]
         function) is None and function.name.value in facts.used_elsewhere
 
 
-def _calls_running(facts: Facts, function: cst.FunctionDef) -> list[cst.Call]:
+def calls_running(facts: Facts, function: cst.FunctionDef) -> list[cst.Call]:
     """The calls that run a function: `Trainer(...)` for `Trainer.__init__`."""
     owner = facts.class_of(function)
     if owner is not None and function.name.value == "__init__":
@@ -699,7 +699,7 @@ def group_joined_before(facts: Facts, plan: Plan, node: cst.CSTNode) -> bool:
     calls: list[cst.Call] = []
     pending = [setup_function]
     while pending:
-        for call in _calls_running(facts, pending.pop()):
+        for call in calls_running(facts, pending.pop()):
             calls.append(call)
             caller = facts.function_of(call)
             if caller is not None and caller not in reaching:
@@ -715,7 +715,7 @@ def group_joined_before(facts: Facts, plan: Plan, node: cst.CSTNode) -> bool:
             return True
         if function is None or function in seen:
             return False
-        sites = _calls_running(facts, function)
+        sites = calls_running(facts, function)
         return all(joined(site, seen | {function}) for site in sites)
 
     return joined(node, frozenset())
@@ -1083,7 +1083,7 @@ def _calls_of_functions_holding(facts: Facts, nodes: Iterable[cst.CSTNode],
         seen |= pending
         holding = set()
         for function in pending:
-            for call in _calls_running(facts, function) if function is not None else ():
+            for call in calls_running(facts, function) if function is not None else ():
                 calls.append(call)
                 caller = facts.function_of(call)
                 if caller is not None:
