@@ -465,6 +465,11 @@ class Project:
         definition = self._definition(qualified)
         return definition is not None and definition[0].writes_files(definition[1])
 
+    def downloads(self, qualified: str) -> bool:
+        """Calling `qualified` downloads or unpacks data somewhere inside (effects.downloads)."""
+        definition = self._definition(qualified)
+        return definition is not None and definition[0].downloads(definition[1])
+
     def iterated_parameters(self, qualified: str) -> tuple[list[str], set[str]]:
         """For a function or a class: its positional parameters and those it iterates
         (effects.iterated_parameters)."""

@@ -1101,6 +1101,8 @@ class Collector(cst.CSTVisitor):
             self.facts.helper_load_calls.append(node)
         if self.project.writes_files(qualified):
             self.facts.helper_write_calls.append(node)
+        if self.project.downloads(qualified):
+            self.facts.helper_download_calls.append(node)
         if self.project.returns_python_numbers(qualified):
             self.facts.number_functions.add(dotted_name(node.func) or "")
 

@@ -812,6 +812,27 @@ class FunctionEffects:
                 return True
         return False
 
+    def downloads(self, name: str, depth: int = 0) -> bool:
+        """The function (the class's __init__) downloads or unpacks data (`download=True`,
+        urlretrieve, an archive opened), itself or through a function of this module: ddpify
+        puts barriers there that ask at run time whether the process group exists, so a call
+        of it must come after the setup (before it, every rank downloads at once)."""
+        _, key, function = self._function_or_init(name)
+        if function is None or depth > 3:
+            return False
+        for node in ast.walk(function):
+            if not isinstance(node, ast.Call):
+                continue
+            qualified = self.qualified(dotted_ast(node.func) or "")
+            if qualified in names.FETCH_OR_UNPACK or any(
+                    keyword.arg == "download" and not (isinstance(keyword.value, ast.Constant)
+                                                       and keyword.value.value in (False, None))
+                    for keyword in node.keywords):
+                return True
+            if qualified != key and qualified in self._functions and self.downloads(qualified, depth + 1):
+                return True
+        return False
+
     def loads_checkpoint(self, name: str) -> bool:
         """The function, or the class's __init__, reads a file with torch.load itself."""
         _, _, function = self._function_or_init(name)

@@ -361,6 +361,9 @@ class FactRecord:
     # Calls of a function or method of another module of the project that writes a file
     # somewhere inside (`fit(model, ...)` whose epoch loop saves the best model on rank 0).
     helper_write_calls: list[cst.Call] = field(default_factory=list)
+    # Calls of a function of another module of the project that downloads or unpacks data
+    # (`prepare_data(root)`): its barriers need the group joined before the call.
+    helper_download_calls: list[cst.Call] = field(default_factory=list)
     # A model handed to a class of another module that keeps it as self.X: "model" ->
     # ["trainer.model"], where it is read from outside the class.
     kept_on_instances: dict[str, list[str]] = field(default_factory=dict)

@@ -250,8 +250,11 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan)
         if statement in waiting or _waited_for_already(facts, placed, writes, call):
             continue
         # (Before what other rules put above a dataset's statement too: its sampler calls
-        # __len__, which may read the file.)
-        waited = _wait_before(facts, edits, setup, statement, writes, first=call in datasets, waited_at=waiting)
+        # __len__, which may read the file; and a dataset read inside the loader's call,
+        # `DataLoader(load_blobs(root))`, is hoisted above the loader with its sampler.)
+        first = call in datasets or any(facts.ancestor_in(call, loader) is not None for loader in facts.loader_calls
+                                        if loader is not call)
+        waited = _wait_before(facts, edits, setup, statement, writes, first=first, waited_at=waiting)
         waiting.add(statement)
         if waited is not None:
             waiting.add(waited)

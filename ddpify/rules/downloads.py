@@ -1,5 +1,6 @@
 """One process per machine downloads the data while the others wait (DDP209, DDP212)."""
 from collections.abc import Sequence
+from typing import Optional
 
 import libcst as cst
 
@@ -11,6 +12,7 @@ from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan
 from ddpify.rules.cases import TRAINING, Emits, Silent
+from ddpify.rules.setup import calls_running, group_joined_before
 
 RULES = (
     Rule("DDP209", Severity.EDIT, "one process per machine downloads the dataset; the others wait",
@@ -62,6 +64,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
                  if shell.after_a_download(facts.statement_of(call), facts.parents, facts.download_statements)]
     dataset_sites = _download_sites(facts, setup, facts.download_statements + finishing)
     tokenizer_sites = [site for site in _download_sites(facts, setup, saved) if site not in dataset_sites]
+    _report_helpers_downloading_before_setup(facts, edits, setup)
     for group in _consecutive_groups(facts, sorted(dataset_sites + tokenizer_sites, key=facts.line_of)):
         first, last = group[0], group[-1]
         tokenizer_only = all(statement in tokenizer_sites for statement in group)
@@ -90,6 +93,22 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         edits.report("DDP209", first, message)
 
 
+def _report_helpers_downloading_before_setup(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """Rule: every barrier runs where the process group exists. A function of another module
+    that downloads (`data.prepare_data(root)`) gets barriers that ask at run time whether the
+    group is joined; the setup block moves above its calls in the setup's own function
+    (setup.py), but a call at module level or in the `__main__` block before that function
+    runs finds no group: every rank downloads into the same folder at once (DDP212)."""
+    if setup.library:
+        return
+    for call in facts.helper_download_calls:
+        if not group_joined_before(facts, setup, call):
+            edits.report("DDP212", call, (
+                f"`{edits.code(call.func)}()` downloads data in another module of the project before the "
+                "process group is joined: every rank downloads into the same folder at once; call it after "
+                "the distributed setup (ddpify then has local rank 0 download while the others wait)"))
+
+
 def _in_training_called_after_setup(facts: Facts, setup: Plan, statement: Statement) -> bool:
     """`statement` sits in a function that trains, which the setup's scope alone calls (the
     `__main__` block that chose the device, then `main(args)`): no name of the setup reaches
@@ -110,17 +129,44 @@ def _download_sites(facts: Facts, setup: Plan, statements: Sequence[Statement]) 
     sites: list[Statement] = []
     for statement in statements:
         function = facts.function_of(statement)
-        calls = facts.calls_of(function)
-        if function is not None and not setup.sees_setup(facts, statement) and calls and all(
-                setup.sees_setup(facts, call) for call in calls) and function not in facts.training_functions:
-            candidates = [facts.statement_of(call) for call in calls]
-        else:
-            candidates = [statement]
+        calls = _calls_from_the_setups_scope(facts, setup, function) if not setup.sees_setup(
+            facts, statement) else None
+        candidates = [facts.statement_of(call) for call in calls] if calls else [statement]
         for candidate in candidates:
             candidate = _outside_file_tests(facts, candidate)
             if candidate not in sites:
                 sites.append(candidate)
     return sorted(sites, key=facts.line_of)
+
+
+def _calls_from_the_setups_scope(facts: Facts, setup: Plan,
+                                 function: Optional[cst.FunctionDef]) -> Optional[list[cst.Call]]:
+    """The calls, in the setup's scope, that run `function`: its own calls there, or those of
+    the functions that call it, up to three calls deep (`Puzzles("data")`, whose `__init__`
+    calls `self.download()`). None where a path to it starts outside that scope or passes
+    through a function that trains (barriers around a call that trains would leave local
+    rank 0 alone in the training's collectives)."""
+    sites: list[cst.Call] = []
+    frontier, seen = [function], {function}
+    for _ in range(3):
+        callers: list[Optional[cst.FunctionDef]] = []
+        for each in frontier:
+            calls = calls_running(facts, each) if each is not None else []
+            if not calls or each in facts.training_functions:
+                return None
+            for call in calls:
+                caller = facts.function_of(call)
+                if setup.sees_setup(facts, call):
+                    sites.append(call)
+                elif caller is None or caller in seen:
+                    return None
+                else:
+                    seen.add(caller)
+                    callers.append(caller)
+        if not callers:
+            return sites
+        frontier = callers
+    return None
 
 
 # The methods by which a tokenizer writes itself: `tokenizer.save("tokenizer.json")` (the

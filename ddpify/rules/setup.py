@@ -682,7 +682,7 @@ def _called_from_other_modules(facts: Facts, function: Optional[cst.FunctionDef]
         function) is None and function.name.value in facts.used_elsewhere
 
 
-def _calls_running(facts: Facts, function: cst.FunctionDef) -> list[cst.Call]:
+def calls_running(facts: Facts, function: cst.FunctionDef) -> list[cst.Call]:
     """The calls that run a function: `Trainer(...)` for `Trainer.__init__`."""
     owner = facts.class_of(function)
     if owner is not None and function.name.value == "__init__":
@@ -703,7 +703,7 @@ def group_joined_before(facts: Facts, plan: Plan, node: cst.CSTNode) -> bool:
     calls: list[cst.Call] = []
     pending = [setup_function]
     while pending:
-        for call in _calls_running(facts, pending.pop()):
+        for call in calls_running(facts, pending.pop()):
             calls.append(call)
             caller = facts.function_of(call)
             if caller is not None and caller not in reaching:
@@ -719,7 +719,7 @@ def group_joined_before(facts: Facts, plan: Plan, node: cst.CSTNode) -> bool:
             return True
         if function is None or function in seen:
             return False
-        sites = _calls_running(facts, function)
+        sites = calls_running(facts, function)
         return all(joined(site, seen | {function}) for site in sites)
 
     return joined(node, frozenset())
@@ -1061,6 +1061,9 @@ def _first_statement_needing_setup(facts: Facts, edits: Edits, plan: Plan,
     # which gets its DistributedSampler there only if the group is joined when it is built.
     made_elsewhere = [loader.call for loader in facts.external_loaders
                       if not isinstance(loader.statement, cst.FunctionDef)]
+    # `prepare_data(root)` of another module downloads between barriers that ask whether the
+    # group exists: joined only after the call, every rank would download at once.
+    made_elsewhere += facts.helper_download_calls
     for node in touched + _calls_of_functions_holding(facts, touched, plan) + made_elsewhere:
         statement = facts.ancestor_in(node, plan.block)
         # Definitions run nothing: code inside them needs the setup only when called.
@@ -1074,12 +1077,23 @@ def _first_statement_needing_setup(facts: Facts, edits: Edits, plan: Plan,
 def _calls_of_functions_holding(facts: Facts, nodes: Iterable[cst.CSTNode],
                                 plan: Plan) -> list[cst.Call]:
     """Calls of the functions that hold edited code: `make_loaders()` needs the process
-    group if the loader it builds now gets a DistributedSampler."""
+    group if the loader it builds now gets a DistributedSampler. Followed up through their
+    callers (`setup_run()` calling `make_run_dir()`), and `Logger(...)` runs
+    `Logger.__init__`: the chain's call in the setup's block is the one that must follow it."""
     calls: list[cst.Call] = []
     # (Their order does not matter: the caller takes the earliest statement of them all.)
     holding = {function for function in map(facts.function_of, nodes) if function is not None}
-    for function in holding - {plan.function}:
-        calls.extend(facts.calls_of(function))
+    seen = {plan.function}
+    for _ in range(3):  # (three calls deep, as the effects of other modules are read)
+        pending = holding - seen
+        seen |= pending
+        holding = set()
+        for function in pending:
+            for call in calls_running(facts, function) if function is not None else ():
+                calls.append(call)
+                caller = facts.function_of(call)
+                if caller is not None:
+                    holding.add(caller)
     return calls
 
 

@@ -41,6 +41,15 @@ RULES = (
          "writes there is missing from the folder another rank reads.",
          "Call that function after the process-group setup (ddpify then has rank 0 choose the "
          "name), or name the folder without the clock (a run name passed on the command line)."),
+    Rule("DDP316", Severity.WARNING, "folder named from the clock in this script before the group is joined",
+         "This script names a folder from the clock, a random draw or a count of the runs already "
+         "there where the process group is not joined yet (at module level, or in the `__main__` "
+         "block before the call that sets it up): rank 0 cannot share its name with the other "
+         "ranks there, so each rank names its own folder, and a file rank 0 writes there is "
+         "missing from the folder another rank reads.",
+         "Name the folder after the process-group setup (in the function that sets it up; ddpify "
+         "then has rank 0 choose the name and broadcast it), or pass the run's name on the "
+         "command line."),
 )
 
 HELPER = '''\
@@ -62,7 +71,11 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     _report_clock_named_before_setup(facts, edits, setup)
     path_names = _names_in_paths(facts)
     for statement, target, value in _assignments_from_clock_or_chance(facts):
-        if target in path_names:
+        if target in path_names or _numbers_a_path(facts, target, value, path_names):
+            if not setup.library and not group_joined_before(facts, setup, statement):
+                # (Rule: a broadcast runs only where the group exists; before it, a no-op.)
+                edits.report("DDP316", statement, _named_before_setup_message(edits, statement, target))
+                continue
             edits.expressions[value] = _wrapped(edits)
             _add_helper(edits)
             edits.report("DDP310", statement)
@@ -114,6 +127,17 @@ def _report_clock_named_before_setup(facts: Facts, edits: Edits, setup: Plan) ->
                      "without the clock")
 
 
+def _named_before_setup_message(edits: Edits, statement: Statement, target: str) -> str:
+    facts = edits.facts
+    function = facts.function_of(statement)
+    in_main_block = facts.main_guard is not None and facts.ancestor_in(statement, facts.main_guard) is not None
+    where = (f"in `{function.name.value}()`" if function is not None
+             else "in the `__main__` block" if in_main_block else "at module level")
+    return (f"`{target}` names a folder from the clock or a count of earlier runs {where}, which runs before the "
+            "process group is joined: each rank names its own folder; name it after the setup (rank 0's name is "
+            "then broadcast), or pass the run's name on the command line")
+
+
 def _drawn_at_random(facts: Facts, call: cst.Call) -> Optional[tuple[str, cst.Call]]:
     """Rule: the name the call is handed (`get_logger(logdir)`) is built, in this file and
     within two assignments, from a draw of the global `random` or `numpy.random` generator
@@ -152,16 +176,37 @@ def _above_setup(facts: Facts, setup: Plan, call: cst.Call) -> bool:
 
 
 def _assignments_from_clock_or_chance(facts: Facts):
-    """`name = <expression that calls datetime.now(), uuid4(), mkdtemp(), ...>`."""
-    for qualified in sorted(names.CLOCK_OR_CHANCE):
-        for call in facts.calls_named.get(qualified, ()):
-            statement = facts.statement_of(call)
-            assign = _single_assignment(statement)
-            if assign is None:
-                continue
-            target = dotted_name(assign.targets[0].target)
-            if target is not None:
-                yield statement, target, assign.value
+    """`name = <expression that calls datetime.now(), uuid4(), mkdtemp(), ...>`, and a run
+    numbered by counting the runs already there (`f"runs/exp{len(os.listdir('runs'))}"`):
+    a rank that counts after rank 0 made this run's folder names the next one."""
+    counted = [call for qualified in sorted(names.FOLDER_LISTINGS) for call in facts.calls_named.get(qualified, ())
+               if _counted(facts, call)]
+    timed = [call for qualified in sorted(names.CLOCK_OR_CHANCE) for call in facts.calls_named.get(qualified, ())]
+    for call in timed + counted:
+        statement = facts.statement_of(call)
+        assign = _single_assignment(statement)
+        if assign is None:
+            continue
+        target = dotted_name(assign.targets[0].target)
+        if target is not None:
+            yield statement, target, assign.value
+
+
+def _numbers_a_path(facts: Facts, target: str, value: cst.BaseExpression, path_names: set[str]) -> bool:
+    """A count of the runs already there (`n = len(glob.glob(base + "*"))`) read by the value of
+    a name that makes a path (`path = f"{base}{n + 1}"`, then `os.makedirs(path)`): rank 0's
+    count is the run's number on every rank."""
+    if not any(_counted(facts, call) for qualified in names.FOLDER_LISTINGS for call in find_all(value, cst.Call)
+               if call in facts.calls_named.get(qualified, ())):
+        return False
+    return any(target in names_in(made) for name in path_names for made in facts.assigned_values.get(name, ()))
+
+
+def _counted(facts: Facts, listing: cst.Call) -> bool:
+    """`len(os.listdir(root))`, `len(glob.glob(pattern))`: how many entries a folder holds now."""
+    argument = facts.parents.get(listing)
+    counting = facts.parents.get(argument) if isinstance(argument, cst.Arg) else None
+    return isinstance(counting, cst.Call) and isinstance(counting.func, cst.Name) and counting.func.value == "len"
 
 
 def _single_assignment(statement: Statement) -> Optional[cst.Assign]:
@@ -219,6 +264,9 @@ def _add_helper(edits: Edits) -> None:
     edits.add_helper("chosen_by_rank_0", HELPER, "dist")
 
 
+_TRAINING_IMPORTS = "".join(TRAINING.splitlines(keepends=True)[:2])
+_TRAINING_BODY_INDENTED = "".join("    " + line + "\n" if line else "\n" for line in TRAINING.splitlines()[3:])
+
 CASES = (
     Emits("import os\nimport time\n"
           + TRAINING.replace("for epoch", 'run_dir = f"runs/{time.time()}"\nos.makedirs(run_dir)\nfor epoch')
@@ -226,4 +274,15 @@ CASES = (
           + 'model.load_state_dict(torch.load(os.path.join(run_dir, "model.pt")))\n',
           "DDP310", ("run_dir = chosen_by_rank_0(",)),
     Silent(TRAINING, "DDP310"),
+    # A run numbered by counting the runs there: rank 0's count, the run's number on every rank.
+    Emits("import glob\nimport os\n" + TRAINING.replace(
+        "for epoch", 'n = len(glob.glob("runs/exp*"))\nrun_dir = f"runs/exp{n + 1}"\nos.makedirs(run_dir)\nfor epoch')
+          + 'torch.save(model.state_dict(), os.path.join(run_dir, "model.pt"))\n',
+          "DDP310", ('n = chosen_by_rank_0(len(glob.glob("runs/exp*")))',)),
+    # Named at module level while the setup goes into main(): no group to share the name yet.
+    Emits("import os\nimport time\n" + _TRAINING_IMPORTS + 'RUN_DIR = f"runs/{time.time()}"\nos.makedirs(RUN_DIR)\n'
+          + "\n\ndef main():\n" + _TRAINING_BODY_INDENTED
+          + '    torch.save(model.state_dict(), os.path.join(RUN_DIR, "model.pt"))\n'
+          + '\n\nif __name__ == "__main__":\n    main()\n',
+          "DDP316", ('RUN_DIR = f"runs/{time.time()}"',)),
 )
