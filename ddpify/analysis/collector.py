@@ -18,7 +18,7 @@ from ddpify.analysis.containers import (
     literal_elements,
 )
 from ddpify.analysis.control import Facts
-from ddpify.analysis.devices import DeviceValues
+from ddpify.analysis.devices import DeviceValues, moves_itself
 from ddpify.analysis.facts import DeviceAssignment, ExternalLoader, ExternalLoaderDict, Loader, Model, Statement
 from ddpify.analysis.freezing import models_frozen_in_part, walked_modules
 from ddpify.analysis.import_names import LoadedNames
@@ -1080,6 +1080,8 @@ class Collector(cst.CSTVisitor):
                 self.facts.calls_returning_moved.add(node)
             if self.project.returns_data_parallel(qualified):
                 self.facts.calls_returning_data_parallel.add(node)
+            if self.project.class_never_freezing(qualified):
+                self.facts.builds_never_frozen.add(node)
             slot = self.project.returned_tracker(qualified)
             if slot is not None:
                 self.facts.calls_returning_trackers.append((node, slot))
@@ -1812,7 +1814,10 @@ class Collector(cst.CSTVisitor):
         device, as for a function of another module (Project.moves_returned), so it is wrapped
         with this rank's device_ids and the group is not the CPU's Gloo."""
         for statement in self.facts.module.body:
-            if isinstance(statement, cst.FunctionDef) and self._returns_moved(statement):
+            if isinstance(statement, cst.FunctionDef) and self._returns_moved(statement) or isinstance(
+                    statement, cst.ClassDef) and moves_itself(statement):
+                # (A class whose __init__ moves the object itself, `self.to(device)`: each
+                # `Net(device)` is made on its device, as `Net().to(device)` is.)
                 self.facts.calls_returning_moved.update(self.facts.calls_by_callee.get(statement.name.value, ()))
 
     def note_moves_through_lambdas(self) -> None:
