@@ -348,7 +348,8 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
             f"before the training loop (`{model.name}.to(device)`), where ddpify can wrap it in DDP"))
         return
     condition = _entry_condition(facts, edits, model, anchor)
-    if condition is False or _reported_moved_with_its_holder(facts, edits, model, anchor):
+    if condition is False or _reported_moved_with_its_holder(facts, edits, model, anchor) \
+            or _reported_moved_after_the_anchor(facts, edits, model, anchor):
         return
     if not setup.sees_setup(facts, anchor):
         if edits.options.fsdp2:
@@ -392,6 +393,27 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
     _unwrap_where_returned(facts, edits, model)
     _after_wraps_in_other_branches(facts, edits, model, others)
     _report_backwards_sharing_a_forward(facts, edits, model)
+
+
+def _reported_moved_after_the_anchor(facts: Facts, edits: Edits, model: Model, anchor: Statement) -> bool:
+    """Rule: nothing of the user's is deleted, and the wrap comes after every move. A move to
+    the device after the place found for the wrap and before the training (`self.net` built
+    in a Solver's __init__, moved at the top of its `train()`) is where the model first
+    reaches its device, not a round trip for a checkpoint (DDP106): a wrap at the anchor
+    would hold a CPU module, and dropping the move would keep it there. No wrap: DDP119."""
+    training = _training_start(facts, model)
+    for call in facts.device_moves.get(model.name, ()):
+        if _to_cpu(call) or _before_wrap(facts, call, anchor) or _rebound_since_wrap(facts, call, model.name, anchor):
+            continue
+        if not model.name.startswith("self.") and facts.function_of(call) is not facts.function_of(anchor):
+            continue
+        if training is None or facts.start_of(call) < facts.start_of(training):
+            edits.report("DDP119", call, (
+                f"`{model.name}` reaches its device here, after the place ddpify found for its wrap "
+                f"(line {facts.line_of(anchor)}): a wrap there would hold a CPU module; wrap it by hand "
+                f"after this line, `{model.name} = DDP({model.name}, device_ids=[local_rank])`"))
+            return True
+    return False
 
 
 def _wrap_in_other_branches(facts: Facts, edits: Edits, model: Model, anchor: Statement, code: str) -> list[Statement]:
@@ -1499,20 +1521,10 @@ def _drop_moves_after_wrap(facts: Facts, edits: Edits, model: Model, wrap: cst.B
     """`model.eval().cpu()` to save a checkpoint, then `model.to(device).train()`: moving a
     DDP model replaces the parameters its gradient hooks watch, and gradients silently stop
     being synchronised. The model stays where it is (checkpoints load with map_location)."""
-    training = _training_start(facts, model)
     for call in facts.device_moves.get(model.name, ()):
         if _before_wrap(facts, call, wrap) or _rebound_since_wrap(facts, call, model.name, wrap):
             continue
         if not model.name.startswith("self.") and facts.function_of(call) is not facts.function_of(wrap):
-            continue
-        if not _to_cpu(call) and (training is None or facts.start_of(call) < facts.start_of(training)):
-            # Rule: nothing of the user's is deleted. A move to the device after the wrap and
-            # before the training is where the model first reaches its device: the wrap was
-            # placed too early (DDP would hold a CPU module), never a round trip to undo.
-            edits.report("DDP119", call, (
-                f"`{model.name}` reaches its device here, after the place ddpify found for its wrap "
-                f"(line {facts.line_of(wrap)}): DDP would wrap it before the move; wrap it by hand "
-                f"after this line, `{model.name} = DDP({model.name}, device_ids=[local_rank])`"))
             continue
         receiver = cast(cst.Attribute, call.func).value  # a device move is a method call
         if dotted_name(_chain_base(receiver)) != model.name:
@@ -3500,7 +3512,37 @@ _FUNCTIONAL_DATA_PARALLEL = "from torch.nn.parallel import data_parallel\n" + TR
     "loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))",
     "loss = torch.nn.functional.mse_loss(data_parallel(model, x.to(device)), y.to(device))")
 
+# A Solver that builds its network in __init__ and moves it at the top of train().
+_SOLVER_MOVING_IN_TRAIN = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Solver:
+    def __init__(self, loader):
+        self.loader = loader
+        self.net = torch.nn.Linear(4, 1)
+        self.optimizer = torch.optim.SGD(self.net.parameters(), lr=0.1)
+
+    def train(self):
+        self.net.cuda()
+        for epoch in range(3):
+            for x, y in self.loader:
+                loss = torch.nn.functional.mse_loss(self.net(x.cuda()), y.cuda())
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+
+
+Solver(DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)).train()
+"""
+
 CASES = (
+    # A move after the place found for the wrap, before training: kept, no wrap, DDP119; a
+    # round trip once training runs is the DDP106 below.
+    Emits(_SOLVER_MOVING_IN_TRAIN, "DDP119", ("        self.net.cuda()\n",)),
+    Silent(_SOLVER_MOVING_IN_TRAIN.replace("        self.net.cuda()\n", "").replace(
+        "        self.net = torch.nn.Linear(4, 1)\n", "        self.net = torch.nn.Linear(4, 1).cuda()\n"), "DDP119"),
     # The functional DataParallel forward becomes a call of the module (its device arguments
     # by keyword or position go); arguments from `*` are reported.
     Emits(_FUNCTIONAL_DATA_PARALLEL, "DDP102", ("mse_loss(model(x.to(device)), y.to(device))",)),
