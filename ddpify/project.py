@@ -14,6 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional, Union, cast
 
+from ddpify.analysis import freezing
 from ddpify.analysis.ast_names import dotted_ast, main_guarded
 from ddpify.analysis.effects import OPAQUE, WRITES, FunctionEffects, absolute_module
 from ddpify.analysis.facts import OutputParts, Slot
@@ -107,6 +108,13 @@ class Project:
         its backbone): a model built there and wrapped in another module may reach its wrap
         with nothing to train, where DDP raises (freezing_changes_in)."""
         return self._modules is not None and self._modules.freezes_parameters()
+
+    def class_never_freezing(self, qualified: str) -> bool:
+        """`qualified` is a class of a project module that sets requires_grad nowhere: an
+        object built from it has all its parameters trainable unless the caller freezes them."""
+        definition = self._definition(qualified)
+        return definition is not None and definition[1] in definition[0].classes \
+            and not definition[0].freezes_parameters()
 
     def trains(self, qualified: str) -> bool:
         """Calling `qualified` takes training steps (`engine.train_one_epoch(...)`)."""
@@ -1076,22 +1084,9 @@ def _another_program(path: Path, module: str, imported: Mapping[str, frozenset[s
 
 
 def _freezes_parameters(path: Path) -> bool:
-    """The file sets requires_grad to a value that may be False: `p.requires_grad = flag`,
-    `m.requires_grad_(False)` (not `requires_grad_()` nor `= True`, which only unfreeze). The
-    same reading as the collector's for the file being migrated (Facts.freezes_parameters)."""
+    """The file sets requires_grad to a value that may be False (freezing.tree_freezes)."""
     tree = _parsed(str(path), *_stamp(path))
-    if tree is None:
-        return False
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and any(
-                isinstance(target, ast.Attribute) and target.attr == "requires_grad" for target in node.targets):
-            if not (isinstance(node.value, ast.Constant) and node.value.value is True):
-                return True
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                and node.func.attr == "requires_grad_" and node.args \
-                and not (isinstance(node.args[0], ast.Constant) and node.args[0].value is True):
-            return True
-    return False
+    return tree is not None and freezing.tree_freezes(tree)
 
 
 def _is_data_parallel(qualified: str) -> bool:

@@ -20,7 +20,7 @@ from ddpify.analysis.containers import (
     literal_elements,
 )
 from ddpify.analysis.control import Facts
-from ddpify.analysis.devices import DeviceValues
+from ddpify.analysis.devices import DeviceValues, moves_itself
 from ddpify.analysis.facts import DeviceAssignment, ExternalLoader, ExternalLoaderDict, Loader, Model, Statement
 from ddpify.analysis.freezing import models_frozen_in_part, walked_modules
 from ddpify.analysis.import_names import LoadedNames
@@ -1112,17 +1112,13 @@ class Collector(cst.CSTVisitor):
             picked_there = self.project.picked_from_own_batches(qualified)
             if picked_there:
                 self.facts.calls_returning_picked[node] = picked_there
-            gradless = self.project.gradless_submodules(qualified)
-            called = dotted_name(node.func)
-            if gradless and called is not None:
-                self.facts.gradless_project_classes[called] = gradless
-            outputs = self.project.forward_output_parts(qualified)
-            if outputs and called is not None:
-                self.facts.forward_output_parts[called] = outputs
+            self._note_class_parts(node, qualified)
             if self.project.moves_returned(qualified):
                 self.facts.calls_returning_moved.add(node)
             if self.project.returns_data_parallel(qualified):
                 self.facts.calls_returning_data_parallel.add(node)
+            if self.project.class_never_freezing(qualified):
+                self.facts.builds_never_frozen.add(node)
             slot = self.project.returned_tracker(qualified)
             if slot is not None:
                 self.facts.calls_returning_trackers.append((node, slot))
@@ -1142,6 +1138,19 @@ class Collector(cst.CSTVisitor):
         effect = self.project.effect(qualified)
         if effect is not None:
             self._record_helper(node, qualified, effect)
+
+    def _note_class_parts(self, node: cst.Call, qualified: str) -> None:
+        """A class of another module built here: its submodules no step gives a gradient,
+        and the submodules each output of its forward comes from, by the name it is called by."""
+        called = dotted_name(node.func)
+        if called is None:
+            return
+        gradless = self.project.gradless_submodules(qualified)
+        if gradless:
+            self.facts.gradless_project_classes[called] = gradless
+        outputs = self.project.forward_output_parts(qualified)
+        if outputs:
+            self.facts.forward_output_parts[called] = outputs
 
     def _note_moved_in_place(self, node: cst.Call, qualified: str) -> None:
         """`init_and_move(model, device)` whose body runs `net.to(device)`: a module moves in
@@ -1855,7 +1864,10 @@ class Collector(cst.CSTVisitor):
         device, as for a function of another module (Project.moves_returned), so it is wrapped
         with this rank's device_ids and the group is not the CPU's Gloo."""
         for statement in self.facts.module.body:
-            if isinstance(statement, cst.FunctionDef) and self._returns_moved(statement):
+            if isinstance(statement, cst.FunctionDef) and self._returns_moved(statement) or isinstance(
+                    statement, cst.ClassDef) and moves_itself(statement):
+                # (A class whose __init__ moves the object itself, `self.to(device)`: each
+                # `Net(device)` is made on its device, as `Net().to(device)` is.)
                 self.facts.calls_returning_moved.update(self.facts.calls_by_callee.get(statement.name.value, ()))
 
     def note_moves_through_lambdas(self) -> None:

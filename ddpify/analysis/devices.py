@@ -4,8 +4,8 @@ from typing import Callable, Optional
 
 import libcst as cst
 
-from ddpify.analysis import names
-from ddpify.analysis.nodes import positional_args, string_value
+from ddpify.analysis import names, traversal
+from ddpify.analysis.nodes import positional_args, positional_parameters, string_value
 
 
 class DeviceValues:
@@ -84,3 +84,34 @@ class DeviceValues:
         if text is not None:
             return text in ("cuda", "cpu") or text.startswith("cuda:")
         return isinstance(value, cst.Integer) and "device" in target.lower()
+
+
+def moves_itself(class_def: cst.ClassDef) -> bool:
+    """Its `__init__` moves the object, or its parts one by one, in place (`self.to(device)`,
+    `self.cuda()`, `self.encoder.cuda(); self.decoder.cuda()`, under a test or not): each object
+    of the class is made on its device, as by `Net().to(device)`, and is wrapped with this
+    rank's device_ids (effects._moves_itself reads a class of another module the same way)."""
+    init = next((statement for statement in class_def.body.body
+                 if isinstance(statement, cst.FunctionDef) and statement.name.value == "__init__"), None)
+    if init is None:
+        return False
+    receiver = (positional_parameters(init) or ["self"])[0]
+    found = False
+
+    class _Moves(cst.CSTVisitor):
+        def visit_Expr(self, statement: cst.Expr) -> None:
+            nonlocal found
+            call = statement.value
+            if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+                    and call.func.attr.value in ("to", "cuda")):
+                return
+            moved = call.func.value
+            while isinstance(moved, cst.Attribute):
+                moved = moved.value
+            found = found or isinstance(moved, cst.Name) and moved.value == receiver
+
+        def visit_FunctionDef(self, inner: cst.FunctionDef) -> bool:
+            return inner is init
+
+    traversal.visit(init, _Moves())
+    return found

@@ -10,7 +10,7 @@ call stays on every rank as it was. The modules are read with `ast`, never rewri
 import ast
 import builtins
 from collections.abc import Iterator
-from typing import Callable, Optional, Union
+from typing import Callable, Optional, Union, cast
 
 import libcst as cst
 
@@ -123,8 +123,16 @@ class FunctionEffects:
                               and isinstance(node.value, ast.Dict)
                               for target in node.targets if isinstance(target, ast.Name)}
         self._resolve_elsewhere = resolve_elsewhere
+        self._tree = tree
+        self._freezes: Optional[bool] = None
         self._known: dict[str, str] = {}
         self._guarding: dict[str, bool] = {}
+
+    def freezes_parameters(self) -> bool:
+        """The module sets requires_grad to a value that may be False (freezing.tree_freezes)."""
+        if self._freezes is None:
+            self._freezes = freezing.tree_freezes(self._tree)
+        return self._freezes
 
     @property
     def functions(self) -> list[str]:
@@ -422,6 +430,9 @@ class FunctionEffects:
         `model.to(device)` then `return model`, or `return Net().to(device)`; or what a
         function of this module that does so returns (`return init_net(net, gpu_id)`, a
         factory that hands its network to a helper which moves and initialises it)."""
+        if name in self.classes:
+            init = self._functions.get(f"{name}.__init__")
+            return init is not None and _moves_itself(init)
         function = self._functions.get(name)
         if function is None or depth > 3:
             return False
@@ -1369,6 +1380,21 @@ def _kept_or_returned(function: ast.FunctionDef) -> set[str]:
 def _moves(value: ast.expr) -> bool:
     """`x.to(...)` or `x.cuda(...)`, the outermost call of the value."""
     return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda")
+
+
+def _moves_itself(init: ast.FunctionDef) -> bool:
+    """An `__init__` that moves its object, or its parts one by one, in place (`self.to(device)`,
+    `self.encoder.cuda()`): each object of the class is made on its device, as by
+    `Net().to(device)` (the reading of devices.moves_itself for a class of another module)."""
+    receiver = init.args.args[0].arg if init.args.args else "self"
+    for node in ast.walk(init):
+        if isinstance(node, ast.Expr) and _moves(node.value):
+            moved = cast(ast.Attribute, cast(ast.Call, node.value).func).value
+            while isinstance(moved, ast.Attribute):
+                moved = moved.value
+            if isinstance(moved, ast.Name) and moved.id == receiver:
+                return True
+    return False
 
 
 def _kept_parameters(function: ast.FunctionDef, parameters: set[str]) -> dict[str, str]:

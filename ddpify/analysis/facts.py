@@ -343,6 +343,9 @@ class FactRecord:
     calls_returning_moved: set[cst.Call] = field(default_factory=set)
     # Those whose function returns a model it wrapped in DataParallel (`net = define_tsnet(...)`).
     calls_returning_data_parallel: set[cst.Call] = field(default_factory=set)
+    # Those that build an object of a class whose module sets requires_grad nowhere
+    # (`TransformerNet()` beside a vgg.py that freezes its loss network).
+    builds_never_frozen: set[cst.Call] = field(default_factory=set)
     # Calls of the project's helpers that take training steps (engine.train_one_epoch).
     training_helper_calls: list[cst.Call] = field(default_factory=list)
     # `trainer.train()` where `trainer` is a training class of the project on one path and

@@ -14,6 +14,7 @@ requires_grad only under a test (`if isinstance(m, nn.BatchNorm2d):`, `if "head"
 to a value that depends on the item (`p.requires_grad = name.startswith("head")`), or only
 on an attribute of each item (`m.weight.requires_grad = False`, biases untouched).
 """
+import ast
 from typing import Optional, Union, cast
 
 import libcst as cst
@@ -161,3 +162,19 @@ def _changes_with_tests(node: cst.CSTNode) -> list[tuple[Change, bool]]:
                 for t in inner.targets):
             found.append((inner, id(inner) in under_a_test))
     return found
+
+
+def tree_freezes(tree: ast.Module) -> bool:
+    """The module sets requires_grad to a value that may be False: `p.requires_grad = flag`,
+    `m.requires_grad_(False)` (not `requires_grad_()` nor `= True`, which only unfreeze). The
+    same reading as the collector's for the file being migrated (Facts.freezes_parameters)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(
+                isinstance(target, ast.Attribute) and target.attr == "requires_grad" for target in node.targets):
+            if not (isinstance(node.value, ast.Constant) and node.value.value is True):
+                return True
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "requires_grad_" and node.args \
+                and not (isinstance(node.args[0], ast.Constant) and node.args[0].value is True):
+            return True
+    return False

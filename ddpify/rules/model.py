@@ -109,6 +109,12 @@ RULES = (
          "iteration\"). Freezing or unfreezing the whole wrapped model at once is safe.",
          "Wrap the model again after the change (`model = DDP(model.module, device_ids=...)`, and "
          "rebuild the optimizer over its parameters), or set requires_grad before the wrap."),
+    Rule("DDP119", Severity.WARNING, "the model reaches its device after the place found for its wrap",
+         "DDP must wrap a module whose parameters are already on this rank's device; a move after "
+         "the wrap, before training, means the wrap holds a CPU module (NCCL refuses it) or "
+         "one that DDP's hooks no longer watch. The move is the user's and stays; the wrap "
+         "ddpify placed before it is wrong.",
+         "Move the wrap after this line by hand (`model = DDP(model, device_ids=[local_rank])`)."),
     Rule("DDP903", Severity.WARNING, "could not find the model to wrap, or where it reaches its device",
          "DDP must wrap the model after it is on its device and before training; ddpify "
          "could not tell where that is, or which module an optimizer trains (its parameters "
@@ -343,7 +349,8 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
             f"before the training loop (`{model.name}.to(device)`), where ddpify can wrap it in DDP"))
         return
     condition = _entry_condition(facts, edits, model, anchor)
-    if condition is False or _reported_moved_with_its_holder(facts, edits, model, anchor):
+    if condition is False or _reported_moved_with_its_holder(facts, edits, model, anchor) \
+            or _reported_moved_after_the_anchor(facts, edits, model, anchor):
         return
     if not setup.sees_setup(facts, anchor):
         if edits.options.fsdp2:
@@ -362,7 +369,7 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
     code = _wrap_statement(facts, setup, model, anchor, edits.options.sync_batchnorm, extra, condition)
     if entry is not None:
         code = code.replace(f"{model.name} = DDP(", f"{entry} = DDP(", 1)
-    _insert_wrap(facts, edits, model, anchor, edits.statements(_when_trainable(facts, code, model.name)))
+    _insert_wrap(facts, edits, model, anchor, edits.statements(_when_trainable(facts, code, model)))
     others = _wrap_in_other_branches(facts, edits, model, anchor, code) if entry is None else []
     edits.imports.add("DDP")
     edits.report("DDP101", anchor)
@@ -379,13 +386,35 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
     _report_backwards_sharing_a_forward(facts, edits, model)
 
 
+def _reported_moved_after_the_anchor(facts: Facts, edits: Edits, model: Model, anchor: Statement) -> bool:
+    """Rule: nothing of the user's is deleted, and the wrap comes after every move. A move to
+    the device after the place found for the wrap and before the training (`self.net` built
+    in a Solver's __init__, moved at the top of its `train()`) is where the model first
+    reaches its device, not a round trip for a checkpoint (DDP106): a wrap at the anchor
+    would hold a CPU module, and dropping the move would keep it there. No wrap: DDP119."""
+    training = _training_start(facts, model)
+    for call in facts.device_moves.get(model.name, ()):
+        if _to_cpu(call) or _before_wrap(facts, call, anchor) or _rebound_since_wrap(facts, call, model.name, anchor):
+            continue
+        if not model.name.startswith("self.") and facts.function_of(call) is not facts.function_of(anchor):
+            continue
+        if training is None or facts.start_of(call) < facts.start_of(training):
+            edits.report("DDP119", call, (
+                f"`{model.name}` reaches its device here, after the place ddpify found for its wrap "
+                f"(line {facts.line_of(anchor)}): a wrap there would hold a CPU module; move it where it is "
+                f"built, or wrap it by hand once after its first move (not on every call), "
+                f"`{model.name} = DDP({model.name}, device_ids=[local_rank])`"))
+            return True
+    return False
+
+
 def _wrap_in_other_branches(facts: Facts, edits: Edits, model: Model, anchor: Statement, code: str) -> list[Statement]:
     """The same wrap after each anchor of _anchors_in_other_branches; those anchors."""
     if model.moved_in_call is not None:
         return []
     others = _anchors_in_other_branches(facts, model, anchor)
     for other in others:
-        edits.insert_after(other, edits.statements(_when_trainable(facts, code, model.name)))
+        edits.insert_after(other, edits.statements(_when_trainable(facts, code, model)))
     return others
 
 
@@ -1082,18 +1111,37 @@ def _repeatable(facts: Facts, test: cst.BaseExpression, anchor: Statement) -> bo
     return True
 
 
-def _when_trainable(facts: Facts, code: str, model: str) -> str:
+def _when_trainable(facts: Facts, code: str, model: Model) -> str:
     """Where the script freezes parameters, the wrap is decided when it runs: a module with
     no parameter that requires a gradient is left as it is. So too where another module of
     the project freezes them: models cross modules (a factory that freezes the encoder by a
     config flag, a Trainer handed it), so a model wrapped here may have nothing to train,
-    and DDP raises on it at the wrap."""
-    if not (facts.freezes_parameters or facts.freezes_parameters_in_project):
+    and DDP raises on it at the wrap. Not for a model only ever built here from a class of
+    this file or of a module that freezes nothing, where this file freezes nothing either
+    (the trained `transformer` beside a frozen loss network of vgg.py): its parameters all
+    require a gradient."""
+    if not facts.freezes_parameters and (
+            not facts.freezes_parameters_in_project or _built_never_frozen(facts, model)):
         return code
     first_line, rest = code.split("\n", 1)
     condition = first_line[len("if "):-len(":")]
     return (f"{ONLY_IF_TRAINABLE_COMMENT}\n"
-            f"if {condition} and any(p.requires_grad for p in {model}.parameters()):\n{rest}")
+            f"if {condition} and any(p.requires_grad for p in {model.name}.parameters()):\n{rest}")
+
+
+def _built_never_frozen(facts: Facts, model: Model) -> bool:
+    """Every value of the model, wherever it is held, builds an object of a class of this file
+    or of a project module that sets requires_grad nowhere (`TransformerNet().to(device)`)."""
+    own_classes = {statement.name.value for statement in facts.module.body if isinstance(statement, cst.ClassDef)}
+    values = [value for _, name in facts.model_holders(model) for value in facts.assigned_values.get(name, ())]
+    for value in values:
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and isinstance(
+                value.func.value, cst.Call) and value.func.attr.value in _SELF_RETURNING_METHODS:
+            value = value.func.value
+        if not (isinstance(value, cst.Call) and (
+                value in facts.builds_never_frozen or dotted_name(value.func) in own_classes)):
+            return False
+    return bool(values)
 
 
 def _reported_moved_with_its_holder(facts: Facts, edits: Edits, model: Model, anchor: Statement) -> bool:
@@ -1155,11 +1203,12 @@ def _never_moved(facts: Facts, model: Model) -> bool:
     the name (`model.to(device)`) nor one in what it is assigned (`Net().to(device)`, or a
     project function that returns the model it moved, `get_network(args)`), nor one of the
     container it is taken out of (`net = modules["net"]`, see containers.entry_moves)."""
-    if model.moved_in_call is not None or _default_device_set_before(facts, model) or (
-            later_moves.entry_moves_of_containers_holding(facts, model, facts.class_of(model.function))):
+    if model.moved_in_call is not None or _default_device_set_before(facts, model) or _moved_in_parts(
+            facts, model) or later_moves.entry_moves_of_containers_holding(
+            facts, model, facts.class_of(model.function)):
         # Moved in the call that hands it in, made on its device by a factory, built after
-        # `torch.set_default_device(device)`, or moved by a loop over an attribute of its
-        # object that holds it (`for net in self.nets.values(): net.cuda()`).
+        # `torch.set_default_device(device)`, moved part by part, or moved by a loop over an
+        # attribute of its object that holds it (`for net in self.nets.values(): net.cuda()`).
         return False
     for _, name in facts.model_holders(model):
         if facts.device_moves.get(name) or facts.moved_by_helpers.get(name):
@@ -1184,6 +1233,15 @@ def _never_moved(facts: Facts, model: Model) -> bool:
                     facts, container, model.function) or _read_from_a_moved_object(facts, value)):
                 return False
     return not _moved_where_handed_in(facts, model)
+
+
+def _moved_in_parts(facts: Facts, model: Model) -> bool:
+    """Rule: `model.encoder.cuda(); model.decoder.cuda()` (or `backbone.cuda()` after `model =
+    nn.Sequential(backbone, head)`) in the model's function: its parts reach the device one by
+    one, so the model does, and the wrap follows the last of them (_wrap_anchor) with this
+    rank's device_ids, on NCCL."""
+    return any(facts.function_of(call) is model.function and not _to_cpu(call)
+               for part in _parts_of(facts, model) for call in facts.device_moves.get(part, ()))
 
 
 def _moved_where_handed_in(facts: Facts, model: Model) -> bool:
@@ -1249,7 +1307,7 @@ def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, an
         code = code.replace("if dist.is_initialized():", f"if dist.is_initialized() and {condition}:", 1)
     if _report_parameters_without_gradients(facts, edits, model, anchor):
         code = code.replace(f"DDP({model.name})", f"DDP({model.name}, find_unused_parameters=True)")
-    _insert_wrap(facts, edits, model, anchor, edits.statements(_when_trainable(facts, code, model.name)))
+    _insert_wrap(facts, edits, model, anchor, edits.statements(_when_trainable(facts, code, model)))
     edits.imports.update({"DDP", "dist"})
     edits.report("DDP101", anchor)
     setup.wrap_points[model.name] = anchor
@@ -3568,7 +3626,39 @@ _FUNCTIONAL_DATA_PARALLEL = "from torch.nn.parallel import data_parallel\n" + TR
     "loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))",
     "loss = torch.nn.functional.mse_loss(data_parallel(model, x.to(device)), y.to(device))")
 
+# A Solver that builds its network in __init__ and moves it at the top of train().
+_SOLVER_MOVING_IN_TRAIN = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Solver:
+    def __init__(self, loader):
+        self.loader = loader
+        self.net = torch.nn.Linear(4, 1)
+        self.optimizer = torch.optim.SGD(self.net.parameters(), lr=0.1)
+
+    def train_epoch(self):
+        self.net.cuda()
+        for x, y in self.loader:
+            loss = torch.nn.functional.mse_loss(self.net(x.cuda()), y.cuda())
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+
+
+solver = Solver(DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8))
+for epoch in range(3):
+    solver.train_epoch()
+"""
+
 CASES = (
+    # A move after the place found for the wrap, at the top of a pass run once per epoch:
+    # kept, no wrap, DDP119 (a method run once moves first and is wrapped after the move,
+    # branchwrap16's rule); a round trip once training runs is the DDP106 below.
+    Emits(_SOLVER_MOVING_IN_TRAIN, "DDP119", ("        self.net.cuda()\n",)),
+    Silent(_SOLVER_MOVING_IN_TRAIN.replace("        self.net.cuda()\n", "").replace(
+        "        self.net = torch.nn.Linear(4, 1)\n", "        self.net = torch.nn.Linear(4, 1).cuda()\n"), "DDP119"),
     # The functional DataParallel forward becomes a call of the module (its device arguments
     # by keyword or position go); arguments from `*` are reported.
     Emits(_FUNCTIONAL_DATA_PARALLEL, "DDP102", ("mse_loss(model(x.to(device)), y.to(device))",)),
