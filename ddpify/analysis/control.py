@@ -220,6 +220,15 @@ class Facts(ValueFlow):
             return None
         return receiver + name[len("self"):]
 
+    def training_loop_around(self, node: cst.CSTNode) -> Optional[cst.For]:
+        """The innermost training loop (header or body) that holds node, within its function."""
+        current = self.parents.get(node)
+        while current is not None and not isinstance(current, (cst.FunctionDef, cst.ClassDef)):
+            if isinstance(current, cst.For) and current in self.training_loops:
+                return current
+            current = self.parents.get(current)
+        return None
+
     def first_training_call_in(self, function: Optional[cst.FunctionDef],
                                after: Optional[cst.CSTNode] = None) -> Optional[cst.Call]:
         """The first call in `function` (None: the module) that trains: backward(), an

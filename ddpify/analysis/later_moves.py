@@ -54,7 +54,7 @@ def _runs_after_the_build(facts: Facts, built_in: cst.FunctionDef, method: cst.F
     built_by_init = built_in.name.value == "__init__" or any(
         cast(cst.FunctionDef, facts.function_of(call)).name.value == "__init__"
         for call in facts.calls_of(built_in) if facts.function_of(call) is not None)
-    if not built_by_init or method.name.value == "__init__" or _in_a_loop(facts, move, method):
+    if not built_by_init or method.name.value == "__init__" or in_loop_below(facts, move, method):
         return False
     # Run once: a wrap in a method run per epoch (`train_epoch()`) would wrap the wrapper.
     calls = facts.calls_of(method)
@@ -64,9 +64,10 @@ def _runs_after_the_build(facts: Facts, built_in: cst.FunctionDef, method: cst.F
     return training is not None and facts.start_of(move) < facts.start_of(training)
 
 
-def _in_a_loop(facts: Facts, node: cst.CSTNode, function: cst.FunctionDef) -> bool:
+def in_loop_below(facts: Facts, node: cst.CSTNode, top: cst.CSTNode) -> bool:
+    """Does a for or while loop between `node` and `top` hold `node`?"""
     parent = facts.parents.get(node)
-    while parent is not None and parent is not function:
+    while parent is not None and parent is not top:
         if isinstance(parent, (cst.For, cst.While)):
             return True
         parent = facts.parents.get(parent)

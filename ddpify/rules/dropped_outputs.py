@@ -126,17 +126,8 @@ def _training_calls(facts: Facts, model: Model) -> Iterator[cst.Call]:
             if not facts.sees_value(call, name, function) or figures.under_no_grad(facts, call):
                 continue
             caller = facts.function_of(call)
-            if caller is not None and caller in stepping or _in_training_loop(facts, call):
+            if caller is not None and caller in stepping or facts.training_loop_around(call) is not None:
                 yield call
-
-
-def _in_training_loop(facts: Facts, node: cst.CSTNode) -> bool:
-    current = facts.parents.get(node)
-    while current is not None and not isinstance(current, (cst.FunctionDef, cst.ClassDef)):
-        if isinstance(current, cst.For) and current in facts.training_loops:
-            return True
-        current = facts.parents.get(current)
-    return False
 
 
 def _kept_outputs(facts: Facts, call: cst.Call, outputs: OutputParts) -> Optional[set[OutputKey]]:

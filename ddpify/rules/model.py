@@ -2139,7 +2139,7 @@ def _model_calls_give(facts: Facts, model: Model, forward: cst.FunctionDef, para
                       part: ConditionalPart) -> bool:
     """Every call of the model in a training loop gives the model's forward `parameter` (or
     leaves its default) a literal under which the inner part's test lets it run."""
-    calls = [call for call in facts.calls_by_callee.get(model.name, ()) if _training_loop_around(facts, call)]
+    calls = [call for call in facts.calls_by_callee.get(model.name, ()) if facts.training_loop_around(call)]
     if not calls:
         return False
     defaults = {param.name.value: param.default for param in [*forward.params.params, *forward.params.kwonly_params]}
@@ -2184,7 +2184,7 @@ def _report_arguments_none_on_some_steps(facts: Facts, edits: Edits, model: Mode
     (DDP105). True when one was found."""
     found = False
     for call in facts.calls_by_callee.get(model.name, ()):
-        loop = _training_loop_around(facts, call)
+        loop = facts.training_loop_around(call)
         if loop is None:
             continue
         for arg in call.args:
@@ -2195,15 +2195,6 @@ def _report_arguments_none_on_some_steps(facts: Facts, edits: Edits, model: Mode
                 found = True
                 break
     return found
-
-
-def _training_loop_around(facts: Facts, node: cst.CSTNode) -> Optional[cst.For]:
-    current = facts.parents.get(node)
-    while current is not None and not isinstance(current, (cst.FunctionDef, cst.ClassDef)):
-        if isinstance(current, cst.For) and current in facts.training_loops:
-            return current
-        current = facts.parents.get(current)
-    return None
 
 
 def _set_to_none_in(loop: cst.For, name: str) -> bool:
@@ -2442,19 +2433,9 @@ def _reaching_inside(facts: Facts, compound: cst.CSTNode, reaching: list[Stateme
     if facts.ancestor_in(training, compound.body) is None:
         return []
     inside = [statement for statement in reaching if facts.ancestor_in(statement, compound.body) is not None]
-    if any(_in_loop_below(facts, statement, compound) for statement in inside):
+    if any(later_moves.in_loop_below(facts, statement, compound) for statement in inside):
         return []
     return inside
-
-
-def _in_loop_below(facts: Facts, node: cst.CSTNode, top: cst.CSTNode) -> bool:
-    """Does a for or while loop between `node` and `top` hold `node`?"""
-    parent = facts.parents.get(node)
-    while parent is not None and parent is not top:
-        if isinstance(parent, (cst.For, cst.While)):
-            return True
-        parent = facts.parents.get(parent)
-    return False
 
 
 # ModelEMA, ModelEmaV2, EMA, create_ema, ema_model: not "schema" or "remat".
