@@ -211,7 +211,7 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan)
     __init__ reads it), where the open runs once per rank (_reads_once). A call of a function
     of another module of the project that loads with torch.load (a second script's main()
     reading the backbone this one saved) is such a load too. Returns where it waits."""
-    reads = [call for call in [*facts.load_calls, *facts.helper_load_calls]
+    reads = [call for call in [*facts.load_calls, *facts.helper_load_calls, *_pretrained_folder_reads(facts)]
              if not _read_by_rank0_alone(facts, setup, call)] + [
         call for call in [*_opens(facts), *_data_reads(facts)] if _reads_once(facts, setup, call)]
     datasets = _datasets_reading_later(facts, setup)
@@ -473,7 +473,26 @@ def _writes(facts: Facts) -> list[cst.Call]:
         call for call, effect in facts.helper_effects.items() if effect == effects.WRITES] + [
         call for call in shell.writing_commands(facts.calls_named)
         if not shell.after_a_download(facts.statement_of(call), facts.parents, facts.download_statements)
-    ] + facts.helper_write_calls + _data_writes(facts)
+    ] + facts.helper_write_calls + _data_writes(facts) + _calls_of_method(facts, "save_pretrained")
+
+
+def _calls_of_method(facts: Facts, method: str) -> list[cst.Call]:
+    """Every call of a method of that name, whatever it is called on."""
+    return [call for callee, calls in facts.calls_by_callee.items()
+            if callee.rpartition(".")[2] == method for call in calls]
+
+
+def _pretrained_folder_reads(facts: Facts) -> list[cst.Call]:
+    """Rule: `Model.from_pretrained(args.model_dir)` reads the folder that rank 0's
+    `model.save_pretrained(args.model_dir)` writes (Hugging Face's folder of config and
+    weights), as torch.load reads a checkpoint: every rank that reloads after the save waits
+    for rank 0 to finish writing (DDP309). A literal (`"bert-base-uncased"`) names a hub
+    model, not a folder this script writes. Only in a script that saves that way."""
+    if not _calls_of_method(facts, "save_pretrained"):
+        return []
+    return [call for call in _calls_of_method(facts, "from_pretrained") if call.args
+            and call.args[0].keyword is None and not call.args[0].star
+            and not isinstance(call.args[0].value, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString))]
 
 
 # Rule: data made once and read by every rank is a file rank 0 writes that the others read,
@@ -712,6 +731,8 @@ def _runs_before(facts: Facts, first: cst.Call, then: cst.Call) -> bool:
 
 
 _CHECKPOINT = TRAINING + 'torch.save(model.state_dict(), "model.pt")\n'
+_PRETRAINED = TRAINING.replace("import torch\n", "import torch\nfrom transformers import BertModel\n", 1) + (
+    'out_dir = "best"\nmodel.save_pretrained(out_dir)\n')
 _NOTES = TRAINING + 'with open("notes.txt", "w") as f:\n    f.write("trained")\n'
 _FETCHED_OR_READ = TRAINING + ('import os\nif not os.path.exists("notes.txt"):\n    with open("notes.txt", "w") as f:\n'
                                '        f.write("trained")\nelse:\n    notes = open("notes.txt").read()\n')
@@ -738,6 +759,10 @@ CASES = (
           "DDP303", ('torch.load(path, map_location="cpu")',)),
     Emits(_CHECKPOINT + 'model.load_state_dict(torch.load("model.pt"))\n', "DDP309", ("dist.barrier()",)),
     Silent(_CHECKPOINT, "DDP309"),
+    # A folder save_pretrained wrote, reloaded by from_pretrained on every rank; a literal
+    # names a hub model, which no rank writes.
+    Emits(_PRETRAINED + 'reloaded = BertModel.from_pretrained(out_dir)\n', "DDP309", ("dist.barrier()",)),
+    Silent(_PRETRAINED + 'reloaded = BertModel.from_pretrained("bert-base-uncased")\n', "DDP309"),
     # Saved through calls of this file's methods (made in place, one calling the next).
     Emits(TRAINING + 'class Saver:\n    def __init__(self, net):\n        self.net = net\n\n    def run(self):\n'
           '        self.store()\n\n    def store(self):\n        torch.save(self.net.state_dict(), "model.pt")\n\n\n'
