@@ -831,8 +831,8 @@ class Collector(cst.CSTVisitor):
         one kind each, checked in this order."""
         facts = self.facts
         func = node.func
-        if (isinstance(func, cst.Name) and func.value == "print" or self._calls(node, names.STDOUT_WRITES)) \
-                and self._is_statement_call(node):
+        if (isinstance(func, cst.Name) and func.value == "print"
+                or self._calls(node, names.STDOUT_WRITES | names.SHOWN_ON_SCREEN)) and self._is_statement_call(node):
             facts.output_statements.append(self._statement(node))
             self._note_output_in_suite(node)
         elif self._calls(node, names.TORCH_SAVE):
@@ -853,9 +853,12 @@ class Collector(cst.CSTVisitor):
 
     def _note_output_in_suite(self, node: cst.Call) -> None:
         """A print or save that is one small statement of a one-line suite
-        (`except ImportError: ok = False; print(msg)`)."""
+        (`except ImportError: ok = False; print(msg)`) or of a line of several
+        (`value = loss.item(); print(value)`)."""
         expression = self.parents.get(node)
-        if expression is not None and isinstance(self.parents.get(expression), cst.SimpleStatementSuite):
+        holder = self.parents.get(expression) if expression is not None else None
+        if isinstance(holder, cst.SimpleStatementSuite) or isinstance(
+                holder, cst.SimpleStatementLine) and len(holder.body) > 1:
             self.facts.output_calls_in_suites.append(node)
 
     def _note_data_calls(self, node: cst.Call) -> None:

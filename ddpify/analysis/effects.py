@@ -30,7 +30,7 @@ COUNTED_RUNS = "a count of the runs already there"
 OUTPUT_CALLS = frozenset({
     "builtins.print", "sys.stdout.write", "sys.stdout.flush", "sys.stderr.write",
     "sys.stderr.flush", "pprint.pprint",
-}) | names.PROGRESS_WRITE
+}) | names.PROGRESS_WRITE | names.SHOWN_ON_SCREEN
 WRITE_CALLS = names.MAKE_DIRECTORIES | names.DUMP_TO_FILE | frozenset({
     names.TORCH_SAVE, "shutil.copy2", "shutil.move", "os.remove", "os.replace", "os.rename",
 })

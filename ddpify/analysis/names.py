@@ -164,6 +164,9 @@ PROGRESS_WRITE = frozenset(f"{bar}.write" for bar in PROGRESS_BARS if bar.endswi
 OPEN = frozenset({"builtins.open", "io.open"})
 # Printing by another name: a progress line written to stdout (`sys.stdout.write('\r...')`).
 STDOUT_WRITES = frozenset({"sys.stdout.write", "sys.stdout.flush", "pprint.pprint"})
+# A plot shown in a window: one window per rank (each blocking its rank until closed) where
+# the original showed one; rank 0 alone shows it, as it alone prints.
+SHOWN_ON_SCREEN = frozenset({"matplotlib.pyplot.show", "matplotlib.pyplot.pause"})
 MAKE_DIRECTORIES = frozenset({"os.makedirs", "os.mkdir"})
 # Files of a format opened as `open` opens them, with a mode ("w", "a", "x", "r+"), which
 # write when it says so: HDF5 and archives. Unlike a text file, the other ranks cannot open
@@ -226,7 +229,14 @@ FOLDER_LISTINGS = frozenset({"glob.glob", "glob.iglob", "os.listdir", "os.scandi
 TEMPORARY_DIRECTORY = "tempfile.TemporaryDirectory"
 SUMMARY_WRITER = frozenset(
     {"torch.utils.tensorboard.SummaryWriter", "torch.utils.tensorboard.writer.SummaryWriter",
-     "tensorboardX.SummaryWriter", "tensorboard_logger.Logger"}
+     "tensorboardX.SummaryWriter", "tensorboard_logger.Logger",
+     # The writers of event files under their other names: tensorboardX's and PyTorch's
+     # low-level FileWriter, and TensorFlow's (TF1 `FileWriter`, TF2 `create_file_writer`,
+     # used as `with writer.as_default(): tf.summary.scalar(...)`), which PyTorch scripts
+     # keep in a Logger class of their own.
+     "tensorboardX.FileWriter", "torch.utils.tensorboard.writer.FileWriter",
+     "tensorflow.summary.FileWriter", "tensorflow.compat.v1.summary.FileWriter",
+     "tensorflow.summary.create_file_writer", "tensorflow.compat.v2.summary.create_file_writer"}
 )
 # A visdom client draws into windows of a server all ranks share: one rank draws, as with a
 # TensorBoard writer, or each rank's lines overwrite the others'.

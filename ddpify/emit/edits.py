@@ -225,8 +225,15 @@ class ApplyEdits(cst.CSTTransformer):
         small statement on its own line, the guarded ones under their guard."""
         if not any(small in self.edits.guarded_in_suites for small in original_node.body):
             return updated_node
+        body = self._one_line_each(original_node.body, updated_node.body)
+        return cst.IndentedBlock(body=body, header=updated_node.trailing_whitespace)
+
+    def _one_line_each(self, originals: Sequence[cst.BaseSmallStatement],
+                       updated: Sequence[cst.BaseSmallStatement]) -> list[Statement]:
+        """Small statements that shared a line, each on its own line, the guarded ones under
+        their guard (consecutive ones under one)."""
         body: list[Statement] = []
-        for original, new in zip(original_node.body, updated_node.body):
+        for original, new in zip(originals, updated):
             line = cst.SimpleStatementLine(body=[new.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)])
             guard = self.edits.guarded_in_suites.get(original)
             if guard is not None and body and isinstance(body[-1], cst.If) \
@@ -235,7 +242,25 @@ class ApplyEdits(cst.CSTTransformer):
                 body[-1] = body[-1].with_changes(body=inner.with_changes(body=[*inner.body, line]))
             else:
                 body.append(line if guard is None else _guard([line], guard, self.edits))
-        return cst.IndentedBlock(body=body, header=updated_node.trailing_whitespace)
+        return body
+
+    def _split_pieces(self, original: Statement, new: Statement) -> Optional[list[tuple[Statement, Optional[str]]]]:
+        """`value = loss.item(); print(value)` with its print guarded: one line per statement,
+        each with its guard (None: every rank runs it), the line's comments above the first and
+        its trailing comment after the last; None for any other statement."""
+        if not (isinstance(original, cst.SimpleStatementLine) and isinstance(new, cst.SimpleStatementLine)
+                and len(original.body) > 1 and len(new.body) == len(original.body)
+                and any(small in self.edits.guarded_in_suites for small in original.body)):
+            return None
+        pieces: list[tuple[Statement, Optional[str]]] = [
+            (cst.SimpleStatementLine(body=[small.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)]),
+             self.edits.guarded_in_suites.get(before))
+            for before, small in zip(original.body, new.body)]
+        first, guard = pieces[0]
+        pieces[0] = (first.with_changes(leading_lines=new.leading_lines), guard)
+        last, guard = pieces[-1]
+        pieces[-1] = (last.with_changes(trailing_whitespace=new.trailing_whitespace), guard)
+        return pieces
 
     def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.If:
         """`if step % 10 == 0:` around guarded code only becomes `if step % 10 == 0 and is_main:`."""
@@ -275,28 +300,30 @@ class ApplyEdits(cst.CSTTransformer):
             body = body[:end] + prelude + following
         return updated_node.with_changes(body=body + list(self.edits.module_end))
 
+    def _replacement(self, original: Statement, new: Statement
+                     ) -> tuple[list[Statement], Optional[list[Optional[str]]]]:
+        """What stands in the statement's place: its hoisted lines, then the statement (or what
+        replaces it). Where a line of several statements is split (_split_pieces), also the
+        guard of each line (None: every rank runs it); None otherwise."""
+        edits = self.edits
+        hoisted = self.hoisted_lines.pop(original, [])
+        pieces = None if original in edits.replaced or original in edits.finally_bodies \
+            else self._split_pieces(original, new)
+        if pieces is None:
+            return _after_hoisted(hoisted, list(edits.replaced.get(original, [new]))), None
+        return (_after_hoisted(hoisted, [piece for piece, _ in pieces]),
+                [None] * len(hoisted) + [guard for _, guard in pieces])
+
     def _rebuild(self, originals: Sequence[Statement], updated: Sequence[Statement]) -> list[Statement]:
         edits = self.edits
-        body: list[Statement] = []
-        group: list[Statement] = []
-        group_guard: Optional[str] = None
-
-        def flush() -> None:
-            nonlocal group, group_guard
-            if group:
-                assert group_guard is not None  # a group is only ever gathered under a guard
-                body.append(_guard(group, group_guard, edits))
-            group, group_guard = [], None
-
+        out = _GuardedBody(edits)
         carried_blank_lines: list[cst.EmptyLine] = []
         for original, new in zip(originals, updated):
-            replacement = _after_hoisted(self.hoisted_lines.pop(original, []),
-                                         list(edits.replaced.get(original, [new])))
+            replacement, line_guards = self._replacement(original, new)
             if original in edits.finally_bodies:
                 replacement = [_try_finally(new, edits.finally_bodies[original], edits)]
             for insertion in edits.before.get(original, ()):
-                flush()
-                body.extend(_inserted(insertion, replacement))
+                out.extend(_inserted(insertion, replacement))
             if original in edits.removed:
                 # Keep the paragraph break that stood above the removed statement.
                 blanks, _ = _split_blank_lines(new.leading_lines)
@@ -304,27 +331,56 @@ class ApplyEdits(cst.CSTTransformer):
                     carried_blank_lines = blanks
                 # What goes after it (a DDP wrap after the DataParallel branch it replaces)
                 # goes where it stood.
-                flush()
-                body.extend(edits.after.get(original, ()))
+                out.extend(edits.after.get(original, ()))
                 continue
             if carried_blank_lines and replacement and not _split_blank_lines(replacement[0].leading_lines)[0]:
                 replacement[0] = replacement[0].with_changes(
                     leading_lines=carried_blank_lines + list(replacement[0].leading_lines))
             carried_blank_lines = []
             guard = edits.guarded.get(original)
-            if guard is not None:
-                if group and guard != group_guard:
-                    flush()
-                group.extend(replacement)
-                group_guard = guard
+            if line_guards is not None and guard is None:
+                for line, line_guard in zip(replacement, line_guards):
+                    out.place([line], line_guard)
             else:
-                flush()
-                body.extend(replacement)
+                out.place(replacement, guard)
             if original in edits.after:
-                flush()
-                body.extend(edits.after[original])
-        flush()
-        return body
+                out.extend(edits.after[original])
+        return out.finish()
+
+
+class _GuardedBody:
+    """The statements of a rebuilt block, in order; consecutive guarded ones with the same
+    guard share one `if guard:`."""
+
+    def __init__(self, edits: Edits) -> None:
+        self.edits = edits
+        self.body: list[Statement] = []
+        self.group: list[Statement] = []
+        self.guard: Optional[str] = None
+
+    def place(self, lines: Sequence[Statement], guard: Optional[str]) -> None:
+        if guard is None:
+            self.extend(lines)
+            return
+        if self.group and guard != self.guard:
+            self.flush()
+        self.group.extend(lines)
+        self.guard = guard
+
+    def extend(self, lines: Sequence[Statement]) -> None:
+        """Lines every rank runs: after the guarded group before them."""
+        self.flush()
+        self.body.extend(lines)
+
+    def flush(self) -> None:
+        if self.group:
+            assert self.guard is not None  # a group is only ever gathered under a guard
+            self.body.append(_guard(self.group, self.guard, self.edits))
+        self.group, self.guard = [], None
+
+    def finish(self) -> list[Statement]:
+        self.flush()
+        return self.body
 
 
 def _after_hoisted(hoisted: list[Statement], replacement: list[Statement]) -> list[Statement]:

@@ -883,6 +883,15 @@ def _guardable_uses(facts: Facts, edits: Edits, held: tuple[str, Statement, list
     for statement in uses:
         # `writer.add_scalar("acc", evaluate(model, val_loader), epoch)`: the evaluation (its
         # forward, the gather of a sharded evaluation) runs on every rank, before the guard.
+        if isinstance(statement, cst.With):
+            # (A model run inside the writer's block cannot be hoisted out of it: reported.)
+            if any(_runs_model(facts, small.value, model_names) or _runs_the_model(facts, small.value, model_names)
+                   for line in statement.body.body if isinstance(line, cst.SimpleStatementLine)
+                   for small in line.body if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)):
+                if report_failure:
+                    edits.report("DDP308", statement)
+                return None
+            continue
         expression = _single_expression(statement)
         if expression is not None and _runs_model(facts, expression.value, model_names) and not _hoist_model_runs(
                 facts, edits, statement, expression.value, model_names):
@@ -1098,6 +1107,8 @@ def _references(facts: Facts, name: str, function: Optional[cst.FunctionDef]) ->
 def _only_uses(statement: cst.BaseStatement, name: str) -> bool:
     """`writer.add_scalar(...)`, `run.summary["x"] = y`, `f.close()`: the statement does nothing
     but use the object, so skipping it on other ranks skips nothing else."""
+    if isinstance(statement, cst.With):
+        return _writes_within_the_writer(statement, name)
     if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
         return False
     small = statement.body[0]
@@ -1107,6 +1118,21 @@ def _only_uses(statement: cst.BaseStatement, name: str) -> bool:
         return all(_rooted_at(target.target, name) and dotted_name(target.target) != name
                    for target in small.targets)
     return False
+
+
+def _writes_within_the_writer(statement: cst.With, name: str) -> bool:
+    """`with writer.as_default(): tf.summary.scalar("loss", value, step=epoch)`: TensorFlow's
+    writer made current for the block, whose lines only call (no assignment, no control flow),
+    so skipping the block on other ranks skips nothing but the writes. (Whether a call in the
+    block runs the model is asked by the caller, as for any use.)"""
+    if not statement.items or not all(
+            isinstance(item.item, cst.Call) and _rooted_at(item.item.func, name) and item.asname is None
+            for item in statement.items):
+        return False
+    body = statement.body.body
+    return all(isinstance(line, cst.SimpleStatementLine)
+               and all(isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) for small in line.body)
+               for line in body)
 
 
 def _rooted_at(node: cst.BaseExpression, name: str) -> bool:
@@ -1137,8 +1163,12 @@ def _guard_in_one_line_suite(facts: Facts, edits: Edits, setup: Plan, expression
     """`except ImportError: HAS_TB = False; print("no tensorboard")`, `except Exception as e:
     print(e); continue`: output in a one-line suite is output like any other, guarded as the
     same code over several lines is (the suite becomes a block, the rest of it runs on every
-    rank). A print at import time too: every rank would repeat it."""
-    if not isinstance(facts.parents.get(expression), cst.SimpleStatementSuite) or _in_dataset_class(facts, statement):
+    rank). A print at import time too: every rank would repeat it. So is output in a line of
+    several statements (`value = loss.item(); print(value)`, `plt.title(t); plt.show()`): the
+    line becomes one line per statement, the output under its guard."""
+    holder = facts.parents.get(expression)
+    if not (isinstance(holder, cst.SimpleStatementSuite) or isinstance(holder, cst.SimpleStatementLine)
+            and len(holder.body) > 1) or _in_dataset_class(facts, statement):
         return False
     if _runs_model(facts, expression.value, {model.name for model in facts.models}):
         return False  # its model run must stay on every rank, and a suite has no line to hoist it to
