@@ -479,6 +479,11 @@ BARE = 'getattr(model, "module", model)'  # the model a save is handed (DDP922)
     ("import zipfile\n", 'archive = zipfile.ZipFile("run.zip", mode="a")'),
     ("import tarfile\n", 'archive = tarfile.open("run.tar.gz", "w:gz")'),
     ("import mlflow\n", 'mlflow.log_metric("loss", 0.5, step=1)'),
+    ("import matplotlib.pyplot as plt\n", "plt.show()"),
+    ("from matplotlib import pyplot\n", "pyplot.pause(0.1)"),
+    ("import tensorflow as tf\n", 'board = tf.summary.FileWriter("logs")'),
+    ("import tensorflow as tf\n", 'board = tf.summary.create_file_writer("logs")'),
+    ("from tensorboardX import FileWriter\n", 'board = FileWriter("logs")'),
 ])
 def test_a_write_by_the_name_it_was_imported_from_needs_a_guard(imports, statement):
     unguarded = imports + MIGRATED + statement + "\n"

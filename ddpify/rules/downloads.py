@@ -4,10 +4,10 @@ from typing import Optional
 
 import libcst as cst
 
-from ddpify.analysis import shell
+from ddpify.analysis import names, shell
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Statement
-from ddpify.analysis.nodes import is_false
+from ddpify.analysis.nodes import dotted_name, is_false, string_value
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan
@@ -91,6 +91,57 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         edits.insert_after(last, edits.statements(after))
         edits.imports.add("dist")
         edits.report("DDP209", first, message)
+        if before == DOWNLOAD_BEFORE_CODE:
+            for folder in _folders_made_for(facts, group):
+                if folder not in edits.guarded:
+                    edits.guarded[folder] = LOCAL_RANK_ZERO
+                    edits.report("DDP209", folder, "the folder the download fills is made once per machine, "
+                                 "by local rank 0, which downloads into it")
+
+
+# A folder the download writes into is made once per machine, where the download runs.
+LOCAL_RANK_ZERO = "local_rank == 0"
+
+
+def _folders_made_for(facts: Facts, group: Sequence[Statement]) -> list[Statement]:
+    """Rule: `os.makedirs(DATA_DIR, exist_ok=True)` above a download into `DATA_DIR` (the
+    same name or the same literal path, in the download's block) is made by local rank 0,
+    as the download is: made on global rank 0 alone, the folder would be missing on every
+    other machine of a multi-node run when its local rank 0 downloads into it. (An output
+    folder taken for one by a name both share is only made on each machine too: harmless.)"""
+    first = group[0]
+    body = list(facts.block_of(first).body)
+    if first not in body:
+        return []
+    used = set().union(*(_path_words(statement) for statement in group))
+    earlier = set(body[:body.index(first)])
+    found: list[Statement] = []
+    for qualified in sorted(names.MAKE_DIRECTORIES):
+        for call in facts.calls_named.get(qualified, ()):
+            statement = facts.statement_of(call)
+            if statement in earlier and call.args and _is_call_line(statement, call) \
+                    and _path_words(call.args[0].value) & used:
+                found.append(statement)
+    return sorted(found, key=facts.line_of)
+
+
+def _is_call_line(statement: Statement, call: cst.Call) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(
+        statement.body[0], cst.Expr) and statement.body[0].value is call
+
+
+def _path_words(node: cst.CSTNode) -> set[str]:
+    """The names (whole dotted names, not the functions called) and string literals a path is
+    made of, or that a download's statements read."""
+    if isinstance(node, (cst.Name, cst.Attribute)):
+        name = dotted_name(node)
+        if name is not None:
+            return {name}
+    if isinstance(node, cst.SimpleString):
+        value = string_value(node)
+        return {value} if value else set()
+    children = [arg for arg in node.args] if isinstance(node, cst.Call) else node.children
+    return set().union(*(_path_words(child) for child in children))
 
 
 def _report_helpers_downloading_before_setup(facts: Facts, edits: Edits, setup: Plan) -> None:

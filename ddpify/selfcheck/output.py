@@ -34,7 +34,11 @@ QUALIFIED_WRITERS = frozenset({"torch.jit.save", "torch.onnx.export", "torch.exp
                                "safetensors.numpy.save_file", "joblib.dump", "scipy.io.savemat",
                                "omegaconf.OmegaConf.save", "shutil.make_archive", "mlflow.log_metric",
                                "mlflow.log_metrics", "mlflow.log_param", "mlflow.log_params",
-                               "mlflow.log_artifact", "mlflow.log_artifacts", "mlflow.pytorch.log_model"})
+                               "mlflow.log_artifact", "mlflow.log_artifacts", "mlflow.pytorch.log_model",
+                               # a plot window per rank; TensorFlow's and tensorboardX's event files
+                               "matplotlib.pyplot.show", "matplotlib.pyplot.pause",
+                               "tensorflow.summary.FileWriter", "tensorflow.compat.v1.summary.FileWriter",
+                               "tensorflow.summary.create_file_writer", "tensorboardX.FileWriter"})
 # Files of a format opened with a mode, as `open` is: written when the mode says so.
 FORMAT_OPENERS = frozenset({"h5py.File", "zipfile.ZipFile", "tarfile.open"})
 # Of those, names a project's own helper takes too (`from utils import save_image`): imported
