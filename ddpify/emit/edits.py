@@ -111,6 +111,22 @@ class Edits:
     def code(self, node: cst.CSTNode) -> str:
         return self.facts.module.code_for_node(node)
 
+    def code_edited(self, node: cst.CSTNode) -> str:
+        """The code of `node` with the expression rewrites already planned inside it applied:
+        for a node rebuilt from its text (a loader's arguments), so that the edit of a part of
+        it (`num_workers=os.cpu_count()` shared among the ranks) is not lost with the node."""
+        if not self.expressions:
+            return self.code(node)
+        expressions = self.expressions
+
+        class _Rewrite(cst.CSTTransformer):
+            def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode  # type: ignore[override]
+                         ) -> cst.CSTNode:
+                rewrite = expressions.get(original_node)
+                return updated_node if rewrite is None or original_node is node else rewrite(updated_node)
+
+        return self.code(cast(cst.CSTNode, node.visit(_Rewrite())))
+
     def add_helper(self, name: str, code: str, *imports: str) -> None:
         """A small function the emitted code calls, once, above the module's code, with the
         names.EMITTED_IMPORTS keys it uses."""

@@ -16,6 +16,7 @@ from ddpify.rules import (
     gpu_count_batches,
     in_batch,
     loader_dicts,
+    loader_workers,
     model,
     report_only,
     set_order,
@@ -25,8 +26,9 @@ from ddpify.rules import (
     training,
 )
 
-CONCERNS = (devices, model, loader_dicts, data, evaluation, side_effects, checkpoints, shared_names, training,
-            in_batch, report_only, gpu_count_batches, set_order)
+CONCERNS = (devices, model, loader_workers, loader_dicts, data, evaluation, side_effects, checkpoints, shared_names,
+            training, in_batch, report_only, gpu_count_batches, set_order)
 
 __all__ = ["CONCERNS", "checkpoints", "data", "devices", "evaluation", "gpu_count_batches", "in_batch",
-           "loader_dicts", "model", "report_only", "set_order", "setup", "shared_names", "side_effects", "training"]
+           "loader_dicts", "loader_workers", "model", "report_only", "set_order", "setup", "shared_names",
+           "side_effects", "training"]

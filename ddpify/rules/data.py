@@ -637,7 +637,7 @@ def _loader_args(edits: Edits, loader: Loader, sampler: str, dataset: str) -> li
     args: list[str] = []
     placed = False
     for arg in loader.call.args:
-        text = edits.code(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip()
+        text = edits.code_edited(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip()
         if arg.value is loader.dataset:
             text = f"dataset={dataset}" if arg.keyword is not None else dataset
         if arg.star == "**" and not placed:
@@ -762,7 +762,7 @@ def _shard_existing_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loa
         # `sampler=SubsetRandomSampler(train_ids)`: named first, so that it is written once.
         name = derived_name(loader, "sampler", facts.bound_names)
         edits.insert_before(loader.statement, Insertion(
-            [edits.statement(f"{name} = {edits.code(arg.value)}\n")], takes_comments=True))
+            [edits.statement(f"{name} = {edits.code_edited(arg.value)}\n")], takes_comments=True))
     wrapped = f"DistributedSamplerWrapper({name}) if {condition} else {name}"
     if handed_out:
         edits.imports.add("dist")

@@ -539,7 +539,7 @@ def _arguments(edits: Edits, call: cst.Call, condition: str) -> list[str]:
     arguments: list[str] = []
     placed = False
     for arg in call.args:
-        arguments.append(edits.code(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip())
+        arguments.append(edits.code_edited(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip())
         if arg is shuffle_arg:
             beside = _shuffle_unless(shuffle, condition)
             if beside is not None:

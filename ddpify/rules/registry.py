@@ -25,6 +25,7 @@ from ddpify.rules import (
     hand_batches,
     in_batch,
     loader_dicts,
+    loader_workers,
     model,
     random_batches,
     report_only,
@@ -42,8 +43,8 @@ from ddpify.selfcheck import rules as selfcheck
 
 UNITS: tuple[ModuleType, ...] = (
     setup, devices, model, sharding, dcp, data, epochs, downloads, splits, epoch_cut, evaluation, hand_batches,
-    loader_dicts, random_batches, set_order, side_effects, checkpoints, shared_names, training, in_batch, report_only,
-    frameworks, whole_file, gpu_count_batches, selfcheck, suppressions,
+    loader_dicts, loader_workers, random_batches, set_order, side_effects, checkpoints, shared_names, training,
+    in_batch, report_only, frameworks, whole_file, gpu_count_batches, selfcheck, suppressions,
 )
 
 
