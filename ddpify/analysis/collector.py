@@ -1141,6 +1141,15 @@ class Collector(cst.CSTVisitor):
         effect = self.project.effect(qualified)
         if effect is not None:
             self._record_helper(node, qualified, effect)
+        else:
+            self._note_opaque_attribute_reads(node, qualified)
+
+    def _note_opaque_attribute_reads(self, node: cst.Call, qualified: str) -> None:
+        """An effect ddpify cannot tell: a model it only reads attributes of gets the raw module."""
+        if self.project.defines(qualified):
+            readers = self.project.attribute_only_readers(qualified, names.WRAPPER_ATTRIBUTES)
+            if readers:
+                self.facts.opaque_attribute_readers[node] = readers
 
     def _note_class_parts(self, node: cst.Call, qualified: str) -> None:
         """A class of another module built here: its submodules no step gives a gradient,

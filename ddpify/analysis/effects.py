@@ -650,16 +650,66 @@ class FunctionEffects:
                 and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
                 and node.func.value.id == own}
 
-    def attribute_readers(self, name: str, wrapper_attributes: frozenset[str]) -> set[int]:
+    def attribute_readers(self, name: str, wrapper_attributes: frozenset[str],
+                          seen: frozenset[str] = frozenset()) -> set[int]:
         """Positions of the parameters whose own attributes the function reads
-        (`model.pos_emb`), beyond what a DDP wrapper also has; none when it trains, since a
-        training forward must go through the wrapper."""
+        (`model.pos_emb`), beyond what a DDP wrapper also has, itself or through a function of
+        this module it hands them to as they are (`compute_loss(p, targets, model)` calling
+        `build_targets(p, targets, model)`, which reads `model.yolo_layers`); none when it
+        trains, since a training forward must go through the wrapper."""
         function = self._functions.get(name)
-        if function is None or self.trains(name):
+        if function is None or self.trains(name) or name in seen:
             return set()
         read = {node.value.id for node in ast.walk(function) if isinstance(node, ast.Attribute)
                 and isinstance(node.value, ast.Name) and node.attr not in wrapper_attributes}
+        for call in ast.walk(function):
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in self._functions \
+                    and self.class_of(call.func.id) is None:
+                readers = self.attribute_readers(call.func.id, wrapper_attributes, seen | {name})
+                read |= {arg.id for index, arg in enumerate(call.args)
+                         if index in readers and isinstance(arg, ast.Name)}
         return {index for index, parameter in enumerate(self._positional(name, function)) if parameter in read}
+
+    def attribute_only_readers(self, name: str, wrapper_attributes: frozenset[str],
+                               seen: frozenset[str] = frozenset()) -> set[int]:
+        """Positions of the parameters the function only reads attributes of (`model.yolo_layers`,
+        beyond what a DDP wrapper has), itself or through functions of this module it hands
+        them to as they are: never calling one (no forward, which the wrapper must take, or its
+        gradients would not be shared) nor handing it to anything else. For a function whose
+        effect ddpify cannot tell (a loss function that builds its targets from the model's
+        layers), the raw module is then what it needs, and all it gets."""
+        function = self._functions.get(name)
+        if function is None or self.trains(name) or name in seen:
+            return set()
+        positional = self._positional(name, function)
+        read = {node.value.id for node in ast.walk(function) if isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name) and node.attr not in wrapper_attributes}
+        other_uses: set[str] = set()
+        for call in ast.walk(function):
+            if not isinstance(call, ast.Call):
+                continue
+            if isinstance(call.func, ast.Name):
+                other_uses.add(call.func.id)  # `model(x)`: a forward
+            if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) \
+                    and call.func.attr in ("forward", "__call__"):
+                other_uses.add(call.func.value.id)
+            handed = {index: arg.id for index, arg in enumerate(call.args) if isinstance(arg, ast.Name)}
+            handed_by_keyword = {keyword.value.id for keyword in call.keywords if isinstance(keyword.value, ast.Name)}
+            other_uses |= handed_by_keyword
+            if not handed:
+                continue
+            local = isinstance(call.func, ast.Name) and call.func.id in self._functions \
+                and self.class_of(call.func.id) is None
+            inspecting = isinstance(call.func, ast.Name) and call.func.id in ("isinstance", "hasattr", "getattr",
+                                                                               "len", "type", "id")
+            readers = self.attribute_only_readers(call.func.id, wrapper_attributes, seen | {name}) \
+                if local and isinstance(call.func, ast.Name) else set()
+            for index, handed_name in handed.items():
+                if local and index in readers:
+                    read.add(handed_name)
+                elif not inspecting:
+                    other_uses.add(handed_name)
+        return {index for index, parameter in enumerate(positional) if parameter in read - other_uses}
 
     def picked_from_own_batches(self, name: str) -> set[Optional[int]]:
         """For a function that trains: where its return holds a value picked from its own

@@ -323,6 +323,9 @@ class FactRecord:
     guarded_in_helper: set[cst.Call] = field(default_factory=set)
     # For a MIXED helper: the positions of the arguments whose own attributes it reads.
     helper_attribute_readers: dict[cst.Call, set[int]] = field(default_factory=dict)
+    # Calls of a function of the project whose effect is unknown, and the positions of the
+    # arguments it only reads attributes of, never running them (effects.attribute_only_readers).
+    opaque_attribute_readers: dict[cst.Call, set[int]] = field(default_factory=dict)
     # Calls of another module's function that loads a state dict into a parameter it is
     # handed (`load_checkpoint(path, model, optimizer)`): the values passed for those.
     helper_state_loads: dict[cst.Call, list[cst.BaseExpression]] = field(default_factory=dict)

@@ -997,9 +997,12 @@ def _unwrap_for_helpers(facts: Facts, edits: Edits, model: Model, wrap: Optional
     (`utils.save_checkpoint(model, path)`) gets the raw module: its state dict has no
     "module." prefix, whether or not the model was wrapped. One that runs the model but does
     not train with it (generates a sample, reads `model.pos_emb`) gets the raw module where it
-    reads the model's own attributes."""
-    for call, effect in facts.helper_effects.items():
-        readers = facts.helper_attribute_readers.get(call, set())
+    reads the model's own attributes; so does one whose effect ddpify cannot tell that only
+    reads them, never running the model (`compute_loss(outputs, targets, model)` reading
+    `model.yolo_layers`)."""
+    opaque = {call: effects.MIXED for call in facts.opaque_attribute_readers}
+    for call, effect in {**opaque, **facts.helper_effects}.items():
+        readers = facts.helper_attribute_readers.get(call, set()) | facts.opaque_attribute_readers.get(call, set())
         for position, arg in enumerate(call.args):
             if effect == effects.MIXED and (arg.keyword is not None or position not in readers):
                 continue  # it may run the model: the wrapper must take that forward

@@ -1068,13 +1068,24 @@ def _spread_steps(node: cst.CSTNode) -> tuple[Union[_TestStep, _AssignStep], ...
         elif isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
             value = node.value
             steps.append(_AssignStep(inside, None if value is None else _reads_of(value),
-                                     frozenset(assigned_names(node))))
+                                     frozenset(_bound_by(node))))
         elif not isinstance(node, cst.FunctionDef):
             for child in traversal.children(node):
                 walk(child, inside)
 
     walk(node, _NO_TEST)
     return tuple(steps)
+
+
+def _bound_by(node: cst.CSTNode) -> set[str]:
+    """What an assignment makes per-rank when its value is: a name, or an attribute by its
+    dotted name (`model.seen += imgs.size(0)` makes `model.seen` per-rank, not `model`, whose
+    settings `model.hyperparams["lr"]` every rank shares); an item, the whole container."""
+    bound: set[str] = set()
+    for target in targets_bound_in(node):
+        name = dotted_name(target) if isinstance(target, cst.Attribute) else None
+        bound |= {name} if name is not None else names_in(target)
+    return bound
 
 
 def _reads_of(node: cst.CSTNode) -> frozenset[str]:

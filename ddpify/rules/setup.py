@@ -1048,6 +1048,17 @@ def _edited_inside(edits: Edits, facts: Facts, statement: BlockItem) -> bool:
                for node in edits.edited_nodes())
 
 
+def placed_above(facts: Facts, edits: Edits, plan: Plan, statement: BlockItem) -> bool:
+    """Whether the whole setup block (the process group joined) will stand above `statement`
+    of its block, as `place` puts it: before the first statement that needs it, which the
+    rules planned so far already name (what later rules add can only move it up). Not where
+    the script's own device choice stays and the setup follows it (_place_after_choice)."""
+    if plan.choice_statement is not None or plan.called_repeatedly:
+        return False
+    first = _first_statement_needing_setup(facts, edits, plan)
+    return first is not None and facts.start_of(first) <= facts.start_of(statement)
+
+
 def _first_statement_needing_setup(facts: Facts, edits: Edits, plan: Plan,
                                    guards_too: bool = True) -> Optional[BlockItem]:
     body: list[BlockItem] = list(plan.block.body)

@@ -23,7 +23,7 @@ from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan
 from ddpify.rules import report_only
 from ddpify.rules.cases import TRAINING, Emits, Silent
-from ddpify.rules.setup import group_joined_before
+from ddpify.rules.setup import group_joined_before, placed_above
 
 RULES = (
     Rule("DDP310", Severity.EDIT, "folder named from the clock or a temporary folder chosen by rank 0",
@@ -100,7 +100,7 @@ def _report_clock_named_before_setup(facts: Facts, edits: Edits, setup: Plan) ->
     if facts.library:
         return  # (a helper module: its callers' setup decides)
     for call in sorted(facts.clock_named_calls, key=facts.start_of):
-        if group_joined_before(facts, setup, call) and not _above_setup(facts, setup, call):
+        if group_joined_before(facts, setup, call) and not _above_setup(facts, edits, setup, call):
             continue
         qualified, line, source = facts.clock_named_calls[call]
         module, _, function = qualified.rpartition(".")
@@ -162,13 +162,17 @@ def _drawn_at_random(facts: Facts, call: cst.Call) -> Optional[tuple[str, cst.Ca
     return None
 
 
-def _above_setup(facts: Facts, setup: Plan, call: cst.Call) -> bool:
+def _above_setup(facts: Facts, edits: Edits, setup: Plan, call: cst.Call) -> bool:
     """In the setup's own block, above the device choice the setup replaces or follows
-    (`cfg = Config()` then `device = torch.device(...)`): run before the group is joined."""
+    (`cfg = Config()` then `device = torch.device(...)`): run before the group is joined.
+    Not when the setup goes above the call anyway, for output before it (`print(args)`, then
+    `logger = Logger(args.logdir)`, then the device choice)."""
     anchor = setup.anchor
     if anchor is None or facts.function_of(call) is not setup.function:
         return False
     top = facts.ancestor_in(call, setup.block)
+    if top is not None and placed_above(facts, edits, setup, top):
+        return False
     if top is None or any(facts.start_of(early) <= facts.start_of(top) for early in setup.early_joins
                           if facts.block_of(early) is setup.block):
         return False  # (the group is joined early, above a loader sharded before the choice)

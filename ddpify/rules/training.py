@@ -222,7 +222,9 @@ def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: Plan, loop: cst
     start, stop = forward[0], backward[-1]
     wrapped = body[start:stop + 1]
     assigned = set().union(*(assigned_names(s) for s in wrapped))
-    test = _test_as_the_step_sees_it(step_if.test, body[stop + 1:end])
+    # (Read with the edits planned inside it: `model.subdivisions` of a wrapped model is
+    # `getattr(model, "module", model).subdivisions` in the copy before the forward too.)
+    test = _test_as_the_step_sees_it(edits.expression(edits.code_edited(step_if.test)), body[stop + 1:end])
     if names_in(step_if.test) & assigned or test is None or edits.edits_any(body):
         edits.report("DDP404", step_if)
         return

@@ -4,7 +4,7 @@ cannot show the contract's properties there.
 Like black's safe mode, it is a second opinion that shares nothing with the first: the
 transforms read the script with libcst and ddpify.analysis; this reads the original and the
 output with the stdlib `ast` and a few simple, conservative rules (DDP910-DDP917, DDP919,
-DDP922-DDP924, DDP927, DDP933). What it cannot show is a warning naming the line of the original where the
+DDP922-DDP925, DDP927, DDP933). What it cannot show is a warning naming the line of the original where the
 defect is (the output line is in the message), so the run exits 1 and the file is still written.
 """
 import ast
@@ -17,6 +17,7 @@ from ddpify.selfcheck.gathers import misplaced_gathers
 from ddpify.selfcheck.loaders import LEFT_WHOLE_CODES, NO_EPOCH_LOOP_CODES, unsharded_loaders
 from ddpify.selfcheck.models import (
     DROPPED_MOVE_CODES,
+    attributes_read_through_the_wrapper,
     deleted_moves,
     misplaced_wraps,
     own_model_unwrapped,
@@ -60,6 +61,7 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
         *training_without_a_wrap(after, any(d.code == "DDP903" for d in diagnostics)),
         *own_model_unwrapped(after, any(d.code == "DDP903" for d in diagnostics)),
         *wrapper_handed_to_an_exporter(after),
+        *attributes_read_through_the_wrapper(after),
         *unsharded_loaders(before, after, loaders_left_whole,
                            any(d.code in NO_EPOCH_LOOP_CODES for d in diagnostics)),
         *unguarded_output(after),

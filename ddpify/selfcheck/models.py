@@ -765,3 +765,51 @@ def _built_anew_by_a_method_off_the_wraps_path(source: Source, model: str, wrap:
             return (f"the wrap of `{model}` sits in one branch: output line {statement.lineno} builds it anew "
                     f"through `{callee}()` on a path that does not reach the wrap")
     return None
+
+
+# What a DDP wrapper answers itself: nn.Module's own attributes and DDP's. Any other attribute
+# of the model (`model.hyperparams`, `model.seen`, `model.n_classes`) raises AttributeError on
+# the wrapper: `getattr(model, "module", model).hyperparams` reads it on both paths.
+WRAPPER_OWN = frozenset({
+    "add_module", "apply", "bfloat16", "buffers", "children", "compile", "cpu", "cuda", "double", "eval",
+    "extra_repr", "float", "forward", "get_buffer", "get_extra_state", "get_parameter", "get_submodule", "half",
+    "ipu", "load_state_dict", "modules", "mtia", "named_buffers", "named_children", "named_modules",
+    "named_parameters", "parameters", "register_backward_hook", "register_buffer", "register_forward_hook",
+    "register_forward_pre_hook", "register_full_backward_hook", "register_full_backward_pre_hook",
+    "register_load_state_dict_post_hook", "register_load_state_dict_pre_hook", "register_module",
+    "register_parameter", "register_state_dict_post_hook", "register_state_dict_pre_hook", "requires_grad_",
+    "set_extra_state", "set_submodule", "share_memory", "state_dict", "to", "to_empty", "train", "training",
+    "type", "xpu", "zero_grad", "dump_patches", "call_super_init",
+    # DistributedDataParallel's own
+    "module", "device_ids", "output_device", "dim", "broadcast_buffers", "find_unused_parameters",
+    "static_graph", "process_group", "no_sync", "join", "join_hook", "join_device", "join_process_group",
+    "register_comm_hook", "gradient_as_bucket_view", "require_backward_grad_sync", "require_forward_param_sync",
+    "reducer", "logger", "device_type", "bucket_bytes_cap", "device", "parameters_to_ignore",
+})
+
+
+def attributes_read_through_the_wrapper(migrated: Source) -> Iterator[Finding]:
+    """`model = DDP(model, ...)`, then `model.hyperparams["subdivisions"]` in the same scope:
+    the wrapper has no such attribute (AttributeError on every rank under torchrun, while plain
+    python, where nothing is wrapped, runs). Read after the wrap, with `model` not bound again
+    in between; a private attribute (`model._x`) is left to its author."""
+    for name, call in wraps(migrated):
+        statement = migrated.statement_of(call)
+        if last_part(call.func) not in DDP_WRAPPERS or "." in name or not (
+                isinstance(statement, ast.Assign) and any(dotted(target) == name for target in statement.targets)):
+            continue
+        scope = migrated.scope_of(call)
+        # (Walked within the scope: a nested function's reads are its own scope's.)
+        nodes = [node for node in ast.walk(scope) if migrated.scope_of(node) is scope]
+        rebound = [node.lineno for node in nodes if node is not statement
+                   and isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For))
+                   and name in assigned_targets(node)]
+        for node in nodes:
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == name \
+                    and node.lineno > (statement.end_lineno or statement.lineno) and not node.attr.startswith("_") \
+                    and node.attr not in WRAPPER_OWN \
+                    and not any(statement.lineno < line <= node.lineno for line in rebound):
+                yield ("DDP925", node.lineno, f"`{name}.{node.attr}` reads the DDP wrapper made at output line "
+                                              f"{call.lineno}, which has no `{node.attr}`: read "
+                                              f"`getattr({name}, \"module\", {name}).{node.attr}`")
+                break

@@ -1,4 +1,4 @@
-"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP924, DDP927, DDP933): what a second reading of
+"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP925, DDP927, DDP933): what a second reading of
 ddpify's own output can find wrong. The detection is in this package (gathers, loaders,
 models, output, setup); the rules and their cases live here, beside it, rather than in
 ddpify/rules/, whose units plan edits.
@@ -113,6 +113,13 @@ RULES = (
          "trains unwrapped, each rank on its own copy.",
          "Move `if distributed: self.G = DDP(self.G, ...)` below the last move of `self.G`, after the "
          "branches that build it merge, in the method that calls the others."),
+    Rule("DDP925", Severity.WARNING, "self-check: an attribute of the model is read through the DDP wrapper",
+         "After `model = DDP(model, ...)`, `model.hyperparams` (any attribute of the model's own, "
+         "not one nn.Module or DDP has) raises AttributeError under torchrun, on every rank, while "
+         "plain python, where nothing is wrapped, runs: the kind of line a rewrite copies from "
+         "the original (a test repeated before the forward) without its `.module`.",
+         "Read it from the model: `getattr(model, \"module\", model).hyperparams`; and report the "
+         "rewrite as a ddpify bug."),
     Rule("DDP924", Severity.WARNING, "self-check: a device still names the script's own GPU index",
          "The original picks its GPU by an index (`.cuda(args.gpu)`, `torch.cuda.set_device(args.gpu)`); "
          "under torchrun each rank has its own GPU, but the output still makes a device of that "
@@ -337,6 +344,13 @@ CASES = (
           _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
           + 'torch.onnx.export(model, torch.zeros(1, 4), "model.onnx")\n', "DDP922"),
     Silent(TRAINING + 'torch.jit.script(model).save("model.pt")\n', "DDP922"),
+    # An attribute of the model's own read through the wrapper: AttributeError under torchrun.
+    Flags(TRAINING.replace("optimizer = torch", "model.accumulate = 2\noptimizer = torch"),
+          _JOINED.replace("optimizer = torch", "model.accumulate = 2\nmodel = DDP(model)\noptimizer = torch")
+          .replace("for epoch", "sync = model.accumulate == 1\nfor epoch"), "DDP925"),
+    # ddpify's own output reads it through `getattr(model, "module", model)`.
+    Silent(TRAINING.replace("optimizer = torch", "model.accumulate = 2\noptimizer = torch")
+           .replace("for epoch", "sync = model.accumulate == 1\nfor epoch"), "DDP925"),
     # The checkpoint saved from the wrapper's state_dict: its keys carry `module.`.
     Flags(TRAINING + 'torch.save(model.state_dict(), "model.pt")\n',
           _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
