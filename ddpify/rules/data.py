@@ -177,8 +177,9 @@ def _plan_loader(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> Non
         edits.report("DDP203", loader.call, "evaluation loader left unsharded: it has a sampler "
                      "of its own, and every rank evaluates all it draws")
     elif "sampler" in keys:
-        if not _wrap_random_sampler(facts, edits, setup, loader) and not _shard_existing_sampler(
-                facts, edits, setup, loader) and not _fill_sampler_left_none(facts, edits, setup, loader):
+        shards = (_wrap_random_sampler, _shard_existing_sampler, _fill_sampler_left_none,
+                  _shard_sampler_or_its_placeholder)
+        if not any(shard(facts, edits, setup, loader) for shard in shards):
             edits.report("DDP207", loader.call)
     elif not is_training_loader(facts, loader):
         _sum_shared_loops_only_when_sharded(facts, setup, loader)
@@ -883,6 +884,49 @@ def _fill_sampler_left_none(facts: Facts, edits: Edits, setup: Plan, loader: Loa
     edits.report("DDP206", loader.call)
     if shuffle == "True":
         set_epoch(facts, edits, loader, name)
+    return True
+
+
+def _shard_sampler_or_its_placeholder(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> bool:
+    """`if args.val_split: sampler = SubsetRandomSampler(train_idx)` / `else: sampler = None`
+    (or None first, replaced when a split is asked for), then `DataLoader(dataset,
+    sampler=sampler, shuffle=(sampler is None))`: right before the loader, under torchrun,
+    this rank's share of what the sampler draws, or with None, of the whole dataset shuffled
+    as the loader shuffles without one; `shuffle=(sampler is None)` then turns the loader's
+    own shuffle off by itself, and plain `python` keeps the sampler the script chose. Only
+    where every value the name is given, alone on its line in the loader's function, is None
+    or a sampler drawing from a generator (the epoch seeds it), and the loader's shuffle is
+    that test or absent. Both samplers have set_epoch: it is called under torchrun only."""
+    arg = loader.keywords.get("sampler")
+    name = dotted_name(arg.value) if arg is not None else None
+    dataset = dotted_name(loader.dataset) if loader.dataset is not None else None
+    if name is None or dataset is None or not is_training_loader(facts, loader) \
+            or not setup.sees_setup(facts, loader.call) or not _is_assigned_or_returned(loader):
+        return False
+    values = facts.assigned_values.get(name, [])
+    placeholders = [value for value in values if isinstance(value, cst.Name) and value.value == "None"]
+    samplers = [value for value in values if _sampler_with_generator(facts, value)]
+    if not placeholders or not samplers or len(placeholders) + len(samplers) != len(values):
+        return False
+    if any(not _assigns_alone(facts.statement_of(value), value)
+           or facts.function_of(facts.statement_of(value)) is not loader.function for value in values):
+        return False
+    shuffle_arg = loader.keywords.get("shuffle")
+    if shuffle_arg is None:
+        shuffle = "False"
+    elif _is_none_test(shuffle_arg.value, name):
+        shuffle = "True"
+    else:
+        return False
+    code = OWN_OR_NEW_SAMPLER_CODE.format(sampler=name, condition="distributed", dataset=dataset,
+                                          shuffle=shuffle, shuffle_off="")
+    edits.insert_before(loader.statement, Insertion(edits.statements(code)))
+    edits.imports.add("DistributedSampler")
+    edits.add_helper("DistributedSamplerWrapper", SAMPLER_WRAPPER_HELPER, "DistributedSampler", "torch", "itertools")
+    setup.loaders_given_a_sampler.append(loader)
+    edits.report("DDP201", loader.call)
+    edits.report("DDP206", loader.call)
+    set_epoch(facts, edits, loader, name, SET_EPOCH_IF_DISTRIBUTED_CODE)
     return True
 
 

@@ -265,7 +265,8 @@ def _without_an_epoch_loop(facts: Facts, edits: Edits, loader: Union[Loader, Ext
     pass needs none, or the caller's loop sets it; else DDP211."""
     if _set_epoch_in_generator_passes(facts, edits, loader):
         return
-    if isinstance(loader, Loader) and set_epoch_at_restarts_of_listed_loaders(facts, edits, loader):
+    if isinstance(loader, Loader) and (set_epoch_at_restarts_of_listed_loaders(facts, edits, loader)
+                                       or _set_epoch_at_restarts_of_an_attribute(facts, edits, loader)):
         return
     handed_in = isinstance(loader, ExternalLoader) and loader.statement is loader.function
     if not handed_in and not handed_to_project_training(facts, loader.function, loader.name) \
@@ -574,6 +575,32 @@ def set_epoch_at_restarts_of_listed_loaders(facts: Facts, edits: Edits, loader: 
         code = SET_EPOCH_EXTERNAL_CODE.format(loader=name_there, epoch=f"{name_there}.sampler.epoch + 1")
         edits.insert_before(statement, Insertion(edits.statements(code)))
         edits.report("DDP202", statement)
+        done = True
+    return done
+
+
+def _set_epoch_at_restarts_of_an_attribute(facts: Facts, edits: Edits, loader: Loader) -> bool:
+    """Rule: `self.loader = DataLoader(...)` in a method of a class, and in a method of the
+    same class `except StopIteration: self.iterator = iter(self.loader)` (an endless loader
+    or batch stream handing out one batch per step, makemore's InfiniteDataLoader): each
+    restart is a new pass, so the sampler counts on from its own epoch right before it, and
+    every rank draws a new order alike (a DistributedSampler pads each rank to the same
+    count, so all ranks restart at the same step). The first `iter()` is epoch 0, as the
+    sampler starts. Under plain `python` the loader's sampler is not a DistributedSampler."""
+    owner = facts.class_of(loader.function) if loader.function is not None else None
+    if owner is None or not loader.name.startswith("self."):
+        return False
+    done = False
+    for call in facts.calls_named.get("builtins.iter", ()):
+        if not call.args or dotted_name(call.args[0].value) != loader.name:
+            continue
+        if facts.class_of(facts.function_of(call)) is not owner or not _in_stop_iteration_handler(facts, call):
+            continue
+        statement = facts.statement_of(call)
+        code = SET_EPOCH_EXTERNAL_CODE.format(loader=loader.name, epoch=f"{loader.name}.sampler.epoch + 1")
+        edits.insert_before(statement, Insertion(edits.statements(code)))
+        edits.report("DDP202", statement)
+        edits.imports.add("DistributedSampler")
         done = True
     return done
 
