@@ -1300,6 +1300,19 @@ def _read_from_a_moved_object(facts: Facts, value: cst.BaseExpression) -> bool:
         for assigned in facts.assigned_values.get(owner, ()) for call in calls_within(assigned)))
 
 
+def _rewrapped_by_a_later_call(facts: Facts, model: Model, anchor: Statement) -> bool:
+    """Rule: `self.model = self.model.to(self.device)` at the top of a Trainer's `fit()` or
+    `train()`, which the script calls once per epoch: the wrap placed after that move runs on
+    every call, and the object keeps what the first call wrapped, so later calls must not
+    wrap the DDP module again (DDP(DDP(model)) all-reduces twice and holds a second copy of
+    the buckets). A wrap of an attribute in any method but `__init__` (which runs once per
+    object) is skipped when the attribute already holds the wrapper."""
+    if "." not in model.name:
+        return False
+    function = facts.function_of(anchor)
+    return function is not None and function.name.value != "__init__"
+
+
 def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, anchor: Statement,
                        condition: Optional[Union[str, bool]]) -> None:
     """The model reaches its device in code that cannot see the setup block (a Trainer's
@@ -1308,6 +1321,8 @@ def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, an
     code = WRAP_OUT_OF_SETUP_CODE.format(model=model.name)
     if isinstance(condition, str):
         code = code.replace("if dist.is_initialized():", f"if dist.is_initialized() and {condition}:", 1)
+    if _rewrapped_by_a_later_call(facts, model, anchor):
+        code = code.replace("dist.is_initialized()", f"dist.is_initialized() and not isinstance({model.name}, DDP)", 1)
     if _report_parameters_without_gradients(facts, edits, model, anchor):
         code = code.replace(f"DDP({model.name})", f"DDP({model.name}, find_unused_parameters=True)")
     _insert_wrap(facts, edits, model, anchor, edits.statements(_when_trainable(facts, code, model)))

@@ -883,8 +883,9 @@ def _guardable_uses(facts: Facts, edits: Edits, held: tuple[str, Statement, list
     for statement in uses:
         # `writer.add_scalar("acc", evaluate(model, val_loader), epoch)`: the evaluation (its
         # forward, the gather of a sharded evaluation) runs on every rank, before the guard.
-        if isinstance(statement, cst.With):
-            # (A model run inside the writer's block cannot be hoisted out of it: reported.)
+        if isinstance(statement, (cst.With, cst.For)):
+            # (A model run inside the writer's block or the loop over the writers cannot be
+            # hoisted out of it: reported.)
             if any(_runs_model(facts, small.value, model_names) or _runs_the_model(facts, small.value, model_names)
                    for line in statement.body.body if isinstance(line, cst.SimpleStatementLine)
                    for small in line.body if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)):
@@ -972,7 +973,8 @@ def _returned_local(facts: Facts, call: cst.Call, function: cst.FunctionDef
     with where the returns hold it; None unless it is a plain name assigned once and returned
     as it is, in the same place of every return."""
     held = _held_object(facts, call)
-    if held is None or not isinstance(cast(cst.Assign, facts.parents.get(call)).targets[0].target, cst.Name):
+    assign = facts.parents.get(call)  # (writers made as items of a container: not followed here)
+    if held is None or not isinstance(assign, cst.Assign) or not isinstance(assign.targets[0].target, cst.Name):
         return None
     name, creation, references = held
     if len(facts.assigned_values.get(name, ())) != 1 and sum(
@@ -1010,6 +1012,8 @@ def _held_object(facts: Facts, call: cst.Call, slot: Slot = WHOLE_VALUE
     tuple, the name unpacked at that place: `writer, log_dir = make_writer()`), the statement
     that assigns it, and every read of the name; None when it is not held so."""
     assign = facts.parents.get(call)
+    if slot == WHOLE_VALUE:
+        assign = _container_assignment(facts, call) or assign
     if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
         return None
     target: cst.BaseExpression = assign.targets[0].target
@@ -1026,6 +1030,31 @@ def _held_object(facts: Facts, call: cst.Call, slot: Slot = WHOLE_VALUE
         name = dotted_name(target) or ""
         references = _attribute_references(facts, name, facts.function_of(call))
     return None if references is None else (name, facts.statement_of(assign), references)
+
+
+def _container_assignment(facts: Facts, call: cst.Call) -> Optional[cst.Assign]:
+    """Rule: `writers = [SummaryWriter(d) for d in dirs]`, `writers = {"train": SummaryWriter(a),
+    "val": SummaryWriter(b)}`, `writers = {s: SummaryWriter(d / s) for s in splits}`: writers
+    made as the items of a list or dict (literal or comprehension) assigned whole to one name
+    are held by that name, as one writer is: the assignment and each use
+    (`writers["train"].add_scalar(...)`, `for w in writers.values(): w.close()`) run on rank 0
+    only. None when the call is not such an item (the iterable of a comprehension, a key)."""
+    node: cst.CSTNode = call
+    parent = facts.parents.get(node)
+    while True:
+        if isinstance(parent, cst.Element) and parent.value is node \
+                or isinstance(parent, cst.DictElement) and parent.value is node:
+            container = facts.parents.get(parent)
+        elif isinstance(parent, (cst.ListComp, cst.SetComp)) and parent.elt is node \
+                or isinstance(parent, cst.DictComp) and parent.value is node:
+            container = parent
+        else:
+            return None
+        if not isinstance(container, (cst.List, cst.Tuple, cst.Dict, cst.ListComp, cst.DictComp)):
+            return None
+        node, parent = container, facts.parents.get(container)
+        if isinstance(parent, cst.Assign):
+            return parent if parent.value is node else None
 
 
 def _attribute_references(facts: Facts, name: str, function: Optional[cst.FunctionDef]
@@ -1109,6 +1138,8 @@ def _only_uses(statement: cst.BaseStatement, name: str) -> bool:
     but use the object, so skipping it on other ranks skips nothing else."""
     if isinstance(statement, cst.With):
         return _writes_within_the_writer(statement, name)
+    if isinstance(statement, cst.For):
+        return _loop_only_over_the_writers(statement, name)
     if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
         return False
     small = statement.body[0]
@@ -1118,6 +1149,30 @@ def _only_uses(statement: cst.BaseStatement, name: str) -> bool:
         return all(_rooted_at(target.target, name) and dotted_name(target.target) != name
                    for target in small.targets)
     return False
+
+
+def _loop_only_over_the_writers(statement: cst.For, name: str) -> bool:
+    """`for w in writers.values(): w.close()`, `for writer in writers: writer.flush()`: a loop
+    over the writers held by `name` whose body only uses the one it names, with no `else`,
+    so skipping the loop on other ranks skips nothing else."""
+    loop_over = statement.iter
+    iterable: cst.BaseExpression = loop_over
+    paired = False
+    if isinstance(loop_over, cst.Call) and not loop_over.args and isinstance(loop_over.func, cst.Attribute) \
+            and loop_over.func.attr.value in ("values", "items"):
+        iterable, paired = loop_over.func.value, loop_over.func.attr.value == "items"
+    elif isinstance(loop_over, cst.Call) and dotted_name(loop_over.func) == "enumerate" and len(loop_over.args) == 1:
+        iterable, paired = loop_over.args[0].value, True
+    if dotted_name(iterable) != name or statement.orelse is not None:
+        return False
+    target: cst.BaseExpression = statement.target
+    if paired:  # `for split, w in writers.items():`, `for i, w in enumerate(writers):`
+        if not isinstance(target, cst.Tuple) or len(target.elements) != 2:
+            return False
+        target = target.elements[1].value
+    if not isinstance(target, cst.Name) or not isinstance(statement.body, cst.IndentedBlock):
+        return False
+    return all(_only_uses(line, target.value) for line in statement.body.body)
 
 
 def _writes_within_the_writer(statement: cst.With, name: str) -> bool:
