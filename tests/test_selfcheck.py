@@ -196,6 +196,49 @@ def test_a_wrap_of_a_module_with_nothing_to_train_is_found():
     assert codes(ORIGINAL, guarded) == []
 
 
+def test_a_module_frozen_by_a_loop_or_a_helper_then_wrapped_is_found():
+    """DDP911, the other spellings of a freeze before the wrap: `p.requires_grad_(False)` in a
+    loop over the parameters, and a function of the file that freezes the module handed to it."""
+    wrap_of = 'if distributed:\n    teacher = DDP(teacher)\n'
+    built = "teacher = nn.Linear(10, 2).to(device)\n"
+    in_a_loop = "for name, p in teacher.named_parameters():\n    p.requires_grad_(False)\n"
+    assert codes(ORIGINAL, planted(WRAP, WRAP + built + in_a_loop + wrap_of)) == ["DDP911"]
+    helper = "def freeze(m):\n    for p in m.parameters():\n        p.requires_grad = False\n"
+    assert codes(ORIGINAL, planted(WRAP, WRAP + helper + built + "freeze(teacher)\n" + wrap_of)) == ["DDP911"]
+    thaw = helper.replace("False", "True")
+    assert codes(ORIGINAL, planted(WRAP, WRAP + thaw + built + "freeze(teacher)\n" + wrap_of)) == []
+
+
+@pytest.mark.parametrize("write", [
+    'torchvision.utils.save_image(x, "grid.png")',
+    'pathlib.Path("loss.txt").write_text(str(loss.item()))',
+    'logging.getLogger().addHandler(logging.FileHandler("train.log"))',
+])
+def test_more_spellings_of_a_write_on_every_rank_are_found(write):
+    """DDP913: torchvision's image grid by its qualified name, pathlib's writers, a log file
+    handler; a handler whose path is rank 0's (what ddpify emits) writes nowhere on the others."""
+    imports = "import logging\nimport pathlib\nimport torchvision\n"
+    migrated = planted("import os\n", "import os\n" + imports, planted("optimizer.step()\n",
+                       "optimizer.step()\n        " + write + "\n"))
+    assert codes(ORIGINAL, migrated) == ["DDP913"]
+    rank0 = write.replace('"train.log"', '"train.log" if is_main else os.devnull')
+    if rank0 != write:
+        assert codes(ORIGINAL, migrated.replace(write, rank0)) == []
+
+
+def test_the_wrapped_model_handed_to_another_modules_function_on_rank0_only_is_found():
+    """DDP916: `if is_main: print(evaluate(model, loader))` with `evaluate` from another module:
+    its forward (and, migrated, its gather) is a collective rank 0 alone would wait in. The
+    plain model (`model.module`), or the call on every rank into a name, is not that."""
+    imported = planted("import os\n", "import os\nfrom evalutil import evaluate\n")
+    guarded_call = '    if is_main:\n        print(f"epoch {epoch}: {loss.item():.4f}")\n'
+    on_rank0 = planted(guarded_call, guarded_call + "        print(evaluate(model, loader))\n", imported)
+    assert codes(ORIGINAL, on_rank0) == ["DDP916"]
+    assert codes(ORIGINAL, on_rank0.replace("evaluate(model,", "evaluate(model.module,")) == []
+    every_rank = planted(guarded_call, "    score = evaluate(model, loader)\n" + guarded_call, imported)
+    assert codes(ORIGINAL, every_rank) == []
+
+
 def test_a_forward_of_the_wrapped_model_on_rank0_only_is_found():
     """DDP916: the DDP wrapper's forward broadcasts the model's buffers from rank 0, so a run of
     it inside a rank-0 guard (`if is_main: torch.save(generator(z), path)`) waits for ranks

@@ -226,6 +226,8 @@ def _nothing_to_train(source: Source, model: str, wrap: ast.Call) -> Optional[st
         if isinstance(statement, (ast.Assign, ast.AnnAssign)) and model in assigned_targets(statement):
             frozen = _parameterless(source, statement.value)
         changed = _requires_grad_set(statement, model)
+        if changed is None:
+            changed = _frozen_by_a_helper(source, statement, model)
         if changed is not None:
             frozen = None if changed else f"`{model}` is frozen (requires_grad off) on output line {statement.lineno}"
     if frozen is None:
@@ -270,15 +272,7 @@ def _requires_grad_set(statement: ast.stmt, model: str) -> Optional[bool]:
     """False where the statement freezes `model` (`model.requires_grad_(False)`, a loop over its
     parameters setting `requires_grad = False`), True where it unfreezes it, else None."""
     if isinstance(statement, (ast.For, ast.AsyncFor)):
-        over = statement.iter
-        if isinstance(over, ast.Call) and isinstance(over.func, ast.Attribute) and over.func.attr in (
-                "parameters", "named_parameters"):
-            for node in ast.walk(statement):
-                if isinstance(node, ast.Assign) and any(isinstance(target, ast.Attribute)
-                                                        and target.attr == "requires_grad" for target in node.targets) \
-                        and isinstance(node.value, ast.Constant):
-                    return _applies(dotted(over.func.value), model, bool(node.value.value))
-        return None
+        return _loop_sets_requires_grad(statement, model)
     if not isinstance(statement, ast.Expr):
         return None
     for node in ast.walk(statement.value):
@@ -291,6 +285,48 @@ def _requires_grad_set(statement: ast.stmt, model: str) -> Optional[bool]:
                 return _applies(dotted(receiver), model, True)
             if isinstance(values[0], ast.Constant):
                 return _applies(dotted(receiver), model, bool(values[0].value))
+    return None
+
+
+def _loop_sets_requires_grad(loop: Union[ast.For, ast.AsyncFor], model: str) -> Optional[bool]:
+    """`for p in model.parameters(): p.requires_grad = False` (or `p.requires_grad_(False)`)."""
+    over = loop.iter
+    if not (isinstance(over, ast.Call) and isinstance(over.func, ast.Attribute)
+            and over.func.attr in ("parameters", "named_parameters")):
+        return None
+    receiver = dotted(over.func.value)
+    for node in ast.walk(loop):
+        if isinstance(node, ast.Assign) and any(isinstance(target, ast.Attribute)
+                                                and target.attr == "requires_grad" for target in node.targets) \
+                and isinstance(node.value, ast.Constant):
+            return _applies(receiver, model, bool(node.value.value))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "requires_grad_" \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id in _names_in(loop.target):
+            values = [*node.args, *(keyword.value for keyword in node.keywords)]
+            if not values:
+                return _applies(receiver, model, True)
+            if isinstance(values[0], ast.Constant):
+                return _applies(receiver, model, bool(values[0].value))
+    return None
+
+
+def _frozen_by_a_helper(source: Source, statement: ast.stmt, model: str) -> Optional[bool]:
+    """`freeze(vgg)`, a function of this file that freezes (or unfreezes) the parameter it is
+    handed: what `_requires_grad_set` says of the function's body for that parameter."""
+    call = statement.value if isinstance(statement, ast.Expr) else None
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+        return None
+    for function in source.functions.get(call.func.id, ()):
+        if not isinstance(function, FUNCTIONS):
+            continue
+        parameters = [argument.arg for argument in function.args.args]
+        for position, argument in enumerate(call.args[:len(parameters)]):
+            if dotted(argument) != model:
+                continue
+            for inner in function.body:
+                changed = _requires_grad_set(inner, parameters[position])
+                if changed is not None:
+                    return changed
     return None
 
 

@@ -38,7 +38,13 @@ QUALIFIED_WRITERS = frozenset({"torch.jit.save", "torch.onnx.export", "torch.exp
                                # a plot window per rank; TensorFlow's and tensorboardX's event files
                                "matplotlib.pyplot.show", "matplotlib.pyplot.pause",
                                "tensorflow.summary.FileWriter", "tensorflow.compat.v1.summary.FileWriter",
-                               "tensorflow.summary.create_file_writer", "tensorboardX.FileWriter"})
+                               "tensorflow.summary.create_file_writer", "tensorboardX.FileWriter",
+                               # torchvision's image grid, by whatever alias (`vutils.save_image`)
+                               "torchvision.utils.save_image"})
+# Log handlers that open their file when built: written on every rank unless the path is
+# rank 0's (`FileHandler(path if is_main else os.devnull)`, what ddpify emits).
+FILE_HANDLERS = frozenset({"logging.FileHandler", "logging.handlers.RotatingFileHandler",
+                           "logging.handlers.TimedRotatingFileHandler", "logging.handlers.WatchedFileHandler"})
 # Files of a format opened with a mode, as `open` is: written when the mode says so.
 FORMAT_OPENERS = frozenset({"h5py.File", "zipfile.ZipFile", "tarfile.open"})
 # Of those, names a project's own helper takes too (`from utils import save_image`): imported
@@ -50,6 +56,8 @@ HELPER_NAMES_TOO = frozenset({"save_image"})
 # `model.save_pretrained(folder)` (a Hugging Face model, tokenizer or config) writes a folder.
 WRITING_METHODS = frozenset({"savefig", "to_csv", "to_json", "to_parquet", "to_excel", "to_pickle",
                              "save_pretrained"})
+# pathlib's writers, on a path of any spelling: `Path(out, "loss.txt").write_text(text)`.
+PATH_WRITERS = frozenset({"write_text", "write_bytes"})
 PATH_KEYWORDS = frozenset({"path_or_buf", "path", "excel_writer", "fname", "save_directory"})
 JOINS = "init_process_group"
 # Calls that make a Pillow image (last part of the name), which writes itself with `.save(path)`;
@@ -68,7 +76,8 @@ def unguarded_output(migrated: Source) -> Iterator[Finding]:
     for call in migrated.calls:
         qualified = migrated.qualified(call.func)
         writes = _writes(call) or qualified in QUALIFIED_WRITERS or images.saves(call) or (
-            qualified in FORMAT_OPENERS and _opens_for_writing(call))
+            qualified in FORMAT_OPENERS and _opens_for_writing(call)) or (
+            qualified in FILE_HANDLERS and not _rank_zero_path(call))
         if writes and not migrated.guarded(call) and reach.after_join(call) and not any(
                 dotted(arg) in buffers for arg in call.args) and not _helper_of_elsewhere(migrated, call):
             yield "DDP913", call.lineno, f"`{_short(call)}` runs on every rank"
@@ -108,6 +117,31 @@ def wrapped_forwards_on_rank0(migrated: Source) -> Iterator[Finding]:
             yield "DDP916", call.lineno, (
                 f"`{_short(call)}` runs the DDP-wrapped `{called}` on rank 0 only: its forward is a collective "
                 "(buffers broadcast from rank 0); run it on every rank into a name, and guard only the write")
+    yield from _wrapped_handed_away_on_rank0(migrated, wrapped)
+
+
+def _wrapped_handed_away_on_rank0(migrated: Source, wrapped: dict[str, list[ast.AST]]) -> Iterator[Finding]:
+    """`if is_main: print(evaluate(model, val_loader))` with `evaluate` imported from another
+    module: this file cannot see what the function does with the wrapper, and an evaluation
+    runs its forward (a collective) and, migrated, gathers its figures; on rank 0 alone both
+    wait for ranks that never come. The whole wrapper handed to such a function under a
+    rank-0 guard is that; `model.module` (the plain model) is not. A writer the file names
+    (`save_model(model, path)`) saves it, a defect of its own (DDP922), and wandb keeps to
+    every rank (its calls are left there)."""
+    for call in migrated.calls:
+        callee = dotted(call.func)
+        if callee is None or callee.split(".")[0] not in migrated.imported_from_elsewhere \
+                or callee.split(".")[0] == "wandb" or not _under_rank_zero_if(migrated, call) \
+                or _writes(call) or migrated.qualified(call.func) in QUALIFIED_WRITERS:
+            continue
+        for argument in [*call.args, *(keyword.value for keyword in call.keywords)]:
+            name = dotted(argument)
+            if name in wrapped and any(scope is migrated.tree or scope in migrated.ancestors(call)
+                                       for scope in wrapped[name]):
+                yield "DDP916", call.lineno, (
+                    f"`{_short(call)}` hands the DDP-wrapped `{name}` to a function of another module on rank 0 "
+                    "only: its forward (and any gather) is a collective; call it on every rank into a name, "
+                    "and guard only the write")
 
 
 # Draws from a global random generator, by generator: torch's (its sampling functions, a
@@ -219,6 +253,8 @@ def _writes(call: ast.Call) -> bool:
     if name in WRITERS or (isinstance(call.func, ast.Attribute) and call.func.attr in WRITING_METHODS and (
             call.args or any(keyword.arg in PATH_KEYWORDS for keyword in call.keywords))):
         return True
+    if isinstance(call.func, ast.Attribute) and call.func.attr in PATH_WRITERS and (call.args or call.keywords):
+        return True
     if name == "open":
         return not _rank_zero_path(call) and _opens_for_writing(call)
     return False
@@ -282,7 +318,7 @@ def _in_memory_files(source: Source) -> set[str]:
 
 def _rank_zero_path(call: ast.Call) -> bool:
     """`open(path if is_main else os.devnull, "w")`: the other ranks write nothing anywhere."""
-    path = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "file"), None)
+    path = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg in ("file", "filename")), None)
     return isinstance(path, ast.IfExp) and dotted(path.orelse) == "os.devnull" and is_rank_zero_test(path.test)
 
 
