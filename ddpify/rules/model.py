@@ -10,7 +10,7 @@ from typing import Optional, Union, cast
 
 import libcst as cst
 
-from ddpify.analysis import effects, figures, freezing, later_moves, names, traversal
+from ddpify.analysis import effects, figures, freezing, later_moves, names, repeated_forwards, traversal
 from ddpify.analysis.conditional_parts import TRAINING_MODE
 from ddpify.analysis.containers import condition_code, container_moves, entry_moves, module_looped_over
 from ddpify.analysis.control import Facts, handed_in, innermost_common_block, receiver_of
@@ -94,6 +94,15 @@ RULES = (
          "makes the next iteration fail, so the wrap passes find_unused_parameters=True, "
          "which costs an extra pass over the autograd graph each step.",
          "Remove the unused submodule, then drop find_unused_parameters=True."),
+    Rule("DDP115", Severity.INFO, "the wrapped model runs twice before one backward: its buffers are not broadcast",
+         "A discriminator scoring the real and the fake batch before one backward runs two "
+         "forwards. With broadcast_buffers=True (DDP's default) each forward first copies rank 0's "
+         "buffers into the module in place; on CUDA, cuDNN's BatchNorm keeps its running statistics "
+         "for the backward, so the copy made by the second forward makes that backward fail (\"one of "
+         "the variables needed for gradient computation has been modified by an inplace operation\"); "
+         "Gloo on the CPU does not show it. The wrap passes broadcast_buffers=False: each rank keeps "
+         "its own running statistics, and rank 0's are the ones saved.",
+         "Nothing to do; or convert the BatchNorm layers to SyncBatchNorm (--sync-batchnorm)."),
     Rule("DDP106", Severity.EDIT, "device move of the wrapped model dropped",
          "Moving a DDP model (`.cpu()` to save a checkpoint, then `.to(device)` back) gives it "
          "new parameters that DDP's gradient hooks do not watch: gradients stop being "
@@ -366,6 +375,7 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
         return
     # DDP waits for a gradient from every parameter unless told some may not come.
     extra = ", find_unused_parameters=True" if _report_parameters_without_gradients(facts, edits, model, anchor) else ""
+    extra += _keep_buffers_where_run_twice(facts, edits, model)
     code = _wrap_statement(facts, setup, model, anchor, edits.options.sync_batchnorm, extra, condition)
     if entry is not None:
         code = code.replace(f"{model.name} = DDP(", f"{entry} = DDP(", 1)
@@ -529,6 +539,20 @@ def _report_parameters_without_gradients(facts: Facts, edits: Edits, model: Mode
     skipped = skipped or _report_parts_run_on_some_calls(facts, edits, model, anchor)
     skipped = skipped or dropped_outputs.report_outputs_left_out(facts, edits, model, anchor)
     return bool(unused or elsewhere or skipped)
+
+
+def _keep_buffers_where_run_twice(facts: Facts, edits: Edits, model: Model) -> str:
+    """Rule: a wrapped model with BatchNorm that a training step runs twice before one
+    backward (a discriminator on the real and the fake batch) passes
+    broadcast_buffers=False, and DDP115 says why (repeated_forwards). The extra argument."""
+    if not repeated_forwards.holds_batchnorm(facts, model):
+        return ""
+    second = repeated_forwards.forward_run_twice_before_a_backward(
+        facts, {name for _, name in facts.model_holders(model)})
+    if second is None:
+        return ""
+    edits.report("DDP115", second)
+    return ", broadcast_buffers=False"
 
 
 # Methods of a module that do not run its forward: reading or setting it up.
@@ -1325,6 +1349,7 @@ def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, an
         code = code.replace("dist.is_initialized()", f"dist.is_initialized() and not isinstance({model.name}, DDP)", 1)
     if _report_parameters_without_gradients(facts, edits, model, anchor):
         code = code.replace(f"DDP({model.name})", f"DDP({model.name}, find_unused_parameters=True)")
+    code = code.replace(f"DDP({model.name}", f"DDP({model.name}{_keep_buffers_where_run_twice(facts, edits, model)}", 1)
     _insert_wrap(facts, edits, model, anchor, edits.statements(_when_trainable(facts, code, model)))
     edits.imports.update({"DDP", "dist"})
     edits.report("DDP101", anchor)
@@ -3761,6 +3786,14 @@ CASES = (
     Silent(TRAINING, "DDP103"),
     Emits(_BATCHNORM, "DDP104"),
     Silent(_BATCHNORM, "DDP104", Options(sync_batchnorm=True)),
+    # A model with BatchNorm run on two batches before one backward (a GAN's discriminator).
+    Emits(_BATCHNORM.replace("mse_loss(model(x.to(device)), y.to(device))",
+                             "mse_loss(model(x.to(device)) - model(2 * x.to(device)), y.to(device))"),
+          "DDP115", ("broadcast_buffers=False",)),
+    Silent(_BATCHNORM, "DDP115"),
+    # Twice, but nothing to broadcast: no BatchNorm.
+    Silent(TRAINING.replace("mse_loss(model(x.to(device)), y.to(device))",
+                            "mse_loss(model(x.to(device)) - model(2 * x.to(device)), y.to(device))"), "DDP115"),
     Emits(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)\n", '''\
 class Net(torch.nn.Module):
     def __init__(self):
