@@ -231,9 +231,38 @@ def _accumulation(facts: Facts, loop: cst.For, name: str) -> Optional[str]:
         return None
     assigned_in_loop = _simple_assignments(loop.body)
     if all(_python_number(value, assigned_in_loop) or _returns_python_numbers(facts, value)
-           for value in increments):
+           or _count_of_matches(value, assigned_in_loop) for value in increments):
         return "sum"
     return None
+
+
+COMPARING_METHODS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
+
+
+def _count_of_matches(value: cst.BaseExpression, assigned: dict[str, list[cst.BaseExpression]]) -> bool:
+    """Rule: `(predictions == y).sum()`, `predictions.eq(y).sum()`, `torch.sum(preds == y)`
+    (or a name the loop sets to one): a count of matching elements, an integer tensor. Its
+    sum over the ranks' disjoint batches is the original's count exactly, and the gathered
+    figure stays a tensor, as the original's was, so what is printed of it is unchanged."""
+    if isinstance(value, cst.Name):
+        values = assigned.get(value.value, [])
+        return len(values) == 1 and not isinstance(values[0], cst.Name) and _count_of_matches(values[0], assigned)
+    if not isinstance(value, cst.Call) or value.args and not (
+            dotted_name(value.func) == "torch.sum" and len(value.args) == 1):
+        return False
+    if dotted_name(value.func) == "torch.sum":
+        return _compares(value.args[0].value)
+    return isinstance(value.func, cst.Attribute) and value.func.attr.value == "sum" and _compares(value.func.value)
+
+
+def _compares(value: cst.BaseExpression) -> bool:
+    """`a == b` (in any parentheses), or `a.eq(b)` and its kin: a tensor of booleans."""
+    if isinstance(value, cst.Comparison):
+        return len(value.comparisons) == 1 and isinstance(
+            value.comparisons[0].operator, (cst.Equal, cst.NotEqual, cst.LessThan, cst.GreaterThan,
+                                            cst.LessThanEqual, cst.GreaterThanEqual))
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+        and value.func.attr.value in COMPARING_METHODS and len(value.args) == 1
 
 
 def _returns_python_numbers(facts: Facts, value: cst.BaseExpression) -> bool:

@@ -41,11 +41,13 @@ from ddpify.rules.cases import TRAINING, Emits, Silent
 from ddpify.rules.epochs import (
     SET_EPOCH_IF_DISTRIBUTED_CODE,
     SHARDED_THERE,
+    enclosing_whiles,
     handed_to_project_training,
     plan_external,
     plan_external_in_place,
     set_epoch,
     set_epoch_at_restarts_of_listed_loaders,
+    while_trains,
 )
 from ddpify.rules.setup import group_joined_before
 
@@ -306,10 +308,34 @@ def _other_factory_calls(facts: Facts, loader: Loader) -> list[cst.Call]:
         trains = name is not None and any(
             facts.loop_trains(loop)
             for loop in facts.loops_over_values(facts.holders_from(facts.function_of(call), name))
-        ) or (name is not None and handed_to_project_training(facts, facts.function_of(call), name))
+        ) or (name is not None and handed_to_project_training(facts, facts.function_of(call), name)) or (
+            name is not None and _drawn_by_next_in_training(facts, facts.function_of(call), name))
         if not trains and not (isinstance(target, cst.Name) and _only_a_sample_batch_read(facts, target)):
             found.append(call)
     return found
+
+
+def _drawn_by_next_in_training(facts: Facts, function: Optional[cst.FunctionDef], name: str) -> bool:
+    """`batches = iter(loader)` where `loader` holds the factory's loader, and a training loop
+    takes its batches with `next(batches)`: a step loop trains on it, as a `for` over it would."""
+    holders = facts.holders_from(function, name)
+    for call in facts.calls_named.get("builtins.iter", ()):
+        held = dotted_name(call.args[0].value) if call.args and not call.args[0].star else None
+        if held is None or not any(held == there and facts.sees_value(call, there, holder)
+                                   for holder, there in holders):
+            continue
+        assign = facts.parents.get(call)
+        if not isinstance(assign, cst.Assign) or len(assign.targets) != 1 or not isinstance(
+                assign.targets[0].target, cst.Name):
+            continue
+        iterator = assign.targets[0].target.value
+        draws = [draw for draw in facts.calls_named.get("builtins.next", ()) if draw.args
+                 and dotted_name(draw.args[0].value) == iterator
+                 and facts.function_of(draw) is facts.function_of(call)]
+        if any(facts.loop_trains(loop) for draw in draws for loop in facts.enclosing_loops(draw)) or any(
+                while_trains(facts, loop) for draw in draws for loop in enclosing_whiles(facts, draw)):
+            return True
+    return False
 
 
 def _only_a_sample_batch_read(facts: Facts, target: cst.Name) -> bool:

@@ -147,7 +147,8 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
                template: str = SET_EPOCH_CODE, via_loader_template: str = SET_EPOCH_VIA_LOADER_CODE) -> None:
     """At the top of the epoch loop: the loop around the pass over the loader, which may sit
     in another function than the loader (`for epoch ...: train(model, train_loader)`)."""
-    restarts = _iterators_restarted_in_training(facts, loader)
+    returned_restarts = _restarted_where_returned(facts, loader)
+    restarts = _iterators_restarted_in_training(facts, loader) + returned_restarts
     # `except StopIteration: it = iter(loader)` inside the step loop: each restart is a new
     # pass, whatever loops hold the steps.
     epoch_loops = [] if restarts else _epoch_loops(facts, loader)
@@ -180,7 +181,8 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
     passes = [loop.body.body[0] for loop in _while_loops_around_passes(facts, loader)]
     passes += restarts
     for new_pass in passes:
-        code = template.format(sampler=sampler, epoch=f"{sampler}.epoch + 1", loader=loader.name)
+        code = _new_pass_code(new_pass, new_pass in returned_restarts, loader, sampler, template,
+                              via_loader_template)
         edits.insert_before(new_pass, Insertion(edits.statements(code)))
         edits.report("DDP202", new_pass)
     if passes:
@@ -214,10 +216,10 @@ def _set_epoch_in_passes_called_from_while_loops(facts: Facts, edits: Edits, loa
     holders = facts.holders_from(loader.function, loader.name)
     for loop in facts.loops_over_values(holders):
         function = facts.function_of(loop)
-        if function is None or facts.enclosing_loops(loop) or _enclosing_whiles(facts, loop) \
+        if function is None or facts.enclosing_loops(loop) or enclosing_whiles(facts, loop) \
                 or not facts.loop_trains(loop):
             continue
-        if not any(_enclosing_whiles(facts, call) for call in facts.calls_of(function)):
+        if not any(enclosing_whiles(facts, call) for call in facts.calls_of(function)):
             continue
         # (`self.train_loader` is held where __init__ sets it, read in every method.)
         name_there = next((name for name in facts.names_iterated_by(loop) for held_in, held in holders
@@ -548,8 +550,50 @@ def _iterators_restarted_in_training(facts: Facts, loader: Union[Loader, Externa
             if call.args and dotted_name(call.args[0].value) == loader.name
             and (facts.function_of(call) is loader.function
                  and (any(facts.loop_trains(loop) for loop in facts.enclosing_loops(call))
-                      or any(_while_trains(facts, loop) for loop in _enclosing_whiles(facts, call)))
+                      or any(while_trains(facts, loop) for loop in enclosing_whiles(facts, call)))
                  or _restarted_by_helper(facts, loader, call))]
+
+
+def _restarted_where_returned(facts: Facts, loader: Union[Loader, ExternalLoader]) -> list[Statement]:
+    """Rule: a loader built in a function that returns it (alone or in a tuple) to the code
+    that trains (`train_loader, test_loader = get_loaders(...)`, then `except StopIteration:
+    data_iter = iter(train_loader)` in the step loop): each restart in that StopIteration
+    handler, inside a loop that trains, is a new pass, as where the loader is built. Only
+    a restart: the first `iter()` is epoch 0, as the sampler starts."""
+    if not isinstance(loader, Loader) or loader.function is None:
+        return []
+    holders = facts.holders_from(loader.function, loader.name) - {(loader.function, loader.name)}
+    found: list[Statement] = []
+    for call in facts.calls_named.get("builtins.iter", ()):
+        name = dotted_name(call.args[0].value) if call.args and not call.args[0].star else None
+        function = facts.function_of(call)
+        if name is None or name.startswith("self.") or (function, name) not in holders:
+            continue
+        if not _in_stop_iteration_handler(facts, call):
+            continue
+        if any(facts.loop_trains(loop) for loop in facts.enclosing_loops(call)) \
+                or any(while_trains(facts, loop) for loop in enclosing_whiles(facts, call)):
+            statement = facts.statement_of(call)
+            if statement is not None:
+                found.append(statement)
+    return found
+
+
+def _new_pass_code(new_pass: cst.CSTNode, returned: bool, loader: Union[Loader, ExternalLoader], sampler: str,
+                   template: str, via_loader_template: str) -> str:
+    """The set_epoch code before a new pass: through the sampler variable, or, for a loader
+    its builder returned (`train_loader, test_loader = get_loaders()`), through the loader,
+    which carries the sampler whose variable stays in the builder."""
+    if not returned:
+        return template.format(sampler=sampler, epoch=f"{sampler}.epoch + 1", loader=loader.name)
+    name_there = _restarted_name(new_pass)
+    return via_loader_template.format(loader=name_there, epoch=f"{name_there}.sampler.epoch + 1")
+
+
+def _restarted_name(statement: cst.CSTNode) -> str:
+    """The loader's name in the `iter(loader)` that this restart statement makes."""
+    call = next(node for node in find_all(statement, cst.Call) if dotted_name(node.func) == "iter")
+    return cast(str, dotted_name(call.args[0].value))
 
 
 def set_epoch_at_restarts_of_listed_loaders(facts: Facts, edits: Edits, loader: Loader) -> bool:
@@ -639,7 +683,7 @@ def _in_stop_iteration_handler(facts: Facts, node: cst.CSTNode) -> bool:
     return False
 
 
-def _enclosing_whiles(facts: Facts, node: cst.CSTNode) -> list[cst.While]:
+def enclosing_whiles(facts: Facts, node: cst.CSTNode) -> list[cst.While]:
     """While loops whose body (not test) holds node, up to the function."""
     loops: list[cst.While] = []
     child, parent = node, facts.parents.get(node)
@@ -650,7 +694,7 @@ def _enclosing_whiles(facts: Facts, node: cst.CSTNode) -> list[cst.While]:
     return loops
 
 
-def _while_trains(facts: Facts, loop: cst.While) -> bool:
+def while_trains(facts: Facts, loop: cst.While) -> bool:
     """`while step < max_steps:` whose body takes training steps: backward() or step()
     inside it, or a call of a function of this file that trains."""
     inside = set(calls_within(loop.body))
