@@ -125,6 +125,13 @@ class Project:
         definition = self._definition(qualified)
         return set() if definition is None else definition[0].attribute_readers(definition[1], wrapper_attributes)
 
+    def raw_attribute_readers(self, qualified: str, wrapper_attributes: frozenset[str]) -> set[int]:
+        """Which positional arguments of `qualified` it uses only to read attributes a DDP
+        wrapper lacks, whatever its other effects (effects.py)."""
+        definition = self._definition(qualified)
+        return set() if definition is None else \
+            definition[0].raw_attribute_readers(definition[1], wrapper_attributes)
+
     def moved_parameters(self, qualified: str) -> tuple[list[str], set[str]]:
         """For a function, or a class (its __init__): its positional parameters and those it
         moves to a device (effects.py)."""

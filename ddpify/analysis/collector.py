@@ -1141,6 +1141,10 @@ class Collector(cst.CSTVisitor):
         effect = self.project.effect(qualified)
         if effect is not None:
             self._record_helper(node, qualified, effect)
+        else:
+            readers = self.project.raw_attribute_readers(qualified, names.WRAPPER_ATTRIBUTES)
+            if readers:
+                self.facts.helper_raw_readers[node] = readers
 
     def _note_class_parts(self, node: cst.Call, qualified: str) -> None:
         """A class of another module built here: its submodules no step gives a gradient,

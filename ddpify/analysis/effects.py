@@ -661,6 +661,54 @@ class FunctionEffects:
                 and isinstance(node.value, ast.Name) and node.attr not in wrapper_attributes}
         return {index for index, parameter in enumerate(self._positional(name, function)) if parameter in read}
 
+    def raw_attribute_readers(self, name: str, wrapper_attributes: frozenset[str], depth: int = 0) -> set[int]:
+        """Positions of the parameters the function uses only to read their own attributes
+        beyond what a DDP wrapper also has (`build_targets(p, targets, model)` reading
+        `model.yolo_layers`), itself or by handing them on to a function of this module that
+        does: it never calls them nor anything reached through them, never rebinds them,
+        never hands them elsewhere. Such a function, however opaque its other effects, needs
+        the raw module (the wrapper raises AttributeError), and no forward of the model can
+        run there outside the wrapper's gradient all-reduce."""
+        function = self._functions.get(name)
+        if function is None or depth > 3 or self.trains(name):
+            return set()
+        parents = {child: node for node in ast.walk(function) for child in ast.iter_child_nodes(node)}
+        readers = set()
+        for index, parameter in enumerate(self._positional(name, function)):
+            uses = [node for node in ast.walk(function) if isinstance(node, ast.Name) and node.id == parameter]
+            kinds = [self._raw_use(node, parents, wrapper_attributes, depth) for node in uses]
+            if uses and None not in kinds and True in kinds:
+                readers.add(index)
+        return readers
+
+    def _raw_use(self, node: ast.Name, parents: dict[ast.AST, ast.AST], wrapper_attributes: frozenset[str],
+                 depth: int) -> Optional[bool]:
+        """True: the use reads an attribute a wrapper lacks; False: one it has too; None: any
+        other use (a call through it, a store, handing it on to what may run it)."""
+        if not isinstance(node.ctx, ast.Load):
+            return None
+        # `model(x)`, `model.heads[0](x)`, `model.head.forward(x)`: a forward outside the wrapper.
+        below: ast.AST = node
+        while below in parents:
+            above = parents[below]
+            if isinstance(above, ast.Call) and above.func is below:
+                return None
+            if not isinstance(above, (ast.Attribute, ast.Subscript)) or getattr(above, "value", None) is not below:
+                break
+            below = above
+        parent = parents.get(node)
+        if isinstance(parent, ast.Attribute) and parent.value is node:
+            return parent.attr not in wrapper_attributes
+        if isinstance(parent, ast.Call) and node in parent.args:
+            position = parent.args.index(node)
+            if any(isinstance(arg, ast.Starred) for arg in parent.args[:position + 1]):
+                return None
+            callee = self.qualified(dotted_ast(parent.func) or "")
+            if callee in self._functions and self.class_of(callee) is None and \
+                    position in self.raw_attribute_readers(callee, wrapper_attributes, depth + 1):
+                return True
+        return None
+
     def picked_from_own_batches(self, name: str) -> set[Optional[int]]:
         """For a function that trains: where its return holds a value picked from its own
         batches (picked.py; None for the whole value, k for a tuple's k-th element)."""

@@ -323,6 +323,9 @@ class FactRecord:
     guarded_in_helper: set[cst.Call] = field(default_factory=set)
     # For a MIXED helper: the positions of the arguments whose own attributes it reads.
     helper_attribute_readers: dict[cst.Call, set[int]] = field(default_factory=dict)
+    # For an opaque helper of the project (effects.raw_attribute_readers): the positions of
+    # the arguments it uses only to read attributes a DDP wrapper lacks (`model.yolo_layers`).
+    helper_raw_readers: dict[cst.Call, set[int]] = field(default_factory=dict)
     # Calls of another module's function that loads a state dict into a parameter it is
     # handed (`load_checkpoint(path, model, optimizer)`): the values passed for those.
     helper_state_loads: dict[cst.Call, list[cst.BaseExpression]] = field(default_factory=dict)

@@ -1008,6 +1008,19 @@ def _unwrap_for_helpers(facts: Facts, edits: Edits, model: Model, wrap: Optional
                     or wrap is not None and not _before_wrap(facts, call, wrap)):
                 edits.expressions[arg.value] = _unwrapped(model.name, edits, _quote_for(facts, arg.value))
                 edits.report("DDP103", arg.value)
+    # `compute_loss(outputs, targets, model)` of another module, opaque in what else it does,
+    # which reads `model.yolo_layers` and nothing of the model's that could run its forward:
+    # the wrapper has no such attribute, the raw module has.
+    for call, positions in facts.helper_raw_readers.items():
+        for position, arg in enumerate(call.args):
+            if arg.star or arg.keyword is not None:
+                break
+            if position in positions and arg.value not in edits.expressions \
+                    and dotted_name(arg.value) == model.name and (
+                        wrap is None and facts.function_of(call) is model.function
+                        or wrap is not None and not _before_wrap(facts, call, wrap)):
+                edits.expressions[arg.value] = _unwrapped(model.name, edits, _quote_for(facts, arg.value))
+                edits.report("DDP103", arg.value)
     # `load_checkpoint(path, model, optimizer)` of another module, whose body calls
     # `model.load_state_dict(ckpt["model"])`: after the wrap it gets the raw module, whose keys
     # are the single-GPU checkpoint's (the wrapper's carry a "module." prefix and would not load).

@@ -11,7 +11,7 @@ from typing import Callable, Optional, cast
 
 import libcst as cst
 
-from ddpify.analysis import meters, traversal
+from ddpify.analysis import meters, names, traversal
 from ddpify.analysis.bindings import names_read_after
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Statement
@@ -241,13 +241,32 @@ def _no_sync_on_micro_batches(facts: Facts, edits: Edits, setup: Plan, loop: cst
         edits.imports.add("dist")
     with_line = f"with {context}:" if fits(indent + 6, context) else \
         f"with (\n    {context}\n):"
-    prefix = [edits.statement(f"{sync} = {edits.code(test)}\n").with_changes(
+    condition = edits.code(_read_through_the_wrapper(test, model))
+    prefix = [edits.statement(f"{sync} = {condition}\n").with_changes(
         leading_lines=[cst.EmptyLine(comment=cst.Comment(NO_SYNC_COMMENT))]
     )]
     template = cast(cst.With, edits.statement(f"{with_line}\n    pass\n"))  # parsed from `with ...:`
     edits.imports.add("contextlib")
     edits.expressions[loop] = _wrap_range(start, stop, len(body), prefix, template)
     edits.report("DDP401", step_if)
+
+
+def _read_through_the_wrapper(test: cst.BaseExpression, model: str) -> cst.BaseExpression:
+    """Rule: the sync test is a copy of the step's test, read before the forward where the
+    model is already the DDP wrapper: an attribute of the model's own that it reads
+    (`batches_done % model.hyperparams["subdivisions"] == 0`) is read through
+    `getattr(model, "module", model)`, as the step's own test is, or the wrapper raises
+    AttributeError on the first batch under torchrun."""
+    unwrapped = cst.parse_expression(f'getattr({model}, "module", {model})')
+
+    class _Unwrap(cst.CSTTransformer):
+        def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute
+                            ) -> cst.BaseExpression:
+            if dotted_name(original_node.value) == model and original_node.attr.value not in names.WRAPPER_ATTRIBUTES:
+                return updated_node.with_changes(value=unwrapped)
+            return updated_node
+
+    return cast(cst.BaseExpression, test.visit(_Unwrap()))
 
 
 def _test_as_the_step_sees_it(test: cst.BaseExpression, between: list[cst.CSTNode]
