@@ -20,6 +20,13 @@ from ddpify.analysis.facts import WHOLE_VALUE, Slot
 from ddpify.analysis.returned_loaders import returned_loader_dict
 
 PURE, SPEAKS, WRITES, OPAQUE = "pure", "speaks", "writes", "opaque"
+# Methods of a module (or of a part of it) that run no forward: `model.backbone.parameters()`.
+_MODULE_READERS = frozenset({
+    "parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children", "modules",
+    "named_modules", "state_dict", "load_state_dict", "train", "eval", "requires_grad_", "zero_grad", "to",
+    "cuda", "cpu", "half", "float", "double", "apply", "register_forward_hook", "register_buffer", "numel",
+    "size", "dim", "get_submodule", "get_parameter",
+})
 # Opaque, and prints as well: its output appears once per rank (DDP311).
 MIXED = "mixed"
 _RANK = {PURE: 0, SPEAKS: 1, WRITES: 2}
@@ -688,11 +695,14 @@ class FunctionEffects:
         for call in ast.walk(function):
             if not isinstance(call, ast.Call):
                 continue
-            if isinstance(call.func, ast.Name):
-                other_uses.add(call.func.id)  # `model(x)`: a forward
-            if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) \
-                    and call.func.attr in ("forward", "__call__"):
-                other_uses.add(call.func.value.id)
+            # `model(x)`, `model.head(x)`, `model.heads[0](x)`: a forward of it or of a part of
+            # it, which would bypass the wrapper (its gradients not shared).
+            root = call.func
+            while isinstance(root, (ast.Attribute, ast.Subscript)):
+                root = root.value
+            reads_only = isinstance(call.func, ast.Attribute) and call.func.attr in _MODULE_READERS
+            if isinstance(root, ast.Name) and not reads_only:
+                other_uses.add(root.id)
             handed = {index: arg.id for index, arg in enumerate(call.args) if isinstance(arg, ast.Name)}
             handed_by_keyword = {keyword.value.id for keyword in call.keywords if isinstance(keyword.value, ast.Name)}
             other_uses |= handed_by_keyword

@@ -49,8 +49,7 @@ def forward_run_twice_before_a_backward(facts: Facts, holders: set[str]) -> Opti
     forward of the same training step: the second of two calls in the body of one training
     loop (counted in the innermost training loop around each), or a call that repeats
     inside it (in a comprehension or a loop of its own). None when every step runs the
-    model once. It may find a second forward that has a backward of its own in between (a
-    generator step after k critic steps): that costs nothing but the broadcast of buffers."""
+    model once, or where a backward runs between the two forwards (each with its own)."""
     calls = [call for holder in holders for callee in (holder, f"{holder}.forward")
              for call in facts.calls_by_callee.get(callee, ()) if not under_no_grad(facts, call)]
     by_loop: dict[cst.For, list[cst.Call]] = {}
@@ -61,10 +60,21 @@ def forward_run_twice_before_a_backward(facts: Facts, holders: set[str]) -> Opti
         if _repeats_within(facts, call, training):
             return call
         by_loop.setdefault(training, []).append(call)
-    seconds = [later for found in by_loop.values() for index, later in enumerate(found)
-               if any(not _exclusive(facts, earlier, later, loop) for earlier in found[:index]
-                      for loop in facts.enclosing_loops(later)[:1])]
+    seconds = [later for training, found in by_loop.items() for index, later in enumerate(found)
+               if any(not _exclusive(facts, earlier, later, loop) and not _backward_between(facts, earlier, later,
+                                                                                              training)
+                      for earlier in found[:index] for loop in facts.enclosing_loops(later)[:1])]
     return min(seconds, key=facts.start_of) if seconds else None
+
+
+def _backward_between(facts: Facts, earlier: cst.Call, later: cst.Call, loop: cst.For) -> bool:
+    """A `.backward()` of the training loop runs after the first forward and before the
+    second (`errD_real.backward()` between `netD(real)` and `netD(fake.detach())`, each
+    forward with its own backward, as pytorch/examples' DCGAN does): the first forward's
+    saved buffers are spent before the second forward's broadcast overwrites them."""
+    start, end = facts.start_of(earlier), facts.start_of(later)
+    return any(isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"
+               and start < facts.start_of(call) < end for call in calls_within(loop.body))
 
 
 def _exclusive(facts: Facts, one: cst.Call, other: cst.Call, loop: cst.For) -> bool:
