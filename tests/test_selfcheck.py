@@ -494,7 +494,7 @@ def test_output_in_a_helper_counts_where_the_helper_is_called(call, expected):
     'print("done")', 'torch.save(model, "m.pt")', 'log = open("log.txt", "a")', 'os.makedirs("out")',
     'json.dump({}, log)', 'figure.savefig("loss.png")', 'writer = SummaryWriter("runs")',
     'Image.fromarray(pixels).convert("L").save("sample.png")', 'T.ToPILImage()(x[0]).save("x.png")',
-    'model.save_pretrained("out")', 'tokenizer.save_pretrained(save_directory="out")',
+    'getattr(model, "module", model).save_pretrained("out")', 'tokenizer.save_pretrained(save_directory="out")',
     'torch.jit.trace(getattr(model, "module", model), x).save("model.ts")', 'torch.jit.save(scripted, "model.ts")',
     'torch.onnx.export(getattr(model, "module", model), x, "model.onnx")',
 ])
