@@ -888,12 +888,8 @@ def _fill_sampler_left_none(facts: Facts, edits: Edits, setup: Plan, loader: Loa
     values = facts.assigned_values.get(name, [])
     if not values or not all(isinstance(value, cst.Name) and value.value == "None" for value in values):
         return False
-    shuffle_arg = loader.keywords.get("shuffle")
-    if shuffle_arg is None:
-        shuffle = "False"
-    elif _is_none_test(shuffle_arg.value, name):
-        shuffle = "True"
-    else:
+    shuffle = _shuffle_as_the_loader_had_it(loader, name)
+    if shuffle is None:
         return False
     assignments = [facts.statement_of(value) for value in values]
     if any(not _assigns_alone(statement, value) or facts.function_of(statement) is not loader.function
@@ -911,6 +907,15 @@ def _fill_sampler_left_none(facts: Facts, edits: Edits, setup: Plan, loader: Loa
     if shuffle == "True":
         set_epoch(facts, edits, loader, name)
     return True
+
+
+def _shuffle_as_the_loader_had_it(loader: Loader, name: str) -> Optional[str]:
+    """The shuffle a DistributedSampler in place of `name` takes: "False" for a loader with
+    no `shuffle=`, "True" for `shuffle=(name is None)`; None for any other shuffle."""
+    shuffle_arg = loader.keywords.get("shuffle")
+    if shuffle_arg is None:
+        return "False"
+    return "True" if _is_none_test(shuffle_arg.value, name) else None
 
 
 def _shard_sampler_or_its_placeholder(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> bool:
@@ -937,12 +942,8 @@ def _shard_sampler_or_its_placeholder(facts: Facts, edits: Edits, setup: Plan, l
     if any(not _assigns_alone(facts.statement_of(value), value)
            or facts.function_of(facts.statement_of(value)) is not loader.function for value in values):
         return False
-    shuffle_arg = loader.keywords.get("shuffle")
-    if shuffle_arg is None:
-        shuffle = "False"
-    elif _is_none_test(shuffle_arg.value, name):
-        shuffle = "True"
-    else:
+    shuffle = _shuffle_as_the_loader_had_it(loader, name)
+    if shuffle is None:
         return False
     code = OWN_OR_NEW_SAMPLER_CODE.format(sampler=name, condition="distributed", dataset=dataset,
                                           shuffle=shuffle, shuffle_off="")
