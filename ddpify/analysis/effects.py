@@ -20,13 +20,9 @@ from ddpify.analysis.facts import WHOLE_VALUE, Slot
 from ddpify.analysis.returned_loaders import returned_loader_dict
 
 PURE, SPEAKS, WRITES, OPAQUE = "pure", "speaks", "writes", "opaque"
-# Methods of a module (or of a part of it) that run no forward: `model.backbone.parameters()`.
-_MODULE_READERS = frozenset({
-    "parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children", "modules",
-    "named_modules", "state_dict", "load_state_dict", "train", "eval", "requires_grad_", "zero_grad", "to",
-    "cuda", "cpu", "half", "float", "double", "apply", "register_forward_hook", "register_buffer", "numel",
-    "size", "dim", "get_submodule", "get_parameter",
-})
+# What a module (or a part of it) answers without running its forward: its methods that read
+# or set it up, and the sizes of its tensors (`model.backbone.parameters()`, `w.numel()`).
+_MODULE_READERS = names.NOT_FORWARD | {"register_forward_hook", "get_parameter", "numel", "size", "dim"}
 # Opaque, and prints as well: its output appears once per rank (DDP311).
 MIXED = "mixed"
 _RANK = {PURE: 0, SPEAKS: 1, WRITES: 2}
@@ -667,12 +663,10 @@ class FunctionEffects:
         function = self._functions.get(name)
         if function is None or self.trains(name) or name in seen:
             return set()
-        read = {node.value.id for node in ast.walk(function) if isinstance(node, ast.Attribute)
-                and isinstance(node.value, ast.Name) and node.attr not in wrapper_attributes}
+        read = _attributes_read(function, wrapper_attributes)
         for call in ast.walk(function):
-            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in self._functions \
-                    and self.class_of(call.func.id) is None:
-                readers = self.attribute_readers(call.func.id, wrapper_attributes, seen | {name})
+            if isinstance(call, ast.Call) and self._module_function(call):
+                readers = self.attribute_readers(cast(ast.Name, call.func).id, wrapper_attributes, seen | {name})
                 read |= {arg.id for index, arg in enumerate(call.args)
                          if index in readers and isinstance(arg, ast.Name)}
         return {index for index, parameter in enumerate(self._positional(name, function)) if parameter in read}
@@ -689,8 +683,7 @@ class FunctionEffects:
         if function is None or self.trains(name) or name in seen:
             return set()
         positional = self._positional(name, function)
-        read = {node.value.id for node in ast.walk(function) if isinstance(node, ast.Attribute)
-                and isinstance(node.value, ast.Name) and node.attr not in wrapper_attributes}
+        read = _attributes_read(function, wrapper_attributes)
         other_uses: set[str] = set()
         for call in ast.walk(function):
             if not isinstance(call, ast.Call):
@@ -708,18 +701,22 @@ class FunctionEffects:
             other_uses |= handed_by_keyword
             if not handed:
                 continue
-            local = isinstance(call.func, ast.Name) and call.func.id in self._functions \
-                and self.class_of(call.func.id) is None
+            local = self._module_function(call)
             inspecting = isinstance(call.func, ast.Name) and call.func.id in ("isinstance", "hasattr", "getattr",
                                                                                "len", "type", "id")
-            readers = self.attribute_only_readers(call.func.id, wrapper_attributes, seen | {name}) \
-                if local and isinstance(call.func, ast.Name) else set()
+            readers = self.attribute_only_readers(cast(ast.Name, call.func).id, wrapper_attributes,
+                                                  seen | {name}) if local else set()
             for index, handed_name in handed.items():
                 if local and index in readers:
                     read.add(handed_name)
                 elif not inspecting:
                     other_uses.add(handed_name)
         return {index for index, parameter in enumerate(positional) if parameter in read - other_uses}
+
+    def _module_function(self, call: ast.Call) -> bool:
+        """`build_targets(p, targets, model)`: a call of a function (not a method) of this module."""
+        return isinstance(call.func, ast.Name) and call.func.id in self._functions \
+            and self.class_of(call.func.id) is None
 
     def picked_from_own_batches(self, name: str) -> set[Optional[int]]:
         """For a function that trains: where its return holds a value picked from its own
@@ -1564,3 +1561,10 @@ def _cuts_name(statement: ast.stmt, name: str) -> bool:
     receivers = {id(inner.value) for inner in ast.walk(value)
                  if isinstance(inner, ast.Attribute) and inner.attr in ("detach", "detach_", "data")}
     return bool(reads) and all(id(read) in receivers for read in reads)
+
+
+def _attributes_read(function: ast.AST, wrapper_attributes: frozenset[str]) -> set[str]:
+    """The names whose own attributes `function` reads (`model.yolo_layers`), beyond those a
+    DDP wrapper also has."""
+    return {node.value.id for node in ast.walk(function) if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name) and node.attr not in wrapper_attributes}

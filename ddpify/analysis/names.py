@@ -164,6 +164,12 @@ PROGRESS_WRITE = frozenset(f"{bar}.write" for bar in PROGRESS_BARS if bar.endswi
 OPEN = frozenset({"builtins.open", "io.open"})
 # Printing by another name: a progress line written to stdout (`sys.stdout.write('\r...')`).
 STDOUT_WRITES = frozenset({"sys.stdout.write", "sys.stdout.flush", "pprint.pprint"})
+# Methods of a module (or of a part of it) that do not run its forward: reading or setting it up.
+NOT_FORWARD = frozenset({
+    "parameters", "named_parameters", "buffers", "named_buffers", "modules", "named_modules", "children",
+    "named_children", "state_dict", "load_state_dict", "train", "eval", "to", "cuda", "cpu", "zero_grad",
+    "apply", "requires_grad_", "half", "float", "double", "bfloat16", "register_buffer", "add_module", "get_submodule",
+})
 # A plot shown in a window: one window per rank (each blocking its rank until closed) where
 # the original showed one; rank 0 alone shows it, as it alone prints.
 SHOWN_ON_SCREEN = frozenset({"matplotlib.pyplot.show", "matplotlib.pyplot.pause"})

@@ -241,24 +241,17 @@ class ApplyEdits(cst.CSTTransformer):
         small statement on its own line, the guarded ones under their guard."""
         if not any(small in self.edits.guarded_in_suites for small in original_node.body):
             return updated_node
-        body = self._one_line_each(original_node.body, updated_node.body)
-        return cst.IndentedBlock(body=body, header=updated_node.trailing_whitespace)
+        out = _GuardedBody(self.edits)
+        for line, guard in self._lines_of(original_node.body, updated_node.body):
+            out.place([line], guard)
+        return cst.IndentedBlock(body=out.finish(), header=updated_node.trailing_whitespace)
 
-    def _one_line_each(self, originals: Sequence[cst.BaseSmallStatement],
-                       updated: Sequence[cst.BaseSmallStatement]) -> list[Statement]:
-        """Small statements that shared a line, each on its own line, the guarded ones under
-        their guard (consecutive ones under one)."""
-        body: list[Statement] = []
-        for original, new in zip(originals, updated):
-            line = cst.SimpleStatementLine(body=[new.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)])
-            guard = self.edits.guarded_in_suites.get(original)
-            if guard is not None and body and isinstance(body[-1], cst.If) \
-                    and self.edits.code(body[-1].test) == guard:
-                inner = cast(cst.IndentedBlock, body[-1].body)
-                body[-1] = body[-1].with_changes(body=inner.with_changes(body=[*inner.body, line]))
-            else:
-                body.append(line if guard is None else _guard([line], guard, self.edits))
-        return body
+    def _lines_of(self, originals: Sequence[cst.BaseSmallStatement], updated: Sequence[cst.BaseSmallStatement]
+                  ) -> list[tuple[Statement, Optional[str]]]:
+        """Small statements that shared a line, each on a line of its own, with its guard
+        (None: every rank runs it)."""
+        return [(cst.SimpleStatementLine(body=[new.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)]),
+                 self.edits.guarded_in_suites.get(original)) for original, new in zip(originals, updated)]
 
     def _split_pieces(self, original: Statement, new: Statement) -> Optional[list[tuple[Statement, Optional[str]]]]:
         """`value = loss.item(); print(value)` with its print guarded: one line per statement,
@@ -268,10 +261,7 @@ class ApplyEdits(cst.CSTTransformer):
                 and len(original.body) > 1 and len(new.body) == len(original.body)
                 and any(small in self.edits.guarded_in_suites for small in original.body)):
             return None
-        pieces: list[tuple[Statement, Optional[str]]] = [
-            (cst.SimpleStatementLine(body=[small.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)]),
-             self.edits.guarded_in_suites.get(before))
-            for before, small in zip(original.body, new.body)]
+        pieces = self._lines_of(original.body, new.body)
         first, guard = pieces[0]
         pieces[0] = (first.with_changes(leading_lines=new.leading_lines), guard)
         last, guard = pieces[-1]

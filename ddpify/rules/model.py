@@ -555,16 +555,8 @@ def _keep_buffers_where_run_twice(facts: Facts, edits: Edits, model: Model) -> s
     return ", broadcast_buffers=False"
 
 
-# Methods of a module that do not run its forward: reading or setting it up.
-_NOT_FORWARD = frozenset({
-    "parameters", "named_parameters", "buffers", "named_buffers", "modules", "named_modules", "children",
-    "named_children", "state_dict", "load_state_dict", "train", "eval", "to", "cuda", "cpu", "zero_grad",
-    "apply", "requires_grad_", "half", "float", "double", "bfloat16", "register_buffer", "add_module", "get_submodule",
-})
-
-
 # Beside those, `forward`: `model.forward(x)` on the wrapper is DistributedDataParallel.forward.
-_NOT_FORWARD_OR_THE_WRAPPERS = _NOT_FORWARD | {"forward"}
+_NOT_FORWARD_OR_THE_WRAPPERS = names.NOT_FORWARD | {"forward"}
 
 
 def _through_the_wrapper(call: cst.Call, holder: str) -> bool:
