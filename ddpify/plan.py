@@ -44,6 +44,8 @@ class Plan:
     unfollowed_device_moves: list[cst.Call] = field(default_factory=list)
     # The device is a string ("cuda" if ... else "cpu"), and stays one.
     device_is_string: bool = False
+    # The device replaced is a GPU index (`device = 0`): it stays an int, this rank's index.
+    device_is_index: bool = False
     # The device comes in with a parameter of the training function (`cfg.device` of a
     # `train(cfg)`): the setup opens that function, refining what the caller chose.
     device_from_parameter: bool = False
@@ -137,7 +139,9 @@ class Plan:
         # A string choice is "cuda" or "cpu" (analysis._is_string_choice): the string is its type.
         if self.device_is_string and not self.device_string_indexed and not self.device_kind_unknown:
             return self.device
-        return f"torch.device({self.device}).type" if self.device_is_string else f"{self.device}.type"
+        if self.device_is_string or self.device_is_index:  # torch.device(0) is cuda:0
+            return f"torch.device({self.device}).type"
+        return f"{self.device}.type"
 
     def sees_setup(self, facts: Facts, node: cst.CSTNode) -> bool:
         """Whether code at node can read the names the setup block defines."""

@@ -95,6 +95,35 @@ def test_emitted_code_needs_no_numpy(case):
         assert added == set()
 
 
+def joins_without_a_backend(text: str) -> int:
+    """How many `init_process_group()` calls name no backend. With none named, torch 2.6+
+    joins only the accelerator's (NCCL on a GPU machine), so a model the script keeps on the
+    CPU fails its DDP wrap there ("No backend type associated with device type cpu"), which no
+    CPU run shows (tests/nccl_runs.py found it on a GPU)."""
+    return len(re.findall(r"\binit_process_group\(\s*\)", text))
+
+
+def test_the_no_backend_check_catches_a_bare_join():
+    assert joins_without_a_backend("if distributed:\n    dist.init_process_group()\n") == 1
+    assert joins_without_a_backend('dist.init_process_group("cpu:gloo,cuda:nccl")\n') == 0
+
+
+def test_emitted_joins_name_their_backends():
+    """Every fixture, single-file and project: ddpify adds no join that names no backend."""
+    offenders = []
+    for output in sorted(FIXTURES.rglob("*.py")):
+        parts = output.relative_to(FIXTURES).parts
+        if output.name == "expected.py":
+            original = output.with_name("input.py")
+        elif parts[0] == "projects" and parts[2] == "expected":
+            original = FIXTURES.joinpath("projects", parts[1], "input", *parts[3:])
+        else:
+            continue
+        if joins_without_a_backend(output.read_text()) > joins_without_a_backend(original.read_text()):
+            offenders.append("/".join(parts))
+    assert offenders == []
+
+
 @pytest.mark.parametrize("case", params(RUNNABLE))
 def test_runnable_fixtures_need_no_numpy(case):
     """The fresh-clone CI installs torch without numpy: a fixture that imports it cannot run

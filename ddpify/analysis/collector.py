@@ -518,7 +518,8 @@ class Collector(cst.CSTVisitor):
                 DeviceAssignment(target, self._statement(node), self._function(),
                                  self._devices.gpu_condition(value), self._devices.is_accelerator(value),
                                  self._devices.cuda_or_cpu(value),
-                                 is_string_choice(value), self._devices.names_cpu(value))
+                                 is_string_choice(value), self._devices.names_cpu(value),
+                                 isinstance(value, cst.Integer))
             )
 
     def _in_class_body(self, node: cst.CSTNode) -> bool:

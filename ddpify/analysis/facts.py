@@ -200,6 +200,10 @@ class DeviceAssignment:
     # Rule: it stays the CPU under torchrun (Gloo, no device_ids, no GPU made current); the
     # setup never replaces it with a cuda-if-available device.
     only_cpu: bool = False
+    # `device = 0  # cuda:0`: a GPU named by its index, an int the script may print or
+    # format (`f"[GPU{gpu_id}]"`). Rule: an index stays an int, this rank's own
+    # (`local_rank`), with the CPU only where CUDA is missing (where the original cannot run).
+    is_index: bool = False
 
 
 @dataclass

@@ -8,14 +8,18 @@ templates and the placement rules stay as they are.
 SETUP_COMMENT = "# Distributed setup: one process per device under torchrun; plain `python` runs as before."
 
 
-SETUP_CODE = """\
+CUDA_DEVICE_OF_THE_RANK = 'torch.device("cuda", local_rank) if'
+# A device the script named by a GPU index (`device = 0`) stays an int: this rank's index.
+INDEX_OF_THE_RANK = "local_rank if"
+
+SETUP_CODE = f"""\
 distributed = "WORLD_SIZE" in os.environ
 local_rank = int(os.environ.get("LOCAL_RANK", 0))
-if {use_gpu}:
+if {{use_gpu}}:
     torch.cuda.set_device(local_rank)
-{device} = torch.device("cuda", local_rank) if {use_gpu} else torch.device("cpu")
+{{device}} = {CUDA_DEVICE_OF_THE_RANK} {{use_gpu}} else torch.device("cpu")
 if distributed:
-    dist.init_process_group("nccl" if {use_gpu} else "gloo")
+    dist.init_process_group("nccl" if {{use_gpu}} else "gloo")
 """
 
 
@@ -95,13 +99,18 @@ REFINE_AFTER_EARLY_GROUP_CODE = "".join(
 
 
 # The process group needed before the script chooses its device (a download barrier, a
-# sampler): each device type gets its default backend, and the rank's accelerator is
-# current before any collective runs.
-EARLY_GROUP_CODE = """\
+# sampler): CPU tensors go through Gloo and CUDA tensors through NCCL, whichever device the
+# script then trains on, and the rank's accelerator is current before any collective runs.
+# Not `init_process_group()`: with no backend named, torch (2.6 and later) joins only the
+# accelerator's backend, and a model the script keeps on the CPU then fails its wrap on a GPU
+# machine ("No backend type associated with device type cpu"), which a CPU run never shows.
+EARLY_BACKENDS = '"cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"'
+
+EARLY_GROUP_CODE = f"""\
 if distributed:
     if torch.accelerator.is_available():
         torch.accelerator.set_device_index(local_rank)
-    dist.init_process_group()
+    dist.init_process_group({EARLY_BACKENDS})
 """
 
 
@@ -111,11 +120,11 @@ if distributed:
 # the group made. Plain `python` skips it.
 EARLY_JOIN_COMMENT = "# Distributed setup: join torchrun's process group before the loaders below are sharded."
 
-EARLY_JOIN_CODE = """\
-if {running}"WORLD_SIZE" in os.environ and not dist.is_initialized():
+EARLY_JOIN_CODE = f"""\
+if {{running}}"WORLD_SIZE" in os.environ and not dist.is_initialized():
     if torch.accelerator.is_available():
         torch.accelerator.set_device_index(int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group()
+    dist.init_process_group({EARLY_BACKENDS})
 """
 
 

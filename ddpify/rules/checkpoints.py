@@ -65,7 +65,9 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         # (With the device chosen in another module, or none at all, no device is named here.)
         in_setup_scope = setup.sees_setup(facts, call) and facts.function_of(call) is setup.function \
             and not setup.device_elsewhere and not setup.cpu_only
-        location = setup.device if in_setup_scope else '"cpu"'
+        # (torch.load takes no int: a GPU index kept as the device goes through torch.device.)
+        location = (f"torch.device({setup.device})" if setup.device_is_index else setup.device) \
+            if in_setup_scope else '"cpu"'
         if not in_setup_scope and (_module_used_in_place(facts, call) or _optimizer_unpickled(facts, call)):
             location = "on_this_process_device"
             edits.add_helper(location, ON_THIS_PROCESS_DEVICE_HELPER, "torch")

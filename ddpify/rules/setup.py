@@ -33,10 +33,12 @@ from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import fsdp2
 from ddpify.emit.ddp import (
     CPU_ONLY_CODE,
+    CUDA_DEVICE_OF_THE_RANK,
     EARLY_GROUP_CODE,
     EARLY_JOIN_CODE,
     EARLY_JOIN_COMMENT,
     ENVIRONMENT_CODE,
+    INDEX_OF_THE_RANK,
     IS_MAIN_CODE,
     IS_MAIN_FROM_ENVIRONMENT_CODE,
     IS_MAIN_HELPER,
@@ -102,7 +104,7 @@ def choose(facts: Facts) -> Plan:
         # it finds the CPU (Gloo); only a choice that can be CUDA is replaced.
         if len(choice) == 1 and first.cuda_or_cpu and not first.is_string and not first.only_cpu \
                 and dominating is first.statement:
-            return Plan(first.function, block, first.name, first)
+            return Plan(first.function, block, first.name, first, device_is_index=first.is_index)
         bare = any(a.any_accelerator and a.statement is dominating for a in choice)
         return Plan(first.function, block, first.name, None, choice_statement=dominating,
                          bare_accelerator=bare, device_is_string=all(a.is_string for a in choice))
@@ -934,6 +936,8 @@ def _setup_code(edits: Edits, plan: Plan) -> str:
         code = ENVIRONMENT_CODE + CPU_ONLY_CODE
     else:
         setup_code = fsdp2.bound_to_device(SETUP_CODE) if edits.options.fsdp2 else SETUP_CODE
+        if plan.device_is_index:
+            setup_code = setup_code.replace(CUDA_DEVICE_OF_THE_RANK, INDEX_OF_THE_RANK)
         code = plan.gpu_condition_code + setup_code.format(device=plan.device, use_gpu=plan.use_gpu)
     if plan.needs_world_size:
         first_line, rest = code.split("\n", 1)
@@ -1267,6 +1271,6 @@ for epoch in range(3):
     Emits(TRAINING.replace('device = torch.device("cuda" if torch.cuda.is_available() else "cpu")',
                            "device = pick_device()")
           .replace("import torch\n", "import torch\nfrom hw import pick_device\n", 1),
-          "DDP007", ("dist.init_process_group()",)),
+          "DDP007", ('dist.init_process_group("cpu:gloo,cuda:nccl"',)),
     Silent(TRAINING, "DDP007"),
 )
