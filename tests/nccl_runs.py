@@ -40,9 +40,12 @@ WARNING = re.compile(r"Warning|WARN|warn\(")
 
 def runnable_fixtures() -> list[dict]:
     """One entry per run: single-file fixtures (fixtures/<family>/<idiom>/run.json) and each
-    run of a project fixture (fixtures/projects/<idiom>/run.json, one run or a list)."""
+    run of a project fixture (fixtures/projects/<idiom>/run.json, one run or a list).
+    `gpu_run.json`, of the same form, marks a fixture whose original needs CUDA (`device = 0`):
+    it runs here only, since the CPU tests run the original too."""
     found = []
-    for spec_path in sorted(FIXTURES.glob("*/*/run.json")):
+    specs = sorted([*FIXTURES.glob("*/*/run.json"), *FIXTURES.glob("*/*/gpu_run.json")])
+    for spec_path in specs:
         directory = spec_path.parent
         spec = json.loads(spec_path.read_text())
         if directory.parent.name == "projects":
