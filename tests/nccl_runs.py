@@ -13,9 +13,10 @@ expected files), so it runs under the GPU machine's own Python. For each fixture
 the return codes, the tails of stderr, the warnings torch printed, the files run.json expects,
 and what tests/nccl_site/sitecustomize.py saw: where each DDP wrap was built and on which
 devices its module's parameters were, moves of a wrapped model, and the devices of the
-parameters each optimizer's first step updates. A fixture is a finding when the original runs
-and the output does not, when a wrap saw CPU parameters, when a wrapped model was moved, or
-when the original trained on the GPU and the output on the CPU.
+parameters each optimizer's first step updates. A fixture is a finding when the output fails
+(and whether the original fails too), when a wrap saw CPU parameters in a group with no CPU
+backend, when a wrapped model was moved, or when the original trained on the GPU and the
+output on the CPU.
 """
 import argparse
 import json
@@ -160,7 +161,7 @@ def findings(original: dict, output: dict) -> list[str]:
     if output["missing_files"] and output["rc"] == 0:
         found.append(f"files not written: {output['missing_files']}")
     for event in output["events"]:
-        if event["kind"] == "wrap" and event["cuda"] and "cpu" in event["devices"]:
+        if event["kind"] == "wrap" and "cpu" in event["devices"] and "gloo" not in str(event.get("backend")):
             found.append(f"wrap at {event['where']} of a module with parameters on {event['devices']}")
         if event["kind"] == "moved after wrap":
             found.append(f"{event['method']}() at {event['where']} on a model wrapped at {event['wrapped_at']}")

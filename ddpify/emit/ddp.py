@@ -85,6 +85,8 @@ if distributed:
         torch.accelerator.set_device_index(local_rank)
         if isinstance({device}, str):
             {device} = {device}.split(":")[0]  # "cuda:1" too: each rank on its own GPU
+        elif isinstance({device}, int):  # a GPU index stays one: this rank's
+            {device} = local_rank
         else:
             {device} = torch.device(torch.device({device}).type, local_rank)
     dist.init_process_group(dist.get_default_backend_for_device({device}))

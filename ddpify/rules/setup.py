@@ -16,6 +16,7 @@ from ddpify.analysis.control import Facts, registering_group
 from ddpify.analysis.facts import BlockItem, DeviceAssignment, Statement
 from ddpify.analysis.later_moves import caller_moving_after_the_build, entry_moves_of_containers_holding
 from ddpify.analysis.nodes import (
+    argument_among,
     assigned_names,
     calls_within,
     dotted_name,
@@ -459,6 +460,13 @@ def _device_parameter(facts: Facts, move: cst.Call) -> Optional[str]:
         handed = handed_for(call, function, value.value)
         if handed is not None and _names_a_device(facts, handed):
             return value.value
+    # `Trainer(model, loader, device)`: what the class's constructions hand its __init__.
+    owner = facts.class_of(function) if function.name.value == "__init__" else None
+    if owner is not None:
+        for call in facts.calls_by_callee.get(owner.name.value, ()):
+            handed = argument_among(call, value.value, positional_parameters(function)[1:])
+            if handed is not None and _names_a_device(facts, handed):
+                return value.value
     return None
 
 

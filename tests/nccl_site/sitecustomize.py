@@ -3,9 +3,9 @@
 Inert unless DDPIFY_NCCL_LOG names a file. Then each process appends JSON lines to it:
 
 * `wrap`: every DistributedDataParallel built, with the devices of the module's parameters at
-  that moment and the script line that built it. On a GPU machine a wrap of a module whose
-  parameters are on the CPU is the bug this check exists for (with `device_ids` DDP raises;
-  without, NCCL cannot reduce CPU tensors).
+  that moment, the group's backend and the script line that built it. A wrap of a module whose
+  parameters are on the CPU in a group with no CPU backend (NCCL alone) is the bug this check
+  exists for: NCCL cannot reduce CPU tensors.
 * `moved after wrap`: `.to()`/`.cuda()`/`.cpu()`/`.half()`... called on a DDP model or on the
   module it wraps after the wrap: the reducer keeps the old parameters, so gradients stop being
   synchronised without an error.
@@ -49,7 +49,9 @@ def _install(log_path: str) -> None:
     def init(self, module, *args, **kwargs):
         devices = sorted({str(p.device) for p in module.parameters()})
         where = _caller()
-        log("wrap", where=where, devices=devices, cuda=torch.cuda.is_available(),
+        group = kwargs.get("process_group")
+        backend = str(torch.distributed.get_backend(group)) if torch.distributed.is_initialized() else None
+        log("wrap", where=where, devices=devices, cuda=torch.cuda.is_available(), backend=backend,
             device_ids=str(kwargs.get("device_ids", args[0] if args else None)))
         original_init(self, module, *args, **kwargs)
         wrapped[id(self)] = wrapped[id(module)] = where
