@@ -184,10 +184,38 @@ def _download_sites(facts: Facts, setup: Plan, statements: Sequence[Statement]) 
             facts, statement) else None
         candidates = [facts.statement_of(call) for call in calls] if calls else [statement]
         for candidate in candidates:
-            candidate = _outside_file_tests(facts, candidate)
-            if candidate not in sites:
-                sites.append(candidate)
+            for site in _around_the_callers_file_tests(facts, _outside_file_tests(facts, candidate)):
+                if site not in sites:
+                    sites.append(site)
     return sorted(sites, key=facts.line_of)
+
+
+def _around_the_callers_file_tests(facts: Facts, site: Statement) -> list[Statement]:
+    """Rule: every rank reaches both barriers or none. A function that downloads or unpacks,
+    called where a test of the file system says the files are missing (`if not
+    os.path.isdir("data/lfw"): extract(archive)`), is skipped by a rank that tests once local
+    rank 0 has begun to fill the folder: barriers inside it leave local rank 0 waiting for a
+    rank that never comes (a hang, or its barrier paired with the next collective) while that
+    rank reads half-written files. The barriers go around each call of the function, outside
+    its caller's test, as around a download written inline (a caller up to three calls up);
+    not where the function trains, or where a call of it is outside this module's view."""
+    for _ in range(3):
+        function = facts.function_of(site)
+        if function is None or function in facts.training_functions or not _is_top_level_of(facts, site, function):
+            return [site]
+        calls = calls_running(facts, function)
+        lifted = [_outside_file_tests(facts, facts.statement_of(call)) for call in calls]
+        if not calls or all(outer is facts.statement_of(call) for outer, call in zip(lifted, calls)):
+            return [site]
+        if len(lifted) > 1:
+            return sorted(set(lifted), key=facts.line_of)
+        site = lifted[0]
+    return [site]
+
+
+def _is_top_level_of(facts: Facts, site: Statement, function: cst.FunctionDef) -> bool:
+    """`site` is a statement of the function's own body, run whenever the function is."""
+    return facts.parents.get(site) is function.body
 
 
 def _calls_from_the_setups_scope(facts: Facts, setup: Plan,
