@@ -7,7 +7,7 @@ import libcst as cst
 
 from ddpify.analysis import memo
 from ddpify.analysis.facts import DictPass, ExternalLoader, ExternalLoaderDict, Holder, Loader, Model, PhasePick
-from ddpify.analysis.names import has_role_word, trains_by_look
+from ddpify.analysis.names import DATA_PARALLEL, DISTRIBUTED_DATA_PARALLEL, has_role_word, trains_by_look
 from ddpify.analysis.nodes import (
     assignment_pairs,
     calls_within,
@@ -504,6 +504,8 @@ def _value_handed_in(facts: Facts, function: cst.FunctionDef, value: cst.BaseExp
         if isinstance(value.func, cst.Attribute) and value.func.attr.value in _MOVES_AND_MODES and isinstance(
                 value.func.value, cst.Call):
             return False  # `Net().to(device)`: a module made here, whatever device it is handed
+        if _makes_a_layer(facts, value):
+            return False  # `nn.Embedding(vocab_size, dim)`: a layer made here from sizes handed in
         return any(not arg.star and arg.keyword is None and _value_handed_in(facts, function, arg.value, depth)
                    for arg in value.args[:1])
     if isinstance(value, cst.IfExp):
@@ -517,6 +519,16 @@ def _value_handed_in(facts: Facts, function: cst.FunctionDef, value: cst.BaseExp
     name = dotted_name(value)
     return name is not None and handed_in(facts, function, name, depth)
 
+
+
+def _makes_a_layer(facts: Facts, call: cst.Call) -> bool:
+    """A layer class of torch.nn (`nn.Embedding(vocab_size, dim)`, `nn.Sequential(...)`):
+    the module it makes is new, never the caller's model nor its DDP wrapper, whatever sizes
+    or parts it is handed. Not DataParallel or DDP around a model handed in, nor torch.nn.utils'
+    wrappers that hand the module back (`spectral_norm(conv)`)."""
+    return any(call in calls for qualified, calls in facts.calls_named.items()
+               if qualified.startswith("torch.nn.") and qualified[len("torch.nn."):][:1].isupper()
+               and qualified not in DATA_PARALLEL and qualified not in DISTRIBUTED_DATA_PARALLEL)
 
 
 def mark_loops_calling_training_functions(facts: Facts, training_calls: list[cst.Call]) -> None:

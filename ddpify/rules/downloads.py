@@ -180,14 +180,53 @@ def _download_sites(facts: Facts, setup: Plan, statements: Sequence[Statement]) 
     sites: list[Statement] = []
     for statement in statements:
         function = facts.function_of(statement)
-        calls = _calls_from_the_setups_scope(facts, setup, function) if not setup.sees_setup(
+        # A class's code downloads where its caller builds it (`Points(root)`), even where the
+        # module-level setup is in sight of the class: barriers in there are skipped below.
+        in_class = not setup.library and _inside_class(facts, statement)
+        calls = _calls_from_the_setups_scope(facts, setup, function) if in_class or not setup.sees_setup(
             facts, statement) else None
         candidates = [facts.statement_of(call) for call in calls] if calls else [statement]
         for candidate in candidates:
-            candidate = _outside_file_tests(facts, candidate)
-            if candidate not in sites:
-                sites.append(candidate)
+            for site in _around_the_callers_file_tests(facts, setup, _outside_file_tests(facts, candidate)):
+                if site not in sites:
+                    sites.append(site)
     return sorted(sites, key=facts.line_of)
+
+
+def _around_the_callers_file_tests(facts: Facts, setup: Plan, site: Statement) -> list[Statement]:
+    """Rule: every rank reaches both barriers or none. A function that downloads or unpacks,
+    called where a test of the file system says the files are missing (`if not
+    os.path.isdir("data/lfw"): extract(archive)`), is skipped by a rank that tests once local
+    rank 0 has begun to fill the folder: barriers inside it leave local rank 0 waiting for a
+    rank that never comes (a hang, or its barrier paired with the next collective) while that
+    rank reads half-written files. The barriers go around each call of the function, outside
+    its caller's test, as around a download written inline (a caller up to three calls up);
+    not where the function trains or where a call of it is outside this module's view. A test
+    in a method of a class: around the call that builds the object, as for a class that
+    downloads itself."""
+    for _ in range(3):
+        function = facts.function_of(site)
+        if function is None or function in facts.training_functions or not _is_top_level_of(facts, site, function):
+            return [site]
+        calls = calls_running(facts, function)
+        lifted = [_outside_file_tests(facts, facts.statement_of(call)) for call in calls]
+        if not calls or all(outer is facts.statement_of(call) for outer, call in zip(lifted, calls)):
+            return [site]
+        if any(_inside_class(facts, outer) for outer in lifted):
+            # A class's code downloads where its caller builds it (`Points(root)` in a loader
+            # call): the barriers go around that call, or stay where they were.
+            builds = None if setup.library else _calls_from_the_setups_scope(
+                facts, setup, facts.function_of(lifted[0])) if len(lifted) == 1 else None
+            return sorted({facts.statement_of(call) for call in builds}, key=facts.line_of) if builds else [site]
+        if len(lifted) > 1:
+            return sorted(set(lifted), key=facts.line_of)
+        site = lifted[0]
+    return [site]
+
+
+def _is_top_level_of(facts: Facts, site: Statement, function: cst.FunctionDef) -> bool:
+    """`site` is a statement of the function's own body, run whenever the function is."""
+    return facts.parents.get(site) is function.body
 
 
 def _calls_from_the_setups_scope(facts: Facts, setup: Plan,

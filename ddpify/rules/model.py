@@ -332,6 +332,8 @@ def _hoistable_move(facts: Facts, call: cst.Call, argument: Optional[cst.BaseExp
 
 
 def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
+    if _reported_moved_by_an_object_it_is_handed_to(facts, edits, setup, model):
+        return
     followed = _follow_the_move(facts, edits, setup, model)
     if followed is None:
         return
@@ -1161,6 +1163,38 @@ def _built_never_frozen(facts: Facts, model: Model) -> bool:
                 value in facts.builds_never_frozen or dotted_name(value.func) in own_classes)):
             return False
     return bool(values)
+
+
+def _reported_moved_by_an_object_it_is_handed_to(facts: Facts, edits: Edits, setup: Plan, model: Model) -> bool:
+    """Rule: a model this scope never moves, handed to an object that is then given the
+    device (`trainer = Trainer(opt, model, optimizer)`, a class ddpify cannot read, e.g. picked
+    from a registry by task name, then `trainer.set_device(opt.device)`), reaches its device
+    in there, after any place a wrap here could go: a wrap here would hold CPU weights, and
+    the object may wrap what it moves itself (a DDP inside a DDP). Reported (DDP903), left
+    unwrapped here."""
+    if model.function is None or not _never_moved(facts, model):
+        return False
+    start = facts.start_of(model.optimizer_statement)
+    for assign in facts.own_statements(model.function, cst.Assign):
+        value = assign.value
+        if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name) or not isinstance(
+                value, cst.Call) or not any(dotted_name(arg.value) == model.name for arg in value.args):
+            continue
+        holder = assign.targets[0].target.value
+        for call in facts.calls_by_callee.get(holder, []) + [
+                call for callee, calls in facts.calls_by_callee.items() if callee.startswith(holder + ".")
+                for call in calls]:
+            if facts.function_of(call) is not model.function or facts.start_of(call) < start:
+                continue
+            method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+            if method in ("to", "cuda") or any(dotted_name(arg.value) == setup.device for arg in call.args):
+                edits.report("DDP903", call, (
+                    f"`{model.name}` is handed to `{edits.code(value.func)}(...)` and reaches its device through "
+                    f"`{edits.code(call.func)}(...)`, in code ddpify cannot follow here: a wrap here would come "
+                    f"before that move; wrap the module in DDP where it is moved (after "
+                    f"`{edits.code(call.func)}`), once"))
+                return True
+    return False
 
 
 def _reported_moved_with_its_holder(facts: Facts, edits: Edits, model: Model, anchor: Statement) -> bool:
