@@ -1,4 +1,4 @@
-"""Rank-0 guards for output, files and experiment trackers (DDP301-DDP308, DDP311).
+"""Rank-0 guards for output, files and experiment trackers (DDP301-DDP308, DDP311, DDP411).
 
 Every rank runs the same code: without a guard each print appears N times, N processes race
 to write the same file and a tracker records N runs. The smallest guard that is correct wins:
@@ -27,6 +27,7 @@ from ddpify.analysis.nodes import (
     parameter_names,
     positional_parameters,
 )
+from ddpify.analysis.synced_metrics import syncs_a_metric
 from ddpify.diagnostics import Rule, Severity, Status
 from ddpify.emit import guards
 from ddpify.emit.arguments import add_keyword
@@ -68,6 +69,12 @@ RULES = (
          "forever for the others. The call runs on every rank, into a name, before the "
          "print; where it cannot be moved (inside a comprehension) the print stays on every "
          "rank and this is a warning.",
+         "Nothing to do."),
+    Rule("DDP411", Severity.EDIT, "a metric's compute() moved out of a print only rank 0 makes",
+         "A torchmetrics object's `compute()` gathers the state of every rank under torchrun "
+         "(an all_gather), so the figure it prints covers the whole epoch; made inside the "
+         "print only rank 0 runs, it would wait forever for the other ranks. The compute runs "
+         "on every rank, into a name, before the print.",
          "Nothing to do."),
     Rule("DDP311", Severity.WARNING, "prints or writes on every rank: the helper does more than that "
          "(retired: the helper's own module is migrated with the script, and guards its output there)",
@@ -186,6 +193,10 @@ INSPECTING_BUILTINS = frozenset({"isinstance", "hasattr", "getattr", "type", "id
 
 
 def _runs_the_model(facts: Facts, inner: cst.Call, model_names: set[str]) -> bool:
+    """A call that every rank must make: a run of the model (or of a function that runs it),
+    or a metric's `compute()`, which gathers from every rank (synced_metrics)."""
+    if syncs_a_metric(facts, inner):
+        return True
     if dotted_name(inner.func) in INSPECTING_BUILTINS:
         return False
     if facts.helper_effects.get(inner, effects.MIXED) != effects.MIXED:
@@ -249,13 +260,16 @@ def _hoist_model_runs(facts: Facts, edits: Edits, statement: Statement, call: cs
     insertion = Insertion(hoisted, takes_comments=True)
     for inner in outermost:
         called = inner.func.attr.value if isinstance(inner.func, cst.Attribute) else dotted_name(inner.func)
+        if syncs_a_metric(facts, inner):  # `accuracy.compute()` -> `accuracy_value`
+            called = dotted_name(cast(cst.Attribute, inner.func).value)
         base = (called or "result").rsplit(".", 1)[-1] + HOISTED_SUFFIX
         name = first_free(base, lambda candidate: candidate in facts.bound_names or any(
             candidate in edits.code(h) for h in hoisted))
         hoisted.append(edits.statement(f"{name} = {edits.code(inner)}\n"))
         edits.expressions[inner] = _hoisted_as(insertion, len(hoisted) - 1, name)
     edits.before.setdefault(statement, []).append(insertion)
-    edits.report("DDP308", statement)
+    metrics_only = all(syncs_a_metric(facts, inner) for inner in outermost)
+    edits.report("DDP411" if metrics_only else "DDP308", statement)
     return True
 
 
