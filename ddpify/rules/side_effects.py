@@ -1380,6 +1380,10 @@ CASES = (
                                '    writer.add_scalar("out", model(torch.zeros(1, 4).to(device)).item(), epoch)\n')
           .replace("for epoch", "writer = SummaryWriter()\nfor epoch"),
           "DDP308", ("    model_value = model(torch.zeros(1, 4).to(device))\n    if is_main:\n",)),
+    # A torchmetrics object's compute() gathers from every rank: it runs on every rank, first.
+    Emits("import torchmetrics\n" + TRAINING.replace("for epoch", "mean = torchmetrics.MeanMetric()\nfor epoch")
+          .replace("    print(epoch, loss.item())", "    mean.update(loss)\n    print(epoch, mean.compute().item())"),
+          "DDP411", ("    mean_value = mean.compute()\n    if is_main:\n        print(epoch, mean_value.item())",)),
     Emits(TRAINING.replace("print(epoch, loss.item())", 'print(epoch, loss.item(), file=log)')
           .replace("for epoch", 'log = open("log.txt", "a")\nfor epoch'), "DDP302",
           ('log = open("log.txt" if is_main else os.devnull, "a")',)),
