@@ -11,7 +11,7 @@ from typing import Optional, cast
 
 import libcst as cst
 
-from ddpify.analysis import effects, names, shell, traversal
+from ddpify.analysis import effects, names, shell, synced_metrics, traversal
 from ddpify.analysis.control import Facts, receiver_of
 from ddpify.analysis.facts import WHOLE_VALUE, BlockItem, Slot, Statement
 from ddpify.analysis.nodes import (
@@ -76,6 +76,13 @@ RULES = (
          "print only rank 0 runs, it would wait forever for the other ranks. The compute runs "
          "on every rank, into a name, before the print.",
          "Nothing to do."),
+    Rule("DDP412", Severity.WARNING, "a metric on the CPU gathers CPU tensors, which NCCL cannot carry",
+         "Under torchrun a torchmetrics object's compute() all-gathers its state. Left on the "
+         "CPU (fed `.cpu()` predictions), that state is a CPU tensor: Gloo carries it, so it "
+         "runs on a CPU machine, but the NCCL group of a GPU run refuses it and compute() "
+         "fails. ddpify does not move the metric: its updates would need the device too.",
+         "Move the metric to the device (`metric = Accuracy(...).to(device)`) and update it "
+         "with tensors on the device (drop the `.cpu()` before `update`)."),
     Rule("DDP311", Severity.WARNING, "prints or writes on every rank: the helper does more than that "
          "(retired: the helper's own module is migrated with the script, and guards its output there)",
          "This function of the project's own modules prints or writes files, but it also "
@@ -96,6 +103,10 @@ if not {guard}:  # rank 0 logs as before; the other ranks log errors only
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     _guard_prints_and_saves(facts, edits, setup)
+    if not setup.cpu_only and facts.models:
+        for name, made in synced_metrics.metrics_left_on_the_cpu(facts).items():
+            edits.report("DDP412", made, f"`{name}` stays on the CPU: on GPUs its compute() all-gathers "
+                         "a CPU tensor over NCCL, which fails; move it `.to(device)` and update it on the device")
     _prints_handed_on(facts, edits)
     _progress_bars(facts, edits, setup)
     _file_writes(facts, edits, setup)
@@ -1384,6 +1395,10 @@ CASES = (
     Emits("import torchmetrics\n" + TRAINING.replace("for epoch", "mean = torchmetrics.MeanMetric()\nfor epoch")
           .replace("    print(epoch, loss.item())", "    mean.update(loss)\n    print(epoch, mean.compute().item())"),
           "DDP411", ("    mean_value = mean.compute()\n    if is_main:\n        print(epoch, mean_value.item())",)),
+    # ...and one left on the CPU gathers CPU tensors, which NCCL refuses: reported.
+    Emits("import torchmetrics\n" + TRAINING.replace("for epoch", "mean = torchmetrics.MeanMetric()\nfor epoch")
+          .replace("    print(epoch, loss.item())", "    mean.update(loss.cpu())\n    print(epoch, mean.compute().item())"),
+          "DDP412"),
     Emits(TRAINING.replace("print(epoch, loss.item())", 'print(epoch, loss.item(), file=log)')
           .replace("for epoch", 'log = open("log.txt", "a")\nfor epoch'), "DDP302",
           ('log = open("log.txt" if is_main else os.devnull, "a")',)),
