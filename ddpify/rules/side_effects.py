@@ -1397,7 +1397,8 @@ CASES = (
           "DDP411", ("    mean_value = mean.compute()\n    if is_main:\n        print(epoch, mean_value.item())",)),
     # ...and one left on the CPU gathers CPU tensors, which NCCL refuses: reported.
     Emits("import torchmetrics\n" + TRAINING.replace("for epoch", "mean = torchmetrics.MeanMetric()\nfor epoch")
-          .replace("    print(epoch, loss.item())", "    mean.update(loss.cpu())\n    print(epoch, mean.compute().item())"),
+          .replace("    print(epoch, loss.item())",
+                   "    mean.update(loss.cpu())\n    print(epoch, mean.compute().item())"),
           "DDP412"),
     Emits(TRAINING.replace("print(epoch, loss.item())", 'print(epoch, loss.item(), file=log)')
           .replace("for epoch", 'log = open("log.txt", "a")\nfor epoch'), "DDP302",
