@@ -1634,8 +1634,9 @@ class Collector(cst.CSTVisitor):
         wanted = set(names_within(node))
         found: list[cst.Call] = []
         for loop in self._loops_over_parameters:
-            filled = {dotted_name(call.func.value) for call in calls_within(loop.body)
-                      if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("append", "extend")}
+            filled = {name for call in calls_within(loop.body)
+                      if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("append", "extend")
+                      for name in _lists_filled_by(call.func.value)}
             if filled & wanted:
                 found.extend(call for call in calls_within(loop.iter) if isinstance(call.func, cst.Attribute)
                              and call.func.attr.value in ("parameters", "named_parameters"))
@@ -2361,3 +2362,14 @@ def _returns_several_outputs(forward: cst.FunctionDef) -> bool:
                 or isinstance(value, cst.Dict) and len(value.elements) > 1:
             return True
     return False
+
+
+def _lists_filled_by(receiver: cst.BaseExpression) -> set[str]:
+    """The lists an `.append(p)` on `receiver` may fill: `decay`, either branch of
+    `(no_decay if p.ndim < 2 else decay)`, the dict of lists `groups["decay"]` belongs to."""
+    if isinstance(receiver, cst.IfExp):
+        return _lists_filled_by(receiver.body) | _lists_filled_by(receiver.orelse)
+    if isinstance(receiver, cst.Subscript):
+        return _lists_filled_by(receiver.value)
+    name = dotted_name(receiver)
+    return {name} if name is not None else set()

@@ -10,7 +10,7 @@ from typing import Optional
 
 import libcst as cst
 
-from ddpify.analysis import traversal
+from ddpify.analysis import synced_metrics, traversal
 from ddpify.analysis.bindings import in_order, names_read_after, rebound, scope_statements
 from ddpify.analysis.control import Facts
 from ddpify.analysis.nodes import calls_within, dotted_name, find_all, names_in
@@ -48,6 +48,9 @@ class Figures:
     sample_count_reads: list[cst.Call] = field(default_factory=list)
     # Tables of counts filled by `table[key] += ...`: name -> "dict", "list" or "tensor".
     tables: dict[str, str] = field(default_factory=dict)
+    # torchmetrics objects the loop updates: their compute() gathers every rank's share
+    # itself, so the loop may be sharded with nothing for ddpify to gather.
+    synced: list[str] = field(default_factory=list)
 
     @property
     def gathers(self) -> bool:
@@ -76,7 +79,7 @@ def figures_of(facts: Facts, loop: cst.For, batch_size: str, iterable: Optional[
                     "its own value (not a sum ddpify can gather)")
         if kind == "sum":
             found.sums.append(name)
-    state = _stateful_call(facts, loop, outside, found.tables)
+    state = _stateful_call(facts, loop, outside, found.tables, found.synced)
     if state is not None:
         return state
     for name, kind in _filled_lists(facts, loop, outside).items():
@@ -89,7 +92,7 @@ def figures_of(facts: Facts, loop: cst.For, batch_size: str, iterable: Optional[
         found.batch_counts = _batch_counts_before(facts, loop, iterable, outside)
         found.batch_count_reads = _batch_count_reads_after(facts, loop, iterable)
         found.sample_count_reads = _batch_count_reads_after(facts, loop, f"{iterable}.sampler")
-    if not found.gathers:
+    if not found.gathers and not found.synced:
         return "the loop keeps no figure ddpify can gather"
     return found
 
@@ -351,11 +354,13 @@ def _python_number(value: cst.BaseExpression, assigned: dict[str, list[cst.BaseE
     return False
 
 
-def _stateful_call(facts: Facts, loop: cst.For, outside: set[str], tables: dict[str, str]) -> Optional[str]:
+def _stateful_call(facts: Facts, loop: cst.For, outside: set[str], tables: dict[str, str],
+                   synced: list[str]) -> Optional[str]:
     """A metric, meter or table outside the loop that the loop changes in place. Tables of
     counts (`correct_pred[classname] += 1` into a dict, a list or a CPU tensor of numbers)
-    go into `tables`, by name and kind, to be summed across ranks."""
-    mutations = _Mutations(facts, loop, outside, tables)
+    go into `tables`, by name and kind, to be summed across ranks; torchmetrics objects,
+    which gather themselves, into `synced`."""
+    mutations = _Mutations(facts, loop, outside, tables, synced)
     traversal.visit(loop.body, mutations)
     return mutations.found[0] if mutations.found else None
 
@@ -363,11 +368,15 @@ def _stateful_call(facts: Facts, loop: cst.For, outside: set[str], tables: dict[
 class _Mutations(cst.CSTVisitor):
     """Changes in place, inside the loop, of values that live outside it."""
 
-    def __init__(self, facts: Facts, loop: cst.For, outside: set[str], tables: dict[str, str]) -> None:
+    def __init__(self, facts: Facts, loop: cst.For, outside: set[str], tables: dict[str, str],
+                 synced: list[str]) -> None:
         super().__init__()
-        self.facts, self.loop, self.outside, self.tables = facts, loop, outside, tables
+        self.facts, self.loop, self.outside, self.tables, self.synced = facts, loop, outside, tables, synced
         self.bound_in_loop = rebound(loop.body) | names_in(loop.target)
         self.assigned_in_loop = _simple_assignments(loop.body)
+        # A torchmetrics object keeps this rank's share too, but its compute() gathers the
+        # others' (synced_metrics): the loop may be sharded.
+        self.metrics = synced_metrics.metric_names(facts)
         self.found: list[str] = []
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -383,7 +392,10 @@ class _Mutations(cst.CSTVisitor):
                 code = self.facts.module.code_for_node(func.value)
                 self.found.append(f"`{code}.{func.attr.value}(...)` keeps this rank's share only")
             return
-        if func.attr.value in STATEFUL_METHODS and self._outer(owner) and not _progress_bar(
+        if func.attr.value in STATEFUL_METHODS and self._outer(owner) and owner in self.metrics:
+            if owner not in self.synced:
+                self.synced.append(owner)
+        elif func.attr.value in STATEFUL_METHODS and self._outer(owner) and not _progress_bar(
                 self.facts, self.loop, owner):
             self.found.append(f"`{owner}.{func.attr.value}(...)` keeps this rank's share only")
 

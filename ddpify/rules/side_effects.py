@@ -1,4 +1,4 @@
-"""Rank-0 guards for output, files and experiment trackers (DDP301-DDP308, DDP311).
+"""Rank-0 guards for output, files and experiment trackers (DDP301-DDP308, DDP311, DDP411).
 
 Every rank runs the same code: without a guard each print appears N times, N processes race
 to write the same file and a tracker records N runs. The smallest guard that is correct wins:
@@ -11,7 +11,7 @@ from typing import Optional, cast
 
 import libcst as cst
 
-from ddpify.analysis import effects, names, shell, traversal
+from ddpify.analysis import effects, names, shell, synced_metrics, traversal
 from ddpify.analysis.control import Facts, receiver_of
 from ddpify.analysis.facts import WHOLE_VALUE, BlockItem, Slot, Statement
 from ddpify.analysis.nodes import (
@@ -27,6 +27,7 @@ from ddpify.analysis.nodes import (
     parameter_names,
     positional_parameters,
 )
+from ddpify.analysis.synced_metrics import syncs_a_metric
 from ddpify.diagnostics import Rule, Severity, Status
 from ddpify.emit import guards
 from ddpify.emit.arguments import add_keyword
@@ -69,6 +70,19 @@ RULES = (
          "print; where it cannot be moved (inside a comprehension) the print stays on every "
          "rank and this is a warning.",
          "Nothing to do."),
+    Rule("DDP411", Severity.EDIT, "a metric's compute() moved out of a print only rank 0 makes",
+         "A torchmetrics object's `compute()` gathers the state of every rank under torchrun "
+         "(an all_gather), so the figure it prints covers the whole epoch; made inside the "
+         "print only rank 0 runs, it would wait forever for the other ranks. The compute runs "
+         "on every rank, into a name, before the print.",
+         "Nothing to do."),
+    Rule("DDP412", Severity.WARNING, "a metric on the CPU gathers CPU tensors, which NCCL cannot carry",
+         "Under torchrun a torchmetrics object's compute() all-gathers its state. Left on the "
+         "CPU (fed `.cpu()` predictions), that state is a CPU tensor: Gloo carries it, so it "
+         "runs on a CPU machine, but the NCCL group of a GPU run refuses it and compute() "
+         "fails. ddpify does not move the metric: its updates would need the device too.",
+         "Move the metric to the device (`metric = Accuracy(...).to(device)`) and update it "
+         "with tensors on the device (drop the `.cpu()` before `update`)."),
     Rule("DDP311", Severity.WARNING, "prints or writes on every rank: the helper does more than that "
          "(retired: the helper's own module is migrated with the script, and guards its output there)",
          "This function of the project's own modules prints or writes files, but it also "
@@ -89,6 +103,10 @@ if not {guard}:  # rank 0 logs as before; the other ranks log errors only
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     _guard_prints_and_saves(facts, edits, setup)
+    if not setup.cpu_only and facts.models:
+        for name, made in synced_metrics.metrics_left_on_the_cpu(facts).items():
+            edits.report("DDP412", made, f"`{name}` stays on the CPU: on GPUs its compute() all-gathers "
+                         "a CPU tensor over NCCL, which fails; move it `.to(device)` and update it on the device")
     _prints_handed_on(facts, edits)
     _progress_bars(facts, edits, setup)
     _file_writes(facts, edits, setup)
@@ -186,6 +204,10 @@ INSPECTING_BUILTINS = frozenset({"isinstance", "hasattr", "getattr", "type", "id
 
 
 def _runs_the_model(facts: Facts, inner: cst.Call, model_names: set[str]) -> bool:
+    """A call that every rank must make: a run of the model (or of a function that runs it),
+    or a metric's `compute()`, which gathers from every rank (synced_metrics)."""
+    if syncs_a_metric(facts, inner):
+        return True
     if dotted_name(inner.func) in INSPECTING_BUILTINS:
         return False
     if facts.helper_effects.get(inner, effects.MIXED) != effects.MIXED:
@@ -249,13 +271,16 @@ def _hoist_model_runs(facts: Facts, edits: Edits, statement: Statement, call: cs
     insertion = Insertion(hoisted, takes_comments=True)
     for inner in outermost:
         called = inner.func.attr.value if isinstance(inner.func, cst.Attribute) else dotted_name(inner.func)
+        if syncs_a_metric(facts, inner):  # `accuracy.compute()` -> `accuracy_value`
+            called = dotted_name(cast(cst.Attribute, inner.func).value)
         base = (called or "result").rsplit(".", 1)[-1] + HOISTED_SUFFIX
         name = first_free(base, lambda candidate: candidate in facts.bound_names or any(
             candidate in edits.code(h) for h in hoisted))
         hoisted.append(edits.statement(f"{name} = {edits.code(inner)}\n"))
         edits.expressions[inner] = _hoisted_as(insertion, len(hoisted) - 1, name)
     edits.before.setdefault(statement, []).append(insertion)
-    edits.report("DDP308", statement)
+    metrics_only = all(syncs_a_metric(facts, inner) for inner in outermost)
+    edits.report("DDP411" if metrics_only else "DDP308", statement)
     return True
 
 
@@ -1366,6 +1391,15 @@ CASES = (
                                '    writer.add_scalar("out", model(torch.zeros(1, 4).to(device)).item(), epoch)\n')
           .replace("for epoch", "writer = SummaryWriter()\nfor epoch"),
           "DDP308", ("    model_value = model(torch.zeros(1, 4).to(device))\n    if is_main:\n",)),
+    # A torchmetrics object's compute() gathers from every rank: it runs on every rank, first.
+    Emits("import torchmetrics\n" + TRAINING.replace("for epoch", "mean = torchmetrics.MeanMetric()\nfor epoch")
+          .replace("    print(epoch, loss.item())", "    mean.update(loss)\n    print(epoch, mean.compute().item())"),
+          "DDP411", ("    mean_value = mean.compute()\n    if is_main:\n        print(epoch, mean_value.item())",)),
+    # ...and one left on the CPU gathers CPU tensors, which NCCL refuses: reported.
+    Emits("import torchmetrics\n" + TRAINING.replace("for epoch", "mean = torchmetrics.MeanMetric()\nfor epoch")
+          .replace("    print(epoch, loss.item())",
+                   "    mean.update(loss.cpu())\n    print(epoch, mean.compute().item())"),
+          "DDP412"),
     Emits(TRAINING.replace("print(epoch, loss.item())", 'print(epoch, loss.item(), file=log)')
           .replace("for epoch", 'log = open("log.txt", "a")\nfor epoch'), "DDP302",
           ('log = open("log.txt" if is_main else os.devnull, "a")',)),

@@ -458,7 +458,9 @@ def epoch_accumulators(facts: Facts, loop: cst.For) -> dict[str, cst.BaseExpress
     entries of a dict set before the loop (`running = {"loss": 0.0, "batch_sizes": 0}` or
     `dict(loss=0.0, ...)`) that the loop adds to (`running["loss"] += loss.item() * n`) are
     such figures each, named as the code reads them (`running["loss"]`), when the dict is
-    read after the loop (printed, written to a CSV row, appended to a history)."""
+    read after the loop (printed, written to a CSV row, appended to a history). So is a
+    numpy array of counts (`seen = np.zeros(n_classes)`, `seen += np.bincount(...)`), which
+    is summed as a Python value (_array_figures)."""
     around = _block_around_figures(facts, loop)
     if around is None:
         return {}
@@ -466,7 +468,7 @@ def epoch_accumulators(facts: Facts, loop: cst.For) -> dict[str, cst.BaseExpress
     initial: dict[str, cst.BaseExpression] = {}
     for statement in statements[:index]:
         for name, value in _names_set_before(statement):
-            if isinstance(value, (cst.Integer, cst.Float)):
+            if isinstance(value, (cst.Integer, cst.Float)) or _makes_an_array(facts, value):
                 initial[name] = value
             for key, entry in _numeric_entries(value).items():
                 initial[f'{name}["{key}"]'] = entry
@@ -474,6 +476,15 @@ def epoch_accumulators(facts: Facts, loop: cst.For) -> dict[str, cst.BaseExpress
     used_after = _used_after(facts, loop, statements[index + 1:])
     return {name: value for name, value in initial.items()
             if name in added and name.partition("[")[0] in used_after}
+
+
+# Calls that make a fresh numpy array a running figure (counts per class) starts from.
+_ARRAY_MAKERS = frozenset({"numpy.zeros", "numpy.zeros_like"})
+
+
+def _makes_an_array(facts: Facts, value: cst.BaseExpression) -> bool:
+    return isinstance(value, cst.Call) and any(value is call for maker in _ARRAY_MAKERS
+                                               for call in facts.calls_named.get(maker, ()))
 
 
 def _reported_tensor_sums(facts: Facts, edits: Edits, loop: cst.For) -> bool:
@@ -769,7 +780,9 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
     shard_test = "" if key_test is None else f" and {key_test}"
     if key_test is not None and "DistributedSampler" in key_test:
         edits.imports.add("DistributedSampler")  # (epochs.SHARDED_THERE: a loader another module shards)
-    if not setup.sees_setup(facts, loop):
+    if not setup.sees_setup(facts, loop) or any(_makes_an_array(facts, value) for value in accumulators.values()):
+        # (Arrays do not fit the float64 tensor of the scalars: every figure is gathered as
+        # a Python value and summed, elementwise for an array.)
         _gather_epoch_figures(facts, edits, setup, loop, names, per_batch, shard_test, lists, averaged)
         return
     indent = facts.column_of(loop) - 1
