@@ -131,6 +131,12 @@ class Project:
         return set() if definition is None else definition[0].attribute_only_readers(
             definition[1], wrapper_attributes)
 
+    def parameters_run_in_part(self, qualified: str) -> tuple[list[str], dict[str, tuple[int, str]]]:
+        """For a function: its positional parameters and those a part of which it runs, each
+        with the line and the function of the first run (effects.py)."""
+        definition = self._definition(qualified)
+        return ([], {}) if definition is None else definition[0].parameters_run_in_part(definition[1])
+
     def moved_parameters(self, qualified: str) -> tuple[list[str], set[str]]:
         """For a function, or a class (its __init__): its positional parameters and those it
         moves to a device (effects.py)."""
