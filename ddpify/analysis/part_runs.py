@@ -57,23 +57,60 @@ def part_runs(function: Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.Module]
 
 
 def frozen_parts(tree: ast.Module) -> frozenset[str]:
-    """Attributes of the module's classes whose parameters their `__init__` freezes
+    """Attributes of the module's classes that train nothing: parts their `__init__` freezes
     (`self.teacher.requires_grad_(False)`, `for p in self.teacher.parameters(): p.requires_grad
-    = False`), and methods that run only such parts (`def forward_teacher(self, x): return
-    self.teacher(x)`): running them trains nothing, with or without the wrapper."""
+    = False`), modules with no parameters (`self.criterion = nn.CrossEntropyLoss()`), and plain
+    values (`self.label_smoothing = 0.1`); and methods that run or read nothing else (`def
+    forward_teacher(self, x): return self.teacher(x)`, `def loss(self, logits, y): return
+    F.cross_entropy(logits, y)`). Running them trains nothing, with or without the wrapper. A
+    method name counts only when every class's method of that name does."""
     frozen: set[str] = set()
-    methods: dict[str, ast.FunctionDef] = {}
+    methods: dict[str, list[ast.FunctionDef]] = {}
     for owner in (node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)):
         for method in owner.body:
             if isinstance(method, ast.FunctionDef) and method.name == "__init__":
-                frozen |= _frozen_in(method)
+                frozen |= _frozen_in(method) | _untrained_in(method)
             elif isinstance(method, ast.FunctionDef) and method.name != "forward":
-                methods[method.name] = method
-    for name, method in methods.items():
-        ran = {_first_attribute(run.func, "self") for run in part_runs(method, "self")}
-        if ran and ran <= frozen:
-            frozen.add(name)
+                methods.setdefault(method.name, []).append(method)
+    changed = True
+    while changed:
+        changed = False
+        for name, definitions in methods.items():
+            if name not in frozen and all(_uses_only(method, frozen) for method in definitions):
+                frozen.add(name)
+                changed = True
     return frozenset(frozen)
+
+
+def _uses_only(method: ast.FunctionDef, frozen: set[str]) -> bool:
+    """The method reads no attribute of its object but those named (its runs included)."""
+    receiver = method.args.args[0].arg if method.args.args else None
+    if receiver is None:
+        return False
+    read = {_first_attribute(node, receiver) for node in ast.walk(method)
+            if isinstance(node, (ast.Attribute, ast.Subscript)) and _first_attribute(node, receiver) is not None}
+    return read <= frozen
+
+
+def _untrained_in(init: ast.FunctionDef) -> set[str]:
+    """`self.X` set in `__init__` to a plain value (a number, a string, a name, arithmetic of
+    them) or to a module with no parameters (a loss, an activation, pooling); only where every
+    assignment of it there is such."""
+    plain: dict[str, bool] = {}
+    for node in ast.walk(init):
+        if not isinstance(node, ast.Assign):
+            continue
+        for target in node.targets:
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+                plain[target.attr] = plain.get(target.attr, True) and _untrained_value(node.value)
+    return {name for name, untrained in plain.items() if untrained}
+
+
+def _untrained_value(value: ast.expr) -> bool:
+    if isinstance(value, ast.Call):
+        called = (dotted_ast(value.func) or "").rsplit(".", 1)[-1]
+        return called.endswith("Loss") or f"torch.nn.{called}" in names.PARAMETERLESS_LAYERS
+    return not any(isinstance(node, (ast.Call, ast.Lambda)) for node in ast.walk(value))
 
 
 def _frozen_in(init: ast.FunctionDef) -> set[str]:

@@ -269,6 +269,11 @@ for epoch in range(3):
 CASES = (
     Emits(_PARTS.replace("LOSS", "aux_loss(model(x), y, model, x)"), "DDP116",
           ("model.head(model.backbone(x))",)),
+    # A method of the model that runs no part of it (a loss over its outputs, a plain setting).
+    Silent(_PARTS.replace("LOSS", "model.smooth(model(x), y)").replace(
+        "        self.head = torch.nn.Linear(8, 1)\n",
+        "        self.head = torch.nn.Linear(8, 1)\n        self.scale = 0.5\n\n"
+        "    def smooth(self, out, y):\n        return F.mse_loss(out, y) * self.scale\n"), "DDP116"),
     # The part run for a figure only: no backward reaches it, the raw module runs it.
     Silent(_PARTS.replace("LOSS", "F.mse_loss(model(x), y)").replace(
         "    print(epoch, loss.item())", "    print(epoch, aux_loss(model(x), y, model, x).item())"), "DDP116"),
