@@ -131,6 +131,17 @@ class Project:
         return set() if definition is None else definition[0].attribute_only_readers(
             definition[1], wrapper_attributes)
 
+    def parameters_run_in_part(self, qualified: str) -> tuple[list[str], dict[str, tuple[int, str]]]:
+        """For a function: its positional parameters and those a part of which it runs, each
+        with the line and the function of the first run (effects.py)."""
+        definition = self._definition(qualified)
+        if definition is None or self._modules is None:
+            return [], {}
+        # What the project's classes keep that trains nothing (a loss module, a frozen teacher),
+        # from the modules read so far: the model's class is read where the script builds it.
+        frozen = frozenset().union(*(effects.untrained_parts() for effects in self._modules.read_modules()))
+        return definition[0].parameters_run_in_part(definition[1], frozen)
+
     def moved_parameters(self, qualified: str) -> tuple[list[str], set[str]]:
         """For a function, or a class (its __init__): its positional parameters and those it
         moves to a device (effects.py)."""
@@ -930,6 +941,10 @@ class _Modules:
         self._files: Optional[list[Path]] = None
         self._data_parallel: Optional[bool] = None
         self._freezes: Optional[bool] = None
+
+    def read_modules(self) -> list[FunctionEffects]:
+        """The modules read so far."""
+        return [effects for effects in self._read.values() if effects is not None]
 
     def wraps_in_data_parallel(self) -> bool:
         if self._data_parallel is None:

@@ -1129,6 +1129,9 @@ class Collector(cst.CSTVisitor):
             if not self.project.trains(qualified):
                 self._note_moved_in_place(node, qualified)
             self._note_files_and_numbers(node, qualified)
+            positional, run_in_part = self.project.parameters_run_in_part(qualified)
+            if run_in_part:
+                self.facts.helper_part_runs[node] = (positional, run_in_part)
             self._note_state_handed(node, qualified)
             self._note_grad_changes(node, qualified)
             clock = self.project.names_from_clock(qualified)

@@ -14,7 +14,7 @@ from typing import Callable, Optional, Union, cast
 
 import libcst as cst
 
-from ddpify.analysis import forward_outputs, freezing, meters, names, picked
+from ddpify.analysis import forward_outputs, freezing, meters, names, part_runs, picked
 from ddpify.analysis.ast_names import dotted_ast
 from ddpify.analysis.facts import WHOLE_VALUE, Slot
 from ddpify.analysis.returned_loaders import returned_loader_dict
@@ -101,6 +101,7 @@ class FunctionEffects:
         self._functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
         self.classes = [node.name for node in tree.body if isinstance(node, ast.ClassDef)]
         self._class_nodes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+        self._untrained: Optional[frozenset[str]] = None
         self._class_of: dict[str, str] = {}
         for node in tree.body:
             if isinstance(node, ast.ClassDef):
@@ -712,6 +713,38 @@ class FunctionEffects:
                 elif not inspecting:
                     other_uses.add(handed_name)
         return {index for index, parameter in enumerate(positional) if parameter in read - other_uses}
+
+    def untrained_parts(self) -> frozenset[str]:
+        """What the classes of this module keep that trains nothing (part_runs.frozen_parts)."""
+        if self._untrained is None:
+            self._untrained = part_runs.frozen_parts(ast.Module(body=list(self._class_nodes.values()), type_ignores=[]))
+        return self._untrained
+
+    def parameters_run_in_part(self, name: str, frozen: frozenset[str] = frozenset(),
+                               seen: frozenset[str] = frozenset()) -> tuple[list[str], dict[str, tuple[int, str]]]:
+        """Its positional parameters, and those a part of which it runs with gradients on
+        (analysis/part_runs.py: `compute_loss(outputs, targets, model)` running
+        `model.heads[0](x)`), itself or through a function of this module it hands them to as
+        they are: each with the line and the function of the first such run. Parts (and
+        methods) named in `frozen` train nothing and do not count."""
+        function = self._functions.get(name)
+        if function is None or name in seen:
+            return [], {}
+        positional = self._positional(name, function)
+        parameters = [*positional, *(argument.arg for argument in function.args.kwonlyargs)]
+        found: dict[str, tuple[int, str]] = {}
+        for parameter in parameters:
+            runs = part_runs.part_runs(function, parameter, frozen)
+            if runs:
+                found[parameter] = (runs[0].lineno, ast.unparse(runs[0].func))
+        for call in ast.walk(function):
+            if isinstance(call, ast.Call) and self._module_function(call):
+                inner_positional, inner = self.parameters_run_in_part(cast(ast.Name, call.func).id, frozen,
+                                                                      seen | {name})
+                for index, arg in enumerate(call.args[:len(inner_positional)]):
+                    if isinstance(arg, ast.Name) and arg.id in parameters and inner_positional[index] in inner:
+                        found.setdefault(arg.id, inner[inner_positional[index]])
+        return positional, found
 
     def _module_function(self, call: ast.Call) -> bool:
         """`build_targets(p, targets, model)`: a call of a function (not a method) of this module."""

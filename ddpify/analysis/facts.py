@@ -327,6 +327,10 @@ class FactRecord:
     guarded_in_helper: set[cst.Call] = field(default_factory=set)
     # For a MIXED helper: the positions of the arguments whose own attributes it reads.
     helper_attribute_readers: dict[cst.Call, set[int]] = field(default_factory=dict)
+    # Calls of a function of another module of the project that runs a part of a module it is
+    # handed (`compute_loss(out, y, model)` running `model.heads[0](x)`): its positional
+    # parameters, and for each such parameter the line and the part of the first run.
+    helper_part_runs: dict[cst.Call, tuple[list[str], dict[str, tuple[int, str]]]] = field(default_factory=dict)
     # Calls of a function of the project whose effect is unknown, and the positions of the
     # arguments it only reads attributes of, never running them (effects.attribute_only_readers).
     opaque_attribute_readers: dict[cst.Call, set[int]] = field(default_factory=dict)

@@ -49,7 +49,7 @@ from ddpify.emit.edits import Edits, Insertion, Rewrite
 from ddpify.emit.layout import LINE_LENGTH, fits
 from ddpify.options import Options
 from ddpify.plan import Plan
-from ddpify.rules import dropped_outputs, sharding
+from ddpify.rules import dropped_outputs, part_runs, sharding
 from ddpify.rules.cases import TRAINING, Emits, Silent
 
 RULES = (
@@ -395,6 +395,7 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
     _report_parts_frozen_after_wrap(facts, edits, model, anchor)
     _unwrap_where_returned(facts, edits, model)
     _after_wraps_in_other_branches(facts, edits, model, others)
+    part_runs.keep_parts_run_in_training(facts, edits, model, facts.model_holders(model), anchor)
     _report_backwards_sharing_a_forward(facts, edits, model)
 
 

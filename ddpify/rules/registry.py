@@ -27,6 +27,7 @@ from ddpify.rules import (
     loader_dicts,
     loader_workers,
     model,
+    part_runs,
     random_batches,
     report_only,
     set_order,
@@ -42,9 +43,9 @@ from ddpify.rules.cases import Case
 from ddpify.selfcheck import rules as selfcheck
 
 UNITS: tuple[ModuleType, ...] = (
-    setup, devices, model, sharding, dcp, data, epochs, downloads, splits, epoch_cut, evaluation, hand_batches,
-    loader_dicts, loader_workers, random_batches, set_order, side_effects, checkpoints, shared_names, training,
-    in_batch, report_only, frameworks, whole_file, gpu_count_batches, selfcheck, suppressions,
+    setup, devices, model, part_runs, sharding, dcp, data, epochs, downloads, splits, epoch_cut, evaluation,
+    hand_batches, loader_dicts, loader_workers, random_batches, set_order, side_effects, checkpoints, shared_names,
+    training, in_batch, report_only, frameworks, whole_file, gpu_count_batches, selfcheck, suppressions,
 )
 
 

@@ -4,7 +4,7 @@ cannot show the contract's properties there.
 Like black's safe mode, it is a second opinion that shares nothing with the first: the
 transforms read the script with libcst and ddpify.analysis; this reads the original and the
 output with the stdlib `ast` and a few simple, conservative rules (DDP910-DDP917, DDP919,
-DDP922-DDP925, DDP927, DDP933). What it cannot show is a warning naming the line of the original where the
+DDP922-DDP927, DDP933). What it cannot show is a warning naming the line of the original where the
 defect is (the output line is in the message), so the run exits 1 and the file is still written.
 """
 import ast
@@ -21,6 +21,7 @@ from ddpify.selfcheck.models import (
     deleted_moves,
     misplaced_wraps,
     own_model_unwrapped,
+    parts_run_beside_the_wrapper,
     trained_but_unwrapped,
     training_without_a_wrap,
     wrapper_handed_to_an_exporter,
@@ -62,6 +63,7 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
         *own_model_unwrapped(after, any(d.code == "DDP903" for d in diagnostics)),
         *wrapper_handed_to_an_exporter(after),
         *attributes_read_through_the_wrapper(after),
+        *parts_run_beside_the_wrapper(after),
         *unsharded_loaders(before, after, loaders_left_whole,
                            any(d.code in NO_EPOCH_LOOP_CODES for d in diagnostics)),
         *unguarded_output(after),
@@ -86,6 +88,10 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
     # "a") as store:` around the training) is the write found here again: said once.
     writers_reported = _lines_of(diagnostics, ("DDP307",))
     found = [d for d in found if not (d.code == "DDP913" and d.line in writers_reported)]
+    # A part of the model the migration left running on the wrapper and reported (DDP116), or a
+    # model it reported training around its wrapper (DDP903), is found here again: said once.
+    parts_reported = _lines_of(diagnostics, ("DDP116", "DDP903"))
+    found = [d for d in found if not (d.code in ("DDP925", "DDP926") and d.line in parts_reported)]
     return sorted(set(found), key=lambda d: (d.line, d.code, d.message))
 
 

@@ -4,8 +4,9 @@ a process group without any wrap (DDP911)."""
 import ast
 from collections.abc import Iterator, Sequence
 from operator import attrgetter
-from typing import Callable, Optional, Union
+from typing import Callable, Optional, Union, cast
 
+from ddpify.analysis.part_runs import dotted_or_module, frozen_parts, part_runs
 from ddpify.selfcheck.source import FUNCTIONS, LOOPS, Scope, Source, assigned_targets, dotted, last_part
 
 # FSDP2's fully_shard(model) shards the model in place: the same place as a DDP wrap.
@@ -849,3 +850,82 @@ def attributes_read_through_the_wrapper(migrated: Source) -> Iterator[Finding]:
                                               f"{call.lineno}, which has no `{node.attr}`: read "
                                               f"`getattr({name}, \"module\", {name}).{node.attr}`")
                 break
+
+
+def parts_run_beside_the_wrapper(migrated: Source) -> Iterator[Finding]:
+    """`model = DDP(model, ...)`, then a part of the raw module run with gradients on, in a
+    step whose backward it reaches: `getattr(model, "module", model).aux_fc(x)` (or
+    `model.module.heads[0](x)`, an alias, a loop over them) in the wrap's scope, or in a
+    function of the file the wrapper is handed to there, whose return that backward reaches.
+    DDP shares gradients only inside the wrapper's forward (analysis/part_runs.py)."""
+    functions = {function.name: function for function in ast.walk(migrated.tree) if isinstance(function, FUNCTIONS)}
+    frozen = frozen_parts(migrated.tree)  # a momentum teacher the class freezes trains nothing
+    for name, call in wraps(migrated):
+        if last_part(call.func) not in DDP_WRAPPERS or "." in name:
+            continue
+        scope = migrated.scope_of(call)
+        needed = _fed_to_backward(migrated, scope)
+        if not needed[0]:
+            continue
+        after = [run for run in [*part_runs(scope, f"{name}.module", frozen), *_raw_module_runs(migrated, scope, name)]
+                 if run.lineno > call.lineno]
+        for run in after:
+            if _feeds(migrated, run, scope, needed):
+                yield ("DDP926", run.lineno, f"`{ast.unparse(run.func)}(...)` runs a part of the module "
+                                             f"`{name}` wraps (output line {call.lineno}) outside the "
+                                             f"wrapper's forward, and the step's backward reaches it")
+                return
+        for handed in migrated.calls_in(scope):
+            callee = functions.get(handed.func.id) if isinstance(handed.func, ast.Name) else None
+            if callee is None or handed.lineno <= call.lineno or not _feeds(migrated, handed, scope, needed):
+                continue
+            parameters = [argument.arg for argument in callee.args.args]
+            for index, argument in enumerate(handed.args[:len(parameters)]):
+                if dotted(argument) != name:
+                    continue
+                runs = part_runs(callee, f"{parameters[index]}.module", frozen)
+                returned = _fed_to_backward(migrated, callee, returns=True)
+                inner = next((run for run in runs if _feeds(migrated, run, callee, returned)), None)
+                if inner is not None:
+                    yield ("DDP926", inner.lineno, f"`{ast.unparse(inner.func)}(...)` runs a part of the module "
+                                                 f"`{name}` wraps (output line {call.lineno}) outside the "
+                                                 f"wrapper's forward, in `{callee.name}`, whose result the "
+                                                 f"step's backward reaches (output line {handed.lineno})")
+                    return
+
+
+def _raw_module_runs(source: Source, scope: Scope, name: str) -> list[ast.Call]:
+    """`getattr(model, "module", model)(x)`, `model.module(x)`: the whole raw module run, with
+    gradients on, in the scope (not under no_grad: those are evaluations)."""
+    return [call for call in source.calls_in(scope) if dotted_or_module(call.func) == f"{name}.module"
+            and not any(isinstance(ancestor, ast.With) and "no_grad" in ast.unparse(ancestor.items[0].context_expr)
+                        for ancestor in source.ancestors(call))]
+
+
+def _fed_to_backward(source: Source, scope: Scope, returns: bool = False) -> tuple[list[ast.AST], set[str]]:
+    """What the scope's backward (or, with `returns`, what it returns) is computed from: the
+    expressions, and the names read by them and by the assignments to those names, in turn."""
+    roots: list[ast.AST] = []
+    for statement in source.statements_in(scope):
+        if returns and isinstance(statement, ast.Return) and statement.value is not None:
+            roots.append(statement.value)
+    if not returns:
+        roots = [call.func.value for call in source.calls_in(scope)
+                 if isinstance(call.func, ast.Attribute) and call.func.attr == "backward"]
+    needed = {node.id for root in roots for node in ast.walk(root) if isinstance(node, ast.Name)}
+    assignments = [statement for statement in source.statements_in(scope)
+                   if isinstance(statement, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and statement.value is not None]
+    changed = True
+    while changed:
+        changed = False
+        for statement in assignments:
+            if set(assigned_targets(statement)) & needed and statement.value not in roots:
+                roots.append(cast(ast.AST, statement.value))
+                needed |= {node.id for node in ast.walk(cast(ast.AST, statement.value)) if isinstance(node, ast.Name)}
+                changed = True
+    return roots, needed
+
+
+def _feeds(source: Source, node: ast.AST, scope: Scope, fed: tuple[list[ast.AST], set[str]]) -> bool:
+    roots = {id(root) for root in fed[0]}
+    return any(id(ancestor) in roots for ancestor in (node, *source.ancestors(node)))

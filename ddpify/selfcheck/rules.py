@@ -1,4 +1,4 @@
-"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP925, DDP927, DDP933): what a second reading of
+"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP927, DDP933): what a second reading of
 ddpify's own output can find wrong. The detection is in this package (gathers, loaders,
 models, output, setup); the rules and their cases live here, beside it, rather than in
 ddpify/rules/, whose units plan edits.
@@ -113,6 +113,15 @@ RULES = (
          "trains unwrapped, each rank on its own copy.",
          "Move `if distributed: self.G = DDP(self.G, ...)` below the last move of `self.G`, after the "
          "branches that build it merge, in the method that calls the others."),
+    Rule("DDP926", Severity.WARNING,
+         "self-check: a part of the wrapped model runs outside its forward in a training step",
+         "After `model = DDP(model, ...)`, `getattr(model, \"module\", model).aux_head(x)` (a part of the raw "
+         "module, or one of its other methods) run with gradients on, in a step whose backward it reaches, uses "
+         "parameters outside the wrapper's forward: DDP shares no gradient for them when no forward runs, or "
+         "fails the step (\"Expected to mark a variable ready only once\") when one does. ddpify leaves such a "
+         "call as written and reports it (DDP116); this is the second reading of the output.",
+         "Run the part inside the model's forward, or wrap a module whose forward runs it; and report the "
+         "rewrite as a ddpify bug."),
     Rule("DDP925", Severity.WARNING, "self-check: an attribute of the model is read through the DDP wrapper",
          "After `model = DDP(model, ...)`, `model.hyperparams` (any attribute of the model's own, "
          "not one nn.Module or DDP has) raises AttributeError under torchrun, on every rank, while "
@@ -348,6 +357,11 @@ CASES = (
     Flags(TRAINING.replace("optimizer = torch", "model.accumulate = 2\noptimizer = torch"),
           _JOINED.replace("optimizer = torch", "model.accumulate = 2\nmodel = DDP(model)\noptimizer = torch")
           .replace("for epoch", "sync = model.accumulate == 1\nfor epoch"), "DDP925"),
+    # A part of the raw module run beside the wrapper's forward, in the loss the step backpropagates.
+    Flags(TRAINING.replace("model(x.to(device))", "model(x.to(device)) + model.weight.sum()"),
+          _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch").replace(
+              "model(x.to(device))", 'model(x.to(device)) + getattr(model, "module", model)(x.to(device))'),
+          "DDP926"),
     # ddpify's own output reads it through `getattr(model, "module", model)`.
     Silent(TRAINING.replace("optimizer = torch", "model.accumulate = 2\noptimizer = torch")
            .replace("for epoch", "sync = model.accumulate == 1\nfor epoch"), "DDP925"),
