@@ -1,6 +1,7 @@
 """The model's moves and its wrap: no move of the original deleted (DDP910), each `DDP(x)`
 after every assignment and move of `x` on every path, before `x` trains, and no training in
-a process group without any wrap (DDP911)."""
+a process group without any wrap (DDP911); nothing after the wrap that changes which
+parameters train (DDP928) or draws them afresh (DDP929)."""
 import ast
 from collections.abc import Iterator, Sequence
 from operator import attrgetter
