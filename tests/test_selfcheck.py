@@ -1004,6 +1004,7 @@ def test_a_part_frozen_after_the_wrap_that_the_migration_reported_is_said_once()
     '        nn.init.kaiming_normal_(m.weight)\n',
     "with torch.no_grad():\n    model.module.weight.normal_(0, 0.01)\n",
     "model.apply(init)\n",
+    "init(model)\n",
     'for m in getattr(model, "module", model).children():\n    m.reset_parameters()\n',
 ])
 def test_weights_drawn_after_the_wrap_are_found(draw):

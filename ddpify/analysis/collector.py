@@ -1924,6 +1924,21 @@ class Collector(cst.CSTVisitor):
                     self.facts.moved_by_helpers.setdefault(name, []).append(call)
                     self._touch(name, call)
 
+    def note_weights_drawn_by_functions(self) -> None:
+        """`init_weights(model)` as a statement, where a function of this file draws weights of
+        what it is handed (`for m in net.modules(): nn.init.kaiming_normal_(m.weight)`): the
+        call draws the model's weights afresh, so its wrap comes after it (_note_weights_drawn)."""
+        for statement in self.facts.module.body:
+            if not isinstance(statement, cst.FunctionDef) or not any(
+                    self._draws_weights(call) for call in calls_within(statement.body)):
+                continue
+            for call in self.facts.calls_by_callee.get(statement.name.value, ()):
+                if self._is_statement_call(call):
+                    for argument in call.args:
+                        name = dotted_name(argument.value)
+                        if name is not None:
+                            self._touch(name, call)
+
     def _moving_partial(self, value: cst.BaseExpression) -> bool:
         """`functools.partial(nn.Module.to, device=device)` (or of `torch.nn.Module.cuda`): a
         callable that moves the module it is handed."""

@@ -1096,9 +1096,14 @@ def _draw_into(source: Source, statement: ast.stmt, model: str) -> Optional[str]
             return ast.unparse(call)
     if isinstance(call.func, ast.Attribute) and call.func.attr == "apply" and call.args \
             and _part_of(call.func.value, model) is not None:
-        for function in source.functions.get(dotted(call.args[0]) or "", ()):
-            if any(isinstance(node, ast.Call) and _draws(source, node) for node in ast.walk(function)):
-                return ast.unparse(call)
+        drawing = source.functions.get(dotted(call.args[0]) or "", ())
+    elif isinstance(call.func, ast.Name) and any(_part_of(argument, model) is not None for argument in call.args):
+        drawing = source.functions.get(call.func.id, ())  # `init_weights(model)`
+    else:
+        return None
+    for function in drawing:
+        if any(isinstance(node, ast.Call) and _draws(source, node) for node in ast.walk(function)):
+            return ast.unparse(call)
     return None
 
 
