@@ -46,6 +46,11 @@ WITHOUT_A_FIXTURE = {
     "DDP925": "self-check: a broken output in selfcheck/rules.py CASES (a model attribute read through the "
               "wrapper); ddpify's own outputs read it through getattr",
     "DDP933": "self-check: a broken output in selfcheck/rules.py CASES",
+    "DDP928": "self-check: broken outputs in selfcheck/rules.py CASES and tests/test_selfcheck.py (a part "
+              "frozen, or the whole model frozen for good, after its wrap); ddpify's own outputs change "
+              "requires_grad before the wrap or report it (DDP111)",
+    "DDP929": "self-check: broken outputs in selfcheck/rules.py CASES and tests/test_selfcheck.py (weights "
+              "drawn after the wrap); ddpify's own outputs wrap after the draw",
     # A `# ddpify: ignore` comment that silences nothing: tests/test_suppressions.py.
     "DDP920": "unused suppression comment: tests/test_suppressions.py",
     # An entry whose Trainer is a class of another module on one path only: a project.

@@ -4,6 +4,7 @@ fail on that output with its defect planted.
 Every fixture's expected output passing the self-check is shown by tests/test_fixtures.py:
 migrate_source runs the self-check, so a DDP91x on a fixture would change its diagnostics.
 """
+import re
 from pathlib import Path
 
 import pytest
@@ -904,3 +905,131 @@ def test_a_wrap_before_a_loop_moving_the_submodules_or_a_call_moving_the_model_f
         assert codes(original, right) == []
         before = MIGRATED.replace("model.to(device)\n" + WRAP, WRAP + move, 1)
         assert codes(original, before) == ["DDP911"]
+
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def fixture(path):
+    """A fixture's input, its expected output, and the migration's diagnostics there."""
+    folder = FIXTURES / path
+    diagnostics = [Diagnostic(code, int(line), 1, "") for line, code in re.findall(
+        r"^input\.py:(\d+):\d+: (DDP\d+)", (folder / "expected.txt").read_text(), re.MULTILINE)]
+    return (folder / "input.py").read_text(), (folder / "expected.py").read_text(), diagnostics
+
+
+@pytest.mark.parametrize("move", [".to(device=device, dtype=torch.float64)", ".cuda()", ".to(device)"])
+def test_a_move_chained_on_the_construction_deleted_is_found(move):
+    """DDP910: `model = Net().to(device=device, dtype=torch.float64)` moves no named value, so
+    its move is counted as a move of the name it fills: the chain deleted is found."""
+    built = "model = nn.Linear(10, 2)\nmodel.to(device)\n"
+    original = planted(built, f"model = nn.Linear(10, 2){move}\n", ORIGINAL)
+    right = planted(built, f"model = nn.Linear(10, 2){move.replace('.cuda()', '.to(device)')}\n")
+    assert codes(original, right) == []
+    assert codes(original, planted(built, "model = nn.Linear(10, 2)\n")) == ["DDP910"]
+    # In a fixture's real output: `nn.Sequential(...).to(device)`.
+    original, expected, diagnostics = fixture("model/sequential_layer_frozen_mid_training")
+    assert codes(original, expected, diagnostics) == []
+    deleted = planted("nn.Linear(16, 2)).to(device)\n", "nn.Linear(16, 2))\n", expected)
+    assert codes(original, deleted, diagnostics) == ["DDP910"]
+
+
+@pytest.mark.parametrize("path, move", [
+    ("setup/model_moved_by_a_conditional_expression_on_a_cuda_flag",
+     "net = net.to(device) if args.cuda else net\n"),
+    ("model/model_read_from_an_object_whose_init_moves_it_by_a_conditional_expression",
+     "        self.net = self.net.to(device) if cuda else self.net\n"),
+])
+def test_a_move_in_a_conditional_expression_deleted_is_found(path, move):
+    """DDP910: `self.net = net.cuda() if use_cuda else net` (in `__init__` or anywhere) moves
+    `net` on one arm: it counts as a move, and deleting the line is found."""
+    original, expected, diagnostics = fixture(path)
+    assert codes(original, expected, diagnostics) == []
+    assert codes(original, planted(move, "", expected), diagnostics) == ["DDP910"]
+    # As a statement of its own, `model.cuda() if cuda else None`.
+    statement = ORIGINAL.replace("model.to(device)\n", "model.to(device) if device != 'cpu' else None\n")
+    assert codes(statement, planted("model.to(device)\n" + WRAP, WRAP)) == ["DDP910"]
+
+
+def test_a_wrap_in_a_try_whose_handler_carries_on_before_training_is_found():
+    """DDP911: the wrap in the body of a `try:` whose `except` carries on is skipped where the
+    body raised before it; a training after the `try` then trains the bare model. A handler
+    that re-raises, or training only inside the body, is fine."""
+    original, expected, diagnostics = fixture("model/model_moved_and_trained_in_try_body")
+    assert codes(original, expected, diagnostics) == []
+    again = ("for batch, label in loader:\n    loss = criterion(model(batch.to(device)), label.to(device))\n"
+             "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n")
+    handler = '        print("interrupted, saving what we have")\n'
+    trained_after = planted(handler, handler + "\n" + again, expected)
+    assert codes(original, trained_after, diagnostics) == ["DDP911"]
+    reraised = planted(handler, handler + "    raise\n", trained_after)
+    assert codes(original, reraised, diagnostics) == []
+    # The model moved in a `try:` that falls back to the CPU: the wrap belongs after it.
+    guarded = "try:\n    model.to(device)\nexcept RuntimeError:\n    pass\n"
+    original = ORIGINAL.replace("model.to(device)\n", guarded)
+    assert codes(original, planted("model.to(device)\n", guarded)) == []
+    inside = "try:\n    model.to(device)\n" + "".join("    " + line for line in WRAP.splitlines(True)) \
+        + "except RuntimeError:\n    pass\n"
+    assert codes(original, planted("model.to(device)\n" + WRAP, inside)) == ["DDP911"]
+
+
+@pytest.mark.parametrize("freeze", [
+    "model.requires_grad_(False)\n",
+    "for p in model.parameters():\n    p.requires_grad = False\n",
+    "freeze(model)\n",
+    "model.module.bias.requires_grad_(False)\n",
+    'getattr(model, "module", model).bias.requires_grad_(False)\n',
+])
+def test_a_model_frozen_after_its_wrap_is_found(freeze):
+    """DDP928: a part frozen after the wrap leaves DDP waiting for its gradients; the whole
+    model frozen for good after it trains nothing and needs no wrap. Frozen before the wrap,
+    or toggled whole (a GAN's discriminator), is not that."""
+    helper = "def freeze(m):\n    for p in m.parameters():\n        p.requires_grad = False\n\n\n"
+    assert codes(ORIGINAL, helper + planted(WRAP, WRAP + freeze)) == ["DDP928"]
+    toggled = "model.requires_grad_(False)\nmodel.requires_grad_(True)\n"
+    assert codes(ORIGINAL, planted(WRAP, WRAP + toggled)) == []
+
+
+def test_a_part_frozen_after_the_wrap_that_the_migration_reported_is_said_once():
+    """The migration's DDP111 names a part of the model frozen after its wrap: the self-check
+    does not repeat it, and finds it where the report is missing."""
+    original, expected, diagnostics = fixture("model/sequential_layer_frozen_mid_training")
+    assert "DDP111" in [d.code for d in diagnostics]
+    assert codes(original, expected, diagnostics) == []
+    assert codes(original, expected, [d for d in diagnostics if d.code != "DDP111"]) == ["DDP928"]
+
+
+@pytest.mark.parametrize("draw", [
+    'for m in getattr(model, "module", model).modules():\n    if isinstance(m, nn.Linear):\n'
+    '        nn.init.kaiming_normal_(m.weight)\n',
+    "with torch.no_grad():\n    model.module.weight.normal_(0, 0.01)\n",
+    "model.apply(init)\n",
+    "init(model)\n",
+    'for m in getattr(model, "module", model).children():\n    m.reset_parameters()\n',
+])
+def test_weights_drawn_after_the_wrap_are_found(draw):
+    """DDP929: DDP broadcasts rank 0's weights when it wraps; a random draw after the wrap gives
+    each rank weights of its own, which averaged gradients never bring together. A draw
+    before the wrap, or a constant fill after it, is fine."""
+    init = "def init(m):\n    nn.init.xavier_uniform_(m.weight)\n\n\n"
+    assert codes(ORIGINAL, init + planted(WRAP, WRAP + draw)) == ["DDP929"]
+    assert codes(ORIGINAL, init + planted(WRAP, draw.replace("model.module", "model").replace(
+        'getattr(model, "module", model)', "model") + WRAP)) == []
+    assert codes(ORIGINAL, planted(WRAP, WRAP + "nn.init.zeros_(model.module.bias)\n")) == []
+    # ddpify's own output for such a script draws the weights before the wrap.
+    original, expected, diagnostics = fixture("model/weights_drawn_by_a_module_loop_after_the_move")
+    assert codes(original, expected, diagnostics) == []
+
+
+def test_a_move_of_a_wrapped_model_on_rank0_only_is_found():
+    """DDP916: `model.to(device)` in a `with open(...)` block guarded whole for its write: the
+    other ranks wrap the model where it was (DDP refuses a CPU module with device_ids on a
+    GPU; Gloo lets it pass). ddpify's own output keeps the block on every rank, writing to
+    os.devnull there."""
+    original, expected, diagnostics = fixture("side_effects/model_moved_in_the_block_that_writes_its_summary")
+    assert codes(original, expected, diagnostics) == []
+    block = 'with open("summary.txt" if is_main else os.devnull, "w") as f:\n    if is_main:\n' \
+        '        print(model, file=f)\n    model = model.to(device)\n'
+    guarded = 'if is_main:\n    with open("summary.txt", "w") as f:\n        print(model, file=f)\n' \
+        '        model = model.to(device)\n'
+    assert codes(original, planted(block, guarded, expected), diagnostics) == ["DDP916"]

@@ -55,6 +55,10 @@ from ddpify.project import Project
 
 # Calls whose result yields the items of their first argument.
 ITERATION_WRAPPERS = names.PROGRESS_BARS | {"builtins.enumerate", "builtins.iter", "builtins.zip", "itertools.cycle"}
+# In-place draws of a tensor's values from the global generator (`m.weight.normal_(0, 0.02)`),
+# and a layer's own fresh draw of its weights (`m.reset_parameters()`).
+WEIGHT_DRAWS = frozenset({"normal_", "uniform_", "random_", "bernoulli_", "exponential_", "cauchy_",
+                          "log_normal_", "geometric_", "reset_parameters"})
 _RETURNS_MODULE = frozenset({"to", "cpu", "cuda", "train", "eval", "float", "double", "half",
                              "bfloat16", "requires_grad_"})
 
@@ -193,6 +197,18 @@ class Collector(cst.CSTVisitor):
 
     def _touch(self, name: str, node: cst.CSTNode) -> None:
         self.facts.statements_touching.setdefault(name, []).append(self._statement(node))
+
+    def _note_weights_drawn(self, node: cst.Call) -> None:
+        """`nn.init.kaiming_normal_(model[0].weight)` or `model.fc.weight.normal_(0, 0.01)` as a
+        statement: the model's weights are drawn afresh, so its wrap must come after the draw
+        (DDP broadcasts rank 0's weights when it wraps; a draw after it gives each rank other
+        weights, which the averaged gradients never bring together again)."""
+        if not self._is_statement_call(node) or not node.args and not isinstance(node.func, cst.Attribute):
+            return
+        if any(name.startswith("torch.nn.init.") for name in self._qualified(node.func)) and node.args:
+            self._touch_model_of_part(node.args[0].value, node)
+        elif isinstance(node.func, cst.Attribute) and node.func.attr.value in WEIGHT_DRAWS:
+            self._touch_model_of_part(node.func.value, node)
 
     def _touch_model_of_part(self, part: cst.BaseExpression, node: cst.CSTNode) -> None:
         """`model.backbone.requires_grad_(False)`, `model[0].weight.requires_grad = False`: a
@@ -821,6 +837,7 @@ class Collector(cst.CSTVisitor):
         callee = dotted_name(node.func)
         if callee is not None:
             self.facts.calls_by_callee.setdefault(callee, []).append(node)
+        self._note_weights_drawn(node)
         for qualified in self._qualified(node.func):
             facts.calls_named.setdefault(qualified, []).append(node)
             self._note_helper(node, qualified)
@@ -1888,14 +1905,17 @@ class Collector(cst.CSTVisitor):
                 self.facts.calls_returning_moved.update(self.facts.calls_by_callee.get(statement.name.value, ()))
 
     def note_moves_through_lambdas(self) -> None:
-        """`move = lambda m: m.to(device)` then `move(model)`, or `model.apply(lambda m:
-        m.to(device))`: nn.Module.to moves in place, so the statement moves the model (the
-        wrap follows it, with this rank's device_ids), as a helper function's call does
-        (_note_moved_in_place)."""
+        """`move = lambda m: m.to(device)` (or `functools.partial(nn.Module.to, device=device)`)
+        then `move(model)`, or `model.apply(lambda m: m.to(device))`: nn.Module.to moves in
+        place, so the statement moves the model (the wrap follows it, with this rank's
+        device_ids), as a helper function's call does (_note_moved_in_place); and `model =
+        move(model)` (or `move(Net())`) is a value on its device, as a factory's is."""
         movers = {name for name, values in self.facts.assigned_values.items()
-                  if len(values) == 1 and _moving_lambda(values[0])}
+                  if len(values) == 1 and (_moving_lambda(values[0]) or self._moving_partial(values[0]))}
         for callee, calls in self.facts.calls_by_callee.items():
             for call in calls:
+                if callee in movers:
+                    self.facts.calls_returning_moved.add(call)
                 if not call.args or not isinstance(self.parents.get(call), cst.Expr):
                     continue
                 handed = call.args[0].value
@@ -1908,6 +1928,30 @@ class Collector(cst.CSTVisitor):
                 if name is not None:
                     self.facts.moved_by_helpers.setdefault(name, []).append(call)
                     self._touch(name, call)
+
+    def note_weights_drawn_by_functions(self) -> None:
+        """`init_weights(model)` as a statement, where a function of this file draws weights of
+        what it is handed (`for m in net.modules(): nn.init.kaiming_normal_(m.weight)`): the
+        call draws the model's weights afresh, so its wrap comes after it (_note_weights_drawn)."""
+        for statement in self.facts.module.body:
+            if not isinstance(statement, cst.FunctionDef) or not any(
+                    self._draws_weights(call) for call in calls_within(statement.body)):
+                continue
+            for call in self.facts.calls_by_callee.get(statement.name.value, ()):
+                if self._is_statement_call(call):
+                    for argument in call.args:
+                        name = dotted_name(argument.value)
+                        if name is not None:
+                            self._touch(name, call)
+
+    def _moving_partial(self, value: cst.BaseExpression) -> bool:
+        """`functools.partial(nn.Module.to, device=device)` (or of `torch.nn.Module.cuda`): a
+        callable that moves the module it is handed."""
+        if not (isinstance(value, cst.Call) and value.args and value.args[0].keyword is None):
+            return False
+        bound = self._qualified(value.args[0].value)
+        return "functools.partial" in self._qualified(value.func) and bool(
+            bound & {"torch.nn.Module.to", "torch.nn.Module.cuda"})
 
     def _returns_moved(self, function: cst.FunctionDef) -> bool:
         # Names already followed: `t = t.half()` (or `a = b.float()` with `b = a.cpu()`)
@@ -2007,8 +2051,17 @@ class Collector(cst.CSTVisitor):
             # `for m in model.modules(): if isinstance(m, nn.BatchNorm2d): m.weight.requires_grad
             # = False`: a freeze of part of the model through a loop variable, as above.
             touched.extend(models_frozen_in_part(node))
+            # `for m in model.modules(): nn.init.kaiming_normal_(m.weight)`: its weights drawn
+            # afresh (_note_weights_drawn), so the wrap comes after the loop.
+            if any(self._draws_weights(call) for call in calls_within(node.body)):
+                touched.extend(walked for module in walked_modules(node)
+                               if (walked := dotted_name(module)) is not None)
         for name in dict.fromkeys(touched):
             self.facts.statements_touching.setdefault(name, []).append(node)
+
+    def _draws_weights(self, call: cst.Call) -> bool:
+        return any(name.startswith("torch.nn.init.") for name in self._qualified(call.func)) or isinstance(
+            call.func, cst.Attribute) and call.func.attr.value in WEIGHT_DRAWS
 
     def _iterated_names(self, node: cst.BaseExpression) -> list[str]:
         """The names a `for` goes over: through a progress bar, enumerate() or iter(), only its
@@ -2346,7 +2399,7 @@ def _sets_requires_grad(loop: cst.For) -> bool:
 def _moving_lambda(value: cst.BaseExpression) -> bool:
     """`lambda m: m.to(device)` (or `m.cuda()`, `m.float().to(device)`): a lambda that moves
     the module it is handed."""
-    if not (isinstance(value, cst.Lambda) and len(value.params.params) == 1):
+    if not (isinstance(value, cst.Lambda) and value.params.params):
         return False
     body, moved = value.body, False
     while isinstance(body, cst.Call) and isinstance(body.func, cst.Attribute) \

@@ -88,7 +88,8 @@ class DeviceValues:
 
 def moves_itself(class_def: cst.ClassDef) -> bool:
     """Its `__init__` moves the object, or its parts one by one, in place (`self.to(device)`,
-    `self.cuda()`, `self.encoder.cuda(); self.decoder.cuda()`, under a test or not): each object
+    `self.cuda()`, `self.encoder.cuda(); self.decoder.cuda()`, under a test or not) or as it
+    stores them (`self.backbone = backbone.to(device)`): each object
     of the class is made on its device, as by `Net().to(device)`, and is wrapped with this
     rank's device_ids (effects._moves_itself reads a class of another module the same way)."""
     init = next((statement for statement in class_def.body.body
@@ -110,8 +111,26 @@ def moves_itself(class_def: cst.ClassDef) -> bool:
                 moved = moved.value
             found = found or isinstance(moved, cst.Name) and moved.value == receiver
 
+        def visit_Assign(self, statement: cst.Assign) -> None:
+            # `self.backbone = backbone.to(device)`, `self.head = nn.Linear(32, 2).cuda()`: a
+            # part stored already on its device.
+            nonlocal found
+            value = statement.value
+            if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+                    and value.func.attr.value in ("to", "cuda")) or _moves_to_the_cpu(value):
+                return
+            found = found or any(isinstance(target.target, cst.Attribute) and isinstance(target.target.value, cst.Name)
+                                 and target.target.value.value == receiver for target in statement.targets)
+
         def visit_FunctionDef(self, inner: cst.FunctionDef) -> bool:
             return inner is init
 
     traversal.visit(init, _Moves())
     return found
+
+
+def _moves_to_the_cpu(call: cst.Call) -> bool:
+    """`x.to("cpu")`, `x.to(device="cpu")`."""
+    arguments = [arg for arg in call.args if arg.keyword is None or arg.keyword.value == "device"]
+    return bool(arguments) and isinstance(arguments[0].value, cst.SimpleString) \
+        and "cpu" in arguments[0].value.value

@@ -1474,8 +1474,9 @@ def _moves(value: ast.expr) -> bool:
 
 def _moves_itself(init: ast.FunctionDef) -> bool:
     """An `__init__` that moves its object, or its parts one by one, in place (`self.to(device)`,
-    `self.encoder.cuda()`): each object of the class is made on its device, as by
-    `Net().to(device)` (the reading of devices.moves_itself for a class of another module)."""
+    `self.encoder.cuda()`) or as it stores them (`self.backbone = backbone.to(device)`): each
+    object of the class is made on its device, as by `Net().to(device)` (the reading of
+    devices.moves_itself for a class of another module)."""
     receiver = init.args.args[0].arg if init.args.args else "self"
     for node in ast.walk(init):
         if isinstance(node, ast.Expr) and _moves(node.value):
@@ -1484,6 +1485,10 @@ def _moves_itself(init: ast.FunctionDef) -> bool:
                 moved = moved.value
             if isinstance(moved, ast.Name) and moved.id == receiver:
                 return True
+        if isinstance(node, ast.Assign) and _moves(node.value) and any(
+                isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == receiver
+                for target in node.targets):
+            return True
     return False
 
 

@@ -37,6 +37,7 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
     collector.note_element_movers()
     collector.note_factories_returning_moved()
     collector.note_moves_through_lambdas()
+    collector.note_weights_drawn_by_functions()
     collector.note_helper_methods()
     collector.note_loaders_from_methods()
     collector.note_loaders_held_by_project_objects()

@@ -1268,8 +1268,9 @@ def _never_moved(facts: Facts, model: Model) -> bool:
         if facts.device_moves.get(name) or facts.moved_by_helpers.get(name):
             return False
         for value in facts.assigned_values.get(name, ()):
-            # calls_within includes the value itself: `Net().to(device)` is a move.
-            if any(isinstance(call.func, cst.Attribute) and call.func.attr.value in ("to", "cuda")
+            # calls_within includes the value itself: `Net().to(device)` is a move, and so is
+            # `model.to_empty(device=device)`, which makes a model built on the meta device there.
+            if any(isinstance(call.func, cst.Attribute) and call.func.attr.value in ("to", "cuda", "to_empty")
                    or call in facts.calls_returning_moved for call in calls_within(value)):
                 return False
             container = dotted_name(value.value) if isinstance(value, cst.Subscript) else None
@@ -1348,7 +1349,23 @@ def _read_from_a_moved_object(facts: Facts, value: cst.BaseExpression) -> bool:
     owner = dotted_name(value.value)
     return owner is not None and (bool(facts.device_moves.get(owner)) or any(
         isinstance(call.func, cst.Attribute) and call.func.attr.value in ("to", "cuda")
+        or _moved_by_the_init_of(facts, call, value.attr.value)
         for assigned in facts.assigned_values.get(owner, ()) for call in calls_within(assigned)))
+
+
+def _moved_by_the_init_of(facts: Facts, call: cst.Call, attribute: str) -> bool:
+    """Rule: `model = t.model` after `t = Trainer()`, whose `__init__` moves `self.model` to an
+    accelerator (`self.model.cuda()`, `self.model = self.model.to(device) if cuda else
+    self.model`): the object hands out a module that may be on the device, so its wrap takes
+    this rank's device_ids and the group is NCCL's on GPUs, not a CPU model's Gloo."""
+    built = dotted_name(call.func)
+    for move in facts.device_moves.get(f"self.{attribute}", ()):
+        function = facts.function_of(move)
+        owner = facts.class_of(function)
+        if function is not None and function.name.value == "__init__" and owner is not None \
+                and owner.name.value == built and not _to_cpu(move):
+            return True
+    return False
 
 
 def _rewrapped_by_a_later_call(facts: Facts, model: Model, anchor: Statement) -> bool:

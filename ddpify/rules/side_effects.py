@@ -504,9 +504,15 @@ def _only_writes(facts: Facts, block: cst.With) -> bool:
     (the training, an evaluation that gathers: `trainer.validate()`), nor of a parameter of
     its function, which may be the model a caller hands in (_calls_own_parameter), nor of a
     function of another module of the project handed the model (`validation(model, ...)` of
-    test.py: a DDP forward on rank 0 alone waits for a buffer broadcast the others never join)."""
+    test.py: a DDP forward on rank 0 alone waits for a buffer broadcast the others never join),
+    nor a move to a device (`f.write(str(model)); model.to(device)`: on rank 0 alone, the other
+    ranks would wrap the model where it was)."""
     if any(loop in facts.training_loops or loop in facts.loops_calling_training
            for loop in find_all(block.body, cst.For)):
+        return False
+    within = set(calls_within(block.body))
+    if any(move in within and move.func.attr.value != "cpu"  # type: ignore[attr-defined]
+           for moves in facts.device_moves.values() for move in moves):
         return False
     models = {model.name for model in facts.models}
     return not any((dotted_name(call.func) or "") in models or (dotted_name(call.func) or "") in facts.functions

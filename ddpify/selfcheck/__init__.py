@@ -4,7 +4,7 @@ cannot show the contract's properties there.
 Like black's safe mode, it is a second opinion that shares nothing with the first: the
 transforms read the script with libcst and ddpify.analysis; this reads the original and the
 output with the stdlib `ast` and a few simple, conservative rules (DDP910-DDP917, DDP919,
-DDP922-DDP927, DDP933). What it cannot show is a warning naming the line of the original where the
+DDP922-DDP929, DDP933). What it cannot show is a warning naming the line of the original where the
 defect is (the output line is in the message), so the run exits 1 and the file is still written.
 """
 import ast
@@ -22,14 +22,17 @@ from ddpify.selfcheck.models import (
     misplaced_wraps,
     own_model_unwrapped,
     parts_run_beside_the_wrapper,
+    requires_grad_changed_after_the_wrap,
     trained_but_unwrapped,
     training_without_a_wrap,
+    weights_drawn_after_the_wrap,
     wrapper_handed_to_an_exporter,
     wraps_across_methods,
 )
 from ddpify.selfcheck.names import names_read_unbound
 from ddpify.selfcheck.output import (
     draws_on_rank0_only,
+    moves_on_rank0,
     shared_work_on_rank0,
     unguarded_output,
     wrapped_forwards_on_rank0,
@@ -59,6 +62,8 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
     in_output = [
         *misplaced_wraps(after),
         *wraps_across_methods(after),
+        *requires_grad_changed_after_the_wrap(after),
+        *weights_drawn_after_the_wrap(after),
         *training_without_a_wrap(after, any(d.code == "DDP903" for d in diagnostics)),
         *own_model_unwrapped(after, any(d.code == "DDP903" for d in diagnostics)),
         *wrapper_handed_to_an_exporter(after),
@@ -69,6 +74,7 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
         *unguarded_output(after),
         *shared_work_on_rank0(after),
         *wrapped_forwards_on_rank0(after),
+        *moves_on_rank0(after),
         *draws_on_rank0_only(after),
         *joins_on_import(before, after),
         *joined_twice(before, after),
@@ -79,11 +85,11 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
         *misplaced_gathers(after),
     ]
     # A fixed GPU the migration already reported where it is (DDP003) is not counted twice.
-    reported_gpus = _lines_of(diagnostics, ("DDP003",))
+    # Likewise a part of the model whose requires_grad changes after its wrap (DDP111).
+    reported = {"DDP924": _lines_of(diagnostics, ("DDP003",)), "DDP928": _lines_of(diagnostics, ("DDP111",))}
     found = [Diagnostic(code, line, 1, f"{rule_of(code).summary}: {detail}") for code, line, detail in in_original]
     found += [Diagnostic(code, to_original(line), 1, f"{rule_of(code).summary} (output line {line}): {detail}")
-              for code, line, detail in in_output
-              if not (code == "DDP924" and to_original(line) in reported_gpus)]
+              for code, line, detail in in_output if to_original(line) not in reported.get(code, ())]
     # A writer the migration reported it could not put on rank 0 (DDP307, `with h5py.File(p,
     # "a") as store:` around the training) is the write found here again: said once.
     writers_reported = _lines_of(diagnostics, ("DDP307",))

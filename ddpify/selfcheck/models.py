@@ -1,6 +1,7 @@
 """The model's moves and its wrap: no move of the original deleted (DDP910), each `DDP(x)`
 after every assignment and move of `x` on every path, before `x` trains, and no training in
-a process group without any wrap (DDP911)."""
+a process group without any wrap (DDP911); nothing after the wrap that changes which
+parameters train (DDP928) or draws them afresh (DDP929)."""
 import ast
 from collections.abc import Iterator, Sequence
 from operator import attrgetter
@@ -201,9 +202,61 @@ def _placed_before(source: Source, name: str, line: int) -> bool:
 
 def misplaced_wraps(migrated: Source) -> Iterator[Finding]:
     for model, call in wraps(migrated):
-        problem = _wrap_problem(migrated, model, call) or _nothing_to_train(migrated, model, call)
+        problem = _wrap_problem(migrated, model, call) or _nothing_to_train(migrated, model, call) \
+            or _skipped_when_the_try_fails(migrated, model, call)
         if problem is not None:
             yield "DDP911", call.lineno, problem
+
+
+def _skipped_when_the_try_fails(source: Source, model: str, wrap: ast.Call) -> Optional[str]:
+    """Rule: a wrap in the body (or `else:`) of a `try:` one of whose handlers carries on
+    (`except RuntimeError: print("no GPU")`) does not run on the path where the body raised
+    before it: a training of the model after the `try` statement, or in that handler, then
+    trains the bare model, each rank its own copy. The wrap belongs after the `try` statement,
+    or in each handler that carries on as well."""
+    statement = source.statement_of(wrap)
+    wrapped = assigned_targets(statement) or [model]
+    scope = source.scope_of(wrap)
+    child: ast.AST = _anchor(source, statement)
+    for ancestor in source.ancestors(child):
+        if ancestor is scope:
+            break
+        if isinstance(ancestor, ast.Try) and (child in ancestor.body or child in ancestor.orelse):
+            carrying_on = [handler for handler in ancestor.handlers
+                           if _carries_on(handler.body) and not _wraps_in(handler, model)]
+            if carrying_on:
+                trains = [use for use in _training_uses(source, scope, [model, *wrapped], through_calls=True)
+                          if use.lineno > (ancestor.end_lineno or ancestor.lineno) or any(
+                              handler.lineno <= use.lineno <= (handler.end_lineno or handler.lineno)
+                              for handler in carrying_on)]
+                if trains:
+                    return (f"the wrap of `{model}` sits in a `try:` whose `except` on output line "
+                            f"{carrying_on[0].lineno} carries on without it, and `{ast.unparse(trains[0])}` on "
+                            f"output line {trains[0].lineno} then trains the bare model: wrap it after the `try`")
+        child = ancestor
+    return None
+
+
+# Calls that end the process: a handler ending in one does not carry on.
+_EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
+
+
+def _carries_on(body: list[ast.stmt]) -> bool:
+    """Whether running `body` can reach the statement after it (it does not end in a raise,
+    a return, a loop jump, an exit, or an `if` whose arms all end so)."""
+    last = body[-1]
+    if isinstance(last, (ast.Raise, ast.Return, ast.Continue, ast.Break)):
+        return False
+    if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call) and dotted(last.value.func) in _EXITS:
+        return False
+    if isinstance(last, ast.If) and last.orelse:
+        return _carries_on(last.body) or _carries_on(last.orelse)
+    return True
+
+
+def _wraps_in(node: ast.AST, model: str) -> bool:
+    return any(isinstance(inner, ast.Call) and last_part(inner.func) in WRAPPERS and inner.args
+               and dotted(inner.args[0]) == model for inner in ast.walk(node))
 
 
 # torch.nn modules that hold no parameter: DDP refuses to wrap them.
@@ -929,3 +982,217 @@ def _fed_to_backward(source: Source, scope: Scope, returns: bool = False) -> tup
 def _feeds(source: Source, node: ast.AST, scope: Scope, fed: tuple[list[ast.AST], set[str]]) -> bool:
     roots = {id(root) for root in fed[0]}
     return any(id(ancestor) in roots for ancestor in (node, *source.ancestors(node)))
+def requires_grad_changed_after_the_wrap(migrated: Source) -> Iterator[Finding]:
+    """DDP928: requires_grad of a wrapped model changed after its wrap, in the wrap's scope.
+
+    DDP registers, when it is built, the parameters that require grad. A part frozen after the
+    wrap leaves its reducer waiting for gradients that never come ("Expected to have finished
+    reduction in the prior iteration", on the next step); a part unfrozen after it trains with
+    gradients no rank shares, and the copies drift apart without an error. The whole model
+    toggled (a GAN's discriminator frozen for the generator's step, then unfrozen) is safe,
+    but the whole model frozen for good after its wrap trains nothing: the wrap should not be
+    there (DDP refuses such a module when it is built frozen). The migration's own report of
+    a part changed after the wrap (DDP111) is counted by the caller."""
+    for model, call in wraps(migrated):
+        statement = migrated.statement_of(call)
+        if last_part(call.func) not in DDP_WRAPPERS or "." in model and not model.startswith("self."):
+            continue
+        scope = migrated.scope_of(call)
+        names = set(assigned_targets(statement) or [model])
+        later = sorted((other for other in migrated.statements_in(scope)
+                        if other.lineno > (statement.end_lineno or statement.lineno)), key=attrgetter("lineno"))
+        changes = []
+        for other in later:
+            for name in names:
+                if _rebound_between(migrated, scope, name, statement.lineno, other.lineno):
+                    continue  # a new model under the old name
+                change = _requires_grad_change(migrated, other, name)
+                if change is not None:
+                    changes.append((name, *change))
+        for name, whole, value, line in changes:
+            if not whole:
+                yield ("DDP928", line, f"requires_grad of part of `{name}` changed on output line {line}, after "
+                       f"its wrap on output line {call.lineno}: DDP syncs only the parameters that required grad "
+                       "when it was built")
+                break
+            if value is False and all(other_value is False for other_name, _, other_value, _ in changes
+                                      if other_name == name):
+                yield ("DDP928", line, f"`{name}` is frozen for good on output line {line}, after its wrap on "
+                       f"output line {call.lineno}: it trains nothing, so it needs no wrap")
+                break
+
+
+def _requires_grad_change(source: Source, statement: ast.stmt,
+                          model: str) -> Optional[tuple[bool, Optional[bool], int]]:
+    """(whole, value, the line that sets it) where the statement itself sets requires_grad of `model` or of a part of
+    it (`model.requires_grad_(False)`, `getattr(model, "module", model)[0].requires_grad_(False)`,
+    `for p in model.module.head.parameters(): p.requires_grad = True`, `freeze(model)` with a
+    function of this file that does so to its parameter); value None where it is computed."""
+    if isinstance(statement, (ast.For, ast.AsyncFor)):
+        over = statement.iter
+        if isinstance(over, ast.Call) and isinstance(over.func, ast.Attribute) \
+                and over.func.attr in ("parameters", "named_parameters"):
+            part = _part_of(over.func.value, model)
+            setting = _set_on_each(statement)
+            if part is not None and setting is not None:
+                return part == "", setting[0], setting[1]
+        return None
+    call = statement.value if isinstance(statement, ast.Expr) else None
+    if not isinstance(call, ast.Call):
+        return None
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "requires_grad_":
+        part = _part_of(call.func.value, model)
+        return None if part is None else (part == "", _flag(call, True), statement.lineno)
+    return _changed_by_a_helper(source, call, model) if isinstance(call.func, ast.Name) else None
+
+
+def _changed_by_a_helper(source: Source, call: ast.Call, model: str) -> Optional[tuple[bool, Optional[bool], int]]:
+    """`freeze(model)`: a function of this file (not a method) that changes requires_grad of
+    the parameter it is handed `model` (or a part of it) in."""
+    assert isinstance(call.func, ast.Name)
+    for function in source.functions.get(call.func.id, ()):
+        if not isinstance(function, FUNCTIONS) or isinstance(source.parents.get(function), ast.ClassDef):
+            continue
+        parameters = [argument.arg for argument in function.args.args]
+        for position, argument in enumerate(call.args[:len(parameters)]):
+            part = _part_of(argument, model)
+            if part is None:
+                continue
+            for inner in function.body:
+                changed = _requires_grad_change(source, inner, parameters[position])
+                if changed is not None:
+                    return part == "" and changed[0], changed[1], call.lineno
+    return None
+
+
+def _set_on_each(loop: Union[ast.For, ast.AsyncFor]) -> Optional[tuple[Optional[bool], int]]:
+    """The value a loop over parameters gives `requires_grad` (`p.requires_grad = False`,
+    `p.requires_grad_(False)`: a bool, None where it is computed) and the line that gives it;
+    None where it gives none."""
+    for node in ast.walk(loop):
+        if isinstance(node, ast.Assign) and any(isinstance(target, ast.Attribute) and target.attr == "requires_grad"
+                                                for target in node.targets):
+            return (bool(node.value.value) if isinstance(node.value, ast.Constant) else None), node.lineno
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "requires_grad_" \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id in _names_in(loop.target):
+            return _flag(node, True), node.lineno
+    return None
+
+
+def _flag(call: ast.Call, default: bool) -> Optional[bool]:
+    """The constant handed to `requires_grad_(...)`, its default without one, None if computed."""
+    values = [*call.args, *(keyword.value for keyword in call.keywords)]
+    if not values:
+        return default
+    return bool(values[0].value) if isinstance(values[0], ast.Constant) else None
+
+
+def _part_of(node: ast.expr, model: str) -> Optional[str]:
+    """"" where `node` is `model` itself (or its `.module`, `getattr(model, "module", model)`,
+    `model.eval()`), the rest of the path for a part of it (`model.module.head`, `model[0]`,
+    `getattr(model, "module", model).head`), else None."""
+    path: list[str] = []
+    while not isinstance(node, ast.Name):
+        if isinstance(node, ast.Subscript):
+            path.insert(0, "[]")
+            node = node.value
+        elif isinstance(node, ast.Attribute):
+            path.insert(0, "." + node.attr)
+            node = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in ("eval", "train", "requires_grad_", "to", "cuda", "float"):
+            node = node.func.value
+        elif isinstance(node, ast.Call) and dotted(node.func) == "getattr" and len(node.args) > 1 \
+                and isinstance(node.args[1], ast.Constant) and node.args[1].value == "module":
+            node = node.args[0]
+        else:
+            return None
+    name = node.id + "".join(path)
+    for whole in (model + ".module", model):
+        if name == whole:
+            return ""
+        if name.startswith((whole + ".", whole + "[")):
+            return name[len(whole):]
+    return None
+
+
+# Initialisers of torch.nn.init that draw from the global generator, and the methods that do
+# so in place (`m.weight.normal_(0, 0.02)`, a layer's `m.reset_parameters()`).
+RANDOM_INITS = frozenset({"normal_", "uniform_", "kaiming_normal_", "kaiming_uniform_", "xavier_normal_",
+                          "xavier_uniform_", "trunc_normal_", "orthogonal_", "sparse_"})
+RANDOM_FILLS = frozenset({"normal_", "uniform_", "random_", "bernoulli_", "exponential_", "cauchy_",
+                          "log_normal_", "geometric_", "reset_parameters"})
+
+
+def weights_drawn_after_the_wrap(migrated: Source) -> Iterator[Finding]:
+    """DDP929: weights of a wrapped model drawn afresh after its wrap, in the wrap's scope.
+
+    DDP broadcasts rank 0's parameters when it is built; from then on it only averages the
+    gradients. A random initialisation after the wrap (`for m in model.modules():
+    nn.init.kaiming_normal_(m.weight)`, `model.fc.weight.normal_(0, 0.01)`, `model.apply(init)`
+    with a function of the file that draws) gives each rank other weights, and the same
+    averaged steps applied to different weights never bring them together: rank 0 saves its
+    own model, with no error anywhere."""
+    for model, call in wraps(migrated):
+        statement = migrated.statement_of(call)
+        if last_part(call.func) not in DDP_WRAPPERS:
+            continue
+        scope = migrated.scope_of(call)
+        name = (assigned_targets(statement) or [model])[0]
+        end = statement.end_lineno or statement.lineno
+        for other in sorted(migrated.statements_in(scope), key=attrgetter("lineno")):
+            if other.lineno <= end or _rebound_between(migrated, scope, name, statement.lineno, other.lineno):
+                continue
+            draw = _draw_into(migrated, other, name)
+            if draw is not None:
+                yield ("DDP929", other.lineno, f"`{draw}` draws weights of `{name}` on output line {other.lineno}, "
+                       f"after its wrap on output line {call.lineno}: each rank draws its own, and DDP never "
+                       "brings them together; draw them before the wrap")
+                break
+
+
+def _draw_into(source: Source, statement: ast.stmt, model: str) -> Optional[str]:
+    """The call by which the statement itself draws weights of `model` at random, or None."""
+    if isinstance(statement, (ast.For, ast.AsyncFor)):
+        over = statement.iter
+        if isinstance(over, ast.Call) and isinstance(over.func, ast.Attribute) and over.func.attr in (
+                "modules", "children", "named_modules", "named_children", "parameters", "named_parameters") \
+                and _part_of(over.func.value, model) is not None:
+            looped = _names_in(statement.target)
+            for node in ast.walk(statement):
+                if isinstance(node, ast.Call) and _draws(source, node) and any(
+                        isinstance(inner, ast.Name) and inner.id in looped for inner in ast.walk(node)):
+                    return ast.unparse(node)
+        return None
+    call = statement.value if isinstance(statement, ast.Expr) else None
+    if not isinstance(call, ast.Call):
+        return None
+    if _draws(source, call):
+        drawn = (call.args[0] if call.args else None) if _initialiser(source, call) \
+            else cast(ast.Attribute, call.func).value
+        if drawn is not None and _part_of(drawn, model) is not None:
+            return ast.unparse(call)
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "apply" and call.args \
+            and _part_of(call.func.value, model) is not None:
+        drawing = source.functions.get(dotted(call.args[0]) or "", ())
+    elif isinstance(call.func, ast.Name) and any(_part_of(argument, model) is not None for argument in call.args):
+        drawing = source.functions.get(call.func.id, ())  # `init_weights(model)`
+    else:
+        return None
+    for function in drawing:
+        if any(isinstance(node, ast.Call) and _draws(source, node) for node in ast.walk(function)):
+            return ast.unparse(call)
+    return None
+
+
+def _draws(source: Source, call: ast.Call) -> bool:
+    """`nn.init.normal_(...)` (a random initialiser) or `tensor.normal_(...)`."""
+    if _initialiser(source, call):
+        return last_part(call.func) in RANDOM_INITS
+    return isinstance(call.func, ast.Attribute) and call.func.attr in RANDOM_FILLS \
+        and dotted(call.func.value) not in ("torch", "np", "numpy", "random")
+
+
+def _initialiser(source: Source, call: ast.Call) -> bool:
+    """A function of torch.nn.init (`nn.init.normal_`, `init.normal_` after `from torch.nn import init`)."""
+    return (source.qualified(call.func) or "").startswith(("torch.nn.init.", "nn.init.", "init."))

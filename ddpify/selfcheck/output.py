@@ -97,6 +97,18 @@ def shared_work_on_rank0(migrated: Source) -> Iterator[Finding]:
             yield "DDP916", call.lineno, f"`{_short(call)}` runs on rank 0 only"
 
 
+def moves_on_rank0(migrated: Source) -> Iterator[Finding]:
+    """`if is_main: with open("arch.txt", "w") as f: f.write(str(model)); model.to(device)`:
+    a device move of a model that a DDP call wraps, under a rank-0 guard: the other ranks wrap
+    the model where it was (the CPU), which DDP refuses with this rank's device_ids on a GPU
+    and Gloo on the CPU lets pass. The move must run on every rank; only the write is rank 0's."""
+    wrapped = {name for name, _ in wraps(migrated)}
+    for receiver, call in migrated.moves():
+        if receiver in wrapped and _under_rank_zero_if(migrated, call):
+            yield "DDP916", call.lineno, (f"`{_short(call)}` moves `{receiver}`, which a DDP call wraps, on rank 0 "
+                                          "only: the other ranks wrap it where it was")
+
+
 def wrapped_forwards_on_rank0(migrated: Source) -> Iterator[Finding]:
     """`if is_main: np.save(path, model(x).cpu().numpy())` after `model = DDP(model, ...)`:
     the wrapper's forward syncs the model's buffers (BatchNorm statistics) from rank 0 in a

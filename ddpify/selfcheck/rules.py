@@ -1,4 +1,4 @@
-"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP927, DDP933): what a second reading of
+"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP933): what a second reading of
 ddpify's own output can find wrong. The detection is in this package (gathers, loaders,
 models, output, setup); the rules and their cases live here, beside it, rather than in
 ddpify/rules/, whose units plan edits.
@@ -122,6 +122,24 @@ RULES = (
          "call as written and reports it (DDP116); this is the second reading of the output.",
          "Run the part inside the model's forward, or wrap a module whose forward runs it; and report the "
          "rewrite as a ddpify bug."),
+    Rule("DDP928", Severity.WARNING, "self-check: requires_grad of the wrapped model changes after its wrap",
+         "DDP registers, when it is built, the parameters that require grad. A part of the model "
+         "frozen after the wrap (`model.module.backbone.requires_grad_(False)`, a loop over its "
+         "parameters, a helper of the file that does it) leaves DDP waiting for gradients that never "
+         "come: \"Expected to have finished reduction in the prior iteration\" on the next step. A part "
+         "unfrozen after it trains with gradients no rank shares, and the copies drift apart without "
+         "an error. The whole model frozen for good after its wrap trains nothing and needs no wrap "
+         "(one frozen and unfrozen in turn, a GAN's discriminator, is safe).",
+         "Set requires_grad before the wrap (or leave a model frozen for good unwrapped); to change it "
+         "mid-training, wrap again after the change (`model = DDP(model.module, ...)`)."),
+    Rule("DDP929", Severity.WARNING, "self-check: weights of the wrapped model are drawn after its wrap",
+         "DDP broadcasts rank 0's parameters when it is built, and from then on only averages the "
+         "gradients. A random initialisation after the wrap (`for m in model.modules(): "
+         "nn.init.kaiming_normal_(m.weight)`, `model.fc.weight.normal_(0, 0.01)`, `model.apply(init)` with a "
+         "function that draws) gives each rank other weights; the same averaged steps applied to different "
+         "weights never bring them together, and rank 0 saves its own model, with no error anywhere.",
+         "Draw the weights before the wrap: move `if distributed: model = DDP(model, ...)` below the "
+         "initialisation."),
     Rule("DDP925", Severity.WARNING, "self-check: an attribute of the model is read through the DDP wrapper",
          "After `model = DDP(model, ...)`, `model.hyperparams` (any attribute of the model's own, "
          "not one nn.Module or DDP has) raises AttributeError under torchrun, on every rank, while "
@@ -309,6 +327,20 @@ CASES = (
     Flags(_CONTRASTIVE, _GATHERING.replace("    logits = ", "    q, k = gather_with_grad(q), gather_with_grad(k)\n"
                                            "    logits = ").replace("len(logits)", "len(x)"), "DDP923"),
     Flags(_MOVED, _MOVED.replace("model.to(device)\n", ""), "DDP910"),
+    # The move chained on the construction (`Net().to(device=..., dtype=...)`) is a move of the name it fills.
+    Flags(TRAINING, TRAINING.replace("torch.nn.Linear(4, 1).to(device)", "torch.nn.Linear(4, 1)"), "DDP910"),
+    # Part of the model frozen after its wrap: DDP waits for gradients that never come.
+    Flags(TRAINING, _JOINED.replace("optimizer = torch", "model = DDP(model)\n"
+                                    "model.module.bias.requires_grad_(False)\noptimizer = torch"), "DDP928"),
+    # Weights drawn after the wrap: each rank its own, never brought together.
+    Flags(TRAINING, _JOINED.replace("optimizer = torch", "model = DDP(model)\n"
+                                    "torch.nn.init.normal_(model.module.weight)\noptimizer = torch"), "DDP929"),
+    Silent(_JOINED.replace("optimizer = torch", "torch.nn.init.normal_(model.weight)\nmodel = DDP(model)\n"
+                           "torch.nn.init.zeros_(model.module.bias)\noptimizer = torch"), "DDP929"),
+    # The whole model frozen and unfrozen in turn (a GAN's discriminator) is safe.
+    Silent(_JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch").replace(
+        "        loss = ", "        model.requires_grad_(False)\n        model.requires_grad_(True)\n        loss = "),
+        "DDP928"),
     # `nn.DataParallel(model).to(device)` moves the model it wraps: dropping the whole line drops the move.
     Flags(_MOVED.replace("model.to(device)", "model = torch.nn.DataParallel(model).to(device)"),
           _MOVED.replace("model.to(device)\n", ""), "DDP910"),

@@ -242,14 +242,43 @@ class Source:
         """A move that is a statement of its own or the value assigned or returned (also in a
         tuple, or as the receiver of a chain): the moves a user writes to place a value, not a
         move inside an argument, which a rewrite of the call around it may legitimately fold."""
+        return self._placing_statement(call) is not None
+
+    def _placing_statement(self, call: ast.Call) -> Optional[ast.stmt]:
+        """The statement whose value `call` is (is_statement_move), climbing chains, tuples and
+        the arms of a conditional expression (`self.net = net.cuda() if use_cuda else net`,
+        `model.cuda() if cuda else None`), or None."""
         node: ast.AST = call
         for parent in self.ancestors(call):
             chained = isinstance(parent, ast.Attribute) or (isinstance(parent, ast.Call) and parent.func is node)
-            if chained or isinstance(parent, (ast.Tuple, ast.List)):
+            chosen = isinstance(parent, ast.IfExp) and node is not parent.test
+            if chained or chosen or isinstance(parent, (ast.Tuple, ast.List)):
                 node = parent
                 continue
-            return isinstance(parent, (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return))
-        return False
+            placing = isinstance(parent, (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return))
+            return parent if placing else None  # type: ignore[return-value]
+        return None
+
+    def _built_and_moved(self, call: ast.Call) -> Optional[str]:
+        """`model` for `model = Net().to(device=device, dtype=torch.float64)` (or `Net().cuda()`,
+        `Net().cuda() if cuda else Net()`): a value built and moved in one assignment to one
+        name. The move has no named receiver, so it is counted as a move of the name it fills:
+        deleting the chained move leaves the model on the CPU as surely as deleting
+        `model.to(device)` would."""
+        receiver: ast.expr = call
+        while isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute) \
+                and receiver.func.attr in CHAINABLE_METHODS:
+            receiver = receiver.func.value
+        if not isinstance(receiver, ast.Call):
+            return None
+        statement = self._placing_statement(call)
+        if not isinstance(statement, (ast.Assign, ast.AnnAssign)) or statement.value is None:
+            return None
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+        if len(targets) != 1 or any(isinstance(node, (ast.Tuple, ast.List)) for node in ast.walk(statement.value)):
+            return None
+        name = dotted(targets[0])
+        return None if name is None or name.split(".")[0] in self.module_names else name
 
     def moves(self) -> list[tuple[str, ast.Call]]:
         """(receiver, call) for the device moves of named values, as statements or assigned,
@@ -267,6 +296,9 @@ class Source:
                         self._moves.append((module, call))
                 if receiver is None and isinstance(call.func, ast.Attribute) and call.func.attr in MOVE_METHODS:
                     self._moves.extend((element, call) for element in self._keyed_elements(call, call.func.value))
+                    built = self._built_and_moved(call)
+                    if built is not None:
+                        self._moves.append((built, call))
             self._moves.extend(self._moves_through_helpers(self._moves))
             self._moves.sort(key=lambda move: (move[1].lineno, move[1].col_offset))
         return self._moves
