@@ -390,6 +390,8 @@ def _report_full_batch_steps(facts: Facts, edits: Edits, setup: Plan) -> None:
              if isinstance(call.func, cst.Attribute) and call.func.attr.value == "step"]
     # `while loss > tol: optimizer.step(closure)`: the closure re-reads the same whole data.
     closures_only = bool(steps) and all(step.args for step in steps)
+    if not closures_only and _report_steps_repeated_by_while(facts, edits, setup):
+        return
     if not facts.training_calls or any(_in_a_loop(facts, call, closures_only) for call in facts.training_calls):
         return
     if not steps:
@@ -399,6 +401,46 @@ def _report_full_batch_steps(facts: Facts, edits: Edits, setup: Plan) -> None:
         "DDP208", step, "the whole data in each step (full-batch training, no batch loop): every rank "
         "would train on the same data; shard it by rank (e.g. data[rank::world_size]), or keep it "
         "on one process"))
+
+
+def _report_steps_repeated_by_while(facts: Facts, edits: Edits, setup: Plan) -> bool:
+    """Rule: training steps that only a `while` loop repeats (`while reward_avg < 1.0:` around
+    playing an episode and learning from it, `while step < max_steps:` around a get_batch()),
+    in a file with no for loop that trains and no DataLoader, take batches no sampler shards,
+    and each rank's test of the loop decides how many steps it takes: a test on this rank's
+    own rewards or losses stops one rank while the others wait in the next all-reduce (on
+    NCCL, a hang). Neither can be shown safe here: reported at the loop (DDP208), the file
+    stays single-process (DDP904). True when reported."""
+    loops = [loop for loop in (_while_around(facts, call) for call in facts.training_calls) if loop is not None]
+    if not loops:
+        return False
+    loop = min(loops, key=facts.start_of)
+    environment = _environment_made(facts)
+    source = (f"an environment (`{edits.code(environment.func)}` at line {facts.line_of(environment)}) "
+              "the loop plays" if environment is not None else "what the loop builds or plays itself")
+    setup.hand_made_batches.append(edits.report("DDP208", loop, (
+        f"training steps repeated by a `while` loop (`while {edits.code(loop.test)}:`) over no "
+        f"DataLoader: its batches come from {source}, which no sampler shards, and ddpify cannot "
+        "show that the loop's test stops every rank at the same step (a rank that stops first "
+        "leaves the others waiting in an all-reduce); keep it single-process, or shard the batches "
+        "by rank and stop every rank on one decision (rank 0's, dist.broadcast) by hand")))
+    return True
+
+
+def _while_around(facts: Facts, node: cst.CSTNode, depth: int = 0) -> Optional[cst.While]:
+    """The innermost while loop around `node` in its own function, or around a call of that
+    function (a few calls up); None where a for loop comes first or there is no loop."""
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, cst.FunctionDef):
+        if isinstance(parent, cst.For):
+            return None
+        if isinstance(parent, cst.While) and facts.ancestor_in(node, parent.body) is not None:
+            return parent
+        parent = facts.parents.get(parent)
+    if parent is None or depth > 3:
+        return None
+    return next((loop for loop in (_while_around(facts, call, depth + 1) for call in facts.calls_of(parent))
+                 if loop is not None), None)
 
 
 def _in_a_loop(facts: Facts, node: cst.CSTNode, for_only: bool, depth: int = 0) -> bool:
