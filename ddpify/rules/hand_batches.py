@@ -7,13 +7,14 @@ holds the same data in the same order (a shuffle must come from a seeded generat
 batch hands state to the next (an RNN's hidden state carried through `bptt` chunks would
 skip the chunks other ranks took); otherwise the loop stays reported (DDP208).
 """
-from typing import Optional
+from collections.abc import Sequence
+from typing import Optional, Union
 
 import libcst as cst
 
 from ddpify.analysis import names, seeding, traversal
 from ddpify.analysis.control import Facts, is_training_loader
-from ddpify.analysis.nodes import calls_within, dotted_name, names_in, target_names
+from ddpify.analysis.nodes import calls_within, dotted_name, find_all, names_in, target_names
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits
 from ddpify.plan import Plan
@@ -157,12 +158,61 @@ def _carried_from_batch_to_batch(loop: cst.For) -> set[str]:
     than sums (`total += ...`)."""
     body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ()
     assigned_in_body = set().union(set(), *(_assigned(statement) for statement in body))
-    assigned: set[str] = set()
-    carried: set[str] = set()
-    for statement in body:
-        carried |= (_read(statement) - assigned) & assigned_in_body
-        assigned |= _assigned(statement)
-    return carried - names_in(loop.target)
+    read_first, _ = _read_before_assigned(body, set())
+    # A sum (`total_loss += loss.item()`, reset to 0 every few batches for the log) is the same
+    # whatever batches it adds up: no state the next batch needs.
+    summed = {name for update in find_all(loop.body, cst.AugAssign) for name in names_in(update.target)}
+    return read_first & assigned_in_body - summed - names_in(loop.target)
+
+
+def _read_before_assigned(statements: Sequence[cst.BaseStatement],
+                          assigned: set[str]) -> tuple[set[str], set[str]]:
+    """The names `statements` read before they assign them, in order, and the names bound
+    after them on every path. An `if` is followed into its branches (`if step % n == 0:
+    avg = total / n; print(avg)` reads `avg` after assigning it): each branch starts from
+    what was bound above it, and after the `if` a name counts as bound only when every
+    branch binds it. Other compound statements are read as a whole."""
+    read: set[str] = set()
+    bound = set(assigned)
+    for statement in statements:
+        branches = _branches(statement)
+        if branches is None:
+            read |= _read(statement) - bound
+            bound |= _assigned(statement)
+            continue
+        tests, blocks = branches
+        read |= set().union(set(), *(names_in(test) for test in tests)) - bound
+        after: Optional[set[str]] = None
+        for block in blocks:
+            block_read, block_bound = _read_before_assigned(block, bound)
+            read |= block_read
+            after = block_bound if after is None else after & block_bound
+        bound = after if after is not None else bound
+    return read, bound
+
+
+def _branches(statement: cst.BaseStatement) -> Optional[tuple[list[cst.BaseExpression],
+                                                                list[Sequence[cst.BaseStatement]]]]:
+    """An `if` / `elif` / `else` chain with indented blocks: its tests and its blocks (an
+    empty block for a missing `else`); None for any other statement."""
+    tests: list[cst.BaseExpression] = []
+    blocks: list[Sequence[cst.BaseStatement]] = []
+    current: Optional[Union[cst.If, cst.Else]] = statement if isinstance(statement, cst.If) else None
+    if current is None:
+        return None
+    while isinstance(current, cst.If):
+        if not isinstance(current.body, cst.IndentedBlock):
+            return None
+        tests.append(current.test)
+        blocks.append(current.body.body)
+        current = current.orelse
+    if current is None:
+        blocks.append(())
+    elif isinstance(current.body, cst.IndentedBlock):
+        blocks.append(current.body.body)
+    else:
+        return None
+    return tests, blocks
 
 
 def _assigned(statement: cst.CSTNode) -> set[str]:
