@@ -18,6 +18,7 @@ from ddpify import selfcheck, suppressions, syntax
 from ddpify.analysis import inert, memo, names
 from ddpify.analysis.ast_names import dotted_ast
 from ddpify.analysis.control import Facts
+from ddpify.analysis.nodes import find_all
 from ddpify.analysis.reading import analyse
 from ddpify.diagnostics import Diagnostic, is_selected
 from ddpify.emit.edits import ApplyEdits, Edits
@@ -97,6 +98,14 @@ def _migrate_source(code: str, options: Options, project: Project) -> Result:
         diagnostics = sorted([*diagnostics, *_self_check(code, new_code, diagnostics, tree)],
                              key=lambda d: (d.line, d.column, d.code, d.message))
     return _result(code, new_code, diagnostics, options)
+
+
+def _reads_torch(tree: cst.Module) -> bool:
+    """Whether the migrated module names `torch` anywhere (asked only of a module that binds
+    it under another name, or not at all)."""
+    imports = [*find_all(tree, cst.Import), *find_all(tree, cst.ImportFrom)]
+    in_imports = {id(name) for statement in imports for name in find_all(statement, cst.Name)}
+    return any(name.value == "torch" and id(name) not in in_imports for name in find_all(tree, cst.Name))
 
 
 def _defines_any(tree: ast.Module, used: frozenset[str]) -> bool:
@@ -192,6 +201,9 @@ class _MigrateCommand(CodemodCommand):
             # The tree prints as the source it was parsed from: no pass, no print.
             raise SkipFile("nothing to change")
         new_tree = wrapper.module.visit(ApplyEdits(edits))
+        if not setup.torch_bound_by_import(facts) and _reads_torch(new_tree):
+            # `import torch as t` alone: the emitted code names torch itself (torch.device, ...).
+            edits.imports.add("torch")
         new_tree = add_imports(new_tree, [names.EMITTED_IMPORTS[key] for key in sorted(edits.imports)])
         if edits.unused_imports:
             new_tree = remove_unused_imports(

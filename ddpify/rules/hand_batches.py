@@ -7,13 +7,14 @@ holds the same data in the same order (a shuffle must come from a seeded generat
 batch hands state to the next (an RNN's hidden state carried through `bptt` chunks would
 skip the chunks other ranks took); otherwise the loop stays reported (DDP208).
 """
-from typing import Optional
+from collections.abc import Sequence
+from typing import Optional, Union
 
 import libcst as cst
 
 from ddpify.analysis import names, seeding, traversal
 from ddpify.analysis.control import Facts, is_training_loader
-from ddpify.analysis.nodes import calls_within, dotted_name, names_in, target_names
+from ddpify.analysis.nodes import calls_within, dotted_name, find_all, names_in, target_names
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits
 from ddpify.plan import Plan
@@ -157,12 +158,61 @@ def _carried_from_batch_to_batch(loop: cst.For) -> set[str]:
     than sums (`total += ...`)."""
     body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ()
     assigned_in_body = set().union(set(), *(_assigned(statement) for statement in body))
-    assigned: set[str] = set()
-    carried: set[str] = set()
-    for statement in body:
-        carried |= (_read(statement) - assigned) & assigned_in_body
-        assigned |= _assigned(statement)
-    return carried - names_in(loop.target)
+    read_first, _ = _read_before_assigned(body, set())
+    # A sum (`total_loss += loss.item()`, reset to 0 every few batches for the log) is the same
+    # whatever batches it adds up: no state the next batch needs.
+    summed = {name for update in find_all(loop.body, cst.AugAssign) for name in names_in(update.target)}
+    return read_first & assigned_in_body - summed - names_in(loop.target)
+
+
+def _read_before_assigned(statements: Sequence[cst.BaseStatement],
+                          assigned: set[str]) -> tuple[set[str], set[str]]:
+    """The names `statements` read before they assign them, in order, and the names bound
+    after them on every path. An `if` is followed into its branches (`if step % n == 0:
+    avg = total / n; print(avg)` reads `avg` after assigning it): each branch starts from
+    what was bound above it, and after the `if` a name counts as bound only when every
+    branch binds it. Other compound statements are read as a whole."""
+    read: set[str] = set()
+    bound = set(assigned)
+    for statement in statements:
+        branches = _branches(statement)
+        if branches is None:
+            read |= _read(statement) - bound
+            bound |= _assigned(statement)
+            continue
+        tests, blocks = branches
+        read |= set().union(set(), *(names_in(test) for test in tests)) - bound
+        after: Optional[set[str]] = None
+        for block in blocks:
+            block_read, block_bound = _read_before_assigned(block, bound)
+            read |= block_read
+            after = block_bound if after is None else after & block_bound
+        bound = after if after is not None else bound
+    return read, bound
+
+
+def _branches(statement: cst.BaseStatement) -> Optional[tuple[list[cst.BaseExpression],
+                                                                list[Sequence[cst.BaseStatement]]]]:
+    """An `if` / `elif` / `else` chain with indented blocks: its tests and its blocks (an
+    empty block for a missing `else`); None for any other statement."""
+    tests: list[cst.BaseExpression] = []
+    blocks: list[Sequence[cst.BaseStatement]] = []
+    current: Optional[Union[cst.If, cst.Else]] = statement if isinstance(statement, cst.If) else None
+    if current is None:
+        return None
+    while isinstance(current, cst.If):
+        if not isinstance(current.body, cst.IndentedBlock):
+            return None
+        tests.append(current.test)
+        blocks.append(current.body.body)
+        current = current.orelse
+    if current is None:
+        blocks.append(())
+    elif isinstance(current.body, cst.IndentedBlock):
+        blocks.append(current.body.body)
+    else:
+        return None
+    return tests, blocks
 
 
 def _assigned(statement: cst.CSTNode) -> set[str]:
@@ -390,6 +440,8 @@ def _report_full_batch_steps(facts: Facts, edits: Edits, setup: Plan) -> None:
              if isinstance(call.func, cst.Attribute) and call.func.attr.value == "step"]
     # `while loss > tol: optimizer.step(closure)`: the closure re-reads the same whole data.
     closures_only = bool(steps) and all(step.args for step in steps)
+    if not closures_only and _report_steps_repeated_by_while(facts, edits, setup):
+        return
     if not facts.training_calls or any(_in_a_loop(facts, call, closures_only) for call in facts.training_calls):
         return
     if not steps:
@@ -399,6 +451,46 @@ def _report_full_batch_steps(facts: Facts, edits: Edits, setup: Plan) -> None:
         "DDP208", step, "the whole data in each step (full-batch training, no batch loop): every rank "
         "would train on the same data; shard it by rank (e.g. data[rank::world_size]), or keep it "
         "on one process"))
+
+
+def _report_steps_repeated_by_while(facts: Facts, edits: Edits, setup: Plan) -> bool:
+    """Rule: training steps that only a `while` loop repeats (`while reward_avg < 1.0:` around
+    playing an episode and learning from it, `while step < max_steps:` around a get_batch()),
+    in a file with no for loop that trains and no DataLoader, take batches no sampler shards,
+    and each rank's test of the loop decides how many steps it takes: a test on this rank's
+    own rewards or losses stops one rank while the others wait in the next all-reduce (on
+    NCCL, a hang). Neither can be shown safe here: reported at the loop (DDP208), the file
+    stays single-process (DDP904). True when reported."""
+    loops = [loop for loop in (_while_around(facts, call) for call in facts.training_calls) if loop is not None]
+    if not loops:
+        return False
+    loop = min(loops, key=facts.start_of)
+    environment = _environment_made(facts)
+    source = (f"an environment (`{edits.code(environment.func)}` at line {facts.line_of(environment)}) "
+              "the loop plays" if environment is not None else "what the loop builds or plays itself")
+    setup.hand_made_batches.append(edits.report("DDP208", loop, (
+        f"training steps repeated by a `while` loop (`while {edits.code(loop.test)}:`) over no "
+        f"DataLoader: its batches come from {source}, which no sampler shards, and ddpify cannot "
+        "show that the loop's test stops every rank at the same step (a rank that stops first "
+        "leaves the others waiting in an all-reduce); keep it single-process, or shard the batches "
+        "by rank and stop every rank on one decision (rank 0's, dist.broadcast) by hand")))
+    return True
+
+
+def _while_around(facts: Facts, node: cst.CSTNode, depth: int = 0) -> Optional[cst.While]:
+    """The innermost while loop around `node` in its own function, or around a call of that
+    function (a few calls up); None where a for loop comes first or there is no loop."""
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, cst.FunctionDef):
+        if isinstance(parent, cst.For):
+            return None
+        if isinstance(parent, cst.While) and facts.ancestor_in(node, parent.body) is not None:
+            return parent
+        parent = facts.parents.get(parent)
+    if parent is None or depth > 3:
+        return None
+    return next((loop for loop in (_while_around(facts, call, depth + 1) for call in facts.calls_of(parent))
+                 if loop is not None), None)
 
 
 def _in_a_loop(facts: Facts, node: cst.CSTNode, for_only: bool, depth: int = 0) -> bool:

@@ -1140,6 +1140,23 @@ def compound_importing_torch(facts: Facts) -> Optional[cst.BaseCompoundStatement
     return None
 
 
+def torch_bound_by_import(facts: Facts) -> bool:
+    """Whether a plain `import torch` (or `import torch.nn`, which binds `torch` too) of the
+    module binds the name the emitted code reads; `import torch as t` alone does not. A star
+    import (`from common import *`) is taken to bind it: the module it reads often imports
+    torch for the script."""
+    for statement in facts.module.body:
+        imported = imports_of(statement) if not isinstance(statement, cst.BaseCompoundStatement) \
+            else find_all(statement, cst.Import)
+        if any(isinstance(node, cst.ImportFrom) and isinstance(node.names, cst.ImportStar) for node in imported):
+            return True
+        if any(isinstance(node, cst.Import) and any(
+                alias.asname is None and (dotted_name(alias.name) or "").split(".")[0] == "torch"
+                for alias in node.names) for node in imported):
+            return True
+    return False
+
+
 def _after_torch_import(facts: Facts, plan: Plan, anchor: Optional[BlockItem]) -> Optional[BlockItem]:
     """The setup reads `torch`: never above the statement that imports it."""
     binding = plan.torch_imported_in
