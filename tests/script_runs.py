@@ -24,6 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+import pytest
+
+# The mark of a test that imports torch in the test process (torch's import costs 2.3 s of CPU
+# here). The test modules import torch in the tests that use it, not when they are collected:
+# every pytest-xdist worker collects every module, and torch's import was a third of that.
+# These tests run on one worker (a group of their own, as a fixture's checks are), which alone
+# pays for the import.
+IMPORTS_TORCH = pytest.mark.xdist_group("torch_in_the_test_process")
+
 GLOO_TEARDOWN_ABORT = "terminate called without an active exception"
 GLOO_ABORT_RETRIES = 4
 TORCHRUN_ENV_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 from fixture_cases import FIXTURES
-from script_runs import GLOO_TEARDOWN_ABORT, TORCHRUN_ENV_VARS
+from script_runs import GLOO_TEARDOWN_ABORT, IMPORTS_TORCH, TORCHRUN_ENV_VARS
 
 from ddpify.cli import main
 from ddpify.launch.templates import (
@@ -52,7 +52,8 @@ def bash_syntax_problems(text: str) -> list[str]:
 
 def torchrun_argv_problems(argv: Sequence[str], script: str, script_args: Sequence[str]) -> list[str]:
     """What torchrun's own argument parser refuses in a command (argv[0] is torchrun), or
-    where it finds a script or arguments other than the ones meant."""
+    where it finds a script or arguments other than the ones meant. (Imported here, by the
+    tests marked IMPORTS_TORCH, which call this.)"""
     from torch.distributed.run import get_args_parser
 
     if argv[0] != "torchrun":
@@ -178,6 +179,7 @@ def run_with_stand_ins(text: str, tmp_path: Path, args: Sequence[str] = (),
 
 # -- torchrun script -----------------------------------------------------------------------
 
+@IMPORTS_TORCH
 def test_torchrun_script_starts_one_machine_without_arguments_and_one_node_with_a_host(tmp_path):
     text = torchrun_script(PLAN, "train_ddp.torchrun.sh")
     assert bash_syntax_problems(text) == []
@@ -213,6 +215,7 @@ def test_sbatch_leaves_unset_options_to_the_cluster():
     assert set(directives) == {"--job-name", "--nodes", "--ntasks-per-node", "--gpus-per-node"}
 
 
+@IMPORTS_TORCH
 def test_sbatch_srun_starts_torchrun_with_the_first_node_as_rendezvous(tmp_path):
     text = sbatch_script(PLAN, "train_ddp.sbatch")
     assert bash_syntax_problems(text) == []
@@ -227,6 +230,7 @@ def test_sbatch_srun_starts_torchrun_with_the_first_node_as_rendezvous(tmp_path)
 
 # -- Kubeflow ------------------------------------------------------------------------------
 
+@IMPORTS_TORCH
 def test_pytorchjob_has_master_and_workers_running_torchrun():
     document = yaml.safe_load(pytorchjob_manifest(PLAN, "train_ddp.pytorchjob.yaml"))
     assert pytorchjob_problems(document, nodes=3, gpus_per_node=4) == []
@@ -257,6 +261,7 @@ def test_bash_check_catches_a_syntax_error():
     assert bash_syntax_problems(broken)
 
 
+@IMPORTS_TORCH
 def test_torchrun_check_catches_a_misspelt_option_and_a_misplaced_script():
     assert torchrun_argv_problems(["torchrun", "--procs-per-node=2", "train.py"], "train.py", [])
     # An option after the script is the script's, not torchrun's.

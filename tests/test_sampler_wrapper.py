@@ -4,14 +4,18 @@ DistributedSampler), the same number each, in a new order every epoch."""
 import itertools
 
 import pytest
-import torch
-from torch.utils.data import RandomSampler, SubsetRandomSampler, WeightedRandomSampler
-from torch.utils.data.distributed import DistributedSampler
+from script_runs import IMPORTS_TORCH
 
 from ddpify.rules.data import SAMPLER_WRAPPER_HELPER
 
+# torch is imported in the tests, not when the module is collected (script_runs.IMPORTS_TORCH).
+pytestmark = IMPORTS_TORCH
+
 
 def _wrapper_class(world_size, rank):
+    import torch
+    from torch.utils.data.distributed import DistributedSampler
+
     class OneRankOf(DistributedSampler):
         """DistributedSampler as rank `rank` of `world_size` sees it, without a process group."""
 
@@ -35,6 +39,8 @@ def _shares(make_sampler, world_size, epoch):
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_the_ranks_split_one_draw_of_a_subset_sampler(world_size):
+    from torch.utils.data import SubsetRandomSampler
+
     subset = list(range(100, 131))  # 31 indices: not a multiple of 2 or 3
     shares = _shares(lambda: SubsetRandomSampler(subset), world_size, epoch=0)
     assert len({len(share) for share in shares}) == 1
@@ -44,6 +50,8 @@ def test_the_ranks_split_one_draw_of_a_subset_sampler(world_size):
 
 
 def test_each_epoch_draws_a_new_order_and_every_rank_draws_alike():
+    from torch.utils.data import SubsetRandomSampler
+
     subset = list(range(40))
     first = _shares(lambda: SubsetRandomSampler(subset), 2, epoch=0)
     again = _shares(lambda: SubsetRandomSampler(subset), 2, epoch=0)
@@ -53,6 +61,9 @@ def test_each_epoch_draws_a_new_order_and_every_rank_draws_alike():
 
 
 def test_a_weighted_sampler_keeps_its_length_across_the_ranks():
+    import torch
+    from torch.utils.data import WeightedRandomSampler
+
     weights = torch.tensor([0.1] * 90 + [5.0] * 10)
     shares = _shares(lambda: WeightedRandomSampler(weights, num_samples=50, replacement=True), 2, epoch=3)
     assert [len(share) for share in shares] == [25, 25]
@@ -62,6 +73,9 @@ def test_a_weighted_sampler_keeps_its_length_across_the_ranks():
 def test_a_sampler_drawing_more_than_memory_holds_is_read_as_it_draws():
     """`RandomSampler(data, replacement=True, num_samples=10**12)`, a step loop's endless
     stream: each rank takes its first indices without the whole draw being made first."""
+    import torch
+    from torch.utils.data import RandomSampler
+
     shares = []
     for rank in range(2):
         wrapper = _wrapper_class(2, rank)(RandomSampler(range(10), replacement=True, num_samples=10**12))
@@ -74,5 +88,7 @@ def test_a_sampler_drawing_more_than_memory_holds_is_read_as_it_draws():
 
 
 def test_fewer_indices_than_ranks_are_padded_by_further_draws():
+    from torch.utils.data import SubsetRandomSampler
+
     shares = _shares(lambda: SubsetRandomSampler([7]), 3, epoch=0)
     assert shares == [[7], [7], [7]]

@@ -6,8 +6,8 @@ import types
 from pathlib import Path
 
 import pytest
-import torch
 from script_runs import (
+    IMPORTS_TORCH,
     Run,
     evaluation_env,
     evaluation_log,
@@ -54,7 +54,10 @@ def test_a_line_printed_by_another_rank_is_caught(tmp_path):
     assert problems_other_ranks_silent(quiet_rank_zero) == ["ranks other than 0 printed 1 lines, e.g. 'saved best.pth'"]
 
 
+@IMPORTS_TORCH
 def test_missing_and_wrapped_checkpoints_are_caught(tmp_path):
+    import torch
+
     original = _run("done\n", tmp_path)
     torch.save({"module.weight": torch.zeros(1)}, tmp_path / "wrapped.pth")
     torch.save({"weight": torch.zeros(1)}, tmp_path / "plain.pth")
@@ -67,15 +70,10 @@ def test_missing_and_wrapped_checkpoints_are_caught(tmp_path):
 
 
 
-class _ScriptModel(torch.nn.Module):
-    """A model class the checking process cannot import, as a script's own class would be."""
-
-    def __init__(self):
-        super().__init__()
-        self.layer = torch.nn.Linear(2, 2)
-
-
+@IMPORTS_TORCH
 def test_a_sharded_or_partial_fsdp2_checkpoint_is_caught(tmp_path):
+    import torch
+
     full = {"layers.0.weight": torch.zeros(4, 2), "head.weight": torch.zeros(1, 4)}
     torch.save(full, tmp_path / "original.pt")
     torch.save({"model": full}, tmp_path / "nested.pt")
@@ -99,7 +97,9 @@ def test_a_sharded_or_partial_fsdp2_checkpoint_is_caught(tmp_path):
     assert "4 numbers" in problems_full_checkpoint(tmp_path / "original_with_optimizer.pt", tmp_path / "half.pt")[0]
 
 
+@IMPORTS_TORCH
 def test_a_dcp_checkpoint_of_other_tensors_or_fewer_ranks_is_caught(tmp_path):
+    import torch
     import torch.distributed.checkpoint as dcp
 
     model = {"layers.0.weight": torch.zeros(4, 2), "head.weight": torch.zeros(1, 4)}
@@ -117,15 +117,26 @@ def test_a_dcp_checkpoint_of_other_tensors_or_fewer_ranks_is_caught(tmp_path):
     assert "no .metadata" in problems_dcp_checkpoint(tmp_path / "original.pt", tmp_path / "original.pt", 1)[0]
 
 
+@IMPORTS_TORCH
 def test_a_pickled_ddp_wrapper_is_caught_and_a_whole_model_of_the_scripts_own_class_is_read(
         tmp_path, monkeypatch):
+    import torch
+
+    class ScriptModel(torch.nn.Module):
+        """A model class the checking process cannot import, as a script's own class would be."""
+
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 2)
+
     original = _run("done\n", tmp_path)
     # Pickled as a class of a module that is gone when the checkpoint is read (the script).
     script = types.ModuleType("the_training_script")
-    script._ScriptModel = _ScriptModel
+    script.ScriptModel = ScriptModel
     monkeypatch.setitem(sys.modules, "the_training_script", script)
-    monkeypatch.setattr(_ScriptModel, "__module__", "the_training_script")
-    model = _ScriptModel()
+    # (Defined here, with torch imported: pickle finds it by this name in that module.)
+    ScriptModel.__module__, ScriptModel.__qualname__ = "the_training_script", "ScriptModel"
+    model = ScriptModel()
     torch.save({"epoch": 1, "model": model}, tmp_path / "whole.pth")
     # A port of its own: other pytest-xdist workers run torchrun and group tests meanwhile.
     with socket.socket() as free:

@@ -496,6 +496,8 @@ def _called_helpers(prelude: Sequence[Statement], code: Sequence[Statement]) -> 
     """The helpers the emitted code calls, itself or through another helper it calls: a
     helper a rule asked for whose call another edit then left out (a guard merged into an
     enclosing one) is not emitted unused."""
+    if not prelude:
+        return []  # (most modules: no walk of the whole output for the names it reads)
     called = _names_called(code)
     kept: list[Statement] = []
     pending = list(prelude)

@@ -1,5 +1,5 @@
 """sampler.set_epoch(epoch) where each new pass over a sharded loader begins (DDP202, DDP211)."""
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Optional, Union, cast
 
 import libcst as cst
@@ -564,12 +564,9 @@ def _restarted_where_returned(facts: Facts, loader: Union[Loader, ExternalLoader
         return []
     holders = facts.holders_from(loader.function, loader.name) - {(loader.function, loader.name)}
     found: list[Statement] = []
-    for call in facts.calls_named.get("builtins.iter", ()):
-        name = dotted_name(call.args[0].value) if call.args and not call.args[0].star else None
-        function = facts.function_of(call)
-        if name is None or name.startswith("self.") or (function, name) not in holders:
-            continue
-        if not _in_stop_iteration_handler(facts, call):
+    for call, iterated in _iterators_made_at_stop_iteration(facts):
+        name = dotted_name(iterated)
+        if name is None or name.startswith("self.") or (facts.function_of(call), name) not in holders:
             continue
         if any(facts.loop_trains(loop) for loop in facts.enclosing_loops(call)) \
                 or any(while_trains(facts, loop) for loop in enclosing_whiles(facts, call)):
@@ -608,11 +605,9 @@ def set_epoch_at_restarts_of_listed_loaders(facts: Facts, edits: Edits, loader: 
         return False
     owner = facts.class_of(loader.function)
     done = False
-    for call in facts.calls_named.get("builtins.iter", ()):
-        entry = call.args[0].value if call.args else None
-        if not isinstance(entry, cst.Subscript) or dotted_name(entry.value) not in lists:
-            continue
-        if facts.class_of(facts.function_of(call)) is not owner or not _in_stop_iteration_handler(facts, call):
+    for call, entry in _iterators_made_at_stop_iteration(facts):
+        if not isinstance(entry, cst.Subscript) or dotted_name(entry.value) not in lists \
+                or facts.class_of(facts.function_of(call)) is not owner:
             continue
         statement = facts.statement_of(call)
         name_there = edits.code(entry)
@@ -635,10 +630,8 @@ def _set_epoch_at_restarts_of_an_attribute(facts: Facts, edits: Edits, loader: L
     if owner is None or not loader.name.startswith("self."):
         return False
     done = False
-    for call in facts.calls_named.get("builtins.iter", ()):
-        if not call.args or dotted_name(call.args[0].value) != loader.name:
-            continue
-        if facts.class_of(facts.function_of(call)) is not owner or not _in_stop_iteration_handler(facts, call):
+    for call, iterated in _iterators_made_at_stop_iteration(facts):
+        if dotted_name(iterated) != loader.name or facts.class_of(facts.function_of(call)) is not owner:
             continue
         statement = facts.statement_of(call)
         code = SET_EPOCH_EXTERNAL_CODE.format(loader=loader.name, epoch=f"{loader.name}.sampler.epoch + 1")
@@ -672,6 +665,16 @@ def _restarted_by_helper(facts: Facts, loader: Union[Loader, ExternalLoader], ca
     callers = facts.calls_of(function)
     return bool(callers) and all(
         any(facts.loop_trains(loop) for loop in facts.enclosing_loops(caller)) for caller in callers)
+
+
+def _iterators_made_at_stop_iteration(facts: Facts) -> Iterator[tuple[cst.Call, cst.BaseExpression]]:
+    """Each `iter(x)` made in an `except StopIteration:` handler, with x: a step loop's new
+    pass once the batches run out. The restart rules tell by x (its holder) whose pass it is:
+    a loader a builder returned (`iter(train_loader)`), an attribute (`iter(self.loader)`),
+    an entry of a list of loaders (`iter(self.loaders[i])`)."""
+    for call in facts.calls_named.get("builtins.iter", ()):
+        if call.args and not call.args[0].star and _in_stop_iteration_handler(facts, call):
+            yield call, call.args[0].value
 
 
 def _in_stop_iteration_handler(facts: Facts, node: cst.CSTNode) -> bool:

@@ -523,7 +523,8 @@ def _loop_bound(source: Source, statement: ast.stmt, name: str) -> bool:
     """Whether a for loop or a comprehension of the wrap's scope binds `name`, and no plain
     assignment other than the wrap does."""
     scope = source.scope_of(statement)
-    loops = [node for node in ast.walk(scope) if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension))
+    # (Every node of the script, not a walk of the scope: a walk costs more than the list.)
+    loops = [node for node in source.nodes if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension))
              and source.scope_of(node) is scope and name in _names_in(node.target)]
     assigned = any(other is not statement and not isinstance(other, (ast.For, ast.AsyncFor))
                    and name in assigned_targets(other) for other in source.statements_in(scope))

@@ -237,7 +237,7 @@ def gpu_indices_left(original: Source, migrated: Source) -> Iterator[Finding]:
     for call, literal in _literal_gpu_indices(migrated):
         if not _under_an_environment_test(migrated, call) and not _refined_to_the_rank(migrated, call):
             yield "DDP924", call.lineno, f"`{ast.unparse(call)}` names GPU {literal} on every rank"
-    modules = {(alias.asname or alias.name).split(".")[0] for node in ast.walk(original.tree)
+    modules = {(alias.asname or alias.name).split(".")[0] for node in original.nodes
                if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
     indices = {ast.unparse(call.args[0]) for call in original.calls if call.args
                and (isinstance(call.func, ast.Attribute) and call.func.attr == "cuda"
