@@ -14,7 +14,6 @@ before (DDP103).
 """
 import ast
 from collections.abc import Iterable
-from functools import lru_cache
 from typing import Optional, Union, cast
 
 import libcst as cst
@@ -22,6 +21,7 @@ import libcst as cst
 from ddpify.analysis import figures, part_runs
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Holder, Model
+from ddpify.analysis.memo import per_migration
 from ddpify.analysis.nodes import argument_among, dotted_name, find_all, names_in
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits
@@ -98,23 +98,36 @@ def _start(facts: Facts, function: Optional[cst.FunctionDef]) -> tuple[int, int]
     return (0, 0) if function is None else facts.start_of(function)
 
 
-@lru_cache(maxsize=8)
-def _tree(code: str) -> Optional[ast.Module]:
+@per_migration
+def _tree(module: cst.Module) -> Optional[ast.Module]:
+    """The module's `ast` twin, parsed once per migration (rendering the module is not free)."""
     try:
-        return ast.parse(code)
+        return ast.parse(module.code)
     except SyntaxError:
         return None
+
+
+@per_migration
+def _ast_functions(module: cst.Module) -> dict[tuple[int, str], Union[ast.FunctionDef, ast.AsyncFunctionDef]]:
+    """The `ast` twin's functions by (line, name), read once per migration."""
+    tree = _tree(module)
+    return {} if tree is None else {(node.lineno, node.name): node for node in ast.walk(tree)
+                                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+@per_migration
+def _frozen(module: cst.Module) -> frozenset:
+    tree = _tree(module)
+    return part_runs.frozen_parts(tree) if tree is not None else frozenset()
 
 
 def _ast_scope(facts: Facts, function: Optional[cst.FunctionDef]
                ) -> Union[ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, None]:
     """The `ast` twin of the function (the module for module level), found by its line."""
-    tree = _tree(facts.module.code)
-    if tree is None or function is None:
-        return tree
+    if function is None:
+        return _tree(facts.module)
     line = facts.positions[function.name].start.line
-    return next((node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-                 and node.lineno == line and node.name == function.name.value), None)
+    return _ast_functions(facts.module).get((line, function.name.value))
 
 
 def _runs_in(facts: Facts, function: Optional[cst.FunctionDef], name: str) -> list[cst.Call]:
@@ -122,10 +135,8 @@ def _runs_in(facts: Facts, function: Optional[cst.FunctionDef], name: str) -> li
     scope = _ast_scope(facts, function)
     if scope is None:
         return []
-    tree = _tree(facts.module.code)
-    frozen = part_runs.frozen_parts(tree) if tree is not None else frozenset()
     found = {(call.lineno, call.col_offset, call.end_lineno, call.end_col_offset)
-             for call in part_runs.part_runs(scope, name, frozen)}
+             for call in part_runs.part_runs(scope, name, _frozen(facts.module))}
     if not found:
         return []
     where = function.body if function is not None else facts.module
