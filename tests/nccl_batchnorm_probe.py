@@ -15,20 +15,14 @@ since one GPU cannot hold two NCCL ranks), with the default and with broadcast_b
 and prints one line per case: ok, or the error.
 """
 import os
-import socket
 import sys
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
+from nccl_runs import free_port
 from torch.nn.parallel import DistributedDataParallel as DDP
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def step(rank: int, world: int, backend: str, broadcast: bool, device_name: str, port: int, results) -> None:

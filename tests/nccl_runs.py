@@ -8,7 +8,7 @@ run.json (single-file and project fixtures alike), when a session is lent a GPU:
 
     python tests/nccl_runs.py --out results.json [--jobs 12] [--nproc 1] [--deadline 420]
 
-It needs only the standard library and torch (no ddpify: the outputs are the fixtures'
+It needs only the standard library, torch and pytest (no ddpify: the outputs are the fixtures'
 expected files), so it runs under the GPU machine's own Python. For each fixture it records
 the return codes, the tails of stderr, the warnings torch printed, the files run.json expects,
 and what tests/nccl_site/sitecustomize.py saw: where each DDP wrap was built and on which
@@ -30,6 +30,8 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
+
+from script_runs import copy_with_modules
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -65,19 +67,14 @@ def _common(spec: dict) -> dict:
 
 
 def _lay_out(fixture: dict, side: str, workdir: Path) -> str:
-    """Copy the original ('input') or ddpify's output ('expected') into workdir; the script to run."""
+    """Copy the original ('input') or ddpify's output ('expected') into workdir, with the
+    fixture's own modules and packages as the CPU tests copy them; the script to run."""
     directory = fixture["directory"]
     if fixture["project"]:
         shutil.copytree(directory / side, workdir, ignore=shutil.ignore_patterns("__pycache__"))
         return fixture["entry"]
-    workdir.mkdir(parents=True)
-    shutil.copy(directory / f"{side}.py", workdir / "train.py")
-    for module in directory.glob("*.py"):
-        if module.name not in ("input.py", "expected.py"):
-            shutil.copy(module, workdir / module.name)
-    for package in directory.glob("*/__init__.py"):
-        shutil.copytree(package.parent, workdir / package.parent.name, ignore=shutil.ignore_patterns("__pycache__"))
-    return "train.py"
+    copy_with_modules(directory / f"{side}.py", workdir)
+    return f"{side}.py"
 
 
 def _run(command: list[str], workdir: Path, env: dict, timeout: int) -> dict:
@@ -125,7 +122,7 @@ def run_output(fixture: dict, scratch: Path, nproc: int, timeout: int) -> dict:
     env = _environment(fixture)
     if nproc == 1:
         env.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0",
-                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "TORCHELASTIC_RUN_ID": "nccl-check"})
+                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "TORCHELASTIC_RUN_ID": "nccl-check"})
         command = [sys.executable, script]
     else:
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", script]
@@ -143,7 +140,7 @@ def run_original(fixture: dict, scratch: Path, timeout: int) -> dict:
     return run
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]

@@ -90,7 +90,7 @@ def run_python(script: Path, workdir: Path, args: Sequence[str] = (), timeout: i
     imported already (DDPIFY_TESTS_NO_FORK=1 starts a fresh interpreter instead)."""
     if os.environ.get("DDPIFY_TESTS_NO_FORK") or _read_at_import(env):
         return _run([sys.executable, script.name, *args], script, workdir, timeout, env)
-    _copy_with_modules(script, workdir)
+    copy_with_modules(script, workdir)
     return run_forked(workdir / script.name, args, workdir, _environment(env), timeout)
 
 
@@ -126,7 +126,7 @@ def run_torchrun(script: Path, workdir: Path, args: Sequence[str] = (), nproc: i
             return _run(command, script, workdir, timeout, env)
         # The launcher and the ranks are forks of the torch-loaded server: each rank's process
         # is tests/rank_client.py, which has the server fork the rank (tests/fork_server.py).
-        _copy_with_modules(script, workdir)
+        copy_with_modules(script, workdir)
         if fresh_ranks or _read_at_import(env):
             # torch reads these when it is imported (TORCH_LOGS): the ranks must import it anew.
             return run_forked(TORCHRUN_LAUNCHER, launch_args, workdir, _environment(env), timeout)
@@ -182,7 +182,7 @@ def run_three_ways(original: Path, migrated: Path, workdir: Path, args: Sequence
     return first, second, third
 
 
-def _copy_with_modules(script: Path, workdir: Path) -> None:
+def copy_with_modules(script: Path, workdir: Path) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.copy(script, workdir / script.name)
     # The project's own modules beside the script (a fixture's utils.py) go with it, and so
@@ -263,7 +263,7 @@ def _fork_server() -> _ForkServer:
 
 
 def _run(command, script: Path, workdir: Path, timeout: int, env: Optional[Mapping[str, str]]) -> Run:
-    _copy_with_modules(script, workdir)
+    copy_with_modules(script, workdir)
     completed = subprocess.run(command, cwd=workdir, env=_environment(env), capture_output=True,
                                text=True, timeout=timeout)
     return Run(completed.returncode, completed.stdout, completed.stderr, workdir)

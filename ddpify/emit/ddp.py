@@ -8,18 +8,19 @@ templates and the placement rules stay as they are.
 SETUP_COMMENT = "# Distributed setup: one process per device under torchrun; plain `python` runs as before."
 
 
-CUDA_DEVICE_OF_THE_RANK = 'torch.device("cuda", local_rank) if'
-# A device the script named by a GPU index (`device = 0`) stays an int: this rank's index.
-INDEX_OF_THE_RANK = "local_rank if"
+# This rank's device: a torch.device, or, where the script named its GPU by an index
+# (`device = 0`), that index stays an int, this rank's own.
+RANK_DEVICE = 'torch.device("cuda", local_rank)'
+RANK_INDEX = "local_rank"
 
-SETUP_CODE = f"""\
+SETUP_CODE = """\
 distributed = "WORLD_SIZE" in os.environ
 local_rank = int(os.environ.get("LOCAL_RANK", 0))
-if {{use_gpu}}:
+if {use_gpu}:
     torch.cuda.set_device(local_rank)
-{{device}} = {CUDA_DEVICE_OF_THE_RANK} {{use_gpu}} else torch.device("cpu")
+{device} = {rank_device} if {use_gpu} else torch.device("cpu")
 if distributed:
-    dist.init_process_group("nccl" if {{use_gpu}} else "gloo")
+    dist.init_process_group("nccl" if {use_gpu} else "gloo")
 """
 
 

@@ -231,16 +231,7 @@ def _reaches(facts: Facts, node: cst.CSTNode, function: Optional[cst.FunctionDef
                 sources.append(value)
                 needed |= names_in(value)
                 changed = True
-    return any(_inside(facts, node, source) for source in sources)
-
-
-def _inside(facts: Facts, node: cst.CSTNode, outer: cst.CSTNode) -> bool:
-    current: Optional[cst.CSTNode] = node
-    while current is not None:
-        if current is outer:
-            return True
-        current = facts.parents.get(current)
-    return False
+    return any(node is source or facts.ancestor_in(node, source) is not None for source in sources)
 
 
 _PARTS = """\

@@ -34,15 +34,15 @@ from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import fsdp2
 from ddpify.emit.ddp import (
     CPU_ONLY_CODE,
-    CUDA_DEVICE_OF_THE_RANK,
     EARLY_GROUP_CODE,
     EARLY_JOIN_CODE,
     EARLY_JOIN_COMMENT,
     ENVIRONMENT_CODE,
-    INDEX_OF_THE_RANK,
     IS_MAIN_CODE,
     IS_MAIN_FROM_ENVIRONMENT_CODE,
     IS_MAIN_HELPER,
+    RANK_DEVICE,
+    RANK_INDEX,
     REFINE_AFTER_EARLY_GROUP_CODE,
     REFINE_ANY_CODE,
     REFINE_ANY_GIVEN_CODE,
@@ -944,9 +944,8 @@ def _setup_code(edits: Edits, plan: Plan) -> str:
         code = ENVIRONMENT_CODE + CPU_ONLY_CODE
     else:
         setup_code = fsdp2.bound_to_device(SETUP_CODE) if edits.options.fsdp2 else SETUP_CODE
-        if plan.device_is_index:
-            setup_code = setup_code.replace(CUDA_DEVICE_OF_THE_RANK, INDEX_OF_THE_RANK)
-        code = plan.gpu_condition_code + setup_code.format(device=plan.device, use_gpu=plan.use_gpu)
+        code = plan.gpu_condition_code + setup_code.format(
+            device=plan.device, use_gpu=plan.use_gpu, rank_device=RANK_INDEX if plan.device_is_index else RANK_DEVICE)
     if plan.needs_world_size:
         first_line, rest = code.split("\n", 1)
         code = first_line + "\n" + WORLD_SIZE_CODE + rest
