@@ -46,6 +46,9 @@ WITHOUT_A_FIXTURE = {
     "DDP925": "self-check: a broken output in selfcheck/rules.py CASES (a model attribute read through the "
               "wrapper); ddpify's own outputs read it through getattr",
     "DDP933": "self-check: a broken output in selfcheck/rules.py CASES",
+    "DDP932": "self-check: broken outputs in selfcheck/rules.py CASES and tests/test_selfcheck.py (a teacher "
+              "no optimizer steps, wrapped beside or instead of its student); ddpify's own outputs wrap the "
+              "module the optimizer steps",
     "DDP928": "self-check: broken outputs in selfcheck/rules.py CASES and tests/test_selfcheck.py (a part "
               "frozen, or the whole model frozen for good, after its wrap); ddpify's own outputs change "
               "requires_grad before the wrap or report it (DDP111)",

@@ -189,12 +189,13 @@ def test_a_wrap_of_a_module_with_nothing_to_train_is_found():
                                    + wrap_of.format("criterion"))) == ["DDP911"]
     unfrozen = frozen.replace("teacher.requires_grad_(False)\n", "teacher.requires_grad_(False)\n"
                               "for p in teacher.bias_head.parameters():\n    p.requires_grad = True\n")
-    assert codes(ORIGINAL, unfrozen) == []
+    # Unfrozen in part, it is still a module no optimizer steps (DDP932).
+    assert codes(ORIGINAL, unfrozen) == ["DDP932"]
     # The guard ddpify emits where a model may be frozen at its wrap: DDP is then never built.
     guarded = frozen.replace("if distributed:\n    teacher = DDP(", "if distributed and any(p.requires_grad for p "
                              "in teacher.parameters()):\n    teacher = DDP(")
     assert guarded != frozen
-    assert codes(ORIGINAL, guarded) == []
+    assert codes(ORIGINAL, guarded) == ["DDP932"]
 
 
 def test_a_module_frozen_by_a_loop_or_a_helper_then_wrapped_is_found():
@@ -207,7 +208,8 @@ def test_a_module_frozen_by_a_loop_or_a_helper_then_wrapped_is_found():
     helper = "def freeze(m):\n    for p in m.parameters():\n        p.requires_grad = False\n"
     assert codes(ORIGINAL, planted(WRAP, WRAP + helper + built + "freeze(teacher)\n" + wrap_of)) == ["DDP911"]
     thaw = helper.replace("False", "True")
-    assert codes(ORIGINAL, planted(WRAP, WRAP + thaw + built + "freeze(teacher)\n" + wrap_of)) == []
+    # Thawed, it no longer makes DDP raise, but no optimizer steps it either (DDP932).
+    assert codes(ORIGINAL, planted(WRAP, WRAP + thaw + built + "freeze(teacher)\n" + wrap_of)) == ["DDP932"]
 
 
 @pytest.mark.parametrize("write", [
@@ -1033,3 +1035,60 @@ def test_a_move_of_a_wrapped_model_on_rank0_only_is_found():
     guarded = 'if is_main:\n    with open("summary.txt", "w") as f:\n        print(model, file=f)\n' \
         '        model = model.to(device)\n'
     assert codes(original, planted(block, guarded, expected), diagnostics) == ["DDP916"]
+
+
+# DDP932: the module DDP wraps is one an optimizer of the script steps. A distillation script:
+# the teacher runs with gradients on and its logits are detached, so a wrapped teacher would
+# leave DDP waiting for its gradients and raise at the next forward.
+_DISTILLING = planted("model = nn.Linear(10, 2)\nmodel.to(device)\n",
+                      "model = nn.Linear(10, 2)\nmodel.to(device)\nteacher = nn.Linear(10, 2).to(device)\n",
+                      ORIGINAL).replace("cross_entropy(model(x), y)", "mse_loss(model(x), teacher(x).detach())")
+_DISTILLED = planted("model = nn.Linear(10, 2)\nmodel.to(device)\n",
+                     "model = nn.Linear(10, 2)\nmodel.to(device)\nteacher = nn.Linear(10, 2).to(device)\n"
+                     ).replace("cross_entropy(model(x), y)", "mse_loss(model(x), teacher(x).detach())")
+_TEACHER_WRAPPED = "if distributed:\n    teacher = DDP(teacher, device_ids=None)\n"
+
+
+def test_the_distilled_output_with_the_student_wrapped_passes():
+    assert codes(_DISTILLING, _DISTILLED) == []
+
+
+@pytest.mark.parametrize("where", ["beside", "instead"])
+def test_a_wrapped_teacher_that_no_optimizer_steps_is_found(where):
+    wrong = planted("optimizer = torch", _TEACHER_WRAPPED + "optimizer = torch", _DISTILLED)
+    if where == "instead":
+        wrong = wrong.replace(WRAP, "")
+    assert "DDP932" in codes(_DISTILLING, wrong)
+
+
+@pytest.mark.parametrize("params", [
+    "[{\"params\": filter(lambda p: p.requires_grad, teacher.parameters())}]",
+    "[p for p in teacher.parameters() if p.requires_grad]",
+    "itertools.chain(model.parameters(), teacher.parameters())",
+    "teacher_params",
+])
+def test_a_wrapped_module_an_optimizer_steps_in_any_spelling_passes(params):
+    """Param groups, filter(lambda ...), a comprehension, itertools.chain of two models, a list
+    built beforehand: each is followed to the module whose parameters it hands over (here the
+    teacher is the one trained, and the one wrapped)."""
+    migrated = planted("optimizer = torch", _TEACHER_WRAPPED + "teacher_params = list(teacher.parameters())\n"
+                       "optimizer = torch", _DISTILLED).replace(WRAP, "")
+    migrated = planted("torch.optim.SGD(model.parameters(), lr=0.1)", f"torch.optim.SGD({params}, lr=0.1)",
+                       migrated)
+    assert "DDP932" not in codes(_DISTILLING, migrated)
+
+
+def test_a_module_stepped_through_an_alias_or_a_part_passes():
+    """`net = model.to(device)` then `SGD(net.parameters())`, or `SGD(model.head.parameters())`."""
+    alias = planted("optimizer = torch.optim.SGD(model.parameters()",
+                    "net = model\noptimizer = torch.optim.SGD(net.parameters()", _DISTILLED)
+    part = planted("SGD(model.parameters()", "SGD(model.weight_groups.parameters()", _DISTILLED)
+    assert "DDP932" not in codes(_DISTILLING, alias) + codes(_DISTILLING, part)
+
+
+def test_an_optimizer_this_reading_cannot_follow_says_nothing():
+    """`SGD(groups(teacher))`, or over a parameter of the function it is built in: the module it
+    trains is not in sight, so no wrap is called untrained."""
+    helper = planted("SGD(model.parameters()", "SGD(make_groups(model)", planted(
+        "optimizer = torch", _TEACHER_WRAPPED + "optimizer = torch", _DISTILLED))
+    assert "DDP932" not in codes(_DISTILLING, helper)

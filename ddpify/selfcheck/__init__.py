@@ -4,7 +4,7 @@ cannot show the contract's properties there.
 Like black's safe mode, it is a second opinion that shares nothing with the first: the
 transforms read the script with libcst and ddpify.analysis; this reads the original and the
 output with the stdlib `ast` and a few simple, conservative rules (DDP910-DDP917, DDP919,
-DDP922-DDP929, DDP933). What it cannot show is a warning naming the line of the original where the
+DDP922-DDP929, DDP932, DDP933). What it cannot show is a warning naming the line of the original where the
 defect is (the output line is in the message), so the run exits 1 and the file is still written.
 """
 import ast
@@ -45,6 +45,7 @@ from ddpify.selfcheck.setup import (
     joins_on_import,
 )
 from ddpify.selfcheck.source import Source
+from ddpify.selfcheck.trained import untrained_wraps
 
 
 def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
@@ -61,6 +62,7 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
     in_original = list(deleted_moves(before, after, dropped_moves, to_original))
     in_output = [
         *misplaced_wraps(after),
+        *untrained_wraps(after),
         *wraps_across_methods(after),
         *requires_grad_changed_after_the_wrap(after),
         *weights_drawn_after_the_wrap(after),
@@ -98,6 +100,10 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
     # model it reported training around its wrapper (DDP903), is found here again: said once.
     parts_reported = _lines_of(diagnostics, ("DDP116", "DDP903"))
     found = [d for d in found if not (d.code in ("DDP925", "DDP926") and d.line in parts_reported)]
+    # A frozen module wrapped (DDP911, DDP raises at the wrap) is also one no optimizer steps
+    # (DDP932): said once, as the error it raises.
+    refused_wraps = {d.line for d in found if d.code == "DDP911"}
+    found = [d for d in found if not (d.code == "DDP932" and d.line in refused_wraps)]
     return sorted(set(found), key=lambda d: (d.line, d.code, d.message))
 
 

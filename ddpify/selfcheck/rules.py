@@ -1,4 +1,4 @@
-"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP933): what a second reading of
+"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933): what a second reading of
 ddpify's own output can find wrong. The detection is in this package (gathers, loaders,
 models, output, setup); the rules and their cases live here, beside it, rather than in
 ddpify/rules/, whose units plan edits.
@@ -132,6 +132,15 @@ RULES = (
          "(one frozen and unfrozen in turn, a GAN's discriminator, is safe).",
          "Set requires_grad before the wrap (or leave a model frozen for good unwrapped); to change it "
          "mid-training, wrap again after the change (`model = DDP(model.module, ...)`)."),
+    Rule("DDP932", Severity.WARNING, "self-check: a module no optimizer trains is wrapped in DDP",
+         "DDP is for the module an optimizer steps. A teacher, a target network, an EMA copy or a "
+         "perceptual-loss network that no optimizer of the script trains must stay unwrapped: run "
+         "with gradients on and its output detached (a teacher's logits), DDP waits for gradients "
+         "that never come and the next forward raises (\"Expected to have finished reduction in the "
+         "prior iteration\"); frozen, DDP refuses it when it is built. The self-check speaks only "
+         "where it can follow every optimizer of the file to the names it steps.",
+         "Leave that module unwrapped (moved to the device as it was), wrap the one the optimizer "
+         "steps, and report the wrap as a ddpify bug."),
     Rule("DDP929", Severity.WARNING, "self-check: weights of the wrapped model are drawn after its wrap",
          "DDP broadcasts rank 0's parameters when it is built, and from then on only averages the "
          "gradients. A random initialisation after the wrap (`for m in model.modules(): "
@@ -186,6 +195,17 @@ class Trainer:
             self.optimizer.step()
 """
 _JOINED = TRAINING.replace("device = torch", 'torch.distributed.init_process_group("gloo")\ndevice = torch')
+
+# A student trained against a teacher that no optimizer steps (run with gradients on, its
+# output detached, as many distillation scripts do).
+_TEACHING = TRAINING.replace(
+    "model = torch.nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)",
+    "student = torch.nn.Linear(4, 1).to(device)\nteacher = torch.nn.Linear(4, 1).to(device)\n"
+    "optimizer = torch.optim.SGD(student.parameters(), lr=0.1)").replace(
+    "torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))",
+    "torch.nn.functional.mse_loss(student(x.to(device)), teacher(x.to(device)).detach())")
+_TEACHING_JOINED = "from torch.nn.parallel import DistributedDataParallel as DDP\n" + _TEACHING.replace(
+    "device = torch", 'torch.distributed.init_process_group("gloo")\ndevice = torch')
 
 # The sampler asks for the group before a setup function that joins it is called.
 _LATE_GROUP = (
@@ -332,6 +352,13 @@ CASES = (
     # Part of the model frozen after its wrap: DDP waits for gradients that never come.
     Flags(TRAINING, _JOINED.replace("optimizer = torch", "model = DDP(model)\n"
                                     "model.module.bias.requires_grad_(False)\noptimizer = torch"), "DDP928"),
+    # A teacher no optimizer steps, wrapped beside (or instead of) the student it teaches.
+    Flags(_TEACHING, _TEACHING_JOINED.replace("optimizer = torch", "teacher = DDP(teacher)\noptimizer = torch"),
+          "DDP932"),
+    Flags(_TEACHING, _TEACHING_JOINED.replace("optimizer = torch", "student = DDP(student)\nteacher = DDP(teacher)\n"
+                                              "optimizer = torch"), "DDP932"),
+    # The script migrated: the student is wrapped, the teacher is not.
+    Silent(_TEACHING, "DDP932"),
     # Weights drawn after the wrap: each rank its own, never brought together.
     Flags(TRAINING, _JOINED.replace("optimizer = torch", "model = DDP(model)\n"
                                     "torch.nn.init.normal_(model.module.weight)\noptimizer = torch"), "DDP929"),
