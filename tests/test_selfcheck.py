@@ -1092,3 +1092,24 @@ def test_an_optimizer_this_reading_cannot_follow_says_nothing():
     helper = planted("SGD(model.parameters()", "SGD(make_groups(model)", planted(
         "optimizer = torch", _TEACHER_WRAPPED + "optimizer = torch", _DISTILLED))
     assert "DDP932" not in codes(_DISTILLING, helper)
+
+
+_PREVIEW = ("def preview():\n    model.cpu()\n    with torch.no_grad():\n        print(model(torch.randn(1, 10)))\n"
+            "    model.to(device)\n\n\n")
+
+
+def test_a_function_moving_the_wrapped_model_between_trainings_is_found():
+    """DDP911: `preview()` moves the global model to the CPU and back, called in the epoch loop
+    after the wrap: the wrapper's parameters leave the device DDP was built on (its forward with
+    device_ids then meets CPU parameters on a GPU). Called once training is over, it is harmless."""
+    original = planted("model = nn.Linear(10, 2)\n", _PREVIEW + "model = nn.Linear(10, 2)\n", ORIGINAL)
+    original = planted('    torch.save(model.state_dict(), "model.pt")\n',
+                       '    torch.save(model.state_dict(), "model.pt")\n    preview()\n', original)
+    migrated = planted("model = nn.Linear(10, 2)\n", _PREVIEW + "model = nn.Linear(10, 2)\n")
+    in_the_loop = planted('        torch.save(getattr(model, "module", model).state_dict(), "model.pt")\n',
+                          '        torch.save(getattr(model, "module", model).state_dict(), "model.pt")\n'
+                          '    preview()\n', migrated)
+    assert "DDP911" in codes(original, in_the_loop)
+    after_training = planted("\nif distributed:\n    dist.destroy_process_group()\n",
+                             "preview()\n\nif distributed:\n    dist.destroy_process_group()\n", migrated)
+    assert "DDP911" not in codes(original, after_training)

@@ -421,7 +421,40 @@ def _wrap_problem(source: Source, model: str, wrap: ast.Call) -> Optional[str]:
     for use in _training_uses(source, scope, wrapped, through_calls=False):
         if use.lineno < statement.lineno:
             return f"`{ast.unparse(use)}` trains on output line {use.lineno}, before its wrap"
-    return _moved_later_by_a_function(source, model, wrap) if scope is source.tree else None
+    if scope is not source.tree:
+        return None
+    return _moved_later_by_a_function(source, model, wrap) or _moved_between_trainings(source, model, wrap)
+
+
+def _moved_between_trainings(source: Source, model: str, wrap: ast.Call) -> Optional[str]:
+    """Rule: a function of the file moves the module's global model without training it
+    (`def sample(): generator.cpu(); ...; generator.cuda()`) and runs after the wrap, with
+    training after it (later, or in the same loop): the wrapper's parameters leave the device
+    DDP wrapped them on. On a GPU its forward with `device_ids` then meets CPU parameters, and
+    a move of a DDP module is what its documentation forbids; Gloo on the CPU shows nothing."""
+    module_level = [scope for scopes in source.functions.values() for scope in scopes
+                    if isinstance(scope, FUNCTIONS) and source.scope_of(scope) is source.tree
+                    and not _binds(scope, model)]
+    movers = {function.name: moves[0] for function in module_level
+              for moves in [[other for other in source.statements_in(function) if model in source.moved_by(other)]]
+              if moves}
+    trainers = {function.name for function in module_level
+                if _training_uses(source, function, [model], through_calls=False)}
+    calls = source.calls_in(source.tree)
+    trainings = [call for call in calls if last_part(call.func) in trainers]
+    trainings += _training_uses(source, source.tree, [model], through_calls=False)
+    for call in calls:
+        name = last_part(call.func)
+        if name not in movers or name in trainers or call.lineno <= wrap.lineno:
+            continue
+        loops = {id(loop) for loop in source.ancestors(call) if isinstance(loop, LOOPS)}
+        if any(training.lineno > call.lineno or any(id(loop) in loops for loop in source.ancestors(training))
+               for training in trainings):
+            return (f"`{model}` is moved in `{name}()` (output line {movers[name].lineno}), which runs after its "
+                    f"wrap (output line {call.lineno}) with training after it: the wrapper's parameters leave "
+                    f"the device it was built on; move it before the wrap, or move `{model}.module` only "
+                    f"once training is over")
+    return None
 
 
 def _moved_later_by_a_function(source: Source, model: str, wrap: ast.Call) -> Optional[str]:
