@@ -282,11 +282,10 @@ class Collector(cst.CSTVisitor):
                 continue
             if method.name.value == "__init__":
                 for attribute, assign in self_attributes(method):
-                    qualified = self._qualified(assign.value.func) if assign is not None and isinstance(
-                        assign.value, cst.Call) else set()
-                    if assign is not None and any(q.startswith("torch.nn.") for q in qualified) and not (
-                            qualified & names.PARAMETERLESS_LAYERS):
+                    if assign is not None and self._creates_a_submodule(assign, created):
                         created[attribute] = assign
+            if self._decorated_without_grad(method):
+                continue  # `@torch.no_grad() def update_target(self):`: nothing it reads gets a gradient
             without_grad = {id(inner) for with_ in find_all(method.body, cst.With) if self._without_grad(with_)
                             for inner in find_all(with_.body, cst.Attribute)}
             without_grad |= _detached_calls(method)
@@ -330,6 +329,29 @@ class Collector(cst.CSTVisitor):
         outputs = forward_outputs.output_parts(classes[0], parts) if classes else {}
         if outputs:
             self.facts.forward_output_parts[node.name.value] = outputs
+
+    def _creates_a_submodule(self, assign: cst.Assign, created: dict[str, cst.Assign]) -> bool:
+        """`self.fc = nn.Linear(...)` (a torch.nn layer with parameters), or a copy of one made
+        before it (`self.target = copy.deepcopy(self.online)`: an EMA or target network that
+        the module keeps beside the one it trains)."""
+        if not isinstance(assign.value, cst.Call):
+            return False
+        qualified = self._qualified(assign.value.func)
+        if any(q.startswith("torch.nn.") for q in qualified):
+            return not qualified & names.PARAMETERLESS_LAYERS
+        if not qualified & {"copy.deepcopy", "torch.optim.swa_utils.AveragedModel"} or not assign.value.args:
+            return False
+        copied = assign.value.args[0].value
+        return isinstance(copied, cst.Attribute) and isinstance(copied.value, cst.Name) \
+            and copied.value.value == "self" and copied.attr.value in created
+
+    def _decorated_without_grad(self, method: cst.FunctionDef) -> bool:
+        """`@torch.no_grad()`, `@torch.no_grad`, `@torch.inference_mode()` on the method."""
+        for decorator in method.decorators:
+            called = decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
+            if self._qualified(called) & {"torch.no_grad", "torch.inference_mode"}:
+                return True
+        return False
 
     def _without_grad(self, node: cst.With) -> bool:
         """`with torch.no_grad():`, `torch.inference_mode()`, `torch.set_grad_enabled(False)`."""

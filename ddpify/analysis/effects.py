@@ -611,9 +611,10 @@ class FunctionEffects:
                    for target in node.targets
                    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
                    and target.value.id == "self"]
+        created += self._copies_of(init, created)
         used: set[str] = set()
         for key, function in self._functions.items():
-            if self._class_of.get(key) != class_name:
+            if self._class_of.get(key) != class_name or self._decorated_without_grad(function):
                 continue
             gradless = {id(inner) for node in ast.walk(function) if isinstance(node, ast.With)
                         and self._without_grad(node) for inner in ast.walk(node)}
@@ -630,6 +631,23 @@ class FunctionEffects:
                      and isinstance(node.value, ast.Name) and node.value.id == "self"
                      and id(node) not in gradless and id(node) not in targets}
         return [name for name in created if name not in used]
+
+    def _copies_of(self, init: ast.AST, created: list[str]) -> list[str]:
+        """`self.target = copy.deepcopy(self.online)`: an EMA or target copy of a submodule."""
+        return [target.attr for node in ast.walk(init) if isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Call) and node.value.args
+                and self.qualified(dotted_ast(node.value.func) or "") in ("copy.deepcopy",
+                                                                         "torch.optim.swa_utils.AveragedModel")
+                and isinstance(node.value.args[0], ast.Attribute) and node.value.args[0].attr in created
+                for target in node.targets
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                and target.value.id == "self"]
+
+    def _decorated_without_grad(self, function: ast.AST) -> bool:
+        """`@torch.no_grad()` on the method: nothing it reads gets a gradient."""
+        decorators = getattr(function, "decorator_list", [])
+        return any(self.qualified(dotted_ast(decorator.func if isinstance(decorator, ast.Call) else decorator) or "")
+                   in ("torch.no_grad", "torch.inference_mode") for decorator in decorators)
 
     def _without_grad(self, node: ast.With) -> bool:
         for item in node.items:
