@@ -49,7 +49,7 @@ from ddpify.emit.edits import Edits, Insertion, Rewrite
 from ddpify.emit.layout import LINE_LENGTH, fits
 from ddpify.options import Options
 from ddpify.plan import Plan
-from ddpify.rules import dropped_outputs, part_runs, sharding
+from ddpify.rules import dropped_outputs, lazy_layers, part_runs, sharding
 from ddpify.rules.cases import TRAINING, Emits, Silent
 
 RULES = (
@@ -359,9 +359,11 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
             f"`{model.name}` first reaches its device inside the training (line {facts.line_of(move)}): move it "
             f"before the training loop (`{model.name}.to(device)`), where ddpify can wrap it in DDP"))
         return
+    anchor = lazy_layers.after_the_first_forward(facts, model, anchor)
     condition = _entry_condition(facts, edits, model, anchor)
     if condition is False or _reported_moved_with_its_holder(facts, edits, model, anchor) \
-            or _reported_moved_after_the_anchor(facts, edits, model, anchor):
+            or _reported_moved_after_the_anchor(facts, edits, model, anchor) \
+            or lazy_layers.reported_lazy(facts, edits, model, anchor):
         return
     if not setup.sees_setup(facts, anchor):
         if edits.options.fsdp2:

@@ -47,6 +47,9 @@ from ddpify.selfcheck.setup import (
 from ddpify.selfcheck.source import Source
 from ddpify.selfcheck.trained import untrained_wraps
 
+# Diagnostics that say a model was left unwrapped on purpose: the self-check does not say it again.
+UNWRAPPED_CODES = ("DDP903", "DDP117")
+
 
 def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
           original_tree: Optional[ast.Module] = None) -> list[Diagnostic]:
@@ -66,8 +69,8 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
         *wraps_across_methods(after),
         *requires_grad_changed_after_the_wrap(after),
         *weights_drawn_after_the_wrap(after),
-        *training_without_a_wrap(after, any(d.code == "DDP903" for d in diagnostics)),
-        *own_model_unwrapped(after, any(d.code == "DDP903" for d in diagnostics)),
+        *training_without_a_wrap(after, any(d.code in UNWRAPPED_CODES for d in diagnostics)),
+        *own_model_unwrapped(after, any(d.code in UNWRAPPED_CODES for d in diagnostics)),
         *wrapper_handed_to_an_exporter(after),
         *attributes_read_through_the_wrapper(after),
         *parts_run_beside_the_wrapper(after),
