@@ -330,6 +330,28 @@ class Collector(cst.CSTVisitor):
         if outputs:
             self.facts.forward_output_parts[node.name.value] = outputs
 
+    def _frozen_receiver(self, value: cst.BaseExpression) -> Optional[str]:
+        """The module whose parameters a requires_grad change works on: `teacher` for
+        `teacher.requires_grad_(False)`, and for `p` in `for p in teacher.parameters():` (or
+        `for name, p in teacher.named_parameters():`); None for another loop variable or a
+        parameter of the function it is in, whose module this reading does not follow."""
+        name = dotted_name(value)
+        if name is None:
+            return None
+        root = name.split(".", 1)[0]
+        function = self._function_stack[-1] if self._function_stack else None
+        if function is not None and root in {param.name.value for param in function.params.params}:
+            return None
+        for ancestor in reversed(self._ancestors):
+            if not isinstance(ancestor, cst.For) or root not in names_within(ancestor.target):
+                continue
+            iterated = ancestor.iter
+            if "." not in name and isinstance(iterated, cst.Call) and isinstance(iterated.func, cst.Attribute) \
+                    and iterated.func.attr.value in ("parameters", "named_parameters"):
+                return dotted_name(iterated.func.value)
+            return None
+        return name
+
     def _creates_a_submodule(self, assign: cst.Assign, created: dict[str, cst.Assign]) -> bool:
         """`self.fc = nn.Linear(...)` (a torch.nn layer with parameters), or a copy of one made
         before it (`self.target = copy.deepcopy(self.online)`: an EMA or target network that
@@ -490,6 +512,9 @@ class Collector(cst.CSTVisitor):
                     isinstance(t.target, cst.Attribute) and self._made_as_a_tensor(t.target.value)
                     for t in node.targets)):
                 self.facts.freezes_parameters = True
+                self.facts.frozen_receivers.extend(
+                    self._frozen_receiver(t.target.value) if isinstance(t.target, cst.Attribute) else None
+                    for t in node.targets)
             for t in node.targets:
                 if isinstance(t.target, cst.Attribute):
                     self._touch_model_of_part(t.target.value, node)
@@ -1245,6 +1270,7 @@ class Collector(cst.CSTVisitor):
             if value is not None:
                 self.facts.helper_grad_changes.setdefault(node, []).append((value, part_only))
                 self.facts.freezes_parameters = True
+                self.facts.frozen_receivers.append(self._frozen_receiver(value))
 
     def _record_helper(self, node: cst.Call, qualified: str, effect: str, guarded_there: Optional[bool] = None
                        ) -> None:
@@ -1846,6 +1872,7 @@ class Collector(cst.CSTVisitor):
             self._touch(receiver, node)
         if method == "requires_grad_" and not (not node.args or is_true(node.args[0].value)):
             self.facts.freezes_parameters = True  # (`requires_grad_()` is `requires_grad_(True)`)
+            self.facts.frozen_receivers.append(self._frozen_receiver(func.value))
         if method == "requires_grad_" and self._is_statement_call(node):
             self._touch_model_of_part(func.value, node)
         if (method == "cuda" and not _follows_a_value(node) or (

@@ -415,6 +415,10 @@ class FactRecord:
     # Some parameter's requires_grad is set (`p.requires_grad = fine_tune`,
     # `requires_grad_(False)`): a model may reach its wrap with nothing to train.
     freezes_parameters: bool = False
+    # What each of those changes works on, by its dotted name (`teacher` for
+    # `teacher.requires_grad_(False)` or `for p in teacher.parameters(): p.requires_grad = False`),
+    # None where the reading cannot tell (a loop over a list of models, a helper's parameter).
+    frozen_receivers: list[Optional[str]] = field(default_factory=list)
     # The names an optimizer is assigned to (`opt = torch.optim.Adam(...)`, `self.opt = ...`):
     # `opt.step()` steps it, whatever the name says.
     optimizer_names: set[str] = field(default_factory=set)

@@ -1147,10 +1147,39 @@ def _when_trainable(facts: Facts, code: str, model: Model) -> str:
     if not facts.freezes_parameters and (
             not facts.freezes_parameters_in_project or _built_never_frozen(facts, model)):
         return code
+    if not facts.freezes_parameters_in_project and _only_other_modules_frozen(facts, model):
+        return code  # `teacher.requires_grad_(False)` beside the student wrapped here
     first_line, rest = code.split("\n", 1)
     condition = first_line[len("if "):-len(":")]
     return (f"{ONLY_IF_TRAINABLE_COMMENT}\n"
             f"if {condition} and any(p.requires_grad for p in {model.name}.parameters()):\n{rest}")
+
+
+def _only_other_modules_frozen(facts: Facts, model: Model) -> bool:
+    """Every requires_grad change of the file works on a module named apart from the model (a
+    teacher, a loss network): built by a call of its own, never bound to the model's value, and
+    not one the model's value is made from (`student = copy.deepcopy(teacher)`)."""
+    held = {name for _, name in facts.model_holders(model)} | {model.name}
+    roots: set[str] = set()
+    for receiver in facts.frozen_receivers:
+        if receiver is None or receiver.split(".", 1)[0] in ("self", "cls"):
+            return False
+        roots.add(receiver.split(".", 1)[0])
+        values = facts.assigned_values.get(receiver, [])
+        # `ema = copy.deepcopy(model)` is another module: freezing it leaves the model as it was.
+        if not values or not all(isinstance(value, cst.Call) and (
+                not _names_read(value) & held or (dotted_name(value.func) or "").endswith("deepcopy"))
+                for value in values):
+            return False
+    return not (roots & held or any(_names_read(value) & roots
+                                    for name in held for value in facts.assigned_values.get(name, [])))
+
+
+def _names_read(value: cst.BaseExpression) -> set[str]:
+    """The dotted names an expression reads (`teacher`, `self.net`), with their roots."""
+    found = {dotted_name(node) for node in find_all(value, cst.Name)}
+    found |= {dotted_name(node) for node in find_all(value, cst.Attribute)}
+    return {name for name in found if name is not None}
 
 
 def _built_never_frozen(facts: Facts, model: Model) -> bool:
