@@ -1113,3 +1113,31 @@ def test_a_function_moving_the_wrapped_model_between_trainings_is_found():
     after_training = planted("\nif distributed:\n    dist.destroy_process_group()\n",
                              "preview()\n\nif distributed:\n    dist.destroy_process_group()\n", migrated)
     assert "DDP911" not in codes(original, after_training)
+
+
+@pytest.mark.parametrize("original_move, kept, deleted", [
+    # one line of several moves under a CUDA flag, one of them gone
+    ("if device != 'cpu':\n    model.cuda(); criterion.cuda()\n",
+     "if device != 'cpu':\n    model.to(device); criterion.to(device)\n",
+     "if device != 'cpu':\n    criterion.to(device)\n"),
+    # a tuple assignment, the model's move dropped from it
+    ("model, criterion = model.cuda(), criterion.cuda()\n",
+     "model, criterion = model.to(device), criterion.to(device)\n",
+     "model, criterion = model, criterion.to(device)\n"),
+    # a move by keyword, and one to a GPU index
+    ("model.to(device=device)\ncriterion.to(device)\n", "model.to(device=device)\ncriterion.to(device)\n",
+     "criterion.to(device)\n"),
+    ("model.cuda(args.gpu)\ncriterion.to(device)\n", "model.to(device)\ncriterion.to(device)\n",
+     "criterion.to(device)\n"),
+])
+def test_a_deleted_move_of_the_model_is_found_in_each_spelling(original_move, kept, deleted):
+    """DDP910: the user's move of the model is respelled for this rank, never dropped; a wrap
+    after a move that is gone wraps a CPU module (NCCL refuses it)."""
+    criterion = "criterion = nn.CrossEntropyLoss()\n"
+    original = planted("model.to(device)\n", criterion + original_move, ORIGINAL)
+    if "args.gpu" in original_move:
+        original = "import argparse\nargs = argparse.Namespace(gpu=0)\n" + original
+    good = planted("model.to(device)\n", criterion + kept)
+    bad = planted("model.to(device)\n", criterion + deleted)
+    assert "DDP910" not in codes(original, good)
+    assert "DDP910" in codes(original, bad)
