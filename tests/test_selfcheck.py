@@ -1078,6 +1078,15 @@ def test_a_wrapped_module_an_optimizer_steps_in_any_spelling_passes(params):
     assert "DDP932" not in codes(_DISTILLING, migrated)
 
 
+def test_a_module_stepped_through_a_param_group_added_later_passes():
+    """`optimizer.add_param_group({"params": teacher.parameters()})` after the optimizer is made."""
+    migrated = planted("optimizer = torch", _TEACHER_WRAPPED + "optimizer = torch", _DISTILLED)
+    migrated = planted("lr=0.1)\n", "lr=0.1)\noptimizer.add_param_group({\"params\": teacher.parameters()})\n",
+                       migrated)
+    assert "DDP932" not in codes(_DISTILLING, migrated)
+    assert "DDP932" in codes(_DISTILLING, migrated.replace("optimizer.add_param_group", "print"))
+
+
 def test_a_module_stepped_through_an_alias_or_a_part_passes():
     """`net = model.to(device)` then `SGD(net.parameters())`, or `SGD(model.head.parameters())`."""
     alias = planted("optimizer = torch.optim.SGD(model.parameters()",

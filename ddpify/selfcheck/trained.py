@@ -33,7 +33,7 @@ def untrained_wraps(migrated: Source) -> Iterator[Finding]:
     parameter of `x` (of `x` itself, a part of it, a module it is built from, or a name bound
     to it)."""
     optimizers = [call for call in migrated.calls if _is_optimizer(migrated, call)]
-    if not optimizers:
+    if not optimizers or _parameters_handed_elsewhere(migrated, optimizers):
         return
     roots: set[str] = set()
     for optimizer in optimizers:
@@ -54,7 +54,32 @@ def untrained_wraps(migrated: Source) -> Iterator[Finding]:
                f"train (a teacher, a target network, an EMA copy, a loss network) must stay unwrapped")
 
 
+# Calls that read parameters without stepping them: a count, a list, a clip, a chain handed on.
+_READERS = frozenset({"sum", "len", "list", "tuple", "set", "filter", "map", "zip", "enumerate", "sorted", "any",
+                      "all", "print", "next", "iter", "chain", "clip_grad_norm_", "clip_grad_value_",
+                      "parameters_to_vector", "numel", "dict", "OrderedDict"})
+
+
+def _parameters_handed_elsewhere(source: Source, optimizers: list[ast.Call]) -> bool:
+    """Parameters handed to a call that is not a torch optimizer and not a mere reader (an
+    optimizer of another library, `ExponentialMovingAverage(model.parameters())`): what steps
+    them is out of this reading's sight, so it judges no wrap."""
+    inside_optimizers = {id(node) for optimizer in optimizers for node in ast.walk(optimizer)}
+    for call in source.calls:
+        if id(call) in inside_optimizers or last_part(call.func) in _READERS:
+            continue
+        if any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+               and node.func.attr in _PARAMETER_METHODS
+               for argument in [*call.args, *(keyword.value for keyword in call.keywords)]
+               for node in ast.walk(argument)):
+            return True
+    return False
+
+
 def _is_optimizer(source: Source, call: ast.Call) -> bool:
+    """A torch optimizer's construction, or `optimizer.add_param_group({"params": ...})`."""
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "add_param_group":
+        return True
     name = source.qualified(call.func) or ""
     return name.startswith("torch.optim.") and not name.startswith(("torch.optim.lr_scheduler.",
                                                                     "torch.optim.swa_utils."))
@@ -68,14 +93,10 @@ def _parameter_roots(source: Source, optimizer: ast.Call) -> Optional[set[str]]:
     handed = optimizer.args[:1] + [keyword.value for keyword in optimizer.keywords if keyword.arg == "params"]
     if not handed:
         return None
-    local = _handed_or_looped(source, optimizer)
-    # `[p for m in modules for p in m.parameters()]`: `m` is each module of a collection.
-    local |= {name.id for value in handed for node in ast.walk(value) if isinstance(node, ast.comprehension)
-              for name in ast.walk(node.target) if isinstance(name, ast.Name)}
     roots: set[str] = set()
     for value in handed:
         found = _roots_of(source, value, set())
-        if not found or any(root.split(".", 1)[0] in local for root in found):
+        if found is None:
             return None
         roots |= found
     return roots
@@ -98,11 +119,16 @@ def _roots_of(source: Source, value: ast.AST, seen: set[str]) -> Optional[set[st
     """The names a parameter expression draws from, following names bound in the file; None
     where it cannot tell, an empty set for nothing."""
     roots: set[str] = set()
+    # `[p for m in modules for p in m.parameters()]`: `m` is each module of a collection.
+    looped = {name.id for node in ast.walk(value) if isinstance(node, ast.comprehension)
+              for name in ast.walk(node.target) if isinstance(name, ast.Name)}
     for node in ast.walk(value):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                 and node.func.attr in _PARAMETER_METHODS:
             owner = dotted(node.func.value)
-            if owner is None:
+            # A loop variable or a function's parameter (`params += list(m.parameters())` in `for m
+            # in models:`) names a module this reading does not follow.
+            if owner is None or owner.split(".", 1)[0] in looped | _handed_or_looped(source, node):
                 return None
             roots.add(owner.removesuffix(".module"))
     if roots:
