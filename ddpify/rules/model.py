@@ -3132,7 +3132,8 @@ def _replace_data_parallel(facts: Facts, edits: Edits) -> None:
         if _assigns_back(statement, call, wrapped):
             _remove_data_parallel_wrap(facts, edits, statement)
         elif wrapped is not None:
-            edits.expressions[call] = _original(wrapped)
+            # The module as rewritten (`DataParallel(G.cuda())` -> `G.to(device)`), not as written.
+            edits.expressions[call] = _first_argument
     for reference in facts.data_parallel_references:
         edits.expressions[reference] = lambda _node: cst.Name("DDP")
         edits.imports.add("DDP")
@@ -3471,9 +3472,9 @@ def _names_own(node: cst.BaseExpression, own: set[str], model: str) -> bool:
     return isinstance(node, cst.Name) and node.value in own
 
 
-def _original(node: cst.BaseExpression) -> Rewrite:
-    """A rewrite that puts `node`, as the original tree has it, in the updated node's place."""
-    return lambda _node: node
+def _first_argument(node: cst.CSTNode) -> cst.CSTNode:
+    """The updated call's first argument: what DataParallel wrapped, with its own edits."""
+    return cast(cst.Call, node).args[0].value
 
 
 def _assigns_back(statement: cst.BaseStatement, call: cst.Call, wrapped: Optional[cst.BaseExpression]) -> bool:
