@@ -525,6 +525,13 @@ class Project:
         definition = self._definition(qualified)
         return None if definition is None else definition[0].returned_loader_dict(definition[1])
 
+    def lazy_layer(self, qualified: str) -> Optional[str]:
+        """For a class of the project: the lazy layer its __init__ builds (effects.lazy_layer)."""
+        definition = self._definition(qualified)
+        if definition is None or definition[1] not in definition[0].classes:
+            return None
+        return definition[0].lazy_layer(definition[1])
+
     def gradless_submodules(self, qualified: str) -> list[str]:
         """For a class of the project: the submodules it builds that run with no gradients
         (effects.gradless_submodules)."""

@@ -1228,6 +1228,9 @@ class Collector(cst.CSTVisitor):
         gradless = self.project.gradless_submodules(qualified)
         if gradless:
             self.facts.gradless_project_classes[called] = gradless
+        lazy = self.project.lazy_layer(qualified)
+        if lazy is not None:
+            self.facts.lazy_project_classes[called] = lazy
         outputs = self.project.forward_output_parts(qualified)
         if outputs:
             self.facts.forward_output_parts[called] = outputs

@@ -597,6 +597,19 @@ class FunctionEffects:
         return forward_outputs.output_parts(
             node, forward_outputs.submodules(node, self.qualified, set(self.classes)))
 
+    def lazy_layer(self, class_name: str) -> Optional[str]:
+        """The first torch.nn lazy layer (`torch.nn.LazyLinear`) the class's __init__ builds:
+        its parameters exist only after a first forward (rules/lazy_layers.py)."""
+        init = self._functions.get(f"{class_name}.__init__")
+        if init is None:
+            return None
+        for node in ast.walk(init):
+            if isinstance(node, ast.Call):
+                qualified = self.qualified(dotted_ast(node.func) or "")
+                if qualified.startswith("torch.nn.Lazy"):
+                    return qualified
+        return None
+
     def gradless_submodules(self, class_name: str) -> list[str]:
         """Submodules the class's __init__ builds (`self.resnet = nn.Sequential(...)`) that
         none of its methods reads with gradients: never read, or read only under

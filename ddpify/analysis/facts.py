@@ -446,6 +446,9 @@ class FactRecord:
     # The same for classes of other modules of the project, by the name this module calls
     # them by (`EncoderCNN` -> ["resnet"]).
     gradless_project_classes: dict[str, list[str]] = field(default_factory=dict)
+    # Classes of other modules of the project built here whose __init__ builds a lazy layer,
+    # by the name they are called by: that layer's qualified name (rules/lazy_layers.py).
+    lazy_project_classes: dict[str, str] = field(default_factory=dict)
     # For a module class whose forward returns several outputs (`return logits, aux`), the
     # submodules each output is computed from, by output (analysis.forward_outputs); by
     # class name in this file, by the name this module calls them by for another module's.

@@ -6,8 +6,8 @@ uninitialized parameters can't be used with `DistributedDataParallel`. Run a dum
 pass to correctly initialize the modules"), on every backend, so a wrap right after the move
 fails on every rank. The dummy forward needs an input of the model's shape, which only the
 user knows: the model's rule (rules/model.py) asks this module before it writes the wrap, and
-leaves the model unwrapped and reported when a lazy layer is there and no forward runs before
-the wrap's place.
+leaves the model unwrapped and reported when a lazy layer is there (in this file, or in the
+__init__ of a class of another module of the project) and no forward runs before the wrap's place.
 """
 from typing import Optional
 
@@ -39,18 +39,33 @@ def reported_lazy(facts: Facts, edits: Edits, model: Model, anchor: Statement) -
     (`nn.Sequential(..., nn.LazyLinear(1))`) or in a class of this file it calls, and no
     forward of the model runs in its function before the wrap's place (`model(example)`
     materializes the parameters). Then DDP117 at the anchor, and no wrap. True when reported."""
-    lazy_calls = [call for qualified, calls in facts.calls_named.items()
-                  if qualified.startswith(LAZY_PREFIX) for call in calls]
-    if not lazy_calls:
-        return False
-    lazy = _lazy_layer_of(facts, model, lazy_calls)
+    lazy = _lazy_layer_named(facts, model)
     if lazy is None or _run_before(facts, model, anchor):
         return False
-    edits.report("DDP117", anchor, f"`{model.name}` is built with `{edits.code(lazy.func)}` (line "
-                 f"{facts.line_of(lazy)}), whose parameters exist only after a first forward: DDP refuses it; "
+    edits.report("DDP117", anchor, f"`{model.name}` is built with {lazy}, whose parameters exist only after a "
+                 f"first forward: DDP refuses it; "
                  f"after this line, where it reaches its device, run one forward on an example batch, then "
                  f"wrap `{model.name}` in DDP")
     return True
+
+
+def _lazy_layer_named(facts: Facts, model: Model) -> Optional[str]:
+    """How the report names the model's lazy layer: `nn.LazyLinear` (line 10) in this file, or
+    `LazyLinear` in the class `Critic` of another module of the project; None without one."""
+    lazy_calls = [call for qualified, calls in facts.calls_named.items()
+                  if qualified.startswith(LAZY_PREFIX) for call in calls]
+    found = _lazy_layer_of(facts, model, lazy_calls) if lazy_calls else None
+    if found is not None:
+        return f"`{facts.module.code_for_node(found.func)}` (line {facts.line_of(found)})"
+    if not facts.lazy_project_classes:
+        return None
+    for value in [value for _, name in facts.model_holders(model) for value in facts.assigned_values.get(name, ())]:
+        for call in find_all(value, cst.Call):
+            called = dotted_name(call.func)
+            if called in facts.lazy_project_classes:
+                layer = facts.lazy_project_classes[called].rsplit(".", 1)[-1]
+                return f"`{layer}` in the class `{called}` of its module"
+    return None
 
 
 def _lazy_layer_of(facts: Facts, model: Model, lazy_calls: list[cst.Call]) -> Optional[cst.Call]:
@@ -80,9 +95,7 @@ def after_the_first_forward(facts: Facts, model: Model, anchor: Statement) -> St
     """Rule: a model with lazy layers that the script runs once before training (`model(example)`
     a few lines after it is built and moved, in the same block) is wrapped after that forward,
     which made its parameters: the statement of the forward, else the anchor as it was."""
-    if not any(qualified.startswith(LAZY_PREFIX) for qualified in facts.calls_named) \
-            or _lazy_layer_of(facts, model, [call for qualified, calls in facts.calls_named.items()
-                                             if qualified.startswith(LAZY_PREFIX) for call in calls]) is None:
+    if _lazy_layer_named(facts, model) is None:
         return anchor
     block = facts.block_of(anchor)
     following = list(block.body)[list(block.body).index(anchor) + 1:]
