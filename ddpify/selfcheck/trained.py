@@ -125,12 +125,12 @@ def _roots_of(source: Source, value: ast.AST, seen: set[str]) -> Optional[set[st
     for node in ast.walk(value):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                 and node.func.attr in _PARAMETER_METHODS:
-            owner = dotted(node.func.value)
+            owner = _module_name(node.func.value)
             # A loop variable or a function's parameter (`params += list(m.parameters())` in `for m
             # in models:`) names a module this reading does not follow.
             if owner is None or owner.split(".", 1)[0] in looped | _handed_or_looped(source, node):
                 return None
-            roots.add(owner.removesuffix(".module"))
+            roots.add(owner)
     if roots:
         return roots
     # `params` built beforehand: follow the names it reads.
@@ -203,10 +203,19 @@ _SELF_RETURNING = frozenset({"to", "cuda", "cpu", "half", "float", "double", "bf
 
 
 def _alias_of(value: ast.AST) -> Optional[str]:
-    """`net` for `net`, `net.to(device)`, `net.cuda().eval()`: the same module under another name."""
+    """`net` for `net`, `net.to(device)`, `net.cuda().eval()`, `net.module` and
+    `getattr(net, "module", net)`: the same module under another name."""
     while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _SELF_RETURNING:
         value = value.func.value
-    return dotted(value) if isinstance(value, (ast.Name, ast.Attribute)) else None
+    return _module_name(value)
+
+
+def _module_name(value: ast.AST) -> Optional[str]:
+    """The dotted name of a module, read through DDP's `.module` either way it is written."""
+    if isinstance(value, ast.Call) and dotted(value.func) == "getattr" and len(value.args) == 3:
+        value = value.args[0]
+    name = dotted(value) if isinstance(value, (ast.Name, ast.Attribute)) else None
+    return name.removesuffix(".module") if name is not None else None
 
 
 def _built_from(value: ast.AST) -> set[str]:
