@@ -193,7 +193,11 @@ def _plan_loader(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> Non
         add_sampler(facts, edits, loader, setup, role=role)
         if evaluation and role is None:
             first = min(evaluation, key=facts.line_of)
-            edits.report("DDP213", first, None if _runs_a_model(facts, first) else STATISTICS_PASS)
+            loops = [node for node in evaluation if isinstance(node, cst.For)]
+            if len(loops) == len(evaluation) and all(_runs_a_model(facts, loop) for loop in loops):
+                setup.training_loaders_evaluated.append((loader, loops))  # evaluation.py says which
+            else:
+                edits.report("DDP213", first, None if _runs_a_model(facts, first) else STATISTICS_PASS)
     else:
         edits.report("DDP210", loader.call)
 

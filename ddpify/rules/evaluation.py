@@ -46,7 +46,16 @@ RULES = (
          "gathered once, right after the loop, so every rank prints, compares and saves the "
          "figures one process would (best checkpoint, early stopping, LR on plateau agree).",
          "Nothing to do."),
+    Rule("DDP228", Severity.INFO, "training loader also evaluated by a loop whose figures are gathered",
+         "A helper that measures a model over a loader (`accuracy(model, loader)`) is called with "
+         "the training loader as well as an evaluation loader. Under torchrun the training loader "
+         "holds this rank's share; the loop's figures are gathered from every rank after it, so "
+         "the training-set figures cover the whole set. DistributedSampler repeats up to N-1 "
+         "samples to give every rank the same count, and those are counted too.",
+         "Nothing to do; for exact figures over a training set that the world size does not "
+         "divide, evaluate a loader built without the DistributedSampler."),
 )
+TRAINING_LOADER_GATHERED = "training loader also evaluated by a loop whose figures are gathered"
 
 SHARD_HELPER = '''\
 
@@ -123,6 +132,29 @@ TABLE_SUMS = {
 
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
+    _plan_evaluation_loaders(facts, edits, setup)
+    _report_training_loaders_evaluated_here(facts, edits, setup)
+
+
+def _report_training_loaders_evaluated_here(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """Rule: a training loader that an evaluation loop also goes over (`accuracy(model,
+    train_loader)` beside `accuracy(model, val_loader)`, a newcomer's train and validation
+    accuracy from one helper) is evaluated on this rank's share under its DistributedSampler.
+    When that loop's figures are gathered from every rank after it (DDP216: the loop also
+    evaluates a sharded evaluation loader, and its gather runs whenever the loader's sampler
+    holds less than its data set, which a training loader's DistributedSampler does), every
+    rank gets the figures over the whole training set, as one process would (DDP228). A loop
+    whose figures are not gathered would give rank 0's share alone (DDP213)."""
+    for loader, loops in setup.training_loaders_evaluated:
+        first = min(loops, key=facts.line_of)
+        if all(loop in setup.gathered_evaluations for loop in loops):
+            edits.report("DDP228", first, f"{TRAINING_LOADER_GATHERED}: `{loader.name}` is evaluated on each "
+                         "rank's share and the figures are summed over the ranks")
+        else:
+            edits.report("DDP213", first)
+
+
+def _plan_evaluation_loaders(facts: Facts, edits: Edits, setup: Plan) -> None:
     """The loaders no loop trains over (data.py's `evaluation_loaders`): shard those whose
     every loop is an evaluation that can be gathered; the others stay whole (DDP203, with
     the reason)."""
