@@ -685,7 +685,28 @@ for epoch in range(3):
     print(run_epoch(loader, optimizer), run_epoch(val_loader))
 '''
 
+# A validation function with no no_grad of its own, run in a no_grad block by its caller.
+_VALIDATE_CALLED_WITHOUT_GRADIENTS = TRAINING + '''\
+val_loader = DataLoader(dataset, batch_size=8)
+
+
+def validate(loader):
+    total = 0.0
+    for x, y in loader:
+        total += torch.nn.functional.mse_loss(model(x.to(device)), y.to(device)).item()
+    return total / len(loader)
+
+
+with torch.no_grad():
+    print(validate(val_loader))
+'''
+
 CASES = (
+    # Its only caller runs it without gradients: sharded; a second call with gradients on keeps it whole.
+    Emits(_VALIDATE_CALLED_WITHOUT_GRADIENTS, "DDP215"),
+    Silent(_VALIDATE_CALLED_WITHOUT_GRADIENTS + "print(validate(val_loader))\n", "DDP215"),
+    # Handed on by name (a callback), its calls are not all in sight: whole.
+    Silent(_VALIDATE_CALLED_WITHOUT_GRADIENTS + "check = validate\n", "DDP215"),
     # The validation loader stays whole; the figures are summed only over a sharded pass.
     Emits(_SHARED_EPOCH, "DDP203", ('isinstance(getattr(loader, "sampler", None), DistributedSampler)',)),
     Silent(_SHARED_EPOCH, "DDP215"),
