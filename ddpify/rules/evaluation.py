@@ -701,7 +701,29 @@ with torch.no_grad():
     print(validate(val_loader))
 '''
 
+# One helper measures the training loader and the validation loader.
+_TRAINING_LOADER_MEASURED = TRAINING + '''\
+val_loader = DataLoader(dataset, batch_size=8)
+
+
+@torch.no_grad()
+def mean_loss(loader):
+    total, count = 0.0, 0
+    for x, y in loader:
+        total += torch.nn.functional.mse_loss(model(x.to(device)), y.to(device), reduction="sum").item()
+        count += len(y)
+    return total / count
+
+
+print(mean_loss(loader), mean_loss(val_loader))
+'''
+
 CASES = (
+    # The helper's figures are gathered: over the training loader's share too.
+    Emits(_TRAINING_LOADER_MEASURED, "DDP228"),
+    Silent(_TRAINING_LOADER_MEASURED, "DDP213"),
+    # Only the training loader measured: nothing gathers its figures.
+    Emits(_TRAINING_LOADER_MEASURED.replace(", mean_loss(val_loader))", ")"), "DDP213"),
     # Its only caller runs it without gradients: sharded; a second call with gradients on keeps it whole.
     Emits(_VALIDATE_CALLED_WITHOUT_GRADIENTS, "DDP215"),
     Silent(_VALIDATE_CALLED_WITHOUT_GRADIENTS + "print(validate(val_loader))\n", "DDP215"),
