@@ -36,7 +36,7 @@ from ddpify.emit.arguments import (
 from ddpify.emit.edits import Edits, Insertion, replacement
 from ddpify.options import Options
 from ddpify.plan import Plan
-from ddpify.rules import downloads, epoch_cut, hand_batches, splits
+from ddpify.rules import downloads, epoch_cut, hand_batches, schedule_length, splits
 from ddpify.rules.cases import TRAINING, Emits, Silent
 from ddpify.rules.epochs import (
     SET_EPOCH_IF_DISTRIBUTED_CODE,
@@ -127,6 +127,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     downloads.plan(facts, edits, setup)
     splits.plan(facts, edits, setup)
     epoch_cut.plan(facts, edits, setup)
+    schedule_length.plan(facts, edits, setup)
 
 
 # A loader class that shards itself gives its instances a DistributedSampler only under

@@ -30,6 +30,7 @@ from ddpify.rules import (
     part_runs,
     random_batches,
     report_only,
+    schedule_length,
     set_order,
     setup,
     sharding,
@@ -43,7 +44,8 @@ from ddpify.rules.cases import Case
 from ddpify.selfcheck import rules as selfcheck
 
 UNITS: tuple[ModuleType, ...] = (
-    setup, devices, model, part_runs, sharding, dcp, data, epochs, downloads, splits, epoch_cut, evaluation,
+    setup, devices, model, part_runs, sharding, dcp, data, epochs, downloads, splits, epoch_cut, schedule_length,
+    evaluation,
     hand_batches, loader_dicts, loader_workers, random_batches, set_order, side_effects, checkpoints, shared_names,
     training, in_batch, report_only, frameworks, whole_file, gpu_count_batches, selfcheck, suppressions,
 )
