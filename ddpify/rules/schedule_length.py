@@ -19,6 +19,7 @@ from ddpify.analysis.facts import Loader
 from ddpify.analysis.nodes import argument_for, dotted_name, find_all
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, replacement
+from ddpify.options import Options
 from ddpify.plan import Plan
 from ddpify.rules.cases import TRAINING, Emits, Silent
 
@@ -54,6 +55,10 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     reads `len(loader.sampler)`, when that loader is built before, in the same function."""
     sharded = [loader for loader in setup.loaders_given_a_sampler
                if not loader.keywords.keys() & {"sampler", "batch_sampler"} and not loader.inline]
+    if edits.options.keep_global_batch:
+        # Each rank's batch is the given batch size over the world size (DDP403): a rank steps as
+        # many times an epoch as the original did, and the data set's count is right as it is.
+        sharded = [loader for loader in sharded if not batch_size_given(loader)]
     if not sharded:
         return
     for qualified, lengths in SCHEDULES.items():
@@ -63,6 +68,12 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
                 if value is not None:
                     for length in _lengths_in(facts, value):
                         _read_from_sampler(facts, edits, length, sharded)
+
+
+def batch_size_given(loader: Loader) -> bool:
+    """The loader is given a batch size, which --keep-global-batch divides by the world size."""
+    positional = [arg for arg in loader.call.args if arg.keyword is None and not arg.star]
+    return "batch_size" in loader.keywords or len(positional) >= 2
 
 
 def _lengths_in(facts: Facts, value: cst.BaseExpression) -> list[cst.Call]:
@@ -148,6 +159,8 @@ CASES = (
     Emits(_ONE_CYCLE.format(length="len(dataset) // 8"), "DDP413", ("steps_per_epoch=len(loader.sampler) // 8",)),
     Emits(_ONE_CYCLE.format(length="len(loader.dataset) // 8"), "DDP413", ("len(loader.sampler) // 8",)),
     Silent(_ONE_CYCLE.format(length="len(loader)"), "DDP413"),
+    # --keep-global-batch divides the batch instead: as many steps an epoch on each rank as before.
+    Silent(_ONE_CYCLE.format(length="len(dataset) // 8"), "DDP413", Options(keep_global_batch=True)),
     # Sized before the loader is built: nothing to read the share from there.
     Emits(_ONE_CYCLE.format(length="len(dataset) // 8").replace(_SCHEDULER.format(length="len(dataset) // 8"), "")
           .replace("loader = DataLoader(", _SCHEDULER.format(length="len(dataset) // 8") + "loader = DataLoader("),
