@@ -123,6 +123,11 @@ class Plan:
     # Evaluation loops whose figures evaluation.py gathers from every rank after them (DDP216):
     # each rank that runs one must reach the gather (report_only.py).
     gathered_evaluations: set[cst.For] = field(default_factory=set)
+    # A training loader that loops which do not train also go over (`accuracy(model,
+    # train_loader)` beside `accuracy(model, val_loader)`), with those loops (data.py): once
+    # evaluation.py has planned, each is reported as gathered (DDP228) when every such loop's
+    # figures are gathered from every rank, else as evaluated on one rank's share (DDP213).
+    training_loaders_evaluated: list[tuple[Loader, list[cst.For]]] = field(default_factory=list)
     # Per such loop, the meters (`losses = AverageMeter()`) whose sum and count it reduces.
     reduced_meters: dict[cst.For, set[str]] = field(default_factory=dict)
     # Set when --keep-global-batch divides a batch size by `world_size`.

@@ -112,10 +112,43 @@ def _without_gradients(facts: Facts, loop: cst.For) -> bool:
     """Gradients are off where the model runs: around the loop (a no_grad block or a
     decorated function), or inside it, around every call of the model the loop makes
     (`for x, y in loader: with torch.no_grad(): logits = model(x)`)."""
-    if under_no_grad(facts, loop):
+    if under_no_grad(facts, loop) or called_only_without_gradients(facts, facts.function_of(loop)):
         return True
     model_calls = _model_calls_in(facts, loop)
     return bool(model_calls) and all(under_no_grad(facts, call, within=loop) for call in model_calls)
+
+
+# How many callers up a function's calls are followed to a no_grad block.
+_CALLER_DEPTH = 3
+
+
+def called_only_without_gradients(facts: Facts, function: Optional[cst.FunctionDef], depth: int = 0) -> bool:
+    """Rule: a function every call of which in this script sits in a no_grad block (`with
+    torch.no_grad(): model, valid_loss = validate(valid_loader, model, criterion, device)`, the
+    LeNet-5 tutorial's loop), or in a function itself called only so, runs without gradients,
+    as one decorated with `@torch.no_grad()` does. A function named anywhere but as a callee
+    (handed on as a callback), or one of a helper module, whose callers are in other files,
+    is not known to."""
+    if function is None or facts.library or depth > _CALLER_DEPTH:
+        return False
+    calls = facts.calls_of(function)
+    if not calls or not _only_called(facts, function, calls):
+        return False
+    return all(under_no_grad(facts, call)
+               or called_only_without_gradients(facts, facts.function_of(call), depth + 1) for call in calls)
+
+
+def _only_called(facts: Facts, function: cst.FunctionDef, calls: list[cst.Call]) -> bool:
+    """Every mention of the function's name is its definition or the callee of one of `calls`."""
+    callees = {id(call.func) for call in calls}
+    for name in facts.nodes_of(cst.Name):
+        if name.value != function.name.value or name is function.name or id(name) in callees:
+            continue
+        parent = facts.parents.get(name)
+        if isinstance(parent, cst.Attribute) and parent.attr is name and id(parent) in callees:
+            continue
+        return False
+    return True
 
 
 def under_no_grad(facts: Facts, node: cst.CSTNode, within: Optional[cst.For] = None) -> bool:

@@ -3,8 +3,8 @@
 Order matters: setup.choose makes the plan (where the setup block goes, which names the
 others may use); each rule then writes its own part of the plan and reads only the parts
 of rules before it; setup.place runs last because the block must precede every statement
-that needs it. Units without a step of their own here (epochs, downloads, splits,
-hand_batches, random_batches) are steps of the data rule; loader_dicts runs just before it,
+that needs it. Units without a step of their own here (epochs, downloads, splits, epoch_cut,
+schedule_length, hand_batches, random_batches) are steps of the data rule; loader_dicts runs just before it,
 so that the loaders it takes over from a dict are its own. The registry of codes is
 rules/registry.py.
 """

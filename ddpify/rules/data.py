@@ -36,7 +36,7 @@ from ddpify.emit.arguments import (
 from ddpify.emit.edits import Edits, Insertion, replacement
 from ddpify.options import Options
 from ddpify.plan import Plan
-from ddpify.rules import downloads, epoch_cut, hand_batches, splits
+from ddpify.rules import downloads, epoch_cut, hand_batches, schedule_length, splits
 from ddpify.rules.cases import TRAINING, Emits, Silent
 from ddpify.rules.epochs import (
     SET_EPOCH_IF_DISTRIBUTED_CODE,
@@ -127,6 +127,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     downloads.plan(facts, edits, setup)
     splits.plan(facts, edits, setup)
     epoch_cut.plan(facts, edits, setup)
+    schedule_length.plan(facts, edits, setup)
 
 
 # A loader class that shards itself gives its instances a DistributedSampler only under
@@ -193,7 +194,11 @@ def _plan_loader(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> Non
         add_sampler(facts, edits, loader, setup, role=role)
         if evaluation and role is None:
             first = min(evaluation, key=facts.line_of)
-            edits.report("DDP213", first, None if _runs_a_model(facts, first) else STATISTICS_PASS)
+            loops = [node for node in evaluation if isinstance(node, cst.For)]
+            if len(loops) == len(evaluation) and all(_runs_a_model(facts, loop) for loop in loops):
+                setup.training_loaders_evaluated.append((loader, loops))  # evaluation.py says which
+            else:
+                edits.report("DDP213", first, None if _runs_a_model(facts, first) else STATISTICS_PASS)
     else:
         edits.report("DDP210", loader.call)
 

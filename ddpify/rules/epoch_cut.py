@@ -17,7 +17,9 @@ from ddpify.analysis.control import Facts
 from ddpify.analysis.nodes import dotted_name, find_all
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, replacement
+from ddpify.options import Options
 from ddpify.plan import Plan
+from ddpify.rules import schedule_length
 from ddpify.rules.cases import TRAINING, Emits, Silent
 
 RULES = (
@@ -42,6 +44,8 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     for loader in setup.loaders_given_a_sampler:
         if loader.keywords.keys() & {"sampler", "batch_sampler"}:
             continue  # the script's own sampler: its length is not the data set's
+        if edits.options.keep_global_batch and schedule_length.batch_size_given(loader):
+            continue  # its batch is divided by the world size (DDP403): as many batches a rank as before
         holders = facts.loader_holders_of(loader)
         dataset = dotted_name(loader.dataset) if loader.dataset is not None else None
         for loop in facts.loops_over_values(holders):
@@ -119,6 +123,8 @@ CASES = (
     Emits(_cut("step == len(dataset) // 8"), "DDP224", ("len(loader.sampler) // 8",)),
     # A cut at a count of its own (a debugging limit) is not the data set's.
     Silent(_cut("step == 3"), "DDP224"),
+    # --keep-global-batch divides the batch instead: each rank reaches the original count.
+    Silent(_cut("step == len(dataset) // 8"), "DDP224", Options(keep_global_batch=True)),
     # A break under a test whose body also holds a block of its own (`if args.dry_run:`).
     Silent(TRAINING.replace("        optimizer.step()\n",
                             "        optimizer.step()\n        if epoch == 2:\n"

@@ -46,7 +46,16 @@ RULES = (
          "gathered once, right after the loop, so every rank prints, compares and saves the "
          "figures one process would (best checkpoint, early stopping, LR on plateau agree).",
          "Nothing to do."),
+    Rule("DDP228", Severity.INFO, "training loader also evaluated by a loop whose figures are gathered",
+         "A helper that measures a model over a loader (`accuracy(model, loader)`) is called with "
+         "the training loader as well as an evaluation loader. Under torchrun the training loader "
+         "holds this rank's share; the loop's figures are gathered from every rank after it, so "
+         "the training-set figures cover the whole set. DistributedSampler repeats up to N-1 "
+         "samples to give every rank the same count, and those are counted too.",
+         "Nothing to do; for exact figures over a training set that the world size does not "
+         "divide, evaluate a loader built without the DistributedSampler."),
 )
+TRAINING_LOADER_GATHERED = "training loader also evaluated by a loop whose figures are gathered"
 
 SHARD_HELPER = '''\
 
@@ -123,6 +132,29 @@ TABLE_SUMS = {
 
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
+    _plan_evaluation_loaders(facts, edits, setup)
+    _report_training_loaders_evaluated_here(facts, edits, setup)
+
+
+def _report_training_loaders_evaluated_here(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """Rule: a training loader that an evaluation loop also goes over (`accuracy(model,
+    train_loader)` beside `accuracy(model, val_loader)`, a newcomer's train and validation
+    accuracy from one helper) is evaluated on this rank's share under its DistributedSampler.
+    When that loop's figures are gathered from every rank after it (DDP216: the loop also
+    evaluates a sharded evaluation loader, and its gather runs whenever the loader's sampler
+    holds less than its data set, which a training loader's DistributedSampler does), every
+    rank gets the figures over the whole training set, as one process would (DDP228). A loop
+    whose figures are not gathered would give rank 0's share alone (DDP213)."""
+    for loader, loops in setup.training_loaders_evaluated:
+        first = min(loops, key=facts.line_of)
+        if all(loop in setup.gathered_evaluations for loop in loops):
+            edits.report("DDP228", first, f"{TRAINING_LOADER_GATHERED}: `{loader.name}` is evaluated on each "
+                         "rank's share and the figures are summed over the ranks")
+        else:
+            edits.report("DDP213", first)
+
+
+def _plan_evaluation_loaders(facts: Facts, edits: Edits, setup: Plan) -> None:
     """The loaders no loop trains over (data.py's `evaluation_loaders`): shard those whose
     every loop is an evaluation that can be gathered; the others stay whole (DDP203, with
     the reason)."""
@@ -653,7 +685,50 @@ for epoch in range(3):
     print(run_epoch(loader, optimizer), run_epoch(val_loader))
 '''
 
+# A validation function with no no_grad of its own, run in a no_grad block by its caller.
+_VALIDATE_CALLED_WITHOUT_GRADIENTS = TRAINING + '''\
+val_loader = DataLoader(dataset, batch_size=8)
+
+
+def validate(loader):
+    total = 0.0
+    for x, y in loader:
+        total += torch.nn.functional.mse_loss(model(x.to(device)), y.to(device)).item()
+    return total / len(loader)
+
+
+with torch.no_grad():
+    print(validate(val_loader))
+'''
+
+# One helper measures the training loader and the validation loader.
+_TRAINING_LOADER_MEASURED = TRAINING + '''\
+val_loader = DataLoader(dataset, batch_size=8)
+
+
+@torch.no_grad()
+def mean_loss(loader):
+    total, count = 0.0, 0
+    for x, y in loader:
+        total += torch.nn.functional.mse_loss(model(x.to(device)), y.to(device), reduction="sum").item()
+        count += len(y)
+    return total / count
+
+
+print(mean_loss(loader), mean_loss(val_loader))
+'''
+
 CASES = (
+    # The helper's figures are gathered: over the training loader's share too.
+    Emits(_TRAINING_LOADER_MEASURED, "DDP228"),
+    Silent(_TRAINING_LOADER_MEASURED, "DDP213"),
+    # Only the training loader measured: nothing gathers its figures.
+    Emits(_TRAINING_LOADER_MEASURED.replace(", mean_loss(val_loader))", ")"), "DDP213"),
+    # Its only caller runs it without gradients: sharded; a second call with gradients on keeps it whole.
+    Emits(_VALIDATE_CALLED_WITHOUT_GRADIENTS, "DDP215"),
+    Silent(_VALIDATE_CALLED_WITHOUT_GRADIENTS + "print(validate(val_loader))\n", "DDP215"),
+    # Handed on by name (a callback), its calls are not all in sight: whole.
+    Silent(_VALIDATE_CALLED_WITHOUT_GRADIENTS + "check = validate\n", "DDP215"),
     # The validation loader stays whole; the figures are summed only over a sharded pass.
     Emits(_SHARED_EPOCH, "DDP203", ('isinstance(getattr(loader, "sampler", None), DistributedSampler)',)),
     Silent(_SHARED_EPOCH, "DDP215"),

@@ -31,6 +31,7 @@ from ddpify.rules import (
     part_runs,
     random_batches,
     report_only,
+    schedule_length,
     set_order,
     setup,
     sharding,
@@ -45,8 +46,9 @@ from ddpify.selfcheck import rules as selfcheck
 
 UNITS: tuple[ModuleType, ...] = (
     setup, devices, model, lazy_layers, part_runs, sharding, dcp, data, epochs, downloads, splits, epoch_cut,
-    evaluation, hand_batches, loader_dicts, loader_workers, random_batches, set_order, side_effects, checkpoints,
-    shared_names, training, in_batch, report_only, frameworks, whole_file, gpu_count_batches, selfcheck, suppressions,
+    schedule_length, evaluation, hand_batches, loader_dicts, loader_workers, random_batches, set_order, side_effects,
+    checkpoints, shared_names, training, in_batch, report_only, frameworks, whole_file, gpu_count_batches, selfcheck,
+    suppressions,
 )
 
 

@@ -890,11 +890,100 @@ def _rank_local_in(facts: Facts, setup: Plan, loop: cst.For) -> set[str]:
     += 1`) counts the same batches on every rank: each rank's sampler hands it the same number
     of them; the epoch sums training.py all-reduces are the same on every rank too."""
     rank_local = assigned_names(loop.body) - _step_counters(loop.body)
+    rank_local -= _alike_on_every_rank(facts, setup, loop, rank_local)
     rank_local |= _fed_rank_local(loop.body, rank_local, _imported_modules(facts))
     if loop in setup.reduced_epoch_loops:
         rank_local -= set(training.epoch_accumulators(facts, loop)) | set(training.epoch_lists(facts, loop))
         rank_local -= setup.reduced_meters.get(loop, set())
     return rank_local
+
+
+def _alike_on_every_rank(facts: Facts, setup: Plan, loop: cst.For, assigned: set[str]) -> set[str]:
+    """Rule: a name the batch loop assigns is rank-local when its value comes from this rank's
+    batches, not merely because the loop assigns it. A validation every few steps inside the
+    batch loop (`if step % 30 == 0: val_loss = sum(... for xv, yv in val_loader) / n`, or a
+    loop over it), over a loader every rank evaluates whole, with the model every rank shares,
+    gives the same figure on every rank, and so do the patience counter and the stop flag
+    decided on it (`best, bad = val_loss, 0`, `bad += 1`, `stop = True`): the ranks stop
+    together. Only names bound by plain assignments (`x = ...`, `x += ...`, tuples of names)
+    are weighed; what flows from the loop's targets, from a loop over what is not shared
+    (_SharedPasses), from a draw, the clock, `next()` or `iter()`, and from objects the loop
+    feeds (_fed_rank_local) stays rank-local, and names bound any other way (an attribute, an
+    item, an `as` clause, a nested function) stay rank-local as before."""
+    shared = _SharedPasses.of(setup)
+    shared_targets = {name for inner in find_all(loop.body, cst.For, into_functions=False)
+                      if shared.over_shared(inner, set()) for name in names_in(inner.target)}
+    plain = _plainly_assigned(loop.body, shared_targets)
+    candidates = assigned & plain
+    if not candidates:
+        return set()
+    # A loader that is not evaluated whole on every rank (the training loader) is this rank's share.
+    shares = {name for loader in facts.loaders if loader.name not in shared.whole_loaders
+              for name in {loader.name} | {held for _, held in facts.loader_holders_of(loader)}}
+    local = (assigned - candidates) | _batch_names(loop) | _drawn_per_rank(facts, loop.body) | shares
+    modules = _imported_modules(facts)
+    for _ in range(3):  # what one round makes rank-local may feed an earlier statement next batch
+        _spread_rank_local(loop.body, local, False)
+        local |= _fed_rank_local(loop.body, local, modules)
+    return candidates - local
+
+
+def _batch_names(loop: cst.For) -> set[str]:
+    """The names the batch loop binds to this rank's batch: its target, but the index of an
+    `enumerate(loader)` (`for i, (x, y) in enumerate(loader)`), which counts the same batches
+    on every rank, each rank's sampler handing it as many."""
+    target = loop.target
+    counted = isinstance(loop.iter, cst.Call) and dotted_name(loop.iter.func) == "enumerate" \
+        and isinstance(target, cst.Tuple) and bool(target.elements) and isinstance(target.elements[0].value, cst.Name)
+    if counted:
+        assert isinstance(target, cst.Tuple)
+        return set().union(*(names_in(element.value) for element in target.elements[1:]))
+    return set(names_in(target))
+
+
+def _plainly_assigned(body: cst.CSTNode, shared_targets: set[str]) -> set[str]:
+    """Names every binding of which in `body` is a plain assignment to a name (or a tuple of
+    names), or the target of a loop over what every rank shares (`shared_targets`)."""
+    plain: set[str] = set()
+    other: set[str] = set()
+    for node in within(body):
+        if isinstance(node, cst.FunctionDef):
+            other |= assigned_names(node)
+        elif isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
+            target = node.target
+            elements = _flattened([target])
+            if all(isinstance(element, cst.Name) for element in elements):
+                plain |= {cast(cst.Name, element).value for element in elements}
+            else:
+                other |= names_in(target)
+        elif isinstance(node, cst.For):
+            bound = set(names_in(node.target))
+            (plain if bound <= shared_targets else other).update(bound)
+        elif isinstance(node, (cst.AsName, cst.NamedExpr)):
+            other |= names_in(node.name if isinstance(node, cst.AsName) else node.target)
+    return plain - other
+
+
+# Calls whose value differs from rank to rank whatever they are handed: the next batch of an
+# iterator (over a sharded loader), the clock, the process, the memory this rank's device holds.
+_PER_RANK_CALLS = frozenset({"next", "iter"})
+_PER_RANK_PREFIXES = ("torch.cuda.", "numpy.random.", "random.", "torch.rand")
+
+
+def _drawn_per_rank(facts: Facts, body: cst.CSTNode) -> set[str]:
+    """Names a plain assignment in `body` binds from a call whose value differs per rank."""
+    qualified = seeding.qualified_names(facts)
+    found: set[str] = set()
+    for node in within(body):
+        if not isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)) or node.value is None:
+            continue
+        for call in calls_within(node.value):
+            callee = seeding.callee_of(call, qualified)
+            if callee in _PER_RANK_CALLS or callee in seeding.PER_PROCESS or callee in GLOBAL_DRAWS \
+                    or callee.startswith(_PER_RANK_PREFIXES):
+                found |= _bound_by(node)
+                break
+    return found
 
 
 def _fed_rank_local(body: cst.CSTNode, rank_local: set[str], modules: Collection[str] = ()) -> set[str]:
@@ -1249,6 +1338,14 @@ _VALIDATION = """\
 """
 _PATIENT = "val_loader = DataLoader(dataset, batch_size=16)\nbest, bad = 1e9, 0\nfor epoch in range(3):\n"
 
+STEP_VALIDATION = TRAINING.replace("loader = DataLoader(dataset, batch_size=8, shuffle=True)\n", (
+    "loader = DataLoader(dataset, batch_size=8, shuffle=True)\n"
+    "val_loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=8)\n"
+    "best, bad, step = float('inf'), 0, 0\n")).replace("        optimizer.step()\n", (
+        "        optimizer.step()\n        step += 1\n        if step % 4 == 0:\n"
+        "            val = sum(float(torch.nn.functional.mse_loss(model(a), b)) for a, b in val_loader)\n"
+        "            if val < best:\n                best, bad = val, 0\n            else:\n                bad += 1\n"
+        "            if bad > 2:\n                break\n"))
 CASES = (
     Emits(TRAINING.replace("import torch\n", "import random\n\nimport torch\n", 1)
           .replace("for epoch in range(3):", "num_epochs = random.choice([3, 4])\nfor epoch in range(num_epochs):"),
@@ -1376,4 +1473,8 @@ CASES = (
     Silent(TRAINING.replace("        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n",
                             "        try:\n            loss.backward()\n            optimizer.step()\n"
                             "        except KeyboardInterrupt:\n            break\n"), "DDP902"),
+    # A validation every few steps inside the batch loop, over a loader every rank evaluates
+    # whole, stops every rank together; over the training loader (this rank's share) it does not.
+    Silent(STEP_VALIDATION, "DDP902"),
+    Emits(STEP_VALIDATION.replace("in val_loader)", "in loader)"), "DDP902"),
 )

@@ -1,0 +1,168 @@
+"""A per-batch learning-rate schedule sized from the data set's length (DDP413).
+
+`OneCycleLR(optimizer, max_lr, epochs=E, steps_per_epoch=len(train_ds) // batch_size)`, or
+`total_steps = E * len(train_ds) // batch_size` handed to it (or to a warmup schedule's
+`num_training_steps`), counts the batches one process makes of the whole data set. Sharded,
+each rank's loader yields its share: the scheduler steps len(loader) times an epoch, reaches
+1/N of its cycle by the last epoch, and the learning rate never anneals. The length is read
+from the loader's sampler instead, as DDP224 does for an epoch cut: `len(loader.sampler)` is
+this rank's share under torchrun and the whole data set as a group of one (its RandomSampler
+or SequentialSampler), so plain `python` keeps the original schedule. Where the loader is not
+built before the length is read, the rewrite has nothing to read from and it is reported.
+"""
+from typing import Optional
+
+import libcst as cst
+
+from ddpify.analysis.control import Facts
+from ddpify.analysis.facts import Loader
+from ddpify.analysis.nodes import argument_for, dotted_name, find_all
+from ddpify.diagnostics import Rule, Severity
+from ddpify.emit.edits import Edits, replacement
+from ddpify.options import Options
+from ddpify.plan import Plan
+from ddpify.rules.cases import TRAINING, Emits, Silent
+
+RULES = (
+    Rule("DDP413", Severity.EDIT, "a schedule's length in steps counts this rank's share of the data set",
+         "A per-batch learning-rate schedule is sized from the whole data set's length over the "
+         "batch size (`OneCycleLR(..., steps_per_epoch=len(train_ds) // batch_size)`). Sharded, "
+         "each rank steps only len(loader) times an epoch, so the schedule would run 1/N of its "
+         "cycle and the learning rate would never anneal. The length is read from the loader's "
+         "sampler instead: this rank's share under torchrun, the whole data set as a group of one.",
+         "Nothing to do; `steps_per_epoch=len(train_loader)` says the same in one place."),
+    Rule("DDP414", Severity.WARNING,
+         "a schedule's length in steps counts the whole data set, read before its loader is built",
+         "As DDP413, but the training loader is built after the length is read (or in another "
+         "function), so there is no sampler to read its share from there.",
+         "Build the loader first and size the schedule from `len(train_loader)`."),
+)
+
+# Schedules sized in optimizer steps, by the keywords (and positions) that hold the length.
+SCHEDULES = {
+    "torch.optim.lr_scheduler.OneCycleLR": (("total_steps", 2), ("steps_per_epoch", 4)),
+    "transformers.get_linear_schedule_with_warmup": (("num_training_steps", 2),),
+    "transformers.get_cosine_schedule_with_warmup": (("num_training_steps", 2),),
+    "transformers.optimization.get_linear_schedule_with_warmup": (("num_training_steps", 2),),
+    "transformers.optimization.get_cosine_schedule_with_warmup": (("num_training_steps", 2),),
+}
+
+
+def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """Rule: in a length argument of a schedule sized in steps, or in the one assignment of the
+    name handed as that argument (`total_steps = epochs * len(train_ds) // bs`), `len(ds)` of
+    the data set of a training loader given a DistributedSampler here (or `len(loader.dataset)`)
+    reads `len(loader.sampler)`, when that loader is built before, in the same function."""
+    sharded = [loader for loader in setup.loaders_given_a_sampler
+               if not loader.keywords.keys() & {"sampler", "batch_sampler"} and not loader.inline]
+    if edits.options.keep_global_batch:
+        # Each rank's batch is the given batch size over the world size (DDP403): a rank steps as
+        # many times an epoch as the original did, and the data set's count is right as it is.
+        sharded = [loader for loader in sharded if not batch_size_given(loader)]
+    if not sharded:
+        return
+    for qualified, lengths in SCHEDULES.items():
+        for schedule in facts.calls_named.get(qualified, ()):
+            for keyword, position in lengths:
+                value = argument_for(schedule, keyword, position)
+                if value is not None:
+                    for length in _lengths_in(facts, value):
+                        _read_from_sampler(facts, edits, length, sharded)
+
+
+def batch_size_given(loader: Loader) -> bool:
+    """The loader is given a batch size, which --keep-global-batch divides by the world size."""
+    positional = [arg for arg in loader.call.args if arg.keyword is None and not arg.star]
+    return "batch_size" in loader.keywords or len(positional) >= 2
+
+
+def _lengths_in(facts: Facts, value: cst.BaseExpression) -> list[cst.Call]:
+    """The `len(...)` calls in the value, or in the one value assigned to the name it is."""
+    values = [value]
+    name = dotted_name(value)
+    if isinstance(value, cst.Name) and name is not None and len(facts.assigned_values.get(name, ())) == 1:
+        values.append(facts.assigned_values[name][0])
+    return [call for each in values for call in find_all(each, cst.Call)
+            if isinstance(call.func, cst.Name) and call.func.value == "len" and len(call.args) == 1
+            and not call.args[0].star]
+
+
+def _read_from_sampler(facts: Facts, edits: Edits, length: cst.Call, sharded: list[Loader]) -> None:
+    held = _held_loader(facts, length, sharded)
+    if held is not None:  # `len(loader.dataset)` of a name that holds the loader where it is read
+        edits.expressions[length] = replacement(edits, f"len({held}.sampler)")
+        edits.standalone.add(length)
+        edits.report("DDP413", length)
+        return
+    loader = _loader_measured(facts, length.args[0].value, sharded)
+    if loader is None:
+        return
+    if loader.function is not facts.function_of(length) or facts.start_of(loader.statement) > facts.start_of(length):
+        edits.report("DDP414", length, (
+            f"a schedule's length in steps counts the whole data set: `{edits.code(length)}` is read before "
+            f"`{loader.name}` is built, and under torchrun each rank steps only its share of the batches, so "
+            f"the schedule would run 1/N of its cycle: build `{loader.name}` first and size the schedule "
+            f"from `len({loader.name}.sampler)` (or `len({loader.name})`)"))
+        return
+    edits.expressions[length] = replacement(edits, f"len({loader.name}.sampler)")
+    edits.standalone.add(length)
+    edits.report("DDP413", length)
+
+
+def _held_loader(facts: Facts, length: cst.Call, sharded: list[Loader]) -> Optional[str]:
+    """`holder` for `len(holder.dataset)`, where `holder` holds a sharded training loader in the
+    function of the call (the loader handed in as a parameter, `self.train_loader`)."""
+    name = dotted_name(length.args[0].value)
+    if name is None or not name.endswith(".dataset"):
+        return None
+    holder = name.removesuffix(".dataset")
+    function = facts.function_of(length)
+    for loader in sharded:
+        holders = facts.loader_holders_of(loader)
+        if (function, holder) in holders or (None, holder) in holders and not facts.binds_locally(function, holder):
+            return holder
+    return None
+
+
+def _loader_measured(facts: Facts, measured: cst.BaseExpression, sharded: list[Loader]) -> Optional[Loader]:
+    """The sharded training loader whose data set `measured` is: its `.dataset`, or the name
+    of the data set it was built over."""
+    name = dotted_name(measured)
+    if name is None:
+        return None
+    for loader in sharded:
+        if name == f"{loader.name}.dataset" or name in _names_of_data_set(facts, loader.dataset):
+            return loader
+    return None
+
+
+def _names_of_data_set(facts: Facts, dataset: Optional[cst.BaseExpression]) -> set[str]:
+    """The names whose length is the data set's: its own name, and the tensors a
+    TensorDataset is made of (`TensorDataset(X_train, y_train)`: `len(X_train)`), in place or
+    through the one assignment of its name."""
+    if dataset is None:
+        return set()
+    found = {name} if (name := dotted_name(dataset)) is not None else set()
+    made = [dataset]
+    if name is not None and len(facts.assigned_values.get(name, ())) == 1:
+        made.append(facts.assigned_values[name][0])
+    for value in made:
+        if isinstance(value, cst.Call) and (dotted_name(value.func) or "").rpartition(".")[2] == "TensorDataset":
+            found |= {tensor for arg in value.args if not arg.star and (tensor := dotted_name(arg.value)) is not None}
+    return found
+
+
+_SCHEDULER = "scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.1, epochs=3, steps_per_epoch={length})\n"
+_ONE_CYCLE = TRAINING.replace("for epoch in range(3):", _SCHEDULER + "for epoch in range(3):").replace(
+    "        optimizer.step()\n", "        optimizer.step()\n        scheduler.step()\n")
+CASES = (
+    Emits(_ONE_CYCLE.format(length="len(dataset) // 8"), "DDP413", ("steps_per_epoch=len(loader.sampler) // 8",)),
+    Emits(_ONE_CYCLE.format(length="len(loader.dataset) // 8"), "DDP413", ("len(loader.sampler) // 8",)),
+    Silent(_ONE_CYCLE.format(length="len(loader)"), "DDP413"),
+    # --keep-global-batch divides the batch instead: as many steps an epoch on each rank as before.
+    Silent(_ONE_CYCLE.format(length="len(dataset) // 8"), "DDP413", Options(keep_global_batch=True)),
+    # Sized before the loader is built: nothing to read the share from there.
+    Emits(_ONE_CYCLE.format(length="len(dataset) // 8").replace(_SCHEDULER.format(length="len(dataset) // 8"), "")
+          .replace("loader = DataLoader(", _SCHEDULER.format(length="len(dataset) // 8") + "loader = DataLoader("),
+          "DDP414"),
+)
