@@ -1836,8 +1836,10 @@ def _moved_elsewhere(facts: Facts, model: Model,
         if function is model.function and name == model.name and (
                 anchor is not None or not _kept_on_self_elsewhere(facts, model)):
             continue  # (the trained attribute itself: only where nothing here moves it)
-        if function in callers:
-            continue  # (what the caller does with the model it gets back comes after training)
+        if function in callers or _called_before_the_anchor(facts, model, function, anchor):
+            # (What the caller does with the model it gets back comes after training; or the
+            # function's move is one of those the wrap at the anchor already follows.)
+            continue
         if _moved_in_place_by_a_helper(facts, function, name, training) or (
                 _moves_what_it_is_handed(facts, function, name, training)
                 and _handed_and_dropped(facts, model, function, name)):
@@ -1865,6 +1867,21 @@ def _moved_elsewhere(facts: Facts, model: Model,
                     return _after_its_branch(facts, statement), name
                 return statement, name
     return None
+
+
+def _called_before_the_anchor(facts: Facts, model: Model, function: Optional[cst.FunctionDef],
+                              anchor: Optional[cst.BaseStatement]) -> bool:
+    """Rule (dominance, DESIGN §2.9): `if args.resume: model = load(model, path)` / `else:
+    model.to(device)`, where `load`, a function of this file, moves what it is handed and
+    returns it. Every call of `load` in the model's function ends before the anchor found
+    there ends (the call sits inside the `if` the wrap follows, or before it): its move is one
+    of the moves the wrap after the join follows on its path. A wrap inside `load` instead
+    would run on that one path only, and the fresh model of the other branch would train
+    unwrapped on every rank."""
+    if anchor is None or function is None or function is model.function:
+        return False
+    calls = [call for call in facts.calls_of(function) if facts.function_of(call) is model.function]
+    return bool(calls) and all(facts.end_of(call) <= facts.end_of(anchor) for call in calls)
 
 
 def _callers_after_its_training(facts: Facts, model: Model) -> set[Optional[cst.FunctionDef]]:
@@ -2640,7 +2657,8 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
         if access.attr.value in names.WRAPPER_ATTRIBUTES or _under_wrapper_check(facts, access, model.name):
             continue
         if _before_wrap(facts, access, wrap) or _rebound_since_wrap(facts, access, model.name, wrap) \
-                or _read_of_another_model(facts, model, access):
+                or _read_of_another_model(facts, model, access) \
+                or _handed_only_before_the_wrap(facts, model, access, wrap):
             continue
         edits.expressions[access.value] = _unwrapped(model.name, edits, _quote_for(facts, access))
         edits.report("DDP103", access)
@@ -2648,6 +2666,25 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
     _unwrap_dict_entries(facts, edits, model, wrap)
     _unwrap_for_exporters(facts, edits, model, wrap)
     _unwrap_on_instances(facts, edits, model)
+
+
+def _handed_only_before_the_wrap(facts: Facts, model: Model, node: cst.CSTNode, wrap: cst.BaseStatement) -> bool:
+    """`def restore(network, path): network.load_state_dict(...)`, a function whose parameter
+    has the model's name, which the model's function hands the model only before the wrap
+    (`network = restore(network, path)` in the branch the wrap follows): it gets the module."""
+    function = facts.function_of(node)
+    return function is not None and model.name in parameter_names(function) \
+        and _handed_to_only_before_the_wrap(facts, model, function, wrap)
+
+
+def _handed_to_only_before_the_wrap(facts: Facts, model: Model, function: cst.FunctionDef,
+                                    wrap: cst.BaseStatement) -> bool:
+    """The model's function hands the model to `function`, and only before the wrap."""
+    if function is model.function:
+        return False
+    handed = [_before_wrap(facts, call, wrap) for callee, _, call in facts._calls_passing(model.name, model.function)
+              if callee is function]
+    return bool(handed) and all(handed)
 
 
 def _read_of_another_model(facts: Facts, model: Model, node: cst.CSTNode) -> bool:
@@ -2847,7 +2884,9 @@ def _unwrap_in_callees(facts: Facts, edits: Edits, model: Model, holders: set[Ho
     `getattr(self.model, "module", self.model)`. In a function that trains, only the state
     dict (`state_dict()`, `load_state_dict()`) is read through `.module`, which runs no
     forward: a method that runs the forward there must go through the wrapper, or its
-    gradients are not synchronised. Either way the checkpoint keeps the single-GPU keys."""
+    gradients are not synchronised. Either way the checkpoint keeps the single-GPU keys.
+    Not a function the model's own function hands it to only before the wrap (`model =
+    load_checkpoint(model, path)` in the branch the wrap follows): it gets the module."""
     for function, name in holders:
         if function is None or name == model.name:
             continue
@@ -2856,7 +2895,7 @@ def _unwrap_in_callees(facts: Facts, edits: Edits, model: Model, holders: set[Ho
             if owner is None:
                 continue
             methods = {method for method in owner.body.body if isinstance(method, cst.FunctionDef)}
-        elif name in parameter_names(function):
+        elif name in parameter_names(function) and not _handed_to_only_before_the_wrap(facts, model, function, wrap):
             methods = {function}
         else:
             continue

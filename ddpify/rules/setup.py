@@ -493,7 +493,23 @@ def gpu_index_codes(facts: Facts) -> set[str]:
             if dotted_name(call.func) in ("torch.cuda.set_device", "cuda.set_device") and call.args \
                     and not isinstance(call.args[0].value, cst.Integer):
                 codes.add(facts.module.code_for_node(call.args[0].value))
-    return codes
+    return codes | _names_bound_to_an_index(facts)
+
+
+def _names_bound_to_an_index(facts: Facts) -> set[str]:
+    """Rule (follow device values): `gpu = 0` (or `GPU_ID = 1`), then `model.to(gpu)`: a name
+    whose every assignment in the file is an integer literal, handed to `.to()`, is a GPU
+    index as surely as `.to(0)` is, and names that one GPU on every rank. Not a name any
+    function takes as a parameter (a caller may hand it anything there)."""
+    handed = {arg.value.value for call in facts.nodes_of(cst.Call)
+              if isinstance(call.func, cst.Attribute) and call.func.attr.value == "to"
+              for arg in call.args[:1] if arg.keyword is None and isinstance(arg.value, cst.Name)}
+    if not handed:
+        return set()
+    parameters = {name for function in facts.nodes_of(cst.FunctionDef) for name in parameter_names(function)}
+    return {name for name in handed - parameters
+            if facts.assigned_values.get(name)
+            and all(isinstance(value, cst.Integer) for value in facts.assigned_values[name])}
 
 
 def integer_options(facts: Facts) -> set[str]:
@@ -838,9 +854,8 @@ def _follow_the_moves_test(facts: Facts, edits: Edits, plan: Plan, anchor: Optio
     for model in facts.models:
         # (`for net in self.nets.values(): net.cuda()` moves `self.G` of `self.nets = {"G": self.G}`.)
         held = entry_moves_of_containers_holding(facts, model, facts.class_of(model.function))
-        for move in [*facts.device_moves.get(model.name, ()), *held]:
-            if move not in facts.fixed_device_moves:
-                continue
+        moves = [move for move in [*facts.device_moves.get(model.name, ()), *held] if move in facts.fixed_device_moves]
+        for move in moves + _calls_of_helpers_moving(facts, model.name, model.function):
             test = _test_around(facts, move)
             if test is None:
                 return  # moved to the GPU whatever the script's flags say
@@ -868,6 +883,20 @@ def _follow_the_moves_test(facts: Facts, edits: Edits, plan: Plan, anchor: Optio
         plan.gpu_condition_code = f"{name} = {code}\n"
         code = name
     plan.use_gpu = code
+
+
+def _calls_of_helpers_moving(facts: Facts, name: str, function: Optional[cst.FunctionDef]) -> list[cst.Call]:
+    """`if args.cuda: to_gpu(model)`, where `to_gpu`, a function of this file, moves the
+    parameter it is handed to the GPU whatever it is handed (`module.cuda()`, under no test
+    of its own): the call is where the model reaches the GPU, and the test around it is the
+    script's GPU test."""
+    found = []
+    for callee, parameter, call in facts._calls_passing(name, function):
+        inner = [move for move in facts.device_moves.get(parameter, ())
+                 if facts.function_of(move) is callee and move in facts.fixed_device_moves]
+        if inner and all(_test_around(facts, move) is None for move in inner):
+            found.append(call)
+    return found
 
 
 def _operand_of_or(facts: Facts, test: cst.BaseExpression) -> str:
@@ -1086,6 +1115,7 @@ def _first_statement_needing_setup(facts: Facts, edits: Edits, plan: Plan,
     # `prepare_data(root)` of another module downloads between barriers that ask whether the
     # group exists: joined only after the call, every rank would download at once.
     made_elsewhere += facts.helper_download_calls
+    touched += allocations_on_the_current_gpu(facts)
     for node in touched + _calls_of_functions_holding(facts, touched, plan) + made_elsewhere:
         statement = facts.ancestor_in(node, plan.block)
         # Definitions run nothing: code inside them needs the setup only when called.
@@ -1094,6 +1124,34 @@ def _first_statement_needing_setup(facts: Facts, edits: Edits, plan: Plan,
     if not candidates:
         return _first_code_statement(body) if guards_too else None
     return min(candidates, key=body.index)
+
+
+def allocations_on_the_current_gpu(facts: Facts) -> list[cst.Call]:
+    """Rule (follow device values): `Tensor = torch.cuda.FloatTensor if cuda else
+    torch.FloatTensor` (the PyTorch-GAN idiom), then `Tensor(n, 1)`, `FloatTensor(np.zeros(...))`
+    or `imgs.type(Tensor)`: a legacy CUDA tensor type allocates on the current GPU, which is
+    GPU 0 until the setup's set_device has run. Each such call (and each call of the function
+    that holds it) needs the setup above it, like an edited statement: a fixed sample drawn at
+    the top of the script would otherwise sit on GPU 0 on every rank."""
+    typed = {name for name, values in facts.assigned_values.items()
+             if any(_names_a_cuda_tensor_type(value) for value in values)}
+    def a_type(value: cst.BaseExpression) -> bool:
+        return dotted_name(value) in typed or _names_a_cuda_tensor_type(value)
+
+    return [call for call in facts.nodes_of(cst.Call) if a_type(call.func) or (
+        isinstance(call.func, cst.Attribute) and call.func.attr.value == "type" and call.args
+        and a_type(call.args[0].value))]
+
+
+def _names_a_cuda_tensor_type(value: cst.BaseExpression) -> bool:
+    """`torch.cuda.FloatTensor`, or a conditional expression one of whose arms is one."""
+    if isinstance(value, cst.IfExp):
+        return _names_a_cuda_tensor_type(value.body) or _names_a_cuda_tensor_type(value.orelse)
+    return _is_cuda_tensor_type(dotted_name(value))
+
+
+def _is_cuda_tensor_type(name: Optional[str]) -> bool:
+    return name is not None and name.startswith("torch.cuda.") and name.endswith("Tensor")
 
 
 def _calls_of_functions_holding(facts: Facts, nodes: Iterable[cst.CSTNode],
