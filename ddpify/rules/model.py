@@ -51,6 +51,7 @@ from ddpify.options import Options
 from ddpify.plan import Plan
 from ddpify.rules import dropped_outputs, part_runs, sharding
 from ddpify.rules.cases import TRAINING, Emits, Silent
+from ddpify.rules.setup import read_from_the_scope_around
 
 RULES = (
     Rule("DDP101", Severity.EDIT, "model wrapped in DistributedDataParallel",
@@ -162,6 +163,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             # The Trainer it is handed to moves it to its device, and wraps it there; or a
             # base class of another module does, where it moves it; or no wrap of it would run.
             continue
+        model = _where_the_global_is_bound(facts, model)
         handed = [] if setup.library else _handed_in_by_callers(facts, model)
         for caller_model in handed:
             if all(known.name != caller_model.name or known.function is not caller_model.function
@@ -170,6 +172,21 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         if not handed:
             _wrap(facts, edits, setup, model)
     _unwrap_where_data_parallel_went(facts, edits)
+
+
+def _where_the_global_is_bound(facts: Facts, model: Model) -> Model:
+    """Rule (dominance, DESIGN §2.9): `net` built and moved at module level (`if use_cuda:
+    net.cuda()`, after the `if args.resume:` / `else:` that makes it), and trained by `def
+    train(epoch):`, which builds its optimizer over `net.parameters()` on every call and
+    never binds `net`: the function reads the module's model. Its wrap goes where the module
+    binds and moves it, after the join of those branches, once: a wrap inside `train()` would
+    make `net` a local name of the function (UnboundLocalError at its first read) and wrap
+    again on every call. The model is the module's (or the enclosing function's), with the
+    same optimizer."""
+    if not read_from_the_scope_around(facts, model):
+        return model
+    return Model(model.name, model.optimizer_statement, facts.function_of(cast(cst.FunctionDef, model.function)),
+                 model.moved_in_call)
 
 
 def _unwrapped_after_a_base_wrap(facts: Facts, edits: Edits, model: Model) -> bool:

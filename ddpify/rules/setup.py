@@ -6,14 +6,14 @@ choice became a distributed setup"; it moves up only when earlier code already n
 import textwrap
 from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Optional, Union
+from typing import Optional, Union, cast
 
 import libcst as cst
 
 from ddpify.analysis import names, traversal
 from ddpify.analysis.containers import container_moves
 from ddpify.analysis.control import Facts, registering_group
-from ddpify.analysis.facts import BlockItem, DeviceAssignment, Statement
+from ddpify.analysis.facts import BlockItem, DeviceAssignment, Model, Statement
 from ddpify.analysis.later_moves import caller_moving_after_the_build, entry_moves_of_containers_holding
 from ddpify.analysis.nodes import (
     argument_among,
@@ -22,6 +22,7 @@ from ddpify.analysis.nodes import (
     dotted_name,
     find_all,
     handed_for,
+    names_bound_in,
     names_in,
     parameter_names,
     positional_parameters,
@@ -629,11 +630,28 @@ def _scope_block(facts: Facts, statement: cst.BaseStatement,
     return facts.module
 
 
+def read_from_the_scope_around(facts: Facts, model: Model) -> bool:
+    """The model an optimizer trains in a function is a name the function never binds (not a
+    parameter, not assigned there), which the scope around it (the module, or an enclosing
+    function) assigns: `def train(epoch): optimizer = SGD(net.parameters(), ...)` over the
+    module's `net`. The model is that scope's."""
+    function = model.function
+    if function is None or "." in model.name or model.name in names_bound_in(function):
+        return False
+    outer = facts.function_of(function)
+    return any(facts.function_of(statement) is outer and model.name in assigned_names(statement)
+               for statement in facts.statements_touching.get(model.name, ()))
+
+
 def _training_function(facts: Facts) -> Optional[cst.FunctionDef]:
     """The function the setup goes into: where the training loop runs, or the function that
     calls it and builds the model (`main()` calling `train(...)` once per epoch), so that
     the group exists before the model is wrapped."""
     model_function = facts.models[0].function if facts.models else None
+    if facts.models and read_from_the_scope_around(facts, facts.models[0]):
+        # `def train(epoch)` builds its optimizer over the module's `net` on every call: the
+        # model is the module's, built and moved there, and wrapped there.
+        model_function = facts.function_of(cast(cst.FunctionDef, model_function))
     # A flat script: the model is built at module level and `def train(epoch)` loops over a
     # module-level loader. The setup goes at module level too, where the model's wrap and
     # the loaders can see it, not into train().
