@@ -69,6 +69,12 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
                 continue
             edits.report("DDP003", call, f"fixed GPU here cannot see `{device}`: pass it in and use .to({device})")
             continue
+        if _bound_only_after(facts, device, call):
+            # `try: model = model.cuda(); device = "cuda"`: the name does not exist yet at the
+            # move; the setup above has made this rank's GPU the current one, so `.cuda()`
+            # names it as written (and `.cuda(0)` becomes it).
+            _to_current_device(edits, call)
+            continue
         edits.expressions[call] = _move_to(edits, device)
         edits.report("DDP002", call)
     _fixed_device_values(facts, edits, setup)
@@ -236,6 +242,15 @@ def _to_current_gpu(facts: Facts, edits: Edits, string: cst.SimpleString) -> Non
         edits.imports.add("os")
     edits.expressions[string] = replacement(edits, current)
     edits.report("DDP002", string)
+
+
+def _bound_only_after(facts: Facts, device: str, call: cst.Call) -> bool:
+    """Rule (device values): every assignment of the device's name in the move's scope comes
+    after the move (`try: model = model.cuda(); device = "cuda"` / `except RuntimeError:
+    device = "cpu"`): `.to(device)` there would read a name not bound yet (NameError)."""
+    function = facts.function_of(call)
+    bindings = [value for value in facts.assigned_values.get(device, ()) if facts.function_of(value) is function]
+    return bool(bindings) and all(facts.start_of(value) > facts.end_of(call) for value in bindings)
 
 
 def _current_gpu_during_training(facts: Facts, call: cst.Call) -> bool:

@@ -2696,12 +2696,13 @@ def _handed_only_before_the_wrap(facts: Facts, model: Model, node: cst.CSTNode, 
 
 def _handed_to_only_before_the_wrap(facts: Facts, model: Model, function: cst.FunctionDef,
                                     wrap: cst.BaseStatement) -> bool:
-    """The model's function hands the model to `function`, and only before the wrap."""
+    """`function` runs only where the model's function calls it before the wrap (every call
+    of it in the file is such a call, handing it the model): what it is handed is the module."""
     if function is model.function:
         return False
-    handed = [_before_wrap(facts, call, wrap) for callee, _, call in facts._calls_passing(model.name, model.function)
-              if callee is function]
-    return bool(handed) and all(handed)
+    handing = {call for callee, _, call in facts._calls_passing(model.name, model.function) if callee is function}
+    calls = facts.calls_of(function)
+    return bool(calls) and all(call in handing and _before_wrap(facts, call, wrap) for call in calls)
 
 
 def _read_of_another_model(facts: Facts, model: Model, node: cst.CSTNode) -> bool:
