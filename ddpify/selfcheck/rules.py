@@ -362,6 +362,8 @@ _MOVED_AGAIN_IN_THE_LOOP = _JOINED.replace("torch.nn.Linear(4, 1).to(device)", "
     "    for x, y in loader:\n", "    model.to(device)\n    if epoch == 0:\n"
     "        if torch.distributed.is_initialized():\n            model = DDP(model)\n    for x, y in loader:\n")
 
+_GPU_IN_A_NAME = "gpu = 0\nmodel = torch.nn.Linear(4, 1).to(gpu)"
+
 CASES = (
     Flags(_RESUMED_BY_A_HELPER, _WRAPPED_IN_THE_HELPER, "DDP935"),
     Silent(_RESUMED_BY_A_HELPER, "DDP935"),
@@ -501,6 +503,12 @@ CASES = (
           _JOINED.replace("model(x.to(device))", "model(x.to(device) + torch.randn(1, device=f\"cuda:{args.gpu}\"))"),
           "DDP924"),
     Flags(TRAINING, _JOINED.replace("model(x.to(device))", "model(x.to(device) + torch.ones(1, device=1))"), "DDP924"),
+    # A GPU index kept in a name (`gpu = 0`), handed to `.to()`: GPU 0 on every rank.
+    Flags(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)", _GPU_IN_A_NAME),
+          _JOINED.replace("model = torch.nn.Linear(4, 1).to(device)", _GPU_IN_A_NAME), "DDP924"),
+    # A CUDA tensor type called before this rank's GPU is made the current one.
+    Flags(TRAINING, _JOINED.replace("device = torch", "Tensor = torch.cuda.FloatTensor\nnoise = Tensor(4, 4)\n"
+                                    "torch.cuda.set_device(0)\ndevice = torch"), "DDP924"),
     Flags('device = "cuda"\nwith torch.autocast(device_type=device):\n    pass\n',
           'device = torch.device("cuda", 0)\nwith torch.autocast(device_type=device):\n    pass\n', "DDP915"),
 )
