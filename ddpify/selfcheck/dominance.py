@@ -74,12 +74,22 @@ def wraps_off_the_training_path(source: Source) -> Iterator[Finding]:
 def _wrapping_factories(source: Source) -> set[str]:
     """Functions of this file that wrap a model and return it (`def prepare(net): net.to(device);
     net = DDP(net); return net`): binding a name to their result binds it to a wrapper."""
-    found = set()
-    for name, functions in source.functions.items():
-        for function in functions:
-            returned = {dotted(node.value) for node in ast.walk(function) if isinstance(node, ast.Return)} - {None}
-            if any(_wrap_of(source, statement) in returned for statement in source.statements_in(function)):
-                found.add(name)
+    found: set[str] = set()
+    returned: Optional[dict[int, set[Optional[str]]]] = None  # id of a function -> the names it returns
+    for call in source.calls:
+        if not (last_part(call.func) in DDP_WRAPPERS and call.args):
+            continue
+        function = source.scope_of(call)
+        if not isinstance(function, FUNCTIONS) or function.name == "__init__" or function.name in found:
+            continue
+        if returned is None:
+            returned = {}
+            for node in source.nodes:
+                if isinstance(node, ast.Return) and node.value is not None:
+                    returned.setdefault(id(source.scope_of(node)), set()).add(dotted(node.value))
+        wrapped = _wrap_of(source, source.statement_of(call))
+        if wrapped is not None and wrapped in returned.get(id(function), set()):
+            found.add(function.name)
     return found
 
 
@@ -124,6 +134,7 @@ class _Walk:
     def __init__(self, source: Source, scope: Scope, model: str, raw: str, factories: set[str]) -> None:
         self.source, self.scope, self.model, self.raw, self.factories = source, scope, model, raw, factories
         self.names = {model, raw}
+        self._training_functions: dict[int, bool] = {}  # id of a function -> it trains the model
         self.training = {id(source.statement_of(use)) for use in _training_uses(source, scope, [model],
                                                                                  through_calls=False)}
         self.training |= {id(source.statement_of(call)) for call in source.calls_in(scope)
@@ -140,11 +151,21 @@ class _Walk:
         if not isinstance(call.func, ast.Name) or len(functions) != 1:
             return False
         function = functions[0]
-        if not any(last_part(inner.func) == "backward" for inner in self.source.calls_in(function)):
+        known = self._training_functions.get(id(function))
+        if known is None:
+            known = self._training_functions[id(function)] = any(
+                last_part(inner.func) == "backward" for inner in self.source.calls_in(function))
+        if not known:
             return False
         handed = {dotted(argument) for argument in [*call.args, *(keyword.value for keyword in call.keywords)]}
-        return self.model in handed or ("." not in self.model and isinstance(self.scope, ast.Module)
-                                        and _reads_global(self.source, function, self.model))
+        if self.model in handed:
+            return True
+        if "." in self.model or not isinstance(self.scope, ast.Module):
+            return False
+        key = -id(function)  # (the same memo: whether it reads the module's model)
+        if key not in self._training_functions:
+            self._training_functions[key] = _reads_global(self.source, function, self.model)
+        return self._training_functions[key]
 
     def block(self, statements: list[ast.stmt], state: Optional[_Paths]) -> Optional[_Paths]:
         for statement in statements:
