@@ -69,7 +69,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
                 continue
             edits.report("DDP003", call, f"fixed GPU here cannot see `{device}`: pass it in and use .to({device})")
             continue
-        if _bound_only_after(facts, device, call):
+        if setup.device_assignment is None and _bound_only_after(facts, device, call):
             # `try: model = model.cuda(); device = "cuda"`: the name does not exist yet at the
             # move; the setup above has made this rank's GPU the current one, so `.cuda()`
             # names it as written (and `.cuda(0)` becomes it).
@@ -245,8 +245,9 @@ def _to_current_gpu(facts: Facts, edits: Edits, string: cst.SimpleString) -> Non
 
 
 def _bound_only_after(facts: Facts, device: str, call: cst.Call) -> bool:
-    """Rule (device values): every assignment of the device's name in the move's scope comes
-    after the move (`try: model = model.cuda(); device = "cuda"` / `except RuntimeError:
+    """Rule (device values): the setup does not bind the device's name itself (it keeps the
+    script's choice), and every assignment of that name in the move's scope comes after the
+    move (`try: model = model.cuda(); device = "cuda"` / `except RuntimeError:
     device = "cpu"`): `.to(device)` there would read a name not bound yet (NameError)."""
     function = facts.function_of(call)
     bindings = [value for value in facts.assigned_values.get(device, ()) if facts.function_of(value) is function]

@@ -632,12 +632,13 @@ def _scope_block(facts: Facts, statement: cst.BaseStatement,
 
 def read_from_the_scope_around(facts: Facts, model: Model) -> bool:
     """The model an optimizer trains in a function is a name the function never binds (not a
-    parameter, not assigned there), which the scope around it (the module, or an enclosing
-    function) assigns: `def train(epoch): optimizer = SGD(net.parameters(), ...)` over the
-    module's `net`. The model is that scope's."""
+    parameter, not assigned there) nor moves, which the scope around it (the module, or an
+    enclosing function) assigns: `def train(epoch): optimizer = SGD(net.parameters(), ...)`
+    over the module's `net`. The model is that scope's."""
     function = model.function
-    if function is None or "." in model.name or model.name in names_bound_in(function):
-        return False
+    if function is None or "." in model.name or model.name in names_bound_in(function) or any(
+            facts.function_of(move) is function for move in facts.device_moves.get(model.name, ())):
+        return False  # (a function that moves it too: where it reaches its device is there)
     outer = facts.function_of(function)
     return any(facts.function_of(statement) is outer and model.name in assigned_names(statement)
                for statement in facts.statements_touching.get(model.name, ()))
