@@ -104,8 +104,9 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
     found = [d for d in found if not (d.code in ("DDP925", "DDP926") and d.line in parts_reported)]
     # A model the migration (DDP903, DDP119) or the line-order check (DDP911) already said is
     # wrapped in the wrong place is the path found here again: said once.
-    said = " ".join(d.message for d in [*diagnostics, *found] if d.code in ("DDP903", "DDP119", "DDP911"))
-    found = [d for d in found if not (d.code == "DDP935" and d.message.split("`")[1] in said.split("`")[1::2])]
+    said = " ".join(d.message for d in [*diagnostics, *found]
+                    if d.code in ("DDP903", "DDP119", "DDP911")).split("`")[1::2]
+    found = [d for d in found if not (d.code == "DDP935" and _named_in(d.message.split("`")[1], said))]
     return sorted(set(found), key=lambda d: (d.line, d.code, d.message))
 
 
@@ -114,6 +115,11 @@ def check_distributed(original: str, original_tree: Optional[ast.Module] = None)
     already distributed (DDP900): a trained model that no DDP call wraps."""
     return [Diagnostic(code, line, 1, detail)
             for code, line, detail in trained_but_unwrapped(Source(original, original_tree))]
+
+
+def _named_in(model: str, quoted: Sequence[str]) -> bool:
+    """`model` is one of the quoted names, or what one of them calls or reads (`model(x)`)."""
+    return any(code == model or code.startswith((f"{model}(", f"{model}.")) for code in quoted)
 
 
 def _lines_of(diagnostics: Sequence[Diagnostic], codes: tuple[str, ...]) -> set:
