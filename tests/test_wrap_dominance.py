@@ -139,3 +139,31 @@ def test_the_wrap_follows_the_join_not_the_helper_called_in_one_branch():
     assert lines[wrap - 1] == "if distributed:" and lines[wrap - 2] == "    model.to(device)"
     assert "net = DDP(" not in result.code and 'getattr(net, "module"' not in result.code
     assert not any(d.code.startswith("DDP9") for d in result.diagnostics)
+
+
+TRAINER = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Trainer:
+    def __init__(self, batches, use_ddp):
+        self.batches = batches
+        self.model = torch.nn.Linear(3, 1)
+        if use_ddp:
+            self.model = DDP(self.model)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def train(self):
+        for x, y in self.batches:
+            loss = torch.nn.functional.mse_loss(self.model(x), y)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+"""
+
+
+def test_an_object_left_unwrapped_on_one_path_of_its_init_is_found():
+    assert [code for code, _, _ in findings(TRAINER)] == ["DDP935"]
+    assert findings(TRAINER.replace("if use_ddp:", "if dist.is_initialized():")) == []

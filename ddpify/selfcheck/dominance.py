@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from ddpify.selfcheck.models import DDP_WRAPPERS, Finding, _training_uses
+from ddpify.selfcheck.models import DDP_WRAPPERS, Finding, _training_uses, _trains_in_another_method
 from ddpify.selfcheck.source import FUNCTIONS, Scope, Source, _is_distributed_flag, assigned_targets, dotted, last_part
 
 Function = Union[ast.FunctionDef, ast.AsyncFunctionDef]
@@ -66,9 +66,22 @@ def wraps_off_the_training_path(source: Source) -> Iterator[Finding]:
     factories = _wrapping_factories(source)
     for scope, model, raw in _wrapped_in_scopes(source, factories):
         walk = _Walk(source, scope, model, raw, factories)
-        walk.block(scope.body, _FRESH)
+        end = _join(walk.block(scope.body, _FRESH), walk.returns)
+        if walk.finding is None and end is not None and end.unwrapped and model.startswith("self.") \
+                and _trains_in_another_method(source, scope, model):
+            # `if use_ddp: self.model = DDP(self.model)` in __init__, `self.model(x)` in train():
+            # the object leaves the method with the bare model on the other path.
+            walk.finding = ("DDP935", _first_wrap_line(source, scope, model), (
+                f"`{model}` leaves `{getattr(scope, 'name', '')}` unwrapped on some path (its wrap sits in one "
+                f"branch), and another method of the object trains it: each rank trains its own copy there; "
+                f"wrap it after the branches join"))
         if walk.finding is not None:
             yield walk.finding
+
+
+def _first_wrap_line(source: Source, scope: Scope, model: str) -> int:
+    return min((statement.lineno for statement in source.statements_in(scope)
+                if _wrap_of(source, statement) == model), default=getattr(scope, "lineno", 1))
 
 
 def _wrapping_factories(source: Source) -> set[str]:
@@ -139,6 +152,7 @@ class _Walk:
                                                                                  through_calls=False)}
         self.training |= {id(source.statement_of(call)) for call in source.calls_in(scope)
                           if self._trains_in_a_function(call)}
+        self.returns: Optional[_Paths] = None  # what the paths that return from the scope did
         self.breaks: list[Optional[_Paths]] = []
         self.continues: list[Optional[_Paths]] = []
         self.finding: Optional[Finding] = None
@@ -189,7 +203,10 @@ class _Walk:
             return self._try(statement, state)  # type: ignore[arg-type]
         if isinstance(statement, ast.Match):
             return _join(state, *(self.block(case.body, state) for case in statement.cases))
-        if isinstance(statement, (ast.Return, ast.Raise)) or _exits(statement):
+        if isinstance(statement, ast.Return):
+            self.returns = _join(self.returns, state)
+            return None
+        if isinstance(statement, ast.Raise) or _exits(statement):
             return None
         if isinstance(statement, ast.Break):
             self.breaks[-1] = _join(self.breaks[-1], state)
