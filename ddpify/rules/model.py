@@ -51,7 +51,7 @@ from ddpify.options import Options
 from ddpify.plan import Plan
 from ddpify.rules import dropped_outputs, part_runs, sharding
 from ddpify.rules.cases import TRAINING, Emits, Silent
-from ddpify.rules.setup import read_from_the_scope_around
+from ddpify.rules.setup import gpu_made_the_default, read_from_the_scope_around
 
 RULES = (
     Rule("DDP101", Severity.EDIT, "model wrapped in DistributedDataParallel",
@@ -1249,7 +1249,8 @@ def _default_device_set_before(facts: Facts, model: Model) -> bool:
     at module level): the model's parameters are made on that device, as if moved there, so it
     is wrapped with this rank's device_ids on NCCL, not on Gloo as a CPU model."""
     start = facts.start_of(model.optimizer_statement)
-    for call in facts.calls_named.get("torch.set_default_device", ()):
+    # (Also `torch.set_default_tensor_type("torch.cuda.FloatTensor")`, the older spelling.)
+    for call in [*facts.calls_named.get("torch.set_default_device", ()), *gpu_made_the_default(facts)]:
         argument = call.args[0].value if call.args else None
         if argument is None or isinstance(argument, cst.SimpleString) and "cpu" in argument.value:
             continue

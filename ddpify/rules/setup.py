@@ -75,6 +75,15 @@ RULES = (
          "or the __init__ of a Trainer built once per fold or per stage); a second "
          "init_process_group would raise.",
          "Nothing to do."),
+    Rule("DDP010", Severity.WARNING, "the GPU is the default device: a shuffling DistributedSampler fails under it",
+         "`torch.set_default_device(\"cuda\")` (or `torch.set_default_tensor_type(\"torch.cuda.FloatTensor\")`)"
+         " makes torch.randperm allocate on the GPU, and DistributedSampler draws each epoch's order with "
+         "a CPU generator: on a GPU machine iterating the loader raises \"Expected a 'cuda' generator "
+         "device but found 'cpu'\" (pytorch/pytorch#61457). The setup still goes above the call, so "
+         "that \"cuda\" is this rank's GPU, and the model is wrapped with its device_ids.",
+         "Drop the default device and move the model and the batches with `.to(device)`, or set the "
+         "default device back to the CPU around the loop over the loader; then silence this with "
+         "`# ddpify: ignore[DDP010]`."),
     Rule("DDP007", Severity.WARNING, "model moved to a device ddpify cannot follow",
          "The device comes from a function or value ddpify cannot read (`get_device()` of "
          "another module, a helper that may return \"cuda:0\"). The setup makes this rank's "
@@ -129,7 +138,8 @@ def choose(facts: Facts) -> Plan:
         # of the project: the group uses each device type's default backend, and this rank's
         # accelerator is made current, so that "cuda" there means this process's own GPU.
         return Plan(function, block, "device", None, device_elsewhere=True)
-    cpu_only = not facts.fixed_device_moves and not facts.fixed_device_values and not moves_to_a_gpu_index(facts)
+    cpu_only = not facts.fixed_device_moves and not facts.fixed_device_values and not moves_to_a_gpu_index(facts) \
+        and not gpu_made_the_default(facts)
     unfollowed = _moves_to_an_unfollowed_device(facts) if cpu_only else []
     if unfollowed and all(_only_the_cpu(facts, call) for call in unfollowed):
         # `def get_device(): return torch.device("cpu")`: the CPU chosen by name, kept (Gloo).
@@ -790,6 +800,7 @@ def place(facts: Facts, edits: Edits, plan: Plan) -> None:
     if plan.called_repeatedly and plan.function is not None:  # only a function runs repeatedly
         _report_repeated(edits, facts, plan.function)
     _join_early(facts, edits, plan)
+    _report_default_gpu_before_shuffled_samplers(facts, edits)
     reported = set()
     for call in facts.moves_to_imported_fixed_gpu:
         where = facts.module.code_for_node(call.args[0].value)
@@ -874,7 +885,8 @@ def _follow_the_moves_test(facts: Facts, edits: Edits, plan: Plan, anchor: Optio
         # (`for net in self.nets.values(): net.cuda()` moves `self.G` of `self.nets = {"G": self.G}`.)
         held = entry_moves_of_containers_holding(facts, model, facts.class_of(model.function))
         moves = [move for move in [*facts.device_moves.get(model.name, ()), *held] if move in facts.fixed_device_moves]
-        for move in moves + _calls_of_helpers_moving(facts, model.name, model.function):
+        # (`if args.cuda: torch.set_default_tensor_type("torch.cuda.FloatTensor")` moves them all.)
+        for move in moves + _calls_of_helpers_moving(facts, model.name, model.function) + gpu_made_the_default(facts):
             test = _test_around(facts, move)
             if test is None:
                 return  # moved to the GPU whatever the script's flags say
@@ -1159,7 +1171,35 @@ def allocations_on_the_current_gpu(facts: Facts) -> list[cst.Call]:
 
     return [call for call in facts.nodes_of(cst.Call) if a_type(call.func) or (
         isinstance(call.func, cst.Attribute) and call.func.attr.value == "type" and call.args
-        and a_type(call.args[0].value))]
+        and a_type(call.args[0].value))] + gpu_made_the_default(facts)
+
+
+def _report_default_gpu_before_shuffled_samplers(facts: Facts, edits: Edits) -> None:
+    """DDP010: the GPU made the default device in a script whose loaders shuffle (each gets a
+    DistributedSampler, whose CPU generator torch.randperm refuses on a CUDA default device)."""
+    if any(loader.shuffles for loader in facts.loaders):
+        for call in gpu_made_the_default(facts):
+            edits.report("DDP010", call)
+
+
+def gpu_made_the_default(facts: Facts) -> list[cst.Call]:
+    """Rule (follow device values): `torch.set_default_device("cuda")` or
+    `torch.set_default_tensor_type("torch.cuda.FloatTensor")` (older scripts, LLM scripts):
+    every tensor and module made afterwards goes to the current GPU. The script uses the GPU
+    (not a CPU-only script: the setup pins this rank's GPU and wraps with its device_ids),
+    and the call needs the setup above it, so that "cuda" is this rank's GPU, not GPU 0."""
+    found = []
+    for call in facts.nodes_of(cst.Call):
+        callee = dotted_name(call.func)
+        if callee not in ("torch.set_default_device", "torch.set_default_tensor_type") or not call.args:
+            continue
+        given = call.args[0].value
+        text = string_value(given) or dotted_name(given) or ""
+        if isinstance(given, cst.Call) and dotted_name(given.func) == "torch.device" and given.args:
+            text = string_value(given.args[0].value) or ""
+        if text.startswith(("cuda", "torch.cuda.")):
+            found.append(call)
+    return found
 
 
 def _names_a_cuda_tensor_type(value: cst.BaseExpression) -> bool:
@@ -1336,6 +1376,9 @@ _DEVICE_PARAMETER = _HEAD + "\n\ndef run(device=None):\n" + textwrap.indent(
     'device = device or ("cuda" if torch.cuda.is_available() else "cpu")\n' + _BODY, "    ")
 
 CASES = (
+    # The GPU made the default device before a shuffled loader: the sampler's CPU generator fails.
+    Emits(TRAINING.replace("device = torch", 'torch.set_default_device("cuda")\ndevice = torch'), "DDP010", ()),
+    Silent(TRAINING.replace("device = torch", 'torch.set_default_device("cpu")\ndevice = torch'), "DDP010"),
     # `device = device or "cuda"...` on a parameter no call gives: the choice, followed.
     Silent(_DEVICE_PARAMETER + "\n\nrun()\n", "DDP007"),
     # A caller that gives the device may give a fixed GPU.
