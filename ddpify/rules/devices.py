@@ -186,8 +186,14 @@ def _devices_from_an_index(facts: Facts, setup: Plan, index: Callable[[cst.BaseE
     found: list[tuple[cst.BaseExpression, str]] = []
     torch_devices = set(facts.calls_named.get(names.TORCH_DEVICE, ()))
     for call in facts.nodes_of(cst.Call):
-        found += [(arg.value, setup.device if setup.sees_setup(facts, arg.value) else '"cuda"') for arg in call.args
-                  if arg.keyword is not None and arg.keyword.value == "device" and index(arg.value)]
+        found += [(value, setup.device if setup.sees_setup(facts, value) else '"cuda"') for arg in call.args
+                  if arg.keyword is not None and arg.keyword.value == "device"
+                  for value in _arms(arg.value) if index(value)]
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value == "to" and call.args \
+                and call.args[0].keyword is None and isinstance(call.args[0].value, cst.IfExp):
+            # `.to(gpu if use_gpu else "cpu")`: the index arm names GPU 0 on every rank.
+            found += [(value, setup.device if setup.sees_setup(facts, value) else '"cuda"')
+                      for value in _arms(call.args[0].value) if index(value)]
         if call in torch_devices and len(call.args) == 2 and string_value(call.args[0].value) == "cuda" \
                 and index(call.args[1].value):
             found.append((call, 'torch.device("cuda")'))
@@ -203,6 +209,14 @@ def _devices_from_an_index(facts: Facts, setup: Plan, index: Callable[[cst.BaseE
     found += [(operation, '"cuda"') for operation in facts.nodes_of(cst.BinaryOperation)
               if _formats_an_index(operation, index)]
     return found
+
+
+def _arms(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The values a conditional expression may give (`gpu if use_gpu else "cpu"`: both arms);
+    the value itself otherwise."""
+    if isinstance(value, cst.IfExp):
+        return [*_arms(value.body), *_arms(value.orelse)]
+    return [value]
 
 
 def _formats_an_index(operation: cst.BinaryOperation, index: Callable[[cst.BaseExpression], bool]) -> bool:

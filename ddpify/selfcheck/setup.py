@@ -342,6 +342,8 @@ def _literal_gpu_indices(source: Source) -> Iterator[tuple[ast.Call, int]]:
 
 def _devices_of_an_index(source: Source, indices: set[str]) -> Iterator[tuple[ast.expr, str]]:
     def index_in(node: Optional[ast.AST]) -> Optional[str]:
+        if isinstance(node, ast.IfExp):  # `gpu if use_gpu else "cpu"`: either arm
+            return index_in(node.body) or index_in(node.orelse)
         code = ast.unparse(node) if node is not None else None
         return code if code in indices else None
 
