@@ -39,6 +39,8 @@ WITHOUT_A_FIXTURE = {
     "DDP922": "self-check: a broken output in selfcheck/rules.py CASES",
     "DDP923": "self-check: tests/test_selfcheck.py",
     "DDP924": "self-check: a broken output in selfcheck/rules.py CASES",
+    "DDP935": "self-check: broken outputs in selfcheck/rules.py CASES and tests/test_wrap_dominance.py "
+              "(a wrap in one branch, in a helper called in one branch, a move after the wrap in a loop)",
     "DDP927": "self-check: broken outputs in selfcheck/rules.py CASES (a wrap in build_model() before the "
               "caller's move; a wrap in the fresh branch beside a load method)",
     "DDP926": "self-check: a broken output in selfcheck/rules.py CASES (the raw module run beside the wrapper "

@@ -69,6 +69,12 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
                 continue
             edits.report("DDP003", call, f"fixed GPU here cannot see `{device}`: pass it in and use .to({device})")
             continue
+        if setup.device_assignment is None and _bound_only_after(facts, device, call):
+            # `try: model = model.cuda(); device = "cuda"`: the name does not exist yet at the
+            # move; the setup above has made this rank's GPU the current one, so `.cuda()`
+            # names it as written (and `.cuda(0)` becomes it).
+            _to_current_device(edits, call)
+            continue
         edits.expressions[call] = _move_to(edits, device)
         edits.report("DDP002", call)
     _fixed_device_values(facts, edits, setup)
@@ -180,8 +186,14 @@ def _devices_from_an_index(facts: Facts, setup: Plan, index: Callable[[cst.BaseE
     found: list[tuple[cst.BaseExpression, str]] = []
     torch_devices = set(facts.calls_named.get(names.TORCH_DEVICE, ()))
     for call in facts.nodes_of(cst.Call):
-        found += [(arg.value, setup.device if setup.sees_setup(facts, arg.value) else '"cuda"') for arg in call.args
-                  if arg.keyword is not None and arg.keyword.value == "device" and index(arg.value)]
+        found += [(value, setup.device if setup.sees_setup(facts, value) else '"cuda"') for arg in call.args
+                  if arg.keyword is not None and arg.keyword.value == "device"
+                  for value in _arms(arg.value) if index(value)]
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value == "to" and call.args \
+                and call.args[0].keyword is None and isinstance(call.args[0].value, cst.IfExp):
+            # `.to(gpu if use_gpu else "cpu")`: the index arm names GPU 0 on every rank.
+            found += [(value, setup.device if setup.sees_setup(facts, value) else '"cuda"')
+                      for value in _arms(call.args[0].value) if index(value)]
         if call in torch_devices and len(call.args) == 2 and string_value(call.args[0].value) == "cuda" \
                 and index(call.args[1].value):
             found.append((call, 'torch.device("cuda")'))
@@ -197,6 +209,14 @@ def _devices_from_an_index(facts: Facts, setup: Plan, index: Callable[[cst.BaseE
     found += [(operation, '"cuda"') for operation in facts.nodes_of(cst.BinaryOperation)
               if _formats_an_index(operation, index)]
     return found
+
+
+def _arms(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The values a conditional expression may give (`gpu if use_gpu else "cpu"`: both arms);
+    the value itself otherwise."""
+    if isinstance(value, cst.IfExp):
+        return [*_arms(value.body), *_arms(value.orelse)]
+    return [value]
 
 
 def _formats_an_index(operation: cst.BinaryOperation, index: Callable[[cst.BaseExpression], bool]) -> bool:
@@ -236,6 +256,16 @@ def _to_current_gpu(facts: Facts, edits: Edits, string: cst.SimpleString) -> Non
         edits.imports.add("os")
     edits.expressions[string] = replacement(edits, current)
     edits.report("DDP002", string)
+
+
+def _bound_only_after(facts: Facts, device: str, call: cst.Call) -> bool:
+    """Rule (device values): the setup does not bind the device's name itself (it keeps the
+    script's choice), and every assignment of that name in the move's scope comes after the
+    move (`try: model = model.cuda(); device = "cuda"` / `except RuntimeError:
+    device = "cpu"`): `.to(device)` there would read a name not bound yet (NameError)."""
+    function = facts.function_of(call)
+    bindings = [value for value in facts.assigned_values.get(device, ()) if facts.function_of(value) is function]
+    return bool(bindings) and all(facts.start_of(value) > facts.end_of(call) for value in bindings)
 
 
 def _current_gpu_during_training(facts: Facts, call: cst.Call) -> bool:

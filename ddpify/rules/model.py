@@ -51,6 +51,7 @@ from ddpify.options import Options
 from ddpify.plan import Plan
 from ddpify.rules import dropped_outputs, lazy_layers, part_runs, sharding
 from ddpify.rules.cases import TRAINING, Emits, Silent
+from ddpify.rules.setup import gpu_made_the_default, read_from_the_scope_around
 
 RULES = (
     Rule("DDP101", Severity.EDIT, "model wrapped in DistributedDataParallel",
@@ -162,6 +163,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             # The Trainer it is handed to moves it to its device, and wraps it there; or a
             # base class of another module does, where it moves it; or no wrap of it would run.
             continue
+        model = _where_the_global_is_bound(facts, model)
         handed = [] if setup.library else _handed_in_by_callers(facts, model)
         for caller_model in handed:
             if all(known.name != caller_model.name or known.function is not caller_model.function
@@ -170,6 +172,21 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         if not handed:
             _wrap(facts, edits, setup, model)
     _unwrap_where_data_parallel_went(facts, edits)
+
+
+def _where_the_global_is_bound(facts: Facts, model: Model) -> Model:
+    """Rule (dominance, DESIGN §2.9): `net` built and moved at module level (`if use_cuda:
+    net.cuda()`, after the `if args.resume:` / `else:` that makes it), and trained by `def
+    train(epoch):`, which builds its optimizer over `net.parameters()` on every call and
+    never binds `net`: the function reads the module's model. Its wrap goes where the module
+    binds and moves it, after the join of those branches, once: a wrap inside `train()` would
+    make `net` a local name of the function (UnboundLocalError at its first read) and wrap
+    again on every call. The model is the module's (or the enclosing function's), with the
+    same optimizer."""
+    if not read_from_the_scope_around(facts, model):
+        return model
+    return Model(model.name, model.optimizer_statement, facts.function_of(cast(cst.FunctionDef, model.function)),
+                 model.moved_in_call)
 
 
 def _unwrapped_after_a_base_wrap(facts: Facts, edits: Edits, model: Model) -> bool:
@@ -1263,7 +1280,8 @@ def _default_device_set_before(facts: Facts, model: Model) -> bool:
     at module level): the model's parameters are made on that device, as if moved there, so it
     is wrapped with this rank's device_ids on NCCL, not on Gloo as a CPU model."""
     start = facts.start_of(model.optimizer_statement)
-    for call in facts.calls_named.get("torch.set_default_device", ()):
+    # (Also `torch.set_default_tensor_type("torch.cuda.FloatTensor")`, the older spelling.)
+    for call in [*facts.calls_named.get("torch.set_default_device", ()), *gpu_made_the_default(facts)]:
         argument = call.args[0].value if call.args else None
         if argument is None or isinstance(argument, cst.SimpleString) and "cpu" in argument.value:
             continue
@@ -1867,8 +1885,10 @@ def _moved_elsewhere(facts: Facts, model: Model,
         if function is model.function and name == model.name and (
                 anchor is not None or not _kept_on_self_elsewhere(facts, model)):
             continue  # (the trained attribute itself: only where nothing here moves it)
-        if function in callers:
-            continue  # (what the caller does with the model it gets back comes after training)
+        if function in callers or _called_before_the_anchor(facts, model, function, anchor):
+            # (What the caller does with the model it gets back comes after training; or the
+            # function's move is one of those the wrap at the anchor already follows.)
+            continue
         if _moved_in_place_by_a_helper(facts, function, name, training) or (
                 _moves_what_it_is_handed(facts, function, name, training)
                 and _handed_and_dropped(facts, model, function, name)):
@@ -1896,6 +1916,21 @@ def _moved_elsewhere(facts: Facts, model: Model,
                     return _after_its_branch(facts, statement), name
                 return statement, name
     return None
+
+
+def _called_before_the_anchor(facts: Facts, model: Model, function: Optional[cst.FunctionDef],
+                              anchor: Optional[cst.BaseStatement]) -> bool:
+    """Rule (dominance, DESIGN §2.9): `if args.resume: model = load(model, path)` / `else:
+    model.to(device)`, where `load`, a function of this file, moves what it is handed and
+    returns it. Every call of `load` in the model's function ends before the anchor found
+    there ends (the call sits inside the `if` the wrap follows, or before it): its move is one
+    of the moves the wrap after the join follows on its path. A wrap inside `load` instead
+    would run on that one path only, and the fresh model of the other branch would train
+    unwrapped on every rank."""
+    if anchor is None or function is None or function is model.function:
+        return False
+    calls = [call for call in facts.calls_of(function) if facts.function_of(call) is model.function]
+    return bool(calls) and all(facts.end_of(call) <= facts.end_of(anchor) for call in calls)
 
 
 def _callers_after_its_training(facts: Facts, model: Model) -> set[Optional[cst.FunctionDef]]:
@@ -2671,7 +2706,8 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
         if access.attr.value in names.WRAPPER_ATTRIBUTES or _under_wrapper_check(facts, access, model.name):
             continue
         if _before_wrap(facts, access, wrap) or _rebound_since_wrap(facts, access, model.name, wrap) \
-                or _read_of_another_model(facts, model, access):
+                or _read_of_another_model(facts, model, access) \
+                or _handed_only_before_the_wrap(facts, model, access, wrap):
             continue
         edits.expressions[access.value] = _unwrapped(model.name, edits, _quote_for(facts, access))
         edits.report("DDP103", access)
@@ -2679,6 +2715,26 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
     _unwrap_dict_entries(facts, edits, model, wrap)
     _unwrap_for_exporters(facts, edits, model, wrap)
     _unwrap_on_instances(facts, edits, model)
+
+
+def _handed_only_before_the_wrap(facts: Facts, model: Model, node: cst.CSTNode, wrap: cst.BaseStatement) -> bool:
+    """`def restore(network, path): network.load_state_dict(...)`, a function whose parameter
+    has the model's name, which the model's function hands the model only before the wrap
+    (`network = restore(network, path)` in the branch the wrap follows): it gets the module."""
+    function = facts.function_of(node)
+    return function is not None and model.name in parameter_names(function) \
+        and _handed_to_only_before_the_wrap(facts, model, function, wrap)
+
+
+def _handed_to_only_before_the_wrap(facts: Facts, model: Model, function: cst.FunctionDef,
+                                    wrap: cst.BaseStatement) -> bool:
+    """`function` runs only where the model's function calls it before the wrap (every call
+    of it in the file is such a call, handing it the model): what it is handed is the module."""
+    if function is model.function:
+        return False
+    handing = {call for callee, _, call in facts._calls_passing(model.name, model.function) if callee is function}
+    calls = facts.calls_of(function)
+    return bool(calls) and all(call in handing and _before_wrap(facts, call, wrap) for call in calls)
 
 
 def _read_of_another_model(facts: Facts, model: Model, node: cst.CSTNode) -> bool:
@@ -2878,7 +2934,9 @@ def _unwrap_in_callees(facts: Facts, edits: Edits, model: Model, holders: set[Ho
     `getattr(self.model, "module", self.model)`. In a function that trains, only the state
     dict (`state_dict()`, `load_state_dict()`) is read through `.module`, which runs no
     forward: a method that runs the forward there must go through the wrapper, or its
-    gradients are not synchronised. Either way the checkpoint keeps the single-GPU keys."""
+    gradients are not synchronised. Either way the checkpoint keeps the single-GPU keys.
+    Not a function the model's own function hands it to only before the wrap (`model =
+    load_checkpoint(model, path)` in the branch the wrap follows): it gets the module."""
     for function, name in holders:
         if function is None or name == model.name:
             continue
@@ -2887,7 +2945,7 @@ def _unwrap_in_callees(facts: Facts, edits: Edits, model: Model, holders: set[Ho
             if owner is None:
                 continue
             methods = {method for method in owner.body.body if isinstance(method, cst.FunctionDef)}
-        elif name in parameter_names(function):
+        elif name in parameter_names(function) and not _handed_to_only_before_the_wrap(facts, model, function, wrap):
             methods = {function}
         else:
             continue

@@ -6,14 +6,14 @@ choice became a distributed setup"; it moves up only when earlier code already n
 import textwrap
 from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Optional, Union
+from typing import Optional, Union, cast
 
 import libcst as cst
 
 from ddpify.analysis import names, traversal
 from ddpify.analysis.containers import container_moves
 from ddpify.analysis.control import Facts, registering_group
-from ddpify.analysis.facts import BlockItem, DeviceAssignment, Statement
+from ddpify.analysis.facts import BlockItem, DeviceAssignment, Model, Statement
 from ddpify.analysis.later_moves import caller_moving_after_the_build, entry_moves_of_containers_holding
 from ddpify.analysis.nodes import (
     argument_among,
@@ -22,6 +22,7 @@ from ddpify.analysis.nodes import (
     dotted_name,
     find_all,
     handed_for,
+    names_bound_in,
     names_in,
     parameter_names,
     positional_parameters,
@@ -74,6 +75,15 @@ RULES = (
          "or the __init__ of a Trainer built once per fold or per stage); a second "
          "init_process_group would raise.",
          "Nothing to do."),
+    Rule("DDP010", Severity.WARNING, "the GPU is the default device: a shuffling DistributedSampler fails under it",
+         "`torch.set_default_device(\"cuda\")` (or `torch.set_default_tensor_type(\"torch.cuda.FloatTensor\")`)"
+         " makes torch.randperm allocate on the GPU, and DistributedSampler draws each epoch's order with "
+         "a CPU generator: on a GPU machine iterating the loader raises \"Expected a 'cuda' generator "
+         "device but found 'cpu'\" (pytorch/pytorch#61457). The setup still goes above the call, so "
+         "that \"cuda\" is this rank's GPU, and the model is wrapped with its device_ids.",
+         "Drop the default device and move the model and the batches with `.to(device)`, or set the "
+         "default device back to the CPU around the loop over the loader; then silence this with "
+         "`# ddpify: ignore[DDP010]`."),
     Rule("DDP007", Severity.WARNING, "model moved to a device ddpify cannot follow",
          "The device comes from a function or value ddpify cannot read (`get_device()` of "
          "another module, a helper that may return \"cuda:0\"). The setup makes this rank's "
@@ -128,7 +138,8 @@ def choose(facts: Facts) -> Plan:
         # of the project: the group uses each device type's default backend, and this rank's
         # accelerator is made current, so that "cuda" there means this process's own GPU.
         return Plan(function, block, "device", None, device_elsewhere=True)
-    cpu_only = not facts.fixed_device_moves and not facts.fixed_device_values and not moves_to_a_gpu_index(facts)
+    cpu_only = not facts.fixed_device_moves and not facts.fixed_device_values and not moves_to_a_gpu_index(facts) \
+        and not gpu_made_the_default(facts)
     unfollowed = _moves_to_an_unfollowed_device(facts) if cpu_only else []
     if unfollowed and all(_only_the_cpu(facts, call) for call in unfollowed):
         # `def get_device(): return torch.device("cpu")`: the CPU chosen by name, kept (Gloo).
@@ -493,7 +504,23 @@ def gpu_index_codes(facts: Facts) -> set[str]:
             if dotted_name(call.func) in ("torch.cuda.set_device", "cuda.set_device") and call.args \
                     and not isinstance(call.args[0].value, cst.Integer):
                 codes.add(facts.module.code_for_node(call.args[0].value))
-    return codes
+    return codes | _names_bound_to_an_index(facts)
+
+
+def _names_bound_to_an_index(facts: Facts) -> set[str]:
+    """Rule (follow device values): `gpu = 0` (or `GPU_ID = 1`), then `model.to(gpu)`: a name
+    whose every assignment in the file is an integer literal, handed to `.to()`, is a GPU
+    index as surely as `.to(0)` is, and names that one GPU on every rank. Not a name any
+    function takes as a parameter (a caller may hand it anything there)."""
+    handed = {arg.value.value for call in facts.nodes_of(cst.Call)
+              if isinstance(call.func, cst.Attribute) and call.func.attr.value == "to"
+              for arg in call.args[:1] if arg.keyword is None and isinstance(arg.value, cst.Name)}
+    if not handed:
+        return set()
+    parameters = {name for function in facts.nodes_of(cst.FunctionDef) for name in parameter_names(function)}
+    return {name for name in handed - parameters
+            if facts.assigned_values.get(name)
+            and all(isinstance(value, cst.Integer) for value in facts.assigned_values[name])}
 
 
 def integer_options(facts: Facts) -> set[str]:
@@ -613,11 +640,29 @@ def _scope_block(facts: Facts, statement: cst.BaseStatement,
     return facts.module
 
 
+def read_from_the_scope_around(facts: Facts, model: Model) -> bool:
+    """The model an optimizer trains in a function is a name the function never binds (not a
+    parameter, not assigned there) nor moves, which the scope around it (the module, or an
+    enclosing function) assigns: `def train(epoch): optimizer = SGD(net.parameters(), ...)`
+    over the module's `net`. The model is that scope's."""
+    function = model.function
+    if function is None or "." in model.name or model.name in names_bound_in(function) or any(
+            facts.function_of(move) is function for move in facts.device_moves.get(model.name, ())):
+        return False  # (a function that moves it too: where it reaches its device is there)
+    outer = facts.function_of(function)
+    return any(facts.function_of(statement) is outer and model.name in assigned_names(statement)
+               for statement in facts.statements_touching.get(model.name, ()))
+
+
 def _training_function(facts: Facts) -> Optional[cst.FunctionDef]:
     """The function the setup goes into: where the training loop runs, or the function that
     calls it and builds the model (`main()` calling `train(...)` once per epoch), so that
     the group exists before the model is wrapped."""
     model_function = facts.models[0].function if facts.models else None
+    if facts.models and read_from_the_scope_around(facts, facts.models[0]):
+        # `def train(epoch)` builds its optimizer over the module's `net` on every call: the
+        # model is the module's, built and moved there, and wrapped there.
+        model_function = facts.function_of(cast(cst.FunctionDef, model_function))
     # A flat script: the model is built at module level and `def train(epoch)` loops over a
     # module-level loader. The setup goes at module level too, where the model's wrap and
     # the loaders can see it, not into train().
@@ -755,6 +800,7 @@ def place(facts: Facts, edits: Edits, plan: Plan) -> None:
     if plan.called_repeatedly and plan.function is not None:  # only a function runs repeatedly
         _report_repeated(edits, facts, plan.function)
     _join_early(facts, edits, plan)
+    _report_default_gpu_before_shuffled_samplers(facts, edits)
     reported = set()
     for call in facts.moves_to_imported_fixed_gpu:
         where = facts.module.code_for_node(call.args[0].value)
@@ -838,9 +884,9 @@ def _follow_the_moves_test(facts: Facts, edits: Edits, plan: Plan, anchor: Optio
     for model in facts.models:
         # (`for net in self.nets.values(): net.cuda()` moves `self.G` of `self.nets = {"G": self.G}`.)
         held = entry_moves_of_containers_holding(facts, model, facts.class_of(model.function))
-        for move in [*facts.device_moves.get(model.name, ()), *held]:
-            if move not in facts.fixed_device_moves:
-                continue
+        moves = [move for move in [*facts.device_moves.get(model.name, ()), *held] if move in facts.fixed_device_moves]
+        # (`if args.cuda: torch.set_default_tensor_type("torch.cuda.FloatTensor")` moves them all.)
+        for move in moves + _calls_of_helpers_moving(facts, model.name, model.function) + gpu_made_the_default(facts):
             test = _test_around(facts, move)
             if test is None:
                 return  # moved to the GPU whatever the script's flags say
@@ -868,6 +914,20 @@ def _follow_the_moves_test(facts: Facts, edits: Edits, plan: Plan, anchor: Optio
         plan.gpu_condition_code = f"{name} = {code}\n"
         code = name
     plan.use_gpu = code
+
+
+def _calls_of_helpers_moving(facts: Facts, name: str, function: Optional[cst.FunctionDef]) -> list[cst.Call]:
+    """`if args.cuda: to_gpu(model)`, where `to_gpu`, a function of this file, moves the
+    parameter it is handed to the GPU whatever it is handed (`module.cuda()`, under no test
+    of its own): the call is where the model reaches the GPU, and the test around it is the
+    script's GPU test."""
+    found = []
+    for callee, parameter, call in facts._calls_passing(name, function):
+        inner = [move for move in facts.device_moves.get(parameter, ())
+                 if facts.function_of(move) is callee and move in facts.fixed_device_moves]
+        if inner and all(_test_around(facts, move) is None for move in inner):
+            found.append(call)
+    return found
 
 
 def _operand_of_or(facts: Facts, test: cst.BaseExpression) -> str:
@@ -1086,6 +1146,7 @@ def _first_statement_needing_setup(facts: Facts, edits: Edits, plan: Plan,
     # `prepare_data(root)` of another module downloads between barriers that ask whether the
     # group exists: joined only after the call, every rank would download at once.
     made_elsewhere += facts.helper_download_calls
+    touched += allocations_on_the_current_gpu(facts)
     for node in touched + _calls_of_functions_holding(facts, touched, plan) + made_elsewhere:
         statement = facts.ancestor_in(node, plan.block)
         # Definitions run nothing: code inside them needs the setup only when called.
@@ -1094,6 +1155,62 @@ def _first_statement_needing_setup(facts: Facts, edits: Edits, plan: Plan,
     if not candidates:
         return _first_code_statement(body) if guards_too else None
     return min(candidates, key=body.index)
+
+
+def allocations_on_the_current_gpu(facts: Facts) -> list[cst.Call]:
+    """Rule (follow device values): `Tensor = torch.cuda.FloatTensor if cuda else
+    torch.FloatTensor` (the PyTorch-GAN idiom), then `Tensor(n, 1)`, `FloatTensor(np.zeros(...))`
+    or `imgs.type(Tensor)`: a legacy CUDA tensor type allocates on the current GPU, which is
+    GPU 0 until the setup's set_device has run. Each such call (and each call of the function
+    that holds it) needs the setup above it, like an edited statement: a fixed sample drawn at
+    the top of the script would otherwise sit on GPU 0 on every rank."""
+    typed = {name for name, values in facts.assigned_values.items()
+             if any(_names_a_cuda_tensor_type(value) for value in values)}
+    def a_type(value: cst.BaseExpression) -> bool:
+        return dotted_name(value) in typed or _names_a_cuda_tensor_type(value)
+
+    return [call for call in facts.nodes_of(cst.Call) if a_type(call.func) or (
+        isinstance(call.func, cst.Attribute) and call.func.attr.value == "type" and call.args
+        and a_type(call.args[0].value))] + gpu_made_the_default(facts)
+
+
+def _report_default_gpu_before_shuffled_samplers(facts: Facts, edits: Edits) -> None:
+    """DDP010: the GPU made the default device in a script whose loaders shuffle (each gets a
+    DistributedSampler, whose CPU generator torch.randperm refuses on a CUDA default device)."""
+    if any(loader.shuffles for loader in facts.loaders):
+        for call in gpu_made_the_default(facts):
+            edits.report("DDP010", call)
+
+
+def gpu_made_the_default(facts: Facts) -> list[cst.Call]:
+    """Rule (follow device values): `torch.set_default_device("cuda")` or
+    `torch.set_default_tensor_type("torch.cuda.FloatTensor")` (older scripts, LLM scripts):
+    every tensor and module made afterwards goes to the current GPU. The script uses the GPU
+    (not a CPU-only script: the setup pins this rank's GPU and wraps with its device_ids),
+    and the call needs the setup above it, so that "cuda" is this rank's GPU, not GPU 0."""
+    found = []
+    for call in facts.nodes_of(cst.Call):
+        callee = dotted_name(call.func)
+        if callee not in ("torch.set_default_device", "torch.set_default_tensor_type") or not call.args:
+            continue
+        given = call.args[0].value
+        text = string_value(given) or dotted_name(given) or ""
+        if isinstance(given, cst.Call) and dotted_name(given.func) == "torch.device" and given.args:
+            text = string_value(given.args[0].value) or ""
+        if text.startswith(("cuda", "torch.cuda.")):
+            found.append(call)
+    return found
+
+
+def _names_a_cuda_tensor_type(value: cst.BaseExpression) -> bool:
+    """`torch.cuda.FloatTensor`, or a conditional expression one of whose arms is one."""
+    if isinstance(value, cst.IfExp):
+        return _names_a_cuda_tensor_type(value.body) or _names_a_cuda_tensor_type(value.orelse)
+    return _is_cuda_tensor_type(dotted_name(value))
+
+
+def _is_cuda_tensor_type(name: Optional[str]) -> bool:
+    return name is not None and name.startswith("torch.cuda.") and name.endswith("Tensor")
 
 
 def _calls_of_functions_holding(facts: Facts, nodes: Iterable[cst.CSTNode],
@@ -1259,6 +1376,9 @@ _DEVICE_PARAMETER = _HEAD + "\n\ndef run(device=None):\n" + textwrap.indent(
     'device = device or ("cuda" if torch.cuda.is_available() else "cpu")\n' + _BODY, "    ")
 
 CASES = (
+    # The GPU made the default device before a shuffled loader: the sampler's CPU generator fails.
+    Emits(TRAINING.replace("device = torch", 'torch.set_default_device("cuda")\ndevice = torch'), "DDP010", ()),
+    Silent(TRAINING.replace("device = torch", 'torch.set_default_device("cpu")\ndevice = torch'), "DDP010"),
     # `device = device or "cuda"...` on a parameter no call gives: the choice, followed.
     Silent(_DEVICE_PARAMETER + "\n\nrun()\n", "DDP007"),
     # A caller that gives the device may give a fixed GPU.

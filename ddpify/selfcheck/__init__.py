@@ -4,7 +4,7 @@ cannot show the contract's properties there.
 Like black's safe mode, it is a second opinion that shares nothing with the first: the
 transforms read the script with libcst and ddpify.analysis; this reads the original and the
 output with the stdlib `ast` and a few simple, conservative rules (DDP910-DDP917, DDP919,
-DDP922-DDP929, DDP932, DDP933). What it cannot show is a warning naming the line of the original where the
+DDP922-DDP929, DDP932, DDP933, DDP935). What it cannot show is a warning naming the line of the original where the
 defect is (the output line is in the message), so the run exits 1 and the file is still written.
 """
 import ast
@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Callable, Optional
 
 from ddpify.diagnostics import Diagnostic, rule_of
+from ddpify.selfcheck.dominance import wraps_off_the_training_path
 from ddpify.selfcheck.gathers import misplaced_gathers
 from ddpify.selfcheck.loaders import LEFT_WHOLE_CODES, NO_EPOCH_LOOP_CODES, unsharded_loaders
 from ddpify.selfcheck.models import (
@@ -38,6 +39,7 @@ from ddpify.selfcheck.output import (
     wrapped_forwards_on_rank0,
 )
 from ddpify.selfcheck.setup import (
+    allocated_before_the_device_is_set,
     asked_before_the_group,
     device_types_changed,
     gpu_indices_left,
@@ -66,6 +68,7 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
     in_output = [
         *misplaced_wraps(after),
         *untrained_wraps(after),
+        *wraps_off_the_training_path(after),
         *wraps_across_methods(after),
         *requires_grad_changed_after_the_wrap(after),
         *weights_drawn_after_the_wrap(after),
@@ -85,6 +88,7 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
         *joined_twice(before, after),
         *device_types_changed(before, after),
         *gpu_indices_left(before, after),
+        *allocated_before_the_device_is_set(after),
         *asked_before_the_group(after),
         *names_read_unbound(before, original, after, migrated),
         *misplaced_gathers(after),
@@ -107,6 +111,11 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
     # (DDP932): said once, as the error it raises.
     refused_wraps = {d.line for d in found if d.code == "DDP911"}
     found = [d for d in found if not (d.code == "DDP932" and d.line in refused_wraps)]
+    # A model the migration (DDP903, DDP119) or the line-order check (DDP911) already said is
+    # wrapped in the wrong place is the path found here again: said once.
+    said = " ".join(d.message for d in [*diagnostics, *found]
+                    if d.code in ("DDP903", "DDP119", "DDP911")).split("`")[1::2]
+    found = [d for d in found if not (d.code == "DDP935" and _named_in(d.message.split("`")[1], said))]
     return sorted(set(found), key=lambda d: (d.line, d.code, d.message))
 
 
@@ -115,6 +124,11 @@ def check_distributed(original: str, original_tree: Optional[ast.Module] = None)
     already distributed (DDP900): a trained model that no DDP call wraps."""
     return [Diagnostic(code, line, 1, detail)
             for code, line, detail in trained_but_unwrapped(Source(original, original_tree))]
+
+
+def _named_in(model: str, quoted: Sequence[str]) -> bool:
+    """`model` is one of the quoted names, or what one of them calls or reads (`model(x)`)."""
+    return any(code == model or code.startswith((f"{model}(", f"{model}.")) for code in quoted)
 
 
 def _lines_of(diagnostics: Sequence[Diagnostic], codes: tuple[str, ...]) -> set:

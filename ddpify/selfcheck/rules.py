@@ -1,4 +1,4 @@
-"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933): what a second reading of
+"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935): what a second reading of
 ddpify's own output can find wrong. The detection is in this package (gathers, loaders,
 models, output, setup); the rules and their cases live here, beside it, rather than in
 ddpify/rules/, whose units plan edits.
@@ -72,6 +72,16 @@ RULES = (
          "torchrun, so a plain `python` run does not show it.",
          "Keep one join, or ask first: `if not dist.is_initialized(): dist.init_process_group(...)`; "
          "report the rewrite as a ddpify bug."),
+    Rule("DDP935", Severity.WARNING, "self-check: a training of the model is reached on a path without its wrap",
+         "The output is walked path by path (both arms of every `if`, the body and the handlers of "
+         "every `try`, loops run zero, one or two times): every path to a statement that trains a "
+         "model its scope wraps must pass a wrap of it, and no path may move the model between a "
+         "wrap and that training. A wrap in one branch (or in a helper called in one branch: "
+         "`if args.resume: model = load(model)` where `load` wraps) leaves the other branch "
+         "training the bare model, each rank its own copy, with no error; a move after the wrap "
+         "gives the model parameters DDP's hooks do not watch.",
+         "Move `if distributed: model = DDP(model, ...)` after the branches join, after the last "
+         "move of the model on every path and before the training; report the rewrite as a ddpify bug."),
     Rule("DDP922", Severity.WARNING, "self-check: an exporter or a checkpoint is handed the DDP wrapper",
          "`torch.jit.script`, `torch.jit.trace` and `torch.onnx.export` compile or record the module "
          "they are given: given the DDP wrapper, scripting fails on DDP's forward, and a trace or "
@@ -342,7 +352,43 @@ _RESUMING_WRAPPED_IN_ONE_BRANCH = _RESUMING.replace(
     "            self.net = torch.nn.Linear(4, 1)\n            if dist.is_initialized():\n"
     "                self.net = DDP(self.net)\n")
 
+# The model moved on both paths, one of them through a helper that loads and moves it: the
+# wrap placed inside that helper runs on the resumed path only (DDP935).
+_RESUMED_BY_A_HELPER = TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)\n", """\
+def load(net, path):
+    net.load_state_dict(torch.load(path))
+    net.to(device)
+    return net
+
+
+model = torch.nn.Linear(4, 1)
+if os.environ.get("RESUME"):
+    model = load(model, os.environ["RESUME"])
+else:
+    model.to(device)
+""").replace("import torch\n", "import os\n\nimport torch\n", 1)
+_WRAPPED_IN_THE_HELPER = _RESUMED_BY_A_HELPER.replace(
+    "device = torch", 'torch.distributed.init_process_group("gloo")\ndevice = torch').replace(
+    "    net.to(device)\n", "    net.to(device)\n    net = DDP(net)\n").replace(
+    "import torch\n", "import torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n", 1)
+_WRAPPED_AFTER_THE_JOIN = _WRAPPED_IN_THE_HELPER.replace("    net = DDP(net)\n", "").replace(
+    "    model.to(device)\n", "    model.to(device)\nmodel = DDP(model)\n")
+# A wrap under the user's own GPU test: the CPU path trains the bare model.
+_WRAPPED_UNDER_A_GPU_TEST = _JOINED.replace("optimizer = torch", "if torch.cuda.is_available():\n"
+                                            "    model = DDP(model)\noptimizer = torch")
+# Moved at the top of every epoch, wrapped in the first: the second epoch moves the wrapper
+# (a move after the wrap that only the loop's path shows; the lines are in order).
+_MOVED_AGAIN_IN_THE_LOOP = _JOINED.replace("torch.nn.Linear(4, 1).to(device)", "torch.nn.Linear(4, 1)").replace(
+    "    for x, y in loader:\n", "    model.to(device)\n    if epoch == 0:\n"
+    "        if torch.distributed.is_initialized():\n            model = DDP(model)\n    for x, y in loader:\n")
+
+_GPU_IN_A_NAME = "gpu = 0\nmodel = torch.nn.Linear(4, 1).to(gpu)"
+
 CASES = (
+    Flags(_RESUMED_BY_A_HELPER, _WRAPPED_IN_THE_HELPER, "DDP935"),
+    Silent(_RESUMED_BY_A_HELPER, "DDP935"),
+    Flags(TRAINING, _WRAPPED_UNDER_A_GPU_TEST, "DDP935"),
+    Flags(TRAINING, _MOVED_AGAIN_IN_THE_LOOP, "DDP935"),
     # The labels sized by this rank's inputs, after a gather of the embeddings.
     Flags(_CONTRASTIVE, _GATHERING.replace("    logits = ", "    q, k = gather_with_grad(q), gather_with_grad(k)\n"
                                            "    logits = ").replace("len(logits)", "len(x)"), "DDP923"),
@@ -484,6 +530,12 @@ CASES = (
           _JOINED.replace("model(x.to(device))", "model(x.to(device) + torch.randn(1, device=f\"cuda:{args.gpu}\"))"),
           "DDP924"),
     Flags(TRAINING, _JOINED.replace("model(x.to(device))", "model(x.to(device) + torch.ones(1, device=1))"), "DDP924"),
+    # A GPU index kept in a name (`gpu = 0`), handed to `.to()`: GPU 0 on every rank.
+    Flags(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)", _GPU_IN_A_NAME),
+          _JOINED.replace("model = torch.nn.Linear(4, 1).to(device)", _GPU_IN_A_NAME), "DDP924"),
+    # A CUDA tensor type called before this rank's GPU is made the current one.
+    Flags(TRAINING, _JOINED.replace("device = torch", "Tensor = torch.cuda.FloatTensor\nnoise = Tensor(4, 4)\n"
+                                    "torch.cuda.set_device(0)\ndevice = torch"), "DDP924"),
     Flags('device = "cuda"\nwith torch.autocast(device_type=device):\n    pass\n',
           'device = torch.device("cuda", 0)\nwith torch.autocast(device_type=device):\n    pass\n', "DDP915"),
 )

@@ -245,11 +245,59 @@ def gpu_indices_left(original: Source, migrated: Source) -> Iterator[Finding]:
                     or dotted(call.func) in ("torch.cuda.set_device", "cuda.set_device"))
                and isinstance(call.args[0], (ast.Name, ast.Attribute, ast.Subscript))
                and "device" not in ast.unparse(call.args[0]).rsplit(".", 1)[-1]}
+    indices |= _names_bound_to_an_index(migrated)
     if not indices:
         return
     for node, index in _devices_of_an_index(migrated, indices):
         if not _under_an_environment_test(migrated, node):
             yield "DDP924", node.lineno, f"`{ast.unparse(node)}` names GPU `{index}` on every rank"
+
+
+def allocated_before_the_device_is_set(migrated: Source) -> Iterator[Finding]:
+    """DDP924 for a legacy CUDA tensor type called (`Tensor(n, 1)`, `FloatTensor(np.zeros(...))`,
+    `x.type(Tensor)`, where `Tensor = torch.cuda.FloatTensor if cuda else ...`) in the scope
+    that makes this rank's GPU the current one, above that set_device: it allocates on the
+    current GPU, GPU 0 on every rank until then."""
+    setting = [call for call in migrated.calls if last_part(call.func) in ("set_device", "set_device_index")]
+    if not setting:
+        return
+    typed = {name for statement in migrated.assignments for name in assigned_targets(statement)
+             if statement.value is not None and _names_a_cuda_tensor_type(statement.value)}
+    for call in migrated.calls:
+        argument = call.args[0] if call.args else None
+        allocates = dotted(call.func) in typed or _names_a_cuda_tensor_type(call.func) or (
+            last_part(call.func) == "type" and argument is not None
+            and (dotted(argument) in typed or _names_a_cuda_tensor_type(argument)))
+        if not allocates:
+            continue
+        scope = migrated.scope_of(call)
+        later = [each for each in setting if migrated.scope_of(each) is scope and each.lineno > call.lineno]
+        if later and not any(migrated.scope_of(each) is scope and each.lineno < call.lineno for each in setting):
+            yield ("DDP924", call.lineno, f"`{ast.unparse(call)}` allocates on the current GPU before "
+                   f"output line {later[0].lineno} makes this rank's GPU the current one: GPU 0 on every rank")
+
+
+def _names_a_cuda_tensor_type(value: ast.expr) -> bool:
+    if isinstance(value, ast.IfExp):
+        return _names_a_cuda_tensor_type(value.body) or _names_a_cuda_tensor_type(value.orelse)
+    name = dotted(value) or ""
+    return name.startswith("torch.cuda.") and name.endswith("Tensor")
+
+
+def _names_bound_to_an_index(source: Source) -> set[str]:
+    """`gpu = 0`: names whose every assignment in the script is an integer literal, and that no
+    function takes as a parameter; `.to(gpu)` then names GPU 0 on every rank, as `.to(0)` does."""
+    values: dict[str, list[ast.expr]] = {}
+    for statement in source.assignments:
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+        for target in targets:
+            if isinstance(target, ast.Name) and statement.value is not None:
+                values.setdefault(target.id, []).append(statement.value)
+    parameters = {argument.arg for functions in source.functions.values() for function in functions
+                  if isinstance(function, FUNCTIONS)
+                  for argument in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]}
+    return {name for name, assigned in values.items() if name not in parameters and all(
+        isinstance(value, ast.Constant) and type(value.value) is int for value in assigned)}
 
 
 def _under_an_environment_test(source: Source, node: ast.AST) -> bool:
@@ -294,6 +342,8 @@ def _literal_gpu_indices(source: Source) -> Iterator[tuple[ast.Call, int]]:
 
 def _devices_of_an_index(source: Source, indices: set[str]) -> Iterator[tuple[ast.expr, str]]:
     def index_in(node: Optional[ast.AST]) -> Optional[str]:
+        if isinstance(node, ast.IfExp):  # `gpu if use_gpu else "cpu"`: either arm
+            return index_in(node.body) or index_in(node.orelse)
         code = ast.unparse(node) if node is not None else None
         return code if code in indices else None
 
