@@ -10,7 +10,7 @@ from fixture_cases import slow_unless_sampled
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ddpify import api, project
-from ddpify.analysis import inert, memo, nodes, reading, traversal
+from ddpify.analysis import inert, memo, nodes, positions, reading, traversal
 from ddpify.options import Options
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -215,7 +215,7 @@ def test_import_statements_inside_handlers_and_branches_keep_the_walks_order():
 def test_positions_are_libcsts(path):
     tree = cst.parse_module(path.read_text(encoding="utf-8"))
     wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
-    ours = reading._Positions(wrapper)
+    ours = positions.Positions(tree)
     assert dict(ours) == dict(wrapper.resolve(PositionProvider))
 
 
