@@ -327,12 +327,14 @@ def remember_module_order(order: list[cst.CSTNode], ends: list[int]) -> None:
 def _subtree(node: cst.CSTNode, into_functions: bool) -> tuple[cst.CSTNode, ...]:
     """The nodes find_all searches, in source order: the rules search the same function and
     loop bodies for one kind of node after another (ddpify.analysis.memo)."""
+    # (A class test, not isinstance: libcst's FunctionDef has no subclasses, and its classes
+    # are ABCs, whose isinstance is a Python-level call on every node of the walk.)
     known = _MODULE_ORDER.get(node)
     if known is not None:
         order, ends, start = known
         if into_functions:
             return tuple(order[start:ends[start]])
-        if isinstance(node, cst.FunctionDef):
+        if node.__class__ is cst.FunctionDef:
             return (node,)
         # The node itself, then its subtree less every function definition's inside.
         found = [node]
@@ -340,13 +342,17 @@ def _subtree(node: cst.CSTNode, into_functions: bool) -> tuple[cst.CSTNode, ...]
         while index < end:
             child = order[index]
             found.append(child)
-            index = ends[index] if isinstance(child, cst.FunctionDef) else index + 1
+            index = ends[index] if child.__class__ is cst.FunctionDef else index + 1
         return tuple(found)
-
-    def descend(child: cst.CSTNode) -> bool:
-        return into_functions or not isinstance(child, cst.FunctionDef)
-
-    return tuple(traversal.preorder(node, descend))
+    # A subtree asked for while the analysis is still visiting the module (its order is not
+    # known yet): traversal.preorder, inlined, as this walk runs for every node of it.
+    found, pending = [], [node]
+    while pending:
+        current = pending.pop()
+        found.append(current)
+        if into_functions or current.__class__ is not cst.FunctionDef:
+            pending.extend(reversed(traversal.children(current)))
+    return tuple(found)
 
 
 def within(node: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
