@@ -14,7 +14,7 @@ from libcst.codemod import (
 )
 from libcst.metadata import MetadataWrapper
 
-from ddpify import selfcheck, suppressions, syntax
+from ddpify import ast_walk, selfcheck, suppressions, syntax
 from ddpify.analysis import ast_twin, inert, memo, names
 from ddpify.analysis.ast_names import dotted_ast
 from ddpify.analysis.control import Facts
@@ -121,7 +121,7 @@ def _modules_loaded_by_name(tree: ast.Module) -> list[Diagnostic]:
     agents or solvers from its folder names no torch, yet what it loads may train, and stays
     as it was."""
     return [Diagnostic("DDP909", node.lineno, node.col_offset + 1, RULES["DDP909"].summary, node.end_lineno or 0)
-            for node in ast.walk(tree) if isinstance(node, ast.Call) and node.args
+            for node in ast_walk.walk(tree) if isinstance(node, ast.Call) and node.args
             and (dotted_ast(node.func) or "").rpartition(".")[2] in ("__import__", "import_module")
             and not isinstance(node.args[0], ast.Constant)]
 

@@ -18,6 +18,7 @@ from typing import Optional, Union, cast
 
 import libcst as cst
 
+from ddpify import ast_walk
 from ddpify.analysis import ast_twin, figures, part_runs
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Holder, Model
@@ -102,7 +103,7 @@ def _start(facts: Facts, function: Optional[cst.FunctionDef]) -> tuple[int, int]
 def _ast_functions(module: cst.Module) -> dict[tuple[int, str], Union[ast.FunctionDef, ast.AsyncFunctionDef]]:
     """The `ast` twin's functions by (line, name), read once per migration."""
     tree = ast_twin.of(module)
-    return {} if tree is None else {(node.lineno, node.name): node for node in ast.walk(tree)
+    return {} if tree is None else {(node.lineno, node.name): node for node in ast_walk.walk(tree)
                                     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 

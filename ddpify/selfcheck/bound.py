@@ -22,6 +22,8 @@ import ast
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Optional
 
+from ddpify import ast_walk
+
 Literal = tuple[str, bool]  # a condition's text, and whether it holds
 Key = tuple[str, str]  # (the scope's qualified name, the name)
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -83,7 +85,7 @@ def _target_names(target: ast.AST) -> list[str]:
 
 
 def _pattern_names(pattern: ast.AST) -> list[str]:
-    return [name for node in ast.walk(pattern)
+    return [name for node in ast_walk.walk(pattern)
             for name in [getattr(node, "name", None), getattr(node, "rest", None)] if isinstance(name, str)]
 
 
@@ -124,7 +126,7 @@ class _Scope:
                 self.read(value, state, held, shadowed)
                 held = held | _literals(value, isinstance(node.op, ast.And))
         else:
-            for child in ast.iter_child_nodes(node):
+            for child in ast_walk.child_nodes(node):
                 self.read(child, state, facts, shadowed)
 
     def name(self, node: ast.Name, state: _State, facts: frozenset[Literal]) -> None:
@@ -162,7 +164,7 @@ class _Scope:
                           if isinstance(node.target, ast.Name) else node.target, state, facts)
             self.read(value, state, facts)
             for target in targets:
-                for sub in ast.walk(target):  # `a[i] = ...`, `self.x = ...` read their base
+                for sub in ast_walk.walk(target):  # `a[i] = ...`, `self.x = ...` read their base
                     if isinstance(sub, (ast.Subscript, ast.Attribute)):
                         self.read(sub.value, state, facts)
                         if isinstance(sub, ast.Subscript):
@@ -171,7 +173,7 @@ class _Scope:
                 state.bind(name for target in targets for name in _target_names(target))
             return state
         if isinstance(node, (ast.Return, ast.Raise)):
-            for child in ast.iter_child_nodes(node):
+            for child in ast_walk.child_nodes(node):
                 self.read(child, state, facts)
             return None
         if isinstance(node, ast.Expr):
@@ -234,7 +236,7 @@ class _Scope:
                 if not isinstance(target, (ast.Name, ast.Tuple, ast.List)):
                     self.read(target, state, facts)
             return state
-        for child in ast.iter_child_nodes(node):  # Global, Nonlocal, Pass, type aliases
+        for child in ast_walk.child_nodes(node):  # Global, Nonlocal, Pass, type aliases
             if isinstance(child, ast.expr):
                 self.read(child, state, facts)
         return state
@@ -293,7 +295,7 @@ def _own_nodes(body: Sequence[ast.stmt]) -> Iterator[ast.AST]:
         node = pending.pop()
         yield node
         if not isinstance(node, _SCOPES):
-            pending.extend(ast.iter_child_nodes(node))
+            pending.extend(ast_walk.child_nodes(node))
 
 
 def _bound_in(body: Sequence[ast.stmt], arguments: Optional[ast.arguments]) -> set[str]:
@@ -304,7 +306,7 @@ def _bound_in(body: Sequence[ast.stmt], arguments: Optional[ast.arguments]) -> s
     nodes = list(_own_nodes(body))
     # A comprehension's targets are its own (a walrus in it binds the scope's name).
     inner = {id(name) for node in nodes if isinstance(node, _COMPREHENSIONS)
-             for generator in node.generators for name in ast.walk(generator.target)}
+             for generator in node.generators for name in ast_walk.walk(generator.target)}
     for node in nodes:
         if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load) and id(node) not in inner:
             names.add(node.id)
