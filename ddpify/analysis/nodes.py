@@ -190,25 +190,31 @@ def slices_batches(loop: cst.For) -> bool:
 
 def self_attributes(method: cst.FunctionDef) -> list[tuple[str, Optional[cst.Assign]]]:
     """(attribute, the Assign that sets it, or None for a read) for each `self.x` in a method."""
-    found: list[tuple[str, Optional[cst.Assign]]] = []
+    attributes = _SelfAttributes()
+    traversal.visit(method.body, attributes)
+    return attributes.found
 
-    class _Attributes(cst.CSTVisitor):
-        def visit_Assign(self, node: cst.Assign) -> None:
-            for target in node.targets:
-                name = dotted_name(target.target)
-                if name and name.startswith("self.") and name.count(".") == 1:
-                    found.append((name[5:], node))
-            traversal.visit(node.value, self)
 
-        def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
-            return False
+class _SelfAttributes(cst.CSTVisitor):
+    """self_attributes' walk (made once, at module level, as _Names is)."""
 
-        def visit_Attribute(self, node: cst.Attribute) -> None:
-            if isinstance(node.value, cst.Name) and node.value.value == "self":
-                found.append((node.attr.value, None))
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[tuple[str, Optional[cst.Assign]]] = []
 
-    traversal.visit(method.body, _Attributes())
-    return found
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            name = dotted_name(target.target)
+            if name and name.startswith("self.") and name.count(".") == 1:
+                self.found.append((name[5:], node))
+        traversal.visit(node.value, self)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
+        return False
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if isinstance(node.value, cst.Name) and node.value.value == "self":
+            self.found.append((node.attr.value, None))
 
 
 def self_reads(method: cst.FunctionDef) -> list[tuple[str, cst.Attribute]]:
@@ -367,22 +373,29 @@ def calls_within(node: Optional[cst.CSTNode]) -> list[cst.Call]:
 
 
 def names_within(node: cst.CSTNode) -> list[str]:
-    found: list[str] = []
+    names = _Names()
+    traversal.visit(node, names)
+    return names.found
 
-    class _Names(cst.CSTVisitor):
-        def visit_Name(self, name: cst.Name) -> None:
-            found.append(name.value)
 
-        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
-            dotted = dotted_name(attribute)
-            if dotted:
-                found.append(dotted)
-            # `self.train_loader` reads `self`, not a variable named `train_loader`.
-            traversal.visit(attribute.value, self)
-            return False
+class _Names(cst.CSTVisitor):
+    """names_within's walk. (A class made at module level: one defined inside the function,
+    which is called for every statement of some rules, cost more to make than its walk.)"""
 
-    traversal.visit(node, _Names())
-    return found
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+
+    def visit_Name(self, name: cst.Name) -> None:
+        self.found.append(name.value)
+
+    def visit_Attribute(self, attribute: cst.Attribute) -> bool:
+        dotted = dotted_name(attribute)
+        if dotted:
+            self.found.append(dotted)
+        # `self.train_loader` reads `self`, not a variable named `train_loader`.
+        traversal.visit(attribute.value, self)
+        return False
 
 
 def names_in(node: Optional[cst.CSTNode]) -> set[str]:
