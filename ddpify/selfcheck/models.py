@@ -3,6 +3,7 @@ after every assignment and move of `x` on every path, before `x` trains, and no 
 a process group without any wrap (DDP911); nothing after the wrap that changes which
 parameters train (DDP928) or draws them afresh (DDP929)."""
 import ast
+from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from operator import attrgetter
 from typing import Callable, Optional, Union, cast
@@ -763,8 +764,10 @@ def _stored_on_self(source: Source, scope: Scope, name: str, line: int) -> list[
 
 
 def _rebound_between(source: Source, scope, name: str, start: int, end: int) -> bool:
-    return any(start < statement.lineno < end and name in assigned_targets(statement)
-               for statement in source.statements_in(scope))
+    """A statement of `scope` between the two lines (both excluded) binds `name`."""
+    lines = source.binding_lines(scope, name)
+    first_after = bisect_right(lines, start)
+    return first_after < len(lines) and lines[first_after] < end
 
 
 def _in_an_else(source: Source, node: ast.AST) -> bool:

@@ -109,6 +109,7 @@ class Source:
         self._calls_by_scope: dict[int, list[ast.Call]] = {}
         self._moves: Optional[list[tuple[str, ast.Call]]] = None
         self._moved_by: Optional[dict[int, set[str]]] = None
+        self._binding_lines: dict[int, dict[str, list[int]]] = {}
         self._index()
         self.calls.sort(key=attrgetter("lineno", "col_offset"))
 
@@ -223,6 +224,20 @@ class Source:
                     if children.__class__ is list:
                         pending.extend(child for child in children
                                        if isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)))
+
+    def binding_lines(self, scope: Scope, name: str) -> list[int]:
+        """The lines, in order, of the statements that run in `scope` itself and bind `name`
+        (assigned_targets), read once per scope: the checks ask of every statement after a
+        wrap whether its name was bound again since."""
+        bindings = self._binding_lines.get(id(scope))
+        if bindings is None:
+            bindings = self._binding_lines[id(scope)] = {}
+            for statement in self.statements_in(scope):
+                for target in assigned_targets(statement):
+                    bindings.setdefault(target, []).append(statement.lineno)
+            for lines in bindings.values():
+                lines.sort()
+        return bindings.get(name, [])
 
     def calls_in(self, scope: Scope) -> list[ast.Call]:
         """The calls that run in `scope` itself, in source order."""
