@@ -47,3 +47,23 @@ def walk(node: ast.AST) -> Iterator[ast.AST]:
             elif isinstance(value, _AST):
                 pending.append(value)
         yield current
+
+
+# The fields that hold statements: a block's (`handlers` holds except clauses, `cases` a
+# match's cases, whose own `body` holds theirs), in the order `_fields` lists them.
+_BLOCK_FIELDS = ("body", "handlers", "orelse", "finalbody", "cases")
+
+
+def statements(node: ast.AST) -> Iterator[ast.stmt]:
+    """`(each for each in ast.walk(node) if isinstance(each, ast.stmt))`: a search for
+    definitions (every class, every function) need not read a single expression. Statements
+    sit only in the block fields of statements, handlers and cases, so the walk enters those
+    alone; the statements come in ast.walk's order (breadth first, fields in order)."""
+    pending = [node]
+    for current in pending:
+        for field in _BLOCK_FIELDS:
+            children = getattr(current, field, None)
+            if children.__class__ is list:
+                pending.extend(child for child in children if isinstance(child, _AST))
+        if isinstance(current, ast.stmt):
+            yield current

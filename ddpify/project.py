@@ -350,7 +350,7 @@ class Project:
         tree = _parsed(str(found[0]), *_stamp(found[0])) if found is not None else None
         if tree is None:
             return None
-        values = [statement.value for statement in ast_walk.walk(tree) if isinstance(statement, ast.Assign)
+        values = [statement.value for statement in ast_walk.statements(tree) if isinstance(statement, ast.Assign)
                   and any(isinstance(target, ast.Name) and target.id == name for target in statement.targets)]
         top = [statement.value for statement in tree.body if isinstance(statement, ast.Assign)
                and any(isinstance(target, ast.Name) and target.id == name for target in statement.targets)]

@@ -213,7 +213,7 @@ class FunctionEffects:
         positional = self._positional(name, function)
         keywords = {function.args.kwarg.arg} if function.args.kwarg is not None else set()
         # `self.G = generator` ... `self.G.cuda()`: a parameter kept on self and moved there.
-        kept = {target.attr: node.value.id for node in ast_walk.walk(function) if isinstance(node, ast.Assign)
+        kept = {target.attr: node.value.id for node in ast_walk.statements(function) if isinstance(node, ast.Assign)
                 and isinstance(node.value, ast.Name) and node.value.id in positional
                 for target in node.targets if isinstance(target, ast.Attribute)
                 and isinstance(target.value, ast.Name) and target.value.id == "self"}
@@ -383,7 +383,7 @@ class FunctionEffects:
                 dotted_ast(value.func) or "", table) in names.SUMMARY_WRITER | names.VISDOM
 
         # (Or held in a local first: `writer = SummaryWriter(log_dir)` ... `return writer`.)
-        locals_made = {node.targets[0].id for node in ast_walk.walk(function) if isinstance(node, ast.Assign)
+        locals_made = {node.targets[0].id for node in ast_walk.statements(function) if isinstance(node, ast.Assign)
                        and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
                        and makes_tracker(node.value)}
         def is_tracker(value: Optional[ast.expr]) -> bool:
@@ -606,7 +606,7 @@ class FunctionEffects:
         init = self._functions.get(f"{class_name}.__init__")
         if init is None or f"{class_name}.forward" not in self._functions:
             return []
-        created = [target.attr for node in ast_walk.walk(init) if isinstance(node, ast.Assign)
+        created = [target.attr for node in ast_walk.statements(init) if isinstance(node, ast.Assign)
                    and isinstance(node.value, ast.Call)
                    and self.qualified(dotted_ast(node.value.func) or "").startswith("torch.nn.")
                    and self.qualified(dotted_ast(node.value.func) or "") not in names.PARAMETERLESS_LAYERS
@@ -617,7 +617,7 @@ class FunctionEffects:
         for key, function in self._functions.items():
             if self._class_of.get(key) != class_name:
                 continue
-            gradless = {id(inner) for node in ast_walk.walk(function) if isinstance(node, ast.With)
+            gradless = {id(inner) for node in ast_walk.statements(function) if isinstance(node, ast.With)
                         and self._without_grad(node) for inner in ast_walk.walk(node)}
             # `self.backbone(x).detach()`: the part's output is cut from the graph where it is made.
             gradless |= {id(node.func.value.func) for node in ast_walk.walk(function) if isinstance(node, ast.Call)
@@ -626,7 +626,7 @@ class FunctionEffects:
             gradless |= {id(node.value.func) for node in ast_walk.walk(function) if isinstance(node, ast.Attribute)
                          and node.attr == "data" and isinstance(node.value, ast.Call)}
             gradless |= _detached_later(function)
-            targets = {id(target) for node in ast_walk.walk(function) if isinstance(node, ast.Assign)
+            targets = {id(target) for node in ast_walk.statements(function) if isinstance(node, ast.Assign)
                        for target in node.targets}
             used |= {node.attr for node in ast_walk.walk(function) if isinstance(node, ast.Attribute)
                      and isinstance(node.value, ast.Name) and node.value.id == "self"
@@ -781,7 +781,7 @@ class FunctionEffects:
         function = self._functions.get(name)
         if function is None or self.class_of(name) is not None:
             return False
-        returns = [node for node in ast_walk.walk(function) if isinstance(node, ast.Return)]
+        returns = [node for node in ast_walk.statements(function) if isinstance(node, ast.Return)]
         bound: dict[str, list[ast.expr]] = {}
         for node in ast_walk.walk(function):
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
@@ -845,7 +845,8 @@ class FunctionEffects:
             return False
         reads = any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and node.func.attr in ("parameters", "named_parameters") for node in ast_walk.walk(function))
-        returned = [node for node in ast_walk.walk(function) if isinstance(node, ast.Return) and node.value is not None]
+        returned = [node for node in ast_walk.statements(function)
+                    if isinstance(node, ast.Return) and node.value is not None]
         return reads and (_yields(function) or bool(returned))
 
     def returns_optimizer_class(self, name: str) -> bool:
@@ -856,7 +857,7 @@ class FunctionEffects:
         function = self._functions.get(name)
         if function is None:
             return False
-        returned = [node.value for node in ast_walk.walk(function) if isinstance(node, ast.Return)]
+        returned = [node.value for node in ast_walk.statements(function) if isinstance(node, ast.Return)]
         return bool(returned) and all(value is not None and self._optimizer_class(value) for value in returned)
 
     def _optimizer_class(self, value: ast.expr) -> bool:

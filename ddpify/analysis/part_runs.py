@@ -67,7 +67,7 @@ def frozen_parts(tree: ast.Module) -> frozenset[str]:
     method name counts only when every class's method of that name does."""
     frozen: set[str] = set()
     methods: dict[str, list[ast.FunctionDef]] = {}
-    for owner in (node for node in ast_walk.walk(tree) if isinstance(node, ast.ClassDef)):
+    for owner in (node for node in ast_walk.statements(tree) if isinstance(node, ast.ClassDef)):
         for method in owner.body:
             if isinstance(method, ast.FunctionDef) and method.name == "__init__":
                 frozen |= _frozen_in(method) | _untrained_in(method)

@@ -103,7 +103,7 @@ def _start(facts: Facts, function: Optional[cst.FunctionDef]) -> tuple[int, int]
 def _ast_functions(module: cst.Module) -> dict[tuple[int, str], Union[ast.FunctionDef, ast.AsyncFunctionDef]]:
     """The `ast` twin's functions by (line, name), read once per migration."""
     tree = ast_twin.of(module)
-    return {} if tree is None else {(node.lineno, node.name): node for node in ast_walk.walk(tree)
+    return {} if tree is None else {(node.lineno, node.name): node for node in ast_walk.statements(tree)
                                     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 

@@ -232,7 +232,7 @@ def _dicts_holding(source: Source, built: set[str]) -> set[str]:
     """Rule (the self-check's own reading): a name bound to a dict literal one of whose values
     is such a loader (`data = {"tr_loader": tr_loader, ...}`) hands that loader on with it when
     it is passed to another module (`Solver(data, model, optimizer, args)`)."""
-    return {target.id for node in ast_walk.walk(source.tree) if isinstance(node, ast.Assign)
+    return {target.id for node in ast_walk.statements(source.tree) if isinstance(node, ast.Assign)
             and isinstance(node.value, ast.Dict) and any(loose_dotted(each) in built for each in node.value.values)
             for target in node.targets if isinstance(target, ast.Name)}
 
@@ -246,7 +246,7 @@ def _built_here_with(source: Source, value: ast.AST, sampler: ast.Call, names: l
 def _objects_of_imported_classes(source: Source) -> set[str]:
     """`simclr = SimCLR(...)` of a class imported from another module: `simclr.train(loader)`
     hands the loader to that module too."""
-    return {target.id for node in ast_walk.walk(source.tree) if isinstance(node, ast.Assign)
+    return {target.id for node in ast_walk.statements(source.tree) if isinstance(node, ast.Assign)
             and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
             and node.value.func.id in source.imported_from_elsewhere
             for target in node.targets if isinstance(target, ast.Name)}

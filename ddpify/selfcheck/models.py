@@ -450,7 +450,8 @@ def _binds(function: Union[ast.FunctionDef, ast.AsyncFunctionDef], name: str) ->
     arguments = function.args
     if name in {arg.arg for arg in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}:
         return True
-    declared = {declared for node in ast_walk.walk(function) if isinstance(node, ast.Global) for declared in node.names}
+    declared = {declared for node in ast_walk.statements(function) if isinstance(node, ast.Global)
+                for declared in node.names}
     stored = {node.id for node in ast_walk.walk(function)
               if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
     return name in stored and name not in declared
@@ -818,7 +819,7 @@ def _moved_after_by_a_caller(source: Source, model: str, method: Scope, methods:
             if statement.lineno <= min(called):
                 continue
             looped = isinstance(statement, (ast.For, ast.AsyncFor)) and _iterates_one_of(statement.iter, holders) \
-                and any(source.moved_by(inner) for inner in ast_walk.walk(statement) if isinstance(inner, ast.stmt))
+                and any(source.moved_by(inner) for inner in ast_walk.statements(statement))
             if model in source.moved_by(statement) or looped:
                 return (f"`{model}` is wrapped in `{name}()`, but `{getattr(caller, 'name', '')}()` calls it and then "
                         f"moves `{model}` (output line {statement.lineno}): move the wrap below that move")
@@ -917,7 +918,7 @@ def parts_run_beside_the_wrapper(migrated: Source) -> Iterator[Finding]:
     `model.module.heads[0](x)`, an alias, a loop over them) in the wrap's scope, or in a
     function of the file the wrapper is handed to there, whose return that backward reaches.
     DDP shares gradients only inside the wrapper's forward (analysis/part_runs.py)."""
-    functions = {function.name: function for function in ast_walk.walk(migrated.tree)
+    functions = {function.name: function for function in ast_walk.statements(migrated.tree)
                  if isinstance(function, FUNCTIONS)}
     frozen = frozen_parts(migrated.tree)  # a momentum teacher the class freezes trains nothing
     for name, call in wraps(migrated):
