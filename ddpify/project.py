@@ -776,14 +776,19 @@ def _imports_a_package_beside(path: Path, folder: Path) -> bool:
         return False
     if tree is None:
         return False
-    beside, above = _modules_beside(str(folder)), _modules_beside(str(folder.parent))
+    beside = _modules_beside(str(folder))
+    above: Optional[frozenset[str]] = None  # the folder above's modules, listed when first needed
     for node in import_statements(tree):
         if isinstance(node, ast.ImportFrom) and node.level:
             continue
         modules = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]
         for module in modules:
             top = module.partition(".")[0]
-            if top and top not in beside and top in above and (folder.parent / top / "__init__.py").is_file():
+            if not top or top in beside or not (folder.parent / top / "__init__.py").is_file():
+                continue
+            # (A stat per imported package first: the folder above may hold a great many entries.)
+            above = _modules_beside(str(folder.parent)) if above is None else above
+            if top in above:
                 return True
     return False
 
