@@ -9,13 +9,16 @@ keyed by the nodes' ids (the tree outlives the mapping, so an id names one node)
 test before any split, and a slotted context manager; a CodeRange is built only for the few
 nodes the rules ask about. tests/test_inert.py holds the result to PositionProvider's.
 """
+import re
 from collections.abc import Iterator, Mapping
 from typing import Optional
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
-from libcst._position import CodePosition, CodeRange
-from libcst.metadata.position_provider import NEWLINE_RE
+from libcst.metadata import CodePosition, CodeRange
+
+# What libcst's position state counts as a line break in a token (its NEWLINE_RE).
+_NEWLINES = re.compile(r"\r\n?|\n")
 
 # (start line, start column, end line, end column) of a node.
 _Span = tuple[int, int, int, int]
@@ -67,7 +70,7 @@ class _PositionState(CodegenState):
     def add_token(self, value: str) -> None:
         self.tokens.append(value)
         if "\n" in value or "\r" in value:
-            segments = NEWLINE_RE.split(value)
+            segments = _NEWLINES.split(value)
             self.line += len(segments) - 1
             self.column = len(segments[-1])
         else:
