@@ -14,8 +14,8 @@ from libcst.codemod import (
 )
 from libcst.metadata import MetadataWrapper
 
-from ddpify import selfcheck, suppressions, syntax
-from ddpify.analysis import inert, memo, names
+from ddpify import ast_walk, selfcheck, suppressions, syntax
+from ddpify.analysis import ast_twin, inert, memo, names
 from ddpify.analysis.ast_names import dotted_ast
 from ddpify.analysis.control import Facts
 from ddpify.analysis.nodes import find_all
@@ -80,7 +80,7 @@ def _migrate_source(code: str, options: Options, project: Project) -> Result:
         # helper whose definitions other modules use has nothing to change or report.
         return _result(code, code, (*(() if _defines_any(tree, project.used_elsewhere) else (NO_TRAINING,)),
                                     *_modules_loaded_by_name(tree)), options)
-    codemod = _MigrateCommand(CodemodContext(), options, project)
+    codemod = _MigrateCommand(CodemodContext(), options, project, tree)
     outcome = transform_module(codemod, code)
     if isinstance(outcome, TransformExit):
         # libcst turns Ctrl-C into a result; the unmigrated code must not pass for one.
@@ -121,7 +121,7 @@ def _modules_loaded_by_name(tree: ast.Module) -> list[Diagnostic]:
     agents or solvers from its folder names no torch, yet what it loads may train, and stays
     as it was."""
     return [Diagnostic("DDP909", node.lineno, node.col_offset + 1, RULES["DDP909"].summary, node.end_lineno or 0)
-            for node in ast.walk(tree) if isinstance(node, ast.Call) and node.args
+            for node in ast_walk.walk(tree) if isinstance(node, ast.Call) and node.args
             and (dotted_ast(node.func) or "").rpartition(".")[2] in ("__import__", "import_module")
             and not isinstance(node.args[0], ast.Constant)]
 
@@ -150,10 +150,12 @@ class _MigrateCommand(CodemodCommand):
 
     DESCRIPTION = "Migrate a single-GPU PyTorch training script to DistributedDataParallel."
 
-    def __init__(self, context: CodemodContext, options: Options, project: Project) -> None:
+    def __init__(self, context: CodemodContext, options: Options, project: Project, source_tree: ast.Module) -> None:
         super().__init__(context)
         self.options = options
         self.project = project
+        # The stdlib's tree of the same source (syntax.checked_tree), for the rules that read it.
+        self.source_tree = source_tree
         self.diagnostics: list[Diagnostic] = []
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
@@ -165,6 +167,7 @@ class _MigrateCommand(CodemodCommand):
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         # The tree was parsed for us alone, so the wrapper may use it without a deep copy.
         wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
+        ast_twin.remember(tree, self.source_tree)
         facts = analyse(wrapper, self.project)
         if facts.already_distributed is not None:
             position = facts.positions[facts.already_distributed].start

@@ -14,6 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional, Union, cast
 
+from ddpify import ast_walk
 from ddpify.analysis import freezing
 from ddpify.analysis.ast_names import dotted_ast, main_guarded
 from ddpify.analysis.effects import OPAQUE, WRITES, FunctionEffects, absolute_module
@@ -327,7 +328,7 @@ class Project:
             if any(isinstance(target, ast.Name) and target.id == name for target in targets):
                 value = cast(Union[ast.Assign, ast.AnnAssign], statement).value
                 return value is not None and any(isinstance(node, ast.Constant) and isinstance(node.value, str)
-                           and re.fullmatch(r"cuda:\d+", node.value) is not None for node in ast.walk(value))
+                           and re.fullmatch(r"cuda:\d+", node.value) is not None for node in ast_walk.walk(value))
         return False
 
     def names_device_type(self, qualified: str) -> bool:
@@ -349,7 +350,7 @@ class Project:
         tree = _parsed(str(found[0]), *_stamp(found[0])) if found is not None else None
         if tree is None:
             return None
-        values = [statement.value for statement in ast.walk(tree) if isinstance(statement, ast.Assign)
+        values = [statement.value for statement in ast_walk.statements(tree) if isinstance(statement, ast.Assign)
                   and any(isinstance(target, ast.Name) and target.id == name for target in statement.targets)]
         top = [statement.value for statement in tree.body if isinstance(statement, ast.Assign)
                and any(isinstance(target, ast.Name) and target.id == name for target in statement.targets)]
@@ -782,14 +783,19 @@ def _imports_a_package_beside(path: Path, folder: Path) -> bool:
         return False
     if tree is None:
         return False
-    beside, above = _modules_beside(str(folder)), _modules_beside(str(folder.parent))
+    beside = _modules_beside(str(folder))
+    above: Optional[frozenset[str]] = None  # the folder above's modules, listed when first needed
     for node in import_statements(tree):
         if isinstance(node, ast.ImportFrom) and node.level:
             continue
         modules = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]
         for module in modules:
             top = module.partition(".")[0]
-            if top and top not in beside and top in above and (folder.parent / top / "__init__.py").is_file():
+            if not top or top in beside or not (folder.parent / top / "__init__.py").is_file():
+                continue
+            # (A stat per imported package first: the folder above may hold a great many entries.)
+            above = _modules_beside(str(folder.parent)) if above is None else above
+            if top in above:
                 return True
     return False
 
@@ -1094,11 +1100,11 @@ def _calls_data_parallel(path: Path) -> bool:
     if tree is None:
         return False
     if not any(isinstance(node, (ast.Name, ast.Attribute)) and getattr(node, "id", getattr(node, "attr", None))
-               in DATA_PARALLEL_NAMES for node in ast.walk(tree)):
+               in DATA_PARALLEL_NAMES for node in ast_walk.walk(tree)):
         return False  # (the cheap look first: most files never name it)
     imports = FunctionEffects(tree).imports
     return any(isinstance(node, ast.Call) and _is_data_parallel(qualify(dotted_ast(node.func) or "", imports))
-               for node in ast.walk(tree))
+               for node in ast_walk.walk(tree))
 
 
 DATA_PARALLEL_NAMES = DATA_PARALLEL_SUBCLASS_NAMES | {"DataParallel"}
@@ -1239,9 +1245,10 @@ def script_path_edits(tree: ast.Module, script_folder: Path,
     call of it at module level (the `add_path(lib_path)` of `_init_paths.py`)."""
     context = _PathContext(tree)
     parameters = {id(node): [arg.arg for arg in function.args.args] + [function.name]
-                  for function in tree.body if isinstance(function, ast.FunctionDef) for node in ast.walk(function)}
+                  for function in tree.body if isinstance(function, ast.FunctionDef)
+                  for node in ast_walk.walk(function)}
     edits: list[tuple[int, Optional[Path]]] = []
-    for node in ast.walk(tree):
+    for node in ast_walk.walk(tree):
         if not (isinstance(node, ast.Call) and context.canonical(dotted_ast(node.func)) in _PATH_EDITS):
             continue
         value = _edited_value(node)
@@ -1473,13 +1480,13 @@ def _imports_of(tree: ast.Module, package: str, root: Path) -> list[tuple[str, s
                          if _module_file(root, alias.name) is not None)
     if bound:
         attribute_owners = set()
-        for node in ast.walk(tree):
+        for node in ast_walk.walk(tree):
             if isinstance(node, ast.Attribute) and dotted_ast(node.value) in bound:
                 found.append((bound[cast(str, dotted_ast(node.value))], {node.attr}))
                 attribute_owners.add(id(node.value))
         # A module handed on whole (`config.init_obj("arch", module_arch)`): any of its
         # public names may be used.
-        for node in ast.walk(tree):
+        for node in ast_walk.walk(tree):
             if isinstance(node, ast.Name) and node.id in bound and id(node) not in attribute_owners and isinstance(
                     node.ctx, ast.Load):
                 found.append((bound[node.id], _public_names(root, bound[node.id])))

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Optional
 
+from ddpify import ast_walk
 from ddpify.diagnostics import Diagnostic, Rule, Severity, registry
 from ddpify.rules.cases import TRAINING, Emits, Silent
 
@@ -144,7 +145,7 @@ def _statement_first_lines(code: str) -> dict[int, int]:
     except (SyntaxError, ValueError, RecursionError):
         return {}
     first_lines: dict[int, int] = {}
-    statements = sorted((node for node in ast.walk(tree) if isinstance(node, ast.stmt)),
+    statements = sorted((node for node in ast_walk.walk(tree) if isinstance(node, ast.stmt)),
                         key=lambda node: node.lineno)
     # Outer statements first, so that inner ones take back the lines they hold.
     for statement in statements:

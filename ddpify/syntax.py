@@ -10,6 +10,8 @@ import re
 import warnings
 from typing import cast
 
+from ddpify import ast_walk
+
 
 class Rejected(Exception):
     """Python does not accept the source; `message` says why, in Python's words."""
@@ -61,7 +63,7 @@ def _check_chains(tree: ast.Module, text: str) -> None:
     # of these letters than the limit holds no chain that long, and needs no walk.
     if text.count("and") + text.count("or") < MAX_BOOLEAN_OPERANDS:
         return
-    for node in ast.walk(tree):
+    for node in ast_walk.walk(tree):
         if isinstance(node, ast.BoolOp) and len(node.values) > MAX_BOOLEAN_OPERANDS:
             raise Rejected(f"syntax error: nested too deeply for libcst's parser: an and/or chain "
                            f"of {len(node.values)} operands (at most {MAX_BOOLEAN_OPERANDS})",

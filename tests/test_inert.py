@@ -7,10 +7,12 @@ from pathlib import Path
 import libcst as cst
 import pytest
 from fixture_cases import slow_unless_sampled
+from libcst._nodes.base import CSTCodegenError
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ddpify import api, project
-from ddpify.analysis import inert, memo, nodes, reading, traversal
+from ddpify.analysis import inert, memo, nodes, positions, reading, traversal
+from ddpify.emit import printing
 from ddpify.options import Options
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -215,8 +217,19 @@ def test_import_statements_inside_handlers_and_branches_keep_the_walks_order():
 def test_positions_are_libcsts(path):
     tree = cst.parse_module(path.read_text(encoding="utf-8"))
     wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
-    ours = reading._Positions(wrapper)
+    ours = positions.Positions(tree)
     assert dict(ours) == dict(wrapper.resolve(PositionProvider))
+
+
+@pytest.mark.parametrize("path", SAMPLED_SOURCES)
+def test_printing_is_libcsts(path):
+    tree = cst.parse_module(path.read_text(encoding="utf-8"))
+    for node in [tree, *traversal.preorder(tree, lambda _node: True)][::7]:
+        try:
+            expected = tree.code_for_node(node)
+        except CSTCodegenError:  # a node that prints only in its parent (an annotation)
+            continue
+        assert printing.code_for_node(tree, node) == expected
 
 
 def test_no_memo_outlives_its_migration():

@@ -1,6 +1,9 @@
 """Every rule unit's own cases (`CASES` at the end of ddpify/rules/*.py, selfcheck/rules.py
 and suppressions.py), run through migrate_source: a case that emits its code (and writes
 what it should), a no-op case that does not."""
+import hashlib
+from collections import Counter
+from functools import cache
 from types import SimpleNamespace
 
 import pytest
@@ -19,12 +22,30 @@ def _id(entry) -> str:
     return f"{unit}-{case.code}-{index}"
 
 
-def _emitted(source: str, options) -> tuple:
+@cache
+def _emitted(source: str, options) -> tuple[frozenset[str], str]:
+    """The codes and the output of one source: several cases read the same source (an Emits
+    and a Silent of two codes), migrated once per worker."""
     result = migrate_source(source, options)
-    return {d.code for d in (*result.diagnostics, *result.unused_suppressions)}, result.code
+    return frozenset(d.code for d in (*result.diagnostics, *result.unused_suppressions)), result.code
 
 
-@pytest.mark.parametrize("entry", CASES, ids=_id)
+def _params() -> list:
+    """The cases, those that share a source grouped on one xdist worker (tests/conftest.py
+    groups a fixture's checks the same way), so that _emitted migrates it once."""
+    keys = [None if isinstance(case, Flags) else (case.source, case.options) for _unit, _index, case in CASES]
+    shared = Counter(key for key in keys if key is not None)
+    params = []
+    for entry, key in zip(CASES, keys):
+        marks = []
+        if key is not None and shared[key] > 1:
+            digest = hashlib.sha256(f"{key[0]}{key[1]!r}".encode()).hexdigest()[:16]
+            marks.append(pytest.mark.xdist_group(f"rule-source:{digest}"))
+        params.append(pytest.param(entry, id=_id(entry), marks=marks))
+    return params
+
+
+@pytest.mark.parametrize("entry", _params())
 def test_rule_case(entry):
     _unit, _index, case = entry
     if isinstance(case, Flags):

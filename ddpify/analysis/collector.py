@@ -4,7 +4,7 @@ import dataclasses
 import re
 import textwrap
 from collections.abc import Set as AbstractSet
-from typing import Callable, Optional, Union, cast
+from typing import Any, Callable, NamedTuple, Optional, Union, cast
 
 import libcst as cst
 
@@ -102,6 +102,8 @@ class Collector(cst.CSTVisitor):
         # QualifiedNameProvider would, for a fraction of its cost (its scope analysis was
         # half of ddpify's time); rebinding an imported name to something else is not seen.
         self._aliases: dict[str, str] = {}
+        # _qualified_name's answers under the imports seen so far (emptied by each import).
+        self._qualified_names: dict[int, tuple[cst.BaseExpression, Optional[str]]] = {}
         # The top-level statement being visited, the names each one mentions, and those
         # that hold training code: to tell whether running the file trains anything.
         self._top: Optional[cst.CSTNode] = None
@@ -148,32 +150,48 @@ class Collector(cst.CSTVisitor):
             self.training_tops.add(self._top)
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        self.facts.nodes_by_type.setdefault(type(node), []).append(node)
-        if isinstance(node, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
-            self.facts.statements_by_function.setdefault((self._function(), type(node)), []).append(node)
+        kind = type(node)
+        self.facts.nodes_by_type.setdefault(kind, []).append(node)
+        hooks = _HOOKS.get(kind) or _hooks(kind)
+        if hooks.statement:
+            self.facts.statements_by_function.setdefault((self._function(), kind), []).append(node)
         if self._ancestors:
-            self.parents[node] = self._ancestors[-1]
-            if isinstance(self._ancestors[-1], cst.Module):
+            parent = self._ancestors[-1]
+            self.parents[node] = parent
+            if type(parent) is cst.Module:
                 self._top = node
         self._ancestors.append(node)
         self._ancestor_indices.append(len(self.order))
         self.order.append(node)
         self.subtree_ends.append(0)
-        return super().on_visit(node)
+        # CSTVisitor.on_visit, with the method looked up once per node class.
+        return hooks.visit is None or hooks.visit(self, node) is not False
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
-        super().on_leave(original_node)
+        hooks = _HOOKS[type(original_node)]
+        if hooks.leave is not None:
+            hooks.leave(self, original_node)
         self._ancestors.pop()
         self.subtree_ends[self._ancestor_indices.pop()] = len(self.order)
 
     # --- helpers ---------------------------------------------------------------------------
     def _qualified(self, node: cst.BaseExpression) -> set[str]:
-        # A call on a call (`model(x).sum`) resolves to misleading names: only trust plain
-        # names and attribute chains.
+        qualified = self._qualified_name(node)
+        return set() if qualified is None else {qualified}
+
+    def _qualified_name(self, node: cst.BaseExpression) -> Optional[str]:
+        """The full name of a name or attribute chain through the imports seen so far, read
+        once per node until the next import (visit_Call asks it of one callee a score of
+        times). A call on a call (`model(x).sum`) resolves to misleading names: only plain
+        names and attribute chains are trusted."""
+        # Keyed by id, the node kept beside its answer: the id cannot be reused while it is here.
+        known = self._qualified_names.get(id(node))
+        if known is not None and known[0] is node:
+            return known[1]
         dotted = dotted_name(node)
-        if dotted is None:
-            return set()
-        return {names.qualify(dotted, self._aliases)}
+        qualified = None if dotted is None else names.qualify(dotted, self._aliases)
+        self._qualified_names[id(node)] = (node, qualified)
+        return qualified
 
     def _is_project_module(self, name: Optional[str]) -> bool:
         """`utils.cuda(x)` after `import utils`: a function of a module of the project that
@@ -181,10 +199,12 @@ class Collector(cst.CSTVisitor):
         return name is not None and name in self._aliases and self.project.has_module(self._aliases[name])
 
     def _calls(self, call: cst.Call, wanted: Union[str, AbstractSet[str]]) -> bool:
-        qualified = self._qualified(call.func)
+        qualified = self._qualified_name(call.func)
+        if qualified is None:
+            return False
         if isinstance(wanted, str):
-            return wanted in qualified
-        return bool(qualified & wanted)
+            return wanted == qualified
+        return qualified in wanted
 
     def _function(self) -> Optional[cst.FunctionDef]:
         return self._function_stack[-1] if self._function_stack else None
@@ -223,6 +243,7 @@ class Collector(cst.CSTVisitor):
 
     # --- imports -------------------------------------------------------------------------------
     def visit_Import(self, node: cst.Import) -> None:
+        self._qualified_names.clear()
         for alias in node.names:
             module = dotted_name(alias.name)
             if module is None:
@@ -231,6 +252,7 @@ class Collector(cst.CSTVisitor):
             names.add_import(self._aliases, module, asname.value if isinstance(asname, cst.Name) else None)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self._qualified_names.clear()
         if isinstance(node.names, cst.ImportStar):
             # `from funcs import *` of a project module: the names funcs imported come along.
             star = self._imported_module(node)
@@ -2481,3 +2503,25 @@ def _lists_filled_by(receiver: cst.BaseExpression) -> set[str]:
         return _lists_filled_by(receiver.value)
     name = dotted_name(receiver)
     return {name} if name is not None else set()
+
+
+class _Hooks(NamedTuple):
+    """What Collector does for a node class: its visit_X and leave_X (None where it has none),
+    and whether the class is a statement's."""
+
+    visit: Optional[Callable[[Collector, Any], Optional[bool]]]
+    leave: Optional[Callable[[Collector, Any], None]]
+    statement: bool
+
+
+# By node class: libcst's CSTVisitor builds the method's name and looks it up on every node,
+# and its node classes are ABCs, whose isinstance is a Python-level call; the whole module
+# is visited once per migration, so both are answered once per class here.
+_HOOKS: dict[type, _Hooks] = {}
+
+
+def _hooks(kind: type) -> _Hooks:
+    _HOOKS[kind] = _Hooks(getattr(Collector, f"visit_{kind.__name__}", None),
+                          getattr(Collector, f"leave_{kind.__name__}", None),
+                          issubclass(kind, (cst.BaseSmallStatement, cst.BaseCompoundStatement)))
+    return _HOOKS[kind]

@@ -14,6 +14,7 @@ from typing import Callable, Optional, Union, cast
 
 import libcst as cst
 
+from ddpify import ast_walk
 from ddpify.analysis import forward_outputs, freezing, meters, names, part_runs, picked
 from ddpify.analysis.ast_names import dotted_ast
 from ddpify.analysis.facts import WHOLE_VALUE, Slot
@@ -190,7 +191,7 @@ class FunctionEffects:
         function = self._functions.get(name)
         if function is None or depth > 3:
             return False
-        for node in ast.walk(function):
+        for node in ast_walk.walk(function):
             if isinstance(node, ast.Call):
                 if isinstance(node.func, ast.Attribute) and node.func.attr == "backward":
                     return True
@@ -212,12 +213,12 @@ class FunctionEffects:
         positional = self._positional(name, function)
         keywords = {function.args.kwarg.arg} if function.args.kwarg is not None else set()
         # `self.G = generator` ... `self.G.cuda()`: a parameter kept on self and moved there.
-        kept = {target.attr: node.value.id for node in ast.walk(function) if isinstance(node, ast.Assign)
+        kept = {target.attr: node.value.id for node in ast_walk.statements(function) if isinstance(node, ast.Assign)
                 and isinstance(node.value, ast.Name) and node.value.id in positional
                 for target in node.targets if isinstance(target, ast.Attribute)
                 and isinstance(target.value, ast.Name) and target.value.id == "self"}
         moved: set[str] = set()
-        own = {id(node) for node in ast.walk(function)}
+        own = {id(node) for node in ast_walk.walk(function)}
         for node in self._nodes_moving_what_it_keeps(name, function):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and node.func.attr in ("to", "cuda")):
@@ -242,13 +243,13 @@ class FunctionEffects:
         model then reaches its device inside the class, which wraps it there, after the move
         (a wrap by the caller, before the hand-off, would wrap a CPU module that the class
         moves and wraps again)."""
-        yield from ast.walk(function)
+        yield from ast_walk.walk(function)
         owner, _, method = name.rpartition(".")
         if method != "__init__" or owner not in self.classes:
             return
         for key, other in self._functions.items():
             if self._class_of.get(key) == owner and other is not function:
-                yield from ast.walk(other)
+                yield from ast_walk.walk(other)
 
     def element_moved_parameters(self, name: str) -> tuple[list[str], set[str]]:
         """(the positional parameters, the ones whose elements the function moves): `def
@@ -261,7 +262,7 @@ class FunctionEffects:
         positional = self._positional(name, function)
         moved: set[str] = set()
         loops: list[tuple[ast.expr, ast.expr, list[ast.AST]]] = []
-        for node in ast.walk(function):
+        for node in ast_walk.walk(function):
             if isinstance(node, ast.For):
                 loops.append((node.target, node.iter, list(node.body)))
             elif isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp)) and len(node.generators) == 1:
@@ -271,7 +272,7 @@ class FunctionEffects:
                 continue
             if any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
                     "to", "cuda") and isinstance(node.func.value, ast.Name) and node.func.value.id == target.id
-                   for part in body for node in ast.walk(part)):
+                   for part in body for node in ast_walk.walk(part)):
                 moved.add(iterated.id)
         return positional, moved
 
@@ -293,7 +294,7 @@ class FunctionEffects:
         itself or through a method of its class it hands them to (`self._restart(shadow, live)`)."""
         arguments = function.args
         parameters = {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}
-        calls = [node for node in ast.walk(function) if isinstance(node, ast.Call)]
+        calls = [node for node in ast_walk.walk(function) if isinstance(node, ast.Call)]
         # A model it runs, or keeps (`self.model = model`) or hands back, may train through
         # the wrapper later: only the wrapper will do there.
         run = {call.func.id for call in calls if isinstance(call.func, ast.Name)} | _kept_or_returned(function)
@@ -329,7 +330,7 @@ class FunctionEffects:
         function = self._functions.get(name)
         if function is None or not any(
                 isinstance(node, ast.Attribute) and node.attr in ("requires_grad", "requires_grad_")
-                for node in ast.walk(function)):
+                for node in ast_walk.walk(function)):
             return [], {}
         definition = cst.parse_statement(ast.unparse(function))
         if not isinstance(definition, cst.FunctionDef):
@@ -342,7 +343,7 @@ class FunctionEffects:
         function = self._functions.get(name)
         if function is None:
             return False
-        for node in ast.walk(function):
+        for node in ast_walk.walk(function):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cuda"):
                 receiver = node.func.value
                 if isinstance(receiver, ast.Attribute) and isinstance(receiver.value, ast.Name) \
@@ -374,21 +375,22 @@ class FunctionEffects:
             return None
         # (Imported in the function too: `from torch.utils.tensorboard import SummaryWriter`
         # only when it logs.)
-        local: list[ast.stmt] = [node for node in ast.walk(function) if isinstance(node, (ast.Import, ast.ImportFrom))]
+        local: list[ast.stmt] = [node for node in ast_walk.walk(function)
+                                 if isinstance(node, (ast.Import, ast.ImportFrom))]
         table = {**self.imports, **_import_table(ast.Module(body=local, type_ignores=[]), "")}
         def makes_tracker(value: Optional[ast.expr]) -> bool:
             return isinstance(value, ast.Call) and names.qualify(
                 dotted_ast(value.func) or "", table) in names.SUMMARY_WRITER | names.VISDOM
 
         # (Or held in a local first: `writer = SummaryWriter(log_dir)` ... `return writer`.)
-        locals_made = {node.targets[0].id for node in ast.walk(function) if isinstance(node, ast.Assign)
+        locals_made = {node.targets[0].id for node in ast_walk.statements(function) if isinstance(node, ast.Assign)
                        and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
                        and makes_tracker(node.value)}
         def is_tracker(value: Optional[ast.expr]) -> bool:
             return makes_tracker(value) or isinstance(value, ast.Name) and value.id in locals_made
 
         slots: set[Slot] = set()
-        for node in ast.walk(function):
+        for node in ast_walk.walk(function):
             if not isinstance(node, ast.Return):
                 continue
             if is_tracker(node.value):
@@ -452,7 +454,7 @@ class FunctionEffects:
         returned, bound = _returned_and_bound(function)
         moved = {target for target, values in bound.items() if any(moves(value) for value in values)}
         # (Modules move in place: `net.cuda()` alone moves `net`.)
-        moved |= {node.func.value.id for node in ast.walk(function) if isinstance(node, ast.Call)
+        moved |= {node.func.value.id for node in ast_walk.walk(function) if isinstance(node, ast.Call)
                   and _moves(node) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)}
         # `return x.cuda() if torch.cuda.is_available() else x`: either branch may be taken.
         branches = [branch for value in returned for branch in (
@@ -475,7 +477,7 @@ class FunctionEffects:
         (`optim.Adam(parameters, lr=...)` in `get_optimizer(config, parameters)`): the caller
         hands `model.parameters()` there, which names the model."""
         found: set[str] = set()
-        for node in ast.walk(function):
+        for node in ast_walk.walk(function):
             if not isinstance(node, ast.Call):
                 continue
             qualified = self.qualified(dotted_ast(node.func) or "")
@@ -498,7 +500,7 @@ class FunctionEffects:
         parameters = {a.arg for a in [*init.args.args[1:], *init.args.kwonlyargs]}
         kept = _kept_parameters(init, parameters)
         methods = [function for key, function in self._functions.items() if self._class_of.get(key) == name]
-        optimized = {f"self.{node.func.value.attr}" for function in methods for node in ast.walk(function)
+        optimized = {f"self.{node.func.value.attr}" for function in methods for node in ast_walk.walk(function)
                      if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                      and node.func.attr in ("parameters", "named_parameters")
                      and isinstance(node.func.value, ast.Attribute) and isinstance(node.func.value.value, ast.Name)
@@ -519,7 +521,7 @@ class FunctionEffects:
         """The full names of what the function, or any method of the class `name`, calls."""
         functions = [node for key, node in self._functions.items()
                      if key == name or self._class_of.get(key) == name]
-        return {self.qualified(dotted) for function in functions for node in ast.walk(function)
+        return {self.qualified(dotted) for function in functions for node in ast_walk.walk(function)
                 if isinstance(node, ast.Call) and (dotted := dotted_ast(node.func)) is not None}
 
     def builds_optimizer(self, name: str) -> bool:
@@ -530,7 +532,7 @@ class FunctionEffects:
         return any(isinstance(node, ast.Call) and (self.qualified(dotted_ast(node.func) or "").startswith(
             names.OPTIMIZER_PREFIX) and not self.qualified(dotted_ast(node.func) or "").startswith(
             names.LR_SCHEDULER_PREFIX) or names.is_optimizer_class(self.qualified(dotted_ast(node.func) or "")))
-            for function in functions for node in ast.walk(function))
+            for function in functions for node in ast_walk.walk(function))
 
     def module_attributes(self, class_name: str) -> set[str]:
         """`self.X` that the class's methods use as a torch module (`self.model.train()`,
@@ -539,7 +541,7 @@ class FunctionEffects:
         for key, function in self._functions.items():
             if self._class_of.get(key) != class_name:
                 continue
-            for node in ast.walk(function):
+            for node in ast_walk.walk(function):
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
                         node.func.attr in MODULE_ONLY_METHODS):
                     owner = dotted_ast(node.func.value)
@@ -555,7 +557,7 @@ class FunctionEffects:
         for key, function in self._functions.items():
             if self._class_of.get(key) != class_name or not self.builds_optimizer(key):
                 continue
-            for node in ast.walk(function):
+            for node in ast_walk.walk(function):
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                         and node.func.attr in ("parameters", "named_parameters"):
                     owner = dotted_ast(node.func.value)
@@ -575,7 +577,7 @@ class FunctionEffects:
     def self_attributes_read(self, class_name: str) -> set[str]:
         """`self.X` that the class's methods read (`self.writer.add_scalar(...)`)."""
         methods = [function for key, function in self._functions.items() if self._class_of.get(key) == class_name]
-        return {f"self.{node.attr}" for function in methods for node in ast.walk(function)
+        return {f"self.{node.attr}" for function in methods for node in ast_walk.walk(function)
                 if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)
                 and isinstance(node.value, ast.Name) and node.value.id == "self"}
 
@@ -617,7 +619,7 @@ class FunctionEffects:
         init = self._functions.get(f"{class_name}.__init__")
         if init is None or f"{class_name}.forward" not in self._functions:
             return []
-        created = [target.attr for node in ast.walk(init) if isinstance(node, ast.Assign)
+        created = [target.attr for node in ast_walk.statements(init) if isinstance(node, ast.Assign)
                    and isinstance(node.value, ast.Call)
                    and self.qualified(dotted_ast(node.value.func) or "").startswith("torch.nn.")
                    and self.qualified(dotted_ast(node.value.func) or "") not in names.PARAMETERLESS_LAYERS
@@ -629,18 +631,18 @@ class FunctionEffects:
         for key, function in self._functions.items():
             if self._class_of.get(key) != class_name or self._decorated_without_grad(function):
                 continue
-            gradless = {id(inner) for node in ast.walk(function) if isinstance(node, ast.With)
-                        and self._without_grad(node) for inner in ast.walk(node)}
+            gradless = {id(inner) for node in ast_walk.statements(function) if isinstance(node, ast.With)
+                        and self._without_grad(node) for inner in ast_walk.walk(node)}
             # `self.backbone(x).detach()`: the part's output is cut from the graph where it is made.
-            gradless |= {id(node.func.value.func) for node in ast.walk(function) if isinstance(node, ast.Call)
+            gradless |= {id(node.func.value.func) for node in ast_walk.walk(function) if isinstance(node, ast.Call)
                          and isinstance(node.func, ast.Attribute) and node.func.attr in ("detach", "detach_")
                          and isinstance(node.func.value, ast.Call)}
-            gradless |= {id(node.value.func) for node in ast.walk(function) if isinstance(node, ast.Attribute)
+            gradless |= {id(node.value.func) for node in ast_walk.walk(function) if isinstance(node, ast.Attribute)
                          and node.attr == "data" and isinstance(node.value, ast.Call)}
             gradless |= _detached_later(function)
-            targets = {id(target) for node in ast.walk(function) if isinstance(node, ast.Assign)
+            targets = {id(target) for node in ast_walk.statements(function) if isinstance(node, ast.Assign)
                        for target in node.targets}
-            used |= {node.attr for node in ast.walk(function) if isinstance(node, ast.Attribute)
+            used |= {node.attr for node in ast_walk.walk(function) if isinstance(node, ast.Attribute)
                      and isinstance(node.value, ast.Name) and node.value.id == "self"
                      and id(node) not in gradless and id(node) not in targets}
         return [name for name in created if name not in used]
@@ -681,7 +683,7 @@ class FunctionEffects:
         if function is None or self.class_of(name) is None or not function.args.args:
             return set()
         own = function.args.args[0].arg
-        return {node.func.attr for node in ast.walk(function) if isinstance(node, ast.Call)
+        return {node.func.attr for node in ast_walk.walk(function) if isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
                 and node.func.value.id == own}
 
@@ -696,7 +698,7 @@ class FunctionEffects:
         if function is None or self.trains(name) or name in seen:
             return set()
         read = _attributes_read(function, wrapper_attributes)
-        for call in ast.walk(function):
+        for call in ast_walk.walk(function):
             if isinstance(call, ast.Call) and self._module_function(call):
                 readers = self.attribute_readers(cast(ast.Name, call.func).id, wrapper_attributes, seen | {name})
                 read |= {arg.id for index, arg in enumerate(call.args)
@@ -717,7 +719,7 @@ class FunctionEffects:
         positional = self._positional(name, function)
         read = _attributes_read(function, wrapper_attributes)
         other_uses: set[str] = set()
-        for call in ast.walk(function):
+        for call in ast_walk.walk(function):
             if not isinstance(call, ast.Call):
                 continue
             # `model(x)`, `model.head(x)`, `model.heads[0](x)`: a forward of it or of a part of
@@ -768,7 +770,7 @@ class FunctionEffects:
             runs = part_runs.part_runs(function, parameter, frozen)
             if runs:
                 found[parameter] = (runs[0].lineno, ast.unparse(runs[0].func))
-        for call in ast.walk(function):
+        for call in ast_walk.walk(function):
             if isinstance(call, ast.Call) and self._module_function(call):
                 inner_positional, inner = self.parameters_run_in_part(cast(ast.Name, call.func).id, frozen,
                                                                       seen | {name})
@@ -810,9 +812,9 @@ class FunctionEffects:
         function = self._functions.get(name)
         if function is None or self.class_of(name) is not None:
             return False
-        returns = [node for node in ast.walk(function) if isinstance(node, ast.Return)]
+        returns = [node for node in ast_walk.statements(function) if isinstance(node, ast.Return)]
         bound: dict[str, list[ast.expr]] = {}
-        for node in ast.walk(function):
+        for node in ast_walk.walk(function):
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 bound.setdefault(node.targets[0].id, []).append(node.value)
         return bool(returns) and all(node.value is not None and _python_number(node.value, bound)
@@ -845,7 +847,7 @@ class FunctionEffects:
         for name, function in self._functions.items():
             if self.class_of(name) != class_name:
                 continue
-            for node in ast.walk(function):
+            for node in ast_walk.walk(function):
                 if isinstance(node, ast.Assign) and self._builds_loader(node.value):
                     found.update(target.attr for target in node.targets if isinstance(target, ast.Attribute)
                                  and isinstance(target.value, ast.Name) and target.value.id == "self")
@@ -859,10 +861,10 @@ class FunctionEffects:
         owner = self.class_of(name)
         if function is None or owner is None or not any(
                 isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "next"
-                for node in ast.walk(function)):
+                for node in ast_walk.walk(function)):
             return False
         return any(self.class_of(other) == owner and any(
-            isinstance(node, ast.Call) and self._builds_loader(node) for node in ast.walk(method))
+            isinstance(node, ast.Call) and self._builds_loader(node) for node in ast_walk.walk(method))
             for other, method in self._functions.items())
 
     def hands_out_own_parameters(self, name: str) -> bool:
@@ -873,8 +875,9 @@ class FunctionEffects:
         if function is None or self.class_of(name) is None:
             return False
         reads = any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in ("parameters", "named_parameters") for node in ast.walk(function))
-        returned = [node for node in ast.walk(function) if isinstance(node, ast.Return) and node.value is not None]
+                    and node.func.attr in ("parameters", "named_parameters") for node in ast_walk.walk(function))
+        returned = [node for node in ast_walk.statements(function)
+                    if isinstance(node, ast.Return) and node.value is not None]
         return reads and (_yields(function) or bool(returned))
 
     def returns_optimizer_class(self, name: str) -> bool:
@@ -885,7 +888,7 @@ class FunctionEffects:
         function = self._functions.get(name)
         if function is None:
             return False
-        returned = [node.value for node in ast.walk(function) if isinstance(node, ast.Return)]
+        returned = [node.value for node in ast_walk.statements(function) if isinstance(node, ast.Return)]
         return bool(returned) and all(value is not None and self._optimizer_class(value) for value in returned)
 
     def _optimizer_class(self, value: ast.expr) -> bool:
@@ -930,7 +933,7 @@ class FunctionEffects:
             return False
         owner = self.class_of(name)
         own = function.args.args[0].arg if owner is not None and function.args.args else None
-        for node in ast.walk(function):
+        for node in ast_walk.walk(function):
             if not isinstance(node, ast.Call):
                 continue
             qualified = self.qualified(dotted_ast(node.func) or "")
@@ -952,7 +955,7 @@ class FunctionEffects:
         _, key, function = self._function_or_init(name)
         if function is None or depth > 3:
             return False
-        for node in ast.walk(function):
+        for node in ast_walk.walk(function):
             if not isinstance(node, ast.Call):
                 continue
             qualified = self.qualified(dotted_ast(node.func) or "")
@@ -970,7 +973,7 @@ class FunctionEffects:
         _, _, function = self._function_or_init(name)
         return function is not None and any(
             isinstance(node, ast.Call) and self.qualified(dotted_ast(node.func) or "") == names.TORCH_LOAD
-            for node in ast.walk(function))
+            for node in ast_walk.walk(function))
 
     def names_from_clock(self, name: str) -> Optional[tuple[int, str]]:
         """The line where the function (the class's __init__) itself assigns a name or path
@@ -985,10 +988,10 @@ class FunctionEffects:
         _, _, function = self._function_or_init(name)
         if function is None:
             return None
-        for node in ast.walk(function):
+        for node in ast_walk.walk(function):
             if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
                 continue
-            inner = list(ast.walk(node.value))
+            inner = list(ast_walk.walk(node.value))
             counted = any(isinstance(each, ast.Call) and self._counts_a_listing(each) for each in inner)
             timed = any(isinstance(each, ast.Call) and self.qualified(dotted_ast(each.func) or "")
                         in names.CLOCK_OR_CHANCE for each in inner)
@@ -1024,7 +1027,7 @@ class FunctionEffects:
         if function is None or owner is not None:
             return [], set()
         positional = self._positional(key, function)
-        walked = {node.func.value.id for node in ast.walk(function) if isinstance(node, ast.Call)
+        walked = {node.func.value.id for node in ast_walk.walk(function) if isinstance(node, ast.Call)
                   and isinstance(node.func, ast.Attribute) and node.func.attr in freezing.MODULE_WALKS
                   and isinstance(node.func.value, ast.Name)}
         return positional, walked & set(positional)
@@ -1041,7 +1044,7 @@ class FunctionEffects:
         positional = self._positional(key, function)
         parameters = set(positional) | {arg.arg for arg in function.args.kwonlyargs}
         held: dict[str, tuple[str, str]] = {}  # "self.tr_loader" -> ("data", "tr_loader")
-        for node in ast.walk(function):
+        for node in ast_walk.walk(function):
             if not isinstance(node, ast.Assign):
                 continue
             value = node.value
@@ -1056,7 +1059,7 @@ class FunctionEffects:
                         held[target.id] = (value.value.id, value.slice.value)
         entries = {held[found] for found in self._iterated_reads(function, owner) if found in held}
         if owner is None:  # `for x, y in loaders["train"]:` right in the function
-            entries |= {(loop.iter.value.id, loop.iter.slice.value) for loop in ast.walk(function)
+            entries |= {(loop.iter.value.id, loop.iter.slice.value) for loop in ast_walk.walk(function)
                         if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, ast.Subscript)
                         and isinstance(loop.iter.value, ast.Name) and loop.iter.value.id in parameters
                         and isinstance(loop.iter.slice, ast.Constant) and isinstance(loop.iter.slice.value, str)}
@@ -1077,7 +1080,7 @@ class FunctionEffects:
         iterated: set[str] = set()
         for body in bodies:
             _, bound = _returned_and_bound(body)
-            for loop in ast.walk(body):
+            for loop in ast_walk.walk(body):
                 if not isinstance(loop, (ast.For, ast.AsyncFor)):
                     continue
                 read = _dotted_reads(loop.iter)
@@ -1104,7 +1107,7 @@ class FunctionEffects:
         if name not in self.classes or f"{name}.set_epoch" not in self._functions:
             return False
         methods = [function for key, function in self._functions.items() if key.startswith(name + ".")]
-        asked = {self.qualified(dotted_ast(node.func) or "") for method in methods for node in ast.walk(method)
+        asked = {self.qualified(dotted_ast(node.func) or "") for method in methods for node in ast_walk.walk(method)
                  if isinstance(node, ast.Call)}
         return bool(asked & {"torch.distributed.get_rank", "torch.distributed.get_world_size"})
 
@@ -1123,7 +1126,7 @@ class FunctionEffects:
         return isinstance(value, ast.Call) and self.qualified(dotted_ast(value.func) or "") in names.DATALOADER_ALIASES
 
     def _prints(self, function: ast.FunctionDef) -> bool:
-        for node in ast.walk(function):
+        for node in ast_walk.walk(function):
             if isinstance(node, ast.Call):
                 qualified = self.qualified(dotted_ast(node.func) or "")
                 if qualified in OUTPUT_CALLS or qualified in self._functions and self.of(qualified) in (
@@ -1157,7 +1160,7 @@ def _self_attributes_moved_in(function: ast.FunctionDef) -> set[str]:
     """`X` for every `self.X` the method moves to a device (`self.model = model.to(device)`,
     `self.net.cuda()`)."""
     found: set[str] = set()
-    for node in ast.walk(function):
+    for node in ast_walk.walk(function):
         moved: list[ast.expr] = []
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cuda"):
             moved.append(node.func.value)
@@ -1170,7 +1173,7 @@ def _self_attributes_moved_in(function: ast.FunctionDef) -> set[str]:
 
 def _parameters_read(function: ast.FunctionDef) -> set[str]:
     """The names whose `.parameters()` or `.named_parameters()` the function reads."""
-    return {node.func.value.id for node in ast.walk(function) if isinstance(node, ast.Call)
+    return {node.func.value.id for node in ast_walk.walk(function) if isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute) and node.func.attr in ("parameters", "named_parameters")
             and isinstance(node.func.value, ast.Name)}
 
@@ -1203,7 +1206,7 @@ class _Reader:
         self.parameters = {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}
         self.parameters |= {a.arg for a in (arguments.vararg, arguments.kwarg) if a is not None}
         self.made_here = _names_made_in(function) - self.parameters
-        self.declared_global = {name for node in ast.walk(function) if isinstance(node, ast.Global)
+        self.declared_global = {name for node in ast_walk.walk(function) if isinstance(node, ast.Global)
                                 for name in node.names}
 
     def effect(self) -> str:
@@ -1215,7 +1218,7 @@ class _Reader:
         if isinstance(statement, _UNREAD_STATEMENTS):
             return OPAQUE
         if any(isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr))
-               for node in ast.walk(statement) if not isinstance(node, ast.Lambda)):
+               for node in ast_walk.walk(statement) if not isinstance(node, ast.Lambda)):
             return OPAQUE
         if isinstance(statement, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
@@ -1341,7 +1344,7 @@ class _Reader:
 
     def _opened_for_writing(self) -> set[str]:
         opened: set[str] = set()
-        for node in ast.walk(self.function):
+        for node in ast_walk.walk(self.function):
             if isinstance(node, ast.With):
                 for item in node.items:
                     if (isinstance(item.context_expr, ast.Call) and isinstance(item.optional_vars, ast.Name)
@@ -1368,7 +1371,7 @@ def _opens_for_writing(call: ast.Call) -> bool:
 def _calls_in(statement: ast.stmt) -> Iterator[ast.Call]:
     """The calls of the statement itself, not of the blocks it holds."""
     for expression in _own_expressions(statement):
-        for node in ast.walk(expression):
+        for node in ast_walk.walk(expression):
             if isinstance(node, ast.Call):
                 yield node
 
@@ -1376,7 +1379,7 @@ def _calls_in(statement: ast.stmt) -> Iterator[ast.Call]:
 def _own_expressions(statement: ast.stmt) -> list[ast.AST]:
     blocks = {id(inner) for block in _blocks_of(statement) for inner in block}
     found: list[ast.AST] = []
-    for field in ast.iter_child_nodes(statement):
+    for field in ast_walk.child_nodes(statement):
         if id(field) not in blocks and not isinstance(field, (ast.stmt, ast.excepthandler)):
             found.append(field)
     if isinstance(statement, ast.Try):
@@ -1395,7 +1398,7 @@ def _blocks_of(statement: ast.stmt) -> list[list[ast.stmt]]:
 def _names_made_in(function: ast.FunctionDef) -> set[str]:
     """Names the function binds to a value it creates (not to one it was handed)."""
     made: set[str] = set()
-    for node in ast.walk(function):
+    for node in ast_walk.walk(function):
         if isinstance(node, ast.Assign) and not isinstance(node.value, (ast.Name, ast.Attribute, ast.Subscript)):
             for target in node.targets:
                 made |= _bound_names(target)
@@ -1485,7 +1488,7 @@ def _kept_or_returned(function: ast.FunctionDef) -> set[str]:
     """The names the function stores as they are (`self.model = model`, `kept = [a, b]`),
     returns, or hands to `append`."""
     found: set[str] = set()
-    for node in ast.walk(function):
+    for node in ast_walk.walk(function):
         values: list[Optional[ast.expr]] = []
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.Return)):
             values.append(node.value)
@@ -1509,7 +1512,7 @@ def _moves_itself(init: ast.FunctionDef) -> bool:
     object of the class is made on its device, as by `Net().to(device)` (the reading of
     devices.moves_itself for a class of another module)."""
     receiver = init.args.args[0].arg if init.args.args else "self"
-    for node in ast.walk(init):
+    for node in ast_walk.walk(init):
         if isinstance(node, ast.Expr) and _moves(node.value):
             moved = cast(ast.Attribute, cast(ast.Call, node.value).func).value
             while isinstance(moved, ast.Attribute):
@@ -1525,7 +1528,7 @@ def _moves_itself(init: ast.FunctionDef) -> bool:
 
 def _kept_parameters(function: ast.FunctionDef, parameters: set[str]) -> dict[str, str]:
     """`self.X = parameter` in the function, as it was handed in: "self.X" -> the parameter."""
-    return {f"self.{target.attr}": node.value.id for node in ast.walk(function)
+    return {f"self.{target.attr}": node.value.id for node in ast_walk.walk(function)
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in parameters
             for target in node.targets if isinstance(target, ast.Attribute)
             and isinstance(target.value, ast.Name) and target.value.id == "self"}
@@ -1534,7 +1537,7 @@ def _kept_parameters(function: ast.FunctionDef, parameters: set[str]) -> dict[st
 def _dotted_reads(node: ast.expr) -> set[str]:
     """The names and `self.X` attributes an expression reads."""
     found: set[str] = set()
-    for inner in ast.walk(node):
+    for inner in ast_walk.walk(node):
         if isinstance(inner, ast.Name):
             found.add(inner.id)
         elif isinstance(inner, ast.Attribute) and isinstance(inner.value, ast.Name) and inner.value.id == "self":
@@ -1550,7 +1553,7 @@ def _yields(function: ast.FunctionDef) -> bool:
         if isinstance(node, (ast.Yield, ast.YieldFrom)):
             return True
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            pending.extend(ast.iter_child_nodes(node))
+            pending.extend(ast_walk.child_nodes(node))
     return False
 
 
@@ -1584,7 +1587,7 @@ def _returned_and_bound(function: ast.AST) -> tuple[list[ast.expr], dict[str, li
     assigns, the values it is given."""
     returned: list[ast.expr] = []
     bound: dict[str, list[ast.expr]] = {}
-    for node in ast.walk(function):
+    for node in ast_walk.walk(function):
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if isinstance(target, ast.Name):
@@ -1599,7 +1602,7 @@ def _detached_later(function: Union[ast.FunctionDef, ast.AsyncFunctionDef]) -> s
     block that mentions `h` cuts it from the graph (`h = h.detach()`, `h = h.data`,
     `h.detach_()`): collector._detached_later's rule, for a class of another module."""
     cut: set[int] = set()
-    for node in ast.walk(function):
+    for node in ast_walk.walk(function):
         for block in (getattr(node, field, None) for field in ("body", "orelse", "finalbody")):
             if not isinstance(block, list):
                 continue
@@ -1609,9 +1612,9 @@ def _detached_later(function: Union[ast.FunctionDef, ast.AsyncFunctionDef]) -> s
                     continue
                 name = statement.targets[0].id
                 following = next((later for later in block[position + 1:] if any(
-                    isinstance(inner, ast.Name) and inner.id == name for inner in ast.walk(later))), None)
+                    isinstance(inner, ast.Name) and inner.id == name for inner in ast_walk.walk(later))), None)
                 if following is not None and _cuts_name(following, name):
-                    cut |= {id(inner) for inner in ast.walk(statement.value) if isinstance(inner, ast.Attribute)
+                    cut |= {id(inner) for inner in ast_walk.walk(statement.value) if isinstance(inner, ast.Attribute)
                             and isinstance(inner.value, ast.Name) and inner.value.id == "self"}
     return cut
 
@@ -1626,8 +1629,8 @@ def _cuts_name(statement: ast.stmt, name: str) -> bool:
         value = statement.value
     else:
         return False
-    reads = [inner for inner in ast.walk(value) if isinstance(inner, ast.Name) and inner.id == name]
-    receivers = {id(inner.value) for inner in ast.walk(value)
+    reads = [inner for inner in ast_walk.walk(value) if isinstance(inner, ast.Name) and inner.id == name]
+    receivers = {id(inner.value) for inner in ast_walk.walk(value)
                  if isinstance(inner, ast.Attribute) and inner.attr in ("detach", "detach_", "data")}
     return bool(reads) and all(id(read) in receivers for read in reads)
 
@@ -1635,5 +1638,5 @@ def _cuts_name(statement: ast.stmt, name: str) -> bool:
 def _attributes_read(function: ast.AST, wrapper_attributes: frozenset[str]) -> set[str]:
     """The names whose own attributes `function` reads (`model.yolo_layers`), beyond those a
     DDP wrapper also has."""
-    return {node.value.id for node in ast.walk(function) if isinstance(node, ast.Attribute)
+    return {node.value.id for node in ast_walk.walk(function) if isinstance(node, ast.Attribute)
             and isinstance(node.value, ast.Name) and node.attr not in wrapper_attributes}

@@ -10,6 +10,7 @@ import ast
 from collections.abc import Callable, Mapping
 from typing import Optional
 
+from ddpify import ast_walk
 from ddpify.analysis import names
 from ddpify.analysis.ast_names import dotted_ast
 from ddpify.analysis.facts import OutputKey, OutputParts
@@ -36,7 +37,7 @@ def submodules(class_node: ast.ClassDef, qualify: Callable[[str], str], local_cl
     for method in class_node.body:
         if not isinstance(method, ast.FunctionDef):
             continue
-        for node in ast.walk(method):
+        for node in ast_walk.walk(method):
             if not isinstance(node, ast.Assign) or not isinstance(node.value, ast.Call):
                 continue
             called = dotted_ast(node.value.func)
@@ -93,7 +94,7 @@ class _Reach:
         self._assigned: dict[str, list[ast.AST]] = {}
         for node in _own_nodes(forward):
             for target, value in _bindings(node):
-                for name in ast.walk(target):
+                for name in ast_walk.walk(target):
                     if isinstance(name, ast.Name):
                         self._assigned.setdefault(name.id, []).append(value)
 
@@ -103,7 +104,7 @@ class _Reach:
         seen_methods: set[str] = set()
         work: list[ast.AST] = [value]
         while work:
-            for node in ast.walk(work.pop()):
+            for node in ast_walk.walk(work.pop()):
                 if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
                     found.add(node.attr)
                     method = self._methods.get(node.attr)
@@ -142,7 +143,7 @@ def _own_nodes(function: ast.FunctionDef) -> list[ast.AST]:
     while work:
         node = work.pop()
         found.append(node)
-        work.extend(child for child in ast.iter_child_nodes(node)
+        work.extend(child for child in ast_walk.child_nodes(node)
                     if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)))
     return found
 

@@ -19,6 +19,7 @@ from typing import Optional, Union, cast
 
 import libcst as cst
 
+from ddpify import ast_walk
 from ddpify.analysis.nodes import calls_within, dotted_name, find_all, names_within, parameter_names, within
 
 # Methods of an nn.Module that walk its parameters or its submodules.
@@ -168,7 +169,7 @@ def tree_freezes(tree: ast.Module) -> bool:
     """The module sets requires_grad to a value that may be False: `p.requires_grad = flag`,
     `m.requires_grad_(False)` (not `requires_grad_()` nor `= True`, which only unfreeze). The
     same reading as the collector's for the file being migrated (Facts.freezes_parameters)."""
-    for node in ast.walk(tree):
+    for node in ast_walk.walk(tree):
         if isinstance(node, ast.Assign) and any(
                 isinstance(target, ast.Attribute) and target.attr == "requires_grad" for target in node.targets):
             if not (isinstance(node.value, ast.Constant) and node.value.value is True):

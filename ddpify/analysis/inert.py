@@ -13,6 +13,7 @@ module of the fixtures, the projects and the real-world suites).
 import ast
 from typing import Optional
 
+from ddpify import ast_walk
 from ddpify.analysis import effects, names
 from ddpify.analysis.ast_names import dotted_ast
 
@@ -103,7 +104,7 @@ class _Module:
     def inert(self) -> bool:
         called: set[int] = set()
         # ast.walk goes breadth first: a node's call and its longer chain come before it.
-        for node in ast.walk(self.tree):
+        for node in ast_walk.walk(self.tree):
             if isinstance(node, ast.Attribute):
                 self.inner.add(id(node.value))
             elif isinstance(node, ast.Call):

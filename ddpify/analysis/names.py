@@ -4,6 +4,7 @@ Matching goes through the import table analysis.py builds, so `DL`, `data.DataLo
 `torch.utils.data.DataLoader` all resolve to the same name below.
 """
 import builtins
+import functools
 from collections.abc import Mapping
 from typing import Optional
 
@@ -131,6 +132,8 @@ OTHER_OPTIMIZER_CLASSES = frozenset({"transformers.AdamW", "transformers.Adafact
 NOT_OPTIMIZER_CLASSES = frozenset({"timm.optim.Lookahead", "transformers.optimization.AdafactorSchedule"})
 
 
+# (A pure function of the name and the tables above: asked of every callee the analysis meets.)
+@functools.lru_cache(maxsize=4096)
 def is_optimizer_class(qualified: str) -> bool:
     """`torch.optim.SGD`: a class torch.optim itself names (not a scheduler, nor a class of
     one of its modules, such as `torch.optim.swa_utils.AveragedModel`); or an optimizer class

@@ -190,25 +190,31 @@ def slices_batches(loop: cst.For) -> bool:
 
 def self_attributes(method: cst.FunctionDef) -> list[tuple[str, Optional[cst.Assign]]]:
     """(attribute, the Assign that sets it, or None for a read) for each `self.x` in a method."""
-    found: list[tuple[str, Optional[cst.Assign]]] = []
+    attributes = _SelfAttributes()
+    traversal.visit(method.body, attributes)
+    return attributes.found
 
-    class _Attributes(cst.CSTVisitor):
-        def visit_Assign(self, node: cst.Assign) -> None:
-            for target in node.targets:
-                name = dotted_name(target.target)
-                if name and name.startswith("self.") and name.count(".") == 1:
-                    found.append((name[5:], node))
-            traversal.visit(node.value, self)
 
-        def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
-            return False
+class _SelfAttributes(cst.CSTVisitor):
+    """self_attributes' walk (made once, at module level, as _Names is)."""
 
-        def visit_Attribute(self, node: cst.Attribute) -> None:
-            if isinstance(node.value, cst.Name) and node.value.value == "self":
-                found.append((node.attr.value, None))
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[tuple[str, Optional[cst.Assign]]] = []
 
-    traversal.visit(method.body, _Attributes())
-    return found
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            name = dotted_name(target.target)
+            if name and name.startswith("self.") and name.count(".") == 1:
+                self.found.append((name[5:], node))
+        traversal.visit(node.value, self)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
+        return False
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if isinstance(node.value, cst.Name) and node.value.value == "self":
+            self.found.append((node.attr.value, None))
 
 
 def self_reads(method: cst.FunctionDef) -> list[tuple[str, cst.Attribute]]:
@@ -327,12 +333,14 @@ def remember_module_order(order: list[cst.CSTNode], ends: list[int]) -> None:
 def _subtree(node: cst.CSTNode, into_functions: bool) -> tuple[cst.CSTNode, ...]:
     """The nodes find_all searches, in source order: the rules search the same function and
     loop bodies for one kind of node after another (ddpify.analysis.memo)."""
+    # (A class test, not isinstance: libcst's FunctionDef has no subclasses, and its classes
+    # are ABCs, whose isinstance is a Python-level call on every node of the walk.)
     known = _MODULE_ORDER.get(node)
     if known is not None:
         order, ends, start = known
         if into_functions:
             return tuple(order[start:ends[start]])
-        if isinstance(node, cst.FunctionDef):
+        if node.__class__ is cst.FunctionDef:
             return (node,)
         # The node itself, then its subtree less every function definition's inside.
         found = [node]
@@ -340,13 +348,17 @@ def _subtree(node: cst.CSTNode, into_functions: bool) -> tuple[cst.CSTNode, ...]
         while index < end:
             child = order[index]
             found.append(child)
-            index = ends[index] if isinstance(child, cst.FunctionDef) else index + 1
+            index = ends[index] if child.__class__ is cst.FunctionDef else index + 1
         return tuple(found)
-
-    def descend(child: cst.CSTNode) -> bool:
-        return into_functions or not isinstance(child, cst.FunctionDef)
-
-    return tuple(traversal.preorder(node, descend))
+    # A subtree asked for while the analysis is still visiting the module (its order is not
+    # known yet): traversal.preorder, inlined, as this walk runs for every node of it.
+    found, pending = [], [node]
+    while pending:
+        current = pending.pop()
+        found.append(current)
+        if into_functions or current.__class__ is not cst.FunctionDef:
+            pending.extend(reversed(traversal.children(current)))
+    return tuple(found)
 
 
 def within(node: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
@@ -361,22 +373,29 @@ def calls_within(node: Optional[cst.CSTNode]) -> list[cst.Call]:
 
 
 def names_within(node: cst.CSTNode) -> list[str]:
-    found: list[str] = []
+    names = _Names()
+    traversal.visit(node, names)
+    return names.found
 
-    class _Names(cst.CSTVisitor):
-        def visit_Name(self, name: cst.Name) -> None:
-            found.append(name.value)
 
-        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
-            dotted = dotted_name(attribute)
-            if dotted:
-                found.append(dotted)
-            # `self.train_loader` reads `self`, not a variable named `train_loader`.
-            traversal.visit(attribute.value, self)
-            return False
+class _Names(cst.CSTVisitor):
+    """names_within's walk. (A class made at module level: one defined inside the function,
+    which is called for every statement of some rules, cost more to make than its walk.)"""
 
-    traversal.visit(node, _Names())
-    return found
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+
+    def visit_Name(self, name: cst.Name) -> None:
+        self.found.append(name.value)
+
+    def visit_Attribute(self, attribute: cst.Attribute) -> bool:
+        dotted = dotted_name(attribute)
+        if dotted:
+            self.found.append(dotted)
+        # `self.train_loader` reads `self`, not a variable named `train_loader`.
+        traversal.visit(attribute.value, self)
+        return False
 
 
 def names_in(node: Optional[cst.CSTNode]) -> set[str]:

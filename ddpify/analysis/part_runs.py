@@ -14,6 +14,7 @@ import ast
 from collections.abc import Iterator
 from typing import Optional, Union
 
+from ddpify import ast_walk
 from ddpify.analysis import names
 from ddpify.analysis.ast_names import dotted_ast
 
@@ -45,7 +46,7 @@ def part_runs(function: Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.Module]
         return []
     parts = _aliases(function, holder)
     # `model.body(x).detach()`: no gradient reaches the part from there.
-    detached = {id(node.func.value) for node in ast.walk(function) if isinstance(node, ast.Call)
+    detached = {id(node.func.value) for node in ast_walk.walk(function) if isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute) and node.func.attr == "detach"}
     found: list[ast.Call] = []
     for node, without_grad in _walk(function.body, False):
@@ -66,7 +67,7 @@ def frozen_parts(tree: ast.Module) -> frozenset[str]:
     method name counts only when every class's method of that name does."""
     frozen: set[str] = set()
     methods: dict[str, list[ast.FunctionDef]] = {}
-    for owner in (node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)):
+    for owner in (node for node in ast_walk.statements(tree) if isinstance(node, ast.ClassDef)):
         for method in owner.body:
             if isinstance(method, ast.FunctionDef) and method.name == "__init__":
                 frozen |= _frozen_in(method) | _untrained_in(method)
@@ -87,7 +88,7 @@ def _uses_only(method: ast.FunctionDef, frozen: set[str]) -> bool:
     receiver = method.args.args[0].arg if method.args.args else None
     if receiver is None:
         return False
-    read = {_first_attribute(node, receiver) for node in ast.walk(method)
+    read = {_first_attribute(node, receiver) for node in ast_walk.walk(method)
             if isinstance(node, (ast.Attribute, ast.Subscript)) and _first_attribute(node, receiver) is not None}
     return read <= frozen
 
@@ -97,7 +98,7 @@ def _untrained_in(init: ast.FunctionDef) -> set[str]:
     them) or to a module with no parameters (a loss, an activation, pooling); only where every
     assignment of it there is such."""
     plain: dict[str, bool] = {}
-    for node in ast.walk(init):
+    for node in ast_walk.walk(init):
         if not isinstance(node, ast.Assign):
             continue
         for target in node.targets:
@@ -110,21 +111,21 @@ def _untrained_value(value: ast.expr) -> bool:
     if isinstance(value, ast.Call):
         called = (dotted_ast(value.func) or "").rsplit(".", 1)[-1]
         return called.endswith("Loss") or f"torch.nn.{called}" in names.PARAMETERLESS_LAYERS
-    return not any(isinstance(node, (ast.Call, ast.Lambda)) for node in ast.walk(value))
+    return not any(isinstance(node, (ast.Call, ast.Lambda)) for node in ast_walk.walk(value))
 
 
 def _frozen_in(init: ast.FunctionDef) -> set[str]:
     """`self.X` of `self.X.requires_grad_(False)`, and of a loop over `self.X.parameters()`
     whose body sets `requires_grad` to False."""
     frozen: set[str] = set()
-    for node in ast.walk(init):
+    for node in ast_walk.walk(init):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "requires_grad_" \
                 and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value is False:
             owner = _first_attribute(node.func.value, "self")
             if owner is not None:
                 frozen.add(owner)
         if isinstance(node, ast.For) and isinstance(node.iter, ast.Call) and isinstance(node.iter.func, ast.Attribute) \
-                and node.iter.func.attr == "parameters" and any(_sets_no_grad(inner) for inner in ast.walk(node)):
+                and node.iter.func.attr == "parameters" and any(_sets_no_grad(inner) for inner in ast_walk.walk(node)):
             owner = _first_attribute(node.iter.func.value, "self")
             if owner is not None:
                 frozen.add(owner)
@@ -170,7 +171,7 @@ def _walk_node(node: ast.AST, without_grad: bool) -> Iterator[tuple[ast.AST, boo
     yield node, without_grad
     if isinstance(node, ast.With) and any(_no_grad(item.context_expr) for item in node.items):
         without_grad = True
-    for child in ast.iter_child_nodes(node):
+    for child in ast_walk.child_nodes(node):
         yield from _walk_node(child, without_grad)
 
 
@@ -193,7 +194,7 @@ def _aliases(function: ast.AST, holder: str) -> set[str]:
     changed = True
     while changed:
         changed = False
-        for node in ast.walk(function):
+        for node in ast_walk.walk(function):
             bound: list[ast.expr] = []
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and _part_of(node.value, holder, parts):
                 bound = [node.targets[0]]

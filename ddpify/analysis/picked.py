@@ -15,6 +15,7 @@ picked from.
 import ast
 from typing import Optional
 
+from ddpify import ast_walk
 from ddpify.analysis.ast_names import dotted_ast
 
 PICKING = frozenset({"min", "max", "argmin", "argmax", "index", "sorted", "nanargmin", "nanargmax"})
@@ -28,10 +29,10 @@ def picked_positions(function: ast.FunctionDef) -> set[Optional[int]]:
         return set()
     picked: set[str] = set()
     for _ in range(ROUNDS):
-        for node in ast.walk(function):
+        for node in ast_walk.walk(function):
             _spread(node, per_rank, picked)
     positions: set[Optional[int]] = set()
-    for node in ast.walk(function):
+    for node in ast_walk.walk(function):
         if not isinstance(node, ast.Return) or node.value is None:
             continue
         if isinstance(node.value, ast.Tuple):
@@ -49,7 +50,7 @@ def _is_picked(value: ast.expr, per_rank: set[str], picked: set[str]) -> bool:
 
 def _from_batches(function: ast.FunctionDef) -> set[str]:
     found: set[str] = set()
-    for node in ast.walk(function):
+    for node in ast_walk.walk(function):
         if isinstance(node, ast.For):
             called = dotted_ast(node.iter.func) if isinstance(node.iter, ast.Call) else None
             target = node.target
@@ -59,7 +60,7 @@ def _from_batches(function: ast.FunctionDef) -> set[str]:
                 target = target.elts[1]
             found |= _bound(target)
         elif isinstance(node, ast.Assign) and any(
-                isinstance(call, ast.Call) and dotted_ast(call.func) == "next" for call in ast.walk(node.value)):
+                isinstance(call, ast.Call) and dotted_ast(call.func) == "next" for call in ast_walk.walk(node.value)):
             found |= _targets(node)
     return found
 
@@ -67,7 +68,7 @@ def _from_batches(function: ast.FunctionDef) -> set[str]:
 def _spread(node: ast.AST, per_rank: set[str], picked: set[str]) -> None:
     if isinstance(node, (ast.If, ast.While)) and _names(node.test) & per_rank:
         for statement in [*node.body, *node.orelse]:
-            for inner in ast.walk(statement):
+            for inner in ast_walk.walk(statement):
                 targets = _targets(inner)
                 picked |= targets
                 per_rank |= targets
@@ -86,7 +87,7 @@ def _spread(node: ast.AST, per_rank: set[str], picked: set[str]) -> None:
 
 def _picks(value: ast.expr) -> bool:
     """min/max/argmin/argmax/index/sorted of something (`lrs[losses.index(min(losses))]`)."""
-    for node in ast.walk(value):
+    for node in ast_walk.walk(value):
         if isinstance(node, ast.Call):
             called = dotted_ast(node.func) or ""
             if called.rpartition(".")[2] in PICKING:
@@ -114,4 +115,4 @@ def _bound(target: ast.expr) -> set[str]:
 def _names(node: ast.AST) -> set[str]:
     """The bare names an expression or target reads (`self.lr` counts as `self`: the object
     is not followed)."""
-    return {each.id for each in ast.walk(node) if isinstance(each, ast.Name)}
+    return {each.id for each in ast_walk.walk(node) if isinstance(each, ast.Name)}

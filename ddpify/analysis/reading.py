@@ -1,9 +1,8 @@
 """analyse(): one traversal of a module (collector.py), then the passes that need all of it."""
-from collections.abc import Iterator, Mapping
-from typing import Optional, cast
+from typing import Optional
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata import MetadataWrapper
 
 from ddpify.analysis import traversal
 from ddpify.analysis.collector import Collector
@@ -16,6 +15,7 @@ from ddpify.analysis.control import (
     reached_when_run,
 )
 from ddpify.analysis.nodes import dotted_name, parameter_names, remember_module_order
+from ddpify.analysis.positions import Positions
 from ddpify.analysis.values import (
     note_generator_passes_that_train,
     note_helper_output,
@@ -32,7 +32,7 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
     traversal.visit(wrapper.module, collector)
     remember_module_order(collector.order, collector.subtree_ends)
     facts = collector.facts
-    facts.positions = _Positions(wrapper)
+    facts.positions = Positions(wrapper.module)
     facts.parents = collector.parents
     collector.note_element_movers()
     collector.note_factories_returning_moved()
@@ -126,36 +126,6 @@ def _over_a_parameter_callers_hand(facts: Facts, optimizer: cst.Call) -> bool:
     params = [arg.value for arg in optimizer.args if arg.keyword is not None and arg.keyword.value == "params"] or [
         arg.value for arg in optimizer.args[:1] if arg.keyword is None and not arg.star]
     return len(params) == 1 and isinstance(params[0], cst.Name) and params[0].value in parameter_names(function)
-
-
-class _Positions(Mapping[cst.CSTNode, CodeRange]):
-    """libcst's PositionProvider, computed when first asked: it prints the whole module,
-    at several times the cost of the parse, and a module with nothing to change or
-    report never asks.
-
-    Computed as `MetadataWrapper.resolve` computes it (`P()._gen(wrapper)`), less the
-    resolver's next step: a batched visit of the whole tree for the batchable providers,
-    of which there are none here (libcst makes that visit anyway; it cost more than the
-    positions themselves). tests/test_inert.py holds the two to the same result."""
-
-    def __init__(self, wrapper: MetadataWrapper) -> None:
-        self._wrapper = wrapper
-        self._positions: Optional[Mapping[cst.CSTNode, CodeRange]] = None
-
-    def _resolved(self) -> Mapping[cst.CSTNode, CodeRange]:
-        if self._positions is None:
-            # The provider holds no lazy values: every position is a CodeRange.
-            self._positions = cast(Mapping[cst.CSTNode, CodeRange], PositionProvider()._gen(self._wrapper))
-        return self._positions
-
-    def __getitem__(self, node: cst.CSTNode) -> CodeRange:
-        return self._resolved()[node]
-
-    def __iter__(self) -> Iterator[cst.CSTNode]:
-        return iter(self._resolved())
-
-    def __len__(self) -> int:
-        return len(self._resolved())
 
 
 def _steps_only_inputs(facts: Facts, optimizer: cst.Call) -> bool:

@@ -11,6 +11,7 @@ DistributedSampler and reports a training pass over an entry left whole.
 import ast
 from typing import Callable, Optional, Union, cast
 
+from ddpify import ast_walk
 from ddpify.analysis.ast_names import dotted_ast
 from ddpify.analysis.names import trains_by_look
 
@@ -147,7 +148,7 @@ def _own_nodes(function: Union[ast.FunctionDef, ast.For]) -> list[ast.AST]:
         node = work.pop()
         found.append(node)
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            work.extend(ast.iter_child_nodes(node))
+            work.extend(ast_walk.child_nodes(node))
     return found
 
 

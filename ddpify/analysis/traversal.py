@@ -39,8 +39,7 @@ def _visited_fields(node: cst.CSTNode) -> tuple[str, ...]:
 
 
 def _holds_children(value: object) -> bool:
-    return isinstance(value, cst.CSTNode) or isinstance(value, (tuple, list)) and any(
-        isinstance(item, cst.CSTNode) for item in value)
+    return is_node(value) or isinstance(value, (tuple, list)) and any(is_node(item) for item in value)
 
 
 def _fields_of(node: cst.CSTNode) -> tuple[str, ...]:
@@ -74,13 +73,20 @@ def is_node(value: object) -> bool:
 
 
 def children(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """`node.children`, in the same order, without libcst's visitor run to collect them."""
+    """`node.children`, in the same order, without libcst's visitor run to collect them.
+    Every node of a walk passes here: is_node's cache is read inline, and the fields of a
+    class with no field left to check are taken without a call."""
+    known = _FIELDS.get(node.__class__)
+    fields = known[0] if known is not None and not known[1] else _fields_of(node)
     found: list[cst.CSTNode] = []
-    for field in _fields_of(node):
+    for field in fields:
         value = getattr(node, field)
-        if value.__class__ is tuple or value.__class__ is list:
-            found.extend(child for child in value if is_node(child))
-        elif is_node(value):
+        kind = value.__class__
+        if kind is tuple or kind is list:
+            for child in value:
+                if _IS_NODE.get(child.__class__) or is_node(child):
+                    found.append(child)
+        elif _IS_NODE.get(kind) or is_node(value):
             found.append(value)
     return found
 

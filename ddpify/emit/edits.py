@@ -14,8 +14,9 @@ import libcst as cst
 from ddpify.analysis import memo
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import BlockItem, Statement
-from ddpify.analysis.nodes import find_all, statements_in
+from ddpify.analysis.nodes import find_all, statements_in, within
 from ddpify.diagnostics import Diagnostic, rule_of
+from ddpify.emit import printing
 from ddpify.emit.imports import ImportSpec, import_block, imports_of
 from ddpify.options import Options
 
@@ -109,15 +110,15 @@ class Edits:
         return cst.parse_expression(code, config=self.config)
 
     def code(self, node: cst.CSTNode) -> str:
-        return self.facts.module.code_for_node(node)
+        return printing.code_for_node(self.facts.module, node)
 
     def code_edited(self, node: cst.CSTNode) -> str:
         """The code of `node` with the expression rewrites already planned inside it applied:
         for a node rebuilt from its text (a loader's arguments), so that the edit of a part of
         it (`num_workers=os.cpu_count()` shared among the ranks) is not lost with the node."""
-        if not self.expressions:
-            return self.code(node)
         expressions = self.expressions
+        if not any(inner in expressions for inner in within(node)[1:]):
+            return self.code(node)  # nothing planned inside it
 
         class _Rewrite(cst.CSTTransformer):
             def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode  # type: ignore[override]

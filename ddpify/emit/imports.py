@@ -6,6 +6,7 @@ Here each missing import goes to its sorted place in the leading import block (s
 third party; plain imports before from-imports; by module), which matches isort's default
 and leaves the existing lines untouched.
 """
+import functools
 import sys
 from collections.abc import Sequence
 from typing import Optional, Union, cast
@@ -30,6 +31,7 @@ def add_imports(module: cst.Module, specs: Sequence[ImportSpec]) -> cst.Module:
     start, end = import_block(body)
     present = _present(body[start:end])
     missing = [spec for spec in dict.fromkeys(specs) if spec not in present]
+    config = module.config_for_parsing  # (a new config, validated, on every read)
     for spec in missing:
         if spec in present:
             continue
@@ -38,10 +40,18 @@ def add_imports(module: cst.Module, specs: Sequence[ImportSpec]) -> cst.Module:
                     ] if spec[1] and not spec[2] else [spec]
         imported = sorted(name for _, name, _ in together if name)
         code = _from_import(spec[0], imported) if len(together) > 1 else _code(spec)
-        statement = cst.parse_statement(code, config=module.config_for_parsing)
+        statement = _import_statement(code, config)
         body, end = _insert_sorted(body, start, end, statement, _key_of_spec(spec))
         present.update(together)
     return module.with_changes(body=body)
+
+
+# The same few import lines (`import torch.distributed as dist`, ...) are parsed for file
+# after file: libcst trees never change, so one parse serves every migration (as the
+# templates of emit/edits.py do); add_imports puts each line in a module once.
+@functools.lru_cache(maxsize=256)
+def _import_statement(code: str, config: cst.PartialParserConfig) -> Statement:
+    return cst.parse_statement(code, config=config)
 
 
 def remove_unused_imports(module: cst.Module, specs: Sequence[ImportSpec]) -> cst.Module:

@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterator
 from typing import Optional
 
+from ddpify import ast_walk
 from ddpify.analysis import names
 from ddpify.diagnostics import Diagnostic, Rule
 from ddpify.rules.cases import TRAINING, Emits
@@ -62,7 +63,7 @@ def _uses(tree: ast.Module) -> Iterator[tuple[int, int, str, str]]:
     resolves into a distributing framework."""
     imported: dict[str, str] = {}
     candidates: list[ast.expr] = []
-    for node in ast.walk(tree):
+    for node in ast_walk.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 names.add_import(imported, alias.name, alias.asname)

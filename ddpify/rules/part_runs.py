@@ -18,7 +18,8 @@ from typing import Optional, Union, cast
 
 import libcst as cst
 
-from ddpify.analysis import figures, part_runs
+from ddpify import ast_walk
+from ddpify.analysis import ast_twin, figures, part_runs
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Holder, Model
 from ddpify.analysis.memo import per_migration
@@ -99,25 +100,16 @@ def _start(facts: Facts, function: Optional[cst.FunctionDef]) -> tuple[int, int]
 
 
 @per_migration
-def _tree(module: cst.Module) -> Optional[ast.Module]:
-    """The module's `ast` twin, parsed once per migration (rendering the module is not free)."""
-    try:
-        return ast.parse(module.code)
-    except SyntaxError:
-        return None
-
-
-@per_migration
 def _ast_functions(module: cst.Module) -> dict[tuple[int, str], Union[ast.FunctionDef, ast.AsyncFunctionDef]]:
     """The `ast` twin's functions by (line, name), read once per migration."""
-    tree = _tree(module)
-    return {} if tree is None else {(node.lineno, node.name): node for node in ast.walk(tree)
+    tree = ast_twin.of(module)
+    return {} if tree is None else {(node.lineno, node.name): node for node in ast_walk.statements(tree)
                                     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
 @per_migration
 def _frozen(module: cst.Module) -> frozenset:
-    tree = _tree(module)
+    tree = ast_twin.of(module)
     return part_runs.frozen_parts(tree) if tree is not None else frozenset()
 
 
@@ -125,7 +117,7 @@ def _ast_scope(facts: Facts, function: Optional[cst.FunctionDef]
                ) -> Union[ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, None]:
     """The `ast` twin of the function (the module for module level), found by its line."""
     if function is None:
-        return _tree(facts.module)
+        return ast_twin.of(facts.module)
     line = facts.positions[function.name].start.line
     return _ast_functions(facts.module).get((line, function.name.value))
 

@@ -12,7 +12,7 @@ from typing import Optional
 
 import libcst as cst
 
-from ddpify.analysis import names, seeding, traversal
+from ddpify.analysis import names, seeding
 from ddpify.analysis.control import Facts
 from ddpify.analysis.effects import COUNTED_RUNS
 from ddpify.analysis.facts import Statement
@@ -244,16 +244,7 @@ def _names_in_paths(facts: Facts) -> set[str]:
 
 
 def _dotted_names_in(node: cst.CSTNode) -> list[str]:
-    found: list[str] = []
-
-    class _Attributes(cst.CSTVisitor):
-        def visit_Attribute(self, attribute: cst.Attribute) -> None:
-            name = dotted_name(attribute)
-            if name is not None:
-                found.append(name)
-
-    traversal.visit(node, _Attributes())
-    return found
+    return [name for name in map(dotted_name, find_all(node, cst.Attribute)) if name is not None]
 
 
 def _wrapped(edits: Edits):

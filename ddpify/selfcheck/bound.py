@@ -22,6 +22,8 @@ import ast
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Optional
 
+from ddpify import ast_walk
+
 Literal = tuple[str, bool]  # a condition's text, and whether it holds
 Key = tuple[str, str]  # (the scope's qualified name, the name)
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -29,6 +31,8 @@ _SCOPES = (*_FUNCTIONS, ast.ClassDef, ast.Lambda)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 _EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit", "os.abort"})
 _DYNAMIC = frozenset({"exec", "globals", "locals", "vars"})
+# The literal of `if __name__ == "__main__":`, spelt as _literals spells a condition.
+_MAIN: Literal = (ast.unparse(ast.parse('__name__ == "__main__"', mode="eval").body), True)
 
 
 class _State:
@@ -83,7 +87,7 @@ def _target_names(target: ast.AST) -> list[str]:
 
 
 def _pattern_names(pattern: ast.AST) -> list[str]:
-    return [name for node in ast.walk(pattern)
+    return [name for node in ast_walk.walk(pattern)
             for name in [getattr(node, "name", None), getattr(node, "rest", None)] if isinstance(name, str)]
 
 
@@ -124,7 +128,7 @@ class _Scope:
                 self.read(value, state, held, shadowed)
                 held = held | _literals(value, isinstance(node.op, ast.And))
         else:
-            for child in ast.iter_child_nodes(node):
+            for child in ast_walk.child_nodes(node):
                 self.read(child, state, facts, shadowed)
 
     def name(self, node: ast.Name, state: _State, facts: frozenset[Literal]) -> None:
@@ -162,7 +166,7 @@ class _Scope:
                           if isinstance(node.target, ast.Name) else node.target, state, facts)
             self.read(value, state, facts)
             for target in targets:
-                for sub in ast.walk(target):  # `a[i] = ...`, `self.x = ...` read their base
+                for sub in ast_walk.walk(target):  # `a[i] = ...`, `self.x = ...` read their base
                     if isinstance(sub, (ast.Subscript, ast.Attribute)):
                         self.read(sub.value, state, facts)
                         if isinstance(sub, ast.Subscript):
@@ -171,7 +175,7 @@ class _Scope:
                 state.bind(name for target in targets for name in _target_names(target))
             return state
         if isinstance(node, (ast.Return, ast.Raise)):
-            for child in ast.iter_child_nodes(node):
+            for child in ast_walk.child_nodes(node):
                 self.read(child, state, facts)
             return None
         if isinstance(node, ast.Expr):
@@ -234,7 +238,7 @@ class _Scope:
                 if not isinstance(target, (ast.Name, ast.Tuple, ast.List)):
                     self.read(target, state, facts)
             return state
-        for child in ast.iter_child_nodes(node):  # Global, Nonlocal, Pass, type aliases
+        for child in ast_walk.child_nodes(node):  # Global, Nonlocal, Pass, type aliases
             if isinstance(child, ast.expr):
                 self.read(child, state, facts)
         return state
@@ -293,18 +297,21 @@ def _own_nodes(body: Sequence[ast.stmt]) -> Iterator[ast.AST]:
         node = pending.pop()
         yield node
         if not isinstance(node, _SCOPES):
-            pending.extend(ast.iter_child_nodes(node))
+            pending.extend(ast_walk.child_nodes(node))
 
 
-def _bound_in(body: Sequence[ast.stmt], arguments: Optional[ast.arguments]) -> set[str]:
+def _bound_in(body: Sequence[ast.stmt], arguments: Optional[ast.arguments],
+              nodes: Optional[list[ast.AST]] = None) -> set[str]:
+    """`nodes`: the body's own nodes (_own_nodes), where the caller has them already."""
     names: set[str] = set()
     if arguments is not None:
         names.update(a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
                                      *filter(None, [arguments.vararg, arguments.kwarg])])
-    nodes = list(_own_nodes(body))
+    if nodes is None:
+        nodes = list(_own_nodes(body))
     # A comprehension's targets are its own (a walrus in it binds the scope's name).
     inner = {id(name) for node in nodes if isinstance(node, _COMPREHENSIONS)
-             for generator in node.generators for name in ast.walk(generator.target)}
+             for generator in node.generators for name in ast_walk.walk(generator.target)}
     for node in nodes:
         if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load) and id(node) not in inner:
             names.add(node.id)
@@ -317,6 +324,29 @@ def _bound_in(body: Sequence[ast.stmt], arguments: Optional[ast.arguments]) -> s
     return names
 
 
+class _Bodies:
+    """Each body's own nodes and the names it binds, read once per possibly_unbound: the search
+    for scopes and the walk of each scope both need them. Keyed by the body's id, the body kept
+    beside the answer (a body made for the call, `[]`, may not lend its id to another)."""
+
+    def __init__(self) -> None:
+        self._own: dict[int, tuple[Sequence[ast.stmt], list[ast.AST]]] = {}
+        self._bound: dict[int, tuple[Sequence[ast.stmt], set[str]]] = {}
+
+    def own_nodes(self, body: Sequence[ast.stmt]) -> list[ast.AST]:
+        known = self._own.get(id(body))
+        if known is None or known[0] is not body:
+            known = self._own[id(body)] = (body, list(_own_nodes(body)))
+        return known[1]
+
+    def bound_in(self, body: Sequence[ast.stmt], arguments: Optional[ast.arguments]) -> set[str]:
+        """_bound_in(body, arguments): a body is always asked with its own function's arguments."""
+        known = self._bound.get(id(body))
+        if known is None or known[0] is not body:
+            known = self._bound[id(body)] = (body, _bound_in(body, arguments, self.own_nodes(body)))
+        return known[1]
+
+
 def possibly_unbound(tree: ast.Module) -> dict[Key, ast.Name]:
     """(scope, name) -> the first read of a scope's own name that some path reaches with the
     name unbound, for the module and every function."""
@@ -324,9 +354,10 @@ def possibly_unbound(tree: ast.Module) -> dict[Key, ast.Name]:
     # (qualified name, body, arguments, the names of the functions around it)
     scopes: list[tuple[str, Sequence[ast.stmt], Optional[ast.arguments], set[str]]] = [("", tree.body, None, set())]
     pending: list[tuple[str, ast.AST, set[str]]] = [("", tree, set())]
+    bodies = _Bodies()
     while pending:
         prefix, parent, around = pending.pop()
-        for node in _own_nodes(getattr(parent, "body", [])):
+        for node in bodies.own_nodes(getattr(parent, "body", [])):
             if isinstance(node, (ast.Global, ast.Nonlocal)):
                 declared_elsewhere.update(node.names)
             if isinstance(node, (*_FUNCTIONS, ast.ClassDef)):
@@ -334,7 +365,7 @@ def possibly_unbound(tree: ast.Module) -> dict[Key, ast.Name]:
                 inner = around
                 if isinstance(node, _FUNCTIONS):
                     scopes.append((name, node.body, node.args, around))
-                    inner = around | _bound_in(node.body, node.args)
+                    inner = around | bodies.bound_in(node.body, node.args)
                 pending.append((f"{name}.", node, inner))
     found: dict[Key, ast.Name] = {}
     module_end: Optional[_State] = None
@@ -342,9 +373,9 @@ def possibly_unbound(tree: ast.Module) -> dict[Key, ast.Name]:
     outer_reads: list[tuple[str, ast.Name, frozenset[Literal]]] = []
     for name, body, arguments, around in scopes:
         if any(isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _DYNAMIC
-               for node in _own_nodes(body)):
+               for node in bodies.own_nodes(body)):
             continue
-        walk = _Scope(_bound_in(body, arguments) - declared_elsewhere)
+        walk = _Scope(bodies.bound_in(body, arguments) - declared_elsewhere)
         state = _State(walk.local & _bound_in([], arguments))  # the parameters
         end = walk.block(body, state, frozenset())
         found.update(((name, read), node) for read, node in walk.found.items())
@@ -353,10 +384,9 @@ def possibly_unbound(tree: ast.Module) -> dict[Key, ast.Name]:
         else:
             outer_reads.extend((name, node, facts) for node, facts in walk.outer if node.id not in around)
     if module_end is not None:
-        main = (ast.unparse(ast.parse('__name__ == "__main__"', mode="eval").body), True)
         for name, node, facts in outer_reads:
             conditions = module_end.when.get(node.id, frozenset())
-            if node.id in module_names and node.id not in module_end.bound and main not in conditions \
+            if node.id in module_names and node.id not in module_end.bound and _MAIN not in conditions \
                     and not conditions & facts:
                 found.setdefault((name, node.id), node)
     return found

@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterator
 from typing import Optional
 
+from ddpify import ast_walk
 from ddpify.selfcheck.source import Source, dotted, last_part
 
 Finding = tuple[str, int, str]
@@ -54,11 +55,11 @@ def _gather_functions(tree: ast.Module, with_grad: bool = True) -> set[str]:
     gathering_classes = {node.name for node in tree.body if isinstance(node, ast.ClassDef) and _all_gathers(node)
                          and any(isinstance(sub, ast.FunctionDef) and sub.name == "backward" for sub in node.body)}
     return {node.name for node in tree.body if isinstance(node, ast.FunctionDef)
-            and any(_gathers_with_grad(sub, gathering_classes) for sub in ast.walk(node))}
+            and any(_gathers_with_grad(sub, gathering_classes) for sub in ast_walk.walk(node))}
 
 
 def _all_gathers(node: ast.AST) -> bool:
-    return any(isinstance(sub, ast.Call) and last_part(sub.func) == "all_gather" for sub in ast.walk(node))
+    return any(isinstance(sub, ast.Call) and last_part(sub.func) == "all_gather" for sub in ast_walk.walk(node))
 
 
 def _gathers_with_grad(node: ast.AST, gathering_classes: set[str]) -> bool:
@@ -83,7 +84,7 @@ def _problem(source: Source, statement: ast.stmt, gathers: set[str]) -> Optional
         return "the gather does not rebind the embeddings it gathers (`a, b = gather(a), gather(b)`)"
     loop = source.parents.get(statement)
     if not isinstance(loop, (ast.For, ast.AsyncFor)) or statement not in loop.body \
-            or not any(isinstance(sub, ast.Call) and last_part(sub.func) == "backward" for sub in ast.walk(loop)):
+            or not any(isinstance(sub, ast.Call) and last_part(sub.func) == "backward" for sub in ast_walk.walk(loop)):
         return "the gather is not in the body of a training loop (one that calls backward)"
     index = loop.body.index(statement)
     made = {name for earlier in loop.body[:index] for name in _bound_by(earlier)}
@@ -100,7 +101,8 @@ def _problem(source: Source, statement: ast.stmt, gathers: set[str]) -> Optional
     if loss_function is not None:
         function, parameters = loss_function
         start = next((position for position, statement in enumerate(function.body)
-                      if set(parameters) & {node.id for node in ast.walk(statement) if isinstance(node, ast.Name)}), 0)
+                      if set(parameters) & {node.id for node in ast_walk.walk(statement)
+                                            if isinstance(node, ast.Name)}), 0)
         problem = _similarity_block(function.body, start, parameters, require_labels=True)
         if problem is not None:
             return f"in `{function.name}`, which the gathered embeddings are handed to: {problem}"
@@ -112,7 +114,7 @@ def _loss_function_called(source: Source, statement: ast.stmt, names: list[str]
                           ) -> Optional[tuple[ast.FunctionDef, list[str]]]:
     """A module-level function the statement calls with the gathered names as positional
     arguments (`loss = clip_loss(a, b)`), and its parameters they bind, in order."""
-    for call in (node for node in ast.walk(statement) if isinstance(node, ast.Call)):
+    for call in (node for node in ast_walk.walk(statement) if isinstance(node, ast.Call)):
         positions = {argument.id: position for position, argument in enumerate(call.args)
                      if isinstance(argument, ast.Name) and argument.id in names}
         function, parameters = _called_function(source, dotted(call.func))
@@ -166,7 +168,8 @@ def _similarity_block(body: list[ast.stmt], index: int, names: list[str], requir
         for node in _reads(later, set(names)):
             if not _size_of(node, set(names)) and not _device_of(node, set(names)):
                 return f"`{dotted(node) or names[0]}` is read after the similarity for more than its size"
-        aranges += [sub for sub in ast.walk(later) if isinstance(sub, ast.Call) and last_part(sub.func) == "arange"]
+        aranges += [sub for sub in ast_walk.walk(later)
+                    if isinstance(sub, ast.Call) and last_part(sub.func) == "arange"]
     if (require_labels and not aranges) or not all(sub.args and _size_of(sub.args[0], sizes) for sub in aranges):
         return "the labels (torch.arange) are not sized by the gathered similarity"
     return None
@@ -209,7 +212,8 @@ def _views_block(body: list[ast.stmt], index: int, names: list[str], require_lab
                 sizes.add(later.targets[0].id)
             elif later.targets[0].id == similarity.targets[0].id or _reads(later, {similarity.targets[0].id}):
                 tensors.add(later.targets[0].id)
-        aranges += [sub for sub in ast.walk(later) if isinstance(sub, ast.Call) and last_part(sub.func) == "arange"]
+        aranges += [sub for sub in ast_walk.walk(later)
+                    if isinstance(sub, ast.Call) and last_part(sub.func) == "arange"]
     if (require_labels and not aranges) or not all(
             sub.args and all(_gathered_size(argument, tensors, sizes) for argument in sub.args) for sub in aranges):
         return "the labels (torch.arange) are not sized by the gathered views"
@@ -256,13 +260,13 @@ def _rebound(statement: ast.stmt, gathers: set[str]) -> Optional[list[str]]:
 def _bound_by(statement: ast.stmt) -> set[str]:
     if not isinstance(statement, ast.Assign):
         return set()
-    return {node.id for target in statement.targets for node in ast.walk(target) if isinstance(node, ast.Name)}
+    return {node.id for target in statement.targets for node in ast_walk.walk(target) if isinstance(node, ast.Name)}
 
 
 def _similarity_of(value: ast.expr, names: set[str]) -> bool:
     """The value multiplies gathered embeddings, and only those, as matrices (`a @ b.T`,
     `scale * a @ b.T`, torch.matmul/mm)."""
-    for node in ast.walk(value):
+    for node in ast_walk.walk(value):
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
             operands = [node.left, node.right]
         elif isinstance(node, ast.Call) and last_part(node.func) in ("matmul", "mm"):
@@ -327,7 +331,7 @@ def _reads(statement: ast.stmt, names: set[str]) -> list[ast.AST]:
         if _size_of(node, names) or _device_of(node, names) or isinstance(node, ast.Name) and node.id in names:
             reads.append(node)
             return
-        for child in ast.iter_child_nodes(node):
+        for child in ast_walk.child_nodes(node):
             visit(child)
 
     visit(statement)

@@ -4,6 +4,7 @@ import ast
 from collections.abc import Iterator
 from typing import Optional
 
+from ddpify import ast_walk
 from ddpify.selfcheck.source import FUNCTIONS, Source, calls_named, dotted, last_part
 
 SHARDERS = ("DistributedSampler", "evaluation_shard")
@@ -72,7 +73,7 @@ def _helpers_added(original: Source, migrated: Source) -> set[str]:
 
 
 def _shards(value: ast.AST, sharders: set[str], sharding_names: set[str]) -> bool:
-    return calls_named(value, sharders) or any(loose_dotted(node) in sharding_names for node in ast.walk(value))
+    return calls_named(value, sharders) or any(loose_dotted(node) in sharding_names for node in ast_walk.walk(value))
 
 
 def loose_dotted(node: ast.AST) -> Optional[str]:
@@ -136,8 +137,10 @@ def _loader_handed_out(source: Source, sampler: ast.Call, names: list[str]) -> b
     built = _loaders_built_with(source, sampler, names)
     returned = _returned_parts(source)
     # `return DataLoader(dataset, sampler=sampler, ...)` hands it out too.
-    built_in_return = any(isinstance(value, ast.Call) and value in loader_calls(source) and any(
-        each is sampler or loose_dotted(each) in names for each in ast.walk(_sampler_argument(value) or value.func))
+    built_in_return = any(
+        isinstance(value, ast.Call) and value in loader_calls(source)
+        and any(each is sampler or loose_dotted(each) in names
+                for each in ast_walk.walk(_sampler_argument(value) or value.func))
         for value in returned)
     return built_in_return or bool(built & {loose_dotted(value) for value in returned})
 
@@ -150,7 +153,8 @@ def _returned_parts(source: Source) -> list[ast.expr]:
     key (`loaders = {}`, then `loaders[split] = dl` in a loop over the splits)."""
     bound, stored = _bound_and_stored(source)
     parts: list[ast.expr] = []
-    work = [node.value for node in ast.walk(source.tree) if isinstance(node, ast.Return) and node.value is not None]
+    work = [node.value for node in ast_walk.walk(source.tree)
+            if isinstance(node, ast.Return) and node.value is not None]
     seen: set[int] = set()
     while work:
         value = work.pop()
@@ -180,7 +184,7 @@ def _bound_and_stored(source: Source) -> tuple[dict[str, list[ast.expr]], dict[s
     (`loaders[split] = dl`)."""
     bound: dict[str, list[ast.expr]] = {}
     stored: dict[str, list[ast.expr]] = {}
-    for node in ast.walk(source.tree):
+    for node in ast_walk.walk(source.tree):
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if isinstance(target, ast.Name):
@@ -215,10 +219,10 @@ def _given_the_sampler(source: Source, sampler: ast.Call, names: list[str]) -> s
     """Names bound to a call given `sampler=` the sampler: a loader of a DataLoader subclass
     of another module (`tr_loader = AudioDataLoader(dataset, sampler=tr_sampler)`)."""
     built: set[str] = set()
-    for node in ast.walk(source.tree):
+    for node in ast_walk.walk(source.tree):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and any(
                 keyword.arg == "sampler" and any(each is sampler or loose_dotted(each) in names
-                                                 for each in ast.walk(keyword.value))
+                                                 for each in ast_walk.walk(keyword.value))
                 for keyword in node.value.keywords):
             built.update(loose_dotted(target) or "" for target in node.targets)
     return built
@@ -228,7 +232,7 @@ def _dicts_holding(source: Source, built: set[str]) -> set[str]:
     """Rule (the self-check's own reading): a name bound to a dict literal one of whose values
     is such a loader (`data = {"tr_loader": tr_loader, ...}`) hands that loader on with it when
     it is passed to another module (`Solver(data, model, optimizer, args)`)."""
-    return {target.id for node in ast.walk(source.tree) if isinstance(node, ast.Assign)
+    return {target.id for node in ast_walk.statements(source.tree) if isinstance(node, ast.Assign)
             and isinstance(node.value, ast.Dict) and any(loose_dotted(each) in built for each in node.value.values)
             for target in node.targets if isinstance(target, ast.Name)}
 
@@ -236,13 +240,13 @@ def _dicts_holding(source: Source, built: set[str]) -> set[str]:
 def _built_here_with(source: Source, value: ast.AST, sampler: ast.Call, names: list[str]) -> bool:
     """`train(model, DataLoader(data, sampler=train_sampler))`: the loader built in the call."""
     given = _sampler_argument(value) if isinstance(value, ast.Call) and value in loader_calls(source) else None
-    return given is not None and any(each is sampler or loose_dotted(each) in names for each in ast.walk(given))
+    return given is not None and any(each is sampler or loose_dotted(each) in names for each in ast_walk.walk(given))
 
 
 def _objects_of_imported_classes(source: Source) -> set[str]:
     """`simclr = SimCLR(...)` of a class imported from another module: `simclr.train(loader)`
     hands the loader to that module too."""
-    return {target.id for node in ast.walk(source.tree) if isinstance(node, ast.Assign)
+    return {target.id for node in ast_walk.statements(source.tree) if isinstance(node, ast.Assign)
             and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
             and node.value.func.id in source.imported_from_elsewhere
             for target in node.targets if isinstance(target, ast.Name)}
@@ -250,10 +254,11 @@ def _objects_of_imported_classes(source: Source) -> set[str]:
 
 def _loaders_built_with(source: Source, sampler: ast.Call, names: list[str]) -> set[str]:
     built: set[str] = set()
-    for node in ast.walk(source.tree):
+    for node in ast_walk.walk(source.tree):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and node.value in loader_calls(source):
             value = _sampler_argument(node.value)
-            if value is not None and any(each is sampler or loose_dotted(each) in names for each in ast.walk(value)):
+            if value is not None and any(each is sampler or loose_dotted(each) in names
+                                         for each in ast_walk.walk(value)):
                 built.update(loose_dotted(target) or "" for target in node.targets)
     return built
 
@@ -263,7 +268,7 @@ def _loader_kept_on_the_object(source: Source, sampler: ast.Call, names: list[st
     in a data holder's __init__) and no loop of this module goes over it: the module that
     holds the object starts the passes (`for batch in dataset.train`), and sets the epoch there."""
     kept = {name for name in _loaders_built_with(source, sampler, names) if name.startswith("self.")}
-    iterated = {loose_dotted(node.iter) for node in ast.walk(source.tree) if isinstance(node, ast.For)}
+    iterated = {loose_dotted(node.iter) for node in ast_walk.walk(source.tree) if isinstance(node, ast.For)}
     return bool(kept) and not kept & iterated
 
 
@@ -283,6 +288,6 @@ def _given_to_own_init(source: Source, names: list[str]) -> bool:
 def _given_to_a_loader(source: Source, sampler: ast.Call, names: list[str]) -> bool:
     for loader in loader_calls(source):
         value = _sampler_argument(loader)
-        if value is not None and any(node is sampler or loose_dotted(node) in names for node in ast.walk(value)):
+        if value is not None and any(node is sampler or loose_dotted(node) in names for node in ast_walk.walk(value)):
             return True
     return False

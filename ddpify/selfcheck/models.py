@@ -3,10 +3,12 @@ after every assignment and move of `x` on every path, before `x` trains, and no 
 a process group without any wrap (DDP911); nothing after the wrap that changes which
 parameters train (DDP928) or draws them afresh (DDP929)."""
 import ast
+from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from operator import attrgetter
 from typing import Callable, Optional, Union, cast
 
+from ddpify import ast_walk
 from ddpify.analysis.part_runs import dotted_or_module, frozen_parts, part_runs
 from ddpify.selfcheck.source import FUNCTIONS, LOOPS, Scope, Source, assigned_targets, dotted, last_part
 
@@ -90,7 +92,7 @@ def own_model_unwrapped(source: Source, reported: bool) -> Iterator[Finding]:
         if not (isinstance(scope, FUNCTIONS) and callee.startswith(("torch.optim.", "optim."))
                 and callee.rsplit(".", 1)[-1][:1].isupper() and "lr_scheduler" not in callee):
             continue
-        for node in ast.walk(call):
+        for node in ast_walk.walk(call):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and node.func.attr in ("parameters", "named_parameters") and isinstance(node.func.value, ast.Name)):
                 continue
@@ -149,7 +151,7 @@ def _wraps_within(source: Source, function: ast.AST) -> bool:
     """A DDP call in the function, or, for a method, anywhere in its class."""
     parent = source.parents.get(function)
     where = parent if isinstance(parent, ast.ClassDef) else function
-    return any(isinstance(node, ast.Call) and last_part(node.func) in WRAPPERS for node in ast.walk(where))
+    return any(isinstance(node, ast.Call) and last_part(node.func) in WRAPPERS for node in ast_walk.walk(where))
 
 
 def trained_but_unwrapped(source: Source) -> Iterator[Finding]:
@@ -159,7 +161,7 @@ def trained_but_unwrapped(source: Source) -> Iterator[Finding]:
     file, not that it has nothing to say: `--check` keeps failing until the model is wrapped."""
     wrapped: set[str] = set()
     for _, call in wraps(source):
-        wrapped.update(name for node in ast.walk(call.args[0]) if (name := dotted(node)) is not None)
+        wrapped.update(name for node in ast_walk.walk(call.args[0]) if (name := dotted(node)) is not None)
         wrapped.update(assigned_targets(source.statement_of(call)))
     if not wrapped:
         return  # distributed some other way (FSDP, a framework): not this check's business
@@ -172,7 +174,7 @@ def trained_but_unwrapped(source: Source) -> Iterator[Finding]:
         if not (callee.startswith(("torch.optim.", "optim.")) and callee.rsplit(".", 1)[-1][:1].isupper()
                 and "lr_scheduler" not in callee):
             continue
-        for node in ast.walk(call):
+        for node in ast_walk.walk(call):
             if isinstance(node, ast.Call) and last_part(node.func) in ("parameters", "named_parameters") \
                     and isinstance(node.func, ast.Attribute):
                 name = dotted(node.func.value)
@@ -256,7 +258,7 @@ def _carries_on(body: list[ast.stmt]) -> bool:
 
 def _wraps_in(node: ast.AST, model: str) -> bool:
     return any(isinstance(inner, ast.Call) and last_part(inner.func) in WRAPPERS and inner.args
-               and dotted(inner.args[0]) == model for inner in ast.walk(node))
+               and dotted(inner.args[0]) == model for inner in ast_walk.walk(node))
 
 
 # torch.nn modules that hold no parameter: DDP refuses to wrap them.
@@ -296,7 +298,7 @@ def _guarded_by_a_trainable_test(source: Source, model: str, wrap: ast.Call) -> 
     for ancestor in source.ancestors(wrap):
         if not isinstance(ancestor, ast.If):
             continue
-        for node in ast.walk(ancestor.test):
+        for node in ast_walk.walk(ancestor.test):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "any" \
                     and node.args and isinstance(node.args[0], ast.GeneratorExp):
                 generator = node.args[0]
@@ -329,7 +331,7 @@ def _requires_grad_set(statement: ast.stmt, model: str) -> Optional[bool]:
         return _loop_sets_requires_grad(statement, model)
     if not isinstance(statement, ast.Expr):
         return None
-    for node in ast.walk(statement.value):
+    for node in ast_walk.walk(statement.value):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "requires_grad_":
             receiver = node.func.value
             while isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute):
@@ -349,7 +351,7 @@ def _loop_sets_requires_grad(loop: Union[ast.For, ast.AsyncFor], model: str) -> 
             and over.func.attr in ("parameters", "named_parameters")):
         return None
     receiver = dotted(over.func.value)
-    for node in ast.walk(loop):
+    for node in ast_walk.walk(loop):
         if isinstance(node, ast.Assign) and any(isinstance(target, ast.Attribute)
                                                 and target.attr == "requires_grad" for target in node.targets) \
                 and isinstance(node.value, ast.Constant):
@@ -481,8 +483,10 @@ def _binds(function: Union[ast.FunctionDef, ast.AsyncFunctionDef], name: str) ->
     arguments = function.args
     if name in {arg.arg for arg in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}:
         return True
-    declared = {declared for node in ast.walk(function) if isinstance(node, ast.Global) for declared in node.names}
-    stored = {node.id for node in ast.walk(function) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+    declared = {declared for node in ast_walk.statements(function) if isinstance(node, ast.Global)
+                for declared in node.names}
+    stored = {node.id for node in ast_walk.walk(function)
+              if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
     return name in stored and name not in declared
 
 
@@ -529,12 +533,12 @@ def _dropped_parameter(source: Source, scope: ast.AST, name: str) -> bool:
     if name not in {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}:
         return False
     results_dropped = _results_dropped(source, scope)
-    for node in ast.walk(scope):
+    for node in ast_walk.walk(scope):
         if isinstance(node, ast.Return) and not results_dropped and node.value is not None and any(
-                isinstance(inner, ast.Name) and inner.id == name for inner in ast.walk(node.value)):
+                isinstance(inner, ast.Name) and inner.id == name for inner in ast_walk.walk(node.value)):
             return False
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and any(
-                isinstance(inner, ast.Name) and inner.id == name for inner in ast.walk(node.value)) and any(
+                isinstance(inner, ast.Name) and inner.id == name for inner in ast_walk.walk(node.value)) and any(
                 not isinstance(target, ast.Name) for target in (
                     node.targets if isinstance(node, ast.Assign) else [node.target])):
             return False
@@ -565,7 +569,7 @@ def _loop_bound(source: Source, statement: ast.stmt, name: str) -> bool:
 
 
 def _names_in(target: ast.AST) -> set[str]:
-    return {node.id for node in ast.walk(target) if isinstance(node, ast.Name)}
+    return {node.id for node in ast_walk.walk(target) if isinstance(node, ast.Name)}
 
 
 def _anchor(source: Source, statement: ast.stmt) -> ast.stmt:
@@ -587,9 +591,9 @@ def _derived_from_wrapped(source: Source, statement: ast.stmt, wrapped: Sequence
     """`model = torch.compile(model)` after the wrap builds on the wrapped model; a move
     (`model = model.to(device)`) does not count as that."""
     value = statement.value if isinstance(statement, (ast.Assign, ast.AnnAssign)) else None
-    if value is None or any(isinstance(node, ast.Call) and source.move_receiver(node) for node in ast.walk(value)):
+    if value is None or any(isinstance(node, ast.Call) and source.move_receiver(node) for node in ast_walk.walk(value)):
         return False
-    return any(dotted(node) in wrapped for node in ast.walk(value))
+    return any(dotted(node) in wrapped for node in ast_walk.walk(value))
 
 
 def _on_every_path_to(source: Source, statement: ast.stmt, anchor: ast.stmt) -> bool:
@@ -691,7 +695,7 @@ def _wrapper_state_saved(migrated: Source, wrapped: dict[tuple[int, str], int]) 
         filled |= _derived_names(migrated, scope, statement, filled)
         if any(save.lineno >= statement.lineno and migrated.scope_of(save) is scope and (
                 migrated.statement_of(save) is statement or any(
-                    isinstance(node, ast.Name) and node.id in filled for node in ast.walk(save)))
+                    isinstance(node, ast.Name) and node.id in filled for node in ast_walk.walk(save)))
                for save in saves):
             yield ("DDP922", call.lineno, f"`{handed}.state_dict()` is saved from the DDP wrapper made at output "
                    f"line {line}: its keys carry `module.`")
@@ -708,7 +712,7 @@ def _derived_names(source: Source, scope, statement: ast.stmt, filled: set[str])
         changed = False
         for other in later:
             if other.value is not None and any(isinstance(node, ast.Name) and node.id in filled | derived
-                                               for node in ast.walk(other.value)):
+                                               for node in ast_walk.walk(other.value)):
                 new = {name.split(".")[0] for name in assigned_targets(other)} - filled - derived
                 if new:
                     derived |= new
@@ -794,8 +798,10 @@ def _stored_on_self(source: Source, scope: Scope, name: str, line: int) -> list[
 
 
 def _rebound_between(source: Source, scope, name: str, start: int, end: int) -> bool:
-    return any(start < statement.lineno < end and name in assigned_targets(statement)
-               for statement in source.statements_in(scope))
+    """A statement of `scope` between the two lines (both excluded) binds `name`."""
+    lines = source.binding_lines(scope, name)
+    first_after = bisect_right(lines, start)
+    return first_after < len(lines) and lines[first_after] < end
 
 
 def _in_an_else(source: Source, node: ast.AST) -> bool:
@@ -846,7 +852,7 @@ def _moved_after_by_a_caller(source: Source, model: str, method: Scope, methods:
             if statement.lineno <= min(called):
                 continue
             looped = isinstance(statement, (ast.For, ast.AsyncFor)) and _iterates_one_of(statement.iter, holders) \
-                and any(source.moved_by(inner) for inner in ast.walk(statement) if isinstance(inner, ast.stmt))
+                and any(source.moved_by(inner) for inner in ast_walk.statements(statement))
             if model in source.moved_by(statement) or looped:
                 return (f"`{model}` is wrapped in `{name}()`, but `{getattr(caller, 'name', '')}()` calls it and then "
                         f"moves `{model}` (output line {statement.lineno}): move the wrap below that move")
@@ -856,7 +862,7 @@ def _moved_after_by_a_caller(source: Source, model: str, method: Scope, methods:
 def _containers_holding(owner: ast.ClassDef, model: str) -> set[str]:
     """`self.nets` for `self.nets = {"G": self.G, ...}` (or a list, a tuple) in a method."""
     found: set[str] = set()
-    for node in ast.walk(owner):
+    for node in ast_walk.walk(owner):
         if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Dict, ast.List, ast.Tuple)):
             elements = node.value.values if isinstance(node.value, ast.Dict) else node.value.elts
             if any(dotted(element) == model for element in elements):
@@ -924,7 +930,7 @@ def attributes_read_through_the_wrapper(migrated: Source) -> Iterator[Finding]:
             continue
         scope = migrated.scope_of(call)
         # (Walked within the scope: a nested function's reads are its own scope's.)
-        nodes = [node for node in ast.walk(scope) if migrated.scope_of(node) is scope]
+        nodes = [node for node in ast_walk.walk(scope) if migrated.scope_of(node) is scope]
         rebound = [node.lineno for node in nodes if node is not statement
                    and isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For))
                    and name in assigned_targets(node)]
@@ -945,7 +951,8 @@ def parts_run_beside_the_wrapper(migrated: Source) -> Iterator[Finding]:
     `model.module.heads[0](x)`, an alias, a loop over them) in the wrap's scope, or in a
     function of the file the wrapper is handed to there, whose return that backward reaches.
     DDP shares gradients only inside the wrapper's forward (analysis/part_runs.py)."""
-    functions = {function.name: function for function in ast.walk(migrated.tree) if isinstance(function, FUNCTIONS)}
+    functions = {function.name: function for function in ast_walk.statements(migrated.tree)
+                 if isinstance(function, FUNCTIONS)}
     frozen = frozen_parts(migrated.tree)  # a momentum teacher the class freezes trains nothing
     for name, call in wraps(migrated):
         if last_part(call.func) not in DDP_WRAPPERS or "." in name:
@@ -999,7 +1006,7 @@ def _fed_to_backward(source: Source, scope: Scope, returns: bool = False) -> tup
     if not returns:
         roots = [call.func.value for call in source.calls_in(scope)
                  if isinstance(call.func, ast.Attribute) and call.func.attr == "backward"]
-    needed = {node.id for root in roots for node in ast.walk(root) if isinstance(node, ast.Name)}
+    needed = {node.id for root in roots for node in ast_walk.walk(root) if isinstance(node, ast.Name)}
     assignments = [statement for statement in source.statements_in(scope)
                    if isinstance(statement, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and statement.value is not None]
     changed = True
@@ -1008,7 +1015,8 @@ def _fed_to_backward(source: Source, scope: Scope, returns: bool = False) -> tup
         for statement in assignments:
             if set(assigned_targets(statement)) & needed and statement.value not in roots:
                 roots.append(cast(ast.AST, statement.value))
-                needed |= {node.id for node in ast.walk(cast(ast.AST, statement.value)) if isinstance(node, ast.Name)}
+                needed |= {node.id for node in ast_walk.walk(cast(ast.AST, statement.value))
+                           if isinstance(node, ast.Name)}
                 changed = True
     return roots, needed
 
@@ -1103,7 +1111,7 @@ def _set_on_each(loop: Union[ast.For, ast.AsyncFor]) -> Optional[tuple[Optional[
     """The value a loop over parameters gives `requires_grad` (`p.requires_grad = False`,
     `p.requires_grad_(False)`: a bool, None where it is computed) and the line that gives it;
     None where it gives none."""
-    for node in ast.walk(loop):
+    for node in ast_walk.walk(loop):
         if isinstance(node, ast.Assign) and any(isinstance(target, ast.Attribute) and target.attr == "requires_grad"
                                                 for target in node.targets):
             return (bool(node.value.value) if isinstance(node.value, ast.Constant) else None), node.lineno
@@ -1193,9 +1201,9 @@ def _draw_into(source: Source, statement: ast.stmt, model: str) -> Optional[str]
                 "modules", "children", "named_modules", "named_children", "parameters", "named_parameters") \
                 and _part_of(over.func.value, model) is not None:
             looped = _names_in(statement.target)
-            for node in ast.walk(statement):
+            for node in ast_walk.walk(statement):
                 if isinstance(node, ast.Call) and _draws(source, node) and any(
-                        isinstance(inner, ast.Name) and inner.id in looped for inner in ast.walk(node)):
+                        isinstance(inner, ast.Name) and inner.id in looped for inner in ast_walk.walk(node)):
                     return ast.unparse(node)
         return None
     call = statement.value if isinstance(statement, ast.Expr) else None
@@ -1214,7 +1222,7 @@ def _draw_into(source: Source, statement: ast.stmt, model: str) -> Optional[str]
     else:
         return None
     for function in drawing:
-        if any(isinstance(node, ast.Call) and _draws(source, node) for node in ast.walk(function)):
+        if any(isinstance(node, ast.Call) and _draws(source, node) for node in ast_walk.walk(function)):
             return ast.unparse(call)
     return None
 

@@ -12,6 +12,7 @@ import builtins
 import symtable
 from collections.abc import Iterator
 
+from ddpify import ast_walk
 from ddpify.selfcheck.bound import possibly_unbound
 from ddpify.selfcheck.source import Source
 
@@ -32,7 +33,7 @@ def names_read_unbound(before: Source, original: str, after: Source, migrated: s
     if new:
         new -= _unbound(original)
     if new:
-        for node in ast.walk(after.tree):
+        for node in ast_walk.walk(after.tree):
             if new and isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in new:
                 new.discard(node.id)
                 yield "DDP919", node.lineno, f"`{node.id}` is read here, and nothing in the file binds it"

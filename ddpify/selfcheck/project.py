@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Optional
 
+from ddpify import ast_walk
 from ddpify.selfcheck.models import WRAPPERS
 from ddpify.selfcheck.source import Source, dotted, last_part
 
@@ -63,7 +64,7 @@ def _joins(source: Optional[Source]) -> int:
 def _distributes(source: Source) -> bool:
     if any(last_part(call.func) in (*WRAPPERS, *OTHER_WRAPPERS) for call in source.calls):
         return True
-    for node in ast.walk(source.tree):
+    for node in ast_walk.walk(source.tree):
         names: Iterable[str] = ()
         if isinstance(node, ast.Import):
             names = (alias.name for alias in node.names)

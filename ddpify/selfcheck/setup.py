@@ -5,6 +5,7 @@ import ast
 from collections.abc import Iterator
 from typing import Optional, cast
 
+from ddpify import ast_walk
 from ddpify.selfcheck.models import DDP_WRAPPERS, _on_every_path_to
 from ddpify.selfcheck.source import FUNCTIONS, Source, assigned_targets, dotted, last_part
 
@@ -22,7 +23,7 @@ def _mentions_running(test: ast.AST, run_flags: set[str]) -> bool:
     """`__name__ == "__main__"`, or a flag that includes it (ddpify's
     `distributed = "WORLD_SIZE" in os.environ and __name__ == "__main__"`)."""
     return any(isinstance(node, ast.Name) and (node.id == "__name__" or node.id in run_flags)
-               for node in ast.walk(test))
+               for node in ast_walk.walk(test))
 
 
 def _flags_of_running(source: Source) -> set[str]:
@@ -81,7 +82,7 @@ def _wrapped_once_initialized(source: Source, call: ast.Call) -> bool:
 
 
 def _asks_initialized(test: ast.AST) -> bool:
-    return any(isinstance(node, ast.Call) and last_part(node.func) == "is_initialized" for node in ast.walk(test))
+    return any(isinstance(node, ast.Call) and last_part(node.func) == "is_initialized" for node in ast_walk.walk(test))
 
 
 def _joined_before(source: Source, node: ast.AST, joining: set[str], seen: frozenset) -> bool:
@@ -106,7 +107,7 @@ def _argument_of(call: ast.Call, node: ast.AST) -> bool:
     if not isinstance(node, ast.Call):
         return False
     return any(inner is call for argument in [*node.args, *(keyword.value for keyword in node.keywords)]
-               for inner in ast.walk(argument))
+               for inner in ast_walk.walk(argument))
 
 
 def _joining_functions(source: Source) -> set[str]:
@@ -176,7 +177,7 @@ def _binds(function: ast.AST, name: str) -> bool:
     if any(parameter.arg == name for parameter in parameters):
         return True
     return any(isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store)
-               for node in ast.walk(function))
+               for node in ast_walk.walk(function))
 
 
 def _reads_as_string(node: ast.AST, parent: ast.AST) -> bool:
@@ -360,7 +361,7 @@ def _devices_of_an_index(source: Source, indices: set[str]) -> Iterator[tuple[as
                                if keyword.arg == "device" and index_in(keyword.value)), None)
         if found:
             yield call, found
-    for node in ast.walk(source.tree):
+    for node in ast_walk.walk(source.tree):
         if isinstance(node, ast.JoinedStr) and len(node.values) == 2 and isinstance(node.values[0], ast.Constant) \
                 and node.values[0].value == "cuda:" and isinstance(node.values[1], ast.FormattedValue):
             found = index_in(node.values[1].value)
@@ -398,5 +399,5 @@ def _asks_whether_joined(source: Source, call: ast.Call, earlier: ast.Call) -> b
     test around both was asked once, before either)."""
     around_earlier = set(source.ancestors(earlier))
     return any(isinstance(ancestor, (ast.If, ast.IfExp, ast.While)) and ancestor not in around_earlier and any(
-        last_part(node.func) == "is_initialized" for node in ast.walk(ancestor.test) if isinstance(node, ast.Call))
+        last_part(node.func) == "is_initialized" for node in ast_walk.walk(ancestor.test) if isinstance(node, ast.Call))
         for ancestor in source.ancestors(call))

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from operator import attrgetter
 from typing import Optional, Union
 
+from ddpify import ast_walk
+
 Scope = Union[ast.Module, ast.FunctionDef, ast.AsyncFunctionDef]
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -47,7 +49,7 @@ def last_part(node: ast.AST) -> Optional[str]:
 
 def calls_named(node: ast.AST, names) -> bool:
     """Whether `node` holds a call of one of `names` (by last part), e.g. in an IfExp."""
-    return any(isinstance(sub, ast.Call) and last_part(sub.func) in names for sub in ast.walk(node))
+    return any(isinstance(sub, ast.Call) and last_part(sub.func) in names for sub in ast_walk.walk(node))
 
 
 # Fields that never hold a node we read: contexts (a third of all nodes), names and
@@ -55,6 +57,8 @@ def calls_named(node: ast.AST, names) -> bool:
 _LEAF_FIELDS = frozenset({"ctx", "id", "attr", "name", "arg", "module", "kind", "type_comment", "level",
                           "conversion", "is_async", "names", "simple"})
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+# The fields that hold a block's statements (`handlers` its except clauses, `cases` a match's).
+_BLOCK_FIELDS = ("body", "handlers", "orelse", "finalbody", "cases")
 
 
 def assigned_targets(statement: ast.stmt) -> list[str]:
@@ -105,6 +109,7 @@ class Source:
         self._calls_by_scope: dict[int, list[ast.Call]] = {}
         self._moves: Optional[list[tuple[str, ast.Call]]] = None
         self._moved_by: Optional[dict[int, set[str]]] = None
+        self._binding_lines: dict[int, dict[str, list[int]]] = {}
         self._index()
         self.calls.sort(key=attrgetter("lineno", "col_offset"))
 
@@ -212,8 +217,27 @@ class Source:
             if isinstance(node, ast.stmt):
                 yield node
             if not isinstance(node, FUNCTIONS):
-                pending.extend(child for child in ast.iter_child_nodes(node)
-                               if isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)))
+                # Statements, handlers and cases sit only in these list fields (of a
+                # statement, a handler or a case), which come in this order in `_fields`.
+                for field in _BLOCK_FIELDS:
+                    children = getattr(node, field, None)
+                    if children.__class__ is list:
+                        pending.extend(child for child in children
+                                       if isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)))
+
+    def binding_lines(self, scope: Scope, name: str) -> list[int]:
+        """The lines, in order, of the statements that run in `scope` itself and bind `name`
+        (assigned_targets), read once per scope: the checks ask of every statement after a
+        wrap whether its name was bound again since."""
+        bindings = self._binding_lines.get(id(scope))
+        if bindings is None:
+            bindings = self._binding_lines[id(scope)] = {}
+            for statement in self.statements_in(scope):
+                for target in assigned_targets(statement):
+                    bindings.setdefault(target, []).append(statement.lineno)
+            for lines in bindings.values():
+                lines.sort()
+        return bindings.get(name, [])
 
     def calls_in(self, scope: Scope) -> list[ast.Call]:
         """The calls that run in `scope` itself, in source order."""
@@ -275,7 +299,7 @@ class Source:
         if not isinstance(statement, (ast.Assign, ast.AnnAssign)) or statement.value is None:
             return None
         targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-        if len(targets) != 1 or any(isinstance(node, (ast.Tuple, ast.List)) for node in ast.walk(statement.value)):
+        if len(targets) != 1 or any(isinstance(node, (ast.Tuple, ast.List)) for node in ast_walk.walk(statement.value)):
             return None
         name = dotted(targets[0])
         return None if name is None or name.split(".")[0] in self.module_names else name
@@ -315,7 +339,7 @@ class Source:
                     and last_part(call.func) in ("to", "cuda") and not _to_the_cpu(call):
                 parameters = [argument.arg for argument in scope.args.posonlyargs + scope.args.args]
                 if receiver in parameters and not any(
-                        isinstance(node, ast.Call) and dotted(node.func) == receiver for node in ast.walk(scope)):
+                        isinstance(node, ast.Call) and dotted(node.func) == receiver for node in ast_walk.walk(scope)):
                     movers.setdefault(scope.name, parameters)
                 elif "." not in receiver and receiver not in parameters and _reads_from_outside(scope, receiver):
                     outer.setdefault(scope.name, set()).add(receiver)
@@ -502,29 +526,29 @@ def _is_release(statement: ast.stmt) -> bool:
     if not isinstance(statement, ast.If) or not any(
             isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.Eq) and any(
                 _names_a_rank(side) for side in [node.left, *node.comparators])
-            for node in ast.walk(statement.test)):
+            for node in ast_walk.walk(statement.test)):
         return False
-    return any(isinstance(node, ast.Call) and last_part(node.func) == "barrier" for node in ast.walk(statement))
+    return any(isinstance(node, ast.Call) and last_part(node.func) == "barrier" for node in ast_walk.walk(statement))
 
 
 def _is_others_wait(statement: ast.stmt) -> bool:
     if not isinstance(statement, ast.If) or not any(
             isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.NotEq) and any(
                 _names_a_rank(side) for side in [node.left, *node.comparators])
-            for node in ast.walk(statement.test)):
+            for node in ast_walk.walk(statement.test)):
         return False
-    return any(isinstance(node, ast.Call) and last_part(node.func) == "barrier" for node in ast.walk(statement))
+    return any(isinstance(node, ast.Call) and last_part(node.func) == "barrier" for node in ast_walk.walk(statement))
 
 
 def _reads_from_outside(function: Union[ast.FunctionDef, ast.AsyncFunctionDef], name: str) -> bool:
     """`name` in `function` is the enclosing scope's variable: the function declares it global
     (or nonlocal), or never binds it."""
-    declared = {declared for node in ast.walk(function) if isinstance(node, (ast.Global, ast.Nonlocal))
+    declared = {declared for node in ast_walk.walk(function) if isinstance(node, (ast.Global, ast.Nonlocal))
                 for declared in node.names}
     if name in declared:
         return True
     return not any(isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store)
-                   for node in ast.walk(function))
+                   for node in ast_walk.walk(function))
 
 
 def _to_the_cpu(call: ast.Call) -> bool:
