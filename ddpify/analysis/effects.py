@@ -605,7 +605,7 @@ class FunctionEffects:
         init = self._functions.get(f"{class_name}.__init__")
         if init is None:
             return None
-        for node in ast.walk(init):
+        for node in ast_walk.walk(init):
             if isinstance(node, ast.Call):
                 qualified = self.qualified(dotted_ast(node.func) or "")
                 if qualified.startswith("torch.nn.Lazy"):
@@ -649,7 +649,7 @@ class FunctionEffects:
 
     def _copies_of(self, init: ast.AST, created: list[str]) -> list[str]:
         """`self.target = copy.deepcopy(self.online)`: an EMA or target copy of a submodule."""
-        return [target.attr for node in ast.walk(init) if isinstance(node, ast.Assign)
+        return [target.attr for node in ast_walk.walk(init) if isinstance(node, ast.Assign)
                 and isinstance(node.value, ast.Call) and node.value.args
                 and self.qualified(dotted_ast(node.value.func) or "") in ("copy.deepcopy",
                                                                          "torch.optim.swa_utils.AveragedModel")

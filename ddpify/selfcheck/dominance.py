@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Optional, Union
 
+from ddpify import ast_walk
 from ddpify.selfcheck.models import DDP_WRAPPERS, Finding, _training_uses, _trains_in_another_method
 from ddpify.selfcheck.source import FUNCTIONS, Scope, Source, _is_distributed_flag, assigned_targets, dotted, last_part
 
@@ -221,7 +222,7 @@ class _Walk:
             return _WRAPPED
         if self.model in assigned_targets(statement):
             value = getattr(statement, "value", None)
-            if value is None or not any(dotted(node) in self.names for node in ast.walk(value)):
+            if value is None or not any(dotted(node) in self.names for node in ast_walk.walk(value)):
                 return _FRESH  # `model = Net().to(device)`: a new module (`torch.compile(model)` is not)
         if self.names & self.source.moved_by(statement) and state.wrapped and state.moved_after_wrap is None:
             return _Paths(state.unwrapped, state.wrapped, statement.lineno)
@@ -297,11 +298,11 @@ def _reads_global(source: Source, function: Function, name: str) -> bool:
     global or never binds it."""
     if not any(dotted(call.func) == name for call in source.calls_in(function)):
         return False
-    declared = {declared for node in ast.walk(function) if isinstance(node, ast.Global) for declared in node.names}
+    declared = {declared for node in ast_walk.walk(function) if isinstance(node, ast.Global) for declared in node.names}
     if name in declared:
         return True
     arguments = function.args
     if name in {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}:
         return False
     return not any(isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store)
-                   for node in ast.walk(function))
+                   for node in ast_walk.walk(function))

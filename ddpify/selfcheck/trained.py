@@ -14,6 +14,7 @@ import ast
 from collections.abc import Iterator
 from typing import Optional
 
+from ddpify import ast_walk
 from ddpify.selfcheck.models import DDP_WRAPPERS, Finding, wraps
 from ddpify.selfcheck.source import Source, dotted, last_part
 
@@ -64,14 +65,14 @@ def _parameters_handed_elsewhere(source: Source, optimizers: list[ast.Call]) -> 
     """Parameters handed to a call that is not a torch optimizer and not a mere reader (an
     optimizer of another library, `ExponentialMovingAverage(model.parameters())`): what steps
     them is out of this reading's sight, so it judges no wrap."""
-    inside_optimizers = {id(node) for optimizer in optimizers for node in ast.walk(optimizer)}
+    inside_optimizers = {id(node) for optimizer in optimizers for node in ast_walk.walk(optimizer)}
     for call in source.calls:
         if id(call) in inside_optimizers or last_part(call.func) in _READERS:
             continue
         if any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                and node.func.attr in _PARAMETER_METHODS
                for argument in [*call.args, *(keyword.value for keyword in call.keywords)]
-               for node in ast.walk(argument)):
+               for node in ast_walk.walk(argument)):
             return True
     return False
 
@@ -111,7 +112,7 @@ def _handed_or_looped(source: Source, node: ast.AST) -> set[str]:
             names |= {argument.arg for argument in [*arguments.posonlyargs, *arguments.args,
                                                     *arguments.kwonlyargs]} - {"self"}
         elif isinstance(ancestor, (ast.For, ast.AsyncFor, ast.comprehension)):
-            names |= {name.id for name in ast.walk(ancestor.target) if isinstance(name, ast.Name)}
+            names |= {name.id for name in ast_walk.walk(ancestor.target) if isinstance(name, ast.Name)}
     return names
 
 
@@ -120,9 +121,9 @@ def _roots_of(source: Source, value: ast.AST, seen: set[str]) -> Optional[set[st
     where it cannot tell, an empty set for nothing."""
     roots: set[str] = set()
     # `[p for m in modules for p in m.parameters()]`: `m` is each module of a collection.
-    looped = {name.id for node in ast.walk(value) if isinstance(node, ast.comprehension)
-              for name in ast.walk(node.target) if isinstance(name, ast.Name)}
-    for node in ast.walk(value):
+    looped = {name.id for node in ast_walk.walk(value) if isinstance(node, ast.comprehension)
+              for name in ast_walk.walk(node.target) if isinstance(name, ast.Name)}
+    for node in ast_walk.walk(value):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                 and node.func.attr in _PARAMETER_METHODS:
             owner = _module_name(node.func.value)
@@ -134,7 +135,7 @@ def _roots_of(source: Source, value: ast.AST, seen: set[str]) -> Optional[set[st
     if roots:
         return roots
     # `params` built beforehand: follow the names it reads.
-    for node in ast.walk(value):
+    for node in ast_walk.walk(value):
         if isinstance(node, ast.Call):
             return None  # a call that is not `.parameters()`: a helper building the groups
         name = dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load) else None
