@@ -59,6 +59,7 @@ class Facts(ValueFlow):
             if outer and self.sees_value(call, name, function) and any(
                     not arg.star and self.held_name(arg.value) == name for arg in call.args):
                 found.append((outer[0], name))
+        found.extend(self._loops_around_passes_of_objects_handed(name, function))
         for callee, parameter, call in self._calls_passing(name, function):
             outer = self.enclosing_loops(call)
             if outer and self.epoch_loops(parameter, callee, depth + 1) == [] and self._iterates(
@@ -67,6 +68,39 @@ class Facts(ValueFlow):
                 found.append((outer[0], name))
             else:
                 found.extend(self.epoch_loops(parameter, callee, depth + 1))
+        return found
+
+    def _loops_around_passes_of_objects_handed(self, name: str, function: Optional[cst.FunctionDef]
+                                               ) -> list[tuple[cst.For, str]]:
+        """The epoch loops around the passes of a training object that is handed the loader
+        `name` by its constructor (loops_around_passes_of), where the loader keeps its name."""
+        return [(loop, name) for made in self.training_constructors
+                if any(self.held_name(value) == name for value in self.iterated_arguments.get(made, ()))
+                and self.sees_value(made, name, function) for loop in self.loops_around_passes_of(made)]
+
+    def loops_around_passes_of(self, made: cst.Call) -> list[cst.For]:
+        """Rule: `trainer = Train(model, train_loader, ...)`, a class of another module whose
+        methods loop over what its constructor is handed (iterated_arguments), then `for epoch
+        in ...: trainer.run_epoch()`: each call of a training method of that object inside a
+        loop of the function that made it is a pass over the loader, and the loop around it
+        counts the epochs. That module sets no epoch for a loader it is handed (epochs.py), so
+        it is set here. A call handed the loop's count (`trainer.training(epoch)`) is left to
+        the method it reaches, which sets it where it takes the epoch; an object with no single
+        name, or called in another function, is not followed."""
+        found: list[cst.For] = []
+        assign = self.parents.get(made)
+        if made not in self.iterated_arguments or not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+            return found
+        trainer = dotted_name(assign.targets[0].target)
+        for call in self.training_helper_calls:
+            outer = self.enclosing_loops(call)
+            if trainer is None or not outer or not isinstance(call.func, cst.Attribute) or dotted_name(
+                    call.func.value) != trainer or self.function_of(call) is not self.function_of(made):
+                continue
+            count = outer[0].target
+            if isinstance(count, cst.Name) and outer[0] not in found and not any(
+                    count.value in names_within(arg.value) for arg in call.args):
+                found.append(outer[0])
         return found
 
     def _loops_around_phase_picks(self, name: str, function: Optional[cst.FunctionDef]) -> list[tuple[cst.For, str]]:
