@@ -547,8 +547,9 @@ def _value_handed_in(facts: Facts, function: cst.FunctionDef, value: cst.BaseExp
         return _value_handed_in(facts, function, value.body, depth) and _value_handed_in(
             facts, function, value.orelse, depth)
     if isinstance(value, cst.Subscript) and len(value.slice) == 1 and isinstance(
-            value.slice[0].slice, cst.Index) and isinstance(value.slice[0].slice.value, cst.SimpleString):
-        # `data["tr_loader"]` of a dict the caller hands in: the caller's loader.
+            value.slice[0].slice, cst.Index) and isinstance(value.slice[0].slice.value, (cst.SimpleString, cst.Integer)):
+        # `data["tr_loader"]` of a dict the caller hands in, or `data_loader[0]` of a tuple
+        # (`Trainer(config, (train_loader, valid_loader))`): the caller's loader.
         return _value_handed_in(facts, function, value.value, depth)
     name = dotted_name(value)
     return name is not None and handed_in(facts, function, name, depth)
