@@ -546,8 +546,8 @@ def _value_handed_in(facts: Facts, function: cst.FunctionDef, value: cst.BaseExp
         # `self.tr_loader if not cross_valid else self.cv_loader`: either is handed in.
         return _value_handed_in(facts, function, value.body, depth) and _value_handed_in(
             facts, function, value.orelse, depth)
-    if isinstance(value, cst.Subscript) and len(value.slice) == 1 and isinstance(
-            value.slice[0].slice, cst.Index) and isinstance(value.slice[0].slice.value, (cst.SimpleString, cst.Integer)):
+    if isinstance(value, cst.Subscript) and len(value.slice) == 1 and isinstance(value.slice[0].slice, cst.Index) \
+            and isinstance(value.slice[0].slice.value, (cst.SimpleString, cst.Integer)):
         # `data["tr_loader"]` of a dict the caller hands in, or `data_loader[0]` of a tuple
         # (`Trainer(config, (train_loader, valid_loader))`): the caller's loader.
         return _value_handed_in(facts, function, value.value, depth)
@@ -704,6 +704,8 @@ def is_training_loader(facts: Facts, loader: Loader) -> bool:
         # val_loader)` without the optimizer - does not train over this loader.)
         return any(facts.loop_trains(loop) for loop in loops) and any(
             facts.loop_trains(loop) for loop in facts.loops_over_values(facts.trained_holders_of(loader)))
+    if only_peeked(facts, loader):
+        return False
     name = (loader.inline or loader.name).rsplit(".", 1)[-1]
     if loader.function is not None and not has_role_word(name):
         # Rule: a loader whose own name says nothing (`loader = DataLoader(...)`, `return
@@ -712,6 +714,53 @@ def is_training_loader(facts: Facts, loader: Loader) -> bool:
         branch = _branch_words(facts, loader)
         name = f"{name} {branch}" if has_role_word(branch) else f"{name} {loader.function.name.value}"
     return trains_by_look(name, loader.shuffles or loader.kwargs_name is not None)
+
+
+def only_peeked(facts: Facts, loader: Loader) -> bool:
+    """Rule: `sample_loader = DataLoader(dataset, batch_size=9, shuffle=shuffle)` read only to
+    draw one batch to look at, outside every loop (`images, labels = next(iter(sample_loader))`,
+    or `data_iter = iter(sample_loader)` then `data_iter.next()`), and neither returned nor
+    handed on: no pass over it trains, whatever its name and shuffle say."""
+    function = loader.function
+    if loader.inline is not None or "." in loader.name:
+        return False
+    reads = [node for node in facts.nodes_of(cst.Name) if node.value == loader.name
+             and facts.function_of(node) is function and facts.statement_of(node) is not loader.statement]
+    return bool(reads) and all(_one_draw(facts, read, function) for read in reads)
+
+
+def _one_draw(facts: Facts, read: cst.Name, function: Optional[cst.FunctionDef]) -> bool:
+    """`next(iter(read))`, or `it = iter(read)` whose every read is one `next(it)` or
+    `it.next()` outside any loop."""
+    arg = facts.parents.get(read)
+    call = facts.parents.get(arg) if isinstance(arg, cst.Arg) else None
+    if not isinstance(call, cst.Call) or dotted_name(call.func) != "iter" or len(call.args) != 1 \
+            or facts.enclosing_loops(call):
+        return False
+    outer_arg = facts.parents.get(call)
+    outer = facts.parents.get(outer_arg) if isinstance(outer_arg, cst.Arg) else None
+    if isinstance(outer, cst.Call) and dotted_name(outer.func) == "next":
+        return True
+    assign = facts.parents.get(call)
+    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1 or not isinstance(
+            assign.targets[0].target, cst.Name):
+        return False
+    iterator = assign.targets[0].target.value
+    uses = [node for node in facts.nodes_of(cst.Name) if node.value == iterator
+            and facts.function_of(node) is function and node is not assign.targets[0].target]
+    return bool(uses) and all(_drawn_once(facts, use) for use in uses)
+
+
+def _drawn_once(facts: Facts, use: cst.Name) -> bool:
+    parent = facts.parents.get(use)
+    if isinstance(parent, cst.Attribute) and parent.attr.value == "next":
+        call = facts.parents.get(parent)
+    else:
+        arg = parent if isinstance(parent, cst.Arg) else None
+        call = facts.parents.get(arg) if arg is not None else None
+        if not isinstance(call, cst.Call) or dotted_name(call.func) != "next":
+            return False
+    return isinstance(call, cst.Call) and not facts.enclosing_loops(call)
 
 
 def _branch_words(facts: Facts, loader: Loader) -> str:
