@@ -16,8 +16,10 @@ FRAMEWORKS = ("accelerate", "lightning", "pytorch_lightning", "deepspeed", "igni
 # The migration said that the model stays unwrapped (DDP903) or the file single-process (DDP904).
 REPORTED = ("DDP903", "DDP904")
 # The migration said why no epoch is set: no epoch loop found (DDP211), a loader passed over
-# once (DDP220), or a file left as it was (already distributed, DDP900).
-NO_EPOCH_REPORTED = ("DDP211", "DDP220", "DDP900")
+# once (DDP220), a file left as it was (already distributed, DDP900), or the training left in
+# one process (DDP904), where no process group is joined and no sampler is made; or this
+# check's own twin in a file (DDP912) said it already.
+NO_EPOCH_REPORTED = ("DDP211", "DDP220", "DDP900", "DDP904", "DDP912")
 
 
 @dataclass(frozen=True)
