@@ -506,7 +506,7 @@ def handed_in(facts: Facts, function: cst.FunctionDef, name: str, depth: int = 0
         if not values and name in facts.inherited_from_parameters:
             return True  # set by a base class of another module from what its caller handed in
         return bool(values) and all(
-            _value_handed_in(facts, method, value, depth + 1)
+            _value_handed_in(facts, method, value, depth + 1, kept_on_self=True)
             for method, assigned in facts.self_assignments.items() for value in assigned.get(name, ()))
     if name in parameter_names(function):
         return True
@@ -530,8 +530,10 @@ def receiver_of(facts: Facts, function: cst.FunctionDef) -> Optional[str]:
 _MOVES_AND_MODES = frozenset({"to", "cuda", "cpu", "train", "eval", "float", "double", "half", "bfloat16"})
 
 
-def _value_handed_in(facts: Facts, function: cst.FunctionDef, value: cst.BaseExpression, depth: int) -> bool:
-    """A name handed in, or a call that wraps one (`inf_loop(loader)`, `tqdm(loader)`)."""
+def _value_handed_in(facts: Facts, function: cst.FunctionDef, value: cst.BaseExpression, depth: int,
+                     kept_on_self: bool = False) -> bool:
+    """A name handed in, or a call that wraps one (`inf_loop(loader)`, `tqdm(loader)`).
+    `kept_on_self`: the value is kept on an attribute (`self.train_loader = ...`)."""
     if isinstance(value, cst.Call):
         if isinstance(value.func, cst.Name) and value.func.value in ("iter", "next"):
             return False  # an iterator over the loader: its restarts are the loader's passes
@@ -546,10 +548,13 @@ def _value_handed_in(facts: Facts, function: cst.FunctionDef, value: cst.BaseExp
         # `self.tr_loader if not cross_valid else self.cv_loader`: either is handed in.
         return _value_handed_in(facts, function, value.body, depth) and _value_handed_in(
             facts, function, value.orelse, depth)
+    keys = (cst.SimpleString, cst.Integer) if kept_on_self else (cst.SimpleString,)
     if isinstance(value, cst.Subscript) and len(value.slice) == 1 and isinstance(value.slice[0].slice, cst.Index) \
-            and isinstance(value.slice[0].slice.value, (cst.SimpleString, cst.Integer)):
-        # `data["tr_loader"]` of a dict the caller hands in, or `data_loader[0]` of a tuple
-        # (`Trainer(config, (train_loader, valid_loader))`): the caller's loader.
+            and isinstance(value.slice[0].slice.value, keys):
+        # `data["tr_loader"]` of a dict the caller hands in, or, kept on the object,
+        # `self.train_loader = data_loader[0]` of a tuple (`Trainer(config, (train_loader,
+        # valid_loader))`): the caller's loader. (`master = modules[0]` of a list is no such
+        # part of the object.)
         return _value_handed_in(facts, function, value.value, depth)
     name = dotted_name(value)
     return name is not None and handed_in(facts, function, name, depth)
