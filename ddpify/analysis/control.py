@@ -98,10 +98,28 @@ class Facts(ValueFlow):
                     call.func.value) != trainer or self.function_of(call) is not self.function_of(made):
                 continue
             count = outer[0].target
-            if isinstance(count, cst.Name) and outer[0] not in found and not any(
-                    count.value in names_within(arg.value) for arg in call.args):
+            if isinstance(count, cst.Name) and outer[0] not in found and not self._takes_the_epoch(call, count.value):
                 found.append(outer[0])
         return found
+
+    def _takes_the_epoch(self, call: cst.Call, count: str) -> bool:
+        """The method is handed the loop's count under a parameter that names an epoch
+        (`trainer.training(epoch)` into `def training(self, epoch)`): it sets the epoch itself
+        where it takes it (epochs.py). Handed under another name (`def run_epoch(self, ep)`), or
+        where ddpify cannot read the method, the caller's loop sets it; a method ddpify cannot
+        read that is handed the count is left to it."""
+        handed = [(index, arg) for index, arg in enumerate(call.args) if count in names_within(arg.value)]
+        if not handed:
+            return False
+        parameters = self.method_parameters.get(call)
+        if parameters is None:
+            return True
+        for index, arg in handed:
+            name = arg.keyword.value if arg.keyword is not None else (
+                parameters[index] if index < len(parameters) and not arg.star else None)
+            if name is None or ("epoch" in name.lower() and not name.lower().endswith("epochs")):
+                return True
+        return False
 
     def _loops_around_phase_picks(self, name: str, function: Optional[cst.FunctionDef]) -> list[tuple[cst.For, str]]:
         """`loader = train_loader` under `if phase == "train":` in a phase loop: the epoch
