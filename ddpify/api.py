@@ -18,8 +18,9 @@ from ddpify import ast_walk, selfcheck, suppressions, syntax
 from ddpify.analysis import ast_twin, inert, memo, names
 from ddpify.analysis.ast_names import dotted_ast
 from ddpify.analysis.control import Facts
-from ddpify.analysis.nodes import find_all
+from ddpify.analysis.nodes import dotted_name, find_all
 from ddpify.analysis.reading import analyse
+from ddpify.analysis.unfollowed_objects import batches_to_an_unfollowed_object
 from ddpify.diagnostics import Diagnostic, is_selected
 from ddpify.emit.edits import ApplyEdits, Edits
 from ddpify.emit.imports import add_imports, remove_unused_imports
@@ -237,6 +238,15 @@ class _MigrateCommand(CodemodCommand):
             call = facts.training_calls[0]
             self.diagnostics.append(Diagnostic(
                 "DDP905", facts.line_of(call), facts.column_of(call), RULES["DDP905"].summary))
+            return
+        unfollowed = batches_to_an_unfollowed_object(facts)
+        if unfollowed is not None:
+            call, loader, made_by = unfollowed
+            self.diagnostics.append(Diagnostic(
+                "DDP937", facts.line_of(call), facts.column_of(call),
+                f"{RULES['DDP937'].summary} (`{loader}` hands its batches to `{dotted_name(call.func)}()` of "
+                f"the object `{made_by}()` makes, whose class ddpify cannot read: the training steps may run "
+                "in there)"))
             return
         self.diagnostics.append(NO_TRAINING)
         # Rule: a module whose training ddpify cannot find is not known to have none when

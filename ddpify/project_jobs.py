@@ -24,7 +24,7 @@ from ddpify.project import project_root
 from ddpify.project_files import files_of
 from ddpify.rules import frameworks
 from ddpify.selfcheck import _line_map
-from ddpify.selfcheck.project import Module, unwrapped_training
+from ddpify.selfcheck.project import Module, samplers_never_given_an_epoch, unwrapped_training
 from ddpify.walk import Entry, is_skipped_directory, matches_any
 
 
@@ -229,7 +229,8 @@ def failed(reports: Sequence[Report]) -> bool:
 def check_project(planned: Sequence[Job], prepared: Sequence[Report]) -> None:
     """The self-check over the whole migrated project (ddpify.selfcheck.project): a project
     that joins a process group and steps an optimizer with no module wrapping a model gets
-    DDP911 on the optimizer step's report, which then cannot exit 0."""
+    DDP911 on the optimizer step's report, and a shuffling DistributedSampler the run added
+    that no module gives an epoch gets DDP912 on its report; either then cannot exit 0."""
     modules, originals = [], []
     for job, report in zip(planned, prepared):
         try:
@@ -239,14 +240,14 @@ def check_project(planned: Sequence[Job], prepared: Sequence[Report]) -> None:
         text = original if report.pending is None else report.pending.data.decode("utf-8", "replace")
         modules.append(Module(report.path, text, frozenset(d.code for d in report.diagnostics), original))
         originals.append(original)
-    found = unwrapped_training(modules)
-    if found is None:
-        return
-    path, line, detail = found
-    index = next(i for i, module in enumerate(modules) if module.path == path)
-    report = prepared[index]
-    original_line = _line_map(originals[index], modules[index].text)(line)
-    message = f"{rule_of('DDP911').summary} (output line {line}): {detail}"
-    report.diagnostics = tuple(sorted((*report.diagnostics, Diagnostic("DDP911", original_line, 1, message)),
-                                      key=lambda d: (d.line, d.column, d.code)))
-    report.exit_code = max(report.exit_code, PENDING)
+    for code, found in (("DDP911", unwrapped_training(modules)), ("DDP912", samplers_never_given_an_epoch(modules))):
+        if found is None:
+            continue
+        path, line, detail = found
+        index = next(i for i, module in enumerate(modules) if module.path == path)
+        report = prepared[index]
+        original_line = _line_map(originals[index], modules[index].text)(line)
+        message = f"{rule_of(code).summary} (output line {line}): {detail}"
+        report.diagnostics = tuple(sorted((*report.diagnostics, Diagnostic(code, original_line, 1, message)),
+                                          key=lambda d: (d.line, d.column, d.code)))
+        report.exit_code = max(report.exit_code, PENDING)

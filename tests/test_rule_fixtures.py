@@ -64,6 +64,8 @@ WITHOUT_A_FIXTURE = {
     "DDP315": "project fixture: projects/run_folder_from_clock_in_get_args_before_setup_reported",
     # A rank-aware batch sampler of another module (one in the script makes it DDP900): a project.
     "DDP221": "project fixture: projects/rank_aware_batch_sampler_of_its_own_module",
+    # Batches handed to an object a factory of another module makes: a project.
+    "DDP937": "project fixture: projects/model_object_picked_by_name_by_a_factory_takes_the_batches_reported",
 }
 
 LINE = re.compile(r"^input\.py:\d+:\d+: (DDP\d{3}) ", re.MULTILINE)

@@ -173,3 +173,54 @@ def test_the_command_line_passes_the_correct_migration(tmp_path, mode):
     result = invoke(*args)
     assert result.exit_code == 0, result.stderr
     assert "DDP911" not in result.stderr
+
+
+RUNNER = '''class Runner:
+    def __init__(self, model, loader, optimizer):
+        self.model, self.loader, self.optimizer = model, loader, optimizer
+
+    def run_epoch(self):
+        for x, y in self.loader:
+            loss = torch.nn.functional.mse_loss(self.model(x), y)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+'''
+
+SET_EPOCH = "        if sampler is not None:\n            sampler.set_epoch(epoch)\n"
+
+
+def _runner_project(tmp_path: Path) -> Path:
+    """The loader goes to a Runner of another module, which keeps it by a pairwise assignment;
+    the entry's loop calls run_epoch()."""
+    source = tmp_path / "project"
+    source.mkdir()
+    (source / "engine.py").write_text("import torch\n\n\n" + RUNNER)
+    (source / "train.py").write_text(TRAIN.replace("from engine import run_epochs", "from engine import Runner")
+                                     .replace("    run_epochs(lambda x: net(x), optimizer, loader, 3)\n",
+                                              "    runner = Runner(net, loader, optimizer)\n"
+                                              "    for epoch in range(3):\n        runner.run_epoch()\n"))
+    return source
+
+
+def _prepared(tmp_path: Path, source: Path):
+    tree = project_jobs.Tree(str(source), (str(source / "train.py"), str(source / "engine.py")),
+                             str(tmp_path / "out"), entry=str(source / "train.py"))
+    jobs = project_jobs.tree_jobs(tree, Options())
+    return jobs, [prepare(job) for job in jobs]
+
+
+def test_a_sampler_no_module_gives_an_epoch_fails_where_it_is_made(tmp_path):
+    """The migration sets the epoch in the entry's loop; with that planted out, no module of the
+    project sets it, which no file's own check can see (the loader is handed on): DDP912."""
+    jobs, reports = _prepared(tmp_path, _runner_project(tmp_path))
+    entry = next(report for report in reports if report.path.endswith("train.py"))
+    assert SET_EPOCH in _text(entry), "the migration sets the epoch in the entry's loop"
+    project_jobs.check_project(jobs, reports)
+    assert all(report.exit_code == OK for report in reports)
+    broken = [replace(report, pending=PendingWrite(report.pending.path, _text(report).replace(SET_EPOCH, "").encode()))
+              if report is entry else report for report in reports]
+    project_jobs.check_project(jobs, broken)
+    found = [d for report in broken for d in report.diagnostics if d.code == "DDP912"]
+    assert len(found) == 1 and "any module of the project" in found[0].message
+    assert next(report for report in broken if report.path.endswith("train.py")).exit_code == PENDING

@@ -1324,9 +1324,12 @@ class Collector(cst.CSTVisitor):
                 # on what its constructor was handed. (`exp.train(setting)` where one of the
                 # classes `Exp` may be inherits a `train` that does nothing, read in the
                 # project all the same: the call trains on the other paths, and is followed.)
+                signatures = {tuple(self.project.iterated_parameters(name)[0]) for name in methods}
                 for call in calls:
                     self.facts.training_helper_calls.append(call)
                     self.training_tops.add(cast(cst.CSTNode, self.facts.ancestor_in(call, self.facts.module)))
+                    if len(signatures) == 1:
+                        self.facts.method_parameters[call] = list(next(iter(signatures)))
                 self.training_constructors.extend(cast(cst.Call, value) for value in values)
                 continue
             if any(self.project.trains(name) for name in methods):

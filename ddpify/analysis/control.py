@@ -59,6 +59,7 @@ class Facts(ValueFlow):
             if outer and self.sees_value(call, name, function) and any(
                     not arg.star and self.held_name(arg.value) == name for arg in call.args):
                 found.append((outer[0], name))
+        found.extend(self._loops_around_passes_of_objects_handed(name, function))
         for callee, parameter, call in self._calls_passing(name, function):
             outer = self.enclosing_loops(call)
             if outer and self.epoch_loops(parameter, callee, depth + 1) == [] and self._iterates(
@@ -68,6 +69,57 @@ class Facts(ValueFlow):
             else:
                 found.extend(self.epoch_loops(parameter, callee, depth + 1))
         return found
+
+    def _loops_around_passes_of_objects_handed(self, name: str, function: Optional[cst.FunctionDef]
+                                               ) -> list[tuple[cst.For, str]]:
+        """The epoch loops around the passes of a training object that is handed the loader
+        `name` by its constructor (loops_around_passes_of), where the loader keeps its name."""
+        return [(loop, name) for made in self.training_constructors
+                if any(self.held_name(value) == name for value in self.iterated_arguments.get(made, ()))
+                and self.sees_value(made, name, function) for loop in self.loops_around_passes_of(made)]
+
+    def loops_around_passes_of(self, made: cst.Call) -> list[cst.For]:
+        """Rule: `trainer = Train(model, train_loader, ...)`, a class of another module whose
+        methods loop over what its constructor is handed (iterated_arguments), then `for epoch
+        in ...: trainer.run_epoch()`: each call of a training method of that object inside a
+        loop of the function that made it is a pass over the loader, and the loop around it
+        counts the epochs. That module sets no epoch for a loader it is handed (epochs.py), so
+        it is set here. A call handed the loop's count (`trainer.training(epoch)`) is left to
+        the method it reaches, which sets it where it takes the epoch; an object with no single
+        name, or called in another function, is not followed."""
+        found: list[cst.For] = []
+        assign = self.parents.get(made)
+        if made not in self.iterated_arguments or not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+            return found
+        trainer = dotted_name(assign.targets[0].target)
+        for call in self.training_helper_calls:
+            outer = self.enclosing_loops(call)
+            if trainer is None or not outer or not isinstance(call.func, cst.Attribute) or dotted_name(
+                    call.func.value) != trainer or self.function_of(call) is not self.function_of(made):
+                continue
+            count = outer[0].target
+            if isinstance(count, cst.Name) and outer[0] not in found and not self._takes_the_epoch(call, count.value):
+                found.append(outer[0])
+        return found
+
+    def _takes_the_epoch(self, call: cst.Call, count: str) -> bool:
+        """The method is handed the loop's count under a parameter that names an epoch
+        (`trainer.training(epoch)` into `def training(self, epoch)`): it sets the epoch itself
+        where it takes it (epochs.py). Handed under another name (`def run_epoch(self, ep)`), or
+        where ddpify cannot read the method, the caller's loop sets it; a method ddpify cannot
+        read that is handed the count is left to it."""
+        handed = [(index, arg) for index, arg in enumerate(call.args) if count in names_within(arg.value)]
+        if not handed:
+            return False
+        parameters = self.method_parameters.get(call)
+        if parameters is None:
+            return True
+        for index, arg in handed:
+            name = arg.keyword.value if arg.keyword is not None else (
+                parameters[index] if index < len(parameters) and not arg.star else None)
+            if name is None or ("epoch" in name.lower() and not name.lower().endswith("epochs")):
+                return True
+        return False
 
     def _loops_around_phase_picks(self, name: str, function: Optional[cst.FunctionDef]) -> list[tuple[cst.For, str]]:
         """`loader = train_loader` under `if phase == "train":` in a phase loop: the epoch
@@ -472,7 +524,7 @@ def handed_in(facts: Facts, function: cst.FunctionDef, name: str, depth: int = 0
         if not values and name in facts.inherited_from_parameters:
             return True  # set by a base class of another module from what its caller handed in
         return bool(values) and all(
-            _value_handed_in(facts, method, value, depth + 1)
+            _value_handed_in(facts, method, value, depth + 1, kept_on_self=True)
             for method, assigned in facts.self_assignments.items() for value in assigned.get(name, ()))
     if name in parameter_names(function):
         return True
@@ -496,8 +548,10 @@ def receiver_of(facts: Facts, function: cst.FunctionDef) -> Optional[str]:
 _MOVES_AND_MODES = frozenset({"to", "cuda", "cpu", "train", "eval", "float", "double", "half", "bfloat16"})
 
 
-def _value_handed_in(facts: Facts, function: cst.FunctionDef, value: cst.BaseExpression, depth: int) -> bool:
-    """A name handed in, or a call that wraps one (`inf_loop(loader)`, `tqdm(loader)`)."""
+def _value_handed_in(facts: Facts, function: cst.FunctionDef, value: cst.BaseExpression, depth: int,
+                     kept_on_self: bool = False) -> bool:
+    """A name handed in, or a call that wraps one (`inf_loop(loader)`, `tqdm(loader)`).
+    `kept_on_self`: the value is kept on an attribute (`self.train_loader = ...`)."""
     if isinstance(value, cst.Call):
         if isinstance(value.func, cst.Name) and value.func.value in ("iter", "next"):
             return False  # an iterator over the loader: its restarts are the loader's passes
@@ -512,9 +566,13 @@ def _value_handed_in(facts: Facts, function: cst.FunctionDef, value: cst.BaseExp
         # `self.tr_loader if not cross_valid else self.cv_loader`: either is handed in.
         return _value_handed_in(facts, function, value.body, depth) and _value_handed_in(
             facts, function, value.orelse, depth)
-    if isinstance(value, cst.Subscript) and len(value.slice) == 1 and isinstance(
-            value.slice[0].slice, cst.Index) and isinstance(value.slice[0].slice.value, cst.SimpleString):
-        # `data["tr_loader"]` of a dict the caller hands in: the caller's loader.
+    keys = (cst.SimpleString, cst.Integer) if kept_on_self else (cst.SimpleString,)
+    if isinstance(value, cst.Subscript) and len(value.slice) == 1 and isinstance(value.slice[0].slice, cst.Index) \
+            and isinstance(value.slice[0].slice.value, keys):
+        # `data["tr_loader"]` of a dict the caller hands in, or, kept on the object,
+        # `self.train_loader = data_loader[0]` of a tuple (`Trainer(config, (train_loader,
+        # valid_loader))`): the caller's loader. (`master = modules[0]` of a list is no such
+        # part of the object.)
         return _value_handed_in(facts, function, value.value, depth)
     name = dotted_name(value)
     return name is not None and handed_in(facts, function, name, depth)
@@ -669,6 +727,8 @@ def is_training_loader(facts: Facts, loader: Loader) -> bool:
         # val_loader)` without the optimizer - does not train over this loader.)
         return any(facts.loop_trains(loop) for loop in loops) and any(
             facts.loop_trains(loop) for loop in facts.loops_over_values(facts.trained_holders_of(loader)))
+    if only_peeked(facts, loader):
+        return False
     name = (loader.inline or loader.name).rsplit(".", 1)[-1]
     if loader.function is not None and not has_role_word(name):
         # Rule: a loader whose own name says nothing (`loader = DataLoader(...)`, `return
@@ -677,6 +737,53 @@ def is_training_loader(facts: Facts, loader: Loader) -> bool:
         branch = _branch_words(facts, loader)
         name = f"{name} {branch}" if has_role_word(branch) else f"{name} {loader.function.name.value}"
     return trains_by_look(name, loader.shuffles or loader.kwargs_name is not None)
+
+
+def only_peeked(facts: Facts, loader: Loader) -> bool:
+    """Rule: `sample_loader = DataLoader(dataset, batch_size=9, shuffle=shuffle)` read only to
+    draw one batch to look at, outside every loop (`images, labels = next(iter(sample_loader))`,
+    or `data_iter = iter(sample_loader)` then `data_iter.next()`), and neither returned nor
+    handed on: no pass over it trains, whatever its name and shuffle say."""
+    function = loader.function
+    if loader.inline is not None or "." in loader.name:
+        return False
+    reads = [node for node in facts.nodes_of(cst.Name) if node.value == loader.name
+             and facts.function_of(node) is function and facts.statement_of(node) is not loader.statement]
+    return bool(reads) and all(_one_draw(facts, read, function) for read in reads)
+
+
+def _one_draw(facts: Facts, read: cst.Name, function: Optional[cst.FunctionDef]) -> bool:
+    """`next(iter(read))`, or `it = iter(read)` whose every read is one `next(it)` or
+    `it.next()` outside any loop."""
+    arg = facts.parents.get(read)
+    call = facts.parents.get(arg) if isinstance(arg, cst.Arg) else None
+    if not isinstance(call, cst.Call) or dotted_name(call.func) != "iter" or len(call.args) != 1 \
+            or facts.enclosing_loops(call):
+        return False
+    outer_arg = facts.parents.get(call)
+    outer = facts.parents.get(outer_arg) if isinstance(outer_arg, cst.Arg) else None
+    if isinstance(outer, cst.Call) and dotted_name(outer.func) == "next":
+        return True
+    assign = facts.parents.get(call)
+    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1 or not isinstance(
+            assign.targets[0].target, cst.Name):
+        return False
+    iterator = assign.targets[0].target.value
+    uses = [node for node in facts.nodes_of(cst.Name) if node.value == iterator
+            and facts.function_of(node) is function and node is not assign.targets[0].target]
+    return bool(uses) and all(_drawn_once(facts, use) for use in uses)
+
+
+def _drawn_once(facts: Facts, use: cst.Name) -> bool:
+    parent = facts.parents.get(use)
+    if isinstance(parent, cst.Attribute) and parent.attr.value == "next":
+        call = facts.parents.get(parent)
+    else:
+        arg = parent if isinstance(parent, cst.Arg) else None
+        call = facts.parents.get(arg) if arg is not None else None
+        if not isinstance(call, cst.Call) or dotted_name(call.func) != "next":
+            return False
+    return isinstance(call, cst.Call) and not facts.enclosing_loops(call)
 
 
 def _branch_words(facts: Facts, loader: Loader) -> str:

@@ -1527,11 +1527,22 @@ def _moves_itself(init: ast.FunctionDef) -> bool:
 
 
 def _kept_parameters(function: ast.FunctionDef, parameters: set[str]) -> dict[str, str]:
-    """`self.X = parameter` in the function, as it was handed in: "self.X" -> the parameter."""
-    return {f"self.{target.attr}": node.value.id for node in ast_walk.walk(function)
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in parameters
-            for target in node.targets if isinstance(target, ast.Attribute)
-            and isinstance(target.value, ast.Name) and target.value.id == "self"}
+    """`self.X = parameter` in the function, as it was handed in: "self.X" -> the parameter;
+    also pairwise, `self.model, self.loader = model, loader`."""
+    kept: dict[str, str] = {}
+    for node in ast_walk.walk(function):
+        if not isinstance(node, ast.Assign):
+            continue
+        for target in node.targets:
+            pairs = [(target, node.value)]
+            if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple) \
+                    and len(target.elts) == len(node.value.elts):
+                pairs = list(zip(target.elts, node.value.elts))
+            for held, value in pairs:
+                if isinstance(value, ast.Name) and value.id in parameters and isinstance(held, ast.Attribute) \
+                        and isinstance(held.value, ast.Name) and held.value.id == "self":
+                    kept[f"self.{held.attr}"] = value.id
+    return kept
 
 
 def _dotted_reads(node: ast.expr) -> set[str]:

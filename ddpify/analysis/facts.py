@@ -359,6 +359,9 @@ class FactRecord:
     builds_never_frozen: set[cst.Call] = field(default_factory=set)
     # Calls of the project's helpers that take training steps (engine.train_one_epoch).
     training_helper_calls: list[cst.Call] = field(default_factory=list)
+    # The positional parameters (after the object) of the method such a call runs on a project
+    # object, where every class it may be has the same (`trainer.run_epoch(epoch)`: ["ep"]).
+    method_parameters: dict[cst.Call, list[str]] = field(default_factory=dict)
     # `trainer.train()` where `trainer` is a training class of the project on one path and
     # something ddpify cannot read on another (DDP921): followed on neither.
     partly_followed_training: list[cst.Call] = field(default_factory=list)

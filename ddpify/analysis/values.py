@@ -10,6 +10,7 @@ from ddpify.analysis.call_modes import evaluating_call
 from ddpify.analysis.facts import DictPass, ExternalLoader, Holder, Loader, LoaderDict, Model, Statement
 from ddpify.analysis.navigation import Navigation
 from ddpify.analysis.nodes import (
+    assigned_names,
     calls_within,
     dotted_name,
     find_all,
@@ -433,7 +434,42 @@ class ValueFlow(Navigation):
             return
         for position in self._return_positions(name, function):
             yield from self._call_site_targets(function, position)
+        for outer, inner in self._nested_return_positions(name, function):
+            for holder, caller in self._call_site_targets(function, outer):
+                yield from self._unpacked_from(holder, caller, inner)
         yield from self._returned_through_alias(name, function)
+
+    def _nested_return_positions(self, name: str, function: cst.FunctionDef) -> set[tuple[int, int]]:
+        """(k, j) when name is the j-th element of a tuple that is itself the k-th element
+        of the returned one: `return (train_loader, val_loader), class_weights`."""
+        positions: set[tuple[int, int]] = set()
+        for statement in self.own_statements(function, cst.Return):
+            if not isinstance(statement.value, cst.Tuple):
+                continue
+            for outer, element in enumerate(statement.value.elements):
+                if isinstance(element.value, cst.Tuple):
+                    positions.update((outer, inner) for inner, each in enumerate(element.value.elements)
+                                     if not isinstance(each, cst.StarredElement) and dotted_name(each.value) == name)
+        return positions
+
+    def _unpacked_from(self, holder: str, function: Optional[cst.FunctionDef],
+                       position: int) -> Iterator[tuple[str, Optional[cst.FunctionDef]]]:
+        """Rule: the name at `position` of each `a, b, c = holder` in the function that
+        received the tuple (`loaders, w, enc = load_dataset()`, then `train_loader,
+        val_loader, test_loader = loaders`), when the holder is bound once there and the
+        unpacking has no starred target."""
+        assigns = self.own_statements(function, cst.Assign)
+        if sum(holder in assigned_names(assign) for assign in assigns) != 1:
+            return
+        for assign in assigns:
+            target = assign.targets[0].target if len(assign.targets) == 1 else None
+            if not isinstance(target, (cst.Tuple, cst.List)) or dotted_name(assign.value) != holder \
+                    or position >= len(target.elements) \
+                    or any(isinstance(each, cst.StarredElement) for each in target.elements):
+                continue
+            received = dotted_name(target.elements[position].value)
+            if received is not None:
+                yield received, function
 
     def _returned_through_alias(self, name: str,
                                 function: cst.FunctionDef) -> Iterator[tuple[str, Optional[cst.FunctionDef]]]:

@@ -511,13 +511,21 @@ def _passes_given_the_epoch(facts: Facts, loader: Union[Loader, ExternalLoader]
         function = facts.function_of(loop)
         if function is None or facts.enclosing_loops(loop) or not facts.loop_trains(loop):
             continue
-        epoch = next((name for name in sorted(parameter_names(function)) if "epoch" in name.lower()
-                      and not name.lower().startswith(("n_", "num", "max", "total"))), None)
+        epoch = epoch_parameter(function)
         name_there = next((name for held_in, name in sorted(holders, key=lambda held: held[1])
                            if held_in is function and name in facts.names_iterated_by(loop)), loader.name)
         if epoch is not None:
             found.append((loop, epoch, name_there))
     return found
+
+
+def epoch_parameter(function: cst.FunctionDef) -> Optional[str]:
+    """The parameter that hands a function the epoch it runs (`epoch`, `cur_epoch`,
+    `epoch_idx`); not a count of them (`epochs`, `num_epochs`, `max_epoch`), whose value is
+    the number of epochs, not the one being run."""
+    return next((name for name in sorted(parameter_names(function)) if "epoch" in name.lower()
+                 and not name.lower().startswith(("n_", "num", "max", "total"))
+                 and not name.lower().endswith("epochs")), None)
 
 
 def _bound_inside(facts: Facts, loop: cst.For, name: str) -> Optional[Statement]:

@@ -14,7 +14,7 @@ from typing import Optional
 import libcst as cst
 
 from ddpify.analysis import names
-from ddpify.analysis.control import Facts, handed_in
+from ddpify.analysis.control import Facts, handed_in, only_peeked
 from ddpify.analysis.facts import ExternalLoader, Holder, Loader
 from ddpify.analysis.figures import Figures, figures_of, loader_name_in
 from ddpify.analysis.nodes import argument_for, calls_within, dotted_name, find_all, parameter_names, string_value
@@ -460,6 +460,8 @@ def _why_whole_where_read(facts: Facts, loader: Loader, loops: list[cst.For]) ->
     if loader.comprehension:
         return ("a comprehension reads it once where it is built (a pass over the data, as for its "
                 "mean and std): every rank reads the whole set and computes the same values")
+    if not loops and only_peeked(facts, loader):
+        return "only one batch is drawn from it, to look at: every rank draws it as the original did"
     if not loops and (loader.returned or facts.library):
         return ("it goes to the module that evaluates it, which takes this rank's share there "
                 "when it can gather the figures")

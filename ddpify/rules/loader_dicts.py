@@ -25,7 +25,6 @@ from ddpify.analysis.nodes import (
     is_false,
     keyword_args,
     names_in,
-    parameter_names,
     positional_args,
     returned_name,
     returns_in,
@@ -39,7 +38,7 @@ from ddpify.emit.layout import fits
 from ddpify.plan import Plan
 from ddpify.rules import data
 from ddpify.rules.cases import TRAINING, Emits, Silent
-from ddpify.rules.epochs import SET_EPOCH_EXTERNAL_CODE, SET_EPOCH_VIA_LOADER_CODE, SHARDED_THERE
+from ddpify.rules.epochs import SET_EPOCH_EXTERNAL_CODE, SET_EPOCH_VIA_LOADER_CODE, SHARDED_THERE, epoch_parameter
 
 RULES = (
     Rule("DDP218", Severity.WARNING, "DataLoader built inside a dict or list: not sharded",
@@ -735,13 +734,15 @@ def _epoch_loop_around(facts: Facts, anchor: cst.CSTNode, key_loop: Optional[cst
     function = facts.function_of(anchor)
     if function is None:
         return None
+    if isinstance(anchor, cst.Call) and (passes := facts.loops_around_passes_of(anchor)):
+        # `runner = Runner(train_loader=loaders["train"])`, then `for epoch ...: runner.step()`.
+        return passes[0], cast(cst.Name, passes[0].target).value
     if holder.startswith("self."):  # (the same attribute in the method that calls this one)
         for call in facts.calls_of(function):
             outer = next((loop for loop in facts.enclosing_loops(call) if isinstance(loop.target, cst.Name)), None)
             if outer is not None:
                 return outer, cast(cst.Name, outer.target).value
-    epoch = next((name for name in sorted(parameter_names(function)) if "epoch" in name.lower()
-                  and not name.lower().startswith(("n_", "num", "max", "total"))), None)
+    epoch = epoch_parameter(function)
     start = facts.ancestor_in(key_loop or anchor, function.body)
     if epoch is None or start is None or around:
         return None

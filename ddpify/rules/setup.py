@@ -683,10 +683,24 @@ def _training_function(facts: Facts) -> Optional[cst.FunctionDef]:
         # `self.build_model()`, then `if self.use_cuda: self.G.cuda()`: the wrap follows the
         # move in the caller, and the setup goes there, before the call, where the caller's
         # own test (`self.use_cuda`) is in sight.
-        return caller_moving_after_the_build(facts, facts.models[0]) or facts.models[0].function
+        return caller_moving_after_the_build(facts, facts.models[0]) or _caller_handing_in(
+            facts, facts.models[0]) or facts.models[0].function
     if facts.training_helper_calls:
         return facts.function_of(facts.training_helper_calls[0])
     return None
+
+
+def _caller_handing_in(facts: Facts, model: Model) -> Optional[cst.FunctionDef]:
+    """Rule: `def fetch_optimizer(args, model): return AdamW(model.parameters(), ...)`, called
+    once, from `train()`, which builds the model: the optimizer's function is handed the model
+    and is no place for the setup (the group would be joined after the model is wrapped in the
+    caller). The setup goes into the one function that calls it, where the model is built."""
+    function = model.function
+    if function is None or model.name not in parameter_names(function) or facts.class_of(function) is not None:
+        return None
+    calls = facts.calls_of(function)
+    caller = facts.function_of(calls[0]) if len(calls) == 1 else None
+    return caller if caller is not None and not facts.enclosing_loops(calls[0]) else None
 
 
 def _for_this_script(code: str, facts: Facts, plan: Plan) -> str:

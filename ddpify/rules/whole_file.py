@@ -1,7 +1,8 @@
 """Verdicts on a whole file: left unchanged because it is already distributed, trains nothing,
 feeds its training by hand, or is run by another file (DDP900, DDP901, DDP904, DDP905), a
-helper module migrated for callers out of view (DDP918), and training through an object
-ddpify reads on one path only (DDP921).
+helper module migrated for callers out of view (DDP918), training through an object
+ddpify reads on one path only (DDP921), and batches handed to an object ddpify cannot follow
+(DDP937).
 
 The decisions are taken in api.py (and frameworks.py for another framework's scripts); this
 unit holds their rules and cases.
@@ -42,6 +43,16 @@ RULES = (
          "Build the trainer from classes of the project on every path, or set up the process "
          "group by hand before the call (`dist.init_process_group()`, the rank's device from "
          "LOCAL_RANK) and tear it down after it."),
+    Rule("DDP937", Severity.WARNING, "the training batches go to an object ddpify cannot follow: left unchanged",
+         "A training loader of this file hands its batches to a method of an object made by a "
+         "call ddpify cannot read (`model = get_model(opt)`, a factory that picks a class by "
+         "name, then `model.set_input(data)` and `model.optimize_parameters()`). The training "
+         "steps may run in there; ddpify finds none in this file, so it leaves it as it is, and "
+         "under torchrun every rank would train the whole data set on its own.",
+         "Build the object from a class of the project by name where ddpify can see it, or "
+         "migrate by hand: set up the process group, wrap the networks the object trains in DDP "
+         "after they reach their device, and give the loader a DistributedSampler (with "
+         "set_epoch)."),
     Rule("DDP918", Severity.WARNING, "helper module migrated for callers no file of the project shows",
          "Nothing in this module runs its training code and no module of the project imports "
          "it (a notebook's helpers, an engine used by another repository). Its output, saves "
@@ -54,7 +65,26 @@ RULES = (
 )
 
 
+_FACTORY_MODEL = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from models import create_model
+
+dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+train_loader = DataLoader(dataset, batch_size=8, shuffle=True)
+model = create_model("pix2pix")
+for epoch in range(3):
+    for data in train_loader:
+        model.set_input(data)
+        model.optimize_parameters()
+"""
+
 CASES = (
+    Emits(_FACTORY_MODEL, "DDP937"),
+    # A loader that does not look like training data (a test set, in order): an evaluation.
+    Silent(_FACTORY_MODEL.replace("train_loader", "test_loader").replace("shuffle=True", "shuffle=False"),
+           "DDP937"),
     Emits(TRAINING.replace("import torch\n", "import torch\nimport torch.distributed as dist\n", 1)
           .replace("device = torch", 'dist.init_process_group("nccl")\ndevice = torch'), "DDP900"),
     Silent(TRAINING, "DDP900"),

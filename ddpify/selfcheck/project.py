@@ -16,6 +16,11 @@ OTHER_WRAPPERS = ("FSDP", "FullyShardedDataParallel")
 FRAMEWORKS = ("accelerate", "lightning", "pytorch_lightning", "deepspeed", "ignite", "colossalai")
 # The migration said that the model stays unwrapped (DDP903) or the file single-process (DDP904).
 REPORTED = ("DDP903", "DDP904")
+# The migration said why no epoch is set: no epoch loop found (DDP211), a loader passed over
+# once (DDP220), a file left as it was (already distributed, DDP900), or the training left in
+# one process (DDP904), where no process group is joined and no sampler is made; or this
+# check's own twin in a file (DDP912) said it already.
+NO_EPOCH_REPORTED = ("DDP211", "DDP220", "DDP900", "DDP904", "DDP912")
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,40 @@ def unwrapped_training(modules: Sequence[Module]) -> Optional[tuple[str, int, st
                     "wrap the model in DDP (`model = DDP(model, device_ids=[local_rank])`) after its "
                     "move and before this optimizer is built")
     return None
+
+
+def samplers_never_given_an_epoch(modules: Sequence[Module]) -> Optional[tuple[str, int, str]]:
+    """(path, line, message) of a shuffling DistributedSampler that the run added to a module
+    of the project when no module of the run adds a `set_epoch` call, and none says why, or
+    None. Each file's own check lets a sampler pass whose loader is returned or handed on (its
+    epoch is set where it goes); this is where it goes: nowhere in the project, so every epoch
+    repeats the first one's order on every rank."""
+    if any(module.codes & frozenset(NO_EPOCH_REPORTED) for module in modules):
+        return None
+    added_sampler: Optional[tuple[str, ast.Call]] = None
+    for module in modules:
+        source, original = _source(module.text), _source(module.original)
+        if source is None:
+            return None
+        if _epoch_setters(source) > _epoch_setters(original):
+            return None
+        shuffling = [call for call in source.calls if last_part(call.func) == "DistributedSampler"
+                     and not any(keyword.arg == "shuffle" and isinstance(keyword.value, ast.Constant)
+                                 and keyword.value.value is False for keyword in call.keywords)]
+        before = 0 if original is None else sum(last_part(call.func) == "DistributedSampler" for call in original.calls)
+        if added_sampler is None and len(shuffling) > before:
+            added_sampler = (module.path, shuffling[0])
+    if added_sampler is None:
+        return None
+    path, call = added_sampler
+    return (path, call.lineno,
+            "this shuffling DistributedSampler never gets set_epoch(epoch) in any module of the project: "
+            "every epoch repeats the first one's order; call `loader.sampler.set_epoch(epoch)` at the top "
+            "of the loop that runs the epochs")
+
+
+def _epoch_setters(source: Optional[Source]) -> int:
+    return 0 if source is None else sum(last_part(call.func) == "set_epoch" for call in source.calls)
 
 
 def _source(text: str) -> Optional[Source]:
