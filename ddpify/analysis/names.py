@@ -267,6 +267,9 @@ WANDB_PREFIX = "wandb."
 WANDB_INIT = "wandb.init"
 LOGGING_BASIC_CONFIG = "logging.basicConfig"
 GET_LOGGER = "logging.getLogger"
+# Functions that write a file, called later where they are handed on as a value (a thread's
+# target, a pool's task): torch.save and the writers above.
+WRITERS_AS_VALUES = DUMP_TO_FILE | MAKE_DIRECTORIES | {TORCH_SAVE}
 
 # Names the emitted script relies on; the module path is what AddImportsVisitor needs.
 # What a DDP wrapper answers itself: reading anything else of a wrapped model needs `.module`.

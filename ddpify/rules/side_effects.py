@@ -130,6 +130,9 @@ def _guard_prints_and_saves(facts: Facts, edits: Edits, setup: Plan) -> None:
                 and not (output in facts.save_calls and _saves_to_memory(facts, output)):
             _guard_in_one_line_suite(facts, edits, setup, cast(cst.Expr, facts.parents.get(output)), statement,
                                      "DDP302" if output in facts.save_calls else "DDP301")
+    for save in facts.save_calls:
+        if not isinstance(facts.parents.get(save), cst.Expr) and save not in setup.collective_saves:
+            _guard_discarded_expression(facts, edits, setup, save, "DDP302")
     for statement in facts.output_statements:
         expression = _single_expression(statement)
         if expression is None:
@@ -385,7 +388,8 @@ def _files_opened_for_writing(facts: Facts, edits: Edits, setup: Plan) -> None:
     for qualified in sorted(names.OPEN):
         for call in facts.calls_named.get(qualified, ()):
             if opens_for_writing(call) and facts.statement_of(call) not in edits.guarded \
-                    and not downloads.in_a_dataset_downloading_on_request(facts, call):
+                    and not downloads.in_a_dataset_downloading_on_request(facts, call) \
+                    and not _in_a_guarded_lambda(facts, edits, call):
                 # (A statement guarded as a whole: `json.dump(history, open(path, "w"))`.)
                 _open_on_rank0(facts, edits, setup, call)
     for qualified in sorted(names.FORMAT_OPENERS):
@@ -1230,11 +1234,19 @@ def _rooted_at(node: cst.BaseExpression, name: str) -> bool:
     return isinstance(node, cst.Name) and node.value == name
 
 
+def guard_writing_call(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code: str) -> bool:
+    """For deferred_writes.py: the statement that is `call` guarded, or the object it makes
+    (`writer = Thread(target=torch.save, ...)`) with every use of it; False when neither fits."""
+    return _guard_statement_call(facts, edits, setup, call, code) or (
+        isinstance(facts.parents.get(call), cst.Assign)
+        and _guard_object(facts, edits, setup, call, code, report_failure=False))
+
+
 def _guard_statement_call(facts: Facts, edits: Edits, setup: Plan, call: cst.Call,
                           code: str) -> bool:
     parent = facts.parents.get(call)
     if not isinstance(parent, cst.Expr):
-        return False
+        return _guard_discarded_expression(facts, edits, setup, call, code)
     statement = facts.statement_of(parent)
     if code == "DDP302" and _saves_to_memory(facts, call):
         return False
@@ -1242,6 +1254,45 @@ def _guard_statement_call(facts: Facts, edits: Edits, setup: Plan, call: cst.Cal
         return _guard_in_one_line_suite(facts, edits, setup, parent, statement, code)
     _guard(facts, edits, setup, statement, code)
     return True
+
+
+def enclosing_lambda(facts: Facts, node: cst.CSTNode) -> Optional[cst.Lambda]:
+    """The lambda whose body holds node, within its statement."""
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, (cst.BaseStatement, cst.BaseSmallStatement)):
+        if isinstance(parent, cst.Lambda):
+            return parent
+        parent = facts.parents.get(parent)
+    return None
+
+
+def _in_a_guarded_lambda(facts: Facts, edits: Edits, node: cst.CSTNode) -> bool:
+    """Inside a lambda whose body runs on rank 0 only (deferred_writes.py, which plans
+    first): an `open(path, "w")` there needs no os.devnull of its own."""
+    lambda_node = enclosing_lambda(facts, node)
+    return lambda_node is not None and lambda_node.body in edits.expressions
+
+
+# Expressions a line may hold whole, its value unused, that call what they hold: `[save_image(x,
+# p) for ...]`, `torch.save(...) if best else None`, `ok and json.dump(...)`.
+_DISCARDED_EXPRESSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.IfExp, cst.BooleanOperation)
+
+
+def _guard_discarded_expression(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code: str) -> bool:
+    """Rule: a line that is a comprehension or a conditional expression whose value nothing
+    reads, with a write inside (`[save_image(g, f"{i}.png") for i, g in enumerate(grids)]`):
+    the whole line is rank 0's, as the same write on a line of its own is (a model run or a
+    call of this file's inside it keeps it on every rank: _guard's check)."""
+    statement = facts.statement_of(call)
+    expression = _single_expression(statement)
+    if expression is None or not isinstance(expression.value, _DISCARDED_EXPRESSIONS):
+        return False
+    if code == "DDP302" and _saves_to_memory(facts, call) or any(
+            (dotted_name(inner.func) or "") in facts.functions or facts.method_called(inner) is not None
+            for inner in calls_within(expression.value)):
+        return False
+    _guard(facts, edits, setup, statement, code)
+    return statement in edits.guarded
 
 
 def _guard_in_one_line_suite(facts: Facts, edits: Edits, setup: Plan, expression: cst.Expr,

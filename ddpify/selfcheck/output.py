@@ -81,6 +81,16 @@ def unguarded_output(migrated: Source) -> Iterator[Finding]:
         if writes and not migrated.guarded(call) and reach.after_join(call) and not any(
                 dotted(arg) in buffers for arg in call.args) and not _helper_of_elsewhere(migrated, call):
             yield "DDP913", call.lineno, f"`{_short(call)}` runs on every rank"
+        handed = next((arg for arg in call.args if _is_writer(migrated, arg)), None)
+        if handed is not None and not migrated.guarded(call) and reach.after_join(call):
+            yield "DDP913", call.lineno, (f"`{_short(call)}` hands on `{ast.unparse(handed)}`, which then writes "
+                                          "on every rank")
+
+
+def _is_writer(source: Source, value: ast.expr) -> bool:
+    """`torch.save` in `pool.submit(torch.save, state, path)`: a writer handed on, not called."""
+    return isinstance(value, (ast.Name, ast.Attribute)) and (
+        dotted(value) in WRITERS - {"print"} or source.qualified(value) in QUALIFIED_WRITERS)
 
 
 # Calls every rank must make together: a backward (DDP all-reduces the gradients in it), the
@@ -365,10 +375,21 @@ class _Reach:
         return name if name in self.source.functions else None
 
     def after_join(self, node: ast.Call) -> bool:
+        if self._in_lambda(node):
+            # A lambda's body runs when something calls it, which may be after any join.
+            return any(self._joins(call) for call in self.source.calls)
         scope = self.source.scope_of(node)
         if self._joins_before(scope, node.lineno):
             return True
         return isinstance(scope, FUNCTIONS) and self._entered_after_join(scope)
+
+    def _in_lambda(self, node: ast.AST) -> bool:
+        for ancestor in self.source.ancestors(node):
+            if isinstance(ancestor, ast.Lambda):
+                return True
+            if isinstance(ancestor, (ast.stmt, *FUNCTIONS)):
+                return False
+        return False
 
     def _joins_before(self, scope: Scope, line: int) -> bool:
         return any(call.lineno < line and self._joins(call) for call in self.source.calls_in(scope))
