@@ -25,9 +25,10 @@ from ddpify.rules.cases import TRAINING, Emits, Silent
 from ddpify.rules.side_effects import enclosing_lambda, guard_writing_call
 
 RULES = (
-    Rule("DDP317", Severity.EDIT, "a lambda that writes a file writes it on rank 0 only",
+    Rule("DDP317", Severity.EDIT, "a lambda that writes a file (or prints) does so on rank 0 only",
          "A lambda's body runs when something calls it (a callback, a function of a table), "
-         "on every rank, so each rank would write the file, racing on it. Its write now runs "
+         "on every rank, so each rank would write the file, racing on it (or print its line "
+         "once per rank). Its write now runs "
          "in rank 0 only, asked each time it is called (`torch.save(...) if "
          "is_main_process() else None`: the write's own value is None too); a state dict it "
          "saves is the module's own, without DDP's `module.` prefix.",
@@ -72,6 +73,8 @@ def _writer_calls(facts: Facts) -> Iterator[tuple[cst.Call, bool]]:
     """Each call that writes a file, with whether its value is None."""
     for qualified in sorted(names.WRITERS_AS_VALUES):
         yield from ((call, qualified in _RETURNS_NONE) for call in facts.calls_named.get(qualified, ()))
+    # (A print too: each rank's line would show, once per rank.)
+    yield from ((call, True) for call in facts.calls_named.get("builtins.print", ()))
     for qualified in sorted(names.OPEN):
         yield from ((call, False) for call in facts.calls_named.get(qualified, ()) if opens_for_writing(call))
     for callee, calls in sorted(facts.calls_by_callee.items()):
@@ -214,8 +217,11 @@ CASES = (
                            "    snap = lambda net: torch.save(net.state_dict(), 'last.pt')\n    snap(model)\n"),
           "DDP317", ('torch.save(getattr(net, "module", net).state_dict(), \'last.pt\') if is_main_process() '
                      "else None",)),
+    Emits(TRAINING.replace("    print(epoch, loss.item())\n",
+                           "    show = lambda: print(loss.item())\n    show()\n"), "DDP317",
+          ("show = lambda: print(loss.item()) if is_main_process() else None",)),
     Silent(TRAINING.replace("    print(epoch, loss.item())\n",
-                            "    show = lambda: print(loss.item())\n    show()\n"), "DDP317"),
+                            "    show = lambda: loss.item()\n    print(show())\n"), "DDP317"),
     Emits(TRAINING.replace("    print(epoch, loss.item())\n",
                            "    copy = lambda: shutil.copy('a.pt', 'b.pt')\n    copy()\n").replace(
                                "import torch\n", "import shutil\n\nimport torch\n", 1), "DDP936"),
