@@ -47,11 +47,6 @@ RULES = (
          "function that saves only there (`def save(...): if is_main: torch.save(...)`)."),
 )
 
-# Writers whose own value is None: `W(...) if is_main_process() else None` returns what the
-# lambda returned before on every rank (a copy returns the path it wrote: not among them).
-_RETURNS_NONE = names.WRITERS_AS_VALUES - frozenset({
-    "shutil.copy", "shutil.copyfile", "shutil.copy2", "shutil.copytree", "shutil.move",
-    "shutil.make_archive", "torch.onnx.export"})
 # Methods of any object that write the path they are given (with no path, `to_csv()` returns text).
 _WRITING_METHODS = frozenset({"to_csv", "to_json", "to_parquet", "to_excel", "to_pickle", "savefig"})
 _STATE_METHODS = frozenset({"state_dict"})
@@ -72,7 +67,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
 def _writer_calls(facts: Facts) -> Iterator[tuple[cst.Call, bool]]:
     """Each call that writes a file, with whether its value is None."""
     for qualified in sorted(names.WRITERS_AS_VALUES):
-        yield from ((call, qualified in _RETURNS_NONE) for call in facts.calls_named.get(qualified, ()))
+        yield from ((call, qualified in names.WRITERS_RETURNING_NONE) for call in facts.calls_named.get(qualified, ()))
     # (A print too: each rank's line would show, once per rank.)
     yield from ((call, True) for call in facts.calls_named.get("builtins.print", ()))
     for qualified in sorted(names.OPEN):

@@ -132,7 +132,8 @@ def _guard_prints_and_saves(facts: Facts, edits: Edits, setup: Plan) -> None:
                                      "DDP302" if output in facts.save_calls else "DDP301")
     for save in facts.save_calls:
         if not isinstance(facts.parents.get(save), cst.Expr) and save not in setup.collective_saves:
-            _guard_discarded_expression(facts, edits, setup, save, "DDP302")
+            _guard_discarded_expression(facts, edits, setup, save, "DDP302") or _guard_returned_write(
+                facts, edits, setup, save, "DDP302")
     for statement in facts.output_statements:
         expression = _single_expression(statement)
         if expression is None:
@@ -1246,7 +1247,8 @@ def _guard_statement_call(facts: Facts, edits: Edits, setup: Plan, call: cst.Cal
                           code: str) -> bool:
     parent = facts.parents.get(call)
     if not isinstance(parent, cst.Expr):
-        return _guard_discarded_expression(facts, edits, setup, call, code)
+        return _guard_discarded_expression(facts, edits, setup, call, code) or _guard_returned_write(
+            facts, edits, setup, call, code)
     statement = facts.statement_of(parent)
     if code == "DDP302" and _saves_to_memory(facts, call):
         return False
@@ -1271,6 +1273,27 @@ def _in_a_guarded_lambda(facts: Facts, edits: Edits, node: cst.CSTNode) -> bool:
     first): an `open(path, "w")` there needs no os.devnull of its own."""
     lambda_node = enclosing_lambda(facts, node)
     return lambda_node is not None and lambda_node.body in edits.expressions
+
+
+def _guard_returned_write(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code: str) -> bool:
+    """Rule: `return torch.save(state, path)` as the last line of a function (a callback
+    handed on by name): the line is rank 0's; the other ranks fall off the end and return
+    None, which is what the write returns too."""
+    returned = facts.parents.get(call)
+    line = facts.statement_of(call)
+    body = facts.parents.get(line)
+    function = facts.parents.get(body) if isinstance(body, cst.IndentedBlock) else None
+    if not (isinstance(returned, cst.Return) and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
+            and isinstance(function, cst.FunctionDef) and isinstance(body, cst.IndentedBlock) and body.body[-1] is line
+            and _qualified_names(facts, call) & names.WRITERS_RETURNING_NONE):
+        return False
+    _guard(facts, edits, setup, line, code)
+    return line in edits.guarded
+
+
+def _qualified_names(facts: Facts, call: cst.Call) -> set[str]:
+    return {qualified for qualified in names.WRITERS_RETURNING_NONE
+            if any(each is call for each in facts.calls_named.get(qualified, ()))}
 
 
 # Expressions a line may hold whole, its value unused, that call what they hold: `[save_image(x,
