@@ -17,12 +17,12 @@ import libcst as cst
 
 from ddpify.analysis import names
 from ddpify.analysis.control import Facts
-from ddpify.analysis.nodes import dotted_name, opens_for_writing
+from ddpify.analysis.nodes import calls_within, dotted_name, opens_for_writing
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Rewrite, replacement
 from ddpify.plan import Plan
 from ddpify.rules.cases import TRAINING, Emits, Silent
-from ddpify.rules.side_effects import enclosing_lambda, guard_writing_call
+from ddpify.rules.side_effects import enclosing_lambda, guard_writing_call, runs_shared_work
 
 RULES = (
     Rule("DDP317", Severity.EDIT, "a lambda that writes a file (or prints) does so on rank 0 only",
@@ -96,11 +96,15 @@ def _guard_lambda(facts: Facts, edits: Edits, setup: Plan, lambda_node: cst.Lamb
     body = lambda_node.body
     if isinstance(body, cst.IfExp) and _rank_zero_test(body.test):
         return  # `lambda: torch.save(...) if is_main else None`: rank 0's already
-    # (Every other write is inside the body's: `json.dump(d, open(path, "w"))`.)
-    if not any(call is body and returns_none for call, returns_none in writes):
+    # (Every other write is inside the body's: `json.dump(d, open(path, "w"))`.) A model run
+    # or a collective inside it must stay on every rank: on rank 0 alone it waits forever.
+    parameters = {param.name.value for param in lambda_node.params.params}
+    if not any(call is body and returns_none for call, returns_none in writes) or isinstance(
+            body, cst.Call) and (runs_shared_work(facts, body) or any(
+                dotted_name(inner.func) in parameters for inner in calls_within(body))):
         edits.report("DDP936", writes[0][0], "this lambda writes a file on every rank, and its write is part of "
-                     "a larger expression (or returns a value): ddpify cannot put it on rank 0 alone; write it in "
-                     "a function that saves on rank 0 only")
+                     "a larger expression, returns a value or runs what every rank must run: ddpify cannot put it "
+                     "on rank 0 alone; write it in a function that saves on rank 0 only")
         return
     statement = facts.statement_of(lambda_node)
     if setup.function is not None and setup.sees_setup(facts, statement):
@@ -217,6 +221,9 @@ CASES = (
           ("show = lambda: print(loss.item()) if is_main_process() else None",)),
     Silent(TRAINING.replace("    print(epoch, loss.item())\n",
                             "    show = lambda: loss.item()\n    print(show())\n"), "DDP317"),
+    # A model run inside the write stays on every rank (its forward is a collective under DDP).
+    Emits(TRAINING.replace("    print(epoch, loss.item())\n",
+                           "    dump = lambda: torch.save(model(x), 'out.pt')\n    dump()\n"), "DDP936"),
     Emits(TRAINING.replace("    print(epoch, loss.item())\n",
                            "    copy = lambda: shutil.copy('a.pt', 'b.pt')\n    copy()\n").replace(
                                "import torch\n", "import shutil\n\nimport torch\n", 1), "DDP936"),

@@ -203,6 +203,14 @@ def _runs_model(facts: Facts, call: cst.BaseExpression, model_names: set[str]) -
     return any(_runs_the_model(facts, inner, model_names) for inner in calls_within(call) if inner is not call)
 
 
+def runs_shared_work(facts: Facts, write: cst.Call) -> bool:
+    """For deferred_writes.py: inside the write, a call every rank must make (a model run, a
+    function of this file that runs one, a metric's compute) or a collective: the write cannot
+    go to rank 0 alone as it stands."""
+    return _runs_model(facts, write, {model.name for model in facts.models}) or any(
+        (dotted_name(inner.func) or "").startswith(("dist.", "torch.distributed.")) for inner in calls_within(write))
+
+
 # Builtins that look at what they are handed without calling it.
 INSPECTING_BUILTINS = frozenset({"isinstance", "hasattr", "getattr", "type", "id", "len", "str", "repr", "vars"})
 
@@ -1310,7 +1318,7 @@ def _guard_discarded_expression(facts: Facts, edits: Edits, setup: Plan, call: c
     expression = _single_expression(statement)
     if expression is None or not isinstance(expression.value, _DISCARDED_EXPRESSIONS):
         return False
-    if code == "DDP302" and _saves_to_memory(facts, call) or any(
+    if code == "DDP302" and _saves_to_memory(facts, call) or runs_shared_work(facts, call) or any(
             (dotted_name(inner.func) or "") in facts.functions or facts.method_called(inner) is not None
             for inner in calls_within(expression.value)):
         return False
