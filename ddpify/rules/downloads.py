@@ -7,7 +7,7 @@ import libcst as cst
 from ddpify.analysis import names, shell
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Statement
-from ddpify.analysis.nodes import dotted_name, is_false, string_value
+from ddpify.analysis.nodes import dotted_name, is_false, opens_for_writing, string_value
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan
@@ -63,6 +63,8 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     finishing = [facts.statement_of(call) for call in shell.writing_commands(facts.calls_named)
                  if shell.after_a_download(facts.statement_of(call), facts.parents, facts.download_statements)]
     dataset_sites = _download_sites(facts, setup, facts.download_statements + finishing)
+    cache_sites = [site for site in _download_sites(facts, setup, _caches_written(facts)) if site not in dataset_sites]
+    dataset_sites += cache_sites
     tokenizer_sites = [site for site in _download_sites(facts, setup, saved) if site not in dataset_sites]
     _report_helpers_downloading_before_setup(facts, edits, setup)
     for group in _consecutive_groups(facts, sorted(dataset_sites + tokenizer_sites, key=facts.line_of)):
@@ -82,6 +84,11 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         # First of all that goes before the statement: a dataset hoisted out of the loader
         # call (`DataLoader(MNIST(download=True), ...)`) downloads too.
         message = None
+        if all(statement in cache_sites for statement in group):
+            before = before.replace("downloads the data", "builds the dataset and writes its cache")
+            after = after.replace("the data is in place", "the cache is written")
+            message = ("one process per machine builds the dataset, which writes its cache; the others wait, "
+                       "then read it")
         if tokenizer_only:
             before = before.replace("downloads the data", "builds and saves the tokenizer")
             after = after.replace("the data is in place", "the tokenizer's file is in place")
@@ -101,6 +108,27 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
 
 # A folder the download writes into is made once per machine, where the download runs.
 LOCAL_RANK_ZERO = "local_rank == 0"
+
+
+def _caches_written(facts: Facts) -> list[Statement]:
+    """Rule: a Dataset class of the script that writes a file while it is built (its cache:
+    `torch.save((self.x, self.y), cache)` where the cache is missing, `np.save`, `open(p, "w")`)
+    is built as a download is: by local rank 0 first while the others wait, then by them, who
+    find the file there and read it. Built by every rank at once, each would write the cache,
+    and a rank could read it half-written."""
+    writes = [*facts.save_calls, *(call for qualified in sorted(names.WRITERS_AS_VALUES - {names.TORCH_SAVE})
+                                   for call in facts.calls_named.get(qualified, ())),
+              *(call for qualified in sorted(names.OPEN) for call in facts.calls_named.get(qualified, ())
+                if opens_for_writing(call))]
+    statements: list[Statement] = []
+    for call in writes:
+        function = facts.function_of(call)
+        block = facts.parents.get(function) if function is not None else None
+        owner = facts.parents.get(block) if block is not None else None
+        if function is not None and function.name.value == "__init__" and isinstance(owner, cst.ClassDef) \
+                and owner.name.value in facts.dataset_classes and facts.statement_of(call) not in statements:
+            statements.append(facts.statement_of(call))
+    return statements
 
 
 def _folders_made_for(facts: Facts, group: Sequence[Statement]) -> list[Statement]:
