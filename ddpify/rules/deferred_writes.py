@@ -221,6 +221,10 @@ CASES = (
           ("show = lambda: print(loss.item()) if is_main_process() else None",)),
     Silent(TRAINING.replace("    print(epoch, loss.item())\n",
                             "    show = lambda: loss.item()\n    print(show())\n"), "DDP317"),
+    Emits(TRAINING.replace("import torch\n", "from concurrent.futures import ThreadPoolExecutor\n\nimport torch\n", 1)
+          .replace("for epoch", "pool = ThreadPoolExecutor(1)\nfor epoch")
+          .replace("    print(epoch, loss.item())\n", "    pool.submit(torch.save, model.state_dict(), 'last.pt')\n"),
+          "DDP318", ("    if is_main:\n        pool.submit(torch.save",)),
     # A model run inside the write stays on every rank (its forward is a collective under DDP).
     Emits(TRAINING.replace("    print(epoch, loss.item())\n",
                            "    dump = lambda: torch.save(model(x), 'out.pt')\n    dump()\n"), "DDP936"),
