@@ -98,6 +98,9 @@ def _guard_lambda(facts: Facts, edits: Edits, setup: Plan, lambda_node: cst.Lamb
         return  # `lambda: torch.save(...) if is_main else None`: rank 0's already
     # (Every other write is inside the body's: `json.dump(d, open(path, "w"))`.) A model run
     # or a collective inside it must stay on every rank: on rank 0 alone it waits forever.
+    opened = {id(call) for qualified in names.OPEN for call in facts.calls_named.get(qualified, ())}
+    if all(id(call) in opened for call, _ in writes):
+        return  # `lambda: open(path, "a")`: the file it opens is os.devnull on the other ranks (side_effects.py)
     parameters = {param.name.value for param in lambda_node.params.params}
     if not any(call is body and returns_none for call, returns_none in writes) or isinstance(
             body, cst.Call) and (runs_shared_work(facts, body) or any(
@@ -221,6 +224,10 @@ CASES = (
           ("show = lambda: print(loss.item()) if is_main_process() else None",)),
     Silent(TRAINING.replace("    print(epoch, loss.item())\n",
                             "    show = lambda: loss.item()\n    print(show())\n"), "DDP317"),
+    # A lambda that only opens a file hands back a file object: side_effects.py opens os.devnull
+    # on the other ranks instead.
+    Silent(TRAINING.replace("    print(epoch, loss.item())\n",
+                            "    log = lambda: open('log.txt', 'a')\n    log().write(str(epoch))\n"), "DDP936"),
     Emits(TRAINING.replace("import torch\n", "from concurrent.futures import ThreadPoolExecutor\n\nimport torch\n", 1)
           .replace("for epoch", "pool = ThreadPoolExecutor(1)\nfor epoch")
           .replace("    print(epoch, loss.item())\n", "    pool.submit(torch.save, model.state_dict(), 'last.pt')\n"),
