@@ -1248,7 +1248,45 @@ def guard_writing_call(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, 
     (`writer = Thread(target=torch.save, ...)`) with every use of it; False when neither fits."""
     return _guard_statement_call(facts, edits, setup, call, code) or (
         isinstance(facts.parents.get(call), cst.Assign)
-        and _guard_object(facts, edits, setup, call, code, report_failure=False))
+        and (_guard_result_tested_for_none(facts, edits, setup, call, code)
+             or _guard_object(facts, edits, setup, call, code, report_failure=False)))
+
+
+def _guard_result_tested_for_none(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code: str) -> bool:
+    """Rule: `save_future = pool.submit(torch.save, state, path)` where `save_future` is None
+    until then and every read of it is under `if save_future is not None:` (a background save
+    that waits for the one before): only rank 0 submits; on the other ranks it stays None,
+    and the tests skip their waits."""
+    held = _held_object(facts, call)
+    if held is None or "." in held[0]:
+        return False
+    name, creation, references = held
+    starts_none = any(isinstance(value, cst.Name) and value.value == "None"
+                      for value in facts.assigned_values.get(name, []))
+    reads = [reference for reference in references if not isinstance(facts.parents.get(reference), cst.AssignTarget)]
+    if not starts_none or not reads or not all(_under_not_none_test(facts, read, name) for read in reads):
+        return False
+    _guard(facts, edits, setup, creation, code)
+    return creation in edits.guarded
+
+
+def _under_not_none_test(facts: Facts, node: cst.CSTNode, name: str) -> bool:
+    """`name` in `if name is not None:`, or inside the body of such an `if`."""
+    child: cst.CSTNode = node
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, cst.FunctionDef):
+        if isinstance(parent, cst.If) and _is_not_none_test(parent.test, name) and (
+                child is parent.test or child is parent.body):
+            return True
+        child, parent = parent, facts.parents.get(parent)
+    return False
+
+
+def _is_not_none_test(test: cst.BaseExpression, name: str) -> bool:
+    return isinstance(test, cst.Comparison) and dotted_name(test.left) == name and len(test.comparisons) == 1 \
+        and isinstance(test.comparisons[0].operator, cst.IsNot) and isinstance(test.comparisons[0].comparator,
+                                                                              cst.Name) \
+        and test.comparisons[0].comparator.value == "None"
 
 
 def _guard_statement_call(facts: Facts, edits: Edits, setup: Plan, call: cst.Call,
