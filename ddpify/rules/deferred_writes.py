@@ -96,11 +96,11 @@ def _guard_lambda(facts: Facts, edits: Edits, setup: Plan, lambda_node: cst.Lamb
     body = lambda_node.body
     if isinstance(body, cst.IfExp) and _rank_zero_test(body.test):
         return  # `lambda: torch.save(...) if is_main else None`: rank 0's already
-    # (Every other write is inside the body's: `json.dump(d, open(path, "w"))`.) A model run
-    # or a collective inside it must stay on every rank: on rank 0 alone it waits forever.
     opened = {id(call) for qualified in names.OPEN for call in facts.calls_named.get(qualified, ())}
     if all(id(call) in opened for call, _ in writes):
         return  # `lambda: open(path, "a")`: the file it opens is os.devnull on the other ranks (side_effects.py)
+    # (Every other write is inside the body's: `json.dump(d, open(path, "w"))`.) A model run
+    # or a collective inside it must stay on every rank: on rank 0 alone it waits forever.
     parameters = {param.name.value for param in lambda_node.params.params}
     if not any(call is body and returns_none for call, returns_none in writes) or isinstance(
             body, cst.Call) and (runs_shared_work(facts, body) or any(
