@@ -849,7 +849,8 @@ class Collector(cst.CSTVisitor):
         """`pool.submit(torch.save, state, path)`: a writer handed to a call that calls it later."""
         for arg in node.args:
             if isinstance(arg.value, (cst.Name, cst.Attribute)) and (
-                    self._qualified(arg.value) & names.WRITERS_AS_VALUES):
+                    self._qualified(arg.value) & names.WRITERS_AS_VALUES) or isinstance(
+                    arg.value, cst.Attribute) and arg.value.attr.value in names.WRITING_METHODS_AS_VALUES:
                 self.facts.writers_handed_on.append(arg.value)
 
     def _note_output_and_devices(self, node: cst.Call) -> None:

@@ -232,6 +232,12 @@ CASES = (
           .replace("for epoch", "pool = ThreadPoolExecutor(1)\nfor epoch")
           .replace("    print(epoch, loss.item())\n", "    pool.submit(torch.save, model.state_dict(), 'last.pt')\n"),
           "DDP318", ("    if is_main:\n        pool.submit(torch.save",)),
+    # A bound method that writes the path it is given, handed to a thread.
+    Emits(TRAINING.replace("import torch\n", "import threading\n\nimport torch\n", 1)
+          .replace("    print(epoch, loss.item())\n",
+                   "    threading.Thread(target=history.to_csv, args=('loss.csv',)).start()\n")
+          .replace("for epoch", "history = None\nfor epoch"), "DDP318",
+          ("    if is_main:\n        threading.Thread(",)),
     # A model run inside the write stays on every rank (its forward is a collective under DDP).
     Emits(TRAINING.replace("    print(epoch, loss.item())\n",
                            "    dump = lambda: torch.save(model(x), 'out.pt')\n    dump()\n"), "DDP936"),

@@ -1246,10 +1246,29 @@ def _rooted_at(node: cst.BaseExpression, name: str) -> bool:
 def guard_writing_call(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code: str) -> bool:
     """For deferred_writes.py: the statement that is `call` guarded, or the object it makes
     (`writer = Thread(target=torch.save, ...)`) with every use of it; False when neither fits."""
-    return _guard_statement_call(facts, edits, setup, call, code) or (
+    return _guard_statement_call(facts, edits, setup, call, code) or _guard_chained_line(
+        facts, edits, setup, call, code) or (
         isinstance(facts.parents.get(call), cst.Assign)
         and (_guard_result_tested_for_none(facts, edits, setup, call, code)
              or _guard_object(facts, edits, setup, call, code, report_failure=False)))
+
+
+def _guard_chained_line(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code: str) -> bool:
+    """`Thread(target=torch.save, args=(state, path)).start()`: a line that is nothing but a
+    chain of calls on what `call` makes, with nothing every rank must run in it."""
+    statement = facts.statement_of(call)
+    expression = _single_expression(statement)
+    node: cst.CSTNode = call
+    while expression is not None and node is not expression.value:
+        parent = facts.parents.get(node)
+        if not (isinstance(parent, cst.Attribute) and parent.value is node or isinstance(
+                parent, cst.Call) and parent.func is node):
+            return False
+        node = parent
+    if expression is None or runs_shared_work(facts, cast(cst.Call, expression.value)):
+        return False
+    _guard(facts, edits, setup, statement, code)
+    return statement in edits.guarded
 
 
 def _guard_result_tested_for_none(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code: str) -> bool:

@@ -90,7 +90,8 @@ def unguarded_output(migrated: Source) -> Iterator[Finding]:
 def _is_writer(source: Source, value: ast.expr) -> bool:
     """`torch.save` in `pool.submit(torch.save, state, path)`: a writer handed on, not called."""
     return isinstance(value, (ast.Name, ast.Attribute)) and (
-        dotted(value) in WRITERS - {"print"} or source.qualified(value) in QUALIFIED_WRITERS)
+        dotted(value) in WRITERS - {"print"} or source.qualified(value) in QUALIFIED_WRITERS) or isinstance(
+        value, ast.Attribute) and value.attr in WRITING_METHODS
 
 
 # Calls every rank must make together: a backward (DDP all-reduces the gradients in it), the
