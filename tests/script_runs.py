@@ -84,6 +84,31 @@ def evaluation_log(workdir: Path) -> Path:
     return workdir / EVAL_LOG_DIR
 
 
+# The one-writer check's log, relative to each run's folder (tests/eval_site/sitecustomize.py).
+WRITES_LOG_VAR = "DDPIFY_WRITES_LOG"
+WRITES_LOG_DIR = "ddpify-writes-log"
+
+
+def writes_env() -> dict[str, str]:
+    """Environment overrides that log every file each rank of a run writes (one_writer)."""
+    path = [str(EVAL_SITE)] + [part for part in os.environ.get("PYTHONPATH", "").split(os.pathsep) if part]
+    return {WRITES_LOG_VAR: WRITES_LOG_DIR, "PYTHONPATH": os.pathsep.join(path)}
+
+
+def problems_one_writer(workdir: Path) -> list[str]:
+    """Under torchrun, each file the run writes is written by one rank (rank 0, or each rank
+    to a name of its own): two ranks writing one path race, and a reader may load half a file."""
+    writers: dict[str, set[str]] = {}
+    for log in (workdir / WRITES_LOG_DIR).glob("writes-*.log"):
+        rank = log.name.split("-")[1]
+        for path in log.read_text().splitlines():
+            writers.setdefault(path, set()).add(rank)
+    if not writers:
+        return [f"no write logged under {workdir}: the one-writer shim did not run"]
+    return [f"{os.path.relpath(path, workdir)} written by ranks {sorted(ranks)}"
+            for path, ranks in sorted(writers.items()) if len(ranks) > 1]
+
+
 def run_python(script: Path, workdir: Path, args: Sequence[str] = (), timeout: int = 120,
                env: Optional[Mapping[str, str]] = None) -> Run:
     """`python script args...` in workdir: a fork of tests/fork_server.py, which has torch

@@ -378,8 +378,9 @@ class Saver:
 
 def test_which_helpers_guard_their_own_output_once_their_module_is_migrated(tmp_path):
     """Each print or write a statement that the helper's own migration guards (a call
-    statement, a `with open(path, "w")` block) - not a log call, a write in a return or an
-    assignment, nor a helper that also reads files (rank 0's, maybe not written yet)."""
+    statement, a `with open(path, "w")` block, a `return torch.save(...)` that ends the
+    function) - not a log call, a write in an assignment, nor a helper that also reads files
+    (rank 0's, maybe not written yet)."""
     (tmp_path / "helpers.py").write_text(GUARDING)
     # (The helper's module is migrated only for what other modules use of it.)
     source = ("from helpers import say, save_json, through_say, logs, returns_save, assigned, animates, "
@@ -390,7 +391,7 @@ def test_which_helpers_guard_their_own_output_once_their_module_is_migrated(tmp_
     names = ["say", "save_json", "through_say", "logs", "returns_save", "assigned", "animates", "through_logs",
              "Saver.save"]
     assert {name for name in names if together.guards_own_output(f"helpers.{name}")} == {
-        "say", "save_json", "through_say", "Saver.save"}
+        "say", "save_json", "through_say", "returns_save", "Saver.save"}
     # Not migrated in this run: its callers guard it.
     assert not any(alone.guards_own_output(f"helpers.{name}") for name in names)
     # Migrated in this run, but nothing imports `say` by name: the helper's migration leaves

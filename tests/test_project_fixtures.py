@@ -17,11 +17,13 @@ from script_runs import (
     problems_distributed,
     problems_evaluation_fetches,
     problems_evaluation_lines,
+    problems_one_writer,
     problems_other_ranks_silent,
     problems_single_process,
     problems_training_fetches,
     run_python,
     run_three_ways,
+    writes_env,
 )
 
 from ddpify.project import path_folders
@@ -163,7 +165,8 @@ def project_runs(tmp_path_factory):
             workdir = tmp_path_factory.mktemp(f"{project.name}-{Path(spec['entry']).stem}")
             logged = ("original", "single", "torchrun") if "evaluation" in spec else ("torchrun",)
             done[key] = run_three_ways(project.input / spec["entry"], project.expected / spec["entry"],
-                                       workdir, spec.get("args", []), logged, rank_logs=True)
+                                       workdir, spec.get("args", []), logged, rank_logs=True,
+                                       extra_env=writes_env() if spec.get("one_writer") else None)
         return done[key]
 
     return runs
@@ -178,6 +181,8 @@ def test_projects_run_under_python_and_torchrun(project, spec, project_runs):
     assert problems_other_ranks_silent(distributed) == []
     if spec.get("trains", True):
         assert problems_training_fetches(evaluation_log(distributed.workdir), 2) == []
+    if spec.get("one_writer"):
+        assert problems_one_writer(distributed.workdir) == []
 
 
 @pytest.mark.slow

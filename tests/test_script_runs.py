@@ -16,11 +16,13 @@ from script_runs import (
     problems_evaluation_fetches,
     problems_evaluation_lines,
     problems_full_checkpoint,
+    problems_one_writer,
     problems_other_ranks_silent,
     problems_single_process,
     problems_training_fetches,
     run_python,
     run_torchrun,
+    writes_env,
 )
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -161,6 +163,18 @@ def test_a_real_script_that_prints_on_every_rank_fails_the_run_checks(tmp_path):
     broken = run_torchrun(DATA / "broken" / "print_every_rank.py", tmp_path / "broken")
     problems = problems_distributed(original, broken, [])
     assert any("times under torchrun" in problem for problem in problems), problems
+
+
+@pytest.mark.slow
+def test_a_file_every_rank_writes_is_caught_and_rank_zeros_alone_passes(tmp_path):
+    """The one-writer check: the shim logs each rank's writes (an audit hook, so torch.save's
+    own open counts), and a path two ranks wrote is a problem."""
+    broken = run_torchrun(DATA / "broken" / "final_save_every_rank.py", tmp_path / "broken", env=writes_env())
+    problems = problems_one_writer(broken.workdir)
+    assert any("written by ranks ['0', '1']" in problem for problem in problems), problems
+    correct = run_torchrun(DATA / "verify_guide_after.py", tmp_path / "correct", env=writes_env())
+    assert correct.returncode == 0, correct.stderr
+    assert problems_one_writer(correct.workdir) == []
 
 
 # -- the evaluation check: frozen weights, fetch log (tests/eval_site/sitecustomize.py) -------

@@ -889,6 +889,7 @@ class Collector(cst.CSTVisitor):
         ):
             facts.already_distributed = facts.already_distributed or node
         self._note_output_and_devices(node)
+        self._note_writers_handed_on(node)
         if isinstance(node.func, cst.Attribute):
             self._visit_method_call(node, node.func)
             value = node.func.value
@@ -912,6 +913,14 @@ class Collector(cst.CSTVisitor):
             self._note_helper(node, qualified)
             if self.project.batch_sampler_by_rank(qualified):
                 facts.rank_aware_batch_samplers.add(node)
+
+    def _note_writers_handed_on(self, node: cst.Call) -> None:
+        """`pool.submit(torch.save, state, path)`: a writer handed to a call that calls it later."""
+        for arg in node.args:
+            if isinstance(arg.value, (cst.Name, cst.Attribute)) and (
+                    self._qualified(arg.value) & names.WRITERS_AS_VALUES) or isinstance(
+                    arg.value, cst.Attribute) and arg.value.attr.value in names.WRITING_METHODS_AS_VALUES:
+                self.facts.writers_handed_on.append(arg.value)
 
     def _note_output_and_devices(self, node: cst.Call) -> None:
         """print and torch.save (output), torch.load, set_device, fixed GPUs, optimizers:

@@ -1260,6 +1260,10 @@ class _Reader:
     def _guarded_call(self, statement: ast.stmt, call: ast.Call) -> bool:
         """A call statement of its own, not a log call; one of this module's functions or
         methods guards inside it (its migration leaves the call itself unguarded)."""
+        if isinstance(statement, ast.Return) and statement.value is call and statement is self.function.body[-1]:
+            # `return torch.save(state, path)` ending the function: guarded there, its value None
+            # on the other ranks as on rank 0 (side_effects._guard_returned_write).
+            return self.module.qualified(dotted_ast(call.func) or "") in names.WRITERS_RETURNING_NONE
         if not (isinstance(statement, ast.Expr) and statement.value is call):
             return False
         func = call.func

@@ -318,6 +318,9 @@ class FactRecord:
     save_calls: list[cst.Call] = field(default_factory=list)
     # `print` handed on as a value (`trace_func=print`, `log = print`), not called here.
     print_values: list[cst.Name] = field(default_factory=list)
+    # A function that writes a file handed on as a value, an argument of a call that calls it
+    # later (`pool.submit(torch.save, state, path)`, `Thread(target=torch.save, ...)`).
+    writers_handed_on: list[cst.BaseExpression] = field(default_factory=list)
     # Calls of the project's own helper functions that only compute, print or write files
     # (ddpify/project.py), or also print beside work every rank must do (MIXED), with that
     # effect; a statement call of one that prints or writes is in output_statements too.

@@ -270,6 +270,17 @@ WANDB_PREFIX = "wandb."
 WANDB_INIT = "wandb.init"
 LOGGING_BASIC_CONFIG = "logging.basicConfig"
 GET_LOGGER = "logging.getLogger"
+# Functions that write a file, called later where they are handed on as a value (a thread's
+# target, a pool's task): torch.save and the writers above.
+WRITERS_AS_VALUES = DUMP_TO_FILE | MAKE_DIRECTORIES | {TORCH_SAVE}
+# Methods that write the path they are given, handed on bound (`Thread(target=model.save_pretrained,
+# args=(folder,))`): a writer as well.
+WRITING_METHODS_AS_VALUES = frozenset({"save_pretrained", "savefig", "to_csv", "to_json", "to_parquet"})
+# Of those, the ones whose own value is None: on the other ranks, `None` in the write's place
+# is what the write gave (a copy returns the path it wrote: not among them).
+WRITERS_RETURNING_NONE = WRITERS_AS_VALUES - frozenset({
+    "shutil.copy", "shutil.copyfile", "shutil.copy2", "shutil.copytree", "shutil.move",
+    "shutil.make_archive", "torch.onnx.export"})
 
 # Names the emitted script relies on; the module path is what AddImportsVisitor needs.
 # What a DDP wrapper answers itself: reading anything else of a wrapped model needs `.module`.

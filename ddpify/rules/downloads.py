@@ -7,7 +7,7 @@ import libcst as cst
 from ddpify.analysis import names, shell
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Statement
-from ddpify.analysis.nodes import dotted_name, is_false, string_value
+from ddpify.analysis.nodes import calls_within, dotted_name, is_false, opens_for_writing, string_value
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan
@@ -63,6 +63,8 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     finishing = [facts.statement_of(call) for call in shell.writing_commands(facts.calls_named)
                  if shell.after_a_download(facts.statement_of(call), facts.parents, facts.download_statements)]
     dataset_sites = _download_sites(facts, setup, facts.download_statements + finishing)
+    cache_sites = [site for site in _download_sites(facts, setup, _caches_written(facts)) if site not in dataset_sites]
+    dataset_sites += cache_sites
     tokenizer_sites = [site for site in _download_sites(facts, setup, saved) if site not in dataset_sites]
     _report_helpers_downloading_before_setup(facts, edits, setup)
     for group in _consecutive_groups(facts, sorted(dataset_sites + tokenizer_sites, key=facts.line_of)):
@@ -82,6 +84,11 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         # First of all that goes before the statement: a dataset hoisted out of the loader
         # call (`DataLoader(MNIST(download=True), ...)`) downloads too.
         message = None
+        if all(statement in cache_sites for statement in group):
+            before = before.replace("downloads the data", "builds the dataset and writes its cache")
+            after = after.replace("the data is in place", "the cache is written")
+            message = ("one process per machine builds the dataset, which writes its cache; the others wait, "
+                       "then read it")
         if tokenizer_only:
             before = before.replace("downloads the data", "builds and saves the tokenizer")
             after = after.replace("the data is in place", "the tokenizer's file is in place")
@@ -101,6 +108,45 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
 
 # A folder the download writes into is made once per machine, where the download runs.
 LOCAL_RANK_ZERO = "local_rank == 0"
+
+
+def _caches_written(facts: Facts) -> list[Statement]:
+    """Rule: a Dataset class of the script that writes a file while it is built (its cache:
+    `torch.save((self.x, self.y), cache)` where the cache is missing, `np.save`, `open(p, "w")`)
+    is built as a download is: by local rank 0 first while the others wait, then by them, who
+    find the file there and read it. Built by every rank at once, each would write the cache,
+    and a rank could read it half-written."""
+    writes = [*facts.save_calls, *(call for qualified in sorted(names.WRITERS_AS_VALUES - {names.TORCH_SAVE})
+                                   for call in facts.calls_named.get(qualified, ())),
+              *(call for qualified in sorted(names.OPEN) for call in facts.calls_named.get(qualified, ())
+                if opens_for_writing(call))]
+    building = _methods_building_datasets(facts)
+    statements: list[Statement] = []
+    for call in writes:
+        if facts.function_of(call) in building and facts.statement_of(call) not in statements:
+            statements.append(facts.statement_of(call))
+    return statements
+
+
+def _methods_building_datasets(facts: Facts) -> set[cst.FunctionDef]:
+    """The `__init__` of each Dataset class of the script, and the methods it calls on itself,
+    at any depth (`self.data = self._load_data()` -> `self._save_to_cache(...)`)."""
+    building: set[cst.FunctionDef] = set()
+    for name in sorted(facts.dataset_classes):
+        definition = facts.classes.get(name)
+        if definition is None:
+            continue
+        methods = {statement.name.value: statement for statement in definition.body.body
+                   if isinstance(statement, cst.FunctionDef)}
+        pending = ["__init__"]
+        while pending:
+            method = methods.get(pending.pop())
+            if method is None or method in building:
+                continue
+            building.add(method)
+            pending.extend(callee[len("self."):] for callee in map(dotted_name, (
+                call.func for call in calls_within(method.body))) if callee and callee.startswith("self."))
+    return building
 
 
 def _folders_made_for(facts: Facts, group: Sequence[Statement]) -> list[Statement]:
@@ -246,7 +292,9 @@ def _calls_from_the_setups_scope(facts: Facts, setup: Plan,
                 return None
             for call in calls:
                 caller = facts.function_of(call)
-                if setup.sees_setup(facts, call):
+                # (A method's call of another, `self._cache()`, runs where the object is built,
+                # even in a flat script whose setup is in sight of the class.)
+                if setup.sees_setup(facts, call) and (setup.library or not _inside_class(facts, call)):
                     sites.append(call)
                 elif caller is None or caller in seen:
                     return None
@@ -373,6 +421,16 @@ CASES = (
                            'dataset = torchvision.datasets.MNIST("data", download=True)')
           .replace("import torch\n", "import torch\nimport torchvision\n", 1), "DDP209", ("dist.barrier()",)),
     Silent(TRAINING, "DDP209"),
+    # A Dataset that writes its cache while it is built, through a method of its own.
+    Emits(TRAINING.replace("dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))",
+                           "dataset = Cached()").replace(
+        "import torch\n", "import os\n\nimport torch\n\n\nclass Cached(torch.utils.data.Dataset):\n"
+        "    def __init__(self):\n        if os.path.exists('c.pt'):\n            self.x = torch.load('c.pt')\n"
+        "        else:\n            self.x = torch.randn(64, 5)\n            self._cache()\n\n"
+        "    def _cache(self):\n        torch.save(self.x, 'c.pt')\n\n"
+        "    def __len__(self):\n        return len(self.x)\n\n"
+        "    def __getitem__(self, i):\n        return self.x[i, :4], self.x[i, 4:]\n\n\n", 1),
+          "DDP209", ("local rank 0 builds the dataset and writes its cache",)),
     # A function that downloads and then trains, called where the device is chosen: the
     # barriers go around the download in there, not around the call (a hang).
     Emits(DOWNLOADS_THEN_TRAINS, "DDP209",

@@ -15,6 +15,7 @@ from ddpify.rules import (
     checkpoints,
     data,
     dcp,
+    deferred_writes,
     devices,
     downloads,
     epoch_cut,
@@ -45,10 +46,10 @@ from ddpify.rules.cases import Case
 from ddpify.selfcheck import rules as selfcheck
 
 UNITS: tuple[ModuleType, ...] = (
-    setup, devices, model, lazy_layers, part_runs, sharding, dcp, data, epochs, downloads, splits, epoch_cut,
-    schedule_length, evaluation, hand_batches, loader_dicts, loader_workers, random_batches, set_order, side_effects,
-    checkpoints, shared_names, training, in_batch, report_only, frameworks, whole_file, gpu_count_batches, selfcheck,
-    suppressions,
+    setup, devices, model, lazy_layers, part_runs, sharding, dcp, data, deferred_writes, epochs, downloads, splits,
+    epoch_cut, schedule_length, evaluation, hand_batches, loader_dicts, loader_workers, random_batches, set_order,
+    side_effects, checkpoints, shared_names, training, in_batch, report_only, frameworks, whole_file,
+    gpu_count_batches, selfcheck, suppressions,
 )
 
 

@@ -130,6 +130,10 @@ def _guard_prints_and_saves(facts: Facts, edits: Edits, setup: Plan) -> None:
                 and not (output in facts.save_calls and _saves_to_memory(facts, output)):
             _guard_in_one_line_suite(facts, edits, setup, cast(cst.Expr, facts.parents.get(output)), statement,
                                      "DDP302" if output in facts.save_calls else "DDP301")
+    for save in facts.save_calls:
+        if not isinstance(facts.parents.get(save), cst.Expr) and save not in setup.collective_saves:
+            _guard_discarded_expression(facts, edits, setup, save, "DDP302") or _guard_returned_write(
+                facts, edits, setup, save, "DDP302")
     for statement in facts.output_statements:
         expression = _single_expression(statement)
         if expression is None:
@@ -197,6 +201,14 @@ def _runs_model(facts: Facts, call: cst.BaseExpression, model_names: set[str]) -
     """A call inside the printed arguments that calls the model, is handed the model, or is
     a function of this file that uses it (`evaluate(val_data)` on the global model)."""
     return any(_runs_the_model(facts, inner, model_names) for inner in calls_within(call) if inner is not call)
+
+
+def runs_shared_work(facts: Facts, write: cst.Call) -> bool:
+    """For deferred_writes.py: inside the write, a call every rank must make (a model run, a
+    function of this file that runs one, a metric's compute) or a collective: the write cannot
+    go to rank 0 alone as it stands."""
+    return _runs_model(facts, write, {model.name for model in facts.models}) or any(
+        (dotted_name(inner.func) or "").startswith(("dist.", "torch.distributed.")) for inner in calls_within(write))
 
 
 # Builtins that look at what they are handed without calling it.
@@ -385,7 +397,8 @@ def _files_opened_for_writing(facts: Facts, edits: Edits, setup: Plan) -> None:
     for qualified in sorted(names.OPEN):
         for call in facts.calls_named.get(qualified, ()):
             if opens_for_writing(call) and facts.statement_of(call) not in edits.guarded \
-                    and not downloads.in_a_dataset_downloading_on_request(facts, call):
+                    and not downloads.in_a_dataset_downloading_on_request(facts, call) \
+                    and not _in_a_guarded_lambda(facts, edits, call):
                 # (A statement guarded as a whole: `json.dump(history, open(path, "w"))`.)
                 _open_on_rank0(facts, edits, setup, call)
     for qualified in sorted(names.FORMAT_OPENERS):
@@ -1230,11 +1243,77 @@ def _rooted_at(node: cst.BaseExpression, name: str) -> bool:
     return isinstance(node, cst.Name) and node.value == name
 
 
+def guard_writing_call(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code: str) -> bool:
+    """For deferred_writes.py: the statement that is `call` guarded, or the object it makes
+    (`writer = Thread(target=torch.save, ...)`) with every use of it; False when neither fits."""
+    return _guard_statement_call(facts, edits, setup, call, code) or _guard_chained_line(
+        facts, edits, setup, call, code) or (
+        isinstance(facts.parents.get(call), cst.Assign)
+        and (_guard_result_tested_for_none(facts, edits, setup, call, code)
+             or _guard_object(facts, edits, setup, call, code, report_failure=False)))
+
+
+def _guard_chained_line(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code: str) -> bool:
+    """`Thread(target=torch.save, args=(state, path)).start()`: a line that is nothing but a
+    chain of calls on what `call` makes, with nothing every rank must run in it."""
+    statement = facts.statement_of(call)
+    expression = _single_expression(statement)
+    node: cst.CSTNode = call
+    while expression is not None and node is not expression.value:
+        parent = facts.parents.get(node)
+        if not (isinstance(parent, cst.Attribute) and parent.value is node or isinstance(
+                parent, cst.Call) and parent.func is node):
+            return False
+        node = parent
+    if expression is None or runs_shared_work(facts, cast(cst.Call, expression.value)):
+        return False
+    _guard(facts, edits, setup, statement, code)
+    return statement in edits.guarded
+
+
+def _guard_result_tested_for_none(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code: str) -> bool:
+    """Rule: `save_future = pool.submit(torch.save, state, path)` where `save_future` is None
+    until then and every read of it is under `if save_future is not None:` (a background save
+    that waits for the one before): only rank 0 submits; on the other ranks it stays None,
+    and the tests skip their waits."""
+    held = _held_object(facts, call)
+    if held is None or "." in held[0]:
+        return False
+    name, creation, references = held
+    starts_none = any(isinstance(value, cst.Name) and value.value == "None"
+                      for value in facts.assigned_values.get(name, []))
+    reads = [reference for reference in references if not isinstance(facts.parents.get(reference), cst.AssignTarget)]
+    if not starts_none or not reads or not all(_under_not_none_test(facts, read, name) for read in reads):
+        return False
+    _guard(facts, edits, setup, creation, code)
+    return creation in edits.guarded
+
+
+def _under_not_none_test(facts: Facts, node: cst.CSTNode, name: str) -> bool:
+    """`name` in `if name is not None:`, or inside the body of such an `if`."""
+    child: cst.CSTNode = node
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, cst.FunctionDef):
+        if isinstance(parent, cst.If) and _is_not_none_test(parent.test, name) and (
+                child is parent.test or child is parent.body):
+            return True
+        child, parent = parent, facts.parents.get(parent)
+    return False
+
+
+def _is_not_none_test(test: cst.BaseExpression, name: str) -> bool:
+    return isinstance(test, cst.Comparison) and dotted_name(test.left) == name and len(test.comparisons) == 1 \
+        and isinstance(test.comparisons[0].operator, cst.IsNot) and isinstance(test.comparisons[0].comparator,
+                                                                              cst.Name) \
+        and test.comparisons[0].comparator.value == "None"
+
+
 def _guard_statement_call(facts: Facts, edits: Edits, setup: Plan, call: cst.Call,
                           code: str) -> bool:
     parent = facts.parents.get(call)
     if not isinstance(parent, cst.Expr):
-        return False
+        return _guard_discarded_expression(facts, edits, setup, call, code) or _guard_returned_write(
+            facts, edits, setup, call, code)
     statement = facts.statement_of(parent)
     if code == "DDP302" and _saves_to_memory(facts, call):
         return False
@@ -1242,6 +1321,66 @@ def _guard_statement_call(facts: Facts, edits: Edits, setup: Plan, call: cst.Cal
         return _guard_in_one_line_suite(facts, edits, setup, parent, statement, code)
     _guard(facts, edits, setup, statement, code)
     return True
+
+
+def enclosing_lambda(facts: Facts, node: cst.CSTNode) -> Optional[cst.Lambda]:
+    """The lambda whose body holds node, within its statement."""
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, (cst.BaseStatement, cst.BaseSmallStatement)):
+        if isinstance(parent, cst.Lambda):
+            return parent
+        parent = facts.parents.get(parent)
+    return None
+
+
+def _in_a_guarded_lambda(facts: Facts, edits: Edits, node: cst.CSTNode) -> bool:
+    """Inside a lambda whose body runs on rank 0 only (deferred_writes.py, which plans
+    first): an `open(path, "w")` there needs no os.devnull of its own."""
+    lambda_node = enclosing_lambda(facts, node)
+    return lambda_node is not None and lambda_node.body in edits.expressions
+
+
+def _guard_returned_write(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code: str) -> bool:
+    """Rule: `return torch.save(state, path)` as the last line of a function (a callback
+    handed on by name): the line is rank 0's; the other ranks fall off the end and return
+    None, which is what the write returns too."""
+    returned = facts.parents.get(call)
+    line = facts.statement_of(call)
+    body = facts.parents.get(line)
+    function = facts.parents.get(body) if isinstance(body, cst.IndentedBlock) else None
+    if not (isinstance(returned, cst.Return) and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
+            and isinstance(function, cst.FunctionDef) and isinstance(body, cst.IndentedBlock) and body.body[-1] is line
+            and _qualified_names(facts, call) & names.WRITERS_RETURNING_NONE):
+        return False
+    _guard(facts, edits, setup, line, code)
+    return line in edits.guarded
+
+
+def _qualified_names(facts: Facts, call: cst.Call) -> set[str]:
+    return {qualified for qualified in names.WRITERS_RETURNING_NONE
+            if any(each is call for each in facts.calls_named.get(qualified, ()))}
+
+
+# Expressions a line may hold whole, its value unused, that call what they hold: `[save_image(x,
+# p) for ...]`, `torch.save(...) if best else None`, `ok and json.dump(...)`.
+_DISCARDED_EXPRESSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.IfExp, cst.BooleanOperation)
+
+
+def _guard_discarded_expression(facts: Facts, edits: Edits, setup: Plan, call: cst.Call, code: str) -> bool:
+    """Rule: a line that is a comprehension or a conditional expression whose value nothing
+    reads, with a write inside (`[save_image(g, f"{i}.png") for i, g in enumerate(grids)]`):
+    the whole line is rank 0's, as the same write on a line of its own is (a model run or a
+    call of this file's inside it keeps it on every rank: _guard's check)."""
+    statement = facts.statement_of(call)
+    expression = _single_expression(statement)
+    if expression is None or not isinstance(expression.value, _DISCARDED_EXPRESSIONS):
+        return False
+    if code == "DDP302" and _saves_to_memory(facts, call) or runs_shared_work(facts, call) or any(
+            (dotted_name(inner.func) or "") in facts.functions or facts.method_called(inner) is not None
+            for inner in calls_within(expression.value)):
+        return False
+    _guard(facts, edits, setup, statement, code)
+    return statement in edits.guarded
 
 
 def _guard_in_one_line_suite(facts: Facts, edits: Edits, setup: Plan, expression: cst.Expr,

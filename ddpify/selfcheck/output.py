@@ -81,6 +81,17 @@ def unguarded_output(migrated: Source) -> Iterator[Finding]:
         if writes and not migrated.guarded(call) and reach.after_join(call) and not any(
                 dotted(arg) in buffers for arg in call.args) and not _helper_of_elsewhere(migrated, call):
             yield "DDP913", call.lineno, f"`{_short(call)}` runs on every rank"
+        handed = next((arg for arg in call.args if _is_writer(migrated, arg)), None)
+        if handed is not None and not migrated.guarded(call) and reach.after_join(call):
+            yield "DDP913", call.lineno, (f"`{_short(call)}` hands on `{ast.unparse(handed)}`, which then writes "
+                                          "on every rank")
+
+
+def _is_writer(source: Source, value: ast.expr) -> bool:
+    """`torch.save` in `pool.submit(torch.save, state, path)`: a writer handed on, not called."""
+    return isinstance(value, (ast.Name, ast.Attribute)) and (
+        dotted(value) in WRITERS - {"print"} or source.qualified(value) in QUALIFIED_WRITERS) or isinstance(
+        value, ast.Attribute) and value.attr in WRITING_METHODS
 
 
 # Calls every rank must make together: a backward (DDP all-reduces the gradients in it), the
@@ -349,10 +360,18 @@ class _Reach:
         self.joining: dict[int, bool] = {}
         self.entered: dict[int, bool] = {}
         self.sites: dict[str, list] = {}
+        self.joins_anywhere: Optional[bool] = None
         for call in source.calls:
             name = self._called_function(call)
             if name is not None:
                 self.sites.setdefault(name, []).append(call)
+        # A function handed on as a value (`run_callbacks([save_cb], ...)`, `Thread(target=dump)`)
+        # runs where the code it is handed to calls it: from the reference on.
+        for node in source.nodes:
+            if type(node) is ast.Name and node.id in source.functions and isinstance(node.ctx, ast.Load):
+                parent = source.parents.get(node)
+                if not (isinstance(parent, ast.Call) and parent.func is node):
+                    self.sites.setdefault(node.id, []).append(node)
 
     def _called_function(self, call: ast.Call) -> Optional[str]:
         """The name of a function of this file that `call` calls, by name: `train(...)`,
@@ -364,11 +383,28 @@ class _Reach:
         name = last_part(call.func)
         return name if name in self.source.functions else None
 
-    def after_join(self, node: ast.Call) -> bool:
+    def after_join(self, node: ast.expr) -> bool:
+        if isinstance(node, ast.Name) or self._in_lambda(node):
+            # A lambda's body, or a function handed on by name, runs when something calls it,
+            # which may be after any join.
+            return self._joins_anywhere()
         scope = self.source.scope_of(node)
         if self._joins_before(scope, node.lineno):
             return True
         return isinstance(scope, FUNCTIONS) and self._entered_after_join(scope)
+
+    def _joins_anywhere(self) -> bool:
+        if self.joins_anywhere is None:
+            self.joins_anywhere = any(self._joins(call) for call in self.source.calls)
+        return self.joins_anywhere
+
+    def _in_lambda(self, node: ast.AST) -> bool:
+        for ancestor in self.source.ancestors(node):
+            if isinstance(ancestor, ast.Lambda):
+                return True
+            if isinstance(ancestor, (ast.stmt, *FUNCTIONS)):
+                return False
+        return False
 
     def _joins_before(self, scope: Scope, line: int) -> bool:
         return any(call.lineno < line and self._joins(call) for call in self.source.calls_in(scope))

@@ -437,6 +437,16 @@ CASES = (
     Flags(_STAGES + "stage(0.1)\nstage(0.01)\n", _STAGES_HALF_WRAPPED, "DDP911"),
     Flags(TRAINING, _JOINED, "DDP912"),
     Flags(TRAINING, _JOINED, "DDP913"),
+    # A lambda made before the join writes when it is called, after it; so does a writer handed on.
+    Flags(TRAINING, 'snapshot = lambda: torch.save({}, "last.pt")\n' + _JOINED.replace(
+        "    print(epoch, loss.item())\n", "    snapshot()\n"), "DDP913"),
+    Flags(TRAINING, _JOINED.replace("    print(epoch, loss.item())\n",
+                                    '    pool.submit(torch.save, {}, "last.pt")\n'), "DDP913"),
+    Silent(TRAINING.replace("    print(epoch, loss.item())\n", "") + 'snapshot = lambda: torch.save({}, "last.pt") '
+           "if is_main_process() else None\n", "DDP913"),
+    # ... and a function handed on by name, never called here, whose write is part of a return.
+    Flags(TRAINING, 'def snapshot():\n    return torch.save({}, "last.pt")\n\n\n' + _JOINED.replace(
+        "    print(epoch, loss.item())\n", "    callbacks = [snapshot]\n"), "DDP913"),
     Flags(TRAINING.replace("for epoch", _MAIN_BLOCK + "for epoch"),
           _JOINED.replace("for epoch", _MAIN_BLOCK + "for epoch"), "DDP914"),
     Flags(TRAINING, _JOINED.replace("        loss.backward()", "        if is_main:\n            loss.backward()"),

@@ -135,5 +135,73 @@ def _log_fetches(torch, DataLoader, MapDatasetFetcher, log: _FetchLog) -> None:
     MapDatasetFetcher.fetch = fetch
 
 
+WRITES_LOG_VAR = "DDPIFY_WRITES_LOG"
+# Audit events that write a file, and the argument that names it.
+_WRITING_EVENTS = {"shutil.copyfile": 1, "os.rename": 1, "os.remove": 0, "ddpify.torch_save": 0}
+
+
+def _log_writes(log_dir: str) -> None:
+    """The one-writer check (tests/script_runs.py, problems_one_writer): every file of the run's
+    folder that this rank opens for writing (`open(p, "w")`, torch.save, json.dump, savefig:
+    they all open it), copies to, renames to or removes is logged to <log folder>/writes-<rank>-
+    <pid>.log, one path a line, through an audit hook, which sees writes by any library."""
+    import sys
+    import threading
+
+    rank = os.environ.get("RANK", "0")
+    folder = os.getcwd()
+    log_dir = os.path.abspath(log_dir)
+    os.makedirs(log_dir, exist_ok=True)
+    log_path = os.path.join(log_dir, f"writes-{rank}-{os.getpid()}.log")
+    writing = threading.local()
+
+    def written(event, args):
+        if event == "open":
+            path, mode, flags = args
+            opens_to_write = any(letter in mode for letter in "wax+") if isinstance(mode, str) else (
+                mode is None and isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
+            return path if opens_to_write else None
+        position = _WRITING_EVENTS.get(event)
+        return None if position is None else args[position]
+
+    def hook(event, args):
+        if getattr(writing, "now", False):
+            return
+        path = written(event, args)
+        if path is None or isinstance(path, int):
+            return
+        path = os.path.abspath(os.fsdecode(path))
+        if not path.startswith(folder + os.sep) or path.startswith(log_dir):
+            return  # the run's own files only: not torch's, not the logs of the checks
+        writing.now = True
+        try:
+            with open(log_path, "a") as log:
+                log.write(path + "\n")
+        finally:
+            writing.now = False
+
+    sys.addaudithook(hook)
+    _audit_torch_saves()
+
+
+def _audit_torch_saves() -> None:
+    """torch.save writes a path through its C++ zip writer, which Python's `open` event never
+    sees: the call itself is announced."""
+    import sys
+
+    import torch
+
+    original_save = torch.save
+
+    def save(obj, f, *args, **kwargs):
+        if isinstance(f, (str, bytes, os.PathLike)):
+            sys.audit("ddpify.torch_save", f)
+        return original_save(obj, f, *args, **kwargs)
+
+    torch.save = save
+
+
+if os.environ.get(WRITES_LOG_VAR):
+    _log_writes(os.environ[WRITES_LOG_VAR])
 if os.environ.get(LOG_DIR_VAR):
     _install(os.environ[LOG_DIR_VAR])
