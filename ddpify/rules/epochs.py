@@ -101,11 +101,11 @@ def plan_external_in_place(facts: Facts, edits: Edits, setup: Plan) -> None:
     for loop, loader in facts.external_inline_loaders.items():
         if not facts.loop_trains(loop):
             continue
-        epoch_loop = next((outer for outer in facts.enclosing_loops(loop) if isinstance(outer.target, cst.Name)), None)
+        epoch_loop = next((outer for outer in facts.enclosing_loops(loop) if epoch_counter(outer)), None)
         if epoch_loop is None:
             continue
         name = facts.free_name("train_loader")
-        epoch = cast(cst.Name, epoch_loop.target).value
+        epoch = cast(str, epoch_counter(epoch_loop))
         code = f"{name} = {edits.code(loader.call)}\n" + SET_EPOCH_EXTERNAL_CODE.format(loader=name, epoch=epoch)
         edits.insert_before(loop, Insertion(edits.statements(code)))
         edits.expressions[cast(cst.Call, loader.call)] = _named(name)
@@ -113,6 +113,26 @@ def plan_external_in_place(facts: Facts, edits: Edits, setup: Plan) -> None:
         setup.partly_sharded_loops[loop] = SHARDED_THERE.format(loader=name)
         edits.report("DDP202", epoch_loop)
 
+
+def epoch_counter(loop: cst.For) -> Optional[str]:
+    """The name that counts the loop's passes, for set_epoch: its target (`for epoch in
+    range(n)`), or the count enumerate hands out over a count (`for idx, epoch in
+    enumerate(range(1, n + 1))`, `for i, epoch in enumerate(tqdm(range(n)))`): an int that
+    grows by one each pass. None for any other loop (`for i, (x, y) in enumerate(loader)` is
+    a pass over batches, never an epoch loop)."""
+    if isinstance(loop.target, cst.Name):
+        return loop.target.value
+    counted = loop.iter
+    if not (isinstance(loop.target, cst.Tuple) and len(loop.target.elements) == 2
+            and isinstance(counted, cst.Call) and dotted_name(counted.func) == "enumerate" and counted.args):
+        return None
+    counter = loop.target.elements[0].value
+    inner: cst.BaseExpression = counted.args[0].value
+    # enumerate over `range(...)`, `trange(...)` or a progress bar around either.
+    while isinstance(inner, cst.Call) and inner.args and (dotted_name(inner.func) or "").split(".")[-1] == "tqdm":
+        inner = inner.args[0].value
+    counts = isinstance(inner, cst.Call) and (dotted_name(inner.func) or "").split(".")[-1] in ("range", "trange")
+    return counter.value if counts and isinstance(counter, cst.Name) else None
 
 def _counts_epochs(facts: Facts, loop: cst.For) -> bool:
     """The loop's target is an integer count: `for epoch in range(...)` (also through
@@ -153,7 +173,7 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
     # pass, whatever loops hold the steps.
     epoch_loops = [] if restarts else _epoch_loops(facts, loader)
     for position, (epoch_loop, name_there) in enumerate(epoch_loops):
-        epoch = cast(cst.Name, epoch_loop.target).value
+        epoch = cast(str, epoch_counter(epoch_loop))
         via_loader = not isinstance(loader, ExternalLoader) and not (
             _self_in_scope(facts, sampler, epoch_loop, loader.function)
             or facts.function_of(epoch_loop) is loader.function)
@@ -426,7 +446,7 @@ def _epoch_loops(facts: Facts, loader: Union[Loader, ExternalLoader]) -> list[tu
     for pass_loop, name_there in facts.epoch_loops(loader.name, loader.function):
         # `for epoch ...: for fold, (train_ids, val_ids) in ...:` the epoch is further out.
         epoch_loop = next((loop for loop in [pass_loop, *facts.enclosing_loops(pass_loop)]
-                           if isinstance(loop.target, cst.Name)), None)
+                           if epoch_counter(loop)), None)
         if epoch_loop is not None and all(epoch_loop is not loop for loop, _ in found):
             found.append((epoch_loop, name_there))
     training: list[tuple[cst.For, str]] = []
@@ -451,7 +471,7 @@ def _loops_around_training_calls(facts: Facts, loader: ExternalLoader) -> list[t
     function = cast(cst.FunctionDef, loader.function)
     found: list[tuple[cst.For, str]] = []
     for call in sorted(facts.calls_of(function), key=facts.start_of):
-        epoch_loop = next((loop for loop in facts.enclosing_loops(call) if isinstance(loop.target, cst.Name)), None)
+        epoch_loop = next((loop for loop in facts.enclosing_loops(call) if epoch_counter(loop)), None)
         # `self.run_epoch(loader, ...)`: a method called on its object fills `self` itself.
         on_object = facts.class_of(function) is not None and isinstance(call.func, cst.Attribute)
         positional = positional_parameters(function)[1 if on_object else 0:]
@@ -721,6 +741,9 @@ CASES = (
     Emits(TRAINING, "DDP202", ("sampler.set_epoch(epoch)",)),
     Emits(TRAINING.replace("for epoch in range(3):\n", "if True:\n"), "DDP211"),
     Silent(TRAINING, "DDP211"),
+    # Epochs counted by enumerate over a count: its count is the epoch.
+    Emits(TRAINING.replace("for epoch in range(3):\n", "for idx, epoch in enumerate(range(1, 4)):\n"), "DDP202",
+          ("sampler.set_epoch(idx)",)),
     # A loader built as the argument of a library's function: sharded, its epochs out of sight.
     Emits(TRAINING.replace("from torch.utils", "from somelib import fine_tune\nfrom torch.utils")
           + "fine_tune(model, DataLoader(dataset, batch_size=4, shuffle=True), optimizer)\n", "DDP211",
