@@ -169,8 +169,10 @@ def _plan_loader(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> Non
     iterable = _iterable_dataset(facts, loader.dataset)
     keys = keyword_names(facts, loader)
     if iterable is not None:
-        edits.report("DDP205", loader.call, f"IterableDataset `{iterable}` is not sharded by "
-                     "DistributedSampler: shard it by rank inside __iter__")
+        how = "shard it by rank inside __iter__" if iterable in facts.iterable_dataset_classes else (
+            "a library's stream: shard it with the library's own by-rank split (datasets' "
+            "split_dataset_by_node, webdataset's split_by_node, a datapipe's sharding_filter)")
+        edits.report("DDP205", loader.call, f"IterableDataset `{iterable}` is not sharded by DistributedSampler: {how}")
     elif "batch_sampler" in keys:
         _report_batch_sampler(facts, edits, loader)
     elif "sampler" in keys and not is_training_loader(facts, loader):
@@ -238,8 +240,17 @@ def _report_batch_sampler(facts: Facts, edits: Edits, loader: Loader) -> None:
         f"the top of each epoch"))
 
 
+# Library calls whose datasets are iterable (a stream, no __getitem__): a DataLoader refuses a
+# sampler for them ("expected unspecified sampler option"), and DistributedSampler asks their
+# len. torchtext's datasets are datapipes since 0.12 (its legacy API lives under
+# torchtext.legacy, and the old `Multi30k.splits(...)` is a method, three names deep).
+_LIBRARY_STREAMS = ("torchtext.datasets.", "webdataset.", "torchdata.datapipes.iter.")
+
+
 def _iterable_dataset(facts: Facts, dataset: Optional[cst.BaseExpression]) -> Optional[str]:
-    """The IterableDataset class the loader reads, if the dataset is one defined here."""
+    """The IterableDataset class the loader reads, if the dataset is one defined here, or the
+    library call that streams it (`Multi30k(split="train")`, `load_dataset(...,
+    streaming=True)`, `wds.WebDataset(urls)`)."""
     values = [dataset] if dataset is not None else []
     name = dotted_name(dataset) if dataset is not None else None
     if name is not None:
@@ -248,7 +259,18 @@ def _iterable_dataset(facts: Facts, dataset: Optional[cst.BaseExpression]) -> Op
         if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and (
                 value.func.value in facts.iterable_dataset_classes):
             return value.func.value
+        if isinstance(value, cst.Call) and _library_stream(facts, value):
+            return dotted_name(value.func)
     return None
+
+
+def _library_stream(facts: Facts, call: cst.Call) -> bool:
+    qualified = next((name for name, calls in facts.calls_named.items() if any(each is call for each in calls)), "")
+    if qualified.startswith(_LIBRARY_STREAMS) and qualified.count(".") == 2:
+        return True
+    streaming = next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "streaming"),
+                     None)
+    return qualified == "datasets.load_dataset" and isinstance(streaming, cst.Name) and streaming.value == "True"
 
 
 STATISTICS_PASS = ("a loader built for training is also read by a statistics pass: under torchrun it "
