@@ -14,7 +14,7 @@ from typing import Optional
 from ddpify import ast_walk
 from ddpify.analysis import names
 from ddpify.diagnostics import Diagnostic, Rule
-from ddpify.rules.cases import TRAINING, Emits
+from ddpify.rules.cases import TRAINING, Emits, Silent
 
 # DDP900, the only code reported here, is a verdict on the whole file: rules/whole_file.py.
 RULES: tuple[Rule, ...] = ()
@@ -37,6 +37,11 @@ _FRAMEWORKS = (
     ("torch.nn.parallel.distributed", ""),
     ("torch.utils.data.distributed", ""),
 )
+# Hogwild (pytorch/examples' mnist_hogwild): processes that torch.multiprocessing starts train one
+# model whose parameters they share (`model.share_memory()`). Already parallel: one DDP replica
+# per process would undo the sharing. A process started without a shared model is not this.
+_HOGWILD_STARTS = ("torch.multiprocessing.Process", "torch.multiprocessing.Pool")
+_HOGWILD = "Hogwild (torch.multiprocessing processes training one shared model)"
 # A file that names none of these words imports none of the frameworks: no walk needed.
 _WORDS = re.compile(r"distributed|accelerate|deepspeed|lightning|horovod|multiprocessing")
 # The calls analysis itself reports as "already distributed": the same line wins here.
@@ -63,6 +68,7 @@ def _uses(tree: ast.Module) -> Iterator[tuple[int, int, str, str]]:
     resolves into a distributing framework."""
     imported: dict[str, str] = {}
     candidates: list[ast.expr] = []
+    shares_memory = False
     for node in ast_walk.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -73,11 +79,14 @@ def _uses(tree: ast.Module) -> Iterator[tuple[int, int, str, str]]:
                     names.add_import_from(imported, node.module, alias.name, alias.asname)
         elif isinstance(node, ast.Call):
             candidates.append(node.func)
+            shares_memory |= isinstance(node.func, ast.Attribute) and node.func.attr == "share_memory"
         elif isinstance(node, ast.ClassDef):
             candidates.extend(node.bases)
     for expression in candidates:
         qualified = _qualified(expression, imported)
         framework = _framework(qualified) if qualified else None
+        if shares_memory and qualified in _HOGWILD_STARTS:
+            framework = _HOGWILD
         if framework is not None and qualified is not None:
             yield expression.lineno, expression.col_offset, framework, qualified
 
@@ -114,4 +123,10 @@ CASES = (
           .replace("for epoch", "accelerator = Accelerator()\n"
                    "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
                    "for epoch"), "DDP900"),
+    # Hogwild: processes started on one model in shared memory.
+    Emits(TRAINING.replace("import torch\n", "import torch\nimport torch.multiprocessing as mp\n", 1)
+          + "model.share_memory()\nmp.Process(target=print, args=(model,)).start()\n", "DDP900"),
+    # A process started without a shared model (a data-preparing worker) is not Hogwild.
+    Silent(TRAINING.replace("import torch\n", "import torch\nimport torch.multiprocessing as mp\n", 1)
+           + "mp.Process(target=print, args=(1,)).start()\n", "DDP900"),
 )
