@@ -7,8 +7,11 @@ each rank's loader yields its share: the scheduler steps len(loader) times an ep
 1/N of its cycle by the last epoch, and the learning rate never anneals. The length is read
 from the loader's sampler instead, as DDP224 does for an epoch cut: `len(loader.sampler)` is
 this rank's share under torchrun and the whole data set as a group of one (its RandomSampler
-or SequentialSampler), so plain `python` keeps the original schedule. Where the loader is not
-built before the length is read, the rewrite has nothing to read from and it is reported.
+or SequentialSampler), so plain `python` keeps the original schedule. OneCycleLR, which raises
+one step past its length, sized by `len(ds) // batch_size` over a loader that keeps its last
+batch, reads `len(loader)` instead: a rank's share (len(ds) / N rounded up) need not divide by
+the batch size where len(ds) does. Where the loader is not built before the length is read,
+the rewrite has nothing to read from and it is reported.
 """
 from typing import Optional
 
@@ -16,7 +19,7 @@ import libcst as cst
 
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Loader
-from ddpify.analysis.nodes import argument_for, dotted_name, find_all
+from ddpify.analysis.nodes import argument_for, dotted_name, find_all, is_false
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, replacement
 from ddpify.options import Options
@@ -37,6 +40,10 @@ RULES = (
          "function), so there is no sampler to read its share from there.",
          "Build the loader first and size the schedule from `len(train_loader)`."),
 )
+
+# Schedules that raise when stepped once past their length (OneCycleLR: "Tried to step N
+# times. The specified number of total steps is M"): a count one short on any rank ends the run.
+RAISES_PAST_ITS_LENGTH = {"torch.optim.lr_scheduler.OneCycleLR"}
 
 # Schedules sized in optimizer steps, by the keywords (and positions) that hold the length.
 SCHEDULES = {
@@ -67,7 +74,9 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
                 value = argument_for(schedule, keyword, position)
                 if value is not None:
                     for length in _lengths_in(facts, value):
-                        _read_from_sampler(facts, edits, length, sharded)
+                        loader = _read_from_sampler(facts, edits, length, sharded)
+                        if loader is not None and qualified in RAISES_PAST_ITS_LENGTH:
+                            _count_the_last_batch(facts, edits, value, length, loader)
 
 
 def batch_size_given(loader: Loader) -> bool:
@@ -87,29 +96,67 @@ def _lengths_in(facts: Facts, value: cst.BaseExpression) -> list[cst.Call]:
             and not call.args[0].star]
 
 
-def _read_from_sampler(facts: Facts, edits: Edits, length: cst.Call, sharded: list[Loader]) -> None:
+def _read_from_sampler(facts: Facts, edits: Edits, length: cst.Call,
+                       sharded: list[Loader]) -> Optional[tuple[str, Loader]]:
+    """Rewrites `len(ds)` to `len(loader.sampler)`; the loader's name where it is read, and
+    the loader, when it did."""
     held = _held_loader(facts, length, sharded)
     if held is not None:  # `len(loader.dataset)` of a name that holds the loader where it is read
-        edits.expressions[length] = replacement(edits, f"len({held}.sampler)")
+        edits.expressions[length] = replacement(edits, f"len({held[0]}.sampler)")
         edits.standalone.add(length)
         edits.report("DDP413", length)
-        return
+        return held
     loader = _loader_measured(facts, length.args[0].value, sharded)
     if loader is None:
-        return
+        return None
     if loader.function is not facts.function_of(length) or facts.start_of(loader.statement) > facts.start_of(length):
         edits.report("DDP414", length, (
             f"a schedule's length in steps counts the whole data set: `{edits.code(length)}` is read before "
             f"`{loader.name}` is built, and under torchrun each rank steps only its share of the batches, so "
             f"the schedule would run 1/N of its cycle: build `{loader.name}` first and size the schedule "
             f"from `len({loader.name}.sampler)` (or `len({loader.name})`)"))
-        return
+        return None
     edits.expressions[length] = replacement(edits, f"len({loader.name}.sampler)")
     edits.standalone.add(length)
     edits.report("DDP413", length)
+    return loader.name, loader
 
 
-def _held_loader(facts: Facts, length: cst.Call, sharded: list[Loader]) -> Optional[str]:
+def _count_the_last_batch(facts: Facts, edits: Edits, value: cst.BaseExpression, length: cst.Call,
+                          read: tuple[str, Loader]) -> None:
+    """Rule: `len(ds) // batch_size` (or `epochs * len(ds) // batch_size`) sizing a schedule
+    that raises past its length, over a sharded loader that keeps its last, partial batch and
+    is given that same batch size, becomes `len(loader)` (`epochs * len(loader)`). A rank's
+    share is len(ds) / N rounded up, which the batch size need not divide even where it divides
+    len(ds): the floor would count one step short on every rank (512 samples, batches of 32, 3
+    ranks: 171 each, 5 counted, 6 made) and OneCycleLR would raise in the last epoch. As a
+    group of one `len(loader)` is len(ds) / batch_size rounded up: the original's count wherever
+    the original ran to the end (the batch size divides len(ds); else it raised there too)."""
+    name, loader = read
+    drop_last = loader.keywords.get("drop_last")
+    size = loader.keywords.get("batch_size")
+    if drop_last is not None and not is_false(drop_last.value) or size is None:
+        return  # whole batches only: the floor is the count on every rank
+    roots = [value]
+    if isinstance(value, cst.Name) and len(facts.assigned_values.get(value.value, ())) == 1:
+        roots.append(facts.assigned_values[value.value][0])
+    divisions = [division for root in roots for division in find_all(root, cst.BinaryOperation)
+                 if isinstance(division.operator, cst.FloorDivide)
+                 and edits.code(division.right) == edits.code(size.value)]
+    for division in divisions:
+        left = division.left
+        if left is length:
+            rewritten = f"len({name})"
+        elif isinstance(left, cst.BinaryOperation) and isinstance(left.operator, cst.Multiply) and left.right is length:
+            rewritten = f"{edits.code(left.left)} * len({name})"  # `epochs * len(ds) // batch_size`
+        else:
+            continue
+        edits.expressions.pop(length, None)
+        edits.expressions[division] = replacement(edits, rewritten)
+        edits.standalone.add(division)
+
+
+def _held_loader(facts: Facts, length: cst.Call, sharded: list[Loader]) -> Optional[tuple[str, Loader]]:
     """`holder` for `len(holder.dataset)`, where `holder` holds a sharded training loader in the
     function of the call (the loader handed in as a parameter, `self.train_loader`)."""
     name = dotted_name(length.args[0].value)
@@ -120,7 +167,7 @@ def _held_loader(facts: Facts, length: cst.Call, sharded: list[Loader]) -> Optio
     for loader in sharded:
         holders = facts.loader_holders_of(loader)
         if (function, holder) in holders or (None, holder) in holders and not facts.binds_locally(function, holder):
-            return holder
+            return holder, loader
     return None
 
 
@@ -156,8 +203,13 @@ _SCHEDULER = "scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.1, ep
 _ONE_CYCLE = TRAINING.replace("for epoch in range(3):", _SCHEDULER + "for epoch in range(3):").replace(
     "        optimizer.step()\n", "        optimizer.step()\n        scheduler.step()\n")
 CASES = (
-    Emits(_ONE_CYCLE.format(length="len(dataset) // 8"), "DDP413", ("steps_per_epoch=len(loader.sampler) // 8",)),
-    Emits(_ONE_CYCLE.format(length="len(loader.dataset) // 8"), "DDP413", ("len(loader.sampler) // 8",)),
+    # OneCycleLR raises one step past its length: a rank's share need not divide by the batch size.
+    Emits(_ONE_CYCLE.format(length="len(dataset) // 8"), "DDP413", ("steps_per_epoch=len(loader))",)),
+    Emits(_ONE_CYCLE.format(length="len(loader.dataset) // 8"), "DDP413", ("steps_per_epoch=len(loader))",)),
+    # Whole batches only, or a divisor that is not the loader's batch size: the share's floor.
+    Emits(_ONE_CYCLE.format(length="len(dataset) // 8").replace("shuffle=True)", "shuffle=True, drop_last=True)"),
+          "DDP413", ("steps_per_epoch=len(loader.sampler) // 8",)),
+    Emits(_ONE_CYCLE.format(length="len(dataset) // 4"), "DDP413", ("steps_per_epoch=len(loader.sampler) // 4",)),
     Silent(_ONE_CYCLE.format(length="len(loader)"), "DDP413"),
     # --keep-global-batch divides the batch instead: as many steps an epoch on each rank as before.
     Silent(_ONE_CYCLE.format(length="len(dataset) // 8"), "DDP413", Options(keep_global_batch=True)),
