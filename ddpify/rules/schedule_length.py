@@ -32,7 +32,9 @@ RULES = (
          "batch size (`OneCycleLR(..., steps_per_epoch=len(train_ds) // batch_size)`). Sharded, "
          "each rank steps only len(loader) times an epoch, so the schedule would run 1/N of its "
          "cycle and the learning rate would never anneal. The length is read from the loader's "
-         "sampler instead: this rank's share under torchrun, the whole data set as a group of one.",
+         "sampler instead: this rank's share under torchrun, the whole data set as a group of one. "
+         "OneCycleLR sized by `len(ds) // batch_size` over a loader that keeps its last batch reads "
+         "`len(loader)`: a rank's share need not divide by the batch size, and one step short it raises.",
          "Nothing to do; `steps_per_epoch=len(train_loader)` says the same in one place."),
     Rule("DDP414", Severity.WARNING,
          "a schedule's length in steps counts the whole data set, read before its loader is built",
