@@ -126,7 +126,8 @@ def _read_from_sampler(facts: Facts, edits: Edits, length: cst.Call,
 
 def _count_the_last_batch(facts: Facts, edits: Edits, value: cst.BaseExpression, length: cst.Call,
                           read: tuple[str, Loader]) -> None:
-    """Rule: `len(ds) // batch_size` (or `epochs * len(ds) // batch_size`) sizing a schedule
+    """Rule: `len(ds) // batch_size`, `int(len(ds) / batch_size)` (or `epochs * len(ds) //
+    batch_size`) sizing a schedule
     that raises past its length, over a sharded loader that keeps its last, partial batch and
     is given that same batch size, becomes `len(loader)` (`epochs * len(loader)`). A rank's
     share is len(ds) / N rounded up, which the batch size need not divide even where it divides
@@ -142,20 +143,35 @@ def _count_the_last_batch(facts: Facts, edits: Edits, value: cst.BaseExpression,
     roots = [value]
     if isinstance(value, cst.Name) and len(facts.assigned_values.get(value.value, ())) == 1:
         roots.append(facts.assigned_values[value.value][0])
-    divisions = [division for root in roots for division in find_all(root, cst.BinaryOperation)
-                 if isinstance(division.operator, cst.FloorDivide)
-                 and edits.code(division.right) == edits.code(size.value)]
-    for division in divisions:
-        left = division.left
-        if left is length:
-            rewritten = f"len({name})"
-        elif isinstance(left, cst.BinaryOperation) and isinstance(left.operator, cst.Multiply) and left.right is length:
-            rewritten = f"{edits.code(left.left)} * len({name})"  # `epochs * len(ds) // batch_size`
-        else:
+    for root in roots:
+        for counted, rewritten in _floors_of(edits, root, length, edits.code(size.value), name):
+            edits.expressions.pop(length, None)
+            edits.expressions[counted] = replacement(edits, rewritten)
+            edits.standalone.add(counted)
+
+
+def _floors_of(edits: Edits, root: cst.CSTNode, length: cst.Call, size: str,
+               name: str) -> list[tuple[cst.BaseExpression, str]]:
+    """The expressions in `root` that floor `length` over the batch size `size`, with what each
+    becomes: `len(ds) // size` and `int(len(ds) / size)` -> `len(loader)`, and
+    `epochs * len(ds) // size` -> `epochs * len(loader)`."""
+    found: list[tuple[cst.BaseExpression, str]] = []
+    for division in find_all(root, cst.BinaryOperation):
+        if edits.code(division.right) != size:
             continue
-        edits.expressions.pop(length, None)
-        edits.expressions[division] = replacement(edits, rewritten)
-        edits.standalone.add(division)
+        left = division.left
+        if isinstance(division.operator, cst.FloorDivide) and left is length:
+            found.append((division, f"len({name})"))
+        elif isinstance(division.operator, cst.FloorDivide) and isinstance(left, cst.BinaryOperation) and isinstance(
+                left.operator, cst.Multiply) and left.right is length:
+            found.append((division, f"{edits.code(left.left)} * len({name})"))
+    for call in find_all(root, cst.Call):
+        if isinstance(call.func, cst.Name) and call.func.value == "int" and len(call.args) == 1:
+            inner = call.args[0].value
+            if isinstance(inner, cst.BinaryOperation) and isinstance(inner.operator, cst.Divide) and (
+                    inner.left is length and edits.code(inner.right) == size):
+                found.append((call, f"len({name})"))
+    return found
 
 
 def _held_loader(facts: Facts, length: cst.Call, sharded: list[Loader]) -> Optional[tuple[str, Loader]]:
@@ -212,6 +228,7 @@ CASES = (
     Emits(_ONE_CYCLE.format(length="len(dataset) // 8").replace("shuffle=True)", "shuffle=True, drop_last=True)"),
           "DDP413", ("steps_per_epoch=len(loader.sampler) // 8",)),
     Emits(_ONE_CYCLE.format(length="len(dataset) // 4"), "DDP413", ("steps_per_epoch=len(loader.sampler) // 4",)),
+    Emits(_ONE_CYCLE.format(length="int(len(dataset) / 8)"), "DDP413", ("steps_per_epoch=len(loader))",)),
     Silent(_ONE_CYCLE.format(length="len(loader)"), "DDP413"),
     # --keep-global-batch divides the batch instead: as many steps an epoch on each rank as before.
     Silent(_ONE_CYCLE.format(length="len(dataset) // 8"), "DDP413", Options(keep_global_batch=True)),
