@@ -7,8 +7,11 @@ each rank's loader yields its share: the scheduler steps len(loader) times an ep
 1/N of its cycle by the last epoch, and the learning rate never anneals. The length is read
 from the loader's sampler instead, as DDP224 does for an epoch cut: `len(loader.sampler)` is
 this rank's share under torchrun and the whole data set as a group of one (its RandomSampler
-or SequentialSampler), so plain `python` keeps the original schedule. Where the loader is not
-built before the length is read, the rewrite has nothing to read from and it is reported.
+or SequentialSampler), so plain `python` keeps the original schedule. OneCycleLR, which raises
+one step past its length, sized by `len(ds) // batch_size` over a loader that keeps its last
+batch, reads `len(loader)` instead: a rank's share (len(ds) / N rounded up) need not divide by
+the batch size where len(ds) does. Where the loader is not built before the length is read,
+the rewrite has nothing to read from and it is reported.
 """
 from typing import Optional
 
@@ -16,7 +19,7 @@ import libcst as cst
 
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Loader
-from ddpify.analysis.nodes import argument_for, dotted_name, find_all
+from ddpify.analysis.nodes import argument_for, dotted_name, find_all, is_false
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, replacement
 from ddpify.options import Options
@@ -29,7 +32,9 @@ RULES = (
          "batch size (`OneCycleLR(..., steps_per_epoch=len(train_ds) // batch_size)`). Sharded, "
          "each rank steps only len(loader) times an epoch, so the schedule would run 1/N of its "
          "cycle and the learning rate would never anneal. The length is read from the loader's "
-         "sampler instead: this rank's share under torchrun, the whole data set as a group of one.",
+         "sampler instead: this rank's share under torchrun, the whole data set as a group of one. "
+         "OneCycleLR sized by `len(ds) // batch_size` over a loader that keeps its last batch reads "
+         "`len(loader)`: a rank's share need not divide by the batch size, and one step short it raises.",
          "Nothing to do; `steps_per_epoch=len(train_loader)` says the same in one place."),
     Rule("DDP414", Severity.WARNING,
          "a schedule's length in steps counts the whole data set, read before its loader is built",
@@ -37,6 +42,10 @@ RULES = (
          "function), so there is no sampler to read its share from there.",
          "Build the loader first and size the schedule from `len(train_loader)`."),
 )
+
+# Schedules that raise when stepped once past their length (OneCycleLR: "Tried to step N
+# times. The specified number of total steps is M"): a count one short on any rank ends the run.
+RAISES_PAST_ITS_LENGTH = {"torch.optim.lr_scheduler.OneCycleLR"}
 
 # Schedules sized in optimizer steps, by the keywords (and positions) that hold the length.
 SCHEDULES = {
@@ -67,7 +76,9 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
                 value = argument_for(schedule, keyword, position)
                 if value is not None:
                     for length in _lengths_in(facts, value):
-                        _read_from_sampler(facts, edits, length, sharded)
+                        loader = _read_from_sampler(facts, edits, length, sharded)
+                        if loader is not None and qualified in RAISES_PAST_ITS_LENGTH:
+                            _count_the_last_batch(facts, edits, value, length, loader)
 
 
 def batch_size_given(loader: Loader) -> bool:
@@ -87,29 +98,83 @@ def _lengths_in(facts: Facts, value: cst.BaseExpression) -> list[cst.Call]:
             and not call.args[0].star]
 
 
-def _read_from_sampler(facts: Facts, edits: Edits, length: cst.Call, sharded: list[Loader]) -> None:
+def _read_from_sampler(facts: Facts, edits: Edits, length: cst.Call,
+                       sharded: list[Loader]) -> Optional[tuple[str, Loader]]:
+    """Rewrites `len(ds)` to `len(loader.sampler)`; the loader's name where it is read, and
+    the loader, when it did."""
     held = _held_loader(facts, length, sharded)
     if held is not None:  # `len(loader.dataset)` of a name that holds the loader where it is read
-        edits.expressions[length] = replacement(edits, f"len({held}.sampler)")
+        edits.expressions[length] = replacement(edits, f"len({held[0]}.sampler)")
         edits.standalone.add(length)
         edits.report("DDP413", length)
-        return
+        return held
     loader = _loader_measured(facts, length.args[0].value, sharded)
     if loader is None:
-        return
+        return None
     if loader.function is not facts.function_of(length) or facts.start_of(loader.statement) > facts.start_of(length):
         edits.report("DDP414", length, (
             f"a schedule's length in steps counts the whole data set: `{edits.code(length)}` is read before "
             f"`{loader.name}` is built, and under torchrun each rank steps only its share of the batches, so "
             f"the schedule would run 1/N of its cycle: build `{loader.name}` first and size the schedule "
             f"from `len({loader.name}.sampler)` (or `len({loader.name})`)"))
-        return
+        return None
     edits.expressions[length] = replacement(edits, f"len({loader.name}.sampler)")
     edits.standalone.add(length)
     edits.report("DDP413", length)
+    return loader.name, loader
 
 
-def _held_loader(facts: Facts, length: cst.Call, sharded: list[Loader]) -> Optional[str]:
+def _count_the_last_batch(facts: Facts, edits: Edits, value: cst.BaseExpression, length: cst.Call,
+                          read: tuple[str, Loader]) -> None:
+    """Rule: `len(ds) // batch_size`, `int(len(ds) / batch_size)` (or `epochs * len(ds) //
+    batch_size`) sizing a schedule
+    that raises past its length, over a sharded loader that keeps its last, partial batch and
+    is given that same batch size, becomes `len(loader)` (`epochs * len(loader)`). A rank's
+    share is len(ds) / N rounded up, which the batch size need not divide even where it divides
+    len(ds): the floor would count one step short on every rank (512 samples, batches of 32, 3
+    ranks: 171 each, 5 counted, 6 made) and OneCycleLR would raise in the last epoch. As a
+    group of one `len(loader)` is len(ds) / batch_size rounded up: the original's count wherever
+    the original ran to the end (the batch size divides len(ds); else it raised there too)."""
+    name, loader = read
+    drop_last = loader.keywords.get("drop_last")
+    size = loader.keywords.get("batch_size")
+    if drop_last is not None and not is_false(drop_last.value) or size is None:
+        return  # whole batches only: the floor is the count on every rank
+    roots = [value]
+    if isinstance(value, cst.Name) and len(facts.assigned_values.get(value.value, ())) == 1:
+        roots.append(facts.assigned_values[value.value][0])
+    for root in roots:
+        for counted, rewritten in _floors_of(edits, root, length, edits.code(size.value), name):
+            edits.expressions.pop(length, None)
+            edits.expressions[counted] = replacement(edits, rewritten)
+            edits.standalone.add(counted)
+
+
+def _floors_of(edits: Edits, root: cst.CSTNode, length: cst.Call, size: str,
+               name: str) -> list[tuple[cst.BaseExpression, str]]:
+    """The expressions in `root` that floor `length` over the batch size `size`, with what each
+    becomes: `len(ds) // size` and `int(len(ds) / size)` -> `len(loader)`, and
+    `epochs * len(ds) // size` -> `epochs * len(loader)`."""
+    found: list[tuple[cst.BaseExpression, str]] = []
+    for division in find_all(root, cst.BinaryOperation):
+        if edits.code(division.right) != size:
+            continue
+        left = division.left
+        if isinstance(division.operator, cst.FloorDivide) and left is length:
+            found.append((division, f"len({name})"))
+        elif isinstance(division.operator, cst.FloorDivide) and isinstance(left, cst.BinaryOperation) and isinstance(
+                left.operator, cst.Multiply) and left.right is length:
+            found.append((division, f"{edits.code(left.left)} * len({name})"))
+    for call in find_all(root, cst.Call):
+        if isinstance(call.func, cst.Name) and call.func.value == "int" and len(call.args) == 1:
+            inner = call.args[0].value
+            if isinstance(inner, cst.BinaryOperation) and isinstance(inner.operator, cst.Divide) and (
+                    inner.left is length and edits.code(inner.right) == size):
+                found.append((call, f"len({name})"))
+    return found
+
+
+def _held_loader(facts: Facts, length: cst.Call, sharded: list[Loader]) -> Optional[tuple[str, Loader]]:
     """`holder` for `len(holder.dataset)`, where `holder` holds a sharded training loader in the
     function of the call (the loader handed in as a parameter, `self.train_loader`)."""
     name = dotted_name(length.args[0].value)
@@ -120,7 +185,7 @@ def _held_loader(facts: Facts, length: cst.Call, sharded: list[Loader]) -> Optio
     for loader in sharded:
         holders = facts.loader_holders_of(loader)
         if (function, holder) in holders or (None, holder) in holders and not facts.binds_locally(function, holder):
-            return holder
+            return holder, loader
     return None
 
 
@@ -156,8 +221,14 @@ _SCHEDULER = "scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.1, ep
 _ONE_CYCLE = TRAINING.replace("for epoch in range(3):", _SCHEDULER + "for epoch in range(3):").replace(
     "        optimizer.step()\n", "        optimizer.step()\n        scheduler.step()\n")
 CASES = (
-    Emits(_ONE_CYCLE.format(length="len(dataset) // 8"), "DDP413", ("steps_per_epoch=len(loader.sampler) // 8",)),
-    Emits(_ONE_CYCLE.format(length="len(loader.dataset) // 8"), "DDP413", ("len(loader.sampler) // 8",)),
+    # OneCycleLR raises one step past its length: a rank's share need not divide by the batch size.
+    Emits(_ONE_CYCLE.format(length="len(dataset) // 8"), "DDP413", ("steps_per_epoch=len(loader))",)),
+    Emits(_ONE_CYCLE.format(length="len(loader.dataset) // 8"), "DDP413", ("steps_per_epoch=len(loader))",)),
+    # Whole batches only, or a divisor that is not the loader's batch size: the share's floor.
+    Emits(_ONE_CYCLE.format(length="len(dataset) // 8").replace("shuffle=True)", "shuffle=True, drop_last=True)"),
+          "DDP413", ("steps_per_epoch=len(loader.sampler) // 8",)),
+    Emits(_ONE_CYCLE.format(length="len(dataset) // 4"), "DDP413", ("steps_per_epoch=len(loader.sampler) // 4",)),
+    Emits(_ONE_CYCLE.format(length="int(len(dataset) / 8)"), "DDP413", ("steps_per_epoch=len(loader))",)),
     Silent(_ONE_CYCLE.format(length="len(loader)"), "DDP413"),
     # --keep-global-batch divides the batch instead: as many steps an epoch on each rank as before.
     Silent(_ONE_CYCLE.format(length="len(dataset) // 8"), "DDP413", Options(keep_global_batch=True)),
