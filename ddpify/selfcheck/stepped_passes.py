@@ -4,16 +4,17 @@ optimizer steps, visible in the file, is a training loader, whatever the migrati
 Rule (conservative, stdlib `ast` only): a pass over a loader steps when a `for` loop over it
 (by its name, through `enumerate`/`tqdm`/`zip` around it; in the function that builds it, or in
 a function of this file it is handed to, or through a function returning it in a tuple) holds,
-outside any `if` that tests a parameter of its function:
-- `x.backward()`, or `.step()` on an optimizer (a name bound to a call given `.parameters()`);
+outside any `if` (or `try`, `while`) of its body:
+- `.step()` on an optimizer (a name bound to a call given `.parameters()`, or named so), or
+  `scaler.step(optimizer)` (not backward() alone: FGSM takes the gradient of its inputs);
 - a call of a function of this file that does (a step function called per batch);
 - a call of a parameter of its function, to which the call handing the loader hands a step
   function: one of this file, `functools.partial` of one, a lambda calling one, a method of a
   class of this file that steps, or a name bound to a call handed the optimizer (`update =
   make_update(model, optimizer)`: the callable it makes steps that optimizer).
-A loop whose step sits under an `if` testing a parameter (`run_epoch(model, val_loader)` with
-`if training: optimizer.step()`) is not read as stepping: which calls train is the migration's
-to tell (call_modes.py), and this check does not second-guess it.
+A loop whose step sits under an `if` (`run_epoch(model, val_loader)` with `if training:
+optimizer.step()`, `if phase == "train":`) is not read as stepping: which passes train there is
+the migration's to tell (call_modes.py, phase loops), and this check does not second-guess it.
 """
 import ast
 from collections.abc import Iterator
@@ -48,7 +49,7 @@ class _StepReading:
     def loop_steps(self, loop: ast.AST, function: Optional[Function], handing: Optional[ast.Call]) -> bool:
         parameters = _parameters(function) if function is not None else set()
         for node in ast_walk.walk(loop):
-            if not isinstance(node, ast.Call) or self._under_a_parameter_test(node, loop, parameters):
+            if not isinstance(node, ast.Call) or self._under_a_test(node, loop):
                 continue
             if self.steps_here(node, 0):
                 return True
@@ -59,19 +60,24 @@ class _StepReading:
         return False
 
     def steps_here(self, call: ast.Call, depth: int) -> bool:
-        """`loss.backward()`, `optimizer.step()`, or a call of a function of this file that steps."""
-        if isinstance(call.func, ast.Attribute) and call.func.attr == "backward":
-            return True
-        if isinstance(call.func, ast.Attribute) and call.func.attr == "step" and (
-                dotted(call.func.value) in self.optimizers or "optim" in (dotted(call.func.value) or "").lower()):
-            return True
+        """`optimizer.step()`, or a call of a function of this file that steps. (Not backward()
+        alone: an FGSM evaluation takes the gradient of its inputs and steps nothing.)"""
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "step" and any(
+                self._is_optimizer(each) for each in [call.func.value, *call.args]):
+            return True  # `optimizer.step()`, `scaler.step(optimizer)`
         called = last_part(call.func) if isinstance(call.func, (ast.Name, ast.Attribute)) else None
         function = self.definitions.get(called or "")
         return function is not None and depth < 3 and self.function_steps(function, depth + 1)
 
+    def _is_optimizer(self, value: ast.AST) -> bool:
+        name = dotted(value) or ""
+        return name in self.optimizers or "optim" in name.rsplit(".", 1)[-1].lower()
+
     def function_steps(self, function: ast.AST, depth: int) -> bool:
-        """The function's body, nested functions included, steps (a factory of a step closure)."""
-        return any(isinstance(node, ast.Call) and self.steps_here(node, depth) for node in ast_walk.walk(function))
+        """The function's body, nested functions included, steps outside any `if` (a factory of a
+        step closure too; `if train: optimizer.step()` depends on the call)."""
+        return any(isinstance(node, ast.Call) and not self._under_a_test(node, function)
+                   and self.steps_here(node, depth) for node in ast_walk.walk(function))
 
     def is_step_callable(self, value: Optional[ast.AST], depth: int) -> bool:
         if value is None or depth > 3:
@@ -99,11 +105,13 @@ class _StepReading:
             return True
         return any(dotted(arg) in self.optimizers for arg in [*made.args, *(k.value for k in made.keywords)])
 
-    def _under_a_parameter_test(self, node: ast.AST, loop: ast.AST, parameters: set[str]) -> bool:
+    def _under_a_test(self, node: ast.AST, loop: ast.AST) -> bool:
+        """Inside an `if` of the loop's body: `if training:`, `if phase == "train":` may skip it
+        on this pass, which the migration decides (call_modes.py, phase loops)."""
         for ancestor in self.source.ancestors(node):
             if ancestor is loop:
                 return False
-            if isinstance(ancestor, (ast.If, ast.IfExp)) and parameters & _names(ancestor.test):
+            if isinstance(ancestor, (ast.If, ast.IfExp, ast.While, ast.Try, ast.BoolOp)):
                 return True
         return False
 
@@ -113,8 +121,8 @@ def _holders(source: Source, loader: ast.Call) -> Iterator[tuple[Optional[Functi
     the parameter of each function of this file it is handed to, and the names a caller unpacks
     it into from a returned tuple."""
     statement = source.statement_of(loader)
-    if not isinstance(statement, ast.Assign):
-        return
+    if not isinstance(statement, ast.Assign) or statement.value is not loader:
+        return  # (an entry of a dict of loaders: the name holds the dict, not this loader)
     built_in = _function_of(source, statement)
     held: list[tuple[Optional[Function], str, Optional[ast.Call]]] = [
         (built_in, name, None) for name in _targets(statement)]
