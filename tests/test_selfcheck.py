@@ -1154,7 +1154,6 @@ def test_a_deleted_move_of_the_model_is_found_in_each_spelling(original_move, ke
     assert "DDP910" in codes(original, bad)
 
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "data"
 
 
 @pytest.mark.parametrize("case, sampler_keyword, loader_line, evaluation_lines", [
@@ -1170,8 +1169,8 @@ def test_a_loader_whose_pass_steps_through_a_handed_function_is_not_left_whole(c
                                                                               evaluation_lines):
     """The output of an analysis that took the training loader for an evaluation one
     (MLPA-DKU/GazeEstimation's shape): the self-check's own reading sees the step."""
-    original = (FIXTURES / case / "input.py").read_text()
-    expected = (FIXTURES / case / "expected.py").read_text()
+    original = (FIXTURES / "data" / case / "input.py").read_text()
+    expected = (FIXTURES / "data" / case / "expected.py").read_text()
     # The evaluation loader, left whole (DDP203), passes: the step function it is handed does not step.
     left_whole = [Diagnostic("DDP203", line, 10, "left whole") for line in [loader_line, *evaluation_lines]]
     assert codes(original, expected, left_whole) == []
