@@ -1164,6 +1164,8 @@ def test_a_deleted_move_of_the_model_is_found_in_each_spelling(original_move, ke
     # A bound method of a class that steps, and functools.partial of a function that steps.
     ("bound_step_method_and_partial_handed_to_fit", ", sampler=sampler)", 39, []),
     ("bound_step_method_and_partial_handed_to_fit", ", sampler=head_sampler)", 40, []),
+    # Step closures from two factories handed to one batch pass (Deep Learning with PyTorch Step-by-Step's shape).
+    ("step_closures_from_factories_handed_to_one_shared_batch_pass", ", sampler=train_sampler\n", 38, [39]),
 ])
 def test_a_loader_whose_pass_steps_through_a_handed_function_is_not_left_whole(case, sampler_keyword, loader_line,
                                                                               evaluation_lines):
@@ -1174,5 +1176,6 @@ def test_a_loader_whose_pass_steps_through_a_handed_function_is_not_left_whole(c
     # The evaluation loader, left whole (DDP203), passes: the step function it is handed does not step.
     left_whole = [Diagnostic("DDP203", line, 10, "left whole") for line in [loader_line, *evaluation_lines]]
     assert codes(original, expected, left_whole) == []
-    broken = planted(sampler_keyword, "" if sampler_keyword.endswith("\n") else ")", expected)
+    # The keyword dropped, with its own line, or with what follows it on the loader's line kept.
+    broken = planted(sampler_keyword, sampler_keyword[-1] if sampler_keyword.startswith(",") else "", expected)
     assert codes(original, broken, left_whole) == ["DDP938"]
