@@ -1166,6 +1166,8 @@ def test_a_deleted_move_of_the_model_is_found_in_each_spelling(original_move, ke
     ("bound_step_method_and_partial_handed_to_fit", ", sampler=head_sampler)", 40, []),
     # Step closures from two factories handed to one batch pass (Deep Learning with PyTorch Step-by-Step's shape).
     ("step_closures_from_factories_handed_to_one_shared_batch_pass", ", sampler=train_sampler\n", 38, [39]),
+    # Closures of main handed to a method of a class of the file, called on its object.
+    ("step_closures_of_main_handed_to_a_runner_method", "        sampler=train_sampler,\n", 34, [35]),
 ])
 def test_a_loader_whose_pass_steps_through_a_handed_function_is_not_left_whole(case, sampler_keyword, loader_line,
                                                                               evaluation_lines):

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Optional
 
 import libcst as cst
 
-from ddpify.analysis.nodes import calls_within, dotted_name, handed_for, parameter_names
+from ddpify.analysis.nodes import argument_among, calls_within, dotted_name, parameter_names, positional_parameters
 
 if TYPE_CHECKING:
     from ddpify.analysis.values import ValueFlow as FactRecord
@@ -38,7 +38,7 @@ def mark_passes_handed_a_step(facts: "FactRecord", training: set[cst.FunctionDef
             called = {name for call in calls_within(loop.body)
                       if (name := dotted_name(call.func)) in parameters}
             handed = {parameter for parameter in called for call in facts.calls_of(function)
-                      if is_step_callable(facts, handed_for(call, function, parameter), stepping)}
+                      if is_step_callable(facts, _handed(call, function, parameter), stepping)}
             if not handed:
                 continue
             facts.loops_calling_training.add(loop)
@@ -50,8 +50,17 @@ def mark_passes_handed_a_step(facts: "FactRecord", training: set[cst.FunctionDef
 def hands_a_step(facts: "FactRecord", callee: cst.FunctionDef, call: cst.Call) -> bool:
     """The call hands one of the callee's step parameters a step function."""
     stepping = _functions_holding_steps(facts)
-    return any(is_step_callable(facts, handed_for(call, callee, parameter), stepping)
+    return any(is_step_callable(facts, _handed(call, callee, parameter), stepping)
                for parameter in facts.step_parameters.get(callee, ()))
+
+
+def _handed(call: cst.Call, function: cst.FunctionDef, parameter: str) -> Optional[cst.BaseExpression]:
+    """What the call hands the parameter; a method called on its object (`runner.run_epoch(loader,
+    step)`) takes its arguments after `self`."""
+    positional = positional_parameters(function)
+    if positional[:1] in (["self"], ["cls"]) and isinstance(call.func, cst.Attribute):
+        positional = positional[1:]
+    return argument_among(call, parameter, positional)
 
 
 def _functions_holding_steps(facts: "FactRecord") -> set[cst.FunctionDef]:

@@ -168,13 +168,28 @@ def _loops_over(source: Source, function: Optional[Function], name: str) -> Iter
 
 
 def _definition(source: Source, call: ast.Call) -> Optional[Function]:
-    if not isinstance(call.func, ast.Name):
-        return None
-    return next((node for node in source.tree.body if isinstance(node, FUNCTIONS) and node.name == call.func.id), None)
+    """A top-level function of the file by its name, or the one method of the file's classes so
+    named (`runner.run_epoch(loader, step)`)."""
+    if isinstance(call.func, ast.Name):
+        return next((node for node in source.tree.body
+                     if isinstance(node, FUNCTIONS) and node.name == call.func.id), None)
+    if isinstance(call.func, ast.Attribute):
+        methods = [node for owner in source.tree.body if isinstance(owner, ast.ClassDef)
+                   for node in owner.body if isinstance(node, FUNCTIONS) and node.name == call.func.attr]
+        return methods[0] if len(methods) == 1 else None
+    return None
+
+
+def _positional(call: ast.Call, callee: Function) -> list[str]:
+    """The parameters the call fills by position: after `self` for a method called on its object."""
+    positional = [arg.arg for arg in [*callee.args.posonlyargs, *callee.args.args]]
+    if positional[:1] in (["self"], ["cls"]) and isinstance(call.func, ast.Attribute):
+        return positional[1:]
+    return positional
 
 
 def _parameters_given(call: ast.Call, callee: Function, name: str) -> list[str]:
-    positional = [arg.arg for arg in [*callee.args.posonlyargs, *callee.args.args]]
+    positional = _positional(call, callee)
     given = [positional[index] for index, arg in enumerate(call.args)
              if index < len(positional) and isinstance(arg, ast.Name) and arg.id == name]
     given += [keyword.arg for keyword in call.keywords
@@ -186,7 +201,7 @@ def _handed(call: ast.Call, callee: Function, parameter: str) -> Optional[ast.AS
     for keyword in call.keywords:
         if keyword.arg == parameter:
             return keyword.value
-    positional = [arg.arg for arg in [*callee.args.posonlyargs, *callee.args.args]]
+    positional = _positional(call, callee)
     index = positional.index(parameter) if parameter in positional else None
     if index is not None and index < len(call.args) and not isinstance(call.args[index], ast.Starred):
         return call.args[index]
