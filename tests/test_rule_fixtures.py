@@ -13,6 +13,8 @@ from ddpify.rules.registry import RULES
 # Codes without a fixture. Remove a code from here when a fixture shows it (the test below
 # fails on a code listed here that a fixture shows); add one only with its reason.
 WITHOUT_A_FIXTURE = {
+    "DDP938": "self-check: needs the migration's DDP203 naming the loader, which a Flags case cannot give: "
+              "broken outputs of fixtures data/step_* and data/bound_step_* in tests/test_selfcheck.py",
     # Reported where the core could not migrate something, in shapes no fixture holds yet.
     "DDP008": "device compared with a string once the device became a torch.device; a string "
               "device now stays a string (fixture device_string_comparisons), so no test names the code",

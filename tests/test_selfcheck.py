@@ -332,7 +332,9 @@ def test_a_diagnostic_found_in_the_output_names_the_original_line():
 def test_a_loader_left_whole_passes_when_a_diagnostic_names_it():
     migrated = with_defect("sampler dropped")
     loader_line = ORIGINAL.splitlines().index("loader = DataLoader(dataset, batch_size=8, shuffle=True)") + 1
-    assert codes(ORIGINAL, migrated, [Diagnostic("DDP203", loader_line, 10, "left whole")]) == []
+    assert codes(ORIGINAL, migrated, [Diagnostic("DDP207", loader_line, 10, "sampler kept")]) == []
+    # Called an evaluation loader (DDP203), but its pass steps the optimizer: every rank trains on all of it.
+    assert codes(ORIGINAL, migrated, [Diagnostic("DDP203", loader_line, 10, "left whole")]) == ["DDP938"]
     # DDP206 names every loader, sharded or not: it explains nothing.
     assert codes(ORIGINAL, migrated, [Diagnostic("DDP206", loader_line, 10, "batch")]) == ["DDP912"]
 
@@ -1150,3 +1152,32 @@ def test_a_deleted_move_of_the_model_is_found_in_each_spelling(original_move, ke
     bad = planted("model.to(device)\n", criterion + deleted)
     assert "DDP910" not in codes(original, good)
     assert "DDP910" in codes(original, bad)
+
+
+
+
+@pytest.mark.parametrize("case, sampler_keyword, loader_line, evaluation_lines", [
+    # The step closure a factory makes, handed to the function whose loop goes over the loader.
+    ("step_closure_from_a_factory_handed_to_the_train_function", "        sampler=train_sampler,\n", 47, [48]),
+    # A step function of the file handed to a pass shared with the evaluation step.
+    ("step_function_handed_to_a_shared_pass_with_an_eval_step", "        sampler=train_data_sampler,\n", 37, [38]),
+    # A bound method of a class that steps, and functools.partial of a function that steps.
+    ("bound_step_method_and_partial_handed_to_fit", ", sampler=sampler)", 39, []),
+    ("bound_step_method_and_partial_handed_to_fit", ", sampler=head_sampler)", 40, []),
+    # Step closures from two factories handed to one batch pass (Deep Learning with PyTorch Step-by-Step's shape).
+    ("step_closures_from_factories_handed_to_one_shared_batch_pass", ", sampler=train_sampler\n", 38, [39]),
+    # Closures of main handed to a method of a class of the file, called on its object.
+    ("step_closures_of_main_handed_to_a_runner_method", "        sampler=train_sampler,\n", 34, [35]),
+])
+def test_a_loader_whose_pass_steps_through_a_handed_function_is_not_left_whole(case, sampler_keyword, loader_line,
+                                                                              evaluation_lines):
+    """The output of an analysis that took the training loader for an evaluation one
+    (MLPA-DKU/GazeEstimation's shape): the self-check's own reading sees the step."""
+    original = (FIXTURES / "data" / case / "input.py").read_text()
+    expected = (FIXTURES / "data" / case / "expected.py").read_text()
+    # The evaluation loader, left whole (DDP203), passes: the step function it is handed does not step.
+    left_whole = [Diagnostic("DDP203", line, 10, "left whole") for line in [loader_line, *evaluation_lines]]
+    assert codes(original, expected, left_whole) == []
+    # The keyword dropped, with its own line, or with what follows it on the loader's line kept.
+    broken = planted(sampler_keyword, sampler_keyword[-1] if sampler_keyword.startswith(",") else "", expected)
+    assert codes(original, broken, left_whole) == ["DDP938"]

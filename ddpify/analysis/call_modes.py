@@ -11,12 +11,16 @@ for the values that call gives: literal arguments, or literal defaults of the pa
 leaves out, also through a name the function binds from them before its loop (`training =
 optimizer is not None`). Anything not literal leaves the call a training one, as before.
 """
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union, cast
 
 import libcst as cst
 
 from ddpify.analysis.facts import FactRecord
 from ddpify.analysis.nodes import find_all
+from ddpify.analysis.step_callbacks import hands_a_step
+
+if TYPE_CHECKING:
+    from ddpify.analysis.values import ValueFlow
 
 
 class _Unknown:
@@ -29,6 +33,9 @@ Value = Union[None, bool, int, str, _Unknown]
 
 def evaluating_call(facts: FactRecord, callee: cst.FunctionDef, call: cst.Call, on_object: bool) -> bool:
     """The call runs none of `callee`'s training steps (see the module's rule)."""
+    if callee in facts.step_parameters:
+        # Its pass trains only through the step function a call hands it (step_callbacks.py).
+        return not hands_a_step(cast("ValueFlow", facts), callee, call)
     steps = [step for step in facts.training_calls if _inside(facts, step, callee)]
     if not steps or any(_inside(facts, loop, callee) for loop in facts.loops_calling_training):
         return False

@@ -19,6 +19,7 @@ from ddpify.analysis.nodes import (
     positional_parameters,
     string_value,
 )
+from ddpify.analysis.step_callbacks import mark_passes_handed_a_step
 from ddpify.analysis.values import ValueFlow, literal_entry
 
 # Facts.phase_picks of each module, read once per migration.
@@ -599,6 +600,7 @@ def mark_loops_calling_training_functions(facts: Facts, training_calls: list[cst
     for function in step_functions:
         for call in facts.calls_of(function):
             facts.training_loops.update(facts.enclosing_loops(call)[:1])
+    mark_passes_handed_a_step(facts, training)
     facts.training_functions = training
     _mark_loader_loops_calling_training_helpers(facts)
     pending = list(training)

@@ -491,6 +491,9 @@ class FactRecord:
     loops_calling_training: set[cst.For] = field(default_factory=set)
     # Functions that train: their body calls backward() or step(), or calls one that does.
     training_functions: set[cst.FunctionDef] = field(default_factory=set)
+    # Functions whose batch loop trains only through a callable parameter (`process_fn(batch)`):
+    # the parameters a call must hand a step function for its pass to train (step_callbacks.py).
+    step_parameters: dict[cst.FunctionDef, set[str]] = field(default_factory=dict)
     download_statements: list[Statement] = field(default_factory=list)
     sliced_batch_loops: list[cst.For] = field(default_factory=list)
     # Functions and methods by name, and calls of them by bare or `self.` name.

@@ -6,6 +6,7 @@ from typing import Optional
 
 from ddpify import ast_walk
 from ddpify.selfcheck.source import FUNCTIONS, Source, calls_named, dotted, last_part
+from ddpify.selfcheck.stepped_passes import loader_pass_steps
 
 SHARDERS = ("DistributedSampler", "evaluation_shard")
 # Diagnostics that say a loader was left whole on purpose, or is sharded by a batch sampler of
@@ -28,10 +29,13 @@ def loader_calls(source: Source) -> list[ast.Call]:
 
 
 def unsharded_loaders(original: Source, migrated: Source, reported_lines: set[int],
-                      set_epoch_reported: bool) -> Iterator[Finding]:
+                      set_epoch_reported: bool, evaluation_lines: frozenset[int] = frozenset()
+                      ) -> Iterator[Finding]:
     """A loader without a distributed sampler passes when a diagnostic of the migration names
     its call in the original (the n-th loader of the output is the n-th of the original). A
-    missing set_epoch passes when the migration said so (DDP211)."""
+    missing set_epoch passes when the migration said so (DDP211). A loader the migration left
+    whole as an evaluation one (`evaluation_lines`, DDP203) does not pass when this check sees
+    an optimizer step during its pass (stepped_passes.py): every rank would train on all of it."""
     added = _helpers_added(original, migrated)
     sharders = set(SHARDERS) | added
     sharding_names = set(_sharder_bindings(migrated, sharders))
@@ -45,7 +49,11 @@ def unsharded_loaders(original: Source, migrated: Source, reported_lines: set[in
             continue
         if len(original_loaders) == len(migrated_loaders):
             twin = original_loaders[index]
-            if any(line in reported_lines for line in range(twin.lineno, (twin.end_lineno or twin.lineno) + 1)):
+            lines = range(twin.lineno, (twin.end_lineno or twin.lineno) + 1)
+            if any(line in evaluation_lines for line in lines) and loader_pass_steps(migrated, call):
+                yield "DDP938", call.lineno, "every rank trains on the whole loader: give it a DistributedSampler"
+                continue
+            if any(line in reported_lines for line in lines):
                 continue
         yield "DDP912", call.lineno, "this DataLoader has no DistributedSampler and no diagnostic says why"
     if not set_epoch_reported:

@@ -1,5 +1,5 @@
-"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935): what a second reading of
-ddpify's own output can find wrong. The detection is in this package (gathers, loaders,
+"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935, DDP938): what a
+second reading of ddpify's own output can find wrong. The detection is in this package (gathers, loaders,
 models, output, setup); the rules and their cases live here, beside it, rather than in
 ddpify/rules/, whose units plan edits.
 """
@@ -65,6 +65,16 @@ RULES = (
          "trains its own copy.",
          "Join the group above the loaders (`if \"WORLD_SIZE\" in os.environ: "
          "dist.init_process_group()`), or build them after the setup has run."),
+    Rule("DDP938", Severity.WARNING, "self-check: an optimizer steps during the pass of a loader left whole",
+         "The self-check reads on its own which passes train: a loop over the loader (where it is "
+         "built, in a function of the file it is handed to, or unpacked from a returned tuple) that "
+         "calls backward(), steps an optimizer, or calls a step function it is handed "
+         "(`train(loader, update_fn)` with `update_fn = make_update(model, optimizer)`, "
+         "`functools.partial(train_step, ...)`, `trainer.step`). A loader whose pass steps, left "
+         "without a DistributedSampler as an evaluation loader (DDP203), gives every rank the whole "
+         "dataset to train on: N times the steps, the same batches on every rank, and no error.",
+         "Build the loader with `sampler=DistributedSampler(dataset) if distributed else None` "
+         "(`shuffle=sampler is None`) and call `sampler.set_epoch(epoch)` at the top of each epoch."),
     Rule("DDP933", Severity.WARNING, "self-check: the process group is joined twice on one path",
          "Two `init_process_group` calls run one after the other (a setup block inserted where "
          "another already joins, a call copied into a helper the setup also runs): torch raises "
