@@ -11,6 +11,7 @@ from script_runs import (
     problems_evaluation_fetches,
     problems_evaluation_lines,
     problems_full_checkpoint,
+    checks_one_writer,
     problems_one_writer,
     problems_single_process,
     problems_training_fetches,
@@ -147,13 +148,15 @@ def test_migrated_script_runs(case, tmp_path):
     # this rank's share, changing from epoch to epoch (a loader class that shards itself).
     logged = ("original", "single", "torchrun") if evaluation else (
         ("torchrun",) if spec.get("training_fetches") else ())
-    # "one_writer": every run logs the files it writes, and no two ranks may write one file.
-    extra_env = {**spec.get("env", {}), **(writes_env() if spec.get("one_writer") else {})}
+    # Every run logs the files it writes, and no two ranks may write one file, unless run.json
+    # says why not ("one_writer": "reason").
+    one_writer = checks_one_writer(spec)
+    extra_env = {**spec.get("env", {}), **(writes_env() if one_writer else {})}
     original, single, distributed = run_three_ways(case.input, case.expected, tmp_path, args, logged,
                                                    extra_env=extra_env or None)
     assert problems_single_process(original, single) == []
     assert problems_distributed(original, distributed, spec.get("files", [])) == []
-    if spec.get("one_writer"):
+    if one_writer:
         assert problems_one_writer(distributed.workdir) == []
     if case.options.fsdp2:
         # FSDP2 on CPU with Gloo works in torch 2.13 (fully_shard's all-gather and
