@@ -5,13 +5,13 @@ from collections import Counter
 import pytest
 from fixture_cases import FIXTURES, all_cases, format_diagnostics, slow_unless_sampled
 from script_runs import (
+    checks_one_writer,
     evaluation_log,
     problems_dcp_checkpoint,
     problems_distributed,
     problems_evaluation_fetches,
     problems_evaluation_lines,
     problems_full_checkpoint,
-    checks_one_writer,
     problems_one_writer,
     problems_single_process,
     problems_training_fetches,
@@ -132,6 +132,12 @@ def test_runnable_fixtures_need_no_numpy(case):
     """The fresh-clone CI installs torch without numpy: a fixture that imports it cannot run
     there (its original fails before anything is compared)."""
     assert not re.search(r"^\s*(import numpy|from numpy)", case.input.read_text(), re.MULTILINE)
+
+
+def test_each_opt_out_of_the_one_writer_check_gives_its_reason():
+    """The slow runs check that no two ranks write one file unless run.json says why not."""
+    for case in RUNNABLE:
+        checks_one_writer(case.run_spec)
 
 
 @pytest.mark.slow

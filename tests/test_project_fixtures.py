@@ -13,11 +13,11 @@ import pytest
 from fixture_cases import all_cases, slow_unless_sampled
 from project_cases import all_project_cases, format_project_diagnostics
 from script_runs import (
+    checks_one_writer,
     evaluation_log,
     problems_distributed,
     problems_evaluation_fetches,
     problems_evaluation_lines,
-    checks_one_writer,
     problems_one_writer,
     problems_other_ranks_silent,
     problems_single_process,

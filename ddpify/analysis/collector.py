@@ -42,6 +42,7 @@ from ddpify.analysis.nodes import (
     names_a_values_device,
     names_in,
     names_within,
+    opens_for_writing,
     parameter_names,
     positional_args,
     positional_parameters,
@@ -975,6 +976,23 @@ class Collector(cst.CSTVisitor):
                 self._calls(node, runner) and shell.call_fetches(node, runner) for runner in shell.RUNNERS):
             statement = self._statement(node)
             if statement not in facts.download_statements:
+                facts.download_statements.append(statement)
+
+    def note_network_reads_written_to_files(self) -> None:
+        """Rule: a function that reads from the network (urlopen, requests.get) and opens a
+        file for writing downloads that file, as urlretrieve does: its reads and writes are
+        download statements (local rank 0 of each machine first while the others wait), not
+        writes for rank 0 alone, which would leave every other machine without the file."""
+        facts = self.facts
+        reads = [call for qualified in sorted(names.NETWORK_READS) for call in facts.calls_named.get(qualified, ())]
+        # (In a function only: at module level a fetch and a write need not be one download.)
+        fetching = {facts.function_of(call) for call in reads} - {None}
+        writes = [call for qualified in sorted(names.OPEN) for call in facts.calls_named.get(qualified, ())
+                  if opens_for_writing(call) and facts.function_of(call) in fetching]
+        written_in = {facts.function_of(call) for call in writes}
+        for call in sorted([*reads, *writes], key=facts.line_of):
+            statement = self._statement(call)
+            if facts.function_of(call) in written_in and statement not in facts.download_statements:
                 facts.download_statements.append(statement)
 
     def note_models_building_their_optimizer(self) -> None:

@@ -7,7 +7,7 @@ import libcst as cst
 from ddpify.analysis import names, shell
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Statement
-from ddpify.analysis.nodes import calls_within, dotted_name, is_false, opens_for_writing, string_value
+from ddpify.analysis.nodes import calls_within, dotted_name, find_all, is_false, opens_for_writing, string_value
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan
@@ -94,7 +94,11 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             after = after.replace("the data is in place", "the tokenizer's file is in place")
             message = ("one process per machine builds and saves the tokenizer whose file is missing; the others "
                        "wait, then read that file")
-        edits.insert_before(first, Insertion(edits.statements(before), takes_comments=True), first=True)
+        early_exits = _early_exits_on_file_tests(facts, first)
+        edits.insert_before(early_exits[0] if early_exits else first,
+                            Insertion(edits.statements(before), takes_comments=True), first=True)
+        for exit_test in early_exits:
+            edits.insert_before(exit_test.body.body[-1], Insertion(edits.statements(after)))
         edits.insert_after(last, edits.statements(after))
         edits.imports.add("dist")
         edits.report("DDP209", first, message)
@@ -340,6 +344,40 @@ def tokenizer_saves_where_missing(facts: Facts, setup: Plan) -> list[cst.Call]:
         return []
     return [call for call in tokenizer_saves(facts)
             if _outside_file_tests(facts, facts.statement_of(call)) is not facts.statement_of(call)]
+
+
+def _early_exits_on_file_tests(facts: Facts, first: Statement) -> list[cst.If]:
+    """Rule: the ranks that wait for the download test for its files after it. A function
+    that returns early when the file is there (`if os.path.exists(dest): return dest`) and
+    downloads below: with the waiting barrier below the test, every rank finds the file
+    missing on a first run, waits, then downloads it again over local rank 0's copy. The
+    barrier goes above the first such test, and local rank 0's releasing barrier goes before
+    each early return too, so that it releases the others on a run that finds the file."""
+    block = facts.block_of(first)
+    body = list(block.body) if isinstance(block, cst.IndentedBlock) else []
+    if facts.function_of(first) is None or first not in body:
+        return []
+    above = body[:body.index(first)]
+    tests = [statement for statement in above
+             if isinstance(statement, cst.If) and statement.orelse is None and _tests_files(facts, statement.test)
+             and isinstance(statement.body, cst.IndentedBlock) and _returns(statement.body.body[-1])]
+    if not tests:
+        return []
+    # Any other way out between the first test and the download (`if offline: ...; return`)
+    # would leave local rank 0 gone without releasing the others: then the barrier stays put.
+    between = above[above.index(tests[0]):]
+    if any(find_all(statement, cst.Return) for statement in between if statement not in tests):
+        return []
+    return tests
+
+
+def _tests_files(facts: Facts, test: cst.BaseExpression) -> bool:
+    return any(word in facts.module.code_for_node(test) for word in ("exists(", "isdir(", "isfile("))
+
+
+def _returns(statement: cst.BaseStatement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(
+        statement.body[0], cst.Return)
 
 
 def _outside_file_tests(facts: Facts, statement: Statement) -> Statement:
