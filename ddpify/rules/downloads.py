@@ -103,6 +103,8 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         edits.imports.add("dist")
         edits.report("DDP209", first, message)
         if before == DOWNLOAD_BEFORE_CODE:
+            for statement in _run_again_by_every_rank(facts, group):
+                edits.guarded.setdefault(statement, LOCAL_RANK_ZERO)
             for folder in _folders_made_for(facts, group):
                 if folder not in edits.guarded:
                     edits.guarded[folder] = LOCAL_RANK_ZERO
@@ -344,6 +346,21 @@ def tokenizer_saves_where_missing(facts: Facts, setup: Plan) -> list[cst.Call]:
         return []
     return [call for call in tokenizer_saves(facts)
             if _outside_file_tests(facts, facts.statement_of(call)) is not facts.statement_of(call)]
+
+
+def _run_again_by_every_rank(facts: Facts, group: Sequence[Statement]) -> list[Statement]:
+    """Rule: a file is written by one process per machine. A download or unpacking that no test
+    of the file system skips (`with tarfile.open(archive) as tar: tar.extractall(root)` below
+    `if not os.path.exists(archive): ...`) would run again on each waiting rank once local rank 0
+    released it, rewriting files local rank 0 is already reading: it runs on local rank 0 alone.
+    Not a statement that binds a name the rest reads (`train_set = MNIST(root, download=True)`)."""
+    return [statement for statement in group
+            if statement in facts.download_statements and isinstance(statement, (cst.With, cst.SimpleStatementLine))
+            and not any(find_all(statement, kind) for kind in _HANDS_A_VALUE_ON)]
+
+
+# A statement that binds a name or returns hands on a value every rank needs.
+_HANDS_A_VALUE_ON = (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr, cst.Return)
 
 
 def _early_exits_on_file_tests(facts: Facts, first: Statement) -> list[cst.If]:
