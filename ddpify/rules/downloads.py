@@ -103,7 +103,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         edits.imports.add("dist")
         edits.report("DDP209", first, message)
         if before == DOWNLOAD_BEFORE_CODE:
-            for statement in _run_again_by_every_rank(facts, group):
+            for statement in _run_again_by_every_rank(group, {*facts.download_statements, *finishing}):
                 edits.guarded.setdefault(statement, LOCAL_RANK_ZERO)
             for folder in _folders_made_for(facts, group):
                 if folder not in edits.guarded:
@@ -348,14 +348,15 @@ def tokenizer_saves_where_missing(facts: Facts, setup: Plan) -> list[cst.Call]:
             if _outside_file_tests(facts, facts.statement_of(call)) is not facts.statement_of(call)]
 
 
-def _run_again_by_every_rank(facts: Facts, group: Sequence[Statement]) -> list[Statement]:
+def _run_again_by_every_rank(group: Sequence[Statement], downloading: set[Statement]) -> list[Statement]:
     """Rule: a file is written by one process per machine. A download or unpacking that no test
     of the file system skips (`with tarfile.open(archive) as tar: tar.extractall(root)` below
     `if not os.path.exists(archive): ...`) would run again on each waiting rank once local rank 0
     released it, rewriting files local rank 0 is already reading: it runs on local rank 0 alone.
-    Not a statement that binds a name the rest reads (`train_set = MNIST(root, download=True)`)."""
+    So does a command that moves what it unpacked (`os.system("mv d " + ROOT)`). Not a statement
+    that binds a name the rest reads (`train_set = MNIST(root, download=True)`)."""
     return [statement for statement in group
-            if statement in facts.download_statements and isinstance(statement, (cst.With, cst.SimpleStatementLine))
+            if statement in downloading and isinstance(statement, (cst.With, cst.SimpleStatementLine))
             and not any(find_all(statement, kind) for kind in _HANDS_A_VALUE_ON)]
 
 
@@ -498,8 +499,8 @@ CASES = (
     # command that moves what it unpacked, after it in its block, runs with it (not on rank 0 alone).
     Emits("import os\n" + TRAINING.replace("device = torch", 'os.system("wget %s; unzip %s" % (URL, "d.zip"))\n'
                                             'os.system("mv d " + ROOT)\ndevice = torch', 1), "DDP209",
-          ('dist.barrier()  # wait while local rank 0 downloads the data\nos.system("wget %s; unzip %s" % (URL, '
-           '"d.zip"))\nos.system("mv d " + ROOT)\n',)),
+          ('dist.barrier()  # wait while local rank 0 downloads the data\nif local_rank == 0:\n'
+           '    os.system("wget %s; unzip %s" % (URL, "d.zip"))\n    os.system("mv d " + ROOT)\n',)),
     Emits("import subprocess\n" + TRAINING.replace(
         "device = torch", 'subprocess.check_call("tar -xzf {} -C data".format(ARCHIVE), shell=True)\n'
         'device = torch', 1), "DDP209", ("dist.barrier()",)),
