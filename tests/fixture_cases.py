@@ -80,8 +80,9 @@ class Case:
         "evaluation", a regex matching the lines that print evaluation figures, runs the
         evaluation check as well (tests/script_runs.py, problems_evaluation_*).
 
-        "one_writer": true logs every file each rank writes under torchrun and checks that no
-        two ranks write one file (tests/script_runs.py, problems_one_writer).
+        Every run logs the files each rank writes under torchrun and checks that no two ranks
+        write one file (tests/script_runs.py, problems_one_writer); "one_writer": "reason" opts
+        out, saying why the check cannot hold for this fixture.
         """
         path = self.directory / "run.json"
         return json.loads(path.read_text()) if path.exists() else None

@@ -95,16 +95,29 @@ def writes_env() -> dict[str, str]:
     return {WRITES_LOG_VAR: WRITES_LOG_DIR, "PYTHONPATH": os.pathsep.join(path)}
 
 
+def checks_one_writer(spec: Mapping) -> bool:
+    """Every run of a fixture is under the one-writer check unless its run.json opts out with
+    the reason: `"one_writer": "each rank writes its own log file"`. A bare `false` is refused,
+    so that an opt-out always says why the check cannot hold."""
+    choice = spec.get("one_writer", True)
+    if choice is True:
+        return True
+    if isinstance(choice, str) and choice.strip():
+        return False
+    raise ValueError(f'run.json "one_writer" is true (the default) or a reason string, not {choice!r}')
+
+
 def problems_one_writer(workdir: Path) -> list[str]:
     """Under torchrun, each file the run writes is written by one rank (rank 0, or each rank
     to a name of its own): two ranks writing one path race, and a reader may load half a file."""
+    logs = list((workdir / WRITES_LOG_DIR).glob("writes-*.log"))
+    if not logs:
+        return [f"no write log under {workdir}: the one-writer shim did not run"]
     writers: dict[str, set[str]] = {}
-    for log in (workdir / WRITES_LOG_DIR).glob("writes-*.log"):
+    for log in logs:
         rank = log.name.split("-")[1]
         for path in log.read_text().splitlines():
             writers.setdefault(path, set()).add(rank)
-    if not writers:
-        return [f"no write logged under {workdir}: the one-writer shim did not run"]
     return [f"{os.path.relpath(path, workdir)} written by ranks {sorted(ranks)}"
             for path, ranks in sorted(writers.items()) if len(ranks) > 1]
 

@@ -5,6 +5,7 @@ from collections import Counter
 import pytest
 from fixture_cases import FIXTURES, all_cases, format_diagnostics, slow_unless_sampled
 from script_runs import (
+    checks_one_writer,
     evaluation_log,
     problems_dcp_checkpoint,
     problems_distributed,
@@ -133,6 +134,12 @@ def test_runnable_fixtures_need_no_numpy(case):
     assert not re.search(r"^\s*(import numpy|from numpy)", case.input.read_text(), re.MULTILINE)
 
 
+def test_each_opt_out_of_the_one_writer_check_gives_its_reason():
+    """The slow runs check that no two ranks write one file unless run.json says why not."""
+    for case in RUNNABLE:
+        checks_one_writer(case.run_spec)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", params(RUNNABLE))
 def test_migrated_script_runs(case, tmp_path):
@@ -147,13 +154,15 @@ def test_migrated_script_runs(case, tmp_path):
     # this rank's share, changing from epoch to epoch (a loader class that shards itself).
     logged = ("original", "single", "torchrun") if evaluation else (
         ("torchrun",) if spec.get("training_fetches") else ())
-    # "one_writer": every run logs the files it writes, and no two ranks may write one file.
-    extra_env = {**spec.get("env", {}), **(writes_env() if spec.get("one_writer") else {})}
+    # Every run logs the files it writes, and no two ranks may write one file, unless run.json
+    # says why not ("one_writer": "reason").
+    one_writer = checks_one_writer(spec)
+    extra_env = {**spec.get("env", {}), **(writes_env() if one_writer else {})}
     original, single, distributed = run_three_ways(case.input, case.expected, tmp_path, args, logged,
                                                    extra_env=extra_env or None)
     assert problems_single_process(original, single) == []
     assert problems_distributed(original, distributed, spec.get("files", [])) == []
-    if spec.get("one_writer"):
+    if one_writer:
         assert problems_one_writer(distributed.workdir) == []
     if case.options.fsdp2:
         # FSDP2 on CPU with Gloo works in torch 2.13 (fully_shard's all-gather and

@@ -13,6 +13,7 @@ import pytest
 from fixture_cases import all_cases, slow_unless_sampled
 from project_cases import all_project_cases, format_project_diagnostics
 from script_runs import (
+    checks_one_writer,
     evaluation_log,
     problems_distributed,
     problems_evaluation_fetches,
@@ -166,7 +167,7 @@ def project_runs(tmp_path_factory):
             logged = ("original", "single", "torchrun") if "evaluation" in spec else ("torchrun",)
             done[key] = run_three_ways(project.input / spec["entry"], project.expected / spec["entry"],
                                        workdir, spec.get("args", []), logged, rank_logs=True,
-                                       extra_env=writes_env() if spec.get("one_writer") else None)
+                                       extra_env=writes_env() if checks_one_writer(spec) else None)
         return done[key]
 
     return runs
@@ -181,7 +182,7 @@ def test_projects_run_under_python_and_torchrun(project, spec, project_runs):
     assert problems_other_ranks_silent(distributed) == []
     if spec.get("trains", True):
         assert problems_training_fetches(evaluation_log(distributed.workdir), 2) == []
-    if spec.get("one_writer"):
+    if checks_one_writer(spec):
         assert problems_one_writer(distributed.workdir) == []
 
 

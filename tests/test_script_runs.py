@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 from script_runs import (
     IMPORTS_TORCH,
+    WRITES_LOG_DIR,
     Run,
+    checks_one_writer,
     evaluation_env,
     evaluation_log,
     problems_dcp_checkpoint,
@@ -175,6 +177,24 @@ def test_a_file_every_rank_writes_is_caught_and_rank_zeros_alone_passes(tmp_path
     correct = run_torchrun(DATA / "verify_guide_after.py", tmp_path / "correct", env=writes_env())
     assert correct.returncode == 0, correct.stderr
     assert problems_one_writer(correct.workdir) == []
+
+
+def test_the_one_writer_check_is_on_unless_a_reason_opts_out():
+    assert checks_one_writer({}) and checks_one_writer({"one_writer": True})
+    assert not checks_one_writer({"one_writer": "each rank writes its own log file"})
+    for unexplained in (False, "", None):
+        with pytest.raises(ValueError):
+            checks_one_writer({"one_writer": unexplained})
+
+
+def test_the_one_writer_check_passes_a_run_that_wrote_nothing_and_fails_one_never_logged(tmp_path):
+    """The shim makes each process's log at start: an empty log is a run that wrote no file;
+    no log at all is a run the shim never saw, which must not pass for one that wrote none."""
+    assert problems_one_writer(tmp_path) == [f"no write log under {tmp_path}: the one-writer shim did not run"]
+    (tmp_path / WRITES_LOG_DIR).mkdir()
+    (tmp_path / WRITES_LOG_DIR / "writes-0-11.log").write_text("")
+    (tmp_path / WRITES_LOG_DIR / "writes-1-12.log").write_text("")
+    assert problems_one_writer(tmp_path) == []
 
 
 # -- the evaluation check: frozen weights, fetch log (tests/eval_site/sitecustomize.py) -------

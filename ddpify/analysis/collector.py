@@ -42,6 +42,7 @@ from ddpify.analysis.nodes import (
     names_a_values_device,
     names_in,
     names_within,
+    opens_for_writing,
     parameter_names,
     positional_args,
     positional_parameters,
@@ -976,6 +977,44 @@ class Collector(cst.CSTVisitor):
             statement = self._statement(node)
             if statement not in facts.download_statements:
                 facts.download_statements.append(statement)
+
+    def note_network_reads_written_to_files(self) -> None:
+        """Rule: a function that reads from the network (urlopen, requests.get) and opens a
+        file for writing downloads that file, as urlretrieve does: the writing statement is a
+        download statement (local rank 0 of each machine first while the others wait), not a
+        write for rank 0 alone, which would leave every other machine without the file. Only
+        where the barriers around it pair on every path: a statement of the function's own body,
+        with no way out above it but an early return on a file test (`if os.path.exists(dest):
+        return dest`, which downloads.py puts inside the barriers); elsewhere it stays a write
+        rank 0 makes, read after a barrier (DDP309)."""
+        facts = self.facts
+        reads = [call for qualified in sorted(names.NETWORK_READS) for call in facts.calls_named.get(qualified, ())]
+        fetching = {facts.function_of(call) for call in reads}
+        for qualified in sorted(names.OPEN):
+            for call in facts.calls_named.get(qualified, ()):
+                function = facts.function_of(call)
+                if function is None or function not in fetching or not opens_for_writing(call):
+                    continue
+                statement = self._statement(call)
+                top = self._outside_file_tests(statement)
+                body = list(function.body.body) if isinstance(function.body, cst.IndentedBlock) else []
+                if top in body and statement not in facts.download_statements and not any(
+                        find_all(above, cst.Return) and not self._tests_files(above)
+                        for above in body[:body.index(top)]):
+                    facts.download_statements.append(statement)
+
+    def _outside_file_tests(self, statement: cst.BaseStatement) -> cst.BaseStatement:
+        """The statement, or the outermost `if not os.path.exists(...):` around it."""
+        while True:
+            block = self.facts.parents.get(statement)
+            branch = self.facts.parents.get(block) if isinstance(block, cst.IndentedBlock) else None
+            if not isinstance(branch, cst.If) or not self._tests_files(branch):
+                return statement
+            statement = branch
+
+    def _tests_files(self, statement: Optional[cst.CSTNode]) -> bool:
+        return isinstance(statement, cst.If) and statement.orelse is None and any(
+            word in self.facts.module.code_for_node(statement.test) for word in ("exists(", "isdir(", "isfile("))
 
     def note_models_building_their_optimizer(self) -> None:
         """`optimizer = model.configure_optimizers(...)`, a method of the model's class (here,

@@ -966,7 +966,13 @@ class FunctionEffects:
                 return True
             if qualified != key and qualified in self._functions and self.downloads(qualified, depth + 1):
                 return True
-        return False
+        return self._writes_what_it_fetches(function)
+
+    def _writes_what_it_fetches(self, function: ast.AST) -> bool:
+        """It reads from the network and opens a file for writing (names.NETWORK_READS)."""
+        calls = [node for node in ast_walk.walk(function) if isinstance(node, ast.Call)]
+        return any(self.qualified(dotted_ast(call.func) or "") in names.NETWORK_READS for call in calls) and any(
+            self.qualified(dotted_ast(call.func) or "") in names.OPEN and _opens_for_writing(call) for call in calls)
 
     def loads_checkpoint(self, name: str) -> bool:
         """The function, or the class's __init__, reads a file with torch.load itself."""

@@ -52,6 +52,11 @@ FETCH_OR_UNPACK = frozenset({
     "tarfile.open", "zipfile.ZipFile", "torchvision.datasets.utils.download_and_extract_archive",
     "torchvision.datasets.utils.download_url", "torchvision.datasets.utils.extract_archive",
 })
+# Reads from the network: a function that calls one and opens a file for writing downloads
+# that file (`with urlopen(url) as response, open(dest, "wb") as out: ...` over the chunks).
+NETWORK_READS = frozenset({
+    "urllib.request.urlopen", "requests.get", "requests.request", "httpx.get", "httpx.stream",
+})
 MANUAL_SEEDS = frozenset({"torch.manual_seed", "torch.random.manual_seed"})
 RANDOM_SAMPLER = frozenset(
     {"torch.utils.data.RandomSampler", "torch.utils.data.sampler.RandomSampler"}

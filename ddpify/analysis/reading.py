@@ -46,6 +46,7 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
     collector.note_loaders_built_in_place()
     collector.note_models_handed_to_training()
     collector.note_models_building_their_optimizer()
+    collector.note_network_reads_written_to_files()
     collector.note_parts_trained_through_their_model()
     collector.note_models_trained_through_a_holder()
     collector.note_optimizers_that_train()

@@ -7,7 +7,7 @@ import libcst as cst
 from ddpify.analysis import names, shell
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Statement
-from ddpify.analysis.nodes import calls_within, dotted_name, is_false, opens_for_writing, string_value
+from ddpify.analysis.nodes import calls_within, dotted_name, find_all, is_false, opens_for_writing, string_value
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan
@@ -94,11 +94,17 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             after = after.replace("the data is in place", "the tokenizer's file is in place")
             message = ("one process per machine builds and saves the tokenizer whose file is missing; the others "
                        "wait, then read that file")
-        edits.insert_before(first, Insertion(edits.statements(before), takes_comments=True), first=True)
+        early_exits = _early_exits_on_file_tests(facts, first)
+        edits.insert_before(early_exits[0] if early_exits else first,
+                            Insertion(edits.statements(before), takes_comments=True), first=True)
+        for exit_test in early_exits:
+            edits.insert_before(exit_test.body.body[-1], Insertion(edits.statements(after)))
         edits.insert_after(last, edits.statements(after))
         edits.imports.add("dist")
         edits.report("DDP209", first, message)
         if before == DOWNLOAD_BEFORE_CODE:
+            for statement in _run_again_by_every_rank(group, {*facts.download_statements, *finishing}):
+                edits.guarded.setdefault(statement, LOCAL_RANK_ZERO)
             for folder in _folders_made_for(facts, group):
                 if folder not in edits.guarded:
                     edits.guarded[folder] = LOCAL_RANK_ZERO
@@ -342,6 +348,56 @@ def tokenizer_saves_where_missing(facts: Facts, setup: Plan) -> list[cst.Call]:
             if _outside_file_tests(facts, facts.statement_of(call)) is not facts.statement_of(call)]
 
 
+def _run_again_by_every_rank(group: Sequence[Statement], downloading: set[Statement]) -> list[Statement]:
+    """Rule: a file is written by one process per machine. A download or unpacking that no test
+    of the file system skips (`with tarfile.open(archive) as tar: tar.extractall(root)` below
+    `if not os.path.exists(archive): ...`) would run again on each waiting rank once local rank 0
+    released it, rewriting files local rank 0 is already reading: it runs on local rank 0 alone.
+    So does a command that moves what it unpacked (`os.system("mv d " + ROOT)`). Not a statement
+    that binds a name the rest reads (`train_set = MNIST(root, download=True)`)."""
+    return [statement for statement in group
+            if statement in downloading and isinstance(statement, (cst.With, cst.SimpleStatementLine))
+            and not any(find_all(statement, kind) for kind in _HANDS_A_VALUE_ON)]
+
+
+# A statement that binds a name or returns hands on a value every rank needs.
+_HANDS_A_VALUE_ON = (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr, cst.Return)
+
+
+def _early_exits_on_file_tests(facts: Facts, first: Statement) -> list[cst.If]:
+    """Rule: the ranks that wait for the download test for its files after it. A function
+    that returns early when the file is there (`if os.path.exists(dest): return dest`) and
+    downloads below: with the waiting barrier below the test, every rank finds the file
+    missing on a first run, waits, then downloads it again over local rank 0's copy. The
+    barrier goes above the first such test, and local rank 0's releasing barrier goes before
+    each early return too, so that it releases the others on a run that finds the file."""
+    block = facts.block_of(first)
+    body = list(block.body) if isinstance(block, cst.IndentedBlock) else []
+    if facts.function_of(first) is None or first not in body:
+        return []
+    above = body[:body.index(first)]
+    tests = [statement for statement in above
+             if isinstance(statement, cst.If) and statement.orelse is None and _tests_files(facts, statement.test)
+             and isinstance(statement.body, cst.IndentedBlock) and _returns(statement.body.body[-1])]
+    if not tests:
+        return []
+    # Any other way out between the first test and the download (`if offline: ...; return`)
+    # would leave local rank 0 gone without releasing the others: then the barrier stays put.
+    between = above[above.index(tests[0]):]
+    if any(find_all(statement, cst.Return) for statement in between if statement not in tests):
+        return []
+    return tests
+
+
+def _tests_files(facts: Facts, test: cst.BaseExpression) -> bool:
+    return any(word in facts.module.code_for_node(test) for word in ("exists(", "isdir(", "isfile("))
+
+
+def _returns(statement: cst.BaseStatement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(
+        statement.body[0], cst.Return)
+
+
 def _outside_file_tests(facts: Facts, statement: Statement) -> Statement:
     while True:
         block = facts.parents.get(statement)
@@ -443,8 +499,8 @@ CASES = (
     # command that moves what it unpacked, after it in its block, runs with it (not on rank 0 alone).
     Emits("import os\n" + TRAINING.replace("device = torch", 'os.system("wget %s; unzip %s" % (URL, "d.zip"))\n'
                                             'os.system("mv d " + ROOT)\ndevice = torch', 1), "DDP209",
-          ('dist.barrier()  # wait while local rank 0 downloads the data\nos.system("wget %s; unzip %s" % (URL, '
-           '"d.zip"))\nos.system("mv d " + ROOT)\n',)),
+          ('dist.barrier()  # wait while local rank 0 downloads the data\nif local_rank == 0:\n'
+           '    os.system("wget %s; unzip %s" % (URL, "d.zip"))\n    os.system("mv d " + ROOT)\n',)),
     Emits("import subprocess\n" + TRAINING.replace(
         "device = torch", 'subprocess.check_call("tar -xzf {} -C data".format(ARCHIVE), shell=True)\n'
         'device = torch', 1), "DDP209", ("dist.barrier()",)),

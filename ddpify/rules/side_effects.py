@@ -396,7 +396,9 @@ def _files_opened_for_writing(facts: Facts, edits: Edits, setup: Plan) -> None:
     """`open(path, "w")`, and a file of a format opened the same way, `h5py.File(path, "a")`."""
     for qualified in sorted(names.OPEN):
         for call in facts.calls_named.get(qualified, ()):
+            # (A file a download writes is written on local rank 0 of each machine: downloads.py.)
             if opens_for_writing(call) and facts.statement_of(call) not in edits.guarded \
+                    and facts.statement_of(call) not in facts.download_statements \
                     and not downloads.in_a_dataset_downloading_on_request(facts, call) \
                     and not _in_a_guarded_lambda(facts, edits, call):
                 # (A statement guarded as a whole: `json.dump(history, open(path, "w"))`.)

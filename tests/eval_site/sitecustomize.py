@@ -153,6 +153,9 @@ def _log_writes(log_dir: str) -> None:
     log_dir = os.path.abspath(log_dir)
     os.makedirs(log_dir, exist_ok=True)
     log_path = os.path.join(log_dir, f"writes-{rank}-{os.getpid()}.log")
+    # The log exists from the start, empty when the process writes nothing: the check tells a
+    # run that wrote no file from a run the shim never saw.
+    open(log_path, "a").close()
     writing = threading.local()
 
     def written(event, args):
