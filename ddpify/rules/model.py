@@ -3628,6 +3628,7 @@ def _unwrap_module_accesses(facts: Facts, edits: Edits, model: Model) -> None:
         if not _under_wrapper_check(facts, access, model.name):
             edits.expressions[access] = _unwrapped(model.name, edits)
             edits.report("DDP103", access)
+            _unwrap_the_other_arm(facts, edits, access, model.name)
 
 
 def _unwrap_where_data_parallel_went(facts: Facts, edits: Edits) -> None:
@@ -3655,6 +3656,7 @@ def _unwrap_where_data_parallel_went(facts: Facts, edits: Edits) -> None:
                 continue
             edits.expressions[access] = _unwrapped(holder, edits, _quote_for(facts, access))
             edits.report("DDP103", access)
+            _unwrap_the_other_arm(facts, edits, access, holder)
     if facts.data_parallel_calls or facts.data_parallel_in_project:
         _unwrap_reads_through_module(facts, edits)
 
@@ -3675,6 +3677,40 @@ def _unwrap_reads_through_module(facts: Facts, edits: Edits) -> None:
                 continue
             edits.expressions[access] = _unwrapped(receiver, edits, _quote_for(facts, access))
             edits.report("DDP103", access)
+            _unwrap_the_other_arm(facts, edits, access, receiver)
+
+
+def _unwrap_the_other_arm(facts: Facts, edits: Edits, access: cst.Attribute, name: str) -> None:
+    """Rule: `net.module if use_cuda else net` (`{'net': ...}` of a checkpoint), also
+    `model.state_dict() if args.ngpu == 1 else model.module.state_dict()`: DataParallel-era code
+    that picks the module on both arms, by a test of its own that said when the DataParallel
+    existed. The DDP wrapper exists whatever that test says (torchrun on CPU: `use_cuda` is
+    False and `net` is the wrapper), so the other arm would pickle the wrapper or save
+    `module.`-prefixed keys. Both arms mean the module: when the test only reads, the choice
+    becomes the unwrapped arm alone (`getattr(net, "module", net)`); else the other arm reads
+    through `getattr` too. A test of the wrapper itself (`hasattr(net, "module")`) never gets
+    here (_under_wrapper_check)."""
+    arm: cst.CSTNode = access
+    parent = facts.parents.get(arm)
+    while isinstance(parent, cst.Attribute) and parent.value is arm or isinstance(parent, cst.Call) \
+            and parent.func is arm or isinstance(parent, cst.Subscript) and parent.value is arm:
+        arm, parent = parent, facts.parents.get(parent)
+    if not isinstance(parent, cst.IfExp) or parent in edits.expressions:
+        return
+    other = parent.orelse if parent.body is arm else parent.body
+    rest = edits.code(arm)[len(edits.code(access)):]
+    if edits.code(other) != name + rest:
+        return
+    if _only_reads(facts, parent.test):
+        unwrapped_arm = "body" if parent.body is arm else "orelse"
+        edits.expressions[parent] = lambda node: getattr(node, unwrapped_arm)
+        return
+    base: cst.BaseExpression = other
+    while dotted_name(base) != name and isinstance(base, (cst.Attribute, cst.Call, cst.Subscript)):
+        base = base.func if isinstance(base, cst.Call) else base.value
+    if dotted_name(base) == name and base not in edits.expressions:
+        edits.expressions[base] = _unwrapped(name, edits, _quote_for(facts, base))
+        edits.report("DDP103", base)
 
 
 def _data_parallel_holder(facts: Facts, call: cst.Call) -> Optional[str]:

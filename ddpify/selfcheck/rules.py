@@ -484,6 +484,17 @@ CASES = (
     Flags(TRAINING + 'torch.save(model.state_dict(), "model.pt")\n',
           _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
           + 'torch.save({"model": model.state_dict()}, "model.pt")\n', "DDP922"),
+    # The wrapper itself pickled: an arm of the script's own GPU test, a dict value, the save's argument.
+    Flags(TRAINING + 'torch.save({"net": model.module if torch.cuda.is_available() else model}, "model.pt")\n',
+          _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
+          + 'state = {"net": getattr(model, "module", model) if torch.cuda.is_available() else model}\n'
+          + 'torch.save(state, "m.pt")\n',
+          "DDP922"),
+    Flags(TRAINING + 'torch.save(model, "model.pt")\n',
+          _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
+          + 'torch.save(model, "model.pt")\n', "DDP922"),
+    Silent(TRAINING + 'torch.save({"net": model.module if torch.cuda.is_available() else model}, "m.pt")\n'
+           + 'torch.save(model, "model.pt")\n', "DDP922"),
     # ... also where the wrapper is handed on: a helper's parameter, a Trainer's `self.model`.
     Flags(TRAINING + 'torch.save(model.state_dict(), "model.pt")\n',
           _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
