@@ -20,6 +20,7 @@ from ddpify.analysis.navigation import ancestors_up_to
 from ddpify.analysis.nodes import (
     argument_among,
     argument_for,
+    assigned_names,
     assignment_pairs,
     calls_within,
     dotted_name,
@@ -125,6 +126,21 @@ RULES = (
          "one that DDP's hooks no longer watch. The move is the user's and stays; the wrap "
          "ddpify placed before it is wrong.",
          "Move the wrap after this line by hand (`model = DDP(model, device_ids=[local_rank])`)."),
+    Rule("DDP120", Severity.EDIT, "`global` declared for the module's model wrapped in the function that moves it",
+         "`model = Net()` at module level, then `def main(): model.to(device); optimizer = ...` with "
+         "the training reading the module's `model` (`train()` calls): the wrap goes after the move, "
+         "in `main()`. An assignment there would make `model` a local of `main()` (UnboundLocalError "
+         "at the move) and leave the functions that read the module's `model` on the raw module, so "
+         "`main()` declares `global model`. Only for a function that runs once (called once, not in "
+         "a loop): a second call would wrap the wrapper.",
+         "Nothing to do."),
+    Rule("DDP121", Severity.WARNING, "the module's model is moved in a function that may run more than once",
+         "`model` is built at module level and moved (and trained) in a function called more than "
+         "once or in a loop: its wrap belongs after the move, but a wrap there rebinds the module's "
+         "model on every call (a wrapper of the wrapper), and one without `global` makes the name a "
+         "local (UnboundLocalError).",
+         "Move the model to its device at module level, after it is built (ddpify wraps it there), "
+         "or build it in the function that moves it."),
     Rule("DDP903", Severity.WARNING, "could not find the model to wrap, or where it reaches its device",
          "DDP must wrap the model after it is on its device and before training; ddpify "
          "could not tell where that is, or which module an optimizer trains (its parameters "
@@ -398,6 +414,8 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
     extra = ", find_unused_parameters=True" if _report_parameters_without_gradients(facts, edits, model, anchor) else ""
     extra += _keep_buffers_where_run_twice(facts, edits, model)
     code = _wrap_statement(facts, setup, model, anchor, edits.options.sync_batchnorm, extra, condition)
+    if entry is None and not _declared_global_where_wrapped(facts, edits, model, anchor):
+        return
     if entry is not None:
         code = code.replace(f"{model.name} = DDP(", f"{entry} = DDP(", 1)
     _insert_wrap(facts, edits, model, anchor, edits.statements(_when_trainable(facts, code, model)))
@@ -416,6 +434,56 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
     _after_wraps_in_other_branches(facts, edits, model, others)
     part_runs.keep_parts_run_in_training(facts, edits, model, facts.model_holders(model), anchor)
     _report_backwards_sharing_a_forward(facts, edits, model)
+
+
+def _declared_global_where_wrapped(facts: Facts, edits: Edits, model: Model, anchor: Statement) -> bool:
+    """Rule (DESIGN §2.8, §2.9): `model = Net()` at module level, moved in `def main():` (which
+    never binds it) and trained there or by functions reading the module's `model`: the wrap
+    follows the move, in `main()`, and rebinds the module's name, so `main()` declares `global
+    model` (DDP120): without it the assignment makes `model` a local of `main()`
+    (UnboundLocalError at the move) and `train()` would read the raw module. Only for a function
+    of the module that runs once (one call, in no loop, from the module level or the function
+    that calls it once): else a second call wraps the wrapper, reported (DDP121), no wrap.
+    False when the wrap must not be placed."""
+    function = facts.function_of(anchor)
+    if function is None or "." in model.name or model.name in names_bound_in(function) \
+            or model.name in parameter_names(function):
+        return True  # the model is the function's own (or the module's, wrapped at module level)
+    if not any(facts.function_of(statement) is None and model.name in assigned_names(statement)
+               for statement in facts.statements_touching.get(model.name, ())):
+        return True  # a closure's model, or one this file never binds at module level
+    if any(model.name in (item.name.value for item in declared.names if isinstance(item.name, cst.Name))
+           for declared in find_all(function, cst.Global, into_functions=False)):
+        return True  # `global model` already
+    if facts.function_of(function) is not None or facts.class_of(function) is not None or not _runs_once(
+            facts, function):
+        edits.report("DDP121", anchor, f"`{model.name}` is the module's, moved here in `{function.name.value}()`, "
+                     f"which may run more than once: move it at module level after it is built, where ddpify "
+                     f"wraps it once")
+        return False
+    body = function.body.body if isinstance(function.body, cst.IndentedBlock) else ()
+    first = next((statement for statement in body if not _a_docstring(statement)), None)
+    if first is None:
+        return True
+    declaration = edits.statement(f"global {model.name}  # the wrap below rebinds the module's model")
+    edits.insert_before(first, Insertion([declaration]))
+    edits.report("DDP120", anchor)
+    return True
+
+
+def _runs_once(facts: Facts, function: cst.FunctionDef) -> bool:
+    """One call of the function in the file, in no loop, made at module level or by a function
+    that itself runs once."""
+    calls = facts.calls_of(function)
+    if len(calls) != 1 or facts.within_a_loop(calls[0]):
+        return False
+    caller = facts.function_of(calls[0])
+    return caller is None or caller is not function and _runs_once(facts, caller)
+
+
+def _a_docstring(statement: cst.BaseStatement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(
+        statement.body[0], cst.Expr) and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
 
 
 def _reported_moved_after_the_anchor(facts: Facts, edits: Edits, model: Model, anchor: Statement) -> bool:
