@@ -52,7 +52,7 @@ from ddpify.options import Options
 from ddpify.plan import Plan
 from ddpify.rules import dropped_outputs, lazy_layers, part_runs, sharding
 from ddpify.rules.cases import TRAINING, Emits, Silent
-from ddpify.rules.setup import gpu_made_the_default, read_from_the_scope_around
+from ddpify.rules.setup import gpu_made_the_default, read_from_the_scope_around, where_the_read_model_moves
 
 RULES = (
     Rule("DDP101", Severity.EDIT, "model wrapped in DistributedDataParallel",
@@ -201,8 +201,9 @@ def _where_the_global_is_bound(facts: Facts, model: Model) -> Model:
     same optimizer."""
     if not read_from_the_scope_around(facts, model):
         return model
-    return Model(model.name, model.optimizer_statement, facts.function_of(cast(cst.FunctionDef, model.function)),
-                 model.moved_in_call)
+    # (`def main(): net.cuda(); train(epoch)`: where it moves; a global wrapped there, DDP120.)
+    scope = where_the_read_model_moves(facts, model) or facts.function_of(cast(cst.FunctionDef, model.function))
+    return Model(model.name, model.optimizer_statement, scope, model.moved_in_call)
 
 
 def _unwrapped_after_a_base_wrap(facts: Facts, edits: Edits, model: Model) -> bool:
