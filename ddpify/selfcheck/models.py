@@ -724,6 +724,8 @@ def _wrapper_itself_saved(migrated: Source, wrapped: dict[tuple[int, str], int])
                                    if isinstance(statement, ast.Assign) and statement.lineno < save.lineno
                                    and {name.split(".")[0] for name in assigned_targets(statement)} & held)]
         for writer in writers:
+            if _under_a_test_of_the_wrapper(migrated, writer, scope):
+                continue  # `if isinstance(net, DDP): ... else: state = {"net": net}`
             for node in ast_walk.walk(writer):
                 if isinstance(node, ast.Name) and node.id in names and names[node.id] < node.lineno \
                         and _stored_in(migrated, node, writer) \
@@ -750,6 +752,16 @@ def _stored_in(source: Source, node: ast.Name, value: ast.AST) -> bool:
             return False
         child = ancestor
     return child is value
+
+
+def _under_a_test_of_the_wrapper(source: Source, node: ast.AST, scope) -> bool:
+    """An `if` (or conditional) of the scope around `node` tests the wrapper."""
+    for ancestor in source.ancestors(node):
+        if ancestor is scope:
+            return False
+        if isinstance(ancestor, (ast.If, ast.IfExp)) and _tests_the_wrapper(ast.unparse(ancestor.test)):
+            return True
+    return False
 
 
 def _tests_the_wrapper(test: str) -> bool:
