@@ -3764,7 +3764,10 @@ def _unwrap_the_other_arm(facts: Facts, edits: Edits, access: cst.Attribute, nam
     while isinstance(parent, cst.Attribute) and parent.value is arm or isinstance(parent, cst.Call) \
             and parent.func is arm or isinstance(parent, cst.Subscript) and parent.value is arm:
         arm, parent = parent, facts.parents.get(parent)
-    if not isinstance(parent, cst.IfExp) or parent in edits.expressions:
+    if not isinstance(parent, cst.IfExp):
+        _unwrap_the_other_branch(facts, edits, access, name)
+        return
+    if parent in edits.expressions:
         return
     other = parent.orelse if parent.body is arm else parent.body
     rest = edits.code(arm)[len(edits.code(access)):]
@@ -3780,6 +3783,44 @@ def _unwrap_the_other_arm(facts: Facts, edits: Edits, access: cst.Attribute, nam
     if dotted_name(base) == name and base not in edits.expressions:
         edits.expressions[base] = _unwrapped(name, edits, _quote_for(facts, base))
         edits.report("DDP103", base)
+
+
+def _unwrap_the_other_branch(facts: Facts, edits: Edits, access: cst.Attribute, name: str) -> None:
+    """The same rule for statements: `if use_cuda: state = {'net': net.module, ...}` / `else:
+    state = {'net': net, ...}`, the two lines alike but for `.module`. The `else` line reads
+    `getattr(net, "module", net)` where it read `net`: the wrapper exists on both branches under
+    torchrun. Not under a test of the wrapper itself (`if isinstance(net, nn.DataParallel):`)."""
+    small = facts.parents.get(access)
+    while small is not None and not isinstance(small, cst.BaseSmallStatement):
+        small = facts.parents.get(small)
+    line = facts.parents.get(small) if small is not None else None
+    block = facts.parents.get(line) if line is not None else None
+    clause = facts.parents.get(block) if block is not None else None
+    if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and isinstance(block, cst.IndentedBlock)
+            and isinstance(clause, cst.If) and clause.body is block and isinstance(clause.orelse, cst.Else)):
+        return
+    test = edits.code(clause.test)
+    if ("isinstance(" in test or "hasattr(" in test) and name in test:
+        return
+    others = clause.orelse.body.body if isinstance(clause.orelse.body, cst.IndentedBlock) else ()
+    index = list(block.body).index(line)
+    counterpart = others[index] if len(others) == len(block.body) else None
+    if not isinstance(counterpart, cst.SimpleStatementLine) or len(counterpart.body) != 1:
+        return
+    other = counterpart.body[0]
+    assert small is not None
+    written, read = edits.code(small), edits.code(access)
+    (line_at, column), (access_line, access_column) = facts.start_of(small), facts.start_of(access)
+    offset = access_column - column
+    if access_line != line_at or written[offset:offset + len(read)] != read \
+            or edits.code(other) != written[:offset] + name + written[offset + len(read):]:
+        return
+    other_line, other_column = facts.start_of(other)
+    for found in find_all(other, cst.Name):
+        if found.value == name and facts.start_of(found) == (other_line, other_column + offset) \
+                and found not in edits.expressions:
+            edits.expressions[found] = _unwrapped(name, edits, _quote_for(facts, found))
+            edits.report("DDP103", found)
 
 
 def _data_parallel_holder(facts: Facts, call: cst.Call) -> Optional[str]:
