@@ -454,7 +454,7 @@ def _declared_global_where_wrapped(facts: Facts, edits: Edits, model: Model, anc
                for statement in facts.statements_touching.get(model.name, ())):
         return True  # a closure's model, or one this file never binds at module level
     if any(model.name in (item.name.value for item in declared.names if isinstance(item.name, cst.Name))
-           for declared in find_all(function, cst.Global, into_functions=False)):
+           for declared in find_all(function.body, cst.Global, into_functions=False)):
         return True  # `global model` already
     if facts.function_of(function) is not None or facts.class_of(function) is not None or not _runs_once(
             facts, function):
