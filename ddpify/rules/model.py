@@ -3956,7 +3956,31 @@ for epoch in range(3):
     solver.train_epoch()
 """
 
+# The module's model moved and trained in a function `main()` that reads it as a global.
+_GLOBAL_MOVED_IN_MAIN = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = torch.nn.Linear(4, 1)
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+
+
+def main():
+    model.to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+"""
+
 CASES = (
+    # The module's model wrapped where `main()` moves it: declared global there (run once) or refused.
+    Emits(_GLOBAL_MOVED_IN_MAIN + "\n\nmain()\n", "DDP120", ("    global model",)),
+    Emits(_GLOBAL_MOVED_IN_MAIN + "\n\nfor _ in range(2):\n    main()\n", "DDP121"),
     # A move after the place found for the wrap, at the top of a pass run once per epoch:
     # kept, no wrap, DDP119 (a method run once moves first and is wrapped after the move,
     # branchwrap16's rule); a round trip once training runs is the DDP106 below.
