@@ -496,7 +496,8 @@ def test_output_in_a_helper_counts_where_the_helper_is_called(call, expected):
 
 
 @pytest.mark.parametrize("statement", [
-    'print("done")', 'torch.save(model, "m.pt")', 'log = open("log.txt", "a")', 'os.makedirs("out")',
+    'print("done")', 'torch.save(getattr(model, "module", model), "m.pt")', 'log = open("log.txt", "a")',
+    'os.makedirs("out")',
     'json.dump({}, log)', 'figure.savefig("loss.png")', 'writer = SummaryWriter("runs")',
     'Image.fromarray(pixels).convert("L").save("sample.png")', 'T.ToPILImage()(x[0]).save("x.png")',
     'getattr(model, "module", model).save_pretrained("out")', 'tokenizer.save_pretrained(save_directory="out")',

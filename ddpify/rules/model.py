@@ -20,6 +20,7 @@ from ddpify.analysis.navigation import ancestors_up_to
 from ddpify.analysis.nodes import (
     argument_among,
     argument_for,
+    assigned_names,
     assignment_pairs,
     calls_within,
     dotted_name,
@@ -51,7 +52,7 @@ from ddpify.options import Options
 from ddpify.plan import Plan
 from ddpify.rules import dropped_outputs, lazy_layers, part_runs, sharding
 from ddpify.rules.cases import TRAINING, Emits, Silent
-from ddpify.rules.setup import gpu_made_the_default, read_from_the_scope_around
+from ddpify.rules.setup import gpu_made_the_default, read_from_the_scope_around, where_the_read_model_moves
 
 RULES = (
     Rule("DDP101", Severity.EDIT, "model wrapped in DistributedDataParallel",
@@ -125,6 +126,21 @@ RULES = (
          "one that DDP's hooks no longer watch. The move is the user's and stays; the wrap "
          "ddpify placed before it is wrong.",
          "Move the wrap after this line by hand (`model = DDP(model, device_ids=[local_rank])`)."),
+    Rule("DDP120", Severity.EDIT, "`global` declared for the module's model wrapped in the function that moves it",
+         "`model = Net()` at module level, then `def main(): model.to(device); optimizer = ...` with "
+         "the training reading the module's `model` (`train()` calls): the wrap goes after the move, "
+         "in `main()`. An assignment there would make `model` a local of `main()` (UnboundLocalError "
+         "at the move) and leave the functions that read the module's `model` on the raw module, so "
+         "`main()` declares `global model`. Only for a function that runs once (called once, not in "
+         "a loop): a second call would wrap the wrapper.",
+         "Nothing to do."),
+    Rule("DDP121", Severity.WARNING, "the module's model is moved in a function that may run more than once",
+         "`model` is built at module level and moved (and trained) in a function called more than "
+         "once or in a loop: its wrap belongs after the move, but a wrap there rebinds the module's "
+         "model on every call (a wrapper of the wrapper), and one without `global` makes the name a "
+         "local (UnboundLocalError).",
+         "Move the model to its device at module level, after it is built (ddpify wraps it there), "
+         "or build it in the function that moves it."),
     Rule("DDP903", Severity.WARNING, "could not find the model to wrap, or where it reaches its device",
          "DDP must wrap the model after it is on its device and before training; ddpify "
          "could not tell where that is, or which module an optimizer trains (its parameters "
@@ -185,8 +201,9 @@ def _where_the_global_is_bound(facts: Facts, model: Model) -> Model:
     same optimizer."""
     if not read_from_the_scope_around(facts, model):
         return model
-    return Model(model.name, model.optimizer_statement, facts.function_of(cast(cst.FunctionDef, model.function)),
-                 model.moved_in_call)
+    # (`def main(): net.cuda(); train(epoch)`: where it moves; a global wrapped there, DDP120.)
+    scope = where_the_read_model_moves(facts, model) or facts.function_of(cast(cst.FunctionDef, model.function))
+    return Model(model.name, model.optimizer_statement, scope, model.moved_in_call)
 
 
 def _unwrapped_after_a_base_wrap(facts: Facts, edits: Edits, model: Model) -> bool:
@@ -398,6 +415,8 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
     extra = ", find_unused_parameters=True" if _report_parameters_without_gradients(facts, edits, model, anchor) else ""
     extra += _keep_buffers_where_run_twice(facts, edits, model)
     code = _wrap_statement(facts, setup, model, anchor, edits.options.sync_batchnorm, extra, condition)
+    if entry is None and not _declared_global_where_wrapped(facts, edits, model, anchor):
+        return
     if entry is not None:
         code = code.replace(f"{model.name} = DDP(", f"{entry} = DDP(", 1)
     _insert_wrap(facts, edits, model, anchor, edits.statements(_when_trainable(facts, code, model)))
@@ -416,6 +435,56 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
     _after_wraps_in_other_branches(facts, edits, model, others)
     part_runs.keep_parts_run_in_training(facts, edits, model, facts.model_holders(model), anchor)
     _report_backwards_sharing_a_forward(facts, edits, model)
+
+
+def _declared_global_where_wrapped(facts: Facts, edits: Edits, model: Model, anchor: Statement) -> bool:
+    """Rule (DESIGN §2.8, §2.9): `model = Net()` at module level, moved in `def main():` (which
+    never binds it) and trained there or by functions reading the module's `model`: the wrap
+    follows the move, in `main()`, and rebinds the module's name, so `main()` declares `global
+    model` (DDP120): without it the assignment makes `model` a local of `main()`
+    (UnboundLocalError at the move) and `train()` would read the raw module. Only for a function
+    of the module that runs once (one call, in no loop, from the module level or the function
+    that calls it once): else a second call wraps the wrapper, reported (DDP121), no wrap.
+    False when the wrap must not be placed."""
+    function = facts.function_of(anchor)
+    if function is None or "." in model.name or model.name in names_bound_in(function) \
+            or model.name in parameter_names(function):
+        return True  # the model is the function's own (or the module's, wrapped at module level)
+    if not any(facts.function_of(statement) is None and model.name in assigned_names(statement)
+               for statement in facts.statements_touching.get(model.name, ())):
+        return True  # a closure's model, or one this file never binds at module level
+    if any(model.name in (item.name.value for item in declared.names if isinstance(item.name, cst.Name))
+           for declared in find_all(function.body, cst.Global, into_functions=False)):
+        return True  # `global model` already
+    if facts.function_of(function) is not None or facts.class_of(function) is not None or not _runs_once(
+            facts, function):
+        edits.report("DDP121", anchor, f"`{model.name}` is the module's, moved here in `{function.name.value}()`, "
+                     f"which may run more than once: move it at module level after it is built, where ddpify "
+                     f"wraps it once")
+        return False
+    body = function.body.body if isinstance(function.body, cst.IndentedBlock) else ()
+    first = next((statement for statement in body if not _a_docstring(statement)), None)
+    if first is None:
+        return True
+    declaration = edits.statement(f"global {model.name}  # the wrap below rebinds the module's model")
+    edits.insert_before(first, Insertion([declaration]))
+    edits.report("DDP120", anchor)
+    return True
+
+
+def _runs_once(facts: Facts, function: cst.FunctionDef) -> bool:
+    """One call of the function in the file, in no loop, made at module level or by a function
+    that itself runs once."""
+    calls = facts.calls_of(function)
+    if len(calls) != 1 or facts.within_a_loop(calls[0]):
+        return False
+    caller = facts.function_of(calls[0])
+    return caller is None or caller is not function and _runs_once(facts, caller)
+
+
+def _a_docstring(statement: cst.BaseStatement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(
+        statement.body[0], cst.Expr) and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
 
 
 def _reported_moved_after_the_anchor(facts: Facts, edits: Edits, model: Model, anchor: Statement) -> bool:
@@ -3628,6 +3697,7 @@ def _unwrap_module_accesses(facts: Facts, edits: Edits, model: Model) -> None:
         if not _under_wrapper_check(facts, access, model.name):
             edits.expressions[access] = _unwrapped(model.name, edits)
             edits.report("DDP103", access)
+            _unwrap_the_other_arm(facts, edits, access, model.name)
 
 
 def _unwrap_where_data_parallel_went(facts: Facts, edits: Edits) -> None:
@@ -3655,6 +3725,7 @@ def _unwrap_where_data_parallel_went(facts: Facts, edits: Edits) -> None:
                 continue
             edits.expressions[access] = _unwrapped(holder, edits, _quote_for(facts, access))
             edits.report("DDP103", access)
+            _unwrap_the_other_arm(facts, edits, access, holder)
     if facts.data_parallel_calls or facts.data_parallel_in_project:
         _unwrap_reads_through_module(facts, edits)
 
@@ -3675,6 +3746,81 @@ def _unwrap_reads_through_module(facts: Facts, edits: Edits) -> None:
                 continue
             edits.expressions[access] = _unwrapped(receiver, edits, _quote_for(facts, access))
             edits.report("DDP103", access)
+            _unwrap_the_other_arm(facts, edits, access, receiver)
+
+
+def _unwrap_the_other_arm(facts: Facts, edits: Edits, access: cst.Attribute, name: str) -> None:
+    """Rule: `net.module if use_cuda else net` (`{'net': ...}` of a checkpoint), also
+    `model.state_dict() if args.ngpu == 1 else model.module.state_dict()`: DataParallel-era code
+    that picks the module on both arms, by a test of its own that said when the DataParallel
+    existed. The DDP wrapper exists whatever that test says (torchrun on CPU: `use_cuda` is
+    False and `net` is the wrapper), so the other arm would pickle the wrapper or save
+    `module.`-prefixed keys. Both arms mean the module: when the test only reads, the choice
+    becomes the unwrapped arm alone (`getattr(net, "module", net)`); else the other arm reads
+    through `getattr` too. A test of the wrapper itself (`hasattr(net, "module")`) never gets
+    here (_under_wrapper_check)."""
+    arm: cst.CSTNode = access
+    parent = facts.parents.get(arm)
+    while isinstance(parent, cst.Attribute) and parent.value is arm or isinstance(parent, cst.Call) \
+            and parent.func is arm or isinstance(parent, cst.Subscript) and parent.value is arm:
+        arm, parent = parent, facts.parents.get(parent)
+    if not isinstance(parent, cst.IfExp):
+        _unwrap_the_other_branch(facts, edits, access, name)
+        return
+    if parent in edits.expressions:
+        return
+    other = parent.orelse if parent.body is arm else parent.body
+    rest = edits.code(arm)[len(edits.code(access)):]
+    if edits.code(other) != name + rest:
+        return
+    if _only_reads(facts, parent.test):
+        unwrapped_arm = "body" if parent.body is arm else "orelse"
+        edits.expressions[parent] = lambda node: getattr(node, unwrapped_arm)
+        return
+    base: cst.BaseExpression = other
+    while dotted_name(base) != name and isinstance(base, (cst.Attribute, cst.Call, cst.Subscript)):
+        base = base.func if isinstance(base, cst.Call) else base.value
+    if dotted_name(base) == name and base not in edits.expressions:
+        edits.expressions[base] = _unwrapped(name, edits, _quote_for(facts, base))
+        edits.report("DDP103", base)
+
+
+def _unwrap_the_other_branch(facts: Facts, edits: Edits, access: cst.Attribute, name: str) -> None:
+    """The same rule for statements: `if use_cuda: state = {'net': net.module, ...}` / `else:
+    state = {'net': net, ...}`, the two lines alike but for `.module`. The `else` line reads
+    `getattr(net, "module", net)` where it read `net`: the wrapper exists on both branches under
+    torchrun. Not under a test of the wrapper itself (`if isinstance(net, nn.DataParallel):`)."""
+    small = facts.parents.get(access)
+    while small is not None and not isinstance(small, cst.BaseSmallStatement):
+        small = facts.parents.get(small)
+    line = facts.parents.get(small) if small is not None else None
+    block = facts.parents.get(line) if line is not None else None
+    clause = facts.parents.get(block) if block is not None else None
+    if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and isinstance(block, cst.IndentedBlock)
+            and isinstance(clause, cst.If) and clause.body is block and isinstance(clause.orelse, cst.Else)):
+        return
+    test = edits.code(clause.test)
+    if ("isinstance(" in test or "hasattr(" in test) and name in test:
+        return
+    others = clause.orelse.body.body if isinstance(clause.orelse.body, cst.IndentedBlock) else ()
+    index = list(block.body).index(line)
+    counterpart = others[index] if len(others) == len(block.body) else None
+    if not isinstance(counterpart, cst.SimpleStatementLine) or len(counterpart.body) != 1:
+        return
+    other = counterpart.body[0]
+    assert small is not None
+    written, read = edits.code(small), edits.code(access)
+    (line_at, column), (access_line, access_column) = facts.start_of(small), facts.start_of(access)
+    offset = access_column - column
+    if access_line != line_at or written[offset:offset + len(read)] != read \
+            or edits.code(other) != written[:offset] + name + written[offset + len(read):]:
+        return
+    other_line, other_column = facts.start_of(other)
+    for found in find_all(other, cst.Name):
+        if found.value == name and facts.start_of(found) == (other_line, other_column + offset) \
+                and found not in edits.expressions:
+            edits.expressions[found] = _unwrapped(name, edits, _quote_for(facts, found))
+            edits.report("DDP103", found)
 
 
 def _data_parallel_holder(facts: Facts, call: cst.Call) -> Optional[str]:
@@ -3810,7 +3956,31 @@ for epoch in range(3):
     solver.train_epoch()
 """
 
+# The module's model moved and trained in a function `main()` that reads it as a global.
+_GLOBAL_MOVED_IN_MAIN = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = torch.nn.Linear(4, 1)
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+
+
+def main():
+    model.to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+"""
+
 CASES = (
+    # The module's model wrapped where `main()` moves it: declared global there (run once) or refused.
+    Emits(_GLOBAL_MOVED_IN_MAIN + "\n\nmain()\n", "DDP120", ("    global model",)),
+    Emits(_GLOBAL_MOVED_IN_MAIN + "\n\nfor _ in range(2):\n    main()\n", "DDP121"),
     # A move after the place found for the wrap, at the top of a pass run once per epoch:
     # kept, no wrap, DDP119 (a method run once moves first and is wrapped after the move,
     # branchwrap16's rule); a round trip once training runs is the DDP106 below.

@@ -654,6 +654,24 @@ def read_from_the_scope_around(facts: Facts, model: Model) -> bool:
                for statement in facts.statements_touching.get(model.name, ()))
 
 
+def where_the_read_model_moves(facts: Facts, model: Model) -> Optional[cst.FunctionDef]:
+    """For a model read_from_the_scope_around: `def main(): if use_cuda: net.cuda(); for epoch
+    ...: train(epoch)`, where `train(epoch)` builds its optimizer over the module's `net`. The
+    one function beside `train()` that moves the model and calls `train()`: the model reaches
+    its device there, so its wrap (and the setup before it) goes there, not where it is built.
+    None when the model moves elsewhere too, or nowhere but in the scope around."""
+    function = cast(cst.FunctionDef, model.function)
+    outer = facts.function_of(function)
+    movers = {facts.function_of(move) for move in facts.device_moves.get(model.name, ())}
+    if len(movers) != 1:
+        return None
+    mover = next(iter(movers))
+    if mover is None or mover is function or facts.function_of(mover) is not outer or not any(
+            facts.function_of(call) is mover for call in facts.calls_of(function)):
+        return None
+    return mover
+
+
 def _training_function(facts: Facts) -> Optional[cst.FunctionDef]:
     """The function the setup goes into: where the training loop runs, or the function that
     calls it and builds the model (`main()` calling `train(...)` once per epoch), so that
@@ -662,7 +680,8 @@ def _training_function(facts: Facts) -> Optional[cst.FunctionDef]:
     if facts.models and read_from_the_scope_around(facts, facts.models[0]):
         # `def train(epoch)` builds its optimizer over the module's `net` on every call: the
         # model is the module's, built and moved there, and wrapped there.
-        model_function = facts.function_of(cast(cst.FunctionDef, model_function))
+        model_function = where_the_read_model_moves(facts, facts.models[0]) or facts.function_of(
+            cast(cst.FunctionDef, model_function))
     # A flat script: the model is built at module level and `def train(epoch)` loops over a
     # module-level loader. The setup goes at module level too, where the model's wrap and
     # the loaders can see it, not into train().

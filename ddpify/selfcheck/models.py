@@ -667,6 +667,7 @@ def wrapper_handed_to_an_exporter(migrated: Source) -> Iterator[Finding]:
             yield ("DDP922", call.lineno, f"`{ast.unparse(call.func)}({handed}, ...)` is handed the DDP wrapper "
                    f"made at output line {line}")
     yield from _wrapper_state_saved(migrated, wrapped)
+    yield from _wrapper_itself_saved(migrated, wrapped)
 
 
 def _wrapper_state_saved(migrated: Source, wrapped: dict[tuple[int, str], int]) -> Iterator[Finding]:
@@ -699,6 +700,72 @@ def _wrapper_state_saved(migrated: Source, wrapped: dict[tuple[int, str], int]) 
                for save in saves):
             yield ("DDP922", call.lineno, f"`{handed}.state_dict()` is saved from the DDP wrapper made at output "
                    f"line {line}: its keys carry `module.`")
+
+
+def _wrapper_itself_saved(migrated: Source, wrapped: dict[tuple[int, str], int]) -> Iterator[Finding]:
+    """Rule: the wrapper itself after `net = DDP(net, ...)` in the same scope, in what a save of
+    that scope writes: `torch.save(net, path)`, `state = {'net': net.module if use_cuda else net}`
+    then `torch.save(state, path)`. The file pickles DistributedDataParallel (its process group,
+    its hooks), which loads nowhere without a group. A read through `getattr(net, "module", net)`
+    is the module; an arm under a test of the wrapper (`isinstance`, `hasattr`, `distributed`)
+    is where the script already told the two apart; a name bound again after the wrap is not
+    the wrapper."""
+    for save in migrated.calls:
+        if migrated.qualified(save.func) != "torch.save" or not save.args:
+            continue  # (a helper of the user's handed the wrapper: _follow_into_callees)
+        scope = migrated.scope_of(save)
+        names = {name: line for (scope_id, name), line in wrapped.items()
+                 if scope_id == id(scope) and "." not in name and line < save.lineno}
+        if not names:
+            continue
+        held = {node.id for node in ast_walk.walk(save.args[0]) if isinstance(node, ast.Name)
+                and _stored_in(migrated, node, save.args[0])} - set(names)
+        writers = [save.args[0], *(statement.value for statement in migrated.statements_in(scope)
+                                   if isinstance(statement, ast.Assign) and statement.lineno < save.lineno
+                                   and {name.split(".")[0] for name in assigned_targets(statement)} & held)]
+        for writer in writers:
+            if _under_a_test_of_the_wrapper(migrated, writer, scope):
+                continue  # `if isinstance(net, DDP): ... else: state = {"net": net}`
+            for node in ast_walk.walk(writer):
+                if isinstance(node, ast.Name) and node.id in names and names[node.id] < node.lineno \
+                        and _stored_in(migrated, node, writer) \
+                        and not _rebound_between(migrated, scope, node.id, names[node.id], node.lineno):
+                    yield ("DDP922", node.lineno, f"`{node.id}`, the DDP wrapper made at output line "
+                           f"{names[node.id]}, is saved itself: the file pickles the wrapper, not the module")
+
+
+def _stored_in(source: Source, node: ast.Name, value: ast.AST) -> bool:
+    """The name's value itself is part of what `value` builds: `value` is the name, or holds it
+    as a dict value, a list or tuple item, or an arm of a conditional (`{'net': net}`, `net.module
+    if use_cuda else net`), an arm not under a test of the wrapper (`isinstance`, `hasattr`,
+    `distributed`). Not `net.state_dict()` (DDP922's other rule), not `getattr(net, "module",
+    net)` nor `fit(net)`: what a call returns is not the wrapper."""
+    child: ast.AST = node
+    for ancestor in source.ancestors(node):
+        if child is value:
+            return True
+        if isinstance(ancestor, ast.IfExp) and child is not ancestor.test:
+            if _tests_the_wrapper(ast.unparse(ancestor.test)):
+                return False
+        elif not (isinstance(ancestor, ast.Dict) and child in ancestor.values
+                  or isinstance(ancestor, (ast.List, ast.Tuple)) and child in ancestor.elts):
+            return False
+        child = ancestor
+    return child is value
+
+
+def _under_a_test_of_the_wrapper(source: Source, node: ast.AST, scope) -> bool:
+    """An `if` (or conditional) of the scope around `node` tests the wrapper."""
+    for ancestor in source.ancestors(node):
+        if ancestor is scope:
+            return False
+        if isinstance(ancestor, (ast.If, ast.IfExp)) and _tests_the_wrapper(ast.unparse(ancestor.test)):
+            return True
+    return False
+
+
+def _tests_the_wrapper(test: str) -> bool:
+    return any(word in test for word in ("isinstance(", "hasattr(", "distributed", "DDP", "world_size"))
 
 
 def _derived_names(source: Source, scope, statement: ast.stmt, filled: set[str]) -> set[str]:

@@ -494,6 +494,24 @@ CASES = (
     Flags(TRAINING + 'torch.save(model.state_dict(), "model.pt")\n',
           _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
           + 'torch.save({"model": model.state_dict()}, "model.pt")\n', "DDP922"),
+    # The wrapper itself pickled: an arm of the script's own GPU test, a dict value, the save's argument.
+    Flags(TRAINING + 'torch.save({"net": model.module if torch.cuda.is_available() else model}, "model.pt")\n',
+          _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
+          + 'state = {"net": getattr(model, "module", model) if torch.cuda.is_available() else model}\n'
+          + 'torch.save(state, "m.pt")\n',
+          "DDP922"),
+    Flags(TRAINING + 'torch.save(model, "model.pt")\n',
+          _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
+          + 'torch.save(model, "model.pt")\n', "DDP922"),
+    Silent(TRAINING + 'torch.save({"net": model.module if torch.cuda.is_available() else model}, "m.pt")\n'
+           + 'torch.save(model, "model.pt")\n', "DDP922"),
+    # ... the state built in an `else` of the script's own GPU test; not in one of a test of the wrapper.
+    Flags(TRAINING + 'torch.save(model, "model.pt")\n',
+          _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
+          + 'if torch.cuda.is_available():\n    state = {"net": model.module}\nelse:\n    state = {"net": model}\n'
+          + 'torch.save(state, "m.pt")\n', "DDP922"),
+    Silent(TRAINING + 'if isinstance(model, torch.nn.DataParallel):\n    state = {"net": model.module}\n'
+           + 'else:\n    state = {"net": model}\ntorch.save(state, "m.pt")\n', "DDP922"),
     # ... also where the wrapper is handed on: a helper's parameter, a Trainer's `self.model`.
     Flags(TRAINING + 'torch.save(model.state_dict(), "model.pt")\n',
           _JOINED.replace("optimizer = torch", "model = DDP(model)\noptimizer = torch")
