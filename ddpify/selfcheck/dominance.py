@@ -25,7 +25,16 @@ from typing import Optional, Union
 
 from ddpify import ast_walk
 from ddpify.selfcheck.models import DDP_WRAPPERS, Finding, _training_uses, _trains_in_another_method
-from ddpify.selfcheck.source import FUNCTIONS, Scope, Source, _is_distributed_flag, assigned_targets, dotted, last_part
+from ddpify.selfcheck.source import (
+    FUNCTIONS,
+    Scope,
+    Source,
+    _is_distributed_flag,
+    assigned_targets,
+    dotted,
+    last_part,
+    parameter_names,
+)
 
 Function = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 # Calls that end the process: a path that makes one goes no further.
@@ -301,8 +310,7 @@ def _reads_global(source: Source, function: Function, name: str) -> bool:
     declared = {declared for node in ast_walk.walk(function) if isinstance(node, ast.Global) for declared in node.names}
     if name in declared:
         return True
-    arguments = function.args
-    if name in {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}:
+    if name in parameter_names(function):
         return False
     return not any(isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store)
                    for node in ast_walk.walk(function))

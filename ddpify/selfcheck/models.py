@@ -10,7 +10,16 @@ from typing import Callable, Optional, Union, cast
 
 from ddpify import ast_walk
 from ddpify.analysis.part_runs import dotted_or_module, frozen_parts, part_runs
-from ddpify.selfcheck.source import FUNCTIONS, LOOPS, Scope, Source, assigned_targets, dotted, last_part
+from ddpify.selfcheck.source import (
+    FUNCTIONS,
+    LOOPS,
+    Scope,
+    Source,
+    assigned_targets,
+    dotted,
+    last_part,
+    parameter_names,
+)
 
 # FSDP2's fully_shard(model) shards the model in place: the same place as a DDP wrap.
 DDP_WRAPPERS = ("DDP", "DistributedDataParallel")
@@ -108,8 +117,7 @@ def own_model_unwrapped(source: Source, reported: bool) -> Iterator[Finding]:
 def _built_here(source: Source, scope: ast.AST, name: str) -> bool:
     """The function assigns `name` itself, and does not take it as a parameter."""
     assert isinstance(scope, FUNCTIONS)
-    arguments = scope.args
-    if name in {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}:
+    if name in parameter_names(scope):
         return False
     return any(name in assigned_targets(statement) for statement in source.statements_in(scope))
 
@@ -480,8 +488,7 @@ def _moved_later_by_a_function(source: Source, model: str, wrap: ast.Call) -> Op
 
 def _binds(function: Union[ast.FunctionDef, ast.AsyncFunctionDef], name: str) -> bool:
     """`name` is a parameter of the function or assigned in it without `global`: its own, not the module's."""
-    arguments = function.args
-    if name in {arg.arg for arg in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}:
+    if name in parameter_names(function):
         return True
     declared = {declared for node in ast_walk.statements(function) if isinstance(node, ast.Global)
                 for declared in node.names}

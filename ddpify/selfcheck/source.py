@@ -61,6 +61,12 @@ _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 _BLOCK_FIELDS = ("body", "handlers", "orelse", "finalbody", "cases")
 
 
+def parameter_names(function: Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda]) -> set[str]:
+    """The names a function binds as parameters (positional and keyword-only; not *args, **kwargs)."""
+    arguments = function.args
+    return {argument.arg for argument in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}
+
+
 def assigned_targets(statement: ast.stmt) -> list[str]:
     """Dotted names a statement binds (`a, self.b = ...`, `for x in`, `with ... as x`)."""
     if isinstance(statement, ast.Assign):

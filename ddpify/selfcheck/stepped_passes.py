@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Optional
 
 from ddpify import ast_walk
-from ddpify.selfcheck.source import FUNCTIONS, Source, dotted, last_part
+from ddpify.selfcheck.source import FUNCTIONS, Source, dotted, last_part, parameter_names
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 PARTIAL = ("functools.partial", "partial")
@@ -47,7 +47,7 @@ class _StepReading:
                            if isinstance(node.value, ast.Call) and _given_parameters(node.value)}
 
     def loop_steps(self, loop: ast.AST, function: Optional[Function], handing: Optional[ast.Call]) -> bool:
-        parameters = _parameters(function) if function is not None else set()
+        parameters = parameter_names(function) if function is not None else set()
         for node in ast_walk.walk(loop):
             if not isinstance(node, ast.Call) or self._under_a_test(node, loop):
                 continue
@@ -210,11 +210,6 @@ def _handed(call: ast.Call, callee: Function, parameter: str) -> Optional[ast.AS
 
 def _function_of(source: Source, node: ast.AST) -> Optional[Function]:
     return next((ancestor for ancestor in source.ancestors(node) if isinstance(ancestor, FUNCTIONS)), None)
-
-
-def _parameters(function: Function) -> set[str]:
-    arguments = function.args
-    return {arg.arg for arg in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}
 
 
 def _targets(statement: ast.AST) -> list[str]:

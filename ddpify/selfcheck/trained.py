@@ -16,7 +16,7 @@ from typing import Optional
 
 from ddpify import ast_walk
 from ddpify.selfcheck.models import DDP_WRAPPERS, Finding, wraps
-from ddpify.selfcheck.source import Source, dotted, last_part
+from ddpify.selfcheck.source import Source, dotted, last_part, parameter_names
 
 # Methods that hand out a module's parameters to whoever builds an optimizer.
 _PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
@@ -108,9 +108,7 @@ def _handed_or_looped(source: Source, node: ast.AST) -> set[str]:
     names: set[str] = set()
     for ancestor in source.ancestors(node):
         if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            arguments = ancestor.args
-            names |= {argument.arg for argument in [*arguments.posonlyargs, *arguments.args,
-                                                    *arguments.kwonlyargs]} - {"self"}
+            names |= parameter_names(ancestor) - {"self"}
         elif isinstance(ancestor, (ast.For, ast.AsyncFor, ast.comprehension)):
             names |= {name.id for name in ast_walk.walk(ancestor.target) if isinstance(name, ast.Name)}
     return names
