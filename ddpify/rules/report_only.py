@@ -414,7 +414,7 @@ def report_settings_chosen_per_rank(facts: Facts, edits: Edits, setup: Plan) -> 
             shared |= setup.reduced_meters.get(loop, set())
             local -= shared
         function = facts.function_of(loop)
-        _spread_through(function.body if function is not None else facts.module, local, rounds=2, shared=shared,
+        spread_through(function.body if function is not None else facts.module, local, rounds=2, shared=shared,
                         modules=modules)
         _report_settings_read(facts, edits, function, local)
         if function is None:
@@ -428,7 +428,7 @@ def report_settings_chosen_per_rank(facts: Facts, edits: Edits, setup: Plan) -> 
             given = _names_given(facts.statement_of(call), call, positions)
             if not given:
                 continue
-            _spread_through(caller.body if caller is not None else facts.module, given, rounds=2,
+            spread_through(caller.body if caller is not None else facts.module, given, rounds=2,
                             modules=modules)
             _report_settings_read(facts, edits, caller, given)
     # `suggested_lr, lrs, losses = find_lr(model, train_loader, ...)` with find_lr in another
@@ -437,7 +437,7 @@ def report_settings_chosen_per_rank(facts: Facts, edits: Edits, setup: Plan) -> 
         caller = facts.function_of(call)
         given = _names_given(facts.statement_of(call), call, positions)
         if given:
-            _spread_through(caller.body if caller is not None else facts.module, given, rounds=2,
+            spread_through(caller.body if caller is not None else facts.module, given, rounds=2,
                             modules=modules)
             _report_settings_read(facts, edits, caller, given)
 
@@ -466,7 +466,7 @@ def _report_settings_kept_on_the_object(facts: Facts, edits: Edits, function: cs
         if own is None:
             continue
         read = {f"{own}.{attribute}" for attribute in kept}
-        _spread_through(method.body, read, rounds=2, modules=modules)
+        spread_through(method.body, read, rounds=2, modules=modules)
         _report_settings_read(facts, edits, method, read)
 
 
@@ -501,7 +501,7 @@ def _imported_modules(facts: Facts) -> frozenset[str]:
         for node in facts.nodes_of(cst.Import) for alias in node.names)
 
 
-def _spread_through(scope: cst.CSTNode, local: set[str], rounds: int, shared: Collection[str] = (),
+def spread_through(scope: cst.CSTNode, local: set[str], rounds: int, shared: Collection[str] = (),
                     modules: Collection[str] = ()) -> None:
     """Add to `local` the names the scope assigns from per-rank names or under tests that read
     them, and the objects it feeds them to, `rounds` times over (a chain of a few steps).
@@ -542,7 +542,7 @@ def _from_batches(facts: Facts, loop: cst.For, modules: frozenset[str]) -> set[s
     if drawn and not _iterates_a_loader(facts, loop):
         target = cst.Tuple([])
     local = (set(names_in(target)) | drawn) - _step_counters(loop.body)
-    _spread_through(loop.body, local, rounds=3, modules=modules)
+    spread_through(loop.body, local, rounds=3, modules=modules)
     return local
 
 

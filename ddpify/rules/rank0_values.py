@@ -1,0 +1,287 @@
+"""Decisions every rank must take alike, on a value each rank computes on its own (DDP415, DDP416).
+
+DDP keeps the wrapped module's parameters and buffers alike on every rank; a value each rank
+computes by itself need not be. A validation every rank runs over the whole set (its figures
+are not gathered: a meter, a corpus score) goes through modules DDP does not keep alike (a
+frozen encoder left in train mode, whose BatchNorm statistics follow this rank's batches) and
+through kernels that round differently from run to run. Where such a value decides what every
+rank does next (a stop, a patience count, a learning-rate cut, a plateau scheduler's step),
+the ranks split: one leaves the epoch loop while the others wait in the next all-reduce, or
+the replicas step with different learning rates, silently.
+
+Rule: the value is replaced where it is computed by rank 0's (`rank0_value(validate(...))`,
+one small gather per evaluation), when that point is one every rank reaches alike: once per pass
+of the epoch loop, under no test of its own figures, in no inner loop. Printing and saving
+stay rank 0's. A value that decides nothing every rank does (printed, saved) is left alone:
+each collective has a reason. Where the point is not certain, it is reported (DDP416).
+"""
+from typing import Optional, Union
+
+import libcst as cst
+
+from ddpify.analysis.control import Facts
+from ddpify.analysis.nodes import assigned_names, dotted_name, find_all, names_in
+from ddpify.diagnostics import Rule, Severity
+from ddpify.emit import collectives
+from ddpify.emit.edits import Edits
+from ddpify.plan import Plan
+from ddpify.rules import training
+from ddpify.rules.cases import TRAINING, Emits, Silent
+from ddpify.rules.report_only import spread_through
+
+RULES = (
+    Rule("DDP415", Severity.EDIT, "a decision every rank takes reads rank 0's value",
+         "A validation every rank runs on its own (over the whole set, its figures not "
+         "gathered) can give each rank another figure: a module DDP does not keep alike (frozen, "
+         "BatchNorm in train mode), kernels that round differently. Stopping, counting patience "
+         "or cutting the learning rate on it would split the ranks: one leaves the loop while "
+         "the others wait in an all-reduce, or they train with different learning rates. The "
+         "figure is replaced where it is computed by rank 0's (one small gather per evaluation).",
+         "Nothing to do; to have every rank's figure, gather it (dist.all_reduce) instead."),
+    Rule("DDP416", Severity.WARNING, "a value each rank computes on its own decides what every rank does",
+         "The value (a validation every rank runs on its own) decides a stop, a patience count "
+         "or a learning-rate change, but it is computed where the ranks may not all pass the "
+         "same number of times (in an inner loop, under a test of a per-rank figure, in an "
+         "except handler): a collective there could wait forever.",
+         "Compute the value once per epoch on every rank, and take rank 0's: "
+         "`value = rank0_value(value)`, rank 0's entry of an all-gather (or dist.broadcast)."),
+)
+
+HELPER_NAME = "rank0_value"
+# Over `every_rank` (emit/collectives.py): dist.broadcast_object_list needs numpy, and pickle
+# would bring a CUDA tensor back on rank 0's device; one small value per evaluation.
+HELPER = '''\
+
+
+def rank0_value(value):
+    """Rank 0's `value` on every rank (the value itself outside a process group): a stop, a
+    patience count or a learning-rate cut decided on a figure each rank computed on its own
+    is then the same on every rank."""
+    if not dist.is_initialized():
+        return value
+    return {every_rank}(value)[0]
+'''
+
+Loop = Union[cst.For, cst.While]
+# Calls a test may make and still read the same on every rank when its names do.
+_UNIFORM_CALLS = frozenset({"len", "int", "float", "min", "max", "abs", "round", "range"})
+
+
+def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
+    evaluations = _evaluated_per_rank(facts, setup)
+    if not evaluations:
+        return
+    epoch_loops = _epoch_loops(facts)
+    objects = _training_objects(facts)
+    for function in evaluations:
+        for call in facts.calls_of(function):
+            loops = _loops_around(facts, call)
+            epoch_loop = next((loop for loop in loops if loop in epoch_loops), None)
+            if epoch_loop is None or not _decides(facts, epoch_loop, call, objects):
+                continue
+            why = _not_reached_alike(facts, epoch_loop, call, loops)
+            if why is not None:
+                edits.report("DDP416", call, (
+                    f"a value each rank computes on its own decides what every rank does: "
+                    f"`{edits.code(call.func)}()` evaluates on each rank alone and {why}; compute it "
+                    f"once per epoch on every rank and take rank 0's value (dist.broadcast)"))
+                continue
+            gather = collectives.use(edits)
+            edits.add_helper(HELPER_NAME, HELPER.format(every_rank=gather), "dist")
+            edits.expressions[call] = lambda updated: cst.Call(
+                cst.Name(HELPER_NAME), [cst.Arg(cast_expression(updated))])
+            edits.report("DDP415", call)
+
+
+def cast_expression(node: cst.CSTNode) -> cst.BaseExpression:
+    assert isinstance(node, cst.BaseExpression)
+    return node
+
+
+def _evaluated_per_rank(facts: Facts, setup: Plan) -> list[cst.FunctionDef]:
+    """Functions of the file that return a value and go over a loader in a pass that is not
+    training and whose figures evaluation.py does not gather: each rank's own evaluation."""
+    batch_loops = set(training.batch_loops(facts))
+    passes = {loop for loops in facts.loops_over.values() for loop in loops
+              if loop not in batch_loops and loop not in setup.gathered_evaluations
+              and loop not in facts.training_loops}
+    found: list[cst.FunctionDef] = []
+    for function in dict.fromkeys(facts.functions.values()):
+        if function in facts.training_functions:
+            continue
+        returns = [returned for returned in facts.own_statements(function, cst.Return) if returned.value is not None]
+        own_passes = [loop for loop in find_all(function.body, cst.For, into_functions=False) if loop in passes]
+        if returns and own_passes:
+            found.append(function)
+    return found
+
+
+def _epoch_loops(facts: Facts) -> set[Loop]:
+    """The loops around training: the innermost loop around each batch loop, and around each
+    call of a function that trains."""
+    batch_loops = set(training.batch_loops(facts))
+    trained_at: list[cst.CSTNode] = list(batch_loops)
+    for function in facts.training_functions:
+        trained_at.extend(facts.calls_of(function))
+    found: set[Loop] = set()
+    for node in trained_at:
+        around = [loop for loop in _loops_around(facts, node) if loop is not node and loop not in batch_loops]
+        found.update(around[:1])
+    return found
+
+
+def _loops_around(facts: Facts, node: cst.CSTNode) -> list[Loop]:
+    """For and while loops whose body (or, for a while, test) holds node, innermost first,
+    up to its function."""
+    loops: list[Loop] = []
+    child: cst.CSTNode = node
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.ClassDef)):
+        if isinstance(parent, cst.For) and child is parent.body or isinstance(parent, cst.While):
+            loops.append(parent)
+        child, parent = parent, facts.parents.get(parent)
+    return loops
+
+
+def _training_objects(facts: Facts) -> set[str]:
+    """The names what every rank trains with goes by: models, optimizers, schedulers."""
+    objects = {model.name for model in facts.models} | set(facts.optimizer_names)
+    for qualified, calls in facts.calls_named.items():
+        if not qualified.startswith("torch.optim."):
+            continue
+        for call in calls:
+            assign = facts.parents.get(call)
+            if isinstance(assign, cst.Assign):
+                objects |= {name for target in assign.targets if (name := dotted_name(target.target)) is not None}
+    return objects
+
+
+def _decides(facts: Facts, loop: Loop, call: cst.Call, objects: set[str]) -> bool:
+    """Whether the call's value, or what the epoch loop derives from it (`is_best`, a patience
+    count, an early-stopping object it is handed to), decides what every rank does next."""
+    statement = facts.statement_of(call)
+    node: Optional[cst.CSTNode] = call
+    while node is not None and node is not statement:
+        parent = facts.parents.get(node)
+        if isinstance(parent, (cst.If, cst.While)) and node is parent.test:
+            return isinstance(parent, cst.While) or _acts(facts, parent, objects)
+        if isinstance(parent, cst.Call) and _steps_training(parent, objects, besides=node):
+            return True
+        node = parent
+    derived: set[str] = set()
+    for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
+        if isinstance(small, (cst.Assign, cst.AnnAssign, cst.AugAssign)) and small.value is not None \
+                and call in find_all(small.value, cst.Call):
+            derived |= assigned_names(small)
+    if not derived:
+        return False
+    spread_through(loop.body, derived, rounds=2)
+    deciding = [test for test in find_all(loop.body, cst.If, into_functions=False) if _acts(facts, test, objects)]
+    tests = [test.test for test in deciding] + ([loop.test] if isinstance(loop, cst.While) else [])
+    if any(_reads(test, derived) for test in tests):
+        return True
+    return any(_steps_training(inner, objects) and any(_reads(arg.value, derived) for arg in inner.args)
+               for inner in find_all(loop.body, cst.Call, into_functions=False))
+
+
+def _acts(facts: Facts, test: cst.If, objects: set[str]) -> bool:
+    """An `if` whose blocks change what every rank does: leave or skip a pass (break,
+    continue, return, raise), or touch the model, an optimizer or a scheduler other than to
+    print or save it."""
+    outputs = set(facts.output_statements)
+    written = set(facts.save_calls) | set(facts.helper_write_calls)
+    blocks = [test.body] + ([test.orelse] if test.orelse is not None else [])
+    for block in blocks:
+        if any(isinstance(small, (cst.Break, cst.Continue, cst.Return, cst.Raise))
+               for line in find_all(block, cst.SimpleStatementLine, into_functions=False) for small in line.body):
+            return True
+        for line in find_all(block, cst.SimpleStatementLine, into_functions=False):
+            if line in outputs or any(call in written for call in find_all(line, cst.Call, into_functions=False)):
+                continue
+            if _reads(line, objects):
+                return True
+        if any(_reads(inner.iter, objects) for inner in find_all(block, cst.For, into_functions=False)):
+            return True
+    return False
+
+
+def _steps_training(call: cst.Call, objects: set[str], besides: Optional[cst.CSTNode] = None) -> bool:
+    """`scheduler.step(figure)`, `adjust_learning_rate(optimizer, ...)`: a call on a training
+    object, or handed one (in an argument other than `besides`, the one the figure is in)."""
+    func = dotted_name(call.func) or ""
+    receiver, _, method = func.rpartition(".")
+    if receiver in objects:
+        return method in ("step", "load_state_dict")
+    return func != "print" and any(_reads(arg.value, objects) for arg in call.args if arg is not besides)
+
+
+def _reads(node: cst.CSTNode, names: set[str]) -> bool:
+    if names_in(node) & names:
+        return True
+    return any(dotted_name(attribute) in names for attribute in find_all(node, cst.Attribute, into_functions=False))
+
+
+def _not_reached_alike(facts: Facts, epoch_loop: Loop, call: cst.Call, loops: list[Loop]) -> Optional[str]:
+    """Why the ranks may not all pass the call the same number of times (None when they do):
+    between it and the epoch loop there is no inner loop, no except handler, and no `if`
+    whose test reads what the epoch loop computes (a shared test, `epoch % 5 == 0`, is fine)."""
+    if loops[0] is not epoch_loop:
+        return "is computed in an inner loop"
+    assigned = assigned_names(epoch_loop.body) - (names_in(epoch_loop.target) if isinstance(epoch_loop, cst.For)
+                                                  else set())
+    child: cst.CSTNode = call
+    node: Optional[cst.CSTNode] = facts.parents.get(call)
+    while node is not None and node is not epoch_loop:
+        if isinstance(node, (cst.ExceptHandler, cst.ExceptStarHandler)):
+            return "is computed in an except handler"
+        test = node.test if isinstance(node, (cst.If, cst.IfExp)) else None
+        if test is not None and child is not test and not _shared_test(test, assigned):
+            return "is computed under a test that may differ per rank"
+        child, node = node, facts.parents.get(node)
+    return None
+
+
+def _shared_test(test: cst.BaseExpression, assigned: set[str]) -> bool:
+    """A test on the epoch count, the script's settings and constants: alike on every rank."""
+    if names_in(test) & assigned:
+        return False
+    return all(dotted_name(call.func) in _UNIFORM_CALLS for call in find_all(test, cst.Call))
+
+
+# A validation every rank runs over the whole set: a meter keeps this rank's figures only.
+_VALIDATION = TRAINING.replace("for epoch in range(3):\n", """\
+val_loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=8)
+
+
+def validate(model, loader):
+    meter = Meter()
+    with torch.no_grad():
+        for x, y in loader:
+            meter.update(torch.nn.functional.mse_loss(model(x.to(device)), y.to(device)).item())
+    return meter.avg
+
+
+best, bad = float("inf"), 0
+for epoch in range(3):
+""")
+_PATIENCE = """\
+    val_loss = validate(model, val_loader)
+    if val_loss < best:
+        best, bad = val_loss, 0
+    else:
+        bad += 1
+    if bad >= 2:
+        break
+"""
+CASES = (
+    Emits(_VALIDATION.replace("    print(epoch, loss.item())\n", _PATIENCE), "DDP415",
+          ("val_loss = rank0_value(validate(model, val_loader))",)),
+    Emits(_VALIDATION.replace("    print(epoch, loss.item())\n", "    print(validate(model, val_loader) > 1 or bad)\n"
+                              "    if validate(model, val_loader) > best:\n        continue\n"), "DDP415",
+          ("    if rank0_value(validate(model, val_loader)) > best:",)),
+    # Printed only: no decision, no collective.
+    Silent(_VALIDATION.replace("    print(epoch, loss.item())\n", "    print(validate(model, val_loader))\n"), "DDP415"),
+    Emits(_VALIDATION.replace("    print(epoch, loss.item())\n", "    if loss.item() < 0.5:\n"
+                              + _PATIENCE.replace("\n    ", "\n        ").replace("    val_loss", "        val_loss", 1)),
+          "DDP416"),
+)
