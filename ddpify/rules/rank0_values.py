@@ -72,6 +72,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     if not evaluations:
         return
     epoch_loops = _epoch_loops(facts)
+    batch_loops = set(training.batch_loops(facts))
     objects = _training_objects(facts)
     for function in evaluations:
         for call in facts.calls_of(function):
@@ -79,7 +80,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             epoch_loop = next((loop for loop in loops if loop in epoch_loops), None)
             if epoch_loop is None or not _decides(facts, epoch_loop, call, objects):
                 continue
-            why = _not_reached_alike(facts, epoch_loop, call, loops)
+            why = _not_reached_alike(facts, epoch_loop, call, loops, batch_loops)
             if why is not None:
                 edits.report("DDP416", call, (
                     f"a value each rank computes on its own decides what every rank does: "
@@ -102,8 +103,10 @@ def _evaluated_per_rank(facts: Facts, setup: Plan) -> list[cst.FunctionDef]:
     """Functions of the file that return a value and go over a loader in a pass that is not
     training and whose figures evaluation.py does not gather: each rank's own evaluation."""
     batch_loops = set(training.batch_loops(facts))
-    passes = {loop for loops in facts.loops_over.values() for loop in loops
-              if loop not in batch_loops and loop not in setup.gathered_evaluations
+    # (A count, `for _ in range(steps)` of an attack or a solver, goes over no data.)
+    over_loaders = {loop for loops in facts.loops_over.values() for loop in loops
+                    if not (isinstance(loop.iter, cst.Call) and dotted_name(loop.iter.func) == "range")}
+    passes = {loop for loop in over_loaders if loop not in batch_loops and loop not in setup.gathered_evaluations
               and loop not in facts.training_loops}
     found: list[cst.FunctionDef] = []
     for function in dict.fromkeys(facts.functions.values()):
@@ -221,11 +224,13 @@ def _reads(node: cst.CSTNode, names: set[str]) -> bool:
     return any(dotted_name(attribute) in names for attribute in find_all(node, cst.Attribute, into_functions=False))
 
 
-def _not_reached_alike(facts: Facts, epoch_loop: Loop, call: cst.Call, loops: list[Loop]) -> Optional[str]:
+def _not_reached_alike(facts: Facts, epoch_loop: Loop, call: cst.Call, loops: list[Loop],
+                       batch_loops: set[cst.For]) -> Optional[str]:
     """Why the ranks may not all pass the call the same number of times (None when they do):
-    between it and the epoch loop there is no inner loop, no except handler, and no `if`
-    whose test reads what the epoch loop computes (a shared test, `epoch % 5 == 0`, is fine)."""
-    if loops[0] is not epoch_loop:
+    between it and the epoch loop there is no loop but a training batch loop (each rank's
+    sampler hands it as many batches), no except handler, and no `if` whose test reads what
+    the epoch loop computes (a shared test, `epoch % 5 == 0` or `step % 100 == 0`, is fine)."""
+    if any(loop not in batch_loops for loop in loops[:loops.index(epoch_loop)]):
         return "is computed in an inner loop"
     assigned = assigned_names(epoch_loop.body) - (names_in(epoch_loop.target) if isinstance(epoch_loop, cst.For)
                                                   else set())
@@ -276,12 +281,13 @@ _PATIENCE = """\
 CASES = (
     Emits(_VALIDATION.replace("    print(epoch, loss.item())\n", _PATIENCE), "DDP415",
           ("val_loss = rank0_value(validate(model, val_loader))",)),
-    Emits(_VALIDATION.replace("    print(epoch, loss.item())\n", "    print(validate(model, val_loader) > 1 or bad)\n"
+    Emits(_VALIDATION.replace("    print(epoch, loss.item())\n",
                               "    if validate(model, val_loader) > best:\n        continue\n"), "DDP415",
           ("    if rank0_value(validate(model, val_loader)) > best:",)),
     # Printed only: no decision, no collective.
-    Silent(_VALIDATION.replace("    print(epoch, loss.item())\n", "    print(validate(model, val_loader))\n"), "DDP415"),
-    Emits(_VALIDATION.replace("    print(epoch, loss.item())\n", "    if loss.item() < 0.5:\n"
-                              + _PATIENCE.replace("\n    ", "\n        ").replace("    val_loss", "        val_loss", 1)),
-          "DDP416"),
+    Silent(_VALIDATION.replace("    print(epoch, loss.item())\n", "    print(validate(model, loader))\n"),
+           "DDP415"),
+    # Validated only when this rank's own last loss is low: not every rank gets there.
+    Emits(_VALIDATION.replace("    print(epoch, loss.item())\n", "    if loss.item() < 0.5:\n    "
+                              + _PATIENCE.replace("\n    ", "\n        ")), "DDP416"),
 )
