@@ -25,9 +25,8 @@ from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import collectives
 from ddpify.emit.edits import Edits
 from ddpify.plan import Plan
-from ddpify.rules import training
+from ddpify.rules import report_only, training
 from ddpify.rules.cases import TRAINING, Emits, Silent
-from ddpify.rules.report_only import spread_through
 
 RULES = (
     Rule("DDP415", Severity.EDIT, "a decision every rank takes reads rank 0's value",
@@ -68,13 +67,12 @@ _UNIFORM_CALLS = frozenset({"len", "int", "float", "min", "max", "abs", "round",
 
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
-    evaluations = _evaluated_per_rank(facts, setup)
-    if not evaluations:
-        return
     epoch_loops = _epoch_loops(facts)
+    if not epoch_loops:
+        return
     batch_loops = set(training.batch_loops(facts))
     objects = _training_objects(facts)
-    for function in evaluations:
+    for function in [*_evaluated_per_rank(facts, setup), *_trained_per_rank(facts, setup)]:
         for call in facts.calls_of(function):
             loops = _loops_around(facts, call)
             epoch_loop = next((loop for loop in loops if loop in epoch_loops), None)
@@ -84,14 +82,46 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             if why is not None:
                 edits.report("DDP416", call, (
                     f"a value each rank computes on its own decides what every rank does: "
-                    f"`{edits.code(call.func)}()` evaluates on each rank alone and {why}; compute it "
+                    f"`{edits.code(call.func)}()` returns this rank's own figure and {why}; compute it "
                     f"once per epoch on every rank and take rank 0's value (dist.broadcast)"))
                 continue
-            gather = collectives.use(edits)
-            edits.add_helper(HELPER_NAME, HELPER.format(every_rank=gather), "dist")
-            edits.expressions[call] = lambda updated: cst.Call(
-                cst.Name(HELPER_NAME), [cst.Arg(cast_expression(updated))])
-            edits.report("DDP415", call)
+            _take_rank0_value(edits, setup, call)
+    for loop in batch_loops:
+        _take_rank0_epoch_figures(facts, edits, setup, loop, epoch_loops, objects)
+
+
+def _take_rank0_value(edits: Edits, setup: Plan, value: cst.BaseExpression) -> None:
+    gather = collectives.use(edits)
+    edits.add_helper(HELPER_NAME, HELPER.format(every_rank=gather), "dist")
+    edits.expressions[value] = lambda updated: cst.Call(cst.Name(HELPER_NAME), [cst.Arg(cast_expression(updated))])
+    setup.rank0_values.add(value)
+    edits.report("DDP415", value)
+
+
+def _take_rank0_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For, epoch_loops: set[Loop],
+                              objects: set[str]) -> None:
+    """`last = loss.item()`, `avg = running / len(loader)` (not summed across ranks): a figure of
+    this rank's batches, set in the epoch loop's own body after its batch loop, which every
+    rank passes once per epoch. Where it decides what every rank does, it takes rank 0's value
+    there; anywhere else (under a test, in an inner block) report_only.py reports the stop."""
+    around = [outer for outer in _loops_around(facts, loop) if outer is not loop]
+    if not around or around[0] not in epoch_loops or facts.function_of(around[0]) is not facts.function_of(loop):
+        return
+    epoch_loop = around[0]
+    child = facts.ancestor_in(loop, epoch_loop.body)
+    statements = list(epoch_loop.body.body)
+    if child not in statements:
+        return
+    rank_local = report_only.rank_local_in(facts, setup, loop)
+    for statement in statements[statements.index(child) + 1:]:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if not isinstance(small, cst.Assign) or not names_in(small.value) & rank_local \
+                    or not all(isinstance(target.target, cst.Name) for target in small.targets):
+                continue
+            if _decides_names(facts, epoch_loop, assigned_names(small), objects):
+                _take_rank0_value(edits, setup, small.value)
 
 
 def cast_expression(node: cst.CSTNode) -> cst.BaseExpression:
@@ -115,6 +145,19 @@ def _evaluated_per_rank(facts: Facts, setup: Plan) -> list[cst.FunctionDef]:
         returns = [returned for returned in facts.own_statements(function, cst.Return) if returned.value is not None]
         own_passes = [loop for loop in find_all(function.body, cst.For, into_functions=False) if loop in passes]
         if returns and own_passes:
+            found.append(function)
+    return found
+
+
+def _trained_per_rank(facts: Facts, setup: Plan) -> list[cst.FunctionDef]:
+    """Functions whose batch loop trains and that return a figure of this rank's own batches
+    (`return loss.item()`, the last batch's loss; not an epoch sum training.py all-reduces)."""
+    found: list[cst.FunctionDef] = []
+    for loop in training.batch_loops(facts):
+        function = facts.function_of(loop)
+        if function is None or function in found:
+            continue
+        if report_only.rank_local_positions(facts, function, report_only.rank_local_in(facts, setup, loop)):
             found.append(function)
     return found
 
@@ -176,9 +219,14 @@ def _decides(facts: Facts, loop: Loop, call: cst.Call, objects: set[str]) -> boo
         if isinstance(small, (cst.Assign, cst.AnnAssign, cst.AugAssign)) and small.value is not None \
                 and call in find_all(small.value, cst.Call):
             derived |= assigned_names(small)
-    if not derived:
-        return False
-    spread_through(loop.body, derived, rounds=2)
+    return bool(derived) and _decides_names(facts, loop, derived, objects)
+
+
+def _decides_names(facts: Facts, loop: Loop, derived: set[str], objects: set[str]) -> bool:
+    """Whether what these names hold, or what the epoch loop derives from them, decides what
+    every rank does next."""
+    derived = set(derived)
+    report_only.spread_through(loop.body, derived, rounds=2)
     deciding = [test for test in find_all(loop.body, cst.If, into_functions=False) if _acts(facts, test, objects)]
     tests = [test.test for test in deciding] + ([loop.test] if isinstance(loop, cst.While) else [])
     if any(_reads(test, derived) for test in tests):
@@ -287,6 +335,13 @@ CASES = (
     # Printed only: no decision, no collective.
     Silent(_VALIDATION.replace("    print(epoch, loss.item())\n", "    print(validate(model, loader))\n"),
            "DDP415"),
+    # The last batch's loss, set once per epoch after the batch loop, or returned by the
+    # function that trains the epoch: this rank's own figure, rank 0's where it is set.
+    Emits(TRAINING.replace("for epoch in range(3):\n", "best, bad = 1e9, 0\nfor epoch in range(3):\n")
+          .replace("    print(epoch, loss.item())\n", _PATIENCE.replace("validate(model, val_loader)", "loss.item()")),
+          "DDP415", ("    val_loss = rank0_value(loss.item())",)),
+    Emits(report_only.EPOCH_FUNCTION.format(returned="loss.item()"), "DDP415",
+          ("    last = rank0_value(train_epoch())",)),
     # Validated only when this rank's own last loss is low: not every rank gets there.
     Emits(_VALIDATION.replace("    print(epoch, loss.item())\n", "    if loss.item() < 0.5:\n    "
                               + _PATIENCE.replace("\n    ", "\n        ")), "DDP416"),
