@@ -72,11 +72,15 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         return
     batch_loops = set(training.batch_loops(facts))
     objects = _training_objects(facts)
-    for function in [*_evaluated_per_rank(facts, setup), *_trained_per_rank(facts, setup)]:
+    trained = _trained_per_rank(facts, setup)
+    evaluated: dict[cst.FunctionDef, set[Optional[int]]] = {
+        function: {None} for function in _evaluated_per_rank(facts, setup)}
+    for function, positions in {**trained, **evaluated}.items():
         for call in facts.calls_of(function):
             loops = _loops_around(facts, call)
             epoch_loop = next((loop for loop in loops if loop in epoch_loops), None)
-            if epoch_loop is None or not _decides(facts, epoch_loop, call, objects):
+            if epoch_loop is None or not _decides(facts, epoch_loop, call, positions, objects,
+                                                  plateaus=function not in trained):
                 continue
             why = _not_reached_alike(facts, epoch_loop, call, loops, batch_loops)
             if why is not None:
@@ -120,7 +124,7 @@ def _take_rank0_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst
             if not isinstance(small, cst.Assign) or not names_in(small.value) & rank_local \
                     or not all(isinstance(target.target, cst.Name) for target in small.targets):
                 continue
-            if _decides_names(facts, epoch_loop, assigned_names(small), objects):
+            if _decides_names(facts, epoch_loop, assigned_names(small), objects, plateaus=False):
                 _take_rank0_value(edits, setup, small.value)
 
 
@@ -149,16 +153,18 @@ def _evaluated_per_rank(facts: Facts, setup: Plan) -> list[cst.FunctionDef]:
     return found
 
 
-def _trained_per_rank(facts: Facts, setup: Plan) -> list[cst.FunctionDef]:
+def _trained_per_rank(facts: Facts, setup: Plan) -> dict[cst.FunctionDef, set[Optional[int]]]:
     """Functions whose batch loop trains and that return a figure of this rank's own batches
-    (`return loss.item()`, the last batch's loss; not an epoch sum training.py all-reduces)."""
-    found: list[cst.FunctionDef] = []
+    (`return loss.item()`, the last batch's loss; not an epoch sum training.py all-reduces),
+    with where it is in what they return (None: the whole value; k: the k-th of a tuple)."""
+    found: dict[cst.FunctionDef, set[Optional[int]]] = {}
     for loop in training.batch_loops(facts):
         function = facts.function_of(loop)
         if function is None or function in found:
             continue
-        if report_only.rank_local_positions(facts, function, report_only.rank_local_in(facts, setup, loop)):
-            found.append(function)
+        positions = report_only.rank_local_positions(facts, function, report_only.rank_local_in(facts, setup, loop))
+        if positions:
+            found[function] = positions
     return found
 
 
@@ -202,36 +208,41 @@ def _training_objects(facts: Facts) -> set[str]:
     return objects
 
 
-def _decides(facts: Facts, loop: Loop, call: cst.Call, objects: set[str]) -> bool:
-    """Whether the call's value, or what the epoch loop derives from it (`is_best`, a patience
-    count, an early-stopping object it is handed to), decides what every rank does next."""
+def _decides(facts: Facts, loop: Loop, call: cst.Call, positions: set[Optional[int]], objects: set[str],
+             plateaus: bool) -> bool:
+    """Whether the call's value (its per-rank `positions`), or what the epoch loop derives from
+    it (`is_best`, a patience count, an early-stopping object it is handed to), decides what
+    every rank does next. `plateaus`: a scheduler's step on it counts (a training figure's does
+    not: training.py steps it on the ranks' mean, DDP409)."""
     statement = facts.statement_of(call)
     node: Optional[cst.CSTNode] = call
     while node is not None and node is not statement:
         parent = facts.parents.get(node)
         if isinstance(parent, (cst.If, cst.While)) and node is parent.test:
             return isinstance(parent, cst.While) or _acts(facts, parent, objects)
-        if isinstance(parent, cst.Call) and _steps_training(parent, objects, besides=node):
+        if isinstance(parent, cst.Call) and _steps_training(parent, objects, besides=node) \
+                and (plateaus or not _steps_a_scheduler(parent)):
             return True
         node = parent
-    derived: set[str] = set()
-    for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
-        if isinstance(small, (cst.Assign, cst.AnnAssign, cst.AugAssign)) and small.value is not None \
-                and call in find_all(small.value, cst.Call):
-            derived |= assigned_names(small)
-    return bool(derived) and _decides_names(facts, loop, derived, objects)
+    derived = report_only.names_given(statement, call, positions)
+    return bool(derived) and _decides_names(facts, loop, derived, objects, plateaus)
 
 
-def _decides_names(facts: Facts, loop: Loop, derived: set[str], objects: set[str]) -> bool:
+def _steps_a_scheduler(call: cst.Call) -> bool:
+    return (dotted_name(call.func) or "").endswith(".step")
+
+
+def _decides_names(facts: Facts, loop: Loop, derived: set[str], objects: set[str], plateaus: bool) -> bool:
     """Whether what these names hold, or what the epoch loop derives from them, decides what
     every rank does next."""
     derived = set(derived)
-    report_only.spread_through(loop.body, derived, rounds=2)
+    report_only.spread_through(loop.body, derived, rounds=2, modules=report_only.imported_modules(facts))
     deciding = [test for test in find_all(loop.body, cst.If, into_functions=False) if _acts(facts, test, objects)]
     tests = [test.test for test in deciding] + ([loop.test] if isinstance(loop, cst.While) else [])
     if any(_reads(test, derived) for test in tests):
         return True
-    return any(_steps_training(inner, objects) and any(_reads(arg.value, derived) for arg in inner.args)
+    return any(_steps_training(inner, objects) and (plateaus or not _steps_a_scheduler(inner))
+               and any(_reads(arg.value, derived) for arg in inner.args)
                for inner in find_all(loop.body, cst.Call, into_functions=False))
 
 

@@ -405,7 +405,7 @@ def report_settings_chosen_per_rank(facts: Facts, edits: Edits, setup: Plan) -> 
     reported (DDP408) there: nothing hangs, the replicas drift apart. Never rewritten (which
     rank's choice, or a shared one, is the author's). Epoch figures that training.py sums
     across ranks are shared, and so is what is decided on them."""
-    modules = _imported_modules(facts)
+    modules = imported_modules(facts)
     for loop in training.batch_loops(facts):
         local = _from_batches(facts, loop, modules)
         # Names assigned rank 0's value (rank0_values.py) are the same on every rank.
@@ -428,7 +428,7 @@ def report_settings_chosen_per_rank(facts: Facts, edits: Edits, setup: Plan) -> 
             continue
         for call in facts.calls_of(function):
             caller = facts.function_of(call)
-            given = _names_given(facts.statement_of(call), call, positions)
+            given = names_given(facts.statement_of(call), call, positions)
             if not given:
                 continue
             spread_through(caller.body if caller is not None else facts.module, given, rounds=2,
@@ -438,7 +438,7 @@ def report_settings_chosen_per_rank(facts: Facts, edits: Edits, setup: Plan) -> 
     # module of the project: what it picks from its own batches is per-rank here.
     for call, positions in facts.calls_returning_picked.items():
         caller = facts.function_of(call)
-        given = _names_given(facts.statement_of(call), call, positions)
+        given = names_given(facts.statement_of(call), call, positions)
         if given:
             spread_through(caller.body if caller is not None else facts.module, given, rounds=2,
                             modules=modules)
@@ -496,7 +496,7 @@ def _read_in(node: Optional[cst.CSTNode], local: set[str]) -> set[str]:
     return found
 
 
-def _imported_modules(facts: Facts) -> frozenset[str]:
+def imported_modules(facts: Facts) -> frozenset[str]:
     """Names `import X` / `import X as Y` bind in this module: modules, not objects."""
     return frozenset(
         (alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name)
@@ -894,7 +894,7 @@ def rank_local_in(facts: Facts, setup: Plan, loop: cst.For) -> set[str]:
     of them; the epoch sums training.py all-reduces are the same on every rank too."""
     rank_local = assigned_names(loop.body) - _step_counters(loop.body)
     rank_local -= _alike_on_every_rank(facts, setup, loop, rank_local)
-    rank_local |= _fed_rank_local(loop.body, rank_local, _imported_modules(facts))
+    rank_local |= _fed_rank_local(loop.body, rank_local, imported_modules(facts))
     if loop in setup.reduced_epoch_loops:
         rank_local -= set(training.epoch_accumulators(facts, loop)) | set(training.epoch_lists(facts, loop))
         rank_local -= setup.reduced_meters.get(loop, set())
@@ -924,7 +924,7 @@ def _alike_on_every_rank(facts: Facts, setup: Plan, loop: cst.For, assigned: set
     shares = {name for loader in facts.loaders if loader.name not in shared.whole_loaders
               for name in {loader.name} | {held for _, held in facts.loader_holders_of(loader)}}
     local = (assigned - candidates) | _batch_names(loop) | _drawn_per_rank(facts, loop.body) | shares
-    modules = _imported_modules(facts)
+    modules = imported_modules(facts)
     for _ in range(3):  # what one round makes rank-local may feed an earlier statement next batch
         _spread_rank_local(loop.body, local, False)
         local |= _fed_rank_local(loop.body, local, modules)
@@ -1033,7 +1033,7 @@ def _report_stops_on_returned(facts: Facts, edits: Edits, setup: Plan, loop: cst
         if not callers or call in setup.rank0_values:  # rank 0's value on every rank (rank0_values.py)
             continue
         statement = facts.statement_of(call)
-        local = _names_given(statement, call, local_positions)
+        local = names_given(statement, call, local_positions)
         for node in find_all(callers[0].body, cst.If, into_functions=False):
             if node in reported or not _leaves_loop(node):
                 continue
@@ -1047,7 +1047,7 @@ def _report_stops_on_returned(facts: Facts, edits: Edits, setup: Plan, loop: cst
                 f"(`{function.name.value}()` returns a value from this rank's own batches)"))
 
 
-def _names_given(statement: Statement, call: cst.Call, positions: set[Optional[int]]) -> set[str]:
+def names_given(statement: Statement, call: cst.Call, positions: set[Optional[int]]) -> set[str]:
     """The names `statement` assigns the rank-local part of what `call` returns."""
     if not isinstance(statement, cst.SimpleStatementLine):
         return set()
