@@ -125,7 +125,7 @@ CASES = (
     Emits(TRAINING.replace("loader = DataLoader(dataset, batch_size=8, shuffle=True)",
                            "loader = DataLoader(dataset, batch_size=8, sampler=SubsetRandomSampler(range(48)))")
           .replace("import DataLoader,", "import DataLoader, SubsetRandomSampler,"),
-          "DDP229", ("Subset(dataset, loader_sampler.indices) if distributed else dataset",)),
+          "DDP229", ("split = Subset(dataset, sampler.indices) if distributed else dataset",)),
     # `len(loader.dataset)` counts the whole dataset: the loader keeps it, and the sampler wrapper.
     Silent(TRAINING.replace("loader = DataLoader(dataset, batch_size=8, shuffle=True)",
                             "loader = DataLoader(dataset, batch_size=8, sampler=SubsetRandomSampler(range(48)))")
