@@ -812,7 +812,7 @@ def _shard_existing_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loa
     if handed_out and not _indices_alike_on_every_rank(facts, loader, values[0]):
         return False
     condition = OUT_OF_SETUP_CONDITION if handed_out else "distributed"
-    subset = None if handed_out else subset_splits.subset_class(facts, loader, values[0])
+    subset = None if handed_out else subset_splits.subset_class(facts, loader, values)
     if name is None:
         # `sampler=SubsetRandomSampler(train_ids)`: named first, so that it is written once.
         name = derived_name(loader, "sampler", facts.bound_names)
@@ -996,11 +996,23 @@ def _shard_sampler_or_its_placeholder(facts: Facts, edits: Edits, setup: Plan, l
     shuffle = _shuffle_as_the_loader_had_it(loader, name)
     if shuffle is None:
         return False
-    code = OWN_OR_NEW_SAMPLER_CODE.format(sampler=name, condition="distributed", dataset=dataset,
-                                          shuffle=shuffle, shuffle_off="")
+    subset = subset_splits.subset_class(facts, loader, samplers)
+    if subset is not None and loader.dataset is not None:
+        split = derived_name(loader, "split", facts.bound_names)
+        code = subset_splits.OWN_SPLIT_OR_NEW_SAMPLER_CODE.format(
+            split=split, dataset=dataset, subset=subset, sampler=name, shuffle=shuffle)
+        edits.expressions[loader.dataset] = lambda _node: cst.Name(split)
+        edits.imports.add("Subset")
+        if subset != "Subset":
+            edits.add_helper(subset, subset_splits.SPLIT_HELPER, "Subset")
+        edits.report("DDP229", loader.call)
+    else:
+        code = OWN_OR_NEW_SAMPLER_CODE.format(sampler=name, condition="distributed", dataset=dataset,
+                                              shuffle=shuffle, shuffle_off="")
+        edits.add_helper("DistributedSamplerWrapper", SAMPLER_WRAPPER_HELPER, "DistributedSampler", "torch",
+                         "itertools")
     edits.insert_before(loader.statement, Insertion(edits.statements(code)))
     edits.imports.add("DistributedSampler")
-    edits.add_helper("DistributedSamplerWrapper", SAMPLER_WRAPPER_HELPER, "DistributedSampler", "torch", "itertools")
     setup.loaders_given_a_sampler.append(loader)
     edits.report("DDP201", loader.call)
     edits.report("DDP206", loader.call)

@@ -4,6 +4,8 @@ that split as a data set of its own under torchrun, sharded by a DistributedSamp
 `SubsetRandomSampler(idx)` over `ds` draws what `DistributedSampler(Subset(ds, idx))` draws on
 one rank: the split's samples, in a new order each epoch (the sampler's epoch seeds it). Under
 torchrun the loader gets that Subset and that sampler; plain `python` keeps the user's loader.
+The same for a sampler chosen under a flag, SubsetRandomSampler or None (data.py's placeholder
+case): the split, or the whole dataset, gets the DistributedSampler.
 What changes is `loader.dataset`, which is then the split: its length is the split's, its items
 are the split's by position, and it is no longer the dataset's own class. So the shape is taken
 only where every read of the loader's `.dataset` in sight is an attribute of the dataset
@@ -12,6 +14,7 @@ a length, an item, the object itself handed on, or the loader handed to another 
 project keep the sampler wrapper (data.py, DistributedSamplerWrapper), which leaves
 `loader.dataset` as it was.
 """
+from collections.abc import Sequence
 from typing import Optional
 
 import libcst as cst
@@ -50,16 +53,31 @@ class DatasetSplit(Subset):
 
 SPLIT_CODE = "{split} = {subset}({dataset}, {sampler}.indices) if distributed else {dataset}\n"
 SPLIT_COMMENT = "# Under torchrun, the sampler's split as a data set of its own, which each rank takes its share of.\n"
+# `sampler = SubsetRandomSampler(train_idx)` under a validation flag, else None (data.py's
+# OWN_OR_NEW_SAMPLER_CODE, with the split in place of the sampler wrapper).
+OWN_SPLIT_OR_NEW_SAMPLER_CODE = """\
+# Under torchrun, this rank's share of the sampler's split (a data set of its own), or with no
+# sampler, of the whole dataset, shuffled as the loader was asked to.
+{split} = {dataset}
+if distributed:
+    if {sampler} is not None:
+        {split} = {subset}({dataset}, {sampler}.indices)
+        {sampler} = DistributedSampler({split})
+    else:
+        {sampler} = DistributedSampler({dataset}, shuffle={shuffle})
+"""
 _SUBSET_ATTRIBUTES = frozenset({"indices", "dataset"})
 _SUBSET_RANDOM_SAMPLERS = frozenset(f"torch.utils.data.{module}SubsetRandomSampler" for module in ("", "sampler."))
 
 
-def subset_class(facts: Facts, loader: Loader, sampler: cst.BaseExpression) -> Optional[str]:
+def subset_class(facts: Facts, loader: Loader, samplers: Sequence[cst.BaseExpression]) -> Optional[str]:
     """The class the split is iterated as ("Subset", or "DatasetSplit" where the dataset's
     attributes are read through the loader), or None where `loader.dataset` must stay the
-    dataset: the sampler is not a SubsetRandomSampler of its indices alone, the dataset is not
-    a name, `Subset` names something else here, or a read of `loader.dataset` would change."""
-    if not _subset_random_sampler(facts, sampler) or loader.dataset is None or dotted_name(loader.dataset) is None:
+    dataset: a sampler the loader may get is not a SubsetRandomSampler of its indices alone,
+    the dataset is not a name, `Subset` names something else here, or a read of
+    `loader.dataset` would change."""
+    if not samplers or not all(_subset_random_sampler(facts, sampler) for sampler in samplers) \
+            or loader.dataset is None or dotted_name(loader.dataset) is None:
         return None
     if "DatasetSplit" in facts.bound_names or "Subset" in facts.bound_names and not any(
             facts.calls_named.get(f"torch.utils.data.{module}Subset") for module in ("", "dataset.")):
