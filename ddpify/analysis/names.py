@@ -312,6 +312,7 @@ EMITTED_IMPORTS = {
     "dist": ("torch.distributed", None, "dist"),
     "DDP": ("torch.nn.parallel", "DistributedDataParallel", "DDP"),
     "DistributedSampler": ("torch.utils.data.distributed", "DistributedSampler", None),
+    "Subset": ("torch.utils.data", "Subset", None),
     "contextlib": ("contextlib", None, None),
     "itertools": ("itertools", None, None),
     "pickle": ("pickle", None, None),
