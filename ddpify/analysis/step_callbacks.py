@@ -138,10 +138,15 @@ def _hands_back_a_callable(facts: "FactRecord", factory: cst.FunctionDef, steppi
         value = returned.pop()
         if isinstance(value, cst.Tuple):
             returned.extend(element.value for element in value.elements)
-        elif isinstance(value, cst.Lambda) or (
-                isinstance(value, cst.Call) and dotted_name(value.func) in PARTIAL) or (
-                isinstance(value, cst.Attribute) and _method_steps(facts, value.attr.value, stepping)):
-            return True
-        elif isinstance(value, cst.Name) and (value.value in nested or value.value in facts.functions):
+        elif _is_a_function(facts, value, nested, stepping):
             return True
     return False
+
+
+def _is_a_function(facts: "FactRecord", value: cst.BaseExpression, nested: set[str],
+                   stepping: set[cst.FunctionDef]) -> bool:
+    if isinstance(value, cst.Name):
+        return value.value in nested or value.value in facts.functions
+    if isinstance(value, cst.Attribute):
+        return _method_steps(facts, value.attr.value, stepping)
+    return isinstance(value, cst.Lambda) or (isinstance(value, cst.Call) and dotted_name(value.func) in PARTIAL)

@@ -134,6 +134,26 @@ def epoch_counter(loop: cst.For) -> Optional[str]:
     counts = isinstance(inner, cst.Call) and (dotted_name(inner.func) or "").split(".")[-1] in ("range", "trange")
     return counter.value if counts and isinstance(counter, cst.Name) else None
 
+def _runs_again(facts: Facts, loop: cst.For, loader: Union[Loader, ExternalLoader]) -> bool:
+    """The epoch loop sits in a function other than the loader's that is called more than once,
+    or from inside a loop, and counts from a fixed start (`range(epochs)`, `range(1, n + 1)`):
+    each call would count the same epochs again on the same sampler. A loop from a start it is
+    handed (`range(start_epoch, epochs)`, a resume) keeps its numbers."""
+    function = facts.function_of(loop)
+    if function is None or isinstance(loader, ExternalLoader) or function is loader.function:
+        return False
+    counted = loop.iter
+    while isinstance(counted, cst.Call) and (dotted_name(counted.func) or "").split(".")[-1] in ("tqdm", "enumerate"):
+        if not counted.args:
+            return False
+        counted = counted.args[0].value
+    if not (isinstance(counted, cst.Call) and (dotted_name(counted.func) or "").split(".")[-1] in ("range", "trange")
+            and counted.args and (len(counted.args) == 1 or isinstance(counted.args[0].value, cst.Integer))):
+        return False
+    calls = facts.calls_of(function)
+    return len(calls) > 1 or any(facts.enclosing_loops(call) for call in calls)
+
+
 def _counts_epochs(facts: Facts, loop: cst.For) -> bool:
     """The loop's target is an integer count: `for epoch in range(...)` (also through
     `tqdm(range(...))`, `trange(...)`), or a name ddpify cannot see the items of, which
@@ -177,12 +197,14 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
         via_loader = not isinstance(loader, ExternalLoader) and not (
             _self_in_scope(facts, sampler, epoch_loop, loader.function)
             or facts.function_of(epoch_loop) is loader.function)
-        if position or not _counts_epochs(facts, epoch_loop):
+        if position or not _counts_epochs(facts, epoch_loop) or _runs_again(facts, epoch_loop, loader):
             # A loop over something else than a count (`for lr in candidates:`, a float each
             # time) has no epoch number to hand set_epoch: it counts on from the sampler's.
             # A later phase over the same loader (`for epoch in range(finetune_epochs)` after
             # the warm-up's loop): its epochs count on from the sampler's own, so no phase
-            # replays an order of another.
+            # replays an order of another. So does a loop in a function that runs again over
+            # the loader it is handed (`train(teacher, train_loader)`, then `train(student,
+            # train_loader)`): counted from 0 each call, the second replays the first's orders.
             epoch = f"{name_there}.sampler.epoch + 1" if via_loader or isinstance(loader, ExternalLoader) \
                 else f"{sampler}.epoch + 1"
         if isinstance(loader, ExternalLoader):
