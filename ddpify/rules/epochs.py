@@ -134,13 +134,13 @@ def epoch_counter(loop: cst.For) -> Optional[str]:
     counts = isinstance(inner, cst.Call) and (dotted_name(inner.func) or "").split(".")[-1] in ("range", "trange")
     return counter.value if counts and isinstance(counter, cst.Name) else None
 
-def _runs_again(facts: Facts, loop: cst.For, loader: Union[Loader, ExternalLoader]) -> bool:
+def runs_again(facts: Facts, loop: cst.For, loader_function: Optional[cst.FunctionDef]) -> bool:
     """The epoch loop sits in a function other than the loader's that is called more than once,
     or from inside a loop, and counts from a fixed start (`range(epochs)`, `range(1, n + 1)`):
     each call would count the same epochs again on the same sampler. A loop from a start it is
     handed (`range(start_epoch, epochs)`, a resume) keeps its numbers."""
     function = facts.function_of(loop)
-    if function is None or isinstance(loader, ExternalLoader) or function is loader.function:
+    if function is None or function is loader_function:
         return False
     counted = loop.iter
     while isinstance(counted, cst.Call) and (dotted_name(counted.func) or "").split(".")[-1] in ("tqdm", "enumerate"):
@@ -197,7 +197,8 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
         via_loader = not isinstance(loader, ExternalLoader) and not (
             _self_in_scope(facts, sampler, epoch_loop, loader.function)
             or facts.function_of(epoch_loop) is loader.function)
-        if position or not _counts_epochs(facts, epoch_loop) or _runs_again(facts, epoch_loop, loader):
+        if position or not _counts_epochs(facts, epoch_loop) or (
+                not isinstance(loader, ExternalLoader) and runs_again(facts, epoch_loop, loader.function)):
             # A loop over something else than a count (`for lr in candidates:`, a float each
             # time) has no epoch number to hand set_epoch: it counts on from the sampler's.
             # A later phase over the same loader (`for epoch in range(finetune_epochs)` after
