@@ -134,6 +134,42 @@ def epoch_counter(loop: cst.For) -> Optional[str]:
     counts = isinstance(inner, cst.Call) and (dotted_name(inner.func) or "").split(".")[-1] in ("range", "trange")
     return counter.value if counts and isinstance(counter, cst.Name) else None
 
+def _through_a_wrapper(facts: Facts, epoch_loop: cst.For, name_there: str) -> str:
+    """Rule: a loader handed to a class of the file that keeps it on `self` and iterates it in
+    `__iter__` (`train_dl = WrappedDataLoader(train_dl, preprocess)`, a `DeviceDataLoader`) is
+    still the loader, one attribute down: where a wrapper may reach the epoch loop, set_epoch
+    goes through that attribute (`getattr(train_dl, "dl", train_dl).sampler`), or it would find
+    no sampler on the wrapper and the shuffle would repeat every epoch."""
+    function = facts.function_of(epoch_loop)
+    for class_name, attribute in loader_wrappers(facts.module).items():
+        for call in facts.calls_by_callee.get(class_name, ()):
+            made_in = facts.function_of(call)
+            for name, values in facts.assigned_values.items():
+                if call in values and (function, name_there) in facts.holders_from(made_in, name):
+                    return f'getattr({name_there}, "{attribute}", {name_there})'
+    return name_there
+
+
+def loader_wrappers(module: cst.Module) -> dict[str, str]:
+    """The classes of the file whose `__iter__` loops over `self.<attribute>` that `__init__`
+    sets from one of its parameters: class name -> attribute."""
+    found: dict[str, str] = {}
+    for statement in module.body:
+        if not isinstance(statement, cst.ClassDef):
+            continue
+        methods = {method.name.value: method for method in statement.body.body if isinstance(method, cst.FunctionDef)}
+        if "__iter__" not in methods or "__init__" not in methods:
+            continue
+        parameters = parameter_names(methods["__init__"])
+        kept = {dotted_name(target.target): dotted_name(assign.value)
+                for assign in find_all(methods["__init__"].body, cst.Assign) for target in assign.targets}
+        for loop in find_all(methods["__iter__"].body, cst.For):
+            iterated = dotted_name(loop.iter) or ""
+            if iterated.startswith("self.") and kept.get(iterated) in parameters:
+                found[statement.name.value] = iterated[len("self."):]
+    return found
+
+
 def runs_again(facts: Facts, loop: cst.For, loader_function: Optional[cst.FunctionDef]) -> bool:
     """The epoch loop sits in a function other than the loader's that is called more than once,
     or from inside a loop, and counts from a fixed start (`range(epochs)`, `range(1, n + 1)`):
@@ -192,7 +228,8 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
     # `except StopIteration: it = iter(loader)` inside the step loop: each restart is a new
     # pass, whatever loops hold the steps.
     epoch_loops = [] if restarts else _epoch_loops(facts, loader)
-    for position, (epoch_loop, name_there) in enumerate(epoch_loops):
+    for position, (epoch_loop, held_there) in enumerate(epoch_loops):
+        name_there = _through_a_wrapper(facts, epoch_loop, held_there)
         epoch = cast(str, epoch_counter(epoch_loop))
         via_loader = not isinstance(loader, ExternalLoader) and not (
             _self_in_scope(facts, sampler, epoch_loop, loader.function)
@@ -215,7 +252,7 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
         else:
             # The sampler variable is not in scope here; the loader still carries it.
             code = via_loader_template.format(loader=name_there, epoch=epoch)
-        if _insert_set_epoch(facts, edits, loader, epoch_loop, name_there, code):
+        if _insert_set_epoch(facts, edits, loader, epoch_loop, held_there, code):
             edits.report("DDP202", epoch_loop)
     if epoch_loops:
         return
