@@ -40,7 +40,8 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     # unless a draw that only rank 0 makes comes first.
     seeded = seeding.seeded_alike(facts, "torch")
     rank0_draws = _draws_in_output(facts)
-    for call in facts.calls_named.get(names.RANDOM_SPLIT, ()):
+    for call in sorted((call for qualified in names.RANDOM_SPLITS for call in facts.calls_named.get(qualified, ())),
+                       key=facts.start_of):
         drawn_before = [draw for draw in rank0_draws if facts.start_of(draw) < facts.start_of(call)]
         if seeded and not drawn_before:
             continue
