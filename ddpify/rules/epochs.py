@@ -278,9 +278,41 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
         edits.insert_before(_before_the_progress_bar(facts, loop, name_there), Insertion(edits.statements(code)))
         edits.report("DDP202", loop)
         return
-    if _set_epoch_in_passes_called_from_while_loops(facts, edits, loader, sampler, template, via_loader_template):
+    if _set_epoch_in_passes_called_from_while_loops(facts, edits, loader, sampler, template, via_loader_template) \
+            or _set_epoch_around_an_unseen_epoch_call(facts, edits, loader, sampler, template, via_loader_template):
         return
     _without_an_epoch_loop(facts, edits, loader)
+
+
+def _set_epoch_around_an_unseen_epoch_call(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
+                                           sampler: str, template: str, via_loader_template: str) -> bool:
+    """Rule: a loop counting epochs whose body hands the loader and the loop's count to a
+    function ddpify cannot read (`for epoch in range(n): train_one_epoch(model, optimizer,
+    data_loader, device, epoch)`, torchvision's references' engine, a file the script downloads):
+    the function runs one epoch of that loader, so the loader's sampler learns the epoch at the
+    top of that loop, as for a pass written there."""
+    if not isinstance(loader, Loader):
+        return False
+    holders = facts.loader_holders_of(loader)
+    placed = False
+    for function, name in sorted(holders, key=lambda held: held[1]):
+        for call in facts.nodes_of(cst.Call):
+            callee = dotted_name(call.func) or ""
+            if facts.function_of(call) is not function or callee in facts.functions or not callee \
+                    or call in facts.training_helper_calls:  # (a module of the project sets it there)
+                continue
+            handed = {dotted_name(arg.value) for arg in call.args}
+            innermost = facts.enclosing_loops(call)[:1]
+            if name not in handed or not innermost or epoch_counter(innermost[0]) not in handed:
+                continue
+            loop = innermost[0]
+            epoch = cast(str, epoch_counter(loop))
+            code = template.format(sampler=sampler, epoch=epoch, loader=name) if (
+                function is loader.function) else via_loader_template.format(loader=name, epoch=epoch)
+            edits.insert_before(loop.body.body[0], Insertion(edits.statements(code)))
+            edits.report("DDP202", loop)
+            placed = True
+    return placed
 
 
 def _set_epoch_in_passes_called_from_while_loops(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
