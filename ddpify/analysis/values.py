@@ -673,7 +673,9 @@ def note_generator_passes_that_train(facts: ValueFlow, next_calls: list[cst.Call
                for target in targets if target is not None for taking in facts.loops_over.get(target, ())) or any(
                 _drawn_in_a_training_while(facts, draw) for draw in next_calls
                 if draw.args and dotted_name(draw.args[0].value) in targets):
-            facts.loops_calling_training.add(loop)
+            facts.training_generator_passes.add(loop)
+            if isinstance(loop, cst.For):
+                facts.loops_calling_training.add(loop)
 
 
 def _drawn_in_a_training_while(facts: ValueFlow, draw: cst.Call) -> bool:

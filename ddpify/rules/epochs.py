@@ -306,7 +306,7 @@ def _set_epoch_in_generator_passes(facts: Facts, edits: Edits, loader: Union[Loa
     holders = facts.holders_from(loader.function, loader.name)
     done = False
     for call, (loop, parameter) in facts.generator_passes.items():
-        if loop not in facts.loops_calling_training:
+        if loop not in facts.loops_calling_training and loop not in facts.training_generator_passes:
             continue
         handed = [facts.held_name(arg.value) for arg in call.args if not arg.star]
         if not any((facts.function_of(call), name) in holders or (None, name) in holders or (
