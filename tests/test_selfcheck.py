@@ -1182,3 +1182,19 @@ def test_a_loader_whose_pass_steps_through_a_handed_function_is_not_left_whole(c
     # The keyword dropped, with its own line, or with what follows it on the loader's line kept.
     broken = planted(sampler_keyword, sampler_keyword[-1] if sampler_keyword.startswith(",") else "", expected)
     assert codes(original, broken, left_whole) == ["DDP938"]
+
+
+@pytest.mark.parametrize("case, sampler_keyword, loader_line", [
+    ("while_step_loop_draws_from_an_endless_generator", ", sampler=sampler)", 7),
+    ("while_iteration_loop_in_main_draws_from_an_infinite_batches_generator", "        sampler=train_sampler,\n", 15),
+])
+def test_a_loader_drawn_with_next_by_a_while_step_loop_is_not_left_whole(case, sampler_keyword, loader_line):
+    """`batches = endless(loader)`, then `while step < n: x, y = next(batches)` stepping the
+    optimizer: the output of an analysis that read the generator's own `for` as an evaluation
+    pass and left the loader whole (ddpify before this check's rule) fails the self-check."""
+    original = (FIXTURES / "data" / case / "input.py").read_text()
+    expected = (FIXTURES / "data" / case / "expected.py").read_text()
+    left_whole = [Diagnostic("DDP203", loader_line, 10, "left whole")]
+    assert "DDP938" not in codes(original, expected, left_whole)
+    broken = planted(sampler_keyword, sampler_keyword[-1] if sampler_keyword.startswith(",") else "", expected)
+    assert "DDP938" in codes(original, broken, left_whole)

@@ -1514,10 +1514,13 @@ class Collector(cst.CSTVisitor):
                 self.iteration_wrappers[(self.facts.function_of(value), target)] = [wrapped]
                 self.facts.generator_passes[value] = (passing, parameter)
 
-    def _generator_called(self, call: cst.Call) -> Optional[tuple[cst.FunctionDef, str, cst.For]]:
+    def _generator_called(self, call: cst.Call
+                          ) -> Optional[tuple[cst.FunctionDef, str, Union[cst.For, cst.SimpleStatementLine]]]:
         """(the function, its parameter, the loop of each pass) for a call of a generator of
         this file whose body yields inside a `for` over one of its parameters, that loop
-        inside a `while` (endless: the generator starts a new pass when one ends)."""
+        inside a `while` (endless: the generator starts a new pass when one ends); or whose
+        `while` yields from the parameter (`while True: yield from loader`), that statement
+        being each pass."""
         callee = dotted_name(call.func)
         function = self.facts.functions.get(callee) if callee is not None else None
         if function is None and isinstance(call.func, cst.Attribute) and dotted_name(call.func.value) == "self":
@@ -1533,6 +1536,13 @@ class Collector(cst.CSTVisitor):
                 continue
             if any(isinstance(outer, cst.While) for outer in ancestors_up_to(self.parents, loop, function)):
                 return function, iterated[0], loop
+        for line in find_all(function.body, cst.SimpleStatementLine, into_functions=False):
+            statement = line.body[0] if len(line.body) == 1 else None
+            value = statement.value if isinstance(statement, cst.Expr) else None
+            if isinstance(value, cst.Yield) and isinstance(value.value, cst.From) and isinstance(
+                    value.value.item, cst.Name) and value.value.item.value in parameters and any(
+                    isinstance(outer, cst.While) for outer in ancestors_up_to(self.parents, line, function)):
+                return function, value.value.item.value, line
         return None
 
     def note_dynamic_imports(self) -> None:

@@ -269,8 +269,12 @@ class FactRecord:
     # For statements whose iterable mentions a name (a loader, usually), by that name.
     loops_over: dict[str, list[cst.For]] = field(default_factory=dict)
     # Generator functions that pass over a parameter again and again (`while True: for x in
-    # loader: yield x`): each by the call that makes batches of it, with the loop of each pass.
-    generator_passes: dict[cst.Call, tuple[cst.For, str]] = field(default_factory=dict)
+    # loader: yield x`, or `while True: yield from loader`): each by the call that makes
+    # batches of it, with the loop (or the `yield from` statement) of each pass.
+    generator_passes: dict[cst.Call, tuple[Union[cst.For, cst.SimpleStatementLine], str]] = field(
+        default_factory=dict)
+    # The passes of generator_passes whose batches a training loop draws.
+    training_generator_passes: set[cst.CSTNode] = field(default_factory=set)
     models: list[Model] = field(default_factory=list)
     # Optimizers whose parameters come from no `X.parameters()` ddpify can name
     # (`models[0].parameters()`, a list of raw tensors): what they train cannot be wrapped.

@@ -92,7 +92,7 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
     mark_loops_calling_training_functions(facts, collector.training_calls)
     collector.note_generators_over_loaders()
     note_loops_taking_batches_with_next(facts, collector.next_calls, collector.iteration_wrappers)
-    note_generator_passes_that_train(facts)
+    note_generator_passes_that_train(facts, collector.next_calls)
     note_loaders_returned_in_a_tuple(facts)
     if facts.library:
         project = collector.project

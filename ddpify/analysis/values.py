@@ -661,16 +661,36 @@ class ValueFlow(Navigation):
                     yield (callee, parameter, call, key) if entries else (callee, parameter, call)
 
 
-def note_generator_passes_that_train(facts: ValueFlow) -> None:
+def note_generator_passes_that_train(facts: ValueFlow, next_calls: list[cst.Call]) -> None:
     """The pass loop of a generator over a loader (collector.note_generators_over_loaders)
     whose batches a training loop draws with next() is part of that training: its loader is
-    trained on, not evaluated."""
+    trained on, not evaluated. The training loop may be a `while` (`while step < max_steps:
+    x, y = next(batches)`), which counts steps rather than going over anything."""
     for call, (loop, _) in facts.generator_passes.items():
         assign = facts.parents.get(call)
         targets = [dotted_name(target.target) for target in assign.targets] if isinstance(assign, cst.Assign) else []
         if any(taking in facts.training_loops or taking in facts.loops_calling_training
-               for target in targets if target is not None for taking in facts.loops_over.get(target, ())):
-            facts.loops_calling_training.add(loop)
+               for target in targets if target is not None for taking in facts.loops_over.get(target, ())) or any(
+                _drawn_in_a_training_while(facts, draw) for draw in next_calls
+                if draw.args and dotted_name(draw.args[0].value) in targets):
+            facts.training_generator_passes.add(loop)
+            if isinstance(loop, cst.For):
+                facts.loops_calling_training.add(loop)
+
+
+def _drawn_in_a_training_while(facts: ValueFlow, draw: cst.Call) -> bool:
+    """Rule: `next(batches)` whose innermost loop is a `while` of its function (no `for` in
+    between) whose body steps an optimizer or calls backward() (facts.training_calls)."""
+    child: cst.CSTNode = draw
+    parent = facts.parents.get(draw)
+    while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.Lambda)):
+        if isinstance(parent, cst.For) and child is parent.body:
+            return False
+        if isinstance(parent, cst.While) and child is parent.body:
+            body = set(calls_within(parent.body))
+            return any(call in body for call in facts.training_calls)
+        child, parent = parent, facts.parents.get(parent)
+    return False
 
 
 def note_loops_taking_batches_with_next(facts: ValueFlow, next_calls: list[cst.Call],

@@ -28,7 +28,7 @@ from ddpify.emit.arguments import with_keyword
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan
 from ddpify.rules.cases import TRAINING, Emits, Silent
-from ddpify.rules.side_effects import logger_names
+from ddpify.rules.side_effects import image_saves, logger_names
 
 RULES = (
     Rule("DDP303", Severity.EDIT, "torch.load maps tensors to this rank's device",
@@ -475,7 +475,8 @@ def _writes(facts: Facts) -> list[cst.Call]:
         call for call, effect in facts.helper_effects.items() if effect == effects.WRITES] + [
         call for call in shell.writing_commands(facts.calls_named)
         if not shell.after_a_download(facts.statement_of(call), facts.parents, facts.download_statements)
-    ] + facts.helper_write_calls + _data_writes(facts) + _calls_of_method(facts, "save_pretrained")
+    ] + facts.helper_write_calls + _data_writes(facts) + _calls_of_method(facts, "save_pretrained") + image_saves(
+        facts) + _method_calls(facts, _PATH_WRITING)
 
 
 def _calls_of_method(facts: Facts, method: str) -> list[cst.Call]:
@@ -516,6 +517,14 @@ _DATA_READERS = frozenset({
 })
 
 
+# Rule: pathlib's spellings of the same writes and reads, on a path of any name: files written
+# with `(folder / name).write_text(...)` and a folder listed with `folder.glob("*.txt")` or
+# read per item with `path.read_text()`. (Pillow's `image.save(path)` is side_effects.py's
+# image_saves.)
+_PATH_WRITING = frozenset({"write_text", "write_bytes"})
+_PATH_READING = frozenset({"read_text", "read_bytes", "glob", "rglob", "iterdir"})
+
+
 def _data_writes(facts: Facts) -> list[cst.Call]:
     found = [call for qualified in sorted(_DATA_WRITERS) for call in facts.calls_named.get(qualified, ())]
     return found + [call for call in facts.nodes_of(cst.Call)  # (`pd.DataFrame(rows).to_csv(path)` too)
@@ -523,7 +532,15 @@ def _data_writes(facts: Facts) -> list[cst.Call]:
 
 
 def _data_reads(facts: Facts) -> list[cst.Call]:
-    return [call for qualified in sorted(_DATA_READERS) for call in facts.calls_named.get(qualified, ())]
+    named = [call for qualified in sorted(_DATA_READERS) for call in facts.calls_named.get(qualified, ())]
+    return list(dict.fromkeys(named + _method_calls(facts, _PATH_READING)))
+
+
+def _method_calls(facts: Facts, methods: frozenset[str]) -> list[cst.Call]:
+    """Calls of these methods on anything, a path put together on the spot too
+    (`(folder / name).write_text(text)`, `self.paths[i].read_text()`)."""
+    return [call for call in facts.nodes_of(cst.Call)
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value in methods]
 
 
 _WRITING_MODES = frozenset("wax+")

@@ -398,7 +398,7 @@ def _set_epoch_in_generator_passes(facts: Facts, edits: Edits, loader: Union[Loa
     holders = facts.holders_from(loader.function, loader.name)
     done = False
     for call, (loop, parameter) in facts.generator_passes.items():
-        if loop not in facts.loops_calling_training:
+        if loop not in facts.loops_calling_training and loop not in facts.training_generator_passes:
             continue
         handed = [facts.held_name(arg.value) for arg in call.args if not arg.star]
         if not any((facts.function_of(call), name) in holders or (None, name) in holders or (
@@ -462,9 +462,31 @@ def _passed_over_once(facts: Facts, loader: Union[Loader, ExternalLoader]) -> Op
         return None
     loops = facts.loops_over_values(holders)
     taking = facts.loops_over.get(iterator, [])
+    if not loops and _drawn_only_by_while_loops(facts, iterator, function):
+        return call
     if not loops or any(loop not in taking for loop in loops):
         return None
     return call
+
+
+def _drawn_only_by_while_loops(facts: Facts, iterator: str, function: Optional[cst.FunctionDef]) -> bool:
+    """Rule: `batches = itertools.cycle(loader)` then `while step < max_steps: x, y =
+    next(batches)`: a `while` step loop draws from the one iterator, which no `for` loop
+    takes: the loader is passed over once there as well. Every next() of it sits in a
+    `while` of the iterator's function, and there is at least one."""
+    draws = [call for call in facts.calls_named.get("builtins.next", ())
+             if call.args and dotted_name(call.args[0].value) == iterator and facts.function_of(call) is function]
+    return bool(draws) and all(_in_a_while(facts, draw) for draw in draws)
+
+
+def _in_a_while(facts: Facts, node: cst.CSTNode) -> bool:
+    child: cst.CSTNode = node
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.Lambda)):
+        if isinstance(parent, cst.While) and child is parent.body:
+            return True
+        child, parent = parent, facts.parents.get(parent)
+    return False
 
 
 def _never_called(facts: Facts, function: Optional[cst.FunctionDef]) -> bool:

@@ -110,7 +110,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     _prints_handed_on(facts, edits)
     _progress_bars(facts, edits, setup)
     _file_writes(facts, edits, setup)
-    for call in _image_saves(facts):
+    for call in image_saves(facts):
         _guard_statement_call(facts, edits, setup, call, "DDP302")
     _trackers(facts, edits, setup)
     _lower_log_level(facts, edits, setup)
@@ -464,7 +464,7 @@ IMAGE_METHODS = frozenset({"convert", "resize", "rotate", "crop", "transpose", "
                            "quantize", "reduce", "transform"})
 
 
-def _image_saves(facts: Facts) -> list[cst.Call]:
+def image_saves(facts: Facts) -> list[cst.Call]:
     """`picture = Image.fromarray(pixels)` ... `picture.save(path)`,
     `Image.fromarray(pixels).convert("L").save(path)`, `to_pil_image(x).save(path)`,
     `to_image = T.ToPILImage()` ... `to_image(x).save(path)`: a Pillow image writes itself to

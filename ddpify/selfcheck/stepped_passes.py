@@ -33,7 +33,30 @@ def loader_pass_steps(source: Source, loader: ast.Call) -> bool:
     for function, name, call in _holders(source, loader):
         if any(reading.loop_steps(loop, function, call) for loop in _loops_over(source, function, name)):
             return True
+        if any(reading.loop_steps(loop, function, None) for loop in _loops_drawing_with_next(source, function, name)):
+            return True
     return False
+
+
+def _loops_drawing_with_next(source: Source, function: Optional[Function], name: str) -> Iterator[ast.AST]:
+    """Rule: `batches = iter(loader)`, `itertools.cycle(loader)` or a generator of this file
+    handed the loader (`def endless(dl): while True: for b in dl: yield b`), then a `for` or
+    `while` step loop of the same function taking `next(batches)`: that loop's steps are
+    steps of a pass over the loader, as a `for` over it would be."""
+    scope = function if function is not None else source.tree
+    generators = {node.name for node in source.tree.body if isinstance(node, FUNCTIONS)
+                  and any(isinstance(each, (ast.Yield, ast.YieldFrom)) for each in ast_walk.walk(node))}
+    iterators = {target for node in source.assignments if isinstance(node, ast.Assign)
+                 and isinstance(node.value, ast.Call) and _function_of(source, node) is function
+                 and last_part(node.value.func) in {"iter", "cycle", *generators}
+                 and any(dotted(arg) == name for arg in node.value.args) for target in _targets(node)}
+    if not iterators:
+        return
+    for node in ast_walk.walk(scope):
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and _function_of(source, node) is function and any(
+                isinstance(call, ast.Call) and dotted(call.func) == "next" and call.args
+                and dotted(call.args[0]) in iterators for call in ast_walk.walk(node)):
+            yield node
 
 
 class _StepReading:
