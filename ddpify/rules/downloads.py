@@ -1,4 +1,4 @@
-"""One process per machine downloads the data while the others wait (DDP209, DDP212)."""
+"""Rank 0 downloads the data, then one process per other machine, while the others wait (DDP209, DDP212)."""
 from collections.abc import Sequence
 from typing import Optional
 
@@ -15,9 +15,11 @@ from ddpify.rules.cases import TRAINING, Emits, Silent
 from ddpify.rules.setup import calls_running, group_joined_before
 
 RULES = (
-    Rule("DDP209", Severity.EDIT, "one process per machine downloads the dataset; the others wait",
+    Rule("DDP209", Severity.EDIT, "rank 0 downloads the dataset, then one process per other machine; the others wait",
          "Every rank would download into the same directory at once and could read a "
-         "half-written file.",
+         "half-written file. Rank 0 goes first; then local rank 0 of each other machine, which "
+         "finds the files where the machines share a file system and fetches its own copy where "
+         "they do not (two machines writing one shared file at once could corrupt it); then the rest.",
          "Nothing to do."),
     Rule("DDP212", Severity.WARNING, "dataset download may race between ranks",
          "Every rank downloads into the same directory at once; ddpify could not add the "
@@ -26,28 +28,41 @@ RULES = (
          "`if local_rank == 0: dist.barrier()` after."),
 )
 
+# Rank 0 goes first; then local rank 0 of each other machine, which finds the files rank 0
+# wrote where the machines share a file system (NFS, Lustre) and writes its own where they do
+# not; then the rest of each machine. Two machines' local rank 0 writing one shared file at
+# once could leave it corrupt. (Rank 0: B1, B2 after; another machine's local rank 0: B1 before,
+# B2 after; every other rank: B1, B2 before.)
 DOWNLOAD_BEFORE_CODE = """\
-if distributed and local_rank != 0:
-    dist.barrier()  # wait while local rank 0 downloads the data
+if distributed and dist.get_rank() != 0:
+    dist.barrier()  # wait while rank 0 downloads the data
+    if local_rank != 0:
+        dist.barrier()  # then while this machine's local rank 0 does, if its copy is missing
 """
 
 
 DOWNLOAD_AFTER_CODE = """\
+if distributed and dist.get_rank() == 0:
+    dist.barrier()  # the data is in place: release the other machines
 if distributed and local_rank == 0:
-    dist.barrier()  # the data is in place: release the other ranks
+    dist.barrier()  # and on this machine: release its other ranks
 """
 
 
 # In a helper module, which sees no setup block: the same barriers, asked at run time.
 DOWNLOAD_BEFORE_IN_HELPER_CODE = """\
-if dist.is_initialized() and int(os.environ.get("LOCAL_RANK", 0)) != 0:
-    dist.barrier()  # wait while local rank 0 downloads the data
+if dist.is_initialized() and dist.get_rank() != 0:
+    dist.barrier()  # wait while rank 0 downloads the data
+    if int(os.environ.get("LOCAL_RANK", 0)) != 0:
+        dist.barrier()  # then while this machine's local rank 0 does, if its copy is missing
 """
 
 
 DOWNLOAD_AFTER_IN_HELPER_CODE = """\
+if dist.is_initialized() and dist.get_rank() == 0:
+    dist.barrier()  # the data is in place: release the other machines
 if dist.is_initialized() and int(os.environ.get("LOCAL_RANK", 0)) == 0:
-    dist.barrier()  # the data is in place: release the other ranks
+    dist.barrier()  # and on this machine: release its other ranks
 """
 
 
@@ -87,13 +102,13 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         if all(statement in cache_sites for statement in group):
             before = before.replace("downloads the data", "builds the dataset and writes its cache")
             after = after.replace("the data is in place", "the cache is written")
-            message = ("one process per machine builds the dataset, which writes its cache; the others wait, "
-                       "then read it")
+            message = ("rank 0 builds the dataset, which writes its cache, then one process per other machine; "
+                       "the others wait, then read it")
         if tokenizer_only:
             before = before.replace("downloads the data", "builds and saves the tokenizer")
             after = after.replace("the data is in place", "the tokenizer's file is in place")
-            message = ("one process per machine builds and saves the tokenizer whose file is missing; the others "
-                       "wait, then read that file")
+            message = ("rank 0 builds and saves the tokenizer whose file is missing, then one process per other "
+                       "machine; the others wait, then read that file")
         early_exits = _early_exits_on_file_tests(facts, first)
         edits.insert_before(early_exits[0] if early_exits else first,
                             Insertion(edits.statements(before), takes_comments=True), first=True)
@@ -486,20 +501,20 @@ CASES = (
         "    def _cache(self):\n        torch.save(self.x, 'c.pt')\n\n"
         "    def __len__(self):\n        return len(self.x)\n\n"
         "    def __getitem__(self, i):\n        return self.x[i, :4], self.x[i, 4:]\n\n\n", 1),
-          "DDP209", ("local rank 0 builds the dataset and writes its cache",)),
+          "DDP209", ("rank 0 builds the dataset and writes its cache",)),
     # A function that downloads and then trains, called where the device is chosen: the
     # barriers go around the download in there, not around the call (a hang).
     Emits(DOWNLOADS_THEN_TRAINS, "DDP209",
-          ('    if dist.is_initialized() and int(os.environ.get("LOCAL_RANK", 0)) != 0:',)),
+          ('        if int(os.environ.get("LOCAL_RANK", 0)) != 0:',)),
     Emits("import os\nfrom tokenizers import Tokenizer\nfrom tokenizers.models import WordLevel\n"
           + TRAINING.replace("device = torch", 'if not os.path.exists("tok.json"):\n    tok = Tokenizer(WordLevel())\n'
                              '    tok.save("tok.json")\ndevice = torch', 1), "DDP209",
-          ("dist.barrier()  # wait while local rank 0 builds and saves the tokenizer",)),
+          ("dist.barrier()  # wait while rank 0 builds and saves the tokenizer",)),
     # A shell command that fetches or unpacks (wget, curl -o, unzip, tar -x) is a download; a
     # command that moves what it unpacked, after it in its block, runs with it (not on rank 0 alone).
     Emits("import os\n" + TRAINING.replace("device = torch", 'os.system("wget %s; unzip %s" % (URL, "d.zip"))\n'
                                             'os.system("mv d " + ROOT)\ndevice = torch', 1), "DDP209",
-          ('dist.barrier()  # wait while local rank 0 downloads the data\nif local_rank == 0:\n'
+          ("dist.barrier()  # then while this machine's local rank 0 does, if its copy is missing\nif local_rank == 0:\n"
            '    os.system("wget %s; unzip %s" % (URL, "d.zip"))\n    os.system("mv d " + ROOT)\n',)),
     Emits("import subprocess\n" + TRAINING.replace(
         "device = torch", 'subprocess.check_call("tar -xzf {} -C data".format(ARCHIVE), shell=True)\n'
