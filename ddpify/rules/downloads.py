@@ -514,7 +514,8 @@ CASES = (
     # command that moves what it unpacked, after it in its block, runs with it (not on rank 0 alone).
     Emits("import os\n" + TRAINING.replace("device = torch", 'os.system("wget %s; unzip %s" % (URL, "d.zip"))\n'
                                             'os.system("mv d " + ROOT)\ndevice = torch', 1), "DDP209",
-          ("dist.barrier()  # then while this machine's local rank 0 does, if its copy is missing\nif local_rank == 0:\n"
+          ("dist.barrier()  # then while this machine's local rank 0 does, if its copy is missing\n"
+           "if local_rank == 0:\n"
            '    os.system("wget %s; unzip %s" % (URL, "d.zip"))\n    os.system("mv d " + ROOT)\n',)),
     Emits("import subprocess\n" + TRAINING.replace(
         "device = torch", 'subprocess.check_call("tar -xzf {} -C data".format(ARCHIVE), shell=True)\n'
