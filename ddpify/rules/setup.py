@@ -915,10 +915,13 @@ def _follow_the_moves_test(facts: Facts, edits: Edits, plan: Plan, anchor: Optio
     if plan.device_assignment is not None or plan.device_elsewhere or plan.device_from_parameter or plan.cpu_only:
         return
     tests: dict[str, cst.BaseExpression] = {}
+    to_an_index = set(moves_to_a_gpu_index(facts))
     for model in facts.models:
         # (`for net in self.nets.values(): net.cuda()` moves `self.G` of `self.nets = {"G": self.G}`.)
         held = entry_moves_of_containers_holding(facts, model, facts.class_of(model.function))
-        moves = [move for move in [*facts.device_moves.get(model.name, ()), *held] if move in facts.fixed_device_moves]
+        # (`net.to(opt.gpu_ids[0])`, a GPU index, moves to the GPU as `.cuda()` does.)
+        moves = [move for move in [*facts.device_moves.get(model.name, ()), *held]
+                 if move in facts.fixed_device_moves or move in to_an_index]
         # (`if args.cuda: torch.set_default_tensor_type("torch.cuda.FloatTensor")` moves them all.)
         for move in moves + _calls_of_helpers_moving(facts, model.name, model.function) + gpu_made_the_default(facts):
             test = _test_around(facts, move)
@@ -1031,6 +1034,13 @@ if not distributed and isinstance({index}, int) and {index} >= 0:
 """
 
 
+# `opt.gpu_ids[0]` of a list that is empty on the CPU (`--gpu_ids -1`).
+SCRIPT_GPU_OF_A_LIST_CODE = """\
+if not distributed and {ids} and isinstance({ids}[0], int) and {ids}[0] >= 0:
+    local_rank = {ids}[0]  # plain `python` keeps the script's own GPU
+"""
+
+
 def _keeping_the_scripts_gpu(facts: Facts, plan: Plan, anchor: Optional[BlockItem], code: str) -> str:
     """Rule: a script that names its GPU by an index it is given (`--gpu 1`: `torch.cuda.
     set_device(args.gpu)`, `.cuda(args.gpu)`, `.to(opt.gpu_id)`) trains on that GPU under plain
@@ -1045,24 +1055,35 @@ def _keeping_the_scripts_gpu(facts: Facts, plan: Plan, anchor: Optional[BlockIte
     if index is None:
         return code
     line = 'local_rank = int(os.environ.get("LOCAL_RANK", 0))\n'
-    return code.replace(line, line + SCRIPT_GPU_CODE.format(index=index), 1)
+    ids = index.removesuffix("[0]")
+    keep = SCRIPT_GPU_OF_A_LIST_CODE.format(ids=ids) if ids != index else SCRIPT_GPU_CODE.format(index=index)
+    return code.replace(line, line + keep, 1)
 
 
 def _the_scripts_gpu_index(facts: Facts, plan: Plan, anchor: Optional[BlockItem]) -> Optional[str]:
     """The one GPU index the script is given and names its GPU by (a name or an attribute:
-    `args.gpu`, `opt.gpu_id`, `GPU`; not a literal), if the setup can read it where it goes."""
-    codes = {code for code in gpu_index_codes(facts) if dotted_name(cst.parse_expression(code)) is not None}
+    `args.gpu`, `opt.gpu_id`, `GPU`, or the first of a list of them, `opt.gpu_ids[0]`; not a
+    literal), if the setup can read it where it goes."""
+    codes = {code for code in gpu_index_codes(facts) if _names_an_index(cst.parse_expression(code))}
     codes |= {facts.module.code_for_node(call.args[0].value) for call in moves_to_a_gpu_index(facts)
-              if dotted_name(call.args[0].value) is not None}
+              if _names_an_index(call.args[0].value)}
     if len(codes) != 1:
         return None
     code = codes.pop()
-    if "rank" in code.lower() or not _readable_at_the_setup(facts, plan, anchor, code):
+    if "rank" in code.lower() or not _readable_at_the_setup(facts, plan, anchor, code.removesuffix("[0]")):
         return None
     values = facts.assigned_values.get(code, [])
     if values and all(isinstance(value, cst.Integer) and value.evaluated_value == 0 for value in values):
         return None  # `gpu = 0`: GPU 0, LOCAL_RANK's own default
     return code
+
+
+def _names_an_index(value: cst.BaseExpression) -> bool:
+    """A dotted name (`args.gpu`), or the first entry of one (`opt.gpu_ids[0]`)."""
+    if isinstance(value, cst.Subscript) and len(value.slice) == 1 and isinstance(value.slice[0].slice, cst.Index):
+        entry = value.slice[0].slice.value
+        return isinstance(entry, cst.Integer) and entry.value == "0" and dotted_name(value.value) is not None
+    return dotted_name(value) is not None
 
 
 def _readable_at_the_setup(facts: Facts, plan: Plan, anchor: Optional[BlockItem], code: str) -> bool:
