@@ -983,10 +983,12 @@ class Collector(cst.CSTVisitor):
         file for writing downloads that file, as urlretrieve does: the writing statement is a
         download statement (local rank 0 of each machine first while the others wait), not a
         write for rank 0 alone, which would leave every other machine without the file. Only
-        where the barriers around it pair on every path: a statement of the function's own body,
+        where the barriers around it pair on every path: a statement of the function's own body
+        (the outermost `with` around the write: `with tqdm(...) as bar: with open(dest, "wb")`),
         with no way out above it but an early return on a file test (`if os.path.exists(dest):
-        return dest`, which downloads.py puts inside the barriers); elsewhere it stays a write
-        rank 0 makes, read after a barrier (DDP309)."""
+        return dest`, which downloads.py puts inside the barriers) or on a test that calls
+        nothing (`if offline: return`: a flag every rank reads alike, above the barriers);
+        elsewhere it stays a write rank 0 makes, read after a barrier (DDP309)."""
         facts = self.facts
         reads = [call for qualified in sorted(names.NETWORK_READS) for call in facts.calls_named.get(qualified, ())]
         fetching = {facts.function_of(call) for call in reads}
@@ -998,19 +1000,26 @@ class Collector(cst.CSTVisitor):
                 statement = self._statement(call)
                 top = self._outside_file_tests(statement)
                 body = list(function.body.body) if isinstance(function.body, cst.IndentedBlock) else []
-                if top in body and statement not in facts.download_statements and not any(
+                if top in body and top not in facts.download_statements and not any(
                         find_all(above, cst.Return) and not self._tests_files(above)
+                        and not self._exits_on_a_flag(above)
                         for above in body[:body.index(top)]):
-                    facts.download_statements.append(statement)
+                    facts.download_statements.append(top if isinstance(top, cst.With) else statement)
 
     def _outside_file_tests(self, statement: cst.BaseStatement) -> cst.BaseStatement:
-        """The statement, or the outermost `if not os.path.exists(...):` around it."""
+        """The statement, or the outermost `if not os.path.exists(...):` or `with` around it."""
         while True:
             block = self.facts.parents.get(statement)
-            branch = self.facts.parents.get(block) if isinstance(block, cst.IndentedBlock) else None
-            if not isinstance(branch, cst.If) or not self._tests_files(branch):
+            owner = self.facts.parents.get(block) if isinstance(block, cst.IndentedBlock) else None
+            if not isinstance(owner, cst.With) and not (isinstance(owner, cst.If) and self._tests_files(owner)):
                 return statement
-            statement = branch
+            statement = owner
+
+    @staticmethod
+    def _exits_on_a_flag(statement: cst.CSTNode) -> bool:
+        """`if offline: return`: an `if` without else whose test calls nothing (a flag, a
+        comparison of values), which every rank takes alike."""
+        return isinstance(statement, cst.If) and statement.orelse is None and not find_all(statement.test, cst.Call)
 
     def _tests_files(self, statement: Optional[cst.CSTNode]) -> bool:
         return isinstance(statement, cst.If) and statement.orelse is None and any(

@@ -135,7 +135,10 @@ def add_keyword(facts: Facts, edits: Edits, call: cst.Call, keyword: str, value:
     one_line = facts.positions[call].start.line == facts.positions[call].end.line
     indent = len(line) - len(line.lstrip())
     wrap_at = indent if too_long and one_line else None
-    edits.expressions[call] = with_keyword(keyword, value, edits, wrap_at)
+    # On the statement's own first line, the wrapped lines follow the statement's indent, also
+    # where a guard (`if is_main:`) indents the statement further.
+    on_first_line = facts.line_of(call) == facts.line_of(facts.statement_of(call))
+    edits.expressions[call] = with_keyword(keyword, value, edits, wrap_at, follow_statement=on_first_line)
 
 
 def _line_break_only(whitespace: cst.ParenthesizedWhitespace) -> cst.ParenthesizedWhitespace:
@@ -144,8 +147,10 @@ def _line_break_only(whitespace: cst.ParenthesizedWhitespace) -> cst.Parenthesiz
     return whitespace.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=[])
 
 
-def _new_line(indent: str) -> cst.ParenthesizedWhitespace:
-    return cst.ParenthesizedWhitespace(first_line=cst.TrailingWhitespace(), indent=False,
+def _new_line(indent: str, follow_statement: bool = False) -> cst.ParenthesizedWhitespace:
+    """A line break, then `indent`: from the line's start, or, following the statement, after
+    the indent of the block that holds it (wherever the statement ends up)."""
+    return cst.ParenthesizedWhitespace(first_line=cst.TrailingWhitespace(), indent=follow_statement,
                                        last_line=cst.SimpleWhitespace(indent))
 
 
@@ -153,10 +158,11 @@ def _source_line(facts: Facts, node: cst.CSTNode) -> str:
     return facts.module.code.splitlines()[facts.line_of(node) - 1]
 
 
-def with_keyword(keyword: str, value: str, edits: Edits,
-                  wrap_at: Optional[int] = None) -> Callable[[cst.Call], cst.Call]:
+def with_keyword(keyword: str, value: str, edits: Edits, wrap_at: Optional[int] = None,
+                 follow_statement: bool = False) -> Callable[[cst.Call], cst.Call]:
     """`keyword=value` appended to a call; with wrap_at (the line's indent), the arguments move
-    to a line of their own, as black writes a call that no longer fits."""
+    to a line of their own, as black writes a call that no longer fits (follow_statement: the
+    call is on its statement's first line, whose indent the new lines take)."""
     def rewrite(call: cst.Call) -> cst.Call:
         args = list(call.args)
         closing: Optional[cst.BaseParenthesizableWhitespace] = None
@@ -202,9 +208,10 @@ def with_keyword(keyword: str, value: str, edits: Edits,
             args[-1] = args[-1].with_changes(whitespace_after_arg=closing)
         if wrap_at is None:
             return call.with_changes(args=args)
-        args[-1] = args[-1].with_changes(whitespace_after_arg=_new_line(" " * wrap_at))
+        start = 0 if follow_statement else wrap_at
+        args[-1] = args[-1].with_changes(whitespace_after_arg=_new_line(" " * start, follow_statement))
         return call.with_changes(args=args,
-                                 whitespace_before_args=_new_line(" " * (wrap_at + 4)))
+                                 whitespace_before_args=_new_line(" " * (start + 4), follow_statement))
 
     return rewrite
 

@@ -74,6 +74,9 @@ class Edits:
     # run under a guard: its suite becomes an indented block, a line per small statement, as
     # the same code written over several lines would be.
     guarded_in_suites: dict[cst.BaseSmallStatement, str] = field(default_factory=dict)
+    # A small statement that goes from a line it shares with others (`G.cuda(); G =
+    # nn.DataParallel(G)`): the others stay on that line, edited as planned.
+    removed_from_lines: set[cst.BaseSmallStatement] = field(default_factory=set)
     # Statements wrapped in try/finally, with the code for the finally block.
     finally_bodies: dict[BlockItem, list[Statement]] = field(default_factory=dict)
     module_end: list[Statement] = field(default_factory=list)
@@ -189,7 +192,7 @@ class Edits:
         return bool(
             self.expressions or self.before or self.after or self.replaced or self.removed
             or self.guarded or self.finally_bodies or self.module_end or self.module_prelude
-            or self.guarded_in_suites or self.hoisted
+            or self.guarded_in_suites or self.hoisted or self.removed_from_lines
         )
 
 
@@ -208,7 +211,8 @@ class ApplyEdits(cst.CSTTransformer):
         # The lines of hoisted expressions, by the original statement they go before.
         self.hoisted_lines: dict[cst.CSTNode, list[Statement]] = {}
         for key in (*edits.expressions, *edits.before, *edits.after, *edits.replaced, *edits.hoisted,
-                    *edits.removed, *edits.guarded, *edits.finally_bodies, *edits.guarded_in_suites):
+                    *edits.removed, *edits.guarded, *edits.finally_bodies, *edits.guarded_in_suites,
+                    *edits.removed_from_lines):
             node: Optional[cst.CSTNode] = key
             while node is not None and node not in self.on_path:
                 self.on_path.add(node)
@@ -236,10 +240,27 @@ class ApplyEdits(cst.CSTTransformer):
         return updated_node.with_changes(
             body=self._rebuild(statements_in(original_node), statements_in(updated_node)))
 
+    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine,
+                                  updated_node: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+        return updated_node.with_changes(body=self._kept_small_statements(original_node.body, updated_node.body))
+
+    def _kept_small_statements(self, originals: Sequence[cst.BaseSmallStatement],
+                               updated: Sequence[cst.BaseSmallStatement]) -> list[cst.BaseSmallStatement]:
+        """The small statements of a line but those removed_from_lines takes out (never all of
+        them), the last without a semicolon after it."""
+        removed = self.edits.removed_from_lines
+        if not any(small in removed for small in originals):
+            return list(updated)
+        kept = [new for original, new in zip(originals, updated) if original not in removed] or list(updated)
+        kept[-1] = kept[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+        return kept
+
     def leave_SimpleStatementSuite(self, original_node: cst.SimpleStatementSuite,
                                    updated_node: cst.SimpleStatementSuite) -> cst.BaseSuite:
         """A one-line suite holding a guarded small statement, as an indented block: each
         small statement on its own line, the guarded ones under their guard."""
+        updated_node = updated_node.with_changes(
+            body=self._kept_small_statements(original_node.body, updated_node.body))
         if not any(small in self.edits.guarded_in_suites for small in original_node.body):
             return updated_node
         out = _GuardedBody(self.edits)

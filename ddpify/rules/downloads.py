@@ -1,4 +1,4 @@
-"""One process per machine downloads the data while the others wait (DDP209, DDP212)."""
+"""Rank 0 downloads the data, then one process per other machine, while the others wait (DDP209, DDP212)."""
 from collections.abc import Sequence
 from typing import Optional
 
@@ -7,7 +7,17 @@ import libcst as cst
 from ddpify.analysis import names, shell
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Statement
-from ddpify.analysis.nodes import calls_within, dotted_name, find_all, is_false, opens_for_writing, string_value
+from ddpify.analysis.nodes import (
+    calls_within,
+    dotted_name,
+    find_all,
+    is_false,
+    names_in,
+    opens_for_writing,
+    string_value,
+    target_names,
+    targets_bound_in,
+)
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan
@@ -15,9 +25,11 @@ from ddpify.rules.cases import TRAINING, Emits, Silent
 from ddpify.rules.setup import calls_running, group_joined_before
 
 RULES = (
-    Rule("DDP209", Severity.EDIT, "one process per machine downloads the dataset; the others wait",
+    Rule("DDP209", Severity.EDIT, "rank 0 downloads the dataset, then one process per other machine; the others wait",
          "Every rank would download into the same directory at once and could read a "
-         "half-written file.",
+         "half-written file. Rank 0 goes first; then local rank 0 of each other machine, which "
+         "finds the files where the machines share a file system and fetches its own copy where "
+         "they do not (two machines writing one shared file at once could corrupt it); then the rest.",
          "Nothing to do."),
     Rule("DDP212", Severity.WARNING, "dataset download may race between ranks",
          "Every rank downloads into the same directory at once; ddpify could not add the "
@@ -26,28 +38,41 @@ RULES = (
          "`if local_rank == 0: dist.barrier()` after."),
 )
 
+# Rank 0 goes first; then local rank 0 of each other machine, which finds the files rank 0
+# wrote where the machines share a file system (NFS, Lustre) and writes its own where they do
+# not; then the rest of each machine. Two machines' local rank 0 writing one shared file at
+# once could leave it corrupt. (Rank 0: B1, B2 after; another machine's local rank 0: B1 before,
+# B2 after; every other rank: B1, B2 before.)
 DOWNLOAD_BEFORE_CODE = """\
-if distributed and local_rank != 0:
-    dist.barrier()  # wait while local rank 0 downloads the data
+if distributed and dist.get_rank() != 0:
+    dist.barrier()  # wait while rank 0 downloads the data
+    if local_rank != 0:
+        dist.barrier()  # then while this machine's local rank 0 does, if its copy is missing
 """
 
 
 DOWNLOAD_AFTER_CODE = """\
+if distributed and dist.get_rank() == 0:
+    dist.barrier()  # the data is in place: release the other machines
 if distributed and local_rank == 0:
-    dist.barrier()  # the data is in place: release the other ranks
+    dist.barrier()  # and on this machine: release its other ranks
 """
 
 
 # In a helper module, which sees no setup block: the same barriers, asked at run time.
 DOWNLOAD_BEFORE_IN_HELPER_CODE = """\
-if dist.is_initialized() and int(os.environ.get("LOCAL_RANK", 0)) != 0:
-    dist.barrier()  # wait while local rank 0 downloads the data
+if dist.is_initialized() and dist.get_rank() != 0:
+    dist.barrier()  # wait while rank 0 downloads the data
+    if int(os.environ.get("LOCAL_RANK", 0)) != 0:
+        dist.barrier()  # then while this machine's local rank 0 does, if its copy is missing
 """
 
 
 DOWNLOAD_AFTER_IN_HELPER_CODE = """\
+if dist.is_initialized() and dist.get_rank() == 0:
+    dist.barrier()  # the data is in place: release the other machines
 if dist.is_initialized() and int(os.environ.get("LOCAL_RANK", 0)) == 0:
-    dist.barrier()  # the data is in place: release the other ranks
+    dist.barrier()  # and on this machine: release its other ranks
 """
 
 
@@ -87,33 +112,45 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         if all(statement in cache_sites for statement in group):
             before = before.replace("downloads the data", "builds the dataset and writes its cache")
             after = after.replace("the data is in place", "the cache is written")
-            message = ("one process per machine builds the dataset, which writes its cache; the others wait, "
-                       "then read it")
+            message = ("rank 0 builds the dataset, which writes its cache, then one process per other machine; "
+                       "the others wait, then read it")
         if tokenizer_only:
             before = before.replace("downloads the data", "builds and saves the tokenizer")
             after = after.replace("the data is in place", "the tokenizer's file is in place")
-            message = ("one process per machine builds and saves the tokenizer whose file is missing; the others "
-                       "wait, then read that file")
+            message = ("rank 0 builds and saves the tokenizer whose file is missing, then one process per other "
+                       "machine; the others wait, then read that file")
         early_exits = _early_exits_on_file_tests(facts, first)
         edits.insert_before(early_exits[0] if early_exits else first,
                             Insertion(edits.statements(before), takes_comments=True), first=True)
         for exit_test in early_exits:
-            edits.insert_before(exit_test.body.body[-1], Insertion(edits.statements(after)))
+            for way_out in _returns_within(exit_test):
+                edits.insert_before(way_out, Insertion(edits.statements(after)))
         edits.insert_after(last, edits.statements(after))
         edits.imports.add("dist")
         edits.report("DDP209", first, message)
-        if before == DOWNLOAD_BEFORE_CODE:
-            for statement in _run_again_by_every_rank(group, {*facts.download_statements, *finishing}):
-                edits.guarded.setdefault(statement, LOCAL_RANK_ZERO)
-            for folder in _folders_made_for(facts, group):
-                if folder not in edits.guarded:
-                    edits.guarded[folder] = LOCAL_RANK_ZERO
-                    edits.report("DDP209", folder, "the folder the download fills is made once per machine, "
-                                 "by local rank 0, which downloads into it")
+        _once_per_machine(facts, edits, group, finishing, in_sight=before == DOWNLOAD_BEFORE_CODE)
+
+
+def _once_per_machine(facts: Facts, edits: Edits, group: Sequence[Statement], finishing: list[Statement],
+                      in_sight: bool) -> None:
+    """What every rank would run again after the barriers runs on local rank 0 alone; where the
+    setup is in sight, so is the folder the download fills made. (In a helper, with the setup out
+    of sight, local rank 0 is asked at run time, as its barriers are.)"""
+    local_rank_zero = LOCAL_RANK_ZERO if in_sight else LOCAL_RANK_ZERO_IN_HELPER
+    for statement in _run_again_by_every_rank(facts, group, {*facts.download_statements, *finishing}):
+        edits.guarded.setdefault(statement, local_rank_zero)
+    if not in_sight:
+        return
+    for folder in _folders_made_for(facts, group):
+        if folder not in edits.guarded:
+            edits.guarded[folder] = LOCAL_RANK_ZERO
+            edits.report("DDP209", folder, "the folder the download fills is made once per machine, "
+                         "by local rank 0, which downloads into it")
 
 
 # A folder the download writes into is made once per machine, where the download runs.
 LOCAL_RANK_ZERO = "local_rank == 0"
+LOCAL_RANK_ZERO_IN_HELPER = 'not dist.is_initialized() or int(os.environ.get("LOCAL_RANK", 0)) == 0'
 
 
 def _caches_written(facts: Facts) -> list[Statement]:
@@ -348,16 +385,30 @@ def tokenizer_saves_where_missing(facts: Facts, setup: Plan) -> list[cst.Call]:
             if _outside_file_tests(facts, facts.statement_of(call)) is not facts.statement_of(call)]
 
 
-def _run_again_by_every_rank(group: Sequence[Statement], downloading: set[Statement]) -> list[Statement]:
+def _run_again_by_every_rank(facts: Facts, group: Sequence[Statement], downloading: set[Statement]) -> list[Statement]:
     """Rule: a file is written by one process per machine. A download or unpacking that no test
     of the file system skips (`with tarfile.open(archive) as tar: tar.extractall(root)` below
     `if not os.path.exists(archive): ...`) would run again on each waiting rank once local rank 0
     released it, rewriting files local rank 0 is already reading: it runs on local rank 0 alone.
     So does a command that moves what it unpacked (`os.system("mv d " + ROOT)`). Not a statement
-    that binds a name the rest reads (`train_set = MNIST(root, download=True)`)."""
+    that binds a name the rest reads (`train_set = MNIST(root, download=True)`), or returns; a
+    `with` whose names serve only its own block (`chunk = response.read(1024)` in the loop that
+    writes the file) hands nothing on."""
     return [statement for statement in group
             if statement in downloading and isinstance(statement, (cst.With, cst.SimpleStatementLine))
-            and not any(find_all(statement, kind) for kind in _HANDS_A_VALUE_ON)]
+            and not find_all(statement, cst.Return) and not _binds_what_follows_reads(facts, statement)]
+
+
+def _binds_what_follows_reads(facts: Facts, statement: Statement) -> bool:
+    """A binding in the statement (a plain statement's, any of a `with`'s) of a name that the
+    statements after it in its block read."""
+    if not isinstance(statement, cst.With):
+        return any(find_all(statement, kind) for kind in _HANDS_A_VALUE_ON)
+    bound = {name for target in targets_bound_in(statement) for name in target_names(target)}
+    block = facts.block_of(statement)
+    body = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
+    later = body[body.index(statement) + 1:] if statement in body else body
+    return bool(bound & set().union(*(names_in(following) for following in later))) or not body
 
 
 # A statement that binds a name or returns hands on a value every rank needs.
@@ -378,7 +429,7 @@ def _early_exits_on_file_tests(facts: Facts, first: Statement) -> list[cst.If]:
     above = body[:body.index(first)]
     tests = [statement for statement in above
              if isinstance(statement, cst.If) and statement.orelse is None and _tests_files(facts, statement.test)
-             and isinstance(statement.body, cst.IndentedBlock) and _returns(statement.body.body[-1])]
+             and _returns_within(statement)]
     if not tests:
         return []
     # Any other way out between the first test and the download (`if offline: ...; return`)
@@ -396,6 +447,40 @@ def _tests_files(facts: Facts, test: cst.BaseExpression) -> bool:
 def _returns(statement: cst.BaseStatement) -> bool:
     return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(
         statement.body[0], cst.Return)
+
+
+def _returns_within(test: cst.If) -> list[cst.SimpleStatementLine]:
+    """The `return` lines of an exit test's body, at any depth (`if os.path.exists(dest):
+    size = ...; if size == expected: print(...); return True`), each a line of an indented
+    block where a barrier can go before it; none when one is not (`if ok: return` on one
+    line) or when a function nested there returns."""
+    if not isinstance(test.body, cst.IndentedBlock):
+        return []
+    found: list[cst.SimpleStatementLine] = []
+
+    class Returns(cst.CSTVisitor):
+        ok = True
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return False
+
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            return False
+
+        def visit_SimpleStatementSuite(self, node: cst.SimpleStatementSuite) -> bool:
+            self.ok = self.ok and not any(isinstance(small, cst.Return) for small in node.body)
+            return False
+
+        def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+            if _returns(node):
+                found.append(node)
+            elif any(isinstance(small, cst.Return) for small in node.body):
+                self.ok = False
+            return False
+
+    visitor = Returns()
+    test.body.visit(visitor)
+    return found if visitor.ok else []
 
 
 def _outside_file_tests(facts: Facts, statement: Statement) -> Statement:
@@ -486,20 +571,21 @@ CASES = (
         "    def _cache(self):\n        torch.save(self.x, 'c.pt')\n\n"
         "    def __len__(self):\n        return len(self.x)\n\n"
         "    def __getitem__(self, i):\n        return self.x[i, :4], self.x[i, 4:]\n\n\n", 1),
-          "DDP209", ("local rank 0 builds the dataset and writes its cache",)),
+          "DDP209", ("rank 0 builds the dataset and writes its cache",)),
     # A function that downloads and then trains, called where the device is chosen: the
     # barriers go around the download in there, not around the call (a hang).
     Emits(DOWNLOADS_THEN_TRAINS, "DDP209",
-          ('    if dist.is_initialized() and int(os.environ.get("LOCAL_RANK", 0)) != 0:',)),
+          ('        if int(os.environ.get("LOCAL_RANK", 0)) != 0:',)),
     Emits("import os\nfrom tokenizers import Tokenizer\nfrom tokenizers.models import WordLevel\n"
           + TRAINING.replace("device = torch", 'if not os.path.exists("tok.json"):\n    tok = Tokenizer(WordLevel())\n'
                              '    tok.save("tok.json")\ndevice = torch', 1), "DDP209",
-          ("dist.barrier()  # wait while local rank 0 builds and saves the tokenizer",)),
+          ("dist.barrier()  # wait while rank 0 builds and saves the tokenizer",)),
     # A shell command that fetches or unpacks (wget, curl -o, unzip, tar -x) is a download; a
     # command that moves what it unpacked, after it in its block, runs with it (not on rank 0 alone).
     Emits("import os\n" + TRAINING.replace("device = torch", 'os.system("wget %s; unzip %s" % (URL, "d.zip"))\n'
                                             'os.system("mv d " + ROOT)\ndevice = torch', 1), "DDP209",
-          ('dist.barrier()  # wait while local rank 0 downloads the data\nif local_rank == 0:\n'
+          ("dist.barrier()  # then while this machine's local rank 0 does, if its copy is missing\n"
+           "if local_rank == 0:\n"
            '    os.system("wget %s; unzip %s" % (URL, "d.zip"))\n    os.system("mv d " + ROOT)\n',)),
     Emits("import subprocess\n" + TRAINING.replace(
         "device = torch", 'subprocess.check_call("tar -xzf {} -C data".format(ARCHIVE), shell=True)\n'

@@ -51,9 +51,12 @@ RULES = (
          "the training loader as well as an evaluation loader. Under torchrun the training loader "
          "holds this rank's share; the loop's figures are gathered from every rank after it, so "
          "the training-set figures cover the whole set. DistributedSampler repeats up to N-1 "
-         "samples to give every rank the same count, and those are counted too.",
-         "Nothing to do; for exact figures over a training set that the world size does not "
-         "divide, evaluate a loader built without the DistributedSampler."),
+         "samples to give every rank the same count: where the helper never trains, it reads the "
+         "loader it is handed through `evaluation_share`, this rank's batches of the set in order "
+         "with none repeated; elsewhere (an evaluation loop over the training loader in the function "
+         "that trains on it) the repeated samples are counted too, and the message says so.",
+         "Nothing to do; where the message says the repeated samples are counted, evaluate a loader "
+         "built without the DistributedSampler for exact figures."),
 )
 TRAINING_LOADER_GATHERED = "training loader also evaluated by a loop whose figures are gathered"
 
@@ -147,11 +150,41 @@ def _report_training_loaders_evaluated_here(facts: Facts, edits: Edits, setup: P
     whose figures are not gathered would give rank 0's share alone (DDP213)."""
     for loader, loops in setup.training_loaders_evaluated:
         first = min(loops, key=facts.line_of)
-        if all(loop in setup.gathered_evaluations for loop in loops):
-            edits.report("DDP228", first, f"{TRAINING_LOADER_GATHERED}: `{loader.name}` is evaluated on each "
-                         "rank's share and the figures are summed over the ranks")
-        else:
+        if not all(loop in setup.gathered_evaluations for loop in loops):
             edits.report("DDP213", first)
+        elif _read_without_padding(facts, edits, loops):
+            edits.report("DDP228", first, f"{TRAINING_LOADER_GATHERED}: `{loader.name}` is evaluated on each "
+                         "rank's share of its set read in order, without the DistributedSampler's repeated "
+                         "samples, and the figures are summed over the ranks")
+        else:
+            edits.report("DDP228", first, f"{TRAINING_LOADER_GATHERED}: `{loader.name}` is evaluated on each "
+                         "rank's share and the figures are summed over the ranks, with up to N-1 samples "
+                         "the DistributedSampler repeats to even the shares")
+
+
+def _read_without_padding(facts: Facts, edits: Edits, loops: list[cst.For]) -> bool:
+    """Rule: a training loader's DistributedSampler repeats up to N-1 samples so that every rank
+    has as many; gathered, an evaluation over it counts those twice. Where each evaluation loop
+    goes over a parameter of a function that never trains (`evaluate(model, loader)`, called
+    with the training loader and with the validation loader), the function reads that parameter
+    through evaluation_share, as it does for a loader built in another module: a loader with a
+    DistributedSampler becomes this rank's whole batches of its set in order, in turn with the
+    other ranks, none repeated; any other (the validation loader's own shard, a loader as a
+    group of one) stays itself. The gather after the loop then sums each sample once."""
+    rebinds: dict[tuple[cst.FunctionDef, str], cst.BaseStatement] = {}
+    for loop in loops:
+        function = facts.function_of(loop)
+        if function is None or any(facts.function_of(other) is function for other in facts.training_loops):
+            return False
+        name = loader_name_in(facts, loop, parameter_names(function))
+        if name is None:
+            return False
+        rebinds[(function, name)] = _first_reading(function, name)
+    for (_, name), statement in rebinds.items():
+        edits.insert_before(statement, Insertion(edits.statements(f"{name} = evaluation_share({name})\n")))
+    edits.add_helper("evaluation_share", SHARE_HELPER, "dist", "torch")
+    edits.add_helper("evaluation_shard", SHARD_HELPER, "dist")
+    return True
 
 
 def _plan_evaluation_loaders(facts: Facts, edits: Edits, setup: Plan) -> None:

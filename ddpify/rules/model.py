@@ -3258,6 +3258,9 @@ def _replace_data_parallel(facts: Facts, edits: Edits) -> None:
         statement = facts.statement_of(call)
         if _assigns_back(statement, call, wrapped):
             _remove_data_parallel_wrap(facts, edits, statement)
+        elif _assigns_back_beside_others(facts, call, wrapped):
+            # `G.cuda(); G = nn.DataParallel(G)`: the wrap goes, the move stays on its line.
+            edits.removed_from_lines.add(cast(cst.BaseSmallStatement, facts.parents[call]))
         elif wrapped is not None:
             # The module as rewritten (`DataParallel(G.cuda())` -> `G.to(device)`), not as written.
             edits.expressions[call] = _first_argument
@@ -3614,6 +3617,16 @@ def _assigns_back(statement: cst.BaseStatement, call: cst.Call, wrapped: Optiona
         len(statement.body) == 1 and isinstance(small, cst.Assign) and len(small.targets) == 1
         and small.value is call and dotted_name(small.targets[0].target) == dotted_name(wrapped) is not None
     )
+
+
+def _assigns_back_beside_others(facts: Facts, call: cst.Call, wrapped: Optional[cst.BaseExpression]) -> bool:
+    """`G.cuda(); G = nn.DataParallel(G)`: the assignment back of _assigns_back, sharing its
+    line (or one-line suite) with other statements, which stay."""
+    assign = facts.parents.get(call)
+    line = facts.parents.get(assign) if assign is not None else None
+    return isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) and len(line.body) > 1 \
+        and wrapped is not None and isinstance(assign, cst.Assign) and assign.value is call \
+        and len(assign.targets) == 1 and dotted_name(assign.targets[0].target) == dotted_name(wrapped) is not None
 
 
 # Calls a branch's test may make and still only read: removing the branch loses nothing.

@@ -19,7 +19,7 @@ import libcst as cst
 
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Loader
-from ddpify.analysis.nodes import argument_for, dotted_name, find_all, is_false
+from ddpify.analysis.nodes import argument_for, dotted_name, find_all, is_false, string_value
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, replacement
 from ddpify.options import Options
@@ -134,43 +134,123 @@ def _count_the_last_batch(facts: Facts, edits: Edits, value: cst.BaseExpression,
     len(ds): the floor would count one step short on every rank (512 samples, batches of 32, 3
     ranks: 171 each, 5 counted, 6 made) and OneCycleLR would raise in the last epoch. As a
     group of one `len(loader)` is len(ds) / batch_size rounded up: the original's count wherever
-    the original ran to the end (the batch size divides len(ds); else it raised there too)."""
+    the original ran to the end (the batch size divides len(ds); else it raised there too).
+    The batch size is followed by value, not spelling (_spellings): `bs = args.batch_size` beside
+    `// args.batch_size`, `**loader_kwargs` beside `// loader_kwargs["batch_size"]`, a positional
+    batch size. A divisor that is the batch size times a count of micro-batches (`// (args.
+    batch_size * accum)`, an optimizer step every `accum` batches) becomes `len(loader) // accum`,
+    the steps a rank makes stepping on every accum-th batch, and the original's count as a group
+    of one wherever the original ran to the end."""
     name, loader = read
-    drop_last = loader.keywords.get("drop_last")
-    size = loader.keywords.get("batch_size")
-    if drop_last is not None and not is_false(drop_last.value) or size is None:
+    drop_last = _loader_argument(facts, loader, "drop_last", 8)
+    size = _loader_argument(facts, loader, "batch_size", 1)
+    if drop_last is not None and not is_false(drop_last) or size is None:
         return  # whole batches only: the floor is the count on every rank
     roots = [value]
     if isinstance(value, cst.Name) and len(facts.assigned_values.get(value.value, ())) == 1:
         roots.append(facts.assigned_values[value.value][0])
+    sizes = _spellings(facts, edits, size)
     for root in roots:
-        for counted, rewritten in _floors_of(edits, root, length, edits.code(size.value), name):
+        for counted, rewritten in _floors_of(facts, edits, root, length, sizes, name):
             edits.expressions.pop(length, None)
             edits.expressions[counted] = replacement(edits, rewritten)
             edits.standalone.add(counted)
 
 
-def _floors_of(edits: Edits, root: cst.CSTNode, length: cst.Call, size: str,
+def _loader_argument(facts: Facts, loader: Loader, keyword: str, position: int) -> Optional[cst.BaseExpression]:
+    """What the loader is given for a parameter: by keyword, by position, or as an entry of a
+    dict it is handed with `**` (`DataLoader(ds, **loader_kwargs)`)."""
+    given = argument_for(loader.call, keyword, position)
+    if given is not None:
+        return given
+    for arg in loader.call.args:
+        if arg.star == "**":
+            entry = _dict_entry(facts, arg.value, keyword)
+            if entry is not None:
+                return entry
+    return None
+
+
+def _dict_entry(facts: Facts, holder: cst.BaseExpression, key: str) -> Optional[cst.BaseExpression]:
+    """The value of `key` in the one dict a name is assigned (`{"batch_size": 64, ...}` or
+    `dict(batch_size=64, ...)`)."""
+    name = dotted_name(holder)
+    values = facts.assigned_values.get(name, ()) if name is not None else ()
+    if len(values) != 1:
+        return None
+    made = values[0]
+    if isinstance(made, cst.Dict):
+        for element in made.elements:
+            if isinstance(element, cst.DictElement) and string_value(element.key) == key:
+                return element.value
+    if isinstance(made, cst.Call) and dotted_name(made.func) == "dict":
+        return argument_for(made, key, None)
+    return None
+
+
+def _spellings(facts: Facts, edits: Edits, value: cst.BaseExpression, depth: int = 0) -> set[str]:
+    """The codes a value is written in, following the one assignment of a name (`bs =
+    args.batch_size`: `bs` and `args.batch_size`) and a constant key of a dict a name holds
+    (`kwargs["batch_size"]`: the entry's value), a few steps deep."""
+    codes = {edits.code(value)}
+    if depth >= 3:
+        return codes
+    name = dotted_name(value)
+    values = facts.assigned_values.get(name, ()) if name is not None else ()
+    if len(values) == 1:
+        codes |= _spellings(facts, edits, values[0], depth + 1)
+    if isinstance(value, cst.Subscript) and len(value.slice) == 1 and isinstance(value.slice[0].slice, cst.Index):
+        key = string_value(value.slice[0].slice.value)
+        entry = _dict_entry(facts, value.value, key) if key is not None else None
+        if entry is not None:
+            codes |= _spellings(facts, edits, entry, depth + 1)
+    return codes
+
+
+def _micro_batches(facts: Facts, edits: Edits, divisor: cst.BaseExpression, sizes: set[str]) -> Optional[str]:
+    """"" where the divisor is the loader's batch size (its value, _spellings); the code of
+    `accum` where it is the batch size times it (`bs * accum`, `accum * bs`); else None."""
+    if _spellings(facts, edits, divisor) & sizes:
+        return ""
+    if isinstance(divisor, cst.BinaryOperation) and isinstance(divisor.operator, cst.Multiply):
+        for factor, other in ((divisor.left, divisor.right), (divisor.right, divisor.left)):
+            if _spellings(facts, edits, factor) & sizes:
+                code = edits.code(other)
+                return f"({code})" if isinstance(other, cst.BinaryOperation) and not other.lpar else code
+    return None
+
+
+def _floors_of(facts: Facts, edits: Edits, root: cst.CSTNode, length: cst.Call, sizes: set[str],
                name: str) -> list[tuple[cst.BaseExpression, str]]:
-    """The expressions in `root` that floor `length` over the batch size `size`, with what each
-    becomes: `len(ds) // size` and `int(len(ds) / size)` -> `len(loader)`, and
-    `epochs * len(ds) // size` -> `epochs * len(loader)`."""
+    """The expressions in `root` that floor `length` over the batch size (`sizes`: its
+    spellings), with what each becomes: `len(ds) // size` and `int(len(ds) / size)` ->
+    `len(loader)`, `epochs * len(ds) // size` -> `epochs * len(loader)`, and over `size *
+    accum`: `len(loader) // accum`."""
     found: list[tuple[cst.BaseExpression, str]] = []
+
+    def batches(accum: str) -> str:
+        return f"len({name}) // {accum}" if accum else f"len({name})"
+
     for division in find_all(root, cst.BinaryOperation):
-        if edits.code(division.right) != size:
+        if not isinstance(division.operator, cst.FloorDivide):
+            continue
+        accum = _micro_batches(facts, edits, division.right, sizes)
+        if accum is None:
             continue
         left = division.left
-        if isinstance(division.operator, cst.FloorDivide) and left is length:
-            found.append((division, f"len({name})"))
-        elif isinstance(division.operator, cst.FloorDivide) and isinstance(left, cst.BinaryOperation) and isinstance(
-                left.operator, cst.Multiply) and left.right is length:
-            found.append((division, f"{edits.code(left.left)} * len({name})"))
+        if left is length:
+            found.append((division, batches(accum)))
+        elif isinstance(left, cst.BinaryOperation) and isinstance(left.operator, cst.Multiply) and left.right is length:
+            per_epoch = f"({batches(accum)})" if accum else batches(accum)
+            found.append((division, f"{edits.code(left.left)} * {per_epoch}"))
     for call in find_all(root, cst.Call):
         if isinstance(call.func, cst.Name) and call.func.value == "int" and len(call.args) == 1:
             inner = call.args[0].value
             if isinstance(inner, cst.BinaryOperation) and isinstance(inner.operator, cst.Divide) and (
-                    inner.left is length and edits.code(inner.right) == size):
-                found.append((call, f"len({name})"))
+                    inner.left is length):
+                accum = _micro_batches(facts, edits, inner.right, sizes)
+                if accum is not None:
+                    found.append((call, batches(accum)))
     return found
 
 

@@ -858,7 +858,8 @@ def place(facts: Facts, edits: Edits, plan: Plan) -> None:
         return
     anchor = _after_torch_import(facts, plan, _first_statement_needing_setup(facts, edits, plan))
     _follow_the_moves_test(facts, edits, plan, anchor)
-    setup = edits.statements(_for_this_script(_setup_code(edits, plan), facts, plan))
+    setup_code = _keeping_the_scripts_gpu(facts, plan, anchor, _setup_code(edits, plan))
+    setup = edits.statements(_for_this_script(setup_code, facts, plan))
     comment = cst.EmptyLine(comment=cst.Comment(SETUP_COMMENT))
     if plan.device_elsewhere:
         # Before anything of the project runs: a module there may choose "cuda" and move a
@@ -914,10 +915,13 @@ def _follow_the_moves_test(facts: Facts, edits: Edits, plan: Plan, anchor: Optio
     if plan.device_assignment is not None or plan.device_elsewhere or plan.device_from_parameter or plan.cpu_only:
         return
     tests: dict[str, cst.BaseExpression] = {}
+    to_an_index = set(moves_to_a_gpu_index(facts))
     for model in facts.models:
         # (`for net in self.nets.values(): net.cuda()` moves `self.G` of `self.nets = {"G": self.G}`.)
         held = entry_moves_of_containers_holding(facts, model, facts.class_of(model.function))
-        moves = [move for move in [*facts.device_moves.get(model.name, ()), *held] if move in facts.fixed_device_moves]
+        # (`net.to(opt.gpu_ids[0])`, a GPU index, moves to the GPU as `.cuda()` does.)
+        moves = [move for move in [*facts.device_moves.get(model.name, ()), *held]
+                 if move in facts.fixed_device_moves or move in to_an_index]
         # (`if args.cuda: torch.set_default_tensor_type("torch.cuda.FloatTensor")` moves them all.)
         for move in moves + _calls_of_helpers_moving(facts, model.name, model.function) + gpu_made_the_default(facts):
             test = _test_around(facts, move)
@@ -1022,6 +1026,92 @@ def _reads_only_names_bound_before(facts: Facts, plan: Plan, anchor: Optional[Bl
 
     later = bound(body[cut:]) - bound(body[:cut])
     return not names_in(cst.parse_expression(code)) & later
+
+
+SCRIPT_GPU_CODE = """\
+if not distributed and isinstance({index}, int) and {index} >= 0:
+    local_rank = {index}  # plain `python` keeps the script's own GPU
+"""
+
+
+# `opt.gpu_ids[0]` of a list that is empty on the CPU (`--gpu_ids -1`).
+SCRIPT_GPU_OF_A_LIST_CODE = """\
+if not distributed and {ids} and isinstance({ids}[0], int) and {ids}[0] >= 0:
+    local_rank = {ids}[0]  # plain `python` keeps the script's own GPU
+"""
+
+
+def _keeping_the_scripts_gpu(facts: Facts, plan: Plan, anchor: Optional[BlockItem], code: str) -> str:
+    """Rule: a script that names its GPU by an index it is given (`--gpu 1`: `torch.cuda.
+    set_device(args.gpu)`, `.cuda(args.gpu)`, `.to(opt.gpu_id)`) trains on that GPU under plain
+    `python`; the setup block replaces those with this rank's device, LOCAL_RANK under torchrun,
+    and keeps the script's index as a group of one (DESIGN §2.2: plain `python` reproduces the
+    original). Only for one index, readable where the setup goes; an index that is not a
+    non-negative int there (None: DataParallel on every GPU; -1: the CPU) leaves GPU 0, as the
+    original's bare `.cuda()` took it. (A device the script keeps, or no GPU: nothing to keep.)"""
+    if plan.device_elsewhere or plan.device_from_parameter or plan.cpu_only:
+        return code
+    index = _the_scripts_gpu_index(facts, plan, anchor)
+    if index is None:
+        return code
+    line = 'local_rank = int(os.environ.get("LOCAL_RANK", 0))\n'
+    ids = index.removesuffix("[0]")
+    keep = SCRIPT_GPU_OF_A_LIST_CODE.format(ids=ids) if ids != index else SCRIPT_GPU_CODE.format(index=index)
+    return code.replace(line, line + keep, 1)
+
+
+def _the_scripts_gpu_index(facts: Facts, plan: Plan, anchor: Optional[BlockItem]) -> Optional[str]:
+    """The one GPU index the script is given and names its GPU by (a name or an attribute:
+    `args.gpu`, `opt.gpu_id`, `GPU`, or the first of a list of them, `opt.gpu_ids[0]`; not a
+    literal), if the setup can read it where it goes."""
+    codes = {code for code in gpu_index_codes(facts) if _names_an_index(cst.parse_expression(code))}
+    codes |= {facts.module.code_for_node(call.args[0].value) for call in moves_to_a_gpu_index(facts)
+              if _names_an_index(call.args[0].value)}
+    if len(codes) != 1:
+        return None
+    code = codes.pop()
+    if "rank" in code.lower() or not _readable_at_the_setup(facts, plan, anchor, code.removesuffix("[0]")):
+        return None
+    values = facts.assigned_values.get(code, [])
+    if values and all(isinstance(value, cst.Integer) and value.evaluated_value == 0 for value in values):
+        return None  # `gpu = 0`: GPU 0, LOCAL_RANK's own default
+    return code
+
+
+def _names_an_index(value: cst.BaseExpression) -> bool:
+    """A dotted name (`args.gpu`), or the first entry of one (`opt.gpu_ids[0]`)."""
+    if isinstance(value, cst.Subscript) and len(value.slice) == 1 and isinstance(value.slice[0].slice, cst.Index):
+        entry = value.slice[0].slice.value
+        return isinstance(entry, cst.Integer) and entry.value == "0" and dotted_name(value.value) is not None
+    return dotted_name(value) is not None
+
+
+def _readable_at_the_setup(facts: Facts, plan: Plan, anchor: Optional[BlockItem], code: str) -> bool:
+    """Whether `code` (a dotted name) exists where the setup goes: its root is a parameter of
+    the setup's function, bound above the setup in its block, or a module-level name the
+    function does not rebind; and nothing from there on assigns the value itself."""
+    root = code.split(".", 1)[0]
+    body: list[BlockItem] = list(plan.block.body)
+    cut = body.index(anchor) if anchor is not None and anchor in body else len(body)
+
+    def bound(statements: Iterable[cst.CSTNode]) -> set[str]:
+        return {name for statement in statements for target in targets_bound_in(statement)
+                for name in target_names(target)}
+
+    later_targets = {facts.module.code_for_node(target) for statement in body[cut:]
+                     for target in targets_bound_in(statement)}
+    if code in later_targets:
+        return False
+    if root in bound(body[:cut]):
+        return True
+    function = plan.function
+    if function is None:
+        return False
+    if root in parameter_names(function):
+        return True
+    module_level = [statement for statement in facts.module.body
+                    if not isinstance(statement, (cst.FunctionDef, cst.ClassDef))]
+    return root in bound(module_level) and root not in bound([function.body])
 
 
 def _setup_code(edits: Edits, plan: Plan) -> str:

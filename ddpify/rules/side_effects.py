@@ -398,7 +398,7 @@ def _files_opened_for_writing(facts: Facts, edits: Edits, setup: Plan) -> None:
         for call in facts.calls_named.get(qualified, ()):
             # (A file a download writes is written on local rank 0 of each machine: downloads.py.)
             if opens_for_writing(call) and facts.statement_of(call) not in edits.guarded \
-                    and facts.statement_of(call) not in facts.download_statements \
+                    and not _in_a_download(facts, call) \
                     and not downloads.in_a_dataset_downloading_on_request(facts, call) \
                     and not _in_a_guarded_lambda(facts, edits, call):
                 # (A statement guarded as a whole: `json.dump(history, open(path, "w"))`.)
@@ -409,6 +409,18 @@ def _files_opened_for_writing(facts: Facts, edits: Edits, setup: Plan) -> None:
             if opens_for_writing(call) and facts.statement_of(call) not in edits.guarded \
                     and facts.statement_of(call) not in facts.download_statements:
                 _open_on_rank0(facts, edits, setup, call, devnull_elsewhere=False)
+
+
+def _in_a_download(facts: Facts, call: cst.Call) -> bool:
+    """The call is in a download statement (`with tqdm(...) as bar: with open(dest, "wb")`:
+    the outer `with` is the download), which downloads.py runs on one process per machine."""
+    downloads_here = set(facts.download_statements)
+    node: Optional[cst.CSTNode] = facts.statement_of(call)
+    while node is not None and not isinstance(node, (cst.FunctionDef, cst.Module)):
+        if node in downloads_here:
+            return True
+        node = facts.parents.get(node)
+    return False
 
 
 def _saves_of_exports_made_on_the_spot(facts: Facts, exported: set[cst.Call]) -> list[cst.Call]:
