@@ -908,6 +908,8 @@ class Collector(cst.CSTVisitor):
         callee = dotted_name(node.func)
         if callee is not None:
             self.facts.calls_by_callee.setdefault(callee, []).append(node)
+            if callee == "map" and len(node.args) > 1 and self._calls(node, "builtins.map"):
+                self._note_mapped_pass(node)
         self._note_weights_drawn(node)
         for qualified in self._qualified(node.func):
             facts.calls_named.setdefault(qualified, []).append(node)
@@ -2147,6 +2149,20 @@ class Collector(cst.CSTVisitor):
                             self._touch(element, call)
 
     # --- loops -----------------------------------------------------------------------------------
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        comprehension: cst.CSTNode = node
+        while isinstance(comprehension, cst.CompFor):  # up to the ListComp, GeneratorExp, ...
+            comprehension = cast(cst.CSTNode, self.parents.get(comprehension))
+        for name in self._iterated_names(node.iter):
+            self.facts.comprehension_passes.setdefault(name, []).append(comprehension)
+
+    def _note_mapped_pass(self, node: cst.Call) -> None:
+        """`map(step, loader)`: a pass over each iterable handed after the function."""
+        for arg in node.args[1:]:
+            if arg.keyword is None and not arg.star:
+                for name in self._iterated_names(arg.value):
+                    self.facts.comprehension_passes.setdefault(name, []).append(node)
+
     def visit_For(self, node: cst.For) -> None:
         for name in self._iterated_names(node.iter):
             self.facts.loops_over.setdefault(name, []).append(node)

@@ -119,9 +119,13 @@ def epoch_counter(loop: cst.For) -> Optional[str]:
     range(n)`), or the count enumerate hands out over a count (`for idx, epoch in
     enumerate(range(1, n + 1))`, `for i, epoch in enumerate(tqdm(range(n)))`): an int that
     grows by one each pass. None for any other loop (`for i, (x, y) in enumerate(loader)` is
-    a pass over batches, never an epoch loop)."""
+    a pass over batches, never an epoch loop). An attribute of the object counts as well
+    (`for self.epoch in range(self.opt.num_epochs): self.run_epoch()`, monodepth2's trainer):
+    set_epoch reads it where the loop binds it."""
     if isinstance(loop.target, cst.Name):
         return loop.target.value
+    if isinstance(loop.target, cst.Attribute) and isinstance(loop.target.value, cst.Name):
+        return dotted_name(loop.target)
     counted = loop.iter
     if not (isinstance(loop.target, cst.Tuple) and len(loop.target.elements) == 2
             and isinstance(counted, cst.Call) and dotted_name(counted.func) == "enumerate" and counted.args):
