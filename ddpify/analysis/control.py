@@ -625,6 +625,23 @@ def mark_loops_calling_training_functions(facts: Facts, training_calls: list[cst
             if caller is not None and caller not in training:
                 training.add(caller)
                 pending.append(caller)
+    _mark_loops_pulling_training_generators(facts, training)
+
+
+def _mark_loops_pulling_training_generators(facts: Facts, training: set[cst.FunctionDef]) -> None:
+    """Rule: `for step, loss in enumerate(train_steps(model, loader, optimizer)):`, a function
+    that trains (of this file, or of another module of the project) called in the header of
+    a loop, through enumerate(), zip() or a progress bar: a generator steps each time the loop
+    pulls a batch, so the loop trains and the loader handed in the header is a training one.
+    (Its header is outside its body, where enclosing_loops looks.)"""
+    calls = [*facts.training_helper_calls, *(call for function in training for call in facts.calls_of(function))]
+    for call in calls:
+        child: cst.CSTNode = call
+        parent = facts.parents.get(call)
+        while isinstance(parent, (cst.Arg, cst.Call)) and not (isinstance(parent, cst.Call) and parent.func is child):
+            child, parent = parent, facts.parents.get(parent)
+        if isinstance(parent, cst.For) and parent.iter is child:
+            facts.loops_calling_training.add(parent)
 
 
 def _mark_loader_loops_calling_training_helpers(facts: Facts) -> None:
