@@ -2149,6 +2149,18 @@ class Collector(cst.CSTVisitor):
                             self._touch(element, call)
 
     # --- loops -----------------------------------------------------------------------------------
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        """`with tqdm(self.train_loader, desc=...) as pbar: for batch in pbar:`: the progress bar
+        the with statement binds goes over the loader, as `pbar = tqdm(loader)` does."""
+        value = node.item
+        if node.asname is None or not isinstance(value, cst.Call) \
+                or not self._qualified(value.func) & ITERATION_WRAPPERS:
+            return
+        target = dotted_name(node.asname.name)
+        if target is not None:
+            wrapped = [name for arg in positional_args(value)[:1] for name in names_within(arg)]
+            self.iteration_wrappers[(self._function(), target)] = wrapped
+
     def visit_CompFor(self, node: cst.CompFor) -> None:
         comprehension: cst.CSTNode = node
         while isinstance(comprehension, cst.CompFor):  # up to the ListComp, GeneratorExp, ...
