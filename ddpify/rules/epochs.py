@@ -119,24 +119,28 @@ def epoch_counter(loop: cst.For) -> Optional[str]:
     range(n)`), or the count enumerate hands out over a count (`for idx, epoch in
     enumerate(range(1, n + 1))`, `for i, epoch in enumerate(tqdm(range(n)))`): an int that
     grows by one each pass. None for any other loop (`for i, (x, y) in enumerate(loader)` is
-    a pass over batches, never an epoch loop). An attribute of the object counts as well
-    (`for self.epoch in range(self.opt.num_epochs): self.run_epoch()`, monodepth2's trainer):
-    set_epoch reads it where the loop binds it."""
+    a pass over batches, never an epoch loop). An attribute of the object over a count counts
+    as well (`for self.epoch in range(self.opt.num_epochs): self.run_epoch()`, monodepth2's
+    trainer): set_epoch reads it where the loop binds it. (Over anything else, `for
+    self.task in self.tasks`, it may hold no int.)"""
     if isinstance(loop.target, cst.Name):
         return loop.target.value
     if isinstance(loop.target, cst.Attribute) and isinstance(loop.target.value, cst.Name):
-        return dotted_name(loop.target)
+        return dotted_name(loop.target) if _over_a_count(loop.iter) else None
     counted = loop.iter
     if not (isinstance(loop.target, cst.Tuple) and len(loop.target.elements) == 2
             and isinstance(counted, cst.Call) and dotted_name(counted.func) == "enumerate" and counted.args):
         return None
     counter = loop.target.elements[0].value
-    inner: cst.BaseExpression = counted.args[0].value
-    # enumerate over `range(...)`, `trange(...)` or a progress bar around either.
+    return counter.value if _over_a_count(counted.args[0].value) and isinstance(counter, cst.Name) else None
+
+
+def _over_a_count(iterated: cst.BaseExpression) -> bool:
+    """`range(...)`, `trange(...)` or a progress bar around either."""
+    inner = iterated
     while isinstance(inner, cst.Call) and inner.args and (dotted_name(inner.func) or "").split(".")[-1] == "tqdm":
         inner = inner.args[0].value
-    counts = isinstance(inner, cst.Call) and (dotted_name(inner.func) or "").split(".")[-1] in ("range", "trange")
-    return counter.value if counts and isinstance(counter, cst.Name) else None
+    return isinstance(inner, cst.Call) and (dotted_name(inner.func) or "").split(".")[-1] in ("range", "trange")
 
 def _counts_epochs(facts: Facts, loop: cst.For) -> bool:
     """The loop's target is an integer count: `for epoch in range(...)` (also through
