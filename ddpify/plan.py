@@ -128,6 +128,9 @@ class Plan:
     # evaluation.py has planned, each is reported as gathered (DDP228) when every such loop's
     # figures are gathered from every rank, else as evaluated on one rank's share (DDP213).
     training_loaders_evaluated: list[tuple[Loader, list[cst.For]]] = field(default_factory=list)
+    # Values each rank computed on its own that now hold rank 0's value (rank0_values.py,
+    # DDP415): what report_only.py derives from them is the same on every rank.
+    rank0_values: set[cst.BaseExpression] = field(default_factory=set)
     # Per such loop, the meters (`losses = AverageMeter()`) whose sum and count it reduces.
     reduced_meters: dict[cst.For, set[str]] = field(default_factory=dict)
     # Set when --keep-global-batch divides a batch size by `world_size`.

@@ -43,7 +43,9 @@ def trains_by_look(words: str, shuffles: bool) -> bool:
     if any(word in words for word in EVALUATION_WORDS):
         return False
     return shuffles
-RANDOM_SPLIT = "torch.utils.data.random_split"
+# random_split where it is defined too (`from torch.utils.data.dataset import random_split`, as
+# pytorch/tutorials' text classification imports it).
+RANDOM_SPLITS = frozenset({"torch.utils.data.random_split", "torch.utils.data.dataset.random_split"})
 # Containers of submodules a forward may pick one entry of (`self.heads[task]`).
 MODULE_CONTAINERS = frozenset({"torch.nn.ModuleDict", "torch.nn.ModuleList"})
 # Data fetched or unpacked by hand: like `download=True`, once per machine before the rest.
@@ -312,6 +314,7 @@ EMITTED_IMPORTS = {
     "dist": ("torch.distributed", None, "dist"),
     "DDP": ("torch.nn.parallel", "DistributedDataParallel", "DDP"),
     "DistributedSampler": ("torch.utils.data.distributed", "DistributedSampler", None),
+    "Subset": ("torch.utils.data", "Subset", None),
     "contextlib": ("contextlib", None, None),
     "itertools": ("itertools", None, None),
     "pickle": ("pickle", None, None),

@@ -8,8 +8,10 @@ step function, read at the call site:
   backward (`train_step`, `trainer.step`, `Stepper(model, opt).step`);
 - `functools.partial(train_step, ...)`, or a lambda that calls one;
 - a name bound to what a factory returns (`update_fn = make_update(model, optimizer, ...)`):
-  a factory of this file whose nested function steps, one of another module of the project
-  that trains, or any call handed the optimizer (the callable it makes steps that optimizer).
+  a factory of this file whose nested function steps and that returns a callable, one of
+  another module of the project that trains, or any other call handed the optimizer (the
+  callable it makes steps that optimizer). What a training function of this file returns
+  otherwise (the model it trained) is no step.
 A shared pass (`run_pass(loader, step)`) called once with a step function and once with an
 evaluation one trains only at the first call: the second is an evaluating call (call_modes.py).
 """
@@ -17,7 +19,15 @@ from typing import TYPE_CHECKING, Optional
 
 import libcst as cst
 
-from ddpify.analysis.nodes import argument_among, calls_within, dotted_name, parameter_names, positional_parameters
+from ddpify.analysis.nodes import (
+    argument_among,
+    calls_within,
+    dotted_name,
+    find_all,
+    parameter_names,
+    positional_parameters,
+    returns_in,
+)
 
 if TYPE_CHECKING:
     from ddpify.analysis.values import ValueFlow as FactRecord
@@ -106,9 +116,37 @@ def _method_steps(facts: "FactRecord", method: str, stepping: set[cst.FunctionDe
 
 
 def _makes_a_step(facts: "FactRecord", made: cst.Call, stepping: set[cst.FunctionDef]) -> bool:
-    """`make_update(model, optimizer, loss_fn)`: a factory of this file around a step, one of
-    another module of the project that trains, or any call handed the optimizer."""
+    """`make_update(model, optimizer, loss_fn)`: a factory of this file around a step that hands
+    back a callable, one of another module of the project that trains, or any other call handed
+    the optimizer. A function of this file that trains and hands back what it trained
+    (`model_ft = train_model(model_ft, criterion, optimizer, ...)`, then `visualize_model(model_ft)`)
+    makes no step: calling the model it returns is a forward pass."""
     factory = facts.functions.get(dotted_name(made.func) or "")
-    if factory is not None and factory in stepping or made in facts.training_helper_calls:
+    if factory is not None:
+        return factory in stepping and _hands_back_a_callable(facts, factory, stepping)
+    if made in facts.training_helper_calls:
         return True
     return any(dotted_name(arg.value) in facts.optimizer_names for arg in made.args)
+
+
+def _hands_back_a_callable(facts: "FactRecord", factory: cst.FunctionDef, stepping: set[cst.FunctionDef]) -> bool:
+    """Some return of the factory is a function: one defined inside it or in the file, a
+    lambda, a partial, a stepping method of a class of the file (`return trainer.step`)."""
+    nested = {statement.name.value for statement in find_all(factory.body, cst.FunctionDef)}
+    returned = [each.value for each in returns_in(factory) if each.value is not None]
+    while returned:
+        value = returned.pop()
+        if isinstance(value, cst.Tuple):
+            returned.extend(element.value for element in value.elements)
+        elif _is_a_function(facts, value, nested, stepping):
+            return True
+    return False
+
+
+def _is_a_function(facts: "FactRecord", value: cst.BaseExpression, nested: set[str],
+                   stepping: set[cst.FunctionDef]) -> bool:
+    if isinstance(value, cst.Name):
+        return value.value in nested or value.value in facts.functions
+    if isinstance(value, cst.Attribute):
+        return _method_steps(facts, value.attr.value, stepping)
+    return isinstance(value, cst.Lambda) or (isinstance(value, cst.Call) and dotted_name(value.func) in PARTIAL)

@@ -19,6 +19,7 @@ from ddpify.rules import (
     loader_dicts,
     loader_workers,
     model,
+    rank0_values,
     report_only,
     set_order,
     setup,
@@ -28,8 +29,9 @@ from ddpify.rules import (
 )
 
 CONCERNS = (devices, model, loader_workers, loader_dicts, data, evaluation, deferred_writes, side_effects, checkpoints,
-            shared_names, training, in_batch, report_only, gpu_count_batches, set_order)
+            shared_names, training, in_batch, rank0_values, report_only, gpu_count_batches,
+            set_order)
 
 __all__ = ["CONCERNS", "checkpoints", "data", "deferred_writes", "devices", "evaluation", "gpu_count_batches",
-           "in_batch", "loader_dicts", "loader_workers", "model", "report_only", "set_order", "setup", "shared_names",
-           "side_effects", "training"]
+           "in_batch", "loader_dicts", "loader_workers", "model", "rank0_values", "report_only", "set_order", "setup",
+           "shared_names", "side_effects", "training"]

@@ -37,7 +37,7 @@ from ddpify.emit.arguments import (
 from ddpify.emit.edits import Edits, Insertion, replacement
 from ddpify.options import Options
 from ddpify.plan import Plan
-from ddpify.rules import downloads, epoch_cut, hand_batches, schedule_length, splits
+from ddpify.rules import downloads, epoch_cut, hand_batches, schedule_length, splits, subset_splits
 from ddpify.rules.cases import TRAINING, Emits, Silent
 from ddpify.rules.epochs import (
     SET_EPOCH_IF_DISTRIBUTED_CODE,
@@ -816,22 +816,39 @@ def _shard_existing_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loa
     if handed_out and not _indices_alike_on_every_rank(facts, loader, values[0]):
         return False
     condition = OUT_OF_SETUP_CONDITION if handed_out else "distributed"
+    subset = None if handed_out else subset_splits.subset_class(facts, loader, values)
     if name is None:
         # `sampler=SubsetRandomSampler(train_ids)`: named first, so that it is written once.
         name = derived_name(loader, "sampler", facts.bound_names)
         edits.insert_before(loader.statement, Insertion(
             [edits.statement(f"{name} = {edits.code_edited(arg.value)}\n")], takes_comments=True))
-    wrapped = f"DistributedSamplerWrapper({name}) if {condition} else {name}"
+    dataset = edits.code(loader.dataset) if loader.dataset is not None else ""
+    if subset is not None:
+        # The split under torchrun, named first: the sampler and the loader both take it.
+        split = derived_name(loader, "split", facts.bound_names | {name})
+        edits.insert_before(loader.statement, Insertion(edits.statements(
+            subset_splits.SPLIT_COMMENT + subset_splits.SPLIT_CODE.format(
+                split=split, subset=subset, dataset=dataset, sampler=name))))
+        wrapped = f"DistributedSampler({split}) if distributed else {name}"
+        dataset = split
+        edits.imports.add("DistributedSampler")
+        edits.imports.add("Subset")
+        if subset != "Subset":
+            edits.add_helper(subset, subset_splits.SPLIT_HELPER, "Subset")
+        edits.report("DDP229", loader.call)
+    else:
+        wrapped = f"DistributedSamplerWrapper({name}) if {condition} else {name}"
+        edits.add_helper("DistributedSamplerWrapper", SAMPLER_WRAPPER_HELPER, "DistributedSampler", "itertools")
     if handed_out:
         edits.imports.add("dist")
     if "#" in edits.code(loader.call) or not _is_assigned_or_returned(loader):
         edits.expressions[arg.value] = lambda _node: edits.expression(wrapped)
+        if subset is not None and loader.dataset is not None:
+            edits.expressions[loader.dataset] = lambda _node: cst.Name(dataset)
     else:  # the call rebuilt, wrapped as black would where the line grows too long
-        args = [f"sampler={wrapped}" if other is arg else
-                edits.code(other.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip()
+        args = [f"sampler={wrapped}" if other is arg else _argument_code(edits, other, loader.dataset, dataset)
                 for other in loader.call.args]
         edits.replace(loader.statement, [loader_statement(facts, edits, loader, args)])
-    edits.add_helper("DistributedSamplerWrapper", SAMPLER_WRAPPER_HELPER, "DistributedSampler", "itertools")
     setup.loaders_given_a_sampler.append(loader)
     edits.report("DDP201", loader.call)
     edits.report("DDP206", loader.call)
@@ -842,6 +859,13 @@ def _shard_existing_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loa
         template = SET_EPOCH_IF_DISTRIBUTED_CODE.replace("distributed", condition, 1)
         set_epoch(facts, edits, loader, f"{loader.name}.sampler", template)
     return True
+
+
+def _argument_code(edits: Edits, arg: cst.Arg, dataset: Optional[cst.BaseExpression], dataset_code: str) -> str:
+    """An argument of a rebuilt loader call, as written, the dataset as `dataset_code`."""
+    if arg.value is dataset:
+        return f"dataset={dataset_code}" if arg.keyword is not None else dataset_code
+    return edits.code(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT)).strip()
 
 
 def _sampler_with_generator(facts: Facts, value: cst.CSTNode) -> bool:
@@ -976,11 +1000,23 @@ def _shard_sampler_or_its_placeholder(facts: Facts, edits: Edits, setup: Plan, l
     shuffle = _shuffle_as_the_loader_had_it(loader, name)
     if shuffle is None:
         return False
-    code = OWN_OR_NEW_SAMPLER_CODE.format(sampler=name, condition="distributed", dataset=dataset,
-                                          shuffle=shuffle, shuffle_off="")
+    subset = subset_splits.subset_class(facts, loader, samplers)
+    if subset is not None and loader.dataset is not None:
+        split = derived_name(loader, "split", facts.bound_names)
+        code = subset_splits.OWN_SPLIT_OR_NEW_SAMPLER_CODE.format(
+            split=split, dataset=dataset, subset=subset, sampler=name, shuffle=shuffle)
+        edits.expressions[loader.dataset] = lambda _node: cst.Name(split)
+        edits.imports.add("Subset")
+        if subset != "Subset":
+            edits.add_helper(subset, subset_splits.SPLIT_HELPER, "Subset")
+        edits.report("DDP229", loader.call)
+    else:
+        code = OWN_OR_NEW_SAMPLER_CODE.format(sampler=name, condition="distributed", dataset=dataset,
+                                              shuffle=shuffle, shuffle_off="")
+        edits.add_helper("DistributedSamplerWrapper", SAMPLER_WRAPPER_HELPER, "DistributedSampler", "torch",
+                         "itertools")
     edits.insert_before(loader.statement, Insertion(edits.statements(code)))
     edits.imports.add("DistributedSampler")
-    edits.add_helper("DistributedSamplerWrapper", SAMPLER_WRAPPER_HELPER, "DistributedSampler", "torch", "itertools")
     setup.loaders_given_a_sampler.append(loader)
     edits.report("DDP201", loader.call)
     edits.report("DDP206", loader.call)

@@ -142,6 +142,63 @@ def _over_a_count(iterated: cst.BaseExpression) -> bool:
         inner = inner.args[0].value
     return isinstance(inner, cst.Call) and (dotted_name(inner.func) or "").split(".")[-1] in ("range", "trange")
 
+
+def _through_a_wrapper(facts: Facts, epoch_loop: cst.For, name_there: str) -> str:
+    """Rule: a loader handed to a class of the file that keeps it on `self` and iterates it in
+    `__iter__` (`train_dl = WrappedDataLoader(train_dl, preprocess)`, a `DeviceDataLoader`) is
+    still the loader, one attribute down: where a wrapper may reach the epoch loop, set_epoch
+    goes through that attribute (`getattr(train_dl, "dl", train_dl).sampler`), or it would find
+    no sampler on the wrapper and the shuffle would repeat every epoch."""
+    function = facts.function_of(epoch_loop)
+    for class_name, attribute in loader_wrappers(facts.module).items():
+        for call in facts.calls_by_callee.get(class_name, ()):
+            made_in = facts.function_of(call)
+            for name, values in facts.assigned_values.items():
+                if call in values and (function, name_there) in facts.holders_from(made_in, name):
+                    return f'getattr({name_there}, "{attribute}", {name_there})'
+    return name_there
+
+
+def loader_wrappers(module: cst.Module) -> dict[str, str]:
+    """The classes of the file whose `__iter__` loops over `self.<attribute>` that `__init__`
+    sets from one of its parameters: class name -> attribute."""
+    found: dict[str, str] = {}
+    for statement in module.body:
+        if not isinstance(statement, cst.ClassDef):
+            continue
+        methods = {method.name.value: method for method in statement.body.body if isinstance(method, cst.FunctionDef)}
+        if "__iter__" not in methods or "__init__" not in methods:
+            continue
+        parameters = parameter_names(methods["__init__"])
+        kept = {dotted_name(target.target): dotted_name(assign.value)
+                for assign in find_all(methods["__init__"].body, cst.Assign) for target in assign.targets}
+        for loop in find_all(methods["__iter__"].body, cst.For):
+            iterated = dotted_name(loop.iter) or ""
+            if iterated.startswith("self.") and kept.get(iterated) in parameters:
+                found[statement.name.value] = iterated[len("self."):]
+    return found
+
+
+def runs_again(facts: Facts, loop: cst.For, loader_function: Optional[cst.FunctionDef]) -> bool:
+    """The epoch loop sits in a function other than the loader's that is called more than once,
+    or from inside a loop, and counts from a fixed start (`range(epochs)`, `range(1, n + 1)`):
+    each call would count the same epochs again on the same sampler. A loop from a start it is
+    handed (`range(start_epoch, epochs)`, a resume) keeps its numbers."""
+    function = facts.function_of(loop)
+    if function is None or function is loader_function:
+        return False
+    counted = loop.iter
+    while isinstance(counted, cst.Call) and (dotted_name(counted.func) or "").split(".")[-1] in ("tqdm", "enumerate"):
+        if not counted.args:
+            return False
+        counted = counted.args[0].value
+    if not (isinstance(counted, cst.Call) and (dotted_name(counted.func) or "").split(".")[-1] in ("range", "trange")
+            and counted.args and (len(counted.args) == 1 or isinstance(counted.args[0].value, cst.Integer))):
+        return False
+    calls = facts.calls_of(function)
+    return len(calls) > 1 or any(facts.enclosing_loops(call) for call in calls)
+
+
 def _counts_epochs(facts: Facts, loop: cst.For) -> bool:
     """The loop's target is an integer count: `for epoch in range(...)` (also through
     `tqdm(range(...))`, `trange(...)`), or a name ddpify cannot see the items of, which
@@ -180,17 +237,21 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
     # `except StopIteration: it = iter(loader)` inside the step loop: each restart is a new
     # pass, whatever loops hold the steps.
     epoch_loops = [] if restarts else _epoch_loops(facts, loader)
-    for position, (epoch_loop, name_there) in enumerate(epoch_loops):
+    for position, (epoch_loop, held_there) in enumerate(epoch_loops):
+        name_there = _through_a_wrapper(facts, epoch_loop, held_there)
         epoch = cast(str, epoch_counter(epoch_loop))
         via_loader = not isinstance(loader, ExternalLoader) and not (
             _self_in_scope(facts, sampler, epoch_loop, loader.function)
             or facts.function_of(epoch_loop) is loader.function)
-        if position or not _counts_epochs(facts, epoch_loop):
+        if position or not _counts_epochs(facts, epoch_loop) or (
+                not isinstance(loader, ExternalLoader) and runs_again(facts, epoch_loop, loader.function)):
             # A loop over something else than a count (`for lr in candidates:`, a float each
             # time) has no epoch number to hand set_epoch: it counts on from the sampler's.
             # A later phase over the same loader (`for epoch in range(finetune_epochs)` after
             # the warm-up's loop): its epochs count on from the sampler's own, so no phase
-            # replays an order of another.
+            # replays an order of another. So does a loop in a function that runs again over
+            # the loader it is handed (`train(teacher, train_loader)`, then `train(student,
+            # train_loader)`): counted from 0 each call, the second replays the first's orders.
             epoch = f"{name_there}.sampler.epoch + 1" if via_loader or isinstance(loader, ExternalLoader) \
                 else f"{sampler}.epoch + 1"
         if isinstance(loader, ExternalLoader):
@@ -200,7 +261,7 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
         else:
             # The sampler variable is not in scope here; the loader still carries it.
             code = via_loader_template.format(loader=name_there, epoch=epoch)
-        if _insert_set_epoch(facts, edits, loader, epoch_loop, name_there, code):
+        if _insert_set_epoch(facts, edits, loader, epoch_loop, held_there, code):
             edits.report("DDP202", epoch_loop)
     if epoch_loops:
         return
@@ -228,9 +289,41 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
         return
     if _set_epoch_in_whiles_around_project_training(facts, edits, loader, sampler, template, via_loader_template) \
             or _set_epoch_in_passes_called_from_while_loops(facts, edits, loader, sampler, template,
-                                                            via_loader_template):
+                                                            via_loader_template) \
+            or _set_epoch_around_an_unseen_epoch_call(facts, edits, loader, sampler, template, via_loader_template):
         return
     _without_an_epoch_loop(facts, edits, loader)
+
+
+def _set_epoch_around_an_unseen_epoch_call(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
+                                           sampler: str, template: str, via_loader_template: str) -> bool:
+    """Rule: a loop counting epochs whose body hands the loader and the loop's count to a
+    function ddpify cannot read (`for epoch in range(n): train_one_epoch(model, optimizer,
+    data_loader, device, epoch)`, torchvision's references' engine, a file the script downloads):
+    the function runs one epoch of that loader, so the loader's sampler learns the epoch at the
+    top of that loop, as for a pass written there."""
+    if not isinstance(loader, Loader):
+        return False
+    holders = facts.loader_holders_of(loader)
+    placed = False
+    for function, name in sorted(holders, key=lambda held: held[1]):
+        for call in facts.nodes_of(cst.Call):
+            callee = dotted_name(call.func) or ""
+            if facts.function_of(call) is not function or callee in facts.functions or not callee \
+                    or call in facts.training_helper_calls:  # (a module of the project sets it there)
+                continue
+            handed = {dotted_name(arg.value) for arg in call.args}
+            innermost = facts.enclosing_loops(call)[:1]
+            if name not in handed or not innermost or epoch_counter(innermost[0]) not in handed:
+                continue
+            loop = innermost[0]
+            epoch = cast(str, epoch_counter(loop))
+            code = template.format(sampler=sampler, epoch=epoch, loader=name) if (
+                function is loader.function) else via_loader_template.format(loader=name, epoch=epoch)
+            edits.insert_before(loop.body.body[0], Insertion(edits.statements(code)))
+            edits.report("DDP202", loop)
+            placed = True
+    return placed
 
 
 def _set_epoch_in_passes_called_from_while_loops(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],

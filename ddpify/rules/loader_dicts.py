@@ -38,7 +38,13 @@ from ddpify.emit.layout import fits
 from ddpify.plan import Plan
 from ddpify.rules import data
 from ddpify.rules.cases import TRAINING, Emits, Silent
-from ddpify.rules.epochs import SET_EPOCH_EXTERNAL_CODE, SET_EPOCH_VIA_LOADER_CODE, SHARDED_THERE, epoch_parameter
+from ddpify.rules.epochs import (
+    SET_EPOCH_EXTERNAL_CODE,
+    SET_EPOCH_VIA_LOADER_CODE,
+    SHARDED_THERE,
+    epoch_parameter,
+    runs_again,
+)
 
 RULES = (
     Rule("DDP218", Severity.WARNING, "DataLoader built inside a dict or list: not sharded",
@@ -699,15 +705,20 @@ def _set_epoch_at(facts: Facts, edits: Edits, setup: Plan, uses: Sequence[Use],
             continue
         placed.add(where)
         entries = [f"{holder}[{_quoted(key)}]" for key in keys] if handed_as is None else [handed_as[0]]
+        # A function that runs its epochs again over the same dict (`train_model(model_ft, ...)`,
+        # then `train_model(model_conv, ...)`) counts on from the sampler's epoch (epochs.runs_again).
+        again = received is None and isinstance(where, cst.For) and runs_again(
+            facts, where, facts.function_of(report_at))
+        counts = {entry: f"{entry}.sampler.epoch + 1" if again else epoch for entry in entries}
         if received is not None:
             code = "".join(SET_EPOCH_EXTERNAL_CODE.format(loader=entry, epoch=epoch) for entry in entries)
             edits.imports.add("DistributedSampler")
         elif setup.sees_setup(facts, where) and handed_as is None:
             # (A loader handed in by name gets the sampler test: the function may be handed others.)
             code = SET_EPOCH_CODE.format(lines="".join(
-                f"    {entry}.sampler.set_epoch({epoch})\n" for entry in entries))
+                f"    {entry}.sampler.set_epoch({counts[entry]})\n" for entry in entries))
         else:
-            code = "".join(SET_EPOCH_VIA_LOADER_CODE.format(loader=entry, epoch=epoch) for entry in entries)
+            code = "".join(SET_EPOCH_VIA_LOADER_CODE.format(loader=entry, epoch=counts[entry]) for entry in entries)
         if not isinstance(where, cst.For):
             # A pass in a method handed the epoch (`def _run_epoch(self, epoch)`): before it.
             edits.insert_before(where, Insertion(edits.statements(code)))

@@ -31,6 +31,7 @@ from ddpify.rules import (
     model,
     part_runs,
     random_batches,
+    rank0_values,
     report_only,
     schedule_length,
     set_order,
@@ -39,6 +40,7 @@ from ddpify.rules import (
     shared_names,
     side_effects,
     splits,
+    subset_splits,
     training,
     whole_file,
 )
@@ -47,9 +49,9 @@ from ddpify.selfcheck import rules as selfcheck
 
 UNITS: tuple[ModuleType, ...] = (
     setup, devices, model, lazy_layers, part_runs, sharding, dcp, data, deferred_writes, epochs, downloads, splits,
-    epoch_cut, schedule_length, evaluation, hand_batches, loader_dicts, loader_workers, random_batches, set_order,
-    side_effects, checkpoints, shared_names, training, in_batch, report_only, frameworks, whole_file,
-    gpu_count_batches, selfcheck, suppressions,
+    subset_splits, epoch_cut, schedule_length, evaluation, hand_batches, loader_dicts, loader_workers, random_batches,
+    set_order, side_effects, checkpoints, shared_names, training, in_batch, rank0_values, report_only, frameworks,
+    whole_file, gpu_count_batches, selfcheck, suppressions,
 )
 
 

@@ -405,39 +405,42 @@ def report_settings_chosen_per_rank(facts: Facts, edits: Edits, setup: Plan) -> 
     reported (DDP408) there: nothing hangs, the replicas drift apart. Never rewritten (which
     rank's choice, or a shared one, is the author's). Epoch figures that training.py sums
     across ranks are shared, and so is what is decided on them."""
-    modules = _imported_modules(facts)
+    modules = imported_modules(facts)
     for loop in training.batch_loops(facts):
         local = _from_batches(facts, loop, modules)
-        shared: set[str] = set()
+        # Names assigned rank 0's value (rank0_values.py) are the same on every rank.
+        shared: set[str] = {name for value in setup.rank0_values
+                            if isinstance(assign := facts.parents.get(value), cst.Assign)
+                            for name in assigned_names(assign)}
         if loop in setup.reduced_epoch_loops:  # the epoch sums training.py all-reduces are shared
-            shared = set(training.epoch_accumulators(facts, loop)) | set(training.epoch_lists(facts, loop))
+            shared |= set(training.epoch_accumulators(facts, loop)) | set(training.epoch_lists(facts, loop))
             shared |= setup.reduced_meters.get(loop, set())
-            local -= shared
+        local -= shared
         function = facts.function_of(loop)
-        _spread_through(function.body if function is not None else facts.module, local, rounds=2, shared=shared,
+        spread_through(function.body if function is not None else facts.module, local, rounds=2, shared=shared,
                         modules=modules)
         _report_settings_read(facts, edits, function, local)
         if function is None:
             continue
         _report_settings_kept_on_the_object(facts, edits, function, local, modules)
-        positions = _rank_local_positions(facts, function, local)
+        positions = rank_local_positions(facts, function, local)
         if not positions:
             continue
         for call in facts.calls_of(function):
             caller = facts.function_of(call)
-            given = _names_given(facts.statement_of(call), call, positions)
+            given = names_given(facts.statement_of(call), call, positions)
             if not given:
                 continue
-            _spread_through(caller.body if caller is not None else facts.module, given, rounds=2,
+            spread_through(caller.body if caller is not None else facts.module, given, rounds=2,
                             modules=modules)
             _report_settings_read(facts, edits, caller, given)
     # `suggested_lr, lrs, losses = find_lr(model, train_loader, ...)` with find_lr in another
     # module of the project: what it picks from its own batches is per-rank here.
     for call, positions in facts.calls_returning_picked.items():
         caller = facts.function_of(call)
-        given = _names_given(facts.statement_of(call), call, positions)
+        given = names_given(facts.statement_of(call), call, positions)
         if given:
-            _spread_through(caller.body if caller is not None else facts.module, given, rounds=2,
+            spread_through(caller.body if caller is not None else facts.module, given, rounds=2,
                             modules=modules)
             _report_settings_read(facts, edits, caller, given)
 
@@ -466,7 +469,7 @@ def _report_settings_kept_on_the_object(facts: Facts, edits: Edits, function: cs
         if own is None:
             continue
         read = {f"{own}.{attribute}" for attribute in kept}
-        _spread_through(method.body, read, rounds=2, modules=modules)
+        spread_through(method.body, read, rounds=2, modules=modules)
         _report_settings_read(facts, edits, method, read)
 
 
@@ -493,7 +496,7 @@ def _read_in(node: Optional[cst.CSTNode], local: set[str]) -> set[str]:
     return found
 
 
-def _imported_modules(facts: Facts) -> frozenset[str]:
+def imported_modules(facts: Facts) -> frozenset[str]:
     """Names `import X` / `import X as Y` bind in this module: modules, not objects."""
     return frozenset(
         (alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name)
@@ -501,7 +504,7 @@ def _imported_modules(facts: Facts) -> frozenset[str]:
         for node in facts.nodes_of(cst.Import) for alias in node.names)
 
 
-def _spread_through(scope: cst.CSTNode, local: set[str], rounds: int, shared: Collection[str] = (),
+def spread_through(scope: cst.CSTNode, local: set[str], rounds: int, shared: Collection[str] = (),
                     modules: Collection[str] = ()) -> None:
     """Add to `local` the names the scope assigns from per-rank names or under tests that read
     them, and the objects it feeds them to, `rounds` times over (a chain of a few steps).
@@ -512,7 +515,7 @@ def _spread_through(scope: cst.CSTNode, local: set[str], rounds: int, shared: Co
         local |= _fed_rank_local(scope, local, modules) - set(shared)
 
 
-def _rank_local_positions(facts: Facts, function: cst.FunctionDef, local: set[str]) -> set[Optional[int]]:
+def rank_local_positions(facts: Facts, function: cst.FunctionDef, local: set[str]) -> set[Optional[int]]:
     """Where the function's returns hold a per-rank name: None for the whole value, k for the
     k-th element of a returned tuple."""
     positions: set[Optional[int]] = set()
@@ -542,7 +545,7 @@ def _from_batches(facts: Facts, loop: cst.For, modules: frozenset[str]) -> set[s
     if drawn and not _iterates_a_loader(facts, loop):
         target = cst.Tuple([])
     local = (set(names_in(target)) | drawn) - _step_counters(loop.body)
-    _spread_through(loop.body, local, rounds=3, modules=modules)
+    spread_through(loop.body, local, rounds=3, modules=modules)
     return local
 
 
@@ -829,8 +832,8 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     reported: set[cst.If] = set()
     clock_reads = {call for qualified in CLOCKS for call in facts.calls_named.get(qualified, ())}
     for loop in training.batch_loops(facts):
-        rank_local = _rank_local_in(facts, setup, loop)
-        _report_stops_on_returned(facts, edits, loop, rank_local, reported)
+        rank_local = rank_local_in(facts, setup, loop)
+        _report_stops_on_returned(facts, edits, setup, loop, rank_local, reported)
         candidates = find_all(loop.body, cst.If, into_functions=False)
         after = _after_batch_loop(facts, setup, loop, rank_local, clock_reads)
         candidates.extend(after.ifs)
@@ -885,13 +888,13 @@ def _attributes_named(test: cst.BaseExpression, local: set[str], attributes: set
     return named
 
 
-def _rank_local_in(facts: Facts, setup: Plan, loop: cst.For) -> set[str]:
+def rank_local_in(facts: Facts, setup: Plan, loop: cst.For) -> set[str]:
     """Names the batch loop binds from this rank's own batches. A step counter (`global_step
     += 1`) counts the same batches on every rank: each rank's sampler hands it the same number
     of them; the epoch sums training.py all-reduces are the same on every rank too."""
     rank_local = assigned_names(loop.body) - _step_counters(loop.body)
     rank_local -= _alike_on_every_rank(facts, setup, loop, rank_local)
-    rank_local |= _fed_rank_local(loop.body, rank_local, _imported_modules(facts))
+    rank_local |= _fed_rank_local(loop.body, rank_local, imported_modules(facts))
     if loop in setup.reduced_epoch_loops:
         rank_local -= set(training.epoch_accumulators(facts, loop)) | set(training.epoch_lists(facts, loop))
         rank_local -= setup.reduced_meters.get(loop, set())
@@ -921,7 +924,7 @@ def _alike_on_every_rank(facts: Facts, setup: Plan, loop: cst.For, assigned: set
     shares = {name for loader in facts.loaders if loader.name not in shared.whole_loaders
               for name in {loader.name} | {held for _, held in facts.loader_holders_of(loader)}}
     local = (assigned - candidates) | _batch_names(loop) | _drawn_per_rank(facts, loop.body) | shares
-    modules = _imported_modules(facts)
+    modules = imported_modules(facts)
     for _ in range(3):  # what one round makes rank-local may feed an earlier statement next batch
         _spread_rank_local(loop.body, local, False)
         local |= _fed_rank_local(loop.body, local, modules)
@@ -1011,7 +1014,7 @@ def _feeding_calls(body: cst.CSTNode) -> tuple[tuple[str, tuple[frozenset[str], 
         and isinstance(call.func.value, cst.Name))
 
 
-def _report_stops_on_returned(facts: Facts, edits: Edits, loop: cst.For, rank_local: set[str],
+def _report_stops_on_returned(facts: Facts, edits: Edits, setup: Plan, loop: cst.For, rank_local: set[str],
                               reported: set[cst.If]) -> None:
     """A function whose batch loop trains hands back a per-rank value (`return loss.item()`,
     the last batch's loss; a tuple holding one): where it is called in a loop, a break or
@@ -1022,15 +1025,15 @@ def _report_stops_on_returned(facts: Facts, edits: Edits, loop: cst.For, rank_lo
     function = facts.function_of(loop)
     if function is None or not rank_local:
         return
-    local_positions = _rank_local_positions(facts, function, rank_local)
+    local_positions = rank_local_positions(facts, function, rank_local)
     if not local_positions:
         return
     for call in facts.calls_of(function):
         callers = facts.enclosing_loops(call)
-        if not callers:
+        if not callers or call in setup.rank0_values:  # rank 0's value on every rank (rank0_values.py)
             continue
         statement = facts.statement_of(call)
-        local = _names_given(statement, call, local_positions)
+        local = names_given(statement, call, local_positions)
         for node in find_all(callers[0].body, cst.If, into_functions=False):
             if node in reported or not _leaves_loop(node):
                 continue
@@ -1044,7 +1047,7 @@ def _report_stops_on_returned(facts: Facts, edits: Edits, loop: cst.For, rank_lo
                 f"(`{function.name.value}()` returns a value from this rank's own batches)"))
 
 
-def _names_given(statement: Statement, call: cst.Call, positions: set[Optional[int]]) -> set[str]:
+def names_given(statement: Statement, call: cst.Call, positions: set[Optional[int]]) -> set[str]:
     """The names `statement` assigns the rank-local part of what `call` returns."""
     if not isinstance(statement, cst.SimpleStatementLine):
         return set()
@@ -1084,7 +1087,7 @@ def _after_batch_loop(facts: Facts, setup: Plan, loop: cst.For, rank_local: set[
     for statement in statements[statements.index(_child_of(facts, loop, outer[0])) + 1:]:
         if isinstance(statement, cst.SimpleStatementLine):
             for small in statement.body:
-                if not isinstance(small, cst.Assign):
+                if not isinstance(small, cst.Assign) or small.value in setup.rank0_values:
                     continue
                 if names_in(small.value) & found.rank_local:
                     found.rank_local |= assigned_names(small)
@@ -1200,7 +1203,8 @@ def _spread_in_order(statements: Sequence[cst.CSTNode], current: set[str],
             current |= after
         elif isinstance(statement, cst.SimpleStatementLine):
             for small in statement.body:
-                if isinstance(small, cst.Assign) and not _read_in(small.value, current):
+                if isinstance(small, cst.Assign) and (not _read_in(small.value, current)
+                                                      or small.value in shared.rank0_values):
                     current -= _plain_names_bound(small)
                 else:
                     _spread_rank_local(small, current, False)
@@ -1217,12 +1221,14 @@ class _SharedPasses:
 
     gathered: set[cst.For]
     whole_loaders: set[str]
+    # Values that hold rank 0's value (rank0_values.py): what is assigned them is shared.
+    rank0_values: set[cst.BaseExpression] = field(default_factory=set)
 
     @staticmethod
     def of(setup: Plan) -> "_SharedPasses":
         sharded = {loader.name for loader in setup.loaders_given_a_sampler}
         whole = {loader.name for loader in setup.evaluation_loaders} - sharded
-        return _SharedPasses(set(setup.gathered_evaluations), whole)
+        return _SharedPasses(set(setup.gathered_evaluations), whole, setup.rank0_values)
 
     def over_shared(self, loop: cst.For, current: set[str]) -> bool:
         if _read_in(loop.iter, current):
@@ -1306,7 +1312,7 @@ def _leaves_loop(statement: cst.If) -> bool:
     return False
 
 
-_EPOCH_FUNCTION = TRAINING.replace("for epoch in range(3):\n", """\
+EPOCH_FUNCTION = TRAINING.replace("for epoch in range(3):\n", """\
 def train_epoch():
     total = 0.0
 """).replace("        optimizer.step()\n", """\
@@ -1325,6 +1331,17 @@ _PATIENCE = """\
     last = {value}
     if last < best:
         best, bad = last, 0
+    else:
+        bad += 1
+    if bad >= 2:
+        break
+"""
+
+# The same, with the figure read in the tests themselves: no point holds it once per epoch
+# (a figure assigned there, `last = loss.item()`, takes rank 0's value: rank0_values.py).
+_PATIENCE_READ_IN_TESTS = """\
+    if {value} < best:
+        best, bad = {value}, 0
     else:
         bad += 1
     if bad >= 2:
@@ -1375,7 +1392,7 @@ CASES = (
     # A patience counter kept after the batch loop, counted under a test on the last batch's
     # loss: per rank. The same on the epoch's mean, which training.py all-reduces, is not.
     Emits(TRAINING.replace("for epoch in range(3):\n", "best, bad = 1e9, 0\nfor epoch in range(3):\n")
-          .replace("    print(epoch, loss.item())\n", _PATIENCE.format(value="loss.item()")), "DDP902"),
+          .replace("    print(epoch, loss.item())\n", _PATIENCE_READ_IN_TESTS.format(value="loss.item()")), "DDP902"),
     Silent(TRAINING.replace("for epoch in range(3):\n", "best, bad = 1e9, 0\nfor epoch in range(3):\n    total = 0.0\n")
            .replace("        optimizer.step()\n", "        optimizer.step()\n        total += loss.item()\n")
            .replace("    print(epoch, loss.item())\n", _PATIENCE.format(value="total / len(loader)")), "DDP902"),
@@ -1388,14 +1405,14 @@ CASES = (
                     + _PATIENCE.format(value="loss.item()")), "DDP902"),
     Emits(TRAINING.replace("for epoch in range(3):\n", _PATIENT)
           .replace("    print(epoch, loss.item())\n", _VALIDATION.format(loader="val_loader", name="val")
-                   + _PATIENCE.format(value="loss.item()")), "DDP902"),
+                   + _PATIENCE_READ_IN_TESTS.format(value="loss.item()")), "DDP902"),
     Emits(TRAINING.replace("for epoch in range(3):\n", _PATIENT)
           .replace("    print(epoch, loss.item())\n", _VALIDATION.format(loader="loader", name="loss")
-                   + _PATIENCE.format(value="loss.item()")), "DDP902"),
-    # The epoch in a function: a stop on the last batch's loss it returns is per rank; one on
-    # the epoch's mean, which training.py all-reduces, is the same on every rank.
-    Emits(_EPOCH_FUNCTION.format(returned="loss.item()"), "DDP902"),
-    Silent(_EPOCH_FUNCTION.format(returned="total / len(loader)"), "DDP902"),
+                   + _PATIENCE_READ_IN_TESTS.format(value="loss.item()")), "DDP902"),
+    # The epoch in a function: a stop on the last batch's loss it returns is per rank (it takes
+    # rank 0's value where it is assigned, rank0_values.py); one on the epoch's mean, which
+    # training.py all-reduces, is the same on every rank.
+    Silent(EPOCH_FUNCTION.format(returned="total / len(loader)"), "DDP902"),
     # A meter the batch loop feeds this rank's losses: its average is this rank's own.
     Emits(TRAINING.replace("for epoch in range(3):\n", "for epoch in range(3):\n    meter = Meter()\n")
           .replace("        optimizer.step()\n", "        optimizer.step()\n        meter.update(loss.item())\n")

@@ -40,7 +40,8 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     # unless a draw that only rank 0 makes comes first.
     seeded = seeding.seeded_alike(facts, "torch")
     rank0_draws = _draws_in_output(facts)
-    for call in facts.calls_named.get(names.RANDOM_SPLIT, ()):
+    for call in sorted((call for qualified in names.RANDOM_SPLITS for call in facts.calls_named.get(qualified, ())),
+                       key=facts.start_of):
         drawn_before = [draw for draw in rank0_draws if facts.start_of(draw) < facts.start_of(call)]
         if seeded and not drawn_before:
             continue
@@ -126,10 +127,24 @@ def _shuffled(facts: Facts, call: cst.Call, draws: dict[cst.Call, str]) -> "tupl
         family = "method"  # `dataset.shuffle()`: PyG's draws from torch, a datasets.Dataset's from numpy
     else:
         return None
-    if isinstance(small, cst.Assign) and small.value is call and len(small.targets) == 1:
+    if isinstance(small, cst.Assign) and _drawn_value(small.value) is call and len(small.targets) == 1:
         target = dotted_name(small.targets[0].target)
         return (family, target) if target else None
     return None
+
+
+def _drawn_value(value: cst.BaseExpression) -> cst.BaseExpression:
+    """The draw under the conversions that keep its order: `torch.randperm(n).tolist()` (the
+    split of pytorch/tutorials' detection finetuning), `.numpy()`, `list(...)`."""
+    while isinstance(value, cst.Call):
+        if isinstance(value.func, cst.Attribute) and value.func.attr.value in ("tolist", "numpy") \
+                and isinstance(value.func.value, cst.Call) and not value.args:
+            value = value.func.value
+        elif dotted_name(value.func) == "list" and len(value.args) == 1:
+            value = value.args[0].value
+        else:
+            break
+    return value
 
 
 def _split_by_slices(facts: Facts, draw: cst.Call, target: str) -> "cst.Subscript | None":

@@ -499,6 +499,52 @@ def _reported_tensor_sums(facts: Facts, edits: Edits, loop: cst.For) -> bool:
     return bool(tensor_sums)
 
 
+def _reported_rebound_sums(facts: Facts, edits: Edits, loop: cst.For) -> bool:
+    """Rule: a running figure set before the batch loop and rebound inside it to a sum that
+    reads it (`train_acc = [train_acc[0] + top1, train_acc[1] + top5]`, `hits = hits + n`), read
+    after the loop, holds this rank's share, and ddpify does not sum it. Summing the `+=`
+    figures beside it would mix scopes (`100 * train_acc[0] / train_num`: this rank's hits over
+    every rank's samples, half the accuracy on 2 ranks), so none is summed and it is reported."""
+    around = _block_around_figures(facts, loop)
+    if around is None:
+        return False
+    statements, index = around
+    started = {name for statement in statements[:index] for name, _ in _names_set_before(statement)}
+    used_after = _used_after(facts, loop, statements[index + 1:])
+    rebound: list[tuple[str, cst.Assign]] = []
+    for assign in find_all(loop.body, cst.Assign):
+        for target in assign.targets:
+            name = target.target.value if isinstance(target.target, cst.Name) else None
+            if name in started and name in used_after and any(
+                    _adds_to(operation, name) for operation in find_all(assign.value, cst.BinaryOperation)):
+                rebound.append((name, assign))
+    first: dict[str, cst.Assign] = {}
+    for name, assign in rebound:
+        first.setdefault(name, assign)
+    for name, assign in first.items():
+        edits.report("DDP407", assign, f"running figure `{name}` read after the loop holds this rank's share: "
+                     "rebound to a sum of itself, which ddpify does not sum across ranks (all_reduce it, and the "
+                     "figures read with it, after the loop)")
+    return bool(rebound)
+
+
+def _adds_to(operation: cst.BinaryOperation, name: str) -> bool:
+    """`name[0] + top1` or `hits + n`: an addition to the figure itself (or an entry of it) of
+    something other than a number literal. Not `step = step + 1` (counts steps, the same on
+    every rank) nor `ema = 0.9 * ema + 0.1 * loss.item()` (a smoothed figure, not a sum)."""
+    if not isinstance(operation.operator, cst.Add):
+        return False
+    sides = (operation.left, operation.right)
+    return any(_the_figure(side, name) and not isinstance(other, (cst.Integer, cst.Float))
+               for side, other in (sides, sides[::-1]))
+
+
+def _the_figure(node: cst.BaseExpression, name: str) -> bool:
+    while isinstance(node, cst.Subscript):
+        node = node.value
+    return isinstance(node, cst.Name) and node.value == name
+
+
 # Calls that make a fresh tensor a running figure starts from (`torch.zeros(1).to(device)`).
 _TENSOR_MAKERS = frozenset({"torch.zeros", "torch.tensor", "torch.zeros_like", "torch.FloatTensor"})
 
@@ -757,7 +803,7 @@ def _reduce_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For
     lists = epoch_lists(facts, loop)
     if not _sharded(facts, setup, loop) or _micro_batches_of_one_step(facts, loop):
         return
-    if _reported_tensor_sums(facts, edits, loop):
+    if _reported_tensor_sums(facts, edits, loop) or _reported_rebound_sums(facts, edits, loop):
         return
     meter_kinds = _meter_figures(facts, edits, loop)
     meter_counts = {meter: whole for meter, (whole, _) in meter_kinds.items()}

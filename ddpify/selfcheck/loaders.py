@@ -86,9 +86,14 @@ def _shards(value: ast.AST, sharders: set[str], sharding_names: set[str]) -> boo
 
 def loose_dotted(node: ast.AST) -> Optional[str]:
     """dotted() seeing through subscripts: `samplers["train"]` is `samplers`, and
-    `loaders[phase].sampler` is `loaders.sampler` (loaders and samplers kept in dicts)."""
+    `loaders[phase].sampler` is `loaders.sampler` (loaders and samplers kept in dicts), and
+    `getattr(train_dl, "dl", train_dl)` is `train_dl.dl` (a loader inside a wrapper object)."""
     if isinstance(node, ast.Subscript):
         return loose_dotted(node.value)
+    if (isinstance(node, ast.Call) and dotted(node.func) == "getattr" and len(node.args) == 3
+            and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+        base = loose_dotted(node.args[0])
+        return None if base is None else f"{base}.{node.args[1].value}"
     if isinstance(node, ast.Attribute):
         base = loose_dotted(node.value)
         return None if base is None else f"{base}.{node.attr}"
