@@ -1169,6 +1169,12 @@ def test_a_deleted_move_of_the_model_is_found_in_each_spelling(original_move, ke
     ("step_closures_from_factories_handed_to_one_shared_batch_pass", ", sampler=train_sampler\n", 38, [39]),
     # Closures of main handed to a method of a class of the file, called on its object.
     ("step_closures_of_main_handed_to_a_runner_method", "        sampler=train_sampler,\n", 34, [35]),
+    # Passes written in one expression: a comprehension of steps, map() of a step, a sum of a
+    # generator of steps in a train function; and a loop pulling a generator method that steps.
+    ("epoch_pass_written_as_a_list_comprehension_of_train_steps", ", sampler=sampler)", 19, []),
+    ("epoch_pass_mapped_over_the_loader", ", sampler=sampler)", 8, []),
+    ("epoch_pass_summed_by_a_generator_of_steps_in_a_train_function", ", sampler=train_sampler\n", 30, []),
+    ("training_generator_method_pulled_by_the_loop_of_each_epoch", ", sampler=sampler)", 27, []),
 ])
 def test_a_loader_whose_pass_steps_through_a_handed_function_is_not_left_whole(case, sampler_keyword, loader_line,
                                                                               evaluation_lines):

@@ -908,6 +908,8 @@ class Collector(cst.CSTVisitor):
         callee = dotted_name(node.func)
         if callee is not None:
             self.facts.calls_by_callee.setdefault(callee, []).append(node)
+            if callee == "map" and len(node.args) > 1 and self._calls(node, "builtins.map"):
+                self._note_mapped_pass(node)
         self._note_weights_drawn(node)
         for qualified in self._qualified(node.func):
             facts.calls_named.setdefault(qualified, []).append(node)
@@ -2166,6 +2168,32 @@ class Collector(cst.CSTVisitor):
                             self._touch(element, call)
 
     # --- loops -----------------------------------------------------------------------------------
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        """`with tqdm(self.train_loader, desc=...) as pbar: for batch in pbar:`: the progress bar
+        the with statement binds goes over the loader, as `pbar = tqdm(loader)` does."""
+        value = node.item
+        if node.asname is None or not isinstance(value, cst.Call) \
+                or not self._qualified(value.func) & ITERATION_WRAPPERS:
+            return
+        target = dotted_name(node.asname.name)
+        if target is not None:
+            wrapped = [name for arg in positional_args(value)[:1] for name in names_within(arg)]
+            self.iteration_wrappers[(self._function(), target)] = wrapped
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        comprehension: cst.CSTNode = node
+        while isinstance(comprehension, cst.CompFor):  # up to the ListComp, GeneratorExp, ...
+            comprehension = cast(cst.CSTNode, self.parents.get(comprehension))
+        for name in self._iterated_names(node.iter):
+            self.facts.comprehension_passes.setdefault(name, []).append(comprehension)
+
+    def _note_mapped_pass(self, node: cst.Call) -> None:
+        """`map(step, loader)`: a pass over each iterable handed after the function."""
+        for arg in node.args[1:]:
+            if arg.keyword is None and not arg.star:
+                for name in self._iterated_names(arg.value):
+                    self.facts.comprehension_passes.setdefault(name, []).append(node)
+
     def visit_For(self, node: cst.For) -> None:
         for name in self._iterated_names(node.iter):
             self.facts.loops_over.setdefault(name, []).append(node)

@@ -41,7 +41,7 @@ class Facts(ValueFlow):
         found: list[tuple[cst.For, str]] = []
         if depth > 3:
             return found
-        for loop in self.loops_over.get(name, ()):
+        for loop in [*self.loops_over.get(name, ()), *self.training_passes_in_one_expression(name)]:
             if self.sees_value(loop, name, function):
                 outer = self.enclosing_loops(loop)
                 if outer:
@@ -69,6 +69,17 @@ class Facts(ValueFlow):
                 found.append((outer[0], name))
             else:
                 found.extend(self.epoch_loops(parameter, callee, depth + 1))
+        return found
+
+    def _loops_holding_passes_in_one_expression(self, holders: set[Holder]) -> set[cst.For]:
+        """The innermost loops whose body makes a training pass over a loader in one expression
+        (`for epoch ...: losses = [step(x, y) for x, y in loader]`): their batches come from
+        that loader, not from slices built by hand."""
+        found: set[cst.For] = set()
+        for function, name in holders:
+            for node in self.training_passes_in_one_expression(name):
+                if self.sees_value(node, name, function):
+                    found.update(self.enclosing_loops(node)[:1])
         return found
 
     def _loops_around_passes_of_objects_handed(self, name: str, function: Optional[cst.FunctionDef]
@@ -226,7 +237,9 @@ class Facts(ValueFlow):
         outer = {enclosing for loop in self.training_loops for enclosing in self.enclosing_loops(loop)}
         found: list[cst.For] = []
         external = self._holders([(each.function, each.name) for each in self.external_loaders])
-        for loop in self.training_loops - outer:
+        in_one_expression = self._loops_holding_passes_in_one_expression(holders | external) \
+            if self.comprehension_passes else set()
+        for loop in self.training_loops - outer - in_one_expression:
             # A loop inside the pass over a loader (one step per model of an ensemble, per
             # optimizer of a GAN) takes its batch from that pass.
             if not any(self._iterates_a_loader(each, holders, external)
@@ -612,6 +625,23 @@ def mark_loops_calling_training_functions(facts: Facts, training_calls: list[cst
             if caller is not None and caller not in training:
                 training.add(caller)
                 pending.append(caller)
+    _mark_loops_pulling_training_generators(facts, training)
+
+
+def _mark_loops_pulling_training_generators(facts: Facts, training: set[cst.FunctionDef]) -> None:
+    """Rule: `for step, loss in enumerate(train_steps(model, loader, optimizer)):`, a function
+    that trains (of this file, or of another module of the project) called in the header of
+    a loop, through enumerate(), zip() or a progress bar: a generator steps each time the loop
+    pulls a batch, so the loop trains and the loader handed in the header is a training one.
+    (Its header is outside its body, where enclosing_loops looks.)"""
+    calls = [*facts.training_helper_calls, *(call for function in training for call in facts.calls_of(function))]
+    for call in calls:
+        child: cst.CSTNode = call
+        parent = facts.parents.get(call)
+        while isinstance(parent, (cst.Arg, cst.Call)) and not (isinstance(parent, cst.Call) and parent.func is child):
+            child, parent = parent, facts.parents.get(parent)
+        if isinstance(parent, cst.For) and parent.iter is child:
+            facts.loops_calling_training.add(parent)
 
 
 def _mark_loader_loops_calling_training_helpers(facts: Facts) -> None:

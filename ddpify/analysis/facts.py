@@ -268,6 +268,10 @@ class FactRecord:
     parameters_moved_here: set[Holder] = field(default_factory=set)
     # For statements whose iterable mentions a name (a loader, usually), by that name.
     loops_over: dict[str, list[cst.For]] = field(default_factory=dict)
+    # Passes written as one expression, by the name they go over: a comprehension (`[step(x, y)
+    # for x, y in loader]`, `sum(step(b) for b in loader)`, the outermost comprehension node)
+    # and `map(step, loader)` (the call).
+    comprehension_passes: dict[str, list[cst.CSTNode]] = field(default_factory=dict)
     # Generator functions that pass over a parameter again and again (`while True: for x in
     # loader: yield x`, or `while True: yield from loader`): each by the call that makes
     # batches of it, with the loop (or the `yield from` statement) of each pass.

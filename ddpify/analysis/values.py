@@ -587,8 +587,34 @@ class ValueFlow(Navigation):
         parameter this argument goes to: the call's value is what the argument made."""
         return self._hands_back(call, "", frozenset(), argument)
 
+    def training_passes_in_one_expression(self, name: str) -> list[cst.CSTNode]:
+        """Rule: a comprehension or map() over `name` whose items call a function that trains
+        (`[train_step(model, opt, x, y) for x, y in loader]`, `sum(step(b) for b in loader)`,
+        `list(map(fit_batch, loader))`) is a training pass over the loader, as a `for` loop
+        holding that call is: its epoch is set at the top of the loop around it. One that calls
+        nothing that trains (a statistics or prediction pass) is not."""
+        passes = self.comprehension_passes.get(name, ())
+        if not passes:
+            return []
+        stepping = {call for function in self.training_functions for call in self.calls_of(function)}
+        return [node for node in passes if self._pass_calls(node, stepping)]
+
+    def expression_pass_trains(self, node: cst.CSTNode) -> bool:
+        """The comprehension (or map() call) `node` calls a function that trains."""
+        stepping = {call for function in self.training_functions for call in self.calls_of(function)}
+        return self._pass_calls(node, stepping)
+
+    def _pass_calls(self, node: cst.CSTNode, stepping: set[cst.Call]) -> bool:
+        if any(call in stepping for call in calls_within(node)):
+            return True
+        # `map(fit_batch, loader)`: the function handed is called once per batch.
+        handed = dotted_name(node.args[0].value) if isinstance(node, cst.Call) and node.args else None
+        return handed is not None and self.functions.get(handed) in self.training_functions
+
     def _iterates(self, name: str, function: cst.FunctionDef) -> bool:
-        return any(self.function_of(loop) is function for loop in self.loops_over.get(name, ()))
+        return any(self.function_of(loop) is function for loop in self.loops_over.get(name, ())) or any(
+            self.function_of(node) is function and self.expression_pass_trains(node)
+            for node in self.comprehension_passes.get(name, ()))
 
     def held_name(self, value: cst.BaseExpression) -> Optional[str]:
         """The name a value passed on goes by: its dotted name, or the stand-in of a loader

@@ -18,6 +18,7 @@ from ddpify.analysis.nodes import (
     argument_for,
     calls_within,
     dotted_name,
+    find_all,
     first_free,
     parameter_names,
     positional_parameters,
@@ -311,13 +312,16 @@ def _comprehension_passes(facts: Facts, loader: Loader) -> list[cst.CompFor]:
     train_loader])`, `sum(len(y) for _, y in loader)`) outside the training loops is a pass
     over it that does not train, like a for loop that does not: under its DistributedSampler
     it sees this rank's share, and what it computes (a mean and a std, class counts) differs
-    per rank (DDP213)."""
+    per rank (DDP213). One whose items take a training step (`sum(step(b) for b in loader)`) is
+    the training pass itself."""
     holders = facts.loader_holders_of(loader)
     return sorted((
         comprehension for comprehension in facts.nodes_of(cst.CompFor)
         if (name := dotted_name(comprehension.iter)) is not None
         and any(held == name and facts.sees_value(comprehension, name, function) for function, held in holders)
         and not any(outer in facts.training_loops for outer in facts.enclosing_loops(comprehension))
+        and not any(comprehension in find_all(node, cst.CompFor)
+                    for node in facts.training_passes_in_one_expression(name))
     ), key=facts.line_of)
 
 

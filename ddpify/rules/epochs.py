@@ -119,20 +119,29 @@ def epoch_counter(loop: cst.For) -> Optional[str]:
     range(n)`), or the count enumerate hands out over a count (`for idx, epoch in
     enumerate(range(1, n + 1))`, `for i, epoch in enumerate(tqdm(range(n)))`): an int that
     grows by one each pass. None for any other loop (`for i, (x, y) in enumerate(loader)` is
-    a pass over batches, never an epoch loop)."""
+    a pass over batches, never an epoch loop). An attribute of the object over a count counts
+    as well (`for self.epoch in range(self.opt.num_epochs): self.run_epoch()`, monodepth2's
+    trainer): set_epoch reads it where the loop binds it. (Over anything else, `for
+    self.task in self.tasks`, it may hold no int.)"""
     if isinstance(loop.target, cst.Name):
         return loop.target.value
+    if isinstance(loop.target, cst.Attribute) and isinstance(loop.target.value, cst.Name):
+        return dotted_name(loop.target) if _over_a_count(loop.iter) else None
     counted = loop.iter
     if not (isinstance(loop.target, cst.Tuple) and len(loop.target.elements) == 2
             and isinstance(counted, cst.Call) and dotted_name(counted.func) == "enumerate" and counted.args):
         return None
     counter = loop.target.elements[0].value
-    inner: cst.BaseExpression = counted.args[0].value
-    # enumerate over `range(...)`, `trange(...)` or a progress bar around either.
+    return counter.value if _over_a_count(counted.args[0].value) and isinstance(counter, cst.Name) else None
+
+
+def _over_a_count(iterated: cst.BaseExpression) -> bool:
+    """`range(...)`, `trange(...)` or a progress bar around either."""
+    inner = iterated
     while isinstance(inner, cst.Call) and inner.args and (dotted_name(inner.func) or "").split(".")[-1] == "tqdm":
         inner = inner.args[0].value
-    counts = isinstance(inner, cst.Call) and (dotted_name(inner.func) or "").split(".")[-1] in ("range", "trange")
-    return counter.value if counts and isinstance(counter, cst.Name) else None
+    return isinstance(inner, cst.Call) and (dotted_name(inner.func) or "").split(".")[-1] in ("range", "trange")
+
 
 def _through_a_wrapper(facts: Facts, epoch_loop: cst.For, name_there: str) -> str:
     """Rule: a loader handed to a class of the file that keeps it on `self` and iterates it in
@@ -278,7 +287,9 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
         edits.insert_before(_before_the_progress_bar(facts, loop, name_there), Insertion(edits.statements(code)))
         edits.report("DDP202", loop)
         return
-    if _set_epoch_in_passes_called_from_while_loops(facts, edits, loader, sampler, template, via_loader_template) \
+    if _set_epoch_in_whiles_around_project_training(facts, edits, loader, sampler, template, via_loader_template) \
+            or _set_epoch_in_passes_called_from_while_loops(facts, edits, loader, sampler, template,
+                                                            via_loader_template) \
             or _set_epoch_around_an_unseen_epoch_call(facts, edits, loader, sampler, template, via_loader_template):
         return
     _without_an_epoch_loop(facts, edits, loader)
@@ -346,6 +357,79 @@ def _set_epoch_in_passes_called_from_while_loops(facts: Facts, edits: Edits, loa
         edits.report("DDP202", loop)
         done = True
     return done
+
+
+def _set_epoch_in_whiles_around_project_training(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
+                                                 sampler: str, template: str, via_loader_template: str) -> bool:
+    """Rule: `while epoch < args.epochs: engine.train_one_epoch(model, loader, optimizer);
+    epoch += 1`, the pass in a training function or method of another module of the project
+    handed the loader, called in the body of a while loop and in no for loop: each call is an
+    epoch. That module sets no epoch for a loader it is handed, so it is set at the top of the
+    while loop's body: with the user's counter where the loop keeps one (its test compares a
+    name the body adds one to, `while epoch < n`), else counting on from the sampler's own
+    (`while not trainer.done():`)."""
+    names = {held for _, held in facts.holders_from(loader.function, loader.name)}
+    objects = _objects_handed(facts, names)
+    done: list[cst.While] = []
+    for call in facts.training_helper_calls:
+        whiles = enclosing_whiles(facts, call)
+        if facts.enclosing_loops(call) or not whiles or whiles[0] in done:
+            continue
+        handed = [held for arg in call.args if not arg.star and (held := facts.held_name(arg.value)) in names]
+        if not handed and isinstance(call.func, cst.Attribute) and dotted_name(call.func.value) in objects \
+                and facts.function_of(call) is objects[cast(str, dotted_name(call.func.value))]:
+            # `trainer.train_epoch()` on `trainer = Trainer(model, loader, ...)`.
+            handed = [name for name in names if facts.sees_value(call, name, loader.function)][:1]
+        if not handed:
+            continue
+        loop = whiles[0]
+        name_there = handed[0]
+        via_loader = isinstance(loader, Loader) and not sampler.startswith("self.") \
+            and facts.function_of(loop) is not loader.function
+        counter = while_counter(loop)
+        if isinstance(loader, ExternalLoader) or via_loader:
+            code = via_loader_template.format(loader=name_there, epoch=counter or f"{name_there}.sampler.epoch + 1")
+        else:
+            code = template.format(sampler=sampler, epoch=counter or f"{sampler}.epoch + 1", loader=name_there)
+        first = cast(cst.IndentedBlock, loop.body).body[0]
+        edits.insert_before(first, Insertion(edits.statements(code)))
+        edits.report("DDP202", loop)
+        done.append(loop)
+    return bool(done)
+
+
+def _objects_handed(facts: Facts, names: set[str]) -> dict[str, Optional[cst.FunctionDef]]:
+    """The names of training objects of another module built with one of `names` among the
+    arguments their methods loop over (`trainer = Trainer(model, loader, ...)`), each with the
+    function that builds it."""
+    found: dict[str, Optional[cst.FunctionDef]] = {}
+    for made in facts.training_constructors:
+        assign = facts.parents.get(made)
+        if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and any(
+                facts.held_name(value) in names for value in facts.iterated_arguments.get(made, ())):
+            target = dotted_name(assign.targets[0].target)
+            if target is not None:
+                found[target] = facts.function_of(made)
+    return found
+
+
+def while_counter(loop: cst.While) -> Optional[str]:
+    """The epoch count a while loop keeps: the name (or attribute) its test compares (`epoch <
+    args.epochs`, `self.epoch <= last`, `epoch != n`) that a statement of its body, outside
+    any branch, adds one to (`epoch += 1`). None for any other loop."""
+    test = loop.test
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(
+            test.comparisons[0].operator, (cst.LessThan, cst.LessThanEqual, cst.NotEqual))):
+        return None
+    counter = dotted_name(test.left)
+    body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ()
+    counted = any(
+        isinstance(line, cst.SimpleStatementLine) and any(
+            isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign)
+            and dotted_name(small.target) == counter and isinstance(small.value, cst.Integer)
+            and small.value.value == "1" for small in line.body)
+        for line in body)
+    return counter if counter is not None and counted else None
 
 
 def _before_the_progress_bar(facts: Facts, loop: cst.For, name: str) -> Statement:

@@ -182,12 +182,26 @@ def _unpacked_from_returns(source: Source, function: Optional[Function], names: 
                     yield _function_of(source, node), element.id, None
 
 
+COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+
+
 def _loops_over(source: Source, function: Optional[Function], name: str) -> Iterator[ast.AST]:
+    """`for` loops over the name, and passes written in one expression: a comprehension over it
+    (`[train_step(x, y) for x, y in loader]`), read whole, and `map(step, loader)`, read as a
+    call of `step` per batch."""
     scope = function if function is not None else source.tree
     for node in ast_walk.walk(scope):
-        if isinstance(node, (ast.For, ast.AsyncFor)) and name in _names(node.iter) \
-                and _function_of(source, node) is function:
-            yield node
+        if isinstance(node, (ast.For, ast.AsyncFor)):
+            iterated = [node.iter]
+        elif isinstance(node, COMPREHENSIONS):
+            iterated = [each.iter for each in node.generators]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "map":
+            iterated = node.args[1:]
+        else:
+            continue
+        if any(name in _names(each) for each in iterated) and _function_of(source, node) is function:
+            # (map's function is read as called once per batch.)
+            yield ast.Call(func=node.args[0], args=[], keywords=[]) if isinstance(node, ast.Call) else node
 
 
 def _definition(source: Source, call: ast.Call) -> Optional[Function]:
