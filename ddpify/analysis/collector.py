@@ -51,6 +51,7 @@ from ddpify.analysis.nodes import (
     self_reads,
     slices_batches,
     string_value,
+    within,
 )
 from ddpify.project import Project
 
@@ -2296,10 +2297,12 @@ def _unwrapped_name(value: cst.BaseExpression) -> Optional[str]:
 
 def _follows_a_value(call: cst.Call) -> bool:
     """`.cuda(img.get_device())`, `.cuda(device=x.device)`: the GPU of another value, kept
-    as written (nodes.names_a_values_device)."""
+    as written (nodes.names_a_values_device); so is this rank's GPU read from torchrun's
+    environment (`.cuda(int(os.environ.get("LOCAL_RANK", 0)))`, DDP012)."""
     device = next((arg.value for arg in call.args if not arg.star and (
         arg.keyword is None or arg.keyword.value == "device")), None)
-    return device is not None and names_a_values_device(device)
+    return device is not None and (names_a_values_device(device) or any(
+        isinstance(node, cst.SimpleString) and string_value(node) == "LOCAL_RANK" for node in within(device)))
 
 
 def _bound_names(target: cst.BaseExpression) -> list[str]:
