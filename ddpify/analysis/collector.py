@@ -1014,7 +1014,12 @@ class Collector(cst.CSTVisitor):
             statement = branch
 
     def _tests_files(self, statement: Optional[cst.CSTNode]) -> bool:
-        return isinstance(statement, cst.If) and statement.orelse is None and any(
+        """`if not os.path.exists(path):`, alone or with an `else:` that reads what is there
+        (`else: text = open(path).read()`): inside the download barriers, the ranks that wait
+        find the file local rank 0 fetched and take the `else`. Not with an `elif`, nor an
+        `else` that returns (the barrier after it would be skipped)."""
+        return isinstance(statement, cst.If) and (statement.orelse is None or (
+            isinstance(statement.orelse, cst.Else) and not find_all(statement.orelse, cst.Return))) and any(
             word in self.facts.module.code_for_node(statement.test) for word in ("exists(", "isdir(", "isfile("))
 
     def note_models_building_their_optimizer(self) -> None:
