@@ -22,6 +22,7 @@ from ddpify.rules import (
     epochs,
     evaluation,
     frameworks,
+    full_batches,
     gpu_count_batches,
     hand_batches,
     import_time_devices,
@@ -48,7 +49,7 @@ from ddpify.selfcheck import rules as selfcheck
 
 UNITS: tuple[ModuleType, ...] = (
     setup, devices, import_time_devices, model, lazy_layers, part_runs, sharding, dcp, data, deferred_writes, epochs,
-    downloads, splits, epoch_cut, schedule_length, evaluation, hand_batches, loader_dicts, loader_workers,
+    downloads, splits, full_batches, epoch_cut, schedule_length, evaluation, hand_batches, loader_dicts, loader_workers,
     random_batches, set_order, side_effects, checkpoints, shared_names, training, in_batch, report_only, frameworks,
     whole_file, gpu_count_batches, selfcheck, suppressions,
 )
