@@ -46,12 +46,35 @@ def shaped_by_batch_size(facts: Facts, loader: Loader) -> Optional[cst.CSTNode]:
     for loop in facts.loops_over_values(facts.loader_holders_of(loader)):
         if not facts.loop_trains(loop) or _rebound_in(loop, size):
             continue
-        for call in find_all(loop.body, cst.Call):
-            if _takes_a_shape(call):
-                for arg in call.args:
-                    if dotted_name(arg.value) == size:
-                        return arg.value
+        shaped = _shape_read(find_all(loop.body, cst.Call), size) or _shape_read(
+            _calls_made_for_the_loop(facts, loop), size)
+        if shaped is not None:
+            return shaped
     return None
+
+
+def _shape_read(calls: list[cst.Call], size: str) -> Optional[cst.CSTNode]:
+    for call in calls:
+        if _takes_a_shape(call):
+            for arg in call.args:
+                if dotted_name(arg.value) == size:
+                    return arg.value
+    return None
+
+
+def _calls_made_for_the_loop(facts: Facts, loop: cst.For) -> list[cst.Call]:
+    """The calls of assignments above the loop, in its function (or at the top level), of
+    names the loop reads: labels made once for every batch (`real_labels = torch.ones(batch_size,
+    1)` before `for images, _ in loader:`)."""
+    read = {dotted_name(node) for node in find_all(loop.body, cst.Name)}
+    scope = facts.function_of(loop)
+    calls: list[cst.Call] = []
+    for assign in find_all(scope.body if scope is not None else facts.module, cst.Assign):
+        if facts.function_of(assign) is not scope or facts.line_of(assign) >= facts.line_of(loop):
+            continue
+        if any(dotted_name(target.target) in read for target in assign.targets):
+            calls.extend(find_all(assign.value, cst.Call))
+    return calls
 
 
 def _batch_size_expression(loader: Loader) -> Optional[str]:
