@@ -33,6 +33,7 @@ RULES = (
 # Calls that take a shape: a tensor's view of it, and torch's factories.
 _SHAPING_METHODS = frozenset({"view", "reshape", "expand", "repeat"})
 _FACTORIES = frozenset({"ones", "zeros", "full", "empty", "rand", "randn", "randint"})
+_TARGET_FACTORIES = frozenset({"ones", "zeros", "full", "empty"})
 
 
 def shaped_by_batch_size(facts: Facts, loader: Loader) -> Optional[cst.CSTNode]:
@@ -73,8 +74,17 @@ def _calls_made_for_the_loop(facts: Facts, loop: cst.For) -> list[cst.Call]:
         if facts.function_of(assign) is not scope or facts.line_of(assign) >= facts.line_of(loop):
             continue
         if any(dotted_name(target.target) in read for target in assign.targets):
-            calls.extend(find_all(assign.value, cst.Call))
+            calls.extend(call for call in find_all(assign.value, cst.Call) if _makes_targets(call))
     return calls
+
+
+def _makes_targets(call: cst.Call) -> bool:
+    """`torch.ones(batch_size, 1)`, `torch.full((batch_size,), 1.0)`: constant targets, which meet
+    every batch in the loss. Not noise drawn once (`fixed_noise = torch.randn(batch_size, nz)`),
+    which only shows samples."""
+    func = call.func
+    return isinstance(func, cst.Attribute) and func.attr.value in _TARGET_FACTORIES \
+        and dotted_name(func.value) == "torch"
 
 
 def _batch_size_expression(loader: Loader) -> Optional[str]:
