@@ -27,7 +27,7 @@ from ddpify.emit.imports import add_imports, remove_unused_imports
 from ddpify.options import Options
 from ddpify.plan import Plan
 from ddpify.project import Project
-from ddpify.rules import CONCERNS, frameworks, hand_batches, set_order, setup
+from ddpify.rules import CONCERNS, frameworks, hand_batches, import_time_devices, set_order, setup
 from ddpify.rules.registry import RULES
 
 
@@ -176,14 +176,7 @@ class _MigrateCommand(CodemodCommand):
                                                "already distributed: left unchanged"))
             raise SkipFile("already distributed")
         if not facts.trains:
-            self._note_no_training(facts)
-            if facts.used_elsewhere:
-                # A helper module that does not train still builds what the training reads
-                # (a vocabulary, the class names): a set's order there is reported too.
-                edits = Edits(facts, tree.config_for_parsing, self.options)
-                set_order.report_in_helper(facts, edits)
-                self.diagnostics += edits.diagnostics
-            raise SkipFile("no training code")
+            return self._helper_without_training(facts, tree, wrapper)
         edits = Edits(facts, tree.config_for_parsing, self.options)
         plan = setup.choose(facts)
         plan.torch_imported_in = setup.compound_importing_torch(facts)
@@ -213,6 +206,24 @@ class _MigrateCommand(CodemodCommand):
             new_tree = remove_unused_imports(
                 new_tree, sorted(edits.unused_imports, key=lambda spec: tuple(part or "" for part in spec)))
         return new_tree
+
+    def _helper_without_training(self, facts: Facts, tree: cst.Module, wrapper: MetadataWrapper) -> cst.Module:
+        if not facts.used_elsewhere:
+            self._note_no_training(facts)
+            raise SkipFile("no training code")
+        # A helper module that does not train still builds what the training reads (a
+        # vocabulary, the class names): a set's order there is reported too, and the GPU its
+        # import places tensors on becomes this rank's (DDP012).
+        edits = Edits(facts, tree.config_for_parsing, self.options)
+        set_order.report_in_helper(facts, edits)
+        import_time_devices.plan_import_time_placements(facts, edits)
+        if not edits.changes_anything:
+            self._note_no_training(facts)
+            self.diagnostics += edits.diagnostics
+            raise SkipFile("no training code")
+        self.diagnostics += sorted(edits.diagnostics, key=lambda d: (d.line, d.column, d.code, d.message))
+        new_tree = wrapper.module.visit(ApplyEdits(edits))
+        return add_imports(new_tree, [names.EMITTED_IMPORTS[key] for key in sorted(edits.imports)])
 
     def _leave_single_process(self, plan: Plan, edits: Edits) -> None:
         hand_made = list(plan.hand_made_batches)

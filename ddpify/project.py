@@ -907,9 +907,14 @@ def _scripts_import(package: str, scripts: tuple[tuple[str, int, int], ...]) -> 
 
 
 def _device_type_value(value: ast.expr) -> bool:
-    """"cuda" or "cpu", a conditional choosing one, or torch.device of one of these."""
+    """"cuda" or "cpu", a conditional choosing one, or torch.device of one of these; also this
+    rank's GPU as the migration names it where the module's import places tensors on it
+    (`"cuda:" + os.environ.get("LOCAL_RANK", "0")`, DDP012)."""
     if isinstance(value, ast.Constant):
         return value.value in ("cuda", "cpu")
+    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add) and isinstance(value.left, ast.Constant) \
+            and value.left.value == "cuda:":
+        return any(isinstance(node, ast.Constant) and node.value == "LOCAL_RANK" for node in ast.walk(value.right))
     if isinstance(value, ast.IfExp):
         return _device_type_value(value.body) and _device_type_value(value.orelse)
     if isinstance(value, ast.Call) and dotted_ast(value.func) == "torch.device" and len(value.args) == 1 \

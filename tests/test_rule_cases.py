@@ -63,6 +63,8 @@ def test_rule_case(entry):
 
 # Rules no unit case emits yet, with the reason; drop a code from here when a case shows it.
 WITHOUT_A_CASE = {
+    "DDP012": "needs a helper module the script imports, which a single-source case cannot give: "
+              "fixtures projects/gpu_*_at_import_take*_this_ranks_gpu",
     "DDP938": "self-check: needs the migration's DDP203 naming the loader, which a Flags case cannot give: "
               "broken outputs of fixtures data/step_* and data/bound_step_* in tests/test_selfcheck.py",
     "DDP212": "download out of the setup's scope: the short shapes tried got DDP209 (the barrier) "

@@ -62,6 +62,7 @@ WITHOUT_A_FIXTURE = {
     "DDP920": "unused suppression comment: tests/test_suppressions.py",
     # An entry whose Trainer is a class of another module on one path only: a project.
     "DDP921": "project fixture: projects/trainer_chosen_between_project_and_optional_class",
+    "DDP012": "project fixtures (a helper module the script imports): projects/gpu_*_at_import_take*_this_ranks_gpu",
     # A function of another module naming a folder from the clock: a project.
     "DDP315": "project fixture: projects/run_folder_from_clock_in_get_args_before_setup_reported",
     # A rank-aware batch sampler of another module (one in the script makes it DDP900): a project.

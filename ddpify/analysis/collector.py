@@ -51,6 +51,7 @@ from ddpify.analysis.nodes import (
     self_reads,
     slices_batches,
     string_value,
+    within,
 )
 from ddpify.project import Project
 
@@ -1024,7 +1025,12 @@ class Collector(cst.CSTVisitor):
         return isinstance(statement, cst.If) and statement.orelse is None and not find_all(statement.test, cst.Call)
 
     def _tests_files(self, statement: Optional[cst.CSTNode]) -> bool:
-        return isinstance(statement, cst.If) and statement.orelse is None and any(
+        """`if not os.path.exists(path):`, alone or with an `else:` that reads what is there
+        (`else: text = open(path).read()`): inside the download barriers, the ranks that wait
+        find the file local rank 0 fetched and take the `else`. Not with an `elif`, nor an
+        `else` that returns (the barrier after it would be skipped)."""
+        return isinstance(statement, cst.If) and (statement.orelse is None or (
+            isinstance(statement.orelse, cst.Else) and not find_all(statement.orelse, cst.Return))) and any(
             word in self.facts.module.code_for_node(statement.test) for word in ("exists(", "isdir(", "isfile("))
 
     def note_models_building_their_optimizer(self) -> None:
@@ -2343,10 +2349,12 @@ def _unwrapped_name(value: cst.BaseExpression) -> Optional[str]:
 
 def _follows_a_value(call: cst.Call) -> bool:
     """`.cuda(img.get_device())`, `.cuda(device=x.device)`: the GPU of another value, kept
-    as written (nodes.names_a_values_device)."""
+    as written (nodes.names_a_values_device); so is this rank's GPU read from torchrun's
+    environment (`.cuda(int(os.environ.get("LOCAL_RANK", 0)))`, DDP012)."""
     device = next((arg.value for arg in call.args if not arg.star and (
         arg.keyword is None or arg.keyword.value == "device")), None)
-    return device is not None and names_a_values_device(device)
+    return device is not None and (names_a_values_device(device) or any(
+        isinstance(node, cst.SimpleString) and string_value(node) == "LOCAL_RANK" for node in within(device)))
 
 
 def _bound_names(target: cst.BaseExpression) -> list[str]:

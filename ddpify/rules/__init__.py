@@ -15,6 +15,7 @@ from ddpify.rules import (
     devices,
     evaluation,
     gpu_count_batches,
+    import_time_devices,
     in_batch,
     loader_dicts,
     loader_workers,
@@ -28,10 +29,10 @@ from ddpify.rules import (
     training,
 )
 
-CONCERNS = (devices, model, loader_workers, loader_dicts, data, evaluation, deferred_writes, side_effects, checkpoints,
-            shared_names, training, in_batch, rank0_values, report_only, gpu_count_batches,
+CONCERNS = (devices, import_time_devices, model, loader_workers, loader_dicts, data, evaluation, deferred_writes,
+            side_effects, checkpoints, shared_names, training, in_batch, rank0_values, report_only, gpu_count_batches,
             set_order)
 
 __all__ = ["CONCERNS", "checkpoints", "data", "deferred_writes", "devices", "evaluation", "gpu_count_batches",
-           "in_batch", "loader_dicts", "loader_workers", "model", "rank0_values", "report_only", "set_order", "setup",
-           "shared_names", "side_effects", "training"]
+           "import_time_devices", "in_batch", "loader_dicts", "loader_workers", "model", "rank0_values", "report_only",
+           "set_order", "setup", "shared_names", "side_effects", "training"]

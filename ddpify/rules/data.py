@@ -37,7 +37,7 @@ from ddpify.emit.arguments import (
 from ddpify.emit.edits import Edits, Insertion, replacement
 from ddpify.options import Options
 from ddpify.plan import Plan
-from ddpify.rules import downloads, epoch_cut, hand_batches, schedule_length, splits, subset_splits
+from ddpify.rules import downloads, epoch_cut, full_batches, hand_batches, schedule_length, splits, subset_splits
 from ddpify.rules.cases import TRAINING, Emits, Silent
 from ddpify.rules.epochs import (
     SET_EPOCH_IF_DISTRIBUTED_CODE,
@@ -613,11 +613,19 @@ def attach_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loader,
         facts, loader.statement, condition)))
     inserted.extend(edits.statement(line.format(sampler=sampler)) for line in after_sampler)
     edits.insert_before(loader.statement, Insertion(inserted, takes_comments=True))
+    shaped = full_batches.shaped_by_batch_size(facts, loader)
+    if shaped is not None:
+        edits.report("DDP233", shaped)
     if "#" in edits.code(loader.call) and not divide_batch:
         # Comments between the arguments: edit the arguments themselves so they survive.
-        edits.expressions[loader.call] = edit_loader_arguments(edits, loader, sampler, dataset)
+        rewrite = edit_loader_arguments(edits, loader, sampler, dataset)
+        edits.expressions[loader.call] = rewrite if shaped is None else (
+            lambda call: full_batches.with_drop_last(rewrite(call), sampler))
     else:
         args = _loader_args(edits, loader, sampler, dataset)
+        if shaped is not None:
+            starred = next((i for i, arg in enumerate(args) if arg.startswith("**")), len(args))
+            args.insert(starred, full_batches.drop_last_argument(sampler))
         if divide_batch:
             args = _divide_batch_size(facts, edits, setup, loader, args)
         if loader.inline is not None:

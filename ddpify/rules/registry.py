@@ -22,8 +22,10 @@ from ddpify.rules import (
     epochs,
     evaluation,
     frameworks,
+    full_batches,
     gpu_count_batches,
     hand_batches,
+    import_time_devices,
     in_batch,
     lazy_layers,
     loader_dicts,
@@ -48,9 +50,10 @@ from ddpify.rules.cases import Case
 from ddpify.selfcheck import rules as selfcheck
 
 UNITS: tuple[ModuleType, ...] = (
-    setup, devices, model, lazy_layers, part_runs, sharding, dcp, data, deferred_writes, epochs, downloads, splits,
-    subset_splits, epoch_cut, schedule_length, evaluation, hand_batches, loader_dicts, loader_workers, random_batches,
-    set_order, side_effects, checkpoints, shared_names, training, in_batch, rank0_values, report_only, frameworks,
+    setup, devices, import_time_devices, model, lazy_layers, part_runs, sharding, dcp, data, deferred_writes, epochs,
+    downloads, splits, subset_splits, full_batches, epoch_cut, schedule_length, evaluation, hand_batches, loader_dicts,
+    loader_workers, random_batches, set_order, side_effects, checkpoints, shared_names, training, in_batch,
+    rank0_values, report_only, frameworks,
     whole_file, gpu_count_batches, selfcheck, suppressions,
 )
 

@@ -1329,12 +1329,27 @@ def _guard_statement_call(facts: Facts, edits: Edits, setup: Plan, call: cst.Cal
         return _guard_discarded_expression(facts, edits, setup, call, code) or _guard_returned_write(
             facts, edits, setup, call, code)
     statement = facts.statement_of(parent)
-    if code == "DDP302" and _saves_to_memory(facts, call):
+    if code == "DDP302" and (_saves_to_memory(facts, call) or _inside_a_download(facts, statement)):
         return False
     if not _is_single_call_line(statement):
         return _guard_in_one_line_suite(facts, edits, setup, parent, statement, code)
     _guard(facts, edits, setup, statement, code)
     return True
+
+
+def _inside_a_download(facts: Facts, statement: cst.CSTNode) -> bool:
+    """A write in the body of a statement that downloads a file (`with open(dest, "w") as f:
+    json.dump(response.json(), f)`) is part of that download: local rank 0 of each machine
+    makes it while the others wait (downloads.py), not global rank 0 alone."""
+    downloading = facts.download_statements
+    if not downloading:
+        return False
+    node: Optional[cst.CSTNode] = facts.parents.get(statement)
+    while node is not None and not isinstance(node, (cst.FunctionDef, cst.Module)):
+        if node in downloading:
+            return True
+        node = facts.parents.get(node)
+    return False
 
 
 def enclosing_lambda(facts: Facts, node: cst.CSTNode) -> Optional[cst.Lambda]:
