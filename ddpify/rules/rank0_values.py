@@ -183,9 +183,10 @@ def _passes_per_rank(facts: Facts, setup: Plan) -> set[cst.For]:
                  if not (isinstance(loop.iter, cst.Call) and dotted_name(loop.iter.func) == "range")}
     # A pass over a loader given a sampler covers this rank's share: rank 0's figure is no
     # stand-in for the whole set's (the pass is reported as such, DDP213).
-    sharded = {loader.name for loader in setup.loaders_given_a_sampler}
+    shares = {loop for _, loops in setup.training_loaders_evaluated for loop in loops}
+    shares.update(facts.loops_over_values({(loader.function, loader.name) for loader in setup.loaders_given_a_sampler}))
     return {loop for loop in over_data if loop not in batch_loops and loop not in setup.gathered_evaluations
-            and loop not in facts.training_loops and not set(facts.names_iterated_by(loop)) & sharded}
+            and loop not in facts.training_loops and loop not in shares}
 
 
 def _evaluated_per_rank(facts: Facts, setup: Plan) -> list[cst.FunctionDef]:
