@@ -15,6 +15,7 @@ of the epoch loop, under no test of its own figures, in no inner loop. Printing 
 stay rank 0's. A value that decides nothing every rank does (printed, saved) is left alone:
 each collective has a reason. Where the point is not certain, it is reported (DDP416).
 """
+from collections.abc import Sequence
 from typing import Optional, Union
 
 import libcst as cst
@@ -92,6 +93,9 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             _take_rank0_value(edits, setup, call)
     for loop in batch_loops:
         _take_rank0_epoch_figures(facts, edits, setup, loop, epoch_loops, objects)
+    passes = _passes_per_rank(facts, setup)
+    for epoch_loop in epoch_loops:
+        _take_rank0_pass_figures(facts, edits, setup, epoch_loop, passes, objects)
 
 
 def _take_rank0_value(edits: Edits, setup: Plan, value: cst.BaseExpression) -> None:
@@ -133,15 +137,62 @@ def cast_expression(node: cst.CSTNode) -> cst.BaseExpression:
     return node
 
 
+def _take_rank0_pass_figures(facts: Facts, edits: Edits, setup: Plan, epoch_loop: Loop, passes: set[cst.For],
+                             objects: set[str]) -> None:
+    """An evaluation written in the epoch loop itself (`for x, y in val_loader:
+    losses.append(...)`, then `val_loss = np.average(losses)`), over data every rank goes
+    through on its own, its figures not gathered: a figure set from what it filled, in the
+    epoch loop's own statements (or a `with` block's) after it, takes rank 0's value where it
+    decides what every rank does."""
+    if not isinstance(epoch_loop.body, cst.IndentedBlock):
+        return
+    statements = _flat_statements(epoch_loop.body.body)
+    for index, statement in enumerate(statements):
+        if not isinstance(statement, cst.For) or statement not in passes:
+            continue
+        filled = assigned_names(statement.body) | set(names_in(statement.target)) | {
+            call.func.value.value for call in find_all(statement.body, cst.Call, into_functions=False)
+            if isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name)}
+        for later in statements[index + 1:]:
+            for small in later.body if isinstance(later, cst.SimpleStatementLine) else ():
+                if not isinstance(small, cst.Assign) or small.value in setup.rank0_values \
+                        or not names_in(small.value) & filled \
+                        or not all(isinstance(target.target, cst.Name) for target in small.targets):
+                    continue
+                if _decides_names(facts, epoch_loop, assigned_names(small), objects, plateaus=True):
+                    _take_rank0_value(edits, setup, small.value)
+
+
+def _flat_statements(statements: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """The statements of a block in order, with those of its `with` blocks in their place:
+    every rank passes each of them once per pass of the block."""
+    flat: list[cst.BaseStatement] = []
+    for statement in statements:
+        if isinstance(statement, cst.With) and isinstance(statement.body, cst.IndentedBlock):
+            flat.extend(_flat_statements(statement.body.body))
+        else:
+            flat.append(statement)
+    return flat
+
+
+def _passes_per_rank(facts: Facts, setup: Plan) -> set[cst.For]:
+    """Loops over data that do not train and whose figures evaluation.py does not gather."""
+    batch_loops = set(training.batch_loops(facts))
+    # (A count, `for _ in range(steps)` of an attack or a solver, goes over no data.)
+    over_data = {loop for loops in facts.loops_over.values() for loop in loops
+                 if not (isinstance(loop.iter, cst.Call) and dotted_name(loop.iter.func) == "range")}
+    # A pass over a loader given a sampler covers this rank's share: rank 0's figure is no
+    # stand-in for the whole set's (the pass is reported as such, DDP213).
+    shares = {loop for _, loops in setup.training_loaders_evaluated for loop in loops}
+    shares.update(facts.loops_over_values({(loader.function, loader.name) for loader in setup.loaders_given_a_sampler}))
+    return {loop for loop in over_data if loop not in batch_loops and loop not in setup.gathered_evaluations
+            and loop not in facts.training_loops and loop not in shares}
+
+
 def _evaluated_per_rank(facts: Facts, setup: Plan) -> list[cst.FunctionDef]:
     """Functions of the file that return a value and go over a loader in a pass that is not
     training and whose figures evaluation.py does not gather: each rank's own evaluation."""
-    batch_loops = set(training.batch_loops(facts))
-    # (A count, `for _ in range(steps)` of an attack or a solver, goes over no data.)
-    over_loaders = {loop for loops in facts.loops_over.values() for loop in loops
-                    if not (isinstance(loop.iter, cst.Call) and dotted_name(loop.iter.func) == "range")}
-    passes = {loop for loop in over_loaders if loop not in batch_loops and loop not in setup.gathered_evaluations
-              and loop not in facts.training_loops}
+    passes = _passes_per_rank(facts, setup)
     found: list[cst.FunctionDef] = []
     for function in dict.fromkeys(facts.functions.values()):
         if function in facts.training_functions:
@@ -236,7 +287,12 @@ def _decides_names(facts: Facts, loop: Loop, derived: set[str], objects: set[str
     """Whether what these names hold, or what the epoch loop derives from them, decides what
     every rank does next."""
     derived = set(derived)
-    report_only.spread_through(loop.body, derived, rounds=2, modules=report_only.imported_modules(facts))
+    modules = report_only.imported_modules(facts)
+    for _ in range(2):  # an object called on the value (`early_stopping(val_loss)`) holds it afterwards
+        report_only.spread_through(loop.body, derived, rounds=2, modules=modules)
+        derived |= {call.func.value for line in find_all(loop.body, cst.Expr, into_functions=False)
+                    if isinstance(call := line.value, cst.Call) and isinstance(call.func, cst.Name)
+                    and call.func.value not in modules and any(_reads(arg.value, derived) for arg in call.args)}
     deciding = [test for test in find_all(loop.body, cst.If, into_functions=False) if _acts(facts, test, objects)]
     tests = [test.test for test in deciding] + ([loop.test] if isinstance(loop, cst.While) else [])
     if any(_reads(test, derived) for test in tests):
