@@ -347,8 +347,15 @@ def _not_reached_alike(facts: Facts, epoch_loop: Loop, call: cst.Call, loops: li
     the epoch loop computes (a shared test, `epoch % 5 == 0` or `step % 100 == 0`, is fine)."""
     if any(loop not in batch_loops for loop in loops[:loops.index(epoch_loop)]):
         return "is computed in an inner loop"
-    assigned = assigned_names(epoch_loop.body) - (names_in(epoch_loop.target) if isinstance(epoch_loop, cst.For)
-                                                  else set())
+    # Counted alike on every rank: the epoch, a step counter (`step += 1`), the index of an
+    # `enumerate` over a batch loop's loader (each rank's sampler hands it as many batches).
+    alike = report_only.step_counters(epoch_loop.body)
+    alike |= names_in(epoch_loop.target) if isinstance(epoch_loop, cst.For) else set()
+    for inner in loops[:loops.index(epoch_loop)]:
+        if isinstance(inner, cst.For) and isinstance(inner.target, cst.Tuple) and inner.target.elements \
+                and isinstance(inner.iter, cst.Call) and dotted_name(inner.iter.func) == "enumerate":
+            alike |= names_in(inner.target.elements[0].value)
+    assigned = assigned_names(epoch_loop.body) - alike
     child: cst.CSTNode = call
     node: Optional[cst.CSTNode] = facts.parents.get(call)
     while node is not None and node is not epoch_loop:

@@ -544,7 +544,7 @@ def _from_batches(facts: Facts, loop: cst.For, modules: frozenset[str]) -> set[s
     # is no loader (`for lr in lrs:` of an LR sweep): its target is the same on every rank.
     if drawn and not _iterates_a_loader(facts, loop):
         target = cst.Tuple([])
-    local = (set(names_in(target)) | drawn) - _step_counters(loop.body)
+    local = (set(names_in(target)) | drawn) - step_counters(loop.body)
     spread_through(loop.body, local, rounds=3, modules=modules)
     return local
 
@@ -892,7 +892,7 @@ def rank_local_in(facts: Facts, setup: Plan, loop: cst.For) -> set[str]:
     """Names the batch loop binds from this rank's own batches. A step counter (`global_step
     += 1`) counts the same batches on every rank: each rank's sampler hands it the same number
     of them; the epoch sums training.py all-reduces are the same on every rank too."""
-    rank_local = assigned_names(loop.body) - _step_counters(loop.body)
+    rank_local = assigned_names(loop.body) - step_counters(loop.body)
     rank_local -= _alike_on_every_rank(facts, setup, loop, rank_local)
     rank_local |= _fed_rank_local(loop.body, rank_local, imported_modules(facts))
     if loop in setup.reduced_epoch_loops:
@@ -1263,7 +1263,7 @@ def _reads(node: cst.CSTNode, calls: set[cst.Call]) -> bool:
     return any(call in calls for call in calls_within(node))
 
 
-def _step_counters(body: cst.CSTNode) -> set[str]:
+def step_counters(body: cst.CSTNode) -> set[str]:
     """Names every assignment of which in `body` adds a number literal (`step += 1`)."""
     counted: set[str] = set()
     other: set[str] = set()
