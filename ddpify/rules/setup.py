@@ -84,6 +84,16 @@ RULES = (
          "Drop the default device and move the model and the batches with `.to(device)`, or set the "
          "default device back to the CPU around the loop over the loader; then silence this with "
          "`# ddpify: ignore[DDP010]`."),
+    Rule("DDP011", Severity.INFO, "the script places nothing on a GPU: every rank trains on the CPU",
+         "The script never chooses a device, so the migration keeps it on the CPU: each process "
+         "torchrun starts trains there and the group uses Gloo (NCCL cannot all-reduce CPU tensors). "
+         "On a GPU machine that is N CPU processes and idle GPUs. ddpify does not add the moves "
+         "itself: every tensor the model meets would have to follow (batches, targets, hidden states "
+         "and masks made in the forward), and one it missed fails only on the GPU.",
+         "To train on GPUs, choose the device in the script (`device = \"cuda\" if "
+         "torch.cuda.is_available() else \"cpu\"`), move the model and each batch with "
+         "`.to(device)`, check that it runs on one GPU, and run ddpify again: the setup then "
+         "gives each rank its own GPU."),
     Rule("DDP007", Severity.WARNING, "model moved to a device ddpify cannot follow",
          "The device comes from a function or value ddpify cannot read (`get_device()` of "
          "another module, a helper that may return \"cuda:0\"). The setup makes this rank's "
@@ -826,14 +836,8 @@ def _report_repeated(edits: Edits, facts: Facts, function: cst.FunctionDef) -> N
         edits.report("DDP009", function)
 
 
-def place(facts: Facts, edits: Edits, plan: Plan) -> None:
-    """Insert the setup block before the first statement of its block that needs it."""
-    edits.imports.update({"os", "dist"})
-    plan.called_repeatedly = called_repeatedly(facts, plan.function)
-    if plan.called_repeatedly and plan.function is not None:  # only a function runs repeatedly
-        _report_repeated(edits, facts, plan.function)
-    _join_early(facts, edits, plan)
-    _report_default_gpu_before_shuffled_samplers(facts, edits)
+def _report_devices_ddpify_cannot_follow(facts: Facts, edits: Edits, plan: Plan) -> None:
+    """DDP007 once for each device a move names that the setup cannot make this rank's own."""
     reported = set()
     for call in facts.moves_to_imported_fixed_gpu:
         where = facts.module.code_for_node(call.args[0].value)
@@ -852,11 +856,24 @@ def place(facts: Facts, edits: Edits, plan: Plan) -> None:
         edits.report("DDP007", call, f"device `{where}` is one ddpify cannot follow: the setup makes \"cuda\" this "
                                      f"rank's GPU, but a fixed index (\"cuda:0\") puts every rank on that GPU; "
                                      f"make it torch.device(\"cuda\", local_rank) or \"cuda\"")
+
+
+def place(facts: Facts, edits: Edits, plan: Plan) -> None:
+    """Insert the setup block before the first statement of its block that needs it."""
+    edits.imports.update({"os", "dist"})
+    plan.called_repeatedly = called_repeatedly(facts, plan.function)
+    if plan.called_repeatedly and plan.function is not None:  # only a function runs repeatedly
+        _report_repeated(edits, facts, plan.function)
+    _join_early(facts, edits, plan)
+    _report_default_gpu_before_shuffled_samplers(facts, edits)
+    _report_devices_ddpify_cannot_follow(facts, edits, plan)
     _keep_a_choice_whose_test_comes_later(facts, edits, plan)
     if plan.choice_statement is not None:
         _place_after_choice(facts, edits, plan)
         return
     anchor = _after_torch_import(facts, plan, _first_statement_needing_setup(facts, edits, plan))
+    if plan.cpu_only and anchor is not None:
+        edits.report("DDP011", anchor)
     _follow_the_moves_test(facts, edits, plan, anchor)
     setup_code = _keeping_the_scripts_gpu(facts, plan, anchor, _setup_code(edits, plan))
     setup = edits.statements(_for_this_script(setup_code, facts, plan))
@@ -1508,6 +1525,11 @@ CASES = (
     Emits(_DEVICE_PARAMETER + '\n\nrun(device="cuda:1")\n', "DDP007", ()),
     Emits(TRAINING, "DDP001", ("dist.init_process_group(", 'local_rank = int(os.environ.get("LOCAL_RANK", 0))')),
     Emits(TRAINING, "DDP005", ("dist.destroy_process_group()",)),
+    # No device anywhere: the ranks train on the CPU, and the user is told how to use the GPUs.
+    Emits(TRAINING.replace(").to(device)", ")").replace(".to(device)", "").replace(
+        'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n', ""),
+        "DDP011", ('dist.init_process_group("gloo")',)),
+    Silent(TRAINING, "DDP011"),
     # A typer app's command runs when the command line names it; app() ends in sys.exit().
     Emits("import typer\n" + _HEAD + "\napp = typer.Typer()\n\n\n@app.command()\ndef fit(epochs: int = 2):\n"
           + textwrap.indent('device = "cuda" if torch.cuda.is_available() else "cpu"\n' + _BODY, "    ")
