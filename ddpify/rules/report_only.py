@@ -1048,11 +1048,17 @@ def _report_stops_on_returned(facts: Facts, edits: Edits, setup: Plan, loop: cst
 
 
 def names_given(statement: Statement, call: cst.Call, positions: set[Optional[int]]) -> set[str]:
-    """The names `statement` assigns the rank-local part of what `call` returns."""
+    """The names `statement` assigns the rank-local part of what `call` returns, and the object
+    a call made for its effect feeds it to (`history.append(train_epoch())`: `history[-1]` then
+    holds it)."""
     if not isinstance(statement, cst.SimpleStatementLine):
         return set()
     names: set[str] = set()
     for small in statement.body:
+        if isinstance(small, cst.Expr) and isinstance(fed := small.value, cst.Call) \
+                and isinstance(fed.func, cst.Attribute) and isinstance(fed.func.value, cst.Name) \
+                and any(arg.value is call for arg in fed.args):
+            names.add(fed.func.value.value)
         if not isinstance(small, cst.Assign) or small.value is not call:
             continue
         for target in small.targets:
