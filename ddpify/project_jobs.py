@@ -24,7 +24,12 @@ from ddpify.project import project_root
 from ddpify.project_files import files_of
 from ddpify.rules import frameworks
 from ddpify.selfcheck import _line_map
-from ddpify.selfcheck.project import Module, samplers_never_given_an_epoch, unwrapped_training
+from ddpify.selfcheck.project import (
+    Module,
+    samplers_never_given_an_epoch,
+    shares_measured_elsewhere,
+    unwrapped_training,
+)
 from ddpify.walk import Entry, is_skipped_directory, matches_any
 
 
@@ -240,7 +245,8 @@ def check_project(planned: Sequence[Job], prepared: Sequence[Report]) -> None:
         text = original if report.pending is None else report.pending.data.decode("utf-8", "replace")
         modules.append(Module(report.path, text, frozenset(d.code for d in report.diagnostics), original))
         originals.append(original)
-    for code, found in (("DDP911", unwrapped_training(modules)), ("DDP912", samplers_never_given_an_epoch(modules))):
+    for code, found in (("DDP911", unwrapped_training(modules)), ("DDP912", samplers_never_given_an_epoch(modules)),
+                        ("DDP943", shares_measured_elsewhere(modules))):
         if found is None:
             continue
         path, line, detail = found

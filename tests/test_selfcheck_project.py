@@ -224,3 +224,71 @@ def test_a_sampler_no_module_gives_an_epoch_fails_where_it_is_made(tmp_path):
     found = [d for report in broken for d in report.diagnostics if d.code == "DDP912"]
     assert len(found) == 1 and "any module of the project" in found[0].message
     assert next(report for report in broken if report.path.endswith("train.py")).exit_code == PENDING
+
+
+METRICS = '''import torch
+
+
+def accuracy(model, loader, device, num_batches=None):
+    model.eval()
+    correct, seen = 0, 0
+    num_batches = len(loader) if num_batches is None else min(num_batches, len(loader))
+    for i, (inputs, targets) in enumerate(loader):
+        if i >= num_batches:
+            break
+        with torch.no_grad():
+            correct += (model(inputs.to(device)).argmax(dim=-1) == targets.to(device)).sum().item()
+        seen += targets.shape[0]
+    return correct / seen
+'''
+MEASURED_TRAIN = '''import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from metrics import accuracy
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+train_loader = DataLoader(TensorDataset(torch.randn(64, 5), torch.randint(0, 2, (64,))), batch_size=8, shuffle=True)
+model = nn.Linear(5, 2).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x.to(device)), y.to(device)).backward()
+        optimizer.step()
+    print(epoch, accuracy(model, train_loader, device, 3))
+'''
+
+
+def test_the_training_loader_measured_in_another_module_without_a_gather_fails_there(tmp_path):
+    """The training loader's DistributedSampler share handed to a metrics module whose capped
+    loop ddpify leaves whole (it can stop early): rank 0 would print its share's accuracy as the
+    whole set's, which no file's own check can see (DDP943 on the loop, exit 1). Without the cap,
+    also called on a validation loader, the helper reads its loader through evaluation_share and
+    gathers: silent."""
+    uncapped = METRICS.split("def ")[0] + '''def accuracy(model, loader, device):
+    model.eval()
+    correct, seen = 0, 0
+    with torch.no_grad():
+        for inputs, targets in loader:
+            correct += (model(inputs.to(device)).argmax(dim=-1) == targets.to(device)).sum().item()
+            seen += targets.shape[0]
+    return correct / seen
+'''
+    validated = MEASURED_TRAIN.replace("model = nn", "val_loader = DataLoader(TensorDataset(torch.randn(30, 5), "
+                                       "torch.randint(0, 2, (30,))), batch_size=8)\nmodel = nn") + (
+        "print(accuracy(model, val_loader, device))\n").replace(", device, 3))", ", device))")
+    for metrics, train, expected in ((METRICS, MEASURED_TRAIN, ["DDP943"]), (uncapped, validated, [])):
+        source = tmp_path / f"case{len(expected)}"
+        source.mkdir()
+        (source / "metrics.py").write_text(metrics)
+        (source / "train.py").write_text(train)
+        tree = project_jobs.Tree(str(source), (str(source / "train.py"), str(source / "metrics.py")),
+                                 str(source / "out"), entry=str(source / "train.py"))
+        jobs = project_jobs.tree_jobs(tree, Options())
+        reports = [prepare(job) for job in jobs]
+        project_jobs.check_project(jobs, reports)
+        found = [(Path(report.path).name, d.code) for report in reports for d in report.diagnostics
+                 if d.code == "DDP943"]
+        assert [code for _, code in found] == expected
+        assert all(name == "metrics.py" for name, _ in found)

@@ -185,25 +185,48 @@ def _plan_loader(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> Non
     elif "sampler" in keys:
         shards = (_wrap_random_sampler, _shard_existing_sampler, _fill_sampler_left_none,
                   _shard_sampler_or_its_placeholder)
-        if not any(shard(facts, edits, setup, loader) for shard in shards):
+        if any(shard(facts, edits, setup, loader) for shard in shards):
+            _check_evaluation_passes(facts, edits, setup, loader, gathered=False)
+        else:
             edits.report("DDP207", loader.call)
     elif not is_training_loader(facts, loader):
         _sum_shared_loops_only_when_sharded(facts, setup, loader)
         setup.evaluation_loaders.append(loader)  # evaluation.py shards it or says why not
     elif _can_add_sampler(facts, setup, loader):
-        evaluation = _evaluation_loops(facts, loader) + _other_factory_calls(facts, loader) \
-            + _comprehension_passes(facts, loader)
+        evaluation = _evaluation_passes(facts, loader)
         role = _role_by_flag(facts, edits, loader) if evaluation else None
         add_sampler(facts, edits, loader, setup, role=role)
-        if evaluation and role is None:
-            first = min(evaluation, key=facts.line_of)
-            loops = [node for node in evaluation if isinstance(node, cst.For)]
-            if len(loops) == len(evaluation) and all(_runs_a_model(facts, loop) for loop in loops):
-                setup.training_loaders_evaluated.append((loader, loops))  # evaluation.py says which
-            else:
-                edits.report("DDP213", first, None if _runs_a_model(facts, first) else STATISTICS_PASS)
+        if role is None:
+            _check_evaluation_passes(facts, edits, setup, loader)
     else:
         edits.report("DDP210", loader.call)
+
+
+def _evaluation_passes(facts: Facts, loader: Loader) -> list[cst.CSTNode]:
+    return [*_evaluation_loops(facts, loader), *_other_factory_calls(facts, loader),
+            *_comprehension_passes(facts, loader)]
+
+
+def _check_evaluation_passes(facts: Facts, edits: Edits, setup: Plan, loader: Loader, gathered: bool = True) -> None:
+    """Rule: whichever way a training loader is sharded (a DistributedSampler added, or in
+    place of the user's own sampler: `sampler=SubsetRandomSampler(train_idx)` becomes a
+    DistributedSampler over that split), every pass over it that computes figures instead of
+    training (`accuracy(model, train_loader)` beside `accuracy(model, val_loader)`) now reads
+    this rank's share. Its figures are the whole set's only where evaluation.py gathers them
+    (DDP228); otherwise the pass is reported with its line (DDP213), never left to print rank
+    0's share with exit 0. `gathered` is False for a loader drawn by a sampler of the user's
+    own: as a group of one that sampler still draws a split (`len(loader.sampler)` below
+    `len(loader.dataset)`), which the gather's test for a rank's share cannot tell from one,
+    so such a pass is reported too (tried: plain `python` then gathered without a group)."""
+    evaluation = _evaluation_passes(facts, loader)
+    if not evaluation:
+        return
+    first = min(evaluation, key=facts.line_of)
+    loops = [node for node in evaluation if isinstance(node, cst.For)]
+    if gathered and len(loops) == len(evaluation) and all(_runs_a_model(facts, loop) for loop in loops):
+        setup.training_loaders_evaluated.append((loader, loops))  # evaluation.py says which
+    else:
+        edits.report("DDP213", first, None if _runs_a_model(facts, first) else STATISTICS_PASS)
 
 
 def _report_batch_sampler(facts: Facts, edits: Edits, loader: Loader) -> None:

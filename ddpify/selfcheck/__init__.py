@@ -46,6 +46,7 @@ from ddpify.selfcheck.setup import (
     joined_twice,
     joins_on_import,
 )
+from ddpify.selfcheck.shared_figures import ungathered_share_figures
 from ddpify.selfcheck.source import Source
 from ddpify.selfcheck.trained import untrained_wraps
 
@@ -93,10 +94,13 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
         *asked_before_the_group(after),
         *names_read_unbound(before, original, after, migrated),
         *misplaced_gathers(after),
+        *ungathered_share_figures(after),
     ]
     # A fixed GPU the migration already reported where it is (DDP003) is not counted twice.
     # Likewise a part of the model whose requires_grad changes after its wrap (DDP111).
-    reported = {"DDP924": _lines_of(diagnostics, ("DDP003",)), "DDP928": _lines_of(diagnostics, ("DDP111",))}
+    # Likewise a pass over a training loader's share the migration reported (DDP213).
+    reported = {"DDP924": _lines_of(diagnostics, ("DDP003",)), "DDP928": _lines_of(diagnostics, ("DDP111",)),
+                "DDP943": _lines_of(diagnostics, ("DDP213",))}
     found = [Diagnostic(code, line, 1, f"{rule_of(code).summary}: {detail}") for code, line, detail in in_original]
     found += [Diagnostic(code, to_original(line), 1, f"{rule_of(code).summary} (output line {line}): {detail}")
               for code, line, detail in in_output if to_original(line) not in reported.get(code, ())]

@@ -1,4 +1,4 @@
-"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935, DDP938): what a
+"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935, DDP938, DDP943): what a
 second reading of ddpify's own output can find wrong. The detection is in this package (gathers, loaders,
 models, output, setup); the rules and their cases live here, beside it, rather than in
 ddpify/rules/, whose units plan edits.
@@ -65,6 +65,14 @@ RULES = (
          "trains its own copy.",
          "Join the group above the loaders (`if \"WORLD_SIZE\" in os.environ: "
          "dist.init_process_group()`), or build them after the setup has run."),
+    Rule("DDP943", Severity.WARNING, "self-check: figures added up over a sharded loader are not gathered",
+         "The self-check reads on its own which passes evaluate: a loop without gradients (no_grad or "
+         "inference_mode), stepping nothing, that adds up figures over a loader the output gave a "
+         "DistributedSampler (where it is built, or in a function of the file it is handed to), in a "
+         "scope where nothing gathers them (no all_reduce or all_gather, no every_rank or "
+         "evaluation_share). Its figures are this rank's share, printed by rank 0 as the whole set's.",
+         "Evaluate on a loader built without the DistributedSampler, or all-reduce the sums and counts "
+         "before they are used."),
     Rule("DDP938", Severity.WARNING, "self-check: an optimizer steps during the pass of a loader left whole",
          "The self-check reads on its own which passes train: a loop over the loader (where it is "
          "built, in a function of the file it is handed to, or unpacked from a returned tuple) that "
@@ -226,6 +234,17 @@ _TEACHING = TRAINING.replace(
     "torch.nn.functional.mse_loss(student(x.to(device)), teacher(x.to(device)).detach())")
 _TEACHING_JOINED = "from torch.nn.parallel import DistributedDataParallel as DDP\n" + _TEACHING.replace(
     "device = torch", 'torch.distributed.init_process_group("gloo")\ndevice = torch')
+
+# The training loader measured after training, its DistributedSampler kept and nothing gathered.
+_MEASURED = TRAINING + """total = 0.0
+with torch.no_grad():
+    for x, y in loader:
+        total += torch.nn.functional.mse_loss(model(x.to(device)), y.to(device)).item()
+print(total / len(loader))
+"""
+_MEASURED_SHARE = "from torch.utils.data.distributed import DistributedSampler\n" + _MEASURED.replace(
+    "device = torch", 'torch.distributed.init_process_group("gloo")\ndevice = torch').replace(
+    "batch_size=8, shuffle=True)", "batch_size=8, sampler=DistributedSampler(dataset))")
 
 # The sampler asks for the group before a setup function that joins it is called.
 _LATE_GROUP = (
@@ -568,6 +587,7 @@ CASES = (
           _JOINED.replace("model(x.to(device))", "model(x.to(device) + torch.randn(1, device=f\"cuda:{args.gpu}\"))"),
           "DDP924"),
     Flags(TRAINING, _JOINED.replace("model(x.to(device))", "model(x.to(device) + torch.ones(1, device=1))"), "DDP924"),
+    Flags(_MEASURED, _MEASURED_SHARE, "DDP943"),
     # A GPU index kept in a name (`gpu = 0`), handed to `.to()`: GPU 0 on every rank.
     Flags(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)", _GPU_IN_A_NAME),
           _JOINED.replace("model = torch.nn.Linear(4, 1).to(device)", _GPU_IN_A_NAME), "DDP924"),
