@@ -1,0 +1,212 @@
+"""A model moved by the function that trains it, on every call from the epoch loop.
+
+`def train_fn(model, loader, optimizer, device): model.to(device); model.train(); ...`,
+called as `train_fn(model, ...)` once per epoch by a caller that holds `model` from before
+the loop (the common notebook shape, with `valid_fn` alike). After the first call the
+move is a no-op, so the model reaches its device before the loop as well as inside it; a
+wrap inside `train_fn` would build a new DistributedDataParallel on every call (each one
+broadcasts every parameter from rank 0 and builds a reducer) and move the module a previous
+wrapper holds. The wrap belongs once, in the caller, before the loop: the function's move,
+with the caller's arguments, goes there first (when the caller does not move the model
+itself), and every move the functions handed the wrapper make of it is guarded with
+`isinstance(..., DDP)`: a wrapper is already on its device, and a plain module (plain
+`python`, or another model handed in) is moved as before.
+"""
+
+from typing import Optional
+
+import libcst as cst
+
+from ddpify.analysis.control import Facts
+from ddpify.analysis.facts import Model, Statement
+from ddpify.analysis.nodes import dotted_name, handed_for, names_in, parameter_names
+from ddpify.emit.edits import Edits
+
+MOVES = ("to", "cuda")
+
+
+def in_place_move(statement: Statement, name: str) -> Optional[cst.Call]:
+    """`name.to(device)` / `name.cuda()` alone on its line, or `name = name.to(device)`: the
+    move, else None."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if isinstance(small, cst.Assign):
+        if len(small.targets) != 1 or dotted_name(small.targets[0].target) != name:
+            return None
+    elif not isinstance(small, cst.Expr):
+        return None
+    value = small.value
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+            and value.func.attr.value in MOVES and dotted_name(value.func.value) == name:
+        return value
+    return None
+
+
+def moves_only(facts: Facts, function: cst.FunctionDef, name: str) -> list[cst.Call]:
+    """The function's in-place moves of its parameter `name`, when every statement of it that
+    binds or moves the parameter is one (else empty)."""
+    moves: list[cst.Call] = []
+    for statement in facts.statements_touching.get(name, ()):
+        if facts.function_of(statement) is not function:
+            continue
+        move = in_place_move(statement, name)
+        if move is not None:
+            moves.append(move)
+        elif _binds_or_moves(statement, name):
+            return []
+    return moves
+
+
+def _binds_or_moves(statement: Statement, name: str) -> bool:
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    for small in statement.body:
+        if isinstance(small, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+            targets = small.targets if isinstance(small, cst.Assign) else [small]
+            if any(name in names_in(target.target) for target in targets):
+                return True
+        value = getattr(small, "value", None)
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+            if value.func.attr.value in MOVES and dotted_name(value.func.value) == name:
+                return True
+            value = value.func.value
+    return False
+
+
+def callers_move(facts: Facts, function: cst.FunctionDef, name: str) -> Optional[list[tuple[cst.Call, str]]]:
+    """Rule: each call of `function` sits in a loop of its caller and hands in a plain name
+    the loop does not rebind (the model the caller holds from before the loop: a new model per
+    fold, built in the fold loop around the epoch loop, is still one model per epoch loop),
+    and the function's moves of `name` are all in place and read only its parameters and
+    literals. (call, the move with the caller's arguments) per call; None when any call is
+    not so."""
+    moves = moves_only(facts, function, name)
+    calls = list(facts.calls_of(function))
+    if not moves or not calls:
+        return None
+    found: list[tuple[cst.Call, str]] = []
+    for call in calls:
+        argument = handed_for(call, function, name)
+        held = dotted_name(argument) if argument is not None else None
+        loops = facts.enclosing_loops(call)
+        if held is None or "." in held or not loops or _rebound_in(facts, loops[0], held):
+            return None
+        move = _move_with_arguments(facts, function, call, moves[0], held)
+        if move is None:
+            return None
+        found.append((call, move))
+    return found
+
+
+def _rebound_in(facts: Facts, loop: cst.For, name: str) -> bool:
+    start, end = facts.start_of(loop.body), facts.end_of(loop.body)
+    return name in names_in(loop.target) or any(
+        _binds_or_moves(statement, name) and start <= facts.start_of(statement) and facts.end_of(statement) <= end
+        for statement in facts.statements_touching.get(name, ()))
+
+
+def _move_with_arguments(facts: Facts, function: cst.FunctionDef, call: cst.Call, move: cst.Call,
+                         held: str) -> Optional[str]:
+    """`held.to(<the caller's value for each parameter the move reads>)`: only for arguments
+    that are a parameter handed in as a plain name or attribute (`device`, `args.device`), a
+    module-level name both read (`CFG.device`), or a literal."""
+    parameters = set(parameter_names(function))
+    arguments: list[str] = []
+    for arg in move.args:
+        value = arg.value
+        if isinstance(value, cst.Name) and value.value in parameters:
+            handed = handed_for(call, function, value.value)
+            if handed is None or dotted_name(handed) is None:
+                return None
+            value = handed
+        elif not isinstance(value, (cst.SimpleString, cst.Integer)) \
+                and not _global_in_both(facts, function, call, value):
+            return None
+        keyword = f"{arg.keyword.value}=" if arg.keyword is not None else ""
+        arguments.append(keyword + facts.module.code_for_node(value))
+    method = move.func.attr.value if isinstance(move.func, cst.Attribute) else "to"
+    return f"{held}.{method}({', '.join(arguments)})"
+
+
+def _global_in_both(facts: Facts, function: cst.FunctionDef, call: cst.Call, value: cst.BaseExpression) -> bool:
+    """`CFG.device`, `DEVICE`: a module-level name, read as such by the function and by its
+    caller (neither binds it), so the caller reads the same value."""
+    name = dotted_name(value)
+    if name is None:
+        return False
+    base = name.split(".", 1)[0]
+    caller = facts.function_of(call)
+    return base not in parameter_names(function) and not facts.binds_locally(function, base) and (
+        caller is None or base not in parameter_names(caller) and not facts.binds_locally(caller, base))
+
+
+def moved_by_the_caller(facts: Facts, model: Model) -> bool:
+    """The caller moves the model itself (`model.to(device)`, `Net().to(device)`) in its
+    function: no move to hoist from the callee."""
+    return any(facts.function_of(statement) is model.function and _binds_or_moves(statement, model.name)
+               and isinstance(statement, cst.SimpleStatementLine)
+               and any(isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+                       and call.func.attr.value in MOVES for call in _calls_in(statement))
+               for statement in facts.statements_touching.get(model.name, ()))
+
+
+def _calls_in(statement: cst.SimpleStatementLine) -> list[cst.Call]:
+    found: list[cst.Call] = []
+
+    class Calls(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            found.append(node)
+
+    statement.visit(Calls())
+    return found
+
+
+def move_made_by_callees(facts: Facts, model: Model, anchor: Optional[Statement]) -> Optional[str]:
+    """The move to make before the wrap at `anchor` (`model.to(device)`), when the caller
+    does not move the model itself and the functions it hands the model to in a loop after
+    the anchor move it on every call (callers_move); else None. The anchor ends before each
+    such loop and binds none of the names the move reads after it."""
+    if anchor is None or "." in model.name or moved_by_the_caller(facts, model):
+        return None
+    hoisted: Optional[str] = None
+    for callee, parameter, call in facts._calls_passing(model.name, model.function):
+        if not moves_only(facts, callee, parameter) or facts.start_of(call) < facts.end_of(anchor):
+            continue
+        moves = dict(callers_move(facts, callee, parameter) or ())
+        move = moves.get(call)
+        loops = facts.enclosing_loops(call)
+        if move is None or not loops or facts.start_of(loops[0]) < facts.end_of(anchor) \
+                or _bound_after(facts, model, anchor, move):
+            return None
+        hoisted = hoisted or move
+    return hoisted
+
+
+def _bound_after(facts: Facts, model: Model, anchor: Statement, move: str) -> bool:
+    """A name the move reads (`device`) is bound in the caller after the anchor."""
+    read = names_in(cst.parse_expression(move)) - {model.name}
+    return any(facts.function_of(statement) is model.function and facts.start_of(statement) > facts.end_of(anchor)
+               and _binds(statement, name)
+               for name in read for statement in facts.statements_touching.get(name, ()))
+
+
+def _binds(statement: Statement, name: str) -> bool:
+    if isinstance(statement, cst.SimpleStatementLine):
+        return any(isinstance(small, (cst.Assign, cst.AnnAssign, cst.AugAssign)) and name in names_in(
+            small.targets[0].target if isinstance(small, cst.Assign) else small.target) for small in statement.body)
+    return isinstance(statement, cst.For) and name in names_in(statement.target)
+
+
+def guard_moves_in_callees(facts: Facts, edits: Edits, model: Model, wrap: Statement) -> None:
+    """Every function handed the wrapped model after its wrap that moves what it is handed in
+    place moves it only when it is not the wrapper (a `.to()` of a DDP model or of the module
+    it holds, after the wrap, is what DESIGN §2.3 rules out)."""
+    for callee, parameter, call in facts._calls_passing(model.name, model.function):
+        if facts.start_of(call) <= facts.end_of(wrap) or callee is model.function:
+            continue
+        for move in moves_only(facts, callee, parameter):
+            statement = facts.statement_of(move)
+            if statement not in edits.guarded and statement not in edits.removed:
+                edits.guarded[statement] = f"not isinstance({parameter}, DDP)"
+                edits.report("DDP126", statement)
