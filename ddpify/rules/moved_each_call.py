@@ -13,42 +13,61 @@ itself), and every move the functions handed the wrapper make of it is guarded w
 `python`, or another model handed in) is moved as before.
 """
 
-from typing import Optional
+from typing import Optional, cast
 
 import libcst as cst
 
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Model, Statement
-from ddpify.analysis.nodes import dotted_name, handed_for, names_in, parameter_names
+from ddpify.analysis.nodes import dotted_name, find_all, handed_for, names_in, parameter_names
 from ddpify.emit.edits import Edits
 
 MOVES = ("to", "cuda")
 
 
+MODES = ("train", "eval")
+
+
 def in_place_move(statement: Statement, name: str) -> Optional[cst.Call]:
-    """`name.to(device)` / `name.cuda()` alone on its line, or `name = name.to(device)`: the
-    move, else None."""
+    """`name.to(device)` / `name.cuda()` alone on its line, `name = name.to(device)`, or a
+    chain of one move and mode switches on the name (`name.train().to(device)`, `name.to(device).eval()`):
+    the move, else None."""
     if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
         return None
     small = statement.body[0]
     if isinstance(small, cst.Assign):
         if len(small.targets) != 1 or dotted_name(small.targets[0].target) != name:
             return None
-    elif not isinstance(small, cst.Expr):
+        chain = _chain(small.value, name)
+        return chain[0] if len(chain) == 1 and _method(chain[0]) in MOVES else None
+    if not isinstance(small, cst.Expr):
         return None
-    value = small.value
-    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
-            and value.func.attr.value in MOVES and dotted_name(value.func.value) == name:
-        return value
-    return None
+    chain = _chain(small.value, name)
+    moves = [call for call in chain if _method(call) in MOVES]
+    return moves[0] if len(moves) == 1 and all(_method(call) in (*MOVES, *MODES) for call in chain) else None
+
+
+def _method(call: cst.Call) -> str:
+    return call.func.attr.value if isinstance(call.func, cst.Attribute) else ""
+
+
+def _chain(value: cst.BaseExpression, name: str) -> list[cst.Call]:
+    """The method calls of `name.a(...).b(...)`, first first; empty when the chain does not
+    start at the name."""
+    calls: list[cst.Call] = []
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        calls.insert(0, value)
+        value = value.func.value
+    return calls if dotted_name(value) == name else []
 
 
 def moves_only(facts: Facts, function: cst.FunctionDef, name: str) -> list[cst.Call]:
     """The function's in-place moves of its parameter `name`, when every statement of it that
     binds or moves the parameter is one (else empty)."""
     moves: list[cst.Call] = []
-    for statement in facts.statements_touching.get(name, ()):
-        if facts.function_of(statement) is not function:
+    # (Its own lines, read here: a chain `model.train().to(device)` is filed under no name.)
+    for statement in find_all(function.body, cst.SimpleStatementLine, into_functions=False):
+        if name not in names_in(statement):
             continue
         move = in_place_move(statement, name)
         if move is not None:
@@ -201,12 +220,28 @@ def _binds(statement: Statement, name: str) -> bool:
 def guard_moves_in_callees(facts: Facts, edits: Edits, model: Model, wrap: Statement) -> None:
     """Every function handed the wrapped model after its wrap that moves what it is handed in
     place moves it only when it is not the wrapper (a `.to()` of a DDP model or of the module
-    it holds, after the wrap, is what DESIGN §2.3 rules out)."""
+    it holds, after the wrap, is what DESIGN §2.3 rules out). A chain with mode switches
+    (`model.train().to(device)`) becomes a line per call, in its order, the switches kept
+    for the wrapper (each returns the module it is called on)."""
     for callee, parameter, call in facts._calls_passing(model.name, model.function):
         if facts.start_of(call) <= facts.end_of(wrap) or callee is model.function:
             continue
         for move in moves_only(facts, callee, parameter):
             statement = facts.statement_of(move)
-            if statement not in edits.guarded and statement not in edits.removed:
-                edits.guarded[statement] = f"not isinstance({parameter}, DDP)"
-                edits.report("DDP126", statement)
+            if statement in edits.guarded or statement in edits.removed or statement in edits.replaced:
+                continue
+            guard = f"not isinstance({parameter}, DDP)"
+            small = cast(cst.SimpleStatementLine, statement).body[0]
+            chain = _chain(small.value, parameter) if isinstance(small, cst.Expr) else []
+            if len(chain) > 1:
+                lines = [f"if {guard}:\n    {parameter}.{_method(each)}"
+                         f"({_arguments(facts, each)})" if _method(each) in MOVES
+                         else f"{parameter}.{_method(each)}({_arguments(facts, each)})" for each in chain]
+                edits.replace(statement, edits.statements("\n".join(lines)))
+            else:
+                edits.guarded[statement] = guard
+            edits.report("DDP126", statement)
+
+
+def _arguments(facts: Facts, call: cst.Call) -> str:
+    return ", ".join(facts.module.code_for_node(arg).rstrip(", ") for arg in call.args)
