@@ -93,31 +93,6 @@ def _binds_or_moves(statement: Statement, name: str) -> bool:
     return False
 
 
-def callers_move(facts: Facts, function: cst.FunctionDef, name: str) -> Optional[list[tuple[cst.Call, str]]]:
-    """Rule: each call of `function` sits in a loop of its caller and hands in a plain name
-    the loop does not rebind (the model the caller holds from before the loop: a new model per
-    fold, built in the fold loop around the epoch loop, is still one model per epoch loop),
-    and the function's moves of `name` are all in place and read only its parameters and
-    literals. (call, the move with the caller's arguments) per call; None when any call is
-    not so."""
-    moves = moves_only(facts, function, name)
-    calls = list(facts.calls_of(function))
-    if not moves or not calls:
-        return None
-    found: list[tuple[cst.Call, str]] = []
-    for call in calls:
-        argument = handed_for(call, function, name)
-        held = dotted_name(argument) if argument is not None else None
-        loops = facts.enclosing_loops(call)
-        if held is None or "." in held or not loops or _rebound_in(facts, loops[0], held):
-            return None
-        move = _move_with_arguments(facts, function, call, moves[0], held)
-        if move is None:
-            return None
-        found.append((call, move))
-    return found
-
-
 def _rebound_in(facts: Facts, loop: cst.For, name: str) -> bool:
     start, end = facts.start_of(loop.body), facts.end_of(loop.body)
     return name in names_in(loop.target) or any(
@@ -182,24 +157,44 @@ def _calls_in(statement: cst.SimpleStatementLine) -> list[cst.Call]:
 
 
 def move_made_by_callees(facts: Facts, model: Model, anchor: Optional[Statement]) -> Optional[str]:
-    """The move to make before the wrap at `anchor` (`model.to(device)`), when the caller
-    does not move the model itself and the functions it hands the model to in a loop after
-    the anchor move it on every call (callers_move); else None. The anchor ends before each
-    such loop and binds none of the names the move reads after it."""
+    """Rule: the caller holds the model from before a loop (a new model per fold, built in the
+    fold loop around the epoch loop, is one model per epoch loop) and hands it, in that loop,
+    to a function that moves what it is handed in place (`model.to(device)`, reading only its
+    parameters, module-level names and literals): after the first call the move is a no-op,
+    and the model reaches its device before the loop as well. That move, with the caller's
+    arguments, is the one to make before the wrap at `anchor`; None when the caller moves the
+    model itself, or any such call sits in a loop the anchor does not end before, in a loop
+    that rebinds the model, or moves with arguments the caller cannot read there. (A call out
+    of any loop, a final evaluation, is no reason to hoist: its move is guarded if it is the
+    same, guard_moves_in_callees.)"""
     if anchor is None or "." in model.name or moved_by_the_caller(facts, model):
         return None
     hoisted: Optional[str] = None
     for callee, parameter, call in facts._calls_passing(model.name, model.function):
-        if not moves_only(facts, callee, parameter) or facts.start_of(call) < facts.end_of(anchor):
-            continue
-        moves = dict(callers_move(facts, callee, parameter) or ())
-        move = moves.get(call)
+        moves = moves_only(facts, callee, parameter)
         loops = facts.enclosing_loops(call)
-        if move is None or not loops or facts.start_of(loops[0]) < facts.end_of(anchor) \
-                or _bound_after(facts, model, anchor, move):
+        if not moves or not loops or facts.start_of(call) < facts.end_of(anchor):
+            continue
+        move = _move_with_arguments(facts, callee, call, moves[0], model.name)
+        if move is None or facts.start_of(loops[0]) < facts.end_of(anchor) \
+                or _rebound_in(facts, loops[0], model.name) or _bound_after(facts, model, anchor, move):
             return None
         hoisted = hoisted or move
     return hoisted
+
+
+def _caller_moves(facts: Facts, model: Model) -> set[str]:
+    """The caller's moves of the model as `model.to(<its arguments>)`: the one made before the
+    wrap for a function's (move_made_by_callees), else its own (`Net().to(device)`)."""
+    if model.moved_by_callee is not None:
+        return {model.moved_by_callee}
+    found: set[str] = set()
+    for statement in facts.statements_touching.get(model.name, ()):
+        if facts.function_of(statement) is model.function and isinstance(statement, cst.SimpleStatementLine) \
+                and _binds_or_moves(statement, model.name):
+            found |= {f"{model.name}.{_method(call)}({_arguments(facts, call)})"
+                      for call in _calls_in(statement) if _method(call) in MOVES}
+    return found
 
 
 def _bound_after(facts: Facts, model: Model, anchor: Statement, move: str) -> bool:
@@ -219,17 +214,19 @@ def _binds(statement: Statement, name: str) -> bool:
 
 def guard_moves_in_callees(facts: Facts, edits: Edits, model: Model, wrap: Statement) -> None:
     """Every function handed the wrapped model after its wrap that moves what it is handed in
-    place moves it only when it is not the wrapper (a `.to()` of a DDP model or of the module
-    it holds, after the wrap, is what DESIGN §2.3 rules out). A chain with mode switches
+    place, to where the caller moved it, moves it only when it is not the wrapper (a `.to()`
+    of a DDP model or of the module it holds, after the wrap, is what DESIGN §2.3 rules out). A chain with mode switches
     (`model.train().to(device)`) becomes a line per call, in its order, the switches kept
     for the wrapper (each returns the module it is called on)."""
+    targets = _caller_moves(facts, model)
     for callee, parameter, call in facts._calls_passing(model.name, model.function):
         if facts.start_of(call) <= facts.end_of(wrap) or callee is model.function:
             continue
         for move in moves_only(facts, callee, parameter):
             statement = facts.statement_of(move)
-            if statement in edits.guarded or statement in edits.removed or statement in edits.replaced:
-                continue
+            if statement in edits.guarded or statement in edits.removed or statement in edits.replaced \
+                    or _move_with_arguments(facts, callee, call, move, model.name) not in targets:
+                continue  # (a move elsewhere, `.to("cpu")` to predict after training, stays)
             guard = f"not isinstance({parameter}, DDP)"
             small = cast(cst.SimpleStatementLine, statement).body[0]
             chain = _chain(small.value, parameter) if isinstance(small, cst.Expr) else []
