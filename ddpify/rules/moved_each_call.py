@@ -110,6 +110,8 @@ def _move_with_arguments(facts: Facts, function: cst.FunctionDef, call: cst.Call
     for arg in move.args:
         value = arg.value
         if isinstance(value, cst.Name) and value.value in parameters:
+            if _assigned_in(function, value.value):
+                return None  # (`if not torch.cuda.is_available(): device = "cpu"`: not the caller's value)
             handed = handed_for(call, function, value.value)
             if handed is None or dotted_name(handed) is None:
                 return None
@@ -121,6 +123,11 @@ def _move_with_arguments(facts: Facts, function: cst.FunctionDef, call: cst.Call
         arguments.append(keyword + facts.module.code_for_node(value))
     method = move.func.attr.value if isinstance(move.func, cst.Attribute) else "to"
     return f"{held}.{method}({', '.join(arguments)})"
+
+
+def _assigned_in(function: cst.FunctionDef, name: str) -> bool:
+    return any(_binds(statement, name) for statement in find_all(function.body, cst.SimpleStatementLine,
+                                                                   into_functions=False))
 
 
 def _global_in_both(facts: Facts, function: cst.FunctionDef, call: cst.Call, value: cst.BaseExpression) -> bool:
