@@ -2055,7 +2055,8 @@ def _follow_the_move(facts: Facts, edits: Edits, setup: Plan,
     """The wrap's anchor and the model it wraps: where the model reaches its device, followed
     to the holder that is moved elsewhere (_moved_elsewhere); None once reported."""
     anchor = _wrap_anchor(facts, model) if model.moved_in_call is None else model.optimizer_statement
-    hoisted = moved_each_call.move_made_by_callees(facts, model, anchor)
+    # (FSDP2 shards in place, where the model reaches its device: not hoisted.)
+    hoisted = None if edits.options.fsdp2 else moved_each_call.move_made_by_callees(facts, model, anchor)
     if hoisted is not None:
         return anchor, Model(model.name, model.optimizer_statement, model.function, moved_by_callee=hoisted)
     later = _moved_by_a_later_method(facts, model, anchor)
