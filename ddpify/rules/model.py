@@ -149,6 +149,15 @@ RULES = (
          "the module it holds after the wrap replaces the parameters DDP's hooks watch; a plain "
          "module (plain `python`, or another model handed in) is moved as before.",
          "Nothing to do."),
+    Rule("DDP944", Severity.WARNING, "the model is moved and wrapped anew on every call of a loop",
+         "`def train_fn(model, ..., device): model.to(device)` called in the epoch loop, where "
+         "ddpify could not make that move before the loop in the caller (DDP126): the function "
+         "rebinds the device it moves to, or the move reads values the caller does not hold. The "
+         "wrap stays after the function's move, so each call builds a new DistributedDataParallel "
+         "(a broadcast of every parameter and a new reducer) around the module the previous one "
+         "wraps, and the move runs on that module after its wrap.",
+         "Move the model to its device in the caller, before the loop (`model.to(device)`): "
+         "ddpify then wraps it there once."),
     Rule("DDP903", Severity.WARNING, "could not find the model to wrap, or where it reaches its device",
          "DDP must wrap the model after it is on its device and before training; ddpify "
          "could not tell where that is, or which module an optimizer trains (its parameters "
@@ -433,6 +442,7 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
     edits.report("DDP101", anchor)
     setup.wrap_points[model.name] = anchor
     setup.wrapped_models += 1
+    moved_each_call.report_wrapped_on_every_call(facts, edits, model, anchor)
     _report_training_around_the_wrapper(facts, edits, model)
     _drop_moves_after_wrap(facts, edits, model, anchor)
     moved_each_call.guard_moves_in_callees(facts, edits, model, anchor)
@@ -1527,6 +1537,7 @@ def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, an
     edits.imports.update({"DDP", "dist"})
     edits.report("DDP101", anchor)
     setup.wrap_points[model.name] = anchor
+    moved_each_call.report_wrapped_on_every_call(facts, edits, model, anchor)
     _report_training_around_the_wrapper(facts, edits, model)
     _drop_moves_after_wrap(facts, edits, model, anchor)
     moved_each_call.guard_moves_in_callees(facts, edits, model, anchor)

@@ -249,3 +249,20 @@ def guard_moves_in_callees(facts: Facts, edits: Edits, model: Model, wrap: State
 
 def _arguments(facts: Facts, call: cst.Call) -> str:
     return ", ".join(facts.module.code_for_node(arg).rstrip(", ") for arg in call.args)
+
+
+def report_wrapped_on_every_call(facts: Facts, edits: Edits, model: Model, wrap: Statement) -> None:
+    """Rule: the wrap sits in a function, after its in-place move of the model it is handed,
+    and a call of that function sits in a loop (move_made_by_callees could not take the move
+    before it): a new wrapper on every call, around the module the last one wraps. Kept, and
+    said (DDP944), so that it never exits 0 unseen."""
+    function = model.function
+    if function is None or model.name not in parameter_names(function) or facts.function_of(wrap) is not function \
+            or not moves_only(facts, function, model.name):
+        return
+    looped = [call for call in facts.calls_of(function) if facts.enclosing_loops(call)]
+    if looped:
+        loop = facts.enclosing_loops(looped[0])[0]
+        edits.report("DDP944", wrap, f"`{model.name}` is moved and wrapped in `{function.name.value}()`, called "
+                     f"on every pass of the loop at line {facts.line_of(loop)}: a new DDP per call around the "
+                     f"module the last one wraps; move it to its device before that loop, where ddpify wraps it once")
