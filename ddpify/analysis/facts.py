@@ -174,6 +174,9 @@ class Model:
     # `fit(model.to(device), loader)`: the move in the call, hoisted onto a line of its own
     # before it (`model = model.to(device)`), with the wrap between the two.
     moved_in_call: Optional[cst.Call] = None
+    # `train_fn(model, ...)` each epoch, whose body moves what it is handed: that move, with the
+    # caller's arguments (`model.to(device)`), made before the wrap in the caller.
+    moved_by_callee: Optional[str] = None
 
 
 @dataclass

@@ -50,7 +50,7 @@ from ddpify.emit.edits import Edits, Insertion, Rewrite
 from ddpify.emit.layout import LINE_LENGTH, fits
 from ddpify.options import Options
 from ddpify.plan import Plan
-from ddpify.rules import dropped_outputs, lazy_layers, part_runs, sharding
+from ddpify.rules import dropped_outputs, lazy_layers, moved_each_call, part_runs, sharding
 from ddpify.rules.cases import TRAINING, Emits, Silent
 from ddpify.rules.setup import gpu_made_the_default, read_from_the_scope_around, where_the_read_model_moves
 
@@ -141,6 +141,23 @@ RULES = (
          "local (UnboundLocalError).",
          "Move the model to its device at module level, after it is built (ddpify wraps it there), "
          "or build it in the function that moves it."),
+    Rule("DDP126", Severity.EDIT, "a move of the model a function is handed runs only while it is not the DDP wrapper",
+         "`def train_fn(model, ...): model.to(device)` called every epoch: the model is wrapped once, "
+         "in the caller before the epoch loop, after that move (made there too when the caller "
+         "does not move it), instead of a new DDP on every call. The function's move stays, under "
+         "`if not isinstance(model, DDP):`: a wrapper is on its device already, and moving it or "
+         "the module it holds after the wrap replaces the parameters DDP's hooks watch; a plain "
+         "module (plain `python`, or another model handed in) is moved as before.",
+         "Nothing to do."),
+    Rule("DDP944", Severity.WARNING, "the model is moved and wrapped anew on every call of a loop",
+         "`def train_fn(model, ..., device): model.to(device)` called in the epoch loop, where "
+         "ddpify could not make that move before the loop in the caller (DDP126): the function "
+         "rebinds the device it moves to, or the move reads values the caller does not hold. The "
+         "wrap stays after the function's move, so each call builds a new DistributedDataParallel "
+         "(a broadcast of every parameter and a new reducer) around the module the previous one "
+         "wraps, and the move runs on that module after its wrap.",
+         "Move the model to its device in the caller, before the loop (`model.to(device)`): "
+         "ddpify then wraps it there once."),
     Rule("DDP903", Severity.WARNING, "could not find the model to wrap, or where it reaches its device",
          "DDP must wrap the model after it is on its device and before training; ddpify "
          "could not tell where that is, or which module an optimizer trains (its parameters "
@@ -425,8 +442,10 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
     edits.report("DDP101", anchor)
     setup.wrap_points[model.name] = anchor
     setup.wrapped_models += 1
+    moved_each_call.report_wrapped_on_every_call(facts, edits, model, anchor)
     _report_training_around_the_wrapper(facts, edits, model)
     _drop_moves_after_wrap(facts, edits, model, anchor)
+    moved_each_call.guard_moves_in_callees(facts, edits, model, anchor)
     _unwrap_once_training_is_over(facts, edits, model, anchor)
     _unwrap_attributes(facts, edits, model, anchor)
     _unwrap_module_accesses(facts, edits, model)
@@ -604,6 +623,8 @@ def _insert_wrap(facts: Facts, edits: Edits, model: Model, anchor: Statement, wr
     then hands in the name."""
     move = model.moved_in_call
     if move is None:
+        if model.moved_by_callee is not None:
+            wrap = [edits.statement(model.moved_by_callee), *wrap]
         edits.insert_after(anchor, wrap)
         return
     hoisted = edits.statement(f"{model.name} = {edits.code(move)}")
@@ -1516,8 +1537,10 @@ def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, an
     edits.imports.update({"DDP", "dist"})
     edits.report("DDP101", anchor)
     setup.wrap_points[model.name] = anchor
+    moved_each_call.report_wrapped_on_every_call(facts, edits, model, anchor)
     _report_training_around_the_wrapper(facts, edits, model)
     _drop_moves_after_wrap(facts, edits, model, anchor)
+    moved_each_call.guard_moves_in_callees(facts, edits, model, anchor)
     _unwrap_attributes(facts, edits, model, anchor)
     _unwrap_module_accesses(facts, edits, model)
     _hand_back_the_module(facts, edits, model)
@@ -2043,6 +2066,10 @@ def _follow_the_move(facts: Facts, edits: Edits, setup: Plan,
     """The wrap's anchor and the model it wraps: where the model reaches its device, followed
     to the holder that is moved elsewhere (_moved_elsewhere); None once reported."""
     anchor = _wrap_anchor(facts, model) if model.moved_in_call is None else model.optimizer_statement
+    # (FSDP2 shards in place, where the model reaches its device: not hoisted.)
+    hoisted = None if edits.options.fsdp2 else moved_each_call.move_made_by_callees(facts, model, anchor)
+    if hoisted is not None:
+        return anchor, Model(model.name, model.optimizer_statement, model.function, moved_by_callee=hoisted)
     later = _moved_by_a_later_method(facts, model, anchor)
     if later is not None:
         return later, Model(model.name, model.optimizer_statement, facts.function_of(later))
