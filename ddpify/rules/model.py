@@ -4017,7 +4017,39 @@ def main():
             optimizer.step()
 """
 
+# An epoch function that moves the model it is handed, called in the epoch loop: wrapped once
+# before the loop, the function's move kept for a plain module only; where the function picks
+# its own device, the move cannot be made before the loop (DDP944).
+_MOVED_EACH_EPOCH = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def train_fn(model, loader, optimizer, device):
+    model.to(device)
+    model.train()
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+for epoch in range(3):
+    train_fn(model, loader, optimizer, device)
+"""
+_MOVED_TO_ITS_OWN_DEVICE = _MOVED_EACH_EPOCH.replace(
+    "    model.to(device)\n",
+    '    if not torch.cuda.is_available():\n        device = "cpu"\n    model.to(device)\n', 1)
+
 CASES = (
+    Emits(_MOVED_EACH_EPOCH, "DDP126", ("    if not isinstance(model, DDP):",)),
+    Emits(_MOVED_TO_ITS_OWN_DEVICE, "DDP944", ()),
     # The module's model wrapped where `main()` moves it: declared global there (run once) or refused.
     Emits(_GLOBAL_MOVED_IN_MAIN + "\n\nmain()\n", "DDP120", ("    global model",)),
     Emits(_GLOBAL_MOVED_IN_MAIN + "\n\nfor _ in range(2):\n    main()\n", "DDP121"),
