@@ -16,7 +16,7 @@ from ddpify.analysis import names
 from ddpify.analysis.control import Facts
 from ddpify.analysis.nodes import dotted_name, find_all, names_in
 from ddpify.diagnostics import Rule, Severity
-from ddpify.emit.edits import Edits
+from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan
 from ddpify.rules import report_only, training
 from ddpify.rules.cases import TRAINING, Emits, Silent
@@ -48,6 +48,14 @@ MACHINE_LOCAL_CALLS = frozenset({"tempfile.mkdtemp", "tempfile.mkstemp", "tempfi
                                  "tempfile.NamedTemporaryFile", "tempfile.TemporaryDirectory"})
 RANK_ZERO_GUARDS = frozenset({"is_main", "is_main_process()"})
 
+# Local rank 0 removes the folder (`shutil.rmtree(scratch)` after the best weights are
+# reloaded): every rank of its machine must have read from it first.
+READ_BEFORE_REMOVED_CODE = """\
+if dist.is_initialized():
+    dist.barrier()  # every rank has read from the folder local rank 0 removes next
+"""
+REMOVALS = frozenset({"shutil.rmtree", "os.remove", "os.unlink", "os.rmdir"})
+
 HELPER = '''\
 
 
@@ -61,11 +69,12 @@ def chosen_on_this_machine(value):
 
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
-    local_names = machine_local_names(facts)
-    if not local_names:
+    literals = _machine_local_literals(facts)
+    local_names = machine_local_names(facts, literals)
+    if not local_names and not literals:
         return
     for statement, guard in list(edits.guarded.items()):
-        if guard in RANK_ZERO_GUARDS and _writes_into(facts, statement, local_names):
+        if guard in RANK_ZERO_GUARDS and _writes_into(facts, statement, local_names, set(literals)):
             if _decided_per_rank(facts, setup, statement):
                 edits.report("DDP945", statement)
                 continue
@@ -73,6 +82,10 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             edits.guarded[statement] = LOCAL_RANK_ZERO if in_sight else LOCAL_RANK_ZERO_IN_HELPER
             if not in_sight:
                 edits.imports.update({"os", "dist"})
+            if _removes(facts, statement):
+                waiting = Insertion(edits.statements(READ_BEFORE_REMOVED_CODE), takes_comments=True)
+                edits.insert_before(statement, waiting)
+                edits.imports.add("dist")
             edits.report("DDP322", statement)
 
 
@@ -81,7 +94,7 @@ def add_helper(edits: Edits) -> None:
     edits.add_helper("chosen_on_this_machine", HELPER, "dist", "os")
 
 
-def machine_local_names(facts: Facts) -> set[str]:
+def machine_local_names(facts: Facts, literals: list[cst.BaseExpression]) -> set[str]:
     """Names (and `args.x` attributes) whose value is a path on this machine's own disk: the
     target of `with TemporaryDirectory() as d`, of `d = tempfile.mkdtemp()`, of a literal
     under /tmp, of a command-line option whose default is one; and names built from those
@@ -90,7 +103,7 @@ def machine_local_names(facts: Facts) -> set[str]:
     for qualified in MACHINE_LOCAL_CALLS:
         for call in facts.calls_named.get(qualified, ()):
             found |= _bound_by(facts, call)
-    for literal in _machine_local_literals(facts):
+    for literal in literals:
         found |= _bound_by(facts, literal)
     if not found:
         return found
@@ -172,15 +185,28 @@ def _mentions(node: cst.CSTNode, local_names: set[str]) -> bool:
                for name in dotted)
 
 
-def _writes_into(facts: Facts, statement: cst.CSTNode, local_names: set[str]) -> bool:
-    """The guarded statement makes or writes a file whose path mentions a machine-local name."""
+def _writes_into(facts: Facts, statement: cst.CSTNode, local_names: set[str],
+                 literals: set[cst.BaseExpression]) -> bool:
+    """The guarded statement makes or writes a file whose path mentions a machine-local name
+    or is written out (`torch.save(state, "/tmp/best.pt")`)."""
     writers = set(facts.save_calls)
     for qualified in names.OPEN | names.MAKE_DIRECTORIES | names.DUMP_TO_FILE:
         writers.update(facts.calls_named.get(qualified, ()))
     for call in find_all(statement, cst.Call):
-        if call in writers and any(_mentions(arg.value, local_names) for arg in call.args):
+        if call in writers and any(_mentions(arg.value, local_names) or _holds_any(arg.value, literals)
+                                   for arg in call.args):
             return True
     return False
+
+
+def _removes(facts: Facts, statement: cst.CSTNode) -> bool:
+    removals = {call for qualified in REMOVALS for call in facts.calls_named.get(qualified, ())}
+    return any(call in removals for call in find_all(statement, cst.Call))
+
+
+def _holds_any(node: cst.CSTNode, literals: set[cst.BaseExpression]) -> bool:
+    strings = [*find_all(node, cst.SimpleString), *find_all(node, cst.FormattedString)]
+    return any(string in literals for string in strings)
 
 
 def _decided_per_rank(facts: Facts, setup: Plan, statement: cst.CSTNode) -> bool:
