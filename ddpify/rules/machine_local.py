@@ -231,5 +231,9 @@ CASES = (
           + 'torch.save(model.state_dict(), scratch + "/best.pt")\n'
           + 'model.load_state_dict(torch.load(scratch + "/best.pt"))\n',
           "DDP322", ("scratch = chosen_on_this_machine(tempfile.mkdtemp())", "if local_rank == 0:")),
+    # Decided on this rank's last batch loss: each machine would keep other weights.
+    Emits(TRAINING.replace("optimizer.step()", 'optimizer.step()\n        if loss.item() < 0.5:\n'
+                           '            torch.save(model.state_dict(), "/tmp/best.pt")')
+          + 'model.load_state_dict(torch.load("/tmp/best.pt"))\n', "DDP945", ()),
     Silent(TRAINING + 'torch.save(model.state_dict(), "best.pt")\n', "DDP322"),
 )
