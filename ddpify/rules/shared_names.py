@@ -83,6 +83,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             edits.expressions[value] = _wrapped(edits, helper)
             _add_helper(edits, on_this_machine)
             edits.report("DDP310", statement)
+    _share_named_temporary_files(facts, edits, path_names)
     for with_statement, target in _temporary_directories(facts):
         if target not in path_names or not isinstance(with_statement.body, cst.IndentedBlock):
             continue
@@ -93,6 +94,31 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         edits.insert_after(body[-1], edits.statements(LEAVE_TOGETHER_CODE))
         _add_helper(edits, on_this_machine=True)
         edits.report("DDP310", with_statement)
+
+
+def _share_named_temporary_files(facts: Facts, edits: Edits, path_names: set[str]) -> None:
+    """Rule: `with NamedTemporaryFile() as f:` makes one file per rank; `path = f.name`, which a
+    file call uses, becomes the name of this machine's local rank 0's file (the one it writes,
+    machine_local.py), and that file is deleted only when every rank has left the `with`."""
+    for call in facts.calls_named.get("tempfile.NamedTemporaryFile", ()):
+        item = facts.parents.get(call)
+        with_statement = facts.parents.get(item) if isinstance(item, cst.WithItem) else None
+        if not isinstance(item, cst.WithItem) or not isinstance(with_statement, cst.With) or item.asname is None:
+            continue
+        handle = dotted_name(item.asname.name) if isinstance(item.asname.name, cst.BaseExpression) else None
+        if handle is None or not isinstance(with_statement.body, cst.IndentedBlock):
+            continue
+        shared = False
+        for statement in with_statement.body.body:
+            assign = _single_assignment(statement) if isinstance(statement, cst.SimpleStatementLine) else None
+            target = dotted_name(assign.targets[0].target) if assign is not None else None
+            if assign is not None and target in path_names and dotted_name(assign.value) == f"{handle}.name":
+                edits.expressions[assign.value] = _wrapped(edits, "chosen_on_this_machine")
+                shared = True
+        if shared:
+            edits.insert_after(with_statement.body.body[-1], edits.statements(LEAVE_TOGETHER_CODE))
+            _add_helper(edits, on_this_machine=True)
+            edits.report("DDP310", with_statement)
 
 
 def _report_clock_named_before_setup(facts: Facts, edits: Edits, setup: Plan) -> None:
