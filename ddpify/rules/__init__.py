@@ -19,6 +19,7 @@ from ddpify.rules import (
     in_batch,
     loader_dicts,
     loader_workers,
+    machine_local,
     model,
     rank0_values,
     report_only,
@@ -30,9 +31,9 @@ from ddpify.rules import (
 )
 
 CONCERNS = (devices, import_time_devices, model, loader_workers, loader_dicts, data, evaluation, deferred_writes,
-            side_effects, checkpoints, shared_names, training, in_batch, rank0_values, report_only, gpu_count_batches,
-            set_order)
+            side_effects, checkpoints, shared_names, training, in_batch, rank0_values, machine_local, report_only,
+            gpu_count_batches, set_order)
 
 __all__ = ["CONCERNS", "checkpoints", "data", "deferred_writes", "devices", "evaluation", "gpu_count_batches",
-           "import_time_devices", "in_batch", "loader_dicts", "loader_workers", "model", "rank0_values", "report_only",
-           "set_order", "setup", "shared_names", "side_effects", "training"]
+           "import_time_devices", "in_batch", "loader_dicts", "loader_workers", "machine_local", "model",
+           "rank0_values", "report_only", "set_order", "setup", "shared_names", "side_effects", "training"]

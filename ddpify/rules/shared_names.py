@@ -21,7 +21,7 @@ from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import collectives
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan
-from ddpify.rules import report_only
+from ddpify.rules import machine_local, report_only
 from ddpify.rules.cases import TRAINING, Emits, Silent
 from ddpify.rules.setup import group_joined_before, placed_above
 
@@ -63,7 +63,7 @@ def chosen_by_rank_0(value):
 # Leaving the `with` deletes rank 0's folder: no rank may still be reading from it.
 LEAVE_TOGETHER_CODE = """\
 if dist.is_initialized():
-    dist.barrier()  # rank 0 deletes the folder when it leaves; the others have read it
+    dist.barrier()  # local rank 0 deletes the folder when it leaves; the others have read it
 """
 
 
@@ -76,18 +76,49 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
                 # (Rule: a broadcast runs only where the group exists; before it, a no-op.)
                 edits.report("DDP316", statement, _named_before_setup_message(edits, statement, target))
                 continue
-            edits.expressions[value] = _wrapped(edits)
-            _add_helper(edits)
+            # (mkdtemp() makes the folder on this machine's own disk: its local rank 0 names it there.)
+            made_here = set(facts.calls_named.get("tempfile.mkdtemp", ()))
+            on_this_machine = any(call in made_here for call in find_all(value, cst.Call))
+            helper = "chosen_on_this_machine" if on_this_machine else "chosen_by_rank_0"
+            edits.expressions[value] = _wrapped(edits, helper)
+            _add_helper(edits, on_this_machine)
             edits.report("DDP310", statement)
+    _share_named_temporary_files(facts, edits, path_names)
     for with_statement, target in _temporary_directories(facts):
         if target not in path_names or not isinstance(with_statement.body, cst.IndentedBlock):
             continue
         body = with_statement.body.body
-        first = edits.statement(f"{target} = chosen_by_rank_0({target})\n")
+        # (Its folder is on its machine's own disk: each machine's local rank 0 names it there.)
+        first = edits.statement(f"{target} = chosen_on_this_machine({target})\n")
         edits.insert_before(body[0], Insertion([first]))
         edits.insert_after(body[-1], edits.statements(LEAVE_TOGETHER_CODE))
-        _add_helper(edits)
+        _add_helper(edits, on_this_machine=True)
         edits.report("DDP310", with_statement)
+
+
+def _share_named_temporary_files(facts: Facts, edits: Edits, path_names: set[str]) -> None:
+    """Rule: `with NamedTemporaryFile() as f:` makes one file per rank; `path = f.name`, which a
+    file call uses, becomes the name of this machine's local rank 0's file (the one it writes,
+    machine_local.py), and that file is deleted only when every rank has left the `with`."""
+    for call in facts.calls_named.get("tempfile.NamedTemporaryFile", ()):
+        item = facts.parents.get(call)
+        with_statement = facts.parents.get(item) if isinstance(item, cst.WithItem) else None
+        if not isinstance(item, cst.WithItem) or not isinstance(with_statement, cst.With) or item.asname is None:
+            continue
+        handle = dotted_name(item.asname.name) if isinstance(item.asname.name, cst.BaseExpression) else None
+        if handle is None or not isinstance(with_statement.body, cst.IndentedBlock):
+            continue
+        shared = False
+        for statement in with_statement.body.body:
+            assign = _single_assignment(statement) if isinstance(statement, cst.SimpleStatementLine) else None
+            target = dotted_name(assign.targets[0].target) if assign is not None else None
+            if assign is not None and target in path_names and dotted_name(assign.value) == f"{handle}.name":
+                edits.expressions[assign.value] = _wrapped(edits, "chosen_on_this_machine")
+                shared = True
+        if shared:
+            edits.insert_after(with_statement.body.body[-1], edits.statements(LEAVE_TOGETHER_CODE))
+            _add_helper(edits, on_this_machine=True)
+            edits.report("DDP310", with_statement)
 
 
 def _report_clock_named_before_setup(facts: Facts, edits: Edits, setup: Plan) -> None:
@@ -247,16 +278,19 @@ def _dotted_names_in(node: cst.CSTNode) -> list[str]:
     return [name for name in map(dotted_name, find_all(node, cst.Attribute)) if name is not None]
 
 
-def _wrapped(edits: Edits):
+def _wrapped(edits: Edits, helper: str):
     def rewrite(value: cst.BaseExpression) -> cst.BaseExpression:
-        return cst.Call(func=cst.Name("chosen_by_rank_0"), args=[cst.Arg(value=value)])
+        return cst.Call(func=cst.Name(helper), args=[cst.Arg(value=value)])
 
     return rewrite
 
 
-def _add_helper(edits: Edits) -> None:
-    collectives.use(edits)  # before chosen_by_rank_0, which calls it
-    edits.add_helper("chosen_by_rank_0", HELPER, "dist")
+def _add_helper(edits: Edits, on_this_machine: bool = False) -> None:
+    collectives.use(edits)  # before the helper, which calls it
+    if on_this_machine:
+        machine_local.add_helper(edits)
+    else:
+        edits.add_helper("chosen_by_rank_0", HELPER, "dist")
 
 
 _TRAINING_IMPORTS = "".join(TRAINING.splitlines(keepends=True)[:2])

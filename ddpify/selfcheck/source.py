@@ -521,6 +521,10 @@ def is_rank_zero_test(test: ast.AST) -> bool:
 
 
 def _names_a_rank(node: ast.AST) -> bool:
+    if isinstance(node, ast.Call) and last_part(node.func) == "int" and len(node.args) == 1:
+        node = node.args[0]  # `int(os.environ.get("LOCAL_RANK", 0))`: each machine's local rank 0
+        return any(isinstance(inner, ast.Constant) and inner.value in ("RANK", "LOCAL_RANK")
+                   for inner in ast_walk.walk(node))
     if isinstance(node, ast.Call):
         return last_part(node.func) in ("get_rank", "get_local_rank")
     name = last_part(node) or ""
