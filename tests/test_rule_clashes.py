@@ -16,6 +16,10 @@ from ddpify.rules.registry import RULES
 
 # Edits keyed by node that hold one rewrite each: a second writer would replace the first.
 SINGLE_WRITER_EDITS = ("expressions", "replaced", "guarded", "finally_bodies")
+# Rewrites a later rule makes on purpose, reading the earlier one: a write into a machine's own
+# temporary folder keeps its guard's place, but the rank-0 guard an earlier rule gave it becomes
+# each machine's local rank 0 (rules/machine_local.py reads edits.guarded to find them).
+NARROWS_AN_EARLIER_EDIT = {("ddpify.rules.machine_local", "guarded")}
 
 
 @contextmanager
@@ -31,6 +35,8 @@ def watching_clashes(concerns, monkeypatch) -> Iterator[list]:
             plan(facts, edits, setup)
             for kind, made in earlier.items():
                 now = getattr(edits, kind)
+                if (concern.__name__, kind) in NARROWS_AN_EARLIER_EDIT:
+                    continue
                 clashes.extend((concern.__name__, kind, node) for node, edit in made.items()
                                if node in now and now[node] is not edit)
         return plan_and_check
