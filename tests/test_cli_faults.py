@@ -92,8 +92,11 @@ def _interrupted_alive(command: list[str], trigger, delay: float = 0.0, tries: i
     `trigger` accepts. A try whose process had already ended by then (a busy machine can leave
     this reader a whole pipe's worth of lines behind) proves nothing either way: run again."""
     for _ in range(tries):
+        # Ctrl-C's default disposition, as in a terminal: a launcher that ignores SIGINT (a shell
+        # job started with `&`) passes SIG_IGN down, and Python then never raises KeyboardInterrupt.
         process = subprocess.Popen([sys.executable, "-X", "importtime", *command],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         for line in process.stderr:
             if trigger(line):
                 time.sleep(delay)
