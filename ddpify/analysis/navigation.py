@@ -110,11 +110,16 @@ class Navigation(FactRecord):
 
     def enclosing_loops(self, node: cst.CSTNode) -> list[cst.For]:
         """For loops whose body (not header) holds node, innermost first, up to the function."""
-        loops: list[cst.For] = []
+        return [loop for loop in self.enclosing_for_and_while_loops(node) if isinstance(loop, cst.For)]
+
+    def enclosing_for_and_while_loops(self, node: cst.CSTNode) -> list[Union[cst.For, cst.While]]:
+        """For and while loops whose body (not header or test) holds node, innermost first, up to
+        the function (`while epoch < args.epochs:` is an epoch loop too)."""
+        loops: list[Union[cst.For, cst.While]] = []
         child: cst.CSTNode = node
         parent = self.parents.get(node)
         while parent is not None and not isinstance(parent, cst.FunctionDef):
-            if isinstance(parent, cst.For) and child is parent.body:
+            if isinstance(parent, (cst.For, cst.While)) and child is parent.body:
                 loops.append(parent)
             child, parent = parent, self.parents.get(parent)
         return loops

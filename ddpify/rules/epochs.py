@@ -914,13 +914,7 @@ def _in_stop_iteration_handler(facts: Facts, node: cst.CSTNode) -> bool:
 
 def enclosing_whiles(facts: Facts, node: cst.CSTNode) -> list[cst.While]:
     """While loops whose body (not test) holds node, up to the function."""
-    loops: list[cst.While] = []
-    child, parent = node, facts.parents.get(node)
-    while parent is not None and not isinstance(parent, cst.FunctionDef):
-        if isinstance(parent, cst.While) and child is parent.body:
-            loops.append(parent)
-        child, parent = parent, facts.parents.get(parent)
-    return loops
+    return [loop for loop in facts.enclosing_for_and_while_loops(node) if isinstance(loop, cst.While)]
 
 
 def while_trains(facts: Facts, loop: cst.While) -> bool:

@@ -93,18 +93,6 @@ def _binds_or_moves(statement: Statement, name: str) -> bool:
     return False
 
 
-def _loops_around(facts: Facts, node: cst.CSTNode) -> list[Union[cst.For, cst.While]]:
-    """The for and while loops whose body holds node, innermost first, up to its function
-    (`while epoch < args.epochs:` is an epoch loop too)."""
-    loops: list[Union[cst.For, cst.While]] = []
-    child, parent = node, facts.parents.get(node)
-    while parent is not None and not isinstance(parent, cst.FunctionDef):
-        if isinstance(parent, (cst.For, cst.While)) and child is parent.body:
-            loops.append(parent)
-        child, parent = parent, facts.parents.get(parent)
-    return loops
-
-
 def _rebound_in(facts: Facts, loop: Union[cst.For, cst.While], name: str) -> bool:
     start, end = facts.start_of(loop.body), facts.end_of(loop.body)
     return isinstance(loop, cst.For) and name in names_in(loop.target) or any(
@@ -191,7 +179,7 @@ def move_made_by_callees(facts: Facts, model: Model, anchor: Optional[Statement]
     hoisted: Optional[str] = None
     for callee, parameter, call in facts._calls_passing(model.name, model.function):
         moves = moves_only(facts, callee, parameter)
-        loops = _loops_around(facts, call)
+        loops = facts.enclosing_for_and_while_loops(call)
         if not moves or not loops or facts.start_of(call) < facts.end_of(anchor):
             continue
         move = _move_with_arguments(facts, callee, call, moves[0], model.name)
@@ -272,9 +260,9 @@ def report_wrapped_on_every_call(facts: Facts, edits: Edits, model: Model, wrap:
     if function is None or model.name not in parameter_names(function) or facts.function_of(wrap) is not function \
             or not moves_only(facts, function, model.name):
         return
-    looped = [call for call in facts.calls_of(function) if _loops_around(facts, call)]
+    looped = [call for call in facts.calls_of(function) if facts.enclosing_for_and_while_loops(call)]
     if looped:
-        loop = _loops_around(facts, looped[0])[0]
+        loop = facts.enclosing_for_and_while_loops(looped[0])[0]
         edits.report("DDP944", wrap, f"`{model.name}` is moved and wrapped in `{function.name.value}()`, called "
                      f"on every pass of the loop at line {facts.line_of(loop)}: a new DDP per call around the "
                      f"module the last one wraps; move it to its device before that loop, where ddpify wraps it once")
