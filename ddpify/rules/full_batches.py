@@ -34,39 +34,84 @@ RULES = (
 _SHAPING_METHODS = frozenset({"view", "reshape", "expand", "repeat"})
 _FACTORIES = frozenset({"ones", "zeros", "full", "empty", "rand", "randn", "randint"})
 _TARGET_FACTORIES = frozenset({"ones", "zeros", "full", "empty"})
+# Recurrent-state makers besides any `*hidden*` call (gluon's begin_state, TF-style zero_state).
+_STATE_MAKERS = frozenset({"begin_state", "init_state", "zero_state", "initial_state"})
 
 
 def shaped_by_batch_size(facts: Facts, loader: Loader) -> Optional[cst.CSTNode]:
-    """Rule: where a training pass over the loader reads the loader's batch size (a name or
-    an attribute: `batch_size`, `args.batch_size`) as a dimension of a tensor, and nothing in
-    the pass rebinds it from the batch (`batch_size = images.size(0)`), that read; None where
-    the loader already drops its last batch."""
-    size = _batch_size_expression(loader)
-    if size is None or loader.keywords.get("drop_last") is not None:
+    """Rule: where a training pass over the loader reads the loader's batch size as a dimension
+    of a tensor, or hands it to a model's hidden state (`init_hidden(batch_size)`), and nothing
+    in the pass rebinds it from the batch (`batch_size = images.size(0)`), that read; None where
+    the loader already drops its last batch. The batch size is known by value, not by one name:
+    see _batch_size_spellings."""
+    if loader.keywords.get("drop_last") is not None:
         return None  # (a drop_last the script set, either way, is its own choice)
+    spellings = _batch_size_spellings(facts, loader)
+    if not spellings:
+        return None
     for loop in facts.loops_over_values(facts.loader_holders_of(loader)):
-        if not facts.loop_trains(loop) or _rebound_in(loop, size):
+        if not facts.loop_trains(loop) or _rebound_in(facts, loop, spellings):
             continue
-        shaped = _shape_read(find_all(loop.body, cst.Call), size) or _shape_read(
-            _calls_made_for_the_loop(facts, loop), size)
+        shaped = _shape_read(facts, find_all(loop.body, cst.Call), spellings) or _shape_read(
+            facts, _calls_made_for_the_loop(facts, loop), spellings)
         if shaped is not None:
             return shaped
     return None
 
 
-def _shape_read(calls: list[cst.Call], size: str) -> Optional[cst.CSTNode]:
+def _batch_size_spellings(facts: Facts, loader: Loader) -> frozenset[str]:
+    """The expressions, as written, that hold the loader's batch size: its argument
+    (`args.batch_size`, `config["batch_size"]`, `BATCH_SIZE`, `10`), the names bound once to one
+    of them or that one of them is bound to (`bs = args.batch_size`, `BATCH_SIZE = 10`: a
+    literal is followed from its name only, so `HIDDEN = 10` stays apart), and the loader's own
+    `.batch_size` under each name that holds it."""
+    given = _batch_size_argument(loader)
+    if given is None:
+        return frozenset()
+    spellings = {facts.module.code_for_node(given)}
+    bound_once = _names_bound_once(facts)
+    grown = True
+    while grown:
+        grown = False
+        for name, value in bound_once.items():
+            reaches = name in spellings or (value in spellings and not _is_literal(value))
+            if reaches and not {name, value} <= spellings:
+                spellings |= {name, value}
+                grown = True
+    spellings |= {f"{name}.batch_size" for _, name in facts.loader_holders_of(loader)}
+    return frozenset(spellings)
+
+
+def _names_bound_once(facts: Facts) -> dict[str, str]:
+    """Each name the module binds by exactly one plain assignment, with its value as written."""
+    values: dict[str, list[str]] = {}
+    for assign in find_all(facts.module, cst.Assign):
+        for target in assign.targets:
+            if isinstance(target.target, cst.Name):
+                values.setdefault(target.target.value, []).append(facts.module.code_for_node(assign.value))
+    return {name: written[0] for name, written in values.items() if len(written) == 1}
+
+
+def _is_literal(code: str) -> bool:
+    return code.isdigit()
+
+
+def _shape_read(facts: Facts, calls: list[cst.Call], spellings: frozenset[str]) -> Optional[cst.CSTNode]:
     for call in calls:
         if _takes_a_shape(call):
-            for arg in call.args:
-                if dotted_name(arg.value) == size:
+            for position, arg in enumerate(call.args):
+                written = facts.module.code_for_node(arg.value)
+                # A number equal to the batch size is the batch only as the first dimension:
+                # `torch.randn(n, 8)` with a batch of 8 is a noise width.
+                if written in spellings and (position == 0 or not _is_literal(written)):
                     return arg.value
     return None
 
 
 def _calls_made_for_the_loop(facts: Facts, loop: cst.For) -> list[cst.Call]:
     """The calls of assignments above the loop, in its function (or at the top level), of
-    names the loop reads: labels made once for every batch (`real_labels = torch.ones(batch_size,
-    1)` before `for images, _ in loader:`)."""
+    names the loop reads: labels or a hidden state made once for every batch (`real_labels =
+    torch.ones(batch_size, 1)` before `for images, _ in loader:`)."""
     read = {dotted_name(node) for node in find_all(loop.body, cst.Name)}
     scope = facts.function_of(loop)
     calls: list[cst.Call] = []
@@ -74,7 +119,8 @@ def _calls_made_for_the_loop(facts: Facts, loop: cst.For) -> list[cst.Call]:
         if facts.function_of(assign) is not scope or facts.line_of(assign) >= facts.line_of(loop):
             continue
         if any(dotted_name(target.target) in read for target in assign.targets):
-            calls.extend(call for call in find_all(assign.value, cst.Call) if _makes_targets(call))
+            calls.extend(call for call in find_all(assign.value, cst.Call)
+                         if _makes_targets(call) or _makes_a_hidden_state(call))
     return calls
 
 
@@ -87,25 +133,34 @@ def _makes_targets(call: cst.Call) -> bool:
         and dotted_name(func.value) == "torch"
 
 
-def _batch_size_expression(loader: Loader) -> Optional[str]:
+def _makes_a_hidden_state(call: cst.Call) -> bool:
+    """`model.init_hidden(batch_size)`, `rnn.begin_state(batch_size)`: a recurrent state with one
+    row per sample, which a smaller batch does not fit."""
+    func = call.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    return "hidden" in name or name in _STATE_MAKERS
+
+
+def _batch_size_argument(loader: Loader) -> Optional[cst.BaseExpression]:
     given = loader.keywords.get("batch_size")
     if given is None:
         positional = [arg for arg in loader.call.args if arg.keyword is None and not arg.star]
         given = positional[1] if len(positional) >= 2 else None
-    return dotted_name(given.value) if given is not None else None
+    return given.value if given is not None else None
 
 
-def _rebound_in(loop: cst.For, size: str) -> bool:
-    return any(dotted_name(target.target) == size for assign in find_all(loop.body, cst.Assign)
-               for target in assign.targets)
+def _rebound_in(facts: Facts, loop: cst.For, spellings: frozenset[str]) -> bool:
+    return any(facts.module.code_for_node(target.target) in spellings
+               for assign in find_all(loop.body, cst.Assign) for target in assign.targets)
 
 
 def _takes_a_shape(call: cst.Call) -> bool:
     func = call.func
     if isinstance(func, cst.Attribute):
         name = func.attr.value
-        return name in _SHAPING_METHODS or (name in _FACTORIES and dotted_name(func.value) == "torch")
-    return False
+        return name in _SHAPING_METHODS or (name in _FACTORIES and dotted_name(func.value) == "torch") \
+            or _makes_a_hidden_state(call)
+    return _makes_a_hidden_state(call)
 
 
 def drop_last_argument(sampler: str) -> str:
@@ -131,4 +186,12 @@ CASES = (
     Emits(_SHAPED, "DDP233", ("drop_last=sampler is not None",)),
     # Sized by the batch itself: every batch fits, full or not.
     Silent(_SHAPED.replace("x = x.view(batch_size, -1)", "x = x.view(x.size(0), -1)"), "DDP233"),
+    # Known by value: an alias of the batch size, and a hidden state made per batch.
+    Emits(_SHAPED.replace("batch_size = 8", "batch_size = 8\nbs = batch_size").replace(
+        "x.view(batch_size, -1)", "x.view(bs, -1)"), "DDP233", ("drop_last=sampler is not None",)),
+    Emits(_SHAPED.replace("x = x.view(batch_size, -1)", "h = model.init_hidden(batch_size)"), "DDP233",
+          ("drop_last=sampler is not None",)),
+    # Another size that happens to equal it is not the batch size: `HIDDEN = 8` stays apart.
+    Silent(_SHAPED.replace("batch_size = 8", "batch_size = 8\nhidden = 8").replace(
+        "x.view(batch_size, -1)", "x.view(hidden, -1)"), "DDP233"),
 )
