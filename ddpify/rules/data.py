@@ -836,7 +836,7 @@ def _shard_existing_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loa
     plain `python` keeps the sampler as it is."""
     arg = loader.keywords.get("sampler")
     if arg is None or not is_training_loader(facts, loader) or not (
-            setup.sees_setup(facts, loader.call) or setup.library):
+            setup.sees_setup(facts, loader.call) or setup.library or _built_only_after_the_setup(facts, setup, loader)):
         return False
     name = dotted_name(arg.value)
     values = facts.assigned_values.get(name, []) if name is not None else [arg.value]
@@ -930,6 +930,26 @@ def _made_by_a_sampler_function(facts: Facts, value: cst.CSTNode) -> bool:
 
 # Calls that fix what the random draws after them give: the same on every rank.
 _DRAWS = frozenset({"shuffle", "permutation", "randperm", "choice", "sample", "random_split", "train_test_split"})
+
+
+def _built_only_after_the_setup(facts: Facts, setup: Plan, loader: Loader) -> bool:
+    """Rule: a loader that a function or a class of this file builds, where the setup sits in
+    the script's own block (`if __name__ == "__main__":` or the top level) and every call of
+    that function (every `EndlessLoader(...)` of a class's `__init__`) is in that block after
+    the setup: the group exists whenever the loader is built, so `dist.is_initialized()`
+    decides its sharding there, as for a helper module's loader. A call before the setup, or
+    from anywhere else, leaves the sampler a person's call (DDP207)."""
+    function = loader.function
+    if function is None or setup.function is not None or setup.anchor is None:
+        return False
+    owner = facts.class_of(function)
+    if owner is not None and function.name.value == "__init__":
+        calls = list(facts.calls_by_callee.get(owner.name.value, ()))
+    else:
+        calls = facts.calls_of(function)
+    after = facts.start_of(setup.anchor)
+    return bool(calls) and all(
+        setup.sees_setup(facts, call) and facts.start_of(call) > after for call in calls)
 
 
 def _indices_alike_on_every_rank(facts: Facts, loader: Loader, sampler: cst.BaseExpression) -> bool:
