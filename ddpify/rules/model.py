@@ -50,7 +50,7 @@ from ddpify.emit.edits import Edits, Insertion, Rewrite
 from ddpify.emit.layout import LINE_LENGTH, fits
 from ddpify.options import Options
 from ddpify.plan import Plan
-from ddpify.rules import dropped_outputs, lazy_layers, moved_each_call, part_runs, sharding
+from ddpify.rules import dropped_outputs, lazy_layers, method_forwards, moved_each_call, part_runs, sharding
 from ddpify.rules.cases import TRAINING, Emits, Silent
 from ddpify.rules.setup import gpu_made_the_default, read_from_the_scope_around, where_the_read_model_moves
 
@@ -700,6 +700,8 @@ def _report_training_around_the_wrapper(facts: Facts, edits: Edits, model: Model
         return
     if any(_called_with_gradients(facts, name) for name in holders):
         _report_steps_around_the_wrapper(facts, edits, model, held)
+        return
+    if method_forwards.route(facts, edits, model):
         return
     for loop in sorted(facts.training_loops, key=facts.start_of):
         for call in calls_within(loop.body):
@@ -2799,7 +2801,8 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
     # as its reads are made there.
     accesses = [*facts.attribute_reads.get(model.name, ()), *facts.attribute_writes.get(model.name, ())]
     for access in sorted(accesses, key=facts.start_of):
-        if access.attr.value in names.WRAPPER_ATTRIBUTES or _under_wrapper_check(facts, access, model.name):
+        if access.attr.value in names.WRAPPER_ATTRIBUTES or _under_wrapper_check(facts, access, model.name) \
+                or method_forwards.routed_method(facts, model, access) is not None:
             continue
         if _before_wrap(facts, access, wrap) or _rebound_since_wrap(facts, access, model.name, wrap) \
                 or _read_of_another_model(facts, model, access) \

@@ -26,6 +26,7 @@ from ddpify.analysis.memo import per_migration
 from ddpify.analysis.nodes import argument_among, dotted_name, find_all, names_in
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits
+from ddpify.rules import method_forwards
 from ddpify.rules.cases import Emits, Silent
 
 RULES = (
@@ -53,9 +54,10 @@ def keep_parts_run_in_training(facts: Facts, edits: Edits, model: Model, holders
     planned for it withdrawn: no silent wrong step, no wrong-with-exit-0."""
     if any(diagnostic.code == "DDP903" for diagnostic in edits.diagnostics):
         return  # the model trains around its wrapper, reported already: one report, the reads as they were
+    routed = method_forwards.training_method_calls(facts, model)  # run as the wrapper's forward (DDP131)
     for function, name in sorted(_expanded(facts, holders), key=lambda held: _start(facts, held[0])):
         runs = [run for run in _runs_in(facts, function, name)
-                if not _before(facts, run, wrap, model) and _feeds_a_backward(facts, run, 0)]
+                if run not in routed and not _before(facts, run, wrap, model) and _feeds_a_backward(facts, run, 0)]
         if not runs:
             continue
         for expression in [*(run.func for run in runs), *_part_sources(facts, function, name)]:
