@@ -18,7 +18,7 @@ import libcst as cst
 
 from ddpify.analysis import traversal
 from ddpify.analysis.control import Facts
-from ddpify.analysis.nodes import names_in, targets_bound_in
+from ddpify.analysis.nodes import dotted_name, find_all, names_in, targets_bound_in
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits
 from ddpify.plan import Plan
@@ -57,21 +57,38 @@ def _break_test_set_in_the_loop(loop: cst.For) -> Optional[cst.BaseExpression]:
     inside it) that reads a name the body sets, or calls something; None when there is none."""
     per_rank = _set_per_batch(loop)
     for test in _break_tests(loop):
-        if names_in(test) & per_rank or any(True for _ in _calls_in(test)):
+        if names_in(test) & per_rank or any(dotted_name(call.func) not in _SAME_ON_EVERY_RANK
+                                            for call in _calls_in(test)):
             return test
     return None
+
+
+# Calls whose value depends only on what they are handed (`step >= len(batches) // 2`): a test
+# made of them reads per-rank values only through the names it reads. Any other call in a test
+# (`env.done()`, `time.time() - start > budget`) may answer differently on each rank.
+_SAME_ON_EVERY_RANK = frozenset({"len", "int", "float", "min", "max", "abs", "round"})
 
 
 def _set_per_batch(loop: cst.For) -> set[str]:
     """Names the loop body binds, other than the loop's own target and counters the body only
     adds a constant to (`moves += 1`, the same on every rank)."""
     updates = _augmentations(loop.body)
-    updated_targets = {id(update.target) for update in updates}
+    updated_targets = {id(update.target) for update in updates} | {
+        id(assign.targets[0].target) for assign in find_all(loop.body, cst.Assign) if _counts_on(assign)}
     plain = set().union(set(), *(names_in(target) for target in targets_bound_in(loop.body)
                                  if id(target) not in updated_targets))
     summed = set().union(set(), *(names_in(update.target) for update in updates
                                   if not isinstance(update.value, (cst.Integer, cst.Float))))
     return (plain | summed) - names_in(loop.target)
+
+
+def _counts_on(assign: cst.Assign) -> bool:
+    """`step = step + 1`: a counter written out, as `step += 1` is."""
+    value = assign.value
+    return len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name) \
+        and isinstance(value, cst.BinaryOperation) and isinstance(value.operator, (cst.Add, cst.Subtract)) \
+        and isinstance(value.left, cst.Name) and value.left.value == assign.targets[0].target.value \
+        and isinstance(value.right, (cst.Integer, cst.Float))
 
 
 def _break_tests(loop: cst.For) -> list[cst.BaseExpression]:
@@ -152,6 +169,10 @@ CASES = (
     Emits(_EPISODES, "DDP237"),
     # A stop on the loop's own counter and a constant count is the same on every rank.
     Silent(_EPISODES.replace("        if done:\n", "        if move == 20:\n"), "DDP237"),
+    # ...and one on a counter written out, against a length.
+    Silent(_EPISODES.replace("        if done:\n",
+                             "        taken = taken + 1\n        if taken > 5 * len(optimizer.param_groups):\n")
+           .replace("    state = torch.randn(4)\n", "    state = torch.randn(4)\n    taken = 0\n", 1), "DDP237"),
     # ...and so is one on a counter the body only adds a constant to.
     Silent(_EPISODES.replace("        if done:\n", "        taken += 1\n        if taken > 20:\n")
            .replace("    state = torch.randn(4)\n", "    state = torch.randn(4)\n    taken = 0\n", 1), "DDP237"),
