@@ -90,7 +90,49 @@ def _uses_only(method: ast.FunctionDef, frozen: set[str]) -> bool:
         return False
     read = {_first_attribute(node, receiver) for node in ast_walk.walk(method)
             if isinstance(node, (ast.Attribute, ast.Subscript)) and _first_attribute(node, receiver) is not None}
+    if "parameters" in read and _parameters_read_for_their_kind(method, receiver):
+        read.discard("parameters")
     return read <= frozen
+
+
+# What a tensor gives that takes only its dtype and device: a new tensor made like it (with
+# none of its values and no gradient link to it), or the device and dtype themselves.
+_MADE_LIKE = frozenset({"new_zeros", "new_ones", "new_empty", "new_full", "new", "device", "dtype"})
+
+
+def _parameters_read_for_their_kind(method: ast.FunctionDef, receiver: str) -> bool:
+    """Rule: `weight = next(self.parameters())` then `weight.new_zeros(layers, batch, size)`
+    (an RNN's `init_hidden`, as pytorch/examples' word language model writes it), `next(
+    self.parameters()).new_zeros(...)`, `weight = next(self.parameters()).data` then
+    `weight.new(...).zero_()`, or `torch.zeros(..., device=next(self.parameters()).device)`:
+    the method reads the parameters only for their dtype and device, and what it makes carries
+    no gradient to them, so calling it outside the wrapper's forward trains nothing. Any other
+    read of `self.parameters()` (a sum of squares for a penalty) still runs the parameters."""
+    parents = {id(child): node for node in ast_walk.walk(method) for child in ast.iter_child_nodes(node)}
+    calls = [node for node in ast_walk.walk(method) if isinstance(node, ast.Call)
+             and isinstance(node.func, ast.Attribute) and node.func.attr == "parameters"
+             and dotted_ast(node.func.value) == receiver]
+    return bool(calls) and all(_first_parameter_read_for_its_kind(method, call, parents) for call in calls)
+
+
+def _first_parameter_read_for_its_kind(method: ast.FunctionDef, call: ast.Call, parents: dict) -> bool:
+    taken = parents.get(id(call))
+    if not (isinstance(taken, ast.Call) and isinstance(taken.func, ast.Name) and taken.func.id == "next"
+            and taken.args == [call]):
+        return False
+    value: ast.AST = taken
+    above = parents.get(id(value))
+    if isinstance(above, ast.Attribute) and above.attr == "data":
+        value, above = above, parents.get(id(above))
+    if isinstance(above, ast.Attribute):
+        return above.attr in _MADE_LIKE
+    if not (isinstance(above, ast.Assign) and len(above.targets) == 1 and isinstance(above.targets[0], ast.Name)):
+        return False
+    name = above.targets[0].id
+    loads = [node for node in ast_walk.walk(method) if isinstance(node, ast.Name) and node.id == name
+             and isinstance(node.ctx, ast.Load)]
+    return all(isinstance(parents.get(id(load)), ast.Attribute) and parents[id(load)].attr in _MADE_LIKE
+               for load in loads)
 
 
 def _untrained_in(init: ast.FunctionDef) -> set[str]:
@@ -101,10 +143,22 @@ def _untrained_in(init: ast.FunctionDef) -> set[str]:
     for node in ast_walk.walk(init):
         if not isinstance(node, ast.Assign):
             continue
-        for target in node.targets:
+        for target, value in _paired(node):
             if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
-                plain[target.attr] = plain.get(target.attr, True) and _untrained_value(node.value)
+                plain[target.attr] = plain.get(target.attr, True) and value is not None and _untrained_value(value)
     return {name for name, untrained in plain.items() if untrained}
+
+
+def _paired(node: ast.Assign) -> Iterator[tuple[ast.expr, Optional[ast.expr]]]:
+    """Each target of the assignment with the value it gets: `self.layers, self.hidden =
+    layers, hidden` pairs them element by element (None where that cannot be read)."""
+    for target in node.targets:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            values = node.value.elts if isinstance(node.value, (ast.Tuple, ast.List)) \
+                and len(node.value.elts) == len(target.elts) else [None] * len(target.elts)
+            yield from zip(target.elts, values)
+        else:
+            yield target, node.value
 
 
 def _untrained_value(value: ast.expr) -> bool:

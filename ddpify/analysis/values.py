@@ -5,7 +5,7 @@ from typing import Literal, Optional, Union, cast, overload
 
 import libcst as cst
 
-from ddpify.analysis import effects
+from ddpify.analysis import effects, memo
 from ddpify.analysis.call_modes import evaluating_call
 from ddpify.analysis.facts import DictPass, ExternalLoader, Holder, Loader, LoaderDict, Model, Statement
 from ddpify.analysis.navigation import Navigation
@@ -22,6 +22,9 @@ from ddpify.analysis.nodes import (
     string_value,
     unmoved,
 )
+
+# Main guards of helper modules, and whether each is a demo that trains nothing.
+_DEMO_GUARDS = memo.per_migration_store()
 
 
 class ValueFlow(Navigation):
@@ -538,7 +541,7 @@ class ValueFlow(Navigation):
         self._get_data(flag="train")`, which returns what a data factory returned to it)."""
         for call in self.calls_of(function):
             assign = self.parents.get(call)
-            if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+            if not isinstance(assign, cst.Assign) or len(assign.targets) != 1 or self.in_a_helpers_demo(call):
                 continue
             target: Optional[cst.BaseExpression] = assign.targets[0].target
             if position is not None and isinstance(target, (cst.Tuple, cst.List)):
@@ -549,6 +552,27 @@ class ValueFlow(Navigation):
             holder = dotted_name(target) if target is not None else None
             if holder:
                 yield holder, self.function_of(call)
+
+    def in_a_helpers_demo(self, call: cst.Call) -> bool:
+        """Rule: in a module that other modules of the project import from (data.py's
+        `get_loader`, used by train.py), the `if __name__ == "__main__":` block that trains
+        nothing is a demo run on its own with `python data.py` (`loader, dataset =
+        get_loader(...)`, then a pass printing batch shapes), never under torchrun with the
+        training: what its calls return is not followed there, so its pass neither makes the
+        training loader an evaluation one nor reads as a statistics pass over it."""
+        guard = self.main_guard
+        if guard is None or not self.used_elsewhere or self.ancestor_in(call, guard) is None:
+            return False
+        if guard not in _DEMO_GUARDS:
+            _DEMO_GUARDS[guard] = not self._runs_a_step(guard)
+        return bool(_DEMO_GUARDS[guard])
+
+    def _runs_a_step(self, guard: cst.If) -> bool:
+        """A `.backward()` or `.step()` in the block, or in a function of this file it calls."""
+        called = [self.functions[name] for name in {dotted_name(call.func) for call in calls_within(guard)}
+                  if name in self.functions]
+        return any(isinstance(call.func, cst.Attribute) and call.func.attr.value in ("backward", "step")
+                   for node in [guard, *called] for call in calls_within(node))
 
     def _return_positions(self, name: str, function: cst.FunctionDef,
                           seen: frozenset[cst.FunctionDef] = frozenset()) -> set[Optional[int]]:

@@ -356,6 +356,8 @@ def _other_factory_calls(facts: Facts, loader: Loader) -> list[cst.Call]:
         return []
     found: list[cst.Call] = []
     for call in facts.calls_of(loader.function):
+        if facts.in_a_helpers_demo(call):
+            continue  # `python loaders.py` on its own: no rank's share there
         assign = facts.parents.get(call)
         target = assign.targets[0].target if isinstance(assign, cst.Assign) and len(assign.targets) == 1 else None
         name = dotted_name(target) if target is not None else None

@@ -18,7 +18,7 @@ from ddpify.analysis.nodes import calls_within, dotted_name, find_all, names_in,
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits
 from ddpify.plan import Plan
-from ddpify.rules import random_batches
+from ddpify.rules import per_rank_stops, random_batches
 from ddpify.rules.cases import TRAINING, Emits, Silent
 from ddpify.rules.epochs import SHARDED_THERE
 
@@ -286,6 +286,8 @@ def report_batch_loops(facts: Facts, edits: Edits, setup: Plan) -> None:
     for loop in facts.batch_loops_without_loader():
         if loop in facts.sliced_batch_loops or loop in setup.loader_dict_loops:
             continue  # sharded above (plan), or by loader_dicts.py
+        if per_rank_stops.report_stop_per_rank(facts, edits, setup, loop):
+            continue
         if stretch_sequences(facts, edits, setup, loop):
             continue
         if random_batches.seed_per_rank(facts, edits, setup, loop):

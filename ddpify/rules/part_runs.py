@@ -270,6 +270,16 @@ CASES = (
         "        self.head = torch.nn.Linear(8, 1)\n",
         "        self.head = torch.nn.Linear(8, 1)\n        self.scale = 0.5\n\n"
         "    def smooth(self, out, y):\n        return F.mse_loss(out, y) * self.scale\n"), "DDP116"),
+    # A method that reads the parameters only for their dtype and device (an RNN's init_hidden).
+    Silent(_PARTS.replace("LOSS", "F.mse_loss(model(x) + model.start(x.size(0)), y)").replace(
+        "        self.head = torch.nn.Linear(8, 1)\n",
+        "        self.head = torch.nn.Linear(8, 1)\n\n"
+        "    def start(self, n):\n        return next(self.parameters()).new_zeros(n, 1)\n"), "DDP116"),
+    # ...but one that adds up the parameters themselves (a penalty) runs them.
+    Emits(_PARTS.replace("LOSS", "F.mse_loss(model(x), y) + model.penalty()").replace(
+        "        self.head = torch.nn.Linear(8, 1)\n",
+        "        self.head = torch.nn.Linear(8, 1)\n\n"
+        "    def penalty(self):\n        return sum(p.pow(2).sum() for p in self.parameters())\n"), "DDP116"),
     # The part run for a figure only: no backward reaches it, the raw module runs it.
     Silent(_PARTS.replace("LOSS", "F.mse_loss(model(x), y)").replace(
         "    print(epoch, loss.item())", "    print(epoch, aux_loss(model(x), y, model, x).item())"), "DDP116"),

@@ -34,6 +34,7 @@ from ddpify.rules import (
     method_forwards,
     model,
     part_runs,
+    per_rank_stops,
     random_batches,
     rank0_values,
     report_only,
@@ -55,8 +56,8 @@ UNITS: tuple[ModuleType, ...] = (
     setup, devices, import_time_devices, model, method_forwards, lazy_layers, part_runs, sharding, dcp, data,
     deferred_writes, epochs,
     downloads, splits, subset_splits, full_batches, epoch_cut, schedule_length, evaluation, hand_batches, loader_dicts,
-    loader_workers, random_batches, set_order, side_effects, checkpoints, shared_names, machine_local, training,
-    in_batch, rank0_values, report_only, frameworks,
+    per_rank_stops, loader_workers, random_batches, set_order, side_effects, checkpoints, shared_names, machine_local,
+    training, in_batch, rank0_values, report_only, frameworks,
     whole_file, gpu_count_batches, selfcheck, suppressions,
 )
 

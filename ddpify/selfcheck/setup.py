@@ -97,8 +97,20 @@ def _joined_before(source: Source, node: ast.AST, joining: set[str], seen: froze
     key = source.function_key(scope)
     if key in seen:
         return False
-    sites = [call for call in source.calls if dotted(call.func) in (key, f"self.{key}")]
+    sites = [call for call in source.calls if dotted(call.func) in (key, f"self.{key}")
+             and not _run_of_a_module_that_never_joins(source, call, joining)]
     return all(_joined_before(source, site, joining, seen | {key}) for site in sites)
+
+
+def _run_of_a_module_that_never_joins(source: Source, call: ast.Call, joining: set[str]) -> bool:
+    """The call sits in the `__main__` block of a file that joins no group anywhere (a
+    helper module's demo, `loader, dataset = get_loader(...)` then a pass printing shapes):
+    that run is `python data.py` on its own, where no group exists and asking
+    `dist.is_initialized()` rightly answers False. The training joins in the script that
+    imports the function, before it calls it."""
+    if joining or any(last_part(each.func) == "init_process_group" for each in source.calls):
+        return False
+    return any(isinstance(node, ast.If) and _mentions_running(node.test, set()) for node in source.ancestors(call))
 
 
 def _argument_of(call: ast.Call, node: ast.AST) -> bool:
