@@ -18,7 +18,6 @@ WITHOUT_A_FIXTURE = {
     # Reported where the core could not migrate something, in shapes no fixture holds yet.
     "DDP008": "device compared with a string once the device became a torch.device; a string "
               "device now stays a string (fixture device_string_comparisons), so no test names the code",
-    "DDP207": "existing sampler= left as is: tests/test_data_transform.py, tests/test_cli*.py",
     "DDP211": "no epoch loop for set_epoch: tests/test_selfcheck.py, ddpify/rules/epochs.py CASES",
     "DDP212": "download racing between ranks: tests/test_data_transform.py",
     "DDP404": "accumulation that no_sync() cannot wrap: tests/test_training_transform.py",
