@@ -17,6 +17,7 @@ from typing import Optional, Union, cast
 from ddpify import ast_walk
 from ddpify.analysis import freezing
 from ddpify.analysis.ast_names import dotted_ast, main_guarded
+from ddpify.analysis.dataset_reads import dataset_reads
 from ddpify.analysis.effects import OPAQUE, WRITES, FunctionEffects, absolute_module
 from ddpify.analysis.facts import OutputParts, Slot
 from ddpify.analysis.names import DATA_PARALLEL, DATA_PARALLEL_SUBCLASS_NAMES, qualify
@@ -102,6 +103,13 @@ class Project:
         """A module of the project wraps something in DataParallel, which the migration
         removes: a `.module` read in any module may have read through it."""
         return self._modules is not None and self._modules.wraps_in_data_parallel()
+
+    def loader_dataset_reads(self) -> tuple[tuple[str, int], ...]:
+        """(file, line) of every read in the project's modules of a `.dataset` that may be a
+        DataLoader's (analysis/dataset_reads.py); () where there is no project to read."""
+        if self._folder is None:
+            return ()
+        return _loader_dataset_reads(str(self._folder.root), _tree_stamp(self._folder.root))
 
     def freezes_parameters(self) -> bool:
         """A module of the project sets requires_grad to something other than True
@@ -1409,7 +1417,7 @@ def _parsed(path: str, _mtime: int, _size: int) -> Optional[ast.Module]:
 
 def clear_caches() -> None:
     """Forget every file read: a benchmark round then costs what a fresh `ddpify` run does."""
-    for cache in (_parsed, _import_index, _scripts_import):
+    for cache in (_parsed, _import_index, _scripts_import, _loader_dataset_reads):
         cache.cache_clear()
 
 
@@ -1451,6 +1459,17 @@ def _tree_stamp(root: Path) -> tuple[tuple[str, int, int], ...]:
             continue
         stamps.append((file, stat.st_mtime_ns, stat.st_size))
     return tuple(stamps)
+
+
+@lru_cache(maxsize=16)
+def _loader_dataset_reads(root: str, stamp: tuple[tuple[str, int, int], ...]) -> tuple[tuple[str, int], ...]:
+    """Computed once per project state, for all of its modules."""
+    found: list[tuple[str, int]] = []
+    for file, mtime, size in stamp:
+        tree = _parsed(file, mtime, size)
+        if tree is not None:
+            found.extend((os.path.relpath(file, root), line) for line in dataset_reads(tree))
+    return tuple(found)
 
 
 @lru_cache(maxsize=16)
