@@ -118,6 +118,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             # Its sampler's epoch would be set through a name it does not have.
             edits.report("DDP210", loader.call, IN_PLACE_WITH_OWN_SAMPLER)
         elif shards_itself and not keywords & {"sampler", "batch_sampler"}:
+            setup.built_sharding_themselves.append(loader.call)
             _plan_self_sharding_loader(facts, edits, loader)
         else:
             _plan_loader(facts, edits, setup, loader)
