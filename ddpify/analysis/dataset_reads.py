@@ -26,6 +26,14 @@ def dataset_reads(tree: ast.Module) -> list[int]:
                   and isinstance(node.ctx, ast.Load) and id(node) not in skipped)
 
 
+def class_methods(tree: ast.Module) -> set[tuple[str, str]]:
+    """(class, method) for every method a class of the module defines: a subclass elsewhere
+    that overrides the method a base class splits its samplers with hands the base another
+    sampler (subset_splits.subclass_split)."""
+    return {(node.name, method.name) for node in ast_walk.walk(tree) if isinstance(node, ast.ClassDef)
+            for method in node.body if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
 def _own_reads(node: ast.ClassDef) -> set[int]:
     """The `self.dataset` reads of this class that are not a DataLoader's."""
     reads = {id(read): read for method in node.body if isinstance(method, ast.FunctionDef)

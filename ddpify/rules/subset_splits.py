@@ -205,12 +205,20 @@ def _returned_at(facts: Facts, owner: cst.ClassDef, value: cst.BaseExpression, p
                  ) -> Optional[list[Optional[cst.Call]]]:
     """What `self.method(...)` or `function(...)` returns at `position` of its tuple, on
     every return; None where a return is no tuple of `size` or holds anything else there."""
+    if isinstance(value, cst.Tuple):  # `self.train_sampler, self.val_sampler = None, None`
+        if len(value.elements) != size:
+            return None
+        given = _sampler_or_none(facts, value.elements[position].value, facts.function_of(value))
+        return None if given is False else [cast(Optional[cst.Call], given)]
     if not isinstance(value, cst.Call):
         return None
     callee: Optional[cst.FunctionDef] = None
     if isinstance(value.func, cst.Attribute) and dotted_name(value.func.value) in ("self", owner.name.value):
+        method = value.func.attr.value
+        if any(name == method and cls != owner.name.value for cls, name in facts.class_methods_in_project):
+            return None  # a subclass's own `_split_sampler` may hand the base another sampler
         callee = next((statement for statement in owner.body.body if isinstance(statement, cst.FunctionDef)
-                       and statement.name.value == value.func.attr.value), None)
+                       and statement.name.value == method), None)
     elif isinstance(value.func, cst.Name):
         callee = facts.functions.get(value.func.value)
     if callee is None or not returns_in(callee):
@@ -356,6 +364,30 @@ class SplitLoader(DataLoader):
 loader = SplitLoader(dataset, 8)
 ''').replace("import DataLoader,", "import DataLoader, SubsetRandomSampler,")
 
+# Its split made by a method of the class, returning the train and validation samplers.
+_METHOD_SPLIT_LOADER = TRAINING.replace("loader = DataLoader(dataset, batch_size=8, shuffle=True)\n", '''\
+
+
+class SplitLoader(DataLoader):
+    def __init__(self, dataset, batch_size):
+        self.train_sampler, self.val_sampler = self._split()
+        super().__init__(dataset, batch_size=batch_size, sampler=self.train_sampler)
+
+    def _split(self):
+        return SubsetRandomSampler(range(48)), SubsetRandomSampler(range(48, 64))
+
+
+loader = SplitLoader(dataset, 8)
+''').replace("import DataLoader,", "import DataLoader, SubsetRandomSampler, WeightedRandomSampler,")
+# A subclass's own `_split` hands the base a sampler with no `.indices`.
+_OVERRIDDEN_SPLIT = _METHOD_SPLIT_LOADER.replace("loader = SplitLoader(dataset, 8)", '''\
+class WeightedLoader(SplitLoader):
+    def _split(self):
+        return WeightedRandomSampler([1.0] * 64, 64), None
+
+
+loader = WeightedLoader(dataset, 8)''')
+
 CASES = (
     Emits(TRAINING.replace("loader = DataLoader(dataset, batch_size=8, shuffle=True)",
                            "loader = DataLoader(dataset, batch_size=8, sampler=SubsetRandomSampler(range(48)))")
@@ -378,4 +410,6 @@ CASES = (
     # Its instance's `.dataset` read: the sampler wrapper, and the read named.
     Emits(_SPLIT_LOADER.replace("print(epoch, loss.item())", "print(epoch, loss.item() * len(loader.dataset))"),
           "DDP235", ("DistributedSamplerWrapper(self.train_sampler)",)),
+    Emits(_METHOD_SPLIT_LOADER, "DDP229", ("train_split = Subset(dataset, self.train_sampler.indices)",)),
+    Silent(_OVERRIDDEN_SPLIT, "DDP229"),
 )
