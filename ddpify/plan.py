@@ -69,6 +69,10 @@ class Plan:
     # group is joined above the first of them in each block (setup.place), and the setup
     # joins it only when that has not happened.
     early_joins: list[Statement] = field(default_factory=list)
+    # Instances of a DataLoader class that picks its DistributedSampler itself when the group
+    # exists (data.py, `if dist.is_initialized():` in its __init__): the setup goes above the
+    # first of them in its block, or their loaders would stay whole under torchrun.
+    built_sharding_themselves: list[cst.Call] = field(default_factory=list)
     # A helper module of a project (facts.library): no setup block here; the script that
     # imports it joins the group, and its code asks dist.is_initialized() at run time.
     library: bool = False

@@ -17,6 +17,7 @@ from typing import Optional, Union, cast
 from ddpify import ast_walk
 from ddpify.analysis import freezing
 from ddpify.analysis.ast_names import dotted_ast, main_guarded
+from ddpify.analysis.dataset_reads import class_methods, dataset_reads
 from ddpify.analysis.effects import OPAQUE, WRITES, FunctionEffects, absolute_module
 from ddpify.analysis.facts import OutputParts, Slot
 from ddpify.analysis.names import DATA_PARALLEL, DATA_PARALLEL_SUBCLASS_NAMES, qualify
@@ -102,6 +103,14 @@ class Project:
         """A module of the project wraps something in DataParallel, which the migration
         removes: a `.module` read in any module may have read through it."""
         return self._modules is not None and self._modules.wraps_in_data_parallel()
+
+    def split_loader_facts(self) -> Optional[tuple[tuple[tuple[str, int], ...], frozenset[tuple[str, str]]]]:
+        """For the project's modules: (file, line) of every read of a `.dataset` that may be a
+        DataLoader's, and (class, method) of every method defined (analysis/dataset_reads.py);
+        None where there is no project to read."""
+        if self._folder is None:
+            return None
+        return _split_loader_facts(str(self._folder.root), _tree_stamp(self._folder.root))
 
     def freezes_parameters(self) -> bool:
         """A module of the project sets requires_grad to something other than True
@@ -1409,7 +1418,7 @@ def _parsed(path: str, _mtime: int, _size: int) -> Optional[ast.Module]:
 
 def clear_caches() -> None:
     """Forget every file read: a benchmark round then costs what a fresh `ddpify` run does."""
-    for cache in (_parsed, _import_index, _scripts_import):
+    for cache in (_parsed, _import_index, _scripts_import, _split_loader_facts):
         cache.cache_clear()
 
 
@@ -1451,6 +1460,20 @@ def _tree_stamp(root: Path) -> tuple[tuple[str, int, int], ...]:
             continue
         stamps.append((file, stat.st_mtime_ns, stat.st_size))
     return tuple(stamps)
+
+
+@lru_cache(maxsize=16)
+def _split_loader_facts(root: str, stamp: tuple[tuple[str, int, int], ...]
+                        ) -> tuple[tuple[tuple[str, int], ...], frozenset[tuple[str, str]]]:
+    """Computed once per project state, for all of its modules."""
+    reads: list[tuple[str, int]] = []
+    methods: set[tuple[str, str]] = set()
+    for file, mtime, size in stamp:
+        tree = _parsed(file, mtime, size)
+        if tree is not None:
+            reads.extend((os.path.relpath(file, root), line) for line in dataset_reads(tree))
+            methods |= class_methods(tree)
+    return tuple(reads), frozenset(methods)
 
 
 @lru_cache(maxsize=16)

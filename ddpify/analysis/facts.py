@@ -233,6 +233,12 @@ class FactRecord:
     # (Project.freezes_parameters): a model this module is handed may be frozen where it is
     # wrapped, though nothing here changes requires_grad.
     freezes_parameters_in_project: bool = False
+    # Where this module, or any module of its project, reads a `.dataset` that may be a
+    # DataLoader's: (file relative to the project, or "" for this script alone, line).
+    # Read only for a module with a DataLoader subclass of its own (subset_splits.subclass_split).
+    loader_dataset_reads: tuple[tuple[str, int], ...] = ()
+    # (class, method) of every method the classes of the project (or of this script) define.
+    class_methods_in_project: frozenset[tuple[str, str]] = frozenset()
     # In a helper module: `self.X` its classes, or the project's classes derived from them,
     # use as a torch module (`self.model.train()`).
     module_attributes: set[str] = field(default_factory=set)

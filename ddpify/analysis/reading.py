@@ -1,4 +1,5 @@
 """analyse(): one traversal of a module (collector.py), then the passes that need all of it."""
+import ast
 from typing import Optional
 
 import libcst as cst
@@ -14,6 +15,7 @@ from ddpify.analysis.control import (
     note_models_moved_here,
     reached_when_run,
 )
+from ddpify.analysis.dataset_reads import class_methods, dataset_reads
 from ddpify.analysis.nodes import dotted_name, parameter_names, remember_module_order
 from ddpify.analysis.positions import Positions
 from ddpify.analysis.values import (
@@ -87,6 +89,12 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
                                           if not _over_a_parameter_callers_hand(facts, optimizer)]
     facts.data_parallel_in_project = collector.project.wraps_in_data_parallel()
     facts.freezes_parameters_in_project = collector.project.freezes_parameters()
+    if facts.super_init_calls and facts.loader_classes:
+        found = collector.project.split_loader_facts()
+        if found is None:  # a script alone: its own reads and methods
+            tree = ast.parse(facts.module.code)
+            found = tuple(("", line) for line in dataset_reads(tree)), frozenset(class_methods(tree))
+        facts.loader_dataset_reads, facts.class_methods_in_project = found
     note_entries_of_received_dicts(facts)
     note_helper_output(facts, collector.helper_calls)
     mark_loops_calling_training_functions(facts, collector.training_calls)

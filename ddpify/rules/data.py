@@ -118,6 +118,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             # Its sampler's epoch would be set through a name it does not have.
             edits.report("DDP210", loader.call, IN_PLACE_WITH_OWN_SAMPLER)
         elif shards_itself and not keywords & {"sampler", "batch_sampler"}:
+            setup.built_sharding_themselves.append(loader.call)
             _plan_self_sharding_loader(facts, edits, loader)
         else:
             _plan_loader(facts, edits, setup, loader)
@@ -868,7 +869,7 @@ def _shard_existing_sampler(facts: Facts, edits: Edits, setup: Plan, loader: Loa
         edits.imports.add("Subset")
         if subset != "Subset":
             edits.add_helper(subset, subset_splits.SPLIT_HELPER, "Subset")
-        edits.report("DDP229", loader.call)
+        subset_splits.report_split(facts, edits, loader)
     else:
         wrapped = f"DistributedSamplerWrapper({name}) if {condition} else {name}"
         edits.add_helper("DistributedSamplerWrapper", SAMPLER_WRAPPER_HELPER, "DistributedSampler", "itertools")
@@ -1062,7 +1063,7 @@ def _shard_sampler_or_its_placeholder(facts: Facts, edits: Edits, setup: Plan, l
         edits.imports.add("Subset")
         if subset != "Subset":
             edits.add_helper(subset, subset_splits.SPLIT_HELPER, "Subset")
-        edits.report("DDP229", loader.call)
+        subset_splits.report_split(facts, edits, loader)
     else:
         code = OWN_OR_NEW_SAMPLER_CODE.format(sampler=name, condition="distributed", dataset=dataset,
                                               shuffle=shuffle, shuffle_off="")
@@ -1134,8 +1135,20 @@ def _shard_subclass_samplers(facts: Facts, edits: Edits, setup: Plan) -> set[str
         condition = "distributed" if setup.sees_setup(facts, call) else OUT_OF_SETUP_CONDITION
         edits.imports.add("dist")
         arguments = _own_loader_arguments(facts, edits, call)
+        split_shape = False
         if arguments is None:
             code = OWN_SAMPLER_CODE.format(sampler=name, condition=condition)
+        elif split_shape := subset_splits.subclass_split(facts, edits, call, name):
+            dataset, shuffle, shuffle_off = arguments
+            split = subset_splits.split_name(cast(cst.FunctionDef, facts.function_of(call)), name)
+            code = subset_splits.SUBCLASS_SPLIT_CODE.format(
+                split=split, sampler=name, condition=condition, dataset=dataset, shuffle=shuffle,
+                shuffle_off=shuffle_off(name))
+            _hand_the_split(edits, call, dataset, split)
+            edits.imports.add("DistributedSampler")
+            edits.imports.add("Subset")
+            sharding.add(owner.name.value)
+            edits.report("DDP229", call)
         else:
             dataset, shuffle, shuffle_off = arguments
             code = OWN_OR_NEW_SAMPLER_CODE.format(sampler=name, condition=condition, dataset=dataset,
@@ -1143,14 +1156,29 @@ def _shard_subclass_samplers(facts: Facts, edits: Edits, setup: Plan) -> set[str
             edits.imports.add("DistributedSampler")
             sharding.add(owner.name.value)
         edits.insert_before(facts.statement_of(call), Insertion(edits.statements(code)))
-        edits.add_helper("DistributedSamplerWrapper", SAMPLER_WRAPPER_HELPER, "DistributedSampler", "torch",
-                         "itertools")
+        if not split_shape:
+            edits.add_helper("DistributedSamplerWrapper", SAMPLER_WRAPPER_HELPER, "DistributedSampler", "torch",
+                             "itertools")
         edits.report("DDP201", call)
         if arguments is None:
             edits.report("DDP207", call, f"`{owner.name.value}` shards the sampler it is given, but when "
                          f"`{name}` is None it orders its batches itself on every rank: give that case a "
                          "DistributedSampler too")
     return sharding | _subclasses_of(facts, sharding)
+
+
+def _hand_the_split(edits: Edits, call: cst.Call, dataset: str, split: str) -> None:
+    """`super().__init__(dataset, ...)` or `(dataset=dataset, ...)` takes the split in place of
+    the dataset; `(sampler=..., **self.init_kwargs)`, a copy of the dict with the split in it
+    (the dict itself keeps the dataset, which a validation loader built from it indexes)."""
+    for arg in call.args:
+        if arg.star == "" and dotted_name(arg.value) == dataset:
+            edits.expressions[arg.value] = lambda _node: cst.Name(split)
+            return
+    starred = next((arg for arg in call.args if arg.star == "**"), None)
+    if starred is not None:
+        copied = f"dict({edits.code(starred.value)}, dataset={split})"
+        edits.expressions[starred.value] = lambda _node: edits.expression(copied)
 
 
 def _own_loader_arguments(facts: Facts, edits: Edits, call: cst.Call

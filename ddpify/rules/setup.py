@@ -1286,6 +1286,7 @@ def _first_statement_needing_setup(facts: Facts, edits: Edits, plan: Plan,
     # `prepare_data(root)` of another module downloads between barriers that ask whether the
     # group exists: joined only after the call, every rank would download at once.
     made_elsewhere += facts.helper_download_calls
+    made_elsewhere += plan.built_sharding_themselves
     touched += allocations_on_the_current_gpu(facts)
     for node in touched + _calls_of_functions_holding(facts, touched, plan) + made_elsewhere:
         statement = facts.ancestor_in(node, plan.block)
