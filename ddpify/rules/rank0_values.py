@@ -38,6 +38,16 @@ RULES = (
          "the others wait in an all-reduce, or they train with different learning rates. The "
          "figure is replaced where it is computed by rank 0's (one small gather per evaluation).",
          "Nothing to do; to have every rank's figure, gather it (dist.all_reduce) instead."),
+    Rule("DDP419", Severity.EDIT, "a stop on this rank's training figure reads rank 0's value",
+         "`if loss.item() < threshold: break` or `while loss > eps:` in the epoch loop, on the last "
+         "batch's figure: each rank's last batch is its own, so one rank would stop while the others "
+         "wait in the next all-reduce (a hang on NCCL). The test is read once per epoch on every rank; "
+         "the figure it reads is rank 0's there (`rank0_value(loss.item()) < threshold`, one small "
+         "gather per epoch). Rank 0's last batch holds as many samples as the original's did, so the "
+         "threshold keeps the meaning it was tuned for; a mean over the ranks would be a loss over N "
+         "times as many samples, smoother, crossing the threshold at another epoch.",
+         "Nothing to do; to stop on the mean over the ranks, all_reduce the figure (op=SUM, then divide "
+         "by the world size) and test that."),
     Rule("DDP416", Severity.WARNING, "a value each rank computes on its own decides what every rank does",
          "The value (a validation every rank runs on its own) decides a stop, a patience count "
          "or a learning-rate change, but it is computed where the ranks may not all pass the "
@@ -98,12 +108,12 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         _take_rank0_pass_figures(facts, edits, setup, epoch_loop, passes, objects)
 
 
-def _take_rank0_value(edits: Edits, setup: Plan, value: cst.BaseExpression) -> None:
+def _take_rank0_value(edits: Edits, setup: Plan, value: cst.BaseExpression, code: str = "DDP415") -> None:
     gather = collectives.use(edits)
     edits.add_helper(HELPER_NAME, HELPER.format(every_rank=gather), "dist")
     edits.expressions[value] = lambda updated: cst.Call(cst.Name(HELPER_NAME), [cst.Arg(cast_expression(updated))])
     setup.rank0_values.add(value)
-    edits.report("DDP415", value)
+    edits.report(code, value)
 
 
 def _take_rank0_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For, epoch_loops: set[Loop],
@@ -121,7 +131,11 @@ def _take_rank0_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst
     if child not in statements:
         return
     rank_local = report_only.rank_local_in(facts, setup, loop)
+    if isinstance(epoch_loop, cst.While):
+        _take_rank0_test_figures(facts, edits, setup, epoch_loop, epoch_loop.test, rank_local)
     for statement in statements[statements.index(child) + 1:]:
+        if isinstance(statement, cst.If) and _acts(facts, statement, objects):
+            _take_rank0_test_figures(facts, edits, setup, epoch_loop, statement.test, rank_local)
         if not isinstance(statement, cst.SimpleStatementLine):
             continue
         for small in statement.body:
@@ -130,6 +144,58 @@ def _take_rank0_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst
                 continue
             if _decides_names(facts, epoch_loop, assigned_names(small), objects, plateaus=False):
                 _take_rank0_value(edits, setup, small.value)
+
+
+def _take_rank0_test_figures(facts: Facts, edits: Edits, setup: Plan, epoch_loop: Loop, test: cst.BaseExpression,
+                             rank_local: set[str]) -> None:
+    """`if loss.item() < threshold: break`, `while loss > eps:` (DDP419): a test of the epoch
+    loop, which every rank passes once per epoch, on this rank's figure of its last batch. The
+    operands that read it take rank 0's value (`rank0_value(loss.item()) < threshold`): rank 0's
+    last batch is one of as many samples as the original's, so the threshold keeps the meaning it
+    was tuned for (a mean over the ranks is a loss over N times as many samples, smoother, and
+    crosses it at another epoch); one gather per epoch, none per step. Only where nothing else
+    in the test differs per rank (a clock, a name the operands leave out): report_only.py reports
+    the rest."""
+    operands = _operands_reading(test, rank_local)
+    clock_reads = {call for qualified in report_only.CLOCKS for call in facts.calls_named.get(qualified, ())}
+    if not operands or any(call in clock_reads for call in find_all(test, cst.Call)):
+        return
+    # What the epoch loop sets from those figures (`best = loss.item()`) differs per rank too.
+    derived = set(rank_local)
+    report_only.spread_through(epoch_loop.body, derived, rounds=2, modules=report_only.imported_modules(facts))
+    if any(names_in(operand) & derived for operand in _operands_left(test, operands)):
+        return
+    for operand in operands:
+        _take_rank0_value(edits, setup, operand, code="DDP419")
+
+
+def _operands_reading(test: cst.BaseExpression, rank_local: set[str]) -> list[cst.BaseExpression]:
+    """The sides of the test's comparisons (through `and`, `or`, `not` and parentheses) that read
+    a rank-local name; the whole test where it is no comparison (`if converged:`)."""
+    if not names_in(test) & rank_local:
+        return []
+    if isinstance(test, cst.BooleanOperation):
+        return _operands_reading(test.left, rank_local) + _operands_reading(test.right, rank_local)
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return _operands_reading(test.expression, rank_local)
+    if isinstance(test, cst.Comparison):
+        sides = [test.left, *(target.comparator for target in test.comparisons)]
+        return [side for side in sides if names_in(side) & rank_local]
+    return [test]
+
+
+def _operands_left(test: cst.BaseExpression, operands: list[cst.BaseExpression]) -> list[cst.BaseExpression]:
+    """The parts of the test outside the operands taken (what still decides on its own)."""
+    if any(test is operand for operand in operands):
+        return []
+    if isinstance(test, cst.BooleanOperation):
+        return _operands_left(test.left, operands) + _operands_left(test.right, operands)
+    if isinstance(test, cst.UnaryOperation):
+        return _operands_left(test.expression, operands)
+    if isinstance(test, cst.Comparison):
+        sides = [test.left, *(target.comparator for target in test.comparisons)]
+        return [side for side in sides if not any(side is operand for operand in operands)]
+    return [test]
 
 
 def cast_expression(node: cst.CSTNode) -> cst.BaseExpression:

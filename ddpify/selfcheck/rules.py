@@ -1,4 +1,4 @@
-"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935, DDP938, DDP943): what a
+"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935, DDP938, DDP939, DDP943): what a
 second reading of ddpify's own output can find wrong. The detection is in this package (gathers, loaders,
 models, output, setup); the rules and their cases live here, beside it, rather than in
 ddpify/rules/, whose units plan edits.
@@ -73,6 +73,16 @@ RULES = (
          "evaluation_share). Its figures are this rank's share, printed by rank 0 as the whole set's.",
          "Evaluate on a loader built without the DistributedSampler, or all-reduce the sums and counts "
          "before they are used."),
+    Rule("DDP939", Severity.WARNING, "self-check: a decision every rank must take alike reads a per-rank value",
+         "The self-check reads on its own which values differ per rank: what comes from the batches of a "
+         "loader with a DistributedSampler (a loss, a running accuracy, `.item()` of either), the clock, an "
+         "unseeded global draw, or an assignment under a test of one, unless it went through rank0_value, "
+         "an all_reduce or a broadcast. A `break` or `return` out of a loop that trains, a `while` loop that "
+         "trains, a scheduler's `step(metric)`, a learning rate set or weights loaded back, decided on such a "
+         "value, splits the ranks: one leaves the loop while the others wait in the next all-reduce (a hang "
+         "on NCCL), or the replicas train on with different settings.",
+         "Decide on a value every rank agrees on: `rank0_value(value)` (rank 0's, one small gather) or an "
+         "all-reduced mean, computed where every rank passes alike (once per epoch, after the batch loop)."),
     Rule("DDP938", Severity.WARNING, "self-check: an optimizer steps during the pass of a loader left whole",
          "The self-check reads on its own which passes train: a loop over the loader (where it is "
          "built, in a function of the file it is handed to, or unpacked from a returned tuple) that "
