@@ -131,11 +131,12 @@ def _take_rank0_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst
     if child not in statements:
         return
     rank_local = report_only.rank_local_in(facts, setup, loop)
+    last_batch = rank_local - _gathered_over_the_epoch(loop)
     if isinstance(epoch_loop, cst.While):
-        _take_rank0_test_figures(facts, edits, setup, epoch_loop, epoch_loop.test, rank_local)
+        _take_rank0_test_figures(facts, edits, setup, epoch_loop, epoch_loop.test, rank_local, last_batch)
     for statement in statements[statements.index(child) + 1:]:
         if isinstance(statement, cst.If) and _acts(facts, statement, objects):
-            _take_rank0_test_figures(facts, edits, setup, epoch_loop, statement.test, rank_local)
+            _take_rank0_test_figures(facts, edits, setup, epoch_loop, statement.test, rank_local, last_batch)
         if not isinstance(statement, cst.SimpleStatementLine):
             continue
         for small in statement.body:
@@ -146,8 +147,20 @@ def _take_rank0_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst
                 _take_rank0_value(edits, setup, small.value)
 
 
+def _gathered_over_the_epoch(loop: cst.For) -> set[str]:
+    """What the batch loop adds up over the epoch (`running += loss.item()`, `meter.update(...)`,
+    `losses.append(...)`): a figure of this rank's share of the epoch, whose one-process meaning
+    is the whole epoch's (the mean over the ranks, training.py's DDP402), not rank 0's share."""
+    gathered = {name for augmented in find_all(loop.body, cst.AugAssign, into_functions=False)
+                for name in names_in(augmented.target)}
+    gathered |= {call.func.value.value for line in find_all(loop.body, cst.Expr, into_functions=False)
+                 if isinstance(call := line.value, cst.Call) and isinstance(call.func, cst.Attribute)
+                 and isinstance(call.func.value, cst.Name) and call.args}
+    return gathered
+
+
 def _take_rank0_test_figures(facts: Facts, edits: Edits, setup: Plan, epoch_loop: Loop, test: cst.BaseExpression,
-                             rank_local: set[str]) -> None:
+                             rank_local: set[str], last_batch: set[str]) -> None:
     """`if loss.item() < threshold: break`, `while loss > eps:` (DDP419): a test of the epoch
     loop, which every rank passes once per epoch, on this rank's figure of its last batch. The
     operands that read it take rank 0's value (`rank0_value(loss.item()) < threshold`): rank 0's
@@ -157,6 +170,8 @@ def _take_rank0_test_figures(facts: Facts, edits: Edits, setup: Plan, epoch_loop
     in the test differs per rank (a clock, a name the operands leave out): report_only.py reports
     the rest."""
     operands = _operands_reading(test, rank_local)
+    if any(names_in(operand) & rank_local - last_batch for operand in operands):
+        return  # a figure of the epoch's batches: reported (report_only.py) where training.py does not sum it
     clock_reads = {call for qualified in report_only.CLOCKS for call in facts.calls_named.get(qualified, ())}
     if not operands or any(call in clock_reads for call in find_all(test, cst.Call)):
         return
@@ -482,6 +497,16 @@ CASES = (
           "DDP415", ("    val_loss = rank0_value(loss.item())",)),
     Emits(report_only.EPOCH_FUNCTION.format(returned="loss.item()"), "DDP415",
           ("    last = rank0_value(train_epoch())",)),
+    # A stop on the last batch's loss read in the epoch loop's test, or a while loop's (DDP419).
+    Emits(TRAINING.replace("    print(epoch, loss.item())\n", "    if loss.item() < 0.01:\n        break\n"),
+          "DDP419", ("    if rank0_value(loss.item()) < 0.01:",)),
+    Emits(TRAINING.replace("for epoch in range(3):", "epoch, loss = 0, torch.ones(1)\nwhile loss > 0.01 and epoch < 3:")
+          .replace("    print(epoch, loss.item())\n", "    epoch += 1\n"),
+          "DDP419", ("while rank0_value(loss) > 0.01 and epoch < 3:",)),
+    # ... not where the other side is this rank's own too (`best = loss.item()`): reported as before.
+    Silent(TRAINING.replace("for epoch in range(3):", "best = 1e9\nfor epoch in range(3):").replace(
+        "    print(epoch, loss.item())\n", "    if loss.item() < best:\n        best = loss.item()\n"
+        "        optimizer.zero_grad()\n"), "DDP419"),
     # Validated only when this rank's own last loss is low: not every rank gets there.
     Emits(_VALIDATION.replace("    print(epoch, loss.item())\n", "    if loss.item() < 0.5:\n    "
                               + _PATIENCE.replace("\n    ", "\n        ")), "DDP416"),

@@ -256,6 +256,10 @@ _MEASURED_SHARE = "from torch.utils.data.distributed import DistributedSampler\n
     "device = torch", 'torch.distributed.init_process_group("gloo")\ndevice = torch').replace(
     "batch_size=8, shuffle=True)", "batch_size=8, sampler=DistributedSampler(dataset))")
 
+# TRAINING joined, its loader sharded.
+_SHARDED = "from torch.utils.data.distributed import DistributedSampler\n" + _JOINED.replace(
+    "batch_size=8, shuffle=True)", "batch_size=8, sampler=DistributedSampler(dataset))")
+
 # The sampler asks for the group before a setup function that joins it is called.
 _LATE_GROUP = (
     "import torch.distributed as dist\nfrom torch.utils.data.distributed import DistributedSampler\n\n\n"
@@ -598,6 +602,10 @@ CASES = (
           "DDP924"),
     Flags(TRAINING, _JOINED.replace("model(x.to(device))", "model(x.to(device) + torch.ones(1, device=1))"), "DDP924"),
     Flags(_MEASURED, _MEASURED_SHARE, "DDP943"),
+    # A stop on the last batch's loss of a sharded loader, not passed through rank0_value.
+    Flags(TRAINING, _SHARDED.replace("    print(epoch, loss.item())\n", "    if loss.item() < 0.01:\n        break\n"),
+          "DDP939"),
+    Silent(TRAINING, "DDP939"),
     # A GPU index kept in a name (`gpu = 0`), handed to `.to()`: GPU 0 on every rank.
     Flags(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)", _GPU_IN_A_NAME),
           _JOINED.replace("model = torch.nn.Linear(4, 1).to(device)", _GPU_IN_A_NAME), "DDP924"),
