@@ -17,6 +17,8 @@ STRIPPED = [
     ("numerics/stop_when_the_last_batch_loss_is_below_a_threshold", "rank0_value(loss.item())", "loss.item()"),
     ("numerics/while_loop_trains_until_the_loss_is_below_eps", "rank0_value(loss.item())", "loss.item()"),
     ("numerics/stop_on_the_last_loss_kept_by_the_batch_loop", "rank0_value(last_loss)", "last_loss"),
+    ("numerics/while_loop_trains_until_the_time_budget_is_spent", "rank0_value(time.monotonic() - started)",
+     "time.monotonic() - started"),
     # Epoch sums training.py all-reduces: the mean loss, the running accuracy, a meter.
     ("numerics/target_on_the_epoch_mean_loss_stops_every_rank", "dist.all_reduce(totals)", "pass"),
     ("numerics/running_training_accuracy_target_stops_every_rank", "dist.all_reduce(totals)", "pass"),

@@ -15,7 +15,7 @@ of the epoch loop, under no test of its own figures, in no inner loop. Printing 
 stay rank 0's. A value that decides nothing every rank does (printed, saved) is left alone:
 each collective has a reason. Where the point is not certain, it is reported (DDP416).
 """
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Optional, Union
 
 import libcst as cst
@@ -38,14 +38,15 @@ RULES = (
          "the others wait in an all-reduce, or they train with different learning rates. The "
          "figure is replaced where it is computed by rank 0's (one small gather per evaluation).",
          "Nothing to do; to have every rank's figure, gather it (dist.all_reduce) instead."),
-    Rule("DDP419", Severity.EDIT, "a stop on this rank's training figure reads rank 0's value",
+    Rule("DDP419", Severity.EDIT, "a stop on this rank's own loss or clock reads rank 0's value",
          "`if loss.item() < threshold: break` or `while loss > eps:` in the epoch loop, on the last "
-         "batch's figure: each rank's last batch is its own, so one rank would stop while the others "
-         "wait in the next all-reduce (a hang on NCCL). The test is read once per epoch on every rank; "
-         "the figure it reads is rank 0's there (`rank0_value(loss.item()) < threshold`, one small "
-         "gather per epoch). Rank 0's last batch holds as many samples as the original's did, so the "
-         "threshold keeps the meaning it was tuned for; a mean over the ranks would be a loss over N "
-         "times as many samples, smoother, crossing the threshold at another epoch.",
+         "batch's figure, or `while time.time() - start < budget:`: each rank's last batch and clock "
+         "are its own, so one rank would stop while the others wait in the next all-reduce (a hang on "
+         "NCCL). The test is read once per epoch on every rank; the figure it reads is rank 0's there "
+         "(`rank0_value(loss.item()) < threshold`, one small gather per epoch). Rank 0's last batch "
+         "holds as many samples as the original's did, so the threshold keeps the meaning it was tuned "
+         "for; a mean over the ranks would be a loss over N times as many samples, smoother, crossing "
+         "the threshold at another epoch.",
          "Nothing to do; to stop on the mean over the ranks, all_reduce the figure (op=SUM, then divide "
          "by the world size) and test that."),
     Rule("DDP416", Severity.WARNING, "a value each rank computes on its own decides what every rank does",
@@ -166,15 +167,22 @@ def _take_rank0_test_figures(facts: Facts, edits: Edits, setup: Plan, epoch_loop
     operands that read it take rank 0's value (`rank0_value(loss.item()) < threshold`): rank 0's
     last batch is one of as many samples as the original's, so the threshold keeps the meaning it
     was tuned for (a mean over the ranks is a loss over N times as many samples, smoother, and
-    crosses it at another epoch); one gather per epoch, none per step. Only where nothing else
-    in the test differs per rank (a clock, a name the operands leave out): report_only.py reports
-    the rest."""
-    operands = _operands_reading(test, rank_local)
-    if any(names_in(operand) & rank_local - last_batch for operand in operands):
-        return  # a figure of the epoch's batches: reported (report_only.py) where training.py does not sum it
+    crosses it at another epoch); one gather per epoch, none per step. A while loop's test on the
+    clock (`while time.time() - start < budget:`) reads rank 0's clock alike. Only where nothing
+    else in the test differs per rank (a name the operands leave out): report_only.py reports the
+    rest."""
     clock_reads = {call for qualified in report_only.CLOCKS for call in facts.calls_named.get(qualified, ())}
-    if not operands or any(call in clock_reads for call in find_all(test, cst.Call)):
-        return
+    on_clock = [call for call in find_all(test, cst.Call) if call in clock_reads]
+    if on_clock and facts.parents.get(test) is not epoch_loop:
+        return  # an `if` on the clock: rank 0's clock is broadcast there (training.py, DDP405)
+
+    def per_rank(side: cst.BaseExpression) -> bool:
+        return bool(names_in(side) & rank_local) or any(facts.ancestor_in(call, side) is not None or call is side
+                                                         for call in on_clock)
+
+    operands = _operands_reading(test, per_rank)
+    if not operands or any(names_in(operand) & rank_local - last_batch for operand in operands):
+        return  # a figure of the epoch's batches: reported (report_only.py) where training.py does not sum it
     # What the epoch loop sets from those figures (`best = loss.item()`) differs per rank too.
     derived = set(rank_local)
     report_only.spread_through(epoch_loop.body, derived, rounds=2, modules=report_only.imported_modules(facts))
@@ -184,18 +192,19 @@ def _take_rank0_test_figures(facts: Facts, edits: Edits, setup: Plan, epoch_loop
         _take_rank0_value(edits, setup, operand, code="DDP419")
 
 
-def _operands_reading(test: cst.BaseExpression, rank_local: set[str]) -> list[cst.BaseExpression]:
+def _operands_reading(test: cst.BaseExpression,
+                      per_rank: Callable[[cst.BaseExpression], bool]) -> list[cst.BaseExpression]:
     """The sides of the test's comparisons (through `and`, `or`, `not` and parentheses) that read
-    a rank-local name; the whole test where it is no comparison (`if converged:`)."""
-    if not names_in(test) & rank_local:
+    a per-rank value; the whole test where it is no comparison (`if converged:`)."""
+    if not per_rank(test):
         return []
     if isinstance(test, cst.BooleanOperation):
-        return _operands_reading(test.left, rank_local) + _operands_reading(test.right, rank_local)
+        return _operands_reading(test.left, per_rank) + _operands_reading(test.right, per_rank)
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        return _operands_reading(test.expression, rank_local)
+        return _operands_reading(test.expression, per_rank)
     if isinstance(test, cst.Comparison):
         sides = [test.left, *(target.comparator for target in test.comparisons)]
-        return [side for side in sides if names_in(side) & rank_local]
+        return [side for side in sides if per_rank(side)]
     return [test]
 
 
@@ -503,6 +512,11 @@ CASES = (
     Emits(TRAINING.replace("for epoch in range(3):", "epoch, loss = 0, torch.ones(1)\nwhile loss > 0.01 and epoch < 3:")
           .replace("    print(epoch, loss.item())\n", "    epoch += 1\n"),
           "DDP419", ("while rank0_value(loss) > 0.01 and epoch < 3:",)),
+    Emits(TRAINING.replace("import torch\n", "import time\n\nimport torch\n", 1)
+          .replace("for epoch in range(3):",
+                   "epoch, start = 0, time.time()\nwhile time.time() - start < 60 and epoch < 3:")
+          .replace("    print(epoch, loss.item())\n", "    epoch += 1\n"),
+          "DDP419", ("while rank0_value(time.time() - start) < 60 and epoch < 3:",)),
     # ... not where the other side is this rank's own too (`best = loss.item()`): reported as before.
     Silent(TRAINING.replace("for epoch in range(3):", "best = 1e9\nfor epoch in range(3):").replace(
         "    print(epoch, loss.item())\n", "    if loss.item() < best:\n        best = loss.item()\n"
