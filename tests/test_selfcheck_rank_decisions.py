@@ -107,6 +107,7 @@ for epoch in range(30):
     "    if loss.item() < best:\n        best = loss.item()\n        torch.save(model.state_dict(), 'b.pt')\n"
     "    else:\n        model.load_state_dict(torch.load('b.pt'))",
     "    if time.time() - start > 60:\n        break",
+    "    if loss.item() > best:\n        scheduler.step()",
     "        if loss.item() < 0.05:\n            break",
 ])
 def test_each_kind_of_decision_on_this_ranks_batches_is_found(decision):
@@ -120,6 +121,8 @@ def test_each_kind_of_decision_on_this_ranks_batches_is_found(decision):
     "    if reduced.item() / 2 < 0.1:\n        break",
     "    if every_rank(loss.item())[0] < 0.1:\n        break",
     "    if reduce_mean(loss).item() < 0.1:\n        break",
+    # The size of a batch: each rank's sampler hands it batches of the same sizes.
+    "        if x.shape[0] < 8:\n            break",
     # Printed only, or stopping nothing that trains.
     "    if loss.item() < 0.1:\n        print('low')",
 ])

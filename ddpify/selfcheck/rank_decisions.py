@@ -109,7 +109,8 @@ class _Training:
         acts: list[ast.AST] = [node for node in source.nodes if isinstance(node, (ast.Break, ast.Return))]
         acts += [node for node in source.assignments if isinstance(node, ast.Assign)
                  and any(_sets_lr(target) for target in node.targets)]
-        acts += [call for call in source.calls if last_part(call.func) == "load_state_dict"]
+        # (A step under the test: `if improved: scheduler.step()` moves one rank's schedule only.)
+        acts += [call for call in source.calls if last_part(call.func) in ("load_state_dict", "step")]
         for act in acts:
             if isinstance(act, ast.Break) and id(_loop_of(source, act)) not in self.loops:
                 continue
@@ -197,6 +198,8 @@ class _PerRank:
         pending = [value]
         while pending:
             node = pending.pop()
+            if _size_of_a_batch(node):
+                continue  # each rank's sampler hands it batches of the same sizes
             if isinstance(node, ast.Call):
                 if last_part(node.func) in self.agreeing:
                     continue  # every rank gets the same value back
@@ -299,6 +302,15 @@ class _PerRank:
                 return True
             child = ancestor
         return False
+
+
+def _size_of_a_batch(node: ast.AST) -> bool:
+    """`len(images)`, `images.shape[0]`, `x.size(0)`: the size of a batch, alike on every rank."""
+    if isinstance(node, ast.Attribute):
+        return node.attr == "shape"
+    return isinstance(node, ast.Call) and (
+        isinstance(node.func, ast.Name) and node.func.id == "len"
+        or isinstance(node.func, ast.Attribute) and node.func.attr in ("size", "dim", "numel"))
 
 
 def _reduces_a_parameter(source: Source, collective: ast.Call) -> bool:
