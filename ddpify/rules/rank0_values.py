@@ -181,6 +181,8 @@ def _take_rank0_test_figures(facts: Facts, edits: Edits, setup: Plan, epoch_loop
                                                          for call in on_clock)
 
     operands = _operands_reading(test, per_rank)
+    if any(operand in setup.rank0_values for operand in operands):
+        return  # (taken already, from another batch loop of the same epoch loop)
     if not operands or any(names_in(operand) & rank_local - last_batch for operand in operands):
         return  # a figure of the epoch's batches: reported (report_only.py) where training.py does not sum it
     # What the epoch loop sets from those figures (`best = loss.item()`) differs per rank too.
