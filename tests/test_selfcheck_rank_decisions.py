@@ -128,3 +128,12 @@ def test_each_kind_of_decision_on_this_ranks_batches_is_found(decision):
 ])
 def test_a_decision_every_rank_takes_alike_is_not_found(decision):
     assert _found("", LOOP.format(decision=decision), []) == []
+
+
+def test_a_skip_of_the_backward_on_this_ranks_loss_is_found_and_one_after_it_is_not():
+    before = LOOP.format(decision="").replace(
+        "        optimizer.zero_grad()\n",
+        "        if loss.item() > 10:\n            continue\n        optimizer.zero_grad()\n")
+    after = LOOP.format(decision="        if loss.item() > 10:\n            continue\n        print(loss.item())")
+    assert len(_found("", before, [])) == 1
+    assert _found("", after, []) == []

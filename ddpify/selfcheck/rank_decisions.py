@@ -91,6 +91,7 @@ class _Training:
 
     def __init__(self, source: Source, backwards: list[ast.Call]) -> None:
         self.source = source
+        self.backwards = backwards
         trains = {function.name for function in map(source.scope_of, backwards) if isinstance(function, FUNCTIONS)}
         training_calls = backwards + [call for call in source.calls if last_part(call.func) in trains]
         self.loops: dict[int, ast.AST] = {}
@@ -106,13 +107,14 @@ class _Training:
         return), set a learning rate or load weights; steps given a value; learning rates set."""
         source = self.source
         found: dict[int, ast.AST] = {id(loop): loop for loop in self.loops.values() if isinstance(loop, ast.While)}
-        acts: list[ast.AST] = [node for node in source.nodes if isinstance(node, (ast.Break, ast.Return))]
+        acts: list[ast.AST] = [node for node in source.nodes if isinstance(node, (ast.Break, ast.Return))
+                               or isinstance(node, ast.Continue) and self._skips_a_backward(node)]
         acts += [node for node in source.assignments if isinstance(node, ast.Assign)
                  and any(_sets_lr(target) for target in node.targets)]
         # (A step under the test: `if improved: scheduler.step()` moves one rank's schedule only.)
         acts += [call for call in source.calls if last_part(call.func) in ("load_state_dict", "step")]
         for act in acts:
-            if isinstance(act, ast.Break) and id(_loop_of(source, act)) not in self.loops:
+            if isinstance(act, (ast.Break, ast.Continue)) and id(_loop_of(source, act)) not in self.loops:
                 continue
             if not self._in_training_loop(act):
                 continue
@@ -127,6 +129,13 @@ class _Training:
                      and call.func.attr == "step" and len(call.args) == 1 and _definition(source, call) is None
                      and self._in_training_loop(call))
         return sorted(found.values(), key=lambda node: (_line(node), getattr(node, "col_offset", 0)))
+
+    def _skips_a_backward(self, skip: ast.Continue) -> bool:
+        """`if torch.isnan(loss): continue` above the backward(): this rank skips the all-reduce."""
+        loop = _loop_of(self.source, skip)
+        return isinstance(loop, LOOPS) and any(
+            _line(call) > skip.lineno and any(each is loop for each in self.source.ancestors(call))
+            for call in self.backwards)
 
     def _in_training_loop(self, node: ast.AST) -> bool:
         for ancestor in self.source.ancestors(node):
