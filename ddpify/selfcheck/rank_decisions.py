@@ -1,11 +1,12 @@
 """A decision every rank must take alike, taken on a value each rank computes on its own (DDP939).
 
 Under DDP every rank must call each collective (the gradient all-reduce of every backward, a
-gather) as many times as the others. A `break` or `return` out of a loop that trains, a `while`
-loop that trains, a plateau scheduler's `step(metric)`, a learning rate set, or a checkpoint
-loaded back, decided on a figure of this rank's own batches, splits the ranks: one leaves the
-loop while the others wait in the next all-reduce (a hang on NCCL), or the replicas train on
-with different learning rates or weights.
+gather) as many times as the others. A `break` or `return` out of a loop that trains, a
+`continue` above its backward(), a `while` loop that trains, a plateau scheduler's
+`step(metric)` (or a step under the test), a learning rate set, or a checkpoint loaded back,
+decided on a figure of this rank's own batches, splits the ranks: one leaves the loop while the
+others wait in the next all-reduce (a hang on NCCL), or the replicas train on with different
+learning rates or weights.
 
 Rule (conservative, stdlib `ast` only, on the output of a script that joins a process group):
 a value is per rank when it comes, through assignments of the same function (the last one
@@ -17,6 +18,8 @@ above its use, and any later in a loop around it, which the next pass reads), fr
 - a function of this file that returns such a value, or an object fed one
   (`meter.update(loss.item())`, `history.append(...)`),
 - an assignment made under a test of such a value (`bad += 1` under `if loss < best:`),
+but not the size of a batch (`len(x)`, `x.shape`, `x.size(0)`: each rank's sampler hands it
+batches of the same sizes),
 unless it went through a collective every rank takes: `rank0_value(...)`, `every_rank(...)`,
 `dist.all_reduce(t)` / `dist.broadcast(t, 0)` on the name, or a function of this file that
 calls one (`reduce_mean(loss)`). A loop trains when a backward() runs in it (or in a function

@@ -77,8 +77,9 @@ RULES = (
          "The self-check reads on its own which values differ per rank: what comes from the batches of a "
          "loader with a DistributedSampler (a loss, a running accuracy, `.item()` of either), the clock, an "
          "unseeded global draw, or an assignment under a test of one, unless it went through rank0_value, "
-         "an all_reduce or a broadcast. A `break` or `return` out of a loop that trains, a `while` loop that "
-         "trains, a scheduler's `step(metric)`, a learning rate set or weights loaded back, decided on such a "
+         "an all_reduce or a broadcast. A `break` or `return` out of a loop that trains, a `continue` above "
+         "its backward(), a `while` loop that trains, a scheduler's step, a learning rate set or weights "
+         "loaded back, decided on such a "
          "value, splits the ranks: one leaves the loop while the others wait in the next all-reduce (a hang "
          "on NCCL), or the replicas train on with different settings.",
          "Decide on a value every rank agrees on: `rank0_value(value)` (rank 0's, one small gather) or an "
