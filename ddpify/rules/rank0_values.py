@@ -15,7 +15,7 @@ of the epoch loop, under no test of its own figures, in no inner loop. Printing 
 stay rank 0's. A value that decides nothing every rank does (printed, saved) is left alone:
 each collective has a reason. Where the point is not certain, it is reported (DDP416).
 """
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Optional, Union
 
 import libcst as cst
@@ -38,6 +38,17 @@ RULES = (
          "the others wait in an all-reduce, or they train with different learning rates. The "
          "figure is replaced where it is computed by rank 0's (one small gather per evaluation).",
          "Nothing to do; to have every rank's figure, gather it (dist.all_reduce) instead."),
+    Rule("DDP419", Severity.EDIT, "a stop on this rank's own loss or clock reads rank 0's value",
+         "`if loss.item() < threshold: break` or `while loss > eps:` in the epoch loop, on the last "
+         "batch's figure, or `while time.time() - start < budget:`: each rank's last batch and clock "
+         "are its own, so one rank would stop while the others wait in the next all-reduce (a hang on "
+         "NCCL). The test is read once per epoch on every rank; the figure it reads is rank 0's there "
+         "(`rank0_value(loss.item()) < threshold`, one small gather per epoch). Rank 0's last batch "
+         "holds as many samples as the original's did, so the threshold keeps the meaning it was tuned "
+         "for; a mean over the ranks would be a loss over N times as many samples, smoother, crossing "
+         "the threshold at another epoch.",
+         "Nothing to do; to stop on the mean over the ranks, all_reduce the figure (op=SUM, then divide "
+         "by the world size) and test that."),
     Rule("DDP416", Severity.WARNING, "a value each rank computes on its own decides what every rank does",
          "The value (a validation every rank runs on its own) decides a stop, a patience count "
          "or a learning-rate change, but it is computed where the ranks may not all pass the "
@@ -98,12 +109,12 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         _take_rank0_pass_figures(facts, edits, setup, epoch_loop, passes, objects)
 
 
-def _take_rank0_value(edits: Edits, setup: Plan, value: cst.BaseExpression) -> None:
+def _take_rank0_value(edits: Edits, setup: Plan, value: cst.BaseExpression, code: str = "DDP415") -> None:
     gather = collectives.use(edits)
     edits.add_helper(HELPER_NAME, HELPER.format(every_rank=gather), "dist")
     edits.expressions[value] = lambda updated: cst.Call(cst.Name(HELPER_NAME), [cst.Arg(cast_expression(updated))])
     setup.rank0_values.add(value)
-    edits.report("DDP415", value)
+    edits.report(code, value)
 
 
 def _take_rank0_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst.For, epoch_loops: set[Loop],
@@ -121,7 +132,12 @@ def _take_rank0_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst
     if child not in statements:
         return
     rank_local = report_only.rank_local_in(facts, setup, loop)
+    last_batch = rank_local - _gathered_over_the_epoch(loop)
+    if isinstance(epoch_loop, cst.While):
+        _take_rank0_test_figures(facts, edits, setup, epoch_loop, epoch_loop.test, rank_local, last_batch)
     for statement in statements[statements.index(child) + 1:]:
+        if isinstance(statement, cst.If) and _acts(facts, statement, objects):
+            _take_rank0_test_figures(facts, edits, setup, epoch_loop, statement.test, rank_local, last_batch)
         if not isinstance(statement, cst.SimpleStatementLine):
             continue
         for small in statement.body:
@@ -130,6 +146,82 @@ def _take_rank0_epoch_figures(facts: Facts, edits: Edits, setup: Plan, loop: cst
                 continue
             if _decides_names(facts, epoch_loop, assigned_names(small), objects, plateaus=False):
                 _take_rank0_value(edits, setup, small.value)
+
+
+def _gathered_over_the_epoch(loop: cst.For) -> set[str]:
+    """What the batch loop adds up over the epoch (`running += loss.item()`, `meter.update(...)`,
+    `losses.append(...)`): a figure of this rank's share of the epoch, whose one-process meaning
+    is the whole epoch's (the mean over the ranks, training.py's DDP402), not rank 0's share."""
+    gathered = {name for augmented in find_all(loop.body, cst.AugAssign, into_functions=False)
+                for name in names_in(augmented.target)}
+    gathered |= {call.func.value.value for line in find_all(loop.body, cst.Expr, into_functions=False)
+                 if isinstance(call := line.value, cst.Call) and isinstance(call.func, cst.Attribute)
+                 and isinstance(call.func.value, cst.Name) and call.args}
+    return gathered
+
+
+def _take_rank0_test_figures(facts: Facts, edits: Edits, setup: Plan, epoch_loop: Loop, test: cst.BaseExpression,
+                             rank_local: set[str], last_batch: set[str]) -> None:
+    """`if loss.item() < threshold: break`, `while loss > eps:` (DDP419): a test of the epoch
+    loop, which every rank passes once per epoch, on this rank's figure of its last batch. The
+    operands that read it take rank 0's value (`rank0_value(loss.item()) < threshold`): rank 0's
+    last batch is one of as many samples as the original's, so the threshold keeps the meaning it
+    was tuned for (a mean over the ranks is a loss over N times as many samples, smoother, and
+    crosses it at another epoch); one gather per epoch, none per step. A while loop's test on the
+    clock (`while time.time() - start < budget:`) reads rank 0's clock alike. Only where nothing
+    else in the test differs per rank (a name the operands leave out): report_only.py reports the
+    rest."""
+    clock_reads = {call for qualified in report_only.CLOCKS for call in facts.calls_named.get(qualified, ())}
+    on_clock = [call for call in find_all(test, cst.Call) if call in clock_reads]
+    if on_clock and facts.parents.get(test) is not epoch_loop:
+        return  # an `if` on the clock: rank 0's clock is broadcast there (training.py, DDP405)
+
+    def per_rank(side: cst.BaseExpression) -> bool:
+        return bool(names_in(side) & rank_local) or any(facts.ancestor_in(call, side) is not None or call is side
+                                                         for call in on_clock)
+
+    operands = _operands_reading(test, per_rank)
+    if any(operand in setup.rank0_values for operand in operands):
+        return  # (taken already, from another batch loop of the same epoch loop)
+    if not operands or any(names_in(operand) & rank_local - last_batch for operand in operands):
+        return  # a figure of the epoch's batches: reported (report_only.py) where training.py does not sum it
+    # What the epoch loop sets from those figures (`best = loss.item()`) differs per rank too.
+    derived = set(rank_local)
+    report_only.spread_through(epoch_loop.body, derived, rounds=2, modules=report_only.imported_modules(facts))
+    if any(names_in(operand) & derived for operand in _operands_left(test, operands)):
+        return
+    for operand in operands:
+        _take_rank0_value(edits, setup, operand, code="DDP419")
+
+
+def _operands_reading(test: cst.BaseExpression,
+                      per_rank: Callable[[cst.BaseExpression], bool]) -> list[cst.BaseExpression]:
+    """The sides of the test's comparisons (through `and`, `or`, `not` and parentheses) that read
+    a per-rank value; the whole test where it is no comparison (`if converged:`)."""
+    if not per_rank(test):
+        return []
+    if isinstance(test, cst.BooleanOperation):
+        return _operands_reading(test.left, per_rank) + _operands_reading(test.right, per_rank)
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return _operands_reading(test.expression, per_rank)
+    if isinstance(test, cst.Comparison):
+        sides = [test.left, *(target.comparator for target in test.comparisons)]
+        return [side for side in sides if per_rank(side)]
+    return [test]
+
+
+def _operands_left(test: cst.BaseExpression, operands: list[cst.BaseExpression]) -> list[cst.BaseExpression]:
+    """The parts of the test outside the operands taken (what still decides on its own)."""
+    if any(test is operand for operand in operands):
+        return []
+    if isinstance(test, cst.BooleanOperation):
+        return _operands_left(test.left, operands) + _operands_left(test.right, operands)
+    if isinstance(test, cst.UnaryOperation):
+        return _operands_left(test.expression, operands)
+    if isinstance(test, cst.Comparison):
+        sides = [test.left, *(target.comparator for target in test.comparisons)]
+        return [side for side in sides if not any(side is operand for operand in operands)]
+    return [test]
 
 
 def cast_expression(node: cst.CSTNode) -> cst.BaseExpression:
@@ -416,6 +508,21 @@ CASES = (
           "DDP415", ("    val_loss = rank0_value(loss.item())",)),
     Emits(report_only.EPOCH_FUNCTION.format(returned="loss.item()"), "DDP415",
           ("    last = rank0_value(train_epoch())",)),
+    # A stop on the last batch's loss read in the epoch loop's test, or a while loop's (DDP419).
+    Emits(TRAINING.replace("    print(epoch, loss.item())\n", "    if loss.item() < 0.01:\n        break\n"),
+          "DDP419", ("    if rank0_value(loss.item()) < 0.01:",)),
+    Emits(TRAINING.replace("for epoch in range(3):", "epoch, loss = 0, torch.ones(1)\nwhile loss > 0.01 and epoch < 3:")
+          .replace("    print(epoch, loss.item())\n", "    epoch += 1\n"),
+          "DDP419", ("while rank0_value(loss) > 0.01 and epoch < 3:",)),
+    Emits(TRAINING.replace("import torch\n", "import time\n\nimport torch\n", 1)
+          .replace("for epoch in range(3):",
+                   "epoch, start = 0, time.time()\nwhile time.time() - start < 60 and epoch < 3:")
+          .replace("    print(epoch, loss.item())\n", "    epoch += 1\n"),
+          "DDP419", ("while rank0_value(time.time() - start) < 60 and epoch < 3:",)),
+    # ... not where the other side is this rank's own too (`best = loss.item()`): reported as before.
+    Silent(TRAINING.replace("for epoch in range(3):", "best = 1e9\nfor epoch in range(3):").replace(
+        "    print(epoch, loss.item())\n", "    if loss.item() < best:\n        best = loss.item()\n"
+        "        optimizer.zero_grad()\n"), "DDP419"),
     # Validated only when this rank's own last loss is low: not every rank gets there.
     Emits(_VALIDATION.replace("    print(epoch, loss.item())\n", "    if loss.item() < 0.5:\n    "
                               + _PATIENCE.replace("\n    ", "\n        ")), "DDP416"),

@@ -849,6 +849,9 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
                          and not training.read_for_its_size_only(node.test, name)}
             if node in reported or not (_leaves_loop(node) or skips) or not (local or on_clock):
                 continue
+            if any(value is node.test or facts.ancestor_in(value, node.test) is not None
+                   for value in setup.rank0_values):
+                continue  # decided on rank 0's figure (rank0_values.py, DDP419)
             reported.add(node)
             if node in per_epoch and local <= clock_names and training.agree_on_clock_stop(facts, edits, setup, node):
                 continue  # once per epoch, rank 0's clock decides for every rank

@@ -4,7 +4,8 @@ cannot show the contract's properties there.
 Like black's safe mode, it is a second opinion that shares nothing with the first: the
 transforms read the script with libcst and ddpify.analysis; this reads the original and the
 output with the stdlib `ast` and a few simple, conservative rules (DDP910-DDP917, DDP919,
-DDP922-DDP929, DDP932, DDP933, DDP935). What it cannot show is a warning naming the line of the original where the
+DDP922-DDP929, DDP932, DDP933, DDP935, DDP939). What it cannot show is a warning naming the line of the
+original where the
 defect is (the output line is in the message), so the run exits 1 and the file is still written.
 """
 import ast
@@ -38,6 +39,7 @@ from ddpify.selfcheck.output import (
     unguarded_output,
     wrapped_forwards_on_rank0,
 )
+from ddpify.selfcheck.rank_decisions import decisions_on_per_rank_values
 from ddpify.selfcheck.setup import (
     allocated_before_the_device_is_set,
     asked_before_the_group,
@@ -52,6 +54,8 @@ from ddpify.selfcheck.trained import untrained_wraps
 
 # Diagnostics that say a model was left unwrapped on purpose: the self-check does not say it again.
 UNWRAPPED_CODES = ("DDP903", "DDP117")
+# Diagnostics that say a decision is taken on a per-rank value (DDP939 does not say it again there).
+DIVERGENCE_REPORTED = ("DDP902", "DDP408", "DDP416", "DDP945", "DDP420")
 
 
 def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
@@ -95,12 +99,14 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
         *names_read_unbound(before, original, after, migrated),
         *misplaced_gathers(after),
         *ungathered_share_figures(after),
+        *decisions_on_per_rank_values(after),
     ]
     # A fixed GPU the migration already reported where it is (DDP003) is not counted twice.
     # Likewise a part of the model whose requires_grad changes after its wrap (DDP111).
     # Likewise a pass over a training loader's share the migration reported (DDP213).
     reported = {"DDP924": _lines_of(diagnostics, ("DDP003",)), "DDP928": _lines_of(diagnostics, ("DDP111",)),
-                "DDP943": _lines_of(diagnostics, ("DDP213",))}
+                "DDP943": _lines_of(diagnostics, ("DDP213",)),
+                "DDP939": _lines_of(diagnostics, DIVERGENCE_REPORTED)}
     found = [Diagnostic(code, line, 1, f"{rule_of(code).summary}: {detail}") for code, line, detail in in_original]
     found += [Diagnostic(code, to_original(line), 1, f"{rule_of(code).summary} (output line {line}): {detail}")
               for code, line, detail in in_output if to_original(line) not in reported.get(code, ())]

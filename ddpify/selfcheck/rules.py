@@ -1,4 +1,4 @@
-"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935, DDP938, DDP943): what a
+"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935, DDP938, DDP939, DDP943): what a
 second reading of ddpify's own output can find wrong. The detection is in this package (gathers, loaders,
 models, output, setup); the rules and their cases live here, beside it, rather than in
 ddpify/rules/, whose units plan edits.
@@ -73,6 +73,17 @@ RULES = (
          "evaluation_share). Its figures are this rank's share, printed by rank 0 as the whole set's.",
          "Evaluate on a loader built without the DistributedSampler, or all-reduce the sums and counts "
          "before they are used."),
+    Rule("DDP939", Severity.WARNING, "self-check: a decision every rank must take alike reads a per-rank value",
+         "The self-check reads on its own which values differ per rank: what comes from the batches of a "
+         "loader with a DistributedSampler (a loss, a running accuracy, `.item()` of either), the clock, an "
+         "unseeded global draw, or an assignment under a test of one, unless it went through rank0_value, "
+         "an all_reduce or a broadcast. A `break` or `return` out of a loop that trains, a `continue` above "
+         "its backward(), a `while` loop that trains, a scheduler's step, a learning rate set or weights "
+         "loaded back, decided on such a "
+         "value, splits the ranks: one leaves the loop while the others wait in the next all-reduce (a hang "
+         "on NCCL), or the replicas train on with different settings.",
+         "Decide on a value every rank agrees on: `rank0_value(value)` (rank 0's, one small gather) or an "
+         "all-reduced mean, computed where every rank passes alike (once per epoch, after the batch loop)."),
     Rule("DDP938", Severity.WARNING, "self-check: an optimizer steps during the pass of a loader left whole",
          "The self-check reads on its own which passes train: a loop over the loader (where it is "
          "built, in a function of the file it is handed to, or unpacked from a returned tuple) that "
@@ -244,6 +255,10 @@ print(total / len(loader))
 """
 _MEASURED_SHARE = "from torch.utils.data.distributed import DistributedSampler\n" + _MEASURED.replace(
     "device = torch", 'torch.distributed.init_process_group("gloo")\ndevice = torch').replace(
+    "batch_size=8, shuffle=True)", "batch_size=8, sampler=DistributedSampler(dataset))")
+
+# TRAINING joined, its loader sharded.
+_SHARDED = "from torch.utils.data.distributed import DistributedSampler\n" + _JOINED.replace(
     "batch_size=8, shuffle=True)", "batch_size=8, sampler=DistributedSampler(dataset))")
 
 # The sampler asks for the group before a setup function that joins it is called.
@@ -588,6 +603,10 @@ CASES = (
           "DDP924"),
     Flags(TRAINING, _JOINED.replace("model(x.to(device))", "model(x.to(device) + torch.ones(1, device=1))"), "DDP924"),
     Flags(_MEASURED, _MEASURED_SHARE, "DDP943"),
+    # A stop on the last batch's loss of a sharded loader, not passed through rank0_value.
+    Flags(TRAINING, _SHARDED.replace("    print(epoch, loss.item())\n", "    if loss.item() < 0.01:\n        break\n"),
+          "DDP939"),
+    Silent(TRAINING, "DDP939"),
     # A GPU index kept in a name (`gpu = 0`), handed to `.to()`: GPU 0 on every rank.
     Flags(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)", _GPU_IN_A_NAME),
           _JOINED.replace("model = torch.nn.Linear(4, 1).to(device)", _GPU_IN_A_NAME), "DDP924"),
