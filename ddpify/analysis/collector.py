@@ -1142,6 +1142,54 @@ class Collector(cst.CSTVisitor):
             else:
                 models[models.index(model)] = Model(holder, model.optimizer_statement, model.function)
 
+    def note_models_trained_through_an_alias(self) -> None:
+        """Rule: a name bound from the model by the statement that moves it (`model =
+        net.to(device)`, `model = torch.compile(net.to(device))`, `model =
+        torch.compile(net).to(device)`) and called in a training loop with gradients on, where
+        the model's own name is not, is what trains: DDP wraps that name, after that statement.
+        Wrapped under the model's own name after the statement, the alias stays bound to the raw
+        module and the loop trains outside DDP (no rank averages a gradient); before it, the
+        move would come after the wrap. The model's own name stays unwrapped: its optimizer and
+        state dict read the same parameters as before."""
+        models = self.facts.models
+        for model in list(models):
+            name = model.name
+            if any(self._trains_with_gradients(call) for call in self.facts.calls_by_callee.get(name, ())):
+                continue
+            aliases = [alias for alias, assigned in self.facts.assigned_values.items()
+                       if alias != name and len(assigned) == 1 and self._moved_alias_of(assigned[0], name, model)]
+            if len(aliases) != 1 or not self._called_in_training(aliases[0], model.function):
+                continue
+            if any(other.name == aliases[0] and other.function is model.function for other in models):
+                models.remove(model)
+            else:
+                models[models.index(model)] = Model(aliases[0], model.optimizer_statement, model.function)
+
+    def _called_in_training(self, name: str, function: Optional[cst.FunctionDef]) -> bool:
+        """`name(x)` in a training loop with gradients on, in `function` or in a function of
+        this file it is handed to (`train_one_epoch(model, ...)` whose parameter is called so)."""
+        if any(self._trains_with_gradients(call) and self.facts.function_of(call) is function
+               for call in self.facts.calls_by_callee.get(name, ())):
+            return True
+        return any(self._trains_with_gradients(call) and self.facts.function_of(call) is callee
+                   for callee, parameter, _ in self.facts._calls_passing(name, function)
+                   for call in self.facts.calls_by_callee.get(parameter, ()))
+
+    def _moved_alias_of(self, value: cst.BaseExpression, name: str, model: Model) -> bool:
+        """`name.to(device)`, `torch.compile(name.to(device))` or `torch.compile(name).cuda()`,
+        in the model's function: the same module (or its compiled view) with a device move."""
+        if not isinstance(value, cst.Call) or self.facts.function_of(value) is not model.function:
+            return False
+        moved = False
+        while isinstance(value, cst.Call):
+            if isinstance(value.func, cst.Attribute) and value.func.attr.value in ("to", "cuda"):
+                moved, value = True, value.func.value
+            elif "torch.compile" in self._qualified(value.func) and value.args and value.args[0].keyword is None:
+                value = value.args[0].value
+            else:
+                return False
+        return moved and dotted_name(value) == name
+
     def _holders_trained(self, name: str, function: Optional[cst.FunctionDef]) -> list[str]:
         """The names assigned once, in `function`, a module built with `name` as an argument
         (`Holder(name, ...)`, optionally `.to(device)` where it is made), which reach their

@@ -107,11 +107,31 @@ def own_model_unwrapped(source: Source, reported: bool) -> Iterator[Finding]:
                 continue
             name = node.func.value.id
             if (id(scope), name) in scopes_wrapping or not _built_here(source, scope, name) \
-                    or _handed_elsewhere(source, scope, name):
+                    or _handed_elsewhere(source, scope, name) or _alias_wrapped(source, scope, name, scopes_wrapping):
                 continue
             yield ("DDP911", call.lineno, f"`{name}` is built in `{scope.name}` and trained there (this optimizer "
                    f"takes its parameters), but no DDP call in `{scope.name}` wraps it: every rank trains its own "
                    "copy")
+
+
+def _alias_wrapped(source: Source, scope: Scope, name: str, scopes_wrapping: set[tuple[int, str]]) -> bool:
+    """`model = net.to(device)` or `model = torch.compile(net.to(device))`, then `DDP(model)`:
+    the wrapped name is the same module as `name` (or its compiled view)."""
+    for statement in source.statements_in(scope):
+        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+                and isinstance(statement.targets[0], ast.Name)):
+            continue
+        value = statement.value
+        while isinstance(value, ast.Call):
+            if isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda"):
+                value = value.func.value
+            elif last_part(value.func) == "compile" and value.args:
+                value = value.args[0]
+            else:
+                break
+        if dotted(value) == name and (id(scope), statement.targets[0].id) in scopes_wrapping:
+            return True
+    return False
 
 
 def _built_here(source: Source, scope: ast.AST, name: str) -> bool:

@@ -1,4 +1,4 @@
-"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935, DDP938, DDP943): what a
+"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935, DDP938, DDP943, DDP948): what a
 second reading of ddpify's own output can find wrong. The detection is in this package (gathers, loaders,
 models, output, setup); the rules and their cases live here, beside it, rather than in
 ddpify/rules/, whose units plan edits.
@@ -169,6 +169,13 @@ RULES = (
          "where it can follow every optimizer of the file to the names it steps.",
          "Leave that module unwrapped (moved to the device as it was), wrap the one the optimizer "
          "steps, and report the wrap as a ddpify bug."),
+    Rule("DDP948", Severity.WARNING, "self-check: a training loop calls a name bound to the model before its wrap",
+         "`model = net.to(device)` (or `torch.compile(net.to(device))`, or `model = net`) binds `model` to the "
+         "module itself. Wrapped afterwards as `net = DDP(net)`, `model` still holds the raw module: the loop "
+         "that calls `model(x)` runs outside DDP, no rank averages a gradient, and each rank trains its own "
+         "copy. Nothing fails, on CPU or GPU; the ranks' weights drift apart and rank 0 saves its own.",
+         "Wrap the name the loop calls (`model = DDP(model, ...)` after the line that binds it), and report "
+         "the wrap as a ddpify bug."),
     Rule("DDP929", Severity.WARNING, "self-check: weights of the wrapped model are drawn after its wrap",
          "DDP broadcasts rank 0's parameters when it is built, and from then on only averages the "
          "gradients. A random initialisation after the wrap (`for m in model.modules(): "
@@ -413,7 +420,19 @@ _MOVED_AGAIN_IN_THE_LOOP = _JOINED.replace("torch.nn.Linear(4, 1).to(device)", "
 
 _GPU_IN_A_NAME = "gpu = 0\nmodel = torch.nn.Linear(4, 1).to(gpu)"
 
+# `model = net.to(device)` trained in the loop, the optimizer over `net` (a compiled or moved alias).
+_ALIASED = TRAINING.replace(
+    "model = torch.nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)",
+    "net = torch.nn.Linear(4, 1)\noptimizer = torch.optim.SGD(net.parameters(), lr=0.1)\nmodel = net.to(device)")
+_ALIAS_LEFT_RAW = "from torch.nn.parallel import DistributedDataParallel as DDP\n" + _ALIASED.replace(
+    "device = torch", 'torch.distributed.init_process_group("gloo")\ndevice = torch').replace(
+    "model = net.to(device)\n", "model = net.to(device)\nnet = DDP(net)\n")
+
+
 CASES = (
+    Flags(_ALIASED, _ALIAS_LEFT_RAW, "DDP948"),
+    Silent(_ALIASED, "DDP948"),
+    Silent(_ALIASED.replace("model = net.to(device)", "model = torch.compile(net.to(device))"), "DDP948"),
     Flags(_RESUMED_BY_A_HELPER, _WRAPPED_IN_THE_HELPER, "DDP935"),
     Silent(_RESUMED_BY_A_HELPER, "DDP935"),
     Flags(TRAINING, _WRAPPED_UNDER_A_GPU_TEST, "DDP935"),

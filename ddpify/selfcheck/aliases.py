@@ -1,0 +1,81 @@
+"""The loop trains the wrapper, not a name bound to the raw module before the wrap (DDP948).
+
+`model = net.to(device)` (or `model = torch.compile(net.to(device))`, or plain `model = net`)
+then `net = DDP(net)`: `model` still holds the module the wrapper wraps, and a training loop
+that calls `model(x)` runs the raw module's forward. No hook of DDP runs, no rank averages a
+gradient, and each rank trains its own copy; on CPU and GPU alike the script finishes with no
+error. The reading is per scope and conservative: the alias is bound in the wrap's scope on a
+line above the wrap, never bound again below it, and called below it inside a loop whose body
+calls `backward()`, or handed there to a function of this file that calls `backward()`."""
+import ast
+from collections.abc import Iterator
+from typing import Optional
+
+from ddpify import ast_walk
+from ddpify.selfcheck.models import DDP_WRAPPERS, Finding, wraps
+from ddpify.selfcheck.source import FUNCTIONS, LOOPS, Scope, Source, dotted, last_part
+
+# What leaves a module the same object (or a view of it that shares its parameters).
+_SAME_MODULE_METHODS = frozenset({"to", "cuda", "train", "eval", "requires_grad_"})
+
+
+def aliases_trained_around_the_wrap(source: Source) -> Iterator[Finding]:
+    """DDP948: a name bound, above `x = DDP(x)` in its scope, to `x` itself, its move or its
+    compiled view, and trained below the wrap without being bound again."""
+    backward_functions = {function.name for function in ast_walk.walk(source.tree)
+                          if isinstance(function, FUNCTIONS) and _calls_backward(function)}
+    for model, call in wraps(source):
+        if last_part(call.func) not in DDP_WRAPPERS:
+            continue
+        wrap = source.statement_of(call)
+        scope = source.scope_of(call)
+        for alias, bound in _aliases_above(source, scope, model, wrap.lineno):
+            if any(line > wrap.lineno for line in source.binding_lines(scope, alias)):
+                continue
+            trained = _trained_below(source, scope, alias, wrap.lineno, backward_functions)
+            if trained is not None:
+                yield ("DDP948", trained.lineno,
+                       f"`{alias}` is bound to the raw module of `{model}` on output line {bound} and trained here, "
+                       f"but `{model}` is wrapped only after it, on output line {wrap.lineno}: this loop runs "
+                       f"outside DDP and no rank averages its gradients")
+
+
+def _aliases_above(source: Source, scope: Scope, model: str, wrap_line: int) -> Iterator[tuple[str, int]]:
+    for statement in source.statements_in(scope):
+        if statement.lineno >= wrap_line or not (
+                isinstance(statement, ast.Assign) and len(statement.targets) == 1
+                and isinstance(statement.targets[0], ast.Name)):
+            continue
+        alias = statement.targets[0].id
+        if alias != model and _module_of(statement.value) == model:
+            yield alias, statement.lineno
+
+
+def _module_of(value: ast.expr) -> Optional[str]:
+    """The name `value` holds the same module as: `net`, `net.to(device)`, `torch.compile(net)`."""
+    while isinstance(value, ast.Call):
+        if isinstance(value.func, ast.Attribute) and value.func.attr in _SAME_MODULE_METHODS:
+            value = value.func.value
+        elif last_part(value.func) == "compile" and value.args:
+            value = value.args[0]
+        else:
+            return None
+    return dotted(value)
+
+
+def _trained_below(source: Source, scope: Scope, alias: str, wrap_line: int,
+                   backward_functions: set[str]) -> Optional[ast.Call]:
+    for call in source.calls_in(scope):
+        if call.lineno <= wrap_line:
+            continue
+        if dotted(call.func) == alias and any(isinstance(node, LOOPS) and _calls_backward(node)
+                                              for node in source.ancestors(call)):
+            return call
+        if dotted(call.func) in backward_functions and any(dotted(argument) == alias for argument in
+                                                           [*call.args, *(k.value for k in call.keywords)]):
+            return call
+    return None
+
+
+def _calls_backward(node: ast.AST) -> bool:
+    return any(isinstance(inner, ast.Call) and last_part(inner.func) == "backward" for inner in ast_walk.walk(node))
