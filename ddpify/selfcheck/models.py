@@ -16,6 +16,7 @@ from ddpify.selfcheck.source import (
     Scope,
     Source,
     assigned_targets,
+    calls_named,
     dotted,
     last_part,
     parameter_names,
@@ -1152,10 +1153,30 @@ def requires_grad_changed_after_the_wrap(migrated: Source) -> Iterator[Finding]:
                        "when it was built")
                 break
             if value is False and all(other_value is False for other_name, _, other_value, _ in changes
-                                      if other_name == name):
+                                      if other_name == name) and not _trained_then_run_without_gradients(
+                    migrated, scope, name, call.lineno, line):
                 yield ("DDP928", line, f"`{name}` is frozen for good on output line {line}, after its wrap on "
                        f"output line {call.lineno}: it trains nothing, so it needs no wrap")
                 break
+
+
+def _trained_then_run_without_gradients(source: Source, scope: Scope, name: str, wrap_line: int,
+                                        frozen_line: int) -> bool:
+    """A model trained after its wrap (called in a loop that calls backward) and only then frozen
+    for good, and run after that only under no_grad or inference_mode (a pretrained encoder
+    probed in a second stage): the wrap served its training, and a forward without gradients
+    asks nothing of DDP's reducer."""
+    calls = [call for call in source.calls_in(scope) if dotted(call.func) == name]
+    trained = any(wrap_line < call.lineno < frozen_line and any(
+        isinstance(node, LOOPS) and calls_named(node, ("backward",)) for node in source.ancestors(call))
+        for call in calls)
+    return trained and all(_without_gradients(source, call) for call in calls if call.lineno > frozen_line)
+
+
+def _without_gradients(source: Source, node: ast.AST) -> bool:
+    return any(isinstance(ancestor, (ast.With, ast.AsyncWith)) and any(
+        isinstance(item.context_expr, ast.Call) and last_part(item.context_expr.func) in ("no_grad", "inference_mode")
+        for item in ancestor.items) for ancestor in source.ancestors(node))
 
 
 def _requires_grad_change(source: Source, statement: ast.stmt,

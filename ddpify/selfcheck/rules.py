@@ -429,7 +429,17 @@ _ALIAS_LEFT_RAW = "from torch.nn.parallel import DistributedDataParallel as DDP\
     "model = net.to(device)\n", "model = net.to(device)\nnet = DDP(net)\n")
 
 
+# Trained, then frozen for good and run only under no_grad (a linear probe on its features).
+_TRAINED_THEN_PROBED = TRAINING + (
+    "model.requires_grad_(False)\nhead = torch.nn.Linear(1, 1).to(device)\n"
+    "head_optimizer = torch.optim.SGD(head.parameters(), lr=0.1)\nfor x, y in loader:\n"
+    "    with torch.no_grad():\n        features = model(x.to(device))\n"
+    "    loss = torch.nn.functional.mse_loss(head(features), y.to(device))\n"
+    "    head_optimizer.zero_grad()\n    loss.backward()\n    head_optimizer.step()\n")
+
+
 CASES = (
+    Silent(_TRAINED_THEN_PROBED, "DDP928"),
     Flags(_ALIASED, _ALIAS_LEFT_RAW, "DDP948"),
     Silent(_ALIASED, "DDP948"),
     Silent(_ALIASED.replace("model = net.to(device)", "model = torch.compile(net.to(device))"), "DDP948"),
