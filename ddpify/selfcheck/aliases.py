@@ -29,11 +29,13 @@ def aliases_trained_around_the_wrap(source: Source) -> Iterator[Finding]:
             continue
         wrap = source.statement_of(call)
         scope = source.scope_of(call)
+        said: set[str] = set()  # an alias bound in both arms of an `if` is said once
         for alias, bound in _aliases_above(source, scope, model, wrap.lineno):
-            if any(line > wrap.lineno for line in source.binding_lines(scope, alias)):
+            if alias in said or any(line > wrap.lineno for line in source.binding_lines(scope, alias)):
                 continue
             trained = _trained_below(source, scope, alias, wrap.lineno, backward_functions)
             if trained is not None:
+                said.add(alias)
                 yield ("DDP948", trained.lineno,
                        f"`{alias}` is bound to the raw module of `{model}` on output line {bound} and trained here, "
                        f"but `{model}` is wrapped only after it, on output line {wrap.lineno}: this loop runs "
