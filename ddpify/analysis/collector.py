@@ -83,6 +83,9 @@ def _constructed(value: cst.BaseExpression) -> cst.BaseExpression:
     return value
 
 
+# Methods that return the module they are called on: `net.to(device).train()` is `net`.
+_SAME_MODULE_METHODS = frozenset({"to", "cuda", "train", "eval", "half", "float", "double", "bfloat16"})
+
 class Collector(cst.CSTVisitor):
     def __init__(self, facts: Facts, project: Project) -> None:
         super().__init__()
@@ -1176,19 +1179,27 @@ class Collector(cst.CSTVisitor):
                    for call in self.facts.calls_by_callee.get(parameter, ()))
 
     def _moved_alias_of(self, value: cst.BaseExpression, name: str, model: Model) -> bool:
-        """`name.to(device)`, `torch.compile(name.to(device))` or `torch.compile(name).cuda()`,
-        in the model's function: the same module (or its compiled view) with a device move."""
-        if not isinstance(value, cst.Call) or self.facts.function_of(value) is not model.function:
+        """`name.to(device)`, `torch.compile(name.to(device))`, `torch.compile(name).cuda()`,
+        `name.to(device).train()` or `name.cuda() if use_cuda else name`, in the model's
+        function: the same module (or its compiled view), moved on some path."""
+        if self.facts.function_of(value) is not model.function:
             return False
+        branches = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+        found = [self._module_moved_in(branch) for branch in branches]
+        return all(module == name for module, _ in found) and any(moved for _, moved in found)
+
+    def _module_moved_in(self, value: cst.BaseExpression) -> tuple[Optional[str], bool]:
+        """The name `value` holds the same module as, and whether a device move is on the way."""
         moved = False
         while isinstance(value, cst.Call):
-            if isinstance(value.func, cst.Attribute) and value.func.attr.value in ("to", "cuda"):
-                moved, value = True, value.func.value
+            if isinstance(value.func, cst.Attribute) and value.func.attr.value in _SAME_MODULE_METHODS:
+                moved = moved or value.func.attr.value in ("to", "cuda")
+                value = value.func.value
             elif "torch.compile" in self._qualified(value.func) and value.args and value.args[0].keyword is None:
                 value = value.args[0].value
             else:
-                return False
-        return moved and dotted_name(value) == name
+                return None, False
+        return dotted_name(value), moved
 
     def _holders_trained(self, name: str, function: Optional[cst.FunctionDef]) -> list[str]:
         """The names assigned once, in `function`, a module built with `name` as an argument

@@ -16,7 +16,8 @@ from ddpify.selfcheck.models import DDP_WRAPPERS, Finding, wraps
 from ddpify.selfcheck.source import FUNCTIONS, LOOPS, Scope, Source, dotted, last_part
 
 # What leaves a module the same object (or a view of it that shares its parameters).
-_SAME_MODULE_METHODS = frozenset({"to", "cuda", "train", "eval", "requires_grad_"})
+_SAME_MODULE_METHODS = frozenset({"to", "cuda", "train", "eval", "requires_grad_", "half", "float", "double",
+                                  "bfloat16"})
 
 
 def aliases_trained_around_the_wrap(source: Source) -> Iterator[Finding]:
@@ -54,7 +55,11 @@ def _aliases_above(source: Source, scope: Scope, model: str, wrap_line: int) -> 
 
 
 def _module_of(value: ast.expr) -> Optional[str]:
-    """The name `value` holds the same module as: `net`, `net.to(device)`, `torch.compile(net)`."""
+    """The name `value` holds the same module as: `net`, `net.to(device)`, `torch.compile(net)`,
+    `net.cuda() if use_cuda else net`."""
+    if isinstance(value, ast.IfExp):
+        body, orelse = _module_of(value.body), _module_of(value.orelse)
+        return body if body == orelse else None
     while isinstance(value, ast.Call):
         if isinstance(value.func, ast.Attribute) and value.func.attr in _SAME_MODULE_METHODS:
             value = value.func.value
