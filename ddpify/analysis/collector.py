@@ -1170,8 +1170,12 @@ class Collector(cst.CSTVisitor):
 
     def _called_in_training(self, name: str, function: Optional[cst.FunctionDef]) -> bool:
         """`name(x)` in a training loop with gradients on, in `function` or in a function of
-        this file it is handed to (`train_one_epoch(model, ...)` whose parameter is called so)."""
-        if any(self._trains_with_gradients(call) and self.facts.function_of(call) is function
+        this file it is handed to (`train_one_epoch(model, ...)` whose parameter is called so);
+        for `self.model`, in any method of the class of `function`."""
+        owner = self.facts.class_of(function) if name.startswith("self.") else None
+        if any(self._trains_with_gradients(call) and (
+                self.facts.function_of(call) is function
+                or owner is not None and self.facts.class_of(self.facts.function_of(call)) is owner)
                for call in self.facts.calls_by_callee.get(name, ())):
             return True
         return any(self._trains_with_gradients(call) and self.facts.function_of(call) is callee

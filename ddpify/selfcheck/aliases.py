@@ -32,9 +32,14 @@ def aliases_trained_around_the_wrap(source: Source) -> Iterator[Finding]:
         scope = source.scope_of(call)
         said: set[str] = set()  # an alias bound in both arms of an `if` is said once
         for alias, bound in _aliases_above(source, scope, model, wrap.lineno):
-            if alias in said or any(line > wrap.lineno for line in source.binding_lines(scope, alias)):
+            if alias in said:
                 continue
-            trained = _trained_below(source, scope, alias, wrap.lineno, backward_functions)
+            if alias.startswith("self."):
+                trained = _trained_by_the_class(source, scope, alias, bound, wrap.lineno)
+            elif any(line > wrap.lineno for line in source.binding_lines(scope, alias)):
+                continue
+            else:
+                trained = _trained_below(source, scope, alias, wrap.lineno, backward_functions)
             if trained is not None:
                 said.add(alias)
                 yield ("DDP948", trained.lineno,
@@ -45,12 +50,11 @@ def aliases_trained_around_the_wrap(source: Source) -> Iterator[Finding]:
 
 def _aliases_above(source: Source, scope: Scope, model: str, wrap_line: int) -> Iterator[tuple[str, int]]:
     for statement in source.statements_in(scope):
-        if statement.lineno >= wrap_line or not (
-                isinstance(statement, ast.Assign) and len(statement.targets) == 1
-                and isinstance(statement.targets[0], ast.Name)):
+        if statement.lineno >= wrap_line or not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
             continue
-        alias = statement.targets[0].id
-        if alias != model and _module_of(statement.value) == model:
+        alias = dotted(statement.targets[0])
+        if alias is not None and ("." not in alias or alias.startswith("self.")) and alias != model \
+                and _module_of(statement.value) == model:
             yield alias, statement.lineno
 
 
@@ -82,6 +86,35 @@ def _trained_below(source: Source, scope: Scope, alias: str, wrap_line: int,
                                                            [*call.args, *(k.value for k in call.keywords)]):
             return call
     return None
+
+
+def _trained_by_the_class(source: Source, scope: Scope, alias: str, bound: int, wrap_line: int) -> Optional[ast.Call]:
+    """`self.model = torch.compile(model.to(device))` in `__init__`, `model` wrapped below it:
+    `self.model(x)` in a loop that calls backward in any method of the class (in the wrap's
+    own method, below the wrap), where nothing else in the class assigns `self.model`."""
+    owner = source.parents.get(scope)
+    if not isinstance(scope, FUNCTIONS) or not isinstance(owner, ast.ClassDef):
+        return None
+    methods = [method for method in owner.body if isinstance(method, FUNCTIONS)]
+    if any(isinstance(node, ast.stmt) and node.lineno != bound and alias in _assigned_names(node)
+           for method in methods for node in ast_walk.walk(method)):
+        return None
+    for method in methods:
+        for call in source.calls_in(method):
+            if method is scope and call.lineno <= wrap_line:
+                continue
+            if dotted(call.func) == alias and any(isinstance(node, LOOPS) and _calls_backward(node)
+                                                  for node in source.ancestors(call)):
+                return call
+    return None
+
+
+def _assigned_names(node: ast.AST) -> list[Optional[str]]:
+    if isinstance(node, ast.Assign):
+        return [dotted(target) for target in node.targets]
+    if isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+        return [dotted(node.target)]
+    return []
 
 
 def _calls_backward(node: ast.AST) -> bool:

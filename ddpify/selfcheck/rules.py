@@ -438,12 +438,41 @@ _TRAINED_THEN_PROBED = TRAINING + (
     "    head_optimizer.zero_grad()\n    loss.backward()\n    head_optimizer.step()\n")
 
 
+# `self.net = torch.compile(model.to(device))` trained by a method, the optimizer over `model`.
+_TRAINER_OF_A_COMPILED_VIEW = """\
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Trainer:
+    def __init__(self, model, device):
+        self.net = torch.compile(model.to(device), disable=True)
+        self.opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def fit(self, loader):
+        for epoch in range(2):
+            for x, y in loader:
+                loss = torch.nn.functional.mse_loss(self.net(x), y)
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+
+
+loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4, shuffle=True)
+Trainer(torch.nn.Linear(4, 1), "cpu").fit(loader)
+"""
+
+
 CASES = (
     Silent(_TRAINED_THEN_PROBED, "DDP928"),
     Flags(_ALIASED, _ALIAS_LEFT_RAW, "DDP948"),
     Silent(_ALIASED, "DDP948"),
     Silent(_ALIASED.replace("model = net.to(device)", "model = torch.compile(net.to(device))"), "DDP948"),
     Silent(_ALIASED.replace("model = net.to(device)", "model = net.to(device).train()"), "DDP948"),
+    Flags(_TRAINER_OF_A_COMPILED_VIEW, _TRAINER_OF_A_COMPILED_VIEW.replace(
+        "        self.opt = ", "        model = DDP(model)\n        self.opt = "), "DDP948"),
+    Silent(_TRAINER_OF_A_COMPILED_VIEW, "DDP948"),
     Flags(_ALIASED, _ALIAS_LEFT_RAW.replace("model = net.to(device)", "model = net.cuda() if use_cuda else net"),
           "DDP948"),
     Flags(_RESUMED_BY_A_HELPER, _WRAPPED_IN_THE_HELPER, "DDP935"),
