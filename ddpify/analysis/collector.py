@@ -1160,7 +1160,8 @@ class Collector(cst.CSTVisitor):
             if any(self._trains_with_gradients(call) for call in self.facts.calls_by_callee.get(name, ())):
                 continue
             aliases = [alias for alias, assigned in self.facts.assigned_values.items()
-                       if alias != name and len(assigned) == 1 and self._moved_alias_of(assigned[0], name, model)]
+                       if alias != name and len(assigned) == 1 and (self._moved_alias_of(assigned[0], name, model)
+                                                                    or self._alias_moved_later(alias, name, model))]
             if len(aliases) != 1 or not self._called_in_training(aliases[0], model.function):
                 continue
             if any(other.name == aliases[0] and other.function is model.function for other in models):
@@ -1191,6 +1192,15 @@ class Collector(cst.CSTVisitor):
         branches = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
         found = [self._module_moved_in(branch) for branch in branches]
         return all(module == name for module, _ in found) and any(moved for _, moved in found)
+
+    def _alias_moved_later(self, alias: str, name: str, model: Model) -> bool:
+        """`model = net` in the model's function, then `model.to(device)`: the alias is what
+        reaches the device (and, where the loop calls it, what trains)."""
+        value = self.facts.assigned_values[alias][0]
+        return (dotted_name(value) == name and self.facts.function_of(value) is model.function
+                and not self.facts.device_moves.get(name)
+                and any(self.facts.function_of(move) is model.function
+                        for move in self.facts.device_moves.get(alias, ())))
 
     def _module_moved_in(self, value: cst.BaseExpression) -> tuple[Optional[str], bool]:
         """The name `value` holds the same module as, and whether a device move is on the way."""
