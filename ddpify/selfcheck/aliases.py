@@ -48,6 +48,40 @@ def aliases_trained_around_the_wrap(source: Source) -> Iterator[Finding]:
                        f"outside DDP and no rank averages its gradients")
 
 
+def wrappers_moved_through_an_alias(source: Source) -> Iterator[Finding]:
+    """DDP911: `net = DDP(net)`, then `model = net` and `model.to(device)` before the training:
+    the alias is the wrapper, and the move reaches the wrapped module after its wrap (DDP was
+    built over the weights where they were; on GPUs the reducer then holds the old storage).
+    Only a move above the first loop of the scope that calls backward is read: a move after
+    the training (to the CPU, for an export) is another matter."""
+    for model, call in wraps(source):
+        if last_part(call.func) not in DDP_WRAPPERS:
+            continue
+        wrap = source.statement_of(call)
+        scope = source.scope_of(call)
+        training = [node.lineno for node in ast_walk.walk(scope) if isinstance(node, LOOPS) and _calls_backward(node)]
+        first_training = min(training, default=None)
+        if first_training is None:
+            continue
+        for statement in source.statements_in(scope):
+            if not (wrap.lineno < statement.lineno < first_training and isinstance(statement, ast.Assign)
+                    and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name)):
+                continue
+            alias = statement.targets[0].id
+            if alias == model or _module_of(statement.value) != model:
+                continue
+            move = next((inner for inner in source.calls_in(scope)
+                         if statement.lineno < inner.lineno < first_training and isinstance(inner.func, ast.Attribute)
+                         and inner.func.attr in ("to", "cuda") and dotted(inner.func.value) == alias), None)
+            if move is not None and not any(statement.lineno < line <= move.lineno
+                                            for line in source.binding_lines(scope, alias)):
+                yield ("DDP911", move.lineno,
+                       f"`{alias}` is the wrapper of `{model}` (bound on output line {statement.lineno}, after the "
+                       f"wrap on output line {wrap.lineno}) and is moved here: the move reaches the wrapped module "
+                       "after its wrap; move the module before the wrap")
+                break
+
+
 def _aliases_above(source: Source, scope: Scope, model: str, wrap_line: int) -> Iterator[tuple[str, int]]:
     for statement in source.statements_in(scope):
         if statement.lineno >= wrap_line or not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):

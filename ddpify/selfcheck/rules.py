@@ -473,6 +473,11 @@ CASES = (
     Flags(_TRAINER_OF_A_COMPILED_VIEW, _TRAINER_OF_A_COMPILED_VIEW.replace(
         "        self.opt = ", "        model = DDP(model)\n        self.opt = "), "DDP948"),
     Silent(_TRAINER_OF_A_COMPILED_VIEW, "DDP948"),
+    # `model = net` then `model.to(device)`: the wrap of `net` above the alias is moved after it.
+    Flags(_ALIASED.replace("model = net.to(device)", "model = net\nmodel.to(device)"),
+          _ALIAS_LEFT_RAW.replace("model = net.to(device)\nnet = DDP(net)\n", "net = DDP(net)\nmodel = net\n"
+                                  "model.to(device)\n"), "DDP911"),
+    Silent(_ALIASED.replace("model = net.to(device)", "model = net\nmodel.to(device)"), "DDP911"),
     Flags(_ALIASED, _ALIAS_LEFT_RAW.replace("model = net.to(device)", "model = net.cuda() if use_cuda else net"),
           "DDP948"),
     Flags(_RESUMED_BY_A_HELPER, _WRAPPED_IN_THE_HELPER, "DDP935"),
