@@ -55,6 +55,9 @@ WITHOUT_A_FIXTURE = {
     "DDP928": "self-check: broken outputs in selfcheck/rules.py CASES and tests/test_selfcheck.py (a part "
               "frozen, or the whole model frozen for good, after its wrap); ddpify's own outputs change "
               "requires_grad before the wrap or report it (DDP111)",
+    "DDP948": "self-check: a broken output in selfcheck/rules.py CASES (`model = net.to(device)` trained in the "
+              "loop while `net` is wrapped after it); ddpify's own outputs wrap the name the loop trains "
+              "(fixtures model/compiled_view_of_the_moved_network_trains_and_resumes and its siblings)",
     "DDP929": "self-check: broken outputs in selfcheck/rules.py CASES and tests/test_selfcheck.py (weights "
               "drawn after the wrap); ddpify's own outputs wrap after the draw",
     # A `# ddpify: ignore` comment that silences nothing: tests/test_suppressions.py.

@@ -83,6 +83,9 @@ def _constructed(value: cst.BaseExpression) -> cst.BaseExpression:
     return value
 
 
+# Methods that return the module they are called on: `net.to(device).train()` is `net`.
+_SAME_MODULE_METHODS = frozenset({"to", "cuda", "train", "eval", "half", "float", "double", "bfloat16"})
+
 class Collector(cst.CSTVisitor):
     def __init__(self, facts: Facts, project: Project) -> None:
         super().__init__()
@@ -1141,6 +1144,76 @@ class Collector(cst.CSTVisitor):
                 models.remove(model)
             else:
                 models[models.index(model)] = Model(holder, model.optimizer_statement, model.function)
+
+    def note_models_trained_through_an_alias(self) -> None:
+        """Rule: a name bound from the model by the statement that moves it (`model =
+        net.to(device)`, `model = torch.compile(net.to(device))`, `model =
+        torch.compile(net).to(device)`) and called in a training loop with gradients on, where
+        the model's own name is not, is what trains: DDP wraps that name, after that statement.
+        Wrapped under the model's own name after the statement, the alias stays bound to the raw
+        module and the loop trains outside DDP (no rank averages a gradient); before it, the
+        move would come after the wrap. The model's own name stays unwrapped: its optimizer and
+        state dict read the same parameters as before."""
+        models = self.facts.models
+        for model in list(models):
+            name = model.name
+            if any(self._trains_with_gradients(call) for call in self.facts.calls_by_callee.get(name, ())):
+                continue
+            aliases = [alias for alias, assigned in self.facts.assigned_values.items()
+                       if alias != name and len(assigned) == 1 and (self._moved_alias_of(assigned[0], name, model)
+                                                                    or self._alias_moved_later(alias, name, model))]
+            if len(aliases) != 1 or not self._called_in_training(aliases[0], model.function):
+                continue
+            if any(other.name == aliases[0] and other.function is model.function for other in models):
+                models.remove(model)
+            else:
+                models[models.index(model)] = Model(aliases[0], model.optimizer_statement, model.function)
+
+    def _called_in_training(self, name: str, function: Optional[cst.FunctionDef]) -> bool:
+        """`name(x)` in a training loop with gradients on, in `function` or in a function of
+        this file it is handed to (`train_one_epoch(model, ...)` whose parameter is called so);
+        for `self.model`, in any method of the class of `function`."""
+        owner = self.facts.class_of(function) if name.startswith("self.") else None
+        if any(self._trains_with_gradients(call) and (
+                self.facts.function_of(call) is function
+                or owner is not None and self.facts.class_of(self.facts.function_of(call)) is owner)
+               for call in self.facts.calls_by_callee.get(name, ())):
+            return True
+        return any(self._trains_with_gradients(call) and self.facts.function_of(call) is callee
+                   for callee, parameter, _ in self.facts._calls_passing(name, function)
+                   for call in self.facts.calls_by_callee.get(parameter, ()))
+
+    def _moved_alias_of(self, value: cst.BaseExpression, name: str, model: Model) -> bool:
+        """`name.to(device)`, `torch.compile(name.to(device))`, `torch.compile(name).cuda()`,
+        `name.to(device).train()` or `name.cuda() if use_cuda else name`, in the model's
+        function: the same module (or its compiled view), moved on some path."""
+        if self.facts.function_of(value) is not model.function:
+            return False
+        branches = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+        found = [self._module_moved_in(branch) for branch in branches]
+        return all(module == name for module, _ in found) and any(moved for _, moved in found)
+
+    def _alias_moved_later(self, alias: str, name: str, model: Model) -> bool:
+        """`model = net` in the model's function, then `model.to(device)`: the alias is what
+        reaches the device (and, where the loop calls it, what trains)."""
+        value = self.facts.assigned_values[alias][0]
+        return (dotted_name(value) == name and self.facts.function_of(value) is model.function
+                and not self.facts.device_moves.get(name)
+                and any(self.facts.function_of(move) is model.function
+                        for move in self.facts.device_moves.get(alias, ())))
+
+    def _module_moved_in(self, value: cst.BaseExpression) -> tuple[Optional[str], bool]:
+        """The name `value` holds the same module as, and whether a device move is on the way."""
+        moved = False
+        while isinstance(value, cst.Call):
+            if isinstance(value.func, cst.Attribute) and value.func.attr.value in _SAME_MODULE_METHODS:
+                moved = moved or value.func.attr.value in ("to", "cuda")
+                value = value.func.value
+            elif "torch.compile" in self._qualified(value.func) and value.args and value.args[0].keyword is None:
+                value = value.args[0].value
+            else:
+                return None, False
+        return dotted_name(value), moved
 
     def _holders_trained(self, name: str, function: Optional[cst.FunctionDef]) -> list[str]:
         """The names assigned once, in `function`, a module built with `name` as an argument

@@ -51,6 +51,7 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
     collector.note_network_reads_written_to_files()
     collector.note_parts_trained_through_their_model()
     collector.note_models_trained_through_a_holder()
+    collector.note_models_trained_through_an_alias()
     collector.note_optimizers_that_train()
     if collector.project.reads_modules:
         project = collector.project

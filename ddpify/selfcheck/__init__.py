@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Callable, Optional
 
 from ddpify.diagnostics import Diagnostic, rule_of
+from ddpify.selfcheck.aliases import aliases_trained_around_the_wrap, wrappers_moved_through_an_alias
 from ddpify.selfcheck.dominance import wraps_off_the_training_path
 from ddpify.selfcheck.gathers import misplaced_gathers
 from ddpify.selfcheck.loaders import LEFT_WHOLE_CODES, NO_EPOCH_LOOP_CODES, unsharded_loaders
@@ -73,6 +74,8 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
     in_output = [
         *misplaced_wraps(after),
         *untrained_wraps(after),
+        *aliases_trained_around_the_wrap(after),
+        *wrappers_moved_through_an_alias(after),
         *wraps_off_the_training_path(after),
         *wraps_across_methods(after),
         *requires_grad_changed_after_the_wrap(after),

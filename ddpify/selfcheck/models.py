@@ -16,6 +16,7 @@ from ddpify.selfcheck.source import (
     Scope,
     Source,
     assigned_targets,
+    calls_named,
     dotted,
     last_part,
     parameter_names,
@@ -107,11 +108,31 @@ def own_model_unwrapped(source: Source, reported: bool) -> Iterator[Finding]:
                 continue
             name = node.func.value.id
             if (id(scope), name) in scopes_wrapping or not _built_here(source, scope, name) \
-                    or _handed_elsewhere(source, scope, name):
+                    or _handed_elsewhere(source, scope, name) or _alias_wrapped(source, scope, name, scopes_wrapping):
                 continue
             yield ("DDP911", call.lineno, f"`{name}` is built in `{scope.name}` and trained there (this optimizer "
                    f"takes its parameters), but no DDP call in `{scope.name}` wraps it: every rank trains its own "
                    "copy")
+
+
+def _alias_wrapped(source: Source, scope: Scope, name: str, scopes_wrapping: set[tuple[int, str]]) -> bool:
+    """`model = net.to(device)` or `model = torch.compile(net.to(device))`, then `DDP(model)`:
+    the wrapped name is the same module as `name` (or its compiled view)."""
+    for statement in source.statements_in(scope):
+        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+                and isinstance(statement.targets[0], ast.Name)):
+            continue
+        value = statement.value
+        while isinstance(value, ast.Call):
+            if isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda"):
+                value = value.func.value
+            elif last_part(value.func) == "compile" and value.args:
+                value = value.args[0]
+            else:
+                break
+        if dotted(value) == name and (id(scope), statement.targets[0].id) in scopes_wrapping:
+            return True
+    return False
 
 
 def _built_here(source: Source, scope: ast.AST, name: str) -> bool:
@@ -1132,10 +1153,30 @@ def requires_grad_changed_after_the_wrap(migrated: Source) -> Iterator[Finding]:
                        "when it was built")
                 break
             if value is False and all(other_value is False for other_name, _, other_value, _ in changes
-                                      if other_name == name):
+                                      if other_name == name) and not _trained_then_run_without_gradients(
+                    migrated, scope, name, call.lineno, line):
                 yield ("DDP928", line, f"`{name}` is frozen for good on output line {line}, after its wrap on "
                        f"output line {call.lineno}: it trains nothing, so it needs no wrap")
                 break
+
+
+def _trained_then_run_without_gradients(source: Source, scope: Scope, name: str, wrap_line: int,
+                                        frozen_line: int) -> bool:
+    """A model trained after its wrap (called in a loop that calls backward) and only then frozen
+    for good, and run after that only under no_grad or inference_mode (a pretrained encoder
+    probed in a second stage): the wrap served its training, and a forward without gradients
+    asks nothing of DDP's reducer."""
+    calls = [call for call in source.calls_in(scope) if dotted(call.func) == name]
+    trained = any(wrap_line < call.lineno < frozen_line and any(
+        isinstance(node, LOOPS) and calls_named(node, ("backward",)) for node in source.ancestors(call))
+        for call in calls)
+    return trained and all(_without_gradients(source, call) for call in calls if call.lineno > frozen_line)
+
+
+def _without_gradients(source: Source, node: ast.AST) -> bool:
+    return any(isinstance(ancestor, (ast.With, ast.AsyncWith)) and any(
+        isinstance(item.context_expr, ast.Call) and last_part(item.context_expr.func) in ("no_grad", "inference_mode")
+        for item in ancestor.items) for ancestor in source.ancestors(node))
 
 
 def _requires_grad_change(source: Source, statement: ast.stmt,

@@ -1,6 +1,6 @@
-"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935, DDP938, DDP939, DDP943): what a
-second reading of ddpify's own output can find wrong. The detection is in this package (gathers, loaders,
-models, output, setup); the rules and their cases live here, beside it, rather than in
+"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935, DDP938, DDP939, DDP943,
+DDP948): what a second reading of ddpify's own output can find wrong. The detection is in this
+package (gathers, loaders, models, output, setup); the rules and their cases live here, beside it, rather than in
 ddpify/rules/, whose units plan edits.
 """
 from ddpify.diagnostics import Rule, Severity
@@ -180,6 +180,13 @@ RULES = (
          "where it can follow every optimizer of the file to the names it steps.",
          "Leave that module unwrapped (moved to the device as it was), wrap the one the optimizer "
          "steps, and report the wrap as a ddpify bug."),
+    Rule("DDP948", Severity.WARNING, "self-check: a training loop calls a name bound to the model before its wrap",
+         "`model = net.to(device)` (or `torch.compile(net.to(device))`, or `model = net`) binds `model` to the "
+         "module itself. Wrapped afterwards as `net = DDP(net)`, `model` still holds the raw module: the loop "
+         "that calls `model(x)` runs outside DDP, no rank averages a gradient, and each rank trains its own "
+         "copy. Nothing fails, on CPU or GPU; the ranks' weights drift apart and rank 0 saves its own.",
+         "Wrap the name the loop calls (`model = DDP(model, ...)` after the line that binds it), and report "
+         "the wrap as a ddpify bug."),
     Rule("DDP929", Severity.WARNING, "self-check: weights of the wrapped model are drawn after its wrap",
          "DDP broadcasts rank 0's parameters when it is built, and from then on only averages the "
          "gradients. A random initialisation after the wrap (`for m in model.modules(): "
@@ -428,7 +435,66 @@ _MOVED_AGAIN_IN_THE_LOOP = _JOINED.replace("torch.nn.Linear(4, 1).to(device)", "
 
 _GPU_IN_A_NAME = "gpu = 0\nmodel = torch.nn.Linear(4, 1).to(gpu)"
 
+# `model = net.to(device)` trained in the loop, the optimizer over `net` (a compiled or moved alias).
+_ALIASED = TRAINING.replace(
+    "model = torch.nn.Linear(4, 1).to(device)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)",
+    "net = torch.nn.Linear(4, 1)\noptimizer = torch.optim.SGD(net.parameters(), lr=0.1)\nmodel = net.to(device)")
+_ALIAS_LEFT_RAW = "from torch.nn.parallel import DistributedDataParallel as DDP\n" + _ALIASED.replace(
+    "device = torch", 'torch.distributed.init_process_group("gloo")\ndevice = torch').replace(
+    "model = net.to(device)\n", "model = net.to(device)\nnet = DDP(net)\n")
+
+
+# Trained, then frozen for good and run only under no_grad (a linear probe on its features).
+_TRAINED_THEN_PROBED = TRAINING + (
+    "model.requires_grad_(False)\nhead = torch.nn.Linear(1, 1).to(device)\n"
+    "head_optimizer = torch.optim.SGD(head.parameters(), lr=0.1)\nfor x, y in loader:\n"
+    "    with torch.no_grad():\n        features = model(x.to(device))\n"
+    "    loss = torch.nn.functional.mse_loss(head(features), y.to(device))\n"
+    "    head_optimizer.zero_grad()\n    loss.backward()\n    head_optimizer.step()\n")
+
+
+# `self.net = torch.compile(model.to(device))` trained by a method, the optimizer over `model`.
+_TRAINER_OF_A_COMPILED_VIEW = """\
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Trainer:
+    def __init__(self, model, device):
+        self.net = torch.compile(model.to(device), disable=True)
+        self.opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def fit(self, loader):
+        for epoch in range(2):
+            for x, y in loader:
+                loss = torch.nn.functional.mse_loss(self.net(x), y)
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+
+
+loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4, shuffle=True)
+Trainer(torch.nn.Linear(4, 1), "cpu").fit(loader)
+"""
+
+
 CASES = (
+    Silent(_TRAINED_THEN_PROBED, "DDP928"),
+    Flags(_ALIASED, _ALIAS_LEFT_RAW, "DDP948"),
+    Silent(_ALIASED, "DDP948"),
+    Silent(_ALIASED.replace("model = net.to(device)", "model = torch.compile(net.to(device))"), "DDP948"),
+    Silent(_ALIASED.replace("model = net.to(device)", "model = net.to(device).train()"), "DDP948"),
+    Flags(_TRAINER_OF_A_COMPILED_VIEW, _TRAINER_OF_A_COMPILED_VIEW.replace(
+        "        self.opt = ", "        model = DDP(model)\n        self.opt = "), "DDP948"),
+    Silent(_TRAINER_OF_A_COMPILED_VIEW, "DDP948"),
+    # `model = net` then `model.to(device)`: the wrap of `net` above the alias is moved after it.
+    Flags(_ALIASED.replace("model = net.to(device)", "model = net\nmodel.to(device)"),
+          _ALIAS_LEFT_RAW.replace("model = net.to(device)\nnet = DDP(net)\n", "net = DDP(net)\nmodel = net\n"
+                                  "model.to(device)\n"), "DDP911"),
+    Silent(_ALIASED.replace("model = net.to(device)", "model = net\nmodel.to(device)"), "DDP911"),
+    Flags(_ALIASED, _ALIAS_LEFT_RAW.replace("model = net.to(device)", "model = net.cuda() if use_cuda else net"),
+          "DDP948"),
     Flags(_RESUMED_BY_A_HELPER, _WRAPPED_IN_THE_HELPER, "DDP935"),
     Silent(_RESUMED_BY_A_HELPER, "DDP935"),
     Flags(TRAINING, _WRAPPED_UNDER_A_GPU_TEST, "DDP935"),

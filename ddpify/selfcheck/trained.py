@@ -203,7 +203,11 @@ _SELF_RETURNING = frozenset({"to", "cuda", "cpu", "half", "float", "double", "bf
 
 def _alias_of(value: ast.AST) -> Optional[str]:
     """`net` for `net`, `net.to(device)`, `net.cuda().eval()`, `net.module` and
-    `getattr(net, "module", net)`: the same module under another name."""
+    `getattr(net, "module", net)`: the same module under another name; also `net.cuda() if
+    use_cuda else net`, where both arms are that module."""
+    if isinstance(value, ast.IfExp):
+        body = _alias_of(value.body)
+        return body if body == _alias_of(value.orelse) else None
     while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _SELF_RETURNING:
         value = value.func.value
     return _module_name(value)
