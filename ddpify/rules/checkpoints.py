@@ -253,7 +253,7 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan)
                         if _on_rank0_only(facts, setup, save) or save in facts.helper_write_calls]
         # (Written later in a loop that holds the read too: read again on the next pass, DDP323.)
         carried = [save for save in rank0_writes if not _saved_before(facts, save, call)
-                   and _innermost_loop_with(facts, call, [save]) is not None]
+                   and _written_on_a_later_pass(facts, call, save)]
         writes = [save for save in rank0_writes if _saved_before(facts, save, call)] + carried
         if not writes:
             continue
@@ -706,6 +706,18 @@ def _datasets_reading_later(facts: Facts, setup: Plan) -> list[cst.Call]:
             if function is None or callers and not any(_in_loop(facts, caller) for caller in callers):
                 made.append(call)
     return made
+
+
+def _written_on_a_later_pass(facts: Facts, read: cst.Call, write: cst.Call) -> bool:
+    """A loop holds the read and the write (a later statement of its body writes what an
+    earlier one reads on the next pass): in the read's function, or around a call of this
+    file from which the read's function runs (`if epoch: score("latest.pt")` at an epoch's
+    start, the save every few steps in the same epoch loop)."""
+    if _innermost_loop_with(facts, read, [write]) is not None:
+        return True
+    function = facts.function_of(read)
+    return function is not None and any(
+        _innermost_loop_with(facts, call, [write]) is not None for call in _calls_reaching(facts, function))
 
 
 def _innermost_loop_with(facts: Facts, read: cst.Call, writes: list[cst.Call]) -> Optional[Statement]:

@@ -1,4 +1,4 @@
-"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935, DDP938, DDP943): what a
+"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935, DDP938, DDP941, DDP943): what a
 second reading of ddpify's own output can find wrong. The detection is in this package (gathers, loaders,
 models, output, setup); the rules and their cases live here, beside it, rather than in
 ddpify/rules/, whose units plan edits.
@@ -73,6 +73,16 @@ RULES = (
          "evaluation_share). Its figures are this rank's share, printed by rank 0 as the whole set's.",
          "Evaluate on a loader built without the DistributedSampler, or all-reduce the sums and counts "
          "before they are used."),
+    Rule("DDP941", Severity.WARNING, "self-check: a file rank 0 writes is read or deleted with no barrier between",
+         "The self-check reads on its own which files rank 0 writes (under a rank-0 guard: torch.save, "
+         "np.save, open for writing) and which every rank reads (torch.load, np.load, open) by the same "
+         "path in one loop: without a barrier in that loop between the write and the read (or, for a "
+         "read at a pass's start of what the pass before wrote, before the read or after the write), "
+         "another rank reads the file while rank 0 is still writing it, or last pass's copy. Likewise "
+         "a delete on rank 0 of a file or folder every rank read before it with no barrier between: "
+         "the other ranks may still be reading it. On one machine's CPU this passes by luck of timing.",
+         "Put `if distributed: dist.barrier()` on every rank (not under the rank-0 guard) between the "
+         "write and the read, or between the read and the delete."),
     Rule("DDP938", Severity.WARNING, "self-check: an optimizer steps during the pass of a loader left whole",
          "The self-check reads on its own which passes train: a loop over the loader (where it is "
          "built, in a function of the file it is handed to, or unpacked from a returned tuple) that "
@@ -413,7 +423,37 @@ _MOVED_AGAIN_IN_THE_LOOP = _JOINED.replace("torch.nn.Linear(4, 1).to(device)", "
 
 _GPU_IN_A_NAME = "gpu = 0\nmodel = torch.nn.Linear(4, 1).to(gpu)"
 
+_RELOADED_EACH_EPOCH = TRAINING.replace("    for x, y in loader:", '''    if epoch:
+        model.load_state_dict(torch.load("last.pt"))
+    for x, y in loader:''') + '''    torch.save(model.state_dict(), "last.pt")
+'''
+_SETUP = '''import torch.distributed as dist
+distributed = True
+is_main = dist.get_rank() == 0
+'''
+_GUARDED = _SETUP + _RELOADED_EACH_EPOCH.replace('    torch.save(model.state_dict(), "last.pt")', '''    if is_main:
+        torch.save(model.state_dict(), "last.pt")''')
+_SCRATCH = _SETUP + TRAINING + '''import os
+if is_main:
+    torch.save(model.state_dict(), "scratch/best.pt")
+if distributed:
+    dist.barrier()
+model.load_state_dict(torch.load("scratch/best.pt"))
+if is_main:
+    os.remove("scratch/best.pt")
+'''
+
 CASES = (
+    # Rank 0 saves at each epoch's end what every rank reloads at the next one's start: a
+    # barrier in the loop orders them; before the loop it orders only the first.
+    Flags(_RELOADED_EACH_EPOCH, _GUARDED, "DDP941"),
+    Flags(_RELOADED_EACH_EPOCH, _GUARDED.replace("for epoch", "if distributed:\n    dist.barrier()\nfor epoch"),
+          "DDP941"),
+    Silent(_GUARDED.replace("    if epoch:", "    if distributed:\n        dist.barrier()\n    if epoch:"), "DDP941"),
+    # Deleted on rank 0 right after every rank read: one rank may still be loading.
+    Flags(TRAINING, _SCRATCH, "DDP941"),
+    Silent(_SCRATCH.replace('\nif is_main:\n    os.remove', '\nif distributed:\n    dist.barrier()\nif is_main:\n    os.remove'),
+           "DDP941"),
     Flags(_RESUMED_BY_A_HELPER, _WRAPPED_IN_THE_HELPER, "DDP935"),
     Silent(_RESUMED_BY_A_HELPER, "DDP935"),
     Flags(TRAINING, _WRAPPED_UNDER_A_GPU_TEST, "DDP935"),
