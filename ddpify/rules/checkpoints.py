@@ -252,7 +252,9 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan)
         rank0_writes = [save for save in _writes(facts)
                         if _on_rank0_only(facts, setup, save) or save in facts.helper_write_calls]
         # (Written later in a loop that holds the read too: read again on the next pass, DDP323.)
-        carried = [save for save in rank0_writes if not _saved_before(facts, save, call)
+        # (Not a call of another module's function that both writes and reads: `train_loop(fold)`
+        # saving the fold's best weights and loading them back waits inside, between the two.)
+        carried = [save for save in rank0_writes if save is not call and not _saved_before(facts, save, call)
                    and _written_on_a_later_pass(facts, call, save)]
         writes = [save for save in rank0_writes if _saved_before(facts, save, call)] + carried
         if not writes:
@@ -956,6 +958,22 @@ CASES = (
     Emits(TRAINING + _READ_BACK, "DDP309", ('def read_back():\n    return np.load("w.npy")',)),
     Emits(TRAINING + _READ_BACK.replace("second = read_back()", 'np.save("w.npy", np.zeros(2))\nsecond = read_back()'),
           "DDP309", ('def read_back():\n    if distributed:\n        dist.barrier()',)),
+    # Saved at an epoch's end, read at the next one's start: the wait is in the loop, once per
+    # pass, one barrier for both reads (DDP323)...
+    Emits(TRAINING.replace("import torch\n", "import numpy as np\nimport torch\n", 1).replace(
+        "    for x, y in loader:", '    if epoch:\n        w = np.load("w.npy")\n        b = np.load("b.npy")\n'
+        '    for x, y in loader:') + '    np.save("w.npy", np.ones(2))\n    np.save("b.npy", np.ones(2))\n',
+        "DDP323", ('    if epoch:\n        if distributed:\n            dist.barrier()  # rank 0 has finished '
+                   'writing what is read next\n        w = np.load("w.npy")\n        b = np.load("b.npy")',)),
+    # ...and none where rank 0 alone reads it back.
+    Silent(TRAINING.replace("    for x, y in loader:", '    if epoch:\n        print(torch.load("m.pt"))\n'
+                            '    for x, y in loader:') + '    torch.save(model.state_dict(), "m.pt")\n',
+           "DDP323"),
+    # Deleted by rank 0 after every rank read it (DDP324); not a file nobody reads.
+    Emits(_CHECKPOINT + 'import os\nmodel.load_state_dict(torch.load("model.pt"))\nos.remove("model.pt")\n',
+          "DDP324", ('    dist.barrier()  # every rank has read what rank 0 deletes next\n'
+                     'if is_main:\n    os.remove("model.pt")',)),
+    Silent(_CHECKPOINT + 'import os\nos.remove("model.pt")\n', "DDP324"),
     # (Read before anything is written: nothing to wait for.)
     Silent('import pandas as pd\ntable = pd.read_csv("t.csv")\n' + TRAINING
            + 'pd.DataFrame({"a": [1]}).to_csv("out.csv")\n', "DDP309"),

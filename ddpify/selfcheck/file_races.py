@@ -163,7 +163,7 @@ def _access(call: ast.Call) -> Optional[tuple[str, ast.expr]]:
         mode = call.args[1] if len(call.args) > 1 else next(
             (keyword.value for keyword in call.keywords if keyword.arg == "mode"), None)
         if mode is None or isinstance(mode, ast.Constant) and isinstance(mode.value, str):
-            letters = set(mode.value) if isinstance(mode, ast.Constant) else set("r")
+            letters = set(str(mode.value)) if mode is not None else {"r"}
             return ("write" if letters & _WRITING_LETTERS else "read"), call.args[0]
     return None
 

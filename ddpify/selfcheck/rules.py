@@ -452,8 +452,8 @@ CASES = (
     Silent(_GUARDED.replace("    if epoch:", "    if distributed:\n        dist.barrier()\n    if epoch:"), "DDP941"),
     # Deleted on rank 0 right after every rank read: one rank may still be loading.
     Flags(TRAINING, _SCRATCH, "DDP941"),
-    Silent(_SCRATCH.replace('\nif is_main:\n    os.remove', '\nif distributed:\n    dist.barrier()\nif is_main:\n    os.remove'),
-           "DDP941"),
+    Silent(_SCRATCH.replace('\nif is_main:\n    os.remove',
+                            '\nif distributed:\n    dist.barrier()\nif is_main:\n    os.remove'), "DDP941"),
     Flags(_RESUMED_BY_A_HELPER, _WRAPPED_IN_THE_HELPER, "DDP935"),
     Silent(_RESUMED_BY_A_HELPER, "DDP935"),
     Flags(TRAINING, _WRAPPED_UNDER_A_GPU_TEST, "DDP935"),
