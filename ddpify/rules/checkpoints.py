@@ -428,7 +428,7 @@ def _barrier_before_reading_written_paths(facts: Facts, edits: Edits, setup: Pla
     loggers = logger_names(facts)
     not_reads |= {call for calls in facts.calls_by_callee.values() for call in calls
                   if _only_tells(facts, call, loggers)}
-    done: set[Statement] = set(waiting)
+    done = waiting  # (shared: a barrier placed here serves a delete after it, DDP324)
     # (A function that downloads runs its files on local rank 0 while the others wait at
     # downloads.py's barrier: another barrier there would pair with that one.)
     downloading = {facts.function_of(statement) for statement in facts.download_statements}
