@@ -1216,7 +1216,8 @@ RACED = ["best_weights_reloaded_at_the_next_epoch_when_validation_gets_worse",
          "epoch_statistics_in_json_and_text_read_back_at_the_next_epoch",
          "checkpoint_read_back_in_its_epoch_keeping_the_last_two",
          "scratch_folder_removed_after_every_rank_reloads_the_best",
-         "best_file_loaded_for_the_test_then_removed"]
+         "best_file_loaded_for_the_test_then_removed",
+         "best_weights_reloaded_after_training_in_each_seed_of_a_seed_loop"]
 
 
 @pytest.mark.parametrize("name", RACED)
