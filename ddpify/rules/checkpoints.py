@@ -233,7 +233,8 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan)
     reading the backbone this one saved) is such a load too. Returns where it waits."""
     reads = [call for call in [*facts.load_calls, *facts.helper_load_calls, *_pretrained_folder_reads(facts)]
              if not _read_by_rank0_alone(facts, setup, call)] + [
-        call for call in [*_opens(facts), *_data_reads(facts)] if _reads_once(facts, setup, call)]
+        call for call in [*_opens(facts), *_data_reads(facts)] if _reads_once(facts, setup, call)] + list(
+        _calls_in_loops_of_reading_functions(facts, setup))
     datasets = _datasets_reading_later(facts, setup)
     # (A dataset that lists its folder in __init__ and loads each file per item: the one
     # barrier before it is made covers both reads.)
@@ -683,6 +684,26 @@ def _reads_once(facts: Facts, setup: Plan, call: cst.Call) -> bool:
                                      for caller in callers)
 
 
+def _calls_in_loops_of_reading_functions(facts: Facts, setup: Plan) -> dict[cst.Call, None]:
+    """Rule: `stats = read_stats()` at each epoch's start, whose body opens (or np.loads) a
+    file for reading: the call, on every rank once per pass, reads as the open does, and waits
+    where a read in its place would (before the loop for a file written before it, in the loop
+    for one rank 0 writes later in the pass, DDP323). Only functions of this file called by
+    name, from a statement every rank runs, not per item or per batch, nor from themselves."""
+    found: dict[cst.Call, None] = {}
+    for read in [*_opens(facts), *_data_reads(facts)]:
+        function = facts.function_of(read)
+        writes = read in _opens(facts) and bool(_open_mode(read) & _WRITING_MODES)
+        if function is None or function.name.value in _PER_ITEM_METHODS or writes \
+                or _read_by_rank0_alone(facts, setup, read):
+            continue
+        callers = _calls_of(facts, function)
+        if any(_in_loop(facts, caller) for caller in callers) and not any(
+                facts.function_of(caller) is function or facts.class_of(function) is not None for caller in callers):
+            found.update((caller, None) for caller in callers if not _on_rank0_only(facts, setup, caller))
+    return found
+
+
 def _datasets_reading_later(facts: Facts, setup: Plan) -> list[cst.Call]:
     """Rule: a dataset class that opens a file for reading (or loads one, _DATA_READERS) in a method that runs per item
     or per pass (`__getitem__` opening its file lazily, an IterableDataset's `__iter__`)
@@ -965,6 +986,13 @@ CASES = (
         '    for x, y in loader:') + '    np.save("w.npy", np.ones(2))\n    np.save("b.npy", np.ones(2))\n',
         "DDP323", ('    if epoch:\n        if distributed:\n            dist.barrier()  # rank 0 has finished '
                    'writing what is read next\n        w = np.load("w.npy")\n        b = np.load("b.npy")',)),
+    # Read by a function of the file called at each epoch's start: the wait goes before the call.
+    Emits(TRAINING.replace("import torch\n", "import json\nimport torch\n", 1).replace(
+        "for epoch in range(3):\n", 'def read_stats():\n    with open("s.json") as f:\n'
+        '        return json.load(f)\n\n\nfor epoch in range(3):\n    stats = read_stats() if epoch else {}\n', 1)
+        + '    with open("s.json", "w") as f:\n        json.dump({"epoch": epoch}, f)\n',
+        "DDP323", ('        dist.barrier()  # rank 0 has finished writing what is read next\n'
+                   '    stats = read_stats() if epoch else {}',)),
     # ...and none where rank 0 alone reads it back.
     Silent(TRAINING.replace("    for x, y in loader:", '    if epoch:\n        print(torch.load("m.pt"))\n'
                             '    for x, y in loader:') + '    torch.save(model.state_dict(), "m.pt")\n',
