@@ -258,6 +258,10 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan)
         carried = [save for save in rank0_writes if save is not call and not _saved_before(facts, save, call)
                    and _written_on_a_later_pass(facts, call, save)]
         writes = [save for save in rank0_writes if _saved_before(facts, save, call)] + carried
+        # (In a loop that holds both, only a write that may name the file read: a barrier per
+        # pass, per book of a corpus read in turn, is a cost where the loop saves checkpoints.)
+        writes = [save for save in writes if _innermost_loop_with(facts, call, [save]) is None
+                  or _may_name_the_same_file(facts, save, call)]
         if not writes:
             continue
         statement: Statement = facts.statement_of(call)
@@ -743,6 +747,45 @@ def _written_on_a_later_pass(facts: Facts, read: cst.Call, write: cst.Call) -> b
         _innermost_loop_with(facts, call, [write]) is not None for call in _calls_reaching(facts, function))
 
 
+def _may_name_the_same_file(facts: Facts, write: cst.Call, read: cst.Call) -> bool:
+    """Rule: the write's path and the read's may be one file: the same expression, a name in
+    common (`best_path`, `os.path.join(out, "best.pt")` and `out`), or one of them unknown (a
+    call of the file's function that writes, a path its parameter holds). Two literals that
+    differ, or expressions of different names (`output_dir / f"model_{step}.pth"` and a book's
+    `file_path`), are not."""
+    written = _path_written(facts, write) if write in facts.save_calls or write in _opens(facts) or any(
+        write in facts.calls_named.get(qualified, ()) for qualified in _PATH_OF_WRITER) else None
+    path = _path_read(facts, read)
+    if written is None or path is None:
+        return True
+    if any(_is_parameter(facts, node) for node in (written, path)):
+        return True
+    if isinstance(written, cst.SimpleString) and isinstance(path, cst.SimpleString):
+        return written.evaluated_value == path.evaluated_value
+    return bool(names_in(written) & names_in(path)) or facts.module.code_for_node(written) == \
+        facts.module.code_for_node(path)
+
+
+def _path_read(facts: Facts, read: cst.Call) -> Optional[cst.BaseExpression]:
+    """The path a read names (its first argument); for a call of the file's function that
+    reads (`read_stats()`, `read_text_file(file_path)`), the argument its read's parameter
+    is handed, or None when that is not known."""
+    function = facts.functions.get(dotted_name(read.func) or "")
+    if function is None:
+        return argument_for(read, "f", 0)
+    inner = [call for call in [*_opens(facts), *_data_reads(facts)] if facts.function_of(call) is function]
+    paths = {dotted_name(path) for call in inner if (path := argument_for(call, "file", 0)) is not None}
+    if len(paths) != 1 or None in paths:
+        return None
+    parameter = paths.pop()
+    return handed_for(read, function, parameter) if parameter in positional_parameters(function) else None
+
+
+def _is_parameter(facts: Facts, path: cst.BaseExpression) -> bool:
+    function = facts.function_of(path)
+    return isinstance(path, cst.Name) and function is not None and path.value in positional_parameters(function)
+
+
 def _innermost_loop_with(facts: Facts, read: cst.Call, writes: list[cst.Call]) -> Optional[Statement]:
     """The innermost for or while loop of the read's function that holds the read and one of
     the writes: the write itself, or a call of this file from which the write's function runs
@@ -993,6 +1036,10 @@ CASES = (
         + '    with open("s.json", "w") as f:\n        json.dump({"epoch": epoch}, f)\n',
         "DDP323", ('        dist.barrier()  # rank 0 has finished writing what is read next\n'
                    '    stats = read_stats() if epoch else {}',)),
+    # (Nor for a corpus read file by file in a loop that saves checkpoints under other names.)
+    Silent(TRAINING.replace("for epoch in range(3):\n", 'def read_text(path):\n    return open(path).read()\n\n\n'
+                            'for epoch in range(3):\n    for name in ["a.txt", "b.txt"]:\n        text = read_text(name)\n', 1)
+           + '    torch.save(model.state_dict(), f"ckpt_{epoch}.pt")\n', "DDP323"),
     # ...and none where rank 0 alone reads it back.
     Silent(TRAINING.replace("    for x, y in loader:", '    if epoch:\n        print(torch.load("m.pt"))\n'
                             '    for x, y in loader:') + '    torch.save(model.state_dict(), "m.pt")\n',
