@@ -1038,7 +1038,8 @@ CASES = (
                    '    stats = read_stats() if epoch else {}',)),
     # (Nor for a corpus read file by file in a loop that saves checkpoints under other names.)
     Silent(TRAINING.replace("for epoch in range(3):\n", 'def read_text(path):\n    return open(path).read()\n\n\n'
-                            'for epoch in range(3):\n    for name in ["a.txt", "b.txt"]:\n        text = read_text(name)\n', 1)
+                            'for epoch in range(3):\n    for name in ["a.txt", "b.txt"]:\n'
+                            '        text = read_text(name)\n', 1)
            + '    torch.save(model.state_dict(), f"ckpt_{epoch}.pt")\n', "DDP323"),
     # ...and none where rank 0 alone reads it back.
     Silent(TRAINING.replace("    for x, y in loader:", '    if epoch:\n        print(torch.load("m.pt"))\n'
