@@ -1204,3 +1204,28 @@ def test_a_loader_drawn_with_next_by_a_while_step_loop_is_not_left_whole(case, s
     assert "DDP938" not in codes(original, expected, left_whole)
     broken = planted(sampler_keyword, sampler_keyword[-1] if sampler_keyword.startswith(",") else "", expected)
     assert "DDP938" in codes(original, broken, left_whole)
+
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+# Fixtures whose output waits, in a loop or before a delete, for what rank 0 wrote or what every
+# rank read (DDP323, DDP324); without those barriers (main's output before they were placed)
+# another rank reads a file rank 0 is still writing, or loses one it is still reading.
+RACED = ["best_weights_reloaded_at_the_next_epoch_when_validation_gets_worse",
+         "teacher_saved_by_a_helper_each_epoch_reloaded_at_the_next_start",
+         "latest_weights_saved_every_few_steps_scored_at_each_epoch_start",
+         "epoch_statistics_in_json_and_text_read_back_at_the_next_epoch",
+         "checkpoint_read_back_in_its_epoch_keeping_the_last_two",
+         "scratch_folder_removed_after_every_rank_reloads_the_best",
+         "best_file_loaded_for_the_test_then_removed",
+         "best_weights_reloaded_after_training_in_each_seed_of_a_seed_loop"]
+
+
+@pytest.mark.parametrize("name", RACED)
+def test_a_file_race_without_its_barrier_is_found(name):
+    folder = FIXTURES / "checkpoints" / name
+    original, migrated = (folder / "input.py").read_text(), (folder / "expected.py").read_text()
+    assert "DDP941" not in codes(original, migrated)
+    barrier = re.compile(r"^( *)if distributed:\n\1    dist\.barrier\(\)  "
+                         r"# (rank 0 has finished|every rank has read).*\n", re.MULTILINE)
+    assert barrier.search(migrated)
+    assert "DDP941" in codes(original, barrier.sub("", migrated))

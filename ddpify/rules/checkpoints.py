@@ -18,7 +18,9 @@ from ddpify.analysis.nodes import (
     argument_for,
     calls_within,
     dotted_name,
+    find_all,
     handed_for,
+    names_in,
     opens_for_writing,
     positional_parameters,
     string_value,
@@ -28,6 +30,7 @@ from ddpify.emit.arguments import with_keyword
 from ddpify.emit.edits import Edits, Insertion
 from ddpify.plan import Plan
 from ddpify.rules.cases import TRAINING, Emits, Silent
+from ddpify.rules.machine_local import REMOVALS, machine_local_names
 from ddpify.rules.side_effects import image_saves, logger_names
 
 RULES = (
@@ -39,6 +42,18 @@ RULES = (
          "Only rank 0 saves; the other ranks would read the checkpoint before it exists, or "
          "while it is half written.",
          "Nothing to do."),
+    Rule("DDP323", Severity.EDIT, "barrier on every pass before reading a file rank 0 writes later in the pass",
+         "A file rank 0 saves at an epoch's end (the best weights, an EMA copy, the epoch's "
+         "statistics) and every rank reads at the next epoch's start: a barrier before the loop "
+         "orders the first read only. On the next pass another rank may read it while rank 0 is "
+         "still writing it (a truncated file) or before it starts (the old weights). The barrier "
+         "goes before the read, in the loop, once per pass.",
+         "Nothing to do."),
+    Rule("DDP324", Severity.EDIT, "barrier before rank 0 deletes what every rank has read",
+         "Only rank 0 deletes (`shutil.rmtree(scratch)`, `os.remove(old_checkpoint)`); a rank "
+         "still loading from that file or folder on a shared file system finds it gone. Every "
+         "rank waits after its read, before rank 0 deletes.",
+         "Nothing to do."),
     Rule("DDP314", Severity.WARNING, "file rank 0 writes read in a branch chosen by a file test",
          "`if not os.path.exists(path): <write, rank 0 only> else: <read>`: while rank 0 writes, "
          "ranks may take different branches, and a barrier in one of them would wait forever.",
@@ -48,13 +63,16 @@ RULES = (
 
 BARRIER_CODE = """\
 if {condition}:
-    dist.barrier()  # rank 0 has finished writing what is read next
+    dist.barrier()  # {why}
 """
+WRITTEN = "rank 0 has finished writing what is read next"
+READ = "every rank has read what rank 0 deletes next"
 
 
 def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     waiting = _barrier_before_reading_saved_files(facts, edits, setup)
     _barrier_before_reading_written_paths(facts, edits, setup, waiting)
+    _barrier_before_deleting_what_ranks_read(facts, edits, setup, waiting)
     for call in facts.load_calls:
         if call in setup.collective_loads:
             continue  # dcp.load: each rank reads its own shards, after a save every rank joined
@@ -215,7 +233,8 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan)
     reading the backbone this one saved) is such a load too. Returns where it waits."""
     reads = [call for call in [*facts.load_calls, *facts.helper_load_calls, *_pretrained_folder_reads(facts)]
              if not _read_by_rank0_alone(facts, setup, call)] + [
-        call for call in [*_opens(facts), *_data_reads(facts)] if _reads_once(facts, setup, call)]
+        call for call in [*_opens(facts), *_data_reads(facts)] if _reads_once(facts, setup, call)] + list(
+        _calls_in_loops_of_reading_functions(facts, setup))
     datasets = _datasets_reading_later(facts, setup)
     # (A dataset that lists its folder in __init__ and loads each file per item: the one
     # barrier before it is made covers both reads.)
@@ -231,8 +250,18 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan)
             continue
         # (A call of a helper that trains on every rank and writes on rank 0 inside, in the
         # helper's own migration, counts as a write rank 0 alone makes.)
-        writes = [save for save in _writes(facts) if _saved_before(facts, save, call)
-                  and (_on_rank0_only(facts, setup, save) or save in facts.helper_write_calls)]
+        rank0_writes = [save for save in _writes(facts)
+                        if _on_rank0_only(facts, setup, save) or save in facts.helper_write_calls]
+        # (Written later in a loop that holds the read too: read again on the next pass, DDP323.)
+        # (Not a call of another module's function that both writes and reads: `train_loop(fold)`
+        # saving the fold's best weights and loading them back waits inside, between the two.)
+        carried = [save for save in rank0_writes if save is not call and not _saved_before(facts, save, call)
+                   and _written_on_a_later_pass(facts, call, save)]
+        writes = [save for save in rank0_writes if _saved_before(facts, save, call)] + carried
+        # (In a loop that holds both, only a write that may name the file read: a barrier per
+        # pass, per book of a corpus read in turn, is a cost where the loop saves checkpoints.)
+        writes = [save for save in writes if _innermost_loop_with(facts, call, [save]) is None
+                  or _may_name_the_same_file(facts, save, call)]
         if not writes:
             continue
         statement: Statement = facts.statement_of(call)
@@ -246,17 +275,22 @@ def _barrier_before_reading_saved_files(facts: Facts, edits: Edits, setup: Plan)
                 statement = current
         loop = _loop_around_read(facts, call) if call not in datasets else None
         if loop is not None:
-            if any(_ancestor_of(facts, loop, write) for write in writes):
-                continue  # written in the same loop: see _loop_around_read
-            statement = loop
-        if statement in waiting or _waited_for_already(facts, placed, writes, call):
+            # Written in a loop that holds the read too (each epoch's checkpoint read back in
+            # that epoch, or the best weights saved at an epoch's end and reloaded at the next
+            # one's start): the wait goes inside that loop, before the read or the loop around
+            # it there, so that it runs on every pass, after every write of the pass before.
+            shared = _innermost_loop_with(facts, call, writes)
+            statement = loop if shared is None else (_loop_around_read(facts, call, within=shared) or statement)
+        if statement in waiting or _waited_for_already(facts, placed, writes, call) \
+                or _waited_for_in_this_pass(facts, placed, writes, statement):
             continue
         # (Before what other rules put above a dataset's statement too: its sampler calls
         # __len__, which may read the file; and a dataset read inside the loader's call,
         # `DataLoader(load_blobs(root))`, is hoisted above the loader with its sampler.)
         first = call in datasets or any(facts.ancestor_in(call, loader) is not None for loader in facts.loader_calls
                                         if loader is not call)
-        waited = _wait_before(facts, edits, setup, statement, writes, first=first, waited_at=waiting)
+        waited = _wait_before(facts, edits, setup, statement, writes, first=first, waited_at=waiting,
+                              code="DDP323" if carried else "DDP309")
         waiting.add(statement)
         if waited is not None:
             waiting.add(waited)
@@ -314,7 +348,8 @@ _FILE_TESTS = frozenset({"exists", "lexists", "isfile", "isdir", "is_file", "is_
 
 def _wait_before(facts: Facts, edits: Edits, setup: Plan, statement: Statement,
                  writes: list[cst.Call], first: bool = False,
-                 waited_at: frozenset[Statement] | set[Statement] = frozenset()) -> Optional[Statement]:
+                 waited_at: frozenset[Statement] | set[Statement] = frozenset(),
+                 code: str = "DDP309") -> Optional[Statement]:
     """A barrier before the statement, so that every rank reads what rank 0 has finished
     writing (DDP309); where it waits, or None.
 
@@ -338,10 +373,11 @@ def _wait_before(facts: Facts, edits: Edits, setup: Plan, statement: Statement,
     if statement in waited_at:
         return statement
     condition = "distributed" if setup.sees_setup(facts, statement) else "dist.is_initialized()"
-    barrier = Insertion(edits.statements(BARRIER_CODE.format(condition=condition)), takes_comments=True)
+    why = READ if code == "DDP324" else WRITTEN
+    barrier = Insertion(edits.statements(BARRIER_CODE.format(condition=condition, why=why)), takes_comments=True)
     edits.insert_before(statement, barrier, first=first)
     edits.imports.add("dist")
-    edits.report("DDP309", statement)
+    edits.report(code, statement)
     return statement
 
 
@@ -397,7 +433,7 @@ def _barrier_before_reading_written_paths(facts: Facts, edits: Edits, setup: Pla
     loggers = logger_names(facts)
     not_reads |= {call for calls in facts.calls_by_callee.values() for call in calls
                   if _only_tells(facts, call, loggers)}
-    done: set[Statement] = set(waiting)
+    done = waiting  # (shared: a barrier placed here serves a delete after it, DDP324)
     # (A function that downloads runs its files on local rank 0 while the others wait at
     # downloads.py's barrier: another barrier there would pair with that one.)
     downloading = {facts.function_of(statement) for statement in facts.download_statements}
@@ -424,6 +460,61 @@ def _barrier_before_reading_written_paths(facts: Facts, edits: Edits, setup: Pla
                 done.add(statement)
                 if waited is not None:
                     done.add(waited)
+
+
+def _barrier_before_deleting_what_ranks_read(facts: Facts, edits: Edits, setup: Plan, waiting: set[Statement]) -> None:
+    """Rule: a delete only rank 0 makes (`shutil.rmtree(scratch)`, `os.remove(path)`) of a
+    file or folder that every rank reads before it (`torch.load(os.path.join(scratch,
+    "best.pt"))`, `torch.load(path)`: the path's expression, or a name it is built from, in
+    the read's arguments) waits until every rank has read (DDP324): rank 0 would delete it
+    while another rank still loads from it, on a file system they share. The barrier goes
+    before the outermost statement that only rank 0 runs (never inside its guard), or before
+    the outermost test of the file around it (`if os.path.exists(scratch):`), and not where a
+    barrier placed after the read waits already. A folder in a machine's own temporary folder
+    is machine_local.py's (DDP322)."""
+    deletes = [call for qualified in sorted(REMOVALS) for call in facts.calls_named.get(qualified, ())
+               if call.args and _on_rank0_only(facts, setup, call) and call not in facts.guarded_in_helper]
+    if not deletes:
+        return
+    local = machine_local_names(facts, [])
+    reads = [call for call in [*facts.load_calls, *facts.helper_load_calls, *_pretrained_folder_reads(facts),
+                               *_opens(facts), *_data_reads(facts)]
+             if not (call in _opens(facts) and _open_mode(call) & _WRITING_MODES)
+             and not _read_by_rank0_alone(facts, setup, call)]
+    for delete in deletes:
+        deleted = edits.code(delete.args[0].value)
+        if set(names_in(delete.args[0].value)) & local:
+            continue
+        read = [call for call in reads if _names_path(edits, call, deleted) and _saved_before(facts, call, delete)]
+        if not read:
+            continue
+        statement = _outermost_rank0_statement(facts, setup, delete)
+        if any(_comes_after(facts, place, statement) and all(
+                facts.line_of(call) < facts.line_of(place) for call in read) for place in waiting):
+            continue
+        waited = _wait_before(facts, edits, setup, statement, [], waited_at=waiting, code="DDP324")
+        if waited is not None:
+            waiting.add(waited)
+
+
+def _names_path(edits: Edits, read: cst.Call, deleted: str) -> bool:
+    """The read's arguments name the deleted path, or a folder it is in: the same expression,
+    or one inside them (`os.path.join(scratch, "best.pt")`, `f"{run_dir}/last.pt"`)."""
+    return any(edits.code(node) == deleted for arg in read.args for kind in _PATH_PARTS
+               for node in find_all(arg.value, kind))
+
+
+_PATH_PARTS: tuple[type[cst.BaseExpression], ...] = (cst.Name, cst.Attribute, cst.SimpleString, cst.Call)
+
+
+def _outermost_rank0_statement(facts: Facts, setup: Plan, node: cst.CSTNode) -> Statement:
+    """The outermost statement around node that only rank 0 runs (its guard goes around it)."""
+    statement: Statement = facts.statement_of(node)
+    for ancestor in ancestors_up_to(facts.parents, node, facts.function_of(node)):
+        if ancestor in setup.rank0_statements and isinstance(ancestor, (cst.SimpleStatementLine,
+                                                                        cst.BaseCompoundStatement)):
+            statement = ancestor
+    return statement
 
 
 # Writers of a file named by one of their arguments (keyword, position), beside open() and
@@ -597,6 +688,26 @@ def _reads_once(facts: Facts, setup: Plan, call: cst.Call) -> bool:
                                      for caller in callers)
 
 
+def _calls_in_loops_of_reading_functions(facts: Facts, setup: Plan) -> dict[cst.Call, None]:
+    """Rule: `stats = read_stats()` at each epoch's start, whose body opens (or np.loads) a
+    file for reading: the call, on every rank once per pass, reads as the open does, and waits
+    where a read in its place would (before the loop for a file written before it, in the loop
+    for one rank 0 writes later in the pass, DDP323). Only functions of this file called by
+    name, from a statement every rank runs, not per item or per batch, nor from themselves."""
+    found: dict[cst.Call, None] = {}
+    for read in [*_opens(facts), *_data_reads(facts)]:
+        function = facts.function_of(read)
+        writes = read in _opens(facts) and bool(_open_mode(read) & _WRITING_MODES)
+        if function is None or function.name.value in _PER_ITEM_METHODS or writes \
+                or _read_by_rank0_alone(facts, setup, read):
+            continue
+        callers = _calls_of(facts, function)
+        if any(_in_loop(facts, caller) for caller in callers) and not any(
+                facts.function_of(caller) is function or facts.class_of(function) is not None for caller in callers):
+            found.update((caller, None) for caller in callers if not _on_rank0_only(facts, setup, caller))
+    return found
+
+
 def _datasets_reading_later(facts: Facts, setup: Plan) -> list[cst.Call]:
     """Rule: a dataset class that opens a file for reading (or loads one, _DATA_READERS) in a method that runs per item
     or per pass (`__getitem__` opening its file lazily, an IterableDataset's `__iter__`)
@@ -624,18 +735,104 @@ def _datasets_reading_later(facts: Facts, setup: Plan) -> list[cst.Call]:
     return made
 
 
-def _loop_around_read(facts: Facts, call: cst.Call) -> Optional[Statement]:
+def _written_on_a_later_pass(facts: Facts, read: cst.Call, write: cst.Call) -> bool:
+    """A loop holds the read and the write (a later statement of its body writes what an
+    earlier one reads on the next pass): in the read's function, or around a call of this
+    file from which the read's function runs (`if epoch: score("latest.pt")` at an epoch's
+    start, the save every few steps in the same epoch loop)."""
+    if _innermost_loop_with(facts, read, [write]) is not None:
+        return True
+    function = facts.function_of(read)
+    return function is not None and any(
+        _innermost_loop_with(facts, call, [write]) is not None for call in _calls_reaching(facts, function))
+
+
+def _may_name_the_same_file(facts: Facts, write: cst.Call, read: cst.Call) -> bool:
+    """Rule: the write's path and the read's may be one file: the same expression, a name in
+    common (`best_path`, `os.path.join(out, "best.pt")` and `out`), or one of them unknown (a
+    call of the file's function that writes, a path its parameter holds). Two literals that
+    differ, or expressions of different names (`output_dir / f"model_{step}.pth"` and a book's
+    `file_path`), are not."""
+    written = _path_written(facts, write) if write in facts.save_calls or write in _opens(facts) or any(
+        write in facts.calls_named.get(qualified, ()) for qualified in _PATH_OF_WRITER) else None
+    path = _path_read(facts, read)
+    if written is None or path is None:
+        return True
+    if any(_is_parameter(facts, node) for node in (written, path)):
+        return True
+    if isinstance(written, cst.SimpleString) and isinstance(path, cst.SimpleString):
+        return written.evaluated_value == path.evaluated_value
+    return bool(names_in(written) & names_in(path)) or facts.module.code_for_node(written) == \
+        facts.module.code_for_node(path)
+
+
+def _path_read(facts: Facts, read: cst.Call) -> Optional[cst.BaseExpression]:
+    """The path a read names (its first argument); for a call of the file's function that
+    reads (`read_stats()`, `read_text_file(file_path)`), the argument its read's parameter
+    is handed, or None when that is not known."""
+    function = facts.functions.get(dotted_name(read.func) or "")
+    if function is None:
+        return argument_for(read, "f", 0)
+    inner = [call for call in [*_opens(facts), *_data_reads(facts)] if facts.function_of(call) is function]
+    paths = {dotted_name(path) for call in inner if (path := argument_for(call, "file", 0)) is not None}
+    if len(paths) != 1 or None in paths:
+        return None
+    parameter = paths.pop()
+    return handed_for(read, function, parameter) if parameter in positional_parameters(function) else None
+
+
+def _is_parameter(facts: Facts, path: cst.BaseExpression) -> bool:
+    function = facts.function_of(path)
+    return isinstance(path, cst.Name) and function is not None and path.value in positional_parameters(function)
+
+
+def _innermost_loop_with(facts: Facts, read: cst.Call, writes: list[cst.Call]) -> Optional[Statement]:
+    """The innermost for or while loop of the read's function that holds the read and one of
+    the writes: the write itself, or a call of this file from which the write's function runs
+    (`save_teacher(model)` at an epoch's end, whose body saves)."""
+    function = facts.function_of(read)
+    reaching = [node for write in writes for node in _write_and_calls_reaching(facts, write)]
+    for ancestor in ancestors_up_to(facts.parents, read, function):
+        if isinstance(ancestor, (cst.For, cst.While)) and any(
+                facts.ancestor_in(node, ancestor.body) is not None for node in reaching):
+            return ancestor
+    return None
+
+
+def _write_and_calls_reaching(facts: Facts, write: cst.Call) -> list[cst.Call]:
+    """The write, and the calls of this file from which its function runs."""
+    owner = facts.function_of(write)
+    return [write] + (_calls_reaching(facts, owner) if owner is not None else [])
+
+
+def _waited_for_in_this_pass(facts: Facts, placed: list[Statement], writes: list[cst.Call],
+                             statement: Statement) -> bool:
+    """Rule: one barrier per pass serves every later read of that pass. A barrier already
+    placed earlier in the same run of the statements around this read (before a statement
+    of the read's block or of a block around it, `_comes_after`), with none of the read's
+    writes between them (nor a call from which one runs), has made every rank wait for them
+    already: the statistics file and the class weights read one after the other at an
+    epoch's start wait once."""
+    function = facts.function_of(statement)
+    lines = [facts.line_of(node) for write in writes for node in _write_and_calls_reaching(facts, write)
+             if facts.function_of(node) is function]
+    return any(place is not statement and _comes_after(facts, place, statement) and not any(
+        facts.line_of(place) <= line <= facts.line_of(statement) for line in lines) for place in placed)
+
+
+def _loop_around_read(facts: Facts, call: cst.Call, within: Optional[cst.CSTNode] = None) -> Optional[Statement]:
     """Rule: the outermost for or while loop of its function whose body holds the read: the
     loop statement runs once per rank where the function runs once, so a barrier before it
     is reached alike on every rank, however many times each rank goes round (a barrier in
     the body would be a collective per file, and a hang where the ranks list different
-    numbers of files). It serves only writes that are done before the loop: a file rank 0
-    writes in the same loop (each epoch's checkpoint read back in that epoch) gets no
-    barrier from here. None when no loop holds it (a comprehension's statement runs once)."""
+    numbers of files). It serves only writes that are done before the loop: for a file rank 0
+    writes in a loop around the read too (each epoch's checkpoint read back in that epoch),
+    `within` is that loop, where the search stops. None when no loop holds it (a
+    comprehension's statement runs once)."""
     outermost: Optional[Statement] = None
     child: cst.CSTNode = call
     parent = facts.parents.get(call)
-    while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.Lambda)):
+    while parent is not None and parent is not within and not isinstance(parent, (cst.FunctionDef, cst.Lambda)):
         if isinstance(parent, (cst.For, cst.While)) and child in (parent.body, parent.orelse):
             outermost = parent
         child, parent = parent, facts.parents.get(parent)
@@ -825,6 +1022,34 @@ CASES = (
     Emits(TRAINING + _READ_BACK, "DDP309", ('def read_back():\n    return np.load("w.npy")',)),
     Emits(TRAINING + _READ_BACK.replace("second = read_back()", 'np.save("w.npy", np.zeros(2))\nsecond = read_back()'),
           "DDP309", ('def read_back():\n    if distributed:\n        dist.barrier()',)),
+    # Saved at an epoch's end, read at the next one's start: the wait is in the loop, once per
+    # pass, one barrier for both reads (DDP323)...
+    Emits(TRAINING.replace("import torch\n", "import numpy as np\nimport torch\n", 1).replace(
+        "    for x, y in loader:", '    if epoch:\n        w = np.load("w.npy")\n        b = np.load("b.npy")\n'
+        '    for x, y in loader:') + '    np.save("w.npy", np.ones(2))\n    np.save("b.npy", np.ones(2))\n',
+        "DDP323", ('    if epoch:\n        if distributed:\n            dist.barrier()  # rank 0 has finished '
+                   'writing what is read next\n        w = np.load("w.npy")\n        b = np.load("b.npy")',)),
+    # Read by a function of the file called at each epoch's start: the wait goes before the call.
+    Emits(TRAINING.replace("import torch\n", "import json\nimport torch\n", 1).replace(
+        "for epoch in range(3):\n", 'def read_stats():\n    with open("s.json") as f:\n'
+        '        return json.load(f)\n\n\nfor epoch in range(3):\n    stats = read_stats() if epoch else {}\n', 1)
+        + '    with open("s.json", "w") as f:\n        json.dump({"epoch": epoch}, f)\n',
+        "DDP323", ('        dist.barrier()  # rank 0 has finished writing what is read next\n'
+                   '    stats = read_stats() if epoch else {}',)),
+    # (Nor for a corpus read file by file in a loop that saves checkpoints under other names.)
+    Silent(TRAINING.replace("for epoch in range(3):\n", 'def read_text(path):\n    return open(path).read()\n\n\n'
+                            'for epoch in range(3):\n    for name in ["a.txt", "b.txt"]:\n'
+                            '        text = read_text(name)\n', 1)
+           + '    torch.save(model.state_dict(), f"ckpt_{epoch}.pt")\n', "DDP323"),
+    # ...and none where rank 0 alone reads it back.
+    Silent(TRAINING.replace("    for x, y in loader:", '    if epoch:\n        print(torch.load("m.pt"))\n'
+                            '    for x, y in loader:') + '    torch.save(model.state_dict(), "m.pt")\n',
+           "DDP323"),
+    # Deleted by rank 0 after every rank read it (DDP324); not a file nobody reads.
+    Emits(_CHECKPOINT + 'import os\nmodel.load_state_dict(torch.load("model.pt"))\nos.remove("model.pt")\n',
+          "DDP324", ('    dist.barrier()  # every rank has read what rank 0 deletes next\n'
+                     'if is_main:\n    os.remove("model.pt")',)),
+    Silent(_CHECKPOINT + 'import os\nos.remove("model.pt")\n', "DDP324"),
     # (Read before anything is written: nothing to wait for.)
     Silent('import pandas as pd\ntable = pd.read_csv("t.csv")\n' + TRAINING
            + 'pd.DataFrame({"a": [1]}).to_csv("out.csv")\n', "DDP309"),

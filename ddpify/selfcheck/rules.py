@@ -1,7 +1,7 @@
-"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935, DDP938, DDP939, DDP943,
-DDP948): what a second reading of ddpify's own output can find wrong. The detection is in this
-package (gathers, loaders, models, output, setup); the rules and their cases live here, beside it, rather than in
-ddpify/rules/, whose units plan edits.
+"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935, DDP938, DDP939, DDP941,
+DDP943, DDP948): what a second reading of ddpify's own output can find wrong. The detection is in
+this package (gathers, loaders, models, output, setup); the rules and their cases live here, beside
+it, rather than in ddpify/rules/, whose units plan edits.
 """
 from ddpify.diagnostics import Rule, Severity
 from ddpify.rules.cases import TRAINING, Flags, Silent
@@ -84,6 +84,16 @@ RULES = (
          "on NCCL), or the replicas train on with different settings.",
          "Decide on a value every rank agrees on: `rank0_value(value)` (rank 0's, one small gather) or an "
          "all-reduced mean, computed where every rank passes alike (once per epoch, after the batch loop)."),
+    Rule("DDP941", Severity.WARNING, "self-check: a file rank 0 writes is read or deleted with no barrier between",
+         "The self-check reads on its own which files rank 0 writes (under a rank-0 guard: torch.save, "
+         "np.save, open for writing) and which every rank reads (torch.load, np.load, open) by the same "
+         "path in one loop: without a barrier in that loop between the write and the read (or, for a "
+         "read at a pass's start of what the pass before wrote, before the read or after the write), "
+         "another rank reads the file while rank 0 is still writing it, or last pass's copy. Likewise "
+         "a delete on rank 0 of a file or folder every rank read before it with no barrier between: "
+         "the other ranks may still be reading it. On one machine's CPU this passes by luck of timing.",
+         "Put `if distributed: dist.barrier()` on every rank (not under the rank-0 guard) between the "
+         "write and the read, or between the read and the delete."),
     Rule("DDP938", Severity.WARNING, "self-check: an optimizer steps during the pass of a loader left whole",
          "The self-check reads on its own which passes train: a loop over the loader (where it is "
          "built, in a function of the file it is handed to, or unpacked from a returned tuple) that "
@@ -479,6 +489,27 @@ Trainer(torch.nn.Linear(4, 1), "cpu").fit(loader)
 """
 
 
+_RELOADED_EACH_EPOCH = TRAINING.replace("    for x, y in loader:", '''    if epoch:
+        model.load_state_dict(torch.load("last.pt"))
+    for x, y in loader:''') + '''    torch.save(model.state_dict(), "last.pt")
+'''
+_SETUP = '''import torch.distributed as dist
+distributed = True
+is_main = dist.get_rank() == 0
+'''
+_GUARDED = _SETUP + _RELOADED_EACH_EPOCH.replace('    torch.save(model.state_dict(), "last.pt")', '''    if is_main:
+        torch.save(model.state_dict(), "last.pt")''')
+_SCRATCH = _SETUP + TRAINING + '''import os
+if is_main:
+    torch.save(model.state_dict(), "scratch/best.pt")
+if distributed:
+    dist.barrier()
+model.load_state_dict(torch.load("scratch/best.pt"))
+if is_main:
+    os.remove("scratch/best.pt")
+'''
+
+
 CASES = (
     Silent(_TRAINED_THEN_PROBED, "DDP928"),
     Flags(_ALIASED, _ALIAS_LEFT_RAW, "DDP948"),
@@ -495,6 +526,16 @@ CASES = (
     Silent(_ALIASED.replace("model = net.to(device)", "model = net\nmodel.to(device)"), "DDP911"),
     Flags(_ALIASED, _ALIAS_LEFT_RAW.replace("model = net.to(device)", "model = net.cuda() if use_cuda else net"),
           "DDP948"),
+    # Rank 0 saves at each epoch's end what every rank reloads at the next one's start: a
+    # barrier in the loop orders them; before the loop it orders only the first.
+    Flags(_RELOADED_EACH_EPOCH, _GUARDED, "DDP941"),
+    Flags(_RELOADED_EACH_EPOCH, _GUARDED.replace("for epoch", "if distributed:\n    dist.barrier()\nfor epoch"),
+          "DDP941"),
+    Silent(_GUARDED.replace("    if epoch:", "    if distributed:\n        dist.barrier()\n    if epoch:"), "DDP941"),
+    # Deleted on rank 0 right after every rank read: one rank may still be loading.
+    Flags(TRAINING, _SCRATCH, "DDP941"),
+    Silent(_SCRATCH.replace('\nif is_main:\n    os.remove',
+                            '\nif distributed:\n    dist.barrier()\nif is_main:\n    os.remove'), "DDP941"),
     Flags(_RESUMED_BY_A_HELPER, _WRAPPED_IN_THE_HELPER, "DDP935"),
     Silent(_RESUMED_BY_A_HELPER, "DDP935"),
     Flags(TRAINING, _WRAPPED_UNDER_A_GPU_TEST, "DDP935"),
