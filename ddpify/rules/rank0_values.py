@@ -74,6 +74,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         return
     batch_loops = set(training.batch_loops(facts))
     objects = _training_objects(facts)
+    models = {model.name for model in facts.models}
     trained = _trained_per_rank(facts, setup)
     evaluated: dict[cst.FunctionDef, set[Optional[int]]] = {
         function: {None} for function in _evaluated_per_rank(facts, setup)}
@@ -82,7 +83,8 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             loops = _loops_around(facts, call)
             epoch_loop = next((loop for loop in loops if loop in epoch_loops), None)
             if epoch_loop is None or not _decides(facts, epoch_loop, call, positions, objects,
-                                                  plateaus=function not in trained):
+                                                  plateaus=function not in trained) \
+                    or _feeds_a_forward(facts, epoch_loop, call, positions, models):
                 continue
             why = _not_reached_alike(facts, epoch_loop, call, loops, batch_loops)
             if why is not None:
@@ -315,6 +317,31 @@ def _decides(facts: Facts, loop: Loop, call: cst.Call, positions: set[Optional[i
         node = parent
     derived = report_only.names_given(statement, call, positions)
     return bool(derived) and _decides_names(facts, loop, derived, objects, plateaus)
+
+
+def _feeds_a_forward(facts: Facts, loop: Loop, call: cst.Call, positions: set[Optional[int]],
+                     models: set[str]) -> bool:
+    """Whether what the call returns goes into a forward of a trained model (`gen(masked)`,
+    `model(augment(x))`, through a rename or two): a batch the helper built from this rank's
+    own, not a figure. Rank 0's batch on every rank would train each rank on another rank's
+    inputs against its own targets (and gather a batch every step)."""
+    def forwards(node: cst.CSTNode, names: set[str]) -> bool:
+        return any(dotted_name(inner.func) in models and any(_reads(arg.value, names) for arg in inner.args)
+                   for inner in find_all(node, cst.Call, into_functions=False))
+
+    node: Optional[cst.CSTNode] = call
+    statement = facts.statement_of(call)
+    while node is not None and node is not statement:
+        parent = facts.parents.get(node)
+        if isinstance(parent, cst.Call) and dotted_name(parent.func) in models \
+                and any(arg.value is node for arg in parent.args):
+            return True
+        node = parent
+    derived = report_only.names_given(statement, call, positions)
+    if not derived:
+        return False
+    report_only.spread_through(loop.body, derived, rounds=2, modules=report_only.imported_modules(facts))
+    return forwards(loop.body, derived)
 
 
 def _steps_a_scheduler(call: cst.Call) -> bool:
