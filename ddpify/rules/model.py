@@ -1698,7 +1698,24 @@ def _sums_over_the_penalty(facts: Facts, holders: set[str]) -> set[str]:
                 sums.add(name)
             elif any(set(names_within(value)) & holders for value in values):
                 holders.add(name)
+        sums.update(_penalty_added_in_place(facts, holders | sums))
     return sums
+
+
+def _penalty_added_in_place(facts: Facts, held: set[str]) -> set[str]:
+    """`critic_loss = wasserstein`, then `critic_loss += lambda_gp * gp`: a sum, where the name
+    held another loss before (a value reading a name the file assigns; not `0`, where the
+    penalty would be accumulated alone)."""
+    found: set[str] = set()
+    for augmented in facts.nodes_of(cst.AugAssign):
+        name = dotted_name(augmented.target)
+        if name is None or name in held or not isinstance(augmented.operator, (cst.AddAssign, cst.SubtractAssign)) \
+                or not set(names_within(augmented.value)) & held:
+            continue
+        earlier = facts.assigned_values.get(name, ())
+        if any(set(names_within(value)) & facts.assigned_values.keys() for value in earlier):
+            found.add(name)
+    return found
 
 
 def _derived_in_scope(facts: Facts, call: cst.Call) -> set[str]:
