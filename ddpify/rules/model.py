@@ -1665,16 +1665,59 @@ def _summed_into_one_backward(facts: Facts, call: cst.Call) -> bool:
     if not _returned_by_its_function(facts, call):
         return _inline_penalty_summed(facts, call)
     holders = _penalty_holders(facts, call)
+    if not holders:
+        return False
+    sums = _sums_over_the_penalty(facts, holders)
     backwards = [backward for callee, calls in facts.calls_by_callee.items() if callee.endswith(".backward")
                  for backward in calls if isinstance(backward.func, cst.Attribute)]
     receivers = [cast(cst.Attribute, backward.func).value for backward in backwards]
     names = {dotted_name(receiver) for receiver in receivers}
-    if not holders or names & holders:
+    if names & holders:
         return False
-    summed = [receiver for receiver in receivers if isinstance(receiver, cst.BinaryOperation)]
-    summed += [value for name in names if name is not None for value in facts.assigned_values.get(name, ())
-               if isinstance(value, cst.BinaryOperation)]
-    return any(set(names_within(value)) & holders for value in summed)
+    return bool(names & sums) or any(_a_sum_with_other_terms(receiver, holders | sums) for receiver in receivers)
+
+
+def _a_sum_with_other_terms(value: cst.BaseExpression, held: set[str]) -> bool:
+    """`d_real + d_fake + lambda_gp * gp`: a term reads what `held` holds and another does not."""
+    terms = _additive_terms(value)
+    return (len(terms) > 1 and any(set(names_within(term)) & held for term in terms)
+            and any(not set(names_within(term)) & held for term in terms))
+
+
+def _sums_over_the_penalty(facts: Facts, holders: set[str]) -> set[str]:
+    """Names assigned a sum in which the penalty is one term among others, a few steps on:
+    `loss_adv = -real.mean() + fake.mean() + lambda_gp * gp`, then `loss_d = loss_adv +
+    lambda_cls * loss_cls`; or two critics' `loss_d = loss_da + loss_db`. The penalty only
+    scaled (`weighted_gp = lambda_gp * gp`) stays the penalty: `holders` takes it in (a
+    backward of it alone is the penalty's own)."""
+    sums: set[str] = set()
+    for _ in range(3):
+        for name, values in facts.assigned_values.items():
+            if name in holders or name in sums:
+                continue
+            if any(_a_sum_with_other_terms(value, holders | sums) or set(names_within(value)) & sums
+                   for value in values):
+                sums.add(name)
+            elif any(set(names_within(value)) & holders for value in values):
+                holders.add(name)
+        sums.update(_penalty_added_in_place(facts, holders | sums))
+    return sums
+
+
+def _penalty_added_in_place(facts: Facts, held: set[str]) -> set[str]:
+    """`critic_loss = wasserstein`, then `critic_loss += lambda_gp * gp`: a sum, where the name
+    held another loss before (a value reading a name the file assigns; not `0`, where the
+    penalty would be accumulated alone)."""
+    found: set[str] = set()
+    for augmented in facts.nodes_of(cst.AugAssign):
+        name = dotted_name(augmented.target)
+        if name is None or name in held or not isinstance(augmented.operator, (cst.AddAssign, cst.SubtractAssign)) \
+                or not set(names_within(augmented.value)) & held:
+            continue
+        earlier = facts.assigned_values.get(name, ())
+        if any(set(names_within(value)) & facts.assigned_values.keys() for value in earlier):
+            found.add(name)
+    return found
 
 
 def _derived_in_scope(facts: Facts, call: cst.Call) -> set[str]:

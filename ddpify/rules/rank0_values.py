@@ -15,6 +15,7 @@ of the epoch loop, under no test of its own figures, in no inner loop. Printing 
 stay rank 0's. A value that decides nothing every rank does (printed, saved) is left alone:
 each collective has a reason. Where the point is not certain, it is reported (DDP416).
 """
+import builtins
 from collections.abc import Callable, Sequence
 from typing import Optional, Union
 
@@ -84,6 +85,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         return
     batch_loops = set(training.batch_loops(facts))
     objects = _training_objects(facts)
+    models = {model.name for model in facts.models}
     trained = _trained_per_rank(facts, setup)
     evaluated: dict[cst.FunctionDef, set[Optional[int]]] = {
         function: {None} for function in _evaluated_per_rank(facts, setup)}
@@ -92,7 +94,8 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             loops = _loops_around(facts, call)
             epoch_loop = next((loop for loop in loops if loop in epoch_loops), None)
             if epoch_loop is None or not _decides(facts, epoch_loop, call, positions, objects,
-                                                  plateaus=function not in trained):
+                                                  plateaus=function not in trained) \
+                    or _feeds_a_forward(facts, epoch_loop, call, positions, models):
                 continue
             why = _not_reached_alike(facts, epoch_loop, call, loops, batch_loops)
             if why is not None:
@@ -277,8 +280,45 @@ def _passes_per_rank(facts: Facts, setup: Plan) -> set[cst.For]:
     # stand-in for the whole set's (the pass is reported as such, DDP213).
     shares = {loop for _, loops in setup.training_loaders_evaluated for loop in loops}
     shares.update(facts.loops_over_values({(loader.function, loader.name) for loader in setup.loaders_given_a_sampler}))
+    library = _library_names(facts)
     return {loop for loop in over_data if loop not in batch_loops and loop not in setup.gathered_evaluations
-            and loop not in facts.training_loops and loop not in shares}
+            and loop not in facts.training_loops and loop not in shares and _runs_a_model(loop, library)}
+
+
+# Packages whose functions reshape, draw or compute on tensors: a call of theirs runs no model.
+_TENSOR_LIBRARIES = frozenset({"torch", "numpy", "math", "random", "torchvision"})
+
+
+def _library_names(facts: Facts) -> frozenset[str]:
+    """Names a call through which runs no model of the script: builtins, imported modules
+    (`np.clip`, `torch.randn_like`, `F.pad`) and what is imported from a tensor library
+    (`from torch import nn`, `from numpy.random import randint`)."""
+    imported = {(alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name)
+                 else dotted_name(alias.name) or "")
+                for node in facts.nodes_of(cst.ImportFrom) if not isinstance(node.names, cst.ImportStar)
+                and _package(node) in _TENSOR_LIBRARIES for alias in node.names}
+    return report_only.imported_modules(facts) | frozenset(dir(builtins)) | imported
+
+
+def _package(node: cst.ImportFrom) -> str:
+    """`from torch.nn import functional` -> "torch"; "" for a relative import."""
+    module = dotted_name(node.module) if node.module is not None else None
+    return (module or "").partition(".")[0]
+
+
+def _runs_a_model(loop: cst.For, library: frozenset[str]) -> bool:
+    """Whether the pass calls something besides the tensor library, builtins and methods of
+    what the loop itself draws or makes (`holed[i].zero_()`): an evaluation runs a model;
+    a loop over the corners of the holes it punches into a batch, or the noise levels it adds
+    per sample, runs none (its result is a batch, no figure to take rank 0's of)."""
+    own = names_in(loop.target) | assigned_names(loop.body)
+    for call in find_all(loop.body, cst.Call, into_functions=False):
+        callee = call.func
+        while isinstance(callee, (cst.Attribute, cst.Subscript, cst.Call)):
+            callee = callee.value if not isinstance(callee, cst.Call) else callee.func
+        if not isinstance(callee, cst.Name) or callee.value not in library | own:
+            return True
+    return False
 
 
 def _evaluated_per_rank(facts: Facts, setup: Plan) -> list[cst.FunctionDef]:
@@ -369,6 +409,31 @@ def _decides(facts: Facts, loop: Loop, call: cst.Call, positions: set[Optional[i
         node = parent
     derived = report_only.names_given(statement, call, positions)
     return bool(derived) and _decides_names(facts, loop, derived, objects, plateaus)
+
+
+def _feeds_a_forward(facts: Facts, loop: Loop, call: cst.Call, positions: set[Optional[int]],
+                     models: set[str]) -> bool:
+    """Whether what the call returns goes into a forward of a trained model (`gen(masked)`,
+    `model(augment(x))`, through a rename or two): a batch the helper built from this rank's
+    own, not a figure. Rank 0's batch on every rank would train each rank on another rank's
+    inputs against its own targets (and gather a batch every step)."""
+    def forwards(node: cst.CSTNode, names: set[str]) -> bool:
+        return any(dotted_name(inner.func) in models and any(_reads(arg.value, names) for arg in inner.args)
+                   for inner in find_all(node, cst.Call, into_functions=False))
+
+    node: Optional[cst.CSTNode] = call
+    statement = facts.statement_of(call)
+    while node is not None and node is not statement:
+        parent = facts.parents.get(node)
+        if isinstance(parent, cst.Call) and dotted_name(parent.func) in models \
+                and any(arg.value is node for arg in parent.args):
+            return True
+        node = parent
+    derived = report_only.names_given(statement, call, positions)
+    if not derived:
+        return False
+    report_only.spread_through(loop.body, derived, rounds=2, modules=report_only.imported_modules(facts))
+    return forwards(loop.body, derived)
 
 
 def _steps_a_scheduler(call: cst.Call) -> bool:
