@@ -169,17 +169,21 @@ class _PerRank:
                             or (last_part(call.func) in DRAWS and _global_draw(source, call, seeded))}
         # (scope id, name) -> for loops whose targets bind this rank's batches.
         self.roots: dict[tuple[int, str], list[ast.AST]] = {}
+        self.sharded_holders: set[str] = set()
         samplers = _names_bound_to_distributed_samplers(source)
         for call in source.calls:
             if last_part(call.func) == "DataLoader" and _given_distributed_sampler(call, samplers):
                 self._find_roots(call)
         self._definitions: dict[int, dict[str, list[ast.AST]]] = {}
+        self.modules = {(alias.asname or alias.name).split(".")[0] for node in ast_walk.walk(source.tree)
+                        if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
         self._memo: dict[tuple[int, str], bool] = {}
         self._returns_per_rank: dict[str, bool] = {}
 
     def _find_roots(self, loader: ast.Call) -> None:
         source = self.source
         for function, name, _ in _holders(source, loader):
+            self.sharded_holders.add(name)
             readers: list[Optional[ast.AST]] = [function]
             if function is None:  # a module's loader, read as a global by its functions
                 readers += [node for node in source.nodes if isinstance(node, FUNCTIONS)
@@ -192,13 +196,15 @@ class _PerRank:
                             self.roots.setdefault((id(scope), target), []).append(loop)
 
     def definitions(self, scope: Scope, name: str) -> list[ast.AST]:
-        """The statements of `scope` itself that bind `name` (read once per scope)."""
+        """The statements of `scope` itself that bind `name` (read once per scope). A module
+        a call is made on (`json.dump(stats, f)`) is fed nothing: it binds no value."""
         bound = self._definitions.get(id(scope))
         if bound is None:
             bound = self._definitions[id(scope)] = {}
             for statement in self.source.statements_in(scope):
                 for each in _bound_names(statement):
-                    bound.setdefault(each, []).append(statement)
+                    if not (isinstance(statement, ast.Expr) and each in self.modules):
+                        bound.setdefault(each, []).append(statement)
         return bound.get(name, [])
 
     # -- values ----------------------------------------------------------------------------
@@ -208,9 +214,10 @@ class _PerRank:
         if depth > _DEPTH:
             return False
         pending = [value]
+        shadowed: set[int] = set()  # names a comprehension binds itself (`for x, y in val_loader`)
         while pending:
             node = pending.pop()
-            if _size_of_a_batch(node):
+            if _size_of_a_batch(node) or id(node) in shadowed:
                 continue  # each rank's sampler hands it batches of the same sizes
             if isinstance(node, ast.Call):
                 if last_part(node.func) in self.agreeing:
@@ -221,6 +228,11 @@ class _PerRank:
                 return True
             if isinstance(node, (ast.Lambda, *FUNCTIONS)):
                 continue
+            if isinstance(node, _COMPREHENSIONS):
+                if any(_iterates(generator.iter, name) for generator in node.generators
+                       for name in self.sharded_holders):
+                    return True  # `sum(... for x, y in train_loader)`: this rank's batches
+                shadowed |= _comprehension_bound(node)
             pending.extend(ast_walk.child_nodes(node))
         return False
 
@@ -314,6 +326,20 @@ class _PerRank:
                 return True
             child = ancestor
         return False
+
+
+_COMPREHENSIONS = (ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)
+
+
+def _comprehension_bound(node: Union[ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp]) -> set[int]:
+    """The reads, inside a comprehension, of the names its own `for` binds: those are its
+    iterable's items, not the scope's names of the same spelling (which a training loop may
+    bind to this rank's batches). The iterable itself is read as any value."""
+    bound = {name for generator in node.generators for name in _names_of_target(generator.target)}
+    parts: list[ast.AST] = [getattr(node, field) for field in ("elt", "key", "value") if hasattr(node, field)]
+    parts += [condition for generator in node.generators for condition in generator.ifs]
+    return {id(each) for part in parts for each in ast_walk.walk(part)
+            if isinstance(each, ast.Name) and each.id in bound}
 
 
 def _size_of_a_batch(node: ast.AST) -> bool:

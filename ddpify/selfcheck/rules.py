@@ -510,6 +510,15 @@ if is_main:
 '''
 
 
+# A whole evaluation every rank runs alike, summed in a comprehension, deciding a stop.
+_WHOLE_CHECK = """\
+    val_batches = list(zip(dataset.tensors[0].split(16), dataset.tensors[1].split(16)))
+    val = sum(torch.nn.functional.mse_loss(model(x), y).item() for x, y in {over})
+    if val < 0.01:
+        break
+"""
+
+
 CASES = (
     Silent(_TRAINED_THEN_PROBED, "DDP928"),
     Flags(_ALIASED, _ALIAS_LEFT_RAW, "DDP948"),
@@ -714,6 +723,15 @@ CASES = (
     Flags(TRAINING, _SHARDED.replace("    print(epoch, loss.item())\n", "    if loss.item() < 0.01:\n        break\n"),
           "DDP939"),
     Silent(TRAINING, "DDP939"),
+    # A comprehension's own `x, y` are its iterable's items, not the training loop's batch.
+    Flags(TRAINING, _SHARDED.replace("    print(epoch, loss.item())\n", _WHOLE_CHECK.format(over="loader")), "DDP939"),
+    Silent(_SHARDED.replace("    print(epoch, loss.item())\n", _WHOLE_CHECK.format(over="val_batches")), "DDP939"),
+    # A module a call is made on (`json.dump(stats, f)`) holds no value: what json.load reads back
+    # is the file's.
+    Silent("import json\n" + _SHARDED.replace("    print(epoch, loss.item())\n", (
+        "    if is_main:\n        json.dump({\"loss\": loss.item(), \"stop\": epoch > 1}, open(\"s.json\", \"w\"))\n"
+        "    if distributed:\n        dist.barrier()\n"
+        "    if json.load(open(\"s.json\"))[\"stop\"]:\n        break\n")), "DDP939"),
     # A GPU index kept in a name (`gpu = 0`), handed to `.to()`: GPU 0 on every rank.
     Flags(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)", _GPU_IN_A_NAME),
           _JOINED.replace("model = torch.nn.Linear(4, 1).to(device)", _GPU_IN_A_NAME), "DDP924"),
