@@ -27,6 +27,7 @@ from ddpify.plan import Plan
 from ddpify.rules import data
 from ddpify.rules.cases import TRAINING, Emits, Silent
 
+FIRST_BATCH_SUMMARY = "evaluation stopped after its first batch under a flag: rank 0's figures kept"
 RULES = (
     Rule("DDP203", Severity.INFO, "evaluation loader left unsharded: every rank evaluates the full set",
          "ddpify shards an evaluation only when it can gather everything the loop leaves "
@@ -57,6 +58,14 @@ RULES = (
          "that trains on it) the repeated samples are counted too, and the message says so.",
          "Nothing to do; where the message says the repeated samples are counted, evaluate a loader "
          "built without the DistributedSampler for exact figures."),
+    Rule("DDP417", Severity.EDIT, FIRST_BATCH_SUMMARY,
+         "A break under a test that every rank shares and the loop does not change (`if args.dry_run: "
+         "break`) ends the loop after its first batch whenever the test holds. One process then "
+         "evaluates batch 0; sharded, each rank evaluates its own first batch, and the gathered figures "
+         "would cover N batches. Rank 0's first batch is batch 0 (each rank takes batches r, r + N, ...), "
+         "so when the test holds the gather keeps rank 0's figures alone, on every rank; otherwise the "
+         "loop covers the set and the gather sums every rank's share.",
+         "Nothing to do."),
 )
 TRAINING_LOADER_GATHERED = "training loader also evaluated by a loop whose figures are gathered"
 
@@ -119,6 +128,7 @@ def evaluation_share(loader):
 RECEIVED_SHARE_CONDITION = 'getattr({loader}, "is_rank_share", False)'
 RULE_SUMMARY_WHOLE = "evaluation loader left unsharded"
 GATHER_COMMENT = "# This rank evaluated its share of the batches: gather the figures once, before use."
+FIRST_BATCH_COMMENT = "# The loop stopped after one batch: keep rank 0's, the batch one process evaluates."
 # The sampler itself says whether this rank saw a share: a whole set (plain `python`, or fewer
 # batches than ranks) gathers nothing.
 SHARE_CONDITION = "len({loader}.sampler) < len({loader}.dataset)"
@@ -456,6 +466,10 @@ def _why_whole(facts: Facts, edits: Edits, loader: Loader, loops: list[cst.For])
             return (f"it is handed to `{dotted_name(handed.func)}` at line {facts.line_of(handed)}, in "
                     "another module of the project, which takes this rank's share where it loops "
                     "over it when it can gather the figures there")
+        if (dotted_name(handed.func) or "").rsplit(".", 1)[-1] == "islice":
+            return (f"`{dotted_name(handed.func)}` at line {facts.line_of(handed)} takes its first batches: "
+                    "whole, every rank evaluates the batches one process does (each rank's share would "
+                    "give N times as many)")
         return (f"it is handed to `{dotted_name(handed.func)}` at line {facts.line_of(handed)}, whose "
                 "loop ddpify cannot see (its figures would be one rank's share)")
     where = _why_whole_where_read(facts, loader, loops)
@@ -654,6 +668,11 @@ def _gather(facts: Facts, edits: Edits, setup: Plan, loop: cst.For, figures: Fig
     gather = collectives.use(edits)
     value = gathered[0] if len(gathered) == 1 else f"({', '.join(gathered)})"
     lines += [f"if {condition}:", f"    {GATHER_COMMENT}", f"    {shares} = {gather}({value})"]
+    if figures.first_batch_only is not None:
+        lines += [f"    if {figures.first_batch_only}:",
+                  f"        {FIRST_BATCH_COMMENT}",
+                  f"        {shares} = {shares}[:1]"]
+        edits.report("DDP417", loop, f"{FIRST_BATCH_SUMMARY}: `{figures.first_batch_only}`")
     for position, name in enumerate(gathered):
         share = shares if len(gathered) == 1 else f"[share[{position}] for share in {shares}]"
         if name in figures.tables:
