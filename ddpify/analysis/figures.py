@@ -100,9 +100,8 @@ def figures_of(facts: Facts, loop: cst.For, batch_size: str, iterable: Optional[
         found.sample_count_reads = _batch_count_reads_after(facts, loop, f"{iterable}.sampler")
     if not found.gathers and not found.synced:
         return "the loop keeps no figure ddpify can gather"
-    if flag is not None and (found.batch_counts or found.batch_count_reads or found.sample_count_reads
-                             or found.synced):
-        # Rank 0's first batch stands for the one process's, but its counts are its share's.
+    if flag is not None and found.synced:
+        # A metric object's compute() gathers every rank's batch itself.
         return f"the loop at line {facts.line_of(loop)} can stop early (`break`)"
     found.first_batch_only = flag
     return found

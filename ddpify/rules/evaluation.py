@@ -668,29 +668,37 @@ def _gather(facts: Facts, edits: Edits, setup: Plan, loop: cst.For, figures: Fig
     gather = collectives.use(edits)
     value = gathered[0] if len(gathered) == 1 else f"({', '.join(gathered)})"
     lines += [f"if {condition}:", f"    {GATHER_COMMENT}", f"    {shares} = {gather}({value})"]
+    positions = list(enumerate(gathered))
     if figures.first_batch_only is not None:
+        # The batch counts are every rank's (the set's), the figures rank 0's first batch alone.
+        counts = [(position, name) for position, name in positions if name in figures.batch_counts]
+        lines += [_gathered_line(figures, gathered, shares, position, name) for position, name in counts]
         lines += [f"    if {figures.first_batch_only}:",
                   f"        {FIRST_BATCH_COMMENT}",
                   f"        {shares} = {shares}[:1]"]
+        positions = [each for each in positions if each not in counts]
         edits.report("DDP417", loop, f"{FIRST_BATCH_SUMMARY}: `{figures.first_batch_only}`")
-    for position, name in enumerate(gathered):
-        share = shares if len(gathered) == 1 else f"[share[{position}] for share in {shares}]"
-        if name in figures.tables:
-            each = "share" if len(gathered) == 1 else f"share[{position}]"
-            lines.append("    " + TABLE_SUMS[figures.tables[name]].format(name=name, each=each, shares=shares))
-        elif name in figures.lists:
-            size = figures.lists[name]
-            size_argument = "" if size == "1" else f", {size}"
-            lines.append(f"    {name} = in_batch_order({share}{size_argument})")
-        elif len(gathered) == 1:
-            lines.append(f"    {name} = sum({shares})")
-        else:
-            lines.append(f"    {name} = sum(share[{position}] for share in {shares})")
+    lines += [_gathered_line(figures, gathered, shares, position, name) for position, name in positions]
     if figures.lists:
         edits.add_helper("in_batch_order", ORDER_HELPER, "itertools")
     edits.imports.add("dist")
     edits.insert_after(loop, edits.statements("\n".join(lines) + "\n"))
     edits.report("DDP216", loop)
+
+
+def _gathered_line(figures: Figures, gathered: list[str], shares: str, position: int, name: str) -> str:
+    """The line that rebuilds one gathered figure from the ranks' `shares`."""
+    share = shares if len(gathered) == 1 else f"[share[{position}] for share in {shares}]"
+    if name in figures.tables:
+        each = "share" if len(gathered) == 1 else f"share[{position}]"
+        return "    " + TABLE_SUMS[figures.tables[name]].format(name=name, each=each, shares=shares)
+    if name in figures.lists:
+        size = figures.lists[name]
+        size_argument = "" if size == "1" else f", {size}"
+        return f"    {name} = in_batch_order({share}{size_argument})"
+    if len(gathered) == 1:
+        return f"    {name} = sum({shares})"
+    return f"    {name} = sum(share[{position}] for share in {shares})"
 
 
 def _named(name: str):
