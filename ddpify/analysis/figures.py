@@ -69,9 +69,6 @@ def figures_of(facts: Facts, loop: cst.For, batch_size: str, iterable: Optional[
     shape = _why_not_a_pass(facts, loop)
     if shape is not None:
         return shape
-    flag = _first_batch_flag(facts, loop)
-    if isinstance(flag, str) and flag.startswith(EARLY_STOP):
-        return flag.removeprefix(EARLY_STOP)
     outside = names_read_after(facts, loop)
     bound = rebound(loop.body) | names_in(loop.target)
     targets = names_in(loop.target)
@@ -100,10 +97,15 @@ def figures_of(facts: Facts, loop: cst.For, batch_size: str, iterable: Optional[
         found.sample_count_reads = _batch_count_reads_after(facts, loop, f"{iterable}.sampler")
     if not found.gathers and not found.synced:
         return "the loop keeps no figure ddpify can gather"
-    if flag is not None and found.synced:
-        # A metric object's compute() gathers every rank's batch itself.
+    return _with_first_batch_flag(facts, loop, found)
+
+
+def _with_first_batch_flag(facts: Facts, loop: cst.For, found: Figures):
+    """The figures, with the test under which the loop ends after its first batch; a reason
+    where a metric object's compute(), which gathers every rank's batch itself, is read."""
+    found.first_batch_only = _first_batch_flag(facts, loop)
+    if found.first_batch_only is not None and found.synced:
         return f"the loop at line {facts.line_of(loop)} can stop early (`break`)"
-    found.first_batch_only = flag
     return found
 
 
@@ -115,6 +117,9 @@ def _why_not_a_pass(facts: Facts, loop: cst.For) -> Optional[str]:
     exit_statement = _exit_in(facts, loop)
     if exit_statement is not None:
         return f"the loop at line {facts.line_of(loop)} can stop early (`{exit_statement}`)"
+    flag = _first_batch_flag(facts, loop)
+    if flag is not None and flag.startswith(EARLY_STOP):
+        return flag.removeprefix(EARLY_STOP)
     cap = batch_cap(loop.iter)
     if cap is not None:
         return (f"the loop at line {facts.line_of(loop)} takes at most `{facts.module.code_for_node(cap)}` "
@@ -302,7 +307,8 @@ def _tests_above(facts: Facts, node: cst.CSTNode, loop: cst.For) -> Optional[lis
     while parent is not None and parent is not loop:
         if isinstance(parent, cst.If):
             # A call (`time.time() > deadline`) may answer differently per batch and per rank.
-            if child is not parent.body or calls_within(parent.test) or find_all(parent.test, cst.NamedExpr):
+            if child is not parent.body or any(isinstance(part, (cst.Call, cst.NamedExpr))
+                                               for part in traversal.preorder(parent.test, lambda _: True)):
                 return None
             code = facts.module.code_for_node(parent.test)
             tests.insert(0, f"({code})" if isinstance(parent.test, cst.BooleanOperation) else code)
