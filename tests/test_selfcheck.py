@@ -1204,3 +1204,20 @@ def test_a_loader_drawn_with_next_by_a_while_step_loop_is_not_left_whole(case, s
     assert "DDP938" not in codes(original, expected, left_whole)
     broken = planted(sampler_keyword, sampler_keyword[-1] if sampler_keyword.startswith(",") else "", expected)
     assert "DDP938" in codes(original, broken, left_whole)
+
+
+def test_a_gather_over_each_ranks_first_batches_is_found():
+    """DDP947: the dry-run fixture's output keeps rank 0's batch when `args.dry_run` stops the
+    test loop after one batch; without that line, the gathered figures cover one batch per rank,
+    where one process evaluated one. main's output of the zip(range(k), loader) fixture (before
+    the loader was kept whole) is found too."""
+    fixture = FIXTURES / "evaluation" / "test_loop_stops_after_one_batch_under_a_dry_run_flag"
+    original, migrated = (fixture / "input.py").read_text(), (fixture / "expected.py").read_text()
+    assert "DDP947" not in {d.code for d in check(original, migrated, [])}
+    kept = "                shares = shares[:1]\n"
+    broken = migrated.replace(kept, "                pass\n", 1)
+    assert broken != migrated
+    assert "DDP947" in {d.code for d in check(original, broken, [])}
+    zipped = migrated.replace("        for data, target in test_loader:",
+                              "        for _, (data, target) in zip(range(3), test_loader):")
+    assert "DDP947" in {d.code for d in check(original, zipped, [])}

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Callable, Optional
 
 from ddpify.diagnostics import Diagnostic, rule_of
+from ddpify.selfcheck.capped_gathers import gathered_capped_figures
 from ddpify.selfcheck.dominance import wraps_off_the_training_path
 from ddpify.selfcheck.gathers import misplaced_gathers
 from ddpify.selfcheck.loaders import LEFT_WHOLE_CODES, NO_EPOCH_LOOP_CODES, unsharded_loaders
@@ -95,6 +96,7 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
         *names_read_unbound(before, original, after, migrated),
         *misplaced_gathers(after),
         *ungathered_share_figures(after),
+        *gathered_capped_figures(after),
     ]
     # A fixed GPU the migration already reported where it is (DDP003) is not counted twice.
     # Likewise a part of the model whose requires_grad changes after its wrap (DDP111).
