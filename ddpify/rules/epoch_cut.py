@@ -73,7 +73,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     for loop, iterated in loaders.items():
         if facts.loop_trains(loop) and len(iterated) == 1:  # else which sampler stands for the set is a guess
             _cut_by_sampler(edits, loop, next(iter(iterated)), datasets.get(loop, set()))
-            _report_step_count_cut(edits, loop)
+            _report_step_count_cut(facts, edits, loop)
 
 
 def _cut_by_sampler(edits: Edits, loop: cst.For, loader: str, datasets: set[str]) -> None:
@@ -85,17 +85,27 @@ def _cut_by_sampler(edits: Edits, loop: cst.For, loader: str, datasets: set[str]
                 edits.report("DDP224", call)
 
 
-def _report_step_count_cut(edits: Edits, loop: cst.For) -> None:
+def _report_step_count_cut(facts: Facts, edits: Edits, loop: cst.For) -> None:
     """Rule: `for step, batch in enumerate(loader): if step >= k: break`, k a count of the
     script's own (not the data set's length, DDP224): every rank stops at step k as one process
-    did while its share lasts, so the migration keeps it, and says where a share ends first."""
+    did while its share lasts, so the migration keeps it, and says where a share ends first. A
+    count set from a length (`self.len_epoch = len(self.data_loader)`) follows the share."""
     counter = _enumerate_counter(loop)
     if counter is None:
         return
     for test in _break_tests(loop):
-        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and not find_all(test, cst.Call) and (
-                counter in _names_of(test.left) or counter in _names_of(test.comparisons[0].comparator)):
+        if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1 or find_all(test, cst.Call):
+            continue
+        sides = (test.left, test.comparisons[0].comparator)
+        counted = [side for side in sides if counter in _names_of(side)]
+        counts = [side for side in sides if counter not in _names_of(side)]
+        if len(counted) == 1 and not any(_set_from_a_length(facts, count) for count in counts):
             edits.report("DDP418", test)
+
+
+def _set_from_a_length(facts: Facts, count: cst.BaseExpression) -> bool:
+    return any(dotted_name(call.func) == "len" for value in facts.assigned_values.get(dotted_name(count) or "", [])
+               for call in find_all(value, cst.Call))
 
 
 def _enumerate_counter(loop: cst.For) -> Optional[str]:
@@ -165,6 +175,7 @@ CASES = (
     Emits(_cut("step + 1 == 3"), "DDP418", ()),
     Silent(_cut("step == len(dataset) // 8"), "DDP418"),
     Silent(_cut("loss.item() < 0.1"), "DDP418"),
+    Silent(_cut("step == steps").replace("for epoch", "steps = len(loader)\nfor epoch"), "DDP418"),
     # --keep-global-batch divides the batch instead: each rank reaches the original count.
     Silent(_cut("step == len(dataset) // 8"), "DDP224", Options(keep_global_batch=True)),
     # A break under a test whose body also holds a block of its own (`if args.dry_run:`).
