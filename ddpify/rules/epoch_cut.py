@@ -14,6 +14,7 @@ from typing import Optional, Union
 import libcst as cst
 
 from ddpify.analysis.control import Facts
+from ddpify.analysis.figures import batch_cap
 from ddpify.analysis.nodes import dotted_name, find_all
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, replacement
@@ -90,6 +91,9 @@ def _report_step_count_cut(facts: Facts, edits: Edits, loop: cst.For) -> None:
     script's own (not the data set's length, DDP224): every rank stops at step k as one process
     did while its share lasts, so the migration keeps it, and says where a share ends first. A
     count set from a length (`self.len_epoch = len(self.data_loader)`) follows the share."""
+    cap = batch_cap(loop.iter)
+    if cap is not None and not _set_from_a_length(facts, cap):
+        edits.report("DDP418", cap)  # `for step, batch in zip(range(k), loader)`
     counter = _enumerate_counter(loop)
     if counter is None:
         return
@@ -175,6 +179,7 @@ CASES = (
     Emits(_cut("step + 1 == 3"), "DDP418", ()),
     Silent(_cut("step == len(dataset) // 8"), "DDP418"),
     Silent(_cut("loss.item() < 0.1"), "DDP418"),
+    Emits(TRAINING.replace("for x, y in loader:", "for _, (x, y) in zip(range(3), loader):"), "DDP418", ()),
     Silent(_cut("step == steps").replace("for epoch", "steps = len(loader)\nfor epoch"), "DDP418"),
     # --keep-global-batch divides the batch instead: each rank reaches the original count.
     Silent(_cut("step == len(dataset) // 8"), "DDP224", Options(keep_global_batch=True)),
