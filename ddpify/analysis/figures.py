@@ -120,12 +120,22 @@ def _why_not_a_pass(facts: Facts, loop: cst.For) -> Optional[str]:
     flag = _first_batch_flag(facts, loop)
     if flag is not None and flag.startswith(EARLY_STOP):
         return flag.removeprefix(EARLY_STOP)
-    cap = batch_cap(loop.iter)
+    cap = batch_cap(loop.iter) or _drawn_count(loop.iter)
     if cap is not None:
         return (f"the loop at line {facts.line_of(loop)} takes at most `{facts.module.code_for_node(cap)}` "
                 "batches: sharded, each rank would take as many of its own share and the gathered figure "
                 "would cover N times as many; whole, every rank evaluates the batches one process does")
     return None
+
+
+def _drawn_count(iterated: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """Rule: `for _ in range(eval_iters): x, y = next(batches)` over `batches = iter(loader)`
+    (a loop that reaches the loader only through next()) draws k batches: the first k, as
+    zip(range(k), loader) takes them. `range(len(loader))` draws them all, a pass over the set."""
+    if not (isinstance(iterated, cst.Call) and dotted_name(iterated.func) == "range" and iterated.args):
+        return None
+    count = iterated.args[0].value if len(iterated.args) == 1 else iterated.args[1].value
+    return None if any(dotted_name(call.func) == "len" for call in calls_within(count)) else count
 
 
 def batch_cap(iterated: cst.BaseExpression) -> Optional[cst.BaseExpression]:

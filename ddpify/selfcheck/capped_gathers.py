@@ -1,9 +1,9 @@
 """A gathered evaluation whose loop stops after a count of batches on each rank (DDP947).
 
 Rule (conservative, stdlib `ast` only): an evaluation loop (no gradients, stepping nothing, adding
-up or listing figures) that takes at most k batches (`zip(range(k), loader)`,
-`islice(loader, k)`, or a `break` under a test of a name the loop sets, `if i >= k: break`) and
-whose figures are handed to a gather in its scope (`every_rank(...)`, `all_reduce(...)`) gives,
+up or listing figures) that takes at most k batches (`zip(range(k), loader)`, `islice(loader, k)`,
+`for _ in range(k): next(batches)`, or a `break` under a test of a name the loop sets, `if i >=
+k: break`) and whose figures are handed to a gather in its scope (`every_rank(...)`, `all_reduce(...)`) gives,
 once its loader is sharded, a figure over N times k batches where one process evaluated k. A
 break under a test of names the loop does not set (`if args.dry_run: break`) ends every rank's
 loop after its first batch: it is fine only where the gather then keeps rank 0's batch alone
@@ -61,6 +61,10 @@ def _cap(loop: Loop) -> Optional[str]:
         if isinstance(node, ast.Call) and last_part(node.func) == "zip" and any(
                 isinstance(arg, ast.Call) and last_part(arg.func) == "range" for arg in node.args):
             return "zip(range(...))"
+    if isinstance(loop.iter, ast.Call) and last_part(loop.iter.func) == "range" and not any(
+            isinstance(node, ast.Call) and last_part(node.func) == "len" for node in ast_walk.walk(loop.iter)) and any(
+            isinstance(node, ast.Call) and dotted(node.func) == "next" for node in ast_walk.walk(loop)):
+        return "next() in a loop over range(...)"
     set_in_loop = _names_set(loop)
     kinds = {_break_kind(loop, node, set_in_loop) for node in _own_breaks(loop)}
     return "break" if "break" in kinds else "flag" if kinds else None

@@ -268,6 +268,12 @@ print(total / 2)
 _CAPPED_GATHERED = _CAPPED.replace("print(total", "total = sum(every_rank(total))\nprint(total").replace(
     "import torch\n", "import torch\n\n\ndef every_rank(value):\n    return [value]\n\n\n", 1)
 
+
+def _drawn(text: str) -> str:
+    """The capped evaluation drawing its batches with next() in a loop over range(2)."""
+    return text.replace("    for i, (x, y) in zip(range(2), loader):\n",
+                        "    batches = iter(loader)\n    for i in range(2):\n        x, y = next(batches)\n")
+
 # The sampler asks for the group before a setup function that joins it is called.
 _LATE_GROUP = (
     "import torch.distributed as dist\nfrom torch.utils.data.distributed import DistributedSampler\n\n\n"
@@ -620,6 +626,7 @@ CASES = (
         "        total +=", "        if dry_run:\n            break\n        total +="),
           _CAPPED_GATHERED.replace("zip(range(2), loader)", "enumerate(loader)").replace(
         "        total +=", "        if dry_run:\n            break\n        total +="), "DDP947"),
+    Flags(_drawn(_CAPPED), _drawn(_CAPPED_GATHERED), "DDP947"),
     Silent(_CAPPED, "DDP947"),
     # A GPU index kept in a name (`gpu = 0`), handed to `.to()`: GPU 0 on every rank.
     Flags(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)", _GPU_IN_A_NAME),
