@@ -780,7 +780,16 @@ def mean_loss(loader):
 print(mean_loss(loader), mean_loss(val_loader))
 '''
 
+_FIRST_BATCH_FLAG = _EVALUATION.replace("total = 0.0\n", "dry_run = False\ntotal = 0.0\n").replace(
+    ".item()\n", ".item()\n        if dry_run:\n            break\n", 1)
+
 CASES = (
+    # A smoke-test flag's break: every rank's first batch gathered, rank 0's kept when it holds.
+    Emits(_FIRST_BATCH_FLAG, "DDP417", ("shares = shares[:1]",)),
+    # A break on the loop's own count, or a count of batches drawn: whole, nothing gathered.
+    Silent(_FIRST_BATCH_FLAG.replace("if dry_run:", "if total > 1.0:"), "DDP417"),
+    Emits(_EVALUATION.replace("for x, y in val_loader:", "for _, (x, y) in zip(range(2), val_loader):"),
+          "DDP203", ("val_loader = DataLoader(dataset, batch_size=8)",)),
     # The helper's figures are gathered: over the training loader's share too.
     Emits(_TRAINING_LOADER_MEASURED, "DDP228"),
     Silent(_TRAINING_LOADER_MEASURED, "DDP213"),
