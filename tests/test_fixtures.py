@@ -177,10 +177,13 @@ def test_migrated_script_runs(case, tmp_path):
             original.workdir / name, distributed.workdir / name)] == []
     if spec.get("training_fetches"):
         assert problems_training_fetches(evaluation_log(distributed.workdir), 2) == []
-    if evaluation:
+    # "evaluation_capped": the evaluation stops after its first batches (`zip(range(k), loader)`,
+    # `if args.dry_run: break`), so no pass covers the set; the printed figures are the check.
+    if evaluation and not spec.get("evaluation_capped"):
         assert problems_evaluation_fetches(evaluation_log(original.workdir), 1) == []
         # "evaluation_whole": each rank evaluates the whole set (fewer batches than ranks, or
         # FSDP2, where evaluation stays whole).
         copies = 2 if spec.get("evaluation_whole") else 1
         assert problems_evaluation_fetches(evaluation_log(distributed.workdir), 2, copies) == []
+    if evaluation:
         assert problems_evaluation_lines(original, distributed, evaluation) == []

@@ -34,6 +34,7 @@ WITHOUT_A_FIXTURE = {
     # a broken output in tests/test_selfcheck.py. DDP911 also catches a shape the rules cannot
     # migrate (no model wrapped at all): fixture helper_modules/optimizer_made_by_helper_module.
     "DDP910": "self-check: tests/test_selfcheck.py",
+    "DDP947": "self-check: tests/test_selfcheck.py and its Flags cases in selfcheck/rules.py",
     "DDP912": "self-check: tests/test_selfcheck.py",
     "DDP913": "self-check: tests/test_selfcheck.py",
     "DDP914": "self-check: tests/test_selfcheck.py",

@@ -1206,7 +1206,6 @@ def test_a_loader_drawn_with_next_by_a_while_step_loop_is_not_left_whole(case, s
     assert "DDP938" in codes(original, broken, left_whole)
 
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 # Fixtures whose output waits, in a loop or before a delete, for what rank 0 wrote or what every
 # rank read (DDP323, DDP324); without those barriers (main's output before they were placed)
 # another rank reads a file rank 0 is still writing, or loses one it is still reading.
@@ -1229,3 +1228,18 @@ def test_a_file_race_without_its_barrier_is_found(name):
                          r"# (rank 0 has finished|every rank has read).*\n", re.MULTILINE)
     assert barrier.search(migrated)
     assert "DDP941" in codes(original, barrier.sub("", migrated))
+def test_a_gather_over_each_ranks_first_batches_is_found():
+    """DDP947: the dry-run fixture's output keeps rank 0's batch when `args.dry_run` stops the
+    test loop after one batch; without that line, the gathered figures cover one batch per rank,
+    where one process evaluated one. main's output of the zip(range(k), loader) fixture (before
+    the loader was kept whole) is found too."""
+    fixture = FIXTURES / "evaluation" / "test_loop_stops_after_one_batch_under_a_dry_run_flag"
+    original, migrated = (fixture / "input.py").read_text(), (fixture / "expected.py").read_text()
+    assert "DDP947" not in {d.code for d in check(original, migrated, [])}
+    kept = "                shares = shares[:1]\n"
+    broken = migrated.replace(kept, "                pass\n", 1)
+    assert broken != migrated
+    assert "DDP947" in {d.code for d in check(original, broken, [])}
+    zipped = migrated.replace("        for data, target in test_loader:",
+                              "        for _, (data, target) in zip(range(3), test_loader):")
+    assert "DDP947" in {d.code for d in check(original, zipped, [])}

@@ -51,6 +51,9 @@ class Figures:
     # torchmetrics objects the loop updates: their compute() gathers every rank's share
     # itself, so the loop may be sharded with nothing for ddpify to gather.
     synced: list[str] = field(default_factory=list)
+    # `args.dry_run` in `if args.dry_run: break`: a test that every rank shares and the loop
+    # does not change, under which the loop ends after its first batch (see _first_batch_flag).
+    first_batch_only: Optional[str] = None
 
     @property
     def gathers(self) -> bool:
@@ -94,6 +97,15 @@ def figures_of(facts: Facts, loop: cst.For, batch_size: str, iterable: Optional[
         found.sample_count_reads = _batch_count_reads_after(facts, loop, f"{iterable}.sampler")
     if not found.gathers and not found.synced:
         return "the loop keeps no figure ddpify can gather"
+    return _with_first_batch_flag(facts, loop, found)
+
+
+def _with_first_batch_flag(facts: Facts, loop: cst.For, found: Figures):
+    """The figures, with the test under which the loop ends after its first batch; a reason
+    where a metric object's compute(), which gathers every rank's batch itself, is read."""
+    found.first_batch_only = _first_batch_flag(facts, loop)
+    if found.first_batch_only is not None and found.synced:
+        return f"the loop at line {facts.line_of(loop)} can stop early (`break`)"
     return found
 
 
@@ -105,6 +117,38 @@ def _why_not_a_pass(facts: Facts, loop: cst.For) -> Optional[str]:
     exit_statement = _exit_in(facts, loop)
     if exit_statement is not None:
         return f"the loop at line {facts.line_of(loop)} can stop early (`{exit_statement}`)"
+    flag = _first_batch_flag(facts, loop)
+    if flag is not None and flag.startswith(EARLY_STOP):
+        return flag.removeprefix(EARLY_STOP)
+    cap = batch_cap(loop.iter) or _drawn_count(loop.iter)
+    if cap is not None:
+        return (f"the loop at line {facts.line_of(loop)} takes at most `{facts.module.code_for_node(cap)}` "
+                "batches: sharded, each rank would take as many of its own share and the gathered figure "
+                "would cover N times as many; whole, every rank evaluates the batches one process does")
+    return None
+
+
+def _drawn_count(iterated: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """Rule: `for _ in range(eval_iters): x, y = next(batches)` over `batches = iter(loader)`
+    (a loop that reaches the loader only through next()) draws k batches: the first k, as
+    zip(range(k), loader) takes them. `range(len(loader))` draws them all, a pass over the set."""
+    if not (isinstance(iterated, cst.Call) and dotted_name(iterated.func) == "range" and iterated.args):
+        return None
+    count = iterated.args[0].value if len(iterated.args) == 1 else iterated.args[1].value
+    return None if any(dotted_name(call.func) == "len" for call in calls_within(count)) else count
+
+
+def batch_cap(iterated: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """Rule: `zip(range(k), loader)` (or `zip(loader, range(k))`, under enumerate or tqdm) goes
+    over the first k batches of the loader: the figure the loop makes is the first k batches'
+    (k random batches of a shuffled loader). Sharded, every rank would take k batches of its
+    own share. The count, `k`, or None when nothing caps the loop."""
+    for call in calls_within(iterated):
+        if dotted_name(call.func) == "zip":
+            for argument in call.args:
+                value = argument.value
+                if isinstance(value, cst.Call) and dotted_name(value.func) == "range" and value.args:
+                    return value.args[0].value if len(value.args) == 1 else value.args[1].value
     return None
 
 
@@ -213,6 +257,75 @@ def _exit_in(facts: Facts, loop: cst.For) -> Optional[str]:
 
     traversal.visit(loop, _Exits())
     return found[0] if found else None
+
+
+# Marks _first_batch_flag's answer as a reason to keep the set whole, not a test.
+EARLY_STOP = "early stop: "
+
+
+def _first_batch_flag(facts: Facts, loop: cst.For) -> Optional[str]:
+    """Rule: a break the loop takes under tests of values every rank shares and the loop does
+    not change (`if args.dry_run: break`, mnist's smoke-test flag) ends the loop after its first
+    batch whenever the tests hold, and never otherwise. One process then evaluates batch 0; a
+    rank of the sharded loop evaluates its own first batch, which for rank 0 is batch 0 (each
+    rank takes batches r, r + N, ...; of a shuffled training loader, one random batch as the
+    original's was). So the figures stay sharded and gathered, and when the tests hold the
+    gather keeps rank 0's alone. The tests' code (None without such a break), or EARLY_STOP and
+    the reason the loop cannot be split: a break in an `else` branch, a test that calls
+    something, a `continue` that may skip the first batch."""
+    breaks: list[cst.Break] = []
+    continues: list[cst.Continue] = []
+
+    class _Exits(cst.CSTVisitor):
+        def visit_Break(self, node: cst.Break) -> None:
+            breaks.append(node)
+
+        def visit_Continue(self, node: cst.Continue) -> None:
+            continues.append(node)
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return False
+
+        def visit_For(self, node: cst.For) -> bool:
+            return node is loop
+
+        def visit_While(self, node: cst.While) -> bool:
+            return False
+
+    traversal.visit(loop.body, _Exits())
+    if not breaks:
+        return None
+    early = f"{EARLY_STOP}the loop at line {facts.line_of(loop)} can stop early (`break`)"
+    if continues:
+        return early
+    alternatives = []
+    for node in breaks:
+        tests = _tests_above(facts, node, loop)
+        if tests is None:
+            return early
+        alternatives.append(" and ".join(tests))
+    if not all(alternatives):
+        return early
+    return " or ".join(f"({each})" if " and " in each and len(alternatives) > 1 else each for each in alternatives)
+
+
+def _tests_above(facts: Facts, node: cst.CSTNode, loop: cst.For) -> Optional[list[str]]:
+    """The tests of the `if`s whose bodies hold node within the loop, outermost first; None
+    when node sits in an `else` branch (or under try, with) or a test calls something."""
+    tests: list[str] = []
+    child, parent = node, facts.parents.get(node)
+    while parent is not None and parent is not loop:
+        if isinstance(parent, cst.If):
+            # A call (`time.time() > deadline`) may answer differently per batch and per rank.
+            if child is not parent.body or any(isinstance(part, (cst.Call, cst.NamedExpr))
+                                               for part in traversal.preorder(parent.test, lambda _: True)):
+                return None
+            code = facts.module.code_for_node(parent.test)
+            tests.insert(0, f"({code})" if isinstance(parent.test, cst.BooleanOperation) else code)
+        elif isinstance(parent, (cst.Else, cst.Try, cst.With)):
+            return None
+        child, parent = parent, facts.parents.get(parent)
+    return tests
 
 
 def _shared_condition(facts: Facts, node: cst.CSTNode, loop: cst.For, bound: set[str]) -> bool:

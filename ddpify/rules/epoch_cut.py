@@ -9,11 +9,12 @@ is its sampler's length, `len(loader.sampler)`: a DistributedSampler's share und
 and the data set's length as a group of one (the loader's own RandomSampler or
 SequentialSampler), so plain `python` cuts where the original did.
 """
-from typing import Union
+from typing import Optional, Union
 
 import libcst as cst
 
 from ddpify.analysis.control import Facts
+from ddpify.analysis.figures import batch_cap
 from ddpify.analysis.nodes import dotted_name, find_all
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits, replacement
@@ -32,6 +33,16 @@ RULES = (
          "sampler instead: the rank's share under torchrun, the whole data set as a group of "
          "one.",
          "Nothing to do; `drop_last=True` on the DataLoader says the same in one place."),
+    Rule("DDP418", Severity.INFO, "the epoch stops after a count of steps that a rank's share may not reach",
+         "The training pass breaks after a count of its own (`if step >= max_steps_per_epoch: "
+         "break`). Sharded, every rank still stops at that step, so the optimizer steps as often "
+         "as one process did, each step on N batches (DDP206). A rank's share holds len(loader) / N "
+         "batches, rounded up: with more ranks than len(loader) / k, the pass ends at the end of the "
+         "share instead, on every rank alike (DistributedSampler evens the shares), with fewer steps "
+         "than the original, and a schedule sized from the count (`total_steps=epochs * k`) never "
+         "reaches its end.",
+         "Nothing to do while k <= len(loader) / N; above that, size the schedule from "
+         "`min(k, len(train_loader))`."),
 )
 
 
@@ -63,6 +74,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     for loop, iterated in loaders.items():
         if facts.loop_trains(loop) and len(iterated) == 1:  # else which sampler stands for the set is a guess
             _cut_by_sampler(edits, loop, next(iter(iterated)), datasets.get(loop, set()))
+            _report_step_count_cut(facts, edits, loop)
 
 
 def _cut_by_sampler(edits: Edits, loop: cst.For, loader: str, datasets: set[str]) -> None:
@@ -72,6 +84,46 @@ def _cut_by_sampler(edits: Edits, loop: cst.For, loader: str, datasets: set[str]
                 edits.expressions[call] = replacement(edits, f"len({loader}.sampler)")
                 edits.standalone.add(call)
                 edits.report("DDP224", call)
+
+
+def _report_step_count_cut(facts: Facts, edits: Edits, loop: cst.For) -> None:
+    """Rule: `for step, batch in enumerate(loader): if step >= k: break`, k a count of the
+    script's own (not the data set's length, DDP224): every rank stops at step k as one process
+    did while its share lasts, so the migration keeps it, and says where a share ends first. A
+    count set from a length (`self.len_epoch = len(self.data_loader)`) follows the share."""
+    cap = batch_cap(loop.iter)
+    if cap is not None and not _set_from_a_length(facts, cap):
+        edits.report("DDP418", cap)  # `for step, batch in zip(range(k), loader)`
+    counter = _enumerate_counter(loop)
+    if counter is None:
+        return
+    for test in _break_tests(loop):
+        if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1 or find_all(test, cst.Call):
+            continue
+        sides = (test.left, test.comparisons[0].comparator)
+        counted = [side for side in sides if counter in _names_of(side)]
+        counts = [side for side in sides if counter not in _names_of(side)]
+        if len(counted) == 1 and not any(_set_from_a_length(facts, count) for count in counts):
+            edits.report("DDP418", test)
+
+
+def _set_from_a_length(facts: Facts, count: cst.BaseExpression) -> bool:
+    return any(dotted_name(call.func) == "len" for value in facts.assigned_values.get(dotted_name(count) or "", [])
+               for call in find_all(value, cst.Call))
+
+
+def _enumerate_counter(loop: cst.For) -> Optional[str]:
+    """`step` in `for step, (x, y) in enumerate(loader)`."""
+    if not (isinstance(loop.iter, cst.Call) and dotted_name(loop.iter.func) == "enumerate"):
+        return None
+    target = loop.target
+    if isinstance(target, cst.Tuple) and target.elements and isinstance(target.elements[0].value, cst.Name):
+        return target.elements[0].value.value
+    return None
+
+
+def _names_of(node: cst.BaseExpression) -> set[str]:
+    return {name.value for name in find_all(node, cst.Name)}
 
 
 def _break_tests(loop: cst.For) -> list[cst.BaseExpression]:
@@ -123,6 +175,12 @@ CASES = (
     Emits(_cut("step == len(dataset) // 8"), "DDP224", ("len(loader.sampler) // 8",)),
     # A cut at a count of its own (a debugging limit) is not the data set's.
     Silent(_cut("step == 3"), "DDP224"),
+    Emits(_cut("step >= max_steps"), "DDP418", ()),
+    Emits(_cut("step + 1 == 3"), "DDP418", ()),
+    Silent(_cut("step == len(dataset) // 8"), "DDP418"),
+    Silent(_cut("loss.item() < 0.1"), "DDP418"),
+    Emits(TRAINING.replace("for x, y in loader:", "for _, (x, y) in zip(range(3), loader):"), "DDP418", ()),
+    Silent(_cut("step == steps").replace("for epoch", "steps = len(loader)\nfor epoch"), "DDP418"),
     # --keep-global-batch divides the batch instead: each rank reaches the original count.
     Silent(_cut("step == len(dataset) // 8"), "DDP224", Options(keep_global_batch=True)),
     # A break under a test whose body also holds a block of its own (`if args.dry_run:`).

@@ -27,6 +27,7 @@ from ddpify.plan import Plan
 from ddpify.rules import data
 from ddpify.rules.cases import TRAINING, Emits, Silent
 
+FIRST_BATCH_SUMMARY = "evaluation stopped after its first batch under a flag: rank 0's figures kept"
 RULES = (
     Rule("DDP203", Severity.INFO, "evaluation loader left unsharded: every rank evaluates the full set",
          "ddpify shards an evaluation only when it can gather everything the loop leaves "
@@ -57,6 +58,14 @@ RULES = (
          "that trains on it) the repeated samples are counted too, and the message says so.",
          "Nothing to do; where the message says the repeated samples are counted, evaluate a loader "
          "built without the DistributedSampler for exact figures."),
+    Rule("DDP417", Severity.EDIT, FIRST_BATCH_SUMMARY,
+         "A break under a test that every rank shares and the loop does not change (`if args.dry_run: "
+         "break`) ends the loop after its first batch whenever the test holds. One process then "
+         "evaluates batch 0; sharded, each rank evaluates its own first batch, and the gathered figures "
+         "would cover N batches. Rank 0's first batch is batch 0 (each rank takes batches r, r + N, ...), "
+         "so when the test holds the gather keeps rank 0's figures alone, on every rank; otherwise the "
+         "loop covers the set and the gather sums every rank's share.",
+         "Nothing to do."),
 )
 TRAINING_LOADER_GATHERED = "training loader also evaluated by a loop whose figures are gathered"
 
@@ -119,6 +128,7 @@ def evaluation_share(loader):
 RECEIVED_SHARE_CONDITION = 'getattr({loader}, "is_rank_share", False)'
 RULE_SUMMARY_WHOLE = "evaluation loader left unsharded"
 GATHER_COMMENT = "# This rank evaluated its share of the batches: gather the figures once, before use."
+FIRST_BATCH_COMMENT = "# The loop stopped after one batch: keep rank 0's, the batch one process evaluates."
 # The sampler itself says whether this rank saw a share: a whole set (plain `python`, or fewer
 # batches than ranks) gathers nothing.
 SHARE_CONDITION = "len({loader}.sampler) < len({loader}.dataset)"
@@ -456,6 +466,10 @@ def _why_whole(facts: Facts, edits: Edits, loader: Loader, loops: list[cst.For])
             return (f"it is handed to `{dotted_name(handed.func)}` at line {facts.line_of(handed)}, in "
                     "another module of the project, which takes this rank's share where it loops "
                     "over it when it can gather the figures there")
+        if (dotted_name(handed.func) or "").rsplit(".", 1)[-1] == "islice":
+            return (f"`{dotted_name(handed.func)}` at line {facts.line_of(handed)} takes its first batches: "
+                    "whole, every rank evaluates the batches one process does (each rank's share would "
+                    "give N times as many)")
         return (f"it is handed to `{dotted_name(handed.func)}` at line {facts.line_of(handed)}, whose "
                 "loop ddpify cannot see (its figures would be one rank's share)")
     where = _why_whole_where_read(facts, loader, loops)
@@ -654,24 +668,37 @@ def _gather(facts: Facts, edits: Edits, setup: Plan, loop: cst.For, figures: Fig
     gather = collectives.use(edits)
     value = gathered[0] if len(gathered) == 1 else f"({', '.join(gathered)})"
     lines += [f"if {condition}:", f"    {GATHER_COMMENT}", f"    {shares} = {gather}({value})"]
-    for position, name in enumerate(gathered):
-        share = shares if len(gathered) == 1 else f"[share[{position}] for share in {shares}]"
-        if name in figures.tables:
-            each = "share" if len(gathered) == 1 else f"share[{position}]"
-            lines.append("    " + TABLE_SUMS[figures.tables[name]].format(name=name, each=each, shares=shares))
-        elif name in figures.lists:
-            size = figures.lists[name]
-            size_argument = "" if size == "1" else f", {size}"
-            lines.append(f"    {name} = in_batch_order({share}{size_argument})")
-        elif len(gathered) == 1:
-            lines.append(f"    {name} = sum({shares})")
-        else:
-            lines.append(f"    {name} = sum(share[{position}] for share in {shares})")
+    positions = list(enumerate(gathered))
+    if figures.first_batch_only is not None:
+        # The batch counts are every rank's (the set's), the figures rank 0's first batch alone.
+        counts = [(position, name) for position, name in positions if name in figures.batch_counts]
+        lines += [_gathered_line(figures, gathered, shares, position, name) for position, name in counts]
+        lines += [f"    if {figures.first_batch_only}:",
+                  f"        {FIRST_BATCH_COMMENT}",
+                  f"        {shares} = {shares}[:1]"]
+        positions = [each for each in positions if each not in counts]
+        edits.report("DDP417", loop, f"{FIRST_BATCH_SUMMARY}: `{figures.first_batch_only}`")
+    lines += [_gathered_line(figures, gathered, shares, position, name) for position, name in positions]
     if figures.lists:
         edits.add_helper("in_batch_order", ORDER_HELPER, "itertools")
     edits.imports.add("dist")
     edits.insert_after(loop, edits.statements("\n".join(lines) + "\n"))
     edits.report("DDP216", loop)
+
+
+def _gathered_line(figures: Figures, gathered: list[str], shares: str, position: int, name: str) -> str:
+    """The line that rebuilds one gathered figure from the ranks' `shares`."""
+    share = shares if len(gathered) == 1 else f"[share[{position}] for share in {shares}]"
+    if name in figures.tables:
+        each = "share" if len(gathered) == 1 else f"share[{position}]"
+        return "    " + TABLE_SUMS[figures.tables[name]].format(name=name, each=each, shares=shares)
+    if name in figures.lists:
+        size = figures.lists[name]
+        size_argument = "" if size == "1" else f", {size}"
+        return f"    {name} = in_batch_order({share}{size_argument})"
+    if len(gathered) == 1:
+        return f"    {name} = sum({shares})"
+    return f"    {name} = sum(share[{position}] for share in {shares})"
 
 
 def _named(name: str):
@@ -753,7 +780,16 @@ def mean_loss(loader):
 print(mean_loss(loader), mean_loss(val_loader))
 '''
 
+_FIRST_BATCH_FLAG = _EVALUATION.replace("total = 0.0\n", "dry_run = False\ntotal = 0.0\n").replace(
+    ".item()\n", ".item()\n        if dry_run:\n            break\n", 1)
+
 CASES = (
+    # A smoke-test flag's break: every rank's first batch gathered, rank 0's kept when it holds.
+    Emits(_FIRST_BATCH_FLAG, "DDP417", ("shares = shares[:1]",)),
+    # A break on the loop's own count, or a count of batches drawn: whole, nothing gathered.
+    Silent(_FIRST_BATCH_FLAG.replace("if dry_run:", "if total > 1.0:"), "DDP417"),
+    Emits(_EVALUATION.replace("for x, y in val_loader:", "for _, (x, y) in zip(range(2), val_loader):"),
+          "DDP203", ("val_loader = DataLoader(dataset, batch_size=8)",)),
     # The helper's figures are gathered: over the training loader's share too.
     Emits(_TRAINING_LOADER_MEASURED, "DDP228"),
     Silent(_TRAINING_LOADER_MEASURED, "DDP213"),

@@ -1,7 +1,7 @@
 """The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935, DDP938, DDP939, DDP941,
-DDP943, DDP948): what a second reading of ddpify's own output can find wrong. The detection is in
-this package (gathers, loaders, models, output, setup); the rules and their cases live here, beside
-it, rather than in ddpify/rules/, whose units plan edits.
+DDP943, DDP947, DDP948): what a second reading of ddpify's own output can find wrong. The detection
+is in this package (gathers, loaders, models, output, setup); the rules and their cases live here,
+beside it, rather than in ddpify/rules/, whose units plan edits.
 """
 from ddpify.diagnostics import Rule, Severity
 from ddpify.rules.cases import TRAINING, Flags, Silent
@@ -94,6 +94,16 @@ RULES = (
          "the other ranks may still be reading it. On one machine's CPU this passes by luck of timing.",
          "Put `if distributed: dist.barrier()` on every rank (not under the rank-0 guard) between the "
          "write and the read, or between the read and the delete."),
+    Rule("DDP947", Severity.WARNING, "self-check: figures gathered over a loop that stops after a count of batches",
+         "The self-check reads on its own which evaluation loops stop before their loader ends: "
+         "`zip(range(k), loader)`, `islice(loader, k)`, or a `break` under a test of a value the loop "
+         "sets (`if i >= num_batches: break`). One process evaluates the first k batches; when such a "
+         "loop's figures are gathered from every rank (every_rank, all_reduce), each rank counted k "
+         "batches of its own share and the figure covers N times k. A break under a flag "
+         "(`if args.dry_run: break`) stops every rank after its first batch: fine where the gather "
+         "then keeps rank 0's figures alone (`shares = shares[:1]`).",
+         "Evaluate the capped loop on the whole loader on every rank (no DistributedSampler, no "
+         "gather), or give each rank its part of the k batches."),
     Rule("DDP938", Severity.WARNING, "self-check: an optimizer steps during the pass of a loader left whole",
          "The self-check reads on its own which passes train: a loop over the loader (where it is "
          "built, in a function of the file it is handed to, or unpacked from a returned tuple) that "
@@ -277,6 +287,22 @@ _MEASURED_SHARE = "from torch.utils.data.distributed import DistributedSampler\n
 # TRAINING joined, its loader sharded.
 _SHARDED = "from torch.utils.data.distributed import DistributedSampler\n" + _JOINED.replace(
     "batch_size=8, shuffle=True)", "batch_size=8, sampler=DistributedSampler(dataset))")
+# An evaluation of the first two batches: gathered from every rank, it covers 2N.
+_CAPPED = TRAINING + """dry_run = False
+total = 0.0
+with torch.no_grad():
+    for i, (x, y) in zip(range(2), loader):
+        total += torch.nn.functional.mse_loss(model(x.to(device)), y.to(device)).item()
+print(total / 2)
+"""
+_CAPPED_GATHERED = _CAPPED.replace("print(total", "total = sum(every_rank(total))\nprint(total").replace(
+    "import torch\n", "import torch\n\n\ndef every_rank(value):\n    return [value]\n\n\n", 1)
+
+
+def _drawn(text: str) -> str:
+    """The capped evaluation drawing its batches with next() in a loop over range(2)."""
+    return text.replace("    for i, (x, y) in zip(range(2), loader):\n",
+                        "    batches = iter(loader)\n    for i in range(2):\n        x, y = next(batches)\n")
 
 # The sampler asks for the group before a setup function that joins it is called.
 _LATE_GROUP = (
@@ -732,6 +758,18 @@ CASES = (
         "    if is_main:\n        json.dump({\"loss\": loss.item(), \"stop\": epoch > 1}, open(\"s.json\", \"w\"))\n"
         "    if distributed:\n        dist.barrier()\n"
         "    if json.load(open(\"s.json\"))[\"stop\"]:\n        break\n")), "DDP939"),
+    # The first batches of the evaluation, each rank's own, gathered (DDP947); kept whole it is silent.
+    Flags(_CAPPED, _CAPPED_GATHERED, "DDP947"),
+    Flags(_CAPPED.replace("zip(range(2), loader)", "enumerate(loader)").replace(
+        "        total +=", "        if i >= 2:\n            break\n        total +="),
+          _CAPPED_GATHERED.replace("zip(range(2), loader)", "enumerate(loader)").replace(
+        "        total +=", "        if i >= 2:\n            break\n        total +="), "DDP947"),
+    Flags(_CAPPED.replace("zip(range(2), loader)", "enumerate(loader)").replace(
+        "        total +=", "        if dry_run:\n            break\n        total +="),
+          _CAPPED_GATHERED.replace("zip(range(2), loader)", "enumerate(loader)").replace(
+        "        total +=", "        if dry_run:\n            break\n        total +="), "DDP947"),
+    Flags(_drawn(_CAPPED), _drawn(_CAPPED_GATHERED), "DDP947"),
+    Silent(_CAPPED, "DDP947"),
     # A GPU index kept in a name (`gpu = 0`), handed to `.to()`: GPU 0 on every rank.
     Flags(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)", _GPU_IN_A_NAME),
           _JOINED.replace("model = torch.nn.Linear(4, 1).to(device)", _GPU_IN_A_NAME), "DDP924"),

@@ -52,11 +52,25 @@ def _loops_drawing_with_next(source: Source, function: Optional[Function], name:
                  and any(dotted(arg) == name for arg in node.value.args) for target in _targets(node)}
     if not iterators:
         return
-    for node in ast_walk.walk(scope):
-        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and _function_of(source, node) is function and any(
-                isinstance(call, ast.Call) and dotted(call.func) == "next" and call.args
-                and dotted(call.args[0]) in iterators for call in ast_walk.walk(node)):
-            yield node
+    # The loops around next(), from the innermost out (a step loop around a micro-batch loop),
+    # up to one that also holds a loop of its own: an epoch loop around an evaluation's `for _
+    # in range(k): next(batches)` and a training pass over another loader is no step loop of it.
+    loops = (ast.For, ast.AsyncFor, ast.While)
+    for call in ast_walk.walk(scope):
+        if not (isinstance(call, ast.Call) and dotted(call.func) == "next" and call.args
+                and dotted(call.args[0]) in iterators):
+            continue
+        chain: list[ast.AST] = []
+        for each in source.ancestors(call):
+            if isinstance(each, FUNCTIONS):
+                break
+            if not isinstance(each, loops) or _function_of(source, each) is not function:
+                continue
+            if chain and any(isinstance(inner, loops) and inner is not each and inner not in chain
+                             for inner in ast_walk.walk(each)):
+                break
+            yield each
+            chain.append(each)
 
 
 class _StepReading:
