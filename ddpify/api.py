@@ -116,7 +116,7 @@ def gpu_placed(code: str, tree: ast.Module, options: Options, project: Project, 
     (rules/gpu_placement.py). The placed migration is taken when it reports nothing the CPU one
     did not and the self-check finds no tensor made without a device on its path (DDP949);
     otherwise the CPU migration stays, its DDP011 naming what stopped the placement."""
-    placement = gpu_placement.place(code, tree)
+    placement = gpu_placement.place(code, tree, project.local_modules)
     if isinstance(placement, gpu_placement.Uncertain):
         reason = f"line {placement.line}: {placement.reason}"
         return cpu_code, [_naming(d, reason) for d in cpu_diagnostics]

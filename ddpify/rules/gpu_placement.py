@@ -95,12 +95,14 @@ def chooses_no_device(code: str) -> bool:
     return _CHOOSES_A_DEVICE.search(code) is None
 
 
-def place(code: str, tree: ast.Module) -> Union[Placed, Uncertain, None]:
-    """The script placed on the device, or why not; None where it chooses devices itself."""
+def place(code: str, tree: ast.Module, local_modules: frozenset[str] = frozenset()) -> Union[Placed, Uncertain, None]:
+    """The script placed on the device, or why not; None where it chooses devices itself.
+    `local_modules`: the project's own modules the script imports, whose code ddpify does not
+    read for placement: what of theirs meets the batches stops it."""
     if not chooses_no_device(code):
         return None
     try:
-        return _Placement(code, tree).run()
+        return _Placement(code, tree, local_modules).run()
     except _Stop as stop:
         return Uncertain(stop.line, stop.reason)
 
@@ -118,8 +120,8 @@ def _keyword(call: ast.Call, name: str) -> Optional[ast.expr]:
 
 
 class _Placement:
-    def __init__(self, code: str, tree: ast.Module) -> None:
-        self.code, self.tree = code, tree
+    def __init__(self, code: str, tree: ast.Module, local_modules: frozenset[str]) -> None:
+        self.code, self.tree, self.local_modules = code, tree, local_modules
         self.lines = code.splitlines(keepends=True)
         self.parents = _parents(tree)
         self.torch = {a.asname or a.name for s in tree.body if isinstance(s, ast.Import) for a in s.names
@@ -308,11 +310,70 @@ class _Placement:
             self._move_batches(loop, loader)
         self._check_model_calls_outside(loops)
         self._add_cpu_before_numpy()
+        scope = self._scope_of_the_modules()
+        if scope is not None:
+            anchor = self._first_statement(scope)
+            self._hand_the_device_to_other_functions(scope, loops)
         self._insert_before(anchor, [DEVICE_CHOICE], "DDP016")
         for statement, name in self.moved_modules.items():
             self._insert_after(statement, [f"{name}.to(device)"], "DDP130", f"`{name}` moved to the device where "
                                "it is built, before any wrap")
         return self._emit()
+
+    def _scope_of_the_modules(self) -> Optional[ast.FunctionDef]:
+        """The function that builds every module moved (the device is chosen at its top, where
+        ddpify's setup goes), or None for the top level."""
+        scopes = {self._function_of(statement) for statement in self.moved_modules}
+        if len(scopes) != 1:
+            raise _Stop(next(iter(self.moved_modules), self.tree.body[0]),
+                        "the modules the loops call are built in different functions")
+        scope = scopes.pop()
+        if scope is not None and scope not in self.tree.body:
+            raise _Stop(scope, f"the modules are built in `{scope.name}`, which is not a function of the top level")
+        return scope
+
+    @staticmethod
+    def _first_statement(function: ast.FunctionDef) -> ast.stmt:
+        first = function.body[0]
+        docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+        return function.body[1] if docstring and len(function.body) > 1 else first
+
+    def _hand_the_device_to_other_functions(self, scope: ast.FunctionDef,
+                                            loops: list[tuple[ast.For, ast.Call]]) -> None:
+        """A loop in another function (`def train(model, loader, optimizer)`) finds the device on
+        the model it is handed: `device = next(model.parameters()).device` at its top."""
+        done: set[ast.FunctionDef] = set()
+        for loop, _ in loops:
+            function = self._function_of(loop)
+            while function is not None and function is not scope:
+                if function in self.tree.body:
+                    break
+                function = self._function_of(function)
+            if function is scope or function in done:
+                continue
+            if function is None:
+                raise _Stop(loop, "this loop runs at the top level, where the device chosen in "
+                                  f"`{scope.name}` is not seen")
+            model = self._model_parameter(function, loop)
+            done.add(function)
+            self._insert_before(self._first_statement(function), [f"device = next({model}.parameters()).device"])
+
+    def _model_parameter(self, function: ast.FunctionDef, loop: ast.For) -> str:
+        parameters = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
+        for node in ast.walk(loop):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in parameters:
+                arguments = self._arguments_at_calls(node.func.id, function)
+                statements = [self._resolve(a.id, scope)[1] if isinstance(a, ast.Name) else []
+                              for a, scope in arguments]
+                trained = all(bound and all(b in self.moved_modules and not self._is_loss(b) for b in bound)
+                              for bound in statements)
+                if trained:
+                    return node.func.id
+        raise _Stop(loop, f"`{function.name}` is handed no model it calls, so the loop there cannot find the device")
+
+    def _is_loss(self, statement: ast.stmt) -> bool:
+        value = getattr(statement, "value", None)
+        return isinstance(value, ast.Call) and self._full_name(value.func).endswith("Loss")
 
     def _device_anchor(self) -> ast.stmt:
         for statement in self.tree.body:
@@ -389,6 +450,8 @@ class _Placement:
             raise _Stop(statement, f"`{name}`, called in the training loop, is made where ddpify cannot see a "
                                    "module built")
         full = self._full_name(value.func)
+        if full == "copy.deepcopy" and self._copy_of_a_placed_module(value, statement, call, path, pending, seen):
+            return  # an EMA or target copy made after its source's move is on the device already
         local = value.func.id if isinstance(value.func, ast.Name) else None
         if local in self.module_classes:
             if local not in seen:
@@ -410,6 +473,17 @@ class _Placement:
                     seen.add(block)
                     path.append(self.module_classes[block])
                     pending.append(self.module_classes[block])
+
+    def _copy_of_a_placed_module(self, value: ast.Call, statement: ast.stmt, call: ast.Call,
+                                 path: list[ast.AST], pending: list[ast.AST], seen: set[str]) -> bool:
+        source = value.args[0] if len(value.args) == 1 else None
+        if not isinstance(source, ast.Name):
+            return False
+        _, bound = self._resolve(source.id, self._function_of(statement))
+        if len(bound) != 1 or bound[0].lineno >= statement.lineno:
+            return False
+        self._module_built(source.id, bound[0], call, path, pending, seen)
+        return bound[0] in self.moved_modules
 
     # -- checks ----------------------------------------------------------------------------------
     def _check_factories(self, path: list[ast.AST], loops: list[tuple[ast.For, ast.Call]]) -> None:
@@ -468,11 +542,19 @@ class _Placement:
 
     def _check_tensors_made_outside(self, path: list[ast.AST], loops: list[tuple[ast.For, ast.Call]]) -> None:
         """A name the path reads that its scope (or the top level) binds to a tensor made without a device."""
+        drawn = {name for loop, _ in loops for name in self._bound_names(loop)}
+        drawn |= {name for loop, _ in loops for statement in loop.body[:1] if isinstance(statement, ast.Assign)
+                  and isinstance(statement.value, ast.Name) and statement.value.id in drawn
+                  for name in self._bound_names(statement)}  # (`images, labels = data`)
         for part in path:
             for node in ast.walk(part):
-                if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
-                    continue
+                if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)) or node.id in drawn:
+                    continue  # (a part of the batch: moved where it is drawn)
                 _, bound = self._resolve(node.id, self._function_of(node))
+                if self._from_a_local_module(node) or any(self._from_a_local_module(value) for statement in bound
+                                                          for value in ast.walk(statement)):
+                    raise _Stop(node, f"`{node.id}` comes from a module of the project, which ddpify does not read "
+                                      "for where its tensors are")
                 for statement in bound:
                     if self._is_in(statement, path):
                         continue
@@ -484,6 +566,12 @@ class _Placement:
                             continue  # a module built from a tensor: moved with it
                         raise _Stop(statement, f"`{node.id}` is a tensor made without a device and read where the "
                                                "model meets the batches: make it on `device`, or move it there")
+
+    def _from_a_local_module(self, node: ast.AST) -> bool:
+        if not isinstance(node, ast.Name) or node.id not in self.imported:
+            return False
+        module = self.imported[node.id].lstrip(".")
+        return any(module == name or module.startswith(name + ".") for name in self.local_modules)
 
     def _is_in(self, node: ast.AST, parts: list[ast.AST]) -> bool:
         parent: Optional[ast.AST] = node
@@ -623,7 +711,11 @@ class _Placement:
 
     def _insert_before(self, statement: ast.stmt, code: list[str], note: str = "", detail: str = "") -> None:
         indent = self._indent_of(statement)
-        self.inserts.setdefault(statement.lineno - 1, []).extend(indent + line + "\n" for line in code)
+        index = statement.lineno - 1
+        while index > 0 and self.lines[index - 1].strip().startswith("#") \
+                and self.lines[index - 1].startswith(indent) and index - 1 not in self.inserts:
+            index -= 1  # above the statement's own comment block, which stays with it
+        self.inserts.setdefault(index, []).extend(indent + line + "\n" for line in code)
         if note:
             self.notes.append((note, statement.lineno, detail))
 
