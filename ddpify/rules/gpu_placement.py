@@ -25,6 +25,7 @@ from typing import Optional, Union
 
 from ddpify.analysis.ast_names import dotted_ast
 from ddpify.diagnostics import Diagnostic, Rule, Severity
+from ddpify.rules.cases import TRAINING, Emits, Silent
 
 RULES = (
     Rule("DDP016", Severity.EDIT, "the script chose no device: each rank trains on its own GPU, else the CPU",
@@ -43,7 +44,17 @@ RULES = (
          "Nothing to do."),
 )
 
-CASES = ()
+# The shared training case without its device choice and its moves: a script that never names a device.
+_NO_DEVICE = TRAINING.replace('device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n', "") \
+    .replace(".to(device)", "")
+
+CASES = (
+    Emits(_NO_DEVICE, "DDP016", ('device = torch.device("cuda", local_rank)', "x, y = x.to(device), y.to(device)")),
+    Emits(_NO_DEVICE, "DDP130", ("model.to(device)\nif distributed:\n    model = DDP(model, device_ids=",)),
+    Emits(_NO_DEVICE.replace("print(epoch, loss.item())", "print(epoch, y.numpy().sum())"), "DDP017",
+          ("y.cpu().numpy()",)),
+    Silent(TRAINING, "DDP016"),
+)
 
 DEVICE_CHOICE = 'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")'
 
@@ -129,7 +140,8 @@ class _Placement:
         self.imported = self._imported_names()
         self.functions = {s.name: s for s in tree.body if isinstance(s, ast.FunctionDef)}
         self.module_classes = self._module_classes()
-        self.inserts: dict[int, list[str]] = {}  # 0-based line index -> lines inserted before it
+        # 0-based line index -> the lines inserted before it, each with the original line it stands for
+        self.inserts: dict[int, list[tuple[str, int]]] = {}
         self.cpu_at: set[tuple[int, int]] = set()  # (line, byte column) where `.cpu()` goes
         self.notes: list[tuple[str, int, str]] = []
         self.moved_modules: dict[ast.stmt, str] = {}
@@ -715,23 +727,23 @@ class _Placement:
         while index > 0 and self.lines[index - 1].strip().startswith("#") \
                 and self.lines[index - 1].startswith(indent) and index - 1 not in self.inserts:
             index -= 1  # above the statement's own comment block, which stays with it
-        self.inserts.setdefault(index, []).extend(indent + line + "\n" for line in code)
+        self.inserts.setdefault(index, []).extend((indent + line + "\n", statement.lineno) for line in code)
         if note:
             self.notes.append((note, statement.lineno, detail))
 
     def _insert_after(self, statement: ast.stmt, code: list[str], note: str = "", detail: str = "") -> None:
         indent = self._indent_of(statement)
         end = statement.end_lineno or statement.lineno
-        self.inserts.setdefault(end, [])[0:0] = [indent + line + "\n" for line in code]
+        self.inserts.setdefault(end, [])[0:0] = [(indent + line + "\n", statement.lineno) for line in code]
         if note:
             self.notes.append((note, statement.lineno, detail))
 
     def _emit(self) -> Placed:
         lines, original = [], []
         for index, line in enumerate(self.lines):
-            for inserted in self.inserts.get(index, ()):
+            for inserted, stands_for in self.inserts.get(index, ()):
                 lines.append(inserted)
-                original.append(index + 1)
+                original.append(stands_for)
             encoded = line.encode()
             for column in sorted((c for (n, c) in self.cpu_at if n == index + 1), reverse=True):
                 encoded = encoded[:column] + b".cpu()" + encoded[column:]
@@ -739,9 +751,9 @@ class _Placement:
             original.append(index + 1)
         if not self.lines or not self.lines[-1].endswith("\n"):
             lines[-1:] = [lines[-1] + "\n"] if lines else []
-        for inserted in self.inserts.get(len(self.lines), ()):
+        for inserted, stands_for in self.inserts.get(len(self.lines), ()):
             lines.append(inserted)
-            original.append(len(self.lines))
+            original.append(stands_for)
         notes = [Diagnostic(code, line, 1, detail or _summary(code)) for code, line, detail in self.notes]
         return Placed("".join(lines), original, notes)
 
