@@ -120,8 +120,6 @@ def gpu_placed(code: str, tree: ast.Module, options: Options, project: Project, 
     if isinstance(placement, gpu_placement.Uncertain):
         reason = f"line {placement.line}: {placement.reason}"
         return cpu_code, [_naming(d, reason) for d in cpu_diagnostics]
-    if placement is None:
-        return cpu_code, cpu_diagnostics
     placed_tree = syntax.checked_tree(placement.code)
     memo.clear()  # the caches of the first reading name nodes of another tree
     new_code, found = _transform(placement.code, placed_tree, options, project)

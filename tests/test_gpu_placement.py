@@ -60,7 +60,8 @@ def test_what_is_not_certain_keeps_the_script_on_the_cpu(middle, loop, stopped_a
 
 
 def test_a_script_that_names_a_device_is_left_to_its_own_choice():
-    assert _placement("model = nn.Linear(4, 1).to('cpu')\n") is None
+    found = _placement("model = nn.Linear(4, 1).to('cpu')\n")
+    assert isinstance(found, gpu_placement.Uncertain) and found.line == 6 and "`.to(`" in found.reason
 
 
 def test_ddp011_names_the_line_that_keeps_the_script_on_the_cpu():

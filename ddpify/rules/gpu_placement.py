@@ -18,7 +18,9 @@ is then DDP011's, with the fix. The self-check DDP949 reads the output again for
 """
 import ast
 import builtins
+import io
 import re
+import tokenize
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Optional, Union
@@ -102,16 +104,29 @@ class _Stop(Exception):
         self.line, self.reason = getattr(node, "lineno", 1), reason
 
 
-def chooses_no_device(code: str) -> bool:
-    return _CHOOSES_A_DEVICE.search(code) is None
+def _without_comments(code: str) -> str:
+    """The code with its comments blanked (`# no need to call .to(device)` chooses nothing)."""
+    lines = code.splitlines(keepends=True)
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(code).readline):
+            if token.type == tokenize.COMMENT:
+                row, column = token.start
+                line = lines[row - 1]
+                lines[row - 1] = line[:column] + " " * (token.end[1] - column) + line[token.end[1]:]
+    except (tokenize.TokenError, IndentationError):
+        return code
+    return "".join(lines)
 
 
-def place(code: str, tree: ast.Module, local_modules: frozenset[str] = frozenset()) -> Union[Placed, Uncertain, None]:
-    """The script placed on the device, or why not; None where it chooses devices itself.
+def place(code: str, tree: ast.Module, local_modules: frozenset[str] = frozenset()) -> Union[Placed, Uncertain]:
+    """The script placed on the device, or why not (the first line that stops it).
     `local_modules`: the project's own modules the script imports, whose code ddpify does not
     read for placement: what of theirs meets the batches stops it."""
-    if not chooses_no_device(code):
-        return None
+    uncommented = _without_comments(code)
+    named = _CHOOSES_A_DEVICE.search(uncommented)
+    if named is not None:
+        return Uncertain(uncommented.count("\n", 0, named.start()) + 1,
+                         f"the script names devices itself (`{named.group()}`), and ddpify keeps its choice")
     try:
         return _Placement(code, tree, local_modules).run()
     except _Stop as stop:
@@ -309,12 +324,14 @@ class _Placement:
         return loops
 
     # -- the run ---------------------------------------------------------------------------------
-    def run(self) -> Optional[Placed]:
+    def run(self) -> Placed:
         if not self.torch:
-            return None
+            raise _Stop(self.tree.body[0] if self.tree.body else self.tree, "the script imports no `torch` to "
+                        "choose the device with")
         loops = self._loader_loops()
         if not loops:
-            return None
+            first_loop = next((node for node in ast.walk(self.tree) if isinstance(node, ast.For)), self.tree)
+            raise _Stop(first_loop, "ddpify finds no loop over a DataLoader of the script whose batches it can move")
         anchor = self._device_anchor()
         path = self._training_path(loops)
         self._check_factories(path, loops)
