@@ -103,3 +103,11 @@ def test_the_self_check_is_silent_where_every_factory_names_the_device():
     fixed = BROKEN_OUTPUT.replace("8)\n        return", "8, device=x.device)\n        return").replace(
         "torch.ones(x.size(0))", "torch.ones(x.size(0), device=device)")
     assert list(factories_on_the_placed_path(ast.parse(fixed))) == []
+
+
+def test_a_part_of_the_batch_only_printed_or_collected_is_not_moved():
+    loop = LOOP.replace("for x, y in loader:", "for x, y, names in loader:").replace(
+        "optimizer.step()\n", "optimizer.step()\n        print(names[0])\n        seen.append(names)\n")
+    placed = _placement("model = nn.Linear(4, 1)\nseen = []\n", loop)
+    assert isinstance(placed, gpu_placement.Placed)
+    assert "        x, y = x.to(device), y.to(device)\n" in placed.code

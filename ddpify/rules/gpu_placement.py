@@ -76,6 +76,11 @@ _STATELESS = frozenset({"ReLU", "ReLU6", "LeakyReLU", "GELU", "SiLU", "ELU", "Si
                         "LogSoftmax", "Dropout", "Flatten", "Identity", "Softplus", "Mish"})
 # Libraries that read a tensor's memory on the host.
 _HOST_READERS = ("numpy", "matplotlib", "sklearn", "scipy", "pandas", "PIL", "seaborn")
+# Calls and attributes that read a value without computing with it on its device.
+_LOOKERS = frozenset({"print", "len", "str", "repr", "isinstance",
+                      "format", "type"})
+_COLLECTORS = frozenset({"append", "extend", "write", "format", "add", "update", "info", "debug"})
+_MEASURES = frozenset({"size", "shape", "__len__"})
 _ITERATION_WRAPPERS = ("enumerate", "tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "iter")
 _SAFE_NAMES = frozenset(dir(builtins))
 
@@ -663,15 +668,27 @@ class _Placement:
             self._insert_after(statement, [line])
 
     def _used_as_tensor(self, name: str, loop: ast.For) -> bool:
-        """A part of the batch the loop hands to a call or computes with (not an ignored `_`)."""
+        """A part of the batch the loop computes with: not an ignored `_`, nor one only printed,
+        counted, appended or measured (`len(names)`, `paths.append(...)`, `x.size(0)`), which may
+        be no tensor at all (a list of file names) and needs no move."""
         if name == "_":
             return False
-        for node in ast.walk(loop):
-            if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
-                parent = self.parents.get(node)
-                if isinstance(parent, (ast.Call, ast.BinOp, ast.Compare, ast.Attribute, ast.keyword, ast.Subscript)):
-                    return True
-        return False
+        return any(isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load)
+                   and not self._only_looked_at(node) for node in ast.walk(loop))
+
+    def _only_looked_at(self, node: ast.expr) -> bool:
+        user, parent = node, self.parents.get(node)
+        while isinstance(parent, ast.Subscript) and parent.value is user:
+            user, parent = parent, self.parents.get(parent)
+        if isinstance(parent, ast.Attribute):
+            return parent.attr in _MEASURES
+        if isinstance(parent, ast.keyword):
+            parent = self.parents.get(parent)
+        if isinstance(parent, ast.Call) and user is not parent.func:
+            callee = parent.func
+            return (isinstance(callee, ast.Name) and callee.id in _LOOKERS) \
+                or (isinstance(callee, ast.Attribute) and callee.attr in _COLLECTORS)
+        return isinstance(parent, ast.FormattedValue)
 
     def _move_one_batch(self, loop: ast.For, name: str, suffix: str) -> None:
         first = loop.body[0]
