@@ -109,7 +109,6 @@ def _transform(code: str, tree: ast.Module, options: Options, project: Project) 
     return new_code, list(diagnostics)
 
 
-
 def gpu_placed(code: str, tree: ast.Module, options: Options, project: Project, cpu_code: str,
                cpu_diagnostics: list[Diagnostic]) -> tuple[str, list[Diagnostic]]:
     """A script that chose no device, migrated once more with its tensors placed on the device
@@ -120,9 +119,12 @@ def gpu_placed(code: str, tree: ast.Module, options: Options, project: Project, 
     if isinstance(placement, gpu_placement.Uncertain):
         reason = f"line {placement.line}: {placement.reason}"
         return cpu_code, [_naming(d, reason) for d in cpu_diagnostics]
-    placed_tree = syntax.checked_tree(placement.code)
     memo.clear()  # the caches of the first reading name nodes of another tree
-    new_code, found = _transform(placement.code, placed_tree, options, project)
+    try:
+        new_code, found = _transform(placement.code, syntax.checked_tree(placement.code), options, project)
+    except (MigrationError, syntax.Rejected) as error:
+        reason = f"placing it on the GPU failed ({getattr(error, 'message', error)})"
+        return cpu_code, [_naming(d, reason) for d in cpu_diagnostics]
     found += placed_factories_check(placement.code, new_code)
     found = [replace(d, line=placement.to_original(d.line)) for d in found] + placement.notes
     warnings_before = {d.code for d in cpu_diagnostics if d.severity.value == "warning"}
