@@ -1,7 +1,7 @@
 """migrate_source: source text in, migrated text and diagnostics out. No I/O here."""
 import ast
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import libcst as cst
 from libcst.codemod import (
@@ -27,8 +27,9 @@ from ddpify.emit.imports import add_imports, remove_unused_imports
 from ddpify.options import Options
 from ddpify.plan import Plan
 from ddpify.project import Project
-from ddpify.rules import CONCERNS, frameworks, hand_batches, import_time_devices, set_order, setup
+from ddpify.rules import CONCERNS, frameworks, gpu_placement, hand_batches, import_time_devices, set_order, setup
 from ddpify.rules.registry import RULES
+from ddpify.selfcheck.placed_factories import placed_factories_check
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,13 @@ def _migrate_source(code: str, options: Options, project: Project) -> Result:
         # helper whose definitions other modules use has nothing to change or report.
         return _result(code, code, (*(() if _defines_any(tree, project.used_elsewhere) else (NO_TRAINING,)),
                                     *_modules_loaded_by_name(tree)), options)
+    new_code, diagnostics = _transform(code, tree, options, project)
+    if any(d.code == "DDP011" for d in diagnostics):
+        new_code, diagnostics = gpu_placed(code, tree, options, project, new_code, diagnostics)
+    return _result(code, new_code, diagnostics, options)
+
+
+def _transform(code: str, tree: ast.Module, options: Options, project: Project) -> tuple[str, list[Diagnostic]]:
     codemod = _MigrateCommand(CodemodContext(), options, project, tree)
     outcome = transform_module(codemod, code)
     if isinstance(outcome, TransformExit):
@@ -98,7 +106,42 @@ def _migrate_source(code: str, options: Options, project: Project) -> Result:
     if new_code != code:
         diagnostics = sorted([*diagnostics, *_self_check(code, new_code, diagnostics, tree)],
                              key=lambda d: (d.line, d.column, d.code, d.message))
-    return _result(code, new_code, diagnostics, options)
+    return new_code, list(diagnostics)
+
+
+def gpu_placed(code: str, tree: ast.Module, options: Options, project: Project, cpu_code: str,
+               cpu_diagnostics: list[Diagnostic]) -> tuple[str, list[Diagnostic]]:
+    """A script that chose no device, migrated once more with its tensors placed on the device
+    (rules/gpu_placement.py). The placed migration is taken when it reports nothing the CPU one
+    did not and the self-check finds no tensor made without a device on its path (DDP949);
+    otherwise the CPU migration stays, its DDP011 naming what stopped the placement."""
+    placement = gpu_placement.place(code, tree, project.local_modules)
+    if isinstance(placement, gpu_placement.Uncertain):
+        reason = f"line {placement.line}: {placement.reason}"
+        return cpu_code, [_naming(d, reason) for d in cpu_diagnostics]
+    memo.clear()  # the caches of the first reading name nodes of another tree
+    try:
+        new_code, found = _transform(placement.code, syntax.checked_tree(placement.code), options, project)
+    except (MigrationError, syntax.Rejected) as error:
+        reason = f"placing it on the GPU failed ({getattr(error, 'message', error)})"
+        return cpu_code, [_naming(d, reason) for d in cpu_diagnostics]
+    found += placed_factories_check(placement.code, new_code)
+    found = [replace(d, line=placement.to_original(d.line)) for d in found] + placement.notes
+    warnings_before = {d.code for d in cpu_diagnostics if d.severity.value == "warning"}
+    added = sorted((d for d in found if d.severity.value == "warning" and d.code not in warnings_before),
+                   key=lambda d: (d.line, d.code))
+    if any(d.code == "DDP011" for d in found) or (added and added[0].code != "DDP949"):
+        reason = (f"placed on the GPU, line {added[0].line} would need a person ({added[0].code})" if added
+                  else "ddpify could not place it")
+        return cpu_code, [_naming(d, reason) for d in cpu_diagnostics]
+    return new_code, sorted(found, key=lambda d: (d.line, d.column, d.code, d.message))
+
+
+def _naming(diagnostic: Diagnostic, reason: str) -> Diagnostic:
+    """DDP011 with what kept the script on the CPU."""
+    if diagnostic.code != "DDP011":
+        return diagnostic
+    return replace(diagnostic, message=f"{diagnostic.message}; {reason}")
 
 
 def _reads_torch(tree: cst.Module) -> bool:

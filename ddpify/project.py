@@ -75,6 +75,11 @@ class Project:
         self._known: dict[str, tuple[Optional[str], bool]] = {}
 
     @property
+    def local_modules(self) -> frozenset[str]:
+        """The names of the project's own modules the script imports."""
+        return self._imported
+
+    @property
     def reads_modules(self) -> bool:
         """The script's own modules are read: a script that never names torch may still
         train through them (`from core import train_src`)."""

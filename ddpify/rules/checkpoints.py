@@ -959,9 +959,11 @@ _READ_BACK = ('import numpy as np\n\n\ndef read_back():\n    return np.load("w.n
 CASES = (
     Emits(TRAINING.replace("optimizer = torch", 'model.load_state_dict(torch.load("model.pt"))\noptimizer = torch'),
           "DDP303", ("map_location=",)),
-    # A script that never names a device: the setup names none either, so the CPU.
+    # A script that stays on the CPU (it never names a device, and makes a tensor in the loop
+    # without one): the setup names none either, so the CPU.
     Emits(TRAINING.replace('device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n', "")
           .replace(".to(device)", "")
+          .replace("        loss = torch", "        shift = torch.zeros(1)\n        loss = torch")
           .replace("optimizer = torch", 'model.load_state_dict(torch.load("model.pt"))\noptimizer = torch'),
           "DDP303", ('torch.load("model.pt", map_location="cpu")',)),
     # Outside the setup's scope: an unpickled optimizer object keeps its state where it is

@@ -24,6 +24,7 @@ from ddpify.rules import (
     frameworks,
     full_batches,
     gpu_count_batches,
+    gpu_placement,
     hand_batches,
     import_time_devices,
     in_batch,
@@ -58,7 +59,7 @@ UNITS: tuple[ModuleType, ...] = (
     downloads, splits, subset_splits, full_batches, epoch_cut, schedule_length, evaluation, hand_batches, loader_dicts,
     per_rank_stops, loader_workers, random_batches, set_order, side_effects, checkpoints, shared_names, machine_local,
     training, in_batch, rank0_values, report_only, frameworks,
-    whole_file, gpu_count_batches, selfcheck, suppressions,
+    whole_file, gpu_count_batches, gpu_placement, selfcheck, suppressions,
 )
 
 

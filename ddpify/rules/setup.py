@@ -1526,9 +1526,11 @@ CASES = (
     Emits(_DEVICE_PARAMETER + '\n\nrun(device="cuda:1")\n', "DDP007", ()),
     Emits(TRAINING, "DDP001", ("dist.init_process_group(", 'local_rank = int(os.environ.get("LOCAL_RANK", 0))')),
     Emits(TRAINING, "DDP005", ("dist.destroy_process_group()",)),
-    # No device anywhere: the ranks train on the CPU, and the user is told how to use the GPUs.
+    # No device anywhere, and a tensor made in the loop without one (placing the batches on the
+    # GPU would leave it behind): the ranks train on the CPU, and the user is told why and how.
     Emits(TRAINING.replace(").to(device)", ")").replace(".to(device)", "").replace(
-        'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n', ""),
+        'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n', "").replace(
+        "        loss = torch", "        shift = torch.zeros(1)\n        loss = torch"),
         "DDP011", ('dist.init_process_group("gloo")',)),
     Silent(TRAINING, "DDP011"),
     # A typer app's command runs when the command line names it; app() ends in sys.exit().

@@ -1,7 +1,7 @@
 """The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935, DDP938, DDP939, DDP941,
-DDP943, DDP947, DDP948): what a second reading of ddpify's own output can find wrong. The detection
-is in this package (gathers, loaders, models, output, setup); the rules and their cases live here,
-beside it, rather than in ddpify/rules/, whose units plan edits.
+DDP943, DDP947, DDP948, DDP949): what a second reading of ddpify's own output can find wrong. The
+detection is in this package (gathers, loaders, models, output, setup); the rules and their cases
+live here, beside it, rather than in ddpify/rules/, whose units plan edits.
 """
 from ddpify.diagnostics import Rule, Severity
 from ddpify.rules.cases import TRAINING, Flags, Silent
@@ -65,6 +65,16 @@ RULES = (
          "trains its own copy.",
          "Join the group above the loaders (`if \"WORLD_SIZE\" in os.environ: "
          "dist.init_process_group()`), or build them after the setup has run."),
+    Rule("DDP949", Severity.WARNING,
+         "self-check: a tensor is made without a device in a script ddpify placed on the GPU",
+         "Where the script chose no device and ddpify placed it on this rank's GPU (DDP016), the self-check "
+         "reads the output again: the loops that move their batch, the functions of the file they call, and "
+         "the methods (but __init__) of its Module classes may not make a tensor with a torch factory "
+         "(`torch.zeros`, `torch.arange`, `torch.tensor`, ...) without `device=`, unless it becomes a "
+         "parameter or a buffer. Such a tensor stays on the CPU and meets the GPU batches: the first GPU "
+         "run raises \"Expected all tensors to be on the same device\".",
+         "Make the tensor on the batch's device (`device=x.device`, `x.new_zeros(...)`), or register it "
+         "as a buffer."),
     Rule("DDP943", Severity.WARNING, "self-check: figures added up over a sharded loader are not gathered",
          "The self-check reads on its own which passes evaluate: a loop without gradients (no_grad or "
          "inference_mode), stepping nothing, that adds up figures over a loader the output gave a "

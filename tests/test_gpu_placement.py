@@ -1,0 +1,113 @@
+"""GPU placement of scripts that choose no device (rules/gpu_placement.py) and its self-check
+(DDP949, selfcheck/placed_factories.py): what stops the placement, and a broken placed output
+that the self-check catches."""
+import ast
+
+import pytest
+
+from ddpify.api import migrate_source
+from ddpify.rules import gpu_placement
+from ddpify.selfcheck.placed_factories import factories_on_the_placed_path
+
+HEAD = """import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4, shuffle=True)
+"""
+LOOP = """optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def _placement(middle: str, loop: str = LOOP):
+    code = HEAD + middle + loop
+    return gpu_placement.place(code, ast.parse(code))
+
+
+def test_a_plain_model_is_placed_and_each_batch_moved():
+    placed = _placement("model = nn.Linear(4, 1)\n")
+    assert isinstance(placed, gpu_placement.Placed)
+    assert "model.to(device)\n" in placed.code
+    assert "        x, y = x.to(device), y.to(device)\n" in placed.code
+    assert placed.to_original(placed.code.splitlines().index("model.to(device)") + 1) == 6
+
+
+@pytest.mark.parametrize("middle, loop, stopped_at", [
+    # A plain tensor attribute of the model: not a buffer, it stays on the CPU.
+    ("class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+     "        self.fc = nn.Linear(4, 1)\n        self.shift = torch.ones(1)\n\n"
+     "    def forward(self, x):\n        return self.fc(x) + self.shift\n\n\nmodel = Net()\n", LOOP, 10),
+    # A tensor made at the top level and read where the model meets the batches.
+    ("model = nn.Linear(4, 1)\nscale = torch.tensor(2.0)\n",
+     LOOP.replace("model(x), y", "model(x) * scale, y"), 7),
+    # A callable ddpify cannot see made (a metric object that keeps its own tensors).
+    ("import metrics\nmodel = nn.Linear(4, 1)\nscore = metrics.Score()\n",
+     LOOP.replace("optimizer.step()\n", "optimizer.step()\n        score(model(x), y)\n"), 8),
+    # A batch value handed to numpy.
+    ("import numpy as np\nmodel = nn.Linear(4, 1)\n",
+     LOOP.replace("optimizer.step()\n", "optimizer.step()\n        np.save('out.npy', x)\n"), 15),
+])
+def test_what_is_not_certain_keeps_the_script_on_the_cpu(middle, loop, stopped_at):
+    found = _placement(middle, loop)
+    assert isinstance(found, gpu_placement.Uncertain)
+    assert found.line == stopped_at
+
+
+def test_a_script_that_names_a_device_is_left_to_its_own_choice():
+    found = _placement("model = nn.Linear(4, 1).to('cpu')\n")
+    assert isinstance(found, gpu_placement.Uncertain) and found.line == 6 and "`.to(`" in found.reason
+
+
+def test_ddp011_names_the_line_that_keeps_the_script_on_the_cpu():
+    loop = LOOP.replace("model(x), y", "model(x) * scale, y")
+    code = HEAD + "model = nn.Linear(4, 1)\nscale = torch.tensor(2.0)\n" + loop
+    messages = [d.message for d in migrate_source(code).diagnostics if d.code == "DDP011"]
+    assert len(messages) == 1 and messages[0].endswith("make it on `device`, or move it there")
+    assert "line 7: `scale`" in messages[0]
+
+
+BROKEN_OUTPUT = """import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.RNN(4, 8)
+        self.register_buffer("scale", torch.ones(8))
+
+    def forward(self, x):
+        state = torch.zeros(1, x.size(1), 8)
+        return self.rnn(x, state)[0] * self.scale
+
+
+def train(model, loader, device):
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        mask = torch.ones(x.size(0))
+        model(x).sum().backward()
+"""
+
+
+def test_the_self_check_finds_factories_without_a_device_on_the_placed_path():
+    assert [line for line, _ in factories_on_the_placed_path(ast.parse(BROKEN_OUTPUT))] == [12, 19]
+
+
+def test_the_self_check_is_silent_where_every_factory_names_the_device():
+    fixed = BROKEN_OUTPUT.replace("8)\n        return", "8, device=x.device)\n        return").replace(
+        "torch.ones(x.size(0))", "torch.ones(x.size(0), device=device)")
+    assert list(factories_on_the_placed_path(ast.parse(fixed))) == []
+
+
+def test_a_part_of_the_batch_only_printed_or_collected_is_not_moved():
+    loop = LOOP.replace("for x, y in loader:", "for x, y, names in loader:").replace(
+        "optimizer.step()\n", "optimizer.step()\n        print(names[0])\n        seen.append(names)\n")
+    placed = _placement("model = nn.Linear(4, 1)\nseen = []\n", loop)
+    assert isinstance(placed, gpu_placement.Placed)
+    assert "        x, y = x.to(device), y.to(device)\n" in placed.code
