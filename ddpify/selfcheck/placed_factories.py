@@ -13,6 +13,7 @@ import ast
 from collections.abc import Iterator
 
 from ddpify.diagnostics import Diagnostic, rule_of
+from ddpify.selfcheck.source import dotted
 
 FACTORIES = frozenset({
     "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm", "arange", "linspace", "logspace",
@@ -35,7 +36,7 @@ def factories_on_the_placed_path(tree: ast.Module) -> Iterator[tuple[int, str]]:
     parts: list[ast.AST] = [statement for node in ast.walk(tree) if isinstance(node, ast.For) and _moves_first(node)
                             for statement in node.body]
     parts += [method for node in tree.body if isinstance(node, ast.ClassDef)
-              and any((_dotted(base) or "").endswith("Module") for base in node.bases)
+              and any((dotted(base) or "").endswith("Module") for base in node.bases)
               for method in node.body if isinstance(method, ast.FunctionDef) and method.name != "__init__"]
     seen: set[str] = set()
     pending = list(parts)
@@ -47,13 +48,13 @@ def factories_on_the_placed_path(tree: ast.Module) -> Iterator[tuple[int, str]]:
                 parts.append(functions[node.func.id])
                 pending.append(functions[node.func.id])
     kept = {id(argument) for part in parts for node in ast.walk(part) if isinstance(node, ast.Call)
-            and (_dotted(node.func) or "").rpartition(".")[2] in KEEPERS for argument in ast.walk(node)}
+            and (dotted(node.func) or "").rpartition(".")[2] in KEEPERS for argument in ast.walk(node)}
     found = set()
     for part in parts:
         for node in ast.walk(part):
             if not isinstance(node, ast.Call):
                 continue
-            name = _dotted(node.func)
+            name = dotted(node.func)
             if name is not None and name.startswith("torch.") and name.count(".") == 1 \
                     and name[6:] in FACTORIES and not any(k.arg == "device" for k in node.keywords) \
                     and id(node) not in kept:
@@ -71,12 +72,3 @@ def _moves_first(loop: ast.For) -> bool:
                 for node in ast.walk(statement.value)):
             return True
     return False
-
-
-def _dotted(node: ast.expr) -> "str | None":
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        head = _dotted(node.value)
-        return None if head is None else f"{head}.{node.attr}"
-    return None
