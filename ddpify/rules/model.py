@@ -2591,6 +2591,8 @@ def _wrap_anchor(facts: Facts, model: Model) -> Optional[Statement]:
     for statement in [*facts.statements_touching.get(model.name, ()), *moving, *unpacked, *derived]:
         if statement in compiles or statement in reaching or facts.function_of(statement) is not function:
             continue
+        if statement in derived and statement not in moving:
+            continue  # the copy is made after the wrap, of its module: rank 0's broadcast weights
         if training is not None and facts.end_of(statement) > facts.start_of(training):
             continue  # the training itself, or after it
         if training is None and facts.start_of(statement) > facts.start_of(model.optimizer_statement) and not (
