@@ -224,7 +224,7 @@ def _plan_evaluation_loaders(facts: Facts, edits: Edits, setup: Plan) -> None:
                          "collective, and shards of unequal batch counts would wait on each other")
         return
     loops_of = {id(loader): [loop for loop in facts.loops_over_values(facts.loader_holders_of(loader))
-                             if not yields_each_batch(loop)] for loader in candidates}
+                             if not yields_each_batch(loop, facts.function_of(loop))] for loader in candidates}
     reasons: dict[int, str] = {}
     figures: dict[cst.For, Figures] = {}
     for loader in candidates:
