@@ -1764,9 +1764,24 @@ class Collector(cst.CSTVisitor):
                                               for each in returned)
             return any(self.project.returns_optimizer_class(q) for q in self._qualified(value.func))
         if chosen_before and isinstance(value, cst.Name):
+            if self._parameter_defaulting_to_optimizer(value.value):
+                return True
             values = self.facts.assigned_values.get(value.value, [])
             return bool(values) and all(self._optimizer_class(each, depth=depth) for each in values)
         return False
+
+    def _parameter_defaulting_to_optimizer(self, name: str) -> bool:
+        """Rule: `def fit(epochs, lr, model, ..., opt_func=torch.optim.SGD)` then
+        `opt_func(model.parameters(), lr)`: a parameter whose default is a torch.optim class is
+        called as one (the "Zero to GANs" course's fit, its Kaggle copies); the call is an
+        optimizer whatever class a caller hands (`fit(..., torch.optim.Adam)`)."""
+        function = self._function()
+        if function is None or self.facts.assigned_values.get(name):
+            return False
+        params = function.params
+        return any(param.name.value == name and param.default is not None
+                   and self._optimizer_class(param.default, depth=2)
+                   for param in (*params.params, *params.kwonly_params))
 
     def _model_known(self, name: str) -> bool:
         """Rule: a model of this name is already known here. Two functions that each bind

@@ -436,3 +436,13 @@ def assigned_names(node: cst.CSTNode) -> set[str]:
     """Every name a binding in node touches, as names_in reads a target (`self.x = ...`
     touches `self`)."""
     return set().union(*(names_in(target) for target in targets_bound_in(node)))
+
+
+def yields_each_batch(loop: cst.For, function: Optional[cst.FunctionDef]) -> bool:
+    """Rule: a loop in a loader wrapper's `__iter__` that yields its batches on (`def
+    __iter__(self): for b in self.dl: yield to_device(b, self.device)`, the "Zero to GANs"
+    course's DeviceDataLoader) is no pass of its own: the batches are read where the wrapper is
+    iterated, and that loop is judged there. A generator function of another name (`def
+    predict(loader): for x in loader: yield model(x)`) stays a pass."""
+    return function is not None and function.name.value == "__iter__" \
+        and bool(find_all(loop.body, cst.Yield, into_functions=False))

@@ -24,6 +24,7 @@ from ddpify.analysis.nodes import (
     positional_parameters,
     returns_in,
     string_value,
+    yields_each_batch,
 )
 from ddpify.analysis.values import keyword_names, known_dict_keys
 from ddpify.diagnostics import Rule, Severity
@@ -328,6 +329,7 @@ def _evaluation_loops(facts: Facts, loader: Loader) -> list[cst.For]:
         loop for loop in facts.loops_over_values(facts.loader_holders_of(loader))
         if not facts.loop_trains(loop)
         and not any(outer in facts.training_loops for outer in facts.enclosing_loops(loop))
+        and not yields_each_batch(loop, facts.function_of(loop))
     ), key=facts.line_of)
 
 

@@ -17,7 +17,15 @@ from ddpify.analysis import names
 from ddpify.analysis.control import Facts, handed_in, only_peeked
 from ddpify.analysis.facts import ExternalLoader, Holder, Loader
 from ddpify.analysis.figures import Figures, figures_of, loader_name_in
-from ddpify.analysis.nodes import argument_for, calls_within, dotted_name, find_all, parameter_names, string_value
+from ddpify.analysis.nodes import (
+    argument_for,
+    calls_within,
+    dotted_name,
+    find_all,
+    parameter_names,
+    string_value,
+    yields_each_batch,
+)
 from ddpify.analysis.values import keyword_names, known_dict_keys
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit import collectives
@@ -215,7 +223,8 @@ def _plan_evaluation_loaders(facts: Facts, edits: Edits, setup: Plan) -> None:
             edits.report("DDP203", loader.call, f"{RULE_SUMMARY_WHOLE}: under FSDP2 each forward is a "
                          "collective, and shards of unequal batch counts would wait on each other")
         return
-    loops_of = {id(loader): facts.loops_over_values(facts.loader_holders_of(loader)) for loader in candidates}
+    loops_of = {id(loader): [loop for loop in facts.loops_over_values(facts.loader_holders_of(loader))
+                             if not yields_each_batch(loop, facts.function_of(loop))] for loader in candidates}
     reasons: dict[int, str] = {}
     figures: dict[cst.For, Figures] = {}
     for loader in candidates:

@@ -23,7 +23,7 @@ from ddpify.analysis import figures, names
 from ddpify.analysis.containers import module_looped_over
 from ddpify.analysis.control import Facts
 from ddpify.analysis.facts import Model
-from ddpify.analysis.nodes import calls_within, dotted_name
+from ddpify.analysis.nodes import calls_within, dotted_name, self_attributes, self_reads
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.edits import Edits
 from ddpify.rules.cases import Emits, Silent
@@ -35,6 +35,14 @@ RULES = (
          "such call runs as DDP's forward (`forward_through_ddp(model, \"encode\", x)`), and is the "
          "method itself where the model is not wrapped.",
          "Nothing to do; or route the calls through the model's forward yourself."),
+    Rule("DDP132", Severity.EDIT, "submodules the model's training methods never reach: DDP told to expect "
+         "unused parameters",
+         "The model trains through its own methods (`loss = model.training_step(batch)`), and a submodule "
+         "built in __init__ is read only by its other methods (`self.aux_head` in validation_step): it gets no "
+         "gradient at any step, and DDP, waiting for every gradient, would fail at the second step, so the "
+         "wrap passes find_unused_parameters=True.",
+         "Nothing to do; or build that submodule outside the trained model, then drop "
+         "find_unused_parameters=True."),
 )
 
 HELPER_NAME = "forward_through_ddp"
@@ -168,3 +176,69 @@ CASES = (
     # Called itself with gradients on: the wrapper's forward arms the sharing already.
     Silent(_VAE.replace("mu, logvar = model.encode(x)", "mu, logvar = model(x)"), "DDP131"),
 )
+
+
+def parts_left_out_of_training(facts: Facts, model: Model) -> list[str]:
+    """Rule: a model trained through its own methods (`loss = model.training_step(batch)`)
+    gives gradients only to the submodules those methods reach: the methods routed through
+    the wrapper, the methods they call on `self`, and forward where they call `self(x)`. A
+    submodule built in `__init__` and read only by the other methods (an auxiliary head in
+    `validation_step`) gets none at any step, and DDP, waiting for every gradient, fails at
+    the second step: the wrap passes find_unused_parameters=True (DDP132 names them)."""
+    routed = {call.func.attr.value for call in training_method_calls(facts, model)
+              if isinstance(call.func, cst.Attribute)}
+    if not routed:
+        return []
+    methods = _methods_of_the_model_class(facts, model)
+    reached: set[str] = set()
+    waiting = [name for name in routed if name in methods]
+    while waiting:
+        name = waiting.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        for call in calls_within(methods[name].body):
+            called = dotted_name(call.func) or ""
+            if called == "self" and "forward" in methods:
+                waiting.append("forward")
+            elif called.startswith("self.") and called.count(".") == 1 and called[5:] in methods:
+                waiting.append(called[5:])
+    if "__init__" not in methods or not reached:
+        return []
+    used = {attribute for name in reached for attribute, _ in self_reads(methods[name])}
+    return [attribute for attribute, assign in self_attributes(methods["__init__"])
+            if assign is not None and attribute not in used and _builds_parameters(facts, assign)]
+
+
+def _methods_of_the_model_class(facts: Facts, model: Model) -> dict[str, cst.FunctionDef]:
+    """The methods of the class the model is built from and of its bases in this file (the
+    subclass's first), found as the statements that build the model name the class."""
+    statements = facts.statements_touching.get(model.name, ())
+    code = " ".join(facts.module.code_for_node(statement) for statement in statements)
+    built = [name for name in facts.classes if f"{name}(" in code]
+    if len(built) != 1:
+        return {}
+    methods: dict[str, cst.FunctionDef] = {}
+    pending = built
+    while pending:
+        klass = facts.classes.get(pending.pop(0))
+        if klass is None:
+            continue
+        for method in klass.body.body:
+            if isinstance(method, cst.FunctionDef):
+                methods.setdefault(method.name.value, method)
+        pending.extend(dotted_name(base.value) or "" for base in klass.bases)
+    return methods
+
+
+def _builds_parameters(facts: Facts, assign: cst.Assign) -> bool:
+    """`self.aux_head = nn.Linear(...)` (a torch.nn layer with parameters) or a module class of
+    this file."""
+    if not isinstance(assign.value, cst.Call):
+        return False
+    callee = dotted_name(assign.value.func) or ""
+    if callee in facts.classes:
+        return True
+    layer = callee.rsplit(".", 1)[-1]
+    return callee.startswith(("nn.", "torch.nn.")) and f"torch.nn.{layer}" not in names.PARAMETERLESS_LAYERS \
+        and not layer.endswith("Loss")

@@ -650,7 +650,11 @@ def _report_parameters_without_gradients(facts: Facts, edits: Edits, model: Mode
     skipped = _report_arguments_none_on_some_steps(facts, edits, model)
     skipped = skipped or _report_parts_run_on_some_calls(facts, edits, model, anchor)
     skipped = skipped or dropped_outputs.report_outputs_left_out(facts, edits, model, anchor)
-    return bool(unused or elsewhere or skipped)
+    left_out = method_forwards.parts_left_out_of_training(facts, model)
+    if left_out:
+        edits.report("DDP132", anchor, "submodules the model's training methods never reach: DDP told to expect "
+                     f"unused parameters: {', '.join(f'self.{name}' for name in left_out)}")
+    return bool(unused or elsewhere or skipped or left_out)
 
 
 def _keep_buffers_where_run_twice(facts: Facts, edits: Edits, model: Model) -> str:
