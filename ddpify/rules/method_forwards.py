@@ -171,10 +171,18 @@ for epoch in range(2):
         optimizer.step()
 '''
 
+_WITH_A_CRITIC = _VAE.replace(
+    "        self.dec = torch.nn.Linear(2, 4)\n",
+    "        self.dec = torch.nn.Linear(2, 4)\n        self.critic = torch.nn.Linear(4, 1)\n").replace(
+    "    def decode(self, z):", "    def score(self, x):\n        return self.critic(x)\n\n    def decode(self, z):")
+
 CASES = (
     Emits(_VAE, "DDP131", ('forward_through_ddp(model, "encode", x)', 'forward_through_ddp(model, "decode", ')),
     # Called itself with gradients on: the wrapper's forward arms the sharing already.
     Silent(_VAE.replace("mu, logvar = model.encode(x)", "mu, logvar = model(x)"), "DDP131"),
+    # A head only a method the training never calls reads: no gradient at any step.
+    Emits(_WITH_A_CRITIC, "DDP132", ("find_unused_parameters=True",)),
+    Silent(_VAE, "DDP132"),
 )
 
 
