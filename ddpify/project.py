@@ -1114,8 +1114,14 @@ class _Modules:
 
 
 def _calls_data_parallel(path: Path) -> bool:
-    """The file calls DataParallel, or a known subclass of it (under any import of it)."""
-    tree = _parsed(str(path), *_stamp(path))
+    return _file_calls_data_parallel(str(path), *_stamp(path))
+
+
+@lru_cache(maxsize=256)
+def _file_calls_data_parallel(path: str, mtime: int, size: int) -> bool:
+    """The file calls DataParallel, or a known subclass of it (under any import of it). Kept
+    per file: each module's migration asks it of every module of its project."""
+    tree = _parsed(path, mtime, size)
     if tree is None:
         return False
     if not any(isinstance(node, (ast.Name, ast.Attribute)) and getattr(node, "id", getattr(node, "attr", None))
@@ -1137,8 +1143,14 @@ def _another_program(path: Path, module: str, imported: Mapping[str, frozenset[s
 
 
 def _freezes_parameters(path: Path) -> bool:
-    """The file sets requires_grad to a value that may be False (freezing.tree_freezes)."""
-    tree = _parsed(str(path), *_stamp(path))
+    return _file_freezes_parameters(str(path), *_stamp(path))
+
+
+@lru_cache(maxsize=256)
+def _file_freezes_parameters(path: str, mtime: int, size: int) -> bool:
+    """The file sets requires_grad to a value that may be False (freezing.tree_freezes). Kept
+    per file: each module's migration asks it of every module of its project."""
+    tree = _parsed(path, mtime, size)
     return tree is not None and freezing.tree_freezes(tree)
 
 
@@ -1423,7 +1435,8 @@ def _parsed(path: str, _mtime: int, _size: int) -> Optional[ast.Module]:
 
 def clear_caches() -> None:
     """Forget every file read: a benchmark round then costs what a fresh `ddpify` run does."""
-    for cache in (_parsed, _import_index, _scripts_import, _split_loader_facts):
+    for cache in (_parsed, _import_index, _scripts_import, _split_loader_facts, _file_calls_data_parallel,
+                  _file_freezes_parameters):
         cache.cache_clear()
 
 
