@@ -15,7 +15,6 @@ Routed only where every training call of the model is such a method call on a na
 holds it, in a training loop: a ModuleDict's entries (`nets["dec"](x)`) or a layer loop
 (`for layer in model`) are not methods of it, and stay DDP903.
 """
-from typing import Optional
 
 import libcst as cst
 
@@ -77,9 +76,7 @@ def training_method_calls(facts: Facts, model: Model) -> list[cst.Call]:
     gradients on, nothing hands the model to a training helper, and every training call
     that reaches the model is such a method call; otherwise none (DDP903 says why)."""
     holders = {name for _, name in facts.model_holders(model)}
-    if any(dotted_name(arg.value) in holders for call in facts.training_helper_calls for arg in call.args):
-        return []
-    if any(_called_with_gradients(facts, name) for name in holders):
+    if handed_to_a_training_helper(facts, holders) or any(called_with_gradients(facts, name) for name in holders):
         return []
     routed: list[cst.Call] = []
     for loop in sorted(facts.training_loops, key=facts.start_of):
@@ -105,7 +102,15 @@ def _reaches_the_model_otherwise(facts: Facts, call: cst.Call, holders: set[str]
     return False
 
 
-def _called_with_gradients(facts: Facts, holder: str) -> bool:
+def handed_to_a_training_helper(facts: Facts, holders: set[str]) -> bool:
+    """A name holding the model goes to a function of another module that trains: that
+    function may call the model itself."""
+    return any(dotted_name(arg.value) in holders for call in facts.training_helper_calls for arg in call.args)
+
+
+def called_with_gradients(facts: Facts, holder: str) -> bool:
+    """Whether some call through the wrapper held by this name (`model(x)`, `model.forward(x)`)
+    runs with gradients on."""
     calls = [*facts.calls_by_callee.get(holder, ()), *facts.calls_by_callee.get(f"{holder}.forward", ())]
     return any(not figures.under_no_grad(facts, call) for call in calls)
 
@@ -132,9 +137,9 @@ def _through_the_wrapper(node: cst.CSTNode) -> cst.CSTNode:
     return call.with_changes(func=cst.Name(HELPER_NAME), args=[*first, *call.args])
 
 
-def routed_method(facts: Facts, model: Model, access: cst.Attribute) -> Optional[cst.Call]:
-    """The routed call whose method `access` names, if any: its holder stays the wrapper."""
-    return next((call for call in training_method_calls(facts, model) if call.func is access), None)
+def routed_methods(facts: Facts, model: Model) -> set[cst.CSTNode]:
+    """The `model.encode` of each routed call: its holder stays the wrapper, never unwrapped."""
+    return {call.func for call in training_method_calls(facts, model)}
 
 
 _VAE = '''\

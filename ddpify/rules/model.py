@@ -680,12 +680,6 @@ def _through_the_wrapper(call: cst.Call, holder: str) -> bool:
     return dotted_name(call.func) in (holder, f"{holder}.forward")
 
 
-def _called_with_gradients(facts: Facts, holder: str) -> bool:
-    """Whether some call through the wrapper held by this name runs with gradients on."""
-    calls = [*facts.calls_by_callee.get(holder, ()), *facts.calls_by_callee.get(f"{holder}.forward", ())]
-    return any(not figures.under_no_grad(facts, call) for call in calls)
-
-
 def _report_training_around_the_wrapper(facts: Facts, edits: Edits, model: Model) -> None:
     """Rule: DDP synchronises gradients only for a forward that goes through the wrapper,
     `model(x)`. A model that trains only through its other methods or its entries
@@ -700,9 +694,9 @@ def _report_training_around_the_wrapper(facts: Facts, edits: Edits, model: Model
     `model.forward(x)` is the wrapper's own forward and counts as a call of it."""
     held = facts.model_holders(model)
     holders = {name for _, name in held}
-    if any(dotted_name(arg.value) in holders for call in facts.training_helper_calls for arg in call.args):
+    if method_forwards.handed_to_a_training_helper(facts, holders):
         return
-    if any(_called_with_gradients(facts, name) for name in holders):
+    if any(method_forwards.called_with_gradients(facts, name) for name in holders):
         _report_steps_around_the_wrapper(facts, edits, model, held)
         return
     if method_forwards.route(facts, edits, model):
@@ -2849,9 +2843,10 @@ def _unwrap_attributes(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseS
     # stay on the wrapper, where the module's forward never reads it: it is set on the module,
     # as its reads are made there.
     accesses = [*facts.attribute_reads.get(model.name, ()), *facts.attribute_writes.get(model.name, ())]
+    routed = method_forwards.routed_methods(facts, model)
     for access in sorted(accesses, key=facts.start_of):
         if access.attr.value in names.WRAPPER_ATTRIBUTES or _under_wrapper_check(facts, access, model.name) \
-                or method_forwards.routed_method(facts, model, access) is not None:
+                or access in routed:
             continue
         if _before_wrap(facts, access, wrap) or _rebound_since_wrap(facts, access, model.name, wrap) \
                 or _read_of_another_model(facts, model, access) \
