@@ -222,7 +222,7 @@ def project_files() -> dict[str, str]:
     return files
 
 
-def measure_project(repeat: int) -> None:
+def measure_project(repeat: int, parent_of_many: int = 0) -> None:
     import ast
     import tempfile
 
@@ -245,7 +245,15 @@ def measure_project(repeat: int) -> None:
         return changed
 
     with tempfile.TemporaryDirectory(prefix="ddpify-bench-project-") as folder:
-        root = Path(folder)
+        # In a folder of its own, as a clone under ~/code is: working out the project's root
+        # reads the folder above it (which scripts there import it or put it on sys.path),
+        # and a system temp folder of thousands of entries is nobody's folder of projects
+        # (README gives the ratio measured with one as well: --parent-of-many).
+        root = Path(folder) / "project"
+        for index in range(parent_of_many):
+            (Path(folder) / f"other-{index}").mkdir()
+            if index % 64 == 0:
+                (Path(folder) / f"script_{index}.py").write_text("import os\n")
         for name, text in project_files().items():
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             (root / name).write_text(text)
@@ -253,7 +261,9 @@ def measure_project(repeat: int) -> None:
         modules = files_of(entry)
         texts = [path.read_text() for path in modules]
         lines = sum(len(text.splitlines()) for text in texts)
-        read_by_libcst = [text for text in texts if not inert.nothing_to_migrate(ast.parse(text))]
+        views = [project.read(str(path), text) for path, text in zip(modules, texts)]
+        read_by_libcst = [text for text, view in zip(texts, views)
+                          if not inert.nothing_to_migrate(ast.parse(text), view.inert_definition, view.package)]
         # Interleaved, round by round, so that load from elsewhere hits floor and migration alike.
         rounds = [(best_of(1, lambda: [cst.parse_module(text).code for text in texts]),
                    best_of(1, lambda: (project.clear_caches(), files_of(entry))),
@@ -367,10 +377,12 @@ def main() -> None:
     parser.add_argument("--largest", type=Path, help="file for the memory measurement")
     parser.add_argument("--profile", action="store_true", help="also print a profile")
     parser.add_argument("--project", action="store_true", help="measure a generated 30-module project only")
+    parser.add_argument("--parent-of-many", type=int, default=0, metavar="N",
+                        help="with --project: N other folders (and a script per 64) beside the project")
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     if args.project:
-        measure_project(args.repeat)
+        measure_project(args.repeat, args.parent_of_many)
         return
     measure_migration(args.repeat)
     if args.profile:

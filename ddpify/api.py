@@ -68,7 +68,7 @@ def migrate_source(code: str, options: Options = Options(),  # noqa: B008 (froze
 
 def _migrate_source(code: str, options: Options, project: Project) -> Result:
     try:
-        tree = syntax.checked_tree(code)
+        tree = syntax.checked_tree(code, parsed=project.parsed_tree(code))
     except syntax.Rejected as rejected:
         raise MigrationError(rejected.message, rejected.line, rejected.column) from None
     other_framework = frameworks.already_distributed(tree, code)
@@ -77,7 +77,7 @@ def _migrate_source(code: str, options: Options, project: Project) -> Result:
     if "torch" not in code and not project.used_elsewhere and not project.reads_modules:
         # Nothing to migrate, and no reason to pay for libcst's parse.
         return _result(code, code, (NO_TRAINING, *_modules_loaded_by_name(tree)), options)
-    if inert.nothing_to_migrate(tree):
+    if inert.nothing_to_migrate(tree, project.inert_definition, project.package):
         # What the full reading concludes on such a module, for a fraction of its cost: a
         # helper whose definitions other modules use has nothing to change or report.
         return _result(code, code, (*(() if _defines_any(tree, project.used_elsewhere) else (NO_TRAINING,)),

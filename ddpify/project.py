@@ -14,8 +14,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional, Union, cast
 
-from ddpify import ast_walk
-from ddpify.analysis import freezing
+from ddpify import ast_walk, folder_listing
+from ddpify.analysis import freezing, inert
 from ddpify.analysis.ast_names import dotted_ast, main_guarded
 from ddpify.analysis.dataset_reads import class_methods, dataset_reads
 from ddpify.analysis.effects import OPAQUE, WRITES, FunctionEffects, absolute_module
@@ -69,10 +69,24 @@ class Project:
         # The module's own tree and folder, where its sys.path edits are read from.
         self._tree: Optional[ast.Module] = None
         self._script_folder: Optional[Path] = None
+        # The text read() was given and its tree, which the migration of that text takes
+        # rather than parse it again (parsed_tree).
+        self._parsed: Optional[tuple[str, ast.Module]] = None
 
         # Per name the script calls: (effect or None, whether it trains). Every call of the
         # script asks, so each name is resolved once.
         self._known: dict[str, tuple[Optional[str], bool]] = {}
+
+    def inert_definition(self, qualified: str) -> bool:
+        """`qualified` ("layers.Block") is a function or class of one of the project's modules
+        with nothing to migrate (analysis/inert.py): calling it only computes or builds."""
+        return self._folder is not None and self._folder.inert_definition(qualified)
+
+    def parsed_tree(self, source: str) -> Optional[ast.Module]:
+        """The stdlib's tree of `source`, when it is the text this project was read for."""
+        if self._parsed is not None and self._parsed[0] == source:
+            return self._parsed[1]
+        return None
 
     @property
     def local_modules(self) -> frozenset[str]:
@@ -662,7 +676,8 @@ def read(script: str, source: str, rewritten: Iterable[str] = ()) -> Project:
         return Project()
     name = module_name(path, root)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    modules = _Modules(root)
+    stamp = _tree_stamp(root)
+    modules = _modules_of(str(root), stamp)
     imported: set[str] = set()
     star_names: dict[str, str] = {}
     for node in import_statements(tree):
@@ -677,16 +692,18 @@ def read(script: str, source: str, rewritten: Iterable[str] = ()) -> Project:
             if any(alias.name == "*" for alias in node.names):
                 star_names.update((name, f"{module}.{name}") for name in effects.functions + effects.classes
                                   if not name.startswith("_") and "." not in name)
-    used = names_used_elsewhere(root, name)
+    used = _import_index(str(root), stamp).get(name, frozenset())
     if not imported and not used:
         alone = Project(in_project_folder=True, folder=modules)
         alone.module, alone.package = name, package
+        alone._parsed = (source, tree)
         return alone
     found = Project(modules, imported, star_names, used,
                     rewritten={Path(file).resolve() for file in rewritten})
     found.module = name
     found.package = package
     found._tree, found._script_folder = tree, path.parent
+    found._parsed = (source, tree)
     return found
 
 
@@ -775,10 +792,7 @@ def _puts_a_folder_beside_on_path(folder: Path) -> bool:
     under that folder the scripts import by their bare names."""
     if (folder / "__init__.py").is_file() or INSTALLED.intersection(folder.parts):
         return False
-    try:
-        scripts = sorted(entry.path for entry in os.scandir(folder) if entry.name.endswith(".py") and entry.is_file())
-    except OSError:
-        return False
+    scripts = folder_listing.python_files(str(folder))
     inside = folder.resolve()
     return any(inside not in found.parents and found != inside
                for script in scripts for found in _folders_put_on_path(Path(script), folder.parent.resolve()))
@@ -860,24 +874,24 @@ def _imported_from_parent(folder: Path) -> bool:
     same scripts for which project_root climbs above their own folder, so that the
     package's modules see the entry that imports them (and a helper that guards its own
     output is known to, in both directions)."""
-    try:
-        scripts = sorted(folder.parent.glob("*.py"))
-        # Only for a package (a folder without __init__.py is a namespace package only to
-        # the scripts right beside it), and only a few sibling folders: the folder above a
-        # repository (~/projects) holds other repositories, which must not make it the root.
-        siblings = sorted(folder.parent.iterdir()) if (folder / "__init__.py").is_file() else []
-        if len(siblings) <= MAX_SCRIPT_FOLDERS:
-            for sibling in siblings:
-                if sibling.is_dir() and sibling != folder and sibling.name not in SKIPPED_DIRECTORIES and (
-                        not sibling.name.startswith(".")) and not (sibling / "__init__.py").is_file():
-                    scripts.extend(sorted(sibling.glob("*.py")))
-        scripts = scripts[:MAX_MODULES]
-        packages = [sibling for sibling in siblings if sibling.is_dir() and sibling != folder
-                    and sibling.name.isidentifier() and sibling.name not in SKIPPED_DIRECTORIES
-                    and (sibling / "__init__.py").is_file()]
-    except OSError:
-        return False
-    stamps = _stamps(scripts)
+    parent = str(folder.parent)
+    listed = folder_listing.listing(parent)
+    scripts = [os.path.join(parent, name) for name in listed.named_py]
+    # Only for a package (a folder without __init__.py is a namespace package only to
+    # the scripts right beside it), and only a few sibling folders: the folder above a
+    # repository (~/projects) holds other repositories, which must not make it the root.
+    is_package = (folder / "__init__.py").is_file()
+    siblings = [os.path.join(parent, name) for name in listed.folders if name != folder.name] if is_package else []
+    if is_package and len(listed.entries) <= MAX_SCRIPT_FOLDERS:
+        for sibling in siblings:
+            name = os.path.basename(sibling)
+            if name not in SKIPPED_DIRECTORIES and not name.startswith(".") and not os.path.isfile(
+                    os.path.join(sibling, "__init__.py")):
+                scripts.extend(os.path.join(sibling, inner) for inner in folder_listing.listing(sibling).named_py)
+    packages = [Path(sibling) for sibling in siblings if os.path.basename(sibling).isidentifier()
+                and os.path.basename(sibling) not in SKIPPED_DIRECTORIES
+                and os.path.isfile(os.path.join(sibling, "__init__.py"))]
+    stamps = _stamps(scripts[:MAX_MODULES])
     if _scripts_import(folder.name, stamps):
         return True
     # Rule: a package that the top's scripts import belongs to their project, and so does a
@@ -895,13 +909,14 @@ def _imported_from_parent(folder: Path) -> bool:
     return False
 
 
-def _stamps(scripts: list[Path]) -> tuple[tuple[str, int, int], ...]:
+def _stamps(scripts: Iterable[Union[str, Path]]) -> tuple[tuple[str, int, int], ...]:
     stamps = []
     for script in scripts:
         try:
-            stamps.append((str(script), *_stamp(script)))
+            stat = os.stat(script)
         except OSError:
             continue
+        stamps.append((str(script), stat.st_mtime_ns, stat.st_size))
     return tuple(stamps)
 
 
@@ -964,6 +979,14 @@ def names_used_elsewhere(root: Path, name: str) -> frozenset[str]:
     return _import_index(str(root), _tree_stamp(root)).get(name, frozenset())
 
 
+@lru_cache(maxsize=4)
+def _modules_of(root: str, _stamp: tuple[tuple[str, int, int], ...]) -> "_Modules":
+    """One reading of the project's modules per state of its files, shared by the migration
+    of each of them: what one module's migration learns of a helper (its effects, its
+    classes' parts) the next one's asks again."""
+    return _Modules(Path(root))
+
+
 class _Modules:
     """The project's modules under one folder, read once each."""
 
@@ -973,6 +996,8 @@ class _Modules:
         self._files: Optional[list[Path]] = None
         self._data_parallel: Optional[bool] = None
         self._freezes: Optional[bool] = None
+        self._packages: dict[str, str] = {}  # module -> the package its relative imports start from
+        self._inert: dict[str, bool] = {}
 
     def read_modules(self) -> list[FunctionEffects]:
         """The modules read so far."""
@@ -1013,6 +1038,7 @@ class _Modules:
                     package = module if is_package else module.rpartition(".")[0]
                     effects = FunctionEffects(tree, package, self.effect_of)
                     self._read[module] = effects
+                    self._packages[module] = package
                     # `from config import *` also binds what config imported (`AdamW`,
                     # `DataLoader`, `nn`): Python's star import takes every public name.
                     for star in effects.star_modules:
@@ -1021,6 +1047,23 @@ class _Modules:
                             if not name.startswith("_"):
                                 effects.imports.setdefault(name, qualified)
         return self._read[module]
+
+    def inert_definition(self, qualified: str) -> bool:
+        """Project.inert_definition: a top-level function or class (not a method), found
+        through re-exports, whose whole module is inert."""
+        found = self.definition(qualified)
+        if found is None or "." in found[1]:
+            return False
+        module = next((name for name, effects in self._read.items() if effects is found[0]), None)
+        return module is not None and self._module_inert(module)
+
+    def _module_inert(self, module: str) -> bool:
+        if module not in self._inert:
+            self._inert[module] = False  # modules that call each other are not followed round
+            effects = self._read[module]
+            self._inert[module] = effects is not None and inert.nothing_to_migrate(
+                effects.tree, self.inert_definition, self._packages[module])
+        return self._inert[module]
 
     def effect_of(self, qualified: str) -> str:
         """The effect of calling `qualified` (module.function), followed through re-exports."""
@@ -1160,35 +1203,23 @@ def _is_data_parallel(qualified: str) -> bool:
 
 def _modules_beside(root: str) -> frozenset[str]:
     """The top-level module names a folder offers: its .py files and packages."""
-    try:
-        with os.scandir(root) as entries:
-            return frozenset(
-                entry.name[:-3] if entry.name.endswith(".py") else entry.name
-                for entry in entries
-                if entry.name.endswith(".py") and entry.is_file()
-                or entry.is_dir() and os.path.isfile(os.path.join(entry.path, "__init__.py")))
-    except OSError:
-        return frozenset()
+    return frozenset(
+        entry.name[:-3] if entry.name.endswith(".py") else entry.name
+        for entry in folder_listing.listing(root).entries
+        if entry.name.endswith(".py") and entry.is_file
+        or entry.is_dir and os.path.isfile(os.path.join(root, entry.name, "__init__.py")))
 
 
 def _namespace_folders(root: str) -> bool:
     """The folder holds a folder of Python modules without `__init__.py`: a namespace package
     (PEP 420) that `from utils.config import x` imports all the same."""
-    try:
-        with os.scandir(root) as entries:
-            folders = [entry.path for entry in entries if entry.is_dir() and not entry.name.startswith(".")
-                       and entry.name.isidentifier() and entry.name not in SKIPPED_DIRECTORIES]
-    except OSError:
-        return False
+    folders = [os.path.join(root, name) for name in folder_listing.listing(root).folders
+               if not name.startswith(".") and name.isidentifier() and name not in SKIPPED_DIRECTORIES]
     return any(_holds_python(folder) for folder in folders[:MAX_SCRIPT_FOLDERS])
 
 
 def _holds_python(folder: str) -> bool:
-    try:
-        with os.scandir(folder) as entries:
-            return any(entry.name.endswith(".py") and entry.is_file() for entry in entries)
-    except OSError:
-        return False
+    return bool(folder_listing.python_files(folder))
 
 
 def _module_file(root: Path, module: str) -> Optional[tuple[Path, bool]]:
@@ -1231,12 +1262,7 @@ _PATH_EDITS = frozenset({"sys.path.append", "sys.path.insert", "sys.path.extend"
 def _path_folders(root: str, _stamp_ns: int) -> tuple[Path, ...]:
     folders: dict[Path, None] = {}
     for script_folder in (Path(root), *_script_folders(Path(root))):
-        try:
-            scripts = sorted(entry.path for entry in os.scandir(script_folder)
-                             if entry.name.endswith(".py") and entry.is_file())
-        except OSError:
-            continue
-        for script in scripts:
+        for script in folder_listing.python_files(str(script_folder)):
             for folder in _folders_put_on_path(Path(script), Path(root)):
                 folders[folder] = None
     return tuple(folders)
@@ -1245,26 +1271,37 @@ def _path_folders(root: str, _stamp_ns: int) -> tuple[Path, ...]:
 def _script_folders(root: Path) -> list[Path]:
     """The folders of scripts right under `root` (`tools/`, `scripts/`: no `__init__.py`), whose
     scripts may put a folder beside them on sys.path (`osp.join(this_dir, '..', 'lib')`)."""
-    try:
-        return sorted(entry for entry in root.iterdir()
-                      if entry.is_dir() and entry.name not in SKIPPED_DIRECTORIES and not entry.name.startswith(".")
-                      and not (entry / "__init__.py").is_file())[:MAX_SCRIPT_FOLDERS]
-    except OSError:
-        return []
+    found: list[Path] = []
+    for name in folder_listing.listing(str(root)).folders:
+        if name not in SKIPPED_DIRECTORIES and not name.startswith(".") and not (root / name / "__init__.py").is_file():
+            found.append(root / name)
+            if len(found) == MAX_SCRIPT_FOLDERS:
+                break
+    return found
 
 
 def _folders_put_on_path(script: Path, within: Path) -> list[Path]:
     """The folders inside `within` that `script` puts on sys.path (path_edit_folder)."""
     try:
-        with open(script, "rb") as handle:
-            if b"sys.path" not in handle.read():
-                return []
+        stamp = _stamp(script)
     except OSError:
         return []
-    tree = _parsed(str(script), *_stamp(script))
+    if not _mentions_sys_path(str(script), *stamp):
+        return []
+    tree = _parsed(str(script), *stamp)
     if tree is None:
         return []
     return [folder for _, folder in script_path_edits(tree, script.parent, within) if folder is not None]
+
+
+@lru_cache(maxsize=256)
+def _mentions_sys_path(script: str, _mtime: int, _size: int) -> bool:
+    """Read once per file and stamp: every module of a project asks it of the scripts beside it."""
+    try:
+        with open(script, "rb") as handle:
+            return b"sys.path" in handle.read()
+    except OSError:
+        return False
 
 
 def script_path_edits(tree: ast.Module, script_folder: Path,
@@ -1436,8 +1473,10 @@ def _parsed(path: str, _mtime: int, _size: int) -> Optional[ast.Module]:
 def clear_caches() -> None:
     """Forget every file read: a benchmark round then costs what a fresh `ddpify` run does."""
     for cache in (_parsed, _import_index, _scripts_import, _split_loader_facts, _file_calls_data_parallel,
-                  _file_freezes_parameters):
+                  _file_freezes_parameters, _path_folders, _mentions_sys_path, _starts_like_a_python_script,
+                  _modules_of):
         cache.cache_clear()
+    folder_listing.clear()
 
 
 def _project_files(root: Path) -> list[Path]:
@@ -1446,20 +1485,37 @@ def _project_files(root: Path) -> list[Path]:
 
 
 def _python_files(root: Path) -> list[str]:
+    """The Python files under root, in the order of a top-down `os.walk` with its folders
+    sorted (links to folders listed, never entered), skipped folders left out; bounded."""
     found: list[str] = []
-    for folder, subfolders, files in os.walk(root):
-        subfolders[:] = sorted(name for name in subfolders
-                               if name not in SKIPPED_DIRECTORIES and not name.startswith("."))
-        found.extend(os.path.join(folder, file) for file in sorted(files)
-                     if file.endswith(".py") or "." not in file and _python_script(os.path.join(folder, file)))
+    _add_python_files(str(root), found)
+    return found[:MAX_SCANNED]
+
+
+def _add_python_files(folder: str, found: list[str]) -> None:
+    entries = folder_listing.listing(folder).entries
+    found.extend(os.path.join(folder, entry.name) for entry in entries if not entry.is_dir and (
+        entry.name.endswith(".py") or "." not in entry.name and _python_script(os.path.join(folder, entry.name))))
+    for entry in entries:
         if len(found) > MAX_SCANNED:
-            return found[:MAX_SCANNED]
-    return found
+            return
+        if entry.is_dir and not entry.is_link and entry.name not in SKIPPED_DIRECTORIES \
+                and not entry.name.startswith("."):
+            _add_python_files(os.path.join(folder, entry.name), found)
 
 
 def _python_script(path: str) -> bool:
     """A script without `.py` that runs by its `#!/usr/bin/env python` line (`./train`): its
     imports of the project's modules count as any entry script's do."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return False
+    return _starts_like_a_python_script(path, stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=256)
+def _starts_like_a_python_script(path: str, _mtime: int, _size: int) -> bool:
     try:
         with open(path, "rb") as handle:
             first = handle.readline(200)

@@ -8,7 +8,7 @@ compiled first: what Python cannot run is a syntax error, and libcst never sees 
 import ast
 import re
 import warnings
-from typing import cast
+from typing import Optional, cast
 
 from ddpify import ast_walk
 
@@ -31,15 +31,18 @@ _PYTHON2_HINTS = (
 _PYTHON2_LINE = re.compile(r"print\s+[^\s(=]|exec\s+[\"']|.*`|.*<>")
 
 
-def checked_tree(text: str, filename: str = "<source>") -> ast.Module:
-    """The source's `ast` tree, once the whole source has compiled; raises Rejected."""
+def checked_tree(text: str, filename: str = "<source>", parsed: Optional[ast.Module] = None) -> ast.Module:
+    """The source's `ast` tree, once the whole source has compiled; raises Rejected.
+    `parsed` is the tree of `text` where it was read before (a project's walk parses each of
+    its modules): only the compiler's own checks are left to run on it."""
     try:
         with warnings.catch_warnings():
             # "is not callable; perhaps you missed a comma?" is for the script's author, who
             # sees it when running it: not something ddpify should print.
             warnings.simplefilter("ignore")
             # PyCF_ONLY_AST in "exec" mode returns an ast.Module.
-            tree = cast(ast.Module, compile(text, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True))
+            tree = parsed if parsed is not None else cast(
+                ast.Module, compile(text, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True))
             # The AST alone misses what only the compiler checks (`return` outside a
             # function, nesting too deep for the compiler's recursion limit).
             compile(tree, filename, "exec", dont_inherit=True)

@@ -51,7 +51,7 @@ def test_a_module_the_pre_filter_takes_migrates_as_the_full_reading_has_it(path,
     text = path.read_text(encoding="utf-8")
     view = project.read(str(path), text)
     quick = api.migrate_source(text, options, view)
-    monkeypatch.setattr(inert, "nothing_to_migrate", lambda tree: False)
+    monkeypatch.setattr(inert, "nothing_to_migrate", lambda *asked: False)
     full = api.migrate_source(text, options, view)
     assert quick == full
     assert quick.code == text
@@ -134,8 +134,64 @@ def test_a_project_helper_the_pre_filter_takes_keeps_what_the_full_reading_repor
         view = project.read(str(tmp_path / name), text)
         quick = api.migrate_source(text, Options(), view)
         with monkeypatch.context() as patched:
-            patched.setattr(inert, "nothing_to_migrate", lambda tree: False)
+            patched.setattr(inert, "nothing_to_migrate", lambda *asked: False)
             assert api.migrate_source(text, Options(), view) == quick
+
+
+@pytest.mark.slow
+def test_a_project_module_the_pre_filter_takes_with_its_project_migrates_as_the_full_reading_has_it(monkeypatch):
+    """Asked with its project, the pre-filter also takes what calls the project's inert
+    definitions (a model built from its layers, a package re-exporting its modules): every
+    module of fixtures/projects it takes that way migrates as the full reading has it."""
+    compared = 0
+    for path in sorted((ROOT / "fixtures" / "projects").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text)
+        view = project.read(str(path), text)
+        if inert.nothing_to_migrate(tree) or not inert.nothing_to_migrate(tree, view.inert_definition, view.package):
+            continue
+        quick = api.migrate_source(text, Options(), view)
+        with monkeypatch.context() as patched:
+            patched.setattr(inert, "nothing_to_migrate", lambda *asked: False)
+            assert api.migrate_source(text, Options(), view) == quick, path
+        assert quick.code == text
+        compared += 1
+    assert compared >= 4
+
+
+def _project_with_layers(tmp_path, layer: str) -> None:
+    (tmp_path / "layers").mkdir()
+    (tmp_path / "layers" / "__init__.py").write_text("from .blocks import *\n")
+    (tmp_path / "layers" / "blocks.py").write_text(layer)
+    (tmp_path / "model.py").write_text(
+        "import torch.nn as nn\n\nfrom layers import Block\nfrom layers.blocks import total\n\n\n"
+        "def build_model(width):\n    return nn.Sequential(Block(width), Block(width), nn.Linear(width, 2))\n\n\n"
+        "def summary(values):\n    return total(values)\n")
+    (tmp_path / "train.py").write_text("import torch\nfrom model import build_model\n\nmodel = build_model(4)\n")
+
+
+def _inert_here(path: Path) -> bool:
+    text = path.read_text()
+    view = project.read(str(path), text)
+    return inert.nothing_to_migrate(ast.parse(text), view.inert_definition, view.package)
+
+
+def test_a_module_that_builds_from_the_projects_inert_layers_is_inert_too(tmp_path):
+    _project_with_layers(tmp_path, LAYER)
+    assert not inert.nothing_to_migrate(ast.parse((tmp_path / "model.py").read_text()))  # alone, it cannot tell
+    assert _inert_here(tmp_path / "model.py")
+    assert _inert_here(tmp_path / "layers" / "__init__.py")  # a re-export of the project's own modules
+
+
+@pytest.mark.parametrize("added", ["print(x)", "x = x.cuda()", 'torch.save(x, "x.pt")'])
+def test_a_module_that_calls_a_project_definition_with_something_to_migrate_is_read_in_full(tmp_path, added):
+    _project_with_layers(tmp_path, LAYER.replace("        return x + self.scale",
+                                                 f"        {added}\n        return x + self.scale"))
+    assert not _inert_here(tmp_path / "model.py")
+    for name in ("model.py", "layers/blocks.py"):
+        text = (tmp_path / name).read_text()
+        view = project.read(str(tmp_path / name), text)
+        assert api.migrate_source(text, Options(), view) is not None
 
 
 class _Order(cst.CSTVisitor):

@@ -140,6 +140,10 @@ class FunctionEffects:
         return self._freezes
 
     @property
+    def tree(self) -> ast.Module:
+        return self._tree
+
+    @property
     def functions(self) -> list[str]:
         """Top-level functions and methods ("Class.method")."""
         return list(self._functions)

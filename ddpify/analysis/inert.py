@@ -5,13 +5,14 @@ reading (libcst's parse, the collector, every rule) finds nothing in them, at se
 the cost of the `ast` tree the compile check has already built. A module passes only when
 everything in it is known to be inert, from short lists of what it may contain, never of
 what it may not: calls of a few builtins, of torch's tensor functions and layers, of `math`,
-of its own functions and classes; methods that read or compute; nothing on a device, no
-output, no loader, no optimizer, nothing from another module of the project. Whatever is
+of its own functions and classes, and of the functions and classes of the project's other
+modules that are inert themselves (a model built from the project's layers); methods that
+read or compute; nothing on a device, no output, no loader, no optimizer. Whatever is
 not on a list sends the module to the full reading (tests/test_inert.py runs both on every
 module of the fixtures, the projects and the real-world suites).
 """
 import ast
-from typing import Optional
+from typing import Callable, Optional
 
 from ddpify import ast_walk
 from ddpify.analysis import effects, names
@@ -58,30 +59,45 @@ _DEVICE_WORDS = ("cuda", "cpu", "gpu", "mps", "xpu", "device", "nccl", "gloo", "
 _DECORATORS = frozenset({"property", "staticmethod", "classmethod"})
 
 
-def nothing_to_migrate(tree: ast.Module) -> bool:
-    """Every statement of the module is on the lists above (see the module's docstring)."""
+# Whether a qualified name ("layers.Block") is a function or class of one of the project's own
+# modules that is inert itself (project.Project.inert_definition).
+InertElsewhere = Callable[[str], bool]
+
+
+def _nowhere(_qualified: str) -> bool:
+    return False
+
+
+def nothing_to_migrate(tree: ast.Module, inert_elsewhere: InertElsewhere = _nowhere, package: str = "") -> bool:
+    """Every statement of the module is on the lists above (see the module's docstring).
+    `package` is the one its relative imports start from."""
     aliases: dict[str, str] = {}
     for statement in tree.body:
         if isinstance(statement, (ast.Import, ast.ImportFrom)):
-            if not _note_import(statement, aliases):
+            if not _note_import(statement, aliases, package, inert_elsewhere is not _nowhere):
                 return False
         elif not isinstance(statement, (ast.FunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)) and not (
                 isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)):
             return False
-    return _Module(tree, aliases).inert()
+    return _Module(tree, aliases, inert_elsewhere).inert()
 
 
-def _note_import(statement: ast.Import | ast.ImportFrom, aliases: dict[str, str]) -> bool:
+def _note_import(statement: ast.Import | ast.ImportFrom, aliases: dict[str, str], package: str,
+                 in_project: bool) -> bool:
     """The names an import binds, as the collector reads them; False for what it cannot name."""
     if isinstance(statement, ast.Import):
         for alias in statement.names:
             names.add_import(aliases, alias.name, alias.asname)
         return True
     if statement.level or statement.module is None:
-        # A module of the project's own: whatever it binds is none of the lists' names.
+        # A module of the project's own: what it binds is none of the lists' names, only
+        # what the project says is inert. A star import of one (a package's `__init__.py`
+        # re-exporting its modules) binds names the module cannot see: a call of one is
+        # not on a list, and a name that is only referred to does nothing.
+        module = effects.absolute_module(statement, package) if in_project else None
         for alias in statement.names:
-            aliases[alias.asname or alias.name] = f"<project>.{alias.name}"
-        return all(alias.name != "*" for alias in statement.names)
+            aliases[alias.asname or alias.name] = f"{module or '<project>'}.{alias.name}"
+        return module is not None or all(alias.name != "*" for alias in statement.names)
     for alias in statement.names:
         if alias.name == "*":
             return False
@@ -90,9 +106,10 @@ def _note_import(statement: ast.Import | ast.ImportFrom, aliases: dict[str, str]
 
 
 class _Module:
-    def __init__(self, tree: ast.Module, aliases: dict[str, str]) -> None:
+    def __init__(self, tree: ast.Module, aliases: dict[str, str], inert_elsewhere: InertElsewhere) -> None:
         self.tree = tree
         self.aliases = aliases
+        self.inert_elsewhere = inert_elsewhere
         self.definitions = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
         self.methods = {method.name for node in tree.body if isinstance(node, ast.ClassDef)
                         for method in node.body if isinstance(method, ast.FunctionDef)}
@@ -136,7 +153,7 @@ class _Module:
         if isinstance(node, ast.ClassDef):
             return not node.decorator_list and not node.keywords and all(
                 self._qualified(base) in _BASES or isinstance(base, ast.Name) and base.id in self.definitions
-                for base in node.bases)
+                or self._inert_elsewhere(base) for base in node.bases)
         if isinstance(node, ast.arg):
             return not _names_a_device(node.arg)
         if isinstance(node, ast.keyword):
@@ -162,7 +179,7 @@ class _Module:
         head, _, rest = dotted.partition(".")
         if head in self.aliases:
             qualified = names.qualify(dotted, self.aliases)
-            return qualified in _CALLS or qualified.startswith(_CALL_PREFIXES)
+            return qualified in _CALLS or qualified.startswith(_CALL_PREFIXES) or self.inert_elsewhere(qualified)
         if not rest:
             return dotted in self.definitions or names.qualify(dotted, self.aliases) in _BUILTIN_CALLS
         method = rest.rpartition(".")[2]
@@ -188,9 +205,14 @@ class _Module:
         head, _, rest = dotted.partition(".")
         if head in self.aliases:
             qualified = names.qualify(dotted, self.aliases)
-            return qualified in _REFERENCES or qualified.startswith("math.")
+            return qualified in _REFERENCES or qualified.startswith("math.") or self.inert_elsewhere(qualified)
         # `self.model.weight` may read through a model a subclass elsewhere trains.
         return not (head == "self" and "." in rest)
+
+    def _inert_elsewhere(self, base: ast.expr) -> bool:
+        dotted = dotted_ast(base)
+        return dotted is not None and dotted.partition(".")[0] in self.aliases and self.inert_elsewhere(
+            names.qualify(dotted, self.aliases))
 
     def _qualified(self, node: ast.expr) -> Optional[str]:
         dotted = dotted_ast(node)
