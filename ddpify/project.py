@@ -175,7 +175,42 @@ class Project:
         """For a function, or a class (its __init__): its positional parameters and those it
         moves to a device (effects.py)."""
         definition = self._callable_definition(qualified)
-        return ([], set()) if definition is None else definition[0].moved_parameters(definition[1])
+        if definition is None:
+            return self._base_init_moved_parameters(qualified)
+        positional, moved = definition[0].moved_parameters(definition[1])
+        return positional, moved | self._moved_by_the_base_init(definition)
+
+    def _moved_by_the_base_init(self, definition: tuple[FunctionEffects, str]) -> set[str]:
+        """Rule: `class Trainer(BaseTrainer)` whose `__init__` hands its model on to
+        `super().__init__(model, ...)`, where BaseTrainer (here or in another module of the
+        project) moves the model it is handed (`self.model = model` ... `self.model.to(self.device)`):
+        Trainer moves it too, and the wrap follows that move in BaseTrainer, not the caller's
+        hand-off (before, the caller's script found no model it could name, DDP903)."""
+        effects, name = definition
+        handed = effects.handed_to_base_init(name)
+        if not handed or self._modules is None:
+            return set()
+        for base, base_name in self._base_classes(effects, name.rpartition(".")[0]):
+            init = f"{base_name}.__init__"
+            if init in base.functions:
+                positional, moved = base.moved_parameters(init)
+                return {own for position, keyword, own in handed
+                        if (keyword if keyword is not None else
+                            positional[position] if position is not None and position < len(positional) else None)
+                        in moved}
+        return set()
+
+    def _base_init_moved_parameters(self, qualified: str) -> tuple[list[str], set[str]]:
+        """A class with no `__init__` of its own runs its first project base's: the parameters
+        that one moves (`class Trainer(BaseTrainer)` with only `_train_epoch` of its own)."""
+        found = self._local(qualified) if self._modules is not None else None
+        definition = self._modules.definition(found) if found is not None and self._modules is not None else None
+        if definition is None or definition[1] not in definition[0].classes:
+            return [], set()
+        for base, base_name in self._base_classes(definition[0], definition[1]):
+            if f"{base_name}.__init__" in base.functions:
+                return base.moved_parameters(f"{base_name}.__init__")
+        return [], set()
 
     def element_moved_parameters(self, qualified: str) -> tuple[list[str], set[str]]:
         """Its positional parameters and those whose every element it moves (effects.py)."""

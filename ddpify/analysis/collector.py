@@ -92,6 +92,9 @@ class Collector(cst.CSTVisitor):
         self.facts = facts
         self.project = project
         self.helper_calls: dict[cst.Call, tuple[str, Optional[Statement]]] = {}
+        # Functions of the file by name: the parameter a class factory picks its class from
+        # (class_factory_parameters), once per function.
+        self._class_factories: dict[str, Optional[tuple[str, int]]] = {}
         self._function_stack: list[cst.FunctionDef] = []
         # Parents are recorded on the way down: cheaper than a ParentNodeProvider pass,
         # and a node's ancestors are always known by the time it is visited.
@@ -1731,7 +1734,31 @@ class Collector(cst.CSTVisitor):
         return isinstance(parent, cst.Expr)
 
     def _is_optimizer(self, node: cst.Call) -> bool:
-        return self._optimizer_class(node.func, chosen_before=True) or self._wraps_a_base_optimizer(node)
+        return self._optimizer_class(node.func, chosen_before=True) or self._wraps_a_base_optimizer(node) \
+            or self._optimizer_built_by_a_factory(node) is not None
+
+    def _optimizer_built_by_a_factory(self, node: cst.Call) -> Optional[cst.BaseExpression]:
+        """Rule: `get_instance(torch.optim, "optimizer", config, trainable_params)`, where this
+        file defines `def get_instance(module, name, config, *args): return getattr(module,
+        config[name]["type"])(*args, **config[name]["args"])` (the pytorch-template family's
+        factory, and its copies in Trainers): a call handing torch.optim to the module the
+        factory picks its class from builds an optimizer, over the first value the call hands
+        on through `*args`. That value; None for any other call (the same factory building a
+        model from `models` or a loader from `dataloaders` is no optimizer)."""
+        if not isinstance(node.func, cst.Name) or node.func.value not in self.facts.functions:
+            return None
+        name = node.func.value
+        if name not in self._class_factories:
+            self._class_factories[name] = class_factory_parameters(self.facts.functions[name])
+        picked = self._class_factories[name]
+        if picked is None:
+            return None
+        module, fixed = picked
+        handed = argument_among(node, module, positional_parameters(self.facts.functions[name]))
+        if handed is None or not any(names.is_optimizer_module(q) for q in self._qualified(handed)):
+            return None
+        positional = positional_args(node)
+        return positional[fixed] if len(positional) > fixed else None
 
     def _wraps_a_base_optimizer(self, node: cst.Call) -> bool:
         """Rule: a call handed a model's parameters and a torch.optim class to step them with
@@ -1810,6 +1837,7 @@ class Collector(cst.CSTVisitor):
         positional = positional_args(node)
         params = keyword_args(node).get("params")
         first = params.value if params is not None else (positional[0] if positional else None)
+        first = self._optimizer_built_by_a_factory(node) or first
         # `Adam(model.parameters())` names the model; parameter groups and filters are
         # searched for the same `X.parameters()` call inside them, also through the names
         # they were built in (`params = [p for n, p in model.named_parameters() if ...]`).
@@ -2719,3 +2747,29 @@ def _hooks(kind: type) -> _Hooks:
                           getattr(Collector, f"leave_{kind.__name__}", None),
                           issubclass(kind, (cst.BaseSmallStatement, cst.BaseCompoundStatement)))
     return _HOOKS[kind]
+
+
+def class_factory_parameters(function: cst.FunctionDef) -> Optional[tuple[str, int]]:
+    """`def get_instance(module, name, config, *args): return getattr(module, ...)(*args, ...)`:
+    the parameter whose attribute every return builds (`module`), and how many positional
+    parameters come before the `*args` each return hands on first; None for any other
+    function."""
+    star = function.params.star_arg
+    if not isinstance(star, cst.Param):
+        return None
+    returned = [each.value for each in find_all(function.body, cst.Return, into_functions=False)]
+    picked: set[str] = set()
+    for value in returned:
+        if not isinstance(value, cst.Call) or not isinstance(value.func, cst.Call) \
+                or dotted_name(value.func.func) != "getattr" or not value.func.args \
+                or not value.args or value.args[0].star != "*" \
+                or dotted_name(value.args[0].value) != star.name.value:
+            return None
+        module = dotted_name(value.func.args[0].value)
+        if module is None:
+            return None
+        picked.add(module)
+    positional = [param.name.value for param in function.params.params]
+    if len(picked) != 1 or not picked <= set(positional):
+        return None
+    return picked.pop(), len(positional)

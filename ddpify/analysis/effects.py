@@ -240,6 +240,35 @@ class FunctionEffects:
                 moved.add(str(receiver.slice.value))
         return positional, moved
 
+    def handed_to_base_init(self, name: str) -> list[tuple[Optional[int], Optional[str], str]]:
+        """For a class's `__init__`, the parameters it hands on to its base class's
+        (`super(Trainer, self).__init__(model, config, train_loader)`, `super().__init__(model=model)`,
+        `BaseTrainer.__init__(self, model, ...)`): (the base's position, or None, its keyword, or
+        None, this function's parameter) for each argument that is one of its own parameters as
+        it was handed in."""
+        function = self._functions.get(name)
+        if function is None or not name.endswith(".__init__"):
+            return []
+        own = set(self._positional(name, function)) | {a.arg for a in function.args.kwonlyargs}
+        for node in ast_walk.walk(function):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "__init__"):
+                continue
+            receiver = node.func.value
+            through_super = isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Name) \
+                and receiver.func.id == "super"
+            args = node.args if through_super else node.args[1:]
+            if not through_super and not (node.args and isinstance(node.args[0], ast.Name)
+                                          and node.args[0].id == "self"):
+                continue
+            handed: list[tuple[Optional[int], Optional[str], str]] = [
+                (index, None, arg.id) for index, arg in enumerate(args)
+                if isinstance(arg, ast.Name) and arg.id in own]
+            handed += [(None, keyword.arg, keyword.value.id) for keyword in node.keywords
+                       if keyword.arg is not None and isinstance(keyword.value, ast.Name) and keyword.value.id in own]
+            return handed
+        return []
+
     def _nodes_moving_what_it_keeps(self, name: str, function: ast.AST) -> Iterator[ast.AST]:
         """The nodes of `function`; for a class's `__init__`, those of every method of the class
         too: an object moves what it keeps later as well (`self.model = model` in `__init__`,

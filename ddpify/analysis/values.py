@@ -871,16 +871,28 @@ def known_dict_keys(facts: ValueFlow, name: str) -> Optional[set[str]]:
     values = facts.assigned_values.get(name, [])
     keys: set[str] = set()
     for value in values:
-        for option in (value.body, value.orelse) if isinstance(value, cst.IfExp) else (value,):
-            if is_dict_call(option):
-                keys |= dict_keys(option)
-                continue
-            if not isinstance(option, cst.Dict) or any(
-                    not isinstance(element, cst.DictElement) or string_value(element.key) is None
-                    for element in option.elements):
-                return None
-            keys |= dict_keys(option)
+        known = literal_dict_keys(value)
+        if known is None:
+            return None
+        keys |= known
     return keys if values else None
+
+
+def literal_dict_keys(value: cst.BaseExpression) -> Optional[set[str]]:
+    """Every key a dict written out in place can hold: a literal with string keys, a
+    `dict(...)` of keywords, or a choice between two of them (`**({"num_workers": 1,
+    "pin_memory": True} if cuda else {})` in a DataLoader call); None otherwise."""
+    keys: set[str] = set()
+    for option in (value.body, value.orelse) if isinstance(value, cst.IfExp) else (value,):
+        if is_dict_call(option):
+            keys |= dict_keys(option)
+            continue
+        if not isinstance(option, cst.Dict) or any(
+                not isinstance(element, cst.DictElement) or string_value(element.key) is None
+                for element in option.elements):
+            return None
+        keys |= dict_keys(option)
+    return keys
 
 
 def is_dict_call(value: cst.BaseExpression) -> bool:

@@ -26,7 +26,7 @@ from ddpify.analysis.nodes import (
     string_value,
     yields_each_batch,
 )
-from ddpify.analysis.values import keyword_names, known_dict_keys
+from ddpify.analysis.values import keyword_names, known_dict_keys, literal_dict_keys
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.arguments import (
     edit_loader_arguments,
@@ -449,7 +449,21 @@ def _can_add_sampler(facts: Facts, setup: Plan, loader: Loader) -> bool:
         # The sampler pops "shuffle" from the dict: no other loader may share it.
         sharing = [other for other in facts.loaders if other.kwargs_name == loader.kwargs_name]
         return len(sharing) == 1
-    return not any(arg.star for arg in loader.call.args)
+    return all(_spreads_no_sampling_keys(loader, arg) for arg in loader.call.args if arg.star)
+
+
+def _spreads_no_sampling_keys(loader: Loader, arg: cst.Arg) -> bool:
+    """Rule: a dict spread in place (`**({"num_workers": 1, "pin_memory": True} if cuda else
+    {})`, a loader helper's usual spelling) is read as `**kwargs` is: beside `shuffle=True` it
+    holds no shuffle and no sampler (or the original would fail); otherwise every key it can
+    hold is written out and none of them is shuffle, sampler or batch_sampler. Then the
+    sampler goes in beside it as in any other call."""
+    if arg.star != "**":
+        return False
+    if "shuffle" in loader.keywords and _literal_true(loader.keywords["shuffle"].value):
+        return True
+    keys = literal_dict_keys(arg.value)
+    return keys is not None and not keys & {"shuffle", "sampler", "batch_sampler"}
 
 
 def _literal_true(value: cst.BaseExpression) -> bool:
