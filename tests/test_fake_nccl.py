@@ -1,16 +1,17 @@
 """ddpify's output run under torchrun (2 Gloo ranks) with a fake NCCL (tests/fake_nccl_site):
-every collective the emitted code makes must be handed tensors on the script's own device,
-every wrap a module moved there, and every torch.load a map_location, as NCCL on a GPU
-machine needs; a CPU run under Gloo alone would pass a CPU tensor ("No backend type
-associated with device type cpu" on the GPU machine) or a load onto cuda:0 on every rank.
+every collective the emitted code makes must be handed tensors on the script's own device
+and every torch.load a map_location, as NCCL on a GPU machine needs, where a CPU run under
+Gloo alone passes a CPU tensor ("No backend type associated with device type cpu" on the GPU
+machine) or a load onto cuda:0 on every rank. (A wrap of a module the run left on the CPU is
+logged, not failed: an `if use_cuda:` move is skipped in this run alone.)
 
 The fixtures are chosen for the emitted code they run: the epoch sums (`totals`, DDP402),
 the object gather (`every_rank`: evaluation sums, rank 0's values, a machine's folder), the
 plateau mean (`mean_over_ranks`), rank 0's stop on the clock (DDP405), the all-gather with
 gradients (`gather_with_grad`), resumed checkpoints (map_location), a group joined before
-the device is chosen ("cpu:gloo,cuda:nccl"), a string device and a device handed to a function.
+the device is chosen ("cpu:gloo,cuda:nccl"), a project whose helper module loads and sums.
 
-    python -m pytest -q tests/test_fake_nccl.py            # slow: ~10 torchrun runs
+    python -m pytest -q tests/test_fake_nccl.py            # slow: 14 torchrun runs, ~1 min
     python tests/test_fake_nccl.py NAME...                 # any fixtures, by idiom, by hand
 """
 import json
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fixture_cases import all_cases
+from fixture_cases import FIXTURES, all_cases
 from script_runs import run_torchrun
 
 FAKE_SITE = Path(__file__).resolve().parent / "fake_nccl_site"
@@ -37,6 +38,7 @@ CHOSEN = (
     "checkpoint_loaded_with_map_location_as_second_argument",  # torch.load(path, device)
     "eval_mean_of_batch_losses",  # "cpu:gloo,cuda:nccl" group
     "run_folder_named_from_clock",  # chosen_by_rank_0
+    "checkpoint_helper_loads_into_the_model_it_is_handed",  # a helper module's load and sums
 )
 
 
@@ -50,9 +52,10 @@ def fake_nccl_records(workdir: Path) -> list[dict]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
-def fake_nccl_findings(records: list[dict]) -> list[str]:
-    """What the fake NCCL raised on, one line each: `where: message` (each rank's once)."""
-    return sorted({f"{record['where']}: {record['message']}" for record in records if record["kind"] != "group"})
+def fake_nccl_findings(records: list[dict], kinds=("host tensor", "load")) -> list[str]:
+    """What the fake NCCL raised on, one line each: `where: message` (each rank's once);
+    `kinds=("cpu wrap",)`: the wraps of a module the run left on the CPU, which it logs only."""
+    return sorted({f"{record['where']}: {record['message']}" for record in records if record["kind"] in kinds})
 
 
 def groups_joined(records: list[dict]) -> list[str]:
@@ -64,54 +67,60 @@ def run_under_fake_nccl(script: Path, workdir: Path, args=()):
     workdir.mkdir(parents=True, exist_ok=True)
     run = run_torchrun(script, workdir, args, env=fake_nccl_env(workdir))
     records = fake_nccl_records(workdir)
-    return run, fake_nccl_findings(records), groups_joined(records)
+    return run, fake_nccl_findings(records), groups_joined(records), fake_nccl_findings(records, ("cpu wrap",))
 
 
-def _case(name: str):
+def _runs(name: str) -> list[tuple[Path, list[str]]]:
+    """The scripts a fixture runs and their arguments: its expected.py, or each run of a
+    project fixture (fixtures/projects/NAME: the entry of expected/, run.json's args)."""
+    project = FIXTURES / "projects" / name
+    if project.is_dir():
+        spec = json.loads((project / "run.json").read_text())
+        return [(project / "expected" / run.get("entry", "train.py"), run.get("args", []))
+                for run in (spec if isinstance(spec, list) else [spec])]
     [case] = [case for case in all_cases() if case.name == name]
-    return case
+    return [(case.expected, (case.run_spec or {}).get("args", []))]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", CHOSEN)
 def test_emitted_collectives_and_loads_pass_a_fake_nccl(name, tmp_path):
-    case = _case(name)
-    run, findings, groups = run_under_fake_nccl(case.expected, tmp_path / "run",
-                                                (case.run_spec or {}).get("args", []))
-    assert findings == []
-    assert run.returncode == 0, run.stderr[-3000:]
-    # The shim ran in both ranks and read a group with NCCL in it (GPU tensors go through NCCL).
-    assert len(groups) == 2 and all("nccl" in group for group in groups), groups
+    for index, (script, args) in enumerate(_runs(name)):
+        run, findings, groups, _ = run_under_fake_nccl(script, tmp_path / f"run{index}", args)
+        assert findings == []
+        assert run.returncode == 0, run.stderr[-3000:]
+        # The shim ran in both ranks and read a group with NCCL in it (GPU tensors go through NCCL).
+        assert len(groups) == 2 and all("nccl" in group for group in groups), groups
 
 
 @pytest.mark.slow
-def test_a_sum_on_the_cpu_a_load_without_map_location_and_a_wrap_on_the_cpu_fail_the_fake_nccl(tmp_path):
+def test_a_sum_on_the_cpu_and_a_load_without_map_location_fail_the_fake_nccl_and_a_cpu_wrap_is_logged(tmp_path):
     """The check can fail: the epoch sums of epoch_loss_and_accuracy built without
     `device=device` (what the emitter writes for a device it cannot name), a script that
     loads a checkpoint without map_location, and the wrap of a model never moved."""
-    correct = _case("epoch_loss_and_accuracy").expected
+    [(correct, _)] = _runs("epoch_loss_and_accuracy")
     broken = tmp_path / "sums_on_the_cpu.py"
     broken.write_text(correct.read_text().replace("dtype=torch.float64, device=device", "dtype=torch.float64"))
-    run, findings, _ = run_under_fake_nccl(broken, tmp_path / "sums")
+    run, findings, _, _ = run_under_fake_nccl(broken, tmp_path / "sums")
     assert run.returncode != 0
     assert findings and all("dist.all_reduce handed a CPU tensor" in finding for finding in findings), findings
-    run, findings, _ = run_under_fake_nccl(DATA / "broken" / "load_without_map_location.py", tmp_path / "load")
+    run, findings, _, _ = run_under_fake_nccl(DATA / "broken" / "load_without_map_location.py", tmp_path / "load")
     assert run.returncode != 0
     assert any("torch.load without map_location" in finding for finding in findings), findings
     unmoved = tmp_path / "wrap_on_the_cpu.py"
     unmoved.write_text(correct.read_text().replace("nn.Linear(16, 2)).to(device)", "nn.Linear(16, 2))"))
-    run, findings, _ = run_under_fake_nccl(unmoved, tmp_path / "wrap")
-    assert run.returncode != 0
-    assert any("wraps a module with parameters on the CPU" in finding for finding in findings), findings
+    run, _, _, wraps = run_under_fake_nccl(unmoved, tmp_path / "wrap")
+    assert any("wraps a module with parameters on the CPU" in wrap for wrap in wraps), wraps
+    run, _, _, wraps = run_under_fake_nccl(correct, tmp_path / "moved")
+    assert run.returncode == 0 and wraps == []
 
 
 if __name__ == "__main__":  # an audit by hand: python tests/test_fake_nccl.py NAME...
     import tempfile
     for name in sys.argv[1:]:
-        case = _case(name)
-        with tempfile.TemporaryDirectory() as folder:
-            run, findings, groups = run_under_fake_nccl(case.expected, Path(folder),
-                                                        (case.run_spec or {}).get("args", []))
-            tail = "" if run.returncode == 0 else run.stderr.strip().splitlines()[-1:]
-            print(json.dumps({"name": name, "rc": run.returncode, "groups": groups, "findings": findings,
-                              "tail": tail}), flush=True)
+        for script, args in _runs(name):
+            with tempfile.TemporaryDirectory() as folder:
+                run, findings, groups, wraps = run_under_fake_nccl(script, Path(folder), args)
+                tail = "" if run.returncode == 0 else run.stderr.strip().splitlines()[-1:]
+                print(json.dumps({"name": name, "entry": script.name, "rc": run.returncode, "groups": groups,
+                                  "findings": findings, "cpu_wraps": wraps, "tail": tail}), flush=True)

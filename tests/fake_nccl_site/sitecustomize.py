@@ -18,8 +18,9 @@ run would:
   so that the emitted helpers take the branch they take on the GPU machine.
 * In a group with NCCL alone, a collective (all_reduce, broadcast, all_gather, reduce,
   gather, scatter, reduce_scatter, all_to_all, send/recv) handed a tensor marked as on the
-  host raises, as NCCL does; so does a DistributedDataParallel built around a module with a
-  parameter on the host (DDP over NCCL cannot reduce CPU gradients).
+  host raises, as NCCL does. A DistributedDataParallel built around a module with a parameter
+  on the host (DDP over NCCL cannot reduce CPU gradients) is logged as "cpu wrap", not raised:
+  a script that moves its model only `if use_cuda:` leaves it on the CPU in this run alone.
 * `torch.load` called from the script's own files without map_location (by keyword or as
   its second argument) raises: on the GPU machine every rank would restore what was saved
   on `cuda:0` onto `cuda:0`.
@@ -210,8 +211,10 @@ def _watch_wraps() -> None:
 
     def init(self, module, *args, **kwargs):
         if STATE["backend"] == "nccl" and any(getattr(p, MARK, None) == HOST for p in module.parameters()):
-            _find("host wrap", "DistributedDataParallel wraps a module with parameters on the CPU "
-                  "in an NCCL group", _script_frame())
+            # Logged, not raised: a script that moves its model only `if use_cuda:` leaves it on
+            # the CPU here and moves it on the GPU machine, which this run cannot tell apart.
+            _log("cpu wrap", "DistributedDataParallel wraps a module with parameters on the CPU "
+                 "in an NCCL group", _script_frame())
         original(self, module, *args, **kwargs)
 
     DistributedDataParallel.__init__ = init
