@@ -13,6 +13,7 @@ the device is chosen ("cpu:gloo,cuda:nccl"), a project whose helper module loads
 
     python -m pytest -q tests/test_fake_nccl.py            # slow: 14 torchrun runs, ~1 min
     python tests/test_fake_nccl.py NAME...                 # any fixtures, by idiom, by hand
+    python tests/test_fake_nccl.py --all                   # every runnable fixture (480, ~1 h here)
 """
 import json
 import os
@@ -115,9 +116,16 @@ def test_a_sum_on_the_cpu_and_a_load_without_map_location_fail_the_fake_nccl_and
     assert run.returncode == 0 and wraps == []
 
 
-if __name__ == "__main__":  # an audit by hand: python tests/test_fake_nccl.py NAME...
+def every_runnable_fixture() -> list[str]:
+    """Every fixture with a run.json whose output joins a group: single-file and project ones."""
+    single = [case.name for case in all_cases() if case.run_spec is not None
+              and "WORLD_SIZE" in case.expected.read_text()]
+    return single + sorted(path.parent.name for path in (FIXTURES / "projects").glob("*/run.json"))
+
+
+if __name__ == "__main__":  # an audit by hand: python tests/test_fake_nccl.py NAME... (or --all)
     import tempfile
-    for name in sys.argv[1:]:
+    for name in every_runnable_fixture() if sys.argv[1:] == ["--all"] else sys.argv[1:]:
         for script, args in _runs(name):
             with tempfile.TemporaryDirectory() as folder:
                 run, findings, groups, wraps = run_under_fake_nccl(script, Path(folder), args)
