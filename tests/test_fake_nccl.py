@@ -98,7 +98,8 @@ def test_emitted_collectives_and_loads_pass_a_fake_nccl(name, tmp_path):
 def test_a_sum_on_the_cpu_and_a_load_without_map_location_fail_the_fake_nccl_and_a_cpu_wrap_is_logged(tmp_path):
     """The check can fail: the epoch sums of epoch_loss_and_accuracy built without
     `device=device` (what the emitter writes for a device it cannot name), a script that
-    loads a checkpoint without map_location, and the wrap of a model never moved."""
+    loads a checkpoint without map_location; the wrap of a model never moved and batches
+    never moved are logged (a lead for an audit, not a verdict)."""
     [(correct, _)] = _runs("epoch_loss_and_accuracy")
     broken = tmp_path / "sums_on_the_cpu.py"
     broken.write_text(correct.read_text().replace("dtype=torch.float64, device=device", "dtype=torch.float64"))
@@ -114,6 +115,14 @@ def test_a_sum_on_the_cpu_and_a_load_without_map_location_fail_the_fake_nccl_and
     assert any("wraps a module with parameters on the CPU" in wrap for wrap in wraps), wraps
     run, _, _, wraps = run_under_fake_nccl(correct, tmp_path / "moved")
     assert run.returncode == 0 and wraps == []
+    assert fake_nccl_findings(fake_nccl_records(tmp_path / "moved"), ("mixed",)) == []
+    # Batches left on the CPU meet the model on the device: logged as "mixed", as a lead.
+    unmoved_batches = tmp_path / "batches_on_the_cpu.py"
+    unmoved_batches.write_text(correct.read_text().replace(
+        "inputs, targets = inputs.to(device), targets.to(device)", "pass"))
+    run_under_fake_nccl(unmoved_batches, tmp_path / "batches")
+    mixed = fake_nccl_findings(fake_nccl_records(tmp_path / "batches"), ("mixed",))
+    assert any("mixes a CPU tensor with tensors on the device" in line for line in mixed), mixed
 
 
 def every_runnable_fixture() -> list[str]:
@@ -130,5 +139,7 @@ if __name__ == "__main__":  # an audit by hand: python tests/test_fake_nccl.py N
             with tempfile.TemporaryDirectory() as folder:
                 run, findings, groups, wraps = run_under_fake_nccl(script, Path(folder), args)
                 tail = "" if run.returncode == 0 else run.stderr.strip().splitlines()[-1:]
+                mixed = fake_nccl_findings(fake_nccl_records(Path(folder)), ("mixed",))
                 print(json.dumps({"name": name, "entry": script.name, "rc": run.returncode, "groups": groups,
-                                  "findings": findings, "cpu_wraps": wraps, "tail": tail}), flush=True)
+                                  "findings": findings, "cpu_wraps": wraps, "mixed": mixed, "tail": tail}),
+                      flush=True)

@@ -21,6 +21,9 @@ run would:
   host raises, as NCCL does. A DistributedDataParallel built around a module with a parameter
   on the host (DDP over NCCL cannot reduce CPU gradients) is logged as "cpu wrap", not raised:
   a script that moves its model only `if use_cuda:` leaves it on the CPU in this run alone.
+* An operation that mixes a host tensor with elements and a device tensor (which raises
+  "Expected all tensors to be on the same device" there) is logged as "mixed", once a line:
+  an audit's lead, not a test's verdict (a move under `if use_cuda:` is skipped here alone).
 * `torch.load` called from the script's own files without map_location (by keyword or as
   its second argument) raises: on the GPU machine every rank would restore what was saved
   on `cuda:0` onto `cuda:0`.
@@ -71,6 +74,11 @@ def _where(frame) -> str:
 
 # The run's state: the log, the backend the GPU machine would join (None: Gloo alone).
 STATE: dict = {"log": None, "backend": None}
+# Operations that take tensors of two devices on a GPU machine: copies between them, CPU
+# indices into a GPU tensor, the attribute plumbing of `param.data = ...`.
+CROSS_DEVICE = frozenset({"copy_", "__getitem__", "__setitem__", "index_put_", "__get__", "__set__", "set_",
+                          "_has_compatible_shallow_copy_type", "to", "cpu", "cuda", "data_ptr"})
+MIXED_SEEN: set = set()
 
 
 def _log(kind: str, message: str, frame) -> None:
@@ -124,10 +132,24 @@ def _place_of_result(func, args, kwargs):
         return _placed_by_to(args, kwargs, inputs)
     marks = {getattr(tensor, MARK, None) for tensor in inputs}
     if DEVICE in marks:
+        if HOST in marks and name not in CROSS_DEVICE:
+            _log_mixed(name, inputs)
         return DEVICE
     if kwargs.get("device") is not None:
         return _place_of_device(kwargs["device"])
     return HOST if HOST in marks or not inputs else None
+
+
+def _log_mixed(name: str, inputs: list) -> None:
+    """An operation on the device handed a host tensor with elements (a CPU scalar is allowed):
+    "Expected all tensors to be on the same device" on the GPU machine. Logged, once a line."""
+    if not any(getattr(tensor, MARK, None) == HOST and tensor.dim() > 0 for tensor in inputs):
+        return
+    frame = _script_frame(2)
+    key = (name, _where(frame))
+    if key not in MIXED_SEEN:
+        MIXED_SEEN.add(key)
+        _log("mixed", f"{name} mixes a CPU tensor with tensors on the device", frame)
 
 
 def _mark(result, place) -> None:
