@@ -77,7 +77,7 @@ STATE: dict = {"log": None, "backend": None}
 # Operations that take tensors of two devices on a GPU machine: copies between them, CPU
 # indices into a GPU tensor, the attribute plumbing of `param.data = ...`.
 CROSS_DEVICE = frozenset({"copy_", "__getitem__", "__setitem__", "index_put_", "__get__", "__set__", "set_",
-                          "_has_compatible_shallow_copy_type", "to", "cpu", "cuda", "data_ptr"})
+                          "_has_compatible_shallow_copy_type", "to", "cpu", "cuda", "type_as", "data_ptr"})
 MIXED_SEEN: set = set()
 
 
