@@ -18,6 +18,10 @@ WITHOUT_A_FIXTURE = {
               "*_removed fixtures (SUMMARY of races21) are the broken outputs it finds",
     "DDP949": "self-check: finds what the placement (DDP016) let through, which no fixture's placement does; "
               "broken placed outputs in tests/test_gpu_placement.py",
+    "DDP956": "self-check: no fixture's output hands a collective a CPU tensor in a group that may be NCCL alone "
+              "(every output checked, round 22); Flags cases in selfcheck/rules.py, tests/test_selfcheck_nccl.py",
+    "DDP957": "self-check: every torch.load of a fixture's output has a map_location; Flags cases in "
+              "selfcheck/rules.py, tests/test_selfcheck_nccl.py",
     "DDP938": "self-check: needs the migration's DDP203 naming the loader, which a Flags case cannot give: "
               "broken outputs of fixtures data/step_* and data/bound_step_* in tests/test_selfcheck.py",
     # Reported where the core could not migrate something, in shapes no fixture holds yet.

@@ -475,8 +475,10 @@ def test_ddp106_does_not_excuse_the_move_that_puts_the_model_on_its_device():
 def test_a_model_reloaded_for_evaluation_after_training_passes():
     reload = 'model = nn.Linear(10, 2)\nmodel.load_state_dict(torch.load("model.pt"))\nmodel.to(device)\n'
     original = ORIGINAL + reload
+    # (ddpify's output loads with a map_location: DDP957 otherwise.)
+    reloaded = reload.replace('torch.load("model.pt")', 'torch.load("model.pt", map_location=device)')
     migrated = planted("\nif distributed:\n    dist.destroy_process_group()\n",
-                       reload + "\nif distributed:\n    dist.destroy_process_group()\n")
+                       reloaded + "\nif distributed:\n    dist.destroy_process_group()\n")
     assert codes(original, migrated) == []
 
 
@@ -617,12 +619,13 @@ def test_a_wrap_in_one_branch_of_a_resumed_model_is_caught():
                        'if os.path.exists("model.pt"):\n    model = torch.load("model.pt", weights_only=False)\n'
                        "else:\n    model = nn.Linear(10, 2)\nmodel.to(device)\n", "import os\n" + ORIGINAL)
     one_branch = planted("model = nn.Linear(10, 2)\nmodel.to(device)\n" + WRAP,
-                         'if os.path.exists("model.pt"):\n    model = torch.load("model.pt", weights_only=False)\n'
+                         'if os.path.exists("model.pt"):\n'
+                         '    model = torch.load("model.pt", weights_only=False, map_location=device)\n'
                          "else:\n    model = nn.Linear(10, 2)\n    model.to(device)\n"
                          "    if distributed:\n        model = DDP(model)\n")
     after_the_merge = planted("model = nn.Linear(10, 2)\nmodel.to(device)\n" + WRAP,
                               'if os.path.exists("model.pt"):\n'
-                              '    model = torch.load("model.pt", weights_only=False)\n'
+                              '    model = torch.load("model.pt", weights_only=False, map_location=device)\n'
                               "else:\n    model = nn.Linear(10, 2)\nmodel.to(device)\n" + WRAP)
     assert codes(original, one_branch) == ["DDP911"]
     assert codes(original, after_the_merge) == []

@@ -76,7 +76,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     for call in facts.load_calls:
         if call in setup.collective_loads:
             continue  # dcp.load: each rank reads its own shards, after a save every rank joined
-        if any(arg.keyword is not None and arg.keyword.value == "map_location" for arg in call.args):
+        if _map_location_given(call):
             continue
         # The rank's device where the setup's own code loads; elsewhere (a function that
         # may run before the setup, such as a dataset's __init__) the CPU, which is always there.
@@ -91,6 +91,15 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
             edits.add_helper(location, ON_THIS_PROCESS_DEVICE_HELPER, "torch")
         edits.expressions[call] = with_keyword("map_location", location, edits)
         edits.report("DDP303", call)
+
+
+def _map_location_given(load: cst.Call) -> bool:
+    """`map_location=...`, or torch.load's second positional argument, which is map_location
+    (`torch.load(args.resume, "cpu")`): a keyword added beside it would raise "got multiple
+    values for argument 'map_location'" on every rank. A `**options` may hold it too."""
+    positional = [arg for arg in load.args if arg.keyword is None and not arg.star]
+    return len(positional) >= 2 or any(
+        arg.star == "**" or (arg.keyword is not None and arg.keyword.value == "map_location") for arg in load.args)
 
 
 ON_THIS_PROCESS_DEVICE_HELPER = '''\

@@ -4,7 +4,7 @@ cannot show the contract's properties there.
 Like black's safe mode, it is a second opinion that shares nothing with the first: the
 transforms read the script with libcst and ddpify.analysis; this reads the original and the
 output with the stdlib `ast` and a few simple, conservative rules (DDP910-DDP917, DDP919,
-DDP922-DDP929, DDP932, DDP933, DDP935, DDP939, DDP941, DDP947-DDP949). What it cannot show is a warning
+DDP922-DDP929, DDP932, DDP933, DDP935, DDP939, DDP941, DDP947-DDP949, DDP956, DDP957). What it cannot show is a warning
 naming the line of the original where the defect is (the output line is in the message), so the
 run exits 1 and the file is still written.
 """
@@ -35,6 +35,7 @@ from ddpify.selfcheck.models import (
     wraps_across_methods,
 )
 from ddpify.selfcheck.names import names_read_unbound
+from ddpify.selfcheck.nccl_tensors import cpu_tensors_in_collectives, loads_without_map_location
 from ddpify.selfcheck.output import (
     draws_on_rank0_only,
     moves_on_rank0,
@@ -107,6 +108,8 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
         *decisions_on_per_rank_values(after),
         *file_races(after),
         *gathered_capped_figures(after),
+        *cpu_tensors_in_collectives(after),
+        *loads_without_map_location(after),
     ]
     # A fixed GPU the migration already reported where it is (DDP003) is not counted twice.
     # Likewise a part of the model whose requires_grad changes after its wrap (DDP111).

@@ -1,5 +1,5 @@
 """The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935, DDP938, DDP939, DDP941,
-DDP943, DDP947, DDP948, DDP949): what a second reading of ddpify's own output can find wrong. The
+DDP943, DDP947, DDP948, DDP949, DDP956, DDP957): what a second reading of ddpify's own output can find wrong. The
 detection is in this package (gathers, loaders, models, output, setup); the rules and their cases
 live here, beside it, rather than in ddpify/rules/, whose units plan edits.
 """
@@ -240,6 +240,22 @@ RULES = (
          "tensors made there meet the rank's batches on another GPU, and checkpoints load onto "
          "one GPU from every rank.",
          "Use the setup's `device` (or `\"cuda\"`, the GPU the setup made current) there."),
+    Rule("DDP956", Severity.WARNING, "self-check: a collective is handed a tensor made on the CPU",
+         "On a GPU machine the migrated script joins NCCL, which reduces, broadcasts and gathers "
+         "only tensors on the rank's own GPU: a sum built as `torch.tensor([running_loss])` (no "
+         "`device=`) or `torch.zeros(1)` raises \"No backend type associated with device type cpu\" "
+         "on every rank there, while the CPU run under Gloo sums it. Found in a file whose "
+         "process group may be NCCL alone (`\"nccl\" if cuda else \"gloo\"`, "
+         "`get_default_backend_for_device(device)`, or none joined in that file); a group that "
+         "names Gloo for the CPU (`\"cpu:gloo,cuda:nccl\"`) takes CPU tensors.",
+         "Make the tensor on the device the model uses (`device=device`; `torch.device(\"cuda\", "
+         "local_rank)` under NCCL), and report it as a ddpify bug."),
+    Rule("DDP957", Severity.WARNING, "self-check: torch.load without map_location in the output",
+         "Without map_location torch.load restores each tensor on the device it was saved from: "
+         "on a GPU machine every rank loads rank 0's checkpoint onto cuda:0 (N copies on one GPU, "
+         "and a model used as loaded meets its inputs on another GPU). A CPU run never shows it.",
+         "Hand it `map_location=device` (the rank's device) or `map_location=\"cpu\"` before "
+         "`load_state_dict`, and report it as a ddpify bug."),
 )
 
 
@@ -555,7 +571,30 @@ _WHOLE_CHECK = """\
 """
 
 
+_EPOCH_SUMS = TRAINING.replace("for epoch in range(3):\n", "for epoch in range(3):\n    running_loss = 0.0\n").replace(
+    "        optimizer.step()\n", "        optimizer.step()\n        running_loss += loss.item()\n").replace(
+    "print(epoch, loss.item())", "print(epoch, running_loss / len(loader))")
+# Its migration as an emitter that names no device would write it: NCCL refuses the CPU sum.
+_NCCL_OR_GLOO = 'dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")\n'
+_SUMMED_ON_THE_CPU = "import torch.distributed as dist\n" + _EPOCH_SUMS.replace(
+    "device = torch", _NCCL_OR_GLOO + "device = torch").replace(
+    "    print(epoch, running_loss", "    totals = torch.tensor([running_loss], dtype=torch.float64)\n"
+    "    dist.all_reduce(totals)\n    running_loss = totals[0].item()\n    print(epoch, running_loss")
+_RESUMED_FROM_A_FILE = TRAINING.replace(
+    "optimizer = torch", 'model.load_state_dict(torch.load("init.pt"))\noptimizer = torch')
+
+
 CASES = (
+    Flags(_EPOCH_SUMS, _SUMMED_ON_THE_CPU, "DDP956"),
+    # all_gather's outputs made on the CPU, its input on the device.
+    Flags(_EPOCH_SUMS, _SUMMED_ON_THE_CPU.replace("float64)", "float64, device=device)").replace(
+          "    dist.all_reduce(totals)\n", "    dist.all_reduce(totals)\n"
+          "    counts = [torch.zeros(1) for _ in range(dist.get_world_size())]\n"
+          "    dist.all_gather(counts, torch.ones(1, device=device))\n"), "DDP956"),
+    Silent(_EPOCH_SUMS, "DDP956"),
+    Flags(_RESUMED_FROM_A_FILE, "import torch.distributed as dist\n" + _RESUMED_FROM_A_FILE.replace(
+        "device = torch", 'dist.init_process_group("gloo")\ndevice = torch'), "DDP957"),
+    Silent(_RESUMED_FROM_A_FILE, "DDP957"),
     Silent(_TRAINED_THEN_PROBED, "DDP928"),
     Flags(_ALIASED, _ALIAS_LEFT_RAW, "DDP948"),
     Silent(_ALIASED, "DDP948"),
