@@ -35,6 +35,9 @@ RULES = (
          "Nothing to do."),
 )
 
+# Calls whose result is a module copied from the one they are handed.
+_MODULE_COPIES = frozenset({"deepcopy", "ModelEmaV2", "ModelEmaV3"})
+
 SYNC_CODE = """\
 if {condition}:
     # Made from `{model}` before its wrap, `{copy}` holds this rank's own weights: take rank 0's.
@@ -107,28 +110,33 @@ def _copy_name(facts: Facts, call: cst.Call) -> Optional[str]:
     """The name of the module the copy is: the receiver of a load (`target.load_state_dict(...)`);
     the single target of `ema = deepcopy(model)` (`.eval()` chained on), of a module class or a
     function of this file that deep-copies what it is handed, or, for a plain class of this file
-    that keeps its copy as `self.shadow`, `ema.shadow`. None for what this cannot tell is a module
-    (torch's AveragedModel copies the model's weights at its first update; an EMA class from
-    elsewhere may hold its copy anywhere): the self-check judges those."""
+    that keeps its copy as `self.shadow`, `ema.shadow`; timm's ModelEmaV2 and V3 are modules.
+    None for the rest: torch's AveragedModel copies the model's weights at its first update, and
+    an EMA class from elsewhere may hold its copy anywhere."""
     if isinstance(call.func, cst.Attribute) and call.func.attr.value == "load_state_dict":
         return dotted_name(call.func.value)
-    node: cst.CSTNode = call
-    parent = facts.parents.get(node)
-    # Methods chained on the copy (`.eval()`, `.to(device)`, `.requires_grad_(False)`) return it.
-    while isinstance(parent, cst.Attribute) and isinstance(facts.parents.get(parent), cst.Call):
-        node = facts.parents[parent]
-        parent = facts.parents.get(node)
-    if not isinstance(parent, cst.Assign) or len(parent.targets) != 1 or parent.value is not node:
-        return None
-    target = dotted_name(parent.targets[0].target)
+    target = _bound_to(facts, call)
     callee = dotted_name(call.func) or ""
-    if target is None or callee.rsplit(".", 1)[-1] == "deepcopy" or callee in facts.module_classes:
+    if target is None or callee.rsplit(".", 1)[-1] in _MODULE_COPIES or callee in facts.module_classes:
         return target
     if callee in facts.classes:
         kept = _attribute_copied_in(facts, facts.class_inits.get(callee))
         return None if kept is None else f"{target}.{kept}"
     function = facts.functions.get(callee)
     return target if function is not None and _returns_its_copy(facts, function) else None
+
+
+def _bound_to(facts: Facts, call: cst.Call) -> Optional[str]:
+    """The single name `name = call` binds, methods chained on the call included: `.eval()`,
+    `.to(device)` and `.requires_grad_(False)` return the copy."""
+    node: cst.CSTNode = call
+    parent = facts.parents.get(node)
+    while isinstance(parent, cst.Attribute) and isinstance(facts.parents.get(parent), cst.Call):
+        node = facts.parents[parent]
+        parent = facts.parents.get(node)
+    if not isinstance(parent, cst.Assign) or len(parent.targets) != 1 or parent.value is not node:
+        return None
+    return dotted_name(parent.targets[0].target)
 
 
 def _deep_copies(facts: Facts, function: cst.FunctionDef) -> list[cst.Call]:
@@ -138,19 +146,15 @@ def _deep_copies(facts: Facts, function: cst.FunctionDef) -> list[cst.Call]:
 def _attribute_copied_in(facts: Facts, init: Optional[cst.FunctionDef]) -> Optional[str]:
     """`shadow` for an `__init__` that keeps `self.shadow = copy.deepcopy(model)`."""
     for call in _deep_copies(facts, init) if init is not None else ():
-        assign = facts.parents.get(call)
-        if isinstance(assign, cst.Assign) and len(assign.targets) == 1:
-            target = dotted_name(assign.targets[0].target) or ""
-            if target.startswith("self.") and target.count(".") == 1:
-                return target[len("self."):]
+        target = _bound_to(facts, call) or ""
+        if target.startswith("self.") and target.count(".") == 1:
+            return target[len("self."):]
     return None
 
 
 def _returns_its_copy(facts: Facts, function: cst.FunctionDef) -> bool:
     """The function returns the deep copy it makes (`ema = copy.deepcopy(model)` ... `return ema`)."""
-    copies = {dotted_name(assign.targets[0].target) for call in _deep_copies(facts, function)
-              for assign in [facts.parents.get(call)]
-              if isinstance(assign, cst.Assign) and len(assign.targets) == 1}
+    copies = {_bound_to(facts, call) for call in _deep_copies(facts, function)}
     returned = [node.value for node in facts.own_statements(function, cst.Return)]
     return bool(returned) and all(dotted_name(value) in copies for value in returned if value is not None)
 

@@ -18,6 +18,8 @@ from typing import Optional
 from ddpify.selfcheck.models import DDP_WRAPPERS, Finding, wraps
 from ddpify.selfcheck.source import FUNCTIONS, Scope, Source, assigned_targets, dotted, last_part
 
+# Calls whose result is a module copied from the one they are handed (timm's EMA modules).
+_MODULE_COPIES = frozenset({"deepcopy", "ModelEmaV2", "ModelEmaV3"})
 # Calls after which every rank draws the same initial weights.
 _SEEDING = frozenset({"manual_seed", "seed_everything", "set_seed", "set_random_seed", "fix_seed", "seed_all"})
 
@@ -81,7 +83,7 @@ def _copy_made_by(source: Source, call: ast.Call) -> Optional[str]:
     attribute a plain class of the file keeps it in (`shadow` for `self.shadow = deepcopy(model)`);
     None for any other call."""
     callee = last_part(call.func)
-    if callee == "deepcopy":
+    if callee in _MODULE_COPIES:
         return ""
     for function in source.functions.get(callee or "", ()):
         if not isinstance(function, FUNCTIONS):
