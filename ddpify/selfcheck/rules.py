@@ -1,5 +1,5 @@
 """The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935, DDP938, DDP939, DDP941,
-DDP943, DDP947, DDP948, DDP949): what a second reading of ddpify's own output can find wrong. The
+DDP943, DDP947, DDP948, DDP949, DDP951): what a second reading of ddpify's own output can find wrong. The
 detection is in this package (gathers, loaders, models, output, setup); the rules and their cases
 live here, beside it, rather than in ddpify/rules/, whose units plan edits.
 """
