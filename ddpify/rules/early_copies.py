@@ -194,8 +194,7 @@ def _on_the_models_device(facts: Facts, model: Model, copy: str, made: Statement
                for name in moved_names for call in facts.device_moves.get(name, ()))
 
 
-CASES = (
-    Emits("""\
+_COPIED_BEFORE_THE_MOVE = """\
 import copy
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -216,26 +215,18 @@ for epoch in range(3):
         with torch.no_grad():
             for e, p in zip(ema.parameters(), model.parameters()):
                 e.lerp_(p, 0.1)
-""", "DDP133", ("for tensor in [*ema.parameters(), *ema.buffers()]:",)),
-    # Copied after the move: the copy follows the wrap and reads the module (DDP103).
-    Silent("""\
-import copy
-import torch
-from torch.utils.data import DataLoader, TensorDataset
+"""
 
-device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-model = torch.nn.Linear(4, 1).to(device)
-ema = copy.deepcopy(model)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
-for epoch in range(3):
-    for x, y in loader:
-        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        with torch.no_grad():
-            for e, p in zip(ema.parameters(), model.parameters()):
-                e.lerp_(p, 0.1)
-""", "DDP133"),
+
+CASES = (
+    Emits(_COPIED_BEFORE_THE_MOVE, "DDP133", ("for tensor in [*ema.parameters(), *ema.buffers()]:",)),
+    # A target network given the policy's weights before both move.
+    Emits(_COPIED_BEFORE_THE_MOVE.replace("ema = copy.deepcopy(model)", "ema = torch.nn.Linear(4, 1)\n"
+                                          "ema.load_state_dict(model.state_dict())"), "DDP133"),
+    # torch's AveragedModel copies the model's weights at its first update_parameters.
+    Silent(_COPIED_BEFORE_THE_MOVE.replace("ema = copy.deepcopy(model)", "ema = AveragedModel(model)").replace(
+        "import copy", "from torch.optim.swa_utils import AveragedModel"), "DDP133"),
+    # Copied after the move: the copy follows the wrap and reads the module (DDP103).
+    Silent(_COPIED_BEFORE_THE_MOVE.replace("ema = copy.deepcopy(model)\nmodel.to(device)\nema.to(device)\n",
+                                           "model.to(device)\nema = copy.deepcopy(model)\n"), "DDP133"),
 )
