@@ -57,6 +57,11 @@ def sync_copies_made_before_the_wrap(facts: Facts, edits: Edits, setup: Plan, mo
         if point is None:
             continue  # the self-check refuses it (DDP951): no place sees the copy on its device
         condition = "distributed" if setup.sees_setup(facts, point) else "dist.is_initialized()"
+        if facts.ancestor_in(made, cast(cst.CSTNode, facts.parents.get(point))) is not made:
+            # `if args.ema: ema = deepcopy(model)` after `ema = None`: only where it was made.
+            if not _bound_before_in_its_block(facts, copy, point, made):
+                continue
+            condition += f" and {copy} is not None"
         code = SYNC_CODE.format(condition=condition, copy=copy, model=model.name)
         edits.insert_after(point, edits.statements(code))
         edits.imports.add("dist")
@@ -186,6 +191,22 @@ def _sync_point(facts: Facts, model: Model, copy: str, made: Statement, wrap: St
     return point
 
 
+def _bound_before_in_its_block(facts: Facts, copy: str, point: Statement, made: Statement) -> bool:
+    """`ema = None` directly in the block of `point`, before the statement that holds `made`."""
+    block = facts.parents.get(point)
+    holding = facts.ancestor_in(made, block) if block is not None else None
+    if holding is None or not isinstance(block, (cst.Module, cst.IndentedBlock)):
+        return False
+    for statement in block.body:
+        if statement is holding:
+            return False
+        if isinstance(statement, cst.SimpleStatementLine) and any(
+                isinstance(small, cst.Assign) and any(dotted_name(target.target) == copy for target in small.targets)
+                and isinstance(small.value, cst.Name) and small.value.value == "None" for small in statement.body):
+            return True
+    return False
+
+
 def _on_the_models_device(facts: Facts, model: Model, copy: str, made: Statement) -> bool:
     """The copy is made on its device: moved in the statement that makes it, or copied from a
     model already moved (the wrap waits for a later load or init of the model)."""
@@ -223,6 +244,10 @@ CASES = (
     # A target network given the policy's weights before both move.
     Emits(_COPIED_BEFORE_THE_MOVE.replace("ema = copy.deepcopy(model)", "ema = torch.nn.Linear(4, 1)\n"
                                           "ema.load_state_dict(model.state_dict())"), "DDP133"),
+    # Moved under a GPU test: the broadcast follows the `if`, so that CPU ranks take rank 0's weights too.
+    Emits(_COPIED_BEFORE_THE_MOVE.replace("model.to(device)\nema.to(device)\n", "if torch.cuda.is_available():\n"
+                                          "    model = model.cuda()\n    ema = ema.cuda()\n"), "DDP133",
+          ("    ema = ema.to(device)\nif distributed:\n    model = DDP(", "\nif distributed:\n    # Made from")),
     # torch's AveragedModel copies the model's weights at its first update_parameters.
     Silent(_COPIED_BEFORE_THE_MOVE.replace("ema = copy.deepcopy(model)", "ema = AveragedModel(model)").replace(
         "import copy", "from torch.optim.swa_utils import AveragedModel"), "DDP133"),
