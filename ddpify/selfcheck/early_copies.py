@@ -8,8 +8,9 @@ weights after it is made (a `dist.broadcast` over its parameters) or be made ane
 otherwise every rank keeps a different EMA, teacher or target network for the whole run, silently.
 
 Conservative: it speaks only of copies it recognises in the wrap's own scope, before the wrap, and
-says nothing in a script that calls a seeding function anywhere. torch's AveragedModel is not
-judged: its first `update_parameters` copies the model's weights.
+says nothing in a script that calls a seeding function anywhere (a call named `*seed*`), nor of a
+copy DDP wraps itself. torch's AveragedModel is not judged: its first `update_parameters` copies
+the model's weights.
 """
 import ast
 from collections.abc import Iterator
@@ -20,22 +21,22 @@ from ddpify.selfcheck.source import FUNCTIONS, Scope, Source, assigned_targets, 
 
 # Calls whose result is a module copied from the one they are handed (timm's EMA modules).
 _MODULE_COPIES = frozenset({"deepcopy", "ModelEmaV2", "ModelEmaV3"})
-# Calls after which every rank draws the same initial weights.
-_SEEDING = frozenset({"manual_seed", "seed_everything", "set_seed", "set_random_seed", "fix_seed", "seed_all"})
 
 
 def copies_never_synced(migrated: Source) -> Iterator[Finding]:
     """DDP951: a copy of a wrapped model, made before the wrap in the wrap's scope, that no
     `dist.broadcast` over its parameters (nor a new binding of its name after the wrap) follows."""
-    if any(last_part(call.func) in _SEEDING for call in migrated.calls):
-        return
+    if any("seed" in (last_part(call.func) or "").lower() for call in migrated.calls):
+        return  # `torch.manual_seed(0)`, `seed_everything(...)`, a `set_seed` of the script: said nothing
+    wrapped = {model for model, _ in wraps(migrated)}
     for model, wrap in wraps(migrated):
         if last_part(wrap.func) not in DDP_WRAPPERS:
             continue
         scope = migrated.scope_of(wrap)
         sources = _names_holding(migrated, scope, model, wrap.lineno)
         for copy, line in _copies_before(migrated, scope, sources, wrap.lineno):
-            if not _synced(migrated, scope, copy, line, wrap.lineno):
+            # A copy wrapped in DDP itself (a second trained model) takes rank 0's weights there.
+            if copy not in wrapped and not _synced(migrated, scope, copy, line, wrap.lineno):
                 yield ("DDP951", line,
                        f"`{copy}` takes `{model}`'s weights before its wrap (output line {wrap.lineno}) and never "
                        f"takes rank 0's after: without a seed each rank keeps its own copy for the whole run")
