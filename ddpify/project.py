@@ -547,6 +547,12 @@ class Project:
             return None
         return definition[0].lazy_layer(definition[1])
 
+    def kept_copy(self, qualified: str) -> Optional[str]:
+        """For a function or class of the project handed a module: where what it returns keeps
+        a deep copy of it (effects.kept_copy)."""
+        definition = self._definition(qualified)
+        return None if definition is None else definition[0].kept_copy(definition[1])
+
     def gradless_submodules(self, qualified: str) -> list[str]:
         """For a class of the project: the submodules it builds that run with no gradients
         (effects.gradless_submodules)."""

@@ -88,7 +88,7 @@ def _copies_before(facts: Facts, model: Model, wrap: Statement,
     function = facts.function_of(wrap)
     found: list[tuple[str, Statement]] = []
     for source in sorted(_sources(facts, model, function)):
-        for call in [*derivations(source), *_state_loads_from(facts, source)]:
+        for call in [*derivations(source), *_state_loads_from(facts, source), *_project_copies_of(facts, source)]:
             made = facts.statement_of(call)
             if facts.function_of(made) is not function or facts.end_of(made) > facts.end_of(wrap):
                 continue
@@ -96,6 +96,14 @@ def _copies_before(facts: Facts, model: Model, wrap: Statement,
             if copy is not None and copy not in (model.name, source) and all(copy != name for name, _ in found):
                 found.append((copy, made))
     return found
+
+
+def _project_copies_of(facts: Facts, source: str) -> Iterable[cst.Call]:
+    """`ema = ModelEMA(model)` of a class or function another module of the project defines."""
+    for call in facts.project_calls:
+        if (dotted_name(call.func) or "") in facts.project_copies and call.args \
+                and call.args[0].keyword is None and dotted_name(call.args[0].value) == source:
+            yield call
 
 
 def _state_loads_from(facts: Facts, source: str) -> Iterable[cst.Call]:
@@ -124,6 +132,9 @@ def _copy_name(facts: Facts, call: cst.Call) -> Optional[str]:
     callee = dotted_name(call.func) or ""
     if target is None or callee.rsplit(".", 1)[-1] in _MODULE_COPIES or callee in facts.module_classes:
         return target
+    if callee in facts.project_copies:
+        held = facts.project_copies[callee]
+        return f"{target}.{held}" if held else target
     if callee in facts.classes:
         kept = _attribute_copied_in(facts, facts.class_inits.get(callee))
         return None if kept is None else f"{target}.{kept}"
