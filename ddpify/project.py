@@ -76,6 +76,7 @@ class Project:
         # Per name the script calls: (effect or None, whether it trains). Every call of the
         # script asks, so each name is resolved once.
         self._known: dict[str, tuple[Optional[str], bool]] = {}
+        self._kept_copies: dict[str, Optional[str]] = {}
 
     def inert_definition(self, qualified: str) -> bool:
         """`qualified` ("layers.Block") is a function or class of one of the project's modules
@@ -595,6 +596,14 @@ class Project:
         if definition is None or definition[1] not in definition[0].classes:
             return None
         return definition[0].lazy_layer(definition[1])
+
+    def kept_copy(self, qualified: str) -> Optional[str]:
+        """For a function or class of the project handed a module: where what it returns keeps
+        a deep copy of it (effects.kept_copy), answered once per name: every call site asks."""
+        if qualified not in self._kept_copies:
+            definition = self._definition(qualified)
+            self._kept_copies[qualified] = None if definition is None else definition[0].kept_copy(definition[1])
+        return self._kept_copies[qualified]
 
     def gradless_submodules(self, qualified: str) -> list[str]:
         """For a class of the project: the submodules it builds that run with no gradients

@@ -1394,6 +1394,9 @@ class Collector(cst.CSTVisitor):
         lazy = self.project.lazy_layer(qualified)
         if lazy is not None:
             self.facts.lazy_project_classes[called] = lazy
+        kept = self.project.kept_copy(qualified) if node.args else None
+        if kept is not None:
+            self.facts.project_copies[called] = kept
         outputs = self.project.forward_output_parts(qualified)
         if outputs:
             self.facts.forward_output_parts[called] = outputs

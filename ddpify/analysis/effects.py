@@ -645,6 +645,26 @@ class FunctionEffects:
                     return qualified
         return None
 
+    def kept_copy(self, name: str) -> Optional[str]:
+        """Where what `name(model)` returns keeps a deep copy of the module it is handed
+        (rules/early_copies.py): "" for a function that returns `copy.deepcopy(...)` or for a
+        Module class whose __init__ makes one, the attribute of a plain class (`shadow` for
+        `self.shadow = copy.deepcopy(model)`); None for anything else."""
+        function = self._functions.get(f"{name}.__init__" if name in self._class_nodes else name)
+        if function is None:
+            return None
+        kept = [_bound_by(function, node) for node in ast_walk.walk(function) if isinstance(node, ast.Call)
+                and self.qualified(dotted_ast(node.func) or "") == "copy.deepcopy"]
+        if name not in self._class_nodes:
+            returned = {dotted_ast(node.value) for node in ast_walk.walk(function)
+                        if isinstance(node, ast.Return) and node.value is not None}
+            return "" if returned and returned <= {name for name in kept if name is not None} else None
+        attributes = [name[len("self."):] for name in kept if name is not None and name.startswith("self.")
+                      and name.count(".") == 1]
+        if not attributes:
+            return None
+        return "" if any(base.endswith("Module") for base in self.bases.get(name, ())) else attributes[0]
+
     def gradless_submodules(self, class_name: str) -> list[str]:
         """Submodules the class's __init__ builds (`self.resnet = nn.Sequential(...)`) that
         none of its methods reads with gradients: never read, or read only under
@@ -1694,3 +1714,16 @@ def _attributes_read(function: ast.AST, wrapper_attributes: frozenset[str]) -> s
     DDP wrapper also has."""
     return {node.value.id for node in ast_walk.walk(function) if isinstance(node, ast.Attribute)
             and isinstance(node.value, ast.Name) and node.attr not in wrapper_attributes}
+
+
+def _bound_by(function: ast.FunctionDef, call: ast.Call) -> Optional[str]:
+    """The single name `name = call` binds in `function` (methods chained on the call, such as
+    `.eval()`, included)."""
+    for node in ast_walk.walk(function):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            value: ast.expr = node.value
+            while isinstance(value, ast.Call) and value is not call and isinstance(value.func, ast.Attribute):
+                value = value.func.value
+            if value is call:
+                return dotted_ast(node.targets[0])
+    return None

@@ -472,6 +472,10 @@ class FactRecord:
     # Classes of other modules of the project built here whose __init__ builds a lazy layer,
     # by the name they are called by: that layer's qualified name (rules/lazy_layers.py).
     lazy_project_classes: dict[str, str] = field(default_factory=dict)
+    # Functions and classes of other modules of the project, by the name they are called by,
+    # whose result keeps a deep copy of the module handed in: "" for the result itself, else
+    # the attribute that holds it (`ema.shadow`); rules/early_copies.py.
+    project_copies: dict[str, str] = field(default_factory=dict)
     # For a module class whose forward returns several outputs (`return logits, aux`), the
     # submodules each output is computed from, by output (analysis.forward_outputs); by
     # class name in this file, by the name this module calls them by for another module's.

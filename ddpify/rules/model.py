@@ -50,7 +50,15 @@ from ddpify.emit.edits import Edits, Insertion, Rewrite
 from ddpify.emit.layout import LINE_LENGTH, fits
 from ddpify.options import Options
 from ddpify.plan import Plan
-from ddpify.rules import dropped_outputs, lazy_layers, method_forwards, moved_each_call, part_runs, sharding
+from ddpify.rules import (
+    dropped_outputs,
+    early_copies,
+    lazy_layers,
+    method_forwards,
+    moved_each_call,
+    part_runs,
+    sharding,
+)
 from ddpify.rules.cases import TRAINING, Emits, Silent
 from ddpify.rules.setup import gpu_made_the_default, read_from_the_scope_around, where_the_read_model_moves
 
@@ -437,6 +445,9 @@ def _wrap(facts: Facts, edits: Edits, setup: Plan, model: Model) -> None:
     if entry is not None:
         code = code.replace(f"{model.name} = DDP(", f"{entry} = DDP(", 1)
     _insert_wrap(facts, edits, model, anchor, edits.statements(_when_trainable(facts, code, model)))
+    early_copies.sync_copies_made_before_the_wrap(facts, edits, setup, model, anchor,
+                                                  lambda name: _derivations(facts, name),
+                                                  _training_start(facts, model))
     others = _wrap_in_other_branches(facts, edits, model, anchor, code) if entry is None else []
     edits.imports.add("DDP")
     edits.report("DDP101", anchor)
@@ -1534,6 +1545,9 @@ def _wrap_out_of_setup(facts: Facts, edits: Edits, setup: Plan, model: Model, an
         code = code.replace(f"DDP({model.name})", f"DDP({model.name}, find_unused_parameters=True)")
     code = code.replace(f"DDP({model.name}", f"DDP({model.name}{_keep_buffers_where_run_twice(facts, edits, model)}", 1)
     _insert_wrap(facts, edits, model, anchor, edits.statements(_when_trainable(facts, code, model)))
+    early_copies.sync_copies_made_before_the_wrap(facts, edits, setup, model, anchor,
+                                                  lambda name: _derivations(facts, name),
+                                                  _training_start(facts, model))
     edits.imports.update({"DDP", "dist"})
     edits.report("DDP101", anchor)
     setup.wrap_points[model.name] = anchor

@@ -18,6 +18,7 @@ from ddpify.rules import (
     deferred_writes,
     devices,
     downloads,
+    early_copies,
     epoch_cut,
     epochs,
     evaluation,
@@ -54,8 +55,8 @@ from ddpify.rules.cases import Case
 from ddpify.selfcheck import rules as selfcheck
 
 UNITS: tuple[ModuleType, ...] = (
-    setup, devices, import_time_devices, model, method_forwards, lazy_layers, part_runs, sharding, dcp, data,
-    deferred_writes, epochs,
+    setup, devices, import_time_devices, model, early_copies, method_forwards, lazy_layers, part_runs, sharding, dcp,
+    data, deferred_writes, epochs,
     downloads, splits, subset_splits, full_batches, epoch_cut, schedule_length, evaluation, hand_batches, loader_dicts,
     per_rank_stops, loader_workers, random_batches, set_order, side_effects, checkpoints, shared_names, machine_local,
     training, in_batch, rank0_values, report_only, frameworks,

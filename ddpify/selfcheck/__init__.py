@@ -4,8 +4,8 @@ cannot show the contract's properties there.
 Like black's safe mode, it is a second opinion that shares nothing with the first: the
 transforms read the script with libcst and ddpify.analysis; this reads the original and the
 output with the stdlib `ast` and a few simple, conservative rules (DDP910-DDP917, DDP919,
-DDP922-DDP929, DDP932, DDP933, DDP935, DDP939, DDP941, DDP947-DDP949, DDP956, DDP957). What it cannot show is a warning
-naming the line of the original where the defect is (the output line is in the message), so the
+DDP922-DDP929, DDP932, DDP933, DDP935, DDP939, DDP941, DDP947-DDP949, DDP951, DDP956, DDP957). What it
+cannot show is a warning naming the line of the original where the defect is (the output line is in the message), so the
 run exits 1 and the file is still written.
 """
 import ast
@@ -17,6 +17,7 @@ from ddpify.diagnostics import Diagnostic, rule_of
 from ddpify.selfcheck.aliases import aliases_trained_around_the_wrap, wrappers_moved_through_an_alias
 from ddpify.selfcheck.capped_gathers import gathered_capped_figures
 from ddpify.selfcheck.dominance import wraps_off_the_training_path
+from ddpify.selfcheck.early_copies import copies_never_synced
 from ddpify.selfcheck.file_races import file_races
 from ddpify.selfcheck.gathers import misplaced_gathers
 from ddpify.selfcheck.loaders import LEFT_WHOLE_CODES, NO_EPOCH_LOOP_CODES, unsharded_loaders
@@ -110,6 +111,7 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
         *gathered_capped_figures(after),
         *cpu_tensors_in_collectives(after),
         *loads_without_map_location(after),
+        *copies_never_synced(after),
     ]
     # A fixed GPU the migration already reported where it is (DDP003) is not counted twice.
     # Likewise a part of the model whose requires_grad changes after its wrap (DDP111).

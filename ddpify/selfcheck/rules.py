@@ -1,6 +1,6 @@
 """The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935, DDP938, DDP939, DDP941,
-DDP943, DDP947, DDP948, DDP949, DDP956, DDP957): what a second reading of ddpify's own output can find wrong. The
-detection is in this package (gathers, loaders, models, output, setup); the rules and their cases
+DDP943, DDP947, DDP948, DDP949, DDP951, DDP956, DDP957): what a second reading of ddpify's own output can
+find wrong. The detection is in this package (gathers, loaders, models, output, setup); the rules and their cases
 live here, beside it, rather than in ddpify/rules/, whose units plan edits.
 """
 from ddpify.diagnostics import Rule, Severity
@@ -256,6 +256,15 @@ RULES = (
          "and a model used as loaded meets its inputs on another GPU). A CPU run never shows it.",
          "Hand it `map_location=device` (the rank's device) or `map_location=\"cpu\"` before "
          "`load_state_dict`, and report it as a ddpify bug."),
+    Rule("DDP951", Severity.WARNING, "self-check: a copy of the model made before its wrap keeps this rank's weights",
+         "A module whose weights are taken from the model's before `model = DDP(model)` (an EMA or a "
+         "teacher made by `copy.deepcopy(model)`, by a helper or a class of the file that deep-copies it, "
+         "a target network given `model.state_dict()`) holds this rank's own initial weights: the wrap "
+         "broadcasts rank 0's to the model only. In a script that seeds nothing, the output must broadcast "
+         "the copy's parameters and buffers from rank 0 after it is made (or make it after the wrap); "
+         "otherwise each rank keeps a different EMA, teacher or target network for the whole run.",
+         "After the wrap: `for tensor in [*ema.parameters(), *ema.buffers()]: dist.broadcast(tensor.detach(), "
+         "src=0)` under `if distributed:`, or make the copy there from `model.module`."),
 )
 
 
@@ -584,6 +593,33 @@ _RESUMED_FROM_A_FILE = TRAINING.replace(
     "optimizer = torch", 'model.load_state_dict(torch.load("init.pt"))\noptimizer = torch')
 
 
+# An EMA copied before the model reaches its device: the output must broadcast it after the wrap.
+_EARLY_COPY = """\
+import copy
+import torch
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = torch.nn.Linear(4, 1)
+{copy}
+model.to(device)
+ema.to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    loss = model(torch.randn(8, 4, device=device)).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    with torch.no_grad():
+        for e, p in zip(ema.parameters(), model.parameters()):
+            e.lerp_(p, 0.1)
+"""
+_EARLY_COPY_UNSYNCED = _EARLY_COPY.replace("model.to(device)\n", """\
+model.to(device)
+if distributed:
+    model = DDP(model)
+""").replace("device = torch", "distributed = True\ndevice = torch")
+
+
 CASES = (
     Flags(_EPOCH_SUMS, _SUMMED_ON_THE_CPU, "DDP956"),
     # all_gather's outputs made on the CPU, its input on the device.
@@ -595,6 +631,21 @@ CASES = (
     Flags(_RESUMED_FROM_A_FILE, "import torch.distributed as dist\n" + _RESUMED_FROM_A_FILE.replace(
         "device = torch", 'dist.init_process_group("gloo")\ndevice = torch'), "DDP957"),
     Silent(_RESUMED_FROM_A_FILE, "DDP957"),
+    Flags(_EARLY_COPY.format(copy="ema = copy.deepcopy(model)"),
+          _EARLY_COPY_UNSYNCED.format(copy="ema = copy.deepcopy(model)"), "DDP951"),
+    Flags(_EARLY_COPY.format(copy="ema = torch.nn.Linear(4, 1)\nema.load_state_dict(model.state_dict())"),
+          _EARLY_COPY_UNSYNCED.format(copy="ema = torch.nn.Linear(4, 1)\nema.load_state_dict(model.state_dict())"),
+          "DDP951"),
+    Flags(_EARLY_COPY.format(copy="ema = copy.deepcopy(model)"), _EARLY_COPY_UNSYNCED.format(
+        copy="ema = copy.deepcopy(model)").replace("optimizer = torch", "for t in model.parameters():\n"
+                                                   "    dist.broadcast(t.detach(), src=0)\noptimizer = torch"),
+          "DDP951"),
+    Silent(_EARLY_COPY.format(copy="ema = copy.deepcopy(model)"), "DDP951"),
+    Silent(_EARLY_COPY.format(copy="ema = torch.nn.Linear(4, 1)\nema.load_state_dict(model.state_dict())"),
+           "DDP951"),
+    # Seeded: every rank draws the same initial weights, the copy's included.
+    Silent(_EARLY_COPY.format(copy="ema = copy.deepcopy(model)").replace("model = torch.nn", "torch.manual_seed(0)\n"
+                                                                        "model = torch.nn"), "DDP951"),
     Silent(_TRAINED_THEN_PROBED, "DDP928"),
     Flags(_ALIASED, _ALIAS_LEFT_RAW, "DDP948"),
     Silent(_ALIASED, "DDP948"),
