@@ -1025,6 +1025,30 @@ class FunctionEffects:
         held = _kept_parameters(function, parameters) if owner is not None else {}
         return positional, {held.get(found, found) for found in self._iterated_reads(function, owner)} & parameters
 
+    def evaluated_parameters(self, name: str, depth: int = 0) -> tuple[list[str], set[str]]:
+        """(the positional parameters, those a `for` loop goes over without a training step) of
+        a plain function of this module that takes none, itself or through the functions of
+        this module it hands the parameter to (`evaluate_model(model, train_loader, ...)`
+        calling `calc_loss_loader(train_loader, model, device, num_batches=eval_iter)`): a
+        loader handed in there is evaluated over, whatever loader the caller hands."""
+        function = self._functions.get(name)
+        if function is None or self.class_of(name) is not None or depth > 3 or self.trains(name):
+            return [], set()
+        positional = self._positional(name, function)
+        parameters = set(positional) | {arg.arg for arg in function.args.kwonlyargs}
+        evaluated = self._iterated_reads(function, None) & parameters
+        for call in ast_walk.walk(function):
+            if not isinstance(call, ast.Call):
+                continue
+            callee = self.qualified(dotted_ast(call.func) or "")
+            if callee == name or callee not in self._functions:
+                continue
+            inner_positional, inner = self.evaluated_parameters(callee, depth + 1)
+            handed = [*zip(inner_positional, call.args), *((k.arg, k.value) for k in call.keywords)]
+            evaluated |= {value.id for parameter, value in handed
+                          if parameter in inner and isinstance(value, ast.Name) and value.id in parameters}
+        return positional, evaluated
+
     def walked_parameters(self, name: str) -> tuple[list[str], set[str]]:
         """(the positional parameters, those whose parameters or submodules the function walks:
         `for n, p in model.named_parameters()`) of a function, not a class: what it returns

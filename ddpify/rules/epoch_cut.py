@@ -91,20 +91,48 @@ def _report_step_count_cut(facts: Facts, edits: Edits, loop: cst.For) -> None:
     script's own (not the data set's length, DDP224): every rank stops at step k as one process
     did while its share lasts, so the migration keeps it, and says where a share ends first. A
     count set from a length (`self.len_epoch = len(self.data_loader)`) follows the share."""
-    cap = batch_cap(loop.iter)
+    cap = batch_cap(loop.iter) or _islice_stop(loop.iter)
     if cap is not None and not _set_from_a_length(facts, cap):
-        edits.report("DDP418", cap)  # `for step, batch in zip(range(k), loader)`
-    counter = _enumerate_counter(loop)
-    if counter is None:
+        edits.report("DDP418", cap)  # `zip(range(k), loader)`, `itertools.islice(loader, k)`
         return
-    for test in _break_tests(loop):
+    counters = _step_counters(loop)
+    if not counters:
+        return
+    # The pass's own breaks, and those of the epoch loop around it (`if global_step >=
+    # max_steps: break` after the pass): a count the pass keeps stops the training either way.
+    outer = facts.enclosing_for_and_while_loops(loop)
+    for test in [*_break_tests(loop), *(_break_tests(outer[0]) if outer else [])]:
         if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1 or find_all(test, cst.Call):
             continue
         sides = (test.left, test.comparisons[0].comparator)
-        counted = [side for side in sides if counter in _names_of(side)]
-        counts = [side for side in sides if counter not in _names_of(side)]
+        counted = [side for side in sides if counters & _names_of(side)]
+        counts = [side for side in sides if not counters & _names_of(side)]
         if len(counted) == 1 and not any(_set_from_a_length(facts, count) for count in counts):
             edits.report("DDP418", test)
+            return
+
+
+def _islice_stop(iterated: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """k in `itertools.islice(loader, k)` (or `islice(loader, start, k)`, under enumerate or
+    tqdm): the pass takes the first k batches, as a break at step k would."""
+    for call in find_all(iterated, cst.Call):
+        if (dotted_name(call.func) or "").rsplit(".", 1)[-1] == "islice" and len(call.args) in (2, 3):
+            stop = call.args[len(call.args) - 1 if len(call.args) == 2 else 2].value
+            if not (isinstance(stop, cst.Name) and stop.value == "None"):
+                return stop
+    return None
+
+
+def _step_counters(loop: cst.For) -> set[str]:
+    """The names that count the pass's steps: `step` in `for step, (x, y) in enumerate(loader)`,
+    and a name the pass adds a whole number to (`global_step += 1`); not a sum of losses."""
+    counters = {counter} if (counter := _enumerate_counter(loop)) is not None else set()
+    nested = [node for kind in (cst.For, cst.While) for node in find_all(loop.body, kind, into_functions=False)]
+    inner = {id(node) for outer in nested for node in find_all(outer.body, cst.AugAssign, into_functions=False)}
+    return counters | {
+        added.target.value for added in find_all(loop.body, cst.AugAssign, into_functions=False)
+        if id(added) not in inner and isinstance(added.operator, cst.AddAssign) and isinstance(added.target, cst.Name)
+        and isinstance(added.value, cst.Integer)}
 
 
 def _set_from_a_length(facts: Facts, count: cst.BaseExpression) -> bool:
@@ -126,7 +154,7 @@ def _names_of(node: cst.BaseExpression) -> set[str]:
     return {name.value for name in find_all(node, cst.Name)}
 
 
-def _break_tests(loop: cst.For) -> list[cst.BaseExpression]:
+def _break_tests(loop: Union[cst.For, cst.While]) -> list[cst.BaseExpression]:
     """The tests of the `if`s of the loop's body (not of a loop nested in it) that break
     out of it."""
     nested = [node for kind in (cst.For, cst.While) for node in find_all(loop.body, kind, into_functions=False)]
@@ -181,6 +209,18 @@ CASES = (
     Silent(_cut("loss.item() < 0.1"), "DDP418"),
     Emits(TRAINING.replace("for x, y in loader:", "for _, (x, y) in zip(range(3), loader):"), "DDP418", ()),
     Silent(_cut("step == steps").replace("for epoch", "steps = len(loader)\nfor epoch"), "DDP418"),
+    Emits(TRAINING.replace("for x, y in loader:", "for i, (x, y) in enumerate(islice(loader, 0, 5)):").replace(
+        "import torch\n", "from itertools import islice\n\nimport torch\n"), "DDP418", ()),
+    Silent(TRAINING.replace("for x, y in loader:", "for x, y in islice(loader, None):").replace(
+        "import torch\n", "from itertools import islice\n\nimport torch\n"), "DDP418"),
+    # A counter the pass keeps, tested in the pass or in the epoch loop around it.
+    Emits(TRAINING.replace("        optimizer.step()\n", "        optimizer.step()\n        steps += 1\n").replace(
+        "    print(epoch, loss.item())\n", "    if steps >= 20:\n        break\n").replace(
+        "for epoch", "steps = 0\nfor epoch"), "DDP418", ()),
+    # A sum of losses is no count of steps.
+    Silent(TRAINING.replace("        optimizer.step()\n", "        optimizer.step()\n        total += loss\n"
+                            "        if total > 5.0:\n            break\n").replace(
+               "for epoch", "total = 0.0\nfor epoch"), "DDP418"),
     # --keep-global-batch divides the batch instead: each rank reaches the original count.
     Silent(_cut("step == len(dataset) // 8"), "DDP224", Options(keep_global_batch=True)),
     # A break under a test whose body also holds a block of its own (`if args.dry_run:`).
