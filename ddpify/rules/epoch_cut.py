@@ -95,12 +95,15 @@ def _report_step_count_cut(facts: Facts, edits: Edits, loop: cst.For) -> None:
     if cap is not None and not _set_from_a_length(facts, cap):
         edits.report("DDP418", cap)  # `zip(range(k), loader)`, `itertools.islice(loader, k)`
         return
-    counters = _step_counters(loop)
+    outer = facts.enclosing_for_and_while_loops(loop)
+    # `while global_step < max_steps:` around the pass starts passes until the count is
+    # reached, however few batches a share holds: the budget is met on every rank.
+    counters = _step_counters(loop) - {name for around in outer if isinstance(around, cst.While)
+                                       for name in _names_of(around.test)}
     if not counters:
         return
     # The pass's own breaks, and those of the epoch loop around it (`if global_step >=
     # max_steps: break` after the pass): a count the pass keeps stops the training either way.
-    outer = facts.enclosing_for_and_while_loops(loop)
     for test in [*_break_tests(loop), *(_break_tests(outer[0]) if outer else [])]:
         if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1 or find_all(test, cst.Call):
             continue
@@ -125,14 +128,13 @@ def _islice_stop(iterated: cst.BaseExpression) -> Optional[cst.BaseExpression]:
 
 def _step_counters(loop: cst.For) -> set[str]:
     """The names that count the pass's steps: `step` in `for step, (x, y) in enumerate(loader)`,
-    and a name the pass adds a whole number to (`global_step += 1`); not a sum of losses."""
+    and a name the pass adds a whole number to at every step, in its own body (`global_step +=
+    1`); not one added to under a test (an early stop's `bad += 1`), nor a sum of losses."""
     counters = {counter} if (counter := _enumerate_counter(loop)) is not None else set()
-    nested = [node for kind in (cst.For, cst.While) for node in find_all(loop.body, kind, into_functions=False)]
-    inner = {id(node) for outer in nested for node in find_all(outer.body, cst.AugAssign, into_functions=False)}
     return counters | {
-        added.target.value for added in find_all(loop.body, cst.AugAssign, into_functions=False)
-        if id(added) not in inner and isinstance(added.operator, cst.AddAssign) and isinstance(added.target, cst.Name)
-        and isinstance(added.value, cst.Integer)}
+        added.target.value for line in _simple_lines(loop.body) for added in line.body
+        if isinstance(added, cst.AugAssign) and isinstance(added.operator, cst.AddAssign)
+        and isinstance(added.target, cst.Name) and isinstance(added.value, cst.Integer)}
 
 
 def _set_from_a_length(facts: Facts, count: cst.BaseExpression) -> bool:
@@ -217,6 +219,10 @@ CASES = (
     Emits(TRAINING.replace("        optimizer.step()\n", "        optimizer.step()\n        steps += 1\n").replace(
         "    print(epoch, loss.item())\n", "    if steps >= 20:\n        break\n").replace(
         "for epoch", "steps = 0\nfor epoch"), "DDP418", ()),
+    # A budget of steps a `while` on the count keeps passing over the data to reach.
+    Silent(TRAINING.replace("        optimizer.step()\n", "        optimizer.step()\n        steps += 1\n"
+                            "        if steps >= 20:\n            break\n").replace(
+        "for epoch in range(3):", "steps = 0\nwhile steps < 20:"), "DDP418"),
     # A sum of losses is no count of steps.
     Silent(TRAINING.replace("        optimizer.step()\n", "        optimizer.step()\n        total += loss\n"
                             "        if total > 5.0:\n            break\n").replace(
