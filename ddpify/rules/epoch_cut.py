@@ -137,9 +137,17 @@ def _step_counters(loop: cst.For) -> set[str]:
         and isinstance(added.target, cst.Name) and isinstance(added.value, cst.Integer)}
 
 
-def _set_from_a_length(facts: Facts, count: cst.BaseExpression) -> bool:
-    return any(dotted_name(call.func) == "len" for value in facts.assigned_values.get(dotted_name(count) or "", [])
-               for call in find_all(value, cst.Call))
+def _set_from_a_length(facts: Facts, count: cst.BaseExpression, depth: int = 0) -> bool:
+    """The count reads a length, itself or through the names it is computed from (`remaining =
+    epoch * steps_per_epoch - step` after `steps_per_epoch = len(train_loader)`, a resumed
+    epoch's rest): it follows the share."""
+    if depth > 2:
+        return False
+    values = [count] if depth == 0 and not isinstance(count, (cst.Name, cst.Attribute)) else \
+        facts.assigned_values.get(dotted_name(count) or "", [])
+    return any(dotted_name(call.func) == "len" for value in values for call in find_all(value, cst.Call)) or any(
+        _set_from_a_length(facts, name, depth + 1) for value in values for name in find_all(value, cst.Name)
+        if name is not count and dotted_name(name) != dotted_name(count))
 
 
 def _enumerate_counter(loop: cst.For) -> Optional[str]:
@@ -219,6 +227,11 @@ CASES = (
     Emits(TRAINING.replace("        optimizer.step()\n", "        optimizer.step()\n        steps += 1\n").replace(
         "    print(epoch, loss.item())\n", "    if steps >= 20:\n        break\n").replace(
         "for epoch", "steps = 0\nfor epoch"), "DDP418", ()),
+    # The rest of a resumed epoch, computed from the loader's length: the share's.
+    Silent(TRAINING.replace("for x, y in loader:", "for x, y in islice(loader, rest):").replace(
+        "import torch\n", "from itertools import islice\n\nimport torch\n").replace(
+        "for epoch in range(3):\n", "per_epoch = len(loader)\nstep = 0\nfor epoch in range(3):\n"
+        "    rest = (epoch + 1) * per_epoch - step\n"), "DDP418"),
     # A budget of steps a `while` on the count keeps passing over the data to reach.
     Silent(TRAINING.replace("        optimizer.step()\n", "        optimizer.step()\n        steps += 1\n"
                             "        if steps >= 20:\n            break\n").replace(
