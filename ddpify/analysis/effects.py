@@ -1026,17 +1026,22 @@ class FunctionEffects:
         return positional, {held.get(found, found) for found in self._iterated_reads(function, owner)} & parameters
 
     def evaluated_parameters(self, name: str, depth: int = 0) -> tuple[list[str], set[str]]:
-        """(the positional parameters, those a `for` loop goes over without a training step) of
-        a plain function of this module that takes none, itself or through the functions of
-        this module it hands the parameter to (`evaluate_model(model, train_loader, ...)`
-        calling `calc_loss_loader(train_loader, model, device, num_batches=eval_iter)`): a
-        loader handed in there is evaluated over, whatever loader the caller hands."""
+        """(the positional parameters, those a `for` loop goes over without a training step and
+        keeps per rank) of a plain function of this module that takes none, itself or through
+        the functions of this module it hands the parameter to (`evaluate_model(model,
+        train_loader, ...)` calling `calc_loss_loader(train_loader, model, device,
+        num_batches=eval_iter)`): a loader handed in there is evaluated over, whatever loader the
+        caller hands. A loop this module's own migration reads through evaluation_share and
+        gathers is not one: it runs a model it is handed (`model(inputs)`) and goes over the
+        whole loader (no `break`, islice or zip with a range, which keep it per rank)."""
         function = self._functions.get(name)
         if function is None or self.class_of(name) is not None or depth > 3 or self.trains(name):
             return [], set()
         positional = self._positional(name, function)
         parameters = set(positional) | {arg.arg for arg in function.args.kwonlyargs}
-        evaluated = self._iterated_reads(function, None) & parameters
+        evaluated = {found for loop in ast_walk.walk(function) if isinstance(loop, ast.For)
+                     and not _gathered_where_migrated(loop, parameters)
+                     for found in _dotted_reads(loop.iter) & parameters}
         for call in ast_walk.walk(function):
             if not isinstance(call, ast.Call):
                 continue
@@ -1577,6 +1582,16 @@ def _kept_parameters(function: ast.FunctionDef, parameters: set[str]) -> dict[st
                         and isinstance(held.value, ast.Name) and held.value.id == "self":
                     kept[f"self.{held.attr}"] = value.id
     return kept
+
+
+def _gathered_where_migrated(loop: ast.For, parameters: set[str]) -> bool:
+    """The loop calls a parameter (the model handed in) and goes over its whole loader: the
+    module's migration takes this rank's share and gathers its figures (rules/evaluation.py)."""
+    capped = any(isinstance(node, ast.Break) for node in ast_walk.walk(loop)) or any(
+        isinstance(node, ast.Call) and (dotted_ast(node.func) or "").rsplit(".", 1)[-1] in ("islice", "zip")
+        for node in ast_walk.walk(loop.iter))
+    return not capped and any(isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                              and node.func.id in parameters for node in ast_walk.walk(loop))
 
 
 def _dotted_reads(node: ast.expr) -> set[str]:
