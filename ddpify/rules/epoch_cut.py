@@ -96,11 +96,13 @@ def _report_step_count_cut(facts: Facts, edits: Edits, loop: cst.For) -> None:
         edits.report("DDP418", cap)  # `zip(range(k), loader)`, `itertools.islice(loader, k)`
         return
     outer = facts.enclosing_for_and_while_loops(loop)
-    # `while global_step < max_steps:` around the pass starts passes until the count is
-    # reached, however few batches a share holds: the budget is met on every rank.
-    counters = _step_counters(loop) - {name for around in outer if isinstance(around, cst.While)
-                                       for name in _names_of(around.test)}
-    if not counters:
+    counters = _step_counters(loop)
+    # `while global_step < max_steps:` (or `while keep_training:`, a flag the pass clears at the
+    # count) around the pass starts passes until the count is reached, however few batches a
+    # share holds: the budget is met on every rank.
+    set_in_pass = counters | {target.value for assign in find_all(loop.body, cst.AssignTarget, into_functions=False)
+                              for target in [assign.target] if isinstance(target, cst.Name)}
+    if not counters or any(isinstance(around, cst.While) and _names_of(around.test) & set_in_pass for around in outer):
         return
     # The pass's own breaks, and those of the epoch loop around it (`if global_step >=
     # max_steps: break` after the pass): a count the pass keeps stops the training either way.
@@ -236,6 +238,9 @@ CASES = (
     Silent(TRAINING.replace("        optimizer.step()\n", "        optimizer.step()\n        steps += 1\n"
                             "        if steps >= 20:\n            break\n").replace(
         "for epoch in range(3):", "steps = 0\nwhile steps < 20:"), "DDP418"),
+    Silent(TRAINING.replace("        optimizer.step()\n", "        optimizer.step()\n        steps += 1\n"
+                            "        if steps >= 20:\n            going = False\n            break\n").replace(
+        "for epoch in range(3):", "steps, going = 0, True\nwhile going:"), "DDP418"),
     # A sum of losses is no count of steps.
     Silent(TRAINING.replace("        optimizer.step()\n", "        optimizer.step()\n        total += loss\n"
                             "        if total > 5.0:\n            break\n").replace(
