@@ -103,6 +103,8 @@ class FunctionEffects:
         self.classes = [node.name for node in tree.body if isinstance(node, ast.ClassDef)]
         self._class_nodes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
         self._untrained: Optional[frozenset[str]] = None
+        # evaluated_parameters per function: every call of it in every importing file asks.
+        self._evaluated: dict[str, tuple[list[str], set[str]]] = {}
         self._class_of: dict[str, str] = {}
         for node in tree.body:
             if isinstance(node, ast.ClassDef):
@@ -1034,6 +1036,8 @@ class FunctionEffects:
         caller hands. A loop this module's own migration reads through evaluation_share and
         gathers is not one: it runs a model it is handed (`model(inputs)`) and goes over the
         whole loader (no `break`, islice or zip with a range, which keep it per rank)."""
+        if depth == 0 and name in self._evaluated:
+            return self._evaluated[name]
         function = self._functions.get(name)
         if function is None or self.class_of(name) is not None or depth > 3 or self.trains(name):
             return [], set()
@@ -1052,6 +1056,8 @@ class FunctionEffects:
             handed = [*zip(inner_positional, call.args), *((k.arg, k.value) for k in call.keywords)]
             evaluated |= {value.id for parameter, value in handed
                           if parameter in inner and isinstance(value, ast.Name) and value.id in parameters}
+        if depth == 0:
+            self._evaluated[name] = (positional, evaluated)
         return positional, evaluated
 
     def walked_parameters(self, name: str) -> tuple[list[str], set[str]]:
