@@ -566,6 +566,12 @@ class Project:
         definition = self._definition(qualified)
         return ([], set()) if definition is None else definition[0].iterated_parameters(definition[1])
 
+    def evaluated_parameters(self, qualified: str) -> tuple[list[str], set[str]]:
+        """For a function that takes no training step: its positional parameters and those it
+        loops over, itself or through functions of its module (effects.evaluated_parameters)."""
+        definition = self._definition(qualified)
+        return ([], set()) if definition is None else definition[0].evaluated_parameters(definition[1])
+
     def walked_parameters(self, qualified: str) -> tuple[list[str], set[str]]:
         """For a function: its positional parameters and those whose parameters or submodules
         it walks (effects.walked_parameters)."""

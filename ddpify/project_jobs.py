@@ -26,6 +26,7 @@ from ddpify.rules import frameworks
 from ddpify.selfcheck import _line_map
 from ddpify.selfcheck.project import (
     Module,
+    capped_shares_measured_elsewhere,
     samplers_never_given_an_epoch,
     shares_measured_elsewhere,
     unwrapped_training,
@@ -246,7 +247,8 @@ def check_project(planned: Sequence[Job], prepared: Sequence[Report]) -> None:
         modules.append(Module(report.path, text, frozenset(d.code for d in report.diagnostics), original))
         originals.append(original)
     for code, found in (("DDP911", unwrapped_training(modules)), ("DDP912", samplers_never_given_an_epoch(modules)),
-                        ("DDP943", shares_measured_elsewhere(modules))):
+                        ("DDP943", shares_measured_elsewhere(modules)),
+                        ("DDP953", capped_shares_measured_elsewhere(modules))):
         if found is None:
             continue
         path, line, detail = found

@@ -1355,6 +1355,7 @@ class Collector(cst.CSTVisitor):
                 self.facts.calls_returning_trackers.append((node, slot))
             if not self.project.trains(qualified):
                 self._note_moved_in_place(node, qualified)
+                self._note_evaluated_arguments(node, qualified)
             self._note_files_and_numbers(node, qualified)
             positional, run_in_part = self.project.parameters_run_in_part(qualified)
             if run_in_part:
@@ -1545,6 +1546,14 @@ class Collector(cst.CSTVisitor):
                 elif name not in known:
                     known.add(name)
                     self.facts.models.append(Model(name, self.facts.statement_of(call), self.facts.function_of(call)))
+
+    def _note_evaluated_arguments(self, call: cst.Call, qualified: str) -> None:
+        """The arguments a function of another module of the project evaluates over."""
+        positional, evaluated = self.project.evaluated_parameters(qualified)
+        for parameter in sorted(evaluated):
+            value = argument_among(call, parameter, positional)
+            if value is not None:
+                self.facts.loaders_evaluated_elsewhere.setdefault(call, []).append(value)
 
     def _note_iterated_arguments(self, call: cst.Call) -> None:
         """The arguments a training function or Trainer of the project loops over."""

@@ -103,6 +103,8 @@ class FunctionEffects:
         self.classes = [node.name for node in tree.body if isinstance(node, ast.ClassDef)]
         self._class_nodes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
         self._untrained: Optional[frozenset[str]] = None
+        # evaluated_parameters per function: every call of it in every importing file asks.
+        self._evaluated: dict[str, tuple[list[str], set[str]]] = {}
         self._class_of: dict[str, str] = {}
         for node in tree.body:
             if isinstance(node, ast.ClassDef):
@@ -1078,6 +1080,39 @@ class FunctionEffects:
         held = _kept_parameters(function, parameters) if owner is not None else {}
         return positional, {held.get(found, found) for found in self._iterated_reads(function, owner)} & parameters
 
+    def evaluated_parameters(self, name: str, depth: int = 0) -> tuple[list[str], set[str]]:
+        """(the positional parameters, those a `for` loop goes over without a training step and
+        keeps per rank) of a plain function of this module that takes none, itself or through
+        the functions of this module it hands the parameter to (`evaluate_model(model,
+        train_loader, ...)` calling `calc_loss_loader(train_loader, model, device,
+        num_batches=eval_iter)`): a loader handed in there is evaluated over, whatever loader the
+        caller hands. A loop this module's own migration reads through evaluation_share and
+        gathers is not one: it runs a model it is handed (`model(inputs)`) and goes over the
+        whole loader (no `break`, islice or zip with a range, which keep it per rank)."""
+        if depth == 0 and name in self._evaluated:
+            return self._evaluated[name]
+        function = self._functions.get(name)
+        if function is None or self.class_of(name) is not None or depth > 3 or self.trains(name):
+            return [], set()
+        positional = self._positional(name, function)
+        parameters = set(positional) | {arg.arg for arg in function.args.kwonlyargs}
+        evaluated = {found for loop in ast_walk.walk(function) if isinstance(loop, ast.For)
+                     and not _gathered_where_migrated(loop, parameters)
+                     for found in _dotted_reads(loop.iter) & parameters}
+        for call in ast_walk.walk(function):
+            if not isinstance(call, ast.Call):
+                continue
+            callee = self.qualified(dotted_ast(call.func) or "")
+            if callee == name or callee not in self._functions:
+                continue
+            inner_positional, inner = self.evaluated_parameters(callee, depth + 1)
+            handed = [*zip(inner_positional, call.args), *((k.arg, k.value) for k in call.keywords)]
+            evaluated |= {value.id for parameter, value in handed
+                          if parameter in inner and isinstance(value, ast.Name) and value.id in parameters}
+        if depth == 0:
+            self._evaluated[name] = (positional, evaluated)
+        return positional, evaluated
+
     def walked_parameters(self, name: str) -> tuple[list[str], set[str]]:
         """(the positional parameters, those whose parameters or submodules the function walks:
         `for n, p in model.named_parameters()`) of a function, not a class: what it returns
@@ -1606,6 +1641,16 @@ def _kept_parameters(function: ast.FunctionDef, parameters: set[str]) -> dict[st
                         and isinstance(held.value, ast.Name) and held.value.id == "self":
                     kept[f"self.{held.attr}"] = value.id
     return kept
+
+
+def _gathered_where_migrated(loop: ast.For, parameters: set[str]) -> bool:
+    """The loop calls a parameter (the model handed in) and goes over its whole loader: the
+    module's migration takes this rank's share and gathers its figures (rules/evaluation.py)."""
+    capped = any(isinstance(node, ast.Break) for node in ast_walk.walk(loop)) or any(
+        isinstance(node, ast.Call) and (dotted_ast(node.func) or "").rsplit(".", 1)[-1] in ("islice", "zip")
+        for node in ast_walk.walk(loop.iter))
+    return not capped and any(isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                              and node.func.id in parameters for node in ast_walk.walk(loop))
 
 
 def _dotted_reads(node: ast.expr) -> set[str]:

@@ -395,6 +395,10 @@ class FactRecord:
     load_calls: list[cst.Call] = field(default_factory=list)
     # Calls of a function of another module of the project that reads a file with torch.load.
     helper_load_calls: list[cst.Call] = field(default_factory=list)
+    # Calls of a function of another module of the project that loops over an argument without
+    # a training step (`calc_loss_loader(train_loader, model, device, num_batches=5)`): the
+    # arguments it evaluates over, as a loop of this file over them would.
+    loaders_evaluated_elsewhere: dict[cst.Call, list[cst.BaseExpression]] = field(default_factory=dict)
     # Calls of a function or method of another module of the project that writes a file
     # somewhere inside (`fit(model, ...)` whose epoch loop saves the best model on rank 0).
     helper_write_calls: list[cst.Call] = field(default_factory=list)

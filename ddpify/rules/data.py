@@ -206,7 +206,22 @@ def _plan_loader(facts: Facts, edits: Edits, setup: Plan, loader: Loader) -> Non
 
 def _evaluation_passes(facts: Facts, loader: Loader) -> list[cst.CSTNode]:
     return [*_evaluation_loops(facts, loader), *_other_factory_calls(facts, loader),
-            *_comprehension_passes(facts, loader)]
+            *_comprehension_passes(facts, loader), *_evaluations_in_other_modules(facts, loader)]
+
+
+def _evaluations_in_other_modules(facts: Facts, loader: Loader) -> list[cst.Call]:
+    """Rule: a training loader handed to a function of another module of the project that
+    loops over it without a training step (`calc_loss_loader(train_loader, model, device,
+    num_batches=eval_iter)` imported from a helper module, or an `evaluate_model` there that
+    hands it on to one) is evaluated over there, as the same loop in this file would be: the
+    same answer (DDP213) whichever file the helper sits in. That module's loop cannot tell a
+    training loader's share from an evaluation loader, so its figures are rank 0's share."""
+    holders = facts.loader_holders_of(loader)
+    return sorted((
+        call for call, values in facts.loaders_evaluated_elsewhere.items()
+        if any((name := facts.held_name(value)) is not None and held == name and facts.sees_value(call, name, function)
+               for value in values for function, held in holders)
+    ), key=facts.line_of)
 
 
 def _check_evaluation_passes(facts: Facts, edits: Edits, setup: Plan, loader: Loader, gathered: bool = True) -> None:
@@ -228,7 +243,25 @@ def _check_evaluation_passes(facts: Facts, edits: Edits, setup: Plan, loader: Lo
     if gathered and len(loops) == len(evaluation) and all(_runs_a_model(facts, loop) for loop in loops):
         setup.training_loaders_evaluated.append((loader, loops))  # evaluation.py says which
     else:
-        edits.report("DDP213", first, None if _runs_a_model(facts, first) else STATISTICS_PASS)
+        edits.report("DDP213", first, _evaluation_message(facts, edits, first))
+
+
+def _evaluation_message(facts: Facts, edits: Edits, first: cst.CSTNode) -> Optional[str]:
+    if isinstance(first, cst.Call) and first in facts.loaders_evaluated_elsewhere:
+        return (f"{TRAINING_LOADER_EVALUATED_ELSEWHERE}: `{edits.code(first.func)}`, of another module of the "
+                "project, loops over it without a training step; under torchrun it reads this rank's share, "
+                "so its figures would be rank 0's share: evaluate on a loader built without the "
+                "DistributedSampler")
+    return None if _runs_a_model(facts, first) or _hands_a_model_on(facts, first) else STATISTICS_PASS
+
+
+def _hands_a_model_on(facts: Facts, node: cst.CSTNode) -> bool:
+    """The pass hands a model to a call (`losses.append(batch_loss(model, batch, device).item())`):
+    it evaluates through that function, and is said as an evaluation, not as statistics."""
+    held = {name for model in facts.models for _, name in facts.model_holders(model)}
+    body = node.body if isinstance(node, cst.For) else None
+    return body is not None and any(
+        dotted_name(arg.value) in held for call in calls_within(body) for arg in call.args)
 
 
 def _report_batch_sampler(facts: Facts, edits: Edits, loader: Loader) -> None:
@@ -299,6 +332,7 @@ def _library_stream(facts: Facts, call: cst.Call) -> bool:
     return qualified == "datasets.load_dataset" and isinstance(streaming, cst.Name) and streaming.value == "True"
 
 
+TRAINING_LOADER_EVALUATED_ELSEWHERE = "a loader built for training is also used for evaluation"
 STATISTICS_PASS = ("a loader built for training is also read by a statistics pass: under torchrun it "
                    "sees this rank's share, so what it computes (a scaler's mean, class counts) differs "
                    "per rank: compute it over a loader built without the DistributedSampler")

@@ -91,25 +91,65 @@ def _report_step_count_cut(facts: Facts, edits: Edits, loop: cst.For) -> None:
     script's own (not the data set's length, DDP224): every rank stops at step k as one process
     did while its share lasts, so the migration keeps it, and says where a share ends first. A
     count set from a length (`self.len_epoch = len(self.data_loader)`) follows the share."""
-    cap = batch_cap(loop.iter)
+    cap = batch_cap(loop.iter) or _islice_stop(loop.iter)
     if cap is not None and not _set_from_a_length(facts, cap):
-        edits.report("DDP418", cap)  # `for step, batch in zip(range(k), loader)`
-    counter = _enumerate_counter(loop)
-    if counter is None:
+        edits.report("DDP418", cap)  # `zip(range(k), loader)`, `itertools.islice(loader, k)`
         return
-    for test in _break_tests(loop):
+    outer = facts.enclosing_for_and_while_loops(loop)
+    counters = _step_counters(loop)
+    # `while global_step < max_steps:` (or `while keep_training:`, a flag the pass clears at the
+    # count) around the pass starts passes until the count is reached, however few batches a
+    # share holds: the budget is met on every rank.
+    set_in_pass = counters | {target.value for assign in find_all(loop.body, cst.AssignTarget, into_functions=False)
+                              for target in [assign.target] if isinstance(target, cst.Name)}
+    if not counters or any(isinstance(around, cst.While) and _names_of(around.test) & set_in_pass for around in outer):
+        return
+    # The pass's own breaks, and those of the epoch loop around it (`if global_step >=
+    # max_steps: break` after the pass): a count the pass keeps stops the training either way.
+    for test in [*_break_tests(loop), *(_break_tests(outer[0]) if outer else [])]:
         if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1 or find_all(test, cst.Call):
             continue
         sides = (test.left, test.comparisons[0].comparator)
-        counted = [side for side in sides if counter in _names_of(side)]
-        counts = [side for side in sides if counter not in _names_of(side)]
+        counted = [side for side in sides if counters & _names_of(side)]
+        counts = [side for side in sides if not counters & _names_of(side)]
         if len(counted) == 1 and not any(_set_from_a_length(facts, count) for count in counts):
             edits.report("DDP418", test)
+            return
 
 
-def _set_from_a_length(facts: Facts, count: cst.BaseExpression) -> bool:
-    return any(dotted_name(call.func) == "len" for value in facts.assigned_values.get(dotted_name(count) or "", [])
-               for call in find_all(value, cst.Call))
+def _islice_stop(iterated: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """k in `itertools.islice(loader, k)` (or `islice(loader, start, k)`, under enumerate or
+    tqdm): the pass takes the first k batches, as a break at step k would."""
+    for call in find_all(iterated, cst.Call):
+        if (dotted_name(call.func) or "").rsplit(".", 1)[-1] == "islice" and len(call.args) in (2, 3):
+            stop = call.args[len(call.args) - 1 if len(call.args) == 2 else 2].value
+            if not (isinstance(stop, cst.Name) and stop.value == "None"):
+                return stop
+    return None
+
+
+def _step_counters(loop: cst.For) -> set[str]:
+    """The names that count the pass's steps: `step` in `for step, (x, y) in enumerate(loader)`,
+    and a name the pass adds a whole number to at every step, in its own body (`global_step +=
+    1`); not one added to under a test (an early stop's `bad += 1`), nor a sum of losses."""
+    counters = {counter} if (counter := _enumerate_counter(loop)) is not None else set()
+    return counters | {
+        added.target.value for line in _simple_lines(loop.body) for added in line.body
+        if isinstance(added, cst.AugAssign) and isinstance(added.operator, cst.AddAssign)
+        and isinstance(added.target, cst.Name) and isinstance(added.value, cst.Integer)}
+
+
+def _set_from_a_length(facts: Facts, count: cst.BaseExpression, depth: int = 0) -> bool:
+    """The count reads a length, itself or through the names it is computed from (`remaining =
+    epoch * steps_per_epoch - step` after `steps_per_epoch = len(train_loader)`, a resumed
+    epoch's rest): it follows the share."""
+    if depth > 2:
+        return False
+    values = [count] if depth == 0 and not isinstance(count, (cst.Name, cst.Attribute)) else \
+        facts.assigned_values.get(dotted_name(count) or "", [])
+    return any(dotted_name(call.func) == "len" for value in values for call in find_all(value, cst.Call)) or any(
+        _set_from_a_length(facts, name, depth + 1) for value in values for name in find_all(value, cst.Name)
+        if name is not count and dotted_name(name) != dotted_name(count))
 
 
 def _enumerate_counter(loop: cst.For) -> Optional[str]:
@@ -126,7 +166,7 @@ def _names_of(node: cst.BaseExpression) -> set[str]:
     return {name.value for name in find_all(node, cst.Name)}
 
 
-def _break_tests(loop: cst.For) -> list[cst.BaseExpression]:
+def _break_tests(loop: Union[cst.For, cst.While]) -> list[cst.BaseExpression]:
     """The tests of the `if`s of the loop's body (not of a loop nested in it) that break
     out of it."""
     nested = [node for kind in (cst.For, cst.While) for node in find_all(loop.body, kind, into_functions=False)]
@@ -181,6 +221,30 @@ CASES = (
     Silent(_cut("loss.item() < 0.1"), "DDP418"),
     Emits(TRAINING.replace("for x, y in loader:", "for _, (x, y) in zip(range(3), loader):"), "DDP418", ()),
     Silent(_cut("step == steps").replace("for epoch", "steps = len(loader)\nfor epoch"), "DDP418"),
+    Emits(TRAINING.replace("for x, y in loader:", "for i, (x, y) in enumerate(islice(loader, 0, 5)):").replace(
+        "import torch\n", "from itertools import islice\n\nimport torch\n"), "DDP418", ()),
+    Silent(TRAINING.replace("for x, y in loader:", "for x, y in islice(loader, None):").replace(
+        "import torch\n", "from itertools import islice\n\nimport torch\n"), "DDP418"),
+    # A counter the pass keeps, tested in the pass or in the epoch loop around it.
+    Emits(TRAINING.replace("        optimizer.step()\n", "        optimizer.step()\n        steps += 1\n").replace(
+        "    print(epoch, loss.item())\n", "    if steps >= 20:\n        break\n").replace(
+        "for epoch", "steps = 0\nfor epoch"), "DDP418", ()),
+    # The rest of a resumed epoch, computed from the loader's length: the share's.
+    Silent(TRAINING.replace("for x, y in loader:", "for x, y in islice(loader, rest):").replace(
+        "import torch\n", "from itertools import islice\n\nimport torch\n").replace(
+        "for epoch in range(3):\n", "per_epoch = len(loader)\nstep = 0\nfor epoch in range(3):\n"
+        "    rest = (epoch + 1) * per_epoch - step\n"), "DDP418"),
+    # A budget of steps a `while` on the count keeps passing over the data to reach.
+    Silent(TRAINING.replace("        optimizer.step()\n", "        optimizer.step()\n        steps += 1\n"
+                            "        if steps >= 20:\n            break\n").replace(
+        "for epoch in range(3):", "steps = 0\nwhile steps < 20:"), "DDP418"),
+    Silent(TRAINING.replace("        optimizer.step()\n", "        optimizer.step()\n        steps += 1\n"
+                            "        if steps >= 20:\n            going = False\n            break\n").replace(
+        "for epoch in range(3):", "steps, going = 0, True\nwhile going:"), "DDP418"),
+    # A sum of losses is no count of steps.
+    Silent(TRAINING.replace("        optimizer.step()\n", "        optimizer.step()\n        total += loss\n"
+                            "        if total > 5.0:\n            break\n").replace(
+               "for epoch", "total = 0.0\nfor epoch"), "DDP418"),
     # --keep-global-batch divides the batch instead: each rank reaches the original count.
     Silent(_cut("step == len(dataset) // 8"), "DDP224", Options(keep_global_batch=True)),
     # A break under a test whose body also holds a block of its own (`if args.dry_run:`).

@@ -4,9 +4,9 @@ cannot show the contract's properties there.
 Like black's safe mode, it is a second opinion that shares nothing with the first: the
 transforms read the script with libcst and ddpify.analysis; this reads the original and the
 output with the stdlib `ast` and a few simple, conservative rules (DDP910-DDP917, DDP919,
-DDP922-DDP929, DDP932, DDP933, DDP935, DDP939, DDP941, DDP947-DDP949, DDP951, DDP956, DDP957). What it
-cannot show is a warning naming the line of the original where the defect is (the output line is in the message), so the
-run exits 1 and the file is still written.
+DDP922-DDP929, DDP932, DDP933, DDP935, DDP939, DDP941, DDP947-DDP949, DDP951, DDP953, DDP956,
+DDP957). What it cannot show is a warning naming the line of the original where the defect is (the
+output line is in the message), so the run exits 1 and the file is still written.
 """
 import ast
 import difflib
@@ -16,6 +16,7 @@ from typing import Callable, Optional
 from ddpify.diagnostics import Diagnostic, rule_of
 from ddpify.selfcheck.aliases import aliases_trained_around_the_wrap, wrappers_moved_through_an_alias
 from ddpify.selfcheck.capped_gathers import gathered_capped_figures
+from ddpify.selfcheck.capped_shares import capped_share_figures
 from ddpify.selfcheck.dominance import wraps_off_the_training_path
 from ddpify.selfcheck.early_copies import copies_never_synced
 from ddpify.selfcheck.file_races import file_races
@@ -112,12 +113,13 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
         *cpu_tensors_in_collectives(after),
         *loads_without_map_location(after),
         *copies_never_synced(after),
+        *capped_share_figures(after),
     ]
     # A fixed GPU the migration already reported where it is (DDP003) is not counted twice.
     # Likewise a part of the model whose requires_grad changes after its wrap (DDP111).
     # Likewise a pass over a training loader's share the migration reported (DDP213).
     reported = {"DDP924": _lines_of(diagnostics, ("DDP003",)), "DDP928": _lines_of(diagnostics, ("DDP111",)),
-                "DDP943": _lines_of(diagnostics, ("DDP213",)),
+                "DDP943": _lines_of(diagnostics, ("DDP213",)), "DDP953": _lines_of(diagnostics, ("DDP213",)),
                 "DDP939": _lines_of(diagnostics, DIVERGENCE_REPORTED)}
     found = [Diagnostic(code, line, 1, f"{rule_of(code).summary}: {detail}") for code, line, detail in in_original]
     found += [Diagnostic(code, to_original(line), 1, f"{rule_of(code).summary} (output line {line}): {detail}")

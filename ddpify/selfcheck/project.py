@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ddpify import ast_walk
+from ddpify.selfcheck.capped_shares import capped_share_measured_in_another_module
 from ddpify.selfcheck.models import WRAPPERS
 from ddpify.selfcheck.shared_figures import share_measured_in_another_module
 from ddpify.selfcheck.source import Source, dotted, last_part
@@ -120,6 +121,16 @@ def _optimizer_step(call: ast.Call) -> bool:
     if last_part(call.func) != "step" or not isinstance(call.func, ast.Attribute):
         return False
     return "sched" not in (dotted(call.func.value) or "").lower()
+
+
+def capped_shares_measured_elsewhere(modules: Sequence[Module]) -> Optional[tuple[str, int, str]]:
+    """(path, line, message) of a loop in one module that measures the first batches of a loader
+    another module gave a DistributedSampler and handed to it, with nothing gathering them
+    (capped_shares, DDP953), unless the migration reported such a pass (DDP213)."""
+    if any("DDP213" in module.codes for module in modules):
+        return None
+    sources = [(module.path, source) for module in modules if (source := _source(module.text)) is not None]
+    return capped_share_measured_in_another_module(sources)
 
 
 def shares_measured_elsewhere(modules: Sequence[Module]) -> Optional[tuple[str, int, str]]:

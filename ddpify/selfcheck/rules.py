@@ -1,5 +1,5 @@
 """The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935, DDP938, DDP939, DDP941,
-DDP943, DDP947, DDP948, DDP949, DDP951, DDP956, DDP957): what a second reading of ddpify's own output can
+DDP943, DDP947, DDP948, DDP949, DDP951, DDP953, DDP956, DDP957): what a second reading of ddpify's own output can
 find wrong. The detection is in this package (gathers, loaders, models, output, setup); the rules and their cases
 live here, beside it, rather than in ddpify/rules/, whose units plan edits.
 """
@@ -114,6 +114,17 @@ RULES = (
          "then keeps rank 0's figures alone (`shares = shares[:1]`).",
          "Evaluate the capped loop on the whole loader on every rank (no DistributedSampler, no "
          "gather), or give each rank its part of the k batches."),
+    Rule("DDP953", Severity.WARNING, "self-check: the first batches of a sharded loader are measured per rank",
+         "The self-check reads on its own which loops measure a count of batches: `if i >= num_batches: "
+         "break` on a value the loop sets, `islice(loader, k)` or `zip(range(k), loader)`, stepping "
+         "nothing and adding up or listing figures, over a loader the output gave a DistributedSampler "
+         "(where it is built, in a function of its file it is handed to, or in a function of another "
+         "module of the project and those it hands it on to), with nothing gathering them. One process "
+         "measured the loader's first k batches; each rank now measures k batches of its own share, and "
+         "rank 0 prints its share's figure (`calc_loss_loader(train_loader, model, device, num_batches=5)` "
+         "over the training loader).",
+         "Measure on a loader built without the DistributedSampler (every rank takes the same k batches), "
+         "or gather the sums and counts of each rank's part of the k batches."),
     Rule("DDP938", Severity.WARNING, "self-check: an optimizer steps during the pass of a loader left whole",
          "The self-check reads on its own which passes train: a loop over the loader (where it is "
          "built, in a function of the file it is handed to, or unpacked from a returned tuple) that "
@@ -332,6 +343,25 @@ print(total / 2)
 """
 _CAPPED_GATHERED = _CAPPED.replace("print(total", "total = sum(every_rank(total))\nprint(total").replace(
     "import torch\n", "import torch\n\n\ndef every_rank(value):\n    return [value]\n\n\n", 1)
+
+
+# The training loader's first batches measured by a helper (DDP953 once the loader is sharded).
+_FIRST_BATCHES = TRAINING + """
+
+def first_batches_loss(data_loader, num_batches):
+    total = 0.0
+    for i, (x, y) in enumerate(data_loader):
+        if i >= num_batches:
+            break
+        total += torch.nn.functional.mse_loss(model(x.to(device)), y.to(device)).item()
+    return total / num_batches
+
+
+print(first_batches_loss(loader, 2))
+"""
+_FIRST_BATCHES_SHARDED = "from torch.utils.data.distributed import DistributedSampler\n" + _FIRST_BATCHES.replace(
+    "device = torch", 'torch.distributed.init_process_group("gloo")\ndevice = torch').replace(
+    "batch_size=8, shuffle=True)", "batch_size=8, sampler=DistributedSampler(dataset))")
 
 
 def _drawn(text: str) -> str:
@@ -870,6 +900,12 @@ CASES = (
         "        total +=", "        if dry_run:\n            break\n        total +="), "DDP947"),
     Flags(_drawn(_CAPPED), _drawn(_CAPPED_GATHERED), "DDP947"),
     Silent(_CAPPED, "DDP947"),
+    # The training loader's first batches measured per rank, in a helper it is handed to (DDP953).
+    Flags(_FIRST_BATCHES, _FIRST_BATCHES_SHARDED, "DDP953"),
+    Flags(_FIRST_BATCHES, _FIRST_BATCHES_SHARDED.replace("enumerate(data_loader)", "enumerate(islice(data_loader, 5))")
+          .replace("import torch\n", "from itertools import islice\n\nimport torch\n", 1).replace(
+              "        if i >= num_batches:\n            break\n", ""), "DDP953"),
+    Silent(_CAPPED, "DDP953"),
     # A GPU index kept in a name (`gpu = 0`), handed to `.to()`: GPU 0 on every rank.
     Flags(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)", _GPU_IN_A_NAME),
           _JOINED.replace("model = torch.nn.Linear(4, 1).to(device)", _GPU_IN_A_NAME), "DDP924"),
