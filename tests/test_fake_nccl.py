@@ -106,7 +106,7 @@ def test_a_sum_on_the_cpu_and_a_load_without_map_location_fail_the_fake_nccl_and
     run, findings, _, _ = run_under_fake_nccl(broken, tmp_path / "sums")
     assert run.returncode != 0
     assert findings and all("dist.all_reduce handed a CPU tensor" in finding for finding in findings), findings
-    run, findings, _, _ = run_under_fake_nccl(DATA / "broken" / "load_without_map_location.py", tmp_path / "load")
+    run, findings, _, _ = run_under_fake_nccl(DATA / "fake_nccl" / "load_without_map_location.py", tmp_path / "load")
     assert run.returncode != 0
     assert any("torch.load without map_location" in finding for finding in findings), findings
     unmoved = tmp_path / "wrap_on_the_cpu.py"
