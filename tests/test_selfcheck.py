@@ -1243,3 +1243,22 @@ def test_a_gather_over_each_ranks_first_batches_is_found():
     zipped = migrated.replace("        for data, target in test_loader:",
                               "        for _, (data, target) in zip(range(3), test_loader):")
     assert "DDP947" in {d.code for d in check(original, zipped, [])}
+
+
+PRUNED = ["oldest_checkpoints_unlinked_while_more_than_the_limit",
+          "saved_paths_listed_and_removed_while_over_the_limit",
+          "step_folders_pruned_from_a_deque_while_over_the_limit"]
+
+
+@pytest.mark.parametrize("name", PRUNED)
+def test_a_loop_only_rank0_can_end_is_found(name):
+    """DDP952: each fixture's output guards the whole `while len(saved) > keep:` pruning loop;
+    main's output before races22 guarded the statement inside it (the pop that ends the loop
+    ran on rank 0 alone, and the other ranks looped forever: both runs killed after 60 s)."""
+    folder = FIXTURES / "checkpoints" / name
+    original, migrated = (folder / "input.py").read_text(), (folder / "expected.py").read_text()
+    assert "DDP952" not in codes(original, migrated)
+    guard_outside = re.compile(r"^( *)if (is_main\w*(?:\(\))?):\n\1    (while .*:)\n\1        (.*)\n", re.MULTILINE)
+    broken = guard_outside.sub(r"\1\3\n\1    if \2:\n\1        \4\n", migrated)
+    assert broken != migrated
+    assert "DDP952" in codes(original, broken)

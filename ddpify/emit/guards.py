@@ -4,23 +4,37 @@ from collections.abc import Set as AbstractSet
 
 import libcst as cst
 
+from ddpify.analysis.nodes import dotted_name, find_all
 from ddpify.emit.edits import Edits
+
+# Calls a `while` test may make and still only read (by the last part of their name): lengths
+# and sums of lists, and what is in a folder.
+_READING_IN_A_TEST = frozenset({
+    "len", "sum", "min", "max", "any", "all", "sorted", "list", "exists", "isdir", "isfile", "listdir", "glob",
+    "iglob", "getsize", "getmtime", "is_file", "is_dir", "iterdir", "stat",
+})
 
 
 def fold_into_loops_and_withs(edits: Edits, keep_inside: AbstractSet[cst.For]) -> None:
     """`for name, p in model.named_parameters(): writer.add_histogram(...)` becomes one guard
     around the loop rather than a guard inside it. Innermost first, so nesting folds up; never
-    around a loop in `keep_inside` (a training loop, whose steps every rank takes)."""
+    around a loop in `keep_inside` (a training loop, whose steps every rank takes).
+
+    A `while` too, where its test only reads (`while len(checkpoints) > keep:
+    os.remove(checkpoints.pop(0))`): with the guard inside, the statement that brings the test
+    to its end (the pop) would run on rank 0 alone, and every other rank would loop forever."""
     changed = True
     while changed:
         changed = False
         for statement in list(edits.guarded):
             parent = edits.facts.parents.get(statement)
             compound = edits.facts.parents.get(parent) if parent is not None else None
-            if not isinstance(compound, (cst.For, cst.With)) or compound.body is not parent:
+            if not isinstance(compound, (cst.For, cst.With, cst.While)) or compound.body is not parent:
                 continue
             block = compound.body
-            if isinstance(compound, cst.For) and compound.orelse is not None:
+            if isinstance(compound, (cst.For, cst.While)) and compound.orelse is not None:
+                continue
+            if isinstance(compound, cst.While) and not _only_reads(compound.test):
                 continue
             if compound in edits.guarded or compound in keep_inside:
                 continue
@@ -36,6 +50,12 @@ def fold_into_loops_and_withs(edits: Edits, keep_inside: AbstractSet[cst.For]) -
                 del edits.guarded[inner]
             edits.guarded[compound] = guard
             changed = True
+
+
+def _only_reads(test: cst.BaseExpression) -> bool:
+    """A `while` test that rank 0 alone may run: no `:=`, no call but _READING_IN_A_TEST's."""
+    return not find_all(test, cst.NamedExpr) and all(
+        (dotted_name(call.func) or "").rpartition(".")[2] in _READING_IN_A_TEST for call in find_all(test, cst.Call))
 
 
 def drop_guards_inside_guards(edits: Edits) -> None:

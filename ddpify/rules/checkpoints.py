@@ -413,6 +413,16 @@ def _only_tells(facts: Facts, call: cst.Call, loggers: set[str]) -> bool:
     return receiver in loggers or last in ("log", "logging") or last.endswith("logger")
 
 
+# Methods that put a value in a list or deque (`saved.append(path)`, to prune later): no read.
+_STORING_METHODS = frozenset({"append", "appendleft", "extend", "insert"})
+
+
+def _only_stores(call: cst.Call) -> bool:
+    """`saved.append(path)` keeps the path's name and never opens the file: no barrier before
+    it (one per epoch would be a cost and a collective for nothing)."""
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value in _STORING_METHODS
+
+
 def _barrier_before_reading_written_paths(facts: Facts, edits: Edits, setup: Plan,
                                          waiting: set[Statement]) -> None:
     """Rule: a file that rank 0 alone writes (`json.dump(results, open(path, "w"))`, `with
@@ -432,7 +442,7 @@ def _barrier_before_reading_written_paths(facts: Facts, edits: Edits, setup: Pla
     not_reads = {call for qualified in _NOT_READS for call in facts.calls_named.get(qualified, ())}
     loggers = logger_names(facts)
     not_reads |= {call for calls in facts.calls_by_callee.values() for call in calls
-                  if _only_tells(facts, call, loggers)}
+                  if _only_tells(facts, call, loggers) or _only_stores(call)}
     done = waiting  # (shared: a barrier placed here serves a delete after it, DDP324)
     # (A function that downloads runs its files on local rank 0 while the others wait at
     # downloads.py's barrier: another barrier there would pair with that one.)

@@ -4,7 +4,7 @@ cannot show the contract's properties there.
 Like black's safe mode, it is a second opinion that shares nothing with the first: the
 transforms read the script with libcst and ddpify.analysis; this reads the original and the
 output with the stdlib `ast` and a few simple, conservative rules (DDP910-DDP917, DDP919,
-DDP922-DDP929, DDP932, DDP933, DDP935, DDP939, DDP941, DDP947-DDP949). What it cannot show is a warning
+DDP922-DDP929, DDP932, DDP933, DDP935, DDP939, DDP941, DDP947-DDP949, DDP952). What it cannot show is a warning
 naming the line of the original where the defect is (the output line is in the message), so the
 run exits 1 and the file is still written.
 """
@@ -19,6 +19,7 @@ from ddpify.selfcheck.capped_gathers import gathered_capped_figures
 from ddpify.selfcheck.dominance import wraps_off_the_training_path
 from ddpify.selfcheck.file_races import file_races
 from ddpify.selfcheck.gathers import misplaced_gathers
+from ddpify.selfcheck.guarded_exits import loops_ended_by_rank0_alone
 from ddpify.selfcheck.loaders import LEFT_WHOLE_CODES, NO_EPOCH_LOOP_CODES, unsharded_loaders
 from ddpify.selfcheck.models import (
     DROPPED_MOVE_CODES,
@@ -106,6 +107,7 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
         *ungathered_share_figures(after),
         *decisions_on_per_rank_values(after),
         *file_races(after),
+        *loops_ended_by_rank0_alone(after),
         *gathered_capped_figures(after),
     ]
     # A fixed GPU the migration already reported where it is (DDP003) is not counted twice.
