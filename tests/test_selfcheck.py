@@ -1262,3 +1262,21 @@ def test_a_loop_only_rank0_can_end_is_found(name):
     broken = guard_outside.sub(r"\1\3\n\1    if \2:\n\1        \4\n", migrated)
     assert broken != migrated
     assert "DDP952" in codes(original, broken)
+
+
+SHAPE_MATCHED_DELETES = ["last_epochs_averaged_then_their_files_globbed_away",
+                         "best_path_bound_once_reloaded_then_its_run_folder_removed",
+                         "best_file_under_a_path_folder_reloaded_then_the_folder_unlinked"]
+
+
+@pytest.mark.parametrize("name", SHAPE_MATCHED_DELETES)
+def test_a_delete_of_what_ranks_read_under_another_spelling_is_found(name):
+    """DDP941 by the paths' shapes: a glob's loop variable, a name bound once, pathlib's unlink.
+    main's output before races22 had no barrier between the read and rank 0's delete (rank 1
+    slowed by 2 s before its read: FileNotFoundError in all three)."""
+    folder = FIXTURES / "checkpoints" / name
+    original, migrated = (folder / "input.py").read_text(), (folder / "expected.py").read_text()
+    assert "DDP941" not in codes(original, migrated)
+    barrier = re.compile(r"^( *)if distributed:\n\1    dist\.barrier\(\)  # every rank has read.*\n", re.MULTILINE)
+    assert barrier.search(migrated)
+    assert "DDP941" in codes(original, barrier.sub("", migrated))

@@ -10,6 +10,7 @@ again may change under rank 0's deletes on a shared file system).
 """
 import ast
 from collections.abc import Iterator
+from typing import Optional
 
 from ddpify import ast_walk
 from ddpify.selfcheck.source import FUNCTIONS, Source, dotted
@@ -30,14 +31,15 @@ def loops_ended_by_rank0_alone(migrated: Source) -> Iterator[Finding]:
         body = [node for statement in loop.body for node in _walk_body(statement)]
         if any(isinstance(node, (ast.Break, ast.Return, ast.Raise)) and not migrated.guarded(node) for node in body):
             continue
-        changes = [node for node in body if isinstance(node, (ast.stmt, ast.expr)) and _changes(node, read)]
-        if changes and all(migrated.guarded(change) for change in changes):
-            names = ", ".join(f"`{name}`" for name in sorted(read))
+        changes = [(node, name) for node in body if isinstance(node, (ast.stmt, ast.expr))
+                   and (name := _changed(node, read)) is not None]
+        if changes and all(migrated.guarded(change) for change, _name in changes):
+            names = ", ".join(f"`{name}`" for name in sorted({name for _change, name in changes}))
             yield ("DDP952", loop.lineno, f"the loop ends when its test turns false, and only rank 0 changes "
-                   f"{names} in it (line {changes[0].lineno}): every other rank loops forever")
+                   f"{names} in it (line {changes[0][0].lineno}): every other rank loops forever")
 
 
-def _names_read(test: ast.expr) -> "set[str] | None":
+def _names_read(test: ast.expr) -> Optional[set[str]]:
     """The names (and dotted attributes) the test reads, or None where it calls anything but
     _PURE_IN_A_TEST (its value may change with no statement of the body)."""
     names: set[str] = set()
@@ -65,13 +67,14 @@ def _walk_body(statement: ast.stmt) -> Iterator[ast.AST]:
             yield from ast_walk.walk(child)
 
 
-def _changes(node: ast.AST, names: set[str]) -> bool:
-    """Whether `node` binds one of `names` (or an item of it) or calls a method on it."""
+def _changed(node: ast.AST, names: set[str]) -> Optional[str]:
+    """The one of `names` that `node` binds (or an item of), or calls a method on; else None."""
+    changed: Optional[str] = None
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-        return dotted(node.func.value) in names
-    if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and isinstance(node.ctx, (ast.Store, ast.Del)):
+        changed = dotted(node.func.value)
+    elif isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and isinstance(node.ctx, (ast.Store, ast.Del)):
         target: ast.expr = node
         while isinstance(target, ast.Subscript):
             target = target.value
-        return dotted(target) in names
-    return False
+        changed = dotted(target)
+    return changed if changed in names else None

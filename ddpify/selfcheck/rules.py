@@ -561,6 +561,7 @@ _PRUNED = TRAINING.replace("import torch\n", "import os\n\nimport torch\nsaved =
     while len(saved) > 2:
         os.remove(saved.pop(0))
 """
+_GLOBBED_AWAY = '    for stale in glob.glob("scratch/*.pt"):\n        os.remove(stale)'
 
 # A whole evaluation every rank runs alike, summed in a comprehension, deciding a stop.
 _WHOLE_CHECK = """\
@@ -607,6 +608,10 @@ CASES = (
     Silent(_SETUP + _PRUNED.replace("        os.remove(saved.pop(0))",
                                     "        oldest = saved.pop(0)\n        if is_main:\n"
                                     "            os.remove(oldest)"), "DDP952"),
+    # The same delete spelled as a loop over a glob that lists the file read.
+    Flags(TRAINING, _SCRATCH.replace('    os.remove("scratch/best.pt")', _GLOBBED_AWAY), "DDP941"),
+    Silent(_SCRATCH.replace('\nif is_main:\n    os.remove("scratch/best.pt")',
+                            '\nif distributed:\n    dist.barrier()\nif is_main:\n' + _GLOBBED_AWAY), "DDP941"),
     Flags(_RESUMED_BY_A_HELPER, _WRAPPED_IN_THE_HELPER, "DDP935"),
     Silent(_RESUMED_BY_A_HELPER, "DDP935"),
     Flags(TRAINING, _WRAPPED_UNDER_A_GPU_TEST, "DDP935"),
