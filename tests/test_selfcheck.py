@@ -1247,7 +1247,8 @@ def test_a_gather_over_each_ranks_first_batches_is_found():
 
 PRUNED = ["oldest_checkpoints_unlinked_while_more_than_the_limit",
           "saved_paths_listed_and_removed_while_over_the_limit",
-          "step_folders_pruned_from_a_deque_while_over_the_limit"]
+          "step_folders_pruned_from_a_deque_while_over_the_limit",
+          "trainer_prunes_old_checkpoints_while_over_the_limit_and_logs_each"]
 
 
 @pytest.mark.parametrize("name", PRUNED)
@@ -1258,8 +1259,9 @@ def test_a_loop_only_rank0_can_end_is_found(name):
     folder = FIXTURES / "checkpoints" / name
     original, migrated = (folder / "input.py").read_text(), (folder / "expected.py").read_text()
     assert "DDP952" not in codes(original, migrated)
-    guard_outside = re.compile(r"^( *)if (is_main\w*(?:\(\))?):\n\1    (while .*:)\n\1        (.*)\n", re.MULTILINE)
-    broken = guard_outside.sub(r"\1\3\n\1    if \2:\n\1        \4\n", migrated)
+    guard_outside = re.compile(r"^( *)if (is_main\w*(?:\(\))?):\n\1    (while .*:)\n\1        (.*)\n"
+                               r"((?:\1        logger.*\n)?)", re.MULTILINE)
+    broken = guard_outside.sub(r"\1\3\n\1    if \2:\n\1        \4\n\5", migrated)
     assert broken != migrated
     assert "DDP952" in codes(original, broken)
 
