@@ -1,5 +1,6 @@
 """The rank-0 guards as they are written out: one guard around a loop or a with whose
-every statement is guarded alike, and none inside another."""
+every statement is guarded alike (and around a `while` that a guarded statement ends), and
+none inside another."""
 from collections.abc import Set as AbstractSet
 
 import libcst as cst
