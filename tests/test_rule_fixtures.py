@@ -17,6 +17,9 @@ WITHOUT_A_FIXTURE = {
               "cases in selfcheck/rules.py and main's outputs of the model/*starts_from_rank0 and "
               "model/ema_class_keeps_its_copy_as_an_attribute_made_before_the_move fixtures (SUMMARY of copies22) "
               "are the broken outputs it finds",
+    "DDP952": "self-check: no correct migration shows it (the guard goes around the whole pruning loop); its "
+              "Flags case in selfcheck/rules.py and main's outputs of the checkpoints/*_while_* fixtures "
+              "(tests/test_selfcheck.py, test_a_loop_only_rank0_can_end_is_found) are the broken outputs it finds",
     "DDP941": "self-check: no correct migration shows it (ddpify places the barriers it checks for); its Flags "
               "cases in selfcheck/rules.py and main's outputs of the checkpoints/*_reloaded_*, *_read_back_*, "
               "*_removed fixtures (SUMMARY of races21) are the broken outputs it finds",

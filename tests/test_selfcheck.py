@@ -1246,3 +1246,42 @@ def test_a_gather_over_each_ranks_first_batches_is_found():
     zipped = migrated.replace("        for data, target in test_loader:",
                               "        for _, (data, target) in zip(range(3), test_loader):")
     assert "DDP947" in {d.code for d in check(original, zipped, [])}
+
+
+PRUNED = ["oldest_checkpoints_unlinked_while_more_than_the_limit",
+          "saved_paths_listed_and_removed_while_over_the_limit",
+          "step_folders_pruned_from_a_deque_while_over_the_limit",
+          "trainer_prunes_old_checkpoints_while_over_the_limit_and_logs_each"]
+
+
+@pytest.mark.parametrize("name", PRUNED)
+def test_a_loop_only_rank0_can_end_is_found(name):
+    """DDP952: each fixture's output guards the whole `while len(saved) > keep:` pruning loop;
+    main's output before races22 guarded the statement inside it (the pop that ends the loop
+    ran on rank 0 alone, and the other ranks looped forever: both runs killed after 60 s)."""
+    folder = FIXTURES / "checkpoints" / name
+    original, migrated = (folder / "input.py").read_text(), (folder / "expected.py").read_text()
+    assert "DDP952" not in codes(original, migrated)
+    guard_outside = re.compile(r"^( *)if (is_main\w*(?:\(\))?):\n\1    (while .*:)\n\1        (.*)\n"
+                               r"((?:\1        logger.*\n)?)", re.MULTILINE)
+    broken = guard_outside.sub(r"\1\3\n\1    if \2:\n\1        \4\n\5", migrated)
+    assert broken != migrated
+    assert "DDP952" in codes(original, broken)
+
+
+SHAPE_MATCHED_DELETES = ["last_epochs_averaged_then_their_files_globbed_away",
+                         "best_path_bound_once_reloaded_then_its_run_folder_removed",
+                         "best_file_under_a_path_folder_reloaded_then_the_folder_unlinked"]
+
+
+@pytest.mark.parametrize("name", SHAPE_MATCHED_DELETES)
+def test_a_delete_of_what_ranks_read_under_another_spelling_is_found(name):
+    """DDP941 by the paths' shapes: a glob's loop variable, a name bound once, pathlib's unlink.
+    main's output before races22 had no barrier between the read and rank 0's delete (rank 1
+    slowed by 2 s before its read: FileNotFoundError in all three)."""
+    folder = FIXTURES / "checkpoints" / name
+    original, migrated = (folder / "input.py").read_text(), (folder / "expected.py").read_text()
+    assert "DDP941" not in codes(original, migrated)
+    barrier = re.compile(r"^( *)if distributed:\n\1    dist\.barrier\(\)  # every rank has read.*\n", re.MULTILINE)
+    assert barrier.search(migrated)
+    assert "DDP941" in codes(original, barrier.sub("", migrated))

@@ -25,6 +25,7 @@ from ddpify.analysis.nodes import (
     positional_parameters,
     string_value,
 )
+from ddpify.analysis.path_shapes import has_a_written_part, may_be_within, path_fields, path_shape
 from ddpify.diagnostics import Rule, Severity
 from ddpify.emit.arguments import with_keyword
 from ddpify.emit.edits import Edits, Insertion
@@ -422,6 +423,16 @@ def _only_tells(facts: Facts, call: cst.Call, loggers: set[str]) -> bool:
     return receiver in loggers or last in ("log", "logging") or last.endswith("logger")
 
 
+# Methods that put a value in a list or deque (`saved.append(path)`, to prune later): no read.
+_STORING_METHODS = frozenset({"append", "appendleft", "extend", "insert"})
+
+
+def _only_stores(call: cst.Call) -> bool:
+    """`saved.append(path)` keeps the path's name and never opens the file: no barrier before
+    it (one per epoch would be a cost and a collective for nothing)."""
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value in _STORING_METHODS
+
+
 def _barrier_before_reading_written_paths(facts: Facts, edits: Edits, setup: Plan,
                                          waiting: set[Statement]) -> None:
     """Rule: a file that rank 0 alone writes (`json.dump(results, open(path, "w"))`, `with
@@ -441,7 +452,7 @@ def _barrier_before_reading_written_paths(facts: Facts, edits: Edits, setup: Pla
     not_reads = {call for qualified in _NOT_READS for call in facts.calls_named.get(qualified, ())}
     loggers = logger_names(facts)
     not_reads |= {call for calls in facts.calls_by_callee.values() for call in calls
-                  if _only_tells(facts, call, loggers)}
+                  if _only_tells(facts, call, loggers) or _only_stores(call)}
     done = waiting  # (shared: a barrier placed here serves a delete after it, DDP324)
     # (A function that downloads runs its files on local rank 0 while the others wait at
     # downloads.py's barrier: another barrier there would pair with that one.)
@@ -481,8 +492,10 @@ def _barrier_before_deleting_what_ranks_read(facts: Facts, edits: Edits, setup: 
     the outermost test of the file around it (`if os.path.exists(scratch):`), and not where a
     barrier placed after the read waits already. A folder in a machine's own temporary folder
     is machine_local.py's (DDP322)."""
-    deletes = [call for qualified in sorted(REMOVALS) for call in facts.calls_named.get(qualified, ())
-               if call.args and _on_rank0_only(facts, setup, call) and call not in facts.guarded_in_helper]
+    deletes = [(call, call.args[0].value) for qualified in sorted(REMOVALS) for call in facts.calls_named.get(
+        qualified, ()) if call.args] + _path_method_deletes(facts)
+    deletes = [(call, path) for call, path in deletes
+               if _on_rank0_only(facts, setup, call) and call not in facts.guarded_in_helper]
     if not deletes:
         return
     local = machine_local_names(facts, [])
@@ -490,11 +503,14 @@ def _barrier_before_deleting_what_ranks_read(facts: Facts, edits: Edits, setup: 
                                *_opens(facts), *_data_reads(facts)]
              if not (call in _opens(facts) and _open_mode(call) & _WRITING_MODES)
              and not _read_by_rank0_alone(facts, setup, call)]
-    for delete in deletes:
-        deleted = edits.code(delete.args[0].value)
-        if set(names_in(delete.args[0].value)) & local:
+    for delete, path in deletes:
+        deleted = edits.code(path)
+        if set(names_in(path)) & local:
             continue
-        read = [call for call in reads if _names_path(edits, call, deleted) and _saved_before(facts, call, delete)]
+        deleted_shape = path_shape(facts.parents, facts.assigned_values, path)
+        read = [call for call in reads if (_names_path(edits, call, deleted) or _shapes_meet(
+            facts, call, deleted_shape) and not _read_in_an_earlier_training_pass(facts, call, delete, path))
+            and _saved_before(facts, call, delete)]
         if not read:
             continue
         statement = _outermost_rank0_statement(facts, setup, delete)
@@ -511,6 +527,42 @@ def _names_path(edits: Edits, read: cst.Call, deleted: str) -> bool:
     or one inside them (`os.path.join(scratch, "best.pt")`, `f"{run_dir}/last.pt"`)."""
     return any(edits.code(node) == deleted for arg in read.args for kind in _PATH_PARTS
                for node in find_all(arg.value, kind))
+
+
+def _shapes_meet(facts: Facts, read: cst.Call, deleted: Optional[str]) -> bool:
+    """Rule: the read names the deleted file or a file in the deleted folder by another
+    spelling: a name bound once to the path (`best = os.path.join("ckpt", "epoch3.pt")`, then
+    `shutil.rmtree("ckpt")`), a loop over what a glob lists (`for stale in
+    glob.glob("ckpt/epoch*.pt"): os.remove(stale)` after `torch.load(f"ckpt/epoch{e}.pt")`)."""
+    return deleted is not None and any(
+        (shape := path_shape(facts.parents, facts.assigned_values, arg.value)) is not None
+        and may_be_within(shape, deleted) for arg in read.args if not arg.star)
+
+
+def _path_method_deletes(facts: Facts) -> list[tuple[cst.Call, cst.BaseExpression]]:
+    """pathlib's deletes, `stale.unlink()`, `(run_dir / "best.pt").unlink(missing_ok=True)`,
+    `work.rmdir()`, with the path they delete, where the receiver is built from a string or a
+    glob (`work = Path("ckpts")`, `for stale in work.glob("*.pt")`): a method of that name on
+    anything else is not taken for a delete."""
+    return [(call, call.func.value) for callee, calls in facts.calls_by_callee.items()
+            if callee.rpartition(".")[2] in ("unlink", "rmdir") for call in calls
+            if isinstance(call.func, cst.Attribute) and has_a_written_part(
+                path_shape(facts.parents, facts.assigned_values, call.func.value))]
+
+
+def _read_in_an_earlier_training_pass(facts: Facts, read: cst.Call, delete: cst.Call,
+                                      path: cst.BaseExpression) -> bool:
+    """Rule: `torch.load(f"ckpts/epoch{epoch}.pt")` then `os.remove(f"ckpts/epoch{epoch - 2}.pt")`
+    in one epoch loop that trains: the file deleted is one every rank read passes ago, and the
+    DDP steps of the passes between (each an all-reduce every rank joins) order that read before
+    this delete. Keeping the last K checkpoints needs no barrier each epoch."""
+    shared = _innermost_loop_with(facts, read, [delete])
+    if not isinstance(shared, cst.For) or not facts.loop_trains(shared):
+        return False
+    read_fields = [field for arg in read.args if not arg.star
+                   for field in path_fields(facts.parents, facts.assigned_values, arg.value)]
+    deleted_fields = path_fields(facts.parents, facts.assigned_values, path)
+    return bool(read_fields) and bool(deleted_fields) and read_fields != deleted_fields
 
 
 _PATH_PARTS: tuple[type[cst.BaseExpression], ...] = (cst.Name, cst.Attribute, cst.SimpleString, cst.Call)

@@ -117,6 +117,7 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     _logger_levels_on_rank0(facts, edits, setup)
     _log_files_on_rank0(facts, edits, setup)
     _loguru_on_rank0(facts, edits, setup)
+    guards.guard_loops_ended_by_a_guarded_statement(edits)
     guards.fold_into_loops_and_withs(edits, keep_inside=facts.training_loops)
     guards.drop_guards_inside_guards(edits)
     setup.rank0_statements.update(edits.guarded)

@@ -4,7 +4,7 @@ cannot show the contract's properties there.
 Like black's safe mode, it is a second opinion that shares nothing with the first: the
 transforms read the script with libcst and ddpify.analysis; this reads the original and the
 output with the stdlib `ast` and a few simple, conservative rules (DDP910-DDP917, DDP919,
-DDP922-DDP929, DDP932, DDP933, DDP935, DDP939, DDP941, DDP947-DDP949, DDP951, DDP953, DDP956,
+DDP922-DDP929, DDP932, DDP933, DDP935, DDP939, DDP941, DDP947-DDP949, DDP951-DDP953, DDP956,
 DDP957). What it cannot show is a warning naming the line of the original where the defect is (the
 output line is in the message), so the run exits 1 and the file is still written.
 """
@@ -21,6 +21,7 @@ from ddpify.selfcheck.dominance import wraps_off_the_training_path
 from ddpify.selfcheck.early_copies import copies_never_synced
 from ddpify.selfcheck.file_races import file_races
 from ddpify.selfcheck.gathers import misplaced_gathers
+from ddpify.selfcheck.guarded_exits import loops_ended_by_rank0_alone
 from ddpify.selfcheck.loaders import LEFT_WHOLE_CODES, NO_EPOCH_LOOP_CODES, unsharded_loaders
 from ddpify.selfcheck.models import (
     DROPPED_MOVE_CODES,
@@ -109,6 +110,7 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
         *ungathered_share_figures(after),
         *decisions_on_per_rank_values(after),
         *file_races(after),
+        *loops_ended_by_rank0_alone(after),
         *gathered_capped_figures(after),
         *cpu_tensors_in_collectives(after),
         *loads_without_map_location(after),

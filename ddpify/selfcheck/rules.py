@@ -1,7 +1,7 @@
 """The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935, DDP938, DDP939, DDP941,
-DDP943, DDP947, DDP948, DDP949, DDP951, DDP953, DDP956, DDP957): what a second reading of ddpify's own output can
-find wrong. The detection is in this package (gathers, loaders, models, output, setup); the rules and their cases
-live here, beside it, rather than in ddpify/rules/, whose units plan edits.
+DDP943, DDP947, DDP948, DDP949, DDP951, DDP952, DDP953, DDP956, DDP957): what a second reading of ddpify's own
+output can find wrong. The detection is in this package (gathers, loaders, models, output, setup); the rules and
+their cases live here, beside it, rather than in ddpify/rules/, whose units plan edits.
 """
 from ddpify.diagnostics import Rule, Severity
 from ddpify.rules.cases import TRAINING, Flags, Silent
@@ -104,6 +104,14 @@ RULES = (
          "the other ranks may still be reading it. On one machine's CPU this passes by luck of timing.",
          "Put `if distributed: dist.barrier()` on every rank (not under the rank-0 guard) between the "
          "write and the read, or between the read and the delete."),
+    Rule("DDP952", Severity.WARNING, "self-check: a loop every rank runs ends only by a statement rank 0 alone runs",
+         "The self-check reads on its own each `while` loop no rank-0 guard encloses: where every "
+         "statement of its body that changes what its test reads sits under a rank-0 guard (`while "
+         "len(saved) > keep: if is_main: os.remove(saved.pop(0))`, keeping the last checkpoints), the "
+         "other ranks never see the test turn false and loop forever, at 100% CPU, while rank 0 waits for "
+         "them in the next collective.",
+         "Put the guard around the whole loop (`if is_main: while len(saved) > keep: ...`), or change "
+         "the test's names on every rank and guard only the file operation."),
     Rule("DDP947", Severity.WARNING, "self-check: figures gathered over a loop that stops after a count of batches",
          "The self-check reads on its own which evaluation loops stop before their loader ends: "
          "`zip(range(k), loader)`, `islice(loader, k)`, or a `break` under a test of a value the loop "
@@ -601,6 +609,15 @@ if is_main:
 '''
 
 
+# Keeps the last two checkpoints, removing the oldest while there are more.
+_PRUNED = TRAINING.replace("import torch\n", "import os\n\nimport torch\nsaved = []\n", 1) + \
+    """    torch.save(model.state_dict(), f"epoch{epoch}.pt")
+    saved.append(f"epoch{epoch}.pt")
+    while len(saved) > 2:
+        os.remove(saved.pop(0))
+"""
+_GLOBBED_AWAY = '    for stale in glob.glob("scratch/*.pt"):\n        os.remove(stale)'
+
 # A whole evaluation every rank runs alike, summed in a comprehension, deciding a stop.
 _WHOLE_CHECK = """\
     val_batches = list(zip(dataset.tensors[0].split(16), dataset.tensors[1].split(16)))
@@ -701,6 +718,20 @@ CASES = (
     Flags(TRAINING, _SCRATCH, "DDP941"),
     Silent(_SCRATCH.replace('\nif is_main:\n    os.remove',
                             '\nif distributed:\n    dist.barrier()\nif is_main:\n    os.remove'), "DDP941"),
+    # The oldest checkpoints popped off a list while it is too long: the pop is rank 0's alone.
+    Flags(_PRUNED, _SETUP + _PRUNED.replace("        os.remove(saved.pop(0))",
+                                            "        if is_main:\n            os.remove(saved.pop(0))"), "DDP952"),
+    Silent(_PRUNED, "DDP952"),
+    Silent(_SETUP + _PRUNED.replace("    while len(saved) > 2:\n        os.remove(saved.pop(0))",
+                                    "    if is_main:\n        while len(saved) > 2:\n"
+                                    "            os.remove(saved.pop(0))"), "DDP952"),
+    Silent(_SETUP + _PRUNED.replace("        os.remove(saved.pop(0))",
+                                    "        oldest = saved.pop(0)\n        if is_main:\n"
+                                    "            os.remove(oldest)"), "DDP952"),
+    # The same delete spelled as a loop over a glob that lists the file read.
+    Flags(TRAINING, _SCRATCH.replace('    os.remove("scratch/best.pt")', _GLOBBED_AWAY), "DDP941"),
+    Silent(_SCRATCH.replace('\nif is_main:\n    os.remove("scratch/best.pt")',
+                            '\nif distributed:\n    dist.barrier()\nif is_main:\n' + _GLOBBED_AWAY), "DDP941"),
     Flags(_RESUMED_BY_A_HELPER, _WRAPPED_IN_THE_HELPER, "DDP935"),
     Silent(_RESUMED_BY_A_HELPER, "DDP935"),
     Flags(TRAINING, _WRAPPED_UNDER_A_GPU_TEST, "DDP935"),
