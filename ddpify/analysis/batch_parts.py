@@ -1,0 +1,140 @@
+"""What each part of a loader's batches is once collated, read from the script's own Dataset
+`__getitem__` or `collate_fn`, for the GPU placement (rules/gpu_placement.py).
+
+Rule: a part is a TENSOR when the function that makes it returns a torch value (or, through the
+default collate, a number or a numpy array, which it turns into tensors); HOST when it returns
+strings (a path, a caption, an id as text: the default collate keeps them a list of strings),
+or, from a `collate_fn`, plain numbers; a CONTAINER when it returns a list, tuple or dict (the
+collate keeps it a list, whose items may be tensors). Anything else is unknown (None). Only a
+tensor has `.to(device)`: a list of paths handed `.to` raises on every device.
+"""
+import ast
+from collections.abc import Callable
+from typing import Optional
+
+from ddpify.analysis.ast_names import dotted_ast
+
+TENSOR, HOST, CONTAINER = "tensor", "host", "container"
+
+_STRING_CALLS = frozenset({"str", "repr", "format", "os.path.join", "os.path.basename", "os.path.splitext",
+                           "os.path.dirname", "os.path.abspath", "os.path.relpath"})
+_STRING_METHODS = frozenset({"format", "strip", "lower", "upper", "replace", "join", "rstrip", "lstrip", "title"})
+_NUMBER_CALLS = frozenset({"int", "float", "len", "bool", "round"})
+_LIST_CALLS = frozenset({"list", "sorted", "tuple", "dict"})
+# Calls that list file names (`self.paths = sorted(glob.glob(...))`): their items are strings.
+_FILE_LISTS = ("os.listdir", "glob.glob", "glob.iglob", "os.scandir")
+
+
+class BatchParts:
+    """Reads the kinds of a loader's batch parts from a script's classes and functions.
+    `full_name` spells a callee with the script's imports resolved (`np.load` -> `numpy.load`)."""
+
+    def __init__(self, tree: ast.Module, full_name: Callable[[ast.expr], str]) -> None:
+        self.full_name = full_name
+        self.functions = {s.name: s for s in tree.body if isinstance(s, ast.FunctionDef)}
+        self.datasets = {s.name: s for s in tree.body if isinstance(s, ast.ClassDef)
+                         and any(isinstance(m, ast.FunctionDef) and m.name == "__getitem__" for m in s.body)}
+
+    def of_loader(self, loader: ast.Call, dataset_class: Optional[str]) -> Optional[list[Optional[str]]]:
+        """The kind of each part of the loader's tuple batches, or None when ddpify cannot read them.
+        `dataset_class`: the script's Dataset class the loader draws from, when the caller knows it."""
+        collate = next((k.value for k in loader.keywords if k.arg == "collate_fn"), None)
+        if collate is not None:
+            if isinstance(collate, ast.Name) and collate.id in self.functions:
+                return self._returned(self.functions[collate.id], None, collated=True)
+            return None
+        dataset = self.datasets.get(dataset_class or "")
+        if dataset is None:
+            return None
+        getitem = next(m for m in dataset.body if isinstance(m, ast.FunctionDef) and m.name == "__getitem__")
+        return self._returned(getitem, dataset, collated=False)
+
+    def _returned(self, function: ast.FunctionDef, owner: Optional[ast.ClassDef],
+                  collated: bool) -> Optional[list[Optional[str]]]:
+        returns = [n.value for n in _own_nodes(function) if isinstance(n, ast.Return)]
+        if not returns or not all(isinstance(v, (ast.Tuple, ast.List)) for v in returns):
+            return None
+        sizes = {len(v.elts) for v in returns}  # type: ignore[union-attr]
+        if len(sizes) != 1:
+            return None
+        kinds = [[self._kind(e, function, owner, collated, 0) for e in v.elts] for v in returns]  # type: ignore
+        return [column[0] if len(set(column)) == 1 else None for column in zip(*kinds)]
+
+    def _kind(self, value: ast.expr, function: ast.FunctionDef, owner: Optional[ast.ClassDef],
+              collated: bool, depth: int) -> Optional[str]:
+        if depth > 3:
+            return None
+        if isinstance(value, ast.JoinedStr) or (isinstance(value, ast.Constant) and isinstance(value.value, str)):
+            return HOST
+        if isinstance(value, ast.Constant) and isinstance(value.value, (int, float)):
+            return HOST if collated else TENSOR
+        if isinstance(value, (ast.List, ast.ListComp, ast.Tuple, ast.Dict, ast.DictComp)):
+            return CONTAINER
+        if isinstance(value, ast.Call):
+            return self._call_kind(value, collated)
+        if isinstance(value, ast.Name):
+            bound = [s for s in _own_nodes(function) if isinstance(s, ast.Assign) and len(s.targets) == 1
+                     and isinstance(s.targets[0], ast.Name) and s.targets[0].id == value.id]
+            kinds = {self._kind(s.value, function, owner, collated, depth + 1) for s in bound}
+            return kinds.pop() if len(kinds) == 1 else None
+        if isinstance(value, ast.Subscript) and owner is not None and not collated:
+            return self._item_kind(value.value, owner)
+        return None
+
+    def _call_kind(self, call: ast.Call, collated: bool) -> Optional[str]:
+        name = self.full_name(call.func)
+        if name.startswith("torch.") and not name.startswith("torch.utils."):
+            return TENSOR
+        if name in _STRING_CALLS or (isinstance(call.func, ast.Attribute) and call.func.attr in _STRING_METHODS):
+            return HOST
+        if name in _NUMBER_CALLS or name.startswith("numpy."):
+            return HOST if collated else TENSOR
+        if name in _LIST_CALLS:
+            return CONTAINER
+        return None
+
+    def _item_kind(self, container: ast.expr, owner: ast.ClassDef) -> Optional[str]:
+        """`self.paths[index]`: an item of what `__init__` keeps there."""
+        attribute = dotted_ast(container) or ""
+        if not attribute.startswith("self."):
+            return None
+        init = next((m for m in owner.body if isinstance(m, ast.FunctionDef) and m.name == "__init__"), None)
+        values = [s.value for s in _own_nodes(init) if isinstance(s, ast.Assign)
+                  and any(dotted_ast(t) == attribute for t in s.targets)] if init is not None else []
+        kinds = {self._items_of(v) for v in values}
+        return kinds.pop() if len(kinds) == 1 else None
+
+    def _items_of(self, value: ast.expr) -> Optional[str]:
+        if isinstance(value, ast.ListComp):
+            element = value.elt
+            strings = isinstance(element, ast.JoinedStr) or (isinstance(element, ast.Call)
+                                                             and self._call_kind(element, False) == HOST)
+            return HOST if strings else None
+        if isinstance(value, ast.List) and value.elts and all(
+                isinstance(e, ast.JoinedStr) or (isinstance(e, ast.Constant) and isinstance(e.value, str))
+                for e in value.elts):
+            return HOST
+        if isinstance(value, ast.Call):
+            name = self.full_name(value.func)
+            if name in ("sorted", "list") and value.args and isinstance(value.args[0], ast.Call):
+                return self._items_of(value.args[0])
+            if name in _FILE_LISTS:
+                return HOST
+            if name.startswith("torch.") and not name.startswith("torch.utils."):
+                return TENSOR
+        return None
+
+
+def _own_nodes(function: Optional[ast.FunctionDef]) -> list[ast.AST]:
+    """The nodes of a function outside the functions and classes it defines."""
+    if function is None:
+        return []
+    found: list[ast.AST] = []
+    pending: list[ast.AST] = list(function.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        found.append(node)
+        pending.extend(ast.iter_child_nodes(node))
+    return found
