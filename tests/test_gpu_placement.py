@@ -8,6 +8,7 @@ import pytest
 from ddpify.api import migrate_source
 from ddpify.rules import gpu_placement
 from ddpify.selfcheck.placed_factories import factories_on_the_placed_path
+from ddpify.selfcheck.placed_parts import non_tensors_moved
 
 HEAD = """import torch
 import torch.nn as nn
@@ -111,3 +112,54 @@ def test_a_part_of_the_batch_only_printed_or_collected_is_not_moved():
     placed = _placement("model = nn.Linear(4, 1)\nseen = []\n", loop)
     assert isinstance(placed, gpu_placement.Placed)
     assert "        x, y = x.to(device), y.to(device)\n" in placed.code
+
+
+MOVED_FILE_NAMES = """import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Files(Dataset):
+    def __init__(self):
+        self.images = torch.randn(8, 3)
+        self.names = [f"{i}.png" for i in range(8)]
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, index):
+        name = self.names[index].upper()
+        return self.images[index], str(index), f"{name}", [name, index]
+
+
+def train(model, device):
+    loader = DataLoader(Files(), batch_size=4)
+    for images, index, name, stem in loader:
+        images, index, name, stem = images.to(device), index.to(device), name.to(device), stem
+        stem = stem.cuda()
+        model(images).sum().backward()
+"""
+
+
+def test_the_self_check_finds_a_part_made_of_strings_moved_with_to():
+    assert [line for line, _ in non_tensors_moved(ast.parse(MOVED_FILE_NAMES))] == [21, 21, 22]
+
+
+def test_the_self_check_is_silent_where_only_tensors_are_moved():
+    fixed = MOVED_FILE_NAMES.replace(", index.to(device), name.to(device), stem", ", index, name, stem").replace(
+        "        stem = stem.cuda()\n", "")
+    assert list(non_tensors_moved(ast.parse(fixed))) == []
+
+
+def test_parts_read_from_the_dataset_decide_what_the_placement_moves():
+    dataset = MOVED_FILE_NAMES.split("def train")[0].replace("import torch\n", "import torch\nimport torch.nn as nn\n")
+    loop = ("model = nn.Linear(3, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "loader = DataLoader(Files(), batch_size=4)\nfor images, index, name, stem in loader:\n"
+            "    loss = model(images).sum() + len(index)\n    opt.zero_grad()\n    loss.backward()\n"
+            "    opt.step()\n    print(name + stem[0])\n")
+    source = dataset + loop
+    placed = gpu_placement.place(source, ast.parse(source))
+    assert isinstance(placed, gpu_placement.Uncertain) and "`stem` is a list" in placed.reason
+    source = source.replace(", [name, index]", "").replace(", stem in", " in").replace(" + stem[0]", "")
+    placed = gpu_placement.place(source, ast.parse(source))
+    assert isinstance(placed, gpu_placement.Placed), placed
+    assert "    images = images.to(device)\n" in placed.code
