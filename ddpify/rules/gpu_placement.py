@@ -540,6 +540,39 @@ class _Placement:
         if first is not None:
             raise _Stop(ast.Pass(lineno=first[0]), first[1])
         self._check_tensors_made_outside(path, loops)
+        self._check_tensors_handed_to_modules(path)
+
+    def _check_tensors_handed_to_modules(self, path: list[ast.AST]) -> None:
+        """`Normalize(torch.tensor(MEAN), ...)` whose `__init__` keeps the tensor as a plain attribute
+        (`self.mean = mean`): no buffer, so `.to(device)` leaves it on the CPU, where the forward meets
+        the batch with it."""
+        for cls in (part for part in path if isinstance(part, ast.ClassDef)):
+            init = next((m for m in cls.body if isinstance(m, ast.FunctionDef) and m.name == "__init__"), None)
+            if init is None:
+                continue
+            positions = [a.arg for a in init.args.args][1:]
+            kept = {statement.value.id for statement in ast.walk(init) if isinstance(statement, ast.Assign)
+                    and isinstance(statement.value, ast.Name) and statement.value.id in positions
+                    and any(isinstance(t, ast.Attribute) for t in statement.targets)}
+            for call in ast.walk(self.tree):
+                if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == cls.name):
+                    continue
+                handed = {positions[i]: a for i, a in enumerate(call.args) if i < len(positions)}
+                handed |= {k.arg: k.value for k in call.keywords if k.arg}
+                for parameter in kept & set(handed):
+                    if self._a_tensor_made_without_a_device(handed[parameter], self._function_of(call)):
+                        raise _Stop(call, f"`{cls.name}` keeps its `{parameter}` as a plain attribute, which "
+                                          "`.to(device)` does not move: register it as a buffer "
+                                          f"(`self.register_buffer(\"{parameter}\", {parameter})`)")
+
+    def _a_tensor_made_without_a_device(self, value: ast.expr, scope: Optional[ast.FunctionDef]) -> bool:
+        if any(isinstance(n, ast.Call) and self._is_factory(n) for n in ast.walk(value)):
+            return True
+        if isinstance(value, ast.Name):
+            _, bound = self._resolve(value.id, scope)
+            return any(isinstance(b, ast.Assign) and any(isinstance(n, ast.Call) and self._is_factory(n)
+                                                         for n in ast.walk(b.value)) for b in bound)
+        return False
 
     def _factories_in(self, part: ast.AST) -> Iterator[tuple[Union[ast.expr, ast.stmt], str]]:
         yield from self._host_tensors_in(part)
@@ -878,20 +911,32 @@ class _Placement:
                     and node.func.attr in ("append", "extend") and isinstance(node.func.value, ast.Name) \
                     and any(self._reads_on_the_device(argument, tainted) for argument in node.args):
                 filled.add(node.func.value.id)
-        if not filled:
-            return
-        scope = self._function_of(loop)
+        if filled:
+            self._check_host_reads_after(self._function_of(loop), loop.end_lineno or loop.lineno, filled, 0)
+
+    def _check_host_reads_after(self, scope: Optional[ast.FunctionDef], line: int, filled: set[str],
+                                depth: int) -> None:
+        """What `scope` does after `line` with `filled`: handed to numpy, sklearn, matplotlib; or
+        returned (`return y_true, y_pred`), and then what each caller does with the result."""
         after = sorted((n for n in (ast.walk(scope) if scope is not None else self._top_level_nodes())
-                        if isinstance(n, (ast.Assign, ast.Call)) and n.lineno > (loop.end_lineno or loop.lineno)
+                        if isinstance(n, (ast.Assign, ast.Call, ast.Return)) and n.lineno > line
                         and self._function_of(n) is scope), key=lambda n: (n.lineno, n.col_offset))
         for node in after:
             if isinstance(node, ast.Assign) and self._reads_on_the_device(node.value, filled):
-                filled |= self._bound_names(node)  # (`preds = torch.cat(outputs)`)
+                filled = filled | self._bound_names(node)  # (`preds = torch.cat(outputs)`)
             elif isinstance(node, ast.Call) and self._full_name(node.func).split(".")[0] in _HOST_READERS \
                     and any(self._reads_on_the_device(a, filled)
                             for a in [*node.args, *(k.value for k in node.keywords)]):
                 raise _Stop(node, f"`{dotted_ast(node.func)}` reads tensors the pass kept on the device: keep "
                                   "`.cpu()` of them (or `.tolist()`)")
+            elif isinstance(node, ast.Return) and node.value is not None and scope is not None and depth < 3 \
+                    and self._reads_on_the_device(node.value, filled):
+                for call in ast.walk(self.tree):
+                    if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == scope.name:
+                        statement = self.parents.get(call)
+                        if isinstance(statement, ast.Assign):
+                            self._check_host_reads_after(self._function_of(statement), statement.lineno,
+                                                         self._bound_names(statement), depth + 1)
 
     @staticmethod
     def _reads_on_the_device(expression: ast.expr, names: set[str]) -> bool:
