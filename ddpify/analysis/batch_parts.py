@@ -49,6 +49,23 @@ class BatchParts:
         getitem = next(m for m in dataset.body if isinstance(m, ast.FunctionDef) and m.name == "__getitem__")
         return self._returned(getitem, dataset, collated=False)
 
+    def of_loader_keys(self, loader: ast.Call, dataset_class: Optional[str]) -> dict[str, Optional[str]]:
+        """The kind of each key of the loader's dict batches (`return {"image": x, "views": [a, b]}`),
+        where every return of the dataset's `__getitem__` or the collate_fn is one dict display."""
+        collate = next((k.value for k in loader.keywords if k.arg == "collate_fn"), None)
+        owner = None if collate is not None else self.datasets.get(dataset_class or "")
+        if collate is not None:
+            maker = self.functions.get(collate.id) if isinstance(collate, ast.Name) else None
+        else:
+            maker = next((m for m in owner.body if isinstance(m, ast.FunctionDef) and m.name == "__getitem__"),
+                         None) if owner is not None else None
+        returns = [n.value for n in _own_nodes(maker) if isinstance(n, ast.Return)]
+        if maker is None or len(returns) != 1 or not isinstance(returns[0], ast.Dict):
+            return {}
+        return {key.value: self._kind(value, maker, owner, collate is not None, 0)
+                for key, value in zip(returns[0].keys, returns[0].values)
+                if isinstance(key, ast.Constant) and isinstance(key.value, str)}
+
     def _returned(self, function: ast.FunctionDef, owner: Optional[ast.ClassDef],
                   collated: bool) -> Optional[list[Optional[str]]]:
         returns = [n.value for n in _own_nodes(function) if isinstance(n, ast.Return)]

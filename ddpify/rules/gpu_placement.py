@@ -559,7 +559,7 @@ class _Placement:
                     continue
                 handed = {positions[i]: a for i, a in enumerate(call.args) if i < len(positions)}
                 handed |= {k.arg: k.value for k in call.keywords if k.arg}
-                for parameter in kept & set(handed):
+                for parameter in sorted(kept & set(handed), key=positions.index):
                     if self._a_tensor_made_without_a_device(handed[parameter], self._function_of(call)):
                         raise _Stop(call, f"`{cls.name}` keeps its `{parameter}` as a plain attribute, which "
                                           "`.to(device)` does not move: register it as a buffer "
@@ -741,11 +741,13 @@ class _Placement:
         first = loop.body[0]
         if first.lineno == loop.lineno:
             raise _Stop(loop, "the loop's body shares its line")
-        kinds = self.batch_parts.of_loader(loader, self._dataset_class(loader, self._function_of(loop)))
+        dataset = self._dataset_class(loader, self._function_of(loop))
+        kinds = self.batch_parts.of_loader(loader, dataset)
         if isinstance(target, (ast.Tuple, ast.List)):
             self._move_names(loop, first, target.elts, suffix, before=True, kinds=kinds)
         elif isinstance(target, ast.Name):
             self._move_one_batch(loop, target.id, suffix, kinds)
+            self._check_lists_in_the_batch(loop, target.id, kinds, self.batch_parts.of_loader_keys(loader, dataset))
         else:
             raise _Stop(loop, "the batch is unpacked into parts ddpify cannot move")
         self._check_host_readers(loop, target)
@@ -877,6 +879,21 @@ class _Placement:
         else:
             raise _Stop(loop, f"the batch `{name}` is read by keys ddpify cannot follow")
         self._insert_before(first, [line])
+
+    def _check_lists_in_the_batch(self, loop: ast.For, name: str, kinds: Optional[list[Optional[str]]],
+                                  keys: dict[str, Optional[str]]) -> None:
+        """`batch["views"]` or `batch[1]` that the dataset makes a list: the move of the batch's tensors
+        passes over it, and the tensors in it stay on the CPU."""
+        for node in ast.walk(loop):
+            if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == name
+                    and isinstance(node.slice, ast.Constant)) or self._only_looked_at(node):
+                continue
+            key = node.slice.value
+            kind = keys.get(key) if isinstance(key, str) else (
+                kinds[key] if isinstance(key, int) and kinds is not None and 0 <= key < len(kinds) else None)
+            if kind == batch_parts.CONTAINER:
+                raise _Stop(node, f"`{name}[{key!r}]` is a list (its dataset or collate_fn makes a list, tuple or "
+                                  "dict), whose tensors the move of the batch passes over: collate it into a tensor")
 
     def _check_host_readers(self, loop: ast.For, target: ast.expr) -> None:
         """A value computed from the batch or the model handed to numpy, matplotlib, sklearn..."""
