@@ -23,6 +23,9 @@ _NUMBER_CALLS = frozenset({"int", "float", "len", "bool", "round"})
 _LIST_CALLS = frozenset({"list", "sorted", "tuple", "dict"})
 # Calls that list file names (`self.paths = sorted(glob.glob(...))`): their items are strings.
 _FILE_LISTS = ("os.listdir", "glob.glob", "glob.iglob", "os.scandir")
+# torchvision's folder datasets: a sample is (image, class index); `samples`/`imgs` hold (path, class index).
+_FOLDERS = ("ImageFolder", "DatasetFolder")
+_FOLDER_SAMPLES = frozenset({"self.imgs", "self.samples"})
 
 
 class BatchParts:
@@ -68,14 +71,31 @@ class BatchParts:
 
     def _returned(self, function: ast.FunctionDef, owner: Optional[ast.ClassDef],
                   collated: bool) -> Optional[list[Optional[str]]]:
-        returns = [n.value for n in _own_nodes(function) if isinstance(n, ast.Return)]
-        if not returns or not all(isinstance(v, (ast.Tuple, ast.List)) for v in returns):
+        returns = [n.value for n in _own_nodes(function) if isinstance(n, ast.Return) and n.value is not None]
+        kinds = [self._tuple_kinds(value, function, owner, collated) for value in returns]
+        if not kinds or any(k is None for k in kinds) or len({len(k) for k in kinds if k is not None}) != 1:
             return None
-        sizes = {len(v.elts) for v in returns}  # type: ignore[union-attr]
-        if len(sizes) != 1:
-            return None
-        kinds = [[self._kind(e, function, owner, collated, 0) for e in v.elts] for v in returns]  # type: ignore
-        return [column[0] if len(set(column)) == 1 else None for column in zip(*kinds)]
+        return [column[0] if len(set(column)) == 1 else None for column in zip(*kinds)]  # type: ignore[misc]
+
+    def _tuple_kinds(self, value: ast.expr, function: ast.FunctionDef, owner: Optional[ast.ClassDef],
+                     collated: bool) -> Optional[list[Optional[str]]]:
+        if isinstance(value, (ast.Tuple, ast.List)):
+            return [self._kind(e, function, owner, collated, 0) for e in value.elts]
+        if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add) and isinstance(value.right, ast.Tuple) \
+                and owner is not None and self._folder_sample(value.left, function, owner):
+            # `super().__getitem__(index) + (path,)`: torchvision's (image, class index), then its own parts
+            return [None, TENSOR, *(self._kind(e, function, owner, collated, 0) for e in value.right.elts)]
+        return None
+
+    def _folder_sample(self, value: ast.expr, function: ast.FunctionDef, owner: ast.ClassDef) -> bool:
+        """`super().__getitem__(index)` (or a name bound to it) in a subclass of torchvision's ImageFolder."""
+        if isinstance(value, ast.Name):
+            bound = [s.value for s in _own_nodes(function) if isinstance(s, ast.Assign) and len(s.targets) == 1
+                     and isinstance(s.targets[0], ast.Name) and s.targets[0].id == value.id]
+            return len(bound) == 1 and self._folder_sample(bound[0], function, owner)
+        return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+            and value.func.attr == "__getitem__" and isinstance(value.func.value, ast.Call) \
+            and dotted_ast(value.func.value.func) == "super" and _on_a_folder(owner, self.full_name)
 
     def _kind(self, value: ast.expr, function: ast.FunctionDef, owner: Optional[ast.ClassDef],
               collated: bool, depth: int) -> Optional[str]:
@@ -111,7 +131,11 @@ class BatchParts:
         return None
 
     def _item_kind(self, container: ast.expr, owner: ast.ClassDef) -> Optional[str]:
-        """`self.paths[index]`: an item of what `__init__` keeps there."""
+        """`self.paths[index]`: an item of what `__init__` keeps there; `self.imgs[index][0]` of an
+        ImageFolder: the image's path."""
+        if isinstance(container, ast.Subscript) and dotted_ast(container.value) in _FOLDER_SAMPLES \
+                and _on_a_folder(owner, self.full_name):
+            return HOST
         attribute = dotted_ast(container) or ""
         if not attribute.startswith("self."):
             return None
@@ -140,6 +164,11 @@ class BatchParts:
             if name.startswith("torch.") and not name.startswith("torch.utils."):
                 return TENSOR
         return None
+
+
+def _on_a_folder(owner: ast.ClassDef, full_name: Callable[[ast.expr], str]) -> bool:
+    return any(full_name(base).startswith("torchvision.datasets.") and full_name(base).endswith(_FOLDERS)
+               for base in owner.bases)
 
 
 def _own_nodes(function: Optional[ast.FunctionDef]) -> list[ast.AST]:
