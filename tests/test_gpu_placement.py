@@ -163,3 +163,23 @@ def test_parts_read_from_the_dataset_decide_what_the_placement_moves():
     placed = gpu_placement.place(source, ast.parse(source))
     assert isinstance(placed, gpu_placement.Placed), placed
     assert "    images = images.to(device)\n" in placed.code
+
+
+_LISTED = ("class MLP(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+           "        self.layers = [nn.Linear(4, 8), nn.Linear(8, 1)]\n{registered}\n"
+           "    def forward(self, x):\n        return {forward}\n\n\nmodel = MLP()\n")
+
+
+def test_modules_in_a_plain_list_stop_the_placement_unless_a_container_registers_them():
+    found = _placement(_LISTED.format(registered="", forward="self.layers[1](self.layers[0](x))"))
+    assert isinstance(found, gpu_placement.Uncertain) and "nn.ModuleList" in found.reason
+    placed = _placement(_LISTED.format(registered="        self.net = nn.Sequential(*self.layers)\n",
+                                       forward="self.net(x)"))
+    assert isinstance(placed, gpu_placement.Placed), placed
+
+
+def test_a_method_of_the_model_computing_outside_a_pass_stops_the_placement_and_bookkeeping_does_not():
+    found = _placement("model = nn.Linear(4, 1)\n", LOOP + "print(model.forward(torch.ones(1, 4)))\n")
+    assert isinstance(found, gpu_placement.Uncertain) and "`model.forward` is called outside" in found.reason
+    placed = _placement("model = nn.Linear(4, 1)\n", LOOP + "model.eval()\nprint(model.state_dict())\n")
+    assert isinstance(placed, gpu_placement.Placed), placed

@@ -601,10 +601,18 @@ class _Placement:
             elif isinstance(node, ast.Assign) and isinstance(node.value, _DISPLAYS) \
                     and any(isinstance(t, ast.Attribute) for t in node.targets) and self._holds_modules(node.value):
                 function = self._function_of(node)
-                if function is not None and function.name == "__init__" and self._class_of(node) is not None:
-                    target = ast.get_source_segment(self.code, node.targets[0]) or "the attribute"
+                target = ast.get_source_segment(self.code, node.targets[0]) or "the attribute"
+                if function is not None and function.name == "__init__" and self._class_of(node) is not None \
+                        and not self._registered_later(target, function):
                     yield node, (f"`{target}` keeps modules in a plain list or dict, which `.to(device)` does "
                                  "not reach: hold them in `nn.ModuleList` / `nn.ModuleDict`")
+
+    def _registered_later(self, attribute: str, init: ast.FunctionDef) -> bool:
+        """`nn.Sequential(*self.layers)` or `nn.ModuleList(self.layers)` in the same `__init__`: the
+        modules of the list are submodules after all."""
+        return any(isinstance(node, ast.Call) and self._full_name(node.func).startswith("torch.nn.")
+                   and any(dotted_ast(getattr(a, "value", a)) == attribute for a in node.args)
+                   for node in ast.walk(init))
 
     def _names_a_cpu_tensor_type(self, argument: ast.expr) -> bool:
         if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
