@@ -5,6 +5,7 @@ import ast
 
 import pytest
 
+from ddpify.analysis import batch_parts
 from ddpify.api import migrate_source
 from ddpify.rules import gpu_placement
 from ddpify.selfcheck.placed_factories import factories_on_the_placed_path
@@ -183,3 +184,17 @@ def test_a_method_of_the_model_computing_outside_a_pass_stops_the_placement_and_
     assert isinstance(found, gpu_placement.Uncertain) and "`model.forward` is called outside" in found.reason
     placed = _placement("model = nn.Linear(4, 1)\n", LOOP + "model.eval()\nprint(model.state_dict())\n")
     assert isinstance(placed, gpu_placement.Placed), placed
+
+
+def test_batch_parts_come_from_a_collate_function_or_a_collator_class():
+    source = ("import torch\nfrom torch.utils.data import DataLoader\n\n\nclass Collator:\n"
+              "    def __call__(self, batch):\n        ids = [row[0] for row in batch]\n"
+              "        return torch.stack([row[1] for row in batch]), ids, \"batch\", 3\n\n\n"
+              "def collate(batch):\n    return Collator()(batch)\n\n\n"
+              "by_class = DataLoader([], collate_fn=Collator())\nby_function = DataLoader([], collate_fn=collate)\n")
+    tree = ast.parse(source)
+    parts = batch_parts.BatchParts(tree, lambda node: ast.unparse(node))
+    loaders = [node.value for node in tree.body if isinstance(node, ast.Assign)]
+    assert parts.of_loader(loaders[0], None) == [batch_parts.TENSOR, batch_parts.CONTAINER, batch_parts.HOST,
+                                                 batch_parts.HOST]
+    assert parts.of_loader(loaders[1], None) is None  # (what `collate` returns is no tuple ddpify can read)

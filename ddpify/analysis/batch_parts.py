@@ -35,17 +35,17 @@ class BatchParts:
     def __init__(self, tree: ast.Module, full_name: Callable[[ast.expr], str]) -> None:
         self.full_name = full_name
         self.functions = {s.name: s for s in tree.body if isinstance(s, ast.FunctionDef)}
-        self.datasets = {s.name: s for s in tree.body if isinstance(s, ast.ClassDef)
-                         and any(isinstance(m, ast.FunctionDef) and m.name == "__getitem__" for m in s.body)}
+        self.classes = {s.name: s for s in tree.body if isinstance(s, ast.ClassDef)}
+        self.datasets = {name: s for name, s in self.classes.items()
+                         if any(isinstance(m, ast.FunctionDef) and m.name == "__getitem__" for m in s.body)}
 
     def of_loader(self, loader: ast.Call, dataset_class: Optional[str]) -> Optional[list[Optional[str]]]:
         """The kind of each part of the loader's tuple batches, or None when ddpify cannot read them.
         `dataset_class`: the script's Dataset class the loader draws from, when the caller knows it."""
         collate = next((k.value for k in loader.keywords if k.arg == "collate_fn"), None)
         if collate is not None:
-            if isinstance(collate, ast.Name) and collate.id in self.functions:
-                return self._returned(self.functions[collate.id], None, collated=True)
-            return None
+            maker = self._collate_function(collate)
+            return self._returned(maker, None, collated=True) if maker is not None else None
         dataset = self.datasets.get(dataset_class or "")
         if dataset is None:
             return None
@@ -58,7 +58,7 @@ class BatchParts:
         collate = next((k.value for k in loader.keywords if k.arg == "collate_fn"), None)
         owner = None if collate is not None else self.datasets.get(dataset_class or "")
         if collate is not None:
-            maker = self.functions.get(collate.id) if isinstance(collate, ast.Name) else None
+            maker = self._collate_function(collate)
         else:
             maker = next((m for m in owner.body if isinstance(m, ast.FunctionDef) and m.name == "__getitem__"),
                          None) if owner is not None else None
@@ -68,6 +68,16 @@ class BatchParts:
         return {key.value: self._kind(value, maker, owner, collate is not None, 0)
                 for key, value in zip(returns[0].keys, returns[0].values)
                 if isinstance(key, ast.Constant) and isinstance(key.value, str)}
+
+    def _collate_function(self, collate: ast.expr) -> Optional[ast.FunctionDef]:
+        """`collate_fn=pad_batch`, or `collate_fn=Collator(pad_index)`: a class of the script whose
+        `__call__` collates."""
+        if isinstance(collate, ast.Name):
+            return self.functions.get(collate.id)
+        if isinstance(collate, ast.Call) and isinstance(collate.func, ast.Name) and collate.func.id in self.classes:
+            return next((m for m in self.classes[collate.func.id].body if isinstance(m, ast.FunctionDef)
+                         and m.name == "__call__"), None)
+        return None
 
     def _returned(self, function: ast.FunctionDef, owner: Optional[ast.ClassDef],
                   collated: bool) -> Optional[list[Optional[str]]]:
