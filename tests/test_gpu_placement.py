@@ -198,3 +198,18 @@ def test_batch_parts_come_from_a_collate_function_or_a_collator_class():
     assert parts.of_loader(loaders[0], None) == [batch_parts.TENSOR, batch_parts.CONTAINER, batch_parts.HOST,
                                                  batch_parts.HOST]
     assert parts.of_loader(loaders[1], None) is None  # (what `collate` returns is no tuple ddpify can read)
+
+
+def test_an_image_folder_subclass_returns_its_paths_as_strings():
+    source = ("import torchvision\nfrom torch.utils.data import DataLoader\n\n\n"
+              "class WithPaths(torchvision.datasets.ImageFolder):\n    def __getitem__(self, index):\n"
+              "        path, target = self.samples[index]\n"
+              "        return self.transform(self.loader(path)), target, path\n"
+              "\n\nclass AddedPath(torchvision.datasets.ImageFolder):\n    def __getitem__(self, index):\n"
+              "        return super().__getitem__(index) + (self.imgs[index][0],)\n\n\n"
+              "unpacked = DataLoader(WithPaths('data'))\nadded = DataLoader(AddedPath('data'))\n")
+    tree = ast.parse(source)
+    parts = batch_parts.BatchParts(tree, lambda node: ast.unparse(node))
+    unpacked, added = [node.value for node in tree.body if isinstance(node, ast.Assign)]
+    assert parts.of_loader(unpacked, "WithPaths") == [None, batch_parts.TENSOR, batch_parts.HOST]
+    assert parts.of_loader(added, "AddedPath") == [None, batch_parts.TENSOR, batch_parts.HOST]

@@ -121,12 +121,24 @@ class BatchParts:
             return self._call_kind(value, collated)
         if isinstance(value, ast.Name):
             bound = [s for s in _own_nodes(function) if isinstance(s, ast.Assign) and len(s.targets) == 1
-                     and isinstance(s.targets[0], ast.Name) and s.targets[0].id == value.id]
-            kinds = {self._kind(s.value, function, owner, collated, depth + 1) for s in bound}
+                     and value.id in {n.id for n in ast.walk(s.targets[0]) if isinstance(n, ast.Name)}]
+            kinds = {self._kind(s.value, function, owner, collated, depth + 1)
+                     if isinstance(s.targets[0], ast.Name) else self._unpacked_kind(s, value.id, owner)
+                     for s in bound}
             return kinds.pop() if len(kinds) == 1 else None
         if isinstance(value, ast.Subscript) and owner is not None and not collated:
             return self._item_kind(value.value, owner)
         return None
+
+    def _unpacked_kind(self, statement: ast.Assign, name: str, owner: Optional[ast.ClassDef]) -> Optional[str]:
+        """`path, target = self.samples[index]` in an ImageFolder subclass: a path, then a class index."""
+        target, value = statement.targets[0], statement.value
+        if not (isinstance(target, ast.Tuple) and len(target.elts) == 2 and isinstance(value, ast.Subscript)
+                and dotted_ast(value.value) in _FOLDER_SAMPLES and owner is not None
+                and _on_a_folder(owner, self.full_name)):
+            return None
+        names = [e.id if isinstance(e, ast.Name) else None for e in target.elts]
+        return HOST if names[0] == name else TENSOR
 
     def _call_kind(self, call: ast.Call, collated: bool) -> Optional[str]:
         name = self.full_name(call.func)
