@@ -30,6 +30,7 @@ from ddpify.project import Project
 from ddpify.rules import CONCERNS, frameworks, gpu_placement, hand_batches, import_time_devices, set_order, setup
 from ddpify.rules.registry import RULES
 from ddpify.selfcheck.placed_factories import placed_factories_check
+from ddpify.selfcheck.placed_parts import placed_parts_check
 
 
 @dataclass(frozen=True)
@@ -109,11 +110,16 @@ def _transform(code: str, tree: ast.Module, options: Options, project: Project) 
     return new_code, list(diagnostics)
 
 
+# What the self-check finds in a placed output: reported with it (exit 1), not a reason to keep the CPU one.
+SELF_CHECKS_OF_THE_PLACEMENT = ("DDP949", "DDP954")
+
+
 def gpu_placed(code: str, tree: ast.Module, options: Options, project: Project, cpu_code: str,
                cpu_diagnostics: list[Diagnostic]) -> tuple[str, list[Diagnostic]]:
     """A script that chose no device, migrated once more with its tensors placed on the device
     (rules/gpu_placement.py). The placed migration is taken when it reports nothing the CPU one
-    did not and the self-check finds no tensor made without a device on its path (DDP949);
+    did not and the self-check finds no tensor made without a device on its path (DDP949) and no
+    `.to` of a batch part made of strings or a list (DDP954);
     otherwise the CPU migration stays, its DDP011 naming what stopped the placement."""
     placement = gpu_placement.place(code, tree, project.local_modules)
     if isinstance(placement, gpu_placement.Uncertain):
@@ -125,12 +131,12 @@ def gpu_placed(code: str, tree: ast.Module, options: Options, project: Project, 
     except (MigrationError, syntax.Rejected) as error:
         reason = f"placing it on the GPU failed ({getattr(error, 'message', error)})"
         return cpu_code, [_naming(d, reason) for d in cpu_diagnostics]
-    found += placed_factories_check(placement.code, new_code)
+    found += placed_factories_check(placement.code, new_code) + placed_parts_check(placement.code, new_code)
     found = [replace(d, line=placement.to_original(d.line)) for d in found] + placement.notes
     warnings_before = {d.code for d in cpu_diagnostics if d.severity.value == "warning"}
     added = sorted((d for d in found if d.severity.value == "warning" and d.code not in warnings_before),
                    key=lambda d: (d.line, d.code))
-    if any(d.code == "DDP011" for d in found) or (added and added[0].code != "DDP949"):
+    if any(d.code == "DDP011" for d in found) or (added and added[0].code not in SELF_CHECKS_OF_THE_PLACEMENT):
         reason = (f"placed on the GPU, line {added[0].line} would need a person ({added[0].code})" if added
                   else "ddpify could not place it")
         return cpu_code, [_naming(d, reason) for d in cpu_diagnostics]

@@ -63,6 +63,8 @@ def test_rule_case(entry):
 
 # Rules no unit case emits yet, with the reason; drop a code from here when a case shows it.
 WITHOUT_A_CASE = {
+    "DDP954": "self-check: finds what the placement (DDP016) let through, which no source's placement does: "
+              "broken placed outputs in tests/test_gpu_placement.py",
     "DDP949": "self-check: finds what the placement (DDP016) let through, which no source's placement does: "
               "broken placed outputs in tests/test_gpu_placement.py",
     "DDP012": "needs a helper module the script imports, which a single-source case cannot give: "

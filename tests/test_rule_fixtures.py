@@ -23,6 +23,9 @@ WITHOUT_A_FIXTURE = {
     "DDP941": "self-check: no correct migration shows it (ddpify places the barriers it checks for); its Flags "
               "cases in selfcheck/rules.py and main's outputs of the checkpoints/*_reloaded_*, *_read_back_*, "
               "*_removed fixtures (SUMMARY of races21) are the broken outputs it finds",
+    "DDP954": "self-check: finds a `.to` of a batch part made of strings or a list, which the placement (DDP016) "
+              "no longer writes (main's output of setup/placed_on_gpu_file_names_from_the_dataset_stay_a_list "
+              "did); broken placed outputs in tests/test_gpu_placement.py",
     "DDP949": "self-check: finds what the placement (DDP016) let through, which no fixture's placement does; "
               "broken placed outputs in tests/test_gpu_placement.py",
     "DDP956": "self-check: no fixture's output hands a collective a CPU tensor in a group that may be NCCL alone "

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
+from ddpify.analysis import batch_parts
 from ddpify.analysis.ast_names import dotted_ast
 from ddpify.diagnostics import Diagnostic, Rule, Severity
 from ddpify.rules.cases import TRAINING, Emits, Silent
@@ -66,9 +67,9 @@ _CHOOSES_A_DEVICE = re.compile(r"\bdevice\b|cuda|\.to\(|\bmps\b|accelerator|\bxl
 FACTORIES = frozenset({
     "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm", "arange", "range", "linspace",
     "logspace", "eye", "tensor", "as_tensor", "from_numpy", "Tensor", "FloatTensor", "LongTensor", "IntTensor",
-    "BoolTensor", "DoubleTensor", "ByteTensor", "HalfTensor", "sparse_coo_tensor", "normal", "bernoulli",
-    "multinomial", "tril_indices", "triu_indices",
-})
+    "BoolTensor", "DoubleTensor", "ByteTensor", "HalfTensor", "sparse_coo_tensor", "normal", "tril_indices",
+    "triu_indices",
+})  # (`multinomial(probs)` and `bernoulli(p)` draw on their input's device)
 # Where a factory's tensor becomes part of the module (a parameter or a buffer) and moves with it.
 _KEEPERS = ("Parameter", "register_buffer", "register_parameter")
 # Modules of torch.nn that hold no tensor when built from constants: nothing to move.
@@ -83,6 +84,15 @@ _COLLECTORS = frozenset({"append", "extend", "write", "format", "add", "update",
 _MEASURES = frozenset({"size", "shape", "__len__"})
 _ITERATION_WRAPPERS = ("enumerate", "tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "iter")
 _SAFE_NAMES = frozenset(dir(builtins))
+# Displays that hold values without registering them on a module.
+_DISPLAYS = (ast.List, ast.ListComp, ast.Tuple, ast.Dict, ast.DictComp)
+# Methods of a module that compute nothing on the inputs they are handed.
+_BOOKKEEPING = frozenset({
+    "parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children", "modules",
+    "named_modules", "state_dict", "load_state_dict", "train", "eval", "zero_grad", "requires_grad_", "apply",
+    "to", "cpu", "float", "double", "half", "register_forward_hook", "register_forward_pre_hook",
+    "register_full_backward_hook", "register_buffer", "register_parameter", "add_module", "extra_repr",
+})
 
 
 @dataclass
@@ -165,6 +175,7 @@ class _Placement:
         self.cpu_at: set[tuple[int, int]] = set()  # (line, byte column) where `.cpu()` goes
         self.notes: list[tuple[str, int, str]] = []
         self.moved_modules: dict[ast.stmt, str] = {}
+        self.batch_parts = batch_parts.BatchParts(tree, self._full_name)
 
     # -- facts -----------------------------------------------------------------------------------
     def _imported_names(self) -> dict[str, str]:
@@ -529,8 +540,42 @@ class _Placement:
         if first is not None:
             raise _Stop(ast.Pass(lineno=first[0]), first[1])
         self._check_tensors_made_outside(path, loops)
+        self._check_tensors_handed_to_modules(path)
 
-    def _factories_in(self, part: ast.AST) -> Iterator[tuple[ast.Call, str]]:
+    def _check_tensors_handed_to_modules(self, path: list[ast.AST]) -> None:
+        """`Normalize(torch.tensor(MEAN), ...)` whose `__init__` keeps the tensor as a plain attribute
+        (`self.mean = mean`): no buffer, so `.to(device)` leaves it on the CPU, where the forward meets
+        the batch with it."""
+        for cls in (part for part in path if isinstance(part, ast.ClassDef)):
+            init = next((m for m in cls.body if isinstance(m, ast.FunctionDef) and m.name == "__init__"), None)
+            if init is None:
+                continue
+            positions = [a.arg for a in init.args.args][1:]
+            kept = {statement.value.id for statement in ast.walk(init) if isinstance(statement, ast.Assign)
+                    and isinstance(statement.value, ast.Name) and statement.value.id in positions
+                    and any(isinstance(t, ast.Attribute) for t in statement.targets)}
+            for call in ast.walk(self.tree):
+                if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == cls.name):
+                    continue
+                handed = {positions[i]: a for i, a in enumerate(call.args) if i < len(positions)}
+                handed |= {k.arg: k.value for k in call.keywords if k.arg}
+                for parameter in sorted(kept & set(handed), key=positions.index):
+                    if self._a_tensor_made_without_a_device(handed[parameter], self._function_of(call)):
+                        raise _Stop(call, f"`{cls.name}` keeps its `{parameter}` as a plain attribute, which "
+                                          "`.to(device)` does not move: register it as a buffer "
+                                          f"(`self.register_buffer(\"{parameter}\", {parameter})`)")
+
+    def _a_tensor_made_without_a_device(self, value: ast.expr, scope: Optional[ast.FunctionDef]) -> bool:
+        if any(isinstance(n, ast.Call) and self._is_factory(n) for n in ast.walk(value)):
+            return True
+        if isinstance(value, ast.Name):
+            _, bound = self._resolve(value.id, scope)
+            return any(isinstance(b, ast.Assign) and any(isinstance(n, ast.Call) and self._is_factory(n)
+                                                         for n in ast.walk(b.value)) for b in bound)
+        return False
+
+    def _factories_in(self, part: ast.AST) -> Iterator[tuple[Union[ast.expr, ast.stmt], str]]:
+        yield from self._host_tensors_in(part)
         for node in ast.walk(part):
             if not (isinstance(node, ast.Call) and self._is_factory(node)):
                 continue
@@ -542,6 +587,48 @@ class _Placement:
             code = ast.get_source_segment(self.code, node.func) or "torch factory"
             yield node, (f"`{code}(...)` makes a tensor without a device where the model meets the batches: "
                          "make it with `device=x.device` (or `x.new_zeros(...)`), or register it as a buffer")
+
+    def _host_tensors_in(self, part: ast.AST) -> Iterator[tuple[Union[ast.expr, ast.stmt], str]]:
+        """What a placement would leave on the CPU although nothing names the CPU: `.type(torch.LongTensor)`
+        (a CPU tensor type: the batch comes back to the host) and, in a module's `__init__`, modules kept in
+        a plain list or dict (no submodules: `.to(device)` does not reach their weights)."""
+        for node in ast.walk(part):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "type" \
+                    and len(node.args) == 1 and self._names_a_cpu_tensor_type(node.args[0]):
+                code = ast.get_source_segment(self.code, node.args[0]) or "torch.Tensor"
+                yield node, (f"`.type({code})` returns a tensor on the CPU whatever device it came from: write "
+                             "`.long()`, `.float()` (or `.type(torch.long)`) to change the type alone")
+            elif isinstance(node, ast.Assign) and isinstance(node.value, _DISPLAYS) \
+                    and any(isinstance(t, ast.Attribute) for t in node.targets) and self._holds_modules(node.value):
+                function = self._function_of(node)
+                target = ast.get_source_segment(self.code, node.targets[0]) or "the attribute"
+                if function is not None and function.name == "__init__" and self._class_of(node) is not None \
+                        and not self._registered_later(target, function):
+                    yield node, (f"`{target}` keeps modules in a plain list or dict, which `.to(device)` does "
+                                 "not reach: hold them in `nn.ModuleList` / `nn.ModuleDict`")
+
+    def _registered_later(self, attribute: str, init: ast.FunctionDef) -> bool:
+        """`nn.Sequential(*self.layers)` or `nn.ModuleList(self.layers)` in the same `__init__`: the
+        modules of the list are submodules after all."""
+        return any(isinstance(node, ast.Call) and self._full_name(node.func).startswith("torch.nn.")
+                   and any(dotted_ast(getattr(a, "value", a)) == attribute for a in node.args)
+                   for node in ast.walk(init))
+
+    def _names_a_cpu_tensor_type(self, argument: ast.expr) -> bool:
+        if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+            return argument.value.startswith("torch.") and argument.value.endswith("Tensor")
+        name = self._full_name(argument)
+        return name.startswith("torch.") and name.count(".") == 1 and name.endswith("Tensor")
+
+    def _holds_modules(self, display: ast.expr) -> bool:
+        for node in ast.walk(display):
+            if isinstance(node, ast.Call):
+                name = self._full_name(node.func)
+                if (name.startswith("torch.nn.") and name.rpartition(".")[2][:1].isupper()
+                        and not name.startswith(("torch.nn.functional.", "torch.nn.Parameter"))) \
+                        or (isinstance(node.func, ast.Name) and node.func.id in self.module_classes):
+                    return True
+        return False
 
     def _inside_keeper(self, node: ast.AST) -> bool:
         parent = self.parents.get(node)
@@ -620,13 +707,29 @@ class _Placement:
         names = set(self.moved_modules.values())
         bodies: list[ast.AST] = [s for loop, _ in loops for s in loop.body]
         for node in ast.walk(self.tree):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in names \
-                    and not self._is_in(node, bodies):
+            called = self._module_called(node, names)
+            if called is not None and not self._is_in(node, bodies):
                 function = self._function_of(node)
                 if function is not None and self._function_called_only_in(function, bodies):
                     continue
-                raise _Stop(node, f"`{node.func.id}` is called outside a pass over a DataLoader, on inputs ddpify "
+                raise _Stop(node, f"`{called}` is called outside a pass over a DataLoader, on inputs ddpify "
                                   "does not move")
+
+    @staticmethod
+    def _module_called(node: ast.AST, names: set[str]) -> Optional[str]:
+        """`model(x)`, or a method of the module that computes on what it is handed (`model.forward(x)`,
+        `model.generate(context)`), not one that reads or sets its state (`model.eval()`)."""
+        if not isinstance(node, ast.Call):
+            return None
+        if isinstance(node.func, ast.Name) and node.func.id in names:
+            return node.func.id
+        function = node.func
+        handed = [*node.args, *(k.value for k in node.keywords)]
+        if isinstance(function, ast.Attribute) and isinstance(function.value, ast.Name) \
+                and function.value.id in names and function.attr not in _BOOKKEEPING \
+                and not all(isinstance(a, ast.Constant) for a in handed):
+            return f"{function.value.id}.{function.attr}"
+        return None
 
     def _function_called_only_in(self, function: ast.FunctionDef, bodies: list[ast.AST]) -> bool:
         calls = [n for n in ast.walk(self.tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
@@ -646,19 +749,26 @@ class _Placement:
         first = loop.body[0]
         if first.lineno == loop.lineno:
             raise _Stop(loop, "the loop's body shares its line")
+        dataset = self._dataset_class(loader, self._function_of(loop))
+        kinds = self.batch_parts.of_loader(loader, dataset)
         if isinstance(target, (ast.Tuple, ast.List)):
-            self._move_names(loop, first, target.elts, suffix, before=True)
+            self._move_names(loop, first, target.elts, suffix, before=True, kinds=kinds)
         elif isinstance(target, ast.Name):
-            self._move_one_batch(loop, target.id, suffix)
+            self._move_one_batch(loop, target.id, suffix, kinds)
+            self._check_lists_in_the_batch(loop, target.id, kinds, self.batch_parts.of_loader_keys(loader, dataset))
         else:
             raise _Stop(loop, "the batch is unpacked into parts ddpify cannot move")
         self._check_host_readers(loop, target)
 
     def _move_names(self, loop: ast.For, statement: ast.stmt, elements: list[ast.expr], suffix: str,
-                    before: bool) -> None:
+                    before: bool, kinds: Optional[list[Optional[str]]]) -> None:
         if not all(isinstance(e, ast.Name) for e in elements):
             raise _Stop(loop, "the batch is unpacked into nested parts ddpify cannot move")
-        names = [e.id for e in elements if self._used_as_tensor(e.id, loop)]  # type: ignore[attr-defined]
+        if kinds is not None and len(kinds) != len(elements):
+            raise _Stop(loop, f"the loop takes the batch into {len(elements)} parts, its dataset returns {len(kinds)}")
+        parts = [e for e in elements if isinstance(e, ast.Name)]
+        names = [e.id for i, e in enumerate(parts)
+                 if self._used_as_tensor(e.id, loop) and self._a_tensor_to_move(e, kinds[i] if kinds else None, loop)]
         if not names:
             raise _Stop(loop, "no part of the batch is used as a tensor")
         line = ", ".join(names) + " = " + ", ".join(f"{n}.to(device{suffix})" for n in names)
@@ -666,6 +776,72 @@ class _Placement:
             self._insert_before(statement, [line])
         else:
             self._insert_after(statement, [line])
+
+    def _a_tensor_to_move(self, part: ast.Name, kind: Optional[str], loop: ast.For) -> bool:
+        """Only tensors have `.to`: a part the dataset or collate_fn makes of strings (paths, captions)
+        or plain numbers stays as it is, and so does a tensor of lengths `pack_padded_sequence` needs on
+        the CPU; a list (which may hold tensors the model meets) stops the placement."""
+        if kind == batch_parts.HOST or self._lengths_kept_on_the_host(part.id, loop):
+            return False
+        if kind == batch_parts.CONTAINER:
+            raise _Stop(part, f"the batch part `{part.id}` is a list (its dataset or collate_fn makes a list, tuple "
+                              "or dict), which has no `.to`: collate it into a tensor, or move its tensors yourself")
+        return True
+
+    def _lengths_kept_on_the_host(self, name: str, loop: ast.For) -> bool:
+        """`pack_padded_sequence(x, lengths)` wants `lengths` on the CPU: handed there in the loop,
+        or to the parameter of a model's `forward` that is."""
+        for node in ast.walk(loop):
+            if isinstance(node, ast.Call) and self._takes_lengths_as(node, name):
+                return True
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                forward = self._forward_of(node.func.id, loop)
+                if forward is None:
+                    continue
+                parameters = [a.arg for a in forward.args.args][1:]
+                handed = {parameters[i]: a for i, a in enumerate(node.args) if i < len(parameters)}
+                handed |= {k.arg: k.value for k in node.keywords if k.arg}
+                if any(isinstance(a, ast.Name) and a.id == name and any(
+                        isinstance(n, ast.Call) and self._takes_lengths_as(n, p) for n in ast.walk(forward))
+                        for p, a in handed.items()):
+                    return True
+        return False
+
+    def _takes_lengths_as(self, call: ast.Call, name: str) -> bool:
+        if not self._full_name(call.func).endswith("pack_padded_sequence"):
+            return False
+        lengths = call.args[1] if len(call.args) > 1 else _keyword(call, "lengths")
+        return isinstance(lengths, ast.Name) and lengths.id == name
+
+    def _forward_of(self, module: str, loop: ast.For) -> Optional[ast.FunctionDef]:
+        _, bound = self._resolve(module, self._function_of(loop))
+        built = {statement.value.func.id for statement in bound if statement in self.moved_modules
+                 and isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call)
+                 and isinstance(statement.value.func, ast.Name)}
+        classes = [self.module_classes[name] for name in built if name in self.module_classes]
+        return next((m for c in classes[:1] for m in c.body if isinstance(m, ast.FunctionDef)
+                     and m.name == "forward"), None)
+
+    def _dataset_class(self, loader: ast.Call, scope: Optional[ast.FunctionDef], depth: int = 0) -> Optional[str]:
+        """The script's Dataset class a loader draws from, through names and `Subset(...)`."""
+        dataset = loader.args[0] if loader.args else _keyword(loader, "dataset")
+        return self._class_built(dataset, scope, depth) if dataset is not None else None
+
+    def _class_built(self, value: ast.expr, scope: Optional[ast.FunctionDef], depth: int) -> Optional[str]:
+        if depth > 4:
+            return None
+        if isinstance(value, ast.Call):
+            if isinstance(value.func, ast.Name) and value.func.id in self.batch_parts.datasets:
+                return value.func.id
+            if self._full_name(value.func).endswith("Subset") and value.args:
+                return self._class_built(value.args[0], scope, depth + 1)
+            return None
+        if isinstance(value, ast.Name):
+            owner, bound = self._resolve(value.id, scope)
+            classes = {self._class_built(v, owner, depth + 1) if v is not None else None
+                       for v in (self._value_of(value.id, statement) for statement in bound)}
+            return classes.pop() if len(classes) == 1 else None
+        return None
 
     def _used_as_tensor(self, name: str, loop: ast.For) -> bool:
         """A part of the batch the loop computes with: not an ignored `_`, nor one only printed,
@@ -690,12 +866,13 @@ class _Placement:
                 or (isinstance(callee, ast.Attribute) and callee.attr in _COLLECTORS)
         return isinstance(parent, ast.FormattedValue)
 
-    def _move_one_batch(self, loop: ast.For, name: str, suffix: str) -> None:
+    def _move_one_batch(self, loop: ast.For, name: str, suffix: str, kinds: Optional[list[Optional[str]]]) -> None:
         first = loop.body[0]
         reads = [n for n in ast.walk(loop) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
         if isinstance(first, ast.Assign) and len(first.targets) == 1 and isinstance(first.value, ast.Name) \
                 and first.value.id == name and isinstance(first.targets[0], (ast.Tuple, ast.List)) and len(reads) == 1:
-            self._move_names(loop, first, first.targets[0].elts, suffix, before=False)  # `inputs, labels = data`
+            self._move_names(loop, first, first.targets[0].elts, suffix, before=False,
+                             kinds=kinds)  # `inputs, labels = data`
             return
         slices = [self.parents.get(n) for n in reads]
         if not reads or not all(isinstance(s, ast.Subscript) and s.value is n and isinstance(s.slice, ast.Constant)
@@ -710,6 +887,21 @@ class _Placement:
         else:
             raise _Stop(loop, f"the batch `{name}` is read by keys ddpify cannot follow")
         self._insert_before(first, [line])
+
+    def _check_lists_in_the_batch(self, loop: ast.For, name: str, kinds: Optional[list[Optional[str]]],
+                                  keys: dict[str, Optional[str]]) -> None:
+        """`batch["views"]` or `batch[1]` that the dataset makes a list: the move of the batch's tensors
+        passes over it, and the tensors in it stay on the CPU."""
+        for node in ast.walk(loop):
+            if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == name
+                    and isinstance(node.slice, ast.Constant)) or self._only_looked_at(node):
+                continue
+            key = node.slice.value
+            kind = keys.get(key) if isinstance(key, str) else (
+                kinds[key] if isinstance(key, int) and kinds is not None and 0 <= key < len(kinds) else None)
+            if kind == batch_parts.CONTAINER:
+                raise _Stop(node, f"`{name}[{key!r}]` is a list (its dataset or collate_fn makes a list, tuple or "
+                                  "dict), whose tensors the move of the batch passes over: collate it into a tensor")
 
     def _check_host_readers(self, loop: ast.For, target: ast.expr) -> None:
         """A value computed from the batch or the model handed to numpy, matplotlib, sklearn..."""
@@ -732,6 +924,51 @@ class _Placement:
                 if names & tainted and not to_host:
                     raise _Stop(node, f"`{dotted_ast(node.func)}` reads a tensor of the batch on the host: "
                                       "hand it `.cpu()` of it")
+        self._check_lists_read_on_the_host(loop, tainted)
+
+    def _check_lists_read_on_the_host(self, loop: ast.For, tainted: set[str]) -> None:
+        """A list the pass fills with tensors of the batch or the model (`y_pred.extend(predicted)`,
+        `outputs.append(model(x))`) handed to numpy, sklearn or matplotlib after the pass: on the GPU
+        they are CUDA tensors, which numpy cannot read."""
+        filled = set()
+        for node in ast.walk(loop):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in ("append", "extend") and isinstance(node.func.value, ast.Name) \
+                    and any(self._reads_on_the_device(argument, tainted) for argument in node.args):
+                filled.add(node.func.value.id)
+        if filled:
+            self._check_host_reads_after(self._function_of(loop), loop.end_lineno or loop.lineno, filled, 0)
+
+    def _check_host_reads_after(self, scope: Optional[ast.FunctionDef], line: int, filled: set[str],
+                                depth: int) -> None:
+        """What `scope` does after `line` with `filled`: handed to numpy, sklearn, matplotlib; or
+        returned (`return y_true, y_pred`), and then what each caller does with the result."""
+        after = sorted((n for n in (ast.walk(scope) if scope is not None else self._top_level_nodes())
+                        if isinstance(n, (ast.Assign, ast.Call, ast.Return)) and n.lineno > line
+                        and self._function_of(n) is scope), key=lambda n: (n.lineno, n.col_offset))
+        for node in after:
+            if isinstance(node, ast.Assign) and self._reads_on_the_device(node.value, filled):
+                filled = filled | self._bound_names(node)  # (`preds = torch.cat(outputs)`)
+            elif isinstance(node, ast.Call) and self._full_name(node.func).split(".")[0] in _HOST_READERS \
+                    and any(self._reads_on_the_device(a, filled)
+                            for a in [*node.args, *(k.value for k in node.keywords)]):
+                raise _Stop(node, f"`{dotted_ast(node.func)}` reads tensors the pass kept on the device: keep "
+                                  "`.cpu()` of them (or `.tolist()`)")
+            elif isinstance(node, ast.Return) and node.value is not None and scope is not None and depth < 3 \
+                    and self._reads_on_the_device(node.value, filled):
+                for call in ast.walk(self.tree):
+                    if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == scope.name:
+                        statement = self.parents.get(call)
+                        if isinstance(statement, ast.Assign):
+                            self._check_host_reads_after(self._function_of(statement), statement.lineno,
+                                                         self._bound_names(statement), depth + 1)
+
+    @staticmethod
+    def _reads_on_the_device(expression: ast.expr, names: set[str]) -> bool:
+        """`expression` reads one of `names` and brings nothing of it to the host."""
+        read = any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(expression))
+        return read and not any(isinstance(n, ast.Attribute) and n.attr in ("cpu", "item", "tolist", "numpy")
+                                for n in ast.walk(expression))
 
     def _add_cpu_before_numpy(self) -> None:
         for node in ast.walk(self.tree):

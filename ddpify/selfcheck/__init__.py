@@ -4,7 +4,7 @@ cannot show the contract's properties there.
 Like black's safe mode, it is a second opinion that shares nothing with the first: the
 transforms read the script with libcst and ddpify.analysis; this reads the original and the
 output with the stdlib `ast` and a few simple, conservative rules (DDP910-DDP917, DDP919,
-DDP922-DDP929, DDP932, DDP933, DDP935, DDP939, DDP941, DDP947-DDP949, DDP951-DDP953, DDP956,
+DDP922-DDP929, DDP932, DDP933, DDP935, DDP939, DDP941, DDP947-DDP949, DDP951-DDP954, DDP956,
 DDP957). What it cannot show is a warning naming the line of the original where the defect is (the
 output line is in the message), so the run exits 1 and the file is still written.
 """

@@ -1,6 +1,6 @@
 """The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935, DDP938, DDP939, DDP941,
-DDP943, DDP947, DDP948, DDP949, DDP951, DDP952, DDP953, DDP956, DDP957): what a second reading of ddpify's own
-output can find wrong. The detection is in this package (gathers, loaders, models, output, setup); the rules and
+DDP943, DDP947, DDP948, DDP949, DDP951, DDP952, DDP953, DDP954, DDP956, DDP957): what a second reading of ddpify's
+own output can find wrong. The detection is in this package (gathers, loaders, models, output, setup); the rules and
 their cases live here, beside it, rather than in ddpify/rules/, whose units plan edits.
 """
 from ddpify.diagnostics import Rule, Severity
@@ -75,6 +75,13 @@ RULES = (
          "run raises \"Expected all tensors to be on the same device\".",
          "Make the tensor on the batch's device (`device=x.device`, `x.new_zeros(...)`), or register it "
          "as a buffer."),
+    Rule("DDP954", Severity.WARNING,
+         "self-check: a batch part made of strings or a list is moved with `.to` in a script ddpify placed",
+         "Where the script chose no device and ddpify placed it on this rank's GPU (DDP016), the self-check "
+         "reads the output again: a part of a loader's batches that the file's collate_fn, or its dataset's "
+         "`__getitem__`, returns as a string (a path, a caption) or as a list, tuple or dict is no tensor "
+         "once collated, and `.to(device)` of it raises AttributeError on the first batch, on every device.",
+         "Leave the part where it is (strings need no device), or collate it into a tensor first."),
     Rule("DDP943", Severity.WARNING, "self-check: figures added up over a sharded loader are not gathered",
          "The self-check reads on its own which passes evaluate: a loop without gradients (no_grad or "
          "inference_mode), stepping nothing, that adds up figures over a loader the output gave a "
