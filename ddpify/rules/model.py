@@ -4154,7 +4154,39 @@ _MOVED_TO_ITS_OWN_DEVICE = _MOVED_EACH_EPOCH.replace(
     "    model.to(device)\n",
     '    if not torch.cuda.is_available():\n        device = "cpu"\n    model.to(device)\n', 1)
 
+# The module's model a placeholder, built under `global` by a function: wrapped there when it
+# runs once; refused (DDP122) when it runs for each fold.
+_PLACEHOLDER_BUILT_UNDER_GLOBAL = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+model = None
+optimizer = None
+device = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def build():
+    global model, optimizer
+    model = torch.nn.Linear(4, 1).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def fit(loader):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+"""
+
 CASES = (
+    Emits(_PLACEHOLDER_BUILT_UNDER_GLOBAL + "build()\nfit(loader)\n", "DDP101",
+          ("    model = torch.nn.Linear(4, 1).to(device)\n    if distributed:\n        model = DDP(",)),
+    Emits(_PLACEHOLDER_BUILT_UNDER_GLOBAL + "for fold in range(2):\n    build()\n    fit(loader)\n", "DDP122"),
+    Silent(_PLACEHOLDER_BUILT_UNDER_GLOBAL + "build()\nfit(loader)\n", "DDP122"),
     Emits(_MOVED_EACH_EPOCH, "DDP126", ("    if not isinstance(model, DDP):",)),
     Emits(_MOVED_TO_ITS_OWN_DEVICE, "DDP944", ()),
     # The module's model wrapped where `main()` moves it: declared global there (run once) or refused.
