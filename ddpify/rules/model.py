@@ -2138,10 +2138,11 @@ def _follow_the_move(facts: Facts, edits: Edits, setup: Plan,
 def _built_where_declared_global(facts: Facts, edits: Edits, model: Model) -> Optional[Model]:
     """Rule (DESIGN §2.9): `model = None` at module level is a placeholder, and `def
     build_model(): global model; model = Net().to(device)` builds the module's model: the
-    wrap follows the build and move in that function (which runs once), never the placeholder,
-    where it would wrap None. The model as it was when the module level binds anything but
-    None to the name. None, reported (DDP122), when no single function that runs once, at the
-    module's top, declares it global and binds it: no place wraps it once."""
+    wrap follows the build and move in that function, never the placeholder, where it would
+    wrap None. The function runs once, or builds a new module on each call (a model per fold):
+    each call then wraps its own new module, never a wrapper. The model as it was when the
+    module level binds anything but None to the name. None, reported (DDP122), when no single
+    function of the module's top declares it global and binds it that way."""
     if model.function is not None or "." in model.name or model.moved_in_call is not None:
         return model
     touching = facts.statements_touching.get(model.name, ())
@@ -2154,15 +2155,30 @@ def _built_where_declared_global(facts: Facts, edits: Edits, model: Model) -> Op
                 and _declares_global(function, model.name)}
     builder = next(iter(builders)) if len(builders) == 1 else None
     if builder is None or facts.function_of(builder) is not None or facts.class_of(builder) is not None \
-            or not _runs_once(facts, builder):
+            or not (_runs_once(facts, builder) or _built_afresh(builder, model.name)):
         names = ", ".join(sorted(f"`{function.name.value}()`" for function in builders))
-        where = (f"built by {names} under `global {model.name}`, which may run more than once" if builders
-                 else f"and no function here binds it under `global {model.name}`")
+        if len(builders) > 1:
+            where = f"built by {names}, each under `global {model.name}`, so no one place builds it"
+        elif builders:
+            where = f"built by {names} under `global {model.name}`, which may run more than once"
+        else:
+            where = f"and no function here binds it under `global {model.name}`"
         edits.report("DDP122", placeholders[0], (
             f"`{model.name}` is a placeholder here, {where}: wrap it once by hand after it is built and "
             f"moved, `{model.name} = DDP({model.name}, device_ids=[local_rank])`"))
         return None
     return Model(model.name, model.optimizer_statement, builder)
+
+
+def _built_afresh(function: cst.FunctionDef, name: str) -> bool:
+    """The function's first statement that binds `name` builds a new value without reading it
+    (`model = Net().to(device)`, not `model = model.to(device)`): each call makes a new module."""
+    body = function.body.body if isinstance(function.body, cst.IndentedBlock) else ()
+    first = next((statement for statement in body if name in assigned_names(statement)), None)
+    if not isinstance(first, cst.SimpleStatementLine) or len(first.body) != 1 \
+            or not isinstance(first.body[0], cst.Assign):
+        return False
+    return name not in names_within(first.body[0].value)
 
 
 def _binds_none(statement: Statement, name: str) -> bool:
@@ -4154,8 +4170,8 @@ _MOVED_TO_ITS_OWN_DEVICE = _MOVED_EACH_EPOCH.replace(
     "    model.to(device)\n",
     '    if not torch.cuda.is_available():\n        device = "cpu"\n    model.to(device)\n', 1)
 
-# The module's model a placeholder, built under `global` by a function: wrapped there when it
-# runs once; refused (DDP122) when it runs for each fold.
+# The module's model a placeholder, built under `global` by a function: wrapped there (once, or
+# for each fold where each call builds a new module); refused (DDP122) when two functions bind it.
 _PLACEHOLDER_BUILT_UNDER_GLOBAL = """\
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -4185,7 +4201,10 @@ loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch
 CASES = (
     Emits(_PLACEHOLDER_BUILT_UNDER_GLOBAL + "build()\nfit(loader)\n", "DDP101",
           ("    model = torch.nn.Linear(4, 1).to(device)\n    if distributed:\n        model = DDP(",)),
-    Emits(_PLACEHOLDER_BUILT_UNDER_GLOBAL + "for fold in range(2):\n    build()\n    fit(loader)\n", "DDP122"),
+    Emits(_PLACEHOLDER_BUILT_UNDER_GLOBAL + "for fold in range(2):\n    build()\n    fit(loader)\n", "DDP101"),
+    Emits(_PLACEHOLDER_BUILT_UNDER_GLOBAL.replace("\n\ndef fit(", "\n\ndef cast_half():\n    global model\n"
+                                                  "    model = model.half()\n\n\ndef fit(")
+          + "build()\nfit(loader)\n", "DDP122"),
     Silent(_PLACEHOLDER_BUILT_UNDER_GLOBAL + "build()\nfit(loader)\n", "DDP122"),
     Emits(_MOVED_EACH_EPOCH, "DDP126", ("    if not isinstance(model, DDP):",)),
     Emits(_MOVED_TO_ITS_OWN_DEVICE, "DDP944", ()),
