@@ -54,6 +54,7 @@ from ddpify.selfcheck.setup import (
 from ddpify.selfcheck.shared_figures import ungathered_share_figures
 from ddpify.selfcheck.source import Source
 from ddpify.selfcheck.trained import untrained_wraps
+from ddpify.selfcheck.twice_gathered import figures_gathered_twice
 
 # Diagnostics that say a model was left unwrapped on purpose: the self-check does not say it again.
 UNWRAPPED_CODES = ("DDP903", "DDP117")
@@ -107,6 +108,7 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
         *decisions_on_per_rank_values(after),
         *file_races(after),
         *gathered_capped_figures(after),
+        *figures_gathered_twice(after),
     ]
     # A fixed GPU the migration already reported where it is (DDP003) is not counted twice.
     # Likewise a part of the model whose requires_grad changes after its wrap (DDP111).

@@ -1,5 +1,5 @@
 """The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935, DDP938, DDP939, DDP941,
-DDP943, DDP947, DDP948, DDP949): what a second reading of ddpify's own output can find wrong. The
+DDP943, DDP947, DDP948, DDP949, DDP955): what a second reading of ddpify's own output can find wrong. The
 detection is in this package (gathers, loaders, models, output, setup); the rules and their cases
 live here, beside it, rather than in ddpify/rules/, whose units plan edits.
 """
@@ -114,6 +114,13 @@ RULES = (
          "then keeps rank 0's figures alone (`shares = shares[:1]`).",
          "Evaluate the capped loop on the whole loader on every rank (no DistributedSampler, no "
          "gather), or give each rank its part of the k batches."),
+    Rule("DDP955", Severity.WARNING, "self-check: a figure gathered from every rank twice over one count",
+         "The self-check reads on its own, block by block, which names a statement hands to a gather "
+         "(`every_rank(...)`, `dist.all_reduce(...)`) and whether a later statement of the same block "
+         "gathers one of them again with nothing counting it anew between (a reset, a loop adding to "
+         "it). The first gather made it every rank's sum; the second sums the sums, so a count comes "
+         "out N times too large (on 2 ranks, `accuracy 76/40`).",
+         "Keep one gather per count: delete the second, or gather after the count is made again."),
     Rule("DDP938", Severity.WARNING, "self-check: an optimizer steps during the pass of a loader left whole",
          "The self-check reads on its own which passes train: a loop over the loader (where it is "
          "built, in a function of the file it is handed to, or unpacked from a returned tuple) that "
@@ -780,6 +787,15 @@ CASES = (
         "        total +=", "        if dry_run:\n            break\n        total +="), "DDP947"),
     Flags(_drawn(_CAPPED), _drawn(_CAPPED_GATHERED), "DDP947"),
     Silent(_CAPPED, "DDP947"),
+    # The same count gathered twice in a row after its loop (DDP955); once, or counted anew, is silent.
+    Flags(_CAPPED, _CAPPED_GATHERED.replace("total = sum(every_rank(total))\n",
+                                            "total = sum(every_rank(total))\ntotal = sum(every_rank(total))\n"),
+          "DDP955"),
+    Silent(_CAPPED_GATHERED, "DDP955"),
+    Silent(_CAPPED_GATHERED.replace("total = sum(every_rank(total))\n",
+                                    "total = sum(every_rank(total))\ntotal = 0.0\n"
+                                    "for x, y in loader:\n    total += 1.0\ntotal = sum(every_rank(total))\n"),
+           "DDP955"),
     # A GPU index kept in a name (`gpu = 0`), handed to `.to()`: GPU 0 on every rank.
     Flags(TRAINING.replace("model = torch.nn.Linear(4, 1).to(device)", _GPU_IN_A_NAME),
           _JOINED.replace("model = torch.nn.Linear(4, 1).to(device)", _GPU_IN_A_NAME), "DDP924"),
