@@ -96,9 +96,11 @@ def _library_splits_alike(facts: Facts, edits: Edits, setup: Plan) -> None:
         if any(arg.star for arg in call.args) or _keyword_is(call, "shuffle", "False") or any(
                 arg.keyword is not None and arg.keyword.value == "random_state" for arg in call.args):
             continue
-        condition = "distributed" if setup.sees_setup(facts, call) else "dist.is_initialized()"
+        # Where the setup's `distributed` is out of reach (a helper that may run before the group
+        # is joined), torchrun's own variable says it: the split needs no group, only to know.
+        condition = "distributed" if setup.sees_setup(facts, call) else '"WORLD_SIZE" in os.environ'
         if condition != "distributed":
-            edits.imports.add("dist")
+            edits.imports.add("os")
         name = facts.free_name("split_seed")
         edits.insert_before(facts.statement_of(call), Insertion(
             [edits.statement(f"{name} = 0 if {condition} else None  # the same split on every rank\n")],
@@ -327,6 +329,12 @@ CASES = (
         "loader = DataLoader(dataset,", "train_idx, val_idx = train_test_split(list(range(64)), test_size=0.25)\n"
         "loader = DataLoader(torch.utils.data.Subset(dataset, train_idx),"), "DDP239",
         ("split_seed = 0 if distributed else None", "random_state=split_seed")),
+    # In a helper run before the group may exist: torchrun's variable, not the group, decides.
+    Emits("import numpy as np\nfrom sklearn.model_selection import train_test_split\n\n\n"
+          "def load():\n    x = np.arange(40).reshape(10, 4)\n    return train_test_split(x, test_size=0.2)\n\n\n"
+          + TRAINING.replace("import torch\n", "").replace(
+              "loader = DataLoader(dataset,", "train_x, val_x = load()\nloader = DataLoader(dataset,"), "DDP239",
+          ("split_seed = 0 if ", "random_state=split_seed")),
     Silent("import numpy as np\nfrom sklearn.model_selection import train_test_split\n" + TRAINING.replace(
         "loader = DataLoader(dataset,", "np.random.seed(0)\n"
         "train_idx, val_idx = train_test_split(list(range(64)), test_size=0.25)\n"
