@@ -342,6 +342,11 @@ CASES = (
     Silent("from sklearn.model_selection import train_test_split\n" + TRAINING.replace(
         "loader = DataLoader(dataset,", "train_idx, val_idx = train_test_split(list(range(64)), random_state=1)\n"
         "loader = DataLoader(torch.utils.data.Subset(dataset, train_idx),"), "DDP239"),
+    Emits("from sklearn.model_selection import KFold\n" + TRAINING.replace(
+        "loader = DataLoader(dataset,", "folds = KFold(n_splits=4, shuffle=True)\n"
+        "train_idx, val_idx = next(iter(folds.split(list(range(64)))))\n"
+        "loader = DataLoader(torch.utils.data.Subset(dataset, train_idx),"), "DDP239",
+        ("KFold(n_splits=4, shuffle=True, random_state=split_seed)",)),
     Silent("from sklearn.model_selection import KFold\n" + TRAINING.replace(
         "loader = DataLoader(dataset,", "folds = KFold(n_splits=4)\n"
         "train_idx, val_idx = next(iter(folds.split(list(range(64)))))\n"
