@@ -20,6 +20,9 @@ WITHOUT_A_FIXTURE = {
     "DDP952": "self-check: no correct migration shows it (the guard goes around the whole pruning loop); its "
               "Flags case in selfcheck/rules.py and main's outputs of the checkpoints/*_while_* fixtures "
               "(tests/test_selfcheck.py, test_a_loop_only_rank0_can_end_is_found) are the broken outputs it finds",
+    "DDP955": "self-check: no correct migration shows it; its Flags case in selfcheck/rules.py, and main's "
+              "outputs of evaluation/accuracy_helper_run_on_validation_and_test_loaders_a_factory_returns and "
+              "projects/loader_factory_split_by_train_flag (SUMMARY of newcomer22) are the broken outputs it finds",
     "DDP941": "self-check: no correct migration shows it (ddpify places the barriers it checks for); its Flags "
               "cases in selfcheck/rules.py and main's outputs of the checkpoints/*_reloaded_*, *_read_back_*, "
               "*_removed fixtures (SUMMARY of races21) are the broken outputs it finds",

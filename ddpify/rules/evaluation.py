@@ -289,6 +289,7 @@ def _drop_loops_reached_twice(facts: Facts, candidates: list[Loader], loops_of: 
 
 def _plan_received(facts: Facts, edits: Edits, setup: Plan) -> None:
     reached_from_here = set(facts.loops_over_values(facts.loader_holders()))
+    gathered = set(setup.gathered_evaluations)
     for received in _received_loaders(facts):
         holders = facts.holders_from(received.function, received.name)
         loops = facts.loops_over_values(holders)
@@ -300,7 +301,11 @@ def _plan_received(facts: Facts, edits: Edits, setup: Plan) -> None:
             held = {name for _, name in holders}
             _share(facts, edits, received, loops, held)
             for loop, found in figures.items():
-                _gather(facts, edits, setup, loop, found, loader_name_in(facts, loop, held))
+                # `evaluate(model, val_loader)` and `evaluate(model, test_loader)`: one loop,
+                # gathered once (a second gather would count every figure twice).
+                if loop not in gathered:
+                    _gather(facts, edits, setup, loop, found, loader_name_in(facts, loop, held))
+                    gathered.add(loop)
         elif reason:
             edits.report("DDP203", received.call, f"{RULE_SUMMARY_WHOLE}: {reason}")
 

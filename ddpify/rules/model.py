@@ -149,6 +149,12 @@ RULES = (
          "local (UnboundLocalError).",
          "Move the model to its device at module level, after it is built (ddpify wraps it there), "
          "or build it in the function that moves it."),
+    Rule("DDP122", Severity.WARNING, "the module's model is a placeholder no single function builds once",
+         "`model = None` at module level and `def build_model(): global model; model = Net().to(device)`: "
+         "the model is built in that function, and ddpify wraps it there, after its move. When several "
+         "functions bind it under `global`, or the one that does may run more than once, no place wraps it "
+         "once; a wrap after the placeholder would wrap None.",
+         "Wrap it by hand once, after it is built and moved: `model = DDP(model, device_ids=[local_rank])`."),
     Rule("DDP126", Severity.EDIT, "a move of the model a function is handed runs only while it is not the DDP wrapper",
          "`def train_fn(model, ...): model.to(device)` called every epoch: the model is wrapped once, "
          "in the caller before the epoch loop, after that move (made there too when the caller "
@@ -2122,6 +2128,10 @@ def _follow_the_move(facts: Facts, edits: Edits, setup: Plan,
                      model: Model) -> Optional[tuple[Optional[Statement], Model]]:
     """The wrap's anchor and the model it wraps: where the model reaches its device, followed
     to the holder that is moved elsewhere (_moved_elsewhere); None once reported."""
+    built = _built_where_declared_global(facts, edits, model)
+    if built is None:
+        return None
+    model = built
     anchor = _wrap_anchor(facts, model) if model.moved_in_call is None else model.optimizer_statement
     # (FSDP2 shards in place, where the model reaches its device: not hoisted.)
     hoisted = None if edits.options.fsdp2 else moved_each_call.move_made_by_callees(facts, model, anchor)
@@ -2137,6 +2147,72 @@ def _follow_the_move(facts: Facts, edits: Edits, setup: Plan,
         return None
     anchor, holder = moved
     return anchor, Model(holder, model.optimizer_statement, facts.function_of(anchor))
+
+
+def _built_where_declared_global(facts: Facts, edits: Edits, model: Model) -> Optional[Model]:
+    """Rule (DESIGN §2.9): `model = None` at module level is a placeholder, and `def
+    build_model(): global model; model = Net().to(device)` builds the module's model: the
+    wrap follows the build and move in that function, never the placeholder, where it would
+    wrap None. The function runs once, or builds a new module on each call (a model per fold):
+    each call then wraps its own new module, never a wrapper. The model as it was when the
+    module level binds anything but None to the name. None, reported (DDP122), when no single
+    function of the module's top declares it global and binds it that way."""
+    if model.function is not None or "." in model.name or model.moved_in_call is not None:
+        return model
+    touching = facts.statements_touching.get(model.name, ())
+    placeholders = [statement for statement in touching
+                    if facts.function_of(statement) is None and model.name in assigned_names(statement)]
+    if not placeholders or not all(_binds_none(statement, model.name) for statement in placeholders):
+        return model
+    builders = {function for statement in touching for function in [facts.function_of(statement)]
+                if function is not None and model.name in assigned_names(statement)
+                and _declares_global(function, model.name)}
+    builder = next(iter(builders)) if len(builders) == 1 else None
+    if builder is None or facts.function_of(builder) is not None or facts.class_of(builder) is not None \
+            or not (_runs_once(facts, builder) or _built_afresh(builder, model.name)):
+        names = ", ".join(sorted(f"`{function.name.value}()`" for function in builders))
+        if len(builders) > 1:
+            where = f"built by {names}, each under `global {model.name}`, so no one place builds it"
+        elif builders:
+            where = f"built by {names} under `global {model.name}`, which may run more than once"
+        else:
+            where = f"and no function here binds it under `global {model.name}`"
+        edits.report("DDP122", placeholders[0], (
+            f"`{model.name}` is a placeholder here, {where}: wrap it once by hand after it is built and "
+            f"moved, `{model.name} = DDP({model.name}, device_ids=[local_rank])`"))
+        return None
+    return Model(model.name, model.optimizer_statement, builder)
+
+
+def _built_afresh(function: cst.FunctionDef, name: str) -> bool:
+    """The function's first statement that binds `name` builds a new value without reading it
+    (`model = Net().to(device)`, not `model = model.to(device)`): each call makes a new module."""
+    body = function.body.body if isinstance(function.body, cst.IndentedBlock) else ()
+    first = next((statement for statement in body if name in assigned_names(statement)), None)
+    if not isinstance(first, cst.SimpleStatementLine) or len(first.body) != 1 \
+            or not isinstance(first.body[0], cst.Assign):
+        return False
+    return name not in names_within(first.body[0].value)
+
+
+def _binds_none(statement: Statement, name: str) -> bool:
+    """`name = None` (or `name: nn.Module = None`), the whole statement."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return False
+    small = statement.body[0]
+    if isinstance(small, cst.Assign):
+        targets = [target.target for target in small.targets]
+    elif isinstance(small, cst.AnnAssign):
+        targets = [small.target]
+    else:
+        return False
+    return small.value is not None and isinstance(small.value, cst.Name) and small.value.value == "None" and any(
+        name in names_within(target) for target in targets)
+
+
+def _declares_global(function: cst.FunctionDef, name: str) -> bool:
+    return any(name in (item.name.value for item in declared.names if isinstance(item.name, cst.Name))
+               for declared in find_all(function.body, cst.Global, into_functions=False))
 
 
 def _moved_by_a_later_method(facts: Facts, model: Model, anchor: Optional[Statement]) -> Optional[Statement]:
@@ -4108,7 +4184,42 @@ _MOVED_TO_ITS_OWN_DEVICE = _MOVED_EACH_EPOCH.replace(
     "    model.to(device)\n",
     '    if not torch.cuda.is_available():\n        device = "cpu"\n    model.to(device)\n', 1)
 
+# The module's model a placeholder, built under `global` by a function: wrapped there (once, or
+# for each fold where each call builds a new module); refused (DDP122) when two functions bind it.
+_PLACEHOLDER_BUILT_UNDER_GLOBAL = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+model = None
+optimizer = None
+device = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def build():
+    global model, optimizer
+    model = torch.nn.Linear(4, 1).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def fit(loader):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+"""
+
 CASES = (
+    Emits(_PLACEHOLDER_BUILT_UNDER_GLOBAL + "build()\nfit(loader)\n", "DDP101",
+          ("    model = torch.nn.Linear(4, 1).to(device)\n    if distributed:\n        model = DDP(",)),
+    Emits(_PLACEHOLDER_BUILT_UNDER_GLOBAL + "for fold in range(2):\n    build()\n    fit(loader)\n", "DDP101"),
+    Emits(_PLACEHOLDER_BUILT_UNDER_GLOBAL.replace("\n\ndef fit(", "\n\ndef cast_half():\n    global model\n"
+                                                  "    model = model.half()\n\n\ndef fit(")
+          + "build()\nfit(loader)\n", "DDP122"),
+    Silent(_PLACEHOLDER_BUILT_UNDER_GLOBAL + "build()\nfit(loader)\n", "DDP122"),
     Emits(_MOVED_EACH_EPOCH, "DDP126", ("    if not isinstance(model, DDP):",)),
     Emits(_MOVED_TO_ITS_OWN_DEVICE, "DDP944", ()),
     # The module's model wrapped where `main()` moves it: declared global there (run once) or refused.

@@ -1,5 +1,6 @@
-"""The ranks draw the same random_split (DDP214): a generator seeded alike on every rank.
-An unseeded shuffle before a split by slices is reported (DDP230)."""
+"""The ranks draw the same random_split (DDP214): a generator seeded alike on every rank;
+the same for scikit-learn's splits drawn from numpy's global generator (DDP239). An unseeded
+shuffle before a split by slices is reported (DDP230)."""
 
 import libcst as cst
 
@@ -18,6 +19,12 @@ RULES = (
          "training. Under torchrun the split uses a generator seeded the same on every rank.",
          "Nothing to do; seed it yourself (generator=torch.Generator().manual_seed(s)) to "
          "choose the split."),
+    Rule("DDP239", Severity.EDIT, "scikit-learn split drawn alike on every rank",
+         "`train_test_split(X, y, test_size=0.2)` (or `KFold(n_splits=5, shuffle=True)`) without a "
+         "`random_state` draws from numpy's global generator, which the script never seeds: each rank "
+         "would split its own way, the ranks' shards would overlap and validation rows would leak into "
+         "training. Under torchrun the split gets `random_state=0`; plain `python` keeps the original's draw.",
+         "Nothing to do; give it `random_state=` yourself to choose the split."),
     Rule("DDP230", Severity.WARNING, "unseeded shuffle before a train/validation split: each rank splits its own way",
          "A permutation drawn from an unseeded generator (`dataset.shuffle()`, `random.shuffle(idx)`, "
          "`np.random.shuffle(idx)`, `torch.randperm(n)`) and then cut into a training and a "
@@ -66,6 +73,46 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         else:
             edits.report("DDP214", call)
     _report_unseeded_shuffles(facts, edits)
+    _library_splits_alike(facts, edits, setup)
+
+
+# scikit-learn's splits that draw from numpy's global generator without a `random_state`: always
+# (train_test_split shuffles unless told not to, ShuffleSplit), or when they shuffle (KFold).
+_LIBRARY_SPLITS = frozenset({"sklearn.model_selection.train_test_split", "sklearn.model_selection.ShuffleSplit",
+                             "sklearn.model_selection.StratifiedShuffleSplit"})
+_SHUFFLED_FOLDS = frozenset({"sklearn.model_selection.KFold", "sklearn.model_selection.StratifiedKFold"})
+
+
+def _library_splits_alike(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """Rule (as DDP214's): a scikit-learn split without a `random_state` in a script that
+    never seeds numpy alike on every rank draws another split on each rank; under torchrun it
+    gets `random_state=0`, and plain `python` keeps `None`, the original's draw (DDP239). The
+    seed is a name of its own, above the statement, as DDP214's generator is."""
+    if seeding.seeded_alike(facts, "numpy") or seeding.seeded_by_a_helper(facts):
+        return
+    calls = [call for qualified in (*_LIBRARY_SPLITS, *_SHUFFLED_FOLDS) for call in facts.calls_named.get(qualified, ())
+             if qualified in _LIBRARY_SPLITS or _keyword_is(call, "shuffle", "True")]
+    for call in sorted(calls, key=facts.start_of):
+        if any(arg.star for arg in call.args) or _keyword_is(call, "shuffle", "False") or any(
+                arg.keyword is not None and arg.keyword.value == "random_state" for arg in call.args):
+            continue
+        # Where the setup's `distributed` is out of reach (a helper that may run before the group
+        # is joined), torchrun's own variable says it: the split needs no group, only to know.
+        condition = "distributed" if setup.sees_setup(facts, call) else '"WORLD_SIZE" in os.environ'
+        if condition != "distributed":
+            edits.imports.add("os")
+        name = facts.free_name("split_seed")
+        edits.insert_before(facts.statement_of(call), Insertion(
+            [edits.statement(f"{name} = 0 if {condition} else None  # the same split on every rank\n")],
+            takes_comments=True))
+        edits.expressions[call] = _with_keyword(edits, "random_state", name)
+        setup.guard_nodes.add(call)  # needs `distributed`, not the process group
+        edits.report("DDP239", call)
+
+
+def _keyword_is(call: cst.Call, keyword: str, value: str) -> bool:
+    return any(arg.keyword is not None and arg.keyword.value == keyword and isinstance(arg.value, cst.Name)
+               and arg.value.value == value for arg in call.args)
 
 
 # Draws of a permutation from a global generator, by the family whose seed fixes them.
@@ -191,12 +238,29 @@ def _guarded_in_helper(facts: Facts, statement) -> bool:
 
 
 def _with_generator(edits: Edits, generator: str):
+    return _with_keyword(edits, "generator", generator)
+
+
+def _with_keyword(edits: Edits, keyword: str, value: str):
     def rewrite(call: cst.Call) -> cst.Call:
         args = list(call.args)
-        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        args.append(cst.Arg(keyword=cst.Name("generator"), value=edits.expression(generator),
-                            equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                                                  whitespace_after=cst.SimpleWhitespace(""))))
+        last = args[-1]
+        added = cst.Arg(keyword=cst.Name(keyword), value=edits.expression(value),
+                        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                              whitespace_after=cst.SimpleWhitespace("")))
+        if isinstance(last.comma, cst.Comma):
+            # `f(\n    a,\n    b,\n)`: the new argument takes the trailing comma, and the last one
+            # the separator the others use.
+            separator = args[-2].comma if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else cst.Comma(
+                whitespace_after=cst.SimpleWhitespace(" "))
+            args[-1] = last.with_changes(comma=separator)
+            added = added.with_changes(comma=last.comma)
+        else:
+            # The space (or the line break) before `)` stays before `)`.
+            args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
+                                         whitespace_after_arg=cst.SimpleWhitespace(""))
+            added = added.with_changes(whitespace_after_arg=last.whitespace_after_arg)
+        args.append(added)
         return call.with_changes(args=args)
 
     return rewrite
@@ -259,4 +323,32 @@ CASES = (
                             "perm = torch.randperm(len(dataset))\n"
                             "first = torch.utils.data.Subset(dataset, perm[0:8])\n"
                             "loader = DataLoader(dataset,"), "DDP230"),
+    # scikit-learn's split without a random_state: seeded alike under torchrun; not when numpy is
+    # seeded, the split has a random_state of its own, or a KFold does not shuffle.
+    Emits("from sklearn.model_selection import train_test_split\n" + TRAINING.replace(
+        "loader = DataLoader(dataset,", "train_idx, val_idx = train_test_split(list(range(64)), test_size=0.25)\n"
+        "loader = DataLoader(torch.utils.data.Subset(dataset, train_idx),"), "DDP239",
+        ("split_seed = 0 if distributed else None", "random_state=split_seed")),
+    # In a helper run before the group may exist: torchrun's variable, not the group, decides.
+    Emits("import numpy as np\nfrom sklearn.model_selection import train_test_split\n\n\n"
+          "def load():\n    x = np.arange(40).reshape(10, 4)\n    return train_test_split(x, test_size=0.2)\n\n\n"
+          + TRAINING.replace("import torch\n", "").replace(
+              "loader = DataLoader(dataset,", "train_x, val_x = load()\nloader = DataLoader(dataset,"), "DDP239",
+          ("split_seed = 0 if ", "random_state=split_seed")),
+    Silent("import numpy as np\nfrom sklearn.model_selection import train_test_split\n" + TRAINING.replace(
+        "loader = DataLoader(dataset,", "np.random.seed(0)\n"
+        "train_idx, val_idx = train_test_split(list(range(64)), test_size=0.25)\n"
+        "loader = DataLoader(torch.utils.data.Subset(dataset, train_idx),"), "DDP239"),
+    Silent("from sklearn.model_selection import train_test_split\n" + TRAINING.replace(
+        "loader = DataLoader(dataset,", "train_idx, val_idx = train_test_split(list(range(64)), random_state=1)\n"
+        "loader = DataLoader(torch.utils.data.Subset(dataset, train_idx),"), "DDP239"),
+    Emits("from sklearn.model_selection import KFold\n" + TRAINING.replace(
+        "loader = DataLoader(dataset,", "folds = KFold(n_splits=4, shuffle=True)\n"
+        "train_idx, val_idx = next(iter(folds.split(list(range(64)))))\n"
+        "loader = DataLoader(torch.utils.data.Subset(dataset, train_idx),"), "DDP239",
+        ("KFold(n_splits=4, shuffle=True, random_state=split_seed)",)),
+    Silent("from sklearn.model_selection import KFold\n" + TRAINING.replace(
+        "loader = DataLoader(dataset,", "folds = KFold(n_splits=4)\n"
+        "train_idx, val_idx = next(iter(folds.split(list(range(64)))))\n"
+        "loader = DataLoader(torch.utils.data.Subset(dataset, train_idx),"), "DDP239"),
 )

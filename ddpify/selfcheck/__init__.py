@@ -1,12 +1,12 @@
 """Safe mode (DESIGN.md §2, item 10): ddpify re-reads its own output and refuses exit 0 when it
 cannot show the contract's properties there.
 
-Like black's safe mode, it is a second opinion that shares nothing with the first: the
-transforms read the script with libcst and ddpify.analysis; this reads the original and the
-output with the stdlib `ast` and a few simple, conservative rules (DDP910-DDP917, DDP919,
-DDP922-DDP929, DDP932, DDP933, DDP935, DDP939, DDP941, DDP947-DDP949, DDP951-DDP954, DDP956,
-DDP957). What it cannot show is a warning naming the line of the original where the defect is (the
-output line is in the message), so the run exits 1 and the file is still written.
+Like black's safe mode, it is a second opinion that shares nothing with the first: the transforms
+read the script with libcst and ddpify.analysis; this reads the original and the output with the
+stdlib `ast` and a few simple, conservative rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932,
+DDP933, DDP935, DDP939, DDP941, DDP947-DDP949, DDP951-DDP957). What it cannot show is a warning
+naming the line of the original where the defect is (the output line is in the message), so the run
+exits 1 and the file is still written.
 """
 import ast
 import difflib
@@ -58,6 +58,7 @@ from ddpify.selfcheck.setup import (
 from ddpify.selfcheck.shared_figures import ungathered_share_figures
 from ddpify.selfcheck.source import Source
 from ddpify.selfcheck.trained import untrained_wraps
+from ddpify.selfcheck.twice_gathered import figures_gathered_twice
 
 # Diagnostics that say a model was left unwrapped on purpose: the self-check does not say it again.
 UNWRAPPED_CODES = ("DDP903", "DDP117")
@@ -116,6 +117,7 @@ def check(original: str, migrated: str, diagnostics: Iterable[Diagnostic],
         *loads_without_map_location(after),
         *copies_never_synced(after),
         *capped_share_figures(after),
+        *figures_gathered_twice(after),
     ]
     # A fixed GPU the migration already reported where it is (DDP003) is not counted twice.
     # Likewise a part of the model whose requires_grad changes after its wrap (DDP111).

@@ -1,7 +1,8 @@
-"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935, DDP938, DDP939, DDP941,
-DDP943, DDP947, DDP948, DDP949, DDP951, DDP952, DDP953, DDP954, DDP956, DDP957): what a second reading of ddpify's
-own output can find wrong. The detection is in this package (gathers, loaders, models, output, setup); the rules and
-their cases live here, beside it, rather than in ddpify/rules/, whose units plan edits.
+"""The self-check's rules (DDP910-DDP917, DDP919, DDP922-DDP929, DDP932, DDP933, DDP935, DDP938,
+DDP939, DDP941, DDP943, DDP947, DDP948, DDP949, DDP951-DDP957): what a second reading of ddpify's
+own output can find wrong. The detection is in this package (gathers, loaders, models, output,
+setup); the rules and their cases live here, beside it, rather than in ddpify/rules/, whose units
+plan edits.
 """
 from ddpify.diagnostics import Rule, Severity
 from ddpify.rules.cases import TRAINING, Flags, Silent
@@ -140,6 +141,13 @@ RULES = (
          "over the training loader).",
          "Measure on a loader built without the DistributedSampler (every rank takes the same k batches), "
          "or gather the sums and counts of each rank's part of the k batches."),
+    Rule("DDP955", Severity.WARNING, "self-check: a figure gathered from every rank twice over one count",
+         "The self-check reads on its own, block by block, which names a statement hands to a gather "
+         "(`every_rank(...)`, `dist.all_reduce(...)`) and whether a later statement of the same block "
+         "gathers one of them again with nothing counting it anew between (a reset, a loop adding to "
+         "it). The first gather made it every rank's sum; the second sums the sums, so a count comes "
+         "out N times too large (on 2 ranks, `accuracy 76/40`).",
+         "Keep one gather per count: delete the second, or gather after the count is made again."),
     Rule("DDP938", Severity.WARNING, "self-check: an optimizer steps during the pass of a loader left whole",
          "The self-check reads on its own which passes train: a loop over the loader (where it is "
          "built, in a function of the file it is handed to, or unpacked from a returned tuple) that "
