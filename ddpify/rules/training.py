@@ -705,12 +705,13 @@ def _bound_to_numbers(body: cst.CSTNode, value: cst.BaseExpression) -> bool:
     """`value` is a name that every assignment in body binds to a Python number (_item_value)."""
     if not isinstance(value, cst.Name):
         return False
+    if any(isinstance(augmented.target, cst.Name) and augmented.target.value == value.value
+           for augmented in find_all(body, cst.AugAssign)):
+        return False  # (`acc += ...`: a running figure, not read here)
     bound = [assign.value for assign in find_all(body, cst.Assign)
              if any(isinstance(target.target, cst.Name) and target.target.value == value.value
                     for target in assign.targets)]
-    bound += [None for augmented in find_all(body, cst.AugAssign)  # (`acc += ...`: not read here)
-              if isinstance(augmented.target, cst.Name) and augmented.target.value == value.value]
-    return bool(bound) and all(assigned is not None and _item_value(assigned) for assigned in bound)
+    return bool(bound) and all(_item_value(assigned) for assigned in bound)
 
 
 def _item_value(value: cst.BaseExpression) -> bool:
