@@ -660,6 +660,14 @@ def _epoch_loops(facts: Facts, loader: Union[Loader, ExternalLoader]) -> list[tu
                            if epoch_counter(loop)), None)
         if epoch_loop is not None and all(epoch_loop is not loop for loop, _ in found):
             found.append((epoch_loop, name_there))
+    # A loop found only for the look at one batch it holds (`dataiter = iter(loader)`), or
+    # around one, is not the epoch loop of the passes written inside it (_peeks_beside_a_pass).
+    peeking = {facts.enclosing_loops(call)[0] for call in facts.calls_named.get("builtins.iter", ())
+               if call.args and dotted_name(call.args[0].value) == loader.name
+               and facts.function_of(call) is loader.function and _peeks_beside_a_pass(facts, loader, call)}
+    around_peeks = peeking.union(*(facts.enclosing_loops(loop) for loop in peeking))
+    found = [(loop, name) for loop, name in found if loop not in around_peeks or not any(
+        loop in facts.enclosing_loops(other) for other, _ in found)]
     training: list[tuple[cst.For, str]] = []
     for epoch_loop, name_there in sorted(found, key=lambda pair: facts.start_of(pair[0])):
         if facts.loop_trains(epoch_loop) and not any(
@@ -802,10 +810,11 @@ def _peeks_beside_a_pass(facts: Facts, loader: Union[Loader, ExternalLoader], ca
     epochs, and their own loop sets the epoch at its top. The look is no restart: were it one,
     set_epoch would go before it alone, and every epoch of the passes after it would draw the
     same order."""
-    parent = facts.parents.get(call)
-    if not (isinstance(parent, cst.Arg) and isinstance(facts.parents.get(parent), cst.Call)
-            and dotted_name(cast(cst.Call, facts.parents.get(parent)).func) == "next"):
-        return False
+    node: Optional[cst.CSTNode] = call
+    while node is not None:
+        if isinstance(node, cst.ExceptHandler):
+            return False
+        node = facts.parents.get(node)
     around = facts.enclosing_loops(call)
     if not around:
         return False
