@@ -938,7 +938,8 @@ class Collector(cst.CSTVisitor):
         facts = self.facts
         func = node.func
         if (isinstance(func, cst.Name) and func.value == "print"
-                or self._calls(node, names.STDOUT_WRITES | names.SHOWN_ON_SCREEN)) and self._is_statement_call(node):
+                or self._calls(node, names.STDOUT_WRITES | names.SHOWN_ON_SCREEN | names.PRINTING_INSPECTORS)) \
+                and self._is_statement_call(node):
             facts.output_statements.append(self._statement(node))
             self._note_output_in_suite(node)
         elif self._calls(node, names.TORCH_SAVE):

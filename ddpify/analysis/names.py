@@ -221,6 +221,17 @@ MODEL_EXPORTERS = frozenset(
      "torch.export.export", "safetensors.torch.save_model", "mlflow.pytorch.log_model",
      "mlflow.pytorch.save_model"}
 )
+# Calls that run a model's forward to show it: a layer table, its FLOPs, a TensorBoard graph
+# (`writer.add_graph(model, x)`, by method name: INSPECTING_METHODS). Handed the DDP wrapper,
+# they would show the wrapper, and on rank 0 alone its forward would join collectives (the
+# buffer broadcast) that no other rank makes: they are handed the module itself.
+MODEL_INSPECTORS = frozenset({
+    "torchinfo.summary", "torchsummary.summary", "torchsummaryX.summary", "thop.profile",
+    "ptflops.get_model_complexity_info", "fvcore.nn.FlopCountAnalysis",
+})
+INSPECTING_METHODS = frozenset({"add_graph"})
+# Of those, the ones that print their table: output, made by rank 0 alone.
+PRINTING_INSPECTORS = frozenset({"torchinfo.summary", "torchsummary.summary", "torchsummaryX.summary"})
 # Exporters whose result saves itself (`traced.save(path)`): a file write.
 SELF_SAVING_EXPORTS = frozenset({"torch.jit.trace", "torch.jit.script", "torch.jit.trace_module"})
 # Calls that make a Pillow image, which writes itself to a file with `.save(path)`

@@ -199,6 +199,18 @@ def runs_again(facts: Facts, loop: cst.For, loader_function: Optional[cst.Functi
     return len(calls) > 1 or any(facts.enclosing_loops(call) for call in calls)
 
 
+def _repeated_by_an_outer_loop(facts: Facts, loop: cst.For, loader: Loader) -> bool:
+    """Rule: `for run in range(3):` (a sweep, a fold, a restart of the model) around the epoch
+    loop, in the loader's own function, and the loader built before that outer loop: every
+    time round, the epoch loop would count 0, 1, ... again on the same sampler and replay the
+    orders of the run before. Its epochs count on from the sampler's own instead. A loader
+    built inside the outer loop has a fresh sampler each time round, starting at epoch 0."""
+    if facts.function_of(loop) is not loader.function or loader.inline is not None:
+        return False
+    built_in = set(facts.enclosing_loops(loader.call))
+    return any(outer not in built_in and outer is not loop for outer in facts.enclosing_loops(loop))
+
+
 def _counts_epochs(facts: Facts, loop: cst.For) -> bool:
     """The loop's target is an integer count: `for epoch in range(...)` (also through
     `tqdm(range(...))`, `trange(...)`), or a name ddpify cannot see the items of, which
@@ -244,7 +256,8 @@ def set_epoch(facts: Facts, edits: Edits, loader: Union[Loader, ExternalLoader],
             _self_in_scope(facts, sampler, epoch_loop, loader.function)
             or facts.function_of(epoch_loop) is loader.function)
         if position or not _counts_epochs(facts, epoch_loop) or (
-                not isinstance(loader, ExternalLoader) and runs_again(facts, epoch_loop, loader.function)):
+                not isinstance(loader, ExternalLoader) and (runs_again(facts, epoch_loop, loader.function)
+                                                            or _repeated_by_an_outer_loop(facts, epoch_loop, loader))):
             # A loop over something else than a count (`for lr in candidates:`, a float each
             # time) has no epoch number to hand set_epoch: it counts on from the sampler's.
             # A later phase over the same loader (`for epoch in range(finetune_epochs)` after
@@ -647,6 +660,14 @@ def _epoch_loops(facts: Facts, loader: Union[Loader, ExternalLoader]) -> list[tu
                            if epoch_counter(loop)), None)
         if epoch_loop is not None and all(epoch_loop is not loop for loop, _ in found):
             found.append((epoch_loop, name_there))
+    # A loop found only for the look at one batch it holds (`dataiter = iter(loader)`), or
+    # around one, is not the epoch loop of the passes written inside it (_peeks_beside_a_pass).
+    peeking = {facts.enclosing_loops(call)[0] for call in facts.calls_named.get("builtins.iter", ())
+               if call.args and dotted_name(call.args[0].value) == loader.name
+               and facts.function_of(call) is loader.function and _peeks_beside_a_pass(facts, loader, call)}
+    around_peeks = peeking.union(*(facts.enclosing_loops(loop) for loop in peeking))
+    found = [(loop, name) for loop, name in found if loop not in around_peeks or not any(
+        loop in facts.enclosing_loops(other) for other, _ in found)]
     training: list[tuple[cst.For, str]] = []
     for epoch_loop, name_there in sorted(found, key=lambda pair: facts.start_of(pair[0])):
         if facts.loop_trains(epoch_loop) and not any(
@@ -771,13 +792,35 @@ def _while_loops_around_passes(facts: Facts, loader: Union[Loader, ExternalLoade
 
 def _iterators_restarted_in_training(facts: Facts, loader: Union[Loader, ExternalLoader]) -> list[Statement]:
     """The statements in a training loop that start a new pass over the loader with iter():
-    a step loop that takes its batches with next() and starts over when they run out."""
+    a step loop that takes its batches with next() and starts over when they run out. Not a
+    look at one batch beside the passes (_peeks_beside_a_pass)."""
     return [facts.statement_of(call) for call in facts.calls_named.get("builtins.iter", ())
             if call.args and dotted_name(call.args[0].value) == loader.name
             and (facts.function_of(call) is loader.function
                  and (any(facts.loop_trains(loop) for loop in facts.enclosing_loops(call))
                       or any(while_trains(facts, loop) for loop in enclosing_whiles(facts, call)))
+                 and not _peeks_beside_a_pass(facts, loader, call)
                  or _restarted_by_helper(facts, loader, call))]
+
+
+def _peeks_beside_a_pass(facts: Facts, loader: Union[Loader, ExternalLoader], call: cst.Call) -> bool:
+    """Rule: `inputs, _ = next(iter(loader))` (a look at one batch: its shape, a graph for
+    TensorBoard, a first loss) in a loop (a sweep, a fold, a run) whose training is a `for`
+    pass over the same loader written inside that loop, next to the look: the passes are the
+    epochs, and their own loop sets the epoch at its top. The look is no restart: were it one,
+    set_epoch would go before it alone, and every epoch of the passes after it would draw the
+    same order."""
+    node: Optional[cst.CSTNode] = call
+    while node is not None:
+        if isinstance(node, cst.ExceptHandler):
+            return False
+        node = facts.parents.get(node)
+    around = facts.enclosing_loops(call)
+    if not around:
+        return False
+    passes = facts.loops_over_values(facts.holders_from(loader.function, loader.name))
+    return any(facts.loop_trains(loop) and loop not in around and around[0] in facts.enclosing_loops(loop)
+               for loop in passes)
 
 
 def _restarted_where_returned(facts: Facts, loader: Union[Loader, ExternalLoader]) -> list[Statement]:

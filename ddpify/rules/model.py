@@ -2998,17 +2998,24 @@ def _unwrap_pickled_models(facts: Facts, edits: Edits, model: Model, wrap: cst.B
 def _unwrap_for_exporters(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:
     """`torch.jit.script(model)`, `torch.jit.trace(model, x)`, `torch.onnx.export(model, x,
     path)` after the wrap: the raw module. A DDP wrapper does not script (its forward takes
-    *inputs), and an exported file should hold the model, as a checkpoint does."""
-    for qualified in sorted(names.MODEL_EXPORTERS):
-        for call in facts.calls_named.get(qualified, ()):
-            positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
-            if not positional or dotted_name(positional[0].value) != model.name:
-                continue
-            if _before_wrap(facts, call, wrap) or _rebound_since_wrap(facts, call, model.name, wrap):
-                continue
-            value = positional[0].value
-            edits.expressions[value] = _unwrapped(model.name, edits, _quote_for(facts, value))
-            edits.report("DDP103", value)
+    *inputs), and an exported file should hold the model, as a checkpoint does. So do the
+    calls that run its forward to show it (`summary(model, input_size)`, `thop.profile`,
+    `writer.add_graph(model, x)`: names.MODEL_INSPECTORS), which rank 0 often makes alone: the
+    module's forward joins no collective, and the table shows the model as it did before."""
+    calls = [call for qualified in sorted(names.MODEL_EXPORTERS | names.MODEL_INSPECTORS)
+             for call in facts.calls_named.get(qualified, ())]
+    calls += [call for callee, found in sorted(facts.calls_by_callee.items())
+              if "." in callee and callee.rsplit(".", 1)[1] in names.INSPECTING_METHODS for call in found]
+    for call in calls:
+        positional = [arg for arg in call.args if arg.keyword is None and not arg.star][:1] or [
+            arg for arg in call.args if arg.keyword is not None and arg.keyword.value == "model"]
+        if not positional or dotted_name(positional[0].value) != model.name:
+            continue
+        if _before_wrap(facts, call, wrap) or _rebound_since_wrap(facts, call, model.name, wrap):
+            continue
+        value = positional[0].value
+        edits.expressions[value] = _unwrapped(model.name, edits, _quote_for(facts, value))
+        edits.report("DDP103", value)
 
 
 def _unwrap_dict_entries(facts: Facts, edits: Edits, model: Model, wrap: cst.BaseStatement) -> None:

@@ -690,20 +690,51 @@ def _used_after(facts: Facts, loop: cst.For, following: list[cst.BaseStatement])
 
 def _appends_numbers(body: cst.CSTNode, name: str) -> bool:
     """Every method called on `name` in body is append, of a number made with .item(),
-    float() or int()."""
+    float() or int(), of such a number times a batch's size (`loss.item() * x.size(0)`), or
+    of a name body binds only to such numbers (`acc = float(correct) / float(x.shape[0])`,
+    then `accuracies.append(acc)`)."""
     methods = [call for call in calls_within(body) if isinstance(call.func, cst.Attribute)
                and isinstance(call.func.value, cst.Name) and call.func.value.value == name]
     return bool(methods) and all(
-        call.func.attr.value == "append" and len(call.args) == 1 and _item_value(call.args[0].value)
+        call.func.attr.value == "append" and len(call.args) == 1
+        and (_item_value(call.args[0].value) or _bound_to_numbers(body, call.args[0].value))
         for call in methods if isinstance(call.func, cst.Attribute))
 
 
+def _bound_to_numbers(body: cst.CSTNode, value: cst.BaseExpression) -> bool:
+    """`value` is a name that every assignment in body binds to a Python number (_item_value)."""
+    if not isinstance(value, cst.Name):
+        return False
+    if any(isinstance(augmented.target, cst.Name) and augmented.target.value == value.value
+           for augmented in find_all(body, cst.AugAssign)):
+        return False  # (`acc += ...`: a running figure, not read here)
+    bound = [assign.value for assign in find_all(body, cst.Assign)
+             if any(isinstance(target.target, cst.Name) and target.target.value == value.value
+                    for target in assign.targets)]
+    return bool(bound) and all(_item_value(assigned) for assigned in bound)
+
+
 def _item_value(value: cst.BaseExpression) -> bool:
+    """A Python number: a literal, float()/int() of something, `x.item()`, or a product or
+    quotient of such numbers with each other or with a batch's size (`x.size(0)`, `len(y)`)."""
     if isinstance(value, (cst.Integer, cst.Float)):
         return True
+    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, (cst.Multiply, cst.Divide)):
+        sides = (value.left, value.right)
+        return any(_item_value(side) for side in sides) and all(
+            _item_value(side) or _a_size(side) for side in sides)
     if isinstance(value, cst.Call) and dotted_name(value.func) in ("float", "int"):
         return True
     return isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "item"
+
+
+def _a_size(value: cst.BaseExpression) -> bool:
+    """An int count of a batch: `x.size(0)`, `x.shape[0]`, `len(y)`."""
+    if isinstance(value, cst.Call):
+        return dotted_name(value.func) == "len" or isinstance(value.func, cst.Attribute) \
+            and value.func.attr.value == "size" and len(value.args) == 1
+    return isinstance(value, cst.Subscript) and isinstance(value.value, cst.Attribute) \
+        and value.value.attr.value == "shape"
 
 
 def epoch_meters(facts: Facts, loop: cst.For) -> dict[str, list[cst.Call]]:
