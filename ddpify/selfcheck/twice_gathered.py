@@ -9,7 +9,8 @@ large (`accuracy 76/40` on 2 ranks). A name the second statement builds itself b
 (`totals = torch.tensor([...])`, then `dist.all_reduce(totals)`) is a new value, not read again.
 """
 import ast
-from collections.abc import Iterator
+import bisect
+from collections.abc import Iterator, Sequence
 
 from ddpify import ast_walk
 from ddpify.selfcheck.source import FUNCTIONS, LOOPS, Source, assigned_targets, dotted, last_part
@@ -21,15 +22,27 @@ _BLOCK_FIELDS = ("body", "orelse", "finalbody")
 
 
 def figures_gathered_twice(migrated: Source) -> Iterator[Finding]:
+    # The lines of the gathers: a statement that spans none of them gathers nothing, and is not
+    # walked (each block's statements hold the nested blocks, read again at each level).
+    gather_lines = sorted({node.lineno for node in migrated.nodes
+                           if isinstance(node, ast.Call) and last_part(node.func) in FIGURE_GATHERS})
+    if not gather_lines:
+        return
     for node in migrated.nodes:
         for field in _BLOCK_FIELDS:
             block = getattr(node, field, None)
             if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
-                yield from _in_block(block)
+                yield from _in_block(block, gather_lines)
 
 
-def _in_block(block: list[ast.stmt]) -> Iterator[Finding]:
-    gathered = [_gathered_names(statement) for statement in block]
+def _spans_a_line(statement: ast.stmt, lines: Sequence[int]) -> bool:
+    index = bisect.bisect_left(lines, statement.lineno)
+    return index < len(lines) and lines[index] <= (statement.end_lineno or statement.lineno)
+
+
+def _in_block(block: list[ast.stmt], gather_lines: Sequence[int]) -> Iterator[Finding]:
+    gathered = [_gathered_names(statement) if _spans_a_line(statement, gather_lines) else set()
+                for statement in block]
     for first, names in enumerate(gathered):
         if not names:
             continue
