@@ -339,15 +339,21 @@ class Source:
         never runs it: `nn.Module.to` moves in place, so the call moves `model`."""
         movers: dict[str, list[str]] = {}
         outer: dict[str, set[str]] = {}  # `def place(): model.to(device)`: the names read from outside
+        # Per function: what it calls, declares global or nonlocal, and binds (a walk each, not per move).
+        read: dict[int, tuple[set[Optional[str]], set[str], set[str]]] = {}
         for receiver, call in moves:
             scope = self.scope_of(call)
             if isinstance(scope, FUNCTIONS) and self.functions.get(scope.name) == [scope] \
                     and last_part(call.func) in ("to", "cuda") and not _to_the_cpu(call):
+                if id(scope) not in read:
+                    read[id(scope)] = _calls_declarations_and_bindings(scope)
+                called, declared, bound = read[id(scope)]
                 parameters = [argument.arg for argument in scope.args.posonlyargs + scope.args.args]
-                if receiver in parameters and not any(
-                        isinstance(node, ast.Call) and dotted(node.func) == receiver for node in ast_walk.walk(scope)):
+                if receiver in parameters and receiver not in called:
                     movers.setdefault(scope.name, parameters)
-                elif "." not in receiver and receiver not in parameters and _reads_from_outside(scope, receiver):
+                elif "." not in receiver and receiver not in parameters and (
+                        receiver in declared or receiver not in bound):
+                    # The enclosing scope's variable: declared global (or nonlocal), or never bound.
                     outer.setdefault(scope.name, set()).add(receiver)
         found: list[tuple[str, ast.Call]] = []
         for call in self.calls:
@@ -550,15 +556,21 @@ def _is_others_wait(statement: ast.stmt) -> bool:
     return any(isinstance(node, ast.Call) and last_part(node.func) == "barrier" for node in ast_walk.walk(statement))
 
 
-def _reads_from_outside(function: Union[ast.FunctionDef, ast.AsyncFunctionDef], name: str) -> bool:
-    """`name` in `function` is the enclosing scope's variable: the function declares it global
-    (or nonlocal), or never binds it."""
-    declared = {declared for node in ast_walk.walk(function) if isinstance(node, (ast.Global, ast.Nonlocal))
-                for declared in node.names}
-    if name in declared:
-        return True
-    return not any(isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store)
-                   for node in ast_walk.walk(function))
+def _calls_declarations_and_bindings(function: Union[ast.FunctionDef, ast.AsyncFunctionDef]
+                                      ) -> tuple[set[Optional[str]], set[str], set[str]]:
+    """What the function calls (dotted), the names it declares global or nonlocal, and the
+    names it binds (stores)."""
+    called: set[Optional[str]] = set()
+    declared: set[str] = set()
+    bound: set[str] = set()
+    for node in ast_walk.walk(function):
+        if isinstance(node, ast.Call):
+            called.add(dotted(node.func))
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            declared.update(node.names)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bound.add(node.id)
+    return called, declared, bound
 
 
 def _to_the_cpu(call: ast.Call) -> bool:
