@@ -10,7 +10,7 @@ the tensor becomes a parameter or a buffer. Such a tensor stays on the CPU and m
 GPU batches: "Expected all tensors to be on the same device" on the first GPU, nothing on a CPU.
 """
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ddpify.diagnostics import Diagnostic, rule_of
 from ddpify.selfcheck.source import dotted
@@ -25,10 +25,17 @@ KEEPERS = frozenset({"Parameter", "register_buffer", "register_parameter"})
 
 def placed_factories_check(placed: str, migrated: str) -> list[Diagnostic]:
     """DDP949 findings at the lines of `placed` (the script as placed, before the migration)."""
+    return findings_at_the_placed_lines("DDP949", factories_on_the_placed_path, placed, migrated)
+
+
+def findings_at_the_placed_lines(code: str, find: Callable[[ast.Module], Iterator[tuple[int, str]]],
+                                 placed: str, migrated: str) -> list[Diagnostic]:
+    """A self-check of the placement's output (`find` gives lines of `migrated` and details),
+    reported at the lines of `placed`, the script as placed before the migration."""
     from ddpify.selfcheck import _line_map  # the package imports this module's check late
     to_placed = _line_map(placed, migrated)
-    return [Diagnostic("DDP949", to_placed(line), 1, f"{rule_of('DDP949').summary} (output line {line}): {detail}")
-            for line, detail in factories_on_the_placed_path(ast.parse(migrated))]
+    return [Diagnostic(code, to_placed(line), 1, f"{rule_of(code).summary} (output line {line}): {detail}")
+            for line, detail in find(ast.parse(migrated))]
 
 
 def factories_on_the_placed_path(tree: ast.Module) -> Iterator[tuple[int, str]]:

@@ -14,7 +14,8 @@ import ast
 from collections.abc import Iterator
 from typing import Optional
 
-from ddpify.diagnostics import Diagnostic, rule_of
+from ddpify.diagnostics import Diagnostic
+from ddpify.selfcheck.placed_factories import findings_at_the_placed_lines
 from ddpify.selfcheck.source import dotted
 
 _WRAPPERS = frozenset({"enumerate", "tqdm", "tqdm.tqdm", "iter"})
@@ -23,10 +24,7 @@ _DISPLAYS = (ast.List, ast.ListComp, ast.Tuple, ast.Dict, ast.DictComp, ast.Join
 
 def placed_parts_check(placed: str, migrated: str) -> list[Diagnostic]:
     """DDP954 findings at the lines of `placed` (the script as placed, before the migration)."""
-    from ddpify.selfcheck import _line_map  # the package imports this module's check late
-    to_placed = _line_map(placed, migrated)
-    return [Diagnostic("DDP954", to_placed(line), 1, f"{rule_of('DDP954').summary} (output line {line}): {detail}")
-            for line, detail in non_tensors_moved(ast.parse(migrated))]
+    return findings_at_the_placed_lines("DDP954", non_tensors_moved, placed, migrated)
 
 
 def non_tensors_moved(tree: ast.Module) -> Iterator[tuple[int, str]]:
