@@ -1077,7 +1077,9 @@ class _Modules:
     def effects(self, module: str) -> Optional[FunctionEffects]:
         """The module's functions, or None when it is not one of the project's files."""
         if module not in self._read:
-            if len(self._read) >= MAX_MODULES:
+            # (One reading serves every module's migration of the project, _modules_of: the
+            # bound is the project's, not one module's imports.)
+            if len(self._read) >= MAX_SCANNED:
                 return None
             self._read[module] = None  # an import cycle reads it once
             found = _module_file(self.root, module)

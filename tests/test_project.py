@@ -400,3 +400,16 @@ def test_which_helpers_guard_their_own_output_once_their_module_is_migrated(tmp_
     partly = project.read(str(tmp_path / "train.py"), "import helpers\nhelpers.save_json({}, 'x.json')\n",
                           [str(tmp_path / "helpers.py")])
     assert partly.guards_own_output("helpers.save_json") and not partly.guards_own_output("helpers.say")
+
+
+def test_one_reading_of_the_modules_serves_every_module_of_one_project_state(tmp_path):
+    """project._modules_of: what one module's migration learns of a helper, the next one's reuses;
+    a changed file starts a new reading."""
+    (tmp_path / "utils.py").write_text("def accuracy(out, y):\n    return (out.argmax(1) == y).float().mean()\n")
+    for name in ("train.py", "evaluate.py"):
+        (tmp_path / name).write_text("import torch\nfrom utils import accuracy\n")
+    views = [project.read(str(tmp_path / name), (tmp_path / name).read_text()) for name in ("train.py", "evaluate.py")]
+    assert views[0]._modules is views[1]._modules
+    (tmp_path / "utils.py").write_text("def accuracy(out, y):\n    return (out.argmax(1) == y).sum()\n")
+    again = project.read(str(tmp_path / "train.py"), (tmp_path / "train.py").read_text())
+    assert again._modules is not views[0]._modules
