@@ -56,9 +56,13 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         if len(positional) > 2 or any(arg.keyword is not None and arg.keyword.value == "generator"
                                       for arg in call.args) or any(arg.star for arg in call.args):
             continue
-        condition = "distributed" if setup.sees_setup(facts, call) else "dist.is_initialized()"
+        # Out of the setup's sight (a helper that may run before the group is joined: a
+        # `get_loaders()` above the device choice, a data module's function), torchrun's own
+        # variable says it, as DDP239's seed does: `dist.is_initialized()` is False there on
+        # every rank, and each would draw its own split.
+        condition = "distributed" if setup.sees_setup(facts, call) else '"WORLD_SIZE" in os.environ'
         if condition != "distributed":
-            edits.imports.add("dist")
+            edits.imports.add("os")
         name = facts.free_name("split_generator")
         statement = facts.statement_of(call)
         edits.insert_before(statement, Insertion(
