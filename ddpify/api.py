@@ -27,7 +27,16 @@ from ddpify.emit.imports import add_imports, remove_unused_imports
 from ddpify.options import Options
 from ddpify.plan import Plan
 from ddpify.project import Project
-from ddpify.rules import CONCERNS, frameworks, gpu_placement, hand_batches, import_time_devices, set_order, setup
+from ddpify.rules import (
+    CONCERNS,
+    frameworks,
+    gpu_placement,
+    hand_batches,
+    import_time_devices,
+    set_order,
+    setup,
+    splits,
+)
 from ddpify.rules.registry import RULES
 from ddpify.selfcheck.placed_factories import placed_factories_check
 from ddpify.selfcheck.placed_parts import placed_parts_check
@@ -265,6 +274,7 @@ class _MigrateCommand(CodemodCommand):
         # import places tensors on becomes this rank's (DDP012).
         edits = Edits(facts, tree.config_for_parsing, self.options)
         set_order.report_in_helper(facts, edits)
+        splits.plan_in_helper(facts, edits)  # a split drawn at import, or by a data module's function
         import_time_devices.plan_import_time_placements(facts, edits)
         if not edits.changes_anything:
             self._note_no_training(facts)

@@ -2,6 +2,8 @@
 the same for scikit-learn's splits drawn from numpy's global generator (DDP239). An unseeded
 shuffle before a split by slices is reported (DDP230)."""
 
+from collections.abc import Callable
+
 import libcst as cst
 
 from ddpify.analysis import names, seeding
@@ -43,6 +45,22 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
     draws its own split, so the ranks' shards overlap and validation leaks into training.
     Under torchrun the split uses a generator seeded alike on every rank; plain `python`
     keeps the global one (the split's own default)."""
+    _random_splits_alike(facts, edits, lambda node: setup.sees_setup(facts, node), setup.guard_nodes)
+    _report_unseeded_shuffles(facts, edits)
+    _library_splits_alike(facts, edits, lambda node: setup.sees_setup(facts, node), setup.guard_nodes)
+
+
+def plan_in_helper(facts: Facts, edits: Edits) -> None:
+    """A helper module that trains nothing but draws the split the training reads (a
+    `train_set, val_set = random_split(...)` run when the script imports it, a
+    `build_datasets()` of a data module): the same rules, out of the setup's sight. The
+    module's top level runs at the script's import, above its setup."""
+    _random_splits_alike(facts, edits, lambda node: False, set())
+    _library_splits_alike(facts, edits, lambda node: False, set())
+
+
+def _random_splits_alike(facts: Facts, edits: Edits, sees_setup: Callable[[cst.CSTNode], bool],
+                         guarded: set[cst.CSTNode]) -> None:
     # A script that seeds torch (with the same seed on every rank) draws the same split,
     # unless a draw that only rank 0 makes comes first.
     seeded = seeding.seeded_alike(facts, "torch")
@@ -56,24 +74,26 @@ def plan(facts: Facts, edits: Edits, setup: Plan) -> None:
         if len(positional) > 2 or any(arg.keyword is not None and arg.keyword.value == "generator"
                                       for arg in call.args) or any(arg.star for arg in call.args):
             continue
-        condition = "distributed" if setup.sees_setup(facts, call) else "dist.is_initialized()"
+        # Out of the setup's sight (a helper that may run before the group is joined: a
+        # `get_loaders()` above the device choice, a data module's function), torchrun's own
+        # variable says it, as DDP239's seed does: `dist.is_initialized()` is False there on
+        # every rank, and each would draw its own split.
+        condition = "distributed" if sees_setup(call) else '"WORLD_SIZE" in os.environ'
         if condition != "distributed":
-            edits.imports.add("dist")
+            edits.imports.add("os")
         name = facts.free_name("split_generator")
         statement = facts.statement_of(call)
         edits.insert_before(statement, Insertion(
             [edits.statement(f"{name} = {SPLIT_GENERATOR.format(condition=condition)}\n")],
             takes_comments=True))
         edits.expressions[call] = _with_generator(edits, name)
-        setup.guard_nodes.add(call)  # needs `distributed`, not the process group
+        guarded.add(call)  # needs `distributed`, not the process group
         if seeded:
             edits.report("DDP214", call, f"random_split drawn alike on every rank: `{edits.code(drawn_before[0])}` "
                          f"(line {facts.line_of(drawn_before[0])}) draws on rank 0 alone before it, in output only "
                          "rank 0 makes, so the ranks' seeded generators no longer agree")
         else:
             edits.report("DDP214", call)
-    _report_unseeded_shuffles(facts, edits)
-    _library_splits_alike(facts, edits, setup)
 
 
 # scikit-learn's splits that draw from numpy's global generator without a `random_state`: always
@@ -83,7 +103,8 @@ _LIBRARY_SPLITS = frozenset({"sklearn.model_selection.train_test_split", "sklear
 _SHUFFLED_FOLDS = frozenset({"sklearn.model_selection.KFold", "sklearn.model_selection.StratifiedKFold"})
 
 
-def _library_splits_alike(facts: Facts, edits: Edits, setup: Plan) -> None:
+def _library_splits_alike(facts: Facts, edits: Edits, sees_setup: Callable[[cst.CSTNode], bool],
+                          guarded: set[cst.CSTNode]) -> None:
     """Rule (as DDP214's): a scikit-learn split without a `random_state` in a script that
     never seeds numpy alike on every rank draws another split on each rank; under torchrun it
     gets `random_state=0`, and plain `python` keeps `None`, the original's draw (DDP239). The
@@ -98,7 +119,7 @@ def _library_splits_alike(facts: Facts, edits: Edits, setup: Plan) -> None:
             continue
         # Where the setup's `distributed` is out of reach (a helper that may run before the group
         # is joined), torchrun's own variable says it: the split needs no group, only to know.
-        condition = "distributed" if setup.sees_setup(facts, call) else '"WORLD_SIZE" in os.environ'
+        condition = "distributed" if sees_setup(call) else '"WORLD_SIZE" in os.environ'
         if condition != "distributed":
             edits.imports.add("os")
         name = facts.free_name("split_seed")
@@ -106,7 +127,7 @@ def _library_splits_alike(facts: Facts, edits: Edits, setup: Plan) -> None:
             [edits.statement(f"{name} = 0 if {condition} else None  # the same split on every rank\n")],
             takes_comments=True))
         edits.expressions[call] = _with_keyword(edits, "random_state", name)
-        setup.guard_nodes.add(call)  # needs `distributed`, not the process group
+        guarded.add(call)  # needs `distributed`, not the process group
         edits.report("DDP239", call)
 
 
