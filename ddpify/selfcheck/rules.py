@@ -946,6 +946,15 @@ CASES = (
         "        total +=", "        if dry_run:\n            break\n        total +="), "DDP947"),
     Flags(_drawn(_CAPPED), _drawn(_CAPPED_GATHERED), "DDP947"),
     Silent(_CAPPED, "DDP947"),
+    # The same count gathered twice in a row after its loop (DDP955); once, or counted anew, is silent.
+    Flags(_CAPPED, _CAPPED_GATHERED.replace("total = sum(every_rank(total))\n",
+                                            "total = sum(every_rank(total))\ntotal = sum(every_rank(total))\n"),
+          "DDP955"),
+    Silent(_CAPPED_GATHERED, "DDP955"),
+    Silent(_CAPPED_GATHERED.replace("total = sum(every_rank(total))\n",
+                                    "total = sum(every_rank(total))\ntotal = 0.0\n"
+                                    "for x, y in loader:\n    total += 1.0\ntotal = sum(every_rank(total))\n"),
+           "DDP955"),
     # The training loader's first batches measured per rank, in a helper it is handed to (DDP953).
     Flags(_FIRST_BATCHES, _FIRST_BATCHES_SHARDED, "DDP953"),
     Flags(_FIRST_BATCHES, _FIRST_BATCHES_SHARDED.replace("enumerate(data_loader)", "enumerate(islice(data_loader, 5))")
