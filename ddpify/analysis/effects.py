@@ -399,6 +399,26 @@ class FunctionEffects:
                 found |= _self_attributes_moved_in(function)
         return found
 
+    def tracker_attributes(self, class_name: str) -> set[str]:
+        """`self.X` that a method of the class sets to a TensorBoard writer or Visdom client it
+        makes (`self.writer = SummaryWriter(log_dir)` in a BaseTrainer's __init__):
+        side_effects.py makes it on rank 0 only there, and the classes of other modules derived
+        from it guard their uses of `self.X` (inherited_tracker_attributes)."""
+        found: set[str] = set()
+        for key, function in self._functions.items():
+            if self._class_of.get(key) != class_name:
+                continue
+            local: list[ast.stmt] = [node for node in ast_walk.walk(function)
+                                     if isinstance(node, (ast.Import, ast.ImportFrom))]
+            table = {**self.imports, **_import_table(ast.Module(body=local, type_ignores=[]), "")}
+            found.update(f"self.{node.targets[0].attr}" for node in ast_walk.statements(function)
+                         if isinstance(node, ast.Assign) and len(node.targets) == 1
+                         and isinstance(node.targets[0], ast.Attribute)
+                         and isinstance(node.targets[0].value, ast.Name) and node.targets[0].value.id == "self"
+                         and isinstance(node.value, ast.Call) and names.qualify(
+                             dotted_ast(node.value.func) or "", table) in names.SUMMARY_WRITER | names.VISDOM)
+        return found
+
     def returned_tracker(self, name: str) -> Optional[Slot]:
         """Where the function's result holds a TensorBoard writer or Visdom client it makes in
         the return itself (`return SummaryWriter(log_dir)`, `return log_dir, SummaryWriter(...)`)
