@@ -347,6 +347,19 @@ class Project:
                     found |= base.self_attributes_read(base_name)
         return found
 
+    def attributes_read_on_objects(self, own_module: str) -> set[str]:
+        """`X` of every `obj.X` that the project's other modules read on something other than
+        `self` (`trainer.writer.close()` in train.py, effects.py)."""
+        if self._modules is None:
+            return set()
+        found: set[str] = set()
+        for file in self._modules.files():
+            module = module_name(file, self._modules.root)
+            effects = self._modules.effects(module) if module != own_module else None
+            if effects is not None:
+                found |= effects.attributes_read_on_objects()
+        return found
+
     def inherited_attributes_from_parameters(self, own_module: str, class_name: str) -> set[str]:
         """`self.X` that the project's classes which `class_name` of `own_module` derives from
         set from their __init__'s parameters (`BaseTrainer.__init__(self, model, train_loader,

@@ -106,6 +106,8 @@ class FunctionEffects:
         # evaluated_parameters per function: every call of it in every importing file asks.
         self._evaluated: dict[str, tuple[list[str], set[str]]] = {}
         self._class_of: dict[str, str] = {}
+        self._tree = tree
+        self._read_on_objects: Optional[frozenset[str]] = None
         for node in tree.body:
             if isinstance(node, ast.ClassDef):
                 for method in node.body:
@@ -418,6 +420,17 @@ class FunctionEffects:
                          and isinstance(node.value, ast.Call) and names.qualify(
                              dotted_ast(node.value.func) or "", table) in names.SUMMARY_WRITER | names.VISDOM)
         return found
+
+    def attributes_read_on_objects(self) -> frozenset[str]:
+        """`X` of every `obj.X` the module reads on something other than `self` (`trainer.writer
+        .flush()` in a script): an attribute its class sets on rank 0 only would be missing there
+        on the other ranks."""
+        if self._read_on_objects is None:
+            self._read_on_objects = frozenset(
+                node.attr for node in ast.walk(self._tree) if isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Load)
+                and not (isinstance(node.value, ast.Name) and node.value.id == "self"))
+        return self._read_on_objects
 
     def returned_tracker(self, name: str) -> Optional[Slot]:
         """Where the function's result holds a TensorBoard writer or Visdom client it makes in

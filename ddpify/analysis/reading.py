@@ -127,6 +127,7 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
             attribute for statement in facts.module.body if isinstance(statement, cst.ClassDef)
             for attribute in collector.project.attributes_read_by_mixins(
                 collector.project.module, statement.name.value)}
+        facts.read_on_objects_elsewhere = collector.project.attributes_read_on_objects(collector.project.module)
     facts.inherited_trackers = {
         statement.name.value: found for statement in facts.module.body
         if isinstance(statement, cst.ClassDef) and statement.bases

@@ -1152,14 +1152,15 @@ def _attribute_references(facts: Facts, name: str, function: Optional[cst.Functi
     `self.writer.add_scalar(...)`: every read of `self.writer` in the class, so that the
     creation and each use run on rank 0 only, as for a writer held in a variable. None (not
     followed) when the attribute is not `self.X` of a method, or an object's `.X` is read
-    anywhere else (`trainer.writer.close()`, a subclass's method): there the other ranks
+    anywhere else (`trainer.writer.close()` here or in another module of
+    the project, a subclass's method or a mixin's of another module): there the other ranks
     would find no such attribute."""
     if name.count(".") == 1 and not name.startswith("self."):
         return _config_attribute_references(facts, name)
     owner = facts.class_of(function)
     if owner is None or not name.startswith("self.") or name.count(".") != 1 or (
             name in facts.read_by_derived_classes and not _tracker_kept_by(facts, owner, name)
-            or name in facts.read_by_mixins):
+            or name in facts.read_by_mixins or name.split(".", 1)[1] in facts.read_on_objects_elsewhere):
         return None  # (read by a subclass in another module, whose uses this module cannot guard)
     attribute = name.split(".", 1)[1]
     found: list[cst.BaseExpression] = []
