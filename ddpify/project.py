@@ -314,6 +314,52 @@ class Project:
                 found |= effects.self_attributes_read(name)
         return found
 
+    def inherited_tracker_attributes(self, own_module: str, class_name: str) -> set[str]:
+        """`self.X` that a class of another module of the project, which `class_name` of
+        `own_module` derives from, sets to a SummaryWriter it makes (`self.writer =
+        SummaryWriter(log_dir)` in BaseTrainer.__init__): made on rank 0 only there, so that
+        this class's uses of `self.X` (`self.writer.add_scalar(...)`) run on rank 0 only too."""
+        if self._modules is None:
+            return set()
+        effects = self._modules.effects(own_module)
+        if effects is None:
+            return set()
+        return set().union(*(base.tracker_attributes(name)
+                             for base, name in self._base_classes(effects, class_name) if base is not effects))
+
+    def attributes_read_by_mixins(self, own_module: str, class_name: str) -> set[str]:
+        """`self.X` that the other base classes of `class_name` and of the classes derived
+        from it read (`class Trainer(BaseTrainer, LoggingMixin)`, whose mixin's
+        `self.writer.add_text(...)` reads the writer BaseTrainer makes): their methods run on
+        the same object, but nothing derives them from `class_name`, so no module guards
+        those reads for it."""
+        if self._modules is None:
+            return set()
+        family = self._modules.classes_derived_from(own_module, class_name)
+        members = {(id(self._modules.effects(module)), name) for module, name in family}
+        found: set[str] = set()
+        for module, name in family:
+            effects = self._modules.effects(module)
+            if effects is None:
+                continue
+            for base, base_name in self._base_classes(effects, name):
+                if (id(base), base_name) not in members:
+                    found |= base.self_attributes_read(base_name)
+        return found
+
+    def attributes_read_on_objects(self, own_module: str) -> set[str]:
+        """`X` of every `obj.X` that the project's other modules read on something other than
+        `self` (`trainer.writer.close()` in train.py, effects.py)."""
+        if self._modules is None:
+            return set()
+        found: set[str] = set()
+        for file in self._modules.files():
+            module = module_name(file, self._modules.root)
+            effects = self._modules.effects(module) if module != own_module else None
+            if effects is not None:
+                found |= effects.attributes_read_on_objects()
+        return found
+
     def inherited_attributes_from_parameters(self, own_module: str, class_name: str) -> set[str]:
         """`self.X` that the project's classes which `class_name` of `own_module` derives from
         set from their __init__'s parameters (`BaseTrainer.__init__(self, model, train_loader,

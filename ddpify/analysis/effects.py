@@ -106,6 +106,8 @@ class FunctionEffects:
         # evaluated_parameters per function: every call of it in every importing file asks.
         self._evaluated: dict[str, tuple[list[str], set[str]]] = {}
         self._class_of: dict[str, str] = {}
+        self._tree = tree
+        self._read_on_objects: Optional[frozenset[str]] = None
         for node in tree.body:
             if isinstance(node, ast.ClassDef):
                 for method in node.body:
@@ -398,6 +400,37 @@ class FunctionEffects:
             if key in self._class_of:
                 found |= _self_attributes_moved_in(function)
         return found
+
+    def tracker_attributes(self, class_name: str) -> set[str]:
+        """`self.X` that a method of the class sets to a TensorBoard writer or Visdom client it
+        makes (`self.writer = SummaryWriter(log_dir)` in a BaseTrainer's __init__):
+        side_effects.py makes it on rank 0 only there, and the classes of other modules derived
+        from it guard their uses of `self.X` (inherited_tracker_attributes)."""
+        found: set[str] = set()
+        for key, function in self._functions.items():
+            if self._class_of.get(key) != class_name:
+                continue
+            local: list[ast.stmt] = [node for node in ast_walk.walk(function)
+                                     if isinstance(node, (ast.Import, ast.ImportFrom))]
+            table = {**self.imports, **_import_table(ast.Module(body=local, type_ignores=[]), "")}
+            found.update(f"self.{node.targets[0].attr}" for node in ast_walk.statements(function)
+                         if isinstance(node, ast.Assign) and len(node.targets) == 1
+                         and isinstance(node.targets[0], ast.Attribute)
+                         and isinstance(node.targets[0].value, ast.Name) and node.targets[0].value.id == "self"
+                         and isinstance(node.value, ast.Call) and names.qualify(
+                             dotted_ast(node.value.func) or "", table) in names.SUMMARY_WRITER | names.VISDOM)
+        return found
+
+    def attributes_read_on_objects(self) -> frozenset[str]:
+        """`X` of every `obj.X` the module reads on something other than `self` (`trainer.writer
+        .flush()` in a script): an attribute its class sets on rank 0 only would be missing there
+        on the other ranks."""
+        if self._read_on_objects is None:
+            self._read_on_objects = frozenset(
+                node.attr for node in ast.walk(self._tree) if isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Load)
+                and not (isinstance(node.value, ast.Name) and node.value.id == "self"))
+        return self._read_on_objects
 
     def returned_tracker(self, name: str) -> Optional[Slot]:
         """Where the function's result holds a TensorBoard writer or Visdom client it makes in

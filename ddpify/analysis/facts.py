@@ -224,6 +224,15 @@ class FactRecord:
     inherited_from_parameters: set[str] = field(default_factory=set)
     # In a helper module: `self.X` that classes of other modules derived from its classes read.
     read_by_derived_classes: set[str] = field(default_factory=set)
+    # Per class of this module: `self.X` that a base class in another module of the project
+    # sets to a SummaryWriter it makes, on rank 0 only there (Project.inherited_tracker_attributes).
+    inherited_trackers: dict[str, set[str]] = field(default_factory=dict)
+    # `self.X` that other base classes (mixins) of this module's classes, or of the classes
+    # derived from them, read (Project.attributes_read_by_mixins): read where no guard follows.
+    read_by_mixins: set[str] = field(default_factory=set)
+    # `X` of every `obj.X` other modules of the project read on something other than `self`
+    # (Project.attributes_read_on_objects), where a writer's class module makes it: unguarded there.
+    read_on_objects_elsewhere: set[str] = field(default_factory=set)
     # The top-level names of this module that other modules of the project import.
     used_elsewhere: frozenset[str] = frozenset()
     # A module of the project (this one included) wraps something in DataParallel, which

@@ -5,7 +5,7 @@ from typing import Optional
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
-from ddpify.analysis import traversal
+from ddpify.analysis import names, traversal
 from ddpify.analysis.collector import Collector
 from ddpify.analysis.control import (
     Facts,
@@ -122,6 +122,17 @@ def analyse(wrapper: MetadataWrapper, project: Optional[Project] = None) -> Fact
     else:
         # (A script that makes a project's Trainer, which wraps what it keeps: rules/model.py.)
         facts.moved_self_attributes = collector.project.moved_self_attributes()
+    if any(facts.calls_named.get(qualified) for qualified in names.SUMMARY_WRITER | names.VISDOM):
+        facts.read_by_mixins = {
+            attribute for statement in facts.module.body if isinstance(statement, cst.ClassDef)
+            for attribute in collector.project.attributes_read_by_mixins(
+                collector.project.module, statement.name.value)}
+        facts.read_on_objects_elsewhere = collector.project.attributes_read_on_objects(collector.project.module)
+    facts.inherited_trackers = {
+        statement.name.value: found for statement in facts.module.body
+        if isinstance(statement, cst.ClassDef) and statement.bases
+        for found in [collector.project.inherited_tracker_attributes(collector.project.module, statement.name.value)]
+        if found}
     return facts
 
 

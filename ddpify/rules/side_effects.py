@@ -578,6 +578,7 @@ def _trackers(facts: Facts, edits: Edits, setup: Plan) -> None:
                 _guard_object(facts, edits, setup, call, "DDP306")
     for call, slot in facts.calls_returning_trackers:
         _guard_uses_of_a_helper_writer(facts, edits, setup, call, slot)
+    _guard_uses_of_an_inherited_writer(facts, edits, setup)
     for qualified in sorted(names.TENSORBOARD_LOGGER_CALLS):
         for call in facts.calls_named.get(qualified, ()):
             if not _guard_statement_call(facts, edits, setup, call, "DDP306"):
@@ -1065,6 +1066,35 @@ def _guard_uses_of_a_helper_writer(facts: Facts, edits: Edits, setup: Plan, call
     edits.report("DDP306", call)
 
 
+def _guard_uses_of_an_inherited_writer(facts: Facts, edits: Edits, setup: Plan) -> None:
+    """Rule: `class Trainer(BaseTrainer)`, whose base class in another module of the project
+    makes `self.writer = SummaryWriter(log_dir)` on rank 0 only (_attribute_references,
+    there): every statement of the subclass's methods that uses `self.writer` runs on rank 0
+    only too (DDP306), or DDP307 where a use is part of a larger statement or the subclass
+    sets the attribute itself (the other ranks find no `self.writer`: an AttributeError)."""
+    classes = {statement.name.value: statement for statement in facts.module.body
+               if isinstance(statement, cst.ClassDef)}
+    for class_name, attributes in sorted(facts.inherited_trackers.items()):
+        owner = classes.get(class_name)
+        for name in sorted(attributes):
+            references: list[cst.BaseExpression] = [
+                node for node in facts.nodes_of(cst.Attribute) if dotted_name(node) == name
+                and facts.class_of(facts.function_of(node)) is owner]
+            if not references:
+                continue
+            assigned = next((node for node in references if isinstance(
+                facts.parents.get(node), (cst.AssignTarget, cst.AugAssign, cst.AnnAssign))), None)
+            if assigned is not None:
+                edits.report("DDP307", assigned)
+                continue
+            uses = _guardable_uses(facts, edits, (name, cast(Statement, owner), references))
+            if uses is None:
+                continue
+            for statement in uses:
+                _guard(facts, edits, setup, statement, None)
+            edits.report("DDP306", references[0])
+
+
 def _held_object(facts: Facts, call: cst.Call, slot: Slot = WHOLE_VALUE
                  ) -> Optional[tuple[str, Statement, list[cst.BaseExpression]]]:
     """The name that holds what `call` makes (`writer`, `self.writer`; with a slot of a returned
@@ -1122,12 +1152,15 @@ def _attribute_references(facts: Facts, name: str, function: Optional[cst.Functi
     `self.writer.add_scalar(...)`: every read of `self.writer` in the class, so that the
     creation and each use run on rank 0 only, as for a writer held in a variable. None (not
     followed) when the attribute is not `self.X` of a method, or an object's `.X` is read
-    anywhere else (`trainer.writer.close()`, a subclass's method): there the other ranks
+    anywhere else (`trainer.writer.close()` here or in another module of
+    the project, a subclass's method or a mixin's of another module): there the other ranks
     would find no such attribute."""
     if name.count(".") == 1 and not name.startswith("self."):
         return _config_attribute_references(facts, name)
     owner = facts.class_of(function)
-    if owner is None or not name.startswith("self.") or name.count(".") != 1 or name in facts.read_by_derived_classes:
+    if owner is None or not name.startswith("self.") or name.count(".") != 1 or (
+            name in facts.read_by_derived_classes and not _tracker_kept_by(facts, owner, name)
+            or name in facts.read_by_mixins or name.split(".", 1)[1] in facts.read_on_objects_elsewhere):
         return None  # (read by a subclass in another module, whose uses this module cannot guard)
     attribute = name.split(".", 1)[1]
     found: list[cst.BaseExpression] = []
@@ -1138,6 +1171,14 @@ def _attribute_references(facts: Facts, name: str, function: Optional[cst.Functi
             return None
         found.append(node)
     return found
+
+
+def _tracker_kept_by(facts: Facts, owner: cst.ClassDef, name: str) -> bool:
+    """`self.writer = SummaryWriter(log_dir)` in a method of `owner`: the subclasses of other
+    modules guard their own uses of it (_guard_uses_of_an_inherited_writer, there)."""
+    return any(isinstance(assign := facts.parents.get(call), cst.Assign) and len(assign.targets) == 1
+               and dotted_name(assign.targets[0].target) == name and facts.class_of(facts.function_of(call)) is owner
+               for qualified in names.SUMMARY_WRITER | names.VISDOM for call in facts.calls_named.get(qualified, ()))
 
 
 def _config_attribute_references(facts: Facts, name: str) -> Optional[list[cst.BaseExpression]]:
@@ -1199,6 +1240,11 @@ def _only_uses(statement: cst.BaseStatement, name: str) -> bool:
         return _writes_within_the_writer(statement, name)
     if isinstance(statement, cst.For):
         return _loop_only_over_the_writers(statement, name)
+    if isinstance(statement, cst.If):
+        # `if step % 10 == 0: writer.add_scalar(...)` on one line, whose test only reads.
+        expression = _single_expression(statement)
+        return expression is not None and isinstance(expression.value, cst.Call) \
+            and _rooted_at(expression.value.func, name) and dotted_name(expression.value.func) != name
     if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
         return False
     small = statement.body[0]
