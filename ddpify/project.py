@@ -1006,13 +1006,13 @@ def _imported_from_parent(folder: Path) -> bool:
 
 
 def _stamps(scripts: Iterable[Union[str, Path]]) -> tuple[tuple[str, int, int], ...]:
+    """(path, mtime, size) of each file that can be read, as strings: a cache key per state."""
     stamps = []
     for script in scripts:
         try:
-            stat = os.stat(script)
+            stamps.append((str(script), *_stamp(script)))
         except OSError:
             continue
-        stamps.append((str(script), stat.st_mtime_ns, stat.st_size))
     return tuple(stamps)
 
 
@@ -1553,8 +1553,8 @@ def _the_scripts_folder(value: ast.expr, context: "_PathContext" = _EMPTY_CONTEX
     return False
 
 
-def _stamp(path: Path) -> tuple[int, int]:
-    stat = path.stat()
+def _stamp(path: Union[str, Path]) -> tuple[int, int]:
+    stat = os.stat(path)
     return stat.st_mtime_ns, stat.st_size
 
 
@@ -1606,10 +1606,9 @@ def _python_script(path: str) -> bool:
     """A script without `.py` that runs by its `#!/usr/bin/env python` line (`./train`): its
     imports of the project's modules count as any entry script's do."""
     try:
-        stat = os.stat(path)
+        return _starts_like_a_python_script(path, *_stamp(path))
     except OSError:
         return False
-    return _starts_like_a_python_script(path, stat.st_mtime_ns, stat.st_size)
 
 
 @lru_cache(maxsize=256)
@@ -1624,14 +1623,7 @@ def _starts_like_a_python_script(path: str, _mtime: int, _size: int) -> bool:
 
 def _tree_stamp(root: Path) -> tuple[tuple[str, int, int], ...]:
     """Every reading of a script asks: as strings, without a Path per file."""
-    stamps = []
-    for file in _python_files(root):
-        try:
-            stat = os.stat(file)
-        except OSError:
-            continue
-        stamps.append((file, stat.st_mtime_ns, stat.st_size))
-    return tuple(stamps)
+    return _stamps(_python_files(root))
 
 
 @lru_cache(maxsize=16)
