@@ -9,7 +9,7 @@ import ast
 import os
 import re
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Optional, Union, cast
@@ -319,13 +319,7 @@ class Project:
         `own_module` derives from, sets to a SummaryWriter it makes (`self.writer =
         SummaryWriter(log_dir)` in BaseTrainer.__init__): made on rank 0 only there, so that
         this class's uses of `self.X` (`self.writer.add_scalar(...)`) run on rank 0 only too."""
-        if self._modules is None:
-            return set()
-        effects = self._modules.effects(own_module)
-        if effects is None:
-            return set()
-        return set().union(*(base.tracker_attributes(name)
-                             for base, name in self._base_classes(effects, class_name) if base is not effects))
+        return self._from_bases(own_module, class_name, FunctionEffects.tracker_attributes, other_modules_only=True)
 
     def attributes_read_by_mixins(self, own_module: str, class_name: str) -> set[str]:
         """`self.X` that the other base classes of `class_name` and of the classes derived
@@ -364,13 +358,7 @@ class Project:
         """`self.X` that the project's classes which `class_name` of `own_module` derives from
         set from their __init__'s parameters (`BaseTrainer.__init__(self, model, train_loader,
         ...)` in another module: `self.train_loader = train_loader`)."""
-        if self._modules is None:
-            return set()
-        effects = self._modules.effects(own_module)
-        if effects is None:
-            return set()
-        return set().union(*(base.attributes_from_parameters(name)
-                             for base, name in self._base_classes(effects, class_name)))
+        return self._from_bases(own_module, class_name, FunctionEffects.attributes_from_parameters)
 
     def attributes_trained_in_derived(self, own_module: str, class_name: str) -> set[str]:
         """`X` for every `self.X` of class `class_name` of `own_module` that a class derived
@@ -393,15 +381,22 @@ class Project:
         self._build_model().to(self.device)` in `Exp_Basic.__init__`), and that this class
         does not move itself: that module wraps it where it moves it
         (attributes_trained_in_derived), and here it may be the DDP wrapper."""
+        found = self._from_bases(own_module, class_name, FunctionEffects.own_moved_self_attributes,
+                                 other_modules_only=True)
+        effects = self._modules.effects(own_module) if found and self._modules is not None else None
+        return found - effects.own_moved_self_attributes(class_name) if effects is not None else found
+
+    def _from_bases(self, own_module: str, class_name: str, ask: Callable[[FunctionEffects, str], set[str]],
+                    other_modules_only: bool = False) -> set[str]:
+        """What `ask(module, class)` gives for the project classes that `class_name` of
+        `own_module` derives from (only those of other modules, where asked), together."""
         if self._modules is None:
             return set()
         effects = self._modules.effects(own_module)
         if effects is None:
             return set()
-        found: set[str] = set().union(*(base.own_moved_self_attributes(name)
-                                        for base, name in self._base_classes(effects, class_name)
-                                        if base is not effects))
-        return found - effects.own_moved_self_attributes(class_name)
+        return set().union(*(ask(base, name) for base, name in self._base_classes(effects, class_name)
+                             if not (other_modules_only and base is effects)))
 
     def _base_classes(self, effects: FunctionEffects, class_name: str) -> Iterator[tuple[FunctionEffects, str]]:
         """The project classes `class_name` of the module `effects` derives from, directly or
@@ -1092,7 +1087,9 @@ class _Modules:
         self._files: Optional[list[Path]] = None
         self._data_parallel: Optional[bool] = None
         self._freezes: Optional[bool] = None
-        self._packages: dict[str, str] = {}  # module -> the package its relative imports start from
+        # Per module read: its name and the package its relative imports start from, by the
+        # id of its effects (definition() answers with those).
+        self._read_as: dict[int, tuple[str, str]] = {}
         self._inert: dict[str, bool] = {}
 
     def read_modules(self) -> list[FunctionEffects]:
@@ -1136,7 +1133,7 @@ class _Modules:
                     package = module if is_package else module.rpartition(".")[0]
                     effects = FunctionEffects(tree, package, self.effect_of)
                     self._read[module] = effects
-                    self._packages[module] = package
+                    self._read_as[id(effects)] = (module, package)
                     # `from config import *` also binds what config imported (`AdamW`,
                     # `DataLoader`, `nn`): Python's star import takes every public name.
                     for star in effects.star_modules:
@@ -1152,15 +1149,11 @@ class _Modules:
         found = self.definition(qualified)
         if found is None or "." in found[1]:
             return False
-        module = next((name for name, effects in self._read.items() if effects is found[0]), None)
-        return module is not None and self._module_inert(module)
-
-    def _module_inert(self, module: str) -> bool:
+        effects = found[0]
+        module, package = self._read_as[id(effects)]
         if module not in self._inert:
             self._inert[module] = False  # modules that call each other are not followed round
-            effects = self._read[module]
-            self._inert[module] = effects is not None and inert.nothing_to_migrate(
-                effects.tree, self.inert_definition, self._packages[module])
+            self._inert[module] = inert.nothing_to_migrate(effects.tree, self.inert_definition, package)
         return self._inert[module]
 
     def effect_of(self, qualified: str) -> str:
