@@ -23,7 +23,7 @@ import re
 import tokenize
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Optional, TypeVar, Union
 
 from ddpify.analysis import batch_parts
 from ddpify.analysis.ast_names import dotted_ast
@@ -72,6 +72,7 @@ FACTORIES = frozenset({
 })  # (`multinomial(probs)` and `bernoulli(p)` draw on their input's device)
 # Where a factory's tensor becomes part of the module (a parameter or a buffer) and moves with it.
 _KEEPERS = ("Parameter", "register_buffer", "register_parameter")
+_Scope = TypeVar("_Scope", ast.FunctionDef, ast.ClassDef)
 # Modules of torch.nn that hold no tensor when built from constants: nothing to move.
 _STATELESS = frozenset({"ReLU", "ReLU6", "LeakyReLU", "GELU", "SiLU", "ELU", "Sigmoid", "Tanh", "Softmax",
                         "LogSoftmax", "Dropout", "Flatten", "Identity", "Softplus", "Mish"})
@@ -212,14 +213,14 @@ class _Placement:
             and _keyword(call, "device") is None
 
     def _function_of(self, node: ast.AST) -> Optional[ast.FunctionDef]:
-        parent = self.parents.get(node)
-        while parent is not None and not isinstance(parent, ast.FunctionDef):
-            parent = self.parents.get(parent)
-        return parent
+        return self._enclosing(node, ast.FunctionDef)
 
     def _class_of(self, node: ast.AST) -> Optional[ast.ClassDef]:
+        return self._enclosing(node, ast.ClassDef)
+
+    def _enclosing(self, node: ast.AST, kind: type[_Scope]) -> Optional[_Scope]:
         parent = self.parents.get(node)
-        while parent is not None and not isinstance(parent, ast.ClassDef):
+        while parent is not None and not isinstance(parent, kind):
             parent = self.parents.get(parent)
         return parent
 
